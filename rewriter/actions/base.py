@@ -1,0 +1,185 @@
+"""What every action transform shares: finding the target function by qualname while visiting,
+the module's own name for ``torch``, decorator matching, and statement insertion.
+
+Each action is one :class:`TargetedCommand` subclass (a LibCST ``VisitorBasedCodemodCommand``):
+it overrides :meth:`TargetedCommand.rewrite` and gets the target ``FunctionDef`` once. Imports
+are requested through LibCST's ``AddImportsVisitor``, which the codemod framework runs after the
+transform, so no action splices import text by hand.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import ClassVar
+
+import libcst as cst
+from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.helpers import get_full_name_for_node, parse_template_statement
+
+from ..plan import _Action
+
+
+def torch_alias(module: cst.Module) -> str | None:
+    """The name ``torch`` is bound to at module level (``import torch as T`` → ``"T"``), or None.
+
+    ``import torch.nn`` binds ``torch``; ``import torch.nn as nn`` does not.
+    """
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if not isinstance(small, cst.Import):
+                continue
+            for alias in small.names:
+                name = get_full_name_for_node(alias.name) or ""
+                if alias.asname is None and (name == "torch" or name.startswith("torch.")):
+                    return "torch"
+                if alias.asname is not None and name == "torch":
+                    return alias.asname.name.value  # type: ignore[union-attr]
+    return None
+
+
+def canonical(name: str, alias: str) -> str:
+    """A decorator's dotted name with the module's torch alias spelled ``torch``."""
+    head, _, rest = name.partition(".")
+    return "torch." + rest if head == alias and rest else name
+
+
+def decorator_name(dec: cst.Decorator) -> str:
+    """The dotted name of a decorator, without its call (``@torch.compile(...)`` → ``torch.compile``)."""
+    expr = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
+    return get_full_name_for_node(expr) or ""
+
+
+def has_decorator(node: cst.FunctionDef, names: set[str], alias: str) -> bool:
+    """Whether ``node`` carries any decorator whose canonical name is in ``names``."""
+    return any(canonical(decorator_name(d), alias) in names for d in node.decorators)
+
+
+def make_decorator(expr: str) -> cst.Decorator:
+    """A decorator from an expression built of validated identifiers and literals."""
+    return cst.Decorator(decorator=cst.parse_expression(expr))
+
+
+def py_literal(value: object) -> str:
+    """A Python literal for a plan value (bool, int, float, None, str, list of those)."""
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "(" + ", ".join(py_literal(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    return repr(value)
+
+
+def call_args(kwargs: dict[str, object]) -> str:
+    """``k=v, ...`` for a call, literals rendered with :func:`py_literal`."""
+    return ", ".join(f"{k}={py_literal(v)}" for k, v in kwargs.items())
+
+
+def _is_docstring(stmt: cst.BaseStatement) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine)
+        and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr)
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
+
+
+def _norm(code: str) -> str:
+    return re.sub(r"\s+", "", code)
+
+
+class StatementInsertError(Exception):
+    """The function body cannot take a statement (a one-line ``def f(): ...`` body)."""
+
+
+def insert_statement(
+    module: cst.Module, func: cst.FunctionDef, code: str, after: int | None = None
+) -> cst.FunctionDef:
+    """Insert one statement into ``func``'s top-level body, unless an equal one is already there.
+
+    Args:
+        module: the module (for rendering existing statements when comparing).
+        func: the function to change.
+        code: the statement's source (one line, built from validated names and literals).
+        after: index of the top-level statement to insert after; None means at the top,
+            after the docstring.
+
+    Raises:
+        StatementInsertError: the body is a one-line suite.
+    """
+    if not isinstance(func.body, cst.IndentedBlock):
+        raise StatementInsertError(f"{func.name.value} has a one-line body")
+    body = list(func.body.body)
+    if any(_norm(module.code_for_node(s)) == _norm(code) for s in body):
+        return func
+    stmt = parse_template_statement(code)
+    if after is None:
+        index = 1 if body and _is_docstring(body[0]) else 0
+    else:
+        index = after + 1
+    body.insert(index, stmt)
+    return func.with_changes(body=func.body.with_changes(body=body))
+
+
+class TargetedCommand(VisitorBasedCodemodCommand):
+    """A codemod that rewrites exactly one function, named by its qualname (``Block.forward``).
+
+    Subclasses set ``DESCRIPTION`` and implement :meth:`rewrite`. ``self.torch`` is the module's
+    name for torch (an ``import torch`` is requested when the module has none).
+    """
+
+    DESCRIPTION: ClassVar[str] = "rewrite one targeted function"
+
+    def __init__(self, context: CodemodContext, action: _Action, qualname: str) -> None:
+        super().__init__(context)
+        self.action = action
+        self.qualname = qualname
+        self._stack: list[str] = []
+        self.torch = "torch"
+        self.tree: cst.Module | None = None
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        self.tree = node
+        alias = torch_alias(node)
+        if alias is None and self.needs_torch():
+            AddImportsVisitor.add_needed_import(self.context, "torch")
+        self.torch = alias or "torch"
+        return True
+
+    def needs_torch(self) -> bool:
+        """Whether the inserted code refers to torch (most actions do)."""
+        return True
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        self._stack.append(node.name.value)
+        return True
+
+    def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
+        self._stack.pop()
+        return updated
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        self._stack.append(node.name.value)
+        return True
+
+    def leave_FunctionDef(
+        self, original: cst.FunctionDef, updated: cst.FunctionDef
+    ) -> cst.FunctionDef:
+        qual = ".".join(self._stack)
+        self._stack.pop()
+        if qual == self.qualname:
+            return self.rewrite(updated)
+        return updated
+
+    def rewrite(self, func: cst.FunctionDef) -> cst.FunctionDef:
+        """Return the rewritten target function (unchanged when already rewritten)."""
+        raise NotImplementedError
+
+    def add_decorator(self, func: cst.FunctionDef, expr: str, outermost: bool = False) -> cst.FunctionDef:
+        """Add ``@expr`` innermost (next to ``def``), or outermost when asked."""
+        decs: Sequence[cst.Decorator] = list(func.decorators)
+        new = make_decorator(expr)
+        decs = [new, *decs] if outermost else [*decs, new]
+        return func.with_changes(decorators=decs)

@@ -1,0 +1,59 @@
+"""``mark_dynamic``: ``torch._dynamo.mark_dynamic(arg, dim, min=, max=)`` right after ``arg`` is
+bound, so the compiled region it enters is traced once with a symbolic size instead of
+recompiling per size (torch.compiler "Dynamic shapes" docs).
+
+A parameter is marked at the top of the body (after the docstring); a local at its first
+top-level binding. The call must run eagerly: marking inside a compiled frame is an error in
+Dynamo, which :mod:`rewriter.consistency` refuses before anything is written.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from ..errors import StackpartError
+from ..plan import MarkDynamicAction
+from .base import TargetedCommand, call_args, insert_statement
+
+
+def _binding_index(func: cst.FunctionDef, name: str) -> int | None:
+    """Index of the first top-level statement that assigns ``name`` (plain, annotated, tuple)."""
+    target = m.Name(name)
+    binds = m.OneOf(
+        m.Assign(targets=[m.ZeroOrMore(), m.AssignTarget(target=target | m.Tuple(elements=[m.ZeroOrMore(), m.Element(target), m.ZeroOrMore()])), m.ZeroOrMore()]),
+        m.AnnAssign(target=target, value=m.DoNotCare()),
+    )
+    body = func.body.body if isinstance(func.body, cst.IndentedBlock) else ()
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, cst.SimpleStatementLine) and any(m.matches(s, binds) for s in stmt.body):
+            return i
+    return None
+
+
+def mark_dynamic_call(torch: str, action: MarkDynamicAction) -> str:
+    """The statement text, e.g. ``torch._dynamo.mark_dynamic(x, 1, min=2, max=4096)``."""
+    kwargs = {k: v for k, v in (("min", action.min), ("max", action.max)) if v is not None}
+    extra = ", " + call_args(kwargs) if kwargs else ""
+    return f"{torch}._dynamo.mark_dynamic({action.arg}, {action.dim}{extra})"
+
+
+class MarkDynamicCommand(TargetedCommand):
+    """Insert one ``mark_dynamic`` statement where ``arg`` is bound in the target."""
+
+    DESCRIPTION = "mark a dim dynamic where the input enters compiled code"
+    action: MarkDynamicAction
+
+    def rewrite(self, func: cst.FunctionDef) -> cst.FunctionDef:
+        assert self.tree is not None
+        params = {p.name.value for p in (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)}
+        after = None
+        if self.action.arg not in params:
+            after = _binding_index(func, self.action.arg)
+            if after is None:
+                raise StackpartError(
+                    f"{self.action.arg!r} is neither a parameter of {self.qualname} nor bound "
+                    "at its top level",
+                    hint="mark_dynamic needs a name bound before the compiled region is called",
+                )
+        return insert_statement(self.tree, func, mark_dynamic_call(self.torch, self.action), after)

@@ -1,0 +1,142 @@
+"""Plan rules that need more than one action, or the source, to check. Each refusal says why.
+
+* ``mode: reduce-overhead`` with ``strategy: region``: CUDA graphs over many small regions are
+  known to crash (pytorch#152887) and repay the fixed replay cost per region
+  (partitioning-the-stack, "The exception ... CUDA Graphs prefer one large capture").
+* ``strategy: nested`` without a ``whole`` compile: a nested compile region is only a hint to an
+  outer ``torch.compile``; alone it compiles nothing.
+* compile and disable on one function; the same action twice on one function.
+* ``disable`` inside a ``fullgraph=True`` target: fullgraph forbids the graph break a disabled
+  frame is, so the compile would raise.
+* ``mark_dynamic`` inside a compiled region: Dynamo refuses ``mark_dynamic`` in a traced frame.
+
+"Inside" is decided statically: the function itself, or a function the compiled one calls
+directly by name (``route(x)``) or as a method of its own class (``self.route(x)``), in one file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+import libcst.matchers as m
+
+from .actions.base import canonical, torch_alias
+from .actions.compile import COMPILE_DECORATORS
+from .errors import StackpartError
+from .plan import CompileAction, DisableAction, LoadedPlan, MarkDynamicAction
+from .targets import ResolvedTarget
+
+
+@dataclass
+class Bound:
+    """One plan action with the function it resolved to."""
+
+    index: int
+    action: object
+    target: ResolvedTarget
+    module: cst.Module
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.target.relpath, self.target.qualname)
+
+
+def _callees(target: ResolvedTarget) -> set[str]:
+    """Qualnames the function calls directly: ``f(...)`` → ``f``; ``self.g(...)`` → ``Cls.g``."""
+    owner = target.qualname.rsplit(".", 1)[0] if "." in target.qualname else None
+    found: set[str] = set()
+    for call in m.findall(target.node, m.Call()):
+        func = call.func  # type: ignore[attr-defined]
+        if isinstance(func, cst.Name):
+            found.add(func.value)
+        elif (
+            owner
+            and isinstance(func, cst.Attribute)
+            and isinstance(func.value, cst.Name)
+            and func.value.value == "self"
+        ):
+            found.add(f"{owner}.{func.attr.value}")
+    return found
+
+
+def _inside(inner: Bound, outer: Bound) -> bool:
+    return inner.target.relpath == outer.target.relpath and (
+        inner.target.qualname == outer.target.qualname or inner.target.qualname in _callees(outer.target)
+    )
+
+
+def _already_compiled(bound: Bound) -> bool:
+    alias = torch_alias(bound.module) or "torch"
+    return any(canonical(d, alias) in COMPILE_DECORATORS for d in bound.target.decorators)
+
+
+def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
+    """Refuse an inconsistent plan.
+
+    Raises:
+        StackpartError: at the plan line of the offending action, with the reason.
+    """
+    actions = loaded.plan.actions
+    has_whole = any(isinstance(a, CompileAction) and a.strategy == "whole" for a in actions)
+    for b in bounds:
+        a = b.action
+        if isinstance(a, CompileAction):
+            if a.options.mode == "reduce-overhead" and a.strategy == "region":
+                raise loaded.error(
+                    b.index,
+                    "mode 'reduce-overhead' (CUDA graphs) with strategy 'region' is refused: many "
+                    "small graph captures repay the replay cost per region and are known to "
+                    "crash (pytorch#152887)",
+                    hint="use strategy: whole on the model's entry for CUDA graphs",
+                )
+            if a.strategy == "nested" and not has_whole:
+                raise loaded.error(
+                    b.index,
+                    "strategy 'nested' needs a compile with strategy 'whole' in the same plan",
+                    hint="add a whole-model compile of the entry that calls this block",
+                )
+    seen: dict[tuple[str, str, str], Bound] = {}
+    for b in bounds:
+        kind = b.action.action  # type: ignore[attr-defined]
+        other = seen.get((*b.key, kind))
+        if other is not None and kind not in {"kernel"}:
+            raise loaded.error(
+                b.index,
+                f"a second {kind} action on {b.target.relpath}::{b.target.qualname} "
+                f"(the first is actions[{other.index}], line {loaded.action_lines[other.index]})",
+            )
+        seen[(*b.key, kind)] = b
+    compiles = [b for b in bounds if isinstance(b.action, CompileAction)]
+    for b in bounds:
+        if isinstance(b.action, DisableAction):
+            for c in compiles:
+                if b.key == c.key:
+                    raise loaded.error(
+                        b.index,
+                        f"the same function is compiled by actions[{c.index}] and disabled here",
+                        hint="keep one of them",
+                    )
+                if c.action.options.fullgraph and _inside(b, c):  # type: ignore[attr-defined]
+                    raise loaded.error(
+                        b.index,
+                        f"disable inside a fullgraph=True region (actions[{c.index}], "
+                        f"{c.target.qualname}) cannot hold: fullgraph forbids the graph break",
+                        hint="drop fullgraph on that compile, or compile smaller regions around this one",
+                    )
+        if isinstance(b.action, MarkDynamicAction):
+            if _already_compiled(b):
+                raise loaded.error(
+                    b.index,
+                    f"{b.target.qualname} is already compiled in the source; mark_dynamic must run "
+                    "before the compiled region, not inside it",
+                    hint="mark the tensor in the caller that passes it to the region",
+                )
+            for c in compiles:
+                if _inside(b, c):
+                    raise loaded.error(
+                        b.index,
+                        f"mark_dynamic inside the compiled region of actions[{c.index}] "
+                        f"({c.target.qualname}): Dynamo forbids mark_dynamic in a traced frame",
+                        hint="mark the tensor in the eager caller that passes it to the region",
+                    )

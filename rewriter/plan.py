@@ -1,0 +1,413 @@
+"""plan.yaml, version 1: the pydantic schema and loading with ``file:line`` errors.
+
+The schema is one :class:`Plan` whose ``actions`` are a discriminated union on ``action``
+(``compile``, ``disable``, ``mark_dynamic``, ``bucket``, ``kernel``, ``allocator``,
+``compile_cache``). ``stackpart plan schema`` prints :func:`json_schema`. Every model forbids
+unknown fields so a typo is an error naming the nearest field, not a silently ignored key.
+Cross-action rules that need the source (a disable inside a ``fullgraph`` region, ...) live in
+:mod:`rewriter.consistency`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import StackpartError, near_names
+
+#: ``path/to/file.py::Qual.name`` — pytest-style node ids, relative to SRC.
+TARGET_RE = re.compile(r"^(?P<file>[^:]+\.py)::(?P<qual>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
+_IDENT_RE = re.compile(r"^[A-Za-z_]\w*$")
+
+#: Actions that change what runs (numerics or kernels); written only with ``--unsafe`` or after a
+#: passing validation (DESIGN.md, "What each action writes").
+UNSAFE_ACTIONS = frozenset({"bucket", "kernel"})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_target(value: str) -> str:
+    if not TARGET_RE.match(value):
+        raise ValueError(
+            "expected a target like 'model.py::Block', 'model.py::Block.forward' or "
+            f"'pkg/model.py::route', got {value!r}"
+        )
+    return value
+
+
+def _check_ident(value: str) -> str:
+    if not _IDENT_RE.match(value):
+        raise ValueError(f"expected a Python identifier, got {value!r}")
+    return value
+
+
+class Harness(_Strict):
+    """How diagnose and validate build and feed the model (``rewrite`` ignores it).
+
+    ``file`` is relative to SRC and defines ``model() -> nn.Module`` and
+    ``inputs(**shape) -> tuple | dict`` of tensors. ``shapes`` is the realistic input variety;
+    the first entry is the reference shape.
+    """
+
+    file: str
+    model: str = "build_model"
+    inputs: str = "make_inputs"
+    shapes: list[dict[str, int]] = Field(default_factory=lambda: [{}])
+    mode: Literal["inference", "training"] = "inference"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = "cuda"
+
+    _ident = field_validator("model", "inputs")(_check_ident)
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not re.match(r"^(cpu|cuda(:\d+)?)$", value):
+            raise ValueError(f"expected 'cpu', 'cuda' or 'cuda:N', got {value!r}")
+        return value
+
+    @field_validator("shapes")
+    @classmethod
+    def _shapes(cls, value: list[dict[str, int]]) -> list[dict[str, int]]:
+        if not value:
+            raise ValueError("expected at least one shape (the reference shape)")
+        return value
+
+
+class Amortization(_Strict):
+    """The deployment the compile cost must pay back over (the amortization rule).
+
+    ``(t_eager - t_compiled) * runs > t_compile * N_compiles`` with
+    ``N_compiles = shape buckets * restarts * recompiles`` (partitioning-the-stack, "How do you
+    decide whether the compile time is worth it?").
+    """
+
+    runs: int = Field(ge=1, description="expected calls over the deployment's life (N_runs)")
+    restarts: int = Field(
+        default=1, ge=1, description="process starts without persisted compile caches"
+    )
+
+
+class CompileOptions(_Strict):
+    """Arguments of ``torch.compile``; only values that differ from torch's defaults are written."""
+
+    fullgraph: bool = False
+    mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = (
+        "default"
+    )
+    dynamic: bool | None = None
+    backend: str = "inductor"
+
+    def non_default(self) -> dict[str, Any]:
+        """The options to write, in a stable order (fullgraph, dynamic, mode, backend)."""
+        out: dict[str, Any] = {}
+        if self.fullgraph:
+            out["fullgraph"] = True
+        if self.dynamic is not None:
+            out["dynamic"] = self.dynamic
+        if self.mode != "default":
+            out["mode"] = self.mode
+        if self.backend != "inductor":
+            out["backend"] = self.backend
+        return out
+
+
+class _Action(_Strict):
+    target: str
+    why: str | None = Field(default=None, description="the evidence that chose this action")
+
+    _target = field_validator("target")(_check_target)
+
+    @property
+    def file(self) -> str:
+        return TARGET_RE.match(self.target).group("file")  # type: ignore[union-attr]
+
+    @property
+    def qualname(self) -> str:
+        return TARGET_RE.match(self.target).group("qual")  # type: ignore[union-attr]
+
+    @property
+    def safe(self) -> bool:
+        return self.action not in UNSAFE_ACTIONS  # type: ignore[attr-defined]
+
+
+class CompileAction(_Action):
+    """Decorate the target (a function, or a class's ``forward``) with ``torch.compile``.
+
+    ``strategy``: ``region`` (the block is its own compiled unit), ``nested``
+    (``@torch.compiler.nested_compile_region`` on the block plus one ``whole`` compile of the
+    model; torch >= 2.8), ``whole`` (the model's entry; the unit for CUDA graphs).
+    """
+
+    action: Literal["compile"]
+    strategy: Literal["region", "nested", "whole"] = "region"
+    options: CompileOptions = Field(default_factory=CompileOptions)
+
+
+class DisableAction(_Action):
+    """Keep the target eager with ``@torch.compiler.disable`` (``recursive=False`` when asked)."""
+
+    action: Literal["disable"]
+    recursive: bool = True
+
+
+class MarkDynamicAction(_Action):
+    """``torch._dynamo.mark_dynamic(arg, dim, min=, max=)`` right after ``arg`` is bound."""
+
+    action: Literal["mark_dynamic"]
+    arg: str
+    dim: int
+    min: int | None = Field(default=None, ge=0)
+    max: int | None = Field(default=None, ge=1)
+
+    _arg = field_validator("arg")(_check_ident)
+
+
+class BucketAction(_Action):
+    """Pad ``arg``'s ``dim`` up to the next bucket and trim tensor outputs back (unsafe)."""
+
+    action: Literal["bucket"]
+    arg: str
+    dim: int
+    buckets: list[int] = Field(min_length=1)
+    pad_value: int | float = 0
+
+    _arg = field_validator("arg")(_check_ident)
+
+    @field_validator("buckets")
+    @classmethod
+    def _buckets(cls, value: list[int]) -> list[int]:
+        if any(b < 1 for b in value) or sorted(set(value)) != value:
+            raise ValueError(f"expected strictly increasing positive sizes, got {value}")
+        return value
+
+
+class KernelAction(_Action):
+    """Replace calls of ``call`` inside the target with a generated Triton custom op (unsafe)."""
+
+    action: Literal["kernel"]
+    call: str
+    kernel: str
+
+    @field_validator("call")
+    @classmethod
+    def _call(cls, value: str) -> str:
+        if not re.match(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", value):
+            raise ValueError(f"expected a dotted name like 'torch.topk', got {value!r}")
+        return value
+
+
+class AllocatorAction(_Action):
+    """Set ``PYTORCH_CUDA_ALLOC_CONF`` (default ``expandable_segments:True``) at the entry."""
+
+    action: Literal["allocator"]
+    settings: str = "expandable_segments:True"
+
+
+class CompileCacheAction(_Action):
+    """Persist Inductor's compile cache under ``dir`` (``TORCHINDUCTOR_CACHE_DIR``) at the entry."""
+
+    action: Literal["compile_cache"]
+    dir: str = ".cache/torchinductor"
+
+
+Action = Annotated[
+    Union[
+        CompileAction,
+        DisableAction,
+        MarkDynamicAction,
+        BucketAction,
+        KernelAction,
+        AllocatorAction,
+        CompileCacheAction,
+    ],
+    Field(discriminator="action"),
+]
+
+ACTION_MODELS: dict[str, type[_Action]] = {
+    "compile": CompileAction,
+    "disable": DisableAction,
+    "mark_dynamic": MarkDynamicAction,
+    "bucket": BucketAction,
+    "kernel": KernelAction,
+    "allocator": AllocatorAction,
+    "compile_cache": CompileCacheAction,
+}
+
+
+class Plan(_Strict):
+    """A whole plan.yaml (version 1). See DESIGN.md, "plan.yaml (version 1)"."""
+
+    version: Literal[1]
+    harness: Harness | None = None
+    amortization: Amortization | None = None
+    actions: list[Action] = Field(default_factory=list)
+
+
+def json_schema() -> str:
+    """The plan's JSON Schema (draft 2020-12, as pydantic writes it), pretty-printed."""
+    return json.dumps(Plan.model_json_schema(), indent=2, sort_keys=True)
+
+
+@dataclass
+class LoadedPlan:
+    """A validated plan plus where each action was written (for errors that need the source).
+
+    Attributes:
+        plan: the validated plan.
+        path: the plan file as given on the command line.
+        action_lines: 1-based line of each action's mapping in the YAML, parallel to
+            ``plan.actions``.
+    """
+
+    plan: Plan
+    path: str
+    action_lines: list[int] = field(default_factory=list)
+
+    def where(self, index: int) -> StackpartError:
+        """An error template pointing at action ``index`` (fill in ``message``)."""
+        line = self.action_lines[index] if index < len(self.action_lines) else None
+        return StackpartError("", path=self.path, line=line)
+
+    def error(self, index: int, message: str, hint: str | None = None) -> StackpartError:
+        """A :class:`StackpartError` at action ``index``: ``plan.yaml:LINE: actions[i] (...)``."""
+        err = self.where(index)
+        action = self.plan.actions[index]
+        err.message = f"actions[{index}] ({action.action} {action.target}): {message}"
+        err.hint = hint
+        return err
+
+
+def _marks(node: yaml.Node, loc: tuple = ()) -> dict[tuple, tuple[int, int]]:
+    """Map every path in the YAML tree to the 1-based (line, col) of its node (keys for mappings)."""
+    out = {loc: (node.start_mark.line + 1, node.start_mark.column + 1)}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = key_node.value
+            out.update(_marks(value_node, loc + (key,)))
+            out[loc + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out.update(_marks(item, loc + (i,)))
+    return out
+
+
+def _locate(loc: tuple, marks: dict[tuple, tuple[int, int]]) -> tuple[tuple, tuple[int, int]]:
+    """Walk a pydantic error ``loc`` through the YAML paths, skipping union tags it inserts."""
+    found: tuple = ()
+    for part in loc:
+        if found + (part,) in marks:
+            found = found + (part,)
+    return found, marks.get(found, (1, 1))
+
+
+def _strip_tags(loc: tuple) -> tuple:
+    """Drop the union tag pydantic inserts after an action index (``actions.0.compile.x``)."""
+    return tuple(
+        p for i, p in enumerate(loc) if not (i > 0 and isinstance(loc[i - 1], int) and p in ACTION_MODELS)
+    )
+
+
+def _fields_for(loc: tuple) -> list[str]:
+    """Field names allowed at the mapping a pydantic ``loc`` points into (for near-name hints)."""
+    model: type[BaseModel] = Plan
+    parts = list(loc[:-1])
+    if len(parts) >= 3 and parts[0] == "actions" and parts[2] in ACTION_MODELS:
+        model, parts = ACTION_MODELS[parts[2]], parts[3:]
+    for part in parts:
+        info = model.model_fields.get(part) if isinstance(part, str) else None
+        ann = info.annotation if info is not None else None
+        nested = [c for c in (ann, *getattr(ann, "__args__", ())) if isinstance(c, type) and issubclass(c, BaseModel)]
+        if not nested:
+            return []
+        model = nested[0]
+    return list(model.model_fields)
+
+
+def _describe(error: dict[str, Any]) -> tuple[str, str | None]:
+    kind = error["type"]
+    loc = _strip_tags(tuple(error["loc"]))
+    name = ".".join(str(p) for p in loc) or "<plan>"
+    if kind == "extra_forbidden":
+        return f"unknown field {name!r}", near_names(str(loc[-1]), _fields_for(tuple(error["loc"])))
+    if kind == "missing":
+        return f"missing required field {name!r}", None
+    if kind == "union_tag_invalid":
+        tag = error.get("ctx", {}).get("tag", "?")
+        return (
+            f"unknown action {tag!r}; expected one of {', '.join(ACTION_MODELS)}",
+            near_names(str(tag), ACTION_MODELS),
+        )
+    if kind == "union_tag_not_found":
+        return f"{name}: missing 'action:' (one of {', '.join(ACTION_MODELS)})", None
+    msg = error["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    return f"{name}: {msg}", None
+
+
+def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
+    """Parse and validate plan text.
+
+    Args:
+        text: the YAML document.
+        path: the plan's name as the user wrote it, used in error messages.
+
+    Raises:
+        StackpartError: malformed YAML, an unknown action or field (with near names), a wrong
+            type, a missing field — at the file, line and column of the offending key.
+    """
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise StackpartError(
+            f"malformed YAML: {problem}",
+            path=path,
+            line=mark.line + 1 if mark else None,
+            col=mark.column + 1 if mark else None,
+        ) from None
+    if root is None or not isinstance(data, dict):
+        raise StackpartError(
+            "expected a mapping with 'version: 1' and 'actions:'", path=path, line=1
+        )
+    marks = _marks(root)
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as exc:
+        errors = []
+        for error in exc.errors():
+            _, (line, col) = _locate(tuple(error["loc"]), marks)
+            message, hint = _describe(error)
+            errors.append(StackpartError(message, path=path, line=line, col=col, hint=hint))
+        first = errors[0]
+        first.also = [str(e) for e in errors[1:]]
+        raise first from None
+    lines = [marks.get(("actions", i), (1, 1))[0] for i in range(len(plan.actions))]
+    return LoadedPlan(plan=plan, path=path, action_lines=lines)
+
+
+def load_plan(path: str | Path) -> LoadedPlan:
+    """Read and validate a plan file (see :func:`parse_plan`).
+
+    Raises:
+        StackpartError: the file cannot be read or decoded, or :func:`parse_plan` fails.
+    """
+    name = str(path)
+    try:
+        text = Path(path).read_bytes().decode("utf-8-sig")
+    except OSError as exc:
+        raise StackpartError(f"cannot read plan: {exc.strerror}", path=name) from None
+    except UnicodeDecodeError as exc:
+        raise StackpartError(f"plan is not UTF-8 (byte {exc.start})", path=name) from None
+    return parse_plan(text, name)
