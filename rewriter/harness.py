@@ -1,0 +1,182 @@
+"""The harness protocol shared by diagnose and validate: build the model and its inputs.
+
+A harness file (relative to SRC) defines ``model() -> torch.nn.Module`` and
+``inputs(**shape) -> tuple | dict`` of tensors (names from plan.yaml's ``harness:``). It is
+imported with SRC first on ``sys.path``, so ``from model import GPT`` finds the tree under test
+(the original or the rewritten copy).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import StackpartError, near_names
+from .plan import Harness
+from .source import safe_relpath
+
+DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+@dataclass
+class LoadedHarness:
+    """A harness whose file imported and whose callables and shape keys check out.
+
+    Attributes:
+        spec: the ``harness:`` section.
+        src: the tree the harness was imported from.
+        build_model: the model factory, ``() -> nn.Module``.
+        make_inputs: the input factory, ``(**shape) -> tuple | dict`` of tensors.
+    """
+
+    spec: Harness
+    src: Path
+    build_model: Callable[[], Any]
+    make_inputs: Callable[..., Any]
+
+
+def _user_frame(exc: BaseException, path: Path) -> tuple[str, int | None]:
+    """The deepest traceback frame inside ``path``'s tree, for pointing at the user's line."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    for frame in reversed(frames):
+        if Path(frame.filename).resolve().is_relative_to(path.parent.resolve()):
+            return frame.filename, frame.lineno
+    return str(path), None
+
+
+@contextmanager
+def on_sys_path(src: Path) -> Iterator[None]:
+    """Put ``src`` first on ``sys.path`` for the duration (imports resolve to this tree)."""
+    entry = str(Path(src).resolve())
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        if entry in sys.path:
+            sys.path.remove(entry)
+
+
+def load_harness(spec: Harness, src: Path) -> LoadedHarness:
+    """Import the harness file under ``src`` and check its callables and shape keys.
+
+    Raises:
+        StackpartError: the file is missing or leaves SRC, importing it raises (at the user's
+            line), a callable is missing or not callable (with near names), or a shape key is not
+            a parameter of the inputs callable (with near names).
+    """
+    src = Path(src)
+    path = safe_relpath(src, spec.file)
+    if not path.is_file():
+        raise StackpartError("harness file not found under SRC", path=spec.file)
+    name = f"_stackpart_harness_{abs(hash(str(path)))}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    with on_sys_path(src):
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:  # the user's code: any exception is an input error
+            file, line = _user_frame(exc, path)
+            raise StackpartError(
+                f"importing the harness raised {type(exc).__name__}: {exc}", path=file, line=line
+            ) from exc
+    public = [n for n in vars(module) if not n.startswith("_")]
+    funcs = []
+    for field in ("model", "inputs"):
+        attr = getattr(spec, field)
+        fn = getattr(module, attr, None)
+        if not callable(fn):
+            raise StackpartError(
+                f"harness.{field}: {spec.file} defines no callable {attr!r}",
+                path=spec.file,
+                hint=near_names(attr, public),
+            )
+        funcs.append(fn)
+    build_model, make_inputs = funcs
+    params = inspect.signature(make_inputs).parameters
+    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    for i, shape in enumerate(spec.shapes):
+        for key in shape:
+            if key not in params and not takes_kwargs:
+                raise StackpartError(
+                    f"harness.shapes[{i}]: {spec.inputs}() has no parameter {key!r}",
+                    path=spec.file,
+                    hint=near_names(key, params),
+                )
+    return LoadedHarness(spec=spec, src=src, build_model=build_model, make_inputs=make_inputs)
+
+
+def _to(value: Any, device: Any, dtype: Any) -> Any:
+    import torch
+    from torch.utils import _pytree as pytree
+
+    def move(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            x = x.to(device)
+            if x.is_floating_point():
+                x = x.to(dtype)
+        return x
+
+    return pytree.tree_map(move, value)
+
+
+def torch_dtype(spec: Harness) -> Any:
+    """The ``torch.dtype`` named by ``spec.dtype``."""
+    import torch
+
+    return getattr(torch, DTYPES[spec.dtype])
+
+
+def build(h: LoadedHarness, shape: dict[str, int] | None = None) -> tuple[Any, Any]:
+    """Build the model and the inputs for ``shape`` (default: the reference shape), on the
+    harness's device and dtype, in eval mode for ``inference`` and train mode for ``training``.
+
+    Raises:
+        StackpartError: a harness callable raised or returned the wrong kind of object, naming
+            the callable and the user's line.
+    """
+    import torch
+
+    spec = h.spec
+    shape = spec.shapes[0] if shape is None else shape
+    dtype = torch_dtype(spec)
+    with on_sys_path(h.src):
+        model = _call(h, "model", h.build_model)
+        if not isinstance(model, torch.nn.Module):
+            raise StackpartError(
+                f"harness.model: {spec.model}() returned {type(model).__name__}, expected torch.nn.Module",
+                path=spec.file,
+            )
+        inputs = _call(h, "inputs", h.make_inputs, **shape)
+    if not isinstance(inputs, (tuple, list, dict)):
+        inputs = (inputs,)
+    model = model.to(device=spec.device, dtype=dtype)
+    model.train(spec.mode == "training")
+    return model, _to(inputs, spec.device, dtype)
+
+
+def _call(h: LoadedHarness, field: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
+    try:
+        return fn(**kwargs)
+    except Exception as exc:
+        file, line = _user_frame(exc, safe_relpath(h.src, h.spec.file))
+        raise StackpartError(
+            f"harness.{field}: {getattr(h.spec, field)}({', '.join(f'{k}={v}' for k, v in kwargs.items())}) "
+            f"raised {type(exc).__name__}: {exc}",
+            path=file,
+            line=line,
+        ) from exc
+
+
+def call_model(model: Any, inputs: Any) -> Any:
+    """Call ``model`` with a tuple (positional) or dict (keyword) of inputs."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    return model(*inputs)
