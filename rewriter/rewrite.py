@@ -11,7 +11,7 @@ import hashlib
 import os
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -19,17 +19,16 @@ from libcst.codemod import CodemodContext
 from . import consistency
 from .actions.allocator import AllocatorCommand
 from .actions.base import StatementInsertError, TargetedCommand
-from .actions.bucket import HELPER_MODULE, TEMPLATE, BucketCommand
+from .actions.bucket import BucketCommand
 from .actions.cache import CompileCacheCommand
 from .actions.compile import CompileCommand
 from .actions.disable import DisableCommand
 from .actions.dynamic import MarkDynamicCommand
 from .errors import StackpartError
-from .plan import BucketAction, LoadedPlan
-from .render import render_python
+from .plan import LoadedPlan
 from .source import SourceFile, read_source, safe_relpath
 from .targets import resolve
-from .vendor import VendorSite, vendor_site
+from .vendor import vendor_site
 
 COMMANDS: dict[str, type[TargetedCommand]] = {
     "compile": CompileCommand,
@@ -83,16 +82,6 @@ class RewriteResult:
         return hashlib.sha256(self.diff().encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def _command_for(index: int, loaded: LoadedPlan, context: CodemodContext, qualname: str, site: VendorSite) -> TargetedCommand:
-    action = loaded.plan.actions[index]
-    cls = COMMANDS.get(action.action)
-    if cls is None:
-        raise loaded.error(index, f"the {action.action!r} action is not supported by this version")
-    if cls is BucketCommand:
-        return BucketCommand(context, action, qualname, site)  # type: ignore[arg-type]
-    return cls(context, action, qualname)
-
-
 def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> RewriteResult:
     """Compute what ``loaded`` does to the tree at ``src``, writing nothing.
 
@@ -142,16 +131,17 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
                      "pass --unsafe or validate first")
                 )
                 continue
-            command = _command_for(b.index, loaded, context, b.target.qualname, site)
+            cls = COMMANDS.get(b.action.action)
+            if cls is None:
+                raise loaded.error(b.index, f"the {b.action.action!r} action is not supported by this version")
+            command = cls(context, b.action, b.target.qualname, site)
             try:
                 module = command.transform_module(module)
             except StatementInsertError as exc:
                 raise loaded.error(b.index, f"cannot insert a statement: {exc}") from None
             except StackpartError as exc:
                 raise loaded.error(b.index, exc.message, exc.hint) from None
-            if isinstance(b.action, BucketAction):
-                generated[str(PurePosixPath(site.dir, "__init__.py"))] = render_python("vendor_init.py.j2")
-                generated[str(PurePosixPath(site.dir, HELPER_MODULE + ".py"))] = render_python(TEMPLATE)
+            generated.update(command.generated)
         source = sources[rel]
         if module.code != source.text:
             old = source.path.read_bytes()

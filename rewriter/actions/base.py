@@ -18,7 +18,10 @@ from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node, parse_template_statement
 
+from pathlib import PurePosixPath
+
 from ..plan import _Action
+from ..vendor import VendorSite
 
 
 def torch_alias(module: cst.Module) -> str | None:
@@ -132,10 +135,16 @@ class TargetedCommand(VisitorBasedCodemodCommand):
 
     DESCRIPTION: ClassVar[str] = "rewrite one targeted function"
 
-    def __init__(self, context: CodemodContext, action: _Action, qualname: str) -> None:
+    def __init__(
+        self, context: CodemodContext, action: _Action, qualname: str, site: VendorSite
+    ) -> None:
         super().__init__(context)
         self.action = action
         self.qualname = qualname
+        self.site = site
+        #: Files to write into the vendored package, ``{relpath under SRC: text}``; filled by
+        #: :meth:`rewrite` when the action generates code (see :meth:`generate`).
+        self.generated: dict[str, str] = {}
         self._stack: list[str] = []
         self.torch = "torch"
         self.tree: cst.Module | None = None
@@ -176,6 +185,14 @@ class TargetedCommand(VisitorBasedCodemodCommand):
     def rewrite(self, func: cst.FunctionDef) -> cst.FunctionDef:
         """Return the rewritten target function (unchanged when already rewritten)."""
         raise NotImplementedError
+
+    def generate(self, module_name: str, template: str, **values: object) -> None:
+        """Render ``template`` into ``<vendored package>/<module_name>.py`` (and its ``__init__``)."""
+        from ..render import render_python
+
+        base = PurePosixPath(self.site.dir)
+        self.generated[str(base / "__init__.py")] = render_python("vendor_init.py.j2")
+        self.generated[str(base / f"{module_name}.py")] = render_python(template, **values)
 
     def add_decorator(self, func: cst.FunctionDef, expr: str, outermost: bool = False) -> cst.FunctionDef:
         """Add ``@expr`` innermost (next to ``def``), or outermost when asked."""

@@ -10,11 +10,9 @@ size; compiled code downstream then meets only the bucket sizes (partitioning-th
 from __future__ import annotations
 
 import libcst as cst
-from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
 from ..plan import BucketAction
-from ..vendor import VendorSite
 from .base import TargetedCommand, call_args, decorator_name, py_literal
 
 HELPER = "pad_to_bucket"
@@ -28,16 +26,13 @@ class BucketCommand(TargetedCommand):
     DESCRIPTION = "shape bucketing: pad a dim to the next bucket, trim outputs back"
     action: BucketAction
 
-    def __init__(self, context: CodemodContext, action: BucketAction, qualname: str, site: VendorSite) -> None:
-        super().__init__(context, action, qualname)
-        self.site = site
-
     def needs_torch(self) -> bool:
         return False
 
     def rewrite(self, func: cst.FunctionDef) -> cst.FunctionDef:
         if any(decorator_name(d) == HELPER for d in func.decorators):
             return func
+        self.generate(HELPER_MODULE, TEMPLATE)
         AddImportsVisitor.add_needed_import(
             self.context, self.site.module(HELPER_MODULE), HELPER, relative=self.site.relative
         )
