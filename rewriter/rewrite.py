@@ -82,6 +82,17 @@ class RewriteResult:
         return hashlib.sha256(self.diff().encode("utf-8", "surrogateescape")).hexdigest()
 
 
+def _in_source(exc: StackpartError) -> str:
+    """A source-level error's message prefixed with its ``file[:line[:col]]`` (plan errors carry
+    the plan's own line; this keeps the source position too)."""
+    if not exc.path:
+        return exc.message
+    where = exc.path
+    if exc.line is not None:
+        where += f":{exc.line}" + (f":{exc.col}" if exc.col is not None else "")
+    return f"{where}: {exc.message}"
+
+
 def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> RewriteResult:
     """Compute what ``loaded`` does to the tree at ``src``, writing nothing.
 
@@ -96,7 +107,7 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
     """
     src = Path(src)
     if not src.is_dir():
-        raise StackpartError(f"SRC is not a directory: {src}")
+        raise StackpartError("SRC is not a directory", path=str(src))
     result = RewriteResult()
     sources: dict[str, SourceFile] = {}
     modules: dict[str, cst.Module] = {}
@@ -108,8 +119,7 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
                 modules[action.file] = sources[action.file].parse()
             target = resolve(modules[action.file], action.file, action.qualname)
         except StackpartError as exc:
-            where = f"{exc.path}:{exc.line}: " if exc.path and exc.line else ""
-            raise loaded.error(i, where + exc.message, exc.hint) from None
+            raise loaded.error(i, _in_source(exc), exc.hint) from None
         bounds.append(consistency.Bound(i, action, target, modules[action.file]))
         if action.action == "mark_dynamic" and action.min is not None and action.min < 2:
             result.warnings.append(
@@ -214,7 +224,8 @@ def rewrite_command(plan_path: str, src: str, apply: bool = False, check: bool =
         stderr().print(f"applied: {len(result.changes)} file(s) changed under {src}", highlight=False)
         return 0
     if patch:
-        click.echo(patch, nl=False)
+        # Bytes, not text: a file in another encoding (PEP 263) keeps its exact bytes in the diff.
+        click.echo(patch.encode("utf-8", "surrogateescape"), nl=False)
     if check and result.changes:
         stderr().print(
             f"{len(result.changes)} file(s) differ from what {plan_path} asks; run "

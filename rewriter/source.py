@@ -6,6 +6,7 @@ changes only the lines an action touches (LibCST itself round-trips the text exa
 
 from __future__ import annotations
 
+import ast
 import codecs
 import os
 import re
@@ -15,7 +16,7 @@ from pathlib import Path, PurePosixPath
 
 import libcst as cst
 
-from .errors import StackpartError
+from .errors import StackpartError, near_names
 
 _CODING_RE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 
@@ -54,9 +55,16 @@ class SourceFile:
         try:
             return cst.parse_module(self.text)
         except cst.ParserSyntaxError as exc:
-            raise StackpartError(
-                f"syntax error: {exc.message}", path=self.relpath, line=exc.raw_line, col=exc.raw_column + 1
-            ) from None
+            line, col, message = exc.raw_line, exc.raw_column + 1, exc.message
+        # LibCST's parser reports where it gave up; CPython's names the real fault ("expected
+        # ':'") at its own line, so prefer it when it also rejects the text.
+        try:
+            ast.parse(self.text, filename=self.relpath)
+        except SyntaxError as exc:
+            line, col, message = exc.lineno or line, exc.offset or col, exc.msg
+        except (ValueError, RecursionError):
+            pass
+        raise StackpartError(f"syntax error: {message}", path=self.relpath, line=line, col=col)
 
 
 def safe_relpath(src: Path, relpath: str) -> Path:
@@ -91,7 +99,9 @@ def read_source(src: Path, relpath: str) -> SourceFile:
         data = path.read_bytes()
         mode = stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError:
-        raise StackpartError("no such file under SRC", path=relpath) from None
+        siblings = path.parent.glob("*.py") if path.parent.is_dir() else ()
+        hint = near_names(path.name, [p.name for p in siblings])
+        raise StackpartError("no such file under SRC", path=relpath, hint=hint) from None
     except OSError as exc:
         raise StackpartError(f"cannot read: {exc.strerror}", path=relpath) from None
     bom = data.startswith(codecs.BOM_UTF8)
