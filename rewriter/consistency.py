@@ -24,7 +24,7 @@ import libcst.matchers as m
 from .actions.base import canonical, torch_alias
 from .actions.compile import COMPILE_DECORATORS
 from .errors import StackpartError
-from .plan import CompileAction, DisableAction, LoadedPlan, MarkDynamicAction
+from .plan import ADVISORY_ACTIONS, CompileAction, DisableAction, LoadedPlan, MarkDynamicAction
 from .targets import ResolvedTarget
 
 
@@ -100,7 +100,7 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
     for b in bounds:
         kind = b.action.action  # type: ignore[attr-defined]
         other = seen.get((*b.key, kind))
-        if other is not None and kind not in {"kernel"}:
+        if other is not None and kind not in {"kernel", *ADVISORY_ACTIONS}:
             raise loaded.error(
                 b.index,
                 f"a second {kind} action on {b.target.relpath}::{b.target.qualname} "

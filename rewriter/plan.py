@@ -2,7 +2,8 @@
 
 The schema is one :class:`Plan` whose ``actions`` are a discriminated union on ``action``
 (``compile``, ``disable``, ``mark_dynamic``, ``bucket``, ``kernel``, ``allocator``,
-``compile_cache``). ``stackpart plan schema`` prints :func:`json_schema`. Every model forbids
+``compile_cache``, and the advisory ``distributed``, which ``rewrite`` reports but never
+writes). ``stackpart plan schema`` prints :func:`json_schema`. Every model forbids
 unknown fields so a typo is an error naming the nearest field, not a silently ignored key.
 Cross-action rules that need the source (a disable inside a ``fullgraph`` region, ...) live in
 :mod:`rewriter.consistency`.
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from .errors import StackpartError, near_names
 
@@ -28,6 +29,9 @@ _IDENT_RE = re.compile(r"^[A-Za-z_]\w*$")
 #: Actions that change what runs (numerics or kernels); written only with ``--unsafe`` or after a
 #: passing validation (DESIGN.md, "What each action writes").
 UNSAFE_ACTIONS = frozenset({"bucket", "kernel"})
+#: Actions that write nothing: launcher or wrapper settings a person applies where the model is
+#: wrapped. ``rewrite`` lists them as not written, with the reason.
+ADVISORY_ACTIONS = frozenset({"distributed"})
 
 
 class _Strict(BaseModel):
@@ -219,6 +223,68 @@ class CompileCacheAction(_Action):
     dir: str = ".cache/torchinductor"
 
 
+#: ``distributed`` settings per wrapper -> what each value must be (for validation and messages).
+DISTRIBUTED_SETTINGS: dict[str, dict[str, str]] = {
+    "ddp": {
+        "bucket_cap_mb": "a size in MB > 0",
+        "gradient_accumulation": "an integer >= 2",
+        "parallelism": "one of 'fsdp2', 'hsdp'",
+    },
+    "fsdp2": {
+        "reshard_after_forward": "true or false",
+        "forward_prefetch": "an integer >= 1 (blocks ahead)",
+        "backward_prefetch": "an integer >= 1 (blocks ahead)",
+        "gradient_accumulation": "an integer >= 2",
+        "parallelism": "one of 'ddp', 'hsdp'",
+    },
+}
+
+
+def _setting_ok(wrapper: str, key: str, value: Any) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if key == "bucket_cap_mb":
+        return number and value > 0
+    if key == "gradient_accumulation":
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 2
+    if key in ("forward_prefetch", "backward_prefetch"):
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    if key == "reshard_after_forward":
+        return isinstance(value, bool)
+    if key == "parallelism":
+        return value in {"ddp", "fsdp2", "hsdp"} - {wrapper}
+    return False
+
+
+class DistributedAction(_Action):
+    """Advisory: a data-parallel wrapper setting for a collective-bound step (DDP bucket size,
+    FSDP2 reshard/prefetch, gradient accumulation, or a different parallelism).
+
+    Not a source edit: ``rewrite`` reports it and writes nothing. ``target`` names the function
+    that builds or wraps the model (the place a person applies the setting); ``wrapper`` is the
+    wrapper in use; ``settings`` holds keys from :data:`DISTRIBUTED_SETTINGS` for that wrapper.
+    """
+
+    action: Literal["distributed"]
+    wrapper: Literal["ddp", "fsdp2"]
+    settings: dict[str, Union[bool, int, float, str]] = Field(min_length=1)
+
+    @field_validator("settings")
+    @classmethod
+    def _settings(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        wrapper = info.data.get("wrapper")
+        allowed = DISTRIBUTED_SETTINGS.get(wrapper or "", {})
+        for key, item in value.items():
+            if key not in allowed:
+                hint = near_names(key, allowed)
+                raise ValueError(
+                    f"unknown setting {key!r} for {wrapper}; expected one of {', '.join(allowed)}"
+                    + (f" ({hint})" if hint else "")
+                )
+            if not _setting_ok(wrapper, key, item):
+                raise ValueError(f"{key}: expected {allowed[key]}, got {item!r}")
+        return value
+
+
 Action = Annotated[
     Union[
         CompileAction,
@@ -228,6 +294,7 @@ Action = Annotated[
         KernelAction,
         AllocatorAction,
         CompileCacheAction,
+        DistributedAction,
     ],
     Field(discriminator="action"),
 ]
@@ -240,6 +307,7 @@ ACTION_MODELS: dict[str, type[_Action]] = {
     "kernel": KernelAction,
     "allocator": AllocatorAction,
     "compile_cache": CompileCacheAction,
+    "distributed": DistributedAction,
 }
 
 

@@ -25,7 +25,7 @@ from .actions.compile import CompileCommand
 from .actions.disable import DisableCommand
 from .actions.dynamic import MarkDynamicCommand
 from .errors import StackpartError
-from .plan import LoadedPlan
+from .plan import ADVISORY_ACTIONS, LoadedPlan
 from .source import SourceFile, read_source, safe_relpath
 from .targets import resolve
 from .vendor import vendor_site
@@ -134,6 +134,12 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
         site = vendor_site(src, rel)
         for b in bounds:
             if b.target.relpath != rel:
+                continue
+            if b.action.action in ADVISORY_ACTIONS:
+                result.skipped.append(
+                    (b.index, f"{b.action.action} is advisory (a launcher/wrapper setting, not a "
+                     "source edit): apply it where the model is wrapped")
+                )
                 continue
             if not b.action.safe and not unsafe:
                 result.skipped.append(
