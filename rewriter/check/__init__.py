@@ -1,0 +1,16 @@
+"""``stackpart check``: plan drift and static suggestions that need no profile.
+
+The pipeline, one module per step::
+
+    runner.py    which files (prefilter: only files that can match a selected rule are parsed),
+                 parallel workers for big trees, plan drift
+    engine.py    one file: parse, build the facts, run the rules in one batched LibCST pass,
+                 drop suppressed findings, apply safe fixes
+    facts.py     what the rules share: torch names resolved through LibCST's
+                 QualifiedNameProvider, which functions are compiled and how, repeated blocks
+    rule.py      the rule base class (code, message, VALID/INVALID examples, optional safe fix)
+    rules/       one module per rule (SP1xx)
+    output.py    text, JSON, GitHub annotations, SARIF 2.1.0
+    docs.py      docs/rules/<code>.md generated from each rule's examples
+    command.py   ``check_command``: what the CLI calls
+"""

@@ -1,0 +1,133 @@
+"""``stackpart check [FILES]``: what the CLI calls.
+
+Exit codes (ruff's contract): 0 clean; 1 findings or plan drift remain; 2 a file could not be read
+or parsed, or bad input (unknown rule code, bad plan or config: a StackpartError, printed by the
+CLI). An empty file list is a clean pass: pre-commit may call a hook with no files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..rewrite import FileChange, apply_changes
+from ..source import read_source
+from .config import load_config
+from .drift import plan_drift
+from .output import Outcome, render
+from .runner import check_files, discover, select_rules
+
+
+def _write(changes: list[tuple[str, bytes, bytes, int]]) -> None:
+    """Write ``(path, old, new, mode)`` for files anywhere under one common root, atomically."""
+    if not changes:
+        return
+    paths = [os.path.abspath(p) for p, *_ in changes]
+    root = os.path.commonpath([os.path.dirname(p) for p in paths])
+    apply_changes(
+        Path(root),
+        [FileChange(Path(os.path.relpath(p, root)).as_posix(), old, new, mode) for p, (_, old, new, mode) in zip(paths, changes)],
+    )
+
+
+def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[str], fix: bool) -> None:
+    if plan is None:
+        return
+    outcome.plan = plan
+    drifted, diff = plan_drift(plan, src or ".", files)
+    if fix and drifted:
+        _write([(path, c.old or b"", c.new, c.mode) for path, c in drifted])
+        outcome.fixed.extend(path for path, _ in drifted)
+        drifted, diff = plan_drift(plan, src or ".", files)
+    outcome.drift_files = [path for path, _ in drifted]
+    outcome.drift_diff = diff
+
+
+def run_check(
+    paths: Sequence[str],
+    select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    fix: bool = False,
+    plan: str | None = None,
+    src: str | None = None,
+    jobs: int | None = None,
+    use_config: bool = True,
+) -> tuple[Outcome, list]:
+    """Check ``paths`` (files, or directories walked for ``*.py``) and, with ``fix``, write fixes.
+
+    Configuration from ``[tool.stackpart]`` fills in what the arguments leave empty.
+
+    Returns:
+        ``(outcome, selected rule classes)``.
+
+    Raises:
+        StackpartError: unknown rule code, bad config or plan, a path that does not exist.
+    """
+    config = load_config() if use_config else None
+    if config is not None:
+        select = select or config.select
+        ignore = ignore or config.ignore
+        if plan is None and config.plan is not None:
+            plan, src = config.plan, src or config.src
+    rules = select_rules(select, ignore)
+    files = discover(paths)
+    outcome = Outcome(checked=len(files))
+    if not files:
+        return outcome, rules
+    _drift(outcome, plan, src, files, fix)
+    results = check_files(files, rules, fix=fix, jobs=jobs)
+    if fix:
+        writes = []
+        for r in results:
+            if r.fixed is None:
+                continue
+            p = Path(r.path)
+            source = read_source(p.parent, p.name)
+            writes.append((r.path, p.read_bytes(), source.encode(r.fixed), source.mode))
+        _write(writes)
+        outcome.fixed.extend(path for path, *_ in writes)
+    for r in results:
+        outcome.findings.extend(r.findings)
+        outcome.parsed += r.parsed
+        if r.error:
+            outcome.errors.append(r.error)
+    return outcome, rules
+
+
+def check_command(
+    paths: Sequence[str],
+    select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    fix: bool = False,
+    fmt: str = "text",
+    plan: str | None = None,
+    src: str | None = None,
+    jobs: int | None = None,
+    output: str | None = None,
+) -> int:
+    """``stackpart check``: print the report (or write it to ``output``) and return the exit code."""
+    import click
+
+    from ..terminal import stderr
+
+    outcome, rules = run_check(paths, select, ignore, fix=fix, plan=plan, src=src, jobs=jobs)
+    report = render(outcome, fmt, rules)
+    if output is not None:
+        Path(output).write_text(report, encoding="utf-8")
+    elif report:
+        click.echo(report, nl=False)
+    for error in outcome.errors:
+        stderr().print(f"[red]error[/]: {error}", highlight=False)
+    fixable = sum(f.fixable for f in outcome.findings)
+    summary = (
+        f"{len(outcome.findings)} finding(s)"
+        + (f" ({fixable} fixable with --fix)" if fixable else "")
+        + (f", {len(outcome.drift_files)} file(s) drifted from {outcome.plan}" if outcome.drift_files else "")
+        + (f", fixed {len(outcome.fixed)} file(s)" if outcome.fixed else "")
+        + f"; {outcome.checked} file(s) checked, {outcome.parsed} parsed"
+    )
+    stderr().print(summary, highlight=False)
+    if outcome.errors:
+        return 2
+    return 1 if outcome.findings or outcome.drift_files else 0

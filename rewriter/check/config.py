@@ -1,0 +1,97 @@
+"""``[tool.stackpart]`` in pyproject.toml: the plan for drift checks and default rule selection.
+
+::
+
+    [tool.stackpart]
+    plan = "examples/gpt/plan.yaml"   # relative to pyproject.toml
+    src = "examples/gpt/src"          # the root the plan's targets are relative to (default: ".")
+    select = ["SP1"]                  # optional, as --select
+    ignore = ["SP109"]                # optional, as --ignore
+
+The file is found by walking up from the working directory (as ruff and black do); command-line
+flags win over it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import StackpartError
+
+KEYS = ("plan", "src", "select", "ignore")
+
+
+@dataclass
+class CheckConfig:
+    """The resolved configuration (paths absolute or relative to the working directory)."""
+
+    plan: str | None = None
+    src: str | None = None
+    select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    path: str | None = None  # the pyproject.toml it came from
+
+
+def _toml(path: Path) -> dict:
+    try:
+        import tomllib  # Python >= 3.11
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise StackpartError(
+                "reading [tool.stackpart] needs Python >= 3.11 or the 'tomli' package", path=str(path)
+            ) from None
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise StackpartError(f"not valid TOML: {exc}", path=str(path)) from None
+
+
+def find_pyproject(start: Path) -> Path | None:
+    for folder in [start, *start.parents]:
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(start: Path | None = None) -> CheckConfig:
+    """The ``[tool.stackpart]`` table of the nearest pyproject.toml above ``start`` (default: cwd).
+
+    Raises:
+        StackpartError: invalid TOML, an unknown key (with near names), or a value of the wrong type.
+    """
+    from ..errors import near_names
+
+    pyproject = find_pyproject((start or Path.cwd()).resolve())
+    if pyproject is None:
+        return CheckConfig()
+    table = _toml(pyproject).get("tool", {}).get("stackpart")
+    if table is None:
+        return CheckConfig()
+    where = str(pyproject)
+    for key in table:
+        if key not in KEYS:
+            raise StackpartError(
+                f"[tool.stackpart] has unknown key {key!r}; expected one of {', '.join(KEYS)}",
+                path=where,
+                hint=near_names(key, KEYS),
+            )
+    root = pyproject.parent
+    config = CheckConfig(path=where)
+    for key in ("plan", "src"):
+        if key in table:
+            if not isinstance(table[key], str):
+                raise StackpartError(f"[tool.stackpart] {key} must be a string path", path=where)
+            setattr(config, key, str(root / table[key]))
+    for key in ("select", "ignore"):
+        if key in table:
+            value = table[key]
+            if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                raise StackpartError(f"[tool.stackpart] {key} must be a list of rule codes", path=where)
+            setattr(config, key, value)
+    if config.plan is not None and config.src is None:
+        config.src = str(root)
+    return config

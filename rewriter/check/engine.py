@@ -1,0 +1,118 @@
+"""Check one file: parse, build the facts, run the rules in one batched pass, drop suppressed
+findings, and (``fix=True``) apply the safe fixes and check again.
+
+Suppression comments follow ruff's ``noqa`` placement: ``# stackpart: ignore[SP101]`` (codes
+comma-separated) or a bare ``# stackpart: ignore`` at the end of the finding's first line, or alone
+on the line just above it. Comments are found with :mod:`tokenize`, so the text inside a string is
+never taken for a suppression.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from collections.abc import Sequence
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper
+
+from .facts import FileFacts
+from .rule import FileResult, Finding, Report, Rule
+
+SUPPRESS_RE = re.compile(r"#\s*stackpart:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
+MAX_FIX_ROUNDS = 3
+
+
+def suppressions(text: str) -> dict[int, set[str] | None]:
+    """``line -> codes`` suppressed on that line (None: every code). Own-line comments cover the next line."""
+    if "stackpart" not in text:
+        return {}
+    out: dict[int, set[str] | None] = {}
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return {}
+    lines = text.splitlines()
+    for tok in tokens:
+        if tok.type != tokenize.COMMENT:
+            continue
+        match = SUPPRESS_RE.search(tok.string)
+        if not match:
+            continue
+        codes = None if match.group(1) is None else {c.strip().upper() for c in match.group(1).split(",") if c.strip()}
+        line = tok.start[0]
+        own_line = not lines[line - 1][: tok.start[1]].strip()
+        target = line + 1 if own_line else line
+        prev = out.get(target, set())
+        out[target] = None if codes is None or prev is None else prev | codes
+    return out
+
+
+def is_suppressed(finding: Finding, table: dict[int, set[str] | None]) -> bool:
+    if finding.line not in table:
+        return False
+    codes = table[finding.line]
+    return codes is None or finding.code in codes
+
+
+class _Replace(cst.CSTTransformer):
+    """Swap nodes by identity (the rules' fixes), outermost first."""
+
+    def __init__(self, replacements: dict[cst.CSTNode, cst.CSTNode]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        return self.replacements.get(original_node, updated_node)
+
+
+def run_rules(module: cst.Module, rules: Sequence[type[Rule]], path: str) -> tuple[cst.Module, list[Report]]:
+    """All reports of ``rules`` on ``module`` (unsuppressed and suppressed alike), in position order.
+
+    Returns the module the reports' nodes belong to (the metadata wrapper's copy) with them.
+    """
+    wrapper = MetadataWrapper(module)
+    facts = FileFacts(wrapper)
+    visitors = [cls(facts, path) for cls in rules]
+    wrapper.visit_batched(visitors)
+    reports = [r for v in visitors for r in v.reports]
+    reports.sort(key=lambda r: (r.finding.line, r.finding.col, r.finding.code))
+    return wrapper.module, reports
+
+
+def check_text(text: str, path: str, rules: Sequence[type[Rule]], fix: bool = False) -> FileResult:
+    """Check one file's text.
+
+    Args:
+        text: the decoded source.
+        path: the path to print in findings.
+        rules: the selected rule classes.
+        fix: apply every unsuppressed finding's safe fix, then check the result again (up to
+            three rounds, for fixes that expose further fixable code).
+
+    Returns:
+        a :class:`FileResult`; ``fixed`` is the new text when a fix changed it. A syntax error is
+        returned as ``error`` (``path:line:col: syntax error: ...``), not raised.
+    """
+    result = FileResult(path=path, parsed=True)
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        result.error = f"{path}:{exc.raw_line}:{exc.raw_column + 1}: syntax error: {exc.message}"
+        return result
+    current = text
+    for round_ in range(MAX_FIX_ROUNDS + 1):
+        table = suppressions(current)
+        module, reports = run_rules(module, rules, path)
+        live = [r for r in reports if not is_suppressed(r.finding, table)]
+        result.findings = [r.finding for r in live]
+        fixes = {r.node: r.replacement for r in live if r.replacement is not None}
+        if not fix or not fixes or round_ == MAX_FIX_ROUNDS:
+            break
+        module = module.visit(_Replace(fixes))
+        if module.code == current:
+            break
+        current = module.code
+        result.fixed = current
+    return result

@@ -1,0 +1,444 @@
+"""What the rules of one file share, computed once before the rules run.
+
+Torch names are resolved through LibCST's ``QualifiedNameProvider`` (scope analysis), so
+``import torch as T; T.compile``, ``from torch import compile`` and ``from torch._dynamo import
+mark_dynamic as md`` are all recognised, and a local variable that happens to be called ``torch``
+is not.
+
+The analysis is per file and deliberately simple (no type inference, no cross-file resolution):
+
+* a function is *compiled* when it carries ``@torch.compile`` / ``@torch.compile(...)``, when its
+  name (``f``, ``self.f``, ``Cls.f``) is passed to ``torch.compile`` in this file, or, for a
+  class's ``forward``, when an instance bound in this file (``m = Cls(...)``) is compiled;
+* a node is *traced* when its nearest enclosing function is compiled and it is not in a branch
+  that only runs eager (``if not torch.compiler.is_compiling():`` and friends);
+* a class *repeats a block* when its ``__init__`` builds ``nn.ModuleList``/``nn.Sequential`` from
+  a comprehension of calls (``[Block(cfg) for _ in range(n)]``), or holds (``self.x = Cls(...)``)
+  a class of this file that does; a ``transformers`` ``*For*``/``AutoModel*`` class counts too
+  (every such model is a stack of layers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.helpers import get_full_name_for_node
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, QualifiedNameProvider, QualifiedNameSource
+
+COMPILE = "torch.compile"
+DISABLE = {"torch.compiler.disable", "torch._dynamo.disable"}
+MARK_DYNAMIC = {"torch._dynamo.mark_dynamic", "torch._dynamo.decorators.mark_dynamic"}
+IS_COMPILING = {
+    "torch.compiler.is_compiling",
+    "torch.compiler.is_dynamo_compiling",
+    "torch._dynamo.is_compiling",
+    "torch._dynamo.external_utils.is_compiling",
+    "torch._utils.is_compiling",
+    "torch.jit.is_scripting",
+    "torch.jit.is_tracing",
+    "torch.fx._symbolic_trace.is_fx_tracing",
+}
+CONTAINERS = {"torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.modules.container.ModuleList"}
+# Method calls that only move or re-flag a module and return it (``Cls(...).to(dev)``).
+PASSTHROUGH = {"to", "cuda", "cpu", "eval", "train", "half", "float", "bfloat16", "double", "requires_grad_"}
+CONSTRUCTORS = {"from_pretrained", "from_config", "_from_config"}
+# torch.compile modes that use CUDA graphs (torch.compile docs: "reduce-overhead" uses CUDA
+# graphs; "max-autotune" enables them on GPU as well).
+CUDA_GRAPH_MODES = {"reduce-overhead", "max-autotune"}
+
+
+@dataclass
+class CompileSite:
+    """How a function came to be compiled.
+
+    Attributes:
+        node: the decorator or the ``torch.compile(...)`` call.
+        fullgraph: the literal ``fullgraph=`` value, or None when absent or not a literal.
+        mode: the literal ``mode=`` string, or None.
+        whole_model: compiled through an instance of its class (``torch.compile(model)``).
+    """
+
+    node: cst.CSTNode
+    fullgraph: bool | None = None
+    mode: str | None = None
+    whole_model: bool = False
+
+
+@dataclass
+class Repeated:
+    """A repeated block a class builds: ``self.<attr> = nn.ModuleList([<block>(...) for ...])``."""
+
+    attr: str
+    block: str
+    container: str
+
+
+@dataclass
+class ClassInfo:
+    node: cst.ClassDef
+    methods: dict[str, cst.FunctionDef] = field(default_factory=dict)
+    repeated: list[Repeated] = field(default_factory=list)
+    # self.<attr> = <Cls>(...) in __init__: attr -> dotted class name
+    children: dict[str, str] = field(default_factory=dict)
+
+
+def literal_bool(expr: cst.BaseExpression | None) -> bool | None:
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
+        return expr.value == "True"
+    return None
+
+
+def literal_str(expr: cst.BaseExpression | None) -> str | None:
+    if isinstance(expr, cst.SimpleString):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def keyword(call: cst.Call, name: str) -> cst.Arg | None:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
+
+
+def first_positional(call: cst.Call) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is None and not arg.star:
+            return arg.value
+        break
+    return None
+
+
+def options(call: cst.Call | None) -> tuple[bool | None, str | None]:
+    """``(fullgraph, mode)`` literals of a ``torch.compile(...)`` call (None when absent)."""
+    if call is None:
+        return None, None
+    fg, mode = keyword(call, "fullgraph"), keyword(call, "mode")
+    return literal_bool(fg.value if fg else None), literal_str(mode.value if mode else None)
+
+
+class FileFacts:
+    """The shared analysis of one file; see the module docstring for what each answer means."""
+
+    def __init__(self, wrapper: MetadataWrapper) -> None:
+        self.wrapper = wrapper
+        self.module = wrapper.module
+        self._qnames = wrapper.resolve(QualifiedNameProvider)
+        self._parents = wrapper.resolve(ParentNodeProvider)
+        self.classes: dict[str, ClassInfo] = {}
+        self.functions: dict[str, cst.FunctionDef] = {}  # module-level defs
+        self.compiled: dict[cst.FunctionDef, CompileSite] = {}
+        self.disabled: set[cst.FunctionDef] = set()
+        self.untraced: set[cst.CSTNode] = set()  # blocks that run only eager
+        # (scope node, "name" or "self.attr") -> the value last bound to it
+        self.bindings: dict[tuple[cst.CSTNode, str], cst.BaseExpression] = {}
+        self.compile_calls: list[cst.Call] = []
+        self.method_compile_calls: list[cst.Call] = []  # X.compile(...)
+        _Collector(self).visit_module()
+        self._resolve_repeated()
+        self._resolve_compiled()
+
+    # -- names --------------------------------------------------------------------------------
+    def qnames(self, node: cst.CSTNode) -> set[str]:
+        """Qualified names of ``node`` (``{"torch.compile"}`` for ``T.compile`` after ``import torch as T``)."""
+        return {q.name for q in self._raw_qnames(node)}
+
+    def _raw_qnames(self, node: cst.CSTNode):
+        value = self._qnames.get(node, ())
+        return value() if callable(value) else value  # libcst resolves some lazily (LazyValue)
+
+    def is_imported(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` names something bound by an import (``math``, ``np``), not a local."""
+        return any(q.source is QualifiedNameSource.IMPORT for q in self._raw_qnames(node))
+
+    def is_name(self, node: cst.CSTNode, names: str | set[str]) -> bool:
+        wanted = {names} if isinstance(names, str) else names
+        return bool(self.qnames(node) & wanted)
+
+    def is_call(self, node: cst.CSTNode, names: str | set[str]) -> bool:
+        return isinstance(node, cst.Call) and self.is_name(node.func, names)
+
+    def compile_call(self, dec: cst.Decorator) -> tuple[bool, cst.Call | None]:
+        """Whether a decorator is ``torch.compile`` and its call when it has arguments."""
+        expr = dec.decorator
+        if isinstance(expr, cst.Call):
+            return self.is_name(expr.func, COMPILE), expr
+        return self.is_name(expr, COMPILE), None
+
+    # -- tree ---------------------------------------------------------------------------------
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self._parents.get(node)
+
+    def ancestors(self, node: cst.CSTNode):
+        node = self._parents.get(node)
+        while node is not None:
+            yield node
+            node = self._parents.get(node)
+
+    def enclosing_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
+        for anc in self.ancestors(node):
+            if isinstance(anc, cst.FunctionDef):
+                return anc
+        return None
+
+    def enclosing_class(self, node: cst.CSTNode) -> cst.ClassDef | None:
+        for anc in self.ancestors(node):
+            if isinstance(anc, cst.ClassDef):
+                return anc
+        return None
+
+    def traced_by(self, node: cst.CSTNode) -> tuple[cst.FunctionDef, CompileSite] | None:
+        """The compiled function that traces ``node`` and how it is compiled, or None.
+
+        None when the nearest enclosing function (or lambda) is not compiled, or when ``node``
+        sits in a branch that runs only eager (``if not torch.compiler.is_compiling():``).
+        """
+        for anc in self.ancestors(node):
+            if anc in self.untraced:
+                return None
+            if isinstance(anc, cst.Lambda):
+                return None
+            if isinstance(anc, cst.FunctionDef):
+                site = self.compiled.get(anc)
+                return (anc, site) if site is not None else None
+        return None
+
+    def scope_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        return self.enclosing_function(node) or self.module
+
+    # -- values -------------------------------------------------------------------------------
+    def bound_value(self, expr: cst.BaseExpression, at: cst.CSTNode) -> cst.BaseExpression | None:
+        """What a name (``m``) or ``self.attr`` at ``at`` was last bound to in its scope, else None."""
+        key = get_full_name_for_node(expr) if isinstance(expr, (cst.Name, cst.Attribute)) else None
+        if key is None:
+            return None
+        scope = self.scope_of(at)
+        value = self.bindings.get((scope, key))
+        if value is None and key.startswith("self."):
+            cls = self.enclosing_class(at)
+            init = self.classes.get(cls.name.value).methods.get("__init__") if cls and cls.name.value in self.classes else None
+            if init is not None:
+                value = self.bindings.get((init, key))
+        if value is None and isinstance(expr, cst.Name):
+            value = self.bindings.get((self.module, key))
+        return value
+
+    def class_of(self, expr: cst.BaseExpression, at: cst.CSTNode, depth: int = 0) -> tuple[str, set[str]] | None:
+        """The class an expression evaluates to an instance of: ``(dotted name, qualified names)``.
+
+        Understands ``Cls(...)``, ``Cls.from_pretrained(...)``, ``Cls(...).to(dev)`` and a name or
+        ``self.attr`` bound to one of those in the same scope. None when unknown.
+        """
+        if depth > 4:
+            return None
+        if isinstance(expr, (cst.Name, cst.Attribute)) and not isinstance(expr, cst.Call):
+            value = self.bound_value(expr, at)
+            return self.class_of(value, at, depth + 1) if value is not None and value is not expr else None
+        if not isinstance(expr, cst.Call):
+            return None
+        func = expr.func
+        if isinstance(func, cst.Attribute) and func.attr.value in PASSTHROUGH:
+            return self.class_of(func.value, at, depth + 1)
+        if isinstance(func, cst.Attribute) and func.attr.value in CONSTRUCTORS:
+            func = func.value
+        name = get_full_name_for_node(func)
+        if name is None:
+            return None
+        return name, self.qnames(func)
+
+    def repeats(self, cls: tuple[str, set[str]]) -> str | None:
+        """Why the class repeats a block (``"self.h: nn.ModuleList of Block"``), or None."""
+        name, qnames = cls
+        info = self.classes.get(name)
+        if info is not None and info.repeated:
+            r = info.repeated[0]
+            return f"{r.attr} is an {r.container} of {r.block}"
+        for q in qnames:
+            if q.startswith("transformers."):
+                last = q.rsplit(".", 1)[-1]
+                if last.startswith("AutoModel") or "For" in last:
+                    return f"{last} is a transformers model, a stack of repeated layers"
+        return None
+
+    # -- resolution after the pass ------------------------------------------------------------
+    def _resolve_repeated(self) -> None:
+        changed = True
+        while changed:  # a class holding a class that repeats a block repeats it too
+            changed = False
+            for info in self.classes.values():
+                if info.repeated:
+                    continue
+                for attr, child in info.children.items():
+                    sub = self.classes.get(child)
+                    if sub is not None and sub.repeated and sub is not info:
+                        r = sub.repeated[0]
+                        info.repeated.append(Repeated(f"{attr}.{r.attr.removeprefix('self.')}", r.block, r.container))
+                        changed = True
+                        break
+
+    def _mark(self, func: cst.FunctionDef | None, site: CompileSite) -> None:
+        if func is not None and func not in self.compiled:
+            self.compiled[func] = site
+
+    def _target_function(self, expr: cst.BaseExpression, at: cst.CSTNode) -> cst.FunctionDef | None:
+        """The function of this file that ``expr`` names (``f``, ``self.f``, ``Cls.f``), or None."""
+        if isinstance(expr, cst.Name):
+            scope = self.scope_of(at)
+            for stmt in getattr(getattr(scope, "body", None), "body", ()) if scope is not self.module else ():
+                if isinstance(stmt, cst.FunctionDef) and stmt.name.value == expr.value:
+                    return stmt
+            return self.functions.get(expr.value)
+        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
+            owner = expr.value.value
+            if owner == "self":
+                cls = self.enclosing_class(at)
+                info = self.classes.get(cls.name.value) if cls else None
+            else:
+                info = self.classes.get(owner)
+            if info is not None:
+                return info.methods.get(expr.attr.value)
+        return None
+
+    def _resolve_compiled(self) -> None:
+        for call in self.compile_calls:
+            target = first_positional(call)
+            if target is None:
+                continue
+            fullgraph, mode = options(call)
+            func = self._target_function(target, call)
+            if func is not None:
+                self._mark(func, CompileSite(call, fullgraph, mode))
+                continue
+            cls = self.class_of(target, call)
+            if cls is not None and cls[0] in self.classes:
+                fwd = self.classes[cls[0]].methods.get("forward")
+                self._mark(fwd, CompileSite(call, fullgraph, mode, whole_model=True))
+        for call in self.method_compile_calls:
+            assert isinstance(call.func, cst.Attribute)
+            cls = self.class_of(call.func.value, call)
+            if cls is not None and cls[0] in self.classes:
+                fullgraph, mode = options(call)
+                fwd = self.classes[cls[0]].methods.get("forward")
+                self._mark(fwd, CompileSite(call, fullgraph, mode, whole_model=True))
+
+
+class _Collector(cst.CSTVisitor):
+    """One pass over the module filling a :class:`FileFacts` (defs, classes, bindings, calls)."""
+
+    def __init__(self, facts: FileFacts) -> None:
+        super().__init__()
+        self.f = facts
+        self.class_stack: list[cst.ClassDef] = []
+        self.func_stack: list[cst.FunctionDef] = []
+
+    def visit_module(self) -> None:
+        self.f.module.visit(self)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.class_stack.append(node)
+        if not self.func_stack and len(self.class_stack) == 1:
+            self.f.classes.setdefault(node.name.value, ClassInfo(node))
+
+    def leave_ClassDef(self, node: cst.ClassDef) -> None:
+        self.class_stack.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        f = self.f
+        if not self.func_stack:
+            if not self.class_stack:
+                f.functions.setdefault(node.name.value, node)
+            elif len(self.class_stack) == 1 and self.class_stack[0].name.value in f.classes:
+                f.classes[self.class_stack[0].name.value].methods.setdefault(node.name.value, node)
+        for dec in node.decorators:
+            is_compile, call = f.compile_call(dec)
+            if is_compile:
+                fullgraph, mode = options(call)
+                f.compiled[node] = CompileSite(dec, fullgraph, mode)
+            expr = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
+            if f.is_name(expr, DISABLE):
+                f.disabled.add(node)
+        self.func_stack.append(node)
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.func_stack.pop()
+
+    def _scope(self) -> cst.CSTNode:
+        return self.func_stack[-1] if self.func_stack else self.f.module
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            key = get_full_name_for_node(target.target) if isinstance(target.target, (cst.Name, cst.Attribute)) else None
+            if key is None:
+                continue
+            # keep the first non-compile binding: `m = Cls(); m = torch.compile(m)` must still say Cls
+            if self.f.is_call(node.value, COMPILE) and (self._scope(), key) in self.f.bindings:
+                continue
+            self.f.bindings[(self._scope(), key)] = node.value
+            self._record_child(key, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        key = get_full_name_for_node(node.target) if isinstance(node.target, (cst.Name, cst.Attribute)) else None
+        if key is not None and node.value is not None:
+            self.f.bindings.setdefault((self._scope(), key), node.value)
+            self._record_child(key, node.value)
+
+    def _record_child(self, key: str, value: cst.BaseExpression) -> None:
+        if not (self.class_stack and self.func_stack and self.func_stack[-1].name.value == "__init__"):
+            return
+        info = self.f.classes.get(self.class_stack[-1].name.value)
+        if info is None or not key.startswith("self.") or key.count(".") != 1:
+            return
+        if isinstance(value, cst.Call):
+            name = get_full_name_for_node(value.func)
+            if name is not None and name in self.f.classes:
+                info.children[key] = name
+
+    def visit_Call(self, node: cst.Call) -> None:
+        f = self.f
+        if f.is_name(node.func, COMPILE):
+            f.compile_calls.append(node)
+        elif m.matches(node.func, m.Attribute(attr=m.Name("compile"))):
+            f.method_compile_calls.append(node)
+        if self.class_stack and self.func_stack and self.func_stack[-1].name.value == "__init__":
+            if f.is_name(node.func, CONTAINERS):
+                self._record_container(node)
+
+    def _record_container(self, node: cst.Call) -> None:
+        info = self.f.classes.get(self.class_stack[0].name.value)
+        if info is None:
+            return
+        for arg in node.args:
+            comp = arg.value
+            if isinstance(comp, (cst.ListComp, cst.GeneratorExp)) and isinstance(comp.elt, cst.Call):
+                block = get_full_name_for_node(comp.elt.func)
+                if block is None:
+                    continue
+                attr = self._owner_attr(node)
+                container = "nn." + get_full_name_for_node(node.func).rsplit(".", 1)[-1]  # type: ignore[union-attr]
+                info.repeated.append(Repeated(attr, block, container))
+                return
+
+    def _owner_attr(self, node: cst.CSTNode) -> str:
+        """``self.h`` for ``self.h = nn.ModuleList(...)``; ``self.transformer['h']`` style otherwise."""
+        for anc in self.f.ancestors(node):
+            if isinstance(anc, cst.Assign) and anc.targets:
+                return get_full_name_for_node(anc.targets[0].target) or "a submodule"
+            if isinstance(anc, cst.Arg) and anc.keyword is not None:
+                return anc.keyword.value
+            if isinstance(anc, cst.DictElement) and isinstance(anc.key, cst.SimpleString):
+                return str(anc.key.evaluated_value)
+        return "a submodule"
+
+    def visit_If(self, node: cst.If) -> None:
+        test, negated = node.test, False
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, negated = test.expression, True
+        if self.f.is_call(test, IS_COMPILING):
+            # `if is_compiling():` -> the else branch runs only eager; `if not ...:` -> the body
+            if negated:
+                self.f.untraced.add(node.body)
+            elif node.orelse is not None:
+                self.f.untraced.add(node.orelse)

@@ -1,0 +1,166 @@
+"""The rule base class: a code, a message, its own VALID/INVALID examples and an optional safe fix.
+
+Modelled on Fixit 2's ``LintRule`` (src/fixit/rule.py): a rule is a LibCST batchable visitor, so
+every selected rule runs in ONE traversal of a file (``MetadataWrapper.visit_batched``); it calls
+:meth:`Rule.report` with the node at fault, a message and, where a fix cannot change what the
+program computes, the replacement node. The examples are class attributes; the test suite
+(tests/test_check_rules.py) and the docs page (docs/rules/<code>.md) are generated from them, so
+a rule's documentation and its tests are the same text.
+
+Fixit itself is not used as the engine: its suppression syntax (``# lint-fixme``), configuration
+(``[tool.fixit]``) and output are its own, and stackpart's contract (``# stackpart: ignore[SP101]``,
+SP codes, SARIF, plan drift in the same run) would have to be rebuilt around it anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+import libcst as cst
+from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
+
+if TYPE_CHECKING:
+    from .facts import FileFacts
+
+
+@dataclass(frozen=True)
+class Valid:
+    """Code the rule must NOT report (a test asserts no finding)."""
+
+    code: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Code the rule must report.
+
+    Attributes:
+        code: the example source.
+        line: the 1-based line the (first) finding must be on.
+        fixed: the source after ``--fix``, when the rule has a safe fix for this case; None means
+            the finding carries no fix (a test asserts both ways).
+        note: one line for the docs page.
+    """
+
+    code: str
+    line: int
+    fixed: str | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reported problem, 1-based line and column (columns count characters, as ruff's do).
+
+    Attributes:
+        code: the rule code, ``SP1xx``.
+        name: the rule's kebab-case name.
+        message: what is wrong and what to do, one paragraph.
+        path: the file as given on the command line (POSIX separators).
+        line, col, end_line, end_col: the node's span.
+        fixable: whether ``--fix`` would change this finding's code.
+    """
+
+    code: str
+    name: str
+    message: str
+    path: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    fixable: bool = False
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "code": self.code,
+            "name": self.name,
+            "message": self.message,
+            "path": self.path,
+            "line": self.line,
+            "col": self.col,
+            "end_line": self.end_line,
+            "end_col": self.end_col,
+            "fixable": self.fixable,
+        }
+
+
+@dataclass
+class Report:
+    """What a rule reported before suppression: the finding plus its fix (node → replacement)."""
+
+    finding: Finding
+    node: cst.CSTNode
+    replacement: cst.CSTNode | None = None
+
+
+class Rule(cst.BatchableCSTVisitor):
+    """Base class of every ``stackpart check`` rule.
+
+    Subclasses set the class attributes and implement ``visit_<Node>`` methods that call
+    :meth:`report`. ``facts`` (:class:`~rewriter.check.facts.FileFacts`) answers the questions
+    several rules share: is this node traced by a compiled function, which class does this name
+    hold, does that class repeat a block.
+
+    Class attributes:
+        CODE: ``SP1xx``, stable forever (suppressions and configs name it).
+        NAME: kebab-case name.
+        SUMMARY: one line, the docs page title.
+        EXPLANATION: Markdown: why it costs, what to do, when the rule is wrong; with sources.
+        NEEDLES: substrings one of which must occur in a file for the rule to possibly fire; the
+            runner parses a file only when a selected rule's needle is in its text.
+        VALID / INVALID: the examples (see :class:`Valid`, :class:`Invalid`).
+    """
+
+    CODE: ClassVar[str]
+    NAME: ClassVar[str]
+    SUMMARY: ClassVar[str]
+    EXPLANATION: ClassVar[str]
+    NEEDLES: ClassVar[tuple[str, ...]]
+    VALID: ClassVar[list[Valid]]
+    INVALID: ClassVar[list[Invalid]]
+
+    METADATA_DEPENDENCIES = (PositionProvider, QualifiedNameProvider, ParentNodeProvider)
+
+    def __init__(self, facts: FileFacts, path: str) -> None:
+        super().__init__()
+        self.facts = facts
+        self.path = path
+        self.reports: list[Report] = []
+
+    def report(self, node: cst.CSTNode, message: str, replacement: cst.CSTNode | None = None) -> None:
+        """Record a finding at ``node``; ``replacement`` (same node type position) is the safe fix."""
+        pos = self.get_metadata(PositionProvider, node)
+        finding = Finding(
+            code=self.CODE,
+            name=self.NAME,
+            message=message,
+            path=self.path,
+            line=pos.start.line,
+            col=pos.start.column + 1,
+            end_line=pos.end.line,
+            end_col=pos.end.column + 1,
+            fixable=replacement is not None,
+        )
+        self.reports.append(Report(finding, node, replacement))
+
+
+@dataclass
+class FileResult:
+    """The outcome of checking one file.
+
+    Attributes:
+        path: as given.
+        findings: unsuppressed findings, sorted by position.
+        fixed: the file's text after applying every safe fix, or None when nothing was fixable.
+        error: a one-line parse/read error (``path:line:col: ...``), or None.
+        parsed: whether the file passed the prefilter and was parsed.
+    """
+
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    fixed: str | None = None
+    error: str | None = None
+    parsed: bool = False

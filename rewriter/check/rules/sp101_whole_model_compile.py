@@ -1,0 +1,167 @@
+"""SP101: whole-model ``torch.compile`` of a model that repeats a block."""
+
+from __future__ import annotations
+
+import libcst as cst
+import libcst.matchers as m
+
+from ..facts import COMPILE, CUDA_GRAPH_MODES, first_positional, options
+from ..rule import Invalid, Rule, Valid
+
+
+class WholeModelCompile(Rule):
+    CODE = "SP101"
+    NAME = "whole-model-compile"
+    SUMMARY = "Whole-model torch.compile of a model that repeats a block: compile per block"
+    EXPLANATION = """\
+`torch.compile(model)` (or `model.compile()`, or `@torch.compile` on the model's `forward`) where
+the model builds an `nn.ModuleList`/`nn.Sequential` of one block class compiles the whole stack as
+one unit. Compile time scales with the compiled unit and is paid again on every code change and
+every new shape; a whole-model graph guards on everything it touched, so a change anywhere
+recompiles everything; a graph break splits the model at an arbitrary point. Nearly all fusion is
+local to a block (block boundaries are residual adds and norms, fusion boundaries anyway), so
+**regional compilation** (compile each block: `for block in model.layers: block.compile()`, or
+stackpart's `compile` action on the block class) keeps most of the gain for a fraction of the cost.
+
+The exception is real: CUDA graphs prefer one large capture, because many small captures pay the
+fixed replay cost each. For latency-critical decode with CUDA graphs (`mode="reduce-overhead"`)
+whole-model capture is right, and this rule stays silent for the CUDA-graph modes.
+
+Source: PyTorch tutorial "Reducing torch.compile cold start compilation time with regional
+compilation"; ML Software & Compilers, "Partitioning the stack" (granularity). No fix: the unit
+of compilation is a decision to measure (`stackpart diagnose`), not a mechanical edit.
+"""
+    NEEDLES = ("compile",)
+    VALID = [
+        Valid(
+            """\
+import torch
+from torch import nn
+
+class GPT(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.h = nn.ModuleList([Block() for _ in range(n)])
+
+model = GPT(12)
+for block in model.h:
+    block.compile()
+""",
+            note="regional compilation: each block is its own compiled unit",
+        ),
+        Valid(
+            """\
+import torch
+from torch import nn
+
+class GPT(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.h = nn.ModuleList([Block() for _ in range(n)])
+
+decode = torch.compile(GPT(12), mode="reduce-overhead")
+""",
+            note="whole-model capture for CUDA graphs (latency-critical decode) is the exception",
+        ),
+        Valid(
+            """\
+import torch
+from torch import nn
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+mlp = torch.compile(MLP())
+""",
+            note="no repeated block: compiling the module is already regional",
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """\
+import torch
+from torch import nn
+
+class GPT(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.h = nn.ModuleList([Block() for _ in range(n)])
+
+model = GPT(12).cuda()
+model = torch.compile(model)
+""",
+            line=10,
+        ),
+        Invalid(
+            """\
+import torch as T
+from transformers import AutoModelForCausalLM
+
+model = AutoModelForCausalLM.from_pretrained("gpt2")
+model.compile()
+""",
+            line=5,
+            note="a transformers model is a stack of decoder layers",
+        ),
+        Invalid(
+            """\
+import torch
+import torch.nn as nn
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential(*[Layer() for _ in range(6)])
+
+    @torch.compile
+    def forward(self, x):
+        return self.layers(x)
+""",
+            line=9,
+        ),
+    ]
+
+    def _message(self, what: str, why: str, attr: str) -> str:
+        loop = attr.removeprefix("self.") if attr.startswith("self.") else "layers"
+        return (
+            f"whole-model torch.compile of {what}: {why}; compile each block instead (regional "
+            f"compilation, e.g. `for block in model.{loop}: block.compile()`): most fusion is local "
+            "to a block, and compile time, recompiles and graph breaks then stay per block. "
+            'Whole-model capture is right for latency-critical decode with CUDA graphs (mode="reduce-overhead")'
+        )
+
+    def visit_Call(self, node: cst.Call) -> None:
+        f = self.facts
+        if f.is_call(node, COMPILE):
+            target = first_positional(node)
+        elif m.matches(node.func, m.Attribute(attr=m.Name("compile"))) and first_positional(node) is None:
+            target = node.func.value  # type: ignore[attr-defined]
+        else:
+            return
+        if target is None or options(node)[1] in CUDA_GRAPH_MODES:
+            return
+        cls = f.class_of(target, node)
+        if cls is None:
+            return
+        why = f.repeats(cls)
+        if why is None:
+            return
+        info = f.classes.get(cls[0])
+        attr = info.repeated[0].attr if info is not None and info.repeated else "layers"
+        self.report(node, self._message(cls[0].rsplit(".", 1)[-1], why, attr))
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if node.name.value != "forward":
+            return
+        cls = self.facts.enclosing_class(node)
+        info = self.facts.classes.get(cls.name.value) if cls is not None else None
+        if info is None or not info.repeated:
+            return
+        for dec in node.decorators:
+            is_compile, call = self.facts.compile_call(dec)
+            if is_compile and options(call)[1] not in CUDA_GRAPH_MODES:
+                r = info.repeated[0]
+                why = f"{r.attr} is an {r.container} of {r.block}"
+                self.report(dec, self._message(f"{info.node.name.value}.forward", why, r.attr))

@@ -1,0 +1,71 @@
+"""SP105: ``torch._dynamo.mark_dynamic`` inside a compiled function."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ..facts import MARK_DYNAMIC
+from ..rule import Invalid, Rule, Valid
+
+MARKS = MARK_DYNAMIC | {"torch._dynamo.maybe_mark_dynamic", "torch._dynamo.mark_static"}
+
+
+class MarkDynamicInCompiled(Rule):
+    CODE = "SP105"
+    NAME = "mark-dynamic-in-compiled"
+    SUMMARY = "torch._dynamo.mark_dynamic inside a compiled function: forbidden in a graph"
+    EXPLANATION = """\
+`mark_dynamic` annotates a real tensor *before* Dynamo sees it; inside a compiled function the
+tensor is already a FakeTensor with its shape fixed by the frame's guards. Dynamo refuses the call
+("Attempt to trace forbidden callable"), which is a hard error under `fullgraph=True` and a graph
+break otherwise, and the mark does nothing. Call it on the tensor that crosses the region boundary,
+in eager code just before the compiled call (stackpart's `mark_dynamic` action places it there).
+
+Source: `torch._dynamo.mark_dynamic` docstring ("must be called before the tensor is passed to
+the compiled function"); error text verified with torch 2.13, `backend="eager"`.
+"""
+    NEEDLES = ("mark_dynamic", "mark_static")
+    VALID = [
+        Valid(
+            """\
+import torch
+
+@torch.compile
+def block(x):
+    return x * 2
+
+def forward(x):
+    torch._dynamo.mark_dynamic(x, 1, min=2, max=4096)
+    return block(x)
+""",
+            note="marked in eager code before the compiled call",
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            """\
+import torch
+from torch._dynamo import mark_dynamic
+
+@torch.compile
+def block(x):
+    mark_dynamic(x, 0)
+    return x * 2
+""",
+            line=6,
+        ),
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not self.facts.is_call(node, MARKS):
+            return
+        traced = self.facts.traced_by(node)
+        if traced is None:
+            return
+        fn, _ = traced
+        name = sorted(self.facts.qnames(node.func) & MARKS)[0].rsplit(".", 1)[-1]
+        self.report(
+            node,
+            f"{name} inside compiled `{fn.name.value}` is forbidden in a graph (Dynamo: \"Attempt to "
+            "trace forbidden callable\"); mark the tensor in eager code before it enters the compiled region",
+        )
