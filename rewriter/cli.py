@@ -38,6 +38,27 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
     ctx.exit(rewrite_command(plan_path, src, apply=apply, check=check, unsafe=unsafe))
 
 
+@cli.command()
+@click.argument("files", nargs=-1, type=click.Path())
+@click.option("--select", multiple=True, help="Only these rule codes or prefixes (SP101, SP1); repeatable.")
+@click.option("--ignore", multiple=True, help="Skip these rule codes or prefixes; repeatable.")
+@click.option("--fix", is_flag=True, help="Apply safe fixes (and the plan's changes on drift), atomically.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "github", "sarif"]), default="text",
+              show_default=True, help="Report format.")
+@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None,
+              help="plan.yaml: FILES must already be as it rewrites them (default: [tool.stackpart] plan).")
+@click.option("--src", type=click.Path(file_okay=False), default=None, help="Root the plan's targets are relative to.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes (default: CPU count).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the report here, not stdout.")
+@click.pass_context
+def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], ignore: tuple[str, ...], fix: bool,
+          fmt: str, plan_path: str | None, src: str | None, jobs: int | None, output: str | None) -> None:
+    """Static suggestions (SP1xx rules) and plan drift for FILES (the pre-commit entry)."""
+    from .check.command import check_command
+
+    ctx.exit(check_command(files, select, ignore, fix=fix, fmt=fmt, plan=plan_path, src=src, jobs=jobs, output=output))
+
+
 @cli.group()
 def plan() -> None:
     """Work with plan files."""
