@@ -28,14 +28,53 @@ def cli() -> None:
 @click.option("--apply", is_flag=True, help="Write the changes (atomically) instead of printing the diff.")
 @click.option("--check", is_flag=True, help="Exit 1 when the tree differs from what the plan asks (pre-commit).")
 @click.option("--unsafe", is_flag=True, help="Also write unsafe actions (bucket, kernel): they change what runs.")
+@click.option("--no-validate", is_flag=True, help="--apply without a passing validation report for this diff.")
+@click.option("--report", "report", type=click.Path(), default=None,
+              help="Validation report to check before --apply (default: .stackpart/validation/ next to the plan).")
 @click.pass_context
-def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bool, unsafe: bool) -> None:
+def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bool, unsafe: bool,
+            no_validate: bool, report: str | None) -> None:
     """Rewrite SRC as the plan asks: print a git-style diff (paths relative to SRC)."""
     from .rewrite import rewrite_command
 
     if apply and check:
         raise click.UsageError("--apply and --check exclude each other")
-    ctx.exit(rewrite_command(plan_path, src, apply=apply, check=check, unsafe=unsafe))
+    ctx.exit(rewrite_command(plan_path, src, apply=apply, check=check, unsafe=unsafe,
+                             validate=not no_validate, report=report))
+
+
+@cli.command()
+@click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False), help="plan.yaml (with harness:).")
+@click.argument("src", type=click.Path(file_okay=False))
+@click.option("--out", "out", type=click.Path(file_okay=False), default=None,
+              help="Report directory (default: .stackpart/validation/ next to the plan).")
+@click.option("--backend", default="inductor", show_default=True, help="torch.compile backend of the two baselines.")
+@click.option("--min-speedup", type=float, default=0.95, show_default=True,
+              help="Fail when t_best_baseline / t_plan is below this.")
+@click.option("--speed-gate", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+              help="Gate speed and amortization (auto: only when timed on CUDA).")
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="Seconds per child process.")
+@click.option("--reps", type=int, default=30, show_default=True, help="Interleaved timing rounds per shape (max).")
+@click.option("--warmup", type=int, default=3, show_default=True, help="Warm-up calls per variant and shape.")
+@click.option("--baselines", default="whole,regional", show_default=True,
+              help="Comma-separated baselines besides eager: whole, regional (empty for none).")
+@click.option("--keep-temp", is_flag=True, help="Keep the temp trees and child logs.")
+@click.pass_context
+def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, backend: str, min_speedup: float,
+             speed_gate: str, timeout_s: float, reps: int, warmup: int, baselines: str, keep_temp: bool) -> None:
+    """Prove a rewrite before it is applied: numerics, speed, compile cost; exit 0 pass, 1 fail, 2 error."""
+    from pathlib import Path
+
+    from .validate.command import Options, validate_command
+
+    names = tuple(b.strip() for b in baselines.split(",") if b.strip())
+    bad = [b for b in names if b not in ("whole", "regional")]
+    if bad:
+        raise click.UsageError(f"--baselines: unknown {', '.join(bad)}; expected whole, regional")
+    opts = Options(out=Path(out) if out else None, backend=backend, min_speedup=min_speedup,
+                   speed_gate=speed_gate, timeout_s=timeout_s, reps=reps, warmup=warmup,
+                   keep=keep_temp, variants=("eager", "plan") + names)
+    ctx.exit(validate_command(plan_path, src, opts))
 
 
 @cli.command()
@@ -57,6 +96,30 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
     from .check.command import check_command
 
     ctx.exit(check_command(files, select, ignore, fix=fix, fmt=fmt, plan=plan_path, src=src, jobs=jobs, output=output))
+
+
+@cli.command()
+@click.option("--harness", required=True, help="harness.py under SRC, or a plan.yaml whose harness: section is used.")
+@click.argument("src", type=click.Path(file_okay=False))
+@click.option("-o", "--output", default="plan.yaml", show_default=True, type=click.Path(dir_okay=False), help="Where the plan goes.")
+@click.option("--model", default=None, help="Model factory in the harness (default build_model).")
+@click.option("--inputs", default=None, help="Input factory in the harness (default make_inputs).")
+@click.option("--shape", "shapes", multiple=True, help="An input shape, e.g. batch=8,seq=512; repeatable, the first is the reference.")
+@click.option("--mode", type=click.Choice(["inference", "training"]), default=None)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None)
+@click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
+@click.option("--report-dir", default=None, type=click.Path(file_okay=False), help="report.md/json, charts, trace (default: next to the plan).")
+@click.option("--backend", default=None, help="torch.compile backend for the amortization rung (default: inductor on CUDA, eager on CPU).")
+@click.option("--runs", type=click.IntRange(min=1), default=None, help="amortization.runs (expected calls).")
+@click.option("--restarts", type=click.IntRange(min=1), default=None, help="amortization.restarts.")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds one harness call may take.")
+@click.option("--steps", type=click.IntRange(min=1), default=3, show_default=True, help="Profiled steps.")
+@click.pass_context
+def diagnose(ctx: click.Context, harness: str, src: str, output: str, **kw: object) -> None:
+    """Run the diagnostic ladder on SRC's model and write plan.yaml with the evidence."""
+    from .diagnose.runner import diagnose_command
+
+    ctx.exit(diagnose_command(harness, src, output, **kw))  # type: ignore[arg-type]
 
 
 @cli.group()

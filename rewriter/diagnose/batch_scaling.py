@@ -1,0 +1,72 @@
+"""Rung 1, batch scaling: step time at B, 2B and 4B; the fixed-overhead share of the step.
+
+Each point is the minimum step time over repeated runs (the least-disturbed figure on a shared
+machine). A least-squares line ``t(b) = a + c*b`` through the three points gives the fixed cost ``a``
+(launches, Python, framework overhead that does not grow with the batch); its share of ``t(B)``
+is the launch-bound measure. Threshold: a fixed share >= 15% is launch-bound, 3-15% moderately
+so, < 3% not (TF-profiler's launch-bound bands, 3% / 15%). The cheap test itself is
+partitioning-the-stack's first rung: "raise the batch size and see if step time moves".
+"""
+
+from __future__ import annotations
+
+from .context import Context
+from .rung import RungResult
+
+BATCH_KEYS = ("batch", "batch_size", "bs", "b", "n")
+HIGH, MODERATE = 0.15, 0.03
+
+
+def batch_key(shape: dict[str, int]) -> str | None:
+    """The shape key that names the batch size, or None."""
+    for key in BATCH_KEYS:
+        if key in shape:
+            return key
+    return None
+
+
+def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of ``points`` [(batch, ms)]."""
+    n = len(points)
+    mx = sum(b for b, _ in points) / n
+    my = sum(t for _, t in points) / n
+    sxx = sum((b - mx) ** 2 for b, _ in points)
+    slope = sum((b - mx) * (t - my) for b, t in points) / sxx if sxx else 0.0
+    return my - slope * mx, slope
+
+
+def run(ctx: Context) -> RungResult:
+    r = RungResult("batch_scaling", "Launch-bound? Step time at B, 2B, 4B")
+    r.threshold = "fixed-overhead share >= 15% launch-bound, 3-15% moderate (TF-profiler launch-bound bands)"
+    shape = dict(ctx.session.spec.shapes[0])
+    key = batch_key(shape)
+    if key is None:
+        return r.skip(f"no batch key in harness.shapes[0] (expected one of {', '.join(BATCH_KEYS)})")
+    base = shape[key]
+    points = []
+    for factor in (1, 2, 4):
+        s = dict(shape, **{key: base * factor})
+        if factor == 1:
+            t = ctx.eager_time()
+        else:
+            model, inputs = ctx.session.build(s)
+            t = ctx.session.time(ctx.session.step_fn(model, inputs))
+        points.append((base * factor, t["min_ms"]))
+    a, c = fit(points)
+    t1 = points[0][1]
+    share = min(1.0, max(0.0, a / t1)) if t1 > 0 else 0.0
+    r.measurement = {
+        "batch_key": key,
+        "step_ms": {str(b): round(t, 4) for b, t in points},
+        "ratio_2x": round(points[1][1] / t1, 3) if t1 else None,
+        "ratio_4x": round(points[2][1] / t1, 3) if t1 else None,
+        "fixed_ms": round(max(0.0, a), 4),
+        "fixed_share": round(share, 3),
+    }
+    if share >= HIGH:
+        r.verdict, r.implies = f"launch-bound: {share:.0%} of the step is fixed overhead", "compile; CUDA graphs (reduce-overhead) where shapes are stable"
+    elif share >= MODERATE:
+        r.verdict, r.implies = f"moderately launch-bound: {share:.0%} fixed overhead", "compile"
+    else:
+        r.verdict = f"throughput-bound: {share:.0%} fixed overhead (time grows with batch)"
+    return r

@@ -1,0 +1,48 @@
+"""Exact source lines of selected calls, captured while one step runs.
+
+torch.profiler's Python stack names a function by its ``def`` line; the call line of a host sync
+or of the dominant op needs the live stack. One step runs under a ``TorchDispatchMode`` that, for
+the aten operators asked for, records the innermost frame under SRC (``traceback``). Host syncs
+are the scalar reads every ``.item()``, ``.tolist()``, ``bool(tensor)`` and ``int(tensor)`` end
+in (``aten::_local_scalar_dense``) and ``aten::nonzero`` (an output size the host must wait for).
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from .locate import function_at, relpath
+
+#: aten ops whose result the host must wait for on CUDA (a device -> host read).
+SYNC_OPS = frozenset({"_local_scalar_dense", "nonzero", "_assert_async", "equal", "is_nonzero"})
+
+
+def capture(session: Any, step: Any, names: set[str]) -> dict[str, Counter]:
+    """Run ``step`` once; for aten op names in ``names`` (no ``aten::``) count user call sites.
+
+    Returns:
+        ``{op name: Counter({(file relative to SRC, line, qualname): calls})}``.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    src = Path(session.src)
+    found: dict[str, Counter] = {}
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            name = func._schema.name.split("::", 1)[-1]
+            if name in names:
+                for frame in reversed(traceback.extract_stack()[:-1]):
+                    rel = relpath(src, frame.filename)
+                    if rel is not None:
+                        site = (rel, frame.lineno, function_at(frame.filename, frame.lineno) or frame.name)
+                        found.setdefault(name, Counter())[site] += 1
+                        break
+            return func(*args, **(kwargs or {}))
+
+    with Mode():
+        session.run(step)
+    return found

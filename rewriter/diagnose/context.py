@@ -1,0 +1,54 @@
+"""State shared by the rungs of one diagnosis: the session, options, and results so far."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..plan import Amortization
+from .rung import RungResult
+from .session import Session
+
+
+@dataclass
+class Context:
+    """What a rung may read.
+
+    Attributes:
+        session: the harness session (model, inputs, timing, guards).
+        out_dir: where the report, charts and trace go.
+        backend: the ``torch.compile`` backend for measured compiles (``inductor`` on CUDA;
+            ``eager``/``aot_eager`` on CPU to keep tests fast: those cannot speed up, so the
+            amortization rung bounds the gain instead of measuring it).
+        amortization: the deployment (runs, restarts) the compile cost must pay back over.
+        results: rung results so far, by rung name.
+        cache: values measured once and shared (profile, eager time, blocks, call sites).
+    """
+
+    session: Session
+    out_dir: Path
+    backend: str = "inductor"
+    amortization: Amortization = field(default_factory=lambda: Amortization(runs=1_000_000, restarts=1))
+    amortization_assumed: bool = True
+    results: dict[str, RungResult] = field(default_factory=dict)
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    def measured(self, name: str) -> dict[str, Any]:
+        """The measurement of rung ``name`` if it ran ok, else ``{}``."""
+        r = self.results.get(name)
+        return r.measurement if r is not None and r.ok else {}
+
+    def reference(self) -> tuple[Any, Any, Any]:
+        """(model, inputs, step) at the reference shape, built once."""
+        if "reference" not in self.cache:
+            model, inputs = self.session.build()
+            self.cache["reference"] = (model, inputs, self.session.step_fn(model, inputs))
+        return self.cache["reference"]
+
+    def eager_time(self) -> dict[str, float]:
+        """Median eager step time at the reference shape (ms), measured once."""
+        if "eager_time" not in self.cache:
+            _, _, step = self.reference()
+            self.cache["eager_time"] = self.session.time(step)
+        return self.cache["eager_time"]

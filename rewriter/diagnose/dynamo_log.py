@@ -1,0 +1,96 @@
+"""Dynamo's own recompile reports, read from its logging (``TORCH_LOGS=recompiles``).
+
+``torch._logging.set_logs(recompiles=True)`` turns on the ``recompiles`` artifact; a handler on
+the ``torch._dynamo`` logger collects each "Recompiling function ... triggered by the following
+guard failure(s)" message and the "hit config.recompile_limit" (``cache_size_limit`` before
+torch 2.6) warning verbatim. Nothing is guessed: the guard text and its user line are parsed
+from those messages. Log settings are restored on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .locate import first_in_src, frames_from_text
+
+_RECOMPILE = re.compile(r"Recompiling function (?P<func>\S+) in (?P<file>.+?):(?P<line>\d+)")
+_GUARD = re.compile(r"^\s*-\s*(?P<id>\d+/\d+): (?P<guard>.*?)(?:\s{2,}#\s*(?P<code>.*?))?$", re.M)
+_LIMIT = re.compile(r"hit config\.(?:recompile_limit|cache_size_limit) \((?P<limit>\d+)\)")
+
+
+@dataclass
+class Recompile:
+    """One recompile as Dynamo reported it."""
+
+    function: str
+    file: str
+    line: int
+    guards: list[str]
+    text: str
+
+
+@dataclass
+class DynamoLog:
+    """What the logs said during the ``capture`` block."""
+
+    recompiles: list[Recompile] = field(default_factory=list)
+    limit_hit: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+
+    def guard_site(self, src: Path, text: str) -> tuple[str, int, str] | None:
+        """(file relative to SRC, line, qualname) of the guard's user line in ``text``."""
+        return first_in_src(frames_from_text(text), src)
+
+
+class _Handler(logging.Handler):
+    def __init__(self, log: DynamoLog) -> None:
+        super().__init__(logging.DEBUG)
+        self.log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = record.getMessage()
+        except Exception:
+            return
+        self.log.messages.append(msg)
+        m = _RECOMPILE.search(msg)
+        if m:
+            guards = [g.group("guard").strip() for g in _GUARD.finditer(msg)]
+            self.log.recompiles.append(Recompile(m.group("func"), m.group("file"), int(m.group("line")), guards, msg))
+        elif _LIMIT.search(msg):
+            self.log.limit_hit.append(msg)
+
+
+@contextlib.contextmanager
+def capture() -> Iterator[DynamoLog]:
+    """Collect Dynamo's recompile and recompile-limit messages for the duration."""
+    import torch._logging
+
+    log = DynamoLog()
+    handler = _Handler(log)
+    logger = logging.getLogger("torch._dynamo")
+    torch._logging.set_logs(recompiles=True)
+    logger.addHandler(handler)
+    try:
+        yield log
+    finally:
+        logger.removeHandler(handler)
+        torch._logging.set_logs()
+
+
+def reset() -> None:
+    """Forget every compiled frame and Dynamo's counters (a clean slate between rungs)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    try:
+        from torch._dynamo.utils import counters
+
+        counters.clear()
+    except ImportError:  # pragma: no cover - older layouts
+        pass

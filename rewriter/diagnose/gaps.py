@@ -1,0 +1,79 @@
+"""Rung 5: timeline gaps: collective-aligned vs host stalls, attributed to file:line.
+
+A gap is device idle time >= 50 µs inside a step (shorter gaps are launch latency, counted by
+:mod:`.device_time`). A gap touching a communication kernel (``nccl*``, within 5 µs of its edges
+or overlapping one on another stream) is collective-aligned; any other is a host stall. Host
+stalls are attributed to the host syncs that ended inside them (``.item()``, ``.tolist()``,
+``nonzero``: see :mod:`.callsites`) with the call's file:line. Threshold: host stalls >= 5% of
+the step call for removing the sync (partitioning-the-stack: "gaps with no kernel at all are
+host stalls — a .item(), a sync, a dataloader"; 5% is TF-profiler's input-bound "moderately"
+band). Without CUDA the sync points are still found (they stall only on a device): stall time
+is ``skipped: no CUDA``.
+"""
+
+from __future__ import annotations
+
+from .callsites import SYNC_OPS, capture
+from .classify import classify_kernel
+from .context import Context
+from .device_time import busy_intervals
+from .rung import Finding, RungResult
+
+GAP_US = 50.0
+EDGE_US = 5.0
+STALL_SHARE = 0.05
+
+
+def run(ctx: Context) -> RungResult:
+    r = RungResult("gaps", "Timeline gaps: collectives vs host stalls")
+    r.threshold = "gaps >= 50 us; host stalls >= 5% of the step (TF-profiler 'moderately input-bound' band)"
+    _, _, step = ctx.reference()
+    sites = capture(ctx.session, step, set(SYNC_OPS))
+    for op, counter in sites.items():
+        for (file, line, qual), n in counter.most_common():
+            r.findings.append(Finding("host_sync", f"host sync ({op}, {n}x per step)", file, line, qual))
+    m: dict = {"sync_points": len(r.findings), "sync_calls_per_step": sum(sum(c.values()) for c in sites.values())}
+    if not ctx.session.cuda:
+        m["host_stall_ms"] = m["collective_gap_ms"] = "skipped: no CUDA"
+        r.measurement = m
+        r.verdict = f"{m['sync_points']} host sync point(s) in user code; stall time skipped: no CUDA"
+        if r.findings:
+            r.implies = "remove the host sync(s) (stall on CUDA)"
+        return r
+    data = ctx.cache["profile"]
+    comm = [k for k in data.kernels if classify_kernel(k.name, k.kind, k.parent_op) == "communication"]
+    syncs = [o for o in data.ops if o.name.split("::")[-1] in SYNC_OPS or o.name in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")]
+    host = coll = 0.0
+    n_host = n_coll = 0
+    for ws, we in data.windows:
+        busy = busy_intervals([k for k in data.kernels if ws <= k.start_us <= we])
+        for (a0, a1), (b0, b1) in zip(busy, busy[1:]):
+            gap = b0 - a1
+            if gap < GAP_US:
+                continue
+            if any(k.start_us <= b0 + EDGE_US and k.end_us >= a1 - EDGE_US for k in comm):
+                coll += gap
+                n_coll += 1
+            else:
+                host += gap
+                n_host += 1
+    del syncs  # attribution is by call site (exact lines); the profiler gives the stall time
+    steps = max(1, data.steps)
+    m.update(
+        host_stall_ms=round(host / steps / 1e3, 4),
+        host_stall_gaps=n_host // steps,
+        collective_gap_ms=round(coll / steps / 1e3, 4),
+        host_stall_share=round(host / steps / data.step_us, 3) if data.step_us else 0.0,
+    )
+    r.measurement = m
+    share = m["host_stall_share"]
+    if share >= STALL_SHARE:
+        where = ", ".join(f.where for f in r.findings[:3]) or "no sync call found in SRC (data loading or Python)"
+        r.verdict = f"host stalls: {share:.0%} of the step idle with no kernel ({where})"
+        r.implies = "remove the host sync(s)" if r.findings else "find the host work between kernels"
+    elif coll / steps / data.step_us >= STALL_SHARE if data.step_us else False:
+        r.verdict = f"collective-aligned gaps: {m['collective_gap_ms']} ms per step"
+        r.implies = "overlap communication or change parallelism"
+    else:
+        r.verdict = f"no significant gaps (host stalls {share:.0%} of the step)"
+    return r

@@ -1,0 +1,106 @@
+"""From running objects and stack frames to source: ``file.py::Qual`` targets and file:line.
+
+Classes and functions are mapped to files with :mod:`inspect` (``getsourcefile`` and
+``__qualname__``); a file:line is mapped to its enclosing function with :mod:`ast`. Paths are made
+relative to SRC; anything outside SRC (torch, transformers) is not a target.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+#: torch.profiler stack entries look like ``/path/model.py(42): forward``.
+_PROFILER_FRAME = re.compile(r"^(?P<file>.+?\.py)\((?P<line>\d+)\): (?P<func>.+)$")
+#: Dynamo's user stack: ``File "/path/model.py", line 42, in forward``.
+_TRACEBACK_FRAME = re.compile(r'File "(?P<file>[^"]+\.py)", line (?P<line>\d+), in (?P<func>[\w<>]+)')
+
+
+def relpath(src: Path, file: str | Path) -> str | None:
+    """``file`` relative to ``src`` (posix), or None when it lies outside."""
+    try:
+        return Path(file).resolve().relative_to(Path(src).resolve()).as_posix()
+    except (ValueError, OSError):
+        return None
+
+
+def target_of(obj: Any, src: Path) -> str | None:
+    """The plan target ``file.py::Qual`` of a class, function or method defined under ``src``.
+
+    ``<locals>`` qualnames (classes defined inside functions) and objects outside SRC give None.
+    """
+    obj = inspect.unwrap(getattr(obj, "__func__", obj))
+    if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+        obj = type(obj)
+    try:
+        file = inspect.getsourcefile(obj)
+    except TypeError:
+        return None
+    if file is None:
+        return None
+    rel = relpath(src, file)
+    qual = getattr(obj, "__qualname__", None)
+    if rel is None or not qual or "<locals>" in qual:
+        return None
+    return f"{rel}::{qual}"
+
+
+@lru_cache(maxsize=256)
+def _defs(path: str) -> list[tuple[int, int, str]]:
+    """(first line, last line, qualname) of every function in ``path``, outermost first."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return []
+    out: list[tuple[int, int, str]] = []
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                qual = prefix + child.name
+                out.append((child.lineno, child.end_lineno or child.lineno, qual))
+                walk(child, qual + ".<locals>.")
+            elif isinstance(child, ast.ClassDef):
+                walk(child, prefix + child.name + ".")
+            else:
+                walk(child, prefix)
+
+    walk(tree, "")
+    return out
+
+
+def function_at(path: str | Path, line: int) -> str | None:
+    """Qualname of the innermost function containing ``line`` of ``path`` (None at module level)."""
+    best = None
+    for first, last, qual in _defs(str(Path(path).resolve())):
+        if first <= line <= last and (best is None or first >= best[0]):
+            best = (first, qual)
+    return best[1] if best else None
+
+
+def frames_from_profiler(stack: list[str]) -> list[tuple[str, int, str]]:
+    """Parse torch.profiler ``with_stack`` entries into (file, line, function), innermost first."""
+    out = []
+    for entry in stack or []:
+        m = _PROFILER_FRAME.match(entry.strip())
+        if m:
+            out.append((m.group("file"), int(m.group("line")), m.group("func")))
+    return out
+
+
+def frames_from_text(text: str) -> list[tuple[str, int, str]]:
+    """Traceback-style frames in ``text`` (Dynamo's user stack), in the order written."""
+    return [(m.group("file"), int(m.group("line")), m.group("func")) for m in _TRACEBACK_FRAME.finditer(text)]
+
+
+def first_in_src(frames: list[tuple[str, int, str]], src: Path) -> tuple[str, int, str] | None:
+    """The first frame whose file lies under ``src``, as (relative file, line, qualname)."""
+    for file, line, func in frames:
+        rel = relpath(src, file)
+        if rel is not None:
+            return rel, line, function_at(file, line) or func
+    return None

@@ -1,0 +1,303 @@
+"""The planner: rung verdicts become plan actions, each with ``why:`` (measurement + threshold).
+
+Rules, in order (DESIGN.md "The diagnostic ladder"; partitioning-the-stack):
+
+* a dominant non-GEMM op (top-ops rung) → ``kernel`` on the function that calls it (catalog
+  kernel when ``kernels/<op>.py`` exists, else ``stub``);
+* fragmentation (memory rung) → ``allocator`` at the harness's model factory (the entry that
+  runs before the first CUDA allocation);
+* GEMM-dominated op mix → no compile; the report says compile would return ~1.0x;
+* the measured compile cost does not pay back over ``amortization.runs`` → no compile, said so;
+* launch-bound with stable shapes → ``compile`` of the model's entry, ``strategy: whole``, with
+  ``mode: reduce-overhead`` (CUDA graphs) on CUDA;
+* otherwise → ``compile`` per repeated block (``strategy: region``), or the model as its own
+  region when there is no block;
+* helpers that break graphs, or read per-instance state that recompiles the block → ``disable``;
+  a guard inside the block's own ``forward`` → no compile of that block (its regions would fall
+  back to eager silently, worse than no plan);
+* dims that vary across the harness shapes → ``mark_dynamic`` on the tensor that enters the
+  block (the region boundary) in the block owner's ``forward``.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..plan import (
+    AllocatorAction,
+    Amortization,
+    CompileAction,
+    CompileOptions,
+    DisableAction,
+    KernelAction,
+    MarkDynamicAction,
+    Plan,
+)
+from .context import Context
+from .locate import target_of
+
+
+@dataclass
+class Decision:
+    """The plan and the statements the report prints about it."""
+
+    plan: Plan
+    notes: list[str] = field(default_factory=list)
+    expected_speedup: str | None = None
+
+
+def _kernel_name(op: str) -> str:
+    from ..resources import kernels_dir
+
+    name = op.split("::", 1)[-1].split(".")[0].rstrip("_")
+    try:
+        return name if (kernels_dir() / f"{name}.py").is_file() else "stub"
+    except Exception:
+        return "stub"
+
+
+def boundary_arg(owner: Any, attr: str) -> str | None:
+    """The name passed as first argument to the blocks in ``owner.forward`` (``x`` in
+    ``for block in self.blocks: x = block(x)``), if it is a parameter or a top-level local."""
+    try:
+        source = textwrap.dedent(inspect.getsource(type(owner).forward))
+        func = ast.parse(source).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return None
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    loop_vars = set()
+    for node in ast.walk(func):
+        if isinstance(node, ast.For):
+            it = node.iter
+            if isinstance(it, ast.Call) and it.args:  # enumerate(self.blocks), zip(...)
+                it = it.args[0]
+            if isinstance(it, ast.Attribute) and it.attr == attr:
+                for n in ast.walk(node.target):
+                    if isinstance(n, ast.Name):
+                        loop_vars.add(n.id)
+    bound = {a.arg for a in func.args.args + func.args.kwonlyargs}
+    for stmt in func.body:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            for t in targets:
+                bound.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+    for node in ast.walk(func):
+        if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Name):
+            continue
+        f = node.func
+        hit = (isinstance(f, ast.Name) and f.id in loop_vars) or (
+            isinstance(f, ast.Subscript) and isinstance(f.value, ast.Attribute) and f.value.attr == attr
+        )
+        if hit and node.args[0].id in bound:
+            return node.args[0].id
+    return None
+
+
+def plan(ctx: Context) -> Decision:
+    """Turn the rung results in ``ctx`` into a :class:`~rewriter.plan.Plan` with evidence."""
+    spec = ctx.session.spec
+    src = ctx.session.src
+    res = ctx.results
+    m = ctx.measured
+    actions: list[Any] = []
+    notes: list[str] = []
+    model, _, _ = ctx.reference()
+    model_target = target_of(type(model), src)
+    blocks = ctx.cache.get("blocks") or []
+    block = blocks[0] if blocks else None
+
+    # kernel: a dominant non-GEMM op
+    top = m("top_ops")
+    dom = top.get("dominant")
+    if dom and res["top_ops"].implies.startswith("kernel"):
+        sites = [f for f in res["top_ops"].findings if f.kind == "dominant_op" and f.function]
+        if sites:
+            site = sites[0]
+            op = dom["op"].split("::", 1)[-1].split(".")[0]
+            kernel = _kernel_name(dom["op"])
+            actions.append(
+                KernelAction(
+                    action="kernel",
+                    target=f"{site.file}::{site.function}",
+                    call=f"torch.{op}",
+                    kernel=kernel,
+                    why=f"top-ops: {dom['op']} is {dom['share']:.0%} of the step ({top['basis']}) >= 10% non-GEMM rule; called at {site.where}"
+                    + ("; kernel: stub (no catalog kernel)" if kernel == "stub" else ""),
+                )
+            )
+        else:
+            notes.append(f"{dom['op']} dominates but no call site under SRC was found: no kernel action")
+
+    # allocator: fragmentation
+    mem = m("memory")
+    if res.get("memory") and res["memory"].implies.startswith("allocator"):
+        actions.append(
+            AllocatorAction(
+                action="allocator",
+                target=f"{spec.file}::{spec.model}",
+                why=f"memory: inactive split peak {mem['inactive_split_peak_mib']} MiB = {mem['inactive_split_share']:.0%} of reserved, {mem['alloc_retries']} alloc retries (>= 20% or any retry)",
+            )
+        )
+
+    opmix = m("op_mix")
+    amort = m("amortization")
+    cands = amort.get("candidates", {})
+    bound = opmix.get("compile_gain_bound")
+    if opmix.get("gemm_share", 0) >= 0.80:
+        notes.append(
+            f"GEMM-dominated ({opmix['gemm_share']:.0%} GEMM+attention, {opmix['basis']}): compile would return ~1.0x "
+            f"(at most {bound}x); no compile planned"
+        )
+        return Decision(_plan(spec, ctx, actions), notes, "~1.0x")
+    if cands and all(c.get("pays_back") is False for c in cands.values()):
+        worst = ", ".join(f"{u}: {c['compile_s']} s x {c['n_compiles']}" for u, c in cands.items())
+        notes.append(
+            f"compile cost does not pay back over {amort['runs']} runs ({worst}; break-even needs "
+            f"{min(c['break_even_gain_ms'] for c in cands.values())} ms/step saved): the plan compiles nothing"
+        )
+        return Decision(_plan(spec, ctx, actions), notes, "1.0x (no compile)")
+
+    bs = m("batch_scaling")
+    rc = m("recompiles")
+    launch = bs.get("fixed_share", 0) >= 0.15
+    stable = not rc.get("recompiles") and not rc.get("varying_input_dims")
+    breaks = [f for f in res["graph_breaks"].findings if f.function] if res.get("graph_breaks") and res["graph_breaks"].ok else []
+    whole_ok = cands.get("whole", {}).get("pays_back") is not False
+    region_ok = cands.get("region", {}).get("pays_back") is not False
+
+    if launch and stable and model_target and whole_ok:
+        mode = "reduce-overhead" if ctx.session.cuda else "default"
+        actions.append(
+            CompileAction(
+                action="compile",
+                target=model_target,
+                strategy="whole",
+                options=CompileOptions(mode=mode),
+                why=f"batch scaling: {bs['fixed_share']:.0%} fixed overhead (>= 15% launch-bound); shapes stable (0 recompiles across {rc.get('shapes', 1)} shapes)"
+                + ("; CUDA graphs need one large capture" if mode == "reduce-overhead" else "; CPU: no CUDA graphs"),
+            )
+        )
+        unit_qual = model_target.split("::", 1)[1] + ".forward"
+        _disables(actions, breaks, {unit_qual}, "whole-model compile")
+        return Decision(_plan(spec, ctx, actions), notes)
+
+    if block is not None and block["target"] and region_ok:
+        forward_qual = block["target"].split("::", 1)[1] + ".forward"
+        ir = m("instance_recompiles")
+        guards = [f for f in res["instance_recompiles"].findings if f.kind == "guard"] if res.get("instance_recompiles") else []
+        if ir.get("recompiles"):
+            in_forward = [g for g in guards if g.function == forward_qual or not g.function]
+            helpers = [g for g in guards if g.function and g.function != forward_qual]
+            if in_forward or not helpers:
+                where = ", ".join(g.where for g in guards) or "unknown line"
+                notes.append(
+                    f"{ir['recompiles']} recompiles across {ir['instances']} instances of {block['cls'].__name__} from a guard in its own forward ({where})"
+                    + ("; recompile limit hit" if ir.get("limit_hit") else "")
+                    + ": compiling it would leave blocks silently eager; restructure (make the value a tensor or move it out of forward) — no compile planned for the block"
+                )
+                block = None
+            else:
+                seen = set()
+                for g in helpers:
+                    if g.function in seen:
+                        continue
+                    seen.add(g.function)
+                    actions.append(
+                        DisableAction(
+                            action="disable",
+                            target=f"{g.file}::{g.function}",
+                            why=f"instance recompiles: {ir['recompiles']} recompiles across {ir['instances']} instances of {block['cls'].__name__}"
+                            + (" (recompile limit hit)" if ir.get("limit_hit") else "")
+                            + f"; guard on per-instance state at {g.where}: keep this helper eager",
+                        )
+                    )
+        if block is not None:
+            disabled = _disables(actions, breaks, {forward_qual}, "per-block compile")
+            gran = m("granularity")
+            in_block_break = any(f.function == forward_qual for f in breaks)
+            options = CompileOptions(fullgraph=not disabled and not in_block_break and not any(isinstance(a, DisableAction) for a in actions))
+            share = gran.get("share")
+            actions.append(
+                CompileAction(
+                    action="compile",
+                    target=block["target"],
+                    strategy="region",
+                    options=options,
+                    why=f"granularity: {len(block['modules'])} x {block['cls'].__name__} in {block['name']}"
+                    + (f" = {share:.0%} of the step" if share is not None else "")
+                    + f"; op mix: GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%), fusible {opmix.get('fusible_share', 0):.0%}"
+                    + _amort_why(cands.get("region")),
+                )
+            )
+            _mark_dynamic(actions, ctx, blocks[0], rc)
+            return Decision(_plan(spec, ctx, actions), notes)
+    elif block is not None and not block["target"]:
+        notes.append(f"repeated block {block['cls'].__module__}.{block['cls'].__qualname__} is defined outside SRC: no compile target")
+
+    if blocks and block is None:
+        return Decision(_plan(spec, ctx, actions), notes)
+    if model_target and (cands.get("whole", {}).get("pays_back") is not False):
+        actions.append(
+            CompileAction(
+                action="compile",
+                target=model_target,
+                strategy="region",
+                why=f"no repeated block in SRC: the model is the unit; op mix GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%)" + _amort_why(cands.get("whole")),
+            )
+        )
+        _disables(actions, breaks, {model_target.split('::', 1)[1] + '.forward'}, "model compile")
+    return Decision(_plan(spec, ctx, actions), notes)
+
+
+def _amort_why(c: dict | None) -> str:
+    if not c:
+        return ""
+    if c.get("pays_back") is True:
+        return f"; amortization: {c['speedup']}x, {c['compile_s']} s compile pays back"
+    return f"; amortization: {c['compile_s']} s compile, pays back if >= {c['break_even_gain_ms']} ms/step saved"
+
+
+def _disables(actions: list, breaks: list, units: set[str], what: str) -> bool:
+    """``disable`` every helper (not the compiled unit itself) that breaks the graph."""
+    added = False
+    have = {a.target for a in actions if isinstance(a, DisableAction)}
+    for f in breaks:
+        if f.function in units or f.function is None:
+            continue
+        target = f"{f.file}::{f.function}"
+        if target in have:
+            continue
+        have.add(target)
+        actions.append(DisableAction(action="disable", target=target, why=f"graph break at {f.where}: {f.message[:160]}; keep eager inside the {what}"))
+        added = True
+    return added
+
+
+def _mark_dynamic(actions: list, ctx: Context, block: dict, rc: dict) -> None:
+    if not rc.get("recompiles"):
+        return
+    dims = rc.get("varying_block_dims") or []
+    owner_target = block["owner_target"]
+    arg = boundary_arg(block["owner"], block["attr"]) if owner_target else None
+    if not dims or not arg:
+        return
+    for d in dims:
+        actions.append(
+            MarkDynamicAction(
+                action="mark_dynamic",
+                target=owner_target.split("::", 1)[0] + "::" + owner_target.split("::", 1)[1] + ".forward",
+                arg=arg,
+                dim=d["dim"],
+                why=f"recompiles: {rc['recompiles']} across {rc['shapes']} shapes; the block input's dim {d['dim']} varies {sorted(set(d['sizes']))}: mark it where it enters the region",
+            )
+        )
+
+
+def _plan(spec: Any, ctx: Context, actions: list) -> Plan:
+    amort = None if ctx.amortization_assumed else ctx.amortization
+    return Plan(version=1, harness=spec, amortization=amort, actions=actions)

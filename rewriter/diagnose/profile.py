@@ -1,0 +1,247 @@
+"""One torch.profiler run shared by the profiler rungs (device time, op mix, top ops, gaps, blocks).
+
+The step runs ``steps`` times under ``torch.profiler.profile`` (CPU, plus CUDA when the harness
+device is CUDA) with ``with_stack=True``; each step is a ``stackpart::step`` range that ends after
+a device synchronise, so device work belongs to its step. Repeated blocks are wrapped in
+``stackpart::block::<name>`` ranges by forward hooks (granularity rung). The Chrome trace is
+exported for Perfetto.
+
+Sums follow torch's own table (``torch.autograd.profiler_util._build_table``): self-device time
+sums device events only and skips user annotations (``gpu_user_annotation`` ranges span kernels
+and would count them twice); self-CPU time sums operator events (Python-function events of the
+stack tracer and user ranges are not operators).
+"""
+
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .locate import relpath
+
+STEP = "stackpart::step"
+BLOCK = "stackpart::block::"
+
+
+@dataclass
+class OpEvent:
+    """A CPU operator (``aten::...`` or a runtime call like ``cudaLaunchKernel``), in µs."""
+
+    name: str
+    self_cpu_us: float
+    start_us: float
+    end_us: float
+    id: int
+    function: str | None = None  # innermost user function (file.py::Qual) from the Python stack
+
+
+@dataclass
+class KernelEvent:
+    """A device activity (kernel, memcpy, memset) in µs, with the aten op that launched it."""
+
+    name: str
+    start_us: float
+    dur_us: float
+    stream: int
+    kind: str  # kernel | memcpy | memset
+    parent_op: str | None = None
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.dur_us
+
+
+@dataclass
+class ProfileData:
+    """What one profiled run measured (per-step averages unless named ``_total``).
+
+    Attributes:
+        device: ``cuda`` or ``cpu``.
+        steps: profiled steps.
+        windows: (start_us, end_us) of each step range.
+        ops: CPU operators inside the step windows.
+        kernels: device activities inside the step windows (CUDA only).
+        blocks: ``{block name: {"cpu_us": total, "device_us": total}}`` summed over steps.
+        trace: the Chrome trace path.
+        profiled_step_ms: mean wall time of a profiled step (includes profiler overhead).
+    """
+
+    device: str
+    steps: int
+    windows: list[tuple[float, float]]
+    ops: list[OpEvent] = field(default_factory=list)
+    kernels: list[KernelEvent] = field(default_factory=list)
+    blocks: dict[str, dict[str, float]] = field(default_factory=dict)
+    trace: str | None = None
+    profiled_step_ms: float = 0.0
+
+    @property
+    def step_us(self) -> float:
+        """Mean step window (host wall, device synchronised at the end), µs."""
+        return sum(e - s for s, e in self.windows) / max(1, len(self.windows))
+
+    @property
+    def self_cpu_us(self) -> float:
+        """Summed self-CPU time of operators per step, µs."""
+        return sum(o.self_cpu_us for o in self.ops) / max(1, self.steps)
+
+    @property
+    def self_device_us(self) -> float:
+        """Summed self-device time per step, µs (0 on CPU)."""
+        return sum(k.dur_us for k in self.kernels) / max(1, self.steps)
+
+
+def _frames(evt: Any) -> list[str]:
+    """Python frames for an event: its ``stack`` or its chain of Python-function parents."""
+    if getattr(evt, "stack", None):
+        return list(evt.stack)
+    out, cur = [], evt.cpu_parent
+    while cur is not None:
+        if getattr(cur, "is_python_function", False):
+            out.append(cur.name)
+        cur = cur.cpu_parent
+    return out
+
+
+def _user_function(evt: Any, src: Path) -> str | None:
+    """``file.py::Qual`` of the innermost frame under SRC (profiler frames name the def line)."""
+    return _first_user_function(tuple(_frames(evt)), str(src))
+
+
+@lru_cache(maxsize=4096)
+def _first_user_function(frames: tuple[str, ...], src_text: str) -> str | None:
+    import sys
+
+    from .locate import _PROFILER_FRAME, function_at
+
+    src = Path(src_text)
+    for entry in frames:
+        m = _PROFILER_FRAME.match(entry.strip())
+        if not m:
+            continue
+        name = m.group("file")
+        candidates = [Path(name)] if Path(name).is_absolute() else [Path(src) / name] + [Path(p) / name for p in sys.path if p]
+        for cand in candidates:
+            if cand.is_file():
+                rel = relpath(src, cand)
+                if rel is None:
+                    break
+                qual = function_at(cand, int(m.group("line")))
+                return f"{rel}::{qual}" if qual else None
+    return None
+
+
+def _kind(name: str) -> str:
+    low = name.lower()
+    if low.startswith("memcpy") or "memcpy" in low.split(" ")[0]:
+        return "memcpy"
+    if low.startswith("memset"):
+        return "memset"
+    return "kernel"
+
+
+def _aten_parent(evt: Any) -> str | None:
+    """The innermost ``aten::``/``c10d::`` operator at or above ``evt`` (the op that launched)."""
+    cur = evt
+    while cur is not None:
+        if cur.name.startswith(("aten::", "c10d::")):
+            return cur.name
+        cur = cur.cpu_parent
+    return None
+
+
+def profile_steps(session: Any, step: Any, out_dir: Path, *, steps: int = 3, blocks: list[tuple[str, Any]] | None = None) -> ProfileData:
+    """Profile ``steps`` runs of ``step`` (after one warm-up) and collect per-step figures.
+
+    Args:
+        session: the :class:`~rewriter.diagnose.session.Session`.
+        step: the zero-argument step callable.
+        out_dir: where ``trace.json`` goes.
+        blocks: ``(name, module)`` pairs to wrap in ``stackpart::block::<name>`` ranges.
+
+    Raises:
+        HarnessFailure: the step failed under the profiler.
+    """
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    activities = [ProfilerActivity.CPU]
+    if session.cuda:
+        activities.append(ProfilerActivity.CUDA)
+    handles = []
+    for name, module in blocks or []:
+        ranges: list[Any] = []
+
+        def pre(mod: Any, args: Any, _n: str = name, _r: list = ranges) -> None:
+            r = record_function(BLOCK + _n)
+            r.__enter__()
+            _r.append(r)
+
+        def post(mod: Any, args: Any, output: Any, _r: list = ranges) -> None:
+            if _r:
+                _r.pop().__exit__(None, None, None)
+
+        handles.append(module.register_forward_pre_hook(pre))
+        handles.append(module.register_forward_hook(post))
+    try:
+        session.run(step)  # warm-up outside the profile
+        with session.guard(session.forward_name()):
+            with profile(activities=activities, with_stack=True) as prof:
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    with record_function(STEP):
+                        step()
+                        session.sync()
+                wall = (time.perf_counter() - t0) / steps * 1e3
+    finally:
+        for h in handles:
+            h.remove()
+    trace = Path(out_dir) / "trace.json"
+    try:
+        prof.export_chrome_trace(str(trace))
+    except Exception:  # a trace is a convenience; the figures below do not depend on it
+        trace = None  # type: ignore[assignment]
+    events = list(prof.events())
+    windows = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == STEP)
+
+    def inside(e: Any) -> bool:
+        s, t = e.time_range.start, e.time_range.end
+        return any(ws <= s and t <= we + 1 for ws, we in windows)
+
+    data = ProfileData(device="cuda" if session.cuda else "cpu", steps=len(windows) or steps, windows=windows, trace=str(trace) if trace else None, profiled_step_ms=wall)
+    by_id = {}
+    for e in events:
+        if e.device_type == DeviceType.CPU and not e.is_async:
+            by_id.setdefault(e.id, e)
+    for e in events:
+        if e.device_type == DeviceType.CPU:
+            if e.is_async or getattr(e, "is_python_function", False) or not inside(e):
+                continue
+            if e.name.startswith(BLOCK):
+                entry = data.blocks.setdefault(e.name[len(BLOCK):], {"cpu_us": 0.0, "device_us": 0.0})
+                entry["cpu_us"] += e.cpu_time_total
+                entry["device_us"] += e.device_time_total if session.cuda else 0.0
+                continue
+            if e.is_user_annotation or e.name == STEP or e.name.startswith("stackpart::"):
+                continue
+            fn = _user_function(e, session.src) if e.name.startswith("aten::") else None
+            data.ops.append(OpEvent(e.name, e.self_cpu_time_total, e.time_range.start, e.time_range.end, e.id, fn))
+        elif not e.is_user_annotation:
+            if not inside(e):
+                continue
+            parent = by_id.get(getattr(e, "linked_correlation_id", 0))
+            data.kernels.append(
+                KernelEvent(
+                    name=e.name,
+                    start_us=e.time_range.start,
+                    dur_us=e.time_range.end - e.time_range.start,
+                    stream=int(getattr(e, "device_resource_id", 0) or e.thread),
+                    kind=_kind(e.name),
+                    parent_op=_aten_parent(parent) if parent is not None else None,
+                )
+            )
+    return data

@@ -1,0 +1,99 @@
+"""Rung 6b: recompiles across the harness shapes, and which dims vary.
+
+The model is compiled once (backend ``eager``: guards and recompiles are decided by Dynamo before
+any backend runs, so the cheapest backend gives the same count) and called at every harness
+shape. Recompiles and their guard failures are read from Dynamo's recompile log
+(:mod:`.dynamo_log`). The dims that vary are measured on the model's input tensors and on the
+repeated block's input (a forward pre-hook on its first instance): the block input is the region
+boundary where ``mark_dynamic`` belongs (DESIGN.md: a mark on ``input_ids`` does not survive the
+eager embedding). Threshold: any recompile after the first compile (partitioning-the-stack: "Am
+I recompiling? -> bucket shapes, mark_dynamic").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .context import Context
+from .dynamo_log import capture, reset
+from .rung import Finding, RungResult
+from .session import tensor_leaves
+
+
+def varying(shapes: list[list[tuple[int, ...]]]) -> list[dict[str, Any]]:
+    """``[{"tensor": i, "dim": d, "sizes": [...]}]`` for dims that differ across calls."""
+    out = []
+    if not shapes:
+        return out
+    for i in range(min(len(s) for s in shapes)):
+        ranks = {len(s[i]) for s in shapes}
+        if len(ranks) != 1:
+            continue
+        for d in range(ranks.pop()):
+            sizes = [s[i][d] for s in shapes]
+            if len(set(sizes)) > 1:
+                out.append({"tensor": i, "dim": d, "sizes": sizes})
+    return out
+
+
+def _first_tensor(args: tuple, kwargs: dict) -> Any:
+    leaves = tensor_leaves(list(args) + list(kwargs.values()))
+    return leaves[0] if leaves else None
+
+
+def run(ctx: Context) -> RungResult:
+    import torch
+
+    r = RungResult("recompiles", "Recompiles across the harness shapes")
+    r.threshold = "any recompile after the first compile (TORCH_LOGS=recompiles)"
+    spec = ctx.session.spec
+    model, _, _ = ctx.reference()
+    blocks = ctx.cache.get("blocks") or []
+    block_shapes: list[tuple[int, ...]] = []
+    input_shapes: list[list[tuple[int, ...]]] = []
+    hook = None
+    if blocks:
+        first = blocks[0]["modules"][0]
+
+        def pre(mod: Any, args: tuple, kwargs: dict) -> None:
+            t = _first_tensor(args, kwargs)
+            if t is not None and len(block_shapes) < len(input_shapes):
+                block_shapes.append(tuple(t.shape))
+
+        hook = first.register_forward_pre_hook(pre, with_kwargs=True)
+    reset()
+    compiled = torch.compile(model, backend="eager")
+    try:
+        with capture() as log:
+            for shape in spec.shapes:
+                _, inputs = ctx.session.build(shape)
+                input_shapes.append([tuple(t.shape) for t in tensor_leaves(inputs)])
+                ctx.session.run(ctx.session.step_fn(compiled, inputs))
+    finally:
+        if hook is not None:
+            hook.remove()
+        reset()
+    keys = sorted({k for s in spec.shapes for k in s if len({s.get(k) for s in spec.shapes}) > 1})
+    var_in = varying(input_shapes)
+    var_block = varying([[s] for s in block_shapes]) if len(block_shapes) == len(input_shapes) else []
+    for rc in log.recompiles:
+        site = log.guard_site(ctx.session.src, rc.text)
+        text = f"recompiled {rc.function}: " + "; ".join(rc.guards[:2])
+        r.findings.append(Finding("recompile", text[:300], *(site if site else (None, None, None))))
+    r.measurement = {
+        "shapes": len(spec.shapes),
+        "recompiles": len(log.recompiles),
+        "varying_shape_keys": keys,
+        "varying_input_dims": var_in,
+        "varying_block_dims": [{"dim": v["dim"], "sizes": v["sizes"]} for v in var_block],
+        "limit_hit": bool(log.limit_hit),
+    }
+    if log.recompiles:
+        dims = ", ".join(f"dim {v['dim']}" for v in var_block) or ", ".join(f"input {v['tensor']} dim {v['dim']}" for v in var_in)
+        r.verdict = f"{len(log.recompiles)} recompile(s) across {len(spec.shapes)} shapes; varying: {dims or 'no tensor dim (a guard on a value)'}"
+        r.implies = "mark_dynamic at the region boundary (or bucket)"
+    elif keys:
+        r.verdict = f"no recompiles across {len(spec.shapes)} shapes (varying {', '.join(keys)})"
+    else:
+        r.verdict = f"stable: no recompiles across {len(spec.shapes)} shape(s)"
+    return r

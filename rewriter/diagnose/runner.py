@@ -1,0 +1,310 @@
+"""Run the ladder: load the harness, run each rung with progress, plan, write every output.
+
+A rung that fails inside stackpart or torch (an ``explain`` crash, say) is recorded as ``error``
+and the ladder goes on; a harness failure (the user's code raised, returned no tensors, ran out
+of memory or hung past the timeout) stops the ladder: report.json is still written with the rungs
+measured so far, and a :class:`~rewriter.errors.StackpartError` naming the rung and the harness
+callable is raised (exit 2).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import StackpartError
+from ..harness import load_harness
+from ..plan import Amortization, Harness
+from . import (
+    amortization,
+    batch_scaling,
+    device_time,
+    gaps,
+    granularity,
+    graph_breaks,
+    instance_recompiles,
+    memory,
+    op_mix,
+    recompiles,
+    top_ops,
+)
+from .context import Context
+from .profile import profile_steps
+from .report import charts, markdown, plan_yaml, terminal, to_json, write_json
+from .rung import RungResult
+from .session import HarnessFailure, Session
+
+#: The ladder, cheapest first (DESIGN.md). ``profile`` is the shared profiled run.
+RUNGS: list[tuple[str, Callable[[Context], RungResult] | None]] = [
+    ("batch_scaling", batch_scaling.run),
+    ("profile", None),
+    ("device_time", device_time.run),
+    ("op_mix", op_mix.run),
+    ("top_ops", top_ops.run),
+    ("gaps", gaps.run),
+    ("graph_breaks", graph_breaks.run),
+    ("recompiles", recompiles.run),
+    ("instance_recompiles", instance_recompiles.run),
+    ("memory", memory.run),
+    ("granularity", granularity.run),
+    ("amortization", amortization.run),
+]
+NEEDS_PROFILE = {"device_time", "op_mix", "top_ops", "gaps", "granularity"}
+
+
+@dataclass
+class Outcome:
+    """What one diagnosis produced."""
+
+    rungs: list[RungResult]
+    plan: Any = None
+    notes: list[str] = field(default_factory=list)
+    paths: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def default_backend(device: str) -> str:
+    """``inductor`` on CUDA (the real gain is measured); ``eager`` on CPU (compile cost only)."""
+    return "inductor" if device.startswith("cuda") else "eager"
+
+
+def diagnose(
+    spec: Harness,
+    src: str | Path,
+    plan_out: str | Path,
+    *,
+    report_dir: str | Path | None = None,
+    backend: str | None = None,
+    amortization_spec: Amortization | None = None,
+    timeout_s: float = 300.0,
+    steps: int = 3,
+    console: Any = None,
+    only: set[str] | None = None,
+) -> Outcome:
+    """Run the ladder on the harness and write plan, report.md, report.json, charts and trace.
+
+    Args:
+        spec: the harness section (from flags or a plan).
+        src: the source tree (targets are relative to it).
+        plan_out: where plan.yaml goes.
+        report_dir: where report.md/json, charts and trace.json go (default: ``<plan dir>/stackpart-diagnose``).
+        backend: compile backend for the amortization rung (default :func:`default_backend`).
+        amortization_spec: runs/restarts; None assumes 1e6 runs, 1 restart and says so.
+        timeout_s: limit for one call into the harness (a hang becomes an error).
+        steps: profiled steps.
+        only: run only these rungs (tests); the others are recorded as skipped.
+
+    Raises:
+        StackpartError: the harness cannot be loaded (nothing written), or a harness call failed
+            during a rung (report.json written with the partial results).
+    """
+    from ..terminal import stderr
+
+    started = time.perf_counter()
+    console = console or stderr()
+    src = Path(src)
+    if not src.is_dir():
+        raise StackpartError("SRC is not a directory", path=str(src))
+    harness = load_harness(spec, src)
+    plan_out = Path(plan_out)
+    out_dir = Path(report_dir) if report_dir else plan_out.parent / "stackpart-diagnose"
+    session = Session(harness, timeout_s=timeout_s)
+    ctx = Context(
+        session=session,
+        out_dir=out_dir,
+        backend=backend or default_backend(spec.device),
+        amortization=amortization_spec or Amortization(runs=1_000_000, restarts=1),
+        amortization_assumed=amortization_spec is None,
+    )
+    meta = {
+        "harness": spec.model_dump(mode="json"),
+        "src": str(src),
+        "device": spec.device,
+        "mode": spec.mode,
+        "dtype": spec.dtype,
+        "reference_shape": dict(spec.shapes[0]),
+        "backend": ctx.backend,
+        "amortization": ctx.amortization.model_dump(),
+        "amortization_assumed": ctx.amortization_assumed,
+    }
+    if spec.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise StackpartError("harness.device is cuda but torch sees no CUDA device", path=spec.file, hint="use --device cpu")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results: list[RungResult] = []
+    error: str | None = None
+    fatal: HarnessFailure | None = None
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console, transient=True)
+    with progress:
+        task = progress.add_task("setup: building the model", total=len(RUNGS))
+        try:
+            session.rung = "setup"
+            model, _, _ = ctx.reference()
+            ctx.cache["blocks"] = granularity.find_blocks(model, src)
+        except HarnessFailure as exc:
+            fatal = exc
+        for name, fn in RUNGS:
+            if fatal is not None:
+                break
+            progress.update(task, description=f"rung: {name}")
+            session.rung = name
+            t0 = time.perf_counter()
+            try:
+                if only is not None and name not in only and name != "profile":
+                    r = RungResult(name, name).skip("not selected")
+                elif name == "profile":
+                    if only is not None and not (only & NEEDS_PROFILE):
+                        progress.advance(task)
+                        continue
+                    _, _, step = ctx.reference()
+                    blocks = ctx.cache["blocks"]
+                    named = [(f"{blocks[0]['name']}.{i}", mod) for i, mod in enumerate(blocks[0]["modules"])] if blocks else []
+                    ctx.cache["profile"] = profile_steps(session, step, out_dir, steps=steps, blocks=named)
+                    progress.advance(task)
+                    continue
+                elif name in NEEDS_PROFILE and "profile" not in ctx.cache:
+                    r = RungResult(name, name, status="error", reason="the profiled run failed")
+                else:
+                    r = fn(ctx)  # type: ignore[misc]
+            except HarnessFailure as exc:
+                fatal = exc
+                r = RungResult(name, name, status="error", reason=str(exc))
+            except Exception as exc:  # a rung's own failure: record it, keep climbing
+                last = traceback.extract_tb(exc.__traceback__)[-1]
+                r = RungResult(name, name, status="error", reason=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} ({Path(last.filename).name}:{last.lineno})")
+            r.seconds = round(time.perf_counter() - t0, 3)
+            results.append(r)
+            ctx.results[name] = r
+            progress.advance(task)
+    outcome = Outcome(rungs=results)
+    if fatal is not None:
+        error = str(fatal)
+        write_json(out_dir / "report.json", to_json(meta, results, None, [], error))
+        where = f" ({fatal.path}:{fatal.line})" if fatal.path and fatal.line else ""
+        raise StackpartError(
+            f"diagnose stopped at rung {fatal.rung}: harness {fatal.callable}: {fatal.message}{where}; partial results in {out_dir / 'report.json'}",
+            path=spec.file,
+        )
+    from .planner import plan as make_plan
+
+    decision = make_plan(ctx)
+    outcome.plan, outcome.notes = decision.plan, decision.notes
+    if ctx.amortization_assumed:
+        outcome.notes.append("amortization not given: assumed 1,000,000 runs and 1 restart (pass --runs/--restarts)")
+    text = plan_yaml(decision.plan)
+    from ..plan import parse_plan
+
+    parse_plan(text, str(plan_out))  # the plan we write must load: a bug here is ours, fail loudly
+    plan_out.parent.mkdir(parents=True, exist_ok=True)
+    plan_out.write_text(text, encoding="utf-8")
+    images, chart_note = charts(out_dir, ctx.results)
+    outcome.seconds = round(time.perf_counter() - started, 2)
+    meta["seconds"] = outcome.seconds
+    (out_dir / "report.md").write_text(markdown(meta, results, text, outcome.notes, images, chart_note, None), encoding="utf-8")
+    write_json(out_dir / "report.json", to_json(meta, results, decision.plan, outcome.notes, None))
+    outcome.paths = {"plan": str(plan_out), "report": str(out_dir / "report.md"), "json": str(out_dir / "report.json")}
+    prof = ctx.cache.get("profile")
+    if prof is not None and prof.trace:
+        outcome.paths["trace (Perfetto)"] = prof.trace
+    terminal(console, results, outcome.notes, decision.plan, outcome.paths)
+    return outcome
+
+
+def harness_from_flags(
+    harness: str,
+    src: str | Path,
+    *,
+    model: str | None,
+    inputs: str | None,
+    shapes: list[dict[str, int]],
+    mode: str | None,
+    dtype: str | None,
+    device: str | None,
+) -> tuple[Harness, Amortization | None]:
+    """The harness section from ``--harness`` (a .py file or a plan.yaml) and the other flags.
+
+    A ``.yaml``/``.yml`` path is a plan whose ``harness:`` (and ``amortization:``) are used; flags
+    given as well override its fields. A ``.py`` path may be relative to SRC or to the current
+    directory (it must lie under SRC).
+
+    Raises:
+        StackpartError: the plan has no harness section, or the file lies outside SRC, or a
+            field is invalid (pydantic's message, naming the field).
+    """
+    from pydantic import ValidationError
+
+    from ..plan import load_plan
+
+    src = Path(src)
+    amort = None
+    if harness.endswith((".yaml", ".yml")):
+        loaded = load_plan(harness)
+        if loaded.plan.harness is None:
+            raise StackpartError("the plan has no 'harness:' section", path=harness, line=1, hint="add one or pass --harness harness.py")
+        base = loaded.plan.harness.model_dump()
+        amort = loaded.plan.amortization
+    else:
+        path = Path(harness)
+        rel = harness
+        if path.is_absolute() or path.exists():
+            try:
+                rel = path.resolve().relative_to(src.resolve()).as_posix()
+            except ValueError:
+                if (src / harness).is_file():
+                    rel = harness
+                else:
+                    raise StackpartError("--harness must lie under SRC", path=harness) from None
+        base = {"file": rel}
+        if device is None:
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+    for key, value in (("model", model), ("inputs", inputs), ("mode", mode), ("dtype", dtype), ("device", device)):
+        if value is not None:
+            base[key] = value
+    if shapes:
+        base["shapes"] = shapes
+    try:
+        return Harness.model_validate(base), amort
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        raise StackpartError(f"--{'.'.join(str(p) for p in e['loc'])}: {e['msg']}") from None
+
+
+def parse_shape(text: str) -> dict[str, int]:
+    """``batch=8,seq=512`` → ``{"batch": 8, "seq": 512}``.
+
+    Raises:
+        StackpartError: not ``key=int`` pairs.
+    """
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip().isidentifier() or not value.strip().lstrip("-").isdigit():
+            raise StackpartError(f"--shape: expected key=int[,key=int...], got {text!r}")
+        out[key.strip()] = int(value)
+    if not out:
+        raise StackpartError(f"--shape: expected key=int[,key=int...], got {text!r}")
+    return out
+
+
+def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str, ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int) -> int:
+    """The ``stackpart diagnose`` command: returns 0 (plan written); raises StackpartError (exit 2)."""
+    spec, amort = harness_from_flags(harness, src, model=model, inputs=inputs, shapes=[parse_shape(s) for s in shapes], mode=mode, dtype=dtype, device=device)
+    if runs is not None or restarts is not None:
+        base = amort.model_dump() if amort is not None else {"runs": 1_000_000, "restarts": 1}
+        if runs is not None:
+            base["runs"] = runs
+        if restarts is not None:
+            base["restarts"] = restarts
+        amort = Amortization.model_validate(base)
+    diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps)
+    return 0

@@ -1,0 +1,250 @@
+"""The model under diagnosis: build it from the harness, run one step, time steps, guard time.
+
+A *step* is one call of the model on the inputs (``inference``: under ``torch.no_grad``) or one
+forward + backward + SGD step (``training``; the loss is the mean of every floating output).
+Every call into the user's code goes through :meth:`Session.guard`, which turns an exception,
+a non-tensor result, an out-of-memory error or a timeout into a :class:`HarnessFailure` that
+names the rung and the harness callable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import StackpartError
+from ..harness import LoadedHarness, build, call_model, on_sys_path
+
+
+class HarnessFailure(Exception):
+    """The harness could not be run: the diagnosis stops at this rung (fatal).
+
+    Attributes:
+        rung: the rung that was running.
+        callable: which harness callable failed (``build_model()``, ``make_inputs(batch=8)``,
+            or the model's forward).
+        message: what happened, one line.
+        path, line: the user's file and line where known.
+    """
+
+    def __init__(self, rung: str, callable: str, message: str, path: str | None = None, line: int | None = None):
+        super().__init__(f"rung {rung}: {callable}: {message}")
+        self.rung, self.callable, self.message, self.path, self.line = rung, callable, message, path, line
+
+
+class _Timeout(BaseException):
+    """Raised inside user code by the alarm (BaseException: user ``except Exception`` won't eat it)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`_Timeout` in the main thread after ``seconds`` (SIGALRM; POSIX only).
+
+    A no-op off the main thread or where SIGALRM is missing. It interrupts Python code (a loop,
+    a ``sleep``), not one long C call; the CUDA case of a stuck kernel is out of its reach.
+    """
+    usable = (
+        seconds is not None
+        and seconds > 0
+        and hasattr(signal, "SIGALRM")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+
+    def fire(signum: int, frame: Any) -> None:
+        raise _Timeout()
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def tensor_leaves(value: Any) -> list[Any]:
+    """Every tensor in a (nested) tuple/list/dict/dataclass-like output (HF ModelOutput too)."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    if hasattr(value, "to_tuple") and callable(value.to_tuple):
+        value = value.to_tuple()
+    return [x for x in pytree.tree_leaves(value) if isinstance(x, torch.Tensor)]
+
+
+def _user_line(exc: BaseException, src: Path) -> tuple[str | None, int | None]:
+    import traceback
+
+    root = src.resolve()
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        try:
+            path = Path(frame.filename).resolve()
+        except OSError:
+            continue
+        if path.is_relative_to(root):
+            return str(path.relative_to(root)), frame.lineno
+    return None, None
+
+
+@dataclass
+class Session:
+    """One harness, built once per shape, with the rung currently running.
+
+    Attributes:
+        harness: the loaded harness.
+        timeout_s: limit for one guarded call into user code (seconds).
+        rung: the rung now running (for error messages).
+    """
+
+    harness: LoadedHarness
+    timeout_s: float = 120.0
+    rung: str = "setup"
+    _models: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def spec(self):  # noqa: ANN201 - the Harness model
+        return self.harness.spec
+
+    @property
+    def src(self) -> Path:
+        return Path(self.harness.src)
+
+    @property
+    def cuda(self) -> bool:
+        return self.spec.device.startswith("cuda")
+
+    @property
+    def training(self) -> bool:
+        return self.spec.mode == "training"
+
+    def sync(self) -> None:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+
+    # -- guarded calls -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def guard(self, what: str) -> Iterator[None]:
+        """Run user code: map failures to :class:`HarnessFailure` naming this rung and ``what``."""
+        import torch
+
+        try:
+            with time_limit(self.timeout_s):
+                yield
+        except _Timeout:
+            raise HarnessFailure(
+                self.rung, what, f"did not finish within {self.timeout_s:g} s (timeout; hung?)"
+            ) from None
+        except HarnessFailure:
+            raise
+        except StackpartError as exc:
+            raise HarnessFailure(self.rung, what, exc.message, exc.path, exc.line) from exc
+        except (torch.cuda.OutOfMemoryError, MemoryError) as exc:
+            raise HarnessFailure(self.rung, what, f"ran out of memory: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+        except Exception as exc:  # the user's code: any exception is a harness failure
+            path, line = _user_line(exc, self.src)
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise HarnessFailure(self.rung, what, f"raised {type(exc).__name__}: {first}", path, line) from exc
+
+    def forward_name(self) -> str:
+        return f"{self.spec.model}() model forward"
+
+    def build(self, shape: dict[str, int] | None = None) -> tuple[Any, Any]:
+        """Build (model, inputs) for ``shape``; the model is built once and reused.
+
+        Raises:
+            HarnessFailure: a callable raised, returned the wrong kind, or inputs hold no tensor.
+        """
+        shape = dict(self.spec.shapes[0] if shape is None else shape)
+        args = ", ".join(f"{k}={v}" for k, v in shape.items())
+        with self.guard(f"{self.spec.inputs}({args}) / {self.spec.model}()"):
+            if "model" not in self._models:
+                model, inputs = build(self.harness, shape)
+                self._models["model"] = model
+            else:
+                inputs = self.inputs(shape)
+        if not tensor_leaves(inputs):
+            raise HarnessFailure(
+                self.rung, f"{self.spec.inputs}({args})", "returned no tensors (expected a tensor, tuple or dict of tensors)"
+            )
+        return self._models["model"], inputs
+
+    def inputs(self, shape: dict[str, int]) -> Any:
+        from ..harness import _to, torch_dtype
+
+        with on_sys_path(self.src):
+            raw = self.harness.make_inputs(**shape)
+        if not isinstance(raw, (tuple, list, dict)):
+            raw = (raw,)
+        return _to(raw, self.spec.device, torch_dtype(self.spec))
+
+    def step_fn(self, model: Any, inputs: Any) -> Callable[[], Any]:
+        """A zero-argument callable running one step (see module docstring), checking outputs."""
+        import torch
+
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-6) if self.training else None
+        name = self.forward_name()
+
+        def step() -> Any:
+            if opt is None:
+                with torch.no_grad():
+                    out = call_model(model, inputs)
+            else:
+                out = call_model(model, inputs)
+            leaves = tensor_leaves(out)
+            if not leaves:
+                raise HarnessFailure(
+                    self.rung, name, f"returned {type(out).__name__} with no tensors (expected tensors)"
+                )
+            if opt is not None:
+                floats = [t for t in leaves if t.is_floating_point() and t.requires_grad]
+                if not floats:
+                    raise HarnessFailure(self.rung, name, "training mode: no output requires grad")
+                loss = sum(t.float().mean() for t in floats)
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            return out
+
+        return step
+
+    def run(self, step: Callable[[], Any], what: str | None = None) -> Any:
+        """Run one guarded step and wait for the device."""
+        with self.guard(what or self.forward_name()):
+            out = step()
+            self.sync()
+        return out
+
+    def time(self, step: Callable[[], Any], *, warmup: int = 2, min_s: float = 0.3, max_iters: int = 50, min_iters: int = 3) -> dict[str, float]:
+        """Median step time in ms over enough runs to fill ``min_s`` (at least ``min_iters``).
+
+        Returns:
+            ``{"median_ms", "min_ms", "iters"}``. CUDA: synchronised wall time per step (the
+            device finishes before the clock stops).
+        """
+        with self.guard(self.forward_name()):
+            for _ in range(warmup):
+                step()
+            self.sync()
+            times: list[float] = []
+            t_end = time.perf_counter() + min_s
+            while len(times) < min_iters or (time.perf_counter() < t_end and len(times) < max_iters):
+                t0 = time.perf_counter()
+                step()
+                self.sync()
+                times.append((time.perf_counter() - t0) * 1e3)
+        return {"median_ms": statistics.median(times), "min_ms": min(times), "iters": len(times)}
+
+    def model(self) -> Any:
+        return self.build()[0]
