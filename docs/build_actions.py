@@ -80,6 +80,11 @@ def _description(plan: Path) -> str:
     return " ".join(x for x in lines if x)
 
 
+#: Fixture groups of other stages, with their own layout and tests (fixtures/validate/: plan.yaml +
+#: src/ per case, run by tests/test_validate*.py).
+OTHER_STAGES = frozenset({"validate"})
+
+
 def collect(root: Path = FIXTURES) -> list[Case]:
     """Every case under ``root``, in page order.
 
@@ -90,9 +95,13 @@ def collect(root: Path = FIXTURES) -> list[Case]:
                     key=lambda d: (ORDER.index(d.name) if d.name in ORDER else len(ORDER), d.name))
     out = []
     for group in groups:
+        if group.name in OTHER_STAGES:
+            continue
         for case in sorted(d for d in group.iterdir() if d.is_dir()):
             plan = case / "plan.yaml"
             error = _read_opt(case / "expected_error.txt")
+            if not any((case / n).exists() for n in ("before", "after", "expected_error.txt")):
+                continue  # not a rewrite case (other stages keep their own fixtures here)
             if not plan.is_file() or not (case / "before").is_dir():
                 raise ValueError(f"{case}: a case needs plan.yaml and before/")
             if (error is None) == (not (case / "after").is_dir()):

@@ -1,0 +1,305 @@
+"""`stackpart rewrite` as a user's tree and git see it: the diff applies, --apply is byte-faithful
+and atomic, --check's exit codes, and bad input exits 2 with nothing written."""
+
+from __future__ import annotations
+
+import codecs
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rewriter import rewrite as rewrite_mod
+from rewriter.cli import main
+
+MODEL = '''\
+"""A small model. Ünïcödé in a docstring: λ → μ."""
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)  # café
+
+    def forward(self, x):
+        return x + self.fc(x)
+
+
+def route(x):
+    return x.nonzero()
+
+
+class GPT(nn.Module):
+    def forward(self, idx):
+        return idx
+'''
+
+PLAN = """\
+version: 1
+actions:
+  - action: compile
+    target: pkg/model.py::Block
+  - action: disable
+    target: pkg/model.py::route
+  - action: bucket
+    target: pkg/model.py::GPT.forward
+    arg: idx
+    dim: 1
+    buckets: [8, 16]
+  - action: allocator
+    target: run.py::main
+"""
+
+RUN = "def main():\n    print('hi')\n"
+
+
+def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``root`` with its bytes and permission bits."""
+    return {
+        p.relative_to(root).as_posix(): (p.read_bytes(), stat.S_IMODE(p.stat().st_mode))
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
+
+
+def git(*args: str, cwd: Path, input: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True, check=False)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """A tree with a package (pkg/), a loose script (run.py) and a plan at tmp/plan.yaml."""
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "__init__.py").write_text("")
+    (src / "pkg" / "model.py").write_text(MODEL, encoding="utf-8")
+    (src / "run.py").write_text(RUN)
+    (tmp_path / "plan.yaml").write_text(PLAN)
+    return tmp_path, src
+
+
+def run(capsysbinary, *argv: str) -> tuple[int, bytes, str]:
+    capsysbinary.readouterr()
+    code = main(list(argv))
+    out, err = capsysbinary.readouterr()
+    return code, out, err.decode("utf-8", "replace")
+
+
+def rewrite(capsysbinary, base: Path, *flags: str, plan: str = "plan.yaml", src: str = "src"):
+    """``stackpart rewrite --unsafe`` on the tree; ``--apply`` without the validation gate (it has
+    its own tests; these are about the bytes written)."""
+    if "--apply" in flags:
+        flags = (*flags, "--no-validate")
+    # --no-validate: these tests are about the rewrite's I/O, not the validation gate (tests/test_validate_gate.py).
+    gate = ["--no-validate"] if "--apply" in flags else []
+    return run(capsysbinary, "rewrite", "--plan", str(base / plan), str(base / src), "--unsafe", *flags, *gate)
+
+
+def test_diff_is_accepted_by_git_apply_from_src(tree, capsysbinary):
+    base, src = tree
+    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+        assert git(*args, cwd=src).returncode == 0
+    code, patch, err = rewrite(capsysbinary, base)
+    assert code == 0, err
+    assert patch.startswith(b"diff --git a/")
+    check = git("apply", "--check", "-", cwd=src, input=patch)
+    assert check.returncode == 0, check.stderr
+    assert git("apply", "-", cwd=src, input=patch).returncode == 0
+    via_git = snapshot(src)
+    # Reset and apply with stackpart itself: the same bytes.
+    assert git("checkout", "-q", ".", cwd=src).returncode == 0
+    assert git("clean", "-qfd", cwd=src).returncode == 0
+    assert rewrite(capsysbinary, base, "--apply")[0] == 0
+    assert {k: v[0] for k, v in snapshot(src).items()} == {k: v[0] for k, v in via_git.items()}
+    # git sees exactly the files the diff named.
+    status = git("status", "--porcelain", "--untracked-files=all", cwd=src).stdout.decode()
+    assert sorted(line[3:] for line in status.splitlines()) == [
+        "pkg/_stackpart/__init__.py", "pkg/_stackpart/bucketing.py", "pkg/model.py", "run.py"
+    ]
+
+
+def test_apply_keeps_mode_bom_crlf_and_non_ascii_and_only_adds_lines(tree, capsysbinary):
+    base, src = tree
+    model = src / "pkg" / "model.py"
+    original = codecs.BOM_UTF8 + MODEL.replace("\n", "\r\n").encode("utf-8")
+    model.write_bytes(original)
+    model.chmod(0o755)
+    code, _, err = rewrite(capsysbinary, base, "--apply")
+    assert code == 0, err
+    new = model.read_bytes()
+    assert stat.S_IMODE(model.stat().st_mode) == 0o755
+    assert new.startswith(codecs.BOM_UTF8) and not new[3:].startswith(codecs.BOM_UTF8)
+    lines = new[3:].split(b"\r\n")
+    assert all(b"\n" not in line for line in lines), "a bare LF crept into a CRLF file"
+    # Every original line is still there, byte for byte and in order; only lines were added.
+    old_lines = original[3:].split(b"\r\n")
+    it = iter(lines)
+    assert all(any(line == old for line in it) for old in old_lines)
+    added = [line.strip() for line in lines if line not in old_lines]
+    assert added == [
+        b"from ._stackpart.bucketing import pad_to_bucket",
+        b"@torch.compile",
+        b"@torch.compiler.disable",
+        b'@pad_to_bucket("idx", dim=1, buckets=(8, 16), pad_value=0)',
+    ]
+    assert "λ → μ".encode() in new and "café".encode() in new
+    generated = src / "pkg" / "_stackpart" / "bucketing.py"
+    assert stat.S_IMODE(generated.stat().st_mode) == 0o644
+
+
+def test_check_exit_codes_and_idempotence(tree, capsysbinary):
+    base, src = tree
+    before = snapshot(src)
+    code, out, err = rewrite(capsysbinary, base, "--check")
+    assert code == 1 and out and "differ from what" in err
+    assert snapshot(src) == before, "--check wrote something"
+    assert rewrite(capsysbinary, base, "--apply")[0] == 0
+    assert rewrite(capsysbinary, base, "--check")[:2] == (0, b"")
+    assert rewrite(capsysbinary, base)[:2] == (0, b"")
+
+
+@pytest.mark.parametrize("plan", ["version: 1\n", "version: 1\nactions: []\n",
+                                  "version: 1\nharness: {file: h.py}\namortization: {runs: 10}\n"])
+def test_plan_without_actions_changes_nothing(tree, capsysbinary, plan):
+    base, src = tree
+    (base / "empty.yaml").write_text(plan)
+    before = snapshot(src)
+    for flags in ([], ["--check"], ["--apply"]):
+        code, out, err = rewrite(capsysbinary, base, *flags, plan="empty.yaml")
+        assert (code, out) == (0, b""), err
+    assert snapshot(src) == before
+
+
+def _leftovers(src: Path) -> list[str]:
+    return [p.name for p in src.rglob("*") if p.name.endswith(".stackpart")]
+
+
+def test_failed_write_leaves_nothing_half_written(tree, capsysbinary):
+    """The vendored package's place is taken by a file: the directory cannot be made, so the
+    already staged pkg/model.py... run.py writes must not land either."""
+    base, src = tree
+    (src / "pkg" / "_stackpart").write_text("not a directory\n")
+    before = snapshot(src)
+    code, out, err = rewrite(capsysbinary, base, "--apply")
+    assert code == 2
+    assert "cannot write" in err and "nothing was changed" in err
+    assert len(err.strip().splitlines()) == 1
+    assert snapshot(src) == before
+    assert _leftovers(src) == []
+
+
+def test_failed_rename_restores_what_was_written(tree, capsysbinary, monkeypatch):
+    """A rename that fails midway (disk full, a file locked) rolls back the renames before it."""
+    base, src = tree
+    before = snapshot(src)
+    real_replace = os.replace
+    calls = []
+
+    def flaky(a, b):
+        calls.append(b)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device", str(b))
+        return real_replace(a, b)
+
+    monkeypatch.setattr(rewrite_mod.os, "replace", flaky)
+    code, _, err = rewrite(capsysbinary, base, "--apply")
+    assert code == 2 and "restored" in err
+    assert len(calls) == 3
+    assert snapshot(src) == before
+    assert _leftovers(src) == []
+    assert not (src / "pkg" / "_stackpart").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
+def test_read_only_directory_writes_nothing(tree, capsysbinary):
+    base, src = tree
+    (src / "pkg").chmod(0o555)
+    try:
+        before = snapshot(src)
+        code, _, err = rewrite(capsysbinary, base, "--apply")
+        assert code == 2 and "cannot write" in err
+        assert snapshot(src) == before and _leftovers(src) == []
+    finally:
+        (src / "pkg").chmod(0o755)
+
+
+BAD_PLANS = {
+    "malformed_yaml": ("version: 1\nactions:\n  - action: compile\n   target: x\n", "plan.yaml:4:"),
+    "unknown_action": ("version: 1\nactions:\n  - action: inline\n    target: run.py::main\n", "plan.yaml:3:5: unknown action 'inline'"),
+    "unknown_field": ("version: 1\nactons: []\n", "plan.yaml:2:1: unknown field 'actons' (did you mean 'actions'?)"),
+    "wrong_type": ("version: 1\nactions:\n  - action: disable\n    target: run.py::main\n    recursive: maybe\n", "plan.yaml:5:5: actions.0.recursive:"),
+    "wrong_version": ("version: 2\nactions: []\n", "plan.yaml:1:1: version:"),
+    "empty_file": ("", "plan.yaml:1: expected a mapping"),
+    "unknown_target": ("version: 1\nactions:\n  - action: allocator\n    target: run.py::mian\n", "plan.yaml:3: actions[0] (allocator run.py::mian): no class or function 'mian' in run.py (did you mean 'main'?)"),
+    "non_utf8_plan": (b"version: 1\n# caf\xe9\n", "plan.yaml: plan is not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_PLANS))
+def test_bad_plan_exits_2_and_writes_nothing(tree, capsysbinary, name, monkeypatch):
+    base, src = tree
+    text, expected = BAD_PLANS[name]
+    (base / "plan.yaml").write_bytes(text if isinstance(text, bytes) else text.encode())
+    monkeypatch.chdir(base)
+    before = snapshot(src)
+    for flags in ([], ["--check"], ["--apply", "--no-validate"], ["--apply"]):
+        code, out, err = run(capsysbinary, "rewrite", "--plan", "plan.yaml", "src", "--unsafe", *flags)
+        assert (code, out) == (2, b""), err
+        assert err.startswith("error: ") and expected in err.splitlines()[0], err
+    assert snapshot(src) == before
+
+
+def test_bad_command_lines_exit_2(tree, capsysbinary):
+    base, src = tree
+    before = snapshot(src)
+    plan = str(base / "plan.yaml")
+    cases = [
+        (["rewrite", "--plan", plan, str(src), "--apply", "--check"], "exclude each other"),
+        (["rewrite", "--plan", str(base / "nope.yaml"), str(src)], "nope.yaml: cannot read plan"),
+        (["rewrite", "--plan", plan, str(base / "missing")], "missing: SRC is not a directory"),
+        (["rewrite", "--plan", plan, str(src / "run.py")], "is a file"),
+        (["rewrite", "--plan", plan, str(src), "--frobnicate"], "--frobnicate"),
+        (["rewrite", str(src)], "--plan"),
+    ]
+    for argv, expected in cases:
+        code, out, err = run(capsysbinary, *argv)
+        assert code == 2, (argv, err)
+        assert expected in err, (argv, err)
+    assert snapshot(src) == before
+
+
+def test_plan_schema_prints_the_json_schema(capsysbinary):
+    import json
+
+    code, out, _ = run(capsysbinary, "plan", "schema")
+    assert code == 0
+    schema = json.loads(out)
+    # The actions are a discriminated union on `action`, one variant per plan action.
+    items = schema["properties"]["actions"]["items"]
+    assert items["discriminator"]["propertyName"] == "action"
+    from rewriter.plan import ACTION_MODELS
+
+    assert set(items["discriminator"]["mapping"]) == set(ACTION_MODELS) >= {
+        "compile", "disable", "mark_dynamic", "bucket", "kernel", "allocator", "compile_cache"
+    }
+    assert schema["properties"]["version"]["const"] == 1
+    assert {"harness", "amortization"} <= set(schema["properties"])
+    compile_def = schema["$defs"]["CompileAction"]
+    assert compile_def["properties"]["strategy"]["enum"] == ["region", "nested", "whole"]
+    assert compile_def["additionalProperties"] is False
+
+
+def test_readme_example_command(capsysbinary):
+    """The README's first command: the bundled example's diff, bucket included with --unsafe."""
+    root = Path(__file__).resolve().parent.parent
+    code, out, err = run(capsysbinary, "rewrite", "--plan", str(root / "examples/gpt/plan.yaml"),
+                         str(root / "examples/gpt/src"), "--unsafe")
+    assert code == 0, err
+    text = out.decode()
+    assert "+    @torch.compile\n" in text and "+@torch.compiler.disable\n" in text
+    assert "b/_stackpart/bucketing.py" in text
