@@ -162,6 +162,22 @@ def build(h: LoadedHarness, shape: dict[str, int] | None = None) -> tuple[Any, A
     return model, _to(inputs, spec.device, dtype)
 
 
+def build_inputs(h: LoadedHarness, shape: dict[str, int] | None = None) -> Any:
+    """Only the inputs for ``shape`` (default: the reference shape), on the harness's device and
+    dtype (floating tensors cast; integer tensors keep their dtype), as :func:`build` makes them.
+
+    Raises:
+        StackpartError: the inputs callable raised, naming it and the user's line.
+    """
+    spec = h.spec
+    shape = spec.shapes[0] if shape is None else shape
+    with on_sys_path(h.src):
+        inputs = _call(h, "inputs", h.make_inputs, **shape)
+    if not isinstance(inputs, (tuple, list, dict)):
+        inputs = (inputs,)
+    return _to(inputs, spec.device, torch_dtype(spec))
+
+
 def _call(h: LoadedHarness, field: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
     try:
         return fn(**kwargs)

@@ -199,11 +199,24 @@ def apply_changes(src: Path, changes: list[FileChange]) -> None:
         os.replace(tmp, dest)
 
 
-def rewrite_command(plan_path: str, src: str, apply: bool = False, check: bool = False, unsafe: bool = False) -> int:
+def rewrite_command(
+    plan_path: str,
+    src: str,
+    apply: bool = False,
+    check: bool = False,
+    unsafe: bool = False,
+    validate: bool = True,
+    report: str | None = None,
+) -> int:
     """``stackpart rewrite``: print the diff; ``apply`` writes it; ``check`` exits 1 when pending.
 
+    ``apply`` with ``validate`` (the default) writes only a diff that a passing validation report
+    (``report``, default ``.stackpart/validation/`` next to the plan) is bound to by sha256; see
+    :mod:`rewriter.validate.gate`.
+
     Returns:
-        0 no change or applied; 1 changes pending under ``check``.
+        0 no change or applied; 1 changes pending under ``check``, or ``apply`` refused (no,
+        failing or stale validation report; the reason on stderr).
 
     Raises:
         StackpartError: bad plan, target or source (the CLI prints it and exits 2).
@@ -215,6 +228,16 @@ def rewrite_command(plan_path: str, src: str, apply: bool = False, check: bool =
 
     loaded = load_plan(plan_path)
     result = plan_rewrite(loaded, Path(src), unsafe=unsafe)
+    if apply and validate:
+        from .validate.gate import check_apply
+
+        decision = check_apply(loaded, Path(src), result, unsafe, report)
+        if decision.result is None:
+            stderr().print(f"refused to apply: {decision.refused}", highlight=False, soft_wrap=True)
+            return 1
+        for note in decision.notes:
+            stderr().print(note, highlight=False)
+        result = decision.result
     for warning in result.warnings:
         stderr().print(f"[yellow]warning[/]: {warning}", highlight=False)
     for index, reason in result.skipped:

@@ -1,0 +1,314 @@
+"""Inside one validation child process: ``python -m rewriter.validate.child JOB.json``.
+
+``cold`` phase (one variant per process, empty compile caches): build the model from the
+variant's tree, load the reference state_dict (the ``eager`` reference saves it, and the inputs
+of every shape), compile as the variant asks, then per shape time the first call (cold compile),
+record Dynamo's counters, compare outputs (training: also the loss, the gradients and the loss
+after one SGD step) with the reference, and finally re-run every shape under
+``torch.compiler.set_stance("fail_on_recompile")``.
+
+``timing`` phase (all variants in one process, caches warmed from the cold phase): warm up and
+time the variants interleaved per shape.
+
+The result is written as JSON to ``job["out"]``. Exit codes: 0 done (findings are in the JSON),
+2 harness or build error, 3 out of memory, 4 the model raised.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+#: SGD learning rate of the one optimizer step compared in training mode (small, so the step
+#: stays in the linear regime and a correct rewrite reproduces it within tolerance).
+TRAIN_LR = 1e-3
+
+
+def scalar_loss(out: Any) -> Any:
+    """The scalar a training-mode check backpropagates: the output itself when it is one scalar
+    tensor (a harness that returns its loss), else the sum over floating leaves of
+    ``mean(leaf.float() ** 2)``."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    leaves = [x for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    if len(leaves) == 1 and leaves[0].numel() == 1:
+        return leaves[0].float().reshape(())
+    if not leaves:
+        raise ValueError("training mode needs a floating tensor output to backpropagate")
+    return sum(x.float().pow(2).mean() for x in leaves)
+
+
+def _cpu(tree: Any) -> Any:
+    import torch
+    from torch.utils import _pytree as pytree
+
+    return pytree.tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, tree)
+
+
+def _to_device(tree: Any, device: str) -> Any:
+    import torch
+    from torch.utils import _pytree as pytree
+
+    return pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, tree)
+
+
+def _purge_modules(tree: Path) -> None:
+    """Forget modules imported from ``tree`` so the next tree's ``import model`` is its own."""
+    root = str(tree.resolve())
+    for name, mod in list(sys.modules.items()):
+        file = getattr(mod, "__file__", None) or ""
+        if file.startswith(root) or name.startswith("_stackpart_harness_"):
+            del sys.modules[name]
+
+
+class ModelRaised(Exception):
+    """The model (not the harness) raised during a run."""
+
+
+def _build(job: dict[str, Any], variant: str, ref: Path) -> tuple[Any, Any, dict[str, Any]]:
+    """Build ``variant``'s model, load the reference state_dict; returns (harness, model, info)."""
+    import torch
+
+    from ..harness import build, load_harness
+    from ..plan import Harness
+    from .variants import TREE, prepare
+
+    spec = Harness.model_validate(job["harness"])
+    tree = Path(job["trees"][TREE[variant]])
+    h = load_harness(spec, tree)
+    torch.manual_seed(job["seed"])
+    model, _ = build(h)
+    info: dict[str, Any] = {}
+    sd_path = ref / "state_dict.pt"
+    if job.get("reference"):
+        torch.save(_cpu(model.state_dict()), sd_path)
+    else:
+        reference = torch.load(sd_path, map_location=spec.device)
+        mine = model.state_dict()
+        missing = sorted(set(reference) - set(mine))
+        unexpected = sorted(set(mine) - set(reference))
+        if missing or unexpected:
+            info["state_dict_error"] = (
+                "state_dict keys differ from the original's: "
+                + (f"missing {missing[:20]}" if missing else "")
+                + ("; " if missing and unexpected else "")
+                + (f"unexpected {unexpected[:20]}" if unexpected else "")
+            )
+            return h, model, info
+        try:
+            model.load_state_dict(reference)
+        except RuntimeError as exc:
+            info["state_dict_error"] = f"loading the original's state_dict failed: {str(exc)[:500]}"
+            return h, model, info
+    info.update(prepare(variant, model, job["backend"]))
+    return h, model, info
+
+
+def _inputs(job: dict[str, Any], h: Any, i: int, ref: Path) -> Any:
+    import torch
+
+    from ..harness import build_inputs
+
+    path = ref / f"inputs_{i}.pt"
+    if job.get("reference"):
+        torch.manual_seed(job["seed"] + 1 + i)
+        inputs = build_inputs(h, job["harness"]["shapes"][i])
+        torch.save(_cpu(inputs), path)
+        return inputs
+    return _to_device(torch.load(path), job["harness"]["device"])
+
+
+def _step_fns(model: Any, inputs: Any, training: bool) -> Any:
+    import torch
+
+    from ..harness import call_model
+
+    if not training:
+
+        def infer() -> Any:
+            with torch.no_grad():
+                return call_model(model, inputs)
+
+        return infer
+
+    def fwd_bwd() -> Any:
+        model.zero_grad(set_to_none=True)
+        out = call_model(model, inputs)
+        loss = scalar_loss(out)
+        loss.backward()
+        return out, loss
+
+    return fwd_bwd
+
+
+def run_cold(job: dict[str, Any]) -> dict[str, Any]:
+    """The cold phase for one variant (see the module docstring)."""
+    import torch
+
+    from .compare import compare_trees
+    from .timing import wall_call
+    from .watch import CompileWatch, fail_on_recompile_supported
+
+    variant = job["variants"][0]
+    ref = Path(job["ref"])
+    spec = job["harness"]
+    device = spec["device"]
+    training = spec["mode"] == "training"
+    h, model, info = _build(job, variant, ref)
+    result: dict[str, Any] = {"variant": variant, "info": info, "shapes": []}
+    if "state_dict_error" in info:
+        return result
+    reference_sd = None
+    if training:
+        reference_sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    with CompileWatch() as watch:
+        for i, _shape in enumerate(spec["shapes"]):
+            inputs = _inputs(job, h, i, ref)
+            fn = _step_fns(model, inputs, training)
+            before = watch.stats()
+            torch.manual_seed(job["seed"])
+            try:
+                first_s, out = wall_call(fn, device)
+                steady = []
+                for _ in range(2):
+                    torch.manual_seed(job["seed"])
+                    steady.append(wall_call(fn, device)[0])
+            except torch.cuda.OutOfMemoryError:
+                raise
+            except Exception as exc:
+                raise ModelRaised(f"shape {spec['shapes'][i]}: {type(exc).__name__}: {exc}") from exc
+            after = watch.stats()
+            entry: dict[str, Any] = {
+                "shape": spec["shapes"][i],
+                "first_call_s": first_s,
+                "steady_s": min(steady),
+                "compile_s": max(0.0, first_s - min(steady)),
+                "new_graphs": after.unique_graphs - before.unique_graphs,
+                "new_recompiles": after.recompiles - before.recompiles,
+            }
+            record: dict[str, Any] = {"output": _cpu(out[0] if training else out)}
+            if training:
+                record["loss"] = _cpu(out[1])
+                # the first call's gradients (fn zeroes them on entry; recompute for this record)
+                model.load_state_dict(reference_sd)
+                torch.manual_seed(job["seed"])
+                fn()
+                record["grads"] = {
+                    n: p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None
+                }
+                torch.optim.SGD(model.parameters(), lr=TRAIN_LR).step()
+                torch.manual_seed(job["seed"])
+                from ..harness import call_model
+
+                record["loss_after_step"] = _cpu(scalar_loss(call_model(model, inputs)).detach())
+                model.zero_grad(set_to_none=True)
+                model.load_state_dict(reference_sd)
+            path = ref / f"outputs_{i}.pt"
+            if job.get("reference"):
+                torch.save(record, path)
+            else:
+                expected = torch.load(path)
+                entry["compare"] = {k: compare_trees(record[k], expected[k]).to_json() for k in expected}
+            del record, out
+            result["shapes"].append(entry)
+        result["compile"] = watch.stats().to_json()
+        stance: dict[str, Any] = {"supported": fail_on_recompile_supported()}
+        if stance["supported"] and variant != "eager":
+            stance["ok"] = True
+            try:
+                with torch.compiler.set_stance("fail_on_recompile"):
+                    for i, _shape in enumerate(spec["shapes"]):
+                        _step_fns(model, _inputs(dict(job, reference=False), h, i, ref), training)()
+            except torch.cuda.OutOfMemoryError:
+                raise
+            except Exception as exc:
+                stance["ok"] = False
+                stance["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+        result["fail_on_recompile"] = stance
+    if device.startswith("cuda"):
+        result["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    return result
+
+
+def run_timing(job: dict[str, Any]) -> dict[str, Any]:
+    """The timing phase: all variants in this process, interleaved per shape."""
+    from .timing import interleaved
+    from .variants import TREE
+
+    ref = Path(job["ref"])
+    spec = job["harness"]
+    training = spec["mode"] == "training"
+    models: dict[str, Any] = {}
+    order = sorted(job["variants"], key=lambda v: TREE[v] != "original")
+    previous = None
+    h = None
+    for variant in order:
+        tree = Path(job["trees"][TREE[variant]])
+        if previous is not None and previous != tree:
+            _purge_modules(previous)
+        previous = tree
+        h, model, info = _build(dict(job, reference=False), variant, ref)
+        if "state_dict_error" in info:
+            continue
+        models[variant] = model
+    result: dict[str, Any] = {"shapes": []}
+    for i, shape in enumerate(spec["shapes"]):
+        inputs = _inputs(dict(job, reference=False), h, i, ref)
+        fns = {v: _step_fns(m, inputs, training) for v, m in models.items()}
+        stats = interleaved(fns, spec["device"], job["warmup"], job["reps"], job["budget_s"])
+        result["shapes"].append({"shape": shape, "timing": stats})
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the job file named in ``argv[0]``; write its JSON result; return the exit code."""
+    import os
+
+    args = sys.argv[1:] if argv is None else argv
+    job = json.loads(Path(args[0]).read_text())
+    out = Path(job["out"])
+    payload: dict[str, Any]
+    code = 0
+    try:
+        import torch
+
+        from ..errors import StackpartError
+
+        try:
+            payload = run_cold(job) if job["phase"] == "cold" else run_timing(job)
+            payload["torch"] = torch.__version__
+            payload["pid"] = os.getpid()
+        except StackpartError as exc:
+            payload, code = {"error": {"kind": "harness", "message": str(exc)}}, 2
+        except torch.cuda.OutOfMemoryError as exc:
+            payload, code = {"error": {"kind": "oom", "message": str(exc).splitlines()[0]}}, 3
+        except ModelRaised as exc:
+            cause = exc.__cause__ or exc
+            kind = "oom" if "out of memory" in str(cause).lower() else "raised"
+            payload = {
+                "error": {
+                    "kind": kind,
+                    "message": str(exc)[:1000],
+                    "traceback": "".join(traceback.format_exception(cause))[-4000:],
+                }
+            }
+            code = 3 if kind == "oom" else 4
+    except Exception as exc:  # anything else is an error of the harness/build step
+        payload = {
+            "error": {
+                "kind": "crash",
+                "message": f"{type(exc).__name__}: {str(exc)[:1000]}",
+                "traceback": traceback.format_exc()[-4000:],
+            }
+        }
+        code = 2
+    out.write_text(json.dumps(payload, indent=1, default=str))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

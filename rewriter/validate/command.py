@@ -1,0 +1,306 @@
+"""``stackpart validate --plan plan.yaml SRC``: materialise, run the variants, judge, report.
+
+Exit codes: 0 pass, 1 fail (reasons in the report), 2 error (bad plan or harness, build
+failure, out of memory, timeout).
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import StackpartError
+from .variants import VARIANTS
+
+
+@dataclass
+class Options:
+    """Knobs of one validation (CLI flags).
+
+    Attributes:
+        out: report directory (default: ``.stackpart/validation`` next to the plan).
+        backend: ``torch.compile`` backend of the two baselines (the plan's own options say how
+            the plan compiles).
+        min_speedup: the plan must reach ``t_best_baseline / t_plan >= min_speedup``.
+        speed_gate: ``auto`` (gate speed and amortization only when timed on CUDA), ``on``, ``off``.
+        timeout_s: per child process.
+        warmup, reps, budget_s: timing: warm-up calls, max interleaved rounds, seconds per shape.
+        seed: torch seed for model and inputs.
+        keep: keep the temp dir (trees, job files, child stderr) for debugging.
+        variants: which baselines to run besides eager and plan.
+    """
+
+    out: Path | None = None
+    backend: str = "inductor"
+    min_speedup: float = 0.95
+    speed_gate: str = "auto"
+    timeout_s: float = 600.0
+    warmup: int = 3
+    reps: int = 30
+    budget_s: float = 10.0
+    seed: int = 0
+    keep: bool = False
+    variants: tuple[str, ...] = VARIANTS
+
+
+def _environment(device: str, requested: str) -> dict[str, Any]:
+    import torch
+
+    cuda = device.startswith("cuda")
+    return {
+        "timed_on": "cuda" if cuda else "cpu",
+        "requested_device": requested,
+        "device_name": torch.cuda.get_device_name(0) if cuda else (platform.processor() or platform.machine()) + " CPU",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cuda_available": torch.cuda.is_available(),
+    }
+
+
+def validate_command(plan_path: str, src: str, opts: Options | None = None) -> int:
+    """Run the whole validation and write the report; returns the exit code.
+
+    Raises:
+        StackpartError: a bad plan, a plan without ``harness:``, a target that does not resolve
+            (printed by the CLI, exit 2, nothing written).
+    """
+    import torch
+
+    from ..plan import load_plan
+    from ..terminal import stderr
+    from .materialize import file_sha256, materialize, tree_hashes
+    from .report import default_report_dir, timing_banner, write_report
+
+    opts = opts or Options()
+    loaded = load_plan(plan_path)
+    spec = loaded.plan.harness
+    if spec is None:
+        raise StackpartError(
+            "validate needs a 'harness:' section (file, model, inputs, shapes)", path=plan_path, line=1
+        )
+    device = spec.device
+    notes: list[str] = []
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        device = "cpu"
+        notes.append(f"no CUDA on this machine: ran on CPU although the harness asks for {spec.device}")
+    spec_run = spec.model_copy(update={"device": device})
+    srcp = Path(src)
+    out_dir = opts.out or default_report_dir(plan_path)
+    workdir = Path(tempfile.mkdtemp(prefix="stackpart-validate-"))
+    started = time.perf_counter()
+    try:
+        trees = materialize(loaded, srcp, workdir)
+        digest = trees.result.digest()
+        report: dict[str, Any] = {
+            "report_version": 1,
+            "diff_sha256": digest,
+            "plan": str(Path(plan_path).resolve()),
+            "plan_sha256": file_sha256(Path(plan_path)),
+            "src": str(srcp.resolve()),
+            "tree_sha256": tree_hashes(srcp),
+            "changed_files": [c.relpath for c in trees.result.changes],
+            "harness": spec_run.model_dump(),
+            "backend": opts.backend,
+            "amortization": loaded.plan.amortization.model_dump() if loaded.plan.amortization else None,
+            "environment": _environment(device, spec.device),
+            "created_unix": time.time(),
+        }
+        stderr().print(f"validate: {timing_banner(report)}", highlight=False)
+        if not trees.result.changes:
+            notes.append("the plan changes nothing in SRC: the plan variant is the original tree")
+        results, timing, verdict = _run_all(report, trees, spec_run, opts, workdir, notes)
+        report["variants"] = results
+        report["timing"] = timing
+        report["validate_wall_s"] = time.perf_counter() - started
+        report["verdict"] = verdict.to_json()
+        paths = write_report(report, out_dir)
+    finally:
+        if opts.keep:
+            stderr().print(f"validate: temp dir kept at {workdir}", highlight=False)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    _print_summary(report, paths)
+    return report["verdict"]["exit_code"]
+
+
+def _run_all(report, trees, spec_run, opts, workdir, notes):  # type: ignore[no-untyped-def]
+    from .runner import run_child
+    from .verdict import Verdict, numerics_failures, speed_failures
+
+    verdict = Verdict(notes=notes)
+    ref = workdir / "ref"
+    ref.mkdir()
+    caches = workdir / "caches"
+    job = {
+        "harness": spec_run.model_dump(),
+        "trees": {"original": str(trees.original), "rewritten": str(trees.rewritten)},
+        "backend": opts.backend,
+        "seed": opts.seed,
+        "ref": str(ref),
+        "warmup": opts.warmup,
+        "reps": opts.reps,
+        "budget_s": opts.budget_s,
+    }
+    variants = ["eager", "plan"] + [v for v in opts.variants if v not in ("eager", "plan")]
+    results: dict[str, dict[str, Any]] = {}
+    cold: dict[str, dict[str, Any]] = {}
+    for variant in variants:
+        res = run_child(
+            dict(job, phase="cold", variants=[variant], reference=variant == "eager"),
+            workdir, f"cold-{variant}", caches / variant, opts.timeout_s,
+        )
+        results[variant] = {"child_wall_s": res.wall_s}
+        if res.error:
+            err = res.error
+            text = f"{err['kind']}: {err['message']}"
+            results[variant]["error"] = text
+            if variant == "eager":
+                verdict.errors.append(f"the original model (eager reference) failed: {text}")
+                _stderr_hint(verdict, res)
+                return results, [], verdict
+            if variant == "plan":
+                if err["kind"] == "raised":
+                    verdict.failures.append(f"the rewritten model raised: {err['message']}")
+                else:
+                    verdict.errors.append(f"the rewritten tree failed: {text}")
+                    _stderr_hint(verdict, res)
+            else:
+                verdict.notes.append(f"baseline {variant} failed and is left out: {text}")
+            continue
+        cold[variant] = res.payload
+        results[variant].update(_cold_summary(res.payload))
+        sd_err = res.payload.get("info", {}).get("state_dict_error")
+        if sd_err:
+            results[variant]["error"] = sd_err
+            if variant == "plan":
+                verdict.failures.append(f"the rewritten model does not load the original's weights: {sd_err}")
+    if "plan" in cold and "state_dict_error" not in cold["plan"].get("info", {}):
+        fails = numerics_failures(cold["plan"])
+        verdict.failures.extend(fails)
+        results["plan"]["numerics"] = "FAIL" if fails else "ok"
+        hits = cold["plan"].get("compile", {}).get("recompile_limit_hits", [])
+        for hit in hits:
+            verdict.failures.append(f"silent fallback to eager: a plan region hit the recompile limit: {hit}")
+        stance = cold["plan"].get("fail_on_recompile", {})
+        if stance.get("ok") is False:
+            verdict.failures.append(
+                f"recompiles after warm-up (fail_on_recompile): {stance.get('error', '')}"
+            )
+        elif not stance.get("supported"):
+            verdict.notes.append("torch.compiler.set_stance is missing in this torch: fail_on_recompile check skipped")
+    for b in ("whole", "regional"):
+        if b in cold and "compile" in cold[b]:
+            results[b]["numerics"] = "ok" if not numerics_failures(cold[b]) else "differs"
+    results["eager"]["numerics"] = "reference"
+    if verdict.errors:
+        return results, [], verdict
+    timeable = [v for v in variants if v in cold and "state_dict_error" not in cold[v].get("info", {})]
+    timing_cache = caches / "timing"
+    for v in timeable:
+        if (caches / v).exists():
+            shutil.copytree(caches / v, timing_cache, dirs_exist_ok=True)
+    res = run_child(dict(job, phase="timing", variants=timeable, reference=False), workdir, "timing", timing_cache, opts.timeout_s)
+    if res.error:
+        verdict.errors.append(f"the timing run failed: {res.error['kind']}: {res.error['message']}")
+        _stderr_hint(verdict, res)
+        return results, [], verdict
+    timing = res.payload["shapes"]
+    mean_ms = {
+        v: statistics.fmean(row["timing"][v]["median_ms"] for row in timing) for v in timeable
+    }
+    amortization = report.get("amortization")
+    from .amortize import amortize
+
+    for v in timeable:
+        results[v]["step_ms"] = mean_ms[v]
+        results[v]["speedup_vs_eager"] = mean_ms["eager"] / mean_ms[v] if mean_ms[v] > 0 else None
+        if v != "eager":
+            c = cold[v]
+            compiles = 1 + c["compile"]["recompiles"] if c["compile"]["unique_graphs"] else 0
+            results[v]["amortization"] = amortize(
+                mean_ms["eager"] / 1e3,
+                mean_ms[v] / 1e3,
+                results[v]["compile_s_per_start"],
+                max(compiles, results[v]["shape_buckets"]),
+                results[v]["shape_buckets"],
+                amortization["runs"] if amortization else None,
+                amortization["restarts"] if amortization else 1,
+            )
+    gate = opts.speed_gate == "on" or (opts.speed_gate == "auto" and report["environment"]["timed_on"] == "cuda")
+    if "plan" in mean_ms and not any(f.startswith("the rewritten model raised") for f in verdict.failures):
+        speed = speed_failures(mean_ms, opts.min_speedup, results["plan"].get("amortization"))
+        if gate:
+            verdict.failures.extend(speed)
+        elif speed:
+            verdict.notes.extend(
+                f"not gated ({'CPU timing' if opts.speed_gate == 'auto' else '--speed-gate off'}): {s}" for s in speed
+            )
+        if not gate:
+            verdict.notes.append(
+                "speed and amortization were reported but not gated: "
+                + ("timings are CPU wall-clock, not GPU (--speed-gate on to gate them)" if opts.speed_gate == "auto" else "--speed-gate off")
+            )
+    if amortization is None:
+        verdict.notes.append("the plan has no 'amortization:' section: break-even runs reported, not gated")
+    return results, timing, verdict
+
+
+def _cold_summary(payload: dict[str, Any]) -> dict[str, Any]:
+    shapes = payload.get("shapes", [])
+    out: dict[str, Any] = {
+        "compiled": payload.get("info", {}).get("compiled"),
+        "compile": payload.get("compile"),
+        "fail_on_recompile": payload.get("fail_on_recompile"),
+        "per_shape_cold": [
+            {k: e[k] for k in ("shape", "first_call_s", "steady_s", "compile_s", "new_graphs", "new_recompiles")}
+            for e in shapes
+        ],
+    }
+    if shapes:
+        out["cold_first_call_s"] = shapes[0]["first_call_s"]
+        compiled = [e for e in shapes if e["new_graphs"] or e["new_recompiles"]]
+        out["compile_s_per_start"] = sum(e["compile_s"] for e in compiled)
+        out["shape_buckets"] = len(compiled)
+    if "max_memory_allocated_bytes" in payload:
+        out["max_memory_allocated_bytes"] = payload["max_memory_allocated_bytes"]
+    return out
+
+
+def _stderr_hint(verdict: Any, res: Any) -> None:
+    tb = res.error.get("traceback") if res.error else None
+    tail = (tb or res.stderr_tail or "").strip().splitlines()[-3:]
+    if tail:
+        verdict.notes.append("child output tail: " + " | ".join(t.strip() for t in tail))
+
+
+def _print_summary(report: dict[str, Any], paths: list[Path]) -> None:
+    from ..terminal import stderr
+    from .report import timing_banner
+
+    console = stderr()
+    v = report["verdict"]
+    status = {0: "[green]PASS[/]", 1: "[red]FAIL[/]", 2: "[red]ERROR[/]"}[v["exit_code"]]
+    console.print(f"validate: {status} diff sha256 {report['diff_sha256'][:12]}", highlight=False)
+    console.print(f"validate: {timing_banner(report)}", highlight=False)
+    for name, var in report["variants"].items():
+        if var.get("step_ms") is not None:
+            unit = "ms/step" + ("" if report["environment"]["timed_on"] == "cuda" else " (CPU)")
+            console.print(
+                f"  {name:9s} {var['step_ms']:.3f} {unit}, cold first call {var.get('cold_first_call_s', 0):.2f} s, "
+                f"numerics {var.get('numerics', '-')}",
+                highlight=False,
+            )
+    for e in v["errors"]:
+        console.print(f"[red]error[/]: {e}", highlight=False)
+    for f in v["failures"]:
+        console.print(f"[red]fail[/]: {f}", highlight=False)
+    for n in v["notes"]:
+        console.print(f"note: {n}", highlight=False)
+    for p in paths:
+        console.print(f"wrote {p}", highlight=False)

@@ -1,0 +1,86 @@
+"""The apply gate: ``stackpart rewrite --apply`` writes a diff only when a passing validation
+report is bound to its exact sha256 (``--no-validate`` skips the gate).
+
+Validation covers the whole plan, unsafe actions included, so a passing report also allows the
+unsafe actions (``bucket``, ``kernel``) to be written without ``--unsafe`` (DESIGN.md: "written
+only with --unsafe or after a passing validation").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..plan import LoadedPlan
+from ..rewrite import RewriteResult, plan_rewrite
+from .materialize import file_sha256, tree_hashes
+from .report import JSON_NAME, default_report_dir, read_report
+
+
+@dataclass
+class Decision:
+    """``result`` to apply, or ``refused`` with the reason (one paragraph); ``notes`` to print."""
+
+    result: RewriteResult | None
+    refused: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+def _stale_reason(report: dict, loaded: LoadedPlan, src: Path) -> str:
+    reasons = []
+    if report.get("src") and Path(report["src"]) != src.resolve():
+        reasons.append(f"it was written for SRC {report['src']}")
+    plan_path = Path(loaded.path)
+    if report.get("plan") and Path(report["plan"]) != plan_path.resolve():
+        reasons.append(f"it was written for plan {report['plan']}")
+    elif plan_path.is_file() and report.get("plan_sha256") != file_sha256(plan_path):
+        reasons.append(f"{loaded.path} changed since")
+    old = report.get("tree_sha256", {})
+    now = tree_hashes(src)
+    changed = sorted(k for k in old.keys() & now.keys() if old[k] != now[k])
+    added = sorted(now.keys() - old.keys())
+    removed = sorted(old.keys() - now.keys())
+    for label, names in (("changed", changed), ("added", added), ("removed", removed)):
+        if names:
+            shown = ", ".join(names[:5]) + (f" (+{len(names) - 5} more)" if len(names) > 5 else "")
+            reasons.append(f"files {label} under SRC since: {shown}")
+    return "; ".join(reasons) or "the diff differs from the one validated"
+
+
+def check_apply(
+    loaded: LoadedPlan, src: Path, result: RewriteResult, unsafe: bool, report_path: str | Path | None
+) -> Decision:
+    """Decide whether ``result`` (the rewrite ``--apply`` is about to write) may be written.
+
+    Returns:
+        a :class:`Decision`: the result to apply (the full plan's when a passing report covers
+        it), or a refusal naming the report and why: none found, it failed (its reasons), or it
+        is stale (which files or plan changed since).
+    """
+    src = Path(src)
+    full = result if unsafe or all(a.safe for a in loaded.plan.actions) else plan_rewrite(loaded, src, unsafe=True)
+    if not full.changes:
+        return Decision(result)
+    where = Path(report_path) if report_path else default_report_dir(loaded.path)
+    report = read_report(where)
+    shown = where / JSON_NAME if where.is_dir() or not where.suffix else where
+    digest = full.digest()
+    how = f"run `stackpart validate --plan {loaded.path} {src}` first, or pass --no-validate to apply unvalidated"
+    if report is None:
+        return Decision(None, f"no validation report for this diff (sha256 {digest[:12]}) at {shown}; {how}")
+    if report.get("diff_sha256") != digest:
+        return Decision(
+            None,
+            f"stale validation report {shown}: it validated diff {str(report.get('diff_sha256'))[:12]}, "
+            f"the plan now gives {digest[:12]} ({_stale_reason(report, loaded, src)}); {how}",
+        )
+    verdict = report.get("verdict", {})
+    if not verdict.get("passed"):
+        why = "; ".join(verdict.get("errors", []) + verdict.get("failures", [])) or "it did not pass"
+        return Decision(None, f"the validation report {shown} for this diff did not pass: {why}")
+    notes = []
+    if report.get("environment", {}).get("timed_on") != "cuda":
+        notes.append(f"note: {shown} was validated on CPU (numerics only; speed not proven on GPU)")
+    if full is not result:
+        notes.append("unsafe actions written: the validation report for the full plan passed")
+    return Decision(full, None, tuple(notes))

@@ -1,0 +1,185 @@
+"""The validation report: ``validation.json`` (the record ``rewrite --apply`` checks),
+``validation.md`` (a table a reviewer pastes into a pull request) and ``validation.png`` (step time
+and compile time per variant; matplotlib, the optional ``charts`` extra), all bound to the sha256
+of the diff (:meth:`rewriter.rewrite.RewriteResult.digest`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+REPORT_VERSION = 1
+JSON_NAME, MD_NAME, PNG_NAME = "validation.json", "validation.md", "validation.png"
+
+
+def default_report_dir(plan_path: str | Path) -> Path:
+    """Where validate writes and ``rewrite --apply`` looks: ``.stackpart/validation/`` next to
+    the plan file."""
+    return Path(plan_path).resolve().parent / ".stackpart" / "validation"
+
+
+def _ms(x: Any) -> str:
+    return "–" if x is None else f"{x:.3f}"
+
+
+def _s(x: Any) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def timing_banner(report: dict[str, Any]) -> str:
+    """The one line every output carries about what the timings are."""
+    env = report["environment"]
+    if env["timed_on"] == "cuda":
+        return f"Timed on GPU ({env['device_name']}) with CUDA events; torch {env['torch']}."
+    return (
+        "CPU RUN: no CUDA on this machine, so every figure below is CPU wall-clock "
+        f"(perf_counter after synchronize) on {env['device_name']}, torch {env['torch']}. "
+        "These are NOT GPU timings; validate on a GPU before trusting speed or amortization."
+    )
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The Markdown report (tables per variant and per shape, then the verdict)."""
+    v = report["verdict"]
+    lines = [
+        f"# stackpart validation: {'PASS' if v['passed'] else 'FAIL' if v['exit_code'] == 1 else 'ERROR'}",
+        "",
+        f"> {timing_banner(report)}",
+        "",
+        f"- diff sha256: `{report['diff_sha256']}`",
+        f"- plan: `{report['plan']}` (sha256 `{report['plan_sha256'][:12]}`), SRC: `{report['src']}`",
+        f"- harness: mode {report['harness']['mode']}, dtype {report['harness']['dtype']}, "
+        f"device {report['environment']['timed_on']}, {len(report['harness']['shapes'])} shapes",
+        f"- baselines compiled with backend `{report['backend']}`",
+        "",
+    ]
+    for title, items in (("Errors", v["errors"]), ("Failures", v["failures"]), ("Notes", v["notes"])):
+        if items:
+            lines += [f"## {title}", ""] + [f"- {x}" for x in items] + [""]
+    lines += [
+        "## Variants",
+        "",
+        "| variant | step ms (mean of medians) | vs eager | cold first call s | compile s / start "
+        "| graphs | graph breaks | recompiles | recompile-limit fallbacks | fail_on_recompile "
+        "| numerics | break-even runs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, var in report["variants"].items():
+        comp = var.get("compile") or {}
+        amort = var.get("amortization") or {}
+        stance = var.get("fail_on_recompile") or {}
+        stance_txt = (
+            "–" if not stance.get("supported") or "ok" not in stance else "ok" if stance["ok"] else "RECOMPILED"
+        )
+        numerics = var.get("numerics", "–")
+        be = amort.get("break_even_runs")
+        be_txt = "–" if be is None else be if isinstance(be, str) else f"{be:,.0f}"
+        sp = var.get("speedup_vs_eager")
+        speed = "–" if sp is None else f"{sp:.2f}x"
+        if var.get("error"):
+            lines.append(f"| {name} | error: {var['error']} | | | | | | | | | | |")
+            continue
+        lines.append(
+            f"| {name} | {_ms(var.get('step_ms'))} | {speed} "
+            f"| {_s(var.get('cold_first_call_s'))} | {_s(var.get('compile_s_per_start'))} "
+            f"| {comp.get('unique_graphs', '–')} | {comp.get('graph_breaks', '–')} "
+            f"| {comp.get('recompiles', '–')} | {len(comp.get('recompile_limit_hits', []))} "
+            f"| {stance_txt} | {numerics} | {be_txt} |"
+        )
+    lines += ["", "## Step time per shape (ms, median [p10–p90])", ""]
+    names = list(report["variants"])
+    lines.append("| shape | " + " | ".join(names) + " |")
+    lines.append("|---|" + "---|" * len(names))
+    for row in report.get("timing", []):
+        cells = []
+        for n in names:
+            t = row["timing"].get(n)
+            cells.append(
+                "–" if not t or not t.get("n") else f"{t['median_ms']:.3f} [{t['p10_ms']:.3f}–{t['p90_ms']:.3f}]"
+            )
+        lines.append(f"| {row['shape']} | " + " | ".join(cells) + " |")
+    lines += ["", "## Why the compiled variants behave as they do", ""]
+    for name, var in report["variants"].items():
+        comp = var.get("compile") or {}
+        if name == "eager" or not comp:
+            continue
+        lines.append(f"- **{name}** ({var.get('compiled', '')}):")
+        for hit in comp.get("recompile_limit_hits", []):
+            lines.append(f"  - recompile limit hit, frame runs eager from then on: {hit}")
+        for r in comp.get("recompile_reasons", [])[:5]:
+            lines.append(f"  - recompiled: {r}")
+        for r in comp.get("graph_break_reasons", [])[:3]:
+            lines.append(f"  - graph break: {r}")
+        amort = var.get("amortization")
+        if amort:
+            lines.append(f"  - amortization: {amort['verdict']}")
+    lines += [
+        "",
+        "Amortization: break-even runs = t_compile x N_compiles / (t_eager - t_compiled), "
+        "N_compiles = shape buckets x restarts x compiles per bucket (counted in the cold run).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def render_chart(report: dict[str, Any], path: Path) -> str | None:
+    """Write the chart PNG; return None, or why no chart was written (matplotlib missing)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "no chart: matplotlib is not installed (pip install 'stackpart[charts]')"
+    names = [n for n, v in report["variants"].items() if v.get("step_ms") is not None]
+    steps = [report["variants"][n]["step_ms"] for n in names]
+    compiles = [report["variants"][n].get("compile_s_per_start") or 0.0 for n in names]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.5))
+    unit = "GPU, CUDA events" if report["environment"]["timed_on"] == "cuda" else "CPU wall-clock, NOT GPU"
+    a1.bar(names, steps, color="#4c72b0")
+    a1.set_title(f"step time, ms ({unit})", fontsize=9)
+    a2.bar(names, compiles, color="#dd8452")
+    a2.set_title("cold compile per process start, s", fontsize=9)
+    fig.suptitle(f"stackpart validation, diff {report['diff_sha256'][:12]}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def write_report(report: dict[str, Any], out_dir: Path) -> list[Path]:
+    """Write the three files under ``out_dir`` (created); returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    note = render_chart(report, out_dir / PNG_NAME)
+    if note:
+        report["verdict"]["notes"].append(note)
+    (out_dir / JSON_NAME).write_text(json.dumps(_jsonable(report), indent=1, sort_keys=False) + "\n")
+    (out_dir / MD_NAME).write_text(render_markdown(report))
+    return [out_dir / n for n in (JSON_NAME, MD_NAME, PNG_NAME) if (out_dir / n).exists()]
+
+
+def read_report(path: Path) -> dict[str, Any] | None:
+    """The JSON report at ``path`` (a file or a report dir), or None when there is none."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / JSON_NAME
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("report_version") == REPORT_VERSION else None

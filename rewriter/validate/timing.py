@@ -1,0 +1,97 @@
+"""Step timing: CUDA events on GPU, ``time.perf_counter`` after ``synchronize`` on CPU; warm-up;
+all variants interleaved in one run (a rotating order per repetition) so machine drift and
+thermal state cancel; median and spread (p10-p90) of many runs.
+
+The method follows ``torch.utils.benchmark``'s guidance (synchronize around the timed region,
+warm up, report the median) but times one call per sample so variants can interleave.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def sync(device: str) -> None:
+    """Wait for queued device work (no-op on CPU)."""
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def time_call(fn: Callable[[], Any], device: str) -> float:
+    """Seconds one call of ``fn`` takes: CUDA events on ``cuda*`` devices (device time of the
+    queued work, host launch included), else wall-clock around a synchronized call."""
+    import torch
+
+    if device.startswith("cuda"):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def wall_call(fn: Callable[[], Any], device: str) -> tuple[float, Any]:
+    """``(seconds, result)`` of one synchronized wall-clock call: for first calls, whose cost is
+    mostly host-side compilation that CUDA events would not see."""
+    sync(device)
+    t0 = time.perf_counter()
+    result = fn()
+    sync(device)
+    return time.perf_counter() - t0, result
+
+
+def summarize(samples: list[float]) -> dict[str, Any]:
+    """Median, p10, p90, min and count of ``samples`` (seconds), in milliseconds."""
+    if not samples:
+        return {"n": 0}
+    xs = sorted(samples)
+
+    def pct(p: float) -> float:
+        k = (len(xs) - 1) * p
+        lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+        return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+    return {
+        "n": len(xs),
+        "median_ms": statistics.median(xs) * 1e3,
+        "p10_ms": pct(0.10) * 1e3,
+        "p90_ms": pct(0.90) * 1e3,
+        "min_ms": xs[0] * 1e3,
+    }
+
+
+def interleaved(
+    fns: dict[str, Callable[[], Any]], device: str, warmup: int, reps: int, budget_s: float
+) -> dict[str, dict[str, Any]]:
+    """Time every callable in ``fns`` ``reps`` times, interleaved, after ``warmup`` calls each.
+
+    Stops early (after at least 3 rounds) when ``budget_s`` seconds of sampling have passed.
+    Returns ``summarize`` per name.
+    """
+    names = list(fns)
+    for _ in range(warmup):
+        for name in names:
+            fns[name]()
+    sync(device)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    started = time.perf_counter()
+    for rep in range(reps):
+        k = rep % len(names)
+        for name in names[k:] + names[:k]:
+            samples[name].append(time_call(fns[name], device))
+        if rep >= 2 and time.perf_counter() - started > budget_s:
+            break
+    return {n: summarize(s) for n, s in samples.items()}

@@ -1,0 +1,63 @@
+"""The four variants a validation runs side by side.
+
+- ``eager``: the original tree as written (the numerical reference).
+- ``plan``: the rewritten tree (its decorators do the compiling).
+- ``whole``: the original tree, ``model.compile(...)`` on the root module (torch's in-place
+  whole-model compile; state_dict keys unchanged).
+- ``regional``: the original tree, naive regional compile: every child of every repeated
+  ``nn.ModuleList``/``nn.Sequential`` (>= 2 children of one class) compiled in place, as
+  accelerate's ``compile_regions`` does. The block's ``forward`` is compiled (``blk.forward =
+  torch.compile(blk.forward)``), so its Dynamo cache lives on the block's own code object and all
+  instances share it and its recompile limit — exactly the exposure of compile_regions — without
+  sharing ``nn.Module._call_impl``'s cache with the whole-model variant in the timing process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+VARIANTS = ("eager", "plan", "whole", "regional")
+#: Which tree each variant is built from.
+TREE = {"eager": "original", "plan": "rewritten", "whole": "original", "regional": "original"}
+
+
+def repeated_blocks(model: Any) -> list[tuple[str, list[Any]]]:
+    """``(qualified name, children)`` for every ModuleList/Sequential of >= 2 children of one class."""
+    import torch
+
+    out = []
+    for name, module in model.named_modules():
+        if isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential)):
+            children = list(module.children())
+            if len(children) >= 2 and len({type(c) for c in children}) == 1:
+                out.append((name or "<root>", children))
+    return out
+
+
+def prepare(variant: str, model: Any, backend: str) -> dict[str, Any]:
+    """Apply ``variant``'s compile to ``model`` in place; return what was done (for the report).
+
+    Raises:
+        ValueError: an unknown variant name.
+    """
+    import torch
+
+    if variant in ("eager", "plan"):
+        return {"compiled": "by the plan's decorators" if variant == "plan" else "nothing"}
+    if variant == "whole":
+        model.compile(backend=backend)
+        return {"compiled": f"model.compile(backend={backend!r})"}
+    if variant == "regional":
+        regions = repeated_blocks(model)
+        count = 0
+        for _, children in regions:
+            for child in children:
+                child.forward = torch.compile(child.forward, backend=backend)
+                count += 1
+        names = ", ".join(f"{n} ({len(c)} x {type(c[0]).__name__})" for n, c in regions)
+        return {
+            "compiled": f"{count} blocks compiled in place (backend={backend!r})"
+            + (f": {names}" if names else ": no repeated ModuleList found"),
+            "blocks": count,
+        }
+    raise ValueError(f"unknown variant {variant!r}; expected one of {', '.join(VARIANTS)}")

@@ -1,0 +1,126 @@
+"""Compile behaviour from Dynamo's own bookkeeping: graphs, graph breaks, recompiles, and frames
+that hit the recompile limit and silently fell back to eager.
+
+Sources (torch >= 2.6): ``torch._dynamo.utils.counters`` (``stats.unique_graphs``,
+``graph_break`` reasons, ``frames``), ``torch._dynamo.utils.guard_failures`` (one entry per
+guard failure that caused a recompilation, keyed by code object) and the warning Dynamo logs on
+``torch._dynamo.convert_frame`` when a frame hits ``config.recompile_limit`` (named
+``cache_size_limit`` before torch 2.7); after it the frame runs eager with no error.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+LIMIT_RE = re.compile(r"hit config\.(recompile_limit|cache_size_limit|accumulated_\w+)")
+
+
+class _LimitHandler(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.hits: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = record.getMessage()
+        except Exception:  # a malformed record must not break the run
+            return
+        if LIMIT_RE.search(msg):
+            lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
+            self.hits.append(" | ".join(lines[:3])[:400])
+
+
+@dataclass
+class CompileStats:
+    """What Dynamo did during a run.
+
+    Attributes:
+        unique_graphs: graphs captured (``counters["stats"]["unique_graphs"]``).
+        graph_breaks: total graph breaks, and the most frequent reasons (first line each).
+        recompiles: recompilations (guard failures that compiled a new entry), with reasons.
+        recompile_limit_hits: one line per frame that hit the recompile limit and fell back to
+            eager from then on (function, limit, last guard that failed).
+        frames_total, frames_ok: frames Dynamo was asked to convert / converted.
+    """
+
+    unique_graphs: int = 0
+    graph_breaks: int = 0
+    graph_break_reasons: list[str] = field(default_factory=list)
+    recompiles: int = 0
+    recompile_reasons: list[str] = field(default_factory=list)
+    recompile_limit_hits: list[str] = field(default_factory=list)
+    frames_total: int = 0
+    frames_ok: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class CompileWatch:
+    """Reset Dynamo, then read its counters: ``with CompileWatch() as w: ...; w.stats()``.
+
+    Resetting (``torch._dynamo.reset()``) drops compiled code and counters, so create the watch
+    before the first compiled call of the variant it measures.
+    """
+
+    def __init__(self) -> None:
+        self._handler = _LimitHandler()
+        self._logger = logging.getLogger("torch._dynamo")
+
+    def __enter__(self) -> "CompileWatch":
+        import torch._dynamo
+        from torch._dynamo.utils import counters
+
+        torch._dynamo.reset()
+        counters.clear()
+        self._guard_failures().clear()
+        self._logger.addHandler(self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self._handler)
+
+    @staticmethod
+    def _guard_failures() -> dict[Any, list[Any]]:
+        from torch._dynamo import utils
+
+        return getattr(utils, "guard_failures", {})
+
+    def stats(self) -> CompileStats:
+        """A snapshot of the counters since ``__enter__``."""
+        from torch._dynamo.utils import counters
+
+        breaks = counters.get("graph_break", {})
+        reasons = sorted(breaks.items(), key=lambda kv: -kv[1])
+        failures = self._guard_failures()
+        recompile_reasons: list[str] = []
+        for code, items in failures.items():
+            name = getattr(code, "co_name", str(code))
+            where = f"{getattr(code, 'co_filename', '?')}:{getattr(code, 'co_firstlineno', '?')}"
+            for item in items[:3]:
+                first = str(item).strip().splitlines()[0] if str(item).strip() else ""
+                recompile_reasons.append(f"{name} ({where}): {first[:200]}")
+        unimpl = counters.get("unimplemented", {})
+        limit_hits = list(self._handler.hits)
+        if not limit_hits:
+            limit_hits = [k.splitlines()[0] for k in unimpl if "recompile limit" in k.lower()]
+        return CompileStats(
+            unique_graphs=int(counters.get("stats", {}).get("unique_graphs", 0)),
+            graph_breaks=int(sum(breaks.values())),
+            graph_break_reasons=[f"{n}x {r.splitlines()[0][:200]}" for r, n in reasons[:5]],
+            recompiles=int(sum(len(v) for v in failures.values())),
+            recompile_reasons=recompile_reasons[:10],
+            recompile_limit_hits=limit_hits,
+            frames_total=int(counters.get("frames", {}).get("total", 0)),
+            frames_ok=int(counters.get("frames", {}).get("ok", 0)),
+        )
+
+
+def fail_on_recompile_supported() -> bool:
+    """Whether this torch has ``torch.compiler.set_stance("fail_on_recompile")`` (torch >= 2.6)."""
+    import torch
+
+    return hasattr(torch, "compiler") and hasattr(torch.compiler, "set_stance")
