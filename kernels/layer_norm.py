@@ -62,10 +62,16 @@ def fake(x, weight, bias, eps):
 def fake_backward(dy, x, weight, bias, mean, rstd):
     """FakeTensor/meta rule for the backward: ``(dx, dw, db)``, empty ``[0]`` for absent params."""
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    none = torch.empty((0,), dtype=x.dtype, device=x.device)
-    dw = none if weight is None else torch.empty(weight.shape, dtype=weight.dtype, device=x.device)
-    db = none if bias is None else torch.empty(bias.shape, dtype=bias.dtype, device=x.device)
+    dw = _empty_like_param(weight, x)
+    db = _empty_like_param(bias, x)
     return dx, dw, db
+
+
+def _empty_like_param(param, x):
+    """A fresh gradient buffer for ``param``; ``[0]`` when it is None (outputs never alias)."""
+    if param is None:
+        return torch.empty((0,), dtype=x.dtype, device=x.device)
+    return torch.empty(param.shape, dtype=param.dtype, device=x.device)
 
 
 def reference(x, weight, bias, eps):
@@ -90,10 +96,9 @@ def reference_backward(dy, x, weight, bias, mean, rstd):
     c1 = (g * xhat).mean(-1, keepdim=True)
     c2 = g.mean(-1, keepdim=True)
     dx = (rstd.unsqueeze(-1) * (g - xhat * c1 - c2)).to(x.dtype)
-    none = torch.empty((0,), dtype=x.dtype, device=x.device)
     N = x.shape[-1]
-    dw = none if weight is None else (dyf * xhat).reshape(-1, N).sum(0).to(weight.dtype)
-    db = none if bias is None else dyf.reshape(-1, N).sum(0).to(bias.dtype)
+    dw = _empty_like_param(None, x) if weight is None else (dyf * xhat).reshape(-1, N).sum(0).to(weight.dtype)
+    db = _empty_like_param(None, x) if bias is None else dyf.reshape(-1, N).sum(0).to(bias.dtype)
     return dx, dw, db
 
 

@@ -23,7 +23,7 @@ except ImportError:  # the reference and the FakeTensor rule work without Triton
 #: What the rewriter reads (with ``ast.literal_eval``, never by importing this file).
 CATALOG = {
     "name": "softmax",
-    "summary": "row softmax over the last dim: register-resident rows, online softmax for long rows",
+    "summary": "Row softmax over the last dim: register-resident rows, online softmax for long rows",
     "functions": {
         "torch.softmax": ["input", "dim", "dtype"],
         "torch.nn.functional.softmax": ["input", "dim", "_stacklevel", "dtype"],

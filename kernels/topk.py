@@ -32,7 +32,7 @@ except ImportError:  # the reference and the FakeTensor rule work without Triton
 #: What the rewriter reads (with ``ast.literal_eval``, never by importing this file).
 CATALOG = {
     "name": "topk",
-    "summary": "top-k over the last dim: threshold search + gather, no full-row sort",
+    "summary": "Top-k over the last dim: threshold search + gather, no full-row sort",
     "functions": {"torch.topk": ["input", "k", "dim", "largest", "sorted"]},
     "method": ["topk", ["input", "k", "dim", "largest", "sorted"]],
     "defaults": {"dim": -1, "largest": True, "sorted": True},

@@ -24,6 +24,7 @@ from .actions.cache import CompileCacheCommand
 from .actions.compile import CompileCommand
 from .actions.disable import DisableCommand
 from .actions.dynamic import MarkDynamicCommand
+from .actions.kernel import KernelCommand
 from .errors import StackpartError
 from .plan import ADVISORY_ACTIONS, LoadedPlan
 from .source import SourceFile, read_source, safe_relpath
@@ -37,6 +38,7 @@ COMMANDS: dict[str, type[TargetedCommand]] = {
     "bucket": BucketCommand,
     "allocator": AllocatorCommand,
     "compile_cache": CompileCacheCommand,
+    "kernel": KernelCommand,
 }
 
 
@@ -158,6 +160,8 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
             except StackpartError as exc:
                 raise loaded.error(b.index, exc.message, exc.hint) from None
             generated.update(command.generated)
+            # Calls an action left alone, and stubs written (kernel), with file:line and why.
+            result.warnings.extend(getattr(command, "notes", ()))
         source = sources[rel]
         if module.code != source.text:
             old = source.path.read_bytes()
