@@ -329,9 +329,12 @@ class KernelCommand(TargetedCommand):
             )
         self._write_files()
         module = f"kernel_{self.spec['name']}"
-        AddImportsVisitor.add_needed_import(
-            self.context, self.site.module(module), self.spec["entry"], relative=self.site.relative
-        )
+        if self.replaced:
+            # Only when this run wrote calls: LibCST's AddImportsVisitor does not see an existing
+            # relative import, and an earlier run that wrote the calls also wrote their import.
+            AddImportsVisitor.add_needed_import(
+                self.context, self.site.module(module), self.spec["entry"], relative=self.site.relative
+            )
         if self.action.kernel == STUB:
             self.notes.append(
                 f"{self.context.filename}::{self.qualname}: kernel stub for {self.canonical} "
