@@ -102,7 +102,8 @@ def run(ctx: Context) -> RungResult:
     r = RungResult("amortization", "Does the measured compile cost pay back?")
     a = ctx.amortization
     r.threshold = f"(t_eager - t_compiled) x {a.runs} runs > t_compile x N_compiles (restarts {a.restarts}) (partitioning-the-stack)"
-    if ctx.measured("op_mix").get("gemm_share", 0) >= 0.80:
+    launch = ctx.measured("batch_scaling").get("fixed_share", 0) >= 0.15
+    if ctx.measured("op_mix").get("gemm_share", 0) >= 0.80 and not launch:
         r.measurement = {"candidates": {}}
         r.verdict = "not measured: GEMM-dominated, no compile is planned"
         return r

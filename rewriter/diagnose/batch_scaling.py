@@ -1,7 +1,7 @@
 """Rung 1, batch scaling: step time at B, 2B and 4B; the fixed-overhead share of the step.
 
-Each point is the minimum step time over repeated runs (the least-disturbed figure on a shared
-machine). A least-squares line ``t(b) = a + c*b`` through the three points gives the fixed cost ``a``
+Each point is the minimum step time over interleaved repeated runs (the least-disturbed figure
+on a shared machine). A least-squares line ``t(b) = a + c*b`` through the three points gives the fixed cost ``a``
 (launches, Python, framework overhead that does not grow with the batch); its share of ``t(B)``
 is the launch-bound measure. Threshold: a fixed share >= 15% is launch-bound, 3-15% moderately
 so, < 3% not (TF-profiler's launch-bound bands, 3% / 15%). The cheap test itself is
@@ -43,15 +43,12 @@ def run(ctx: Context) -> RungResult:
     if key is None:
         return r.skip(f"no batch key in harness.shapes[0] (expected one of {', '.join(BATCH_KEYS)})")
     base = shape[key]
-    points = []
+    steps = []
     for factor in (1, 2, 4):
-        s = dict(shape, **{key: base * factor})
-        if factor == 1:
-            t = ctx.eager_time()
-        else:
-            model, inputs = ctx.session.build(s)
-            t = ctx.session.time(ctx.session.step_fn(model, inputs))
-        points.append((base * factor, t["min_ms"]))
+        model, inputs = ctx.session.build(dict(shape, **{key: base * factor}))
+        steps.append(ctx.session.step_fn(model, inputs))
+    timed = ctx.session.time_many(steps)
+    points = [(base * f, t["min_ms"]) for f, t in zip((1, 2, 4), timed)]
     a, c = fit(points)
     t1 = points[0][1]
     share = min(1.0, max(0.0, a / t1)) if t1 > 0 else 0.0

@@ -18,6 +18,8 @@ from .locate import function_at, relpath
 
 #: aten ops whose result the host must wait for on CUDA (a device -> host read).
 SYNC_OPS = frozenset({"_local_scalar_dense", "nonzero", "_assert_async", "equal", "is_nonzero"})
+#: Tensor methods that read data back to the host without one of the aten ops above.
+SYNC_METHODS = frozenset({"tolist", "numpy", "cpu"})
 
 
 def capture(session: Any, step: Any, names: set[str]) -> dict[str, Counter]:
@@ -28,21 +30,36 @@ def capture(session: Any, step: Any, names: set[str]) -> dict[str, Counter]:
     """
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    import torch
+    from torch.overrides import TorchFunctionMode
+
     src = Path(session.src)
     found: dict[str, Counter] = {}
 
-    class Mode(TorchDispatchMode):
+    def record(name: str) -> None:
+        for frame in reversed(traceback.extract_stack()[:-2]):
+            rel = relpath(src, frame.filename)
+            if rel is not None:
+                site = (rel, frame.lineno, function_at(frame.filename, frame.lineno) or frame.name)
+                found.setdefault(name, Counter())[site] += 1
+                return
+
+    class Dispatch(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             name = func._schema.name.split("::", 1)[-1]
             if name in names:
-                for frame in reversed(traceback.extract_stack()[:-1]):
-                    rel = relpath(src, frame.filename)
-                    if rel is not None:
-                        site = (rel, frame.lineno, function_at(frame.filename, frame.lineno) or frame.name)
-                        found.setdefault(name, Counter())[site] += 1
-                        break
+                record(name)
             return func(*args, **(kwargs or {}))
 
-    with Mode():
+    class Function(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            name = getattr(func, "__name__", "")
+            if name in names and name in methods:
+                if name != "cpu" or (args and isinstance(args[0], torch.Tensor) and args[0].device.type != "cpu"):
+                    record(name)
+            return func(*args, **(kwargs or {}))
+
+    methods = names & SYNC_METHODS
+    with Dispatch(), Function():
         session.run(step)
     return found

@@ -43,8 +43,9 @@ class DynamoLog:
     messages: list[str] = field(default_factory=list)
 
     def guard_site(self, src: Path, text: str) -> tuple[str, int, str] | None:
-        """(file relative to SRC, line, qualname) of the guard's user line in ``text``."""
-        return first_in_src(frames_from_text(text), src)
+        """(file relative to SRC, line, qualname) of the guard's user line in ``text``: the
+        innermost frame under SRC of the user stack Dynamo prints (outermost first)."""
+        return first_in_src(list(reversed(frames_from_text(text))), src)
 
 
 class _Handler(logging.Handler):

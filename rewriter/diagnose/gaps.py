@@ -13,7 +13,7 @@ is ``skipped: no CUDA``.
 
 from __future__ import annotations
 
-from .callsites import SYNC_OPS, capture
+from .callsites import SYNC_METHODS, SYNC_OPS, capture
 from .classify import classify_kernel
 from .context import Context
 from .device_time import busy_intervals
@@ -28,7 +28,7 @@ def run(ctx: Context) -> RungResult:
     r = RungResult("gaps", "Timeline gaps: collectives vs host stalls")
     r.threshold = "gaps >= 50 us; host stalls >= 5% of the step (TF-profiler 'moderately input-bound' band)"
     _, _, step = ctx.reference()
-    sites = capture(ctx.session, step, set(SYNC_OPS))
+    sites = capture(ctx.session, step, set(SYNC_OPS) | set(SYNC_METHODS))
     for op, counter in sites.items():
         for (file, line, qual), n in counter.most_common():
             r.findings.append(Finding("host_sync", f"host sync ({op}, {n}x per step)", file, line, qual))

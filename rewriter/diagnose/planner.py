@@ -6,7 +6,8 @@ Rules, in order (DESIGN.md "The diagnostic ladder"; partitioning-the-stack):
   kernel when ``kernels/<op>.py`` exists, else ``stub``);
 * fragmentation (memory rung) → ``allocator`` at the harness's model factory (the entry that
   runs before the first CUDA allocation);
-* GEMM-dominated op mix → no compile; the report says compile would return ~1.0x;
+* launch-bound (batch scaling) is decided first: its device op mix says little about the step;
+* GEMM-dominated op mix (and not launch-bound) → no compile; the report says ~1.0x;
 * the measured compile cost does not pay back over ``amortization.runs`` → no compile, said so;
 * launch-bound with stable shapes → ``compile`` of the model's entry, ``strategy: whole``, with
   ``mode: reduce-overhead`` (CUDA graphs) on CUDA;
@@ -148,20 +149,6 @@ def plan(ctx: Context) -> Decision:
     amort = m("amortization")
     cands = amort.get("candidates", {})
     bound = opmix.get("compile_gain_bound")
-    if opmix.get("gemm_share", 0) >= 0.80:
-        notes.append(
-            f"GEMM-dominated ({opmix['gemm_share']:.0%} GEMM+attention, {opmix['basis']}): compile would return ~1.0x "
-            f"(at most {bound}x); no compile planned"
-        )
-        return Decision(_plan(spec, ctx, actions), notes, "~1.0x")
-    if cands and all(c.get("pays_back") is False for c in cands.values()):
-        worst = ", ".join(f"{u}: {c['compile_s']} s x {c['n_compiles']}" for u, c in cands.items())
-        notes.append(
-            f"compile cost does not pay back over {amort['runs']} runs ({worst}; break-even needs "
-            f"{min(c['break_even_gain_ms'] for c in cands.values())} ms/step saved): the plan compiles nothing"
-        )
-        return Decision(_plan(spec, ctx, actions), notes, "1.0x (no compile)")
-
     bs = m("batch_scaling")
     rc = m("recompiles")
     launch = bs.get("fixed_share", 0) >= 0.15
@@ -170,6 +157,16 @@ def plan(ctx: Context) -> Decision:
     whole_ok = cands.get("whole", {}).get("pays_back") is not False
     region_ok = cands.get("region", {}).get("pays_back") is not False
 
+    if cands and all(c.get("pays_back") is False for c in cands.values()):
+        worst = ", ".join(f"{u}: {c['compile_s']} s x {c['n_compiles']}" for u, c in cands.items())
+        notes.append(
+            f"compile cost does not pay back over {amort['runs']} runs ({worst}; break-even needs "
+            f"{min(c['break_even_gain_ms'] for c in cands.values())} ms/step saved): the plan compiles nothing"
+        )
+        return Decision(_plan(spec, ctx, actions), notes, "1.0x (no compile)")
+    # launch-bound first: the ladder's first rung decides before the op mix (partitioning-the-
+    # stack: "If it barely changes, you are launch bound and the answer is torch.compile plus
+    # mode='reduce-overhead'"); a launch-bound model's device time says little about its step.
     if launch and stable and model_target and whole_ok:
         mode = "reduce-overhead" if ctx.session.cuda else "default"
         actions.append(
@@ -179,12 +176,19 @@ def plan(ctx: Context) -> Decision:
                 strategy="whole",
                 options=CompileOptions(mode=mode),
                 why=f"batch scaling: {bs['fixed_share']:.0%} fixed overhead (>= 15% launch-bound); shapes stable (0 recompiles across {rc.get('shapes', 1)} shapes)"
-                + ("; CUDA graphs need one large capture" if mode == "reduce-overhead" else "; CPU: no CUDA graphs"),
+                + ("; CUDA graphs need one large capture" if mode == "reduce-overhead" else "; CPU: no CUDA graphs")
+                + _amort_why(cands.get("whole")),
             )
         )
         unit_qual = model_target.split("::", 1)[1] + ".forward"
         _disables(actions, breaks, {unit_qual}, "whole-model compile")
         return Decision(_plan(spec, ctx, actions), notes)
+    if opmix.get("gemm_share", 0) >= 0.80 and not launch:
+        notes.append(
+            f"GEMM-dominated ({opmix['gemm_share']:.0%} GEMM+attention, {opmix['basis']}): compile would return ~1.0x "
+            f"(at most {bound}x); no compile planned"
+        )
+        return Decision(_plan(spec, ctx, actions), notes, "~1.0x")
 
     if block is not None and block["target"] and region_ok:
         forward_qual = block["target"].split("::", 1)[1] + ".forward"

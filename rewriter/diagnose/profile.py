@@ -189,14 +189,23 @@ def profile_steps(session: Any, step: Any, out_dir: Path, *, steps: int = 3, blo
         handles.append(module.register_forward_hook(post))
     try:
         session.run(step)  # warm-up outside the profile
-        with session.guard(session.forward_name()):
-            with profile(activities=activities, with_stack=True) as prof:
-                t0 = time.perf_counter()
-                for _ in range(steps):
-                    with record_function(STEP):
-                        step()
-                        session.sync()
-                wall = (time.perf_counter() - t0) / steps * 1e3
+        for with_stack in (True, False):
+            with session.guard(session.forward_name()):
+                with profile(activities=activities, with_stack=with_stack) as prof:
+                    t0 = time.perf_counter()
+                    for _ in range(steps):
+                        with record_function(STEP):
+                            step()
+                            session.sync()
+                    wall = (time.perf_counter() - t0) / steps * 1e3
+            try:
+                events = list(prof.events())
+                break
+            except UnicodeDecodeError:
+                # torch.profiler can fail to decode a Python-tracer event name (seen on torch
+                # 2.13); the figures do not need stacks, so profile again without them.
+                if not with_stack:
+                    raise
     finally:
         for h in handles:
             h.remove()
@@ -205,7 +214,6 @@ def profile_steps(session: Any, step: Any, out_dir: Path, *, steps: int = 3, blo
         prof.export_chrome_trace(str(trace))
     except Exception:  # a trace is a convenience; the figures below do not depend on it
         trace = None  # type: ignore[assignment]
-    events = list(prof.events())
     windows = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == STEP)
 
     def inside(e: Any) -> bool:

@@ -227,24 +227,35 @@ class Session:
         return out
 
     def time(self, step: Callable[[], Any], *, warmup: int = 2, min_s: float = 0.3, max_iters: int = 50, min_iters: int = 3) -> dict[str, float]:
-        """Median step time in ms over enough runs to fill ``min_s`` (at least ``min_iters``).
+        """Step time in ms over enough runs to fill ``min_s`` (at least ``min_iters``).
 
         Returns:
             ``{"median_ms", "min_ms", "iters"}``. CUDA: synchronised wall time per step (the
             device finishes before the clock stops).
         """
+        return self.time_many([step], warmup=warmup, min_s=min_s, max_iters=max_iters, min_iters=min_iters)[0]
+
+    def time_many(self, steps: list[Callable[[], Any]], *, warmup: int = 2, min_s: float = 0.3, max_iters: int = 50, min_iters: int = 3) -> list[dict[str, float]]:
+        """Time several steps interleaved (round-robin), so a noisy phase of a shared machine hits
+        them all alike. Warm-up runs each step ``warmup`` times and then until ``min_s / 3`` has
+        passed (first calls pay lazy initialisation and thread-pool start-up)."""
         with self.guard(self.forward_name()):
-            for _ in range(warmup):
-                step()
-            self.sync()
-            times: list[float] = []
-            t_end = time.perf_counter() + min_s
-            while len(times) < min_iters or (time.perf_counter() < t_end and len(times) < max_iters):
-                t0 = time.perf_counter()
-                step()
+            t_warm = time.perf_counter() + min_s / 3
+            n = 0
+            while n < warmup or (time.perf_counter() < t_warm and n < 10):
+                for step in steps:
+                    step()
                 self.sync()
-                times.append((time.perf_counter() - t0) * 1e3)
-        return {"median_ms": statistics.median(times), "min_ms": min(times), "iters": len(times)}
+                n += 1
+            times: list[list[float]] = [[] for _ in steps]
+            t_end = time.perf_counter() + min_s * len(steps)
+            while len(times[0]) < min_iters or (time.perf_counter() < t_end and len(times[0]) < max_iters):
+                for i, step in enumerate(steps):
+                    t0 = time.perf_counter()
+                    step()
+                    self.sync()
+                    times[i].append((time.perf_counter() - t0) * 1e3)
+        return [{"median_ms": statistics.median(t), "min_ms": min(t), "iters": len(t)} for t in times]
 
     def model(self) -> Any:
         return self.build()[0]

@@ -10,7 +10,7 @@ elementwise or norm op that dominates is fusible traffic (compile), so only redu
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from .callsites import capture
 from .classify import classify_cpu_op, classify_kernel
@@ -86,6 +86,6 @@ def run(ctx: Context) -> RungResult:
     aten = name.split("::", 1)[-1]
     _, _, step = ctx.reference()
     sites = capture(ctx.session, step, {aten})
-    for (file, line, qual), n in sites.get(aten, {}).most_common(3):
+    for (file, line, qual), n in sites.get(aten, Counter()).most_common(3):
         r.findings.append(Finding("dominant_op", f"{name} called here ({n}x per step)", file, line, qual))
     return r
