@@ -45,6 +45,7 @@ def load_kernel(name: str):
     """Import kernels/<name>.py (not a package: kernels/ is data the rewriter vendors)."""
     spec = importlib.util.spec_from_file_location(f"catalog_{name}", ROOT / "kernels" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 
