@@ -59,11 +59,20 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
 @click.option("--baselines", default="whole,regional", show_default=True,
               help="Comma-separated baselines besides eager: whole, regional (empty for none).")
 @click.option("--keep-temp", is_flag=True, help="Keep the temp trees and child logs.")
+@click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
+              help="> 1: run original and plan under torchrun on N processes; compare step time and exposed communication.")
 @click.pass_context
 def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, backend: str, min_speedup: float,
-             speed_gate: str, timeout_s: float, reps: int, warmup: int, baselines: str, keep_temp: bool) -> None:
+             speed_gate: str, timeout_s: float, reps: int, warmup: int, baselines: str, keep_temp: bool,
+             nproc: int = 1) -> None:
     """Prove a rewrite before it is applied: numerics, speed, compile cost; exit 0 pass, 1 fail, 2 error."""
     from pathlib import Path
+
+    if nproc > 1:
+        from .distributed.command import validate_distributed_command
+
+        ctx.exit(validate_distributed_command(plan_path, src, nproc=nproc, out=out, timeout_s=timeout_s,
+                                              min_speedup=min_speedup, speed_gate=speed_gate))
 
     from .validate.command import Options, validate_command
 
@@ -114,9 +123,20 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @click.option("--restarts", type=click.IntRange(min=1), default=None, help="amortization.restarts.")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds one harness call may take.")
 @click.option("--steps", type=click.IntRange(min=1), default=3, show_default=True, help="Profiled steps.")
+@click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes (one per GPU) under torchrun; > 1 diagnoses collectives across ranks.")
+@click.option("--wrap", type=click.Choice(["ddp", "fsdp2", "none"]), default=None,
+              help="With --nproc: data-parallel wrapper (default: harness STACKPART_DISTRIBUTED, else ddp).")
 @click.pass_context
 def diagnose(ctx: click.Context, harness: str, src: str, output: str, **kw: object) -> None:
     """Run the diagnostic ladder on SRC's model and write plan.yaml with the evidence."""
+    nproc, wrap = kw.pop("nproc"), kw.pop("wrap")
+    if nproc > 1:  # type: ignore[operator]
+        from .distributed.command import diagnose_distributed_command
+
+        ctx.exit(diagnose_distributed_command(harness, src, output, nproc=nproc, wrap=wrap, **kw))  # type: ignore[arg-type]
+    if wrap is not None:
+        raise click.UsageError("--wrap needs --nproc 2 or more")
     from .diagnose.runner import diagnose_command
 
     ctx.exit(diagnose_command(harness, src, output, **kw))  # type: ignore[arg-type]

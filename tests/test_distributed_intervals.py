@@ -179,3 +179,13 @@ def test_not_collective_bound_gets_no_entries_and_a_report() -> None:
     assert "| all_reduce (dominant) | 1.0 | 0.66 | 66% | 0.46 | 30% |" in text
     assert "harness.py:12 (forward)" in text
     assert "not collective-bound" in summary_lines(f)[0]
+
+
+def test_accumulation_targets_the_threshold_when_compute_exceeds_communication() -> None:
+    # compute 745 µs > communication 660 µs; exposed [120,180) + [800,900) = 16% of the step
+    traces = [analyze_trace(cpu_trace(rank=r, compute_scale=2.0)) for r in (0, 1)]
+    f = merge(traces, _records(), collective_bound_share=0.10)
+    assert f.exposed_share == pytest.approx(0.16) and f.collective_bound
+    (entry,) = suggest(f, "h.py::m")  # 76% overlapped: no bucket change
+    assert entry["settings"] == {"gradient_accumulation": 2}
+    assert "16% of the step is exposed communication; 2 micro-batches per collective bring it under 10%" in entry["why"]

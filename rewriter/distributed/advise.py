@@ -8,9 +8,11 @@ nothing (see ``DistributedAction`` in :mod:`rewriter.plan`). Each rule names its
   Li et al., "PyTorch Distributed", VLDB 2020, §3.2.3) trades per-call latency (small buckets)
   against overlap (large buckets start late). Few calls with little overlap -> smaller buckets;
   many calls with little overlap -> larger buckets.
-* When communication per step exceeds compute per step, no bucket or prefetch setting can hide
-  it; accumulating K micro-batches (``DDP.no_sync()``, FSDP2 ``set_requires_gradient_sync(False)``)
-  runs the gradient collective once per K, with ``K = ceil(comm / compute)`` (clamped 2..16).
+* Accumulating K micro-batches (``DDP.no_sync()``, FSDP2 ``set_requires_gradient_sync(False)``)
+  runs the gradient collective once per K, which helps any collective-bound step: K is the
+  larger of ``ceil(comm / compute)`` (when communication per step exceeds compute, no bucket or
+  prefetch setting can hide it) and ``ceil(exposed share / collective-bound share)`` (what
+  brings the exposed share under the threshold), clamped to 2..16.
 * FSDP2 ``reshard_after_forward=False`` keeps parameters unsharded from forward to backward,
   so backward issues no all-gather, at the cost of memory (``fully_shard`` docs); explicit
   ``set_modules_to_forward_prefetch`` issues the next blocks' all-gathers earlier.
@@ -90,13 +92,19 @@ def suggest(findings: DistributedFindings, target: str) -> list[dict[str, Any]]:
             entry({"forward_prefetch": 2},
                   "all-gathers wait for their own block; prefetching the next 2 blocks overlaps "
                   "them with compute")
+    share = f.thresholds["collective_bound_share"]
+    k_exposed = math.ceil(f.exposed_share / share) if share > 0 else 2
     if comm > compute > 0:
-        k = min(16, max(2, math.ceil(comm / compute)))
-        entry({"gradient_accumulation": k},
-              f"communication ({_ms(comm)}/step) exceeds compute ({_ms(compute)}/step), so no "
-              f"overlap can hide it; accumulating {k} micro-batches runs the gradient "
-              "collective once per {k} (DDP no_sync / FSDP2 set_requires_gradient_sync(False))"
-              .replace("{k}", str(k)))
+        k = min(16, max(2, math.ceil(comm / compute), k_exposed))
+        reason = (f"communication ({_ms(comm)}/step) exceeds compute ({_ms(compute)}/step), so no "
+                  "overlap can hide it")
+    else:
+        k = min(16, max(2, k_exposed))
+        reason = (f"{f.exposed_share:.0%} of the step is exposed communication; {k} micro-batches "
+                  f"per collective bring it under {share:.0%}")
+    entry({"gradient_accumulation": k},
+          f"{reason}; accumulating {k} micro-batches runs the gradient collective once per {k} "
+          "(DDP no_sync / FSDP2 set_requires_gradient_sync(False))")
     if f.wrap == "fsdp2":
         entry({"parallelism": "ddp"},
               "FSDP moves 1.5x the bytes of DDP per step (ZeRO, SC 2020, §7.2.2); if a full "
