@@ -61,16 +61,17 @@ def _kernel_name(op: str) -> str:
         return "stub"
 
 
-def boundary_arg(owner: Any, attr: str) -> str | None:
-    """The name passed as first argument to the blocks in ``owner.forward`` (``x`` in
-    ``for block in self.blocks: x = block(x)``), if it is a parameter or a top-level local."""
+def boundary_args(owner: Any, attr: str) -> list[str | None]:
+    """Names passed positionally to the blocks in ``owner.forward`` (``[x, cos, sin]`` for
+    ``for block in self.blocks: x = block(x, cos, sin)``); None where an argument is not a name
+    bound as a parameter or at the function's top level (``mark_dynamic`` needs one)."""
     try:
         source = textwrap.dedent(inspect.getsource(type(owner).forward))
         func = ast.parse(source).body[0]
     except (OSError, TypeError, SyntaxError, IndexError):
-        return None
+        return []
     if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return None
+        return []
     loop_vars = set()
     for node in ast.walk(func):
         if isinstance(node, ast.For):
@@ -88,15 +89,15 @@ def boundary_arg(owner: Any, attr: str) -> str | None:
             for t in targets:
                 bound.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
     for node in ast.walk(func):
-        if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Name):
+        if not isinstance(node, ast.Call):
             continue
         f = node.func
         hit = (isinstance(f, ast.Name) and f.id in loop_vars) or (
             isinstance(f, ast.Subscript) and isinstance(f.value, ast.Attribute) and f.value.attr == attr
         )
-        if hit and node.args[0].id in bound:
-            return node.args[0].id
-    return None
+        if hit:
+            return [a.id if isinstance(a, ast.Name) and a.id in bound else None for a in node.args]
+    return []
 
 
 def plan(ctx: Context) -> Decision:
@@ -234,11 +235,15 @@ def plan(ctx: Context) -> Decision:
                     options=options,
                     why=f"granularity: {len(block['modules'])} x {block['cls'].__name__} in {block['name']}"
                     + (f" = {share:.0%} of the step" if share is not None else "")
-                    + f"; op mix: GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%), fusible {opmix.get('fusible_share', 0):.0%}"
+                    + (
+                        f"; launch-bound ({bs['fixed_share']:.0%} fixed overhead) but shapes vary: per-block compile, no CUDA graphs"
+                        if launch
+                        else f"; op mix: GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%), fusible {opmix.get('fusible_share', 0):.0%}"
+                    )
                     + _amort_why(cands.get("region")),
                 )
             )
-            _mark_dynamic(actions, ctx, blocks[0], rc)
+            _mark_dynamic(actions, notes, blocks[0], rc)
             return Decision(_plan(spec, ctx, actions), notes)
     elif block is not None and not block["target"]:
         notes.append(f"repeated block {block['cls'].__module__}.{block['cls'].__qualname__} is defined outside SRC: no compile target")
@@ -282,22 +287,30 @@ def _disables(actions: list, breaks: list, units: set[str], what: str) -> bool:
     return added
 
 
-def _mark_dynamic(actions: list, ctx: Context, block: dict, rc: dict) -> None:
+def _mark_dynamic(actions: list, notes: list, block: dict, rc: dict) -> None:
     if not rc.get("recompiles"):
         return
     dims = rc.get("varying_block_dims") or []
     owner_target = block["owner_target"]
-    arg = boundary_arg(block["owner"], block["attr"]) if owner_target else None
-    if not dims or not arg:
-        return
+    names = boundary_args(block["owner"], block["attr"]) if owner_target else []
+    marked = False
     for d in dims:
+        arg = names[d["arg"]] if d["arg"] < len(names) else None
+        if arg is None:
+            continue
+        if marked:
+            # the plan allows one mark_dynamic per function (rewriter.consistency); Dynamo's
+            # automatic dynamic shapes make the other varying inputs dynamic after one recompile
+            notes.append(f"block input {arg!r} dim {d['dim']} also varies: not marked (one mark_dynamic per function); expect one automatic-dynamic recompile")
+            continue
+        marked = True
         actions.append(
             MarkDynamicAction(
                 action="mark_dynamic",
-                target=owner_target.split("::", 1)[0] + "::" + owner_target.split("::", 1)[1] + ".forward",
+                target=owner_target + ".forward",
                 arg=arg,
                 dim=d["dim"],
-                why=f"recompiles: {rc['recompiles']} across {rc['shapes']} shapes; the block input's dim {d['dim']} varies {sorted(set(d['sizes']))}: mark it where it enters the region",
+                why=f"recompiles: {rc['recompiles']} across {rc['shapes']} shapes; the block input {arg!r} dim {d['dim']} varies {sorted(set(d['sizes']))}: mark it where it enters the region",
             )
         )
 

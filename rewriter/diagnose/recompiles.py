@@ -36,11 +36,6 @@ def varying(shapes: list[list[tuple[int, ...]]]) -> list[dict[str, Any]]:
     return out
 
 
-def _first_tensor(args: tuple, kwargs: dict) -> Any:
-    leaves = tensor_leaves(list(args) + list(kwargs.values()))
-    return leaves[0] if leaves else None
-
-
 def run(ctx: Context) -> RungResult:
     import torch
 
@@ -49,16 +44,16 @@ def run(ctx: Context) -> RungResult:
     spec = ctx.session.spec
     model, _, _ = ctx.reference()
     blocks = ctx.cache.get("blocks") or []
-    block_shapes: list[tuple[int, ...]] = []
+    block_shapes: list[list[tuple[int, ...]]] = []
     input_shapes: list[list[tuple[int, ...]]] = []
     hook = None
     if blocks:
         first = blocks[0]["modules"][0]
 
         def pre(mod: Any, args: tuple, kwargs: dict) -> None:
-            t = _first_tensor(args, kwargs)
-            if t is not None and len(block_shapes) < len(input_shapes):
-                block_shapes.append(tuple(t.shape))
+            # positional args by position (None for non-tensors), once per harness shape
+            if len(block_shapes) < len(input_shapes):
+                block_shapes.append([tuple(a.shape) if isinstance(a, torch.Tensor) else () for a in args])
 
         hook = first.register_forward_pre_hook(pre, with_kwargs=True)
     reset()
@@ -75,7 +70,7 @@ def run(ctx: Context) -> RungResult:
         reset()
     keys = sorted({k for s in spec.shapes for k in s if len({s.get(k) for s in spec.shapes}) > 1})
     var_in = varying(input_shapes)
-    var_block = varying([[s] for s in block_shapes]) if len(block_shapes) == len(input_shapes) else []
+    var_block = varying(block_shapes) if len(block_shapes) == len(input_shapes) else []
     for rc in log.recompiles:
         site = log.guard_site(ctx.session.src, rc.text)
         text = f"recompiled {rc.function}: " + "; ".join(rc.guards[:2])
@@ -85,11 +80,11 @@ def run(ctx: Context) -> RungResult:
         "recompiles": len(log.recompiles),
         "varying_shape_keys": keys,
         "varying_input_dims": var_in,
-        "varying_block_dims": [{"dim": v["dim"], "sizes": v["sizes"]} for v in var_block],
+        "varying_block_dims": [{"arg": v["tensor"], "dim": v["dim"], "sizes": v["sizes"]} for v in var_block],
         "limit_hit": bool(log.limit_hit),
     }
     if log.recompiles:
-        dims = ", ".join(f"dim {v['dim']}" for v in var_block) or ", ".join(f"input {v['tensor']} dim {v['dim']}" for v in var_in)
+        dims = ", ".join(f"block arg {v['tensor']} dim {v['dim']}" for v in var_block) or ", ".join(f"input {v['tensor']} dim {v['dim']}" for v in var_in)
         r.verdict = f"{len(log.recompiles)} recompile(s) across {len(spec.shapes)} shapes; varying: {dims or 'no tensor dim (a guard on a value)'}"
         r.implies = "mark_dynamic at the region boundary (or bucket)"
     elif keys:
