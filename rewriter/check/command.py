@@ -11,10 +11,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..rewrite import FileChange, apply_changes
 from ..source import read_source
 from .config import load_config
-from .drift import plan_drift
 from .output import Outcome, render
 from .runner import check_files, discover, select_rules
 
@@ -23,6 +21,8 @@ def _write(changes: list[tuple[str, bytes, bytes, int]]) -> None:
     """Write ``(path, old, new, mode)`` for files anywhere under one common root, atomically."""
     if not changes:
         return
+    from ..rewrite import FileChange, apply_changes  # LibCST's codemod stack: imported only to write
+
     paths = [os.path.abspath(p) for p, *_ in changes]
     root = os.path.commonpath([os.path.dirname(p) for p in paths])
     apply_changes(
@@ -34,6 +34,8 @@ def _write(changes: list[tuple[str, bytes, bytes, int]]) -> None:
 def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[str], fix: bool) -> None:
     if plan is None:
         return
+    from .drift import plan_drift
+
     outcome.plan = plan
     drifted, diff = plan_drift(plan, src or ".", files)
     if fix and drifted:

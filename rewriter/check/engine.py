@@ -15,7 +15,7 @@ import tokenize
 from collections.abc import Sequence
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .facts import FileFacts
 from .rule import FileResult, Finding, Report, Rule
@@ -67,18 +67,51 @@ class _Replace(cst.CSTTransformer):
         return self.replacements.get(original_node, updated_node)
 
 
-def run_rules(module: cst.Module, rules: Sequence[type[Rule]], path: str) -> tuple[cst.Module, list[Report]]:
-    """All reports of ``rules`` on ``module`` (unsuppressed and suppressed alike), in position order.
+def visit_types(rules: Sequence[type[Rule]]) -> set[str]:
+    """The node class names the rules have ``visit_<Name>`` methods for."""
+    return {name[6:] for cls in rules for name in dir(cls) if name.startswith("visit_") and name[6:][:1].isupper()}
+
+
+def run_rules(module: cst.Module, rules: Sequence[type[Rule]], path: str) -> tuple[cst.Module, list[tuple[Finding, Report]]]:
+    """All findings of ``rules`` on ``module`` (suppressed ones too), in position order.
 
     Returns the module the reports' nodes belong to (the metadata wrapper's copy) with them.
     """
-    wrapper = MetadataWrapper(module)
-    facts = FileFacts(wrapper)
-    visitors = [cls(facts, path) for cls in rules]
-    wrapper.visit_batched(visitors)
-    reports = [r for v in visitors for r in v.reports]
-    reports.sort(key=lambda r: (r.finding.line, r.finding.col, r.finding.code))
-    return wrapper.module, reports
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # the module is ours alone
+    methods: dict[str, list] = {}
+    instances = []
+    facts = FileFacts(wrapper, frozenset(visit_types(rules)))
+    for cls in rules:
+        rule = cls(facts, path)
+        instances.append(rule)
+        for name in visit_types([cls]):
+            methods.setdefault(name, []).append(getattr(rule, f"visit_{name}"))
+    for node in facts.nodes:
+        for method in methods.get(type(node).__name__, ()):
+            method(node)
+    reports = [r for v in instances for r in v.reports]
+    if not reports:
+        return wrapper.module, []
+    positions = wrapper.resolve(PositionProvider)
+    out = []
+    for r in reports:
+        pos = positions[r.node]
+        finding = Finding(
+            code=r.rule.CODE,
+            name=r.rule.NAME,
+            message=r.message,
+            path=path,
+            line=pos.start.line,
+            col=pos.start.column + 1,
+            end_line=pos.end.line,
+            end_col=pos.end.column + 1,
+            fixable=r.replacement is not None,
+        )
+        out.append((finding, r))
+    out.sort(key=lambda fr: (fr[0].line, fr[0].col, fr[0].code))
+    # one finding per rule and position (a node reached twice, e.g. through an alias)
+    unique = {(f.code, f.line, f.col): (f, r) for f, r in reversed(out)}
+    return wrapper.module, sorted(unique.values(), key=lambda fr: (fr[0].line, fr[0].col, fr[0].code))
 
 
 def check_text(text: str, path: str, rules: Sequence[type[Rule]], fix: bool = False) -> FileResult:
@@ -105,9 +138,9 @@ def check_text(text: str, path: str, rules: Sequence[type[Rule]], fix: bool = Fa
     for round_ in range(MAX_FIX_ROUNDS + 1):
         table = suppressions(current)
         module, reports = run_rules(module, rules, path)
-        live = [r for r in reports if not is_suppressed(r.finding, table)]
-        result.findings = [r.finding for r in live]
-        fixes = {r.node: r.replacement for r in live if r.replacement is not None}
+        live = [(f, r) for f, r in reports if not is_suppressed(f, table)]
+        result.findings = [f for f, _ in live]
+        fixes = {r.node: r.replacement for _, r in live if r.replacement is not None}
         if not fix or not fixes or round_ == MAX_FIX_ROUNDS:
             break
         module = module.visit(_Replace(fixes))

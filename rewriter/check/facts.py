@@ -1,6 +1,8 @@
 """What the rules of one file share, computed once before the rules run.
 
-Torch names are resolved through LibCST's ``QualifiedNameProvider`` (scope analysis), so
+Torch names are resolved through LibCST's scope analysis (``ScopeProvider`` and
+``Scope.get_qualified_names_for``, what ``QualifiedNameProvider`` calls, asked only for the nodes a
+rule looks at), so
 ``import torch as T; T.compile``, ``from torch import compile`` and ``from torch._dynamo import
 mark_dynamic as md`` are all recognised, and a local variable that happens to be called ``torch``
 is not.
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, QualifiedNameProvider, QualifiedNameSource
+from libcst.metadata import MetadataWrapper, QualifiedNameSource, ScopeProvider
 
 COMPILE = "torch.compile"
 DISABLE = {"torch.compiler.disable", "torch._dynamo.disable"}
@@ -123,11 +125,16 @@ def options(call: cst.Call | None) -> tuple[bool | None, str | None]:
 class FileFacts:
     """The shared analysis of one file; see the module docstring for what each answer means."""
 
-    def __init__(self, wrapper: MetadataWrapper) -> None:
+    def __init__(self, wrapper: MetadataWrapper, node_types: frozenset[str] = frozenset()) -> None:
+        """Analyse ``wrapper.module``; remember every node whose class name is in ``node_types``
+        (the rules' ``visit_<Type>`` methods), in document order, in :attr:`nodes`."""
         self.wrapper = wrapper
         self.module = wrapper.module
-        self._qnames = wrapper.resolve(QualifiedNameProvider)
-        self._parents = wrapper.resolve(ParentNodeProvider)
+        self._scopes = wrapper.resolve(ScopeProvider)
+        self._qcache: dict[cst.CSTNode, frozenset] = {}
+        self._parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self.node_types = node_types
+        self.nodes: list[cst.CSTNode] = []
         self.classes: dict[str, ClassInfo] = {}
         self.functions: dict[str, cst.FunctionDef] = {}  # module-level defs
         self.compiled: dict[cst.FunctionDef, CompileSite] = {}
@@ -146,9 +153,15 @@ class FileFacts:
         """Qualified names of ``node`` (``{"torch.compile"}`` for ``T.compile`` after ``import torch as T``)."""
         return {q.name for q in self._raw_qnames(node)}
 
-    def _raw_qnames(self, node: cst.CSTNode):
-        value = self._qnames.get(node, ())
-        return value() if callable(value) else value  # libcst resolves some lazily (LazyValue)
+    def _raw_qnames(self, node: cst.CSTNode) -> frozenset:
+        cached = self._qcache.get(node)
+        if cached is None:
+            scope = self._scopes.get(node)
+            if callable(scope) and not isinstance(scope, cst.CSTNode):  # libcst's LazyValue
+                scope = scope()
+            cached = frozenset(scope.get_qualified_names_for(node)) if scope is not None else frozenset()
+            self._qcache[node] = cached
+        return cached
 
     def is_imported(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` names something bound by an import (``math``, ``np``), not a local."""
@@ -159,7 +172,26 @@ class FileFacts:
         return bool(self.qnames(node) & wanted)
 
     def is_call(self, node: cst.CSTNode, names: str | set[str]) -> bool:
-        return isinstance(node, cst.Call) and self.is_name(node.func, names)
+        """``node`` is a call of a plain (dotted) name resolving to ``names``; ``f(...)(...)`` is not."""
+        return (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, (cst.Name, cst.Attribute))
+            and self.is_name(node.func, names)
+        )
+
+    def compile_target(self, call: cst.Call) -> tuple[cst.BaseExpression | None, cst.CSTNode]:
+        """What a ``torch.compile`` call compiles and the node to report at.
+
+        ``torch.compile(fn, **kw)`` -> ``(fn, call)``; ``torch.compile(**kw)(fn)`` (the decorator
+        form applied by hand) -> ``(fn, outer call)``; ``torch.compile(**kw)`` alone -> ``(None, call)``.
+        """
+        target = first_positional(call)
+        if target is not None:
+            return target, call
+        parent = self.parent(call)
+        if isinstance(parent, cst.Call) and parent.func is call:
+            return first_positional(parent), parent
+        return None, call
 
     def compile_call(self, dec: cst.Decorator) -> tuple[bool, cst.Call | None]:
         """Whether a decorator is ``torch.compile`` and its call when it has arguments."""
@@ -304,7 +336,7 @@ class FileFacts:
 
     def _resolve_compiled(self) -> None:
         for call in self.compile_calls:
-            target = first_positional(call)
+            target, _ = self.compile_target(call)
             if target is None:
                 continue
             fullgraph, mode = options(call)
@@ -333,9 +365,24 @@ class _Collector(cst.CSTVisitor):
         self.f = facts
         self.class_stack: list[cst.ClassDef] = []
         self.func_stack: list[cst.FunctionDef] = []
+        self.stack: list[cst.CSTNode] = []
 
     def visit_module(self) -> None:
         self.f.module.visit(self)
+
+    # parents and the rules' nodes are recorded here, in the same pass (ParentNodeProvider and
+    # a second, batched traversal for the rules each cost as much as this whole pass)
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if self.stack:
+            self.f._parents[node] = self.stack[-1]
+        self.stack.append(node)
+        if type(node).__name__ in self.f.node_types:
+            self.f.nodes.append(node)
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self.stack.pop()
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.class_stack.append(node)
@@ -398,7 +445,7 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         f = self.f
-        if f.is_name(node.func, COMPILE):
+        if f.is_call(node, COMPILE):
             f.compile_calls.append(node)
         elif m.matches(node.func, m.Attribute(attr=m.Name("compile"))):
             f.method_compile_calls.append(node)

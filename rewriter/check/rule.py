@@ -1,7 +1,9 @@
 """The rule base class: a code, a message, its own VALID/INVALID examples and an optional safe fix.
 
-Modelled on Fixit 2's ``LintRule`` (src/fixit/rule.py): a rule is a LibCST batchable visitor, so
-every selected rule runs in ONE traversal of a file (``MetadataWrapper.visit_batched``); it calls
+Modelled on Fixit 2's ``LintRule`` (src/fixit/rule.py): a rule has ``visit_<Node>`` methods, and
+every selected rule sees the nodes of a file from ONE traversal (the facts pass records the nodes
+the rules' methods ask for, and the engine calls the methods in document order; LibCST's own
+batched traversal cost as much again as the parse on large files). A rule calls
 :meth:`Rule.report` with the node at fault, a message and, where a fix cannot change what the
 program computes, the replacement node. The examples are class attributes; the test suite
 (tests/test_check_rules.py) and the docs page (docs/rules/<code>.md) are generated from them, so
@@ -18,10 +20,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
-from libcst.metadata import ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
 if TYPE_CHECKING:
     from .facts import FileFacts
+
+
+# `torch.compile(`, `@torch.compile` at the end of a line, `x.compile(`: any compile call or decorator
+COMPILE_NEEDLE = r"\bcompile[ \t]*(?:\(|$|#)"
 
 
 @dataclass(frozen=True)
@@ -89,14 +94,22 @@ class Finding:
 
 @dataclass
 class Report:
-    """What a rule reported before suppression: the finding plus its fix (node → replacement)."""
+    """What a rule reported, before positions are computed and suppressions applied.
 
-    finding: Finding
+    Attributes:
+        rule: the reporting rule class.
+        node: the node at fault (its span becomes the finding's position).
+        message: the finding's message.
+        replacement: the node that replaces ``node`` under ``--fix`` (the safe fix), or None.
+    """
+
+    rule: type[Rule]
     node: cst.CSTNode
+    message: str
     replacement: cst.CSTNode | None = None
 
 
-class Rule(cst.BatchableCSTVisitor):
+class Rule:
     """Base class of every ``stackpart check`` rule.
 
     Subclasses set the class attributes and implement ``visit_<Node>`` methods that call
@@ -109,8 +122,11 @@ class Rule(cst.BatchableCSTVisitor):
         NAME: kebab-case name.
         SUMMARY: one line, the docs page title.
         EXPLANATION: Markdown: why it costs, what to do, when the rule is wrong; with sources.
-        NEEDLES: substrings one of which must occur in a file for the rule to possibly fire; the
-            runner parses a file only when a selected rule's needle is in its text.
+        NEEDLES: regexes (bytes, multiline) that must ALL match a file's text for the rule to
+            possibly fire; the runner parses a file only when some selected rule's needles all
+            match (and the file mentions ``torch``).
+        CALLS: names (last dotted component) of which one must be called or used as a decorator
+            somewhere in the file (checked with the C ``ast`` parser before LibCST runs).
         VALID / INVALID: the examples (see :class:`Valid`, :class:`Invalid`).
     """
 
@@ -119,32 +135,18 @@ class Rule(cst.BatchableCSTVisitor):
     SUMMARY: ClassVar[str]
     EXPLANATION: ClassVar[str]
     NEEDLES: ClassVar[tuple[str, ...]]
+    CALLS: ClassVar[frozenset[str]] = frozenset({"compile"})
     VALID: ClassVar[list[Valid]]
     INVALID: ClassVar[list[Invalid]]
 
-    METADATA_DEPENDENCIES = (PositionProvider, QualifiedNameProvider, ParentNodeProvider)
-
     def __init__(self, facts: FileFacts, path: str) -> None:
-        super().__init__()
         self.facts = facts
         self.path = path
         self.reports: list[Report] = []
 
     def report(self, node: cst.CSTNode, message: str, replacement: cst.CSTNode | None = None) -> None:
-        """Record a finding at ``node``; ``replacement`` (same node type position) is the safe fix."""
-        pos = self.get_metadata(PositionProvider, node)
-        finding = Finding(
-            code=self.CODE,
-            name=self.NAME,
-            message=message,
-            path=self.path,
-            line=pos.start.line,
-            col=pos.start.column + 1,
-            end_line=pos.end.line,
-            end_col=pos.end.column + 1,
-            fixable=replacement is not None,
-        )
-        self.reports.append(Report(finding, node, replacement))
+        """Record a finding at ``node``; ``replacement`` (a node of the same kind) is its safe fix."""
+        self.reports.append(Report(type(self), node, message, replacement))
 
 
 @dataclass

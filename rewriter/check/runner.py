@@ -1,10 +1,14 @@
 """Which files to check, the cheap prefilter, and parallel workers for big trees.
 
-Prefilter: a file is parsed only when its bytes contain ``torch`` and at least one selected rule's
-needle (every rule needs ``compile``, ``mark_dynamic``, ``fullgraph`` or ``reduce-overhead`` in the
-text to fire), a substring search that costs microseconds against milliseconds for a LibCST parse.
-In the installed torch and transformers sources about one file in ten passes it (see
-benchmarks/check_speed.py).
+Prefilter: a file is parsed only when its bytes contain ``torch`` and all of some selected rule's
+needles (regexes: most rules need a ``compile(`` call or ``@...compile`` decorator, plus what they
+look for, e.g. ``.item``), a byte search that costs microseconds against tens of milliseconds
+for a LibCST parse. In the installed
+torch and transformers sources about one file in eleven passes it (benchmarks/check_speed.py).
+
+Second stage: a file that passes is parsed with the C ``ast`` module first, and only rules whose
+``CALLS`` (``compile``, ``mark_dynamic``...) are actually called or used as decorators in it run
+through LibCST; a file that mentions ``torch.compile`` only in a docstring costs an ``ast`` parse.
 
 Parallelism: at :data:`PARALLEL_MIN` parsed files or more, files are parsed in a
 ``ProcessPoolExecutor`` (LibCST parsing is CPU-bound and holds the GIL). The pool is not worth its
@@ -13,7 +17,9 @@ start-up for a pre-commit-sized batch.
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -73,21 +79,60 @@ def discover(paths: Iterable[str]) -> list[str]:
     return out
 
 
-def wanted(data: bytes, needles: Sequence[bytes]) -> bool:
-    """The prefilter: the file mentions torch and one of the selected rules' needles."""
-    return b"torch" in data and any(n in data for n in needles)
+def needle_patterns(rules: Sequence[type[Rule]]) -> list[list[re.Pattern[bytes]]]:
+    """Each selected rule's needles, compiled (bytes, multiline)."""
+    return [[re.compile(n.encode(), re.M) for n in r.NEEDLES] for r in rules]
+
+
+def wanted(data: bytes, needles: list[list[re.Pattern[bytes]]]) -> bool:
+    """The prefilter: the file mentions torch and some rule's needles all match."""
+    return b"torch" in data and any(all(p.search(data) for p in group) for group in needles)
+
+
+def called_names(text: str) -> set[str] | None:
+    """Last components of every called or decorating name in ``text`` (``re.compile`` excluded),
+    from the C ``ast`` parser (an order of magnitude faster than a LibCST parse with metadata).
+    None when ``ast`` cannot parse the text (LibCST then reports the error)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for dec in node.decorator_list:
+                dec = dec.func if isinstance(dec, ast.Call) else dec
+                if isinstance(dec, ast.Attribute):
+                    names.add(dec.attr)
+                elif isinstance(dec, ast.Name):
+                    names.add(dec.id)
+            continue
+        else:
+            continue
+        if isinstance(func, ast.Attribute):
+            if not (func.attr == "compile" and isinstance(func.value, ast.Name) and func.value.id in ("re", "regex")):
+                names.add(func.attr)
+        elif isinstance(func, ast.Name):
+            names.add(func.id)
+    return names
 
 
 def _check_one(args: tuple[str, tuple[str, ...], bool]) -> FileResult:
     path, codes, fix = args
-    rules = [r for r in ALL_RULES if r.CODE in codes]
     p = Path(path)
     try:
         source = read_source(p.parent, p.name)
     except StackpartError as exc:
         return FileResult(path=path, error=f"{path}: {exc.message}", parsed=True)
-    result = check_text(source.text, path.replace(os.sep, "/"), rules, fix=fix)
-    return result
+    rules = [r for r in ALL_RULES if r.CODE in codes]
+    names = called_names(source.text)
+    if names is not None:
+        rules = [r for r in rules if r.CALLS & names]
+        if not rules:
+            return FileResult(path=path.replace(os.sep, "/"), parsed=False)
+    return check_text(source.text, path.replace(os.sep, "/"), rules, fix=fix)
 
 
 def check_files(
@@ -102,7 +147,7 @@ def check_files(
         jobs: worker processes; None = ``os.cpu_count()``; 1 = in this process. Workers are
             used only for :data:`PARALLEL_MIN` or more files that pass the prefilter.
     """
-    needles = sorted({n.encode() for r in rules for n in r.NEEDLES})
+    needles = needle_patterns(rules)
     codes = tuple(r.CODE for r in rules)
     results: dict[str, FileResult] = {}
     todo: list[str] = []

@@ -6,7 +6,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..facts import COMPILE, CUDA_GRAPH_MODES, first_positional, options
-from ..rule import Invalid, Rule, Valid
+from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
 
 
 class WholeModelCompile(Rule):
@@ -31,7 +31,7 @@ Source: PyTorch tutorial "Reducing torch.compile cold start compilation time wit
 compilation"; ML Software & Compilers, "Partitioning the stack" (granularity). No fix: the unit
 of compilation is a decision to measure (`stackpart diagnose`), not a mechanical edit.
 """
-    NEEDLES = ("compile",)
+    NEEDLES = (COMPILE_NEEDLE,)
     VALID = [
         Valid(
             """\
@@ -134,8 +134,9 @@ class Encoder(nn.Module):
 
     def visit_Call(self, node: cst.Call) -> None:
         f = self.facts
+        at: cst.CSTNode = node
         if f.is_call(node, COMPILE):
-            target = first_positional(node)
+            target, at = f.compile_target(node)
         elif m.matches(node.func, m.Attribute(attr=m.Name("compile"))) and first_positional(node) is None:
             target = node.func.value  # type: ignore[attr-defined]
         else:
@@ -150,7 +151,7 @@ class Encoder(nn.Module):
             return
         info = f.classes.get(cls[0])
         attr = info.repeated[0].attr if info is not None and info.repeated else "layers"
-        self.report(node, self._message(cls[0].rsplit(".", 1)[-1], why, attr))
+        self.report(at, self._message(cls[0].rsplit(".", 1)[-1], why, attr))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if node.name.value != "forward":

@@ -7,7 +7,7 @@ import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 
 from ..facts import COMPILE, first_positional
-from ..rule import Invalid, Rule, Valid
+from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
 
 STATE_METHODS = {"state_dict", "load_state_dict"}
 
@@ -31,7 +31,7 @@ where `x` is known to be an `nn.Module` (its `state_dict` is used, or it was bui
 Source: torch.compile docs ("Compiling modules"; `nn.Module.compile`, torch >= 2.2);
 pytorch/pytorch#101107 (`_orig_mod.` prefix in state_dict).
 """
-    NEEDLES = ("compile",)
+    NEEDLES = (COMPILE_NEEDLE,)
     VALID = [
         Valid(
             """\

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..rule import Invalid, Rule, Valid
+from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
 
 METHODS = {
     "item": "reads a tensor value into Python: a graph break and a device sync (set "
@@ -34,7 +34,7 @@ run eager (`if not torch.compiler.is_compiling():`) are not reported.
 Source: PyTorch docs, "torch.compile Troubleshooting" (graph breaks) and
 `torch._dynamo.config.capture_scalar_outputs`; verified with `backend="eager"`, torch 2.13.
 """
-    NEEDLES = ("compile",)
+    NEEDLES = (COMPILE_NEEDLE, r"\b(?:item|tolist|print)\b")
     VALID = [
         Valid(
             """\

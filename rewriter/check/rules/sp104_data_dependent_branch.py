@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..facts import FileFacts
-from ..rule import Invalid, Rule, Valid
+from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
 
 # Tensor methods / torch functions whose result depends on tensor data (not on shapes or dtypes).
 VALUE_METHODS = {
@@ -81,7 +81,7 @@ truth value. Shape checks (`x.shape[0] > 1`, `x.dim()`), `is None` and `isinstan
 Source: PyTorch docs, "torch.compile Troubleshooting" / `torch.cond`; the error text above is
 Dynamo's own (torch 2.13, `backend="eager"`, `fullgraph=True`).
 """
-    NEEDLES = ("compile",)
+    NEEDLES = (COMPILE_NEEDLE, r"\b(?:if|while)\b")
     VALID = [
         Valid(
             """\

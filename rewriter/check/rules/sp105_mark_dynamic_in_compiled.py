@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..facts import MARK_DYNAMIC
-from ..rule import Invalid, Rule, Valid
+from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
 
 MARKS = MARK_DYNAMIC | {"torch._dynamo.maybe_mark_dynamic", "torch._dynamo.mark_static"}
 
@@ -24,7 +24,8 @@ in eager code just before the compiled call (stackpart's `mark_dynamic` action p
 Source: `torch._dynamo.mark_dynamic` docstring ("must be called before the tensor is passed to
 the compiled function"); error text verified with torch 2.13, `backend="eager"`.
 """
-    NEEDLES = ("mark_dynamic", "mark_static")
+    NEEDLES = (COMPILE_NEEDLE, r"\b(?:mark_dynamic|maybe_mark_dynamic|mark_static)\b")
+    CALLS = frozenset({"mark_dynamic", "maybe_mark_dynamic", "mark_static"})
     VALID = [
         Valid(
             """\

@@ -26,7 +26,8 @@ Safe fix: `min=2`.
 
 Source: PyTorch docs, "Dynamic shapes" (0/1 specialization); measured on torch 2.13.
 """
-    NEEDLES = ("mark_dynamic",)
+    NEEDLES = (r"\bmark_dynamic\b", r"\bmin\s*=\s*[01]\b")
+    CALLS = frozenset({"mark_dynamic", "maybe_mark_dynamic", "mark_static"})
     VALID = [
         Valid(
             """\

@@ -6,7 +6,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..facts import COMPILE
-from ..rule import Invalid, Rule, Valid
+from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
 
 PER_CALL_METHODS = {"forward", "__call__"}
 LOOPS = (cst.For, cst.While, cst.CompFor)
@@ -37,7 +37,7 @@ blk.mlp = torch.compile(blk.mlp)` is regional compilation).
 
 Source: measured (scripts in the rule's tests); torch._dynamo.config.recompile_limit (8).
 """
-    NEEDLES = ("compile",)
+    NEEDLES = (COMPILE_NEEDLE,)
     VALID = [
         Valid(
             """\
@@ -133,10 +133,11 @@ class M(torch.nn.Module):
         f = self.facts
         if not f.is_call(node, COMPILE):
             return
-        parent = f.parent(node)
-        if isinstance(parent, cst.Call) and parent.func is node:
+        target, site = f.compile_target(node)
+        parent = f.parent(site)
+        if isinstance(parent, cst.Call) and parent.func is site:
             self.report(
-                node,
+                site,
                 "torch.compile(...)(...) builds a new compiled wrapper on every call (about 10x the "
                 "call overhead, measured) and recompiles whenever what it closes over changes; compile "
                 "once (module level or __init__) and reuse the result",
@@ -155,7 +156,7 @@ class M(torch.nn.Module):
         if loop is None:
             return
         loop_node, targets = loop
-        first = node.args[0].value if node.args else None
+        first = target
         defined_in_loop = isinstance(first, cst.Name) and any(
             isinstance(d, cst.FunctionDef) and d.name.value == first.value for d in m.findall(loop_node, m.FunctionDef())
         )
@@ -173,7 +174,8 @@ class M(torch.nn.Module):
             return
         if isinstance(parent, cst.Arg):
             return  # e.g. compiled.append(torch.compile(blk)): stored per item
-        used = set().union(*(_names(a.value) for a in node.args)) if node.args else set()
+        args = [*node.args, *(site.args if site is not node else ())]  # type: ignore[attr-defined]
+        used = set().union(*(_names(a.value) for a in args)) if args else set()
         if targets and used & targets:
             return
         self.report(

@@ -27,7 +27,7 @@ Reported where a `fullgraph=True` compiled function of this file calls a functio
 
 Source: error text from torch 2.13 (`backend="eager"`); torch.compiler.disable docs.
 """
-    NEEDLES = ("fullgraph",)
+    NEEDLES = (r"\bfullgraph\b", r"\bdisable\b")
     VALID = [
         Valid(
             """\

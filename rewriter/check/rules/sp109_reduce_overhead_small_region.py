@@ -6,7 +6,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from ..facts import COMPILE, first_positional, options
-from ..rule import Invalid, Rule, Valid
+from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
 
 SMALL_STATEMENTS = 3
 
@@ -37,7 +37,7 @@ Reported where `mode="reduce-overhead"` is applied to a function of at most 3 st
 Source: torch.compile docs (modes); ML Software & Compilers, "Partitioning the stack" (CUDA graphs
 prefer one large capture); pytorch/pytorch#152887.
 """
-    NEEDLES = ("reduce-overhead",)
+    NEEDLES = (COMPILE_NEEDLE, r"reduce-overhead")
     VALID = [
         Valid(
             """\
@@ -130,7 +130,7 @@ class GPT(nn.Module):
             if isinstance(anc, (cst.For, cst.While, cst.CompFor)):
                 self._report(node, "compiled inside a loop: one CUDA graph per iteration's module")
                 return
-        target = node.args[0].value if f.is_call(node, COMPILE) and node.args and node.args[0].keyword is None else None
+        target = f.compile_target(node)[0] if f.is_call(node, COMPILE) else None
         if target is None:
             return
         func = f._target_function(target, node)
