@@ -54,6 +54,10 @@ RUNGS: list[tuple[str, Callable[[Context], RungResult] | None]] = [
     ("amortization", amortization.run),
 ]
 NEEDS_PROFILE = {"device_time", "op_mix", "top_ops", "gaps", "granularity"}
+#: Rungs that run the model under torch.compile: a failure there is Dynamo's or Inductor's with
+#: this model, not a broken harness (the eager rungs before them already ran it), so it is
+#: recorded as the rung's error and the ladder goes on.
+COMPILE_RUNGS = {"graph_breaks", "recompiles", "instance_recompiles", "amortization"}
 
 
 @dataclass
@@ -175,7 +179,8 @@ def diagnose(
                 else:
                     r = fn(ctx)  # type: ignore[misc]
             except HarnessFailure as exc:
-                fatal = exc
+                if name not in COMPILE_RUNGS:
+                    fatal = exc
                 r = RungResult(name, name, status="error", reason=str(exc))
             except Exception as exc:  # a rung's own failure: record it, keep climbing
                 last = traceback.extract_tb(exc.__traceback__)[-1]
