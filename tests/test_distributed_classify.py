@@ -1,5 +1,6 @@
 """Collectives named from recorded trace names: NCCL kernels of three naming generations (as
-they appear in real Kineto traces, demangled argument lists included), and the host-side c10d,
+they appear in real Kineto traces and nccl-tests/ByteMLPerf reports, demangled argument lists
+included), and the host-side c10d,
 functional-collective, gloo and nccl names PyTorch records."""
 
 from __future__ import annotations
@@ -16,12 +17,17 @@ KERNELS = {
     "ncclDevKernel_AllReduce_Sum_f32_NVLS_SIMPLE(ncclDevKernelArgsStorage<4096ul>)": (
         "all_reduce", "sum", "float32", "NVLS", "SIMPLE"),
     "ncclDevKernel_AllReduce_Sum_u8_TREE_LL128": ("all_reduce", "sum", "uint8", "TREE", "LL128"),
+    "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)": (
+        "all_reduce", "sum", "float32", "RING", "LL"),
+    "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)": ("all_gather", None, None, "RING", "LL"),
+    "ncclDevKernel_AllReduce_Sum_f16": ("all_reduce", "sum", "float16", None, None),
     "ncclDevKernel_SendRecv": ("send_recv", None, None, None, None),
     "ncclDevKernel_Broadcast_RING_LL": ("broadcast", None, None, "RING", "LL"),
     # NCCL 2.8 - 2.18: AllGather carries a placeholder "Sum" that is not a reduction
     "ncclKernel_AllGather_RING_LL_Sum_int8_t": ("all_gather", None, "int8", "RING", "LL"),
     "ncclKernel_AllReduce_RING_LL_Sum___nv_bfloat16": ("all_reduce", "sum", "bfloat16", "RING", "LL"),
     "ncclKernel_ReduceScatter_RING_SIMPLE_Sum_half": ("reduce_scatter", "sum", "float16", "RING", "SIMPLE"),
+    "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t": ("send_recv", None, "int8", "RING", "SIMPLE"),
     # NCCL <= 2.7
     "ncclAllReduceRingLLKernel_sum_f32": ("all_reduce", "sum", "float32", "RING", "LL"),
     "ncclReduceScatterRingLL128Kernel_max_f16": ("reduce_scatter", "max", "float16", "RING", "LL128"),
