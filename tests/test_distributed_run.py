@@ -131,3 +131,34 @@ def test_bad_input_fails_before_launching(tmp_path: Path) -> None:
         with pytest.raises(StackpartError, match="needs 2 GPUs"):
             run_distributed(cuda, FIXTURES / "ddp" / "before", 2, tmp_path / "out")
     assert not (tmp_path / "out").exists(), "nothing written for bad input"
+
+
+def test_timeout_ends_torchrun_and_its_workers(tmp_path: Path, monkeypatch) -> None:
+    """A hung run must not leave ranks behind: the whole process group is ended."""
+    import os
+    import sys
+
+    from rewriter.distributed.launch import _run_torchrun
+
+    pidfile = tmp_path / "child.pid"
+    script = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    with pytest.raises(StackpartError, match="did not finish in 2 s"):
+        _run_torchrun([sys.executable, "-c", script], dict(os.environ), 2)
+    child = int(pidfile.read_text())
+    import time
+
+    def alive(pid: int) -> bool:  # a zombie waiting for init to reap it is not running
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, IndexError):
+            return False
+        return state not in ("Z", "X")
+
+    for _ in range(50):
+        if not alive(child):
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, 9)
+        pytest.fail("the worker outlived the timeout")

@@ -140,10 +140,7 @@ def run_distributed(
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     env.setdefault("OMP_NUM_THREADS", str(threads_per_rank))
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired:
-        raise StackpartError(f"torchrun did not finish in {timeout_s:.0f} s", hint="raise --timeout") from None
+    proc = _run_torchrun(cmd, env, timeout_s)
     _raise_rank_errors(out, nproc, proc)
     traces, records = [], {}
     for rank in range(nproc):
@@ -159,6 +156,33 @@ def run_distributed(
     (out / "findings.json").write_text(json.dumps(findings.to_json(), indent=2) + "\n")
     (out / "findings.md").write_text(findings.to_markdown())
     return findings
+
+
+def _run_torchrun(cmd: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess:
+    """Run torchrun in its own session so that a timeout or Ctrl-C ends it *and* its workers
+    (killing torchrun alone would orphan the ranks)."""
+    import signal
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except BaseException as exc:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=10)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise StackpartError(f"torchrun did not finish in {timeout_s:.0f} s; its processes were ended",
+                                 hint="raise --timeout") from None
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def _raise_rank_errors(out: Path, nproc: int, proc: subprocess.CompletedProcess) -> None:
