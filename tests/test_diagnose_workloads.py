@@ -1,0 +1,171 @@
+"""The diagnostic ladder on the workloads of fixtures/workloads/: on CPU, each gets the verdict
+CPU can measure and the plan action that verdict implies, and every plan rewrites cleanly.
+
+Each test runs only the rungs its verdict needs (``only=``) to keep the suite fast on a shared
+2-core machine; tests/test_diagnose.py runs the whole ladder end to end.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rewriter.diagnose.runner import diagnose
+from rewriter.plan import Amortization, load_plan
+from rewriter.rewrite import plan_rewrite
+
+WORKLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Single-threaded torch: oversubscribed OpenMP barriers on a shared machine look like a
+    fixed per-op cost and would turn every model launch-bound."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def run(name: str, tmp_path: Path, only: set[str], **kw):
+    src = tmp_path / name
+    shutil.copytree(WORKLOADS / name, src)
+    spec = load_plan(src / "plan.yaml").plan.harness
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only=only, backend="eager", **kw)
+    loaded = load_plan(tmp_path / "plan.yaml")
+    result = plan_rewrite(loaded, src, unsafe=True)
+    rungs = {r.name: r for r in outcome.rungs}
+    return outcome, rungs, loaded.plan, result
+
+
+def line_of(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_launch_bound_gets_whole_model_compile(tmp_path):
+    outcome, rungs, plan, result = run("launch_bound", tmp_path, {"batch_scaling", "recompiles"})
+    bs = rungs["batch_scaling"]
+    assert bs.measurement["fixed_share"] >= 0.15, bs.measurement
+    assert bs.verdict.startswith("launch-bound")
+    [compile_] = [a for a in plan.actions if a.action == "compile"]
+    assert compile_.target == "model.py::TinyMLP" and compile_.strategy == "whole"
+    assert compile_.options.mode == "default"  # CPU: no CUDA graphs
+    assert "fixed overhead" in compile_.why
+    assert any(b"@torch.compile" in c.new for c in result.changes)
+
+
+def test_gemm_bound_plans_no_compile(tmp_path):
+    outcome, rungs, plan, result = run("gemm_bound", tmp_path, {"op_mix"})
+    mix = rungs["op_mix"]
+    assert mix.measurement["basis"] == "self-CPU (no CUDA)"
+    assert mix.measurement["gemm_share"] >= 0.80
+    assert mix.verdict.startswith("GEMM-dominated")
+    assert not [a for a in plan.actions if a.action == "compile"]
+    assert any("~1.0x" in n for n in outcome.notes)
+    assert not result.changes
+
+
+def test_fusible_traffic_gets_per_block_compile(tmp_path):
+    outcome, rungs, plan, result = run("fusible", tmp_path, {"op_mix", "granularity"})
+    assert rungs["op_mix"].measurement["fusible_share"] >= 0.30
+    assert rungs["granularity"].measurement["class"] == "NormBlock"
+    assert rungs["granularity"].measurement["share"] >= 0.5
+    [compile_] = plan.actions
+    assert (compile_.action, compile_.target, compile_.strategy) == ("compile", "model.py::NormBlock", "region")
+    assert compile_.options.fullgraph
+
+
+def test_dominant_topk_gets_kernel_action_at_its_call(tmp_path):
+    outcome, rungs, plan, result = run("dominant_op", tmp_path, {"top_ops"})
+    top = rungs["top_ops"]
+    assert top.measurement["basis"] == "self-CPU (no CUDA)"
+    assert top.measurement["dominant"]["op"] == "aten::topk"
+    assert top.measurement["dominant"]["share"] >= 0.10
+    [site] = [f for f in top.findings if f.kind == "dominant_op"]
+    assert (site.file, site.line, site.function) == ("model.py", line_of(tmp_path / "dominant_op" / "model.py", "torch.topk("), "select_top")
+    [kernel] = [a for a in plan.actions if a.action == "kernel"]
+    assert (kernel.target, kernel.call, kernel.kernel) == ("model.py::select_top", "torch.topk", "topk")
+
+
+def test_host_stall_sync_is_attributed_to_its_line(tmp_path):
+    outcome, rungs, plan, result = run("host_stall", tmp_path, {"gaps"})
+    gaps = rungs["gaps"]
+    assert gaps.measurement["host_stall_ms"] == "skipped: no CUDA"
+    [sync] = gaps.findings
+    assert sync.kind == "host_sync"
+    assert (sync.file, sync.line) == ("model.py", line_of(tmp_path / "host_stall" / "model.py", "peak = x.abs().max().item()"))
+    assert "6x per step" in sync.message  # one per block
+
+
+def test_graph_break_helper_is_disabled_and_block_compiled(tmp_path):
+    outcome, rungs, plan, result = run("graph_break", tmp_path, {"graph_breaks"})
+    gb = rungs["graph_breaks"]
+    assert gb.measurement["graph_break_count"] >= 1
+    assert {(f.file, f.function) for f in gb.findings} == {("model.py", "route")}
+    assert all(f.line == line_of(tmp_path / "graph_break" / "model.py", "if x.mean() > 0") for f in gb.findings)
+    kinds = {(a.action, a.target) for a in plan.actions}
+    assert kinds == {("disable", "model.py::route"), ("compile", "model.py::Block")}
+    [compile_] = [a for a in plan.actions if a.action == "compile"]
+    assert not compile_.options.fullgraph  # a disabled helper inside is a graph break
+
+
+def test_recompile_storm_marks_the_block_input_dynamic(tmp_path):
+    outcome, rungs, plan, result = run("recompile_storm", tmp_path, {"recompiles"})
+    rc = rungs["recompiles"]
+    assert rc.measurement["recompiles"] >= 1
+    assert rc.measurement["varying_shape_keys"] == ["seq"]
+    assert rc.measurement["varying_block_dims"] == [{"arg": 0, "dim": 1, "sizes": [64, 96, 130, 200]}]
+    [mark] = [a for a in plan.actions if a.action == "mark_dynamic"]
+    assert (mark.target, mark.arg, mark.dim) == ("model.py::SeqNet.forward", "x", 1)
+    assert ("compile", "model.py::Block") in {(a.action, a.target) for a in plan.actions}
+    text = next(c.new.decode() for c in result.changes if c.relpath == "model.py")
+    assert "torch._dynamo.mark_dynamic(x, 1)" in text
+
+
+def test_per_instance_recompiles_disable_the_helper_reading_layer_idx(tmp_path):
+    outcome, rungs, plan, result = run("instance_recompiles", tmp_path, {"instance_recompiles"})
+    ir = rungs["instance_recompiles"]
+    assert ir.measurement["instances"] == 12
+    assert ir.measurement["recompiles"] >= 1
+    assert ir.measurement["limit_hit"] is True
+    guard = next(f for f in ir.findings if f.kind == "guard")
+    assert "layer_idx" in guard.message  # Dynamo's own guard text
+    assert (guard.file, guard.function) == ("model.py", "Block.residual_scale")
+    assert guard.line == line_of(tmp_path / "instance_recompiles" / "model.py", "if self.layer_idx % 2 == 0")
+    kinds = {(a.action, a.target) for a in plan.actions}
+    assert kinds == {("disable", "model.py::Block.residual_scale"), ("compile", "model.py::Block")}
+
+
+def test_guard_in_the_block_forward_itself_plans_no_compile(tmp_path):
+    src = tmp_path / "instance_recompiles"
+    shutil.copytree(WORKLOADS / "instance_recompiles", src)
+    model = src / "model.py"
+    text = model.read_text().replace("torch.tanh(h) * self.residual_scale()", "torch.tanh(h) * (1.0 if self.layer_idx % 2 == 0 else 0.5)")
+    model.write_text(text)
+    spec = load_plan(src / "plan.yaml").plan.harness
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={"instance_recompiles"}, backend="eager")
+    assert not outcome.plan.actions
+    assert any("guard in its own forward" in n and "recompile limit hit" in n for n in outcome.notes)
+
+
+def test_fragmentation_memory_rung_says_no_cuda(tmp_path):
+    outcome, rungs, plan, result = run("fragmentation", tmp_path, {"memory"})
+    assert rungs["memory"].status == "skipped"
+    assert rungs["memory"].verdict == "skipped: no CUDA"
+    assert not [a for a in plan.actions if a.action == "allocator"]
+
+
+def test_compile_that_does_not_pay_back_compiles_nothing(tmp_path):
+    outcome, rungs, plan, result = run(
+        "fusible", tmp_path, {"op_mix", "amortization"}, amortization_spec=Amortization(runs=1, restarts=1)
+    )
+    cands = rungs["amortization"].measurement["candidates"]
+    assert cands and all(c["pays_back"] is False for c in cands.values())
+    assert all(c["compile_s"] > 0 for c in cands.values())
+    assert not [a for a in plan.actions if a.action == "compile"]
+    assert any("does not pay back" in n and "compiles nothing" in n for n in outcome.notes)
+    assert plan.amortization == Amortization(runs=1, restarts=1)
