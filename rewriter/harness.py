@@ -53,8 +53,23 @@ def _user_frame(exc: BaseException, path: Path) -> tuple[str, int | None]:
 
 @contextmanager
 def on_sys_path(src: Path) -> Iterator[None]:
-    """Put ``src`` first on ``sys.path`` for the duration (imports resolve to this tree)."""
+    """Put ``src`` first on ``sys.path`` for the duration (imports resolve to this tree).
+
+    Modules already imported from another tree under a name this tree defines (``model`` from
+    a previous harness in the same process) are evicted from ``sys.modules`` first, so
+    ``from model import GPT`` finds this tree's file and not the cached one.
+    """
     entry = str(Path(src).resolve())
+    root = Path(entry)
+    for name, module in list(sys.modules.items()):
+        top = name.split(".", 1)[0]
+        if not ((root / f"{top}.py").is_file() or (root / top / "__init__.py").is_file()):
+            continue
+        file = getattr(module, "__file__", None)
+        if file is None or file.startswith((sys.prefix, sys.base_prefix)):
+            continue  # builtins, the standard library and installed packages stay
+        if not Path(file).resolve().is_relative_to(root):
+            del sys.modules[name]
     sys.path.insert(0, entry)
     try:
         yield
