@@ -161,9 +161,9 @@ def test_no_bucket_advice_when_one_gradient_fills_a_bucket() -> None:
 
 def test_fsdp2_all_gather_advice() -> None:
     trace = cpu_trace()
+    renames = {"gloo:all_reduce": "gloo:all_gather", "c10d::allreduce_": "c10d::_allgather_base_"}
     for e in trace["traceEvents"]:
-        if e["name"] == "gloo:all_reduce":
-            e["name"] = "gloo:all_gather"
+        e["name"] = renames.get(e["name"], e["name"])
     f = merge([analyze_trace(trace)], {0: _records(wrap="fsdp2")[0]})
     assert [e["settings"] for e in suggest(f, "h.py::m")] == [
         {"reshard_after_forward": False}, {"gradient_accumulation": 2}, {"parallelism": "ddp"}]
@@ -189,3 +189,22 @@ def test_accumulation_targets_the_threshold_when_compute_exceeds_communication()
     (entry,) = suggest(f, "h.py::m")  # 76% overlapped: no bucket change
     assert entry["settings"] == {"gradient_accumulation": 2}
     assert "16% of the step is exposed communication; 2 micro-batches per collective bring it under 10%" in entry["why"]
+
+
+def test_gloo_ranges_take_the_kind_of_the_c10d_op_that_issued_them() -> None:
+    """gloo has no reduce-scatter: FSDP2's reduce-scatter runs as gloo:all_reduce. Work runs in
+    issue order, so the i-th gloo range is the i-th c10d op's."""
+    trace = {"traceEvents": [
+        step(0, 0, 1000),
+        X("c10d::_allgather_base_", 10, 5),
+        X("c10d::_reduce_scatter_base_", 500, 5),
+        X("gloo:all_gather", 20, 100, tid=2, cat="user_annotation"),
+        X("gloo:all_reduce", 510, 300, tid=3, cat="user_annotation"),
+    ]}
+    (s,) = analyze_trace(trace).steps
+    assert {k: (v.total_us, v.count) for k, v in s.by_kind.items()} == {
+        "all_gather": (105, 1), "reduce_scatter": (305, 1)}
+    # counts that do not pair up leave the ranges as named
+    trace["traceEvents"].append(X("c10d::barrier", 900, 5))
+    (s,) = analyze_trace(trace).steps
+    assert set(s.by_kind) == {"all_gather", "all_reduce", "reduce_scatter", "barrier"}

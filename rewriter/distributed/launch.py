@@ -211,7 +211,8 @@ def _notes(f: DistributedFindings, spec: Harness) -> list[str]:
         notes.append(
             "CPU run with gloo: communication is gloo's worker threads and compute is the ops on "
             "the training thread; shares measured here do not carry over to NCCL on GPUs. gloo has "
-            "no reduce-scatter: FSDP2's reduce-scatter runs as gloo:all_reduce."
+            "no reduce-scatter: FSDP2's reduce-scatter runs as gloo:all_reduce, counted as the "
+            "reduce-scatter that issued it when issue order pairs them up."
         )
     if spec.mode != "training" and f.wrap == "ddp":
         notes.append("mode is inference: DDP runs no collectives outside backward; use mode: training")

@@ -169,6 +169,7 @@ def analyze_trace(
     blocked: dict[Any, list[iv.Interval]] = defaultdict(list)
     frames: list[tuple[iv.Interval, str, bool]] = []
     windows: list[tuple[int, iv.Interval]] = []
+    found: list[tuple[iv.Interval, str, str]] = []  # (span, kind, source) of each collective
     for e in events:
         name = str(e.get("name", ""))
         cat = e.get("cat")
@@ -186,8 +187,7 @@ def analyze_trace(
             continue
         coll = classify_event(e)
         if coll is not None and (not device or coll.source == "nccl_kernel"):
-            comm_by_kind[coll.kind].append(span)
-            comm_count[f"{coll.kind}/{coll.source}"].append(span[0])
+            found.append((span, coll.kind, coll.source))
             names[name.split("(", 1)[0]] = coll.kind
             blocked[lane].append(span)
             continue
@@ -197,6 +197,9 @@ def analyze_trace(
         if (device and cat in _DEVICE_CATS) or (not device and cat == "cpu_op"):
             work[lane].append(span)
 
+    for span, kind, source in _issued_kinds(found):
+        comm_by_kind[kind].append(span)
+        comm_count[f"{kind}/{source}"].append(span[0])
     compute_all = iv.union(
         s for lane, spans in work.items() for s in iv.subtract(spans, blocked.get(lane, []))
     )
@@ -266,6 +269,26 @@ def _step(
         by_kind=by_kind,
         gaps=gaps,
     )
+
+
+def _issued_kinds(found: list[tuple[iv.Interval, str, str]]) -> list[tuple[iv.Interval, str, str]]:
+    """Give each backend range the kind of the c10d op that issued it.
+
+    A process group runs its work in the order it was issued (gloo's worker threads pop one FIFO
+    queue), so the i-th ``gloo:*`` range belongs to the i-th ``c10d::*`` op. This matters where
+    the backend implements one collective with another: gloo has no reduce-scatter and runs
+    FSDP2's ``c10d::_reduce_scatter_base_`` as ``gloo:all_reduce``. Applied only when the counts
+    agree; otherwise the ranges keep their own names.
+    """
+    issued = sorted((s for s in found if s[2] == "host_op"), key=lambda s: s[0][0])
+    ranges = sorted((i for i, s in enumerate(found) if s[2] == "backend_range"), key=lambda i: found[i][0][0])
+    if not issued or len(issued) != len(ranges):
+        return found
+    out = list(found)
+    for op, i in zip(issued, ranges):
+        span, _, source = found[i]
+        out[i] = (span, op[1], source)
+    return out
 
 
 def _frame_at(frames: list[tuple[iv.Interval, str, bool]], t: float) -> str | None:
