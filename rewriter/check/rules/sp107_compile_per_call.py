@@ -8,7 +8,8 @@ import libcst.matchers as m
 from ..facts import COMPILE
 from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
 
-PER_CALL_METHODS = {"forward", "__call__"}
+# methods that run on every call of a module or every op of a tensor subclass
+PER_CALL_METHODS = {"forward", "__call__", "__torch_function__", "__torch_dispatch__"}
 LOOPS = (cst.For, cst.While, cst.CompFor)
 
 
@@ -29,8 +30,9 @@ that change each iteration: each new value fails a guard and **recompiles**, unt
 limit (8) is hit, after which Dynamo runs the function eager without an error (measured: 12
 iterations, 8 graphs, then eager). Compile once, outside the loop or in `__init__`, and reuse.
 
-Reported: `torch.compile(...)(...)` (compile-and-call); `torch.compile` in `forward`/`__call__`
-outside a lazy-initialisation `if`; `torch.compile` in a loop body when it compiles a lambda or a
+Reported: `torch.compile(...)(...)` (compile-and-call); `torch.compile` in `forward`, `__call__`,
+`__torch_function__` or `__torch_dispatch__` unless it is a lazy initialisation (the result stored
+on an attribute or in a container, under an `if`); `torch.compile` in a loop body when it compiles a lambda or a
 function defined in the loop, or when nothing it is given changes with the loop variable. Not
 reported: compiling a different module each iteration and storing it (`for blk in model.h:
 blk.mlp = torch.compile(blk.mlp)` is regional compilation).
@@ -62,6 +64,19 @@ class M(torch.nn.Module):
         ),
     ]
     INVALID = [
+        Invalid(
+            """\
+import torch
+
+class Wrapped(torch.Tensor):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.compile_ops:
+            func = torch.compile(func)
+        return func(*args, **(kwargs or {}))
+""",
+            line=6,
+            note="a flag is not a cache: a local is compiled again on every op",
+        ),
         Invalid(
             """\
 import torch
@@ -145,7 +160,10 @@ class M(torch.nn.Module):
             return
         func = f.enclosing_function(node)
         if func is not None and func.name.value in PER_CALL_METHODS and f.enclosing_class(node) is not None:
-            if not self._under_if(node, func):
+            cached = isinstance(parent, cst.Assign) and all(
+                isinstance(t.target, (cst.Attribute, cst.Subscript)) for t in parent.targets
+            )
+            if not (cached and self._under_if(node, func)):
                 self.report(
                     node,
                     f"torch.compile inside `{func.name.value}` runs on every call: compile once in "

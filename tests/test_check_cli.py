@@ -1,0 +1,195 @@
+"""`stackpart check` as a user runs it: exit codes, formats, suppression, --select/--ignore,
+--fix, the prefilter, parallel workers, [tool.stackpart] config and plan drift."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rewriter.check import runner
+from rewriter.check.command import run_check
+from rewriter.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ITEM = textwrap.dedent(
+    """\
+    import torch
+
+    @torch.compile
+    def step(x):
+        return x / x.sum().item()
+    """
+)
+MIN1 = "import torch\n\ntorch._dynamo.mark_dynamic(x, 1, min=1, max=64)\n"
+CLEAN = "import torch\n\n@torch.compile\ndef f(x):\n    return x * 2\n"
+
+
+@pytest.fixture
+def tree(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "item.py").write_text(ITEM)
+    (tmp_path / "min1.py").write_text(MIN1)
+    (tmp_path / "clean.py").write_text(CLEAN)
+    return tmp_path
+
+
+def test_text_format_exit_codes_and_layout(tree, capsys):
+    assert main(["check", "clean.py"]) == 0
+    assert main(["check", "item.py", "clean.py"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("item.py:5:16: SP103 .item() inside compiled `step`")
+
+
+def test_empty_file_list_is_a_clean_pass(tree, capsys):
+    assert main(["check"]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_unknown_code_and_missing_file_are_usage_errors(tree, capsys):
+    assert main(["check", "--select", "SP999", "item.py"]) == 2
+    assert "unknown rule code 'SP999'" in capsys.readouterr().err
+    assert main(["check", "nope.py"]) == 2
+
+
+def test_syntax_error_is_reported_and_exits_2(tree, capsys):
+    (tree / "broken.py").write_text("import torch\n@torch.compile\ndef f(:\n")
+    assert main(["check", "broken.py", "item.py"]) == 2
+    captured = capsys.readouterr()
+    assert "broken.py:3:" in captured.err and "SP103" in captured.out  # other files still checked
+
+
+def test_select_and_ignore_by_code_and_prefix(tree, capsys):
+    assert main(["check", "--select", "SP106", "item.py"]) == 0
+    assert main(["check", "--ignore", "SP103", "item.py"]) == 0
+    assert main(["check", "--select", "SP1", "--ignore", "SP106", "item.py", "min1.py"]) == 1
+    out = capsys.readouterr().out
+    assert "SP103" in out and "SP106" not in out
+
+
+def test_suppression_comment_forms(tree, capsys):
+    (tree / "s.py").write_text(ITEM.replace(".item()", ".item()  # stackpart: ignore[SP103]"))
+    (tree / "above.py").write_text(ITEM.replace("    return", "    # stackpart: ignore\n    return"))
+    (tree / "other.py").write_text(ITEM.replace(".item()", ".item()  # stackpart: ignore[SP101, SP102]"))
+    (tree / "string.py").write_text(ITEM.replace(".item()", '.item() + len("# stackpart: ignore")'))
+    assert main(["check", "s.py", "above.py"]) == 0
+    assert main(["check", "other.py"]) == 1
+    assert main(["check", "string.py"]) == 1
+
+
+def test_json_format(tree, capsys):
+    assert main(["check", "--format", "json", "item.py", "min1.py", "clean.py"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert [(f["path"], f["code"], f["line"], f["fixable"]) for f in data["findings"]] == [
+        ("item.py", "SP103", 5, False),
+        ("min1.py", "SP106", 3, True),
+    ]
+    assert data["files"] == {"checked": 3, "parsed": 3, "fixed": []}
+
+
+def test_github_annotations_are_escaped(tree, capsys):
+    assert main(["check", "--format", "github", "item.py"]) == 1
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("::warning file=item.py,line=5,col=16,endLine=5,endColumn=")
+    assert ",title=SP103 graph-break-call::SP103 .item()" in line
+    props = line.split("::")[1]
+    assert props.count(",") == 5  # message commas never leak into the property list
+
+
+def test_sarif_2_1_0(tree):
+    out = tree / "report.sarif"
+    assert main(["check", "--format", "sarif", "-o", str(out), "item.py", "min1.py"]) == 1
+    sarif = json.loads(out.read_text())
+    assert sarif["version"] == "2.1.0" and "sarif-2.1.0" in sarif["$schema"]
+    run = sarif["runs"][0]
+    rules = run["tool"]["driver"]["rules"]
+    assert [r["id"] for r in rules][:2] == ["SP101", "SP102"]
+    for result in run["results"]:
+        assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
+        region = result["locations"][0]["physicalLocation"]["region"]
+        assert region["startLine"] >= 1 and region["startColumn"] >= 1
+    assert {r["ruleId"] for r in run["results"]} == {"SP103", "SP106"}
+
+
+def test_fix_writes_safe_fixes_and_reports_the_rest(tree, capsys):
+    before_item = (tree / "item.py").read_bytes()
+    assert main(["check", "--fix", "min1.py", "item.py"]) == 1  # SP103 has no fix: still a finding
+    assert (tree / "min1.py").read_text() == MIN1.replace("min=1", "min=2")
+    assert (tree / "item.py").read_bytes() == before_item
+    assert main(["check", "min1.py"]) == 0
+    assert not list(tree.glob(".*.stackpart")), "no temp files left behind"
+
+
+def test_fix_keeps_bom_and_crlf(tree):
+    data = b"\xef\xbb\xbf" + MIN1.replace("\n", "\r\n").encode()
+    (tree / "crlf.py").write_bytes(data)
+    assert main(["check", "--fix", "crlf.py"]) == 0
+    assert (tree / "crlf.py").read_bytes() == data.replace(b"min=1", b"min=2")
+
+
+def test_prefilter_skips_files_without_torch_or_needles(tree):
+    (tree / "notorch.py").write_text(ITEM.replace("torch", "tarch"))
+    (tree / "doc_only.py").write_text('"""Mentions torch.compile( in prose only."""\nimport torch\n')
+    outcome, _ = run_check(["notorch.py", "doc_only.py", "item.py"], use_config=False)
+    assert outcome.checked == 3 and outcome.parsed == 1
+    assert [f.path for f in outcome.findings] == ["item.py"]
+
+
+def test_parallel_workers_find_the_same_as_serial(tree, monkeypatch):
+    for i in range(6):
+        shutil.copy(tree / "item.py", tree / f"copy{i}.py")
+        shutil.copy(tree / "min1.py", tree / f"mark{i}.py")
+    serial, _ = run_check(["."], jobs=1, use_config=False)
+    monkeypatch.setattr(runner, "PARALLEL_MIN", 2)
+    parallel, _ = run_check(["."], jobs=2, use_config=False)
+    assert serial.findings == parallel.findings and len(serial.findings) == 14
+
+
+def test_directories_skip_hidden_and_virtualenvs(tree):
+    (tree / ".venv" / "lib").mkdir(parents=True)
+    (tree / ".venv" / "lib" / "x.py").write_text(ITEM)
+    (tree / "pkg").mkdir()
+    (tree / "pkg" / "y.py").write_text(ITEM)
+    outcome, _ = run_check(["."], use_config=False)
+    assert {f.path for f in outcome.findings} == {"./item.py", "./min1.py", "./pkg/y.py"}
+
+
+def test_pyproject_config_selects_rules(tree, capsys):
+    (tree / "pyproject.toml").write_text('[tool.stackpart]\nignore = ["SP103"]\n')
+    assert main(["check", "item.py"]) == 0
+    (tree / "pyproject.toml").write_text('[tool.stackpart]\nignor = ["SP103"]\n')
+    assert main(["check", "item.py"]) == 2
+    assert "did you mean 'ignore'" in capsys.readouterr().err
+
+
+# --- plan drift -------------------------------------------------------------------------------
+
+@pytest.fixture
+def gpt(tmp_path, monkeypatch):
+    shutil.copytree(ROOT / "examples" / "gpt", tmp_path / "gpt")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_plan_drift_from_pyproject_exits_1_with_the_diff_and_fix_applies_it(gpt, capsys):
+    (gpt / "pyproject.toml").write_text('[tool.stackpart]\nplan = "gpt/plan.yaml"\nsrc = "gpt/src"\n')
+    model = "gpt/src/model.py"
+    original = (gpt / model).read_bytes()
+    assert main(["check", "--select", "SP106", model]) == 1
+    out = capsys.readouterr().out
+    assert f"{model}:1:1: plan drift" in out
+    assert "diff --git a/model.py b/model.py" in out and "+    @torch.compile" in out
+    assert main(["check", "--select", "SP106", "--fix", model]) == 0
+    assert (gpt / model).read_bytes() != original
+    assert main(["check", "--select", "SP106", model]) == 0  # the tree is now what the plan asks
+
+
+def test_plan_drift_only_counts_files_given_and_flag_overrides(gpt, capsys):
+    assert main(["check", "--plan", "gpt/plan.yaml", "--src", "gpt/src", "gpt/src/harness.py"]) == 0
+    assert main(["check", "--plan", "gpt/plan.yaml", "--src", "gpt/src", "gpt/src/model.py", "--format", "json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["drift"]["files"] == ["gpt/src/model.py"] and data["drift"]["diff"].startswith("diff --git")
