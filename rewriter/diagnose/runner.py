@@ -191,13 +191,10 @@ def diagnose(
             progress.advance(task)
     outcome = Outcome(rungs=results)
     if fatal is not None:
-        error = str(fatal)
-        write_json(out_dir / "report.json", to_json(meta, results, None, [], error))
         where = f" ({fatal.path}:{fatal.line})" if fatal.path and fatal.line else ""
-        raise StackpartError(
-            f"diagnose stopped at rung {fatal.rung}: harness {fatal.callable}: {fatal.message}{where}; partial results in {out_dir / 'report.json'}",
-            path=spec.file,
-        )
+        error = f"diagnose stopped at rung {fatal.rung}: harness {fatal.callable}: {fatal.message}{where}"
+        write_json(out_dir / "report.json", to_json(meta, results, None, [], error))
+        raise StackpartError(f"{error}; partial results in {out_dir / 'report.json'}", path=spec.file)
     from .planner import plan as make_plan
 
     decision = make_plan(ctx)

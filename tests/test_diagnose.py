@@ -1,0 +1,201 @@
+"""``stackpart diagnose`` end to end on CPU: outputs, the harness forms, bad input, classification."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rewriter.cli import main
+from rewriter.diagnose.classify import classify_cpu_op, classify_kernel
+from rewriter.plan import load_plan
+from rewriter.rewrite import plan_rewrite
+
+WORKLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_whole_ladder_writes_plan_report_json_charts_and_trace(tmp_path, capsys):
+    src = tmp_path / "src"
+    shutil.copytree(WORKLOADS / "graph_break", src)
+    out = tmp_path / "out"
+    rc = main(["diagnose", "--harness", "harness.py", str(src), "-o", str(out / "plan.yaml"), "--device", "cpu",
+               "--shape", "batch=8,seq=16", "--shape", "batch=8,seq=12", "--runs", "1000000", "--restarts", "4"])
+    assert rc == 0
+    report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
+    assert report["version"] == 1 and report["complete"] is True and report["error"] is None
+    names = [r["name"] for r in report["rungs"]]
+    assert names == ["batch_scaling", "device_time", "op_mix", "top_ops", "gaps", "graph_breaks", "recompiles",
+                     "instance_recompiles", "memory", "granularity", "amortization"]
+    by = {r["name"]: r for r in report["rungs"]}
+    assert by["memory"]["verdict"] == "skipped: no CUDA"
+    assert by["device_time"]["measurement"]["self_device_ms"] == "skipped: no CUDA"
+    assert all(r["status"] in ("ok", "skipped") for r in report["rungs"]), [r["reason"] for r in report["rungs"]]
+    assert all(r["threshold"] for r in report["rungs"] if r["status"] == "ok")
+    md = (out / "stackpart-diagnose" / "report.md").read_text()
+    assert "| rung | status | measurement | threshold (source) | verdict | implies |" in md
+    assert "![op_mix.png](op_mix.png)" in md and (out / "stackpart-diagnose" / "op_mix.png").stat().st_size > 0
+    assert (out / "stackpart-diagnose" / "blocks.png").is_file()
+    assert "model.py:8" in md  # the graph break, located
+    trace = json.loads((out / "stackpart-diagnose" / "trace.json").read_text())
+    assert trace["traceEvents"]
+    loaded = load_plan(out / "plan.yaml")
+    assert loaded.plan.amortization.restarts == 4
+    assert loaded.plan.harness.shapes == [{"batch": 8, "seq": 16}, {"batch": 8, "seq": 12}]
+    assert all(a.why for a in loaded.plan.actions)
+    assert ("disable", "model.py::route") in {(a.action, a.target) for a in loaded.plan.actions}
+    assert plan_rewrite(loaded, src).changes
+    # stdout stays clean (the summary goes to stderr)
+    assert capsys.readouterr().out == ""
+
+
+def test_harness_from_an_existing_plan_with_flag_overrides(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(WORKLOADS / "launch_bound", src)
+    rc = main(["diagnose", "--harness", str(src / "plan.yaml"), str(src), "-o", str(tmp_path / "plan.yaml"), "--shape", "batch=3"])
+    assert rc == 0
+    plan = load_plan(tmp_path / "plan.yaml").plan
+    assert plan.harness.file == "harness.py" and plan.harness.shapes == [{"batch": 3}]
+    assert plan.harness.device == "cpu"
+
+
+def write_harness(src: Path, body: str) -> None:
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "model.py").write_text(body)
+    (src / "harness.py").write_text(textwrap.dedent("""\
+        import torch
+        from model import Net
+
+        def build_model():
+            return Net()
+
+        def make_inputs(batch: int = 2):
+            return (torch.randn(batch, 8),)
+    """))
+
+
+def diagnose_bad(tmp_path, body: str, *extra: str) -> tuple[int, str, Path]:
+    src = tmp_path / "src"
+    write_harness(src, body)
+    out = tmp_path / "out"
+    rc = main(["diagnose", "--harness", "harness.py", str(src), "-o", str(out / "plan.yaml"), "--device", "cpu", "--shape", "batch=2", *extra])
+    return rc, out
+
+
+NET = """\
+import time
+import torch
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+{body}
+"""
+
+
+@pytest.mark.parametrize(
+    "forward, expected",
+    [
+        ("        raise ValueError('boom')", "rung batch_scaling: harness build_model() model forward: raised ValueError: boom (model.py:11)"),
+        ("        return 'not a tensor'", "rung batch_scaling: harness build_model() model forward: returned str with no tensors"),
+        ("        raise torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')", "rung batch_scaling: harness build_model() model forward: ran out of memory: CUDA out of memory"),
+        ("        while True:\n            time.sleep(0.05)", "rung batch_scaling: harness build_model() model forward: did not finish within 1 s (timeout; hung?)"),
+    ],
+    ids=["raises", "non-tensor", "oom", "hangs"],
+)
+def test_bad_harness_names_the_rung_and_callable_and_keeps_partial_json(tmp_path, capsys, forward, expected):
+    rc, out = diagnose_bad(tmp_path, NET.format(body=forward), "--timeout", "1")
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
+    assert report["complete"] is False and expected in report["error"]
+    assert not (out / "plan.yaml").exists()
+
+
+def test_failure_under_the_profiler_keeps_the_rungs_before_it(tmp_path, capsys):
+    forward = "        if torch.autograd.profiler._is_profiler_enabled:\n            raise RuntimeError('no profiling here')\n        return self.fc(x)"
+    rc, out = diagnose_bad(tmp_path, NET.format(body=forward))
+    assert rc == 2
+    assert "rung profile: harness build_model() model forward: raised RuntimeError: no profiling here" in capsys.readouterr().err
+    report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
+    [first] = report["rungs"][:1]
+    assert first["name"] == "batch_scaling" and first["status"] == "ok" and first["measurement"]["step_ms"]
+
+
+def test_inputs_without_tensors_is_an_error_naming_the_inputs_callable(tmp_path, capsys):
+    src = tmp_path / "src"
+    write_harness(src, NET.format(body="        return self.fc(x)"))
+    (src / "harness.py").write_text((src / "harness.py").read_text().replace("return (torch.randn(batch, 8),)", "return (batch, 'x')"))
+    rc = main(["diagnose", "--harness", "harness.py", str(src), "-o", str(tmp_path / "plan.yaml"), "--device", "cpu", "--shape", "batch=2"])
+    assert rc == 2
+    assert "rung setup: harness make_inputs(batch=2): returned no tensors" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--harness", "nope.py"], "nope.py: harness file not found under SRC"),
+        (["--harness", "harness.py", "--model", "build_modle"], "harness.model: harness.py defines no callable 'build_modle' (did you mean 'build_model'?)"),
+        (["--harness", "harness.py", "--shape", "btch=2"], "harness.shapes[0]: make_inputs() has no parameter 'btch' (did you mean 'batch'?)"),
+        (["--harness", "harness.py", "--shape", "batch:2"], "--shape: expected key=int[,key=int...], got 'batch:2'"),
+    ],
+    ids=["missing-file", "bad-callable", "bad-shape-key", "bad-shape-syntax"],
+)
+def test_bad_harness_spec_exits_2_and_writes_nothing(tmp_path, capsys, args, expected):
+    src = tmp_path / "src"
+    write_harness(src, NET.format(body="        return self.fc(x)"))
+    rc = main(["diagnose", *args, str(src), "-o", str(tmp_path / "plan.yaml"), "--device", "cpu"])
+    assert rc == 2
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / "plan.yaml").exists() and not (tmp_path / "stackpart-diagnose").exists()
+
+
+@pytest.mark.parametrize(
+    "name, kind, parent, category",
+    [
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "kernel", None, "gemm"),
+        ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT", "kernel", None, "gemm"),
+        ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn", "kernel", "aten::mm", "gemm"),
+        ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>", "kernel", None, "attention"),
+        ("fmha_cutlassF_bf16_aligned_64x128_rf_sm80", "kernel", None, "attention"),
+        ("triton_poi_fused_add_mul_0", "kernel", "aten::mm", "elementwise"),
+        ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_1", "kernel", None, "norm"),
+        ("triton_per_fused_sum_2", "kernel", None, "reduction"),
+        ("triton_tem_fused_mm_3", "kernel", None, "gemm"),
+        ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "kernel", None, "communication"),
+        ("Memcpy DtoH (Device -> Pinned)", "memcpy", None, "copy"),
+        ("Memset (Device)", "memset", None, "copy"),
+        ("void at::native::sbtopk::gatherTopK<float, unsigned int, 2, false>", "kernel", "aten::topk", "reduction"),
+        ("void at::native::vectorized_layer_norm_kernel<float, float>", "kernel", "aten::native_layer_norm", "norm"),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>", "kernel", "aten::gelu", "elementwise"),
+    ],
+)
+def test_kernels_classified_by_category_then_parent_op_then_name(name, kind, parent, category):
+    assert classify_kernel(name, kind, parent) == category
+
+
+@pytest.mark.parametrize(
+    "op, category",
+    [("aten::addmm", "gemm"), ("aten::_scaled_dot_product_flash_attention_for_cpu", "attention"),
+     ("aten::native_layer_norm", "norm"), ("aten::gelu", "elementwise"), ("aten::mul_", "elementwise"),
+     ("aten::topk", "reduction"), ("aten::copy_", "copy"), ("aten::foo_bar", "other")],
+)
+def test_cpu_ops_classified_by_aten_name(op, category):
+    assert classify_cpu_op(op) == category
