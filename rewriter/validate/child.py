@@ -211,8 +211,11 @@ def run_cold(job: dict[str, Any]) -> dict[str, Any]:
             if job.get("reference"):
                 torch.save(record, path)
             else:
-                expected = torch.load(path)
-                entry["compare"] = {k: compare_trees(record[k], expected[k]).to_json() for k in expected}
+                # compared on the device: no float64 copies of large logits on the host
+                expected = torch.load(path, map_location=device)
+                mine = {k: _to_device(v, device) for k, v in record.items()}
+                entry["compare"] = {k: compare_trees(mine[k], expected[k]).to_json() for k in expected}
+                del expected, mine
             del record, out
             result["shapes"].append(entry)
         result["compile"] = watch.stats().to_json()

@@ -119,6 +119,7 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
         report["timing"] = timing
         report["validate_wall_s"] = time.perf_counter() - started
         report["verdict"] = verdict.to_json()
+        report = _relabel(report, {f"{trees.original}/": "a/", f"{trees.rewritten}/": "b/", f"{workdir}/": ""})
         paths = write_report(report, out_dir)
     finally:
         if opts.keep:
@@ -200,6 +201,9 @@ def _run_all(report, trees, spec_run, opts, workdir, notes):  # type: ignore[no-
     results["eager"]["numerics"] = "reference"
     if verdict.errors:
         return results, [], verdict
+    if results["plan"].get("numerics") == "FAIL":
+        verdict.notes.append("timing skipped: the rewritten model's numbers are wrong")
+        return results, [], verdict
     timeable = [v for v in variants if v in cold and "state_dict_error" not in cold[v].get("info", {})]
     timing_cache = caches / "timing"
     for v in timeable:
@@ -249,6 +253,20 @@ def _run_all(report, trees, spec_run, opts, workdir, notes):  # type: ignore[no-
     if amortization is None:
         verdict.notes.append("the plan has no 'amortization:' section: break-even runs reported, not gated")
     return results, timing, verdict
+
+
+def _relabel(obj: Any, prefixes: dict[str, str]) -> Any:
+    """Replace temp-dir paths in every string: the original tree reads ``a/``, the rewritten
+    ``b/`` (the diff's convention), so the report names files the reviewer can find."""
+    if isinstance(obj, str):
+        for old, new in prefixes.items():
+            obj = obj.replace(old, new)
+        return obj
+    if isinstance(obj, dict):
+        return {k: _relabel(v, prefixes) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_relabel(v, prefixes) for v in obj]
+    return obj
 
 
 def _cold_summary(payload: dict[str, Any]) -> dict[str, Any]:

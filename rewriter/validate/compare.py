@@ -98,7 +98,7 @@ def compare_trees(actual: Any, expected: Any) -> Comparison:
 
     Structure (pytree spec), then per tensor leaf: shape, dtype, NaN/Inf where the reference is
     finite, then values under :data:`TOLERANCES`. Non-tensor leaves must be equal. Tensors are
-    compared on CPU in float64.
+    compared in float64 on ``actual``'s device.
     """
     import torch
     from torch.utils import _pytree as pytree
@@ -133,8 +133,8 @@ def _compare_tensor(a: Any, e: Any, out: Comparison) -> str | None:
         return f"shape {tuple(a.shape)} != expected {tuple(e.shape)}"
     if a.dtype != e.dtype:
         return f"dtype {dtype_name(a.dtype)} != expected {dtype_name(e.dtype)}"
-    a = a.detach().cpu()
-    e = e.detach().cpu()
+    a = a.detach()
+    e = e.detach().to(a.device)
     if not e.is_floating_point() and not e.is_complex():
         if not torch.equal(a, e):
             return f"{int((a != e).sum())} of {e.numel()} elements differ (integer tensor)"

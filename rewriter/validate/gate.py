@@ -74,6 +74,17 @@ def check_apply(
             f"stale validation report {shown}: it validated diff {str(report.get('diff_sha256'))[:12]}, "
             f"the plan now gives {digest[:12]} ({_stale_reason(report, loaded, src)}); {how}",
         )
+    # Same diff, but the code around it (or the plan's harness/shapes) may have changed since:
+    # what was validated is the whole tree, not only the hunks.
+    plan_file = Path(loaded.path)
+    if report.get("tree_sha256") != tree_hashes(src) or (
+        plan_file.is_file() and report.get("plan_sha256") != file_sha256(plan_file)
+    ):
+        return Decision(
+            None,
+            f"stale validation report {shown}: same diff {digest[:12]}, but "
+            f"{_stale_reason(report, loaded, src)}; {how}",
+        )
     verdict = report.get("verdict", {})
     if not verdict.get("passed"):
         why = "; ".join(verdict.get("errors", []) + verdict.get("failures", [])) or "it did not pass"

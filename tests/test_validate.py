@@ -1,0 +1,172 @@
+"""`stackpart validate` end to end on CPU: the planted wrong rewrite fails, the correct one passes,
+errors exit 2, and every output says the timings are CPU ones.
+
+Fixtures (fixtures/validate/): the same plan (regional compile with the eager backend + bucketing
+the sequence to [16, 32]) on a causal model (right-padding cannot change kept positions: must
+pass) and on a bidirectional one (every position attends to the padding: must fail).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from rewriter.cli import main
+from rewriter.plan import load_plan
+from rewriter.rewrite import plan_rewrite
+from rewriter.validate.child import run_cold
+from rewriter.validate.materialize import tree_hashes
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "validate"
+FAST = ["--backend", "eager", "--reps", "3", "--warmup", "1", "--timeout", "120"]
+
+
+def _case(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    shutil.copytree(FIXTURES / name, tmp_path / name)
+    return tmp_path / name / "plan.yaml", tmp_path / name / "src"
+
+
+def _validate(capsys, plan: Path, src: Path, out: Path, *extra: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(["validate", "--plan", str(plan), str(src), "--out", str(out), *FAST, *extra])
+    return code, capsys.readouterr().err
+
+
+@pytest.fixture
+def own_tmp(tmp_path, monkeypatch):
+    """A private temp dir for validate's work trees, so the test can see that it cleans up."""
+    root = tmp_path / "tmpdir"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+@pytest.mark.slow
+def test_correct_rewrite_passes_and_report_is_bound_to_the_diff(tmp_path, capsys, own_tmp):
+    plan, src = _case(tmp_path, "causal_bucket")
+    before = tree_hashes(src)
+    code, err = _validate(capsys, plan, src, tmp_path / "report")
+    assert code == 0, err
+    report = json.loads((tmp_path / "report" / "validation.json").read_text())
+    digest = plan_rewrite(load_plan(plan), src, unsafe=True).digest()
+    assert report["diff_sha256"] == digest and report["verdict"]["passed"]
+    assert set(report["variants"]) == {"eager", "plan", "whole", "regional"}
+    assert report["variants"]["plan"]["numerics"] == "ok"
+    # every shape went through the plan's compiled region and the bucket (16 and 32: 2 buckets)
+    assert report["variants"]["plan"]["compile"]["unique_graphs"] >= 1
+    assert len(report["timing"]) == 3
+    # CPU run: said in every output, never presented as GPU timing
+    assert report["environment"]["timed_on"] == "cpu"
+    md = (tmp_path / "report" / "validation.md").read_text()
+    assert "CPU RUN" in md and "NOT GPU timings" in md and digest in md
+    assert "CPU RUN" in err and "ms/step (CPU)" in err
+    assert (tmp_path / "report" / "validation.png").stat().st_size > 0
+    # SRC untouched, temp trees removed, paths in the report are a/ and b/, not the temp dir
+    assert tree_hashes(src) == before and not (src / "__pycache__").exists()
+    assert list(own_tmp.iterdir()) == []
+    assert "stackpart-validate-" not in json.dumps(report["variants"])
+
+
+@pytest.mark.slow
+def test_planted_wrong_rewrite_fails_every_time(tmp_path, capsys):
+    plan, src = _case(tmp_path, "bidirectional_bucket")
+    for attempt in range(2):
+        code, err = _validate(capsys, plan, src, tmp_path / f"r{attempt}", "--baselines", "")
+        assert code == 1, err
+        report = json.loads((tmp_path / f"r{attempt}" / "validation.json").read_text())
+        failures = report["verdict"]["failures"]
+        # seq 12 and 20 are padded (to 16 and 32) and differ; seq 16 is a bucket size: untouched
+        assert [f.split(": output")[0] for f in failures] == [
+            "wrong numbers at shape {'batch': 2, 'seq': 12}",
+            "wrong numbers at shape {'batch': 2, 'seq': 20}",
+        ], failures
+        assert "fail:" in err and "wrong numbers" in err
+        assert report["variants"]["plan"]["numerics"] == "FAIL"
+
+
+@pytest.mark.slow
+def test_training_mode_compares_loss_gradients_and_step(tmp_path, capsys):
+    plan, src = _case(tmp_path, "causal_bucket")
+    plan.write_text(plan.read_text().replace("mode: inference", "mode: training"))
+    code, err = _validate(capsys, plan, src, tmp_path / "r", "--baselines", "")
+    assert code == 0, err
+    report = json.loads((tmp_path / "r" / "validation.json").read_text())
+    assert report["harness"]["mode"] == "training"
+    wrong_plan, wrong_src = _case(tmp_path, "bidirectional_bucket")
+    wrong_plan.write_text(wrong_plan.read_text().replace("mode: inference", "mode: training"))
+    code, err = _validate(capsys, wrong_plan, wrong_src, tmp_path / "w", "--baselines", "")
+    assert code == 1
+    failures = json.loads((tmp_path / "w" / "validation.json").read_text())["verdict"]["failures"]
+    kinds = {f.split("}: ")[1].split(" ")[0] for f in failures}
+    assert {"output", "loss", "grads", "loss_after_step"} <= kinds, failures
+
+
+def test_state_dict_key_mismatch_is_a_failure_listing_the_keys(tmp_path):
+    plan, src = _case(tmp_path, "causal_bucket")
+    loaded = load_plan(plan)
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    import sys
+
+    sys.path.insert(0, str(src))
+    try:
+        from model import TinyLM  # the fixture's model
+
+        torch.manual_seed(0)
+        sd = TinyLM().state_dict()
+    finally:
+        sys.path.remove(str(src))
+        sys.modules.pop("model", None)
+    sd["head.weight_renamed"] = sd.pop("head.weight")
+    torch.save(sd, ref / "state_dict.pt")
+    job = {
+        "harness": loaded.plan.harness.model_dump(),
+        "trees": {"original": str(src), "rewritten": str(src)},
+        "variants": ["plan"], "backend": "eager", "seed": 0, "ref": str(ref), "reference": False,
+    }
+    result = run_cold(job)
+    sys.modules.pop("model", None)
+    error = result["info"]["state_dict_error"]
+    assert "missing ['head.weight_renamed']" in error and "unexpected ['head.weight']" in error
+
+
+def _broken_tree(tmp_path: Path, harness_body: str) -> tuple[Path, Path]:
+    plan, src = _case(tmp_path, "causal_bucket")
+    (src / "harness.py").write_text(harness_body)
+    return plan, src
+
+
+def test_harness_error_exits_2_and_names_the_harness(tmp_path, capsys):
+    plan, src = _broken_tree(tmp_path, "from model import TinyLM\n\n\ndef build_model():\n    raise RuntimeError('no weights')\n\n\ndef make_inputs(batch=2, seq=12):\n    pass\n")
+    code, err = _validate(capsys, plan, src, tmp_path / "r", "--baselines", "")
+    assert code == 2, err
+    report = json.loads((tmp_path / "r" / "validation.json").read_text())
+    (error,) = report["verdict"]["errors"]
+    assert "harness.model: build_model() raised RuntimeError: no weights" in error and "harness.py:5" in error
+
+
+def test_timeout_kills_the_child_and_exits_2(tmp_path, capsys):
+    plan, src = _broken_tree(tmp_path, "import time\n\n\ndef build_model():\n    time.sleep(120)\n\n\ndef make_inputs(batch=2, seq=12):\n    pass\n")
+    capsys.readouterr()
+    import time
+
+    t0 = time.perf_counter()
+    code = main(["validate", "--plan", str(plan), str(src), "--out", str(tmp_path / "r"), "--baselines", "",
+                 "--timeout", "8", "--backend", "eager"])
+    assert code == 2 and time.perf_counter() - t0 < 60
+    report = json.loads((tmp_path / "r" / "validation.json").read_text())
+    assert "timeout" in report["verdict"]["errors"][0] and "killed" in report["verdict"]["errors"][0]
+
+
+def test_plan_without_harness_is_an_input_error_writing_nothing(tmp_path, capsys):
+    plan, src = _case(tmp_path, "causal_bucket")
+    text = plan.read_text()
+    plan.write_text(text[: text.index("harness:")] + text[text.index("amortization:"):])
+    code, err = _validate(capsys, plan, src, tmp_path / "r")
+    assert code == 2 and "validate needs a 'harness:' section" in err
+    assert not (tmp_path / "r").exists()

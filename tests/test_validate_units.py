@@ -1,0 +1,99 @@
+"""validate's pure parts: the pytree comparison and its tolerances, amortization, the verdict rules."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rewriter.validate.amortize import amortize
+from rewriter.validate.compare import TOLERANCES, compare_trees
+from rewriter.validate.verdict import numerics_failures, speed_failures
+
+
+def test_identical_trees_pass_and_count_leaves():
+    x = {"logits": torch.randn(2, 3), "aux": (torch.arange(4), 7)}
+    result = compare_trees(x, x)
+    assert result.ok and result.leaves == 2
+
+
+def test_nan_where_original_is_finite_fails():
+    ref = torch.ones(8)
+    bad = ref.clone()
+    bad[3] = float("nan")
+    result = compare_trees(bad, ref)
+    assert not result.ok
+    assert "NaN" in result.mismatches[0].reason and "1 non-finite" in result.mismatches[0].reason
+
+
+def test_inf_reproduced_from_the_original_passes():
+    ref = torch.tensor([1.0, float("inf"), 3.0])
+    assert compare_trees(ref.clone(), ref).ok
+    assert not compare_trees(torch.tensor([1.0, 2.0, 3.0]), ref).ok
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_tolerance_boundary_per_dtype(dtype):
+    rtol, atol, _ = TOLERANCES[str(dtype).replace("torch.", "")]
+    ref = torch.full((64,), 4.0, dtype=dtype)
+    close = (ref.double() * (1 + rtol / 4)).to(dtype)
+    assert compare_trees(close, ref).ok
+    far = (ref.double() * (1 + 20 * rtol) + 20 * atol).to(dtype)
+    result = compare_trees(far, ref)
+    assert not result.ok and str(dtype).replace("torch.", "") in result.mismatches[0].reason
+
+
+def test_bf16_rmse_rule_tolerates_a_few_reordered_elements_but_not_a_wrong_region():
+    torch.manual_seed(0)
+    ref = torch.randn(4096).bfloat16()
+    noisy = ref.double().clone()
+    noisy[:3] += 0.06  # 3 elements past the element-wise bound, within 8x of it
+    assert compare_trees(noisy.bfloat16(), ref).ok
+    wrong = ref.double().clone()
+    wrong[:512] += 1.0  # a whole region off: relative RMSE far above 1e-2
+    assert not compare_trees(wrong.bfloat16(), ref).ok
+
+
+def test_structure_shape_dtype_and_integer_mismatches_fail():
+    a = torch.zeros(2, 3)
+    assert "structure" in compare_trees((a,), (a, a)).mismatches[0].reason
+    assert "shape" in compare_trees(torch.zeros(2, 4), a).mismatches[0].reason
+    assert "dtype" in compare_trees(a.double(), a).mismatches[0].reason
+    assert "integer" in compare_trees(torch.tensor([1, 2]), torch.tensor([1, 3])).mismatches[0].reason
+
+
+def test_numerics_failures_name_the_shape_and_quantity():
+    cold = {"shapes": [{"shape": {"seq": 12}, "compare": {"grads": {"ok": False, "mismatches": [
+        {"path": "['blocks.0.fc.weight']", "reason": "3 of 9 elements outside"}]}}}]}
+    (msg,) = numerics_failures(cold)
+    assert "{'seq': 12}" in msg and "grads" in msg and "blocks.0.fc.weight" in msg
+
+
+def test_break_even_is_compile_times_compiles_over_saving():
+    # 2 compiles per start costing 30 s in all, 10 restarts, saving 1 ms/step:
+    # t_compile = 15 s, N_compiles = 20, break-even = 15 * 20 / 0.001 = 300,000 runs.
+    a = amortize(0.010, 0.009, 30.0, 2, 2, runs=1_000_000, restarts=10)
+    assert a["n_compiles"] == 20 and a["t_compile_s"] == pytest.approx(15.0)
+    assert a["break_even_runs"] == pytest.approx(300_000)
+    assert a["amortized"] is True
+    assert a["pays_back_in"] == ["training", "serving"]
+    assert amortize(0.010, 0.009, 30.0, 2, 2, runs=100_000, restarts=10)["amortized"] is False
+
+
+def test_not_faster_never_pays_back():
+    a = amortize(0.010, 0.011, 5.0, 1, 1, runs=10**9, restarts=1)
+    assert a["break_even_runs"] == "inf" and a["amortized"] is False and a["pays_back_in"] == []
+    assert "never pays back" in a["verdict"]
+
+
+def test_speed_rules():
+    assert speed_failures({"eager": 10.0, "plan": 10.1, "whole": 12.0}, 0.95, None) == []
+    (slow,) = speed_failures({"eager": 10.0, "plan": 11.0}, 0.95, None)
+    assert slow.startswith("slower than eager")
+    (behind,) = speed_failures({"eager": 10.0, "plan": 8.0, "whole": 5.0, "regional": 9.0}, 0.95, None)
+    assert "whole compile" in behind and "0.625" in behind
+    assert speed_failures({"eager": 10.0, "plan": 8.0, "whole": 5.0}, 0.6, None) == []
+    (amort,) = speed_failures({"eager": 10.0, "plan": 8.0}, 0.95, {"amortized": False, "verdict": "x"})
+    assert amort.startswith("not amortized")
+    assert math.isfinite(amortize(0.01, 0.005, 0.0, 0, 0, None, 1)["break_even_runs"])
