@@ -1,0 +1,105 @@
+"""The planner's rules on measured rung results: each verdict becomes the action the ladder says,
+with its evidence; the plans load and rewrite. Rung results are set directly (the rungs
+themselves are covered by test_diagnose_workloads.py), which also covers the CUDA-only branches
+(CUDA graphs, the allocator) on a CPU machine."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rewriter.diagnose import granularity
+from rewriter.diagnose.context import Context
+from rewriter.diagnose.planner import plan
+from rewriter.diagnose.report import plan_yaml
+from rewriter.diagnose.rung import RungResult
+from rewriter.diagnose.session import Session
+from rewriter.harness import load_harness
+from rewriter.plan import Amortization, load_plan, parse_plan
+from rewriter.rewrite import plan_rewrite
+
+WORKLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
+
+
+def context(tmp_path: Path, name: str, cuda: bool, monkeypatch) -> Context:
+    src = tmp_path / name
+    shutil.copytree(WORKLOADS / name, src)
+    spec = load_plan(src / "plan.yaml").plan.harness
+    ctx = Context(session=Session(load_harness(spec, src)), out_dir=tmp_path, backend="inductor",
+                  amortization=Amortization(runs=1000, restarts=2), amortization_assumed=False)
+    model, _, _ = ctx.reference()
+    ctx.cache["blocks"] = granularity.find_blocks(model, src)
+    monkeypatch.setattr(Session, "cuda", property(lambda self: cuda))
+    return ctx
+
+
+def result(name: str, implies: str = "none", **measurement) -> RungResult:
+    return RungResult(name, name, measurement=measurement, verdict="v", implies=implies)
+
+
+def check_plan(ctx: Context, decision) -> None:
+    loaded = parse_plan(plan_yaml(decision.plan))
+    assert all(a.why for a in loaded.plan.actions)
+    plan_rewrite(loaded, ctx.session.src, unsafe=True)
+
+
+@pytest.mark.parametrize("cuda, mode", [(True, "reduce-overhead"), (False, "default")])
+def test_launch_bound_with_stable_shapes_is_whole_model_capture(tmp_path, monkeypatch, cuda, mode):
+    ctx = context(tmp_path, "launch_bound", cuda, monkeypatch)
+    ctx.results["batch_scaling"] = result("batch_scaling", fixed_share=0.9)
+    ctx.results["recompiles"] = result("recompiles", recompiles=0, varying_input_dims=[], shapes=1)
+    ctx.results["op_mix"] = result("op_mix", gemm_share=0.95, fusible_share=0.0, compile_gain_bound=1.0, basis="self-device")
+    decision = plan(ctx)
+    [a] = decision.plan.actions
+    assert (a.action, a.target, a.strategy, a.options.mode) == ("compile", "model.py::TinyMLP", "whole", mode)
+    assert "90% fixed overhead" in a.why
+    assert decision.plan.amortization == Amortization(runs=1000, restarts=2)
+    check_plan(ctx, decision)
+
+
+def test_launch_bound_with_varying_shapes_compiles_per_block(tmp_path, monkeypatch):
+    ctx = context(tmp_path, "launch_bound", True, monkeypatch)
+    ctx.results["batch_scaling"] = result("batch_scaling", fixed_share=0.9)
+    ctx.results["recompiles"] = result("recompiles", recompiles=2, shapes=3, varying_input_dims=[{"tensor": 0, "dim": 0, "sizes": [2, 3, 4]}], varying_block_dims=[{"arg": 0, "dim": 0, "sizes": [2, 3, 4]}])
+    decision = plan(ctx)
+    kinds = {(a.action, a.target) for a in decision.plan.actions}
+    assert ("compile", "model.py::Layer") in kinds
+    [c] = [a for a in decision.plan.actions if a.action == "compile"]
+    assert c.strategy == "region" and c.options.mode == "default"  # no CUDA graphs per region
+    [md] = [a for a in decision.plan.actions if a.action == "mark_dynamic"]
+    assert (md.target, md.arg, md.dim) == ("model.py::TinyMLP.forward", "x", 0)
+    check_plan(ctx, decision)
+
+
+def test_gemm_dominated_plans_no_compile_and_says_about_one(tmp_path, monkeypatch):
+    ctx = context(tmp_path, "gemm_bound", True, monkeypatch)
+    ctx.results["batch_scaling"] = result("batch_scaling", fixed_share=0.01)
+    ctx.results["op_mix"] = result("op_mix", gemm_share=0.93, fusible_share=0.03, compile_gain_bound=1.036, basis="self-device")
+    decision = plan(ctx)
+    assert decision.plan.actions == []
+    assert decision.expected_speedup == "~1.0x"
+    assert any("compile would return ~1.0x (at most 1.036x)" in n for n in decision.notes)
+
+
+def test_fragmentation_gets_the_allocator_at_the_harness_entry(tmp_path, monkeypatch):
+    ctx = context(tmp_path, "fragmentation", True, monkeypatch)
+    ctx.results["op_mix"] = result("op_mix", gemm_share=0.9, fusible_share=0.0, compile_gain_bound=1.0, basis="self-device")
+    ctx.results["memory"] = result("memory", "allocator: expandable_segments:True", inactive_split_peak_mib=900.0, inactive_split_share=0.41, alloc_retries=0)
+    decision = plan(ctx)
+    [a] = decision.plan.actions
+    assert (a.action, a.target) == ("allocator", "harness.py::build_model")
+    assert "41% of reserved" in a.why
+    result_ = plan_rewrite(parse_plan(plan_yaml(decision.plan)), ctx.session.src)
+    assert b"PYTORCH_CUDA_ALLOC_CONF" in result_.changes[0].new
+
+
+def test_compile_not_paid_back_compiles_nothing(tmp_path, monkeypatch):
+    ctx = context(tmp_path, "fusible", True, monkeypatch)
+    ctx.results["op_mix"] = result("op_mix", gemm_share=0.0, fusible_share=0.9, compile_gain_bound=1.8, basis="self-device")
+    cand = {"compile_s": 40.0, "n_compiles": 2, "pays_back": False, "break_even_gain_ms": 80.0}
+    ctx.results["amortization"] = result("amortization", runs=1000, candidates={"region": cand})
+    decision = plan(ctx)
+    assert decision.plan.actions == []
+    assert any("does not pay back over 1000 runs" in n and "compiles nothing" in n for n in decision.notes)
