@@ -1,8 +1,9 @@
 """Rung 5: timeline gaps: collective-aligned vs host stalls, attributed to file:line.
 
-A gap is device idle time >= 50 µs inside a step (shorter gaps are launch latency, counted by
-:mod:`.device_time`). A gap touching a communication kernel (``nccl*``, within 5 µs of its edges
-or overlapping one on another stream) is collective-aligned; any other is a host stall. Host
+A gap is time >= 50 µs between compute kernels inside a step (shorter gaps are launch latency,
+counted by :mod:`.device_time`), or of any length right after a device-to-host copy (the host
+read a value back and the device waits for its next launch). The part of a gap covered by a communication kernel (``nccl*``,
+on its own stream) is collective-aligned; the part with no kernel at all is a host stall. Host
 stalls are attributed to the host syncs that ended inside them (``.item()``, ``.tolist()``,
 ``nonzero``: see :mod:`.callsites`) with the call's file:line. Threshold: host stalls >= 5% of
 the step call for removing the sync (partitioning-the-stack: "gaps with no kernel at all are
@@ -20,7 +21,6 @@ from .device_time import busy_intervals
 from .rung import Finding, RungResult
 
 GAP_US = 50.0
-EDGE_US = 5.0
 STALL_SHARE = 0.05
 
 
@@ -41,27 +41,35 @@ def run(ctx: Context) -> RungResult:
             r.implies = "remove the host sync(s) (stall on CUDA)"
         return r
     data = ctx.cache["profile"]
-    comm = [k for k in data.kernels if classify_kernel(k.name, k.kind, k.parent_op) == "communication"]
-    syncs = [o for o in data.ops if o.name.split("::")[-1] in SYNC_OPS or o.name in ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")]
-    host = coll = 0.0
-    n_host = n_coll = 0
+    is_comm = [classify_kernel(k.name, k.kind, k.parent_op) == "communication" for k in data.kernels]
+    comm = busy_intervals([k for k, c in zip(data.kernels, is_comm) if c])
+    compute = [k for k, c in zip(data.kernels, is_comm) if not c]
+    host = coll = sync = 0.0
+    n_host = 0
+    dtoh_ends = sorted(k.end_us for k in compute if k.kind == "memcpy" and "dtoh" in k.name.lower())
     for ws, we in data.windows:
-        busy = busy_intervals([k for k in data.kernels if ws <= k.start_us <= we])
-        for (a0, a1), (b0, b1) in zip(busy, busy[1:]):
+        busy = busy_intervals([k for k in compute if ws <= k.start_us <= we])
+        for (_, a1), (b0, _) in zip(busy, busy[1:]):
             gap = b0 - a1
-            if gap < GAP_US:
-                continue
-            if any(k.start_us <= b0 + EDGE_US and k.end_us >= a1 - EDGE_US for k in comm):
-                coll += gap
-                n_coll += 1
-            else:
+            after_sync = any(abs(e - a1) <= 1.0 for e in dtoh_ends)
+            if after_sync:
+                # the device waited for the host to read a value back and launch again
+                sync += gap
                 host += gap
                 n_host += 1
-    del syncs  # attribution is by call site (exact lines); the profiler gives the stall time
+                continue
+            if gap < GAP_US:
+                continue
+            covered = sum(max(0.0, min(b0, c1) - max(a1, c0)) for c0, c1 in comm)
+            coll += covered
+            if gap - covered >= GAP_US:
+                host += gap - covered
+                n_host += 1
     steps = max(1, data.steps)
     m.update(
         host_stall_ms=round(host / steps / 1e3, 4),
         host_stall_gaps=n_host // steps,
+        after_sync_ms=round(sync / steps / 1e3, 4),
         collective_gap_ms=round(coll / steps / 1e3, 4),
         host_stall_share=round(host / steps / data.step_us, 3) if data.step_us else 0.0,
     )

@@ -214,7 +214,8 @@ def profile_steps(session: Any, step: Any, out_dir: Path, *, steps: int = 3, blo
         prof.export_chrome_trace(str(trace))
     except Exception:  # a trace is a convenience; the figures below do not depend on it
         trace = None  # type: ignore[assignment]
-    windows = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == STEP)
+    # the CPU range only: on CUDA the same name also appears as a gpu_user_annotation
+    windows = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == STEP and e.device_type == DeviceType.CPU)
 
     def inside(e: Any) -> bool:
         s, t = e.time_range.start, e.time_range.end
@@ -234,11 +235,11 @@ def profile_steps(session: Any, step: Any, out_dir: Path, *, steps: int = 3, blo
                 entry["cpu_us"] += e.cpu_time_total
                 entry["device_us"] += e.device_time_total if session.cuda else 0.0
                 continue
-            if e.is_user_annotation or e.name == STEP or e.name.startswith("stackpart::"):
+            if getattr(e, "is_user_annotation", False) or e.name == STEP or e.name.startswith("stackpart::"):
                 continue
             fn = _user_function(e, session.src) if e.name.startswith("aten::") else None
             data.ops.append(OpEvent(e.name, e.self_cpu_time_total, e.time_range.start, e.time_range.end, e.id, fn))
-        elif not e.is_user_annotation:
+        elif not getattr(e, "is_user_annotation", False) and not e.name.startswith("stackpart::"):
             if not inside(e):
                 continue
             parent = by_id.get(getattr(e, "linked_correlation_id", 0))

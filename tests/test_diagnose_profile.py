@@ -1,0 +1,87 @@
+"""The CUDA branches of the profiler rungs on a synthetic device timeline (no GPU needed):
+idle time split HTA's way, gaps split into collective-aligned and host stalls, the device op
+mix and the dominant non-GEMM op."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rewriter.diagnose import device_time, gaps, op_mix, top_ops
+from rewriter.diagnose.context import Context
+from rewriter.diagnose.profile import KernelEvent, OpEvent, ProfileData
+from rewriter.diagnose.session import Session
+from rewriter.harness import load_harness
+from rewriter.plan import load_plan
+
+WORKLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
+
+
+@pytest.fixture
+def ctx(tmp_path, monkeypatch):
+    src = tmp_path / "src"
+    shutil.copytree(WORKLOADS / "launch_bound", src)
+    spec = load_plan(src / "plan.yaml").plan.harness
+    monkeypatch.setattr(Session, "cuda", property(lambda self: True))
+    monkeypatch.setattr(Session, "sync", lambda self: None)
+    c = Context(session=Session(load_harness(spec, src)), out_dir=tmp_path)
+    # one step, window 0..1000 us:
+    #   gemm 0-200 | gap 200-400, host launches at 250 | nccl 400-600 | gap 600-700 |
+    #   triton_poi 700-710 | 10 us | topk 720-900 | idle 900-1000
+    c.cache["profile"] = ProfileData(
+        device="cuda",
+        steps=1,
+        windows=[(0.0, 1000.0)],
+        ops=[OpEvent("aten::mm", 50.0, 0.0, 50.0, 1), OpEvent("aten::add", 10.0, 250.0, 260.0, 2)],
+        kernels=[
+            KernelEvent("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 0.0, 200.0, 7, "kernel", "aten::mm"),
+            KernelEvent("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 400.0, 200.0, 9, "kernel", None),
+            KernelEvent("triton_poi_fused_add_0", 700.0, 10.0, 7, "kernel", None),
+            KernelEvent("void at::native::sbtopk::gatherTopK<float>", 720.0, 180.0, 7, "kernel", "aten::topk"),
+        ],
+        profiled_step_ms=1.0,
+    )
+    c.cache["eager_time"] = {"median_ms": 0.9, "min_ms": 0.9, "iters": 3}
+    return c
+
+
+def test_device_time_sums_device_only_and_splits_idle(ctx):
+    r = device_time.run(ctx)
+    m = r.measurement
+    assert m["self_device_ms"] == 0.59 and m["self_cpu_ms"] == 0.06
+    assert m["idle_share"] == 0.41
+    assert (m["host_wait_ms"], m["kernel_wait_ms"], m["other_idle_ms"]) == (0.2, 0.01, 0.2)
+    assert r.verdict.startswith("host-bound")
+
+
+def test_gaps_split_collective_aligned_from_host_stalls(ctx):
+    r = gaps.run(ctx)
+    m = r.measurement
+    # compute-stream gap 200-700: 400-600 covered by the all-reduce, the rest has no kernel at all
+    assert (m["host_stall_ms"], m["collective_gap_ms"], m["host_stall_gaps"]) == (0.3, 0.2, 1)
+    assert m["host_stall_share"] == 0.3
+    assert r.verdict.startswith("host stalls: 30% of the step")
+
+
+def test_gap_after_a_device_to_host_copy_is_a_host_stall_of_any_length(ctx):
+    data = ctx.cache["profile"]
+    data.kernels = [
+        KernelEvent("void at::native::reduce_kernel<512, 1>", 0.0, 300.0, 7, "kernel", "aten::max"),
+        KernelEvent("Memcpy DtoH (Device -> Pageable)", 300.0, 2.0, 7, "memcpy", "aten::_local_scalar_dense"),
+        KernelEvent("void at::native::vectorized_elementwise_kernel<4>", 322.0, 600.0, 7, "kernel", "aten::div"),
+    ]
+    m = gaps.run(ctx).measurement
+    assert (m["after_sync_ms"], m["host_stall_ms"], m["host_stall_gaps"]) == (0.02, 0.02, 1)
+
+
+def test_device_op_mix_and_dominant_non_gemm_kernel(ctx):
+    mix = op_mix.run(ctx).measurement
+    assert mix["basis"] == "self-device"
+    assert mix["ms"]["gemm"] == 0.2 and mix["ms"]["communication"] == 0.2
+    assert mix["ms"]["elementwise"] == 0.01 and mix["ms"]["reduction"] == 0.18
+    top = top_ops.run(ctx)
+    assert [row["op"] for row in top.measurement["top"]][:2] == ["aten::mm", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"]
+    assert top.measurement["dominant"]["op"] == "aten::topk"
+    assert top.implies == "kernel for aten::topk"
