@@ -170,3 +170,16 @@ def test_plan_without_harness_is_an_input_error_writing_nothing(tmp_path, capsys
     code, err = _validate(capsys, plan, src, tmp_path / "r")
     assert code == 2 and "validate needs a 'harness:' section" in err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_silent_fallback_to_eager_fails_with_the_guard_that_caused_it(tmp_path, capsys):
+    plan, src = _case(tmp_path, "per_layer_guard")
+    code, err = _validate(capsys, plan, src, tmp_path / "r", "--baselines", "")
+    assert code == 1, err
+    report = json.loads((tmp_path / "r" / "validation.json").read_text())
+    fallback = [f for f in report["verdict"]["failures"] if f.startswith("silent fallback to eager")]
+    assert len(fallback) == 1 and "recompile_limit" in fallback[0] and "b/model.py" in fallback[0]
+    assert report["variants"]["plan"]["numerics"] == "ok"  # eager fallback is right, just not compiled
+    assert report["variants"]["plan"]["compile"]["recompiles"] == 7
+    assert any("self.index == " in r for r in report["variants"]["plan"]["compile"]["recompile_reasons"])

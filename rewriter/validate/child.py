@@ -158,8 +158,12 @@ def run_cold(job: dict[str, Any]) -> dict[str, Any]:
     spec = job["harness"]
     device = spec["device"]
     training = spec["mode"] == "training"
+    import time
+
+    t_build = time.perf_counter()
     h, model, info = _build(job, variant, ref)
     result: dict[str, Any] = {"variant": variant, "info": info, "shapes": []}
+    result["_phases"] = {"build_and_load_weights": time.perf_counter() - t_build}
     if "state_dict_error" in info:
         return result
     reference_sd = None
@@ -245,6 +249,9 @@ def run_timing(job: dict[str, Any]) -> dict[str, Any]:
     ref = Path(job["ref"])
     spec = job["harness"]
     training = spec["mode"] == "training"
+    import time
+
+    t_build = time.perf_counter()
     models: dict[str, Any] = {}
     order = sorted(job["variants"], key=lambda v: TREE[v] != "original")
     previous = None
@@ -258,7 +265,7 @@ def run_timing(job: dict[str, Any]) -> dict[str, Any]:
         if "state_dict_error" in info:
             continue
         models[variant] = model
-    result: dict[str, Any] = {"shapes": []}
+    result: dict[str, Any] = {"shapes": [], "_phases": {"build_and_load_weights": time.perf_counter() - t_build}}
     for i, shape in enumerate(spec["shapes"]):
         inputs = _inputs(dict(job, reference=False), h, i, ref)
         fns = {v: _step_fns(m, inputs, training) for v, m in models.items()}
@@ -271,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the job file named in ``argv[0]``; write its JSON result; return the exit code."""
     import os
 
+    import time
+
+    t0 = time.perf_counter()
     args = sys.argv[1:] if argv is None else argv
     job = json.loads(Path(args[0]).read_text())
     out = Path(job["out"])
@@ -281,10 +291,17 @@ def main(argv: list[str] | None = None) -> int:
 
         from ..errors import StackpartError
 
+        t_import = time.perf_counter()
         try:
             payload = run_cold(job) if job["phase"] == "cold" else run_timing(job)
             payload["torch"] = torch.__version__
             payload["pid"] = os.getpid()
+            # where the child's time went (validate's own overhead vs the work it measures)
+            payload["phases_s"] = {
+                "import_torch": t_import - t0,
+                "run": time.perf_counter() - t_import,
+                **payload.pop("_phases", {}),
+            }
         except StackpartError as exc:
             payload, code = {"error": {"kind": "harness", "message": str(exc)}}, 2
         except torch.cuda.OutOfMemoryError as exc:

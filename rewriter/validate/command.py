@@ -108,6 +108,7 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
             "harness": spec_run.model_dump(),
             "backend": opts.backend,
             "amortization": loaded.plan.amortization.model_dump() if loaded.plan.amortization else None,
+            "plan_compiles": any(a.action == "compile" for a in loaded.plan.actions),
             "environment": _environment(device, spec.device),
             "created_unix": time.time(),
         }
@@ -185,6 +186,10 @@ def _run_all(report, trees, spec_run, opts, workdir, notes):  # type: ignore[no-
         fails = numerics_failures(cold["plan"])
         verdict.failures.extend(fails)
         results["plan"]["numerics"] = "FAIL" if fails else "ok"
+        if report["plan_compiles"] and not cold["plan"].get("compile", {}).get("unique_graphs"):
+            verdict.failures.append(
+                "silent fallback to eager: the plan asks for torch.compile but Dynamo captured no graph"
+            )
         hits = cold["plan"].get("compile", {}).get("recompile_limit_hits", [])
         for hit in hits:
             verdict.failures.append(f"silent fallback to eager: a plan region hit the recompile limit: {hit}")
@@ -215,6 +220,7 @@ def _run_all(report, trees, spec_run, opts, workdir, notes):  # type: ignore[no-
         _stderr_hint(verdict, res)
         return results, [], verdict
     timing = res.payload["shapes"]
+    report["timing_child"] = {"wall_s": res.wall_s, "phases_s": res.payload.get("phases_s")}
     mean_ms = {
         v: statistics.fmean(row["timing"][v]["median_ms"] for row in timing) for v in timeable
     }
@@ -285,6 +291,8 @@ def _cold_summary(payload: dict[str, Any]) -> dict[str, Any]:
         compiled = [e for e in shapes if e["new_graphs"] or e["new_recompiles"]]
         out["compile_s_per_start"] = sum(e["compile_s"] for e in compiled)
         out["shape_buckets"] = len(compiled)
+    if "phases_s" in payload:
+        out["phases_s"] = payload["phases_s"]
     if "max_memory_allocated_bytes" in payload:
         out["max_memory_allocated_bytes"] = payload["max_memory_allocated_bytes"]
     return out

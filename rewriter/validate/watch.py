@@ -2,8 +2,8 @@
 that hit the recompile limit and silently fell back to eager.
 
 Sources (torch >= 2.6): ``torch._dynamo.utils.counters`` (``stats.unique_graphs``,
-``graph_break`` reasons, ``frames``), ``torch._dynamo.utils.guard_failures`` (one entry per
-guard failure that caused a recompilation, keyed by code object) and the warning Dynamo logs on
+``graph_break`` reasons, ``frames``), ``torch._dynamo.utils.guard_failures`` (the guard-failure
+reasons, keyed by code object) with the code's cache entries for the recompile count and the warning Dynamo logs on
 ``torch._dynamo.convert_frame`` when a frame hits ``config.recompile_limit`` (named
 ``cache_size_limit`` before torch 2.7); after it the frame runs eager with no error.
 """
@@ -111,12 +111,25 @@ class CompileWatch:
             unique_graphs=int(counters.get("stats", {}).get("unique_graphs", 0)),
             graph_breaks=int(sum(breaks.values())),
             graph_break_reasons=[f"{n}x {r.splitlines()[0][:200]}" for r, n in reasons[:5]],
-            recompiles=int(sum(len(v) for v in failures.values())),
+            recompiles=sum(_recompiles(code, items) for code, items in failures.items()),
             recompile_reasons=recompile_reasons[:10],
             recompile_limit_hits=limit_hits,
             frames_total=int(counters.get("frames", {}).get("total", 0)),
             frames_ok=int(counters.get("frames", {}).get("ok", 0)),
         )
+
+
+def _recompiles(code: Any, failures: list[Any]) -> int:
+    """Recompilations of one code object: its cache entries minus the first. ``guard_failures``
+    holds one reason per failed *entry* (a third compile fails two entries), so it overcounts;
+    without the cache-entry API, count the failures of entry ``N/0``, which every recompilation
+    of the frame checks and fails."""
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        return max(0, len(_debug_get_cache_entry_list(code)) - 1)
+    except Exception:  # API missing or moved in this torch
+        return sum(1 for r in failures if re.match(r"^\[?\d+/0\]?:", str(r)))
 
 
 def fail_on_recompile_supported() -> bool:
