@@ -54,7 +54,7 @@ def bench(fn) -> float:
     """Median milliseconds of ``fn()`` (triton.testing.do_bench: CUDA events, L2 flushed)."""
     from triton.testing import do_bench
 
-    return float(do_bench(fn, warmup=25, rep=200, return_mode="median"))
+    return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
 
 def gbps(nbytes: int, ms: float) -> float:
@@ -111,6 +111,27 @@ def case_softmax(shape, dtype, copy_gbs):
     one_tile = k.next_power_of_2(shape[-1]) <= k.MAX_TILE
     return row("softmax fwd", shape, dtype, nbytes, times, copy_gbs, err,
                "row in registers" if one_tile else "online loop (row > MAX_TILE)")
+
+
+def case_softmax_backward(shape, dtype, copy_gbs):
+    """Backward softmax from the saved output: kernel vs eager autograd vs compiled autograd."""
+    k = load_kernel("softmax")
+    x = torch.randn(shape, device="cuda", dtype=dtype)
+    dy = torch.randn_like(x)
+    xr = x.clone().requires_grad_()
+    y = torch.softmax(xr, dim=-1)
+    (gx,) = torch.autograd.grad(y, xr, dy, retain_graph=True)
+    yk = k.launch(x)
+    err = (k.launch_backward(dy, yk).float() - gx.float()).abs().max().item()
+    fc = compiled(lambda t: torch.softmax(t, dim=-1))
+    yc = fc(xr)
+    times = {
+        "kernel": bench(lambda: k.launch_backward(dy, yk)),
+        "eager": bench(lambda: torch.autograd.grad(y, xr, dy, retain_graph=True)),
+        "compile": bench(lambda: torch.autograd.grad(yc, xr, dy, retain_graph=True)),
+    }
+    nbytes = 3 * x.numel() * x.element_size()
+    return row("softmax bwd", shape, dtype, nbytes, times, copy_gbs, err)
 
 
 def case_rms_norm(shape, dtype, copy_gbs):
@@ -371,6 +392,7 @@ def main(argv=None) -> int:
         ("layer_norm", lambda: case_layer_norm((32768 // scale, 4096), bf16, copy_gbs)),
         ("layer_norm", lambda: case_layer_norm((16384 // scale, 8192), bf16, copy_gbs)),
         ("layer_norm", lambda: case_layer_norm((16384 // scale, 8192), f32, copy_gbs)),
+        ("softmax bwd", lambda: case_softmax_backward((8192 // scale, 32768), bf16, copy_gbs)),
         ("rms_norm bwd", lambda: case_norm_backward("rms_norm", (16384 // scale, 4096), bf16, copy_gbs)),
         ("layer_norm bwd", lambda: case_norm_backward("layer_norm", (16384 // scale, 4096), bf16, copy_gbs)),
         ("topk", lambda: case_topk(64, 131072, 50, f32, copy_gbs)),

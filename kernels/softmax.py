@@ -9,6 +9,8 @@ one write, the bandwidth floor. A longer row is processed in tiles with the onli
 Milakov & Gimelshein, "Online normalizer calculation for softmax" (arXiv:1805.02867): a single
 pass keeps a running max and a running sum per lane, rescaling the sum when the max grows; a
 second pass writes ``exp(x - max) / sum`` (its reads mostly hit L2 for rows of a few hundred KB).
+Backward: ``dx = y * (dy - sum(dy * y))`` per row, from the saved output ``y`` (the same tiling:
+one read of ``y`` and ``dy`` when the row fits a tile, a reduction loop then a write loop when not).
 Row offsets are int64; loads and stores are masked.
 """
 
@@ -38,7 +40,7 @@ CATALOG = {
     },
     "passes": ["input"],
     "entry": "triton_softmax",
-    "backward": False,
+    "backward": True,
 }
 
 #: Longest row held in registers (one read); longer rows use the online two-pass loop.
@@ -57,6 +59,17 @@ def fake(x):
     """FakeTensor/meta rule: a contiguous tensor like ``x`` (reads no data), as :func:`launch`."""
     torch._check(x.dim() >= 1, lambda: "softmax: expected a tensor with at least one dim")
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def fake_backward(dy, y):
+    """FakeTensor/meta rule for the backward: a contiguous tensor like ``y`` (reads no data)."""
+    return torch.empty(y.shape, dtype=y.dtype, device=y.device)
+
+
+def reference_backward(dy, y):
+    """``dx`` of softmax from its output, in float32 like the kernel."""
+    yf, dyf = y.float(), dy.float()
+    return (yf * (dyf - (dyf * yf).sum(-1, keepdim=True))).to(y.dtype)
 
 
 def reference(x):
@@ -105,6 +118,36 @@ if triton is not None:
                 y = tl.exp(x - m) / d
                 tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
+    @triton.jit
+    def _softmax_bwd_kernel(
+        dy_ptr, y_ptr, dx_ptr, N, BLOCK: tl.constexpr, ONE_TILE: tl.constexpr
+    ):
+        row = tl.program_id(0).to(tl.int64)
+        base = row * N
+        offs = tl.arange(0, BLOCK)
+        if ONE_TILE:
+            mask = offs < N
+            y = tl.load(y_ptr + base + offs, mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_ptr + base + offs, mask=mask, other=0.0).to(tl.float32)
+            dx = y * (dy - tl.sum(y * dy, axis=0))
+            tl.store(dx_ptr + base + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        else:
+            acc = tl.zeros([BLOCK], tl.float32)
+            for start in range(0, N, BLOCK):
+                cols = start + offs
+                mask = cols < N
+                y = tl.load(y_ptr + base + cols, mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_ptr + base + cols, mask=mask, other=0.0).to(tl.float32)
+                acc += y * dy
+            total = tl.sum(acc, axis=0)
+            for start in range(0, N, BLOCK):
+                cols = start + offs
+                mask = cols < N
+                y = tl.load(y_ptr + base + cols, mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_ptr + base + cols, mask=mask, other=0.0).to(tl.float32)
+                dx = y * (dy - total)
+                tl.store(dx_ptr + base + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
 
 def _warps(block):
     """Warps per program: about 16 elements per thread; 32 warps from 32768 elements, where 16
@@ -141,3 +184,25 @@ def launch(x, wrap=lambda kernel: kernel, max_tile=MAX_TILE):
         num_warps=_warps(block),
     )
     return y
+
+
+def launch_backward(dy, y, wrap=lambda kernel: kernel, max_tile=MAX_TILE):
+    """Backward softmax over the last dim: ``dx`` (contiguous, y's dtype) from ``dy`` and ``y``.
+
+    Args:
+        dy: gradient of the output, shape of ``y``, any strides.
+        y: the forward's output.
+        wrap, max_tile: as in :func:`launch`.
+    """
+    dx = fake_backward(dy, y)
+    if not supported(y) or dx.numel() == 0:
+        return reference_backward(dy, y)
+    N = y.shape[-1]
+    y2 = y.reshape(-1, N).contiguous()
+    dy2 = dy.reshape(-1, N).contiguous()
+    one_tile = next_power_of_2(N) <= max_tile
+    block = next_power_of_2(N) if one_tile else min(LOOP_TILE, max_tile)
+    wrap(_softmax_bwd_kernel)[(y2.shape[0],)](
+        dy2, y2, dx, N, BLOCK=block, ONE_TILE=one_tile, num_warps=_warps(block)
+    )
+    return dx
