@@ -54,13 +54,19 @@ def test_every_spelling_of_the_op_is_replaced(tmp_path):
 
         def other(logits):
             return T.topk(logits, 3)
-        ''', _action("model.py::step", "torch.topk", "topk"))
+
+
+        class Router:
+            def route(self, logits):
+                return self.topk(logits), logits.topk(1)
+        ''', _action("model.py::step", "torch.topk", "topk") + _action("model.py::Router.route", "torch.topk", "topk"))
     result, files = _rewrite(src, plan)
     model = files["model.py"]
     assert "triton_topk(logits, k)" in model
     assert "triton_topk(logits, k).indices" in model
     assert "c = triton_topk(logits, k)" in model  # k= is the kernel's second parameter
-    assert model.count("triton_topk(") == 4  # a, b, c and the nested function
+    assert model.count("triton_topk(") == 5  # a, b, c, the nested function, Router's logits.topk
+    assert "return self.topk(logits), triton_topk(logits, 1)" in model  # a method of self: kept
     assert "return T.topk(logits, 3)" in model  # outside the target: untouched
     assert "from _stackpart.kernel_topk import triton_topk" in model
     assert result.warnings == []

@@ -13,7 +13,7 @@ The rewrite writes three files into the tree's vendored package (``_stackpart/``
 Calls are found by what they resolve to (LibCST's ``QualifiedNameProvider``), so
 ``F.softmax`` under ``import torch.nn.functional as F``, ``torch.topk`` under ``import torch as
 T`` and ``from torch import topk`` are all seen; method calls (``x.topk(k)``) on anything that is
-not an imported module are taken as Tensor methods. A call whose arguments the kernel does not
+not an imported module, ``self`` or ``cls`` are taken as Tensor methods. A call whose arguments the kernel does not
 support (softmax over another dim, ``sorted=False``, ``*args``...) is left alone and reported in
 :attr:`KernelCommand.notes` with the reason. Unsafe: written only with ``--unsafe``.
 """
@@ -27,6 +27,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import PositionProvider, QualifiedNameProvider, QualifiedNameSource
@@ -206,6 +207,7 @@ class KernelCommand(TargetedCommand):
             method
             and isinstance(call.func, cst.Attribute)
             and call.func.attr.value == method[0]
+            and not m.matches(call.func.value, m.Name("self") | m.Name("cls"))
             and not any(qn.source == QualifiedNameSource.IMPORT for qn in names)
             and not any(
                 qn.source == QualifiedNameSource.IMPORT
