@@ -28,7 +28,7 @@ from .actions.kernel import KernelCommand
 from .errors import StackpartError
 from .plan import ADVISORY_ACTIONS, LoadedPlan
 from .source import SourceFile, read_source, safe_relpath
-from .targets import resolve
+from .targets import Definition, collect_definitions, resolve
 from .vendor import vendor_site
 
 COMMANDS: dict[str, type[TargetedCommand]] = {
@@ -113,13 +113,15 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
     result = RewriteResult()
     sources: dict[str, SourceFile] = {}
     modules: dict[str, cst.Module] = {}
+    definitions: dict[str, dict[str, list[Definition]]] = {}
     bounds: list[consistency.Bound] = []
     for i, action in enumerate(loaded.plan.actions):
         try:
             if action.file not in sources:
-                sources[action.file] = read_source(src, action.file)
-                modules[action.file] = sources[action.file].parse()
-            target = resolve(modules[action.file], action.file, action.qualname)
+                source = sources[action.file] = read_source(src, action.file)
+                modules[action.file] = source.parse()
+                definitions[action.file] = collect_definitions(modules[action.file], source.text)
+            target = resolve(modules[action.file], action.file, action.qualname, definitions[action.file])
         except StackpartError as exc:
             raise loaded.error(i, _in_source(exc), exc.hint) from None
         bounds.append(consistency.Bound(i, action, target, modules[action.file]))
@@ -132,7 +134,6 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
 
     generated: dict[str, str] = {}
     for rel, module in modules.items():
-        context = CodemodContext(filename=rel)
         site = vendor_site(src, rel)
         for b in bounds:
             if b.target.relpath != rel:
@@ -152,7 +153,9 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
             cls = COMMANDS.get(b.action.action)
             if cls is None:
                 raise loaded.error(b.index, f"the {b.action.action!r} action is not supported by this version")
-            command = cls(context, b.action, b.target.qualname, site)
+            # A context per command: LibCST re-runs AddImportsVisitor over the whole file for
+            # every command whose context ever asked for an import.
+            command = cls(CodemodContext(filename=rel), b.action, b.target.qualname, site)
             try:
                 module = command.transform_module(module)
             except StatementInsertError as exc:
@@ -162,10 +165,10 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
             generated.update(command.generated)
             # Calls an action left alone, and stubs written (kernel), with file:line and why.
             result.warnings.extend(getattr(command, "notes", ()))
-        source = sources[rel]
-        if module.code != source.text:
+        source, code = sources[rel], module.code
+        if code != source.text:
             old = source.path.read_bytes()
-            result.changes.append(FileChange(rel, old, source.encode(module.code), source.mode))
+            result.changes.append(FileChange(rel, old, source.encode(code), source.mode))
     for rel, text in sorted(generated.items()):
         path = safe_relpath(src, rel)
         old = path.read_bytes() if path.exists() else None
@@ -176,31 +179,71 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
     return result
 
 
+def _missing_dirs(directory: Path) -> list[Path]:
+    """The directories ``mkdir(parents=True)`` would create for ``directory``, outermost first."""
+    out = []
+    while not directory.exists():
+        out.append(directory)
+        directory = directory.parent
+    return out[::-1]
+
+
 def apply_changes(src: Path, changes: list[FileChange]) -> None:
     """Write ``changes`` under ``src``: every file to a temp file first, then rename each in place.
 
-    Mode bits are kept; new directories are created. If any temp write fails, every temp file is
-    removed and nothing is renamed, so the tree is never half-written by a failed write.
+    Mode bits are kept; new directories are created. If any temp write fails, every temp file and
+    every directory made is removed and nothing is renamed. If a rename fails, the files already
+    renamed get their old bytes back (new files are removed), so a failed write never leaves the
+    tree half-written.
 
     Raises:
-        StackpartError: a file cannot be written (nothing renamed).
+        StackpartError: a file cannot be written (the tree is as it was).
     """
-    staged: list[tuple[str, Path]] = []
+    staged: list[tuple[Path, Path]] = []
+    made: list[Path] = []
     try:
         for change in changes:
             dest = safe_relpath(src, change.relpath)
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            for directory in _missing_dirs(dest.parent):
+                directory.mkdir()
+                made.append(directory)
             fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".stackpart", dir=dest.parent)
+            staged.append((Path(tmp), dest))
             with os.fdopen(fd, "wb") as handle:
                 handle.write(change.new)
             os.chmod(tmp, change.mode)
-            staged.append((tmp, dest))
     except OSError as exc:
-        for tmp, _ in staged:
-            Path(tmp).unlink(missing_ok=True)
+        _discard(staged, made)
         raise StackpartError(f"cannot write {exc.filename}: {exc.strerror}; nothing was changed") from None
-    for tmp, dest in staged:
-        os.replace(tmp, dest)
+    done: list[int] = []
+    for i, (tmp, dest) in enumerate(staged):
+        try:
+            os.replace(tmp, dest)
+        except OSError as exc:
+            for j in reversed(done):
+                old, target = changes[j].old, staged[j][1]
+                if old is None:
+                    target.unlink(missing_ok=True)
+                else:
+                    target.write_bytes(old)
+                    os.chmod(target, changes[j].mode)
+            _discard(staged[i:], made)
+            raise StackpartError(
+                f"cannot write {exc.filename or dest}: {exc.strerror}; the {len(done)} file(s) "
+                "already written were restored, nothing was changed"
+            ) from None
+        done.append(i)
+
+
+def _discard(staged: list[tuple[Path, Path]], made: list[Path]) -> None:
+    """Remove staged temp files and the directories made for them (innermost first)."""
+    for tmp, _ in staged:
+        tmp.unlink(missing_ok=True)
+    for directory in reversed(made):
+        try:
+            directory.rmdir()
+        except OSError:
+            pass
 
 
 def rewrite_command(

@@ -10,13 +10,16 @@ transform, so no action splices import text by hand.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import ClassVar
 
 import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node, parse_template_statement
+from libcst.metadata import MetadataWrapper
 
 from pathlib import PurePosixPath
 
@@ -134,6 +137,10 @@ class TargetedCommand(VisitorBasedCodemodCommand):
     """
 
     DESCRIPTION: ClassVar[str] = "rewrite one targeted function"
+    #: Whether the visitor descends into the target's body (an action that edits calls inside
+    #: it does); actions that only decorate it or insert into its top level see the node in
+    #: :meth:`rewrite` either way, and skipping the body keeps large functions cheap.
+    VISIT_TARGET_BODY: ClassVar[bool] = True
 
     def __init__(
         self, context: CodemodContext, action: _Action, qualname: str, site: VendorSite
@@ -161,17 +168,55 @@ class TargetedCommand(VisitorBasedCodemodCommand):
         """Whether the inserted code refers to torch (most actions do)."""
         return True
 
+    @contextmanager
+    def _handle_metadata_reference(self, module: cst.Module) -> Iterator[cst.Module]:
+        # LibCST's Codemod wraps the tree in MetadataWrapper(module), which deep-copies it so
+        # that metadata keyed by node identity cannot collide across wrappers. That is a full-tree
+        # clone per action per file, most of a rewrite's time on a large file (measured:
+        # benchmarks/rewrite_speed.py); each of our wrappers is used once, so skip the copy.
+        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        with self.resolve(wrapper):
+            old = self.context.wrapper
+            self.context = replace(self.context, wrapper=wrapper)
+            try:
+                yield wrapper.module
+            finally:
+                self.context = replace(self.context, wrapper=old)
+
+    def _on_path(self, name: str) -> bool:
+        """Whether to descend into the definition ``name`` (at the current stack): those that
+        enclose the target, and the target's own body when :attr:`VISIT_TARGET_BODY` says so.
+        The rest of the file is skipped."""
+        qual = ".".join([*self._stack, name])
+        target = self.qualname
+        if qual == target or qual.startswith(target + "."):
+            return self.VISIT_TARGET_BODY
+        return target.startswith(qual + ".")
+
+    def _inside(self) -> bool:
+        qual = ".".join(self._stack)
+        return bool(qual) and (qual == self.qualname or qual.startswith(self.qualname + "."))
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        # A simple statement outside the target cannot hold a def; skip its expressions.
+        if isinstance(node, cst.SimpleStatementLine) and not self._inside():
+            super().on_visit(node)
+            return False
+        return super().on_visit(node)
+
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        on_path = self._on_path(node.name.value)
         self._stack.append(node.name.value)
-        return True
+        return on_path
 
     def leave_ClassDef(self, original: cst.ClassDef, updated: cst.ClassDef) -> cst.ClassDef:
         self._stack.pop()
         return updated
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        on_path = self._on_path(node.name.value)
         self._stack.append(node.name.value)
-        return True
+        return on_path
 
     def leave_FunctionDef(
         self, original: cst.FunctionDef, updated: cst.FunctionDef

@@ -23,6 +23,8 @@ TEMPLATE = "bucketing.py.j2"
 class BucketCommand(TargetedCommand):
     """Decorate the target with the vendored shape-bucketing helper."""
 
+    VISIT_TARGET_BODY = False
+
     DESCRIPTION = "shape bucketing: pad a dim to the next bucket, trim outputs back"
     action: BucketAction
 

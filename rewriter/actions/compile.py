@@ -19,6 +19,8 @@ NESTED_DECORATORS = {"torch.compiler.nested_compile_region"}
 class CompileCommand(TargetedCommand):
     """Decorate the target with ``torch.compile`` (or mark it a nested compile region)."""
 
+    VISIT_TARGET_BODY = False
+
     DESCRIPTION = "regional compilation: @torch.compile on the target"
     action: CompileAction
 

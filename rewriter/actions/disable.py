@@ -18,6 +18,8 @@ DISABLE_DECORATORS = {"torch.compiler.disable", "torch._dynamo.disable"}
 class DisableCommand(TargetedCommand):
     """Decorate the target with ``torch.compiler.disable``."""
 
+    VISIT_TARGET_BODY = False
+
     DESCRIPTION = "keep the target eager: @torch.compiler.disable"
     action: DisableAction
 

@@ -41,6 +41,8 @@ def mark_dynamic_call(torch: str, action: MarkDynamicAction) -> str:
 class MarkDynamicCommand(TargetedCommand):
     """Insert one ``mark_dynamic`` statement where ``arg`` is bound in the target."""
 
+    VISIT_TARGET_BODY = False
+
     DESCRIPTION = "mark a dim dynamic where the input enters compiled code"
     action: MarkDynamicAction
 

@@ -12,6 +12,8 @@ from .base import TargetedCommand, insert_statement, py_literal
 class EnvDefaultCommand(TargetedCommand):
     """Insert ``os.environ.setdefault(VAR, value)`` at the top of the target."""
 
+    VISIT_TARGET_BODY = False
+
     def needs_torch(self) -> bool:
         return False
 
