@@ -45,7 +45,7 @@ def test_whole_ladder_writes_plan_report_json_charts_and_trace(tmp_path, capsys)
     assert all(r["status"] in ("ok", "skipped") for r in report["rungs"]), [r["reason"] for r in report["rungs"]]
     assert all(r["threshold"] for r in report["rungs"] if r["status"] == "ok")
     md = (out / "stackpart-diagnose" / "report.md").read_text()
-    assert "| rung | status | measurement | threshold (source) | verdict | implies |" in md
+    assert "| rung | status | measurement | threshold (source) | verdict | implies | s |" in md
     assert "![op_mix.png](op_mix.png)" in md and (out / "stackpart-diagnose" / "op_mix.png").stat().st_size > 0
     assert (out / "stackpart-diagnose" / "blocks.png").is_file()
     assert "model.py:8" in md  # the graph break, located

@@ -83,7 +83,7 @@ def test_dominant_topk_gets_kernel_action_at_its_call(tmp_path):
     outcome, rungs, plan, result = run("dominant_op", tmp_path, {"top_ops"})
     top = rungs["top_ops"]
     assert top.measurement["basis"] == "self-CPU (no CUDA)"
-    assert top.measurement["dominant"]["op"] == "aten::topk"
+    assert top.measurement["dominant"]["op"] == "aten::topk", top.measurement["top"]
     assert top.measurement["dominant"]["share"] >= 0.10
     [site] = [f for f in top.findings if f.kind == "dominant_op"]
     assert (site.file, site.line, site.function) == ("model.py", line_of(tmp_path / "dominant_op" / "model.py", "torch.topk("), "select_top")

@@ -168,6 +168,15 @@ def plan(ctx: Context) -> Decision:
     # launch-bound first: the ladder's first rung decides before the op mix (partitioning-the-
     # stack: "If it barely changes, you are launch bound and the answer is torch.compile plus
     # mode='reduce-overhead'"); a launch-bound model's device time says little about its step.
+    region_c, whole_c = cands.get("region", {}), cands.get("whole", {})
+    if (
+        launch and stable and model_target and whole_ok and block is not None and block["target"]
+        and isinstance(region_c.get("speedup"), float) and isinstance(whole_c.get("speedup"), float)
+        and region_c["speedup"] >= whole_c["speedup"]
+    ):
+        # measured, not assumed (DESIGN.md rung 10): the block compile kept the whole gain
+        notes.append(f"launch-bound, but the measured region compile ({region_c['speedup']}x) matches whole-model capture ({whole_c['speedup']}x): per-block compile")
+        whole_ok = False
     if launch and stable and model_target and whole_ok:
         mode = "reduce-overhead" if ctx.session.cuda else "default"
         actions.append(

@@ -98,13 +98,15 @@ def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | Non
     """report.md: the ladder table, charts, top-10, findings with file:line, notes and the plan."""
     lines = [f"# stackpart diagnose: {meta.get('harness', {}).get('file', '')}", ""]
     lines.append(f"device `{meta.get('device')}`, mode `{meta.get('mode')}`, dtype `{meta.get('dtype')}`, reference shape `{meta.get('reference_shape')}`, compile backend `{meta.get('backend')}`")
+    if meta.get("seconds") is not None:
+        lines.append(f"whole ladder: {meta['seconds']} s")
     lines.append("")
     if error:
         lines += [f"**Stopped early:** {error}", ""]
-    lines += ["## The ladder", "", "| rung | status | measurement | threshold (source) | verdict | implies |", "|---|---|---|---|---|---|"]
+    lines += ["## The ladder", "", "| rung | status | measurement | threshold (source) | verdict | implies | s |", "|---|---|---|---|---|---|---|"]
     for r in rungs:
         cell = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-        lines.append(f"| {r.title} | {r.status} | {cell(_brief(r.measurement))} | {cell(r.threshold)} | {cell(r.verdict or r.reason)} | {cell(r.implies)} |")
+        lines.append(f"| {r.title} | {r.status} | {cell(_brief(r.measurement))} | {cell(r.threshold)} | {cell(r.verdict or r.reason)} | {cell(r.implies)} | {r.seconds} |")
     lines.append("")
     if images or chart_note:
         lines += ["## Charts", ""]
