@@ -30,6 +30,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
+from libcst.helpers import get_full_name_for_node
 from libcst.metadata import PositionProvider, QualifiedNameProvider, QualifiedNameSource
 
 from ..errors import StackpartError, near_names
@@ -182,7 +183,7 @@ class KernelCommand(TargetedCommand):
                         if bound == head and alias.evaluated_alias:
                             return alias.evaluated_name + ("." + rest if rest else "")
                 elif isinstance(small, cst.ImportFrom) and not small.relative and small.module:
-                    base = cst.helpers.get_full_name_for_node(small.module) or ""
+                    base = get_full_name_for_node(small.module) or ""
                     if isinstance(small.names, cst.ImportStar):
                         continue
                     for alias in small.names:
