@@ -169,3 +169,20 @@ def test_compile_that_does_not_pay_back_compiles_nothing(tmp_path):
     assert not [a for a in plan.actions if a.action == "compile"]
     assert any("does not pay back" in n and "compiles nothing" in n for n in outcome.notes)
     assert plan.amortization == Amortization(runs=1, restarts=1)
+
+
+@pytest.mark.slow
+def test_inductor_compile_gain_is_measured_not_bounded(tmp_path):
+    """The one Inductor test: with a backend that optimises, the gain per step is measured and the
+    amortization rule decides (True/False), instead of the eager backend's bound."""
+    src = tmp_path / "fusible"
+    shutil.copytree(WORKLOADS / "fusible", src)
+    spec = load_plan(src / "plan.yaml").plan.harness
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={"op_mix", "amortization"}, backend="inductor")
+    amort = {r.name: r for r in outcome.rungs}["amortization"]
+    region = amort.measurement["candidates"]["region"]
+    assert isinstance(region["gain_ms"], float) and isinstance(region["speedup"], float)
+    assert region["compile_s"] > 0 and region["pays_back"] in (True, False)
+    if region["pays_back"]:
+        [compile_] = outcome.plan.actions
+        assert f"{region['speedup']}x" in compile_.why
