@@ -90,7 +90,9 @@ def candidates(ctx: Context) -> list[tuple[str, str]]:
     """(unit, mode) pairs worth measuring: the block (if any); the whole model when launch-bound
     (CUDA graphs with ``reduce-overhead`` on CUDA) or when there is no block."""
     out = []
-    if ctx.cache.get("blocks"):
+    # a block that recompiles per instance does not hold one graph as written: timing it would
+    # charge up to recompile_limit compiles to a unit the planner will not emit as is
+    if ctx.cache.get("blocks") and not ctx.measured("instance_recompiles").get("recompiles"):
         out.append(("region", "default"))
     launch = ctx.measured("batch_scaling").get("fixed_share", 0) >= 0.15
     if launch or not out:

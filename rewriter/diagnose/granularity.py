@@ -2,7 +2,8 @@
 
 Blocks are found structurally (``named_modules``); their time comes from the profiled run, where
 forward hooks wrap each instance in a ``stackpart::block::<name>`` range (self-device time under
-it on CUDA, CPU time without). Threshold: blocks >= 50% of the step make the block the compile
+it on CUDA, CPU time without). In training mode only the blocks' forward is inside the ranges
+(autograd runs their backward outside the hooks), so the share is a lower bound. Threshold: blocks >= 50% of the step make the block the compile
 unit (partitioning-the-stack: "per transformer block: the usual sweet spot"); the class is mapped
 to its ``file.py::Class`` target with :mod:`inspect`.
 """
