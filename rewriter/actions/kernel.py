@@ -104,6 +104,13 @@ def _torch_attr(path: str) -> bool:
     return callable(obj)
 
 
+def _plain_path(path: PurePosixPath) -> str:
+    """``path`` for a generated docstring, or its file name when it has characters a docstring
+    could not hold verbatim (only validated identifiers and plain literals reach generated code)."""
+    text = str(path)
+    return text if re.match(r"^[\w./-]+$", text) else path.name
+
+
 def _tensor_method(name: str) -> bool:
     import torch
 
@@ -358,7 +365,7 @@ class KernelCommand(TargetedCommand):
             "entry": self.spec["entry"],
             "namespace": self.site.namespace,
             "call": self.canonical,
-            "module_path": str(PurePosixPath(self.site.dir) / f"test_{module}.py"),
+            "module_path": _plain_path(PurePosixPath(self.site.dir) / f"test_{module}.py"),
         }
         if self.action.kernel == STUB:
             self.generate(module, "custom_op_stub.py.j2", **common)
