@@ -204,7 +204,7 @@ def case_norm_backward(name, shape, dtype, copy_gbs):
         _, mean, rstd = k.launch(x, w, None, 1e-5)
         kern = lambda: k.launch_backward(dy, x, w, None, mean, rstd)  # noqa: E731
     y = fwd(xr, wr)
-    gx, gw = torch.autograd.grad(y, (xr, wr), dy)
+    gx, gw = torch.autograd.grad(y, (xr, wr), dy, retain_graph=True)
     out = kern()
     err = max((out[0].float() - gx.float()).abs().max().item(),
               (out[1].float() - gw.float()).abs().max().item() / max(1.0, shape[0] ** 0.5))
