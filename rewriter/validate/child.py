@@ -7,8 +7,9 @@ record Dynamo's counters, compare outputs (training: also the loss, the gradient
 after one SGD step) with the reference, and finally re-run every shape under
 ``torch.compiler.set_stance("fail_on_recompile")``.
 
-``timing`` phase (all variants in one process, caches warmed from the cold phase): warm up and
-time the variants interleaved per shape.
+Then, when the parent asked for it (``cmd_fd``/``reply_fd`` in the job), the child stays up with
+its warm model and times calls on request (:func:`serve`): the parent interleaves the variants
+across their processes.
 
 The result is written as JSON to ``job["out"]``. Exit codes: 0 done (findings are in the JSON),
 2 harness or build error, 3 out of memory, 4 the model raised.
@@ -54,15 +55,6 @@ def _to_device(tree: Any, device: str) -> Any:
     from torch.utils import _pytree as pytree
 
     return pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, tree)
-
-
-def _purge_modules(tree: Path) -> None:
-    """Forget modules imported from ``tree`` so the next tree's ``import model`` is its own."""
-    root = str(tree.resolve())
-    for name, mod in list(sys.modules.items()):
-        file = getattr(mod, "__file__", None) or ""
-        if file.startswith(root) or name.startswith("_stackpart_harness_"):
-            del sys.modules[name]
 
 
 class ModelRaised(Exception):
@@ -238,40 +230,54 @@ def run_cold(job: dict[str, Any]) -> dict[str, Any]:
         result["fail_on_recompile"] = stance
     if device.startswith("cuda"):
         result["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    result["_serve"] = (h, model)
     return result
 
 
-def run_timing(job: dict[str, Any]) -> dict[str, Any]:
-    """The timing phase: all variants in this process, interleaved per shape."""
-    from .timing import interleaved
-    from .variants import TREE
+def serve(job: dict[str, Any], h: Any, model: Any) -> None:
+    """After the cold phase, keep the warm model and time calls on the parent's request.
+
+    Protocol (one JSON object per line; commands on fd ``job["cmd_fd"]``, replies on
+    ``job["reply_fd"]``, so the model's own prints cannot corrupt it):
+    ``{"op": "time", "shape": i, "warmup": w, "n": n}`` -> ``{"samples": [seconds, ...]}``;
+    ``{"op": "exit"}`` or EOF -> return. The parent sends one ``time`` per variant in turn, so
+    the variants run interleaved on one device while each stays in its own process (no shared
+    Dynamo caches, no re-compilation for timing).
+    """
+    import os
+
+    import torch
+
+    from .timing import time_call
 
     ref = Path(job["ref"])
     spec = job["harness"]
     training = spec["mode"] == "training"
-    import time
-
-    t_build = time.perf_counter()
-    models: dict[str, Any] = {}
-    order = sorted(job["variants"], key=lambda v: TREE[v] != "original")
-    previous = None
-    h = None
-    for variant in order:
-        tree = Path(job["trees"][TREE[variant]])
-        if previous is not None and previous != tree:
-            _purge_modules(previous)
-        previous = tree
-        h, model, info = _build(dict(job, reference=False), variant, ref)
-        if "state_dict_error" in info:
-            continue
-        models[variant] = model
-    result: dict[str, Any] = {"shapes": [], "_phases": {"build_and_load_weights": time.perf_counter() - t_build}}
-    for i, shape in enumerate(spec["shapes"]):
-        inputs = _inputs(dict(job, reference=False), h, i, ref)
-        fns = {v: _step_fns(m, inputs, training) for v, m in models.items()}
-        stats = interleaved(fns, spec["device"], job["warmup"], job["reps"], job["budget_s"])
-        result["shapes"].append({"shape": shape, "timing": stats})
-    return result
+    fns: dict[int, Any] = {}
+    commands = os.fdopen(job["cmd_fd"], "r")
+    replies = os.fdopen(job["reply_fd"], "w")
+    replies.write(json.dumps({"ready": True}) + "\n")
+    replies.flush()
+    for line in commands:
+        request = json.loads(line)
+        if request.get("op") != "time":
+            break
+        i = int(request["shape"])
+        if i not in fns:
+            fns[i] = _step_fns(model, _inputs(dict(job, reference=False), h, i, ref), training)
+        try:
+            for _ in range(int(request.get("warmup", 0))):
+                fns[i]()
+            samples = [time_call(fns[i], spec["device"]) for _ in range(int(request.get("n", 1)))]
+            reply: dict[str, Any] = {"samples": samples}
+        except torch.cuda.OutOfMemoryError as exc:
+            reply = {"error": {"kind": "oom", "message": str(exc).splitlines()[0]}}
+        except Exception as exc:
+            reply = {"error": {"kind": "raised", "message": f"{type(exc).__name__}: {exc}"[:1000]}}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+        if "error" in reply:
+            break
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     job = json.loads(Path(args[0]).read_text())
     out = Path(job["out"])
     payload: dict[str, Any]
+    served = None
     code = 0
     try:
         import torch
@@ -293,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
 
         t_import = time.perf_counter()
         try:
-            payload = run_cold(job) if job["phase"] == "cold" else run_timing(job)
+            payload = run_cold(job)
+            served = payload.pop("_serve", None)
             payload["torch"] = torch.__version__
             payload["pid"] = os.getpid()
             # where the child's time went (validate's own overhead vs the work it measures)
@@ -327,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         }
         code = 2
     out.write_text(json.dumps(payload, indent=1, default=str))
+    if code == 0 and job.get("cmd_fd") is not None:
+        if served is not None and "state_dict_error" not in payload.get("info", {}):
+            serve(job, *served)
     return code
 
 

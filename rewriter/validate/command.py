@@ -132,7 +132,19 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
 
 
 def _run_all(report, trees, spec_run, opts, workdir, notes):  # type: ignore[no-untyped-def]
-    from .runner import run_child
+    """Cold phase per variant (each its own process, started one after the other so no compile
+    competes with another), then interleaved timing across the still-running warm processes;
+    every child is closed (or killed) on the way out."""
+    children: dict[str, Any] = {}
+    try:
+        return _run_children(report, trees, spec_run, opts, workdir, notes, children)
+    finally:
+        for child in children.values():
+            child.close()
+
+
+def _run_children(report, trees, spec_run, opts, workdir, notes, children):  # type: ignore[no-untyped-def]
+    from .runner import ServedChild
     from .verdict import Verdict, numerics_failures, speed_failures
 
     verdict = Verdict(notes=notes)
@@ -153,10 +165,12 @@ def _run_all(report, trees, spec_run, opts, workdir, notes):  # type: ignore[no-
     results: dict[str, dict[str, Any]] = {}
     cold: dict[str, dict[str, Any]] = {}
     for variant in variants:
-        res = run_child(
+        child = ServedChild(
             dict(job, phase="cold", variants=[variant], reference=variant == "eager"),
             workdir, f"cold-{variant}", caches / variant, opts.timeout_s,
         )
+        children[variant] = child
+        res = child.wait_cold()
         results[variant] = {"child_wall_s": res.wall_s}
         if res.error:
             err = res.error
@@ -210,17 +224,14 @@ def _run_all(report, trees, spec_run, opts, workdir, notes):  # type: ignore[no-
         verdict.notes.append("timing skipped: the rewritten model's numbers are wrong")
         return results, [], verdict
     timeable = [v for v in variants if v in cold and "state_dict_error" not in cold[v].get("info", {})]
-    timing_cache = caches / "timing"
-    for v in timeable:
-        if (caches / v).exists():
-            shutil.copytree(caches / v, timing_cache, dirs_exist_ok=True)
-    res = run_child(dict(job, phase="timing", variants=timeable, reference=False), workdir, "timing", timing_cache, opts.timeout_s)
-    if res.error:
-        verdict.errors.append(f"the timing run failed: {res.error['kind']}: {res.error['message']}")
-        _stderr_hint(verdict, res)
+    timeable = [v for v in timeable if children[v].alive]
+    t_timing = time.perf_counter()
+    timing, error = _interleave({v: children[v] for v in timeable}, spec_run.shapes, opts)
+    report["timing_wall_s"] = time.perf_counter() - t_timing
+    if error:
+        verdict.errors.append(f"the timing run failed: {error}")
         return results, [], verdict
-    timing = res.payload["shapes"]
-    report["timing_child"] = {"wall_s": res.wall_s, "phases_s": res.payload.get("phases_s")}
+
     mean_ms = {
         v: statistics.fmean(row["timing"][v]["median_ms"] for row in timing) for v in timeable
     }
@@ -259,6 +270,34 @@ def _run_all(report, trees, spec_run, opts, workdir, notes):  # type: ignore[no-
     if amortization is None:
         verdict.notes.append("the plan has no 'amortization:' section: break-even runs reported, not gated")
     return results, timing, verdict
+
+
+def _interleave(children: dict[str, Any], shapes: list[dict[str, int]], opts: Options) -> tuple[list[dict[str, Any]], str | None]:
+    """Time every variant per shape: warm-up calls each, then rounds of one call per variant in
+    a rotating order (each in its own warm process), until ``opts.reps`` rounds or
+    ``opts.budget_s`` seconds (at least 3 rounds). Returns per-shape summaries, or an error."""
+    from .timing import summarize
+
+    names = list(children)
+    rows = []
+    for i, shape in enumerate(shapes):
+        samples: dict[str, list[float]] = {n: [] for n in names}
+        for n in names:
+            reply = children[n].time(i, opts.warmup, 0)
+            if "error" in reply:
+                return [], f"{n}: {reply['error']['kind']}: {reply['error']['message']}"
+        started = time.perf_counter()
+        for rep in range(opts.reps):
+            k = rep % len(names)
+            for n in names[k:] + names[:k]:
+                reply = children[n].time(i, 0, 1)
+                if "error" in reply:
+                    return [], f"{n}: {reply['error']['kind']}: {reply['error']['message']}"
+                samples[n].extend(reply["samples"])
+            if rep >= 2 and time.perf_counter() - started > opts.budget_s:
+                break
+        rows.append({"shape": shape, "timing": {n: summarize(v) for n, v in samples.items()}})
+    return rows, None
 
 
 def _relabel(obj: Any, prefixes: dict[str, str]) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -51,6 +52,10 @@ def child_env(cache_root: Path, extra_pythonpath: list[str]) -> dict[str, str]:
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONHASHSEED"] = "0"
     env.pop("TORCH_LOGS", None)
+    # The variants' processes stay up side by side and take turns for interleaved timing; OpenMP
+    # threads that spin after each call (libgomp's default) would steal the cores of the process
+    # whose turn it is. Passive waiting keeps the idle ones off the CPU (same for every variant).
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parts = extra_pythonpath + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(parts)
     return env
@@ -120,3 +125,125 @@ def _tail(path: Path, lines: int = 15) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+class ServedChild:
+    """A cold-phase child that stays up with its warm model and times calls on request.
+
+    ``start`` spawns it with two pipes (commands in, replies out, separate from its
+    stdout/stderr); ``wait_cold`` waits for its cold-phase result; ``time`` asks for timed calls
+    of one shape; ``close`` ends it (``exit``, then SIGTERM/SIGKILL of its process group).
+    Every wait has a timeout; on timeout the child is killed and a ``timeout`` error returned.
+    """
+
+    def __init__(self, job: dict[str, Any], workdir: Path, name: str, cache_root: Path, timeout_s: float) -> None:
+        self.name = name
+        self.timeout_s = timeout_s
+        cmd_r, cmd_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        self.job = dict(job, out=str(workdir / f"{name}.result.json"), cmd_fd=cmd_r, reply_fd=rep_w)
+        job_path = workdir / f"{name}.job.json"
+        job_path.write_text(json.dumps(self.job, indent=1))
+        self.stderr_path = workdir / f"{name}.stderr.txt"
+        env = child_env(cache_root, [str(Path(__file__).resolve().parents[2])])
+        self.started = time.perf_counter()
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "rewriter.validate.child", str(job_path)],
+                stdout=err, stderr=subprocess.STDOUT, env=env, cwd=str(workdir),
+                start_new_session=True, pass_fds=(cmd_r, rep_w),
+            )
+        os.close(cmd_r)
+        os.close(rep_w)
+        self._cmd = os.fdopen(cmd_w, "w")
+        self._rep = rep_r
+        self._buf = b""
+        self.alive = True
+
+    def _readline(self, timeout_s: float) -> dict[str, Any] | None:
+        """One JSON reply, or None on EOF (the child exited) or timeout (then ``self.timed_out``)."""
+        deadline = time.perf_counter() + timeout_s
+        self.timed_out = False
+        while b"\n" not in self._buf:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                self.timed_out = True
+                return None
+            ready, _, _ = select.select([self._rep], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(self._rep, 65536)
+            if not chunk:
+                return None
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def wait_cold(self) -> ChildResult:
+        """Wait for the cold phase: the child says ``ready`` (serving) or exits (done or failed)."""
+        reply = self._readline(self.timeout_s)
+        wall = time.perf_counter() - self.started
+        if reply is None and self.timed_out:
+            self.close(kill=True)
+            return ChildResult(
+                -1,
+                {"error": {"kind": "timeout", "message": f"{self.name} did not finish within {self.timeout_s:.0f} s (killed)"}},
+                wall, _tail(self.stderr_path),
+            )
+        if reply is None:  # exited without serving: an error, or nothing to time
+            try:
+                code = self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.close(kill=True)
+                code = -1
+            self.alive = False
+        else:
+            code = 0
+        out = Path(self.job["out"])
+        payload = json.loads(out.read_text()) if out.exists() else {
+            "error": {"kind": "crash", "message": f"{self.name} exited with code {code} and wrote no result"}}
+        return ChildResult(code, payload, wall, _tail(self.stderr_path))
+
+    def time(self, shape: int, warmup: int, n: int) -> dict[str, Any]:
+        """``{"samples": [s, ...]}`` of ``n`` timed calls of shape ``shape`` after ``warmup``
+        calls, or ``{"error": {...}}`` (the child raised, ran out of memory, exited or timed out)."""
+        if not self.alive:
+            return {"error": {"kind": "crash", "message": f"{self.name} is not running"}}
+        try:
+            self._cmd.write(json.dumps({"op": "time", "shape": shape, "warmup": warmup, "n": n}) + "\n")
+            self._cmd.flush()
+        except (BrokenPipeError, OSError):
+            self.alive = False
+            return {"error": {"kind": "crash", "message": f"{self.name} exited: {_tail(self.stderr_path, 3)}"}}
+        reply = self._readline(self.timeout_s)
+        if reply is None:
+            timed_out = self.timed_out
+            self.close(kill=True)
+            if timed_out:
+                return {"error": {"kind": "timeout", "message": f"{self.name}: a timed call took over {self.timeout_s:.0f} s (killed)"}}
+            return {"error": {"kind": "crash", "message": f"{self.name} exited: {_tail(self.stderr_path, 3)}"}}
+        return reply
+
+    def close(self, kill: bool = False) -> None:
+        """Ask the child to exit (or kill its process group), and reap it."""
+        if not kill and self.proc.poll() is None:
+            try:
+                self._cmd.write(json.dumps({"op": "exit"}) + "\n")
+                self._cmd.flush()
+            except (BrokenPipeError, OSError):
+                pass
+        try:
+            self._cmd.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=0 if kill else 30)
+        except subprocess.TimeoutExpired:
+            _kill_group(self.proc)
+        if self.proc.poll() is None:
+            _kill_group(self.proc)
+        try:
+            os.close(self._rep)
+        except OSError:
+            pass
+        self.alive = False
