@@ -199,3 +199,18 @@ def test_kernels_classified_by_category_then_parent_op_then_name(name, kind, par
 )
 def test_cpu_ops_classified_by_aten_name(op, category):
     assert classify_cpu_op(op) == category
+
+
+def test_guard_site_from_the_guard_comment_when_no_user_stack_is_printed():
+    """Older torch prints only ``# code  # path:line in func`` after a guard, with the path cut
+    from the left; the site is still found under SRC."""
+    from rewriter.diagnose.dynamo_log import DynamoLog
+
+    text = (
+        "Recompiling function forward in /x/model.py:27\n"
+        "    triggered by the following guard failure(s):\n"
+        "    - 0/1: self.layer_idx == 0        # if self.layer_idx % 2 == 0:  "
+        "# ures/workloads/instance_recompiles/model.py:22 in residual_scale (HINT: ...)"
+    )
+    site = DynamoLog().guard_site(WORKLOADS / "instance_recompiles", text)
+    assert site == ("model.py", 22, "Block.residual_scale")

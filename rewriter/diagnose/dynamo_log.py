@@ -16,10 +16,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .locate import first_in_src, frames_from_text
+from .locate import first_in_src, frames_from_text, function_at
 
 _RECOMPILE = re.compile(r"Recompiling function (?P<func>\S+) in (?P<file>.+?):(?P<line>\d+)")
 _GUARD = re.compile(r"^\s*-\s*(?P<id>\d+/\d+): (?P<guard>.*?)(?:\s{2,}#\s*(?P<code>.*?))?$", re.M)
+_GUARD_COMMENT = re.compile(r"#\s.*?#\s*(?P<file>[^\s#]+?\.py):(?P<line>\d+) in (?P<func>[\w<>]+)")
 _LIMIT = re.compile(r"hit config\.(?:recompile_limit|cache_size_limit) \((?P<limit>\d+)\)")
 
 
@@ -44,8 +45,19 @@ class DynamoLog:
 
     def guard_site(self, src: Path, text: str) -> tuple[str, int, str] | None:
         """(file relative to SRC, line, qualname) of the guard's user line in ``text``: the
-        innermost frame under SRC of the user stack Dynamo prints (outermost first)."""
-        return first_in_src(list(reversed(frames_from_text(text))), src)
+        innermost frame under SRC of the user stack Dynamo prints (outermost first), else the
+        ``# code  # path:line in func`` comment Dynamo appends to a guard (its path may be
+        shortened from the left, so it is matched by suffix against SRC's files)."""
+        site = first_in_src(list(reversed(frames_from_text(text))), src)
+        if site is not None:
+            return site
+        for m in _GUARD_COMMENT.finditer(text):
+            tail, line = m.group("file"), int(m.group("line"))
+            for path in sorted(Path(src).rglob("*.py")):
+                rel = path.resolve().relative_to(Path(src).resolve()).as_posix()
+                if path.resolve().as_posix().endswith(tail) or tail.endswith(rel):
+                    return rel, line, function_at(path, line) or m.group("func")
+        return None
 
 
 class _Handler(logging.Handler):
