@@ -25,6 +25,11 @@ def plan_yaml(plan: Any) -> str:
     data = {"version": 1, **{k: v for k, v in data.items() if k != "version"}}
     if "harness" in data and plan.harness is not None:
         data["harness"] = plan.harness.model_dump(mode="json")
+    # read like DESIGN.md: action, target, its fields, then why
+    data["actions"] = [
+        {"action": a["action"], "target": a["target"], **{k: v for k, v in a.items() if k not in ("action", "target", "why")}, **({"why": a["why"]} if "why" in a else {})}
+        for a in data.get("actions", [])
+    ]
     header = "# Written by `stackpart diagnose`: every action's `why:` is the evidence that chose it.\n"
     return header + yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)
 
