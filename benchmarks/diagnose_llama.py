@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
     else:
         spec = Harness(file="harness.py", shapes=[{"batch": 8, "seq": 512}, {"batch": 8, "seq": 384}], mode="inference", dtype="bfloat16", device="cuda")
     t0 = time.perf_counter()
-    outcome = diagnose(spec, SRC, out / "plan.yaml", report_dir=out, backend="eager" if smoke else "inductor", amortization_spec=Amortization(runs=1_000_000, restarts=30), timeout_s=170)
+    outcome = diagnose(spec, SRC, out / "plan.yaml", report_dir=out, backend="eager" if smoke else "inductor", amortization_spec=Amortization(runs=1_000_000, restarts=30), timeout_s=170, steps=2)
     wall = time.perf_counter() - t0
     proc = subprocess.run(
         [sys.executable, "-c", "import sys; from rewriter.cli import main; sys.exit(main(sys.argv[1:]))", "rewrite", "--plan", str(out / "plan.yaml"), str(SRC)],
