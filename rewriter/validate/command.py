@@ -139,6 +139,8 @@ def _run_all(report, trees, spec_run, opts, workdir, notes):  # type: ignore[no-
     try:
         return _run_children(report, trees, spec_run, opts, workdir, notes, children)
     finally:
+        for child in children.values():  # all exit together: teardown is not paid once per child
+            child.request_exit()
         for child in children.values():
             child.close()
 

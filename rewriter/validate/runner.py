@@ -165,6 +165,8 @@ class ServedChild:
         deadline = time.perf_counter() + timeout_s
         self.timed_out = False
         while b"\n" not in self._buf:
+            if self._rep is None:
+                return None
             left = deadline - time.perf_counter()
             if left <= 0:
                 self.timed_out = True
@@ -224,14 +226,23 @@ class ServedChild:
             return {"error": {"kind": "crash", "message": f"{self.name} exited: {_tail(self.stderr_path, 3)}"}}
         return reply
 
-    def close(self, kill: bool = False) -> None:
-        """Ask the child to exit (or kill its process group), and reap it."""
-        if not kill and self.proc.poll() is None:
+    def request_exit(self) -> None:
+        """Ask the child to exit without waiting for it (EOF on its command pipe)."""
+        if self.proc.poll() is None and not self._cmd.closed:
             try:
                 self._cmd.write(json.dumps({"op": "exit"}) + "\n")
                 self._cmd.flush()
             except (BrokenPipeError, OSError):
                 pass
+        try:
+            self._cmd.close()
+        except OSError:
+            pass
+
+    def close(self, kill: bool = False) -> None:
+        """Ask the child to exit (or kill its process group), and reap it."""
+        if not kill:
+            self.request_exit()
         try:
             self._cmd.close()
         except OSError:
@@ -242,8 +253,10 @@ class ServedChild:
             _kill_group(self.proc)
         if self.proc.poll() is None:
             _kill_group(self.proc)
-        try:
-            os.close(self._rep)
-        except OSError:
-            pass
+        if self._rep is not None:  # once: a second os.close could hit a reused descriptor
+            try:
+                os.close(self._rep)
+            except OSError:
+                pass
+            self._rep = None
         self.alive = False
