@@ -115,16 +115,20 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
     modules: dict[str, cst.Module] = {}
     definitions: dict[str, dict[str, list[Definition]]] = {}
     bounds: list[consistency.Bound] = []
+    root = src.resolve()
     for i, action in enumerate(loaded.plan.actions):
         try:
-            if action.file not in sources:
-                source = sources[action.file] = read_source(src, action.file)
-                modules[action.file] = source.parse()
-                definitions[action.file] = collect_definitions(modules[action.file], source.text)
-            target = resolve(modules[action.file], action.file, action.qualname, definitions[action.file])
+            # The file's real path under SRC: a symlink inside SRC is rewritten where it points
+            # (the diff names that file, as git sees it), and two spellings of one file are one.
+            rel = safe_relpath(src, action.file).relative_to(root).as_posix()
+            if rel not in sources:
+                source = sources[rel] = read_source(src, rel)
+                modules[rel] = source.parse()
+                definitions[rel] = collect_definitions(modules[rel], source.text)
+            target = resolve(modules[rel], rel, action.qualname, definitions[rel])
         except StackpartError as exc:
             raise loaded.error(i, _in_source(exc), exc.hint) from None
-        bounds.append(consistency.Bound(i, action, target, modules[action.file]))
+        bounds.append(consistency.Bound(i, action, target, modules[rel]))
         if action.action == "mark_dynamic" and action.min is not None and action.min < 2:
             result.warnings.append(
                 f"{loaded.path}:{loaded.action_lines[i]}: mark_dynamic min={action.min}: sizes 0 "
@@ -254,8 +258,12 @@ def rewrite_command(
     unsafe: bool = False,
     validate: bool = True,
     report: str | None = None,
+    summary_md: str | None = None,
 ) -> int:
     """``stackpart rewrite``: print the diff; ``apply`` writes it; ``check`` exits 1 when pending.
+
+    ``summary_md`` also writes a Markdown summary for a pull-request comment there
+    (:mod:`rewriter.summary_md`).
 
     ``apply`` with ``validate`` (the default) writes only a diff that a passing validation report
     (``report``, default ``.stackpart/validation/`` next to the plan) is bound to by sha256; see
@@ -294,6 +302,10 @@ def rewrite_command(
             f"{action.target}) not written: {reason}",
             highlight=False,
         )
+    if summary_md is not None:
+        from .summary_md import write_rewrite_summary
+
+        write_rewrite_summary(summary_md, loaded, result, src, applied=apply)
     patch = result.diff()
     if apply:
         apply_changes(Path(src), result.changes)
