@@ -31,16 +31,18 @@ def cli() -> None:
 @click.option("--no-validate", is_flag=True, help="--apply without a passing validation report for this diff.")
 @click.option("--report", "report", type=click.Path(), default=None,
               help="Validation report to check before --apply (default: .stackpart/validation/ next to the plan).")
+@click.option("--summary-md", type=click.Path(dir_okay=False), default=None,
+              help="Also write a Markdown summary (for a pull-request comment) to this file.")
 @click.pass_context
 def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bool, unsafe: bool,
-            no_validate: bool, report: str | None) -> None:
+            no_validate: bool, report: str | None, summary_md: str | None) -> None:
     """Rewrite SRC as the plan asks: print a git-style diff (paths relative to SRC)."""
     from .rewrite import rewrite_command
 
     if apply and check:
         raise click.UsageError("--apply and --check exclude each other")
     ctx.exit(rewrite_command(plan_path, src, apply=apply, check=check, unsafe=unsafe,
-                             validate=not no_validate, report=report))
+                             validate=not no_validate, report=report, summary_md=summary_md))
 
 
 @cli.command()

@@ -1,0 +1,75 @@
+"""The Markdown summary ``stackpart rewrite --summary-md PATH`` writes for a pull-request comment.
+
+One table row per plan action (written, already in place, or not written and why), the plan's
+warnings, the diff's sha256 (the identity validation reports are bound to) and the diff itself
+in a collapsed block. A GitHub comment holds at most 65,536 characters, so the diff is cut at
+:data:`MAX_DIFF_CHARS` with a note saying how to get all of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .plan import LoadedPlan
+    from .rewrite import RewriteResult
+
+MAX_DIFF_CHARS = 60_000  # GitHub's comment limit is 65,536 characters; the rest is the table
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _counts(diff: str) -> tuple[int, int]:
+    lines = diff.splitlines()
+    added = sum(1 for l in lines if l.startswith("+") and not l.startswith("+++"))
+    removed = sum(1 for l in lines if l.startswith("-") and not l.startswith("---"))
+    return added, removed
+
+
+def rewrite_summary(loaded: LoadedPlan, result: RewriteResult, src: str, applied: bool) -> str:
+    """The Markdown text (see the module docstring) for ``result`` of ``loaded`` on ``src``."""
+    diff = result.diff()
+    added, removed = _counts(diff)
+    skipped = dict(result.skipped)
+    changed = {c.relpath for c in result.changes}
+    verb = "applied" if applied else "pending"
+    out = [f"### stackpart rewrite: `{loaded.path}` on `{src}`", ""]
+    if result.changes:
+        out.append(
+            f"**{len(result.changes)} file(s) {verb}**, +{added} −{removed} lines; diff sha256 "
+            f"`{result.digest()[:16]}` (validation reports are bound to it)."
+        )
+    else:
+        out.append("**No changes**: the tree is already what the plan asks.")
+    out += ["", "| # | action | target | status |", "|---|---|---|---|"]
+    for i, action in enumerate(loaded.plan.actions):
+        if i in skipped:
+            status = f"not written: {skipped[i]}"
+        elif action.file in changed:
+            status = "written" if applied else "in the diff"
+        else:
+            status = "already in place (or advisory)"
+        out.append(f"| {i} | `{action.action}` | `{_cell(action.target)}` | {_cell(status)} |")
+    if result.warnings:
+        out += ["", "**Warnings**", ""] + [f"- {_cell(w)}" for w in result.warnings]
+    if diff:
+        shown = diff if len(diff) <= MAX_DIFF_CHARS else diff[:MAX_DIFF_CHARS]
+        fence = "````" if "```" in shown else "```"
+        out += ["", "<details><summary>Diff</summary>", "", f"{fence}diff", shown.rstrip("\n"), fence, ""]
+        if shown is not diff:
+            out.append(
+                f"_diff cut at {MAX_DIFF_CHARS:,} of {len(diff):,} characters: run "
+                f"`stackpart rewrite --plan {loaded.path} {src}` for all of it._"
+            )
+        out.append("</details>")
+    return "\n".join(out) + "\n"
+
+
+def write_rewrite_summary(path: str, loaded: LoadedPlan, result: RewriteResult, src: str, applied: bool) -> None:
+    """Write :func:`rewrite_summary` to ``path`` (UTF-8), creating its directory."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(rewrite_summary(loaded, result, src, applied), encoding="utf-8")
