@@ -469,15 +469,21 @@ class _Collector(cst.CSTVisitor):
                 return
 
     def _owner_attr(self, node: cst.CSTNode) -> str:
-        """``self.h`` for ``self.h = nn.ModuleList(...)``; ``self.transformer['h']`` style otherwise."""
+        """``self.h`` for ``self.h = nn.ModuleList(...)``; ``self.transformer.h`` for
+        ``self.transformer = nn.ModuleDict(dict(h=nn.ModuleList(...)))`` (ModuleDict keys are
+        attributes)."""
+        keys: list[str] = []
         for anc in self.f.ancestors(node):
             if isinstance(anc, cst.Assign) and anc.targets:
-                return get_full_name_for_node(anc.targets[0].target) or "a submodule"
+                owner = get_full_name_for_node(anc.targets[0].target) or "a submodule"
+                return ".".join([owner, *reversed(keys)])
             if isinstance(anc, cst.Arg) and anc.keyword is not None:
-                return anc.keyword.value
+                keys.append(anc.keyword.value)
             if isinstance(anc, cst.DictElement) and isinstance(anc.key, cst.SimpleString):
-                return str(anc.key.evaluated_value)
-        return "a submodule"
+                keys.append(str(anc.key.evaluated_value))
+            if isinstance(anc, cst.FunctionDef):
+                break
+        return ".".join(reversed(keys)) or "a submodule"
 
     def visit_If(self, node: cst.If) -> None:
         test, negated = node.test, False

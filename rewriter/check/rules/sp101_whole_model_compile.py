@@ -96,6 +96,29 @@ model = torch.compile(model)
         ),
         Invalid(
             """\
+import torch
+import torch.nn as nn
+
+class GPT(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+        ))
+
+class Classifier(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.backbone = GPT(config)
+
+clf = torch.compile(Classifier(config))
+""",
+            line=17,
+            note="blocks inside an nn.ModuleDict, one class down",
+        ),
+        Invalid(
+            """\
 import torch as T
 from transformers import AutoModelForCausalLM
 
@@ -125,6 +148,7 @@ class Encoder(nn.Module):
 
     def _message(self, what: str, why: str, attr: str) -> str:
         loop = attr.removeprefix("self.") if attr.startswith("self.") else "layers"
+        loop = loop.replace(".self.", ".")
         return (
             f"whole-model torch.compile of {what}: {why}; compile each block instead (regional "
             f"compilation, e.g. `for block in model.{loop}: block.compile()`): most fusion is local "
