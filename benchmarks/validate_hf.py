@@ -193,6 +193,10 @@ def summarize(report: dict, model: str) -> str:
         lines.append(f"- {name} ({v.get('compiled', '')}): {c.get('unique_graphs')} graphs, "
                      f"{c.get('graph_breaks')} graph breaks, {c.get('recompiles')} recompiles, "
                      f"{len(c.get('recompile_limit_hits', []))} recompile-limit fallbacks")
+        if name == "regional":
+            from rewriter.validate.report import block_share_lines
+
+            lines.extend(block_share_lines(report))
         for hit in c.get("recompile_limit_hits", [])[:3]:
             lines.append(f"  - fell back to eager: {hit}")
         for r in c.get("recompile_reasons", [])[:4]:

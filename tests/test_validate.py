@@ -60,8 +60,12 @@ def test_correct_rewrite_passes_and_report_is_bound_to_the_diff(tmp_path, capsys
     # every shape went through the plan's compiled region and the bucket (16 and 32: 2 buckets)
     assert report["variants"]["plan"]["compile"]["unique_graphs"] >= 1
     assert len(report["timing"]) == 3
+    # the explanation of regional compile: share of the eager step inside the 2 repeated blocks
+    shares = report["variants"]["eager"]["block_share"]
+    assert [row["block_calls"] for row in shares] == [2, 2, 2]
+    assert all(0.0 < row["share"] < 1.0 for row in shares)
     # CPU run: said in every output, never presented as GPU timing
-    assert report["environment"]["timed_on"] == "cpu"
+    assert report["environment"]["timed_on"] == "cpu" and "NOT GPU timings" in report["timing_note"]
     md = (tmp_path / "report" / "validation.md").read_text()
     assert "CPU RUN" in md and "NOT GPU timings" in md and digest in md
     assert "CPU RUN" in err and "ms/step (CPU)" in err

@@ -137,6 +137,60 @@ def _step_fns(model: Any, inputs: Any, training: bool) -> Any:
     return fwd_bwd
 
 
+def _block_share(job: dict[str, Any], model: Any, h: Any, ref: Path, training: bool) -> list[dict[str, Any]]:
+    """Per shape, the share of the eager step spent inside the repeated blocks (the regions a
+    naive regional compile covers); the rest (embeddings, masks, rotary tables, the head) stays
+    eager under it. Forward hooks record CUDA events (or perf_counter on CPU) around each block;
+    one warm step per shape. Forward only, also in training mode."""
+    import time
+
+    import torch
+
+    from ..harness import call_model
+    from .variants import repeated_blocks
+
+    blocks = [b for _, children in repeated_blocks(model) for b in children]
+    if not blocks:
+        return []
+    cuda = job["harness"]["device"].startswith("cuda")
+    marks: list[tuple[Any, Any]] = []
+
+    def stamp() -> Any:
+        if cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    starts: list[Any] = []
+    handles = []
+    for block in blocks:
+        handles.append(block.register_forward_pre_hook(lambda *_: starts.append(stamp())))
+        handles.append(block.register_forward_hook(lambda *_: marks.append((starts.pop(), stamp()))))
+    out = []
+    try:
+        for i, shape in enumerate(job["harness"]["shapes"]):
+            inputs = _inputs(dict(job, reference=False), h, i, ref)
+            with torch.no_grad():
+                call_model(model, inputs)  # warm
+                marks.clear()
+                begin = stamp()
+                call_model(model, inputs)
+                end = stamp()
+            if cuda:
+                torch.cuda.synchronize()
+                total = begin.elapsed_time(end) / 1e3
+                inside = sum(a.elapsed_time(b) for a, b in marks) / 1e3
+            else:
+                total, inside = end - begin, sum(b - a for a, b in marks)
+            out.append({"shape": shape, "step_s": total, "in_blocks_s": inside,
+                        "share": inside / total if total > 0 else None, "block_calls": len(marks)})
+    finally:
+        for handle in handles:
+            handle.remove()
+    return out
+
+
 def run_cold(job: dict[str, Any]) -> dict[str, Any]:
     """The cold phase for one variant (see the module docstring)."""
     import torch
@@ -212,9 +266,13 @@ def run_cold(job: dict[str, Any]) -> dict[str, Any]:
                 mine = {k: _to_device(v, device) for k, v in record.items()}
                 entry["compare"] = {k: compare_trees(mine[k], expected[k]).to_json() for k in expected}
                 del expected, mine
+                if device.startswith("cuda"):
+                    torch.cuda.empty_cache()  # the float64 comparison copies are not kept reserved
             del record, out
             result["shapes"].append(entry)
         result["compile"] = watch.stats().to_json()
+        if variant == "eager":
+            result["block_share"] = _block_share(job, model, h, ref, training)
         stance: dict[str, Any] = {"supported": fail_on_recompile_supported()}
         if stance["supported"] and variant != "eager":
             stance["ok"] = True

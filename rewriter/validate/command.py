@@ -112,7 +112,8 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
             "environment": _environment(device, spec.device),
             "created_unix": time.time(),
         }
-        stderr().print(f"validate: {timing_banner(report)}", highlight=False)
+        report["timing_note"] = timing_banner(report)  # in every output: JSON, Markdown, chart, terminal
+        stderr().print(f"validate: {report['timing_note']}", highlight=False)
         if not trees.result.changes:
             notes.append("the plan changes nothing in SRC: the plan variant is the original tree")
         results, timing, verdict = _run_all(report, trees, spec_run, opts, workdir, notes)
@@ -332,6 +333,8 @@ def _cold_summary(payload: dict[str, Any]) -> dict[str, Any]:
         compiled = [e for e in shapes if e["new_graphs"] or e["new_recompiles"]]
         out["compile_s_per_start"] = sum(e["compile_s"] for e in compiled)
         out["shape_buckets"] = len(compiled)
+    if payload.get("block_share"):
+        out["block_share"] = payload["block_share"]
     if "phases_s" in payload:
         out["phases_s"] = payload["phases_s"]
     if "max_memory_allocated_bytes" in payload:

@@ -107,6 +107,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         if name == "eager" or not comp:
             continue
         lines.append(f"- **{name}** ({var.get('compiled', '')}):")
+        if name == "regional":
+            lines.extend(block_share_lines(report))
         for hit in comp.get("recompile_limit_hits", []):
             lines.append(f"  - recompile limit hit, frame runs eager from then on: {hit}")
         for r in comp.get("recompile_reasons", [])[:5]:
@@ -123,6 +125,24 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def block_share_lines(report: dict[str, Any]) -> list[str]:
+    """Markdown bullets: how much of the eager step the repeated blocks hold (what a regional
+    compile can cover) and how many compiled frames a step enters."""
+    shares = (report.get("variants", {}).get("eager") or {}).get("block_share") or []
+    if not shares:
+        return []
+    parts = ", ".join(
+        f"{row['shape']}: {100 * row['share']:.0f}%" for row in shares if row.get("share") is not None
+    )
+    calls = shares[0].get("block_calls", 0)
+    return [
+        f"  - the repeated blocks hold this share of the eager step (the rest stays eager under a "
+        f"regional compile): {parts}",
+        f"  - a step enters {calls} separately compiled frames (guards checked and eager glue run "
+        "between each), against 1 for a whole-model compile without graph breaks",
+    ]
 
 
 def render_chart(report: dict[str, Any], path: Path) -> str | None:
