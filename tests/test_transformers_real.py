@@ -134,3 +134,38 @@ def test_gpt2_block_under_inductor(tmp_path, capsysbinary):
     report = worker("check", ref, "gpt2", site, tmp_path, "--tiny")
     assert_same_model(report, "gpt2", tol=1e-4)
     assert any((tmp_path / "inductor").rglob("*.py")), "Inductor wrote no generated code"
+
+
+def test_many_model_files_rewrite_and_stay_idempotent(tmp_path, capsysbinary):
+    """A sample of real modeling files (every 25th): compile every class that defines its own
+    forward (up to 4) and disable up to 2 module-level functions. Each rewritten file is valid
+    Python that gained exactly one decorator per action, and the plan then asks for nothing."""
+    import libcst as cst
+
+    from rewriter.targets import collect_definitions
+
+    site = copy_package(tmp_path)
+    src = site / "transformers"
+    files = sorted(src.glob("models/*/modeling_*.py"))[::25]
+    assert len(files) >= 15
+    for path in files:
+        rel = path.relative_to(src).as_posix()
+        before = path.read_text(encoding="utf-8")
+        defs = collect_definitions(cst.parse_module(before), before)
+        once = {q for q, d in defs.items() if len(d) == 1}
+        classes = [q for q in once if defs[q][0].kind == "class" and q + ".forward" in once]
+        funcs = [q for q in once if defs[q][0].kind == "function" and "." not in q
+                 and not defs[q][0].decorators]
+        actions = [compile_action(f"{rel}::{c}", "eager") for c in classes[:4]]
+        actions += [disable_action(f"{rel}::{f}") for f in funcs[:2]]
+        if not actions:
+            continue
+        plan_path = plan(tmp_path / "p.yaml", *actions)
+        code, _, err = rewrite(capsysbinary, plan_path, src, "--apply", "--no-validate")
+        assert code == 0, (rel, err)
+        after = path.read_text(encoding="utf-8")
+        compile(after, rel, "exec")
+        added = [line.strip() for line in after.splitlines() if line not in before.splitlines()]
+        assert len(added) == len(actions), (rel, added)
+        assert all(a.startswith(("@torch.compile(", "@torch.compiler.disable")) for a in added), added
+        assert rewrite(capsysbinary, plan_path, src, "--check")[:2] == (0, b""), rel
