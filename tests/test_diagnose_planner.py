@@ -103,3 +103,24 @@ def test_compile_not_paid_back_compiles_nothing(tmp_path, monkeypatch):
     decision = plan(ctx)
     assert decision.plan.actions == []
     assert any("does not pay back over 1000 runs" in n and "compiles nothing" in n for n in decision.notes)
+
+
+def test_dominant_algorithmic_op_gets_a_kernel_even_when_compile_does_not_pay_back(tmp_path, monkeypatch):
+    """H200 run 2 (dominant_op): top-k was 70% of the step but the "compile does not pay back"
+    verdict left the plan without the kernel: a kernel does not depend on compile amortization."""
+    from rewriter.diagnose.rung import Finding
+
+    ctx = context(tmp_path, "dominant_op", True, monkeypatch)
+    ctx.results["batch_scaling"] = result("batch_scaling", fixed_share=0.17)
+    ctx.results["op_mix"] = result("op_mix", gemm_share=0.0, fusible_share=0.1, compile_gain_bound=1.1, basis="self-device")
+    dom = {"op": "aten::topk", "category": "reduction", "ms": 0.5, "share": 0.7, "kernels": [], "function": None}
+    ctx.results["top_ops"] = result("top_ops", "kernel for aten::topk", basis="self-device", top=[dom], dominant=dom)
+    ctx.results["top_ops"].findings.append(Finding("dominant_op", "aten::topk called here (1x per step)", "model.py", 9, "select_top"))
+    cand = {"compile_s": 1.6, "n_compiles": 1, "pays_back": False, "break_even_gain_ms": 0.0016, "speedup": 0.93}
+    ctx.results["amortization"] = result("amortization", runs=1000, candidates={"whole": cand})
+    decision = plan(ctx)
+    [k] = decision.plan.actions
+    assert (k.action, k.target, k.call, k.kernel) == ("kernel", "model.py::select_top", "torch.topk", "topk")
+    assert "70% of the step" in k.why
+    assert any("compiles nothing" in n for n in decision.notes)
+    check_plan(ctx, decision)

@@ -85,3 +85,37 @@ def test_device_op_mix_and_dominant_non_gemm_kernel(ctx):
     assert [row["op"] for row in top.measurement["top"]][:2] == ["aten::mm", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"]
     assert top.measurement["dominant"]["op"] == "aten::topk"
     assert top.implies == "kernel for aten::topk"
+
+
+def test_unlinked_topk_kernels_group_under_aten_topk_and_elementwise_is_not_dominant(ctx):
+    """H200 run 2: the profiler linked no kernel to its op; the two mbtopk kernels were separate
+    rows and a 10% MulFunctor kernel was called the dominant op. Library kernels map to their op
+    by name, and elementwise work is fusible traffic (compile), never the kernel case."""
+    gather = "void at::native::mbtopk::gatherTopK<c10::BFloat16, unsigned int, 2>(at::cuda::detail::TensorInfo<c10::BFloat16 const, unsigned int>, unsigned int)"
+    counts = "void at::native::mbtopk::computeBlockDigitCounts<c10::BFloat16, unsigned int, unsigned int, 2>(at::cuda::detail::TensorInfo<c10::BFloat16 const, unsigned int>, unsigned int)"
+    mul = "void at::native::vectorized_elementwise_kernel<8, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul> >(int, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul>)"
+    ctx.cache["profile"].kernels = [
+        KernelEvent("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 0.0, 500.0, 7, "kernel", None),
+        KernelEvent(mul, 500.0, 300.0, 7, "kernel", None),
+        KernelEvent(gather, 800.0, 60.0, 7, "kernel", None),
+        KernelEvent(counts, 860.0, 60.0, 7, "kernel", None),
+    ]
+    r = top_ops.run(ctx)
+    rows = {row["op"]: row for row in r.measurement["top"]}
+    assert rows["aten::topk"]["share"] == round(120 / 920, 4) and len(rows["aten::topk"]["kernels"]) == 2
+    assert r.measurement["dominant"]["op"] == "aten::topk"
+    assert r.implies == "kernel for aten::topk"
+    assert "fusible, compile handles it" in r.verdict and mul not in r.verdict
+
+    ctx.cache["profile"].kernels = ctx.cache["profile"].kernels[:2]
+    r = top_ops.run(ctx)
+    assert r.measurement["dominant"] is None
+    assert r.implies.startswith("compile")
+    assert "no algorithmic non-GEMM op >= 10%" in r.verdict and "fusible, compile handles it" in r.verdict
+
+
+def test_report_tables_shorten_demangled_kernel_names_and_json_keeps_them():
+    long = "void at::native::vectorized_elementwise_kernel<8, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul> >(int, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul>)"
+    assert top_ops.short_name(long) == "at::native::vectorized_elementwise_kernel<…>"
+    assert top_ops.short_name("aten::topk") == "aten::topk"
+    assert len(top_ops.short_name("x" * 500)) == top_ops.SHORT

@@ -52,11 +52,13 @@ class Decision:
 
 
 def _kernel_name(op: str) -> str:
-    from ..resources import kernels_dir
+    """The catalog kernel for an op (``aten::topk`` -> ``topk``, ``aten::_softmax`` ->
+    ``softmax``; :func:`rewriter.actions.kernel.catalog`), else ``stub``."""
+    from ..actions.kernel import catalog
 
-    name = op.split("::", 1)[-1].split(".")[0].rstrip("_")
+    name = op.split("::", 1)[-1].split(".")[0].strip("_")
     try:
-        return name if (kernels_dir() / f"{name}.py").is_file() else "stub"
+        return name if name in catalog() else "stub"
     except Exception:
         return "stub"
 
@@ -120,7 +122,7 @@ def plan(ctx: Context) -> Decision:
         sites = [f for f in res["top_ops"].findings if f.kind == "dominant_op" and f.function]
         if sites:
             site = sites[0]
-            op = dom["op"].split("::", 1)[-1].split(".")[0]
+            op = dom["op"].split("::", 1)[-1].split(".")[0].strip("_")
             kernel = _kernel_name(dom["op"])
             actions.append(
                 KernelAction(

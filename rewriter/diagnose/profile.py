@@ -222,9 +222,13 @@ def profile_steps(session: Any, step: Any, out_dir: Path, *, steps: int = 3, blo
         return any(ws <= s and t <= we + 1 for ws, we in windows)
 
     data = ProfileData(device="cuda" if session.cuda else "cpu", steps=len(windows) or steps, windows=windows, trace=str(trace) if trace else None, profiled_step_ms=wall)
+    # A device kernel's ``linked_correlation_id`` is the ``id`` of the frontend (torch op) event
+    # that launched it; CUDA runtime events (``cudaLaunchKernel``) carry their own CUDA
+    # correlation ids in ``id``, a separate numbering that collides with the frontend ids, so
+    # only frontend events (linked id 0) are keys (seen on the H200: every kernel had no parent).
     by_id = {}
     for e in events:
-        if e.device_type == DeviceType.CPU and not e.is_async:
+        if e.device_type == DeviceType.CPU and not e.is_async and not getattr(e, "linked_correlation_id", 0):
             by_id.setdefault(e.id, e)
     for e in events:
         if e.device_type == DeviceType.CPU:

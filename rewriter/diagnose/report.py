@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from .rung import RungResult
+from .top_ops import short_name
 
 REPORT_VERSION = 1
 
@@ -124,7 +125,7 @@ def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | Non
         lines += [f"## Top-10 ops ({top.measurement['basis']})", "", "| op | category | ms/step | share | kernels | function |", "|---|---|---|---|---|---|"]
         for row in top.measurement["top"]:
             flag = " **(dominant)**" if top.measurement.get("dominant") and row["op"] == top.measurement["dominant"]["op"] else ""
-            lines.append(f"| `{row['op']}`{flag} | {row['category']} | {row['ms']} | {row['share']:.1%} | {', '.join(f'`{k[:60]}`' for k in row['kernels'])} | {row['function'] or ''} |")
+            lines.append(f"| `{short_name(row['op'])}`{flag} | {row['category']} | {row['ms']} | {row['share']:.1%} | {', '.join(f'`{short_name(k)}`' for k in row['kernels'])} | {row['function'] or ''} |")
         lines.append("")
     findings = [(r, f) for r in rungs for f in r.findings]
     if findings:
