@@ -93,6 +93,7 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
 @click.option("--select", multiple=True, help="Only these rule codes or prefixes (SP101, SP1); repeatable.")
 @click.option("--ignore", multiple=True, help="Skip these rule codes or prefixes; repeatable.")
 @click.option("--fix", is_flag=True, help="Apply safe fixes (and the plan's changes on drift), atomically.")
+@click.option("--diff", "show_diff", is_flag=True, help="Print the safe fixes as a diff; write nothing.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "github", "sarif"]), default="text",
               show_default=True, help="Report format.")
 @click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None,
@@ -102,11 +103,15 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the report here, not stdout.")
 @click.pass_context
 def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], ignore: tuple[str, ...], fix: bool,
-          fmt: str, plan_path: str | None, src: str | None, jobs: int | None, output: str | None) -> None:
+          show_diff: bool, fmt: str, plan_path: str | None, src: str | None, jobs: int | None,
+          output: str | None) -> None:
     """Static suggestions (SP1xx rules) and plan drift for FILES (the pre-commit entry)."""
     from .check.command import check_command
 
-    ctx.exit(check_command(files, select, ignore, fix=fix, fmt=fmt, plan=plan_path, src=src, jobs=jobs, output=output))
+    if fix and show_diff:
+        raise click.UsageError("--fix and --diff exclude each other")
+    ctx.exit(check_command(files, select, ignore, fix=fix, fmt=fmt, plan=plan_path, src=src, jobs=jobs, output=output,
+                           diff=show_diff))
 
 
 @cli.command()

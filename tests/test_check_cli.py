@@ -193,3 +193,12 @@ def test_plan_drift_only_counts_files_given_and_flag_overrides(gpt, capsys):
     assert main(["check", "--plan", "gpt/plan.yaml", "--src", "gpt/src", "gpt/src/model.py", "--format", "json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["drift"]["files"] == ["gpt/src/model.py"] and data["drift"]["diff"].startswith("diff --git")
+
+
+def test_diff_shows_the_fix_and_writes_nothing(tree, capsys):
+    assert main(["check", "--diff", "min1.py"]) == 1
+    out = capsys.readouterr().out
+    assert "diff --git a/min1.py b/min1.py" in out
+    assert "-torch._dynamo.mark_dynamic(x, 1, min=1, max=64)" in out and "+torch._dynamo.mark_dynamic(x, 1, min=2, max=64)" in out
+    assert (tree / "min1.py").read_text() == MIN1
+    assert main(["check", "--diff", "--fix", "min1.py"]) == 2

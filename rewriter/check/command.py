@@ -55,8 +55,12 @@ def run_check(
     src: str | None = None,
     jobs: int | None = None,
     use_config: bool = True,
+    diff: bool = False,
 ) -> tuple[Outcome, list]:
     """Check ``paths`` (files, or directories walked for ``*.py``) and, with ``fix``, write fixes.
+
+    ``diff`` computes the safe fixes without writing them: their git-style diff (paths as given)
+    goes to ``outcome.fix_diff`` (see :mod:`rewriter.diff`).
 
     Configuration from ``[tool.stackpart]`` fills in what the arguments leave empty.
 
@@ -78,7 +82,15 @@ def run_check(
     if not files:
         return outcome, rules
     _drift(outcome, plan, src, files, fix)
-    results = check_files(files, rules, fix=fix, jobs=jobs)
+    results = check_files(files, rules, fix=fix or diff, jobs=jobs)
+    if diff and not fix:
+        from ..diff import file_diff
+
+        for r in results:
+            if r.fixed is not None:
+                p = Path(r.path)
+                source = read_source(p.parent, p.name)
+                outcome.fix_diff += file_diff(r.path, p.read_bytes(), source.encode(r.fixed))
     if fix:
         writes = []
         for r in results:
@@ -90,7 +102,7 @@ def run_check(
         _write(writes)
         outcome.fixed.extend(path for path, *_ in writes)
     for r in results:
-        outcome.findings.extend(r.findings)
+        outcome.findings.extend(r.initial if diff and not fix else r.findings)
         outcome.parsed += r.parsed
         if r.error:
             outcome.errors.append(r.error)
@@ -107,13 +119,14 @@ def check_command(
     src: str | None = None,
     jobs: int | None = None,
     output: str | None = None,
+    diff: bool = False,
 ) -> int:
     """``stackpart check``: print the report (or write it to ``output``) and return the exit code."""
     import click
 
     from ..terminal import stderr
 
-    outcome, rules = run_check(paths, select, ignore, fix=fix, plan=plan, src=src, jobs=jobs)
+    outcome, rules = run_check(paths, select, ignore, fix=fix, plan=plan, src=src, jobs=jobs, diff=diff)
     report = render(outcome, fmt, rules)
     if output is not None:
         Path(output).write_text(report, encoding="utf-8")

@@ -140,6 +140,8 @@ def check_text(text: str, path: str, rules: Sequence[type[Rule]], fix: bool = Fa
         module, reports = run_rules(module, rules, path)
         live = [(f, r) for f, r in reports if not is_suppressed(f, table)]
         result.findings = [f for f, _ in live]
+        if round_ == 0:
+            result.initial = result.findings
         fixes = {r.node: r.replacement for _, r in live if r.replacement is not None}
         if not fix or not fixes or round_ == MAX_FIX_ROUNDS:
             break

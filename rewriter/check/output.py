@@ -34,6 +34,7 @@ class Outcome:
         plan: the plan path, when one is configured.
         checked, parsed: files given / files that passed the prefilter and were parsed.
         fixed: files written by ``--fix``.
+        fix_diff: with ``--diff``, the git-style diff of the safe fixes (nothing written).
     """
 
     findings: list[Finding] = field(default_factory=list)
@@ -44,6 +45,7 @@ class Outcome:
     checked: int = 0
     parsed: int = 0
     fixed: list[str] = field(default_factory=list)
+    fix_diff: str = ""
 
 
 def _escape_data(text: str) -> str:
@@ -61,7 +63,7 @@ def render_text(outcome: Outcome) -> str:
     for path in outcome.drift_files:
         lines.append(f"{path}:1:1: plan drift: differs from what {outcome.plan} asks (diff below)")
     text = "\n".join(lines) + ("\n" if lines else "")
-    return text + outcome.drift_diff
+    return text + outcome.drift_diff + outcome.fix_diff
 
 
 def render_json(outcome: Outcome) -> str:
@@ -71,6 +73,7 @@ def render_json(outcome: Outcome) -> str:
             "findings": [f.as_dict() for f in outcome.findings],
             "errors": outcome.errors,
             "drift": {"plan": outcome.plan, "files": outcome.drift_files, "diff": outcome.drift_diff},
+            "fix_diff": outcome.fix_diff,
             "files": {"checked": outcome.checked, "parsed": outcome.parsed, "fixed": outcome.fixed},
         },
         indent=2,

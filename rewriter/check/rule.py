@@ -155,7 +155,8 @@ class FileResult:
 
     Attributes:
         path: as given.
-        findings: unsuppressed findings, sorted by position.
+        findings: unsuppressed findings, sorted by position (after fixes, when fixing).
+        initial: the findings before any fix was applied.
         fixed: the file's text after applying every safe fix, or None when nothing was fixable.
         error: a one-line parse/read error (``path:line:col: ...``), or None.
         parsed: whether the file passed the prefilter and was parsed.
@@ -163,6 +164,7 @@ class FileResult:
 
     path: str
     findings: list[Finding] = field(default_factory=list)
+    initial: list[Finding] = field(default_factory=list)
     fixed: str | None = None
     error: str | None = None
     parsed: bool = False
