@@ -174,6 +174,14 @@ class MarkDynamicAction(_Action):
 
     _arg = field_validator("arg")(_check_ident)
 
+    @field_validator("max")
+    @classmethod
+    def _max(cls, value: int | None, info: ValidationInfo) -> int | None:
+        low = info.data.get("min")
+        if value is not None and low is not None and value < low:
+            raise ValueError(f"expected max >= min ({low}), got {value}")
+        return value
+
 
 class BucketAction(_Action):
     """Pad ``arg``'s ``dim`` up to the next bucket and trim tensor outputs back (unsafe)."""
@@ -354,6 +362,29 @@ class LoadedPlan:
         return err
 
 
+def _no_duplicate_keys(node: yaml.Node, path: str) -> None:
+    """Refuse a mapping that repeats a key: YAML loaders keep the last one silently, so a
+    second ``options:`` would drop the first without a word.
+
+    Raises:
+        StackpartError: at the repeated key's line and column.
+    """
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[object, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key in seen:
+                raise StackpartError(
+                    f"duplicate key {key!r} (first on line {seen[key]}); YAML would keep only the last",
+                    path=path, line=key_node.start_mark.line + 1, col=key_node.start_mark.column + 1,
+                )
+            seen[key] = key_node.start_mark.line + 1
+            _no_duplicate_keys(value_node, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _no_duplicate_keys(item, path)
+
+
 def _marks(node: yaml.Node, loc: tuple = ()) -> dict[tuple, tuple[int, int]]:
     """Map every path in the YAML tree to the 1-based (line, col) of its node (keys for mappings)."""
     out = {loc: (node.start_mark.line + 1, node.start_mark.column + 1)}
@@ -449,6 +480,7 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
         raise StackpartError(
             "expected a mapping with 'version: 1' and 'actions:'", path=path, line=1
         )
+    _no_duplicate_keys(root, path)
     marks = _marks(root)
     try:
         plan = Plan.model_validate(data)
