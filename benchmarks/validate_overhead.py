@@ -6,7 +6,8 @@ Runs ``stackpart validate`` (all four variants, Inductor) on a 16-layer, dim-102
 the bundled example (examples/gpt/src/model.py, bf16 on CUDA, 3 sequence lengths) with a plan
 that compiles each Block, then splits validate's wall time into: the cold compiles it measures
 (first call minus steady call, summed over shapes and variants), and its overhead: child process
-start + torch import, model build + weight load, the reference's I/O and comparisons, the timing
+start + torch import + model build (overlapped with the previous variant's cold phase, except the
+first), weight load, the reference's I/O and comparisons, the timing
 (the interleaved samples, taken from the still-warm cold children: no recompilation) and the report. Writes
 validate_overhead.json / .md under --out. ``--smoke``: a 2-layer float32 model on CPU, eager backend.
 """
@@ -93,12 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, v in variants.items():
         ph = v.get("phases_s") or {}
         rows.append({
-            "child": f"cold-{name}", "wall_s": v.get("child_wall_s"), "import_torch_s": ph.get("import_torch"),
-            "build_s": ph.get("build_and_load_weights"), "compile_s": v.get("compile_s_per_start") or 0.0,
+            "child": f"cold-{name}", "startup_s": v.get("startup_s"), "wall_s": v.get("child_wall_s"),
+            "import_torch_s": ph.get("import_torch"), "build_s": ph.get("build"),
+            "compile_s": v.get("compile_s_per_start") or 0.0,
         })
-    rows.append({"child": "interleaved timing (warm children)", "wall_s": report.get("timing_wall_s"),
+    rows.append({"child": "interleaved timing (warm children)", "startup_s": None, "wall_s": report.get("timing_wall_s"),
                  "import_torch_s": None, "build_s": None, "compile_s": 0.0})
-    children = sum(r["wall_s"] or 0.0 for r in rows)
+    children = sum(r["wall_s"] or 0.0 for r in rows) + (rows[0]["startup_s"] or 0.0)  # first startup is not hidden
     result = {
         "exit_code": code,
         "environment": report["environment"],
@@ -120,12 +122,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{result['ratio'] if result['ratio'] is None else round(result['ratio'], 2)} "
         f"(target <= 1.2: {'met' if result['meets_target'] else 'NOT met'}); parent-only {wall - children:.1f} s",
         "",
-        "| child | wall s | torch import s | build + load weights s | cold compile measured s |",
-        "|---|---|---|---|---|",
+        "| child | startup to built s (overlaps the previous child) | cold phase wall s | torch import s "
+        "| build s | cold compile measured s |",
+        "|---|---|---|---|---|---|",
     ]
     fmt = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
     for r in rows:
-        md.append(f"| {r['child']} | {fmt(r['wall_s'])} | {fmt(r['import_torch_s'])} | {fmt(r['build_s'])} | {fmt(r['compile_s'])} |")
+        md.append(f"| {r['child']} | {fmt(r['startup_s'])} | {fmt(r['wall_s'])} | {fmt(r['import_torch_s'])} "
+                  f"| {fmt(r['build_s'])} | {fmt(r['compile_s'])} |")
     (out / "validate_overhead.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return 0 if code in (0, 1) else code

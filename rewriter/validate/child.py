@@ -57,12 +57,47 @@ def _to_device(tree: Any, device: str) -> Any:
     return pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, tree)
 
 
+class Stopped(Exception):
+    """The parent asked this child to exit before its cold phase began."""
+
+
+class Channel:
+    """The private command/reply pipes to the parent (one JSON object per line)."""
+
+    def __init__(self, cmd_fd: int, reply_fd: int) -> None:
+        import os
+
+        self.commands = os.fdopen(cmd_fd, "r")
+        self.replies = os.fdopen(reply_fd, "w")
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.replies.write(json.dumps(message) + "\n")
+        self.replies.flush()
+
+    def receive(self) -> dict[str, Any] | None:
+        line = self.commands.readline()
+        return json.loads(line) if line else None
+
+    def await_go(self) -> None:
+        """Say the model is built, then wait for the parent's ``go`` (it starts this child's
+        imports and build while the previous variant compiles, and its measured cold phase only
+        once that one is done). Raises :class:`Stopped` on anything else."""
+        self.send({"built": True})
+        message = self.receive()
+        if not message or message.get("op") != "go":
+            raise Stopped()
+
+
 class ModelRaised(Exception):
     """The model (not the harness) raised during a run."""
 
 
-def _build(job: dict[str, Any], variant: str, ref: Path) -> tuple[Any, Any, dict[str, Any]]:
-    """Build ``variant``'s model, load the reference state_dict; returns (harness, model, info)."""
+def _build(
+    job: dict[str, Any], variant: str, ref: Path, before_weights: Any = None
+) -> tuple[Any, Any, dict[str, Any]]:
+    """Build ``variant``'s model, call ``before_weights()`` (the go-ahead), load the reference
+    state_dict (or save it: the reference), compile as the variant asks; returns
+    (harness, model, info)."""
     import torch
 
     from ..harness import build, load_harness
@@ -74,7 +109,12 @@ def _build(job: dict[str, Any], variant: str, ref: Path) -> tuple[Any, Any, dict
     h = load_harness(spec, tree)
     torch.manual_seed(job["seed"])
     model, _ = build(h)
+    import torch._dynamo  # noqa: F401  (imported before the go-ahead by every variant alike)
+
     info: dict[str, Any] = {}
+    if before_weights is not None:
+        before_weights()
+        info["_go_at"] = __import__("time").perf_counter()
     sd_path = ref / "state_dict.pt"
     if job.get("reference"):
         torch.save(_cpu(model.state_dict()), sd_path)
@@ -191,7 +231,7 @@ def _block_share(job: dict[str, Any], model: Any, h: Any, ref: Path, training: b
     return out
 
 
-def run_cold(job: dict[str, Any]) -> dict[str, Any]:
+def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, Any]:
     """The cold phase for one variant (see the module docstring)."""
     import torch
 
@@ -207,9 +247,13 @@ def run_cold(job: dict[str, Any]) -> dict[str, Any]:
     import time
 
     t_build = time.perf_counter()
-    h, model, info = _build(job, variant, ref)
+    h, model, info = _build(job, variant, ref, channel.await_go if channel else None)
+    go_at = info.pop("_go_at", t_build)
     result: dict[str, Any] = {"variant": variant, "info": info, "shapes": []}
-    result["_phases"] = {"build_and_load_weights": time.perf_counter() - t_build}
+    result["_phases"] = {
+        "build": go_at - t_build if channel else None,
+        "load_weights_and_prepare": time.perf_counter() - go_at,
+    }
     if "state_dict_error" in info:
         return result
     reference_sd = None
@@ -292,7 +336,7 @@ def run_cold(job: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def serve(job: dict[str, Any], h: Any, model: Any) -> None:
+def serve(job: dict[str, Any], channel: Channel, h: Any, model: Any) -> None:
     """After the cold phase, keep the warm model and time calls on the parent's request.
 
     Protocol (one JSON object per line; commands on fd ``job["cmd_fd"]``, replies on
@@ -302,8 +346,6 @@ def serve(job: dict[str, Any], h: Any, model: Any) -> None:
     the variants run interleaved on one device while each stays in its own process (no shared
     Dynamo caches, no re-compilation for timing).
     """
-    import os
-
     import torch
 
     from .timing import time_call
@@ -312,13 +354,10 @@ def serve(job: dict[str, Any], h: Any, model: Any) -> None:
     spec = job["harness"]
     training = spec["mode"] == "training"
     fns: dict[int, Any] = {}
-    commands = os.fdopen(job["cmd_fd"], "r")
-    replies = os.fdopen(job["reply_fd"], "w")
-    replies.write(json.dumps({"ready": True}) + "\n")
-    replies.flush()
-    for line in commands:
-        request = json.loads(line)
-        if request.get("op") != "time":
+    channel.send({"ready": True})
+    while True:
+        request = channel.receive()
+        if not request or request.get("op") != "time":
             break
         i = int(request["shape"])
         if i not in fns:
@@ -332,8 +371,7 @@ def serve(job: dict[str, Any], h: Any, model: Any) -> None:
             reply = {"error": {"kind": "oom", "message": str(exc).splitlines()[0]}}
         except Exception as exc:
             reply = {"error": {"kind": "raised", "message": f"{type(exc).__name__}: {exc}"[:1000]}}
-        replies.write(json.dumps(reply) + "\n")
-        replies.flush()
+        channel.send(reply)
         if "error" in reply:
             break
 
@@ -350,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(job["out"])
     payload: dict[str, Any]
     served = None
+    channel = None
     code = 0
     try:
         import torch
@@ -357,8 +396,9 @@ def main(argv: list[str] | None = None) -> int:
         from ..errors import StackpartError
 
         t_import = time.perf_counter()
+        channel = Channel(job["cmd_fd"], job["reply_fd"]) if job.get("cmd_fd") is not None else None
         try:
-            payload = run_cold(job)
+            payload = run_cold(job, channel)
             served = payload.pop("_serve", None)
             payload["torch"] = torch.__version__
             payload["pid"] = os.getpid()
@@ -368,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
                 "run": time.perf_counter() - t_import,
                 **payload.pop("_phases", {}),
             }
+        except Stopped:
+            return 0
         except StackpartError as exc:
             payload, code = {"error": {"kind": "harness", "message": str(exc)}}, 2
         except torch.cuda.OutOfMemoryError as exc:
@@ -393,9 +435,9 @@ def main(argv: list[str] | None = None) -> int:
         }
         code = 2
     out.write_text(json.dumps(payload, indent=1, default=str))
-    if code == 0 and job.get("cmd_fd") is not None:
+    if code == 0 and channel is not None:
         if served is not None and "state_dict_error" not in payload.get("info", {}):
-            serve(job, *served)
+            serve(job, channel, *served)
     return code
 
 

@@ -159,6 +159,7 @@ class ServedChild:
         self._rep = rep_r
         self._buf = b""
         self.alive = True
+        self.timed_out = False
 
     def _readline(self, timeout_s: float) -> dict[str, Any] | None:
         """One JSON reply, or None on EOF (the child exited) or timeout (then ``self.timed_out``)."""
@@ -181,10 +182,33 @@ class ServedChild:
         line, self._buf = self._buf.split(b"\n", 1)
         return json.loads(line)
 
-    def wait_cold(self) -> ChildResult:
-        """Wait for the cold phase: the child says ``ready`` (serving) or exits (done or failed)."""
+    def wait_built(self) -> bool:
+        """Wait until the child has imported and built its model (it then waits for :meth:`go`).
+        False when it exited or timed out instead; :meth:`wait_cold` then returns why."""
         reply = self._readline(self.timeout_s)
-        wall = time.perf_counter() - self.started
+        self.built_at = time.perf_counter()
+        if reply is not None and reply.get("built"):
+            return True
+        self._early = reply
+        return False
+
+    def go(self) -> None:
+        """Start the measured cold phase (load weights, compile, run the shapes)."""
+        self.go_at = time.perf_counter()
+        try:
+            self._cmd.write(json.dumps({"op": "go"}) + "\n")
+            self._cmd.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def wait_cold(self) -> ChildResult:
+        """Wait for the cold phase: the child says ``ready`` (serving) or exits (done or failed).
+        ``wall_s`` counts from :meth:`go` (or from spawn when it never got that far)."""
+        if getattr(self, "_early", "none") != "none":
+            reply, self.timed_out = self._early, getattr(self, "timed_out", False)
+        else:
+            reply = self._readline(self.timeout_s)
+        wall = time.perf_counter() - getattr(self, "go_at", self.started)
         if reply is None and self.timed_out:
             self.close(kill=True)
             return ChildResult(
