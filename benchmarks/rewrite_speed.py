@@ -138,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--goal", type=float, default=1.5)
     ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "out"))
+    ap.add_argument("--torch-only", action="store_true",
+                    help="target torch files only (the default where transformers is missing)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -145,8 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     global TARGETS
     import importlib.util
 
-    if importlib.util.find_spec("transformers") is None:
+    if args.torch_only or importlib.util.find_spec("transformers") is None:
         TARGETS = TORCH_TARGETS
+        PACKAGES.remove("transformers")
     with tempfile.TemporaryDirectory(prefix="stackpart-speed-") as tmp:
         tmp = Path(tmp)
         src = tmp / "site"
