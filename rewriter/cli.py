@@ -130,6 +130,7 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @click.option("--restarts", type=click.IntRange(min=1), default=None, help="amortization.restarts.")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds one harness call may take.")
 @click.option("--steps", type=click.IntRange(min=1), default=3, show_default=True, help="Profiled steps.")
+@click.option("--entry", default=None, help="file.py::func under SRC: the program's entry point (runs before the first CUDA allocation); where the allocator action goes.")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes (one per GPU) under torchrun; > 1 diagnoses collectives across ranks.")
 @click.option("--wrap", type=click.Choice(["ddp", "fsdp2", "none"]), default=None,
@@ -139,6 +140,8 @@ def diagnose(ctx: click.Context, harness: str, src: str, output: str, **kw: obje
     """Run the diagnostic ladder on SRC's model and write plan.yaml with the evidence."""
     nproc, wrap = kw.pop("nproc"), kw.pop("wrap")
     if nproc > 1:  # type: ignore[operator]
+        if kw.pop("entry") is not None:
+            raise click.UsageError("--entry is not supported with --nproc")
         from .distributed.command import diagnose_distributed_command
 
         ctx.exit(diagnose_distributed_command(harness, src, output, nproc=nproc, wrap=wrap, **kw))  # type: ignore[arg-type]

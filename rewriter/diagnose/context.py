@@ -24,6 +24,8 @@ class Context:
         amortization: the deployment (runs, restarts) the compile cost must pay back over.
         results: rung results so far, by rung name.
         cache: values measured once and shared (profile, eager time, blocks, call sites).
+        entry: ``file.py::func`` the user named with ``--entry`` (the program's entry point,
+            where process-level actions such as ``allocator`` go); None when not given.
     """
 
     session: Session
@@ -31,6 +33,7 @@ class Context:
     backend: str = "inductor"
     amortization: Amortization = field(default_factory=lambda: Amortization(runs=1_000_000, restarts=1))
     amortization_assumed: bool = True
+    entry: str | None = None
     results: dict[str, RungResult] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)
 

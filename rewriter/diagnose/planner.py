@@ -4,8 +4,9 @@ Rules, in order (DESIGN.md "The diagnostic ladder"; partitioning-the-stack):
 
 * a dominant non-GEMM op (top-ops rung) → ``kernel`` on the function that calls it (catalog
   kernel when ``kernels/<op>.py`` exists, else ``stub``);
-* fragmentation (memory rung) → ``allocator`` at the harness's model factory (the entry that
-  runs before the first CUDA allocation);
+* fragmentation (memory rung, steady state) → ``allocator`` at the ``--entry`` function (the
+  user's program entry, which runs before the first CUDA allocation); without ``--entry`` a note
+  says so and how to get the action (the harness is scaffolding, not the program);
 * launch-bound (batch scaling) is decided first: its device op mix says little about the step;
 * GEMM-dominated op mix (and not launch-bound) → no compile; the report says ~1.0x;
 * the measured compile cost does not pay back over ``amortization.runs`` → no compile, said so;
@@ -137,16 +138,17 @@ def plan(ctx: Context) -> Decision:
         else:
             notes.append(f"{dom['op']} dominates but no call site under SRC was found: no kernel action")
 
-    # allocator: fragmentation
-    mem = m("memory")
+    # allocator: fragmentation. The harness is scaffolding, not the user's program: the action
+    # goes only to the entry point the user names (--entry); otherwise the finding is reported.
     if res.get("memory") and res["memory"].implies.startswith("allocator"):
-        actions.append(
-            AllocatorAction(
-                action="allocator",
-                target=f"{spec.file}::{spec.model}",
-                why=f"memory: inactive split peak {mem['inactive_split_peak_mib']} MiB = {mem['inactive_split_share']:.0%} of reserved, {mem['alloc_retries']} alloc retries (>= 20% or any retry)",
+        evidence = f"memory: {res['memory'].verdict}"
+        if ctx.entry:
+            actions.append(AllocatorAction(action="allocator", target=ctx.entry, why=f"{evidence} (steady state at the reference shape)"))
+        else:
+            notes.append(
+                f"{evidence}: the fix is PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True set before the first CUDA "
+                "allocation; pass --entry file.py::func (your program's entry point) to plan the allocator action there"
             )
-        )
 
     opmix = m("op_mix")
     amort = m("amortization")

@@ -88,6 +88,7 @@ def diagnose(
     steps: int = 3,
     console: Any = None,
     only: set[str] | None = None,
+    entry: str | None = None,
 ) -> Outcome:
     """Run the ladder on the harness and write plan, report.md, report.json, charts and trace.
 
@@ -101,6 +102,8 @@ def diagnose(
         timeout_s: limit for one call into the harness (a hang becomes an error).
         steps: profiled steps.
         only: run only these rungs (tests); the others are recorded as skipped.
+        entry: ``file.py::func`` under SRC, the program's entry point (``--entry``): the only
+            target for the ``allocator`` action (the harness is scaffolding, not the program).
 
     Raises:
         StackpartError: the harness cannot be loaded (nothing written), or a harness call failed
@@ -114,6 +117,8 @@ def diagnose(
     if not src.is_dir():
         raise StackpartError("SRC is not a directory", path=str(src))
     harness = load_harness(spec, src)
+    if entry is not None:
+        check_entry(entry, src)
     plan_out = Path(plan_out)
     out_dir = Path(report_dir) if report_dir else plan_out.parent / "stackpart-diagnose"
     session = Session(harness, timeout_s=timeout_s)
@@ -123,6 +128,7 @@ def diagnose(
         backend=backend or default_backend(spec.device),
         amortization=amortization_spec or Amortization(runs=1_000_000, restarts=1),
         amortization_assumed=amortization_spec is None,
+        entry=entry,
     )
     meta = {
         "harness": spec.model_dump(mode="json"),
@@ -281,6 +287,29 @@ def harness_from_flags(
         raise StackpartError(f"--{'.'.join(str(p) for p in e['loc'])}: {e['msg']}") from None
 
 
+def check_entry(entry: str, src: Path) -> None:
+    """Check ``--entry file.py::func``: the file lies under SRC and defines ``func``.
+
+    Raises:
+        StackpartError: not ``file.py::func``, the file is missing, or no such function (with
+            near names), before anything is measured or written.
+    """
+    import libcst as cst
+
+    from ..targets import resolve
+
+    file, sep, func = entry.partition("::")
+    if not sep or not file.endswith(".py") or not func:
+        raise StackpartError(f"--entry: expected file.py::func, got {entry!r}")
+    path = Path(src) / file
+    if not path.is_file():
+        raise StackpartError(f"--entry: no file {file!r} under SRC", path=str(src))
+    try:
+        resolve(cst.parse_module(path.read_text(encoding="utf-8")), file, func)
+    except StackpartError as exc:
+        raise StackpartError(f"--entry: {exc.message}", path=str(path), hint=exc.hint) from None
+
+
 def parse_shape(text: str) -> dict[str, int]:
     """``batch=8,seq=512`` → ``{"batch": 8, "seq": 512}``.
 
@@ -298,7 +327,7 @@ def parse_shape(text: str) -> dict[str, int]:
     return out
 
 
-def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str, ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int) -> int:
+def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str, ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None) -> int:
     """The ``stackpart diagnose`` command: returns 0 (plan written); raises StackpartError (exit 2)."""
     spec, amort = harness_from_flags(harness, src, model=model, inputs=inputs, shapes=[parse_shape(s) for s in shapes], mode=mode, dtype=dtype, device=device)
     if runs is not None or restarts is not None:
@@ -308,5 +337,5 @@ def diagnose_command(harness: str, src: str, output: str, *, model: str | None, 
         if restarts is not None:
             base["restarts"] = restarts
         amort = Amortization.model_validate(base)
-    diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps)
+    diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry)
     return 0
