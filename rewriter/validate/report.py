@@ -117,7 +117,11 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append(f"  - graph break: {r}")
         amort = var.get("amortization")
         if amort:
-            lines.append(f"  - amortization: {amort['verdict']}")
+            lines.append(
+                f"  - amortization: t_compile {amort['t_compile_s']:.2f} s x N_compiles {amort['n_compiles']} "
+                f"({amort['shape_buckets']} shape bucket(s), {amort['compiles_per_start']} compile(s) per start, "
+                f"{amort['restarts']} restart(s)) / {1e3 * amort['saving_s']:.3f} ms saved per step: {amort['verdict']}"
+            )
     lines += [
         "",
         "Amortization: break-even runs = t_compile x N_compiles / (t_eager - t_compiled), "
