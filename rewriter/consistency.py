@@ -5,7 +5,8 @@
   (partitioning-the-stack, "The exception ... CUDA Graphs prefer one large capture").
 * ``strategy: nested`` without a ``whole`` compile: a nested compile region is only a hint to an
   outer ``torch.compile``; alone it compiles nothing.
-* compile and disable on one function; the same action twice on one function.
+* compile and disable on one function; the same action twice on one function (``mark_dynamic``:
+  the same ``arg`` and ``dim`` twice; different inputs or dims of one function are fine).
 * ``disable`` inside a ``fullgraph=True`` target: fullgraph forbids the graph break a disabled
   frame is, so the compile would raise.
 * ``mark_dynamic`` inside a compiled region: Dynamo refuses ``mark_dynamic`` in a traced frame.
@@ -99,6 +100,10 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
     seen: dict[tuple[str, str, str], Bound] = {}
     for b in bounds:
         kind = b.action.action  # type: ignore[attr-defined]
+        if isinstance(b.action, MarkDynamicAction):
+            # several inputs (or dims) of one function may vary: only the exact (arg, dim) twice
+            # is a duplicate
+            kind = f"mark_dynamic of {b.action.arg!r} dim {b.action.dim}"
         other = seen.get((*b.key, kind))
         if other is not None and kind not in {"kernel", *ADVISORY_ACTIONS}:
             raise loaded.error(
