@@ -186,3 +186,16 @@ def test_inductor_compile_gain_is_measured_not_bounded(tmp_path):
     if region["pays_back"]:
         [compile_] = outcome.plan.actions
         assert f"{region['speedup']}x" in compile_.why
+
+
+def test_amortization_times_each_shape_at_steady_state_and_counts_the_compiles_observed(tmp_path):
+    """H200 run 2 (recompile_storm) charged 4 compiles (1 + recompiles) to every candidate. The
+    region is now compiled with the planned mark_dynamic at the block input and called at every
+    harness shape: one compile is observed, and each shape has its own steady-state timing."""
+    outcome, rungs, plan, result = run("recompile_storm", tmp_path, {"recompiles", "amortization"})
+    region = rungs["amortization"].measurement["candidates"]["region"]
+    assert region["dynamic_marks"] is True
+    assert [p["shape"]["seq"] for p in region["per_shape"]] == [64, 96, 130, 200]
+    assert region["compiles_observed"] == 1
+    assert [p["new_graphs"] > 0 for p in region["per_shape"]] == [True, False, False, False]
+    assert region["n_compiles"] == 1 and region["compile_s"] > 0

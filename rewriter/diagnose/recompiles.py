@@ -4,7 +4,8 @@ The model is compiled once (backend ``eager``: guards and recompiles are decided
 any backend runs, so the cheapest backend gives the same count) and called at every harness
 shape. Recompiles and their guard failures are read from Dynamo's recompile log
 (:mod:`.dynamo_log`). The dims that vary are measured on the model's input tensors and on the
-repeated block's input (a forward pre-hook on its first instance): the block input is the region
+repeated block's input (a forward pre-hook on its first instance, in an eager pass so that
+Dynamo never traces it): the block input is the region
 boundary where ``mark_dynamic`` belongs (DESIGN.md: a mark on ``input_ids`` does not survive the
 eager embedding). Threshold: any recompile after the first compile (partitioning-the-stack: "Am
 I recompiling? -> bucket shapes, mark_dynamic").
@@ -46,16 +47,25 @@ def run(ctx: Context) -> RungResult:
     blocks = ctx.cache.get("blocks") or []
     block_shapes: list[list[tuple[int, ...]]] = []
     input_shapes: list[list[tuple[int, ...]]] = []
-    hook = None
+    # block input shapes from an eager pass: a hook inside the compiled model would be traced,
+    # and Dynamo's guards on its closure showed up as recompile reasons (H200 run 2)
     if blocks:
         first = blocks[0]["modules"][0]
+        seen: list[list[tuple[int, ...]]] = []
 
         def pre(mod: Any, args: tuple, kwargs: dict) -> None:
-            # positional args by position (None for non-tensors), once per harness shape
-            if len(block_shapes) < len(input_shapes):
-                block_shapes.append([tuple(a.shape) if isinstance(a, torch.Tensor) else () for a in args])
+            seen.append([tuple(a.shape) if isinstance(a, torch.Tensor) else () for a in args])
 
         hook = first.register_forward_pre_hook(pre, with_kwargs=True)
+        try:
+            for shape in spec.shapes:
+                _, inputs = ctx.session.build(shape)
+                seen.clear()
+                ctx.session.run(ctx.session.step_fn(model, inputs))
+                if seen:
+                    block_shapes.append(seen[0])
+        finally:
+            hook.remove()
     reset()
     compiled = torch.compile(model, backend="eager")
     try:
@@ -65,8 +75,6 @@ def run(ctx: Context) -> RungResult:
                 input_shapes.append([tuple(t.shape) for t in tensor_leaves(inputs)])
                 ctx.session.run(ctx.session.step_fn(compiled, inputs))
     finally:
-        if hook is not None:
-            hook.remove()
         reset()
     keys = sorted({k for s in spec.shapes for k in s if len({s.get(k) for s in spec.shapes}) > 1})
     var_in = varying(input_shapes)
