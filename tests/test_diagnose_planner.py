@@ -171,3 +171,66 @@ def test_dominant_algorithmic_op_gets_a_kernel_even_when_compile_does_not_pay_ba
     assert "70% of the step" in k.why
     assert any("compiles nothing" in n for n in decision.notes)
     check_plan(ctx, decision)
+
+
+def cand(speedup: float, eager_ms: float, compile_s: float, observed: int, runs: int, restarts: int, mode: str = "default") -> dict:
+    """A measured candidate as the amortization rung writes it (decide() adds gain/net)."""
+    from rewriter.diagnose.amortization import decide
+
+    c = {"mode": mode, "eager_step_ms": eager_ms, "compiled_step_ms": round(eager_ms / speedup, 4), "compile_s": compile_s, "compiles_observed": observed}
+    return decide(c, runs, restarts, True)
+
+
+LLAMA_DIMS = [{"arg": 0, "dim": 1, "sizes": [512, 384]}, {"arg": 1, "dim": 0, "sizes": [512, 384]}, {"arg": 2, "dim": 0, "sizes": [512, 384]}]
+
+
+def llama(tmp_path, monkeypatch, region: dict, whole: dict, runs: int = 1_000_000) -> Context:
+    ctx = context(tmp_path, "llama", True, monkeypatch)
+    ctx.amortization = Amortization(runs=runs, restarts=30)
+    ctx.results["batch_scaling"] = result("batch_scaling", fixed_share=0.159)
+    ctx.results["op_mix"] = result("op_mix", gemm_share=0.51, fusible_share=0.307, compile_gain_bound=1.325, basis="self-device")
+    ctx.results["recompiles"] = result("recompiles", recompiles=1, shapes=2, varying_input_dims=[{"tensor": 0, "dim": 1, "sizes": [512, 384]}], varying_block_dims=LLAMA_DIMS)
+    ctx.results["amortization"] = result("amortization", runs=runs, candidates={"region": region, "whole": whole})
+    return ctx
+
+
+def test_region_or_whole_is_picked_by_the_net_saving_of_the_amortization_rule(tmp_path, monkeypatch):
+    """H200 run 2, Llama: region 1.305x (4.0 s compile) vs whole 1.446x (12.7 s) over 1e6 runs:
+    whole saves ~1,000 s more, far outside the noise margin, yet region was planned."""
+    ctx = llama(tmp_path, monkeypatch, cand(1.305, 19.43, 4.016, 1, 1_000_000, 30), cand(1.446, 19.43, 12.741, 2, 1_000_000, 30, "reduce-overhead"))
+    decision = plan(ctx)
+    [c] = [a for a in decision.plan.actions if a.action == "compile"]
+    assert (c.target, c.strategy, c.options.mode) == ("model.py::Llama", "whole", "reduce-overhead")
+    assert not [a for a in decision.plan.actions if a.action == "mark_dynamic"]  # refused inside a compiled region
+    [note] = [n for n in decision.notes if n.startswith("region net")]
+    assert "1.305x" in note and "1.446x" in note and "whole-model compile" in note
+    check_plan(ctx, decision)
+
+
+def test_gains_within_the_noise_margin_keep_the_region_and_mark_every_varying_block_input(tmp_path, monkeypatch):
+    ctx = llama(tmp_path, monkeypatch, cand(1.40, 19.43, 4.0, 1, 1_000_000, 30), cand(1.41, 19.43, 4.0, 1, 1_000_000, 30, "reduce-overhead"))
+    decision = plan(ctx)
+    [c] = [a for a in decision.plan.actions if a.action == "compile"]
+    assert (c.target, c.strategy) == ("model.py::DecoderLayer", "region")
+    marks = {(a.target, a.arg, a.dim) for a in decision.plan.actions if a.action == "mark_dynamic"}
+    assert marks == {("model.py::Llama.forward", "x", 1), ("model.py::Llama.forward", "cos", 0), ("model.py::Llama.forward", "sin", 0)}
+    assert any("noise margin" in n and "per-block compile" in n for n in decision.notes)
+    check_plan(ctx, decision)
+
+
+def test_launch_bound_recompile_storm_gets_per_block_compile_and_mark_dynamic(tmp_path, monkeypatch):
+    """H200 run 2, recompile_storm: 48% fixed overhead, fusible, 4 sequence lengths. Timed per
+    shape at steady state with the planned marks (1 compile observed) the region pays back."""
+    ctx = context(tmp_path, "recompile_storm", True, monkeypatch)
+    ctx.amortization = Amortization(runs=1_000_000, restarts=1)
+    ctx.results["batch_scaling"] = result("batch_scaling", fixed_share=0.481)
+    ctx.results["op_mix"] = result("op_mix", gemm_share=0.365, fusible_share=0.614, compile_gain_bound=1.465, basis="self-device")
+    ctx.results["recompiles"] = result("recompiles", recompiles=3, shapes=4, varying_input_dims=[{"tensor": 0, "dim": 1, "sizes": [256, 384, 520, 800]}],
+                                       varying_block_dims=[{"arg": 0, "dim": 1, "sizes": [256, 384, 520, 800]}])
+    ctx.results["amortization"] = result("amortization", runs=1_000_000, candidates={"region": cand(1.25, 0.465, 2.9, 1, 1_000_000, 1)})
+    decision = plan(ctx)
+    kinds = {(a.action, a.target) for a in decision.plan.actions}
+    assert kinds == {("compile", "model.py::Block"), ("mark_dynamic", "model.py::SeqNet.forward")}
+    [c] = [a for a in decision.plan.actions if a.action == "compile"]
+    assert c.strategy == "region" and "1.25x at steady state" in c.why and "x 1 (observed x restarts)" in c.why
+    check_plan(ctx, decision)
