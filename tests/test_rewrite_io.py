@@ -303,3 +303,32 @@ def test_readme_example_command(capsysbinary):
     text = out.decode()
     assert "+    @torch.compile\n" in text and "+@torch.compiler.disable\n" in text
     assert "b/_stackpart/bucketing.py" in text
+
+
+def test_two_spellings_of_one_file_are_one_file(tree, capsysbinary):
+    """A symlink inside SRC and the file it points to are one file: one change, named by the
+    real path, with both actions in it."""
+    base, src = tree
+    (src / "alias.py").symlink_to("pkg/model.py")
+    (base / "two.yaml").write_text(
+        "version: 1\nactions:\n"
+        "  - {action: compile, target: 'alias.py::Block'}\n"
+        "  - {action: disable, target: 'pkg/model.py::route'}\n"
+    )
+    code, patch, err = rewrite(capsysbinary, base, plan="two.yaml")
+    assert code == 0, err
+    text = patch.decode()
+    assert text.count("diff --git") == 1 and "diff --git a/pkg/model.py b/pkg/model.py" in text
+    assert "+    @torch.compile\n" in text and "+@torch.compiler.disable\n" in text
+    assert rewrite(capsysbinary, base, "--apply", plan="two.yaml")[0] == 0
+    assert (src / "alias.py").is_symlink()
+    assert rewrite(capsysbinary, base, "--check", plan="two.yaml")[:2] == (0, b"")
+
+
+def test_src_given_as_dot(tree, capsysbinary, monkeypatch):
+    base, src = tree
+    monkeypatch.chdir(src)
+    code, patch, err = run(capsysbinary, "rewrite", "--plan", "../plan.yaml", ".", "--unsafe")
+    assert code == 0, err
+    assert b"diff --git a/pkg/model.py b/pkg/model.py" in patch
+    assert b"diff --git a/run.py b/run.py" in patch
