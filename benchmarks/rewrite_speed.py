@@ -29,6 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run from a checkout without `pip install`
+
 #: Packages copied, in order, until the tree holds >= 3,000 files (torch alone has ~2,300).
 PACKAGES = ["torch", "transformers", "sympy", "numpy", "pip", "setuptools"]
 
@@ -90,7 +94,8 @@ def timed(cmd: list[str], cwd: Path, key: str | None = None) -> float:
     appended to ``CPU[key]``: CPU time is far less sensitive to a loaded machine than wall."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, env=env)
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
