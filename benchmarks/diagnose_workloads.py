@@ -2,13 +2,18 @@
 
 Run from the repository root on a machine with one CUDA GPU (H200 reference):
 
-    python benchmarks/diagnose_workloads.py            # writes $OUT/diagnose_workloads.{json,md}
-    python benchmarks/diagnose_workloads.py --smoke graph_break   # CPU dry run of the script
+    python benchmarks/diagnose_workloads.py                       # all 9, writes $OUT/diagnose_workloads.{json,md}
+    python benchmarks/diagnose_workloads.py --only dominant_op,recompile_storm --timeout 45
+    python benchmarks/diagnose_workloads.py --smoke --only graph_break   # CPU dry run of the script
 
 Each workload of ``fixtures/workloads/`` (``WORKLOAD_SIZE=large``, bf16) runs the whole ladder
-in its own subprocess (``stackpart diagnose``, Inductor for the measured compiles) and the table
-checks the rung verdict and the plan action the workload was built to provoke. Expected wall
-time: about 3-4 minutes (9 workloads, ~20 s each including Inductor compiles).
+in its own subprocess (``stackpart diagnose``, Inductor for the measured compiles, 2 profiled
+steps) and the table checks the rung verdict and the plan action the workload was built to
+provoke; every workload but ``fragmentation`` must also *not* be called fragmenting. Each row is
+printed (and the JSON/Markdown rewritten) as soon as its workload finishes. A workload is killed
+after ``--timeout`` seconds (default 45) and the whole run stops starting new ones after
+``--budget`` seconds (default 290): expected wall time 3-5 minutes for all 9 (H200 run 2: ~20 s
+each), about 2.5 minutes for six.
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ CASES = [
     ("graph_break", ["batch=64,seq=512"], []),
     ("recompile_storm", ["batch=16,seq=256", "batch=16,seq=384", "batch=16,seq=520", "batch=16,seq=800"], []),
     ("instance_recompiles", ["batch=32768"], []),
-    ("fragmentation", ["batch=8,steps=12", "batch=8,steps=16", "batch=8,steps=20"], []),
+    # one shape: the memory rung measures steady state at the reference shape, and every other
+    # shape would be one more Inductor compile of a 12-20 iteration unrolled loop
+    ("fragmentation", ["batch=8,steps=12"], ["--entry", "train.py::main"]),
 ]
 
 
@@ -53,6 +60,9 @@ def check(name: str, report: dict, plan: dict | None) -> tuple[bool, str]:
     acts = actions(plan)
     kinds = {(a["action"], a["target"]) for a in acts}
     m = lambda r: rung(report, r).get("measurement", {})  # noqa: E731
+    fragmenting = rung(report, "memory").get("implies", "").startswith("allocator")
+    if name != "fragmentation" and fragmenting:
+        return False, "memory rung must not call it fragmenting"
     if name == "launch_bound":
         ok = m("batch_scaling").get("fixed_share", 0) >= 0.15 and any(
             a["action"] == "compile" and a.get("strategy") == "whole" and a.get("options", {}).get("mode") == "reduce-overhead" for a in acts
@@ -76,53 +86,80 @@ def check(name: str, report: dict, plan: dict | None) -> tuple[bool, str]:
         ok = m("graph_breaks").get("graph_break_count", 0) >= 1 and ("disable", "model.py::route") in kinds
         return ok, "graph break in route; disable model.py::route"
     if name == "recompile_storm":
-        ok = m("recompiles").get("recompiles", 0) >= 1 and any(a["action"] == "mark_dynamic" for a in acts)
-        return ok, "recompiles across shapes; mark_dynamic at block input"
+        ok = m("recompiles").get("recompiles", 0) >= 1 and any(a["action"] == "mark_dynamic" for a in acts) and ("compile", "model.py::Block") in kinds
+        return ok, "recompiles across shapes; compile model.py::Block + mark_dynamic at block input"
     if name == "instance_recompiles":
         ok = m("instance_recompiles").get("recompiles", 0) >= 1 and ("disable", "model.py::Block.residual_scale") in kinds
         return ok, "per-instance recompiles; disable model.py::Block.residual_scale"
     if name == "fragmentation":
-        ok = rung(report, "memory").get("implies", "").startswith("allocator") and any(a["action"] == "allocator" for a in acts)
-        return ok, "memory fragmenting; allocator"
+        ok = fragmenting and ("allocator", "train.py::main") in kinds
+        return ok, "memory fragmenting at steady state; allocator at --entry train.py::main"
     return False, "?"
 
 
 def main(argv: list[str]) -> int:
-    """``--smoke NAME...``: a CPU dry run of the script on the small sizes (no GPU needed)."""
+    """``--only a,b``: these workloads; ``--timeout S``: per workload; ``--budget S``: start no
+    workload after S seconds; ``--smoke``: CPU dry run on the small sizes (no GPU needed)."""
+    import argparse
+
     import torch
 
-    smoke = "--smoke" in argv
-    only = [a for a in argv if not a.startswith("--")]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="", help="comma-separated workload names")
+    ap.add_argument("--timeout", type=float, default=45.0, help="seconds per workload")
+    ap.add_argument("--budget", type=float, default=290.0, help="start no workload after this many seconds")
+    ap.add_argument("--steps", type=int, default=2, help="profiled steps")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("names", nargs="*", help="workload names (same as --only)")
+    args = ap.parse_args(argv)
+    only = {n for n in args.only.split(",") if n} | set(args.names)
+    unknown = only - {c[0] for c in CASES}
+    if unknown:
+        print(f"unknown workload(s): {', '.join(sorted(unknown))}; known: {', '.join(c[0] for c in CASES)}", file=sys.stderr)
+        return 2
+    smoke = args.smoke
     if not smoke and not torch.cuda.is_available():
         print("needs a CUDA GPU (or --smoke for a CPU dry run)", file=sys.stderr)
         return 2
     OUT.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, WORKLOAD_SIZE="small" if smoke else "large", PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    rows = []
+    payload = {"torch": torch.__version__, "device": "cpu (smoke)" if smoke else torch.cuda.get_device_name(), "rows": []}
+    started = time.perf_counter()
     for name, shapes, extra in CASES:
         if only and name not in only:
             continue
+        left = args.budget - (time.perf_counter() - started)
         out = OUT / "workloads" / name
+        out.mkdir(parents=True, exist_ok=True)
+        if left <= 5:
+            row = {"workload": name, "rc": None, "pass": False, "expected": "", "wall_s": 0.0, "actions": [], "notes": [], "verdicts": {}, "error": f"not run: --budget {args.budget:g} s spent"}
+            payload["rows"].append(row)
+            print(f"{name:22s} SKIPPED (budget spent)", flush=True)
+            continue
+        limit = min(args.timeout, left)
         cmd = [sys.executable, "-c", "import sys; from rewriter.cli import main; sys.exit(main(sys.argv[1:]))",
-               "diagnose", str(WORKLOADS / name), "-o", str(out / "plan.yaml"), "--report-dir", str(out), "--timeout", "120", "--steps", "3", *extra]
+               "diagnose", str(WORKLOADS / name), "-o", str(out / "plan.yaml"), "--report-dir", str(out),
+               "--timeout", str(max(10, int(limit) - 5)), "--steps", str(args.steps), *extra]
         if smoke:
             cmd += ["--harness", str(WORKLOADS / name / "plan.yaml")]
         else:
             cmd += ["--harness", "harness.py", "--device", "cuda", "--dtype", "bfloat16"]
             for s in shapes:
                 cmd += ["--shape", s]
+        for stale in ("report.json", "plan.yaml"):
+            (out / stale).unlink(missing_ok=True)
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
             rc, err = proc.returncode, proc.stderr
-        except subprocess.TimeoutExpired:
-            rc, err = 124, "timeout after 240 s"
+        except subprocess.TimeoutExpired as exc:
+            rc = 124
+            err = (exc.stderr.decode("utf-8", "replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")) + f"\ntimeout after {limit:.0f} s"
         wall = time.perf_counter() - t0
-        (out).mkdir(parents=True, exist_ok=True)
         (out / "stderr.txt").write_text(err or "")
         report = json.loads((out / "report.json").read_text()) if (out / "report.json").is_file() else {}
         plan = yaml.safe_load((out / "plan.yaml").read_text()) if (out / "plan.yaml").is_file() else None
-        ok, what = check(name, report, plan) if rc == 0 else (False, "diagnose failed")
+        ok, what = check(name, report, plan) if rc == 0 else (False, "diagnose failed" if rc != 124 else f"timeout after {limit:.0f} s")
         verdicts = {r["name"]: r.get("verdict") or r.get("reason") for r in report.get("rungs", [])}
         row = {
             "workload": name,
@@ -133,23 +170,33 @@ def main(argv: list[str]) -> int:
             "actions": [f"{a['action']} {a['target']}" + (f" ({a.get('strategy', 'region')}, {a.get('options', {}).get('mode', 'default')})" if a["action"] == "compile" else "") for a in actions(plan)],
             "notes": report.get("notes", []),
             "verdicts": verdicts,
+            "rung_seconds": {r["name"]: r.get("seconds") for r in report.get("rungs", [])},
             "error": report.get("error") or (err.strip().splitlines()[-1] if rc and err and err.strip() else None),
         }
-        rows.append(row)
-        print(f"{name:22s} rc={rc} pass={ok} {wall:.0f}s  {row['actions']}", flush=True)
-    payload = {"torch": torch.__version__, "device": "cpu (smoke)" if smoke else torch.cuda.get_device_name(), "rows": rows}
+        payload["rows"].append(row)
+        print(f"{name:22s} rc={rc} {'PASS' if ok else 'FAIL'} {wall:5.1f}s  {'; '.join(row['actions']) or '(no actions)'}  [{what}]", flush=True)
+        write(payload)
+    write(payload)
+    print(f"total {time.perf_counter() - started:.0f} s", flush=True)
+    print((OUT / "diagnose_workloads.md").read_text())
+    return 0 if payload["rows"] and all(r["pass"] for r in payload["rows"]) else 1
+
+
+KEYS = {"launch_bound": "batch_scaling", "fusible": "op_mix", "gemm_bound": "op_mix", "dominant_op": "top_ops", "host_stall": "gaps",
+        "graph_break": "graph_breaks", "recompile_storm": "recompiles", "instance_recompiles": "instance_recompiles", "fragmentation": "memory"}
+
+
+def write(payload: dict) -> None:
+    """diagnose_workloads.json and .md under $OUT (rewritten after every workload)."""
     (OUT / "diagnose_workloads.json").write_text(json.dumps(payload, indent=2))
     md = [f"# diagnose workloads on {payload['device']} (torch {payload['torch']})", "",
-          "| workload | pass | expected | plan actions | key verdicts | wall s |", "|---|---|---|---|---|---|"]
-    keys = {"launch_bound": "batch_scaling", "fusible": "op_mix", "gemm_bound": "op_mix", "dominant_op": "top_ops", "host_stall": "gaps",
-            "graph_break": "graph_breaks", "recompile_storm": "recompiles", "instance_recompiles": "instance_recompiles", "fragmentation": "memory"}
-    for r in rows:
-        v = r["verdicts"].get(keys[r["workload"]], r["error"] or "")
-        md.append(f"| {r['workload']} | {'PASS' if r['pass'] else 'FAIL'} | {r['expected']} | {'<br>'.join(r['actions']) or '(none)'} | {str(v).replace('|', '/')} | {r['wall_s']} |")
-    md += ["", "Full per-rung verdicts: diagnose_workloads.json; per-workload report.md/report.json/trace.json under workloads/<name>/."]
+          "| workload | pass | expected | plan actions | key verdict | memory verdict | wall s |", "|---|---|---|---|---|---|---|"]
+    for r in payload["rows"]:
+        v = r["verdicts"].get(KEYS[r["workload"]], r["error"] or "")
+        mem = r["verdicts"].get("memory", "")
+        md.append(f"| {r['workload']} | {'PASS' if r['pass'] else 'FAIL'} | {r['expected']} | {'<br>'.join(r['actions']) or '(none)'} | {str(v).replace('|', '/')[:300]} | {str(mem).replace('|', '/')[:200]} | {r['wall_s']} |")
+    md += ["", "Full per-rung verdicts and rung seconds: diagnose_workloads.json; per-workload report.md/report.json/trace.json under workloads/<name>/."]
     (OUT / "diagnose_workloads.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
-    return 0 if all(r["pass"] for r in rows) else 1
 
 
 if __name__ == "__main__":
