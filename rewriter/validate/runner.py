@@ -61,6 +61,18 @@ def child_env(cache_root: Path, extra_pythonpath: list[str]) -> dict[str, str]:
     return env
 
 
+def package_path(workdir: Path) -> str:
+    """A directory holding only ``rewriter`` (a symlink to this package), for the children's
+    PYTHONPATH: a checkout's root would also expose ``kernels/``, ``tests/``, ``examples/`` as
+    namespace packages to the user's code (HF transformers probes for a ``kernels`` package)."""
+    pkg = workdir / "_stackpart_path"
+    link = pkg / "rewriter"
+    if not link.exists():
+        pkg.mkdir(exist_ok=True)
+        link.symlink_to(Path(__file__).resolve().parents[1], target_is_directory=True)
+    return str(pkg)
+
+
 def run_child(job: dict[str, Any], workdir: Path, name: str, cache_root: Path, timeout_s: float) -> ChildResult:
     """Write ``job`` to ``workdir/name.job.json`` and run it in a new process.
 
@@ -71,8 +83,7 @@ def run_child(job: dict[str, Any], workdir: Path, name: str, cache_root: Path, t
     job_path = workdir / f"{name}.job.json"
     job_path.write_text(json.dumps(job, indent=1))
     stderr_path = workdir / f"{name}.stderr.txt"
-    package_root = str(Path(__file__).resolve().parents[2])
-    env = child_env(cache_root, [package_root])
+    env = child_env(cache_root, [package_path(workdir)])
     started = time.perf_counter()
     with open(stderr_path, "wb") as err:
         proc = subprocess.Popen(
@@ -145,7 +156,7 @@ class ServedChild:
         job_path = workdir / f"{name}.job.json"
         job_path.write_text(json.dumps(self.job, indent=1))
         self.stderr_path = workdir / f"{name}.stderr.txt"
-        env = child_env(cache_root, [str(Path(__file__).resolve().parents[2])])
+        env = child_env(cache_root, [package_path(workdir)])
         self.started = time.perf_counter()
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
