@@ -19,6 +19,29 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from .errors import StackpartError, near_names
 
 
+class _LineTable:
+    """The ``def``/``class`` lines of one module, computed on first use: a rewrite with no
+    ambiguity never needs them, and finding them costs about as much as parsing the file again
+    (measured by benchmarks/rewrite_speed.py)."""
+
+    def __init__(self, module: cst.Module, text: str | None) -> None:
+        self.module, self.text = module, text
+        self._ast: dict[str, list[int]] | None = None
+        self._positions: object | None = None
+
+    def line(self, qualname: str, ordinal: int, node: cst.FunctionDef | cst.ClassDef) -> int:
+        """1-based line of the ``ordinal``-th definition of ``qualname`` (``node``)."""
+        if self._ast is None and self._positions is None:
+            self._ast = _def_lines(self.text) if self.text is not None else None
+            if self._ast is None:
+                wrapper = MetadataWrapper(self.module, unsafe_skip_copy=True)
+                self._positions = wrapper.resolve(PositionProvider)
+        if self._ast is not None:
+            known = self._ast.get(qualname, [])
+            return known[ordinal] if ordinal < len(known) else 0
+        return self._positions[node.name].start.line  # type: ignore[index]
+
+
 @dataclass
 class Definition:
     """A function or class definition found at module or class scope.
@@ -26,16 +49,21 @@ class Definition:
     Attributes:
         qualname: dotted name from the module (``Block.forward``).
         kind: ``"function"`` or ``"class"``.
-        line: 1-based line of the ``def``/``class`` keyword.
         node: the LibCST node.
         decorators: decorator names as written (``torch.compile``, ``T.compiler.disable``).
+        line: (property) 1-based line of the ``def``/``class`` keyword, computed on first use.
     """
 
     qualname: str
     kind: str
-    line: int
     node: cst.FunctionDef | cst.ClassDef
     decorators: list[str] = field(default_factory=list)
+    ordinal: int = 0
+    table: _LineTable | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def line(self) -> int:
+        return self.table.line(self.qualname, self.ordinal, self.node) if self.table else 0
 
 
 @dataclass
@@ -45,20 +73,25 @@ class ResolvedTarget:
     Attributes:
         relpath: file relative to SRC.
         qualname: the function's qualname (a class target becomes ``Class.forward``).
-        line: the function's 1-based line.
         node: the function's LibCST node in the parsed module.
         decorators: the function's decorator names as written.
         via_class: the class name when the target named a class.
         params: the function's parameter names, in order.
+        definition: where it was found.
+        line: (property) the function's 1-based line, computed on first use.
     """
 
     relpath: str
     qualname: str
-    line: int
     node: cst.FunctionDef
     decorators: list[str]
     via_class: str | None = None
     params: list[str] = field(default_factory=list)
+    definition: Definition | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def line(self) -> int:
+        return self.definition.line if self.definition else 0
 
 
 def _decorator_names(node: cst.FunctionDef | cst.ClassDef) -> list[str]:
@@ -126,12 +159,11 @@ def _def_lines(text: str) -> dict[str, list[int]] | None:
 def collect_definitions(module: cst.Module, text: str | None = None) -> dict[str, list[Definition]]:
     """All targetable definitions in ``module``, by qualname (a list: more than one = ambiguous).
 
-    ``text``, the module's source, lets the ``def`` lines come from :mod:`ast` (fast); without
-    it they come from LibCST's PositionProvider.
+    ``text``, the module's source, lets the ``def`` lines come from :mod:`ast` (faster);
+    without it they come from LibCST's PositionProvider. Either way only when first asked for.
     """
     found: dict[str, list[Definition]] = {}
-    fast = _def_lines(text) if text is not None else None
-    positions = None if fast is not None else MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    table = _LineTable(module, text)
 
     def walk(body: Sequence[cst.CSTNode], prefix: str) -> None:
         for stmt in body:
@@ -139,12 +171,7 @@ def collect_definitions(module: cst.Module, text: str | None = None) -> dict[str
                 qual = prefix + stmt.name.value
                 kind = "class" if isinstance(stmt, cst.ClassDef) else "function"
                 seen = found.setdefault(qual, [])
-                if positions is not None:
-                    line = positions[stmt.name].start.line
-                else:
-                    known = fast.get(qual, [])  # type: ignore[union-attr]
-                    line = known[len(seen)] if len(seen) < len(known) else 0
-                seen.append(Definition(qual, kind, line, stmt, _decorator_names(stmt)))
+                seen.append(Definition(qual, kind, stmt, _decorator_names(stmt), len(seen), table))
                 if isinstance(stmt, cst.ClassDef) and isinstance(stmt.body, cst.IndentedBlock):
                     walk(stmt.body.body, qual + ".")
             else:
@@ -212,9 +239,9 @@ def resolve(
     return ResolvedTarget(
         relpath=relpath,
         qualname=hit.qualname,
-        line=hit.line,
         node=hit.node,
         decorators=hit.decorators,
         via_class=via_class,
         params=_params(hit.node),
+        definition=hit,
     )
