@@ -119,7 +119,7 @@ def _build(
     if job.get("reference"):
         torch.save(_cpu(model.state_dict()), sd_path)
     else:
-        reference = torch.load(sd_path, map_location=spec.device)
+        reference = torch.load(sd_path, map_location=spec.device, weights_only=False)
         mine = model.state_dict()
         missing = sorted(set(reference) - set(mine))
         unexpected = sorted(set(mine) - set(reference))
@@ -151,7 +151,7 @@ def _inputs(job: dict[str, Any], h: Any, i: int, ref: Path) -> Any:
         inputs = build_inputs(h, job["harness"]["shapes"][i])
         torch.save(_cpu(inputs), path)
         return inputs
-    return _to_device(torch.load(path), job["harness"]["device"])
+    return _to_device(torch.load(path, weights_only=False), job["harness"]["device"])
 
 
 def _step_fns(model: Any, inputs: Any, training: bool) -> Any:
@@ -306,7 +306,7 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
                 torch.save(record, path)
             else:
                 # compared on the device: no float64 copies of large logits on the host
-                expected = torch.load(path, map_location=device)
+                expected = torch.load(path, map_location=device, weights_only=False)  # our own file: outputs may be ModelOutput objects
                 mine = {k: _to_device(v, device) for k, v in record.items()}
                 entry["compare"] = {k: compare_trees(mine[k], expected[k]).to_json() for k in expected}
                 del expected, mine
