@@ -116,6 +116,8 @@ def test_fragmentation_gets_the_allocator_only_at_the_entry_the_user_names(tmp_p
         # a small model: 20 MiB segment rounding is a large share but under the 256 MiB floor
         ({"alloc_retries": 0, "ooms": 0, "reserved_growth_mib": 0.0, "peak_reserved_mib": 40.0, "peak_allocated_mib": 6.0}, False),
         ({"alloc_retries": 0, "ooms": 0, "reserved_growth_mib": 0.0, "peak_reserved_mib": 9000.0, "peak_allocated_mib": 8000.0}, False),
+        # the fragmentation workload's steady state (caching-allocator simulation): 35%, 600 MiB
+        ({"alloc_retries": 0, "ooms": 0, "reserved_growth_mib": 0.0, "peak_reserved_mib": 2304.0, "peak_allocated_mib": 1706.7}, True),
         ({"alloc_retries": 2, "ooms": 0, "reserved_growth_mib": 0.0, "peak_reserved_mib": 9000.0, "peak_allocated_mib": 8900.0}, True),
         ({"alloc_retries": 0, "ooms": 0, "reserved_growth_mib": 512.0, "peak_reserved_mib": 9000.0, "peak_allocated_mib": 8900.0}, True),
         ({"alloc_retries": 0, "ooms": 0, "reserved_growth_mib": 0.0, "peak_reserved_mib": 3900.0, "peak_allocated_mib": 1800.0}, True),
