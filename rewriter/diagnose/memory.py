@@ -23,11 +23,12 @@ cache and stall; ``expandable_segments`` removes the split-segment waste):
   allocation sizes vary within the step and split segments cannot be reused. Source of the
   figures: a best-fit simulation of the caching allocator's large pool (split when > 1 MiB is
   left, merge on free, 2 MiB segment rounding) on the fragmentation workload's sizes at its
-  reference shape gives 35% (600 MiB over a 1.7 GiB peak) at steady state, and 0% for any
-  fixed-size loop; 25% is below the former with margin. The 256 MiB floor keeps the 20 MiB
-  small-segment rounding of small models out. Both to be confirmed on the H200 re-run
-  (benchmarks/diagnose_workloads.py checks the workload is called fragmenting and the others
-  are not).
+  reference shape gives 35% (600 MiB over a 1.7 GiB peak) at steady state (a loop whose
+  allocations all have one size wastes nothing); 25% sits below it. Ordinary models, whose
+  activations differ in size in a repeating pattern, were not simulated: the margin on their
+  side is unmeasured. The 256 MiB floor keeps the 20 MiB small-segment rounding of small
+  models out. Both to be confirmed on the H200 re-run (benchmarks/diagnose_workloads.py checks
+  the workload is called fragmenting and the 8 others are not).
 
 Needs CUDA (``skipped: no CUDA`` otherwise).
 """
