@@ -95,6 +95,10 @@ def main() -> int:
     parser.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--torchfix-timeout", type=float, default=1200.0, help="seconds before TorchFix is stopped")
+    parser.add_argument("--no-torchfix-tree", action="store_true", help="time TorchFix on the subset only")
+    parser.add_argument("--subset", type=int, default=300,
+                        help="also time both tools on the tree's first N files (TorchFix on the whole tree can "
+                        "exceed the timeout on a small machine); 0 to skip")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -125,7 +129,23 @@ def main() -> int:
                          "summary": text.strip().splitlines()[-1], "errors": len(report["errors"]),
                          "findings": len(report["findings"]), "parsed": report["files"]["parsed"]})
             save(out, rows, meta)
-        if args.torchfix:
+        if args.torchfix and args.subset:
+            subset = rels[: args.subset]
+            for tool, cmd in (("stackpart check", [*sp, "check", "-j", str(args.jobs), "--format", "json", *subset]),
+                              ("torchfix", [args.torchfix, "-j", str(args.jobs), *subset])):
+                try:
+                    wall, rc, text = timed(cmd, tree, args.torchfix_timeout)
+                except subprocess.TimeoutExpired:
+                    rows.append({"run": f"subset: first {len(subset)} files", "tool": tool, "files": len(subset),
+                                 "wall_s": f"> {args.torchfix_timeout:.0f}", "files_per_s": "-", "summary": "timeout"})
+                    continue
+                rows.append({"run": f"subset: first {len(subset)} files, -j {args.jobs}", "tool": tool,
+                             "files": len(subset), "wall_s": round(wall, 2), "files_per_s": round(len(subset) / wall, 1),
+                             "rc": rc, "summary": text.strip().splitlines()[-1][:100] if text.strip() else ""})
+                save(out, rows, meta)
+        if args.torchfix and args.no_torchfix_tree:
+            pass
+        elif args.torchfix:
             try:
                 wall, rc, text = timed([args.torchfix, "-j", str(args.jobs), "."], tree, args.torchfix_timeout)
             except subprocess.TimeoutExpired:
