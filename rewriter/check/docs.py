@@ -57,7 +57,42 @@ def index_page(rules: Sequence[type[Rule]]) -> str:
         + "\n# `stackpart check` rules\n\n| code | name | what | safe fix |\n|---|---|---|---|\n"
         + "\n".join(rows)
         + "\n"
+        + USAGE
     )
+
+
+USAGE = """
+## Use
+
+```sh
+stackpart check src/                    # path:line:col: SP101 message; exit 1 on findings
+stackpart check --diff src/model.py     # the safe fixes as a diff, nothing written
+stackpart check --fix src/model.py      # write the safe fixes (atomically)
+stackpart check --format sarif -o check.sarif src/   # also: json, github (Actions annotations)
+stackpart check --select SP1 --ignore SP109 src/
+```
+
+Suppress a finding on its line (or the line below an own-line comment) with
+`# stackpart: ignore[SP101]` (comma-separated codes) or `# stackpart: ignore` (all codes).
+
+Configuration and plan drift, in `pyproject.toml` (paths relative to it):
+
+```toml
+[tool.stackpart]
+plan = "plan.yaml"   # the files checked must already be as the plan rewrites them (exit 1 + diff)
+src = "src"          # the root the plan's targets are relative to
+ignore = ["SP109"]
+```
+
+pre-commit (`.pre-commit-config.yaml`), hooks `stackpart-check` and `stackpart-fix`:
+
+```yaml
+- repo: <stackpart repository>
+  rev: <tag>
+  hooks:
+    - id: stackpart-check
+```
+"""
 
 
 def pages() -> dict[str, str]:
