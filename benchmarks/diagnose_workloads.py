@@ -3,7 +3,7 @@
 Run from the repository root on a machine with one CUDA GPU (H200 reference):
 
     python benchmarks/diagnose_workloads.py                       # all 9, writes $OUT/diagnose_workloads.{json,md}
-    python benchmarks/diagnose_workloads.py --only dominant_op,recompile_storm --timeout 45
+    python benchmarks/diagnose_workloads.py --only dominant_op,recompile_storm --timeout 60
     python benchmarks/diagnose_workloads.py --smoke --only graph_break   # CPU dry run of the script
 
 Each workload of ``fixtures/workloads/`` (``WORKLOAD_SIZE=large``, bf16) runs the whole ladder
@@ -11,9 +11,9 @@ in its own subprocess (``stackpart diagnose``, Inductor for the measured compile
 steps) and the table checks the rung verdict and the plan action the workload was built to
 provoke; every workload but ``fragmentation`` must also *not* be called fragmenting. Each row is
 printed (and the JSON/Markdown rewritten) as soon as its workload finishes. A workload is killed
-after ``--timeout`` seconds (default 45) and the whole run stops starting new ones after
-``--budget`` seconds (default 290): expected wall time 3-5 minutes for all 9 (H200 run 2: ~20 s
-each), about 2.5 minutes for six.
+after ``--timeout`` seconds (default 60; fusible took 44 s on the H200 run 2) and the run starts
+no workload after ``--budget`` seconds (default 250): expected wall time about 4-5 minutes for
+all 9 (H200 run 2: 16-44 s each), at most budget + timeout; about 3 minutes for six.
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ def main(argv: list[str]) -> int:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="comma-separated workload names")
-    ap.add_argument("--timeout", type=float, default=45.0, help="seconds per workload")
-    ap.add_argument("--budget", type=float, default=290.0, help="start no workload after this many seconds")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per workload")
+    ap.add_argument("--budget", type=float, default=250.0, help="start no workload after this many seconds")
     ap.add_argument("--steps", type=int, default=2, help="profiled steps")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("names", nargs="*", help="workload names (same as --only)")

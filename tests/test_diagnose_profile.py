@@ -119,3 +119,19 @@ def test_report_tables_shorten_demangled_kernel_names_and_json_keeps_them():
     assert top_ops.short_name(long) == "at::native::vectorized_elementwise_kernel<…>"
     assert top_ops.short_name("aten::topk") == "aten::topk"
     assert len(top_ops.short_name("x" * 500)) == top_ops.SHORT
+
+
+def test_kernel_parent_is_the_frontend_op_not_a_runtime_event_with_the_same_id():
+    """A CUDA runtime event (``cudaLaunchKernel``) listed first with the same numeric id as the
+    frontend aten op must not become the kernel's parent."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from rewriter.diagnose.profile import _aten_parent, frontend_by_id
+
+    op = SimpleNamespace(name="aten::topk", id=5, device_type=DeviceType.CPU, is_async=False, linked_correlation_id=0, cpu_parent=None)
+    launch = SimpleNamespace(name="cudaLaunchKernel", id=5, device_type=DeviceType.CPU, is_async=False, linked_correlation_id=9, cpu_parent=None)
+    kernel = SimpleNamespace(name="gatherTopK", id=9, device_type=DeviceType.CUDA, is_async=False, linked_correlation_id=5)
+    by_id = frontend_by_id([launch, op, kernel])
+    assert _aten_parent(by_id[kernel.linked_correlation_id]) == "aten::topk"

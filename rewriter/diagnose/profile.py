@@ -153,6 +153,24 @@ def _aten_parent(evt: Any) -> str | None:
     return None
 
 
+def frontend_by_id(events: list[Any]) -> dict[int, Any]:
+    """The frontend (torch op) CPU events by ``id``: a device kernel's ``linked_correlation_id``.
+
+    torch.autograd.profiler links a kernel to the frontend event whose ``id`` equals the
+    kernel's ``linked_correlation_id``. CUDA runtime events (``cudaLaunchKernel``) carry their
+    own CUDA correlation ids in ``id``, a separate numbering that collides with the frontend
+    ids, and a nonzero ``linked_correlation_id``: only events with linked id 0 are keys (on the
+    H200 run 2 no kernel found its op, which is what such a collision gives).
+    """
+    from torch.autograd import DeviceType
+
+    out: dict[int, Any] = {}
+    for e in events:
+        if e.device_type == DeviceType.CPU and not e.is_async and not getattr(e, "linked_correlation_id", 0):
+            out.setdefault(e.id, e)
+    return out
+
+
 def profile_steps(session: Any, step: Any, out_dir: Path, *, steps: int = 3, blocks: list[tuple[str, Any]] | None = None) -> ProfileData:
     """Profile ``steps`` runs of ``step`` (after one warm-up) and collect per-step figures.
 
@@ -222,14 +240,7 @@ def profile_steps(session: Any, step: Any, out_dir: Path, *, steps: int = 3, blo
         return any(ws <= s and t <= we + 1 for ws, we in windows)
 
     data = ProfileData(device="cuda" if session.cuda else "cpu", steps=len(windows) or steps, windows=windows, trace=str(trace) if trace else None, profiled_step_ms=wall)
-    # A device kernel's ``linked_correlation_id`` is the ``id`` of the frontend (torch op) event
-    # that launched it; CUDA runtime events (``cudaLaunchKernel``) carry their own CUDA
-    # correlation ids in ``id``, a separate numbering that collides with the frontend ids, so
-    # only frontend events (linked id 0) are keys (seen on the H200: every kernel had no parent).
-    by_id = {}
-    for e in events:
-        if e.device_type == DeviceType.CPU and not e.is_async and not getattr(e, "linked_correlation_id", 0):
-            by_id.setdefault(e.id, e)
+    by_id = frontend_by_id(events)
     for e in events:
         if e.device_type == DeviceType.CPU:
             if e.is_async or getattr(e, "is_python_function", False) or not inside(e):
