@@ -202,3 +202,8 @@ def test_diff_shows_the_fix_and_writes_nothing(tree, capsys):
     assert "-torch._dynamo.mark_dynamic(x, 1, min=1, max=64)" in out and "+torch._dynamo.mark_dynamic(x, 1, min=2, max=64)" in out
     assert (tree / "min1.py").read_text() == MIN1
     assert main(["check", "--diff", "--fix", "min1.py"]) == 2
+
+
+def test_a_file_named_twice_is_reported_once(tree, capsys):
+    assert main(["check", "item.py", "item.py", "--format", "json"]) == 1
+    assert len(json.loads(capsys.readouterr().out)["findings"]) == 1

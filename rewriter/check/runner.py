@@ -76,7 +76,7 @@ def discover(paths: Iterable[str]) -> list[str]:
             out.append(given)
         else:
             raise StackpartError("no such file or directory", path=given)
-    return out
+    return list(dict.fromkeys(out))  # a file named twice is checked (and reported) once
 
 
 def needle_patterns(rules: Sequence[type[Rule]]) -> list[list[re.Pattern[bytes]]]:
