@@ -105,8 +105,8 @@ class Head(T.nn.Module):
             what, why = f".{func.attr.value}()", METHODS[func.attr.value]
         elif isinstance(func, cst.Name) and func.value == "print" and self.facts.qnames(func) == {"builtins.print"}:
             what = "print()"
-            why = ("is I/O Dynamo cannot put in a graph: a graph break; remove it or guard it with "
-                   "`if not torch.compiler.is_compiling():`")
+            why = ("is I/O Dynamo cannot trace into a graph (a graph break, or the frame skipped); remove "
+                   "it or guard it with `if not torch.compiler.is_compiling():`")
         else:
             return
         traced = self.facts.traced_by(node)
