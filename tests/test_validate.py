@@ -94,6 +94,30 @@ def test_planted_wrong_rewrite_fails_every_time(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_bf16_is_judged_against_a_float64_run_of_the_original(tmp_path, capsys):
+    """In bf16 the correct rewrite passes and the planted wrong one fails, both by the fp64_ref
+    rule (the original re-run in float64 inside the eager child), with the errors reported."""
+    for name, expect in (("causal_bucket", 0), ("bidirectional_bucket", 1)):
+        plan, src = _case(tmp_path, name)
+        plan.write_text(plan.read_text().replace("dtype: float32", "dtype: bfloat16"))
+        code, err = _validate(capsys, plan, src, tmp_path / name, "--baselines", "")
+        assert code == expect, err
+        report = json.loads((tmp_path / name / "validation.json").read_text())
+        assert report["variants"]["eager"]["high_precision_run"]["dtype"] == "float64"
+        hp = report["variants"]["plan"]["numerics_vs_high_precision"]
+        assert hp["ref_dtype"] == "float64" and hp["multiplier"] == 3.0
+        assert 0 < hp["eager_rmse"] < 0.02  # bf16 rounding of the tiny LM's logits
+        md = (tmp_path / name / "validation.md").read_text()
+        assert "eager vs fp64:" in md and "plan vs fp64:" in md
+        if expect == 0:
+            assert hp["ok"] and hp["rmse"] <= hp["bound"]
+        else:
+            assert not hp["ok"] and hp["rmse"] > 3 * hp["bound"]  # far past it, not marginal
+            failures = report["verdict"]["failures"]
+            assert len(failures) == 2 and all("eager vs fp64" in f for f in failures), failures
+
+
+@pytest.mark.slow
 def test_training_mode_compares_loss_gradients_and_step(tmp_path, capsys):
     plan, src = _case(tmp_path, "causal_bucket")
     plan.write_text(plan.read_text().replace("mode: inference", "mode: training"))

@@ -97,3 +97,55 @@ def test_speed_rules():
     (amort,) = speed_failures({"eager": 10.0, "plan": 8.0}, 0.95, {"amortized": False, "verdict": "x"})
     assert amort.startswith("not amortized")
     assert math.isfinite(amortize(0.01, 0.005, 0.0, 0, 0, None, 1)["break_even_runs"])
+
+
+def _bf16_run(ref64: torch.Tensor, seed: int, noise: float) -> torch.Tensor:
+    """One bf16 run of the float64 answer ``ref64`` drifting by ``noise`` (absolute, per
+    element): the reduction-order drift of a deep bf16 model."""
+    g = torch.Generator().manual_seed(seed)
+    return (ref64 + noise * torch.randn(ref64.shape, generator=g, dtype=torch.float64)).bfloat16()
+
+
+def _bf16_runs(seed: int, noise: float) -> tuple[torch.Tensor, torch.Tensor]:
+    ref64 = 2.0 * torch.randn(64, 512, generator=torch.Generator().manual_seed(100), dtype=torch.float64)
+    return ref64, _bf16_run(ref64, seed, noise)
+
+
+def test_bf16_compile_drift_passes_against_the_float64_run_but_not_against_eager_alone():
+    # eager and a correct compile each drift from the float64 answer by the same amount, so they
+    # differ from each other by relative RMSE ~0.013 (the H200 Llama run): the eager-only rule
+    # refuses it, the fp64_ref rule of torch._dynamo.utils.same accepts it
+    ref64, eager = _bf16_runs(0, 0.018)
+    compiled = _bf16_run(ref64, 1, 0.018)
+    old_rule = compare_trees(compiled, eager)
+    assert not old_rule.ok and "relative RMSE 0.013" in old_rule.mismatches[0].reason
+    result = compare_trees(compiled, eager, ref64)
+    assert result.ok, result.mismatches
+    hp = result.high_precision
+    assert hp["ref_dtype"] == "float64" and hp["multiplier"] == 3.0 and hp["leaves"] == 1
+    assert hp["rmse"] <= hp["bound"] == pytest.approx(3.0 * hp["eager_rmse"] + 1e-2 / 10)
+    assert result.to_json()["high_precision"]["ok"] is True
+
+
+def test_bf16_wrong_math_is_further_from_float64_than_eager_and_fails():
+    ref64, eager = _bf16_runs(0, 0.018)
+    wrong = ref64.clone()
+    wrong[:8] += 0.5  # one eighth of the rows off (a planted wrong rewrite), the rest exact
+    result = compare_trees(wrong.bfloat16(), eager, ref64)
+    assert not result.ok
+    reason = result.mismatches[0].reason
+    assert "eager vs fp64:" in reason and "rewritten vs fp64:" in reason and "bound" in reason
+    assert result.high_precision["rmse"] > result.high_precision["bound"]
+
+
+def test_float64_reference_does_not_excuse_nan_or_fp32_differences():
+    ref64, eager = _bf16_runs(0, 0.018)
+    nan = eager.clone()
+    nan[0, 0] = float("nan")
+    assert "NaN" in compare_trees(nan, eager, ref64).mismatches[0].reason
+    # float32 outputs keep the element-wise rule whatever the high-precision run says
+    x64 = torch.randn(256, dtype=torch.float64)
+    off = (x64 + 1e-2).float()
+    assert not compare_trees(off, x64.float(), x64).ok
+    # a reference of another structure is ignored (element-wise / fallback rules apply)
+    assert compare_trees((eager,), (eager,), (ref64, ref64)).high_precision is None

@@ -231,6 +231,74 @@ def _block_share(job: dict[str, Any], model: Any, h: Any, ref: Path, training: b
     return out
 
 
+#: Dtypes tried, in order, for the high-precision run of the original (float32 when float64 is
+#: unsupported on the device or by an op the model calls).
+HIGH_PRECISION = ("float64", "float32")
+
+
+def _upcast(tree: Any, dtype: Any) -> Any:
+    import torch
+    from torch.utils import _pytree as pytree
+
+    return pytree.tree_map(
+        lambda x: x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x, tree
+    )
+
+
+def high_precision_reference(job: dict[str, Any], h: Any, model: Any, ref: Path, training: bool) -> dict[str, Any]:
+    """Run the original model once more per shape in float64 (float32 when float64 raises), from
+    the same weights (a copy of ``model``) and the saved inputs (floating ones upcast), and save
+    each shape's record (``output``; training: ``loss``, ``grads``, ``loss_after_step``) as
+    ``ref/high_precision_{i}.pt``: the ``fp64_ref`` of :mod:`.compare`. Only the eager reference
+    child calls this, after its own cold phase: one extra forward (training: forward, backward,
+    SGD step, forward) per shape, no extra process. Returns ``{"dtype", "seconds", "tried"}``
+    (``dtype`` None when every dtype failed; ``tried`` holds why)."""
+    import copy
+    import time
+
+    import torch
+
+    from ..harness import call_model
+
+    started = time.perf_counter()
+    tried: list[str] = []
+    for name in HIGH_PRECISION:
+        dtype = getattr(torch, name)
+        hp = None
+        try:
+            hp = copy.deepcopy(model).to(dtype)
+            reference_sd = {k: v.detach().clone() for k, v in hp.state_dict().items()} if training else None
+            for i, _shape in enumerate(job["harness"]["shapes"]):
+                inputs = _upcast(_inputs(dict(job, reference=False), h, i, ref), dtype)
+                torch.manual_seed(job["seed"])
+                out = _step_fns(hp, inputs, training)()
+                record: dict[str, Any] = {"output": _cpu(out[0] if training else out)}
+                if training:
+                    record["loss"] = _cpu(out[1].detach())
+                    record["grads"] = {
+                        n: p.grad.detach().cpu() for n, p in hp.named_parameters() if p.grad is not None
+                    }
+                    torch.optim.SGD(hp.parameters(), lr=TRAIN_LR).step()
+                    torch.manual_seed(job["seed"])
+                    record["loss_after_step"] = _cpu(scalar_loss(call_model(hp, inputs)).detach())
+                    hp.zero_grad(set_to_none=True)
+                    hp.load_state_dict(reference_sd)
+                torch.save(record, ref / f"high_precision_{i}.pt")
+                del record, out
+            return {"dtype": name, "seconds": time.perf_counter() - started, "tried": tried}
+        except torch.cuda.OutOfMemoryError as exc:
+            tried.append(f"{name}: out of memory: {str(exc).splitlines()[0][:200]}")
+        except Exception as exc:
+            tried.append(f"{name}: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}")
+        finally:
+            del hp
+            if job["harness"]["device"].startswith("cuda"):
+                torch.cuda.empty_cache()
+        for stale in ref.glob("high_precision_*.pt"):
+            stale.unlink()
+    return {"dtype": None, "seconds": time.perf_counter() - started, "tried": tried}
+
+
 def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, Any]:
     """The cold phase for one variant (see the module docstring)."""
     import torch
@@ -307,9 +375,11 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
             else:
                 # compared on the device: no float64 copies of large logits on the host
                 expected = torch.load(path, map_location=device, weights_only=False)  # our own file: outputs may be ModelOutput objects
+                hp_path = ref / f"high_precision_{i}.pt"
+                hp = torch.load(hp_path, map_location=device, weights_only=False) if hp_path.exists() else {}
                 mine = {k: _to_device(v, device) for k, v in record.items()}
-                entry["compare"] = {k: compare_trees(mine[k], expected[k]).to_json() for k in expected}
-                del expected, mine
+                entry["compare"] = {k: compare_trees(mine[k], expected[k], hp.get(k)).to_json() for k in expected}
+                del expected, mine, hp
                 if device.startswith("cuda"):
                     torch.cuda.empty_cache()  # the float64 comparison copies are not kept reserved
             del record, out
@@ -317,6 +387,10 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
         result["compile"] = watch.stats().to_json()
         if variant == "eager":
             result["block_share"] = _block_share(job, model, h, ref, training)
+            from .compare import LOW_PRECISION
+
+            if job.get("reference") and spec["dtype"] in LOW_PRECISION:
+                result["high_precision"] = high_precision_reference(job, h, model, ref, training)
         stance: dict[str, Any] = {"supported": fail_on_recompile_supported()}
         if stance["supported"] and variant != "eager":
             stance["ok"] = True

@@ -230,6 +230,17 @@ def _run_children(report, trees, spec_run, opts, workdir, notes, children):  # t
             )
         elif not stance.get("supported"):
             verdict.notes.append("torch.compiler.set_stance is missing in this torch: fail_on_recompile check skipped")
+    hp_run = (cold.get("eager") or {}).get("high_precision")
+    if hp_run:
+        if hp_run["dtype"] is None:
+            verdict.notes.append(
+                "no high-precision reference: the original failed in float64 and float32 ("
+                + "; ".join(hp_run["tried"]) + "); low-precision outputs judged by the relative-RMSE fallback"
+            )
+        elif hp_run["tried"]:
+            verdict.notes.append(
+                f"high-precision reference ran in {hp_run['dtype']} ({'; '.join(hp_run['tried'])})"
+            )
     for b in ("whole", "regional"):
         if b in cold and "compile" in cold[b]:
             results[b]["numerics"] = "ok" if not numerics_failures(cold[b]) else "differs"
@@ -348,11 +359,31 @@ def _cold_summary(payload: dict[str, Any]) -> dict[str, Any]:
         out["shape_buckets"] = len(compiled)
     if payload.get("block_share"):
         out["block_share"] = payload["block_share"]
+    if payload.get("high_precision"):
+        out["high_precision_run"] = payload["high_precision"]
+    worst = _worst_high_precision(shapes)
+    if worst:
+        out["numerics_vs_high_precision"] = worst
     if "phases_s" in payload:
         out["phases_s"] = payload["phases_s"]
     if "max_memory_allocated_bytes" in payload:
         out["max_memory_allocated_bytes"] = payload["max_memory_allocated_bytes"]
     return out
+
+
+def _worst_high_precision(shapes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Over every shape and quantity, the leaf closest to its bound under the high-precision
+    rule (see :mod:`.compare`), with the shape and quantity it came from."""
+    worst = None
+    for entry in shapes:
+        for what, comp in entry.get("compare", {}).items():
+            hp = comp.get("high_precision")
+            if not hp or not isinstance(hp.get("bound"), float) or not isinstance(hp.get("rmse"), float):
+                continue
+            ratio = hp["rmse"] / hp["bound"] if hp["bound"] > 0 else float("inf")
+            if worst is None or ratio > worst["ratio"]:
+                worst = dict(hp, shape=entry["shape"], quantity=what, ratio=ratio)
+    return worst
 
 
 def _stderr_hint(verdict: Any, res: Any) -> None:

@@ -89,6 +89,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"| {comp.get('recompiles', '–')} | {len(comp.get('recompile_limit_hits', []))} "
             f"| {stance_txt} | {numerics} | {be_txt} |"
         )
+    lines += numerics_lines(report)
     lines += ["", "## Step time per shape (ms, median [p10–p90])", ""]
     names = list(report["variants"])
     lines.append("| shape | " + " | ".join(names) + " |")
@@ -129,6 +130,36 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def numerics_lines(report: dict[str, Any]) -> list[str]:
+    """Markdown: per compiled variant, its worst leaf under the high-precision rule
+    ("eager vs fp64: X; plan vs fp64: Y; bound Z"); nothing for float32/float64 harnesses."""
+    from .compare import high_precision_text
+
+    run = (report.get("variants", {}).get("eager") or {}).get("high_precision_run")
+    rows = [
+        (name, var["numerics_vs_high_precision"])
+        for name, var in report.get("variants", {}).items()
+        if var.get("numerics_vs_high_precision")
+    ]
+    if not run and not rows:
+        return []
+    out = ["", "## Numerics against a high-precision run of the original", ""]
+    if run:
+        out.append(
+            f"The original ran once more in {run['dtype'] or 'neither float64 nor float32'} from the same weights "
+            f"and inputs ({run['seconds']:.2f} s); a low-precision leaf passes when rmse(variant, ref) <= "
+            "multiplier x rmse(eager, ref) + tol/10 (torch._dynamo.utils.same, fp64_ref). Worst leaf per variant:"
+        )
+        out.append("")
+    for name, hp in rows:
+        text = high_precision_text(hp).replace("rewritten vs", f"{name} vs")
+        out.append(
+            f"- **{name}**: {text} at shape {hp['shape']}, {hp['quantity']} {hp['path']}: "
+            f"{'within' if hp['ok'] else 'PAST'} the bound"
+        )
+    return out
 
 
 def block_share_lines(report: dict[str, Any]) -> list[str]:
