@@ -60,6 +60,15 @@ def test_correct_rewrite_passes_and_report_is_bound_to_the_diff(tmp_path, capsys
     # every shape went through the plan's compiled region and the bucket (16 and 32: 2 buckets)
     assert report["variants"]["plan"]["compile"]["unique_graphs"] >= 1
     assert len(report["timing"]) == 3
+    # validate's own overhead, broken down; the parts add up to its wall time
+    ov = report["overhead"]
+    compiled = [report["variants"][v] for v in ("plan", "whole", "regional")]
+    assert ov["measured_compile_s"] == pytest.approx(sum(v["compile_s_per_start"] for v in compiled))
+    parts = ("reference_s", "waiting_for_builds_s", "timing_s", "other_s")
+    cold = sum(v["child_wall_s"] for v in compiled)
+    assert sum(ov[k] for k in parts) + cold == pytest.approx(ov["validate_wall_s"])
+    assert ov["cold_not_compile_s"] == pytest.approx(cold - ov["measured_compile_s"])
+    assert ov["high_precision_run_s"] is None  # float32 harness: no float64 re-run
     # the explanation of regional compile: share of the eager step inside the 2 repeated blocks
     shares = report["variants"]["eager"]["block_share"]
     assert [row["block_calls"] for row in shares] == [2, 2, 2]

@@ -145,14 +145,17 @@ def _keystr(path: Any) -> str:
     return text or "<output>"
 
 
-def compare_trees(actual: Any, expected: Any, high_precision: Any = None) -> Comparison:
+def compare_trees(
+    actual: Any, expected: Any, high_precision: Any = None, high_precision_dtype: str | None = None
+) -> Comparison:
     """Compare ``actual`` with the reference ``expected`` leaf by leaf.
 
     Structure (pytree spec), then per tensor leaf: shape, dtype, NaN/Inf where the reference is
     finite, then values under :data:`TOLERANCES` (see the module docstring). ``high_precision``
     is the same pytree from the original model run in float64 (or float32): when given (same
     structure), low-precision leaves are judged by the ``fp64_ref`` rule of
-    ``torch._dynamo.utils.same``. Non-tensor leaves must be equal. Tensors are compared in
+    ``torch._dynamo.utils.same``; ``high_precision_dtype`` names the dtype it was computed in
+    (default: its leaves' dtype; it may be stored narrower). Non-tensor leaves must be equal. Tensors are compared in
     float64 on ``actual``'s device.
     """
     import torch
@@ -178,13 +181,15 @@ def compare_trees(actual: Any, expected: Any, high_precision: Any = None) -> Com
                 out.mismatches.append(Mismatch(where, f"got {a!r}, expected {e!r}"))
             continue
         out.leaves += 1
-        reason = _compare_tensor(a, e, out, r, where)
+        reason = _compare_tensor(a, e, out, r, where, high_precision_dtype)
         if reason:
             out.mismatches.append(Mismatch(where, reason))
     return out
 
 
-def _compare_tensor(a: Any, e: Any, out: Comparison, r: Any = None, where: str = "") -> str | None:
+def _compare_tensor(
+    a: Any, e: Any, out: Comparison, r: Any = None, where: str = "", r_dtype: str | None = None
+) -> str | None:
     import torch
 
     if not isinstance(a, torch.Tensor):
@@ -225,7 +230,7 @@ def _compare_tensor(a: Any, e: Any, out: Comparison, r: Any = None, where: str =
     over = diff > bound
     hp = None
     if name in LOW_PRECISION and isinstance(r, torch.Tensor) and tuple(r.shape) == tuple(e.shape):
-        hp = _high_precision_stats(a64, e64, r.detach().to(a.device)[finite], name, rmse_tol, where)
+        hp = _high_precision_stats(a64, e64, r.detach().to(a.device)[finite], name, rmse_tol, where, r_dtype)
         if hp is not None:
             out._note_high_precision(hp)
     if not over.any():
@@ -250,7 +255,7 @@ def _compare_tensor(a: Any, e: Any, out: Comparison, r: Any = None, where: str =
 
 
 def _high_precision_stats(
-    a64: Any, e64: Any, r: Any, name: str, tol: float, where: str
+    a64: Any, e64: Any, r: Any, name: str, tol: float, where: str, r_dtype: str | None = None
 ) -> dict[str, Any] | None:
     """The ``fp64_ref`` rule of ``torch._dynamo.utils.same`` on one leaf (finite elements of the
     eager reference only): ``rmse(res, ref64) <= multiplier * rmse(eager, ref64) + tol / 10``.
@@ -268,7 +273,7 @@ def _high_precision_stats(
     bound = multiplier * eager_rmse + tol / 10.0
     return {
         "path": where,
-        "ref_dtype": dtype_name(r.dtype),
+        "ref_dtype": r_dtype or dtype_name(r.dtype),
         "eager_rmse": eager_rmse,
         "rmse": res_rmse,
         "multiplier": multiplier,
