@@ -86,8 +86,13 @@ def check(name: str, report: dict, plan: dict | None) -> tuple[bool, str]:
         ok = m("graph_breaks").get("graph_break_count", 0) >= 1 and ("disable", "model.py::route") in kinds
         return ok, "graph break in route; disable model.py::route"
     if name == "recompile_storm":
-        ok = m("recompiles").get("recompiles", 0) >= 1 and any(a["action"] == "mark_dynamic" for a in acts) and ("compile", "model.py::Block") in kinds
-        return ok, "recompiles across shapes; compile model.py::Block + mark_dynamic at block input"
+        # Rung 10 picks the unit by the amortization rule's net saving. Per-block compile must
+        # carry mark_dynamic at the block input; a whole-model compile (H200 run 3's choice)
+        # relies on Dynamo's automatic dynamic shapes: one recompile, then a dynamic graph.
+        per_block = ("compile", "model.py::Block") in kinds and any(a["action"] == "mark_dynamic" for a in acts)
+        whole = ("compile", "model.py::SeqNet") in kinds
+        ok = m("recompiles").get("recompiles", 0) >= 1 and (per_block or whole)
+        return ok, "recompiles across shapes; compile per block + mark_dynamic at block input, or whole-model compile (automatic dynamic)"
     if name == "instance_recompiles":
         ok = m("instance_recompiles").get("recompiles", 0) >= 1 and ("disable", "model.py::Block.residual_scale") in kinds
         return ok, "per-instance recompiles; disable model.py::Block.residual_scale"

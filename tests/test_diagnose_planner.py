@@ -83,7 +83,7 @@ def test_gemm_dominated_plans_no_compile_and_says_about_one(tmp_path, monkeypatc
     assert any("compile would return ~1.0x (at most 1.036x)" in n for n in decision.notes)
 
 
-FRAGMENTING = "fragmenting: steady peak reserved 3900 MiB vs peak allocated 1800 MiB: 2100 MiB (117% of the step's peak) held in split segments"
+FRAGMENTING = "fragmenting: 2100 alloc retries, 0 OOMs in 3 steady steps"
 
 
 def test_fragmentation_gets_the_allocator_only_at_the_entry_the_user_names(tmp_path, monkeypatch):
@@ -95,13 +95,13 @@ def test_fragmentation_gets_the_allocator_only_at_the_entry_the_user_names(tmp_p
     ctx.results["memory"].verdict = FRAGMENTING
     decision = plan(ctx)
     assert decision.plan.actions == []
-    assert any("2100 MiB" in n and "pass --entry file.py::func" in n for n in decision.notes)
+    assert any("2100 alloc retries" in n and "pass --entry file.py::func" in n for n in decision.notes)
 
     ctx.entry = "train.py::main"
     decision = plan(ctx)
     [a] = decision.plan.actions
     assert (a.action, a.target) == ("allocator", "train.py::main")
-    assert "2100 MiB" in a.why
+    assert "2100 alloc retries" in a.why
     result_ = plan_rewrite(parse_plan(plan_yaml(decision.plan)), ctx.session.src)
     [change] = result_.changes
     assert change.relpath == "train.py" and b"PYTORCH_CUDA_ALLOC_CONF" in change.new
@@ -116,11 +116,12 @@ def test_fragmentation_gets_the_allocator_only_at_the_entry_the_user_names(tmp_p
         # a small model: 20 MiB segment rounding is a large share but under the 256 MiB floor
         ({"alloc_retries": 0, "ooms": 0, "reserved_growth_mib": 0.0, "peak_reserved_mib": 40.0, "peak_allocated_mib": 6.0}, False),
         ({"alloc_retries": 0, "ooms": 0, "reserved_growth_mib": 0.0, "peak_reserved_mib": 9000.0, "peak_allocated_mib": 8000.0}, False),
-        # the fragmentation workload's steady state (caching-allocator simulation): 35%, 600 MiB
-        ({"alloc_retries": 0, "ooms": 0, "reserved_growth_mib": 0.0, "peak_reserved_mib": 2304.0, "peak_allocated_mib": 1706.7}, True),
+        # H200 run 3: reserved beyond the peak allocation does not tell fragmentation from caching
+        # (gemm_bound 1664 vs 928 MiB; the fragmentation workload 2306 vs 1707 MiB): not a verdict
+        ({"alloc_retries": 0, "ooms": 0, "reserved_growth_mib": 0.0, "peak_reserved_mib": 1664.0, "peak_allocated_mib": 928.0}, False),
+        ({"alloc_retries": 0, "ooms": 0, "reserved_growth_mib": 0.0, "peak_reserved_mib": 2306.0, "peak_allocated_mib": 1707.0}, False),
         ({"alloc_retries": 2, "ooms": 0, "reserved_growth_mib": 0.0, "peak_reserved_mib": 9000.0, "peak_allocated_mib": 8900.0}, True),
         ({"alloc_retries": 0, "ooms": 0, "reserved_growth_mib": 512.0, "peak_reserved_mib": 9000.0, "peak_allocated_mib": 8900.0}, True),
-        ({"alloc_retries": 0, "ooms": 0, "reserved_growth_mib": 0.0, "peak_reserved_mib": 3900.0, "peak_allocated_mib": 1800.0}, True),
     ],
 )
 def test_fragmentation_needs_evidence_that_costs_something(measured, fragmenting):

@@ -16,19 +16,11 @@ cache and stall; ``expandable_segments`` removes the split-segment waste):
   or an OOM was counted; or
 * reserved memory grew across the steady steps by >= :data:`GROWTH_MIB` (new segments in a
   steady loop: the cache cannot serve the step's varying allocation sizes); or
-* the steady peak reserved exceeds the steady peak allocated by >= :data:`WASTE_SHARE` of that
-  peak allocation *and* by >= :data:`WASTE_MIB`: at one shape and after a clean cache, a step
-  with fixed allocation sizes gets back exactly the blocks it freed (reserved ~= peak allocated
-  plus the allocator's 2 MiB rounding), so memory held beyond the step's own peak means the
-  allocation sizes vary within the step and split segments cannot be reused. Source of the
-  figures: a best-fit simulation of the caching allocator's large pool (split when > 1 MiB is
-  left, merge on free, 2 MiB segment rounding) on the fragmentation workload's sizes at its
-  reference shape gives 35% (600 MiB over a 1.7 GiB peak) at steady state (a loop whose
-  allocations all have one size wastes nothing); 25% sits below it. Ordinary models, whose
-  activations differ in size in a repeating pattern, were not simulated: the margin on their
-  side is unmeasured. The 256 MiB floor keeps the 20 MiB small-segment rounding of small
-  models out. Both to be confirmed on the H200 re-run (benchmarks/diagnose_workloads.py checks
-  the workload is called fragmenting and the 8 others are not).
+Reserved memory held beyond the step's peak allocation is reported but is *not* a verdict: on
+the H200 (run 3, torch 2.11) it was 79% of the step's peak for a GEMM-bound MLP, 69% for the
+graph-break workload and 42% for the per-instance-recompile workload, against 35% for the
+fragmentation workload itself, so the share does not tell fragmentation from caching. Memory a
+cache holds costs nothing until an allocation fails for want of it, and then it shows as a retry.
 
 Needs CUDA (``skipped: no CUDA`` otherwise).
 """
@@ -42,8 +34,6 @@ from .rung import RungResult
 
 WARMUP = 2
 STEADY = 3
-WASTE_SHARE = 0.25
-WASTE_MIB = 256.0
 GROWTH_MIB = 64.0
 MiB = 2**20
 
@@ -55,11 +45,10 @@ def verdict(m: dict[str, Any]) -> tuple[bool, str]:
     if m["reserved_growth_mib"] >= GROWTH_MIB:
         return True, f"reserved grew {m['reserved_growth_mib']:.0f} MiB across {m['steady_steps']} steady steps at one shape"
     waste = m["peak_reserved_mib"] - m["peak_allocated_mib"]
-    if waste >= WASTE_MIB and waste >= WASTE_SHARE * m["peak_allocated_mib"]:
-        return True, f"steady peak reserved {m['peak_reserved_mib']:.0f} MiB vs peak allocated {m['peak_allocated_mib']:.0f} MiB: {waste:.0f} MiB ({waste / max(m['peak_allocated_mib'], 1e-9):.0%} of the step's peak) held in split segments"
     return False, (
         f"no fragmentation at steady state: 0 retries, reserved growth {m['reserved_growth_mib']:.0f} MiB, "
-        f"reserved - peak allocated {waste:.0f} MiB ({waste / max(m['peak_allocated_mib'], 1e-9):.0%} of the step's peak)"
+        f"reserved - peak allocated {waste:.0f} MiB ({waste / max(m['peak_allocated_mib'], 1e-9):.0%} of the step's peak) "
+        "held by the cache, costing nothing while no allocation fails"
     )
 
 
@@ -67,7 +56,7 @@ def run(ctx: Context) -> RungResult:
     r = RungResult("memory", "Fragmentation at steady state: retries, reserved growth, reserved vs peak allocated")
     r.threshold = (
         f"steady state at the reference shape (empty_cache, {WARMUP} warm-up, reset peaks, {STEADY} steps): alloc retries > 0, "
-        f"reserved growth >= {GROWTH_MIB:.0f} MiB, or reserved - peak allocated >= {WASTE_SHARE:.0%} of peak allocated and >= {WASTE_MIB:.0f} MiB "
+        f"or reserved growth >= {GROWTH_MIB:.0f} MiB; reserved - peak allocated is reported, not judged "
         "(PyTorch CUDA semantics: memory management)"
     )
     if not ctx.session.cuda:
