@@ -124,6 +124,15 @@ def test_bf16_is_judged_against_a_float64_run_of_the_original(tmp_path, capsys):
             assert not hp["ok"] and hp["rmse"] > 3 * hp["bound"]  # far past it, not marginal
             failures = report["verdict"]["failures"]
             assert len(failures) == 2 and all("eager vs fp64" in f for f in failures), failures
+    # training in bf16: loss, gradients and the loss after a step of the correct rewrite pass
+    plan, src = _case(tmp_path / "train", "causal_bucket")
+    plan.write_text(plan.read_text().replace("dtype: float32", "dtype: bfloat16").replace("mode: inference", "mode: training"))
+    code, err = _validate(capsys, plan, src, tmp_path / "train-report", "--baselines", "")
+    assert code == 0, err
+    report = json.loads((tmp_path / "train-report" / "validation.json").read_text())
+    assert report["variants"]["eager"]["high_precision_run"]["dtype"] == "float64"
+    shape0 = report["variants"]["plan"]
+    assert shape0["numerics"] == "ok" and shape0["numerics_vs_high_precision"]["ok"]
 
 
 @pytest.mark.slow

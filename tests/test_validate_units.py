@@ -149,3 +149,14 @@ def test_float64_reference_does_not_excuse_nan_or_fp32_differences():
     assert not compare_trees(off, x64.float(), x64).ok
     # a reference of another structure is ignored (element-wise / fallback rules apply)
     assert compare_trees((eager,), (eager,), (ref64, ref64)).high_precision is None
+
+
+def test_float32_loss_of_a_bf16_model_gets_the_high_precision_rule():
+    # a loss upcast with .float() from bf16 logits drifts by the bf16 math before the upcast
+    ref = torch.tensor(1.25, dtype=torch.float64)
+    eager, compiled = (ref + 3e-4).float(), (ref - 3e-4).float()
+    assert not compare_trees(compiled, eager, ref).ok  # float32 model: element-wise rule only
+    result = compare_trees(compiled, eager, ref, precision="bfloat16")
+    assert result.ok and result.high_precision["multiplier"] == 3.0
+    wrong = compare_trees((ref + 0.01).float(), eager, ref, precision="bfloat16")
+    assert not wrong.ok and "eager vs fp64" in wrong.mismatches[0].reason

@@ -383,7 +383,8 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
                 hp_record, hp_dtype = hp.get("record", {}), hp.get("dtype")
                 mine = {k: _to_device(v, device) for k, v in record.items()}
                 entry["compare"] = {
-                    k: compare_trees(mine[k], expected[k], hp_record.get(k), hp_dtype).to_json() for k in expected
+                    k: compare_trees(mine[k], expected[k], hp_record.get(k), hp_dtype, spec["dtype"]).to_json()
+                    for k in expected
                 }
                 del expected, mine, hp
                 if device.startswith("cuda"):

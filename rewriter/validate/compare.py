@@ -146,7 +146,11 @@ def _keystr(path: Any) -> str:
 
 
 def compare_trees(
-    actual: Any, expected: Any, high_precision: Any = None, high_precision_dtype: str | None = None
+    actual: Any,
+    expected: Any,
+    high_precision: Any = None,
+    high_precision_dtype: str | None = None,
+    precision: str | None = None,
 ) -> Comparison:
     """Compare ``actual`` with the reference ``expected`` leaf by leaf.
 
@@ -155,7 +159,11 @@ def compare_trees(
     is the same pytree from the original model run in float64 (or float32): when given (same
     structure), low-precision leaves are judged by the ``fp64_ref`` rule of
     ``torch._dynamo.utils.same``; ``high_precision_dtype`` names the dtype it was computed in
-    (default: its leaves' dtype; it may be stored narrower). Non-tensor leaves must be equal. Tensors are compared in
+    (default: its leaves' dtype; it may be stored narrower). ``precision`` is the dtype the
+    model ran in (the harness dtype): when it is bf16/fp16, a float32 leaf computed from it (a loss
+    from ``.float()``, upcast logits) that misses its own element-wise bound is also judged by
+    the high-precision rule, with ``precision``'s tol and multiplier: its drift comes from the
+    low-precision math before the upcast. Non-tensor leaves must be equal. Tensors are compared in
     float64 on ``actual``'s device.
     """
     import torch
@@ -181,14 +189,20 @@ def compare_trees(
                 out.mismatches.append(Mismatch(where, f"got {a!r}, expected {e!r}"))
             continue
         out.leaves += 1
-        reason = _compare_tensor(a, e, out, r, where, high_precision_dtype)
+        reason = _compare_tensor(a, e, out, r, where, high_precision_dtype, precision)
         if reason:
             out.mismatches.append(Mismatch(where, reason))
     return out
 
 
 def _compare_tensor(
-    a: Any, e: Any, out: Comparison, r: Any = None, where: str = "", r_dtype: str | None = None
+    a: Any,
+    e: Any,
+    out: Comparison,
+    r: Any = None,
+    where: str = "",
+    r_dtype: str | None = None,
+    precision: str | None = None,
 ) -> str | None:
     import torch
 
@@ -229,8 +243,11 @@ def _compare_tensor(
     out.max_rel = max(out.max_rel, max_rel)
     over = diff > bound
     hp = None
-    if name in LOW_PRECISION and isinstance(r, torch.Tensor) and tuple(r.shape) == tuple(e.shape):
-        hp = _high_precision_stats(a64, e64, r.detach().to(a.device)[finite], name, rmse_tol, where, r_dtype)
+    hp_name = name if name in LOW_PRECISION else precision if name == "float32" else None
+    if hp_name in LOW_PRECISION and isinstance(r, torch.Tensor) and tuple(r.shape) == tuple(e.shape):
+        hp = _high_precision_stats(
+            a64, e64, r.detach().to(a.device)[finite], hp_name, TOLERANCES[hp_name][2], where, r_dtype
+        )
         if hp is not None:
             out._note_high_precision(hp)
     if not over.any():
