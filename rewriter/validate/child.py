@@ -5,7 +5,10 @@ variant's tree, load the reference state_dict (the ``eager`` reference saves it,
 of every shape), compile as the variant asks, then per shape time the first call (cold compile),
 record Dynamo's counters, compare outputs (training: also the loss, the gradients and the loss
 after one SGD step) with the reference, and finally re-run every shape under
-``torch.compiler.set_stance("fail_on_recompile")``.
+``torch.compiler.set_stance("fail_on_recompile")``. For a bf16/fp16 harness the eager reference
+then runs the original once more in float64 (:func:`high_precision_reference`): the ``fp64_ref``
+that :mod:`.compare` judges low-precision outputs against, at the cost of one extra forward per
+shape in a process that is already up.
 
 Then, when the parent asked for it (``cmd_fd``/``reply_fd`` in the job), the child stays up with
 its warm model and times calls on request (:func:`serve`): the parent interleaves the variants

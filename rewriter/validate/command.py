@@ -134,8 +134,9 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
 
 
 def _run_all(report, trees, spec_run, opts, workdir, notes):  # type: ignore[no-untyped-def]
-    """Cold phase per variant (each its own process, started one after the other so no compile
-    competes with another), then interleaved timing across the still-running warm processes;
+    """Cold phase per variant (each its own process; all start together, but the cold phases run
+    one after the other, and only once every process has built, so nothing competes with a
+    compile being measured), then interleaved timing across the still-running warm processes;
     every child is closed (or killed) on the way out."""
     children: dict[str, Any] = {}
     try:
