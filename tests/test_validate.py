@@ -160,6 +160,7 @@ def test_state_dict_key_mismatch_is_a_failure_listing_the_keys(tmp_path):
     import sys
 
     sys.path.insert(0, str(src))
+    sys.modules.pop("model", None)  # another test's fixture may have cached its own model.py
     try:
         from model import TinyLM  # the fixture's model
 
