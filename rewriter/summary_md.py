@@ -29,6 +29,20 @@ def _counts(diff: str) -> tuple[int, int]:
     return added, removed
 
 
+def _bound_to(loaded: LoadedPlan, result: RewriteResult, src: str) -> str:
+    """Which digest a validation report must carry: with unsafe actions held back, the gate
+    (:func:`rewriter.validate.gate.check_apply`) binds to the full plan's diff, not this one."""
+    from .rewrite import plan_rewrite
+
+    full = plan_rewrite(loaded, Path(src), unsafe=True) if result.skipped else result
+    if full.digest() == result.digest():
+        return " (validation reports are bound to it)."
+    return (
+        f"; validation reports are bound to the full plan's diff `{full.digest()[:16]}` "
+        "(unsafe actions included), which a passing report lets `--apply` write."
+    )
+
+
 def rewrite_summary(loaded: LoadedPlan, result: RewriteResult, src: str, applied: bool) -> str:
     """The Markdown text (see the module docstring) for ``result`` of ``loaded`` on ``src``."""
     diff = result.diff()
@@ -40,7 +54,7 @@ def rewrite_summary(loaded: LoadedPlan, result: RewriteResult, src: str, applied
     if result.changes:
         out.append(
             f"**{len(result.changes)} file(s) {verb}**, +{added} −{removed} lines; diff sha256 "
-            f"`{result.digest()[:16]}` (validation reports are bound to it)."
+            f"`{result.digest()[:16]}`" + _bound_to(loaded, result, src)
         )
     else:
         out.append("**No changes**: the tree is already what the plan asks.")

@@ -51,3 +51,19 @@ def test_long_diff_is_cut_for_the_comment_limit(tmp_path, monkeypatch, capsys):
     out = tmp_path / "comment.md"
     assert main(["rewrite", "--plan", str(gpt / "plan.yaml"), str(gpt / "src"), "--summary-md", str(out)]) == 0
     assert "_diff cut at 80 of" in out.read_text()
+
+
+def test_digest_named_is_the_one_the_apply_gate_checks(tmp_path, capsys):
+    # The example plan holds back an unsafe bucket action: the printed diff is the safe part,
+    # but `validate` and the `--apply` gate bind to the full plan's diff.
+    gpt = _copy(tmp_path)
+    out = tmp_path / "comment.md"
+    assert main(["rewrite", "--plan", str(gpt / "plan.yaml"), str(gpt / "src"), "--summary-md", str(out)]) == 0
+    text = out.read_text()
+    loaded = load_plan(gpt / "plan.yaml")
+    safe, full = plan_rewrite(loaded, gpt / "src"), plan_rewrite(loaded, gpt / "src", unsafe=True)
+    assert safe.digest() != full.digest()
+    assert f"bound to the full plan's diff `{full.digest()[:16]}`" in text
+    assert f"`{safe.digest()[:16]}` (validation reports are bound to it)" not in text
+    assert main(["rewrite", "--plan", str(gpt / "plan.yaml"), str(gpt / "src"), "--unsafe", "--summary-md", str(out)]) == 0
+    assert f"`{full.digest()[:16]}` (validation reports are bound to it)." in out.read_text()
