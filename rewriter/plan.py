@@ -505,9 +505,17 @@ def load_plan(path: str | Path) -> LoadedPlan:
     """
     name = str(path)
     try:
-        text = Path(path).read_bytes().decode("utf-8-sig")
+        data = Path(path).read_bytes()
+        text = data.decode("utf-8-sig")
     except OSError as exc:
         raise StackpartError(f"cannot read plan: {exc.strerror}", path=name) from None
     except UnicodeDecodeError as exc:
-        raise StackpartError(f"plan is not UTF-8 (byte {exc.start})", path=name) from None
+        # exc.start counts from after a BOM, which utf-8-sig strips first.
+        start = exc.start + (3 if data.startswith(b"\xef\xbb\xbf") else 0)
+        line = data.count(b"\n", 0, start) + 1
+        col = start - (data.rfind(b"\n", 0, start) + 1) + 1
+        raise StackpartError(
+            f"plan is not UTF-8 (byte {start}: {data[start:start + 1]!r})", path=name, line=line, col=col,
+            hint="save it as UTF-8",
+        ) from None
     return parse_plan(text, name)

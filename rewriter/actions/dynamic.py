@@ -12,7 +12,7 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ..errors import StackpartError
+from ..errors import StackpartError, near_names
 from ..plan import MarkDynamicAction
 from .base import TargetedCommand, call_args, insert_statement
 
@@ -29,6 +29,21 @@ def _binding_index(func: cst.FunctionDef, name: str) -> int | None:
         if isinstance(stmt, cst.SimpleStatementLine) and any(m.matches(s, binds) for s in stmt.body):
             return i
     return None
+
+
+def _top_level_names(func: cst.FunctionDef) -> list[str]:
+    """Names assigned by the top-level statements of ``func`` (the candidates for near names)."""
+    names = []
+    body = func.body.body if isinstance(func.body, cst.IndentedBlock) else ()
+    for stmt in body:
+        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else []
+            if isinstance(small, cst.AnnAssign):
+                targets = [small.target]
+            for target in targets:
+                elements = [e.value for e in target.elements] if isinstance(target, cst.Tuple) else [target]
+                names += [e.value for e in elements if isinstance(e, cst.Name)]
+    return names
 
 
 def mark_dynamic_call(torch: str, action: MarkDynamicAction) -> str:
@@ -53,9 +68,11 @@ class MarkDynamicCommand(TargetedCommand):
         if self.action.arg not in params:
             after = _binding_index(func, self.action.arg)
             if after is None:
+                near = near_names(self.action.arg, [*params - {"self", "cls"}, *_top_level_names(func)])
                 raise StackpartError(
                     f"{self.action.arg!r} is neither a parameter of {self.qualname} nor bound "
                     "at its top level",
-                    hint="mark_dynamic needs a name bound before the compiled region is called",
+                    hint=(f"{near} " if near else "")
+                    + "mark_dynamic needs a name bound before the compiled region is called",
                 )
         return insert_statement(self.tree, func, mark_dynamic_call(self.torch, self.action), after)
