@@ -97,6 +97,11 @@ def load_harness(spec: Harness, src: Path) -> LoadedHarness:
     with on_sys_path(src):
         try:
             module_spec.loader.exec_module(module)
+        except SyntaxError as exc:  # in the harness or a module it imports: no frame of its own
+            raise StackpartError(
+                f"importing the harness failed: syntax error: {exc.msg}",
+                path=exc.filename or str(path), line=exc.lineno, col=exc.offset if exc.lineno else None,
+            ) from exc
         except Exception as exc:  # the user's code: any exception is an input error
             file, line = _user_frame(exc, path)
             raise StackpartError(
