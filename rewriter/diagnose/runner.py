@@ -327,8 +327,32 @@ def parse_shape(text: str) -> dict[str, int]:
     return out
 
 
+def check_output(harness: str, output: str) -> None:
+    """Refuse ``-o`` naming the plan ``--harness`` reads when that plan already has actions:
+    diagnose would replace them (and the file's comments) with its own, losing hand-written ones.
+
+    Raises:
+        StackpartError: at the plan's first action line, with the way out (another ``-o``).
+    """
+    if not harness.endswith((".yaml", ".yml")) or not Path(output).exists():
+        return
+    if Path(output).resolve() != Path(harness).resolve():
+        return
+    from ..plan import load_plan
+
+    loaded = load_plan(harness)
+    if loaded.plan.actions:
+        raise StackpartError(
+            f"-o {output} is the plan --harness reads, and diagnose would replace its "
+            f"{len(loaded.plan.actions)} action(s)",
+            path=harness, line=loaded.action_lines[0],
+            hint="pass -o with another path, e.g. -o plan.diagnosed.yaml, and compare",
+        )
+
+
 def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str, ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None) -> int:
     """The ``stackpart diagnose`` command: returns 0 (plan written); raises StackpartError (exit 2)."""
+    check_output(harness, output)
     spec, amort = harness_from_flags(harness, src, model=model, inputs=inputs, shapes=[parse_shape(s) for s in shapes], mode=mode, dtype=dtype, device=device)
     if runs is not None or restarts is not None:
         base = amort.model_dump() if amort is not None else {"runs": 1_000_000, "restarts": 1}
