@@ -182,6 +182,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in exc.also:
             click.echo(f"error: {line}", err=True)
         return 2
+    except OSError as exc:
+        # An output path that cannot be written (-o, --summary-md, --out in a missing or read-only
+        # directory) is bad input, not a crash: one line, exit 2. No filename: a bug, re-raise.
+        if exc.filename is None:
+            raise
+        click.echo(f"error: {exc.filename}: {exc.strerror or exc}", err=True)
+        return 2
     return result if isinstance(result, int) else 0
 
 

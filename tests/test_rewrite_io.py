@@ -269,11 +269,14 @@ def test_bad_command_lines_exit_2(tree, capsysbinary):
         (["rewrite", "--plan", plan, str(src / "run.py")], "is a file"),
         (["rewrite", "--plan", plan, str(src), "--frobnicate"], "--frobnicate"),
         (["rewrite", str(src)], "--plan"),
+        # an output path that cannot be written: one line naming it, not a traceback
+        (["rewrite", "--plan", plan, str(src), "--summary-md", str(src / "run.py" / "sum.md")], f"error: {src / 'run.py'}"),
     ]
     for argv, expected in cases:
         code, out, err = run(capsysbinary, *argv)
         assert code == 2, (argv, err)
         assert expected in err, (argv, err)
+        assert "Traceback" not in err, (argv, err)
     assert snapshot(src) == before
 
 
