@@ -317,6 +317,7 @@ def rewrite_command(
     if check and result.changes:
         stderr().print(
             f"{len(result.changes)} file(s) differ from what {plan_path} asks; run "
+            f"`stackpart validate --plan {plan_path} {src}`, then "
             f"`stackpart rewrite --plan {plan_path} {src} --apply`",
             highlight=False,
         )

@@ -157,6 +157,7 @@ def test_check_exit_codes_and_idempotence(tree, capsysbinary):
     before = snapshot(src)
     code, out, err = rewrite(capsysbinary, base, "--check")
     assert code == 1 and out and "differ from what" in err
+    assert "`stackpart validate --plan" in err  # --apply alone is refused without a report
     assert snapshot(src) == before, "--check wrote something"
     assert rewrite(capsysbinary, base, "--apply")[0] == 0
     assert rewrite(capsysbinary, base, "--check")[:2] == (0, b"")
