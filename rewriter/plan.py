@@ -71,6 +71,14 @@ class Harness(_Strict):
 
     _ident = field_validator("model", "inputs")(_check_ident)
 
+    @field_validator("file")
+    @classmethod
+    def _file(cls, value: str) -> str:
+        parts = value.replace("\\", "/").split("/")
+        if not value.endswith(".py") or value.startswith("/") or re.match(r"^[A-Za-z]:", value) or ".." in parts:
+            raise ValueError(f"expected a .py file relative to SRC (no '..', not absolute), got {value!r}")
+        return value
+
     @field_validator("device")
     @classmethod
     def _device(cls, value: str) -> str:

@@ -26,3 +26,23 @@ def test_syntax_error_names_file_line_and_col(tmp_path, files, where):
     text = str(info.value)
     assert "\n" not in text
     assert text.startswith(str(tmp_path / where) + ": ") and "syntax error: invalid syntax" in text, text
+
+
+@pytest.mark.parametrize("file", ["../harness.py", "/abs/harness.py", "harness.txt", "sub/../../h.py"])
+def test_harness_file_outside_src_or_not_python_is_a_plan_error(tmp_path, file):
+    from rewriter.plan import load_plan
+
+    (tmp_path / "plan.yaml").write_text(f"version: 1\nharness:\n  file: {file}\nactions: []\n")
+    with pytest.raises(StackpartError) as info:
+        load_plan(tmp_path / "plan.yaml")
+    assert str(info.value).startswith(f"{tmp_path / 'plan.yaml'}:3:3: harness.file: expected a .py file relative to SRC")
+
+
+def test_diagnose_harness_flag_not_python_names_the_flag(tmp_path, capsys):
+    from rewriter.cli import main
+
+    (tmp_path / "harness.txt").write_text(GOOD_HARNESS)
+    assert main(["diagnose", "--harness", "harness.txt", str(tmp_path), "-o", str(tmp_path / "plan.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --harness: expected a .py file relative to SRC") and "Traceback" not in err, err
+    assert not (tmp_path / "plan.yaml").exists()

@@ -284,7 +284,8 @@ def harness_from_flags(
         return Harness.model_validate(base), amort
     except ValidationError as exc:
         e = exc.errors()[0]
-        raise StackpartError(f"--{'.'.join(str(p) for p in e['loc'])}: {e['msg']}") from None
+        flag = ".".join(str(p) for p in e["loc"]).replace("file", "harness", 1)  # the field's flag
+        raise StackpartError(f"--{flag}: {e['msg'].removeprefix('Value error, ')}") from None
 
 
 def check_entry(entry: str, src: Path) -> None:
