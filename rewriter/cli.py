@@ -6,7 +6,9 @@ error (a :class:`~rewriter.errors.StackpartError`, printed as ``path:line:col: m
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 import click
@@ -165,8 +167,25 @@ def plan_schema() -> None:
     click.echo(json_schema())
 
 
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM (``timeout``, a CI or batch-job kill) unwinds like Ctrl-C: ``finally`` blocks run, so
+    validate's child processes are killed and temp trees removed instead of being orphaned."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code (tests call this directly, no subprocess)."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         result = cli.main(args=list(argv) if argv is not None else None, prog_name="stackpart", standalone_mode=False)
     except click.exceptions.Exit as exc:
