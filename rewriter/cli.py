@@ -57,7 +57,7 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
               help="Fail when t_best_baseline / t_plan is below this.")
 @click.option("--speed-gate", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Gate speed and amortization (auto: only when timed on CUDA).")
-@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True, help="Seconds per child process.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds per child process.")
 @click.option("--reps", type=int, default=30, show_default=True, help="Interleaved timing rounds per shape (max).")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Warm-up calls per variant and shape.")
 @click.option("--baselines", default="whole,regional", show_default=True,
@@ -130,7 +130,7 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @click.option("--backend", default=None, help="torch.compile backend for the amortization rung (default: inductor on CUDA, eager on CPU).")
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="amortization.runs (expected calls).")
 @click.option("--restarts", type=click.IntRange(min=1), default=None, help="amortization.restarts.")
-@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds one harness call may take.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True, help="Seconds one harness call may take.")
 @click.option("--steps", type=click.IntRange(min=1), default=3, show_default=True, help="Profiled steps.")
 @click.option("--entry", default=None, help="file.py::func under SRC: the program's entry point (runs before the first CUDA allocation); where the allocator action goes.")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
