@@ -100,7 +100,7 @@ def read_source(src: Path, relpath: str) -> SourceFile:
         mode = stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError:
         siblings = path.parent.glob("*.py") if path.parent.is_dir() else ()
-        hint = near_names(path.name, [p.name for p in siblings]) or "target paths are relative to SRC"
+        hint = near_names(path.name, [p.name for p in siblings]) or f"target paths are relative to SRC, here {Path(src).resolve()}"
         raise StackpartError("no such file under SRC", path=relpath, hint=hint) from None
     except OSError as exc:
         raise StackpartError(f"cannot read: {exc.strerror}", path=relpath) from None

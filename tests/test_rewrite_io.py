@@ -340,3 +340,12 @@ def test_src_given_as_dot(tree, capsysbinary, monkeypatch):
     assert code == 0, err
     assert b"diff --git a/pkg/model.py b/pkg/model.py" in patch
     assert b"diff --git a/run.py b/run.py" in patch
+
+
+def test_missing_target_file_names_the_src_it_looked_in(tree, capsysbinary):
+    # check --plan defaults SRC to the working directory: the error must say where it looked.
+    base, src = tree
+    (base / "plan.yaml").write_text("version: 1\nactions:\n  - action: disable\n    target: lib/gone.py::f\n")
+    code, out, err = run(capsysbinary, "rewrite", "--plan", str(base / "plan.yaml"), str(src))
+    assert (code, out) == (2, b"")
+    assert f"lib/gone.py: no such file under SRC (target paths are relative to SRC, here {src.resolve()})" in err
