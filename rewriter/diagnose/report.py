@@ -20,6 +20,10 @@ from .top_ops import short_name
 REPORT_VERSION = 1
 
 
+#: First line of every plan diagnose writes; an existing ``-o`` without it is not overwritten.
+PLAN_HEADER = "# Written by `stackpart diagnose`: every action's `why:` is the evidence that chose it.\n"
+
+
 def plan_yaml(plan: Any) -> str:
     """The plan as YAML that :func:`rewriter.plan.load_plan` reads back (defaults left out)."""
     data = plan.model_dump(mode="json", exclude_defaults=True)
@@ -31,7 +35,7 @@ def plan_yaml(plan: Any) -> str:
         {"action": a["action"], "target": a["target"], **{k: v for k, v in a.items() if k not in ("action", "target", "why")}, **({"why": a["why"]} if "why" in a else {})}
         for a in data.get("actions", [])
     ]
-    header = "# Written by `stackpart diagnose`: every action's `why:` is the evidence that chose it.\n"
+    header = PLAN_HEADER
     return header + yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)
 
 

@@ -329,26 +329,43 @@ def parse_shape(text: str) -> dict[str, int]:
 
 
 def check_output(harness: str, output: str) -> None:
-    """Refuse ``-o`` naming the plan ``--harness`` reads when that plan already has actions:
-    diagnose would replace them (and the file's comments) with its own, losing hand-written ones.
+    """Refuse an ``-o`` that would overwrite a plan diagnose did not write.
+
+    A plan diagnose wrote starts with its header line (:func:`~.report.plan_yaml`) and may be
+    replaced by a new run; any other existing file at ``-o`` (a hand-written or hand-edited plan,
+    including the one ``--harness`` reads) would lose its actions and comments.
 
     Raises:
-        StackpartError: at the plan's first action line, with the way out (another ``-o``).
+        StackpartError: at the file's first action line (or line 1), with the way out.
     """
-    if not harness.endswith((".yaml", ".yml")) or not Path(output).exists():
+    out = Path(output)
+    if not out.is_file():
         return
-    if Path(output).resolve() != Path(harness).resolve():
-        return
-    from ..plan import load_plan
+    from .report import PLAN_HEADER
 
-    loaded = load_plan(harness)
-    if loaded.plan.actions:
-        raise StackpartError(
-            f"-o {output} is the plan --harness reads, and diagnose would replace its "
-            f"{len(loaded.plan.actions)} action(s)",
-            path=harness, line=loaded.action_lines[0],
-            hint="pass -o with another path, e.g. -o plan.diagnosed.yaml, and compare",
-        )
+    try:
+        first = out.read_text(encoding="utf-8", errors="replace").splitlines()[:1]
+    except OSError:
+        return  # unreadable: the write itself reports it
+    if first == [PLAN_HEADER.rstrip("\n")]:
+        return
+    line = 1
+    if out.suffix in (".yaml", ".yml"):
+        from ..plan import load_plan
+
+        try:
+            loaded = load_plan(out)
+            line = loaded.action_lines[0] if loaded.plan.actions else 1
+        except StackpartError:
+            pass
+    same = harness.endswith((".yaml", ".yml")) and out.resolve() == Path(harness).resolve()
+    raise StackpartError(
+        f"-o {output} exists and was not written by diagnose"
+        + (" (it is the plan --harness reads)" if same else "")
+        + "; diagnose would replace its actions and comments",
+        path=str(output), line=line,
+        hint="pass -o with another path, e.g. -o plan.diagnosed.yaml, and compare",
+    )
 
 
 def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str, ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None) -> int:
