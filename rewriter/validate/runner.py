@@ -93,6 +93,7 @@ def run_child(job: dict[str, Any], workdir: Path, name: str, cache_root: Path, t
             env=env,
             cwd=str(workdir),
             start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         try:
             code = proc.wait(timeout=timeout_s)
@@ -112,6 +113,21 @@ def run_child(job: dict[str, Any], workdir: Path, name: str, cache_root: Path, t
     else:
         payload = {"error": {"kind": "crash", "message": f"{name} exited with code {code} and wrote no result"}}
     return ChildResult(code, payload, wall, _tail(stderr_path))
+
+
+def die_with_parent() -> None:
+    """``preexec_fn`` for every child: on Linux, the kernel sends the child SIGKILL when validate's
+    process dies, even by SIGKILL or the OOM killer, which no handler of ours sees; a child holding
+    GPU memory must not outlive it (``prctl(PR_SET_PDEATHSIG)``, man 2 prctl). Children are
+    started from the main thread only (the signal follows the thread that forked them).
+    Elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -162,7 +178,7 @@ class ServedChild:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "rewriter.validate.child", str(job_path)],
                 stdout=err, stderr=subprocess.STDOUT, env=env, cwd=str(workdir),
-                start_new_session=True, pass_fds=(cmd_r, rep_w),
+                start_new_session=True, pass_fds=(cmd_r, rep_w), preexec_fn=die_with_parent,
             )
         os.close(cmd_r)
         os.close(rep_w)
