@@ -293,6 +293,23 @@ def rewrite_command(
         for note in decision.notes:
             stderr().print(note, highlight=False)
         result = decision.result
+    elif not apply and not unsafe and result.skipped:
+        # Preview what --apply would write: a passing report for the full plan lets the unsafe
+        # actions through, so the diff shown must include them too (only looked up when a report
+        # exists, so a plain preview never hashes the tree).
+        from .validate.gate import check_apply
+        from .validate.report import default_report_dir
+
+        where = Path(report) if report else default_report_dir(loaded.path)
+        if where.exists():
+            decision = check_apply(loaded, Path(src), result, unsafe, report)
+            if decision.result is not None and decision.result is not result:
+                stderr().print(
+                    "note: unsafe actions shown: the validation report for the full plan passed, so "
+                    "--apply will write them",
+                    highlight=False,
+                )
+                result = decision.result
     for warning in result.warnings:
         stderr().print(f"[yellow]warning[/]: {warning}", highlight=False)
     for index, reason in result.skipped:

@@ -32,6 +32,7 @@ def test_apply_without_a_report_is_refused_and_no_validate_applies(case, capsys)
     code, err = _run(capsys, "rewrite", "--plan", str(plan), str(src), "--apply")
     assert code == 1
     assert "refused to apply: no validation report for this diff" in err
+    assert "the full plan's diff with its unsafe actions" in err  # not the safe diff the preview shows
     assert "stackpart validate --plan" in err and "--no-validate" in err
     assert tree_hashes(src) == before
     code, err = _run(capsys, "rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate")
@@ -68,8 +69,15 @@ def test_apply_needs_a_passing_report_for_the_exact_diff(case, capsys):
     code, err = _run(capsys, "rewrite", "--plan", str(plan), str(src), "--apply")
     assert code == 1 and "did not pass: wrong numbers at shape {'seq': 12}" in err
 
-    # the passing report -> applied, the unsafe bucket included (validated), CPU run noted
+    # the passing report -> the preview shows what --apply will write, the bucket included
     report_path.write_text(json.dumps(report))
+    capsys.readouterr()
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 0
+    out, err = capsys.readouterr()
+    assert "pad_to_bucket" in out and "_stackpart/bucketing.py" in out, out
+    assert "unsafe actions shown" in err and "not written" not in err
+
+    # ... and --apply writes it, the unsafe bucket included (validated), CPU run noted
     code, err = _run(capsys, "rewrite", "--plan", str(plan), str(src), "--apply")
     assert code == 0, err
     assert "validated on CPU" in err and "unsafe actions written" in err

@@ -67,7 +67,8 @@ def check_apply(
     digest = full.digest()
     how = f"run `stackpart validate --plan {loaded.path} {src}` first, or pass --no-validate to apply unvalidated"
     if report is None:
-        return Decision(None, f"no validation report for this diff (sha256 {digest[:12]}) at {shown}; {how}")
+        scope = "" if full is result else ", the full plan's diff with its unsafe actions"
+        return Decision(None, f"no validation report for this diff (sha256 {digest[:12]}{scope}) at {shown}; {how}")
     if report.get("diff_sha256") != digest:
         return Decision(
             None,
