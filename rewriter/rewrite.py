@@ -216,14 +216,19 @@ def apply_changes(src: Path, changes: list[FileChange]) -> None:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(change.new)
             os.chmod(tmp, change.mode)
-    except OSError as exc:
+    except BaseException as exc:  # also Ctrl-C / SIGTERM (SystemExit): never leave temp files
         _discard(staged, made)
-        raise StackpartError(f"cannot write {exc.filename}: {exc.strerror}; nothing was changed") from None
+        if isinstance(exc, OSError):
+            raise StackpartError(f"cannot write {exc.filename}: {exc.strerror}; nothing was changed") from None
+        raise
     done: list[int] = []
     for i, (tmp, dest) in enumerate(staged):
+        # Counted before the rename: if an interrupt lands between os.replace and the next line,
+        # the restore below still covers this file (restoring an unrenamed file is a no-op).
+        done.append(i)
         try:
             os.replace(tmp, dest)
-        except OSError as exc:
+        except BaseException as exc:  # a failed rename, Ctrl-C or SIGTERM: put the tree back
             for j in reversed(done):
                 old, target = changes[j].old, staged[j][1]
                 if old is None:
@@ -232,11 +237,12 @@ def apply_changes(src: Path, changes: list[FileChange]) -> None:
                     target.write_bytes(old)
                     os.chmod(target, changes[j].mode)
             _discard(staged[i:], made)
-            raise StackpartError(
-                f"cannot write {exc.filename or dest}: {exc.strerror}; the {len(done)} file(s) "
-                "already written were restored, nothing was changed"
-            ) from None
-        done.append(i)
+            if isinstance(exc, OSError):
+                raise StackpartError(
+                    f"cannot write {exc.filename or dest}: {exc.strerror}; the {len(done) - 1} file(s) "
+                    "already written were restored, nothing was changed"
+                ) from None
+            raise
 
 
 def _discard(staged: list[tuple[Path, Path]], made: list[Path]) -> None:

@@ -216,6 +216,53 @@ def test_failed_rename_restores_what_was_written(tree, capsysbinary, monkeypatch
     assert not (src / "pkg" / "_stackpart").exists()
 
 
+@pytest.mark.parametrize("when", [1, 3])
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_interrupt_during_apply_leaves_the_tree_as_it_was(tree, capsysbinary, monkeypatch, when, interrupt):
+    """Ctrl-C (KeyboardInterrupt) or SIGTERM (SystemExit(143)) mid-apply: the renames done are
+    rolled back, no temp file stays, and the interrupt still propagates."""
+    base, src = tree
+    before = snapshot(src)
+    real_replace = os.replace
+    calls = []
+
+    def interrupted(a, b):
+        calls.append(b)
+        if len(calls) == when:
+            raise interrupt()
+        return real_replace(a, b)
+
+    monkeypatch.setattr(rewrite_mod.os, "replace", interrupted)
+    with pytest.raises(interrupt):
+        rewrite_mod.apply_changes(src, _changes(base, src))
+    assert snapshot(src) == before
+    assert _leftovers(src) == []
+
+
+def test_interrupt_while_staging_leaves_no_temp_files(tree, monkeypatch):
+    base, src = tree
+    before = snapshot(src)
+    real_chmod = os.chmod
+    calls = []
+
+    def interrupted(path, mode):
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt()
+        return real_chmod(path, mode)
+
+    monkeypatch.setattr(rewrite_mod.os, "chmod", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        rewrite_mod.apply_changes(src, _changes(base, src))
+    assert snapshot(src) == before and _leftovers(src) == []
+
+
+def _changes(base, src):
+    from rewriter.plan import load_plan
+
+    return rewrite_mod.plan_rewrite(load_plan(base / "plan.yaml"), src, unsafe=True).changes
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
 def test_read_only_directory_writes_nothing(tree, capsysbinary):
     base, src = tree
