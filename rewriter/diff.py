@@ -8,6 +8,7 @@ which difflib leaves out and ``git apply`` needs.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -23,7 +24,9 @@ class Change(Protocol):
 def _lines(data: bytes | None) -> list[str]:
     if data is None:
         return []
-    return data.decode("utf-8", "surrogateescape").splitlines(keepends=True)
+    # Split on "\n" only, as git does: str.splitlines also splits on form feed, \x0b, \x1c-\x1e,
+    # \x85, U+2028/2029 and a lone \r, which would put "no newline" markers mid-file.
+    return re.findall(r"[^\n]*\n|[^\n]+\Z", data.decode("utf-8", "surrogateescape"))
 
 
 def file_diff(relpath: str, old: bytes | None, new: bytes) -> str:

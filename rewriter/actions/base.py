@@ -9,6 +9,8 @@ transform, so no action splices import text by hand.
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -70,9 +72,16 @@ def make_decorator(expr: str) -> cst.Decorator:
 
 
 def py_literal(value: object) -> str:
-    """A Python literal for a plan value (bool, int, float, None, str, list of those)."""
+    """A Python literal for a plan value (bool, int, float, None, str, list of those).
+
+    Strings are written double-quoted with JSON's escapes (a valid subset of Python's: newlines,
+    tabs and control characters become ``\\n``-style escapes); non-finite floats become
+    ``float("inf")``/``float("-inf")``/``float("nan")``, since ``repr`` gives bare names.
+    """
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, float) and not math.isfinite(value):
+        return f'float("{value!r}")'
     if isinstance(value, (list, tuple)):
         return "(" + ", ".join(py_literal(v) for v in value) + ("," if len(value) == 1 else "") + ")"
     return repr(value)

@@ -1,0 +1,58 @@
+"""Values and bytes that once produced broken output (found in review, 2026-11-29)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from rewriter.cli import main
+
+
+def _tree(tmp_path: Path, source: bytes, plan: str) -> tuple[Path, Path]:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_bytes(source)
+    (tmp_path / "plan.yaml").write_text(plan)
+    return tmp_path / "plan.yaml", src
+
+
+def test_form_feed_in_source_gives_a_diff_git_applies(tmp_path, capsysbinary):
+    plan, src = _tree(
+        tmp_path,
+        b"import torch\n\x0c\n\nclass Block:\n    def forward(self, x):\n        return x\n",
+        "version: 1\nactions:\n  - action: compile\n    target: model.py::Block\n",
+    )
+    subprocess.run(["git", "init", "-q", str(src)], check=True)
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 0
+    patch = capsysbinary.readouterr().out
+    assert b"No newline" not in patch
+    subprocess.run(["git", "apply", "--check", "-"], cwd=src, input=patch, check=True)
+
+
+def test_newline_in_a_string_field_is_escaped(tmp_path, capsys):
+    plan, src = _tree(
+        tmp_path,
+        b"def main():\n    pass\n",
+        'version: 1\nactions:\n  - action: compile_cache\n    target: model.py::main\n    dir: "a\\nb"\n',
+    )
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    text = (src / "model.py").read_text()
+    ast.parse(text)
+    assert 'os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", "a\\nb")' in text
+
+
+def test_infinite_pad_value_is_written_as_a_float_call(tmp_path):
+    plan, src = _tree(
+        tmp_path,
+        b"def f(x):\n    return x\n",
+        "version: 1\nactions:\n  - action: bucket\n    target: model.py::f\n    arg: x\n    dim: 0\n"
+        "    buckets: [4, 8]\n    pad_value: -.inf\n",
+    )
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate", "--unsafe"]) == 0
+    assert 'pad_value=float("-inf")' in (src / "model.py").read_text()
+    code = "import torch, model; print(model.f(torch.zeros(3)).shape[0])"
+    out = subprocess.run([sys.executable, "-c", code], cwd=src, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "3"  # padded to 4 inside, trimmed back to 3
