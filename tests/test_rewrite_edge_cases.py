@@ -56,3 +56,21 @@ def test_infinite_pad_value_is_written_as_a_float_call(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=src, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "3"  # padded to 4 inside, trimmed back to 3
+
+
+def test_two_buckets_in_a_package_import_the_helper_once(tmp_path, capsys):
+    """LibCST's AddImportsVisitor does not see an existing relative import: two bucket actions
+    in one package file (or a re-run) once wrote `from ._stackpart.bucketing import ...` twice."""
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "__init__.py").write_text("")
+    (src / "pkg" / "m.py").write_text("def f(x):\n    return x\n\n\ndef g(x):\n    return x\n")
+    plan = tmp_path / "plan.yaml"
+    one = "  - action: bucket\n    target: pkg/m.py::{}\n    arg: x\n    dim: 0\n    buckets: [4]\n"
+    plan.write_text("version: 1\nactions:\n" + one.format("f"))
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate", "--unsafe"]) == 0
+    plan.write_text("version: 1\nactions:\n" + one.format("f") + one.format("g"))
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate", "--unsafe"]) == 0
+    text = (src / "pkg" / "m.py").read_text()
+    assert text.count("from ._stackpart.bucketing import pad_to_bucket") == 1, text
+    assert text.count("@pad_to_bucket(") == 2

@@ -248,6 +248,31 @@ class TargetedCommand(VisitorBasedCodemodCommand):
         self.generated[str(base / "__init__.py")] = render_python("vendor_init.py.j2")
         self.generated[str(base / f"{module_name}.py")] = render_python(template, **values)
 
+    def add_vendored_import(self, module_name: str, name: str) -> None:
+        """Request ``from <vendored package>.<module_name> import <name>`` (relative or absolute,
+        as the :class:`VendorSite` says), unless the module already imports it.
+
+        LibCST's ``AddImportsVisitor`` does not recognise an existing *relative* import, so a
+        second action (or a re-run that adds a call) would write the import twice.
+        """
+        module = self.site.module(module_name)
+        level = self.site.relative
+        assert self.tree is not None
+        for stmt in self.tree.body:
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                continue
+            for small in stmt.body:
+                if (
+                    isinstance(small, cst.ImportFrom)
+                    and len(small.relative) == level
+                    and small.module is not None
+                    and get_full_name_for_node(small.module) == module
+                    and not isinstance(small.names, cst.ImportStar)
+                    and any(a.asname is None and get_full_name_for_node(a.name) == name for a in small.names)
+                ):
+                    return
+        AddImportsVisitor.add_needed_import(self.context, module, name, relative=level)
+
     def add_decorator(self, func: cst.FunctionDef, expr: str, outermost: bool = False) -> cst.FunctionDef:
         """Add ``@expr`` innermost (next to ``def``), or outermost when asked."""
         decs: Sequence[cst.Decorator] = list(func.decorators)

@@ -10,7 +10,6 @@ size; compiled code downstream then meets only the bucket sizes (partitioning-th
 from __future__ import annotations
 
 import libcst as cst
-from libcst.codemod.visitors import AddImportsVisitor
 
 from ..plan import BucketAction
 from .base import TargetedCommand, call_args, decorator_name, py_literal
@@ -35,9 +34,7 @@ class BucketCommand(TargetedCommand):
         if any(decorator_name(d) == HELPER for d in func.decorators):
             return func
         self.generate(HELPER_MODULE, TEMPLATE)
-        AddImportsVisitor.add_needed_import(
-            self.context, self.site.module(HELPER_MODULE), HELPER, relative=self.site.relative
-        )
+        self.add_vendored_import(HELPER_MODULE, HELPER)
         kwargs = {
             "dim": self.action.dim,
             "buckets": self.action.buckets,

@@ -29,7 +29,6 @@ from typing import Any
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import PositionProvider, QualifiedNameProvider, QualifiedNameSource
 
@@ -340,11 +339,7 @@ class KernelCommand(TargetedCommand):
         self._write_files()
         module = f"kernel_{self.spec['name']}"
         if self.replaced:
-            # Only when this run wrote calls: LibCST's AddImportsVisitor does not see an existing
-            # relative import, and an earlier run that wrote the calls also wrote their import.
-            AddImportsVisitor.add_needed_import(
-                self.context, self.site.module(module), self.spec["entry"], relative=self.site.relative
-            )
+            self.add_vendored_import(module, self.spec["entry"])
         if self.action.kernel == STUB:
             self.notes.append(
                 f"{self.context.filename}::{self.qualname}: kernel stub for {self.canonical} "
