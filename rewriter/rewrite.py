@@ -304,12 +304,17 @@ def rewrite_command(
         # actions through, so the diff shown must include them too (only looked up when a report
         # exists, so a plain preview never hashes the tree).
         from .validate.gate import check_apply
-        from .validate.report import default_report_dir
+        from .validate.report import default_report_dir, read_report
 
         where = Path(report) if report else default_report_dir(loaded.path)
-        if where.exists():
-            decision = check_apply(loaded, Path(src), result, unsafe, report)
-            if decision.result is not None and decision.result is not result:
+        if read_report(where) is not None:
+            try:
+                decision = check_apply(loaded, Path(src), result, unsafe, report)
+            except StackpartError:
+                # an unsafe action that cannot be written: no report can pass for it, and the
+                # preview stays the safe diff with the action listed as not written, as without one
+                decision = None
+            if decision is not None and decision.result is not None and decision.result is not result:
                 stderr().print(
                     "note: unsafe actions shown: the validation report for the full plan passed, so "
                     "--apply will write them",
@@ -325,15 +330,19 @@ def rewrite_command(
             f"{action.target}) not written: {reason}",
             highlight=False,
         )
-    if summary_md is not None:
-        from .summary_md import write_rewrite_summary
+    def summary() -> None:
+        if summary_md is not None:
+            from .summary_md import write_rewrite_summary
 
-        write_rewrite_summary(summary_md, loaded, result, src, applied=apply)
+            write_rewrite_summary(summary_md, loaded, result, src, applied=apply)
+
     patch = result.diff()
     if apply:
         apply_changes(Path(src), result.changes)
+        summary()  # after the write: a failed apply must not leave a summary saying "applied"
         stderr().print(f"applied: {len(result.changes)} file(s) changed under {src}", highlight=False)
         return 0
+    summary()
     if patch:
         # Bytes, not text: a file in another encoding (PEP 263) keeps its exact bytes in the diff.
         click.echo(patch.encode("utf-8", "surrogateescape"), nl=False)

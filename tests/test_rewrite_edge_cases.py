@@ -74,3 +74,17 @@ def test_two_buckets_in_a_package_import_the_helper_once(tmp_path, capsys):
     text = (src / "pkg" / "m.py").read_text()
     assert text.count("from ._stackpart.bucketing import pad_to_bucket") == 1, text
     assert text.count("@pad_to_bucket(") == 2
+
+
+def test_a_broken_unsafe_action_is_skipped_in_the_preview_whether_or_not_a_report_exists(tmp_path, capsys):
+    """The plain preview's exit code once depended on whether .stackpart/validation/ existed."""
+    plan, src = _tree(
+        tmp_path,
+        b"import torch\n\n\ndef f(x):\n    return torch.topk(x, 2)\n",
+        "version: 1\nactions:\n  - action: kernel\n    target: model.py::f\n    call: torch.topk\n    kernel: topkk\n",
+    )
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 0
+    (tmp_path / ".stackpart" / "validation").mkdir(parents=True)
+    (tmp_path / ".stackpart" / "validation" / "validation.json").write_text('{"diff_sha256": "0", "verdict": {"passed": true}}')
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 0
+    assert "not written" in capsys.readouterr().err
