@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
-from .actions.base import canonical, torch_alias
+from .actions.base import canonical, imported_names
 from .actions.compile import COMPILE_DECORATORS
 from .errors import StackpartError
 from .plan import ADVISORY_ACTIONS, CompileAction, DisableAction, LoadedPlan, MarkDynamicAction
@@ -68,8 +68,8 @@ def _inside(inner: Bound, outer: Bound) -> bool:
 
 
 def _already_compiled(bound: Bound) -> bool:
-    alias = torch_alias(bound.module) or "torch"
-    return any(canonical(d, alias) in COMPILE_DECORATORS for d in bound.target.decorators)
+    imports = imported_names(bound.module)
+    return any(canonical(d, imports) in COMPILE_DECORATORS for d in bound.target.decorators)
 
 
 def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:

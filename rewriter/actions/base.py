@@ -49,10 +49,47 @@ def torch_alias(module: cst.Module) -> str | None:
     return None
 
 
-def canonical(name: str, alias: str) -> str:
-    """A decorator's dotted name with the module's torch alias spelled ``torch``."""
-    head, _, rest = name.partition(".")
-    return "torch." + rest if head == alias and rest else name
+def imported_names(module: cst.Module) -> dict[str, str]:
+    """What each module-level import binds: local name → dotted name it stands for.
+
+    ``import torch as T`` → ``{"T": "torch"}``; ``import torch.nn`` → ``{"torch": "torch"}``;
+    ``from torch.compiler import disable as off`` → ``{"off": "torch.compiler.disable"}``.
+    Relative imports are left out (they never name torch).
+    """
+    out: dict[str, str] = {}
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    name = get_full_name_for_node(alias.name) or ""
+                    if alias.asname is not None:
+                        out[get_full_name_for_node(alias.asname.name) or name] = name
+                    else:
+                        head = name.split(".")[0]
+                        out[head] = head
+            elif (
+                isinstance(small, cst.ImportFrom)
+                and not small.relative
+                and small.module is not None
+                and not isinstance(small.names, cst.ImportStar)
+            ):
+                base = get_full_name_for_node(small.module) or ""
+                for alias in small.names:
+                    name = get_full_name_for_node(alias.name) or ""
+                    local = get_full_name_for_node(alias.asname.name) if alias.asname else name
+                    out[local or name] = f"{base}.{name}"
+    return out
+
+
+def canonical(name: str, imports: dict[str, str]) -> str:
+    """A decorator's dotted name spelled through the module's imports
+    (``T.compile`` → ``torch.compile``; ``off`` → ``torch.compiler.disable``)."""
+    head, dot, rest = name.partition(".")
+    if head in imports:
+        return imports[head] + dot + rest
+    return name
 
 
 def decorator_name(dec: cst.Decorator) -> str:
@@ -61,9 +98,10 @@ def decorator_name(dec: cst.Decorator) -> str:
     return get_full_name_for_node(expr) or ""
 
 
-def has_decorator(node: cst.FunctionDef, names: set[str], alias: str) -> bool:
-    """Whether ``node`` carries any decorator whose canonical name is in ``names``."""
-    return any(canonical(decorator_name(d), alias) in names for d in node.decorators)
+def has_decorator(node: cst.FunctionDef, names: set[str], imports: dict[str, str]) -> bool:
+    """Whether ``node`` carries any decorator whose canonical name is in ``names``
+    (``imports`` from :func:`imported_names`)."""
+    return any(canonical(decorator_name(d), imports) in names for d in node.decorators)
 
 
 def make_decorator(expr: str) -> cst.Decorator:
@@ -163,10 +201,13 @@ class TargetedCommand(VisitorBasedCodemodCommand):
         self.generated: dict[str, str] = {}
         self._stack: list[str] = []
         self.torch = "torch"
+        #: The module's imports (:func:`imported_names`), for recognising existing decorators.
+        self.imports: dict[str, str] = {}
         self.tree: cst.Module | None = None
 
     def visit_Module(self, node: cst.Module) -> bool:
         self.tree = node
+        self.imports = imported_names(node)
         alias = torch_alias(node)
         if alias is None and self.needs_torch():
             AddImportsVisitor.add_needed_import(self.context, "torch")

@@ -26,10 +26,10 @@ class CompileCommand(TargetedCommand):
 
     def rewrite(self, func: cst.FunctionDef) -> cst.FunctionDef:
         if self.action.strategy == "nested":
-            if has_decorator(func, NESTED_DECORATORS, self.torch):
+            if has_decorator(func, NESTED_DECORATORS, self.imports):
                 return func
             return self.add_decorator(func, f"{self.torch}.compiler.nested_compile_region")
-        if has_decorator(func, COMPILE_DECORATORS, self.torch):
+        if has_decorator(func, COMPILE_DECORATORS, self.imports):
             return func
         args = call_args(self.action.options.non_default())
         expr = f"{self.torch}.compile({args})" if args else f"{self.torch}.compile"

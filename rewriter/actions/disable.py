@@ -24,7 +24,7 @@ class DisableCommand(TargetedCommand):
     action: DisableAction
 
     def rewrite(self, func: cst.FunctionDef) -> cst.FunctionDef:
-        if has_decorator(func, DISABLE_DECORATORS, self.torch):
+        if has_decorator(func, DISABLE_DECORATORS, self.imports):
             return func
         expr = f"{self.torch}.compiler.disable"
         if not self.action.recursive:
