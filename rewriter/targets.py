@@ -75,31 +75,22 @@ class ResolvedTarget:
         qualname: the function's qualname (a class target becomes ``Class.forward``).
         node: the function's LibCST node in the parsed module.
         decorators: the function's decorator names as written.
-        via_class: the class name when the target named a class.
-        params: the function's parameter names, in order.
-        definition: where it was found.
-        line: (property) the function's 1-based line, computed on first use.
     """
 
     relpath: str
     qualname: str
     node: cst.FunctionDef
     decorators: list[str]
-    via_class: str | None = None
-    params: list[str] = field(default_factory=list)
-    definition: Definition | None = field(default=None, repr=False, compare=False)
 
-    @property
-    def line(self) -> int:
-        return self.definition.line if self.definition else 0
+
+def decorator_name(dec: cst.Decorator) -> str:
+    """The dotted name of a decorator, without its call (``@torch.compile(...)`` → ``torch.compile``)."""
+    expr = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
+    return get_full_name_for_node(expr) or ""
 
 
 def _decorator_names(node: cst.FunctionDef | cst.ClassDef) -> list[str]:
-    names = []
-    for dec in node.decorators:
-        expr = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
-        names.append(get_full_name_for_node(expr) or "")
-    return names
+    return [decorator_name(dec) for dec in node.decorators]
 
 
 def _blocks(stmt: cst.CSTNode) -> Sequence[Sequence[cst.CSTNode]]:
@@ -182,17 +173,6 @@ def collect_definitions(module: cst.Module, text: str | None = None) -> dict[str
     return found
 
 
-def _params(node: cst.FunctionDef) -> list[str]:
-    p = node.params
-    names = [x.name.value for x in (*p.posonly_params, *p.params)]
-    if isinstance(p.star_arg, cst.Param):
-        names.append(p.star_arg.name.value)
-    names += [x.name.value for x in p.kwonly_params]
-    if p.star_kwarg is not None:
-        names.append(p.star_kwarg.name.value)
-    return names
-
-
 def resolve(
     module: cst.Module,
     relpath: str,
@@ -224,7 +204,6 @@ def resolve(
             hint="move the definitions apart or target a name defined once",
         )
     hit = hits[0]
-    via_class = None
     if hit.kind == "class":
         forward = defs.get(qualname + ".forward")
         if not forward:
@@ -234,14 +213,11 @@ def resolve(
             )
         if len(forward) > 1:
             raise StackpartError(f"{qualname}.forward is defined {len(forward)} times in {relpath}")
-        via_class, hit = qualname, forward[0]
+        hit = forward[0]
     assert isinstance(hit.node, cst.FunctionDef)
     return ResolvedTarget(
         relpath=relpath,
         qualname=hit.qualname,
         node=hit.node,
         decorators=hit.decorators,
-        via_class=via_class,
-        params=_params(hit.node),
-        definition=hit,
     )

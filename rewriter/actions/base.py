@@ -26,6 +26,7 @@ from libcst.metadata import MetadataWrapper
 from pathlib import PurePosixPath
 
 from ..plan import _Action
+from ..targets import decorator_name
 from ..vendor import VendorSite
 
 
@@ -90,12 +91,6 @@ def canonical(name: str, imports: dict[str, str]) -> str:
     if head in imports:
         return imports[head] + dot + rest
     return name
-
-
-def decorator_name(dec: cst.Decorator) -> str:
-    """The dotted name of a decorator, without its call (``@torch.compile(...)`` → ``torch.compile``)."""
-    expr = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
-    return get_full_name_for_node(expr) or ""
 
 
 def has_decorator(node: cst.FunctionDef, names: set[str], imports: dict[str, str]) -> bool:
@@ -199,6 +194,8 @@ class TargetedCommand(VisitorBasedCodemodCommand):
         #: Files to write into the vendored package, ``{relpath under SRC: text}``; filled by
         #: :meth:`rewrite` when the action generates code (see :meth:`generate`).
         self.generated: dict[str, str] = {}
+        #: Lines for the user (``path:line:col: ...``): calls left alone, stubs written.
+        self.notes: list[str] = []
         self._stack: list[str] = []
         self.torch = "torch"
         #: The module's imports (:func:`imported_names`), for recognising existing decorators.

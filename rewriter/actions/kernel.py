@@ -128,7 +128,6 @@ class KernelCommand(TargetedCommand):
     ) -> None:
         super().__init__(context, action, qualname, site)
         #: One line per call left alone (``file:line:col: code left alone: reason``) and per stub.
-        self.notes: list[str] = []
         self.replaced = 0
         self.present = 0
         self.spec: dict[str, Any] | None = None
@@ -198,10 +197,6 @@ class KernelCommand(TargetedCommand):
                             return f"{base}.{alias.evaluated_name}" + ("." + rest if rest else "")
         return call
 
-    def _inside_target(self) -> bool:
-        qual = ".".join(self._stack)
-        return qual == self.qualname or qual.startswith(self.qualname + ".")
-
     def _form(self, call: cst.Call) -> tuple[str, list[str] | None] | None:
         """``(spelling, params)`` when ``call`` is one of the op's spellings, else None."""
         assert self.spec is not None
@@ -226,7 +221,7 @@ class KernelCommand(TargetedCommand):
 
     # -- the rewrite ---------------------------------------------------------------------------
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if not self._stack or not self._inside_target():
+        if not self._inside():
             return updated
         assert self.spec is not None
         if isinstance(updated.func, cst.Name) and updated.func.value == self.spec["entry"]:
