@@ -168,11 +168,10 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
                 raise loaded.error(b.index, exc.message, exc.hint) from None
             generated.update(command.generated)
             # Calls an action left alone, and stubs written (kernel), with file:line and why.
-            result.warnings.extend(getattr(command, "notes", ()))
+            result.warnings.extend(command.notes)
         source, code = sources[rel], module.code
         if code != source.text:
-            old = source.path.read_bytes()
-            result.changes.append(FileChange(rel, old, source.encode(code), source.mode))
+            result.changes.append(FileChange(rel, source.raw, source.encode(code), source.mode))
     for rel, text in sorted(generated.items()):
         path = safe_relpath(src, rel)
         old = path.read_bytes() if path.exists() else None

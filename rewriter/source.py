@@ -32,6 +32,7 @@ class SourceFile:
         encoding: the codec used to decode (``utf-8`` unless a PEP 263 cookie says otherwise).
         bom: whether the file starts with a UTF-8 BOM.
         mode: ``st_mode`` permission bits, kept on write.
+        raw: the bytes as read (BOM included): the diff's old side, without a second read.
     """
 
     relpath: str
@@ -40,6 +41,7 @@ class SourceFile:
     encoding: str = "utf-8"
     bom: bool = False
     mode: int = 0o644
+    raw: bytes = b""
 
     def encode(self, text: str) -> bytes:
         """``text`` in this file's encoding, with its BOM when it had one."""
@@ -104,6 +106,7 @@ def read_source(src: Path, relpath: str) -> SourceFile:
         raise StackpartError("no such file under SRC", path=relpath, hint=hint) from None
     except OSError as exc:
         raise StackpartError(f"cannot read: {exc.strerror}", path=relpath) from None
+    raw = data
     bom = data.startswith(codecs.BOM_UTF8)
     if bom:
         data = data[len(codecs.BOM_UTF8) :]
@@ -123,4 +126,4 @@ def read_source(src: Path, relpath: str) -> SourceFile:
             path=relpath,
             line=line,
         ) from None
-    return SourceFile(relpath=relpath, path=path, text=text, encoding=encoding, bom=bom, mode=mode)
+    return SourceFile(relpath=relpath, path=path, text=text, encoding=encoding, bom=bom, mode=mode, raw=raw)
