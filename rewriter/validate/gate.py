@@ -26,17 +26,16 @@ class Decision:
     notes: tuple[str, ...] = ()
 
 
-def _stale_reason(report: dict, loaded: LoadedPlan, src: Path) -> str:
+def _stale_reason(report: dict, loaded: LoadedPlan, src: Path, now: dict, plan_sha: str | None) -> str:
     reasons = []
     if report.get("src") and Path(report["src"]) != src.resolve():
         reasons.append(f"it was written for SRC {report['src']}")
     plan_path = Path(loaded.path)
     if report.get("plan") and Path(report["plan"]) != plan_path.resolve():
         reasons.append(f"it was written for plan {report['plan']}")
-    elif plan_path.is_file() and report.get("plan_sha256") != file_sha256(plan_path):
+    elif plan_sha is not None and report.get("plan_sha256") != plan_sha:
         reasons.append(f"{loaded.path} changed since")
     old = report.get("tree_sha256", {})
-    now = tree_hashes(src)
     changed = sorted(k for k in old.keys() & now.keys() if old[k] != now[k])
     added = sorted(now.keys() - old.keys())
     removed = sorted(old.keys() - now.keys())
@@ -65,26 +64,26 @@ def check_apply(
     report = read_report(where)
     shown = where / JSON_NAME if where.is_dir() or not where.suffix else where
     digest = full.digest()
+    plan_file = Path(loaded.path)
+    plan_sha = file_sha256(plan_file) if plan_file.is_file() else None
     how = f"run `stackpart validate --plan {loaded.path} {src}` first, or pass --no-validate to apply unvalidated"
     if report is None:
         scope = "" if full is result else ", the full plan's diff with its unsafe actions"
         return Decision(None, f"no validation report for this diff (sha256 {digest[:12]}{scope}) at {shown}; {how}")
+    now = tree_hashes(src)  # once: the stale check and its reason both need it
     if report.get("diff_sha256") != digest:
         return Decision(
             None,
             f"stale validation report {shown}: it validated diff {str(report.get('diff_sha256'))[:12]}, "
-            f"the plan now gives {digest[:12]} ({_stale_reason(report, loaded, src)}); {how}",
+            f"the plan now gives {digest[:12]} ({_stale_reason(report, loaded, src, now, plan_sha)}); {how}",
         )
     # Same diff, but the code around it (or the plan's harness/shapes) may have changed since:
     # what was validated is the whole tree, not only the hunks.
-    plan_file = Path(loaded.path)
-    if report.get("tree_sha256") != tree_hashes(src) or (
-        plan_file.is_file() and report.get("plan_sha256") != file_sha256(plan_file)
-    ):
+    if report.get("tree_sha256") != now or (plan_sha is not None and report.get("plan_sha256") != plan_sha):
         return Decision(
             None,
             f"stale validation report {shown}: same diff {digest[:12]}, but "
-            f"{_stale_reason(report, loaded, src)}; {how}",
+            f"{_stale_reason(report, loaded, src, now, plan_sha)}; {how}",
         )
     verdict = report.get("verdict", {})
     if not verdict.get("passed"):
