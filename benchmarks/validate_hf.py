@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                f"target <= 1.2: {'met' if ov['meets_target'] else 'NOT met'})\n")
         if ov.get("breakdown_s"):
             md += "breakdown (s): " + ", ".join(
-                f"{k} {v:.1f}" for k, v in ov["breakdown_s"].items() if isinstance(v, (int, float))) + "\n"
+                f"{k} {v:.1f}" for k, v in ov["breakdown_s"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)) + "\n"
         (out / f"validate_hf_{model}.md").write_text(md)
         (out / f"validate_hf_{model}.json").write_text(json.dumps(
             {"exit_code": code, "overhead": ov, "report": report}, indent=1, default=str))

@@ -63,12 +63,18 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
 @click.option("--baselines", default="whole,regional", show_default=True,
               help="Comma-separated baselines besides eager: whole, regional (empty for none).")
 @click.option("--keep-temp", is_flag=True, help="Keep the temp trees and child logs.")
+@click.option("--no-overlap", is_flag=True,
+              help="Run the eager reference to its end before the first compile (by default, on a GPU "
+                   "with >= 8 CPUs, it overlaps the plan's cold phase).")
+@click.option("--construct-on", type=click.Choice(["device", "host"]), default="device", show_default=True,
+              help="Where each child constructs the model: under the harness device (parameter init on "
+                   "the GPU; host when that raises) or on the host as the harness does alone.")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="> 1: run original and plan under torchrun on N processes; compare step time and exposed communication.")
 @click.pass_context
 def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, backend: str, min_speedup: float,
              speed_gate: str, timeout_s: float, reps: int, warmup: int, baselines: str, keep_temp: bool,
-             nproc: int = 1) -> None:
+             no_overlap: bool = False, construct_on: str = "device", nproc: int = 1) -> None:
     """Prove a rewrite before it is applied: numerics, speed, compile cost; exit 0 pass, 1 fail, 2 error."""
     from pathlib import Path
 
@@ -86,7 +92,8 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
         raise click.UsageError(f"--baselines: unknown {', '.join(bad)}; expected whole, regional")
     opts = Options(out=Path(out) if out else None, backend=backend, min_speedup=min_speedup,
                    speed_gate=speed_gate, timeout_s=timeout_s, reps=reps, warmup=warmup,
-                   keep=keep_temp, variants=("eager", "plan") + names)
+                   keep=keep_temp, variants=("eager", "plan") + names, overlap=not no_overlap,
+                   construct_on_device=construct_on == "device")
     ctx.exit(validate_command(plan_path, src, opts))
 
 

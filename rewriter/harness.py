@@ -68,7 +68,10 @@ def on_sys_path(src: Path) -> Iterator[None]:
         file = getattr(module, "__file__", None)
         if file is None or file.startswith((sys.prefix, sys.base_prefix)):
             continue  # builtins, the standard library and installed packages stay
-        if not Path(file).resolve().is_relative_to(root):
+        # imported from this tree by the path as imported or as resolved: a symlinked file under
+        # SRC (a symlink farm over an installed package) resolves outside SRC but is this tree's
+        path = Path(file).absolute()
+        if not (path.is_relative_to(root) or path.resolve().is_relative_to(root)):
             del sys.modules[name]
     sys.path.insert(0, entry)
     try:
@@ -162,24 +165,48 @@ def build(h: LoadedHarness, shape: dict[str, int] | None = None) -> tuple[Any, A
         StackpartError: a harness callable raised or returned the wrong kind of object, naming
             the callable and the user's line.
     """
+    model, _ = build_model(h)
+    return model, build_inputs(h, shape)
+
+
+def build_model(h: LoadedHarness, construct_on: str | None = None) -> tuple[Any, str | None]:
+    """Only the model, as :func:`build` makes it; returns ``(model, fallback)``.
+
+    ``construct_on``: a device to construct the model on (``torch.device`` as the default
+    device while ``model()`` runs), so parameter initialisation runs there rather than on the
+    host: host random init was 16.6 s of a 20.8 s validation child start-up for a 0.3B HF Llama
+    on the H200 (BENCHMARKS.md, run 4). Values differ from a host-built model (another RNG),
+    which does not matter to a caller that loads weights afterwards or compares processes
+    built the same way. When ``model()`` raises under it (host-only code in ``__init__``, such
+    as ``.numpy()``), the model is built again on the host and ``fallback`` says why (None
+    otherwise).
+
+    Raises:
+        StackpartError: ``model()`` raised on the host, or returned something other than an
+            ``nn.Module``, naming the callable and the user's line.
+    """
     import torch
 
     spec = h.spec
-    shape = spec.shapes[0] if shape is None else shape
-    dtype = torch_dtype(spec)
+    fallback = None
     with on_sys_path(h.src):
-        model = _call(h, "model", h.build_model)
-        if not isinstance(model, torch.nn.Module):
-            raise StackpartError(
-                f"harness.model: {spec.model}() returned {type(model).__name__}, expected torch.nn.Module",
-                path=spec.file,
-            )
-        inputs = _call(h, "inputs", h.make_inputs, **shape)
-    if not isinstance(inputs, (tuple, list, dict)):
-        inputs = (inputs,)
-    model = model.to(device=spec.device, dtype=dtype)
+        model = None
+        if construct_on and torch.device(construct_on).type != "cpu":
+            try:
+                with torch.device(construct_on):
+                    model = h.build_model()
+            except Exception as exc:  # host-only code in the constructor: build it as the user does
+                fallback = f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+        if model is None:
+            model = _call(h, "model", h.build_model)
+    if not isinstance(model, torch.nn.Module):
+        raise StackpartError(
+            f"harness.model: {spec.model}() returned {type(model).__name__}, expected torch.nn.Module",
+            path=spec.file,
+        )
+    model = model.to(device=spec.device, dtype=torch_dtype(spec))
     model.train(spec.mode == "training")
-    return model, _to(inputs, spec.device, dtype)
+    return model, fallback
 
 
 def build_inputs(h: LoadedHarness, shape: dict[str, int] | None = None) -> Any:

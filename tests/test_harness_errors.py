@@ -46,3 +46,46 @@ def test_diagnose_harness_flag_not_python_names_the_flag(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: --harness: expected a .py file relative to SRC") and "Traceback" not in err, err
     assert not (tmp_path / "plan.yaml").exists()
+
+
+def _load(tmp_path, body: str):
+    (tmp_path / "harness.py").write_text(body)
+    return load_harness(Harness(file="harness.py", device="cpu"), tmp_path)
+
+
+def test_build_model_constructs_under_the_requested_device(tmp_path):
+    from rewriter.harness import build_model
+
+    h = _load(tmp_path, (
+        "import torch\n\nSEEN = []\n\n\n"
+        "def build_model():\n    SEEN.append(torch.empty(0).device.type)\n    return torch.nn.Identity()\n\n\n"
+        "def make_inputs(batch=1):\n    return (torch.zeros(batch),)\n"
+    ))
+    model, fallback = build_model(h, construct_on="meta")
+    assert fallback is None and isinstance(model, __import__("torch").nn.Identity)
+    assert h.build_model.__globals__["SEEN"] == ["meta"]
+    build_model(h)  # default: on the host, as the harness does alone
+    assert h.build_model.__globals__["SEEN"] == ["meta", "cpu"]
+
+
+def test_build_model_falls_back_to_the_host_when_the_constructor_needs_it(tmp_path):
+    from rewriter.harness import build_model
+
+    h = _load(tmp_path, (
+        "import torch\n\n\n"
+        "def build_model():\n    torch.zeros(3).numpy()  # host-only\n    return torch.nn.Linear(2, 2)\n\n\n"
+        "def make_inputs(batch=1):\n    return (torch.zeros(batch, 2),)\n"
+    ))
+    model, fallback = build_model(h, construct_on="meta")
+    assert model.weight.device.type == "cpu"
+    assert fallback.startswith("TypeError: can't convert meta device type tensor to numpy")
+
+
+def test_build_model_host_error_still_names_the_harness_line(tmp_path):
+    from rewriter.harness import build_model
+
+    h = _load(tmp_path, "def build_model():\n    raise RuntimeError('no weights')\n\n\ndef make_inputs():\n    pass\n")
+    with pytest.raises(StackpartError) as exc:
+        build_model(h, construct_on="meta")
+    assert "harness.model: build_model() raised RuntimeError: no weights" in str(exc.value)
+    assert "harness.py:2" in str(exc.value)

@@ -64,11 +64,13 @@ def test_correct_rewrite_passes_and_report_is_bound_to_the_diff(tmp_path, capsys
     ov = report["overhead"]
     compiled = [report["variants"][v] for v in ("plan", "whole", "regional")]
     assert ov["measured_compile_s"] == pytest.approx(sum(v["compile_s_per_start"] for v in compiled))
-    parts = ("reference_s", "waiting_for_builds_s", "timing_s", "other_s")
+    parts = ("materialize_s", "reference_s", "waiting_for_builds_s", "timing_s", "teardown_s", "other_s")
     cold = sum(v["child_wall_s"] for v in compiled)
     assert sum(ov[k] for k in parts) + cold == pytest.approx(ov["validate_wall_s"])
     assert ov["cold_not_compile_s"] == pytest.approx(cold - ov["measured_compile_s"])
     assert ov["high_precision_run_s"] is None  # float32 harness: no float64 re-run
+    assert ov["reference_overlapped"] is False  # on CPU the reference never overlaps a compile
+    assert 0 <= ov["other_s"] < 0.25 * ov["validate_wall_s"]  # the named parts explain the wall time
     # the explanation of regional compile: share of the eager step inside the 2 repeated blocks
     shares = report["variants"]["eager"]["block_share"]
     assert [row["block_calls"] for row in shares] == [2, 2, 2]
@@ -100,6 +102,49 @@ def test_planted_wrong_rewrite_fails_every_time(tmp_path, capsys):
         ], failures
         assert "fail:" in err and "wrong numbers" in err
         assert report["variants"]["plan"]["numerics"] == "FAIL"
+
+
+@pytest.fixture
+def overlap_on(monkeypatch):
+    """Force the GPU-only schedule on CPU: the reference's run overlaps the plan's cold phase."""
+    from rewriter.validate import command
+
+    monkeypatch.setattr(command, "_overlap", lambda opts, device: opts.overlap)
+
+
+@pytest.mark.slow
+def test_overlapped_reference_gives_the_same_wrong_numbers_verdict(tmp_path, capsys, overlap_on):
+    plan, src = _case(tmp_path, "bidirectional_bucket")
+    code, err = _validate(capsys, plan, src, tmp_path / "r", "--baselines", "")
+    assert code == 1, err
+    report = json.loads((tmp_path / "r" / "validation.json").read_text())
+    assert report["overhead"]["reference_overlapped"] is True
+    assert [f.split(": output")[0] for f in report["verdict"]["failures"]] == [
+        "wrong numbers at shape {'batch': 2, 'seq': 12}",
+        "wrong numbers at shape {'batch': 2, 'seq': 20}",
+    ]
+    code, err = _validate(capsys, plan, src, tmp_path / "r2", "--baselines", "", "--no-overlap")
+    assert code == 1, err
+    assert json.loads((tmp_path / "r2" / "validation.json").read_text())["overhead"]["reference_overlapped"] is False
+
+
+def test_failed_reference_under_overlap_stops_the_waiting_variant(tmp_path, capsys, overlap_on):
+    """The plan's child waits for the reference's outputs; when the original raises instead, the
+    run ends with exit 2 naming the reference, and the waiting child is killed, not left hanging."""
+    plan, src = _case(tmp_path, "causal_bucket")
+    model = src / "model.py"
+    # only the original sees unpadded lengths (the plan buckets them to 16/32)
+    model.write_text(model.read_text().replace(
+        "        b, t, c = x.shape\n", "        b, t, c = x.shape\n        if t % 16:\n            raise ValueError('unpadded')\n"))
+    import time
+
+    t0 = time.perf_counter()
+    code, err = _validate(capsys, plan, src, tmp_path / "r", "--baselines", "")
+    assert code == 2, err
+    assert time.perf_counter() - t0 < 90
+    report = json.loads((tmp_path / "r" / "validation.json").read_text())
+    (error,) = report["verdict"]["errors"]
+    assert error.startswith("the original model (eager reference) failed") and "unpadded" in error
 
 
 @pytest.mark.slow

@@ -96,14 +96,14 @@ class ModelRaised(Exception):
 
 
 def _build(
-    job: dict[str, Any], variant: str, ref: Path, before_weights: Any = None
+    job: dict[str, Any], variant: str, ref: Path, channel: "Channel | None" = None
 ) -> tuple[Any, Any, dict[str, Any]]:
-    """Build ``variant``'s model, call ``before_weights()`` (the go-ahead), load the reference
-    state_dict (or save it: the reference), compile as the variant asks; returns
-    (harness, model, info)."""
+    """Build ``variant``'s model, wait for the parent's go-ahead (when there is a ``channel``),
+    load the reference state_dict (or, in the reference, save it and every shape's inputs, then
+    say ``weights_saved``), compile as the variant asks; returns (harness, model, info)."""
     import torch
 
-    from ..harness import build, load_harness
+    from ..harness import build_model, load_harness
     from ..plan import Harness
     from .variants import TREE, prepare
 
@@ -111,16 +111,25 @@ def _build(
     tree = Path(job["trees"][TREE[variant]])
     h = load_harness(spec, tree)
     torch.manual_seed(job["seed"])
-    model, _ = build(h)
+    model, fallback = build_model(h, construct_on=spec.device if job.get("construct_on_device") else None)
     import torch._dynamo  # noqa: F401  (imported before the go-ahead by every variant alike)
 
     info: dict[str, Any] = {}
-    if before_weights is not None:
-        before_weights()
+    if job.get("construct_on_device") and spec.device != "cpu":
+        info["constructed_on"] = "cpu" if fallback else spec.device
+        if fallback:
+            info["construct_fallback"] = fallback
+    if channel is not None:
+        channel.await_go()
         info["_go_at"] = __import__("time").perf_counter()
     sd_path = ref / "state_dict.pt"
     if job.get("reference"):
         torch.save(_cpu(model.state_dict()), sd_path)
+        # every shape's inputs too, so a compiled variant may start before this run ends
+        for i in range(len(spec.shapes)):
+            _inputs(job, h, i, ref)
+        if channel is not None:
+            channel.send({"weights_saved": True})
     else:
         # mmap: the saved file is paged in as it is copied to the device, not read whole first
         reference = torch.load(sd_path, map_location=spec.device, weights_only=False, mmap=True)
@@ -142,6 +151,19 @@ def _build(
             return h, model, info
     info.update(prepare(variant, model, job["backend"]))
     return h, model, info
+
+
+#: Written into ``ref`` by the reference once every file the comparisons read is complete.
+REFERENCE_DONE = "reference.done"
+
+
+def wait_for_reference(ref: Path, poll_s: float = 0.05) -> None:
+    """Block until the reference child has written every output (``ref/reference.done``). A
+    reference that fails never writes it; the parent then kills the waiting children."""
+    import time
+
+    while not (ref / REFERENCE_DONE).exists():
+        time.sleep(poll_s)
 
 
 def _inputs(job: dict[str, Any], h: Any, i: int, ref: Path) -> Any:
@@ -321,7 +343,7 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
     import time
 
     t_build = time.perf_counter()
-    h, model, info = _build(job, variant, ref, channel.await_go if channel else None)
+    h, model, info = _build(job, variant, ref, channel)
     go_at = info.pop("_go_at", t_build)
     result: dict[str, Any] = {"variant": variant, "info": info, "shapes": []}
     result["_phases"] = {
@@ -335,7 +357,7 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
         reference_sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
     with CompileWatch() as watch:
         for i, _shape in enumerate(spec["shapes"]):
-            inputs = _inputs(job, h, i, ref)
+            inputs = _inputs(dict(job, reference=False), h, i, ref)  # saved by the reference at go
             fn = _step_fns(model, inputs, training)
             before = watch.stats()
             torch.manual_seed(job["seed"])
@@ -379,6 +401,8 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
             if job.get("reference"):
                 torch.save(record, path)
             else:
+                if i == 0:  # after the first (measured) call: the reference may still be running
+                    wait_for_reference(ref)
                 # compared on the device: no float64 copies of large logits on the host
                 expected = torch.load(path, map_location=device, weights_only=False)  # our own file: outputs may be ModelOutput objects
                 hp_path = ref / f"high_precision_{i}.pt"
@@ -401,6 +425,8 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
 
             if job.get("reference") and spec["dtype"] in LOW_PRECISION:
                 result["high_precision"] = high_precision_reference(job, h, model, ref, training)
+            if job.get("reference"):
+                (ref / REFERENCE_DONE).touch()
         stance: dict[str, Any] = {"supported": fail_on_recompile_supported()}
         if stance["supported"] and variant != "eager":
             stance["ok"] = True

@@ -51,6 +51,7 @@ def child_env(cache_root: Path, extra_pythonpath: list[str]) -> dict[str, str]:
     env["TRITON_CACHE_DIR"] = str(cache_root / "triton")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONHASHSEED"] = "0"
+    env["PYTHONUNBUFFERED"] = "1"  # its log is complete even when it is killed at teardown
     env.pop("TORCH_LOGS", None)
     # The variants' processes stay up side by side and take turns for interleaved timing; OpenMP
     # threads that spin after each call (libgomp's default) would steal the cores of the process
@@ -219,6 +220,16 @@ class ServedChild:
         self._early = reply
         return False
 
+    def wait_weights_saved(self) -> bool:
+        """The reference only: wait until it has saved its weights and every shape's inputs (what
+        a compiled variant needs to start). False when it exited or timed out first;
+        :meth:`wait_cold` then returns why."""
+        reply = self._readline(self.timeout_s)
+        if reply is not None and reply.get("weights_saved"):
+            return True
+        self._early = reply
+        return False
+
     def go(self) -> None:
         """Start the measured cold phase (load weights, compile, run the shapes)."""
         self.go_at = time.perf_counter()
@@ -235,6 +246,8 @@ class ServedChild:
             reply, self.timed_out = self._early, getattr(self, "timed_out", False)
         else:
             reply = self._readline(self.timeout_s)
+            if reply is not None and reply.get("weights_saved"):  # not waited for: skip it
+                reply = self._readline(self.timeout_s)
         wall = time.perf_counter() - getattr(self, "go_at", self.started)
         if reply is None and self.timed_out:
             self.close(kill=True)
@@ -289,6 +302,16 @@ class ServedChild:
             self._cmd.close()
         except OSError:
             pass
+
+    def terminate(self) -> None:
+        """SIGTERM the child's process group without waiting (its result is already read or no
+        longer wanted): a child's own exit (interpreter shutdown, the compile worker pool, the
+        CUDA context) took seconds per child; :meth:`close` with ``kill`` then reaps it."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
     def close(self, kill: bool = False) -> None:
         """Ask the child to exit (or kill its process group), and reap it."""
