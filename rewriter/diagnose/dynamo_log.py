@@ -51,10 +51,13 @@ class DynamoLog:
         site = first_in_src(list(reversed(frames_from_text(text))), src)
         if site is not None:
             return site
+        root = Path(src).resolve()
         for m in _GUARD_COMMENT.finditer(text):
             tail, line = m.group("file"), int(m.group("line"))
             for path in sorted(Path(src).rglob("*.py")):
-                rel = path.resolve().relative_to(Path(src).resolve()).as_posix()
+                if not path.resolve().is_relative_to(root):
+                    continue  # a symlink out of SRC (a symlink farm over a package): never a target
+                rel = path.resolve().relative_to(root).as_posix()
                 if path.resolve().as_posix().endswith(tail) or tail.endswith(rel):
                     return rel, line, function_at(path, line) or m.group("func")
         return None
