@@ -176,7 +176,7 @@ def build_model():
         "class": {cls!r},
         "params": sum(p.numel() for p in model.parameters()),
         "attn_implementation": getattr(model.config, "_attn_implementation", None),
-        "experts_implementation": getattr(model.config, "_experts_implementation", None),
+        "experts_implementation": getattr(model.config, "_experts_implementation", None) if hasattr(config, "num_local_experts") else None,
         "modeling_file": os.path.relpath(modeling.__file__, HERE),
         "transformers": transformers.__version__,
     }}
@@ -254,7 +254,7 @@ def diff_files(diff: str) -> list[str]:
 
 def one_model(name: str, work: Path, *, smoke: bool, timeout: float, steps: int) -> dict:
     """Diagnose one model in a child process, rewrite its plan; the row for the report."""
-    config, cls, model_dir, block, _, _ = MODELS[name]
+    _, cls, model_dir, block, _, _ = MODELS[name]
     modeling = f"transformers/models/{model_dir}/modeling_{model_dir}.py"
     src, out = work / "src", work / name
     out.mkdir(parents=True)
@@ -366,10 +366,14 @@ def markdown(payload: dict, dirs: list[Path]) -> str:
         md += ["", f"## {r['model']} ({r['class']})", ""]
         if r.get("error"):
             md.append(f"- error: {r['error']}")
+        errors = [f"{g['name']}: {g['verdict']}" for g in r["rungs"] if g["status"] == "error"]
+        if errors:
+            md.append("- rung errors: " + "; ".join(errors))
         if not r["rungs"]:
             continue
         h = r.get("harness") or {}
-        md += [f"- harness: {h.get('params')} params, attention {h.get('attn_implementation')}, experts {h.get('experts_implementation')}, modeling file {h.get('modeling_file')} (under SRC)",
+        md += [f"- harness: {h.get('params')} params, attention {h.get('attn_implementation')}" + (f", experts {h['experts_implementation']}" if h.get("experts_implementation") else "")
+               + f", modeling file {h.get('modeling_file')} (under SRC), transformers {h.get('transformers')}",
                f"- ladder {r.get('ladder_s')} s (process {r.get('wall_s')} s); profiler overhead {r.get('profiler_overhead')} (profiled step {r.get('profiled_step_ms')} ms vs eager {r.get('eager_step_ms')} ms)",
                f"- op mix ({r['op_mix']['basis']}): " + ", ".join(f"{k} {v:.0%}" for k, v in r["op_mix"]["share"].items()) + f"; GEMM+attention {r['op_mix']['gemm_share']}, fusible {r['op_mix']['fusible_share']}"]
         top = r.get("top_op") or {}
@@ -400,7 +404,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--only", default="", help="comma-separated: " + ",".join(MODELS))
     ap.add_argument("--timeout", type=float, default=170.0, help="seconds per model (diagnose)")
-    ap.add_argument("--deadline", type=float, default=540.0, help="start no model after this many seconds")
+    ap.add_argument("--deadline", type=float, default=540.0, help="no diagnose runs past this many seconds from the start")
     ap.add_argument("--min-start", type=float, default=None, help="start a model only with this many seconds left before the deadline (default 120; 20 with --smoke)")
     ap.add_argument("--steps", type=int, default=2, help="profiled steps")
     args = ap.parse_args(argv)
