@@ -160,3 +160,30 @@ def test_float32_loss_of_a_bf16_model_gets_the_high_precision_rule():
     assert result.ok and result.high_precision["multiplier"] == 3.0
     wrong = compare_trees((ref + 0.01).float(), eager, ref, precision="bfloat16")
     assert not wrong.ok and "eager vs fp64" in wrong.mismatches[0].reason
+
+
+# Dynamo's message on the H200 (torch 2.11, transformers 5.17 GPT-2, mark_dynamic input_ids dim 1
+# min 2 max 1024): the code guards 128 <= seq.
+GPT2_CONSTRAINT = (
+    "raised: shape {'batch': 8, 'seq': 512}: ConstraintViolationError: Constraints violated "
+    "(L['input_ids'].size()[1])! For more information, run with TORCH_LOGS=\"+dynamic\".\n"
+    "  - Not all values of L['input_ids'].size()[1] = L['input_ids'].size()[1] in the specified range "
+    "L['input_ids'].size()[1] <= 1024 satisfy the generated guard 128 <= L['input_ids'].size()[1] and "
+    "L['input_ids'].size()[1] <= 1024\n"
+)
+
+
+def test_constraint_violation_hint_gives_the_range_and_the_plan_line():
+    from rewriter.validate.verdict import constraint_hint
+
+    hint = constraint_hint(GPT2_CONSTRAINT, [(30, "attention_mask", 1), (27, "input_ids", 1)])
+    assert hint == (
+        "hint: the model's code only accepts 128 <= s and s <= 1024 for the marked dim "
+        "(input_ids dim 1, plan.yaml line 27); set min: 128, max: 1024 on that mark_dynamic action "
+        "(or leave the dim to automatic dynamic shapes)"
+    )
+    specialised = GPT2_CONSTRAINT.replace(
+        "128 <= L['input_ids'].size()[1] and L['input_ids'].size()[1] <= 1024", "Eq(L['input_ids'].size()[1], 512)")
+    assert "specialises the marked dim (input_ids dim 1, plan.yaml line 27): Eq(s, 512)" in constraint_hint(
+        specialised, [(27, "input_ids", 1)])
+    assert constraint_hint("raised: shape {}: RuntimeError: boom", [(27, "input_ids", 1)]) is None

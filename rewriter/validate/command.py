@@ -124,7 +124,7 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
         stderr().print(f"validate: {report['timing_note']}", highlight=False)
         if not trees.result.changes:
             notes.append("the plan changes nothing in SRC: the plan variant is the original tree")
-        results, timing, verdict = _run_all(report, trees, spec_run, opts, workdir, notes)
+        results, timing, verdict = _run_all(report, loaded, trees, spec_run, opts, workdir, notes)
         report["variants"] = results
         report["timing"] = timing
         report["validate_wall_s"] = time.perf_counter() - started
@@ -142,14 +142,14 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
     return report["verdict"]["exit_code"]
 
 
-def _run_all(report, trees, spec_run, opts, workdir, notes):  # type: ignore[no-untyped-def]
+def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ignore[no-untyped-def]
     """Cold phase per variant (each its own process; all start together, but the cold phases run
     one after the other, and only once every process has built, so nothing competes with a
     compile being measured), then interleaved timing across the still-running warm processes;
     every child is closed (or killed) on the way out."""
     children: dict[str, Any] = {}
     try:
-        return _run_children(report, trees, spec_run, opts, workdir, notes, children)
+        return _run_children(report, loaded, trees, spec_run, opts, workdir, notes, children)
     finally:
         t_teardown = time.perf_counter()
         # every result is read by now (or no longer wanted: a child still building, compiling or
@@ -161,11 +161,16 @@ def _run_all(report, trees, spec_run, opts, workdir, notes):  # type: ignore[no-
         report.setdefault("_clock", {})["teardown_s"] = time.perf_counter() - t_teardown
 
 
-def _run_children(report, trees, spec_run, opts, workdir, notes, children):  # type: ignore[no-untyped-def]
+def _run_children(report, loaded, trees, spec_run, opts, workdir, notes, children):  # type: ignore[no-untyped-def]
     from .runner import ServedChild
-    from .verdict import Verdict, numerics_failures, speed_failures
+    from .verdict import Verdict, constraint_hint, numerics_failures, speed_failures
 
     verdict = Verdict(notes=notes)
+    mark_dynamic = [
+        (loaded.action_lines[i] if i < len(loaded.action_lines) else None, a.arg, a.dim)
+        for i, a in enumerate(loaded.plan.actions)
+        if a.action == "mark_dynamic"
+    ]
     ref = workdir / "ref"
     ref.mkdir()
     caches = workdir / "caches"
@@ -224,6 +229,9 @@ def _run_children(report, trees, spec_run, opts, workdir, notes, children):  # t
             if variant == "plan":
                 if err["kind"] == "raised":
                     verdict.failures.append(f"the rewritten model raised: {err['message']}")
+                    hint = constraint_hint(err["message"], mark_dynamic)
+                    if hint:
+                        verdict.failures.append(hint)
                 else:
                     verdict.errors.append(f"the rewritten tree failed: {text}")
                     _stderr_hint(verdict, res)

@@ -8,6 +8,7 @@ recompilation after warm-up. Error (2): the harness or build fails, out of memor
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,3 +80,41 @@ def speed_failures(
     if amortization and amortization.get("amortized") is False:
         out.append(f"not amortized: {amortization['verdict']}")
     return out
+
+
+_GUARD = re.compile(r"generated guard (?P<guard>.+?)(?:\n|$)")
+_SIZE = re.compile(r"L\['(?P<arg>\w+)'\]\.size\(\)\[(?P<dim>\d+)\]")
+
+
+def constraint_hint(message: str, mark_dynamic: list[tuple[int | None, str, int]]) -> str | None:
+    """For a ``ConstraintViolationError`` of the rewritten model (a ``mark_dynamic`` dim that the
+    model's code guards on), the range the code accepts and the plan line to change; else None.
+
+    ``mark_dynamic``: ``(plan line, arg, dim)`` of the plan's mark_dynamic actions. Dynamo raises
+    when a dim marked dynamic gets a guard narrower than the marked range ("Not all values of X
+    in the specified range ... satisfy the generated guard G", torch/fx/experimental/
+    symbolic_shapes.py); G is the range the code allows: ``128 <= s and s <= 1024`` (GPT-2's
+    attention path in transformers 5.17 on the H200) or ``Eq(s, 512)`` (specialised: not dynamic).
+    """
+    if "ConstraintViolationError" not in message and "Constraints violated" not in message:
+        return None
+    found = _GUARD.search(message)
+    if not found:
+        return None
+    guard = found.group("guard").strip()
+    size = _SIZE.search(guard)
+    where = ""
+    if size:
+        arg, dim = size.group("arg"), int(size.group("dim"))
+        lines = [line for line, a, d in mark_dynamic if a == arg and d == dim]
+        where = f" ({arg} dim {dim}" + (f", plan.yaml line {lines[0]}" if lines and lines[0] else "") + ")"
+    short = _SIZE.sub("s", guard)
+    if short.startswith("Eq("):
+        return (f"hint: the model specialises the marked dim{where}: {short}; it cannot be dynamic "
+                "there: drop the mark_dynamic action or bucket the dim instead")
+    low = re.search(r"(\d+) <= s", short)
+    high = re.search(r"s <= (\d+)", short)
+    bounds = ", ".join(p for p in (f"min: {low.group(1)}" if low else "", f"max: {high.group(1)}" if high else "") if p)
+    return (f"hint: the model's code only accepts {short} for the marked dim{where}"
+            + (f"; set {bounds} on that mark_dynamic action" if bounds else "")
+            + " (or leave the dim to automatic dynamic shapes)")
