@@ -48,7 +48,7 @@ def test_whole_ladder_writes_plan_report_json_charts_and_trace(tmp_path, capsys)
     assert "| rung | status | measurement | threshold (source) | verdict | implies | s |" in md
     assert "![op_mix.png](op_mix.png)" in md and (out / "stackpart-diagnose" / "op_mix.png").stat().st_size > 0
     assert (out / "stackpart-diagnose" / "blocks.png").is_file()
-    assert "model.py:8" in md  # the graph break, located
+    assert "model.py:10" in md  # the graph break, located (the `if x.mean() > 0` line)
     trace = json.loads((out / "stackpart-diagnose" / "trace.json").read_text())
     assert trace["traceEvents"]
     loaded = load_plan(out / "plan.yaml")
