@@ -21,8 +21,12 @@ WORKLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 
 @pytest.fixture
 def ctx(tmp_path, monkeypatch):
+    return _ctx(tmp_path, monkeypatch, "launch_bound")
+
+
+def _ctx(tmp_path, monkeypatch, workload):
     src = tmp_path / "src"
-    shutil.copytree(WORKLOADS / "launch_bound", src)
+    shutil.copytree(WORKLOADS / workload, src)
     spec = load_plan(src / "plan.yaml").plan.harness
     monkeypatch.setattr(Session, "cuda", property(lambda self: True))
     monkeypatch.setattr(Session, "sync", lambda self: None)
@@ -62,7 +66,43 @@ def test_gaps_split_collective_aligned_from_host_stalls(ctx):
     # compute-stream gap 200-700: 400-600 covered by the all-reduce, the rest has no kernel at all
     assert (m["host_stall_ms"], m["collective_gap_ms"], m["host_stall_gaps"]) == (0.3, 0.2, 1)
     assert m["host_stall_share"] == 0.3
-    assert r.verdict.startswith("host stalls: 30% of the step")
+    # no sync in this model: the idle is the host launching, not a stall to remove
+    assert (m["after_sync_ms"], m["dispatch_gap_ms"], m["dispatch_gap_share"]) == (0.0, 0.3, 0.3)
+    assert r.verdict.startswith("dispatch gaps: 30% of the step idle with no kernel while the host launches")
+    assert r.implies.startswith("fewer launches: compile")
+
+
+def _sync_timeline(after_sync_us: float, dispatch_us: float) -> list:
+    """reduce | DtoH copy | ``after_sync_us`` idle | div | ``dispatch_us`` idle | mm, in 0..1000 us."""
+    t = 302.0 + after_sync_us
+    return [
+        KernelEvent("void at::native::reduce_kernel<512, 1>", 0.0, 300.0, 7, "kernel", "aten::max"),
+        KernelEvent("Memcpy DtoH (Device -> Pageable)", 300.0, 2.0, 7, "memcpy", "aten::_local_scalar_dense"),
+        KernelEvent("void at::native::vectorized_elementwise_kernel<4>", t, 100.0, 7, "kernel", "aten::div"),
+        KernelEvent("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", t + 100.0 + dispatch_us, 1000.0 - (t + 100.0 + dispatch_us), 7, "kernel", "aten::mm"),
+    ]
+
+
+def test_idle_after_syncs_is_blamed_on_them_and_the_rest_on_dispatch(tmp_path, monkeypatch):
+    """H200 diagnose_hf: HF Llama idled 29% of the step with no kernel, 0.7% of it after its one
+    .item(); the verdict named the sync for all 29%. Only the idle right after a sync is the
+    sync's; the rest is the host launching."""
+    c = _ctx(tmp_path, monkeypatch, "host_stall")
+    c.cache["profile"].kernels = _sync_timeline(after_sync_us=10.0, dispatch_us=290.0)
+    r = gaps.run(c)
+    m = r.measurement
+    assert (m["after_sync_share"], m["dispatch_gap_share"], m["host_stall_share"]) == (0.01, 0.29, 0.3)
+    assert r.verdict.startswith("dispatch gaps: 29% of the step idle with no kernel while the host launches; "
+                                "the host sync(s) at model.py:")
+    assert r.verdict.endswith("account for 1.0%")
+    assert r.implies.startswith("fewer launches")
+    assert all("idle right after the syncs: 1.0% of the step" in f.message for f in r.findings)
+    # the same sync with a long wait after it: remove the sync
+    c.cache["profile"].kernels = _sync_timeline(after_sync_us=120.0, dispatch_us=0.0)
+    r = gaps.run(c)
+    assert r.measurement["after_sync_share"] == 0.12
+    assert r.verdict.startswith("host stalls: 12% of the step idle with no kernel, 12% right after the host sync(s) at model.py:")
+    assert r.implies == "remove the host sync(s)"
 
 
 def test_gap_after_a_device_to_host_copy_is_a_host_stall_of_any_length(ctx):

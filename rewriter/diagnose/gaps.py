@@ -2,17 +2,28 @@
 
 A gap is time >= 50 µs between compute kernels inside a step (shorter gaps are launch latency,
 counted by :mod:`.device_time`), or of any length right after a device-to-host copy (the host
-read a value back and the device waits for its next launch). The part of a gap covered by a communication kernel (``nccl*``,
-on its own stream) is collective-aligned; the part with no kernel at all is a host stall. Host
-stalls are attributed to the host syncs that ended inside them (``.item()``, ``.tolist()``,
-``nonzero``: see :mod:`.callsites`) with the call's file:line. Threshold: host stalls >= 5% of
-the step call for removing the sync (partitioning-the-stack: "gaps with no kernel at all are
-host stalls — a .item(), a sync, a dataloader"; 5% is TF-profiler's input-bound "moderately"
-band). Without CUDA the sync points are still found (they stall only on a device): stall time
-is ``skipped: no CUDA``.
+read a value back and the device waits for its next launch). The part of a gap covered by a
+communication kernel (``nccl*``, on its own stream) is collective-aligned; the part with no
+kernel at all is a host stall (``host_stall_ms``), split in two:
+
+- ``after_sync_ms``: gaps right after a device-to-host copy, attributed to the host syncs
+  (``.item()``, ``.tolist()``, ``nonzero``: see :mod:`.callsites`) with the call's file:line.
+  This is what removing the syncs gives back.
+- ``dispatch_gap_ms``: the other gaps: the host was busy launching (Python, dispatch) or doing
+  other work while the device ran dry. A sync elsewhere in the step does not explain them: on
+  the H200, HF Llama (16 layers, bf16, 8 x 512) idled 29% of its step with no kernel, of which
+  0.7% followed its one ``.item()`` (BENCHMARKS.md, diagnose_hf); calling all 29% the sync's
+  sent users to remove a sync worth 0.7%. They call for fewer launches (compile, CUDA graphs).
+
+Threshold: either part >= 5% of the step (partitioning-the-stack: "gaps with no kernel at all
+are host stalls — a .item(), a sync, a dataloader"; 5% is TF-profiler's input-bound
+"moderately" band); the sync verdict comes first when both hold. Without CUDA the sync points
+are still found (they stall only on a device): stall time is ``skipped: no CUDA``.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from .callsites import SYNC_METHODS, SYNC_OPS, capture
 from .classify import classify_kernel
@@ -66,22 +77,42 @@ def run(ctx: Context) -> RungResult:
                 host += gap - covered
                 n_host += 1
     steps = max(1, data.steps)
+
+    def per_step(us: float) -> float:
+        return round(us / steps / 1e3, 4)
+
+    def share_of(us: float) -> float:
+        return round(us / steps / data.step_us, 3) if data.step_us else 0.0
+
     m.update(
-        host_stall_ms=round(host / steps / 1e3, 4),
+        host_stall_ms=per_step(host),
         host_stall_gaps=n_host // steps,
-        after_sync_ms=round(sync / steps / 1e3, 4),
-        collective_gap_ms=round(coll / steps / 1e3, 4),
-        host_stall_share=round(host / steps / data.step_us, 3) if data.step_us else 0.0,
+        after_sync_ms=per_step(sync),
+        dispatch_gap_ms=per_step(host - sync),
+        collective_gap_ms=per_step(coll),
+        host_stall_share=share_of(host),
+        after_sync_share=share_of(sync),
+        dispatch_gap_share=share_of(host - sync),
     )
     r.measurement = m
-    share = m["host_stall_share"]
-    if share >= STALL_SHARE:
-        where = ", ".join(f.where for f in r.findings[:3]) or "no sync call found in SRC (data loading or Python)"
-        r.verdict = f"host stalls: {share:.0%} of the step idle with no kernel ({where})"
-        r.implies = "remove the host sync(s)" if r.findings else "find the host work between kernels"
+    where = ", ".join(f.where for f in r.findings[:3])
+    total, synced, dispatch = m["host_stall_share"], m["after_sync_share"], m["dispatch_gap_share"]
+    if r.findings and synced >= STALL_SHARE:
+        r.verdict = (f"host stalls: {total:.0%} of the step idle with no kernel, {synced:.0%} right after "
+                     f"the host sync(s) at {where}")
+        r.implies = "remove the host sync(s)"
+    elif dispatch >= STALL_SHARE:
+        r.verdict = f"dispatch gaps: {dispatch:.0%} of the step idle with no kernel while the host launches"
+        if r.findings:
+            r.verdict += f"; the host sync(s) at {where} account for {synced:.1%}"
+            r.findings = [
+                replace(f, message=f"{f.message}; idle right after the syncs: {synced:.1%} of the step")
+                for f in r.findings
+            ]
+        r.implies = "fewer launches: compile, then CUDA graphs where shapes are stable"
     elif coll / steps / data.step_us >= STALL_SHARE if data.step_us else False:
         r.verdict = f"collective-aligned gaps: {m['collective_gap_ms']} ms per step"
         r.implies = "overlap communication or change parallelism"
     else:
-        r.verdict = f"no significant gaps (host stalls {share:.0%} of the step)"
+        r.verdict = f"no significant gaps (host stalls {total:.0%} of the step)"
     return r
