@@ -59,6 +59,19 @@ def test_launch_bound_with_stable_shapes_is_whole_model_capture(tmp_path, monkey
     check_plan(ctx, decision)
 
 
+def test_an_errored_recompiles_rung_is_not_evidence_of_stable_shapes(tmp_path, monkeypatch):
+    """diagnose_hf (before the symlink fix): the recompiles rung raised, and the plan said
+    "0 recompiles across 1 shapes" and captured CUDA graphs."""
+    ctx = context(tmp_path, "launch_bound", True, monkeypatch)
+    ctx.results["batch_scaling"] = result("batch_scaling", fixed_share=0.9)
+    ctx.results["recompiles"] = RungResult("recompiles", "recompiles", status="error", reason="IndexError: list index out of range")
+    ctx.results["op_mix"] = result("op_mix", gemm_share=0.95, fusible_share=0.0, compile_gain_bound=1.0, basis="self-device")
+    decision = plan(ctx)
+    assert all(getattr(getattr(a, "options", None), "mode", None) != "reduce-overhead" for a in decision.plan.actions)
+    assert not any("0 recompiles" in a.why for a in decision.plan.actions)
+    assert "the recompiles rung did not run ok: shapes are treated as varying (no CUDA graphs)" in decision.notes
+
+
 def test_launch_bound_with_varying_shapes_compiles_per_block(tmp_path, monkeypatch):
     ctx = context(tmp_path, "launch_bound", True, monkeypatch)
     ctx.results["batch_scaling"] = result("batch_scaling", fixed_share=0.9)
@@ -237,3 +250,32 @@ def test_launch_bound_recompile_storm_gets_per_block_compile_and_mark_dynamic(tm
     [c] = [a for a in decision.plan.actions if a.action == "compile"]
     assert c.strategy == "region" and "1.25x at steady state" in c.why and "x 1 (observed x restarts)" in c.why
     check_plan(ctx, decision)
+
+
+def test_block_inputs_are_found_through_a_sliced_or_enumerated_module_list(tmp_path, monkeypatch):
+    """H200 diagnose_hf: HF Llama/Mixtral loop ``for decoder_layer in self.layers[:
+    self.config.num_hidden_layers]``; the planner found no block input there and left the
+    varying sequence dim unmarked."""
+    import importlib
+
+    from rewriter.diagnose.planner import boundary_args
+
+    (tmp_path / "hf_like.py").write_text(
+        "import torch\n\n\n"
+        "class Sliced(torch.nn.Module):\n"
+        "    def forward(self, input_ids, mask=None):\n"
+        "        hidden_states = self.embed(input_ids)\n"
+        "        for decoder_layer in self.layers[: self.n]:\n"
+        "            hidden_states = decoder_layer(hidden_states, mask, attention_mask=mask)\n"
+        "        return hidden_states\n\n\n"
+        "class Enumerated(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        for i, block in enumerate(self.h[1:]):\n"
+        "            x = block(x, i)\n"
+        "        return x\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("hf_like")
+    assert boundary_args(mod.Sliced(), "layers") == ["hidden_states", "mask"]
+    assert boundary_args(mod.Enumerated(), "h") == ["x", None]  # i is a loop variable, not bound at top level
+    assert boundary_args(mod.Sliced(), "blocks") == []

@@ -34,6 +34,7 @@ from typing import Any
 
 from .context import Context
 from .dynamo_log import reset
+from .recompiles import shapes_stable
 from .rung import RungResult
 
 NO_GAIN_BACKENDS = frozenset({"eager", "aot_eager", "aot_eager_decomp_partition"})
@@ -173,8 +174,7 @@ def candidates(ctx: Context) -> list[tuple[str, str]]:
     if ctx.cache.get("blocks") and not ctx.measured("instance_recompiles").get("recompiles"):
         out.append(("region", "default"))
     launch = ctx.measured("batch_scaling").get("fixed_share", 0) >= 0.15
-    rc = ctx.measured("recompiles")
-    stable = not rc.get("recompiles") and not rc.get("varying_input_dims")
+    stable = shapes_stable(ctx)
     if launch or not out:
         out.append(("whole", "reduce-overhead" if ctx.session.cuda and launch and stable else "default"))
     return out

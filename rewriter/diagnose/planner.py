@@ -43,6 +43,7 @@ from ..plan import (
 )
 from .context import Context
 from .locate import target_of
+from .recompiles import shapes_stable
 
 
 @dataclass
@@ -68,7 +69,8 @@ def _kernel_name(op: str) -> str:
 
 def boundary_args(owner: Any, attr: str) -> list[str | None]:
     """Names passed positionally to the blocks in ``owner.forward`` (``[x, cos, sin]`` for
-    ``for block in self.blocks: x = block(x, cos, sin)``); None where an argument is not a name
+    ``for block in self.blocks: x = block(x, cos, sin)``; the loop may run over
+    ``enumerate(...)`` or a slice, ``self.layers[: n]``); None where an argument is not a name
     bound as a parameter or at the function's top level (``mark_dynamic`` needs one)."""
     try:
         source = textwrap.dedent(inspect.getsource(type(owner).forward))
@@ -83,6 +85,8 @@ def boundary_args(owner: Any, attr: str) -> list[str | None]:
             it = node.iter
             if isinstance(it, ast.Call) and it.args:  # enumerate(self.blocks), zip(...)
                 it = it.args[0]
+            if isinstance(it, ast.Subscript):  # self.layers[: self.config.num_hidden_layers] (HF Llama, Mixtral)
+                it = it.value
             if isinstance(it, ast.Attribute) and it.attr == attr:
                 for n in ast.walk(node.target):
                     if isinstance(n, ast.Name):
@@ -159,7 +163,9 @@ def plan(ctx: Context) -> Decision:
     bs = m("batch_scaling")
     rc = m("recompiles")
     launch = bs.get("fixed_share", 0) >= 0.15
-    stable = not rc.get("recompiles") and not rc.get("varying_input_dims")
+    stable = shapes_stable(ctx)
+    if not res.get("recompiles") or not res["recompiles"].ok:
+        notes.append("the recompiles rung did not run ok: shapes are treated as varying (no CUDA graphs)")
     breaks = [f for f in res["graph_breaks"].findings if f.function] if res.get("graph_breaks") and res["graph_breaks"].ok else []
     whole_ok = cands.get("whole", {}).get("pays_back") is not False
     region_ok = cands.get("region", {}).get("pays_back") is not False

@@ -37,6 +37,16 @@ def varying(shapes: list[list[tuple[int, ...]]]) -> list[dict[str, Any]]:
     return out
 
 
+def shapes_stable(ctx: Context) -> bool:
+    """True when this rung ran and saw no recompile and no varying input dim across the harness
+    shapes (what CUDA graphs and a whole-model ``reduce-overhead`` capture need). A rung that
+    errored or was skipped proves nothing: False (treated as varying)."""
+    r = ctx.results.get("recompiles")
+    if r is None or not r.ok:
+        return False
+    return not r.measurement.get("recompiles") and not r.measurement.get("varying_input_dims")
+
+
 def run(ctx: Context) -> RungResult:
     import torch
 
