@@ -279,3 +279,32 @@ def test_block_inputs_are_found_through_a_sliced_or_enumerated_module_list(tmp_p
     assert boundary_args(mod.Sliced(), "layers") == ["hidden_states", "mask"]
     assert boundary_args(mod.Enumerated(), "h") == ["x", None]  # i is a loop variable, not bound at top level
     assert boundary_args(mod.Sliced(), "blocks") == []
+
+
+def test_a_boundary_that_cannot_be_marked_whole_gets_no_mark_dynamic(tmp_path, monkeypatch):
+    """HF Llama (transformers 5.24, CPU): the plan marked hidden_states while cos/sin arrived as
+    position_embeddings=(cos, sin); the first call raised ConstraintViolationError. Either every
+    varying block input is marked or none is."""
+    ctx = llama(tmp_path, monkeypatch, cand(1.40, 19.43, 4.0, 1, 1_000_000, 30), cand(1.41, 19.43, 4.0, 1, 1_000_000, 30, "reduce-overhead"))
+    ctx.results["recompiles"].measurement["varying_block_other_dims"] = [
+        {"input": "position_embeddings[0]", "dim": 1, "sizes": [512, 384]}]
+    decision = plan(ctx)
+    assert [a.action for a in decision.plan.actions] == ["compile"]
+    [note] = [n for n in decision.notes if n.startswith("not marked dynamic")]
+    assert "position_embeddings[0] dim 1 (a keyword or nested argument)" in note
+    assert "expect one automatic-dynamic recompile" in note
+    check_plan(ctx, decision)
+
+
+def test_nested_and_keyword_block_inputs_are_named():
+    import torch
+
+    from rewriter.diagnose.recompiles import nested_tensor_shapes, varying_named
+
+    cos = torch.zeros(1, 5, 8)
+    a = nested_tensor_shapes((torch.zeros(2, 5), (cos, cos)), {"position_embeddings": (cos, cos), "mask": None})
+    assert a == {"args[1][0]": (1, 5, 8), "args[1][1]": (1, 5, 8),
+                 "position_embeddings[0]": (1, 5, 8), "position_embeddings[1]": (1, 5, 8)}
+    b = {k: (1, 7, 8) for k in a}
+    assert varying_named([a, b])[0] == {"input": "args[1][0]", "dim": 1, "sizes": [5, 7]}
+    assert len(varying_named([a, b])) == 4

@@ -349,12 +349,22 @@ def _mark_dynamic(actions: list, notes: list, block: dict, rc: dict) -> None:
     dims = rc.get("varying_block_dims") or []
     owner_target = block["owner_target"]
     names = boundary_args(block["owner"], block["attr"]) if owner_target else []
+    # All or nothing: a dim marked dynamic while a tensor it meets stays static (Llama's hidden
+    # states marked, its rotary cos/sin passed as position_embeddings=(cos, sin) not) is
+    # specialised by Dynamo and raises ConstraintViolationError on the first call (HF Llama,
+    # transformers 5.24, CPU). Automatic dynamic shapes cost one recompile instead.
+    unmarkable = [f"block input {d['arg']} dim {d['dim']} (not a name bound in {owner_target}.forward)"
+                  for d in dims if d["arg"] >= len(names) or names[d["arg"]] is None]
+    unmarkable += [f"block input {o['input']} dim {o['dim']} (a keyword or nested argument)"
+                   for o in rc.get("varying_block_other_dims") or []]
+    if unmarkable:
+        notes.append("not marked dynamic: " + "; ".join(unmarkable[:3]) + " also varies, and mark_dynamic at the "
+                     "boundary cannot reach it (a partly marked boundary raises ConstraintViolationError); "
+                     "expect one automatic-dynamic recompile")
+        return
     seen = set()
     for d in dims:
-        arg = names[d["arg"]] if d["arg"] < len(names) else None
-        if arg is None:
-            notes.append(f"block input {d['arg']} dim {d['dim']} varies but is not a name bound in {owner_target}.forward: not marked; expect one automatic-dynamic recompile")
-            continue
+        arg = names[d["arg"]]
         if (arg, d["dim"]) in seen:
             continue
         seen.add((arg, d["dim"]))

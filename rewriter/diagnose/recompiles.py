@@ -37,6 +37,45 @@ def varying(shapes: list[list[tuple[int, ...]]]) -> list[dict[str, Any]]:
     return out
 
 
+def nested_tensor_shapes(args: tuple, kwargs: dict) -> dict[str, tuple[int, ...]]:
+    """Shapes of the block's tensor inputs that are not a direct positional argument: keyword
+    arguments and tensors inside tuples (HF Llama's ``position_embeddings=(cos, sin)``), keyed
+    like ``position_embeddings[0]`` or ``args[2][0]``. ``mark_dynamic`` at the boundary cannot
+    reach them."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    out: dict[str, tuple[int, ...]] = {}
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            continue
+        for path, leaf in pytree.tree_flatten_with_path(a)[0]:
+            if isinstance(leaf, torch.Tensor):
+                out[f"args[{i}]{pytree.keystr(path)}"] = tuple(leaf.shape)
+    for path, leaf in pytree.tree_flatten_with_path(kwargs)[0]:
+        if isinstance(leaf, torch.Tensor):
+            key = pytree.keystr(path)  # "['position_embeddings'][0]"
+            out[key[2:].replace("']", "", 1) if key.startswith("['") else key] = tuple(leaf.shape)
+    return out
+
+
+def varying_named(shapes: list[dict[str, tuple[int, ...]]]) -> list[dict[str, Any]]:
+    """``[{"input": name, "dim": d, "sizes": [...]}]`` for dims of named inputs that differ
+    across calls (names present in every call with one rank)."""
+    out = []
+    if not shapes:
+        return out
+    for name in sorted(set.intersection(*(set(s) for s in shapes))):
+        ranks = {len(s[name]) for s in shapes}
+        if len(ranks) != 1:
+            continue
+        for d in range(ranks.pop()):
+            sizes = [s[name][d] for s in shapes]
+            if len(set(sizes)) > 1:
+                out.append({"input": name, "dim": d, "sizes": sizes})
+    return out
+
+
 def shapes_stable(ctx: Context) -> bool:
     """True when this rung ran and saw no recompile and no varying input dim across the harness
     shapes (what CUDA graphs and a whole-model ``reduce-overhead`` capture need). A rung that
@@ -56,24 +95,29 @@ def run(ctx: Context) -> RungResult:
     model, _, _ = ctx.reference()
     blocks = ctx.cache.get("blocks") or []
     block_shapes: list[list[tuple[int, ...]]] = []
+    other_shapes: list[dict[str, tuple[int, ...]]] = []
     input_shapes: list[list[tuple[int, ...]]] = []
     # block input shapes from an eager pass: a hook inside the compiled model would be traced,
     # and Dynamo's guards on its closure showed up as recompile reasons (H200 run 2)
     if blocks:
         first = blocks[0]["modules"][0]
         seen: list[list[tuple[int, ...]]] = []
+        seen_other: list[dict[str, tuple[int, ...]]] = []
 
         def pre(mod: Any, args: tuple, kwargs: dict) -> None:
             seen.append([tuple(a.shape) if isinstance(a, torch.Tensor) else () for a in args])
+            seen_other.append(nested_tensor_shapes(args, kwargs))
 
         hook = first.register_forward_pre_hook(pre, with_kwargs=True)
         try:
             for shape in spec.shapes:
                 _, inputs = ctx.session.build(shape)
                 seen.clear()
+                seen_other.clear()
                 ctx.session.run(ctx.session.step_fn(model, inputs))
                 if seen:
                     block_shapes.append(seen[0])
+                    other_shapes.append(seen_other[0])
         finally:
             hook.remove()
     reset()
@@ -89,6 +133,7 @@ def run(ctx: Context) -> RungResult:
     keys = sorted({k for s in spec.shapes for k in s if len({s.get(k) for s in spec.shapes}) > 1})
     var_in = varying(input_shapes)
     var_block = varying(block_shapes) if len(block_shapes) == len(input_shapes) else []
+    var_other = varying_named(other_shapes) if len(other_shapes) == len(input_shapes) else []
     for rc in log.recompiles:
         site = log.guard_site(ctx.session.src, rc.text)
         text = f"recompiled {rc.function}: " + "; ".join(rc.guards[:2])
@@ -99,6 +144,7 @@ def run(ctx: Context) -> RungResult:
         "varying_shape_keys": keys,
         "varying_input_dims": var_in,
         "varying_block_dims": [{"arg": v["tensor"], "dim": v["dim"], "sizes": v["sizes"]} for v in var_block],
+        "varying_block_other_dims": var_other,
         "limit_hit": bool(log.limit_hit),
     }
     if log.recompiles:
