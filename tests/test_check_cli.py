@@ -207,3 +207,25 @@ def test_diff_shows_the_fix_and_writes_nothing(tree, capsys):
 def test_a_file_named_twice_is_reported_once(tree, capsys):
     assert main(["check", "item.py", "item.py", "--format", "json"]) == 1
     assert len(json.loads(capsys.readouterr().out)["findings"]) == 1
+
+
+def test_a_commit_of_the_plan_alone_is_checked_for_the_drift_it_creates(gpt, capsys):
+    """pre-commit passes only staged files; with `types: [python]` an edit to plan.yaml alone
+    never ran the drift check. The hook now passes YAML too, and a staged plan makes every
+    change it asks for this commit's drift."""
+    (gpt / "pyproject.toml").write_text('[tool.stackpart]\nplan = "gpt/plan.yaml"\nsrc = "gpt/src"\n')
+    assert main(["check", "--select", "SP106", "gpt/plan.yaml", "--format", "json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["drift"]["files"] == ["gpt/src/model.py"]
+    assert main(["check", "--select", "SP106", "--fix", "gpt/plan.yaml"]) == 0
+    assert main(["check", "--select", "SP106", "gpt/plan.yaml", "--format", "json"]) == 0
+    other = gpt / "other.yaml"
+    other.write_text("a: [1\n")  # not Python, not the plan: skipped, never parsed
+    assert main(["check", "--select", "SP106", "other.yaml"]) == 0
+
+
+def test_the_hooks_pass_plan_files_to_check():
+    import yaml
+
+    hooks = yaml.safe_load((Path(__file__).resolve().parents[1] / ".pre-commit-hooks.yaml").read_text())
+    assert all(h["types_or"] == ["python", "yaml"] and "types" not in h for h in hooks)

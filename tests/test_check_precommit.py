@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 def _config(hook_id: str) -> str:
     hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     hook = dict(next(h for h in hooks if h["id"] == hook_id))
-    assert hook["language"] == "python" and hook["types"] == ["python"]
+    assert hook["language"] == "python" and hook["types_or"] == ["python", "yaml"]
     stackpart = Path(sys.executable).parent / "stackpart"
     hook["entry"] = hook["entry"].replace("stackpart", str(stackpart), 1)
     hook["language"] = "system"
@@ -58,7 +58,7 @@ def _install(repo: Path, hook_id: str) -> None:
     subprocess.run([str(pre_commit), "install"], cwd=repo, check=True, capture_output=True,
                    env=dict(os.environ, PRE_COMMIT_HOME=str(repo.parent / "pc-home")))
     _git(repo, "add", ".pre-commit-config.yaml")
-    _git(repo, "commit", "-q", "-m", "config")  # no python files staged: the hook is skipped, a clean pass
+    _git(repo, "commit", "-q", "-m", "config")  # only a YAML file that is not the plan: a clean pass
 
 
 def test_check_hook_blocks_a_finding_and_passes_a_clean_commit(repo):
@@ -89,3 +89,21 @@ def test_fix_hook_produces_a_commit_ready_tree(repo):
     second = _git(repo, "commit", "-m", "fixed", check=False)
     assert second.returncode == 0, second.stdout + second.stderr
     assert _git(repo, "show", "HEAD:shapes.py").stdout == FIXABLE.replace("min=1", "min=2")
+
+
+def test_check_hook_blocks_a_commit_that_edits_only_the_plan(repo):
+    """With `types: [python]` a commit of plan.yaml alone skipped the hook, and the drift it
+    created reached the branch unseen."""
+    shutil.copytree(ROOT / "examples" / "gpt", repo / "gpt")
+    (repo / "pyproject.toml").write_text('[tool.stackpart]\nplan = "gpt/plan.yaml"\nsrc = "gpt/src"\n')
+    plan = (repo / "gpt" / "plan.yaml").read_text()
+    (repo / "gpt" / "plan.yaml").write_text("version: 1\nactions: []\n")
+    _install(repo, "stackpart-check")
+    _git(repo, "add", "gpt", "pyproject.toml")
+    first = _git(repo, "commit", "-m", "model and an empty plan", check=False)
+    assert first.returncode == 0, first.stdout + first.stderr
+    (repo / "gpt" / "plan.yaml").write_text(plan)  # the plan now asks for changes to model.py
+    _git(repo, "add", "gpt/plan.yaml")
+    blocked = _git(repo, "commit", "-m", "plan only", check=False)
+    assert blocked.returncode != 0
+    assert "plan drift" in blocked.stdout + blocked.stderr and "gpt/src/model.py" in blocked.stdout + blocked.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..source import read_source
 from .config import load_config
 from .output import Outcome, render
-from .runner import check_files, discover, select_rules
+from .runner import NOT_PYTHON, check_files, discover, select_rules
 
 
 def _write(changes: list[tuple[str, bytes, bytes, int]]) -> None:
@@ -78,10 +78,13 @@ def run_check(
             plan, src = config.plan, src or config.src
     rules = select_rules(select, ignore)
     files = discover(paths)
+    plans = [p for p in paths if Path(p).suffix in NOT_PYTHON and Path(p).is_file()]  # a staged plan: drift only
     outcome = Outcome(checked=len(files))
+    if not files and not plans:
+        return outcome, rules
+    _drift(outcome, plan, src, files + plans, fix)
     if not files:
         return outcome, rules
-    _drift(outcome, plan, src, files, fix)
     results = check_files(files, rules, fix=fix or diff, jobs=jobs)
     if diff and not fix:
         from ..diff import file_diff

@@ -3,6 +3,8 @@
 The plan is run exactly as ``stackpart rewrite --check`` runs it (:func:`rewriter.rewrite.plan_rewrite`,
 safe actions only), and only the changes to files on the command line count: pre-commit passes
 the staged files, and a plan's target that is not being committed is not this commit's drift.
+When the plan file itself is on the command line (the commit edits the plan), every change it
+asks for is this commit's drift, wherever it lands.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from ..rewrite import FileChange, plan_rewrite
 
 
 def plan_drift(plan_path: str, src: str, files: Sequence[str]) -> tuple[list[tuple[str, FileChange]], str]:
-    """The plan's pending changes to ``files``: ``([(file as given, change)], git-style diff)``.
+    """The plan's pending changes to ``files`` (to every file when ``plan_path`` is one of
+    them): ``([(file as given, or relative to the working directory, change)], git-style diff)``.
 
     Raises:
         StackpartError: a bad plan or target (the same errors ``rewrite`` raises).
@@ -27,9 +30,12 @@ def plan_drift(plan_path: str, src: str, files: Sequence[str]) -> tuple[list[tup
     result = plan_rewrite(loaded, Path(src), unsafe=False)
     root = Path(src).resolve()
     given = {os.path.realpath(f): f for f in files}
+    plan_staged = os.path.realpath(plan_path) in given
     drifted = []
     for change in result.changes:
         real = os.path.realpath(root / change.relpath)
         if real in given:
             drifted.append((given[real], change))
+        elif plan_staged:
+            drifted.append((os.path.relpath(real), change))
     return drifted, unified_diff([c for _, c in drifted])

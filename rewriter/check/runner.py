@@ -56,11 +56,16 @@ def select_rules(select: Sequence[str] = (), ignore: Sequence[str] = ()) -> list
     return [r for r in ALL_RULES if (not select or hit(r.CODE, select)) and not hit(r.CODE, ignore)]
 
 
+#: Named files that are never Python source: skipped by :func:`discover`.
+NOT_PYTHON = frozenset({".yaml", ".yml"})
+
+
 def discover(paths: Iterable[str]) -> list[str]:
     """The Python files named by ``paths``: files as given, directories walked for ``*.py``.
 
     Hidden directories, ``__pycache__`` and ``site-packages`` are skipped (a virtualenv inside
-    the tree is not the user's code); explicitly named files are always kept.
+    the tree is not the user's code); explicitly named files are kept, except YAML files (a
+    plan passed for the drift check).
 
     Raises:
         StackpartError: a path that does not exist.
@@ -72,6 +77,8 @@ def discover(paths: Iterable[str]) -> list[str]:
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
                 out.extend(os.path.join(root, f) for f in sorted(files) if f.endswith(".py"))
+        elif path.suffix in NOT_PYTHON:
+            continue  # a plan passed for drift (pre-commit's types_or: [python, yaml])
         elif path.exists():
             out.append(given)
         else:
