@@ -23,18 +23,8 @@ from .session import tensor_leaves
 
 def varying(shapes: list[list[tuple[int, ...]]]) -> list[dict[str, Any]]:
     """``[{"tensor": i, "dim": d, "sizes": [...]}]`` for dims that differ across calls."""
-    out = []
-    if not shapes:
-        return out
-    for i in range(min(len(s) for s in shapes)):
-        ranks = {len(s[i]) for s in shapes}
-        if len(ranks) != 1:
-            continue
-        for d in range(ranks.pop()):
-            sizes = [s[i][d] for s in shapes]
-            if len(set(sizes)) > 1:
-                out.append({"tensor": i, "dim": d, "sizes": sizes})
-    return out
+    named = varying_named([dict(enumerate(call)) for call in shapes])
+    return [{"tensor": v["input"], "dim": v["dim"], "sizes": v["sizes"]} for v in named]
 
 
 def nested_tensor_shapes(args: tuple, kwargs: dict) -> dict[str, tuple[int, ...]]:
@@ -59,7 +49,7 @@ def nested_tensor_shapes(args: tuple, kwargs: dict) -> dict[str, tuple[int, ...]
     return out
 
 
-def varying_named(shapes: list[dict[str, tuple[int, ...]]]) -> list[dict[str, Any]]:
+def varying_named(shapes: list[dict[Any, tuple[int, ...]]]) -> list[dict[str, Any]]:
     """``[{"input": name, "dim": d, "sizes": [...]}]`` for dims of named inputs that differ
     across calls (names present in every call with one rank)."""
     out = []
