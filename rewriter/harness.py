@@ -192,11 +192,13 @@ def build_model(h: LoadedHarness, construct_on: str | None = None) -> tuple[Any,
     with on_sys_path(h.src):
         model = None
         if construct_on and torch.device(construct_on).type != "cpu":
+            rng = torch.random.get_rng_state()
             try:
                 with torch.device(construct_on):
                     model = h.build_model()
             except Exception as exc:  # host-only code in the constructor: build it as the user does
                 fallback = f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+                torch.random.set_rng_state(rng)  # the host build draws what it would have alone
         if model is None:
             model = _call(h, "model", h.build_model)
     if not isinstance(model, torch.nn.Module):

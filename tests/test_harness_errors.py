@@ -76,8 +76,14 @@ def test_build_model_falls_back_to_the_host_when_the_constructor_needs_it(tmp_pa
         "def build_model():\n    torch.zeros(3).numpy()  # host-only\n    return torch.nn.Linear(2, 2)\n\n\n"
         "def make_inputs(batch=1):\n    return (torch.zeros(batch, 2),)\n"
     ))
+    import torch
+
+    torch.manual_seed(0)
     model, fallback = build_model(h, construct_on="meta")
+    torch.manual_seed(0)
+    alone, _ = build_model(h)
     assert model.weight.device.type == "cpu"
+    assert torch.equal(model.weight, alone.weight)  # the same weights as a host build alone
     assert fallback.startswith("TypeError: can't convert meta device type tensor to numpy")
 
 

@@ -255,6 +255,18 @@ def test_timeout_kills_the_child_and_exits_2(tmp_path, capsys):
     assert "timeout" in report["verdict"]["errors"][0] and "killed" in report["verdict"]["errors"][0]
 
 
+def test_a_reference_that_hangs_in_its_build_times_out_once_under_overlap(tmp_path, capsys, overlap_on):
+    """Review: with the overlap on, a reference stuck in its build was waited for twice
+    (--timeout each: 20 minutes at the default on a GPU host) before the error."""
+    plan, src = _broken_tree(tmp_path, "import time\n\n\ndef build_model():\n    time.sleep(120)\n\n\ndef make_inputs(batch=2, seq=12):\n    pass\n")
+    import time
+
+    t0 = time.perf_counter()
+    code = main(["validate", "--plan", str(plan), str(src), "--out", str(tmp_path / "r"), "--baselines", "",
+                 "--timeout", "10", "--backend", "eager"])
+    assert code == 2 and time.perf_counter() - t0 < 19  # one timeout (10 s) and start-up, not two
+
+
 def test_plan_without_harness_is_an_input_error_writing_nothing(tmp_path, capsys):
     plan, src = _case(tmp_path, "causal_bucket")
     text = plan.read_text()

@@ -176,14 +176,41 @@ GPT2_CONSTRAINT = (
 def test_constraint_violation_hint_gives_the_range_and_the_plan_line():
     from rewriter.validate.verdict import constraint_hint
 
-    hint = constraint_hint(GPT2_CONSTRAINT, [(30, "attention_mask", 1), (27, "input_ids", 1)])
+    hint = constraint_hint(GPT2_CONSTRAINT, [(30, "attention_mask", 1), (27, "input_ids", 1)], "gpt2.yaml")
     assert hint == (
-        "hint: the model's code only accepts 128 <= s and s <= 1024 for the marked dim "
-        "(input_ids dim 1, plan.yaml line 27); set min: 128, max: 1024 on that mark_dynamic action "
-        "(or leave the dim to automatic dynamic shapes)"
+        "hint: the code requires 128 <= s and s <= 1024 for input_ids dim 1 (gpt2.yaml line 27): "
+        "set min: 128, max: 1024 on that mark_dynamic action (or leave the dim to automatic dynamic shapes)"
     )
-    specialised = GPT2_CONSTRAINT.replace(
-        "128 <= L['input_ids'].size()[1] and L['input_ids'].size()[1] <= 1024", "Eq(L['input_ids'].size()[1], 512)")
-    assert "specialises the marked dim (input_ids dim 1, plan.yaml line 27): Eq(s, 512)" in constraint_hint(
-        specialised, [(27, "input_ids", 1)])
     assert constraint_hint("raised: shape {}: RuntimeError: boom", [(27, "input_ids", 1)]) is None
+
+
+# torch 2.13 on CPU: x.view(2, 3, 4) with x dim 1 marked; and x + y with only x marked
+SPECIALISED = (
+    "raised: shape {'batch': 2, 'seq': 12}: ConstraintViolationError: Constraints violated (L['x'].size()[1])! "
+    "For more information, run with TORCH_LOGS=\"+dynamic\".\n"
+    "  - You marked L['x'].size()[1] as dynamic but your code specialized it to be a constant (12). If you're "
+    "using mark_dynamic, either remove it or use maybe_mark_dynamic. If you're using Dim.DYNAMIC, replace it "
+    "with either Dim.STATIC or Dim.AUTO.\n"
+    "  - Not all values of L['x'].size()[0] = L['x'].size()[0] in the specified range L['x'].size()[0] <= 64 "
+    "satisfy the generated guard L['x'].size()[0] != 5.\n"
+)
+
+
+def test_constraint_violation_hint_covers_every_violation_line():
+    from rewriter.validate.verdict import constraint_hint
+
+    hint = constraint_hint(SPECIALISED, [(9, "x", 1), (11, "x", 0)])
+    assert hint.startswith("hint: the code fixes x dim 1 (plan.yaml line 9) to 12 (a view to a fixed size")
+    assert "; the code requires s != 5 for x dim 0 (plan.yaml line 11) (or leave" in hint  # no trailing period
+    tied = "Constraints violated (L['x'].size()[1])!\n  - The values of L['x'].size()[1] = L['x'].size()[1] must always be equal to L['y'].size()[1], inferred to be equal to L['y'].size()[1].\n"
+    assert "the code ties x dim 1 (plan.yaml line 9) to y dim 1: mark that one too" in constraint_hint(tied, [(9, "x", 1)])
+
+
+def test_reference_overlaps_the_plan_only_with_room_on_the_device():
+    from rewriter.validate.command import _room_to_overlap
+
+    gib = 2**30
+    assert _room_to_overlap({"weights_saved": True}) is None  # CPU: no memory figures, no limit
+    assert _room_to_overlap({"allocated": 2 * gib, "free": 120 * gib, "total": 140 * gib}) is None
+    why = _room_to_overlap({"allocated": 20 * gib, "free": 100 * gib, "total": 140 * gib})
+    assert why == "100.0 GiB free on the device < 8 x the 20.0 GiB the reference holds"

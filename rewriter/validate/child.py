@@ -139,7 +139,11 @@ def _build(
         for i in range(len(spec.shapes)):
             _inputs(job, h, i, ref)
         if channel is not None:
-            channel.send({"weights_saved": True})
+            message: dict[str, Any] = {"weights_saved": True}
+            if torch.cuda.is_available() and spec.device.startswith("cuda"):
+                free, total = torch.cuda.mem_get_info()
+                message.update(allocated=torch.cuda.memory_allocated(), free=free, total=total)
+            channel.send(message)
     else:
         # mmap: the saved file is paged in as it is copied to the device, not read whole first
         reference = torch.load(sd_path, map_location=spec.device, weights_only=False, mmap=True)

@@ -220,15 +220,16 @@ class ServedChild:
         self._early = reply
         return False
 
-    def wait_weights_saved(self) -> bool:
+    def wait_weights_saved(self) -> dict[str, Any] | None:
         """The reference only: wait until it has saved its weights and every shape's inputs (what
-        a compiled variant needs to start). False when it exited or timed out first;
-        :meth:`wait_cold` then returns why."""
+        a compiled variant needs to start); returns its message (on CUDA with ``allocated``,
+        ``free``, ``total`` bytes). None when it exited or timed out first; :meth:`wait_cold`
+        then returns why."""
         reply = self._readline(self.timeout_s)
         if reply is not None and reply.get("weights_saved"):
-            return True
+            return reply
         self._early = reply
-        return False
+        return None
 
     def go(self) -> None:
         """Start the measured cold phase (load weights, compile, run the shapes)."""

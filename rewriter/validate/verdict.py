@@ -82,39 +82,55 @@ def speed_failures(
     return out
 
 
-_GUARD = re.compile(r"generated guard (?P<guard>.+?)(?:\n|$)")
 _SIZE = re.compile(r"L\['(?P<arg>\w+)'\]\.size\(\)\[(?P<dim>\d+)\]")
+_RANGE = re.compile(r"Not all values of (?P<sym>\S+) = .*? satisfy the generated guard (?P<guard>.+?)\.?$")
+_CONST = re.compile(r"You marked (?P<sym>\S+) as dynamic but your code specialized it to be a constant \((?P<value>-?\d+)\)")
+_EQUAL = re.compile(r"(?P<sym>L\['\w+'\]\.size\(\)\[\d+\]).*?inferred to be equal to (?P<other>.+?)\.?$")
 
 
-def constraint_hint(message: str, mark_dynamic: list[tuple[int | None, str, int]]) -> str | None:
+def constraint_hint(message: str, mark_dynamic: list[tuple[int | None, str, int]], plan_name: str = "plan.yaml") -> str | None:
     """For a ``ConstraintViolationError`` of the rewritten model (a ``mark_dynamic`` dim that the
-    model's code guards on), the range the code accepts and the plan line to change; else None.
+    model's code guards on), what the code requires of each marked dim and the plan line to
+    change; else None.
 
-    ``mark_dynamic``: ``(plan line, arg, dim)`` of the plan's mark_dynamic actions. Dynamo raises
-    when a dim marked dynamic gets a guard narrower than the marked range ("Not all values of X
-    in the specified range ... satisfy the generated guard G", torch/fx/experimental/
-    symbolic_shapes.py); G is the range the code allows: ``128 <= s and s <= 1024`` (GPT-2's
-    attention path in transformers 5.17 on the H200) or ``Eq(s, 512)`` (specialised: not dynamic).
+    ``mark_dynamic``: ``(plan line, arg, dim)`` of the plan's mark_dynamic actions. Dynamo lists
+    one violation per line (torch/fx/experimental/symbolic_shapes.py): "Not all values of X in
+    the specified range ... satisfy the generated guard G" (the code requires G: GPT-2 in
+    transformers 5.17 requires ``128 <= s <= 1023``, H200 runs 5-6), "You marked X as dynamic
+    but your code specialized it to be a constant (N)" (a view to a fixed size, or an operation
+    with a tensor whose dim is static), "X ... inferred to be equal to Y" (tied to another dim).
     """
     if "ConstraintViolationError" not in message and "Constraints violated" not in message:
         return None
-    found = _GUARD.search(message)
-    if not found:
+    hints = []
+    for raw in message.splitlines():
+        line = raw.strip().lstrip("- ").strip()
+        found = _RANGE.search(line) or _CONST.search(line) or _EQUAL.search(line)
+        if not found:
+            continue
+        sym = found.group("sym")
+        where = _where(sym, mark_dynamic, plan_name)
+        if found.re is _RANGE:
+            guard = _SIZE.sub("s", found.group("guard"))
+            low, high = re.search(r"(\d+) <= s", guard), re.search(r"s <= (\d+)", guard)
+            bounds = ", ".join(b for b in (f"min: {low.group(1)}" if low else "", f"max: {high.group(1)}" if high else "") if b)
+            hints.append(f"the code requires {guard} for {where}" + (f": set {bounds} on that mark_dynamic action" if bounds else ""))
+        elif found.re is _CONST:
+            hints.append(f"the code fixes {where} to {found.group('value')} (a view to a fixed size, or an op with a "
+                         "tensor whose dim is static): drop that mark_dynamic action, mark every tensor it meets, "
+                         "or bucket the dim instead")
+        else:
+            other = _SIZE.sub(lambda m: f"{m.group('arg')} dim {m.group('dim')}", found.group("other"))
+            hints.append(f"the code ties {where} to {other}: mark that one too, or drop the mark")
+    if not hints:
         return None
-    guard = found.group("guard").strip()
-    size = _SIZE.search(guard)
-    where = ""
-    if size:
-        arg, dim = size.group("arg"), int(size.group("dim"))
-        lines = [line for line, a, d in mark_dynamic if a == arg and d == dim]
-        where = f" ({arg} dim {dim}" + (f", plan.yaml line {lines[0]}" if lines and lines[0] else "") + ")"
-    short = _SIZE.sub("s", guard)
-    if short.startswith("Eq("):
-        return (f"hint: the model specialises the marked dim{where}: {short}; it cannot be dynamic "
-                "there: drop the mark_dynamic action or bucket the dim instead")
-    low = re.search(r"(\d+) <= s", short)
-    high = re.search(r"s <= (\d+)", short)
-    bounds = ", ".join(p for p in (f"min: {low.group(1)}" if low else "", f"max: {high.group(1)}" if high else "") if p)
-    return (f"hint: the model's code only accepts {short} for the marked dim{where}"
-            + (f"; set {bounds} on that mark_dynamic action" if bounds else "")
-            + " (or leave the dim to automatic dynamic shapes)")
+    return "hint: " + "; ".join(dict.fromkeys(hints)) + " (or leave the dim to automatic dynamic shapes)"
+
+
+def _where(sym: str, mark_dynamic: list[tuple[int | None, str, int]], plan_name: str) -> str:
+    size = _SIZE.search(sym)
+    if not size:
+        return f"the marked dim {sym}"
+    arg, dim = size.group("arg"), int(size.group("dim"))
+    lines = [line for line, a, d in mark_dynamic if a == arg and d == dim and line]
+    return f"{arg} dim {dim}" + (f" ({plan_name} line {lines[0]})" if lines else "")
