@@ -308,3 +308,16 @@ def test_nested_and_keyword_block_inputs_are_named():
     b = {k: (1, 7, 8) for k in a}
     assert varying_named([a, b])[0] == {"input": "args[1][0]", "dim": 1, "sizes": [5, 7]}
     assert len(varying_named([a, b])) == 4
+
+
+def test_a_varying_int_block_argument_blocks_every_mark(tmp_path, monkeypatch):
+    """Review: block(x, T) with x.view(b, T, ...) inside: x dim 1 was marked and the first call
+    raised "specialized it to be a constant"."""
+    from rewriter.diagnose.recompiles import int_inputs
+
+    assert int_inputs((object(), 12, (3, True)), {"seq_len": 12, "flag": False}) == {"args[1]": 12, "args[2][0]": 3, "seq_len": 12}
+    ctx = llama(tmp_path, monkeypatch, cand(1.40, 19.43, 4.0, 1, 1_000_000, 30), cand(1.41, 19.43, 4.0, 1, 1_000_000, 30, "reduce-overhead"))
+    ctx.results["recompiles"].measurement["varying_block_other_dims"] = [{"input": "args[3]", "dim": None, "sizes": [512, 384]}]
+    decision = plan(ctx)
+    assert not [a for a in decision.plan.actions if a.action == "mark_dynamic"]
+    assert any("block input args[3] (an int: [384, 512])" in n for n in decision.notes)

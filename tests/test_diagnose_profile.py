@@ -101,8 +101,19 @@ def test_idle_after_syncs_is_blamed_on_them_and_the_rest_on_dispatch(tmp_path, m
     c.cache["profile"].kernels = _sync_timeline(after_sync_us=120.0, dispatch_us=0.0)
     r = gaps.run(c)
     assert r.measurement["after_sync_share"] == 0.12
-    assert r.verdict.startswith("host stalls: 12% of the step idle with no kernel, 12% right after the host sync(s) at model.py:")
+    assert r.verdict.startswith("host stalls: 12% of the step idle with no kernel, 12% right after host syncs (device-to-host copies) at model.py:")
     assert r.implies == "remove the host sync(s)"
+
+
+def test_idle_after_a_device_to_host_copy_counts_without_a_located_call(ctx):
+    """A read-back the call-site capture does not know (x.to("cpu")) still stalls the device:
+    the verdict must not say "no significant gaps" (review of the gaps split)."""
+    ctx.cache["profile"].kernels = _sync_timeline(after_sync_us=250.0, dispatch_us=20.0)
+    r = gaps.run(ctx)
+    assert not r.findings and r.measurement["after_sync_share"] == 0.25
+    assert r.verdict.startswith("host stalls: 25% of the step idle with no kernel, 25% right after host syncs")
+    assert "no sync call found in SRC" in r.verdict
+    assert r.implies == "find the device-to-host reads between kernels"
 
 
 def test_gap_after_a_device_to_host_copy_is_a_host_stall_of_any_length(ctx):

@@ -355,7 +355,8 @@ def _mark_dynamic(actions: list, notes: list, block: dict, rc: dict) -> None:
     # transformers 5.24, CPU). Automatic dynamic shapes cost one recompile instead.
     unmarkable = [f"block input {d['arg']} dim {d['dim']} (not a name bound in {owner_target}.forward)"
                   for d in dims if d["arg"] >= len(names) or names[d["arg"]] is None]
-    unmarkable += [f"block input {o['input']} dim {o['dim']} (a keyword or nested argument)"
+    unmarkable += [f"block input {o['input']} dim {o['dim']} (a keyword or nested argument)" if o["dim"] is not None
+                   else f"block input {o['input']} (an int: {sorted(set(o['sizes']))})"
                    for o in rc.get("varying_block_other_dims") or []]
     if unmarkable:
         notes.append("not marked dynamic: " + "; ".join(unmarkable[:3]) + " also varies, and mark_dynamic at the "

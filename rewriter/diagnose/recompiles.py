@@ -49,6 +49,22 @@ def nested_tensor_shapes(args: tuple, kwargs: dict) -> dict[str, tuple[int, ...]
     return out
 
 
+def int_inputs(args: tuple, kwargs: dict) -> dict[str, int]:
+    """The block's integer inputs (``block(x, seq_len)``, ``position=...``), keyed like
+    :func:`nested_tensor_shapes`: a length passed as an int ties the tensor dims it shapes."""
+    from torch.utils import _pytree as pytree
+
+    out: dict[str, int] = {}
+    for path, leaf in pytree.tree_flatten_with_path(args)[0]:
+        if isinstance(leaf, int) and not isinstance(leaf, bool):
+            out[f"args{pytree.keystr(path)}"] = leaf
+    for path, leaf in pytree.tree_flatten_with_path(kwargs)[0]:
+        if isinstance(leaf, int) and not isinstance(leaf, bool):
+            key = pytree.keystr(path)
+            out[key[2:].replace("']", "", 1) if key.startswith("['") else key] = leaf
+    return out
+
+
 def varying_named(shapes: list[dict[Any, tuple[int, ...]]]) -> list[dict[str, Any]]:
     """``[{"input": name, "dim": d, "sizes": [...]}]`` for dims of named inputs that differ
     across calls (names present in every call with one rank)."""
@@ -86,6 +102,7 @@ def run(ctx: Context) -> RungResult:
     blocks = ctx.cache.get("blocks") or []
     block_shapes: list[list[tuple[int, ...]]] = []
     other_shapes: list[dict[str, tuple[int, ...]]] = []
+    int_values: list[dict[str, int]] = []
     input_shapes: list[list[tuple[int, ...]]] = []
     # block input shapes from an eager pass: a hook inside the compiled model would be traced,
     # and Dynamo's guards on its closure showed up as recompile reasons (H200 run 2)
@@ -93,10 +110,12 @@ def run(ctx: Context) -> RungResult:
         first = blocks[0]["modules"][0]
         seen: list[list[tuple[int, ...]]] = []
         seen_other: list[dict[str, tuple[int, ...]]] = []
+        seen_ints: list[dict[str, int]] = []
 
         def pre(mod: Any, args: tuple, kwargs: dict) -> None:
             seen.append([tuple(a.shape) if isinstance(a, torch.Tensor) else () for a in args])
             seen_other.append(nested_tensor_shapes(args, kwargs))
+            seen_ints.append(int_inputs(args, kwargs))
 
         hook = first.register_forward_pre_hook(pre, with_kwargs=True)
         try:
@@ -104,10 +123,12 @@ def run(ctx: Context) -> RungResult:
                 _, inputs = ctx.session.build(shape)
                 seen.clear()
                 seen_other.clear()
+                seen_ints.clear()
                 ctx.session.run(ctx.session.step_fn(model, inputs))
                 if seen:
                     block_shapes.append(seen[0])
                     other_shapes.append(seen_other[0])
+                    int_values.append(seen_ints[0])
         finally:
             hook.remove()
     reset()
@@ -124,6 +145,8 @@ def run(ctx: Context) -> RungResult:
     var_in = varying(input_shapes)
     var_block = varying(block_shapes) if len(block_shapes) == len(input_shapes) else []
     var_other = varying_named(other_shapes) if len(other_shapes) == len(input_shapes) else []
+    if len(int_values) == len(input_shapes):  # an int as a 0-d "shape": dim 0 is its value
+        var_other += [dict(v, dim=None) for v in varying_named([{k: (n,) for k, n in c.items()} for c in int_values])]
     for rc in log.recompiles:
         site = log.guard_site(ctx.session.src, rc.text)
         text = f"recompiled {rc.function}: " + "; ".join(rc.guards[:2])
@@ -138,7 +161,9 @@ def run(ctx: Context) -> RungResult:
         "limit_hit": bool(log.limit_hit),
     }
     if log.recompiles:
-        dims = ", ".join(f"block arg {v['tensor']} dim {v['dim']}" for v in var_block) or ", ".join(f"input {v['tensor']} dim {v['dim']}" for v in var_in)
+        dims = ", ".join([f"block arg {v['tensor']} dim {v['dim']}" for v in var_block]
+                         + [f"block input {v['input']}" + (f" dim {v['dim']}" if v["dim"] is not None else "") for v in var_other]
+                         ) or ", ".join(f"input {v['tensor']} dim {v['dim']}" for v in var_in)
         r.verdict = f"{len(log.recompiles)} recompile(s) across {len(spec.shapes)} shapes; varying: {dims or 'no tensor dim (a guard on a value)'}"
         r.implies = "mark_dynamic at the region boundary (or bucket)"
     elif keys:
