@@ -222,6 +222,11 @@ def test_a_commit_of_the_plan_alone_is_checked_for_the_drift_it_creates(gpt, cap
     other = gpt / "other.yaml"
     other.write_text("a: [1\n")  # not Python, not the plan: skipped, never parsed
     assert main(["check", "--select", "SP106", "other.yaml"]) == 0
+    # a YAML file that is not the plan does not run the plan (a broken plan blocks no CI edit)
+    (gpt / "gpt" / "plan.yaml").write_text("version: 1\nactions: [{action: nope}]\n")
+    assert main(["check", "--select", "SP106", "other.yaml"]) == 0
+    assert main(["check", "--select", "SP106", "gpt/plan.yaml"]) == 2
+    assert main(["check", "nosuch.yaml"]) == 2  # a missing file is an error, YAML or not
 
 
 def test_the_hooks_pass_plan_files_to_check():

@@ -78,7 +78,9 @@ def run_check(
             plan, src = config.plan, src or config.src
     rules = select_rules(select, ignore)
     files = discover(paths)
-    plans = [p for p in paths if Path(p).suffix in NOT_PYTHON and Path(p).is_file()]  # a staged plan: drift only
+    # a staged plan: drift only; other YAML files (CI configs...) never run the plan
+    plans = [p for p in paths if plan is not None and Path(p).suffix in NOT_PYTHON
+             and os.path.realpath(p) == os.path.realpath(plan)]
     outcome = Outcome(checked=len(files))
     if not files and not plans:
         return outcome, rules

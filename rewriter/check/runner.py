@@ -77,12 +77,10 @@ def discover(paths: Iterable[str]) -> list[str]:
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
                 out.extend(os.path.join(root, f) for f in sorted(files) if f.endswith(".py"))
-        elif path.suffix in NOT_PYTHON:
-            continue  # a plan passed for drift (pre-commit's types_or: [python, yaml])
-        elif path.exists():
-            out.append(given)
-        else:
+        elif not path.exists():
             raise StackpartError("no such file or directory", path=given)
+        elif path.suffix not in NOT_PYTHON:  # YAML: a plan passed for drift (pre-commit's types_or)
+            out.append(given)
     return list(dict.fromkeys(out))  # a file named twice is checked (and reported) once
 
 
