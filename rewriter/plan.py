@@ -172,13 +172,21 @@ class DisableAction(_Action):
 
 
 class MarkDynamicAction(_Action):
-    """``torch._dynamo.mark_dynamic(arg, dim, min=, max=)`` right after ``arg`` is bound."""
+    """``torch._dynamo.mark_dynamic(arg, dim, min=, max=)`` right after ``arg`` is bound.
+
+    ``strict: false`` writes ``torch._dynamo.maybe_mark_dynamic(arg, dim)`` instead: a hint that
+    Dynamo may drop when the code specialises the dim (it then recompiles per size) rather than
+    raising ConstraintViolationError on the first call, as ``mark_dynamic`` does (torch
+    "Dynamic shapes" docs; H200: GPT-2's code requires 128 <= seq <= 1023, and a strict mark
+    of 2..1024 made the model raise). It takes no ``min``/``max``.
+    """
 
     action: Literal["mark_dynamic"]
     arg: str
     dim: int
     min: int | None = Field(default=None, ge=0)
     max: int | None = Field(default=None, ge=1)
+    strict: bool = True
 
     _arg = field_validator("arg")(_check_ident)
 
@@ -188,6 +196,17 @@ class MarkDynamicAction(_Action):
         low = info.data.get("min")
         if value is not None and low is not None and value < low:
             raise ValueError(f"expected max >= min ({low}), got {value}")
+        return value
+
+    @field_validator("strict")
+    @classmethod
+    def _strict(cls, value: bool, info: ValidationInfo) -> bool:
+        bounds = [k for k in ("min", "max") if info.data.get(k) is not None]
+        if not value and bounds:
+            raise ValueError(
+                f"strict: false (maybe_mark_dynamic) takes no range; remove {' and '.join(bounds)}, "
+                "or keep strict: true"
+            )
         return value
 
 

@@ -125,7 +125,7 @@ def test_recompile_storm_marks_the_block_input_dynamic(tmp_path):
     assert (mark.target, mark.arg, mark.dim) == ("model.py::SeqNet.forward", "x", 1)
     assert ("compile", "model.py::Block") in {(a.action, a.target) for a in plan.actions}
     text = next(c.new.decode() for c in result.changes if c.relpath == "model.py")
-    assert "torch._dynamo.mark_dynamic(x, 1)" in text
+    assert "torch._dynamo.maybe_mark_dynamic(x, 1)" in text  # as the amortization rung measured it
 
 
 def test_per_instance_recompiles_disable_the_helper_reading_layer_idx(tmp_path):

@@ -179,7 +179,8 @@ def test_constraint_violation_hint_gives_the_range_and_the_plan_line():
     hint = constraint_hint(GPT2_CONSTRAINT, [(30, "attention_mask", 1), (27, "input_ids", 1)], "gpt2.yaml")
     assert hint == (
         "hint: the code requires 128 <= s and s <= 1024 for input_ids dim 1 (gpt2.yaml line 27): "
-        "set min: 128, max: 1024 on that mark_dynamic action (or leave the dim to automatic dynamic shapes)"
+        "set min: 128, max: 1024 on that mark_dynamic action "
+        "(or strict: false on the action, maybe_mark_dynamic: Dynamo keeps what the code needs)"
     )
     assert constraint_hint("raised: shape {}: RuntimeError: boom", [(27, "input_ids", 1)]) is None
 
@@ -201,7 +202,7 @@ def test_constraint_violation_hint_covers_every_violation_line():
 
     hint = constraint_hint(SPECIALISED, [(9, "x", 1), (11, "x", 0)])
     assert hint.startswith("hint: the code fixes x dim 1 (plan.yaml line 9) to 12 (a view to a fixed size")
-    assert "; the code requires s != 5 for x dim 0 (plan.yaml line 11) (or leave" in hint  # no trailing period
+    assert "; the code requires s != 5 for x dim 0 (plan.yaml line 11) (or strict: false" in hint  # no trailing period
     tied = "Constraints violated (L['x'].size()[1])!\n  - The values of L['x'].size()[1] = L['x'].size()[1] must always be equal to L['y'].size()[1], inferred to be equal to L['y'].size()[1].\n"
     assert "the code ties x dim 1 (plan.yaml line 9) to y dim 1: mark that one too" in constraint_hint(tied, [(9, "x", 1)])
 

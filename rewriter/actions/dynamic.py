@@ -1,6 +1,7 @@
-"""``mark_dynamic``: ``torch._dynamo.mark_dynamic(arg, dim, min=, max=)`` right after ``arg`` is
-bound, so the compiled region it enters is traced once with a symbolic size instead of
-recompiling per size (torch.compiler "Dynamic shapes" docs).
+"""``mark_dynamic``: ``torch._dynamo.mark_dynamic(arg, dim, min=, max=)`` (``strict: false``:
+``maybe_mark_dynamic(arg, dim)``) right after ``arg`` is bound, so the compiled region it enters
+is traced once with a symbolic size instead of recompiling per size (torch.compiler "Dynamic
+shapes" docs).
 
 A parameter is marked at the top of the body (after the docstring); a local at its first
 top-level binding. The call must run eagerly: marking inside a compiled frame is an error in
@@ -47,7 +48,10 @@ def _top_level_names(func: cst.FunctionDef) -> list[str]:
 
 
 def mark_dynamic_call(torch: str, action: MarkDynamicAction) -> str:
-    """The statement text, e.g. ``torch._dynamo.mark_dynamic(x, 1, min=2, max=4096)``."""
+    """The statement text, e.g. ``torch._dynamo.mark_dynamic(x, 1, min=2, max=4096)``, or
+    ``torch._dynamo.maybe_mark_dynamic(x, 1)`` for ``strict: false``."""
+    if not action.strict:
+        return f"{torch}._dynamo.maybe_mark_dynamic({action.arg}, {action.dim})"
     kwargs = {k: v for k, v in (("min", action.min), ("max", action.max)) if v is not None}
     extra = ", " + call_args(kwargs) if kwargs else ""
     return f"{torch}._dynamo.mark_dynamic({action.arg}, {action.dim}{extra})"

@@ -124,7 +124,8 @@ def constraint_hint(message: str, mark_dynamic: list[tuple[int | None, str, int]
             hints.append(f"the code ties {where} to {other}: mark that one too, or drop the mark")
     if not hints:
         return None
-    return "hint: " + "; ".join(dict.fromkeys(hints)) + " (or leave the dim to automatic dynamic shapes)"
+    return ("hint: " + "; ".join(dict.fromkeys(hints))
+            + " (or strict: false on the action, maybe_mark_dynamic: Dynamo keeps what the code needs)")
 
 
 def _where(sym: str, mark_dynamic: list[tuple[int | None, str, int]], plan_name: str) -> str:
