@@ -208,10 +208,10 @@ def test_constraint_violation_hint_covers_every_violation_line():
 
 
 def test_reference_overlaps_the_plan_only_with_room_on_the_device():
-    from rewriter.validate.command import _room_to_overlap
+    from rewriter.validate.cost import room_to_overlap
 
     gib = 2**30
-    assert _room_to_overlap({"weights_saved": True}) is None  # CPU: no memory figures, no limit
-    assert _room_to_overlap({"allocated": 2 * gib, "free": 120 * gib, "total": 140 * gib}) is None
-    why = _room_to_overlap({"allocated": 20 * gib, "free": 100 * gib, "total": 140 * gib})
+    assert room_to_overlap({"weights_saved": True}) is None  # CPU: no memory figures, no limit
+    assert room_to_overlap({"allocated": 2 * gib, "free": 120 * gib, "total": 140 * gib}) is None
+    why = room_to_overlap({"allocated": 20 * gib, "free": 100 * gib, "total": 140 * gib})
     assert why == "100.0 GiB free on the device < 8 x the 20.0 GiB the reference holds"

@@ -33,7 +33,6 @@ from typing import Any
 
 from ..plan import (
     AllocatorAction,
-    Amortization,
     CompileAction,
     CompileOptions,
     DisableAction,
