@@ -131,8 +131,8 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
         bounds.append(consistency.Bound(i, action, target, modules[rel]))
         if action.action == "mark_dynamic" and action.min is not None and action.min < 2:
             result.warnings.append(
-                f"{loaded.path}:{loaded.action_lines[i]}: mark_dynamic min={action.min}: sizes 0 "
-                "and 1 are always specialised by Dynamo, so min < 2 is treated as 2"
+                f"{loaded.path}:{loaded.action_lines[i]}: mark_dynamic min={action.min} written as min=2: "
+                "sizes 0 and 1 are always specialised by Dynamo (what `stackpart check` SP106 asks too)"
             )
     consistency.check(loaded, bounds)
 

@@ -99,9 +99,15 @@ def has_decorator(node: cst.FunctionDef, names: set[str], imports: dict[str, str
     return any(canonical(decorator_name(d), imports) in names for d in node.decorators)
 
 
-def make_decorator(expr: str) -> cst.Decorator:
-    """A decorator from an expression built of validated identifiers and literals."""
-    return cst.Decorator(decorator=cst.parse_expression(expr))
+def make_decorator(expr: str, comment: str | None = None) -> cst.Decorator:
+    """A decorator from an expression built of validated identifiers and literals, with an
+    optional trailing ``# comment``."""
+    if comment is None:
+        return cst.Decorator(decorator=cst.parse_expression(expr))
+    return cst.Decorator(
+        decorator=cst.parse_expression(expr),
+        trailing_whitespace=cst.TrailingWhitespace(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(f"# {comment}")),
+    )
 
 
 def py_literal(value: object) -> str:
@@ -311,9 +317,12 @@ class TargetedCommand(VisitorBasedCodemodCommand):
                     return
         AddImportsVisitor.add_needed_import(self.context, module, name, relative=level)
 
-    def add_decorator(self, func: cst.FunctionDef, expr: str, outermost: bool = False) -> cst.FunctionDef:
-        """Add ``@expr`` innermost (next to ``def``), or outermost when asked."""
+    def add_decorator(
+        self, func: cst.FunctionDef, expr: str, outermost: bool = False, comment: str | None = None
+    ) -> cst.FunctionDef:
+        """Add ``@expr`` innermost (next to ``def``), or outermost when asked; ``comment`` goes
+        at the end of its line."""
         decs: Sequence[cst.Decorator] = list(func.decorators)
-        new = make_decorator(expr)
+        new = make_decorator(expr, comment)
         decs = [new, *decs] if outermost else [*decs, new]
         return func.with_changes(decorators=decs)

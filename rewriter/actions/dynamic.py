@@ -52,7 +52,9 @@ def mark_dynamic_call(torch: str, action: MarkDynamicAction) -> str:
     ``torch._dynamo.maybe_mark_dynamic(x, 1)`` for ``strict: false``."""
     if not action.strict:
         return f"{torch}._dynamo.maybe_mark_dynamic({action.arg}, {action.dim})"
-    kwargs = {k: v for k, v in (("min", action.min), ("max", action.max)) if v is not None}
+    # min < 2 is written as 2: Dynamo specialises sizes 0 and 1 whatever the mark says (SP106)
+    low = None if action.min is None else max(action.min, 2)
+    kwargs = {k: v for k, v in (("min", low), ("max", action.max)) if v is not None}
     extra = ", " + call_args(kwargs) if kwargs else ""
     return f"{torch}._dynamo.mark_dynamic({action.arg}, {action.dim}{extra})"
 

@@ -64,6 +64,17 @@ class M(torch.nn.Module):
 """,
             note="lazy initialisation: compiled once",
         ),
+        Valid(
+            """\
+import torch
+
+class Block(torch.nn.Module):
+    @torch.compile(fullgraph=True)
+    def forward(self, x):
+        return x + 1
+""",
+            note="a decorator runs once, when the class body runs (what the compile action writes)",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -150,6 +161,8 @@ class M(torch.nn.Module):
         f = self.facts
         if not f.is_call(node, COMPILE):
             return
+        if any(isinstance(anc, cst.Decorator) for anc in f.ancestors(node)):
+            return  # @torch.compile(...) runs once, when the def runs (what stackpart's compile action writes)
         target, site = f.compile_target(node)
         parent = f.parent(site)
         if isinstance(parent, cst.Call) and parent.func is site:

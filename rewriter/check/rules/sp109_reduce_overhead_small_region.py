@@ -12,6 +12,10 @@ SMALL_STATEMENTS = 3
 
 
 def _body_size(func: cst.FunctionDef) -> int:
+    """Top-level statements of ``func`` (docstring excluded); a loop counts as large: a
+    whole-model ``forward`` is ``h = embed(x); for block in self.blocks: ...; return h``."""
+    if m.findall(func.body, m.For() | m.While()):
+        return SMALL_STATEMENTS + 1
     body = list(func.body.body) if isinstance(func.body, cst.IndentedBlock) else [func.body]
     if body and m.matches(body[0], m.SimpleStatementLine(body=[m.Expr(m.SimpleString() | m.ConcatenatedString())])):
         body = body[1:]
@@ -30,7 +34,8 @@ copies into its static inputs, and many small CUDA-graph regions are known to fa
 (pytorch/pytorch#152887). Use the default mode for small or per-block regions and, where launch
 overhead binds (latency-critical decode), capture the whole step once.
 
-Reported where `mode="reduce-overhead"` is applied to a function of at most 3 statements, to the
+Reported where `mode="reduce-overhead"` is applied to a function of at most 3 statements and no
+loop (a whole-model `forward` that loops over its blocks is one large region), to the
 `forward` of a class this file repeats in an `nn.ModuleList`/`nn.Sequential`, or inside a loop
 (one capture per block).
 
@@ -46,6 +51,21 @@ import torch
 decode_step = torch.compile(model, mode="reduce-overhead")
 """,
             note="one large capture: the whole decode step",
+        ),
+        Valid(
+            """\
+import torch
+from torch import nn
+
+class GPT(nn.Module):
+    @torch.compile(mode="reduce-overhead")
+    def forward(self, x):
+        h = self.tok(x)
+        for block in self.blocks:
+            h = block(h)
+        return h
+""",
+            note="a whole-model forward: few statements, but its loop runs every block (one capture)",
         ),
     ]
     INVALID = [

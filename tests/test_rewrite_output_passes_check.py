@@ -1,0 +1,47 @@
+"""What stackpart writes passes its own `check`: no rule fires on a line a rewrite added.
+
+A newcomer pass found `@torch.compile(fullgraph=True)` (the compile action's own output) flagged
+as SP107 "torch.compile inside `forward` runs on every call", and `mark_dynamic min: 1` written as
+`min=1`, which SP106 then flags: the pre-commit hook would fail on every applied plan. Every
+fixture's `after/` tree (docs/actions.md is generated from them) is checked here.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import pytest
+
+from rewriter.check.rules import ALL_RULES
+from rewriter.check.runner import check_files
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+CASES = sorted(p for p in FIXTURES.glob("*/*/after") if p.is_dir())
+
+
+def _added_lines(before: Path, after: Path) -> set[int]:
+    old = before.read_bytes().splitlines() if before.is_file() else []  # bytes: PEP 263 cookies
+    new = after.read_bytes().splitlines()
+    added: set[int] = set()
+    for tag, _, _, j1, j2 in difflib.SequenceMatcher(a=old, b=new, autojunk=False).get_opcodes():
+        if tag in ("replace", "insert"):
+            added.update(range(j1 + 1, j2 + 1))
+    return added
+
+
+@pytest.mark.parametrize("after", CASES, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
+def test_no_check_rule_fires_on_a_line_the_rewrite_added(after):
+    files = sorted(str(p) for p in after.rglob("*.py"))
+    results = check_files(files, ALL_RULES, jobs=1)
+    flagged = []
+    for path, result in zip(files, results):
+        rel = Path(path).relative_to(after)
+        added = _added_lines(after.parent / "before" / rel, Path(path))
+        flagged += [f"{rel}:{f.line}: {f.code} {f.message}" for f in result.findings if f.line in added]
+    assert not flagged, flagged
+
+
+def test_the_cases_cover_every_action():
+    actions = {p.parent.parent.name for p in CASES}
+    assert {"compile", "disable", "mark_dynamic", "bucket", "allocator", "compile_cache", "kernel"} <= actions
