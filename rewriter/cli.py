@@ -32,7 +32,7 @@ def cli() -> None:
 @click.option("--unsafe", is_flag=True, help="Also write unsafe actions (bucket, kernel): they change what runs.")
 @click.option("--no-validate", is_flag=True, help="--apply without a passing validation report for this diff.")
 @click.option("--report", "report", type=click.Path(), default=None,
-              help="Validation report to check before --apply (default: .stackpart/validation/ next to the plan).")
+              help="Validation report to check before --apply (default: .stackpart/validation/ next to the plan; validation-<stem>/ for a plan not named plan.yaml).")
 @click.option("--summary-md", type=click.Path(dir_okay=False), default=None,
               help="Also write a Markdown summary (for a pull-request comment) to this file.")
 @click.pass_context
@@ -51,7 +51,7 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
 @click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False), help="plan.yaml (with harness:).")
 @click.argument("src", type=click.Path(file_okay=False))
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
-              help="Report directory (default: .stackpart/validation/ next to the plan).")
+              help="Report directory (default: .stackpart/validation/ next to the plan; validation-<stem>/ for a plan not named plan.yaml).")
 @click.option("--backend", default="inductor", show_default=True, help="torch.compile backend of the two baselines.")
 @click.option("--min-speedup", type=float, default=0.95, show_default=True,
               help="Fail when t_best_baseline / t_plan is below this.")

@@ -214,3 +214,28 @@ def test_guard_site_from_the_guard_comment_when_no_user_stack_is_printed():
     )
     site = DynamoLog().guard_site(WORKLOADS / "instance_recompiles", text)
     assert site == ("model.py", 22, "Block.residual_scale")
+
+
+def test_two_plans_in_one_folder_keep_their_own_reports(tmp_path, capsys):
+    """Newcomer pass: diagnose -o p6.yaml with a broken harness replaced report.json of the
+    earlier plan.yaml run in the shared stackpart-diagnose/ and left its charts beside it."""
+    src = tmp_path / "src"
+    shutil.copytree(WORKLOADS / "launch_bound", src)
+    flags = ["--device", "cpu", "--shape", "batch=2", "--steps", "1"]
+    assert main(["diagnose", "--harness", "harness.py", str(src), "-o", str(tmp_path / "plan.yaml"), *flags]) == 0
+    good = (tmp_path / "stackpart-diagnose" / "report.json").read_bytes()
+    broken = tmp_path / "src6"  # another tree: this process imported src's model module already
+    shutil.copytree(src, broken)
+    (broken / "model.py").write_text((src / "model.py").read_text().replace("def forward(self, x):", "def forward(self, x):\n        raise ValueError('boom')", 1))
+    assert main(["diagnose", "--harness", "harness.py", str(broken), "-o", str(tmp_path / "p6.yaml"), *flags]) != 0
+    assert (tmp_path / "stackpart-diagnose" / "report.json").read_bytes() == good
+    failed = tmp_path / "stackpart-diagnose-p6"
+    assert json.loads((failed / "report.json").read_text())["error"]
+    assert not (failed / "op_mix.png").exists()  # only what this run wrote
+
+
+def test_validate_report_folder_is_per_plan_name(tmp_path):
+    from rewriter.validate.report import default_report_dir
+
+    assert default_report_dir(tmp_path / "plan.yaml") == tmp_path / ".stackpart" / "validation"
+    assert default_report_dir(tmp_path / "p6v.yaml") == tmp_path / ".stackpart" / "validation-p6v"

@@ -58,6 +58,8 @@ NEEDS_PROFILE = {"device_time", "op_mix", "top_ops", "gaps", "granularity"}
 #: this model, not a broken harness (the eager rungs before them already ran it), so it is
 #: recorded as the rung's error and the ladder goes on.
 COMPILE_RUNGS = {"graph_breaks", "recompiles", "instance_recompiles", "amortization"}
+#: What a run writes into its report folder (removed first, so a failed run leaves no mix).
+ARTIFACTS = ("report.json", "report.md", "op_mix.png", "blocks.png", "trace.json")
 
 
 @dataclass
@@ -96,7 +98,8 @@ def diagnose(
         spec: the harness section (from flags or a plan).
         src: the source tree (targets are relative to it).
         plan_out: where plan.yaml goes.
-        report_dir: where report.md/json, charts and trace.json go (default: ``<plan dir>/stackpart-diagnose``).
+        report_dir: where report.md/json, charts and trace.json go (default: ``<plan dir>/stackpart-diagnose``,
+            ``stackpart-diagnose-<stem>`` for a plan not named ``plan.yaml``).
         backend: compile backend for the amortization rung (default :func:`default_backend`).
         amortization_spec: runs/restarts; None assumes 1e6 runs, 1 restart and says so.
         timeout_s: limit for one call into the harness (a hang becomes an error).
@@ -120,7 +123,11 @@ def diagnose(
     if entry is not None:
         check_entry(entry, src)
     plan_out = Path(plan_out)
-    out_dir = Path(report_dir) if report_dir else plan_out.parent / "stackpart-diagnose"
+    # one folder per plan name: a failed run of another plan must not overwrite this one's report
+    default = "stackpart-diagnose" if plan_out.name == "plan.yaml" else f"stackpart-diagnose-{plan_out.stem}"
+    out_dir = Path(report_dir) if report_dir else plan_out.parent / default
+    for stale in ARTIFACTS:  # a failed run leaves its partial report.json, not a mix with the last run's
+        (out_dir / stale).unlink(missing_ok=True)
     session = Session(harness, timeout_s=timeout_s)
     ctx = Context(
         session=session,

@@ -17,8 +17,10 @@ JSON_NAME, MD_NAME, PNG_NAME = "validation.json", "validation.md", "validation.p
 
 def default_report_dir(plan_path: str | Path) -> Path:
     """Where validate writes and ``rewrite --apply`` looks: ``.stackpart/validation/`` next to
-    the plan file."""
-    return Path(plan_path).resolve().parent / ".stackpart" / "validation"
+    the plan file, ``.stackpart/validation-<stem>/`` for a plan not named ``plan.yaml``, so two
+    plans in one folder never overwrite each other's report."""
+    path = Path(plan_path).resolve()
+    return path.parent / ".stackpart" / ("validation" if path.name == "plan.yaml" else f"validation-{path.stem}")
 
 
 def _ms(x: Any) -> str:
