@@ -234,3 +234,11 @@ def test_the_hooks_pass_plan_files_to_check():
 
     hooks = yaml.safe_load((Path(__file__).resolve().parents[1] / ".pre-commit-hooks.yaml").read_text())
     assert all(h["types_or"] == ["python", "yaml"] and "types" not in h for h in hooks)
+
+
+def test_a_plan_without_src_points_at_the_src_flag(gpt, capsys):
+    """Newcomer pass: `check --plan gpt/plan.yaml gpt/src/model.py` failed with "no such file under
+    SRC" and never named --src."""
+    assert main(["check", "--plan", "gpt/plan.yaml", "gpt/src/model.py"]) == 2
+    err = capsys.readouterr().err
+    assert "no such file under SRC" in err and "pass --src DIR (or src = ... under [tool.stackpart])" in err

@@ -11,6 +11,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..errors import StackpartError
 from ..source import read_source
 from .config import load_config
 from .output import Outcome, render
@@ -37,7 +38,12 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
     from .drift import plan_drift
 
     outcome.plan = plan
-    drifted, diff = plan_drift(plan, src or ".", files)
+    try:
+        drifted, diff = plan_drift(plan, src or ".", files)
+    except StackpartError as exc:
+        if src is None:  # the plan's targets are relative to its SRC, not to the working directory
+            exc.hint = (f"{exc.hint}; " if exc.hint else "") + "pass --src DIR (or src = ... under [tool.stackpart])"
+        raise
     if fix and drifted:
         _write([(path, c.old or b"", c.new, c.mode) for path, c in drifted])
         outcome.fixed.extend(path for path, _ in drifted)
