@@ -239,3 +239,19 @@ def test_validate_report_folder_is_per_plan_name(tmp_path):
 
     assert default_report_dir(tmp_path / "plan.yaml") == tmp_path / ".stackpart" / "validation"
     assert default_report_dir(tmp_path / "p6v.yaml") == tmp_path / ".stackpart" / "validation-p6v"
+
+
+def test_recompile_records_go_to_the_report_not_the_terminal(capfd):
+    """Newcomer pass: diagnose's terminal showed torch's own "V1129 ... [__recompiles]" lines."""
+    import torch
+
+    from rewriter.diagnose.dynamo_log import capture, reset
+
+    reset()
+    f = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)
+    with capture() as log:
+        f(torch.ones(2))
+        f(torch.ones(3))
+    reset()
+    assert len(log.recompiles) == 1
+    assert "__recompiles" not in capfd.readouterr().err

@@ -92,11 +92,31 @@ def capture() -> Iterator[DynamoLog]:
     logger = logging.getLogger("torch._dynamo")
     torch._logging.set_logs(recompiles=True)
     logger.addHandler(handler)
+    # torch's own console handler would echo every recompile record ("V1129 ... [__recompiles]")
+    # into diagnose's terminal output; the report carries them instead
+    quiet = _DropRecompiles()
+    torch_loggers = [logging.getLogger("torch")] + [
+        lg for name, lg in logging.Logger.manager.loggerDict.items()
+        if name.startswith("torch.") and isinstance(lg, logging.Logger)
+    ]
+    console = list({id(h): h for lg in torch_loggers for h in lg.handlers if h is not handler}.values())
+    for h in console:
+        h.addFilter(quiet)
     try:
         yield log
     finally:
+        for h in console:
+            h.removeFilter(quiet)
         logger.removeHandler(handler)
         torch._logging.set_logs()
+
+
+class _DropRecompiles(logging.Filter):
+    """Drops the recompile records this module turned on (their artifact loggers are named
+    ``...__recompiles``/``...__recompiles_verbose``); everything else still reaches the console."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "__recompiles" not in record.name
 
 
 def reset() -> None:
