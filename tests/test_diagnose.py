@@ -255,3 +255,14 @@ def test_recompile_records_go_to_the_report_not_the_terminal(capfd):
     reset()
     assert len(log.recompiles) == 1
     assert "__recompiles" not in capfd.readouterr().err
+
+
+def test_a_report_dir_of_the_users_keeps_their_files(tmp_path):
+    """--report-dir . must not delete a user's own report.md or charts before the run."""
+    from rewriter.diagnose.runner import _ours
+
+    (tmp_path / "report.md").write_text("# my notes\n")
+    (tmp_path / "report.json").write_text('{"mine": true}\n')
+    assert not _ours(tmp_path)
+    (tmp_path / "report.json").write_text('{"version": 1, "rungs": []}\n')
+    assert _ours(tmp_path)

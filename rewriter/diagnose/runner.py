@@ -73,6 +73,18 @@ class Outcome:
     seconds: float = 0.0
 
 
+def _ours(out_dir: Path) -> bool:
+    """Whether ``out_dir`` holds a previous diagnose report (its report.json is one of ours): only
+    then are its artifacts removed; a ``--report-dir`` of the user's (``.``) keeps their files."""
+    import json
+
+    try:
+        previous = json.loads((out_dir / "report.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(previous, dict) and "rungs" in previous and "version" in previous
+
+
 def default_backend(device: str) -> str:
     """``inductor`` on CUDA (the real gain is measured); ``eager`` on CPU (compile cost only)."""
     return "inductor" if device.startswith("cuda") else "eager"
@@ -126,8 +138,9 @@ def diagnose(
     # one folder per plan name: a failed run of another plan must not overwrite this one's report
     default = "stackpart-diagnose" if plan_out.name == "plan.yaml" else f"stackpart-diagnose-{plan_out.stem}"
     out_dir = Path(report_dir) if report_dir else plan_out.parent / default
-    for stale in ARTIFACTS:  # a failed run leaves its partial report.json, not a mix with the last run's
-        (out_dir / stale).unlink(missing_ok=True)
+    if _ours(out_dir):  # a failed run leaves its partial report.json, not a mix with the last run's
+        for stale in ARTIFACTS:
+            (out_dir / stale).unlink(missing_ok=True)
     session = Session(harness, timeout_s=timeout_s)
     ctx = Context(
         session=session,
