@@ -129,6 +129,12 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
         except StackpartError as exc:
             raise loaded.error(i, _in_source(exc), exc.hint) from None
         bounds.append(consistency.Bound(i, action, target, modules[rel]))
+        if action.action == "mark_dynamic" and action.strict and (action.min is None) != (action.max is None):
+            result.warnings.append(
+                f"{loaded.path}:{loaded.action_lines[i]}: mark_dynamic with only "
+                f"{'min' if action.max is None else 'max'}: the other bound is written too (one bound "
+                "alone raises AssertionError in Dynamo on the first call, torch 2.13)"
+            )
         if action.action == "mark_dynamic" and action.min is not None and action.min < 2:
             result.warnings.append(
                 f"{loaded.path}:{loaded.action_lines[i]}: mark_dynamic min={action.min} written as min=2: "

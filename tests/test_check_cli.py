@@ -242,3 +242,10 @@ def test_a_plan_without_src_points_at_the_src_flag(gpt, capsys):
     assert main(["check", "--plan", "gpt/plan.yaml", "gpt/src/model.py"]) == 2
     err = capsys.readouterr().err
     assert "no such file under SRC" in err and "pass --src DIR (or src = ... under [tool.stackpart])" in err
+
+
+def test_a_plan_schema_error_gets_no_src_hint(gpt, capsys):
+    plan = gpt / "gpt" / "plan.yaml"
+    plan.write_text(plan.read_text().replace("action: compile", "action: compil", 1))
+    assert main(["check", "--plan", "gpt/plan.yaml", "gpt/src/model.py"]) == 2
+    assert "pass --src" not in capsys.readouterr().err

@@ -45,3 +45,25 @@ def test_no_check_rule_fires_on_a_line_the_rewrite_added(after):
 def test_the_cases_cover_every_action():
     actions = {p.parent.parent.name for p in CASES}
     assert {"compile", "disable", "mark_dynamic", "bucket", "allocator", "compile_cache", "kernel"} <= actions
+
+
+def test_the_whole_model_suppression_survives_a_formatter(tmp_path):
+    """Review: the suppression written after a long decorator moved off its line when black
+    split it, and SP101 came back; it now sits on its own line above the decorator."""
+    import shutil
+
+    import black
+
+    from rewriter.cli import main
+
+    case = FIXTURES / "compile" / "nested_with_whole"
+    src = tmp_path / "src"
+    shutil.copytree(case / "before", src)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(case.joinpath("plan.yaml").read_text().replace(
+        "strategy: whole", "strategy: whole\n    options: {fullgraph: true, dynamic: false, mode: max-autotune-no-cudagraphs}"))
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    model = src / "model.py"
+    model.write_text(black.format_str(model.read_text(), mode=black.Mode(line_length=40)))
+    [result] = check_files([str(model)], ALL_RULES, jobs=1)
+    assert not [f for f in result.findings if f.code == "SP101"], result.findings

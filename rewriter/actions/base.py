@@ -101,12 +101,13 @@ def has_decorator(node: cst.FunctionDef, names: set[str], imports: dict[str, str
 
 def make_decorator(expr: str, comment: str | None = None) -> cst.Decorator:
     """A decorator from an expression built of validated identifiers and literals, with an
-    optional trailing ``# comment``."""
+    optional ``# comment`` on its own line just above it (a trailing comment would move off the
+    decorator's first line when a formatter splits a long decorator)."""
     if comment is None:
         return cst.Decorator(decorator=cst.parse_expression(expr))
     return cst.Decorator(
         decorator=cst.parse_expression(expr),
-        trailing_whitespace=cst.TrailingWhitespace(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(f"# {comment}")),
+        leading_lines=[cst.EmptyLine(indent=True, comment=cst.Comment(f"# {comment}"))],
     )
 
 
@@ -321,7 +322,7 @@ class TargetedCommand(VisitorBasedCodemodCommand):
         self, func: cst.FunctionDef, expr: str, outermost: bool = False, comment: str | None = None
     ) -> cst.FunctionDef:
         """Add ``@expr`` innermost (next to ``def``), or outermost when asked; ``comment`` goes
-        at the end of its line."""
+        on its own line above it."""
         decs: Sequence[cst.Decorator] = list(func.decorators)
         new = make_decorator(expr, comment)
         decs = [new, *decs] if outermost else [*decs, new]

@@ -15,6 +15,8 @@ import libcst.matchers as m
 
 from ..errors import StackpartError, near_names
 from ..plan import MarkDynamicAction
+from libcst.helpers import parse_template_statement
+
 from .base import TargetedCommand, call_args, insert_statement
 
 
@@ -47,6 +49,28 @@ def _top_level_names(func: cst.FunctionDef) -> list[str]:
     return names
 
 
+MARK_CALLS = {"mark_dynamic", "maybe_mark_dynamic"}
+#: The upper bound written when a plan gives only ``min``: the largest int64 (sizes are int64).
+OPEN_MAX = 2**63 - 1
+
+
+def _existing_mark(func: cst.FunctionDef, arg: str, dim: int) -> int | None:
+    """Index of a top-level ``(maybe_)mark_dynamic(arg, dim, ...)`` statement of ``func``."""
+    body = func.body.body if isinstance(func.body, cst.IndentedBlock) else ()
+    for i, stmt in enumerate(body):
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)):
+            continue
+        call = stmt.body[0].value
+        if not isinstance(call, cst.Call) or len(call.args) < 2:
+            continue
+        name = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None)
+        first, second = call.args[0].value, call.args[1].value
+        if (name in MARK_CALLS and isinstance(first, cst.Name) and first.value == arg
+                and isinstance(second, cst.Integer) and int(second.value) == dim):
+            return i
+    return None
+
+
 def mark_dynamic_call(torch: str, action: MarkDynamicAction) -> str:
     """The statement text, e.g. ``torch._dynamo.mark_dynamic(x, 1, min=2, max=4096)``, or
     ``torch._dynamo.maybe_mark_dynamic(x, 1)`` for ``strict: false``."""
@@ -54,7 +78,12 @@ def mark_dynamic_call(torch: str, action: MarkDynamicAction) -> str:
         return f"{torch}._dynamo.maybe_mark_dynamic({action.arg}, {action.dim})"
     # min < 2 is written as 2: Dynamo specialises sizes 0 and 1 whatever the mark says (SP106)
     low = None if action.min is None else max(action.min, 2)
-    kwargs = {k: v for k, v in (("min", low), ("max", action.max)) if v is not None}
+    high = action.max
+    # one bound alone raises "AssertionError: not simple sympy type NoneType" on the first
+    # compiled call (torch 2.13, measured): the other is written as Dynamo's own open end
+    if (low is None) != (high is None):
+        low, high = (2 if low is None else low), (OPEN_MAX if high is None else high)
+    kwargs = {k: v for k, v in (("min", low), ("max", high)) if v is not None}
     extra = ", " + call_args(kwargs) if kwargs else ""
     return f"{torch}._dynamo.mark_dynamic({action.arg}, {action.dim}{extra})"
 
@@ -81,4 +110,14 @@ class MarkDynamicCommand(TargetedCommand):
                     hint=(f"{near} " if near else "")
                     + "mark_dynamic needs a name bound before the compiled region is called",
                 )
-        return insert_statement(self.tree, func, mark_dynamic_call(self.torch, self.action), after)
+        code = mark_dynamic_call(self.torch, self.action)
+        existing = _existing_mark(func, self.action.arg, self.action.dim)
+        if existing is not None:
+            # one mark per (arg, dim): the plan's call replaces another form of it (strict <->
+            # maybe, other bounds) rather than stacking a second, contradicting call beside it
+            body = list(func.body.body)  # type: ignore[union-attr]
+            if self.tree.code_for_node(body[existing]).strip() != code:
+                body[existing] = parse_template_statement(code).with_changes(leading_lines=body[existing].leading_lines)
+                return func.with_changes(body=func.body.with_changes(body=body))
+            return func
+        return insert_statement(self.tree, func, code, after)

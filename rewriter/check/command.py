@@ -41,7 +41,7 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
     try:
         drifted, diff = plan_drift(plan, src or ".", files)
     except StackpartError as exc:
-        if src is None:  # the plan's targets are relative to its SRC, not to the working directory
+        if src is None and "under SRC" in str(exc):  # targets are relative to SRC, not the working dir
             exc.hint = (f"{exc.hint}; " if exc.hint else "") + "pass --src DIR (or src = ... under [tool.stackpart])"
         raise
     if fix and drifted:

@@ -90,19 +90,20 @@ def capture() -> Iterator[DynamoLog]:
     log = DynamoLog()
     handler = _Handler(log)
     logger = logging.getLogger("torch._dynamo")
+    quiet = _DropRecompiles()
+    console: list[logging.Handler] = []
     torch._logging.set_logs(recompiles=True)
     logger.addHandler(handler)
-    # torch's own console handler would echo every recompile record ("V1129 ... [__recompiles]")
-    # into diagnose's terminal output; the report carries them instead
-    quiet = _DropRecompiles()
-    torch_loggers = [logging.getLogger("torch")] + [
-        lg for name, lg in logging.Logger.manager.loggerDict.items()
-        if name.startswith("torch.") and isinstance(lg, logging.Logger)
-    ]
-    console = list({id(h): h for lg in torch_loggers for h in lg.handlers if h is not handler}.values())
-    for h in console:
-        h.addFilter(quiet)
     try:
+        # torch's own console handler would echo every recompile record ("V1129 ...
+        # [__recompiles]") into diagnose's terminal output; the report carries them instead
+        torch_loggers = [logging.getLogger("torch")] + [
+            lg for name, lg in list(logging.Logger.manager.loggerDict.items())
+            if name.startswith("torch.") and isinstance(lg, logging.Logger)
+        ]
+        console = list({id(h): h for lg in torch_loggers for h in lg.handlers if h is not handler}.values())
+        for h in console:
+            h.addFilter(quiet)
         yield log
     finally:
         for h in console:

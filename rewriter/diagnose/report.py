@@ -164,3 +164,12 @@ def terminal(console: Any, rungs: list[RungResult], notes: list[str], plan: Any,
             console.print("[bold]plan:[/] no actions")
     for what, p in paths.items():
         console.print(f"wrote {what}: {p}")
+
+
+def default_report_dir(plan_out: str | Path) -> Path:
+    """Where diagnose writes its report by default: ``stackpart-diagnose/`` next to the plan,
+    ``stackpart-diagnose-<stem>/`` for a plan not named ``plan.yaml`` (two plans in one folder
+    never overwrite each other's report)."""
+    plan_out = Path(plan_out)
+    name = "stackpart-diagnose" if plan_out.name == "plan.yaml" else f"stackpart-diagnose-{plan_out.stem}"
+    return plan_out.parent / name

@@ -34,7 +34,7 @@ from . import (
 )
 from .context import Context
 from .profile import profile_steps
-from .report import charts, markdown, plan_yaml, terminal, to_json, write_json
+from .report import charts, default_report_dir, markdown, plan_yaml, terminal, to_json, write_json
 from .rung import RungResult
 from .session import HarnessFailure, Session
 
@@ -135,9 +135,7 @@ def diagnose(
     if entry is not None:
         check_entry(entry, src)
     plan_out = Path(plan_out)
-    # one folder per plan name: a failed run of another plan must not overwrite this one's report
-    default = "stackpart-diagnose" if plan_out.name == "plan.yaml" else f"stackpart-diagnose-{plan_out.stem}"
-    out_dir = Path(report_dir) if report_dir else plan_out.parent / default
+    out_dir = Path(report_dir) if report_dir else default_report_dir(plan_out)
     if _ours(out_dir):  # a failed run leaves its partial report.json, not a mix with the last run's
         for stale in ARTIFACTS:
             (out_dir / stale).unlink(missing_ok=True)

@@ -46,6 +46,7 @@ def diagnose_distributed_command(
     Raises:
         StackpartError: bad flags or harness, or a failed distributed run (exit 2).
     """
+    from ..diagnose.report import default_report_dir as diagnose_report_dir
     from ..diagnose.report import plan_yaml
     from ..diagnose.runner import harness_from_flags, parse_shape
     from ..plan import Plan, parse_plan
@@ -57,7 +58,7 @@ def diagnose_distributed_command(
         stderr().print("note: harness mode is inference; DDP's all-reduce runs in backward: pass --mode training",
                        highlight=False)
     plan_out = Path(output)
-    out_dir = Path(report_dir) if report_dir else plan_out.parent / "stackpart-diagnose" / "distributed"
+    out_dir = Path(report_dir) if report_dir else diagnose_report_dir(plan_out) / "distributed"
     stderr().print(f"launching {nproc} processes under torchrun ({spec.device}) ...", highlight=False)
     findings = run_distributed(spec, src, nproc, out_dir, wrap=wrap, steps=steps,
                                timeout_s=max(float(timeout), 120.0))
@@ -108,6 +109,7 @@ def validate_distributed_command(
     from ..plan import DistributedAction, load_plan
     from ..terminal import stderr
     from ..validate.materialize import materialize
+    from ..validate.report import default_report_dir as validation_report_dir
 
     loaded = load_plan(plan_path)
     spec = loaded.plan.harness
@@ -128,7 +130,7 @@ def validate_distributed_command(
                 settings[key] = value
             else:
                 advice.append(f"actions[{i}] {key}: {value!r} (a training-loop change: not run by validate)")
-    out_dir = Path(out) if out else Path(plan_path).resolve().parent / ".stackpart" / "validation" / "distributed"
+    out_dir = Path(out) if out else validation_report_dir(plan_path) / "distributed"
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="stackpart-validate-dist-") as tmp:
         trees = materialize(loaded, Path(src), Path(tmp))
