@@ -458,10 +458,19 @@ def _fields_for(loc: tuple) -> list[str]:
     return list(model.model_fields)
 
 
+def field_path(loc: tuple) -> str:
+    """A plan field as the errors name it: ``actions[0].strategy``, ``harness.shapes[1]`` (the
+    same ``actions[i]`` form the target errors use)."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<plan>"
+
+
 def _describe(error: dict[str, Any]) -> tuple[str, str | None]:
     kind = error["type"]
     loc = _strip_tags(tuple(error["loc"]))
-    name = ".".join(str(p) for p in loc) or "<plan>"
+    name = field_path(loc)
     if kind == "extra_forbidden":
         return f"unknown field {name!r}", near_names(str(loc[-1]), _fields_for(tuple(error["loc"])))
     if kind == "missing":

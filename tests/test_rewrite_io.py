@@ -280,7 +280,7 @@ BAD_PLANS = {
     "malformed_yaml": ("version: 1\nactions:\n  - action: compile\n   target: x\n", "plan.yaml:4:"),
     "unknown_action": ("version: 1\nactions:\n  - action: inline\n    target: run.py::main\n", "plan.yaml:3:5: unknown action 'inline'"),
     "unknown_field": ("version: 1\nactons: []\n", "plan.yaml:2:1: unknown field 'actons' (did you mean 'actions'?)"),
-    "wrong_type": ("version: 1\nactions:\n  - action: disable\n    target: run.py::main\n    recursive: maybe\n", "plan.yaml:5:5: actions.0.recursive:"),
+    "wrong_type": ("version: 1\nactions:\n  - action: disable\n    target: run.py::main\n    recursive: maybe\n", "plan.yaml:5:5: actions[0].recursive:"),
     "wrong_version": ("version: 2\nactions: []\n", "plan.yaml:1:1: version:"),
     "empty_file": ("", "plan.yaml:1: expected a mapping"),
     "unknown_target": ("version: 1\nactions:\n  - action: allocator\n    target: run.py::mian\n", "plan.yaml:3: actions[0] (allocator run.py::mian): no class or function 'mian' in run.py (did you mean 'main'?)"),
