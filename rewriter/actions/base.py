@@ -157,7 +157,8 @@ def insert_statement(
     Args:
         module: the module (for rendering existing statements when comparing).
         func: the function to change.
-        code: the statement's source (one line, built from validated names and literals).
+        code: the statement's source (one simple or compound statement, built from validated
+            names and literals).
         after: index of the top-level statement to insert after; None means at the top,
             after the docstring.
 

@@ -10,6 +10,8 @@ Dynamo, which :mod:`rewriter.consistency` refuses before anything is written.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 import libcst.matchers as m
 
@@ -54,21 +56,40 @@ MARK_CALLS = {"mark_dynamic", "maybe_mark_dynamic"}
 OPEN_MAX = 2**63 - 1
 
 
+def _mark_of(stmt: cst.BaseStatement) -> tuple[str, int] | None:
+    """``(arg, dim)`` of a ``(maybe_)mark_dynamic(arg, dim, ...)`` statement, also inside the
+    ``if arg is not None:`` guard this action writes for an optional parameter."""
+    if isinstance(stmt, cst.If) and stmt.orelse is None and isinstance(stmt.body, cst.IndentedBlock) and len(stmt.body.body) == 1:
+        inner = _mark_of(stmt.body.body[0])
+        guarded = m.matches(stmt.test, m.Comparison(left=m.Name(inner[0]) if inner else m.DoNotCare(),
+                                                    comparisons=[m.ComparisonTarget(m.IsNot(), m.Name("None"))]))
+        return inner if inner and guarded else None
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)):
+        return None
+    call = stmt.body[0].value
+    if not isinstance(call, cst.Call) or len(call.args) < 2:
+        return None
+    name = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None)
+    first, second = call.args[0].value, call.args[1].value
+    if name in MARK_CALLS and isinstance(first, cst.Name) and isinstance(second, cst.Integer):
+        return first.value, int(second.value)
+    return None
+
+
 def _existing_mark(func: cst.FunctionDef, arg: str, dim: int) -> int | None:
     """Index of a top-level ``(maybe_)mark_dynamic(arg, dim, ...)`` statement of ``func``."""
     body = func.body.body if isinstance(func.body, cst.IndentedBlock) else ()
     for i, stmt in enumerate(body):
-        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr)):
-            continue
-        call = stmt.body[0].value
-        if not isinstance(call, cst.Call) or len(call.args) < 2:
-            continue
-        name = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", None)
-        first, second = call.args[0].value, call.args[1].value
-        if (name in MARK_CALLS and isinstance(first, cst.Name) and first.value == arg
-                and isinstance(second, cst.Integer) and int(second.value) == dim):
+        if _mark_of(stmt) == (arg, dim):
             return i
     return None
+
+
+def _defaults_to_none(func: cst.FunctionDef, arg: str) -> bool:
+    """Whether ``arg`` is a parameter whose default is ``None`` (T5Stack.forward's
+    ``encoder_hidden_states=None``: the encoder stack calls it without one)."""
+    params = (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)
+    return any(p.name.value == arg and m.matches(p.default, m.Name("None")) for p in params)
 
 
 def mark_dynamic_call(torch: str, action: MarkDynamicAction) -> str:
@@ -111,12 +132,16 @@ class MarkDynamicCommand(TargetedCommand):
                     + "mark_dynamic needs a name bound before the compiled region is called",
                 )
         code = mark_dynamic_call(self.torch, self.action)
+        if _defaults_to_none(func, self.action.arg):
+            # marking None raises AttributeError on the first call (T5's encoder stack, found by
+            # running rewritten transformers models); only a tensor is marked
+            code = f"if {self.action.arg} is not None:\n    {code}\n"
         existing = _existing_mark(func, self.action.arg, self.action.dim)
         if existing is not None:
             # one mark per (arg, dim): the plan's call replaces another form of it (strict <->
             # maybe, other bounds) rather than stacking a second, contradicting call beside it
             body = list(func.body.body)  # type: ignore[union-attr]
-            if self.tree.code_for_node(body[existing]).strip() != code:
+            if re.sub(r"\s+", "", self.tree.code_for_node(body[existing])) != re.sub(r"\s+", "", code):
                 body[existing] = parse_template_statement(code).with_changes(leading_lines=body[existing].leading_lines)
                 return func.with_changes(body=func.body.with_changes(body=body))
             return func
