@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -101,10 +102,10 @@ def _identity(x: Any) -> Any:
 
 def _build(
     job: dict[str, Any], variant: str, ref: Path, channel: "Channel | None" = None
-) -> tuple[Any, Any, dict[str, Any]]:
+) -> tuple[Any, dict[str, Any]]:
     """Build ``variant``'s model, wait for the parent's go-ahead (when there is a ``channel``),
     load the reference state_dict (or, in the reference, save it and every shape's inputs, then
-    say ``weights_saved``), compile as the variant asks; returns (harness, model, info)."""
+    say ``weights_saved``), compile as the variant asks; returns (model, info)."""
     import torch
 
     from ..harness import build_model, load_harness
@@ -131,13 +132,12 @@ def _build(
             info["construct_fallback"] = fallback
     if channel is not None:
         channel.await_go()
-        info["_go_at"] = __import__("time").perf_counter()
+        info["_go_at"] = time.perf_counter()
     sd_path = ref / "state_dict.pt"
     if job.get("reference"):
         torch.save(_cpu(model.state_dict()), sd_path)
         # every shape's inputs too, so a compiled variant may start before this run ends
-        for i in range(len(spec.shapes)):
-            _inputs(job, h, i, ref)
+        _save_inputs(job, h, ref)
         if channel is not None:
             message: dict[str, Any] = {"weights_saved": True}
             if torch.cuda.is_available() and spec.device.startswith("cuda"):
@@ -157,14 +157,14 @@ def _build(
                 + ("; " if missing and unexpected else "")
                 + (f"unexpected {unexpected[:20]}" if unexpected else "")
             )
-            return h, model, info
+            return model, info
         try:
             model.load_state_dict(reference)
         except RuntimeError as exc:
             info["state_dict_error"] = f"loading the original's state_dict failed: {str(exc)[:500]}"
-            return h, model, info
+            return model, info
     info.update(prepare(variant, model, job["backend"]))
-    return h, model, info
+    return model, info
 
 
 #: Written into ``ref`` by the reference once every file the comparisons read is complete.
@@ -174,24 +174,28 @@ REFERENCE_DONE = "reference.done"
 def wait_for_reference(ref: Path, poll_s: float = 0.05) -> None:
     """Block until the reference child has written every output (``ref/reference.done``). A
     reference that fails never writes it; the parent then kills the waiting children."""
-    import time
 
     while not (ref / REFERENCE_DONE).exists():
         time.sleep(poll_s)
 
 
-def _inputs(job: dict[str, Any], h: Any, i: int, ref: Path) -> Any:
+def _save_inputs(job: dict[str, Any], h: Any, ref: Path) -> None:
+    """The reference only: build every shape's inputs (seeded per shape) and save them, so every
+    variant runs on the same tensors."""
     import torch
 
     from ..harness import build_inputs
 
-    path = ref / f"inputs_{i}.pt"
-    if job.get("reference"):
+    for i, shape in enumerate(job["harness"]["shapes"]):
         torch.manual_seed(job["seed"] + 1 + i)
-        inputs = build_inputs(h, job["harness"]["shapes"][i])
-        torch.save(_cpu(inputs), path)
-        return inputs
-    return _to_device(torch.load(path, weights_only=False), job["harness"]["device"])
+        torch.save(_cpu(build_inputs(h, shape)), ref / f"inputs_{i}.pt")
+
+
+def _inputs(job: dict[str, Any], i: int, ref: Path) -> Any:
+    """Shape ``i``'s inputs as the reference saved them, on the harness device."""
+    import torch
+
+    return _to_device(torch.load(ref / f"inputs_{i}.pt", weights_only=False), job["harness"]["device"])
 
 
 def _step_fns(model: Any, inputs: Any, training: bool) -> Any:
@@ -217,12 +221,11 @@ def _step_fns(model: Any, inputs: Any, training: bool) -> Any:
     return fwd_bwd
 
 
-def _block_share(job: dict[str, Any], model: Any, h: Any, ref: Path, training: bool) -> list[dict[str, Any]]:
+def _block_share(job: dict[str, Any], model: Any, ref: Path, training: bool) -> list[dict[str, Any]]:
     """Per shape, the share of the eager step spent inside the repeated blocks (the regions a
     naive regional compile covers); the rest (embeddings, masks, rotary tables, the head) stays
     eager under it. Forward hooks record CUDA events (or perf_counter on CPU) around each block;
     one warm step per shape. Forward only, also in training mode."""
-    import time
 
     import torch
 
@@ -250,7 +253,7 @@ def _block_share(job: dict[str, Any], model: Any, h: Any, ref: Path, training: b
     out = []
     try:
         for i, shape in enumerate(job["harness"]["shapes"]):
-            inputs = _inputs(dict(job, reference=False), h, i, ref)
+            inputs = _inputs(job, i, ref)
             with torch.no_grad():
                 call_model(model, inputs)  # warm
                 marks.clear()
@@ -285,7 +288,7 @@ def _upcast(tree: Any, dtype: Any) -> Any:
     )
 
 
-def high_precision_reference(job: dict[str, Any], h: Any, model: Any, ref: Path, training: bool) -> dict[str, Any]:
+def high_precision_reference(job: dict[str, Any], model: Any, ref: Path, training: bool) -> dict[str, Any]:
     """Run the original model once more per shape in float64 (float32 when float64 raises), from
     the same weights (a copy of ``model``) and the saved inputs (floating ones upcast), and save
     each shape's record (``output``; training: ``loss``, ``grads``, ``loss_after_step``; stored in
@@ -294,7 +297,6 @@ def high_precision_reference(job: dict[str, Any], h: Any, model: Any, ref: Path,
     SGD step, forward) per shape, no extra process. Returns ``{"dtype", "seconds", "tried"}``
     (``dtype`` None when every dtype failed; ``tried`` holds why)."""
     import copy
-    import time
 
     import torch
 
@@ -309,7 +311,7 @@ def high_precision_reference(job: dict[str, Any], h: Any, model: Any, ref: Path,
             hp = copy.deepcopy(model).to(dtype)
             reference_sd = {k: v.detach().clone() for k, v in hp.state_dict().items()} if training else None
             for i, _shape in enumerate(job["harness"]["shapes"]):
-                inputs = _upcast(_inputs(dict(job, reference=False), h, i, ref), dtype)
+                inputs = _upcast(_inputs(job, i, ref), dtype)
                 torch.manual_seed(job["seed"])
                 out = _step_fns(hp, inputs, training)()
                 record: dict[str, Any] = {"output": _cpu(out[0] if training else out)}
@@ -354,10 +356,9 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
     spec = job["harness"]
     device = spec["device"]
     training = spec["mode"] == "training"
-    import time
 
     t_build = time.perf_counter()
-    h, model, info = _build(job, variant, ref, channel)
+    model, info = _build(job, variant, ref, channel)
     go_at = info.pop("_go_at", t_build)
     result: dict[str, Any] = {"variant": variant, "info": info, "shapes": []}
     result["_phases"] = {
@@ -371,7 +372,7 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
         reference_sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
     with CompileWatch() as watch:
         for i, _shape in enumerate(spec["shapes"]):
-            inputs = _inputs(dict(job, reference=False), h, i, ref)  # saved by the reference at go
+            inputs = _inputs(job, i, ref)  # saved by the reference at go
             fn = _step_fns(model, inputs, training)
             before = watch.stats()
             torch.manual_seed(job["seed"])
@@ -436,11 +437,11 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
             result["shapes"].append(entry)
         result["compile"] = watch.stats().to_json()
         if variant == "eager":
-            result["block_share"] = _block_share(job, model, h, ref, training)
+            result["block_share"] = _block_share(job, model, ref, training)
             from .compare import LOW_PRECISION
 
             if job.get("reference") and spec["dtype"] in LOW_PRECISION:
-                result["high_precision"] = high_precision_reference(job, h, model, ref, training)
+                result["high_precision"] = high_precision_reference(job, model, ref, training)
             if job.get("reference"):
                 (ref / REFERENCE_DONE).touch()
         stance: dict[str, Any] = {"supported": fail_on_recompile_supported()}
@@ -449,7 +450,7 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
             try:
                 with torch.compiler.set_stance("fail_on_recompile"):
                     for i, _shape in enumerate(spec["shapes"]):
-                        _step_fns(model, _inputs(dict(job, reference=False), h, i, ref), training)()
+                        _step_fns(model, _inputs(job, i, ref), training)()
             except torch.cuda.OutOfMemoryError:
                 raise
             except Exception as exc:
@@ -458,11 +459,11 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
         result["fail_on_recompile"] = stance
     if device.startswith("cuda"):
         result["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
-    result["_serve"] = (h, model)
+    result["_serve"] = model
     return result
 
 
-def serve(job: dict[str, Any], channel: Channel, h: Any, model: Any) -> None:
+def serve(job: dict[str, Any], channel: Channel, model: Any) -> None:
     """After the cold phase, keep the warm model and time calls on the parent's request.
 
     Protocol (one JSON object per line; commands on fd ``job["cmd_fd"]``, replies on
@@ -487,7 +488,7 @@ def serve(job: dict[str, Any], channel: Channel, h: Any, model: Any) -> None:
             break
         i = int(request["shape"])
         if i not in fns:
-            fns[i] = _step_fns(model, _inputs(dict(job, reference=False), h, i, ref), training)
+            fns[i] = _step_fns(model, _inputs(job, i, ref), training)
         try:
             for _ in range(int(request.get("warmup", 0))):
                 fns[i]()
@@ -506,7 +507,6 @@ def main(argv: list[str] | None = None) -> int:
     """Run the job file named in ``argv[0]``; write its JSON result; return the exit code."""
     import os
 
-    import time
 
     t0 = time.perf_counter()
     args = sys.argv[1:] if argv is None else argv
@@ -563,7 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(payload, indent=1, default=str))
     if code == 0 and channel is not None:
         if served is not None and "state_dict_error" not in payload.get("info", {}):
-            serve(job, channel, *served)
+            serve(job, channel, served)
     return code
 
 

@@ -159,7 +159,7 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
         for child in children.values():
             child.terminate()
         for child in children.values():
-            child.close(kill=True)
+            child.close()
         report.setdefault("_clock", {})["teardown_s"] = time.perf_counter() - t_teardown
 
 
@@ -190,13 +190,6 @@ def _run_children(report, loaded, trees, spec_run, opts, workdir, notes, childre
     variants = ["eager", "plan"] + [v for v in opts.variants if v not in ("eager", "plan")]
     results: dict[str, dict[str, Any]] = {}
     cold: dict[str, dict[str, Any]] = {}
-    def spawn(variant: str) -> Any:
-        children[variant] = ServedChild(
-            dict(job, phase="cold", variants=[variant], reference=variant == "eager"),
-            workdir, f"cold-{variant}", caches / variant, opts.timeout_s,
-        )
-        return children[variant]
-
     # Every variant's process starts at once: their interpreter starts, imports and model builds
     # (CPU work, tens of seconds for an HF model) overlap the eager reference's cold phase, which
     # compiles nothing. Before the first measured compile every child must have built (and now
@@ -208,7 +201,10 @@ def _run_children(report, loaded, trees, spec_run, opts, workdir, notes, childre
     clock: dict[str, float] = {"waiting_for_builds_s": 0.0}
     t_spawn = time.perf_counter()
     for variant in variants:
-        spawn(variant)
+        children[variant] = ServedChild(
+            dict(job, phase="cold", variants=[variant], reference=variant == "eager"),
+            workdir, f"cold-{variant}", caches / variant, opts.timeout_s,
+        )
     overlap = may_overlap(opts.overlap, spec_run.device)
     report["reference_overlapped"] = False
     built: dict[str, bool] = {}

@@ -74,48 +74,6 @@ def package_path(workdir: Path) -> str:
     return str(pkg)
 
 
-def run_child(job: dict[str, Any], workdir: Path, name: str, cache_root: Path, timeout_s: float) -> ChildResult:
-    """Write ``job`` to ``workdir/name.job.json`` and run it in a new process.
-
-    On timeout the child's process group gets SIGTERM, then SIGKILL after 5 s; the result has
-    ``code == -1`` and an ``error`` of kind ``timeout``.
-    """
-    job = dict(job, out=str(workdir / f"{name}.result.json"))
-    job_path = workdir / f"{name}.job.json"
-    job_path.write_text(json.dumps(job, indent=1))
-    stderr_path = workdir / f"{name}.stderr.txt"
-    env = child_env(cache_root, [package_path(workdir)])
-    started = time.perf_counter()
-    with open(stderr_path, "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "rewriter.validate.child", str(job_path)],
-            stdout=err,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=str(workdir),
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-        try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            wall = time.perf_counter() - started
-            return ChildResult(
-                -1,
-                {"error": {"kind": "timeout", "message": f"{name} did not finish within {timeout_s:.0f} s (killed)"}},
-                wall,
-                _tail(stderr_path),
-            )
-    wall = time.perf_counter() - started
-    out = Path(job["out"])
-    if out.exists():
-        payload = json.loads(out.read_text())
-    else:
-        payload = {"error": {"kind": "crash", "message": f"{name} exited with code {code} and wrote no result"}}
-    return ChildResult(code, payload, wall, _tail(stderr_path))
-
-
 def die_with_parent() -> None:
     """``preexec_fn`` for every child: on Linux, the kernel sends the child SIGKILL when validate's
     process dies, even by SIGKILL or the OOM killer, which no handler of ours sees; a child holding
@@ -125,7 +83,6 @@ def die_with_parent() -> None:
     if not sys.platform.startswith("linux"):
         return
     import ctypes
-    import signal
 
     PR_SET_PDEATHSIG = 1
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
@@ -155,12 +112,17 @@ def _tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+#: "No early reply": distinct from None, which means the child exited.
+_NOTHING = object()
+
+
 class ServedChild:
     """A cold-phase child that stays up with its warm model and times calls on request.
 
-    ``start`` spawns it with two pipes (commands in, replies out, separate from its
-    stdout/stderr); ``wait_cold`` waits for its cold-phase result; ``time`` asks for timed calls
-    of one shape; ``close`` ends it (``exit``, then SIGTERM/SIGKILL of its process group).
+    The constructor spawns it with two pipes (commands in, replies out, separate from its
+    stdout/stderr); ``wait_built``/``go``/``wait_cold`` run its cold phase; ``time`` asks for
+    timed calls of one shape; ``terminate`` and ``close`` end it (SIGTERM, then SIGKILL of its
+    process group).
     Every wait has a timeout; on timeout the child is killed and a ``timeout`` error returned.
     """
 
@@ -188,6 +150,7 @@ class ServedChild:
         self._buf = b""
         self.alive = True
         self.timed_out = False
+        self._early: Any = _NOTHING  # a reply read while waiting for another one
 
     def _readline(self, timeout_s: float) -> dict[str, Any] | None:
         """One JSON reply, or None on EOF (the child exited) or timeout (then ``self.timed_out``)."""
@@ -243,15 +206,15 @@ class ServedChild:
     def wait_cold(self) -> ChildResult:
         """Wait for the cold phase: the child says ``ready`` (serving) or exits (done or failed).
         ``wall_s`` counts from :meth:`go` (or from spawn when it never got that far)."""
-        if getattr(self, "_early", "none") != "none":
-            reply, self.timed_out = self._early, getattr(self, "timed_out", False)
+        if self._early is not _NOTHING:
+            reply = self._early
         else:
             reply = self._readline(self.timeout_s)
             if reply is not None and reply.get("weights_saved"):  # not waited for: skip it
                 reply = self._readline(self.timeout_s)
         wall = time.perf_counter() - getattr(self, "go_at", self.started)
         if reply is None and self.timed_out:
-            self.close(kill=True)
+            self.close()
             return ChildResult(
                 -1,
                 {"error": {"kind": "timeout", "message": f"{self.name} did not finish within {self.timeout_s:.0f} s (killed)"}},
@@ -261,7 +224,7 @@ class ServedChild:
             try:
                 code = self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self.close(kill=True)
+                self.close()
                 code = -1
             self.alive = False
         else:
@@ -285,24 +248,11 @@ class ServedChild:
         reply = self._readline(self.timeout_s)
         if reply is None:
             timed_out = self.timed_out
-            self.close(kill=True)
+            self.close()
             if timed_out:
                 return {"error": {"kind": "timeout", "message": f"{self.name}: a timed call took over {self.timeout_s:.0f} s (killed)"}}
             return {"error": {"kind": "crash", "message": f"{self.name} exited: {_tail(self.stderr_path, 3)}"}}
         return reply
-
-    def request_exit(self) -> None:
-        """Ask the child to exit without waiting for it (EOF on its command pipe)."""
-        if self.proc.poll() is None and not self._cmd.closed:
-            try:
-                self._cmd.write(json.dumps({"op": "exit"}) + "\n")
-                self._cmd.flush()
-            except (BrokenPipeError, OSError):
-                pass
-        try:
-            self._cmd.close()
-        except OSError:
-            pass
 
     def terminate(self) -> None:
         """SIGTERM the child's process group without waiting (its result is already read or no
@@ -314,18 +264,13 @@ class ServedChild:
             except ProcessLookupError:
                 pass
 
-    def close(self, kill: bool = False) -> None:
-        """Ask the child to exit (or kill its process group), and reap it."""
-        if not kill:
-            self.request_exit()
+    def close(self) -> None:
+        """Kill the child's process group (SIGTERM, SIGKILL after 5 s) and reap it; its result
+        is read by then or no longer wanted."""
         try:
             self._cmd.close()
         except OSError:
             pass
-        try:
-            self.proc.wait(timeout=0 if kill else 30)
-        except subprocess.TimeoutExpired:
-            _kill_group(self.proc)
         if self.proc.poll() is None:
             _kill_group(self.proc)
         if self._rep is not None:  # once: a second os.close could hit a reused descriptor
