@@ -13,6 +13,7 @@ I recompiling? -> bucket shapes, mark_dynamic").
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from .context import Context
@@ -27,42 +28,33 @@ def varying(shapes: list[list[tuple[int, ...]]]) -> list[dict[str, Any]]:
     return [{"tensor": v["input"], "dim": v["dim"], "sizes": v["sizes"]} for v in named]
 
 
+def _leaves(args: tuple, kwargs: dict) -> Iterator[tuple[str, Any, bool]]:
+    """``(name, leaf, direct)`` for every leaf of a block call's arguments, named like
+    ``args[1]``, ``args[2][0]`` or ``position_embeddings[0]``; ``direct``: a positional argument
+    itself, the only kind ``mark_dynamic`` at the boundary can reach."""
+    from torch.utils import _pytree as pytree
+
+    for path, leaf in pytree.tree_flatten_with_path(args)[0]:
+        yield f"args{pytree.keystr(path)}", leaf, len(path) == 1
+    for path, leaf in pytree.tree_flatten_with_path(kwargs)[0]:
+        key = pytree.keystr(path)  # "['position_embeddings'][0]"
+        yield (key[2:].replace("']", "", 1) if key.startswith("['") else key), leaf, False
+
+
 def nested_tensor_shapes(args: tuple, kwargs: dict) -> dict[str, tuple[int, ...]]:
     """Shapes of the block's tensor inputs that are not a direct positional argument: keyword
     arguments and tensors inside tuples (HF Llama's ``position_embeddings=(cos, sin)``), keyed
     like ``position_embeddings[0]`` or ``args[2][0]``. ``mark_dynamic`` at the boundary cannot
     reach them."""
     import torch
-    from torch.utils import _pytree as pytree
 
-    out: dict[str, tuple[int, ...]] = {}
-    for i, a in enumerate(args):
-        if isinstance(a, torch.Tensor):
-            continue
-        for path, leaf in pytree.tree_flatten_with_path(a)[0]:
-            if isinstance(leaf, torch.Tensor):
-                out[f"args[{i}]{pytree.keystr(path)}"] = tuple(leaf.shape)
-    for path, leaf in pytree.tree_flatten_with_path(kwargs)[0]:
-        if isinstance(leaf, torch.Tensor):
-            key = pytree.keystr(path)  # "['position_embeddings'][0]"
-            out[key[2:].replace("']", "", 1) if key.startswith("['") else key] = tuple(leaf.shape)
-    return out
+    return {k: tuple(v.shape) for k, v, direct in _leaves(args, kwargs) if isinstance(v, torch.Tensor) and not direct}
 
 
 def int_inputs(args: tuple, kwargs: dict) -> dict[str, int]:
     """The block's integer inputs (``block(x, seq_len)``, ``position=...``), keyed like
     :func:`nested_tensor_shapes`: a length passed as an int ties the tensor dims it shapes."""
-    from torch.utils import _pytree as pytree
-
-    out: dict[str, int] = {}
-    for path, leaf in pytree.tree_flatten_with_path(args)[0]:
-        if isinstance(leaf, int) and not isinstance(leaf, bool):
-            out[f"args{pytree.keystr(path)}"] = leaf
-    for path, leaf in pytree.tree_flatten_with_path(kwargs)[0]:
-        if isinstance(leaf, int) and not isinstance(leaf, bool):
-            key = pytree.keystr(path)
-            out[key[2:].replace("']", "", 1) if key.startswith("['") else key] = leaf
-    return out
+    return {k: v for k, v, _ in _leaves(args, kwargs) if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def varying_named(shapes: list[dict[Any, tuple[int, ...]]]) -> list[dict[str, Any]]:
