@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import ClassVar
@@ -150,7 +150,11 @@ class StatementInsertError(Exception):
 
 
 def insert_statement(
-    module: cst.Module, func: cst.FunctionDef, code: str, after: int | None = None
+    module: cst.Module,
+    func: cst.FunctionDef,
+    code: str,
+    after: int | None = None,
+    replaces: Callable[[cst.BaseStatement], bool] | None = None,
 ) -> cst.FunctionDef:
     """Insert one statement into ``func``'s top-level body, unless an equal one is already there.
 
@@ -161,6 +165,8 @@ def insert_statement(
             names and literals).
         after: index of the top-level statement to insert after; None means at the top,
             after the docstring.
+        replaces: a statement it matches is another form of this one: it is replaced in place
+            (keeping its leading comments) instead of getting a second, contradicting one.
 
     Raises:
         StatementInsertError: the body is a one-line suite.
@@ -171,6 +177,10 @@ def insert_statement(
     if any(_norm(module.code_for_node(s)) == _norm(code) for s in body):
         return func
     stmt = parse_template_statement(code)
+    old = next((i for i, s in enumerate(body) if replaces is not None and replaces(s)), None)
+    if old is not None:
+        body[old] = stmt.with_changes(leading_lines=body[old].leading_lines)
+        return func.with_changes(body=func.body.with_changes(body=body))
     if after is None:
         index = 1 if body and _is_docstring(body[0]) else 0
     else:

@@ -10,15 +10,11 @@ Dynamo, which :mod:`rewriter.consistency` refuses before anything is written.
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 import libcst.matchers as m
 
 from ..errors import StackpartError, near_names
 from ..plan import MarkDynamicAction
-from libcst.helpers import parse_template_statement
-
 from .base import TargetedCommand, call_args, insert_statement
 
 
@@ -76,15 +72,6 @@ def _mark_of(stmt: cst.BaseStatement) -> tuple[str, int] | None:
     return None
 
 
-def _existing_mark(func: cst.FunctionDef, arg: str, dim: int) -> int | None:
-    """Index of a top-level ``(maybe_)mark_dynamic(arg, dim, ...)`` statement of ``func``."""
-    body = func.body.body if isinstance(func.body, cst.IndentedBlock) else ()
-    for i, stmt in enumerate(body):
-        if _mark_of(stmt) == (arg, dim):
-            return i
-    return None
-
-
 def _defaults_to_none(func: cst.FunctionDef, arg: str) -> bool:
     """Whether ``arg`` is a parameter whose default is ``None`` (T5Stack.forward's
     ``encoder_hidden_states=None``: the encoder stack calls it without one)."""
@@ -136,13 +123,7 @@ class MarkDynamicCommand(TargetedCommand):
             # marking None raises AttributeError on the first call (T5's encoder stack, found by
             # running rewritten transformers models); only a tensor is marked
             code = f"if {self.action.arg} is not None:\n    {code}\n"
-        existing = _existing_mark(func, self.action.arg, self.action.dim)
-        if existing is not None:
-            # one mark per (arg, dim): the plan's call replaces another form of it (strict <->
-            # maybe, other bounds) rather than stacking a second, contradicting call beside it
-            body = list(func.body.body)  # type: ignore[union-attr]
-            if re.sub(r"\s+", "", self.tree.code_for_node(body[existing])) != re.sub(r"\s+", "", code):
-                body[existing] = parse_template_statement(code).with_changes(leading_lines=body[existing].leading_lines)
-                return func.with_changes(body=func.body.with_changes(body=body))
-            return func
-        return insert_statement(self.tree, func, code, after)
+        # one mark per (arg, dim): the plan's call replaces another form of it (strict <-> maybe,
+        # other bounds) rather than stacking a second, contradicting call beside it
+        key = (self.action.arg, self.action.dim)
+        return insert_statement(self.tree, func, code, after, replaces=lambda stmt: _mark_of(stmt) == key)
