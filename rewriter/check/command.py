@@ -101,7 +101,7 @@ def run_check(
             if r.fixed is not None:
                 p = Path(r.path)
                 source = read_source(p.parent, p.name)
-                outcome.fix_diff += file_diff(r.path, p.read_bytes(), source.encode(r.fixed))
+                outcome.fix_diff += file_diff(r.path, source.raw, source.encode(r.fixed))
     if fix:
         writes = []
         for r in results:
@@ -109,7 +109,7 @@ def run_check(
                 continue
             p = Path(r.path)
             source = read_source(p.parent, p.name)
-            writes.append((r.path, p.read_bytes(), source.encode(r.fixed), source.mode))
+            writes.append((r.path, source.raw, source.encode(r.fixed), source.mode))
         _write(writes)
         outcome.fixed.extend(path for path, *_ in writes)
     for r in results:
