@@ -313,8 +313,7 @@ def check_entry(entry: str, src: Path) -> None:
         StackpartError: not ``file.py::func``, the file is missing, or no such function (with
             near names), before anything is measured or written.
     """
-    import libcst as cst
-
+    from ..source import read_source
     from ..targets import resolve
 
     file, sep, func = entry.partition("::")
@@ -323,8 +322,8 @@ def check_entry(entry: str, src: Path) -> None:
     path = Path(src) / file
     if not path.is_file():
         raise StackpartError(f"--entry: no file {file!r} under SRC", path=str(src))
-    try:
-        resolve(cst.parse_module(path.read_text(encoding="utf-8")), file, func)
+    try:  # as rewrite reads it: PEP 263 encodings, a path that stays under SRC
+        resolve(read_source(Path(src), file).parse(), file, func)
     except StackpartError as exc:
         raise StackpartError(f"--entry: {exc.message}", path=str(path), hint=exc.hint) from None
 
