@@ -54,16 +54,17 @@ class Decision:
     expected_speedup: str | None = None
 
 
+def _op_name(op: str) -> str:
+    """``aten::topk`` -> ``topk``, ``aten::_softmax.out`` -> ``softmax``: the ``torch.<name>``
+    call and the catalog kernel's name."""
+    return op.split("::", 1)[-1].split(".")[0].strip("_")
+
+
 def _kernel_name(op: str) -> str:
-    """The catalog kernel for an op (``aten::topk`` -> ``topk``, ``aten::_softmax`` ->
-    ``softmax``; :func:`rewriter.actions.kernel.catalog`), else ``stub``."""
+    """The catalog kernel for an op (:func:`rewriter.actions.kernel.catalog`), else ``stub``."""
     from ..actions.kernel import catalog
 
-    name = op.split("::", 1)[-1].split(".")[0].strip("_")
-    try:
-        return name if name in catalog() else "stub"
-    except Exception:
-        return "stub"
+    return _op_name(op) if _op_name(op) in catalog() else "stub"
 
 
 def boundary_args(owner: Any, attr: str) -> list[str | None]:
@@ -128,7 +129,7 @@ def plan(ctx: Context) -> Decision:
         sites = [f for f in res["top_ops"].findings if f.kind == "dominant_op" and f.function]
         if sites:
             site = sites[0]
-            op = dom["op"].split("::", 1)[-1].split(".")[0].strip("_")
+            op = _op_name(dom["op"])
             kernel = _kernel_name(dom["op"])
             actions.append(
                 KernelAction(
