@@ -555,3 +555,11 @@ def load_plan(path: str | Path) -> LoadedPlan:
             hint="save it as UTF-8",
         ) from None
     return parse_plan(text, name)
+
+
+def report_dir_for(plan_path: str | Path, base: str) -> Path:
+    """``<plan dir>/<base>`` for ``plan.yaml``, ``<plan dir>/<base>-<stem>`` for any other plan
+    name, so two plans in one folder never overwrite each other's report (diagnose's and
+    validate's default report folders)."""
+    path = Path(plan_path)
+    return path.parent / (base if path.name == "plan.yaml" else f"{base}-{path.stem}")

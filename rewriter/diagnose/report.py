@@ -170,6 +170,6 @@ def default_report_dir(plan_out: str | Path) -> Path:
     """Where diagnose writes its report by default: ``stackpart-diagnose/`` next to the plan,
     ``stackpart-diagnose-<stem>/`` for a plan not named ``plan.yaml`` (two plans in one folder
     never overwrite each other's report)."""
-    plan_out = Path(plan_out)
-    name = "stackpart-diagnose" if plan_out.name == "plan.yaml" else f"stackpart-diagnose-{plan_out.stem}"
-    return plan_out.parent / name
+    from ..plan import report_dir_for
+
+    return report_dir_for(plan_out, "stackpart-diagnose")

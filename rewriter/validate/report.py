@@ -19,8 +19,10 @@ def default_report_dir(plan_path: str | Path) -> Path:
     """Where validate writes and ``rewrite --apply`` looks: ``.stackpart/validation/`` next to
     the plan file, ``.stackpart/validation-<stem>/`` for a plan not named ``plan.yaml``, so two
     plans in one folder never overwrite each other's report."""
+    from ..plan import report_dir_for
+
     path = Path(plan_path).resolve()
-    return path.parent / ".stackpart" / ("validation" if path.name == "plan.yaml" else f"validation-{path.stem}")
+    return report_dir_for(path.parent / ".stackpart" / path.name, "validation")
 
 
 def _ms(x: Any) -> str:
