@@ -29,14 +29,13 @@ from typing import Any
 import libcst as cst
 import libcst.matchers as m
 from libcst.codemod import CodemodContext
-from libcst.helpers import get_full_name_for_node
 from libcst.metadata import PositionProvider, QualifiedNameProvider, QualifiedNameSource
 
 from ..errors import StackpartError, near_names
 from ..plan import KernelAction
 from ..resources import kernels_dir
 from ..vendor import VendorSite
-from .base import TargetedCommand
+from .base import TargetedCommand, imported_names
 
 STUB = "stub"
 _EQUAL = cst.AssignEqual(
@@ -175,27 +174,10 @@ class KernelCommand(TargetedCommand):
 
     def _canonical_call(self, module: cst.Module) -> str:
         """``action.call`` with a leading module alias of this file resolved (``F.softmax`` ->
-        ``torch.nn.functional.softmax``)."""
-        call = self.action.call
-        head, _, rest = call.partition(".")
-        for stmt in module.body:
-            if not isinstance(stmt, cst.SimpleStatementLine):
-                continue
-            for small in stmt.body:
-                if isinstance(small, cst.Import):
-                    for alias in small.names:
-                        bound = alias.evaluated_alias or alias.evaluated_name.split(".")[0]
-                        if bound == head and alias.evaluated_alias:
-                            return alias.evaluated_name + ("." + rest if rest else "")
-                elif isinstance(small, cst.ImportFrom) and not small.relative and small.module:
-                    base = get_full_name_for_node(small.module) or ""
-                    if isinstance(small.names, cst.ImportStar):
-                        continue
-                    for alias in small.names:
-                        bound = alias.evaluated_alias or alias.evaluated_name
-                        if bound == head:
-                            return f"{base}.{alias.evaluated_name}" + ("." + rest if rest else "")
-        return call
+        ``torch.nn.functional.softmax``; :func:`.base.imported_names`)."""
+        head, _, rest = self.action.call.partition(".")
+        full = imported_names(module).get(head)
+        return full + ("." + rest if rest else "") if full else self.action.call
 
     def _form(self, call: cst.Call) -> tuple[str, list[str] | None] | None:
         """``(spelling, params)`` when ``call`` is one of the op's spellings, else None."""
