@@ -221,6 +221,24 @@ def _step_fns(model: Any, inputs: Any, training: bool) -> Any:
     return fwd_bwd
 
 
+def _after_step(model: Any, inputs: Any, reference_sd: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Training records after a forward+backward: the gradients it left (host copies), then one
+    SGD step (lr :data:`TRAIN_LR`) and the loss after it; the weights are restored after."""
+    import torch
+
+    from ..harness import call_model
+
+    out: dict[str, Any] = {
+        "grads": {n: p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None}
+    }
+    torch.optim.SGD(model.parameters(), lr=TRAIN_LR).step()
+    torch.manual_seed(seed)
+    out["loss_after_step"] = _cpu(scalar_loss(call_model(model, inputs)).detach())
+    model.zero_grad(set_to_none=True)
+    model.load_state_dict(reference_sd)
+    return out
+
+
 def _block_share(job: dict[str, Any], model: Any, ref: Path, training: bool) -> list[dict[str, Any]]:
     """Per shape, the share of the eager step spent inside the repeated blocks (the regions a
     naive regional compile covers); the rest (embeddings, masks, rotary tables, the head) stays
@@ -300,8 +318,6 @@ def high_precision_reference(job: dict[str, Any], model: Any, ref: Path, trainin
 
     import torch
 
-    from ..harness import call_model
-
     started = time.perf_counter()
     tried: list[str] = []
     for name in HIGH_PRECISION:
@@ -317,14 +333,7 @@ def high_precision_reference(job: dict[str, Any], model: Any, ref: Path, trainin
                 record: dict[str, Any] = {"output": _cpu(out[0] if training else out)}
                 if training:
                     record["loss"] = _cpu(out[1].detach())
-                    record["grads"] = {
-                        n: p.grad.detach().cpu() for n, p in hp.named_parameters() if p.grad is not None
-                    }
-                    torch.optim.SGD(hp.parameters(), lr=TRAIN_LR).step()
-                    torch.manual_seed(job["seed"])
-                    record["loss_after_step"] = _cpu(scalar_loss(call_model(hp, inputs)).detach())
-                    hp.zero_grad(set_to_none=True)
-                    hp.load_state_dict(reference_sd)
+                    record.update(_after_step(hp, inputs, reference_sd, job["seed"]))
                 # stored as float32: its rounding (2**-24 relative) is 65,000x below bf16's
                 # (2**-8) and it halves the bytes every comparing child reads
                 torch.save({"dtype": name, "record": _upcast(record, torch.float32)}, ref / f"high_precision_{i}.pt")
@@ -402,16 +411,7 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
                 model.load_state_dict(reference_sd)
                 torch.manual_seed(job["seed"])
                 fn()
-                record["grads"] = {
-                    n: p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None
-                }
-                torch.optim.SGD(model.parameters(), lr=TRAIN_LR).step()
-                torch.manual_seed(job["seed"])
-                from ..harness import call_model
-
-                record["loss_after_step"] = _cpu(scalar_loss(call_model(model, inputs)).detach())
-                model.zero_grad(set_to_none=True)
-                model.load_state_dict(reference_sd)
+                record.update(_after_step(model, inputs, reference_sd, job["seed"]))
             path = ref / f"outputs_{i}.pt"
             if job.get("reference"):
                 torch.save(record, path)
