@@ -2,18 +2,22 @@
 
 Run from the repository root on a machine with one CUDA GPU (H200 reference):
 
-    python benchmarks/diagnose_workloads.py                       # all 9, writes $OUT/diagnose_workloads.{json,md}
+    python benchmarks/diagnose_workloads.py                       # all 10, writes $OUT/diagnose_workloads.{json,md}
     python benchmarks/diagnose_workloads.py --only dominant_op,recompile_storm --timeout 60
     python benchmarks/diagnose_workloads.py --smoke --only graph_break   # CPU dry run of the script
 
 Each workload of ``fixtures/workloads/`` (``WORKLOAD_SIZE=large``, bf16) runs the whole ladder
 in its own subprocess (``stackpart diagnose``, Inductor for the measured compiles, 2 profiled
 steps) and the table checks the rung verdict and the plan action the workload was built to
-provoke; every workload but ``fragmentation`` must also *not* be called fragmenting. Each row is
+provoke; every workload but ``fragmentation`` must also *not* be called fragmenting.
+``fragmentation`` runs out of memory under its cap with the free memory stranded in split
+segments: diagnose must stop there with the allocator action planned (exit 1);
+``fragmentation_fixed`` is the same workload with that action applied
+(``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``): the whole ladder must run. Each row is
 printed (and the JSON/Markdown rewritten) as soon as its workload finishes. A workload is killed
 after ``--timeout`` seconds (default 60; fusible took 44 s on the H200 run 2) and the run starts
 no workload after ``--budget`` seconds (default 250): expected wall time about 4-5 minutes for
-all 9 (H200 run 2: 16-44 s each), at most budget + timeout; about 3 minutes for six.
+all 10 (H200 run 2: 16-44 s each), at most budget + timeout; about 3 minutes for six.
 """
 
 from __future__ import annotations
@@ -44,7 +48,13 @@ CASES = [
     # one shape: the memory rung measures steady state at the reference shape, and every other
     # shape would be one more Inductor compile of a 12-20 iteration unrolled loop
     ("fragmentation", ["batch=8,steps=12"], ["--entry", "train.py::main"]),
+    ("fragmentation_fixed", ["batch=8,steps=12"], ["--entry", "train.py::main"]),
 ]
+#: Runs of a workload under another name: (its folder, extra environment).
+VARIANTS = {"fragmentation_fixed": ("fragmentation", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})}
+#: The exit code each workload's diagnose must end with (0 unless listed): 1 = plan written, the
+#: ladder stopped at a fragmentation OOM.
+EXPECTED_RC = {"fragmentation": 1}
 
 
 def rung(report: dict, name: str) -> dict:
@@ -63,6 +73,9 @@ def check(name: str, report: dict, plan: dict | None) -> tuple[bool, str]:
     fragmenting = rung(report, "memory").get("implies", "").startswith("allocator")
     if name != "fragmentation" and fragmenting:
         return False, "memory rung must not call it fragmenting"
+    if name == "fragmentation_fixed":
+        ok = report.get("complete") is True and rung(report, "memory").get("status") == "ok" and not any(a["action"] == "allocator" for a in acts)
+        return ok, "with expandable_segments: whole ladder runs, no OOM, not fragmenting"
     if name == "launch_bound":
         ok = m("batch_scaling").get("fixed_share", 0) >= 0.15 and any(
             a["action"] == "compile" and a.get("strategy") == "whole" and a.get("options", {}).get("mode") == "reduce-overhead" for a in acts
@@ -98,8 +111,8 @@ def check(name: str, report: dict, plan: dict | None) -> tuple[bool, str]:
         ok = m("instance_recompiles").get("recompiles", 0) >= 1 and ("disable", "model.py::Block.residual_scale") in kinds
         return ok, "per-instance recompiles; disable model.py::Block.residual_scale"
     if name == "fragmentation":
-        ok = fragmenting and ("allocator", "train.py::main") in kinds
-        return ok, "memory fragmenting at steady state; allocator at --entry train.py::main"
+        ok = fragmenting and m("memory").get("source") == "oom" and ("allocator", "train.py::main") in kinds
+        return ok, "fragmentation OOM; allocator at --entry train.py::main, ladder stopped (exit 1)"
     return False, "?"
 
 
@@ -143,11 +156,12 @@ def main(argv: list[str]) -> int:
             print(f"{name:22s} SKIPPED (budget spent)", flush=True)
             continue
         limit = min(args.timeout, left)
+        folder, extra_env = VARIANTS.get(name, (name, {}))
         cmd = [sys.executable, "-c", "import sys; from rewriter.cli import main; sys.exit(main(sys.argv[1:]))",
-               "diagnose", str(WORKLOADS / name), "-o", str(out / "plan.yaml"), "--report-dir", str(out),
+               "diagnose", str(WORKLOADS / folder), "-o", str(out / "plan.yaml"), "--report-dir", str(out),
                "--timeout", str(max(10, int(limit) - 5)), "--steps", str(args.steps), *extra]
         if smoke:
-            cmd += ["--harness", str(WORKLOADS / name / "plan.yaml")]
+            cmd += ["--harness", str(WORKLOADS / folder / "plan.yaml")]
         else:
             cmd += ["--harness", "harness.py", "--device", "cuda", "--dtype", "bfloat16"]
             for s in shapes:
@@ -156,7 +170,7 @@ def main(argv: list[str]) -> int:
             (out / stale).unlink(missing_ok=True)
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
+            proc = subprocess.run(cmd, cwd=ROOT, env={**env, **extra_env}, capture_output=True, text=True, timeout=limit)
             rc, err = proc.returncode, proc.stderr
         except subprocess.TimeoutExpired as exc:
             rc = 124
@@ -165,7 +179,8 @@ def main(argv: list[str]) -> int:
         (out / "stderr.txt").write_text(err or "")
         report = json.loads((out / "report.json").read_text()) if (out / "report.json").is_file() else {}
         plan = yaml.safe_load((out / "plan.yaml").read_text()) if (out / "plan.yaml").is_file() else None
-        ok, what = check(name, report, plan) if rc == 0 else (False, "diagnose failed" if rc != 124 else f"timeout after {limit:.0f} s")
+        want = EXPECTED_RC.get(name, 0)
+        ok, what = check(name, report, plan) if rc == want else (False, f"diagnose exited {rc}, expected {want}" if rc != 124 else f"timeout after {limit:.0f} s")
         verdicts = {r["name"]: r.get("verdict") or r.get("reason") for r in report.get("rungs", [])}
         row = {
             "workload": name,
@@ -189,7 +204,8 @@ def main(argv: list[str]) -> int:
 
 
 KEYS = {"launch_bound": "batch_scaling", "fusible": "op_mix", "gemm_bound": "op_mix", "dominant_op": "top_ops", "host_stall": "gaps",
-        "graph_break": "graph_breaks", "recompile_storm": "recompiles", "instance_recompiles": "instance_recompiles", "fragmentation": "memory"}
+        "graph_break": "graph_breaks", "recompile_storm": "recompiles", "instance_recompiles": "instance_recompiles", "fragmentation": "memory",
+        "fragmentation_fixed": "memory"}
 
 
 def write(payload: dict) -> None:

@@ -94,6 +94,16 @@ def diagnose_bad(tmp_path, body: str, *extra: str) -> tuple[int, str, Path]:
     return rc, out
 
 
+#: The caching allocator's OOM message (torch 2.x wording), with the fragmentation workload's
+#: numbers (benchmarks/alloc_sim_fragmentation.py at a 2 GiB cap).
+OOM = (
+    "CUDA out of memory. Tried to allocate 448.00 MiB. GPU 0 has a total capacity of 139.72 GiB of which "
+    "137.10 GiB is free. Including non-PyTorch memory, this process has 2.52 GiB memory in use. Of the "
+    "allocated memory 1.23 GiB is allocated by PyTorch, and {free} is reserved by PyTorch but unallocated. "
+    "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+    "to avoid fragmentation."
+)
+
 NET = """\
 import time
 import torch
@@ -114,19 +124,45 @@ class Net(nn.Module):
     [
         ("        raise ValueError('boom')", "rung batch_scaling: harness build_model() model forward: raised ValueError: boom (model.py:11)"),
         ("        return 'not a tensor'", "rung batch_scaling: harness build_model() model forward: returned str with no tensors"),
-        ("        raise torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')", "rung batch_scaling: harness build_model() model forward: ran out of memory: CUDA out of memory"),
+        ("        raise torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')", "rung batch_scaling: harness build_model() model forward: ran out of memory: asked for 2048 MiB (the message gives no reserved-but-unallocated figure) (model.py:11)"),
+        ("        raise torch.cuda.OutOfMemoryError(" + repr(OOM.format(free="43.59 MiB")) + ")", "ran out of memory: asked for 448 MiB with 44 MiB reserved but unallocated (< the request), 1260 MiB allocated: a capacity OOM (model.py:11)"),
         ("        while True:\n            time.sleep(0.05)", "rung batch_scaling: harness build_model() model forward: did not finish within 1 s (timeout; hung?)"),
     ],
-    ids=["raises", "non-tensor", "oom", "hangs"],
+    ids=["raises", "non-tensor", "oom", "capacity-oom", "hangs"],
 )
 def test_bad_harness_names_the_rung_and_callable_and_keeps_partial_json(tmp_path, capsys, forward, expected):
     rc, out = diagnose_bad(tmp_path, NET.format(body=forward), "--timeout", "1")
     assert rc == 2
-    err = capsys.readouterr().err
+    err = " ".join(capsys.readouterr().err.split())  # the terminal wraps long lines
     assert expected in err
     report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
     assert report["complete"] is False and expected in report["error"]
     assert not (out / "plan.yaml").exists()
+
+
+def test_a_fragmentation_oom_plans_the_allocator_and_says_the_ladder_stopped(tmp_path, capsys):
+    """An OOM whose reserved-but-unallocated memory covers the request is fragmentation: the plan
+    gets the allocator action at --entry (exit 1: written, but the ladder stopped), the memory
+    rung says why with the message's numbers, and the rungs after the stop are marked not run."""
+    body = "        raise torch.cuda.OutOfMemoryError(" + repr(OOM.format(free="597.33 MiB")) + ")"
+    src = tmp_path / "src"
+    write_harness(src, NET.format(body=body))
+    (src / "train.py").write_text("def main():\n    pass\n")
+    rc, out = diagnose_bad(tmp_path, NET.format(body=body), "--entry", "train.py::main")
+    assert rc == 1
+    plan = load_plan(out / "plan.yaml").plan
+    [action] = plan.actions
+    assert action.action == "allocator" and action.target == "train.py::main"
+    assert "448 MiB with 597 MiB reserved but unallocated" in action.why and "steady state" not in action.why
+    report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
+    assert report["complete"] is False and "diagnose stopped at rung batch_scaling" in report["error"]
+    rungs = {r["name"]: r for r in report["rungs"]}
+    assert rungs["batch_scaling"]["status"] == "error"
+    assert rungs["memory"]["verdict"].startswith("fragmenting: out of memory in rung batch_scaling")
+    assert rungs["memory"]["measurement"]["reserved_unallocated_mib"] == 597.3
+    assert rungs["amortization"]["status"] == "skipped" and "stopped at rung batch_scaling" in rungs["amortization"]["reason"]
+    assert list(rungs) == [r for r in rungs if r]  # one entry per rung
+    assert "run diagnose again" in (out / "stackpart-diagnose" / "report.md").read_text()
 
 
 def test_failure_under_the_profiler_keeps_the_rungs_before_it(tmp_path, capsys):

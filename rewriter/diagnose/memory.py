@@ -23,6 +23,14 @@ fragmentation workload itself, so the share does not tell fragmentation from cac
 cache holds costs nothing until an allocation fails for want of it, and then it shows as a retry.
 
 Needs CUDA (``skipped: no CUDA`` otherwise).
+
+An out-of-memory error is the other evidence, and the stronger: the caching allocator converges
+on any step it sees repeated (benchmarks/alloc_sim_fragmentation.py; H200 run 7: 0 retries at a
+3 GiB cap), so under memory pressure fragmentation shows as an OOM with the free memory stranded
+in split segments, not as retries. When any rung's step runs out of memory and the message says
+it is a fragmentation OOM (:mod:`.oom`), the ladder stops there and :func:`from_oom` gives this
+rung's verdict from it: the plan holds the allocator action, and the rest is measured by running
+diagnose again with it applied.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from .context import Context
+from .oom import describe
 from .rung import RungResult
 
 WARMUP = 2
@@ -52,8 +61,31 @@ def verdict(m: dict[str, Any]) -> tuple[bool, str]:
     )
 
 
+TITLE = "Fragmentation at steady state: retries, reserved growth, reserved vs peak allocated"
+IMPLIES = "allocator: expandable_segments:True"
+
+
+def from_oom(rung: str, oom: dict[str, Any]) -> RungResult:
+    """This rung's result from a fragmentation OOM met in ``rung`` (``oom``: :func:`.oom.classify`).
+
+    Raises:
+        ValueError: ``oom`` is not a fragmentation OOM (a capacity OOM implies no allocator action).
+    """
+    if not oom.get("fragmentation"):
+        raise ValueError(f"not a fragmentation OOM: {oom}")
+    r = RungResult("memory", TITLE)
+    r.threshold = (
+        "a CUDA OOM whose reserved-but-unallocated memory (free, stranded in split segments after the "
+        "allocator's release-and-retry) is >= the request (c10 CUDACachingAllocator's OOM message)"
+    )
+    r.measurement = {"source": "oom", "oom_rung": rung, **{k: v for k, v in oom.items() if k != "fragmentation"}}
+    r.verdict = f"fragmenting: out of memory in rung {rung}: {describe(oom)}"
+    r.implies = IMPLIES
+    return r
+
+
 def run(ctx: Context) -> RungResult:
-    r = RungResult("memory", "Fragmentation at steady state: retries, reserved growth, reserved vs peak allocated")
+    r = RungResult("memory", TITLE)
     r.threshold = (
         f"steady state at the reference shape (empty_cache, {WARMUP} warm-up, reset peaks, {STEADY} steps): alloc retries > 0, "
         f"or reserved growth >= {GROWTH_MIB:.0f} MiB; reserved - peak allocated is reported, not judged "
@@ -90,7 +122,7 @@ def run(ctx: Context) -> RungResult:
     frag, why = verdict(m)
     if frag:
         r.verdict = f"fragmenting: {why}"
-        r.implies = "allocator: expandable_segments:True"
+        r.implies = IMPLIES
     else:
         r.verdict = why
     return r

@@ -149,13 +149,18 @@ def plan(ctx: Context) -> Decision:
     if res.get("memory") and res["memory"].implies.startswith("allocator"):
         evidence = f"memory: {res['memory'].verdict}"
         if ctx.entry:
-            actions.append(AllocatorAction(action="allocator", target=ctx.entry, why=f"{evidence} (steady state at the reference shape)"))
+            basis = "" if res["memory"].measurement.get("source") == "oom" else " (steady state at the reference shape)"
+            actions.append(AllocatorAction(action="allocator", target=ctx.entry, why=f"{evidence}{basis}"))
         else:
             notes.append(
                 f"{evidence}: the fix is PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True set before the first CUDA "
                 "allocation; pass --entry file.py::func (your program's entry point) to plan the allocator action there"
             )
 
+    deciders = ("batch_scaling", "op_mix", "amortization")
+    if not any(res.get(n) is not None and res[n].ok for n in deciders):
+        notes.append("no compile planned: none of the rungs that decide it (batch scaling, op mix, amortization) ran")
+        return Decision(_plan(spec, ctx, actions), notes)
     opmix = m("op_mix")
     amort = m("amortization")
     cands = amort.get("candidates", {})

@@ -71,6 +71,31 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     paths: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    #: Why the ladder stopped before its last rung with a plan still written (a fragmentation
+    #: OOM), or None when every rung ran.
+    stopped: str | None = None
+
+
+def stop_for_fragmentation(ctx: Context, results: list[RungResult], fatal: HarnessFailure) -> None:
+    """The ladder met a fragmentation OOM in ``fatal.rung``: record the memory rung's verdict from
+    it (:func:`.memory.from_oom`) and every rung not run as skipped, so the planner sees a whole
+    ladder. Mutates ``results`` and ``ctx.results``."""
+    verdict = memory.from_oom(fatal.rung, fatal.oom or {})
+    done = {r.name for r in results}
+    for name, _ in RUNGS:
+        if name == "profile":
+            continue
+        if name == "memory":
+            r = verdict
+        elif name in done:
+            continue
+        else:
+            r = RungResult(name, name).skip(f"not run: the ladder stopped at rung {fatal.rung} (fragmentation OOM)")
+        results[:] = [x for x in results if x.name != name]
+        results.append(r)
+        ctx.results[name] = r
+    order = [n for n, _ in RUNGS]
+    results.sort(key=lambda r: order.index(r.name))
 
 
 def _ours(out_dir: Path) -> bool:
@@ -217,12 +242,19 @@ def diagnose(
     if fatal is not None:
         where = f" ({fatal.path}:{fatal.line})" if fatal.path and fatal.line else ""
         error = f"diagnose stopped at rung {fatal.rung}: harness {fatal.callable}: {fatal.message}{where}"
-        write_json(out_dir / "report.json", to_json(meta, results, None, [], error))
-        raise StackpartError(f"{error}; partial results in {out_dir / 'report.json'}", path=spec.file)
+        if not (fatal.oom and fatal.oom.get("fragmentation")):
+            write_json(out_dir / "report.json", to_json(meta, results, None, [], error))
+            raise StackpartError(f"{error}; partial results in {out_dir / 'report.json'}", path=spec.file)
+        # A fragmentation OOM is a finding with a fix, not a broken harness: plan the allocator
+        # action; the rungs after it are measured by running diagnose again with it applied.
+        outcome.stopped = error
+        stop_for_fragmentation(ctx, results, fatal)
     from .planner import plan as make_plan
 
     decision = make_plan(ctx)
     outcome.plan, outcome.notes = decision.plan, decision.notes
+    if outcome.stopped:
+        outcome.notes.insert(0, f"{outcome.stopped}; apply the plan's allocator action and run diagnose again to measure the rungs after it")
     if ctx.amortization_assumed:
         outcome.notes.append("amortization not given: assumed 1,000,000 runs and 1 restart (pass --runs/--restarts)")
     text = plan_yaml(decision.plan)
@@ -234,8 +266,8 @@ def diagnose(
     images, chart_note = charts(out_dir, ctx.results)
     outcome.seconds = round(time.perf_counter() - started, 2)
     meta["seconds"] = outcome.seconds
-    (out_dir / "report.md").write_text(markdown(meta, results, text, outcome.notes, images, chart_note, None), encoding="utf-8")
-    write_json(out_dir / "report.json", to_json(meta, results, decision.plan, outcome.notes, None))
+    (out_dir / "report.md").write_text(markdown(meta, results, text, outcome.notes, images, chart_note, outcome.stopped), encoding="utf-8")
+    write_json(out_dir / "report.json", to_json(meta, results, decision.plan, outcome.notes, outcome.stopped))
     outcome.paths = {"plan": str(plan_out), "report": str(out_dir / "report.md"), "json": str(out_dir / "report.json")}
     prof = ctx.cache.get("profile")
     if prof is not None and prof.trace:
@@ -386,7 +418,9 @@ def check_output(harness: str, output: str) -> None:
 
 
 def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str, ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None) -> int:
-    """The ``stackpart diagnose`` command: returns 0 (plan written); raises StackpartError (exit 2)."""
+    """The ``stackpart diagnose`` command: returns 0 (plan written), 1 (plan written, but the ladder
+    stopped at a fragmentation OOM: apply the allocator action and run again); raises
+    StackpartError (exit 2)."""
     check_output(harness, output)
     spec, amort = harness_from_flags(harness, src, model=model, inputs=inputs, shapes=[parse_shape(s) for s in shapes], mode=mode, dtype=dtype, device=device)
     if runs is not None or restarts is not None:
@@ -396,5 +430,5 @@ def diagnose_command(harness: str, src: str, output: str, *, model: str | None, 
         if restarts is not None:
             base["restarts"] = restarts
         amort = Amortization.model_validate(base)
-    diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry)
-    return 0
+    outcome = diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry)
+    return 1 if outcome.stopped else 0

@@ -32,11 +32,15 @@ class HarnessFailure(Exception):
             or the model's forward).
         message: what happened, one line.
         path, line: the user's file and line where known.
+        oom: for a CUDA out-of-memory error, what its message says (:func:`.oom.classify`:
+            request, reserved but unallocated, fragmentation or capacity); else None.
     """
 
-    def __init__(self, rung: str, callable: str, message: str, path: str | None = None, line: int | None = None):
+    def __init__(
+        self, rung: str, callable: str, message: str, path: str | None = None, line: int | None = None, oom: dict[str, Any] | None = None
+    ):
         super().__init__(f"rung {rung}: {callable}: {message}")
-        self.rung, self.callable, self.message, self.path, self.line = rung, callable, message, path, line
+        self.rung, self.callable, self.message, self.path, self.line, self.oom = rung, callable, message, path, line, oom
 
 
 class _Timeout(BaseException):
@@ -151,7 +155,12 @@ class Session:
         except StackpartError as exc:
             raise HarnessFailure(self.rung, what, exc.message, exc.path, exc.line) from exc
         except (torch.cuda.OutOfMemoryError, MemoryError) as exc:
-            raise HarnessFailure(self.rung, what, f"ran out of memory: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+            from .oom import classify, describe
+
+            oom = classify(str(exc)) if isinstance(exc, torch.cuda.OutOfMemoryError) else None
+            said = describe(oom) if oom else (str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            path, line = _user_line(exc, self.src)
+            raise HarnessFailure(self.rung, what, f"ran out of memory: {said}", path, line, oom=oom) from exc
         except Exception as exc:  # the user's code: any exception is a harness failure
             path, line = _user_line(exc, self.src)
             first = str(exc).splitlines()[0] if str(exc) else ""
