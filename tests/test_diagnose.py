@@ -163,6 +163,7 @@ def test_a_fragmentation_oom_plans_the_allocator_and_says_the_ladder_stopped(tmp
     assert rungs["amortization"]["status"] == "skipped" and "stopped at rung batch_scaling" in rungs["amortization"]["reason"]
     assert list(rungs) == [r for r in rungs if r]  # one entry per rung
     assert "run diagnose again" in (out / "stackpart-diagnose" / "report.md").read_text()
+    assert "no compile planned: the ladder stopped at rung batch_scaling" in " ".join(report["notes"])
 
 
 def test_failure_under_the_profiler_keeps_the_rungs_before_it(tmp_path, capsys):

@@ -157,9 +157,11 @@ def plan(ctx: Context) -> Decision:
                 "allocation; pass --entry file.py::func (your program's entry point) to plan the allocator action there"
             )
 
-    deciders = ("batch_scaling", "op_mix", "amortization")
-    if not any(res.get(n) is not None and res[n].ok for n in deciders):
-        notes.append("no compile planned: none of the rungs that decide it (batch scaling, op mix, amortization) ran")
+    if ctx.cache.get("stopped_at") and not any(res.get(n) is not None and res[n].ok for n in ("batch_scaling", "op_mix", "amortization")):
+        notes.append(
+            f"no compile planned: the ladder stopped at rung {ctx.cache['stopped_at']} before the rungs that decide it "
+            "(batch scaling, op mix, amortization)"
+        )
         return Decision(_plan(spec, ctx, actions), notes)
     opmix = m("op_mix")
     amort = m("amortization")

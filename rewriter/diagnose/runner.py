@@ -81,6 +81,7 @@ def stop_for_fragmentation(ctx: Context, results: list[RungResult], fatal: Harne
     it (:func:`.memory.from_oom`) and every rung not run as skipped, so the planner sees a whole
     ladder. Mutates ``results`` and ``ctx.results``."""
     verdict = memory.from_oom(fatal.rung, fatal.oom or {})
+    ctx.cache["stopped_at"] = fatal.rung
     done = {r.name for r in results}
     for name, _ in RUNGS:
         if name == "profile":
