@@ -166,6 +166,31 @@ def test_a_fragmentation_oom_plans_the_allocator_and_says_the_ladder_stopped(tmp
     assert "no compile planned: the ladder stopped at rung batch_scaling" in " ".join(report["notes"])
 
 
+def test_a_fragmentation_oom_in_a_compile_rung_is_the_memory_verdict_and_the_ladder_goes_on(tmp_path, monkeypatch):
+    """A compiled variant that runs out of memory with the free memory stranded is evidence too:
+    the compile rung records its error, the ladder goes on (exit 0), and the memory verdict and
+    the allocator action come from that OOM."""
+    from rewriter.diagnose import runner
+    from rewriter.diagnose.session import HarnessFailure
+    from rewriter.diagnose.oom import classify
+
+    def oom_under_compile(ctx):
+        raise HarnessFailure("recompiles", "build_model() model forward", "ran out of memory", oom=classify(OOM.format(free="597.33 MiB")))
+
+    monkeypatch.setattr(runner, "RUNGS", [(n, oom_under_compile if n == "recompiles" else f) for n, f in runner.RUNGS])
+    src = tmp_path / "src"
+    write_harness(src, NET.format(body="        return self.fc(x)"))
+    (src / "train.py").write_text("def main():\n    pass\n")
+    rc, out = diagnose_bad(tmp_path, NET.format(body="        return self.fc(x)"), "--entry", "train.py::main")
+    assert rc == 0
+    report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
+    rungs = {r["name"]: r for r in report["rungs"]}
+    assert rungs["recompiles"]["status"] == "error" and rungs["amortization"]["status"] == "ok"
+    assert rungs["memory"]["verdict"].startswith("fragmenting: out of memory in rung recompiles")
+    assert report["complete"] is True
+    assert ("allocator", "train.py::main") in {(a.action, a.target) for a in load_plan(out / "plan.yaml").plan.actions}
+
+
 def test_failure_under_the_profiler_keeps_the_rungs_before_it(tmp_path, capsys):
     forward = "        if torch.autograd.profiler._is_profiler_enabled:\n            raise RuntimeError('no profiling here')\n        return self.fc(x)"
     rc, out = diagnose_bad(tmp_path, NET.format(body=forward))

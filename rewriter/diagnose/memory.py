@@ -30,7 +30,8 @@ on any step it sees repeated (benchmarks/alloc_sim_fragmentation.py; H200 run 7:
 in split segments, not as retries. When any rung's step runs out of memory and the message says
 it is a fragmentation OOM (:mod:`.oom`), the ladder stops there and :func:`from_oom` gives this
 rung's verdict from it: the plan holds the allocator action, and the rest is measured by running
-diagnose again with it applied.
+diagnose again with it applied. A compile rung's fragmentation OOM does not stop the ladder
+(its failure is the compiled variant's); it replaces a steady-state "no fragmentation" verdict.
 """
 
 from __future__ import annotations

@@ -231,6 +231,8 @@ def diagnose(
             except HarnessFailure as exc:
                 if name not in COMPILE_RUNGS:
                     fatal = exc
+                elif exc.oom and exc.oom.get("fragmentation"):
+                    ctx.cache.setdefault("fragmentation_oom", (name, exc.oom))
                 r = RungResult(name, name, status="error", reason=str(exc))
             except Exception as exc:  # a rung's own failure: record it, keep climbing
                 last = traceback.extract_tb(exc.__traceback__)[-1]
@@ -250,6 +252,12 @@ def diagnose(
         # action; the rungs after it are measured by running diagnose again with it applied.
         outcome.stopped = error
         stop_for_fragmentation(ctx, results, fatal)
+    elif "fragmentation_oom" in ctx.cache and not ctx.results["memory"].implies.startswith("allocator"):
+        # a compiled variant ran out of memory with the free memory stranded: the eager steady
+        # state did not show it, the compiled step (its own buffers) did; that is the evidence
+        verdict = memory.from_oom(*ctx.cache["fragmentation_oom"])
+        results[:] = [verdict if r.name == "memory" else r for r in results]
+        ctx.results["memory"] = verdict
     from .planner import plan as make_plan
 
     decision = make_plan(ctx)
