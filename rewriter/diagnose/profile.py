@@ -115,21 +115,17 @@ def _user_function(evt: Any, src: Path) -> str | None:
 def _first_user_function(frames: tuple[str, ...], src_text: str) -> str | None:
     import sys
 
-    from .locate import _PROFILER_FRAME, function_at
+    from .locate import frames_from_profiler, function_at
 
     src = Path(src_text)
-    for entry in frames:
-        m = _PROFILER_FRAME.match(entry.strip())
-        if not m:
-            continue
-        name = m.group("file")
+    for name, line, _ in frames_from_profiler(list(frames)):
         candidates = [Path(name)] if Path(name).is_absolute() else [Path(src) / name] + [Path(p) / name for p in sys.path if p]
         for cand in candidates:
             if cand.is_file():
                 rel = relpath(src, cand)
                 if rel is None:
                     break
-                qual = function_at(cand, int(m.group("line")))
+                qual = function_at(cand, line)
                 return f"{rel}::{qual}" if qual else None
     return None
 

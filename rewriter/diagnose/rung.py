@@ -5,10 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: Rung states. ``skipped`` carries its reason (``skipped: no CUDA``); ``error`` its message.
-STATUSES = ("ok", "skipped", "error")
-
-
 @dataclass
 class Finding:
     """One located observation (a graph break, a sync point, a guard failure).

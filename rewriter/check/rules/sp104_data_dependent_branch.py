@@ -15,7 +15,6 @@ VALUE_METHODS = {
 }
 TORCH_VALUE_FUNCS = {f"torch.{name}" for name in VALUE_METHODS} | {"torch.where"}
 TENSOR_TYPES = {"torch.Tensor", "torch.FloatTensor", "torch.LongTensor", "torch.BoolTensor"}
-STATIC_ATTRS = {"shape", "ndim", "dtype", "device", "requires_grad", "is_cuda", "layout", "is_sparse"}
 
 
 def value_dependent(expr: cst.BaseExpression, facts: FileFacts, tensors: set[str]) -> cst.BaseExpression | None:

@@ -10,7 +10,6 @@ from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
 
 # methods that run on every call of a module or every op of a tensor subclass
 PER_CALL_METHODS = {"forward", "__call__", "__torch_function__", "__torch_dispatch__"}
-LOOPS = (cst.For, cst.While, cst.CompFor)
 
 
 def _names(node: cst.CSTNode) -> set[str]:
