@@ -57,21 +57,20 @@ def on_sys_path(src: Path) -> Iterator[None]:
 
     Modules already imported from another tree under a name this tree defines (``model`` from
     a previous harness in the same process) are evicted from ``sys.modules`` first, so
-    ``from model import GPT`` finds this tree's file and not the cached one.
+    ``from model import GPT`` finds this tree's file and not the cached one; so are this tree's
+    own modules whose file changed since the last time this tree was on the path (a diagnose
+    after ``rewrite --apply`` in the same process imports the rewritten file).
     """
     entry = str(Path(src).resolve())
     root = Path(entry)
     for name, module in list(sys.modules.items()):
-        top = name.split(".", 1)[0]
-        if not ((root / f"{top}.py").is_file() or (root / top / "__init__.py").is_file()):
+        path = _tree_module_file(root, name, module)
+        if path is None:
             continue
-        file = getattr(module, "__file__", None)
-        if file is None or file.startswith((sys.prefix, sys.base_prefix)):
-            continue  # builtins, the standard library and installed packages stay
         # imported from this tree by the path as imported or as resolved: a symlinked file under
         # SRC (a symlink farm over an installed package) resolves outside SRC but is this tree's
-        path = Path(file).absolute()
-        if not (path.is_relative_to(root) or path.resolve().is_relative_to(root)):
+        ours = path.is_relative_to(root) or path.resolve().is_relative_to(root)
+        if not ours or _SEEN.get(str(path), _mtime(path)) != _mtime(path):
             del sys.modules[name]
     sys.path.insert(0, entry)
     try:
@@ -79,6 +78,33 @@ def on_sys_path(src: Path) -> Iterator[None]:
     finally:
         if entry in sys.path:
             sys.path.remove(entry)
+        for name, module in list(sys.modules.items()):
+            path = _tree_module_file(root, name, module)
+            if path is not None:
+                _SEEN[str(path)] = _mtime(path)
+
+
+#: File (as imported) -> its mtime (ns) when its tree last left ``sys.path``.
+_SEEN: dict[str, int | None] = {}
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def _tree_module_file(root: Path, name: str, module: Any) -> Path | None:
+    """The file of ``module`` when its top-level name is one ``root`` defines and it is not the
+    standard library or an installed package; else None."""
+    top = name.split(".", 1)[0]
+    if not ((root / f"{top}.py").is_file() or (root / top / "__init__.py").is_file()):
+        return None
+    file = getattr(module, "__file__", None)
+    if file is None or file.startswith((sys.prefix, sys.base_prefix)):
+        return None  # builtins, the standard library and installed packages stay
+    return Path(file).absolute()
 
 
 def load_harness(spec: Harness, src: Path) -> LoadedHarness:

@@ -95,3 +95,28 @@ def test_build_model_host_error_still_names_the_harness_line(tmp_path):
         build_model(h, construct_on="meta")
     assert "harness.model: build_model() raised RuntimeError: no weights" in str(exc.value)
     assert "harness.py:2" in str(exc.value)
+
+
+def test_a_tree_edited_between_two_runs_in_one_process_is_imported_again(tmp_path):
+    """diagnose, then rewrite --apply, then diagnose again in one process: the second run must
+    import the rewritten file, not the module cached by the first (sys.modules)."""
+    import importlib
+    import os
+
+    from rewriter.harness import on_sys_path
+
+    src = tmp_path / "src"
+    src.mkdir()
+    mod = src / "stackpart_edited_mod.py"
+    mod.write_text("VALUE = 1\n")
+    with on_sys_path(src):
+        assert importlib.import_module("stackpart_edited_mod").VALUE == 1
+    with on_sys_path(src):  # unchanged: the cached module is kept (same object)
+        first = importlib.import_module("stackpart_edited_mod")
+        assert first.VALUE == 1
+    mod.write_text("VALUE = 22\n")
+    st = mod.stat()
+    os.utime(mod, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000_000))  # a later mtime, as an edit has
+    with on_sys_path(src):
+        again = importlib.import_module("stackpart_edited_mod")
+        assert again.VALUE == 22 and again is not first
