@@ -62,7 +62,7 @@ def verdict(m: dict[str, Any]) -> tuple[bool, str]:
     )
 
 
-TITLE = "Fragmentation at steady state: retries, reserved growth, reserved vs peak allocated"
+TITLE = "Fragmentation: retries and reserved growth at steady state, or an OOM with the free memory stranded"
 IMPLIES = "allocator: expandable_segments:True"
 
 

@@ -91,7 +91,7 @@ def stop_for_fragmentation(ctx: Context, results: list[RungResult], fatal: Harne
         elif name in done:
             continue
         else:
-            r = RungResult(name, name).skip(f"not run: the ladder stopped at rung {fatal.rung} (fragmentation OOM)")
+            r = RungResult(name, name).skip(f"the ladder stopped at rung {fatal.rung} (fragmentation OOM)")
         results[:] = [x for x in results if x.name != name]
         results.append(r)
         ctx.results[name] = r
