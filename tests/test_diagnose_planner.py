@@ -120,6 +120,22 @@ def test_fragmentation_gets_the_allocator_only_at_the_entry_the_user_names(tmp_p
     assert change.relpath == "train.py" and b"PYTORCH_CUDA_ALLOC_CONF" in change.new
 
 
+@pytest.mark.parametrize("var", ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"])
+def test_no_allocator_action_when_expandable_segments_are_already_on(tmp_path, monkeypatch, var):
+    """The action sets expandable_segments; when the OOM happened with them on, it would change
+    nothing (setdefault keeps the value): the plan says so and plans no action."""
+    ctx = context(tmp_path, "fragmentation", True, monkeypatch)
+    ctx.results["memory"] = result("memory", "allocator: expandable_segments:True", alloc_retries=0)
+    ctx.results["memory"].verdict = FRAGMENTING
+    ctx.entry = "train.py::main"
+    monkeypatch.setenv(var, "max_split_size_mb:128, expandable_segments:True")
+    decision = plan(ctx)
+    assert not [a for a in decision.plan.actions if a.action == "allocator"]
+    assert any(f"{var}=max_split_size_mb:128, expandable_segments:True already set" in n for n in decision.notes)
+    monkeypatch.setenv(var, "expandable_segments:False")
+    assert [a.action for a in plan(ctx).plan.actions if a.action == "allocator"] == ["allocator"]
+
+
 @pytest.mark.parametrize(
     "measured, fragmenting",
     [

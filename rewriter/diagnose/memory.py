@@ -36,6 +36,8 @@ diagnose again with it applied. A compile rung's fragmentation OOM does not stop
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from .context import Context
@@ -60,6 +62,24 @@ def verdict(m: dict[str, Any]) -> tuple[bool, str]:
         f"reserved - peak allocated {waste:.0f} MiB ({waste / max(m['peak_allocated_mib'], 1e-9):.0%} of the step's peak) "
         "held by the cache, costing nothing while no allocation fails"
     )
+
+
+#: The environment variables the caching allocator reads its settings from (torch >= 2.9 reads
+#: PYTORCH_ALLOC_CONF and still honours the older PYTORCH_CUDA_ALLOC_CONF).
+ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
+def expandable_segments_on(env: Mapping[str, str] | None = None) -> str | None:
+    """``VAR=value`` when the allocator settings in ``env`` (default ``os.environ``) already turn
+    expandable segments on, else None: the allocator action would then change nothing."""
+    env = os.environ if env is None else env
+    for var in ALLOC_CONF_VARS:
+        value = env.get(var, "")
+        for item in value.split(","):
+            key, _, setting = item.partition(":")
+            if key.strip() == "expandable_segments" and setting.strip().lower() == "true":
+                return f"{var}={value}"
+    return None
 
 
 TITLE = "Fragmentation: retries and reserved growth at steady state, or an OOM with the free memory stranded"

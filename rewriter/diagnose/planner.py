@@ -42,6 +42,7 @@ from ..plan import (
 )
 from .context import Context
 from .locate import target_of
+from .memory import expandable_segments_on
 from .recompiles import shapes_stable
 
 
@@ -148,7 +149,13 @@ def plan(ctx: Context) -> Decision:
     # goes only to the entry point the user names (--entry); otherwise the finding is reported.
     if res.get("memory") and res["memory"].implies.startswith("allocator"):
         evidence = f"memory: {res['memory'].verdict}"
-        if ctx.entry:
+        already = expandable_segments_on()
+        if already:
+            notes.append(
+                f"{evidence}, with {already} already set: the allocator action would change nothing; lower the "
+                "step's peak memory instead (smaller batch, activation checkpointing) or leave more headroom"
+            )
+        elif ctx.entry:
             basis = "" if res["memory"].measurement.get("source") == "oom" else " (steady state at the reference shape)"
             actions.append(AllocatorAction(action="allocator", target=ctx.entry, why=f"{evidence}{basis}"))
         else:
