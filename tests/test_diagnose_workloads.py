@@ -201,3 +201,25 @@ def test_amortization_times_each_shape_at_steady_state_and_counts_the_compiles_o
     assert region["compiles_observed"] == 1
     assert [p["new_graphs"] > 0 for p in region["per_shape"]] == [True, False, False, False]
     assert region["n_compiles"] == 1 and region["compile_s"] > 0
+
+
+def test_guard_after_a_graph_break_in_the_block_forward_is_still_per_instance(tmp_path):
+    """A newcomer's model: a data-dependent branch in the block's forward, then a per-instance
+    int. Dynamo resumes after the break in ``torch_dynamo_resume_in_forward_at_N``, and the
+    per-instance guard fails there: the rung counted only ``forward`` and said one graph served
+    every instance, so the plan compiled the block."""
+    src = tmp_path / "instance_recompiles"
+    shutil.copytree(WORKLOADS / "instance_recompiles", src)
+    model = src / "model.py"
+    text = model.read_text().replace(
+        "        return x + torch.tanh(h) * self.residual_scale()",
+        "        if h.sum() > 0:\n            h = h * 0.5\n        return x + torch.tanh(h) * (1.0 / (self.layer_idx + 1))",
+    )
+    model.write_text(text)
+    spec = load_plan(src / "plan.yaml").plan.harness
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={"instance_recompiles"}, backend="eager")
+    rung = {r.name: r for r in outcome.rungs}["instance_recompiles"]
+    assert rung.measurement["recompiles"] >= 1, rung.verdict
+    [guard, *_] = [f for f in rung.findings if f.kind == "guard"]
+    assert guard.line == line_of(model, "(1.0 / (self.layer_idx + 1))")
+    assert not [a for a in outcome.plan.actions if a.action == "compile"]

@@ -5,15 +5,25 @@ not the backend's) and one step runs, so every instance calls the same compiled 
 per-instance state (an int attribute such as ``self.layer_idx``, a per-layer cache object) fails
 for each new instance and recompiles; past ``torch._dynamo.config.recompile_limit`` (8 by
 default) Dynamo runs the rest eager without an error (DESIGN.md rung 6). The guard text and its
-source line come from Dynamo's recompile log (:mod:`.dynamo_log`). Threshold: recompiles >= 1
+source line come from Dynamo's recompile log (:mod:`.dynamo_log`), for ``forward`` and for its
+resume functions after a graph break (:func:`is_frame_of`). Threshold: recompiles >= 1
 across instances at one shape: the region does not hold one graph per class.
 """
 
 from __future__ import annotations
 
+import re
+
 from .context import Context
 from .dynamo_log import capture, reset
 from .rung import Finding, RungResult
+
+
+def is_frame_of(function: str, name: str) -> bool:
+    """Whether Dynamo's frame ``function`` is ``name`` itself or one of its resume functions
+    (``torch_dynamo_resume_in_forward_at_36``: the rest of ``forward`` after a graph break at
+    line 36, compiled as its own frame; a per-instance guard after the break fails there)."""
+    return function == name or re.fullmatch(rf"torch_dynamo_resume_in_{re.escape(name)}_at_\d+", function) is not None
 
 
 def run(ctx: Context) -> RungResult:
@@ -40,7 +50,7 @@ def run(ctx: Context) -> RungResult:
         else:
             cls.forward = original
         reset()
-    mine = [rc for rc in log.recompiles if rc.function in ("forward", getattr(base, "__name__", "forward"))]
+    mine = [rc for rc in log.recompiles if is_frame_of(rc.function, getattr(base, "__name__", "forward"))]
     guards: dict[str, int] = {}
     for rc in mine:
         site = log.guard_site(ctx.session.src, rc.text)
@@ -51,8 +61,6 @@ def run(ctx: Context) -> RungResult:
         guards[key] = guards.get(key, 0) + 1
     limit = None
     if log.limit_hit:
-        import re
-
         m = re.search(r"\((\d+)\)", log.limit_hit[0])
         limit = int(m.group(1)) if m else None
         site = log.guard_site(ctx.session.src, log.limit_hit[0])
