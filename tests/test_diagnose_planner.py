@@ -337,3 +337,26 @@ def test_a_varying_int_block_argument_blocks_every_mark(tmp_path, monkeypatch):
     decision = plan(ctx)
     assert not [a for a in decision.plan.actions if a.action == "mark_dynamic"]
     assert any("block input args[3] (an int: [384, 512])" in n for n in decision.notes)
+
+
+def test_names_reached_follows_the_files_own_functions_and_methods(tmp_path):
+    """What a unit can call, statically: a helper reached through a method and a module-level
+    function still counts as inside the block (its graph break needs the disable)."""
+    from rewriter.diagnose.locate import names_reached
+
+    path = tmp_path / "m.py"
+    path.write_text(
+        "import torch\n\n"
+        "def gate(x):\n    return x * x.mean().item()\n\n"
+        "def mix(x):\n    return gate(x) + 1\n\n"
+        "def unrelated(x):\n    return x\n\n"
+        "class Block(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return self.inner(x)\n\n"
+        "    def inner(self, x):\n        return mix(x)\n\n"
+        "class Net(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return unrelated(x)\n"
+    )
+    reached = names_reached(path, "Block.forward")
+    assert {"inner", "mix", "gate"} <= reached and "unrelated" not in reached
+    assert names_reached(path, "Nope.forward") == set()
+    assert names_reached(tmp_path / "missing.py", "Block.forward") == set()

@@ -223,3 +223,25 @@ def test_guard_after_a_graph_break_in_the_block_forward_is_still_per_instance(tm
     [guard, *_] = [f for f in rung.findings if f.kind == "guard"]
     assert guard.line == line_of(model, "(1.0 / (self.layer_idx + 1))")
     assert not [a for a in outcome.plan.actions if a.action == "compile"]
+
+
+def test_a_graph_break_outside_the_compiled_block_gets_no_disable(tmp_path):
+    """A newcomer's model: a helper with ``.item()`` called from the model's own forward, after
+    the blocks. Only the block is compiled, so the helper already runs eager: a ``disable`` on it
+    does nothing. The plan says so instead; the helper inside the block still gets its disable."""
+    src = tmp_path / "graph_break"
+    shutil.copytree(WORKLOADS / "graph_break", src)
+    model = src / "model.py"
+    text = model.read_text().replace(
+        "class BranchNet(nn.Module):",
+        "def gate(x):\n    return x * x.abs().mean().item()\n\n\nclass BranchNet(nn.Module):",
+    ).replace("            x = block(x)\n        return x", "            x = block(x)\n        return gate(x)")
+    model.write_text(text)
+    spec = load_plan(src / "plan.yaml").plan.harness
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={"graph_breaks"}, backend="eager")
+    gb = {r.name: r for r in outcome.rungs}["graph_breaks"]
+    gate = [f for f in gb.findings if f.function == "gate"]
+    assert gate and gate[0].callers[-1] == "gate"
+    kinds = {(a.action, a.target) for a in outcome.plan.actions}
+    assert kinds == {("disable", "model.py::route"), ("compile", "model.py::Block")}
+    assert any("graph break at model.py:34 in gate: outside the per-block compile (its code never calls gate)" in n for n in outcome.notes), outcome.notes

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .context import Context
 from .dynamo_log import reset
-from .locate import first_in_src
+from .locate import callers_in_src, first_in_src
 from .rung import Finding, RungResult
 
 
@@ -32,7 +32,7 @@ def run(ctx: Context) -> RungResult:
         site = first_in_src(frames, ctx.session.src)
         text = " ".join(str(reason.reason).split())[:300]
         if site:
-            r.findings.append(Finding("graph_break", text, site[0], site[1], site[2]))
+            r.findings.append(Finding("graph_break", text, site[0], site[1], site[2], callers_in_src(frames, ctx.session.src)))
         else:
             r.findings.append(Finding("graph_break", text))
     r.measurement = {"graph_count": out.graph_count, "graph_break_count": out.graph_break_count, "op_count": getattr(out, "op_count", None)}

@@ -73,6 +73,44 @@ def _defs(path: str) -> list[tuple[int, int, str]]:
     return out
 
 
+def names_reached(path: str | Path, qualname: str) -> set[str]:
+    """Every name (``f``) and attribute (``self.f``, ``mod.f``) the function ``qualname`` of
+    ``path`` refers to, following the functions of the same file it reaches (module-level
+    functions by name, methods of its class by ``self.<name>``), transitively. Static and
+    over-approximating: what it may call, not what a step did. Empty when the file or function
+    cannot be read."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return set()
+    funcs: dict[str, ast.AST] = {}
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                funcs[prefix + child.name] = child
+            elif isinstance(child, ast.ClassDef):
+                walk(child, prefix + child.name + ".")
+
+    walk(tree, "")
+    seen: set[str] = set()
+    names: set[str] = set()
+    todo = [qualname]
+    while todo:
+        qual = todo.pop()
+        if qual in seen or qual not in funcs:
+            continue
+        seen.add(qual)
+        cls = qual.rsplit(".", 1)[0] + "." if "." in qual else ""
+        for node in ast.walk(funcs[qual]):
+            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            if name is None:
+                continue
+            names.add(name)
+            todo += [name, cls + name] if cls else [name]
+    return names
+
+
 def function_at(path: str | Path, line: int) -> str | None:
     """Qualname of the innermost function containing ``line`` of ``path`` (None at module level)."""
     best = None
@@ -95,6 +133,16 @@ def frames_from_profiler(stack: list[str]) -> list[tuple[str, int, str]]:
 def frames_from_text(text: str) -> list[tuple[str, int, str]]:
     """Traceback-style frames in ``text`` (Dynamo's user stack), in the order written."""
     return [(m.group("file"), int(m.group("line")), m.group("func")) for m in _TRACEBACK_FRAME.finditer(text)]
+
+
+def callers_in_src(frames: list[tuple[str, int, str]], src: Path) -> list[str]:
+    """Qualnames of the frames under ``src`` (``frames`` innermost first), outermost first: the
+    chain of the user's functions that led to the innermost one."""
+    out = []
+    for file, line, func in reversed(frames):
+        if relpath(src, file) is not None:
+            out.append(function_at(file, line) or func)
+    return out
 
 
 def first_in_src(frames: list[tuple[str, int, str]], src: Path) -> tuple[str, int, str] | None:

@@ -29,6 +29,7 @@ import ast
 import inspect
 import textwrap
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..plan import (
@@ -41,7 +42,7 @@ from ..plan import (
     Plan,
 )
 from .context import Context
-from .locate import target_of
+from .locate import names_reached, target_of
 from .memory import expandable_segments_on
 from .recompiles import shapes_stable
 
@@ -262,7 +263,8 @@ def plan(ctx: Context) -> Decision:
                         )
                     )
         if block is not None:
-            disabled = _disables(actions, breaks, {forward_qual}, "per-block compile")
+            unit_file = block["target"].split("::", 1)[0]
+            disabled = _disables(actions, breaks, {forward_qual}, "per-block compile", (notes, ctx.session.src / unit_file, forward_qual))
             gran = m("granularity")
             in_block_break = any(f.function == forward_qual for f in breaks)
             options = CompileOptions(fullgraph=not disabled and not in_block_break and not any(isinstance(a, DisableAction) for a in actions))
@@ -341,12 +343,28 @@ def _amort_why(c: dict | None) -> str:
     return f"; amortization: {c['compile_s']} s compile, pays back if >= {c['break_even_gain_ms']} ms/step saved"
 
 
-def _disables(actions: list, breaks: list, units: set[str], what: str) -> bool:
-    """``disable`` every helper (not the compiled unit itself) that breaks the graph."""
+def _disables(actions: list, breaks: list, units: set[str], what: str, outside: tuple[list, Path, str] | None = None) -> bool:
+    """``disable`` every helper (not the compiled unit itself) that breaks the graph inside the
+    compiled unit.
+
+    ``outside`` = (notes, the unit's file, its qualname), for a unit smaller than the model: a
+    helper that no break's call chain (``Finding.callers``) shows inside the unit and that the
+    unit's code cannot reach (:func:`.locate.names_reached`) runs eager already, so it gets a
+    note instead of a decorator that would do nothing. Dynamo's break stacks start at the frame
+    it was tracing, so a chain alone does not prove a helper is outside.
+    """
     added = False
     have = {a.target for a in actions if isinstance(a, DisableAction)}
+    reached = names_reached(outside[1], outside[2]) if outside else set()
+    inside = {f.function for f in breaks if f.function and units & set(f.callers[:-1])}
     for f in breaks:
         if f.function in units or f.function is None:
+            continue
+        if outside and f.function not in inside and f.function.rsplit(".", 1)[-1] not in reached:
+            note = f"graph break at {f.where} in {f.function}" + (f", called from {' -> '.join(f.callers[:-1])}" if f.callers[:-1] else "")
+            note += f": outside the {what} (its code never calls {f.function}), it runs eager; no disable needed"
+            if note not in outside[0]:
+                outside[0].append(note)
             continue
         target = f"{f.file}::{f.function}"
         if target in have:

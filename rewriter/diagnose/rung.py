@@ -15,6 +15,8 @@ class Finding:
         file: source file (relative to SRC when inside it), or None.
         line: 1-based line, or None.
         function: the enclosing function's qualname where known.
+        callers: qualnames of the user's functions (under SRC) that led here, outermost first,
+            ``function`` last; empty where the stack is unknown.
     """
 
     kind: str
@@ -22,6 +24,7 @@ class Finding:
     file: str | None = None
     line: int | None = None
     function: str | None = None
+    callers: list[str] = field(default_factory=list)
 
     @property
     def where(self) -> str:
