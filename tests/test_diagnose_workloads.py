@@ -245,3 +245,22 @@ def test_a_graph_break_outside_the_compiled_block_gets_no_disable(tmp_path):
     kinds = {(a.action, a.target) for a in outcome.plan.actions}
     assert kinds == {("disable", "model.py::route"), ("compile", "model.py::Block")}
     assert any("graph break at model.py:34 in gate: outside the per-block compile (its code never calls gate)" in n for n in outcome.notes), outcome.notes
+
+
+def test_a_graph_break_in_the_block_forward_itself_is_said_with_its_line(tmp_path):
+    """A break in the compiled block's own forward cannot be disabled away: the plan compiles the
+    block (more than one graph, fullgraph off) and says where the break is and that `stackpart
+    check` will report that line, so the pre-commit hook's finding on the planned code is expected."""
+    src = tmp_path / "graph_break"
+    shutil.copytree(WORKLOADS / "graph_break", src)
+    model = src / "model.py"
+    model.write_text(model.read_text().replace(
+        "        h = self.fc(route(self.norm(x)))",
+        "        h = self.norm(x)\n        if h.mean() > 0:\n            h = h * 0.5\n        h = self.fc(h)",
+    ))
+    spec = load_plan(src / "plan.yaml").plan.harness
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={"graph_breaks"}, backend="eager")
+    [compile_] = [a for a in outcome.plan.actions if a.action == "compile"]
+    assert compile_.target == "model.py::Block" and not compile_.options.fullgraph
+    line = line_of(model, "if h.mean() > 0")
+    assert any(f"graph break inside Block.forward itself at model.py:{line}" in n and "stackpart check" in n for n in outcome.notes), outcome.notes

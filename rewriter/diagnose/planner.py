@@ -266,7 +266,15 @@ def plan(ctx: Context) -> Decision:
             unit_file = block["target"].split("::", 1)[0]
             disabled = _disables(actions, breaks, {forward_qual}, "per-block compile", (notes, ctx.session.src / unit_file, forward_qual))
             gran = m("granularity")
-            in_block_break = any(f.function == forward_qual for f in breaks)
+            own = sorted({f.where for f in breaks if f.function == forward_qual})
+            in_block_break = bool(own)
+            if own:
+                notes.append(
+                    f"graph break inside {forward_qual} itself at {', '.join(own[:3])}: the compiled block runs as more than one "
+                    "graph (measured so by the amortization rung), and `stackpart check` reports the line once the block is "
+                    "compiled; rewrite it to stay in the graph (torch.where / torch.cond for a data-dependent branch, a tensor "
+                    "instead of .item()) to get one graph per block"
+                )
             options = CompileOptions(fullgraph=not disabled and not in_block_break and not any(isinstance(a, DisableAction) for a in actions))
             share = gran.get("share")
             actions.append(
