@@ -236,10 +236,20 @@ def test_the_hooks_pass_plan_files_to_check():
     assert all(h["types_or"] == ["python", "yaml"] and "types" not in h for h in hooks)
 
 
-def test_a_plan_without_src_points_at_the_src_flag(gpt, capsys):
-    """Newcomer pass: `check --plan gpt/plan.yaml gpt/src/model.py` failed with "no such file under
-    SRC" and never named --src."""
-    assert main(["check", "--plan", "gpt/plan.yaml", "gpt/src/model.py"]) == 2
+def test_a_plan_without_src_finds_src_from_the_files_given(gpt, capsys):
+    """Newcomer passes: `check --plan gpt/plan.yaml gpt/src/model.py` failed with "no such file
+    under SRC" (SRC was the working directory). The plan targets model.py and the file given is
+    gpt/src/model.py, so SRC is gpt/src: the drift is found as with --src."""
+    assert main(["check", "--plan", "gpt/plan.yaml", "gpt/src/model.py", "--format", "json"]) == 1
+    assert json.loads(capsys.readouterr().out)["drift"]["files"] == ["gpt/src/model.py"]
+
+
+def test_a_plan_whose_src_cannot_be_found_points_at_the_src_flag(gpt, capsys):
+    """No file given matches a target: SRC stays the working directory, and the error says how
+    to name it."""
+    assert main(["check", "--plan", "gpt/plan.yaml", "gpt/src/harness.py"]) == 0  # the harness file names SRC too
+    (gpt / "gpt" / "src" / "harness.py").rename(gpt / "gpt" / "src" / "h.py")
+    assert main(["check", "--plan", "gpt/plan.yaml", "gpt/src/h.py"]) == 2
     err = capsys.readouterr().err
     assert "no such file under SRC" in err and "pass --src DIR (or src = ... under [tool.stackpart])" in err
 

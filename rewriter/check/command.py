@@ -35,9 +35,10 @@ def _write(changes: list[tuple[str, bytes, bytes, int]]) -> None:
 def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[str], fix: bool) -> None:
     if plan is None:
         return
-    from .drift import plan_drift
+    from .drift import infer_src, plan_drift
 
     outcome.plan = plan
+    src = src or infer_src(plan, files)
     try:
         drifted, diff = plan_drift(plan, src or ".", files)
     except StackpartError as exc:

@@ -17,6 +17,29 @@ from ..diff import unified_diff
 from ..rewrite import FileChange, plan_rewrite
 
 
+def infer_src(plan_path: str, files: Sequence[str]) -> str | None:
+    """SRC for a plan when none is configured: the folder that, joined with a file the plan
+    targets (``net.py`` of ``net.py::Block``, the harness file), gives one of ``files``
+    (``src/net.py`` -> ``src``). None when no file matches or two candidates disagree.
+
+    Raises:
+        StackpartError: the plan does not load.
+    """
+    from ..plan import load_plan
+
+    plan = load_plan(plan_path).plan
+    wanted = {str(t).split("::", 1)[0] for t in (getattr(a, "target", None) for a in plan.actions) if t}
+    if plan.harness is not None:
+        wanted.add(plan.harness.file)
+    found = set()
+    for f in files:
+        real = Path(os.path.realpath(f)).as_posix()
+        for t in wanted:
+            if real.endswith("/" + t.lstrip("/")):
+                found.add(real[: -len(t.lstrip("/")) - 1])
+    return os.path.relpath(found.pop()) if len(found) == 1 else None
+
+
 def plan_drift(plan_path: str, src: str, files: Sequence[str]) -> tuple[list[tuple[str, FileChange]], str]:
     """The plan's pending changes to ``files`` (to every file when ``plan_path`` is one of
     them): ``([(file as given, or relative to the working directory, change)], git-style diff)``.
