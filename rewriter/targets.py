@@ -173,6 +173,16 @@ def collect_definitions(module: cst.Module, text: str | None = None) -> dict[str
     return found
 
 
+def _defined(relpath: str, defs: dict[str, list[Definition]], show: int = 8) -> str:
+    """What ``relpath`` does define, for an error with no near name: the names, or the first
+    ``show`` of them and how many more."""
+    if not defs:
+        return f"{relpath} defines no class or function"
+    names = sorted(defs)
+    more = f" and {len(names) - show} more" if len(names) > show else ""
+    return f"{relpath} defines {', '.join(names[:show])}{more}"
+
+
 def resolve(
     module: cst.Module,
     relpath: str,
@@ -194,7 +204,7 @@ def resolve(
     if not hits:
         raise StackpartError(
             f"no class or function {qualname!r} in {relpath}",
-            hint=near_names(qualname, defs) or f"{relpath} defines {len(defs)} targetable names",
+            hint=near_names(qualname, defs) or _defined(relpath, defs),
         )
     if len(hits) > 1:
         lines = ", ".join(str(d.line) for d in hits)

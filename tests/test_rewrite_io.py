@@ -284,6 +284,7 @@ BAD_PLANS = {
     "wrong_version": ("version: 2\nactions: []\n", "plan.yaml:1:1: version:"),
     "empty_file": ("", "plan.yaml:1: expected a mapping"),
     "unknown_target": ("version: 1\nactions:\n  - action: allocator\n    target: run.py::mian\n", "plan.yaml:3: actions[0] (allocator run.py::mian): no class or function 'mian' in run.py (did you mean 'main'?)"),
+    "unknown_target_no_near_name": ("version: 1\nactions:\n  - action: allocator\n    target: run.py::zzzzzz\n", "no class or function 'zzzzzz' in run.py (run.py defines main)"),
     "non_utf8_plan": (b"version: 1\n# caf\xe9\n", "plan.yaml:2:6: plan is not UTF-8 (byte 16: b'\\xe9')"),
     "mark_dynamic_typo": (
         "version: 1\nactions:\n  - action: mark_dynamic\n    target: pkg/model.py::GPT.forward\n    arg: idz\n    dim: 1\n",
