@@ -360,3 +360,23 @@ def test_names_reached_follows_the_files_own_functions_and_methods(tmp_path):
     assert {"inner", "mix", "gate"} <= reached and "unrelated" not in reached
     assert names_reached(path, "Nope.forward") == set()
     assert names_reached(tmp_path / "missing.py", "Block.forward") == set()
+
+
+@pytest.mark.parametrize("median, noisy", [(1.02, False), (3.0, True)])
+def test_batch_scaling_flags_a_noisy_machine(median, noisy):
+    """A newcomer on a loaded 2-core VM saw the launch-bound verdict flip between runs with no
+    warning: a median far above the minimum now says the timing is noisy."""
+    from types import SimpleNamespace
+
+    from rewriter.diagnose import batch_scaling
+    from rewriter.diagnose.context import Context
+
+    session = SimpleNamespace(
+        spec=SimpleNamespace(shapes=[{"batch": 2}]),
+        build=lambda shape: (None, shape),
+        step_fn=lambda model, inputs: inputs["batch"],
+        time_many=lambda steps: [{"min_ms": 1.0 + b, "median_ms": (1.0 + b) * median, "iters": 5} for b in steps],
+    )
+    r = batch_scaling.run(Context(session=session, out_dir=None, backend="eager", amortization=None))
+    assert r.measurement["median_over_min"] == median
+    assert ("timing noisy" in r.verdict) is noisy

@@ -3,7 +3,8 @@
 Each point is the minimum step time over interleaved repeated runs (the least-disturbed figure
 on a shared machine). A least-squares line ``t(b) = a + c*b`` through the three points gives the fixed cost ``a``
 (launches, Python, framework overhead that does not grow with the batch); its share of ``t(B)``
-is the launch-bound measure. Threshold: a fixed share >= 15% is launch-bound, 3-15% moderately
+is the launch-bound measure. A point whose median is :data:`NOISY` times its minimum flags the
+verdict as noisy. Threshold: a fixed share >= 15% is launch-bound, 3-15% moderately
 so, < 3% not (TF-profiler's launch-bound bands, 3% / 15%). The cheap test itself is
 partitioning-the-stack's first rung: "raise the batch size and see if step time moves".
 """
@@ -15,6 +16,10 @@ from .rung import RungResult
 
 BATCH_KEYS = ("batch", "batch_size", "bs", "b", "n")
 HIGH, MODERATE = 0.15, 0.03
+#: A point whose median step is this many times its minimum was timed on a disturbed machine: the
+#: verdict is flagged as noisy. A chosen margin: steady runs repeat within ~1-2% (H200 run 2);
+#: a newcomer's run on a shared 2-core VM at load 2.4 saw the same step at 5 ms and 272 ms.
+NOISY = 1.5
 
 
 def batch_key(shape: dict[str, int]) -> str | None:
@@ -59,6 +64,7 @@ def run(ctx: Context) -> RungResult:
         "ratio_4x": round(points[2][1] / t1, 3) if t1 else None,
         "fixed_ms": round(max(0.0, a), 4),
         "fixed_share": round(share, 3),
+        "median_over_min": round(max(t["median_ms"] / t["min_ms"] for t in timed if t["min_ms"] > 0), 2) if any(t["min_ms"] > 0 for t in timed) else None,
     }
     if share >= HIGH:
         r.verdict, r.implies = f"launch-bound: {share:.0%} of the step is fixed overhead", "compile; CUDA graphs (reduce-overhead) where shapes are stable"
@@ -66,4 +72,7 @@ def run(ctx: Context) -> RungResult:
         r.verdict, r.implies = f"moderately launch-bound: {share:.0%} fixed overhead", "compile"
     else:
         r.verdict = f"throughput-bound: {share:.0%} fixed overhead (time grows with batch)"
+    spread = r.measurement["median_over_min"]
+    if spread is not None and spread >= NOISY:
+        r.verdict += f"; timing noisy (a median step {spread:.1f}x its fastest): rerun on a quiet machine before trusting it"
     return r
