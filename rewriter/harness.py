@@ -159,6 +159,18 @@ def load_harness(spec: Harness, src: Path) -> LoadedHarness:
                     path=spec.file,
                     hint=near_names(key, params),
                 )
+    defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
+    seen: dict[tuple, int] = {}
+    for i, shape in enumerate(spec.shapes):
+        full = tuple(sorted({**defaults, **shape}.items(), key=lambda kv: kv[0]))
+        if full in seen:
+            raise StackpartError(
+                f"harness.shapes[{i}] is the same shape as harness.shapes[{seen[full]}] once {spec.inputs}()'s defaults "
+                f"apply ({', '.join(f'{k}={v}' for k, v in full)}): a repeated shape hides recompiles",
+                path=spec.file,
+                hint="drop it or give the varying dimension its own value",
+            )
+        seen[full] = i
     return LoadedHarness(spec=spec, src=src, build_model=build_model, make_inputs=make_inputs)
 
 

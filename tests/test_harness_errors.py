@@ -120,3 +120,16 @@ def test_a_tree_edited_between_two_runs_in_one_process_is_imported_again(tmp_pat
     with on_sys_path(src):
         again = importlib.import_module("stackpart_edited_mod")
         assert again.VALUE == 22 and again is not first
+
+
+def test_a_shape_repeated_once_the_defaults_apply_is_an_error(tmp_path):
+    """`--shape batch=2,seq=16 --shape batch=2` with `make_inputs(batch, seq=16)` is one shape
+    twice: the recompiles rung would count 0 recompiles across "2 shapes" and call them stable."""
+    (tmp_path / "harness.py").write_text(
+        "import torch\n\ndef build_model():\n    return torch.nn.Linear(4, 4)\n\n"
+        "def make_inputs(batch, seq=16):\n    return (torch.randn(batch, seq, 4),)\n"
+    )
+    spec = Harness(file="harness.py", shapes=[{"batch": 2, "seq": 16}, {"batch": 2}])
+    with pytest.raises(StackpartError, match=r"harness.shapes\[1\] is the same shape as harness.shapes\[0\] once make_inputs\(\)'s defaults apply \(batch=2, seq=16\)"):
+        load_harness(spec, tmp_path)
+    load_harness(Harness(file="harness.py", shapes=[{"batch": 2, "seq": 16}, {"batch": 2, "seq": 24}]), tmp_path)
