@@ -264,3 +264,26 @@ def test_a_graph_break_in_the_block_forward_itself_is_said_with_its_line(tmp_pat
     assert compile_.target == "model.py::Block" and not compile_.options.fullgraph
     line = line_of(model, "if h.mean() > 0")
     assert any(f"graph break inside Block.forward itself at model.py:{line}" in n and "stackpart check" in n for n in outcome.notes), outcome.notes
+
+
+def test_recompiles_from_value_guards_are_not_blamed_on_shapes(tmp_path):
+    """The newcomer's model again, across two shapes: the per-layer guard after the break
+    recompiles too; the rung counts it apart from the shape recompiles and says mark_dynamic
+    cannot remove it."""
+    from rewriter.diagnose.recompiles import is_shape_guard
+
+    assert is_shape_guard(["tensor 'x' size mismatch at index 1. expected 16, actual 24"])
+    assert is_shape_guard([])
+    assert not is_shape_guard(["self.layer_idx == 0"])
+    src = tmp_path / "instance_recompiles"
+    shutil.copytree(WORKLOADS / "instance_recompiles", src)
+    model = src / "model.py"
+    model.write_text(model.read_text().replace(
+        "        return x + torch.tanh(h) * self.residual_scale()",
+        "        if h.sum() > 0:\n            h = h * 0.5\n        return x + torch.tanh(h) * (1.0 / (self.layer_idx + 1))",
+    ))
+    spec = load_plan(src / "plan.yaml").plan.harness
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={"recompiles"}, backend="eager")
+    rc = {r.name: r for r in outcome.rungs}["recompiles"]
+    assert rc.measurement["value_guard_recompiles"] >= 1, rc.verdict
+    assert "from guards on values, not shapes (self.layer_idx" in rc.verdict

@@ -384,7 +384,7 @@ def _disables(actions: list, breaks: list, units: set[str], what: str, outside: 
 
 
 def _mark_dynamic(actions: list, notes: list, block: dict, rc: dict) -> None:
-    if not rc.get("recompiles"):
+    if not rc.get("recompiles") or rc.get("value_guard_recompiles", 0) >= rc["recompiles"]:
         return
     dims = rc.get("varying_block_dims") or []
     owner_target = block["owner_target"]

@@ -13,6 +13,8 @@ I recompiling? -> bucket shapes, mark_dynamic").
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,6 +86,17 @@ def shapes_stable(ctx: Context) -> bool:
     return not r.measurement.get("recompiles") and not r.measurement.get("varying_input_dims")
 
 
+#: Dynamo's guard-failure text for a shape (``tensor 'x' size mismatch at index 1. expected 16,
+#: actual 24``; strides and rank alike); anything else (``self.layer_idx == 0``) guards a value.
+_SHAPE_GUARD = re.compile(r"size mismatch|stride mismatch|rank mismatch|dimensionality|\.size\(\)|\.shape\b|numel")
+
+
+def is_shape_guard(guards: list[str]) -> bool:
+    """Whether a recompile's failed guards are about tensor shapes (what ``mark_dynamic`` and
+    bucketing remove); no guard text counts as a shape (the conservative reading)."""
+    return not guards or any(_SHAPE_GUARD.search(g) for g in guards)
+
+
 def run(ctx: Context) -> RungResult:
     import torch
 
@@ -139,13 +152,17 @@ def run(ctx: Context) -> RungResult:
     var_other = varying_named(other_shapes) if len(other_shapes) == len(input_shapes) else []
     if len(int_values) == len(input_shapes):  # an int as a 0-d "shape": dim 0 is its value
         var_other += [dict(v, dim=None) for v in varying_named([{k: (n,) for k, n in c.items()} for c in int_values])]
+    by_value = []
     for rc in log.recompiles:
         site = log.guard_site(ctx.session.src, rc.text)
         text = f"recompiled {rc.function}: " + "; ".join(rc.guards[:2])
         r.findings.append(Finding("recompile", text[:300], *(site if site else (None, None, None))))
+        if not is_shape_guard(rc.guards):
+            by_value.append(f"{rc.guards[0] if rc.guards else '?'}" + (f" at {site[0]}:{site[1]}" if site else ""))
     r.measurement = {
         "shapes": len(spec.shapes),
         "recompiles": len(log.recompiles),
+        "value_guard_recompiles": len(by_value),
         "varying_shape_keys": keys,
         "varying_input_dims": var_in,
         "varying_block_dims": [{"arg": v["tensor"], "dim": v["dim"], "sizes": v["sizes"]} for v in var_block],
@@ -157,7 +174,10 @@ def run(ctx: Context) -> RungResult:
                          + [f"block input {v['input']}" + (f" dim {v['dim']}" if v["dim"] is not None else "") for v in var_other]
                          ) or ", ".join(f"input {v['tensor']} dim {v['dim']}" for v in var_in)
         r.verdict = f"{len(log.recompiles)} recompile(s) across {len(spec.shapes)} shapes; varying: {dims or 'no tensor dim (a guard on a value)'}"
-        r.implies = "mark_dynamic at the region boundary (or bucket)"
+        if by_value:
+            r.verdict += (f"; {len(by_value)} of them from guards on values, not shapes ({'; '.join(sorted(set(by_value))[:2])}): "
+                          "mark_dynamic does not remove those")
+        r.implies = "mark_dynamic at the region boundary (or bucket)" if len(by_value) < len(log.recompiles) else "keep the guarded value out of compiled code"
     elif keys:
         r.verdict = f"no recompiles across {len(spec.shapes)} shapes (varying {', '.join(keys)})"
     else:
