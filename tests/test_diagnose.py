@@ -164,6 +164,7 @@ def test_a_fragmentation_oom_plans_the_allocator_and_says_the_ladder_stopped(tmp
     assert list(rungs) == [r for r in rungs if r]  # one entry per rung
     assert "run diagnose again" in (out / "stackpart-diagnose" / "report.md").read_text()
     assert "no compile planned: the ladder stopped at rung batch_scaling" in " ".join(report["notes"])
+    assert not any("amortization not given" in n for n in report["notes"])  # nothing was amortized
 
 
 def test_a_fragmentation_oom_in_a_compile_rung_is_the_memory_verdict_and_the_ladder_goes_on(tmp_path, monkeypatch):
