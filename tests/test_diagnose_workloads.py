@@ -287,3 +287,20 @@ def test_recompiles_from_value_guards_are_not_blamed_on_shapes(tmp_path):
     rc = {r.name: r for r in outcome.rungs}["recompiles"]
     assert rc.measurement["value_guard_recompiles"] >= 1, rc.verdict
     assert "from guards on values, not shapes (self.layer_idx" in rc.verdict
+
+
+def test_moe_expert_size_guards_are_not_per_instance_recompiles(tmp_path):
+    """A newcomer's MoE (fixtures/newcomer/moe): each expert gets a data-dependent number of
+    tokens, so the compiled block recompiled once on "tensor 'x' size mismatch at index 0". The
+    rung called that a per-instance recompile with no location, and the planner dropped the
+    block compile; a size guard is a dynamic shape, not per-instance state."""
+    src = tmp_path / "moe"
+    shutil.copytree(WORKLOADS.parent / "newcomer" / "moe", src)
+    from rewriter.plan import Harness
+
+    spec = Harness(file="harness.py", shapes=[{"batch": 2, "seq": 16}, {"batch": 2, "seq": 12}], mode="training", device="cpu")
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={"instance_recompiles", "graph_breaks"}, backend="eager")
+    rung = {r.name: r for r in outcome.rungs}["instance_recompiles"]
+    assert rung.measurement["recompiles"] == 0, rung.verdict
+    assert not any("guard in its own forward" in n for n in outcome.notes), outcome.notes
+    assert ("compile", "model.py::Block") in {(a.action, a.target) for a in outcome.plan.actions}, outcome.notes

@@ -6,7 +6,8 @@ per-instance state (an int attribute such as ``self.layer_idx``, a per-layer cac
 for each new instance and recompiles; past ``torch._dynamo.config.recompile_limit`` (8 by
 default) Dynamo runs the rest eager without an error (DESIGN.md rung 6). The guard text and its
 source line come from Dynamo's recompile log (:mod:`.dynamo_log`), for ``forward`` and for its
-resume functions after a graph break (:func:`is_frame_of`). Threshold: recompiles >= 1
+resume functions after a graph break (:func:`is_frame_of`); a failed size guard is a dynamic
+shape (counted apart), not per-instance state. Threshold: recompiles >= 1
 across instances at one shape: the region does not hold one graph per class.
 """
 
@@ -16,6 +17,7 @@ import re
 
 from .context import Context
 from .dynamo_log import capture, reset
+from .recompiles import is_shape_guard
 from .rung import Finding, RungResult
 
 
@@ -50,7 +52,12 @@ def run(ctx: Context) -> RungResult:
         else:
             cls.forward = original
         reset()
-    mine = [rc for rc in log.recompiles if is_frame_of(rc.function, getattr(base, "__name__", "forward"))]
+    frames = [rc for rc in log.recompiles if is_frame_of(rc.function, getattr(base, "__name__", "forward"))]
+    # A size guard is not per-instance state: an instance whose tensors differ in size (an MoE
+    # expert's routed-token count, data-dependent) recompiles once and automatic dynamic shapes
+    # absorb it; only guards on values (self.layer_idx == 0) recompile per instance.
+    mine = [rc for rc in frames if not (rc.guards and is_shape_guard(rc.guards))]
+    sized = len(frames) - len(mine)
     guards: dict[str, int] = {}
     for rc in mine:
         site = log.guard_site(ctx.session.src, rc.text)
@@ -69,6 +76,7 @@ def run(ctx: Context) -> RungResult:
         "block": block["name"],
         "instances": len(block["modules"]),
         "recompiles": len(mine),
+        "shape_recompiles": sized,
         "limit_hit": bool(log.limit_hit),
         "recompile_limit": limit,
     }
@@ -78,4 +86,6 @@ def run(ctx: Context) -> RungResult:
         r.implies = "disable the per-instance code (keep it eager) or restructure; do not compile the block as is"
     else:
         r.verdict = f"one graph serves all {len(block['modules'])} instances of {cls.__name__}"
+        if sized:
+            r.verdict += f" ({sized} recompile(s) on tensor sizes that differ between calls: dynamic shapes, not per-instance state)"
     return r
