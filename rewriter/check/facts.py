@@ -295,6 +295,13 @@ class FileFacts:
                     return f"{last} is a transformers model, a stack of repeated layers"
         return None
 
+    def is_repeated_block(self, name: str) -> bool:
+        """Whether class ``name`` is itself the block a class of this file repeats (``Block`` of
+        ``nn.ModuleList([Block(...) for ...])``): compiling it is regional compilation, even when
+        it holds a list of its own (an MoE block's experts)."""
+        last = name.rsplit(".", 1)[-1]
+        return any(r.block.rsplit(".", 1)[-1] == last for info in self.classes.values() for r in info.repeated)
+
     # -- resolution after the pass ------------------------------------------------------------
     def _resolve_repeated(self) -> None:
         changed = True

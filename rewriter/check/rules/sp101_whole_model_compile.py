@@ -77,6 +77,32 @@ mlp = torch.compile(MLP())
 """,
             note="no repeated block: compiling the module is already regional",
         ),
+        Valid(
+            """\
+import torch
+from torch import nn
+
+class MoE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.experts = nn.ModuleList([Expert() for _ in range(4)])
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.moe = MoE()
+
+    @torch.compile
+    def forward(self, x):
+        return x + self.moe(x)
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(8)])
+""",
+            note="the repeated block is the regional unit, even when it holds a list of experts (a newcomer's MoE, session 3)",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -171,7 +197,7 @@ class Encoder(nn.Module):
         if cls is None:
             return
         why = f.repeats(cls)
-        if why is None:
+        if why is None or f.is_repeated_block(cls[0]):
             return
         info = f.classes.get(cls[0])
         attr = info.repeated[0].attr if info is not None and info.repeated else "layers"
@@ -182,7 +208,7 @@ class Encoder(nn.Module):
             return
         cls = self.facts.enclosing_class(node)
         info = self.facts.classes.get(cls.name.value) if cls is not None else None
-        if info is None or not info.repeated:
+        if info is None or not info.repeated or self.facts.is_repeated_block(info.node.name.value):
             return
         for dec in node.decorators:
             is_compile, call = self.facts.compile_call(dec)
