@@ -87,4 +87,7 @@ def run(ctx: Context) -> RungResult:
         r.implies = f"compile per block: {where}"
     else:
         r.verdict = f"{len(b['modules'])} x {b['cls'].__name__} only {share:.0%} of the step"
+    if ctx.session.training:
+        r.measurement["share_covers"] = "forward only (a lower bound: the blocks' backward runs outside the hooks)"
+        r.verdict += " (forward only: a lower bound in training)"
     return r
