@@ -351,6 +351,9 @@ def rewrite_command(
     if patch:
         # Bytes, not text: a file in another encoding (PEP 263) keeps its exact bytes in the diff.
         click.echo(patch.encode("utf-8", "surrogateescape"), nl=False)
+    elif not check:
+        why = "the plan has no actions" if not loaded.plan.actions else f"{src} already is what the plan asks"
+        stderr().print(f"no changes: {why}", highlight=False)
     if check and result.changes:
         stderr().print(
             f"{len(result.changes)} file(s) differ from what {plan_path} asks; run "

@@ -397,3 +397,15 @@ def test_missing_target_file_names_the_src_it_looked_in(tree, capsysbinary):
     code, out, err = run(capsysbinary, "rewrite", "--plan", str(base / "plan.yaml"), str(src))
     assert (code, out) == (2, b"")
     assert f"lib/gone.py: no such file under SRC (target paths are relative to SRC, here {src.resolve()})" in err
+
+
+def test_a_plan_that_changes_nothing_says_so(tree, capsysbinary, monkeypatch):
+    """A newcomer's empty plan printed nothing at all and exited 0: was it run?"""
+    base, src = tree
+    monkeypatch.chdir(base)
+    (base / "empty.yaml").write_text("version: 1\nactions: []\n")
+    code, out, err = run(capsysbinary, "rewrite", "--plan", "empty.yaml", "src")
+    assert (code, out) == (0, b"") and "no changes: the plan has no actions" in err
+    assert run(capsysbinary, "rewrite", "--plan", "plan.yaml", "src", "--apply", "--no-validate")[0] == 0
+    code, out, err = run(capsysbinary, "rewrite", "--plan", "plan.yaml", "src")
+    assert (code, out) == (0, b"") and "no changes: src already is what the plan asks" in err

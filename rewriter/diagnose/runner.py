@@ -265,7 +265,10 @@ def diagnose(
     if outcome.stopped:
         outcome.notes.insert(0, f"{outcome.stopped}; apply the plan's allocator action and run diagnose again to measure the rungs after it")
     if ctx.amortization_assumed and ctx.results.get("amortization") is not None and ctx.results["amortization"].ok:
-        outcome.notes.append("amortization not given: assumed 1,000,000 runs and 1 restart (pass --runs/--restarts)")
+        outcome.notes.append(
+            "amortization not given: assumed 1,000,000 runs and 1 restart (pass --runs/--restarts, which also writes "
+            "the plan's `amortization:` section so that validate gates the break-even on it)"
+        )
     text = plan_yaml(decision.plan)
     from ..plan import parse_plan
 
