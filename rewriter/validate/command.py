@@ -459,13 +459,11 @@ def _stderr_hint(verdict: Any, res: Any) -> None:
 
 def _print_summary(report: dict[str, Any], paths: list[Path]) -> None:
     from ..terminal import stderr
-    from .report import timing_banner
 
     console = stderr()
     v = report["verdict"]
     status = {0: "[green]PASS[/]", 1: "[red]FAIL[/]", 2: "[red]ERROR[/]"}[v["exit_code"]]
     console.print(f"validate: {status} diff sha256 {report['diff_sha256'][:12]}", highlight=False)
-    console.print(f"validate: {timing_banner(report)}", highlight=False)
     for name, var in report["variants"].items():
         if var.get("step_ms") is not None:
             unit = "ms/step" + ("" if report["environment"]["timed_on"] == "cuda" else " (CPU)")
