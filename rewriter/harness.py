@@ -174,6 +174,25 @@ def load_harness(spec: Harness, src: Path) -> LoadedHarness:
     return LoadedHarness(spec=spec, src=src, build_model=build_model, make_inputs=make_inputs)
 
 
+def scalar_loss(out: Any) -> Any:
+    """The scalar a training step backpropagates (diagnose and validate alike): the output itself
+    when it is one scalar tensor (a harness that returns its loss), else the sum over floating
+    leaves of ``mean(leaf.float() ** 2)`` (every output gets a gradient).
+
+    Raises:
+        ValueError: no floating tensor in ``out``.
+    """
+    import torch
+    from torch.utils import _pytree as pytree
+
+    leaves = [x for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    if len(leaves) == 1 and leaves[0].numel() == 1:
+        return leaves[0].float().reshape(())
+    if not leaves:
+        raise ValueError("training mode needs a floating tensor output to backpropagate")
+    return sum(x.float().pow(2).mean() for x in leaves)
+
+
 def _to(value: Any, device: Any, dtype: Any) -> Any:
     import torch
     from torch.utils import _pytree as pytree

@@ -1,7 +1,8 @@
 """The model under diagnosis: build it from the harness, run one step, time steps, guard time.
 
 A *step* is one call of the model on the inputs (``inference``: under ``torch.no_grad``) or one
-forward + backward + SGD step (``training``; the loss is the mean of every floating output).
+forward + backward + SGD step (``training``; the loss is :func:`rewriter.harness.scalar_loss`, as
+validate's: a scalar output itself, else the sum of ``mean(x**2)`` over the floating outputs).
 Every call into the user's code goes through :meth:`Session.guard`, which turns an exception,
 a non-tensor result, an out-of-memory error or a timeout into a :class:`HarnessFailure` that
 names the rung and the harness callable.
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StackpartError
-from ..harness import LoadedHarness, build, call_model, on_sys_path
+from ..harness import LoadedHarness, build, call_model, on_sys_path, scalar_loss
 
 
 class HarnessFailure(Exception):
@@ -217,11 +218,9 @@ class Session:
                     self.rung, name, f"returned {type(out).__name__} with no tensors (expected tensors)"
                 )
             if opt is not None:
-                floats = [t for t in leaves if t.is_floating_point() and t.requires_grad]
-                if not floats:
+                if not any(t.is_floating_point() and t.requires_grad for t in leaves):
                     raise HarnessFailure(self.rung, name, "training mode: no output requires grad")
-                loss = sum(t.float().mean() for t in floats)
-                loss.backward()
+                scalar_loss(out).backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             return out

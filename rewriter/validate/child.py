@@ -32,21 +32,6 @@ from typing import Any
 TRAIN_LR = 1e-3
 
 
-def scalar_loss(out: Any) -> Any:
-    """The scalar a training-mode check backpropagates: the output itself when it is one scalar
-    tensor (a harness that returns its loss), else the sum over floating leaves of
-    ``mean(leaf.float() ** 2)``."""
-    import torch
-    from torch.utils import _pytree as pytree
-
-    leaves = [x for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor) and x.is_floating_point()]
-    if len(leaves) == 1 and leaves[0].numel() == 1:
-        return leaves[0].float().reshape(())
-    if not leaves:
-        raise ValueError("training mode needs a floating tensor output to backpropagate")
-    return sum(x.float().pow(2).mean() for x in leaves)
-
-
 def _cpu(tree: Any) -> Any:
     import torch
     from torch.utils import _pytree as pytree
@@ -201,7 +186,7 @@ def _inputs(job: dict[str, Any], i: int, ref: Path) -> Any:
 def _step_fns(model: Any, inputs: Any, training: bool) -> Any:
     import torch
 
-    from ..harness import call_model
+    from ..harness import call_model, scalar_loss
 
     if not training:
 
@@ -226,7 +211,7 @@ def _after_step(model: Any, inputs: Any, reference_sd: dict[str, Any], seed: int
     SGD step (lr :data:`TRAIN_LR`) and the loss after it; the weights are restored after."""
     import torch
 
-    from ..harness import call_model
+    from ..harness import call_model, scalar_loss
 
     out: dict[str, Any] = {
         "grads": {n: p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None}
