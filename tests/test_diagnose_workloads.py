@@ -304,3 +304,26 @@ def test_moe_expert_size_guards_are_not_per_instance_recompiles(tmp_path):
     assert rung.measurement["recompiles"] == 0, rung.verdict
     assert not any("guard in its own forward" in n for n in outcome.notes), outcome.notes
     assert ("compile", "model.py::Block") in {(a.action, a.target) for a in outcome.plan.actions}, outcome.notes
+
+
+def test_a_graph_break_that_appears_only_with_dynamic_shapes_is_found_and_not_marked(tmp_path):
+    """A newcomer's KV-cache decoder: `is_causal=(t > 1)` traces with static shapes (explain saw
+    no break) and breaks once t is symbolic (a SymBool), which the plan's own mark_dynamic then
+    caused on every call. The recompiles rung reads Dynamo's graph-break log across the shapes."""
+    src = tmp_path / "recompile_storm"
+    shutil.copytree(WORKLOADS / "recompile_storm", src)
+    model = src / "model.py"
+    text = model.read_text()
+    assert "def forward(self, x):" in text
+    text = text.replace("    def forward(self, x):\n", "    def forward(self, x):\n        x = F.scaled_dot_product_attention(x, x, x, is_causal=(x.shape[1] > 1))\n", 1)
+    model.write_text(text)
+    spec = load_plan(src / "plan.yaml").plan.harness
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={"graph_breaks", "recompiles"}, backend="eager")
+    rungs = {r.name: r for r in outcome.rungs}
+    assert rungs["graph_breaks"].measurement["graph_break_count"] == 0
+    rc = rungs["recompiles"]
+    assert rc.measurement["dynamic_only_graph_breaks"] >= 1, rc.verdict
+    [f, *_] = [f for f in rc.findings if f.kind == "graph_break_dynamic"]
+    assert (f.file, f.line) == ("model.py", line_of(model, "is_causal=(x.shape[1] > 1)")) and "SymBool" in f.message
+    assert not [a for a in outcome.plan.actions if a.action == "mark_dynamic"]
+    assert any("not marked dynamic" in n and "only once shapes are dynamic" in n for n in outcome.notes)

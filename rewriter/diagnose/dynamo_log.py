@@ -1,9 +1,10 @@
-"""Dynamo's own recompile reports, read from its logging (``TORCH_LOGS=recompiles``).
+"""Dynamo's own recompile and graph-break reports, read from its logging (``TORCH_LOGS=recompiles,graph_breaks``).
 
 ``torch._logging.set_logs(recompiles=True)`` turns on the ``recompiles`` artifact; a handler on
 the ``torch._dynamo`` logger collects each "Recompiling function ... triggered by the following
 guard failure(s)" message and the "hit config.recompile_limit" (``cache_size_limit`` before
-torch 2.6) warning verbatim. Nothing is guessed: the guard text and its user line are parsed
+torch 2.6) warning verbatim, and each "Graph break in user code at file:line" with its developer debug
+context (the reason in one line). Nothing is guessed: the guard text and its user line are parsed
 from those messages. Log settings are restored on exit.
 """
 
@@ -21,6 +22,9 @@ from .locate import first_in_src, frames_from_text, function_at
 _RECOMPILE = re.compile(r"Recompiling function (?P<func>\S+) in (?P<file>.+?):(?P<line>\d+)")
 _GUARD = re.compile(r"^\s*-\s*(?P<id>\d+/\d+): (?P<guard>.*?)(?:\s{2,}#\s*(?P<code>.*?))?$", re.M)
 _GUARD_COMMENT = re.compile(r"#\s.*?#\s*(?P<file>[^\s#]+?\.py):(?P<line>\d+) in (?P<func>[\w<>]+)")
+_BREAK = re.compile(r"Graph break in user code at (?P<file>.+?):(?P<line>\d+)")
+_BREAK_REASON = re.compile(r"Graph Break Reason:(?P<reason>.*?)(?:\n\s*\n|$)", re.S)
+_DEBUG_CONTEXT = re.compile(r"Developer debug context:\s*(?P<context>[^\n]+)")
 _LIMIT = re.compile(r"hit config\.(?:recompile_limit|cache_size_limit) \((?P<limit>\d+)\)")
 
 
@@ -36,10 +40,21 @@ class Recompile:
 
 
 @dataclass
+class GraphBreak:
+    """One graph break as Dynamo's ``graph_breaks`` log reported it (file as Dynamo printed it)."""
+
+    file: str
+    line: int
+    reason: str
+    text: str
+
+
+@dataclass
 class DynamoLog:
     """What the logs said during the ``capture`` block."""
 
     recompiles: list[Recompile] = field(default_factory=list)
+    graph_breaks: list[GraphBreak] = field(default_factory=list)
     limit_hit: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
 
@@ -80,11 +95,16 @@ class _Handler(logging.Handler):
             self.log.recompiles.append(Recompile(m.group("func"), m.group("file"), int(m.group("line")), guards, msg))
         elif _LIMIT.search(msg):
             self.log.limit_hit.append(msg)
+        elif (b := _BREAK.search(msg)) is not None:
+            context = _DEBUG_CONTEXT.search(msg)
+            reason = _BREAK_REASON.search(msg)
+            said = context.group("context") if context else (reason.group("reason") if reason else msg)
+            self.log.graph_breaks.append(GraphBreak(b.group("file"), int(b.group("line")), " ".join(said.split())[:300], msg))
 
 
 @contextlib.contextmanager
 def capture() -> Iterator[DynamoLog]:
-    """Collect Dynamo's recompile and recompile-limit messages for the duration."""
+    """Collect Dynamo's recompile, recompile-limit and graph-break messages for the duration."""
     import torch._logging
 
     log = DynamoLog()
@@ -92,7 +112,7 @@ def capture() -> Iterator[DynamoLog]:
     logger = logging.getLogger("torch._dynamo")
     quiet = _DropRecompiles()
     console: list[logging.Handler] = []
-    torch._logging.set_logs(recompiles=True)
+    torch._logging.set_logs(recompiles=True, graph_breaks=True)
     logger.addHandler(handler)
     try:
         # torch's own console handler would echo every recompile record ("V1129 ...
@@ -113,11 +133,11 @@ def capture() -> Iterator[DynamoLog]:
 
 
 class _DropRecompiles(logging.Filter):
-    """Drops the recompile records this module turned on (their artifact loggers are named
-    ``...__recompiles``/``...__recompiles_verbose``); everything else still reaches the console."""
+    """Drops the recompile and graph-break records this module turned on (their artifact loggers
+    are named ``...__recompiles``/``...__graph_breaks``); everything else still reaches the console."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "__recompiles" not in record.name
+        return "__recompiles" not in record.name and "__graph_breaks" not in record.name
 
 
 def reset() -> None:

@@ -386,6 +386,13 @@ def _disables(actions: list, breaks: list, units: set[str], what: str, outside: 
 def _mark_dynamic(actions: list, notes: list, block: dict, rc: dict) -> None:
     if not rc.get("recompiles") or rc.get("value_guard_recompiles", 0) >= rc["recompiles"]:
         return
+    if rc.get("dynamic_only_graph_breaks"):
+        notes.append(
+            f"not marked dynamic: {rc['dynamic_only_graph_breaks']} graph break(s) appear only once shapes are dynamic "
+            "(see the recompiles rung's findings): a mark would make every call break there; make that code "
+            "shape-agnostic (a Python bool from a size becomes a SymBool) or bucket the shapes"
+        )
+        return
     dims = rc.get("varying_block_dims") or []
     owner_target = block["owner_target"]
     names = boundary_args(block["owner"], block["attr"]) if owner_target else []

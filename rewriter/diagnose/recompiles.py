@@ -20,6 +20,7 @@ from typing import Any
 
 from .context import Context
 from .dynamo_log import capture, reset
+from .locate import first_in_src
 from .rung import Finding, RungResult
 from .session import tensor_leaves
 
@@ -159,8 +160,12 @@ def run(ctx: Context) -> RungResult:
         r.findings.append(Finding("recompile", text[:300], *(site if site else (None, None, None))))
         if not is_shape_guard(rc.guards):
             by_value.append(f"{rc.guards[0] if rc.guards else '?'}" + (f" at {site[0]}:{site[1]}" if site else ""))
+    dynamic_breaks = _dynamic_only_breaks(ctx, log)
+    for site, reason in dynamic_breaks:
+        r.findings.append(Finding("graph_break_dynamic", f"graph break once shapes are dynamic: {reason}"[:300], *site))
     r.measurement = {
         "shapes": len(spec.shapes),
+        "dynamic_only_graph_breaks": len(dynamic_breaks),
         "recompiles": len(log.recompiles),
         "value_guard_recompiles": len(by_value),
         "varying_shape_keys": keys,
@@ -182,4 +187,29 @@ def run(ctx: Context) -> RungResult:
         r.verdict = f"no recompiles across {len(spec.shapes)} shapes (varying {', '.join(keys)})"
     else:
         r.verdict = f"stable: no recompiles across {len(spec.shapes)} shape(s)"
+    if dynamic_breaks:
+        (file, line, _), reason = dynamic_breaks[0]
+        r.verdict += (f"; {len(dynamic_breaks)} graph break(s) appear only once shapes are dynamic "
+                      f"(at {file}:{line}: {reason[:120]}): marking those dims dynamic would break the graph every call")
     return r
+
+
+def _dynamic_only_breaks(ctx: Context, log: Any) -> list[tuple[tuple[str | None, int | None, str | None], str]]:
+    """Graph breaks Dynamo logged while compiling across the shapes that the static ``explain``
+    of the graph-breaks rung did not see: code that traces with static shapes and breaks once a
+    dim is symbolic (``is_causal=(t > 1)`` becomes a SymBool; a newcomer's KV-cache decoder,
+    session 3). ``[((file, line, qualname), reason)]``, one per site; empty when the graph-breaks
+    rung did not run ok (nothing to tell them apart by)."""
+    static = ctx.results.get("graph_breaks")
+    if static is None or not static.ok:
+        return []
+    seen = {(f.file, f.line) for f in static.findings}
+    out: list = []
+    for b in log.graph_breaks:
+        site = first_in_src([(b.file, b.line, "?")], ctx.session.src)
+        key = (site[0], site[1]) if site else (b.file, b.line)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(((site if site else (None, None, None)), b.reason))
+    return out
