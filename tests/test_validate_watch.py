@@ -42,3 +42,29 @@ def test_recompile_limit_fallback_is_reported_with_the_guard():
     (hit,) = stats.recompile_limit_hits
     assert "recompile_limit" in hit and "forward" in hit
     assert stats.recompiles == 7  # 8 cache entries (the limit), then eager
+
+
+def test_a_graph_break_is_reported_with_its_line(tmp_path, capsys):
+    """A newcomer's KV decoder: validate listed "2x TypeError when making fake tensor call" with
+    no file or line (Dynamo's counters keep none). The graph-break log gives the site and the
+    one-line cause, and nothing of it is echoed to the terminal."""
+    import importlib.util
+
+    path = tmp_path / "kv_model.py"
+    path.write_text(
+        "import torch.nn.functional as F\n\n"
+        "def attend(x):\n"
+        "    return F.scaled_dot_product_attention(x, x, x, is_causal=(x.shape[1] > 1)) * 2\n"
+    )
+    spec = importlib.util.spec_from_file_location("kv_model", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    f = torch.compile(mod.attend, backend="eager")
+    with CompileWatch() as watch:
+        for t in (8, 12, 16):
+            f(torch.randn(2, t, 4))
+        stats = watch.stats()
+    assert stats.graph_breaks >= 1
+    [site, *_] = stats.graph_break_sites
+    assert site.startswith(f"{path}:4: ") and "SymBool" in site
+    assert "Graph break in user code" not in capsys.readouterr().err

@@ -17,14 +17,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..dynamo_messages import GraphBreak, artifact_logs, parse_graph_break
 from .locate import first_in_src, frames_from_text, function_at
 
 _RECOMPILE = re.compile(r"Recompiling function (?P<func>\S+) in (?P<file>.+?):(?P<line>\d+)")
 _GUARD = re.compile(r"^\s*-\s*(?P<id>\d+/\d+): (?P<guard>.*?)(?:\s{2,}#\s*(?P<code>.*?))?$", re.M)
 _GUARD_COMMENT = re.compile(r"#\s.*?#\s*(?P<file>[^\s#]+?\.py):(?P<line>\d+) in (?P<func>[\w<>]+)")
-_BREAK = re.compile(r"Graph break in user code at (?P<file>.+?):(?P<line>\d+)")
-_BREAK_REASON = re.compile(r"Graph Break Reason:(?P<reason>.*?)(?:\n\s*\n|$)", re.S)
-_DEBUG_CONTEXT = re.compile(r"Developer debug context:\s*(?P<context>[^\n]+)")
 _LIMIT = re.compile(r"hit config\.(?:recompile_limit|cache_size_limit) \((?P<limit>\d+)\)")
 
 
@@ -36,16 +34,6 @@ class Recompile:
     file: str
     line: int
     guards: list[str]
-    text: str
-
-
-@dataclass
-class GraphBreak:
-    """One graph break as Dynamo's ``graph_breaks`` log reported it (file as Dynamo printed it)."""
-
-    file: str
-    line: int
-    reason: str
     text: str
 
 
@@ -95,49 +83,16 @@ class _Handler(logging.Handler):
             self.log.recompiles.append(Recompile(m.group("func"), m.group("file"), int(m.group("line")), guards, msg))
         elif _LIMIT.search(msg):
             self.log.limit_hit.append(msg)
-        elif (b := _BREAK.search(msg)) is not None:
-            context = _DEBUG_CONTEXT.search(msg)
-            reason = _BREAK_REASON.search(msg)
-            said = context.group("context") if context else (reason.group("reason") if reason else msg)
-            self.log.graph_breaks.append(GraphBreak(b.group("file"), int(b.group("line")), " ".join(said.split())[:300], msg))
+        elif (b := parse_graph_break(msg)) is not None:
+            self.log.graph_breaks.append(b)
 
 
 @contextlib.contextmanager
 def capture() -> Iterator[DynamoLog]:
     """Collect Dynamo's recompile, recompile-limit and graph-break messages for the duration."""
-    import torch._logging
-
     log = DynamoLog()
-    handler = _Handler(log)
-    logger = logging.getLogger("torch._dynamo")
-    quiet = _DropRecompiles()
-    console: list[logging.Handler] = []
-    torch._logging.set_logs(recompiles=True, graph_breaks=True)
-    logger.addHandler(handler)
-    try:
-        # torch's own console handler would echo every recompile record ("V1129 ...
-        # [__recompiles]") into diagnose's terminal output; the report carries them instead
-        torch_loggers = [logging.getLogger("torch")] + [
-            lg for name, lg in list(logging.Logger.manager.loggerDict.items())
-            if name.startswith("torch.") and isinstance(lg, logging.Logger)
-        ]
-        console = list({id(h): h for lg in torch_loggers for h in lg.handlers if h is not handler}.values())
-        for h in console:
-            h.addFilter(quiet)
+    with artifact_logs(_Handler(log), "recompiles", "graph_breaks"):
         yield log
-    finally:
-        for h in console:
-            h.removeFilter(quiet)
-        logger.removeHandler(handler)
-        torch._logging.set_logs()
-
-
-class _DropRecompiles(logging.Filter):
-    """Drops the recompile and graph-break records this module turned on (their artifact loggers
-    are named ``...__recompiles``/``...__graph_breaks``); everything else still reaches the console."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "__recompiles" not in record.name and "__graph_breaks" not in record.name
 
 
 def reset() -> None:

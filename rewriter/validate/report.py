@@ -120,6 +120,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append(f"  - recompiled: {r}")
         for r in comp.get("graph_break_reasons", [])[:3]:
             lines.append(f"  - graph break: {r}")
+        for site in comp.get("graph_break_sites", [])[:3]:
+            lines.append(f"  - graph break at {site}")
         amort = var.get("amortization")
         if amort:
             lines.append(

@@ -15,13 +15,18 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..dynamo_messages import GraphBreak, artifact_logs, parse_graph_break
+
 LIMIT_RE = re.compile(r"hit config\.(recompile_limit|cache_size_limit|accumulated_\w+)")
 
 
 class _LimitHandler(logging.Handler):
+    """Recompile-limit warnings and graph breaks (with their user file:line) from Dynamo's log."""
+
     def __init__(self) -> None:
-        super().__init__(logging.WARNING)
+        super().__init__(logging.DEBUG)
         self.hits: list[str] = []
+        self.breaks: list[GraphBreak] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -31,6 +36,8 @@ class _LimitHandler(logging.Handler):
         if LIMIT_RE.search(msg):
             lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
             self.hits.append(" | ".join(lines[:3])[:400])
+        elif (b := parse_graph_break(msg)) is not None:
+            self.breaks.append(b)
 
 
 @dataclass
@@ -40,6 +47,8 @@ class CompileStats:
     Attributes:
         unique_graphs: graphs captured (``counters["stats"]["unique_graphs"]``).
         graph_breaks: total graph breaks, and the most frequent reasons (first line each).
+        graph_break_sites: ``file:line: reason`` per distinct site, from Dynamo's graph-break log
+            (the counters have no location).
         recompiles: recompilations (guard failures that compiled a new entry), with reasons.
         recompile_limit_hits: one line per frame that hit the recompile limit and fell back to
             eager from then on (function, limit, last guard that failed).
@@ -49,6 +58,7 @@ class CompileStats:
     unique_graphs: int = 0
     graph_breaks: int = 0
     graph_break_reasons: list[str] = field(default_factory=list)
+    graph_break_sites: list[str] = field(default_factory=list)
     recompiles: int = 0
     recompile_reasons: list[str] = field(default_factory=list)
     recompile_limit_hits: list[str] = field(default_factory=list)
@@ -68,7 +78,7 @@ class CompileWatch:
 
     def __init__(self) -> None:
         self._handler = _LimitHandler()
-        self._logger = logging.getLogger("torch._dynamo")
+        self._logs: Any = None
 
     def __enter__(self) -> "CompileWatch":
         import torch._dynamo
@@ -77,11 +87,12 @@ class CompileWatch:
         torch._dynamo.reset()
         counters.clear()
         self._guard_failures().clear()
-        self._logger.addHandler(self._handler)
+        self._logs = artifact_logs(self._handler, "graph_breaks")
+        self._logs.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._logger.removeHandler(self._handler)
+        self._logs.__exit__(None, None, None)
 
     @staticmethod
     def _guard_failures() -> dict[Any, list[Any]]:
@@ -111,6 +122,7 @@ class CompileWatch:
             unique_graphs=int(counters.get("stats", {}).get("unique_graphs", 0)),
             graph_breaks=int(sum(breaks.values())),
             graph_break_reasons=[f"{n}x {r.splitlines()[0][:200]}" for r, n in reasons[:5]],
+            graph_break_sites=list(dict.fromkeys(f"{b.file}:{b.line}: {b.reason}" for b in self._handler.breaks))[:5],
             recompiles=sum(_recompiles(code, items) for code, items in failures.items()),
             recompile_reasons=recompile_reasons[:10],
             recompile_limit_hits=limit_hits,
