@@ -54,6 +54,7 @@ def run(ctx: Context) -> RungResult:
         steps.append(ctx.session.step_fn(model, inputs))
     timed = ctx.session.time_many(steps)
     points = [(base * f, t["min_ms"]) for f, t in zip((1, 2, 4), timed)]
+    spreads = [t["median_ms"] / t["min_ms"] for t in timed if t["min_ms"] > 0]
     a, c = fit(points)
     t1 = points[0][1]
     share = min(1.0, max(0.0, a / t1)) if t1 > 0 else 0.0
@@ -64,7 +65,7 @@ def run(ctx: Context) -> RungResult:
         "ratio_4x": round(points[2][1] / t1, 3) if t1 else None,
         "fixed_ms": round(max(0.0, a), 4),
         "fixed_share": round(share, 3),
-        "median_over_min": round(max(t["median_ms"] / t["min_ms"] for t in timed if t["min_ms"] > 0), 2) if any(t["min_ms"] > 0 for t in timed) else None,
+        "median_over_min": round(max(spreads), 2) if spreads else None,
     }
     if share >= HIGH:
         r.verdict, r.implies = f"launch-bound: {share:.0%} of the step is fixed overhead", "compile; CUDA graphs (reduce-overhead) where shapes are stable"

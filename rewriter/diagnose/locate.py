@@ -50,19 +50,19 @@ def target_of(obj: Any, src: Path) -> str | None:
 
 
 @lru_cache(maxsize=256)
-def _defs(path: str) -> list[tuple[int, int, str]]:
-    """(first line, last line, qualname) of every function in ``path``, outermost first."""
+def _functions(path: str) -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """(qualname, node) of every function in ``path``, outermost first (parsed once per path)."""
     try:
         tree = ast.parse(Path(path).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError):
         return []
-    out: list[tuple[int, int, str]] = []
+    out: list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]] = []
 
     def walk(node: ast.AST, prefix: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 qual = prefix + child.name
-                out.append((child.lineno, child.end_lineno or child.lineno, qual))
+                out.append((qual, child))
                 walk(child, qual + ".<locals>.")
             elif isinstance(child, ast.ClassDef):
                 walk(child, prefix + child.name + ".")
@@ -73,26 +73,19 @@ def _defs(path: str) -> list[tuple[int, int, str]]:
     return out
 
 
+@lru_cache(maxsize=256)
+def _defs(path: str) -> list[tuple[int, int, str]]:
+    """(first line, last line, qualname) of every function in ``path``, outermost first."""
+    return [(node.lineno, node.end_lineno or node.lineno, qual) for qual, node in _functions(path)]
+
+
 def names_reached(path: str | Path, qualname: str) -> set[str]:
     """Every name (``f``) and attribute (``self.f``, ``mod.f``) the function ``qualname`` of
     ``path`` refers to, following the functions of the same file it reaches (module-level
     functions by name, methods of its class by ``self.<name>``), transitively. Static and
     over-approximating: what it may call, not what a step did. Empty when the file or function
     cannot be read."""
-    try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return set()
-    funcs: dict[str, ast.AST] = {}
-
-    def walk(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                funcs[prefix + child.name] = child
-            elif isinstance(child, ast.ClassDef):
-                walk(child, prefix + child.name + ".")
-
-    walk(tree, "")
+    funcs = dict(_functions(str(Path(path).resolve())))
     seen: set[str] = set()
     names: set[str] = set()
     todo = [qualname]

@@ -29,7 +29,6 @@ import ast
 import inspect
 import textwrap
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..plan import (
@@ -263,8 +262,8 @@ def plan(ctx: Context) -> Decision:
                         )
                     )
         if block is not None:
-            unit_file = block["target"].split("::", 1)[0]
-            disabled = _disables(actions, breaks, {forward_qual}, "per-block compile", (notes, ctx.session.src / unit_file, forward_qual))
+            reached = names_reached(ctx.session.src / block["target"].split("::", 1)[0], forward_qual)
+            disabled = _disables(actions, breaks, {forward_qual}, "per-block compile", notes, reached)
             gran = m("granularity")
             own = sorted({f.where for f in breaks if f.function == forward_qual})
             in_block_break = bool(own)
@@ -351,28 +350,29 @@ def _amort_why(c: dict | None) -> str:
     return f"; amortization: {c['compile_s']} s compile, pays back if >= {c['break_even_gain_ms']} ms/step saved"
 
 
-def _disables(actions: list, breaks: list, units: set[str], what: str, outside: tuple[list, Path, str] | None = None) -> bool:
+def _disables(actions: list, breaks: list, units: set[str], what: str, notes: list | None = None, reached: set[str] | None = None) -> bool:
     """``disable`` every helper (not the compiled unit itself) that breaks the graph inside the
     compiled unit.
 
-    ``outside`` = (notes, the unit's file, its qualname), for a unit smaller than the model: a
-    helper that no break's call chain (``Finding.callers``) shows inside the unit and that the
-    unit's code cannot reach (:func:`.locate.names_reached`) runs eager already, so it gets a
-    note instead of a decorator that would do nothing. Dynamo's break stacks start at the frame
-    it was tracing, so a chain alone does not prove a helper is outside.
+    ``reached``, for a unit smaller than the model: the names its code can reach
+    (:func:`.locate.names_reached`). A helper that no break's call chain (``Finding.callers``)
+    shows inside the unit and that is not among them runs eager already, so it gets a note in
+    ``notes`` instead of a decorator that would do nothing. Dynamo's break stacks start at the
+    frame it was tracing, so a chain alone does not prove a helper is outside.
     """
     added = False
     have = {a.target for a in actions if isinstance(a, DisableAction)}
-    reached = names_reached(outside[1], outside[2]) if outside else set()
     inside = {f.function for f in breaks if f.function and units & set(f.callers[:-1])}
+    noted: set[str] = set()
     for f in breaks:
         if f.function in units or f.function is None:
             continue
-        if outside and f.function not in inside and f.function.rsplit(".", 1)[-1] not in reached:
-            note = f"graph break at {f.where} in {f.function}" + (f", called from {' -> '.join(f.callers[:-1])}" if f.callers[:-1] else "")
-            note += f": outside the {what} (its code never calls {f.function}), it runs eager; no disable needed"
-            if note not in outside[0]:
-                outside[0].append(note)
+        if reached is not None and f.function not in inside and f.function.rsplit(".", 1)[-1] not in reached:
+            if f.function not in noted and notes is not None:
+                chain = f", called from {' -> '.join(f.callers[:-1])}" if f.callers[:-1] else ""
+                notes.append(f"graph break at {f.where} in {f.function}{chain}: outside the {what} (its code never calls "
+                             f"{f.function}), it runs eager; no disable needed")
+            noted.add(f.function)
             continue
         target = f"{f.file}::{f.function}"
         if target in have:

@@ -76,27 +76,19 @@ class Outcome:
     stopped: str | None = None
 
 
-def stop_for_fragmentation(ctx: Context, results: list[RungResult], fatal: HarnessFailure) -> None:
-    """The ladder met a fragmentation OOM in ``fatal.rung``: record the memory rung's verdict from
-    it (:func:`.memory.from_oom`) and every rung not run as skipped, so the planner sees a whole
-    ladder. Mutates ``results`` and ``ctx.results``."""
-    verdict = memory.from_oom(fatal.rung, fatal.oom or {})
-    ctx.cache["stopped_at"] = fatal.rung
-    done = {r.name for r in results}
-    for name, _ in RUNGS:
-        if name == "profile":
-            continue
-        if name == "memory":
-            r = verdict
-        elif name in done:
-            continue
-        else:
-            r = RungResult(name, name).skip(f"the ladder stopped at rung {fatal.rung} (fragmentation OOM)")
-        results[:] = [x for x in results if x.name != name]
-        results.append(r)
-        ctx.results[name] = r
-    order = [n for n, _ in RUNGS]
-    results.sort(key=lambda r: order.index(r.name))
+def memory_from_oom(ctx: Context, results: list[RungResult], oom_in: HarnessFailure, stopped: bool) -> None:
+    """A fragmentation OOM met in rung ``oom_in.rung`` is the memory rung's verdict
+    (:func:`.memory.from_oom`). ``stopped``: the ladder ended there, so every rung not run is
+    recorded as skipped and the planner sees a whole ladder. Mutates ``results`` (kept in ladder
+    order) and ``ctx.results``."""
+    have = {r.name: r for r in results}
+    have["memory"] = memory.from_oom(oom_in.rung, oom_in.oom or {})
+    if stopped:
+        ctx.cache["stopped_at"] = oom_in.rung
+        why = f"the ladder stopped at rung {oom_in.rung} (fragmentation OOM)"
+        have.update({n: RungResult(n, n).skip(why) for n, _ in RUNGS if n != "profile" and n not in have})
+    results[:] = [have[n] for n, _ in RUNGS if n in have]
+    ctx.results.update(have)
 
 
 def _ours(out_dir: Path) -> bool:
@@ -194,6 +186,7 @@ def diagnose(
     results: list[RungResult] = []
     error: str | None = None
     fatal: HarnessFailure | None = None
+    compiled_oom: HarnessFailure | None = None  # a compile rung's fragmentation OOM (the ladder goes on)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console, transient=True)
@@ -231,8 +224,8 @@ def diagnose(
             except HarnessFailure as exc:
                 if name not in COMPILE_RUNGS:
                     fatal = exc
-                elif exc.oom and exc.oom.get("fragmentation"):
-                    ctx.cache.setdefault("fragmentation_oom", (name, exc.oom))
+                elif exc.oom and exc.oom.get("fragmentation") and compiled_oom is None:
+                    compiled_oom = exc
                 r = RungResult(name, name, status="error", reason=str(exc))
             except Exception as exc:  # a rung's own failure: record it, keep climbing
                 last = traceback.extract_tb(exc.__traceback__)[-1]
@@ -251,13 +244,11 @@ def diagnose(
         # A fragmentation OOM is a finding with a fix, not a broken harness: plan the allocator
         # action; the rungs after it are measured by running diagnose again with it applied.
         outcome.stopped = error
-        stop_for_fragmentation(ctx, results, fatal)
-    elif "fragmentation_oom" in ctx.cache and not ctx.results["memory"].implies.startswith("allocator"):
+        memory_from_oom(ctx, results, fatal, stopped=True)
+    elif compiled_oom is not None and not ctx.results["memory"].implies.startswith("allocator"):
         # a compiled variant ran out of memory with the free memory stranded: the eager steady
         # state did not show it, the compiled step (its own buffers) did; that is the evidence
-        verdict = memory.from_oom(*ctx.cache["fragmentation_oom"])
-        results[:] = [verdict if r.name == "memory" else r for r in results]
-        ctx.results["memory"] = verdict
+        memory_from_oom(ctx, results, compiled_oom, stopped=False)
     from .planner import plan as make_plan
 
     decision = make_plan(ctx)
