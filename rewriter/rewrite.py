@@ -352,7 +352,12 @@ def rewrite_command(
         # Bytes, not text: a file in another encoding (PEP 263) keeps its exact bytes in the diff.
         click.echo(patch.encode("utf-8", "surrogateescape"), nl=False)
     elif not check:
-        why = "the plan has no actions" if not loaded.plan.actions else f"{src} already is what the plan asks"
+        if not loaded.plan.actions:
+            why = "the plan has no actions"
+        elif result.skipped:
+            why = f"{len(result.skipped)} action(s) not written (above); {src} already has the rest"
+        else:
+            why = f"{src} already is what the plan asks"
         stderr().print(f"no changes: {why}", highlight=False)
     if check and result.changes:
         stderr().print(

@@ -290,12 +290,17 @@ def test_recompiles_from_value_guards_are_not_blamed_on_shapes(tmp_path):
 
 
 def test_moe_expert_size_guards_are_not_per_instance_recompiles(tmp_path):
-    """A newcomer's MoE (fixtures/newcomer/moe): each expert gets a data-dependent number of
+    """A newcomer's MoE (fixtures/compile/moe_block/before): each expert gets a data-dependent number of
     tokens, so the compiled block recompiled once on "tensor 'x' size mismatch at index 0". The
     rung called that a per-instance recompile with no location, and the planner dropped the
     block compile; a size guard is a dynamic shape, not per-instance state."""
     src = tmp_path / "moe"
-    shutil.copytree(WORKLOADS.parent / "newcomer" / "moe", src)
+    shutil.copytree(WORKLOADS.parent / "compile" / "moe_block" / "before", src)
+    (src / "harness.py").write_text(
+        "import torch\nfrom model import MoETransformer\n\n\ndef build_model():\n    torch.manual_seed(0)\n"
+        "    return MoETransformer()\n\n\ndef make_inputs(batch: int = 2, seq: int = 16):\n"
+        "    return (torch.randint(0, 128, (batch, seq)),)\n"
+    )
     from rewriter.plan import Harness
 
     spec = Harness(file="harness.py", shapes=[{"batch": 2, "seq": 16}, {"batch": 2, "seq": 12}], mode="training", device="cpu")

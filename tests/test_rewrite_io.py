@@ -406,6 +406,19 @@ def test_a_plan_that_changes_nothing_says_so(tree, capsysbinary, monkeypatch):
     (base / "empty.yaml").write_text("version: 1\nactions: []\n")
     code, out, err = run(capsysbinary, "rewrite", "--plan", "empty.yaml", "src")
     assert (code, out) == (0, b"") and "no changes: the plan has no actions" in err
-    assert run(capsysbinary, "rewrite", "--plan", "plan.yaml", "src", "--apply", "--no-validate")[0] == 0
-    code, out, err = run(capsysbinary, "rewrite", "--plan", "plan.yaml", "src")
+    assert run(capsysbinary, "rewrite", "--plan", "plan.yaml", "src", "--unsafe", "--apply", "--no-validate")[0] == 0
+    code, out, err = run(capsysbinary, "rewrite", "--plan", "plan.yaml", "src", "--unsafe")
     assert (code, out) == (0, b"") and "no changes: src already is what the plan asks" in err
+
+
+def test_no_changes_says_when_actions_were_held_back(tree, capsysbinary, monkeypatch):
+    """Review: an unsafe action not written (no --unsafe) and nothing else to do said the tree
+    "already is what the plan asks", beside the line saying the action was not written."""
+    base, src = tree
+    monkeypatch.chdir(base)
+    (base / "bucket.yaml").write_text(
+        "version: 1\nactions:\n  - action: bucket\n    target: pkg/model.py::GPT.forward\n    arg: idx\n    dim: 1\n    buckets: [64, 128]\n"
+    )
+    code, out, err = run(capsysbinary, "rewrite", "--plan", "bucket.yaml", "src")
+    assert (code, out) == (0, b"") and "not written" in err
+    assert "no changes: 1 action(s) not written (above); src already has the rest" in err

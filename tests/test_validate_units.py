@@ -239,3 +239,13 @@ def test_repeated_blocks_are_the_outermost_lists_only():
     found = repeated_blocks(Model())
     assert [(name, len(children)) for name, children in found] == [("blocks", 2), ("heads", 2)]
     assert [name for name, _ in repeated_blocks(nn.Sequential(Block(), Block()))] == ["<root>"]
+
+
+def test_a_graph_break_is_listed_once_with_its_site_when_the_log_gave_one():
+    from rewriter.validate.report import graph_break_lines
+
+    comp = {"graph_break_reasons": ["2x TypeError when making fake tensor call"],
+            "graph_break_sites": ["b/model.py:36: 'is_causal' must be bool, not SymBool"]}
+    assert graph_break_lines(comp) == ["  - graph break at b/model.py:36: 'is_causal' must be bool, not SymBool"]
+    assert graph_break_lines({"graph_break_reasons": ["2x generic_jump"]}) == ["  - graph break: 2x generic_jump"]
+    assert graph_break_lines({}) == []

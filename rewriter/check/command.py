@@ -35,12 +35,14 @@ def _write(changes: list[tuple[str, bytes, bytes, int]]) -> None:
 def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[str], fix: bool) -> None:
     if plan is None:
         return
+    from ..plan import load_plan
     from .drift import infer_src, plan_drift
 
     outcome.plan = plan
-    src = src or infer_src(plan, files)
+    loaded = load_plan(plan)
+    src = src or infer_src(loaded, files)
     try:
-        drifted, diff = plan_drift(plan, src or ".", files)
+        drifted, diff = plan_drift(loaded, src or ".", files)
     except StackpartError as exc:
         if src is None and "under SRC" in str(exc):  # targets are relative to SRC, not the working dir
             exc.hint = (f"{exc.hint}; " if exc.hint else "") + "pass --src DIR (or src = ... under [tool.stackpart])"
@@ -48,7 +50,7 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
     if fix and drifted:
         _write([(path, c.old or b"", c.new, c.mode) for path, c in drifted])
         outcome.fixed.extend(path for path, _ in drifted)
-        drifted, diff = plan_drift(plan, src or ".", files)
+        drifted, diff = plan_drift(loaded, src or ".", files)
     outcome.drift_files = [path for path, _ in drifted]
     outcome.drift_diff = diff
 

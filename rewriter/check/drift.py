@@ -14,20 +14,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..diff import unified_diff
+from ..plan import LoadedPlan
 from ..rewrite import FileChange, plan_rewrite
 
 
-def infer_src(plan_path: str, files: Sequence[str]) -> str | None:
+def infer_src(loaded: LoadedPlan, files: Sequence[str]) -> str | None:
     """SRC for a plan when none is configured: the folder that, joined with a file the plan
     targets (``net.py`` of ``net.py::Block``, the harness file), gives one of ``files``
-    (``src/net.py`` -> ``src``). None when no file matches or two candidates disagree.
-
-    Raises:
-        StackpartError: the plan does not load.
-    """
-    from ..plan import load_plan
-
-    plan = load_plan(plan_path).plan
+    (``src/net.py`` -> ``src``). None when no file matches or two candidates disagree."""
+    plan = loaded.plan
     wanted = {str(t).split("::", 1)[0] for t in (getattr(a, "target", None) for a in plan.actions) if t}
     if plan.harness is not None:
         wanted.add(plan.harness.file)
@@ -40,20 +35,17 @@ def infer_src(plan_path: str, files: Sequence[str]) -> str | None:
     return os.path.relpath(found.pop()) if len(found) == 1 else None
 
 
-def plan_drift(plan_path: str, src: str, files: Sequence[str]) -> tuple[list[tuple[str, FileChange]], str]:
-    """The plan's pending changes to ``files`` (to every file when ``plan_path`` is one of
+def plan_drift(loaded: LoadedPlan, src: str, files: Sequence[str]) -> tuple[list[tuple[str, FileChange]], str]:
+    """The plan's pending changes to ``files`` (to every file when the plan file is one of
     them): ``([(file as given, or relative to the working directory, change)], git-style diff)``.
 
     Raises:
-        StackpartError: a bad plan or target (the same errors ``rewrite`` raises).
+        StackpartError: a bad target (the same errors ``rewrite`` raises).
     """
-    from ..plan import load_plan
-
-    loaded = load_plan(plan_path)
     result = plan_rewrite(loaded, Path(src), unsafe=False)
     root = Path(src).resolve()
     given = {os.path.realpath(f): f for f in files}
-    plan_staged = os.path.realpath(plan_path) in given
+    plan_staged = os.path.realpath(loaded.path) in given
     drifted = []
     for change in result.changes:
         real = os.path.realpath(root / change.relpath)

@@ -1,4 +1,5 @@
-"""Dynamo's own recompile and graph-break reports, read from its logging (``TORCH_LOGS=recompiles,graph_breaks``).
+"""Dynamo's own recompile and graph-break reports, read from its logging
+(``TORCH_LOGS=recompiles,graph_breaks``).
 
 ``torch._logging.set_logs(recompiles=True)`` turns on the ``recompiles`` artifact; a handler on
 the ``torch._dynamo`` logger collects each "Recompiling function ... triggered by the following

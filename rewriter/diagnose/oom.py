@@ -13,8 +13,9 @@ fix (a segment grows in place and its free pages can be unmapped). Otherwise the
 need more than the limit: a **capacity OOM**, which no allocator setting fixes.
 
 Measured: the fragmentation workload (fixtures/workloads/fragmentation) under a 2 GiB cap runs
-out of memory asking for 448 MiB with 597 MiB reserved but unallocated and 1.26 GiB allocated
-(benchmarks/alloc_sim_fragmentation.py; the H200 run 4 OOMed in the same rung).
+out of memory asking for 448 MiB with 599 MiB reserved but unallocated and 1.23 GiB allocated
+(H200 runs 9 and 12; benchmarks/alloc_sim_fragmentation.py predicted 448 and 597 MiB); with
+``expandable_segments:True`` the same step runs (BENCHMARKS.md, third session).
 
 Parsing the message, not reading ``memory_stats()`` afterwards, keeps the numbers of the moment
 of failure (unwinding the stack frees tensors) and works on any host (tests raise the message on

@@ -14,7 +14,6 @@ I recompiling? -> bucket shapes, mark_dynamic").
 from __future__ import annotations
 
 import re
-
 from collections.abc import Iterator
 from typing import Any
 

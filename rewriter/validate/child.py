@@ -159,7 +159,6 @@ REFERENCE_DONE = "reference.done"
 def wait_for_reference(ref: Path, poll_s: float = 0.05) -> None:
     """Block until the reference child has written every output (``ref/reference.done``). A
     reference that fails never writes it; the parent then kills the waiting children."""
-
     while not (ref / REFERENCE_DONE).exists():
         time.sleep(poll_s)
 
@@ -229,7 +228,6 @@ def _block_share(job: dict[str, Any], model: Any, ref: Path, training: bool) -> 
     naive regional compile covers); the rest (embeddings, masks, rotary tables, the head) stays
     eager under it. Forward hooks record CUDA events (or perf_counter on CPU) around each block;
     one warm step per shape. Forward only, also in training mode."""
-
     import torch
 
     from ..harness import call_model
@@ -491,7 +489,6 @@ def serve(job: dict[str, Any], channel: Channel, model: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the job file named in ``argv[0]``; write its JSON result; return the exit code."""
     import os
-
 
     t0 = time.perf_counter()
     args = sys.argv[1:] if argv is None else argv

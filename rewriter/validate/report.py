@@ -118,10 +118,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append(f"  - recompile limit hit, frame runs eager from then on: {hit}")
         for r in comp.get("recompile_reasons", [])[:5]:
             lines.append(f"  - recompiled: {r}")
-        for r in comp.get("graph_break_reasons", [])[:3]:
-            lines.append(f"  - graph break: {r}")
-        for site in comp.get("graph_break_sites", [])[:3]:
-            lines.append(f"  - graph break at {site}")
+        lines.extend(graph_break_lines(comp))
         amort = var.get("amortization")
         if amort:
             lines.append(
@@ -166,6 +163,14 @@ def numerics_lines(report: dict[str, Any]) -> list[str]:
             f"{'within' if hp['ok'] else 'PAST'} the bound"
         )
     return out
+
+
+def graph_break_lines(comp: dict[str, Any], show: int = 3) -> list[str]:
+    """A variant's graph breaks, each once: at its file:line where Dynamo's log gave one
+    (``graph_break_sites``), else the counters' reason with its count."""
+    sites = comp.get("graph_break_sites") or []
+    texts = [f"graph break at {s}" for s in sites] or [f"graph break: {r}" for r in comp.get("graph_break_reasons", [])]
+    return [f"  - {t}" for t in texts[:show]]
 
 
 def block_share_lines(report: dict[str, Any]) -> list[str]:
