@@ -38,7 +38,7 @@ def _children(marker: str) -> list[int]:
             cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if "rewriter.validate.child" in cmd and marker in cmd:
+        if "rewriter.engine.child" in cmd and marker in cmd:
             pids.append(int(entry.name))
     return pids
 

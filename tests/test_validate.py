@@ -19,8 +19,8 @@ import torch
 from rewriter.cli import main
 from rewriter.plan import load_plan
 from rewriter.rewrite import plan_rewrite
-from rewriter.validate.child import run_cold
-from rewriter.validate.materialize import tree_hashes
+from rewriter.engine.child import run_cold
+from rewriter.engine.materialize import tree_hashes
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "validate"
 FAST = ["--backend", "eager", "--reps", "3", "--warmup", "1", "--timeout", "120"]
@@ -107,9 +107,9 @@ def test_planted_wrong_rewrite_fails_every_time(tmp_path, capsys):
 @pytest.fixture
 def overlap_on(monkeypatch):
     """Force the GPU-only schedule on CPU: the reference's run overlaps the plan's cold phase."""
-    from rewriter.validate import command
+    from rewriter.engine import measure
 
-    monkeypatch.setattr(command, "may_overlap", lambda allowed, device: allowed)
+    monkeypatch.setattr(measure, "may_overlap", lambda allowed, device: allowed)
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rewriter.cli import main
-from rewriter.validate.materialize import tree_hashes
+from rewriter.engine.materialize import tree_hashes
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "validate" / "causal_bucket"
 
@@ -93,7 +93,7 @@ def test_plan_edit_makes_the_report_stale(case, capsys, tmp_path):
     plan, src = case
     from rewriter.plan import load_plan
     from rewriter.rewrite import plan_rewrite
-    from rewriter.validate.materialize import file_sha256
+    from rewriter.engine.materialize import file_sha256
     from rewriter.validate.report import default_report_dir
 
     # a report for the plan as it is (hand-made: this test is about the gate, not validate)

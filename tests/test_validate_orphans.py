@@ -1,5 +1,5 @@
 """validate's children die with validate, even when it is killed with SIGKILL (no handler runs):
-a child holding GPU memory must not outlive the parent (rewriter.validate.runner.die_with_parent)."""
+a child holding GPU memory must not outlive the parent (rewriter.engine.runner.die_with_parent)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_child_is_killed_when_the_parent_is_sigkilled(tmp_path):
     parent = textwrap.dedent(
         f"""
         import subprocess, sys, time
-        from rewriter.validate.runner import die_with_parent
+        from rewriter.engine.runner import die_with_parent
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                                  start_new_session=True, preexec_fn=die_with_parent)
         open({str(pidfile)!r}, "w").write(str(child.pid))

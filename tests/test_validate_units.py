@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from rewriter.validate.amortize import amortize
-from rewriter.validate.compare import TOLERANCES, compare_trees
-from rewriter.validate.verdict import numerics_failures, speed_failures
+from rewriter.engine.amortize import amortize
+from rewriter.engine.compare import TOLERANCES, compare_trees
+from rewriter.engine.verdict import numerics_failures, speed_failures
 
 
 def test_identical_trees_pass_and_count_leaves():
@@ -174,7 +174,7 @@ GPT2_CONSTRAINT = (
 
 
 def test_constraint_violation_hint_gives_the_range_and_the_plan_line():
-    from rewriter.validate.verdict import constraint_hint
+    from rewriter.engine.verdict import constraint_hint
 
     hint = constraint_hint(GPT2_CONSTRAINT, [(30, "attention_mask", 1), (27, "input_ids", 1)], "gpt2.yaml")
     assert hint == (
@@ -198,7 +198,7 @@ SPECIALISED = (
 
 
 def test_constraint_violation_hint_covers_every_violation_line():
-    from rewriter.validate.verdict import constraint_hint
+    from rewriter.engine.verdict import constraint_hint
 
     hint = constraint_hint(SPECIALISED, [(9, "x", 1), (11, "x", 0)])
     assert hint.startswith("hint: the code fixes x dim 1 (plan.yaml line 9) to 12 (a view to a fixed size")
@@ -208,7 +208,7 @@ def test_constraint_violation_hint_covers_every_violation_line():
 
 
 def test_reference_overlaps_the_plan_only_with_room_on_the_device():
-    from rewriter.validate.cost import room_to_overlap
+    from rewriter.engine.cost import room_to_overlap
 
     gib = 2**30
     assert room_to_overlap({"weights_saved": True}) is None  # CPU: no memory figures, no limit
@@ -223,7 +223,7 @@ def test_repeated_blocks_are_the_outermost_lists_only():
     compiled regions inside compiled regions."""
     import torch.nn as nn
 
-    from rewriter.validate.variants import repeated_blocks
+    from rewriter.engine.variants import repeated_blocks
 
     class Block(nn.Module):
         def __init__(self):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rewriter.validate.watch import CompileWatch
+from rewriter.engine.watch import CompileWatch
 
 
 def test_recompiles_are_counted_once_per_recompilation():

@@ -108,7 +108,7 @@ def validate_distributed_command(
     """
     from ..plan import DistributedAction, load_plan
     from ..terminal import stderr
-    from ..validate.materialize import materialize
+    from ..engine.materialize import materialize
     from ..validate.report import default_report_dir as validation_report_dir
 
     loaded = load_plan(plan_path)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..plan import LoadedPlan
 from ..rewrite import RewriteResult, plan_rewrite
-from .materialize import file_sha256, tree_hashes
+from ..engine.materialize import file_sha256, tree_hashes
 from .report import JSON_NAME, default_report_dir, read_report
 
 

@@ -138,7 +138,7 @@ def render_markdown(report: dict[str, Any]) -> str:
 def numerics_lines(report: dict[str, Any]) -> list[str]:
     """Markdown: per compiled variant, its worst leaf under the high-precision rule
     ("eager vs fp64: X; plan vs fp64: Y; bound Z"); nothing for float32/float64 harnesses."""
-    from .compare import high_precision_text
+    from ..engine.compare import high_precision_text
 
     run = (report.get("variants", {}).get("eager") or {}).get("high_precision_run")
     rows = [

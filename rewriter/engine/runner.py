@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: Exit codes of :mod:`rewriter.validate.child`.
+#: Exit codes of :mod:`rewriter.engine.child`.
 CHILD_HARNESS_ERROR, CHILD_OOM, CHILD_RAISED = 2, 3, 4
 
 
@@ -139,7 +139,7 @@ class ServedChild:
         self.started = time.perf_counter()
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "rewriter.validate.child", str(job_path)],
+                [sys.executable, "-m", "rewriter.engine.child", str(job_path)],
                 stdout=err, stderr=subprocess.STDOUT, env=env, cwd=str(workdir),
                 start_new_session=True, pass_fds=(cmd_r, rep_w), preexec_fn=die_with_parent,
             )

@@ -1,4 +1,4 @@
-"""Inside one validation child process: ``python -m rewriter.validate.child JOB.json``.
+"""Inside one validation child process: ``python -m rewriter.engine.child JOB.json``.
 
 ``cold`` phase (one variant per process, empty compile caches): build the model from the
 variant's tree, load the reference state_dict (the ``eager`` reference saves it, and the inputs
@@ -98,7 +98,9 @@ def _build(
     from .variants import TREE, prepare
 
     spec = Harness.model_validate(job["harness"])
-    tree = Path(job["trees"][TREE[variant]])
+    tree = Path(job["tree"]) if job.get("tree") else Path(job["trees"][TREE[variant]])
+    if job.get("force_backend"):
+        force_backend(job["force_backend"])  # before the tree's decorators run at import
     h = load_harness(spec, tree)
     torch.manual_seed(job["seed"])
     model, fallback = build_model(h, construct_on=spec.device if job.get("construct_on_device") else None)
@@ -148,8 +150,32 @@ def _build(
         except RuntimeError as exc:
             info["state_dict_error"] = f"loading the original's state_dict failed: {str(exc)[:500]}"
             return model, info
-    info.update(prepare(variant, model, job["backend"]))
+    kind = job["prepare"] if "prepare" in job else variant  # job files of older callers name only the variant
+    info.update(prepare(kind or ("eager" if variant == "eager" else "plan"), model, job["backend"]))
     return model, info
+
+
+def force_backend(backend: str) -> None:
+    """Make every ``torch.compile`` in this process use ``backend`` (``mode`` and ``options``, which
+    only Inductor takes, are dropped): diagnose's search on CPU measures what Dynamo captures, guards
+    and recompiles in each candidate without Inductor's codegen (~20 s a compile on CPU), the trees'
+    own decorators and the user's calls alike. ``nn.Module.compile`` calls ``torch.compile`` and is
+    covered too."""
+    import functools
+
+    import torch
+
+    original = getattr(torch.compile, "__wrapped__", torch.compile)
+
+    @functools.wraps(original)
+    def compile_with(model=None, **kwargs):  # type: ignore[no-untyped-def]
+        kwargs["backend"] = backend
+        kwargs.pop("mode", None)
+        kwargs.pop("options", None)
+        return original(model, **kwargs) if model is not None else original(**kwargs)
+
+    compile_with.__wrapped__ = original  # type: ignore[attr-defined]
+    torch.compile = compile_with
 
 
 #: Written into ``ref`` by the reference once every file the comparisons read is complete.

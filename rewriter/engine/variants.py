@@ -42,13 +42,13 @@ def repeated_blocks(model: Any) -> list[tuple[str, list[Any]]]:
 def prepare(variant: str, model: Any, backend: str) -> dict[str, Any]:
     """Apply ``variant``'s compile to ``model`` in place; return what was done (for the report).
 
-    Raises:
-        ValueError: an unknown variant name.
+    ``variant`` is ``whole`` or ``regional`` (compiled here), else the tree's own code compiles
+    (``eager``: nothing; a plan or search candidate: its decorators).
     """
     import torch
 
-    if variant in ("eager", "plan"):
-        return {"compiled": "by the plan's decorators" if variant == "plan" else "nothing"}
+    if variant not in ("whole", "regional"):
+        return {"compiled": "nothing" if variant == "eager" else "by the plan's decorators"}
     if variant == "whole":
         model.compile(backend=backend)
         return {"compiled": f"model.compile(backend={backend!r})"}
@@ -65,4 +65,3 @@ def prepare(variant: str, model: Any, backend: str) -> dict[str, Any]:
             + (f": {names}" if names else ": no repeated ModuleList found"),
             "blocks": count,
         }
-    raise ValueError(f"unknown variant {variant!r}; expected one of {', '.join(VARIANTS)}")

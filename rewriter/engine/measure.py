@@ -1,0 +1,486 @@
+"""Run a set of variants side by side and measure each: the one measurement engine of ``validate``
+and of diagnose's search (DESIGN.md, "The search").
+
+Every variant is its own child process (:class:`.runner.ServedChild`) with empty Inductor and Triton
+caches, built from its own tree (the original, a rewritten candidate) or compiled in place
+(``whole``/``regional`` baselines). All start at once; their cold phases (first call per shape = the
+compile each new shape costs, Dynamo's counters, numerics against the eager reference, the
+``fail_on_recompile`` pass) run one after the other once every process has built, so no build
+competes with a compile being timed; then the still-running warm processes are timed interleaved,
+one call per variant per round in a rotating order, so machine drift hits every variant alike.
+
+A variant is judged by what it did, never by a rule: an error (it raised, a build or harness
+failure, a timeout, an out-of-memory), wrong numbers, weights that do not load, a silent fallback
+to eager (no graph captured where the tree asks for torch.compile, a frame that hit the recompile
+limit) or a recompilation after warm-up are its ``problems``; a variant with problems is not timed
+and is never a plan.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .cost import may_overlap, room_to_overlap
+
+#: z of a two-sided 95% normal interval (the paired log-ratio interval of :func:`ratio_interval`).
+Z95 = 1.96
+
+
+@dataclass
+class Options:
+    """Knobs of one measurement (validate's CLI flags; the search sets its own).
+
+    Attributes:
+        backend: ``torch.compile`` backend of the in-place baselines (``whole``, ``regional``).
+        force_backend: when set, every ``torch.compile`` in every child (the trees' own decorators
+            and the user's calls included) uses this backend: diagnose's search on CPU measures
+            Dynamo's capture, guards and recompiles with ``eager`` without Inductor's ~20 s CPU
+            compiles. None: the trees compile as written.
+        min_speedup, speed_gate: validate's speed gate (see :mod:`rewriter.validate.command`).
+        timeout_s: per child process wait.
+        warmup, reps, budget_s: timing: warm-up calls, max interleaved rounds, seconds per shape.
+        seed: torch seed for model and inputs.
+        keep: keep the temp dir (trees, job files, child stderr) for debugging.
+        variants: which baselines validate runs besides eager and plan.
+        overlap: let the reference's run overlap the first compiled variant's cold phase (on
+            CUDA with >= 8 CPUs only; see :func:`.cost.may_overlap`).
+        construct_on_device: build each child's model with the harness device as the default
+            device (parameter init on the GPU; host build when that raises), see
+            :func:`rewriter.harness.build_model`.
+    """
+
+    out: Path | None = None
+    backend: str = "inductor"
+    force_backend: str | None = None
+    min_speedup: float = 0.95
+    speed_gate: str = "auto"
+    timeout_s: float = 600.0
+    warmup: int = 3
+    reps: int = 30
+    budget_s: float = 10.0
+    seed: int = 0
+    keep: bool = False
+    variants: tuple[str, ...] = ("eager", "plan", "whole", "regional")
+    overlap: bool = True
+    construct_on_device: bool = True
+
+
+@dataclass
+class Variant:
+    """One tree to run.
+
+    Attributes:
+        name: its key in the results (``eager`` is the reference and must come first).
+        tree: the source tree the child imports the harness from.
+        prepare: ``whole``/``regional`` to compile in place in the child (:func:`.variants.prepare`),
+            None when the tree's own code does the compiling.
+        judged: a candidate (its problems are failures) rather than a baseline (validate reports a
+            baseline's failure as a note and leaves it out).
+        compiles: the tree asks for ``torch.compile``: capturing no graph is a silent fallback.
+        mark_dynamic: ``(plan line, arg, dim)`` of its plan's mark_dynamic actions, for the hint a
+            ``ConstraintViolationError`` gets.
+        plan_name: its plan file's name, for that hint.
+    """
+
+    name: str
+    tree: Path
+    prepare: str | None = None
+    judged: bool = True
+    compiles: bool = False
+    mark_dynamic: list[tuple[int | None, str, int]] = field(default_factory=list)
+    plan_name: str = "plan.yaml"
+
+
+@dataclass
+class Measurement:
+    """What :func:`measure` found.
+
+    Attributes:
+        results: per variant name: the cold summary (``compile``, ``per_shape_cold``,
+            ``compile_s_per_start``, ``shape_buckets``, ...), ``error``, ``numerics``,
+            ``problems`` (sentences), and once timed ``step_ms`` (mean over shapes of the
+            per-shape medians, ms), ``speedup_vs_eager`` and ``amortization``
+            (:func:`.amortize.amortize`).
+        timing: per shape ``{"shape", "timing": {name: summarize(...)}}``.
+        samples: per shape ``{name: [seconds, ...]}`` in round order (paired across variants).
+        errors: what stopped the measurement (the reference failed, the timing run failed).
+        notes: what the reader should know (overlap, high-precision run, skipped variants).
+        hints: extra lines for a failing judged variant (child output tail, constraint hints).
+        clock: where the wall time went (see :func:`.cost.breakdown`).
+    """
+
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    timing: list[dict[str, Any]] = field(default_factory=list)
+    samples: list[dict[str, list[float]]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    hints: dict[str, list[str]] = field(default_factory=dict)
+    clock: dict[str, float] = field(default_factory=dict)
+    reference_overlapped: bool = False
+    timing_wall_s: float = 0.0
+
+    def ok(self, name: str) -> bool:
+        """The variant ran, has no problems and was timed."""
+        r = self.results.get(name) or {}
+        return not r.get("error") and not r.get("problems") and r.get("step_ms") is not None
+
+
+#: ``on_event(name, event, detail)``: ``event`` is ``cold`` (its cold phase ended; ``detail`` is its
+#: result row) or ``skipped`` (``detail`` says why) or ``timing`` (``detail`` is the shape).
+Progress = Callable[[str, str, Any], None]
+
+
+def measure(
+    spec_run: Any,
+    variants: list[Variant],
+    opts: Options,
+    workdir: Path,
+    *,
+    amortization: dict[str, Any] | None = None,
+    stop_on_wrong_numbers: bool = False,
+    deadline: float | None = None,
+    on_event: Progress | None = None,
+    partial: Measurement | None = None,
+) -> Measurement:
+    """Measure ``variants`` (the first must be ``eager``, the reference) and return what was seen.
+
+    Args:
+        spec_run: the harness (:class:`rewriter.plan.Harness`) with the device it runs on.
+        variants: what to run, cold phases in this order (the caller orders by expected value).
+        opts: timing and process knobs.
+        workdir: a temp dir (job files, child stderr, the reference's saved weights and inputs).
+        amortization: ``{"runs", "restarts"}`` for the break-even figures, or None.
+        stop_on_wrong_numbers: skip the timing when a judged variant's numbers are wrong
+            (validate: nothing to time once the plan is wrong).
+        deadline: a ``time.perf_counter()`` value; a variant whose cold phase would start after it
+            is not measured (the search's ``--budget``) and says so.
+        on_event: progress callback (:data:`Progress`).
+        partial: a :class:`Measurement` to fill in place, so a caller that is interrupted
+            (Ctrl-C) still holds the variants finished so far.
+
+    Every child is terminated on the way out, also on KeyboardInterrupt.
+    """
+    m = partial if partial is not None else Measurement()
+    children: dict[str, Any] = {}
+    try:
+        _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_wrong_numbers, deadline, on_event)
+    finally:
+        t_teardown = time.perf_counter()
+        # every result is read by now (or no longer wanted: a child still building, compiling or
+        # waiting for a failed reference); all are terminated at once and then reaped
+        for child in children.values():
+            child.terminate()
+        for child in children.values():
+            child.close()
+        m.clock["teardown_s"] = time.perf_counter() - t_teardown
+    return m
+
+
+def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_wrong_numbers, deadline, on_event):  # type: ignore[no-untyped-def]
+    from .runner import ServedChild
+    from .verdict import constraint_hint, numerics_failures
+
+    by_name = {v.name: v for v in variants}
+    assert variants and variants[0].name == "eager", "the eager reference comes first"
+    ref = workdir / "ref"
+    ref.mkdir(exist_ok=True)
+    caches = workdir / "caches"
+    job = {
+        "harness": spec_run.model_dump(),
+        "backend": opts.backend,
+        "force_backend": opts.force_backend,
+        "seed": opts.seed,
+        "ref": str(ref),
+        "warmup": opts.warmup,
+        "reps": opts.reps,
+        "budget_s": opts.budget_s,
+        "construct_on_device": opts.construct_on_device,
+    }
+    results = m.results
+    cold: dict[str, dict[str, Any]] = {}
+    # Every variant's process starts at once: their interpreter starts, imports and model builds
+    # (CPU work, tens of seconds for an HF model) overlap the eager reference's cold phase, which
+    # compiles nothing. Before the first measured compile every child must have built (and now
+    # waits for its ``go``), so no build runs beside a compile being timed; the compiled variants
+    # then run their cold phases one after the other. With ``overlap`` the reference's own run
+    # (outputs, block share, the float64 run) goes on during the first compiled variant's cold
+    # phase, which waits for it only before its first comparison: the reference then holds one
+    # core and the GPU's spare time while the compile runs on the others.
+    clock = m.clock
+    clock["waiting_for_builds_s"] = 0.0
+    t_spawn = time.perf_counter()
+    for v in variants:
+        children[v.name] = ServedChild(
+            dict(job, phase="cold", variants=[v.name], tree=str(v.tree), prepare=v.prepare, reference=v.name == "eager"),
+            workdir, f"cold-{v.name}", caches / v.name, opts.timeout_s,
+        )
+    overlap = may_overlap(opts.overlap, spec_run.device)
+    built: dict[str, bool] = {}
+
+    def emit(name: str, event: str, detail: Any) -> None:
+        if on_event is not None:
+            on_event(name, event, detail)
+
+    def record(name: str, child: Any) -> bool:
+        """Collect ``name``'s cold phase; False when the measurement cannot go on."""
+        v = by_name[name]
+        res = child.wait_cold()
+        row = results[name] = {
+            "child_wall_s": res.wall_s,
+            "startup_s": getattr(child, "built_at", child.started) - child.started,
+            "problems": [],
+        }
+        if res.error:
+            err = res.error
+            text = f"{err['kind']}: {err['message']}"
+            row["error"] = text
+            row["error_kind"] = err["kind"]
+            if name == "eager":
+                m.errors.append(f"the original model (eager reference) failed: {text}")
+                m.hints.setdefault("eager", []).extend(_stderr_hint(res))
+                emit(name, "cold", row)
+                return False
+            if err["kind"] == "raised":
+                row["problems"].append(f"the rewritten model raised: {err['message']}")
+                hint = constraint_hint(err["message"], v.mark_dynamic, v.plan_name)
+                if hint:
+                    m.hints.setdefault(name, []).append(hint)
+            else:
+                row["problems"].append(f"the rewritten tree failed: {text}")
+                m.hints.setdefault(name, []).extend(_stderr_hint(res))
+            emit(name, "cold", row)
+            return True
+        cold[name] = res.payload
+        row.update(cold_summary(res.payload))
+        sd_err = res.payload.get("info", {}).get("state_dict_error")
+        if sd_err:
+            row["error"] = sd_err
+            row["problems"].append(f"the rewritten model does not load the original's weights: {sd_err}")
+        elif name != "eager":
+            _judge(row, v, res.payload, numerics_failures)
+        if name != "eager" and not v.judged:
+            row["numerics"] = "ok" if not numerics_failures(res.payload) else "differs"
+        emit(name, "cold", row)
+        return True
+
+    pending = None  # the reference, when its run overlaps the next variant's cold phase
+    names = [v.name for v in variants]
+    for k, name in enumerate(names):
+        child = children[name]
+        if k == 1:
+            clock["reference_s"] = time.perf_counter() - t_spawn
+            t_wait = time.perf_counter()
+            for other in names[1:]:
+                built[other] = children[other].wait_built()
+            clock["waiting_for_builds_s"] = time.perf_counter() - t_wait
+        if k > 0 and deadline is not None and time.perf_counter() > deadline:
+            why = "not measured: the search budget was spent before its cold phase"
+            results[name] = {"skipped": why, "problems": []}
+            child.terminate()
+            emit(name, "skipped", why)
+            continue
+        started = built.get(name, False) or (name not in built and child.wait_built())
+        if started:
+            child.go()
+        saved = child.wait_weights_saved() if k == 0 and overlap and started else None
+        if saved is not None:
+            room = room_to_overlap(saved)
+            if room is None:
+                pending = child
+                m.reference_overlapped = True
+                m.notes.append(
+                    "the eager reference's run overlapped the first compiled variant's cold phase (one CPU core, "
+                    "spare GPU time); --no-overlap times that compile alone"
+                )
+                continue
+            m.notes.append(f"reference not overlapped with the first compiled variant's cold phase: {room}")
+        if pending is not None:
+            pending, reference = None, pending
+            if not record("eager", reference):
+                return
+        if not record(name, child):
+            return
+    hp_run = (cold.get("eager") or {}).get("high_precision")
+    if hp_run:
+        if hp_run["dtype"] is None:
+            m.notes.append(
+                "no high-precision reference: the original failed in float64 and float32 ("
+                + "; ".join(hp_run["tried"]) + "); low-precision outputs judged by the relative-RMSE fallback"
+            )
+        elif hp_run["tried"]:
+            m.notes.append(f"high-precision reference ran in {hp_run['dtype']} ({'; '.join(hp_run['tried'])})")
+    results["eager"]["numerics"] = "reference"
+    if m.errors:
+        return
+    if stop_on_wrong_numbers and any(results.get(v.name, {}).get("numerics") == "FAIL" for v in variants if v.judged):
+        m.notes.append("timing skipped: the rewritten model's numbers are wrong")
+        return
+    timeable = [
+        n for n in names
+        if n in cold and "state_dict_error" not in cold[n].get("info", {}) and children[n].alive
+        and not (by_name[n].judged and n != "eager" and results[n]["problems"])
+    ]
+    t_timing = time.perf_counter()
+    timing, samples, error = interleave({n: children[n] for n in timeable}, spec_run.shapes, opts, emit)
+    m.timing_wall_s = time.perf_counter() - t_timing
+    if error:
+        m.errors.append(f"the timing run failed: {error}")
+        return
+    m.timing, m.samples = timing, samples
+    mean_ms = {n: statistics.fmean(row["timing"][n]["median_ms"] for row in timing) for n in timeable}
+    from .amortize import amortize
+
+    for n in timeable:
+        results[n]["step_ms"] = mean_ms[n]
+        results[n]["speedup_vs_eager"] = mean_ms["eager"] / mean_ms[n] if mean_ms[n] > 0 else None
+        if n != "eager":
+            c = cold[n]
+            compiles = 1 + c["compile"]["recompiles"] if c["compile"]["unique_graphs"] else 0
+            results[n]["amortization"] = amortize(
+                mean_ms["eager"] / 1e3,
+                mean_ms[n] / 1e3,
+                results[n]["compile_s_per_start"],
+                max(compiles, results[n]["shape_buckets"]),
+                results[n]["shape_buckets"],
+                amortization["runs"] if amortization else None,
+                amortization["restarts"] if amortization else 1,
+            )
+
+
+def _judge(row: dict[str, Any], v: Variant, payload: dict[str, Any], numerics_failures: Any) -> None:
+    """A judged variant's problems from its cold phase: wrong numbers, silent fallbacks to eager,
+    recompiles after warm-up (each a sentence in ``row["problems"]``)."""
+    if not v.judged:
+        return
+    fails = numerics_failures(payload)
+    row["problems"].extend(fails)
+    row["numerics"] = "FAIL" if fails else "ok"
+    compile_ = payload.get("compile", {})
+    if v.compiles and not compile_.get("unique_graphs"):
+        row["problems"].append("silent fallback to eager: the plan asks for torch.compile but Dynamo captured no graph")
+    for hit in compile_.get("recompile_limit_hits", []):
+        row["problems"].append(f"silent fallback to eager: a plan region hit the recompile limit: {hit}")
+    stance = payload.get("fail_on_recompile", {})
+    if stance.get("ok") is False:
+        row["problems"].append(f"recompiles after warm-up (fail_on_recompile): {stance.get('error', '')}")
+    elif not stance.get("supported"):
+        row.setdefault("notes", []).append("torch.compiler.set_stance is missing in this torch: fail_on_recompile check skipped")
+
+
+def interleave(
+    children: dict[str, Any], shapes: list[dict[str, int]], opts: Options, emit: Callable[[str, str, Any], None] | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, list[float]]], str | None]:
+    """Time every variant per shape: warm-up calls each, then rounds of one call per variant in
+    a rotating order (each in its own warm process), until ``opts.reps`` rounds or
+    ``opts.budget_s`` seconds (at least 3 rounds). Returns per-shape summaries, the raw samples
+    per shape (round order, paired across variants), or an error."""
+    from .timing import summarize
+
+    names = list(children)
+    rows, raw = [], []
+    for i, shape in enumerate(shapes):
+        if emit is not None:
+            emit("*", "timing", shape)
+        samples: dict[str, list[float]] = {n: [] for n in names}
+        for n in names:
+            reply = children[n].time(i, opts.warmup, 0)
+            if "error" in reply:
+                return [], [], f"{n}: {reply['error']['kind']}: {reply['error']['message']}"
+        started = time.perf_counter()
+        for rep in range(opts.reps):
+            k = rep % len(names)
+            for n in names[k:] + names[:k]:
+                reply = children[n].time(i, 0, 1)
+                if "error" in reply:
+                    return [], [], f"{n}: {reply['error']['kind']}: {reply['error']['message']}"
+                samples[n].extend(reply["samples"])
+            if rep >= 2 and time.perf_counter() - started > opts.budget_s:
+                break
+        rows.append({"shape": shape, "timing": {n: summarize(v) for n, v in samples.items()}})
+        raw.append(samples)
+    return rows, raw, None
+
+
+def ratio_interval(samples: list[dict[str, list[float]]], a: str, b: str) -> dict[str, float] | None:
+    """The step-time ratio ``a / b`` with a 95% interval, from interleaved rounds.
+
+    Rounds are paired (one call of each variant per round, :func:`interleave`), so per round
+    ``log(t_a / t_b)`` cancels the drift both saw; per shape its mean and standard error, then the
+    mean over shapes (each shape equally frequent, as ``step_ms`` is) with the combined standard
+    error; the interval is ``exp(mean +- 1.96 se)`` (a normal approximation: 10-30 rounds per
+    shape). Returns ``{"ratio", "low", "high", "rounds"}``, or None without paired samples.
+    """
+    means, variances, rounds = [], [], 0
+    for per_shape in samples:
+        xs, ys = per_shape.get(a) or [], per_shape.get(b) or []
+        logs = [math.log(x / y) for x, y in zip(xs, ys) if x > 0 and y > 0]
+        if not logs:
+            continue
+        rounds += len(logs)
+        means.append(statistics.fmean(logs))
+        variances.append(statistics.variance(logs) / len(logs) if len(logs) > 1 else 0.0)
+    if not means:
+        return None
+    mean = statistics.fmean(means)
+    se = math.sqrt(sum(variances)) / len(means)
+    return {"ratio": math.exp(mean), "low": math.exp(mean - Z95 * se), "high": math.exp(mean + Z95 * se), "rounds": rounds}
+
+
+def cold_summary(payload: dict[str, Any]) -> dict[str, Any]:
+    """The report row of one child's cold phase: what was compiled, Dynamo's counters, the
+    first-call and compile seconds per shape, ``compile_s_per_start`` (the shapes that compiled,
+    summed) and ``shape_buckets`` (how many shapes compiled)."""
+    shapes = payload.get("shapes", [])
+    out: dict[str, Any] = {
+        "compiled": payload.get("info", {}).get("compiled"),
+        "compile": payload.get("compile"),
+        "fail_on_recompile": payload.get("fail_on_recompile"),
+        "per_shape_cold": [
+            {k: e[k] for k in ("shape", "first_call_s", "steady_s", "compile_s", "new_graphs", "new_recompiles")}
+            for e in shapes
+        ],
+    }
+    if shapes:
+        out["cold_first_call_s"] = shapes[0]["first_call_s"]
+        compiled = [e for e in shapes if e["new_graphs"] or e["new_recompiles"]]
+        out["compile_s_per_start"] = sum(e["compile_s"] for e in compiled)
+        out["shape_buckets"] = len(compiled)
+    if payload.get("block_share"):
+        out["block_share"] = payload["block_share"]
+    if payload.get("high_precision"):
+        out["high_precision_run"] = payload["high_precision"]
+    worst = _worst_high_precision(shapes)
+    if worst:
+        out["numerics_vs_high_precision"] = worst
+    if "phases_s" in payload:
+        out["phases_s"] = payload["phases_s"]
+    if "max_memory_allocated_bytes" in payload:
+        out["max_memory_allocated_bytes"] = payload["max_memory_allocated_bytes"]
+    return out
+
+
+def _worst_high_precision(shapes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Over every shape and quantity, the leaf closest to its bound under the high-precision
+    rule (see :mod:`.compare`), with the shape and quantity it came from."""
+    worst = None
+    for entry in shapes:
+        for what, comp in entry.get("compare", {}).items():
+            hp = comp.get("high_precision")
+            if not hp or not isinstance(hp.get("bound"), float) or not isinstance(hp.get("rmse"), float):
+                continue
+            ratio = hp["rmse"] / hp["bound"] if hp["bound"] > 0 else float("inf")
+            if worst is None or ratio > worst["ratio"]:
+                worst = dict(hp, shape=entry["shape"], quantity=what, ratio=ratio)
+    return worst
+
+
+def _stderr_hint(res: Any) -> list[str]:
+    tb = res.error.get("traceback") if res.error else None
+    tail = (tb or res.stderr_tail or "").strip().splitlines()[-3:]
+    return ["child output tail: " + " | ".join(t.strip() for t in tail)] if tail else []
