@@ -134,7 +134,11 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None)
 @click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
 @click.option("--report-dir", default=None, type=click.Path(file_okay=False), help="report.md/json, charts, trace (default: next to the plan).")
-@click.option("--backend", default=None, help="torch.compile backend for the amortization rung (default: inductor on CUDA, eager on CPU).")
+@click.option("--backend", default=None, help="torch.compile backend of the search's candidates (default: inductor on CUDA; eager on CPU, forced on every compile: failures measured, gains not).")
+@click.option("--budget", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds for the search's cold phases (default 600); candidates past it are skipped and say so.")
+@click.option("--no-search", "no_search", is_flag=True, default=False,
+              help="Write the ladder rules' proposal without measuring candidate plans (no validation report).")
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="amortization.runs (expected calls).")
 @click.option("--restarts", type=click.IntRange(min=1), default=None, help="amortization.restarts.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True, help="Seconds one harness call may take.")
@@ -149,6 +153,8 @@ def diagnose(ctx: click.Context, harness: str, src: str, output: str, **kw: obje
     """Run the diagnostic ladder on SRC's model and write plan.yaml with the evidence."""
     nproc, wrap = kw.pop("nproc"), kw.pop("wrap")
     if nproc > 1:  # type: ignore[operator]
+        kw.pop("budget")
+        kw.pop("no_search")
         if kw.pop("entry") is not None:
             raise click.UsageError("--entry is not supported with --nproc")
         from .distributed.command import diagnose_distributed_command

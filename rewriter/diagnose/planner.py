@@ -9,7 +9,6 @@ Rules, in order (DESIGN.md "The diagnostic ladder"; partitioning-the-stack):
   says so and how to get the action (the harness is scaffolding, not the program);
 * launch-bound (batch scaling) is decided first: its device op mix says little about the step;
 * GEMM-dominated op mix (and not launch-bound) → no compile; the report says ~1.0x;
-* the measured compile cost does not pay back over ``amortization.runs`` → no compile, said so;
 * launch-bound with stable shapes → ``compile`` of the model's entry, ``strategy: whole``, with
   ``mode: reduce-overhead`` (CUDA graphs) on CUDA;
 * otherwise → ``compile`` per repeated block (``strategy: region``), or the model as its own
@@ -19,8 +18,8 @@ Rules, in order (DESIGN.md "The diagnostic ladder"; partitioning-the-stack):
   back to eager silently, worse than no plan);
 * dims that vary across the harness shapes → ``mark_dynamic`` on every tensor that enters the
   block (the region boundary) with a varying dim, in the block owner's ``forward``;
-* region vs whole, when both were measured with a gain: the larger net saving of the
-  amortization rule, region on a tie within the noise margin (:func:`choose`).
+* these rules are the proposal; the search (:mod:`.search`) measures it beside the other
+  candidate plans (:mod:`.candidates`) and the measurement decides.
 """
 
 from __future__ import annotations
@@ -110,8 +109,20 @@ def boundary_args(owner: Any, attr: str) -> list[str | None]:
     return []
 
 
-def plan(ctx: Context) -> Decision:
-    """Turn the rung results in ``ctx`` into a :class:`~rewriter.plan.Plan` with evidence."""
+#: The units :func:`plan` can be asked for (the search's candidates, :mod:`.candidates`).
+UNITS = ("none", "region", "whole")
+
+
+def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disables: bool = True, marks: bool = True) -> Decision:
+    """Turn the rung results in ``ctx`` into a :class:`~rewriter.plan.Plan` with evidence.
+
+    ``unit`` None: the ladder's rules decide (the rule's proposal, the search's first candidate).
+    ``none``/``region``/``whole`` force that unit (the search's other candidates): ``mode`` is the
+    whole-model compile's mode; ``disables``/``marks`` say whether a per-block plan carries the
+    ``disable``s the graph-break and per-instance rungs imply and the ``mark_dynamic``s the
+    recompiles rung implies. A forced unit the evidence cannot build (no block under SRC, a guard
+    in the block's own forward) returns no compile action and says why in ``notes``.
+    """
     spec = ctx.session.spec
     src = ctx.session.src
     res = ctx.results
@@ -170,9 +181,9 @@ def plan(ctx: Context) -> Decision:
             "(batch scaling, op mix, amortization)"
         )
         return Decision(_plan(spec, ctx, actions), notes)
+    if unit == "none":
+        return Decision(_plan(spec, ctx, actions), notes)
     opmix = m("op_mix")
-    amort = m("amortization")
-    cands = amort.get("candidates", {})
     bound = opmix.get("compile_gain_bound")
     bs = m("batch_scaling")
     rc = m("recompiles")
@@ -181,36 +192,22 @@ def plan(ctx: Context) -> Decision:
     if not res.get("recompiles") or not res["recompiles"].ok:
         notes.append("the recompiles rung did not run ok: shapes are treated as varying (no CUDA graphs)")
     breaks = [f for f in res["graph_breaks"].findings if f.function] if res.get("graph_breaks") and res["graph_breaks"].ok else []
-    whole_ok = cands.get("whole", {}).get("pays_back") is not False
-    region_ok = cands.get("region", {}).get("pays_back") is not False
 
-    if cands and all(c.get("pays_back") is False for c in cands.values()):
-        worst = ", ".join(f"{u}: {c['compile_s']} s x {c['n_compiles']}" for u, c in cands.items())
-        notes.append(
-            f"compile cost does not pay back over {amort['runs']} runs ({worst}; break-even needs "
-            f"{min(c['break_even_gain_ms'] for c in cands.values())} ms/step saved): the plan compiles nothing"
-        )
-        return Decision(_plan(spec, ctx, actions), notes, "1.0x (no compile)")
-    region_c, whole_c = cands.get("region", {}), cands.get("whole", {})
-    choice, comparison = choose(region_c, whole_c, amort.get("runs", 1))
-    if comparison:
-        notes.append(comparison)
-    if choice is not None:
-        # measured, not assumed (DESIGN.md rung 10): the amortization rule picks the unit
-        prefer_whole = choice == "whole"
-    else:
-        # launch-bound first: the ladder's first rung decides before the op mix (partitioning-
-        # the-stack: "If it barely changes, you are launch bound and the answer is torch.compile
-        # plus mode='reduce-overhead'"); a launch-bound model's device time says little.
-        prefer_whole = launch and stable
-    if prefer_whole and model_target and whole_ok:
-        mode = whole_c.get("mode") or ("reduce-overhead" if ctx.session.cuda and launch and stable else "default")
+    # launch-bound first: the ladder's first rung decides before the op mix (partitioning-
+    # the-stack: "If it barely changes, you are launch bound and the answer is torch.compile
+    # plus mode='reduce-overhead'"); a launch-bound model's device time says little.
+    prefer_whole = unit == "whole" or (unit is None and launch and stable)
+    if unit == "whole" and not model_target:
+        notes.append(f"no whole-model candidate: the model class {type(model).__qualname__} is not defined under SRC")
+    if prefer_whole and model_target:
+        if unit is None:
+            mode = "reduce-overhead" if ctx.session.cuda else "default"
         if launch and stable:
             why = f"batch scaling: {bs['fixed_share']:.0%} fixed overhead (>= 15% launch-bound); shapes stable (0 recompiles across {rc.get('shapes', 1)} shapes)"
         else:
-            why = f"amortization rule: {comparison}" if comparison else "whole-model compile"
+            why = "whole-model compile" + (f"; batch scaling: {bs['fixed_share']:.0%} fixed overhead" if bs else "")
             if not stable:
-                why += f"; shapes vary: {whole_c.get('compiles_observed', '?')} compile(s) observed across {rc.get('shapes', 1)} shapes with automatic dynamic shapes"
+                why += f"; shapes vary across {rc.get('shapes', 1)} shapes: automatic dynamic shapes"
         why += ("; CUDA graphs need one large capture" if mode == "reduce-overhead" else ("; CPU: no CUDA graphs" if not ctx.session.cuda else ""))
         actions.append(
             CompileAction(
@@ -218,20 +215,22 @@ def plan(ctx: Context) -> Decision:
                 target=model_target,
                 strategy="whole",
                 options=CompileOptions(mode=mode),
-                why=why + _amort_why(whole_c or None),
+                why=why,
             )
         )
         unit_qual = model_target.split("::", 1)[1] + ".forward"
         _disables(actions, breaks, {unit_qual}, "whole-model compile")
         return Decision(_plan(spec, ctx, actions), notes)
-    if opmix.get("gemm_share", 0) >= 0.80 and not launch:
+    if unit == "whole":
+        return Decision(_plan(spec, ctx, actions), notes)
+    if unit is None and opmix.get("gemm_share", 0) >= 0.80 and not launch:
         notes.append(
             f"GEMM-dominated ({opmix['gemm_share']:.0%} GEMM+attention, {opmix['basis']}): compile would return ~1.0x "
             f"(at most {bound}x); no compile planned"
         )
         return Decision(_plan(spec, ctx, actions), notes, "~1.0x")
 
-    if block is not None and block["target"] and region_ok:
+    if block is not None and block["target"]:
         forward_qual = block["target"].split("::", 1)[1] + ".forward"
         ir = m("instance_recompiles")
         guards = [f for f in res["instance_recompiles"].findings if f.kind == "guard"] if res.get("instance_recompiles") else []
@@ -246,7 +245,7 @@ def plan(ctx: Context) -> Decision:
                     + ": compiling it would leave blocks silently eager; restructure (make the value a tensor or move it out of forward) — no compile planned for the block"
                 )
                 block = None
-            else:
+            elif disables:
                 seen = set()
                 for g in helpers:
                     if g.function in seen:
@@ -263,18 +262,20 @@ def plan(ctx: Context) -> Decision:
                     )
         if block is not None:
             reached = names_reached(ctx.session.src / block["target"].split("::", 1)[0], forward_qual)
-            disabled = _disables(actions, breaks, {forward_qual}, "per-block compile", notes, reached)
+            disabled = _disables(actions, breaks, {forward_qual}, "per-block compile", notes, reached) if disables else False
             gran = m("granularity")
             own = sorted({f.where for f in breaks if f.function == forward_qual})
             in_block_break = bool(own)
             if own:
                 notes.append(
                     f"graph break inside {forward_qual} itself at {', '.join(own[:3])}: the compiled block runs as more than one "
-                    "graph (measured so by the amortization rung), and `stackpart check` reports the line once the block is "
+                    "graph (measured so by the search), and `stackpart check` reports the line once the block is "
                     "compiled; rewrite it to stay in the graph (torch.where / torch.cond for a data-dependent branch, a tensor "
                     "instead of .item()) to get one graph per block"
                 )
-            options = CompileOptions(fullgraph=not disabled and not in_block_break and not any(isinstance(a, DisableAction) for a in actions))
+            helper_breaks = not disables and any(f.function != forward_qual for f in breaks)
+            options = CompileOptions(fullgraph=not disabled and not in_block_break and not helper_breaks
+                                     and not any(isinstance(a, DisableAction) for a in actions))
             share = gran.get("share")
             actions.append(
                 CompileAction(
@@ -289,65 +290,27 @@ def plan(ctx: Context) -> Decision:
                         if launch
                         else f"; op mix: GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%), fusible {opmix.get('fusible_share', 0):.0%}"
                     )
-                    + _amort_why(cands.get("region")),
                 )
             )
-            _mark_dynamic(actions, notes, blocks[0], rc)
+            if marks:
+                _mark_dynamic(actions, notes, blocks[0], rc)
             return Decision(_plan(spec, ctx, actions), notes)
     elif block is not None and not block["target"]:
         notes.append(f"repeated block {block['cls'].__module__}.{block['cls'].__qualname__} is defined outside SRC: no compile target")
 
-    if blocks and block is None:
+    if (blocks and block is None) or unit == "region":
         return Decision(_plan(spec, ctx, actions), notes)
-    if model_target and (cands.get("whole", {}).get("pays_back") is not False):
+    if model_target:
         actions.append(
             CompileAction(
                 action="compile",
                 target=model_target,
                 strategy="region",
-                why=f"no repeated block in SRC: the model is the unit; op mix GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%)" + _amort_why(cands.get("whole")),
+                why=f"no repeated block in SRC: the model is the unit; op mix GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%)",
             )
         )
         _disables(actions, breaks, {model_target.split('::', 1)[1] + '.forward'}, "model compile")
     return Decision(_plan(spec, ctx, actions), notes)
-
-
-#: Two candidates whose net savings differ by less than this share of the eager step time
-#: (per run, over the deployment) are a tie, and the region wins the tie (smaller compile,
-#: no whole-graph capture to break). A chosen margin: the steady-state medians of one step
-#: repeat within ~1-2% on the H200 run 2 timings; 3% leaves room for that noise.
-NOISE_SHARE = 0.03
-
-
-def choose(region: dict, whole: dict, runs: int) -> tuple[str | None, str | None]:
-    """Pick the compile unit by the amortization rule when both were measured with a gain.
-
-    net = (t_eager - t_compiled) x N_runs - t_compile x N_compiles (DESIGN.md rung 10); the
-    larger net wins unless the two are within :data:`NOISE_SHARE` of the eager step (per run),
-    where the region is preferred. Returns (``"region"``/``"whole"``/None, the comparison for
-    the report; None when a candidate is missing, unmeasured, or does not pay back).
-    """
-    nets = [c.get("net_s") for c in (region, whole)]
-    if not all(isinstance(n, float) for n in nets) or not (region.get("pays_back") and whole.get("pays_back")):
-        return None, None
-    eager_ms = max(region.get("eager_step_ms", 0.0), whole.get("eager_step_ms", 0.0))
-    margin_s = NOISE_SHARE * eager_ms * 1e-3 * runs
-    pick = "whole" if whole["net_s"] - region["net_s"] > margin_s else "region"
-    text = (
-        f"region net {region['net_s']:.0f} s ({region['speedup']}x, {region['compile_s']} s compile x {region['n_compiles']}) vs "
-        f"whole net {whole['net_s']:.0f} s ({whole['speedup']}x, {whole['compile_s']} s compile x {whole['n_compiles']}); "
-        + (f"whole ahead by more than the {NOISE_SHARE:.0%}-of-step noise margin ({margin_s:.0f} s): whole-model compile"
-           if pick == "whole" else f"within the {NOISE_SHARE:.0%}-of-step noise margin ({margin_s:.0f} s) or region ahead: per-block compile")
-    )
-    return pick, text
-
-
-def _amort_why(c: dict | None) -> str:
-    if not c:
-        return ""
-    if c.get("pays_back") is True:
-        return f"; amortization: {c['speedup']}x at steady state, {c['compile_s']} s compile x {c['n_compiles']} (observed x restarts), net {c.get('net_s')} s: pays back"
-    return f"; amortization: {c['compile_s']} s compile, pays back if >= {c['break_even_gain_ms']} ms/step saved"
 
 
 def _disables(actions: list, breaks: list, units: set[str], what: str, notes: list | None = None, reached: set[str] | None = None) -> bool:
@@ -424,7 +387,7 @@ def _mark_dynamic(actions: list, notes: list, block: dict, rc: dict) -> None:
                 target=owner_target + ".forward",
                 arg=arg,
                 dim=d["dim"],
-                # maybe_mark_dynamic, as the amortization rung measured it: the ladder cannot see
+                # maybe_mark_dynamic, as the search measures it: the ladder cannot see
                 # the guards the code needs (GPT-2 requires 128 <= seq <= 1023), and a strict mark
                 # the code cannot honour raises ConstraintViolationError on the first call
                 strict=False,

@@ -92,7 +92,91 @@ def charts(out_dir: Path, rungs: dict[str, RungResult]) -> tuple[list[str], str 
         fig.savefig(out_dir / "blocks.png", dpi=100)
         plt.close(fig)
         made.append("blocks.png")
+    search = rungs.get("search")
+    rows = [r for r in (search.measurement.get("candidates", []) if search is not None else []) if r.get("step_ms") is not None]
+    if rows:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for r in rows:
+            x, y = r.get("compile_s_per_start") or 0.0, r["step_ms"]
+            ax.scatter([x], [y], color="#c44e52" if r["chosen"] else "#4878a8", s=40 if r["chosen"] else 20)
+            ax.annotate(r["candidate"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel("total compile per process start, s")
+        ax.set_ylabel("step ms (mean over shapes)")
+        ax.set_title("Candidate plans: step time vs compile time (chosen in red)")
+        fig.tight_layout()
+        fig.savefig(out_dir / "candidates.png", dpi=100)
+        plt.close(fig)
+        made.append("candidates.png")
     return made, None
+
+
+def _cell(x: Any) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float):
+        return f"{x:.3f}" if abs(x) < 100 else f"{x:,.0f}"
+    if isinstance(x, list):
+        return " + ".join(_cell(v) for v in x) or "–"
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+#: The candidates table's columns: (header, row key).
+CANDIDATE_COLUMNS = (
+    ("candidate", "candidate"), ("step ms", "step_ms"), ("cold compile s", "cold_compile_s"),
+    ("new-shape compile s", "new_shape_compile_s"), ("graphs", "graphs"), ("graph breaks", "graph_breaks"),
+    ("compile s / start", "compile_s_per_start"), ("recompiles", "recompiles"), ("fallbacks", "fallbacks"),
+    ("numerics", "numerics"), ("net saving s", "net_s"),
+    ("status", "status"),
+)
+
+
+def candidates_markdown(search: RungResult | None) -> list[str]:
+    """report.md's candidates table (step ms per shape in a second table), what was pruned."""
+    if search is None or not search.measurement.get("candidates"):
+        return []
+    m = search.measurement
+    lines = ["## Candidate plans, measured", "",
+             f"Each candidate rewritten into its own tree and run in its own process by the engine validate uses "
+             f"(backend `{m.get('backend')}`, clean compile caches); {m.get('decision', '')}", "",
+             "| " + " | ".join(h for h, _ in CANDIDATE_COLUMNS) + " |", "|" + "---|" * len(CANDIDATE_COLUMNS)]
+    for r in m["candidates"]:
+        cells = [_cell(r.get(k)) for _, k in CANDIDATE_COLUMNS]
+        if r["chosen"]:
+            cells[0] = f"**{cells[0]}**"
+        lines.append("| " + " | ".join(cells) + " |")
+    shapes = list(dict.fromkeys(k for r in m["candidates"] for k in r.get("step_ms_per_shape", {})))
+    if shapes:
+        lines += ["", "Step ms per shape (median of interleaved rounds):", "", "| candidate | " + " | ".join(shapes) + " |", "|---|" + "---|" * len(shapes)]
+        for r in m["candidates"]:
+            lines.append(f"| {r['candidate']} | " + " | ".join(_cell(r.get("step_ms_per_shape", {}).get(k)) for k in shapes) + " |")
+    lines += ["", "Actions per candidate:", ""]
+    lines += [f"- **{r['candidate']}**{' (the rule' + chr(39) + 's proposal)' if r.get('rule') else ''}: " + ("; ".join(f"`{a}`" for a in r["actions"]) or "no action") for r in m["candidates"]]
+    if m.get("pruned"):
+        lines += ["", "Pruned by evidence:", ""] + [f"- {p}" for p in m["pruned"]]
+    return lines + [""]
+
+
+#: The terminal's narrower table: the figures that decide, the status's first words.
+TERMINAL_KEYS = ("candidate", "step_ms", "compile_s_per_start", "recompiles", "fallbacks", "numerics", "net_s", "status")
+
+
+def candidates_terminal(console: Any, search: RungResult | None) -> None:
+    """The candidates table on the terminal (rich)."""
+    if search is None or not search.measurement.get("candidates"):
+        return
+    from rich.table import Table
+
+    table = Table(title="stackpart diagnose: candidate plans, measured (details in report.md)", show_lines=False)
+    columns = [c for c in CANDIDATE_COLUMNS if c[1] in TERMINAL_KEYS]
+    for header, _ in columns:
+        table.add_column(header, overflow="fold")
+    for r in search.measurement["candidates"]:
+        cells = [_cell(r.get(k)).replace("\\|", "|") for _, k in columns]
+        cells[-1] = cells[-1].split(":")[0][:24]
+        if r["chosen"]:
+            cells = [f"[bold green]{c}[/]" for c in cells]
+        table.add_row(*cells)
+    console.print(table)
 
 
 def _brief(m: dict[str, Any]) -> str:
@@ -137,6 +221,7 @@ def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | Non
         for r, f in findings:
             lines.append(f"- `{f.where}` ({r.name}, {f.kind}{', ' + f.function if f.function else ''}): {f.message}")
         lines.append("")
+    lines += candidates_markdown(next((r for r in rungs if r.name == "search"), None))
     if notes:
         lines += ["## Planner notes", ""] + [f"- {n}" for n in notes] + [""]
     if plan_text is not None:
@@ -155,6 +240,7 @@ def terminal(console: Any, rungs: list[RungResult], notes: list[str], plan: Any,
     for r in rungs:
         table.add_row(r.title, f"[{colors.get(r.status, 'white')}]{r.status}[/]", r.verdict or r.reason, r.implies)
     console.print(table)
+    candidates_terminal(console, next((r for r in rungs if r.name == "search"), None))
     for n in notes:
         console.print(f"[bold]note:[/] {n}")
     if plan is not None:

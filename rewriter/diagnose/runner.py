@@ -20,7 +20,6 @@ from ..errors import StackpartError
 from ..harness import load_harness
 from ..plan import Amortization, Harness
 from . import (
-    amortization,
     batch_scaling,
     device_time,
     gaps,
@@ -51,15 +50,16 @@ RUNGS: list[tuple[str, Callable[[Context], RungResult] | None]] = [
     ("instance_recompiles", instance_recompiles.run),
     ("memory", memory.run),
     ("granularity", granularity.run),
-    ("amortization", amortization.run),
 ]
+#: After the ladder: the candidate plans measured as wholes (:mod:`.search`); ``only`` may name it.
+SEARCH = "search"
 NEEDS_PROFILE = {"device_time", "op_mix", "top_ops", "gaps", "granularity"}
 #: Rungs that run the model under torch.compile: a failure there is Dynamo's or Inductor's with
 #: this model, not a broken harness (the eager rungs before them already ran it), so it is
 #: recorded as the rung's error and the ladder goes on.
-COMPILE_RUNGS = {"graph_breaks", "recompiles", "instance_recompiles", "amortization"}
+COMPILE_RUNGS = {"graph_breaks", "recompiles", "instance_recompiles"}
 #: What a run writes into its report folder (removed first, so a failed run leaves no mix).
-ARTIFACTS = ("report.json", "report.md", "op_mix.png", "blocks.png", "trace.json")
+ARTIFACTS = ("report.json", "report.md", "op_mix.png", "blocks.png", "candidates.png", "trace.json", "search.log")
 
 
 @dataclass
@@ -74,6 +74,8 @@ class Outcome:
     #: Why the ladder stopped before its last rung with a plan still written (a fragmentation
     #: OOM), or None when every rung ran.
     stopped: str | None = None
+    #: The search's outcome (:class:`.search.SearchOutcome`), or None when it did not run.
+    search: Any = None
 
 
 def memory_from_oom(ctx: Context, results: list[RungResult], oom_in: HarnessFailure, stopped: bool) -> None:
@@ -121,6 +123,7 @@ def diagnose(
     console: Any = None,
     only: set[str] | None = None,
     entry: str | None = None,
+    budget_s: float | None = None,
 ) -> Outcome:
     """Run the ladder on the harness and write plan, report.md, report.json, charts and trace.
 
@@ -130,11 +133,16 @@ def diagnose(
         plan_out: where plan.yaml goes.
         report_dir: where report.md/json, charts and trace.json go (default: ``<plan dir>/stackpart-diagnose``,
             ``stackpart-diagnose-<stem>`` for a plan not named ``plan.yaml``).
-        backend: compile backend for the amortization rung (default :func:`default_backend`).
+        backend: compile backend of the search's candidates (default :func:`default_backend`; a
+            backend that cannot optimise, ``eager`` on CPU, is forced on every compile in every
+            candidate: failures are measured, gains are not).
         amortization_spec: runs/restarts; None assumes 1e6 runs, 1 restart and says so.
         timeout_s: limit for one call into the harness (a hang becomes an error).
         steps: profiled steps.
-        only: run only these rungs (tests); the others are recorded as skipped.
+        only: run only these rungs (tests); the others are recorded as skipped, and the search
+            runs only when ``"search"`` is among them (else the rule's proposal is the plan).
+        budget_s: seconds for the search's cold phases (``--budget``); later candidates are
+            skipped and say so.
         entry: ``file.py::func`` under SRC, the program's entry point (``--entry``): the only
             target for the ``allocator`` action (the harness is scaffolding, not the program).
 
@@ -252,10 +260,15 @@ def diagnose(
     from .planner import plan as make_plan
 
     decision = make_plan(ctx)
+    found = None
+    if (only is None or SEARCH in only) and fatal is None and not outcome.stopped:
+        found = _search(ctx, results, meta, out_dir, console, budget_s, timeout_s)
+        decision = type(decision)(_search_plan(found), _search_notes(found))
     outcome.plan, outcome.notes = decision.plan, decision.notes
+    outcome.search = found
     if outcome.stopped:
         outcome.notes.insert(0, f"{outcome.stopped}; apply the plan's allocator action and run diagnose again to measure the rungs after it")
-    if ctx.amortization_assumed and ctx.results.get("amortization") is not None and ctx.results["amortization"].ok:
+    if ctx.amortization_assumed and found is not None and found.gain_measured:
         outcome.notes.append(
             "amortization not given: assumed 1,000,000 runs and 1 restart (pass --runs/--restarts, which also writes "
             "the plan's `amortization:` section so that validate gates the break-even on it)"
@@ -275,8 +288,71 @@ def diagnose(
     prof = ctx.cache.get("profile")
     if prof is not None and prof.trace:
         outcome.paths["trace (Perfetto)"] = prof.trace
+    if found is not None:
+        _write_validation(found, ctx, plan_out, outcome)
     terminal(console, results, outcome.notes, decision.plan, outcome.paths)
     return outcome
+
+
+def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_dir: Path, console: Any,
+            budget_s: float | None, timeout_s: float) -> Any:
+    """Run the search and record it as the ``search`` entry of the ladder; on Ctrl-C, report.json
+    keeps the candidates measured so far, then the interrupt goes on."""
+    from .search import DEFAULT_BUDGET_S, SearchOutcome, run_search
+
+    found = SearchOutcome([])
+    r = RungResult(SEARCH, "Which complete plan wins, measured as a whole?")
+    r.threshold = ("net = (t_as_is - t_plan) x runs - compile per start x restarts, largest wins; a step difference within the "
+                   "noise (95% interval of the paired ratio contains 1, or < 2%) goes to the cheaper compile (DESIGN.md, the search)")
+    t0 = time.perf_counter()
+    try:
+        run_search(ctx, budget_s=budget_s or DEFAULT_BUDGET_S, timeout_s=max(timeout_s, 120.0), console=console,
+                   log=out_dir / "search.log", outcome=found)
+    except KeyboardInterrupt:
+        r.status, r.reason = "error", "interrupted (Ctrl-C): the candidates measured so far are kept"
+        r.measurement = {"candidates": found.table(), "pruned": found.pruned, "backend": found.backend}
+        results.append(r)
+        write_json(out_dir / "report.json", to_json(meta, results, None, [], r.reason))
+        raise
+    r.seconds = round(time.perf_counter() - t0, 3)
+    r.measurement = {"candidates": found.table(), "pruned": found.pruned, "backend": found.backend,
+                     "gain_measured": found.gain_measured, "chosen": found.choice.chosen, "decision": found.choice.text,
+                     "budget_s": budget_s or DEFAULT_BUDGET_S}
+    r.verdict = found.choice.text
+    chosen = found.chosen
+    r.implies = "no change" if chosen is None or not chosen.plan.actions else f"the {chosen.name!r} plan"
+    results.append(r)
+    ctx.results[SEARCH] = r
+    return found
+
+
+def _search_plan(found: Any) -> Any:
+    from .search import annotated
+
+    return annotated(found)
+
+
+def _search_notes(found: Any) -> list[str]:
+    cand = found.chosen
+    notes = list(cand.notes if cand is not None else [])
+    notes.append(f"search: {found.choice.text}")
+    failed = [f"{n}: {s.splitlines()[0]}" for n, s in found.choice.status.items() if s.startswith("failed")]
+    if failed:
+        notes.append("search: left out as failed (never written): " + " | ".join(failed)[:1500])
+    return notes
+
+
+def _write_validation(found: Any, ctx: Context, plan_out: Path, outcome: Outcome) -> None:
+    """The chosen candidate's measurement as its validation report (``rewrite --apply`` checks it)."""
+    from ..validate.report import default_report_dir as validation_dir
+    from ..validate.report import write_report
+    from .search import validation_report
+
+    report = validation_report(found, ctx, plan_out)
+    if report is None:
+        return
+    paths = write_report(report, validation_dir(plan_out))
+    outcome.paths["validation report (the chosen candidate's measurement)"] = str(paths[0])
 
 
 def harness_from_flags(
@@ -420,7 +496,7 @@ def check_output(harness: str, output: str) -> None:
     )
 
 
-def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str, ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None) -> int:
+def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str, ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False) -> int:
     """The ``stackpart diagnose`` command: returns 0 (plan written), 1 (plan written, but the ladder
     stopped at a fragmentation OOM: apply the allocator action and run again); raises
     StackpartError (exit 2)."""
@@ -433,5 +509,6 @@ def diagnose_command(harness: str, src: str, output: str, *, model: str | None, 
         if restarts is not None:
             base["restarts"] = restarts
         amort = Amortization.model_validate(base)
-    outcome = diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry)
+    only = {n for n, _ in RUNGS} if no_search else None
+    outcome = diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry, budget_s=budget, only=only)
     return 1 if outcome.stopped else 0

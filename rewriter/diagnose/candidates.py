@@ -1,0 +1,149 @@
+"""The search's candidates: complete plans proposed from the ladder's evidence (DESIGN.md, "The search").
+
+Each candidate is every action its plan would hold, built by the planner's own rules with the unit
+forced (:func:`.planner.plan`): the rule's proposal first, then
+
+* ``as-is``: the program as it runs, no action (the baseline every other candidate is measured
+  against; the eager reference's own run, not a second process);
+* ``kernel``: only the ``kernel``/``allocator`` actions, where the ladder asks for one;
+* ``per-block``: the repeated block compiled as its own region, bare; ``+disable``: with the
+  ``disable``s the graph-break and per-instance rungs imply; ``+mark_dynamic``: with the marks the
+  recompiles rung implies at the block boundary;
+* ``nested+whole``: ``nested_compile_region`` on the block plus one whole-model compile (torch >= 2.8);
+* ``whole``: the model's entry compiled whole (automatic dynamic shapes);
+* ``whole+cudagraphs``: ``mode="reduce-overhead"``, on CUDA and only where the shapes are stable.
+
+Candidates with the same action set are one candidate (its first name). What is left out, and
+why, is returned as ``pruned`` for the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..plan import CompileAction, CompileOptions, Plan
+from .context import Context
+from .planner import plan as rule_plan
+from .recompiles import shapes_stable
+
+
+@dataclass
+class Candidate:
+    """One complete plan the search measures.
+
+    Attributes:
+        name: short label (``per-block+disable``, ``whole+cudagraphs``, ...).
+        plan: the plan (harness and amortization included), as diagnose would write it.
+        notes: the planner's statements about it.
+        rule: True for the ladder's own proposal (what the rules alone would have written).
+    """
+
+    name: str
+    plan: Plan
+    notes: list[str] = field(default_factory=list)
+    rule: bool = False
+
+    @property
+    def compiles(self) -> bool:
+        return any(a.action == "compile" for a in self.plan.actions)
+
+    def key(self) -> tuple:
+        """The action set, for deduplication (``why`` left out)."""
+        return tuple(sorted(repr(a.model_dump(exclude={"why"})) for a in self.plan.actions))
+
+
+def nested_supported() -> bool:
+    """``torch.compiler.nested_compile_region`` exists (torch >= 2.8)."""
+    import torch
+
+    return hasattr(torch.compiler, "nested_compile_region")
+
+
+def _nested(ctx: Context, region: Plan, whole: Plan) -> Plan | None:
+    """``nested_compile_region`` on the block + the whole-model compile; the region plan's
+    ``disable``s kept, its marks dropped (``mark_dynamic`` inside the compiled model is forbidden)."""
+    blocks = [a for a in region.actions if a.action == "compile"]
+    wholes = [a for a in whole.actions if a.action == "compile"]
+    if not blocks or not wholes:
+        return None
+    keep = [a for a in region.actions if a.action not in ("compile", "mark_dynamic")]
+    nested = CompileAction(action="compile", target=blocks[0].target, strategy="nested",
+                           why="nested_compile_region: the block traced once inside one whole-model graph")
+    whole_c = wholes[0].model_copy(update={"options": CompileOptions()})
+    return region.model_copy(update={"actions": keep + [nested, whole_c]})
+
+
+def propose(ctx: Context) -> tuple[list[Candidate], list[str]]:
+    """The candidate plans for this ladder, the rule's proposal first, and what was pruned (why).
+
+    Pruned by evidence: CUDA graphs on CPU or with shapes that vary across the harness; nested
+    regions on torch < 2.8; per-block plans without a repeated block under SRC; every compile
+    when the op mix is GEMM-dominated (>= 80% GEMM+attention) and the model is not launch-bound
+    (compile returns ~1.0x: partitioning-the-stack, "Check the op mix").
+    """
+    pruned: list[str] = []
+    out: list[Candidate] = []
+
+    def add(name: str, decision: Any, rule: bool = False) -> None:
+        cand = Candidate(name, decision.plan, list(decision.notes), rule)
+        for other in out:
+            if other.key() == cand.key():
+                other.rule = other.rule or rule
+                return
+        out.append(cand)
+
+    proposal = rule_plan(ctx)
+    base = rule_plan(ctx, "none")
+    add("as-is", type(base)(base.plan.model_copy(update={"actions": []}), []))
+    if base.plan.actions:
+        add("kernel" if any(a.action == "kernel" for a in base.plan.actions) else "allocator", base)
+    if ctx.cache.get("stopped_at"):
+        pruned.append(f"every compile: the ladder stopped at rung {ctx.cache['stopped_at']}")
+        add("rule", proposal, rule=True)
+        return _rule_first(out), pruned
+    opmix = ctx.measured("op_mix")
+    launch = ctx.measured("batch_scaling").get("fixed_share", 0) >= 0.15
+    if opmix.get("gemm_share", 0) >= 0.80 and not launch:
+        pruned.append(f"every compile: GEMM-dominated ({opmix['gemm_share']:.0%} GEMM+attention, not launch-bound): compile returns ~1.0x")
+        add("rule", proposal, rule=True)
+        return _rule_first(out), pruned
+
+    region_full = rule_plan(ctx, "region")
+    has_block = any(a.action == "compile" for a in region_full.plan.actions)
+    if has_block:
+        add("per-block", rule_plan(ctx, "region", disables=False, marks=False))
+        add("per-block+disable", rule_plan(ctx, "region", marks=False))
+        add("per-block+disable+mark_dynamic", region_full)
+    else:
+        pruned.append("per-block: " + (next((n for n in region_full.notes if "no compile" in n or "outside SRC" in n), "no repeated block under SRC")))
+    whole = rule_plan(ctx, "whole", mode="default")
+    if any(a.action == "compile" for a in whole.plan.actions):
+        if has_block:
+            if nested_supported():
+                nested = _nested(ctx, region_full.plan, whole.plan)
+                if nested is not None:
+                    add("nested+whole", type(whole)(nested, []))
+            else:
+                pruned.append("nested+whole: torch.compiler.nested_compile_region needs torch >= 2.8")
+        add("whole", whole)
+        if not ctx.session.cuda:
+            pruned.append("whole+cudagraphs: no CUDA (CUDA graphs need a GPU)")
+        elif not shapes_stable(ctx):
+            pruned.append("whole+cudagraphs: shapes vary across the harness (each new shape is a new CUDA graph capture)")
+        else:
+            add("whole+cudagraphs", rule_plan(ctx, "whole", mode="reduce-overhead"))
+    else:
+        pruned.append("whole, whole+cudagraphs: " + (whole.notes[-1] if whole.notes else "the model class is not under SRC"))
+    # the rule's proposal is one of the above (same actions) or its own candidate
+    add("rule", proposal, rule=True)
+    return _rule_first(out), pruned
+
+
+def _rule_first(cands: list[Candidate]) -> list[Candidate]:
+    """The rule's proposal first (the expected best: its cold phase runs first under a budget),
+    then the compile candidates in proposal order, ``as-is`` last."""
+    rule = [c for c in cands if c.rule]
+    rest = [c for c in cands if not c.rule and c.name != "as-is"]
+    asis = [c for c in cands if c.name == "as-is" and not c.rule]
+    return rule + rest + asis

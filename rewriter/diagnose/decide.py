@@ -1,0 +1,142 @@
+"""The search's decision: which measured candidate becomes the plan (DESIGN.md, "The search").
+
+Among candidates that ran with correct numerics, no silent fallback to eager (no graph captured,
+the recompile limit hit), no recompile after warm-up and no error, the largest net saving of the
+amortization rule (partitioning-the-stack, "How do you decide whether the compile time is worth
+it?") over the program as it is:
+
+    net = (t_as_is - t_candidate) x N_runs - t_compile_per_start x restarts      (seconds)
+
+``t_compile_per_start`` is what the candidate's cold process paid for every shape that compiled
+(first call minus steady call), so new-shape compiles and recompiles are counted as observed.
+A candidate whose step differs from the best one's by less than the measured noise (the 95%
+interval of the paired step-time ratio contains 1, or the ratio is within :data:`NOISE`) ties
+with it, and of tied candidates the cheaper compile wins; the choice is then stable from run to
+run. With a backend that cannot speed anything up (``eager`` on CPU) the gain is not measured:
+the measurement still excludes every candidate that failed, and among the rest the ladder's
+order (the rule's proposal first) decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.measure import ratio_interval
+from ..engine.verdict import NOISE
+
+
+@dataclass
+class Choice:
+    """The decision.
+
+    Attributes:
+        chosen: the candidate name that becomes the plan.
+        text: one sentence saying why, with the figures that decided.
+        status: per candidate name, ``chosen`` or why not (failed, not measured, slower, tied and
+            dearer to compile, does not pay back).
+        net_s: per timed candidate, its net saving (s) over the deployment; None when unmeasured.
+    """
+
+    chosen: str
+    text: str
+    status: dict[str, str] = field(default_factory=dict)
+    net_s: dict[str, float | None] = field(default_factory=dict)
+
+
+def compile_cost_s(row: dict[str, Any], restarts: int) -> float:
+    """Seconds of compile a candidate costs over the deployment: its cold process's compiles
+    (every shape that compiled) times the restarts without persisted caches."""
+    return float(row.get("compile_s_per_start") or 0.0) * restarts
+
+
+def decide(
+    rows: dict[str, dict[str, Any]],
+    order: list[str],
+    samples: list[dict[str, list[float]]],
+    runs: int,
+    restarts: int,
+    gain_measured: bool,
+) -> Choice:
+    """Pick the plan among measured candidates.
+
+    Args:
+        rows: per candidate name, the engine's result row (``step_ms`` once timed, ms;
+            ``compile_s_per_start``, s; ``problems``; ``error``; ``skipped``). ``as-is`` is the
+            program as it runs (the eager reference's row: no compile cost of ours).
+        order: candidate names, the rule's proposal first (the tie-break of last resort).
+        samples: the engine's raw interleaved samples per shape, keyed by candidate name (for the
+            noise interval).
+        runs, restarts: the deployment (``amortization``).
+        gain_measured: False when the backend cannot speed anything up (see the module doc).
+    """
+    status: dict[str, str] = {}
+    net: dict[str, float | None] = {}
+    asis = rows["as-is"]
+    t0 = asis.get("step_ms")
+    ok = []
+    for name in order:
+        r = rows.get(name) or {}
+        if r.get("skipped"):
+            status[name] = r["skipped"]
+        elif r.get("problems") or r.get("error"):
+            status[name] = "failed: " + "; ".join(r.get("problems") or [r.get("error")])[:300]
+        elif r.get("step_ms") is None:
+            status[name] = "not timed"
+        else:
+            ok.append(name)
+    if t0 is None or "as-is" not in ok:
+        ok = [n for n in ok if n != "as-is"]
+        chosen = ok[0] if ok and not gain_measured else "as-is"
+        for n in order:
+            status.setdefault(n, "not chosen")
+        status[chosen] = "chosen"
+        return Choice(chosen, "the program as it is could not be timed: nothing to compare a candidate with", status, net)
+    for name in ok:
+        r = rows[name]
+        cost = compile_cost_s(r, restarts)
+        if gain_measured:
+            net[name] = (t0 - r["step_ms"]) * 1e-3 * runs - cost
+        else:
+            net[name] = None
+            if name != "as-is" and t0 * 1e-3 * runs <= cost:  # even a step of zero would not pay it back
+                status[name] = f"does not pay back: {cost:.1f} s compile > {runs:,} runs x {t0:.3f} ms even at zero step time"
+    ok = [n for n in ok if n not in status]
+    if not gain_measured:
+        chosen = next((n for n in ok if n != "as-is"), "as-is")
+        for n in ok:
+            status[n] = "chosen" if n == chosen else f"not chosen: the gain is not measured with this backend; {chosen!r} comes first in the ladder's order"
+        text = (f"{chosen!r}: the backend does not optimise, so the gain is not measured; every candidate that failed is out "
+                f"({sum(1 for s in status.values() if s.startswith('failed'))} failed) and the ladder's order decides among the rest")
+        return Choice(chosen, text, status, net)
+    best = max(ok, key=lambda n: (net[n], -order.index(n)))
+    tied = [best]
+    for n in ok:
+        if n == best:
+            continue
+        ci = ratio_interval(samples, n, best)
+        ratio = rows[n]["step_ms"] / rows[best]["step_ms"]
+        if abs(ratio - 1) <= NOISE or (ci is not None and ci["low"] <= 1 <= ci["high"]):
+            tied.append(n)
+    chosen = min(tied, key=lambda n: (compile_cost_s(rows[n], restarts), order.index(n)))
+    if net[chosen] is not None and net[chosen] <= 0 and chosen != "as-is":
+        chosen = "as-is"
+    c = rows[chosen]
+    for n in ok:
+        if n == chosen:
+            status[n] = "chosen"
+        elif n in tied:
+            status[n] = f"within the noise of {best!r} ({rows[n]['step_ms']:.3f} vs {rows[best]['step_ms']:.3f} ms); {chosen!r} compiles for less"
+        elif (net[n] or 0) <= 0 and n != "as-is":
+            status[n] = f"does not pay back: net {net[n]:,.0f} s over {runs:,} runs"
+        else:
+            status[n] = f"net {net[n]:,.0f} s < {net[chosen]:,.0f} s of {chosen!r}"
+    if chosen == "as-is":
+        text = (f"no candidate pays back over {runs:,} runs x {restarts} restart(s) better than the program as it is "
+                f"({t0:.3f} ms/step): the plan changes nothing")
+    else:
+        text = (f"{chosen!r}: {c['step_ms']:.3f} ms/step vs {t0:.3f} as is ({t0 / c['step_ms']:.2f}x), "
+                f"{compile_cost_s(c, 1):.1f} s compile per start, net {net[chosen]:,.0f} s over {runs:,} runs x {restarts} restart(s)")
+        if len(tied) > 1:
+            text += f"; tied within the noise with {', '.join(repr(t) for t in tied if t != chosen)}: the cheaper compile wins"
+    return Choice(chosen, text, status, net)

@@ -1,0 +1,308 @@
+"""The search: every candidate plan rewritten into its own tree, measured by the engine validate
+uses, and the measurement decides (DESIGN.md, "The search").
+
+Each candidate (:mod:`.candidates`) goes through the real rewrite path (:func:`rewriter.rewrite.plan_rewrite`,
+unsafe actions included, as validate materialises a plan) into a copy of SRC; the engine
+(:func:`rewriter.engine.measure.measure`) then runs the original tree as the eager reference and
+every candidate tree in its own child process with clean compile caches: cold compile per shape,
+the compile each new shape costs, graph breaks, recompiles, recompile-limit fallbacks, numerics
+against the reference, interleaved steady-state timing. :mod:`.decide` picks the plan. The chosen
+candidate's measurement is written as its validation report (bound to the diff's sha256), so
+``stackpart rewrite --apply`` follows diagnose without a second measurement.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import StackpartError
+from .candidates import Candidate, propose
+from .context import Context
+from .decide import Choice, compile_cost_s, decide
+
+#: Backends that cannot speed anything up: the search then measures failures, not gains.
+NO_GAIN_BACKENDS = frozenset({"eager", "aot_eager", "aot_eager_decomp_partition"})
+#: Default ``--budget`` (s) for the candidates' cold phases: the Llama 16x2048 search on an H200
+#: (BENCHMARKS.md) measures every candidate well inside it; past it, later candidates are skipped.
+DEFAULT_BUDGET_S = 600.0
+
+
+@dataclass
+class SearchOutcome:
+    """What the search measured and chose.
+
+    Attributes:
+        candidates: the proposed candidates, in measurement order.
+        rows: per candidate name, the engine's row (``as-is`` is the eager reference's).
+        choice: the decision (:class:`.decide.Choice`).
+        pruned: candidates left out by evidence, each with why.
+        results: per candidate name, its rewrite (``RewriteResult``) where it changes SRC.
+        timing: the engine's per-shape timing, keyed by candidate name.
+        environment, notes, errors: for the report.
+    """
+
+    candidates: list[Candidate]
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    choice: Choice | None = None
+    pruned: list[str] = field(default_factory=list)
+    results: dict[str, Any] = field(default_factory=dict)
+    timing: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    backend: str = "inductor"
+    gain_measured: bool = True
+
+    @property
+    def chosen(self) -> Candidate | None:
+        if self.choice is None:
+            return None
+        return next(c for c in self.candidates if c.name == self.choice.chosen)
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per candidate for the report: plan, step ms per shape, cold compile, new-shape
+        compile, graphs, graph breaks, recompiles, fallbacks, numerics, net saving, status."""
+        out = []
+        status = self.choice.status if self.choice else {}
+        net = self.choice.net_s if self.choice else {}
+        for c in self.candidates:
+            r = self.rows.get(c.name) or {}
+            cold = r.get("per_shape_cold") or []
+            comp = r.get("compile") or {}
+            per_shape = {str(row["shape"]): round(row["timing"][c.name]["median_ms"], 4)
+                         for row in self.timing if (row["timing"].get(c.name) or {}).get("n")}
+            out.append({
+                "candidate": c.name,
+                "actions": [f"{a.action} {a.target}" + (f" ({a.strategy}{', ' + a.options.mode if a.options.mode != 'default' else ''})" if a.action == "compile" else "")
+                            for a in c.plan.actions],
+                "rule": c.rule,
+                "step_ms": None if r.get("step_ms") is None else round(r["step_ms"], 4),
+                "step_ms_per_shape": per_shape,
+                "cold_compile_s": round(cold[0]["compile_s"], 3) if cold and c.name != "as-is" else None,
+                "new_shape_compile_s": [round(e["compile_s"], 3) for e in cold[1:] if e["new_graphs"] or e["new_recompiles"]] if c.name != "as-is" else [],
+                "compile_s_per_start": None if c.name == "as-is" else r.get("compile_s_per_start"),
+                "graphs": comp.get("unique_graphs"),
+                "graph_breaks": comp.get("graph_breaks"),
+                "recompiles": comp.get("recompiles"),
+                "fallbacks": len(comp.get("recompile_limit_hits", [])) if comp else None,
+                "numerics": r.get("numerics"),
+                "net_s": None if net.get(c.name) is None else round(net[c.name], 1),
+                "status": status.get(c.name, r.get("skipped") or "not measured"),
+                "chosen": status.get(c.name) == "chosen",
+            })
+        return out
+
+
+def _options(ctx: Context, timeout_s: float) -> Any:
+    """Engine options for the search: the session's backend forced on every compile when it
+    cannot optimise (CPU: ``eager``); shorter timing on CPU, where speed is not what is decided."""
+    from ..engine.measure import Options
+
+    cuda = ctx.session.cuda
+    return Options(
+        backend=ctx.backend,
+        force_backend=ctx.backend if ctx.backend in NO_GAIN_BACKENDS else None,
+        warmup=3 if cuda else 1,
+        reps=30 if cuda else 5,
+        budget_s=10.0 if cuda else 1.0,
+        timeout_s=timeout_s,
+    )
+
+
+def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: float = 600.0,
+               console: Any = None, log: Path | None = None, outcome: SearchOutcome | None = None) -> SearchOutcome:
+    """Propose, materialise, measure and decide. ``outcome`` (when given) is filled in place, so an
+    interrupted search (Ctrl-C) still leaves the candidates measured so far with the caller.
+
+    Raises:
+        StackpartError: the original tree cannot be copied (a candidate whose rewrite fails is a
+            failed candidate, not an error).
+    """
+    from ..engine.measure import Measurement, Variant, measure
+    from ..plan import parse_plan
+    from ..rewrite import apply_changes, plan_rewrite
+    from .report import plan_yaml
+
+    started = time.perf_counter()
+    src = ctx.session.src
+    cands, pruned = propose(ctx)
+    out = outcome if outcome is not None else SearchOutcome(cands)
+    out.candidates, out.pruned = cands, pruned
+    out.backend = ctx.backend
+    out.gain_measured = ctx.backend not in NO_GAIN_BACKENDS
+    opts = _options(ctx, timeout_s)
+    workdir = Path(tempfile.mkdtemp(prefix="stackpart-search-"))
+
+    def say(text: str) -> None:
+        if console is not None:
+            console.print(f"search: {text}", highlight=False)
+        if log is not None:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+
+    try:
+        original = workdir / "original"
+        from ..engine.materialize import IGNORE
+
+        shutil.copytree(src, original, ignore=IGNORE, symlinks=True)
+        variants = [Variant("eager", original, judged=False)]
+        for i, c in enumerate(cands):
+            if c.name == "as-is":
+                continue
+            try:
+                loaded = parse_plan(plan_yaml(c.plan), f"candidate {c.name}")
+                result = plan_rewrite(loaded, src, unsafe=True)
+            except StackpartError as exc:
+                out.rows[c.name] = {"problems": [f"the plan does not rewrite: {exc}"]}
+                say(f"{c.name}: the plan does not rewrite: {exc}")
+                continue
+            if not result.changes:
+                out.rows[c.name] = {"skipped": "changes nothing in SRC: the same as 'as-is'"}
+                continue
+            tree = workdir / f"cand{i}"
+            shutil.copytree(src, tree, ignore=IGNORE, symlinks=True)
+            apply_changes(tree, result.changes)
+            out.results[c.name] = result
+            mark = [(None, a.arg, a.dim) for a in c.plan.actions if a.action == "mark_dynamic"]
+            variants.append(Variant(c.name, tree, compiles=c.compiles, mark_dynamic=mark))
+        say(f"{len(variants) - 1} candidate plan(s) to measure ({', '.join(v.name for v in variants[1:])}) beside the program as it is; "
+            f"backend {ctx.backend}" + ("" if out.gain_measured else f" (forced on every compile: failures measured, gains not)"))
+        for p in pruned:
+            say(f"pruned {p}")
+
+        def on_event(name: str, event: str, detail: Any) -> None:
+            label = "as-is" if name == "eager" else name
+            if event == "skipped":
+                say(f"{label}: {detail}")
+            elif event == "timing":
+                say(f"timing every candidate interleaved at {detail}")
+            elif event == "cold":
+                comp = detail.get("compile") or {}
+                what = "; ".join(detail.get("problems") or []) or (
+                    f"cold {detail.get('compile_s_per_start') or 0:.2f} s compile, {comp.get('unique_graphs', 0)} graph(s), "
+                    f"{comp.get('recompiles', 0)} recompile(s), numerics {detail.get('numerics', '-')}")
+                say(f"{label}: {what[:300]}")
+
+        m = Measurement()
+        deadline = time.perf_counter() + budget_s
+        try:
+            measure(ctx.session.spec_run if hasattr(ctx.session, "spec_run") else ctx.session.spec, variants, opts, workdir,
+                    amortization=ctx.amortization.model_dump(), deadline=deadline, on_event=on_event, partial=m)
+        finally:
+            for name, row in m.results.items():
+                out.rows["as-is" if name == "eager" else name] = row
+            out.timing = [{"shape": row["shape"], "timing": {("as-is" if k == "eager" else k): v for k, v in row["timing"].items()}}
+                          for row in m.timing]
+            out.notes.extend(m.notes)
+            out.errors.extend(m.errors)
+            out.seconds = round(time.perf_counter() - started, 2)
+        samples = [{("as-is" if k == "eager" else k): v for k, v in per.items()} for per in m.samples]
+        for name, hints in m.hints.items():
+            label = "as-is" if name == "eager" else name
+            if label in out.rows:
+                out.rows[label].setdefault("hints", []).extend(hints)
+        if m.errors:
+            raise StackpartError("the search could not measure the program as it is: " + "; ".join(m.errors + m.hints.get("eager", [])),
+                                 path=ctx.session.spec.file)
+        order = [c.name for c in cands]
+        a = ctx.amortization
+        out.choice = decide(out.rows, order, samples, a.runs, a.restarts, out.gain_measured)
+        say(f"chose {out.choice.text}")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return out
+
+
+def annotated(out: SearchOutcome) -> Any:
+    """The chosen candidate's plan, each action's ``why:`` ending with the candidate's figures."""
+    cand = out.chosen
+    assert cand is not None and out.choice is not None
+    row = out.rows.get(cand.name) or {}
+    asis = out.rows.get("as-is") or {}
+    measured = sum(1 for r in out.rows.values() if r.get("step_ms") is not None)
+    if row.get("step_ms") is not None and asis.get("step_ms"):
+        cite = (f"search: {cand.name!r} chosen of {measured} measured plans: {row['step_ms']:.3f} ms/step vs "
+                f"{asis['step_ms']:.3f} as is, {compile_cost_s(row, 1):.1f} s compile per start"
+                + ("" if out.gain_measured else f" (backend {out.backend}: gain not measured)"))
+    else:
+        cite = f"search: {cand.name!r} chosen ({out.choice.text})"
+    actions = [a.model_copy(update={"why": ((a.why + "; ") if a.why else "") + cite}) for a in cand.plan.actions]
+    return cand.plan.model_copy(update={"actions": actions})
+
+
+def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict[str, Any] | None:
+    """The chosen candidate's measurement as a validation report (the format ``validate`` writes
+    and ``rewrite --apply`` checks), bound to its diff's sha256, the plan file as written and SRC's
+    hashes now. None when the chosen plan changes nothing (nothing to gate)."""
+    import platform
+
+    import torch
+
+    from ..engine.materialize import file_sha256, tree_hashes
+    from ..engine.verdict import Verdict, speed_failures
+    from ..plan import load_plan
+    from ..rewrite import plan_rewrite
+    from ..validate.report import timing_banner
+
+    cand = out.chosen
+    if cand is None or cand.name == "as-is":
+        return None
+    src = ctx.session.src
+    loaded = load_plan(plan_path)
+    result = plan_rewrite(loaded, src, unsafe=True)  # the plan as written: its diff is what --apply checks
+    if not result.changes:
+        return None
+    spec = ctx.session.spec
+    cuda = ctx.session.cuda
+    variants: dict[str, Any] = {"eager": dict(out.rows["as-is"])}
+    variants["plan"] = dict(out.rows[cand.name], compiled=f"search candidate {cand.name!r}")
+    for c in out.candidates:
+        if c.name not in ("as-is", cand.name) and c.name in out.rows:
+            variants[c.name] = dict(out.rows[c.name])
+    for v in variants.values():
+        for k in ("problems", "hints", "error_kind"):
+            v.pop(k, None)
+    timing = [{"shape": row["shape"], "timing": {("plan" if k == cand.name else "eager" if k == "as-is" else k): t
+                                                 for k, t in row["timing"].items()}} for row in out.timing]
+    report: dict[str, Any] = {
+        "report_version": 1,
+        "written_by": "stackpart diagnose (the search's measurement of the chosen candidate)",
+        "diff_sha256": result.digest(),
+        "plan": str(Path(plan_path).resolve()),
+        "plan_sha256": file_sha256(Path(plan_path)),
+        "src": str(Path(src).resolve()),
+        "tree_sha256": tree_hashes(src),
+        "changed_files": [c.relpath for c in result.changes],
+        "harness": spec.model_dump(),
+        "backend": out.backend,
+        "amortization": loaded.plan.amortization.model_dump() if loaded.plan.amortization else None,
+        "plan_compiles": cand.compiles,
+        "environment": {
+            "timed_on": "cuda" if cuda else "cpu",
+            "requested_device": spec.device,
+            "device_name": torch.cuda.get_device_name(0) if cuda else (platform.processor() or platform.machine()) + " CPU",
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "cuda_available": torch.cuda.is_available(),
+        },
+        "created_unix": time.time(),
+        "variants": variants,
+        "timing": timing,
+    }
+    report["timing_note"] = timing_banner(report)
+    verdict = Verdict(notes=[f"measured by diagnose's search: {out.choice.text}"] + list(out.notes))
+    verdict.failures.extend((out.rows[cand.name].get("problems") or []))
+    mean = {"plan": variants["plan"].get("step_ms"), "eager": variants["eager"].get("step_ms")}
+    speed = speed_failures({k: v for k, v in mean.items() if v is not None}, 0.0, variants["plan"].get("amortization"))
+    if cuda and out.gain_measured:
+        verdict.failures.extend(speed)
+    else:
+        verdict.notes.append("speed and amortization were reported but not gated: "
+                             + ("the backend does not optimise" if not out.gain_measured else "timings are CPU wall-clock, not GPU"))
+    report["verdict"] = verdict.to_json()
+    return report
