@@ -85,6 +85,8 @@ MODELS: dict[str, tuple[str, str, str, str, dict, dict]] = {
     ),
 }
 GPU_SHAPES = ["batch=8,seq=512", "batch=8,seq=384"]
+#: ``--workload``: throughput (the two batch-8 shapes) or latency (one 1x128 shape, repeated: stable).
+WORKLOADS = {"throughput": GPU_SHAPES, "latency": ["batch=1,seq=128"]}
 SMOKE_SHAPES = ["batch=2,seq=16", "batch=2,seq=12"]
 
 
@@ -252,7 +254,17 @@ def diff_files(diff: str) -> list[str]:
     return sorted({line[6:].strip() for line in diff.splitlines() if line.startswith("+++ b/")})
 
 
-def one_model(name: str, work: Path, *, smoke: bool, timeout: float, steps: int) -> dict:
+def search_summary(rung: dict) -> dict:
+    """The search's figures from report.json's ``search`` entry: the candidates table, the chosen
+    candidate, the decision, its seconds."""
+    m = rung.get("measurement") or {}
+    return {"chosen": m.get("chosen"), "decision": m.get("decision"), "seconds": rung.get("seconds"), "pruned": m.get("pruned"),
+            "candidates": [{k: c.get(k) for k in ("candidate", "step_ms", "step_ms_per_shape", "cold_compile_s", "new_shape_compile_s",
+                                                    "compile_s_per_start", "graphs", "graph_breaks", "recompiles", "fallbacks", "numerics",
+                                                    "net_s", "status", "chosen")} for c in m.get("candidates", [])]}
+
+
+def one_model(name: str, work: Path, *, smoke: bool, timeout: float, steps: int, shapes: list[str] | None = None) -> dict:
     """Diagnose one model in a child process, rewrite its plan; the row for the report."""
     _, cls, model_dir, block, _, _ = MODELS[name]
     modeling = f"transformers/models/{model_dir}/modeling_{model_dir}.py"
@@ -267,7 +279,7 @@ def one_model(name: str, work: Path, *, smoke: bool, timeout: float, steps: int)
            "--report-dir", str(out / "report"), "--runs", "1000000", "--restarts", "30", "--steps", str(steps),
            "--timeout", str(max(10, int(timeout) - 20))]
     cmd += ["--device", "cpu", "--dtype", "float32", "--backend", "eager"] if smoke else ["--device", "cuda", "--dtype", "bfloat16", "--backend", "inductor"]
-    for s in SMOKE_SHAPES if smoke else GPU_SHAPES:
+    for s in SMOKE_SHAPES if smoke else (shapes or GPU_SHAPES):
         cmd += ["--shape", s]
     t0 = time.perf_counter()
     rc, _, err = run_group(cmd, env, timeout)
@@ -299,6 +311,8 @@ def one_model(name: str, work: Path, *, smoke: bool, timeout: float, steps: int)
         "rungs": [{"name": r["name"], "status": r.get("status"), "seconds": r.get("seconds"), "verdict": r.get("verdict") or r.get("reason"), "implies": r.get("implies")} for r in report.get("rungs", [])],
         "actions": [],
         "notes": report.get("notes", []),
+        "search": search_summary(rungs.get("search", {})),
+        "validation_report": (out / ".stackpart" / "validation" / "validation.json").is_file(),
     }
     row["trace"] = pack_trace(out / "report")
     plan = out / "plan.yaml"
@@ -381,6 +395,16 @@ def markdown(payload: dict, dirs: list[Path]) -> str:
         md.append(f"- granularity target: {r.get('granularity_target')}; trace: {r.get('trace')}")
         md += ["", "| rung | status | s | verdict | implies |", "|---|---|---|---|---|"]
         md += [f"| {g['name']} | {g['status']} | {g['seconds']} | {str(g['verdict']).replace('|', '/')[:300]} | {str(g['implies'] or '').replace('|', '/')} |" for g in r["rungs"]]
+        sr = r.get("search") or {}
+        if sr.get("candidates"):
+            md += ["", f"Search ({sr.get('seconds')} s): {sr.get('decision')}", "",
+                   "| candidate | step ms | per shape | cold compile s | new-shape compile s | recompiles | fallbacks | numerics | net s | status |",
+                   "|---|---|---|---|---|---|---|---|---|---|"]
+            for c in sr["candidates"]:
+                md.append(f"| {'**' + c['candidate'] + '**' if c.get('chosen') else c['candidate']} | {c.get('step_ms')} | {c.get('step_ms_per_shape')} | "
+                          f"{c.get('cold_compile_s')} | {c.get('new_shape_compile_s')} | {c.get('recompiles')} | {c.get('fallbacks')} | "
+                          f"{c.get('numerics')} | {c.get('net_s')} | {str(c.get('status')).replace('|', '/')[:160]} |")
+            md += [f"- pruned: {p}" for p in sr.get("pruned") or []]
         md += ["", "Plan actions:", ""] + [f"- `{a['action']} {a['target']}`" + (f" ({a.get('strategy') or 'region'}, {a.get('options') or 'default options'})" if a["action"] == "compile" else "") + f": {a.get('why')}" for a in r["actions"]]
         md += [f"- note: {n}" for n in r["notes"]]
         rw = r["rewrite"]
@@ -403,14 +427,17 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--only", default="", help="comma-separated: " + ",".join(MODELS))
-    ap.add_argument("--timeout", type=float, default=170.0, help="seconds per model (diagnose)")
+    ap.add_argument("--timeout", type=float, default=420.0, help="seconds per model (diagnose)")
     ap.add_argument("--deadline", type=float, default=540.0, help="no diagnose runs past this many seconds from the start")
     ap.add_argument("--min-start", type=float, default=None, help="start a model only with this many seconds left before the deadline (default 120; 20 with --smoke)")
     ap.add_argument("--steps", type=int, default=2, help="profiled steps")
+    ap.add_argument("--workload", choices=sorted(WORKLOADS), default="throughput", help="GPU shapes: throughput (8x512, 8x384) or latency (1x128)")
+    ap.add_argument("--repeat", type=int, default=1, help="diagnose each model this many times (the search's choice must not flip)")
     args = ap.parse_args(argv)
     started = time.perf_counter()
     names = [n for n in args.only.split(",") if n] or list(MODELS)
     unknown = set(names) - set(MODELS)
+    names = [n for n in names for _ in range(max(1, args.repeat))]
     if unknown:
         print(f"unknown model(s) {sorted(unknown)}; known: {', '.join(MODELS)}", file=sys.stderr)
         return 2
@@ -427,24 +454,27 @@ def main(argv: list[str]) -> int:
     except Exception:
         pass
     payload = {"device": "cpu (smoke)" if args.smoke else torch.cuda.get_device_name(), "torch": torch.__version__, "transformers": tversion,
-               "shapes": SMOKE_SHAPES if args.smoke else GPU_SHAPES, "dtype": "float32" if args.smoke else "bfloat16",
+               "shapes": SMOKE_SHAPES if args.smoke else WORKLOADS[args.workload], "workload": args.workload, "dtype": "float32" if args.smoke else "bfloat16",
                "backend": "eager" if args.smoke else "inductor", "timeout_s": args.timeout, "deadline_s": args.deadline, "rows": []}
     min_start = args.min_start if args.min_start is not None else (20.0 if args.smoke else 120.0)
     base = Path(tempfile.mkdtemp(prefix="diagnose-hf-"))
     dirs: list[Path] = []
     try:
-        for name in names:
+        for k, name in enumerate(names):
             left = args.deadline - (time.perf_counter() - started)
             if left < min_start:
                 payload["rows"].append(not_run(name, f"not run: deadline ({args.deadline:g} s from the start; {max(0.0, left):.0f} s left < {min_start:g} s)"))
                 print(f"{name:8s} not run: deadline", flush=True)
                 continue
-            work = base / name
-            row = one_model(name, work, smoke=args.smoke, timeout=min(args.timeout, left), steps=args.steps)
+            work = base / f"{name}-{k}"
+            row = one_model(name, work, smoke=args.smoke, timeout=min(args.timeout, left), steps=args.steps,
+                            shapes=None if args.smoke else WORKLOADS[args.workload])
+            row["run"] = k
             dirs.append(work / name)
             payload["rows"].append(row)
             acts = "; ".join(f"{a['action']} {a['target']}" for a in row["actions"]) or "(no actions)"
-            print(f"{name:8s} rc={row['rc']} {'ok' if ok(row) else 'FAIL'} ladder {row.get('ladder_s')} s, wall {row['wall_s']} s; {acts}; "
+            print(f"{name:8s} rc={row['rc']} {'ok' if ok(row) else 'FAIL'} ladder {row.get('ladder_s')} s, wall {row['wall_s']} s; "
+                  f"search chose {row['search'].get('chosen')} ({row['search'].get('seconds')} s); {acts}; "
                   f"rewrite rc={row['rewrite'].get('rc')} diff {row['rewrite'].get('diff_lines')} lines" + (f"; error: {row['error']}" if row.get("error") else ""), flush=True)
             payload["total_s"] = round(time.perf_counter() - started, 1)
             write(payload, dirs)

@@ -125,10 +125,10 @@ def decide(
     for n in ok:
         if n == chosen:
             status[n] = "chosen"
-        elif n in tied:
-            status[n] = f"within the noise of {best!r} ({rows[n]['step_ms']:.3f} vs {rows[best]['step_ms']:.3f} ms); {chosen!r} compiles for less"
         elif (net[n] or 0) <= 0 and n != "as-is":
             status[n] = f"does not pay back: net {net[n]:,.0f} s over {runs:,} runs"
+        elif n in tied:
+            status[n] = f"within the noise of {best!r} ({rows[n]['step_ms']:.3f} vs {rows[best]['step_ms']:.3f} ms); {chosen!r} compiles for less"
         else:
             status[n] = f"net {net[n]:,.0f} s < {net[chosen]:,.0f} s of {chosen!r}"
     if chosen == "as-is":
