@@ -38,7 +38,7 @@ def test_whole_ladder_writes_plan_report_json_charts_and_trace(tmp_path, capsys)
     assert report["version"] == 1 and report["complete"] is True and report["error"] is None
     names = [r["name"] for r in report["rungs"]]
     assert names == ["batch_scaling", "device_time", "op_mix", "top_ops", "gaps", "graph_breaks", "recompiles",
-                     "instance_recompiles", "memory", "granularity", "amortization"]
+                     "instance_recompiles", "memory", "granularity", "search"]
     by = {r["name"]: r for r in report["rungs"]}
     assert by["memory"]["verdict"] == "skipped: no CUDA"
     assert by["device_time"]["measurement"]["self_device_ms"] == "skipped: no CUDA"
@@ -160,7 +160,7 @@ def test_a_fragmentation_oom_plans_the_allocator_and_says_the_ladder_stopped(tmp
     assert rungs["batch_scaling"]["status"] == "error"
     assert rungs["memory"]["verdict"].startswith("fragmenting: out of memory in rung batch_scaling")
     assert rungs["memory"]["measurement"]["reserved_unallocated_mib"] == 597.3
-    assert rungs["amortization"]["status"] == "skipped" and "stopped at rung batch_scaling" in rungs["amortization"]["reason"]
+    assert rungs["granularity"]["status"] == "skipped" and "stopped at rung batch_scaling" in rungs["granularity"]["reason"]
     assert list(rungs) == [r for r in rungs if r]  # one entry per rung
     assert "run diagnose again" in (out / "stackpart-diagnose" / "report.md").read_text()
     assert "no compile planned: the ladder stopped at rung batch_scaling" in " ".join(report["notes"])
@@ -186,7 +186,7 @@ def test_a_fragmentation_oom_in_a_compile_rung_is_the_memory_verdict_and_the_lad
     assert rc == 0
     report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
     rungs = {r["name"]: r for r in report["rungs"]}
-    assert rungs["recompiles"]["status"] == "error" and rungs["amortization"]["status"] == "ok"
+    assert rungs["recompiles"]["status"] == "error" and rungs["search"]["status"] == "ok"
     assert rungs["memory"]["verdict"].startswith("fragmenting: out of memory in rung recompiles")
     assert report["complete"] is True
     assert ("allocator", "train.py::main") in {(a.action, a.target) for a in load_plan(out / "plan.yaml").plan.actions}

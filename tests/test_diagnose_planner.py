@@ -174,19 +174,12 @@ def test_entry_must_name_a_function_under_src(tmp_path):
         check_entry("run.py::main", src)
 
 
-def test_compile_not_paid_back_compiles_nothing(tmp_path, monkeypatch):
-    ctx = context(tmp_path, "fusible", True, monkeypatch)
-    ctx.results["op_mix"] = result("op_mix", gemm_share=0.0, fusible_share=0.9, compile_gain_bound=1.8, basis="self-device")
-    cand = {"compile_s": 40.0, "n_compiles": 2, "pays_back": False, "break_even_gain_ms": 80.0}
-    ctx.results["amortization"] = result("amortization", runs=1000, candidates={"region": cand})
-    decision = plan(ctx)
-    assert decision.plan.actions == []
-    assert any("does not pay back over 1000 runs" in n and "compiles nothing" in n for n in decision.notes)
-
-
-def test_dominant_algorithmic_op_gets_a_kernel_even_when_compile_does_not_pay_back(tmp_path, monkeypatch):
+def test_dominant_algorithmic_op_gets_a_kernel_in_every_candidate(tmp_path, monkeypatch):
     """H200 run 2 (dominant_op): top-k was 70% of the step but the "compile does not pay back"
-    verdict left the plan without the kernel: a kernel does not depend on compile amortization."""
+    verdict left the plan without the kernel: a kernel does not depend on compile amortization.
+    The search measures it alone ('kernel') and with every compile candidate."""
+    from rewriter.diagnose.candidates import propose
+
     from rewriter.diagnose.rung import Finding
 
     ctx = context(tmp_path, "dominant_op", True, monkeypatch)
@@ -195,76 +188,84 @@ def test_dominant_algorithmic_op_gets_a_kernel_even_when_compile_does_not_pay_ba
     dom = {"op": "aten::topk", "category": "reduction", "ms": 0.5, "share": 0.7, "kernels": [], "function": None}
     ctx.results["top_ops"] = result("top_ops", "kernel for aten::topk", basis="self-device", top=[dom], dominant=dom)
     ctx.results["top_ops"].findings.append(Finding("dominant_op", "aten::topk called here (1x per step)", "model.py", 9, "select_top"))
-    cand = {"compile_s": 1.6, "n_compiles": 1, "pays_back": False, "break_even_gain_ms": 0.0016, "speedup": 0.93}
-    ctx.results["amortization"] = result("amortization", runs=1000, candidates={"whole": cand})
     decision = plan(ctx)
-    [k] = decision.plan.actions
+    [k] = [a for a in decision.plan.actions if a.action == "kernel"]
     assert (k.action, k.target, k.call, k.kernel) == ("kernel", "model.py::select_top", "torch.topk", "topk")
     assert "70% of the step" in k.why
-    assert any("compiles nothing" in n for n in decision.notes)
     check_plan(ctx, decision)
-
-
-def cand(speedup: float, eager_ms: float, compile_s: float, observed: int, runs: int, restarts: int, mode: str = "default") -> dict:
-    """A measured candidate as the amortization rung writes it (decide() adds gain/net)."""
-    from rewriter.diagnose.amortization import decide
-
-    c = {"mode": mode, "eager_step_ms": eager_ms, "compiled_step_ms": round(eager_ms / speedup, 4), "compile_s": compile_s, "compiles_observed": observed}
-    return decide(c, runs, restarts, True)
+    cands, _ = propose(ctx)
+    by_name = {c.name: c for c in cands}
+    assert [a.action for a in by_name["kernel"].plan.actions] == ["kernel"]
+    assert by_name["as-is"].plan.actions == []
+    assert all(any(a.action == "kernel" for a in c.plan.actions) for c in cands if c.name != "as-is")
 
 
 LLAMA_DIMS = [{"arg": 0, "dim": 1, "sizes": [512, 384]}, {"arg": 1, "dim": 0, "sizes": [512, 384]}, {"arg": 2, "dim": 0, "sizes": [512, 384]}]
 
 
-def llama(tmp_path, monkeypatch, region: dict, whole: dict, runs: int = 1_000_000) -> Context:
+def llama(tmp_path, monkeypatch, runs: int = 1_000_000) -> Context:
     ctx = context(tmp_path, "llama", True, monkeypatch)
     ctx.amortization = Amortization(runs=runs, restarts=30)
     ctx.results["batch_scaling"] = result("batch_scaling", fixed_share=0.159)
     ctx.results["op_mix"] = result("op_mix", gemm_share=0.51, fusible_share=0.307, compile_gain_bound=1.325, basis="self-device")
     ctx.results["recompiles"] = result("recompiles", recompiles=1, shapes=2, varying_input_dims=[{"tensor": 0, "dim": 1, "sizes": [512, 384]}], varying_block_dims=LLAMA_DIMS)
-    ctx.results["amortization"] = result("amortization", runs=runs, candidates={"region": region, "whole": whole})
     return ctx
 
 
-def test_region_or_whole_is_picked_by_the_net_saving_of_the_amortization_rule(tmp_path, monkeypatch):
-    """H200 run 2, Llama: region 1.305x (4.0 s compile) vs whole 1.446x (12.7 s) over 1e6 runs:
-    whole saves ~1,000 s more, far outside the noise margin, yet region was planned."""
-    ctx = llama(tmp_path, monkeypatch, cand(1.305, 19.43, 4.016, 1, 1_000_000, 30), cand(1.446, 19.43, 12.741, 2, 1_000_000, 30, "reduce-overhead"))
-    decision = plan(ctx)
-    [c] = [a for a in decision.plan.actions if a.action == "compile"]
-    assert (c.target, c.strategy, c.options.mode) == ("model.py::Llama", "whole", "reduce-overhead")
-    assert not [a for a in decision.plan.actions if a.action == "mark_dynamic"]  # refused inside a compiled region
-    [note] = [n for n in decision.notes if n.startswith("region net")]
-    assert "1.305x" in note and "1.446x" in note and "whole-model compile" in note
-    check_plan(ctx, decision)
+def test_the_candidates_are_complete_plans_and_compose(tmp_path, monkeypatch):
+    """Issue 12: per-block bare, with disables, with the marks; nested + whole; whole; CUDA graphs
+    pruned when shapes vary. No mark_dynamic inside a compiled model (nested, whole)."""
+    from rewriter.diagnose.candidates import propose
+
+    ctx = llama(tmp_path, monkeypatch)
+    cands, pruned = propose(ctx)
+    by_name = {c.name: c for c in cands}
+    assert cands[0].rule and cands[-1].name == "as-is"
+    assert {"per-block", "per-block+mark_dynamic", "nested+whole", "whole", "as-is"} <= set(by_name), list(by_name)
+    assert "whole+cudagraphs" not in by_name and any(p.startswith("whole+cudagraphs: shapes vary") for p in pruned)
+    marks = lambda c: [a for a in c.plan.actions if a.action == "mark_dynamic"]  # noqa: E731
+    assert not marks(by_name["per-block"]) and marks(by_name["per-block+mark_dynamic"])
+    assert not marks(by_name["whole"]) and not marks(by_name["nested+whole"])
+    assert {(a.target, a.strategy) for a in by_name["nested+whole"].plan.actions} == {
+        ("model.py::DecoderLayer", "nested"), ("model.py::Llama", "whole")}
+    for c in cands:
+        check_plan(ctx, type(plan(ctx))(c.plan))
 
 
-def test_gains_within_the_noise_margin_keep_the_region_and_mark_every_varying_block_input(tmp_path, monkeypatch):
-    ctx = llama(tmp_path, monkeypatch, cand(1.40, 19.43, 4.0, 1, 1_000_000, 30), cand(1.41, 19.43, 4.0, 1, 1_000_000, 30, "reduce-overhead"))
+def test_stable_shapes_on_cuda_add_the_cuda_graphs_candidate(tmp_path, monkeypatch):
+    from rewriter.diagnose.candidates import propose
+
+    ctx = llama(tmp_path, monkeypatch)
+    ctx.results["recompiles"] = result("recompiles", recompiles=0, shapes=1, varying_input_dims=[])
+    by_name = {c.name: c for c in propose(ctx)[0]}
+    [c] = by_name["whole+cudagraphs"].plan.actions
+    assert (c.strategy, c.options.mode) == ("whole", "reduce-overhead")
+
+
+def test_the_rule_proposal_compiles_the_region_and_marks_every_varying_block_input(tmp_path, monkeypatch):
+    ctx = llama(tmp_path, monkeypatch)
     decision = plan(ctx)
     [c] = [a for a in decision.plan.actions if a.action == "compile"]
     assert (c.target, c.strategy) == ("model.py::DecoderLayer", "region")
     marks = {(a.target, a.arg, a.dim) for a in decision.plan.actions if a.action == "mark_dynamic"}
     assert marks == {("model.py::Llama.forward", "x", 1), ("model.py::Llama.forward", "cos", 0), ("model.py::Llama.forward", "sin", 0)}
-    assert any("noise margin" in n and "per-block compile" in n for n in decision.notes)
     check_plan(ctx, decision)
 
 
 def test_launch_bound_recompile_storm_gets_per_block_compile_and_mark_dynamic(tmp_path, monkeypatch):
-    """H200 run 2, recompile_storm: 48% fixed overhead, fusible, 4 sequence lengths. Timed per
-    shape at steady state with the planned marks (1 compile observed) the region pays back."""
+    """H200 run 2, recompile_storm: 48% fixed overhead, fusible, 4 sequence lengths: the rule
+    proposes the region with the marks (the search then measures it)."""
     ctx = context(tmp_path, "recompile_storm", True, monkeypatch)
     ctx.amortization = Amortization(runs=1_000_000, restarts=1)
     ctx.results["batch_scaling"] = result("batch_scaling", fixed_share=0.481)
     ctx.results["op_mix"] = result("op_mix", gemm_share=0.365, fusible_share=0.614, compile_gain_bound=1.465, basis="self-device")
     ctx.results["recompiles"] = result("recompiles", recompiles=3, shapes=4, varying_input_dims=[{"tensor": 0, "dim": 1, "sizes": [256, 384, 520, 800]}],
                                        varying_block_dims=[{"arg": 0, "dim": 1, "sizes": [256, 384, 520, 800]}])
-    ctx.results["amortization"] = result("amortization", runs=1_000_000, candidates={"region": cand(1.25, 0.465, 2.9, 1, 1_000_000, 1)})
     decision = plan(ctx)
     kinds = {(a.action, a.target) for a in decision.plan.actions}
     assert kinds == {("compile", "model.py::Block"), ("mark_dynamic", "model.py::SeqNet.forward")}
     [c] = [a for a in decision.plan.actions if a.action == "compile"]
-    assert c.strategy == "region" and "1.25x at steady state" in c.why and "x 1 (observed x restarts)" in c.why
+    assert c.strategy == "region" and "launch-bound (48% fixed overhead) but shapes vary" in c.why
     check_plan(ctx, decision)
 
 
@@ -301,7 +302,7 @@ def test_a_boundary_that_cannot_be_marked_whole_gets_no_mark_dynamic(tmp_path, m
     """HF Llama (transformers 5.24, CPU): the plan marked hidden_states while cos/sin arrived as
     position_embeddings=(cos, sin); the first call raised ConstraintViolationError. Either every
     varying block input is marked or none is."""
-    ctx = llama(tmp_path, monkeypatch, cand(1.40, 19.43, 4.0, 1, 1_000_000, 30), cand(1.41, 19.43, 4.0, 1, 1_000_000, 30, "reduce-overhead"))
+    ctx = llama(tmp_path, monkeypatch)
     ctx.results["recompiles"].measurement["varying_block_other_dims"] = [
         {"input": "position_embeddings[0]", "dim": 1, "sizes": [512, 384]}]
     decision = plan(ctx)
@@ -332,7 +333,7 @@ def test_a_varying_int_block_argument_blocks_every_mark(tmp_path, monkeypatch):
     from rewriter.diagnose.recompiles import int_inputs
 
     assert int_inputs((object(), 12, (3, True)), {"seq_len": 12, "flag": False}) == {"args[1]": 12, "args[2][0]": 3, "seq_len": 12}
-    ctx = llama(tmp_path, monkeypatch, cand(1.40, 19.43, 4.0, 1, 1_000_000, 30), cand(1.41, 19.43, 4.0, 1, 1_000_000, 30, "reduce-overhead"))
+    ctx = llama(tmp_path, monkeypatch)
     ctx.results["recompiles"].measurement["varying_block_other_dims"] = [{"input": "args[3]", "dim": None, "sizes": [512, 384]}]
     decision = plan(ctx)
     assert not [a for a in decision.plan.actions if a.action == "mark_dynamic"]

@@ -112,9 +112,9 @@ def propose(ctx: Context) -> tuple[list[Candidate], list[str]]:
     region_full = rule_plan(ctx, "region")
     has_block = any(a.action == "compile" for a in region_full.plan.actions)
     if has_block:
-        add("per-block", rule_plan(ctx, "region", disables=False, marks=False))
-        add("per-block+disable", rule_plan(ctx, "region", marks=False))
-        add("per-block+disable+mark_dynamic", region_full)
+        for decision in (rule_plan(ctx, "region", disables=False, marks=False), rule_plan(ctx, "region", marks=False), region_full):
+            kinds = {a.action for a in decision.plan.actions}
+            add("per-block" + ("+disable" if "disable" in kinds else "") + ("+mark_dynamic" if "mark_dynamic" in kinds else ""), decision)
     else:
         pruned.append("per-block: " + (next((n for n in region_full.notes if "no compile" in n or "outside SRC" in n), "no repeated block under SRC")))
     whole = rule_plan(ctx, "whole", mode="default")

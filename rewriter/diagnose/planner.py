@@ -175,10 +175,10 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                 "allocation; pass --entry file.py::func (your program's entry point) to plan the allocator action there"
             )
 
-    if ctx.cache.get("stopped_at") and not any(res.get(n) is not None and res[n].ok for n in ("batch_scaling", "op_mix", "amortization")):
+    if ctx.cache.get("stopped_at") and not any(res.get(n) is not None and res[n].ok for n in ("batch_scaling", "op_mix")):
         notes.append(
             f"no compile planned: the ladder stopped at rung {ctx.cache['stopped_at']} before the rungs that decide it "
-            "(batch scaling, op mix, amortization)"
+            "(batch scaling, op mix, the search)"
         )
         return Decision(_plan(spec, ctx, actions), notes)
     if unit == "none":

@@ -335,7 +335,11 @@ def _search_plan(found: Any) -> Any:
 def _search_notes(found: Any) -> list[str]:
     cand = found.chosen
     notes = list(cand.notes if cand is not None else [])
+    rule = next((c for c in found.candidates if c.rule), None)
+    if rule is not None and rule is not cand:  # why the ladder's own proposal is not the plan starts with its notes
+        notes.extend(n for n in rule.notes if n not in notes)
     notes.append(f"search: {found.choice.text}")
+    notes.extend(f"search: pruned {p}" for p in found.pruned)
     failed = [f"{n}: {s.splitlines()[0]}" for n, s in found.choice.status.items() if s.startswith("failed")]
     if failed:
         notes.append("search: left out as failed (never written): " + " | ".join(failed)[:1500])

@@ -232,6 +232,13 @@ def annotated(out: SearchOutcome) -> Any:
     else:
         cite = f"search: {cand.name!r} chosen ({out.choice.text})"
     actions = [a.model_copy(update={"why": ((a.why + "; ") if a.why else "") + cite}) for a in cand.plan.actions]
+    # the allocator action goes to the program's entry (--entry), which the harness never runs:
+    # the search cannot measure it, so the ladder's evidence keeps it whichever candidate wins
+    have = {(a.action, a.target) for a in actions}
+    rule = next((c for c in out.candidates if c.rule), None)
+    for a in rule.plan.actions if rule is not None else []:
+        if a.action == "allocator" and (a.action, a.target) not in have:
+            actions.insert(0, a.model_copy(update={"why": a.why + "; not measured by the search (the harness does not run the entry point)"}))
     return cand.plan.model_copy(update={"actions": actions})
 
 

@@ -39,6 +39,14 @@ def _cpu(tree: Any) -> Any:
     return pytree.tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, tree)
 
 
+def _copied(tree: Any) -> Any:
+    """Every tensor in ``tree`` detached and cloned on its own device."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    return pytree.tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, tree)
+
+
 def _to_device(tree: Any, device: str) -> Any:
     import torch
     from torch.utils import _pytree as pytree
@@ -396,6 +404,10 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
             torch.manual_seed(job["seed"])
             try:
                 first_s, out = wall_call(fn, device)
+                # a copy before the next call: under CUDA graphs (mode="reduce-overhead") the next
+                # replay overwrites the static output buffers ("accessing tensor output of CUDAGraphs
+                # that has been overwritten by a subsequent run", H200 run 13)
+                out = _copied(out)
                 steady = []
                 for _ in range(2):
                     torch.manual_seed(job["seed"])
