@@ -246,11 +246,8 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
     """The chosen candidate's measurement as a validation report (the format ``validate`` writes
     and ``rewrite --apply`` checks), bound to its diff's sha256, the plan file as written and SRC's
     hashes now. None when the chosen plan changes nothing (nothing to gate)."""
-    import platform
-
-    import torch
-
     from ..engine.materialize import file_sha256, tree_hashes
+    from ..engine.measure import environment
     from ..engine.verdict import Verdict, speed_failures
     from ..plan import load_plan
     from ..rewrite import plan_rewrite
@@ -289,14 +286,7 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
         "backend": out.backend,
         "amortization": loaded.plan.amortization.model_dump() if loaded.plan.amortization else None,
         "plan_compiles": cand.compiles,
-        "environment": {
-            "timed_on": "cuda" if cuda else "cpu",
-            "requested_device": spec.device,
-            "device_name": torch.cuda.get_device_name(0) if cuda else (platform.processor() or platform.machine()) + " CPU",
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "cuda_available": torch.cuda.is_available(),
-        },
+        "environment": environment("cuda" if cuda else "cpu", spec.device),
         "created_unix": time.time(),
         "variants": variants,
         "timing": timing,

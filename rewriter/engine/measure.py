@@ -353,6 +353,24 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
             )
 
 
+def environment(device: str, requested: str) -> dict[str, Any]:
+    """Where a measurement ran (``timed_on`` cpu/cuda, the device name, torch and Python versions),
+    for every report the engine's figures go into."""
+    import platform
+
+    import torch
+
+    cuda = device.startswith("cuda")
+    return {
+        "timed_on": "cuda" if cuda else "cpu",
+        "requested_device": requested,
+        "device_name": torch.cuda.get_device_name(0) if cuda else (platform.processor() or platform.machine()) + " CPU",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cuda_available": torch.cuda.is_available(),
+    }
+
+
 def _judge(row: dict[str, Any], v: Variant, payload: dict[str, Any], numerics_failures: Any) -> None:
     """A judged variant's problems from its cold phase: wrong numbers, silent fallbacks to eager,
     recompiles after warm-up (each a sentence in ``row["problems"]``)."""

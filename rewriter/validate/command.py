@@ -6,7 +6,6 @@ failure, out of memory, timeout).
 
 from __future__ import annotations
 
-import platform
 import shutil
 import tempfile
 import time
@@ -16,24 +15,11 @@ from typing import Any
 from ..errors import StackpartError
 from ..engine.cost import breakdown
 from ..engine.measure import Options as EngineOptions
+from ..engine.measure import environment
 
 
 #: validate's knobs are the engine's (re-exported: the CLI and tests build them from here).
 Options = EngineOptions
-
-
-def _environment(device: str, requested: str) -> dict[str, Any]:
-    import torch
-
-    cuda = device.startswith("cuda")
-    return {
-        "timed_on": "cuda" if cuda else "cpu",
-        "requested_device": requested,
-        "device_name": torch.cuda.get_device_name(0) if cuda else (platform.processor() or platform.machine()) + " CPU",
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "cuda_available": torch.cuda.is_available(),
-    }
 
 
 def validate_command(plan_path: str, src: str, opts: Options | None = None) -> int:
@@ -83,7 +69,7 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
             "backend": opts.backend,
             "amortization": loaded.plan.amortization.model_dump() if loaded.plan.amortization else None,
             "plan_compiles": any(a.action == "compile" for a in loaded.plan.actions),
-            "environment": _environment(device, spec.device),
+            "environment": environment(device, spec.device),
             "created_unix": time.time(),
         }
         report["timing_note"] = timing_banner(report)  # in every output: JSON, Markdown, chart, terminal
