@@ -20,7 +20,7 @@ class Context:
         out_dir: where the report, charts and trace go.
         backend: the ``torch.compile`` backend for measured compiles (``inductor`` on CUDA;
             ``eager``/``aot_eager`` on CPU to keep tests fast: those cannot speed up, so the
-            amortization rung bounds the gain instead of measuring it).
+            search forces them on every candidate and measures failures, not gains).
         amortization: the deployment (runs, restarts) the compile cost must pay back over.
         results: rung results so far, by rung name.
         cache: values measured once and shared (profile, eager time, blocks, call sites).

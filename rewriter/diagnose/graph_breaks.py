@@ -4,13 +4,19 @@
 reason and user stack; the innermost frame under SRC is the location (a helper function there is
 what ``disable`` keeps eager). Threshold: any break (partitioning-the-stack: "Am I breaking
 graphs? ... restructure or accept"; ``fullgraph=True`` refuses one).
+
+A model that compiles itself (``@torch.compile`` in its code, ``module.compile()`` in its build)
+is measured as the program runs it instead: one step from a clean Dynamo state, the breaks read
+from Dynamo's own counters (``torch._dynamo.utils.counters["graph_break"]``) and graph-break log
+(file:line). ``explain`` on code that is already compiled traces the compiled frames and reported
+``-1 graph break(s)`` (issue 17).
 """
 
 from __future__ import annotations
 
 from .context import Context
 from .dynamo_log import reset
-from .locate import callers_in_src, first_in_src
+from .locate import callers_in_src, first_in_src, function_at
 from .rung import Finding, RungResult
 
 
@@ -20,7 +26,10 @@ def run(ctx: Context) -> RungResult:
 
     r = RungResult("graph_breaks", "Graph breaks (torch._dynamo.explain)")
     r.threshold = "any graph break (fullgraph would refuse it)"
-    model, inputs, _ = ctx.reference()
+    model, inputs, step = ctx.reference()
+    own = _as_the_program_compiles(ctx, step, r)
+    if own is not None:
+        return own
     reset()
     args, kwargs = (inputs, {}) if not isinstance(inputs, dict) else ((), inputs)
     with ctx.session.guard(f"torch._dynamo.explain({ctx.session.spec.model}())"):
@@ -42,4 +51,36 @@ def run(ctx: Context) -> RungResult:
         r.implies = "disable the breaking helper (keep it eager) or restructure; no fullgraph"
     else:
         r.verdict = "no graph breaks"
+    return r
+
+
+def _as_the_program_compiles(ctx: Context, step, r: RungResult) -> RungResult | None:  # noqa: ANN001
+    """The rung on a model that compiles itself: one step from a clean Dynamo state under
+    :class:`~rewriter.engine.watch.CompileWatch`; None when the step compiled nothing (the
+    model is eager as written: ``explain`` measures it)."""
+    from ..engine.watch import CompileWatch
+
+    with CompileWatch() as watch:
+        with ctx.session.guard(f"{ctx.session.spec.model}() as the program compiles it"):
+            step()
+    stats = watch.stats()
+    breaks = watch.breaks
+    reset()
+    if not stats.unique_graphs:
+        return None
+    r.title = "Graph breaks (the program's own torch.compile: Dynamo's counters)"
+    for b in breaks:
+        site = first_in_src([(b.file, b.line, "?")], ctx.session.src)
+        if site:
+            r.findings.append(Finding("graph_break", b.reason, site[0], site[1], function_at(b.file, b.line)))
+        else:
+            r.findings.append(Finding("graph_break", f"{b.reason} ({b.file}:{b.line})"))
+    r.measurement = {"graph_count": stats.unique_graphs, "graph_break_count": stats.graph_breaks,
+                     "source": "the program's own torch.compile (torch._dynamo.utils.counters['graph_break'])"}
+    if stats.graph_breaks:
+        sites = sorted({f.where for f in r.findings}) or [x.split(" ", 1)[-1] for x in stats.graph_break_reasons]
+        r.verdict = f"{stats.graph_breaks} graph break(s) in the program's own compiled code at {', '.join(sites[:4])}"
+        r.implies = "restructure the breaking code (the program compiles it itself: a disable inside its fullgraph region cannot hold)"
+    else:
+        r.verdict = f"no graph breaks in the program's own compiled code ({stats.unique_graphs} graph(s))"
     return r

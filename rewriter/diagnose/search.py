@@ -191,7 +191,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         m = Measurement()
         deadline = time.perf_counter() + budget_s
         try:
-            measure(ctx.session.spec_run if hasattr(ctx.session, "spec_run") else ctx.session.spec, variants, opts, workdir,
+            measure(ctx.session.spec, variants, opts, workdir,
                     amortization=ctx.amortization.model_dump(), deadline=deadline, on_event=on_event, partial=m)
         finally:
             for name, row in m.results.items():

@@ -94,6 +94,12 @@ class CompileWatch:
     def __exit__(self, *exc: object) -> None:
         self._logs.__exit__(None, None, None)
 
+    @property
+    def breaks(self) -> list[GraphBreak]:
+        """Every graph break Dynamo logged since ``__enter__`` (file as Dynamo printed it, line,
+        one-line reason), in the order logged."""
+        return list(self._handler.breaks)
+
     @staticmethod
     def _guard_failures() -> dict[Any, list[Any]]:
         from torch._dynamo import utils

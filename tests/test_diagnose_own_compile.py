@@ -1,0 +1,41 @@
+"""The graph-break rung on a model that already carries ``@torch.compile`` (issue 17): counted as
+the program runs, from Dynamo's own counters, with the break's file:line."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from rewriter.diagnose.runner import diagnose, harness_from_flags
+
+CASE = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose" / "own_compile"
+
+
+def test_the_graph_break_count_of_an_already_compiled_model_is_dynamos_own(tmp_path, monkeypatch):
+    import torch
+    from torch._dynamo.utils import counters
+
+    src = tmp_path / "src"
+    shutil.copytree(CASE, src)
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 4}], mode=None, dtype=None, device="cpu")
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={"graph_breaks"}, backend="eager")
+    [rung] = [r for r in outcome.rungs if r.name == "graph_breaks"]
+    # what Dynamo itself counts for one inference step of the program as written
+    monkeypatch.syspath_prepend(str(src))
+    sys.modules.pop("model", None)
+    import model  # noqa: PLC0415 - the fixture's own module
+
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.no_grad():
+        model.Net()(torch.randn(4, 8))
+    expected = int(sum(counters["graph_break"].values()))
+    torch._dynamo.reset()
+    sys.modules.pop("model", None)
+    assert expected >= 1
+    assert rung.measurement["graph_break_count"] == expected, rung.measurement
+    assert "program's own torch.compile" in rung.measurement["source"]
+    [site] = {(f.file, f.line, f.function) for f in rung.findings}
+    assert site == ("model.py", 10, "route"), rung.findings
+    assert "in the program's own compiled code" in rung.verdict and "-1" not in rung.verdict
