@@ -99,7 +99,7 @@ def test_the_search_on_the_graph_break_workload_chooses_the_disable_and_its_repo
     outcome, src, plan_out = _diagnose(tmp_path, "workloads/graph_break")
     found = outcome.search
     names = [c.name for c in found.candidates]
-    assert {"per-block", "per-block+disable", "whole", "as-is"} <= set(names), names
+    assert {"per-block", "per-block+disable", "whole+disable", "as-is"} <= set(names), names
     assert found.chosen.rule and found.choice.chosen == "per-block+disable", found.choice.status
     # nested_compile_region around a disabled helper cannot hold: measured, reported, never written
     if "nested+whole" in found.choice.status:
@@ -199,3 +199,38 @@ def test_ctrl_c_during_the_search_keeps_the_candidates_measured_so_far(tmp_path,
     measured = [r for r in search["measurement"]["candidates"] if r["numerics"] == "ok"]
     assert len(measured) == 1 and measured[0]["compile_s_per_start"] == 0.5
     assert not (tmp_path / "plan.yaml").exists()
+
+
+def test_a_requires_grad_guard_is_not_per_instance_state():
+    """A newcomer's training MLP: the first block's input has no grad, the others' do (one
+    recompile, 2 graphs for 8 blocks); the rung read it as per-instance state and the search
+    pruned every per-block plan."""
+    from rewriter.diagnose.recompiles import is_tensor_property_guard
+
+    assert is_tensor_property_guard(["tensor 'x' requires_grad mismatch. expected requires_grad=0"])
+    assert not is_tensor_property_guard(["self.index == 3"])
+    assert not is_tensor_property_guard([])
+
+
+def test_a_spent_budget_says_only_the_program_as_it_is_was_measured():
+    rows = {"as-is": _row(2.0), "per-block": {"skipped": "not measured: the search budget was spent before its cold phase", "problems": []},
+            "whole": {"skipped": "not measured: the search budget was spent before its cold phase", "problems": []}}
+    c = decide(rows, ["per-block", "whole", "as-is"], [], 1000, 1, False)
+    assert c.chosen == "as-is" and "only the program as it is is left: 2 not measured (search budget)" in c.text, c.text
+
+
+def test_when_the_program_as_it_is_fails_in_the_engine_the_ladder_is_kept_in_report_json(tmp_path, monkeypatch):
+    from rewriter.engine import measure as engine
+    from rewriter.errors import StackpartError
+
+    def reference_fails(spec, variants, opts, workdir, *, partial, **kw):  # noqa: ANN001, ANN202
+        partial.errors.append("the original model (eager reference) failed: raised: shape {'batch': 32, 'seq': 16}: boom")
+        return partial
+
+    monkeypatch.setattr(engine, "measure", reference_fails)
+    with pytest.raises(StackpartError, match="could not measure the program as it is"):
+        _diagnose(tmp_path, "workloads/graph_break", only={"graph_breaks", "search"})
+    report = json.loads((tmp_path / "stackpart-diagnose" / "report.json").read_text())
+    names = [r["name"] for r in report["rungs"]]
+    assert "graph_breaks" in names and names[-1] == "search"
+    assert "the search stopped" in report["rungs"][-1]["reason"]

@@ -113,31 +113,49 @@ def propose(ctx: Context) -> tuple[list[Candidate], list[str]]:
     has_block = any(a.action == "compile" for a in region_full.plan.actions)
     if has_block:
         for decision in (rule_plan(ctx, "region", disables=False, marks=False), rule_plan(ctx, "region", marks=False), region_full):
-            kinds = {a.action for a in decision.plan.actions}
-            add("per-block" + ("+disable" if "disable" in kinds else "") + ("+mark_dynamic" if "mark_dynamic" in kinds else ""), decision)
+            add(_named("per-block", decision.plan), decision)
     else:
-        pruned.append("per-block: " + (next((n for n in region_full.notes if "no compile" in n or "outside SRC" in n), "no repeated block under SRC")))
+        despite = rule_plan(ctx, "region", disables=False, marks=False, trust_guards=False)
+        if any(a.action == "compile" for a in despite.plan.actions):
+            # the rung read a guard as per-instance state; whether the regions fall back to eager
+            # is measured (a recompile-limit fallback fails the candidate), not assumed
+            add(_named("per-block", despite.plan), despite)
+            has_block = True
+        else:
+            pruned.append("per-block: " + (next((n for n in region_full.notes if "no compile" in n or "outside SRC" in n), "no repeated block under SRC")))
     whole = rule_plan(ctx, "whole", mode="default")
     if any(a.action == "compile" for a in whole.plan.actions):
+        breaks_in_block = any(a.action == "disable" for a in region_full.plan.actions) or not any(
+            a.action == "compile" and a.options.fullgraph for a in region_full.plan.actions)
         if has_block:
-            if nested_supported():
+            if not nested_supported():
+                pruned.append("nested+whole: torch.compiler.nested_compile_region needs torch >= 2.8")
+            elif breaks_in_block:
+                pruned.append("nested+whole: the block breaks the graph (or keeps a helper eager), and a nested compile region "
+                              "must be captured as one graph (UncapturedHigherOrderOpError)")
+            else:
                 nested = _nested(ctx, region_full.plan, whole.plan)
                 if nested is not None:
                     add("nested+whole", type(whole)(nested, []))
-            else:
-                pruned.append("nested+whole: torch.compiler.nested_compile_region needs torch >= 2.8")
-        add("whole", whole)
+        add(_named("whole", whole.plan), whole)
         if not ctx.session.cuda:
             pruned.append("whole+cudagraphs: no CUDA (CUDA graphs need a GPU)")
         elif not shapes_stable(ctx):
             pruned.append("whole+cudagraphs: shapes vary across the harness (each new shape is a new CUDA graph capture)")
         else:
-            add("whole+cudagraphs", rule_plan(ctx, "whole", mode="reduce-overhead"))
+            cg = rule_plan(ctx, "whole", mode="reduce-overhead")
+            add(_named("whole+cudagraphs", cg.plan), cg)
     else:
         pruned.append("whole, whole+cudagraphs: " + (whole.notes[-1] if whole.notes else "the model class is not under SRC"))
     # the rule's proposal is one of the above (same actions) or its own candidate
     add("rule", proposal, rule=True)
     return _rule_first(out), pruned
+
+
+def _named(base: str, plan: Plan) -> str:
+    """``base`` plus what else the plan holds: ``+disable``, ``+mark_dynamic``, ``+kernel``."""
+    kinds = {a.action for a in plan.actions}
+    return base + "".join(f"+{k}" for k in ("disable", "mark_dynamic", "kernel") if k in kinds)
 
 
 def _rule_first(cands: list[Candidate]) -> list[Candidate]:

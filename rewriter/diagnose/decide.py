@@ -88,7 +88,7 @@ def decide(
         if r.get("skipped"):
             status[name] = r["skipped"]
         elif r.get("problems") or r.get("error"):
-            status[name] = "failed: " + "; ".join(r.get("problems") or [r.get("error")])[:300]
+            status[name] = "failed: " + " ".join("; ".join(r.get("problems") or [r.get("error")]).split())[:400]
         elif r.get("step_ms") is None:
             status[name] = "not timed"
         else:
@@ -110,8 +110,18 @@ def decide(
             if name != "as-is" and t0 * 1e-3 * runs <= cost:  # even a step of zero would not pay it back
                 status[name] = f"does not pay back: {cost:.1f} s compile > {runs:,} runs x {t0:.3f} ms even at zero step time"
     ok = [n for n in ok if n not in status]
+    others = [n for n in ok if n != "as-is"]
+    if not others:
+        for n in ok:
+            status[n] = "chosen"
+        failed = sum(1 for s in status.values() if s.startswith("failed"))
+        skipped = sum(1 for s in status.values() if s.startswith("not measured"))
+        unpaid = sum(1 for s in status.values() if s.startswith("does not pay back"))
+        parts = [f"{k} {what}" for k, what in ((failed, "failed"), (skipped, "not measured (search budget)"), (unpaid, "cannot pay back")) if k]
+        return Choice("as-is", "only the program as it is is left: " + (", ".join(parts) or "no candidate")
+                      + "; the plan changes nothing", status, net)
     if not gain_measured:
-        chosen = next((n for n in ok if n != "as-is"), "as-is")
+        chosen = others[0]
         for n in ok:
             status[n] = "chosen" if n == chosen else f"not chosen: the gain is not measured with this backend; {chosen!r} comes first in the ladder's order"
         text = (f"{chosen!r}: the backend does not optimise, so the gain is not measured; every candidate that failed is out "

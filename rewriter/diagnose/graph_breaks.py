@@ -14,6 +14,8 @@ from Dynamo's own counters (``torch._dynamo.utils.counters["graph_break"]``) and
 
 from __future__ import annotations
 
+import re
+
 from .context import Context
 from .dynamo_log import reset
 from .locate import callers_in_src, first_in_src, function_at
@@ -54,6 +56,11 @@ def run(ctx: Context) -> RungResult:
     return r
 
 
+#: Dynamo's reason for a break at a call of a ``torch.compiler.disable``d function (torch 2.13
+#: logs the function's repr, ``<function route at 0x...>``; older ones say "Skip calling ...").
+_DISABLED_CALL = re.compile(r"^<function \S+ at 0x[0-9a-f]+>$|torch\.compiler\.disable|disable\(\)d function")
+
+
 def _as_the_program_compiles(ctx: Context, step, r: RungResult) -> RungResult | None:  # noqa: ANN001
     """The rung on a model that compiles itself: one step from a clean Dynamo state under
     :class:`~rewriter.engine.watch.CompileWatch`; None when the step compiled nothing (the
@@ -71,7 +78,11 @@ def _as_the_program_compiles(ctx: Context, step, r: RungResult) -> RungResult | 
     r.title = "Graph breaks (the program's own torch.compile: Dynamo's counters)"
     for b in breaks:
         site = first_in_src([(b.file, b.line, "?")], ctx.session.src)
-        if site:
+        if site and _DISABLED_CALL.search(b.reason):
+            # the program's own torch.compiler.disable at work: the break is at its call site, and
+            # the function holding that call is not what to keep eager (no function: no disable)
+            r.findings.append(Finding("graph_break", f"call of a function the program keeps eager: {b.reason}", site[0], site[1]))
+        elif site:
             r.findings.append(Finding("graph_break", b.reason, site[0], site[1], function_at(b.file, b.line)))
         else:
             r.findings.append(Finding("graph_break", f"{b.reason} ({b.file}:{b.line})"))

@@ -17,7 +17,7 @@ import re
 
 from .context import Context
 from .dynamo_log import capture, reset
-from .recompiles import is_shape_guard
+from .recompiles import is_shape_guard, is_tensor_property_guard
 from .rung import Finding, RungResult
 
 
@@ -56,7 +56,7 @@ def run(ctx: Context) -> RungResult:
     # A size guard is not per-instance state: an instance whose tensors differ in size (an MoE
     # expert's routed-token count, data-dependent) recompiles once and automatic dynamic shapes
     # absorb it; only guards on values (self.layer_idx == 0) recompile per instance.
-    mine = [rc for rc in frames if not (rc.guards and is_shape_guard(rc.guards))]
+    mine = [rc for rc in frames if not (rc.guards and (is_shape_guard(rc.guards) or is_tensor_property_guard(rc.guards)))]
     sized = len(frames) - len(mine)
     guards: dict[str, int] = {}
     for rc in mine:

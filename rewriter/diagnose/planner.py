@@ -113,7 +113,8 @@ def boundary_args(owner: Any, attr: str) -> list[str | None]:
 UNITS = ("none", "region", "whole")
 
 
-def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disables: bool = True, marks: bool = True) -> Decision:
+def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disables: bool = True, marks: bool = True,
+         trust_guards: bool = True) -> Decision:
     """Turn the rung results in ``ctx`` into a :class:`~rewriter.plan.Plan` with evidence.
 
     ``unit`` None: the ladder's rules decide (the rule's proposal, the search's first candidate).
@@ -121,7 +122,9 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
     whole-model compile's mode; ``disables``/``marks`` say whether a per-block plan carries the
     ``disable``s the graph-break and per-instance rungs imply and the ``mark_dynamic``s the
     recompiles rung implies. A forced unit the evidence cannot build (no block under SRC, a guard
-    in the block's own forward) returns no compile action and says why in ``notes``.
+    in the block's own forward) returns no compile action and says why in ``notes``;
+    ``trust_guards=False`` compiles the block despite such a guard (the search measures whether
+    its regions fall back to eager instead of trusting the rung's reading of the guard).
     """
     spec = ctx.session.spec
     src = ctx.session.src
@@ -237,7 +240,10 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
         if ir.get("recompiles"):
             in_forward = [g for g in guards if g.function == forward_qual or not g.function]
             helpers = [g for g in guards if g.function and g.function != forward_qual]
-            if in_forward or not helpers:
+            if (in_forward or not helpers) and not trust_guards:
+                notes.append(f"{ir['recompiles']} recompile(s) across {ir['instances']} instances of {block['cls'].__name__} "
+                             f"({', '.join(g.where for g in guards) or 'no line'}): compiled anyway, the measurement decides")
+            elif in_forward or not helpers:
                 where = ", ".join(g.where for g in guards) or "unknown line"
                 notes.append(
                     f"{ir['recompiles']} recompiles across {ir['instances']} instances of {block['cls'].__name__} from a guard in its own forward ({where})"

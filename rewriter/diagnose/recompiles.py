@@ -91,6 +91,19 @@ def shapes_stable(ctx: Context) -> bool:
 _SHAPE_GUARD = re.compile(r"size mismatch|stride mismatch|rank mismatch|dimensionality|\.size\(\)|\.shape\b|numel")
 
 
+#: A guard on a tensor property that differs between the first block's input (from the data or an
+#: embedding) and the others' (a block's output): ``requires_grad`` in training (a newcomer's MLP,
+#: session 4), dtype, device. One recompile, then every instance shares the second graph: not
+#: per-instance state.
+_TENSOR_PROPERTY_GUARD = re.compile(r"requires_grad mismatch|dtype mismatch|device mismatch|dispatch key set mismatch")
+
+
+def is_tensor_property_guard(guards: list[str]) -> bool:
+    """Whether every failed guard is about a tensor property other than its shape
+    (:data:`_TENSOR_PROPERTY_GUARD`)."""
+    return bool(guards) and all(_TENSOR_PROPERTY_GUARD.search(g) for g in guards)
+
+
 def is_shape_guard(guards: list[str]) -> bool:
     """Whether a recompile's failed guards are about tensor shapes (what ``mark_dynamic`` and
     bucketing remove); no guard text counts as a shape (the conservative reading)."""

@@ -156,8 +156,29 @@ def candidates_markdown(search: RungResult | None) -> list[str]:
     return lines + [""]
 
 
-#: The terminal's narrower table: the figures that decide, the status's first words.
-TERMINAL_KEYS = ("candidate", "step_ms", "compile_s_per_start", "recompiles", "fallbacks", "numerics", "net_s", "status")
+#: The terminal's narrower table (fits 80 columns): (header, row key).
+TERMINAL_COLUMNS = (("candidate", "candidate"), ("step ms", "step_ms"), ("compile s", "compile_s_per_start"),
+                    ("recomp.", "recompiles"), ("fallb.", "fallbacks"), ("numerics", "numerics"), ("net s", "net_s"),
+                    ("status", "status"))
+
+
+def short_status(status: str) -> str:
+    """The status's gist for the terminal: ``chosen``, ``failed: <first reason>``, ``tie``,
+    ``slower``, ``no payback``, ``skipped: budget``."""
+    if status.startswith("failed"):
+        reason = status.removeprefix("failed: ")
+        for key, label in (("recompile limit", "recompile limit"), ("wrong numbers", "wrong numbers"),
+                           ("raised", "raised"), ("does not rewrite", "does not rewrite"), ("captured no graph", "no graph"),
+                           ("fail_on_recompile", "recompiles"), ("weights", "state_dict")):
+            if key in reason:
+                return f"failed: {label}"
+        return "failed"
+    for key, label in (("within the noise", "tie, dearer"), ("does not pay back", "no payback"), ("net ", "less net"),
+                       ("budget", "skipped: budget"), ("gain is not measured", "later in order"),
+                       ("changes nothing", "same as as-is")):
+        if key in status:
+            return label
+    return status.split(":")[0][:20]
 
 
 def candidates_terminal(console: Any, search: RungResult | None) -> None:
@@ -166,13 +187,13 @@ def candidates_terminal(console: Any, search: RungResult | None) -> None:
         return
     from rich.table import Table
 
-    table = Table(title="stackpart diagnose: candidate plans, measured (details in report.md)", show_lines=False)
-    columns = [c for c in CANDIDATE_COLUMNS if c[1] in TERMINAL_KEYS]
-    for header, _ in columns:
-        table.add_column(header, overflow="fold")
+    table = Table(title="stackpart diagnose: candidate plans, measured (details in report.md)", show_lines=False, padding=(0, 1))
+    for header, _ in TERMINAL_COLUMNS:
+        table.add_column(header, no_wrap=header != "status", overflow="fold", min_width=len(header))
     for r in search.measurement["candidates"]:
-        cells = [_cell(r.get(k)).replace("\\|", "|") for _, k in columns]
-        cells[-1] = cells[-1].split(":")[0][:24]
+        cells = [_cell(r.get(k)).replace("\\|", "|") for _, k in TERMINAL_COLUMNS]
+        cells[-1] = short_status(r.get("status") or "")
+        cells[5] = {"reference": "ref"}.get(cells[5], cells[5])
         if r["chosen"]:
             cells = [f"[bold green]{c}[/]" for c in cells]
         table.add_row(*cells)

@@ -308,8 +308,14 @@ def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_d
     try:
         run_search(ctx, budget_s=budget_s or DEFAULT_BUDGET_S, timeout_s=max(timeout_s, 120.0), console=console,
                    log=out_dir / "search.log", outcome=found)
-    except KeyboardInterrupt:
-        r.status, r.reason = "error", "interrupted (Ctrl-C): the candidates measured so far are kept"
+    except (KeyboardInterrupt, SystemExit, StackpartError) as exc:
+        # Ctrl-C, SIGTERM (the CLI raises SystemExit(143)) or the program as it is failing to run
+        # in the engine: report.json keeps the ladder and the candidates measured so far
+        if isinstance(exc, StackpartError):
+            r.reason = f"the search stopped: {exc.message}"
+        else:
+            r.reason = f"interrupted ({'Ctrl-C' if isinstance(exc, KeyboardInterrupt) else 'SIGTERM'}): the candidates measured so far are kept"
+        r.status = "error"
         r.measurement = {"candidates": found.table(), "pruned": found.pruned, "backend": found.backend}
         results.append(r)
         write_json(out_dir / "report.json", to_json(meta, results, None, [], r.reason))
@@ -340,7 +346,7 @@ def _search_notes(found: Any) -> list[str]:
         notes.extend(n for n in rule.notes if n not in notes)
     notes.append(f"search: {found.choice.text}")
     notes.extend(f"search: pruned {p}" for p in found.pruned)
-    failed = [f"{n}: {s.splitlines()[0]}" for n, s in found.choice.status.items() if s.startswith("failed")]
+    failed = [f"{n}: {s}" for n, s in found.choice.status.items() if s.startswith("failed")]
     if failed:
         notes.append("search: left out as failed (never written): " + " | ".join(failed)[:1500])
     return notes

@@ -123,7 +123,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         StackpartError: the original tree cannot be copied (a candidate whose rewrite fails is a
             failed candidate, not an error).
     """
-    from ..engine.measure import Measurement, Variant, measure
+    from ..engine.measure import Measurement, Variant, measure, relabel
     from ..plan import parse_plan
     from ..rewrite import apply_changes, plan_rewrite
     from .report import plan_yaml
@@ -151,6 +151,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
 
         shutil.copytree(src, original, ignore=IGNORE, symlinks=True)
         variants = [Variant("eager", original, judged=False)]
+        prefixes = {f"{original}/": ""}
         for i, c in enumerate(cands):
             if c.name == "as-is":
                 continue
@@ -167,6 +168,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             tree = workdir / f"cand{i}"
             shutil.copytree(src, tree, ignore=IGNORE, symlinks=True)
             apply_changes(tree, result.changes)
+            prefixes[f"{tree}/"] = ""
             out.results[c.name] = result
             mark = [(None, a.arg, a.dim) for a in c.plan.actions if a.action == "mark_dynamic"]
             variants.append(Variant(c.name, tree, compiles=c.compiles, mark_dynamic=mark))
@@ -183,9 +185,11 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
                 say(f"timing every candidate interleaved at {detail}")
             elif event == "cold":
                 comp = detail.get("compile") or {}
-                what = "; ".join(detail.get("problems") or []) or (
-                    f"cold {detail.get('compile_s_per_start') or 0:.2f} s compile, {comp.get('unique_graphs', 0)} graph(s), "
-                    f"{comp.get('recompiles', 0)} recompile(s), numerics {detail.get('numerics', '-')}")
+                what = " ".join("; ".join(detail.get("problems") or []).split()) or (
+                    f"{detail.get('compile_s_per_start') or 0:.2f} s compile per start (all shapes), {comp.get('unique_graphs', 0)} graph(s), "
+                    f"{comp.get('recompiles', 0)} recompile(s), numerics {'reference' if name == 'eager' else detail.get('numerics', '-')}")
+                for tree_prefix in prefixes:
+                    what = what.replace(tree_prefix, "")
                 say(f"{label}: {what[:300]}")
 
         m = Measurement()
@@ -194,7 +198,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             measure(ctx.session.spec, variants, opts, workdir,
                     amortization=ctx.amortization.model_dump(), deadline=deadline, on_event=on_event, partial=m)
         finally:
-            for name, row in m.results.items():
+            for name, row in relabel(m.results, prefixes).items():
                 out.rows["as-is" if name == "eager" else name] = row
             out.timing = [{"shape": row["shape"], "timing": {("as-is" if k == "eager" else k): v for k, v in row["timing"].items()}}
                           for row in m.timing]
@@ -202,7 +206,11 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             out.errors.extend(m.errors)
             out.seconds = round(time.perf_counter() - started, 2)
         samples = [{("as-is" if k == "eager" else k): v for k, v in per.items()} for per in m.samples]
-        for name, hints in m.hints.items():
+        hits = ((out.rows.get("as-is") or {}).get("compile") or {}).get("recompile_limit_hits") or []
+        if hits:
+            out.notes.append(f"the program as it is hits the recompile limit in its own compiled code ({hits[0][:200]}): "
+                             "those frames already run eager; candidates that keep that code compiled fail the same way")
+        for name, hints in relabel(m.hints, prefixes).items():
             label = "as-is" if name == "eager" else name
             if label in out.rows:
                 out.rows[label].setdefault("hints", []).extend(hints)
@@ -224,9 +232,11 @@ def annotated(out: SearchOutcome) -> Any:
     assert cand is not None and out.choice is not None
     row = out.rows.get(cand.name) or {}
     asis = out.rows.get("as-is") or {}
-    measured = sum(1 for r in out.rows.values() if r.get("step_ms") is not None)
+    timed = sum(1 for r in out.rows.values() if r.get("step_ms") is not None)
+    failed = sum(1 for s in out.choice.status.values() if s.startswith("failed"))
     if row.get("step_ms") is not None and asis.get("step_ms"):
-        cite = (f"search: {cand.name!r} chosen of {measured} measured plans: {row['step_ms']:.3f} ms/step vs "
+        cite = (f"search: {cand.name!r} chosen of {timed} plans timed"
+                + (f" ({failed} more failed)" if failed else "") + f": {row['step_ms']:.3f} ms/step vs "
                 f"{asis['step_ms']:.3f} as is, {compile_cost_s(row, 1):.1f} s compile per start"
                 + ("" if out.gain_measured else f" (backend {out.backend}: gain not measured)"))
     else:

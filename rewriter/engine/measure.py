@@ -371,6 +371,21 @@ def environment(device: str, requested: str) -> dict[str, Any]:
     }
 
 
+def relabel(obj: Any, prefixes: dict[str, str]) -> Any:
+    """Replace temp-dir paths in every string of ``obj`` (``{old prefix: new}``): validate's original
+    tree reads ``a/``, its rewritten ``b/`` (the diff's convention), the search's trees read as
+    paths under SRC, so a report names files the reviewer can find."""
+    if isinstance(obj, str):
+        for old, new in prefixes.items():
+            obj = obj.replace(old, new)
+        return obj
+    if isinstance(obj, dict):
+        return {k: relabel(v, prefixes) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [relabel(v, prefixes) for v in obj]
+    return obj
+
+
 def _judge(row: dict[str, Any], v: Variant, payload: dict[str, Any], numerics_failures: Any) -> None:
     """A judged variant's problems from its cold phase: wrong numbers, silent fallbacks to eager,
     recompiles after warm-up (each a sentence in ``row["problems"]``)."""

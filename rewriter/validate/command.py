@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import StackpartError
 from ..engine.cost import breakdown
 from ..engine.measure import Options as EngineOptions
-from ..engine.measure import environment
+from ..engine.measure import environment, relabel
 
 
 #: validate's knobs are the engine's (re-exported: the CLI and tests build them from here).
@@ -83,7 +83,7 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
         report.setdefault("_clock", {})["materialize_s"] = materialize_s
         report["overhead"] = breakdown(report, results)
         report["verdict"] = verdict.to_json()
-        report = _relabel(report, {f"{trees.original}/": "a/", f"{trees.rewritten}/": "b/", f"{workdir}/": ""})
+        report = relabel(report, {f"{trees.original}/": "a/", f"{trees.rewritten}/": "b/", f"{workdir}/": ""})
         paths = write_report(report, out_dir)
     finally:
         if opts.keep:
@@ -152,20 +152,6 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     if report.get("amortization") is None:
         verdict.notes.append("the plan has no 'amortization:' section: break-even runs reported, not gated")
     return results, m.timing, verdict
-
-
-def _relabel(obj: Any, prefixes: dict[str, str]) -> Any:
-    """Replace temp-dir paths in every string: the original tree reads ``a/``, the rewritten
-    ``b/`` (the diff's convention), so the report names files the reviewer can find."""
-    if isinstance(obj, str):
-        for old, new in prefixes.items():
-            obj = obj.replace(old, new)
-        return obj
-    if isinstance(obj, dict):
-        return {k: _relabel(v, prefixes) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_relabel(v, prefixes) for v in obj]
-    return obj
 
 
 def _print_summary(report: dict[str, Any], paths: list[Path]) -> None:
