@@ -197,7 +197,9 @@ def test_dominant_algorithmic_op_gets_a_kernel_in_every_candidate(tmp_path, monk
     by_name = {c.name: c for c in cands}
     assert [a.action for a in by_name["kernel"].plan.actions] == ["kernel"]
     assert by_name["as-is"].plan.actions == []
-    assert all(any(a.action == "kernel" for a in c.plan.actions) for c in cands if c.name != "as-is")
+    assert all(any(a.action == "kernel" for a in c.plan.actions) for c in cands if c.name != "as-is" and not c.name.endswith("-no-kernel"))
+    [plain] = [c for c in cands if c.name.endswith("-no-kernel")]
+    assert plain.compiles and not any(a.action == "kernel" for a in plain.plan.actions)
 
 
 LLAMA_DIMS = [{"arg": 0, "dim": 1, "sizes": [512, 384]}, {"arg": 1, "dim": 0, "sizes": [512, 384]}, {"arg": 2, "dim": 0, "sizes": [512, 384]}]
@@ -381,3 +383,28 @@ def test_batch_scaling_flags_a_noisy_machine(median, noisy):
     r = batch_scaling.run(Context(session=session, out_dir=None, backend="eager", amortization=None))
     assert r.measurement["median_over_min"] == median
     assert ("timing noisy" in r.verdict) is noisy
+
+
+def test_one_varying_input_dim_adds_bucketed_candidates(tmp_path, monkeypatch):
+    """Issue 12: per-block with the bucket the recompiles rung implies, and whole with CUDA graphs
+    made stable by bucketing (one graph per bucket); the engine's numerics decide (unsafe)."""
+    import inspect
+
+    from rewriter.diagnose.candidates import next_pow2, propose
+
+    assert [next_pow2(n) for n in (1, 2, 3, 384, 512, 513)] == [1, 2, 4, 512, 512, 1024]
+    ctx = llama(tmp_path, monkeypatch)
+    by_name = {c.name: c for c in propose(ctx)[0]}
+    model, _, _ = ctx.reference()
+    first = list(inspect.signature(type(model).forward).parameters)[1]
+    for name in ("per-block+bucket", "whole+cudagraphs+bucket"):
+        [b] = [a for a in by_name[name].plan.actions if a.action == "bucket"]
+        assert (b.target, b.arg, b.dim, b.buckets) == ("model.py::Llama.forward", first, 1, [512]), name
+        assert not [a for a in by_name[name].plan.actions if a.action == "mark_dynamic"]
+        check_plan(ctx, type(plan(ctx))(by_name[name].plan))
+    [c] = [a for a in by_name["whole+cudagraphs+bucket"].plan.actions if a.action == "compile"]
+    assert c.options.mode == "reduce-overhead"
+    ctx.results["recompiles"].measurement["varying_input_dims"].append({"tensor": 1, "dim": 0, "sizes": [3, 4]})
+    cands, pruned = propose(ctx)
+    assert not [c for c in cands if "bucket" in c.name]
+    assert any(p.startswith("+bucket: 2 input dims vary") for p in pruned)

@@ -11,7 +11,13 @@ forced (:func:`.planner.plan`): the rule's proposal first, then
   recompiles rung implies at the block boundary;
 * ``nested+whole``: ``nested_compile_region`` on the block plus one whole-model compile (torch >= 2.8);
 * ``whole``: the model's entry compiled whole (automatic dynamic shapes);
-* ``whole+cudagraphs``: ``mode="reduce-overhead"``, on CUDA and only where the shapes are stable.
+* ``whole+cudagraphs``: ``mode="reduce-overhead"``, on CUDA and only where the shapes are stable;
+* ``+bucket``: where one input dim varies across the harness shapes, per-block and (on CUDA) whole
+  with CUDA graphs again with that dim padded to power-of-two buckets (``bucket``, unsafe: correct
+  only where padding cannot change the kept outputs, e.g. a causal model padded on the right; the
+  engine's numerics decide);
+* the rule's proposal without its ``kernel`` action, where it has one (the kernel is measured,
+  not assumed).
 
 Candidates with the same action set are one candidate (its first name). What is left out, and
 why, is returned as ``pruned`` for the report.
@@ -22,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..plan import CompileAction, CompileOptions, Plan
+from ..plan import BucketAction, CompileAction, CompileOptions, Plan
 from .context import Context
 from .planner import plan as rule_plan
 from .recompiles import shapes_stable
@@ -147,9 +153,70 @@ def propose(ctx: Context) -> tuple[list[Candidate], list[str]]:
             add(_named("whole+cudagraphs", cg.plan), cg)
     else:
         pruned.append("whole, whole+cudagraphs: " + (whole.notes[-1] if whole.notes else "the model class is not under SRC"))
+    bucket, why_not = bucket_action(ctx)
+    if bucket is None:
+        if why_not:
+            pruned.append(f"+bucket: {why_not}")
+    else:
+        if has_block:
+            bare = rule_plan(ctx, "region", disables=True, marks=False, trust_guards=has_block)
+            add(_named("per-block", bare.plan) + "+bucket", type(bare)(_with(bare.plan, bucket), bare.notes))
+        if any(a.action == "compile" for a in whole.plan.actions) and ctx.session.cuda:
+            cg = rule_plan(ctx, "whole", mode="reduce-overhead")
+            add(_named("whole+cudagraphs", cg.plan) + "+bucket", type(cg)(_with(cg.plan, bucket), cg.notes))
     # the rule's proposal is one of the above (same actions) or its own candidate
     add("rule", proposal, rule=True)
+    if any(a.action == "kernel" for a in proposal.plan.actions) and any(a.action == "compile" for a in proposal.plan.actions):
+        plain = proposal.plan.model_copy(update={"actions": [a for a in proposal.plan.actions if a.action != "kernel"]})
+        unit = "whole" if any(a.action == "compile" and a.strategy == "whole" for a in plain.actions) else "per-block"
+        add(_named(unit, plain) + "-no-kernel", type(proposal)(plain, list(proposal.notes)))
     return _rule_first(out), pruned
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= ``n`` (``n`` >= 1)."""
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def bucket_action(ctx: Context) -> tuple[BucketAction | None, str | None]:
+    """The ``bucket`` action the recompiles rung implies: exactly one model input dim varies across
+    the harness shapes, and that input is a named parameter of the model's ``forward`` (under
+    SRC); buckets are the powers of two that cover the harness sizes. Returns (action, None) or
+    (None, why not; None when nothing varies)."""
+    import inspect
+
+    var = ctx.measured("recompiles").get("varying_input_dims") or []
+    if not var:
+        return None, None
+    if len({(v["tensor"], v["dim"]) for v in var}) != 1:
+        return None, f"{len(var)} input dims vary; the bucketing helper pads one argument"
+    model, inputs, _ = ctx.reference()
+    from .locate import target_of
+
+    owner = target_of(type(model), ctx.session.src)
+    if owner is None:
+        return None, "the model class is not under SRC"
+    v = var[0]
+    if isinstance(inputs, dict):
+        names = [k for k, x in inputs.items() if hasattr(x, "shape")]
+    else:
+        try:
+            names = [p for p in inspect.signature(type(model).forward).parameters][1:]
+        except (TypeError, ValueError):
+            return None, "the model's forward has no signature to name the varying input"
+    if v["tensor"] >= len(names):
+        return None, f"input {v['tensor']} is not a named parameter of the model's forward"
+    buckets = sorted({next_pow2(s) for s in v["sizes"]})
+    return BucketAction(action="bucket", target=owner + ".forward", arg=names[v["tensor"]], dim=v["dim"], buckets=buckets,
+                        why=f"recompiles: input {names[v['tensor']]!r} dim {v['dim']} varies {sorted(set(v['sizes']))}: "
+                            f"padded to {buckets} (unsafe: padding must not change the kept outputs; the search's numerics decide)"), None
+
+
+def _with(plan: Plan, action: Any) -> Plan:
+    """``plan`` with ``action`` added first (a ``mark_dynamic`` on the same function is dropped:
+    the bucket makes the dim static per bucket)."""
+    keep = [a for a in plan.actions if a.action != "mark_dynamic"]
+    return plan.model_copy(update={"actions": [action] + keep})
 
 
 def _named(base: str, plan: Plan) -> str:

@@ -187,11 +187,19 @@ def candidates_terminal(console: Any, search: RungResult | None) -> None:
         return
     from rich.table import Table
 
-    table = Table(title="stackpart diagnose: candidate plans, measured (details in report.md)", show_lines=False, padding=(0, 1))
-    for header, _ in TERMINAL_COLUMNS:
-        table.add_column(header, no_wrap=header != "status", overflow="fold", min_width=len(header))
-    for r in search.measurement["candidates"]:
-        cells = [_cell(r.get(k)).replace("\\|", "|") for _, k in TERMINAL_COLUMNS]
+    from rich import box
+
+    rows = search.measurement["candidates"]
+    columns = [c for c in TERMINAL_COLUMNS if c[1] != "net_s" or any(r.get("net_s") is not None for r in rows)]
+    table = Table(title="stackpart diagnose: candidate plans, measured (details in report.md)", show_lines=False,
+                  padding=(0, 1), box=box.SIMPLE_HEAD)
+    for header, _ in columns:
+        if header == "candidate":
+            table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=24)
+        else:
+            table.add_column(header, no_wrap=header != "status", overflow="fold", min_width=14 if header == "status" else len(header))
+    for r in rows:
+        cells = [_cell(r.get(k)).replace("\\|", "|") for _, k in columns]
         cells[-1] = short_status(r.get("status") or "")
         cells[5] = {"reference": "ref"}.get(cells[5], cells[5])
         if r["chosen"]:
