@@ -39,3 +39,20 @@ def test_the_graph_break_count_of_an_already_compiled_model_is_dynamos_own(tmp_p
     [site] = {(f.file, f.line, f.function) for f in rung.findings}
     assert site == ("model.py", 10, "route"), rung.findings
     assert "in the program's own compiled code" in rung.verdict and "-1" not in rung.verdict
+
+
+def test_the_search_names_the_programs_own_compile_calls(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(CASE, src)
+    (src / "serve.py").write_text("import torch\n\nfrom model import Net\n\nmodel = Net()\nmodel.compile(fullgraph=False)\n"
+                                  "x = torch.randn(2, 8)\ntorch._dynamo.mark_dynamic(x, 0, min=2)\n")
+    from rewriter.diagnose.own_compile import compile_setup
+
+    assert compile_setup(src) == ['model.py:20: @torch.compile(backend="eager")', "serve.py:6: model.compile(fullgraph=False)",
+                                  "serve.py:8: torch._dynamo.mark_dynamic(x, 0, min=2)"]
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 4}], mode=None, dtype=None, device="cpu")
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={"graph_breaks", "search"}, backend="eager")
+    [asis] = [r for r in outcome.search.table() if r["candidate"] == "as-is"]
+    assert "the program's own: model.py:20: @torch.compile(backend=\"eager\")" in asis["actions"]
+    assert asis["graphs"] >= 1  # it compiled at run time, in the engine's reference process
+    assert any("the program as it is compiles itself" in n and "model.py:20" in n for n in outcome.notes)

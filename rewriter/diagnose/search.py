@@ -55,6 +55,8 @@ class SearchOutcome:
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: The compile setup already in SRC (:func:`.own_compile.compile_setup`): ``file:line: call``.
+    own_setup: list[str] = field(default_factory=list)
     backend: str = "inductor"
     gain_measured: bool = True
 
@@ -78,7 +80,7 @@ class SearchOutcome:
                          for row in self.timing if (row["timing"].get(c.name) or {}).get("n")}
             out.append({
                 "candidate": c.name,
-                "actions": [f"{a.action} {a.target}" + (f" ({a.strategy}{', ' + a.options.mode if a.options.mode != 'default' else ''})" if a.action == "compile" else "")
+                "actions": ([f"the program's own: {x}" for x in self.own_setup] if c.name == "as-is" else []) + [f"{a.action} {a.target}" + (f" ({a.strategy}{', ' + a.options.mode if a.options.mode != 'default' else ''})" if a.action == "compile" else "")
                             for a in c.plan.actions],
                 "rule": c.rule,
                 "step_ms": None if r.get("step_ms") is None else round(r["step_ms"], 4),
@@ -133,6 +135,9 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     cands, pruned = propose(ctx)
     out = outcome if outcome is not None else SearchOutcome(cands)
     out.candidates, out.pruned = cands, pruned
+    from .own_compile import compile_setup
+
+    out.own_setup = compile_setup(src)
     out.backend = ctx.backend
     out.gain_measured = ctx.backend not in NO_GAIN_BACKENDS
     opts = _options(ctx, timeout_s)
@@ -176,6 +181,9 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             f"backend {ctx.backend}" + ("" if out.gain_measured else f" (forced on every compile: failures measured, gains not)"))
         for p in pruned:
             say(f"pruned {p}")
+        if out.own_setup:
+            say(f"the program as it is (the baseline) carries its own compile setup: {'; '.join(out.own_setup[:5])}"
+                + (f" (+{len(out.own_setup) - 5} more)" if len(out.own_setup) > 5 else ""))
 
         def on_event(name: str, event: str, detail: Any) -> None:
             label = "as-is" if name == "eager" else name
@@ -206,6 +214,10 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             out.errors.extend(m.errors)
             out.seconds = round(time.perf_counter() - started, 2)
         samples = [{("as-is" if k == "eager" else k): v for k, v in per.items()} for per in m.samples]
+        graphs = ((out.rows.get("as-is") or {}).get("compile") or {}).get("unique_graphs") or 0
+        if out.own_setup or graphs:
+            out.notes.append(f"the program as it is compiles itself ({graphs} graph(s) at run time"
+                             + (f"; {'; '.join(out.own_setup[:3])}" if out.own_setup else "") + "): every candidate is measured on top of it")
         hits = ((out.rows.get("as-is") or {}).get("compile") or {}).get("recompile_limit_hits") or []
         if hits:
             out.notes.append(f"the program as it is hits the recompile limit in its own compiled code ({hits[0][:200]}): "
