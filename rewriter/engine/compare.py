@@ -185,7 +185,20 @@ def compare_trees(
     for ((path, a), (_, e)), r in zip(zip(a_leaves, e_leaves), r_leaves):
         where = _keystr(path)
         if not isinstance(e, torch.Tensor):
-            if isinstance(a, torch.Tensor) or a != e:
+            inner_e, inner_a = state_tensors(e), state_tensors(a)
+            if inner_e and type(a) is type(e):
+                # an object holding tensors (transformers' DynamicCache: its layers' keys and
+                # values): compared by those tensors, not by identity (issue 13)
+                if [p for p, _ in inner_a] != [p for p, _ in inner_e]:
+                    out.mismatches.append(Mismatch(where, f"{type(e).__name__} holds other tensors: got {len(inner_a)}, expected {len(inner_e)}"))
+                    continue
+                for (p, ta), (_, te) in zip(inner_a, inner_e):
+                    out.leaves += 1
+                    reason = _compare_tensor(ta, te, out, None, where + p, high_precision_dtype, precision)
+                    if reason:
+                        out.mismatches.append(Mismatch(where + p, reason))
+                continue
+            if isinstance(a, torch.Tensor) or (a != e and not _same_opaque(a, e)):
                 out.mismatches.append(Mismatch(where, f"got {a!r}, expected {e!r}"))
             continue
         out.leaves += 1
@@ -193,6 +206,39 @@ def compare_trees(
         if reason:
             out.mismatches.append(Mismatch(where, reason))
     return out
+
+
+def state_tensors(obj: Any, depth: int = 4) -> list[tuple[str, Any]]:
+    """``(path, tensor)`` for every tensor an object holds in its attributes, lists, tuples and dicts,
+    up to ``depth`` levels (``.layers[0].keys`` for a transformers ``DynamicCache``); sorted by
+    attribute name at each level. Plain values (numbers, strings, None) hold none."""
+    import torch
+
+    out: list[tuple[str, Any]] = []
+
+    def walk(x: Any, path: str, left: int) -> None:
+        if isinstance(x, torch.Tensor):
+            out.append((path, x))
+        elif left <= 0 or x is None or isinstance(x, (bool, int, float, complex, str, bytes, type)):
+            return
+        elif isinstance(x, (list, tuple)):
+            for i, v in enumerate(x):
+                walk(v, f"{path}[{i}]", left - 1)
+        elif isinstance(x, dict):
+            for k in sorted(x, key=str):
+                walk(x[k], f"{path}[{k!r}]", left - 1)
+        elif hasattr(x, "__dict__") and not callable(x):
+            for k in sorted(vars(x)):
+                walk(vars(x)[k], f"{path}.{k}", left - 1)
+
+    walk(obj, "", depth)
+    return out
+
+
+def _same_opaque(a: Any, b: Any) -> bool:
+    """Two objects of one class that hold no tensor and compare by identity only (a config
+    object, a cache without entries): the same for the comparison."""
+    return type(a) is type(b) and type(a).__eq__ is object.__eq__ and not state_tensors(a) and not state_tensors(b)
 
 
 def _compare_tensor(
