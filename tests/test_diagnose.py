@@ -329,3 +329,19 @@ def test_a_report_dir_of_the_users_keeps_their_files(tmp_path):
     assert not _ours(tmp_path)
     (tmp_path / "report.json").write_text('{"version": 1, "rungs": []}\n')
     assert _ours(tmp_path)
+
+
+def test_a_harness_that_names_no_device_runs_on_the_cpu_without_a_gpu(tmp_path):
+    """Issue 14: `diagnose --help` says the device defaults to "cuda when available", but a plan
+    whose harness names no device loaded as cuda and stopped with "harness.device is cuda but
+    torch sees no CUDA device"."""
+    import torch
+
+    from rewriter.diagnose.runner import resolve_device
+    from rewriter.plan import parse_plan
+
+    unnamed = parse_plan("version: 1\nharness: {file: harness.py}\n").plan.harness
+    named = parse_plan("version: 1\nharness: {file: harness.py, device: cuda}\n").plan.harness
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device(unnamed).device == expected
+    assert resolve_device(named).device == "cuda"

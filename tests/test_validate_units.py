@@ -249,3 +249,11 @@ def test_a_graph_break_is_listed_once_with_its_site_when_the_log_gave_one():
     assert graph_break_lines(comp) == ["  - graph break at b/model.py:36: 'is_causal' must be bool, not SymBool"]
     assert graph_break_lines({"graph_break_reasons": ["2x generic_jump"]}) == ["  - graph break: 2x generic_jump"]
     assert graph_break_lines({}) == []
+
+
+def test_a_speedup_just_below_the_bound_is_printed_below_it():
+    from rewriter.engine.verdict import below, speed_failures
+
+    assert below(0.9496, 0.95) == "0.9496" and below(0.9, 0.95) == "0.900"
+    [fail] = speed_failures({"plan": 10.0, "eager": 20.0, "whole": 9.496}, 0.95, None)
+    assert "speedup 0.9496 < 0.95" in fail

@@ -157,6 +157,7 @@ def diagnose(
     src = Path(src)
     if not src.is_dir():
         raise StackpartError("SRC is not a directory", path=str(src))
+    spec = resolve_device(spec)
     harness = load_harness(spec, src)
     if entry is not None:
         check_entry(entry, src)
@@ -364,6 +365,17 @@ def _write_validation(found: Any, ctx: Context, plan_out: Path, outcome: Outcome
         return
     paths = write_report(report, validation_dir(plan_out))
     outcome.paths["validation report (the chosen candidate's measurement)"] = str(paths[0])
+
+
+def resolve_device(spec: Harness) -> Harness:
+    """A harness that names no device runs on CUDA when torch sees one, else on the CPU (the
+    ``--device`` default, "cuda when available"); one that names ``cuda`` keeps it (and
+    diagnose refuses to run it without a GPU)."""
+    if "device" in spec.model_fields_set or not spec.device.startswith("cuda"):
+        return spec
+    import torch
+
+    return spec if torch.cuda.is_available() else spec.model_copy(update={"device": "cpu"})
 
 
 def harness_from_flags(

@@ -47,7 +47,8 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
     notes: list[str] = []
     if device.startswith("cuda") and not torch.cuda.is_available():
         device = "cpu"
-        notes.append(f"no CUDA on this machine: ran on CPU although the harness asks for {spec.device}")
+        notes.append(f"no CUDA on this machine: ran on CPU although the harness asks for {spec.device}"
+                     if "device" in spec.model_fields_set else "no CUDA on this machine: ran on CPU (the harness names no device)")
     spec_run = spec.model_copy(update={"device": device})
     srcp = Path(src)
     out_dir = opts.out or default_report_dir(plan_path)
