@@ -26,6 +26,8 @@ ITEM = textwrap.dedent(
     """
 )
 MIN1 = "import torch\n\ntorch._dynamo.mark_dynamic(x, 1, min=1, max=64)\n"
+#: SP106's fix: maybe_mark_dynamic accepts the size-1 call that mark_dynamic(min=1) raises at
+MIN1_FIXED = MIN1.replace("mark_dynamic(x, 1, min=1, max=64)", "maybe_mark_dynamic(x, 1)")
 CLEAN = "import torch\n\n@torch.compile\ndef f(x):\n    return x * 2\n"
 
 
@@ -118,7 +120,7 @@ def test_sarif_2_1_0(tree):
 def test_fix_writes_safe_fixes_and_reports_the_rest(tree, capsys):
     before_item = (tree / "item.py").read_bytes()
     assert main(["check", "--fix", "min1.py", "item.py"]) == 1  # SP103 has no fix: still a finding
-    assert (tree / "min1.py").read_text() == MIN1.replace("min=1", "min=2")
+    assert (tree / "min1.py").read_text() == MIN1_FIXED
     assert (tree / "item.py").read_bytes() == before_item
     assert main(["check", "min1.py"]) == 0
     assert not list(tree.glob(".*.stackpart")), "no temp files left behind"
@@ -128,7 +130,7 @@ def test_fix_keeps_bom_and_crlf(tree):
     data = b"\xef\xbb\xbf" + MIN1.replace("\n", "\r\n").encode()
     (tree / "crlf.py").write_bytes(data)
     assert main(["check", "--fix", "crlf.py"]) == 0
-    assert (tree / "crlf.py").read_bytes() == data.replace(b"min=1", b"min=2")
+    assert (tree / "crlf.py").read_bytes() == b"\xef\xbb\xbf" + MIN1_FIXED.replace("\n", "\r\n").encode()
 
 
 def test_prefilter_skips_files_without_torch_or_needles(tree):
@@ -199,7 +201,7 @@ def test_diff_shows_the_fix_and_writes_nothing(tree, capsys):
     assert main(["check", "--diff", "min1.py"]) == 1
     out = capsys.readouterr().out
     assert "diff --git a/min1.py b/min1.py" in out
-    assert "-torch._dynamo.mark_dynamic(x, 1, min=1, max=64)" in out and "+torch._dynamo.mark_dynamic(x, 1, min=2, max=64)" in out
+    assert "-torch._dynamo.mark_dynamic(x, 1, min=1, max=64)" in out and "+torch._dynamo.maybe_mark_dynamic(x, 1)" in out
     assert (tree / "min1.py").read_text() == MIN1
     assert main(["check", "--diff", "--fix", "min1.py"]) == 2
 

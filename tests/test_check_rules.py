@@ -173,3 +173,37 @@ def test_sp108_example_fails_under_fullgraph():
     torch._dynamo.reset()
     with pytest.raises(Exception, match="disable"):
         torch.compile(fn, backend="eager", fullgraph=True)(torch.ones(3))
+
+
+def test_sp106s_fix_makes_the_size_1_call_it_warns_about_work():
+    """Issue 17: the old fix (min=2) still raised at size 1. maybe_mark_dynamic accepts it, and
+    sizes >= 2 keep sharing one dynamic graph (torch 2.13, eager backend)."""
+    import libcst as cst
+    import torch
+    from torch._dynamo.utils import counters
+
+    from rewriter.check.rules.sp106_mark_dynamic_min import MarkDynamicMin, _maybe
+
+    [invalid, *_] = MarkDynamicMin.INVALID
+    fixed = cst.parse_module(invalid.fixed).code
+    assert "maybe_mark_dynamic(x, 1)" in fixed
+    assert cst.Module([]).code_for_node(_maybe(cst.parse_expression("torch._dynamo.mark_dynamic(x, 1, min=1, max=64)"))) == \
+        "torch._dynamo.maybe_mark_dynamic(x, 1)"
+
+    def f(x):
+        return (x * 2).sum(1)
+
+    def run(mark, sizes):
+        torch._dynamo.reset()
+        counters.clear()
+        compiled = torch.compile(f, backend="eager")
+        for n in sizes:
+            x = torch.randn(3, n)
+            mark(x)
+            compiled(x)
+        return int(counters["stats"]["unique_graphs"])
+
+    with pytest.raises(Exception):
+        run(lambda x: torch._dynamo.mark_dynamic(x, 1, min=1, max=64), [1])
+    assert run(lambda x: torch._dynamo.maybe_mark_dynamic(x, 1), [1, 5, 7, 9]) == 2
+    torch._dynamo.reset()

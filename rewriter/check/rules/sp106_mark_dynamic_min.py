@@ -12,19 +12,23 @@ from .sp105_mark_dynamic_in_compiled import MARKS
 class MarkDynamicMin(Rule):
     CODE = "SP106"
     NAME = "mark-dynamic-min"
-    SUMMARY = "mark_dynamic with min=0 or min=1: Dynamo specialises sizes 0 and 1, so the bound is 2"
+    SUMMARY = "mark_dynamic with min=0 or min=1: a size-1 input raises; maybe_mark_dynamic accepts it"
     EXPLANATION = """\
 Dynamo specialises sizes 0 and 1 (the "0/1 specialization": broadcasting and contiguity
 differ there), so a dimension marked dynamic is never 0 or 1 inside the dynamic graph. A size of 1
-at a `mark_dynamic` call raises `ConstraintViolationError` ("You marked ... as dynamic but your
-code specialized it to be a constant (1)") whatever `min` says. `min=0`/`min=1` therefore
-promise something that cannot hold; `min=2` states what actually happens, and behaves the same
-(checked: min=1 and min=2 give identical results for sizes 1, 5, 7 on torch 2.13). Use
-`maybe_mark_dynamic` when a size-1 input must be accepted.
+at a `mark_dynamic` call raises whatever `min` says (torch 2.13: an `AssertionError` from the
+symbolic-shape solver, older versions `ConstraintViolationError`: "You marked ... as dynamic but
+your code specialized it to be a constant (1)"), and `min=2` raises the same. `min=0`/`min=1`
+therefore say the author expects sizes 0 or 1 there.
 
-Safe fix: `min=2`.
+Safe fix: `maybe_mark_dynamic(x, dim)`: sizes >= 2 share one dynamic graph and a size-1 call
+gets its own specialised graph instead of an error (checked on torch 2.13: sizes 1, 5, 7, 9 give
+2 graphs and no error). It takes no `min`/`max`, so both are dropped. When sizes 0/1 must stay in
+the dynamic graph, `torch._dynamo.decorators.mark_unbacked(x, dim)` does that, but code that
+branches on the size then raises a data-dependent error: not a safe fix.
 
-Source: PyTorch docs, "Dynamic shapes" (0/1 specialization); measured on torch 2.13.
+Source: PyTorch docs, "Dynamic shapes" (0/1 specialization; mark_dynamic, maybe_mark_dynamic,
+mark_unbacked); measured on torch 2.13.
 """
     NEEDLES = (r"\bmark_dynamic\b", r"\bmin\s*=\s*[01]\b")
     CALLS = frozenset({"mark_dynamic", "maybe_mark_dynamic", "mark_static"})
@@ -48,7 +52,7 @@ torch._dynamo.mark_dynamic(x, 1, min=1, max=4096)
             fixed="""\
 import torch
 
-torch._dynamo.mark_dynamic(x, 1, min=2, max=4096)
+torch._dynamo.maybe_mark_dynamic(x, 1)
 """,
         ),
         Invalid(
@@ -61,7 +65,7 @@ dynamo.mark_dynamic(x, 0, min=0)
             fixed="""\
 import torch._dynamo as dynamo
 
-dynamo.mark_dynamic(x, 0, min=2)
+dynamo.maybe_mark_dynamic(x, 0)
 """,
         ),
     ]
@@ -73,9 +77,22 @@ dynamo.mark_dynamic(x, 0, min=2)
         if arg is None or not isinstance(arg.value, cst.Integer) or arg.value.evaluated_value not in (0, 1):
             return
         self.report(
-            arg,
-            f"min={arg.value.value}: Dynamo always specialises sizes 0 and 1, so the dynamic range starts "
-            "at 2 (a size-1 input raises ConstraintViolationError either way); write min=2, or use "
-            "maybe_mark_dynamic to accept size 1",
-            arg.with_changes(value=cst.Integer("2")),
+            node,
+            f"min={arg.value.value}: Dynamo always specialises sizes 0 and 1, so a size-1 input raises at this "
+            "mark whatever min says; maybe_mark_dynamic(x, dim) accepts it (its own specialised graph; "
+            "sizes >= 2 stay dynamic), mark_unbacked keeps 0/1 dynamic if the code never branches on the size",
+            _maybe(node),
         )
+
+
+def _maybe(call: cst.Call) -> cst.Call:
+    """``mark_dynamic(x, d, min=.., max=..)`` -> ``maybe_mark_dynamic(x, d)`` (same module prefix)."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "mark_dynamic":
+        func = func.with_changes(attr=cst.Name("maybe_mark_dynamic"))
+    elif isinstance(func, cst.Name) and func.value == "mark_dynamic":
+        func = cst.Name("maybe_mark_dynamic")
+    args = [a for a in call.args if not (a.keyword is not None and a.keyword.value in ("min", "max"))]
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(func=func, args=args)
