@@ -56,3 +56,16 @@ def test_the_search_names_the_programs_own_compile_calls(tmp_path):
     assert "the program's own: model.py:20: @torch.compile(backend=\"eager\")" in asis["actions"]
     assert asis["graphs"] >= 1  # it compiled at run time, in the engine's reference process
     assert any("the program as it is compiles itself" in n and "model.py:20" in n for n in outcome.notes)
+
+
+def test_no_whole_model_candidate_compiles_the_programs_own_compiled_code_again(tmp_path):
+    """Issue 17: a trainer that compiles each layer itself got a whole-model compile on top (the
+    model compiled twice). The program's own compile calls prune every whole-model candidate."""
+    src = tmp_path / "src"
+    shutil.copytree(CASE, src)
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 4}], mode=None, dtype=None, device="cpu")
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={"batch_scaling", "graph_breaks", "search"}, backend="eager")
+    found = outcome.search
+    assert not [c for c in found.candidates if any(a.action == "compile" and a.strategy in ("whole", "nested") for a in c.plan.actions)]
+    assert any("the program compiles code itself (model.py:20" in p and "second time" in p for p in found.pruned), found.pruned
+    assert not [a for a in outcome.plan.actions if a.action == "compile" and a.strategy == "whole"]

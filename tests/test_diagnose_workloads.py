@@ -183,8 +183,8 @@ def test_inductor_compile_gain_is_measured_not_bounded(tmp_path, monkeypatch):
     it is, to keep Inductor's CPU compiles to one)."""
     from rewriter.diagnose import candidates, search
 
-    def two(ctx):  # noqa: ANN001, ANN202
-        cands, pruned = candidates.propose(ctx)
+    def two(ctx, own=None):  # noqa: ANN001, ANN202
+        cands, pruned = candidates.propose(ctx, own)
         return [c for c in cands if c.rule or c.name == "as-is"], pruned
 
     monkeypatch.setattr(search, "propose", two)

@@ -50,7 +50,7 @@ PLANTED = {
 }
 
 
-def _planted(ctx):  # noqa: ANN001, ANN202 - replaces candidates.propose
+def _planted(ctx, own=None):  # noqa: ANN001, ANN202 - replaces candidates.propose
     cands = [Candidate(name, _plan(text), rule=(name == "recompile-limit")) for name, text in PLANTED.items()]
     return cands + [Candidate("as-is", _plan("actions: []\n"))], ["nothing pruned (planted candidates)"]
 

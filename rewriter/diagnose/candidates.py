@@ -80,13 +80,21 @@ def _nested(ctx: Context, region: Plan, whole: Plan) -> Plan | None:
     return region.model_copy(update={"actions": keep + [nested, whole_c]})
 
 
-def propose(ctx: Context) -> tuple[list[Candidate], list[str]]:
+#: What in the program's own setup compiles (not a mark or a disable): ``@torch.compile``,
+#: ``torch.compile(...)``, ``module.compile(...)``.
+_COMPILES = ("torch.compile", ".compile(")
+
+
+def propose(ctx: Context, own_setup: list[str] | None = None) -> tuple[list[Candidate], list[str]]:
     """The candidate plans for this ladder, the rule's proposal first, and what was pruned (why).
 
     Pruned by evidence: CUDA graphs on CPU or with shapes that vary across the harness; nested
     regions on torch < 2.8; per-block plans without a repeated block under SRC; every compile
     when the op mix is GEMM-dominated (>= 80% GEMM+attention) and the model is not launch-bound
-    (compile returns ~1.0x: partitioning-the-stack, "Check the op mix").
+    (compile returns ~1.0x: partitioning-the-stack, "Check the op mix"); every whole-model
+    candidate when the program compiles code itself (``own_setup``, :func:`.own_compile.compile_setup`):
+    a whole-model compile on top of the user's own compile would compile that code a second time
+    (issue 17), so the plan changes only what the program leaves eager.
     """
     pruned: list[str] = []
     out: list[Candidate] = []
@@ -130,6 +138,11 @@ def propose(ctx: Context) -> tuple[list[Candidate], list[str]]:
         else:
             pruned.append("per-block: " + (next((n for n in region_full.notes if "no compile" in n or "outside SRC" in n), "no repeated block under SRC")))
     whole = rule_plan(ctx, "whole", mode="default")
+    own = [x for x in own_setup or [] if any(k in x.split(": ", 1)[-1] for k in _COMPILES)]
+    if own and any(a.action == "compile" for a in whole.plan.actions):
+        pruned.append(f"nested+whole, whole, whole+cudagraphs: the program compiles code itself ({'; '.join(own[:3])}): "
+                      "a whole-model compile on top would compile it a second time; change the program's own call instead")
+        whole = type(whole)(whole.plan.model_copy(update={"actions": [a for a in whole.plan.actions if a.action != "compile"]}), whole.notes)
     if any(a.action == "compile" for a in whole.plan.actions):
         breaks_in_block = any(a.action == "disable" for a in region_full.plan.actions) or not any(
             a.action == "compile" and a.options.fullgraph for a in region_full.plan.actions)
@@ -161,10 +174,14 @@ def propose(ctx: Context) -> tuple[list[Candidate], list[str]]:
         if has_block:
             bare = rule_plan(ctx, "region", disables=True, marks=False, trust_guards=has_block)
             add(_named("per-block", bare.plan) + "+bucket", type(bare)(_with(bare.plan, bucket), bare.notes))
-        if any(a.action == "compile" for a in whole.plan.actions) and ctx.session.cuda:
+        if any(a.action == "compile" for a in whole.plan.actions) and ctx.session.cuda and not own:
             cg = rule_plan(ctx, "whole", mode="reduce-overhead")
             add(_named("whole+cudagraphs", cg.plan) + "+bucket", type(cg)(_with(cg.plan, bucket), cg.notes))
-    # the rule's proposal is one of the above (same actions) or its own candidate
+    # the rule's proposal is one of the above (same actions) or its own candidate; a whole-model
+    # proposal on top of the program's own compile is the second compile pruned above
+    if own and any(a.action == "compile" and a.strategy == "whole" for a in proposal.plan.actions):
+        kept = [a for a in proposal.plan.actions if not (a.action == "compile" and a.strategy == "whole")]
+        proposal = type(proposal)(proposal.plan.model_copy(update={"actions": kept}), proposal.notes)
     add("rule", proposal, rule=True)
     if any(a.action == "kernel" for a in proposal.plan.actions) and any(a.action == "compile" for a in proposal.plan.actions):
         plain = proposal.plan.model_copy(update={"actions": [a for a in proposal.plan.actions if a.action != "kernel"]})

@@ -130,14 +130,15 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     from ..rewrite import apply_changes, plan_rewrite
     from .report import plan_yaml
 
-    started = time.perf_counter()
-    src = ctx.session.src
-    cands, pruned = propose(ctx)
-    out = outcome if outcome is not None else SearchOutcome(cands)
-    out.candidates, out.pruned = cands, pruned
     from .own_compile import compile_setup
 
-    out.own_setup = compile_setup(src)
+    started = time.perf_counter()
+    src = ctx.session.src
+    own = compile_setup(src)
+    cands, pruned = propose(ctx, own)
+    out = outcome if outcome is not None else SearchOutcome(cands)
+    out.candidates, out.pruned = cands, pruned
+    out.own_setup = own
     out.backend = ctx.backend
     out.gain_measured = ctx.backend not in NO_GAIN_BACKENDS
     opts = _options(ctx, timeout_s)
