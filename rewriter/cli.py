@@ -101,7 +101,8 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
 @click.argument("files", nargs=-1, type=click.Path())
 @click.option("--select", multiple=True, help="Only these rule codes or prefixes (SP101, SP1); repeatable.")
 @click.option("--ignore", multiple=True, help="Skip these rule codes or prefixes; repeatable.")
-@click.option("--fix", is_flag=True, help="Apply safe fixes (and the plan's changes on drift), atomically.")
+@click.option("--fix", is_flag=True, help="Apply the rules' safe fixes, and the plan's pending edits when rewrite --apply would (a passing validation report for this diff), atomically.")
+@click.option("--no-validate", "no_validate", is_flag=True, help="With --fix: write the plan's edits without a passing validation report.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print the safe fixes as a diff; write nothing.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "github", "sarif"]), default="text",
               show_default=True, help="Report format.")
@@ -112,7 +113,7 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the report here, not stdout.")
 @click.pass_context
 def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], ignore: tuple[str, ...], fix: bool,
-          show_diff: bool, fmt: str, plan_path: str | None, src: str | None, jobs: int | None,
+          no_validate: bool, show_diff: bool, fmt: str, plan_path: str | None, src: str | None, jobs: int | None,
           output: str | None) -> None:
     """Static suggestions (SP1xx rules) and plan drift for FILES (the pre-commit entry)."""
     from .check.command import check_command
@@ -120,7 +121,7 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
     if fix and show_diff:
         raise click.UsageError("--fix and --diff exclude each other")
     ctx.exit(check_command(files, select, ignore, fix=fix, fmt=fmt, plan=plan_path, src=src, jobs=jobs, output=output,
-                           diff=show_diff))
+                           diff=show_diff, validate=not no_validate))
 
 
 @cli.command()

@@ -185,7 +185,11 @@ def test_plan_drift_from_pyproject_exits_1_with_the_diff_and_fix_applies_it(gpt,
     out = capsys.readouterr().out
     assert f"{model}:1:1: plan drift" in out
     assert "diff --git a/model.py b/model.py" in out and "+    @torch.compile" in out
-    assert main(["check", "--select", "SP106", "--fix", model]) == 0
+    # one rule with rewrite --apply (issue 15): no passing validation report, no plan edits written
+    assert main(["check", "--select", "SP106", "--fix", model]) == 1
+    assert (gpt / model).read_bytes() == original
+    assert "plan edits not written: no validation report for this diff" in capsys.readouterr().err
+    assert main(["check", "--select", "SP106", "--fix", "--no-validate", model]) == 0
     assert (gpt / model).read_bytes() != original
     assert main(["check", "--select", "SP106", model]) == 0  # the tree is now what the plan asks
 
@@ -219,7 +223,7 @@ def test_a_commit_of_the_plan_alone_is_checked_for_the_drift_it_creates(gpt, cap
     assert main(["check", "--select", "SP106", "gpt/plan.yaml", "--format", "json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["drift"]["files"] == ["gpt/src/model.py"]
-    assert main(["check", "--select", "SP106", "--fix", "gpt/plan.yaml"]) == 0
+    assert main(["check", "--select", "SP106", "--fix", "--no-validate", "gpt/plan.yaml"]) == 0
     assert main(["check", "--select", "SP106", "gpt/plan.yaml", "--format", "json"]) == 0
     other = gpt / "other.yaml"
     other.write_text("a: [1\n")  # not Python, not the plan: skipped, never parsed

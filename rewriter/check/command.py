@@ -32,7 +32,11 @@ def _write(changes: list[tuple[str, bytes, bytes, int]]) -> None:
     )
 
 
-def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[str], fix: bool) -> None:
+def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[str], fix: bool, validate: bool = True) -> None:
+    """Plan drift of ``files``; with ``fix``, write the plan's pending edits under the rule
+    ``rewrite --apply`` follows: a passing validation report for this exact diff (the gate of
+    :mod:`rewriter.validate.gate`), unless ``validate`` is False (``--no-validate``). A refusal
+    leaves the drift reported and says why in ``outcome.drift_refused``."""
     if plan is None:
         return
     from ..plan import load_plan
@@ -47,6 +51,16 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
         if src is None and "under SRC" in str(exc):  # targets are relative to SRC, not the working dir
             exc.hint = (f"{exc.hint}; " if exc.hint else "") + "pass --src DIR (or src = ... under [tool.stackpart])"
         raise
+    if fix and drifted and validate:
+        from ..rewrite import plan_rewrite
+        from ..validate.gate import check_apply
+
+        decision = check_apply(loaded, Path(src or "."), plan_rewrite(loaded, Path(src or "."), unsafe=False), False, None)
+        if decision.refused:
+            outcome.drift_refused = decision.refused
+            outcome.drift_files = [path for path, _ in drifted]
+            outcome.drift_diff = diff
+            return
     if fix and drifted:
         _write([(path, c.old or b"", c.new, c.mode) for path, c in drifted])
         outcome.fixed.extend(path for path, _ in drifted)
@@ -65,6 +79,7 @@ def run_check(
     jobs: int | None = None,
     use_config: bool = True,
     diff: bool = False,
+    validate: bool = True,
 ) -> tuple[Outcome, list]:
     """Check ``paths`` (files, or directories walked for ``*.py``) and, with ``fix``, write fixes.
 
@@ -93,7 +108,7 @@ def run_check(
     outcome = Outcome(checked=len(files))
     if not files and not plans:
         return outcome, rules
-    _drift(outcome, plan, src, files + plans, fix)
+    _drift(outcome, plan, src, files + plans, fix, validate)
     if not files:
         return outcome, rules
     results = check_files(files, rules, fix=fix or diff, jobs=jobs)
@@ -134,13 +149,14 @@ def check_command(
     jobs: int | None = None,
     output: str | None = None,
     diff: bool = False,
+    validate: bool = True,
 ) -> int:
     """``stackpart check``: print the report (or write it to ``output``) and return the exit code."""
     import click
 
     from ..terminal import stderr
 
-    outcome, rules = run_check(paths, select, ignore, fix=fix, plan=plan, src=src, jobs=jobs, diff=diff)
+    outcome, rules = run_check(paths, select, ignore, fix=fix, plan=plan, src=src, jobs=jobs, diff=diff, validate=validate)
     report = render(outcome, fmt, rules)
     if output is not None:
         Path(output).write_text(report, encoding="utf-8")
@@ -157,6 +173,8 @@ def check_command(
         + f"; {outcome.checked} file(s) checked, {outcome.parsed} parsed"
     )
     stderr().print(summary, highlight=False)
+    if outcome.drift_refused:
+        stderr().print(f"plan edits not written: {outcome.drift_refused}", highlight=False)
     if outcome.errors:
         return 2
     return 1 if outcome.findings or outcome.drift_files else 0

@@ -46,6 +46,8 @@ class Outcome:
     parsed: int = 0
     fixed: list[str] = field(default_factory=list)
     fix_diff: str = ""
+    #: Why ``--fix`` did not write the plan's pending edits (the apply gate refused), or None.
+    drift_refused: str | None = None
 
 
 def _escape_data(text: str) -> str:
