@@ -122,11 +122,11 @@ class Net(nn.Module):
 @pytest.mark.parametrize(
     "forward, expected",
     [
-        ("        raise ValueError('boom')", "rung batch_scaling: harness build_model() model forward: raised ValueError: boom (model.py:11)"),
+        ("        raise ValueError('boom')", "rung batch_scaling: harness build_model() model forward at {'batch': 2}: raised ValueError: boom (model.py:11)"),
         ("        return 'not a tensor'", "rung batch_scaling: harness build_model() model forward: returned str with no tensors"),
-        ("        raise torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')", "rung batch_scaling: harness build_model() model forward: ran out of memory: asked for 2048 MiB (the message gives no reserved-but-unallocated figure) (model.py:11)"),
+        ("        raise torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')", "rung batch_scaling: harness build_model() model forward at {'batch': 2}: ran out of memory: asked for 2048 MiB (the message gives no reserved-but-unallocated figure) (model.py:11)"),
         ("        raise torch.cuda.OutOfMemoryError(" + repr(OOM.format(free="43.59 MiB")) + ")", "ran out of memory: asked for 448 MiB with 44 MiB reserved but unallocated (< the request), 1260 MiB allocated: a capacity OOM (model.py:11)"),
-        ("        while True:\n            time.sleep(0.05)", "rung batch_scaling: harness build_model() model forward: did not finish within 1 s (timeout; hung?)"),
+        ("        while True:\n            time.sleep(0.05)", "rung batch_scaling: harness build_model() model forward at {'batch': 2}: did not finish within 1 s (timeout; hung?)"),
     ],
     ids=["raises", "non-tensor", "oom", "capacity-oom", "hangs"],
 )
@@ -345,3 +345,13 @@ def test_a_harness_that_names_no_device_runs_on_the_cpu_without_a_gpu(tmp_path):
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert resolve_device(unnamed).device == expected
     assert resolve_device(named).device == "cuda"
+
+
+def test_a_model_that_fails_at_a_scaled_batch_is_named_with_the_shape_it_ran(tmp_path, capsys):
+    """A newcomer declared batch 64 and 96 and read the error's 128x100 as a bug of ours: the
+    batch-scaling rung's own shapes are named as such."""
+    body = "        if x.shape[0] > 2:\n            raise ValueError('batch too large')\n        return self.fc(x)"
+    rc, out = diagnose_bad(tmp_path, NET.format(body=body))
+    assert rc == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "model forward at {'batch': 4} (2x batch of the reference shape {'batch': 2}, batch scaling): raised ValueError: batch too large" in err
