@@ -379,6 +379,8 @@ def test_batch_scaling_flags_a_noisy_machine(median, noisy):
         build=lambda shape: (None, shape),
         step_fn=lambda model, inputs: inputs["batch"],
         time_many=lambda steps: [{"min_ms": 1.0 + b, "median_ms": (1.0 + b) * median, "iters": 5} for b in steps],
+        run=lambda step, what=None: None,
+        forward_name=lambda: "build_model() model forward",
     )
     r = batch_scaling.run(Context(session=session, out_dir=None, backend="eager", amortization=None))
     assert r.measurement["median_over_min"] == median
