@@ -18,8 +18,6 @@ from pathlib import Path
 _PREFILTER = re.compile(r"\bcompile\b|mark_dynamic|mark_unbacked|compiler\.disable|_dynamo\.config")
 #: Files larger than this are skipped (generated code, data): the setup lives in scripts and models.
 MAX_BYTES = 2_000_000
-MARKS = {"torch._dynamo.mark_dynamic", "torch._dynamo.maybe_mark_dynamic", "torch._dynamo.mark_static",
-         "torch._dynamo.decorators.mark_unbacked", "torch._dynamo.mark_unbacked"}
 
 
 def compile_setup(src: str | Path, limit: int = 50) -> list[str]:
@@ -32,6 +30,9 @@ def compile_setup(src: str | Path, limit: int = 50) -> list[str]:
     from libcst.metadata import MetadataWrapper, PositionProvider
 
     from ..check.facts import FileFacts
+    from ..check.rules.sp105_mark_dynamic_in_compiled import MARKS
+
+    calls = MARKS | {"torch._dynamo.decorators.mark_unbacked", "torch.compiler.disable"}
 
     src = Path(src)
     out: list[str] = []
@@ -52,7 +53,7 @@ def compile_setup(src: str | Path, limit: int = 50) -> list[str]:
                 continue
             try:
                 wrapper = MetadataWrapper(cst.parse_module(text))
-                facts = FileFacts(wrapper)
+                facts = FileFacts(wrapper, frozenset({"Call"}))  # every call, in document order
                 positions = wrapper.resolve(PositionProvider)
             except Exception:  # noqa: BLE001 - a file LibCST cannot read is not the setup's
                 continue
@@ -60,7 +61,7 @@ def compile_setup(src: str | Path, limit: int = 50) -> list[str]:
             module = wrapper.module
             nodes = list(facts.compile_calls) + list(facts.method_compile_calls) + [site.node for site in facts.compiled.values()]
             nodes += [d for fn in facts.disabled for d in fn.decorators]
-            nodes += [n for n in _calls(module) if facts.is_call(n, MARKS | {"torch.compiler.disable"})]
+            nodes += [n for n in facts.nodes if facts.is_call(n, calls)]
             by_line: dict[int, str] = {}
             for node in nodes:
                 pos = positions.get(node)
@@ -73,15 +74,3 @@ def compile_setup(src: str | Path, limit: int = 50) -> list[str]:
     out.sort()
     return [f"{f}:{line}: {code}" for f, line, code in out[:limit]]  # type: ignore[misc]
 
-
-def _calls(module: object) -> list[object]:
-    import libcst as cst
-
-    found: list[cst.Call] = []
-
-    class Calls(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            found.append(node)
-
-    module.visit(Calls())  # type: ignore[attr-defined]
-    return found

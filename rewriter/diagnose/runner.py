@@ -258,13 +258,17 @@ def diagnose(
         # a compiled variant ran out of memory with the free memory stranded: the eager steady
         # state did not show it, the compiled step (its own buffers) did; that is the evidence
         memory_from_oom(ctx, results, compiled_oom, stopped=False)
+    from .planner import Decision
     from .planner import plan as make_plan
 
-    decision = make_plan(ctx)
     found = None
     if (only is None or SEARCH in only) and fatal is None and not outcome.stopped:
+        from .search import annotated
+
         found = _search(ctx, results, meta, out_dir, console, budget_s, timeout_s)
-        decision = type(decision)(_search_plan(found), _search_notes(found))
+        decision = Decision(annotated(found), _search_notes(found))
+    else:  # the rules' proposal, unmeasured (the search proposes it as its first candidate otherwise)
+        decision = make_plan(ctx)
     outcome.plan, outcome.notes = decision.plan, decision.notes
     outcome.search = found
     if outcome.stopped:
@@ -304,7 +308,8 @@ def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_d
     found = SearchOutcome([])
     r = RungResult(SEARCH, "Which complete plan wins, measured as a whole?")
     r.threshold = ("net = (t_as_is - t_plan) x runs - compile per start x restarts, largest wins; a step difference within the "
-                   "noise (95% interval of the paired ratio contains 1, or < 2%) goes to the cheaper compile (DESIGN.md, the search)")
+                   "noise (95% interval of the paired ratio contains 1, or < 2%), or nets within 3% of t_best x runs, go to the "
+                   "cheaper compile (DESIGN.md, the search)")
     t0 = time.perf_counter()
     try:
         run_search(ctx, budget_s=budget_s or DEFAULT_BUDGET_S, timeout_s=max(timeout_s, 120.0), console=console,
@@ -331,12 +336,6 @@ def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_d
     results.append(r)
     ctx.results[SEARCH] = r
     return found
-
-
-def _search_plan(found: Any) -> Any:
-    from .search import annotated
-
-    return annotated(found)
 
 
 def _search_notes(found: Any) -> list[str]:

@@ -41,19 +41,16 @@ class SearchOutcome:
         rows: per candidate name, the engine's row (``as-is`` is the eager reference's).
         choice: the decision (:class:`.decide.Choice`).
         pruned: candidates left out by evidence, each with why.
-        results: per candidate name, its rewrite (``RewriteResult``) where it changes SRC.
         timing: the engine's per-shape timing, keyed by candidate name.
-        environment, notes, errors: for the report.
+        notes: what the report says beside the table (the program's own compile setup, overlap).
     """
 
     candidates: list[Candidate]
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     choice: Choice | None = None
     pruned: list[str] = field(default_factory=list)
-    results: dict[str, Any] = field(default_factory=dict)
     timing: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
     #: The compile setup already in SRC (:func:`.own_compile.compile_setup`): ``file:line: call``.
     own_setup: list[str] = field(default_factory=list)
@@ -128,9 +125,8 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     from ..engine.measure import Measurement, Variant, measure, relabel
     from ..plan import parse_plan
     from ..rewrite import apply_changes, plan_rewrite
-    from .report import plan_yaml
-
     from .own_compile import compile_setup
+    from .report import plan_yaml
 
     started = time.perf_counter()
     src = ctx.session.src
@@ -175,7 +171,6 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             shutil.copytree(src, tree, ignore=IGNORE, symlinks=True)
             apply_changes(tree, result.changes)
             prefixes[f"{tree}/"] = ""
-            out.results[c.name] = result
             mark = [(None, a.arg, a.dim) for a in c.plan.actions if a.action == "mark_dynamic"]
             variants.append(Variant(c.name, tree, compiles=c.compiles, mark_dynamic=mark))
         say(f"{len(variants) - 1} candidate plan(s) to measure ({', '.join(v.name for v in variants[1:])}) beside the program as it is; "
@@ -212,7 +207,6 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             out.timing = [{"shape": row["shape"], "timing": {("as-is" if k == "eager" else k): v for k, v in row["timing"].items()}}
                           for row in m.timing]
             out.notes.extend(m.notes)
-            out.errors.extend(m.errors)
             out.seconds = round(time.perf_counter() - started, 2)
         samples = [{("as-is" if k == "eager" else k): v for k, v in per.items()} for per in m.samples]
         graphs = ((out.rows.get("as-is") or {}).get("compile") or {}).get("unique_graphs") or 0
@@ -269,12 +263,11 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
     """The chosen candidate's measurement as a validation report (the format ``validate`` writes
     and ``rewrite --apply`` checks), bound to its diff's sha256, the plan file as written and SRC's
     hashes now. None when the chosen plan changes nothing (nothing to gate)."""
-    from ..engine.materialize import file_sha256, tree_hashes
     from ..engine.measure import environment
     from ..engine.verdict import Verdict, speed_failures
     from ..plan import load_plan
     from ..rewrite import plan_rewrite
-    from ..validate.report import timing_banner
+    from ..validate.report import report_header
 
     cand = out.chosen
     if cand is None or cand.name == "as-is":
@@ -296,25 +289,9 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
             v.pop(k, None)
     timing = [{"shape": row["shape"], "timing": {("plan" if k == cand.name else "eager" if k == "as-is" else k): t
                                                  for k, t in row["timing"].items()}} for row in out.timing]
-    report: dict[str, Any] = {
-        "report_version": 1,
-        "written_by": "stackpart diagnose (the search's measurement of the chosen candidate)",
-        "diff_sha256": result.digest(),
-        "plan": str(Path(plan_path).resolve()),
-        "plan_sha256": file_sha256(Path(plan_path)),
-        "src": str(Path(src).resolve()),
-        "tree_sha256": tree_hashes(src),
-        "changed_files": [c.relpath for c in result.changes],
-        "harness": spec.model_dump(),
-        "backend": out.backend,
-        "amortization": loaded.plan.amortization.model_dump() if loaded.plan.amortization else None,
-        "plan_compiles": cand.compiles,
-        "environment": environment("cuda" if cuda else "cpu", spec.device),
-        "created_unix": time.time(),
-        "variants": variants,
-        "timing": timing,
-    }
-    report["timing_note"] = timing_banner(report)
+    report = report_header(loaded, src, result, spec, out.backend, environment("cuda" if cuda else "cpu", spec.device))
+    report.update(written_by="stackpart diagnose (the search's measurement of the chosen candidate)",
+                  variants=variants, timing=timing)
     verdict = Verdict(notes=[f"measured by diagnose's search: {out.choice.text}"] + list(out.notes))
     verdict.failures.extend((out.rows[cand.name].get("problems") or []))
     mean = {"plan": variants["plan"].get("step_ms"), "eager": variants["eager"].get("step_ms")}

@@ -33,8 +33,8 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
 
     from ..plan import load_plan
     from ..terminal import stderr
-    from ..engine.materialize import file_sha256, materialize, tree_hashes
-    from .report import default_report_dir, timing_banner, write_report
+    from ..engine.materialize import materialize
+    from .report import default_report_dir, report_header, write_report
 
     opts = opts or Options()
     loaded = load_plan(plan_path)
@@ -57,23 +57,8 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
     try:
         trees = materialize(loaded, srcp, workdir)
         materialize_s = time.perf_counter() - started
-        digest = trees.result.digest()
-        report: dict[str, Any] = {
-            "report_version": 1,
-            "diff_sha256": digest,
-            "plan": str(Path(plan_path).resolve()),
-            "plan_sha256": file_sha256(Path(plan_path)),
-            "src": str(srcp.resolve()),
-            "tree_sha256": tree_hashes(srcp),
-            "changed_files": [c.relpath for c in trees.result.changes],
-            "harness": spec_run.model_dump(),
-            "backend": opts.backend,
-            "amortization": loaded.plan.amortization.model_dump() if loaded.plan.amortization else None,
-            "plan_compiles": any(a.action == "compile" for a in loaded.plan.actions),
-            "environment": environment(device, spec.device),
-            "created_unix": time.time(),
-        }
-        report["timing_note"] = timing_banner(report)  # in every output: JSON, Markdown, chart, terminal
+        # the timing note goes into every output: JSON, Markdown, chart, terminal
+        report = report_header(loaded, srcp, trees.result, spec_run, opts.backend, environment(device, spec.device))
         stderr().print(f"validate: {report['timing_note']}", highlight=False)
         if not trees.result.changes:
             notes.append("the plan changes nothing in SRC: the plan variant is the original tree")

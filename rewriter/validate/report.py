@@ -25,6 +25,38 @@ def default_report_dir(plan_path: str | Path) -> Path:
     return report_dir_for(path.parent / ".stackpart" / path.name, "validation")
 
 
+def report_header(loaded: Any, src: Path, result: Any, harness: Any, backend: str, environment: dict[str, Any]) -> dict[str, Any]:
+    """The fields every validation report starts with, whoever measured it (``validate`` or
+    diagnose's search): what ``rewrite --apply`` checks (the diff's sha256, the plan file's, SRC's
+    file hashes) and what the timings were taken on, with the ``timing_note`` every output carries.
+
+    ``loaded`` is the plan as written (:class:`rewriter.plan.LoadedPlan`), ``result`` its rewrite
+    of ``src`` (unsafe actions included), ``harness`` the harness as it ran (device resolved).
+    """
+    import time
+
+    from ..engine.materialize import file_sha256, tree_hashes
+
+    plan = loaded.plan
+    header: dict[str, Any] = {
+        "report_version": REPORT_VERSION,
+        "diff_sha256": result.digest(),
+        "plan": str(Path(loaded.path).resolve()),
+        "plan_sha256": file_sha256(Path(loaded.path)),
+        "src": str(Path(src).resolve()),
+        "tree_sha256": tree_hashes(Path(src)),
+        "changed_files": [c.relpath for c in result.changes],
+        "harness": harness.model_dump(),
+        "backend": backend,
+        "amortization": plan.amortization.model_dump() if plan.amortization else None,
+        "plan_compiles": any(a.action == "compile" for a in plan.actions),
+        "environment": environment,
+        "created_unix": time.time(),
+    }
+    header["timing_note"] = timing_banner(header)
+    return header
+
+
 def _ms(x: Any) -> str:
     return "–" if x is None else f"{x:.3f}"
 
