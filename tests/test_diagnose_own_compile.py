@@ -68,4 +68,5 @@ def test_no_whole_model_candidate_compiles_the_programs_own_compiled_code_again(
     found = outcome.search
     assert not [c for c in found.candidates if any(a.action == "compile" and a.strategy in ("whole", "nested") for a in c.plan.actions)]
     assert any("the program compiles code itself (model.py:20" in p and "second time" in p for p in found.pruned), found.pruned
+    assert not [p for p in found.pruned if p.startswith("whole, whole+cudagraphs:")]  # said once, with the reason that holds
     assert not [a for a in outcome.plan.actions if a.action == "compile" and a.strategy == "whole"]

@@ -410,3 +410,18 @@ def test_one_varying_input_dim_adds_bucketed_candidates(tmp_path, monkeypatch):
     cands, pruned = propose(ctx)
     assert not [c for c in cands if "bucket" in c.name]
     assert any(p.startswith("+bucket: 2 input dims vary") for p in pruned)
+
+
+def test_a_block_kept_for_measurement_despite_a_guard_is_compiled_in_its_bucketed_candidate_too(tmp_path, monkeypatch):
+    """Review: the per-block+bucket candidate trusted the guard the bare per-block candidate was
+    built despite, and held only the bucket."""
+    from rewriter.diagnose.candidates import propose
+    from rewriter.diagnose.rung import Finding
+
+    ctx = llama(tmp_path, monkeypatch)
+    ctx.results["instance_recompiles"] = result("instance_recompiles", recompiles=3, instances=4, limit_hit=False)
+    ctx.results["instance_recompiles"].findings.append(
+        Finding("guard", "guard failure: self.layer_idx == 0", "model.py", 30, "DecoderLayer.forward"))
+    by_name = {c.name: c for c in propose(ctx)[0]}
+    [bucketed] = [c for n, c in by_name.items() if n.startswith("per-block") and n.endswith("+bucket")]
+    assert {a.action for a in bucketed.plan.actions} >= {"compile", "bucket"}, bucketed.plan.actions

@@ -125,6 +125,7 @@ def propose(ctx: Context, own_setup: list[str] | None = None) -> tuple[list[Cand
 
     region_full = rule_plan(ctx, "region")
     has_block = any(a.action == "compile" for a in region_full.plan.actions)
+    trust_guards = True
     if has_block:
         for decision in (rule_plan(ctx, "region", disables=False, marks=False), rule_plan(ctx, "region", marks=False), region_full):
             add(_named("per-block", decision.plan), decision)
@@ -134,7 +135,7 @@ def propose(ctx: Context, own_setup: list[str] | None = None) -> tuple[list[Cand
             # the rung read a guard as per-instance state; whether the regions fall back to eager
             # is measured (a recompile-limit fallback fails the candidate), not assumed
             add(_named("per-block", despite.plan), despite)
-            has_block = True
+            has_block, trust_guards = True, False
         else:
             pruned.append("per-block: " + (next((n for n in region_full.notes if "no compile" in n or "outside SRC" in n), "no repeated block under SRC")))
     whole = rule_plan(ctx, "whole", mode="default")
@@ -164,7 +165,7 @@ def propose(ctx: Context, own_setup: list[str] | None = None) -> tuple[list[Cand
         else:
             cg = rule_plan(ctx, "whole", mode="reduce-overhead")
             add(_named("whole+cudagraphs", cg.plan), cg)
-    else:
+    elif not own:  # (the program's own compile pruned them above, and said so)
         pruned.append("whole, whole+cudagraphs: " + (whole.notes[-1] if whole.notes else "the model class is not under SRC"))
     bucket, why_not = bucket_action(ctx)
     if bucket is None:
@@ -172,7 +173,7 @@ def propose(ctx: Context, own_setup: list[str] | None = None) -> tuple[list[Cand
             pruned.append(f"+bucket: {why_not}")
     else:
         if has_block:
-            bare = rule_plan(ctx, "region", disables=True, marks=False, trust_guards=has_block)
+            bare = rule_plan(ctx, "region", disables=True, marks=False, trust_guards=trust_guards)
             add(_named("per-block", bare.plan) + "+bucket", type(bare)(_with(bare.plan, bucket), bare.notes))
         if any(a.action == "compile" for a in whole.plan.actions) and ctx.session.cuda and not own:
             cg = rule_plan(ctx, "whole", mode="reduce-overhead")
