@@ -12,13 +12,15 @@ Cross-action rules that need the source (a disable inside a ``fullgraph`` region
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from .errors import StackpartError, near_names
 
@@ -91,6 +93,13 @@ class Harness(_Strict):
     def _shapes(cls, value: list[dict[str, int]]) -> list[dict[str, int]]:
         if not value:
             raise ValueError("expected at least one shape (the reference shape)")
+        for shape in value:
+            for key, size in shape.items():
+                if not _IDENT_RE.match(key):
+                    raise ValueError(f"expected shape names that are Python identifiers (they are "
+                                     f"keyword arguments of the inputs function), got {key!r}")
+                if not 0 <= size <= MAX_SIZE:
+                    raise ValueError(f"{key}: expected a size from 0 to 2**63-1, got {size}")
         return value
 
 
@@ -108,8 +117,32 @@ class Amortization(_Strict):
     )
 
 
+#: Backends ``torch.compile`` knows by name: ``torch._dynamo.list_backends(exclude_tags=())`` on
+#: torch 2.13 without its ``*_TESTING_ONLY`` entries, plus names that torch 2.6-2.12 or common
+#: packages register (``onnxrt``; ``tensorrt``/``torch_tensorrt`` from Torch-TensorRT, ``ipex``
+#: from Intel's extension). tests/test_plan_values.py checks the list against the installed torch.
+KNOWN_BACKENDS = frozenset({
+    "aot_eager", "aot_eager_decomp_partition", "aot_eager_decomp_partition_crossref",
+    "aot_eager_decomp_partition_with_mode", "aot_eager_default_partitioner", "aot_ts", "cudagraphs",
+    "dynamo_accuracy_minifier_backend", "dynamo_minifier_backend", "eager", "eager_debug",
+    "eager_noexcept", "inductor", "invoke_subgraph", "openxla", "openxla_eval", "pre_dispatch_eager",
+    "ts", "tvm", "onnxrt", "tensorrt", "torch_tensorrt", "ipex",
+})
+#: The largest dimension index a plan may name: a sanity bound that turns a typo (``dim:
+#: 10**30``) into an error at its line. torch itself sets no rank limit here; ATen's CUDA kernels
+#: handle at most 25 dims (``MAX_TENSORINFO_DIMS``), so no real input comes near 63.
+MAX_DIM = 63
+#: Sizes are int64 in torch; a larger literal overflows when the written code runs.
+MAX_SIZE = 2**63 - 1
+
+
 class CompileOptions(_Strict):
-    """Arguments of ``torch.compile``; only values that differ from torch's defaults are written."""
+    """Arguments of ``torch.compile``; only values that differ from torch's defaults are written.
+
+    ``backend`` must be one of :data:`KNOWN_BACKENDS` (a typo would write code that fails at its
+    first call with ``InvalidBackend``) unless ``custom_backend: true`` says it is registered by
+    the user's own code (``torch._dynamo.register_backend``).
+    """
 
     fullgraph: bool = False
     mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = (
@@ -117,6 +150,23 @@ class CompileOptions(_Strict):
     )
     dynamic: bool | None = None
     backend: str = "inductor"
+    custom_backend: bool = Field(
+        default=False, description="backend is registered by the user's code, not known to torch"
+    )
+
+    @model_validator(mode="after")
+    def _backend_known(self) -> "CompileOptions":
+        backend, value = self.backend, self.custom_backend
+        if not value and backend not in KNOWN_BACKENDS:
+            hint = near_names(backend, sorted(KNOWN_BACKENDS))
+            raise ValueError(
+                f"unknown backend {backend!r}; expected one torch.compile knows (e.g. 'inductor', "
+                "'cudagraphs', 'eager', 'aot_eager')" + (f" ({hint})" if hint else "")
+                + ", or set custom_backend: true for one your code registers"
+            )
+        if value and not _IDENT_RE.match(backend):
+            raise ValueError(f"custom backend must be a registered name (an identifier), got {backend!r}")
+        return self
 
     def non_default(self) -> dict[str, Any]:
         """The options to write, in a stable order (fullgraph, dynamic, mode, backend)."""
@@ -183,9 +233,9 @@ class MarkDynamicAction(_Action):
 
     action: Literal["mark_dynamic"]
     arg: str
-    dim: int
-    min: int | None = Field(default=None, ge=0)
-    max: int | None = Field(default=None, ge=1)
+    dim: int = Field(ge=0, le=MAX_DIM)
+    min: int | None = Field(default=None, ge=0, le=MAX_SIZE)
+    max: int | None = Field(default=None, ge=1, le=MAX_SIZE)
     strict: bool = True
 
     _arg = field_validator("arg")(_check_ident)
@@ -215,8 +265,8 @@ class BucketAction(_Action):
 
     action: Literal["bucket"]
     arg: str
-    dim: int
-    buckets: list[int] = Field(min_length=1)
+    dim: int = Field(ge=0, le=MAX_DIM)
+    buckets: list[Annotated[int, Field(le=MAX_SIZE)]] = Field(min_length=1)
     pad_value: int | float = 0
 
     _arg = field_validator("arg")(_check_ident)
@@ -489,6 +539,44 @@ def _describe(error: dict[str, Any]) -> tuple[str, str | None]:
     return f"{name}: {msg}", None
 
 
+#: The deepest YAML nesting a plan may have. A valid plan nests 4 deep (``actions[i].options.
+#: fullgraph``); the cap stops a hostile file before PyYAML's recursive composer (which raises
+#: RecursionError near 1,000 levels) and its scanner (quadratic in flow depth: 2.5 s at 3,000).
+MAX_YAML_DEPTH = 16
+#: The largest plan file read, in bytes (a 10,000-action plan is about 1.5 MB).
+MAX_PLAN_BYTES = 16 * 1024 * 1024
+
+
+def _gate_yaml(text: str, path: str) -> None:
+    """Refuse what a plan never needs and a hostile file uses: aliases (``*name``: a 346-byte
+    "billion laughs" document expands to gigabytes) and nesting deeper than
+    :data:`MAX_YAML_DEPTH`. Reads PyYAML's event stream, which is linear in the text and stops at
+    the first offence, before anything is composed.
+
+    Raises:
+        StackpartError: at the alias's or the too-deep node's line and column.
+    """
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        mark = event.start_mark
+        if isinstance(event, yaml.AliasEvent):
+            raise StackpartError(
+                f"YAML alias '*{event.anchor}' in a plan; stackpart refuses aliases (an alias can "
+                "expand a few bytes into gigabytes)",
+                path=path, line=mark.line + 1, col=mark.column + 1, hint="write the value out in full",
+            )
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                raise StackpartError(
+                    f"YAML nested more than {MAX_YAML_DEPTH} deep; a plan nests at most 4 "
+                    "(actions[i].options.fullgraph)",
+                    path=path, line=mark.line + 1, col=mark.column + 1,
+                )
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
 def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
     """Parse and validate plan text.
 
@@ -501,8 +589,17 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
             type, a missing field — at the file, line and column of the offending key.
     """
     try:
+        _gate_yaml(text, path)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
+    except yaml.reader.ReaderError as exc:
+        # A character YAML forbids (NUL, most C0 controls): the reader knows only its offset.
+        line = text.count("\n", 0, exc.position) + 1
+        col = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        raise StackpartError(
+            f"character #x{exc.character:04x} is not allowed in YAML (PyYAML accepts printable characters only)",
+            path=path, line=line, col=col, hint="remove it; a plan is plain UTF-8 text",
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
@@ -533,6 +630,25 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
     return LoadedPlan(plan=plan, path=path, action_lines=lines)
 
 
+def _read_plan_bytes(path: Path) -> bytes:
+    """A plan file's bytes: a regular file only (a FIFO or device would block or never end),
+    at most :data:`MAX_PLAN_BYTES`.
+
+    Raises:
+        StackpartError: not a regular file, or too large.
+        OSError: it cannot be opened or read.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise StackpartError("cannot read plan: not a regular file", path=str(path))
+        data = handle.read(MAX_PLAN_BYTES + 1)
+    if len(data) > MAX_PLAN_BYTES:
+        raise StackpartError(f"plan is larger than {MAX_PLAN_BYTES // 2**20} MB; a plan is a short YAML file", path=str(path))
+    return data
+
+
 def load_plan(path: str | Path) -> LoadedPlan:
     """Read and validate a plan file (see :func:`parse_plan`).
 
@@ -541,7 +657,7 @@ def load_plan(path: str | Path) -> LoadedPlan:
     """
     name = str(path)
     try:
-        data = Path(path).read_bytes()
+        data = _read_plan_bytes(Path(path))
         text = data.decode("utf-8-sig")
     except OSError as exc:
         raise StackpartError(f"cannot read plan: {exc.strerror}", path=name) from None

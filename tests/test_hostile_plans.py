@@ -1,0 +1,152 @@
+"""Hostile and out-of-range plan.yaml files (issue 16, items 3, 7, 8): each is refused with exit 2
+and one line naming the plan's file:line, within seconds, and nothing in SRC is written."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rewriter.errors import StackpartError
+from rewriter.plan import KNOWN_BACKENDS, MAX_YAML_DEPTH, parse_plan
+
+MODEL = "import torch\n\n\ndef f(x):\n    return x + 1\n"
+
+
+def _bomb(levels: int) -> str:
+    """The "billion laughs" document: each level repeats the previous one nine times (the
+    346-byte plan of issue 16 took 45 s and 3.1 GB before the alias gate)."""
+    lines = ['version: 1', 'a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(1, levels):
+        prev = f"*a{i - 1}"
+        lines.append(f"a{i}: &a{i} [{','.join([prev] * 9)}]")
+    lines.append("actions: []")
+    return "\n".join(lines) + "\n"
+
+
+HOSTILE = {
+    # name: (plan text, expected line, words the one line must hold)
+    "alias bomb": (_bomb(7), 3, "alias"),
+    "nested 600 deep": ("version: 1\nactions: " + "[" * 600 + "]" * 600 + "\n", 2, "nested more than"),
+    "nested mappings 2000 deep": ("version: 1\nx: " + "{a: " * 2000 + "1" + "}" * 2000 + "\n", 2, "nested more than"),
+    "NUL byte": ("version: 1\nactions: []\x00\n", 2, "#x0000"),
+    "unknown backend": (
+        "version: 1\nactions:\n  - action: compile\n    target: m.py::f\n    options: {backend: inductr}\n",
+        5, "did you mean 'inductor'",
+    ),
+    "negative dim": (
+        "version: 1\nactions:\n  - action: mark_dynamic\n    target: m.py::f\n    arg: x\n    dim: -1\n", 6, "dim",
+    ),
+    "huge dim": (
+        "version: 1\nactions:\n  - action: mark_dynamic\n    target: m.py::f\n    arg: x\n    dim: "
+        + str(10**30) + "\n", 6, "dim",
+    ),
+    "huge bucket": (
+        "version: 1\nactions:\n  - action: bucket\n    target: m.py::f\n    arg: x\n    dim: 1\n"
+        f"    buckets: [8, {10**30}]\n", 7, "buckets",
+    ),
+    "negative shape": ("version: 1\nharness: {file: h.py, shapes: [{batch: -2}]}\nactions: []\n", 2, "batch"),
+    "shape name not an identifier": ("version: 1\nharness: {file: h.py, shapes: [{'a-b': 2}]}\nactions: []\n", 2, "identifier"),
+}
+
+
+def _tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        h.update(str(path.relative_to(root)).encode())
+        if path.is_file():
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_plan_is_one_line_at_its_line_exit_2_and_writes_nothing(tmp_path, name):
+    text, line, words = HOSTILE[name]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "m.py").write_text(MODEL)
+    plan = tmp_path / "plan.yaml"
+    plan.write_bytes(text.encode())
+    before = _tree_digest(tmp_path)
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "rewriter.cli", "rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"error: {plan}:{line}:"), lines[0]
+    assert words in lines[0]
+    assert "Traceback" not in proc.stderr
+    assert elapsed < 30, f"{name} took {elapsed:.1f} s"
+    assert _tree_digest(tmp_path) == before
+
+
+def test_the_alias_gate_stops_the_bomb_before_it_expands():
+    # 9**12 leaves: expanding it would never finish; the gate answers in well under a second.
+    start = time.monotonic()
+    with pytest.raises(StackpartError, match="alias"):
+        parse_plan(_bomb(12))
+    assert time.monotonic() - start < 1.0
+
+
+def test_a_plan_at_the_depth_cap_still_loads_and_one_past_it_does_not():
+    # Depth counts every mapping and sequence: the top mapping is one level, so `x` may hold
+    # cap-1 levels of lists.
+    inner = MAX_YAML_DEPTH - 1
+    ok = "version: 1\nactions: []\nx: " + "[" * inner + "]" * inner + "\n"
+    with pytest.raises(StackpartError, match="unknown field 'x'"):
+        parse_plan(ok)  # past the gate: the schema is what refuses it
+    deep = "version: 1\nactions: []\nx: " + "[" * (inner + 1) + "]" * (inner + 1) + "\n"
+    with pytest.raises(StackpartError, match="nested more than"):
+        parse_plan(deep)
+
+
+def test_a_custom_backend_needs_its_explicit_escape_and_is_written_as_named(tmp_path):
+    from rewriter.rewrite import plan_rewrite
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "m.py").write_text(MODEL)
+    plan = "version: 1\nactions:\n  - action: compile\n    target: m.py::f\n    options: {backend: my_backend%s}\n"
+    with pytest.raises(StackpartError, match="custom_backend: true"):
+        parse_plan(plan % "")
+    loaded = parse_plan(plan % ", custom_backend: true")
+    diff = plan_rewrite(loaded, src).diff()
+    assert '+@torch.compile(backend="my_backend")' in diff
+    assert "custom_backend" not in diff
+
+
+def test_a_custom_backend_must_be_a_registered_name():
+    with pytest.raises(StackpartError, match="identifier"):
+        parse_plan("version: 1\nactions:\n  - action: compile\n    target: m.py::f\n"
+                   "    options: {backend: 'a b', custom_backend: true}\n")
+
+
+def test_known_backends_hold_every_backend_the_installed_torch_registers():
+    torch = pytest.importorskip("torch")
+    registered = set(torch._dynamo.list_backends(exclude_tags=()))
+    missing = {b for b in registered if not b.endswith("_TESTING_ONLY")} - KNOWN_BACKENDS
+    assert not missing, f"add to KNOWN_BACKENDS: {sorted(missing)}"
+
+
+def test_a_fifo_as_the_plan_is_refused_without_blocking(tmp_path):
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    src = tmp_path / "src"
+    src.mkdir()
+    fifo = tmp_path / "plan.yaml"
+    os.mkfifo(fifo)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rewriter.cli", "rewrite", "--plan", str(fifo), str(src)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: {fifo}: cannot read plan: not a regular file"
