@@ -188,15 +188,24 @@ def _terminated(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI and return its exit code (tests call this directly, no subprocess)."""
-    previous = None
+    """Run the CLI and return its exit code (tests call this directly, no subprocess).
+
+    SIGTERM exits 143 and Ctrl-C 130 (see :func:`_terminated`). Called with ``argv`` (in-process),
+    the caller's SIGINT and SIGTERM handlers are put back on return; as the program (``argv``
+    None) the handlers in place at the end stay until the process exits, so a ``rewrite --apply``
+    that has written every file (it then ignores both) exits 0 whenever a signal comes.
+    """
+    previous: dict[int, object] = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _terminated)
+        previous[signal.SIGINT] = signal.getsignal(signal.SIGINT)
+        previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _terminated)
     try:
         return _main(argv)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        if argv is not None:
+            for signum, handler in previous.items():
+                if handler is not None:
+                    signal.signal(signum, handler)  # type: ignore[arg-type]
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -22,7 +22,8 @@ def _write(changes: list[tuple[str, bytes, bytes, int]]) -> None:
     """Write ``(path, old, new, mode)`` for files anywhere under one common root, atomically."""
     if not changes:
         return
-    from ..rewrite import FileChange, apply_changes  # LibCST's codemod stack: imported only to write
+    from ..apply import apply_changes
+    from ..rewrite import FileChange  # LibCST's codemod stack: imported only to write
 
     paths = [os.path.abspath(p) for p, *_ in changes]
     root = os.path.commonpath([os.path.dirname(p) for p in paths])

@@ -124,7 +124,8 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     """
     from ..engine.measure import Measurement, Variant, measure, relabel
     from ..plan import parse_plan
-    from ..rewrite import apply_changes, plan_rewrite
+    from ..apply import apply_changes
+    from ..rewrite import plan_rewrite
     from .own_compile import compile_setup
     from .report import plan_yaml
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..plan import LoadedPlan
-from ..rewrite import RewriteResult, apply_changes, plan_rewrite
+from ..apply import apply_changes
+from ..rewrite import RewriteResult, plan_rewrite
 
 #: Never copied: caches and VCS data the harness cannot need.
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".git", ".stackpart", ".mypy_cache", ".pytest_cache")
@@ -34,7 +35,7 @@ def materialize(loaded: LoadedPlan, src: Path, workdir: Path) -> Trees:
     """Copy ``src`` to ``workdir/original`` and ``workdir/rewritten`` and rewrite the latter.
 
     The rewrite is computed on SRC (:func:`~rewriter.rewrite.plan_rewrite`, ``unsafe=True``) and
-    written to the copy with :func:`~rewriter.rewrite.apply_changes`, so the diff validated is
+    written to the copy with :func:`~rewriter.apply.apply_changes`, so the diff validated is
     byte-for-byte the diff ``rewrite --apply`` writes.
 
     Raises:

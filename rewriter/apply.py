@@ -1,0 +1,342 @@
+"""Write a rewrite's files so that a failed or interrupted write leaves the tree as it was.
+
+:func:`apply_changes` runs one small transaction over the files of a rewrite:
+
+1. *stage*: each file's new bytes go to a temp file ``.NAME.XXXXXXXX.stackpart`` beside it (the
+   directories a new file needs are made first);
+2. *commit*: each temp file is renamed over its destination (``os.replace``, atomic on POSIX);
+3. *rollback*, on any error or interrupt before the last rename: the files already renamed get
+   their old bytes back (atomically, the same way), new files are removed, and every temp file and
+   every directory made is removed.
+
+The journal records every name before it exists on disk (a directory before ``mkdir``, a temp file
+before ``os.open(..., O_CREAT | O_EXCL)``), so a rollback always knows what to remove. SIGINT and
+SIGTERM are deferred while the transaction runs (:class:`deferred_signals`): one that arrives
+mid-step is acted on at the next step boundary, and one that arrives during the rollback waits
+for the rollback to finish. Each file is therefore at every moment entirely its old or entirely
+its new bytes, and no temp file outlives the call.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import signal
+import threading
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import TYPE_CHECKING
+
+from .errors import StackpartError
+from .source import safe_relpath
+
+if TYPE_CHECKING:
+    from .rewrite import FileChange
+
+#: The signals an apply defers: Ctrl-C and a polite kill (``timeout``, a CI cancel, a batch job).
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+#: Every temp file an apply makes is named ``.NAME.<8 hex digits>.stackpart``.
+TEMP_SUFFIX = ".stackpart"
+
+_active: deferred_signals | None = None
+
+
+class _DefaultAction(BaseException):
+    """A deferred signal whose disposition is the default (terminate the process): raised at a step
+    boundary so the rollback runs; leaving the outermost :class:`deferred_signals` block then
+    re-raises the signal itself with the default disposition back in place."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class deferred_signals:  # noqa: N801 (a context manager, used as ``with deferred_signals() as held``)
+    """While the block runs, SIGINT and SIGTERM are recorded instead of handled.
+
+    A recorded signal takes effect only where the code inside asks for it
+    (:meth:`interrupt_point`), or when the block is left:
+
+    - left normally, or by an error that is not an interrupt: the signals still pending are
+      re-raised (``signal.raise_signal``) with the previous handlers back, so they act as if they
+      had arrived just then (Ctrl-C raises KeyboardInterrupt; SIGTERM under the CLI raises
+      ``SystemExit(143)``, under the default disposition it ends the process);
+    - left by an interrupt (KeyboardInterrupt, SystemExit): the pending ones are dropped, the
+      process is already stopping for the first one;
+    - after :meth:`settle`: nothing is re-raised (see there).
+
+    Nested blocks share the outermost one's record; only the outermost installs and restores
+    handlers. Outside the main thread no Python signal handler runs, so the block defers nothing
+    and :meth:`interrupt_point` never fires. Signals whose handler is ``SIG_IGN`` (or was not set
+    from Python) are left alone.
+
+    Attributes:
+        pending: signals recorded and not yet acted on, in arrival order.
+        late: signals that arrived after :meth:`settle` (noted, never acted on).
+    """
+
+    def __init__(self) -> None:
+        self.pending: list[int] = []
+        self.late: list[int] = []
+        self._previous: dict[int, object] = {}
+        self._settled = False
+        self._ignore_after = False
+        self._owner = False
+
+    # -- context manager ---------------------------------------------------------------------
+
+    def __enter__(self) -> deferred_signals:
+        global _active
+        if threading.current_thread() is not threading.main_thread():
+            return self  # inert: signals are only ever handled in the main thread
+        if _active is not None:
+            return _active  # nested: the outermost block records and restores
+        for signum in SIGNALS:
+            previous = signal.getsignal(signum)
+            if previous is None or previous == signal.SIG_IGN:
+                continue
+            self._previous[signum] = previous
+            signal.signal(signum, self._record)
+        self._owner = True
+        _active = self
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        global _active
+        if not self._owner:
+            return False
+        _active = None
+        self._owner = False
+        for signum, previous in self._previous.items():
+            signal.signal(signum, signal.SIG_IGN if self._ignore_after else previous)  # type: ignore[arg-type]
+        if self._settled:
+            return False
+        if isinstance(exc, _DefaultAction):
+            self.pending.clear()
+            signal.raise_signal(exc.signum)  # the default action: the process ends here
+            raise SystemExit(128 + exc.signum) from None  # a disposition that did not end it
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            self.pending.clear()  # a second signal: already stopping for the first
+            return False
+        pending, self.pending = self.pending, []
+        for signum in pending:
+            signal.raise_signal(signum)  # its handler's exception (if any) leaves the block here
+        return False
+
+    def _record(self, signum: int, frame: FrameType | None) -> None:
+        (self.late if self._settled else self.pending).append(signum)
+
+    # -- what the code inside calls ----------------------------------------------------------
+
+    def interrupt_point(self) -> None:
+        """Act on the signals recorded so far, at a point where the caller can stop cleanly.
+
+        Each pending signal runs the handler it would have run on arrival (Ctrl-C's default
+        raises KeyboardInterrupt, :func:`rewriter.cli._terminated` raises ``SystemExit(143)``); a
+        handler that returns lets the caller go on. Does nothing after :meth:`settle` or outside
+        the main thread.
+
+        Raises:
+            KeyboardInterrupt, SystemExit: whatever the signal's handler raises.
+            BaseException: a private one for a signal whose disposition is the default action:
+                leaving the outermost block then re-raises that signal, ending the process.
+        """
+        while self.pending and not self._settled:
+            signum = self.pending.pop(0)
+            handler = self._previous.get(signum)
+            if callable(handler):
+                handler(signum, None)
+            elif handler == signal.SIG_DFL:
+                raise _DefaultAction(signum)
+
+    def settle(self, ignore_after: bool = False) -> None:
+        """Mark the outcome final (every file is written): from now on no signal changes it.
+
+        Signals still pending and those arriving later are moved to / noted in :attr:`late` and
+        never acted on. With ``ignore_after``, SIGINT and SIGTERM are left at ``SIG_IGN`` when the
+        outermost block is left instead of getting their handlers back, so nothing between here
+        and the exit of the process can turn "applied" into "interrupted": the caller that owns
+        the process restores them if it goes on (:func:`rewriter.cli.main` does when called
+        in-process).
+        """
+        self.late.extend(self.pending)
+        self.pending.clear()
+        self._settled = True
+        self._ignore_after = self._ignore_after or ignore_after
+
+
+def signal_name(signum: int) -> str:
+    """``SIGINT``, ``SIGTERM``, ... for a signal number (``signal N`` when it has no name)."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _missing_dirs(directory: Path) -> list[Path]:
+    """The directories ``mkdir(parents=True)`` would create for ``directory``, outermost first."""
+    out = []
+    while not directory.exists():
+        out.append(directory)
+        directory = directory.parent
+    return out[::-1]
+
+
+def _discard(temps: list[Path], made: list[Path]) -> list[str]:
+    """Remove temp files, then the directories made for them (innermost first).
+
+    A temp file already gone is fine (it was renamed or never created); a directory that is not
+    empty (something else was put there meanwhile) is left. Returns the temp files that could not
+    be removed, one ``path: reason`` each.
+    """
+    problems = []
+    for tmp in temps:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError as exc:
+            problems.append(f"{tmp}: temp file left: {exc.strerror}")
+    for directory in reversed(made):
+        try:
+            directory.rmdir()
+        except OSError:
+            pass
+    return problems
+
+
+class _Journal:
+    """What one apply has put on disk so far, each name recorded before it exists there."""
+
+    def __init__(self) -> None:
+        self.made: list[Path] = []  # directories, outermost first
+        self.temps: list[Path] = []  # temp files that may exist (staged or made by the rollback)
+        self.staged: list[tuple[Path, Path]] = []  # (temp, destination), one per change, in order
+        self.renamed: list[int] = []  # indices into staged whose rename has happened
+        self.in_flight: int | None = None  # a rename left by an exception that is not OSError
+        self.dest: Path | None = None  # the destination the current step is for (error messages)
+
+    def mkdir(self, directory: Path) -> None:
+        self.made.append(directory)
+        try:
+            directory.mkdir()
+        except OSError:
+            self.made.pop()  # not made: a rollback must not remove a directory someone else has
+            raise
+
+    def write_temp(self, dest: Path, data: bytes, mode: int) -> Path:
+        """``data`` in a new temp file beside ``dest`` with mode bits ``mode``; its name is in
+        :attr:`temps` before the file exists."""
+        for _ in range(100):
+            tmp = dest.parent / f".{dest.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+            self.temps.append(tmp)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+            except FileExistsError:
+                self.temps.pop()  # someone else's file: never ours to remove
+                continue
+            except OSError:
+                self.temps.pop()  # not created
+                raise
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            os.chmod(tmp, mode)
+            return tmp
+        raise FileExistsError(errno.EEXIST, "no free temp file name", str(dest))
+
+    def stage(self, dest: Path, change: FileChange) -> None:
+        self.dest = dest
+        for directory in _missing_dirs(dest.parent):
+            self.mkdir(directory)
+        # Commits start once every change is staged, so staged[i] is changes[i]; until then the
+        # temp file is tracked by self.temps (its name recorded before it is created).
+        self.staged.append((self.write_temp(dest, change.new, change.mode), dest))
+
+    def commit(self, i: int) -> None:
+        tmp, dest = self.staged[i]
+        self.dest = dest
+        self.in_flight = i
+        try:
+            os.replace(tmp, dest)
+        except OSError:
+            self.in_flight = None  # a failed rename changed nothing
+            raise
+        self.renamed.append(i)
+        self.in_flight = None
+
+    def rollback(self, changes: list[FileChange]) -> list[str]:
+        """Put every renamed file back (old bytes, or removed when it was new), remove every temp
+        file and directory made. Returns what could not be undone, one line per file."""
+        renamed = list(self.renamed)
+        if self.in_flight is not None and not self.staged[self.in_flight][0].exists():
+            renamed.append(self.in_flight)  # the rename happened; what came after it did not
+        problems = []
+        for i in reversed(renamed):
+            dest, change = self.staged[i][1], changes[i]
+            try:
+                if change.old is None:
+                    dest.unlink(missing_ok=True)
+                else:
+                    os.replace(self.write_temp(dest, change.old, change.mode), dest)
+            except OSError as exc:
+                problems.append(f"{dest}: not restored, it has the new bytes: {exc.strerror}")
+        return problems + _discard(self.temps, self.made)
+
+
+def apply_changes(src: Path, changes: list[FileChange]) -> None:
+    """Write ``changes`` under ``src`` as one transaction: all files new, or all as they were.
+
+    Every file's new bytes go to a temp file beside it, then each temp file is renamed in place.
+    Mode bits are kept; directories for new files are created. On an error or an interrupt before
+    the last rename, the rollback restores what was renamed (new files removed) and removes every
+    temp file and every directory made, so the tree is as it was. SIGINT and SIGTERM are deferred
+    while this runs (:class:`deferred_signals`): an interrupt takes effect between two steps, a
+    second one waits for the rollback. A signal that arrives during the last rename, when every
+    file is written, is re-raised when this returns (or left to an enclosing
+    :class:`deferred_signals` block, which may :meth:`~deferred_signals.settle` it).
+
+    Raises:
+        StackpartError: a file cannot be written (the message says nothing was changed, and how
+            many files written so far were restored); or the rollback itself could not undo
+            everything (``also`` names each file and which bytes it has).
+        KeyboardInterrupt, SystemExit: the interrupt that stopped the apply, once the tree is
+            restored (SIGTERM under :func:`rewriter.cli.main` is ``SystemExit(143)``).
+    """
+    src = Path(src)
+    journal = _Journal()
+    with deferred_signals() as held:
+        try:
+            for change in changes:
+                held.interrupt_point()
+                journal.stage(safe_relpath(src, change.relpath), change)
+            for i in range(len(journal.staged)):
+                held.interrupt_point()
+                journal.commit(i)
+        except BaseException as exc:
+            # Signals stay deferred until the block is left: a second Ctrl-C waits for this.
+            written = len(journal.renamed)
+            problems = journal.rollback(changes)
+            where = journal.dest
+            if isinstance(exc, OSError):
+                name = exc.filename if exc.filename and not str(exc.filename).endswith(TEMP_SUFFIX) else where
+                what = f"cannot write {name}: {exc.strerror or exc}"
+            elif isinstance(exc, StackpartError):
+                what = str(exc)
+            else:
+                what = f"interrupted ({type(exc).__name__}) while writing {where}"
+            if problems:
+                raise StackpartError(
+                    f"{what}; the rollback could not undo {len(problems)} change(s) (below): each file is "
+                    "whole, but the tree mixes old and new files",
+                    also=problems,
+                ) from exc
+            if isinstance(exc, OSError):
+                done = f"the {written} file(s) already written were restored, " if written else ""
+                raise StackpartError(f"{what}; {done}nothing was changed") from None
+            raise
