@@ -61,15 +61,19 @@ def _callees(target: ResolvedTarget) -> set[str]:
     return found
 
 
-def _inside(inner: Bound, outer: Bound) -> bool:
-    return inner.target.relpath == outer.target.relpath and (
-        inner.target.qualname == outer.target.qualname or inner.target.qualname in _callees(outer.target)
-    )
+class _Facts:
+    """Per-check cache of each file's imports: one import scan per file, not one per action
+    (issue 16: 2,000 actions on a 10,000-function file)."""
 
+    def __init__(self) -> None:
+        self._imports: dict[int, dict[str, str]] = {}
 
-def _already_compiled(bound: Bound) -> bool:
-    imports = imported_names(bound.module)
-    return any(canonical(d, imports) in COMPILE_DECORATORS for d in bound.target.decorators)
+    def already_compiled(self, bound: Bound) -> bool:
+        """Whether the target already carries a compile decorator."""
+        key = id(bound.module)
+        if key not in self._imports:
+            self._imports[key] = imported_names(bound.module)
+        return any(canonical(d, self._imports[key]) in COMPILE_DECORATORS for d in bound.target.decorators)
 
 
 def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
@@ -112,17 +116,24 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
                 f"(the first is actions[{other.index}], line {loaded.action_lines[other.index]})",
             )
         seen[(*b.key, kind)] = b
-    compiles = [b for b in bounds if isinstance(b.action, CompileAction)]
+    # Each compiled region, indexed by every function it covers (itself and what it calls
+    # directly in its file), in plan order: one scan per compile, one lookup per action.
+    regions: dict[tuple[str, str], list[Bound]] = {}
+    for c in bounds:
+        if isinstance(c.action, CompileAction):
+            for qual in {c.target.qualname, *_callees(c.target)}:
+                regions.setdefault((c.target.relpath, qual), []).append(c)
+    facts = _Facts()
     for b in bounds:
         if isinstance(b.action, DisableAction):
-            for c in compiles:
+            for c in regions.get(b.key, ()):
                 if b.key == c.key:
                     raise loaded.error(
                         b.index,
                         f"the same function is compiled by actions[{c.index}] and disabled here",
                         hint="keep one of them",
                     )
-                if c.action.options.fullgraph and _inside(b, c):  # type: ignore[attr-defined]
+                if c.action.options.fullgraph:  # type: ignore[attr-defined]
                     raise loaded.error(
                         b.index,
                         f"disable inside a fullgraph=True region (actions[{c.index}], "
@@ -130,18 +141,17 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
                         hint="drop fullgraph on that compile, or compile smaller regions around this one",
                     )
         if isinstance(b.action, MarkDynamicAction):
-            if _already_compiled(b):
+            if facts.already_compiled(b):
                 raise loaded.error(
                     b.index,
                     f"{b.target.qualname} is already compiled in the source; mark_dynamic must run "
                     "before the compiled region, not inside it",
                     hint="mark the tensor in the caller that passes it to the region",
                 )
-            for c in compiles:
-                if _inside(b, c):
-                    raise loaded.error(
-                        b.index,
-                        f"mark_dynamic inside the compiled region of actions[{c.index}] "
-                        f"({c.target.qualname}): Dynamo forbids mark_dynamic in a traced frame",
-                        hint="mark the tensor in the eager caller that passes it to the region",
-                    )
+            for c in regions.get(b.key, ())[:1]:
+                raise loaded.error(
+                    b.index,
+                    f"mark_dynamic inside the compiled region of actions[{c.index}] "
+                    f"({c.target.qualname}): Dynamo forbids mark_dynamic in a traced frame",
+                    hint="mark the tensor in the eager caller that passes it to the region",
+                )

@@ -8,26 +8,27 @@ nothing is written unless every action succeeded.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
+import os  # noqa: F401 (tests patch rewrite.os.replace / .chmod: the os module apply_changes uses)
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import libcst as cst
-from libcst.codemod import CodemodContext
 
 from . import consistency
 from .actions.allocator import AllocatorCommand
 from .actions.base import StatementInsertError, TargetedCommand
+from .actions.batch import ActionFailed, plan_passes
 from .actions.bucket import BucketCommand
 from .actions.cache import CompileCacheCommand
 from .actions.compile import CompileCommand
 from .actions.disable import DisableCommand
 from .actions.dynamic import MarkDynamicCommand
 from .actions.kernel import KernelCommand
+from .apply import apply_changes
 from .errors import StackpartError
 from .plan import ADVISORY_ACTIONS, LoadedPlan
 from .source import SourceFile, read_source, safe_relpath
+from .splice import splice
 from .targets import Definition, collect_definitions, resolve
 from .vendor import vendor_site
 
@@ -95,6 +96,15 @@ def _in_source(exc: StackpartError) -> str:
     return f"{where}: {exc.message}"
 
 
+def _action_error(loaded: LoadedPlan, index: int, exc: Exception) -> Exception:
+    """A command's failure as the plan error at its action (other exceptions pass unchanged)."""
+    if isinstance(exc, StatementInsertError):
+        return loaded.error(index, f"cannot insert a statement: {exc}")
+    if isinstance(exc, StackpartError):
+        return loaded.error(index, exc.message, exc.hint)
+    return exc
+
+
 def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> RewriteResult:
     """Compute what ``loaded`` does to the tree at ``src``, writing nothing.
 
@@ -145,6 +155,8 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
     generated: dict[str, str] = {}
     for rel, module in modules.items():
         site = vendor_site(src, rel)
+        specs: list[tuple[type[TargetedCommand], tuple]] = []
+        indices: list[int] = []
         for b in bounds:
             if b.target.relpath != rel:
                 continue
@@ -163,19 +175,27 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
             cls = COMMANDS.get(b.action.action)
             if cls is None:
                 raise loaded.error(b.index, f"the {b.action.action!r} action is not supported by this version")
-            # A context per command: LibCST re-runs AddImportsVisitor over the whole file for
-            # every command whose context ever asked for an import.
-            command = cls(CodemodContext(filename=rel), b.action, b.target.qualname, site)
+            specs.append((cls, (b.action, b.target.qualname, site)))
+            indices.append(b.index)
+        # One pass over the file for each run of actions that only edit their target (one
+        # import scan per pass, not per action; see rewriter.actions.batch).
+        index_of: dict[int, int] = {}
+        passes = plan_passes(specs, rel)
+        for _, commands in passes:
+            for command in commands:
+                index_of[id(command)] = indices[len(index_of)]
+        for runner, commands in passes:
             try:
-                module = command.transform_module(module)
-            except StatementInsertError as exc:
-                raise loaded.error(b.index, f"cannot insert a statement: {exc}") from None
-            except StackpartError as exc:
-                raise loaded.error(b.index, exc.message, exc.hint) from None
-            generated.update(command.generated)
-            # Calls an action left alone, and stubs written (kernel), with file:line and why.
-            result.warnings.extend(command.notes)
-        source, code = sources[rel], module.code
+                module = runner.transform_module(module)
+            except ActionFailed as exc:
+                raise _action_error(loaded, index_of[id(exc.command)], exc.error) from None
+            except (StatementInsertError, StackpartError) as exc:
+                raise _action_error(loaded, index_of[id(commands[0])], exc) from None
+            for command in commands:
+                generated.update(command.generated)
+                # Calls an action left alone, and stubs written (kernel), with file:line and why.
+                result.warnings.extend(command.notes)
+        source, code = sources[rel], splice(sources[rel].text, modules[rel], module)
         if code != source.text:
             result.changes.append(FileChange(rel, source.raw, source.encode(code), source.mode))
     for rel, text in sorted(generated.items()):
@@ -186,79 +206,6 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
             result.changes.append(FileChange(rel, old, new))
     result.changes.sort(key=lambda c: c.relpath)
     return result
-
-
-def _missing_dirs(directory: Path) -> list[Path]:
-    """The directories ``mkdir(parents=True)`` would create for ``directory``, outermost first."""
-    out = []
-    while not directory.exists():
-        out.append(directory)
-        directory = directory.parent
-    return out[::-1]
-
-
-def apply_changes(src: Path, changes: list[FileChange]) -> None:
-    """Write ``changes`` under ``src``: every file to a temp file first, then rename each in place.
-
-    Mode bits are kept; new directories are created. If any temp write fails, every temp file and
-    every directory made is removed and nothing is renamed. If a rename fails, the files already
-    renamed get their old bytes back (new files are removed), so a failed write never leaves the
-    tree half-written.
-
-    Raises:
-        StackpartError: a file cannot be written (the tree is as it was).
-    """
-    staged: list[tuple[Path, Path]] = []
-    made: list[Path] = []
-    try:
-        for change in changes:
-            dest = safe_relpath(src, change.relpath)
-            for directory in _missing_dirs(dest.parent):
-                directory.mkdir()
-                made.append(directory)
-            fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".stackpart", dir=dest.parent)
-            staged.append((Path(tmp), dest))
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(change.new)
-            os.chmod(tmp, change.mode)
-    except BaseException as exc:  # also Ctrl-C / SIGTERM (SystemExit): never leave temp files
-        _discard(staged, made)
-        if isinstance(exc, OSError):
-            raise StackpartError(f"cannot write {exc.filename}: {exc.strerror}; nothing was changed") from None
-        raise
-    done: list[int] = []
-    for i, (tmp, dest) in enumerate(staged):
-        # Counted before the rename: if an interrupt lands between os.replace and the next line,
-        # the restore below still covers this file (restoring an unrenamed file is a no-op).
-        done.append(i)
-        try:
-            os.replace(tmp, dest)
-        except BaseException as exc:  # a failed rename, Ctrl-C or SIGTERM: put the tree back
-            for j in reversed(done):
-                old, target = changes[j].old, staged[j][1]
-                if old is None:
-                    target.unlink(missing_ok=True)
-                else:
-                    target.write_bytes(old)
-                    os.chmod(target, changes[j].mode)
-            _discard(staged[i:], made)
-            if isinstance(exc, OSError):
-                raise StackpartError(
-                    f"cannot write {exc.filename or dest}: {exc.strerror}; the {len(done) - 1} file(s) "
-                    "already written were restored, nothing was changed"
-                ) from None
-            raise
-
-
-def _discard(staged: list[tuple[Path, Path]], made: list[Path]) -> None:
-    """Remove staged temp files and the directories made for them (innermost first)."""
-    for tmp, _ in staged:
-        tmp.unlink(missing_ok=True)
-    for directory in reversed(made):
-        try:
-            directory.rmdir()
-        except OSError:
-            pass
 
 
 def rewrite_command(
@@ -281,12 +228,19 @@ def rewrite_command(
     :mod:`rewriter.validate.gate`.
 
     Returns:
-        0 no change or applied; 1 changes pending under ``check``, or ``apply`` refused (no,
-        failing or stale validation report; the reason on stderr).
+        0 no change or applied (also when SIGINT/SIGTERM arrives after the last file is written);
+        1 changes pending under ``check``, or ``apply`` refused (no, failing or stale validation
+        report; the reason on stderr); 130 (SIGINT) or 143 (SIGTERM under :mod:`rewriter.cli`)
+        ``apply`` interrupted: every file was restored, nothing changed. Once ``apply`` has written
+        or restored the tree, SIGINT and SIGTERM are left ignored so that the outcome reported is
+        the exit code (:meth:`rewriter.apply.deferred_signals.settle`; :func:`rewriter.cli.main`
+        puts the handlers back when called in-process).
 
     Raises:
         StackpartError: bad plan, target or source (the CLI prints it and exits 2).
     """
+    import signal
+
     import click
 
     from .plan import load_plan
@@ -343,9 +297,42 @@ def rewrite_command(
 
     patch = result.diff()
     if apply:
-        apply_changes(Path(src), result.changes)
-        summary()  # after the write: a failed apply must not leave a summary saying "applied"
-        stderr().print(f"applied: {len(result.changes)} file(s) changed under {src}", highlight=False)
+        from .apply import deferred_signals, signal_name
+
+        with deferred_signals() as held:
+            try:
+                apply_changes(Path(src), result.changes)
+            except (KeyboardInterrupt, SystemExit) as exc:
+                stopped: BaseException | None = exc  # raised between two steps, after the rollback
+            except StackpartError:
+                held.settle(ignore_after=True)  # reported as exit 2 whatever comes now
+                raise
+            else:
+                stopped = None
+            # Applied, or rolled back: a signal from here on can change neither, nor the message or
+            # the exit code (SIGINT and SIGTERM stay ignored until the process exits;
+            # rewriter.cli.main puts the handlers back when called in-process).
+            held.settle(ignore_after=True)
+            if stopped is not None:
+                if isinstance(stopped, KeyboardInterrupt):
+                    code = 128 + signal.SIGINT
+                else:
+                    code = stopped.code if isinstance(stopped.code, int) else 1  # type: ignore[attr-defined]
+                why = signal_name(code - 128) if code > 128 else type(stopped).__name__
+                stderr().print(
+                    f"aborted ({why}): nothing was changed, every file under {src} was restored "
+                    f"({len(result.changes)} file(s) were to be written)",
+                    highlight=False,
+                )
+                return code
+            summary()  # after the write: a failed apply must not leave a summary saying "applied"
+            stderr().print(f"applied: {len(result.changes)} file(s) changed under {src}", highlight=False)
+            if held.late:
+                stderr().print(
+                    f"note: {signal_name(held.late[0])} received after the last file was written: "
+                    "ignored, the apply is complete",
+                    highlight=False,
+                )
         return 0
     summary()
     if patch:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 import libcst as cst
-from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
+from libcst.codemod import Codemod, CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node, parse_template_statement
 from libcst.metadata import MetadataWrapper
@@ -189,7 +189,27 @@ def insert_statement(
     return func.with_changes(body=func.body.with_changes(body=body))
 
 
-class TargetedCommand(VisitorBasedCodemodCommand):
+class NoCopyMetadata:
+    """Mixin for a LibCST ``Codemod``: resolve metadata on the tree as given, without the
+    deep copy LibCST makes by default."""
+
+    @contextmanager
+    def _handle_metadata_reference(self, module: cst.Module) -> Iterator[cst.Module]:  # type: ignore[override]
+        # LibCST's Codemod wraps the tree in MetadataWrapper(module), which deep-copies it so
+        # that metadata keyed by node identity cannot collide across wrappers. That is a full-tree
+        # clone per action per file, most of a rewrite's time on a large file (measured:
+        # benchmarks/rewrite_speed.py); each of our wrappers is used once, so skip the copy.
+        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        with self.resolve(wrapper):
+            old = self.context.wrapper
+            self.context = replace(self.context, wrapper=wrapper)
+            try:
+                yield wrapper.module
+            finally:
+                self.context = replace(self.context, wrapper=old)
+
+
+class TargetedCommand(NoCopyMetadata, VisitorBasedCodemodCommand):
     """A codemod that rewrites exactly one function, named by its qualname (``Block.forward``).
 
     Subclasses set ``DESCRIPTION`` and implement :meth:`rewrite`. ``self.torch`` is the module's
@@ -206,6 +226,24 @@ class TargetedCommand(VisitorBasedCodemodCommand):
         self, context: CodemodContext, action: _Action, qualname: str, site: VendorSite
     ) -> None:
         super().__init__(context)
+        self._setup(action, qualname, site)
+
+    @classmethod
+    def for_batch(
+        cls, context: CodemodContext, action: _Action, qualname: str, site: VendorSite
+    ) -> "TargetedCommand":
+        """An instance used only through :meth:`prepare` and :meth:`rewrite`, by
+        :class:`~rewriter.actions.batch.BatchCommand`: LibCST's visitor set-up (its scan of
+        every method for ``@m.visit``/``@m.leave`` matchers, about 10 ms per instance, measured
+        with cProfile on libcst 1.9) is skipped, so a plan's per-action cost stays small.
+        Such an instance must not be used as a transformer itself.
+        """
+        obj = cls.__new__(cls)
+        Codemod.__init__(obj, context)
+        obj._setup(action, qualname, site)
+        return obj
+
+    def _setup(self, action: _Action, qualname: str, site: VendorSite) -> None:
         self.action = action
         self.qualname = qualname
         self.site = site
@@ -221,32 +259,22 @@ class TargetedCommand(VisitorBasedCodemodCommand):
         self.tree: cst.Module | None = None
 
     def visit_Module(self, node: cst.Module) -> bool:
+        self.prepare(node, imported_names(node), torch_alias(node))
+        return True
+
+    def prepare(self, node: cst.Module, imports: dict[str, str], alias: str | None) -> None:
+        """Take the module as this action will see it: its tree, its imports
+        (:func:`imported_names`) and its name for torch (:func:`torch_alias`; an ``import
+        torch`` is requested when it has none and the action needs one)."""
         self.tree = node
-        self.imports = imported_names(node)
-        alias = torch_alias(node)
+        self.imports = imports
         if alias is None and self.needs_torch():
             AddImportsVisitor.add_needed_import(self.context, "torch")
         self.torch = alias or "torch"
-        return True
 
     def needs_torch(self) -> bool:
         """Whether the inserted code refers to torch (most actions do)."""
         return True
-
-    @contextmanager
-    def _handle_metadata_reference(self, module: cst.Module) -> Iterator[cst.Module]:
-        # LibCST's Codemod wraps the tree in MetadataWrapper(module), which deep-copies it so
-        # that metadata keyed by node identity cannot collide across wrappers. That is a full-tree
-        # clone per action per file, most of a rewrite's time on a large file (measured:
-        # benchmarks/rewrite_speed.py); each of our wrappers is used once, so skip the copy.
-        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        with self.resolve(wrapper):
-            old = self.context.wrapper
-            self.context = replace(self.context, wrapper=wrapper)
-            try:
-                yield wrapper.module
-            finally:
-                self.context = replace(self.context, wrapper=old)
 
     def _on_path(self, name: str) -> bool:
         """Whether to descend into the definition ``name`` (at the current stack): those that
