@@ -264,7 +264,8 @@ def search_summary(rung: dict) -> dict:
                                                     "net_s", "status", "chosen")} for c in m.get("candidates", [])]}
 
 
-def one_model(name: str, work: Path, *, smoke: bool, timeout: float, steps: int, shapes: list[str] | None = None) -> dict:
+def one_model(name: str, work: Path, *, smoke: bool, timeout: float, steps: int, shapes: list[str] | None = None,
+              runs: int = 1_000_000, restarts: int = 30) -> dict:
     """Diagnose one model in a child process, rewrite its plan; the row for the report."""
     _, cls, model_dir, block, _, _ = MODELS[name]
     modeling = f"transformers/models/{model_dir}/modeling_{model_dir}.py"
@@ -276,7 +277,7 @@ def one_model(name: str, work: Path, *, smoke: bool, timeout: float, steps: int,
     setup_s = time.perf_counter() - t0
     env = child_env(smoke, work)
     cmd = [sys.executable, "-c", CLI, "diagnose", "--harness", "harness.py", str(src), "-o", str(out / "plan.yaml"),
-           "--report-dir", str(out / "report"), "--runs", "1000000", "--restarts", "30", "--steps", str(steps),
+           "--report-dir", str(out / "report"), "--runs", str(runs), "--restarts", str(restarts), "--steps", str(steps),
            "--timeout", str(max(10, int(timeout) - 20))]
     cmd += ["--device", "cpu", "--dtype", "float32", "--backend", "eager"] if smoke else ["--device", "cuda", "--dtype", "bfloat16", "--backend", "inductor"]
     for s in SMOKE_SHAPES if smoke else (shapes or GPU_SHAPES):
@@ -368,7 +369,7 @@ def fmt_params(n: int | None) -> str:
 
 def markdown(payload: dict, dirs: list[Path]) -> str:
     md = [f"# stackpart diagnose on HF transformers models ({payload['device']}, torch {payload['torch']}, transformers {payload.get('transformers')})", "",
-          f"Shapes {', '.join(payload['shapes'])} ({payload['dtype']}, inference); Amortization(runs=1000000, restarts=30); backend {payload['backend']}. "
+          f"Shapes {', '.join(payload['shapes'])} ({payload['dtype']}, inference); Amortization(runs={payload.get('runs', 1000000)}, restarts={payload.get('restarts', 30)}); backend {payload['backend']}. "
           "SRC = harness.py + a symlink farm of transformers with the model's directory copied (the decoder layer lies under SRC).", "",
           "| model | ok | params | ladder s | wall s | profiler overhead | plan actions | rewrite rc | diff lines |", "|---|---|---|---|---|---|---|---|---|"]
     for r in payload["rows"]:
@@ -432,6 +433,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--min-start", type=float, default=None, help="start a model only with this many seconds left before the deadline (default 120; 20 with --smoke)")
     ap.add_argument("--steps", type=int, default=2, help="profiled steps")
     ap.add_argument("--workload", choices=sorted(WORKLOADS), default="throughput", help="GPU shapes: throughput (8x512, 8x384) or latency (1x128)")
+    ap.add_argument("--runs", type=int, default=1_000_000, help="the deployment's steps (Amortization.runs)")
+    ap.add_argument("--restarts", type=int, default=30, help="process starts without persisted caches (Amortization.restarts)")
     ap.add_argument("--repeat", type=int, default=1, help="diagnose each model this many times (the search's choice must not flip)")
     args = ap.parse_args(argv)
     started = time.perf_counter()
@@ -455,7 +458,8 @@ def main(argv: list[str]) -> int:
         pass
     payload = {"device": "cpu (smoke)" if args.smoke else torch.cuda.get_device_name(), "torch": torch.__version__, "transformers": tversion,
                "shapes": SMOKE_SHAPES if args.smoke else WORKLOADS[args.workload], "workload": args.workload, "dtype": "float32" if args.smoke else "bfloat16",
-               "backend": "eager" if args.smoke else "inductor", "timeout_s": args.timeout, "deadline_s": args.deadline, "rows": []}
+               "backend": "eager" if args.smoke else "inductor", "timeout_s": args.timeout, "deadline_s": args.deadline,
+               "runs": args.runs, "restarts": args.restarts, "rows": []}
     min_start = args.min_start if args.min_start is not None else (20.0 if args.smoke else 120.0)
     base = Path(tempfile.mkdtemp(prefix="diagnose-hf-"))
     dirs: list[Path] = []
@@ -468,7 +472,7 @@ def main(argv: list[str]) -> int:
                 continue
             work = base / f"{name}-{k}"
             row = one_model(name, work, smoke=args.smoke, timeout=min(args.timeout, left), steps=args.steps,
-                            shapes=None if args.smoke else WORKLOADS[args.workload])
+                            shapes=None if args.smoke else WORKLOADS[args.workload], runs=args.runs, restarts=args.restarts)
             row["run"] = k
             dirs.append(work / name)
             payload["rows"].append(row)
