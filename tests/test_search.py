@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -66,12 +67,21 @@ def _diagnose(tmp_path: Path, case: str, **kw) -> tuple[object, Path, Path]:
 
 
 @pytest.mark.slow
-def test_a_candidate_that_hits_the_recompile_limit_breaks_numerics_or_crashes_is_never_the_plan(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("parallel_cold", [1, 2])
+def test_a_candidate_that_hits_the_recompile_limit_breaks_numerics_or_crashes_is_never_the_plan(
+    tmp_path, monkeypatch, capsys, parallel_cold
+):
     monkeypatch.setattr("rewriter.diagnose.search.propose", _planted)
+    # Two cold phases at a time (what the search does on a GPU host) must record the same things.
+    from rewriter.diagnose import search as search_mod
+
+    options = search_mod._options
+    monkeypatch.setattr(search_mod, "_options", lambda ctx, t: replace(options(ctx, t), parallel_cold=parallel_cold))
     outcome, src, plan_out = _diagnose(tmp_path, "search/planted")
     found = outcome.search
     status = found.choice.status
     assert found.choice.chosen == "whole", status
+    assert any("cold phases ran 2 at a time" in n for n in found.notes) == (parallel_cold == 2), found.notes
     assert "recompile limit" in status["recompile-limit"], status
     assert status["wrong-numbers"].startswith("failed: wrong numbers"), status
     assert status["crash"].startswith("failed: the rewritten model raised"), status

@@ -172,7 +172,14 @@ def propose(ctx: Context, own_setup: list[str] | None = None) -> tuple[list[Cand
         if why_not:
             pruned.append(f"+bucket: {why_not}")
     else:
-        if has_block:
+        recompiles = ctx.measured("recompiles").get("recompiles") or 0
+        if has_block and recompiles <= 1:
+            # Automatic dynamic shapes serve every later size after one recompile: bucketing
+            # could save that one compile per start, while padding every smaller shape (H200,
+            # Llama 8x512/8x384: 3.8 s saved, 33% more work at 384; BENCHMARKS.md run 18).
+            pruned.append(f"per-block+bucket: {recompiles} recompile(s) across the shapes, which bucketing could "
+                          "at most save while padding every smaller shape")
+        elif has_block:
             bare = rule_plan(ctx, "region", disables=True, marks=False, trust_guards=trust_guards)
             add(_named("per-block", bare.plan) + "+bucket", type(bare)(_with(bare.plan, bucket), bare.notes))
         if any(a.action == "compile" for a in whole.plan.actions) and ctx.session.cuda and not own:
