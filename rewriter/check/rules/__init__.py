@@ -12,6 +12,8 @@ from .sp106_mark_dynamic_min import MarkDynamicMin
 from .sp107_compile_per_call import CompilePerCall
 from .sp108_disable_in_fullgraph import DisableInFullgraph
 from .sp109_reduce_overhead_small_region import ReduceOverheadSmallRegion
+from .sp110_fullgraph_scalar_branch import FullgraphScalarBranch
+from .sp111_fullgraph_scalar_loop_bound import FullgraphScalarLoopBound
 
 ALL_RULES: list[type[Rule]] = [
     WholeModelCompile,
@@ -23,4 +25,6 @@ ALL_RULES: list[type[Rule]] = [
     CompilePerCall,
     DisableInFullgraph,
     ReduceOverheadSmallRegion,
+    FullgraphScalarBranch,
+    FullgraphScalarLoopBound,
 ]

@@ -75,7 +75,9 @@ subgraphs, masking), or hoist the branch out of the compiled region.
 Only value-dependent conditions are reported: a value method (`.any()`, `.sum()`, `.max()`,
 comparisons...), a `torch.<value function>`, or a parameter annotated `torch.Tensor` used as a
 truth value. Shape checks (`x.shape[0] > 1`, `x.dim()`), `is None` and `isinstance` are static
-(guards, not breaks) and never reported.
+(guards, not breaks) and never reported. A branch on a number already read out of the tensor
+(`if x.sum().item() > 0:`) is a break at the read instead (SP103) and, under `fullgraph=True`, an
+error of its own (SP110; `range()` of one is SP111).
 
 Source: PyTorch docs, "torch.compile Troubleshooting" / `torch.cond`; the error text above is
 Dynamo's own (torch 2.13, `backend="eager"`, `fullgraph=True`).
@@ -142,12 +144,18 @@ fast = torch.compile(g)
         if culprit is None:
             return
         code = self.facts.module.code_for_node(culprit)
-        strict = " (with fullgraph=True: an error)" if site.fullgraph else ""
+        if site.fullgraph:
+            # measured, torch 2.13: torch._dynamo.exc.Unsupported at the first call (SP110 is the
+            # branch on a value already read out with .item()/.tolist(), a different error)
+            effect = ("with fullgraph=True an error at the first call, not a graph break "
+                      "(torch._dynamo.exc.Unsupported: \"Data-dependent branching\")")
+        else:
+            effect = "a graph break and a device sync"
         self.report(
             test,
-            f"Python branch on a tensor's value (`{code}`) inside compiled `{fn.name.value}`: a graph "
-            f"break and a device sync{strict}; keep it in the graph (torch.where, torch.cond, masking) "
-            "or move the branch out of the compiled region",
+            f"Python branch on a tensor's value (`{code}`) inside compiled `{fn.name.value}`: {effect}; "
+            "keep it in the graph (torch.where, torch.cond, masking) or move the branch out of the "
+            "compiled region",
         )
 
     def visit_If(self, node: cst.If) -> None:
