@@ -3,6 +3,10 @@
 Exit codes (ruff's contract): 0 clean; 1 findings or plan drift remain; 2 a file could not be read
 or parsed, or bad input (unknown rule code, bad plan or config: a StackpartError, printed by the
 CLI). An empty file list is a clean pass: pre-commit may call a hook with no files.
+
+A file stackpart does not check (not a regular file, over the 10 MiB cap, nested too deep for the
+parser, a symlink leaving a walked directory) is one ``warning: path: skipped: why`` line on
+stderr and does not change the exit code; the other files are checked as usual.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import StackpartError
-from ..source import read_source
+from ..source import read_file
 from .config import load_config
 from .output import Outcome, render
 from .runner import NOT_PYTHON, check_files, discover, select_rules
@@ -102,11 +106,12 @@ def run_check(
         if plan is None and config.plan is not None:
             plan, src = config.plan, src or config.src
     rules = select_rules(select, ignore)
-    files = discover(paths)
+    skipped: list[str] = []
+    files = discover(paths, skipped)
     # a staged plan: drift only; other YAML files (CI configs...) never run the plan
     plans = [p for p in paths if plan is not None and Path(p).suffix in NOT_PYTHON
              and os.path.realpath(p) == os.path.realpath(plan)]
-    outcome = Outcome(checked=len(files))
+    outcome = Outcome(checked=len(files), skipped=skipped)
     if not files and not plans:
         return outcome, rules
     _drift(outcome, plan, src, files + plans, fix, validate)
@@ -118,16 +123,14 @@ def run_check(
 
         for r in results:
             if r.fixed is not None:
-                p = Path(r.path)
-                source = read_source(p.parent, p.name)
+                source = read_file(r.path)
                 outcome.fix_diff += file_diff(r.path, source.raw, source.encode(r.fixed))
     if fix:
         writes = []
         for r in results:
             if r.fixed is None:
                 continue
-            p = Path(r.path)
-            source = read_source(p.parent, p.name)
+            source = read_file(r.path)
             writes.append((r.path, source.raw, source.encode(r.fixed), source.mode))
         _write(writes)
         outcome.fixed.extend(path for path, *_ in writes)
@@ -136,6 +139,8 @@ def run_check(
         outcome.parsed += r.parsed
         if r.error:
             outcome.errors.append(r.error)
+        if r.skipped:
+            outcome.skipped.append(r.skipped)
     return outcome, rules
 
 
@@ -154,6 +159,7 @@ def check_command(
 ) -> int:
     """``stackpart check``: print the report (or write it to ``output``) and return the exit code."""
     import click
+    from rich.markup import escape
 
     from ..terminal import stderr
 
@@ -165,6 +171,8 @@ def check_command(
         click.echo(report, nl=False)
     for error in outcome.errors:
         stderr().print(f"[red]error[/]: {error}", highlight=False)
+    for line in outcome.skipped:
+        stderr().print(f"[yellow]warning[/]: {escape(line)}", highlight=False)
     fixable = sum(f.fixable for f in outcome.findings)
     summary = (
         f"{len(outcome.findings)} finding(s)"
@@ -172,6 +180,7 @@ def check_command(
         + (f", {len(outcome.drift_files)} file(s) drifted from {outcome.plan}" if outcome.drift_files else "")
         + (f", fixed {len(outcome.fixed)} file(s)" if outcome.fixed else "")
         + f"; {outcome.checked} file(s) checked, {outcome.parsed} parsed"
+        + (f", {len(outcome.skipped)} skipped" if outcome.skipped else "")
     )
     stderr().print(summary, highlight=False)
     if outcome.drift_refused:

@@ -1,6 +1,11 @@
 """Check one file: parse, build the facts, run the rules in one batched pass, drop suppressed
 findings, and (``fix=True``) apply the safe fixes and check again.
 
+The text reaches LibCST only through :func:`rewriter.source.parse_module` (CPython's parser as the
+gate), and all LibCST work runs in :func:`rewriter.source.run_deep`'s thread (a large stack, a
+raised recursion limit), so a deeply nested file that CPython accepts is checked like any other;
+one that still exceeds the limits is a ``skipped:`` line, never a crash or a traceback.
+
 Suppression comments follow ruff's ``noqa`` placement: ``# stackpart: ignore[SP101]`` (codes
 comma-separated) or a bare ``# stackpart: ignore`` at the end of the finding's first line, or alone
 on the line just above it. Comments are found with :mod:`tokenize`, so the text inside a string is
@@ -9,6 +14,7 @@ never taken for a suppression.
 
 from __future__ import annotations
 
+import ast
 import io
 import re
 import tokenize
@@ -17,6 +23,8 @@ from collections.abc import Sequence
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from ..errors import StackpartError
+from ..source import TOO_DEEP, Skipped, parse_module, run_deep
 from .facts import FileFacts
 from .rule import FileResult, Finding, Report, Rule
 
@@ -114,7 +122,9 @@ def run_rules(module: cst.Module, rules: Sequence[type[Rule]], path: str) -> tup
     return wrapper.module, sorted(unique.values(), key=lambda fr: (fr[0].line, fr[0].col, fr[0].code))
 
 
-def check_text(text: str, path: str, rules: Sequence[type[Rule]], fix: bool = False) -> FileResult:
+def check_text(
+    text: str, path: str, rules: Sequence[type[Rule]], fix: bool = False, tree: ast.Module | None = None
+) -> FileResult:
     """Check one file's text.
 
     Args:
@@ -123,17 +133,31 @@ def check_text(text: str, path: str, rules: Sequence[type[Rule]], fix: bool = Fa
         rules: the selected rule classes.
         fix: apply every unsuppressed finding's safe fix, then check the result again (up to
             three rounds, for fixes that expose further fixable code).
+        tree: the ``ast`` of ``text`` from :func:`rewriter.source.check_syntax`, when the caller
+            has it (it is the gate; without it the gate runs here).
 
     Returns:
         a :class:`FileResult`; ``fixed`` is the new text when a fix changed it. A syntax error is
-        returned as ``error`` (``path:line:col: syntax error: ...``), not raised.
+        returned as ``error`` (``path:line:col: syntax error: ...``), a file nested too deep for
+        the parser (or otherwise refused by :func:`rewriter.source.parse_module`) as ``skipped``;
+        neither is raised.
     """
     result = FileResult(path=path, parsed=True)
     try:
-        module = cst.parse_module(text)
-    except cst.ParserSyntaxError as exc:
-        result.error = f"{path}:{exc.raw_line}:{exc.raw_column + 1}: syntax error: {exc.message}"
-        return result
+        module = parse_module(text, path, tree)
+        run_deep(_check_module, module, text, path, rules, fix, result)
+    except Skipped as exc:
+        result.skipped = str(exc)
+    except StackpartError as exc:
+        result.error = str(exc)
+    except RecursionError:
+        result.findings, result.initial, result.fixed = [], [], None
+        result.skipped = f"{path}: skipped: {TOO_DEEP} (LibCST's visitors: maximum recursion depth exceeded)"
+    return result
+
+
+def _check_module(module: cst.Module, text: str, path: str, rules: Sequence[type[Rule]], fix: bool, result: FileResult) -> None:
+    """:func:`check_text`'s LibCST work, filling ``result`` (run in the deep thread)."""
     current = text
     for round_ in range(MAX_FIX_ROUNDS + 1):
         table = suppressions(current)
@@ -150,4 +174,3 @@ def check_text(text: str, path: str, rules: Sequence[type[Rule]], fix: bool = Fa
             break
         current = module.code
         result.fixed = current
-    return result

@@ -29,6 +29,8 @@ class Outcome:
     Attributes:
         findings: unsuppressed findings of all files, in file then position order.
         errors: one line per file that could not be read or parsed.
+        skipped: one line per file not checked (``path: skipped: why``: not a regular file, over
+            the size cap, nested too deep for the parser, a link leaving the tree): warnings.
         drift_files: files that differ from what the configured plan asks.
         drift_diff: the git-style diff that would bring them in line.
         plan: the plan path, when one is configured.
@@ -39,6 +41,7 @@ class Outcome:
 
     findings: list[Finding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
     drift_files: list[str] = field(default_factory=list)
     drift_diff: str = ""
     plan: str | None = None
@@ -74,6 +77,7 @@ def render_json(outcome: Outcome) -> str:
             "version": 1,
             "findings": [f.as_dict() for f in outcome.findings],
             "errors": outcome.errors,
+            "skipped": outcome.skipped,
             "drift": {"plan": outcome.plan, "files": outcome.drift_files, "diff": outcome.drift_diff},
             "fix_diff": outcome.fix_diff,
             "files": {"checked": outcome.checked, "parsed": outcome.parsed, "fixed": outcome.fixed},
@@ -97,6 +101,8 @@ def render_github(outcome: Outcome) -> str:
         )
     for error in outcome.errors:
         out.append(f"::error ::{_escape_data(error)}\n")
+    for line in outcome.skipped:
+        out.append(f"::warning ::{_escape_data(line)}\n")
     return "".join(out)
 
 
@@ -138,6 +144,7 @@ def render_sarif(outcome: Outcome, rules: Sequence[type[Rule]]) -> str:
             }
         )
     notifications = [{"level": "error", "message": {"text": e}} for e in outcome.errors]
+    notifications += [{"level": "warning", "message": {"text": w}} for w in outcome.skipped]
     notifications += [
         {"level": "error", "message": {"text": f"{p}: plan drift: differs from what {outcome.plan} asks"}}
         for p in outcome.drift_files

@@ -160,6 +160,9 @@ class FileResult:
         fixed: the file's text after applying every safe fix, or None when nothing was fixable.
         error: a one-line parse/read error (``path:line:col: ...``), or None.
         parsed: whether the file passed the prefilter and was parsed.
+        skipped: why the file was not checked (``path[:line[:col]]: skipped: ...``: not a regular
+            file, over the size cap, nested too deep for the parser...), or None; a warning, not
+            an error.
     """
 
     path: str
@@ -168,3 +171,4 @@ class FileResult:
     fixed: str | None = None
     error: str | None = None
     parsed: bool = False
+    skipped: str | None = None

@@ -12,7 +12,13 @@ through LibCST; a file that mentions ``torch.compile`` only in a docstring costs
 
 Parallelism: at :data:`PARALLEL_MIN` parsed files or more, files are parsed in a
 ``ProcessPoolExecutor`` (LibCST parsing is CPU-bound and holds the GIL). The pool is not worth its
-start-up for a pre-commit-sized batch.
+start-up for a pre-commit-sized batch. Should a worker die all the same (a crash in native code),
+the files it had not reported are checked again one process each, so one file costs only its own
+result (a ``skipped:`` line), never the report of the others.
+
+Every file is read through :func:`rewriter.source.read_bytes` (regular files only, never
+blocking, a size cap); a file that cannot be checked for such a reason, or is nested too deep for
+the parser, is a ``skipped`` warning and the other files are checked as usual.
 """
 
 from __future__ import annotations
@@ -21,11 +27,12 @@ import ast
 import os
 import re
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from ..errors import StackpartError
-from ..source import read_source
+from ..source import Skipped, check_syntax, read_bytes, read_file
 from .engine import check_text
 from .rule import FileResult, Rule
 from .rules import ALL_RULES
@@ -60,12 +67,20 @@ def select_rules(select: Sequence[str] = (), ignore: Sequence[str] = ()) -> list
 NOT_PYTHON = frozenset({".yaml", ".yml"})
 
 
-def discover(paths: Iterable[str]) -> list[str]:
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def discover(paths: Iterable[str], skipped: list[str] | None = None) -> list[str]:
     """The Python files named by ``paths``: files as given, directories walked for ``*.py``.
 
     Hidden directories, ``__pycache__`` and ``site-packages`` are skipped (a virtualenv inside
     the tree is not the user's code); explicitly named files are kept, except YAML files (a
-    plan passed for the drift check).
+    plan passed for the drift check). A walk does not follow links to directories, and leaves
+    out a ``*.py`` symlink whose target lies outside the directory walked (``x.py ->
+    /dev/zero``), appending ``path: skipped: ...`` to ``skipped`` when given. A file named
+    explicitly is kept even when it is a link: reading it (:func:`rewriter.source.read_bytes`)
+    accepts only a regular file.
 
     Raises:
         StackpartError: a path that does not exist.
@@ -74,10 +89,22 @@ def discover(paths: Iterable[str]) -> list[str]:
     for given in paths:
         path = Path(given)
         if path.is_dir():
+            top = os.path.realpath(path)
             for root, dirs, files in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
-                out.extend(os.path.join(root, f) for f in sorted(files) if f.endswith(".py"))
-        elif not path.exists():
+                for name in sorted(files):
+                    if not name.endswith(".py"):
+                        continue
+                    full = os.path.join(root, name)
+                    if os.path.islink(full) and not _inside(os.path.realpath(full), top):
+                        if skipped is not None:
+                            skipped.append(
+                                f"{full}: skipped: a symlink to {os.readlink(full)}, outside {given} "
+                                "(a directory walk stays in the tree)"
+                            )
+                        continue
+                    out.append(full)
+        elif not path.exists() and not path.is_symlink():  # a broken or looping link: read_bytes says which
             raise StackpartError("no such file or directory", path=given)
         elif path.suffix not in NOT_PYTHON:  # YAML: a plan passed for drift (pre-commit's types_or)
             out.append(given)
@@ -94,14 +121,18 @@ def wanted(data: bytes, needles: list[list[re.Pattern[bytes]]]) -> bool:
     return b"torch" in data and any(all(p.search(data) for p in group) for group in needles)
 
 
-def called_names(text: str) -> set[str] | None:
+def called_names(text: str | ast.AST) -> set[str] | None:
     """Last components of every called or decorating name in ``text`` (``re.compile`` excluded),
     from the C ``ast`` parser (an order of magnitude faster than a LibCST parse with metadata).
-    None when ``ast`` cannot parse the text (LibCST then reports the error)."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
+    ``text`` may be the tree already parsed. None when ``ast`` cannot parse the text (LibCST then
+    reports the error)."""
+    if isinstance(text, ast.AST):
+        tree = text
+    else:
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -126,18 +157,64 @@ def called_names(text: str) -> set[str] | None:
 
 def _check_one(args: tuple[str, tuple[str, ...], bool]) -> FileResult:
     path, codes, fix = args
-    p = Path(path)
+    shown = path.replace(os.sep, "/")
     try:
-        source = read_source(p.parent, p.name)
+        source = read_file(path, path)
+        tree = check_syntax(source.text, shown)  # CPython's parser: the gate before LibCST
+    except Skipped as exc:
+        return FileResult(path=shown, skipped=str(exc))
     except StackpartError as exc:
-        return FileResult(path=path, error=f"{path}: {exc.message}", parsed=True)
+        return FileResult(path=shown, error=str(exc), parsed=True)
     rules = [r for r in ALL_RULES if r.CODE in codes]
-    names = called_names(source.text)
+    names = called_names(tree)
     if names is not None:
         rules = [r for r in rules if r.CALLS & names]
         if not rules:
-            return FileResult(path=path.replace(os.sep, "/"), parsed=False)
-    return check_text(source.text, path.replace(os.sep, "/"), rules, fix=fix)
+            return FileResult(path=shown, parsed=False)
+    return check_text(source.text, shown, rules, fix=fix, tree=tree)
+
+
+def _check_chunk(paths: list[str], codes: tuple[str, ...], fix: bool) -> list[FileResult]:
+    return [_check_one((path, codes, fix)) for path in paths]
+
+
+def _died(path: str) -> FileResult:
+    return FileResult(
+        path=path.replace(os.sep, "/"),
+        skipped=f"{path}: skipped: the process checking it died (a crash in native code, e.g. the "
+        "parser); please report it with the file",
+    )
+
+
+def _check_alone(path: str, codes: tuple[str, ...], fix: bool) -> FileResult:
+    """``path`` checked in a process of its own: its crash is this file's result only."""
+    try:
+        with ProcessPoolExecutor(max_workers=1) as pool:
+            [result] = pool.submit(_check_chunk, [path], codes, fix).result()
+            return result
+    except BrokenProcessPool:
+        return _died(path)
+
+
+def _check_in_pool(todo: list[str], codes: tuple[str, ...], fix: bool, workers: int) -> dict[str, FileResult]:
+    """Check ``todo`` in ``workers`` processes, in chunks; if a worker dies (the pool breaks), the
+    files without a result yet are checked one process each (:func:`_check_alone`)."""
+    results: dict[str, FileResult] = {}
+    chunk = max(1, len(todo) // (workers * 4))
+    chunks = [todo[i : i + chunk] for i in range(0, len(todo), chunk)]
+    try:
+        with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
+            futures = {pool.submit(_check_chunk, part, codes, fix): part for part in chunks}
+            wait(futures)
+            for future, part in futures.items():
+                if not isinstance(future.exception(), BrokenProcessPool):
+                    results.update(zip(part, future.result()))  # another exception is a bug: raised
+    except BrokenProcessPool:  # a worker died while the chunks were still being submitted
+        pass
+    for path in todo:
+        if path not in results:
+            results[path] = _check_alone(path, codes, fix)
+    return results
 
 
 def check_files(
@@ -151,6 +228,10 @@ def check_files(
         fix: compute the fixed text of each file (nothing is written here).
         jobs: worker processes; None = ``os.cpu_count()``; 1 = in this process. Workers are
             used only for :data:`PARALLEL_MIN` or more files that pass the prefilter.
+
+    A file that cannot be read or parsed has ``error`` set; one that is not checked for a reason
+    of its kind (not a regular file, over the size cap, nested too deep for the parser, or its
+    worker process died) has ``skipped`` set. Neither stops the other files.
     """
     needles = needle_patterns(rules)
     codes = tuple(r.CODE for r in rules)
@@ -158,10 +239,12 @@ def check_files(
     todo: list[str] = []
     for path in files:
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError as exc:
-            results[path] = FileResult(path=path, error=f"{path}: cannot read: {exc.strerror}")
+            data, _ = read_bytes(path)
+        except Skipped as exc:
+            results[path] = FileResult(path=path, skipped=str(exc))
+            continue
+        except StackpartError as exc:
+            results[path] = FileResult(path=path, error=str(exc))
             continue
         if rules and wanted(data, needles):
             todo.append(path)
@@ -169,10 +252,7 @@ def check_files(
             results[path] = FileResult(path=path)
     workers = jobs if jobs is not None else (os.cpu_count() or 1)
     if workers > 1 and len(todo) >= PARALLEL_MIN:
-        with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
-            chunk = max(1, len(todo) // (workers * 4))
-            for path, result in zip(todo, pool.map(_check_one, [(p, codes, fix) for p in todo], chunksize=chunk)):
-                results[path] = result
+        results.update(_check_in_pool(todo, codes, fix, workers))
     else:
         for path in todo:
             results[path] = _check_one((path, codes, fix))
