@@ -38,14 +38,16 @@ What holds, by construction: the result is ``O`` when the transform changed noth
 every original line is emitted byte for byte, in order, unless the transform edited the line it
 printed as, or inserted inside a run of lines whose number LibCST's print changed (then that run
 is LibCST's print); every emitted line that is not an original line is a line of ``P1`` that the
-transform inserted or edited, or lies in such a run. The ``ast`` check makes the result the same
-program as LibCST's own print, whatever the alignment chose.
+transform inserted or edited, or lies in such a run. Where CPython parses the original, the
+``ast`` check makes the result the same program as LibCST's own print, whatever the alignment chose.
 
-Measured over 24,933 real files: ``benchmarks/roundtrip_corpus.py`` and BENCHMARKS.md.
+Measured on 20,400 real files (``benchmarks/roundtrip_corpus.py``; BENCHMARKS.md, "round trip
+over a real corpus"): 20,383 no-op round trips byte-identical, 0 differing; 5,014 compile +
+mark_dynamic rewrites insertion-only and idempotent, 7 of them on files LibCST prints differently.
 
 LibCST also refuses some files CPython accepts (``(x): int = 1``, a parenthesized annotated
 target; a form feed before an indented block's first line); those never reach this module:
-:meth:`rewriter.source.SourceFile.parse` reports them as syntax errors.
+:meth:`rewriter.source.SourceFile.parse` refuses them with a one-line error.
 """
 
 from __future__ import annotations
