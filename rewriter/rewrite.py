@@ -27,7 +27,7 @@ from .actions.kernel import KernelCommand
 from .apply import apply_changes
 from .errors import StackpartError
 from .plan import ADVISORY_ACTIONS, LoadedPlan
-from .source import SourceFile, read_source, safe_relpath
+from .source import SourceFile, read_source, run_deep, safe_relpath
 from .splice import splice
 from .targets import Definition, collect_definitions, resolve
 from .vendor import vendor_site
@@ -108,6 +108,11 @@ def _action_error(loaded: LoadedPlan, index: int, exc: Exception) -> Exception:
 def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> RewriteResult:
     """Compute what ``loaded`` does to the tree at ``src``, writing nothing.
 
+    Runs in :func:`rewriter.source.run_deep`'s thread (a large stack and a raised recursion
+    limit), so a file CPython parses but LibCST recurses deep into (a 1,000-term sum, sympy's
+    ``resolvent_lookup.py``) is rewritten rather than refused; nothing here writes, so an
+    interrupt while it runs leaves the tree as it was.
+
     Args:
         loaded: a validated plan (see :func:`rewriter.plan.load_plan`).
         src: the root the plan's targets are relative to.
@@ -117,6 +122,10 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
         StackpartError: a target that leaves SRC, a file that cannot be read or parsed, a
             target that does not resolve, an inconsistent plan — each at the plan's line.
     """
+    return run_deep(_plan_rewrite, loaded, src, unsafe)
+
+
+def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool) -> RewriteResult:
     src = Path(src)
     if not src.is_dir():
         raise StackpartError("SRC is not a directory", path=str(src))

@@ -403,7 +403,35 @@ def _boolop_operands(tree: ast.AST) -> int:
     return max((len(n.values) for n in ast.walk(tree) if isinstance(n, ast.BoolOp)), default=0)
 
 
-def check_syntax(text: str, path: str) -> ast.Module:
+def _newer_python(text: str) -> bool:
+    """Whether text CPython refused is code for a newer Python that LibCST parses (LibCST 1.9's
+    grammar reaches 3.14: ``def f[T](x)``, PEP 701 f-strings, on a 3.11 interpreter), as before
+    CPython became the gate (torch's ``testing/_internal/py312_intrinsics.py``). Its brackets are
+    counted with :mod:`tokenize` first: LibCST's native parser gets no deeper nesting than
+    CPython's own limit (200) would allow."""
+    import io
+    import tokenize
+
+    depth = deepest = 0
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.OP and tok.string in "([{":
+                depth += 1
+                deepest = max(deepest, depth)
+            elif tok.type == tokenize.OP and tok.string in ")]}":
+                depth -= 1
+    except (tokenize.TokenError, SyntaxError, RecursionError, MemoryError):
+        return False
+    if deepest > 200:
+        return False
+    try:
+        run_deep(cst.parse_module, text)
+    except (cst.ParserSyntaxError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+def check_syntax(text: str, path: str) -> ast.Module | None:
     """CPython's parser as the gate before LibCST: the ``ast`` of ``text``, or why not.
 
     What CPython refuses for its depth (more than 200 nested brackets, 100 indentation levels,
@@ -412,6 +440,9 @@ def check_syntax(text: str, path: str) -> ast.Module:
     operands. In :func:`run_deep`'s thread, whose limit is raised, ``ast.parse`` runs with the
     limit lowered to :data:`GATE_RECURSION_LIMIT` frames above the caller, so the gate passes the
     same files there as on a thread with Python's default limit.
+
+    Returns None for code of a newer Python than this one that LibCST parses (see
+    :func:`_newer_python`): there is no ``ast`` of it here, and LibCST alone reads it.
 
     Raises:
         StackpartError: a syntax error, at CPython's line and column, with CPython's message.
@@ -435,6 +466,8 @@ def check_syntax(text: str, path: str) -> ast.Module:
                 f"skipped: {TOO_DEEP} (CPython: {exc.msg})", path=path, line=exc.lineno, col=exc.offset,
                 hint="split the deepest expression into smaller ones",
             ) from None
+        if _newer_python(text):
+            return None
         raise StackpartError(f"syntax error: {exc.msg}", path=path, line=exc.lineno, col=exc.offset) from None
     except (RecursionError, MemoryError) as exc:
         why = "too complex" if isinstance(exc, MemoryError) else "maximum recursion depth exceeded"

@@ -9,6 +9,8 @@ transformers and torch sources 82 files pass it and 10 reach LibCST (BENCHMARKS.
 Second stage: a file that passes is parsed with the C ``ast`` module first, and only rules whose
 ``CALLS`` (``compile``, ``mark_dynamic``...) are actually called or used as decorators in it run
 through LibCST; a file that mentions ``torch.compile`` only in a docstring costs an ``ast`` parse.
+LibCST then gets only the top-level statements the rules can reach (:mod:`.reduce`), so a
+50,000-line file with one compiled function costs about one LibCST parse of that function.
 
 Parallelism: at :data:`PARALLEL_MIN` parsed files or more, files are parsed in a
 ``ProcessPoolExecutor`` (LibCST parsing is CPU-bound and holds the GIL). The pool is not worth its
@@ -34,6 +36,7 @@ from pathlib import Path
 from ..errors import StackpartError
 from ..source import Skipped, check_syntax, read_bytes, read_file
 from .engine import check_text
+from .reduce import map_lines, reduce_source, statement_facts
 from .rule import FileResult, Rule
 from .rules import ALL_RULES
 
@@ -121,40 +124,6 @@ def wanted(data: bytes, needles: list[list[re.Pattern[bytes]]]) -> bool:
     return b"torch" in data and any(all(p.search(data) for p in group) for group in needles)
 
 
-def called_names(text: str | ast.AST) -> set[str] | None:
-    """Last components of every called or decorating name in ``text`` (``re.compile`` excluded),
-    from the C ``ast`` parser (an order of magnitude faster than a LibCST parse with metadata).
-    ``text`` may be the tree already parsed. None when ``ast`` cannot parse the text (LibCST then
-    reports the error)."""
-    if isinstance(text, ast.AST):
-        tree = text
-    else:
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return None
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            func = node.func
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            for dec in node.decorator_list:
-                dec = dec.func if isinstance(dec, ast.Call) else dec
-                if isinstance(dec, ast.Attribute):
-                    names.add(dec.attr)
-                elif isinstance(dec, ast.Name):
-                    names.add(dec.id)
-            continue
-        else:
-            continue
-        if isinstance(func, ast.Attribute):
-            if not (func.attr == "compile" and isinstance(func.value, ast.Name) and func.value.id in ("re", "regex")):
-                names.add(func.attr)
-        elif isinstance(func, ast.Name):
-            names.add(func.id)
-    return names
-
-
 def _check_one(args: tuple[str, tuple[str, ...], bool]) -> FileResult:
     path, codes, fix = args
     shown = path.replace(os.sep, "/")
@@ -166,11 +135,24 @@ def _check_one(args: tuple[str, tuple[str, ...], bool]) -> FileResult:
     except StackpartError as exc:
         return FileResult(path=shown, error=str(exc), parsed=True)
     rules = [r for r in ALL_RULES if r.CODE in codes]
-    names = called_names(tree)
-    if names is not None:
-        rules = [r for r in rules if r.CALLS & names]
-        if not rules:
-            return FileResult(path=shown, parsed=False)
+    if tree is None:  # code for a newer Python, which LibCST alone reads: every rule, the whole text
+        return check_text(source.text, shown, rules, fix=fix)
+    facts = [statement_facts(stmt) for stmt in tree.body]  # one walk: the prefilter and the reduction
+    names: set[str] = set().union(*(calls for calls, _ in facts))
+    rules = [r for r in rules if r.CALLS & names]
+    if not rules:
+        return FileResult(path=shown, parsed=False)
+    if not fix:
+        # LibCST sees only what the rules can reach (rewriter.check.reduce); a fix rewrites the
+        # file, so it parses the whole text. A reduced text that LibCST refuses (its positions
+        # would be the reduced text's) is checked whole instead.
+        text, line_map = reduce_source(source.text, tree, facts)
+        if line_map is not None:
+            result = check_text(text, shown, rules, tree=ast.parse(text))
+            if result.error is None and result.skipped is None:
+                result.findings = map_lines(result.findings, line_map)
+                result.initial = map_lines(result.initial, line_map)
+                return result
     return check_text(source.text, shown, rules, fix=fix, tree=tree)
 
 
