@@ -309,6 +309,20 @@ class AllocatorAction(_Action):
     action: Literal["allocator"]
     settings: str = "expandable_segments:True"
 
+    @field_validator("settings")
+    @classmethod
+    def _settings(cls, value: str) -> str:
+        # PYTORCH_CUDA_ALLOC_CONF's grammar (c10/core/AllocatorConfig.h): comma-separated
+        # key:value options, a value possibly a bracketed list ("roundup_power2_divisions:[256:4]").
+        # The keys are checked by torch at CUDA init (they vary by version); the shape is checked here.
+        option = r"[A-Za-z_]\w*:(?:\[[^\[\]]*\]|[^,\[\]\s]+)"
+        if not re.fullmatch(rf"{option}(?:,{option})*", value):
+            raise ValueError(
+                f"expected PYTORCH_CUDA_ALLOC_CONF options like 'expandable_segments:True' or "
+                f"'max_split_size_mb:128,garbage_collection_threshold:0.6', got {value!r}"
+            )
+        return value
+
 
 class CompileCacheAction(_Action):
     """Persist Inductor's compile cache under ``dir`` (``TORCHINDUCTOR_CACHE_DIR``) at the entry."""

@@ -50,6 +50,10 @@ HOSTILE = {
         "version: 1\nactions:\n  - action: bucket\n    target: m.py::f\n    arg: x\n    dim: 1\n"
         f"    buckets: [8, {10**30}]\n", 7, "buckets",
     ),
+    "allocator settings not key:value": (
+        "version: 1\nactions:\n  - action: allocator\n    target: m.py::f\n    settings: expandable_segments True\n",
+        5, "PYTORCH_CUDA_ALLOC_CONF",
+    ),
     "negative shape": ("version: 1\nharness: {file: h.py, shapes: [{batch: -2}]}\nactions: []\n", 2, "batch"),
     "shape name not an identifier": ("version: 1\nharness: {file: h.py, shapes: [{'a-b': 2}]}\nactions: []\n", 2, "identifier"),
 }
