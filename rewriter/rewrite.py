@@ -242,7 +242,7 @@ def rewrite_command(
         report; the reason on stderr); 130 (SIGINT) or 143 (SIGTERM under :mod:`rewriter.cli`)
         ``apply`` interrupted: every file was restored, nothing changed. Once ``apply`` has written
         or restored the tree, SIGINT and SIGTERM are left ignored so that the outcome reported is
-        the exit code (:meth:`rewriter.apply.deferred_signals.settle`; :func:`rewriter.cli.main`
+        the exit code (:meth:`rewriter.signals.deferred_signals.settle`; :func:`rewriter.cli.main`
         puts the handlers back when called in-process).
 
     Raises:
@@ -306,7 +306,7 @@ def rewrite_command(
 
     patch = result.diff()
     if apply:
-        from .apply import deferred_signals, signal_name
+        from .signals import deferred_signals, signal_name
 
         with deferred_signals() as held:
             try:

@@ -29,6 +29,7 @@ from typing import TypeVar
 import libcst as cst
 
 from .errors import StackpartError, near_names
+from .signals import deferred_signals
 
 T = TypeVar("T")
 
@@ -342,8 +343,8 @@ def run_deep(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
     Where the system refuses a thread that large (a low ``ulimit -v``), a 32 MiB one is tried
     with the limit scaled down alike; where that fails too, ``fn`` runs in place under the
     caller's limit (deep files then end as RecursionError, which callers report as skipped).
-    The thread is a daemon, so SIGTERM or Ctrl-C in the waiting thread ends the process without
-    waiting for a long parse (the work done here only reads).
+    A SIGTERM or Ctrl-C in the waiting thread is raised once the thread has finished (the work
+    done here only reads): a thread left inside LibCST's native code at exit aborts the process.
 
     Returns:
         what ``fn`` returns; what it raises is raised here (a RecursionError included: the
@@ -390,7 +391,14 @@ def run_deep(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
             break
     if thread is None:
         return fn(*args, **kwargs)
-    thread.join()
+    # Wait for the thread even when Ctrl-C or SIGTERM lands meanwhile, then raise the interrupt:
+    # left running, a daemon thread inside LibCST's native parser at interpreter exit aborts the
+    # process (SIGABRT, exit -6: tests/test_apply_signals.py caught it). The work only reads.
+    # SIGINT/SIGTERM are only recorded while the thread runs and act once it is done: an
+    # interrupt raised inside Thread.join or Event.wait breaks CPython 3.11's lock bookkeeping
+    # (a join that never returns; "RuntimeError: release unlocked lock" with a second signal).
+    with deferred_signals():
+        thread.join()
     if "error" in box:
         error = box["error"]
         assert isinstance(error, BaseException)

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from rewriter.apply import apply_changes, deferred_signals
+from rewriter.apply import apply_changes
+from rewriter.signals import deferred_signals
 from rewriter.cli import _terminated, main
 from rewriter.errors import StackpartError
 from rewriter.rewrite import FileChange
