@@ -70,3 +70,27 @@ def test_no_whole_model_candidate_compiles_the_programs_own_compiled_code_again(
     assert any("the program compiles code itself (model.py:20" in p and "second time" in p for p in found.pruned), found.pruned
     assert not [p for p in found.pruned if p.startswith("whole, whole+cudagraphs:")]  # said once, with the reason that holds
     assert not [a for a in outcome.plan.actions if a.action == "compile" and a.strategy == "whole"]
+
+
+def test_the_static_compile_setup_skips_a_fifo_and_a_deep_file_in_src(tmp_path):
+    """Issue 16: the scan of SRC for the program's own compile calls reads through the guarded
+    path: a FIFO named *.py is never opened for reading (it would block), a file nested past
+    CPython's parser is skipped, and the ordinary file is still reported."""
+    import os
+    import subprocess
+
+    import pytest
+
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs here")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("import torch\nm = torch.compile(torch.nn.Linear(2, 2))\n")
+    os.mkfifo(src / "pipe.py")
+    (src / "deep.py").write_text("import torch\nm = torch.compile(f)\nx = " + "(" * 5000 + "1" + ")" * 5000 + "\n")
+    code = ("import sys; from rewriter.diagnose.own_compile import compile_setup; "
+            f"print(compile_setup({str(src)!r}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "train.py:2: torch.compile(torch.nn.Linear(2, 2))" in proc.stdout
+    assert "deep.py" not in proc.stdout and "pipe.py" not in proc.stdout

@@ -31,6 +31,8 @@ def compile_setup(src: str | Path, limit: int = 50) -> list[str]:
 
     from ..check.facts import FileFacts
     from ..check.rules.sp105_mark_dynamic_in_compiled import MARKS
+    from ..errors import StackpartError
+    from ..source import parse_module, read_file
 
     calls = MARKS | {"torch._dynamo.decorators.mark_unbacked", "torch.compiler.disable"}
 
@@ -46,13 +48,15 @@ def compile_setup(src: str | Path, limit: int = 50) -> list[str]:
             try:
                 if path.stat().st_size > MAX_BYTES:
                     continue
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
+                # the guarded read: a FIFO or device named *.py in SRC is refused, never read
+                text = read_file(path).text
+            except (OSError, StackpartError):
                 continue
             if not _PREFILTER.search(text):
                 continue
             try:
-                wrapper = MetadataWrapper(cst.parse_module(text))
+                # CPython's parser as the gate, LibCST in the large-stack thread (rewriter.source)
+                wrapper = MetadataWrapper(parse_module(text, str(path)))
                 facts = FileFacts(wrapper, frozenset({"Call"}))  # every call, in document order
                 positions = wrapper.resolve(PositionProvider)
             except Exception:  # noqa: BLE001 - a file LibCST cannot read is not the setup's
