@@ -12,9 +12,7 @@ Cross-action rules that need the source (a disable inside a ``fullgraph`` region
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -654,22 +652,19 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
 
 
 def _read_plan_bytes(path: Path) -> bytes:
-    """A plan file's bytes: a regular file only (a FIFO or device would block or never end),
-    at most :data:`MAX_PLAN_BYTES`.
+    """A plan file's bytes through the guarded read of :func:`rewriter.source.read_bytes`: a
+    regular file only (a FIFO or device would block or never end), at most :data:`MAX_PLAN_BYTES`.
 
     Raises:
-        StackpartError: not a regular file, or too large.
-        OSError: it cannot be opened or read.
+        StackpartError: missing, unreadable, not a regular file, or too large.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise StackpartError("cannot read plan: not a regular file", path=str(path))
-        data = handle.read(MAX_PLAN_BYTES + 1)
-    if len(data) > MAX_PLAN_BYTES:
-        raise StackpartError(f"plan is larger than {MAX_PLAN_BYTES // 2**20} MB; a plan is a short YAML file", path=str(path))
-    return data
+    from .source import read_bytes
+
+    try:
+        return read_bytes(path, str(path), limit=MAX_PLAN_BYTES)[0]
+    except StackpartError as exc:  # "skipped:" is check's word for a file it passes over
+        why = exc.message.removeprefix("skipped: ").removeprefix("cannot read: ")
+        raise StackpartError(f"cannot read plan: {why}", path=str(path)) from None
 
 
 def load_plan(path: str | Path) -> LoadedPlan:

@@ -8,7 +8,6 @@ nothing is written unless every action succeeded.
 from __future__ import annotations
 
 import hashlib
-import os  # noqa: F401 (tests patch rewrite.os.replace / .chmod: the os module apply_changes uses)
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -188,11 +187,9 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool) -> RewriteResult:
             indices.append(b.index)
         # One pass over the file for each run of actions that only edit their target (one
         # import scan per pass, not per action; see rewriter.actions.batch).
-        index_of: dict[int, int] = {}
         passes = plan_passes(specs, rel)
-        for _, commands in passes:
-            for command in commands:
-                index_of[id(command)] = indices[len(index_of)]
+        built = [command for _, commands in passes for command in commands]  # in plan order
+        index_of = {id(command): index for command, index in zip(built, indices)}
         for runner, commands in passes:
             try:
                 module = runner.transform_module(module)

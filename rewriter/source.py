@@ -198,9 +198,10 @@ def _not_regular(mode: int, shown: str) -> StackpartError:
     return Skipped(f"skipped: not a regular file ({kind})", path=shown, hint="stackpart reads regular files only")
 
 
-def _too_big(size: int, shown: str) -> Skipped:
+def _too_big(size: int, shown: str, limit: int) -> Skipped:
     return Skipped(
-        f"skipped: {size:,} bytes, over the {MAX_SOURCE_BYTES // 2**20} MiB cap on source files",
+        f"skipped: {size:,} bytes, over the {limit // 2**20} MiB cap on "
+        + ("source files" if limit == MAX_SOURCE_BYTES else "this file"),
         path=shown,
         hint="split the file, or leave it out of the paths given",
     )
@@ -211,7 +212,9 @@ def _too_big(size: int, shown: str) -> Skipped:
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def read_bytes(path: str | os.PathLike[str], shown: str | None = None) -> tuple[bytes, int]:
+def read_bytes(
+    path: str | os.PathLike[str], shown: str | None = None, limit: int | None = None
+) -> tuple[bytes, int]:
     """The one guarded read of a source file: its bytes and ``st_mode`` permission bits.
 
     The path is followed if it is a symlink (callers decide which links they accept:
@@ -224,6 +227,7 @@ def read_bytes(path: str | os.PathLike[str], shown: str | None = None) -> tuple[
     Args:
         path: the file.
         shown: the path as error messages name it (default: ``path``).
+        limit: the most bytes read (default :data:`MAX_SOURCE_BYTES`; a plan file has its own).
 
     Raises:
         StackpartError: the file is missing, a directory, or cannot be opened or read
@@ -232,12 +236,13 @@ def read_bytes(path: str | os.PathLike[str], shown: str | None = None) -> tuple[
             a symlink loop, a link to a missing file.
     """
     shown = str(path) if shown is None else shown
+    limit = MAX_SOURCE_BYTES if limit is None else limit
     try:
         before = os.stat(path)  # refuse a device or FIFO before opening it (an open can have effects)
         if not stat.S_ISREG(before.st_mode):
             raise _not_regular(before.st_mode, shown)
-        if before.st_size > MAX_SOURCE_BYTES:
-            raise _too_big(before.st_size, shown)
+        if before.st_size > limit:
+            raise _too_big(before.st_size, shown, limit)
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
@@ -254,13 +259,13 @@ def read_bytes(path: str | os.PathLike[str], shown: str | None = None) -> tuple[
         chunks: list[bytes] = []
         total = 0
         while True:
-            chunk = os.read(fd, min(1 << 20, MAX_SOURCE_BYTES + 1 - total))
+            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
             if not chunk:
                 break
             chunks.append(chunk)
             total += len(chunk)
-            if total > MAX_SOURCE_BYTES:
-                raise _too_big(total, shown)
+            if total > limit:
+                raise _too_big(total, shown, limit)
     except OSError as exc:
         raise StackpartError(f"cannot read: {exc.strerror}", path=shown) from None
     finally:

@@ -153,4 +153,4 @@ def test_a_fifo_as_the_plan_is_refused_without_blocking(tmp_path):
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"error: {fifo}: cannot read plan: not a regular file"
+    assert proc.stderr.strip() == f"error: {fifo}: cannot read plan: not a regular file (a FIFO)"

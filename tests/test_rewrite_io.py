@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from rewriter import apply as apply_mod
 from rewriter import rewrite as rewrite_mod
 from rewriter.cli import main
 
@@ -207,7 +208,7 @@ def test_failed_rename_restores_what_was_written(tree, capsysbinary, monkeypatch
             raise OSError(28, "No space left on device", str(b))
         return real_replace(a, b)
 
-    monkeypatch.setattr(rewrite_mod.os, "replace", flaky)
+    monkeypatch.setattr(apply_mod.os, "replace", flaky)
     code, _, err = rewrite(capsysbinary, base, "--apply")
     assert code == 2 and "restored" in err
     assert len(calls) == 3
@@ -232,7 +233,7 @@ def test_interrupt_during_apply_leaves_the_tree_as_it_was(tree, capsysbinary, mo
             raise interrupt()
         return real_replace(a, b)
 
-    monkeypatch.setattr(rewrite_mod.os, "replace", interrupted)
+    monkeypatch.setattr(apply_mod.os, "replace", interrupted)
     with pytest.raises(interrupt):
         rewrite_mod.apply_changes(src, _changes(base, src))
     assert snapshot(src) == before
@@ -251,7 +252,7 @@ def test_interrupt_while_staging_leaves_no_temp_files(tree, monkeypatch):
             raise KeyboardInterrupt()
         return real_chmod(path, mode)
 
-    monkeypatch.setattr(rewrite_mod.os, "chmod", interrupted)
+    monkeypatch.setattr(apply_mod.os, "chmod", interrupted)
     with pytest.raises(KeyboardInterrupt):
         rewrite_mod.apply_changes(src, _changes(base, src))
     assert snapshot(src) == before and _leftovers(src) == []
