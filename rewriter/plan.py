@@ -24,6 +24,15 @@ from .errors import StackpartError, near_names
 
 #: ``path/to/file.py::Qual.name`` — pytest-style node ids, relative to SRC.
 TARGET_RE = re.compile(r"^(?P<file>[^:]+\.py)::(?P<qual>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
+#: ``package.module:Qual.name`` — a class or function of an installed package, by import path (the
+#: ``module:attr`` form of entry points, PEP 621 / setuptools). Never edited: the plan's ``site``
+#: applies it at run time (DESIGN.md, "Library models").
+LIBRARY_TARGET_RE = re.compile(
+    r"^(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<qual>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$"
+)
+#: Actions a plan may point at an installed library (applied from the ``site``); the others
+#: write code into a file, which a library target has none of under SRC.
+LIBRARY_ACTIONS = frozenset({"compile", "disable", "mark_dynamic"})
 _IDENT_RE = re.compile(r"^[A-Za-z_]\w*$")
 
 #: Actions that change what runs (numerics or kernels); written only with ``--unsafe`` or after a
@@ -39,10 +48,20 @@ class _Strict(BaseModel):
 
 
 def _check_target(value: str) -> str:
+    if not TARGET_RE.match(value) and not LIBRARY_TARGET_RE.match(value):
+        raise ValueError(
+            "expected a target like 'model.py::Block', 'model.py::Block.forward', "
+            "'pkg/model.py::route', or an installed library's class by import path like "
+            f"'transformers.models.llama.modeling_llama:LlamaDecoderLayer', got {value!r}"
+        )
+    return value
+
+
+def _check_site(value: str) -> str:
     if not TARGET_RE.match(value):
         raise ValueError(
-            "expected a target like 'model.py::Block', 'model.py::Block.forward' or "
-            f"'pkg/model.py::route', got {value!r}"
+            "expected the function under SRC that returns the model, like 'train.py::build' or "
+            f"'harness.py::build_model', got {value!r}"
         )
     return value
 
@@ -186,13 +205,35 @@ class _Action(_Strict):
 
     _target = field_validator("target")(_check_target)
 
+    @model_validator(mode="after")
+    def _library_allowed(self) -> "_Action":
+        if self.library and self.action not in LIBRARY_ACTIONS:  # type: ignore[attr-defined]
+            raise ValueError(
+                f"target: {self.action} writes code into a file under SRC; an installed library's "  # type: ignore[attr-defined]
+                f"{self.target!r} has none (only {', '.join(sorted(LIBRARY_ACTIONS))} may name a "
+                "library target, applied from the plan's site)"
+            )
+        return self
+
+    @property
+    def library(self) -> bool:
+        """Whether the target is an installed package's class or function (``module:Qual``)."""
+        return LIBRARY_TARGET_RE.match(self.target) is not None
+
     @property
     def file(self) -> str:
+        """The target's file relative to SRC (a SRC target only; see :attr:`library`)."""
         return TARGET_RE.match(self.target).group("file")  # type: ignore[union-attr]
 
     @property
+    def module(self) -> str:
+        """The target's module import path (a library target only)."""
+        return LIBRARY_TARGET_RE.match(self.target).group("module")  # type: ignore[union-attr]
+
+    @property
     def qualname(self) -> str:
-        return TARGET_RE.match(self.target).group("qual")  # type: ignore[union-attr]
+        match = TARGET_RE.match(self.target) or LIBRARY_TARGET_RE.match(self.target)
+        return match.group("qual")  # type: ignore[union-attr]
 
     @property
     def safe(self) -> bool:
@@ -423,7 +464,14 @@ class Plan(_Strict):
     version: Literal[1]
     harness: Harness | None = None
     amortization: Amortization | None = None
+    site: str | None = Field(
+        default=None,
+        description="the function under SRC that returns the model ('train.py::build'): where "
+        "actions on an installed library's classes are applied at run time",
+    )
     actions: list[Action] = Field(default_factory=list)
+
+    _site = field_validator("site")(_check_site)
 
 
 def json_schema() -> str:
@@ -440,11 +488,14 @@ class LoadedPlan:
         path: the plan file as given on the command line.
         action_lines: 1-based line of each action's mapping in the YAML, parallel to
             ``plan.actions``.
+        site_line: the line of ``site:``, when the plan has one.
     """
 
     plan: Plan
     path: str
     action_lines: list[int] = field(default_factory=list)
+    #: 1-based line of ``site:`` (None without one).
+    site_line: int | None = None
 
     def where(self, index: int) -> StackpartError:
         """An error template pointing at action ``index`` (fill in ``message``)."""
@@ -648,7 +699,17 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
         first.also = [str(e) for e in errors[1:]]
         raise first from None
     lines = [marks.get(("actions", i), (1, 1))[0] for i in range(len(plan.actions))]
-    return LoadedPlan(plan=plan, path=path, action_lines=lines)
+    for i, action in enumerate(plan.actions):
+        if action.library and plan.site is None:
+            raise StackpartError(
+                f"actions[{i}] ({action.action} {action.target}) targets an installed library, and "
+                "the plan has no 'site:'",
+                path=path, line=lines[i],
+                hint="add 'site: file.py::func', the function under SRC that returns the model "
+                "(stackpart applies the library actions to what it returns)",
+            )
+    site_line = marks[("site",)][0] if ("site",) in marks else None
+    return LoadedPlan(plan=plan, path=path, action_lines=lines, site_line=site_line)
 
 
 def _read_plan_bytes(path: Path) -> bytes:

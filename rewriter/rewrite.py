@@ -23,11 +23,14 @@ from .actions.compile import CompileCommand
 from .actions.disable import DisableCommand
 from .actions.dynamic import MarkDynamicCommand
 from .actions.kernel import KernelCommand
+from .actions.site import SiteCommand, site_spec
 from .apply import apply_changes
 from .errors import StackpartError
 from .plan import ADVISORY_ACTIONS, LoadedPlan
 from .source import SourceFile, read_source, run_deep, safe_relpath
 from .splice import splice
+from .library_targets import LibraryTarget
+from .library_targets import resolve as resolve_library
 from .targets import Definition, collect_definitions, resolve
 from .vendor import vendor_site
 
@@ -95,8 +98,20 @@ def _in_source(exc: StackpartError) -> str:
     return f"{where}: {exc.message}"
 
 
+#: The index :func:`_action_error` reads as the plan's ``site`` (not an action).
+SITE = -1
+
+
+def _site_error(loaded: LoadedPlan, message: str, hint: str | None = None) -> StackpartError:
+    """An error at the plan's ``site:`` line."""
+    return StackpartError(f"site ({loaded.plan.site}): {message}", path=loaded.path, line=loaded.site_line, hint=hint)
+
+
 def _action_error(loaded: LoadedPlan, index: int, exc: Exception) -> Exception:
     """A command's failure as the plan error at its action (other exceptions pass unchanged)."""
+    if index == SITE and isinstance(exc, (StatementInsertError, StackpartError)):
+        return _site_error(loaded, str(exc) if isinstance(exc, StatementInsertError) else exc.message,
+                           getattr(exc, "hint", None))
     if isinstance(exc, StatementInsertError):
         return loaded.error(index, f"cannot insert a statement: {exc}")
     if isinstance(exc, StackpartError):
@@ -104,7 +119,7 @@ def _action_error(loaded: LoadedPlan, index: int, exc: Exception) -> Exception:
     return exc
 
 
-def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> RewriteResult:
+def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False, check_library: bool = True) -> RewriteResult:
     """Compute what ``loaded`` does to the tree at ``src``, writing nothing.
 
     Runs in :func:`rewriter.source.run_deep`'s thread (a large stack and a raised recursion
@@ -116,15 +131,17 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False) -> Rewrite
         loaded: a validated plan (see :func:`rewriter.plan.load_plan`).
         src: the root the plan's targets are relative to.
         unsafe: also write unsafe actions (``bucket``, ``kernel``).
+        check_library: also import the installed classes and functions library targets name
+            (:func:`rewriter.library_targets.resolve`; ``check``'s drift reads the source only).
 
     Raises:
         StackpartError: a target that leaves SRC, a file that cannot be read or parsed, a
             target that does not resolve, an inconsistent plan — each at the plan's line.
     """
-    return run_deep(_plan_rewrite, loaded, src, unsafe)
+    return run_deep(_plan_rewrite, loaded, src, unsafe, check_library)
 
 
-def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool) -> RewriteResult:
+def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bool = True) -> RewriteResult:
     src = Path(src)
     if not src.is_dir():
         raise StackpartError("SRC is not a directory", path=str(src))
@@ -134,7 +151,15 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool) -> RewriteResult:
     definitions: dict[str, dict[str, list[Definition]]] = {}
     bounds: list[consistency.Bound] = []
     root = src.resolve()
+    library: dict[int, LibraryTarget] = {}
     for i, action in enumerate(loaded.plan.actions):
+        if action.library:
+            try:
+                library[i] = (resolve_library(action.module, action.qualname, action.action, by_import=True)
+                              if check_library else LibraryTarget(action.module, action.qualname, None, "unknown"))
+            except StackpartError as exc:
+                raise loaded.error(i, exc.message, exc.hint) from None
+            continue
         try:
             # The file's real path under SRC: a symlink inside SRC is rewritten where it points
             # (the diff names that file, as git sees it), and two spellings of one file are one.
@@ -159,6 +184,9 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool) -> RewriteResult:
                 "sizes 0 and 1 are always specialised by Dynamo (what `stackpart check` SP106 asks too)"
             )
     consistency.check(loaded, bounds)
+    site_at: tuple[str, str] | None = None
+    if library:
+        site_at = _resolve_site(loaded, src, root, sources, modules, definitions)
 
     generated: dict[str, str] = {}
     for rel, module in modules.items():
@@ -185,6 +213,9 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool) -> RewriteResult:
                 raise loaded.error(b.index, f"the {b.action.action!r} action is not supported by this version")
             specs.append((cls, (b.action, b.target.qualname, site)))
             indices.append(b.index)
+        if site_at is not None and site_at[0] == rel:
+            specs.append((SiteCommand, (site_spec(loaded, library), site_at[1], site)))  # type: ignore[arg-type]
+            indices.append(SITE)
         # One pass over the file for each run of actions that only edit their target (one
         # import scan per pass, not per action; see rewriter.actions.batch).
         passes = plan_passes(specs, rel)
@@ -212,6 +243,38 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool) -> RewriteResult:
             result.changes.append(FileChange(rel, old, new))
     result.changes.sort(key=lambda c: c.relpath)
     return result
+
+
+def _resolve_site(
+    loaded: LoadedPlan, src: Path, root: Path, sources: dict[str, SourceFile], modules: dict[str, cst.Module],
+    definitions: dict[str, dict[str, list[Definition]]],
+) -> tuple[str, str]:
+    """``(file, qualname)`` of the plan's site under SRC, parsed into the per-file maps.
+
+    Raises:
+        StackpartError: at the ``site:`` line: the file or function is missing (near names), or the
+            site is a class (it must be the function that returns the model).
+    """
+    from .plan import TARGET_RE
+
+    assert loaded.plan.site is not None
+    match = TARGET_RE.match(loaded.plan.site)
+    assert match is not None
+    try:
+        rel = safe_relpath(src, match.group("file")).relative_to(root).as_posix()
+        if rel not in sources:
+            source = sources[rel] = read_source(src, rel)
+            modules[rel] = source.parse()
+            definitions[rel] = collect_definitions(modules[rel], source.text)
+        qual = match.group("qual")
+        hits = definitions[rel].get(qual) or []
+        if hits and hits[0].kind == "class":
+            raise StackpartError(f"{qual} is a class; the site is the function that returns the model",
+                                 hint="name the function that builds the model, e.g. train.py::build")
+        target = resolve(modules[rel], rel, qual, definitions[rel])
+    except StackpartError as exc:
+        raise _site_error(loaded, _in_source(exc), exc.hint) from None
+    return rel, target.qualname
 
 
 def rewrite_command(

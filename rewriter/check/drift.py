@@ -42,7 +42,7 @@ def plan_drift(loaded: LoadedPlan, src: str, files: Sequence[str]) -> tuple[list
     Raises:
         StackpartError: a bad target (the same errors ``rewrite`` raises).
     """
-    result = plan_rewrite(loaded, Path(src), unsafe=False)
+    result = plan_rewrite(loaded, Path(src), unsafe=False, check_library=False)
     root = Path(src).resolve()
     given = {os.path.realpath(f): f for f in files}
     plan_staged = os.path.realpath(loaded.path) in given
