@@ -145,6 +145,7 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True, help="Seconds one harness call may take.")
 @click.option("--steps", type=click.IntRange(min=1), default=3, show_default=True, help="Profiled steps.")
 @click.option("--entry", default=None, help="file.py::func under SRC: the program's entry point (runs before the first CUDA allocation); where the allocator action goes.")
+@click.option("--site", default=None, help="file.py::func under SRC that returns the model (e.g. train.py::build): where actions on an installed library's blocks (transformers, timm) are applied. Default: the harness's model function.")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes (one per GPU) under torchrun; > 1 diagnoses collectives across ranks.")
 @click.option("--wrap", type=click.Choice(["ddp", "fsdp2", "none"]), default=None,
@@ -158,6 +159,8 @@ def diagnose(ctx: click.Context, harness: str, src: str, output: str, **kw: obje
         kw.pop("no_search")
         if kw.pop("entry") is not None:
             raise click.UsageError("--entry is not supported with --nproc")
+        if kw.pop("site") is not None:
+            raise click.UsageError("--site is not supported with --nproc")
         from .distributed.command import diagnose_distributed_command
 
         ctx.exit(diagnose_distributed_command(harness, src, output, nproc=nproc, wrap=wrap, **kw))  # type: ignore[arg-type]

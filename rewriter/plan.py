@@ -57,8 +57,8 @@ def _check_target(value: str) -> str:
     return value
 
 
-def _check_site(value: str) -> str:
-    if not TARGET_RE.match(value):
+def _check_site(value: str | None) -> str | None:
+    if value is not None and not TARGET_RE.match(value):
         raise ValueError(
             "expected the function under SRC that returns the model, like 'train.py::build' or "
             f"'harness.py::build_model', got {value!r}"

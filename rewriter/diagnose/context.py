@@ -26,6 +26,9 @@ class Context:
         cache: values measured once and shared (profile, eager time, blocks, call sites).
         entry: ``file.py::func`` the user named with ``--entry`` (the program's entry point,
             where process-level actions such as ``allocator`` go); None when not given.
+        site: ``file.py::func`` the user named with ``--site``: the function under SRC that
+            returns the model, where actions on library classes are applied; None: the harness's
+            model function.
     """
 
     session: Session
@@ -34,6 +37,7 @@ class Context:
     amortization: Amortization = field(default_factory=lambda: Amortization(runs=1_000_000, restarts=1))
     amortization_assumed: bool = True
     entry: str | None = None
+    site: str | None = None
     results: dict[str, RungResult] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)
 

@@ -81,7 +81,7 @@ def run(ctx: Context) -> RungResult:
         "per_instance_ms": {n: round(v / max(1, data.steps) / 1e3, 4) for n, v in per.items()},
         "others": [{"name": o["name"], "class": o["cls"].__name__, "instances": len(o["modules"])} for o in blocks[1:4]],
     }
-    where = b["target"] or f"{b['cls'].__module__}.{b['cls'].__qualname__} (outside SRC: no target)"
+    where = b["target"] or f"{b['cls'].__module__}:{b['cls'].__qualname__} (an installed package's: applied from the plan's site)"
     if share >= BLOCK_SHARE:
         r.verdict = f"{len(b['modules'])} x {b['cls'].__name__} = {share:.0%} of the step"
         r.implies = f"compile per block: {where}"

@@ -49,6 +49,27 @@ def target_of(obj: Any, src: Path) -> str | None:
     return f"{rel}::{qual}"
 
 
+def library_target_of(obj: Any) -> str | None:
+    """The plan target ``package.module:Qual`` of an installed class or function (one a plan
+    applies from its ``site``, DESIGN.md "Library models"), or None: ``<locals>`` qualnames,
+    ``__main__``, and torch's own modules (``torch.nn.Linear`` is not a block to plan).
+    """
+    obj = inspect.unwrap(getattr(obj, "__func__", obj))
+    if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+        obj = type(obj)
+    module, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not module or not qual or "<locals>" in qual or module == "__main__" or module.split(".")[0] in ("torch", "builtins"):
+        return None
+    if not all(part.isidentifier() for part in module.split(".") + qual.split(".")):
+        return None
+    return f"{module}:{qual}"
+
+
+def unit_target(obj: Any, src: Path) -> str | None:
+    """:func:`target_of` (under SRC), else :func:`library_target_of` (an installed package)."""
+    return target_of(obj, src) or library_target_of(obj)
+
+
 @lru_cache(maxsize=256)
 def _functions(path: str) -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
     """(qualname, node) of every function in ``path``, outermost first (parsed once per path)."""

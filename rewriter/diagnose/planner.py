@@ -40,7 +40,7 @@ from ..plan import (
     Plan,
 )
 from .context import Context
-from .locate import names_reached, target_of
+from .locate import library_target_of, names_reached, unit_target
 from .memory import expandable_segments_on
 from .recompiles import shapes_stable
 
@@ -109,6 +109,11 @@ def boundary_args(owner: Any, attr: str) -> list[str | None]:
     return []
 
 
+def _qual(target: str) -> str:
+    """The qualname part of a target, SRC (``file.py::Qual``) or library (``module:Qual``)."""
+    return target.split("::", 1)[1] if "::" in target else target.rsplit(":", 1)[1]
+
+
 #: The units :func:`plan` can be asked for (the search's candidates, :mod:`.candidates`).
 UNITS = ("none", "region", "whole")
 
@@ -133,9 +138,12 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
     actions: list[Any] = []
     notes: list[str] = []
     model, _, _ = ctx.reference()
-    model_target = target_of(type(model), src)
+    model_target = unit_target(type(model), src)
     blocks = ctx.cache.get("blocks") or []
     block = blocks[0] if blocks else None
+    # a block of an installed package (transformers' GPT2Block) is targeted by import path and
+    # applied from the plan's site (DESIGN.md, "Library models")
+    block_target = (block["target"] or library_target_of(block["cls"])) if block is not None else None
 
     # kernel: a dominant non-GEMM op
     top = m("top_ops")
@@ -201,7 +209,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
     # plus mode='reduce-overhead'"); a launch-bound model's device time says little.
     prefer_whole = unit == "whole" or (unit is None and launch and stable)
     if unit == "whole" and not model_target:
-        notes.append(f"no whole-model candidate: the model class {type(model).__qualname__} is not defined under SRC")
+        notes.append(f"no whole-model candidate: the model class {type(model).__qualname__} is neither under SRC nor importable by path")
     if prefer_whole and model_target:
         if unit is None:
             mode = "reduce-overhead" if ctx.session.cuda else "default"
@@ -221,7 +229,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                 why=why,
             )
         )
-        unit_qual = model_target.split("::", 1)[1] + ".forward"
+        unit_qual = _qual(model_target) + ".forward"
         _disables(actions, breaks, {unit_qual}, "whole-model compile")
         return Decision(_plan(spec, ctx, actions), notes)
     if unit == "whole":
@@ -233,8 +241,8 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
         )
         return Decision(_plan(spec, ctx, actions), notes, "~1.0x")
 
-    if block is not None and block["target"]:
-        forward_qual = block["target"].split("::", 1)[1] + ".forward"
+    if block is not None and block_target:
+        forward_qual = _qual(block_target) + ".forward"
         ir = m("instance_recompiles")
         guards = [f for f in res["instance_recompiles"].findings if f.kind == "guard"] if res.get("instance_recompiles") else []
         if ir.get("recompiles"):
@@ -267,7 +275,9 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                         )
                     )
         if block is not None:
-            reached = names_reached(ctx.session.src / block["target"].split("::", 1)[0], forward_qual)
+            # names the block's code reaches, read from its file under SRC (a library block's
+            # breaks have no SRC function, so its disables are never pruned by this)
+            reached = names_reached(ctx.session.src / block_target.split("::", 1)[0], forward_qual) if block["target"] else None
             disabled = _disables(actions, breaks, {forward_qual}, "per-block compile", notes, reached) if disables else False
             gran = m("granularity")
             own = sorted({f.where for f in breaks if f.function == forward_qual})
@@ -286,7 +296,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
             actions.append(
                 CompileAction(
                     action="compile",
-                    target=block["target"],
+                    target=block_target,
                     strategy="region",
                     options=options,
                     why=f"granularity: {len(block['modules'])} x {block['cls'].__name__} in {block['name']}"
@@ -299,10 +309,10 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                 )
             )
             if marks:
-                _mark_dynamic(actions, notes, blocks[0], rc)
+                _mark_dynamic(actions, notes, blocks[0], rc, block_target)
             return Decision(_plan(spec, ctx, actions), notes)
-    elif block is not None and not block["target"]:
-        notes.append(f"repeated block {block['cls'].__module__}.{block['cls'].__qualname__} is defined outside SRC: no compile target")
+    elif block is not None and not block_target:
+        notes.append(f"repeated block {block['cls'].__module__}.{block['cls'].__qualname__} is neither under SRC nor importable by path: no compile target")
 
     if (blocks and block is None) or unit == "region":
         return Decision(_plan(spec, ctx, actions), notes)
@@ -315,7 +325,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                 why=f"no repeated block in SRC: the model is the unit; op mix GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%)",
             )
         )
-        _disables(actions, breaks, {model_target.split('::', 1)[1] + '.forward'}, "model compile")
+        _disables(actions, breaks, {_qual(model_target) + '.forward'}, "model compile")
     return Decision(_plan(spec, ctx, actions), notes)
 
 
@@ -352,7 +362,17 @@ def _disables(actions: list, breaks: list, units: set[str], what: str, notes: li
     return added
 
 
-def _mark_dynamic(actions: list, notes: list, block: dict, rc: dict) -> None:
+def _block_params(cls: Any) -> list[str | None]:
+    """The positional parameter names of a block class's ``forward`` after ``self`` (what a
+    library block's forward pre-hook binds its inputs to)."""
+    try:
+        params = list(inspect.signature(cls.forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _mark_dynamic(actions: list, notes: list, block: dict, rc: dict, block_target: str | None = None) -> None:
     if not rc.get("recompiles") or rc.get("value_guard_recompiles", 0) >= rc["recompiles"]:
         return
     if rc.get("dynamic_only_graph_breaks"):
@@ -365,11 +385,18 @@ def _mark_dynamic(actions: list, notes: list, block: dict, rc: dict) -> None:
     dims = rc.get("varying_block_dims") or []
     owner_target = block["owner_target"]
     names = boundary_args(block["owner"], block["attr"]) if owner_target else []
+    # a library block: marked as it enters the block (a forward pre-hook binds the block's own
+    # parameters), since the owner's forward is not ours to edit
+    at_block = not owner_target and block_target is not None and not block["target"]
+    if at_block:
+        names = _block_params(block["cls"])
+        owner_target = block_target
     # All or nothing: a dim marked dynamic while a tensor it meets stays static (Llama's hidden
     # states marked, its rotary cos/sin passed as position_embeddings=(cos, sin) not) is
     # specialised by Dynamo and raises ConstraintViolationError on the first call (HF Llama,
     # transformers 5.24, CPU). Automatic dynamic shapes cost one recompile instead.
-    unmarkable = [f"block input {d['arg']} dim {d['dim']} (not a name bound in {owner_target}.forward)"
+    unmarkable = [f"block input {d['arg']} dim {d['dim']} (not a name bound in {owner_target}.forward)" if owner_target
+                  else f"block input {d['arg']} dim {d['dim']} (the block's owner is not under SRC)"
                   for d in dims if d["arg"] >= len(names) or names[d["arg"]] is None]
     unmarkable += [f"block input {o['input']} dim {o['dim']} (a keyword or nested argument)" if o["dim"] is not None
                    else f"block input {o['input']} (an int: {sorted(set(o['sizes']))})"
@@ -390,7 +417,7 @@ def _mark_dynamic(actions: list, notes: list, block: dict, rc: dict) -> None:
         actions.append(
             MarkDynamicAction(
                 action="mark_dynamic",
-                target=owner_target + ".forward",
+                target=owner_target if at_block else owner_target + ".forward",
                 arg=arg,
                 dim=d["dim"],
                 # maybe_mark_dynamic, as the search measures it: the ladder cannot see
@@ -404,4 +431,13 @@ def _mark_dynamic(actions: list, notes: list, block: dict, rc: dict) -> None:
 
 def _plan(spec: Any, ctx: Context, actions: list) -> Plan:
     amort = None if ctx.amortization_assumed else ctx.amortization
-    return Plan(version=1, harness=spec, amortization=amort, actions=actions)
+    site = None
+    if any(a.library for a in actions):
+        site = getattr(ctx, "site", None) or default_site(spec)
+    return Plan(version=1, harness=spec, amortization=amort, site=site, actions=actions)
+
+
+def default_site(spec: Any) -> str:
+    """The site a plan with library actions gets without ``--site``: the harness's model
+    function (it returns the model; validate and the search build the model through it)."""
+    return f"{spec.file}::{spec.model}"

@@ -124,6 +124,7 @@ def diagnose(
     only: set[str] | None = None,
     entry: str | None = None,
     budget_s: float | None = None,
+    site: str | None = None,
 ) -> Outcome:
     """Run the ladder on the harness and write plan, report.md, report.json, charts and trace.
 
@@ -145,6 +146,8 @@ def diagnose(
             skipped and say so.
         entry: ``file.py::func`` under SRC, the program's entry point (``--entry``): the only
             target for the ``allocator`` action (the harness is scaffolding, not the program).
+        site: ``file.py::func`` under SRC that returns the model (``--site``): where actions on an
+            installed library's classes are applied (default: the harness's model function).
 
     Raises:
         StackpartError: the harness cannot be loaded (nothing written), or a harness call failed
@@ -161,6 +164,8 @@ def diagnose(
     harness = load_harness(spec, src)
     if entry is not None:
         check_entry(entry, src)
+    if site is not None:
+        check_entry(site, src, flag="--site")
     plan_out = Path(plan_out)
     out_dir = Path(report_dir) if report_dir else default_report_dir(plan_out)
     if _ours(out_dir):  # a failed run leaves its partial report.json, not a mix with the last run's
@@ -174,6 +179,7 @@ def diagnose(
         amortization=amortization_spec or Amortization(runs=1_000_000, restarts=1),
         amortization_assumed=amortization_spec is None,
         entry=entry,
+        site=site,
     )
     meta = {
         "harness": spec.model_dump(mode="json"),
@@ -439,8 +445,8 @@ def harness_from_flags(
         raise StackpartError(f"--{flag}: {e['msg'].removeprefix('Value error, ')}") from None
 
 
-def check_entry(entry: str, src: Path) -> None:
-    """Check ``--entry file.py::func``: the file lies under SRC and defines ``func``.
+def check_entry(entry: str, src: Path, flag: str = "--entry") -> None:
+    """Check ``--entry file.py::func`` (or ``--site``, ``flag``): the file lies under SRC and defines ``func``.
 
     Raises:
         StackpartError: not ``file.py::func``, the file is missing, or no such function (with
@@ -451,14 +457,14 @@ def check_entry(entry: str, src: Path) -> None:
 
     file, sep, func = entry.partition("::")
     if not sep or not file.endswith(".py") or not func:
-        raise StackpartError(f"--entry: expected file.py::func, got {entry!r}")
+        raise StackpartError(f"{flag}: expected file.py::func, got {entry!r}")
     path = Path(src) / file
     if not path.is_file():
-        raise StackpartError(f"--entry: no file {file!r} under SRC", path=str(src))
+        raise StackpartError(f"{flag}: no file {file!r} under SRC", path=str(src))
     try:  # as rewrite reads it: PEP 263 encodings, a path that stays under SRC
         resolve(read_source(Path(src), file).parse(), file, func)
     except StackpartError as exc:
-        raise StackpartError(f"--entry: {exc.message}", path=str(path), hint=exc.hint) from None
+        raise StackpartError(f"{flag}: {exc.message}", path=str(path), hint=exc.hint) from None
 
 
 def parse_shape(text: str) -> dict[str, int]:
@@ -518,7 +524,7 @@ def check_output(harness: str, output: str) -> None:
     )
 
 
-def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str, ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False) -> int:
+def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str, ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False, site: str | None = None) -> int:
     """The ``stackpart diagnose`` command: returns 0 (plan written), 1 (plan written, but the ladder
     stopped at a fragmentation OOM: apply the allocator action and run again); raises
     StackpartError (exit 2)."""
@@ -532,5 +538,5 @@ def diagnose_command(harness: str, src: str, output: str, *, model: str | None, 
             base["restarts"] = restarts
         amort = Amortization.model_validate(base)
     only = {n for n, _ in RUNGS} if no_search else None
-    outcome = diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry, budget_s=budget, only=only)
+    outcome = diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry, budget_s=budget, only=only, site=site)
     return 1 if outcome.stopped else 0

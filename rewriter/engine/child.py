@@ -112,6 +112,7 @@ def _build(
     h = load_harness(spec, tree)
     torch.manual_seed(job["seed"])
     model, fallback = build_model(h, construct_on=spec.device if job.get("construct_on_device") else None)
+    site_ran(tree, spec)
     import torch._dynamo  # noqa: F401  (imported before the go-ahead by every variant alike)
 
     if variant != "eager":
@@ -160,7 +161,73 @@ def _build(
             return model, info
     kind = job["prepare"] if "prepare" in job else variant  # job files of older callers name only the variant
     info.update(prepare(kind or ("eager" if variant == "eager" else "plan"), model, job["backend"]))
+    if spec.mode == "training":
+        rng = random_ops(model)
+        if rng:
+            same_random_numbers()
+            info["rng"] = {
+                "sources": rng[:8], "count": len(rng),
+                "made_comparable": "the same seed before every step in every variant, and Inductor's "
+                "fallback_random=True (compiled code draws from eager's RNG, in eager's order)",
+            }
     return model, info
+
+
+def random_ops(model: Any) -> list[str]:
+    """What draws random numbers in ``model``'s training step: active dropout modules
+    (``nn.Dropout*`` with ``p > 0``) and float ``*dropout*`` attributes > 0 that modules pass to
+    ``F.dropout``/SDPA's ``dropout_p`` (transformers' attention: ``self.attention_dropout``)."""
+    import torch
+
+    out: list[str] = []
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            if module.p > 0:
+                out.append(f"{name or '<model>'} ({type(module).__name__} p={module.p:g})")
+            continue
+        for attr, value in vars(module).items():
+            if "dropout" in attr and isinstance(value, float) and not isinstance(value, bool) and value > 0:
+                out.append(f"{name or '<model>'}.{attr}={value:g}")
+    return out
+
+
+def same_random_numbers() -> None:
+    """Make compiled code draw dropout masks from eager's generator: Inductor otherwise generates
+    its own random numbers (its Philox-based ``inductor_random``), so a correct compile of a model
+    with dropout differs from eager in every masked element (issue 13: GPT-2 in training, 8171 of
+    8192 logits). ``torch._inductor.config.fallback_random`` is what PyTorch's own accuracy runs set
+    (benchmarks/dynamo/common.py); it costs the compiled step its fused random kernels."""
+    try:
+        import torch._inductor.config as inductor_config
+    except ImportError:  # a torch without Inductor: nothing compiled generates its own numbers
+        return
+    inductor_config.fallback_random = True
+
+
+def site_ran(tree: Path, spec: Any) -> None:
+    """Check that a plan's library actions were applied while the harness built the model: every
+    generated ``_stackpart/library.py`` in ``tree`` must have been imported and its ``apply`` run
+    (its ``APPLIED`` list is not empty). A site the harness never calls would leave the candidate
+    measuring the program without the plan.
+
+    Raises:
+        StackpartError: a generated library module that never ran, naming the harness function.
+    """
+    from ..errors import StackpartError
+
+    generated = [p.resolve() for p in Path(tree).glob("**/_stackpart/library.py")]
+    if not generated:
+        return
+    ran = {Path(getattr(m, "__file__", "") or "").resolve() for m in list(sys.modules.values())
+           if getattr(m, "APPLIED", None) and (getattr(m, "__file__", None) or "").endswith("library.py")}
+    missing = [p for p in generated if p not in ran]
+    if missing:
+        rel = missing[0].relative_to(Path(tree).resolve()).as_posix()
+        raise StackpartError(
+            f"the plan's site never ran: harness.model {spec.model}() in {spec.file} built the model without "
+            f"calling the function decorated with @apply_plan ({rel}); the plan's library actions were not applied",
+            hint="set the plan's site: to the function the harness's model function calls to build the model",
+        )
 
 
 def force_backend(backend: str) -> None:

@@ -347,6 +347,13 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
         elif hp_run["tried"]:
             m.notes.append(f"high-precision reference ran in {hp_run['dtype']} ({'; '.join(hp_run['tried'])})")
     results["eager"]["numerics"] = "reference"
+    rng = (cold.get("eager") or {}).get("info", {}).get("rng")
+    if rng:
+        m.notes.append(
+            f"training step draws random numbers ({rng['count']} source(s): {', '.join(rng['sources'][:3])}"
+            f"{', ...' if rng['count'] > 3 else ''}): made comparable with {rng['made_comparable']}; compiled "
+            "timings include eager's random kernels"
+        )
     if m.errors:
         return
     if stop_on_wrong_numbers and any(results.get(v.name, {}).get("numerics") == "FAIL" for v in variants if v.judged):
@@ -503,6 +510,7 @@ def cold_summary(payload: dict[str, Any]) -> dict[str, Any]:
     shapes = payload.get("shapes", [])
     out: dict[str, Any] = {
         "compiled": payload.get("info", {}).get("compiled"),
+        **({"rng": payload["info"]["rng"]} if payload.get("info", {}).get("rng") else {}),
         "compile": payload.get("compile"),
         "fail_on_recompile": payload.get("fail_on_recompile"),
         "per_shape_cold": [
