@@ -16,9 +16,12 @@ source line from its recompile log (:mod:`.dynamo_log`; for ``forward`` and for 
 functions after a graph break, :func:`is_frame_of`), the limit from its "hit
 config.recompile_limit (N)" warning and from the "recompile limit exceeded" entry of
 ``counters["unimplemented"]``: nothing is inferred from the block count. A failed size guard is
-a shape (counted apart, ``shape_recompiles``), not per-instance state. Threshold: value-guard
-recompiles >= 1 across instances at the reference shape (the region does not hold one graph
-per class), or the recompile limit hit anywhere in the sweep (blocks silently eager).
+a shape (counted apart, ``shape_recompiles``), not per-instance state, and so are up to
+``distinct_shapes - 1`` recompiles of one frame at one input shape, whatever guard Dynamo names
+(``structure_recompiles``: a stride that differs with the width). Threshold: value-guard
+recompiles beyond those across instances at the reference shape (the region does not hold one
+graph per class and shape), or the recompile limit hit anywhere in the sweep (blocks silently
+eager).
 """
 
 from __future__ import annotations
@@ -81,7 +84,9 @@ def run(ctx: Context) -> RungResult:
     """Compile the block class's ``forward`` once, run one step per harness shape, and report
     Dynamo's graphs, recompiles and recompile-limit hits (module docstring). Measurement:
     ``instances``, ``distinct_shapes`` (parameter/buffer shape signatures), ``recompiles``
-    (value guards at the reference shape), ``shape_recompiles``, ``graphs`` and
+    (value guards at the reference shape beyond one graph per distinct shape),
+    ``structure_recompiles`` (the recompiles the distinct shapes explain), ``shape_recompiles``
+    (size guards, the whole sweep), ``graphs`` and
     ``graphs_per_shape`` (``unique_graphs``), ``cache_entries``, ``limit_hit``,
     ``recompile_limit`` (the value in Dynamo's warning, else its config), ``limit_hits``."""
     import torch
@@ -131,7 +136,17 @@ def run(ctx: Context) -> RungResult:
     # expert's routed-token count, data-dependent; a ResNet block's width) recompiles once per
     # size; only guards on values (self.layer_idx == 0) recompile per instance.
     sized_guard = lambda rc: bool(rc.guards) and (is_shape_guard(rc.guards) or is_tensor_property_guard(rc.guards))  # noqa: E731
-    mine = [rc for rc in at_reference if is_frame_of(rc.function, name) and not sized_guard(rc)]
+    distinct = block.get("distinct_shapes", 1)
+    # Instances that differ in structure (a width, a stride) need a graph each: up to
+    # distinct - 1 recompiles of one frame at one input shape are theirs, whichever guard Dynamo
+    # names first (ResNet's "convolution.stride == (1, 1)"). Beyond that, a frame's value-guard
+    # recompiles are per-instance state.
+    by_frame: dict[str, list[Any]] = {}
+    for rc in at_reference:
+        if is_frame_of(rc.function, name):
+            by_frame.setdefault(rc.function, []).append(rc)
+    mine = [rc for rcs in by_frame.values() if len(rcs) > distinct - 1 for rc in rcs if not sized_guard(rc)]
+    structural = sum(len(rcs) for rcs in by_frame.values() if len(rcs) <= distinct - 1)
     sized = sum(1 for rc in frames if sized_guard(rc))
     guards: dict[str, int] = {}
     for rc in mine:
@@ -151,7 +166,6 @@ def run(ctx: Context) -> RungResult:
         r.findings.append(Finding("recompile_limit", f"{what}: the remaining calls run eager"[:300], *(site if site else (None, None, None))))
     elif limit_hit:
         r.findings.append(Finding("recompile_limit", f"recompile limit ({limit}) hit (Dynamo's counters; no warning text logged): the remaining calls run eager"))
-    distinct = block.get("distinct_shapes", 1)
     r.measurement = {
         "block": block["name"],
         "class": cls.__name__,
@@ -162,6 +176,7 @@ def run(ctx: Context) -> RungResult:
         "shapes_run": len(per_shape),
         "recompiles": len(mine),
         "shape_recompiles": sized,
+        "structure_recompiles": structural,
         "graphs": counts["unique_graphs"],
         "graphs_per_shape": [e["new_graphs"] for e in per_shape],
         "cache_entries": counts["cache_entries"],

@@ -23,7 +23,8 @@ Two rules keep the unit the block, not what wraps it or what it wraps:
   region (an MoE block's experts) and is dropped; a class left with < 2 instances is dropped.
 
 Instances are grouped by their *shape signature*: the names, shapes and dtypes of their
-parameters and buffers (widths, channels, an extra shortcut convolution all change it). When the
+parameters and buffers (widths, channels, an extra shortcut convolution all change it), and
+their submodules' settings (``extra_repr``: a conv's stride). When the
 class's ``forward`` is compiled once, Dynamo guards on each parameter's size (parameters are
 static: ``torch._dynamo.config.force_parameter_static_shapes = True``, torch/_dynamo/config.py),
 so each distinct signature costs at least one graph of that one code object, counted against
@@ -46,7 +47,7 @@ class ShapeGroup:
     """Instances of one block class with one parameter/buffer signature.
 
     Attributes:
-        signature: ``((relative name, shape, dtype), ...)`` over parameters then buffers.
+        signature: :func:`shape_signature` of its instances (tensors, then module settings).
         instances: qualified module names (``named_modules``), in model order.
         params: parameter elements of one instance.
     """
@@ -57,8 +58,9 @@ class ShapeGroup:
 
     def describe(self, limit: int = 3) -> str:
         """A short human form: the first ``limit`` parameter shapes (``l.weight 64x64, ...``)."""
-        parts = [f"{n} {'x'.join(map(str, s)) or 'scalar'}" for n, s, _ in self.signature[:limit]]
-        more = len(self.signature) - limit
+        tensors = [e for e in self.signature if isinstance(e[1], tuple)]
+        parts = [f"{n} {'x'.join(map(str, s)) or 'scalar'}" for n, s, _ in tensors[:limit]]
+        more = len(tensors) - limit
         return ", ".join(parts) + (f", +{more} more" if more > 0 else "")
 
 
@@ -94,12 +96,16 @@ class BlockGroup:
     params: int
 
 
-def shape_signature(module: Any) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+def shape_signature(module: Any) -> tuple[tuple[Any, ...], ...]:
     """``((name, shape, dtype), ...)`` of ``module``'s parameters then buffers (names relative to
-    it): equal for instances Dynamo can serve with one graph as far as their tensors go."""
+    it), then ``(name, class, extra_repr)`` of each submodule that has a configuration (a conv's
+    stride: transformers' ResNet's first block of a stage differs from the next by its stride as
+    well, and Dynamo guards on it, as on every attribute the forward reads). Equal for instances
+    Dynamo can serve with one graph, as far as their tensors and module settings go."""
     params = tuple((n, tuple(p.shape), str(p.dtype)) for n, p in module.named_parameters())
     buffers = tuple((n, tuple(b.shape), str(b.dtype)) for n, b in module.named_buffers())
-    return params + buffers
+    configs = tuple((n, type(m).__name__, m.extra_repr()) for n, m in module.named_modules() if m.extra_repr())
+    return params + buffers + configs
 
 
 def _inside(name: str, outer: str) -> bool:
