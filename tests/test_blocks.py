@@ -292,3 +292,17 @@ def test_stacks_and_module_dicts_of_one_class_are_one_block():
     assert group.instances == ["encoder.a", "encoder.b", "decoder.0"]
     assert [c.name for c in group.containers] == ["encoder", "decoder"]
     assert [s.instances for s in group.shapes] == [["encoder.a", "encoder.b"], ["decoder.0"]]
+
+
+def test_the_compile_count_agrees_with_the_graphs_dynamo_captured_per_shape():
+    """Issue 14: the cold run showed new_graphs 7 + 1 and the amortization counted 2 compiles
+    (the shapes that compiled). Two code objects compiled once each are 2 compiles, not 1 +
+    0 recompiles."""
+    from rewriter.engine.measure import compiles_counted
+
+    resnet = {"compile": {"unique_graphs": 8, "recompiles": 7},
+              "shapes": [{"new_graphs": 7, "new_recompiles": 6}, {"new_graphs": 1, "new_recompiles": 2}]}
+    assert compiles_counted(resnet) == sum(e["new_graphs"] for e in resnet["shapes"])
+    two_frames = {"compile": {"unique_graphs": 2, "recompiles": 0}, "shapes": [{"new_graphs": 2, "new_recompiles": 0}]}
+    assert compiles_counted(two_frames) == 2
+    assert compiles_counted({"compile": {"unique_graphs": 0, "recompiles": 0}, "shapes": [{"new_graphs": 0, "new_recompiles": 0}]}) == 0

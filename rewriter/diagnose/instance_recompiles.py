@@ -50,13 +50,14 @@ _LIMIT_TEXT = re.compile(r"hit config\.(?P<config>recompile_limit|cache_size_lim
 
 def limit_hits(messages: list[str]) -> list[dict[str, Any]]:
     """One dict per "hit config.recompile_limit" warning Dynamo logged, parsed from its text:
-    ``{"config", "limit", "function", "where", "last_reason"}`` (None where the text lacks one)."""
+    ``{"config", "limit", "function", "where", "last_reason"}`` (None where the text lacks one;
+    ``last_reason`` is the failed guard without the ``# source`` comment Dynamo appends)."""
     out = []
     for msg in messages:
         m = _LIMIT_TEXT.search(msg)
         if m:
             out.append({"config": m.group("config"), "limit": int(m.group("limit")), "function": m.group("function"),
-                        "where": m.group("where"), "last_reason": (m.group("reason") or "").strip()[:300] or None})
+                        "where": m.group("where"), "last_reason": (m.group("reason") or "").split("  #")[0].strip()[:300] or None})
     return out
 
 
