@@ -177,6 +177,10 @@ def test_hf_resnet_blocks_are_found_across_all_four_stages_with_their_summed_sha
     assert sorted(n for s in group.shapes for n in s.instances) == sorted(expected)
     # validate's regional baseline compiles the same instances
     assert [id(m) for _, children in repeated_blocks(model) for m in children] == [id(m) for m in group.modules]
+    from rewriter.engine.variants import prepare
+
+    done = prepare("regional", harness_module(src).build_model(), "eager")
+    assert done["blocks"] == len(expected) and "ResNetBasicLayer" in done["compiled"]
 
     rungs = run_rungs(src, tmp_path, [{"batch": 2, "size": 32}], {"granularity"})
     g = rungs["granularity"].measurement
