@@ -1,19 +1,33 @@
 """Rung 6c: recompiles across the instances of one repeated block, and a hit recompile limit.
 
 The block class's ``forward`` is compiled as one region (backend ``eager``: guards are Dynamo's,
-not the backend's) and one step runs, so every instance calls the same compiled code. A guard on
-per-instance state (an int attribute such as ``self.layer_idx``, a per-layer cache object) fails
-for each new instance and recompiles; past ``torch._dynamo.config.recompile_limit`` (8 by
-default) Dynamo runs the rest eager without an error (DESIGN.md rung 6). The guard text and its
-source line come from Dynamo's recompile log (:mod:`.dynamo_log`), for ``forward`` and for its
-resume functions after a graph break (:func:`is_frame_of`); a failed size guard is a dynamic
-shape (counted apart), not per-instance state. Threshold: recompiles >= 1
-across instances at one shape: the region does not hold one graph per class.
+not the backend's) and one step runs at every harness shape in order (the reference first), so
+every instance calls the same compiled code, as a per-block plan or validate's regional baseline
+does. A guard on per-instance state (an int attribute such as ``self.layer_idx``, a per-layer
+cache object) fails for each new instance and recompiles; so does each distinct parameter/buffer
+shape of the block's instances (ResNet's widths: :mod:`rewriter.engine.blocks` groups them),
+one graph per shape, and a new input shape can add a graph per instance shape again. Past
+``torch._dynamo.config.recompile_limit`` (8 by default; ``cache_size_limit`` before torch 2.7)
+Dynamo runs the rest eager without an error (DESIGN.md rung 6).
+
+Everything counted is Dynamo's own: graphs from ``torch._dynamo.utils.counters["stats"]
+["unique_graphs"]`` and the compiled code's cache entries, recompiles and their guard text and
+source line from its recompile log (:mod:`.dynamo_log`; for ``forward`` and for its resume
+functions after a graph break, :func:`is_frame_of`), the limit from its "hit
+config.recompile_limit (N)" warning and from the "recompile limit exceeded" entry of
+``counters["unimplemented"]``: nothing is inferred from the block count. A failed size guard is
+a shape (counted apart, ``shape_recompiles``), not per-instance state, and so are up to
+``distinct_shapes - 1`` recompiles of one frame at one input shape, whatever guard Dynamo names
+(``structure_recompiles``: a stride that differs with the width). Threshold: value-guard
+recompiles beyond those across instances at the reference shape (the region does not hold one
+graph per class and shape), or the recompile limit hit anywhere in the sweep (blocks silently
+eager).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from .context import Context
 from .dynamo_log import capture, reset
@@ -28,64 +42,168 @@ def is_frame_of(function: str, name: str) -> bool:
     return function == name or re.fullmatch(rf"torch_dynamo_resume_in_{re.escape(name)}_at_\d+", function) is not None
 
 
+#: Dynamo's limit warning (torch/_dynamo/convert_frame.py): "torch._dynamo hit
+#: config.recompile_limit (8)\n   function: 'forward' (file.py:12)\n   last reason: 0/7: ...".
+_LIMIT_TEXT = re.compile(r"hit config\.(?P<config>recompile_limit|cache_size_limit) \((?P<limit>\d+)\)"
+                         r"(?:.*?function: '(?P<function>[^']+)' \((?P<where>[^)]*)\))?(?:.*?last reason: (?P<reason>[^\n]*))?", re.S)
+
+
+def limit_hits(messages: list[str]) -> list[dict[str, Any]]:
+    """One dict per "hit config.recompile_limit" warning Dynamo logged, parsed from its text:
+    ``{"config", "limit", "function", "where", "last_reason"}`` (None where the text lacks one;
+    ``last_reason`` is the failed guard without the ``# source`` comment Dynamo appends)."""
+    out = []
+    for msg in messages:
+        m = _LIMIT_TEXT.search(msg)
+        if m:
+            out.append({"config": m.group("config"), "limit": int(m.group("limit")), "function": m.group("function"),
+                        "where": m.group("where"), "last_reason": (m.group("reason") or "").split("  #")[0].strip()[:300] or None})
+    return out
+
+
+def _dynamo_counts(code: Any) -> dict[str, Any]:
+    """Dynamo's counters since the last reset: graphs captured, frames, whether its
+    ``unimplemented`` table records the recompile limit, and the cache entries (compiled graphs
+    kept) of ``code`` (``_debug_get_cache_entry_list``; None where this torch lacks it)."""
+    from torch._dynamo.utils import counters
+
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        entries: int | None = len(_debug_get_cache_entry_list(code))
+    except Exception:  # API missing or moved in this torch
+        entries = None
+    return {
+        "unique_graphs": int(counters.get("stats", {}).get("unique_graphs", 0)),
+        "frames_ok": int(counters.get("frames", {}).get("ok", 0)),
+        "limit_in_unimplemented": sum(n for k, n in counters.get("unimplemented", {}).items() if "recompile limit" in k.lower() or "recompile_limit" in k),
+        "cache_entries": entries,
+    }
+
+
 def run(ctx: Context) -> RungResult:
+    """Compile the block class's ``forward`` once, run one step per harness shape, and report
+    Dynamo's graphs, recompiles and recompile-limit hits (module docstring). Measurement:
+    ``instances``, ``distinct_shapes`` (parameter/buffer shape signatures), ``recompiles``
+    (value guards at the reference shape beyond one graph per distinct shape),
+    ``structure_recompiles`` (the recompiles the distinct shapes explain), ``shape_recompiles``
+    (size guards, the whole sweep), ``graphs`` and
+    ``graphs_per_shape`` (``unique_graphs``), ``cache_entries``, ``limit_hit``,
+    ``recompile_limit`` (the value in Dynamo's warning, else its config), ``limit_hits``."""
     import torch
 
+    from ..engine.blocks import recompile_limit
+
     r = RungResult("instance_recompiles", "Recompiles across instances of the repeated block")
-    r.threshold = "any recompile across instances at one shape; recompile limit hit -> blocks silently eager"
+    r.threshold = "any value-guard recompile across instances at one shape; recompile limit hit -> blocks silently eager"
     blocks = ctx.cache.get("blocks") or []
     if not blocks:
-        return r.skip("no repeated block (ModuleList/Sequential of one class)")
+        return r.skip("no repeated block (instances of one class in ModuleList/Sequential/ModuleDict containers)")
     block = blocks[0]
     cls = block["cls"]
-    _, _, step = ctx.reference()
+    model, _, step = ctx.reference()
+    shapes = ctx.session.spec.shapes
+    config_name, config_limit = recompile_limit()
     reset()
     original = cls.__dict__.get("forward")
     base = cls.forward
+    name = getattr(base, "__name__", "forward")
     cls.forward = torch.compile(base, backend="eager")
+    per_shape: list[dict[str, Any]] = []
     try:
         with capture() as log:
-            ctx.session.run(step)
+            for i, shape in enumerate(shapes):
+                before = (_dynamo_counts(base.__code__)["unique_graphs"], len(log.recompiles), len(log.limit_hit))
+                if i == 0:
+                    ctx.session.run(step)
+                else:
+                    _, inputs = ctx.session.build(shape)
+                    ctx.session.run(ctx.session.step_fn(model, inputs))
+                per_shape.append({"shape": dict(shape), "new_graphs": _dynamo_counts(base.__code__)["unique_graphs"] - before[0],
+                                  "recompiles": len(log.recompiles) - before[1], "limit_hits": len(log.limit_hit) - before[2],
+                                  "_first": before[1]})
+        counts = _dynamo_counts(base.__code__)
     finally:
         if original is None:
             del cls.forward
         else:
             cls.forward = original
         reset()
-    frames = [rc for rc in log.recompiles if is_frame_of(rc.function, getattr(base, "__name__", "forward"))]
+    at_reference = log.recompiles[: per_shape[1]["_first"]] if len(per_shape) > 1 else log.recompiles
+    for e in per_shape:
+        e.pop("_first")
+    frames = [rc for rc in log.recompiles if is_frame_of(rc.function, name)]
     # A size guard is not per-instance state: an instance whose tensors differ in size (an MoE
-    # expert's routed-token count, data-dependent) recompiles once and automatic dynamic shapes
-    # absorb it; only guards on values (self.layer_idx == 0) recompile per instance.
-    mine = [rc for rc in frames if not (rc.guards and (is_shape_guard(rc.guards) or is_tensor_property_guard(rc.guards)))]
-    sized = len(frames) - len(mine)
+    # expert's routed-token count, data-dependent; a ResNet block's width) recompiles once per
+    # size; only guards on values (self.layer_idx == 0) recompile per instance.
+    sized_guard = lambda rc: bool(rc.guards) and (is_shape_guard(rc.guards) or is_tensor_property_guard(rc.guards))  # noqa: E731
+    distinct = block.get("distinct_shapes", 1)
+    # Instances that differ in structure (a width, a stride) need a graph each: up to
+    # distinct - 1 recompiles of one frame at one input shape are theirs, whichever guard Dynamo
+    # names first (ResNet's "convolution.stride == (1, 1)"). Beyond that, a frame's value-guard
+    # recompiles are per-instance state.
+    by_frame: dict[str, list[Any]] = {}
+    for rc in at_reference:
+        if is_frame_of(rc.function, name):
+            by_frame.setdefault(rc.function, []).append(rc)
+    mine = [rc for rcs in by_frame.values() if len(rcs) > distinct - 1 for rc in rcs if not sized_guard(rc)]
+    structural = sum(len(rcs) for rcs in by_frame.values() if len(rcs) <= distinct - 1)
+    sized = sum(1 for rc in frames if sized_guard(rc))
     guards: dict[str, int] = {}
     for rc in mine:
         site = log.guard_site(ctx.session.src, rc.text)
-        g = rc.guards[0] if rc.guards else "?"
+        g = rc.guards[0] if rc.guards else "no guard text in Dynamo's log"
         key = f"{site[0]}:{site[1]}" if site else g
         if key not in guards:
             r.findings.append(Finding("guard", f"guard failure: {g}"[:300], *(site if site else (None, None, None))))
         guards[key] = guards.get(key, 0) + 1
-    limit = None
-    if log.limit_hit:
-        m = re.search(r"\((\d+)\)", log.limit_hit[0])
-        limit = int(m.group(1)) if m else None
-        site = log.guard_site(ctx.session.src, log.limit_hit[0])
-        r.findings.append(Finding("recompile_limit", f"recompile limit ({limit}) hit: the remaining instances run eager", *(site if site else (None, None, None))))
+    hits = limit_hits(log.limit_hit)
+    limit_hit = bool(hits) or counts["limit_in_unimplemented"] > 0
+    limit = hits[0]["limit"] if hits else config_limit
+    if hits:
+        h = hits[0]
+        site = log.guard_site(ctx.session.src, next(t for t in log.limit_hit if _LIMIT_TEXT.search(t)))
+        what = f"recompile limit ({h['limit']}) hit in {h['function'] or name}" + (f", last reason: {h['last_reason']}" if h["last_reason"] else "")
+        r.findings.append(Finding("recompile_limit", f"{what}: the remaining calls run eager"[:300], *(site if site else (None, None, None))))
+    elif limit_hit:
+        r.findings.append(Finding("recompile_limit", f"recompile limit ({limit}) hit (Dynamo's counters; no warning text logged): the remaining calls run eager"))
     r.measurement = {
         "block": block["name"],
+        "class": cls.__name__,
         "instances": len(block["modules"]),
+        "containers": len(block.get("containers") or [None]),
+        "distinct_shapes": distinct,
+        "shape_groups": [len(s["instances"]) for s in block.get("shapes", [])],
+        "shapes_run": len(per_shape),
         "recompiles": len(mine),
         "shape_recompiles": sized,
-        "limit_hit": bool(log.limit_hit),
+        "structure_recompiles": structural,
+        "graphs": counts["unique_graphs"],
+        "graphs_per_shape": [e["new_graphs"] for e in per_shape],
+        "cache_entries": counts["cache_entries"],
+        "per_shape": per_shape,
+        "limit_hit": limit_hit,
         "recompile_limit": limit,
+        "recompile_limit_config": f"torch._dynamo.config.{config_name} = {config_limit}",
+        "limit_hits": hits,
     }
+    n, cname = len(block["modules"]), cls.__name__
+    graphs = f"{counts['unique_graphs']} graph(s) of {cname}.{name} over {len(per_shape)} shape(s) ({' + '.join(map(str, r.measurement['graphs_per_shape']))})"
+    if limit_hit:
+        fell = (f"recompile limit ({limit}) hit" + (f" in {hits[0]['function']}" if hits and hits[0]["function"] else "")
+                + (f" ({hits[0]['last_reason']})" if hits and hits[0]["last_reason"] else "") + ": the rest run eager")
     if mine:
         where = ", ".join(f.where for f in r.findings if f.kind == "guard")
-        r.verdict = f"{len(mine)} recompile(s) across {len(block['modules'])} instances of {cls.__name__} (guard at {where})" + ("; recompile limit hit: the rest run eager" if log.limit_hit else "")
+        r.verdict = f"{len(mine)} recompile(s) across {n} instances of {cname} (guard at {where})" + (f"; {fell}" if limit_hit else "")
         r.implies = "disable the per-instance code (keep it eager) or restructure; do not compile the block as is"
+    elif limit_hit:
+        r.verdict = f"{n} instances of {cname} in {distinct} parameter shape(s): {graphs}; {fell}"
+        r.implies = ("compile fewer distinct shapes per code object (one region per shape group, or the stage) "
+                     f"or raise torch._dynamo.config.{config_name} above the graphs needed")
+    elif distinct > 1:
+        r.verdict = f"{n} instances of {cname} in {distinct} parameter shapes: {graphs}, within the recompile limit ({limit})"
     else:
-        r.verdict = f"one graph serves all {len(block['modules'])} instances of {cls.__name__}"
+        r.verdict = f"one graph serves all {n} instances of {cname}" + (f" at each input shape ({graphs})" if len(per_shape) > 1 else "")
         if sized:
             r.verdict += f" ({sized} recompile(s) on tensor sizes that differ between calls: dynamic shapes, not per-instance state)"
     return r

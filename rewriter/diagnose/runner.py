@@ -228,7 +228,7 @@ def diagnose(
                         continue
                     _, _, step = ctx.reference()
                     blocks = ctx.cache["blocks"]
-                    named = [(f"{blocks[0]['name']}.{i}", mod) for i, mod in enumerate(blocks[0]["modules"])] if blocks else []
+                    named = granularity.profiled(blocks)
                     ctx.cache["profile"] = profile_steps(session, step, out_dir, steps=steps, blocks=named)
                     progress.advance(task)
                     continue

@@ -378,13 +378,11 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
         results[n]["step_ms"] = mean_ms[n]
         results[n]["speedup_vs_eager"] = mean_ms["eager"] / mean_ms[n] if mean_ms[n] > 0 else None
         if n != "eager":
-            c = cold[n]
-            compiles = 1 + c["compile"]["recompiles"] if c["compile"]["unique_graphs"] else 0
             results[n]["amortization"] = amortize(
                 mean_ms["eager"] / 1e3,
                 mean_ms[n] / 1e3,
                 results[n]["compile_s_per_start"],
-                max(compiles, results[n]["shape_buckets"]),
+                compiles_counted(cold[n]),
                 results[n]["shape_buckets"],
                 amortization["runs"] if amortization else None,
                 amortization["restarts"] if amortization else 1,
@@ -501,6 +499,22 @@ def ratio_interval(samples: list[dict[str, list[float]]], a: str, b: str) -> dic
     mean = statistics.fmean(means)
     se = math.sqrt(sum(variances)) / len(means)
     return {"ratio": math.exp(mean), "low": math.exp(mean - Z95 * se), "high": math.exp(mean + Z95 * se), "rounds": rounds}
+
+
+def compiles_counted(payload: dict[str, Any]) -> int:
+    """Compiles of one cold process start, as Dynamo counted them: the graphs it captured over
+    the shape sweep (the per-shape ``new_graphs``, deltas of ``counters["stats"]
+    ["unique_graphs"]``, so the count agrees with the per-shape figures the report prints: 7 + 1
+    graphs are 8 compiles, not the 2 shapes that compiled, issue 14), at least one per
+    recompilation of the first code object plus its first compile, and at least one per shape
+    that compiled. 0 when nothing compiled."""
+    compile_ = payload.get("compile") or {}
+    shapes = payload.get("shapes", [])
+    graphs = sum(int(e.get("new_graphs") or 0) for e in shapes) or int(compile_.get("unique_graphs") or 0)
+    if not graphs:
+        return 0
+    buckets = sum(1 for e in shapes if e.get("new_graphs") or e.get("new_recompiles"))
+    return max(graphs, 1 + int(compile_.get("recompiles") or 0), buckets)
 
 
 def cold_summary(payload: dict[str, Any]) -> dict[str, Any]:

@@ -4,9 +4,10 @@
 - ``plan``: the rewritten tree (its decorators do the compiling).
 - ``whole``: the original tree, ``model.compile(...)`` on the root module (torch's in-place
   whole-model compile; state_dict keys unchanged).
-- ``regional``: the original tree, naive regional compile: every child of every repeated
-  ``nn.ModuleList``/``nn.Sequential`` (>= 2 children of one class) compiled in place, as
-  accelerate's ``compile_regions`` does. The block's ``forward`` is compiled (``blk.forward =
+- ``regional``: the original tree, naive regional compile: every instance of every repeated
+  block (:func:`repeated_blocks`: the ladder's own finder, across all the containers of one
+  class, plus lists of leaf modules) compiled in place, as accelerate's ``compile_regions``
+  does. The block's ``forward`` is compiled (``blk.forward =
   torch.compile(blk.forward)``), so its Dynamo cache lives on the block's own code object and all
   instances share it and its recompile limit — exactly the exposure of compile_regions — without
   sharing ``nn.Module._call_impl``'s cache with the whole-model variant in the timing process.
@@ -22,21 +23,42 @@ TREE = {"eager": "original", "plan": "rewritten", "whole": "original", "regional
 
 
 def repeated_blocks(model: Any) -> list[tuple[str, list[Any]]]:
-    """``(qualified name, children)`` for every ModuleList/Sequential of >= 2 children of one class
-    that lies in no other such list: the outermost repeated blocks. A list inside a repeated block
-    (an MoE block's experts) runs inside the block's compiled region already; counting it too
-    put the blocks' share of the step above 100% (a newcomer's MoE, session 3)."""
+    """``(container's qualified name, its instances)`` for every container that holds a repeated
+    block, model order; the root container is named ``"<root>"``.
+
+    The blocks are :func:`.blocks.find_block_groups`' (the ladder's granularity rung uses the
+    same finder, so the regional baseline compiles the blocks the diagnosis names): every
+    instance of a class held in containers with >= 2 instances over all of them, across stages
+    (ResNet's four), stacks (an encoder and a decoder) and ``ModuleDict`` s, a stage's blocks
+    rather than the stage, the outermost only. A list inside a repeated block (an MoE block's
+    experts) runs inside the block's compiled region already; counting it too put the blocks'
+    share of the step above 100% (a newcomer's MoE, session 3). As accelerate's
+    ``compile_regions`` does, a ModuleList/Sequential of >= 2 leaf modules of one class (a list
+    of heads) outside every block is a region too.
+    """
     import torch
 
+    from .blocks import find_block_groups
+
+    order = {name: i for i, (name, _) in enumerate(model.named_modules())}
     out: list[tuple[str, list[Any]]] = []
+    inside: list[str] = []
+    for group in find_block_groups(model):
+        by_name = dict(zip(group.instances, group.modules))
+        for cont in group.containers:
+            out.append((cont.name, [by_name[n] for n in cont.instances]))
+        inside += group.instances
     for name, module in model.named_modules():
-        if isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential)):
-            children = list(module.children())
-            if len(children) >= 2 and len({type(c) for c in children}) == 1:
-                if any(name.startswith(f"{outer}.") for outer, _ in out if outer != "<root>") or (out and out[0][0] == "<root>"):
-                    continue
-                out.append((name or "<root>", children))
-    return out
+        if not isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential)):
+            continue
+        children = list(module.children())
+        if len(children) < 2 or len({type(c) for c in children}) != 1 or any(True for _ in children[0].children()):
+            continue  # not a list of one leaf class (a list of blocks is the finder's)
+        if name == "" or any(name.startswith(f"{o}.") for o in inside) or any(o == "" or name.startswith(f"{o}.") for o, _ in out):
+            continue
+        out.append((name, children))
+    out.sort(key=lambda nc: order.get(nc[0], -1))
+    return [(name or "<root>", children) for name, children in out]
 
 
 def prepare(variant: str, model: Any, backend: str) -> dict[str, Any]:
