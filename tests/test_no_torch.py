@@ -9,6 +9,7 @@ unimportable: none of them is in the hook's environment. A code path that reache
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -91,6 +92,32 @@ def test_plan_drift_and_its_fix_without_torch(env, tmp_path):
     fixed = stackpart(env, tmp_path, *args, "--fix", "--no-validate")
     assert fixed.returncode == 0, no_traceback(fixed)
     assert "@torch.compile\n    def forward" in (tmp_path / "gpt" / "src" / "model.py").read_text()
+
+
+def test_fix_and_apply_with_a_passing_report_without_torch(env, tmp_path):
+    """The gate's passing branch: check --fix and rewrite --apply write the validated diff."""
+    from rewriter.engine.materialize import file_sha256, tree_hashes
+    from rewriter.plan import load_plan
+    from rewriter.rewrite import plan_rewrite
+    from rewriter.validate.report import default_report_dir
+
+    for name in ("fix", "apply"):
+        shutil.copytree(ROOT / "examples" / "gpt", tmp_path / name)
+        plan, src = tmp_path / name / "plan.yaml", tmp_path / name / "src"
+        out = default_report_dir(plan)  # hand-made, as in test_validate_gate: this is about the gate
+        out.mkdir(parents=True)
+        (out / "validation.json").write_text(json.dumps({
+            "report_version": 1, "diff_sha256": plan_rewrite(load_plan(plan), src, unsafe=True).digest(),
+            "plan": str(plan.resolve()), "plan_sha256": file_sha256(plan), "src": str(src.resolve()),
+            "tree_sha256": tree_hashes(src), "environment": {"timed_on": "cpu"},
+            "verdict": {"passed": True, "failures": [], "errors": []},
+        }))
+    fixed = stackpart(env, tmp_path, "check", "--fix", "--plan", "fix/plan.yaml", "--src", "fix/src", "fix/src/model.py")
+    assert fixed.returncode == 0 and "fixed 1 file(s)" in no_traceback(fixed)
+    applied = stackpart(env, tmp_path, "rewrite", "--plan", "apply/plan.yaml", "apply/src", "--apply")
+    assert applied.returncode == 0 and "applied" in no_traceback(applied)
+    for name in ("fix", "apply"):
+        assert "@torch.compile\n    def forward" in (tmp_path / name / "src" / "model.py").read_text()
 
 
 def test_rewrite_diff_apply_and_kernels_without_torch(env, tmp_path):
