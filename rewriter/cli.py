@@ -78,6 +78,10 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
     """Prove a rewrite before it is applied: numerics, speed, compile cost; exit 0 pass, 1 fail, 2 error."""
     from pathlib import Path
 
+    from .needs_torch import require_torch
+
+    require_torch("validate")
+
     if nproc > 1:
         from .distributed.command import validate_distributed_command
 
@@ -153,6 +157,9 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @click.pass_context
 def diagnose(ctx: click.Context, harness: str, src: str, output: str, **kw: object) -> None:
     """Run the diagnostic ladder on SRC's model and write plan.yaml with the evidence."""
+    from .needs_torch import require_torch
+
+    require_torch("diagnose")
     nproc, wrap = kw.pop("nproc"), kw.pop("wrap")
     if nproc > 1:  # type: ignore[operator]
         kw.pop("budget")

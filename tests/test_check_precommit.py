@@ -2,9 +2,9 @@
 
 The hooks are taken from the repository's own .pre-commit-hooks.yaml (id, entry, types,
 require_serial, pass_filenames) and run as a `repo: local` hook with `language: system` pointing at
-this virtualenv's `stackpart`: `language: python` would make pre-commit pip-install stackpart and
-torch into a fresh environment, which needs the network. Everything else is pre-commit's own
-machinery: file selection by type, batching, failing on modified files.
+this virtualenv's `stackpart`, so each test takes seconds; the `language: python` install itself
+(from a local wheel directory, no torch) is tests/test_hook_install.py. Everything else is
+pre-commit's own machinery: file selection by type, batching, failing on modified files.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from ..plan import KernelAction
 from ..resources import kernels_dir
 from ..vendor import VendorSite
 from .base import TargetedCommand, imported_names
+from .torch_api import NAMESPACES, is_tensor_method, is_torch_function
 
 STUB = "stub"
 _EQUAL = cst.AssignEqual(
@@ -91,28 +92,11 @@ def _same(value: Any, allowed: list[Any]) -> bool:
     return any(type(value) is type(a) and value == a for a in allowed)
 
 
-def _torch_attr(path: str) -> bool:
-    import torch
-
-    obj: Any = torch
-    for part in path.split(".")[1:]:
-        if not hasattr(obj, part):
-            return False
-        obj = getattr(obj, part)
-    return callable(obj)
-
-
 def _plain_path(path: PurePosixPath) -> str:
     """``path`` for a generated docstring, or its file name when it has characters a docstring
     could not hold verbatim (only validated identifiers and plain literals reach generated code)."""
     text = str(path)
     return text if re.match(r"^[\w./-]+$", text) else path.name
-
-
-def _tensor_method(name: str) -> bool:
-    import torch
-
-    return callable(getattr(torch.Tensor, name, None))
 
 
 class KernelCommand(TargetedCommand):
@@ -141,16 +125,17 @@ class KernelCommand(TargetedCommand):
         self.canonical = self._canonical_call(node)
         kernels = catalog()
         if self.action.kernel == STUB:
-            if not self.canonical.startswith("torch.") or not _torch_attr(self.canonical):
+            if not is_torch_function(self.canonical):
                 raise StackpartError(
                     f"call {self.action.call!r} ({self.canonical}) is not a torch function",
-                    hint="name the op as written in the source or as torch.<...>",
+                    hint="name the op as written in the source or as torch.<...>: a public function of "
+                    + ", ".join(NAMESPACES),
                 )
             path = self.canonical.split(".")[1:]
             self.spec = {
                 "name": "stub_" + "_".join(path),
                 "functions": {self.canonical: None},
-                "method": [path[-1], None] if _tensor_method(path[-1]) else None,
+                "method": [path[-1], None] if is_tensor_method(path[-1]) else None,
                 "entry": "stub_" + "_".join(path),
             }
             return True
