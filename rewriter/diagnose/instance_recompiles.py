@@ -61,7 +61,7 @@ def run(ctx: Context) -> RungResult:
     guards: dict[str, int] = {}
     for rc in mine:
         site = log.guard_site(ctx.session.src, rc.text)
-        g = rc.guards[0] if rc.guards else "?"
+        g = rc.guards[0] if rc.guards else "no guard text in Dynamo's log"
         key = f"{site[0]}:{site[1]}" if site else g
         if key not in guards:
             r.findings.append(Finding("guard", f"guard failure: {g}"[:300], *(site if site else (None, None, None))))

@@ -248,7 +248,7 @@ def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | Non
     if findings:
         lines += ["## Findings", ""]
         for r, f in findings:
-            lines.append(f"- `{f.where}` ({r.name}, {f.kind}{', ' + f.function if f.function else ''}): {f.message}")
+            lines.append(f"- {f'`{f.where}`' if f.file else f.where} ({r.name}, {f.kind}{', ' + f.function if f.function else ''}): {f.message}")
         lines.append("")
     lines += candidates_markdown(next((r for r in rungs if r.name == "search"), None))
     if notes:

@@ -523,6 +523,7 @@ def diagnose_command(harness: str, src: str, output: str, *, model: str | None, 
     """The ``stackpart diagnose`` command: returns 0 (plan written), 1 (plan written, but the ladder
     stopped at a fragmentation OOM: apply the allocator action and run again); raises
     StackpartError (exit 2)."""
+    src_dir(src)  # SRC first: the harness path is read relative to it
     check_output(harness, output)
     spec, amort = harness_from_flags(harness, src, model=model, inputs=inputs, shapes=[parse_shape(s) for s in shapes], mode=mode, dtype=dtype, device=device)
     if runs is not None or restarts is not None:

@@ -108,6 +108,7 @@ def validate_distributed_command(
     Raises:
         StackpartError: a plan without ``harness:``, conflicting settings, a failed run.
     """
+    from ..engine.verdict import below
     from ..harness import resolve_device
     from ..plan import DistributedAction, load_plan
     from ..terminal import stderr
@@ -173,7 +174,7 @@ def validate_distributed_command(
         f"| original | {t0 * 1e3:.2f} | {base.exposed_share:.0%} | {base.verdict} |",
         f"| plan | {t1 * 1e3:.2f} | {cand.exposed_share:.0%} | {cand.verdict} |",
         "",
-        f"Speed-up {speedup:.2f}x (gate >= {min_speedup:.2f}x"
+        f"Speed-up {below(speedup, min_speedup) if speedup < min_speedup else f'{speedup:.2f}'}x (gate >= {min_speedup:g}x"
         + ("" if gated else "; not gated: CPU/gloo timings do not predict NCCL on GPUs, or --speed-gate off")
         + ").",
     ] + ([""] + [f"- {a}" for a in advice] if advice else [])

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import StackpartError
+from ..errors import StackpartError, src_dir
 from ..engine.cost import breakdown
 from ..engine.measure import Options as EngineOptions
 from ..engine.measure import environment, relabel
@@ -44,7 +44,7 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
         raise StackpartError(
             "validate needs a 'harness:' section (file, model, inputs, shapes)", path=plan_path, line=1
         )
-    srcp = Path(src)
+    srcp = src_dir(src)
     check_harness(loaded, srcp)  # before any child starts: the file, its callables, the shape keys
     device = resolve_device(spec).device
     notes: list[str] = []

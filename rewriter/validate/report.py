@@ -154,7 +154,9 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append(f"  - recompiled: {r}")
         lines.extend(graph_break_lines(comp))
         amort = var.get("amortization")
-        if amort:
+        if amort and amort.get("compile_measured") is False:
+            lines.append(f"  - amortization: {amort['verdict']}")
+        elif amort:
             lines.append(
                 f"  - amortization: t_compile {amort['t_compile_s']:.2f} s x N_compiles {amort['n_compiles']} "
                 f"({amort['shape_buckets']} shape bucket(s), {amort['compiles_per_start']} compile(s) per start, "
