@@ -243,6 +243,11 @@ def _top_level(tree: ast.Module) -> tuple[dict[str, ast.AST], bool]:
     return bound, star
 
 
+def _at(loaded: Any, *keys: object) -> dict[str, int | None]:
+    line, col = loaded.mark_of("harness", *keys)
+    return {"line": line, "col": col}
+
+
 def check_harness(loaded: Any, src: Path) -> None:
     """Check a plan's ``harness:`` against its file without running it, before any child starts
     (validate): the file exists under SRC, defines the ``model`` and ``inputs`` callables, and
@@ -260,7 +265,7 @@ def check_harness(loaded: Any, src: Path) -> None:
     path = safe_relpath(Path(src), spec.file)
     if not path.is_file():
         raise StackpartError(f"harness.file: {spec.file} not found under SRC ({src})", path=plan,
-                             line=loaded.line_of("harness", "file"), hint=near_path(path, spec.file, dirs=False))
+                             **_at(loaded, "file"), hint=near_path(path, spec.file, dirs=False))
     text = read_file(path, spec.file).text
     try:
         tree = ast.parse(text, filename=str(path))
@@ -273,7 +278,7 @@ def check_harness(loaded: Any, src: Path) -> None:
         name = getattr(spec, field)
         if name not in bound and not star:
             raise StackpartError(f"harness.{field}: {spec.file} defines no callable {name!r}", path=plan,
-                                 line=loaded.line_of("harness", field), hint=near_names(name, public))
+                                 **_at(loaded, field), hint=near_names(name, public))
     fn = bound.get(spec.inputs)
     if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.args.kwarg is not None:
         return
@@ -283,7 +288,7 @@ def check_harness(loaded: Any, src: Path) -> None:
         for key in shape:
             if key not in keywords:
                 raise StackpartError(f"harness.shapes[{i}]: {spec.inputs}() has no parameter {key!r}", path=plan,
-                                     line=loaded.line_of("harness", "shapes", i, key), hint=near_names(key, params))
+                                     **_at(loaded, "shapes", i, key), hint=near_names(key, params))
 
 
 def scalar_loss(out: Any) -> Any:
@@ -375,7 +380,7 @@ def build_model(h: LoadedHarness, construct_on: str | None = None) -> tuple[Any,
             f"harness.model: {spec.model}() returned {type(model).__name__}, expected torch.nn.Module",
             path=spec.file,
         )
-    model = model.to(device=spec.device, dtype=torch_dtype(spec))
+    model = model.to(device=resolve_device(spec).device, dtype=torch_dtype(spec))
     model.train(spec.mode == "training")
     return model, fallback
 
@@ -393,7 +398,7 @@ def build_inputs(h: LoadedHarness, shape: dict[str, int] | None = None) -> Any:
         inputs = _call(h, "inputs", h.make_inputs, **shape)
     if not isinstance(inputs, (tuple, list, dict)):
         inputs = (inputs,)
-    return _to(inputs, spec.device, torch_dtype(spec))
+    return _to(inputs, resolve_device(spec).device, torch_dtype(spec))
 
 
 def _call(h: LoadedHarness, field: str, fn: Callable[..., Any], **kwargs: Any) -> Any:

@@ -505,13 +505,13 @@ class LoadedPlan:
     site_line: int | None = None
     marks: dict[tuple, tuple[int, int]] = field(default_factory=dict)
 
-    def line_of(self, *keys: object) -> int | None:
-        """The line of the deepest of ``keys``' prefixes the plan spells out (``harness.model``
-        when written, else ``harness:``), or None."""
+    def mark_of(self, *keys: object) -> tuple[int | None, int | None]:
+        """The (line, col) of the deepest of ``keys``' prefixes the plan spells out
+        (``harness.model`` when written, else ``harness:``), or (None, None)."""
         for n in range(len(keys), 0, -1):
             if keys[:n] in self.marks:
-                return self.marks[keys[:n]][0]
-        return None
+                return self.marks[keys[:n]]
+        return None, None
 
     def where(self, index: int) -> StackpartError:
         """An error template pointing at action ``index`` (fill in ``message``)."""
