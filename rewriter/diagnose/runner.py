@@ -174,6 +174,7 @@ def diagnose(
         amortization_assumed=amortization_spec is None,
         entry=entry,
     )
+    ctx.cache["requested_device"] = requested  # the harness's own (None: unset), for the validation report
     meta = {
         "harness": spec.model_dump(mode="json"),
         "src": str(src),

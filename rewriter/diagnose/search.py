@@ -303,7 +303,7 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
             v.pop(k, None)
     timing = [{"shape": row["shape"], "timing": {("plan" if k == cand.name else "eager" if k == "as-is" else k): t
                                                  for k, t in row["timing"].items()}} for row in out.timing]
-    report = report_header(loaded, src, result, spec, out.backend, environment("cuda" if cuda else "cpu", spec.device))
+    report = report_header(loaded, src, result, spec, out.backend, environment("cuda" if cuda else "cpu", ctx.cache.get("requested_device", spec.device)))
     report.update(written_by="stackpart diagnose (the search's measurement of the chosen candidate)",
                   variants=variants, timing=timing)
     verdict = Verdict(notes=[f"measured by diagnose's search: {out.choice.text}"] + list(out.notes))
