@@ -198,7 +198,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             elif event == "cold":
                 comp = detail.get("compile") or {}
                 what = " ".join("; ".join(detail.get("problems") or []).split()) or (
-                    f"{detail.get('compile_s_per_start') or 0:.2f} s compile per start (all shapes), {comp.get('unique_graphs', 0)} graph(s), "
+                    f"{compile_text(detail)} (all shapes), {comp.get('unique_graphs', 0)} graph(s), "
                     f"{comp.get('recompiles', 0)} recompile(s), numerics {'reference' if name == 'eager' else detail.get('numerics', '-')}")
                 for tree_prefix in prefixes:
                     what = what.replace(tree_prefix, "")
