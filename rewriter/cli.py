@@ -17,6 +17,35 @@ from . import __version__
 from .errors import StackpartError
 
 
+class _Choice(click.Choice):
+    """click's Choice whose refusal names the nearest choice (``--mode train`` -> ``training``)."""
+
+    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            from .errors import near_names
+
+            hint = near_names(str(value), [str(c) for c in self.choices])
+            self.fail(f"{value!r} is not one of {', '.join(repr(str(c)) for c in self.choices)}"
+                      + (f" ({hint})" if hint else ""), param, ctx)
+
+
+class _SrcDir(click.ParamType):
+    """SRC: an existing folder, refused in one line with a near name (:func:`rewriter.errors.src_dir`)."""
+
+    name = "directory"
+
+    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+        from .errors import src_dir
+
+        src_dir(value)
+        return value
+
+
+SRC_DIR = _SrcDir()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="stackpart")
 def cli() -> None:
@@ -26,7 +55,7 @@ def cli() -> None:
 
 @cli.command()
 @click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False), help="plan.yaml to apply.")
-@click.argument("src", type=click.Path(file_okay=False))
+@click.argument("src", type=SRC_DIR)
 @click.option("--apply", is_flag=True, help="Write the changes (atomically) instead of printing the diff.")
 @click.option("--check", is_flag=True, help="Exit 1 when the tree differs from what the plan asks (pre-commit).")
 @click.option("--unsafe", is_flag=True, help="Also write unsafe actions (bucket, kernel): they change what runs.")
@@ -49,13 +78,13 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
 
 @cli.command()
 @click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False), help="plan.yaml (with harness:).")
-@click.argument("src", type=click.Path(file_okay=False))
+@click.argument("src", type=SRC_DIR)
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
               help="Report directory (default: .stackpart/validation/ next to the plan; validation-<stem>/ for a plan not named plan.yaml).")
 @click.option("--backend", default="inductor", show_default=True, help="torch.compile backend of the two baselines.")
 @click.option("--min-speedup", type=float, default=0.95, show_default=True,
               help="Fail when t_best_baseline / t_plan is below this.")
-@click.option("--speed-gate", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+@click.option("--speed-gate", type=_Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Gate speed and amortization (auto: only when timed on CUDA).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds per child process.")
 @click.option("--reps", type=int, default=30, show_default=True, help="Interleaved timing rounds per shape (max).")
@@ -66,7 +95,7 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
 @click.option("--no-overlap", is_flag=True,
               help="Run the eager reference to its end before the first compile (by default, on a GPU "
                    "with >= 8 CPUs, it overlaps the plan's cold phase).")
-@click.option("--construct-on", type=click.Choice(["device", "host"]), default="device", show_default=True,
+@click.option("--construct-on", type=_Choice(["device", "host"]), default="device", show_default=True,
               help="Where each child constructs the model: under the harness device (parameter init on "
                    "the GPU; host when that raises) or on the host as the harness does alone.")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
@@ -108,7 +137,7 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
 @click.option("--fix", is_flag=True, help="Apply the rules' safe fixes, and the plan's pending edits when rewrite --apply would (a passing validation report for this diff), atomically.")
 @click.option("--no-validate", "no_validate", is_flag=True, help="With --fix: write the plan's edits without a passing validation report.")
 @click.option("--diff", "show_diff", is_flag=True, help="Print the safe fixes as a diff; write nothing.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "github", "sarif"]), default="text",
+@click.option("--format", "fmt", type=_Choice(["text", "json", "github", "sarif"]), default="text",
               show_default=True, help="Report format.")
 @click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None,
               help="plan.yaml: FILES must already be as it rewrites them (default: [tool.stackpart] plan).")
@@ -130,13 +159,13 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 
 @cli.command()
 @click.option("--harness", required=True, help="harness.py under SRC, or a plan.yaml whose harness: section is used.")
-@click.argument("src", type=click.Path(file_okay=False))
+@click.argument("src", type=SRC_DIR)
 @click.option("-o", "--output", default="plan.yaml", show_default=True, type=click.Path(dir_okay=False), help="Where the plan goes.")
 @click.option("--model", default=None, help="Model factory in the harness (default build_model).")
 @click.option("--inputs", default=None, help="Input factory in the harness (default make_inputs).")
 @click.option("--shape", "shapes", multiple=True, help="An input shape, e.g. batch=8,seq=512; repeatable, the first is the reference.")
-@click.option("--mode", type=click.Choice(["inference", "training"]), default=None)
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None)
+@click.option("--mode", type=_Choice(["inference", "training"]), default=None)
+@click.option("--dtype", type=_Choice(["float32", "bfloat16", "float16"]), default=None)
 @click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
 @click.option("--report-dir", default=None, type=click.Path(file_okay=False), help="report.md/json, charts, trace (default: next to the plan).")
 @click.option("--backend", default=None, help="torch.compile backend of the search's candidates (default: inductor on CUDA; eager on CPU, forced on every compile: failures measured, gains not).")
@@ -152,7 +181,7 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @click.option("--site", default=None, help="file.py::func under SRC that returns the model (e.g. train.py::build): where actions on an installed library's blocks (transformers, timm) are applied. Default: the harness's model function.")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes (one per GPU) under torchrun; > 1 diagnoses collectives across ranks.")
-@click.option("--wrap", type=click.Choice(["ddp", "fsdp2", "none"]), default=None,
+@click.option("--wrap", type=_Choice(["ddp", "fsdp2", "none"]), default=None,
               help="With --nproc: data-parallel wrapper (default: harness STACKPART_DISTRIBUTED, else ddp).")
 @click.pass_context
 def diagnose(ctx: click.Context, harness: str, src: str, output: str, **kw: object) -> None:
@@ -223,9 +252,18 @@ def _main(argv: Sequence[str] | None) -> int:
         result = cli.main(args=list(argv) if argv is not None else None, prog_name="stackpart", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except click.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `stackpart` / `stackpart plan`: the help
+            exc.show()
+            return 2
+        # one line like every other input error, not click's three-line usage block
+        where = exc.ctx.command_path if exc.ctx is not None else "stackpart"
+        text = " ".join(exc.format_message().split())
+        click.echo(f"error: {text}" + ("" if "did you mean" in text.lower() else f" (see '{where} --help')"), err=True)
+        return 2
     except click.ClickException as exc:
         exc.show()
-        return 2 if isinstance(exc, click.UsageError) else exc.exit_code
+        return exc.exit_code
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130

@@ -7,8 +7,10 @@ convention for usage and input errors); nothing is written when one is raised.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass
@@ -56,3 +58,56 @@ def near_names(name: str, candidates: Iterable[str], n: int = 3) -> str | None:
     if not matches:
         return None
     return "did you mean " + ", ".join(repr(m) for m in matches) + "?"
+
+
+#: The most directory entries :func:`near_path` compares (a huge folder is not read to the end).
+MAX_NEAR_ENTRIES = 10_000
+
+
+def near_path(path: str | os.PathLike[str], shown: str | None = None, *, dirs: bool | None = None) -> str | None:
+    """A ``did you mean`` hint for a path that does not exist: entries of its folder close to
+    its name (``harnes.py`` -> ``harness.py``, ``plna.yaml`` -> ``plan.yaml``), written the way
+    the user wrote the path (``shown``, default ``path``), or None.
+
+    ``dirs``: True suggests only folders, False only files, None both.
+    """
+    p = Path(path)
+    parent = p.parent
+    names = []
+    try:
+        with os.scandir(parent) as it:
+            for i, entry in enumerate(it):
+                if i >= MAX_NEAR_ENTRIES:
+                    break
+                try:
+                    if dirs is None or entry.is_dir() == dirs:
+                        names.append(entry.name)
+                except OSError:
+                    continue
+    except OSError:
+        return None
+    matches = difflib.get_close_matches(p.name, names, n=3, cutoff=0.6)
+    if not matches:
+        return None
+    base = Path(shown if shown is not None else str(path)).parent
+    return "did you mean " + ", ".join(repr(m if str(base) == "." else (base / m).as_posix()) for m in matches) + "?"
+
+
+def src_dir(value: str | os.PathLike[str]) -> Path:
+    """SRC as a command takes it: an existing folder.
+
+    Raises:
+        StackpartError: one line naming SRC as given: it does not exist (with the near folder
+            names beside it), it is a file (pass its folder), or it is something else.
+    """
+    path = Path(value)
+    if path.is_dir():
+        return path
+    if not os.path.lexists(path):
+        raise StackpartError("SRC does not exist; expected the folder of the model's source", path=str(value),
+                             hint=near_path(path, str(value), dirs=True))
+    if path.is_file():
+        parent = path.parent.as_posix()
+        raise StackpartError("SRC is a file; expected the folder of the model's source", path=str(value),
+                             hint=f"pass its folder, {parent!r}")
+    raise StackpartError("SRC is not a directory; expected the folder of the model's source", path=str(value))

@@ -8,6 +8,7 @@ imported with SRC first on ``sys.path``, so ``from model import GPT`` finds the 
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import inspect
 import sys
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import StackpartError, near_names
+from .errors import StackpartError, near_names, near_path
 from .plan import Harness
 from .source import safe_relpath
 
@@ -107,6 +108,36 @@ def _tree_module_file(root: Path, name: str, module: Any) -> Path | None:
     return Path(file).absolute()
 
 
+#: What an unset ``harness.device`` means, in the words the reports use.
+AUTO_DEVICE_RULE = "harness.device unset: cuda when torch sees a CUDA device, else cpu"
+
+
+def resolve_device(spec: Harness) -> Harness:
+    """``spec`` with its device resolved: a harness that names none runs on ``cuda`` when torch
+    sees a CUDA device, else on ``cpu`` (diagnose and validate alike); a named device is kept
+    (diagnose refuses ``cuda`` without a GPU, validate runs it on the CPU and says so)."""
+    if spec.device is not None:
+        return spec
+    import torch
+
+    return spec.model_copy(update={"device": "cuda" if torch.cuda.is_available() else "cpu"})
+
+
+def device_record(requested: str | None, used: str) -> dict[str, str]:
+    """What the reports say about the device: ``device`` (the one used), ``requested_device``
+    (the harness's, ``unset`` when it names none) and ``device_rule`` (why that one)."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if requested is None:
+        why = f"{AUTO_DEVICE_RULE} ({'torch sees one' if cuda else 'torch sees none'})"
+    elif requested == used:
+        why = f"harness.device is {requested}"
+    else:
+        why = f"harness.device is {requested}, but torch sees no CUDA device: ran on {used}"
+    return {"device": used, "requested_device": requested or "unset", "device_rule": why}
+
+
 def load_harness(spec: Harness, src: Path) -> LoadedHarness:
     """Import the harness file under ``src`` and check its callables and shape keys.
 
@@ -118,7 +149,7 @@ def load_harness(spec: Harness, src: Path) -> LoadedHarness:
     src = Path(src)
     path = safe_relpath(src, spec.file)
     if not path.is_file():
-        raise StackpartError("harness file not found under SRC", path=spec.file)
+        raise StackpartError("harness file not found under SRC", path=spec.file, hint=near_path(path, spec.file, dirs=False))
     name = f"_stackpart_harness_{abs(hash(str(path)))}"
     module_spec = importlib.util.spec_from_file_location(name, path)
     assert module_spec is not None and module_spec.loader is not None
@@ -172,6 +203,92 @@ def load_harness(spec: Harness, src: Path) -> LoadedHarness:
             )
         seen[full] = i
     return LoadedHarness(spec=spec, src=src, build_model=build_model, make_inputs=make_inputs)
+
+
+def _top_level(tree: ast.Module) -> tuple[dict[str, ast.AST], bool]:
+    """The names a module binds at its top level (also inside top-level ``if``/``try``/``with``
+    blocks) -> the binding node, and whether it has a ``from x import *`` (then any name may be
+    bound)."""
+    bound: dict[str, ast.AST] = {}
+    star = False
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop(0)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound[node.name] = node
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    star = True
+                else:
+                    bound[(alias.asname or alias.name).split(".", 1)[0]] = node
+            continue
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt):
+                todo.append(child)
+                continue
+            if isinstance(child, ast.excepthandler):
+                todo.extend(child.body)
+                if child.name:
+                    bound.setdefault(child.name, node)
+                continue
+            if isinstance(child, ast.match_case):
+                todo.extend(child.body)
+            for sub in ast.walk(child):
+                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    bound.setdefault(sub.id, node)
+                elif isinstance(sub, (ast.MatchAs, ast.MatchStar)) and sub.name:
+                    bound.setdefault(sub.name, node)
+    return bound, star
+
+
+def _at(loaded: Any, *keys: object) -> dict[str, int | None]:
+    line, col = loaded.mark_of("harness", *keys)
+    return {"line": line, "col": col}
+
+
+def check_harness(loaded: Any, src: Path) -> None:
+    """Check a plan's ``harness:`` against its file without running it, before any child starts
+    (validate): the file exists under SRC, defines the ``model`` and ``inputs`` callables, and
+    every shape key is a parameter of the inputs function. Names bound otherwise than by ``def``
+    (an import, an assignment) are taken as they are: only running them can tell.
+
+    Raises:
+        StackpartError: at the plan's line of the field at fault, with diagnose's message and its
+            near names; a syntax error at the harness file's line.
+    """
+    from .source import read_file
+
+    spec = loaded.plan.harness
+    plan = loaded.path
+    path = safe_relpath(Path(src), spec.file)
+    if not path.is_file():
+        raise StackpartError(f"harness.file: {spec.file} not found under SRC ({src})", path=plan,
+                             **_at(loaded, "file"), hint=near_path(path, spec.file, dirs=False))
+    text = read_file(path, spec.file).text
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as exc:
+        raise StackpartError(f"harness file: syntax error: {exc.msg}", path=spec.file, line=exc.lineno,
+                             col=exc.offset if exc.lineno else None) from None
+    bound, star = _top_level(tree)
+    public = [n for n in bound if not n.startswith("_")]
+    for field in ("model", "inputs"):
+        name = getattr(spec, field)
+        if name not in bound and not star:
+            raise StackpartError(f"harness.{field}: {spec.file} defines no callable {name!r}", path=plan,
+                                 **_at(loaded, field), hint=near_names(name, public))
+    fn = bound.get(spec.inputs)
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.args.kwarg is not None:
+        return
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
+    keywords = [a.arg for a in (*fn.args.args, *fn.args.kwonlyargs)]
+    for i, shape in enumerate(spec.shapes):
+        for key in shape:
+            if key not in keywords:
+                raise StackpartError(f"harness.shapes[{i}]: {spec.inputs}() has no parameter {key!r}", path=plan,
+                                     **_at(loaded, "shapes", i, key), hint=near_names(key, params))
 
 
 def scalar_loss(out: Any) -> Any:
@@ -263,7 +380,7 @@ def build_model(h: LoadedHarness, construct_on: str | None = None) -> tuple[Any,
             f"harness.model: {spec.model}() returned {type(model).__name__}, expected torch.nn.Module",
             path=spec.file,
         )
-    model = model.to(device=spec.device, dtype=torch_dtype(spec))
+    model = model.to(device=resolve_device(spec).device, dtype=torch_dtype(spec))
     model.train(spec.mode == "training")
     return model, fallback
 
@@ -281,7 +398,7 @@ def build_inputs(h: LoadedHarness, shape: dict[str, int] | None = None) -> Any:
         inputs = _call(h, "inputs", h.make_inputs, **shape)
     if not isinstance(inputs, (tuple, list, dict)):
         inputs = (inputs,)
-    return _to(inputs, spec.device, torch_dtype(spec))
+    return _to(inputs, resolve_device(spec).device, torch_dtype(spec))
 
 
 def _call(h: LoadedHarness, field: str, fn: Callable[..., Any], **kwargs: Any) -> Any:

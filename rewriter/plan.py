@@ -12,6 +12,7 @@ Cross-action rules that need the source (a disable inside a ``fullgraph`` region
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from .errors import StackpartError, near_names
+from .errors import StackpartError, near_names, near_path
 
 #: ``path/to/file.py::Qual.name`` — pytest-style node ids, relative to SRC.
 TARGET_RE = re.compile(r"^(?P<file>[^:]+\.py)::(?P<qual>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
@@ -86,7 +87,11 @@ class Harness(_Strict):
     shapes: list[dict[str, int]] = Field(default_factory=lambda: [{}])
     mode: Literal["inference", "training"] = "inference"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    device: str = "cuda"
+    device: str | None = Field(
+        default=None,
+        description="cpu, cuda or cuda:N; unset: cuda when torch sees a CUDA device, else cpu "
+        "(rewriter.harness.resolve_device, at run time; the reports record which was used)",
+    )
 
     _ident = field_validator("model", "inputs")(_check_ident)
 
@@ -100,8 +105,8 @@ class Harness(_Strict):
 
     @field_validator("device")
     @classmethod
-    def _device(cls, value: str) -> str:
-        if not re.match(r"^(cpu|cuda(:\d+)?)$", value):
+    def _device(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^(cpu|cuda(:\d+)?)$", value):
             raise ValueError(f"expected 'cpu', 'cuda' or 'cuda:N', got {value!r}")
         return value
 
@@ -489,6 +494,8 @@ class LoadedPlan:
         action_lines: 1-based line of each action's mapping in the YAML, parallel to
             ``plan.actions``.
         site_line: the line of ``site:``, when the plan has one.
+        marks: every YAML path (``("harness", "shapes", 0, "batch")``) -> its 1-based (line,
+            col), for errors about a field found after loading (validate's harness check).
     """
 
     plan: Plan
@@ -496,6 +503,15 @@ class LoadedPlan:
     action_lines: list[int] = field(default_factory=list)
     #: 1-based line of ``site:`` (None without one).
     site_line: int | None = None
+    marks: dict[tuple, tuple[int, int]] = field(default_factory=dict)
+
+    def mark_of(self, *keys: object) -> tuple[int | None, int | None]:
+        """The (line, col) of the deepest of ``keys``' prefixes the plan spells out
+        (``harness.model`` when written, else ``harness:``), or (None, None)."""
+        for n in range(len(keys), 0, -1):
+            if keys[:n] in self.marks:
+                return self.marks[keys[:n]]
+        return None, None
 
     def where(self, index: int) -> StackpartError:
         """An error template pointing at action ``index`` (fill in ``message``)."""
@@ -709,7 +725,7 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
                 "(stackpart applies the library actions to what it returns)",
             )
     site_line = marks[("site",)][0] if ("site",) in marks else None
-    return LoadedPlan(plan=plan, path=path, action_lines=lines, site_line=site_line)
+    return LoadedPlan(plan=plan, path=path, action_lines=lines, site_line=site_line, marks=marks)
 
 
 def _read_plan_bytes(path: Path) -> bytes:
@@ -725,7 +741,8 @@ def _read_plan_bytes(path: Path) -> bytes:
         return read_bytes(path, str(path), limit=MAX_PLAN_BYTES)[0]
     except StackpartError as exc:  # "skipped:" is check's word for a file it passes over
         why = exc.message.removeprefix("skipped: ").removeprefix("cannot read: ")
-        raise StackpartError(f"cannot read plan: {why}", path=str(path)) from None
+        missing = not os.path.lexists(path)
+        raise StackpartError(f"cannot read plan: {why}", path=str(path), hint=near_path(path) if missing else None) from None
 
 
 def load_plan(path: str | Path) -> LoadedPlan:

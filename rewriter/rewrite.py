@@ -25,7 +25,7 @@ from .actions.dynamic import MarkDynamicCommand
 from .actions.kernel import KernelCommand
 from .actions.site import SiteCommand, site_spec
 from .apply import apply_changes
-from .errors import StackpartError
+from .errors import StackpartError, src_dir
 from .plan import ADVISORY_ACTIONS, LoadedPlan
 from .source import SourceFile, read_source, run_deep, safe_relpath
 from .splice import splice
@@ -142,9 +142,7 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False, check_libr
 
 
 def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bool = True) -> RewriteResult:
-    src = Path(src)
-    if not src.is_dir():
-        raise StackpartError("SRC is not a directory", path=str(src))
+    src = src_dir(src)
     result = RewriteResult()
     sources: dict[str, SourceFile] = {}
     modules: dict[str, cst.Module] = {}

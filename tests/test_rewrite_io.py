@@ -315,7 +315,7 @@ def test_bad_command_lines_exit_2(tree, capsysbinary):
     cases = [
         (["rewrite", "--plan", plan, str(src), "--apply", "--check"], "exclude each other"),
         (["rewrite", "--plan", str(base / "nope.yaml"), str(src)], "nope.yaml: cannot read plan"),
-        (["rewrite", "--plan", plan, str(base / "missing")], "missing: SRC is not a directory"),
+        (["rewrite", "--plan", plan, str(base / "missing")], "missing: SRC does not exist"),
         (["rewrite", "--plan", plan, str(src / "run.py")], "is a file"),
         (["rewrite", "--plan", plan, str(src), "--frobnicate"], "--frobnicate"),
         (["rewrite", str(src)], "--plan"),

@@ -58,6 +58,18 @@ def compile_cost_s(row: dict[str, Any], restarts: int) -> float:
     return float(row.get("compile_s_per_start") or 0.0) * restarts
 
 
+def compile_text(row: dict[str, Any], restarts: int = 1) -> str:
+    """A candidate's compile cost as the reports word it: seconds with the digits that keep a
+    small cost from printing as 0.0, or, when its cold process compiled but paid no measurable
+    time for it, that the cost was not measured (a measurement problem, not a free compile)."""
+    cost = compile_cost_s(row, restarts)
+    compiled = (row.get("compile") or {}).get("unique_graphs") or row.get("shape_buckets")
+    if cost <= 0 and compiled:
+        return "compile cost not measured (it compiled, but its cold first call took no longer than a steady one)"
+    digits = 1 if cost >= 10 else 2 if cost >= 0.1 else 3
+    return f"{cost:.{digits}f} s compile per start" + (f" x {restarts} restart(s)" if restarts != 1 else "")
+
+
 def decide(
     rows: dict[str, dict[str, Any]],
     order: list[str],
@@ -108,7 +120,7 @@ def decide(
         else:
             net[name] = None
             if name != "as-is" and t0 * 1e-3 * runs <= cost:  # even a step of zero would not pay it back
-                status[name] = f"does not pay back: {cost:.1f} s compile > {runs:,} runs x {t0:.3f} ms even at zero step time"
+                status[name] = f"does not pay back: {compile_text(r, restarts)} > {runs:,} runs x {t0:.3f} ms even at zero step time"
     ok = [n for n in ok if n not in status]
     others = [n for n in ok if n != "as-is"]
     if not others:
@@ -156,7 +168,7 @@ def decide(
                 f"({t0:.3f} ms/step): the plan changes nothing")
     else:
         text = (f"{chosen!r}: {c['step_ms']:.3f} ms/step vs {t0:.3f} as is ({t0 / c['step_ms']:.2f}x), "
-                f"{compile_cost_s(c, 1):.1f} s compile per start, net {net[chosen]:,.0f} s over {runs:,} runs x {restarts} restart(s)")
+                f"{compile_text(c)}, net {net[chosen]:,.0f} s over {runs:,} runs x {restarts} restart(s)")
         if len(tied) > 1:
             text += f"; tied within the noise with {', '.join(repr(t) for t in tied if t != chosen)}: the cheaper compile wins"
     return Choice(chosen, text, status, net)

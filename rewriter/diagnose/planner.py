@@ -219,6 +219,8 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
             why = "whole-model compile" + (f"; batch scaling: {bs['fixed_share']:.0%} fixed overhead" if bs else "")
             if not stable:
                 why += f"; shapes vary across {rc.get('shapes', 1)} shapes: automatic dynamic shapes"
+        if block is not None:  # the blocks exist: say what was found (the search measures per-block against it)
+            why += f"; {_unit_evidence(block, m('granularity'))}"
         why += ("; CUDA graphs need one large capture" if mode == "reduce-overhead" else ("; CPU: no CUDA graphs" if not ctx.session.cuda else ""))
         actions.append(
             CompileAction(
@@ -322,11 +324,24 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                 action="compile",
                 target=model_target,
                 strategy="region",
-                why=f"no repeated block in SRC: the model is the unit; op mix GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%)",
+                why=f"{_unit_evidence(block, m('granularity'))}: the model is the unit; op mix GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%)",
             )
         )
         _disables(actions, breaks, {_qual(model_target) + '.forward'}, "model compile")
     return Decision(_plan(spec, ctx, actions), notes)
+
+
+def _unit_evidence(block: dict | None, gran: dict) -> str:
+    """What the granularity rung found, for a whole-model ``why:``: the repeated block with its
+    measured share of the step (and whether it is under SRC), or that none was found."""
+    if block is None:
+        return "no repeated block found (a ModuleList/Sequential of 2+ modules of one class)"
+    share = gran.get("share") if gran.get("block") == block["name"] else None
+    text = f"repeated block {len(block['modules'])} x {block['cls'].__name__} in {block['name']}" + (
+        f" = {share:.0%} of the step" if share is not None else " (share not measured)")
+    if not block["target"]:
+        text += f", defined outside SRC ({block['cls'].__module__}): no per-block target"
+    return text
 
 
 def _disables(actions: list, breaks: list, units: set[str], what: str, notes: list | None = None, reached: set[str] | None = None) -> bool:
@@ -395,8 +410,8 @@ def _mark_dynamic(actions: list, notes: list, block: dict, rc: dict, block_targe
     # states marked, its rotary cos/sin passed as position_embeddings=(cos, sin) not) is
     # specialised by Dynamo and raises ConstraintViolationError on the first call (HF Llama,
     # transformers 5.24, CPU). Automatic dynamic shapes cost one recompile instead.
-    unmarkable = [f"block input {d['arg']} dim {d['dim']} (not a name bound in {owner_target}.forward)" if owner_target
-                  else f"block input {d['arg']} dim {d['dim']} (the block's owner is not under SRC)"
+    owner_forward = f"{owner_target}.forward" if owner_target else f"{type(block['owner']).__qualname__}.forward, which is defined outside SRC"
+    unmarkable = [f"block input {d['arg']} dim {d['dim']} (not a name bound in {owner_forward})"
                   for d in dims if d["arg"] >= len(names) or names[d["arg"]] is None]
     unmarkable += [f"block input {o['input']} dim {o['dim']} (a keyword or nested argument)" if o["dim"] is not None
                    else f"block input {o['input']} (an int: {sorted(set(o['sizes']))})"

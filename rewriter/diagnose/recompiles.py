@@ -171,7 +171,7 @@ def run(ctx: Context) -> RungResult:
         text = f"recompiled {rc.function}: " + "; ".join(rc.guards[:2])
         r.findings.append(Finding("recompile", text[:300], *(site if site else (None, None, None))))
         if not is_shape_guard(rc.guards):
-            by_value.append(f"{rc.guards[0] if rc.guards else '?'}" + (f" at {site[0]}:{site[1]}" if site else ""))
+            by_value.append(rc.guards[0] + (f" at {site[0]}:{site[1]}" if site else ""))  # no guards reads as a shape guard
     dynamic_breaks = _dynamic_only_breaks(ctx, log)
     for site, reason in dynamic_breaks:
         r.findings.append(Finding("graph_break_dynamic", f"graph break once shapes are dynamic: {reason}"[:300], *site))

@@ -220,7 +220,7 @@ def _brief(m: dict[str, Any]) -> str:
 def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | None, notes: list[str], images: list[str], chart_note: str | None, error: str | None) -> str:
     """report.md: the ladder table, charts, top-10, findings with file:line, notes and the plan."""
     lines = [f"# stackpart diagnose: {meta.get('harness', {}).get('file', '')}", ""]
-    lines.append(f"device `{meta.get('device')}`, mode `{meta.get('mode')}`, dtype `{meta.get('dtype')}`, reference shape `{meta.get('reference_shape')}`, compile backend `{meta.get('backend')}`")
+    lines.append(f"device `{meta.get('device')}`" + (f" ({meta['device_rule']})" if meta.get('device_rule') else "") + (f", {meta['cpu_threads']['text']}" if meta.get('cpu_threads') else "") + f", mode `{meta.get('mode')}`, dtype `{meta.get('dtype')}`, reference shape `{meta.get('reference_shape')}`, compile backend `{meta.get('backend')}`")
     if meta.get("seconds") is not None:
         lines.append(f"whole ladder: {meta['seconds']} s")
     lines.append("")
@@ -248,7 +248,7 @@ def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | Non
     if findings:
         lines += ["## Findings", ""]
         for r, f in findings:
-            lines.append(f"- `{f.where}` ({r.name}, {f.kind}{', ' + f.function if f.function else ''}): {f.message}")
+            lines.append(f"- {f'`{f.where}`' if f.file else f.where} ({r.name}, {f.kind}{', ' + f.function if f.function else ''}): {f.message}")
         lines.append("")
     lines += candidates_markdown(next((r for r in rungs if r.name == "search"), None))
     if notes:

@@ -26,10 +26,14 @@ class Finding:
     function: str | None = None
     callers: list[str] = field(default_factory=list)
 
+    #: ``where`` of a finding no frame under SRC located (a break in library code, a guard with no site).
+    UNLOCATED = "no line under SRC"
+
     @property
     def where(self) -> str:
+        """``file:line`` (or the file alone), or :data:`UNLOCATED`."""
         if self.file is None:
-            return "?"
+            return self.UNLOCATED
         return f"{self.file}:{self.line}" if self.line is not None else self.file
 
 

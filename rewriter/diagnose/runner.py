@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import StackpartError
-from ..harness import load_harness
+from ..errors import StackpartError, src_dir
+from ..harness import device_record, load_harness, resolve_device
 from ..plan import Amortization, Harness
 from . import (
     batch_scaling,
@@ -157,9 +157,8 @@ def diagnose(
 
     started = time.perf_counter()
     console = console or stderr()
-    src = Path(src)
-    if not src.is_dir():
-        raise StackpartError("SRC is not a directory", path=str(src))
+    src = src_dir(src)
+    requested = spec.device
     spec = resolve_device(spec)
     harness = load_harness(spec, src)
     if entry is not None:
@@ -181,10 +180,11 @@ def diagnose(
         entry=entry,
         site=site,
     )
+    ctx.cache["requested_device"] = requested  # the harness's own (None: unset), for the validation report
     meta = {
         "harness": spec.model_dump(mode="json"),
         "src": str(src),
-        "device": spec.device,
+        **device_record(requested, spec.device),
         "mode": spec.mode,
         "dtype": spec.dtype,
         "reference_shape": dict(spec.shapes[0]),
@@ -197,6 +197,11 @@ def diagnose(
 
         if not torch.cuda.is_available():
             raise StackpartError("harness.device is cuda but torch sees no CUDA device", path=spec.file, hint="use --device cpu")
+    else:  # the ladder times on this process's CPU: a thread count that fits the cores, said in the report
+        from ..threads import apply_in_process
+
+        meta["cpu_threads"] = apply_in_process()
+        console.print(f"diagnose: device cpu ({meta['device_rule']}); {meta['cpu_threads']['text']}", highlight=False)
     out_dir.mkdir(parents=True, exist_ok=True)
     results: list[RungResult] = []
     error: str | None = None
@@ -204,19 +209,29 @@ def diagnose(
     compiled_oom: HarnessFailure | None = None  # a compile rung's fragmentation OOM (the ladder goes on)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console, transient=True)
+    # rich's live display draws nothing until it stops when stderr is not a terminal (a CI log, a
+    # pipe, nohup): there, each rung is one plain line as it starts and as it ends
+    plain = not getattr(console, "is_terminal", True)
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console, transient=True, disable=plain)
+
+    def said(text: str) -> None:
+        if plain:
+            console.print(f"diagnose: {text}", highlight=False)
+
     with progress:
         task = progress.add_task("setup: building the model", total=len(RUNGS))
+        said("setup: building the model")
         try:
             session.rung = "setup"
             model, _, _ = ctx.reference()
             ctx.cache["blocks"] = granularity.find_blocks(model, src)
         except HarnessFailure as exc:
             fatal = exc
-        for name, fn in RUNGS:
+        for i, (name, fn) in enumerate(RUNGS, 1):
             if fatal is not None:
                 break
             progress.update(task, description=f"rung: {name}")
+            said(f"rung {name} ({i}/{len(RUNGS)}) ...")
             session.rung = name
             t0 = time.perf_counter()
             try:
@@ -230,6 +245,7 @@ def diagnose(
                     blocks = ctx.cache["blocks"]
                     named = granularity.profiled(blocks)
                     ctx.cache["profile"] = profile_steps(session, step, out_dir, steps=steps, blocks=named)
+                    said(f"rung profile: ok in {time.perf_counter() - t0:.1f} s")
                     progress.advance(task)
                     continue
                 elif name in NEEDS_PROFILE and "profile" not in ctx.cache:
@@ -248,6 +264,7 @@ def diagnose(
             r.seconds = round(time.perf_counter() - t0, 3)
             results.append(r)
             ctx.results[name] = r
+            said(f"rung {name}: {r.status} in {r.seconds:.1f} s" + (f" ({r.reason})" if r.reason and not r.ok else ""))
             progress.advance(task)
     outcome = Outcome(rungs=results)
     if fatal is not None:
@@ -372,17 +389,6 @@ def _write_validation(found: Any, ctx: Context, plan_out: Path, outcome: Outcome
     outcome.paths["validation report (the chosen candidate's measurement)"] = str(paths[0])
 
 
-def resolve_device(spec: Harness) -> Harness:
-    """A harness that names no device runs on CUDA when torch sees one, else on the CPU (the
-    ``--device`` default, "cuda when available"); one that names ``cuda`` keeps it (and
-    diagnose refuses to run it without a GPU)."""
-    if "device" in spec.model_fields_set or not spec.device.startswith("cuda"):
-        return spec
-    import torch
-
-    return spec if torch.cuda.is_available() else spec.model_copy(update={"device": "cpu"})
-
-
 def harness_from_flags(
     harness: str,
     src: str | Path,
@@ -427,11 +433,7 @@ def harness_from_flags(
                     rel = harness
                 else:
                     raise StackpartError("--harness must lie under SRC", path=harness) from None
-        base = {"file": rel}
-        if device is None:
-            import torch
-
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+        base = {"file": rel}  # no --device: unset, resolved where it runs (resolve_device)
     for key, value in (("model", model), ("inputs", inputs), ("mode", mode), ("dtype", dtype), ("device", device)):
         if value is not None:
             base[key] = value
@@ -528,6 +530,7 @@ def diagnose_command(harness: str, src: str, output: str, *, model: str | None, 
     """The ``stackpart diagnose`` command: returns 0 (plan written), 1 (plan written, but the ladder
     stopped at a fragmentation OOM: apply the allocator action and run again); raises
     StackpartError (exit 2)."""
+    src_dir(src)  # SRC first: the harness path is read relative to it
     check_output(harness, output)
     spec, amort = harness_from_flags(harness, src, model=model, inputs=inputs, shapes=[parse_shape(s) for s in shapes], mode=mode, dtype=dtype, device=device)
     if runs is not None or restarts is not None:

@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import StackpartError
 from .candidates import Candidate, propose
 from .context import Context
-from .decide import Choice, compile_cost_s, decide
+from .decide import Choice, compile_text, decide
 
 #: Backends that cannot speed anything up: the search then measures failures, not gains.
 NO_GAIN_BACKENDS = frozenset({"eager", "aot_eager", "aot_eager_decomp_partition"})
@@ -198,7 +198,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             elif event == "cold":
                 comp = detail.get("compile") or {}
                 what = " ".join("; ".join(detail.get("problems") or []).split()) or (
-                    f"{detail.get('compile_s_per_start') or 0:.2f} s compile per start (all shapes), {comp.get('unique_graphs', 0)} graph(s), "
+                    f"{compile_text(detail)} (all shapes), {comp.get('unique_graphs', 0)} graph(s), "
                     f"{comp.get('recompiles', 0)} recompile(s), numerics {'reference' if name == 'eager' else detail.get('numerics', '-')}")
                 for tree_prefix in prefixes:
                     what = what.replace(tree_prefix, "")
@@ -252,10 +252,16 @@ def annotated(out: SearchOutcome) -> Any:
     if row.get("step_ms") is not None and asis.get("step_ms"):
         cite = (f"search: {cand.name!r} chosen of {timed} plans timed"
                 + (f" ({failed} more failed)" if failed else "") + f": {row['step_ms']:.3f} ms/step vs "
-                f"{asis['step_ms']:.3f} as is, {compile_cost_s(row, 1):.1f} s compile per start"
+                f"{asis['step_ms']:.3f} as is, {compile_text(row)}"
                 + ("" if out.gain_measured else f" (backend {out.backend}: gain not measured)"))
     else:
         cite = f"search: {cand.name!r} chosen ({out.choice.text})"
+    if not cand.name.startswith("per-block"):
+        # a repeated block existed and was measured as its own candidate: say how it fared
+        blocks = [(n, r) for n, r in out.rows.items() if n.startswith("per-block") and r.get("step_ms") is not None]
+        if blocks:
+            name, best = min(blocks, key=lambda nr: nr[1]["step_ms"])
+            cite += f"; {name!r} measured {best['step_ms']:.3f} ms/step: {out.choice.status.get(name, 'not chosen')}"
     actions = [a.model_copy(update={"why": ((a.why + "; ") if a.why else "") + cite}) for a in cand.plan.actions]
     # the allocator action goes to the program's entry (--entry), which the harness never runs:
     # the search cannot measure it, so the ladder's evidence keeps it whichever candidate wins
@@ -297,7 +303,7 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
             v.pop(k, None)
     timing = [{"shape": row["shape"], "timing": {("plan" if k == cand.name else "eager" if k == "as-is" else k): t
                                                  for k, t in row["timing"].items()}} for row in out.timing]
-    report = report_header(loaded, src, result, spec, out.backend, environment("cuda" if cuda else "cpu", spec.device))
+    report = report_header(loaded, src, result, spec, out.backend, environment("cuda" if cuda else "cpu", ctx.cache.get("requested_device", spec.device)))
     report.update(written_by="stackpart diagnose (the search's measurement of the chosen candidate)",
                   variants=variants, timing=timing)
     verdict = Verdict(notes=[f"measured by diagnose's search: {out.choice.text}"] + list(out.notes))

@@ -49,11 +49,13 @@ def diagnose_distributed_command(
     from ..diagnose.report import default_report_dir as diagnose_report_dir
     from ..diagnose.report import plan_yaml
     from ..diagnose.runner import harness_from_flags, parse_shape
+    from ..harness import resolve_device
     from ..plan import Plan, parse_plan
     from ..terminal import stderr
 
     spec, amort = harness_from_flags(harness, src, model=model, inputs=inputs,
                                      shapes=[parse_shape(s) for s in shapes], mode=mode, dtype=dtype, device=device)
+    spec = resolve_device(spec)
     if mode is None and spec.mode == "inference":
         stderr().print("note: harness mode is inference; DDP's all-reduce runs in backward: pass --mode training",
                        highlight=False)
@@ -106,6 +108,8 @@ def validate_distributed_command(
     Raises:
         StackpartError: a plan without ``harness:``, conflicting settings, a failed run.
     """
+    from ..engine.verdict import below
+    from ..harness import resolve_device
     from ..plan import DistributedAction, load_plan
     from ..terminal import stderr
     from ..engine.materialize import materialize
@@ -115,6 +119,7 @@ def validate_distributed_command(
     spec = loaded.plan.harness
     if spec is None:
         raise StackpartError("validate needs a 'harness:' section", path=plan_path, line=1)
+    spec = resolve_device(spec)
     entries = [(i, a) for i, a in enumerate(loaded.plan.actions) if isinstance(a, DistributedAction)]
     defaults = _harness_defaults(spec, Path(src))
     wrap = str(defaults.get("wrap", "ddp"))
@@ -169,7 +174,7 @@ def validate_distributed_command(
         f"| original | {t0 * 1e3:.2f} | {base.exposed_share:.0%} | {base.verdict} |",
         f"| plan | {t1 * 1e3:.2f} | {cand.exposed_share:.0%} | {cand.verdict} |",
         "",
-        f"Speed-up {speedup:.2f}x (gate >= {min_speedup:.2f}x"
+        f"Speed-up {below(speedup, min_speedup) if speedup < min_speedup else f'{speedup:.2f}'}x (gate >= {min_speedup:g}x"
         + ("" if gated else "; not gated: CPU/gloo timings do not predict NCCL on GPUs, or --speed-gate off")
         + ").",
     ] + ([""] + [f"- {a}" for a in advice] if advice else [])

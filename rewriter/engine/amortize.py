@@ -55,6 +55,25 @@ def amortize(
         ``pays_back_in`` (regime names), ``verdict`` (one sentence).
     """
     saving = t_eager_s - t_variant_s
+    if compile_s_per_start <= 0 and compiles_per_start > 0:
+        # Dynamo compiled, yet the cold first call took no longer than a steady one: the compile
+        # cost was not measured (a cache hit, a clock problem); a break-even from 0 s would be a
+        # verdict from no measurement
+        return {
+            "saving_s": saving,
+            "t_compile_s": 0.0,
+            "compile_measured": False,
+            "compiles_per_start": compiles_per_start,
+            "shape_buckets": shape_buckets,
+            "restarts": restarts,
+            "n_compiles": compiles_per_start * restarts,
+            "break_even_runs": "unknown",
+            "runs": runs,
+            "amortized": None,
+            "pays_back_in": [],
+            "verdict": (f"compile cost not measured: {compiles_per_start} compile(s) counted, but the cold first call "
+                        "took no longer than a steady call (0 s of compile); break-even unknown, not gated"),
+        }
     per_start = max(1, compiles_per_start) if compile_s_per_start > 0 else 0
     n_compiles = per_start * restarts
     t_compile = compile_s_per_start / per_start if per_start else 0.0
@@ -71,6 +90,8 @@ def amortize(
         verdict = "never pays back: not faster than eager"
     elif not pays:
         verdict = f"pays back only after {break_even:,.0f} runs: more than any regime serves"
+    elif n_compiles == 0:
+        verdict = "nothing compiled: no compile cost to pay back"
     else:
         verdict = f"pays back in {pays[0]} and longer regimes (break-even {break_even:,.0f} runs)"
     if runs is not None:
@@ -81,6 +102,7 @@ def amortize(
     return {
         "saving_s": saving,
         "t_compile_s": t_compile,
+        "compile_measured": True,
         "compiles_per_start": per_start,
         "shape_buckets": shape_buckets,
         "restarts": restarts,

@@ -389,17 +389,22 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
             )
 
 
-def environment(device: str, requested: str) -> dict[str, Any]:
-    """Where a measurement ran (``timed_on`` cpu/cuda, the device name, torch and Python versions),
-    for every report the engine's figures go into."""
+def environment(device: str, requested: str | None) -> dict[str, Any]:
+    """Where a measurement ran (``timed_on`` cpu/cuda, the device asked for and why this one was
+    used, the CPU threads of a CPU run, the device name, torch and Python versions), for every
+    report the engine's figures go into. ``requested``: the harness's device, None when unset."""
     import platform
 
     import torch
 
+    from ..harness import device_record
+    from ..threads import cpu_threads
+
     cuda = device.startswith("cuda")
     return {
         "timed_on": "cuda" if cuda else "cpu",
-        "requested_device": requested,
+        **{k: v for k, v in device_record(requested, device).items() if k != "device"},
+        **({} if cuda else {"cpu_threads": cpu_threads()}),
         "device_name": torch.cuda.get_device_name(0) if cuda else (platform.processor() or platform.machine()) + " CPU",
         "torch": torch.__version__,
         "python": platform.python_version(),

@@ -136,6 +136,10 @@ class ServedChild:
         job_path.write_text(json.dumps(self.job, indent=1))
         self.stderr_path = workdir / f"{name}.stderr.txt"
         env = child_env(cache_root, [package_path(workdir)])
+        if not str(job["harness"]["device"]).startswith("cuda"):
+            from ..threads import child_env_threads
+
+            child_env_threads(env)  # CPU timing: a thread count that fits the cores (rewriter.threads)
         self.started = time.perf_counter()
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import StackpartError
+from ..errors import StackpartError, src_dir
 from ..engine.cost import breakdown
 from ..engine.measure import Options as EngineOptions
 from ..engine.measure import environment, relabel
@@ -34,6 +34,7 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
     from ..plan import load_plan
     from ..terminal import stderr
     from ..engine.materialize import materialize
+    from ..harness import check_harness, resolve_device
     from .report import default_report_dir, report_header, write_report
 
     opts = opts or Options()
@@ -43,14 +44,14 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
         raise StackpartError(
             "validate needs a 'harness:' section (file, model, inputs, shapes)", path=plan_path, line=1
         )
-    device = spec.device
+    srcp = src_dir(src)
+    check_harness(loaded, srcp)  # before any child starts: the file, its callables, the shape keys
+    device = resolve_device(spec).device
     notes: list[str] = []
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if device.startswith("cuda") and not torch.cuda.is_available():  # named explicitly (unset resolves)
         device = "cpu"
-        notes.append(f"no CUDA on this machine: ran on CPU although the harness asks for {spec.device}"
-                     if "device" in spec.model_fields_set else "no CUDA on this machine: ran on CPU (the harness names no device)")
+        notes.append(f"no CUDA on this machine: ran on CPU although the harness asks for {spec.device}")
     spec_run = spec.model_copy(update={"device": device})
-    srcp = Path(src)
     out_dir = opts.out or default_report_dir(plan_path)
     workdir = Path(tempfile.mkdtemp(prefix="stackpart-validate-"))
     started = time.perf_counter()
@@ -97,7 +98,8 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
                 Variant("plan", trees.rewritten, compiles=report["plan_compiles"], mark_dynamic=mark_dynamic,
                         plan_name=Path(loaded.path).name)]
     variants += [Variant(b, trees.original, prepare=b, judged=False) for b in opts.variants if b not in ("eager", "plan")]
-    m = measure(spec_run, variants, opts, workdir, amortization=report.get("amortization"), stop_on_wrong_numbers=True)
+    m = measure(spec_run, variants, opts, workdir, amortization=report.get("amortization"), stop_on_wrong_numbers=True,
+                on_event=_progress)
     report["reference_overlapped"] = m.reference_overlapped
     report["timing_wall_s"] = m.timing_wall_s
     report.setdefault("_clock", {}).update(m.clock)
@@ -138,6 +140,23 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     if report.get("amortization") is None:
         verdict.notes.append("the plan has no 'amortization:' section: break-even runs reported, not gated")
     return results, m.timing, verdict
+
+
+def _progress(name: str, event: str, detail: Any) -> None:
+    """One plain line per child event as it happens (a terminal and a CI log alike)."""
+    from ..terminal import stderr
+
+    if event == "cold":
+        comp = detail.get("compile") or {}
+        what = "; ".join(detail.get("problems") or []) or (
+            f"cold phase done: {detail.get('compile_s_per_start') or 0:.3f} s compile per start, "
+            f"{comp.get('unique_graphs', 0)} graph(s), {comp.get('recompiles', 0)} recompile(s)")
+        text = f"{name}: {' '.join(what.split())[:300]}"
+    elif event == "timing":
+        text = f"timing every variant interleaved at {detail}"
+    else:
+        text = f"{name}: {detail}"
+    stderr().print(f"validate: {text}", highlight=False)
 
 
 def _print_summary(report: dict[str, Any], paths: list[Path]) -> None:

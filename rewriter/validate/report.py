@@ -70,9 +70,11 @@ def timing_banner(report: dict[str, Any]) -> str:
     env = report["environment"]
     if env["timed_on"] == "cuda":
         return f"Timed on GPU ({env['device_name']}) with CUDA events; torch {env['torch']}."
+    why = "no CUDA on this machine" if not env.get("cuda_available") else "the harness asks for the CPU"
+    threads = f", {env['cpu_threads']['text']}" if env.get("cpu_threads") else ""
     return (
-        "CPU RUN: no CUDA on this machine, so every figure below is CPU wall-clock "
-        f"(perf_counter after synchronize) on {env['device_name']}, torch {env['torch']}. "
+        f"CPU RUN: {why} ({env.get('device_rule', 'device cpu')}), so every figure below is CPU wall-clock "
+        f"(perf_counter after synchronize) on {env['device_name']}{threads}, torch {env['torch']}. "
         "These are NOT GPU timings; validate on a GPU before trusting speed or amortization."
     )
 
@@ -152,7 +154,9 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append(f"  - recompiled: {r}")
         lines.extend(graph_break_lines(comp))
         amort = var.get("amortization")
-        if amort:
+        if amort and amort.get("compile_measured") is False:
+            lines.append(f"  - amortization: {amort['verdict']}")
+        elif amort:
             lines.append(
                 f"  - amortization: t_compile {amort['t_compile_s']:.2f} s x N_compiles {amort['n_compiles']} "
                 f"({amort['shape_buckets']} shape bucket(s), {amort['compiles_per_start']} compile(s) per start, "
