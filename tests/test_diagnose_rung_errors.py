@@ -163,3 +163,35 @@ def test_headline_keeps_the_first_line_whole_and_adds_a_stated_cause():
     assert headline(ValueError(f"{long}\nmore")) == f"ValueError: {long}"
     assert headline(RuntimeError("Heading!\n  - the cause\n  - another")) == "RuntimeError: Heading! -- the cause"
     assert headline(KeyError()) == "KeyError"
+
+
+def test_a_candidate_that_raises_in_the_engine_names_the_users_line_and_keeps_the_whole_message(tmp_path):
+    """The engine's child (the search's candidates, validate): the one-line message carries the
+    shape, the first full line and the user's file:line under the candidate's tree; the whole
+    message stays in ``detail`` for the constraint hints."""
+    import importlib.util
+
+    import torch
+
+    from rewriter.engine.child import ModelRaised, _raised
+
+    src = _tree(tmp_path, """\
+        import torch
+
+
+        def block(x):
+            torch._dynamo.mark_dynamic(x, 0)
+            return x * 2
+        """)
+    spec = importlib.util.spec_from_file_location("raising_block", src / "model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch._dynamo.reset()
+    with pytest.raises(AssertionError) as info:
+        torch.compile(module.block, backend="eager")(torch.ones(3))
+    message = _raised(info.value, {"batch": 3}, {"tree": str(src)}, "plan")
+    assert message == ("shape {'batch': 3}: AssertionError: Attempt to trace forbidden callable "
+                       f"{str(info.value).splitlines()[0].split('callable ', 1)[1]} (model.py:5)"), message
+    assert "\n" not in message
+    raised = ModelRaised(message, f"AssertionError: {info.value}")
+    assert "from user code:" in raised.detail and str(raised) == message

@@ -95,10 +95,10 @@ def memory_from_oom(ctx: Context, results: list[RungResult], oom_in: HarnessFail
 
 def rung_error(exc: BaseException, src: Path) -> str:
     """A rung's own failure (stackpart's or torch's, not a harness call), one line: the
-    exception's first full line (:func:`.session.headline`) and where it points, the user's
-    file:line under SRC when torch names one (:func:`.session.user_site`), else the frame that
+    exception's first full line (:func:`rewriter.tracebacks.headline`) and where it points, the user's
+    file:line under SRC when torch names one (:func:`rewriter.tracebacks.user_site`), else the frame that
     raised (``explain.py:123``)."""
-    from .session import headline, user_site
+    from ..tracebacks import headline, user_site
 
     path, line, note = user_site(exc, src)
     if path is not None:
