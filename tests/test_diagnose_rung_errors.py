@@ -191,7 +191,7 @@ def test_a_candidate_that_raises_in_the_engine_names_the_users_line_and_keeps_th
         torch.compile(module.block, backend="eager")(torch.ones(3))
     message = _raised(info.value, {"batch": 3}, {"tree": str(src)}, "plan")
     assert message == ("shape {'batch': 3}: AssertionError: Attempt to trace forbidden callable "
-                       f"{str(info.value).splitlines()[0].split('callable ', 1)[1]} (model.py:5)"), message
+                       f"{str(info.value).splitlines()[0].split('callable ', 1)[1]} ({src / 'model.py'}:5)"), message
     assert "\n" not in message
     raised = ModelRaised(message, f"AssertionError: {info.value}")
     assert "from user code:" in raised.detail and str(raised) == message

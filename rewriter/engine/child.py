@@ -97,15 +97,16 @@ class ModelRaised(Exception):
 
 
 def _raised(exc: BaseException, shape: dict[str, Any], job: dict[str, Any], variant: str) -> str:
-    """What a model that raised says: ``shape {..}: Type: first full line (model.py:12)`` (the
-    user's line where torch points, relative to the tree, which mirrors SRC:
-    :func:`rewriter.tracebacks.user_site`); one line."""
+    """What a model that raised says: ``shape {..}: Type: first full line (<tree>/model.py:12)``
+    (the user's line where torch points: :func:`rewriter.tracebacks.user_site`); one line."""
     from ..tracebacks import headline, user_site
     from .variants import TREE
 
     tree = Path(job["tree"]) if job.get("tree") else Path(job["trees"][TREE[variant]])
     path, line, note = user_site(exc, tree)
-    where = f" ({path}:{line}{', ' + note if note else ''})" if path else ""
+    # the tree's own path: the parent relabels it (validate: a/ original, b/ rewritten, whose
+    # lines are the rewritten file's; the search: SRC's paths; engine.measure.relabel)
+    where = f" ({tree / path}:{line}{', ' + note if note else ''})" if path else ""
     return f"shape {shape}: {headline(exc)}{where}"
 
 
