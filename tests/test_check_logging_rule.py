@@ -103,3 +103,13 @@ def test_the_valid_examples_run_without_a_break(monkeypatch):
 def test_print_stays_sp103s_and_logging_is_sp112s_only():
     code = LoggingInCompiled.INVALID[0].code
     assert [f.code for f in check_text(code, "example.py", ALL_RULES).findings] == ["SP112"]
+
+
+def test_transformers_warning_once_needs_its_own_entry(monkeypatch):
+    pytest.importorskip("transformers")
+    example = LoggingInCompiled.INVALID[3]
+    [finding] = check_text(example.code, "example.py", [LoggingInCompiled]).findings
+    assert "ignore_logger_methods.add(logging.Logger.warning_once)" in finding.message
+    assert run(example.code, monkeypatch)[0] == 1
+    assert run(example.code, monkeypatch, knob={logging.Logger.warning})[0] == 1
+    assert run(example.code, monkeypatch, knob={logging.Logger.warning_once})[0] == 0

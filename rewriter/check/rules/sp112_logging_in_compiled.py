@@ -11,6 +11,10 @@ from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
 #: of ``logging`` (``logging.info``); Python docs, "logging — Logging facility for Python".
 LOG_METHODS = frozenset({"debug", "info", "warning", "warn", "error", "exception", "critical", "fatal", "log"})
 
+#: Methods transformers adds to ``logging.Logger`` (transformers/utils/logging.py:
+#: ``logging.Logger.warning_once = warning_once``...); a logger call only, not ``logging.<name>``.
+TRANSFORMERS_METHODS = frozenset({"warning_once", "info_once", "warning_advice"})
+
 #: Calls whose result is a logger: the standard library's and transformers' own helper
 #: (``transformers.utils.logging.get_logger`` returns a ``logging.Logger``).
 LOGGER_FACTORIES = frozenset({"logging.getLogger", "transformers.utils.logging.get_logger"})
@@ -45,7 +49,8 @@ torch._dynamo.config.ignore_logger_methods.add(logging.info)         # logging.i
 A call in the set is **skipped** while tracing: no break, and no log record from compiled code
 (the call runs when the function runs eager). Where the record matters, move the call out of the
 compiled function or keep it under `if not torch.compiler.is_compiling():`. A method the set does
-not name exactly (a wrapper such as transformers' `warning_once`) still breaks: add that method.
+not name exactly still breaks: transformers' `logger.warning_once(...)` needs
+`logging.Logger.warning_once` itself (adding `logging.Logger.warning` leaves the break; measured).
 The rule does not report a call whose method this file already adds to the set.
 
 A call counts as logging when it is `logging.<method>(...)` or `<name>.<method>(...)` on a name
@@ -58,7 +63,7 @@ torch/_dynamo/variables/misc.py (`LoggingLoggerVariable.call_method`); measured 
 `backend="eager"`: one graph break for a `logger.info` between two ops, none once
 `logging.Logger.info` is in the set (tests/test_check_rules.py).
 """
-    NEEDLES = (COMPILE_NEEDLE, r"\b(?:debug|info|warning|warn|error|exception|critical|fatal|log)\s*\(")
+    NEEDLES = (COMPILE_NEEDLE, r"\b(?:debug|info|warning|warn|error|exception|critical|fatal|log|warning_once|info_once|warning_advice)\s*\(")
     VALID = [
         Valid(
             """\
@@ -159,6 +164,21 @@ def step(x):
             line=7,
             note="a module-level logging function",
         ),
+        Invalid(
+            """\
+import torch
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
+
+@torch.compile
+def step(x):
+    logger.warning_once("deprecated argument")
+    return x + 1
+""",
+            line=8,
+            note="transformers' logger and its warning_once",
+        ),
     ]
 
     def __init__(self, *args, **kwargs) -> None:
@@ -167,10 +187,10 @@ def step(x):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if not (isinstance(func, cst.Attribute) and func.attr.value in LOG_METHODS):
+        if not (isinstance(func, cst.Attribute) and func.attr.value in LOG_METHODS | TRANSFORMERS_METHODS):
             return
         method = func.attr.value
-        if self.facts.qnames(func) & {f"logging.{method}"}:
+        if method in LOG_METHODS and self.facts.qnames(func) & {f"logging.{method}"}:
             what, knob = f"logging.{method}()", f"logging.{method}"
             when = " (torch >= 2.11, where it aliases ignore_logging_functions)"
         elif self._is_logger(func.value, node):
