@@ -295,6 +295,11 @@ class MarkDynamicAction(_Action):
             raise ValueError(
                 "unbacked: true writes mark_unbacked and strict: false writes maybe_mark_dynamic; keep one of them"
             )
+        target = info.data.get("target") or ""
+        if "::" not in target and ":" in target:
+            # an installed library's class (``module:Qual``) is marked at run time by a generated
+            # pre-hook that writes mark_dynamic/maybe_mark_dynamic only: refused, not mistranslated
+            raise ValueError("unbacked: true is written for a target under SRC only, not an installed library's")
         return value
 
 
