@@ -273,6 +273,16 @@ class MarkDynamicAction(_Action):
     raising ConstraintViolationError on the first call, as ``mark_dynamic`` does (torch
     "Dynamic shapes" docs; H200: GPT-2's code requires 128 <= seq <= 1023, and a strict mark
     of 2..1024 made the model raise). It takes no ``min``/``max``.
+
+    ``unbacked: true`` writes ``torch._dynamo.decorators.mark_unbacked(arg, dim)``: the dim is
+    never specialised to 0 or 1, so sizes 0/1 and >= 2 share the dynamic graph where
+    ``mark_dynamic`` raises at size 1 and ``maybe_mark_dynamic`` compiles a graph of its own for
+    it (torch 2.13, measured with backend="eager": sizes 1, 5, 7 under one graph; Dynamo's own
+    0/1-specialisation guard message names ``mark_unbacked``). It takes no ``min``/``max``
+    (``mark_unbacked(t, index)`` is what torch 2.6 has; 2.13 added bounds, and a size outside them
+    fails as "Guard failed on the same frame it was created", measured) and no ``strict: false``
+    (that is the other call). Code that broadcasts the dim against a fixed size fails at size 1
+    under it (measured: ``torch.ones(3, 5) + x``), which validation catches.
     """
 
     action: Literal["mark_dynamic"]
@@ -281,6 +291,10 @@ class MarkDynamicAction(_Action):
     min: int | None = Field(default=None, ge=0, le=MAX_SIZE)
     max: int | None = Field(default=None, ge=1, le=MAX_SIZE)
     strict: bool = True
+    unbacked: bool = Field(
+        default=False,
+        description="write torch._dynamo.decorators.mark_unbacked(arg, dim): sizes 0 and 1 stay in the dynamic graph",
+    )
 
     _arg = field_validator("arg")(_check_ident)
 
@@ -310,6 +324,28 @@ class MarkDynamicAction(_Action):
                 f"strict: false (maybe_mark_dynamic) takes no range; remove {' and '.join(bounds)}, "
                 "or keep strict: true"
             )
+        return value
+
+    @field_validator("unbacked")
+    @classmethod
+    def _unbacked(cls, value: bool, info: ValidationInfo) -> bool:
+        if not value:
+            return value
+        bounds = [k for k in ("min", "max") if info.data.get(k) is not None]
+        if bounds:
+            raise ValueError(
+                f"unbacked: true (mark_unbacked) takes no range; remove {' and '.join(bounds)} (torch 2.6's "
+                "mark_unbacked(t, index) has none, and sizes 0/1 staying dynamic is what unbacked is for)"
+            )
+        if info.data.get("strict") is False:
+            raise ValueError(
+                "unbacked: true writes mark_unbacked and strict: false writes maybe_mark_dynamic; keep one of them"
+            )
+        target = info.data.get("target") or ""
+        if "::" not in target and ":" in target:
+            # an installed library's class (``module:Qual``) is marked at run time by a generated
+            # pre-hook that writes mark_dynamic/maybe_mark_dynamic only: refused, not mistranslated
+            raise ValueError("unbacked: true is written for a target under SRC only, not an installed library's")
         return value
 
 

@@ -207,3 +207,25 @@ def test_sp106s_fix_makes_the_size_1_call_it_warns_about_work():
         run(lambda x: torch._dynamo.mark_dynamic(x, 1, min=1, max=64), [1])
     assert run(lambda x: torch._dynamo.maybe_mark_dynamic(x, 1), [1, 5, 7, 9]) == 2
     torch._dynamo.reset()
+
+
+def test_sp105_examples_fail_at_the_first_call_with_or_without_fullgraph():
+    """SP105's page says the marks are an error in compiled code, not a graph break (torch 2.13):
+    each INVALID example, run on the eager backend, raises "Attempt to trace forbidden callable"."""
+    import torch
+
+    rule = next(r for r in ALL_RULES if r.CODE == "SP105")
+    for example in rule.INVALID:
+        real = torch.compile
+        namespace: dict = {"__name__": "example"}
+        torch.compile = lambda model=None, **kw: real(model, backend="eager", **kw) if model is not None \
+            else (lambda fn: real(fn, backend="eager", **kw))
+        try:
+            exec(compile(example.code, "example.py", "exec"), namespace)
+        finally:
+            torch.compile = real
+        entry = namespace["model"] if "model" in namespace else namespace["block"]
+        torch._dynamo.reset()
+        with pytest.raises(AssertionError, match="Attempt to trace forbidden callable"):
+            entry(torch.ones(3))
+        torch._dynamo.reset()

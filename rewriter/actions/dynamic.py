@@ -1,5 +1,6 @@
 """``mark_dynamic``: ``torch._dynamo.mark_dynamic(arg, dim, min=, max=)`` (``strict: false``:
-``maybe_mark_dynamic(arg, dim)``) right after ``arg`` is bound, so the compiled region it enters
+``maybe_mark_dynamic(arg, dim)``; ``unbacked: true``:
+``torch._dynamo.decorators.mark_unbacked(arg, dim)``) right after ``arg`` is bound, so the compiled region it enters
 is traced once with a symbolic size instead of recompiling per size (torch.compiler "Dynamic
 shapes" docs).
 
@@ -47,7 +48,7 @@ def _top_level_names(func: cst.FunctionDef) -> list[str]:
     return names
 
 
-MARK_CALLS = {"mark_dynamic", "maybe_mark_dynamic"}
+MARK_CALLS = {"mark_dynamic", "maybe_mark_dynamic", "mark_unbacked"}
 #: The upper bound written when a plan gives only ``min``: the largest int64 (sizes are int64).
 OPEN_MAX = 2**63 - 1
 
@@ -81,7 +82,12 @@ def _defaults_to_none(func: cst.FunctionDef, arg: str) -> bool:
 
 def mark_dynamic_call(torch: str, action: MarkDynamicAction) -> str:
     """The statement text, e.g. ``torch._dynamo.mark_dynamic(x, 1, min=2, max=4096)``, or
-    ``torch._dynamo.maybe_mark_dynamic(x, 1)`` for ``strict: false``."""
+    ``torch._dynamo.maybe_mark_dynamic(x, 1)`` for ``strict: false``, or
+    ``torch._dynamo.decorators.mark_unbacked(x, 1)`` for ``unbacked: true`` (where torch defines
+    it: ``torch._dynamo`` itself does not export the name, torch 2.13 checked, and Dynamo's own
+    0/1-specialisation message names this path)."""
+    if action.unbacked:
+        return f"{torch}._dynamo.decorators.mark_unbacked({action.arg}, {action.dim})"
     if not action.strict:
         return f"{torch}._dynamo.maybe_mark_dynamic({action.arg}, {action.dim})"
     # min < 2 is written as 2: Dynamo specialises sizes 0 and 1 whatever the mark says (SP106)

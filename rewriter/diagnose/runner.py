@@ -93,6 +93,22 @@ def memory_from_oom(ctx: Context, results: list[RungResult], oom_in: HarnessFail
     ctx.results.update(have)
 
 
+def rung_error(exc: BaseException, src: Path) -> str:
+    """A rung's own failure (stackpart's or torch's, not a harness call), one line: the
+    exception's first full line (:func:`rewriter.tracebacks.headline`) and where it points, the user's
+    file:line under SRC when torch names one (:func:`rewriter.tracebacks.user_site`), else the frame that
+    raised (``explain.py:123``)."""
+    from ..tracebacks import headline, user_site
+
+    path, line, note = user_site(exc, src)
+    if path is not None:
+        where = f"{path}:{line}" + (f", {note}" if note else "")
+    else:
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else "?"
+    return f"{headline(exc)} ({where})"
+
+
 def _ours(out_dir: Path) -> bool:
     """Whether ``out_dir`` holds a previous diagnose report (its report.json is one of ours): only
     then are its artifacts removed; a ``--report-dir`` of the user's (``.``) keeps their files."""
@@ -257,10 +273,9 @@ def diagnose(
                     fatal = exc
                 elif exc.oom and exc.oom.get("fragmentation") and compiled_oom is None:
                     compiled_oom = exc
-                r = RungResult(name, name, status="error", reason=str(exc))
+                r = RungResult(name, name, status="error", reason=exc.describe())
             except Exception as exc:  # a rung's own failure: record it, keep climbing
-                last = traceback.extract_tb(exc.__traceback__)[-1]
-                r = RungResult(name, name, status="error", reason=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} ({Path(last.filename).name}:{last.lineno})")
+                r = RungResult(name, name, status="error", reason=f"rung {name}: {rung_error(exc, src)}")
             r.seconds = round(time.perf_counter() - t0, 3)
             results.append(r)
             ctx.results[name] = r
@@ -268,8 +283,7 @@ def diagnose(
             progress.advance(task)
     outcome = Outcome(rungs=results)
     if fatal is not None:
-        where = f" ({fatal.path}:{fatal.line})" if fatal.path and fatal.line else ""
-        error = f"diagnose stopped at rung {fatal.rung}: harness {fatal.callable}: {fatal.message}{where}"
+        error = f"diagnose stopped at rung {fatal.rung}: harness {fatal.callable}: {fatal.message}{fatal.where}"
         if not (fatal.oom and fatal.oom.get("fragmentation")):
             write_json(out_dir / "report.json", to_json(meta, results, None, [], error))
             raise StackpartError(f"{error}; partial results in {out_dir / 'report.json'}", path=spec.file)

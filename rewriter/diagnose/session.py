@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import StackpartError
 from ..harness import LoadedHarness, build, call_model, on_sys_path, scalar_loss
+from ..tracebacks import headline, user_site
 
 
 class HarnessFailure(Exception):
@@ -38,10 +39,23 @@ class HarnessFailure(Exception):
     """
 
     def __init__(
-        self, rung: str, callable: str, message: str, path: str | None = None, line: int | None = None, oom: dict[str, Any] | None = None
+        self, rung: str, callable: str, message: str, path: str | None = None, line: int | None = None,
+        oom: dict[str, Any] | None = None, note: str | None = None,
     ):
         super().__init__(f"rung {rung}: {callable}: {message}")
         self.rung, self.callable, self.message, self.path, self.line, self.oom = rung, callable, message, path, line, oom
+        self.note = note
+
+    @property
+    def where(self) -> str:
+        """`` (model.py:12)``, `` (model.py:10, in Net.forward, which Dynamo was compiling)`` or ``""``."""
+        if not (self.path and self.line):
+            return ""
+        return f" ({self.path}:{self.line}{', ' + self.note if self.note else ''})"
+
+    def describe(self) -> str:
+        """One line: the rung, the harness callable, what happened and the user's file:line."""
+        return f"rung {self.rung}: {self.callable}: {self.message}{self.where}"
 
 
 class _Timeout(BaseException):
@@ -88,17 +102,8 @@ def tensor_leaves(value: Any) -> list[Any]:
 
 
 def _user_line(exc: BaseException, src: Path) -> tuple[str | None, int | None]:
-    import traceback
-
-    root = src.resolve()
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        try:
-            path = Path(frame.filename).resolve()
-        except OSError:
-            continue
-        if path.is_relative_to(root):
-            return str(path.relative_to(root)), frame.lineno
-    return None, None
+    path, line, _ = user_site(exc, src)
+    return path, line
 
 
 @dataclass
@@ -163,9 +168,8 @@ class Session:
             path, line = _user_line(exc, self.src)
             raise HarnessFailure(self.rung, what, f"ran out of memory: {said}", path, line, oom=oom) from exc
         except Exception as exc:  # the user's code: any exception is a harness failure
-            path, line = _user_line(exc, self.src)
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            raise HarnessFailure(self.rung, what, f"raised {type(exc).__name__}: {first}", path, line) from exc
+            path, line, note = user_site(exc, self.src)
+            raise HarnessFailure(self.rung, what, f"raised {headline(exc)}", path, line, note=note) from exc
 
     def forward_name(self) -> str:
         return f"{self.spec.model}() model forward"

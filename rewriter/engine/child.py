@@ -86,7 +86,28 @@ class Channel:
 
 
 class ModelRaised(Exception):
-    """The model (not the harness) raised during a run."""
+    """The model (not the harness) raised during a run.
+
+    ``str()`` is one line (:func:`_raised`); ``detail`` is the exception's whole message (the
+    verdict's constraint hints read its violation lines)."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+def _raised(exc: BaseException, shape: dict[str, Any], job: dict[str, Any], variant: str) -> str:
+    """What a model that raised says: ``shape {..}: Type: first full line (<tree>/model.py:12)``
+    (the user's line where torch points: :func:`rewriter.tracebacks.user_site`); one line."""
+    from ..tracebacks import headline, user_site
+    from .variants import TREE
+
+    tree = Path(job["tree"]) if job.get("tree") else Path(job["trees"][TREE[variant]])
+    path, line, note = user_site(exc, tree)
+    # the tree's own path: the parent relabels it (validate: a/ original, b/ rewritten, whose
+    # lines are the rewritten file's; the search: SRC's paths; engine.measure.relabel)
+    where = f" ({tree / path}:{line}{', ' + note if note else ''})" if path else ""
+    return f"shape {shape}: {headline(exc)}{where}"
 
 
 def _identity(x: Any) -> Any:
@@ -482,7 +503,7 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
             except torch.cuda.OutOfMemoryError:
                 raise
             except Exception as exc:
-                raise ModelRaised(f"shape {spec['shapes'][i]}: {type(exc).__name__}: {exc}") from exc
+                raise ModelRaised(_raised(exc, spec["shapes"][i], job, variant), f"{type(exc).__name__}: {exc}") from exc
             after = watch.stats()
             entry: dict[str, Any] = {
                 "shape": spec["shapes"][i],
@@ -634,6 +655,7 @@ def main(argv: list[str] | None = None) -> int:
                 "error": {
                     "kind": kind,
                     "message": str(exc)[:1000],
+                    "detail": exc.detail[:4000],
                     "traceback": "".join(traceback.format_exception(cause))[-4000:],
                 }
             }

@@ -254,7 +254,7 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
                 return False
             if err["kind"] == "raised":
                 row["problems"].append(f"the rewritten model raised: {err['message']}")
-                hint = constraint_hint(err["message"], v.mark_dynamic, v.plan_name)
+                hint = constraint_hint(err.get("detail") or err["message"], v.mark_dynamic, v.plan_name)
                 if hint:
                     m.hints.setdefault(name, []).append(hint)
             else:

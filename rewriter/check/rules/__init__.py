@@ -14,6 +14,7 @@ from .sp108_disable_in_fullgraph import DisableInFullgraph
 from .sp109_reduce_overhead_small_region import ReduceOverheadSmallRegion
 from .sp110_fullgraph_scalar_branch import FullgraphScalarBranch
 from .sp111_fullgraph_scalar_loop_bound import FullgraphScalarLoopBound
+from .sp112_logging_in_compiled import LoggingInCompiled
 
 ALL_RULES: list[type[Rule]] = [
     WholeModelCompile,
@@ -27,4 +28,5 @@ ALL_RULES: list[type[Rule]] = [
     ReduceOverheadSmallRegion,
     FullgraphScalarBranch,
     FullgraphScalarLoopBound,
+    LoggingInCompiled,
 ]

@@ -24,8 +24,10 @@ therefore say the author expects sizes 0 or 1 there.
 Safe fix: `maybe_mark_dynamic(x, dim)`: sizes >= 2 share one dynamic graph and a size-1 call
 gets its own specialised graph instead of an error (checked on torch 2.13: sizes 1, 5, 7, 9 give
 2 graphs and no error). It takes no `min`/`max`, so both are dropped. When sizes 0/1 must stay in
-the dynamic graph, `torch._dynamo.decorators.mark_unbacked(x, dim)` does that, but code that
-branches on the size then raises a data-dependent error: not a safe fix.
+the dynamic graph, `torch._dynamo.decorators.mark_unbacked(x, dim)` does that (sizes 1, 5, 7 in
+one graph; a plan writes it with `unbacked: true`), but code that broadcasts the dim against a
+fixed size then fails at size 1 (torch 2.13: `torch.ones(3, 5) + x` raises an `AssertionError`,
+"Guard failed on the same frame it was created"): not a safe fix.
 
 Source: PyTorch docs, "Dynamic shapes" (0/1 specialization; mark_dynamic, maybe_mark_dynamic,
 mark_unbacked); measured on torch 2.13.
