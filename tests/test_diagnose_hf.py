@@ -170,3 +170,59 @@ def test_validate_passes_on_model_defaults(tmp_path, name, training):
     if training:  # the report says how dropout was made comparable
         notes = " ".join(report["verdict"]["notes"])
         assert "draws random numbers" in notes and "fallback_random" in notes, notes
+
+
+GENERATE = textwrap.dedent("""\
+    import torch
+    import transformers
+
+
+    class Generate(torch.nn.Module):
+        \"\"\"A serving step: greedy generation with transformers' default (dynamic) KV cache.\"\"\"
+
+        def __init__(self):
+            super().__init__()
+            config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                              num_attention_heads=4, num_key_value_heads=2)
+            self.lm = transformers.LlamaForCausalLM(config)
+
+        def forward(self, input_ids):
+            return self.lm.generate(input_ids, max_new_tokens=6, do_sample=False, pad_token_id=0)
+
+
+    def build_model():
+        torch.manual_seed(0)
+        return Generate().eval()
+
+
+    def make_inputs(batch: int = 2, seq: int = 8):
+        return {"input_ids": torch.randint(1, 256, (batch, seq))}
+""")
+
+
+@pytest.mark.slow
+def test_validate_judges_generated_tokens_by_their_logits(tmp_path):
+    """A greedy-generation harness: the per-block plan on the library's decoder layer validates,
+    and its generated ids are judged by the teacher-forced logits (token agreement reported)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(GENERATE)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(textwrap.dedent("""\
+        version: 1
+        harness:
+          file: harness.py
+          shapes: [{batch: 2, seq: 8}]
+          device: cpu
+        site: harness.py::build_model
+        actions:
+          - action: compile
+            target: transformers.models.llama.modeling_llama:LlamaDecoderLayer
+            options: {backend: eager}
+    """))
+    rc = main(["validate", "--plan", str(plan), str(src), "--backend", "eager"])
+    report = json.loads((tmp_path / ".stackpart" / "validation" / "validation.json").read_text())
+    assert rc == 0, json.dumps(report["verdict"], default=str)[:3000]
+    judged = report["variants"]["plan"]["generated_tokens"]
+    assert judged["judged_by"].startswith("teacher-forced logits")
+    assert judged["per_shape"][0]["token_agreement"] == 1.0  # float32 on CPU: the same ids

@@ -462,6 +462,7 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
     import torch
 
     from .compare import compare_trees
+    from .generation import TEACHER_FORCED, generated_tokens, generator_of, judge_tokens, teacher_forced_logits
     from .timing import wall_call
     from .watch import CompileWatch, fail_on_recompile_supported
 
@@ -514,6 +515,11 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
                 "new_recompiles": after.recompiles - before.recompiles,
             }
             record: dict[str, Any] = {"output": _cpu(out[0] if training else out)}
+            tokens = None if training else generated_tokens(out)
+            generator = generator_of(model) if tokens is not None else None
+            if generator is not None and job.get("reference"):
+                # the logits that chose the reference's tokens (engine.generation)
+                record[TEACHER_FORCED] = _cpu(teacher_forced_logits(generator, tokens))
             if training:
                 record["loss"] = _cpu(out[1])
                 # the first call's gradients (fn zeroes them on entry; recompute for this record)
@@ -535,10 +541,17 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
                 hp = torch.load(hp_path, map_location=device, weights_only=False, mmap=True) if hp_path.exists() else {}
                 hp_record, hp_dtype = hp.get("record", {}), hp.get("dtype")
                 mine = {k: _to_device(v, device) for k, v in record.items()}
+                ref_tokens = generated_tokens(expected["output"]) if generator is not None and TEACHER_FORCED in expected else None
+                if ref_tokens is not None:
+                    mine[TEACHER_FORCED] = teacher_forced_logits(generator, ref_tokens)
                 entry["compare"] = {
                     k: compare_trees(mine[k], expected[k], hp_record.get(k), hp_dtype, spec["dtype"]).to_json()
-                    for k in expected
+                    for k in expected if k in mine
                 }
+                if ref_tokens is not None:
+                    prompt = inputs.get("input_ids") if isinstance(inputs, dict) else None
+                    entry["compare"] = judge_tokens(entry["compare"], tokens, ref_tokens,
+                                                    prompt.shape[1] if hasattr(prompt, "shape") and prompt.dim() == 2 else None)
                 del expected, mine, hp
                 if device.startswith("cuda"):
                     torch.cuda.empty_cache()  # the float64 comparison copies are not kept reserved

@@ -537,6 +537,11 @@ def cold_summary(payload: dict[str, Any]) -> dict[str, Any]:
             for e in shapes
         ],
     }
+    judged = [{"shape": e["shape"], "token_agreement": e["compare"]["output"]["token_agreement"],
+               "ids_equal": e["compare"]["output"]["ids_equal"]}
+              for e in shapes if "judged_by" in e.get("compare", {}).get("output", {})]
+    if judged:
+        out["generated_tokens"] = {"judged_by": "teacher-forced logits on the reference's tokens", "per_shape": judged}
     if shapes:
         out["cold_first_call_s"] = shapes[0]["first_call_s"]
         compiled = [e for e in shapes if e["new_graphs"] or e["new_recompiles"]]
