@@ -247,5 +247,12 @@ def resolve_import(target: LibraryTarget, action: str) -> None:
                 "the model's instances of a module class",
                 hint="name the block's class (its forward runs as the compiled region)",
             )
+    elif action == "generation":
+        if not (isinstance(obj, type) and callable(getattr(obj, "generate", None))):
+            raise StackpartError(
+                f"{target.path} does not generate (no generate method): the generation action sets a "
+                "transformers model's generation_config",
+                hint="name the model class whose generate the program calls (e.g. LlamaForCausalLM)",
+            )
     elif not callable(obj):
         raise StackpartError(f"{target.path} is not callable ({type(obj).__name__}): disable needs a function or method")

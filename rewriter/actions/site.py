@@ -12,7 +12,9 @@ actions to the model the function returns — all of it in the reviewed diff:
   ``torch.compiler.nested_compile_region`` on the class's ``forward``, as the decorator would;
 * ``disable``: ``torch.compiler.disable`` set on the function's class or module;
 * ``mark_dynamic``: a forward pre-hook on every instance of the class, marking the named input's
-  dim at the block boundary.
+  dim at the block boundary;
+* ``generation``: the model's own ``generation_config`` lever (transformers' static KV cache, and
+  the decode-step compile ``generate`` then does itself on CUDA).
 
 One decorator means the same whether the model comes from SRC or a library: the search measures
 the rewritten tree the same way in both cases (:mod:`rewriter.diagnose.search`).
@@ -28,7 +30,7 @@ import libcst as cst
 
 from ..errors import StackpartError
 from ..library_targets import LibraryTarget
-from ..plan import CompileAction, DisableAction, LoadedPlan, MarkDynamicAction
+from ..plan import CompileAction, DisableAction, GenerationAction, LoadedPlan, MarkDynamicAction
 from .base import TargetedCommand, call_args, py_literal
 from .dynamic import OPEN_MAX
 
@@ -98,6 +100,9 @@ def _summary(action: Any) -> str:
         return f"compile {action.target} ({action.strategy}: {how}{', ' + opts if opts else ''})"
     if isinstance(action, DisableAction):
         return f"disable {action.target}" + ("" if action.recursive else " (recursive=False)")
+    if isinstance(action, GenerationAction):
+        return (f"generation_config.cache_implementation = {action.cache_implementation!r} on {action.target}"
+                + (" (disable_compile)" if action.disable_compile else ""))
     assert isinstance(action, MarkDynamicAction)
     how = "mark_dynamic" if action.strict else "maybe_mark_dynamic"
     return f"{how} {action.arg} dim {action.dim} entering each {action.target}"
@@ -122,7 +127,10 @@ def site_spec(loaded: LoadedPlan, targets: dict[int, LibraryTarget]) -> SiteSpec
             step.update(kind="disable", owner=owner, name=py_literal(attr), recursive=action.recursive)
         else:
             cls = names.attr(target.module, head) + (f".{rest}" if rest else "")
-            if isinstance(action, CompileAction) and action.strategy == "nested":
+            if isinstance(action, GenerationAction):
+                step.update(kind="generation", cls=cls, cache=py_literal(action.cache_implementation),
+                            disable_compile=action.disable_compile)
+            elif isinstance(action, CompileAction) and action.strategy == "nested":
                 step.update(kind="nested", cls=cls)
             elif isinstance(action, CompileAction):
                 step.update(kind="compile", cls=cls, outermost=action.strategy == "whole",

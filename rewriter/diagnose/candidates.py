@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..plan import BucketAction, CompileAction, CompileOptions, Plan
+from ..plan import BucketAction, CompileAction, CompileOptions, GenerationAction, Plan
 from .context import Context
 from .planner import plan as rule_plan
 from .recompiles import shapes_stable
@@ -185,6 +185,11 @@ def propose(ctx: Context, own_setup: list[str] | None = None) -> tuple[list[Cand
         if any(a.action == "compile" for a in whole.plan.actions) and ctx.session.cuda and not own:
             cg = rule_plan(ctx, "whole", mode="reduce-overhead")
             add(_named("whole+cudagraphs", cg.plan) + "+bucket", type(cg)(_with(cg.plan, bucket), cg.notes))
+    static = static_cache_candidate(ctx)
+    if isinstance(static, str):
+        pruned.append(f"static-cache: {static}")
+    elif static is not None:
+        add("static-cache", static)
     # the rule's proposal is one of the above (same actions) or its own candidate; a whole-model
     # proposal on top of the program's own compile is the second compile pruned above
     if own and any(a.action == "compile" and a.strategy == "whole" for a in proposal.plan.actions):
@@ -196,6 +201,32 @@ def propose(ctx: Context, own_setup: list[str] | None = None) -> tuple[list[Cand
         unit = "whole" if any(a.action == "compile" and a.strategy == "whole" for a in plain.actions) else "per-block"
         add(_named(unit, plain) + "-no-kernel", type(proposal)(plain, list(proposal.notes)))
     return _rule_first(out), pruned
+
+
+def static_cache_candidate(ctx: Context) -> Any:
+    """transformers' own lever for a generation workload: ``generation_config.cache_implementation
+    = "static"`` on the model whose ``generate`` the step calls (and, on CUDA, the decode-step
+    compile ``generate`` then does itself), as a candidate plan of its own (a compile of ours on
+    top would compile the decode step twice). Returns a Decision, None (the step does not
+    generate) or why it cannot be planned (a str)."""
+    from .generation import generating_module
+    from .locate import library_target_of
+    from .planner import Decision, _plan
+
+    module = generating_module(ctx)
+    if module is None:
+        return None
+    target = library_target_of(type(module))
+    if target is None:
+        return f"{type(module).__qualname__} generates but is not importable by path"
+    cache = getattr(module.generation_config, "cache_implementation", None)
+    if cache in ("static", "offloaded_static"):
+        return f"{type(module).__name__} already uses cache_implementation={cache!r}"
+    why = (f"generation: the step calls {type(module).__name__}.generate with the {'default dynamic' if cache is None else repr(cache)} "
+           "KV cache; transformers' static cache preallocates it" + (" and generate compiles the decode step itself (CUDA)"
+                                                                       if ctx.session.cuda else " (CPU: no auto-compile)"))
+    action = GenerationAction(action="generation", target=target, why=why)
+    return Decision(_plan(ctx.session.spec, ctx, [action]), [])
 
 
 def next_pow2(n: int) -> int:

@@ -36,10 +36,7 @@ def target_of(obj: Any, src: Path) -> str | None:
     obj = inspect.unwrap(getattr(obj, "__func__", obj))
     if not (inspect.isclass(obj) or inspect.isfunction(obj)):
         obj = type(obj)
-    try:
-        file = inspect.getsourcefile(obj)
-    except TypeError:
-        return None
+    file = _source_file(obj)
     if file is None:
         return None
     rel = relpath(src, file)
@@ -47,6 +44,30 @@ def target_of(obj: Any, src: Path) -> str | None:
     if rel is None or not qual or "<locals>" in qual:
         return None
     return f"{rel}::{qual}"
+
+
+def _source_file(obj: Any) -> str | None:
+    """The file defining a class or function. A class of a module no longer in ``sys.modules``
+    (the harness, imported under a private name) has no ``__file__`` to ask, so its methods' code
+    objects say where it was defined."""
+    try:
+        return inspect.getsourcefile(obj)
+    except TypeError:
+        pass
+    if inspect.isclass(obj):
+        for value in vars(obj).values():
+            code = getattr(inspect.unwrap(getattr(value, "__func__", value)), "__code__", None) if callable(value) or hasattr(value, "__func__") else None
+            if code is not None and code.co_filename.endswith(".py"):
+                return code.co_filename
+    return None
+
+
+@lru_cache(maxsize=512)
+def _importable(module: str) -> bool:
+    """Whether ``module`` is found on ``sys.path`` by its own name (without running it)."""
+    from ..library_targets import module_file
+
+    return module_file(module)[1]
 
 
 def library_target_of(obj: Any) -> str | None:
@@ -61,6 +82,8 @@ def library_target_of(obj: Any) -> str | None:
     if not module or not qual or "<locals>" in qual or module == "__main__" or module.split(".")[0] in ("torch", "builtins"):
         return None
     if not all(part.isidentifier() for part in module.split(".") + qual.split(".")):
+        return None
+    if not _importable(module):  # the harness's private module name, a module built at run time
         return None
     return f"{module}:{qual}"
 

@@ -1,0 +1,43 @@
+"""Generation workloads: does the harness's step call a transformers model's ``generate``?
+
+Found by running: one eager step at the reference shape with ``generate`` of every module that has
+a ``generation_config`` wrapped (an instance attribute, removed after) to count its calls. A
+harness step that only calls ``forward`` is not a generation workload, however the model could be
+used elsewhere, so the static-cache lever is proposed only where the measured step generates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .context import Context
+
+
+def generating_module(ctx: Context) -> Any | None:
+    """The outermost module whose ``generate`` the reference step called, or None (cached in
+    ``ctx.cache["generates"]``)."""
+    if "generates" in ctx.cache:
+        return ctx.cache["generates"]
+    model, _, step = ctx.reference()
+    candidates = [m for _, m in model.named_modules()
+                  if callable(getattr(m, "generate", None)) and getattr(m, "generation_config", None) is not None]
+    called: list[Any] = []
+    patched = []
+    for module in candidates:
+        original = module.generate
+
+        def counting(*args: Any, _module: Any = module, _original: Any = original, **kwargs: Any) -> Any:
+            called.append(_module)
+            return _original(*args, **kwargs)
+
+        module.generate = counting
+        patched.append(module)
+    try:
+        if patched:
+            step()
+    finally:
+        for module in patched:
+            del module.generate
+    found = called[0] if called else None
+    ctx.cache["generates"] = found
+    return found
