@@ -397,18 +397,26 @@ def allocator_effect(without: Mapping[str, Any], with_: Mapping[str, Any]) -> di
     sweep run that failed (ran out of memory) without it.
 
     Returns:
-        ``{"keep": bool, "step_ratio": with/without mean steady step ms or None, "peak_reserved_saved_mib":
+        ``{"keep": True | False | None (not judged: an arm ran on CPU, or both failed), "step_ratio": with/without mean steady step ms or None, "peak_reserved_saved_mib":
         without - with or None, "text": one line with both arms' figures}``.
     """
     from ..engine.verdict import NOISE
 
+    cpu = [a.get("device") for a in (without, with_) if a.get("device") and not str(a["device"]).startswith("cuda")]
+    if cpu:
+        return {"keep": None, "step_ratio": None, "peak_reserved_saved_mib": None,
+                "text": f"not judged: measured on {cpu[0]}, where the CUDA allocator's setting changes nothing"}
     if without.get("error") or with_.get("error"):
         if without.get("error") and not with_.get("error"):
             return {"keep": True, "step_ratio": None, "peak_reserved_saved_mib": None,
                     "text": f"without {ACTION_VALUE} the sweep failed ({without['error']}); with it it ran: "
                             f"{with_['step_ms_mean']:.2f} ms/step, peak reserved {with_['peak_reserved_mib']:.0f} MiB"}
+        if with_.get("error") and not without.get("error"):
+            return {"keep": False, "step_ratio": None, "peak_reserved_saved_mib": None,
+                    "text": f"with {ACTION_VALUE} the sweep failed ({with_['error']}); without it it ran: "
+                            f"{without['step_ms_mean']:.2f} ms/step, peak reserved {without['peak_reserved_mib']:.0f} MiB"}
         failed = [f"{n}: {a['error']}" for n, a in (("without", without), ("with", with_)) if a.get("error")]
-        return {"keep": False, "step_ratio": None, "peak_reserved_saved_mib": None, "text": "not measured: " + "; ".join(failed)}
+        return {"keep": None, "step_ratio": None, "peak_reserved_saved_mib": None, "text": "not judged: " + "; ".join(failed)}
     ratio = with_["step_ms_mean"] / without["step_ms_mean"] if without["step_ms_mean"] > 0 else None
     saved = None
     if with_.get("peak_reserved_mib") is not None and without.get("peak_reserved_mib") is not None:
