@@ -301,3 +301,20 @@ def test_the_plan_keeps_the_allocator_as_its_measurement_says(tmp_path, keep, ev
     if kept:
         [a] = actions
         assert a.target == "train.py::main" and f"search: keep={keep}: 130 vs 100 ms" in a.why and evidence in a.why
+
+
+def test_report_md_shows_the_sweep_per_pass_and_the_allocator_arms():
+    from rewriter.diagnose.memory import per_pass
+    from rewriter.diagnose.report import memory_markdown
+
+    steps = records([[5, 3, 2], [1, 0, 2], [0, 1, 1], [2, 0, 0]])
+    mem = RungResult("memory", memory.TITLE, measurement={"passes": per_pass(steps)[1:], "device_counter": "num_device_alloc"})
+    arm = {"error": None, "step_ms_mean": 130.0, "peak_reserved_mib": 30000.0, "steady_device_allocs": 4, "alloc_retries": 0}
+    search = RungResult("search", "s", measurement={"allocator": {
+        "protocol": "the sweep, one fresh process per arm", "without": arm,
+        "with": dict(arm, step_ms_mean=100.0, steady_device_allocs=0), "effect": {"text": "kept: faster beyond the 2% noise floor"}}})
+    text = "\n".join(memory_markdown(mem, search))
+    assert "## Memory over the shape sweep (num_device_alloc)" in text
+    assert "| 2 | 3 | 2 | 2 | 0 | 9000 | 100 | 9000 | 10.00 |" in text
+    assert "| with expandable_segments | 100.0 | 30000.0 | 0 | 0 |  |" in text and "kept: faster beyond the 2% noise floor" in text
+    assert memory_markdown(None, None) == []

@@ -122,9 +122,12 @@ def measure_allocator_candidate(ctx: Context, out: SearchOutcome, timeout_s: flo
     if why is None:
         return
     say("allocator: measuring the shape sweep without and with expandable_segments:True, one fresh process each")
-    out.allocator = measure_allocator(ctx.session.spec, ctx.session.src, timeout_s=timeout_s)
+    try:
+        out.allocator = measure_allocator(ctx.session.spec, ctx.session.src, timeout_s=timeout_s)
+    except Exception as exc:  # ours (a child's failure is its arm's error): the search goes on without it
+        out.allocator = {"error": f"not measured: {type(exc).__name__}: {exc}"}
     out.allocator["evidence"] = why
-    text = out.allocator.get("skipped") or out.allocator["effect"]["text"]
+    text = out.allocator.get("skipped") or out.allocator.get("error") or out.allocator["effect"]["text"]
     out.notes.append(f"allocator candidate: {text}")
     say(f"allocator: {text}")
 
@@ -305,7 +308,7 @@ def annotated(out: SearchOutcome) -> Any:
     measured = out.allocator or {}
     effect = measured.get("effect") or {}
     cite_alloc = (f"; search: {effect['text']}" if effect else
-                  f"; search: {measured['skipped']}" if measured.get("skipped") else
+                  f"; search: {measured.get('skipped') or measured['error']}" if measured.get("skipped") or measured.get("error") else
                   "; not measured by the search (the harness does not run the entry point)")
     for a in rule.plan.actions if rule is not None else []:
         if a.action == "allocator" and (a.action, a.target) not in have:
