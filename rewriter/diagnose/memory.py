@@ -397,8 +397,10 @@ def allocator_effect(without: Mapping[str, Any], with_: Mapping[str, Any]) -> di
     sweep run that failed (ran out of memory) without it.
 
     Returns:
-        ``{"keep": True | False | None (not judged: an arm ran on CPU, or both failed), "step_ratio": with/without mean steady step ms or None, "peak_reserved_saved_mib":
-        without - with or None, "text": one line with both arms' figures}``.
+        ``{"keep", "step_ratio", "peak_reserved_saved_mib", "text"}``: ``keep`` True, False or
+        None (not judged: an arm ran on CPU, or both failed); ``step_ratio`` the with/without
+        ratio of the mean steady step ms, or None; ``peak_reserved_saved_mib`` without - with
+        (MiB), or None; ``text`` one line with both arms' figures.
     """
     from ..engine.verdict import NOISE
 
