@@ -152,6 +152,11 @@ def run_part(name: str, cfg: dict[str, Any], seqs: list[int], always_measure: bo
         except Exception as exc:  # a harness failure (capacity OOM) or ours: recorded
             record["rung_error"] = f"{type(exc).__name__}: {str(exc)[:800]}"
         record["rung_s"] = round(time.perf_counter() - t0, 2)
+        import gc
+
+        gc.collect()  # the diagnosed model is no longer needed: its memory goes back before the children start
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
         if cfg["device"] == "cpu":  # the rung is skipped without CUDA: run its sweep and verdict for the smoke
             from rewriter.diagnose.session import Session
             from rewriter.harness import load_harness
