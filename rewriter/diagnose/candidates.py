@@ -5,7 +5,9 @@ forced (:func:`.planner.plan`): the rule's proposal first, then
 
 * ``as-is``: the program as it runs, no action (the baseline every other candidate is measured
   against; the eager reference's own run, not a second process);
-* ``kernel``: only the ``kernel``/``allocator`` actions, where the ladder asks for one;
+* ``kernel``: only the ``kernel`` (and ``allocator``) actions, where the ladder asks for a kernel;
+  the allocator action alone is measured apart, by the shape sweep with and without its setting
+  in a fresh process (:func:`.search.measure_allocator_candidate`);
 * ``per-block``: the repeated block compiled as its own region, bare; ``+disable``: with the
   ``disable``s the graph-break and per-instance rungs imply; ``+mark_dynamic``: with the marks the
   recompiles rung implies at the block boundary;
@@ -110,8 +112,11 @@ def propose(ctx: Context, own_setup: list[str] | None = None) -> tuple[list[Cand
     proposal = rule_plan(ctx)
     base = rule_plan(ctx, "none")
     add("as-is", type(base)(base.plan.model_copy(update={"actions": []}), []))
-    if base.plan.actions:
-        add("kernel" if any(a.action == "kernel" for a in base.plan.actions) else "allocator", base)
+    # an allocator-only plan is not an engine candidate: the engine's children run the harness,
+    # never the entry the action rewrites, so its tree would time the program as it is; the
+    # search measures the setting itself in a child's environment (.search.measure_allocator_candidate)
+    if any(a.action == "kernel" for a in base.plan.actions):
+        add("kernel", base)
     if ctx.cache.get("stopped_at"):
         pruned.append(f"every compile: the ladder stopped at rung {ctx.cache['stopped_at']}")
         add("rule", proposal, rule=True)

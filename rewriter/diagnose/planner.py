@@ -4,7 +4,7 @@ Rules, in order (DESIGN.md "The diagnostic ladder"; partitioning-the-stack):
 
 * a dominant non-GEMM op (top-ops rung) → ``kernel`` on the function that calls it (catalog
   kernel when ``kernels/<op>.py`` exists, else ``stub``);
-* fragmentation (memory rung, steady state) → ``allocator`` at the ``--entry`` function (the
+* fragmentation (memory rung, steady state over the shape sweep) → ``allocator`` at the ``--entry`` function (the
   user's program entry, which runs before the first CUDA allocation); without ``--entry`` a note
   says so and how to get the action (the harness is scaffolding, not the program);
 * launch-bound (batch scaling) is decided first: its device op mix says little about the step;
@@ -178,7 +178,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                 "step's peak memory instead (smaller batch, activation checkpointing) or leave more headroom"
             )
         elif ctx.entry:
-            basis = "" if res["memory"].measurement.get("source") == "oom" else " (steady state at the reference shape)"
+            basis = "" if res["memory"].measurement.get("source") == "oom" else " (steady state over the harness's shape sweep)"
             actions.append(AllocatorAction(action="allocator", target=ctx.entry, why=f"{evidence}{basis}"))
         else:
             notes.append(

@@ -217,6 +217,33 @@ def _brief(m: dict[str, Any]) -> str:
     return ", ".join(parts[:6])
 
 
+def memory_markdown(mem: RungResult | None, search: RungResult | None) -> list[str]:
+    """The memory rung's sweep per measured pass (every step's figures are in report.json) and
+    the allocator candidate's two arms where the search measured it; [] when neither ran."""
+    lines: list[str] = []
+    passes = (mem.measurement.get("passes") or []) if mem is not None else []
+    if passes:
+        lines += [f"## Memory over the shape sweep ({mem.measurement.get('device_counter')})", "",
+                  "| pass | steps | device allocs | device frees | retries | reserved at end (MiB) | reserved - allocated at end | peak reserved | mean ms/step |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for p in passes:
+            lines.append(f"| {p['pass']} | {p['steps']} | {p['device_allocs']} | {p['device_frees']} | {p['alloc_retries']} | {p['end_reserved_mib']:.0f} | "
+                         f"{p['end_unallocated_mib']:.0f} | {p['peak_reserved_mib']:.0f} | {p['step_ms_mean']:.2f} |")
+        lines.append("")
+    alloc = (search.measurement.get("allocator") or {}) if search is not None else {}
+    if alloc:
+        lines += ["## The allocator candidate, measured", ""]
+        if "without" in alloc:
+            lines += [alloc.get("protocol", ""), "", "| arm | mean ms/step | peak reserved (MiB) | device allocs (steady) | retries | error |", "|---|---|---|---|---|---|"]
+            for arm in ("without", "with"):
+                a = alloc[arm]
+                lines.append(f"| {arm} expandable_segments | {a.get('step_ms_mean', '-')} | {a.get('peak_reserved_mib', '-')} | "
+                             f"{a.get('steady_device_allocs', '-')} | {a.get('alloc_retries', '-')} | {_cell(a.get('error') or '')} |")
+            lines.append("")
+        lines += [alloc.get("skipped") or alloc.get("error") or alloc["effect"]["text"], ""]
+    return lines
+
+
 def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | None, notes: list[str], images: list[str], chart_note: str | None, error: str | None) -> str:
     """report.md: the ladder table, charts, top-10, findings with file:line, notes and the plan."""
     lines = [f"# stackpart diagnose: {meta.get('harness', {}).get('file', '')}", ""]
@@ -244,6 +271,8 @@ def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | Non
             flag = " **(dominant)**" if top.measurement.get("dominant") and row["op"] == top.measurement["dominant"]["op"] else ""
             lines.append(f"| `{short_name(row['op'])}`{flag} | {row['category']} | {row['ms']} | {row['share']:.1%} | {', '.join(f'`{short_name(k)}`' for k in row['kernels'])} | {row['function'] or ''} |")
         lines.append("")
+    lines += memory_markdown(next((r for r in rungs if r.name == "memory" and r.ok), None),
+                             next((r for r in rungs if r.name == "search"), None))
     findings = [(r, f) for r in rungs for f in r.findings]
     if findings:
         lines += ["## Findings", ""]

@@ -365,7 +365,7 @@ def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_d
         raise
     r.seconds = round(time.perf_counter() - t0, 3)
     r.measurement = {"candidates": found.table(), "pruned": found.pruned, "backend": found.backend,
-                     "own_compile_setup": found.own_setup, "gain_measured": found.gain_measured, "chosen": found.choice.chosen, "decision": found.choice.text,
+                     "own_compile_setup": found.own_setup, "gain_measured": found.gain_measured, "allocator": found.allocator, "chosen": found.choice.chosen, "decision": found.choice.text,
                      "budget_s": budget_s or DEFAULT_BUDGET_S}
     r.verdict = found.choice.text
     chosen = found.chosen
@@ -382,7 +382,7 @@ def _search_notes(found: Any) -> list[str]:
     if rule is not None and rule is not cand:  # why the ladder's own proposal is not the plan starts with its notes
         notes.extend(n for n in rule.notes if n not in notes)
     notes.append(f"search: {found.choice.text}")
-    notes.extend(f"search: {n}" for n in found.notes if n.startswith("the program as it is"))
+    notes.extend(f"search: {n}" for n in found.notes if n.startswith(("the program as it is", "allocator candidate")))
     notes.extend(f"search: pruned {p}" for p in found.pruned)
     failed = [f"{n}: {s}" for n, s in found.choice.status.items() if s.startswith("failed")]
     if failed:

@@ -58,6 +58,9 @@ class SearchOutcome:
     own_setup: list[str] = field(default_factory=list)
     backend: str = "inductor"
     gain_measured: bool = True
+    #: The allocator candidate's measurement (:func:`.memory.measure_allocator`, or
+    #: ``{"skipped": why}``), or None where the memory rung found no fragmentation.
+    allocator: dict[str, Any] | None = None
 
     @property
     def chosen(self) -> Candidate | None:
@@ -97,6 +100,36 @@ class SearchOutcome:
                 "chosen": status.get(c.name) == "chosen",
             })
         return out
+
+
+def allocator_wanted(ctx: Context) -> str | None:
+    """Why the allocator action is a candidate to measure (the memory rung's fragmentation verdict),
+    or None: the rung found none, or did not run."""
+    r = ctx.results.get("memory")
+    if r is None or not r.ok or not r.implies.startswith("allocator"):
+        return None
+    return r.verdict
+
+
+def measure_allocator_candidate(ctx: Context, out: SearchOutcome, timeout_s: float, say: Any) -> None:
+    """Measure the allocator action where the memory rung asks for it (:func:`allocator_wanted`):
+    the sweep without and with its setting, each in a fresh process (:func:`.memory.measure_allocator`;
+    the engine's children run the harness, never the entry the action rewrites, so only the
+    setting in the child's environment measures it). Fills ``out.allocator`` and says the result."""
+    from .memory import measure_allocator
+
+    why = allocator_wanted(ctx)
+    if why is None:
+        return
+    say("allocator: measuring the shape sweep without and with expandable_segments:True, one fresh process each")
+    try:
+        out.allocator = measure_allocator(ctx.session.spec, ctx.session.src, timeout_s=timeout_s)
+    except Exception as exc:  # ours (a child's failure is its arm's error): the search goes on without it
+        out.allocator = {"error": f"not measured: {type(exc).__name__}: {exc}"}
+    out.allocator["evidence"] = why
+    text = out.allocator.get("skipped") or out.allocator.get("error") or out.allocator["effect"]["text"]
+    out.notes.append(f"allocator candidate: {text}")
+    say(f"allocator: {text}")
 
 
 def _options(ctx: Context, timeout_s: float) -> Any:
@@ -229,6 +262,8 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             label = "as-is" if name == "eager" else name
             if label in out.rows:
                 out.rows[label].setdefault("hints", []).extend(hints)
+        if not m.errors:
+            measure_allocator_candidate(ctx, out, timeout_s, say)
         if m.errors:
             raise StackpartError("the search could not measure the program as it is: " + "; ".join(m.errors + m.hints.get("eager", [])),
                                  path=ctx.session.spec.file)
@@ -264,13 +299,29 @@ def annotated(out: SearchOutcome) -> Any:
             cite += f"; {name!r} measured {best['step_ms']:.3f} ms/step: {out.choice.status.get(name, 'not chosen')}"
     actions = [a.model_copy(update={"why": ((a.why + "; ") if a.why else "") + cite}) for a in cand.plan.actions]
     # the allocator action goes to the program's entry (--entry), which the harness never runs:
-    # the search cannot measure it, so the ladder's evidence keeps it whichever candidate wins
+    # it is measured apart (:func:`measure_allocator_candidate`, the setting in a child's
+    # environment) and kept whichever compile candidate wins, unless that measurement found no
+    # gain for a verdict read off the sweep (an OOM's evidence is kept: the fresh sweep may not
+    # meet the pressure the OOM did)
     have = {(a.action, a.target) for a in actions}
     rule = next((c for c in out.candidates if c.rule), None)
+    measured = out.allocator or {}
+    effect = measured.get("effect") or {}
+    cite_alloc = (f"; search: {effect['text']}" if effect else
+                  f"; search: {measured.get('skipped') or measured['error']}" if measured.get("skipped") or measured.get("error") else
+                  "; not measured by the search (the harness does not run the entry point)")
     for a in rule.plan.actions if rule is not None else []:
         if a.action == "allocator" and (a.action, a.target) not in have:
-            actions.insert(0, a.model_copy(update={"why": a.why + "; not measured by the search (the harness does not run the entry point)"}))
-    return cand.plan.model_copy(update={"actions": actions})
+            actions.insert(0, a.model_copy(update={"why": a.why}))
+    drop = effect.get("keep") is False and not str(measured.get("evidence", "")).startswith("fragmenting: out of memory")
+    kept = []
+    for a in actions:
+        if a.action != "allocator":
+            kept.append(a)
+        elif not drop:
+            base = a.why.split("; search: ")[0]  # the ladder's evidence, then the allocator's own measurement
+            kept.append(a.model_copy(update={"why": base + cite_alloc}))
+    return cand.plan.model_copy(update={"actions": kept})
 
 
 def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict[str, Any] | None:
