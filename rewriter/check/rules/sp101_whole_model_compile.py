@@ -196,12 +196,14 @@ class Encoder(nn.Module):
         cls = f.class_of(target, node)
         if cls is None:
             return
-        why = f.repeats(cls)
-        if why is None or f.is_repeated_block(cls[0]):
+        why, files = f.repeats_with_files(cls)
+        if why is None or f.is_repeated_block(cls[0], cls[1]):
             return
         info = f.classes.get(cls[0])
-        attr = info.repeated[0].attr if info is not None and info.repeated else "layers"
-        self.report(at, self._message(cls[0].rsplit(".", 1)[-1], why, attr))
+        attr = info.repeated[0].attr if info is not None and info.repeated else why.split(" is an ", 1)[0]
+        if " " in attr:  # the transformers heuristic's reason names no attribute
+            attr = "layers"
+        self.report(at, self._message(cls[0].rsplit(".", 1)[-1], why, attr), related=files)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if node.name.value != "forward":
