@@ -190,9 +190,9 @@ def check_command(
         + (f", fixed {len(outcome.fixed)} file(s)" if outcome.fixed else "")
         + f"; {outcome.checked} file(s) checked, {outcome.parsed} parsed"
         + (f", {len(outcome.skipped)} skipped" if outcome.skipped else "")
-        + (f"; project: {outcome.project['project_files']} file(s) read for facts"
-           + (f" ({outcome.project['project_parsed']} parsed, the rest cached)" if outcome.project["project_parsed"] else " (cached)")
-           + (f", {outcome.project['extra']} more checked for what they cause" if outcome.project["extra"] else "")
+        + (f"; project: {outcome.project['project_files']} file(s), "
+           + (f"facts of {outcome.project['project_parsed']} read now" if outcome.project["project_parsed"] else "facts from the cache")
+           + (f", {outcome.project['extra']} more file(s) checked for what the given ones cause" if outcome.project["extra"] else "")
            if outcome.project.get("project_files") else "")
     )
     stderr().print(summary, highlight=False)

@@ -298,4 +298,7 @@ def check_files(
         results.update(zip(todo, _check_chunk(todo, codes, fix, views)))
     # a file not given adds only the findings a given file causes: its own errors and skips
     # are not this commit's
-    return [results[path] for path in files] + [results[path] for path in extra if results[path].findings]
+    more = [results[path] for path in extra if results[path].findings]
+    for r in more:
+        r.parsed = False  # "parsed" counts the given files; the summary counts these apart
+    return [results[path] for path in files] + more
