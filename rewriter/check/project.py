@@ -63,6 +63,7 @@ turns the project read off.
 from __future__ import annotations
 
 import ast
+import bisect
 import json
 import os
 import re
@@ -120,10 +121,31 @@ def _options(call: ast.Call | None) -> tuple[bool | None, str | None]:
     return (fg if isinstance(fg, bool) else None), (mode if isinstance(mode, str) else None)
 
 
-class _Summarizer(ast.NodeVisitor):
-    """One walk of a module's ``ast`` building its summary (see :func:`summarize`)."""
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 
-    def __init__(self, tree: ast.Module) -> None:
+
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement under ``body``, nested ones included (no expressions are walked)."""
+    for stmt in body:
+        yield stmt
+        for name in _BODIES:
+            inner = getattr(stmt, name, None)
+            if inner:
+                yield from _statements(inner)
+
+
+class _Summarizer:
+    """A walk over a module's *statements* building its summary (see :func:`summarize`).
+
+    Expressions are walked only in statements that span a line where a compile call can be
+    (``compile_lines``; None: every statement): the generic ``ast`` walk of every node of a
+    5,000-line file costs several times its parse, and only compile calls are looked for inside
+    expressions. Assignments are read at their top (``x = Cls(...)``, ``self.h =
+    nn.ModuleList([...])``), which is all the bindings need.
+    """
+
+    def __init__(self, tree: ast.Module, compile_lines: Sequence[int] | None = None) -> None:
+        self.compile_lines = sorted(compile_lines) if compile_lines is not None else None
         self.imports: dict[str, str] = {}
         self.defs: dict[str, str] = {}
         for stmt in tree.body:
@@ -131,7 +153,7 @@ class _Summarizer(ast.NodeVisitor):
                 self.defs.setdefault(stmt.name, "class")
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.defs.setdefault(stmt.name, "def")
-        for node in ast.walk(tree):
+        for node in _statements(tree.body):
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if a.asname:
@@ -149,9 +171,17 @@ class _Summarizer(ast.NodeVisitor):
         self.sites: list[list] = []
         self.disabled: list[str] = []
         # (scope, key) -> (value, scope it was bound in); scope: "" module, "C.f" a method, "f"...
-        self.bindings: dict[tuple[str, str], tuple[ast.expr, str]] = {}
+        self.bindings: dict[tuple[str, str], tuple] = {}
         self.cls: list[str] = []
         self.func: list[str] = []
+
+    def _may_compile(self, stmt: ast.stmt) -> bool:
+        lines = self.compile_lines
+        if lines is None:
+            return True
+        first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", ()))])
+        i = bisect.bisect_left(lines, first)
+        return i < len(lines) and lines[i] <= (stmt.end_lineno or stmt.lineno)
 
     # names ----------------------------------------------------------------------------------
     def qualify(self, expr: ast.expr) -> str | None:
@@ -170,7 +200,7 @@ class _Summarizer(ast.NodeVisitor):
 
     def class_of(self, expr: ast.expr, scope: str, depth: int = 0) -> tuple | None:
         """What an expression is an instance of: ``("cls", qualified class)`` or
-        ``("block", qualified class, "h.0")`` (an element of that class's ``self.h`` container)."""
+        ``("block", qualified class, "h")`` (an element of that class's ``self.h`` container)."""
         if depth > 4:
             return None
         if isinstance(expr, ast.Name) and expr.id == "self" and self.cls:
@@ -228,7 +258,16 @@ class _Summarizer(ast.NodeVisitor):
         elif cls is not None:
             self.sites.append(["instance", cls[1], None, fg, mode, line])
 
-    def visit_Call(self, node: ast.Call) -> None:
+    def _scan(self, *exprs: ast.AST | None) -> None:
+        """Compile calls inside ``exprs`` (lambdas and comprehensions included)."""
+        for expr in exprs:
+            if expr is None:
+                continue
+            for node in ast.walk(expr):
+                if isinstance(node, ast.Call):
+                    self._call(node)
+
+    def _call(self, node: ast.Call) -> None:
         func = node.func
         if self.qualify(func) == COMPILE:
             if node.args and not isinstance(node.args[0], ast.Starred):
@@ -238,10 +277,51 @@ class _Summarizer(ast.NodeVisitor):
         elif isinstance(func, ast.Attribute) and func.attr == "compile" and not node.args:
             if not (isinstance(func.value, ast.Name) and func.value.id in ("re", "regex")):
                 self._site(func.value, node, node.lineno, method=True)
-        self.generic_visit(node)
 
-    # definitions ----------------------------------------------------------------------------
-    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+    # statements -----------------------------------------------------------------------------
+    def body(self, stmts: list[ast.stmt]) -> None:
+        for stmt in stmts:
+            self.statement(stmt)
+
+    def statement(self, stmt: ast.stmt) -> None:
+        scan = self._may_compile(stmt)
+        if isinstance(stmt, ast.ClassDef):
+            self._class(stmt, scan)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self._function(stmt, scan)
+        elif isinstance(stmt, ast.Assign):
+            if scan:
+                self._scan(stmt.value)
+            for target in stmt.targets:
+                self._bind(target, stmt.value)
+        elif isinstance(stmt, ast.AnnAssign):
+            if stmt.value is not None:
+                if scan:
+                    self._scan(stmt.value)
+                self._bind(stmt.target, stmt.value)
+        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+            if scan:
+                self._scan(stmt.iter)
+            self._loop(stmt)
+            self.body(stmt.body)
+            self.body(stmt.orelse)
+        else:
+            if scan:
+                # the statement's own expressions, not those of the statements nested in it
+                self._scan(*(v for k, v in ast.iter_fields(stmt) if k not in _BODIES and isinstance(v, ast.AST)))
+                for k, v in ast.iter_fields(stmt):
+                    if k not in _BODIES and isinstance(v, list):
+                        self._scan(*(x for x in v if isinstance(x, ast.AST) and not isinstance(x, ast.stmt)))
+            for name in _BODIES:
+                inner = getattr(stmt, name, None)
+                if inner:
+                    for item in inner:
+                        if isinstance(item, ast.stmt):
+                            self.statement(item)
+                        else:  # an except handler or a match case: its body
+                            self.body(getattr(item, "body", []))
+
+    def _class(self, node: ast.ClassDef, scan: bool) -> None:
         top = not self.cls and not self.func
         if top:
             self.classes.setdefault(node.name, {
@@ -249,10 +329,10 @@ class _Summarizer(ast.NodeVisitor):
                 "methods": [], "disabled": [], "children": {}, "repeated": [],
             })
         self.cls.append(node.name if top else f"<nested {node.name}>")
-        self.generic_visit(node)
+        self.body(node.body)
         self.cls.pop()
 
-    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scan: bool) -> None:
         info = self.classes.get(self.cls[-1]) if self.cls and not self.func else None
         if info is not None:
             info["methods"].append(node.name)
@@ -267,15 +347,12 @@ class _Summarizer(ast.NodeVisitor):
             elif name == COMPILE and info is not None and node.name == "forward":
                 fg, mode = _options(dec if isinstance(dec, ast.Call) else None)
                 self.sites.append(["forward", self.cls[-1], None, fg, mode, dec.lineno])
-        for dec in node.decorator_list:
-            self.visit(dec)
+        if scan:
+            self._scan(*(d for d in node.decorator_list if isinstance(d, ast.Call)))
         owner = f"{self.cls[-1]}.{node.name}" if info is not None else (f"{self.scope()}.{node.name}" if self.func else node.name)
         self.func.append(owner)
-        for stmt in node.body:
-            self.visit(stmt)
+        self.body(node.body)
         self.func.pop()
-
-    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
     # bindings -------------------------------------------------------------------------------
     def _bind(self, target: ast.expr, value: ast.expr) -> None:
@@ -322,18 +399,9 @@ class _Summarizer(ast.NodeVisitor):
                 if isinstance(k, ast.Constant) and isinstance(k.value, str):
                     yield from self._containers(v, [*path, k.value])
 
-    def visit_Assign(self, node: ast.Assign) -> None:
-        self.visit(node.value)
-        for target in node.targets:
-            self._bind(target, node.value)
-
-    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
-        if node.value is not None:
-            self.visit(node.value)
-            self._bind(node.target, node.value)
-
-    def visit_For(self, node: ast.For) -> None:
-        self.visit(node.iter)
+    def _loop(self, node: ast.For | ast.AsyncFor) -> None:
+        """``for block in model.h:`` (or ``enumerate(model.h)``) binds ``block`` to an element of
+        ``model``'s class's ``self.h`` container."""
         it = node.iter
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate" and it.args:
             it = it.args[0]
@@ -341,7 +409,6 @@ class _Summarizer(ast.NodeVisitor):
         else:
             target = node.target
         if isinstance(target, ast.Name) and isinstance(it, ast.Attribute):
-            # `for block in model.h:` -> block is an element of model's class's self.h
             owner, attrs = it, []
             while isinstance(owner, ast.Attribute):
                 attrs.append(owner.attr)
@@ -349,12 +416,25 @@ class _Summarizer(ast.NodeVisitor):
             cls = self.class_of(owner, self.scope())
             if cls is not None and cls[0] == "cls":
                 self.bindings[(self.scope(), target.id)] = (("block", cls[1], ".".join(reversed(attrs))), self.scope())
-        for stmt in [*node.body, *node.orelse]:
-            self.visit(stmt)
 
 
-def summarize(tree: ast.Module) -> dict:
+def compile_lines(data: bytes) -> list[int]:
+    """1-based lines of ``data`` where the compile needle matches (a call or a decorator)."""
+    out, line, pos = [], 1, 0
+    for match in _COMPILE_RE.finditer(data):
+        line += data.count(b"\n", pos, match.start())
+        pos = match.start()
+        out.append(line)
+    return out
+
+
+def summarize(tree: ast.Module, lines: Sequence[int] | None = None) -> dict:
     """The facts of one module that reachability needs, as plain JSON data.
+
+    Args:
+        tree: the module's ``ast``.
+        lines: :func:`compile_lines` of its text (only statements spanning one are searched for
+            compile calls); None: every statement is.
 
     Returns:
         ``{"imports": {local name: qualified name}, "defs": {top-level name: "class"|"def"},
@@ -367,9 +447,8 @@ def summarize(tree: ast.Module) -> dict:
         (``@torch.compile`` on ``target``'s ``forward``) or ``block`` (each element of
         ``target``'s ``self.<attr>`` container).
     """
-    s = _Summarizer(tree)
-    for stmt in tree.body:
-        s.visit(stmt)
+    s = _Summarizer(tree, lines)
+    s.body(tree.body)
     return {"imports": s.imports, "defs": s.defs, "disabled": s.disabled, "classes": s.classes, "sites": s.sites}
 
 
@@ -460,17 +539,20 @@ class Project:
         self.modules = self._module_map()
         self.parsed = 0  # files parsed (not taken from the cache) in this run
         self._seeds: list[str] | None = None
+        self._resolved: dict[tuple[str, str, int], tuple[str, str] | None] = {}
+        self._repeats: dict[tuple[str, str], tuple | None] = {}
 
     def _walk(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for folder, dirs, names in os.walk(self.root):
             dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
+            rel_folder = os.path.relpath(folder, self.root).replace(os.sep, "/")
+            prefix = "" if rel_folder == "." else rel_folder + "/"
             for name in names:
                 if name.endswith(".py"):
-                    full = os.path.join(folder, name)
-                    out[os.path.relpath(full, self.root).replace(os.sep, "/")] = full
-                    if len(out) > MAX_PROJECT_FILES:
-                        return {}
+                    out[prefix + name] = os.path.join(folder, name)
+            if len(out) > MAX_PROJECT_FILES:
+                return {}
         return out
 
     def _module_map(self) -> dict[str, str]:
@@ -553,7 +635,7 @@ class Project:
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return {"imports": {}, "defs": {}, "disabled": [], "classes": {}, "sites": []}
         try:
-            return summarize(tree)
+            return summarize(tree, compile_lines(data))
         except RecursionError:
             return {"imports": {}, "defs": {}, "disabled": [], "classes": {}, "sites": []}
 
@@ -612,6 +694,12 @@ class Project:
     def resolve(self, qualified: str, rel: str, hops: int = 0) -> tuple[str, str] | None:
         """``(file, "Name" or "Name.attr")``: the project definition a name of file ``rel``
         refers to, following re-exports (:data:`MAX_HOPS`); None outside the project."""
+        key = (qualified, rel, hops)
+        if key not in self._resolved:
+            self._resolved[key] = self._resolve(qualified, rel, hops)
+        return self._resolved[key]
+
+    def _resolve(self, qualified: str, rel: str, hops: int) -> tuple[str, str] | None:
         head, _, rest = qualified.partition(".")
         summ = self.summary(rel)
         if summ is not None and not qualified.startswith(".") and summ["defs"].get(head):
@@ -655,9 +743,14 @@ class Project:
                 return bref, "forward" in info["disabled"]
         return None
 
-    def repeats(self, ref: tuple[str, str], seen: frozenset = frozenset()) -> tuple[str, str, str, tuple[str, ...]] | None:
+    def repeats(self, ref: tuple[str, str]) -> tuple[str, str, str, tuple[str, ...]] | None:
         """Why instances of ``ref`` repeat a block: ``(attr path, block name, container, files)``,
-        from the class, a base class, or a submodule that repeats one; None."""
+        from the class, a base class, or a submodule that repeats one (transitively); None."""
+        if ref not in self._repeats:
+            self._repeats[ref] = self._repeats_of(ref, frozenset())
+        return self._repeats[ref]
+
+    def _repeats_of(self, ref: tuple[str, str], seen: frozenset) -> tuple[str, str, str, tuple[str, ...]] | None:
         if ref in seen or len(seen) > 16:
             return None
         seen = seen | {ref}
@@ -668,7 +761,7 @@ class Project:
         for bref, info in self._bases(ref):
             for attr, child in info["children"].items():
                 cref = self.resolve(child, bref[0])
-                sub = self.repeats(cref, seen) if cref is not None else None
+                sub = self._repeats_of(cref, seen) if cref is not None else None
                 if sub is not None:
                     return f"self.{attr}.{sub[0].removeprefix('self.')}", sub[1], sub[2], (bref[0], *sub[3])
         return None
@@ -765,12 +858,13 @@ class Project:
         return view
 
 
-def local_view(tree: ast.Module, path: str = "<file>") -> FileView:
+def local_view(tree: ast.Module, path: str = "<file>", lines: Sequence[int] | None = None) -> FileView:
     """The reach of one file's own compiles inside that file (the project of one file): the
-    blocks of a model compiled in the same file, regional loops; origins read ``line N``."""
+    blocks of a model compiled in the same file, regional loops; origins read ``line N``.
+    ``lines``: :func:`compile_lines` of the text, when known (a faster walk)."""
     rel = "file.py"
     project = Project("", files={rel: path})
-    project._summaries[rel] = summarize(tree)
+    project._summaries[rel] = summarize(tree, lines)
     project._seeds = [rel]
     marks = project.reach()
     blocks = project.blocks()

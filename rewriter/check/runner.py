@@ -44,7 +44,7 @@ from ..errors import StackpartError
 from ..source import Skipped, check_syntax, read_bytes, read_file
 from .engine import check_text
 from .reduce import map_lines, reduce_source, statement_facts
-from .project import FileView, local_view
+from .project import FileView, compile_lines, local_view
 from .rule import COMPILE_NEEDLE, FileResult, Rule
 from .rules import ALL_RULES
 
@@ -169,7 +169,7 @@ def _check_viewed(path: str, codes: tuple[str, ...], fix: bool, view: FileView |
     facts = [statement_facts(stmt) for stmt in tree.body]  # one walk: the prefilter and the reduction
     names: set[str] = set().union(*(calls for calls, _ in facts))
     if view is None:
-        view = local_view(tree, shown)
+        view = local_view(tree, shown, compile_lines(source.text.encode("utf-8", "surrogatepass")))
     if view.marks:
         names.add("compile")  # compiled from elsewhere: as if it had a compile call of its own
     rules = [r for r in rules if r.CALLS & names]
