@@ -261,3 +261,23 @@ def test_block_example_really_breaks_the_graph_when_the_model_is_compiled():
     explained = torch._dynamo.explain(namespace["Model"]())(torch.ones(4))
     assert explained.graph_break_count >= 1
     assert any("item" in str(r.reason).lower() or "item" in str(r.user_stack).lower() for r in explained.break_reasons)
+
+
+def test_a_cache_of_another_shape_is_read_afresh(proj):
+    _found(["models/layers.py"])
+    cache = proj / CACHE_DIR / CACHE_FILE
+    data = json.loads(cache.read_text())
+    for entry in data["files"].values():
+        if entry[3] is not None:
+            entry[3]["classes"] = {"MoELM": 3}  # not a class summary
+    data["files"]["train.py"] = "garbage"
+    cache.write_text(json.dumps(data))
+    found, _ = _found(["models/layers.py"])
+    assert ("models/layers.py", ITEM_LINE, "SP103") in found
+
+
+def test_a_file_under_a_hidden_folder_of_the_root_is_checked_alone(proj):
+    _write(proj, {".venv/lib/m.py": "import torch\n\n@torch.compile\ndef f(x):\n    return x / x.sum().item()\n"})
+    found, outcome = _found([".venv/lib/m.py"])
+    assert found == {(".venv/lib/m.py", 5, "SP103")}
+    assert not outcome.project.get("project_files") and not (proj / CACHE_DIR).exists()

@@ -418,6 +418,14 @@ class _Summarizer:
                 self.bindings[(self.scope(), target.id)] = (("block", cls[1], ".".join(reversed(attrs))), self.scope())
 
 
+_SUMMARY_KEYS = {"imports": dict, "defs": dict, "disabled": list, "classes": dict, "sites": list}
+
+
+def _is_summary(value: object) -> bool:
+    """The shape of a :func:`summarize` result (a cache entry that is not one is read again)."""
+    return isinstance(value, dict) and all(isinstance(value.get(k), t) for k, t in _SUMMARY_KEYS.items())
+
+
 def compile_lines(data: bytes) -> list[int]:
     """1-based lines of ``data`` where the compile needle matches (a call or a decorator)."""
     out, line, pos = [], 1, 0
@@ -511,6 +519,12 @@ def find_root(path: str) -> str | None:
         if parent == folder:
             return None
         folder = parent
+
+
+def _walked(rel: str) -> bool:
+    """Whether a path relative to the root lies where :meth:`Project._walk` looks."""
+    parts = rel.replace(os.sep, "/").split("/")[:-1]
+    return not rel.startswith("..") and not any(p.startswith(".") or p in SKIP_DIRS for p in parts)
 
 
 def _display(abspath: str) -> str:
@@ -611,7 +625,8 @@ class Project:
         except OSError:
             return None
         entry = self._cache.get(rel)
-        if entry is not None and entry[0] == st.st_mtime_ns and entry[1] == st.st_size:
+        if (isinstance(entry, list) and len(entry) == 4 and entry[0] == st.st_mtime_ns and entry[1] == st.st_size
+                and (entry[3] is None or _is_summary(entry[3]))):
             return entry
         from ..source import Skipped, read_bytes
         from ..errors import StackpartError
@@ -918,6 +933,11 @@ def plan_project(paths: Sequence[str], use_cache: bool = True) -> Plan:
         if root is not None:
             by_root.setdefault(root, []).append(path)
     for root, given in by_root.items():
+        # a file the walk leaves out (under a hidden folder such as .venv, or site-packages) is
+        # not the project's: it is checked alone, and its root is not read for it
+        given = [p for p in given if _walked(os.path.relpath(os.path.abspath(p), root))]
+        if not given:
+            continue
         project = Project(root, use_cache=use_cache)
         if not project.files:
             continue

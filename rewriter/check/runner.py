@@ -271,7 +271,10 @@ def check_files(
     if project and rules and files:
         from .project import plan_project
 
-        plan = plan_project(files)
+        try:
+            plan = plan_project(files)
+        except (KeyError, TypeError, IndexError, AttributeError, ValueError):
+            plan = plan_project(files, use_cache=False)  # a cache edited into another shape: read afresh
         views.update(plan.views)
         extra = [p for p in plan.extra if p not in views]
         views.update({p: plan.extra[p] for p in extra})
