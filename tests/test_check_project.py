@@ -281,3 +281,58 @@ def test_a_file_under_a_hidden_folder_of_the_root_is_checked_alone(proj):
     found, outcome = _found([".venv/lib/m.py"])
     assert found == {(".venv/lib/m.py", 5, "SP103")}
     assert not outcome.project.get("project_files") and not (proj / CACHE_DIR).exists()
+
+
+@pytest.mark.slow
+def test_precommit_hook_given_only_the_model_or_only_train_py(tmp_path):
+    """The issue's layout in a git repository with the stackpart-check hook (its id, types and
+    serial setting from .pre-commit-hooks.yaml; `language: system` running this checkout, as in
+    test_check_precommit.py): pre-commit passes only the staged files, and each commit is
+    blocked by the findings at the model's lines."""
+    import shutil
+    import subprocess
+    import sys
+
+    import yaml
+
+    pre_commit = Path(sys.executable).parent / "pre-commit"
+    if shutil.which("git") is None or not pre_commit.exists():
+        pytest.skip("git or pre-commit not installed")
+    root = Path(__file__).resolve().parents[1]
+    repo = tmp_path / "repo"
+    env = dict(os.environ, PRE_COMMIT_HOME=str(tmp_path / "pc-home"), PYTHONPATH=str(root),
+               GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@example.com")
+
+    def git(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=repo, env=env, text=True, capture_output=True, check=check)
+
+    repo.mkdir()
+    git("init", "-q", "-b", "main")
+    hooks = yaml.safe_load((root / ".pre-commit-hooks.yaml").read_text())
+    hook = dict(next(h for h in hooks if h["id"] == "stackpart-check"))
+    hook["entry"] = hook["entry"].replace("stackpart", f"{sys.executable} -m rewriter.cli", 1)
+    hook["language"] = "system"
+    (repo / ".pre-commit-config.yaml").write_text(yaml.safe_dump({"repos": [{"repo": "local", "hooks": [hook]}]}))
+    subprocess.run([str(pre_commit), "install"], cwd=repo, env=env, check=True, capture_output=True)
+    _write(repo, {"models/__init__.py": "", "models/layers.py": LAYERS, "models/moe_lm.py": MOE_LM,
+                  "train.py": TRAIN.replace("torch.compile(model)", "model")})
+    git("add", ".")
+    first = git("commit", "-m", "the model, nothing compiled yet", check=False)
+    assert first.returncode == 0, first.stdout + first.stderr
+
+    _write(repo, {"train.py": TRAIN})  # only train.py changes: it compiles the model
+    git("add", "train.py")
+    blocked = git("commit", "-m", "compile", check=False)
+    out = blocked.stdout + blocked.stderr
+    assert blocked.returncode != 0
+    assert "train.py:8:13: SP101" in out and f"models/layers.py:{ITEM_LINE}:{ITEM_COL}: SP103" in out, out
+    git("commit", "-m", "compile", "--no-verify")
+
+    _write(repo, {"models/layers.py": LAYERS + "\n# tuned\n"})  # only the model file changes
+    git("add", "models/layers.py")
+    blocked = git("commit", "-m", "tune", check=False)
+    out = blocked.stdout + blocked.stderr
+    assert blocked.returncode != 0, out
+    assert f"models/layers.py:{ITEM_LINE}:{ITEM_COL}: SP103" in out and "train.py:8" in out
+    assert (repo / CACHE_DIR / ".gitignore").exists() and "stackpart_cache" not in git("status", "--porcelain").stdout
