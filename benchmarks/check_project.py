@@ -6,7 +6,9 @@ under a temporary folder with a ``pyproject.toml``, so the copy is the project r
 its ``.py`` files given on the command line, as pre-commit passes them; two commits:
 
 * ``random``: 50 files drawn with a fixed seed from the whole tree;
-* ``modeling``: 50 ``models/*/modeling_*.py`` files (seeded), the files a model change touches.
+* ``modeling``: 50 ``models/*/modeling_*.py`` files (seeded), the files a model change touches;
+* ``compile``: the first 50 files (sorted) that mention ``torch`` and call ``compile`` (the files
+  that start a reach, check_speed's worst case).
 
 Each is timed as a user's shell runs it (subprocess wall time, interpreter start and imports
 included):
@@ -33,6 +35,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -97,7 +100,9 @@ def main() -> int:
         meta["project_files"] = len(rels)
         rng = random.Random(0)
         modeling = [r for r in rels if "/models/" in r and Path(r).name.startswith("modeling_")]
-        commits = {"random": rng.sample(rels, 50), "modeling": rng.sample(modeling, 50)}
+        needle = re.compile(rb"\bcompile[ \t]*(?:\(|$|#)", re.M)
+        seeds = [r for r in rels if b"torch" in (data := (proj / r).read_bytes()) and needle.search(data)]
+        commits = {"random": rng.sample(rels, 50), "modeling": rng.sample(modeling, 50), "compile": seeds[:50]}
         for name, files in commits.items():
             shutil.rmtree(proj / ".stackpart_cache", ignore_errors=True)
             cold, rc, summary = run(files, proj, [])

@@ -67,7 +67,6 @@ import bisect
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -607,6 +606,8 @@ class Project:
                 with open(ignore, "w", encoding="utf-8") as fh:
                     fh.write("# written by stackpart check: the project facts cache\n*\n")
             live = {rel: entry for rel, entry in self._cache.items() if rel in self.files}
+            import tempfile  # only to write (its import pulls random, shutil...)
+
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump({"version": CACHE_VERSION, "files": live}, fh, separators=(",", ":"))
