@@ -336,3 +336,22 @@ def test_precommit_hook_given_only_the_model_or_only_train_py(tmp_path):
     assert blocked.returncode != 0, out
     assert f"models/layers.py:{ITEM_LINE}:{ITEM_COL}: SP103" in out and "train.py:8" in out
     assert (repo / CACHE_DIR / ".gitignore").exists() and "stackpart_cache" not in git("status", "--porcelain").stdout
+
+
+def test_compiled_function_and_bound_forward_from_another_file(proj):
+    _write(proj, {
+        "utils.py": "def step(x):\n    print(x.shape)\n    return x * 2\n",
+        "train.py": "import torch\nfrom utils import step\nfrom models.moe_lm import MoELM\n\n"
+                    "fast = torch.compile(step)\nmodel = MoELM(100, 32, 4, 4)\nmodel.forward = torch.compile(model.forward)\n",
+    })
+    found, _ = _found(["utils.py"])
+    assert found == {("utils.py", 2, "SP103")}
+    found, _ = _found(["train.py"])
+    assert {("models/layers.py", ITEM_LINE, "SP103"), ("utils.py", 2, "SP103")} <= found
+
+
+def test_subclass_with_a_compiled_forward_reaches_the_inherited_blocks(proj):
+    _write(proj, {"train.py": "import torch\nfrom models.moe_lm import MoELM\n\n\nclass Tuned(MoELM):\n"
+                              "    @torch.compile\n    def forward(self, idx):\n        return super().forward(idx)\n"})
+    found, _ = _found(["models/layers.py"])
+    assert found == {("models/layers.py", ITEM_LINE, "SP103")}

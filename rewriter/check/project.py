@@ -17,12 +17,26 @@ submodules it calls):
 * the blocks of a compiled model: the ``forward`` of every submodule its ``__init__`` builds
   (``self.x = Sub(...)``, ``self.h = nn.ModuleList([Block(...) for ...])``, also inside an
   ``nn.ModuleDict``), transitively, and of a decorated ``@torch.compile`` ``forward``'s class;
+* ``torch.compile(model.forward)`` as ``torch.compile(model)``; ``torch.compile(model.step)``
+  that method of the model's class;
 * regional compiles: ``for block in model.h: block.compile()`` reaches the block class of
   ``model``'s ``h`` container.
+
+Every submodule built in ``__init__`` counts, whether or not ``forward`` calls it (an
+over-approximation: a submodule used only outside ``forward`` is taken as traced too).
 
 A function under ``@torch.compiler.disable`` is never reached. Calls from a compiled function
 into plain helper functions are not followed (no call graph): the rules see what a compiled
 function's own body does.
+
+**What is reported** (``check`` given some files, as pre-commit gives it the staged ones): the
+findings located in the given files, whoever compiles them; and the findings located in other
+project files that a given file causes: code reached by a compile in a given file, or through a
+given file's model (``Mark.files``), and SP101 at a compile of a model whose class (or the class
+that repeats its blocks) is in a given file. So a commit of ``train.py`` alone shows the
+``.item()`` in ``models/layers.py`` that its compile now reaches, and a commit of
+``models/layers.py`` alone shows it too. A file not given is never fixed, and its own parse
+errors and skips are not reported.
 
 **Names** are resolved through the project's own imports: ``from .layers import Block``,
 ``from models.layers import Block``, ``import models.layers as L; L.Block``, a re-export through
@@ -251,6 +265,16 @@ class _Summarizer:
         if cls is not None and cls[0] == "block":
             self.sites.append(["block", cls[1], cls[2], fg, mode, line])
             return
+        if cls is None and not method and isinstance(target, ast.Attribute):
+            owner = self.class_of(target.value, self.scope())
+            if owner is not None and owner[0] == "cls" and not (isinstance(target.value, ast.Name) and target.value.id == "self"):
+                # torch.compile(model.forward): the model's forward, its blocks with it; another
+                # method of an instance: that method
+                if target.attr == "forward":
+                    self.sites.append(["instance", owner[1], None, fg, mode, line])
+                else:
+                    self.sites.append(["function", f"{owner[1]}.{target.attr}", None, fg, mode, line])
+                return
         func = None if method else self.function_target(target)
         if func is not None:
             self.sites.append(["function", func, None, fg, mode, line])
