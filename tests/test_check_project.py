@@ -355,3 +355,12 @@ def test_subclass_with_a_compiled_forward_reaches_the_inherited_blocks(proj):
                               "    @torch.compile\n    def forward(self, idx):\n        return super().forward(idx)\n"})
     found, _ = _found(["models/layers.py"])
     assert found == {("models/layers.py", ITEM_LINE, "SP103")}
+
+
+def test_compile_of_self_forward_in_init_reaches_the_blocks(proj):
+    _write(proj, {"models/moe_lm.py": MOE_LM.replace(
+        "        self.head = nn.Linear(d, vocab)\n",
+        "        self.head = nn.Linear(d, vocab)\n        self.forward = torch.compile(self.forward)\n").replace(
+        "from torch import nn\n", "import torch\nfrom torch import nn\n"), "train.py": ""})
+    found, _ = _found(["models/layers.py"])
+    assert found == {("models/layers.py", ITEM_LINE, "SP103")}

@@ -863,7 +863,11 @@ class Project:
                 ref = self.resolve(target, rel)
                 if ref is None:
                     continue
-                if kind == "function":
+                owner, _, method = ref[1].partition(".")
+                if kind == "function" and method == "forward" and self.class_info((ref[0], owner)) is not None:
+                    # torch.compile(self.forward): the module's forward, its blocks with it
+                    model((ref[0], owner), site, origin, start, set(), own=True)
+                elif kind == "function":
                     if self.class_info(ref) is None and ref[1] not in self.summary(ref[0])["disabled"]:
                         add(ref, Mark(origin, site[3], site[4], False, start | {full(ref[0])}))
                 elif kind in ("instance", "forward") and self.class_info(ref) is not None:
