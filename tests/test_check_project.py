@@ -364,3 +364,11 @@ def test_compile_of_self_forward_in_init_reaches_the_blocks(proj):
         "from torch import nn\n", "import torch\nfrom torch import nn\n"), "train.py": ""})
     found, _ = _found(["models/layers.py"])
     assert found == {("models/layers.py", ITEM_LINE, "SP103")}
+
+
+def test_cli_flag_turns_the_project_off(proj, capsys):
+    from rewriter.cli import main
+
+    assert main(["check", "-j", "1", "models/layers.py"]) == 1
+    assert f"models/layers.py:{ITEM_LINE}:{ITEM_COL}: SP103" in capsys.readouterr().out
+    assert main(["check", "-j", "1", "--no-project", "models/layers.py"]) == 0

@@ -81,7 +81,7 @@ import bisect
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 CACHE_DIR = ".stackpart_cache"
@@ -1007,7 +1007,3 @@ def plan_project(paths: Sequence[str], use_cache: bool = True) -> Plan:
         plan.files += len(project.files)
     return plan
 
-
-def related(paths: Iterable[str]) -> frozenset[str]:
-    """Absolute paths of ``paths`` (a helper for filters)."""
-    return frozenset(os.path.abspath(p) for p in paths)

@@ -165,7 +165,7 @@ def _check_viewed(path: str, codes: tuple[str, ...], fix: bool, view: FileView |
         return FileResult(path=shown, error=str(exc), parsed=True)
     rules = [r for r in ALL_RULES if r.CODE in codes]
     if tree is None:  # code for a newer Python, which LibCST alone reads: every rule, the whole text
-        return check_text(source.text, shown, rules, fix=fix)
+        return check_text(source.text, shown, rules, fix=fix, view=view)
     facts = [statement_facts(stmt) for stmt in tree.body]  # one walk: the prefilter and the reduction
     names: set[str] = set().union(*(calls for calls, _ in facts))
     if view is None:
