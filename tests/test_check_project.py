@@ -347,7 +347,7 @@ def test_compiled_function_and_bound_forward_from_another_file(proj):
     found, _ = _found(["utils.py"])
     assert found == {("utils.py", 2, "SP103")}
     found, _ = _found(["train.py"])
-    assert {("models/layers.py", ITEM_LINE, "SP103"), ("utils.py", 2, "SP103")} <= found
+    assert {("models/layers.py", ITEM_LINE, "SP103"), ("utils.py", 2, "SP103"), ("train.py", 7, "SP101")} <= found
 
 
 def test_subclass_with_a_compiled_forward_reaches_the_inherited_blocks(proj):

@@ -157,6 +157,22 @@ model.compile()
         Invalid(
             """\
 import torch
+from torch import nn
+
+class GPT(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.h = nn.ModuleList([Block() for _ in range(n)])
+
+model = GPT(12)
+model.forward = torch.compile(model.forward)
+""",
+            line=10,
+            note="compiling the bound forward is compiling the model",
+        ),
+        Invalid(
+            """\
+import torch
 import torch.nn as nn
 
 class Encoder(nn.Module):
@@ -193,6 +209,8 @@ class Encoder(nn.Module):
             return
         if target is None or options(node)[1] in CUDA_GRAPH_MODES:
             return
+        if m.matches(target, m.Attribute(attr=m.Name("forward"))):
+            target = target.value  # type: ignore[attr-defined]  # torch.compile(model.forward): the model
         cls = f.class_of(target, node)
         if cls is None:
             return
