@@ -762,6 +762,8 @@ class Project:
         return None
 
     def class_info(self, ref: tuple[str, str]) -> dict | None:
+        """The summary of class ``ref`` (``(file, name)``; a top-level class), or None when
+        ``ref`` is not one (a function, a method, a name the file does not define)."""
         summ = self.summary(ref[0])
         return summ["classes"].get(ref[1]) if summ is not None and "." not in ref[1] else None
 
