@@ -144,17 +144,19 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
 @click.option("--src", type=click.Path(file_okay=False), default=None, help="Root the plan's targets are relative to.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes (default: CPU count).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the report here, not stdout.")
+@click.option("--no-project", "no_project", is_flag=True, default=None,
+              help="Check each file on its own: do not read the project (the nearest folder with pyproject.toml or .git) for compiles in other files.")
 @click.pass_context
 def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], ignore: tuple[str, ...], fix: bool,
           no_validate: bool, show_diff: bool, fmt: str, plan_path: str | None, src: str | None, jobs: int | None,
-          output: str | None) -> None:
+          output: str | None, no_project: bool | None) -> None:
     """Static suggestions (SP1xx rules) and plan drift for FILES (the pre-commit entry)."""
     from .check.command import check_command
 
     if fix and show_diff:
         raise click.UsageError("--fix and --diff exclude each other")
     ctx.exit(check_command(files, select, ignore, fix=fix, fmt=fmt, plan=plan_path, src=src, jobs=jobs, output=output,
-                           diff=show_diff, validate=not no_validate))
+                           diff=show_diff, validate=not no_validate, project=False if no_project else None))
 
 
 @cli.command()

@@ -85,8 +85,13 @@ def run_check(
     use_config: bool = True,
     diff: bool = False,
     validate: bool = True,
+    project: bool | None = None,
 ) -> tuple[Outcome, list]:
     """Check ``paths`` (files, or directories walked for ``*.py``) and, with ``fix``, write fixes.
+
+    ``project``: read the project of the files for compiles that reach them from other files
+    (:mod:`rewriter.check.project`; findings in a project file not given are reported when a
+    given file causes them). None: ``[tool.stackpart] project``, default on.
 
     ``diff`` computes the safe fixes without writing them: their git-style diff (paths as given)
     goes to ``outcome.fix_diff`` (see :mod:`rewriter.diff`).
@@ -105,6 +110,8 @@ def run_check(
         ignore = ignore or config.ignore
         if plan is None and config.plan is not None:
             plan, src = config.plan, src or config.src
+    if project is None:
+        project = config.project if config is not None else True
     rules = select_rules(select, ignore)
     skipped: list[str] = []
     files = discover(paths, skipped)
@@ -117,7 +124,7 @@ def run_check(
     _drift(outcome, plan, src, files + plans, fix, validate)
     if not files:
         return outcome, rules
-    results = check_files(files, rules, fix=fix or diff, jobs=jobs)
+    results = check_files(files, rules, fix=fix or diff, jobs=jobs, project=project, stats=outcome.project)
     if diff and not fix:
         from ..diff import file_diff
 
@@ -156,6 +163,7 @@ def check_command(
     output: str | None = None,
     diff: bool = False,
     validate: bool = True,
+    project: bool | None = None,
 ) -> int:
     """``stackpart check``: print the report (or write it to ``output``) and return the exit code."""
     import click
@@ -163,7 +171,8 @@ def check_command(
 
     from ..terminal import stderr
 
-    outcome, rules = run_check(paths, select, ignore, fix=fix, plan=plan, src=src, jobs=jobs, diff=diff, validate=validate)
+    outcome, rules = run_check(paths, select, ignore, fix=fix, plan=plan, src=src, jobs=jobs, diff=diff, validate=validate,
+                               project=project)
     report = render(outcome, fmt, rules)
     if output is not None:
         Path(output).write_text(report, encoding="utf-8")
@@ -181,6 +190,10 @@ def check_command(
         + (f", fixed {len(outcome.fixed)} file(s)" if outcome.fixed else "")
         + f"; {outcome.checked} file(s) checked, {outcome.parsed} parsed"
         + (f", {len(outcome.skipped)} skipped" if outcome.skipped else "")
+        + (f"; project: {outcome.project['project_files']} file(s), "
+           + (f"facts of {outcome.project['project_parsed']} read now" if outcome.project["project_parsed"] else "facts from the cache")
+           + (f", {outcome.project['extra']} more file(s) checked for what the given ones cause" if outcome.project["extra"] else "")
+           if outcome.project.get("project_files") else "")
     )
     stderr().print(summary, highlight=False)
     if outcome.drift_refused:

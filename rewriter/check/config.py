@@ -7,6 +7,8 @@
     src = "examples/gpt/src"          # the root the plan's targets are relative to (default: ".")
     select = ["SP1"]                  # optional, as --select
     ignore = ["SP109"]                # optional, as --ignore
+    project = false                   # optional, as --no-project (default true: read the
+                                      # project for compiles reaching the checked files)
 
 The file is found by walking up from the working directory (as ruff and black do); command-line
 flags win over it.
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from ..errors import StackpartError
 
-KEYS = ("plan", "src", "select", "ignore")
+KEYS = ("plan", "src", "select", "ignore", "project")
 
 
 @dataclass
@@ -31,6 +33,7 @@ class CheckConfig:
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
     path: str | None = None  # the pyproject.toml it came from
+    project: bool = True  # project-level reachability (rewriter.check.project)
 
 
 def _toml(path: Path) -> dict:
@@ -92,6 +95,10 @@ def load_config(start: Path | None = None) -> CheckConfig:
             if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
                 raise StackpartError(f"[tool.stackpart] {key} must be a list of rule codes", path=where)
             setattr(config, key, value)
+    if "project" in table:
+        if not isinstance(table["project"], bool):
+            raise StackpartError("[tool.stackpart] project must be true or false", path=where)
+        config.project = table["project"]
     if config.plan is not None and config.src is None:
         config.src = str(root)
     return config

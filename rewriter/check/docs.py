@@ -72,6 +72,13 @@ stackpart check --format sarif -o check.sarif src/   # also: json, github (Actio
 stackpart check --select SP1 --ignore SP109 src/
 ```
 
+Across files: a compile anywhere in the project (the nearest folder with `pyproject.toml` or
+`.git`) counts, so `torch.compile(model)` in `train.py` makes the rules look at the model's
+`forward` and its blocks in `models/`. The rest of the project is read for facts only, cached in
+`.stackpart_cache/` (git-ignored by its own `.gitignore`); a finding in a file not given is
+printed when a given file causes it (its compile, or the model it compiles). `--no-project` or
+`project = false` under `[tool.stackpart]` checks each file on its own.
+
 Suppress a finding on its line (or the line below an own-line comment) with
 `# stackpart: ignore[SP101]` (comma-separated codes) or `# stackpart: ignore` (all codes).
 

@@ -26,6 +26,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from ..errors import StackpartError
 from ..source import TOO_DEEP, Skipped, parse_module, run_deep
 from .facts import FileFacts
+from .project import FileView, local_view
 from .rule import FileResult, Finding, Report, Rule
 
 SUPPRESS_RE = re.compile(r"#\s*stackpart:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
@@ -80,15 +81,22 @@ def visit_types(rules: Sequence[type[Rule]]) -> set[str]:
     return {name[6:] for cls in rules for name in dir(cls) if name.startswith("visit_") and name[6:][:1].isupper()}
 
 
-def run_rules(module: cst.Module, rules: Sequence[type[Rule]], path: str) -> tuple[cst.Module, list[tuple[Finding, Report]]]:
+def run_rules(
+    module: cst.Module, rules: Sequence[type[Rule]], path: str, view: FileView | None = None
+) -> tuple[cst.Module, list[tuple[Finding, Report]]]:
     """All findings of ``rules`` on ``module`` (suppressed ones too), in position order.
+
+    ``view``: what the project knows of this file (:mod:`.project`). A finding in code that a
+    compile reaches from elsewhere (another file, or the model holding this block) says where
+    that compile is (``... (reached from the torch.compile at train.py:12)``) and carries the
+    files of that reach in ``caused_by``.
 
     Returns the module the reports' nodes belong to (the metadata wrapper's copy) with them.
     """
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)  # the module is ours alone
     methods: dict[str, list] = {}
     instances = []
-    facts = FileFacts(wrapper, frozenset(visit_types(rules)))
+    facts = FileFacts(wrapper, frozenset(visit_types(rules)), view)
     for cls in rules:
         rule = cls(facts, path)
         instances.append(rule)
@@ -104,16 +112,22 @@ def run_rules(module: cst.Module, rules: Sequence[type[Rule]], path: str) -> tup
     out = []
     for r in reports:
         pos = positions[r.node]
+        message, caused_by = r.message, frozenset(r.related)
+        traced = facts.traced_by(r.node) if view is not None else None
+        if traced is not None and traced[1].origin is not None:
+            message += f" (reached from the torch.compile at {traced[1].origin})"
+            caused_by |= traced[1].files
         finding = Finding(
             code=r.rule.CODE,
             name=r.rule.NAME,
-            message=r.message,
+            message=message,
             path=path,
             line=pos.start.line,
             col=pos.start.column + 1,
             end_line=pos.end.line,
             end_col=pos.end.column + 1,
             fixable=r.replacement is not None,
+            caused_by=caused_by,
         )
         out.append((finding, r))
     out.sort(key=lambda fr: (fr[0].line, fr[0].col, fr[0].code))
@@ -123,7 +137,8 @@ def run_rules(module: cst.Module, rules: Sequence[type[Rule]], path: str) -> tup
 
 
 def check_text(
-    text: str, path: str, rules: Sequence[type[Rule]], fix: bool = False, tree: ast.Module | None = None
+    text: str, path: str, rules: Sequence[type[Rule]], fix: bool = False, tree: ast.Module | None = None,
+    view: FileView | None = None,
 ) -> FileResult:
     """Check one file's text.
 
@@ -135,6 +150,9 @@ def check_text(
             three rounds, for fixes that expose further fixable code).
         tree: the ``ast`` of ``text`` from :func:`rewriter.source.check_syntax`, when the caller
             has it (it is the gate; without it the gate runs here).
+        view: what the project knows of this file (:mod:`.project`); None: the file's own
+            reach (:func:`~rewriter.check.project.local_view`: the blocks of a model compiled
+            in this file), computed from ``tree``.
 
     Returns:
         a :class:`FileResult`; ``fixed`` is the new text when a fix changed it. A syntax error is
@@ -144,8 +162,13 @@ def check_text(
     """
     result = FileResult(path=path, parsed=True)
     try:
+        if view is None:
+            try:
+                view = local_view(tree if tree is not None else ast.parse(text), path)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                view = None  # the gate below says why (or LibCST reads a newer syntax alone)
         module = parse_module(text, path, tree)
-        run_deep(_check_module, module, text, path, rules, fix, result)
+        run_deep(_check_module, module, text, path, rules, fix, result, view)
     except Skipped as exc:
         result.skipped = str(exc)
     except StackpartError as exc:
@@ -156,12 +179,13 @@ def check_text(
     return result
 
 
-def _check_module(module: cst.Module, text: str, path: str, rules: Sequence[type[Rule]], fix: bool, result: FileResult) -> None:
+def _check_module(module: cst.Module, text: str, path: str, rules: Sequence[type[Rule]], fix: bool, result: FileResult,
+                  view: FileView | None = None) -> None:
     """:func:`check_text`'s LibCST work, filling ``result`` (run in the deep thread)."""
     current = text
     for round_ in range(MAX_FIX_ROUNDS + 1):
         table = suppressions(current)
-        module, reports = run_rules(module, rules, path)
+        module, reports = run_rules(module, rules, path, view)
         live = [(f, r) for f, r in reports if not is_suppressed(f, table)]
         result.findings = [f for f, _ in live]
         if round_ == 0:

@@ -7,11 +7,15 @@ rule looks at), so
 mark_dynamic as md`` are all recognised, and a local variable that happens to be called ``torch``
 is not.
 
-The analysis is per file and deliberately simple (no type inference, no cross-file resolution):
+The analysis of the file itself is deliberately simple (no type inference); what other files
+of the project do to it comes in as a :class:`~rewriter.check.project.FileView` (see
+:mod:`.project`):
 
 * a function is *compiled* when it carries ``@torch.compile`` / ``@torch.compile(...)``, when its
   name (``f``, ``self.f``, ``Cls.f``) is passed to ``torch.compile`` in this file, or, for a
-  class's ``forward``, when an instance bound in this file (``m = Cls(...)``) is compiled;
+  class's ``forward``, when an instance bound in this file (``m = Cls(...)``) is compiled; and
+  when the view marks it: a compile in another file reaches it, or it is the ``forward`` of a
+  block of a model compiled here or elsewhere (such a site has ``origin`` set and no node);
 * a node is *traced* when its nearest enclosing function is compiled and it is not in a branch
   that only runs eager (``if not torch.compiler.is_compiling():`` and friends);
 * a class *repeats a block* when its ``__init__`` builds ``nn.ModuleList``/``nn.Sequential`` from
@@ -23,11 +27,15 @@ The analysis is per file and deliberately simple (no type inference, no cross-fi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameSource, ScopeProvider
+
+if TYPE_CHECKING:
+    from .project import FileView
 
 COMPILE = "torch.compile"
 DISABLE = {"torch.compiler.disable", "torch._dynamo.disable"}
@@ -60,12 +68,19 @@ class CompileSite:
         fullgraph: the literal ``fullgraph=`` value, or None when absent or not a literal.
         mode: the literal ``mode=`` string, or None.
         whole_model: compiled through an instance of its class (``torch.compile(model)``).
+        origin: for a compile reached through the project (another file, or a model holding
+            this block), where the ``torch.compile`` is (``train.py:12``, ``line 12``); then
+            ``node`` is None.
+        files: absolute paths of the files that reach went through (see
+            :class:`~rewriter.check.project.Mark`).
     """
 
-    node: cst.CSTNode
+    node: cst.CSTNode | None
     fullgraph: bool | None = None
     mode: str | None = None
     whole_model: bool = False
+    origin: str | None = None
+    files: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -125,9 +140,13 @@ def options(call: cst.Call | None) -> tuple[bool | None, str | None]:
 class FileFacts:
     """The shared analysis of one file; see the module docstring for what each answer means."""
 
-    def __init__(self, wrapper: MetadataWrapper, node_types: frozenset[str] = frozenset()) -> None:
+    def __init__(self, wrapper: MetadataWrapper, node_types: frozenset[str] = frozenset(),
+                 view: FileView | None = None) -> None:
         """Analyse ``wrapper.module``; remember every node whose class name is in ``node_types``
-        (the rules' ``visit_<Type>`` methods), in document order, in :attr:`nodes`."""
+        (the rules' ``visit_<Type>`` methods), in document order, in :attr:`nodes`. ``view``:
+        what the project knows of this file (compiles reaching it, classes of other files that
+        repeat a block); None for the file on its own."""
+        self.view = view
         self.wrapper = wrapper
         self.module = wrapper.module
         self._scopes = wrapper.resolve(ScopeProvider)
@@ -282,12 +301,29 @@ class FileFacts:
         return name, self.qnames(func)
 
     def repeats(self, cls: tuple[str, set[str]]) -> str | None:
-        """Why the class repeats a block (``"self.h: nn.ModuleList of Block"``), or None."""
+        """Why the class repeats a block (``"self.h: nn.ModuleList of Block"``), or None.
+
+        A class of this file is judged here; a class of another project file (or one of this
+        file whose repeated block is a submodule from another file) by the view."""
+        return self.repeats_with_files(cls)[0]
+
+    def repeats_with_files(self, cls: tuple[str, set[str]]) -> tuple[str | None, tuple[str, ...]]:
+        """:meth:`repeats` and the project files that answer comes from (absolute; empty when
+        this file alone answers it)."""
         name, qnames = cls
         info = self.classes.get(name)
         if info is not None and info.repeated:
             r = info.repeated[0]
-            return f"{r.attr} is an {r.container} of {r.block}"
+            return f"{r.attr} is an {r.container} of {r.block}", ()
+        if self.view is not None:
+            for q in sorted(qnames | {name}):
+                hit = self.view.repeats.get(q)
+                if hit is not None:
+                    attr, block, container, files = hit
+                    return f"{attr} is an {container} of {block}", files
+        return self._library_repeats(qnames), ()
+
+    def _library_repeats(self, qnames: set[str]) -> str | None:
         for q in qnames:
             if q.startswith("transformers."):
                 last = q.rsplit(".", 1)[-1]
@@ -295,12 +331,15 @@ class FileFacts:
                     return f"{last} is a transformers model, a stack of repeated layers"
         return None
 
-    def is_repeated_block(self, name: str) -> bool:
+    def is_repeated_block(self, name: str, qnames: set[str] | frozenset[str] = frozenset()) -> bool:
         """Whether class ``name`` is itself the block a class of this file repeats (``Block`` of
-        ``nn.ModuleList([Block(...) for ...])``): compiling it is regional compilation, even when
-        it holds a list of its own (an MoE block's experts)."""
+        ``nn.ModuleList([Block(...) for ...])``), or, per the view, of a project class read:
+        compiling it is regional compilation, even when it holds a list of its own (an MoE
+        block's experts)."""
         last = name.rsplit(".", 1)[-1]
-        return any(r.block.rsplit(".", 1)[-1] == last for info in self.classes.values() for r in info.repeated)
+        if any(r.block.rsplit(".", 1)[-1] == last for info in self.classes.values() for r in info.repeated):
+            return True
+        return self.view is not None and bool(self.view.blocks & ({name} | set(qnames)))
 
     # -- resolution after the pass ------------------------------------------------------------
     def _resolve_repeated(self) -> None:
@@ -362,6 +401,23 @@ class FileFacts:
                 fullgraph, mode = options(call)
                 fwd = self.classes[cls[0]].methods.get("forward")
                 self._mark(fwd, CompileSite(call, fullgraph, mode, whole_model=True))
+        self._apply_view()
+
+    def _apply_view(self) -> None:
+        """Mark what the view says a compile elsewhere reaches (after this file's own sites, which
+        win: they have a node here). A function under ``@torch.compiler.disable`` stays eager."""
+        if self.view is None:
+            return
+        for qual, mark in self.view.marks.items():
+            owner, _, method = qual.partition(".")
+            if method:
+                info = self.classes.get(owner)
+                func = info.methods.get(method) if info is not None else None
+            else:
+                func = self.functions.get(owner)
+            if func is None or func in self.disabled:
+                continue
+            self._mark(func, CompileSite(None, mark.fullgraph, mark.mode, mark.whole_model, mark.origin, mark.files))
 
 
 class _Collector(cst.CSTVisitor):

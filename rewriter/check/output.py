@@ -37,6 +37,8 @@ class Outcome:
         checked, parsed: files given / files that passed the prefilter and were parsed.
         fixed: files written by ``--fix``.
         fix_diff: with ``--diff``, the git-style diff of the safe fixes (nothing written).
+        project: what the project read cost (``project_files``, ``project_parsed``, ``extra``:
+            see :func:`rewriter.check.runner.check_files`); empty when no project was read.
     """
 
     findings: list[Finding] = field(default_factory=list)
@@ -49,6 +51,7 @@ class Outcome:
     parsed: int = 0
     fixed: list[str] = field(default_factory=list)
     fix_diff: str = ""
+    project: dict = field(default_factory=dict)
     #: Why ``--fix`` did not write the plan's pending edits (the apply gate refused), or None.
     drift_refused: str | None = None
 

@@ -91,7 +91,8 @@ def _seed_aliases(tree: ast.Module) -> set[str]:
 
 
 def reduce_source(
-    text: str, tree: ast.Module, facts: list[tuple[set[str], set[str]]] | None = None
+    text: str, tree: ast.Module, facts: list[tuple[set[str], set[str]]] | None = None,
+    keep: set[str] | frozenset[str] = frozenset(),
 ) -> tuple[str, list[int] | None]:
     """``text`` without the top-level ``def``/``class`` statements the rules cannot reach (see
     the module docstring).
@@ -101,6 +102,9 @@ def reduce_source(
         tree: ``ast.parse(text)``.
         facts: :func:`statement_facts` of each of ``tree.body``'s statements, when the caller
             has them (one walk serves the prefilter and this).
+        keep: names of top-level definitions kept as seeds although they call no seed: the
+            classes and functions a compile elsewhere in the project reaches
+            (:meth:`rewriter.check.project.FileView.top_names`).
 
     Returns:
         ``(reduced text, line map)``: ``line_map[i]`` is the original 1-based line of the reduced
@@ -117,7 +121,7 @@ def reduce_source(
     for i, stmt in enumerate(tree.body):
         if isinstance(stmt, _DEFS):
             defs.setdefault(stmt.name, []).append(i)
-            if facts[i][0] & seeds:
+            if facts[i][0] & seeds or stmt.name in keep:
                 kept.add(i)
         else:
             kept.add(i)

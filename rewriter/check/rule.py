@@ -77,6 +77,10 @@ class Finding:
     end_line: int
     end_col: int
     fixable: bool = False
+    #: absolute paths of the project files this finding follows from (the file of the compile
+    #: that reaches it, the model's...): a finding in a file not given is reported only when
+    #: one of these is given (rewriter.check.project). Not part of the report.
+    caused_by: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -101,12 +105,15 @@ class Report:
         node: the node at fault (its span becomes the finding's position).
         message: the finding's message.
         replacement: the node that replaces ``node`` under ``--fix`` (the safe fix), or None.
+        related: absolute paths of other project files the finding follows from (SP101: the
+            model class's file), besides the compile that traces ``node``.
     """
 
     rule: type[Rule]
     node: cst.CSTNode
     message: str
     replacement: cst.CSTNode | None = None
+    related: tuple[str, ...] = ()
 
 
 class Rule:
@@ -144,9 +151,11 @@ class Rule:
         self.path = path
         self.reports: list[Report] = []
 
-    def report(self, node: cst.CSTNode, message: str, replacement: cst.CSTNode | None = None) -> None:
-        """Record a finding at ``node``; ``replacement`` (a node of the same kind) is its safe fix."""
-        self.reports.append(Report(type(self), node, message, replacement))
+    def report(self, node: cst.CSTNode, message: str, replacement: cst.CSTNode | None = None,
+               related: tuple[str, ...] = ()) -> None:
+        """Record a finding at ``node``; ``replacement`` (a node of the same kind) is its safe fix;
+        ``related``: other project files it follows from (see :class:`Report`)."""
+        self.reports.append(Report(type(self), node, message, replacement, related))
 
 
 @dataclass

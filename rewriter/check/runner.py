@@ -18,6 +18,13 @@ start-up for a pre-commit-sized batch. Should a worker die all the same (a crash
 the files it had not reported are checked again one process each, so one file costs only its own
 result (a ``skipped:`` line), never the report of the others.
 
+Project reachability (:mod:`.project`, on unless ``project=False``): before the prefilter, the
+project of the given files is read for facts (cached), so a given file whose functions a compile
+in another file reaches passes the prefilter without a compile call of its own (the needles that
+describe the compile site, :data:`SITE_NEEDLES`, count as met), and the files a given file's
+compile reaches (or that compile a given file's model) are checked too, their findings kept only
+when a given file causes them (``Finding.caused_by``).
+
 Every file is read through :func:`rewriter.source.read_bytes` (regular files only, never
 blocking, a size cap); a file that cannot be checked for such a reason, or is nested too deep for
 the parser, is a ``skipped`` warning and the other files are checked as usual.
@@ -37,7 +44,8 @@ from ..errors import StackpartError
 from ..source import Skipped, check_syntax, read_bytes, read_file
 from .engine import check_text
 from .reduce import map_lines, reduce_source, statement_facts
-from .rule import FileResult, Rule
+from .project import FileView, compile_lines, local_view
+from .rule import COMPILE_NEEDLE, FileResult, Rule
 from .rules import ALL_RULES
 
 PARALLEL_MIN = 24
@@ -119,13 +127,34 @@ def needle_patterns(rules: Sequence[type[Rule]]) -> list[list[re.Pattern[bytes]]
     return [[re.compile(n.encode(), re.M) for n in r.NEEDLES] for r in rules]
 
 
-def wanted(data: bytes, needles: list[list[re.Pattern[bytes]]]) -> bool:
-    """The prefilter: the file mentions torch and some rule's needles all match."""
+#: Needles that describe the compile site (a compile call, its ``fullgraph``): met in a file that
+#: a compile in another file reaches.
+SITE_NEEDLES = frozenset({COMPILE_NEEDLE, r"\bfullgraph\b"})
+
+
+def wanted(data: bytes, needles: list[list[re.Pattern[bytes]]], reached: bool = False) -> bool:
+    """The prefilter: the file mentions torch and some rule's needles all match. ``reached``: a
+    compile elsewhere in the project reaches the file, so :data:`SITE_NEEDLES` (and ``torch``)
+    count as met."""
+    if reached:
+        return any(all(p.pattern.decode() in SITE_NEEDLES or p.search(data) for p in group) for group in needles)
     return b"torch" in data and any(all(p.search(data) for p in group) for group in needles)
 
 
-def _check_one(args: tuple[str, tuple[str, ...], bool]) -> FileResult:
-    path, codes, fix = args
+def _check_one(args: tuple) -> FileResult:
+    """Check one file: ``(path, rule codes, fix, view)`` (the view may be left out: None)."""
+    path, codes, fix, *rest = args
+    view: FileView | None = rest[0] if rest else None
+    result = _check_viewed(path, codes, fix, view)
+    if view is not None and view.report_only is not None:
+        # a file not given: only what a given file causes (rewriter.check.project)
+        keep = view.report_only
+        result.findings = [f for f in result.findings if f.caused_by & keep]
+        result.initial = [f for f in result.initial if f.caused_by & keep]
+    return result
+
+
+def _check_viewed(path: str, codes: tuple[str, ...], fix: bool, view: FileView | None) -> FileResult:
     shown = path.replace(os.sep, "/")
     try:
         source = read_file(path, path)
@@ -136,9 +165,13 @@ def _check_one(args: tuple[str, tuple[str, ...], bool]) -> FileResult:
         return FileResult(path=shown, error=str(exc), parsed=True)
     rules = [r for r in ALL_RULES if r.CODE in codes]
     if tree is None:  # code for a newer Python, which LibCST alone reads: every rule, the whole text
-        return check_text(source.text, shown, rules, fix=fix)
+        return check_text(source.text, shown, rules, fix=fix, view=view)
     facts = [statement_facts(stmt) for stmt in tree.body]  # one walk: the prefilter and the reduction
     names: set[str] = set().union(*(calls for calls, _ in facts))
+    if view is None:
+        view = local_view(tree, shown, compile_lines(source.text.encode("utf-8", "surrogatepass")))
+    if view.marks:
+        names.add("compile")  # compiled from elsewhere: as if it had a compile call of its own
     rules = [r for r in rules if r.CALLS & names]
     if not rules:
         return FileResult(path=shown, parsed=False)
@@ -146,18 +179,23 @@ def _check_one(args: tuple[str, tuple[str, ...], bool]) -> FileResult:
         # LibCST sees only what the rules can reach (rewriter.check.reduce); a fix rewrites the
         # file, so it parses the whole text. A reduced text that LibCST refuses (its positions
         # would be the reduced text's) is checked whole instead.
-        text, line_map = reduce_source(source.text, tree, facts)
+        text, line_map = reduce_source(source.text, tree, facts, keep=view.top_names())
         if line_map is not None:
-            result = check_text(text, shown, rules, tree=ast.parse(text))
+            result = check_text(text, shown, rules, tree=ast.parse(text), view=view)
             if result.error is None and result.skipped is None:
                 result.findings = map_lines(result.findings, line_map)
                 result.initial = map_lines(result.initial, line_map)
                 return result
-    return check_text(source.text, shown, rules, fix=fix, tree=tree)
+    return check_text(source.text, shown, rules, fix=fix, tree=tree, view=view)
 
 
-def _check_chunk(paths: list[str], codes: tuple[str, ...], fix: bool) -> list[FileResult]:
-    return [_check_one((path, codes, fix)) for path in paths]
+def _check_chunk(paths: list[str], codes: tuple[str, ...], fix: bool, views: dict | None = None) -> list[FileResult]:
+    views = views or {}
+    return [_check_one((path, codes, fix and views.get(path, _NO_VIEW).report_only is None, views.get(path)))
+            for path in paths]
+
+
+_NO_VIEW = FileView()
 
 
 def _died(path: str) -> FileResult:
@@ -168,17 +206,19 @@ def _died(path: str) -> FileResult:
     )
 
 
-def _check_alone(path: str, codes: tuple[str, ...], fix: bool) -> FileResult:
+def _check_alone(path: str, codes: tuple[str, ...], fix: bool, views: dict | None = None) -> FileResult:
     """``path`` checked in a process of its own: its crash is this file's result only."""
+    view = (views or {}).get(path)
     try:
         with ProcessPoolExecutor(max_workers=1) as pool:
-            [result] = pool.submit(_check_chunk, [path], codes, fix).result()
+            [result] = pool.submit(_check_chunk, [path], codes, fix, {path: view} if view else None).result()
             return result
     except BrokenProcessPool:
         return _died(path)
 
 
-def _check_in_pool(todo: list[str], codes: tuple[str, ...], fix: bool, workers: int) -> dict[str, FileResult]:
+def _check_in_pool(todo: list[str], codes: tuple[str, ...], fix: bool, workers: int,
+                   views: dict | None = None) -> dict[str, FileResult]:
     """Check ``todo`` in ``workers`` processes, in chunks; if a worker dies (the pool breaks), the
     files without a result yet are checked one process each (:func:`_check_alone`)."""
     results: dict[str, FileResult] = {}
@@ -186,7 +226,8 @@ def _check_in_pool(todo: list[str], codes: tuple[str, ...], fix: bool, workers: 
     chunks = [todo[i : i + chunk] for i in range(0, len(todo), chunk)]
     try:
         with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
-            futures = {pool.submit(_check_chunk, part, codes, fix): part for part in chunks}
+            futures = {pool.submit(_check_chunk, part, codes, fix, {p: views[p] for p in part if p in views} if views else None): part
+                       for part in chunks}
             wait(futures)
             for future, part in futures.items():
                 if not isinstance(future.exception(), BrokenProcessPool):
@@ -195,21 +236,27 @@ def _check_in_pool(todo: list[str], codes: tuple[str, ...], fix: bool, workers: 
         pass
     for path in todo:
         if path not in results:
-            results[path] = _check_alone(path, codes, fix)
+            results[path] = _check_alone(path, codes, fix, views)
     return results
 
 
 def check_files(
-    files: Sequence[str], rules: Sequence[type[Rule]], fix: bool = False, jobs: int | None = None
+    files: Sequence[str], rules: Sequence[type[Rule]], fix: bool = False, jobs: int | None = None,
+    project: bool = True, stats: dict | None = None,
 ) -> list[FileResult]:
-    """Check ``files`` with ``rules``; results in the order of ``files``.
+    """Check ``files`` with ``rules``; results in the order of ``files``, then one result for
+    each project file checked for the findings a given file causes (never fixed).
 
     Args:
         files: paths as given (printed as given).
         rules: the selected rule classes.
-        fix: compute the fixed text of each file (nothing is written here).
+        fix: compute the fixed text of each given file (nothing is written here).
         jobs: worker processes; None = ``os.cpu_count()``; 1 = in this process. Workers are
             used only for :data:`PARALLEL_MIN` or more files that pass the prefilter.
+        project: read the files' project for facts (:mod:`.project`); False: each file alone.
+        stats: when given, filled with ``project_files`` (``.py`` files of the projects read),
+            ``project_parsed`` (of them parsed in this run: the cache had no fresh summary) and
+            ``extra`` (project files checked besides ``files``).
 
     A file that cannot be read or parsed has ``error`` set; one that is not checked for a reason
     of its kind (not a regular file, over the size cap, nested too deep for the parser, or its
@@ -219,7 +266,21 @@ def check_files(
     codes = tuple(r.CODE for r in rules)
     results: dict[str, FileResult] = {}
     todo: list[str] = []
-    for path in files:
+    views: dict[str, FileView] = {}
+    extra: list[str] = []
+    if project and rules and files:
+        from .project import plan_project
+
+        try:
+            plan = plan_project(files)
+        except (KeyError, TypeError, IndexError, AttributeError, ValueError):
+            plan = plan_project(files, use_cache=False)  # a cache edited into another shape: read afresh
+        views.update(plan.views)
+        extra = [p for p in plan.extra if p not in views]
+        views.update({p: plan.extra[p] for p in extra})
+        if stats is not None:
+            stats.update(project_files=plan.files, project_parsed=plan.parsed, extra=len(extra))
+    for path in [*files, *extra]:
         try:
             data, _ = read_bytes(path)
         except Skipped as exc:
@@ -228,14 +289,19 @@ def check_files(
         except StackpartError as exc:
             results[path] = FileResult(path=path, error=str(exc))
             continue
-        if rules and wanted(data, needles):
+        view = views.get(path)
+        if rules and wanted(data, needles, reached=bool(view and view.marks)):
             todo.append(path)
         else:
             results[path] = FileResult(path=path)
     workers = jobs if jobs is not None else (os.cpu_count() or 1)
     if workers > 1 and len(todo) >= PARALLEL_MIN:
-        results.update(_check_in_pool(todo, codes, fix, workers))
+        results.update(_check_in_pool(todo, codes, fix, workers, views))
     else:
-        for path in todo:
-            results[path] = _check_one((path, codes, fix))
-    return [results[path] for path in files]
+        results.update(zip(todo, _check_chunk(todo, codes, fix, views)))
+    # a file not given adds only the findings a given file causes: its own errors and skips
+    # are not this commit's
+    more = [results[path] for path in extra if results[path].findings]
+    for r in more:
+        r.parsed = False  # "parsed" counts the given files; the summary counts these apart
+    return [results[path] for path in files] + more

@@ -157,6 +157,22 @@ model.compile()
         Invalid(
             """\
 import torch
+from torch import nn
+
+class GPT(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.h = nn.ModuleList([Block() for _ in range(n)])
+
+model = GPT(12)
+model.forward = torch.compile(model.forward)
+""",
+            line=10,
+            note="compiling the bound forward is compiling the model",
+        ),
+        Invalid(
+            """\
+import torch
 import torch.nn as nn
 
 class Encoder(nn.Module):
@@ -193,15 +209,19 @@ class Encoder(nn.Module):
             return
         if target is None or options(node)[1] in CUDA_GRAPH_MODES:
             return
+        if m.matches(target, m.Attribute(attr=m.Name("forward"))):
+            target = target.value  # type: ignore[attr-defined]  # torch.compile(model.forward): the model
         cls = f.class_of(target, node)
         if cls is None:
             return
-        why = f.repeats(cls)
-        if why is None or f.is_repeated_block(cls[0]):
+        why, files = f.repeats_with_files(cls)
+        if why is None or f.is_repeated_block(cls[0], cls[1]):
             return
         info = f.classes.get(cls[0])
-        attr = info.repeated[0].attr if info is not None and info.repeated else "layers"
-        self.report(at, self._message(cls[0].rsplit(".", 1)[-1], why, attr))
+        attr = info.repeated[0].attr if info is not None and info.repeated else why.split(" is an ", 1)[0]
+        if " " in attr:  # the transformers heuristic's reason names no attribute
+            attr = "layers"
+        self.report(at, self._message(cls[0].rsplit(".", 1)[-1], why, attr), related=files)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if node.name.value != "forward":

@@ -28,9 +28,11 @@ torch 2.13, so the rule does not report them there). Move the call out of the co
 the value as a tensor, guard logging with `if not torch.compiler.is_compiling():`, or for `.item()`
 set `torch._dynamo.config.capture_scalar_outputs = True`.
 
-A function counts as compiled when it carries `@torch.compile`, or is passed to `torch.compile` in
-the same file (a class's `forward` when an instance of the class is). Calls in branches that only
-run eager (`if not torch.compiler.is_compiling():`) are not reported.
+A function counts as compiled when it carries `@torch.compile`, or is passed to `torch.compile`
+(a class's `forward` when an instance of the class is, `model.compile()` too), also from another
+file of the project, and when it is the `forward` of a block of a compiled model (what Dynamo
+inlines); the message then says where that compile is. Calls in branches that only run eager
+(`if not torch.compiler.is_compiling():`) are not reported.
 
 Source: PyTorch docs, "torch.compile Troubleshooting" (graph breaks) and
 `torch._dynamo.config.capture_scalar_outputs`; verified with `backend="eager"`, torch 2.13.
@@ -85,6 +87,30 @@ def forward(x):
 fast = torch.compile(forward)
 """,
             line=4,
+        ),
+        Invalid(
+            """\
+import torch
+from torch import nn
+
+class Block(nn.Module):
+    def forward(self, x):
+        return x / x.sum().item()
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(4)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+model = torch.compile(Model())
+""",
+            line=6,
+            note="a block of a compiled model is traced with it (in another file of the project too)",
         ),
         Invalid(
             """\

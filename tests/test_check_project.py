@@ -1,0 +1,374 @@
+"""Project-level reachability (rewriter/check/project.py): a compile in one file, the model in another.
+
+The layout of issue 15: the model under ``models/`` (``moe_lm.py`` holds a ``ModuleList`` of the
+``MoEBlock`` of ``layers.py``), ``torch.compile`` in ``train.py``. The same code in one file gives
+SP101 (at the compile) and SP103 (at the block's ``.item()``); split, the hook given any one of
+the files must give the findings at the same lines of the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rewriter.check.command import run_check
+from rewriter.check.project import CACHE_DIR, CACHE_FILE, Project, find_root, plan_project
+
+LAYERS = """\
+import torch
+from torch import nn
+
+
+class Expert(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class MoEBlock(nn.Module):
+    def __init__(self, d, n_experts):
+        super().__init__()
+        self.router = nn.Linear(d, n_experts)
+        self.experts = nn.ModuleList([Expert(d) for _ in range(n_experts)])
+
+    def forward(self, x):
+        top = self.router(x).argmax(-1)
+        n_used = int(top.max().item())
+        out = torch.zeros_like(x)
+        for i in range(n_used + 1):
+            out = out + self.experts[i](x) * (top == i).unsqueeze(-1)
+        return x + out
+"""
+ITEM_LINE = 22  # `n_used = int(top.max().item())` in LAYERS
+ITEM_COL = 22
+
+MOE_LM = """\
+from torch import nn
+
+from .layers import MoEBlock
+
+
+class MoELM(nn.Module):
+    def __init__(self, vocab, d, n_layer, n_experts):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList([MoEBlock(d, n_experts) for _ in range(n_layer)])
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, idx):
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+"""
+
+TRAIN = """\
+import torch
+
+from models.moe_lm import MoELM
+
+
+def main():
+    model = MoELM(vocab=100, d=32, n_layer=4, n_experts=4)
+    model = torch.compile(model)
+    idx = torch.randint(0, 100, (2, 16))
+    return model(idx).sum()
+"""
+COMPILE_LINE = 8
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+@pytest.fixture
+def proj(tmp_path, monkeypatch):
+    root = tmp_path / "proj"
+    _write(root, {"pyproject.toml": "[project]\nname = 'p'\n", "models/__init__.py": "",
+                  "models/layers.py": LAYERS, "models/moe_lm.py": MOE_LM, "train.py": TRAIN})
+    monkeypatch.chdir(root)
+    return root
+
+
+def _found(paths, **kw):
+    outcome, _ = run_check(paths, use_config=False, jobs=1, **kw)
+    assert not outcome.errors, outcome.errors
+    return {(f.path, f.line, f.code) for f in outcome.findings}, outcome
+
+
+def test_same_code_in_one_file_gives_sp101_and_sp103(tmp_path, monkeypatch):
+    body = LAYERS + "\n\n" + MOE_LM.replace("from .layers import MoEBlock\n", "").replace("from torch import nn\n", "")
+    body += "\n\n" + TRAIN.replace("from models.moe_lm import MoELM\n", "").replace("import torch\n", "")
+    (tmp_path / "one.py").write_text(body)
+    monkeypatch.chdir(tmp_path)
+    found, _ = _found(["one.py"], project=False)
+    assert ("one.py", ITEM_LINE, "SP103") in found
+    assert "SP101" in {code for _, _, code in found}
+
+
+@pytest.mark.parametrize("given", [["models/layers.py"], ["train.py"], ["models/moe_lm.py"],
+                                   ["train.py", "models/moe_lm.py", "models/layers.py"]])
+def test_split_layout_reports_at_the_models_lines(proj, given):
+    found, _ = _found(given)
+    assert ("models/layers.py", ITEM_LINE, "SP103") in found
+    if given != ["models/layers.py"]:  # SP101 follows from train.py's compile and moe_lm.py's list
+        assert ("train.py", COMPILE_LINE, "SP101") in found
+
+
+def test_the_finding_says_where_the_compile_is(proj):
+    outcome, _ = run_check(["models/layers.py"], use_config=False, jobs=1)
+    [finding] = outcome.findings
+    assert (finding.line, finding.col) == (ITEM_LINE, ITEM_COL)
+    assert "reached from the torch.compile at train.py:8" in finding.message
+
+
+def test_without_the_project_a_split_layout_has_no_finding(proj):
+    found, _ = _found(["models/layers.py"], project=False)
+    assert found == set()
+    found, _ = _found(["train.py"], project=False)
+    assert found == set()
+
+
+def test_config_turns_the_project_off(proj):
+    (proj / "pyproject.toml").write_text("[project]\nname = 'p'\n[tool.stackpart]\nproject = false\n")
+    outcome, _ = run_check(["models/layers.py"], jobs=1)
+    assert outcome.findings == []
+
+
+def test_only_findings_a_given_file_causes_are_reported(proj):
+    # another script compiles its own function with a graph break: not caused by layers.py
+    _write(proj, {"other.py": "import torch\n\n@torch.compile\ndef f(x):\n    return x / x.sum().item()\n"})
+    found, outcome = _found(["models/layers.py"])
+    assert found == {("models/layers.py", ITEM_LINE, "SP103")}
+    found, _ = _found(["other.py"])
+    assert found == {("other.py", 5, "SP103")}
+    assert outcome.project["extra"] >= 1
+
+
+def test_absolute_import_alias_and_reexport_through_init(proj):
+    _write(proj, {
+        "models/__init__.py": "from .moe_lm import MoELM\n",
+        "train.py": "import torch\nimport models as M\n\nm = M.MoELM(100, 32, 4, 4)\nm.compile()\n",
+    })
+    found, _ = _found(["models/layers.py"])
+    assert ("models/layers.py", ITEM_LINE, "SP103") in found
+    found, _ = _found(["train.py"])
+    assert ("train.py", 5, "SP101") in found
+
+
+def test_regional_loop_reaches_the_block_and_is_no_sp101(proj):
+    _write(proj, {"train.py": "import torch\nfrom models.moe_lm import MoELM\n\nmodel = MoELM(100, 32, 4, 4)\n"
+                              "for block in model.blocks:\n    block.compile()\n"})
+    found, _ = _found(["train.py", "models/layers.py"])
+    assert found == {("models/layers.py", ITEM_LINE, "SP103")}
+
+
+def test_a_disabled_block_forward_is_not_reached(proj):
+    text = LAYERS.replace("    def forward(self, x):\n        top", "    @torch.compiler.disable\n    def forward(self, x):\n        top")
+    _write(proj, {"models/layers.py": text})
+    found, _ = _found(["models/layers.py"])
+    assert found == set()
+
+
+def test_fullgraph_from_another_file_reaches_the_fullgraph_rules(proj):
+    _write(proj, {
+        "train.py": TRAIN.replace("torch.compile(model)", "torch.compile(model, fullgraph=True)"),
+        "models/layers.py": LAYERS.replace("        n_used = int(top.max().item())\n",
+                                           "        n_used = 3\n        if x.sum().item() > 0:\n            x = -x\n"),
+    })
+    found, outcome = _found(["models/layers.py"])
+    # SP110: with fullgraph=True a branch on .item() is an error at the first call (its own tests run torch)
+    assert ("models/layers.py", ITEM_LINE + 1, "SP110") in found, outcome.findings  # the `if`
+    assert "fullgraph" not in (proj / "models/layers.py").read_text()
+
+
+def test_cache_is_written_reused_and_refreshed(proj):
+    _, first = _found(["models/layers.py"])
+    cache = proj / CACHE_DIR / CACHE_FILE
+    assert cache.is_file() and (proj / CACHE_DIR / ".gitignore").read_text().strip().endswith("*")
+    assert first.project["project_parsed"] >= 2
+    _, warm = _found(["models/layers.py"])
+    assert warm.project["project_parsed"] == 0
+    # an edit of the model file (its size changes) is read again; the others come from the cache
+    (proj / "models/moe_lm.py").write_text(MOE_LM.replace("MoEBlock(d, n_experts) for", "Expert(d) for"))
+    found, edited = _found(["models/layers.py"])
+    assert edited.project["project_parsed"] == 1
+    assert found == set()  # the blocks are Experts now: MoEBlock.forward is no longer reached
+
+
+def test_a_corrupt_cache_is_ignored(proj):
+    (proj / CACHE_DIR).mkdir()
+    (proj / CACHE_DIR / CACHE_FILE).write_text("{not json")
+    found, outcome = _found(["models/layers.py"])
+    assert ("models/layers.py", ITEM_LINE, "SP103") in found
+    assert json.loads((proj / CACHE_DIR / CACHE_FILE).read_text())["version"] >= 1
+
+
+def test_root_is_the_nearest_pyproject_or_git(tmp_path):
+    _write(tmp_path, {"a/pyproject.toml": "", "a/b/c/x.py": "", "d/e/y.py": ""})
+    assert find_root(str(tmp_path / "a/b/c/x.py")) == str(tmp_path / "a")
+    (tmp_path / "a/b/.git").mkdir()
+    assert find_root(str(tmp_path / "a/b/c/x.py")) == str(tmp_path / "a/b")
+    if find_root(str(tmp_path / "d/e/y.py")) is None:  # tmp_path may itself be inside a checkout
+        assert plan_project([str(tmp_path / "d/e/y.py")]).views == {}
+
+
+def test_hidden_and_site_packages_folders_are_not_project_files(proj):
+    _write(proj, {".venv/lib/site-packages/torchy/m.py": "import torch\ntorch.compile(f)\n",
+                  "build/site-packages/x.py": "", "models/__pycache__/z.py": ""})
+    files = set(Project(str(proj), use_cache=False).files)
+    assert files == {"models/__init__.py", "models/layers.py", "models/moe_lm.py", "train.py"}
+
+
+def test_fix_never_writes_a_file_that_was_not_given(proj):
+    before = (proj / "models/layers.py").read_bytes()
+    outcome, _ = run_check(["train.py"], use_config=False, jobs=1, fix=True)
+    assert (proj / "models/layers.py").read_bytes() == before
+    assert any(f.path == "models/layers.py" for f in outcome.findings)
+
+
+def test_the_pool_path_gives_the_same_findings(proj):
+    # PARALLEL_MIN files given: the views travel to worker processes
+    for i in range(30):
+        _write(proj, {f"scripts/s{i}.py": "import torch\nx = torch.compile\n"})
+    given = ["models/layers.py", *[f"scripts/s{i}.py" for i in range(30)]]
+    outcome, _ = run_check(given, use_config=False, jobs=2)
+    assert {(f.path, f.line, f.code) for f in outcome.findings} == {("models/layers.py", ITEM_LINE, "SP103")}
+
+
+def test_block_example_really_breaks_the_graph_when_the_model_is_compiled():
+    """SP103's block example: Dynamo inlines the block's forward into the model's graph, so the
+    `.item()` there breaks the model's graph (torch, eager backend)."""
+    import torch
+
+    from rewriter.check.rules.sp103_graph_break_call import GraphBreakCall
+
+    [example] = [e for e in GraphBreakCall.INVALID if "self.blocks" in e.code]
+    namespace: dict = {}
+    exec(compile(example.code.replace("model = torch.compile(Model())", ""), "example.py", "exec"), namespace)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(namespace["Model"]())(torch.ones(4))
+    assert explained.graph_break_count >= 1
+    assert any("item" in str(r.reason).lower() or "item" in str(r.user_stack).lower() for r in explained.break_reasons)
+
+
+def test_a_cache_of_another_shape_is_read_afresh(proj):
+    _found(["models/layers.py"])
+    cache = proj / CACHE_DIR / CACHE_FILE
+    data = json.loads(cache.read_text())
+    for entry in data["files"].values():
+        if entry[3] is not None:
+            entry[3]["classes"] = {"MoELM": 3}  # not a class summary
+    data["files"]["train.py"] = "garbage"
+    cache.write_text(json.dumps(data))
+    found, _ = _found(["models/layers.py"])
+    assert ("models/layers.py", ITEM_LINE, "SP103") in found
+
+
+def test_a_file_under_a_hidden_folder_of_the_root_is_checked_alone(proj):
+    _write(proj, {".venv/lib/m.py": "import torch\n\n@torch.compile\ndef f(x):\n    return x / x.sum().item()\n"})
+    found, outcome = _found([".venv/lib/m.py"])
+    assert found == {(".venv/lib/m.py", 5, "SP103")}
+    assert not outcome.project.get("project_files") and not (proj / CACHE_DIR).exists()
+
+
+@pytest.mark.slow
+def test_precommit_hook_given_only_the_model_or_only_train_py(tmp_path):
+    """The issue's layout in a git repository with the stackpart-check hook (its id, types and
+    serial setting from .pre-commit-hooks.yaml; `language: system` running this checkout, as in
+    test_check_precommit.py): pre-commit passes only the staged files, and each commit is
+    blocked by the findings at the model's lines."""
+    import shutil
+    import subprocess
+    import sys
+
+    import yaml
+
+    pre_commit = Path(sys.executable).parent / "pre-commit"
+    if shutil.which("git") is None or not pre_commit.exists():
+        pytest.skip("git or pre-commit not installed")
+    root = Path(__file__).resolve().parents[1]
+    repo = tmp_path / "repo"
+    env = dict(os.environ, PRE_COMMIT_HOME=str(tmp_path / "pc-home"), PYTHONPATH=str(root),
+               GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@example.com")
+
+    def git(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=repo, env=env, text=True, capture_output=True, check=check)
+
+    repo.mkdir()
+    git("init", "-q", "-b", "main")
+    hooks = yaml.safe_load((root / ".pre-commit-hooks.yaml").read_text())
+    hook = dict(next(h for h in hooks if h["id"] == "stackpart-check"))
+    hook["entry"] = hook["entry"].replace("stackpart", f"{sys.executable} -m rewriter.cli", 1)
+    hook["language"] = "system"
+    (repo / ".pre-commit-config.yaml").write_text(yaml.safe_dump({"repos": [{"repo": "local", "hooks": [hook]}]}))
+    subprocess.run([str(pre_commit), "install"], cwd=repo, env=env, check=True, capture_output=True)
+    _write(repo, {"models/__init__.py": "", "models/layers.py": LAYERS, "models/moe_lm.py": MOE_LM,
+                  "train.py": TRAIN.replace("torch.compile(model)", "model")})
+    git("add", ".")
+    first = git("commit", "-m", "the model, nothing compiled yet", check=False)
+    assert first.returncode == 0, first.stdout + first.stderr
+
+    _write(repo, {"train.py": TRAIN})  # only train.py changes: it compiles the model
+    git("add", "train.py")
+    blocked = git("commit", "-m", "compile", check=False)
+    out = blocked.stdout + blocked.stderr
+    assert blocked.returncode != 0
+    assert "train.py:8:13: SP101" in out and f"models/layers.py:{ITEM_LINE}:{ITEM_COL}: SP103" in out, out
+    git("commit", "-m", "compile", "--no-verify")
+
+    _write(repo, {"models/layers.py": LAYERS + "\n# tuned\n"})  # only the model file changes
+    git("add", "models/layers.py")
+    blocked = git("commit", "-m", "tune", check=False)
+    out = blocked.stdout + blocked.stderr
+    assert blocked.returncode != 0, out
+    assert f"models/layers.py:{ITEM_LINE}:{ITEM_COL}: SP103" in out and "train.py:8" in out
+    assert (repo / CACHE_DIR / ".gitignore").exists() and "stackpart_cache" not in git("status", "--porcelain").stdout
+
+
+def test_compiled_function_and_bound_forward_from_another_file(proj):
+    _write(proj, {
+        "utils.py": "def step(x):\n    print(x.shape)\n    return x * 2\n",
+        "train.py": "import torch\nfrom utils import step\nfrom models.moe_lm import MoELM\n\n"
+                    "fast = torch.compile(step)\nmodel = MoELM(100, 32, 4, 4)\nmodel.forward = torch.compile(model.forward)\n",
+    })
+    found, _ = _found(["utils.py"])
+    assert found == {("utils.py", 2, "SP103")}
+    found, _ = _found(["train.py"])
+    assert {("models/layers.py", ITEM_LINE, "SP103"), ("utils.py", 2, "SP103"), ("train.py", 7, "SP101")} <= found
+
+
+def test_subclass_with_a_compiled_forward_reaches_the_inherited_blocks(proj):
+    _write(proj, {"train.py": "import torch\nfrom models.moe_lm import MoELM\n\n\nclass Tuned(MoELM):\n"
+                              "    @torch.compile\n    def forward(self, idx):\n        return super().forward(idx)\n"})
+    found, _ = _found(["models/layers.py"])
+    assert found == {("models/layers.py", ITEM_LINE, "SP103")}
+
+
+def test_compile_of_self_forward_in_init_reaches_the_blocks(proj):
+    _write(proj, {"models/moe_lm.py": MOE_LM.replace(
+        "        self.head = nn.Linear(d, vocab)\n",
+        "        self.head = nn.Linear(d, vocab)\n        self.forward = torch.compile(self.forward)\n").replace(
+        "from torch import nn\n", "import torch\nfrom torch import nn\n"), "train.py": ""})
+    found, _ = _found(["models/layers.py"])
+    assert found == {("models/layers.py", ITEM_LINE, "SP103")}
+
+
+def test_cli_flag_turns_the_project_off(proj, capsys):
+    from rewriter.cli import main
+
+    assert main(["check", "-j", "1", "models/layers.py"]) == 1
+    assert f"models/layers.py:{ITEM_LINE}:{ITEM_COL}: SP103" in capsys.readouterr().out
+    assert main(["check", "-j", "1", "--no-project", "models/layers.py"]) == 0
