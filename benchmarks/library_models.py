@@ -84,7 +84,9 @@ CONFIG = {config!r}
 def build_model():
     torch.manual_seed(0)
     config = transformers.LlamaConfig(**CONFIG, attn_implementation="sdpa", use_cache=False)
-    return transformers.LlamaForCausalLM(config).eval()
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # 1.1B parameters: initialised on the GPU
+        model = transformers.LlamaForCausalLM(config)
+    return model.eval()
 
 
 def make_inputs(batch: int = 8, seq: int = 512):
@@ -131,7 +133,7 @@ def plan_text(target: str, site: str | None) -> str:
             f"actions:\n  - action: compile\n    target: {target}\n")
 
 
-def part_copy(smoke: bool) -> dict:
+def part_copy(smoke: bool, rounds: int = 2) -> dict:
     """The site's per-block plan against the same plan by decorator on a copy under SRC."""
     diag = bench_module("diagnose_hf")
     device = "cpu" if smoke else "cuda"
@@ -148,7 +150,7 @@ def part_copy(smoke: bool) -> dict:
     # B: transformers' modeling file copied under SRC (the symlink farm), decorated there
     copy_src = diag.build_src(work / "copy", "llama", smoke=True, device="cpu")
     (copy_src / "harness.py").write_text(FORWARD_HARNESS.format(config=config).replace(
-        "transformers.LlamaForCausalLM(config)", "__import__('transformers.models.llama.modeling_llama', fromlist=['x']).LlamaForCausalLM(config)"))
+        "model = transformers.LlamaForCausalLM(config)", "model = __import__('transformers.models.llama.modeling_llama', fromlist=['x']).LlamaForCausalLM(config)"))
     (work / "copy.yaml").write_text(plan_text("transformers/models/llama/modeling_llama.py::LlamaDecoderLayer", None))
     trees["copy"] = (copy_src, work / "copy.yaml")
     out: dict = {"part": "copy", "model": "Llama", "config": config, "shape": f"{batch}x{seq}", "device": device, "trees": {}}
@@ -156,7 +158,7 @@ def part_copy(smoke: bool) -> dict:
         rc, so, se = run([sys.executable, "-c", CLI, "rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"], 120)
         out["trees"][name] = {"rewrite_rc": rc, "rewrite_stderr": se[-800:]}
     times: dict[str, list] = {"site": [], "copy": []}
-    for round_ in range(2):
+    for round_ in range(rounds):
         for name in ("site", "copy"):
             rc, so, se = run([sys.executable, "-c", TIME_FORWARD, str(trees[name][0]), str(batch), str(seq), str(steps), device], 400)
             if rc != 0:
@@ -193,7 +195,9 @@ class Generate(torch.nn.Module):
 
 def build_model():
     torch.manual_seed(0)
-    return Generate().eval()
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = Generate()
+    return model.eval()
 
 
 def make_inputs(batch: int = 1, seq: int = 128):
@@ -252,7 +256,7 @@ def part_gen(smoke: bool, budget: float) -> dict:
     cmd = [sys.executable, "-c", CLI, "diagnose", "--harness", "harness.py", str(src), "-o", str(plan),
            "--shape", "batch=1,seq=128", "--dtype", "bfloat16" if not smoke else "float32", "--device", device,
            "--budget", str(budget), "--runs", "1000000", "--restarts", "30"]
-    rc, so, se = run(cmd, 420)
+    rc, so, se = run(cmd, 330)
     out["diagnose"] = {"rc": rc, "wall_s": time.perf_counter() - t0, "stderr_tail": se[-2500:]}
     if plan.exists():
         out["plan"] = plan.read_text()
@@ -296,12 +300,13 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--part", choices=("copy", "gen"), required=True)
     ap.add_argument("--smoke", action="store_true", help="tiny configs on CPU")
-    ap.add_argument("--budget", type=float, default=150.0, help="diagnose --budget (gen)")
+    ap.add_argument("--budget", type=float, default=120.0, help="diagnose --budget (gen)")
+    ap.add_argument("--rounds", type=int, default=2, help="A B rounds (copy)")
     args = ap.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     started = time.time()
     try:
-        res = part_copy(args.smoke) if args.part == "copy" else part_gen(args.smoke, args.budget)
+        res = part_copy(args.smoke, args.rounds) if args.part == "copy" else part_gen(args.smoke, args.budget)
     except Exception as exc:  # recorded, not lost: the device returns only what is under $OUT
         import traceback
 
