@@ -8,6 +8,8 @@ Two parts, each writing ``$OUT/library_models_<part>.{json,md}``:
   ``_stackpart/library.py``) and by decorator on a copy of the modeling file under SRC
   (benchmarks/diagnose_hf.py's symlink farm). Each tree is timed in its own process, interleaved
   A B A B; the target is the site's step within 3% of the copy's.
+* ``gentime``: the static-cache path and the plan a ``gen`` run wrote (``--plan-file``), timed
+  interleaved (``--rounds`` x ``--repeats`` calls), without re-running diagnose;
 * ``gen``: HF Llama 8 layers/2048 greedy generation, 32 new tokens from a 1x128 prompt, the
   default (dynamic) KV cache in the harness. Timed in their own processes: eager, transformers'
   static cache (``generation_config.cache_implementation = "static"``, which compiles the decode step
@@ -287,6 +289,38 @@ def part_gen(smoke: bool, budget: float) -> dict:
     return out
 
 
+def part_gentime(smoke: bool, plan_file: Path, rounds: int, repeats: int) -> dict:
+    """The static-cache path and a written plan (``plan_file``, from a ``gen`` run), each timed in
+    its own process, interleaved ``rounds`` times with ``repeats`` calls each: the same comparison
+    as ``gen`` with the noise of one 5-call median averaged out."""
+    device = "cpu" if smoke else "cuda"
+    config = TINY if smoke else LLAMA8
+    new = 8 if smoke else NEW_TOKENS
+    work = Path(tempfile.mkdtemp(prefix="library-gentime-"))
+    src = work / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(GEN_HARNESS.format(config=config, new=new))
+    applied = work / "applied"
+    shutil.copytree(src, applied)
+    rc, _, se = run([sys.executable, "-c", CLI, "rewrite", "--plan", str(plan_file), str(applied), "--apply", "--no-validate"], 120)
+    out: dict = {"part": "gentime", "plan": Path(plan_file).read_text(), "rewrite_rc": rc, "rewrite_stderr": se[-800:],
+                 "rounds": rounds, "repeats": repeats, "device": device}
+    runs: dict[str, list] = {"eager": [], "static_cache": [], "plan": []}
+    for _ in range(rounds):
+        for name, tree, variant in (("static_cache", src, "static"), ("plan", applied, "plain"), ("eager", src, "plain")):
+            rc, so, se = run([sys.executable, "-c", TIME_GENERATE, str(tree), device, variant, str(repeats)], 200)
+            runs[name].append(last_json(so)["ms_per_token"] if rc == 0 else {"error": se.strip().splitlines()[-2:]})
+    out["ms_per_token_runs"] = runs
+    med = {k: statistics.median([x for x in v if isinstance(x, float)]) for k, v in runs.items() if any(isinstance(x, float) for x in v)}
+    out["ms_per_token"] = med
+    if "plan" in med and "static_cache" in med:
+        out["plan_over_static"] = med["plan"] / med["static_cache"]
+    if "plan" in med and "eager" in med:
+        out["plan_over_eager"] = med["plan"] / med["eager"]
+    shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
 def markdown(res: dict) -> str:
     lines = [f"# library_models: {res['part']}", "", "```json", json.dumps({k: v for k, v in res.items() if k not in ("plan",)}, indent=1, default=str)[:20000], "```"]
     if res.get("plan"):
@@ -298,7 +332,10 @@ def main(argv: list[str]) -> int:
     import argparse
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--part", choices=("copy", "gen"), required=True)
+    ap.add_argument("--part", choices=("copy", "gen", "gentime"), required=True)
+    ap.add_argument("--plan-file", type=Path, default=ROOT / "benchmarks" / "results" / "h200-run21" / "gen_plan.yaml",
+                    help="gentime: the plan a gen run wrote")
+    ap.add_argument("--repeats", type=int, default=10, help="gentime: generate calls per process")
     ap.add_argument("--smoke", action="store_true", help="tiny configs on CPU")
     ap.add_argument("--budget", type=float, default=120.0, help="diagnose --budget (gen)")
     ap.add_argument("--rounds", type=int, default=2, help="A B rounds (copy)")
@@ -306,7 +343,12 @@ def main(argv: list[str]) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     started = time.time()
     try:
-        res = part_copy(args.smoke, args.rounds) if args.part == "copy" else part_gen(args.smoke, args.budget)
+        if args.part == "copy":
+            res = part_copy(args.smoke, args.rounds)
+        elif args.part == "gen":
+            res = part_gen(args.smoke, args.budget)
+        else:
+            res = part_gentime(args.smoke, args.plan_file, args.rounds, args.repeats)
     except Exception as exc:  # recorded, not lost: the device returns only what is under $OUT
         import traceback
 
