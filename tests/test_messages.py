@@ -333,9 +333,19 @@ def test_a_whole_model_why_says_what_the_granularity_rung_found():
     assert _unit_evidence(None, {}) == "no repeated block found (a ModuleList/Sequential of 2+ modules of one class)"
     block = {"name": "mixers", "cls": _Outside, "modules": [1, 2, 3, 4], "target": "model.py::Mixer"}
     assert _unit_evidence(block, {"block": "mixers", "share": 0.83}) == "repeated block 4 x _Outside in mixers = 83% of the step"
-    outside = dict(block, target=None)
+    class Local:  # defined in a function: not importable by path
+        pass
+
+    outside = dict(block, cls=Local, target=None)
     assert _unit_evidence(outside, {"block": "mixers", "share": 0.83}) == (
-        f"repeated block 4 x _Outside in mixers = 83% of the step, defined outside SRC ({__name__}): no per-block target")
+        f"repeated block 4 x Local in mixers = 83% of the step, defined outside SRC ({__name__}) and not importable "
+        "by path: no per-block target")
+    import json.decoder
+
+    installed = dict(block, cls=json.decoder.JSONDecoder, target=None)  # any importable class stands in for a library's
+    assert _unit_evidence(installed, {"block": "mixers", "share": 0.83}) == (
+        "repeated block 4 x JSONDecoder in mixers = 83% of the step, in an installed package (json.decoder:JSONDecoder: "
+        "the per-block candidate applies it from the plan's site)")
 
 
 def test_when_the_whole_model_wins_the_why_gives_the_per_block_figure():

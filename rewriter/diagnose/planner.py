@@ -333,14 +333,17 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
 
 def _unit_evidence(block: dict | None, gran: dict) -> str:
     """What the granularity rung found, for a whole-model ``why:``: the repeated block with its
-    measured share of the step (and whether it is under SRC), or that none was found."""
+    measured share of the step (and where it lives: under SRC, an installed package), or that none
+    was found."""
     if block is None:
         return "no repeated block found (a ModuleList/Sequential of 2+ modules of one class)"
     share = gran.get("share") if gran.get("block") == block["name"] else None
     text = f"repeated block {len(block['modules'])} x {block['cls'].__name__} in {block['name']}" + (
         f" = {share:.0%} of the step" if share is not None else " (share not measured)")
     if not block["target"]:
-        text += f", defined outside SRC ({block['cls'].__module__}): no per-block target"
+        lib = library_target_of(block["cls"])
+        text += (f", in an installed package ({lib}: the per-block candidate applies it from the plan's site)" if lib
+                 else f", defined outside SRC ({block['cls'].__module__}) and not importable by path: no per-block target")
     return text
 
 
