@@ -82,7 +82,7 @@ def test_serving_loop_that_marks_its_inputs(tmp_path):
 
 def test_disabled_helper_beside_the_users_fullgraph_blocks(tmp_path):
     r = _round_trip(tmp_path, "own_fullgraph_disabled", "compile_model.py", ["batch=4", "batch=6"])
-    _names_own_calls(r, "compile_model.py:18: block.compile(fullgraph=True, backend=\"eager\")", "model.py:10: @torch.compiler.disable")
+    _names_own_calls(r, "compile_model.py:17: block.compile(fullgraph=True, backend=\"eager\")", "model.py:10: @torch.compiler.disable")
     print([(a.action, a.target) for a in r["plan"].actions], r["after"])
 
 
