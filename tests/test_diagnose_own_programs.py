@@ -63,30 +63,89 @@ def _names_own_calls(result: dict, *calls: str) -> None:
         assert call in result["md"], call
 
 
+def _pruned(result: dict) -> list[str]:
+    [search] = [r for r in result["report"]["rungs"] if r["name"] == "search"]
+    return search["measurement"]["pruned"]
+
+
 def test_moe_trainer_that_compiles_each_layer_itself(tmp_path):
+    """Before: disable on Experts.forward (inside the trainer's fullgraph=True layers) plus a
+    second compile; the trainer raised 'Skip inlining torch.compiler.disable()d function'."""
     r = _round_trip(tmp_path, "own_moe_trainer", "train.py", ["batch=2,seq=6", "batch=2,seq=9"])
-    _names_own_calls(r, "train.py:18: torch.compile(block, fullgraph=True, backend=\"eager\")")
-    actions = [(a.action, a.target, getattr(a, "strategy", None)) for a in r["plan"].actions]
-    assert not [a for a in actions if a[0] == "compile"], actions  # the layers are the user's; no second compile
-    assert not [a for a in actions if a[0] == "disable"], actions  # inside the user's fullgraph=True region
-    print(actions, r["after"])
+    own = 'train.py:18: torch.compile(block, fullgraph=True, backend="eager")'
+    _names_own_calls(r, own)
+    actions = [(a.action, a.target) for a in r["plan"].actions]
+    assert not [a for a in actions if a[0] in ("compile", "disable")], actions
+    assert any(f"each DecoderLayer itself ({own}" in p and "second time" in p for p in _pruned(r)), _pruned(r)
+    assert r["after"]["graph_breaks"] == 0, r["after"]  # its fullgraph=True layers still compile whole
 
 
 def test_serving_loop_that_marks_its_inputs(tmp_path):
+    """Before: per-block compile plus maybe_mark_dynamic inside Encoder.forward, which the loop
+    compiles whole: 'Attempt to trace forbidden callable maybe_mark_dynamic'."""
     r = _round_trip(tmp_path, "own_serve_marks", "serve.py", ["batch=2,seq=5", "batch=2,seq=7", "batch=2,seq=9"])
-    _names_own_calls(r, "serve.py:27: torch.compile(Encoder(), backend=\"eager\")", "serve.py:20: torch._dynamo.mark_dynamic(ids, 1)")
+    own = 'serve.py:27: torch.compile(Encoder(), backend="eager")'
+    _names_own_calls(r, own, "serve.py:20: torch._dynamo.mark_dynamic(ids, 1)")
     actions = [(a.action, a.target) for a in r["plan"].actions]
-    assert not [a for a in actions if a[0] == "mark_dynamic" and a[1].startswith("model.py::")], actions
-    print(actions, r["after"])
+    assert not [a for a in actions if a[0] in ("compile", "mark_dynamic")], actions
+    assert any(p.endswith("Attempt to trace forbidden callable); mark the tensor where the program calls its compiled code")
+               and f"mark_dynamic in model.py::Encoder.forward: inside the program's own compiled code ({own})" in p
+               for p in _pruned(r)), _pruned(r)
 
 
 def test_disabled_helper_beside_the_users_fullgraph_blocks(tmp_path):
+    """Before: a compile of the blocks the script already compiles with fullgraph=True, beside
+    the source's own @torch.compiler.disable helper."""
     r = _round_trip(tmp_path, "own_fullgraph_disabled", "compile_model.py", ["batch=4", "batch=6"])
-    _names_own_calls(r, "compile_model.py:17: block.compile(fullgraph=True, backend=\"eager\")", "model.py:10: @torch.compiler.disable")
-    print([(a.action, a.target) for a in r["plan"].actions], r["after"])
+    own = 'compile_model.py:17: block.compile(fullgraph=True, backend="eager")'
+    _names_own_calls(r, own, "model.py:10: @torch.compiler.disable")
+    assert not [a for a in r["plan"].actions if a.action == "compile"], r["plan"].actions
+    assert any(f"each Block itself ({own}" in p for p in _pruned(r)), _pruned(r)
+    assert not [p for p in _pruned(r) if "torch.compiler.disable" in p and "compiles code itself" in p]  # a disable is not a compile
 
 
 def test_model_that_already_carries_torch_compile(tmp_path):
+    """The model compiles its own Block (the harness runs that compile too): no second compile;
+    the helper that breaks the graph inside that (not fullgraph) region is disabled on top of it,
+    and measured so."""
     r = _round_trip(tmp_path, "own_decorated", "predict.py", ["batch=4", "batch=6"])
-    _names_own_calls(r, "model.py:20: @torch.compile(backend=\"eager\")")
-    print([(a.action, a.target) for a in r["plan"].actions], r["after"])
+    _names_own_calls(r, 'model.py:20: @torch.compile(backend="eager")')
+    assert [(a.action, a.target) for a in r["plan"].actions] == [("disable", "model.py::route")]
+    [search] = [x for x in r["report"]["rungs"] if x["name"] == "search"]
+    assert search["measurement"]["chosen"] == "as-is+disable", search["measurement"]["chosen"]
+    [row] = [c for c in search["measurement"]["candidates"] if c["candidate"] == "as-is+disable"]
+    assert row["graphs"] >= 1 and row["numerics"] == "ok", row  # measured on the model's own compile
+    assert "@torch.compiler.disable" in (r["src"] / "model.py").read_text()
+
+
+def test_fullgraph_is_not_planned_around_a_helper_the_source_disables(tmp_path):
+    """Issue 17, pattern 3 without the user's script: the block calls a helper the source keeps
+    eager; the per-block compile must not carry fullgraph=True (it would raise at the first call,
+    and `stackpart check` would flag stackpart's own diff, SP108)."""
+    from rewriter.diagnose.runner import RUNGS, diagnose, harness_from_flags
+
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "own_fullgraph_disabled", src, ignore=shutil.ignore_patterns("__pycache__"))
+    (src / "compile_model.py").unlink()
+    model = (src / "model.py").read_text()
+    model = model.replace("return x + torch.tanh(self.fc(x))", "return x + torch.tanh(record(self.fc(x)))")
+    (src / "model.py").write_text(model.replace("return self.head(record(x))", "return self.head(x)"))
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 4}, {"batch": 6}], mode=None,
+                                 dtype=None, device="cpu")
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={n for n, _ in RUNGS}, backend="eager")
+    [block] = [a for a in outcome.plan.actions if a.action == "compile"]
+    assert block.target == "model.py::Block" and block.options.fullgraph is False, block
+    assert any("reaches record, which the source keeps eager" in n for n in outcome.notes), outcome.notes
+
+
+def test_what_the_programs_own_compiles_cover(tmp_path):
+    from rewriter.diagnose.own_compile import own_compiles
+
+    (tmp_path / "run.py").write_text(
+        "import torch\nfrom model import Net\n\n\ndef f(x):\n    return x\n\n\nmodel = Net()\nmodel.compile(fullgraph=True)\n"
+        "for i in range(3):\n    model.h[i] = torch.compile(model.h[i])\nfor _, b in model.layers.named_children():\n"
+        "    b = torch.compile(b, fullgraph=True)\nenc = torch.compile(model.encoder)\ng = torch.compile(f, fullgraph=True)\n")
+    got = [(o.where, o.fullgraph, o.covers) for o in own_compiles(tmp_path)]
+    assert got == [("run.py:10", True, ("class", "Net")), ("run.py:12", False, ("children", "h")),
+                   ("run.py:14", True, ("children", "layers")), ("run.py:15", False, ("unknown", "")),
+                   ("run.py:16", True, ("function", "run.py::f"))]

@@ -270,7 +270,7 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     def add(name: str, decision: Any, rule: bool = False) -> None:
         plan, why = compose(decision.plan, scope, rule)
         for reason in why:
-            conflicts.setdefault(reason, []).append(name)
+            conflicts.setdefault(reason, []).append("the rule's proposal" if rule and name == "rule" else name)
         if plan is None:
             return
         if not rule and any(a.action == "compile" for a in decision.plan.actions) and not any(a.action == "compile" for a in plan.actions):
