@@ -256,8 +256,8 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     a whole-model compile on top of the user's own compile would compile that code a second time
     (issue 17), so the plan changes only what the program leaves eager.
 
-    ``regions`` (:func:`.own_compile.own_compiles`) says what each of the program's own compiles
-    covers; every candidate is composed with them (:func:`compose`): a candidate that would compile
+    ``regions`` (:func:`.own_compile.own_compiles`, read from SRC when ``own_setup`` is given and
+    ``regions`` is not) says what each of the program's own compiles covers; every candidate is composed with them (:func:`compose`): a candidate that would compile
     the program's compiled code a second time is pruned (the rule's proposal keeps its other
     actions), and a ``disable`` inside the program's ``fullgraph=True`` region or a ``mark_dynamic``
     inside its compiled code is dropped, each said in ``pruned``.
@@ -265,6 +265,10 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     pruned: list[str] = []
     out: list[Candidate] = []
     conflicts: dict[str, list[str]] = {}
+    if regions is None and own_setup:
+        from .own_compile import own_compiles
+
+        regions = own_compiles(ctx.session.src)
     scope = OwnScope.of(ctx, regions or [])
 
     def add(name: str, decision: Any, rule: bool = False) -> None:

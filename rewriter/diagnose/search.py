@@ -133,13 +133,13 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     from ..plan import parse_plan
     from ..apply import apply_changes
     from ..rewrite import plan_rewrite
-    from .own_compile import compile_setup, own_compiles
+    from .own_compile import compile_setup
     from .report import plan_yaml
 
     started = time.perf_counter()
     src = ctx.session.src
     own = compile_setup(src)
-    cands, pruned = propose(ctx, own, own_compiles(src))
+    cands, pruned = propose(ctx, own)
     out = outcome if outcome is not None else SearchOutcome(cands)
     out.candidates, out.pruned = cands, pruned
     out.own_setup = own
