@@ -149,3 +149,18 @@ def test_what_the_programs_own_compiles_cover(tmp_path):
     assert got == [("run.py:10", True, ("class", "Net")), ("run.py:12", False, ("children", "h")),
                    ("run.py:14", True, ("children", "layers")), ("run.py:15", False, ("unknown", "")),
                    ("run.py:16", True, ("function", "run.py::f"))]
+
+
+def test_the_unmeasured_proposal_composes_with_the_programs_compile_too(tmp_path):
+    """``diagnose --no-search`` writes the rules' proposal without the search: it is composed with
+    the program's own compiles the same way (the MoE trainer: no second compile of its layers, no
+    disable inside their fullgraph=True region)."""
+    from rewriter.diagnose.runner import RUNGS, diagnose, harness_from_flags
+
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "own_moe_trainer", src, ignore=shutil.ignore_patterns("__pycache__"))
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 2, "seq": 6}, {"batch": 2, "seq": 9}],
+                                 mode=None, dtype=None, device="cpu")
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={n for n, _ in RUNGS}, backend="eager")
+    assert not [a for a in outcome.plan.actions if a.action in ("compile", "disable")], outcome.plan.actions
+    assert any(n.startswith("not planned: the program compiles each DecoderLayer itself (train.py:18") for n in outcome.notes), outcome.notes
