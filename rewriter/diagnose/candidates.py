@@ -180,7 +180,8 @@ def conflict(action: Any, scope: OwnScope) -> str | None:
         if scope.whole:
             return (f"the program compiles the whole model itself ({_where(scope.whole)}): a compile of {action.target} "
                     "inside it would compile that code a second time; change the program's own call instead")
-        if scope.block and (action.target == scope.block_target or action.strategy in ("whole", "nested")):
+        if scope.block and (action.target == scope.block_target or action.strategy in ("whole", "nested")
+                            or scope.in_block(action.target)):
             return (f"the program compiles each {scope.block_cls} itself ({_where(scope.block)}): a compile of "
                     f"{action.target} would compile it a second time; change the program's own call instead")
         own = scope.in_function(action.target)
@@ -202,7 +203,7 @@ def conflict(action: Any, scope: OwnScope) -> str | None:
         return None
     if kind == "mark_dynamic":
         inside = list(scope.whole)
-        if scope.block and action.target.split("::", 1)[-1].split(".", 1)[0] == scope.block_cls:
+        if scope.block and scope.in_block(action.target):
             inside += scope.block
         own = scope.in_function(action.target)
         if own is not None:

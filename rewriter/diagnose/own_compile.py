@@ -7,6 +7,11 @@ Every ``.py`` file under SRC that mentions ``compile`` or ``mark_dynamic`` (a te
 calls, ``@torch.compile`` decorators, ``torch.compiler.disable``, and ``mark_dynamic``-family calls.
 Symlinks are not followed (a tree that links an installed package in is not the user's code), and
 a file that does not parse is left out.
+
+:func:`compile_setup` lists the setup for the report; :func:`own_compiles` reads what each compile
+covers (:class:`OwnCompile`), which the search's candidates compose with
+(:func:`.candidates.compose`: no second compile, no ``disable`` in a ``fullgraph=True`` region, no
+``mark_dynamic`` inside compiled code).
 """
 
 from __future__ import annotations
