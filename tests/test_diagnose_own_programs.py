@@ -49,6 +49,9 @@ def _round_trip(tmp_path: Path, case: str, script: str, shapes: list[str]) -> di
     after = torch.load(tmp_path / "after.pt")
     torch.testing.assert_close(after, before)
     assert after_counts["unique_graphs"] > 0, f"the user's compile is no longer live after the rewrite: {after_counts}"
+    # `stackpart check` does not flag the rewritten tree for a disable in a fullgraph region or a
+    # mark in compiled code (issue 17: it flagged stackpart's own diff, SP108)
+    assert main(["check", str(src), "--select", "SP105", "--select", "SP108"]) == 0
     report_dir = plan.parent / "stackpart-diagnose"
     return {"src": src, "plan": load_plan(plan).plan, "report": json.loads((report_dir / "report.json").read_text()),
             "md": (report_dir / "report.md").read_text(), "before": before_counts, "after": after_counts}
