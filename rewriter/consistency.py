@@ -10,6 +10,12 @@
 * ``disable`` inside a ``fullgraph=True`` target: fullgraph forbids the graph break a disabled
   frame is, so the compile would raise.
 * ``mark_dynamic`` inside a compiled region: Dynamo refuses ``mark_dynamic`` in a traced frame.
+* what the source already holds (issue 17: edits compose with the program's own setup): a
+  ``fullgraph=True`` compile around a function the source keeps eager with
+  ``@torch.compiler.disable``; a ``disable`` inside a function the source compiles with
+  ``@torch.compile(fullgraph=True)``; a ``mark_dynamic`` inside a function the source compiles (the
+  target itself or a function it calls). The same facts as ``stackpart check``'s SP108 and SP105,
+  so a plan can never write a diff that ``check`` then flags.
 
 "Inside" is decided statically: the function itself, or a function the compiled one calls
 directly by name (``route(x)``) or as a method of its own class (``self.route(x)``), in one file.
@@ -24,6 +30,8 @@ import libcst.matchers as m
 
 from .actions.base import canonical, imported_names
 from .actions.compile import COMPILE_DECORATORS
+from .actions.disable import DISABLE_DECORATORS
+from .targets import decorator_name
 from .errors import StackpartError
 from .plan import ADVISORY_ACTIONS, CompileAction, DisableAction, LoadedPlan, MarkDynamicAction
 from .targets import ResolvedTarget
@@ -68,12 +76,80 @@ class _Facts:
     def __init__(self) -> None:
         self._imports: dict[int, dict[str, str]] = {}
 
+        self._functions: dict[int, dict[str, cst.FunctionDef]] = {}
+        self._cache: dict[tuple[str, int], object] = {}
+
+    def _names(self, module: cst.Module) -> dict[str, str]:
+        key = id(module)
+        if key not in self._imports:
+            self._imports[key] = imported_names(module)
+        return self._imports[key]
+
     def already_compiled(self, bound: Bound) -> bool:
         """Whether the target already carries a compile decorator."""
-        key = id(bound.module)
-        if key not in self._imports:
-            self._imports[key] = imported_names(bound.module)
-        return any(canonical(d, self._imports[key]) in COMPILE_DECORATORS for d in bound.target.decorators)
+        imports = self._names(bound.module)
+        return any(canonical(d, imports) in COMPILE_DECORATORS for d in bound.target.decorators)
+
+    def functions(self, module: cst.Module) -> dict[str, cst.FunctionDef]:
+        """The module's functions and methods by qualname (``route``, ``Block.forward``)."""
+        key = id(module)
+        if key not in self._functions:
+            found: dict[str, cst.FunctionDef] = {}
+            for stmt in module.body:
+                if isinstance(stmt, cst.FunctionDef):
+                    found[stmt.name.value] = stmt
+                elif isinstance(stmt, cst.ClassDef):
+                    for inner in stmt.body.body:
+                        if isinstance(inner, cst.FunctionDef):
+                            found[f"{stmt.name.value}.{inner.name.value}"] = inner
+            self._functions[key] = found
+        return self._functions[key]
+
+    def decorated(self, module: cst.Module, func: cst.FunctionDef, names: set[str]) -> cst.Decorator | None:
+        """The first decorator of ``func`` whose canonical name is in ``names``."""
+        imports = self._names(module)
+        return next((d for d in func.decorators if canonical(decorator_name(d), imports) in names), None)
+
+    def _compiled(self, module: cst.Module) -> list[tuple[str, bool, set[str]]]:
+        """The functions the module compiles with a decorator: ``(qualname, fullgraph literal,
+        the qualnames it covers: itself and what it calls directly)``, one scan per file."""
+        key = ("compiled", id(module))
+        if key not in self._cache:
+            found = []
+            for qual, func in self.functions(module).items():
+                dec = self.decorated(module, func, COMPILE_DECORATORS)
+                if dec is None:
+                    continue
+                fullgraph = isinstance(dec.decorator, cst.Call) and any(
+                    a.keyword is not None and a.keyword.value == "fullgraph" and isinstance(a.value, cst.Name)
+                    and a.value.value == "True" for a in dec.decorator.args)
+                found.append((qual, fullgraph, {qual, *_callees(ResolvedTarget("", qual, func, []))}))
+            self._cache[key] = found
+        return self._cache[key]
+
+    def _disabled(self, module: cst.Module) -> set[str]:
+        key = ("disabled", id(module))
+        if key not in self._cache:
+            self._cache[key] = {q for q, f in self.functions(module).items()
+                                if self.decorated(module, f, DISABLE_DECORATORS) is not None}
+        return self._cache[key]
+
+    def source_compiles(self, bound: Bound, fullgraph: bool = False) -> str | None:
+        """The function of the target's file that the source compiles with a decorator
+        (``fullgraph=True`` only, with ``fullgraph``) and that is the target or calls it
+        directly; None when there is none."""
+        for qual, full, covered in self._compiled(bound.module):
+            if bound.target.qualname in covered and (full or not fullgraph):
+                return qual
+        return None
+
+    def source_disabled(self, bound: Bound) -> str | None:
+        """The function the source keeps eager (``@torch.compiler.disable``) that the target is
+        or calls directly in its file, or None."""
+        disabled = self._disabled(bound.module)
+        if not disabled:
+            return None
+        return next((q for q in [bound.target.qualname, *sorted(_callees(bound.target))] if q in disabled), None)
 
 
 def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
@@ -125,6 +201,35 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
                 regions.setdefault((c.target.relpath, qual), []).append(c)
     facts = _Facts()
     for b in bounds:
+        if isinstance(b.action, CompileAction) and b.action.options.fullgraph and not b.action.library:
+            helper = facts.source_disabled(b)
+            if helper is not None:
+                raise loaded.error(
+                    b.index,
+                    f"fullgraph=True on {b.target.qualname} around {helper}, which the source keeps eager with "
+                    "@torch.compiler.disable: the compile would raise (Unsupported: Skip calling "
+                    "torch.compiler.disable()d function), and `stackpart check` flags the diff (SP108)",
+                    hint="drop fullgraph on this compile, or compile the parts around the disabled call",
+                )
+        if isinstance(b.action, DisableAction) and not b.action.library:
+            own = facts.source_compiles(b, fullgraph=True)
+            if own is not None:
+                raise loaded.error(
+                    b.index,
+                    f"disable of {b.target.qualname} inside {own}, which the source compiles with fullgraph=True: "
+                    "the graph break a disabled call makes is an error there",
+                    hint="keep that code in the graph (torch._dynamo.config.capture_scalar_outputs for .item()/.tolist(), "
+                         "a restructure, or a custom op), or drop fullgraph in the source",
+                )
+        if isinstance(b.action, MarkDynamicAction) and not b.action.library:
+            own = facts.source_compiles(b)
+            if own is not None and own != b.target.qualname:
+                raise loaded.error(
+                    b.index,
+                    f"mark_dynamic in {b.target.qualname}, which {own} calls and the source compiles: Dynamo forbids "
+                    "mark_dynamic in a traced frame (Attempt to trace forbidden callable)",
+                    hint="mark the tensor in the eager caller that passes it to the compiled code",
+                )
         if isinstance(b.action, DisableAction):
             for c in regions.get(b.key, ()):
                 if b.key == c.key:

@@ -27,6 +27,7 @@ why, is returned as ``pruned`` for the report.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,12 +83,172 @@ def _nested(ctx: Context, region: Plan, whole: Plan) -> Plan | None:
     return region.model_copy(update={"actions": keep + [nested, whole_c]})
 
 
-#: What in the program's own setup compiles (not a mark or a disable): ``@torch.compile``,
-#: ``torch.compile(...)``, ``module.compile(...)``.
-_COMPILES = ("torch.compile", ".compile(")
+def _is_compile(code: str) -> bool:
+    """Whether a setup line compiles (``@torch.compile``, ``torch.compile(...)``,
+    ``module.compile(...)``), not a mark or a disable (``@torch.compiler.disable``)."""
+    return re.search(r"\bcompile(\(|$)", code) is not None
 
 
-def propose(ctx: Context, own_setup: list[str] | None = None) -> tuple[list[Candidate], list[str]]:
+@dataclass
+class OwnScope:
+    """The program's own compiles (:class:`.own_compile.OwnCompile`) read against the harness's
+    model: which cover the whole model, which the repeated block, which a function of SRC.
+
+    A compile whose value cannot be read (``unknown``), or of a class that is neither the model's
+    nor the block's, counts as covering the whole model: what it compiles may hold any of it."""
+
+    whole: list[Any] = field(default_factory=list)
+    block: list[Any] = field(default_factory=list)
+    functions: list[Any] = field(default_factory=list)
+    block_cls: str | None = None
+    block_target: str | None = None
+    block_reached: set[str] = field(default_factory=set)
+    #: Class names of the block's own submodules (``Experts`` of an MoE layer), read at run time.
+    block_classes: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, ctx: Context, regions: list[Any]) -> "OwnScope":
+        scope = cls()
+        if not regions:
+            return scope
+        from .locate import names_reached
+
+        model, _, _ = ctx.reference()
+        model_cls = type(model).__name__
+        blocks = ctx.cache.get("blocks") or []
+        block = blocks[0] if blocks else None
+        attrs: set[str] = set()
+        if block is not None:
+            scope.block_cls = block["cls"].__name__
+            scope.block_target = block["target"]
+            attrs = {block["attr"], *(c["attr"] for c in block.get("containers") or [])}
+            scope.block_classes = {type(m).__name__ for m in block["modules"][0].modules()} if block.get("modules") else {scope.block_cls}
+            if block["target"]:
+                scope.block_reached = names_reached(ctx.session.src / block["target"].split("::", 1)[0],
+                                                    block["target"].split("::", 1)[1] + ".forward")
+        for r in regions:
+            kind, what = r.covers
+            if kind == "function":
+                qual = what.split("::", 1)[1]
+                if qual == f"{model_cls}.forward":
+                    scope.whole.append(r)
+                elif scope.block_cls and qual == f"{scope.block_cls}.forward":
+                    scope.block.append(r)
+                else:
+                    scope.functions.append(r)
+            elif kind == "class" and what == scope.block_cls:
+                scope.block.append(r)
+            elif kind == "children" and what in attrs:
+                scope.block.append(r)
+            else:
+                scope.whole.append(r)
+        return scope
+
+    @property
+    def decorated_only(self) -> bool:
+        """Every one of the program's compiles is a decorator (or a call on a function) in SRC's
+        source: the harness's model runs it too, so candidates on top of it are measured on it."""
+        return all(r.covers[0] == "function" for r in self.whole + self.block + self.functions)
+
+    def in_function(self, target: str, fullgraph: bool = False) -> Any:
+        """The program's own compiled function that is ``target`` (``file.py::Qual``), or None."""
+        for r in self.functions:
+            if r.covers[1] == target.removesuffix(".forward") or r.covers[1] == target or r.covers[1] == target + ".forward":
+                if r.fullgraph or not fullgraph:
+                    return r
+        return None
+
+    def in_block(self, target: str) -> bool:
+        """Whether ``target`` (``file.py::Qual``) is code the repeated block's forward reaches."""
+        qual = target.split("::", 1)[-1]
+        if not self.block_cls:
+            return False
+        if "." in qual:  # a method: of the block or of one of its submodules
+            return qual.split(".", 1)[0] in self.block_classes
+        return qual in self.block_reached
+
+
+def _where(regions: list[Any]) -> str:
+    return "; ".join(r.text for r in regions[:2]) + (f" (+{len(regions) - 2} more)" if len(regions) > 2 else "")
+
+
+def conflict(action: Any, scope: OwnScope) -> str | None:
+    """Why ``action`` does not compose with the program's own compiles, or None (issue 17, "What
+    to build" 2): no second compile of code the program compiles; no ``disable`` inside a region
+    it compiles with ``fullgraph=True`` (the graph break it makes is an error there); no
+    ``mark_dynamic`` inside code it compiles (Dynamo forbids the call in a traced frame)."""
+    kind = action.action
+    if kind == "compile":
+        if scope.whole:
+            return (f"the program compiles the whole model itself ({_where(scope.whole)}): a compile of {action.target} "
+                    "inside it would compile that code a second time; change the program's own call instead")
+        if scope.block and (action.target == scope.block_target or action.strategy in ("whole", "nested")
+                            or scope.in_block(action.target)):
+            return (f"the program compiles each {scope.block_cls} itself ({_where(scope.block)}): a compile of "
+                    f"{action.target} would compile it a second time; change the program's own call instead")
+        own = scope.in_function(action.target)
+        if own is not None:
+            return f"the program compiles {action.target} itself ({own.text}): a second compile of it"
+        return None
+    if kind == "disable":
+        full = [r for r in scope.whole if r.fullgraph]
+        if not full and scope.in_block(action.target):
+            full = [r for r in scope.block if r.fullgraph]
+        own = scope.in_function(action.target, fullgraph=True)
+        if own is not None:
+            full.append(own)
+        if full:
+            return (f"disable {action.target}: inside the program's own fullgraph=True compile ({_where(full)}), where the "
+                    "graph break it makes is an error (Unsupported: Skip inlining torch.compiler.disable()d function); "
+                    "the program's code must stay in the graph there (torch._dynamo.config.capture_scalar_outputs for "
+                    ".item()/.tolist(), a restructure, or a custom op)")
+        return None
+    if kind == "mark_dynamic":
+        inside = list(scope.whole)
+        if scope.block and scope.in_block(action.target):
+            inside += scope.block
+        own = scope.in_function(action.target)
+        if own is not None:
+            inside.append(own)
+        if inside:
+            return (f"mark_dynamic in {action.target}: inside the program's own compiled code ({_where(inside)}), where "
+                    "Dynamo forbids it (Attempt to trace forbidden callable); mark the tensor where the program calls "
+                    "its compiled code")
+    return None
+
+
+def compose(plan: Plan, scope: OwnScope, rule: bool = False) -> tuple[Plan | None, list[str]]:
+    """``plan`` composed with the program's own compiles (:func:`conflict`), and why it changed.
+
+    A candidate whose compile conflicts is None (pruned); the rule's proposal then keeps only its
+    actions that need no compile (``kernel``, ``allocator``, ...). Otherwise a conflicting
+    ``disable`` or ``mark_dynamic`` is dropped from the plan."""
+    why: list[str] = []
+    keep: list[Any] = []
+    compile_out = False
+    for a in plan.actions:
+        reason = conflict(a, scope)
+        if reason is None:
+            keep.append(a)
+            continue
+        why.append(reason)
+        compile_out = compile_out or a.action == "compile"
+    if compile_out:
+        disables = [a for a in keep if a.action == "disable"]
+        if disables and scope.decorated_only:
+            # the program's compile is a decorator in the model's own source, so the harness runs it:
+            # the disables compose with it (outside any fullgraph=True region, checked above) and
+            # are measured on it, without the second compile
+            return plan.model_copy(update={"actions": [a for a in keep if a.action not in ("compile", "mark_dynamic", "bucket")]}), why
+        if not rule:
+            return None, why
+        keep = [a for a in keep if a.action not in ("compile", "disable", "mark_dynamic", "bucket")]
+    if len(keep) == len(plan.actions):
+        return plan, why
+    return plan.model_copy(update={"actions": keep}), why
+
+
+def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any] | None = None) -> tuple[list[Candidate], list[str]]:
     """The candidate plans for this ladder, the rule's proposal first, and what was pruned (why).
 
     Pruned by evidence: CUDA graphs on CPU or with shapes that vary across the harness; nested
@@ -97,12 +258,31 @@ def propose(ctx: Context, own_setup: list[str] | None = None) -> tuple[list[Cand
     candidate when the program compiles code itself (``own_setup``, :func:`.own_compile.compile_setup`):
     a whole-model compile on top of the user's own compile would compile that code a second time
     (issue 17), so the plan changes only what the program leaves eager.
+
+    ``regions`` (:func:`.own_compile.own_compiles`, read from SRC when ``own_setup`` is given and
+    ``regions`` is not) says what each of the program's own compiles covers; every candidate is composed with them (:func:`compose`): a candidate that would compile
+    the program's compiled code a second time is pruned (the rule's proposal keeps its other
+    actions), and a ``disable`` inside the program's ``fullgraph=True`` region or a ``mark_dynamic``
+    inside its compiled code is dropped, each said in ``pruned``.
     """
     pruned: list[str] = []
     out: list[Candidate] = []
+    conflicts: dict[str, list[str]] = {}
+    if regions is None and own_setup:
+        from .own_compile import own_compiles
+
+        regions = own_compiles(ctx.session.src)
+    scope = OwnScope.of(ctx, regions or [])
 
     def add(name: str, decision: Any, rule: bool = False) -> None:
-        cand = Candidate(name, decision.plan, list(decision.notes), rule)
+        plan, why = compose(decision.plan, scope, rule)
+        for reason in why:
+            conflicts.setdefault(reason, []).append("the rule's proposal" if rule and name == "rule" else name)
+        if plan is None:
+            return
+        if not rule and any(a.action == "compile" for a in decision.plan.actions) and not any(a.action == "compile" for a in plan.actions):
+            name = _named("as-is", plan)  # the program's own compile, plus what composes with it
+        cand = Candidate(name, plan, list(decision.notes), rule)
         for other in out:
             if other.key() == cand.key():
                 other.rule = other.rule or rule
@@ -144,7 +324,7 @@ def propose(ctx: Context, own_setup: list[str] | None = None) -> tuple[list[Cand
         else:
             pruned.append("per-block: " + (next((n for n in region_full.notes if "no compile" in n or "outside SRC" in n), "no repeated block under SRC")))
     whole = rule_plan(ctx, "whole", mode="default")
-    own = [x for x in own_setup or [] if any(k in x.split(": ", 1)[-1] for k in _COMPILES)]
+    own = [r.text for r in regions] if regions is not None else [x for x in own_setup or [] if _is_compile(x.split(": ", 1)[-1])]
     if own and any(a.action == "compile" for a in whole.plan.actions):
         pruned.append(f"nested+whole, whole, whole+cudagraphs: the program compiles code itself ({'; '.join(own[:3])}): "
                       "a whole-model compile on top would compile it a second time; change the program's own call instead")
@@ -205,6 +385,7 @@ def propose(ctx: Context, own_setup: list[str] | None = None) -> tuple[list[Cand
         plain = proposal.plan.model_copy(update={"actions": [a for a in proposal.plan.actions if a.action != "kernel"]})
         unit = "whole" if any(a.action == "compile" and a.strategy == "whole" for a in plain.actions) else "per-block"
         add(_named(unit, plain) + "-no-kernel", type(proposal)(plain, list(proposal.notes)))
+    pruned.extend(f"{', '.join(dict.fromkeys(names))}: {reason}" for reason, names in conflicts.items())
     return _rule_first(out), pruned
 
 

@@ -292,7 +292,12 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                     "instead of .item()) to get one graph per block"
                 )
             helper_breaks = not disables and any(f.function != forward_qual for f in breaks)
-            options = CompileOptions(fullgraph=not disabled and not in_block_break and not helper_breaks
+            # a helper the source keeps eager is a graph break whether or not the rung saw it
+            kept_eager = _source_disabled(block["cls"], reached)
+            if kept_eager:
+                notes.append(f"{forward_qual} reaches {', '.join(kept_eager[:3])}, which the source keeps eager with "
+                             "@torch.compiler.disable: the block is compiled without fullgraph (a disabled call is a graph break)")
+            options = CompileOptions(fullgraph=not disabled and not in_block_break and not helper_breaks and not kept_eager
                                      and not any(isinstance(a, DisableAction) for a in actions))
             share = gran.get("share")
             actions.append(
@@ -329,6 +334,20 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
         )
         _disables(actions, breaks, {_qual(model_target) + '.forward'}, "model compile")
     return Decision(_plan(spec, ctx, actions), notes)
+
+
+def _source_disabled(cls: Any, reached: set[str] | None) -> list[str]:
+    """The functions of ``cls``'s module (and methods of ``cls``) that the source wraps in
+    ``torch.compiler.disable`` (``_torchdynamo_disable`` set, torch 2.13) and that the block's
+    code may reach (``reached``, :func:`.locate.names_reached`; None or empty: nothing found)."""
+    import sys
+
+    if not reached:
+        return []
+    mod = sys.modules.get(getattr(cls, "__module__", ""))
+    found = [n for n, v in sorted(vars(mod).items()) if n in reached and getattr(v, "_torchdynamo_disable", False)] if mod else []
+    found += [f"{cls.__name__}.{n}" for n, v in sorted(vars(cls).items()) if n in reached and getattr(v, "_torchdynamo_disable", False)]
+    return found
 
 
 def _unit_evidence(block: dict | None, gran: dict) -> str:

@@ -306,6 +306,16 @@ def diagnose(
         decision = Decision(annotated(found), _search_notes(found))
     else:  # the rules' proposal, unmeasured (the search proposes it as its first candidate otherwise)
         decision = make_plan(ctx)
+        if fatal is None and not outcome.stopped:
+            from .candidates import OwnScope, compose
+            from .own_compile import own_compiles
+
+            # composed with the program's own compiles, as every search candidate is (issue 17)
+            own = own_compiles(ctx.session.src)
+            if own:
+                composed, why = compose(decision.plan, OwnScope.of(ctx, own), rule=True)
+                decision = Decision(composed if composed is not None else decision.plan,
+                                    decision.notes + [f"not planned: {w}" for w in dict.fromkeys(why)])
     outcome.plan, outcome.notes = decision.plan, decision.notes
     outcome.search = found
     if outcome.stopped:

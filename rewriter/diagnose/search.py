@@ -251,9 +251,16 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             out.seconds = round(time.perf_counter() - started, 2)
         samples = [{("as-is" if k == "eager" else k): v for k, v in per.items()} for per in m.samples]
         graphs = ((out.rows.get("as-is") or {}).get("compile") or {}).get("unique_graphs") or 0
-        if out.own_setup or graphs:
+        if graphs:
             out.notes.append(f"the program as it is compiles itself ({graphs} graph(s) at run time"
                              + (f"; {'; '.join(out.own_setup[:3])}" if out.own_setup else "") + "): every candidate is measured on top of it")
+        elif out.own_setup:
+            # the compile lives in the program's own script (train.py's apply_compile), which the
+            # harness does not run: candidates were composed with it statically (candidates.compose)
+            out.notes.append(f"the program compiles code itself ({'; '.join(out.own_setup[:3])}), but the harness's model ran "
+                             "0 graphs: that compile is in a script the harness does not run; every candidate was composed "
+                             "with it from the source (no second compile, no disable in its fullgraph region, no mark inside it) "
+                             "and measured on the harness's model")
         hits = ((out.rows.get("as-is") or {}).get("compile") or {}).get("recompile_limit_hits") or []
         if hits:
             out.notes.append(f"the program as it is hits the recompile limit in its own compiled code ({hits[0][:200]}): "
