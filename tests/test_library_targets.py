@@ -311,3 +311,15 @@ def test_drift_check_reads_library_plans_without_importing_them(tmp_path):
     assert "harness.py" in [c.relpath for c in result.changes]
     with pytest.raises(StackpartError, match="'notinstalled.models' does not import"):
         plan_rewrite(load_plan(plan), src)
+
+
+def test_check_reports_the_pending_site_as_drift_and_nothing_once_applied(tmp_path, lib, capsys):
+    """`stackpart check` with the plan (the pre-commit hook): the site's decorator and the generated
+    module are drift until applied; once applied, the same files are clean (idempotent)."""
+    src, plan = project(tmp_path, "- action: compile\n  target: fakelib.blocks:Block\n")
+    harness = str(src / "harness.py")
+    assert main(["check", "--plan", str(plan), "--src", str(src), harness]) == 1
+    assert "+@apply_plan" in capsys.readouterr().out
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    capsys.readouterr()
+    assert main(["check", "--plan", str(plan), "--src", str(src), harness]) == 0, capsys.readouterr()

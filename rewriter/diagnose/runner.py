@@ -317,6 +317,12 @@ def diagnose(
                 decision = Decision(composed if composed is not None else decision.plan,
                                     decision.notes + [f"not planned: {w}" for w in dict.fromkeys(why)])
     outcome.plan, outcome.notes = decision.plan, decision.notes
+    if decision.plan.site is not None and site is None:
+        outcome.notes.append(
+            f"library actions applied at {decision.plan.site} (the harness's model function, the plan's site); if your "
+            "program builds the model elsewhere, pass --site file.py::func (a function the harness's model function "
+            "calls, so that the search measures what your program runs)"
+        )
     outcome.search = found
     if outcome.stopped:
         outcome.notes.insert(0, f"{outcome.stopped}; apply the plan's allocator action and run diagnose again to measure the rungs after it")
