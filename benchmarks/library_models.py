@@ -289,7 +289,7 @@ def part_gen(smoke: bool, budget: float) -> dict:
     return out
 
 
-def part_gentime(smoke: bool, plan_file: Path, rounds: int, repeats: int) -> dict:
+def part_gentime(smoke: bool, plan_file: Path, rounds: int, repeats: int, plan_first: bool = False) -> dict:
     """The static-cache path and a written plan (``plan_file``, from a ``gen`` run), each timed in
     its own process, interleaved ``rounds`` times with ``repeats`` calls each: the same comparison
     as ``gen`` with the noise of one 5-call median averaged out."""
@@ -306,8 +306,12 @@ def part_gentime(smoke: bool, plan_file: Path, rounds: int, repeats: int) -> dic
     out: dict = {"part": "gentime", "plan": Path(plan_file).read_text(), "rewrite_rc": rc, "rewrite_stderr": se[-800:],
                  "rounds": rounds, "repeats": repeats, "device": device}
     runs: dict[str, list] = {"eager": [], "static_cache": [], "plan": []}
+    order = [("static_cache", src, "static"), ("plan", applied, "plain"), ("eager", src, "plain")]
+    if plan_first:  # the position in the round is the only difference between the two arms
+        order = [order[1], order[0], order[2]]
+    out["order"] = [name for name, _, _ in order]
     for _ in range(rounds):
-        for name, tree, variant in (("static_cache", src, "static"), ("plan", applied, "plain"), ("eager", src, "plain")):
+        for name, tree, variant in order:
             rc, so, se = run([sys.executable, "-c", TIME_GENERATE, str(tree), device, variant, str(repeats)], 200)
             runs[name].append(last_json(so)["ms_per_token"] if rc == 0 else {"error": se.strip().splitlines()[-2:]})
     out["ms_per_token_runs"] = runs
@@ -336,6 +340,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--plan-file", type=Path, default=ROOT / "benchmarks" / "results" / "h200-run21" / "gen_plan.yaml",
                     help="gentime: the plan a gen run wrote")
     ap.add_argument("--repeats", type=int, default=10, help="gentime: generate calls per process")
+    ap.add_argument("--plan-first", action="store_true", help="gentime: time the plan before the static-cache path in each round")
     ap.add_argument("--smoke", action="store_true", help="tiny configs on CPU")
     ap.add_argument("--budget", type=float, default=120.0, help="diagnose --budget (gen)")
     ap.add_argument("--rounds", type=int, default=2, help="A B rounds (copy)")
@@ -348,7 +353,7 @@ def main(argv: list[str]) -> int:
         elif args.part == "gen":
             res = part_gen(args.smoke, args.budget)
         else:
-            res = part_gentime(args.smoke, args.plan_file, args.rounds, args.repeats)
+            res = part_gentime(args.smoke, args.plan_file, args.rounds, args.repeats, args.plan_first)
     except Exception as exc:  # recorded, not lost: the device returns only what is under $OUT
         import traceback
 
