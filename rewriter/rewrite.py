@@ -132,7 +132,8 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False, check_libr
         src: the root the plan's targets are relative to.
         unsafe: also write unsafe actions (``bucket``, ``kernel``).
         check_library: also import the installed classes and functions library targets name
-            (:func:`rewriter.library_targets.resolve`; ``check``'s drift reads the source only).
+            (:func:`rewriter.library_targets.resolve`); ``check``'s drift reads their source where
+            the package is installed and takes them as written where it is not.
 
     Raises:
         StackpartError: a target that leaves SRC, a file that cannot be read or parsed, a
@@ -154,7 +155,7 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
         if action.library:
             try:
                 library[i] = (resolve_library(action.module, action.qualname, action.action, by_import=True)
-                              if check_library else LibraryTarget(action.module, action.qualname, None, "unknown"))
+                              if check_library else _library_if_installed(action))
             except StackpartError as exc:
                 raise loaded.error(i, exc.message, exc.hint) from None
             continue
@@ -241,6 +242,24 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
             result.changes.append(FileChange(rel, old, new))
     result.changes.sort(key=lambda c: c.relpath)
     return result
+
+
+def _library_if_installed(action: object) -> LibraryTarget:
+    """A library target read from its source where the package is installed here (a mistyped
+    name is an error with its near names), and taken as written where it is not (the pre-commit
+    hook's environment has neither torch nor the model's packages). Nothing is imported."""
+    from .library_targets import resolve_static
+
+    from .library_targets import module_file
+
+    try:
+        return resolve_static(action.module, action.qualname)  # type: ignore[attr-defined]
+    except StackpartError as exc:
+        file, _ = module_file(action.module)  # type: ignore[attr-defined]
+        # not installed here, or a package's __init__ (its names may be lazy re-exports, found by import only)
+        if "does not import" in exc.message or (file is not None and file.name == "__init__.py"):
+            return LibraryTarget(action.module, action.qualname, None, "unknown")  # type: ignore[attr-defined]
+        raise
 
 
 def _resolve_site(

@@ -323,3 +323,60 @@ def test_check_reports_the_pending_site_as_drift_and_nothing_once_applied(tmp_pa
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
     capsys.readouterr()
     assert main(["check", "--plan", str(plan), "--src", str(src), harness]) == 0, capsys.readouterr()
+
+
+def test_check_counts_a_missing_generated_module_as_drift(tmp_path, lib, capsys):
+    """A commit of the site alone, with `_stackpart/library.py` deleted (or never added), must not
+    pass the hook; and SRC is inferred from the site when only the site's file is given."""
+    src, plan = project(tmp_path, "- action: compile\n  target: fakelib.blocks:Block\n")
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    (src / "_stackpart" / "library.py").unlink()
+    capsys.readouterr()
+    harness = str(src / "harness.py")
+    assert main(["check", "--plan", str(plan), harness]) == 1  # no --src: inferred from the site
+    out = capsys.readouterr()
+    assert "_stackpart/library.py" in out.out + out.err
+
+
+def test_check_reads_an_installed_library_target_from_source(tmp_path, lib, capsys):
+    """Where the package is installed, check catches a mistyped class (with the near name) without
+    importing it; a package that is not installed is taken as written (test above)."""
+    src, plan = project(tmp_path, "- action: compile\n  target: fakelib.blocks:Blok\n")
+    assert main(["check", "--plan", str(plan), "--src", str(src), str(src / "harness.py")]) == 2
+    err = capsys.readouterr().err
+    assert "no class or function 'Blok'" in err and "did you mean 'Block'" in err
+
+
+@pytest.mark.parametrize("site,says", [("harness.py::Holder", "is a class"), ("harness.py::abuild", "is an async function")])
+def test_diagnose_refuses_a_class_or_async_site_before_any_rung(tmp_path, lib, capsys, site, says):
+    src, _ = project(tmp_path, "- action: compile\n  target: fakelib.blocks:Block\n")
+    (src / "harness.py").write_text(HARNESS + "\n\nclass Holder:\n    pass\n\n\nasync def abuild():\n    return build_model()\n")
+    rc = main(["diagnose", "--harness", "harness.py", str(src), "-o", str(tmp_path / "out" / "plan.yaml"),
+               "--device", "cpu", "--site", site])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and f"--site: {site.split('::')[1]} {says}" in err[-1], err
+    assert not (tmp_path / "out" / "plan.yaml").exists()
+
+
+def test_a_library_block_is_marked_by_keyword_too():
+    """GPT-2's blocks get position_ids by keyword: the pre-hook binds it by name, so a library
+    block's varying keyword input is marked with the positional one (all or nothing)."""
+    import torch
+
+    from rewriter.diagnose.planner import _mark_dynamic
+
+    class Block(torch.nn.Module):
+        def forward(self, hidden_states, position_ids=None):
+            return hidden_states
+
+    block = {"cls": Block, "owner": object(), "attr": "h", "owner_target": None, "target": None}
+    rc = {"recompiles": 1, "shapes": 2, "varying_block_dims": [{"arg": 0, "dim": 1, "sizes": [16, 12]}],
+          "varying_block_other_dims": [{"input": "position_ids", "dim": 1, "sizes": [16, 12]}]}
+    actions, notes = [], []
+    _mark_dynamic(actions, notes, block, rc, "fakelib.blocks:Block")
+    assert [(a.target, a.arg, a.dim, a.strict) for a in actions] == [
+        ("fakelib.blocks:Block", "hidden_states", 1, False), ("fakelib.blocks:Block", "position_ids", 1, False)], notes
+    nested = dict(rc, varying_block_other_dims=[{"input": "position_embeddings[0]", "dim": 1, "sizes": [16, 12]}])
+    actions, notes = [], []
+    _mark_dynamic(actions, notes, block, nested, "fakelib.blocks:Block")
+    assert actions == [] and "position_embeddings[0] dim 1 (a keyword or nested argument)" in notes[0]

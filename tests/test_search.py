@@ -226,7 +226,7 @@ def test_a_spent_budget_says_only_the_program_as_it_is_was_measured():
     rows = {"as-is": _row(2.0), "per-block": {"skipped": "not measured: the search budget was spent before its cold phase", "problems": []},
             "whole": {"skipped": "not measured: the search budget was spent before its cold phase", "problems": []}}
     c = decide(rows, ["per-block", "whole", "as-is"], [], 1000, 1, False)
-    assert c.chosen == "as-is" and "only the program as it is is left: 2 not measured (search budget)" in c.text, c.text
+    assert c.chosen == "as-is" and "the program as it is, the only candidate left (2 not measured (search budget))" in c.text, c.text
 
 
 def test_when_the_program_as_it_is_fails_in_the_engine_the_ladder_is_kept_in_report_json(tmp_path, monkeypatch):

@@ -23,9 +23,11 @@ def infer_src(loaded: LoadedPlan, files: Sequence[str]) -> str | None:
     targets (``net.py`` of ``net.py::Block``, the harness file), gives one of ``files``
     (``src/net.py`` -> ``src``). None when no file matches or two candidates disagree."""
     plan = loaded.plan
-    wanted = {str(t).split("::", 1)[0] for t in (getattr(a, "target", None) for a in plan.actions) if t}
+    wanted = {str(t).split("::", 1)[0] for t in (getattr(a, "target", None) for a in plan.actions) if t and "::" in str(t)}
     if plan.harness is not None:
         wanted.add(plan.harness.file)
+    if plan.site is not None:  # a plan on an installed library edits only its site (and _stackpart/)
+        wanted.add(plan.site.split("::", 1)[0])
     found = set()
     for f in files:
         real = Path(os.path.realpath(f)).as_posix()
@@ -53,4 +55,28 @@ def plan_drift(loaded: LoadedPlan, src: str, files: Sequence[str]) -> tuple[list
             drifted.append((given[real], change))
         elif plan_staged:
             drifted.append((os.path.relpath(real), change))
+    # generated code (``_stackpart/``) that the given files use or are about to use: missing or
+    # stale, it is this commit's drift although pre-commit did not pass it (a commit that adds
+    # `@apply_plan` without `_stackpart/library.py`, or deletes it, must not pass the hook)
+    have = {id(c) for _, c in drifted}
+    vendored = [c for c in result.changes if id(c) not in have and is_vendored(c.relpath)]
+    if vendored and (drifted or any(_imports_vendored(f) for f in given)):
+        drifted += [(os.path.relpath(os.path.realpath(root / c.relpath)), c) for c in vendored]
     return drifted, unified_diff([c for _, c in drifted])
+
+
+def is_vendored(relpath: str) -> bool:
+    """Whether ``relpath`` lies in a generated ``_stackpart/`` package."""
+    from ..vendor import VENDOR_PACKAGE
+
+    return VENDOR_PACKAGE in Path(relpath).parts
+
+
+def _imports_vendored(path: str) -> bool:
+    """Whether the file at ``path`` mentions the vendored package (imports generated code)."""
+    from ..vendor import VENDOR_PACKAGE
+
+    try:
+        return VENDOR_PACKAGE in Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False

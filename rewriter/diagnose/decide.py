@@ -130,8 +130,8 @@ def decide(
         skipped = sum(1 for s in status.values() if s.startswith("not measured"))
         unpaid = sum(1 for s in status.values() if s.startswith("does not pay back"))
         parts = [f"{k} {what}" for k, what in ((failed, "failed"), (skipped, "not measured (search budget)"), (unpaid, "cannot pay back")) if k]
-        return Choice("as-is", "only the program as it is is left: " + (", ".join(parts) or "no candidate")
-                      + "; the plan changes nothing", status, net)
+        return Choice("as-is", "the program as it is, the only candidate left (" + (", ".join(parts) or "no other candidate")
+                      + "); the plan changes nothing", status, net)
     if not gain_measured:
         chosen = others[0]
         for n in ok:

@@ -435,17 +435,20 @@ def _mark_dynamic(actions: list, notes: list, block: dict, rc: dict, block_targe
     owner_forward = f"{owner_target}.forward" if owner_target else f"{type(block['owner']).__qualname__}.forward, which is defined outside SRC"
     unmarkable = [f"block input {d['arg']} dim {d['dim']} (not a name bound in {owner_forward})"
                   for d in dims if d["arg"] >= len(names) or names[d["arg"]] is None]
+    others = rc.get("varying_block_other_dims") or []
+    # the pre-hook binds keyword inputs by name too (GPT-2's position_ids); a nested one it cannot reach
+    by_name = [o for o in others if at_block and o["dim"] is not None and str(o["input"]).isidentifier()]
     unmarkable += [f"block input {o['input']} dim {o['dim']} (a keyword or nested argument)" if o["dim"] is not None
                    else f"block input {o['input']} (an int: {sorted(set(o['sizes']))})"
-                   for o in rc.get("varying_block_other_dims") or []]
+                   for o in others if o not in by_name]
     if unmarkable:
         notes.append("not marked dynamic: " + "; ".join(unmarkable[:3]) + " also varies, and mark_dynamic at the "
                      "boundary cannot reach it (a partly marked boundary raises ConstraintViolationError); "
                      "expect one automatic-dynamic recompile")
         return
     seen = set()
-    for d in dims:
-        arg = names[d["arg"]]
+    for d in [*dims, *({"arg": None, "name": o["input"], "dim": o["dim"], "sizes": o["sizes"]} for o in by_name)]:
+        arg = names[d["arg"]] if d["arg"] is not None else d["name"]
         if (arg, d["dim"]) in seen:
             continue
         seen.add((arg, d["dim"]))

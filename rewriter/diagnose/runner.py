@@ -494,7 +494,18 @@ def check_entry(entry: str, src: Path, flag: str = "--entry") -> None:
     if not path.is_file():
         raise StackpartError(f"{flag}: no file {file!r} under SRC", path=str(src))
     try:  # as rewrite reads it: PEP 263 encodings, a path that stays under SRC
-        resolve(read_source(Path(src), file).parse(), file, func)
+        module = read_source(Path(src), file).parse()
+        if flag == "--site":  # the function that returns the model: what rewrite's site check refuses
+            from ..targets import collect_definitions
+
+            hits = collect_definitions(module).get(func) or []
+            if hits and hits[0].kind == "class":
+                raise StackpartError(f"{func} is a class; the site is the function that returns the model",
+                                     hint="name the function that builds the model, e.g. train.py::build")
+        target = resolve(module, file, func)
+        if flag == "--site" and target.node.asynchronous is not None:
+            raise StackpartError(f"{func} is an async function; the site must return the model itself",
+                                 hint="name the synchronous function that builds the model")
     except StackpartError as exc:
         raise StackpartError(f"{flag}: {exc.message}", path=str(path), hint=exc.hint) from None
 
