@@ -310,3 +310,52 @@ def test_the_compile_count_agrees_with_the_graphs_dynamo_captured_per_shape():
     two_frames = {"compile": {"unique_graphs": 2, "recompiles": 0}, "shapes": [{"new_graphs": 2, "new_recompiles": 0}]}
     assert compiles_counted(two_frames) == 2
     assert compiles_counted({"compile": {"unique_graphs": 0, "recompiles": 0}, "shapes": [{"new_graphs": 0, "new_recompiles": 0}]}) == 0
+
+
+BROKEN = """\
+import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        y = self.fc(x)
+        print("a graph break inside the block")
+        return y.relu()
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block() for _ in range(2))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def build_model():
+    torch.manual_seed(0)
+    return Net().eval()
+
+
+def make_inputs(batch: int = 2):
+    return (torch.randn(batch, 16),)
+"""
+
+
+def test_a_graph_break_is_not_read_as_one_graph_per_instance(tmp_path):
+    """Two graphs per call from a break inside the block, no recompile across instances: the
+    verdict says the instances share the code and a break splits each call (it said "one graph
+    serves all 2 instances ... (2 + 2)" on GPT-2)."""
+    src = write_harness(tmp_path, BROKEN)
+    ir = run_rungs(src, tmp_path, [{"batch": 2}, {"batch": 3}], {"instance_recompiles"})["instance_recompiles"]
+    m = ir.measurement
+    assert m["recompiles"] == 0 and m["graphs_per_shape"][0] == 2, m
+    assert "one graph serves" not in ir.verdict
+    assert "share one compiled code" in ir.verdict and "a graph break splits each call" in ir.verdict, ir.verdict

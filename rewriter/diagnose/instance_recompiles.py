@@ -202,6 +202,13 @@ def run(ctx: Context) -> RungResult:
                      f"or raise torch._dynamo.config.{config_name} above the graphs needed")
     elif distinct > 1:
         r.verdict = f"{n} instances of {cname} in {distinct} parameter shapes: {graphs}, within the recompile limit ({limit})"
+    elif (r.measurement["graphs_per_shape"] or [0])[0] > 1 and not by_frame:
+        # more graphs than shapes with no recompile: each call runs several graphs of the same
+        # compiled code (a graph break splits the block; GPT-2 on transformers 5.24: 2 + 2)
+        r.verdict = (f"all {n} instances of {cname} share one compiled code, without a recompile across instances; "
+                     f"{graphs}: a graph break splits each call (see the graph-break rung)")
+        if sized:
+            r.verdict += f" ({sized} recompile(s) on tensor sizes that differ between calls: dynamic shapes, not per-instance state)"
     else:
         r.verdict = f"one graph serves all {n} instances of {cname}" + (f" at each input shape ({graphs})" if len(per_shape) > 1 else "")
         if sized:
