@@ -190,7 +190,6 @@ def diagnose(ctx: click.Context, harness: str, src: str, output: str, **kw: obje
     """Run the diagnostic ladder on SRC's model and write plan.yaml with the evidence."""
     from .needs_torch import require_torch
 
-    require_torch("diagnose")
     nproc, wrap = kw.pop("nproc"), kw.pop("wrap")
     if nproc > 1:  # type: ignore[operator]
         kw.pop("budget")
@@ -199,11 +198,13 @@ def diagnose(ctx: click.Context, harness: str, src: str, output: str, **kw: obje
             raise click.UsageError("--entry is not supported with --nproc")
         if kw.pop("site") is not None:
             raise click.UsageError("--site is not supported with --nproc")
+    elif wrap is not None:
+        raise click.UsageError("--wrap needs --nproc 2 or more")
+    require_torch("diagnose")  # after the usage errors, which need no torch import to report
+    if nproc > 1:  # type: ignore[operator]
         from .distributed.command import diagnose_distributed_command
 
         ctx.exit(diagnose_distributed_command(harness, src, output, nproc=nproc, wrap=wrap, **kw))  # type: ignore[arg-type]
-    if wrap is not None:
-        raise click.UsageError("--wrap needs --nproc 2 or more")
     from .diagnose.runner import diagnose_command
 
     ctx.exit(diagnose_command(harness, src, output, **kw))  # type: ignore[arg-type]

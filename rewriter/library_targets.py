@@ -197,7 +197,7 @@ def resolve(module: str, qualname: str, action: str, by_import: bool) -> Library
     try:
         found = resolve_static(module, qualname)
     except StackpartError as static_error:
-        if not by_import or "does not import" in static_error.message:
+        if not by_import or not module_file(module)[1]:  # no such module: the import would fail too
             raise
         try:
             resolve_import(LibraryTarget(module, qualname, None, "unknown"), action)
@@ -207,6 +207,27 @@ def resolve(module: str, qualname: str, action: str, by_import: bool) -> Library
     if by_import:
         resolve_import(found, action)
     return found
+
+
+def resolve_source_only(module: str, qualname: str) -> LibraryTarget:
+    """The reading of ``check`` (the pre-commit hook, whose environment has neither torch nor the
+    model's packages): :func:`resolve_static` where the package is installed here, so a mistyped
+    name is an error with its near names; the target as written where it is not installed, or where
+    the name would be a package ``__init__``'s (lazy re-exports are found by import only). Nothing
+    is imported.
+
+    Raises:
+        StackpartError: the module's source is here and defines no such name.
+    """
+    file, found = module_file(module)
+    if not found:
+        return LibraryTarget(module, qualname, None, "unknown")
+    try:
+        return resolve_static(module, qualname)
+    except StackpartError:
+        if file is not None and file.name == "__init__.py":
+            return LibraryTarget(module, qualname, None, "unknown")
+        raise
 
 
 def torch_importable() -> bool:

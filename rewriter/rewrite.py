@@ -31,6 +31,7 @@ from .source import SourceFile, read_source, run_deep, safe_relpath
 from .splice import splice
 from .library_targets import LibraryTarget
 from .library_targets import resolve as resolve_library
+from .library_targets import resolve_source_only
 from .targets import Definition, collect_definitions, resolve
 from .vendor import vendor_site
 
@@ -81,6 +82,15 @@ class RewriteResult:
         from .diff import unified_diff
 
         return unified_diff(self.changes)
+
+    @property
+    def library_modules(self) -> list[str]:
+        """The generated ``_stackpart/library.py`` files among the changes (the site's actions), which
+        the measured candidate must import while its harness builds the model."""
+        from .actions.site import LIBRARY_MODULE
+        from .vendor import VENDOR_PACKAGE
+
+        return [c.relpath for c in self.changes if c.relpath.endswith(f"{VENDOR_PACKAGE}/{LIBRARY_MODULE}.py")]
 
     def digest(self) -> str:
         """sha256 of :meth:`diff`: the identity validation reports are bound to."""
@@ -155,7 +165,7 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
         if action.library:
             try:
                 library[i] = (resolve_library(action.module, action.qualname, action.action, by_import=True)
-                              if check_library else _library_if_installed(action))
+                              if check_library else resolve_source_only(action.module, action.qualname))
             except StackpartError as exc:
                 raise loaded.error(i, exc.message, exc.hint) from None
             continue
@@ -242,24 +252,6 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
             result.changes.append(FileChange(rel, old, new))
     result.changes.sort(key=lambda c: c.relpath)
     return result
-
-
-def _library_if_installed(action: object) -> LibraryTarget:
-    """A library target read from its source where the package is installed here (a mistyped
-    name is an error with its near names), and taken as written where it is not (the pre-commit
-    hook's environment has neither torch nor the model's packages). Nothing is imported."""
-    from .library_targets import resolve_static
-
-    from .library_targets import module_file
-
-    try:
-        return resolve_static(action.module, action.qualname)  # type: ignore[attr-defined]
-    except StackpartError as exc:
-        file, _ = module_file(action.module)  # type: ignore[attr-defined]
-        # not installed here, or a package's __init__ (its names may be lazy re-exports, found by import only)
-        if "does not import" in exc.message or (file is not None and file.name == "__init__.py"):
-            return LibraryTarget(action.module, action.qualname, None, "unknown")  # type: ignore[attr-defined]
-        raise
 
 
 def _resolve_site(

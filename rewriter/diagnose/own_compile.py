@@ -20,6 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _PREFILTER = re.compile(r"\bcompile\b|mark_dynamic|mark_unbacked|compiler\.disable|_dynamo\.config")
 #: Files larger than this are skipped (generated code, data): the setup lives in scripts and models.
@@ -89,9 +90,17 @@ def _parsed(src: Path):
             yield path.relative_to(src).as_posix(), facts, positions
 
 
-def compile_setup(src: str | Path, limit: int = 50) -> list[str]:
+def parsed_setup(src: str | Path) -> list[tuple[str, Any, Any]]:
+    """The files under ``src`` that mention the compile setup, read and parsed once, for
+    :func:`compile_setup` and :func:`own_compiles` both (``parsed=``): the search needs both, and
+    each alone walks and parses SRC."""
+    return list(_parsed(Path(src)))
+
+
+def compile_setup(src: str | Path, limit: int = 50, parsed: list[tuple[str, Any, Any]] | None = None) -> list[str]:
     """``file:line: what`` for each compile-related call or decorator under ``src``, in file order
     (at most ``limit``). ``what`` is the call's source text, shortened to 120 characters.
+    ``parsed``: :func:`parsed_setup` of ``src``, when the caller has it.
 
     Raises nothing: unreadable or unparsable files are skipped.
     """
@@ -101,7 +110,7 @@ def compile_setup(src: str | Path, limit: int = 50) -> list[str]:
 
     calls = MARKS | {"torch._dynamo.decorators.mark_unbacked", "torch.compiler.disable"}
     out: list[tuple[str, int, str]] = []
-    for rel, facts, positions in _parsed(Path(src)):
+    for rel, facts, positions in parsed if parsed is not None else _parsed(Path(src)):
         module = facts.module
         nodes = list(facts.compile_calls) + list(facts.method_compile_calls) + [site.node for site in facts.compiled.values()]
         nodes += [d for fn in facts.disabled for d in fn.decorators]
@@ -183,17 +192,18 @@ def _names(node):
             yield from _names(el.value)
 
 
-def own_compiles(src: str | Path) -> list[OwnCompile]:
+def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = None) -> list[OwnCompile]:
     """Every compile the program under ``src`` does itself (``torch.compile(...)`` calls,
     ``module.compile(...)`` calls, ``@torch.compile`` decorators), in file order, each with what it
     covers and its ``fullgraph`` literal (:class:`OwnCompile`). Static, read with check's facts
-    (:class:`rewriter.check.facts.FileFacts`); raises nothing (unreadable files are skipped)."""
+    (:class:`rewriter.check.facts.FileFacts`); raises nothing (unreadable files are skipped).
+    ``parsed``: :func:`parsed_setup` of ``src``, when the caller has it."""
     import libcst as cst
 
     from ..check.facts import options
 
     out: list[tuple[str, int, OwnCompile]] = []
-    for rel, facts, positions in _parsed(Path(src)):
+    for rel, facts, positions in parsed if parsed is not None else _parsed(Path(src)):
         module = facts.module
         found = []
         for func, site in facts.compiled.items():

@@ -166,13 +166,14 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     from ..plan import parse_plan
     from ..apply import apply_changes
     from ..rewrite import plan_rewrite
-    from .own_compile import compile_setup
+    from .own_compile import compile_setup, own_compiles, parsed_setup
     from .report import plan_yaml
 
     started = time.perf_counter()
     src = ctx.session.src
-    own = compile_setup(src)
-    cands, pruned = propose(ctx, own)
+    parsed = parsed_setup(src)  # read once: the report's setup lines and what each compile covers
+    own = compile_setup(src, parsed=parsed)
+    cands, pruned = propose(ctx, own, regions=own_compiles(src, parsed=parsed) if own else None)
     out = outcome if outcome is not None else SearchOutcome(cands)
     out.candidates, out.pruned = cands, pruned
     out.own_setup = own
@@ -213,7 +214,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             apply_changes(tree, result.changes)
             prefixes[f"{tree}/"] = ""
             mark = [(None, a.arg, a.dim) for a in c.plan.actions if a.action == "mark_dynamic"]
-            variants.append(Variant(c.name, tree, compiles=c.compiles, mark_dynamic=mark))
+            variants.append(Variant(c.name, tree, compiles=c.compiles, mark_dynamic=mark, library_modules=result.library_modules))
         say(f"{len(variants) - 1} candidate plan(s) to measure ({', '.join(v.name for v in variants[1:])}) beside the program as it is; "
             f"backend {ctx.backend}" + ("" if out.gain_measured else f" (forced on every compile: failures measured, gains not)"))
         for p in pruned:

@@ -133,7 +133,7 @@ def _build(
     h = load_harness(spec, tree)
     torch.manual_seed(job["seed"])
     model, fallback = build_model(h, construct_on=spec.device if job.get("construct_on_device") else None)
-    site_ran(tree, spec)
+    site_ran(tree, spec, job.get("library_modules") or [])
     import torch._dynamo  # noqa: F401  (imported before the go-ahead by every variant alike)
 
     if variant != "eager":
@@ -225,9 +225,10 @@ def same_random_numbers() -> None:
     inductor_config.fallback_random = True
 
 
-def site_ran(tree: Path, spec: Any) -> None:
+def site_ran(tree: Path, spec: Any, library_modules: list[str]) -> None:
     """Check that a plan's library actions were applied while the harness built the model: every
-    generated ``_stackpart/library.py`` in ``tree`` must have been imported and its ``apply`` run
+    generated ``_stackpart/library.py`` of the plan (``library_modules``, relative to ``tree``: the
+    rewrite's own list, so no child walks the tree) must have been imported and its ``apply`` run
     (its ``APPLIED`` list is not empty). A site the harness never calls would leave the candidate
     measuring the program without the plan.
 
@@ -236,7 +237,7 @@ def site_ran(tree: Path, spec: Any) -> None:
     """
     from ..errors import StackpartError
 
-    generated = [p.resolve() for p in Path(tree).glob("**/_stackpart/library.py")]
+    generated = [(Path(tree) / rel).resolve() for rel in library_modules]
     if not generated:
         return
     ran = {Path(getattr(m, "__file__", "") or "").resolve() for m in list(sys.modules.values())

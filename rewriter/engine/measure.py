@@ -92,6 +92,7 @@ class Variant:
         mark_dynamic: ``(plan line, arg, dim)`` of its plan's mark_dynamic actions, for the hint a
             ``ConstraintViolationError`` gets.
         plan_name: its plan file's name, for that hint.
+        library_modules: the generated library modules of its plan (see the attribute).
     """
 
     name: str
@@ -101,6 +102,9 @@ class Variant:
     compiles: bool = False
     mark_dynamic: list[tuple[int | None, str, int]] = field(default_factory=list)
     plan_name: str = "plan.yaml"
+    #: the generated ``_stackpart/library.py`` files of its plan (relative to ``tree``), which its
+    #: child checks were applied while the harness built the model
+    library_modules: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -223,7 +227,8 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
     t_spawn = time.perf_counter()
     for v in variants:
         children[v.name] = ServedChild(
-            dict(job, phase="cold", variants=[v.name], tree=str(v.tree), prepare=v.prepare, reference=v.name == "eager"),
+            dict(job, phase="cold", variants=[v.name], tree=str(v.tree), prepare=v.prepare, reference=v.name == "eager",
+                 library_modules=v.library_modules),
             workdir, f"cold-{v.name}", caches / v.name, opts.timeout_s,
         )
     overlap = may_overlap(opts.overlap, spec_run.device)

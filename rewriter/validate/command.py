@@ -96,7 +96,7 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     ]
     variants = [Variant("eager", trees.original, judged=False),
                 Variant("plan", trees.rewritten, compiles=report["plan_compiles"], mark_dynamic=mark_dynamic,
-                        plan_name=Path(loaded.path).name)]
+                        plan_name=Path(loaded.path).name, library_modules=trees.result.library_modules)]
     variants += [Variant(b, trees.original, prepare=b, judged=False) for b in opts.variants if b not in ("eager", "plan")]
     m = measure(spec_run, variants, opts, workdir, amortization=report.get("amortization"), stop_on_wrong_numbers=True,
                 on_event=_progress)
