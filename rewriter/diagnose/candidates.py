@@ -271,7 +271,7 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     if regions is None and own_setup:
         from .own_compile import own_compiles
 
-        regions = own_compiles(ctx.session.src)
+        regions = own_compiles(ctx.session.src, parsed=ctx.cache.get("own_parsed"))  # the search's one parse
     scope = OwnScope.of(ctx, regions or [])
 
     def add(name: str, decision: Any, rule: bool = False) -> None:

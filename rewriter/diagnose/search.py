@@ -166,14 +166,15 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     from ..plan import parse_plan
     from ..apply import apply_changes
     from ..rewrite import plan_rewrite
-    from .own_compile import compile_setup, own_compiles, parsed_setup
+    from .own_compile import compile_setup, parsed_setup
     from .report import plan_yaml
 
     started = time.perf_counter()
     src = ctx.session.src
-    parsed = parsed_setup(src)  # read once: the report's setup lines and what each compile covers
-    own = compile_setup(src, parsed=parsed)
-    cands, pruned = propose(ctx, own, regions=own_compiles(src, parsed=parsed) if own else None)
+    # read once: the report's setup lines here, what each compile covers in propose's compose step
+    ctx.cache["own_parsed"] = parsed_setup(src)
+    own = compile_setup(src, parsed=ctx.cache["own_parsed"])
+    cands, pruned = propose(ctx, own)
     out = outcome if outcome is not None else SearchOutcome(cands)
     out.candidates, out.pruned = cands, pruned
     out.own_setup = own
