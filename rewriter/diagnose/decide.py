@@ -10,10 +10,13 @@ it?") over the program as it is:
 ``t_compile_per_start`` is what the candidate's cold process paid for every shape that compiled
 (first call minus steady call), so new-shape compiles and recompiles are counted as observed.
 A candidate ties with the best one when its step differs by less than the measured noise (the
-95% interval of the paired step-time ratio contains 1, or the ratio is within :data:`NOISE`), or
-when its net saving is within :data:`NET_NOISE_SHARE` of the best candidate's step over the
-deployment (what a few-percent drift of that step between runs moves the net by); of tied candidates the
-cheaper compile wins, so the choice is stable from run to run. With a backend that cannot speed anything up (``eager`` on CPU) the gain is not measured:
+95% interval of the paired step-time ratio contains 1, or the ratio is within the noise band), or
+when its net saving is within the band's share of the best candidate's step over the deployment
+(what that drift of the step between runs moves the net by); of tied candidates the cheaper
+compile wins, so the choice is stable from run to run. The band is measured where every variant
+was timed in two processes (:func:`rewriter.engine.measure.process_noise`: what a re-run moves a
+figure by, at least :data:`NOISE`); else it is :data:`NET_NOISE_SHARE`, the drift seen between
+runs on the H200. With a backend that cannot speed anything up (``eager`` on CPU) the gain is not measured:
 the measurement still excludes every candidate that failed, and among the rest the ladder's
 order (the rule's proposal first) decides.
 """
@@ -77,6 +80,7 @@ def decide(
     runs: int,
     restarts: int,
     gain_measured: bool,
+    noise: dict[str, Any] | None = None,
 ) -> Choice:
     """Pick the plan among measured candidates.
 
@@ -89,6 +93,8 @@ def decide(
             noise interval).
         runs, restarts: the deployment (``amortization``).
         gain_measured: False when the backend cannot speed anything up (see the module doc).
+        noise: the measured process-to-process noise (:func:`rewriter.engine.measure.process_noise`,
+            ``{"share", ...}``), or None when each variant ran in one process.
     """
     status: dict[str, str] = {}
     net: dict[str, float | None] = {}
@@ -140,14 +146,15 @@ def decide(
                 f"({sum(1 for s in status.values() if s.startswith('failed'))} failed) and the ladder's order decides among the rest")
         return Choice(chosen, text, status, net)
     best = max(ok, key=lambda n: (net[n], -order.index(n)))
+    ratio_band, net_band = noise_bands(noise)
     tied = [best]
     for n in ok:
         if n == best:
             continue
         ci = ratio_interval(samples, n, best)
         ratio = rows[n]["step_ms"] / rows[best]["step_ms"]
-        close_net = net[best] - net[n] <= NET_NOISE_SHARE * rows[best]["step_ms"] * 1e-3 * runs
-        if abs(ratio - 1) <= NOISE or (ci is not None and ci["low"] <= 1 <= ci["high"]) or close_net:
+        close_net = net[best] - net[n] <= net_band * rows[best]["step_ms"] * 1e-3 * runs
+        if abs(ratio - 1) <= ratio_band or (ci is not None and ci["low"] <= 1 <= ci["high"]) or close_net:
             tied.append(n)
     chosen = min(tied, key=lambda n: (compile_cost_s(rows[n], restarts), order.index(n)))
     if net[chosen] is not None and net[chosen] <= 0 and chosen != "as-is":
@@ -171,4 +178,26 @@ def decide(
                 f"{compile_text(c)}, net {net[chosen]:,.0f} s over {runs:,} runs x {restarts} restart(s)")
         if len(tied) > 1:
             text += f"; tied within the noise with {', '.join(repr(t) for t in tied if t != chosen)}: the cheaper compile wins"
+    text += "; " + noise_text(noise)
     return Choice(chosen, text, status, net)
+
+
+def noise_bands(noise: dict[str, Any] | None) -> tuple[float, float]:
+    """``(ratio band, net band)``: the step-ratio distance under which two candidates tie, and the
+    share of ``t_best x N_runs`` under which two nets tie. Measured (``noise["share"]``, at least
+    :data:`NOISE`) for both when every variant ran in two processes; else :data:`NOISE` and
+    :data:`NET_NOISE_SHARE`."""
+    if noise is None:
+        return NOISE, NET_NOISE_SHARE
+    band = max(NOISE, float(noise["share"]))
+    return band, band
+
+
+def noise_text(noise: dict[str, Any] | None) -> str:
+    """The noise the decision used, as the report says it."""
+    ratio_band, net_band = noise_bands(noise)
+    if noise is None:
+        return (f"noise band {net_band:.1%} of the step (the run-to-run drift seen on the H200; each plan was timed "
+                "in one process)")
+    return (f"noise band {ratio_band:.1%} of the step (measured: two processes per plan, median spread "
+            f"{noise['median_abs_log']:.2%} over {noise['pairs']} plan x shape pair(s); at least {NOISE:.0%})")

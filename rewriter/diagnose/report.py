@@ -146,9 +146,14 @@ def candidates_markdown(search: RungResult | None) -> list[str]:
         lines.append("| " + " | ".join(cells) + " |")
     shapes = list(dict.fromkeys(k for r in m["candidates"] for k in r.get("step_ms_per_shape", {})))
     if shapes:
-        lines += ["", "Step ms per shape (median of interleaved rounds):", "", "| candidate | " + " | ".join(shapes) + " |", "|---|" + "---|" * len(shapes)]
+        two = any(r.get("process_ms_per_shape") for r in m["candidates"])
+        lines += ["", "Step ms per shape (median of interleaved rounds" + ("; in brackets both processes' medians, the faster "
+                  "one stands" if two else "") + "):", "", "| candidate | " + " | ".join(shapes) + " |", "|---|" + "---|" * len(shapes)]
         for r in m["candidates"]:
-            lines.append(f"| {r['candidate']} | " + " | ".join(_cell(r.get("step_ms_per_shape", {}).get(k)) for k in shapes) + " |")
+            procs = r.get("process_ms_per_shape") or {}
+            lines.append(f"| {r['candidate']} | " + " | ".join(
+                _cell(r.get("step_ms_per_shape", {}).get(k)) + (f" ({' / '.join(f'{x:.3f}' for x in procs[k])})" if k in procs else "")
+                for k in shapes) + " |")
     lines += ["", "Actions per candidate:", ""]
     lines += [f"- **{r['candidate']}**{' (the rule' + chr(39) + 's proposal)' if r.get('rule') else ''}: " + ("; ".join(f"`{a}`" for a in r["actions"]) or "no action") for r in m["candidates"]]
     if m.get("pruned"):

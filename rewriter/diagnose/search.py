@@ -61,6 +61,9 @@ class SearchOutcome:
     #: The allocator candidate's measurement (:func:`.memory.measure_allocator`, or
     #: ``{"skipped": why}``), or None where the memory rung found no fragmentation.
     allocator: dict[str, Any] | None = None
+    #: The process-to-process noise the decision used (:func:`rewriter.engine.measure.process_noise`),
+    #: None when each plan was timed in one process.
+    noise: dict[str, Any] | None = None
 
     @property
     def chosen(self) -> Candidate | None:
@@ -87,6 +90,9 @@ class SearchOutcome:
                 "rule": c.rule,
                 "step_ms": None if r.get("step_ms") is None else round(r["step_ms"], 4),
                 "step_ms_per_shape": per_shape,
+                # both processes' medians where the plan was timed twice (the faster one stands)
+                "process_ms_per_shape": {str(row["shape"]): [round(x, 4) for x in row["timing"][c.name]["processes_ms"]]
+                                         for row in self.timing if (row["timing"].get(c.name) or {}).get("processes_ms")},
                 "cold_compile_s": round(cold[0]["compile_s"], 3) if cold and c.name != "as-is" else None,
                 "new_shape_compile_s": [round(e["compile_s"], 3) for e in cold[1:] if e["new_graphs"] or e["new_recompiles"]] if c.name != "as-is" else [],
                 "compile_s_per_start": None if c.name == "as-is" else r.get("compile_s_per_start"),
@@ -150,6 +156,9 @@ def _options(ctx: Context, timeout_s: float) -> Any:
         # Two compiles at a time on a GPU host with the CPUs for it (H200, 16 cores: the Llama
         # search's cold phases were 140 s one after the other, BENCHMARKS.md run 18).
         parallel_cold=2 if may_overlap(True, "cuda" if cuda else "cpu") else 1,
+        # a second process per plan on CUDA, where the timing decides (H200 runs 16 and 20b: one
+        # slow process flipped the choice); on CPU the gain is not measured with eager
+        replicates=2 if cuda else 1,
     )
 
 
@@ -162,7 +171,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         StackpartError: the original tree cannot be copied (a candidate whose rewrite fails is a
             failed candidate, not an error).
     """
-    from ..engine.measure import Measurement, Variant, measure, relabel
+    from ..engine.measure import Measurement, Variant, measure, process_noise, relabel
     from ..plan import parse_plan
     from ..apply import apply_changes
     from ..rewrite import plan_rewrite
@@ -230,6 +239,8 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
                 say(f"{label}: {detail}")
             elif event == "timing":
                 say(f"timing every candidate interleaved at {detail}")
+            elif event == "replicates":
+                say(f"starting a second process for each of {detail} timed plan(s), warm from its compile caches")
             elif event == "cold":
                 comp = detail.get("compile") or {}
                 what = " ".join("; ".join(detail.get("problems") or []).split()) or (
@@ -278,7 +289,8 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
                                  path=ctx.session.spec.file)
         order = [c.name for c in cands]
         a = ctx.amortization
-        out.choice = decide(out.rows, order, samples, a.runs, a.restarts, out.gain_measured)
+        out.noise = process_noise(m.timing)
+        out.choice = decide(out.rows, order, samples, a.runs, a.restarts, out.gain_measured, out.noise)
         say(f"chose {out.choice.text}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

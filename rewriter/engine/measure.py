@@ -58,6 +58,15 @@ class Options:
             on a CUDA host with >= 8 CPUs (:func:`.cost.may_overlap`): Dynamo's and Inductor's
             front ends are single-threaded Python, so two compiles share a 16-core host with
             little contention, and the search's cold phases take about half the wall time.
+        replicates: processes timed per variant (1: the cold-phase process only). With 2, every
+            timed variant gets a second process once the cold phases are over, warm-started from
+            its own compile caches (its compile is not timed), and both are timed in the same
+            interleaved rounds; per shape the variant's figure is its faster process's median
+            (:func:`merge_replicates`). A process that runs slow through a whole shape's rounds
+            (the H200 runs 16 and 20b: per-block's 8x384 median 14.9 ms in one process, 10.9 in
+            every other run) then no longer decides the plan, and the spread between the two
+            processes is the run-to-run noise the decision uses (:func:`process_noise`).
+            diagnose's search uses 2 on CUDA where the GPU has the memory for it.
     """
 
     out: Path | None = None
@@ -75,6 +84,7 @@ class Options:
     overlap: bool = True
     construct_on_device: bool = True
     parallel_cold: int = 1
+    replicates: int = 1
 
 
 @dataclass
@@ -369,13 +379,18 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
         if n in cold and "state_dict_error" not in cold[n].get("info", {}) and children[n].alive
         and not (by_name[n].judged and n != "eager" and results[n]["problems"])
     ]
+    timed = {n: children[n] for n in timeable}
+    if opts.replicates > 1 and len(timeable) > 1:
+        t_rep = time.perf_counter()
+        timed.update(_replicates(m, spec_run, timeable, by_name, job, workdir, caches, opts, children, deadline, emit))
+        clock["replicates_s"] = time.perf_counter() - t_rep
     t_timing = time.perf_counter()
-    timing, samples, error = interleave({n: children[n] for n in timeable}, spec_run.shapes, opts, emit)
+    timing, samples, error = interleave(timed, spec_run.shapes, opts, emit)
     m.timing_wall_s = time.perf_counter() - t_timing
     if error:
         m.errors.append(f"the timing run failed: {error}")
         return
-    m.timing, m.samples = timing, samples
+    m.timing, m.samples = merge_replicates(timing, samples, timeable)
     mean_ms = {n: statistics.fmean(row["timing"][n]["median_ms"] for row in timing) for n in timeable}
     from .amortize import amortize
 
@@ -392,6 +407,125 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
                 amortization["runs"] if amortization else None,
                 amortization["restarts"] if amortization else 1,
             )
+
+
+#: The key of a variant's second timed process in :func:`interleave`'s results, before
+#: :func:`merge_replicates` folds it into the variant's own.
+REPLICA = "#2"
+#: GPU memory a replicate may take, as a share of what is free once every variant's process is
+#: up: each needs about its variant's peak allocated bytes again, plus a CUDA context.
+REPLICA_MEMORY_SHARE = 0.8
+#: Bytes of a CUDA context and allocator slack per process (about 0.5-1 GiB on an H200).
+CONTEXT_BYTES = 1 << 30
+
+
+def replica_room(results: dict[str, dict[str, Any]], names: list[str], device: str) -> str | None:
+    """Why second processes of ``names`` would not fit on the device (None: they fit, or the
+    device is a CPU): each needs its variant's peak allocated bytes (the cold phase's
+    ``max_memory_allocated_bytes``) x 1.25 plus :data:`CONTEXT_BYTES`, all within
+    :data:`REPLICA_MEMORY_SHARE` of the device's free memory now (``torch.cuda.mem_get_info``)."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    index = torch.device(device).index or 0
+    free, _total = torch.cuda.mem_get_info(index)
+    need = sum(int((results[n].get("max_memory_allocated_bytes") or 0) * 1.25) + CONTEXT_BYTES for n in names)
+    if need > REPLICA_MEMORY_SHARE * free:
+        return (f"a second process per variant needs about {need / 2**30:.1f} GiB and the device has {free / 2**30:.1f} GiB "
+                "free: each variant is timed in its cold-phase process only")
+    return None
+
+
+def _replicates(m, spec_run, timeable, by_name, job, workdir, caches, opts, children, deadline, emit):  # type: ignore[no-untyped-def]
+    """Start a second process per timed variant (:attr:`Options.replicates`), warm-started from the
+    variant's compile caches, all at once (their compiles are not timed): returns the ones that
+    came up, keyed ``name + REPLICA``. One that fails is a note; its variant keeps one process."""
+    from .runner import ServedChild
+
+    if deadline is not None and time.perf_counter() > deadline:
+        m.notes.append("one process per variant timed: the search budget was spent before second processes could start")
+        return {}
+    why = replica_room(m.results, timeable, spec_run.device)
+    if why:
+        m.notes.append(why)
+        return {}
+    started = {}
+    for n in timeable:
+        v = by_name[n]
+        key = n + REPLICA
+        children[key] = started[key] = ServedChild(
+            dict(job, phase="cold", variants=[n], tree=str(v.tree), prepare=v.prepare, reference=False,
+                 library_modules=v.library_modules),
+            workdir, f"replica-{n}", caches / n, opts.timeout_s,
+        )
+    if emit is not None:
+        emit("*", "replicates", len(started))
+    up = {k: c for k, c in started.items() if c.wait_built()}
+    for c in up.values():
+        c.go()
+    out, failed = {}, []
+    for key, child in started.items():
+        res = child.wait_cold()
+        if key in up and not res.error and child.alive:
+            out[key] = child
+        else:
+            err = res.error or {"kind": "crash", "message": "it did not stay up to be timed"}
+            failed.append(f"{key[: -len(REPLICA)]} ({err['kind']}: {' '.join(str(err['message']).split())[:160]})")
+            child.terminate()
+    m.notes.append(
+        f"timed in two processes each ({len(out)} of {len(started)} variants; the second warm-started from the first's "
+        "compile caches): per shape a variant's figure is its faster process's median"
+        + (f"; no second process for {', '.join(failed)}" if failed else "")
+    )
+    return out
+
+
+def merge_replicates(
+    timing: list[dict[str, Any]], samples: list[dict[str, list[float]]], names: list[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, list[float]]]]:
+    """Fold each variant's second process (key ``name + REPLICA``) into its own figures: per shape
+    the process with the lower median stands for the variant (its summary and its samples, which
+    stay paired round by round with every other variant's), and the summary gains
+    ``processes_ms`` (both medians, the cold-phase process first) and ``process`` (0 or 1, which
+    one stood). A slow process is a one-sided error (a busy core, a slow placement: it cannot make
+    the program faster than it is), so the faster one is the estimate. Variants without a second
+    process are left as they are. Returns new ``(timing, samples)`` keyed by ``names`` only."""
+    out_t, out_s = [], []
+    for row, per in zip(timing, samples):
+        t, s = {}, {}
+        for n in names:
+            first, second = row["timing"].get(n), row["timing"].get(n + REPLICA)
+            if second is None or not second.get("n") or not (first or {}).get("n"):
+                t[n], s[n] = first, per.get(n, [])
+                continue
+            pick = 1 if second["median_ms"] < first["median_ms"] else 0
+            chosen = (first, second)[pick]
+            t[n] = dict(chosen, processes_ms=[first["median_ms"], second["median_ms"]], process=pick)
+            s[n] = per[n + REPLICA] if pick else per[n]
+        out_t.append(dict(row, timing=t))
+        out_s.append(s)
+    return out_t, out_s
+
+
+def process_noise(timing: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Run-to-run noise from the variants timed in two processes: ``d = ln(m1 / m2)`` of the two
+    medians per variant and shape is what a re-run would move that figure by. A robust scale
+    (median absolute ``d``, so one slow process does not set it: it is filtered by
+    :func:`merge_replicates` already) gives sigma of one process's log-median,
+    ``median|d| / (0.6745 x sqrt 2)``; two candidates then differ beyond the noise when their log
+    ratio exceeds ``1.96 x sqrt 2 x sigma`` (= ``2.906 x median|d|``), the ``share`` returned.
+    Returns ``{"share", "median_abs_log", "pairs"}``, or None with fewer than 3 pairs."""
+    ds = []
+    for row in timing:
+        for t in row["timing"].values():
+            ms = (t or {}).get("processes_ms")
+            if ms and ms[0] > 0 and ms[1] > 0:
+                ds.append(abs(math.log(ms[0] / ms[1])))
+    if len(ds) < 3:
+        return None
+    med = statistics.median(ds)
+    return {"share": Z95 * med / 0.6745, "median_abs_log": med, "pairs": len(ds)}
 
 
 def environment(device: str, requested: str | None) -> dict[str, Any]:
@@ -490,20 +624,27 @@ def ratio_interval(samples: list[dict[str, list[float]]], a: str, b: str) -> dic
     """The step-time ratio ``a / b`` with a 95% interval, from interleaved rounds.
 
     Rounds are paired (one call of each variant per round, :func:`interleave`), so per round
-    ``log(t_a / t_b)`` cancels the drift both saw; per shape its mean and standard error, then the
-    mean over shapes (each shape equally frequent, as ``step_ms`` is) with the combined standard
-    error; the interval is ``exp(mean +- 1.96 se)`` (a normal approximation: 10-30 rounds per
-    shape). Returns ``{"ratio", "low", "high", "rounds"}``, or None without paired samples.
+    ``log(t_a / t_b)`` cancels the drift both saw. Per shape the estimate is the median of those
+    log ratios and its interval the distribution-free one of a median (order statistics
+    ``n/2 -+ 1.96 sqrt(n)/2`` of the sorted values, the sign test's interval): a few rounds hit by
+    a host hiccup move neither, where a mean and standard error did (H200 run 20: a 9% slower
+    candidate read as "within the noise" because a handful of rounds spread its variance). Over
+    shapes (each equally frequent, as ``step_ms`` is): the mean of the medians, with a standard
+    error combined from each shape's interval (its half-width / 1.96). Returns ``{"ratio", "low",
+    "high", "rounds"}``, or None without paired samples.
     """
     means, variances, rounds = [], [], 0
     for per_shape in samples:
         xs, ys = per_shape.get(a) or [], per_shape.get(b) or []
-        logs = [math.log(x / y) for x, y in zip(xs, ys) if x > 0 and y > 0]
+        logs = sorted(math.log(x / y) for x, y in zip(xs, ys) if x > 0 and y > 0)
         if not logs:
             continue
-        rounds += len(logs)
-        means.append(statistics.fmean(logs))
-        variances.append(statistics.variance(logs) / len(logs) if len(logs) > 1 else 0.0)
+        n = len(logs)
+        rounds += n
+        means.append(statistics.median(logs))
+        half = Z95 * math.sqrt(n) / 2
+        lo, hi = max(0, math.floor(n / 2 - half)), min(n - 1, math.ceil(n / 2 + half) - 1)
+        variances.append(((logs[hi] - logs[lo]) / (2 * Z95)) ** 2 if n > 1 else 0.0)
     if not means:
         return None
     mean = statistics.fmean(means)
