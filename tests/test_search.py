@@ -157,6 +157,8 @@ def test_a_step_difference_within_the_noise_goes_to_the_cheaper_compile():
     rows = {"as-is": _row(20.0), "per-block": _row(10.1, 7.0), "whole": _row(10.0, 54.0)}
     c = decide(rows, ["whole", "per-block", "as-is"], [], runs=10_000_000, restarts=1, gain_measured=True)
     assert c.chosen == "per-block" and "noise" in c.status["whole"], c.status
+    # the best net says why it lost: the chosen one is within its noise, by which measure
+    assert c.status["whole"].startswith("the largest net") and "1.0% apart, within the 2.0% noise band" in c.status["whole"], c.status
 
 
 def test_paired_samples_decide_the_noise_interval():

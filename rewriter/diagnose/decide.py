@@ -148,13 +148,20 @@ def decide(
     best = max(ok, key=lambda n: (net[n], -order.index(n)))
     ratio_band, net_band = noise_bands(noise)
     tied = [best]
+    why_tied: dict[str, str] = {}
     for n in ok:
         if n == best:
             continue
         ci = ratio_interval(samples, n, best)
         ratio = rows[n]["step_ms"] / rows[best]["step_ms"]
         close_net = net[best] - net[n] <= net_band * rows[best]["step_ms"] * 1e-3 * runs
-        if abs(ratio - 1) <= ratio_band or (ci is not None and ci["low"] <= 1 <= ci["high"]) or close_net:
+        if abs(ratio - 1) <= ratio_band:
+            why_tied[n] = f"the steps {abs(ratio - 1):.1%} apart, within the {ratio_band:.1%} noise band"
+        elif ci is not None and ci["low"] <= 1 <= ci["high"]:
+            why_tied[n] = f"the paired 95% interval of the step ratio, {ci['low']:.3f}-{ci['high']:.3f}, contains 1"
+        elif close_net:
+            why_tied[n] = f"the nets {net[best] - net[n]:,.0f} s apart, within {net_band:.1%} of the best step over the runs"
+        if n in why_tied:
             tied.append(n)
     chosen = min(tied, key=lambda n: (compile_cost_s(rows[n], restarts), order.index(n)))
     if net[chosen] is not None and net[chosen] <= 0 and chosen != "as-is":
@@ -166,8 +173,12 @@ def decide(
         elif (net[n] or 0) <= 0 and n != "as-is":
             status[n] = f"does not pay back: net {net[n]:,.0f} s over {runs:,} runs"
         elif n in tied:
-            status[n] = (f"within the noise of {best!r} (step {rows[n]['step_ms']:.3f} vs {rows[best]['step_ms']:.3f} ms, "
-                         f"net {net[n]:,.0f} vs {net[best]:,.0f} s); {chosen!r} compiles for less")
+            if n == best:
+                status[n] = (f"the largest net ({net[n]:,.0f} s, step {rows[n]['step_ms']:.3f} ms), but {chosen!r} is within "
+                             f"its noise ({why_tied[chosen]}) and compiles for less")
+            else:
+                status[n] = (f"within the noise of {best!r} (step {rows[n]['step_ms']:.3f} vs {rows[best]['step_ms']:.3f} ms, "
+                             f"net {net[n]:,.0f} vs {net[best]:,.0f} s: {why_tied[n]}); {chosen!r} compiles for less")
         else:
             status[n] = f"net {net[n]:,.0f} s < {net[chosen]:,.0f} s of {chosen!r}"
     if chosen == "as-is":

@@ -178,7 +178,7 @@ def short_status(status: str) -> str:
             if key in reason:
                 return f"failed: {label}"
         return "failed"
-    for key, label in (("within the noise", "tie, dearer"), ("does not pay back", "no payback"), ("net ", "less net"),
+    for key, label in (("within the noise", "tie, dearer"), ("the largest net", "tie, dearer"), ("does not pay back", "no payback"), ("net ", "less net"),
                        ("budget", "skipped: budget"), ("gain is not measured", "later in order"),
                        ("changes nothing", "same as as-is")):
         if key in status:

@@ -415,6 +415,9 @@ REPLICA = "#2"
 #: GPU memory a replicate may take, as a share of what is free once every variant's process is
 #: up: each needs about its variant's peak allocated bytes again, plus a CUDA context.
 REPLICA_MEMORY_SHARE = 0.8
+#: Variance of the smaller of two standard normal draws (the variance of a two-process figure,
+#: in units of one process's variance): 1 - 1/pi.
+MIN_OF_TWO_VARIANCE = 1 - 1 / math.pi
 #: Bytes of a CUDA context and allocator slack per process (about 0.5-1 GiB on an H200).
 CONTEXT_BYTES = 1 << 30
 
@@ -513,9 +516,12 @@ def process_noise(timing: list[dict[str, Any]]) -> dict[str, Any] | None:
     medians per variant and shape is what a re-run would move that figure by. A robust scale
     (median absolute ``d``, so one slow process does not set it: it is filtered by
     :func:`merge_replicates` already) gives sigma of one process's log-median,
-    ``median|d| / (0.6745 x sqrt 2)``; two candidates then differ beyond the noise when their log
-    ratio exceeds ``1.96 x sqrt 2 x sigma`` (= ``2.906 x median|d|``), the ``share`` returned.
-    Returns ``{"share", "median_abs_log", "pairs"}``, or None with fewer than 3 pairs."""
+    ``median|d| / (0.6745 x sqrt 2)``. A variant's figure is the faster of its two processes, whose
+    variance is 0.682 sigma^2 for normal errors (the expected minimum of two, e.g. David & Nagaraja,
+    *Order Statistics*, table of normal order-statistic moments), so two candidates differ beyond
+    the noise when their log ratio exceeds ``1.96 x sqrt(2 x 0.682) x sigma`` (= ``2.40 x
+    median|d|``), the ``share`` returned. Returns ``{"share", "median_abs_log", "pairs"}``, or None
+    with fewer than 3 pairs."""
     ds = []
     for row in timing:
         for t in row["timing"].values():
@@ -525,7 +531,8 @@ def process_noise(timing: list[dict[str, Any]]) -> dict[str, Any] | None:
     if len(ds) < 3:
         return None
     med = statistics.median(ds)
-    return {"share": Z95 * med / 0.6745, "median_abs_log": med, "pairs": len(ds)}
+    sigma = med / (0.6745 * math.sqrt(2))
+    return {"share": Z95 * math.sqrt(2 * MIN_OF_TWO_VARIANCE) * sigma, "median_abs_log": med, "pairs": len(ds)}
 
 
 def environment(device: str, requested: str | None) -> dict[str, Any]:
