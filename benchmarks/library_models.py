@@ -1,6 +1,6 @@
 """Models from an installed library (issue 13), on one GPU: the plan applied from the user's site.
 
-Two parts, each writing ``$OUT/library_models_<part>.{json,md}``:
+Four parts, each writing ``$OUT/library_models_<part>.{json,md}``:
 
 * ``copy``: HF Llama 16 layers/2048 (bf16, 8x512, inference) built from the installed
   transformers. The same per-block plan (``compile`` of ``LlamaDecoderLayer``) is applied two ways:
@@ -16,11 +16,23 @@ Two parts, each writing ``$OUT/library_models_<part>.{json,md}``:
   itself), then ``stackpart diagnose`` on the harness (Inductor, the search decides) and the plan it
   writes, applied. ms/token = one ``generate`` call / 32. Targets: the plan <= 1.0x the static-cache
   path measured in the same run; no written plan slower than eager.
+* ``genpaired``: the same comparison with the process-to-process variance paired out. ``--procs``
+  processes (8), each building the weights once and three arms on instances holding them: the plan
+  (``--plan-file``, rewritten once into a temp tree by ``stackpart rewrite``, its site function
+  building the model), transformers' static cache set by hand, and eager with the default cache.
+  Each arm is warmed until steady (Dynamo's counters and CUDA-graph recordings are watched), then
+  timed in rotating rounds (A B C / B C A / C A B, ``--rounds`` x ``--repeats`` calls); the arm built
+  and warmed first alternates between processes; one Inductor cache dir is shared by all of them.
+  Reported: per-process medians and ratio plan/static, and over processes the geometric mean of the
+  ratio with a 95% t interval over the log ratios (and plan/eager); whether the two static arms
+  generated the same tokens. ``--budget`` (400 s): no process starts past it.
 
 Run on the H200 with the shared wheels (benchmarks/README.md):
 ``OUT=$OUT python3 benchmarks/library_models.py --part copy`` (about 2 min) and
-``OUT=$OUT python3 benchmarks/library_models.py --part gen`` (about 6-8 min). CPU smoke (tiny
-configs): ``OUT=/tmp/o python benchmarks/library_models.py --part copy --smoke``.
+``OUT=$OUT python3 benchmarks/library_models.py --part gen`` (about 6-8 min),
+``OUT=$OUT python3 benchmarks/library_models.py --part genpaired`` (about 6-7 min). CPU smoke (tiny
+configs): ``OUT=/tmp/o python benchmarks/library_models.py --part copy --smoke`` (``--part genpaired
+--smoke``: ~15 s, tests/test_library_models_genpaired.py).
 """
 
 from __future__ import annotations
@@ -56,14 +68,14 @@ def bench_module(name: str):
     return module
 
 
-def env() -> dict[str, str]:
+def env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-                PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "8"))
+                PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "8"), **(extra or {}))
 
 
-def run(cmd: list[str], timeout: float, cwd: Path = ROOT) -> tuple[int, str, str]:
+def run(cmd: list[str], timeout: float, cwd: Path = ROOT, extra_env: dict[str, str] | None = None) -> tuple[int, str, str]:
     try:
-        proc = subprocess.run(cmd, cwd=cwd, env=env(), capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=cwd, env=env(extra_env), capture_output=True, text=True, timeout=timeout)
         return proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as exc:
         return 124, exc.stdout or "", (exc.stderr or "") + f"\ntimeout after {timeout:.0f} s"
@@ -325,8 +337,334 @@ def part_gentime(smoke: bool, plan_file: Path, rounds: int, repeats: int, plan_f
     return out
 
 
+#: One ``genpaired`` process: the weights are made once, then three arms on instances holding them
+#: (``plan``: the rewritten tree's site function; ``static_cache``: the plain harness with
+#: ``cache_implementation = "static"`` set by hand; ``eager``: the plain harness as it is), each
+#: warmed until steady, then timed in interleaved rounds. argv: plain tree, rewritten tree, device,
+#: rounds, repeats, shift (which arm is built and warmed first, and each round's rotation), the
+#: most warm-up calls per arm. Prints one JSON line.
+TIME_PAIRED = textwrap.dedent("""\
+    import importlib.util, json, platform, statistics, sys, time
+    import torch
+    import transformers
+    from torch._dynamo.utils import counters
+    src, applied, device = sys.argv[1], sys.argv[2], sys.argv[3]
+    rounds, repeats, shift, warm_max = (int(a) for a in sys.argv[4:8])
+    cuda = device == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    ARMS = ["plan", "static_cache", "eager"]
+
+    def load(tree, name):  # both trees hold a harness.py: two module names; the rewritten one imports _stackpart from its tree
+        sys.path.insert(0, tree)
+        try:
+            spec = importlib.util.spec_from_file_location(name, tree + "/harness.py")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        finally:
+            sys.path.remove(tree)
+        return module
+
+    recordings = [0]  # CUDA-graph recordings (the static path's reduce-overhead compile): counted next to Dynamo's counters
+    try:
+        from torch._inductor import cudagraph_trees
+        _node_init = cudagraph_trees.CUDAGraphNode.__init__
+
+        def _counted(self, *args, **kwargs):
+            recordings[0] += 1
+            _node_init(self, *args, **kwargs)
+
+        cudagraph_trees.CUDAGraphNode.__init__ = _counted
+    except Exception:  # not in this torch: Dynamo's counters alone
+        recordings = None
+
+    def snap():
+        state = {cat: dict(vals) for cat, vals in counters.items()}
+        if recordings is not None:
+            state["cudagraph_trees"] = {"recordings": recordings[0]}
+        return state
+
+    def delta(before, after):
+        out = {}
+        for cat, vals in after.items():
+            d = {k: v - before.get(cat, {}).get(k, 0) for k, v in vals.items() if v != before.get(cat, {}).get(k, 0)}
+            if d:
+                out[cat] = d
+        return out
+
+    def merge(into, d):
+        for cat, vals in d.items():
+            for k, v in vals.items():
+                into.setdefault(cat, {})[k] = into.get(cat, {}).get(k, 0) + v
+
+    def rotate(k):
+        return ARMS[k % 3:] + ARMS[:k % 3]
+
+    def once(model):
+        if cuda:
+            torch.cuda.synchronize()
+        s = time.perf_counter()
+        with torch.no_grad():
+            out = model(**inputs)
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - s, out
+
+    plain, site = load(src, "harness_plain"), load(applied, "harness_site")
+    inputs = {k: v.to(device) for k, v in plain.make_inputs().items()}
+    prompt = inputs["input_ids"].shape[1]
+    t0 = time.perf_counter()
+    reference = plain.build_model().to(device=device, dtype=dtype)  # the weights: made once in this process
+    weights = reference.state_dict()
+    order = rotate(shift)
+    models, identical, cache_impl = {}, {}, {}
+    for arm in order:  # every arm is built by its tree's build_model (seeded), then given the reference's weights
+        model = (site if arm == "plan" else plain).build_model().to(device=device, dtype=dtype)
+        model.load_state_dict(weights)
+        if arm == "static_cache":
+            model.lm.generation_config.cache_implementation = "static"  # transformers' lever, by hand
+        state = model.state_dict()
+        identical[arm] = state.keys() == weights.keys() and all(torch.equal(state[k], weights[k]) for k in weights)
+        cache_impl[arm] = model.lm.generation_config.cache_implementation
+        models[arm] = model
+    del reference, weights, state, model
+    build_s = time.perf_counter() - t0
+    site_applied = list(sys.modules["_stackpart.library"].APPLIED) if "_stackpart.library" in sys.modules else None
+
+    warm, errors = {}, {}
+    for arm in order:  # warm until steady: two calls in a row that compiled nothing and agree within 10%
+        before, calls, compiled, steady, s = snap(), [], [], False, time.perf_counter()
+        try:
+            while len(calls) < warm_max:
+                c0 = snap()
+                calls.append(once(models[arm])[0])
+                compiled.append(bool(delta(c0, snap())))
+                if (len(calls) >= 3 and not compiled[-1] and not compiled[-2]
+                        and abs(calls[-1] - calls[-2]) <= 0.10 * min(calls[-1], calls[-2])):
+                    steady = True
+                    break
+        except Exception as exc:  # recorded; the other arms still run
+            errors[arm] = f"warm-up: {type(exc).__name__}: {exc}"[:600]
+        warm[arm] = {"calls_s": calls, "compiled_in_call": compiled, "steady": steady, "wall_s": time.perf_counter() - s,
+                     "counters": delta(before, snap())}
+
+    times = {arm: [] for arm in ARMS}
+    round_medians = {arm: [] for arm in ARMS}
+    tokens = {arm: [] for arm in ARMS}
+    timed_counters = {arm: {} for arm in ARMS}
+    round_orders = []
+    new_tokens = set()
+    for r in range(rounds):
+        round_orders.append(rotate(shift + r))
+        for arm in round_orders[-1]:
+            if arm in errors:
+                continue
+            c0, ts = snap(), []
+            try:
+                for _ in range(repeats):
+                    t, out = once(models[arm])
+                    ts.append(t)
+            except Exception as exc:
+                errors[arm] = f"round {r}: {type(exc).__name__}: {exc}"[:600]
+                continue
+            merge(timed_counters[arm], delta(c0, snap()))
+            new = out.shape[1] - prompt
+            new_tokens.add(new)
+            ms = [t * 1e3 / new for t in ts]
+            times[arm] += ms
+            round_medians[arm].append(statistics.median(ms))
+            tokens[arm].append(out[:, prompt:].cpu())
+
+    def same(a, b):
+        return bool(tokens[a]) and len(tokens[a]) == len(tokens[b]) and all(torch.equal(x, y) for x, y in zip(tokens[a], tokens[b]))
+
+    def agreement(a, b):
+        if not tokens[a] or not tokens[b]:
+            return None
+        x, y = tokens[a][-1], tokens[b][-1]
+        return (x == y).float().mean().item() if x.shape == y.shape else None
+
+    print(json.dumps({
+        "order": order, "round_orders": round_orders, "build_s": build_s, "weights_identical": identical,
+        "cache_implementation": cache_impl, "site_applied": site_applied, "warm": warm, "errors": errors,
+        "ms_per_token": {a: statistics.median(v) for a, v in times.items() if v},
+        "ms_per_token_min": {a: min(v) for a, v in times.items() if v},
+        "round_medians": round_medians, "calls_per_arm": {a: len(v) for a, v in times.items()},
+        # the same ratio paired within each round (the two arms' calls minutes closer in time), median over rounds
+        "round_ratio_plan_static": statistics.median(a / b for a, b in zip(round_medians["plan"], round_medians["static_cache"]))
+        if round_medians["plan"] and len(round_medians["plan"]) == len(round_medians["static_cache"]) else None,
+        "timed_counters": timed_counters, "recompiled_in_timed_rounds": any(bool(c) for c in timed_counters.values()),
+        "new_tokens": sorted(new_tokens),
+        "static_arms_same_tokens": same("plan", "static_cache"),
+        "plan_tokens_same_every_round": bool(tokens["plan"]) and all(torch.equal(t, tokens["plan"][0]) for t in tokens["plan"]),
+        "eager_vs_static_token_agreement": agreement("eager", "static_cache"),
+        "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
+        "gpu": torch.cuda.get_device_name() if cuda else None,
+        "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+    }))
+""")
+
+#: Two-sided 95% quantiles of Student's t, df 1..30 (beyond: the Cornish-Fisher expansion).
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    if df <= len(T975):
+        return T975[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def geomean_interval(ratios: list[float]) -> dict:
+    """Geometric mean of per-process ratios and its 95% interval: t over the log ratios."""
+    import math
+
+    logs = [math.log(r) for r in ratios]
+    n = len(logs)
+    if not n:
+        return {"n": 0}
+    mean = statistics.fmean(logs)
+    res: dict = {"n": n, "geomean": math.exp(mean), "ratios": ratios}
+    if n >= 2:
+        half = t975(n - 1) * statistics.stdev(logs) / math.sqrt(n)
+        res["ci95"] = [math.exp(mean - half), math.exp(mean + half)]
+    return res
+
+
+def ratio_verdict(stat: dict, margin: float) -> str:
+    """Plain words for a paired ratio plan/static against the target <= 1.0x."""
+    if "ci95" not in stat:
+        return "not settled: fewer than 2 processes"
+    lo, hi = stat["ci95"]
+    if hi <= 1.0:
+        return f"shown: <= 1.0x (95% interval {lo:.4f}-{hi:.4f})"
+    if lo > 1.0:
+        return f"not met: the plan is slower (95% interval {lo:.4f}-{hi:.4f})"
+    within = f"within the {margin:.0%} margin" if hi <= 1.0 + margin else f"not within the {margin:.0%} margin"
+    return (f"equal within the measurement: the 95% interval {lo:.4f}-{hi:.4f} holds 1.0; at most "
+            f"{(hi - 1) * 100:.2f}% slower at 95% ({within})")
+
+
+def part_genpaired(smoke: bool, plan_file: Path, procs: int, rounds: int, repeats: int, budget: float,
+                   warm_max: int, margin: float) -> dict:
+    """The plan, the static-cache path and eager in each of ``procs`` processes (one set of weights
+    per process, paired): process-to-process variance cancels in each process's ratio plan/static."""
+    device = "cpu" if smoke else "cuda"
+    config = TINY if smoke else LLAMA8
+    new = 8 if smoke else NEW_TOKENS
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="library-genpaired-"))
+    src = work / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(GEN_HARNESS.format(config=config, new=new))
+    applied = work / "applied"
+    shutil.copytree(src, applied)
+    rc, _, se = run([sys.executable, "-c", CLI, "rewrite", "--plan", str(plan_file), str(applied), "--apply", "--no-validate"], 120)
+    # one Inductor cache for every process: the first compiles cold, the rest read what it wrote
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(work / "inductor-cache")
+    out: dict = {"part": "genpaired", "model": "Llama", "config": config, "device": device, "new_tokens": new,
+                 "prompt": "1x128", "plan": Path(plan_file).read_text(), "rewrite_rc": rc, "rewrite_stderr": se[-800:],
+                 "procs_asked": procs, "rounds": rounds, "repeats": repeats, "budget_s": budget, "warm_max": warm_max,
+                 "inductor_cache": {"dir": cache, "shared_across_processes": True,
+                                    "fresh": "TORCHINDUCTOR_CACHE_DIR" not in os.environ}}
+    if rc != 0:
+        out["error"] = "stackpart rewrite failed: " + (se.strip().splitlines() or [f"rc {rc}"])[-1]
+        shutil.rmtree(work, ignore_errors=True)
+        return out
+    out["rewrite_diff_files"] = sorted(str(p.relative_to(applied)) for p in applied.rglob("*.py")
+                                       if not (src / p.relative_to(applied)).exists()
+                                       or (src / p.relative_to(applied)).read_text() != p.read_text())
+    processes: list[dict] = []
+    walls: list[float] = []
+    for i in range(procs):
+        elapsed = time.perf_counter() - started
+        estimate = statistics.median(walls[1:]) if len(walls) > 1 else (walls[0] if walls else 0.0)
+        if i and elapsed + estimate > budget:  # the first always runs; later ones only if they fit the budget
+            out["stopped_by_budget"] = f"{i} of {procs} processes ran: {elapsed:.0f} s + ~{estimate:.0f} s > --budget {budget:.0f}"
+            break
+        s = time.perf_counter()
+        rc, so, se = run([sys.executable, "-c", TIME_PAIRED, str(src), str(applied), device, str(rounds), str(repeats), str(i),
+                          str(warm_max)], max(60.0, min(300.0, budget + 150 - elapsed)), extra_env={"TORCHINDUCTOR_CACHE_DIR": cache})
+        walls.append(time.perf_counter() - s)
+        try:
+            res = last_json(so) if rc == 0 else {"error": f"rc {rc}", "stderr_tail": se.strip().splitlines()[-6:]}
+        except ValueError as exc:
+            res = {"error": str(exc), "stderr_tail": se.strip().splitlines()[-6:]}
+        res["process"], res["wall_s"] = i, walls[-1]
+        processes.append(res)
+    out["processes"] = processes
+    out["procs_ran"] = len(processes)
+    ok = [p for p in processes if {"plan", "static_cache"} <= set(p.get("ms_per_token", {}))]
+    ab = [p["ms_per_token"]["plan"] / p["ms_per_token"]["static_cache"] for p in ok]
+    ac = [p["ms_per_token"]["plan"] / p["ms_per_token"]["eager"] for p in ok if "eager" in p["ms_per_token"]]
+    out["plan_over_static"] = geomean_interval(ab)
+    out["plan_over_eager"] = geomean_interval(ac)
+    # secondary: each process's median over rounds of the within-round ratio (robust to a slow stretch inside a process)
+    out["plan_over_static_round_paired"] = geomean_interval([p["round_ratio_plan_static"] for p in ok
+                                                             if p.get("round_ratio_plan_static")])
+    out["plan_over_static_by_first_built"] = {
+        first: geomean_interval([r for p, r in zip(ok, ab) if p["order"][0] == first]).get("geomean")
+        for first in ("plan", "static_cache", "eager") if any(p["order"][0] == first for p in ok)}
+    out["ms_per_token"] = {arm: statistics.median([p["ms_per_token"][arm] for p in ok if arm in p["ms_per_token"]])
+                           for arm in ("plan", "static_cache", "eager") if any(arm in p["ms_per_token"] for p in ok)}
+    out["verdict_plan_vs_static"] = ratio_verdict(out["plan_over_static"], margin)
+    if "ci95" in out["plan_over_eager"]:
+        lo, hi = out["plan_over_eager"]["ci95"]
+        out["verdict_plan_vs_eager"] = ("faster than eager (95% interval below 1.0)" if hi < 1.0 else
+                                        "slower than eager (95% interval above 1.0)" if lo > 1.0 else
+                                        "not told apart from eager (95% interval holds 1.0)")
+    out["margin"] = margin
+    out["static_arms_same_tokens"] = bool(ok) and all(p.get("static_arms_same_tokens") for p in ok)
+    out["weights_identical"] = bool(ok) and all(all(p.get("weights_identical", {}).values()) for p in ok)
+    out["plan_sets_static_cache"] = bool(ok) and all(p.get("cache_implementation", {}).get("plan") == "static" for p in ok)
+    out["recompiled_in_timed_rounds"] = [p["process"] for p in processes if p.get("recompiled_in_timed_rounds")]
+    out["not_steady_after_warmup"] = {p["process"]: [a for a, w in p.get("warm", {}).items() if not w.get("steady")]
+                                      for p in processes if any(not w.get("steady") for w in p.get("warm", {}).values())}
+    out["process_errors"] = {p["process"]: p.get("error") or p.get("errors") for p in processes if p.get("error") or p.get("errors")}
+    shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def genpaired_table(res: dict) -> list[str]:
+    """The per-process table and the summary lines of a ``genpaired`` result."""
+    arms = ("plan", "static_cache", "eager")
+    lines = ["| process | built/warmed first | warm-up s (plan/static/eager) | plan ms/token | static ms/token | eager ms/token "
+             "| plan/static | plan/eager | static arms same tokens | counters changed in timed rounds |", "|" + "---|" * 10]
+    for p in res.get("processes", []):
+        ms, warm = p.get("ms_per_token", {}), p.get("warm", {})
+        warm_s = "/".join(f"{warm[a]['wall_s']:.1f}" if a in warm else "–" for a in arms)
+        cells = [f"{ms[a]:.3f}" if a in ms else "–" for a in arms]
+        ratios = [f"{ms['plan'] / ms[b]:.4f}" if "plan" in ms and b in ms else "–" for b in ("static_cache", "eager")]
+        changed = json.dumps(p.get("timed_counters", {})) if p.get("recompiled_in_timed_rounds") else "none"
+        first = (p.get("order") or [p.get("error", "–")])[0]
+        lines.append(" | ".join(["", str(p.get("process")), first, warm_s, *cells, *ratios,
+                                 str(p.get("static_arms_same_tokens", "–")), changed, ""]).strip())
+
+    def fmt(st: dict) -> str:
+        if not st.get("n"):
+            return "–"
+        return f"{st['geomean']:.4f}" + (f" (95% interval {st['ci95'][0]:.4f}-{st['ci95'][1]:.4f})" if "ci95" in st else "")
+
+    cache = res.get("inductor_cache", {})
+    ran = f"{res.get('procs_ran')} of {res.get('procs_asked')}"
+    lines += ["", f"- processes: {ran}" + (f" ({res['stopped_by_budget']})" if res.get("stopped_by_budget") else ""),
+              f"- plan/static, geometric mean over processes: {fmt(res.get('plan_over_static', {}))}: "
+              f"{res.get('verdict_plan_vs_static')}",
+              f"- the same, each process's ratio taken within rounds (median over rounds): "
+              f"{fmt(res.get('plan_over_static_round_paired', {}))}",
+              f"- plan/eager: {fmt(res.get('plan_over_eager', {}))}: {res.get('verdict_plan_vs_eager')}",
+              f"- the two static arms generate the same tokens in every process: {res.get('static_arms_same_tokens')}",
+              f"- Inductor cache shared across the processes: {cache.get('dir')} (fresh: {cache.get('fresh')})",
+              f"- recompiles or CUDA-graph recordings in timed rounds (processes): {res.get('recompiled_in_timed_rounds')}; "
+              f"arms not steady after warm-up: {res.get('not_steady_after_warmup')}"]
+    return lines
+
+
 def markdown(res: dict) -> str:
-    lines = [f"# library_models: {res['part']}", "", "```json", json.dumps({k: v for k, v in res.items() if k not in ("plan",)}, indent=1, default=str)[:20000], "```"]
+    lines = [f"# library_models: {res['part']}", ""]
+    if res.get("part") == "genpaired" and "processes" in res:
+        lines += genpaired_table(res) + [""]
+    lines += ["```json", json.dumps({k: v for k, v in res.items() if k not in ("plan",)}, indent=1, default=str)[:20000], "```"]
     if res.get("plan"):
         lines += ["", "plan:", "```yaml", res["plan"], "```"]
     return "\n".join(lines) + "\n"
@@ -336,24 +674,35 @@ def main(argv: list[str]) -> int:
     import argparse
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--part", choices=("copy", "gen", "gentime"), required=True)
+    ap.add_argument("--part", choices=("copy", "gen", "gentime", "genpaired"), required=True)
     ap.add_argument("--plan-file", type=Path, default=ROOT / "benchmarks" / "results" / "h200-run21" / "gen_plan.yaml",
-                    help="gentime: the plan a gen run wrote")
-    ap.add_argument("--repeats", type=int, default=10, help="gentime: generate calls per process")
+                    help="gentime, genpaired: the plan a gen run wrote")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="gentime: generate calls per process (10); genpaired: per arm per round (5, smoke 2)")
     ap.add_argument("--plan-first", action="store_true", help="gentime: time the plan before the static-cache path in each round")
     ap.add_argument("--smoke", action="store_true", help="tiny configs on CPU")
-    ap.add_argument("--budget", type=float, default=120.0, help="diagnose --budget (gen)")
-    ap.add_argument("--rounds", type=int, default=2, help="A B rounds (copy)")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="gen: diagnose --budget (120); genpaired: seconds after which no new process starts (400)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="copy, gentime: A B rounds (2); genpaired: rounds per process, rotating A B C / B C A / C A B (6, smoke 3)")
+    ap.add_argument("--procs", type=int, default=None, help="genpaired: processes (8, smoke 2)")
+    ap.add_argument("--warm-max", type=int, default=None, help="genpaired: most warm-up calls per arm (12, smoke 4)")
+    ap.add_argument("--margin", type=float, default=0.02,
+                    help="genpaired: the slowdown the verdict names when the interval holds 1.0 (0.02 = 2%%)")
     args = ap.parse_args(argv)
+    pick = lambda value, full, smoke: value if value is not None else (smoke if args.smoke else full)
     OUT.mkdir(parents=True, exist_ok=True)
     started = time.time()
     try:
         if args.part == "copy":
-            res = part_copy(args.smoke, args.rounds)
+            res = part_copy(args.smoke, pick(args.rounds, 2, 2))
         elif args.part == "gen":
-            res = part_gen(args.smoke, args.budget)
+            res = part_gen(args.smoke, pick(args.budget, 120.0, 120.0))
+        elif args.part == "gentime":
+            res = part_gentime(args.smoke, args.plan_file, pick(args.rounds, 2, 2), pick(args.repeats, 10, 10), args.plan_first)
         else:
-            res = part_gentime(args.smoke, args.plan_file, args.rounds, args.repeats, args.plan_first)
+            res = part_genpaired(args.smoke, args.plan_file, pick(args.procs, 8, 2), pick(args.rounds, 6, 3),
+                                 pick(args.repeats, 5, 2), pick(args.budget, 400.0, 400.0), pick(args.warm_max, 12, 4), args.margin)
     except Exception as exc:  # recorded, not lost: the device returns only what is under $OUT
         import traceback
 
@@ -362,7 +711,9 @@ def main(argv: list[str]) -> int:
     res["wall_s"] = time.time() - started
     (OUT / f"library_models_{args.part}.json").write_text(json.dumps(res, indent=1, default=str))
     (OUT / f"library_models_{args.part}.md").write_text(markdown(res))
-    print(json.dumps({k: res.get(k) for k in ("part", "site_ms", "copy_ms", "site_over_copy", "ms_per_token", "plan_over_static", "plan_over_eager", "error", "wall_s")}, default=str))
+    keys = ("part", "site_ms", "copy_ms", "site_over_copy", "ms_per_token", "plan_over_static", "plan_over_eager",
+            "verdict_plan_vs_static", "verdict_plan_vs_eager", "static_arms_same_tokens", "procs_ran", "error", "wall_s")
+    print(json.dumps({k: res[k] for k in keys if k in res}, default=str))
     return 0
 
 
