@@ -441,12 +441,37 @@ class _Summarizer:
                 self.bindings[(self.scope(), target.id)] = (("block", cls[1], ".".join(reversed(attrs))), self.scope())
 
 
-_SUMMARY_KEYS = {"imports": dict, "defs": dict, "disabled": list, "classes": dict, "sites": list}
+def _strs(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _str_map(value: object) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+def _is_class(value: object) -> bool:
+    return (isinstance(value, dict) and _strs(value.get("bases")) and _strs(value.get("methods"))
+            and _strs(value.get("disabled")) and _str_map(value.get("children"))
+            and isinstance(value.get("repeated"), list)
+            and all(_strs(r) and len(r) == 3 for r in value["repeated"]))
+
+
+def _is_site(value: object) -> bool:
+    """``[kind, target, attr, fullgraph, mode, line]`` (:func:`summarize`)."""
+    return (isinstance(value, list) and len(value) == 6 and isinstance(value[0], str) and isinstance(value[1], str)
+            and (value[2] is None or isinstance(value[2], str)) and (value[3] is None or isinstance(value[3], bool))
+            and (value[4] is None or isinstance(value[4], str)) and isinstance(value[5], int))
 
 
 def _is_summary(value: object) -> bool:
-    """The shape of a :func:`summarize` result (a cache entry that is not one is read again)."""
-    return isinstance(value, dict) and all(isinstance(value.get(k), t) for k, t in _SUMMARY_KEYS.items())
+    """The shape of a :func:`summarize` result, all the way down: the cache is data from disk,
+    and an entry that is not one (edited, or written by another version under the same
+    :data:`CACHE_VERSION`) is read again here rather than failing later in the reach."""
+    return (isinstance(value, dict) and _str_map(value.get("imports")) and _str_map(value.get("defs"))
+            and _strs(value.get("disabled"))
+            and isinstance(value.get("classes"), dict)
+            and all(isinstance(k, str) and _is_class(c) for k, c in value["classes"].items())
+            and isinstance(value.get("sites"), list) and all(_is_site(s) for s in value["sites"]))
 
 
 def compile_lines(data: bytes) -> list[int]:
@@ -612,7 +637,7 @@ class Project:
         try:
             with open(self._cache_path(), encoding="utf-8") as fh:
                 data = json.load(fh)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8 JSON, nested too deep
             return {}
         if not isinstance(data, dict) or data.get("version") != CACHE_VERSION or not isinstance(data.get("files"), dict):
             return {}

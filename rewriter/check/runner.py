@@ -271,10 +271,9 @@ def check_files(
     if project and rules and files:
         from .project import plan_project
 
-        try:
-            plan = plan_project(files)
-        except (KeyError, TypeError, IndexError, AttributeError, ValueError):
-            plan = plan_project(files, use_cache=False)  # a cache edited into another shape: read afresh
+        # a cache file that is not JSON, of another version or with an entry of another shape is
+        # read afresh by the project itself (Project._load, _is_summary); any error here is a bug
+        plan = plan_project(files)
         views.update(plan.views)
         extra = [p for p in plan.extra if p not in views]
         views.update({p: plan.extra[p] for p in extra})
