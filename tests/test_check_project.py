@@ -317,6 +317,31 @@ def test_an_error_in_the_project_read_is_raised_not_retried_without_the_cache(pr
     assert calls == [True]
 
 
+@pytest.mark.parametrize("project", [True, False])
+def test_each_given_file_is_read_once(proj, monkeypatch, project):
+    """The project read, the prefilter and the check share one read of each file given (they
+    read it up to four times: the project's entry and summary, the prefilter, the check)."""
+    import rewriter.source
+    from rewriter.check import runner
+
+    reads: list[str] = []
+    real = rewriter.source.read_bytes
+
+    def counting(path, *args, **kw):
+        reads.append(os.path.relpath(os.path.abspath(path), proj).replace(os.sep, "/"))
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(rewriter.source, "read_bytes", counting)
+    monkeypatch.setattr(runner, "read_bytes", counting)
+    given = ["models/layers.py", "train.py"]
+    for _ in range(2):  # a cold cache, then a warm one
+        reads.clear()
+        found, _ = _found(given, project=project)
+        if project:  # the same findings
+            assert {("models/layers.py", ITEM_LINE, "SP103"), ("train.py", COMPILE_LINE, "SP101")} <= found, found
+        assert [reads.count(p) for p in given] == [1, 1], reads
+
+
 def test_a_file_under_a_hidden_folder_of_the_root_is_checked_alone(proj):
     _write(proj, {".venv/lib/m.py": "import torch\n\n@torch.compile\ndef f(x):\n    return x / x.sum().item()\n"})
     found, outcome = _found([".venv/lib/m.py"])

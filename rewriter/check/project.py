@@ -588,10 +588,14 @@ class Project:
     in the cache (see the module docstring).
     """
 
-    def __init__(self, root: str, files: dict[str, str] | None = None, use_cache: bool = True) -> None:
+    def __init__(self, root: str, files: dict[str, str] | None = None, use_cache: bool = True,
+                 keep: frozenset[str] = frozenset()) -> None:
         """Walk ``root`` (or take ``files``, relpath -> abspath, as the project: tests, a single
-        file) and load the cache when ``use_cache``."""
+        file) and load the cache when ``use_cache``. ``keep``: absolute paths whose bytes are
+        kept in :attr:`kept` once read (the files given to ``check``, which reads them next)."""
         self.root = root
+        self._keep = keep
+        self.kept: dict[str, bytes] = {}
         self.files = files if files is not None else self._walk()
         self.use_cache = use_cache and files is None
         self._cache: dict[str, list] = self._load() if self.use_cache else {}
@@ -678,13 +682,7 @@ class Project:
         if (isinstance(entry, list) and len(entry) == 4 and entry[0] == st.st_mtime_ns and entry[1] == st.st_size
                 and (entry[3] is None or _is_summary(entry[3]))):
             return entry
-        from ..source import Skipped, read_bytes
-        from ..errors import StackpartError
-
-        try:
-            data, _ = read_bytes(full)
-        except (Skipped, StackpartError):
-            data = b""
+        data = self._read(rel)
         seed = b"torch" in data and bool(_COMPILE_RE.search(data))
         entry = [st.st_mtime_ns, st.st_size, seed, None]
         self._cache[rel] = entry
@@ -692,6 +690,24 @@ class Project:
         if seed:
             entry[3] = self._parse(data)
         return entry
+
+    def _read(self, rel: str) -> bytes:
+        """The bytes of project file ``rel`` (``b""`` when it cannot be read); a file in
+        ``keep`` is read once and its bytes kept."""
+        full = self.files[rel]
+        key = os.path.abspath(full)
+        if key in self.kept:
+            return self.kept[key]
+        from ..source import Skipped, read_bytes
+        from ..errors import StackpartError
+
+        try:
+            data, _ = read_bytes(full)
+        except (Skipped, StackpartError):
+            return b""
+        if key in self._keep:
+            self.kept[key] = data
+        return data
 
     def _parse(self, data: bytes) -> dict:
         self.parsed += 1
@@ -713,14 +729,7 @@ class Project:
         if entry is None:
             return None
         if entry[3] is None:
-            from ..source import Skipped, read_bytes
-            from ..errors import StackpartError
-
-            try:
-                data, _ = read_bytes(self.files[rel])
-            except (Skipped, StackpartError):
-                data = b""
-            entry[3] = self._parse(data)
+            entry[3] = self._parse(self._read(rel))
             self._dirty = True
         self._summaries[rel] = entry[3]
         return entry[3]
@@ -959,10 +968,13 @@ class Plan:
             view with ``report_only`` set), in a stable order.
         parsed: project files parsed in this run (the cache answered for the rest).
         files: ``.py`` files in the projects read.
+        data: the bytes of each given file (as given) that was read here (its cache entry was
+            not fresh), for ``check`` to use instead of reading it again.
     """
 
     views: dict[str, FileView] = field(default_factory=dict)
     extra: dict[str, FileView] = field(default_factory=dict)
+    data: dict[str, bytes] = field(default_factory=dict)
     parsed: int = 0
     files: int = 0
 
@@ -994,11 +1006,11 @@ def plan_project(paths: Sequence[str], use_cache: bool = True) -> Plan:
         given = [p for p in given if _walked(os.path.relpath(os.path.abspath(p), root))]
         if not given:
             continue
-        project = Project(root, use_cache=use_cache)
+        given_abs = frozenset(os.path.abspath(p) for p in given)
+        project = Project(root, use_cache=use_cache, keep=given_abs)
         if not project.files:
             continue
         rel_of = {p: os.path.relpath(os.path.abspath(p), root).replace(os.sep, "/") for p in given}
-        given_abs = frozenset(os.path.abspath(p) for p in given)
         marks = project.reach()
         for p, rel in rel_of.items():
             if rel in project.files:
@@ -1030,6 +1042,7 @@ def plan_project(paths: Sequence[str], use_cache: bool = True) -> Plan:
                 view.report_only = given_abs
                 plan.extra.setdefault(_display(full), view)
         project.save()
+        plan.data.update((p, project.kept[os.path.abspath(p)]) for p in given if os.path.abspath(p) in project.kept)
         plan.parsed += project.parsed
         plan.files += len(project.files)
     return plan
