@@ -105,6 +105,18 @@ def test_a_src_that_does_not_exist_is_one_line_with_the_near_folder(tree, capsys
     assert line == "error: srcc: SRC does not exist; expected the folder of the model's source (did you mean 'src'?)"
 
 
+@pytest.mark.parametrize("src, line", [
+    ("srcc", "error: srcc: SRC does not exist; expected the folder of the model's source (did you mean 'src'?)"),
+    ("src/model.py", "error: src/model.py: SRC is a file; expected the folder of the model's source (pass its folder, 'src')"),
+])
+@pytest.mark.parametrize("plan", [True, False])
+def test_check_src_is_refused_in_the_same_line_as_the_other_commands_src(tree, capsys, src, line, plan):
+    """``check --src`` took click's path type: a file was "Invalid value for '--src': Directory
+    'src/model.py' is a file." and a missing folder passed unless a plan read it."""
+    argv = ["check", "--src", src, "src/model.py"]
+    assert one_line(capsys, argv[:1] + (["--plan", "plan.yaml"] if plan else []) + argv[1:]) == line
+
+
 @pytest.mark.parametrize(
     "flag, value, near",
     [("--mode", "train", "training"), ("--dtype", "bf16", "bfloat16")],
