@@ -92,12 +92,7 @@ def make_inputs(batch: int = 2):
 """
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def write_harness(tmp_path: Path, text: str) -> Path:
