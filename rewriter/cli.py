@@ -141,7 +141,7 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
               show_default=True, help="Report format.")
 @click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None,
               help="plan.yaml: FILES must already be as it rewrites them (default: [tool.stackpart] plan).")
-@click.option("--src", type=click.Path(file_okay=False), default=None, help="Root the plan's targets are relative to.")
+@click.option("--src", type=SRC_DIR, default=None, help="Root the plan's targets are relative to.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None, help="Worker processes (default: CPU count).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the report here, not stdout.")
 @click.option("--no-project", "no_project", is_flag=True, default=None,

@@ -31,10 +31,10 @@ import libcst.matchers as m
 from .actions.base import canonical, imported_names
 from .actions.compile import COMPILE_DECORATORS
 from .actions.disable import DISABLE_DECORATORS
-from .targets import decorator_name
+from .check.facts import options
 from .errors import StackpartError
 from .plan import ADVISORY_ACTIONS, CompileAction, DisableAction, LoadedPlan, MarkDynamicAction
-from .targets import ResolvedTarget
+from .targets import Definition, ResolvedTarget, collect_definitions, decorator_name
 
 
 @dataclass
@@ -45,6 +45,9 @@ class Bound:
     action: object
     target: ResolvedTarget
     module: cst.Module
+    #: :func:`rewriter.targets.collect_definitions` of ``module``, when the caller has it
+    #: (computed once per file here otherwise)
+    definitions: dict[str, list[Definition]] | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -90,18 +93,19 @@ class _Facts:
         imports = self._names(bound.module)
         return any(canonical(d, imports) in COMPILE_DECORATORS for d in bound.target.decorators)
 
-    def functions(self, module: cst.Module) -> dict[str, cst.FunctionDef]:
-        """The module's functions and methods by qualname (``route``, ``Block.forward``)."""
+    def functions(self, module: cst.Module, definitions: dict[str, list[Definition]] | None = None
+                  ) -> dict[str, cst.FunctionDef]:
+        """The module's functions and methods by qualname (``route``, ``Block.forward``): the
+        definitions a plan target can name (:func:`rewriter.targets.collect_definitions`, which
+        looks through ``if``/``try``/``with`` blocks); of a name defined twice, the last."""
         key = id(module)
         if key not in self._functions:
+            defs = definitions if definitions is not None else collect_definitions(module)
             found: dict[str, cst.FunctionDef] = {}
-            for stmt in module.body:
-                if isinstance(stmt, cst.FunctionDef):
-                    found[stmt.name.value] = stmt
-                elif isinstance(stmt, cst.ClassDef):
-                    for inner in stmt.body.body:
-                        if isinstance(inner, cst.FunctionDef):
-                            found[f"{stmt.name.value}.{inner.name.value}"] = inner
+            for qual, hits in defs.items():
+                funcs = [d.node for d in hits if d.kind == "function"]
+                if funcs:
+                    found[qual] = funcs[-1]  # type: ignore[assignment]
             self._functions[key] = found
         return self._functions[key]
 
@@ -110,27 +114,27 @@ class _Facts:
         imports = self._names(module)
         return next((d for d in func.decorators if canonical(decorator_name(d), imports) in names), None)
 
-    def _compiled(self, module: cst.Module) -> list[tuple[str, bool, set[str]]]:
-        """The functions the module compiles with a decorator: ``(qualname, fullgraph literal,
-        the qualnames it covers: itself and what it calls directly)``, one scan per file."""
+    def _compiled(self, bound: Bound) -> list[tuple[str, bool, set[str]]]:
+        """The functions the target's module compiles with a decorator: ``(qualname, fullgraph
+        literal, the qualnames it covers: itself and what it calls directly)``, one scan per file."""
+        module = bound.module
         key = ("compiled", id(module))
         if key not in self._cache:
             found = []
-            for qual, func in self.functions(module).items():
+            for qual, func in self.functions(module, bound.definitions).items():
                 dec = self.decorated(module, func, COMPILE_DECORATORS)
                 if dec is None:
                     continue
-                fullgraph = isinstance(dec.decorator, cst.Call) and any(
-                    a.keyword is not None and a.keyword.value == "fullgraph" and isinstance(a.value, cst.Name)
-                    and a.value.value == "True" for a in dec.decorator.args)
+                fullgraph = options(dec.decorator if isinstance(dec.decorator, cst.Call) else None)[0] is True
                 found.append((qual, fullgraph, {qual, *_callees(ResolvedTarget("", qual, func, []))}))
             self._cache[key] = found
         return self._cache[key]
 
-    def _disabled(self, module: cst.Module) -> set[str]:
+    def _disabled(self, bound: Bound) -> set[str]:
+        module = bound.module
         key = ("disabled", id(module))
         if key not in self._cache:
-            self._cache[key] = {q for q, f in self.functions(module).items()
+            self._cache[key] = {q for q, f in self.functions(module, bound.definitions).items()
                                 if self.decorated(module, f, DISABLE_DECORATORS) is not None}
         return self._cache[key]
 
@@ -138,7 +142,7 @@ class _Facts:
         """The function of the target's file that the source compiles with a decorator
         (``fullgraph=True`` only, with ``fullgraph``) and that is the target or calls it
         directly; None when there is none."""
-        for qual, full, covered in self._compiled(bound.module):
+        for qual, full, covered in self._compiled(bound):
             if bound.target.qualname in covered and (full or not fullgraph):
                 return qual
         return None
@@ -146,7 +150,7 @@ class _Facts:
     def source_disabled(self, bound: Bound) -> str | None:
         """The function the source keeps eager (``@torch.compiler.disable``) that the target is
         or calls directly in its file, or None."""
-        disabled = self._disabled(bound.module)
+        disabled = self._disabled(bound)
         if not disabled:
             return None
         return next((q for q in [bound.target.qualname, *sorted(_callees(bound.target))] if q in disabled), None)

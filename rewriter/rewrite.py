@@ -180,7 +180,7 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
             target = resolve(modules[rel], rel, action.qualname, definitions[rel])
         except StackpartError as exc:
             raise loaded.error(i, _in_source(exc), exc.hint) from None
-        bounds.append(consistency.Bound(i, action, target, modules[rel]))
+        bounds.append(consistency.Bound(i, action, target, modules[rel], definitions[rel]))
         if action.action == "mark_dynamic" and action.strict and (action.min is None) != (action.max is None):
             result.warnings.append(
                 f"{loaded.path}:{loaded.action_lines[i]}: mark_dynamic with only "

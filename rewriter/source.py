@@ -288,6 +288,23 @@ def read_file(path: str | os.PathLike[str], shown: str | None = None) -> SourceF
     """
     shown = str(path) if shown is None else shown
     data, mode = read_bytes(path, shown)
+    return decode_file(data, shown, Path(path), mode)
+
+
+def decode_file(data: bytes, shown: str, path: Path | None = None, mode: int = 0o644) -> SourceFile:
+    """The :class:`SourceFile` of bytes already read through :func:`read_bytes` (a caller that
+    needs the bytes first, e.g. ``check``'s prefilter, decodes them without a second read).
+
+    Args:
+        data: the file's bytes, BOM included.
+        shown: the path messages and :attr:`SourceFile.relpath` name.
+        path: the file on disk (default: ``shown``).
+        mode: its permission bits, as :func:`read_bytes` returned them.
+
+    Raises:
+        StackpartError: see :func:`read_file`.
+    """
+    path = Path(shown) if path is None else path
     raw = data
     bom = data.startswith(codecs.BOM_UTF8)
     if bom:
@@ -317,7 +334,7 @@ def read_file(path: str | os.PathLike[str], shown: str | None = None) -> SourceF
             line=line,
             col=nul - (text.rfind("\n", 0, nul) + 1) + 1,
         )
-    return SourceFile(relpath=shown, path=Path(path), text=text, encoding=encoding, bom=bom, mode=mode, raw=raw)
+    return SourceFile(relpath=shown, path=path, text=text, encoding=encoding, bom=bom, mode=mode, raw=raw)
 
 
 # --- parsing: CPython's parser as the gate, LibCST in a deep thread --------------------------

@@ -92,12 +92,7 @@ def make_inputs(batch: int = 2):
 """
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def write_harness(tmp_path: Path, text: str) -> Path:
@@ -359,3 +354,22 @@ def test_a_graph_break_is_not_read_as_one_graph_per_instance(tmp_path):
     assert m["recompiles"] == 0 and m["graphs_per_shape"][0] == 2, m
     assert "one graph serves" not in ir.verdict
     assert "share one compiled code" in ir.verdict and "a graph break splits each call" in ir.verdict, ir.verdict
+
+
+def test_dynamos_counters_are_read_once_per_shape(tmp_path, monkeypatch):
+    """The counts after one shape are the next shape's "before" (they were read twice per shape,
+    each time listing the compiled code's cache entries); the figures add up as before."""
+    from rewriter.diagnose import instance_recompiles
+
+    calls = []
+    real = instance_recompiles._dynamo_counts
+
+    def counted(code):
+        calls.append(code)
+        return real(code)
+
+    monkeypatch.setattr(instance_recompiles, "_dynamo_counts", counted)
+    shapes = [{"batch": 2}, {"batch": 3}, {"batch": 4}]
+    m = run_rungs(write_harness(tmp_path, BROKEN), tmp_path, shapes, {"instance_recompiles"})["instance_recompiles"].measurement
+    assert len(calls) == len(shapes) + 1
+    assert m["shapes_run"] == 3 and sum(m["graphs_per_shape"]) == m["graphs"], m

@@ -276,6 +276,72 @@ def test_a_cache_of_another_shape_is_read_afresh(proj):
     assert ("models/layers.py", ITEM_LINE, "SP103") in found
 
 
+@pytest.mark.parametrize("corrupt", [
+    lambda e: e[3]["classes"]["MoELM"].update(repeated=[["self.blocks", 7]]),  # a block that is not a name
+    lambda e: e[3]["classes"]["MoELM"].update(children=[]),
+    lambda e: e[3].update(imports={"MoEBlock": None}),
+])
+def test_a_cache_entry_corrupt_deep_inside_is_read_again_alone(proj, corrupt):
+    """The cache is checked all the way down where it is read: only the corrupt entry is parsed
+    again (the project is not re-planned without the cache), and the findings are the same."""
+    _found(["models/layers.py"])
+    cache = proj / CACHE_DIR / CACHE_FILE
+    data = json.loads(cache.read_text())
+    corrupt(data["files"]["models/moe_lm.py"])
+    cache.write_text(json.dumps(data))
+    found, outcome = _found(["models/layers.py"])
+    assert ("models/layers.py", ITEM_LINE, "SP103") in found
+    assert outcome.project["project_parsed"] == 1  # moe_lm.py alone
+    assert json.loads(cache.read_text())["files"]["models/moe_lm.py"] != data["files"]["models/moe_lm.py"]  # rewritten
+
+
+def test_a_cache_file_nested_too_deep_for_json_is_ignored(proj):
+    (proj / CACHE_DIR).mkdir()
+    (proj / CACHE_DIR / CACHE_FILE).write_text("[" * 100_000)
+    found, _ = _found(["models/layers.py"])
+    assert ("models/layers.py", ITEM_LINE, "SP103") in found
+
+
+def test_an_error_in_the_project_read_is_raised_not_retried_without_the_cache(proj, monkeypatch):
+    """Only a cache file's own faults are recovered from (by the cache reader): a bug in the
+    reach surfaces instead of re-planning the whole project without the cache."""
+    calls = []
+
+    def broken(self):
+        calls.append(self.use_cache)
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(Project, "reach", broken)
+    with pytest.raises(KeyError, match="a bug"):
+        run_check(["models/layers.py"], use_config=False, jobs=1)
+    assert calls == [True]
+
+
+@pytest.mark.parametrize("project", [True, False])
+def test_each_given_file_is_read_once(proj, monkeypatch, project):
+    """The project read, the prefilter and the check share one read of each file given (they
+    read it up to four times: the project's entry and summary, the prefilter, the check)."""
+    import rewriter.source
+    from rewriter.check import runner
+
+    reads: list[str] = []
+    real = rewriter.source.read_bytes
+
+    def counting(path, *args, **kw):
+        reads.append(os.path.relpath(os.path.abspath(path), proj).replace(os.sep, "/"))
+        return real(path, *args, **kw)
+
+    monkeypatch.setattr(rewriter.source, "read_bytes", counting)
+    monkeypatch.setattr(runner, "read_bytes", counting)
+    given = ["models/layers.py", "train.py"]
+    for _ in range(2):  # a cold cache, then a warm one
+        reads.clear()
+        found, _ = _found(given, project=project)
+        if project:  # the same findings
+            assert {("models/layers.py", ITEM_LINE, "SP103"), ("train.py", COMPILE_LINE, "SP101")} <= found, found
+        assert [reads.count(p) for p in given] == [1, 1], reads
+
+
 def test_a_file_under_a_hidden_folder_of_the_root_is_checked_alone(proj):
     _write(proj, {".venv/lib/m.py": "import torch\n\n@torch.compile\ndef f(x):\n    return x / x.sum().item()\n"})
     found, outcome = _found([".venv/lib/m.py"])

@@ -17,14 +17,7 @@ from rewriter.rewrite import plan_rewrite
 WORKLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_whole_ladder_writes_plan_report_json_charts_and_trace(tmp_path, capsys):

@@ -37,14 +37,7 @@ CONFIGS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def write_harness(src, name, use_cache=False, training=False):

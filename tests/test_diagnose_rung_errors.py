@@ -16,13 +16,11 @@ from rewriter.diagnose.runner import diagnose, harness_from_flags
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
+def one_thread_then_reset(one_thread):
+    """tests/conftest.py's ``one_thread``, and Dynamo reset after each test."""
     import torch
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     yield
-    torch.set_num_threads(threads)
     torch._dynamo.reset()
 
 

@@ -19,16 +19,7 @@ from rewriter.rewrite import plan_rewrite
 WORKLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Single-threaded torch: oversubscribed OpenMP barriers on a shared machine look like a
-    fixed per-op cost and would turn every model launch-bound."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def run(name: str, tmp_path: Path, only: set[str], **kw):

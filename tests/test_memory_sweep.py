@@ -230,6 +230,42 @@ def test_measure_allocator_runs_each_arm_in_its_own_process_with_its_setting(tmp
     assert memory.measure_allocator(session.spec, session.src)["skipped"].startswith("the allocator action would change nothing")
 
 
+def test_each_arms_child_gets_every_childs_environment_over_its_setting(tmp_path, monkeypatch):
+    """The memory child's environment is rewriter.engine.runner.child_env over the arm's: its
+    allocator setting, a CPU thread count, stackpart importable first, no bytecode, no TORCH_LOGS,
+    compile caches of its own (the arms do not share them)."""
+    import json
+    import os
+    import subprocess
+    from types import SimpleNamespace
+
+    seen: dict[str, dict] = {}
+
+    def fake_run(cmd, env, **kw):
+        job = json.loads(Path(cmd[-1]).read_text())
+        seen[Path(cmd[-1]).name.split(".")[0]] = env
+        Path(job["out"]).write_text(json.dumps({"steps": []}))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(memory.subprocess, "run", fake_run)
+    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TORCH_LOGS", "recompiles")
+    monkeypatch.setenv("PYTHONPATH", "/user/path")
+    spec = SimpleNamespace(device="cpu", shapes=[{"batch": 2}], model_dump=lambda mode: {"device": "cpu"})
+    memory.measure_allocator(spec, tmp_path)
+    assert set(seen) == {"without", "with"}
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in seen["without"]
+    assert seen["with"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    for arm, env in seen.items():
+        assert env["OMP_NUM_THREADS"].isdigit(), env  # CPU: the thread rule's count
+        paths = env["PYTHONPATH"].split(os.pathsep)
+        assert paths[0].endswith("_stackpart_path") and paths[1:] == ["/user/path"], paths
+        assert env["PYTHONDONTWRITEBYTECODE"] == "1" and "TORCH_LOGS" not in env
+        assert Path(env["TORCHINDUCTOR_CACHE_DIR"]).parent.name == f"{arm}.caches"
+    assert seen["with"]["TRITON_CACHE_DIR"] != seen["without"]["TRITON_CACHE_DIR"]
+
+
 def test_measure_allocator_reports_a_child_that_fails(tmp_path, monkeypatch):
     session = frag_session(tmp_path)
     (session.src / "harness.py").write_text("def build_model():\n    raise RuntimeError('no model today')\n\ndef make_inputs(batch=8, steps=12):\n    return ()\n")

@@ -105,6 +105,18 @@ def test_a_src_that_does_not_exist_is_one_line_with_the_near_folder(tree, capsys
     assert line == "error: srcc: SRC does not exist; expected the folder of the model's source (did you mean 'src'?)"
 
 
+@pytest.mark.parametrize("src, line", [
+    ("srcc", "error: srcc: SRC does not exist; expected the folder of the model's source (did you mean 'src'?)"),
+    ("src/model.py", "error: src/model.py: SRC is a file; expected the folder of the model's source (pass its folder, 'src')"),
+])
+@pytest.mark.parametrize("plan", [True, False])
+def test_check_src_is_refused_in_the_same_line_as_the_other_commands_src(tree, capsys, src, line, plan):
+    """``check --src`` took click's path type: a file was "Invalid value for '--src': Directory
+    'src/model.py' is a file." and a missing folder passed unless a plan read it."""
+    argv = ["check", "--src", src, "src/model.py"]
+    assert one_line(capsys, argv[:1] + (["--plan", "plan.yaml"] if plan else []) + argv[1:]) == line
+
+
 @pytest.mark.parametrize(
     "flag, value, near",
     [("--mode", "train", "training"), ("--dtype", "bf16", "bfloat16")],
@@ -380,3 +392,24 @@ def test_an_unmarkable_block_input_names_the_owner_not_none():
     [note] = notes
     assert "None" not in note
     assert "block input 0 dim 1 (not a name bound in " in note and "Owner.forward, which is defined outside SRC)" in note
+
+
+def test_a_long_progress_line_keeps_its_start_and_its_end():
+    from rewriter.terminal import ELIDED, PROGRESS_LIMIT, progress_line
+
+    short = "plan: cold phase done: 1.234 s compile per start, 2 graph(s), 0 recompile(s)"
+    assert progress_line(short) == short
+    long = "plan: recompiled after warm-up: " + "guard " * 100 + "-> 3 graph(s), 5 recompile(s)"
+    line = progress_line(long)
+    assert len(line) == PROGRESS_LIMIT and ELIDED in line
+    assert line.startswith("plan: recompiled after warm-up: guard") and line.endswith("-> 3 graph(s), 5 recompile(s)")
+
+
+def test_validate_prints_the_end_of_a_long_problem_line(capsys):
+    """validate's progress cut a child's problems at 300 characters: the figures at the end were lost."""
+    from rewriter.validate.command import _progress
+
+    problem = "recompiled after warm-up at shape {'batch': 4}: " + "size guard failed; " * 30 + "3 recompile(s) in 12 step(s)"
+    _progress("plan", "cold", {"problems": [problem]})
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("validate: plan: recompiled after warm-up") and line.endswith("3 recompile(s) in 12 step(s)"), line

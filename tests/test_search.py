@@ -24,15 +24,10 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 @pytest.fixture(autouse=True)
-def one_thread(monkeypatch):
-    """One OpenMP thread in this process and in the engine's children (a shared 2-core machine)."""
-    import torch
-
+def one_thread_here_and_in_children(one_thread, monkeypatch):
+    """One OpenMP thread in this process (tests/conftest.py's ``one_thread``) and in the engine's
+    children (a shared 2-core machine)."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _plan(text: str) -> object:

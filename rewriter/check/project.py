@@ -441,12 +441,37 @@ class _Summarizer:
                 self.bindings[(self.scope(), target.id)] = (("block", cls[1], ".".join(reversed(attrs))), self.scope())
 
 
-_SUMMARY_KEYS = {"imports": dict, "defs": dict, "disabled": list, "classes": dict, "sites": list}
+def _strs(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _str_map(value: object) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+def _is_class(value: object) -> bool:
+    return (isinstance(value, dict) and _strs(value.get("bases")) and _strs(value.get("methods"))
+            and _strs(value.get("disabled")) and _str_map(value.get("children"))
+            and isinstance(value.get("repeated"), list)
+            and all(_strs(r) and len(r) == 3 for r in value["repeated"]))
+
+
+def _is_site(value: object) -> bool:
+    """``[kind, target, attr, fullgraph, mode, line]`` (:func:`summarize`)."""
+    return (isinstance(value, list) and len(value) == 6 and isinstance(value[0], str) and isinstance(value[1], str)
+            and (value[2] is None or isinstance(value[2], str)) and (value[3] is None or isinstance(value[3], bool))
+            and (value[4] is None or isinstance(value[4], str)) and isinstance(value[5], int))
 
 
 def _is_summary(value: object) -> bool:
-    """The shape of a :func:`summarize` result (a cache entry that is not one is read again)."""
-    return isinstance(value, dict) and all(isinstance(value.get(k), t) for k, t in _SUMMARY_KEYS.items())
+    """The shape of a :func:`summarize` result, all the way down: the cache is data from disk,
+    and an entry that is not one (edited, or written by another version under the same
+    :data:`CACHE_VERSION`) is read again here rather than failing later in the reach."""
+    return (isinstance(value, dict) and _str_map(value.get("imports")) and _str_map(value.get("defs"))
+            and _strs(value.get("disabled"))
+            and isinstance(value.get("classes"), dict)
+            and all(isinstance(k, str) and _is_class(c) for k, c in value["classes"].items())
+            and isinstance(value.get("sites"), list) and all(_is_site(s) for s in value["sites"]))
 
 
 def compile_lines(data: bytes) -> list[int]:
@@ -563,10 +588,14 @@ class Project:
     in the cache (see the module docstring).
     """
 
-    def __init__(self, root: str, files: dict[str, str] | None = None, use_cache: bool = True) -> None:
+    def __init__(self, root: str, files: dict[str, str] | None = None, use_cache: bool = True,
+                 keep: frozenset[str] = frozenset()) -> None:
         """Walk ``root`` (or take ``files``, relpath -> abspath, as the project: tests, a single
-        file) and load the cache when ``use_cache``."""
+        file) and load the cache when ``use_cache``. ``keep``: absolute paths whose bytes are
+        kept in :attr:`kept` once read (the files given to ``check``, which reads them next)."""
         self.root = root
+        self._keep = keep
+        self.kept: dict[str, bytes] = {}
         self.files = files if files is not None else self._walk()
         self.use_cache = use_cache and files is None
         self._cache: dict[str, list] = self._load() if self.use_cache else {}
@@ -612,7 +641,7 @@ class Project:
         try:
             with open(self._cache_path(), encoding="utf-8") as fh:
                 data = json.load(fh)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # unreadable, not UTF-8 JSON, nested too deep
             return {}
         if not isinstance(data, dict) or data.get("version") != CACHE_VERSION or not isinstance(data.get("files"), dict):
             return {}
@@ -653,13 +682,7 @@ class Project:
         if (isinstance(entry, list) and len(entry) == 4 and entry[0] == st.st_mtime_ns and entry[1] == st.st_size
                 and (entry[3] is None or _is_summary(entry[3]))):
             return entry
-        from ..source import Skipped, read_bytes
-        from ..errors import StackpartError
-
-        try:
-            data, _ = read_bytes(full)
-        except (Skipped, StackpartError):
-            data = b""
+        data = self._read(rel)
         seed = b"torch" in data and bool(_COMPILE_RE.search(data))
         entry = [st.st_mtime_ns, st.st_size, seed, None]
         self._cache[rel] = entry
@@ -667,6 +690,24 @@ class Project:
         if seed:
             entry[3] = self._parse(data)
         return entry
+
+    def _read(self, rel: str) -> bytes:
+        """The bytes of project file ``rel`` (``b""`` when it cannot be read); a file in
+        ``keep`` is read once and its bytes kept."""
+        full = self.files[rel]
+        key = os.path.abspath(full)
+        if key in self.kept:
+            return self.kept[key]
+        from ..source import Skipped, read_bytes
+        from ..errors import StackpartError
+
+        try:
+            data, _ = read_bytes(full)
+        except (Skipped, StackpartError):
+            return b""
+        if key in self._keep:
+            self.kept[key] = data
+        return data
 
     def _parse(self, data: bytes) -> dict:
         self.parsed += 1
@@ -688,14 +729,7 @@ class Project:
         if entry is None:
             return None
         if entry[3] is None:
-            from ..source import Skipped, read_bytes
-            from ..errors import StackpartError
-
-            try:
-                data, _ = read_bytes(self.files[rel])
-            except (Skipped, StackpartError):
-                data = b""
-            entry[3] = self._parse(data)
+            entry[3] = self._parse(self._read(rel))
             self._dirty = True
         self._summaries[rel] = entry[3]
         return entry[3]
@@ -934,10 +968,13 @@ class Plan:
             view with ``report_only`` set), in a stable order.
         parsed: project files parsed in this run (the cache answered for the rest).
         files: ``.py`` files in the projects read.
+        data: the bytes of each given file (as given) that was read here (its cache entry was
+            not fresh), for ``check`` to use instead of reading it again.
     """
 
     views: dict[str, FileView] = field(default_factory=dict)
     extra: dict[str, FileView] = field(default_factory=dict)
+    data: dict[str, bytes] = field(default_factory=dict)
     parsed: int = 0
     files: int = 0
 
@@ -969,11 +1006,11 @@ def plan_project(paths: Sequence[str], use_cache: bool = True) -> Plan:
         given = [p for p in given if _walked(os.path.relpath(os.path.abspath(p), root))]
         if not given:
             continue
-        project = Project(root, use_cache=use_cache)
+        given_abs = frozenset(os.path.abspath(p) for p in given)
+        project = Project(root, use_cache=use_cache, keep=given_abs)
         if not project.files:
             continue
         rel_of = {p: os.path.relpath(os.path.abspath(p), root).replace(os.sep, "/") for p in given}
-        given_abs = frozenset(os.path.abspath(p) for p in given)
         marks = project.reach()
         for p, rel in rel_of.items():
             if rel in project.files:
@@ -1005,6 +1042,7 @@ def plan_project(paths: Sequence[str], use_cache: bool = True) -> Plan:
                 view.report_only = given_abs
                 plan.extra.setdefault(_display(full), view)
         project.save()
+        plan.data.update((p, project.kept[os.path.abspath(p)]) for p in given if os.path.abspath(p) in project.kept)
         plan.parsed += project.parsed
         plan.files += len(project.files)
     return plan

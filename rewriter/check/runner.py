@@ -25,9 +25,10 @@ describe the compile site, :data:`SITE_NEEDLES`, count as met), and the files a 
 compile reaches (or that compile a given file's model) are checked too, their findings kept only
 when a given file causes them (``Finding.caused_by``).
 
-Every file is read through :func:`rewriter.source.read_bytes` (regular files only, never
-blocking, a size cap); a file that cannot be checked for such a reason, or is nested too deep for
-the parser, is a ``skipped`` warning and the other files are checked as usual.
+Every file is read once, through :func:`rewriter.source.read_bytes` (regular files only, never
+blocking, a size cap), and those bytes serve the project read, the prefilter and the check; a
+file that cannot be checked for such a reason, or is nested too deep for the parser, is a
+``skipped`` warning and the other files are checked as usual.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from ..errors import StackpartError
-from ..source import Skipped, check_syntax, read_bytes, read_file
+from ..source import Skipped, check_syntax, decode_file, read_bytes
 from .engine import check_text
 from .reduce import map_lines, reduce_source, statement_facts
 from .project import FileView, compile_lines, local_view
@@ -142,10 +143,10 @@ def wanted(data: bytes, needles: list[list[re.Pattern[bytes]]], reached: bool = 
 
 
 def _check_one(args: tuple) -> FileResult:
-    """Check one file: ``(path, rule codes, fix, view)`` (the view may be left out: None)."""
-    path, codes, fix, *rest = args
-    view: FileView | None = rest[0] if rest else None
-    result = _check_viewed(path, codes, fix, view)
+    """Check one file: ``(path, rule codes, fix, view or None, its bytes)`` (the bytes as
+    :func:`check_files` read them for the prefilter: the file is not read again)."""
+    path, codes, fix, view, data = args
+    result = _check_viewed(path, codes, fix, view, data)
     if view is not None and view.report_only is not None:
         # a file not given: only what a given file causes (rewriter.check.project)
         keep = view.report_only
@@ -154,10 +155,10 @@ def _check_one(args: tuple) -> FileResult:
     return result
 
 
-def _check_viewed(path: str, codes: tuple[str, ...], fix: bool, view: FileView | None) -> FileResult:
+def _check_viewed(path: str, codes: tuple[str, ...], fix: bool, view: FileView | None, data: bytes) -> FileResult:
     shown = path.replace(os.sep, "/")
     try:
-        source = read_file(path, path)
+        source = decode_file(data, path, Path(path))
         tree = check_syntax(source.text, shown)  # CPython's parser: the gate before LibCST
     except Skipped as exc:
         return FileResult(path=shown, skipped=str(exc))
@@ -189,9 +190,11 @@ def _check_viewed(path: str, codes: tuple[str, ...], fix: bool, view: FileView |
     return check_text(source.text, shown, rules, fix=fix, tree=tree, view=view)
 
 
-def _check_chunk(paths: list[str], codes: tuple[str, ...], fix: bool, views: dict | None = None) -> list[FileResult]:
+def _check_chunk(paths: list[str], data: dict[str, bytes], codes: tuple[str, ...], fix: bool,
+                 views: dict | None = None) -> list[FileResult]:
+    """Check ``paths`` in order; ``data``: each one's bytes, as read by :func:`check_files`."""
     views = views or {}
-    return [_check_one((path, codes, fix and views.get(path, _NO_VIEW).report_only is None, views.get(path)))
+    return [_check_one((path, codes, fix and views.get(path, _NO_VIEW).report_only is None, views.get(path), data[path]))
             for path in paths]
 
 
@@ -206,18 +209,18 @@ def _died(path: str) -> FileResult:
     )
 
 
-def _check_alone(path: str, codes: tuple[str, ...], fix: bool, views: dict | None = None) -> FileResult:
+def _check_alone(path: str, data: bytes, codes: tuple[str, ...], fix: bool, views: dict | None = None) -> FileResult:
     """``path`` checked in a process of its own: its crash is this file's result only."""
     view = (views or {}).get(path)
     try:
         with ProcessPoolExecutor(max_workers=1) as pool:
-            [result] = pool.submit(_check_chunk, [path], codes, fix, {path: view} if view else None).result()
+            [result] = pool.submit(_check_chunk, [path], {path: data}, codes, fix, {path: view} if view else None).result()
             return result
     except BrokenProcessPool:
         return _died(path)
 
 
-def _check_in_pool(todo: list[str], codes: tuple[str, ...], fix: bool, workers: int,
+def _check_in_pool(todo: list[str], data: dict[str, bytes], codes: tuple[str, ...], fix: bool, workers: int,
                    views: dict | None = None) -> dict[str, FileResult]:
     """Check ``todo`` in ``workers`` processes, in chunks; if a worker dies (the pool breaks), the
     files without a result yet are checked one process each (:func:`_check_alone`)."""
@@ -226,7 +229,8 @@ def _check_in_pool(todo: list[str], codes: tuple[str, ...], fix: bool, workers: 
     chunks = [todo[i : i + chunk] for i in range(0, len(todo), chunk)]
     try:
         with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
-            futures = {pool.submit(_check_chunk, part, codes, fix, {p: views[p] for p in part if p in views} if views else None): part
+            futures = {pool.submit(_check_chunk, part, {p: data[p] for p in part}, codes, fix,
+                                   {p: views[p] for p in part if p in views} if views else None): part
                        for part in chunks}
             wait(futures)
             for future, part in futures.items():
@@ -236,7 +240,7 @@ def _check_in_pool(todo: list[str], codes: tuple[str, ...], fix: bool, workers: 
         pass
     for path in todo:
         if path not in results:
-            results[path] = _check_alone(path, codes, fix, views)
+            results[path] = _check_alone(path, data[path], codes, fix, views)
     return results
 
 
@@ -268,37 +272,40 @@ def check_files(
     todo: list[str] = []
     views: dict[str, FileView] = {}
     extra: list[str] = []
+    data: dict[str, bytes] = {}  # each file's bytes, read once: the prefilter and the check
     if project and rules and files:
         from .project import plan_project
 
-        try:
-            plan = plan_project(files)
-        except (KeyError, TypeError, IndexError, AttributeError, ValueError):
-            plan = plan_project(files, use_cache=False)  # a cache edited into another shape: read afresh
+        # a cache file that is not JSON, of another version or with an entry of another shape is
+        # read afresh by the project itself (Project._load, _is_summary); any error here is a bug
+        plan = plan_project(files)
         views.update(plan.views)
         extra = [p for p in plan.extra if p not in views]
         views.update({p: plan.extra[p] for p in extra})
+        data.update(plan.data)  # given files the project read (their cache entry was not fresh)
         if stats is not None:
             stats.update(project_files=plan.files, project_parsed=plan.parsed, extra=len(extra))
     for path in [*files, *extra]:
-        try:
-            data, _ = read_bytes(path)
-        except Skipped as exc:
-            results[path] = FileResult(path=path, skipped=str(exc))
-            continue
-        except StackpartError as exc:
-            results[path] = FileResult(path=path, error=str(exc))
-            continue
+        if path not in data:
+            try:
+                data[path], _ = read_bytes(path)
+            except Skipped as exc:
+                results[path] = FileResult(path=path, skipped=str(exc))
+                continue
+            except StackpartError as exc:
+                results[path] = FileResult(path=path, error=str(exc))
+                continue
         view = views.get(path)
-        if rules and wanted(data, needles, reached=bool(view and view.marks)):
+        if rules and wanted(data[path], needles, reached=bool(view and view.marks)):
             todo.append(path)
         else:
             results[path] = FileResult(path=path)
+            del data[path]  # not checked: its bytes are not kept
     workers = jobs if jobs is not None else (os.cpu_count() or 1)
     if workers > 1 and len(todo) >= PARALLEL_MIN:
-        results.update(_check_in_pool(todo, codes, fix, workers, views))
+        results.update(_check_in_pool(todo, data, codes, fix, workers, views))
     else:
-        results.update(zip(todo, _check_chunk(todo, codes, fix, views)))
+        results.update(zip(todo, _check_chunk(todo, data, codes, fix, views)))
     # a file not given adds only the findings a given file causes: its own errors and skips
     # are not this commit's
     more = [results[path] for path in extra if results[path].findings]

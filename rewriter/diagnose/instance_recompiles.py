@@ -112,17 +112,18 @@ def run(ctx: Context) -> RungResult:
     per_shape: list[dict[str, Any]] = []
     try:
         with capture() as log:
+            counts = _dynamo_counts(base.__code__)  # after each shape: the next shape's "before"
             for i, shape in enumerate(shapes):
-                before = (_dynamo_counts(base.__code__)["unique_graphs"], len(log.recompiles), len(log.limit_hit))
+                before = (counts["unique_graphs"], len(log.recompiles), len(log.limit_hit))
                 if i == 0:
                     ctx.session.run(step)
                 else:
                     _, inputs = ctx.session.build(shape)
                     ctx.session.run(ctx.session.step_fn(model, inputs))
-                per_shape.append({"shape": dict(shape), "new_graphs": _dynamo_counts(base.__code__)["unique_graphs"] - before[0],
+                counts = _dynamo_counts(base.__code__)
+                per_shape.append({"shape": dict(shape), "new_graphs": counts["unique_graphs"] - before[0],
                                   "recompiles": len(log.recompiles) - before[1], "limit_hits": len(log.limit_hit) - before[2],
                                   "_first": before[1]})
-        counts = _dynamo_counts(base.__code__)
     finally:
         if original is None:
             del cls.forward

@@ -511,16 +511,17 @@ def measure_allocator(spec: Any, src: str | Path, *, timeout_s: float = 300.0, e
 
 def _run_child(spec: Any, src: Path, tmp: Path, arm: str, env: dict[str, str], timeout_s: float,
                warm_passes: int, passes: int, min_steps: int) -> dict[str, Any]:
-    """Run one arm's child; its JSON result, or ``{"error": ...}`` (timeout, crash, no result)."""
-    from ..engine.runner import die_with_parent, package_path
+    """Run one arm's child; its JSON result, or ``{"error": ...}`` (timeout, crash, no result).
+    Its environment is every child's (:func:`rewriter.engine.runner.child_env`: stackpart
+    importable, no bytecode written, empty compile caches of its own) over ``env``, which holds
+    the arm's allocator setting and, on CPU, the thread count."""
+    from ..engine.runner import child_env, die_with_parent, package_path
 
     job = tmp / f"{arm}.job.json"
     result = tmp / f"{arm}.result.json"
     job.write_text(json.dumps({"harness": spec.model_dump(mode="json"), "src": str(Path(src).resolve()), "out": str(result),
                                "timeout_s": timeout_s, "warm_passes": warm_passes, "passes": passes, "min_steps": min_steps}))
-    env = dict(env)
-    env["PYTHONPATH"] = os.pathsep.join([package_path(tmp)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env = child_env(tmp / f"{arm}.caches", [package_path(tmp)], base=env)
     log = tmp / f"{arm}.log"
     t0 = time.perf_counter()
     try:

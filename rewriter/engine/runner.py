@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,10 +44,11 @@ class ChildResult:
         return self.payload.get("error")
 
 
-def child_env(cache_root: Path, extra_pythonpath: list[str]) -> dict[str, str]:
+def child_env(cache_root: Path, extra_pythonpath: list[str], base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a child: empty Inductor and Triton caches under ``cache_root``, no
-    bytecode written into the trees, stackpart importable."""
-    env = dict(os.environ)
+    bytecode written into the trees, stackpart importable. ``base``: the environment it starts
+    from (default ``os.environ``), e.g. one arm's allocator setting."""
+    env = dict(os.environ if base is None else base)
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / "inductor")
     env["TRITON_CACHE_DIR"] = str(cache_root / "triton")
     env["PYTHONDONTWRITEBYTECODE"] = "1"

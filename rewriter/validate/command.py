@@ -143,15 +143,16 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
 
 
 def _progress(name: str, event: str, detail: Any) -> None:
-    """One plain line per child event as it happens (a terminal and a CI log alike)."""
-    from ..terminal import stderr
+    """One plain line per child event as it happens (a terminal and a CI log alike); a long one
+    keeps its start and its end (:func:`rewriter.terminal.progress_line`)."""
+    from ..terminal import progress_line, stderr
 
     if event == "cold":
         comp = detail.get("compile") or {}
         what = "; ".join(detail.get("problems") or []) or (
             f"cold phase done: {detail.get('compile_s_per_start') or 0:.3f} s compile per start, "
             f"{comp.get('unique_graphs', 0)} graph(s), {comp.get('recompiles', 0)} recompile(s)")
-        text = f"{name}: {' '.join(what.split())[:300]}"
+        text = f"{name}: {progress_line(' '.join(what.split()))}"
     elif event == "timing":
         text = f"timing every variant interleaved at {detail}"
     else:
