@@ -185,3 +185,23 @@ def test_a_config_that_keeps_no_break_in_the_graph_is_pruned_and_not_chosen(tmp_
     assert any(p.startswith("per-block+capture_scalar_outputs: pruned after measurement") for p in found.pruned), found.pruned
     assert found.choice.chosen == "per-block", found.choice.status
     assert not [a for a in load_plan(tmp_path / "plan.yaml").plan.actions if a.action == "dynamo_config"]
+
+
+def test_on_a_program_that_compiles_itself_the_config_composes_with_its_compile(tmp_path, one_thread):
+    """The model carries its own ``@torch.compile`` (the harness runs it) and a helper reads a scalar
+    with ``.item()``: the twin of 'as-is+disable' sets the config instead of the disable, on top of
+    the program's own compile (no second compile), and its child sees no graph break."""
+    from rewriter.diagnose.runner import diagnose, harness_from_flags
+
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "diagnose" / "own_decorated", src, ignore=shutil.ignore_patterns("__pycache__"))
+    model = (src / "model.py").read_text()
+    (src / "model.py").write_text(model.replace("    if x.mean() > 0:\n        return x * 2\n    return x - 1\n",
+                                                "    return x * x.mean().item()\n"))
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 4}], mode=None, dtype=None, device="cpu")
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"graph_breaks", "granularity", "search"})
+    rows = {r["candidate"]: r for r in outcome.search.table()}
+    assert rows["as-is+disable"]["graph_breaks"] >= 1 and rows["as-is+capture_scalar_outputs"]["graph_breaks"] == 0, rows
+    assert outcome.search.choice.chosen == "as-is+capture_scalar_outputs", outcome.search.choice.status
+    [action] = load_plan(tmp_path / "plan.yaml").plan.actions
+    assert (action.action, action.target) == ("dynamo_config", "model.py::Net.__init__")

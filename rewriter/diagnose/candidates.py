@@ -397,7 +397,7 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     # of the candidate it would change, measured like it (.config_candidates)
     from .config_candidates import with_config
 
-    cands, more = with_config(ctx, _rule_first(out), scope)
+    cands, more = with_config(ctx, _rule_first(out))
     return cands, pruned + more
 
 

@@ -128,7 +128,7 @@ def _already_set(ctx: Any) -> dict[str, str]:
     return found
 
 
-def with_config(ctx: Any, cands: list[Any], scope: Any) -> tuple[list[Any], list[str]]:
+def with_config(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     """``cands`` with a config twin before each candidate that compiles a capturable break, and
     what was left out (why). Records ``twin name -> candidate name`` in ``ctx.cache["config_twins"]``
     for :func:`judge`."""
@@ -157,7 +157,7 @@ def with_config(ctx: Any, cands: list[Any], scope: Any) -> tuple[list[Any], list
             continue
         knobs = [k for k in DYNAMO_CONFIG_KEYS if any(k == kk for _, kk in covered)]
         sites = list(dict.fromkeys(f"{f.where} ({' '.join(f.message.split(' Explanation:')[0].split())[:90]})" for f, _ in covered))
-        why = (f"graph breaks: {len(covered)} break(s) in the code this plan compiles that Dynamo keeps in the graph with "
+        why = (f"graph breaks: {len(covered)} break(s) in code this plan runs compiled that Dynamo keeps in the graph with "
                f"{' and '.join(knobs)} (torch's own hint for them): {'; '.join(sites[:3])}"
                + (f" (+{len(sites) - 3} more)" if len(sites) > 3 else "") + f"; set in {target}, {why_there}")
         action = DynamoConfigAction(action="dynamo_config", target=target, settings=DynamoSettings(**{k: True for k in knobs}), why=why)
