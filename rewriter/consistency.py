@@ -10,6 +10,9 @@
 * ``disable`` inside a ``fullgraph=True`` target: fullgraph forbids the graph break a disabled
   frame is, so the compile would raise.
 * ``mark_dynamic`` inside a compiled region: Dynamo refuses ``mark_dynamic`` in a traced frame.
+* ``dynamo_config`` on a function the plan or the source compiles: the flags are read when a frame
+  is traced, so they must be set in eager code before the compiled code first runs (the program's
+  entry), not inside the frame being traced.
 * what the source already holds (issue 17: edits compose with the program's own setup): a
   ``fullgraph=True`` compile around a function the source keeps eager with
   ``@torch.compiler.disable``; a ``disable`` inside a function the source compiles with
@@ -33,7 +36,7 @@ from .actions.compile import COMPILE_DECORATORS
 from .actions.disable import DISABLE_DECORATORS
 from .check.facts import options
 from .errors import StackpartError
-from .plan import ADVISORY_ACTIONS, CompileAction, DisableAction, LoadedPlan, MarkDynamicAction
+from .plan import ADVISORY_ACTIONS, CompileAction, DisableAction, DynamoConfigAction, LoadedPlan, MarkDynamicAction
 from .targets import Definition, ResolvedTarget, collect_definitions, decorator_name
 
 
@@ -249,6 +252,16 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
                         f"{c.target.qualname}) cannot hold: fullgraph forbids the graph break",
                         hint="drop fullgraph on that compile, or compile smaller regions around this one",
                     )
+        if isinstance(b.action, DynamoConfigAction):
+            compiled = next((c for c in regions.get(b.key, ())), None)
+            if compiled is not None or facts.already_compiled(b):
+                by = f"actions[{compiled.index}] compiles" if compiled is not None else "the source compiles"
+                raise loaded.error(
+                    b.index,
+                    f"dynamo_config in {b.target.qualname}, which {by}: Dynamo reads these flags when it traces a "
+                    "frame, so they must be set in eager code before the compiled code first runs",
+                    hint="target the program's entry (the function that builds the model or starts the run)",
+                )
         if isinstance(b.action, MarkDynamicAction):
             if facts.already_compiled(b):
                 raise loaded.error(

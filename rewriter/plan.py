@@ -2,8 +2,8 @@
 
 The schema is one :class:`Plan` whose ``actions`` are a discriminated union on ``action``
 (``compile``, ``disable``, ``mark_dynamic``, ``bucket``, ``kernel``, ``allocator``,
-``compile_cache``, and the advisory ``distributed``, which ``rewrite`` reports but never
-writes). ``stackpart plan schema`` prints :func:`json_schema`. Every model forbids
+``compile_cache``, ``dynamo_config``, and the advisory ``distributed``, which ``rewrite`` reports
+but never writes). ``stackpart plan schema`` prints :func:`json_schema`. Every model forbids
 unknown fields so a typo is an error naming the nearest field, not a silently ignored key.
 Cross-action rules that need the source (a disable inside a ``fullgraph`` region, ...) live in
 :mod:`rewriter.consistency`.
@@ -11,6 +11,7 @@ Cross-action rules that need the source (a disable inside a ``fullgraph`` region
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator, model_validator
 
 from .errors import StackpartError, near_names, near_path
 
@@ -411,6 +412,100 @@ class CompileCacheAction(_Action):
     dir: str = ".cache/torchinductor"
 
 
+#: The ``torch._dynamo.config`` keys a plan may set, each a boolean: the knobs torch's own graph-break
+#: messages recommend for a break the compiled code needs, and nothing else (a whitelist: any other
+#: knob changes what Dynamo guards or traces in ways the search does not measure). Verified in
+#: torch/_dynamo/config.py (torch 2.13, also 2.6): "When this flag is set to False, we introduce a
+#: graph break instead of capturing", for calls returning a scalar (``.item()``, ``.tolist()``)
+#: and for operators with a data-dependent output shape (``nonzero``, ``unique``, boolean masks).
+DYNAMO_CONFIG_KEYS = ("capture_scalar_outputs", "capture_dynamic_output_shape_ops")
+
+
+class DynamoSettings(_Strict):
+    """The ``settings:`` of a ``dynamo_config`` action: a mapping limited to
+    :data:`DYNAMO_CONFIG_KEYS`, each ``true`` or ``false`` (YAML booleans only; ``1`` or ``"yes"``
+    is an error, not a silent True). At least one must be given.
+
+    * ``capture_scalar_outputs``: ``Tensor.item()``/``.tolist()`` (``aten._local_scalar_dense``)
+      become unbacked symbols in the graph instead of a graph break (torch's hint on that break:
+      "Set `torch._dynamo.config.capture_scalar_outputs = True`"). Code that then branches on the
+      value still breaks there (a data-dependent jump), which the search measures.
+    * ``capture_dynamic_output_shape_ops``: ``nonzero``, ``unique``, ``x[mask]`` are traced with an
+      unbacked output size instead of a graph break (torch's "Dynamic shape operator" hint);
+      torch/_dynamo/config.py: "you probably also want capture_scalar_outputs".
+    """
+
+    capture_scalar_outputs: StrictBool | None = Field(
+        default=None, description="Tensor.item()/.tolist() stay in the graph (torch._dynamo.config.capture_scalar_outputs)")
+    capture_dynamic_output_shape_ops: StrictBool | None = Field(
+        default=None, description="nonzero/unique/boolean masks stay in the graph (torch._dynamo.config.capture_dynamic_output_shape_ops)")
+
+    @model_validator(mode="after")
+    def _one(self) -> "DynamoSettings":
+        if not self.items():
+            raise ValueError(f"expected at least one setting of {', '.join(DYNAMO_CONFIG_KEYS)} (true or false)")
+        return self
+
+    def items(self) -> list[tuple[str, bool]]:
+        """``(key, value)`` of the settings given, in :data:`DYNAMO_CONFIG_KEYS` order (the
+        order the lines are written in)."""
+        return [(k, getattr(self, k)) for k in DYNAMO_CONFIG_KEYS if getattr(self, k) is not None]
+
+
+class DynamoConfigAction(_Action):
+    """Set ``torch._dynamo.config.<key> = <value>`` for each of ``settings``, one line each at the
+    top of the target function (after its docstring), the way ``allocator``/``compile_cache`` set
+    their variables at the entry: the target must run before the compiled code is first traced
+    (Dynamo reads these flags while tracing, so a decorator applied earlier at import still sees
+    them; measured, torch 2.13). The config is process-wide: it applies to every compile in the
+    program, the user's own included.
+
+    ``settings`` keys are limited to :data:`DYNAMO_CONFIG_KEYS` (:class:`DynamoSettings`); where
+    torch can be found, each key must also exist in the torch in use (read from its
+    ``torch/_dynamo/config.py`` without importing torch, :func:`dynamo_config_names`), else
+    :func:`parse_plan` refuses the plan at the key's line. torch >= 2.6 is supported.
+    """
+
+    action: Literal["dynamo_config"]
+    settings: DynamoSettings
+
+
+def dynamo_config_names() -> tuple[str | None, frozenset[str]] | None:
+    """``(torch version, names assigned at the top level of torch/_dynamo/config.py)`` of the torch
+    this Python would import, read from its source without importing torch (``check`` and
+    ``rewrite`` never import it); None where torch cannot be found or its config file cannot be
+    read (the whitelist alone then decides).
+
+    Source: torch/_dynamo/config.py defines each knob as a module-level assignment
+    (``capture_scalar_outputs = os.environ.get(...)``), which ``install_config_module`` turns into
+    the attributes of ``torch._dynamo.config``.
+    """
+    return _dynamo_config_names()
+
+
+@functools.lru_cache(maxsize=1)
+def _dynamo_config_names() -> tuple[str | None, frozenset[str]] | None:
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    root = Path(spec.origin).parent
+    try:
+        text = (root / "_dynamo" / "config.py").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    names = frozenset(re.findall(r"^([A-Za-z_]\w*)\s*(?::[^=\n]+)?=(?!=)", text, flags=re.M))
+    try:
+        found = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", (root / "version.py").read_text(encoding="utf-8"), flags=re.M)
+    except OSError:
+        found = None
+    return (found.group(1) if found else None), names
+
+
 #: transformers' ``GenerationConfig.cache_implementation`` values (transformers 5.x,
 #: generation/configuration_utils.py: STATIC_CACHE_IMPLEMENTATIONS + DYNAMIC_CACHE_IMPLEMENTATIONS).
 CACHE_IMPLEMENTATIONS = ("static", "offloaded_static", "dynamic", "offloaded", "quantized")
@@ -510,6 +605,7 @@ Action = Annotated[
         KernelAction,
         AllocatorAction,
         CompileCacheAction,
+        DynamoConfigAction,
         DistributedAction,
         GenerationAction,
     ],
@@ -524,6 +620,7 @@ ACTION_MODELS: dict[str, type[_Action]] = {
     "kernel": KernelAction,
     "allocator": AllocatorAction,
     "compile_cache": CompileCacheAction,
+    "dynamo_config": DynamoConfigAction,
     "distributed": DistributedAction,
     "generation": GenerationAction,
 }
@@ -675,6 +772,9 @@ def _describe(error: dict[str, Any]) -> tuple[str, str | None]:
     kind = error["type"]
     loc = _strip_tags(tuple(error["loc"]))
     name = field_path(loc)
+    if kind == "extra_forbidden" and len(error["loc"]) >= 2 and error["loc"][-2] == "settings" and "dynamo_config" in error["loc"]:
+        return (f"{field_path(loc[:-1])}: unknown setting {str(loc[-1])!r}; expected one of {', '.join(DYNAMO_CONFIG_KEYS)} "
+                "(true or false)", near_names(str(loc[-1]), DYNAMO_CONFIG_KEYS))
     if kind == "extra_forbidden":
         return f"unknown field {name!r}", near_names(str(loc[-1]), _fields_for(tuple(error["loc"])))
     if kind == "missing":
@@ -790,8 +890,38 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
                 hint="add 'site: file.py::func', the function under SRC that returns the model "
                 "(stackpart applies the library actions to what it returns)",
             )
+    _check_dynamo_config(plan, path, marks, lines)
     site_line = marks[("site",)][0] if ("site",) in marks else None
     return LoadedPlan(plan=plan, path=path, action_lines=lines, site_line=site_line, marks=marks)
+
+
+def _check_dynamo_config(plan: Plan, path: str, marks: dict[tuple, tuple[int, int]], lines: list[int]) -> None:
+    """Refuse a ``dynamo_config`` key the torch in use does not have (:func:`dynamo_config_names`;
+    nothing is checked where torch cannot be found).
+
+    Raises:
+        StackpartError: at the key's line: ``actions[i].settings.<key>``, the torch version, and
+            the near names among that torch's config keys.
+    """
+    wanted = [(i, a) for i, a in enumerate(plan.actions) if isinstance(a, DynamoConfigAction)]
+    if not wanted:
+        return
+    found = dynamo_config_names()
+    if found is None:
+        return
+    version, names = found
+    for i, action in wanted:
+        for key, _ in action.settings.items():
+            if key in names:
+                continue
+            line, col = marks.get(("actions", i, "settings", key), (lines[i], None))
+            raise StackpartError(
+                f"actions[{i}].settings.{key}: expected a key of torch._dynamo.config; the torch in use "
+                f"({version or 'unknown version'}) has no {key!r}",
+                path=path, line=line, col=col,
+                hint=near_names(key, sorted(n for n in names if not n.startswith("_")))
+                or "torch >= 2.6 has it: upgrade torch, or drop the setting",
+            )
 
 
 def _read_plan_bytes(path: Path) -> bytes:

@@ -22,6 +22,7 @@ from .actions.cache import CompileCacheCommand
 from .actions.compile import CompileCommand
 from .actions.disable import DisableCommand
 from .actions.dynamic import MarkDynamicCommand
+from .actions.dynamo_config import DynamoConfigCommand
 from .actions.kernel import KernelCommand
 from .actions.site import SiteCommand, site_spec
 from .apply import apply_changes
@@ -42,6 +43,7 @@ COMMANDS: dict[str, type[TargetedCommand]] = {
     "bucket": BucketCommand,
     "allocator": AllocatorCommand,
     "compile_cache": CompileCacheCommand,
+    "dynamo_config": DynamoConfigCommand,
     "kernel": KernelCommand,
 }
 

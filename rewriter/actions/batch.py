@@ -8,7 +8,7 @@ each target to its commands in plan order, and lets the codemod framework add th
 imports in one pass at the end.
 
 Only commands that edit nothing but the target node itself (``VISIT_TARGET_BODY = False`` and no
-metadata: compile, disable, mark_dynamic, bucket, allocator, compile_cache) are batched;
+metadata: compile, disable, mark_dynamic, bucket, allocator, compile_cache, dynamo_config) are batched;
 :func:`plan_passes` keeps any other command (``kernel``, which rewrites calls inside the body) as a
 group of its own, in plan order.
 """

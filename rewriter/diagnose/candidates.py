@@ -19,7 +19,13 @@ forced (:func:`.planner.plan`): the rule's proposal first, then
   only where padding cannot change the kept outputs, e.g. a causal model padded on the right; the
   engine's numerics decide);
 * the rule's proposal without its ``kernel`` action, where it has one (the kernel is measured,
-  not assumed).
+  not assumed);
+* ``+capture_scalar_outputs`` / ``+capture_dynamic_output_shape_ops``: a twin of each candidate
+  that compiles code the graph-break rung found a scalar read (``.item()``, ``.tolist()``) or a
+  dynamic-output-shape op (``nonzero``, ``unique``, a boolean mask) in, with the ``dynamo_config``
+  action torch's own break message recommends instead of the break (and instead of a ``disable``
+  that only kept that break eager), placed just before it (:mod:`.config_candidates`; pruned after
+  measurement when it captured no fewer graphs).
 
 Candidates with the same action set are one candidate (its first name). What is left out, and
 why, is returned as ``pruned`` for the report.
@@ -268,6 +274,7 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     pruned: list[str] = []
     out: list[Candidate] = []
     conflicts: dict[str, list[str]] = {}
+    ctx.cache["config_twins"] = {}  # filled by .config_candidates.with_config, read after measurement
     if regions is None and own_setup:
         from .own_compile import own_compiles
 
@@ -386,7 +393,12 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
         unit = "whole" if any(a.action == "compile" and a.strategy == "whole" for a in plain.actions) else "per-block"
         add(_named(unit, plain) + "-no-kernel", type(proposal)(plain, list(proposal.notes)))
     pruned.extend(f"{', '.join(dict.fromkeys(names))}: {reason}" for reason, names in conflicts.items())
-    return _rule_first(out), pruned
+    # the dynamo_config knobs torch recommends for the breaks the compiled code needs, each a twin
+    # of the candidate it would change, measured like it (.config_candidates)
+    from .config_candidates import with_config
+
+    cands, more = with_config(ctx, _rule_first(out))
+    return cands, pruned + more
 
 
 def static_cache_candidate(ctx: Context) -> Any:

@@ -287,6 +287,11 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         if m.errors:
             raise StackpartError("the search could not measure the program as it is: " + "; ".join(m.errors + m.hints.get("eager", [])),
                                  path=ctx.session.spec.file)
+        from .config_candidates import judge
+
+        for line in judge(ctx, out.rows):  # a config twin that kept no break in the graph is not planned
+            out.pruned.append(line)
+            say(f"pruned {line}")
         order = [c.name for c in cands]
         a = ctx.amortization
         out.noise = process_noise(m.timing)

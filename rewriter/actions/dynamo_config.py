@@ -1,0 +1,63 @@
+"""``dynamo_config``: ``torch._dynamo.config.<key> = <value>`` at the top of the entry function.
+
+The knobs are the ones torch's own graph-break messages recommend for code the compiled region
+needs (:data:`rewriter.plan.DYNAMO_CONFIG_KEYS`): ``capture_scalar_outputs`` for ``Tensor.item()``
+/ ``.tolist()`` ("Unsupported Tensor.item() call with capture_scalar_outputs=False ... Hint: Set
+`torch._dynamo.config.capture_scalar_outputs = True`", and "Data dependent operator" for
+``aten._local_scalar_dense``, torch 2.13) and ``capture_dynamic_output_shape_ops`` for
+``nonzero``/``unique``/boolean masks ("Dynamic shape operator ... Hint: Enable tracing of dynamic
+shape operators with `torch._dynamo.config.capture_dynamic_output_shape_ops = True`"). Both are
+defined in torch/_dynamo/config.py ("When this flag is set to False, we introduce a graph break
+instead of capturing").
+
+Dynamo reads them while it traces a frame, not when ``torch.compile`` is called (measured, torch
+2.13: a function decorated at import, the flag set afterwards, traced with it), so the line must
+run before the compiled code's first call: the top of the program's entry, like ``allocator`` and
+``compile_cache`` (:mod:`.entry`). The attribute path needs only ``import torch``: ``torch._dynamo``
+is one of ``torch/__init__.py``'s ``_lazy_modules``, imported on first access (torch 2.13).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.helpers import get_full_name_for_node
+
+from ..plan import DynamoConfigAction
+from .base import TargetedCommand, insert_statement
+
+
+def _assigns(stmt: cst.BaseStatement, names: set[str], key: str) -> bool:
+    """Whether ``stmt`` is ``<torch>._dynamo.config.<key> = ...`` (any value) for a name of torch
+    in ``names``: the line this action writes, with another value."""
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
+        return False
+    targets = stmt.body[0].targets
+    if len(targets) != 1:
+        return False
+    full = get_full_name_for_node(targets[0].target) or ""
+    return any(full == f"{name}._dynamo.config.{key}" for name in names)
+
+
+class DynamoConfigCommand(TargetedCommand):
+    """Insert one ``torch._dynamo.config.<key> = <value>`` line per setting at the top of the target.
+
+    Idempotent: a line that is already there (whitespace aside) is kept; a line setting the same key
+    to the other value at the top level of the target is replaced in place (its comments kept), not
+    contradicted by a second one. The user's other lines are never touched.
+    """
+
+    DESCRIPTION = "dynamo config at the entry point"
+    VISIT_TARGET_BODY = False
+    action: DynamoConfigAction
+
+    def lines(self) -> list[tuple[str, str]]:
+        """``(key, statement)`` per setting, in :data:`rewriter.plan.DYNAMO_CONFIG_KEYS` order."""
+        return [(key, f"{self.torch}._dynamo.config.{key} = {value!r}") for key, value in self.action.settings.items()]
+
+    def rewrite(self, func: cst.FunctionDef) -> cst.FunctionDef:
+        assert self.tree is not None
+        names = {self.torch, "torch"}
+        # reversed: each goes to the top, so the first setting ends up first
+        for key, code in reversed(self.lines()):
+            func = insert_statement(self.tree, func, code, replaces=lambda s, key=key: _assigns(s, names, key))
+        return func

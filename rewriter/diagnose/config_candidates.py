@@ -1,0 +1,221 @@
+"""The search's config candidates: ``torch._dynamo.config`` knobs torch recommends for a graph break
+the compiled code needs, proposed and measured like any other action (issue 17, "What to build" 4).
+
+Evidence: the graph-break rung's findings (:mod:`.graph_breaks`: ``torch._dynamo.explain`` on an
+eager model, Dynamo's counters and graph-break log on a model that compiles itself) whose reason
+is one Dynamo gives for a value it would not capture (torch 2.13 wording, with the hint it prints):
+
+* a scalar read: ``Unsupported Tensor.item() call with capture_scalar_outputs=False`` (the log's
+  ``call_method TensorVariable() item ()``), and ``Data dependent operator`` for
+  ``aten._local_scalar_dense`` (``.tolist()``, ``int(t)``) → ``capture_scalar_outputs``;
+* an operator whose output size depends on the data: ``Dynamic shape operator`` for
+  ``aten.nonzero`` (``x[mask]``, ``nonzero``), ``aten._unique2`` (``unique``) →
+  ``capture_dynamic_output_shape_ops``.
+
+A branch on a tensor's value (``if x.mean() > 0``, Dynamo's ``generic_jump``) is not among them:
+with ``capture_scalar_outputs`` it still breaks, at the jump on the unbacked value (measured:
+2 graphs either way, torch 2.13; and ``counters["graph_break"]`` then counts 0 breaks for it, so a
+candidate is judged by the breaks its child's graph-break log shows too, :func:`judge`).
+
+For every candidate that compiles the code a break is in (a whole-model compile, the repeated
+block's region, a compiled function; or the program's own compile the harness runs), a twin with
+the knob is proposed (``per-block+capture_scalar_outputs``): the candidate's actions plus one
+``dynamo_config`` action, less the ``disable``s that only kept a captured break eager (the knob
+keeps that code in the graph instead; under the program's ``fullgraph=True`` a disable cannot hold
+at all, issue 17 pattern 1). It is placed just before the candidate it came from (without a
+measured gain, the ladder's order decides), and after measurement :func:`judge` prunes it when it
+saw no fewer graph breaks than that candidate: a process-wide knob that changes nothing is not
+planned.
+
+Where the line goes (:func:`config_target`): the model class's own ``__init__`` when it is under
+SRC (it runs in every program that builds the model, the harness the search runs and the user's own
+scripts alike, and before any of the model's code can be traced), else the harness's model
+function (the only entry the search's children run; ``--entry`` is not run by them, so a line there
+could not be measured).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..plan import DYNAMO_CONFIG_KEYS, DynamoConfigAction, DynamoSettings
+
+#: Break reasons a scalar read gives (torch 2.6-2.13 wordings: explain's reason with its hint,
+#: the graph-break log's ``call_method ... item``, the counters' ``Unsupported Tensor.item()``).
+SCALAR_RE = re.compile(
+    r"capture_scalar_outputs|Tensor\.item\b|\bitem \(\)|\.item\(\)|\btolist\b|_local_scalar_dense|"
+    r"[Dd]ata[- ]dependent operator|scalar output",
+)
+#: Break reasons of an operator with a data-dependent output shape.
+DYNAMIC_RE = re.compile(
+    r"capture_dynamic_output_shape_ops|[Dd]ynamic shape operator|\bnonzero\b|\b_?unique\w*\b|masked_select|"
+    r"[Dd]ynamic output shape"
+)
+
+
+def knob_for(reason: str) -> str | None:
+    """The :data:`rewriter.plan.DYNAMO_CONFIG_KEYS` key that keeps a break with this reason in the
+    graph, or None (a data-dependent branch, a print, an unsupported call...)."""
+    if DYNAMIC_RE.search(reason):
+        return "capture_dynamic_output_shape_ops"
+    if SCALAR_RE.search(reason):
+        return "capture_scalar_outputs"
+    return None
+
+
+def capturable_breaks(ctx: Any) -> list[tuple[Any, str]]:
+    """``(finding, key)`` for each of the graph-break rung's findings a config knob captures."""
+    r = ctx.results.get("graph_breaks")
+    if r is None or not r.ok:
+        return []
+    return [(f, k) for f in r.findings if f.kind == "graph_break" and (k := knob_for(f.message)) is not None]
+
+
+def config_target(ctx: Any) -> tuple[str, str]:
+    """``(target, why there)`` for the ``dynamo_config`` line (see the module docstring)."""
+    from .locate import target_of
+
+    model, _, _ = ctx.reference()
+    cls = type(model)
+    owner = target_of(cls, ctx.session.src)
+    if owner is not None and "__init__" in vars(cls) and target_of(vars(cls)["__init__"], ctx.session.src) == f"{owner}.__init__":
+        return (f"{owner}.__init__", "the model's constructor: it runs in every program that builds the model (the harness and "
+                "the program's own scripts) before any of its code is traced")
+    spec = ctx.session.spec
+    return (f"{spec.file}::{spec.model}", "the harness's model function: the model class has no __init__ of its own under SRC, "
+            "and the search runs only the harness")
+
+
+def _covers(cand: Any, finding: Any, ctx: Any, own_measured: bool) -> bool:
+    """Whether ``cand`` compiles the code ``finding`` (a graph break) is in."""
+    from .locate import names_reached, unit_target
+
+    if own_measured:  # the rung ran the program's own compile, which the harness runs: the break is in it
+        return True
+    compiles = [a for a in cand.plan.actions if a.action == "compile"]
+    if not compiles:
+        return False
+    model, _, _ = ctx.reference()
+    model_target = unit_target(type(model), ctx.session.src)
+    blocks = ctx.cache.get("blocks") or []
+    block = blocks[0] if blocks else None
+    chain = [*finding.callers, finding.function] if finding.function else list(finding.callers)
+    for a in compiles:
+        if a.strategy in ("whole", "nested") or a.target == model_target:
+            return True
+        qual = a.target.split("::", 1)[1] if "::" in a.target else a.target.rsplit(":", 1)[-1]
+        if qual in chain or f"{qual}.forward" in chain:
+            return True
+        if block is not None and block.get("target") and a.target == block["target"] and finding.function:
+            # a helper the block's forward calls (by name, or a method of one of its submodules)
+            reached = names_reached(ctx.session.src / block["target"].split("::", 1)[0], f"{qual}.forward")
+            classes = {type(m).__name__ for m in block["modules"][0].modules()} if block.get("modules") else set()
+            if finding.function.rsplit(".", 1)[-1] in reached or ("." in finding.function and finding.function.split(".", 1)[0] in classes):
+                return True
+    return False
+
+
+def _already_set(ctx: Any) -> dict[str, str]:
+    """``key -> file:line`` for each knob SRC's own code sets to True (the files the search parsed
+    for the compile setup, ``ctx.cache["own_parsed"]``)."""
+    found: dict[str, str] = {}
+    for rel, facts, _ in ctx.cache.get("own_parsed") or []:
+        for n, line in enumerate(facts.module.code.splitlines(), 1):
+            m = re.match(r"\s*\w+\._dynamo\.config\.(\w+)\s*=\s*True\b", line)
+            if m and m.group(1) in DYNAMO_CONFIG_KEYS:
+                found.setdefault(m.group(1), f"{rel}:{n}")
+    return found
+
+
+def with_config(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
+    """``cands`` with a config twin before each candidate that compiles a capturable break, and
+    what was left out (why). Records ``twin name -> candidate name`` in ``ctx.cache["config_twins"]``
+    for :func:`judge`."""
+    from .candidates import Candidate
+
+    ctx.cache["config_twins"] = {}
+    breaks = capturable_breaks(ctx)
+    if not breaks:
+        return cands, []
+    gb = ctx.results["graph_breaks"]
+    own_measured = "program's own" in str(gb.measurement.get("source", ""))
+    target, why_there = config_target(ctx)
+    by_function: dict[str, list[bool]] = {}
+    for f in gb.findings:
+        if f.function:
+            by_function.setdefault(f"{f.file}::{f.function}", []).append(knob_for(f.message) is not None)
+    captured_only = {fn for fn, kinds in by_function.items() if all(kinds)}
+    out: list[Any] = []
+    twins: dict[str, str] = {}
+    pruned: list[str] = []
+    keys = {c.key() for c in cands}
+    for c in cands:
+        covered = [(f, k) for f, k in breaks if _covers(c, f, ctx, own_measured and (c.name == "as-is" or c.name.startswith("as-is+")))]
+        if not covered:
+            out.append(c)
+            continue
+        knobs = [k for k in DYNAMO_CONFIG_KEYS if any(k == kk for _, kk in covered)]
+        sites = list(dict.fromkeys(f"{f.where} ({' '.join(f.message.split(' Explanation:')[0].split())[:90]})" for f, _ in covered))
+        why = (f"graph breaks: {len(covered)} break(s) in code this plan runs compiled that Dynamo keeps in the graph with "
+               f"{' and '.join(knobs)} (torch's own hint for them): {'; '.join(sites[:3])}"
+               + (f" (+{len(sites) - 3} more)" if len(sites) > 3 else "") + f"; set in {target}, {why_there}")
+        action = DynamoConfigAction(action="dynamo_config", target=target, settings=DynamoSettings(**{k: True for k in knobs}), why=why)
+        kept = [a for a in c.plan.actions
+                if not (a.action == "disable" and a.target in captured_only and (a.why or "").startswith("graph break"))]
+        plan = c.plan.model_copy(update={"actions": [action, *kept]})
+        base = c.name if any(a.action == "disable" for a in kept) else c.name.replace("+disable", "")
+        twin = Candidate(base + "".join(f"+{k}" for k in knobs), plan, list(c.notes))
+        if twin.key() in keys or twin.name in twins:
+            out.append(c)
+            continue
+        keys.add(twin.key())
+        twins[twin.name] = c.name
+        out += [twin, c]
+    if not twins:
+        where = "; ".join(dict.fromkeys(f.where for f, _ in breaks))[:200]
+        have = _already_set(ctx)
+        knobs = [k for k in DYNAMO_CONFIG_KEYS if any(k == kk for _, kk in breaks)]
+        pruned.append(
+            f"+{'+'.join(knobs)}: graph break(s) at {where} that {' and '.join(knobs)} keeps in the graph, in code no measured "
+            "candidate compiles (the program's own compile of it is in a script the harness does not run, or every compile "
+            "of it was pruned); set it before that compile runs"
+            + ("".join(f"; the program sets {k} itself at {have[k]}" for k in knobs if k in have)))
+    ctx.cache["config_twins"] = twins
+    return out, pruned
+
+
+def _graphs(row: dict[str, Any]) -> Any:
+    return (row.get("compile") or {}).get("unique_graphs")
+
+
+def _breaks_seen(row: dict[str, Any]) -> int | None:
+    """The graph breaks a measured row saw: Dynamo's ``counters["graph_break"]`` total or, when more,
+    the distinct break sites of its graph-break log (``compile.graph_break_sites``): a jump on a
+    value the config captured is logged but not counted (torch 2.13, measured). None when the row
+    has no compile measurement."""
+    comp = row.get("compile")
+    if not comp or comp.get("graph_breaks") is None:
+        return None
+    return max(int(comp["graph_breaks"]), len(comp.get("graph_break_sites") or []))
+
+
+def judge(ctx: Any, rows: dict[str, dict[str, Any]]) -> list[str]:
+    """After measurement: a config twin (:func:`with_config`) that saw no fewer graph breaks than the
+    candidate it came from (:func:`_breaks_seen` over the harness's shapes, from Dynamo's counters
+    and graph-break log in its child) is marked ``skipped`` in ``rows`` (so :func:`.decide.decide` never
+    chooses it); returns one line per twin pruned so, for the report's ``pruned``. Rows not both
+    measured without a problem are left to the decision as they are."""
+    lines: list[str] = []
+    for name, base in (ctx.cache.get("config_twins") or {}).items():
+        row, ref = rows.get(name), rows.get(base)
+        if not row or not ref or any(r.get(k) for r in (row, ref) for k in ("skipped", "problems", "error")):
+            continue
+        seen, seen0 = _breaks_seen(row), _breaks_seen(ref)
+        if seen is None or seen0 is None or seen < seen0:
+            continue
+        row["skipped"] = (f"pruned after measurement: the config kept no graph break in the graph ({seen} break(s) seen, "
+                          f"{_graphs(row)} graph(s), vs {seen0} and {_graphs(ref)} for {base!r} without it); a process-wide "
+                          "knob that changes nothing is not planned")
+        lines.append(f"{name}: {row['skipped']}")
+    return lines

@@ -1,0 +1,207 @@
+"""The ``dynamo_config`` action (issue 17, "What to build" 4): ``torch._dynamo.config`` knobs torch
+recommends for a graph break the compiled code needs, as a plan action (schema, rewrite, check's
+drift) and as the search's candidates, measured like any other (the engine's children count the
+graph breaks with the config set in the candidate's tree). CPU, ``backend="eager"``, tiny models.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rewriter.cli import main
+from rewriter.diagnose.config_candidates import judge, knob_for
+from rewriter.errors import StackpartError
+from rewriter.plan import load_plan, parse_plan
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+ENTRY = "import torch\n\n\ndef main():\n    \"\"\"Run.\"\"\"\n    x = torch.ones(2)   # spacing kept\n    return x\n"
+
+
+def _plan(settings: str) -> str:
+    return f"version: 1\nactions:\n  - action: dynamo_config\n    target: run.py::main\n    settings:\n{settings}"
+
+
+@pytest.mark.parametrize("settings, where, message", [
+    ("      capture_scalar_output: true\n", "plan.yaml:6:7", "unknown setting 'capture_scalar_output'; expected one of capture_scalar_outputs"),
+    ("      capture_scalar_outputs: 1\n", "plan.yaml:6:7", "actions[0].settings.capture_scalar_outputs: Input should be a valid boolean"),
+    ("      capture_scalar_outputs: \"true\"\n", "plan.yaml:6:7", "Input should be a valid boolean"),
+    ("      {}\n", "plan.yaml:5:5", "expected at least one setting of capture_scalar_outputs"),
+    ("      suppress_errors: true\n", "plan.yaml:6:7", "unknown setting 'suppress_errors'"),  # a real knob, not whitelisted
+])
+def test_a_bad_setting_is_an_error_at_its_line(settings, where, message):
+    with pytest.raises(StackpartError) as exc:
+        parse_plan(_plan(settings))
+    assert str(exc.value).startswith(where) and message in str(exc.value), str(exc.value)
+
+
+def test_a_key_the_torch_in_use_lacks_is_refused_with_exit_2_and_nothing_written(tmp_path, monkeypatch, capsys):
+    """Checked against the torch that would be imported (its config source, read without importing
+    torch); here a torch that has only capture_scalar_outputs is planted."""
+    import rewriter.plan as plan_mod
+
+    monkeypatch.setattr(plan_mod, "dynamo_config_names", lambda: ("2.5.1", frozenset({"capture_scalar_outputs", "capture_dynamic_output_shape"})))
+    (tmp_path / "run.py").write_text(ENTRY)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(_plan("      capture_scalar_outputs: true\n      capture_dynamic_output_shape_ops: true\n"))
+    assert main(["rewrite", "--plan", str(plan), str(tmp_path), "--apply", "--no-validate"]) == 2
+    err = capsys.readouterr().err
+    assert f"{plan}:7:7: actions[0].settings.capture_dynamic_output_shape_ops: expected a key of torch._dynamo.config; " \
+           "the torch in use (2.5.1) has no 'capture_dynamic_output_shape_ops'" in err, err
+    assert "capture_dynamic_output_shape" in err.split("has no", 1)[1]  # the near name
+    assert (tmp_path / "run.py").read_text() == ENTRY
+
+
+def test_the_installed_torch_has_both_knobs():
+    from rewriter.plan import DYNAMO_CONFIG_KEYS, dynamo_config_names
+
+    import torch._dynamo.config
+
+    version, names = dynamo_config_names()
+    assert version == torch.__version__
+    for key in DYNAMO_CONFIG_KEYS:
+        assert key in names and isinstance(getattr(torch._dynamo.config, key), bool), key
+
+
+def test_rewrite_writes_one_line_is_idempotent_and_check_reports_drift(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "run.py").write_text(ENTRY)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(_plan("      capture_scalar_outputs: true\n"))
+    (tmp_path / "pyproject.toml").write_text('[tool.stackpart]\nplan = "plan.yaml"\nsrc = "src"\n')
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert main(["check", "src/run.py"]) == 1  # drift: the plan's line is missing
+        assert "src/run.py:1:1: plan drift" in capsys.readouterr().out
+        assert main(["rewrite", "--plan", "plan.yaml", "src"]) == 0
+        diff = capsys.readouterr().out
+        added = [ln for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+        assert added == ["+    torch._dynamo.config.capture_scalar_outputs = True"], diff
+        assert not [ln for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+        assert main(["rewrite", "--plan", "plan.yaml", "src", "--apply", "--no-validate"]) == 0
+        text = (src / "run.py").read_text()
+        assert text == ENTRY.replace('    """Run."""\n', '    """Run."""\n    torch._dynamo.config.capture_scalar_outputs = True\n')
+        capsys.readouterr()
+        assert main(["rewrite", "--plan", "plan.yaml", "src", "--check"]) == 0  # idempotent: nothing pending
+        assert main(["check", "src/run.py"]) == 0
+        (src / "run.py").write_text(ENTRY)  # the line removed by hand: drift again
+        assert main(["check", "src/run.py"]) == 1
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.mark.parametrize("reason, knob", [
+    ("Unsupported Tensor.item() call with capture_scalar_outputs=False Explanation: ...", "capture_scalar_outputs"),
+    ("call_method TensorVariable() item () {}", "capture_scalar_outputs"),
+    ("Data dependent operator Explanation: Operator `aten._local_scalar_dense.default` has a non-Tensor output", "capture_scalar_outputs"),
+    ("Dynamic shape operator Explanation: Operator `aten.nonzero.default`'s output shape depends on input Tensor data.", "capture_dynamic_output_shape_ops"),
+    ("aten._unique2.default", "capture_dynamic_output_shape_ops"),
+    ("generic_jump TensorVariable()", None),  # a branch on a tensor's value: the config does not capture it
+    ("Logger not supported for non-export cases", None),
+])
+def test_which_break_reasons_a_knob_captures(reason, knob):
+    assert knob_for(reason) == knob
+
+
+class _Ctx:
+    def __init__(self, twins):  # noqa: ANN001
+        self.cache = {"config_twins": twins}
+
+
+def _row(graphs, breaks, sites=(), **kw):  # noqa: ANN001, ANN202
+    return {"problems": [], "compile": {"unique_graphs": graphs, "graph_breaks": breaks, "graph_break_sites": list(sites)}, **kw}
+
+
+def test_a_twin_is_pruned_unless_it_saw_fewer_graph_breaks():
+    rows = {"a+capture_scalar_outputs": _row(1, 0), "a": _row(2, 1, ["m.py:3: item"]),
+            # the jump on the captured value is logged, not counted (torch 2.13): not fewer breaks
+            "b+capture_scalar_outputs": _row(2, 0, ["m.py:4: attempted to jump with SymNodeVariable()"]), "b": _row(3, 1, ["m.py:3: item"]),
+            "c+capture_scalar_outputs": _row(1, 0), "c": {"problems": ["the rewritten model raised"], "error": "raised"}}
+    lines = judge(_Ctx({"a+capture_scalar_outputs": "a", "b+capture_scalar_outputs": "b", "c+capture_scalar_outputs": "c"}), rows)
+    assert "skipped" not in rows["a+capture_scalar_outputs"] and "skipped" not in rows["c+capture_scalar_outputs"]
+    assert rows["b+capture_scalar_outputs"]["skipped"].startswith("pruned after measurement: the config kept no graph break")
+    assert lines == [f"b+capture_scalar_outputs: {rows['b+capture_scalar_outputs']['skipped']}"]
+
+
+@pytest.fixture
+def one_thread(monkeypatch):
+    import torch
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _search(tmp_path: Path, branch: bool = False):  # noqa: ANN202
+    from rewriter.diagnose.runner import diagnose
+
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "search" / "scalar_read", src, ignore=shutil.ignore_patterns("plan.yaml", "__pycache__"))
+    if branch:
+        (src / "model.py").write_text((src / "model.py").read_text().replace("BRANCH = False", "BRANCH = True"))
+    spec = load_plan(FIXTURES / "search" / "scalar_read" / "plan.yaml").plan.harness
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"graph_breaks", "granularity", "search"})
+    return outcome.search, src, {r["candidate"]: r for r in outcome.search.table()}
+
+
+def test_the_search_measures_capture_scalar_outputs_and_the_rewritten_program_runs_with_it(tmp_path, one_thread, capsys):
+    found, src, rows = _search(tmp_path)
+    names = [c.name for c in found.candidates]
+    assert names.index("per-block+capture_scalar_outputs") == names.index("per-block") - 1, names
+    # the engine's child ran the candidate's tree with the config set in it: Dynamo's counters there
+    assert rows["per-block"]["graph_breaks"] >= 1 and rows["per-block+capture_scalar_outputs"]["graph_breaks"] == 0, rows
+    assert rows["per-block+capture_scalar_outputs"]["graphs"] < rows["per-block"]["graphs"]
+    assert rows["per-block+capture_scalar_outputs"]["numerics"] == "ok"
+    assert found.choice.chosen == "per-block+capture_scalar_outputs", found.choice.status
+    plan = load_plan(tmp_path / "plan.yaml").plan
+    assert [(a.action, a.target) for a in plan.actions] == [("dynamo_config", "model.py::Net.__init__"), ("compile", "model.py::Block")]
+    assert plan.actions[0].settings.capture_scalar_outputs is True and "Tensor.item()" in plan.actions[0].why
+    # the chosen candidate's measurement is its validation report: apply goes through, and the
+    # user's own program (not the harness) runs with the config and one graph per block
+    capsys.readouterr()
+    assert main(["rewrite", "--plan", str(tmp_path / "plan.yaml"), str(src), "--apply"]) == 0, capsys.readouterr().err
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="")
+    proc = subprocess.run([sys.executable, "run.py"], cwd=src, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ran = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert ran["capture_scalar_outputs"] is True and ran["graph_breaks"] == 0 and ran["unique_graphs"] >= 1, ran
+
+
+def test_a_config_that_keeps_no_break_in_the_graph_is_pruned_and_not_chosen(tmp_path, one_thread):
+    """BRANCH: the block branches on the scalar it reads; with the config Dynamo breaks at the jump
+    instead (logged, not counted), so the twin is no better than the plain per-block candidate."""
+    found, _, rows = _search(tmp_path, branch=True)
+    assert rows["per-block+capture_scalar_outputs"]["status"].startswith("pruned after measurement"), rows
+    assert any(p.startswith("per-block+capture_scalar_outputs: pruned after measurement") for p in found.pruned), found.pruned
+    assert found.choice.chosen == "per-block", found.choice.status
+    assert not [a for a in load_plan(tmp_path / "plan.yaml").plan.actions if a.action == "dynamo_config"]
+
+
+def test_on_a_program_that_compiles_itself_the_config_composes_with_its_compile(tmp_path, one_thread):
+    """The model carries its own ``@torch.compile`` (the harness runs it) and a helper reads a scalar
+    with ``.item()``: the twin of 'as-is+disable' sets the config instead of the disable, on top of
+    the program's own compile (no second compile), and its child sees no graph break."""
+    from rewriter.diagnose.runner import diagnose, harness_from_flags
+
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "diagnose" / "own_decorated", src, ignore=shutil.ignore_patterns("__pycache__"))
+    model = (src / "model.py").read_text()
+    (src / "model.py").write_text(model.replace("    if x.mean() > 0:\n        return x * 2\n    return x - 1\n",
+                                                "    return x * x.mean().item()\n"))
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 4}], mode=None, dtype=None, device="cpu")
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"graph_breaks", "granularity", "search"})
+    rows = {r["candidate"]: r for r in outcome.search.table()}
+    assert rows["as-is+disable"]["graph_breaks"] >= 1 and rows["as-is+capture_scalar_outputs"]["graph_breaks"] == 0, rows
+    assert outcome.search.choice.chosen == "as-is+capture_scalar_outputs", outcome.search.choice.status
+    [action] = load_plan(tmp_path / "plan.yaml").plan.actions
+    assert (action.action, action.target) == ("dynamo_config", "model.py::Net.__init__")
