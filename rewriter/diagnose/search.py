@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StackpartError
+from ..terminal import progress_line
 from .candidates import Candidate, propose
 from .context import Context
 from .decide import Choice, compile_text, decide
@@ -248,7 +249,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
                     f"{comp.get('recompiles', 0)} recompile(s), numerics {'reference' if name == 'eager' else detail.get('numerics', '-')}")
                 for tree_prefix in prefixes:
                     what = what.replace(tree_prefix, "")
-                say(f"{label}: {what[:300]}")
+                say(f"{label}: {progress_line(what)}")
 
         m = Measurement()
         deadline = time.perf_counter() + budget_s
