@@ -89,6 +89,8 @@ def test_a_candidate_that_hits_the_recompile_limit_breaks_numerics_or_crashes_is
             per = table[name]["process_ms_per_shape"]
             assert len(per) == 2 and all(len(v) == 2 for v in per.values()), table[name]
             assert all(table[name]["step_ms_per_shape"][k] == pytest.approx(min(v), abs=1e-3) for k, v in per.items())
+            # the step the decision reads is the mean of those per-shape figures, not the first process's
+            assert table[name]["step_ms"] == pytest.approx(sum(map(min, per.values())) / len(per), abs=1e-3), table[name]
     else:
         assert not table["whole"]["process_ms_per_shape"]
     assert "recompile limit" in status["recompile-limit"], status
