@@ -635,8 +635,9 @@ def ratio_interval(samples: list[dict[str, list[float]]], a: str, b: str) -> dic
     ``log(t_a / t_b)`` cancels the drift both saw. Per shape the estimate is the median of those
     log ratios and its interval the distribution-free one of a median (order statistics
     ``n/2 -+ 1.96 sqrt(n)/2`` of the sorted values, the sign test's interval): a few rounds hit by
-    a host hiccup move neither, where a mean and standard error did (H200 run 20: a 9% slower
-    candidate read as "within the noise" because a handful of rounds spread its variance). Over
+    a host hiccup move neither, where a mean and standard error can (H200 run 20: a 9% slower
+    candidate read as "within the noise", most likely from a few such rounds; its samples were
+    not kept). Over
     shapes (each equally frequent, as ``step_ms`` is): the mean of the medians, with a standard
     error combined from each shape's interval (its half-width / 1.96). Returns ``{"ratio", "low",
     "high", "rounds"}``, or None without paired samples.
