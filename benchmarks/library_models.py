@@ -301,20 +301,28 @@ def part_gen(smoke: bool, budget: float) -> dict:
     return out
 
 
-def part_gentime(smoke: bool, plan_file: Path, rounds: int, repeats: int, plan_first: bool = False) -> dict:
-    """The static-cache path and a written plan (``plan_file``, from a ``gen`` run), each timed in
-    its own process, interleaved ``rounds`` times with ``repeats`` calls each: the same comparison
-    as ``gen`` with the noise of one 5-call median averaged out."""
+def gen_trees(smoke: bool, plan_file: Path, part: str) -> tuple:
+    """The generation harness under a temp ``src/`` and a copy with ``plan_file`` applied by
+    ``stackpart rewrite``: ``(device, config, new tokens, work dir, src, applied, rewrite rc,
+    rewrite stderr)``."""
     device = "cpu" if smoke else "cuda"
     config = TINY if smoke else LLAMA8
     new = 8 if smoke else NEW_TOKENS
-    work = Path(tempfile.mkdtemp(prefix="library-gentime-"))
+    work = Path(tempfile.mkdtemp(prefix=f"library-{part}-"))
     src = work / "src"
     src.mkdir()
     (src / "harness.py").write_text(GEN_HARNESS.format(config=config, new=new))
     applied = work / "applied"
     shutil.copytree(src, applied)
     rc, _, se = run([sys.executable, "-c", CLI, "rewrite", "--plan", str(plan_file), str(applied), "--apply", "--no-validate"], 120)
+    return device, config, new, work, src, applied, rc, se
+
+
+def part_gentime(smoke: bool, plan_file: Path, rounds: int, repeats: int, plan_first: bool = False) -> dict:
+    """The static-cache path and a written plan (``plan_file``, from a ``gen`` run), each timed in
+    its own process, interleaved ``rounds`` times with ``repeats`` calls each: the same comparison
+    as ``gen`` with the noise of one 5-call median averaged out."""
+    device, config, new, work, src, applied, rc, se = gen_trees(smoke, plan_file, "gentime")
     out: dict = {"part": "gentime", "plan": Path(plan_file).read_text(), "rewrite_rc": rc, "rewrite_stderr": se[-800:],
                  "rounds": rounds, "repeats": repeats, "device": device}
     runs: dict[str, list] = {"eager": [], "static_cache": [], "plan": []}
@@ -549,17 +557,8 @@ def part_genpaired(smoke: bool, plan_file: Path, procs: int, rounds: int, repeat
                    warm_max: int, margin: float) -> dict:
     """The plan, the static-cache path and eager in each of ``procs`` processes (one set of weights
     per process, paired): process-to-process variance cancels in each process's ratio plan/static."""
-    device = "cpu" if smoke else "cuda"
-    config = TINY if smoke else LLAMA8
-    new = 8 if smoke else NEW_TOKENS
     started = time.perf_counter()
-    work = Path(tempfile.mkdtemp(prefix="library-genpaired-"))
-    src = work / "src"
-    src.mkdir()
-    (src / "harness.py").write_text(GEN_HARNESS.format(config=config, new=new))
-    applied = work / "applied"
-    shutil.copytree(src, applied)
-    rc, _, se = run([sys.executable, "-c", CLI, "rewrite", "--plan", str(plan_file), str(applied), "--apply", "--no-validate"], 120)
+    device, config, new, work, src, applied, rc, se = gen_trees(smoke, plan_file, "genpaired")
     # one Inductor cache for every process: the first compiles cold, the rest read what it wrote
     cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(work / "inductor-cache")
     out: dict = {"part": "genpaired", "model": "Llama", "config": config, "device": device, "new_tokens": new,
