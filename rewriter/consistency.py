@@ -13,6 +13,12 @@
 * ``dynamo_config`` on a function the plan or the source compiles: the flags are read when a frame
   is traced, so they must be set in eager code before the compiled code first runs (the program's
   entry), not inside the frame being traced.
+* ``own_call`` (an edit of the program's own compile, :mod:`.actions.own_call`) reads as what it
+  writes: its ``mode``/``fullgraph`` where it sets them, so it may not set ``fullgraph: true`` around
+  a function the source or the plan keeps eager, nor ``mode: reduce-overhead`` on a ``region``; an
+  ``own_call`` that sets ``fullgraph: false`` lets a plan's ``disable`` inside that function stand.
+  Where the program's call is in the target's body (``model.compile()`` in ``main``), the region is
+  what it compiles, not the target: the rules that need the region's extent skip it.
 * what the source already holds (issue 17: edits compose with the program's own setup): a
   ``fullgraph=True`` compile around a function the source keeps eager with
   ``@torch.compiler.disable``; a ``disable`` inside a function the source compiles with
@@ -159,6 +165,31 @@ class _Facts:
         return next((q for q in [bound.target.qualname, *sorted(_callees(bound.target))] if q in disabled), None)
 
 
+def _mode(action: CompileAction) -> str:
+    """The mode the plan writes: ``own_call``'s where it sets one (else the program's own, which is not
+    the plan's), the new decorator's otherwise."""
+    if action.own_call is not None:
+        return action.own_call.get("mode") or "default"
+    return action.options.mode
+
+
+def _fullgraph(action: CompileAction) -> bool:
+    """Whether the plan writes ``fullgraph=True`` (``own_call``: only where it sets it)."""
+    if action.own_call is not None:
+        return action.own_call.get("fullgraph") is True
+    return action.options.fullgraph
+
+
+def _own_call_form(facts: "_Facts", bound: Bound) -> str | None:
+    """For an ``own_call`` compile: ``decorator`` when the target carries the program's compile (the
+    region is the target), ``call`` when its body holds the call (the region is what that call
+    compiles, not the target); None for a compile the plan adds."""
+    action = bound.action
+    if not isinstance(action, CompileAction) or action.own_call is None:
+        return None
+    return "decorator" if facts.already_compiled(bound) else "call"
+
+
 def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
     """Refuse an inconsistent plan.
 
@@ -170,7 +201,7 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
     for b in bounds:
         a = b.action
         if isinstance(a, CompileAction):
-            if a.options.mode == "reduce-overhead" and a.strategy == "region":
+            if _mode(a) == "reduce-overhead" and a.strategy == "region":
                 raise loaded.error(
                     b.index,
                     "mode 'reduce-overhead' (CUDA graphs) with strategy 'region' is refused: many "
@@ -201,14 +232,21 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
         seen[(*b.key, kind)] = b
     # Each compiled region, indexed by every function it covers (itself and what it calls
     # directly in its file), in plan order: one scan per compile, one lookup per action.
+    # An ``own_call`` edit of a call in the target's body (``model.compile()`` in ``main``) compiles
+    # what that call names, not the target: it is no region of the target's.
+    facts = _Facts()
     regions: dict[tuple[str, str], list[Bound]] = {}
+    #: functions whose program-own ``fullgraph=True`` the plan's ``own_call`` removes
+    unfull: set[tuple[str, str]] = set()
     for c in bounds:
-        if isinstance(c.action, CompileAction):
+        if isinstance(c.action, CompileAction) and _own_call_form(facts, c) != "call":
             for qual in {c.target.qualname, *_callees(c.target)}:
                 regions.setdefault((c.target.relpath, qual), []).append(c)
-    facts = _Facts()
+            if c.action.own_call is not None and c.action.own_call.get("fullgraph") is False:
+                unfull |= {(c.target.relpath, q) for q in {c.target.qualname, *_callees(c.target)}}
     for b in bounds:
-        if isinstance(b.action, CompileAction) and b.action.options.fullgraph and not b.action.library:
+        if (isinstance(b.action, CompileAction) and _fullgraph(b.action) and not b.action.library
+                and _own_call_form(facts, b) != "call"):
             helper = facts.source_disabled(b)
             if helper is not None:
                 raise loaded.error(
@@ -220,7 +258,7 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
                 )
         if isinstance(b.action, DisableAction) and not b.action.library:
             own = facts.source_compiles(b, fullgraph=True)
-            if own is not None:
+            if own is not None and (b.target.relpath, own) not in unfull:
                 raise loaded.error(
                     b.index,
                     f"disable of {b.target.qualname} inside {own}, which the source compiles with fullgraph=True: "
@@ -245,7 +283,7 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
                         f"the same function is compiled by actions[{c.index}] and disabled here",
                         hint="keep one of them",
                     )
-                if c.action.options.fullgraph:  # type: ignore[attr-defined]
+                if _fullgraph(c.action):  # type: ignore[arg-type]
                     raise loaded.error(
                         b.index,
                         f"disable inside a fullgraph=True region (actions[{c.index}], "

@@ -246,17 +246,71 @@ class _Action(_Strict):
         return self.action not in UNSAFE_ACTIONS  # type: ignore[attr-defined]
 
 
+#: The keyword arguments an ``own_call`` edit may set on the program's own ``torch.compile``, in the
+#: order new ones are written; a value equal to torch's default removes the keyword instead.
+OWN_CALL_KEYS = ("fullgraph", "dynamic", "mode", "backend")
+OWN_CALL_DEFAULTS: dict[str, Any] = {"fullgraph": False, "dynamic": None, "mode": "default", "backend": "inductor"}
+OWN_CALL_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
 class CompileAction(_Action):
     """Decorate the target (a function, or a class's ``forward``) with ``torch.compile``.
 
     ``strategy``: ``region`` (the block is its own compiled unit), ``nested``
     (``@torch.compiler.nested_compile_region`` on the block plus one ``whole`` compile of the
     model; torch >= 2.8), ``whole`` (the model's entry; the unit for CUDA graphs).
+
+    ``own_call: {mode: reduce-overhead}``: the target already carries the program's own compile
+    (``@torch.compile(...)``, or one ``torch.compile(...)``/``module.compile(...)`` call in its
+    body): that call's keyword arguments are edited instead of a second compile being added
+    (:mod:`rewriter.actions.own_call`; issue 17). ``strategy`` then says what the program's call
+    compiles (``whole`` for the model's entry), for the plan's rules.
     """
 
     action: Literal["compile"]
     strategy: Literal["region", "nested", "whole"] = "region"
     options: CompileOptions = Field(default_factory=CompileOptions)
+    own_call: dict[str, Any] | None = Field(
+        default=None,
+        description="edit the program's own torch.compile of the target (its @torch.compile, or the one "
+        "torch.compile(...)/module.compile(...) call in its body) to these keyword arguments, instead of "
+        "adding a second compile; only the keys named change (fullgraph, mode, dynamic, backend)",
+    )
+
+    @field_validator("own_call")
+    @classmethod
+    def _own_call(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("expected at least one of " + ", ".join(OWN_CALL_KEYS) + " to set")
+        for key, v in value.items():
+            if key not in OWN_CALL_KEYS:
+                hint = near_names(str(key), list(OWN_CALL_KEYS))
+                raise ValueError(f"unknown key {key!r}; expected one of {', '.join(OWN_CALL_KEYS)}"
+                                 + (f" ({hint})" if hint else ""))
+            if key == "fullgraph" and not isinstance(v, bool):
+                raise ValueError(f"fullgraph: expected true or false, got {v!r}")
+            if key == "dynamic" and v is not None and not isinstance(v, bool):
+                raise ValueError(f"dynamic: expected true, false or null, got {v!r}")
+            if key == "mode" and v not in OWN_CALL_MODES:
+                raise ValueError(f"mode: expected one of {', '.join(OWN_CALL_MODES)}, got {v!r}")
+            if key == "backend" and (not isinstance(v, str) or not _IDENT_RE.match(v)):
+                raise ValueError(f"backend: expected a backend name (an identifier), got {v!r}")
+        return {k: value[k] for k in OWN_CALL_KEYS if k in value}  # a stable order: the order written
+
+    @model_validator(mode="after")
+    def _own_call_alone(self) -> "CompileAction":
+        if self.own_call is None:
+            return self
+        if self.options != CompileOptions():
+            raise ValueError("own_call edits the program's own call: options (which a new decorator would take) "
+                             "must be left out; put the keyword arguments to set under own_call")
+        if self.strategy == "nested":
+            raise ValueError("own_call edits a torch.compile call; strategy 'nested' writes nested_compile_region instead")
+        if self.library:
+            raise ValueError("own_call edits the program's own call under SRC; an installed library's target has none")
+        return self
 
 
 class DisableAction(_Action):

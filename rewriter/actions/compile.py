@@ -1,6 +1,9 @@
 """``compile``: ``@torch.compile(...)`` on the target (regional or whole-model), or
 ``@torch.compiler.nested_compile_region`` for ``strategy: nested``.
 
+With ``own_call`` the program's own compile of the target is edited instead
+(:mod:`.own_call`): its keyword arguments only, nothing added.
+
 Never ``self.x = torch.compile(self.x)``: wrapping a module adds ``_orig_mod.`` to state_dict keys
 and skips module hooks (torch.compile docs, "Compiling modules"). Options are written only where
 they differ from torch's defaults; a target already compiled is left alone.
@@ -10,8 +13,10 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..errors import StackpartError
 from ..plan import CompileAction
 from .base import TargetedCommand, call_args, has_decorator
+from .own_call import OwnCallRefused, edited, find_sites
 
 COMPILE_DECORATORS = {"torch.compile"}
 #: The suppression written on a whole-model compile (rewriter.check.engine's comment syntax).
@@ -27,6 +32,8 @@ class CompileCommand(TargetedCommand):
     action: CompileAction
 
     def rewrite(self, func: cst.FunctionDef) -> cst.FunctionDef:
+        if self.action.own_call is not None:
+            return self.edit_own(func)
         if self.action.strategy == "nested":
             if has_decorator(func, NESTED_DECORATORS, self.imports):
                 return func
@@ -39,3 +46,42 @@ class CompileCommand(TargetedCommand):
         # suggestion (SP101) must not fail the commit that applies it
         comment = f"{SUPPRESS_WHOLE}: strategy whole, as planned" if self.action.strategy == "whole" else None
         return self.add_decorator(func, expr, comment=comment)
+
+    def needs_torch(self) -> bool:
+        return self.action.own_call is None  # an edit of the program's call adds no torch reference
+
+    def _line(self, node: cst.CSTNode | None) -> str:
+        """``file.py:LINE`` of ``node`` in the module (the file alone where it cannot be placed)."""
+        where = self.action.file
+        if node is None or self.tree is None:
+            return where
+        from libcst.metadata import MetadataWrapper, PositionProvider
+
+        try:
+            pos = MetadataWrapper(self.tree, unsafe_skip_copy=True).resolve(PositionProvider).get(node)
+        except Exception:  # noqa: BLE001 - a position is a courtesy in an error already being raised
+            pos = None
+        return f"{where}:{pos.start.line}" if pos is not None else where
+
+    def edit_own(self, func: cst.FunctionDef) -> cst.FunctionDef:
+        """The program's own compile on ``func`` with the plan's ``own_call`` keyword arguments."""
+        edits = self.action.own_call or {}
+        try:
+            sites = find_sites(func, self.imports)
+            if not sites:
+                raise OwnCallRefused(
+                    f"own_call: expected {self.qualname} to carry the program's own @torch.compile or hold one "
+                    "torch.compile(...) / module.compile(...) call; found none (a compile in a file outside SRC, or "
+                    "one built dynamically, cannot be edited: drop own_call to add a compile instead)", func.name)
+            if len(sites) > 1:
+                lines = ", ".join(self._line(s.node).rsplit(":", 1)[-1] for s in sites)
+                raise OwnCallRefused(
+                    f"own_call: {self.qualname} holds {len(sites)} compile calls (lines {lines}); expected one, so that "
+                    "the edit names its call", sites[1].node)
+            new = edited(sites[0], edits)
+        except OwnCallRefused as exc:
+            msg = exc.message if exc.message.startswith("own_call:") else f"own_call: {exc.message}"
+            raise StackpartError(f"{self._line(exc.node)}: {msg}") from None
+        if new is None:
+            return func  # already as asked
+        return func.deep_replace(sites[0].node, new)  # type: ignore[return-value]

@@ -14,6 +14,9 @@ forced (:func:`.planner.plan`): the rule's proposal first, then
 * ``nested+whole``: ``nested_compile_region`` on the block plus one whole-model compile (torch >= 2.8);
 * ``whole``: the model's entry compiled whole (automatic dynamic shapes);
 * ``whole+cudagraphs``: ``mode="reduce-overhead"``, on CUDA and only where the shapes are stable;
+* ``as-is+reduce-overhead``: where the program compiles the whole model itself, the same mode set
+  on the program's own call (``compile`` with ``own_call``: that call's options are edited, no
+  second compile; :func:`own_call_candidates`), on the same conditions;
 * ``+bucket``: where one input dim varies across the harness shapes, per-block and (on CUDA) whole
   with CUDA graphs again with that dim padded to power-of-two buckets (``bucket``, unsafe: correct
   only where padding cannot change the kept outputs, e.g. a causal model padded on the right; the
@@ -184,6 +187,8 @@ def conflict(action: Any, scope: OwnScope) -> str | None:
     it compiles with ``fullgraph=True`` (the graph break it makes is an error there); no
     ``mark_dynamic`` inside code it compiles (Dynamo forbids the call in a traced frame)."""
     kind = action.action
+    if kind == "compile" and action.own_call is not None:
+        return None  # an edit of the program's own call: no second compile (own_call_candidates)
     if kind == "compile":
         if scope.whole:
             return (f"the program compiles the whole model itself ({_where(scope.whole)}): a compile of {action.target} "
@@ -359,6 +364,8 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
             add(_named("whole+cudagraphs", cg.plan), cg)
     elif not own:  # (the program's own compile pruned them above, and said so)
         pruned.append("whole, whole+cudagraphs: " + (whole.notes[-1] if whole.notes else "the model class is not under SRC"))
+    for name, decision in own_call_candidates(ctx, scope, pruned):
+        add(name, decision)
     bucket, why_not = bucket_action(ctx)
     if bucket is None:
         if why_not:
@@ -399,6 +406,73 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
 
     cands, more = with_config(ctx, _rule_first(out))
     return cands, pruned + more
+
+
+#: The candidate that changes the program's own whole-model compile to CUDA graphs.
+OWN_CUDAGRAPHS = "as-is+reduce-overhead"
+
+
+def _runs_own_compile(ctx: Context, own: Any) -> bool:
+    """Whether the harness's model runs the program's compile ``own``: a decorator on the model's
+    own ``forward`` always does (the class's source carries it); a call does where the model the
+    harness builds holds a compiled module (an ``OptimizedModule``, or ``module.compile()``'s
+    ``_compiled_call_impl``). A call in a script the harness does not run is not measured by
+    the engine's children, so no variant of it can be."""
+    if own.covers[0] == "function":
+        return True
+    model, _, _ = ctx.reference()
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+    except ImportError:  # pragma: no cover - every torch with torch.compile has it
+        return False
+    modules = [model, *model.modules()] if hasattr(model, "modules") else [model]
+    return any(isinstance(m, OptimizedModule) or getattr(m, "_compiled_call_impl", None) is not None for m in modules)
+
+
+def own_call_candidates(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tuple[str, Any]]:
+    """Variants of the program's own compile, each the plan that edits that call
+    (``compile`` with ``own_call``: no second compile; :mod:`rewriter.actions.own_call`), as
+    ``(name, Decision)``; what cannot be proposed is appended to ``pruned`` with why.
+
+    ``as-is+reduce-overhead``: ``mode="reduce-overhead"`` (CUDA graphs) on the program's compile
+    of the whole model, where there is one, on CUDA, with shapes stable across the harness, the
+    call editable (a literal mode, no ``**options``, a target that names it) and run by the
+    harness's model (so the engine measures it). A program that compiles only its blocks gets no
+    such variant: CUDA graphs over many regions are refused (pytorch#152887)."""
+    from .planner import Decision, _plan
+
+    name = OWN_CUDAGRAPHS
+    if not scope.whole:
+        if scope.block:
+            pruned.append(f"{name}: the program compiles each {scope.block_cls} itself ({_where(scope.block)}), not the whole "
+                          "model, and CUDA graphs over many small regions are refused (pytorch#152887)")
+        return []
+    if len(scope.whole) > 1:
+        pruned.append(f"{name}: the program compiles the model in {len(scope.whole)} places ({_where(scope.whole)}); "
+                      "which call to change is the program's choice")
+        return []
+    own = scope.whole[0]
+    if not ctx.session.cuda:
+        pruned.append(f"{name}: no CUDA (CUDA graphs need a GPU): the program's own compile ({own.text}) stays as it is")
+        return []
+    if not shapes_stable(ctx):
+        pruned.append(f"{name}: shapes vary across the harness (each new shape is a new CUDA graph capture)")
+        return []
+    if own.why_not or own.site is None:
+        pruned.append(f"{name}: the program's own compile ({own.text}) cannot be edited safely: {own.why_not}")
+        return []
+    if own.mode == "reduce-overhead":
+        pruned.append(f"{name}: the program's own compile ({own.text}) already uses mode='reduce-overhead'")
+        return []
+    if not _runs_own_compile(ctx, own):
+        pruned.append(f"{name}: the harness's model does not run the program's own compile ({own.text}): a variant of "
+                      "it would not be measured")
+        return []
+    action = CompileAction(
+        action="compile", target=own.site, strategy="whole", own_call={"mode": "reduce-overhead"},
+        why=f"the program compiles the whole model itself ({own.text}): CUDA graphs (mode='reduce-overhead') on that "
+            "call, shapes stable across the harness; its other options left as they are")
+    return [(name, Decision(_plan(ctx.session.spec, ctx, [action]), []))]
 
 
 def static_cache_candidate(ctx: Context) -> Any:

@@ -33,6 +33,8 @@ class OwnCompile:
 
     Attributes:
         where: ``file.py:line`` under SRC.
+        site, why_not, mode: what an edit of the call's options (``compile`` with ``own_call``)
+            would name, or why it cannot be made, and the call's current ``mode``.
         code: the call's source text, shortened to 120 characters.
         fullgraph: the literal ``fullgraph=`` value (False when absent or not a literal).
         covers: what it compiles, read statically: ``("function", "file.py::Qual")`` for a
@@ -48,6 +50,14 @@ class OwnCompile:
     code: str
     fullgraph: bool
     covers: tuple[str, str]
+    #: the plan target an ``own_call`` edit of this compile names (``file.py::Qual``: the decorated
+    #: function, or the function whose body holds the call), None where no target can name it
+    site: str | None = None
+    #: why an ``own_call`` edit of its ``mode`` cannot be made safely (the rewrite's own refusal,
+    #: :mod:`rewriter.actions.own_call`), or None when it can
+    why_not: str | None = None
+    #: its ``mode`` literal (``default`` when absent), None when not a literal
+    mode: str | None = None
 
     @property
     def text(self) -> str:
@@ -192,6 +202,35 @@ def _names(node):
             yield from _names(el.value)
 
 
+def _editable(facts, rel: str, node, positions) -> tuple[str | None, str | None, str | None]:
+    """``(site, why_not, mode)`` of the compile at ``node`` (see :class:`OwnCompile`), read with the
+    rewrite's own :mod:`rewriter.actions.own_call`, so that the candidate says what the rewrite would."""
+    import libcst as cst
+
+    from ..actions.base import imported_names
+    from ..actions.own_call import OwnCallRefused, check, current, find_sites
+
+    if isinstance(node, cst.Decorator):
+        func = facts.parent(node)
+    else:
+        func = next((a for a in facts.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+    if not isinstance(func, cst.FunctionDef):
+        return None, f"{rel}: the compile runs at module level, which no plan target names; change its options by hand", None
+    if any(isinstance(a, cst.FunctionDef) for a in facts.ancestors(func)):
+        return None, f"{rel}: the compile is in a nested function ({func.name.value}), which no plan target names", None
+    site = f"{rel}::{_qualname(facts, func)}"
+    try:
+        sites = find_sites(func, imported_names(facts.module))
+        if len(sites) != 1:
+            raise OwnCallRefused(f"{site} holds {len(sites)} compile calls: an edit would not know which one")
+        check(sites[0].call, {"mode": "reduce-overhead"})
+    except OwnCallRefused as exc:
+        pos = positions.get(exc.node) if exc.node is not None else None
+        return site, (f"{rel}:{pos.start.line}: " if pos is not None else "") + exc.message, None
+    known, mode = current(sites[0], "mode")
+    return site, None, mode if known else None
+
+
 def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = None) -> list[OwnCompile]:
     """Every compile the program under ``src`` does itself (``torch.compile(...)`` calls,
     ``module.compile(...)`` calls, ``@torch.compile`` decorators), in file order, each with what it
@@ -230,5 +269,9 @@ def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = No
             code = " ".join(module.code_for_node(node).split())[:120]
             if hasattr(node, "decorator") and not code.startswith("@"):
                 code = "@" + code
-            out.append((rel, pos.start.line, OwnCompile(f"{rel}:{pos.start.line}", code, fullgraph, cover)))
+            try:
+                site, why_not, mode = _editable(facts, rel, node, positions)
+            except Exception as exc:  # noqa: BLE001 - the setup is listed either way
+                site, why_not, mode = None, f"{rel}:{pos.start.line}: the call could not be read ({type(exc).__name__})", None
+            out.append((rel, pos.start.line, OwnCompile(f"{rel}:{pos.start.line}", code, fullgraph, cover, site, why_not, mode)))
     return [o for _, _, o in sorted(out, key=lambda t: (t[0], t[1]))]

@@ -1,0 +1,267 @@
+"""``compile`` with ``own_call``: edit the program's own ``torch.compile`` instead of adding a second.
+
+Issue 17 ("What to build" 2): where the program already compiles the code, a plan changes the
+program's call. The target is the function that carries it: the function decorated with
+``@torch.compile`` / ``@torch.compile(...)``, or the function whose body holds exactly one
+``torch.compile(...)`` or ``module.compile(...)`` call (``self.block = torch.compile(Block())`` in
+``__init__``, ``model.compile(fullgraph=True)`` in ``main``). Only that call's keyword arguments
+change; everything else keeps its bytes, so the diff is the one line the call is on:
+
+* a key the call has with a literal value gets the new literal (or is removed when the new value
+  is torch's default: ``fullgraph: false``, ``mode: default``, ``dynamic: null``, ``backend: inductor``);
+* a key it lacks is appended after its last argument, in the call's own separator style (a
+  trailing comma and one argument per line are kept); a bare ``@torch.compile`` gets ``(...)``;
+* a key already at the value asked is left alone (idempotence).
+
+Refused (:class:`OwnCallRefused`, which the rewrite reports at the plan's action with the source's
+``file:line``; nothing is written) where the edit cannot be made safely: no compile on the target
+or more than one; ``torch.compile`` passed around as a value (``functools.partial(torch.compile,
+...)``, ``fn = torch.compile``); ``*args``/``**options`` in the call (the key may come from there);
+the key's current value is not a literal (``mode=MODE``); ``mode`` asked where the call passes
+``options=`` (torch refuses both).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any
+
+import libcst as cst
+from libcst.helpers import get_full_name_for_node
+
+from ..plan import OWN_CALL_DEFAULTS
+from ..targets import decorator_name
+from .base import canonical, py_literal
+
+COMPILE = "torch.compile"
+_EMPTY = cst.Module([])
+
+
+class OwnCallRefused(Exception):
+    """The program's own compile on the target cannot be edited safely; ``node`` is where."""
+
+    def __init__(self, message: str, node: cst.CSTNode | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.node = node
+
+
+@dataclass
+class OwnSite:
+    """One compile of the program's on the target.
+
+    Attributes:
+        node: what is replaced: the ``Decorator``, or the ``Call``.
+        call: the call whose arguments are edited (None for a bare ``@torch.compile``).
+        kind: ``decorator``, ``call`` (``torch.compile(...)``) or ``method`` (``m.compile(...)``).
+    """
+
+    node: cst.CSTNode
+    call: cst.Call | None
+    kind: str
+
+
+def _code(node: cst.CSTNode) -> str:
+    return " ".join(_EMPTY.code_for_node(node).split())
+
+
+def _is_compile(expr: cst.BaseExpression, imports: dict[str, str]) -> bool:
+    name = get_full_name_for_node(expr)
+    return name is not None and canonical(name, imports) == COMPILE
+
+
+class _Finder(cst.CSTVisitor):
+    """Compile calls in a function's own body (nested defs, classes and lambdas are theirs), and
+    any ``torch.compile`` used as a value rather than called."""
+
+    def __init__(self, imports: dict[str, str]) -> None:
+        self.imports = imports
+        self.sites: list[OwnSite] = []
+        self.values: list[cst.CSTNode] = []
+        self._called: set[int] = set()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if _is_compile(func, self.imports):
+            self._called.add(id(func))
+            self.sites.append(OwnSite(node, node, "call"))
+        elif isinstance(func, cst.Attribute) and func.attr.value == "compile":
+            owner = get_full_name_for_node(func.value)
+            head = (owner or "").split(".", 1)[0]
+            if owner is not None and head in self.imports and head != "self":
+                return  # re.compile, torch.compile spelled otherwise, a module's function: not a module's compile
+            self.sites.append(OwnSite(node, node, "method"))
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        self._called.add(id(node.attr))  # ``x.compile``'s ``compile`` is an attribute, not a name
+        if id(node) not in self._called and _is_compile(node, self.imports):
+            self.values.append(node)
+        return True
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if id(node) not in self._called and _is_compile(node, self.imports):
+            self.values.append(node)
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        if node.keyword is not None:
+            self._called.add(id(node.keyword))  # ``compile=`` is a keyword, not a name
+        return True
+
+
+def find_sites(func: cst.FunctionDef, imports: dict[str, str]) -> list[OwnSite]:
+    """The program's own compile of ``func``: its ``torch.compile`` decorator, else the compile
+    calls in its own body (``imports``: :func:`rewriter.actions.base.imported_names`).
+
+    Raises:
+        OwnCallRefused: ``torch.compile`` is used as a value in the body (a call built dynamically).
+    """
+    for dec in func.decorators:
+        expr = dec.decorator
+        if isinstance(expr, cst.Call) and _is_compile(expr.func, imports):
+            return [OwnSite(dec, expr, "decorator")]
+        if canonical(decorator_name(dec), imports) == COMPILE and not isinstance(expr, cst.Call):
+            return [OwnSite(dec, None, "decorator")]
+    finder = _Finder(imports)
+    func.body.visit(finder)
+    if finder.values:
+        raise OwnCallRefused(
+            f"torch.compile is used as a value here ({_code(finder.values[0])}), not called: a compile built "
+            "dynamically cannot be edited safely; change its options by hand", finder.values[0])
+    return finder.sites
+
+
+def _norm(key: str, value: Any) -> Any:
+    return "default" if key == "mode" and value is None else value
+
+
+def _literal(arg: cst.Arg) -> tuple[bool, Any]:
+    try:
+        return True, ast.literal_eval(_EMPTY.code_for_node(arg.value).strip())
+    except (ValueError, SyntaxError):
+        return False, None
+
+
+def check(call: cst.Call | None, edits: dict[str, Any]) -> None:
+    """Raise :class:`OwnCallRefused` where ``edits`` cannot be made to ``call`` safely (see the
+    module docstring); nothing otherwise."""
+    if call is None:
+        return
+    for arg in call.args:
+        if arg.star:
+            raise OwnCallRefused(
+                f"the call passes {arg.star}{_code(arg.value)}: its options may come from there, so an edit of "
+                f"{', '.join(edits)} cannot be made safely; expected literal keyword arguments", arg)
+    by_key = {a.keyword.value: a for a in call.args if a.keyword is not None}
+    for key in edits:
+        arg = by_key.get(key)
+        if arg is not None and not _literal(arg)[0]:
+            raise OwnCallRefused(
+                f"{key}={_code(arg.value)} is not a literal: the value comes from the program (a variable or an "
+                f"expression); expected a literal {key}= to edit; change it by hand", arg)
+    if "mode" in edits and _norm("mode", edits["mode"]) != "default" and "options" in by_key:
+        raise OwnCallRefused(
+            "the call passes options=, and torch.compile refuses mode and options together; expected a call "
+            "without options= to set mode on", by_key["options"])
+
+
+def _new_arg(key: str, value: Any) -> cst.Arg:
+    return cst.Arg(keyword=cst.Name(key), value=cst.parse_expression(py_literal(value)),
+                   equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                         whitespace_after=cst.SimpleWhitespace("")))
+
+
+def _append(call: cst.Call, arg: cst.Arg) -> cst.Call:
+    args = list(call.args)
+    if not args:
+        return call.with_changes(args=[arg])
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):  # a trailing comma (one argument a line): the new one takes it
+        sep = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else cst.Comma(
+            whitespace_after=call.whitespace_before_args if isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace)
+            else cst.SimpleWhitespace(" "))
+        args[-1] = last.with_changes(comma=sep)
+        args.append(arg.with_changes(comma=last.comma))
+    else:
+        sep = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" "))
+        args[-1] = last.with_changes(comma=sep)
+        args.append(arg)
+    return call.with_changes(args=args)
+
+
+def _remove(call: cst.Call, index: int) -> cst.Call:
+    args = list(call.args)
+    gone = args.pop(index)
+    if index == len(args) and args:  # the last one: the one before takes its comma (or its absence)
+        args[-1] = args[-1].with_changes(comma=gone.comma)
+    return call.with_changes(args=args)
+
+
+def edited(site: OwnSite, edits: dict[str, Any]) -> cst.CSTNode | None:
+    """``site.node`` with ``edits`` made (a new Decorator or Call), or None when it already is so.
+
+    Raises:
+        OwnCallRefused: see :func:`check`.
+    """
+    check(site.call, edits)
+    if site.call is None:  # bare @torch.compile
+        assert isinstance(site.node, cst.Decorator)
+        wanted = {k: v for k, v in edits.items() if _norm(k, v) != OWN_CALL_DEFAULTS[k]}
+        if not wanted:
+            return None
+        call = cst.Call(func=site.node.decorator, args=[])
+        for key, value in wanted.items():
+            call = _append(call, _new_arg(key, value))
+        return site.node.with_changes(decorator=call)
+    call = site.call
+    for key, value in edits.items():
+        value = _norm(key, value)
+        index = next((i for i, a in enumerate(call.args) if a.keyword is not None and a.keyword.value == key), None)
+        if index is None:
+            if value != OWN_CALL_DEFAULTS[key]:
+                call = _append(call, _new_arg(key, value))
+            continue
+        _, current = _literal(call.args[index])
+        if _norm(key, current) == value:
+            continue
+        if value == OWN_CALL_DEFAULTS[key]:
+            call = _remove(call, index)
+        else:
+            arg = call.args[index]
+            call = call.with_changes(args=[*call.args[:index], arg.with_changes(value=cst.parse_expression(py_literal(value))),
+                                           *call.args[index + 1:]])
+    if call is site.call:
+        return None
+    if isinstance(site.node, cst.Decorator):
+        return site.node.with_changes(decorator=call)
+    return call
+
+
+def current(site: OwnSite, key: str) -> tuple[bool, Any]:
+    """``(known, value)`` of ``key`` in the program's call: torch's default when absent, ``known``
+    False when it is not a literal or may come from ``**options``."""
+    if site.call is None:
+        return True, OWN_CALL_DEFAULTS[key]
+    if any(a.star for a in site.call.args):
+        return False, None
+    arg = next((a for a in site.call.args if a.keyword is not None and a.keyword.value == key), None)
+    if arg is None:
+        return True, OWN_CALL_DEFAULTS[key]
+    ok, value = _literal(arg)
+    return ok, _norm(key, value) if ok else None
+
+
+def describe(site: OwnSite) -> str:
+    """The compile's source text, one line, at most 120 characters."""
+    text = _code(site.node)
+    return ("@" + text if isinstance(site.node, cst.Decorator) and not text.startswith("@") else text)[:120]

@@ -1,0 +1,223 @@
+"""Issue 17 item 2: "no second compile of code the user already compiles (the plan changes the user's
+call instead, or says why not)". ``compile`` with ``own_call`` edits the program's own
+``torch.compile`` in place (:mod:`rewriter.actions.own_call`), and the search proposes variants of
+that call (``as-is+reduce-overhead``), measured like any candidate."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from rewriter.actions.base import imported_names
+from rewriter.actions.own_call import OwnCallRefused, edited, find_sites
+from rewriter.cli import main
+from rewriter.plan import load_plan, parse_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+CASE = ROOT / "fixtures" / "diagnose" / "own_whole_decorated"
+DECORATOR = '    @torch.compile(backend="eager")\n'
+EDITED = '    @torch.compile(backend="eager", mode="reduce-overhead")\n'
+PLAN = ("version: 1\nactions:\n  - action: compile\n    target: model.py::Net\n    strategy: whole\n"
+        "    own_call: {mode: reduce-overhead}\n")
+
+
+def _edit(code: str, edits: dict, qual: str = "f") -> str:
+    """``code`` with the own_call ``edits`` made to the function ``qual`` (top level or a method)."""
+    module = cst.parse_module(code)
+    imports = imported_names(module)
+
+    class T(cst.CSTTransformer):
+        def leave_FunctionDef(self, original, updated):  # noqa: ANN001, ANN202
+            if updated.name.value != qual:
+                return updated
+            [site] = find_sites(updated, imports)
+            new = edited(site, edits)
+            return updated if new is None else updated.deep_replace(site.node, new)
+
+    return module.visit(T()).code
+
+
+@pytest.mark.parametrize("before, edits, after", [
+    # a bare decorator gets its arguments
+    ("import torch\n@torch.compile\ndef f(x): return x\n", {"mode": "reduce-overhead"},
+     'import torch\n@torch.compile(mode="reduce-overhead")\ndef f(x): return x\n'),
+    # the module's own spelling of torch.compile
+    ("from torch import compile as tc\n@tc(fullgraph=True)\ndef f(x): return x\n", {"fullgraph": False},
+     "from torch import compile as tc\n@tc()\ndef f(x): return x\n"),
+    # a value replaced in place, the rest of the line kept
+    ('import torch\n@torch.compile(mode="default",  dynamic=True)  # keep\ndef f(x): return x\n', {"mode": "max-autotune"},
+     'import torch\n@torch.compile(mode="max-autotune",  dynamic=True)  # keep\ndef f(x): return x\n'),
+    # mode=None is torch's default: already "default"
+    ("import torch\n@torch.compile(mode=None)\ndef f(x): return x\n", {"mode": "default"},
+     "import torch\n@torch.compile(mode=None)\ndef f(x): return x\n"),
+    # a call in the body; a single argument with a trailing comma on its own line
+    ("import torch\ndef f(m):\n    return torch.compile(\n        m,\n    )\n", {"dynamic": False},
+     "import torch\ndef f(m):\n    return torch.compile(\n        m,\n        dynamic=False,\n    )\n"),
+    # re.compile is not a module's compile; the model's is
+    ("import re\ndef f(m):\n    re.compile('x')\n    m.compile(backend='eager')\n", {"fullgraph": True},
+     "import re\ndef f(m):\n    re.compile('x')\n    m.compile(backend='eager', fullgraph=True)\n"),
+])
+def test_the_edit_changes_only_the_keywords_asked(before, edits, after):
+    got = _edit(before, edits)
+    assert got == after
+    assert _edit(got, edits) == got  # idempotent
+
+
+@pytest.mark.parametrize("code, edits, why", [
+    ("import torch\nOPTS = {}\n@torch.compile(**OPTS)\ndef f(x): return x\n", {"mode": "reduce-overhead"}, "**OPTS"),
+    ("import torch\n@torch.compile(mode=MODE)\ndef f(x): return x\n", {"mode": "reduce-overhead"}, "mode=MODE is not a literal"),
+    ("import torch\n@torch.compile(options={'a': 1})\ndef f(x): return x\n", {"mode": "reduce-overhead"}, "mode and options"),
+    ("import functools, torch\ndef f(m):\n    c = functools.partial(torch.compile, fullgraph=True)\n    return c(m)\n",
+     {"mode": "reduce-overhead"}, "torch.compile is used as a value"),
+])
+def test_an_edit_that_cannot_be_made_safely_is_refused(code, edits, why):
+    with pytest.raises(OwnCallRefused, match=None) as info:
+        _edit(code, edits)
+    assert why in info.value.message
+
+
+def test_an_edit_that_needs_no_new_value_is_refused_only_where_it_would_change(tmp_path):
+    """``mode=MODE`` stays when only ``fullgraph`` is edited: the variable is not touched."""
+    code = "import torch\n@torch.compile(mode=MODE)\ndef f(x): return x\n"
+    assert _edit(code, {"fullgraph": True}) == "import torch\n@torch.compile(mode=MODE, fullgraph=True)\ndef f(x): return x\n"
+
+
+def test_plan_fields_are_checked():
+    base = "version: 1\nactions:\n  - {action: compile, target: m.py::f, %s}\n"
+    with pytest.raises(Exception, match="own_call: unknown key .modes."):
+        parse_plan(base % "own_call: {modes: reduce-overhead}")
+    with pytest.raises(Exception, match="options .* must be left out"):
+        parse_plan(base % "own_call: {mode: reduce-overhead}, options: {fullgraph: true}")
+    with pytest.raises(Exception, match="nested"):
+        parse_plan(base % "own_call: {fullgraph: true}, strategy: nested")
+    assert parse_plan(base % "own_call: {fullgraph: false}").plan.actions[0].own_call == {"fullgraph": False}
+
+
+def _src(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    shutil.copytree(CASE, src, ignore=shutil.ignore_patterns("__pycache__"))
+    return src
+
+
+def _run_script(src: Path, out: Path) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="")
+    proc = subprocess.run([sys.executable, "predict.py", str(out)], cwd=src, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_rewrite_edits_the_users_decorator_in_place(tmp_path, capsys):
+    src = _src(tmp_path)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    before = (src / "model.py").read_text()
+    assert DECORATOR in before
+    capsys.readouterr()
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 0
+    diff = capsys.readouterr().out
+    changed = [x for x in diff.splitlines() if x[:1] in "+-" and not x.startswith(("+++", "---"))]
+    assert changed == ["-" + DECORATOR.rstrip("\n"), "+" + EDITED.rstrip("\n")], diff  # one changed line
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    assert (src / "model.py").read_text() == before.replace(DECORATOR, EDITED)  # the exact file after
+    assert main(["rewrite", "--plan", str(plan), str(src), "--check"]) == 0  # idempotent
+    assert main(["check", str(src), "--no-project"]) == 0, capsys.readouterr().out
+    counts = _run_script(src, tmp_path / "after.pt")  # the user's script still runs, compiling once
+    assert counts["unique_graphs"] == 1, counts
+
+
+def test_rewrite_refuses_an_own_call_on_options_from_a_variable(tmp_path, capsys):
+    src = _src(tmp_path)
+    model = (src / "model.py").read_text().replace(DECORATOR, '    @torch.compile(backend="eager", **OPTIONS)\n')
+    (src / "model.py").write_text(model.replace("import torch.nn as nn\n", "import torch.nn as nn\n\nOPTIONS = {}\n"))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    tree = (src / "model.py").read_bytes()
+    capsys.readouterr()
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 2
+    err = capsys.readouterr().err
+    first = err.splitlines()[0]
+    assert f"{plan}:3: actions[0] (compile model.py::Net): model.py:25: own_call: the call passes **OPTIONS" in first, err
+    assert (src / "model.py").read_bytes() == tree  # nothing written
+
+
+def _diagnose(tmp_path: Path, monkeypatch=None):
+    from rewriter.diagnose.runner import harness_from_flags, diagnose
+
+    src = _src(tmp_path)
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 4}, {"batch": 6}], mode=None,
+                                 dtype=None, device="cpu")
+    return diagnose(spec, src, tmp_path / "out" / "plan.yaml", backend="eager"), src
+
+
+@pytest.mark.slow
+def test_on_cpu_the_reduce_overhead_variant_of_the_users_compile_is_pruned_with_the_cpu_reason(tmp_path, one_thread, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    outcome, _ = _diagnose(tmp_path)
+    found = outcome.search
+    assert "as-is+reduce-overhead" not in [c.name for c in found.candidates]
+    assert any(p.startswith("as-is+reduce-overhead: no CUDA (CUDA graphs need a GPU)") and "model.py:23" in p
+               for p in found.pruned), found.pruned
+    assert not [a for a in outcome.plan.actions if a.action == "compile"], outcome.plan.actions  # no second compile
+
+
+@pytest.mark.slow
+def test_the_forced_variant_runs_in_the_child_on_the_users_one_compile(tmp_path, one_thread, monkeypatch):
+    """The candidate forced in (as on CUDA with stable shapes): its tree is the user's decorator
+    edited, measured in the engine's child; Dynamo compiles the model once, as the program as it
+    is does (the same graphs), never a second time."""
+    from rewriter.diagnose.candidates import OWN_CUDAGRAPHS, Candidate
+    from rewriter.rewrite import plan_rewrite
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    harness = "version: 1\nharness: {file: harness.py, shapes: [{batch: 4}, {batch: 6}], device: cpu}\n"
+    forced = parse_plan(harness + PLAN.split("\n", 1)[1]).plan
+
+    def propose(ctx, own=None):  # noqa: ANN001, ANN202 - replaces candidates.propose
+        return [Candidate(OWN_CUDAGRAPHS, forced), Candidate("as-is", parse_plan(harness + "actions: []\n").plan)], ["forced"]
+
+    monkeypatch.setattr("rewriter.diagnose.search.propose", propose)
+    outcome, src = _diagnose(tmp_path)
+    table = {r["candidate"]: r for r in outcome.search.table()}
+    row, asis = table[OWN_CUDAGRAPHS], table["as-is"]
+    assert row["numerics"] == "ok" and not row["status"].startswith("failed"), row
+    assert row["graphs"] == asis["graphs"] >= 1, (row, asis)  # compiled once: no second compile
+    assert row["fallbacks"] == 0, row
+    # what the child ran: the user's decorator with its mode edited, nothing added
+    from rewriter.plan import LoadedPlan
+
+    diff = plan_rewrite(LoadedPlan(plan=forced, path="plan.yaml", action_lines=[3]), src).diff()
+    assert diff.count("\n-    @torch.compile(") == 1 and diff.count("\n+    @torch.compile(") == 1, diff
+    assert "+" + EDITED.rstrip("\n") in diff, diff
+
+
+def test_the_plans_rules_read_an_own_call_as_what_it_writes(tmp_path, capsys):
+    """A ``disable`` inside the program's ``fullgraph=True`` compile is refused, unless the plan's
+    own_call drops that fullgraph; a ``dynamo_config`` beside a ``model.compile()`` in the entry is
+    not "inside" it (the call compiles the model, not the entry)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(
+        "import torch\n\n\ndef route(x):\n    return x * 2 if x.sum() > 0 else x\n\n\n"
+        "@torch.compile(fullgraph=True, backend=\"eager\")\ndef step(x):\n    return route(x) + 1\n\n\n"
+        "def main(model):\n    model.compile(backend=\"eager\")\n    return model\n")
+    plan = tmp_path / "plan.yaml"
+    head = "version: 1\nactions:\n  - {action: disable, target: model.py::route}\n"
+    plan.write_text(head)
+    capsys.readouterr()
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 2
+    assert "which the source compiles with fullgraph=True" in capsys.readouterr().err
+    plan.write_text(head + "  - {action: compile, target: model.py::step, own_call: {fullgraph: false}}\n")
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 0
+    diff = capsys.readouterr().out
+    assert '+@torch.compile(backend="eager")' in diff and "+@torch.compiler.disable" in diff, diff
+    plan.write_text("version: 1\nactions:\n  - {action: compile, target: model.py::main, strategy: whole, own_call: {mode: reduce-overhead}}\n"
+                    "  - {action: dynamo_config, target: model.py::main, settings: {capture_scalar_outputs: true}}\n")
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 0, capsys.readouterr().err
+    assert '+    model.compile(backend="eager", mode="reduce-overhead")' in capsys.readouterr().out
