@@ -321,3 +321,19 @@ def test_when_the_program_as_it_is_fails_in_the_engine_the_ladder_is_kept_in_rep
     names = [r["name"] for r in report["rungs"]]
     assert "graph_breaks" in names and names[-1] == "search"
     assert "the search stopped" in report["rungs"][-1]["reason"]
+
+
+def test_the_candidates_table_shows_an_edit_of_the_programs_own_compile_and_a_config_actions_settings():
+    """A reviewer reads what each candidate does from the table: 'compile model.py::Net (whole)'
+    hid that the plan edits the program's own call, and 'dynamo_config ...' which knob it sets."""
+    from rewriter.diagnose.search import action_text
+
+    plan = _plan("actions:\n"
+                 "  - {action: compile, target: model.py::Net, strategy: whole, own_call: {mode: reduce-overhead}}\n"
+                 "  - {action: dynamo_config, target: model.py::Net.__init__, settings: {capture_scalar_outputs: true}}\n"
+                 "  - {action: compile, target: model.py::Block}\n")
+    assert [action_text(a) for a in plan.actions] == [
+        "compile model.py::Net (the program's own compile, edited: mode='reduce-overhead')",
+        "dynamo_config model.py::Net.__init__ (torch._dynamo.config.capture_scalar_outputs = True)",
+        "compile model.py::Block (region)",
+    ]

@@ -86,8 +86,8 @@ class SearchOutcome:
                          for row in self.timing if (row["timing"].get(c.name) or {}).get("n")}
             out.append({
                 "candidate": c.name,
-                "actions": ([f"the program's own: {x}" for x in self.own_setup] if c.name == "as-is" else []) + [f"{a.action} {a.target}" + (f" ({a.strategy}{', ' + a.options.mode if a.options.mode != 'default' else ''})" if a.action == "compile" else "")
-                            for a in c.plan.actions],
+                "actions": ([f"the program's own: {x}" for x in self.own_setup] if c.name == "as-is" else [])
+                           + [action_text(a) for a in c.plan.actions],
                 "rule": c.rule,
                 "step_ms": None if r.get("step_ms") is None else round(r["step_ms"], 4),
                 "step_ms_per_shape": per_shape,
@@ -107,6 +107,20 @@ class SearchOutcome:
                 "chosen": status.get(c.name) == "chosen",
             })
         return out
+
+
+def action_text(a: Any) -> str:
+    """One action as the candidates table lists it: the kind and target, a compile's strategy and
+    mode or its edit of the program's own call, a config action's settings."""
+    text = f"{a.action} {a.target}"
+    if a.action == "compile":
+        if getattr(a, "own_call", None):
+            return text + " (the program's own compile, edited: " + ", ".join(f"{k}={v!r}" for k, v in a.own_call.items()) + ")"
+        return text + f" ({a.strategy}{', ' + a.options.mode if a.options.mode != 'default' else ''})"
+    if a.action == "dynamo_config":
+        settings = a.settings if isinstance(a.settings, dict) else a.settings.model_dump(exclude_none=True)
+        return text + " (" + ", ".join(f"torch._dynamo.config.{k} = {v}" for k, v in settings.items()) + ")"
+    return text
 
 
 def allocator_wanted(ctx: Context) -> str | None:
