@@ -381,7 +381,8 @@ def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_d
         raise
     r.seconds = round(time.perf_counter() - t0, 3)
     r.measurement = {"candidates": found.table(), "pruned": found.pruned, "backend": found.backend,
-                     "own_compile_setup": found.own_setup, "gain_measured": found.gain_measured, "allocator": found.allocator, "noise": found.noise, "chosen": found.choice.chosen, "decision": found.choice.text,
+                     "own_compile_setup": found.own_setup, "own_compile_runtime": found.runtime_setup,
+                     "own_compile_disagreements": found.runtime_disagreements, "gain_measured": found.gain_measured, "allocator": found.allocator, "noise": found.noise, "chosen": found.choice.chosen, "decision": found.choice.text,
                      "budget_s": budget_s or DEFAULT_BUDGET_S}
     r.verdict = found.choice.text
     chosen = found.chosen

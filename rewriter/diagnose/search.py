@@ -57,6 +57,12 @@ class SearchOutcome:
     seconds: float = 0.0
     #: The compile setup already in SRC (:func:`.own_compile.compile_setup`): ``file:line: call``.
     own_setup: list[str] = field(default_factory=list)
+    #: The program's own compiles as the harness ran them in the as-is process (:func:`.runtime_compile.seen`):
+    #: ``Block.forward (model.py:20), 3 graphs``.
+    runtime_setup: list[str] = field(default_factory=list)
+    #: Where the static reading and the run-time one disagree (:func:`.runtime_compile.disagreements`),
+    #: one sentence each.
+    runtime_disagreements: list[str] = field(default_factory=list)
     backend: str = "inductor"
     gain_measured: bool = True
     #: The allocator candidate's measurement (:func:`.memory.measure_allocator`, or
@@ -86,8 +92,8 @@ class SearchOutcome:
                          for row in self.timing if (row["timing"].get(c.name) or {}).get("n")}
             out.append({
                 "candidate": c.name,
-                "actions": ([f"the program's own: {x}" for x in self.own_setup] if c.name == "as-is" else [])
-                           + [action_text(a) for a in c.plan.actions],
+                "actions": ([f"the program's own: {x}" for x in self.own_setup] + [f"seen at run time: {x}" for x in self.runtime_setup]
+                            if c.name == "as-is" else []) + [action_text(a) for a in c.plan.actions],
                 "rule": c.rule,
                 "step_ms": None if r.get("step_ms") is None else round(r["step_ms"], 4),
                 "step_ms_per_shape": per_shape,
@@ -190,7 +196,8 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     from ..plan import parse_plan
     from ..apply import apply_changes
     from ..rewrite import plan_rewrite
-    from .own_compile import compile_setup, parsed_setup
+    from .own_compile import compile_setup, own_compiles, parsed_setup
+    from .runtime_compile import disagreements, seen
     from .report import plan_yaml
 
     started = time.perf_counter()
@@ -279,16 +286,27 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             out.seconds = round(time.perf_counter() - started, 2)
         samples = [{("as-is" if k == "eager" else k): v for k, v in per.items()} for per in m.samples]
         graphs = ((out.rows.get("as-is") or {}).get("compile") or {}).get("unique_graphs") or 0
+        runtime = (out.rows.get("as-is") or {}).get("runtime_compiles")
+        out.runtime_setup = seen(runtime)
+        out.runtime_disagreements = disagreements(own_compiles(src, parsed=ctx.cache["own_parsed"]), runtime)
+        if out.runtime_setup:
+            say(f"the program as it is, seen at run time: {'; '.join(out.runtime_setup[:5])}")
         if graphs:
             out.notes.append(f"the program as it is compiles itself ({graphs} graph(s) at run time"
-                             + (f"; {'; '.join(out.own_setup[:3])}" if out.own_setup else "") + "): every candidate is measured on top of it")
+                             + (f"; {'; '.join(out.own_setup[:3])}" if out.own_setup else "")
+                             + (f"; seen at run time: {'; '.join(out.runtime_setup[:3])}" if out.runtime_setup else "")
+                             + "): every candidate is measured on top of it")
         elif out.own_setup:
             # the compile lives in the program's own script (train.py's apply_compile), which the
-            # harness does not run: candidates were composed with it statically (candidates.compose)
+            # harness does not run: candidates were composed with it statically (candidates.compose);
+            # which compile did not run, and why, is the run-time reading's (below) where there is one
             out.notes.append(f"the program compiles code itself ({'; '.join(out.own_setup[:3])}), but the harness's model ran "
-                             "0 graphs: that compile is in a script the harness does not run; every candidate was composed "
-                             "with it from the source (no second compile, no disable in its fullgraph region, no mark inside it) "
-                             "and measured on the harness's model")
+                             "0 graphs" + ("" if out.runtime_disagreements else ": that compile is in a script the harness does not run")
+                             + "; every candidate was composed with it from the source (no second compile, no disable in its "
+                             "fullgraph region, no mark inside it) and measured on the harness's model")
+        for line in out.runtime_disagreements:  # the static and the run-time readings disagree: one sentence each
+            out.notes.append(f"the program as it is: {line}")
+            say(f"the program as it is: {line}")
         hits = ((out.rows.get("as-is") or {}).get("compile") or {}).get("recompile_limit_hits") or []
         if hits:
             out.notes.append(f"the program as it is hits the recompile limit in its own compiled code ({hits[0][:200]}): "

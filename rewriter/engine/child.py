@@ -559,6 +559,7 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
             del record, out
             result["shapes"].append(entry)
         result["compile"] = watch.stats().to_json()
+        result["runtime_compiles"] = runtime_compiles(watch, model, job, variant)
         if variant == "eager":
             result["block_share"] = _block_share(job, model, ref, training)
             from .compare import LOW_PRECISION
@@ -584,6 +585,46 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
         result["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
     result["_serve"] = model
     return result
+
+
+def runtime_compiles(watch: Any, model: Any, job: dict[str, Any], variant: str) -> dict[str, Any]:
+    """Which code compiled in the cold phase (issue 17: the program's own compiles, seen at run
+    time): ``frames`` (:meth:`.watch.FrameLog.frames`: the frames Dynamo compiled, with graphs,
+    recompiles, fullgraph and the entry the program compiled), ``modules``
+    (:func:`.watch.compiled_modules`: the model's compiled modules) and ``src_imported`` (the tree's
+    files the harness imported, relative to the tree: a compile in a file not among them cannot
+    have run). Read from what the run left behind: no extra model run."""
+    from .variants import TREE
+    from .watch import compiled_modules
+
+    tree = (Path(job["tree"]) if job.get("tree") else Path(job["trees"][TREE[variant]])).resolve()
+    imported = set()
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if not isinstance(file, str):
+            continue
+        try:
+            imported.add(Path(file).resolve().relative_to(tree).as_posix())
+        except (ValueError, OSError):
+            continue
+    harness = (tree / job["harness"]["file"]).resolve()  # imported by file location, not kept in sys.modules
+    if harness.is_relative_to(tree):
+        imported.add(harness.relative_to(tree).as_posix())
+    out: dict[str, Any] = {"frames": [], "modules": [], "src_imported": []}
+    try:
+        out["frames"] = watch.frames(model)[:100]
+        out["modules"] = compiled_modules(model)
+    except Exception as exc:  # noqa: BLE001 - a reading that fails is reported, never fatal
+        out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    # a file whose code ran compiled was loaded, even when not kept in sys.modules (exec, runpy)
+    for item in out["frames"] + out["modules"]:
+        for file in (item.get("file"), (item.get("entry") or {}).get("file")):
+            try:
+                imported.add(Path(file).resolve().relative_to(tree).as_posix())
+            except (TypeError, ValueError, OSError):
+                continue
+    out["src_imported"] = sorted(imported)
+    return out
 
 
 def serve(job: dict[str, Any], channel: Channel, model: Any) -> None:

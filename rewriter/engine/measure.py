@@ -680,7 +680,8 @@ def compiles_counted(payload: dict[str, Any]) -> int:
 def cold_summary(payload: dict[str, Any]) -> dict[str, Any]:
     """The report row of one child's cold phase: what was compiled, Dynamo's counters, the
     first-call and compile seconds per shape, ``compile_s_per_start`` (the shapes that compiled,
-    summed) and ``shape_buckets`` (how many shapes compiled)."""
+    summed), ``shape_buckets`` (how many shapes compiled) and ``runtime_compiles`` (which frames
+    and modules compiled: :func:`.child.runtime_compiles`)."""
     shapes = payload.get("shapes", [])
     out: dict[str, Any] = {
         "compiled": payload.get("info", {}).get("compiled"),
@@ -713,6 +714,9 @@ def cold_summary(payload: dict[str, Any]) -> dict[str, Any]:
         out["phases_s"] = payload["phases_s"]
     if "max_memory_allocated_bytes" in payload:
         out["max_memory_allocated_bytes"] = payload["max_memory_allocated_bytes"]
+    if payload.get("runtime_compiles"):
+        # which code compiled in the cold phase (engine.child.runtime_compiles)
+        out["runtime_compiles"] = payload["runtime_compiles"]
     return out
 
 

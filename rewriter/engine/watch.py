@@ -6,12 +6,25 @@ Sources (torch >= 2.6): ``torch._dynamo.utils.counters`` (``stats.unique_graphs`
 reasons, keyed by code object) with the code's cache entries for the recompile count and the warning Dynamo logs on
 ``torch._dynamo.convert_frame`` when a frame hits ``config.recompile_limit`` (named
 ``cache_size_limit`` before torch 2.7); after it the frame runs eager with no error.
+
+Which code compiled (:class:`FrameLog`, :func:`compiled_modules`): Dynamo's compile callbacks
+(``torch._dynamo.callback_handler.register_start_callback`` / ``register_end_callback``,
+torch/_dynamo/callback.py; older releases call them with no argument, torch 2.13 with a
+``CallbackArgs``: the log takes either) fire once per frame compile, inside ``compile_inner(code,
+one_graph, hooks)`` of torch/_dynamo/convert_frame.py (``(code, one_graph, hooks, transform)`` in
+older releases), whose locals name the frame's code and whether it is compiled as one graph
+(``fullgraph=True``); the nearest ``compile_wrapper`` of torch/_dynamo/eval_frame.py up the
+stack (``_fn`` in older releases) holds ``fn``, the callable the program handed ``torch.compile``
+(the compile's entry). Read in the installed torch 2.13 and in public torch sources of earlier
+releases. Without the callbacks, the frames come from ``torch._dynamo.utils.get_compilation_metrics()``
+(``co_name``, ``co_filename``, ``co_firstlineno``, ``graph_op_count``; no entry, no fullgraph).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,20 +92,27 @@ class CompileWatch:
     def __init__(self) -> None:
         self._handler = _LimitHandler()
         self._logs: Any = None
+        self.frame_log = FrameLog()
 
     def __enter__(self) -> "CompileWatch":
         import torch._dynamo
         from torch._dynamo.utils import counters
 
-        torch._dynamo.reset()
+        torch._dynamo.reset()  # clears the callback handler too: the frame log registers after
         counters.clear()
         self._guard_failures().clear()
+        self.frame_log.install()
         self._logs = artifact_logs(self._handler, "graph_breaks")
         self._logs.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._logs.__exit__(None, None, None)
+        self.frame_log.remove()
+
+    def frames(self, model: Any = None) -> list[dict[str, Any]]:
+        """The frames Dynamo compiled since ``__enter__`` (:meth:`FrameLog.frames`)."""
+        return self.frame_log.frames(model)
 
     @property
     def breaks(self) -> list[GraphBreak]:
@@ -155,3 +175,298 @@ def fail_on_recompile_supported() -> bool:
     import torch
 
     return hasattr(torch, "compiler") and hasattr(torch.compiler, "set_stance")
+
+
+_RESUME = re.compile(r"^torch_dynamo_resume_in_(?P<name>.+)_at_(?P<line>\d+)$")
+#: At most this many frame compiles are kept (a recompiling model compiles a frame per shape).
+MAX_COMPILES = 2000
+
+
+def _unique_graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters.get("stats", {}).get("unique_graphs", 0))
+
+
+def _callable_owner(fn: Any) -> tuple[str, Any]:
+    """``("module", module)`` when ``fn`` (what the program handed ``torch.compile``, perhaps wrapped
+    by torch: ``OptimizedModule`` passes ``module.__call__`` or ``external_utils.wrap_inline``'s
+    ``inner``, ``nn.Module.compile`` passes ``module._call_impl``) belongs to an ``nn.Module``;
+    else ``("function", the innermost function)``."""
+    import torch
+
+    for _ in range(5):
+        owner = getattr(fn, "__self__", None)
+        if isinstance(owner, torch.nn.Module):
+            return "module", owner
+        cells = []
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                cells.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+        mods = [c for c in cells if isinstance(c, torch.nn.Module)]
+        if mods:
+            return "module", mods[0]
+        inner = getattr(fn, "__wrapped__", None) or getattr(fn, "__func__", None)
+        if inner is None:
+            inner = next((c for c in cells if callable(c) and hasattr(c, "__code__")), None)
+        if inner is None or inner is fn:
+            break
+        fn = inner
+    return "function", fn
+
+
+def _module_file(cls: type) -> tuple[str, int | None]:
+    module = sys.modules.get(cls.__module__)
+    forward = getattr(cls, "forward", None)
+    code = getattr(forward, "__code__", None)
+    return (getattr(module, "__file__", None) or "?"), (code.co_firstlineno if code is not None else None)
+
+
+def _entry(fn: Any) -> dict[str, Any] | None:
+    """What a compile's entry is (see :func:`_callable_owner`): ``{"kind": "module", "class",
+    "file", "line", "id"}`` or ``{"kind": "function", "name" (qualified), "file", "line"}``."""
+    try:
+        kind, obj = _callable_owner(fn)
+        if kind == "module":
+            file, line = _module_file(type(obj))
+            return {"kind": "module", "class": type(obj).__name__, "file": file, "line": line, "id": id(obj)}
+        code = getattr(obj, "__code__", None)
+        if code is None:
+            return None
+        return {"kind": "function", "name": getattr(obj, "__qualname__", code.co_name), "file": code.co_filename,
+                "line": code.co_firstlineno}
+    except Exception:  # noqa: BLE001 - an odd callable is left unnamed, never an error
+        return None
+
+
+def _compiling() -> dict[str, Any] | None:
+    """The frame Dynamo is compiling, read off the stack from inside a compile callback:
+    ``compile_inner``'s ``code`` and ``one_graph`` (torch/_dynamo/convert_frame.py), then the
+    nearest ``compile_wrapper``/``_fn`` of torch/_dynamo/eval_frame.py, whose ``fn`` is the
+    compile's entry. None when no Dynamo frame compile is on the stack (a lazy backward compile)."""
+    f = sys._getframe(2)
+    found: dict[str, Any] | None = None
+    while f is not None:
+        name, file = f.f_code.co_name, f.f_code.co_filename.replace("\\", "/")
+        if found is None and name == "compile_inner" and file.endswith("_dynamo/convert_frame.py"):
+            code = f.f_locals.get("code")
+            if code is None or not hasattr(code, "co_filename"):
+                return None
+            one = f.f_locals.get("one_graph")
+            found = {"co_name": code.co_name, "name": getattr(code, "co_qualname", code.co_name),
+                     "file": code.co_filename, "line": code.co_firstlineno,
+                     "fullgraph": bool(one) if isinstance(one, bool) else None, "entry": None}
+        elif found is not None and name in ("compile_wrapper", "_fn") and file.endswith("_dynamo/eval_frame.py"):
+            fn = f.f_locals.get("fn")
+            if fn is not None:
+                found["entry"] = _entry(fn)
+                break
+        f = f.f_back
+    return found
+
+
+class FrameLog:
+    """Which frames Dynamo compiled, with the graphs each compile added (``counters["stats"]
+    ["unique_graphs"]`` at the end callback minus at the start), its ``fullgraph`` and its entry
+    (see the module docstring). Costs a stack walk per frame compile, nothing per call."""
+
+    def __init__(self) -> None:
+        self.compiles: list[dict[str, Any]] = []
+        self._open: tuple[dict[str, Any] | None, int] | None = None
+        self._installed = False
+        self._metrics_from = 0
+
+    def _start(self, *args: Any) -> None:
+        try:
+            self._open = (_compiling(), _unique_graphs())
+        except Exception:  # noqa: BLE001 - the log must never break a compile
+            self._open = None
+
+    def _end(self, *args: Any) -> None:
+        opened, self._open = self._open, None
+        if opened is None or opened[0] is None or len(self.compiles) >= MAX_COMPILES:
+            return
+        info, before = opened
+        info["graphs"] = _unique_graphs() - before
+        self.compiles.append(info)
+
+    def install(self) -> None:
+        try:
+            from torch._dynamo import callback_handler
+
+            callback_handler.register_start_callback(self._start)
+            callback_handler.register_end_callback(self._end)
+            self._installed = True
+        except Exception:  # noqa: BLE001 - a torch without the callbacks: compilation metrics instead
+            self._installed = False
+            try:
+                from torch._dynamo.utils import clear_compilation_metrics
+
+                clear_compilation_metrics()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def remove(self) -> None:
+        if not self._installed:
+            return
+        try:
+            from torch._dynamo import callback_handler
+
+            callback_handler.remove_start_callback(self._start)
+            callback_handler.remove_end_callback(self._end)
+        except Exception:  # noqa: BLE001 - reset() may have cleared them already
+            pass
+        self._installed = False
+
+    def _from_metrics(self) -> list[dict[str, Any]]:
+        try:
+            from torch._dynamo.utils import get_compilation_metrics
+
+            metrics = get_compilation_metrics()
+        except Exception:  # noqa: BLE001
+            return []
+        out = []
+        for m in metrics:
+            if not getattr(m, "co_name", None) or getattr(m, "is_runtime", False):
+                continue  # a backward or runtime entry
+            out.append({"co_name": m.co_name, "name": m.co_name, "file": m.co_filename, "line": m.co_firstlineno,
+                        "fullgraph": None, "entry": None, "graphs": 1 if getattr(m, "graph_op_count", 0) else 0})
+        return out
+
+    def frames(self, model: Any = None) -> list[dict[str, Any]]:
+        """One dict per frame Dynamo compiled (code object, by file, first line and name), in the
+        order first compiled: ``name`` (qualified), ``file``, ``line``, ``graphs`` (over its
+        compiles and its resume functions'), ``compiles``, ``recompiles`` (its compiles after the
+        first), ``resumes`` (compiles of the ``torch_dynamo_resume_in_<name>_at_<line>``
+        functions Dynamo made after a graph break in it, merged in), ``fullgraph`` (True/False, None
+        when not known) and ``entry``: what the program handed ``torch.compile`` (``{"kind":
+        "module", "class", "file", "line", "path"}``, ``path`` the module's name in ``model`` when
+        given; or ``{"kind": "function", "name", "file", "line"}``; None when not known)."""
+        compiles = list(self.compiles) if self._installed else self._from_metrics()
+        frames: dict[tuple[str, int, str], dict[str, Any]] = {}
+        resumes: list[dict[str, Any]] = []
+        for c in compiles:
+            if _RESUME.match(c["co_name"]):
+                resumes.append(c)
+                continue
+            key = (c["file"], c["line"], c["co_name"])
+            f = frames.get(key)
+            if f is None:
+                frames[key] = {"name": c["name"], "file": c["file"], "line": c["line"], "graphs": c["graphs"], "compiles": 1,
+                               "resumes": 0, "fullgraph": c["fullgraph"], "entry": c["entry"]}
+            else:
+                f["graphs"] += c["graphs"]
+                f["compiles"] += 1
+                f["fullgraph"] = f["fullgraph"] or c["fullgraph"]
+                f["entry"] = f["entry"] or c["entry"]
+        for c in resumes:
+            m = _RESUME.match(c["co_name"])
+            assert m is not None
+            name, at = m.group("name"), int(m.group("line"))
+            parents = [f for k, f in frames.items() if k[0] == c["file"] and k[2] == name and k[1] <= at]
+            if parents:
+                parent = max(parents, key=lambda f: f["line"])
+                parent["graphs"] += c["graphs"]
+                parent["resumes"] += 1
+            else:  # its frame was compiled before the log began
+                frames[(c["file"], at, c["co_name"])] = {"name": f"{name} (resumed at line {at})", "file": c["file"], "line": at,
+                                                        "graphs": c["graphs"], "compiles": 1, "resumes": 0,
+                                                        "fullgraph": c["fullgraph"], "entry": c["entry"]}
+        paths = _module_paths(model) if model is not None else {}
+        out = []
+        for f in frames.values():
+            f["recompiles"] = f["compiles"] - 1
+            entry = dict(f["entry"]) if f["entry"] else None
+            if entry is not None and "id" in entry:
+                path = paths.get(entry.pop("id"))
+                if path is not None:
+                    entry["path"] = path
+            f["entry"] = entry
+            out.append(f)
+        return out
+
+
+def _clean_path(name: str) -> str:
+    """A module's name with ``OptimizedModule``'s ``_orig_mod`` hops dropped (``enc._orig_mod.fc``
+    -> ``enc.fc``); ``<model>`` for the root."""
+    parts = [p for p in name.split(".") if p and p != "_orig_mod"]
+    return ".".join(parts) or "<model>"
+
+
+def _module_paths(model: Any) -> dict[int, str]:
+    try:
+        return {id(m): _clean_path(n) for n, m in model.named_modules(remove_duplicate=False)}
+    except Exception:  # noqa: BLE001
+        return {}
+
+
+def _ctx_fullgraph(ctx: Any) -> bool | None:
+    """``fullgraph`` of a Dynamo context (``OptimizedModule.dynamo_ctx``, the context in a compiled
+    function's closure): its callback's ``_one_graph`` (``ConvertFrameAssert``), reached through
+    ``CatchErrorsWrapper`` / ``ConvertFrame._inner_convert`` (torch 2.13: ``_torchdynamo_orig_backend``;
+    torch 2.6: ``_torchdynamo_orig_callable``). None when not found."""
+    obj = getattr(ctx, "callback", None)
+    for _ in range(6):
+        if obj is None:
+            return None
+        one = getattr(obj, "_one_graph", None)
+        if isinstance(one, bool):
+            return one
+        obj = (getattr(obj, "_inner_convert", None) or getattr(obj, "_torchdynamo_orig_backend", None)
+               or getattr(obj, "_torchdynamo_orig_callable", None))
+    return None
+
+
+def _fn_fullgraph(fn: Any) -> bool | None:
+    """``fullgraph`` of a ``torch.compile``d function (its wrapper's closure holds the context)."""
+    from torch._dynamo.eval_frame import _TorchDynamoContext
+
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(value, _TorchDynamoContext):
+            return _ctx_fullgraph(value)
+    return None
+
+
+def compiled_modules(model: Any, limit: int = 50) -> list[dict[str, Any]]:
+    """The modules of ``model`` that carry a compile: ``torch._dynamo.eval_frame.OptimizedModule``
+    instances (``torch.compile(module)``), modules with ``nn.Module.compile()`` applied (a
+    non-None ``_compiled_call_impl``, torch/nn/modules/module.py) and modules whose ``forward``
+    attribute is a compiled function (``block.forward = torch.compile(block.forward)``). Each:
+    ``path`` (name in ``model``, ``<model>`` for the root), ``class``, ``file`` (the class's),
+    ``how`` and ``fullgraph`` (None when not known). Model order, at most ``limit``."""
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+    except Exception:  # noqa: BLE001 - no Dynamo: nothing compiled
+        return []
+    out: list[dict[str, Any]] = []
+    try:
+        named = list(model.named_modules())
+    except Exception:  # noqa: BLE001
+        return []
+    for name, m in named:
+        try:
+            if isinstance(m, OptimizedModule):
+                inner = m._orig_mod
+                how, fullgraph = "torch.compile(module)", _ctx_fullgraph(m.dynamo_ctx)
+            elif getattr(m, "_compiled_call_impl", None) is not None:
+                inner = m
+                how, fullgraph = "module.compile()", _fn_fullgraph(m._compiled_call_impl)
+            elif getattr(vars(m).get("forward"), "_torchdynamo_orig_callable", None) is not None:
+                inner = m
+                how, fullgraph = "forward = torch.compile(forward)", _fn_fullgraph(vars(m)["forward"])
+            else:
+                continue
+        except Exception:  # noqa: BLE001 - an odd module is not a compiled one
+            continue
+        file, line = _module_file(type(inner))
+        out.append({"path": _clean_path(name), "class": type(inner).__name__, "file": file, "line": line,
+                    "how": how, "fullgraph": fullgraph})
+        if len(out) >= limit:
+            break
+    return out
