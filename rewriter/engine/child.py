@@ -559,7 +559,11 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
             del record, out
             result["shapes"].append(entry)
         result["compile"] = watch.stats().to_json()
-        result["runtime_compiles"] = runtime_compiles(watch, model, job, variant)
+        try:
+            result["runtime_compiles"] = runtime_compiles(watch, model, job, variant)
+        except Exception as exc:  # noqa: BLE001 - a report-only reading never fails the variant
+            result["runtime_compiles"] = {"frames": [], "modules": [], "src_imported": [],
+                                          "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
         if variant == "eager":
             result["block_share"] = _block_share(job, model, ref, training)
             from .compare import LOW_PRECISION

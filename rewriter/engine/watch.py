@@ -289,7 +289,10 @@ class FrameLog:
         if opened is None or opened[0] is None or len(self.compiles) >= MAX_COMPILES:
             return
         info, before = opened
-        info["graphs"] = _unique_graphs() - before
+        try:
+            info["graphs"] = _unique_graphs() - before
+        except Exception:  # noqa: BLE001 - the log must never break a compile
+            info["graphs"] = 0
         self.compiles.append(info)
 
     def install(self) -> None:
