@@ -1,5 +1,6 @@
 """The ``attention`` action (issue 13, "What to build" 3): transformers' own ``attn_implementation``
-lever, set from the plan's site by ``set_attn_implementation``. Tiny Llama configs built with ``attn_implementation="eager"``,
+lever, set from the plan's site by ``set_attn_implementation``, and its ``+sdpa`` twins in the
+search, measured like any candidate. Tiny Llama configs built with ``attn_implementation="eager"``,
 random weights, no download."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -150,3 +152,52 @@ def test_rewrite_writes_the_action_and_the_site_runs_sdpa(tmp_path, capsys):
     assert main(["check", "--plan", str(plan), "--src", str(src), harness_file]) == 1
     out = capsys.readouterr().out
     assert '-        _attention(module, "sdpa")' in out and '+        _attention(module, "eager")' in out, out
+
+
+def _ctx(src: Path, cuda: bool = False):
+    """The parts of a diagnose Context the attention levers read: the harness's model, SRC, CUDA."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_attn_harness", src / "harness.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.build_model()
+    return SimpleNamespace(reference=lambda: (model, None, None), session=SimpleNamespace(src=src, cuda=cuda), cache={})
+
+
+def test_the_levers_prune_what_is_already_set_or_unsupported(tmp_path):
+    from rewriter.diagnose.attention_candidates import levers
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(harness(None))  # transformers' default: sdpa
+    actions, pruned = levers(_ctx(src))
+    assert actions == []
+    assert "+sdpa: LlamaForCausalLM already runs attn_implementation='sdpa'" in pruned, pruned
+    assert any(p.startswith("+flex_attention: no CUDA") for p in pruned), pruned
+    (src / "harness.py").write_text(harness("eager"))
+    actions, pruned = levers(_ctx(src, cuda=True))
+    assert [(a.target, a.implementation) for a in actions] == [(LLAMA, "sdpa"), (LLAMA, "flex_attention")], pruned
+    assert "runs attn_implementation='eager'" in actions[0].why
+
+
+@pytest.mark.slow
+def test_diagnose_measures_the_sdpa_twins_on_an_eager_model(tmp_path):
+    """An eager-attention Llama: the search proposes +sdpa twins of the compile candidates and of
+    as-is, measures them, and they pass the engine's numerics (float32: within rtol/atol 1e-4)."""
+    src, _ = project(tmp_path, "[]\n")
+    out = tmp_path / "out"
+    rc = main(["diagnose", "--harness", "harness.py", str(src), "-o", str(out / "plan.yaml"), "--device", "cpu",
+               "--shape", "batch=2,seq=16", "--steps", "1"])
+    assert rc == 0
+    report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
+    search = next(r for r in report["rungs"] if r["name"] == "search")["measurement"]
+    rows = {r["candidate"]: r for r in search["candidates"]}
+    twins = [n for n in rows if n.endswith("+sdpa")]
+    assert "as-is+sdpa" in twins and any(n != "as-is+sdpa" for n in twins), list(rows)
+    for name in twins:
+        assert rows[name]["numerics"] == "ok" and rows[name]["step_ms"] is not None, rows[name]
+        assert any(a.startswith(f"attention {LLAMA}") for a in rows[name]["actions"]), rows[name]
+        base = name.removesuffix("+sdpa")
+        assert base in rows and list(rows).index(name) == list(rows).index(base) + 1  # right after its candidate
+    assert any(p.startswith("+flex_attention: no CUDA") for p in search["pruned"]), search["pruned"]
