@@ -185,7 +185,7 @@ def resolve_static(module: str, qualname: str) -> LibraryTarget:
     return LibraryTarget(module, qualname, None, "unknown")
 
 
-def resolve(module: str, qualname: str, action: str, by_import: bool) -> LibraryTarget:
+def resolve(module: str, qualname: str, action: str, by_import: bool, implementation: str | None = None) -> LibraryTarget:
     """:func:`resolve_static`, then (``by_import`` and torch importable) :func:`resolve_import`. A
     name the source does not show (a lazy re-export: ``transformers``' top-level ``__init__`` builds
     its names at run time) is accepted when the import finds it.
@@ -200,12 +200,12 @@ def resolve(module: str, qualname: str, action: str, by_import: bool) -> Library
         if not by_import or not module_file(module)[1]:  # no such module: the import would fail too
             raise
         try:
-            resolve_import(LibraryTarget(module, qualname, None, "unknown"), action)
+            resolve_import(LibraryTarget(module, qualname, None, "unknown"), action, implementation)
         except StackpartError:
             raise static_error from None
         return LibraryTarget(module, qualname, None, "unknown")
     if by_import:
-        resolve_import(found, action)
+        resolve_import(found, action, implementation)
     return found
 
 
@@ -238,9 +238,11 @@ def torch_importable() -> bool:
         return False
 
 
-def resolve_import(target: LibraryTarget, action: str) -> None:
+def resolve_import(target: LibraryTarget, action: str, implementation: str | None = None) -> None:
     """Import ``target`` and check it is what ``action`` can act on: an ``nn.Module`` subclass for
-    ``compile`` and ``mark_dynamic``, a function or method for ``disable``.
+    ``compile`` and ``mark_dynamic``, a function or method for ``disable``, a class with
+    ``generate`` for ``generation``, and for ``attention`` a transformers ``PreTrainedModel``
+    class that supports ``implementation`` (:func:`attention_support`).
 
     Raises:
         StackpartError: the import raised (its first line), the name is missing after import, or
@@ -275,5 +277,50 @@ def resolve_import(target: LibraryTarget, action: str) -> None:
                 "transformers model's generation_config",
                 hint="name the model class whose generate the program calls (e.g. LlamaForCausalLM)",
             )
+    elif action == "attention":
+        if not (isinstance(obj, type) and callable(getattr(obj, "set_attn_implementation", None))):
+            raise StackpartError(
+                f"{target.path} is not a transformers model class (no set_attn_implementation): the attention action "
+                "sets a PreTrainedModel's attn_implementation",
+                hint="name the model class the site returns (e.g. LlamaForCausalLM)",
+            )
+        why = attention_support(obj, implementation or "sdpa")
+        if why is not None:
+            raise StackpartError(why, hint="use an implementation the class supports, or drop the action")
     elif not callable(obj):
         raise StackpartError(f"{target.path} is not callable ({type(obj).__name__}): disable needs a function or method")
+
+
+#: The class flag transformers reads for each implementation an ``attention`` action may set
+#: (``PreTrainedModel._sdpa_can_dispatch`` / ``_flex_attn_can_dispatch``); eager needs none.
+ATTENTION_FLAGS = {"sdpa": "_supports_sdpa", "flex_attention": "_supports_flex_attn"}
+
+
+def flex_attention_available() -> bool:
+    """Whether this torch has FlexAttention (``torch.nn.attention.flex_attention``, torch >= 2.5)."""
+    try:
+        return importlib.util.find_spec("torch.nn.attention.flex_attention") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def attention_support(cls: type, implementation: str) -> str | None:
+    """Why transformers' model class ``cls`` cannot run ``implementation``, or None: its
+    ``_supports_sdpa``/``_supports_flex_attn`` flag is False, flex_attention is missing from torch,
+    or its module does not route attention through ``ALL_ATTENTION_FUNCTIONS`` (transformers'
+    ``_can_set_attn_implementation``: ``set_attn_implementation`` then only logs a warning)."""
+    flag = ATTENTION_FLAGS.get(implementation)
+    if flag is not None and not getattr(cls, flag, False):
+        return f"{cls.__name__} does not support attn_implementation={implementation!r} (transformers' {cls.__name__}.{flag} is False)"
+    if implementation == "flex_attention" and not flex_attention_available():
+        return "this torch has no torch.nn.attention.flex_attention (torch >= 2.5)"
+    can_set = getattr(cls, "_can_set_attn_implementation", None)
+    if callable(can_set):
+        try:
+            ok = bool(can_set())
+        except Exception:  # transformers' own heuristic reads the module's source: unreadable is "cannot tell"
+            ok = True
+        if not ok:
+            return (f"{cls.__name__} cannot change its attention implementation after construction (transformers' "
+                    "_can_set_attn_implementation: its attention does not go through ALL_ATTENTION_FUNCTIONS)")
+    return None

@@ -2,8 +2,9 @@
 
 The schema is one :class:`Plan` whose ``actions`` are a discriminated union on ``action``
 (``compile``, ``disable``, ``mark_dynamic``, ``bucket``, ``kernel``, ``allocator``,
-``compile_cache``, ``dynamo_config``, and the advisory ``distributed``, which ``rewrite`` reports
-but never writes). ``stackpart plan schema`` prints :func:`json_schema`. Every model forbids
+``compile_cache``, ``dynamo_config``, the advisory ``distributed``, which ``rewrite`` reports
+but never writes, and transformers' own levers ``generation`` and ``attention``, on library
+targets only). ``stackpart plan schema`` prints :func:`json_schema`. Every model forbids
 unknown fields so a typo is an error naming the nearest field, not a silently ignored key.
 Cross-action rules that need the source (a disable inside a ``fullgraph`` region, ...) live in
 :mod:`rewriter.consistency`.
@@ -34,7 +35,7 @@ LIBRARY_TARGET_RE = re.compile(
 )
 #: Actions a plan may point at an installed library (applied from the ``site``); the others
 #: write code into a file, which a library target has none of under SRC.
-LIBRARY_ACTIONS = frozenset({"compile", "disable", "mark_dynamic", "generation"})
+LIBRARY_ACTIONS = frozenset({"compile", "disable", "mark_dynamic", "generation", "attention"})
 _IDENT_RE = re.compile(r"^[A-Za-z_]\w*$")
 
 #: Actions that change what runs (numerics or kernels); written only with ``--unsafe`` or after a
@@ -588,6 +589,55 @@ class GenerationAction(_Action):
         return self
 
 
+#: The ``attn_implementation`` names an ``attention`` action may set: transformers' own ``"eager"``
+#: and the keys of its ``ALL_ATTENTION_FUNCTIONS`` that need no package beyond torch (transformers
+#: 5.x, modeling_utils.py ``get_correct_attn_implementation``: ``"eager"`` +
+#: ``ALL_ATTENTION_FUNCTIONS.valid_keys()``; 5.24 also lists ``flash_attention_2/3/4`` and
+#: ``paged|eager``, which need the flash-attn package or a Hub kernel and are not measured levers).
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flex_attention")
+
+
+class AttentionAction(_Action):
+    """A transformers model's own attention lever, set from the plan's site (a library target
+    only): ``model.set_attn_implementation(implementation)`` on every outermost instance of the
+    target class (a ``PreTrainedModel``: transformers' public setter since its PR #38974, which
+    asks for it instead of assigning the private ``config._attn_implementation``; it checks the
+    class supports the implementation and sets it on the submodels too). ``sdpa`` runs
+    ``torch.nn.functional.scaled_dot_product_attention`` where ``eager`` materialises the attention
+    matrix; ``flex_attention`` runs torch's FlexAttention (the class's ``_supports_flex_attn``).
+    The outputs differ from eager attention within float tolerance: the search measures it like
+    any candidate, numerics included, and validation judges it by the same rule.
+    """
+
+    action: Literal["attention"]
+    implementation: Literal["sdpa", "eager", "flex_attention"] = "sdpa"
+
+    @field_validator("implementation", mode="before")
+    @classmethod
+    def _implementation(cls, value: object) -> object:
+        if value not in ATTN_IMPLEMENTATIONS:
+            names = ", ".join(repr(n) for n in ATTN_IMPLEMENTATIONS)
+            if isinstance(value, str) and (value.startswith(("flash_attention", "paged|")) or "/" in value):
+                hint = ("it needs the flash-attn package or a Hub kernel, which stackpart neither installs nor "
+                        "measures; set it in the program's own from_pretrained call")
+            else:
+                hint = near_names(str(value), ATTN_IMPLEMENTATIONS) if isinstance(value, str) else None
+            raise ValueError(
+                f"expected one of {names} (transformers' attn_implementation names stackpart measures), got {value!r}"
+                + (f" ({hint})" if hint else "")
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _library_only(self) -> "AttentionAction":
+        if not self.library:
+            raise ValueError(
+                "target: attention sets a transformers model's attn_implementation from the plan's site; "
+                f"name the model class by import path (e.g. 'transformers:LlamaForCausalLM'), got {self.target!r}"
+            )
+        return self
+
+
 #: ``distributed`` settings per wrapper -> what each value must be (for validation and messages).
 DISTRIBUTED_SETTINGS: dict[str, dict[str, str]] = {
     "ddp": {
@@ -662,6 +712,7 @@ Action = Annotated[
         DynamoConfigAction,
         DistributedAction,
         GenerationAction,
+        AttentionAction,
     ],
     Field(discriminator="action"),
 ]
@@ -677,6 +728,7 @@ ACTION_MODELS: dict[str, type[_Action]] = {
     "dynamo_config": DynamoConfigAction,
     "distributed": DistributedAction,
     "generation": GenerationAction,
+    "attention": AttentionAction,
 }
 
 

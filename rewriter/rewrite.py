@@ -166,7 +166,8 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
     for i, action in enumerate(loaded.plan.actions):
         if action.library:
             try:
-                library[i] = (resolve_library(action.module, action.qualname, action.action, by_import=True)
+                library[i] = (resolve_library(action.module, action.qualname, action.action, by_import=True,
+                                              implementation=getattr(action, "implementation", None))
                               if check_library else resolve_source_only(action.module, action.qualname))
             except StackpartError as exc:
                 raise loaded.error(i, exc.message, exc.hint) from None

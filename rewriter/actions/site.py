@@ -14,7 +14,9 @@ actions to the model the function returns — all of it in the reviewed diff:
 * ``mark_dynamic``: a forward pre-hook on every instance of the class, marking the named input's
   dim at the block boundary;
 * ``generation``: the model's own ``generation_config`` lever (transformers' static KV cache, and
-  the decode-step compile ``generate`` then does itself on CUDA).
+  the decode-step compile ``generate`` then does itself on CUDA);
+* ``attention``: the model's own attention lever, ``set_attn_implementation(...)`` on the
+  outermost instances of the model class, checked to have taken effect.
 
 One decorator means the same whether the model comes from SRC or a library: the search measures
 the rewritten tree the same way in both cases (:mod:`rewriter.diagnose.search`).
@@ -30,7 +32,7 @@ import libcst as cst
 
 from ..errors import StackpartError
 from ..library_targets import LibraryTarget
-from ..plan import CompileAction, DisableAction, GenerationAction, LoadedPlan, MarkDynamicAction
+from ..plan import AttentionAction, CompileAction, DisableAction, GenerationAction, LoadedPlan, MarkDynamicAction
 from .base import TargetedCommand, call_args, py_literal
 from .dynamic import OPEN_MAX
 
@@ -103,6 +105,8 @@ def _summary(action: Any) -> str:
     if isinstance(action, GenerationAction):
         return (f"generation_config.cache_implementation = {action.cache_implementation!r} on {action.target}"
                 + (" (disable_compile)" if action.disable_compile else ""))
+    if isinstance(action, AttentionAction):
+        return f"set_attn_implementation({action.implementation!r}) on {action.target}"
     assert isinstance(action, MarkDynamicAction)
     how = "mark_dynamic" if action.strict else "maybe_mark_dynamic"
     return f"{how} {action.arg} dim {action.dim} entering each {action.target}"
@@ -130,6 +134,8 @@ def site_spec(loaded: LoadedPlan, targets: dict[int, LibraryTarget]) -> SiteSpec
             if isinstance(action, GenerationAction):
                 step.update(kind="generation", cls=cls, cache=py_literal(action.cache_implementation),
                             disable_compile=action.disable_compile)
+            elif isinstance(action, AttentionAction):
+                step.update(kind="attention", cls=cls, implementation=py_literal(action.implementation))
             elif isinstance(action, CompileAction) and action.strategy == "nested":
                 step.update(kind="nested", cls=cls)
             elif isinstance(action, CompileAction):

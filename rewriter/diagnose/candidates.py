@@ -405,7 +405,11 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     from .config_candidates import with_config
 
     cands, more = with_config(ctx, _rule_first(out))
-    return cands, pruned + more
+    # transformers' own attn_implementation lever: a twin of each compile candidate and of as-is (.attention_candidates)
+    from .attention_candidates import with_attention
+
+    cands, attention = with_attention(ctx, cands)
+    return cands, pruned + more + attention
 
 
 #: The candidate that changes the program's own whole-model compile to CUDA graphs.
