@@ -337,3 +337,6 @@ def test_the_candidates_table_shows_an_edit_of_the_programs_own_compile_and_a_co
         "dynamo_config model.py::Net.__init__ (torch._dynamo.config.capture_scalar_outputs = True)",
         "compile model.py::Block (region)",
     ]
+    lib = parse_plan("version: 1\nharness: {file: harness.py, shapes: [{batch: 2}], device: cpu}\nsite: harness.py::build_model\n"
+                     "actions:\n  - {action: attention, target: 'transformers.models.llama.modeling_llama:LlamaForCausalLM'}\n").plan
+    assert action_text(lib.actions[0]) == "attention transformers.models.llama.modeling_llama:LlamaForCausalLM (set_attn_implementation('sdpa'))"

@@ -312,13 +312,15 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     if ctx.cache.get("stopped_at"):
         pruned.append(f"every compile: the ladder stopped at rung {ctx.cache['stopped_at']}")
         add("rule", proposal, rule=True)
-        return _rule_first(out), pruned
+        return _with_levers(ctx, _rule_first(out), pruned)
     opmix = ctx.measured("op_mix")
     launch = ctx.measured("batch_scaling").get("fixed_share", 0) >= 0.15
     if opmix.get("gemm_share", 0) >= 0.80 and not launch:
         pruned.append(f"every compile: GEMM-dominated ({opmix['gemm_share']:.0%} GEMM+attention, not launch-bound): compile returns ~1.0x")
         add("rule", proposal, rule=True)
-        return _rule_first(out), pruned
+        # the attention implementation is not a compile: an eager-attention model that compile
+        # cannot help may still gain from sdpa (its as-is twin)
+        return _with_levers(ctx, _rule_first(out), pruned)
 
     region_full = rule_plan(ctx, "region")
     has_block = any(a.action == "compile" for a in region_full.plan.actions)
@@ -405,11 +407,16 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     from .config_candidates import with_config
 
     cands, more = with_config(ctx, _rule_first(out))
-    # transformers' own attn_implementation lever: a twin of each compile candidate and of as-is (.attention_candidates)
+    return _with_levers(ctx, cands, pruned + more)
+
+
+def _with_levers(ctx: Context, cands: list[Candidate], pruned: list[str]) -> tuple[list[Candidate], list[str]]:
+    """``cands`` with transformers' own attn_implementation lever: a twin of each compile candidate
+    and of as-is (:mod:`.attention_candidates`), and what was pruned."""
     from .attention_candidates import with_attention
 
     cands, attention = with_attention(ctx, cands)
-    return cands, pruned + more + attention
+    return cands, pruned + attention
 
 
 #: The candidate that changes the program's own whole-model compile to CUDA graphs.

@@ -123,6 +123,8 @@ def action_text(a: Any) -> str:
         if getattr(a, "own_call", None):
             return text + " (the program's own compile, edited: " + ", ".join(f"{k}={v!r}" for k, v in a.own_call.items()) + ")"
         return text + f" ({a.strategy}{', ' + a.options.mode if a.options.mode != 'default' else ''})"
+    if a.action == "attention":
+        return text + f" (set_attn_implementation({a.implementation!r}))"
     if a.action == "dynamo_config":
         settings = a.settings if isinstance(a.settings, dict) else a.settings.model_dump(exclude_none=True)
         return text + " (" + ", ".join(f"torch._dynamo.config.{k} = {v}" for k, v in settings.items()) + ")"
