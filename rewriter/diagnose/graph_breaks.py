@@ -18,7 +18,7 @@ import re
 
 from .context import Context
 from .dynamo_log import reset
-from .locate import callers_in_src, first_in_src, function_at
+from .locate import callers_in_src, first_in_library, first_in_src, function_at
 from .rung import Finding, RungResult
 
 
@@ -45,7 +45,7 @@ def run(ctx: Context) -> RungResult:
         if site:
             r.findings.append(Finding("graph_break", text, site[0], site[1], site[2], callers_in_src(frames, ctx.session.src)))
         else:
-            r.findings.append(Finding("graph_break", text))
+            r.findings.append(_library_finding(text, frames, ctx))
     r.measurement = {"graph_count": out.graph_count, "graph_break_count": out.graph_break_count, "op_count": getattr(out, "op_count", None)}
     if out.graph_break_count:
         sites = sorted({f.where for f in r.findings})
@@ -59,6 +59,17 @@ def run(ctx: Context) -> RungResult:
 #: Dynamo's reason for a break at a call of a ``torch.compiler.disable``d function (torch 2.13
 #: logs the function's repr, ``<function route at 0x...>``; older ones say "Skip calling ...").
 _DISABLED_CALL = re.compile(r"^<function \S+ at 0x[0-9a-f]+>$|torch\.compiler\.disable|disable\(\)d function")
+
+
+def _library_finding(text: str, frames: list[tuple[str, int, str]], ctx: Context) -> Finding:
+    """A break no frame under SRC holds: located in the installed package's function it is in
+    (:func:`.locate.first_in_library`: a plan can keep that function eager from its site), else
+    unlocated."""
+    lib = first_in_library(frames, ctx.session.src)
+    if lib is None:
+        return Finding("graph_break", text)
+    file, line, qual, target, chain = lib
+    return Finding("graph_break", text, file, line, qual, chain, library=target)
 
 
 def _as_the_program_compiles(ctx: Context, step, r: RungResult) -> RungResult | None:  # noqa: ANN001
@@ -85,7 +96,10 @@ def _as_the_program_compiles(ctx: Context, step, r: RungResult) -> RungResult | 
         elif site:
             r.findings.append(Finding("graph_break", b.reason, site[0], site[1], function_at(b.file, b.line)))
         else:
-            r.findings.append(Finding("graph_break", f"{b.reason} ({b.file}:{b.line})"))
+            found = _library_finding(b.reason, [(b.file, b.line, "?")], ctx)
+            if found.library is None:
+                found.message = f"{b.reason} ({b.file}:{b.line})"
+            r.findings.append(found)
     r.measurement = {"graph_count": stats.unique_graphs, "graph_break_count": stats.graph_breaks,
                      "source": "the program's own torch.compile (torch._dynamo.utils.counters['graph_break'])"}
     if stats.graph_breaks:

@@ -189,3 +189,46 @@ def first_in_src(frames: list[tuple[str, int, str]], src: Path) -> tuple[str, in
         if rel is not None:
             return rel, line, function_at(file, line) or func
     return None
+
+
+def _module_of_file(file: str) -> str | None:
+    """The imported module whose ``__file__`` is ``file`` (by real path), or None."""
+    import sys
+
+    try:
+        want = Path(file).resolve()
+    except OSError:
+        return None
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and path.endswith(want.name):
+            try:
+                if Path(path).resolve() == want:
+                    return name
+            except OSError:
+                continue
+    return None
+
+
+def first_in_library(frames: list[tuple[str, int, str]], src: Path) -> tuple[str, int, str, str, list[str]] | None:
+    """The innermost frame (``frames`` innermost first) in an installed package's function that a
+    plan can name from its site: ``(file as the package holds it, line, qualname, target
+    "package.module:Qual")``, or None. Frames under ``src`` end the search (that frame is the
+    user's, :func:`first_in_src`); torch's own files are skipped (torch internals are not what a
+    plan keeps eager); the module is found among the imported ones by its file, the function by
+    :mod:`ast` (:func:`function_at`), the target checked as :func:`library_target_of` checks one.
+    The fifth item is the chain of qualnames from the outermost frame to that one (what called it:
+    whether a compiled unit's code leads there)."""
+    for k, (file, line, _func) in enumerate(frames):
+        if relpath(src, file) is not None:
+            return None
+        module = _module_of_file(file)
+        if module is None or module.split(".")[0] in ("torch", "builtins", "functorch") or not _importable(module):
+            continue
+        qual = function_at(file, line)
+        if not qual or "<locals>" in qual or not all(part.isidentifier() for part in module.split(".") + qual.split(".")):
+            continue
+        shown = "/".join(module.split(".")) + ("/__init__.py" if Path(file).name == "__init__.py" else ".py")
+        chain = [function_at(f, n) or name for f, n, name in reversed(frames[k:])]
+        return shown, line, qual, f"{module}:{qual}", chain
+    return None

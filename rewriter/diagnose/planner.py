@@ -383,6 +383,14 @@ def _disables(actions: list, breaks: list, units: set[str], what: str, notes: li
     for f in breaks:
         if f.function in units or f.function is None:
             continue
+        if f.library and not units & set(f.callers[:-1]):
+            # a break in an installed package's code: kept eager only where the unit's own call
+            # chain leads to it (the rung's stack starts at the model's forward)
+            if f.function not in noted and notes is not None:
+                notes.append(f"graph break at {f.where} in {f.library}: the {what}'s code does not lead there "
+                             f"({' -> '.join(f.callers) or 'no call chain'}); no disable")
+            noted.add(f.function)
+            continue
         if reached is not None and f.function not in inside and f.function.rsplit(".", 1)[-1] not in reached:
             if f.function not in noted and notes is not None:
                 chain = f", called from {' -> '.join(f.callers[:-1])}" if f.callers[:-1] else ""
@@ -390,7 +398,7 @@ def _disables(actions: list, breaks: list, units: set[str], what: str, notes: li
                              f"{f.function}), it runs eager; no disable needed")
             noted.add(f.function)
             continue
-        target = f"{f.file}::{f.function}"
+        target = f.library or f"{f.file}::{f.function}"
         if target in have:
             continue
         have.add(target)

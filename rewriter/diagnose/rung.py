@@ -17,6 +17,9 @@ class Finding:
         function: the enclosing function's qualname where known.
         callers: qualnames of the user's functions (under SRC) that led here, outermost first,
             ``function`` last; empty where the stack is unknown.
+        library: where no frame under SRC holds it, the installed package's function it is in, as a
+            plan's library target (``transformers.cache_utils:DynamicLayer.update``,
+            :func:`.locate.first_in_library`); ``file`` is then that file's path in the package.
     """
 
     kind: str
@@ -25,6 +28,7 @@ class Finding:
     line: int | None = None
     function: str | None = None
     callers: list[str] = field(default_factory=list)
+    library: str | None = None
 
     #: ``where`` of a finding no frame under SRC located (a break in library code, a guard with no site).
     UNLOCATED = "no line under SRC"

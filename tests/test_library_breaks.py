@@ -1,0 +1,124 @@
+"""Graph breaks inside an installed package's code (issue 13: library ``disable``s planned from
+graph breaks). The graph-break rung locates a break no frame under SRC holds in the package's
+function it is in (``package.module:Qual``, :func:`rewriter.diagnose.locate.first_in_library`);
+the planner keeps that function eager from the plan's site where the compiled unit's call chain
+leads to it, and says why not where it does not. The package here is the graph-break workload's
+model installed outside SRC (on ``sys.path`` and the children's ``PYTHONPATH``), used the way a
+user has transformers."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rewriter.cli import main
+from rewriter.plan import load_plan
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+#: Before the blocks, a helper of the model itself that breaks the graph too: outside every block.
+PREP = '''
+
+def prep(x):
+    """Scale by a value read from the data: a graph break outside the blocks."""
+    if x.abs().max() > 100:
+        return x / 100
+    return x
+'''
+
+
+def _install(tmp_path: Path, monkeypatch) -> Path:
+    site = tmp_path / "site"
+    pkg = site / "routelib"
+    pkg.mkdir(parents=True)
+    text = (FIXTURES / "workloads" / "graph_break" / "model.py").read_text()
+    text = text.replace("class Block(nn.Module):", PREP.lstrip("\n") + "\n\nclass Block(nn.Module):")
+    text = text.replace("        for block in self.blocks:", "        x = prep(x)\n        for block in self.blocks:")
+    (pkg / "__init__.py").write_text(text)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(textwrap.dedent("""\
+        import torch
+
+        from routelib import BranchNet
+
+
+        def build_model():
+            return BranchNet(dim=128, depth=4)
+
+
+        def make_inputs(batch: int = 32, seq: int = 16):
+            return (torch.randn(batch, seq, 128),)
+    """))
+    return src
+
+
+RUN = textwrap.dedent("""\
+    import json, sys
+    import torch
+    from rewriter.engine.child import force_backend
+    force_backend("eager")
+    sys.path.insert(0, sys.argv[1])
+    import harness, routelib
+    torch.manual_seed(0)
+    model = harness.build_model()
+    torch.manual_seed(1)
+    (x,) = harness.make_inputs()
+    with torch.no_grad():
+        out = model(x)
+    torch.save(out, sys.argv[2])
+    from torch._dynamo.utils import counters
+    print(json.dumps({"graphs": counters["stats"]["unique_graphs"],
+                      "route_disabled": bool(getattr(routelib.route, "_torchdynamo_disable", False)),
+                      "prep_disabled": bool(getattr(routelib.prep, "_torchdynamo_disable", False))}))
+""")
+
+
+def _run(src: Path, out: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-c", RUN, str(src), str(out)], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_break_in_an_installed_packages_helper_is_kept_eager_from_the_site(tmp_path, monkeypatch, capsys):
+    import torch
+
+    src = _install(tmp_path, monkeypatch)
+    out = tmp_path / "out"
+    rc = main(["diagnose", "--harness", "harness.py", str(src), "-o", str(out / "plan.yaml"), "--device", "cpu",
+               "--shape", "batch=32,seq=16", "--steps", "1", "--no-search"])
+    assert rc == 0, capsys.readouterr().err
+    report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
+    breaks = next(r for r in report["rungs"] if r["name"] == "graph_breaks")
+    located = {f.get("library") for f in breaks["findings"]}
+    # both breaks are located in the package, by import path, not "no line under SRC"
+    assert {"routelib:route", "routelib:prep"} <= located, breaks["findings"]
+    plan = load_plan(out / "plan.yaml").plan
+    kinds = {(a.action, a.target) for a in plan.actions}
+    assert ("disable", "routelib:route") in kinds and ("compile", "routelib:Block") in kinds, kinds
+    # prep runs before the blocks: a per-block compile never reaches it, so it gets no disable
+    assert ("disable", "routelib:prep") not in kinds, kinds
+    notes = json.dumps(report)
+    assert "routelib:prep: the per-block compile's code does not lead there" in notes
+    assert plan.site == "harness.py::build_model"
+
+    shutil.copytree(src, tmp_path / "before")
+    capsys.readouterr()
+    assert main(["rewrite", "--plan", str(out / "plan.yaml"), str(src), "--apply", "--no-validate"]) == 0, capsys.readouterr().err
+    before, after = _run(tmp_path / "before", tmp_path / "a.pt"), _run(src, tmp_path / "b.pt")
+    assert before == {"graphs": 0, "route_disabled": False, "prep_disabled": False}
+    # the compile is live and route stays eager: each block is one graph before route and one after,
+    # shared by the 4 instances (module.compile() on each: one code object)
+    assert after["route_disabled"] and not after["prep_disabled"] and after["graphs"] == 2, after
+    torch.testing.assert_close(torch.load(tmp_path / "b.pt"), torch.load(tmp_path / "a.pt"))
