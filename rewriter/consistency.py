@@ -28,11 +28,19 @@
 
 "Inside" is decided statically: the function itself, or a function the compiled one calls
 directly by name (``route(x)``) or as a method of its own class (``self.route(x)``), in one file.
+
+Library targets (installed packages, applied from the site) get the one rule that breaks a
+program at run time: a ``disable`` of a function a ``fullgraph=True`` library compile reaches in
+its own file (:func:`check_library`, read from the package's source with :mod:`ast`, never
+imported). A disabled function in another file of the package is not seen: the search's
+measurement of the candidate catches what this cannot.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import libcst as cst
 import libcst.matchers as m
@@ -314,4 +322,39 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
                     f"mark_dynamic inside the compiled region of actions[{c.index}] "
                     f"({c.target.qualname}): Dynamo forbids mark_dynamic in a traced frame",
                     hint="mark the tensor in the eager caller that passes it to the region",
+                )
+
+
+def check_library(loaded: LoadedPlan, library: dict[int, Any]) -> None:
+    """Refuse a library ``disable`` inside a library ``fullgraph=True`` compile (see the module
+    doc): ``library`` maps each library action's index to its resolved target
+    (:class:`rewriter.library_targets.LibraryTarget`, ``file`` None for a module without source).
+
+    Raises:
+        StackpartError: at the disable's line, naming the compile.
+    """
+    from .reach import names_reached
+
+    actions = loaded.plan.actions
+    regions = []
+    for i, t in library.items():
+        a = actions[i]
+        if isinstance(a, CompileAction) and _fullgraph(a) and t.file is not None:
+            entry = f"{t.qualname}.forward" if t.kind == "class" else t.qualname
+            regions.append((i, t, names_reached(t.file, entry) | {entry.rsplit(".", 1)[0]}))
+    for i, t in library.items():
+        a = actions[i]
+        if not isinstance(a, DisableAction) or t.file is None:
+            continue
+        name = t.qualname.rsplit(".", 1)[-1]
+        owner = t.qualname.rsplit(".", 1)[0] if "." in t.qualname else None
+        for c, ct, reached in regions:
+            same_file = ct.file is not None and Path(ct.file).resolve() == Path(t.file).resolve()
+            if same_file and (name in reached or t.qualname == ct.qualname or owner == ct.qualname):
+                raise loaded.error(
+                    i,
+                    f"disable inside a fullgraph=True region (actions[{c}], {actions[c].target}) cannot hold: "
+                    f"{ct.qualname} reaches {t.qualname} in {Path(t.file).name}, and fullgraph forbids the graph break "
+                    "a disabled frame is",
+                    hint="drop fullgraph on that compile (options: {fullgraph: false}), or compile smaller regions",
                 )

@@ -196,6 +196,7 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
                 "sizes 0 and 1 are always specialised by Dynamo (what `stackpart check` SP106 asks too)"
             )
     consistency.check(loaded, bounds)
+    consistency.check_library(loaded, library)
     site_at: tuple[str, str] | None = None
     if library:
         site_at = _resolve_site(loaded, src, root, sources, modules, definitions)

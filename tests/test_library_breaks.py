@@ -122,3 +122,33 @@ def test_a_break_in_an_installed_packages_helper_is_kept_eager_from_the_site(tmp
     # shared by the 4 instances (module.compile() on each: one code object)
     assert after["route_disabled"] and not after["prep_disabled"] and after["graphs"] == 2, after
     torch.testing.assert_close(torch.load(tmp_path / "b.pt"), torch.load(tmp_path / "a.pt"))
+
+
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_a_library_disable_inside_a_library_fullgraph_compile_is_refused(tmp_path, monkeypatch, capsys, fullgraph):
+    """Block.forward calls route: with fullgraph=True the compile would raise at the first call
+    ('Skip inlining torch.compiler.disable()d function'); read from the package's source, before
+    anything is written. Without fullgraph the disable is a graph break, and the plan stands."""
+    src = _install(tmp_path, monkeypatch)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(textwrap.dedent(f"""\
+        version: 1
+        harness: {{file: harness.py, shapes: [{{batch: 32, seq: 16}}], device: cpu}}
+        site: harness.py::build_model
+        actions:
+          - action: compile
+            target: routelib:Block
+            options: {{fullgraph: {str(fullgraph).lower()}}}
+          - action: disable
+            target: routelib:route
+    """))
+    before = {p: p.read_bytes() for p in src.rglob("*") if p.is_file()}
+    rc = main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"])
+    err = capsys.readouterr().err
+    if fullgraph:
+        assert rc == 2, err
+        assert "plan.yaml:8: actions[1] (disable routelib:route)" in err and "disable inside a fullgraph=True region (actions[0], routelib:Block)" in err, err
+        assert "Block reaches route" in err, err
+        assert {p: p.read_bytes() for p in src.rglob("*") if p.is_file()} == before  # nothing written
+    else:
+        assert rc == 0, err

@@ -7,12 +7,13 @@ relative to SRC; anything outside SRC (torch, transformers) is not a target.
 
 from __future__ import annotations
 
-import ast
 import inspect
-import re
 from functools import lru_cache
+import re
 from pathlib import Path
 from typing import Any
+
+from ..reach import _defs, _functions, names_reached  # noqa: F401 - re-exported: the ladder's readers
 
 #: torch.profiler stack entries look like ``/path/model.py(42): forward``.
 _PROFILER_FRAME = re.compile(r"^(?P<file>.+?\.py)\((?P<line>\d+)\): (?P<func>.+)$")
@@ -91,61 +92,6 @@ def library_target_of(obj: Any) -> str | None:
 def unit_target(obj: Any, src: Path) -> str | None:
     """:func:`target_of` (under SRC), else :func:`library_target_of` (an installed package)."""
     return target_of(obj, src) or library_target_of(obj)
-
-
-@lru_cache(maxsize=256)
-def _functions(path: str) -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
-    """(qualname, node) of every function in ``path``, outermost first (parsed once per path)."""
-    try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, UnicodeDecodeError):
-        return []
-    out: list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]] = []
-
-    def walk(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                qual = prefix + child.name
-                out.append((qual, child))
-                walk(child, qual + ".<locals>.")
-            elif isinstance(child, ast.ClassDef):
-                walk(child, prefix + child.name + ".")
-            else:
-                walk(child, prefix)
-
-    walk(tree, "")
-    return out
-
-
-@lru_cache(maxsize=256)
-def _defs(path: str) -> list[tuple[int, int, str]]:
-    """(first line, last line, qualname) of every function in ``path``, outermost first."""
-    return [(node.lineno, node.end_lineno or node.lineno, qual) for qual, node in _functions(path)]
-
-
-def names_reached(path: str | Path, qualname: str) -> set[str]:
-    """Every name (``f``) and attribute (``self.f``, ``mod.f``) the function ``qualname`` of
-    ``path`` refers to, following the functions of the same file it reaches (module-level
-    functions by name, methods of its class by ``self.<name>``), transitively. Static and
-    over-approximating: what it may call, not what a step did. Empty when the file or function
-    cannot be read."""
-    funcs = dict(_functions(str(Path(path).resolve())))
-    seen: set[str] = set()
-    names: set[str] = set()
-    todo = [qualname]
-    while todo:
-        qual = todo.pop()
-        if qual in seen or qual not in funcs:
-            continue
-        seen.add(qual)
-        cls = qual.rsplit(".", 1)[0] + "." if "." in qual else ""
-        for node in ast.walk(funcs[qual]):
-            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
-            if name is None:
-                continue
-            names.add(name)
-            todo += [name, cls + name] if cls else [name]
-    return names
 
 
 def function_at(path: str | Path, line: int) -> str | None:
