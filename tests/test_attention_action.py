@@ -201,3 +201,25 @@ def test_diagnose_measures_the_sdpa_twins_on_an_eager_model(tmp_path):
         base = name.removesuffix("+sdpa")
         assert base in rows and list(rows).index(name) == list(rows).index(base) + 1  # right after its candidate
     assert any(p.startswith("+flex_attention: no CUDA") for p in search["pruned"]), search["pruned"]
+
+
+def test_the_static_cache_candidate_gets_an_sdpa_twin(monkeypatch):
+    """An eager-attention generation model gains from both levers: 'static-cache' is twinned like
+    the compile candidates and as-is (a config twin is not)."""
+    from types import SimpleNamespace
+
+    from rewriter.diagnose import attention_candidates as ac
+    from rewriter.diagnose.candidates import Candidate
+    from rewriter.plan import parse_plan
+
+    head = "version: 1\nharness: {file: harness.py, shapes: [{batch: 1}], device: cpu}\nsite: harness.py::build_model\n"
+    lib = "transformers.models.llama.modeling_llama:LlamaForCausalLM"
+    plans = parse_plan(head + f"actions:\n  - {{action: attention, target: '{lib}'}}\n  - {{action: generation, target: '{lib}'}}\n", "x").plan
+    attention, generation = plans.actions
+    static = Candidate("static-cache", plans.model_copy(update={"actions": [generation]}))
+    asis = Candidate("as-is", plans.model_copy(update={"actions": []}))
+    monkeypatch.setattr(ac, "levers", lambda ctx: ([attention], []))
+    ctx = SimpleNamespace(cache={}, site=None, session=SimpleNamespace(spec=None))
+    out, _ = ac.with_attention(ctx, [static, asis])
+    assert [c.name for c in out] == ["static-cache", "static-cache+sdpa", "as-is", "as-is+sdpa"]
+    assert [a.action for a in out[1].plan.actions] == ["generation", "attention"]

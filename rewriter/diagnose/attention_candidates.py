@@ -124,8 +124,8 @@ def levers(ctx: Any) -> tuple[list[AttentionAction], list[str]]:
 
 
 def with_attention(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
-    """``cands`` with an attention twin right after each candidate that compiles and after
-    ``as-is`` (config twins, :mod:`.config_candidates`, are not twinned again), and what was left
+    """``cands`` with an attention twin right after each candidate that compiles, after
+    ``static-cache`` and after ``as-is`` (config twins, :mod:`.config_candidates`, are not twinned again), and what was left
     out (why)."""
     from .candidates import Candidate
     from .planner import default_site
@@ -133,7 +133,8 @@ def with_attention(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     actions, pruned = levers(ctx)
     if not actions:
         return cands, pruned
-    twins_of = {c.name for c in cands if (c.compiles or c.name == "as-is")
+    # the static-cache candidate too: an eager-attention generation model gains from both levers
+    twins_of = {c.name for c in cands if (c.compiles or c.name == "as-is" or any(a.action == "generation" for a in c.plan.actions))
                 and c.name not in (ctx.cache.get("config_twins") or {})}
     out: list[Any] = []
     keys = {c.key() for c in cands}
