@@ -143,6 +143,27 @@ def test_plan_fields_are_checked():
     assert parse_plan(base % "own_call: {fullgraph: false}").plan.actions[0].own_call == {"fullgraph": False}
 
 
+@pytest.mark.parametrize("value, why", [
+    # `own_call:` left empty is YAML null: not silently a second compile added
+    ("null", "own_call: expected a mapping of fullgraph, dynamic, mode, backend to set"),
+    ("", "own_call: expected a mapping of fullgraph, dynamic, mode, backend to set"),
+    # a typo of a backend would be written and fail at the first call (InvalidBackend)
+    ("{backend: indcutor}", "own_call: backend: unknown backend 'indcutor'"),
+])
+def test_own_call_null_or_an_unknown_backend_is_refused_at_its_line(tmp_path, capsys, value, why):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "m.py").write_text("import torch\n@torch.compile\ndef f(x):\n    return x\n")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"version: 1\nactions:\n  - action: compile\n    target: m.py::f\n    own_call: {value}\n")
+    capsys.readouterr()
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"{plan}:5" in err and why in err, err
+    if "indcutor" in value:
+        assert "did you mean 'inductor'" in err, err
+
+
 def _src(tmp_path: Path) -> Path:
     src = tmp_path / "src"
     shutil.copytree(CASE, src, ignore=shutil.ignore_patterns("__pycache__"))
