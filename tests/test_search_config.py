@@ -225,3 +225,19 @@ def test_a_line_the_program_already_has_is_edited_in_place(tmp_path, capsys, lin
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
     assert (src / "run.py").read_text() == (before if after is None else before.replace(line, after))
     assert main(["rewrite", "--plan", str(plan), str(src), "--check"]) == 0
+
+
+def test_a_value_the_program_computes_is_refused_at_its_line(tmp_path, capsys):
+    """``= args.capture``: the program decides at run time; the plan does not silently override it."""
+    src = tmp_path / "src"
+    src.mkdir()
+    before = ENTRY.replace('    """Run."""\n', '    """Run."""\n    torch._dynamo.config.capture_scalar_outputs = CAPTURE\n')
+    (src / "run.py").write_text(before)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(_plan("      capture_scalar_outputs: true\n"))
+    capsys.readouterr()
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"{plan}:3: actions[0] (dynamo_config run.py::main): run.py:6: capture_scalar_outputs = CAPTURE is not a literal" in err, err
+    assert (src / "run.py").read_text() == before

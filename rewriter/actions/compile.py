@@ -50,19 +50,6 @@ class CompileCommand(TargetedCommand):
     def needs_torch(self) -> bool:
         return self.action.own_call is None  # an edit of the program's call adds no torch reference
 
-    def _line(self, node: cst.CSTNode | None) -> str:
-        """``file.py:LINE`` of ``node`` in the module (the file alone where it cannot be placed)."""
-        where = self.action.file
-        if node is None or self.tree is None:
-            return where
-        from libcst.metadata import MetadataWrapper, PositionProvider
-
-        try:
-            pos = MetadataWrapper(self.tree, unsafe_skip_copy=True).resolve(PositionProvider).get(node)
-        except Exception:  # noqa: BLE001 - a position is a courtesy in an error already being raised
-            pos = None
-        return f"{where}:{pos.start.line}" if pos is not None else where
-
     def edit_own(self, func: cst.FunctionDef) -> cst.FunctionDef:
         """The program's own compile on ``func`` with the plan's ``own_call`` keyword arguments."""
         edits = self.action.own_call or {}

@@ -24,6 +24,7 @@ import ast
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from ..errors import StackpartError
 from ..plan import DynamoConfigAction
 from .base import TargetedCommand, insert_statement
 
@@ -74,7 +75,10 @@ class DynamoConfigCommand(TargetedCommand):
             try:
                 current = ast.literal_eval(self.tree.code_for_node(assign.value).strip())
             except (ValueError, SyntaxError):
-                current = None
+                raise StackpartError(
+                    f"{self._line(line)}: {key} = {self.tree.code_for_node(assign.value).strip()} is not a literal: the "
+                    "program decides the value at run time; expected a literal True or False to edit; change it by hand "
+                    "or drop the setting") from None
             if current is settings[key]:
                 continue
             body[at] = line.with_changes(body=[assign.with_changes(value=cst.Name(repr(settings[key])))])  # type: ignore[attr-defined]
