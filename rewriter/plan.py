@@ -270,7 +270,7 @@ class CompileAction(_Action):
     action: Literal["compile"]
     strategy: Literal["region", "nested", "whole"] = "region"
     options: CompileOptions = Field(default_factory=CompileOptions)
-    own_call: dict[str, Any] | None = Field(
+    own_call: dict[Any, Any] | None = Field(  # any key: _own_call names a wrong one with the keys expected
         default=None,
         description="edit the program's own torch.compile of the target (its @torch.compile, or the one "
         "torch.compile(...)/module.compile(...) call in its body) to these keyword arguments, instead of "
