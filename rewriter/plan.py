@@ -271,7 +271,7 @@ class CompileAction(_Action):
     action: Literal["compile"]
     strategy: Literal["region", "nested", "whole"] = "region"
     options: CompileOptions = Field(default_factory=CompileOptions)
-    own_call: dict[str, Any] | None = Field(
+    own_call: dict[Any, Any] | None = Field(  # any key: _own_call names a wrong one with the keys expected
         default=None,
         description="edit the program's own torch.compile of the target (its @torch.compile, or the one "
         "torch.compile(...)/module.compile(...) call in its body) to these keyword arguments, instead of "
@@ -281,8 +281,9 @@ class CompileAction(_Action):
     @field_validator("own_call")
     @classmethod
     def _own_call(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is None:
-            return None
+        if value is None:  # given as null (`own_call:` left empty): not read as "add a compile"
+            raise ValueError("expected a mapping of " + ", ".join(OWN_CALL_KEYS) + " to set, got null; "
+                             "leave own_call out to add a compile instead")
         if not value:
             raise ValueError("expected at least one of " + ", ".join(OWN_CALL_KEYS) + " to set")
         for key, v in value.items():
@@ -298,6 +299,11 @@ class CompileAction(_Action):
                 raise ValueError(f"mode: expected one of {', '.join(OWN_CALL_MODES)}, got {v!r}")
             if key == "backend" and (not isinstance(v, str) or not _IDENT_RE.match(v)):
                 raise ValueError(f"backend: expected a backend name (an identifier), got {v!r}")
+            if key == "backend" and v not in KNOWN_BACKENDS:  # as CompileOptions: a typo fails at the first call
+                hint = near_names(v, sorted(KNOWN_BACKENDS))
+                raise ValueError(f"backend: unknown backend {v!r}; expected one torch.compile knows (e.g. 'inductor', "
+                                 "'eager', 'aot_eager')" + (f" ({hint})" if hint else "")
+                                 + "; a backend your code registers: edit the call by hand")
         return {k: value[k] for k in OWN_CALL_KEYS if k in value}  # a stable order: the order written
 
     @model_validator(mode="after")

@@ -70,6 +70,49 @@ def test_the_edit_changes_only_the_keywords_asked(before, edits, after):
     assert _edit(got, edits) == got  # idempotent
 
 
+_MULTI = "import torch\n@torch.compile(\n%s)\ndef f(x): return x\n"
+
+
+@pytest.mark.parametrize("args, edits, after", [
+    # appended after a commented line: the comment stays on its own argument's line, not copied
+    ('    backend="eager",  # kb\n    fullgraph=False,\n', {"fullgraph": True, "mode": "max-autotune"},
+     '    backend="eager",  # kb\n    fullgraph=True,\n    mode="max-autotune",\n'),
+    ('    backend="eager",  # kb\n', {"fullgraph": True},
+     '    backend="eager",  # kb\n    fullgraph=True,\n'),
+    # a comment line before the closing parenthesis stays last
+    ('    backend="eager",  # kb\n    # closing remark\n', {"fullgraph": True},
+     '    backend="eager",  # kb\n    fullgraph=True,\n    # closing remark\n'),
+    # one argument a line without a trailing comma: none is added, the comments stay put
+    ('    backend="eager",  # ka\n    dynamic=True  # kb\n', {"fullgraph": True},
+     '    backend="eager",  # ka\n    dynamic=True,  # kb\n    fullgraph=True\n'),
+    # the last argument removed: the one before keeps its comment, the parenthesis its line
+    ('    backend="eager",  # keep me\n    fullgraph=True,  # drop with me\n', {"fullgraph": False},
+     '    backend="eager",  # keep me\n'),
+    ('    backend="eager",  # keep me\n    fullgraph=True  # drop with me\n', {"fullgraph": False},
+     '    backend="eager"  # keep me\n'),
+    # a middle one removed: the comment line above the next argument stays
+    ('    fullgraph=True,\n    # about backend\n    backend="eager",\n', {"fullgraph": False},
+     '    # about backend\n    backend="eager",\n'),
+])
+def test_an_edit_keeps_a_multiline_calls_comments_on_their_lines(args, edits, after):
+    got = _edit(_MULTI % args, edits)
+    assert got == _MULTI % after
+    assert _edit(got, edits) == got
+
+
+@pytest.mark.parametrize("before, after", [
+    ("    m = torch.compile(  # wrap\n        m,\n    )\n", "    m = torch.compile(  # wrap\n        m,\n        fullgraph=True,\n    )\n"),
+    ("    m = torch.compile(\n        m,  # ka\n    )\n", "    m = torch.compile(\n        m,  # ka\n        fullgraph=True,\n    )\n"),
+])
+def test_an_argument_appended_to_a_one_argument_call_copies_no_comment(before, after):
+    code = "import torch\ndef f(m):\n%s    return m\n"
+    assert _edit(code % before, {"fullgraph": True}) == code % after
+
+
+def test_removing_the_only_argument_of_a_multiline_call_leaves_empty_parentheses():
+    assert _edit(_MULTI % "    fullgraph=True,\n", {"fullgraph": False}) == "import torch\n@torch.compile()\ndef f(x): return x\n"
+
+
 @pytest.mark.parametrize("code, edits, why", [
     ("import torch\nOPTS = {}\n@torch.compile(**OPTS)\ndef f(x): return x\n", {"mode": "reduce-overhead"}, "**OPTS"),
     ("import torch\n@torch.compile(mode=MODE)\ndef f(x): return x\n", {"mode": "reduce-overhead"}, "mode=MODE is not a literal"),
@@ -98,6 +141,30 @@ def test_plan_fields_are_checked():
     with pytest.raises(Exception, match="nested"):
         parse_plan(base % "own_call: {fullgraph: true}, strategy: nested")
     assert parse_plan(base % "own_call: {fullgraph: false}").plan.actions[0].own_call == {"fullgraph": False}
+
+
+@pytest.mark.parametrize("value, why", [
+    # `own_call:` left empty is YAML null: not silently a second compile added
+    ("null", "own_call: expected a mapping of fullgraph, dynamic, mode, backend to set"),
+    ("", "own_call: expected a mapping of fullgraph, dynamic, mode, backend to set"),
+    # a typo of a backend would be written and fail at the first call (InvalidBackend)
+    ("{backend: indcutor}", "own_call: backend: unknown backend 'indcutor'"),
+    # a key YAML reads as a number or null: named with the keys expected, not pydantic's "[key]"
+    ("{1: true}", "own_call: unknown key 1; expected one of fullgraph, dynamic, mode, backend"),
+    ("{null: true}", "own_call: unknown key None; expected one of fullgraph, dynamic, mode, backend"),
+])
+def test_own_call_null_or_an_unknown_backend_is_refused_at_its_line(tmp_path, capsys, value, why):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "m.py").write_text("import torch\n@torch.compile\ndef f(x):\n    return x\n")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"version: 1\nactions:\n  - action: compile\n    target: m.py::f\n    own_call: {value}\n")
+    capsys.readouterr()
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"{plan}:5" in err and why in err, err
+    if "indcutor" in value:
+        assert "did you mean 'inductor'" in err, err
 
 
 def _src(tmp_path: Path) -> Path:

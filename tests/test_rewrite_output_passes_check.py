@@ -67,3 +67,41 @@ def test_the_whole_model_suppression_survives_a_formatter(tmp_path):
     model.write_text(black.format_str(model.read_text(), mode=black.Mode(line_length=40)))
     [result] = check_files([str(model)], ALL_RULES, jobs=1)
     assert not [f for f in result.findings if f.code == "SP101"], result.findings
+
+
+_SEQ = '''import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+
+%s    def forward(self, x):
+        return self.body(x)
+'''
+
+
+@pytest.mark.parametrize("decorator, fields", [
+    ("", "options: {mode: reduce-overhead}"),
+    ("    @torch.compile\n", "own_call: {mode: reduce-overhead}"),
+    ('    @torch.compile(backend="eager")  # mine\n', "own_call: {mode: reduce-overhead}"),
+])
+def test_cuda_graphs_on_a_whole_model_pass_check(tmp_path, capsys, decorator, fields):
+    """Review: `strategy: whole` with `mode: reduce-overhead` on a model whose forward is one call
+    (`return self.body(x)`, the textbook CUDA-graphs capture) was flagged SP109 "small region" by
+    `stackpart check`, failing the commit that applies the measured choice."""
+    from rewriter.cli import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(_SEQ % decorator)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"version: 1\nactions:\n  - action: compile\n    target: model.py::Net\n    strategy: whole\n    {fields}\n")
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    capsys.readouterr()
+    assert main(["check", str(src), "--no-project"]) == 0, capsys.readouterr().out
+    once = (src / "model.py").read_bytes()
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    assert (src / "model.py").read_bytes() == once  # idempotent: no second comment

@@ -205,3 +205,39 @@ def test_on_a_program_that_compiles_itself_the_config_composes_with_its_compile(
     assert outcome.search.choice.chosen == "as-is+capture_scalar_outputs", outcome.search.choice.status
     [action] = load_plan(tmp_path / "plan.yaml").plan.actions
     assert (action.action, action.target) == ("dynamo_config", "model.py::Net.__init__")
+
+
+@pytest.mark.parametrize("line, after", [
+    # the other value: only the value changes; the comment and the spacing stay
+    ("    torch._dynamo.config.capture_scalar_outputs = False  # was off\n",
+     "    torch._dynamo.config.capture_scalar_outputs = True  # was off\n"),
+    ("    torch._dynamo.config.capture_scalar_outputs=False\n", "    torch._dynamo.config.capture_scalar_outputs=True\n"),
+    # already so, spelled otherwise: left alone
+    ("    torch._dynamo.config.capture_scalar_outputs = (True)  # on\n", None),
+])
+def test_a_line_the_program_already_has_is_edited_in_place(tmp_path, capsys, line, after):
+    src = tmp_path / "src"
+    src.mkdir()
+    before = ENTRY.replace('    """Run."""\n', '    """Run."""\n' + line)
+    (src / "run.py").write_text(before)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(_plan("      capture_scalar_outputs: true\n"))
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    assert (src / "run.py").read_text() == (before if after is None else before.replace(line, after))
+    assert main(["rewrite", "--plan", str(plan), str(src), "--check"]) == 0
+
+
+def test_a_value_the_program_computes_is_refused_at_its_line(tmp_path, capsys):
+    """``= args.capture``: the program decides at run time; the plan does not silently override it."""
+    src = tmp_path / "src"
+    src.mkdir()
+    before = ENTRY.replace('    """Run."""\n', '    """Run."""\n    torch._dynamo.config.capture_scalar_outputs = CAPTURE\n')
+    (src / "run.py").write_text(before)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(_plan("      capture_scalar_outputs: true\n"))
+    capsys.readouterr()
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"{plan}:3: actions[0] (dynamo_config run.py::main): run.py:6: capture_scalar_outputs = CAPTURE is not a literal" in err, err
+    assert (src / "run.py").read_text() == before

@@ -324,6 +324,19 @@ class TargetedCommand(NoCopyMetadata, VisitorBasedCodemodCommand):
         """Return the rewritten target function (unchanged when already rewritten)."""
         raise NotImplementedError
 
+    def _line(self, node: cst.CSTNode | None) -> str:
+        """``file.py:LINE`` of ``node`` in the module (the file alone where it cannot be placed)."""
+        where = self.action.file
+        if node is None or self.tree is None:
+            return where
+        from libcst.metadata import MetadataWrapper, PositionProvider
+
+        try:
+            pos = MetadataWrapper(self.tree, unsafe_skip_copy=True).resolve(PositionProvider).get(node)
+        except Exception:  # noqa: BLE001 - a position is a courtesy in an error already being raised
+            pos = None
+        return f"{where}:{pos.start.line}" if pos is not None else where
+
     def generate(self, module_name: str, template: str, **values: object) -> None:
         """Render ``template`` into ``<vendored package>/<module_name>.py`` (and its ``__init__``)."""
         from ..render import render_python

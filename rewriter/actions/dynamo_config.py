@@ -19,9 +19,12 @@ is one of ``torch/__init__.py``'s ``_lazy_modules``, imported on first access (t
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from ..errors import StackpartError
 from ..plan import DynamoConfigAction
 from .base import TargetedCommand, insert_statement
 
@@ -42,8 +45,9 @@ class DynamoConfigCommand(TargetedCommand):
     """Insert one ``torch._dynamo.config.<key> = <value>`` line per setting at the top of the target.
 
     Idempotent: a line that is already there (whitespace aside) is kept; a line setting the same key
-    to the other value at the top level of the target is replaced in place (its comments kept), not
-    contradicted by a second one. The user's other lines are never touched.
+    to the other value at the top level of the target gets the value asked in place (the rest of
+    the line, its comment included, kept), not contradicted by a second one. The user's other lines
+    are never touched.
     """
 
     DESCRIPTION = "dynamo config at the entry point"
@@ -57,7 +61,26 @@ class DynamoConfigCommand(TargetedCommand):
     def rewrite(self, func: cst.FunctionDef) -> cst.FunctionDef:
         assert self.tree is not None
         names = {self.torch, "torch"}
+        settings = dict(self.action.settings.items())
         # reversed: each goes to the top, so the first setting ends up first
         for key, code in reversed(self.lines()):
-            func = insert_statement(self.tree, func, code, replaces=lambda s, key=key: _assigns(s, names, key))
+            body = list(func.body.body) if isinstance(func.body, cst.IndentedBlock) else []
+            at = next((i for i, s in enumerate(body) if _assigns(s, names, key)), None)
+            if at is None:
+                func = insert_statement(self.tree, func, code)
+                continue
+            # the program sets the key itself: its value is edited in place, the rest of the line kept
+            line = body[at]
+            assign = line.body[0]  # type: ignore[attr-defined]
+            try:
+                current = ast.literal_eval(self.tree.code_for_node(assign.value).strip())
+            except (ValueError, SyntaxError):
+                raise StackpartError(
+                    f"{self._line(line)}: {key} = {self.tree.code_for_node(assign.value).strip()} is not a literal: the "
+                    "program decides the value at run time; expected a literal True or False to edit; change it by hand "
+                    "or drop the setting") from None
+            if current is settings[key]:
+                continue
+            body[at] = line.with_changes(body=[assign.with_changes(value=cst.Name(repr(settings[key])))])  # type: ignore[attr-defined]
+            func = func.with_changes(body=func.body.with_changes(body=body))
         return func

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
@@ -180,30 +180,71 @@ def _new_arg(key: str, value: Any) -> cst.Arg:
                                          whitespace_after=cst.SimpleWhitespace("")))
 
 
+def _end(arg: cst.Arg) -> cst.BaseParenthesizableWhitespace:
+    """The whitespace after ``arg`` and its comma: where its line ends (a comment) and what leads to
+    the next token."""
+    return arg.comma.whitespace_after if isinstance(arg.comma, cst.Comma) else arg.whitespace_after_arg
+
+
+def _lead(line: cst.TrailingWhitespace, lead: cst.BaseParenthesizableWhitespace,
+          above: Sequence[cst.EmptyLine] = ()) -> cst.BaseParenthesizableWhitespace:
+    """A line ending in ``line`` (its comment), then the comment lines ``above`` and ``lead``'s own,
+    then ``lead``'s indent: how one argument's line gives way to the next token in a call laid out
+    one argument a line (``lead`` itself where it is not a line break)."""
+    if not isinstance(lead, cst.ParenthesizedWhitespace):
+        return lead
+    return lead.with_changes(first_line=line, empty_lines=[*above, *lead.empty_lines])
+
+
 def _append(call: cst.Call, arg: cst.Arg) -> cst.Call:
+    """``call`` with ``arg`` after its last argument, in the call's layout: one argument a line where
+    it is so (each comment stays on its own line, a comment line before ``)`` stays last), a
+    trailing comma kept or not as the call has it."""
     args = list(call.args)
     if not args:
         return call.with_changes(args=[arg])
     last = args[-1]
-    if isinstance(last.comma, cst.Comma):  # a trailing comma (one argument a line): the new one takes it
-        sep = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else cst.Comma(
-            whitespace_after=call.whitespace_before_args if isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace)
-            else cst.SimpleWhitespace(" "))
-        args[-1] = last.with_changes(comma=sep)
-        args.append(arg.with_changes(comma=last.comma))
+    end = _end(last)  # after the last argument: its line's comment, then the lead to ``)``
+    step = args[-2].comma.whitespace_after if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else call.whitespace_before_args
+    if isinstance(step, cst.ParenthesizedWhitespace):  # one argument a line: the new one on a line of its own
+        line = end.first_line if isinstance(end, cst.ParenthesizedWhitespace) else cst.TrailingWhitespace()
+        into = step.with_changes(first_line=line, empty_lines=[])
     else:
-        sep = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else cst.Comma(
-            whitespace_after=cst.SimpleWhitespace(" "))
-        args[-1] = last.with_changes(comma=sep)
-        args.append(arg)
+        into = cst.SimpleWhitespace(" ")
+    after = _lead(cst.TrailingWhitespace(), end)
+    if isinstance(last.comma, cst.Comma):  # a trailing comma: the new one takes it
+        args[-1] = last.with_changes(comma=last.comma.with_changes(whitespace_after=into))
+        args.append(arg.with_changes(comma=last.comma.with_changes(whitespace_after=after)))
+    else:
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=into), whitespace_after_arg=cst.SimpleWhitespace(""))
+        args.append(arg.with_changes(whitespace_after_arg=after))
     return call.with_changes(args=args)
 
 
 def _remove(call: cst.Call, index: int) -> cst.Call:
+    """``call`` without its argument ``index``, which takes only its own line's end (its comment)
+    with it: the comment lines above and below it, and the line of the one before, stay."""
     args = list(call.args)
     gone = args.pop(index)
-    if index == len(args) and args:  # the last one: the one before takes its comma (or its absence)
-        args[-1] = args[-1].with_changes(comma=gone.comma)
+    end = _end(gone)
+    if index == 0:
+        before = call.whitespace_before_args
+        if isinstance(before, cst.ParenthesizedWhitespace) and isinstance(end, cst.ParenthesizedWhitespace):
+            before = _lead(before.first_line, end, before.empty_lines)
+            if not args and before.first_line.comment is None and not before.empty_lines:
+                before = cst.SimpleWhitespace("")  # nothing left to hold a line: ``()``
+        elif not args:
+            before = cst.SimpleWhitespace("")
+        return call.with_changes(args=args, whitespace_before_args=before)
+    prev = args[index - 1]
+    assert isinstance(prev.comma, cst.Comma)
+    mine, last = prev.comma.whitespace_after, index == len(args)
+    joined = (_lead(mine.first_line, end, mine.empty_lines)
+              if isinstance(mine, cst.ParenthesizedWhitespace) and isinstance(end, cst.ParenthesizedWhitespace) else None)
+    if last and not isinstance(gone.comma, cst.Comma):  # the last, without a trailing comma: nor has the one before
+        args[index - 1] = prev.with_changes(comma=cst.MaybeSentinel.DEFAULT, whitespace_after_arg=joined or end)
+    else:
+        args[index - 1] = prev.with_changes(comma=prev.comma.with_changes(whitespace_after=joined or (end if last else mine)))
     return call.with_changes(args=args)
 
 
