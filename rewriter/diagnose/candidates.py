@@ -283,7 +283,10 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     if regions is None and own_setup:
         from .own_compile import own_compiles
 
-        regions = own_compiles(ctx.session.src, parsed=ctx.cache.get("own_parsed"))  # the search's one parse
+        # the search's one reading (run_search), else from SRC
+        regions = ctx.cache.get("own_regions")
+        if regions is None:
+            regions = own_compiles(ctx.session.src, parsed=ctx.cache.get("own_parsed"))
     scope = OwnScope.of(ctx, regions or [])
 
     def add(name: str, decision: Any, rule: bool = False) -> None:
@@ -426,18 +429,15 @@ OWN_CUDAGRAPHS = "as-is+reduce-overhead"
 def _runs_own_compile(ctx: Context, own: Any) -> bool:
     """Whether the harness's model runs the program's compile ``own``: a decorator on the model's
     own ``forward`` always does (the class's source carries it); a call does where the model the
-    harness builds holds a compiled module (an ``OptimizedModule``, or ``module.compile()``'s
-    ``_compiled_call_impl``). A call in a script the harness does not run is not measured by
+    harness builds holds a compiled module (:func:`rewriter.engine.watch.compiled_modules`, the
+    reading the run-time report uses). A call in a script the harness does not run is not measured by
     the engine's children, so no variant of it can be."""
     if own.covers[0] == "function":
         return True
+    from ..engine.watch import compiled_modules
+
     model, _, _ = ctx.reference()
-    try:
-        from torch._dynamo.eval_frame import OptimizedModule
-    except ImportError:  # pragma: no cover - every torch with torch.compile has it
-        return False
-    modules = [model, *model.modules()] if hasattr(model, "modules") else [model]
-    return any(isinstance(m, OptimizedModule) or getattr(m, "_compiled_call_impl", None) is not None for m in modules)
+    return bool(compiled_modules(model, limit=1))
 
 
 def own_call_candidates(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tuple[str, Any]]:

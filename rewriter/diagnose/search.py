@@ -207,6 +207,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     # read once: the report's setup lines here, what each compile covers in propose's compose step
     ctx.cache["own_parsed"] = parsed_setup(src)
     own = compile_setup(src, parsed=ctx.cache["own_parsed"])
+    ctx.cache["own_regions"] = own_compiles(src, parsed=ctx.cache["own_parsed"])  # what each covers: propose and the run-time comparison
     cands, pruned = propose(ctx, own)
     out = outcome if outcome is not None else SearchOutcome(cands)
     out.candidates, out.pruned = cands, pruned
@@ -290,7 +291,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         graphs = ((out.rows.get("as-is") or {}).get("compile") or {}).get("unique_graphs") or 0
         runtime = (out.rows.get("as-is") or {}).get("runtime_compiles")
         out.runtime_setup = seen(runtime)
-        out.runtime_disagreements = disagreements(own_compiles(src, parsed=ctx.cache["own_parsed"]), runtime)
+        out.runtime_disagreements = disagreements(ctx.cache["own_regions"], runtime)
         if out.runtime_setup:
             say(f"the program as it is, seen at run time: {'; '.join(out.runtime_setup[:5])}")
         if graphs:
