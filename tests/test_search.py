@@ -340,3 +340,36 @@ def test_the_candidates_table_shows_an_edit_of_the_programs_own_compile_and_a_co
     lib = parse_plan("version: 1\nharness: {file: harness.py, shapes: [{batch: 2}], device: cpu}\nsite: harness.py::build_model\n"
                      "actions:\n  - {action: attention, target: 'transformers.models.llama.modeling_llama:LlamaForCausalLM'}\n").plan
     assert action_text(lib.actions[0]) == "attention transformers.models.llama.modeling_llama:LlamaForCausalLM (set_attn_implementation('sdpa'))"
+
+
+def test_a_second_process_that_fails_while_timing_is_dropped_not_the_whole_timing():
+    """A second process is there to make the figures robust: its OOM or crash mid-timing drops it
+    (said in the notes), the variant keeps its first process's figures, and a first process's
+    failure still stops the timing."""
+    from rewriter.engine.measure import REPLICA, Options, interleave, merge_replicates
+
+    class Fake:
+        def __init__(self, ms, fail_at=None):
+            self.ms, self.fail_at, self.calls, self.terminated = ms, fail_at, 0, False
+
+        def time(self, shape, warmup, n):
+            self.calls += 1
+            if self.fail_at is not None and self.calls >= self.fail_at:
+                return {"error": {"kind": "oom", "message": "CUDA out of memory"}}
+            return {"samples": [self.ms / 1e3] * n}
+
+        def terminate(self):
+            self.terminated = True
+
+    kids = {"eager": Fake(20.0), "whole": Fake(10.0), "whole" + REPLICA: Fake(9.0, fail_at=3)}
+    notes: list[str] = []
+    opts = Options(warmup=1, reps=5, budget_s=10.0)
+    rows, raw, error = interleave(kids, [{"batch": 1}, {"batch": 2}], opts, notes=notes)
+    assert error is None and kids["whole" + REPLICA].terminated
+    assert all("whole" + REPLICA not in r["timing"] for r in rows), rows
+    assert rows[0]["timing"]["whole"]["n"] == 5 and rows[1]["timing"]["eager"]["n"] == 5
+    assert len(notes) == 1 and "second process of whole failed while timing" in notes[0], notes
+    merged, _ = merge_replicates(rows, raw, ["eager", "whole"])
+    assert merged[0]["timing"]["whole"]["median_ms"] == pytest.approx(10.0)
+    kids = {"eager": Fake(20.0), "whole": Fake(10.0, fail_at=2)}
+    assert interleave(kids, [{"batch": 1}], opts)[2].startswith("whole: oom")

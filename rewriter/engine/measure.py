@@ -385,7 +385,7 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
         timed.update(_replicates(m, spec_run, timeable, by_name, job, workdir, caches, opts, children, deadline, emit))
         clock["replicates_s"] = time.perf_counter() - t_rep
     t_timing = time.perf_counter()
-    timing, samples, error = interleave(timed, spec_run.shapes, opts, emit)
+    timing, samples, error = interleave(timed, spec_run.shapes, opts, emit, m.notes)
     m.timing_wall_s = time.perf_counter() - t_timing
     if error:
         m.errors.append(f"the timing run failed: {error}")
@@ -595,31 +595,50 @@ def _judge(row: dict[str, Any], v: Variant, payload: dict[str, Any], numerics_fa
 
 
 def interleave(
-    children: dict[str, Any], shapes: list[dict[str, int]], opts: Options, emit: Callable[[str, str, Any], None] | None = None
+    children: dict[str, Any], shapes: list[dict[str, int]], opts: Options, emit: Callable[[str, str, Any], None] | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, list[float]]], str | None]:
     """Time every variant per shape: warm-up calls each, then rounds of one call per variant in
     a rotating order (each in its own warm process), until ``opts.reps`` rounds or
     ``opts.budget_s`` seconds (at least 3 rounds). Returns per-shape summaries, the raw samples
-    per shape (round order, paired across variants), or an error."""
+    per shape (round order, paired across variants), or an error. A variant's second process
+    (``name + REPLICA``) that fails is dropped from then on, said in ``notes``: it is there to make
+    the figures robust, and its variant keeps its first process's."""
     from .timing import summarize
 
     names = list(children)
     rows, raw = [], []
+
+    def failed(n: str, reply: dict[str, Any], samples: dict[str, list[float]]) -> str | None:
+        """The error that stops the timing, or None when ``n`` was a second process (dropped)."""
+        why = f"{n}: {reply['error']['kind']}: {reply['error']['message']}"
+        if not n.endswith(REPLICA):
+            return why
+        names.remove(n)
+        samples.pop(n, None)
+        children[n].terminate()
+        if notes is not None:
+            notes.append(f"the second process of {n[: -len(REPLICA)]} failed while timing and was dropped "
+                         f"({' '.join(why.split())[:200]}): that variant's figures are its first process's")
+        return None
+
     for i, shape in enumerate(shapes):
         if emit is not None:
             emit("*", "timing", shape)
         samples: dict[str, list[float]] = {n: [] for n in names}
-        for n in names:
+        for n in list(names):
             reply = children[n].time(i, opts.warmup, 0)
-            if "error" in reply:
-                return [], [], f"{n}: {reply['error']['kind']}: {reply['error']['message']}"
+            if "error" in reply and (error := failed(n, reply, samples)):
+                return [], [], error
         started = time.perf_counter()
         for rep in range(opts.reps):
             k = rep % len(names)
             for n in names[k:] + names[:k]:
                 reply = children[n].time(i, 0, 1)
                 if "error" in reply:
-                    return [], [], f"{n}: {reply['error']['kind']}: {reply['error']['message']}"
+                    if error := failed(n, reply, samples):
+                        return [], [], error
+                    continue
                 samples[n].extend(reply["samples"])
             if rep >= 2 and time.perf_counter() - started > opts.budget_s:
                 break
