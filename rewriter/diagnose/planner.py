@@ -387,8 +387,10 @@ def _disables(actions: list, breaks: list, units: set[str], what: str, notes: li
             # a break in an installed package's code: kept eager only where the unit's own call
             # chain leads to it (the rung's stack starts at the model's forward)
             if f.function not in noted and notes is not None:
-                notes.append(f"graph break at {f.where} in {f.library}: the {what}'s code does not lead there "
-                             f"({' -> '.join(f.callers) or 'no call chain'}); no disable")
+                notes.append(f"graph break at {f.where} in {f.library}: " + (
+                    f"the {what}'s code does not lead there ({' -> '.join(f.callers)}); no disable" if len(f.callers) > 1 else
+                    "no call chain leading to it was recorded (Dynamo's break stack starts at the frame it was tracing), "
+                    f"so it is not known to be inside the {what}; no disable"))
             noted.add(f.function)
             continue
         if reached is not None and f.function not in inside and f.function.rsplit(".", 1)[-1] not in reached:

@@ -560,7 +560,10 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
             result["shapes"].append(entry)
         result["compile"] = watch.stats().to_json()
         try:
-            result["runtime_compiles"] = runtime_compiles(watch, model, job, variant)
+            # read only for the program as it is (the search's as-is row): a walk of sys.modules
+            # and the frame log in every other process would be work nobody reads
+            if job.get("reference"):
+                result["runtime_compiles"] = runtime_compiles(watch, model, job, variant)
         except Exception as exc:  # noqa: BLE001 - a report-only reading never fails the variant
             result["runtime_compiles"] = {"frames": [], "modules": [], "src_imported": [],
                                           "error": f"{type(exc).__name__}: {str(exc)[:200]}"}

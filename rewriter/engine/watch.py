@@ -218,10 +218,13 @@ def _callable_owner(fn: Any) -> tuple[str, Any]:
 
 
 def _module_file(cls: type) -> tuple[str, int | None]:
-    module = sys.modules.get(cls.__module__)
-    forward = getattr(cls, "forward", None)
-    code = getattr(forward, "__code__", None)
-    return (getattr(module, "__file__", None) or "?"), (code.co_firstlineno if code is not None else None)
+    """Where ``cls``'s ``forward`` is defined (its code's file and line: an inherited forward is its
+    base class's, and a class the harness defines has no module in ``sys.modules``), else the
+    class's module file with no line."""
+    code = getattr(getattr(cls, "forward", None), "__code__", None)
+    if code is not None:
+        return code.co_filename, code.co_firstlineno
+    return (getattr(sys.modules.get(cls.__module__), "__file__", None) or "?"), None
 
 
 def _entry(fn: Any) -> dict[str, Any] | None:
@@ -276,7 +279,6 @@ class FrameLog:
         self.compiles: list[dict[str, Any]] = []
         self._open: tuple[dict[str, Any] | None, int] | None = None
         self._installed = False
-        self._metrics_from = 0
 
     def _start(self, *args: Any) -> None:
         try:
