@@ -227,6 +227,20 @@ def test_a_line_the_program_already_has_is_edited_in_place(tmp_path, capsys, lin
     assert main(["rewrite", "--plan", str(plan), str(src), "--check"]) == 0
 
 
+def test_the_programs_line_spelled_through_its_imports_is_edited_not_contradicted(tmp_path, capsys):
+    """``from torch._dynamo import config`` then ``config.capture_scalar_outputs = False``: the same
+    setting; a second line at the top would be overridden by the program's own a line later."""
+    src = tmp_path / "src"
+    src.mkdir()
+    before = ENTRY.replace("import torch\n", "import torch\nfrom torch._dynamo import config\n").replace(
+        '    """Run."""\n', '    """Run."""\n    config.capture_scalar_outputs = False\n')
+    (src / "run.py").write_text(before)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(_plan("      capture_scalar_outputs: true\n"))
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    assert (src / "run.py").read_text() == before.replace("config.capture_scalar_outputs = False", "config.capture_scalar_outputs = True")
+
+
 def test_a_value_the_program_computes_is_refused_at_its_line(tmp_path, capsys):
     """``= args.capture``: the program decides at run time; the plan does not silently override it."""
     src = tmp_path / "src"

@@ -26,19 +26,20 @@ from libcst.helpers import get_full_name_for_node
 
 from ..errors import StackpartError
 from ..plan import DynamoConfigAction
-from .base import TargetedCommand, insert_statement
+from .base import TargetedCommand, canonical, insert_statement
 
 
-def _assigns(stmt: cst.BaseStatement, names: set[str], key: str) -> bool:
-    """Whether ``stmt`` is ``<torch>._dynamo.config.<key> = ...`` (any value) for a name of torch
-    in ``names``: the line this action writes, with another value."""
+def _assigns(stmt: cst.BaseStatement, imports: dict[str, str], key: str) -> bool:
+    """Whether ``stmt`` is ``torch._dynamo.config.<key> = ...`` (any value) however the module's
+    imports spell it (``T._dynamo.config``, ``from torch._dynamo import config``; :func:`.base.canonical`):
+    the line this action writes, with another value."""
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
         return False
     targets = stmt.body[0].targets
     if len(targets) != 1:
         return False
     full = get_full_name_for_node(targets[0].target) or ""
-    return any(full == f"{name}._dynamo.config.{key}" for name in names)
+    return canonical(full, imports) == f"torch._dynamo.config.{key}"
 
 
 class DynamoConfigCommand(TargetedCommand):
@@ -60,12 +61,12 @@ class DynamoConfigCommand(TargetedCommand):
 
     def rewrite(self, func: cst.FunctionDef) -> cst.FunctionDef:
         assert self.tree is not None
-        names = {self.torch, "torch"}
+        imports = {"torch": "torch", **self.imports}
         settings = dict(self.action.settings.items())
         # reversed: each goes to the top, so the first setting ends up first
         for key, code in reversed(self.lines()):
             body = list(func.body.body) if isinstance(func.body, cst.IndentedBlock) else []
-            at = next((i for i, s in enumerate(body) if _assigns(s, names, key)), None)
+            at = next((i for i, s in enumerate(body) if _assigns(s, imports, key)), None)
             if at is None:
                 func = insert_statement(self.tree, func, code)
                 continue
