@@ -300,8 +300,11 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
                     )
         if isinstance(b.action, DynamoConfigAction):
             compiled = next((c for c in regions.get(b.key, ())), None)
-            if compiled is not None or facts.already_compiled(b):
-                by = f"actions[{compiled.index}] compiles" if compiled is not None else "the source compiles"
+            # the target itself compiled in the source, or called by a function the source compiles
+            own = b.target.qualname if facts.already_compiled(b) else facts.source_compiles(b)
+            if compiled is not None or own is not None:
+                by = (f"actions[{compiled.index}] compiles" if compiled is not None
+                      else "the source compiles" if own == b.target.qualname else f"runs inside {own}, a function the source compiles")
                 raise loaded.error(
                     b.index,
                     f"dynamo_config in {b.target.qualname}, which {by}: Dynamo reads these flags when it traces a "

@@ -73,3 +73,22 @@ def test_the_same_plan_without_fullgraph_is_written(tmp_path, capsys):
     plan.write_text("version: 1\nactions:\n  - action: disable\n    target: model.py::helper\n")
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
     assert "@torch.compiler.disable" in (src / "model.py").read_text()
+
+
+def test_dynamo_config_in_a_helper_a_source_compiled_function_calls_is_refused(tmp_path, capsys):
+    """The flags are read while Dynamo traces; a helper that @torch.compile'd step() calls runs inside
+    that trace, so setting them there is too late, as in the compiled function itself."""
+    from rewriter.cli import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "run.py").write_text("import torch\n\n\ndef setup():\n    return 1\n\n\n@torch.compile\ndef step(x):\n"
+                                "    setup()\n    return x + 1\n")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nactions:\n  - action: dynamo_config\n    target: run.py::setup\n"
+                    "    settings:\n      capture_scalar_outputs: true\n")
+    before = (src / "run.py").read_bytes()
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 2
+    err = capsys.readouterr().err
+    assert "dynamo_config in setup, which runs inside step, a function the source compiles: Dynamo reads" in err, err
+    assert (src / "run.py").read_bytes() == before
