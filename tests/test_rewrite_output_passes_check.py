@@ -87,6 +87,9 @@ class Net(nn.Module):
     ("", "options: {mode: reduce-overhead}"),
     ("    @torch.compile\n", "own_call: {mode: reduce-overhead}"),
     ('    @torch.compile(backend="eager")  # mine\n', "own_call: {mode: reduce-overhead}"),
+    # the program's own suppression of another code right above: SP109 joins it (a second line
+    # above would leave SP101 off the decorator)
+    ("    # stackpart: ignore[SP101]: whole on purpose\n    @torch.compile\n", "own_call: {mode: reduce-overhead}"),
 ])
 def test_cuda_graphs_on_a_whole_model_pass_check(tmp_path, capsys, decorator, fields):
     """Review: `strategy: whole` with `mode: reduce-overhead` on a model whose forward is one call
@@ -105,3 +108,5 @@ def test_cuda_graphs_on_a_whole_model_pass_check(tmp_path, capsys, decorator, fi
     once = (src / "model.py").read_bytes()
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
     assert (src / "model.py").read_bytes() == once  # idempotent: no second comment
+    if "ignore[SP101]" in decorator:
+        assert b"# stackpart: ignore[SP101,SP109]: whole on purpose\n    @torch.compile(mode=" in once, once

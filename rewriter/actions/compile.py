@@ -35,6 +35,44 @@ def _sp109_small(func: cst.FunctionDef, mode: object) -> bool:
     return mode == "reduce-overhead" and _body_size(func) <= SMALL_STATEMENTS
 
 
+def _codes(comment: cst.Comment | None) -> set[str] | None | bool:
+    """The codes a ``# stackpart: ignore[...]`` comment names (None: every code), False when it is
+    not one (:data:`rewriter.check.engine.SUPPRESS_RE`, the syntax ``check`` reads)."""
+    from ..check.engine import SUPPRESS_RE
+
+    match = SUPPRESS_RE.search(comment.value) if comment is not None else None
+    if match is None:
+        return False
+    return None if match.group(1) is None else {c.strip().upper() for c in match.group(1).split(",") if c.strip()}
+
+
+def _suppress_sp109(func: cst.FunctionDef, old: cst.Decorator, dec: cst.Decorator) -> cst.FunctionDef:
+    """``func`` with its decorator ``old`` replaced by ``dec`` and SP109 suppressed the way ``check``
+    reads it: kept where the decorator line's comment or the own-line comment right above it
+    already covers SP109; that comment gains SP109 where it names other codes (a second line above
+    would push it off the decorator); else one line is added above. The lines above the first
+    decorator are the function's ``leading_lines`` in LibCST, those above a later one its own."""
+    first = bool(func.decorators) and func.decorators[0] is old
+    above_lines = list(func.leading_lines if first else dec.leading_lines)
+    trailing = _codes(dec.trailing_whitespace.comment)
+    last = above_lines[-1] if above_lines else None
+    above = _codes(last.comment) if last is not None else False
+    if trailing is None or above is None or (trailing and "SP109" in trailing) or (above and "SP109" in above):
+        return func.deep_replace(old, dec)  # type: ignore[return-value]
+    if above:
+        from ..check.engine import SUPPRESS_RE
+
+        codes = ",".join(sorted(above | {"SP109"}))
+        text = SUPPRESS_RE.sub(f"# stackpart: ignore[{codes}]", last.comment.value, count=1)
+        above_lines[-1] = last.with_changes(comment=cst.Comment(text))
+    else:
+        above_lines.append(cst.EmptyLine(indent=True, comment=cst.Comment(f"# {SUPPRESS_WHOLE_CUDAGRAPHS}: strategy whole, as planned")))
+    if first:
+        func = func.deep_replace(old, dec)  # type: ignore[assignment]
+        return func.with_changes(leading_lines=above_lines)
+    return func.deep_replace(old, dec.with_changes(leading_lines=above_lines))  # type: ignore[return-value]
+
+
 class CompileCommand(TargetedCommand):
     """Decorate the target with ``torch.compile`` (or mark it a nested compile region)."""
 
@@ -56,7 +94,7 @@ class CompileCommand(TargetedCommand):
         expr = f"{self.torch}.compile({args})" if args else f"{self.torch}.compile"
         # a whole-model compile is the plan's measured choice: `stackpart check`'s regional
         # suggestion (SP101) must not fail the commit that applies it
-        suppress = "stackpart: ignore[SP101,SP109]" if _sp109_small(func, self.action.options.mode) else SUPPRESS_WHOLE
+        suppress = f"{SUPPRESS_WHOLE[:-1]},SP109]" if _sp109_small(func, self.action.options.mode) else SUPPRESS_WHOLE
         comment = f"{suppress}: strategy whole, as planned" if self.action.strategy == "whole" else None
         return self.add_decorator(func, expr, comment=comment)
 
@@ -84,9 +122,7 @@ class CompileCommand(TargetedCommand):
             raise StackpartError(f"{self._line(exc.node)}: {msg}") from None
         if new is None:
             return func  # already as asked
-        if (isinstance(new, cst.Decorator) and self.action.strategy == "whole" and _sp109_small(func, edits.get("mode"))
-                and not any(line.comment is not None and "stackpart: ignore" in line.comment.value for line in new.leading_lines)):
+        if isinstance(new, cst.Decorator) and self.action.strategy == "whole" and _sp109_small(func, edits.get("mode")):
             # the measured choice must not fail `stackpart check` (SP109) in the commit that applies it
-            note = cst.EmptyLine(indent=True, comment=cst.Comment(f"# {SUPPRESS_WHOLE_CUDAGRAPHS}: strategy whole, as planned"))
-            new = new.with_changes(leading_lines=[*new.leading_lines, note])
+            return _suppress_sp109(func, sites[0].node, new)
         return func.deep_replace(sites[0].node, new)  # type: ignore[return-value]

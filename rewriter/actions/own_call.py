@@ -300,9 +300,3 @@ def current(site: OwnSite, key: str) -> tuple[bool, Any]:
         return True, OWN_CALL_DEFAULTS[key]
     ok, value = _literal(arg)
     return ok, _norm(key, value) if ok else None
-
-
-def describe(site: OwnSite) -> str:
-    """The compile's source text, one line, at most 120 characters."""
-    text = _code(site.node)
-    return ("@" + text if isinstance(site.node, cst.Decorator) and not text.startswith("@") else text)[:120]
