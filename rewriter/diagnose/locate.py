@@ -137,23 +137,17 @@ def first_in_src(frames: list[tuple[str, int, str]], src: Path) -> tuple[str, in
     return None
 
 
-def _module_of_file(file: str) -> str | None:
-    """The imported module whose ``__file__`` is ``file`` (by real path), or None."""
+def _modules_by_file() -> dict[str, str]:
+    """Real path of each imported module's file -> the module's name (one walk of ``sys.modules``)."""
+    import os
     import sys
 
-    try:
-        want = Path(file).resolve()
-    except OSError:
-        return None
+    out: dict[str, str] = {}
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
-        if isinstance(path, str) and path.endswith(want.name):
-            try:
-                if Path(path).resolve() == want:
-                    return name
-            except OSError:
-                continue
-    return None
+        if isinstance(path, str):
+            out.setdefault(os.path.realpath(path), name)
+    return out
 
 
 def first_in_library(frames: list[tuple[str, int, str]], src: Path) -> tuple[str, int, str, str, list[str]] | None:
@@ -165,10 +159,15 @@ def first_in_library(frames: list[tuple[str, int, str]], src: Path) -> tuple[str
     :mod:`ast` (:func:`function_at`), the target checked as :func:`library_target_of` checks one.
     The fifth item is the chain of qualnames from the outermost frame to that one (what called it:
     whether a compiled unit's code leads there)."""
+    import os
+
+    by_file: dict[str, str] | None = None
     for k, (file, line, _func) in enumerate(frames):
         if relpath(src, file) is not None:
             return None
-        module = _module_of_file(file)
+        if by_file is None:
+            by_file = _modules_by_file()
+        module = by_file.get(os.path.realpath(file))
         if module is None or module.split(".")[0] in ("torch", "builtins", "functorch") or not _importable(module):
             continue
         qual = function_at(file, line)
