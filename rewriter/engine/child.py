@@ -515,6 +515,12 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
                 "new_graphs": after.unique_graphs - before.unique_graphs,
                 "new_recompiles": after.recompiles - before.recompiles,
             }
+            if job.get("replica"):
+                # a second timed process (engine.measure._replicates): its first process was
+                # judged, so no outputs are recorded or compared here
+                del out
+                result["shapes"].append(entry)
+                continue
             record: dict[str, Any] = {"output": _cpu(out[0] if training else out)}
             tokens = None if training else generated_tokens(out)
             generator = generator_of(model) if tokens is not None else None
@@ -567,7 +573,7 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
         except Exception as exc:  # noqa: BLE001 - a report-only reading never fails the variant
             result["runtime_compiles"] = {"frames": [], "modules": [], "src_imported": [],
                                           "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-        if variant == "eager":
+        if variant == "eager" and not job.get("replica"):
             result["block_share"] = _block_share(job, model, ref, training)
             from .compare import LOW_PRECISION
 
@@ -576,7 +582,7 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
             if job.get("reference"):
                 (ref / REFERENCE_DONE).touch()
         stance: dict[str, Any] = {"supported": fail_on_recompile_supported()}
-        if stance["supported"] and variant != "eager":
+        if stance["supported"] and variant != "eager" and not job.get("replica"):
             stance["ok"] = True
             try:
                 with torch.compiler.set_stance("fail_on_recompile"):
@@ -639,32 +645,58 @@ def serve(job: dict[str, Any], channel: Channel, model: Any) -> None:
 
     Protocol (one JSON object per line; commands on fd ``job["cmd_fd"]``, replies on
     ``job["reply_fd"]``, so the model's own prints cannot corrupt it):
-    ``{"op": "time", "shape": i, "warmup": w, "n": n}`` -> ``{"samples": [seconds, ...]}``;
+    ``{"op": "time", "shape": i, "warmup": w, "n": n, "burst_ms": b, "pin": cpu}`` ->
+    ``{"samples": [seconds, ...], "calls": k, "pinned": cpu or None}``;
     ``{"op": "exit"}`` or EOF -> return. The parent sends one ``time`` per variant in turn, so
     the variants run interleaved on one device while each stays in its own process (no shared
-    Dynamo caches, no re-compilation for timing).
+    Dynamo caches, no re-compilation for timing). With ``burst_ms`` > 0 a sample is one
+    :func:`.timing.time_burst` block (a lead-in call, then ``k`` back-to-back calls, ``k`` sized
+    once per shape after the warm-up from one timed call so the block lasts ``burst_ms``); else
+    one :func:`.timing.time_call`. ``pin`` (a CPU index, sent once) pins this process's main
+    thread, the one that launches the kernels, to that core (``os.sched_setaffinity``; threads
+    started afterwards inherit it): a pinned timing loop does not migrate between cores or share
+    one with another process's, as ``taskset``/``numactl`` pinning does for a benchmark.
     """
+    import os
+
     import torch
 
-    from .timing import time_call
+    from .timing import burst_calls, time_burst, time_call
 
     ref = Path(job["ref"])
     spec = job["harness"]
+    device = spec["device"]
     training = spec["mode"] == "training"
     fns: dict[int, Any] = {}
+    calls: dict[int, int] = {}
+    pinned = None
     channel.send({"ready": True})
     while True:
         request = channel.receive()
         if not request or request.get("op") != "time":
             break
+        if request.get("pin") is not None and pinned is None:
+            try:
+                os.sched_setaffinity(0, {int(request["pin"])})
+                pinned = int(request["pin"])
+            except (AttributeError, OSError, ValueError):
+                pinned = -1  # not pinnable here: said once in the reply, not retried
         i = int(request["shape"])
         if i not in fns:
             fns[i] = _step_fns(model, _inputs(job, i, ref), training)
+        burst_ms = float(request.get("burst_ms") or 0.0)
         try:
             for _ in range(int(request.get("warmup", 0))):
                 fns[i]()
-            samples = [time_call(fns[i], spec["device"]) for _ in range(int(request.get("n", 1)))]
-            reply: dict[str, Any] = {"samples": samples}
+            if burst_ms > 0 and i not in calls:
+                calls[i] = burst_calls(time_call(fns[i], device), burst_ms)
+            n = int(request.get("n", 1))
+            if burst_ms > 0:
+                samples = [time_burst(fns[i], device, calls[i]) for _ in range(n)]
+            else:
+                samples = [time_call(fns[i], device) for _ in range(n)]
+            reply: dict[str, Any] = {"samples": samples, "calls": calls.get(i, 1),
+                                     "pinned": pinned if pinned is not None and pinned >= 0 else None}
         except torch.cuda.OutOfMemoryError as exc:
             reply = {"error": {"kind": "oom", "message": str(exc).splitlines()[0]}}
         except Exception as exc:

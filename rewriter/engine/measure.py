@@ -19,6 +19,7 @@ and is never a plan.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -67,6 +68,14 @@ class Options:
             every other run) then no longer decides the plan, and the spread between the two
             processes is the run-to-run noise the decision uses (:func:`process_noise`).
             diagnose's search uses 2 on CUDA where the GPU has the memory for it.
+        burst_ms: on CUDA, a timed sample is the per-call time of a back-to-back block of calls
+            lasting about this many ms after one untimed lead-in call (:func:`.timing.time_burst`,
+            ``torch.utils.benchmark``'s blocked measurement), so every variant is timed in the
+            steady state of a loop rather than as one isolated call from a process woken cold;
+            0: one isolated call per sample (:func:`.timing.time_call`). On CPU always one call.
+        pin_cores: on CUDA, pin each timed process's main thread to its own CPU core for the
+            timing (:func:`.child.serve`) when the host has a core per process plus two to
+            spare; a note says whether it did.
     """
 
     out: Path | None = None
@@ -85,6 +94,8 @@ class Options:
     construct_on_device: bool = True
     parallel_cold: int = 1
     replicates: int = 1
+    burst_ms: float = 20.0
+    pin_cores: bool = True
 
 
 @dataclass
@@ -385,7 +396,7 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
         timed.update(_replicates(m, spec_run, timeable, by_name, job, workdir, caches, opts, children, deadline, emit))
         clock["replicates_s"] = time.perf_counter() - t_rep
     t_timing = time.perf_counter()
-    timing, samples, error = interleave(timed, spec_run.shapes, opts, emit, m.notes)
+    timing, samples, error = interleave(timed, spec_run.shapes, opts, emit, m.notes, device=spec_run.device)
     m.timing_wall_s = time.perf_counter() - t_timing
     if error:
         m.errors.append(f"the timing run failed: {error}")
@@ -459,7 +470,7 @@ def _replicates(m, spec_run, timeable, by_name, job, workdir, caches, opts, chil
         v = by_name[n]
         key = n + REPLICA
         children[key] = started[key] = ServedChild(
-            dict(job, phase="cold", variants=[n], tree=str(v.tree), prepare=v.prepare, reference=False,
+            dict(job, phase="cold", variants=[n], tree=str(v.tree), prepare=v.prepare, reference=False, replica=True,
                  library_modules=v.library_modules),
             workdir, f"replica-{n}", caches / n, opts.timeout_s,
         )
@@ -594,20 +605,45 @@ def _judge(row: dict[str, Any], v: Variant, payload: dict[str, Any], numerics_fa
         row.setdefault("notes", []).append("torch.compiler.set_stance is missing in this torch: fail_on_recompile check skipped")
 
 
+def pin_plan(names: list[str], cores: list[int]) -> dict[str, int]:
+    """The CPU core each timed process's main thread is pinned to: distinct cores from the top of
+    ``cores`` (the parent's affinity, sorted), leaving the lowest two for the parent, interrupts
+    and the driver's threads; empty (no pinning) when there are fewer than ``len(names) + 2``."""
+    cores = sorted(cores)
+    if len(cores) < len(names) + 2:
+        return {}
+    return {n: cores[-1 - k] for k, n in enumerate(names)}
+
+
 def interleave(
     children: dict[str, Any], shapes: list[dict[str, int]], opts: Options, emit: Callable[[str, str, Any], None] | None = None,
-    notes: list[str] | None = None,
+    notes: list[str] | None = None, device: str = "cpu",
 ) -> tuple[list[dict[str, Any]], list[dict[str, list[float]]], str | None]:
-    """Time every variant per shape: warm-up calls each, then rounds of one call per variant in
+    """Time every variant per shape: warm-up calls each, then rounds of one sample per variant in
     a rotating order (each in its own warm process), until ``opts.reps`` rounds or
-    ``opts.budget_s`` seconds (at least 3 rounds). Returns per-shape summaries, the raw samples
-    per shape (round order, paired across variants), or an error. A variant's second process
-    (``name + REPLICA``) that fails is dropped from then on, said in ``notes``: it is there to make
-    the figures robust, and its variant keeps its first process's."""
+    ``opts.budget_s`` seconds (at least 3 rounds). On CUDA a sample is a back-to-back block of
+    about ``opts.burst_ms`` (:func:`.timing.time_burst`) and each process is pinned to its own
+    core (``opts.pin_cores``, :func:`pin_plan`); on CPU one isolated call. Returns per-shape
+    summaries, the raw samples per shape (round order, paired across variants; seconds per
+    call), or an error. A variant's second process (``name + REPLICA``) that fails is dropped from
+    then on, said in ``notes``: it is there to make the figures robust, and its variant keeps its
+    first process's."""
     from .timing import summarize
 
     names = list(children)
     rows, raw = [], []
+    cuda = device.startswith("cuda")
+    burst = {"burst_ms": opts.burst_ms} if cuda and opts.burst_ms > 0 else {}
+    pins: dict[str, int] = {}
+    if cuda and opts.pin_cores and hasattr(os, "sched_getaffinity"):
+        pins = pin_plan(names, list(os.sched_getaffinity(0)))
+        if notes is not None:
+            notes.append(
+                f"each timed process's main thread pinned to its own CPU core ({len(pins)} processes)" if pins else
+                f"timed processes not pinned to cores: {len(names)} processes need {len(names) + 2} cores, "
+                f"{len(os.sched_getaffinity(0))} available"
+            )
+    calls: dict[str, set[int]] = {}
 
     def failed(n: str, reply: dict[str, Any], samples: dict[str, list[float]]) -> str | None:
         """The error that stops the timing, or None when ``n`` was a second process (dropped)."""
@@ -627,23 +663,35 @@ def interleave(
             emit("*", "timing", shape)
         samples: dict[str, list[float]] = {n: [] for n in names}
         for n in list(names):
-            reply = children[n].time(i, opts.warmup, 0)
+            extra = dict(burst, pin=pins[n]) if i == 0 and n in pins else burst
+            reply = children[n].time(i, opts.warmup, 0, **extra)
             if "error" in reply and (error := failed(n, reply, samples)):
                 return [], [], error
         started = time.perf_counter()
         for rep in range(opts.reps):
             k = rep % len(names)
             for n in names[k:] + names[:k]:
-                reply = children[n].time(i, 0, 1)
+                reply = children[n].time(i, 0, 1, **burst)
                 if "error" in reply:
                     if error := failed(n, reply, samples):
                         return [], [], error
                     continue
                 samples[n].extend(reply["samples"])
+                calls.setdefault(n, set()).add(int(reply.get("calls", 1)))
             if rep >= 2 and time.perf_counter() - started > opts.budget_s:
                 break
-        rows.append({"shape": shape, "timing": {n: summarize(v) for n, v in samples.items()}})
+        summary = {n: summarize(v) for n, v in samples.items()}
+        if burst:
+            for n, t in summary.items():
+                if t.get("n"):
+                    t["calls_per_sample"] = max(calls.get(n, {1}))
+        rows.append({"shape": shape, "timing": summary})
         raw.append(samples)
+    if burst and notes is not None:
+        notes.append(
+            f"each timing sample is the per-call time of a back-to-back block of about {opts.burst_ms:.0f} ms after "
+            "one untimed call (steady state of a loop, torch.utils.benchmark's blocked measurement)"
+        )
     return rows, raw, None
 
 

@@ -240,13 +240,17 @@ class ServedChild:
             "error": {"kind": "crash", "message": f"{self.name} exited with code {code} and wrote no result"}}
         return ChildResult(code, payload, wall, _tail(self.stderr_path))
 
-    def time(self, shape: int, warmup: int, n: int) -> dict[str, Any]:
-        """``{"samples": [s, ...]}`` of ``n`` timed calls of shape ``shape`` after ``warmup``
-        calls, or ``{"error": {...}}`` (the child raised, ran out of memory, exited or timed out)."""
+    def time(self, shape: int, warmup: int, n: int, burst_ms: float = 0.0, pin: int | None = None) -> dict[str, Any]:
+        """``{"samples": [s, ...], "calls", "pinned"}`` of ``n`` timed samples of shape ``shape``
+        after ``warmup`` calls (a sample is one call, or with ``burst_ms`` > 0 the per-call time of
+        a back-to-back block lasting about that many ms; ``pin``: the CPU core to pin the child's
+        main thread to; see :func:`.child.serve`), or ``{"error": {...}}`` (the child raised, ran
+        out of memory, exited or timed out)."""
         if not self.alive:
             return {"error": {"kind": "crash", "message": f"{self.name} is not running"}}
+        request = {"op": "time", "shape": shape, "warmup": warmup, "n": n, "burst_ms": burst_ms, "pin": pin}
         try:
-            self._cmd.write(json.dumps({"op": "time", "shape": shape, "warmup": warmup, "n": n}) + "\n")
+            self._cmd.write(json.dumps(request) + "\n")
             self._cmd.flush()
         except (BrokenPipeError, OSError):
             self.alive = False

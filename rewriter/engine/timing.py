@@ -8,6 +8,7 @@ warm up, report the median) but times one call per sample so variants can interl
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -41,6 +42,50 @@ def time_call(fn: Callable[[], Any], device: str) -> float:
     fn()
     sync(device)
     return time.perf_counter() - t0
+
+
+def time_burst(fn: Callable[[], Any], device: str, calls: int) -> float:
+    """Seconds per call of ``calls`` back-to-back calls of ``fn``, timed as a steady-state loop: one
+    untimed lead-in call first, then (CUDA) an event recorded behind its queued work, the calls,
+    and an event after them, so the timed calls start with the host warm and the device busy, as
+    each step of a training or serving loop does. This is ``torch.utils.benchmark``'s
+    ``Timer.blocked_autorange`` method (a block of ``number`` calls per measurement, the block's
+    time / ``number``), where :func:`time_call` times one isolated call: that exposes the first
+    kernel's launch latency and a host woken cold from a pipe read on every sample, which the H200
+    runs 16-23 saw as one process of a launch-heavy plan running 10-20% slower than the other
+    (BENCHMARKS.md, run 22c). On CPU: wall-clock from after the lead-in to a sync after the block.
+    ``calls`` >= 1."""
+    import torch
+
+    calls = max(1, int(calls))
+    if device.startswith("cuda"):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        fn()
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0 / calls
+    sync(device)
+    fn()
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync(device)
+    return (time.perf_counter() - t0) / calls
+
+
+def burst_calls(step_s: float, burst_ms: float, cap: int = 16) -> int:
+    """Calls per :func:`time_burst` block so the block lasts at least ``burst_ms`` ms, given one
+    call's ``step_s`` seconds: ``ceil(burst_ms / step_ms)``, between 1 and ``cap``. ``burst_ms``
+    <= 0: 1 (one call per block)."""
+    if burst_ms <= 0 or step_s <= 0:
+        return 1
+    return max(1, min(cap, math.ceil(burst_ms / (step_s * 1e3))))
 
 
 def wall_call(fn: Callable[[], Any], device: str) -> tuple[float, Any]:

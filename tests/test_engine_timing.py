@@ -1,0 +1,170 @@
+"""The engine's timing protocol: blocked (back-to-back) samples, core pinning, and second timed
+processes that skip the judging their first process did (issue 12)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rewriter.engine.measure import REPLICA, Options, interleave, pin_plan
+from rewriter.engine.timing import burst_calls, time_burst
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+
+
+def test_burst_calls_sizes_a_block_to_the_requested_milliseconds():
+    assert burst_calls(0.013, 20.0) == 2  # a 13 ms step: two calls make >= 20 ms
+    assert burst_calls(0.002, 20.0) == 10
+    assert burst_calls(0.0001, 20.0) == 16  # capped
+    assert burst_calls(0.050, 20.0) == 1
+    assert burst_calls(0.013, 0.0) == 1  # off: one call per sample
+
+
+def test_a_burst_sample_is_the_per_call_time_after_one_untimed_lead_in_call():
+    calls = []
+
+    def fn():
+        calls.append(1)
+
+    per_call = time_burst(fn, "cpu", 4)
+    assert len(calls) == 5  # the lead-in, then the four timed calls
+    assert per_call >= 0
+
+
+def test_pin_plan_gives_distinct_top_cores_and_leaves_two_for_the_parent():
+    plan = pin_plan(["eager", "whole", "whole#2"], list(range(8)))
+    assert plan == {"eager": 7, "whole": 6, "whole#2": 5}
+    assert len(set(plan.values())) == 3 and not {0, 1} & set(plan.values())
+    assert pin_plan(["a", "b", "c"], [0, 1, 2, 3]) == {}  # 3 processes need 5 cores: none pinned
+
+
+class _Child:
+    def __init__(self, ms: float):
+        self.ms, self.requests = ms, []
+
+    def time(self, shape, warmup, n, **kw):
+        self.requests.append((shape, warmup, n, kw))
+        return {"samples": [self.ms / 1e3] * n, "calls": 3 if kw.get("burst_ms") else 1}
+
+    def terminate(self):
+        pass
+
+
+def test_on_cuda_every_sample_is_a_block_and_each_process_is_pinned_once(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    kids = {"eager": _Child(20.0), "whole": _Child(10.0), "whole" + REPLICA: _Child(9.0)}
+    notes: list[str] = []
+    rows, _raw, error = interleave(kids, [{"batch": 1}, {"batch": 2}], Options(warmup=1, reps=4, budget_s=10.0),
+                                   notes=notes, device="cuda")
+    assert error is None
+    for name, kid in kids.items():
+        assert all(kw.get("burst_ms") == 20.0 for *_x, kw in kid.requests), kid.requests
+        pins = [kw["pin"] for *_x, kw in kid.requests if "pin" in kw]
+        assert len(pins) == 1 and kid.requests[0][3]["pin"] == pins[0]  # once, with the first warm-up
+    assert len({kid.requests[0][3]["pin"] for kid in kids.values()}) == 3
+    assert rows[0]["timing"]["whole"]["calls_per_sample"] == 3
+    assert any("pinned to its own CPU core (3 processes)" in n for n in notes), notes
+    assert any("back-to-back block of about 20 ms" in n for n in notes), notes
+
+
+def test_on_cpu_a_sample_is_one_isolated_call_and_nothing_is_pinned():
+    kids = {"eager": _Child(20.0), "whole": _Child(10.0)}
+    notes: list[str] = []
+    rows, _raw, error = interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3, budget_s=10.0), notes=notes)
+    assert error is None and notes == []
+    assert all(kw == {} for kid in kids.values() for *_x, kw in kid.requests)
+    assert "calls_per_sample" not in rows[0]["timing"]["whole"]
+
+
+def test_pinning_off_or_too_few_cores_is_said(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    kids = {"eager": _Child(20.0), "whole": _Child(10.0)}
+    notes: list[str] = []
+    interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3), notes=notes, device="cuda")
+    assert any("not pinned to cores: 2 processes need 4 cores, 3 available" in n for n in notes), notes
+    kids = {"eager": _Child(20.0), "whole": _Child(10.0)}
+    notes = []
+    interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3, pin_cores=False, burst_ms=0), notes=notes, device="cuda")
+    assert notes == [] and all(kw == {} for kid in kids.values() for *_x, kw in kid.requests)
+
+
+class _Channel:
+    def __init__(self, requests):
+        self.requests, self.sent = list(requests), []
+
+    def send(self, message):
+        self.sent.append(message)
+
+    def receive(self):
+        return self.requests.pop(0) if self.requests else None
+
+
+def test_serve_times_blocks_sized_once_per_shape_and_pins_the_main_thread(tmp_path):
+    import torch
+
+    from rewriter.engine.child import serve
+
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    torch.save((torch.randn(2, 4),), ref / "inputs_0.pt")
+    model = torch.nn.Linear(4, 4)
+    forwards = []
+    model.register_forward_hook(lambda *a: forwards.append(1))
+    job = {"ref": str(ref), "harness": {"device": "cpu", "mode": "inference"}}
+    has_affinity = hasattr(os, "sched_getaffinity")
+    before = os.sched_getaffinity(0) if has_affinity else None
+    core = min(before) if before else None
+    channel = _Channel([
+        {"op": "time", "shape": 0, "warmup": 2, "n": 0, "burst_ms": 1e6, "pin": core},
+        {"op": "time", "shape": 0, "warmup": 0, "n": 2, "burst_ms": 1e6},
+        {"op": "time", "shape": 0, "warmup": 0, "n": 1},
+    ])
+    try:
+        serve(job, channel, model)
+        pinned_to = os.sched_getaffinity(0) if has_affinity else None
+    finally:
+        if before:
+            os.sched_setaffinity(0, before)
+    ready, sizing, blocks, single = channel.sent
+    assert ready == {"ready": True}
+    assert sizing["samples"] == [] and sizing["calls"] == 16
+    assert len(blocks["samples"]) == 2 and blocks["calls"] == 16
+    assert len(single["samples"]) == 1
+    # 2 warm-up + 1 sizing call; 2 blocks of (1 lead-in + 16); 1 isolated call
+    assert len(forwards) == 2 + 1 + 2 * 17 + 1
+    if has_affinity:
+        assert sizing["pinned"] == core and pinned_to == {core}
+
+
+@pytest.mark.slow
+def test_a_second_timed_process_records_and_compares_no_outputs(tmp_path):
+    """A replica (engine.measure._replicates) is timed only: its first process was judged, so it
+    saves, loads and compares no outputs and runs neither the block share nor fail_on_recompile."""
+    from rewriter.engine.child import run_cold
+    from rewriter.plan import load_plan
+
+    shutil.copytree(FIXTURES / "validate" / "causal_bucket", tmp_path / "case")
+    plan = load_plan(tmp_path / "case" / "plan.yaml").plan
+    src = tmp_path / "case" / "src"
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    base = {"harness": plan.harness.model_dump(), "tree": str(src), "backend": "eager", "seed": 0, "ref": str(ref)}
+    import sys
+
+    try:
+        reference = run_cold(dict(base, variants=["eager"], reference=True))
+        judged = run_cold(dict(base, variants=["whole"], prepare="whole", reference=False))
+        replica = run_cold(dict(base, variants=["whole"], prepare="whole", reference=False, replica=True))
+        eager_replica = run_cold(dict(base, variants=["eager"], reference=False, replica=True))
+    finally:
+        sys.modules.pop("model", None)
+        sys.modules.pop("harness", None)
+    assert "block_share" in reference and "block_share" not in eager_replica
+    assert all("compare" in e for e in judged["shapes"]), judged["shapes"]
+    assert replica["shapes"] and not any("compare" in e for e in replica["shapes"])
+    assert len(replica["shapes"]) == len(plan.harness.shapes)
+    if judged["fail_on_recompile"]["supported"]:
+        assert "ok" in judged["fail_on_recompile"] and "ok" not in replica["fail_on_recompile"]
