@@ -383,7 +383,7 @@ def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_d
     r.measurement = {"candidates": found.table(), "pruned": found.pruned, "backend": found.backend,
                      "own_compile_setup": found.own_setup, "own_compile_runtime": found.runtime_setup,
                      "own_compile_disagreements": found.runtime_disagreements, "gain_measured": found.gain_measured, "allocator": found.allocator, "noise": found.noise, "chosen": found.choice.chosen, "decision": found.choice.text,
-                     "budget_s": budget_s or DEFAULT_BUDGET_S}
+                     "budget_s": budget_s or DEFAULT_BUDGET_S, "notes": found.notes, "clock": found.clock}
     r.verdict = found.choice.text
     chosen = found.chosen
     r.implies = "no change" if chosen is None or not chosen.plan.actions else f"the {chosen.name!r} plan"

@@ -71,6 +71,9 @@ class SearchOutcome:
     #: The process-to-process noise the decision used (:func:`rewriter.engine.measure.process_noise`),
     #: None when each plan was timed in one process.
     noise: dict[str, Any] | None = None
+    #: Where the measurement's wall time went, seconds per phase (the engine's
+    #: :attr:`rewriter.engine.measure.Measurement.clock`, plus ``timing_s``).
+    clock: dict[str, float] = field(default_factory=dict)
 
     @property
     def chosen(self) -> Candidate | None:
@@ -286,6 +289,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             out.timing = [{"shape": row["shape"], "timing": {("as-is" if k == "eager" else k): v for k, v in row["timing"].items()}}
                           for row in m.timing]
             out.notes.extend(m.notes)
+            out.clock = {k: round(v, 2) for k, v in m.clock.items()} | {"timing_s": round(m.timing_wall_s, 2)}
             out.seconds = round(time.perf_counter() - started, 2)
         samples = [{("as-is" if k == "eager" else k): v for k, v in per.items()} for per in m.samples]
         graphs = ((out.rows.get("as-is") or {}).get("compile") or {}).get("unique_graphs") or 0

@@ -363,6 +363,7 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
             return
     if not settle(0):
         return
+    clock["spawn_to_cold_phases_done_s"] = time.perf_counter() - t_spawn
     hp_run = (cold.get("eager") or {}).get("high_precision")
     if hp_run:
         if hp_run["dtype"] is None:
