@@ -174,8 +174,13 @@ def test_the_levers_prune_what_is_already_set_or_unsupported(tmp_path):
     actions, pruned = levers(_ctx(src))
     assert actions == []
     assert "+sdpa: LlamaForCausalLM already runs attn_implementation='sdpa'" in pruned, pruned
-    assert any(p.startswith("+flex_attention: no CUDA") for p in pruned), pruned
+    # on CPU and on CUDA an sdpa model gets no flex_attention twin either (H200 run 24: one per candidate)
+    actions, pruned = levers(_ctx(src, cuda=True))
+    assert actions == [] and any(p.startswith("+flex_attention: LlamaForCausalLM runs attn_implementation='sdpa'")
+                                 for p in pruned), pruned
     (src / "harness.py").write_text(harness("eager"))
+    actions, pruned = levers(_ctx(src))
+    assert [a.implementation for a in actions] == ["sdpa"] and any(p.startswith("+flex_attention: no CUDA") for p in pruned), pruned
     actions, pruned = levers(_ctx(src, cuda=True))
     assert [(a.target, a.implementation) for a in actions] == [(LLAMA, "sdpa"), (LLAMA, "flex_attention")], pruned
     assert "runs attn_implementation='eager'" in actions[0].why
@@ -223,3 +228,16 @@ def test_the_static_cache_candidate_gets_an_sdpa_twin(monkeypatch):
     out, _ = ac.with_attention(ctx, [static, asis])
     assert [c.name for c in out] == ["static-cache", "static-cache+sdpa", "as-is", "as-is+sdpa"]
     assert [a.action for a in out[1].plan.actions] == ["generation", "attention"]
+
+
+def test_a_model_whose_classes_lie_under_src_gets_no_attention_target(tmp_path):
+    """H200 run 24: Llama's modeling file copied under SRC; the walk up the bases ended at
+    transformers' generic PreTrainedModel, whose twin every plan check refused."""
+    import transformers
+
+    from rewriter.diagnose.attention_candidates import model_target
+
+    assert model_target(transformers.PreTrainedModel, tmp_path) is None
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
+
+    assert model_target(LlamaForCausalLM, tmp_path) == LLAMA

@@ -35,10 +35,12 @@ def test_a_burst_sample_is_the_per_call_time_after_one_untimed_lead_in_call():
 
 
 def test_pin_plan_gives_distinct_top_cores_and_leaves_two_for_the_parent():
-    plan = pin_plan(["eager", "whole", "whole#2"], list(range(8)))
+    plan = pin_plan(["eager", "whole", "whole#2"], list(range(8)), "own")
     assert plan == {"eager": 7, "whole": 6, "whole#2": 5}
     assert len(set(plan.values())) == 3 and not {0, 1} & set(plan.values())
-    assert pin_plan(["a", "b", "c"], [0, 1, 2, 3]) == {}  # 3 processes need 5 cores: none pinned
+    assert pin_plan(["a", "b", "c"], [0, 1, 2, 3], "own") == {}  # 3 processes need 5 cores: none pinned
+    assert pin_plan(["a", "b", "c"], [0, 1, 2, 3], "shared") == {"a": 3, "b": 3, "c": 3}
+    assert pin_plan(["a", "b"], [0, 1], "shared") == {} and pin_plan(["a"], list(range(8)), "off") == {}
 
 
 class _Child:
@@ -57,7 +59,7 @@ def test_on_cuda_every_sample_is_a_block_and_each_process_is_pinned_once(monkeyp
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     kids = {"eager": _Child(20.0), "whole": _Child(10.0), "whole" + REPLICA: _Child(9.0)}
     notes: list[str] = []
-    rows, _raw, error = interleave(kids, [{"batch": 1}, {"batch": 2}], Options(warmup=1, reps=4, budget_s=10.0),
+    rows, _raw, error = interleave(kids, [{"batch": 1}, {"batch": 2}], Options(warmup=1, reps=4, budget_s=10.0, pin="own"),
                                    notes=notes, device="cuda")
     assert error is None
     for name, kid in kids.items():
@@ -83,11 +85,16 @@ def test_pinning_off_or_too_few_cores_is_said(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
     kids = {"eager": _Child(20.0), "whole": _Child(10.0)}
     notes: list[str] = []
-    interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3), notes=notes, device="cuda")
+    interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3, pin="own"), notes=notes, device="cuda")
     assert any("not pinned to cores: 2 processes need 4 cores, 3 available" in n for n in notes), notes
     kids = {"eager": _Child(20.0), "whole": _Child(10.0)}
     notes = []
-    interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3, pin_cores=False, burst_ms=0), notes=notes, device="cuda")
+    interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3), notes=notes, device="cuda")  # the default: one shared core
+    assert [kw["pin"] for kid in kids.values() for *_x, kw in kid.requests if "pin" in kw] == [2, 2]
+    assert any("all pinned to CPU core 2 (2 processes" in n for n in notes), notes
+    kids = {"eager": _Child(20.0), "whole": _Child(10.0)}
+    notes = []
+    interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3, pin="off", burst_ms=0), notes=notes, device="cuda")
     assert notes == [] and all(kw == {} for kid in kids.values() for *_x, kw in kid.requests)
 
 

@@ -63,11 +63,14 @@ def _implementations(module: Any) -> set[str]:
 def model_target(cls: type, src: Any) -> str | None:
     """The plan target of ``cls`` for an ``attention`` action: ``cls`` itself when it is an
     installed package's class, else its nearest base that is (a subclass under SRC of
-    ``LlamaForCausalLM`` is matched by ``isinstance`` in the generated module), or None."""
+    ``LlamaForCausalLM`` is matched by ``isinstance`` in the generated module), or None. The
+    generic ``transformers.modeling_utils`` bases (``PreTrainedModel``) are never a target: a
+    model whose own classes all lie under SRC (a copied modeling file) has none, where the walk
+    used to end at ``PreTrainedModel``, which the plan then refused (H200 run 24)."""
     from .locate import library_target_of, target_of
 
     for klass in cls.__mro__:
-        if not callable(getattr(klass, "set_attn_implementation", None)):
+        if not callable(getattr(klass, "set_attn_implementation", None)) or klass.__module__ == "transformers.modeling_utils":
             break
         if target_of(klass, src) is None and (target := library_target_of(klass)) is not None:
             return target
@@ -100,6 +103,14 @@ def levers(ctx: Any) -> tuple[list[AttentionAction], list[str]]:
             label = f"+{impl}"
             if runs == {impl}:
                 pruned.append(f"{label}: {cls.__name__} already runs attn_implementation={impl!r}")
+                continue
+            if impl == "flex_attention" and runs == {"sdpa"}:
+                # FlexAttention's gain is on masks SDPA's fused kernels cannot take; on the plain
+                # causal/padding masks transformers passes it reaches about 90% of FlashAttention-2's
+                # forward (PyTorch blog, "FlexAttention", 2024-08), so against sdpa it is not worth a
+                # cold phase per candidate
+                pruned.append(f"{label}: {cls.__name__} runs attn_implementation='sdpa' (fused kernels), which "
+                              "FlexAttention at best matches on the masks transformers passes")
                 continue
             why = attention_support(cls, impl)
             if why is not None:

@@ -177,7 +177,10 @@ def _options(ctx: Context, timeout_s: float) -> Any:
         force_backend=ctx.backend if ctx.backend in NO_GAIN_BACKENDS else None,
         warmup=3 if cuda else 1,
         reps=30 if cuda else 5,
-        budget_s=10.0 if cuda else 1.0,
+        # seconds of rounds per shape: with blocked samples (engine.timing.time_burst) a round of
+        # eleven processes takes ~0.5 s on the H200 Llama, so 6 s is ~12 paired rounds per shape
+        # (H200 run 24: 10 s made the timing 21 s of the search's 145)
+        budget_s=6.0 if cuda else 1.0,
         timeout_s=timeout_s,
         # Two compiles at a time on a GPU host with the CPUs for it (H200, 16 cores: the Llama
         # search's cold phases were 140 s one after the other, BENCHMARKS.md run 18).

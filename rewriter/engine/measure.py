@@ -73,9 +73,12 @@ class Options:
             ``torch.utils.benchmark``'s blocked measurement), so every variant is timed in the
             steady state of a loop rather than as one isolated call from a process woken cold;
             0: one isolated call per sample (:func:`.timing.time_call`). On CPU always one call.
-        pin_cores: on CUDA, pin each timed process's main thread to its own CPU core for the
-            timing (:func:`.child.serve`) when the host has a core per process plus two to
-            spare; a note says whether it did.
+        pin: on CUDA, where each timed process's main thread runs during the timing
+            (:func:`.child.serve`, :func:`pin_plan`): ``shared``, all on one core (the rounds run
+            one process at a time, so they never contend for it, and every variant's host work
+            runs on the same core: per-core speed, which differs on a shared VM host, is paired
+            out like the drift the rotating rounds pair out); ``own``, each on its own core; ``off``,
+            where the scheduler puts them. A note says what was done.
     """
 
     out: Path | None = None
@@ -95,7 +98,7 @@ class Options:
     parallel_cold: int = 1
     replicates: int = 1
     burst_ms: float = 20.0
-    pin_cores: bool = True
+    pin: str = "shared"
 
 
 @dataclass
@@ -606,12 +609,16 @@ def _judge(row: dict[str, Any], v: Variant, payload: dict[str, Any], numerics_fa
         row.setdefault("notes", []).append("torch.compiler.set_stance is missing in this torch: fail_on_recompile check skipped")
 
 
-def pin_plan(names: list[str], cores: list[int]) -> dict[str, int]:
-    """The CPU core each timed process's main thread is pinned to: distinct cores from the top of
-    ``cores`` (the parent's affinity, sorted), leaving the lowest two for the parent, interrupts
-    and the driver's threads; empty (no pinning) when there are fewer than ``len(names) + 2``."""
+def pin_plan(names: list[str], cores: list[int], mode: str = "own") -> dict[str, int]:
+    """The CPU core each timed process's main thread is pinned to (:attr:`Options.pin`), from
+    ``cores`` (the parent's affinity), leaving the lowest two for the parent, interrupts and the
+    driver's threads: ``shared``, every process on the highest core (empty with fewer than 3
+    cores); ``own``, distinct cores from the top (empty with fewer than ``len(names) + 2``);
+    ``off``, empty (no pinning)."""
     cores = sorted(cores)
-    if len(cores) < len(names) + 2:
+    if mode == "shared":
+        return {n: cores[-1] for n in names} if len(cores) >= 3 else {}
+    if mode != "own" or len(cores) < len(names) + 2:
         return {}
     return {n: cores[-1 - k] for k, n in enumerate(names)}
 
@@ -636,14 +643,18 @@ def interleave(
     cuda = device.startswith("cuda")
     burst = {"burst_ms": opts.burst_ms} if cuda and opts.burst_ms > 0 else {}
     pins: dict[str, int] = {}
-    if cuda and opts.pin_cores and hasattr(os, "sched_getaffinity"):
-        pins = pin_plan(names, list(os.sched_getaffinity(0)))
+    if cuda and opts.pin != "off" and hasattr(os, "sched_getaffinity"):
+        have = len(os.sched_getaffinity(0))
+        pins = pin_plan(names, list(os.sched_getaffinity(0)), opts.pin)
         if notes is not None:
-            notes.append(
-                f"each timed process's main thread pinned to its own CPU core ({len(pins)} processes)" if pins else
-                f"timed processes not pinned to cores: {len(names)} processes need {len(names) + 2} cores, "
-                f"{len(os.sched_getaffinity(0))} available"
-            )
+            if pins and opts.pin == "shared":
+                notes.append(f"the timed processes' main threads all pinned to CPU core {next(iter(pins.values()))} "
+                             f"({len(pins)} processes, one running at a time): per-core speed is the same for every variant")
+            elif pins:
+                notes.append(f"each timed process's main thread pinned to its own CPU core ({len(pins)} processes)")
+            else:
+                need = 3 if opts.pin == "shared" else len(names) + 2
+                notes.append(f"timed processes not pinned to cores: {len(names)} processes need {need} cores, {have} available")
     calls: dict[str, set[int]] = {}
 
     def failed(n: str, reply: dict[str, Any], samples: dict[str, list[float]]) -> str | None:
