@@ -588,12 +588,21 @@ def _dynamo_config_names() -> tuple[str | None, frozenset[str]] | None:
         return None
     if spec is None or not spec.origin:
         return None
-    root = Path(spec.origin).parent
+    return _config_names(Path(spec.origin).parent)
+
+
+def _config_names(root: Path) -> tuple[str | None, frozenset[str]] | None:
+    """``(version, config names)`` of the torch package at ``root``: the names its
+    ``_dynamo/config.py`` assigns at module scope, as parsed by the definitions reader of
+    :mod:`rewriter.library_targets` (so a name in a comment, docstring or string is none); None
+    where that file cannot be read or parsed."""
+    from .library_targets import _definitions
+
     try:
-        text = (root / "_dynamo" / "config.py").read_text(encoding="utf-8")
-    except OSError:
+        defs, _ = _definitions(root / "_dynamo" / "config.py")
+    except (OSError, SyntaxError, ValueError):
         return None
-    names = frozenset(re.findall(r"^([A-Za-z_]\w*)\s*(?::[^=\n]+)?=(?!=)", text, flags=re.M))
+    names = frozenset(name for name, kind in defs.items() if kind == "value")
     try:
         found = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", (root / "version.py").read_text(encoding="utf-8"), flags=re.M)
     except OSError:
