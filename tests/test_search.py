@@ -117,7 +117,11 @@ def test_a_candidate_that_hits_the_recompile_limit_breaks_numerics_or_crashes_is
 
 @pytest.mark.slow
 def test_the_search_on_the_graph_break_workload_chooses_the_disable_and_its_report_lets_apply_through(tmp_path, capsys):
-    outcome, src, plan_out = _diagnose(tmp_path, "workloads/graph_break")
+    # the rungs the plan rests on, then the search; without batch scaling and the op mix, whose CPU
+    # timing on shared cores can read this small model as launch-bound (the rule then proposes a
+    # whole compile first, which the ladder's order then picks) or as GEMM-bound
+    outcome, src, plan_out = _diagnose(tmp_path, "workloads/graph_break",
+                                       only={"graph_breaks", "recompiles", "granularity", "search"})
     found = outcome.search
     names = [c.name for c in found.candidates]
     assert {"per-block", "per-block+disable", "whole+disable", "as-is"} <= set(names), names
