@@ -377,3 +377,21 @@ def test_a_second_process_that_fails_while_timing_is_dropped_not_the_whole_timin
     assert merged[0]["timing"]["whole"]["median_ms"] == pytest.approx(10.0)
     kids = {"eager": Fake(20.0), "whole": Fake(10.0, fail_at=2)}
     assert interleave(kids, [{"batch": 1}], opts)[2].startswith("whole: oom")
+
+
+def test_a_whole_model_candidate_never_disables_the_repeated_blocks_forward(tmp_path):
+    """fixtures/search/scalar_read: each Block's own forward reads ``.item()``, a graph break located
+    in ``Block.forward`` itself. A disable there would make the whole compile run every block eager
+    (it was 'whole+disable' and failed as a silent fallback); the whole-model candidate keeps the
+    break instead, says so in its notes, and is measured as the compile it is."""
+    outcome, _, _ = _diagnose(tmp_path, "search/scalar_read", only={"graph_breaks", "granularity", "search"})
+    found = outcome.search
+    by_name = {c.name: c for c in found.candidates}
+    assert "whole+disable" not in by_name, list(by_name)
+    whole = by_name["whole"]
+    assert [(a.action, a.target) for a in whole.plan.actions] == [("compile", "model.py::Net")]
+    assert any(n.startswith("graph break inside Block.forward itself at model.py:") and "no disable" in n
+               for n in whole.notes), whole.notes
+    for c in found.candidates:  # no candidate keeps the unit or its block eager
+        assert not {a.target for a in c.plan.actions if a.action == "disable"} & {"model.py::Block.forward", "model.py::Net.forward"}, c.name
+    assert not found.choice.status["whole"].startswith("failed"), found.choice.status
