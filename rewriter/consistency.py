@@ -177,14 +177,14 @@ def _mode(action: CompileAction) -> str:
     """The mode the plan writes: ``own_call``'s where it sets one (else the program's own, which is not
     the plan's), the new decorator's otherwise."""
     if action.own_call is not None:
-        return action.own_call.get("mode") or "default"
+        return action.own_call.mode or "default"
     return action.options.mode
 
 
 def _fullgraph(action: CompileAction) -> bool:
     """Whether the plan writes ``fullgraph=True`` (``own_call``: only where it sets it)."""
     if action.own_call is not None:
-        return action.own_call.get("fullgraph") is True
+        return action.own_call.fullgraph is True
     return action.options.fullgraph
 
 
@@ -250,7 +250,7 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
         if isinstance(c.action, CompileAction) and _own_call_form(facts, c) != "call":
             for qual in {c.target.qualname, *_callees(c.target)}:
                 regions.setdefault((c.target.relpath, qual), []).append(c)
-            if c.action.own_call is not None and c.action.own_call.get("fullgraph") is False:
+            if c.action.own_call is not None and c.action.own_call.fullgraph is False:
                 unfull |= {(c.target.relpath, q) for q in {c.target.qualname, *_callees(c.target)}}
     for b in bounds:
         if (isinstance(b.action, CompileAction) and _fullgraph(b.action) and not b.action.library

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator
 
 from .errors import StackpartError, near_names, near_path
 
@@ -254,6 +254,58 @@ OWN_CALL_DEFAULTS: dict[str, Any] = {"fullgraph": False, "dynamic": None, "mode"
 OWN_CALL_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
+class OwnCall(_Strict):
+    """The ``own_call:`` of a ``compile`` action: the keyword arguments of the program's own
+    ``torch.compile`` to set, limited to :data:`OWN_CALL_KEYS`; only the keys given change (a value
+    equal to torch's default removes the keyword, so ``dynamic: null`` removes ``dynamic=``). At
+    least one must be given; ``fullgraph``, ``mode`` and ``backend`` take no null.
+    """
+
+    fullgraph: StrictBool | None = Field(default=None, description="true or false")
+    dynamic: StrictBool | None = Field(default=None, description="true, false, or null (torch's default)")
+    mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] | None = None
+    backend: str | None = Field(default=None, description="a backend torch.compile knows by name")
+
+    @field_validator("fullgraph", "mode", "backend", mode="before")
+    @classmethod
+    def _not_null(cls, value: object, info: ValidationInfo) -> object:
+        if value is None:  # null is torch's default for dynamic only
+            raise ValueError(f"expected {_OWN_CALL_EXPECTED[info.field_name]}, got null")
+        return value
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, value: str) -> str:
+        if not _IDENT_RE.match(value):
+            raise ValueError(f"expected a backend name (an identifier), got {value!r}")
+        if value not in KNOWN_BACKENDS:  # as CompileOptions: a typo fails at the first call
+            hint = near_names(value, sorted(KNOWN_BACKENDS))
+            raise ValueError(f"unknown backend {value!r}; expected one torch.compile knows (e.g. 'inductor', "
+                             "'eager', 'aot_eager')" + (f" ({hint})" if hint else "")
+                             + "; a backend your code registers: edit the call by hand")
+        return value
+
+    @model_validator(mode="after")
+    def _one(self) -> "OwnCall":
+        if not self.model_fields_set:
+            raise ValueError("expected at least one of " + ", ".join(OWN_CALL_KEYS) + " to set")
+        return self
+
+    def edits(self) -> dict[str, Any]:
+        """The keyword arguments given, in :data:`OWN_CALL_KEYS` order (the order new ones are written)."""
+        return {k: getattr(self, k) for k in OWN_CALL_KEYS if k in self.model_fields_set}
+
+    @model_serializer
+    def _dump(self) -> dict[str, Any]:
+        # the keys given only: ``dynamic: null`` is an edit (remove ``dynamic=``), not a default to drop
+        return self.edits()
+
+
+#: What each :class:`OwnCall` key takes, for the refusal of a null.
+_OWN_CALL_EXPECTED = {"fullgraph": "true or false", "mode": "one of " + ", ".join(OWN_CALL_MODES),
+                      "backend": "a backend name"}
+
+
 class CompileAction(_Action):
     """Decorate the target (a function, or a class's ``forward``) with ``torch.compile``.
 
@@ -271,40 +323,22 @@ class CompileAction(_Action):
     action: Literal["compile"]
     strategy: Literal["region", "nested", "whole"] = "region"
     options: CompileOptions = Field(default_factory=CompileOptions)
-    own_call: dict[Any, Any] | None = Field(  # any key: _own_call names a wrong one with the keys expected
+    own_call: OwnCall | None = Field(
         default=None,
         description="edit the program's own torch.compile of the target (its @torch.compile, or the one "
         "torch.compile(...)/module.compile(...) call in its body) to these keyword arguments, instead of "
         "adding a second compile; only the keys named change (fullgraph, mode, dynamic, backend)",
     )
 
-    @field_validator("own_call")
+    @field_validator("own_call", mode="before")
     @classmethod
-    def _own_call(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _own_call(cls, value: object) -> object:
         if value is None:  # given as null (`own_call:` left empty): not read as "add a compile"
             raise ValueError("expected a mapping of " + ", ".join(OWN_CALL_KEYS) + " to set, got null; "
                              "leave own_call out to add a compile instead")
-        if not value:
-            raise ValueError("expected at least one of " + ", ".join(OWN_CALL_KEYS) + " to set")
-        for key, v in value.items():
-            if key not in OWN_CALL_KEYS:
-                hint = near_names(str(key), list(OWN_CALL_KEYS))
-                raise ValueError(f"unknown key {key!r}; expected one of {', '.join(OWN_CALL_KEYS)}"
-                                 + (f" ({hint})" if hint else ""))
-            if key == "fullgraph" and not isinstance(v, bool):
-                raise ValueError(f"fullgraph: expected true or false, got {v!r}")
-            if key == "dynamic" and v is not None and not isinstance(v, bool):
-                raise ValueError(f"dynamic: expected true, false or null, got {v!r}")
-            if key == "mode" and v not in OWN_CALL_MODES:
-                raise ValueError(f"mode: expected one of {', '.join(OWN_CALL_MODES)}, got {v!r}")
-            if key == "backend" and (not isinstance(v, str) or not _IDENT_RE.match(v)):
-                raise ValueError(f"backend: expected a backend name (an identifier), got {v!r}")
-            if key == "backend" and v not in KNOWN_BACKENDS:  # as CompileOptions: a typo fails at the first call
-                hint = near_names(v, sorted(KNOWN_BACKENDS))
-                raise ValueError(f"backend: unknown backend {v!r}; expected one torch.compile knows (e.g. 'inductor', "
-                                 "'eager', 'aot_eager')" + (f" ({hint})" if hint else "")
-                                 + "; a backend your code registers: edit the call by hand")
-        return {k: value[k] for k in OWN_CALL_KEYS if k in value}  # a stable order: the order written
+        if not isinstance(value, (dict, OwnCall)):
+            raise ValueError("expected a mapping of " + ", ".join(OWN_CALL_KEYS) + f" to set, got {value!r}")
+        return value
 
     @model_validator(mode="after")
     def _own_call_alone(self) -> "CompileAction":
@@ -554,12 +588,21 @@ def _dynamo_config_names() -> tuple[str | None, frozenset[str]] | None:
         return None
     if spec is None or not spec.origin:
         return None
-    root = Path(spec.origin).parent
+    return _config_names(Path(spec.origin).parent)
+
+
+def _config_names(root: Path) -> tuple[str | None, frozenset[str]] | None:
+    """``(version, config names)`` of the torch package at ``root``: the names its
+    ``_dynamo/config.py`` assigns at module scope, as parsed by the definitions reader of
+    :mod:`rewriter.library_targets` (so a name in a comment, docstring or string is none); None
+    where that file cannot be read or parsed."""
+    from .library_targets import _definitions
+
     try:
-        text = (root / "_dynamo" / "config.py").read_text(encoding="utf-8")
-    except OSError:
+        defs, _ = _definitions(root / "_dynamo" / "config.py")
+    except (OSError, SyntaxError, ValueError):
         return None
-    names = frozenset(re.findall(r"^([A-Za-z_]\w*)\s*(?::[^=\n]+)?=(?!=)", text, flags=re.M))
+    names = frozenset(name for name, kind in defs.items() if kind == "value")
     try:
         found = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", (root / "version.py").read_text(encoding="utf-8"), flags=re.M)
     except OSError:
@@ -855,8 +898,8 @@ def _strip_tags(loc: tuple) -> tuple:
     )
 
 
-def _fields_for(loc: tuple) -> list[str]:
-    """Field names allowed at the mapping a pydantic ``loc`` points into (for near-name hints)."""
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The model of the mapping a pydantic ``loc`` points into (None where it is no model's)."""
     model: type[BaseModel] = Plan
     parts = list(loc[:-1])
     if len(parts) >= 3 and parts[0] == "actions" and parts[2] in ACTION_MODELS:
@@ -866,9 +909,15 @@ def _fields_for(loc: tuple) -> list[str]:
         ann = info.annotation if info is not None else None
         nested = [c for c in (ann, *getattr(ann, "__args__", ())) if isinstance(c, type) and issubclass(c, BaseModel)]
         if not nested:
-            return []
+            return None
         model = nested[0]
-    return list(model.model_fields)
+    return model
+
+
+def _fields_for(loc: tuple) -> list[str]:
+    """Field names allowed at the mapping a pydantic ``loc`` points into (for near-name hints)."""
+    model = _model_at(loc)
+    return list(model.model_fields) if model is not None else []
 
 
 def field_path(loc: tuple) -> str:
@@ -880,13 +929,24 @@ def field_path(loc: tuple) -> str:
     return out or "<plan>"
 
 
+#: Models that are a mapping of named keys (``settings:``, ``own_call:``): an unknown key is named
+#: with the keys expected -> (what a key is called, the keys, what each takes).
+_KEYED: dict[type[BaseModel], tuple[str, tuple[str, ...], str]] = {
+    DynamoSettings: ("setting", DYNAMO_CONFIG_KEYS, " (true or false)"),
+    OwnCall: ("key", OWN_CALL_KEYS, ""),
+}
+
+
 def _describe(error: dict[str, Any]) -> tuple[str, str | None]:
     kind = error["type"]
     loc = _strip_tags(tuple(error["loc"]))
     name = field_path(loc)
-    if kind == "extra_forbidden" and len(error["loc"]) >= 2 and error["loc"][-2] == "settings" and "dynamo_config" in error["loc"]:
-        return (f"{field_path(loc[:-1])}: unknown setting {str(loc[-1])!r}; expected one of {', '.join(DYNAMO_CONFIG_KEYS)} "
-                "(true or false)", near_names(str(loc[-1]), DYNAMO_CONFIG_KEYS))
+    keyed = _KEYED.get(_model_at(tuple(error["loc"]))) if kind in ("extra_forbidden", "invalid_key") else None  # type: ignore[arg-type]
+    if keyed is not None:  # a mapping of named keys: the key as YAML read it (1, None), with the keys expected
+        word, keys, takes = keyed
+        key = error["input"] if kind == "invalid_key" else loc[-1]
+        return (f"{field_path(loc[:-1])}: unknown {word} {key!r}; expected one of {', '.join(keys)}{takes}",
+                near_names(str(key), keys))
     if kind == "extra_forbidden":
         return f"unknown field {name!r}", near_names(str(loc[-1]), _fields_for(tuple(error["loc"])))
     if kind == "missing":

@@ -21,7 +21,7 @@ import stat
 import sys
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
@@ -237,6 +237,52 @@ def read_bytes(
     """
     shown = str(path) if shown is None else shown
     limit = MAX_SOURCE_BYTES if limit is None else limit
+    fd, mode = _open_regular(path, shown, limit)
+    try:
+        return b"".join(_blocks(fd, shown, limit, 1 << 20)), mode
+    finally:
+        os.close(fd)
+
+
+def mentions(path: str | os.PathLike[str], needle: bytes, shown: str | None = None) -> bool:
+    """Whether the file at ``path`` contains ``needle``, read as :func:`read_bytes` reads it (a
+    regular file only, at most :data:`MAX_SOURCE_BYTES`) but in blocks, stopping at the first one
+    that holds it.
+
+    Raises:
+        StackpartError, Skipped: as :func:`read_bytes`.
+    """
+    shown = str(path) if shown is None else shown
+    fd, _ = _open_regular(path, shown, MAX_SOURCE_BYTES)
+    try:
+        tail = b""
+        for block in _blocks(fd, shown, MAX_SOURCE_BYTES, 1 << 16):
+            if needle in tail + block:
+                return True
+            tail = block[1 - len(needle):] if len(needle) > 1 else b""
+        return False
+    finally:
+        os.close(fd)
+
+
+def _blocks(fd: int, shown: str, limit: int, size: int) -> Iterator[bytes]:
+    """The blocks of up to ``size`` bytes read from ``fd`` to its end; :class:`Skipped` past
+    ``limit`` bytes (also from a file that grows while it is read)."""
+    total = 0
+    try:
+        while block := os.read(fd, min(size, limit + 1 - total)):
+            total += len(block)
+            if total > limit:
+                raise _too_big(total, shown, limit)
+            yield block
+    except OSError as exc:
+        raise StackpartError(f"cannot read: {exc.strerror}", path=shown) from None
+
+
+def _open_regular(path: str | os.PathLike[str], shown: str, limit: int) -> tuple[int, int]:
+    """``(descriptor, permission bits)`` of ``path`` opened for :func:`read_bytes`: refused
+    unless it is a regular file of at most ``limit`` bytes (by ``stat`` before the open, and by
+    ``fstat`` on what was opened). The caller closes the descriptor."""
     try:
         before = os.stat(path)  # refuse a device or FIFO before opening it (an open can have effects)
         if not stat.S_ISREG(before.st_mode):
@@ -254,23 +300,13 @@ def read_bytes(
         raise StackpartError(f"cannot read: {exc.strerror}", path=shown) from None
     try:
         st = os.fstat(fd)  # what was opened, not what the name pointed to a moment before
-        if not stat.S_ISREG(st.st_mode):
-            raise _not_regular(st.st_mode, shown)
-        chunks: list[bytes] = []
-        total = 0
-        while True:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > limit:
-                raise _too_big(total, shown, limit)
     except OSError as exc:
-        raise StackpartError(f"cannot read: {exc.strerror}", path=shown) from None
-    finally:
         os.close(fd)
-    return b"".join(chunks), stat.S_IMODE(st.st_mode)
+        raise StackpartError(f"cannot read: {exc.strerror}", path=shown) from None
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise _not_regular(st.st_mode, shown)
+    return fd, stat.S_IMODE(st.st_mode)
 
 
 def read_file(path: str | os.PathLike[str], shown: str | None = None) -> SourceFile:

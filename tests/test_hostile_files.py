@@ -337,3 +337,16 @@ def test_without_a_large_thread_a_deep_file_is_skipped_not_a_crash(monkeypatch):
     assert result.skipped.startswith("s.py: skipped: nested too deep for the parser"), result.skipped
     shallow = check_text(corpus.HEADER, "ok.py", ALL_RULES)
     assert [f.line for f in shallow.findings] == [corpus.FINDING_LINE]
+
+
+def test_mentions_reads_in_blocks_finds_a_needle_across_a_block_boundary_and_refuses_a_fifo(tmp_path):
+    """check's drift asks only whether a given file names ``_stackpart``: the guarded read of
+    :func:`rewriter.source.read_bytes`, in blocks, up to the first mention."""
+    path = tmp_path / "m.py"
+    path.write_bytes(b"#" * ((1 << 16) - 4) + b"_stackpart\n")  # straddles the first 64 KiB block
+    assert source.mentions(path, b"_stackpart")
+    assert not source.mentions(path, b"_stackpartx")
+    fifo = tmp_path / "f.py"
+    os.mkfifo(fifo)
+    with pytest.raises(source.Skipped, match="FIFO"):
+        source.mentions(fifo, b"_stackpart")

@@ -140,7 +140,7 @@ def test_plan_fields_are_checked():
         parse_plan(base % "own_call: {mode: reduce-overhead}, options: {fullgraph: true}")
     with pytest.raises(Exception, match="nested"):
         parse_plan(base % "own_call: {fullgraph: true}, strategy: nested")
-    assert parse_plan(base % "own_call: {fullgraph: false}").plan.actions[0].own_call == {"fullgraph": False}
+    assert parse_plan(base % "own_call: {fullgraph: false}").plan.actions[0].own_call.edits() == {"fullgraph": False}
 
 
 @pytest.mark.parametrize("value, why", [
@@ -148,7 +148,7 @@ def test_plan_fields_are_checked():
     ("null", "own_call: expected a mapping of fullgraph, dynamic, mode, backend to set"),
     ("", "own_call: expected a mapping of fullgraph, dynamic, mode, backend to set"),
     # a typo of a backend would be written and fail at the first call (InvalidBackend)
-    ("{backend: indcutor}", "own_call: backend: unknown backend 'indcutor'"),
+    ("{backend: indcutor}", "own_call.backend: unknown backend 'indcutor'"),
     # a key YAML reads as a number or null: named with the keys expected, not pydantic's "[key]"
     ("{1: true}", "own_call: unknown key 1; expected one of fullgraph, dynamic, mode, backend"),
     ("{null: true}", "own_call: unknown key None; expected one of fullgraph, dynamic, mode, backend"),
@@ -165,6 +165,25 @@ def test_own_call_null_or_an_unknown_backend_is_refused_at_its_line(tmp_path, ca
     assert len(err.strip().splitlines()) == 1 and f"{plan}:5" in err and why in err, err
     if "indcutor" in value:
         assert "did you mean 'inductor'" in err, err
+
+
+def test_own_call_is_a_schema_model_whose_errors_name_the_key_line_and_whose_edits_survive_the_plan_writer():
+    """``own_call`` is :class:`rewriter.plan.OwnCall`: a wrong value in block style is reported at its
+    own key's line, and ``dynamic: null`` (an edit: remove ``dynamic=``) is written back by diagnose's
+    plan writer, not dropped as a default."""
+    from rewriter.diagnose.report import plan_yaml
+    from rewriter.errors import StackpartError
+    from rewriter.plan import OwnCall
+
+    base = "version: 1\nactions:\n  - action: compile\n    target: m.py::f\n    own_call:\n%s"
+    with pytest.raises(StackpartError) as info:
+        parse_plan(base % "      mode: reduce-overhead\n      fullgraph: 3\n")
+    assert info.value.line == 7 and info.value.message.startswith("actions[0].own_call.fullgraph:"), str(info.value)
+    loaded = parse_plan(base % "      dynamic: null\n      mode: reduce-overhead\n")
+    own = loaded.plan.actions[0].own_call
+    assert isinstance(own, OwnCall) and own.edits() == {"dynamic": None, "mode": "reduce-overhead"}
+    again = parse_plan(plan_yaml(loaded.plan)).plan.actions[0].own_call
+    assert again.edits() == own.edits()
 
 
 def _src(tmp_path: Path) -> Path:

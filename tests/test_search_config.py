@@ -69,6 +69,28 @@ def test_the_installed_torch_has_both_knobs():
         assert key in names and isinstance(getattr(torch._dynamo.config, key), bool), key
 
 
+def test_config_names_are_the_assignments_not_names_in_strings_or_comments(tmp_path):
+    """A torch's config names are read by parsing its config.py: a name written at the start of a
+    line inside a docstring or a string, or in a comment, is no knob."""
+    from rewriter.plan import _config_names
+
+    (tmp_path / "_dynamo").mkdir()
+    (tmp_path / "_dynamo" / "config.py").write_text(
+        '"""The knobs.\n\ncapture_in_docstring = True\n"""\n'
+        "import os\n"
+        "capture_scalar_outputs = os.environ.get('X') == '1'\n"
+        "capture_annotated: bool = False\n"
+        "if os.name:\n    capture_in_if = True\n"
+        'NOTE = """\ncapture_in_string = True\n"""\n'
+        "# capture_in_comment = True\n"
+        "def helper():\n    capture_in_function = True\n"
+    )
+    (tmp_path / "version.py").write_text("__version__ = '9.9.9'\n")
+    version, names = _config_names(tmp_path)
+    assert version == "9.9.9"
+    assert names == {"capture_scalar_outputs", "capture_annotated", "capture_in_if", "NOTE"}, names
+
+
 def test_rewrite_writes_one_line_is_idempotent_and_check_reports_drift(tmp_path, capsys):
     src = tmp_path / "src"
     src.mkdir()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import ClassVar
@@ -21,7 +21,7 @@ import libcst as cst
 from libcst.codemod import Codemod, CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node, parse_template_statement
-from libcst.metadata import MetadataWrapper
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from pathlib import PurePosixPath
 
@@ -257,6 +257,8 @@ class TargetedCommand(NoCopyMetadata, VisitorBasedCodemodCommand):
         #: The module's imports (:func:`imported_names`), for recognising existing decorators.
         self.imports: dict[str, str] = {}
         self.tree: cst.Module | None = None
+        #: ``(module, its node positions)``: :meth:`_positions`' one resolution per module
+        self._resolved: tuple[cst.Module, Mapping[cst.CSTNode, CodeRange]] | None = None
 
     def visit_Module(self, node: cst.Module) -> bool:
         self.prepare(node, imported_names(node), torch_alias(node))
@@ -327,15 +329,22 @@ class TargetedCommand(NoCopyMetadata, VisitorBasedCodemodCommand):
     def _line(self, node: cst.CSTNode | None) -> str:
         """``file.py:LINE`` of ``node`` in the module (the file alone where it cannot be placed)."""
         where = self.action.file
-        if node is None or self.tree is None:
-            return where
-        from libcst.metadata import MetadataWrapper, PositionProvider
-
-        try:
-            pos = MetadataWrapper(self.tree, unsafe_skip_copy=True).resolve(PositionProvider).get(node)
-        except Exception:  # noqa: BLE001 - a position is a courtesy in an error already being raised
-            pos = None
+        pos = self._positions().get(node) if node is not None else None
         return f"{where}:{pos.start.line}" if pos is not None else where
+
+    def _positions(self) -> Mapping[cst.CSTNode, CodeRange]:
+        """LibCST's positions of :attr:`tree`'s nodes, resolved once per module this action sees
+        (empty without a module, or where they cannot be resolved)."""
+        if self.tree is None:
+            return {}
+        if self._resolved is None or self._resolved[0] is not self.tree:
+            try:
+                found: Mapping[cst.CSTNode, CodeRange] = MetadataWrapper(
+                    self.tree, unsafe_skip_copy=True).resolve(PositionProvider)
+            except Exception:  # noqa: BLE001 - a position is a courtesy in an error already being raised
+                found = {}
+            self._resolved = (self.tree, found)
+        return self._resolved[1]
 
     def generate(self, module_name: str, template: str, **values: object) -> None:
         """Render ``template`` into ``<vendored package>/<module_name>.py`` (and its ``__init__``)."""

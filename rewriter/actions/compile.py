@@ -103,7 +103,7 @@ class CompileCommand(TargetedCommand):
 
     def edit_own(self, func: cst.FunctionDef) -> cst.FunctionDef:
         """The program's own compile on ``func`` with the plan's ``own_call`` keyword arguments."""
-        edits = self.action.own_call or {}
+        edits = self.action.own_call.edits() if self.action.own_call is not None else {}
         try:
             sites = find_sites(func, self.imports)
             if not sites:

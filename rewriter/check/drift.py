@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..diff import unified_diff
+from ..errors import StackpartError
 from ..plan import LoadedPlan
 from ..rewrite import FileChange, plan_rewrite
 
@@ -73,10 +74,16 @@ def is_vendored(relpath: str) -> bool:
 
 
 def _imports_vendored(path: str) -> bool:
-    """Whether the file at ``path`` mentions the vendored package (imports generated code)."""
+    """Whether the Python file at ``path`` mentions the vendored package (imports generated code),
+    read up to the first mention (:func:`rewriter.source.mentions`: a regular file only); a YAML
+    file (a plan passed for drift) or a file that cannot be read does not."""
+    from ..source import mentions
     from ..vendor import VENDOR_PACKAGE
+    from .runner import NOT_PYTHON
 
+    if Path(path).suffix in NOT_PYTHON:
+        return False
     try:
-        return VENDOR_PACKAGE in Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        return mentions(path, VENDOR_PACKAGE.encode())
+    except StackpartError:
         return False

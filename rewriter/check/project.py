@@ -474,6 +474,12 @@ def _is_summary(value: object) -> bool:
             and isinstance(value.get("sites"), list) and all(_is_site(s) for s in value["sites"]))
 
 
+def _is_entry(value: object) -> bool:
+    """The shape of a cache entry, ``[mtime_ns, size, can_start_a_reach, summary or None]``
+    (:meth:`Project._entry`)."""
+    return isinstance(value, list) and len(value) == 4 and (value[3] is None or _is_summary(value[3]))
+
+
 def compile_lines(data: bytes) -> list[int]:
     """1-based lines of ``data`` where the compile needle matches (a call or a decorator)."""
     out, line, pos = [], 1, 0
@@ -645,7 +651,8 @@ class Project:
             return {}
         if not isinstance(data, dict) or data.get("version") != CACHE_VERSION or not isinstance(data.get("files"), dict):
             return {}
-        return data["files"]
+        # each entry's shape checked once, here: one that is not an entry is read again by _entry
+        return {rel: entry for rel, entry in data["files"].items() if rel in self.files and _is_entry(entry)}
 
     def save(self) -> None:
         """Write the cache when something changed (atomically; an unwritable root is no error)."""
@@ -678,9 +685,8 @@ class Project:
             st = os.stat(full)
         except OSError:
             return None
-        entry = self._cache.get(rel)
-        if (isinstance(entry, list) and len(entry) == 4 and entry[0] == st.st_mtime_ns and entry[1] == st.st_size
-                and (entry[3] is None or _is_summary(entry[3]))):
+        entry = self._cache.get(rel)  # of the shape _is_entry checks (loaded so, or made here)
+        if entry is not None and entry[0] == st.st_mtime_ns and entry[1] == st.st_size:
             return entry
         data = self._read(rel)
         seed = b"torch" in data and bool(_COMPILE_RE.search(data))

@@ -14,6 +14,8 @@ Rules, in order (DESIGN.md "The diagnostic ladder"; partitioning-the-stack):
 * otherwise → ``compile`` per repeated block (``strategy: region``), or the model as its own
   region when there is no block;
 * helpers that break graphs, or read per-instance state that recompiles the block → ``disable``;
+  never the compiled unit's own ``forward`` nor the repeated block's under a compile of the model (a
+  break located there is kept, and the candidate's notes say so);
   a guard inside the block's own ``forward`` → no compile of that block (its regions would fall
   back to eager silently, worse than no plan);
 * dims that vary across the harness shapes → ``mark_dynamic`` on every tensor that enters the
@@ -231,8 +233,15 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                 why=why,
             )
         )
-        unit_qual = _qual(model_target) + ".forward"
-        _disables(actions, breaks, {unit_qual}, "whole-model compile")
+        block_forward = _block_forward(block, block_target)
+        kept = _breaks_at(breaks, block_forward)
+        if kept:
+            notes.append(
+                f"graph break inside {block_forward} itself at {', '.join(kept[:3])}: the whole-model compile keeps it, no "
+                f"disable (a disabled {block_forward} would run every block eager under the compile), so the compiled model "
+                "runs as more than one graph (measured so by the search); rewrite that line to stay in the graph to get one"
+            )
+        _disables(actions, breaks, _units(model_target, block_forward), "whole-model compile")
         return Decision(_plan(spec, ctx, actions), notes)
     if unit == "whole":
         return Decision(_plan(spec, ctx, actions), notes)
@@ -282,7 +291,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
             reached = names_reached(ctx.session.src / block_target.split("::", 1)[0], forward_qual) if block["target"] else None
             disabled = _disables(actions, breaks, {forward_qual}, "per-block compile", notes, reached) if disables else False
             gran = m("granularity")
-            own = sorted({f.where for f in breaks if f.function == forward_qual})
+            own = _breaks_at(breaks, forward_qual)
             in_block_break = bool(own)
             if own:
                 notes.append(
@@ -332,8 +341,27 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                 why=f"{_unit_evidence(block, m('granularity'))}: the model is the unit; op mix GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%)",
             )
         )
-        _disables(actions, breaks, {_qual(model_target) + '.forward'}, "model compile")
+        _disables(actions, breaks, _units(model_target, _block_forward(block, block_target)), "model compile")
     return Decision(_plan(spec, ctx, actions), notes)
+
+
+def _block_forward(block: dict | None, block_target: str | None) -> str | None:
+    """The qualname of the repeated block's ``forward`` (what a compile of the model runs once per
+    block), or None without a block."""
+    if block is None:
+        return None
+    return (_qual(block_target) if block_target else block["cls"].__qualname__) + ".forward"
+
+
+def _units(model_target: str, block_forward: str | None) -> set[str]:
+    """The functions a compile of the model never disables: its own ``forward`` and the repeated
+    block's (a disable there would run the whole unit, or every block, eager)."""
+    return {_qual(model_target) + ".forward", *([block_forward] if block_forward else [])}
+
+
+def _breaks_at(breaks: list, qual: str | None) -> list[str]:
+    """``file:line`` of the graph breaks located in the function ``qual`` itself, sorted."""
+    return sorted({f.where for f in breaks if qual is not None and f.function == qual})
 
 
 def _source_disabled(cls: Any, reached: set[str] | None) -> list[str]:
@@ -367,8 +395,8 @@ def _unit_evidence(block: dict | None, gran: dict) -> str:
 
 
 def _disables(actions: list, breaks: list, units: set[str], what: str, notes: list | None = None, reached: set[str] | None = None) -> bool:
-    """``disable`` every helper (not the compiled unit itself) that breaks the graph inside the
-    compiled unit.
+    """``disable`` every helper that breaks the graph inside the compiled unit; never a function of
+    ``units`` (the unit's own ``forward``, and for a compile of the model the repeated block's).
 
     ``reached``, for a unit smaller than the model: the names its code can reach
     (:func:`.locate.names_reached`). A helper that no break's call chain (``Finding.callers``)

@@ -124,7 +124,7 @@ def action_text(a: Any) -> str:
     text = f"{a.action} {a.target}"
     if a.action == "compile":
         if getattr(a, "own_call", None):
-            return text + " (the program's own compile, edited: " + ", ".join(f"{k}={v!r}" for k, v in a.own_call.items()) + ")"
+            return text + " (the program's own compile, edited: " + ", ".join(f"{k}={v!r}" for k, v in a.own_call.edits().items()) + ")"
         return text + f" ({a.strategy}{', ' + a.options.mode if a.options.mode != 'default' else ''})"
     if a.action == "attention":
         return text + f" (set_attn_implementation({a.implementation!r}))"
