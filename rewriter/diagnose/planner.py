@@ -144,6 +144,13 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
     # a block of an installed package (transformers' GPT2Block) is targeted by import path and
     # applied from the plan's site (DESIGN.md, "Library models")
     block_target = (block["target"] or library_target_of(block["cls"])) if block is not None else None
+    # the model's own list of its repeated blocks (_repeated_blocks: diffusers' regional
+    # compilation): every declared class is a per-block target, not only the first
+    declared = ctx.cache.get("declared")
+    if declared is not None:
+        notes.extend(declared.notes())
+    also = [(b, b["target"] or library_target_of(b["cls"])) for b in blocks[1:] if b.get("declared")] \
+        if block is not None and block.get("declared") else []
 
     # kernel: a dominant non-GEMM op
     top = m("top_ops")
@@ -277,12 +284,17 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                         )
                     )
         if block is not None:
-            # names the block's code reaches, read from its file under SRC (a library block's
+            units = {forward_qual, *(_qual(t) + ".forward" for _, t in also)}
+            # names the blocks' code reaches, read from their files under SRC (a library block's
             # breaks have no SRC function, so its disables are never pruned by this)
-            reached = names_reached(ctx.session.src / block_target.split("::", 1)[0], forward_qual) if block["target"] else None
-            disabled = _disables(actions, breaks, {forward_qual}, "per-block compile", notes, reached) if disables else False
+            reached = None
+            if block["target"] and all(b["target"] for b, _ in also):
+                reached = set()
+                for t in [block_target, *(t for _, t in also)]:
+                    reached |= names_reached(ctx.session.src / t.split("::", 1)[0], _qual(t) + ".forward")
+            disabled = _disables(actions, breaks, units, "per-block compile", notes, reached) if disables else False
             gran = m("granularity")
-            own = sorted({f.where for f in breaks if f.function == forward_qual})
+            own = sorted({f.where for f in breaks if f.function in units})
             in_block_break = bool(own)
             if own:
                 notes.append(
@@ -291,30 +303,42 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                     "compiled; rewrite it to stay in the graph (torch.where / torch.cond for a data-dependent branch, a tensor "
                     "instead of .item()) to get one graph per block"
                 )
-            helper_breaks = not disables and any(f.function != forward_qual for f in breaks)
+            helper_breaks = not disables and any(f.function not in units for f in breaks)
             # a helper the source keeps eager is a graph break whether or not the rung saw it
-            kept_eager = _source_disabled(block["cls"], reached)
+            kept_eager = [n for b in [block, *(b for b, _ in also)] for n in _source_disabled(b["cls"], reached)]
             if kept_eager:
                 notes.append(f"{forward_qual} reaches {', '.join(kept_eager[:3])}, which the source keeps eager with "
                              "@torch.compiler.disable: the block is compiled without fullgraph (a disabled call is a graph break)")
             options = CompileOptions(fullgraph=not disabled and not in_block_break and not helper_breaks and not kept_eager
                                      and not any(isinstance(a, DisableAction) for a in actions))
             share = gran.get("share")
-            actions.append(
-                CompileAction(
-                    action="compile",
-                    target=block_target,
-                    strategy="region",
-                    options=options,
-                    why=f"granularity: {len(block['modules'])} x {block['cls'].__name__} in {block['name']}"
-                    + (f" = {share:.0%} of the step" if share is not None else "")
-                    + (
-                        f"; launch-bound ({bs['fixed_share']:.0%} fixed overhead) but shapes vary: per-block compile, no CUDA graphs"
-                        if launch
-                        else f"; op mix: GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%), fusible {opmix.get('fusible_share', 0):.0%}"
+            reason = (
+                f"; launch-bound ({bs['fixed_share']:.0%} fixed overhead) but shapes vary: per-block compile, no CUDA graphs"
+                if launch
+                else f"; op mix: GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%), fusible {opmix.get('fusible_share', 0):.0%}"
+            )
+            if block.get("declared"):
+                # the targets are the model's declaration, the share the declared blocks' together
+                # (granularity rung); the search measures this candidate like any other
+                listed = " + ".join(f"{len(b['modules'])} x {b['cls'].__name__}" for b in [block, *(b for b, _ in also)])
+                for b, t in [(block, block_target), *also]:
+                    actions.append(CompileAction(
+                        action="compile", target=t, strategy="region", options=options,
+                        why=f"declared: {block['declared']} lists {b['cls'].__name__} (the model's own regional-compilation "
+                            f"blocks, what diffusers' compile_repeated_blocks compiles); granularity: {listed}"
+                            + (f" = {share:.0%} of the step" if share is not None else "") + reason))
+            else:
+                actions.append(
+                    CompileAction(
+                        action="compile",
+                        target=block_target,
+                        strategy="region",
+                        options=options,
+                        why=f"granularity: {len(block['modules'])} x {block['cls'].__name__} in {block['name']}"
+                        + (f" = {share:.0%} of the step" if share is not None else "")
+                        + reason
                     )
                 )
-            )
             if marks:
                 _mark_dynamic(actions, notes, blocks[0], rc, block_target)
             return Decision(_plan(spec, ctx, actions), notes)
