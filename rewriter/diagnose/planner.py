@@ -227,7 +227,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
             if not stable:
                 why += f"; shapes vary across {rc.get('shapes', 1)} shapes: automatic dynamic shapes"
         if block is not None:  # the blocks exist: say what was found (the search measures per-block against it)
-            why += f"; {_unit_evidence(block, m('granularity'))}"
+            why += f"; {_unit_evidence(block, m('granularity'), [b for b, _ in also])}"
         why += ("; CUDA graphs need one large capture" if mode == "reduce-overhead" else ("; CPU: no CUDA graphs" if not ctx.session.cuda else ""))
         actions.append(
             CompileAction(
@@ -353,7 +353,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                 action="compile",
                 target=model_target,
                 strategy="region",
-                why=f"{_unit_evidence(block, m('granularity'))}: the model is the unit; op mix GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%)",
+                why=f"{_unit_evidence(block, m('granularity'), [b for b, _ in also])}: the model is the unit; op mix GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%)",
             )
         )
         _disables(actions, breaks, {_qual(model_target) + '.forward'}, "model compile")
@@ -374,15 +374,20 @@ def _source_disabled(cls: Any, reached: set[str] | None) -> list[str]:
     return found
 
 
-def _unit_evidence(block: dict | None, gran: dict) -> str:
+def _unit_evidence(block: dict | None, gran: dict, also: list[dict] | None = None) -> str:
     """What the granularity rung found, for a whole-model ``why:``: the repeated block with its
     measured share of the step (and where it lives: under SRC, an installed package), or that none
-    was found."""
+    was found. ``also``: the other classes the model declares beside ``block`` (``_repeated_blocks``,
+    :mod:`.declared`), whose share the rung measured together with it."""
     if block is None:
         return "no repeated block found (a ModuleList/Sequential of 2+ modules of one class)"
     share = gran.get("share") if gran.get("block") == block["name"] else None
-    text = f"repeated block {len(block['modules'])} x {block['cls'].__name__} in {block['name']}" + (
-        f" = {share:.0%} of the step" if share is not None else " (share not measured)")
+    if block.get("declared"):
+        listed = " + ".join(f"{len(b['modules'])} x {b['cls'].__name__}" for b in [block, *(also or [])])
+        text = f"repeated blocks declared by {block['declared']}: {listed}"
+    else:
+        text = f"repeated block {len(block['modules'])} x {block['cls'].__name__} in {block['name']}"
+    text += f" = {share:.0%} of the step" if share is not None else " (share not measured)"
     if not block["target"]:
         lib = library_target_of(block["cls"])
         text += (f", in an installed package ({lib}: the per-block candidate applies it from the plan's site)" if lib
