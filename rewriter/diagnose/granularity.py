@@ -75,9 +75,10 @@ def _declared_groups(model: Any, src: Any, declared: Any) -> list[Any]:
     groups = []
     for cls, inst in zip(declared.classes, declared.instances):
         if not (target_of(cls, src) or library_target_of(cls)):
-            declared.unresolved.append(
-                f"{cls.__name__!r} ({declared.source}) is {cls.__module__}.{cls.__qualname__}, neither under SRC nor "
-                "importable by path: not a compile target")
+            line = (f"{cls.__name__!r} ({declared.source}) is {cls.__module__}.{cls.__qualname__}, neither under SRC nor "
+                    "importable by path: not a compile target")
+            if line not in declared.unresolved:
+                declared.unresolved.append(line)
             continue
         conts: dict[str, Any] = {}
         shapes: dict[tuple, Any] = {}
