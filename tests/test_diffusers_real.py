@@ -139,6 +139,7 @@ def test_the_declared_repeated_blocks_are_planned_rewritten_and_run_compiled(tmp
     proc = subprocess.run(["git", "apply", "--check", "-v", "-"], input=patch, cwd=src, capture_output=True)
     assert proc.returncode == 0, proc.stderr
     assert main(["rewrite", "--plan", str(out / "plan.yaml"), str(src), "--apply", "--no-validate"]) == 0
+    assert main(["rewrite", "--plan", str(out / "plan.yaml"), str(src), "--check"]) == 0  # idempotent: nothing pending
     library = (src / "_stackpart" / "library.py").read_text()
     assert f"from {FLUX} import FluxTransformerBlock" in library and "FluxSingleTransformerBlock" in library
 

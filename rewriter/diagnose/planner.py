@@ -12,7 +12,10 @@ Rules, in order (DESIGN.md "The diagnostic ladder"; partitioning-the-stack):
 * launch-bound with stable shapes → ``compile`` of the model's entry, ``strategy: whole``, with
   ``mode: reduce-overhead`` (CUDA graphs) on CUDA;
 * otherwise → ``compile`` per repeated block (``strategy: region``), or the model as its own
-  region when there is no block;
+  region when there is no block; a model that declares its repeated blocks (``_repeated_blocks``,
+  diffusers' regional-compilation list, :mod:`.declared`) gets one ``compile`` per declared class,
+  whatever the structural finder picks (the why says so); the recompiles and instance-recompile
+  rungs, and so the ``mark_dynamic`` s and guard reading, look at the first declared class;
 * helpers that break graphs, or read per-instance state that recompiles the block → ``disable``;
   a guard inside the block's own ``forward`` → no compile of that block (its regions would fall
   back to eager silently, worse than no plan);
