@@ -86,10 +86,11 @@ def _nested(ctx: Context, region: Plan, whole: Plan) -> Plan | None:
     if not blocks or not wholes:
         return None
     keep = [a for a in region.actions if a.action not in ("compile", "mark_dynamic")]
-    nested = CompileAction(action="compile", target=blocks[0].target, strategy="nested",
-                           why="nested_compile_region: the block traced once inside one whole-model graph")
+    # every block the region plan compiles (a model's declared _repeated_blocks may be several classes)
+    nested = [CompileAction(action="compile", target=b.target, strategy="nested",
+                            why="nested_compile_region: the block traced once inside one whole-model graph") for b in blocks]
     whole_c = wholes[0].model_copy(update={"options": CompileOptions()})
-    return region.model_copy(update={"actions": keep + [nested, whole_c]})
+    return region.model_copy(update={"actions": keep + nested + [whole_c]})
 
 
 def _is_compile(code: str) -> bool:

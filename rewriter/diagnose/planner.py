@@ -12,7 +12,10 @@ Rules, in order (DESIGN.md "The diagnostic ladder"; partitioning-the-stack):
 * launch-bound with stable shapes → ``compile`` of the model's entry, ``strategy: whole``, with
   ``mode: reduce-overhead`` (CUDA graphs) on CUDA;
 * otherwise → ``compile`` per repeated block (``strategy: region``), or the model as its own
-  region when there is no block;
+  region when there is no block; a model that declares its repeated blocks (``_repeated_blocks``,
+  diffusers' regional-compilation list, :mod:`.declared`) gets one ``compile`` per declared class,
+  whatever the structural finder picks (the why says so); the recompiles and instance-recompile
+  rungs, and so the ``mark_dynamic`` s and guard reading, look at the first declared class;
 * helpers that break graphs, or read per-instance state that recompiles the block → ``disable``;
   never the compiled unit's own ``forward`` nor the repeated block's under a compile of the model (a
   break located there is kept, and the candidate's notes say so);
@@ -146,6 +149,13 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
     # a block of an installed package (transformers' GPT2Block) is targeted by import path and
     # applied from the plan's site (DESIGN.md, "Library models")
     block_target = (block["target"] or library_target_of(block["cls"])) if block is not None else None
+    # the model's own list of its repeated blocks (_repeated_blocks: diffusers' regional
+    # compilation): every declared class is a per-block target, not only the first
+    declared = ctx.cache.get("declared")
+    if declared is not None:
+        notes.extend(declared.notes())
+    also = [(b, b["target"] or library_target_of(b["cls"])) for b in blocks[1:] if b.get("declared")] \
+        if block is not None and block.get("declared") else []
 
     # kernel: a dominant non-GEMM op
     top = m("top_ops")
@@ -222,7 +232,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
             if not stable:
                 why += f"; shapes vary across {rc.get('shapes', 1)} shapes: automatic dynamic shapes"
         if block is not None:  # the blocks exist: say what was found (the search measures per-block against it)
-            why += f"; {_unit_evidence(block, m('granularity'))}"
+            why += f"; {_unit_evidence(block, m('granularity'), [b for b, _ in also])}"
         why += ("; CUDA graphs need one large capture" if mode == "reduce-overhead" else ("; CPU: no CUDA graphs" if not ctx.session.cuda else ""))
         actions.append(
             CompileAction(
@@ -241,7 +251,8 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                 f"disable (a disabled {block_forward} would run every block eager under the compile), so the compiled model "
                 "runs as more than one graph (measured so by the search); rewrite that line to stay in the graph to get one"
             )
-        _disables(actions, breaks, _units(model_target, block_forward), "whole-model compile")
+        _disables(actions, breaks, _units(model_target, block_forward, *(_qual(t) + ".forward" for _, t in also if t)),
+                  "whole-model compile")
         return Decision(_plan(spec, ctx, actions), notes)
     if unit == "whole":
         return Decision(_plan(spec, ctx, actions), notes)
@@ -286,12 +297,17 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                         )
                     )
         if block is not None:
-            # names the block's code reaches, read from its file under SRC (a library block's
+            units = {forward_qual, *(_qual(t) + ".forward" for _, t in also)}
+            # names the blocks' code reaches, read from their files under SRC (a library block's
             # breaks have no SRC function, so its disables are never pruned by this)
-            reached = names_reached(ctx.session.src / block_target.split("::", 1)[0], forward_qual) if block["target"] else None
-            disabled = _disables(actions, breaks, {forward_qual}, "per-block compile", notes, reached) if disables else False
+            reached = None
+            if block["target"] and all(b["target"] for b, _ in also):
+                reached = set()
+                for t in [block_target, *(t for _, t in also)]:
+                    reached |= names_reached(ctx.session.src / t.split("::", 1)[0], _qual(t) + ".forward")
+            disabled = _disables(actions, breaks, units, "per-block compile", notes, reached) if disables else False
             gran = m("granularity")
-            own = _breaks_at(breaks, forward_qual)
+            own = sorted({w for u in units for w in _breaks_at(breaks, u)})
             in_block_break = bool(own)
             if own:
                 notes.append(
@@ -300,30 +316,42 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                     "compiled; rewrite it to stay in the graph (torch.where / torch.cond for a data-dependent branch, a tensor "
                     "instead of .item()) to get one graph per block"
                 )
-            helper_breaks = not disables and any(f.function != forward_qual for f in breaks)
+            helper_breaks = not disables and any(f.function not in units for f in breaks)
             # a helper the source keeps eager is a graph break whether or not the rung saw it
-            kept_eager = _source_disabled(block["cls"], reached)
+            kept_eager = [n for b in [block, *(b for b, _ in also)] for n in _source_disabled(b["cls"], reached)]
             if kept_eager:
                 notes.append(f"{forward_qual} reaches {', '.join(kept_eager[:3])}, which the source keeps eager with "
                              "@torch.compiler.disable: the block is compiled without fullgraph (a disabled call is a graph break)")
             options = CompileOptions(fullgraph=not disabled and not in_block_break and not helper_breaks and not kept_eager
                                      and not any(isinstance(a, DisableAction) for a in actions))
             share = gran.get("share")
-            actions.append(
-                CompileAction(
-                    action="compile",
-                    target=block_target,
-                    strategy="region",
-                    options=options,
-                    why=f"granularity: {len(block['modules'])} x {block['cls'].__name__} in {block['name']}"
-                    + (f" = {share:.0%} of the step" if share is not None else "")
-                    + (
-                        f"; launch-bound ({bs['fixed_share']:.0%} fixed overhead) but shapes vary: per-block compile, no CUDA graphs"
-                        if launch
-                        else f"; op mix: GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%), fusible {opmix.get('fusible_share', 0):.0%}"
+            reason = (
+                f"; launch-bound ({bs['fixed_share']:.0%} fixed overhead) but shapes vary: per-block compile, no CUDA graphs"
+                if launch
+                else f"; op mix: GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%), fusible {opmix.get('fusible_share', 0):.0%}"
+            )
+            if block.get("declared"):
+                # the targets are the model's declaration, the share the declared blocks' together
+                # (granularity rung); the search measures this candidate like any other
+                listed = " + ".join(f"{len(b['modules'])} x {b['cls'].__name__}" for b in [block, *(b for b, _ in also)])
+                for b, t in [(block, block_target), *also]:
+                    actions.append(CompileAction(
+                        action="compile", target=t, strategy="region", options=options,
+                        why=f"declared: {block['declared']} lists {b['cls'].__name__} (the model's own regional-compilation "
+                            f"blocks, what diffusers' compile_repeated_blocks compiles); granularity: {listed}"
+                            + (f" = {share:.0%} of the step" if share is not None else "") + reason))
+            else:
+                actions.append(
+                    CompileAction(
+                        action="compile",
+                        target=block_target,
+                        strategy="region",
+                        options=options,
+                        why=f"granularity: {len(block['modules'])} x {block['cls'].__name__} in {block['name']}"
+                        + (f" = {share:.0%} of the step" if share is not None else "")
+                        + reason
                     )
                 )
-            )
             if marks:
                 _mark_dynamic(actions, notes, blocks[0], rc, block_target)
             return Decision(_plan(spec, ctx, actions), notes)
@@ -338,10 +366,11 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                 action="compile",
                 target=model_target,
                 strategy="region",
-                why=f"{_unit_evidence(block, m('granularity'))}: the model is the unit; op mix GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%)",
+                why=f"{_unit_evidence(block, m('granularity'), [b for b, _ in also])}: the model is the unit; op mix GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%)",
             )
         )
-        _disables(actions, breaks, _units(model_target, _block_forward(block, block_target)), "model compile")
+        _disables(actions, breaks, _units(model_target, _block_forward(block, block_target), *(_qual(t) + ".forward" for _, t in also if t)),
+                  "model compile")
     return Decision(_plan(spec, ctx, actions), notes)
 
 
@@ -353,10 +382,11 @@ def _block_forward(block: dict | None, block_target: str | None) -> str | None:
     return (_qual(block_target) if block_target else block["cls"].__qualname__) + ".forward"
 
 
-def _units(model_target: str, block_forward: str | None) -> set[str]:
+def _units(model_target: str, *block_forwards: str | None) -> set[str]:
     """The functions a compile of the model never disables: its own ``forward`` and the repeated
-    block's (a disable there would run the whole unit, or every block, eager)."""
-    return {_qual(model_target) + ".forward", *([block_forward] if block_forward else [])}
+    blocks' (the structural block's and every declared one's; a disable there would run the whole
+    unit, or every block, eager)."""
+    return {_qual(model_target) + ".forward", *(f for f in block_forwards if f)}
 
 
 def _breaks_at(breaks: list, qual: str | None) -> list[str]:
@@ -378,15 +408,20 @@ def _source_disabled(cls: Any, reached: set[str] | None) -> list[str]:
     return found
 
 
-def _unit_evidence(block: dict | None, gran: dict) -> str:
+def _unit_evidence(block: dict | None, gran: dict, also: list[dict] | None = None) -> str:
     """What the granularity rung found, for a whole-model ``why:``: the repeated block with its
     measured share of the step (and where it lives: under SRC, an installed package), or that none
-    was found."""
+    was found. ``also``: the other classes the model declares beside ``block`` (``_repeated_blocks``,
+    :mod:`.declared`), whose share the rung measured together with it."""
     if block is None:
         return "no repeated block found (a ModuleList/Sequential of 2+ modules of one class)"
     share = gran.get("share") if gran.get("block") == block["name"] else None
-    text = f"repeated block {len(block['modules'])} x {block['cls'].__name__} in {block['name']}" + (
-        f" = {share:.0%} of the step" if share is not None else " (share not measured)")
+    if block.get("declared"):
+        listed = " + ".join(f"{len(b['modules'])} x {b['cls'].__name__}" for b in [block, *(also or [])])
+        text = f"repeated blocks declared by {block['declared']}: {listed}"
+    else:
+        text = f"repeated block {len(block['modules'])} x {block['cls'].__name__} in {block['name']}"
+    text += f" = {share:.0%} of the step" if share is not None else " (share not measured)"
     if not block["target"]:
         lib = library_target_of(block["cls"])
         text += (f", in an installed package ({lib}: the per-block candidate applies it from the plan's site)" if lib

@@ -32,6 +32,7 @@ from . import (
     top_ops,
 )
 from .context import Context
+from .declared import read as declared_blocks
 from .profile import profile_steps
 from .report import charts, default_report_dir, markdown, plan_yaml, terminal, to_json, write_json
 from .rung import RungResult
@@ -240,7 +241,9 @@ def diagnose(
         try:
             session.rung = "setup"
             model, _, _ = ctx.reference()
-            ctx.cache["blocks"] = granularity.find_blocks(model, src)
+            # the model's own regional-compilation list (diffusers' _repeated_blocks) first
+            ctx.cache["declared"] = declared_blocks(model)
+            ctx.cache["blocks"] = granularity.find_blocks(model, src, ctx.cache["declared"])
         except HarnessFailure as exc:
             fatal = exc
         for i, (name, fn) in enumerate(RUNGS, 1):

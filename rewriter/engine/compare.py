@@ -145,6 +145,46 @@ def _keystr(path: Any) -> str:
     return text or "<output>"
 
 
+def flatten_with_path(tree: Any) -> tuple[list[tuple[tuple[Any, ...], Any]], Any]:
+    """``torch.utils._pytree.tree_flatten_with_path(tree)``, also for a node type registered
+    without a ``flatten_with_keys_fn`` (diffusers' ``BaseOutput`` subclasses, e.g.
+    ``Transformer2DModelOutput``, are registered with ``register_pytree_node(cls, _dict_flatten,
+    ...)`` only, diffusers 0.42.1 ``utils/outputs.py``, where torch raises ``ValueError: Did not find
+    a flatten_with_keys_fn``). Such a node's children are keyed by its flatten context when that
+    is one string per child (a dict's keys: ``['sample']``), else by position.
+
+    Returns:
+        ``([(key path, leaf), ...], treespec)``: the treespec is ``tree_flatten``'s, the same
+        either way, so two outputs are compared by structure as before.
+    """
+    from torch.utils import _pytree as pytree
+
+    try:
+        return pytree.tree_flatten_with_path(tree)
+    except ValueError:
+        pass
+    _, spec = pytree.tree_flatten(tree)
+    out: list[tuple[tuple[Any, ...], Any]] = []
+    is_leaf = getattr(pytree, "tree_is_leaf", None) or pytree._is_leaf  # torch 2.13 deprecates the private name
+
+    def walk(x: Any, path: tuple[Any, ...]) -> None:
+        if is_leaf(x):
+            out.append((path, x))
+            return
+        node = pytree.SUPPORTED_NODES[pytree._get_node_type(x)]
+        if node.flatten_with_keys_fn is not None:
+            pairs, _ = node.flatten_with_keys_fn(x)
+        else:
+            children, context = node.flatten_fn(x)
+            names = isinstance(context, (list, tuple)) and len(context) == len(children) and all(isinstance(k, str) for k in context)
+            pairs = [(pytree.MappingKey(context[i]) if names else pytree.SequenceKey(i), c) for i, c in enumerate(children)]
+        for key, child in pairs:
+            walk(child, path + (key,))
+
+    walk(tree, ())
+    return out, spec
+
+
 def compare_trees(
     actual: Any,
     expected: Any,
@@ -170,8 +210,8 @@ def compare_trees(
     from torch.utils import _pytree as pytree
 
     out = Comparison()
-    a_leaves, a_spec = pytree.tree_flatten_with_path(actual)
-    e_leaves, e_spec = pytree.tree_flatten_with_path(expected)
+    a_leaves, a_spec = flatten_with_path(actual)
+    e_leaves, e_spec = flatten_with_path(expected)
     if a_spec != e_spec:
         out.mismatches.append(
             Mismatch("<output>", f"output structure differs: got {a_spec}, expected {e_spec}")
@@ -179,7 +219,7 @@ def compare_trees(
         return out
     r_leaves: list[Any] = [None] * len(e_leaves)
     if high_precision is not None:
-        hp_leaves, hp_spec = pytree.tree_flatten_with_path(high_precision)
+        hp_leaves, hp_spec = flatten_with_path(high_precision)
         if hp_spec == e_spec:
             r_leaves = [x for _, x in hp_leaves]
     for ((path, a), (_, e)), r in zip(zip(a_leaves, e_leaves), r_leaves):

@@ -1,0 +1,243 @@
+"""A model's own list of its repeated blocks, ``_repeated_blocks`` (diffusers' regional
+compilation; issue 13, "What to build" 3), read without diffusers: toy ``nn.Module`` s.
+
+The declared classes become the per-block targets, first, even where stackpart's repeated-block
+detection would pick another class or none; a name that matches no submodule is said in a note
+and detection is the fallback. The diffusers model itself is in test_diffusers_real.py.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from rewriter.diagnose.declared import read
+from rewriter.diagnose.granularity import find_blocks
+
+HERE = Path(__file__).resolve().parent
+THIS = Path(__file__).name
+
+
+class Attn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.q(x)
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = Attn()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(self.attn(x))
+
+
+class Big(nn.Module):
+    """Larger than Block: stackpart's own detection picks it first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Sequential(nn.Linear(4, 64), nn.Linear(64, 4))
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class Model(nn.Module):
+    _repeated_blocks = ["Block", "Attn", "Missing"]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = Block()  # held directly, not in a container: the finder never sees it
+        self.blocks = nn.ModuleList([Block()])
+        self.bigs = nn.ModuleList([Big(), Big()])
+
+    def forward(self, x):
+        x = self.first(x)
+        for b in [*self.blocks, *self.bigs]:
+            x = b(x)
+        return x
+
+
+class Undeclared(Model):
+    _repeated_blocks: list[str] = []  # diffusers' ModelMixin default: nothing declared
+
+
+class Wrapper(nn.Module):
+    """A harness's own wrapper around a model that declares its blocks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Model()
+        self.head = Block()  # outside the declarer: not one of its blocks
+
+    def forward(self, x):
+        return self.head(self.inner(x))
+
+
+def test_declared_classes_are_matched_by_class_name_in_declaration_order():
+    d = read(Model())
+    assert d.declarers == ["Model._repeated_blocks"] and d.source == "Model._repeated_blocks"
+    assert d.names == ["Block", "Attn", "Missing"]
+    assert d.classes == [Block]
+    assert [q for q, _ in d.instances[0]] == ["first", "blocks.0"]
+    # Attn lies inside every Block: part of that region, not a second one
+    assert d.nested == [("Attn", "Block")]
+    assert d.unmatched == [("Model._repeated_blocks", "Missing")]
+    notes = d.notes()
+    assert any("'Missing', which is the class of no submodule" in n for n in notes), notes
+    assert not any("stackpart's own repeated-block detection" in n for n in notes), notes  # Block matched
+
+
+def test_declared_blocks_come_first_even_where_detection_picks_another_class():
+    model = Model()
+    blocks = find_blocks(model, HERE, read(model))
+    assert [b["cls"] for b in blocks] == [Block, Big]
+    first = blocks[0]
+    assert first["declared"] == "Model._repeated_blocks"
+    assert first["target"] == f"{THIS}::Block"
+    assert first["instances"] == ["first", "blocks.0"] and len(first["modules"]) == 2
+    # the direct attribute is its own holder: owner the model, attr its name; the list is a container
+    assert first["attr"] == "first" and first["owner"] is model
+    assert [c["name"] for c in first["containers"]] == ["first", "blocks"]
+    assert blocks[1]["declared"] is None  # the finder's class, after
+    # without a declaration, the finder alone: Big first, the single listed Block not at all
+    plain = find_blocks(model, HERE)
+    assert [b["cls"] for b in plain] == [Big]
+
+
+def test_an_empty_declaration_is_no_declaration():
+    d = read(Undeclared())
+    assert d.declarers == [] and d.classes == [] and d.notes() == []
+    assert [b["cls"] for b in find_blocks(Undeclared(), HERE, d)] == [Big]
+
+
+def test_a_declaration_on_a_submodule_covers_only_that_submodule():
+    d = read(Wrapper())
+    assert d.declarers == ["Model._repeated_blocks"]
+    assert [q for q, _ in d.instances[0]] == ["inner.first", "inner.blocks.0"]  # not "head"
+
+
+@pytest.mark.parametrize("value, says", [
+    ("Block", "Bad._repeated_blocks = 'Block' is not a list of class names: ignored"),
+    ([Block], "is not a list of class names: ignored"),
+])
+def test_a_malformed_declaration_is_ignored_with_a_note_and_detection_is_the_fallback(value, says):
+    Bad = type("Bad", (Model,), {"_repeated_blocks": value})
+    model = Bad()
+    d = read(model)
+    assert d.classes == [] and any(says in n for n in d.notes()), d.notes()
+    assert any("stackpart's own repeated-block detection" in n for n in d.notes())
+    assert [b["cls"] for b in find_blocks(model, HERE, d)] == [Big]
+
+
+def test_only_unmatched_names_fall_back_to_detection():
+    Odd = type("Odd", (Model,), {"_repeated_blocks": ("Nothing",)})
+    model = Odd()
+    d = read(model)
+    assert d.unmatched == [("Odd._repeated_blocks", "Nothing")]
+    assert any("stackpart's own repeated-block detection" in n for n in d.notes())
+    assert [b["cls"] for b in find_blocks(model, HERE, d)] == [Big]
+
+
+def test_a_declared_class_without_a_target_is_said_and_skipped():
+    local = type("Local", (nn.Module,), {"__init__": lambda self: (nn.Module.__init__(self), setattr(self, "fc", nn.Linear(2, 2)))[0],
+                                          "__qualname__": "f.<locals>.Local"})
+    Holder = type("Holder", (nn.Module,), {"_repeated_blocks": ["Local"], "__init__": lambda self: (
+        nn.Module.__init__(self), setattr(self, "a", local()), setattr(self, "b", local()))[0]})
+    model = Holder()
+    d = read(model)
+    assert d.classes == [local]
+    assert find_blocks(model, HERE, d) == []
+    assert any("neither under SRC nor importable by path" in n for n in d.notes()), d.notes()
+    assert any("stackpart's own repeated-block detection" in n for n in d.notes())
+
+
+MODEL = textwrap.dedent('''\
+    import torch
+    from torch import nn
+
+
+    class Block(nn.Module):
+        def __init__(self, w):
+            super().__init__()
+            self.fc = nn.Linear(w, w)
+            self.fc2 = nn.Linear(w, w)
+
+        def forward(self, x):
+            return x + self.fc2(torch.relu(self.fc(x)))
+
+
+    class Mixer(nn.Module):
+        def __init__(self, w):
+            super().__init__()
+            self.norm = nn.LayerNorm(w)
+            self.fc = nn.Linear(w, w)
+
+        def forward(self, x):
+            return x + self.fc(self.norm(x))
+
+
+    class Net(nn.Module):
+        _repeated_blocks = ["Block", "Mixer", "Nope"]
+
+        def __init__(self, w=64):
+            super().__init__()
+            self.blocks = nn.ModuleList(Block(w) for _ in range(3))
+            self.mixer = Mixer(w)  # one instance, no container: only the declaration names it
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+            return self.mixer(x)
+''')
+
+HARNESS = textwrap.dedent('''\
+    import torch
+    from model import Net
+
+
+    def build_model():
+        return Net()
+
+
+    def make_inputs(batch: int = 8):
+        return (torch.randn(batch, 16, 64),)
+''')
+
+
+def test_diagnose_plans_the_declared_blocks_of_a_model_under_src(tmp_path):
+    """The rule's per-block plan (the rungs it rests on, eager backend) compiles both declared
+    classes, the one-instance Mixer included, and says the targets came from the declaration."""
+    import json
+
+    from rewriter.diagnose.runner import diagnose, harness_from_flags
+    from rewriter.plan import load_plan
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(MODEL)
+    (src / "harness.py").write_text(HARNESS)
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 8}],
+                                 mode=None, dtype=None, device="cpu")
+    out = tmp_path / "out"
+    diagnose(spec, src, out / "plan.yaml", backend="eager", only={"graph_breaks", "recompiles", "granularity"})
+    plan = load_plan(out / "plan.yaml").plan
+    compiles = [a for a in plan.actions if a.action == "compile"]
+    assert [(a.target, a.strategy) for a in compiles] == [("model.py::Block", "region"), ("model.py::Mixer", "region")]
+    assert all("declared: Net._repeated_blocks lists" in a.why for a in compiles), [a.why for a in compiles]
+    assert plan.site is None  # under SRC: decorators, no site
+    report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
+    gran = next(r for r in report["rungs"] if r["name"] == "granularity")
+    assert gran["measurement"]["declared"]["targets"] == ["model.py::Block", "model.py::Mixer"], gran
+    assert "declared by Net._repeated_blocks" in gran["verdict"], gran
+    assert "'Nope', which is the class of no submodule" in json.dumps(report)
