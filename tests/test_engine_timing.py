@@ -175,3 +175,74 @@ def test_a_second_timed_process_records_and_compares_no_outputs(tmp_path):
     assert len(replica["shapes"]) == len(plan.harness.shapes)
     if judged["fail_on_recompile"]["supported"]:
         assert "ok" in judged["fail_on_recompile"] and "ok" not in replica["fail_on_recompile"]
+
+
+class _Replica:
+    """A stand-in for runner.ServedChild: records what the engine asks of it."""
+
+    made: list = []
+
+    def __init__(self, job, workdir, name, cache_root, timeout_s):
+        self.job, self.name, self.cache_root, self.alive, self.terminated = job, name, cache_root, True, False
+        self.go_at = None
+        _Replica.made.append(self)
+
+    def go(self):
+        self.go_at = 1.0
+
+    def wait_cold(self):
+        from rewriter.engine.runner import ChildResult
+
+        fail = self.job["variants"][0] == "broken"
+        payload = {"error": {"kind": "oom", "message": "CUDA out of memory"}} if fail else {}
+        return ChildResult(0, payload, 0.0, "")
+
+    def terminate(self):
+        self.terminated = True
+        self.alive = False
+
+
+def _replicas(monkeypatch, names, deadline=None):
+    from rewriter.engine.measure import Measurement, Replicas, Variant
+
+    monkeypatch.setattr("rewriter.engine.runner.ServedChild", _Replica)
+    _Replica.made = []
+    m = Measurement()
+    variants = [Variant(n, Path("/tree")) for n in names]
+    spec = type("Spec", (), {"device": "cpu"})()
+    children: dict = {}
+    reps = Replicas(m, spec, variants, {"harness": {}}, Path("/w"), Path("/c"), Options(replicates=2), children, deadline, None)
+    return m, reps, children
+
+
+def test_second_processes_spawn_after_the_first_compiled_cold_phase_and_go_once_their_variant_is_recorded(monkeypatch):
+    m, reps, children = _replicas(monkeypatch, ["eager", "whole", "per-block", "broken"])
+    reps.started("eager")  # the reference's cold phase: nothing spawned yet
+    assert _Replica.made == []
+    m.results["whole"] = {"problems": []}
+    reps.started("whole")
+    reps.spawn()  # after the first compiled variant: one replica per variant not failed so far
+    by = {r.job["variants"][0]: r for r in _Replica.made}
+    assert set(by) == {"eager", "whole", "per-block", "broken"} and set(children) == {n + REPLICA for n in by}
+    assert all(r.job["replica"] and not r.job["reference"] for r in by.values())
+    assert by["eager"].go_at and by["whole"].go_at and by["per-block"].go_at is None  # per-block's caches are not written yet
+    reps.spawn()
+    assert len(_Replica.made) == 4  # once
+    reps.started("per-block")
+    assert by["per-block"].go_at
+    # 'broken' failed its cold phase (not timeable): its replica never got a go and is ended
+    out = reps.collect(["eager", "whole", "per-block"])
+    assert set(out) == {"eager" + REPLICA, "whole" + REPLICA, "per-block" + REPLICA}
+    assert by["broken"].terminated and by["broken"].go_at is None
+    assert any("timed in two processes each (3 of 3 variants" in n for n in m.notes), m.notes
+
+
+def test_a_replica_that_fails_is_a_note_and_a_spent_budget_ends_them_all(monkeypatch):
+    m, reps, _ = _replicas(monkeypatch, ["eager", "whole", "broken"])
+    reps.spawn()
+    out = reps.collect(["eager", "whole", "broken"])
+    assert set(out) == {"eager" + REPLICA, "whole" + REPLICA}
+    assert any("no second process for broken (oom: CUDA out of memory)" in n for n in m.notes), m.notes
+    m, reps, _ = _replicas(monkeypatch, ["eager", "whole"], deadline=0.0)
+    reps.spawn()
+    assert _Replica.made == [] and any("budget was spent before second processes could start" in n for n in m.notes)

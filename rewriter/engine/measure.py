@@ -302,8 +302,13 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
         if name != "eager" and not v.judged:
             row["numerics"] = "ok" if not numerics_failures(res.payload) else "differs"
         emit(name, "cold", row)
+        if not row["problems"] and not row.get("error"):
+            replicas.started(name)
+        if name != "eager":
+            replicas.spawn()
         return True
 
+    replicas = Replicas(m, spec_run, variants, job, workdir, caches, opts, children, deadline, emit)
     pending = None  # the reference, when its run overlaps the next variant's cold phase
     names = [v.name for v in variants]
     running: list[tuple[str, Any]] = []  # compiled variants whose cold phase is under way
@@ -395,10 +400,10 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
         and not (by_name[n].judged and n != "eager" and results[n]["problems"])
     ]
     timed = {n: children[n] for n in timeable}
-    if opts.replicates > 1 and len(timeable) > 1:
-        t_rep = time.perf_counter()
-        timed.update(_replicates(m, spec_run, timeable, by_name, job, workdir, caches, opts, children, deadline, emit))
-        clock["replicates_s"] = time.perf_counter() - t_rep
+    t_rep = time.perf_counter()
+    timed.update(replicas.collect(timeable))
+    if replicas.spawned:
+        clock["replicates_s"] = time.perf_counter() - t_rep  # the wait after the cold phases only
     t_timing = time.perf_counter()
     timing, samples, error = interleave(timed, spec_run.shapes, opts, emit, m.notes, device=spec_run.device)
     m.timing_wall_s = time.perf_counter() - t_timing
@@ -441,63 +446,118 @@ CONTEXT_BYTES = 1 << 30
 def replica_room(results: dict[str, dict[str, Any]], names: list[str], device: str) -> str | None:
     """Why second processes of ``names`` would not fit on the device (None: they fit, or the
     device is a CPU): each needs its variant's peak allocated bytes (the cold phase's
-    ``max_memory_allocated_bytes``) x 1.25 plus :data:`CONTEXT_BYTES`, all within
-    :data:`REPLICA_MEMORY_SHARE` of the device's free memory now (``torch.cuda.mem_get_info``)."""
+    ``max_memory_allocated_bytes``; for a variant whose cold phase has not run yet, the largest
+    peak measured so far) x 1.25 plus :data:`CONTEXT_BYTES`, all within
+    :data:`REPLICA_MEMORY_SHARE` of the device's free memory now (``torch.cuda.mem_get_info``;
+    the variants still to run have their processes up and their models built already)."""
     if not device.startswith("cuda"):
         return None
     import torch
 
     index = torch.device(device).index or 0
     free, _total = torch.cuda.mem_get_info(index)
-    need = sum(int((results[n].get("max_memory_allocated_bytes") or 0) * 1.25) + CONTEXT_BYTES for n in names)
+    peaks = {n: (results.get(n) or {}).get("max_memory_allocated_bytes") for n in names}
+    known = max((p for p in peaks.values() if p), default=0)
+    need = sum(int((peaks[n] or known) * 1.25) + CONTEXT_BYTES for n in names)
     if need > REPLICA_MEMORY_SHARE * free:
         return (f"a second process per variant needs about {need / 2**30:.1f} GiB and the device has {free / 2**30:.1f} GiB "
                 "free: each variant is timed in its cold-phase process only")
     return None
 
 
-def _replicates(m, spec_run, timeable, by_name, job, workdir, caches, opts, children, deadline, emit):  # type: ignore[no-untyped-def]
-    """Start a second process per timed variant (:attr:`Options.replicates`), warm-started from the
-    variant's compile caches, all at once (their compiles are not timed): returns the ones that
-    came up, keyed ``name + REPLICA``. One that fails is a note; its variant keeps one process."""
-    from .runner import ServedChild
+class Replicas:
+    """The second timed process of each variant (:attr:`Options.replicates` > 1), started early.
 
-    if deadline is not None and time.perf_counter() > deadline:
-        m.notes.append("one process per variant timed: the search budget was spent before second processes could start")
-        return {}
-    why = replica_room(m.results, timeable, spec_run.device)
-    if why:
-        m.notes.append(why)
-        return {}
-    started = {}
-    for n in timeable:
-        v = by_name[n]
-        key = n + REPLICA
-        children[key] = started[key] = ServedChild(
-            dict(job, phase="cold", variants=[n], tree=str(v.tree), prepare=v.prepare, reference=False, replica=True,
-                 library_modules=v.library_modules),
-            workdir, f"replica-{n}", caches / n, opts.timeout_s,
-        )
-    if emit is not None:
-        emit("*", "replicates", len(started))
-    up = {k: c for k, c in started.items() if c.wait_built()}
-    for c in up.values():
-        c.go()
-    out, failed = {}, []
-    for key, child in started.items():
-        res = child.wait_cold()
-        if key in up and not res.error and child.alive:
-            out[key] = child
-        else:
-            err = res.error or {"kind": "crash", "message": "it did not stay up to be timed"}
-            failed.append(f"{key[: -len(REPLICA)]} ({err['kind']}: {' '.join(str(err['message']).split())[:160]})")
-            child.terminate()
-    m.notes.append(
-        f"timed in two processes each ({len(out)} of {len(started)} variants; the second warm-started from the first's "
-        "compile caches): per shape a variant's figure is its faster process's median"
-        + (f"; no second process for {', '.join(failed)}" if failed else "")
-    )
-    return out
+    They are spawned together once the first compiled variant's cold phase is over (:meth:`spawn`,
+    sized by :func:`replica_room` with the peak memory measured so far), so their interpreter
+    starts, imports and model builds overlap the later cold phases instead of following them
+    (H200 runs 25-26: a 35-38 s replicate phase after 95-99 s of cold phases, mostly five builds
+    at once). A replica gets its ``go`` once its own variant's cold phase has been recorded
+    without a problem (:meth:`started`): it then compiles from that variant's caches, warm, and
+    records nothing to judge (the child's ``replica`` job flag). :meth:`collect` waits for the
+    replicas of the variants that will be timed and ends the others. Their builds and warm
+    compiles share the host with the cold phases still running, which the note says. With
+    ``replicates`` 1 (CPU) nothing is spawned."""
+
+    def __init__(self, m, spec_run, variants, job, workdir, caches, opts, children, deadline, emit):  # type: ignore[no-untyped-def]
+        self.m, self.spec_run, self.job, self.workdir, self.caches = m, spec_run, job, workdir, caches
+        self.opts, self.children, self.deadline, self.emit = opts, children, deadline, emit
+        self.variants = {v.name: v for v in variants}
+        self.wanted = opts.replicates > 1 and len(variants) > 1
+        self.spawned = False
+        self.procs: dict[str, Any] = {}
+        self.ready: set[str] = set()  # variants whose cold phase was recorded without a problem
+
+    def spawn(self) -> None:
+        """Spawn a replica of every variant not failed so far (once; later calls do nothing)."""
+        from .runner import ServedChild
+
+        if not self.wanted or self.spawned:
+            return
+        self.spawned = True
+        m = self.m
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            m.notes.append("one process per variant timed: the search budget was spent before second processes could start")
+            return
+        names = [n for n in self.variants
+                 if not (m.results.get(n) or {}).get("problems") and not (m.results.get(n) or {}).get("error")]
+        if len(names) < 2:
+            return
+        why = replica_room(m.results, names, self.spec_run.device)
+        if why:
+            m.notes.append(why)
+            return
+        for n in names:
+            v = self.variants[n]
+            self.procs[n] = self.children[n + REPLICA] = ServedChild(
+                dict(self.job, phase="cold", variants=[n], tree=str(v.tree), prepare=v.prepare, reference=False, replica=True,
+                     library_modules=v.library_modules),
+                self.workdir, f"replica-{n}", self.caches / n, self.opts.timeout_s,
+            )
+        if self.emit is not None:
+            self.emit("*", "replicates", len(self.procs))
+        for n in list(self.ready):
+            self.started(n)
+
+    def started(self, name: str) -> None:
+        """``name``'s cold phase was recorded without a problem: its replica may compile from
+        its caches now (the ``go`` waits in the pipe while the replica still builds)."""
+        self.ready.add(name)
+        child = self.procs.get(name)
+        if child is not None and getattr(child, "go_at", None) is None:
+            child.go()
+
+    def collect(self, timeable: list[str]) -> dict[str, Any]:
+        """The replicas that came up for the variants in ``timeable``, keyed ``name + REPLICA``;
+        every other replica is ended. One that failed is a note; its variant keeps one process."""
+        if not self.procs:
+            return {}
+        m = self.m
+        late = self.deadline is not None and time.perf_counter() > self.deadline
+        wanted = [n for n in self.procs if n in timeable] if len(timeable) > 1 and not late else []
+        out: dict[str, Any] = {}
+        failed = []
+        for n, child in self.procs.items():
+            if n not in wanted:
+                child.terminate()
+                continue
+            self.started(n)
+            res = child.wait_cold()
+            if not res.error and child.alive:
+                out[n + REPLICA] = child
+            else:
+                err = res.error or {"kind": "crash", "message": "it did not stay up to be timed"}
+                failed.append(f"{n} ({err['kind']}: {' '.join(str(err['message']).split())[:160]})")
+                child.terminate()
+        if late:
+            m.notes.append("one process per variant timed: the search budget was spent before the second processes were up")
+        elif wanted:
+            m.notes.append(
+                f"timed in two processes each ({len(out)} of {len(wanted)} variants; the second warm-started from the first's "
+                "compile caches, built while later cold phases ran): per shape a variant's figure is its faster process's median"
+                + (f"; no second process for {', '.join(failed)}" if failed else "")
+            )
+        return out
 
 
 def merge_replicates(

@@ -216,7 +216,8 @@ class ServedChild:
             reply = self._early
         else:
             reply = self._readline(self.timeout_s)
-            if reply is not None and reply.get("weights_saved"):  # not waited for: skip it
+            # not waited for (a second process's ``go`` is sent before it has built): skip them
+            while reply is not None and (reply.get("weights_saved") or reply.get("built")):
                 reply = self._readline(self.timeout_s)
         wall = time.perf_counter() - getattr(self, "go_at", self.started)
         if reply is None and self.timed_out:
