@@ -60,7 +60,8 @@ class Options:
             front ends are single-threaded Python, so two compiles share a 16-core host with
             little contention, and the search's cold phases take about half the wall time.
         replicates: processes timed per variant (1: the cold-phase process only). With 2, every
-            timed variant gets a second process once the cold phases are over, warm-started from
+            timed variant gets a second process (:class:`Replicas`: spawned once the first
+            compiled cold phase is over, started when its own variant's is), warm-started from
             its own compile caches (its compile is not timed), and both are timed in the same
             interleaved rounds; per shape the variant's figure is its faster process's median
             (:func:`merge_replicates`). A process that runs slow through a whole shape's rounds
