@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rewriter.engine.measure import REPLICA, Options, interleave, pin_plan
+from rewriter.engine.cores import core_speeds, pin_plan
+from rewriter.engine.measure import REPLICA, Options, interleave
 from rewriter.engine.timing import burst_calls, time_burst
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -41,6 +42,19 @@ def test_pin_plan_gives_distinct_top_cores_and_leaves_two_for_the_parent():
     assert pin_plan(["a", "b", "c"], [0, 1, 2, 3], "own") == {}  # 3 processes need 5 cores: none pinned
     assert pin_plan(["a", "b", "c"], [0, 1, 2, 3], "shared") == {"a": 3, "b": 3, "c": 3}
     assert pin_plan(["a", "b"], [0, 1], "shared") == {} and pin_plan(["a"], list(range(8)), "off") == {}
+    # shared: the fastest core measured (never one of the lowest two), the highest on a tie
+    speeds = {2: 3e-4, 3: 1e-4, 4: 1e-4, 5: 5e-4}
+    assert pin_plan(["a", "b"], [0, 1, 2, 3, 4, 5], "shared", speeds) == {"a": 4, "b": 4}
+    assert pin_plan(["a"], [0, 1, 2, 3], "shared", {0: 1e-9, 3: 1e-3}) == {"a": 3}
+
+
+def test_core_speeds_times_each_core_and_restores_the_affinity():
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no sched_setaffinity")
+    before = os.sched_getaffinity(0)
+    speeds = core_speeds(sorted(before))
+    assert set(speeds) == before and all(s > 0 for s in speeds.values())
+    assert os.sched_getaffinity(0) == before
 
 
 class _Child:
@@ -91,7 +105,7 @@ def test_pinning_off_or_too_few_cores_is_said(monkeypatch):
     notes = []
     interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3), notes=notes, device="cuda")  # the default: one shared core
     assert [kw["pin"] for kid in kids.values() for *_x, kw in kid.requests if "pin" in kw] == [2, 2]
-    assert any("all pinned to CPU core 2 (2 processes" in n for n in notes), notes
+    assert any("all pinned to CPU core 2" in n and "(2 processes" in n for n in notes), notes
     kids = {"eager": _Child(20.0), "whole": _Child(10.0)}
     notes = []
     interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3, pin="off", burst_ms=0), notes=notes, device="cuda")

@@ -75,7 +75,7 @@ class Options:
             steady state of a loop rather than as one isolated call from a process woken cold;
             0: one isolated call per sample (:func:`.timing.time_call`). On CPU always one call.
         pin: on CUDA, where each timed process's main thread runs during the timing
-            (:func:`.child.serve`, :func:`pin_plan`): ``shared``, all on one core (the rounds run
+            (:func:`.child.serve`, :func:`.cores.pin_plan`): ``shared``, all on one core (the fastest, :func:`.cores.core_speeds`) (the rounds run
             one process at a time, so they never contend for it, and every variant's host work
             runs on the same core: per-core speed, which differs on a shared VM host, is paired
             out like the drift the rotating rounds pair out); ``own``, each on its own core; ``off``,
@@ -670,20 +670,6 @@ def _judge(row: dict[str, Any], v: Variant, payload: dict[str, Any], numerics_fa
         row.setdefault("notes", []).append("torch.compiler.set_stance is missing in this torch: fail_on_recompile check skipped")
 
 
-def pin_plan(names: list[str], cores: list[int], mode: str = "own") -> dict[str, int]:
-    """The CPU core each timed process's main thread is pinned to (:attr:`Options.pin`), from
-    ``cores`` (the parent's affinity), leaving the lowest two for the parent, interrupts and the
-    driver's threads: ``shared``, every process on the highest core (empty with fewer than 3
-    cores); ``own``, distinct cores from the top (empty with fewer than ``len(names) + 2``);
-    ``off``, empty (no pinning)."""
-    cores = sorted(cores)
-    if mode == "shared":
-        return {n: cores[-1] for n in names} if len(cores) >= 3 else {}
-    if mode != "own" or len(cores) < len(names) + 2:
-        return {}
-    return {n: cores[-1 - k] for k, n in enumerate(names)}
-
-
 def interleave(
     children: dict[str, Any], shapes: list[dict[str, int]], opts: Options, emit: Callable[[str, str, Any], None] | None = None,
     notes: list[str] | None = None, device: str = "cpu",
@@ -692,7 +678,7 @@ def interleave(
     a rotating order (each in its own warm process), until ``opts.reps`` rounds or
     ``opts.budget_s`` seconds (at least 3 rounds). On CUDA a sample is a back-to-back block of
     about ``opts.burst_ms`` (:func:`.timing.time_burst`) and each process is pinned to its own
-    core (``opts.pin_cores``, :func:`pin_plan`); on CPU one isolated call. Returns per-shape
+    core (``opts.pin``, :func:`.cores.pin_plan`); on CPU one isolated call. Returns per-shape
     summaries, the raw samples per shape (round order, paired across variants; seconds per
     call), or an error. A variant's second process (``name + REPLICA``) that fails is dropped from
     then on, said in ``notes``: it is there to make the figures robust, and its variant keeps its
@@ -705,11 +691,18 @@ def interleave(
     burst = {"burst_ms": opts.burst_ms} if cuda and opts.burst_ms > 0 else {}
     pins: dict[str, int] = {}
     if cuda and opts.pin != "off" and hasattr(os, "sched_getaffinity"):
-        have = len(os.sched_getaffinity(0))
-        pins = pin_plan(names, list(os.sched_getaffinity(0)), opts.pin)
+        from .cores import core_speeds, pin_plan
+
+        cores = sorted(os.sched_getaffinity(0))
+        have = len(cores)
+        speeds = core_speeds(cores[2:]) if opts.pin == "shared" and have >= 3 else {}
+        pins = pin_plan(names, cores, opts.pin, speeds)
         if notes is not None:
             if pins and opts.pin == "shared":
-                notes.append(f"the timed processes' main threads all pinned to CPU core {next(iter(pins.values()))} "
+                core = next(iter(pins.values()))
+                speed = (f", the fastest of {len(speeds)} at a pure-Python loop ({speeds[core] * 1e6:.0f} us against a median "
+                         f"of {statistics.median(speeds.values()) * 1e6:.0f} us)") if core in speeds else ""
+                notes.append(f"the timed processes' main threads all pinned to CPU core {core}{speed} "
                              f"({len(pins)} processes, one running at a time): per-core speed is the same for every variant")
             elif pins:
                 notes.append(f"each timed process's main thread pinned to its own CPU core ({len(pins)} processes)")

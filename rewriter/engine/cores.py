@@ -1,0 +1,71 @@
+"""Which CPU core the timed processes' main threads run on (:attr:`.measure.Options.pin`).
+
+On the H200 slice this project is lent (16 cores of a shared host), identical processes of a
+host-heavy step differ by up to 47% with the scheduler's placement or a core of their own each,
+and by 0.4-1.5% with every process on one shared core (BENCHMARKS.md, run 25): the spread is the
+cores' speed, which differs from core to core and over time on a shared host (a busy sibling
+hyperthread, a lower clock). One shared core pairs that out of the comparison; :func:`core_speeds`
+picks which core, the fastest at a pure-Python loop, the work that bounds a launch-heavy step's
+host side (interpreter dispatch), so host-heavy plans are timed as a dedicated host would run them
+rather than at a busy core's speed.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+#: Iterations of the calibration loop: about 0.3-1 ms of interpreter work on one core.
+LOOP = 20_000
+#: Timed loops per core; the median stands.
+TRIALS = 5
+
+
+def _loop() -> float:
+    t0 = time.perf_counter()
+    total = 0
+    for i in range(LOOP):
+        total += i & 7
+    return time.perf_counter() - t0
+
+
+def core_speeds(cores: list[int]) -> dict[int, float]:
+    """Seconds of one calibration loop (the median of :data:`TRIALS`) with this thread pinned to
+    each of ``cores`` in turn; this thread's affinity is restored afterwards. A core that cannot
+    be pinned is left out. About ``len(cores) x 5 x 0.5 ms``: 40 ms for 16 cores. Linux only
+    (``os.sched_setaffinity``); elsewhere {}."""
+    if not hasattr(os, "sched_setaffinity"):
+        return {}
+    before = os.sched_getaffinity(0)
+    out: dict[int, float] = {}
+    try:
+        for core in cores:
+            try:
+                os.sched_setaffinity(0, {core})
+            except OSError:
+                continue
+            _loop()  # the migration and a warm cache before the timed loops
+            out[core] = statistics.median(_loop() for _ in range(TRIALS))
+    finally:
+        os.sched_setaffinity(0, before)
+    return out
+
+
+def pin_plan(names: list[str], cores: list[int], mode: str = "own", speeds: dict[int, float] | None = None) -> dict[str, int]:
+    """The CPU core each timed process's main thread is pinned to, from ``cores`` (the parent's
+    affinity), leaving the lowest two for the parent, interrupts and the driver's threads:
+    ``shared``, every process on one core, the fastest in ``speeds`` (:func:`core_speeds`; without
+    speeds the highest core; empty with fewer than 3 cores); ``own``, distinct cores from the top
+    (empty with fewer than ``len(names) + 2``); ``off``, empty (no pinning)."""
+    cores = sorted(cores)
+    if mode == "shared":
+        if len(cores) < 3:
+            return {}
+        pool = cores[2:]
+        timed = [c for c in pool if speeds and c in speeds]
+        core = min(timed, key=lambda c: (speeds[c], -c)) if timed else pool[-1]  # type: ignore[index]
+        return {n: core for n in names}
+    if mode != "own" or len(cores) < len(names) + 2:
+        return {}
+    return {n: cores[-1 - k] for k, n in enumerate(names)}
