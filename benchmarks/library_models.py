@@ -1,6 +1,6 @@
 """Models from an installed library (issue 13), on one GPU: the plan applied from the user's site.
 
-Four parts, each writing ``$OUT/library_models_<part>.{json,md}``:
+Five parts, each writing ``$OUT/library_models_<part>.{json,md}``:
 
 * ``copy``: HF Llama 16 layers/2048 (bf16, 8x512, inference) built from the installed
   transformers. The same per-block plan (``compile`` of ``LlamaDecoderLayer``) is applied two ways:
@@ -26,13 +26,38 @@ Four parts, each writing ``$OUT/library_models_<part>.{json,md}``:
   Reported: per-process medians and ratio plan/static, and over processes the geometric mean of the
   ratio with a 95% t interval over the log ratios (and plan/eager); whether the two static arms
   generated the same tokens. ``--budget`` (400 s): no process starts past it.
+* ``gensep``: genpaired without the interference of two compiled instances in one process (H200
+  run 22: both compiled arms re-recorded CUDA graphs 8-14 times per arm per process in the timed
+  rounds). Each of ``--procs`` processes (8) holds ONE compiled arm, the plan or the static cache
+  alternating by process, plus eager with the default cache as the in-process yardstick (eager
+  compiles nothing, so it does not interfere); which of the two is built and warmed first
+  alternates every two processes (plan first, static first, eager then plan, eager then static).
+  The same TIME_PAIRED script runs with the arm list ``<arm>,eager``: warm-up until steady, then
+  ``--rounds`` rounds alternating arm eager / eager arm, ``--repeats`` calls each. Per process:
+  arm/eager, the ratio of the two arms' median ms/token. Over processes:
+  ``plan/static = exp(mean log(plan/eager) over the plan processes - mean log(static/eager) over
+  the static ones)`` with a 95% Welch t interval on that difference of log means
+  (``welch_log_ratio``: formula and sources there), judged by ``ratio_verdict``; for reference
+  the raw ratio of median ms/token across processes (plan processes' over static processes'; the
+  process-to-process variance the eager yardstick divides out stays in it); the CUDA-graph
+  recordings and Dynamo/Inductor counters per arm in the timed rounds (expected zero); whether
+  each process's compiled arm generated the same tokens as its eager arm in every round. One
+  Inductor cache dir shared by all processes; ``--budget`` (400 s) as genpaired.
 
 Run on the H200 with the shared wheels (benchmarks/README.md):
 ``OUT=$OUT python3 benchmarks/library_models.py --part copy`` (about 2 min) and
 ``OUT=$OUT python3 benchmarks/library_models.py --part gen`` (about 6-8 min),
-``OUT=$OUT python3 benchmarks/library_models.py --part genpaired`` (about 6-7 min). CPU smoke (tiny
-configs): ``OUT=/tmp/o python benchmarks/library_models.py --part copy --smoke`` (``--part genpaired
---smoke``: ~15 s, tests/test_library_models_genpaired.py).
+``OUT=$OUT python3 benchmarks/library_models.py --part genpaired`` (about 6-7 min),
+``OUT=$OUT python3 benchmarks/library_models.py --part gensep`` (about 5-6 min, an estimate, not yet
+run: run 22's genpaired processes took 52 s for the first (cold compile) and 37-45 s for the rest,
+of which about 20 s is start-up, ~13.5 s the timed rounds of three arms and 4-16 s the warm-ups; a
+gensep process times two arms (~11 s: 30 calls at ~80 ms compiled and at ~290 ms eager) and warms
+one compiled arm, so ~35-40 s, and the first plan and the first static process may each compile
+cold (~50 s): 2 x 50 + 6 x 38 = ~330 s for 8 processes, inside the 400 s budget). Its Inductor
+cache is fresh unless TORCHINDUCTOR_CACHE_DIR is set. CPU smoke (tiny configs):
+``OUT=/tmp/o python benchmarks/library_models.py --part copy --smoke`` (``--part genpaired
+--smoke``: ~15 s, tests/test_library_models_genpaired.py; ``--part gensep --smoke``: ~16 s for its
+2 processes, ~26 s with ``--procs 4`` on 2 CPU cores, tests/test_library_models_gensep.py).
 """
 
 from __future__ import annotations
@@ -350,7 +375,8 @@ def part_gentime(smoke: bool, plan_file: Path, rounds: int, repeats: int, plan_f
 #: ``cache_implementation = "static"`` set by hand; ``eager``: the plain harness as it is), each
 #: warmed until steady, then timed in interleaved rounds. argv: plain tree, rewritten tree, device,
 #: rounds, repeats, shift (which arm is built and warmed first, and each round's rotation), the
-#: most warm-up calls per arm. Prints one JSON line.
+#: most warm-up calls per arm, the arms (comma-separated, in rotation order: genpaired passes
+#: ``plan,static_cache,eager``, gensep one compiled arm and ``eager``). Prints one JSON line.
 TIME_PAIRED = textwrap.dedent("""\
     import importlib.util, json, platform, statistics, sys, time
     import torch
@@ -358,9 +384,10 @@ TIME_PAIRED = textwrap.dedent("""\
     from torch._dynamo.utils import counters
     src, applied, device = sys.argv[1], sys.argv[2], sys.argv[3]
     rounds, repeats, shift, warm_max = (int(a) for a in sys.argv[4:8])
+    ARMS = sys.argv[8].split(",")
+    assert ARMS and set(ARMS) <= {"plan", "static_cache", "eager"} and len(set(ARMS)) == len(ARMS), ARMS
     cuda = device == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
-    ARMS = ["plan", "static_cache", "eager"]
 
     def load(tree, name):  # both trees hold a harness.py: two module names; the rewritten one imports _stackpart from its tree
         sys.path.insert(0, tree)
@@ -405,7 +432,7 @@ TIME_PAIRED = textwrap.dedent("""\
                 into.setdefault(cat, {})[k] = into.get(cat, {}).get(k, 0) + v
 
     def rotate(k):
-        return ARMS[k % 3:] + ARMS[:k % 3]
+        return ARMS[k % len(ARMS):] + ARMS[:k % len(ARMS)]
 
     def once(model):
         if cuda:
@@ -417,7 +444,8 @@ TIME_PAIRED = textwrap.dedent("""\
             torch.cuda.synchronize()
         return time.perf_counter() - s, out
 
-    plain, site = load(src, "harness_plain"), load(applied, "harness_site")
+    plain = load(src, "harness_plain")
+    site = load(applied, "harness_site") if "plan" in ARMS else None  # a process without the plan never imports it
     inputs = {k: v.to(device) for k, v in plain.make_inputs().items()}
     prompt = inputs["input_ids"].shape[1]
     t0 = time.perf_counter()
@@ -483,10 +511,12 @@ TIME_PAIRED = textwrap.dedent("""\
             tokens[arm].append(out[:, prompt:].cpu())
 
     def same(a, b):
+        if a not in tokens or b not in tokens:
+            return None
         return bool(tokens[a]) and len(tokens[a]) == len(tokens[b]) and all(torch.equal(x, y) for x, y in zip(tokens[a], tokens[b]))
 
     def agreement(a, b):
-        if not tokens[a] or not tokens[b]:
+        if not tokens.get(a) or not tokens.get(b):
             return None
         x, y = tokens[a][-1], tokens[b][-1]
         return (x == y).float().mean().item() if x.shape == y.shape else None
@@ -499,12 +529,16 @@ TIME_PAIRED = textwrap.dedent("""\
         "round_medians": round_medians, "calls_per_arm": {a: len(v) for a, v in times.items()},
         # the same ratio paired within each round (the two arms' calls minutes closer in time), median over rounds
         "round_ratio_plan_static": statistics.median(a / b for a, b in zip(round_medians["plan"], round_medians["static_cache"]))
-        if round_medians["plan"] and len(round_medians["plan"]) == len(round_medians["static_cache"]) else None,
+        if round_medians.get("plan") and len(round_medians["plan"]) == len(round_medians.get("static_cache", [])) else None,
         "timed_counters": timed_counters, "recompiled_in_timed_rounds": any(bool(c) for c in timed_counters.values()),
+        "counts_cudagraph_recordings": recordings is not None,
         "new_tokens": sorted(new_tokens),
         "static_arms_same_tokens": same("plan", "static_cache"),
-        "plan_tokens_same_every_round": bool(tokens["plan"]) and all(torch.equal(t, tokens["plan"][0]) for t in tokens["plan"]),
+        "plan_tokens_same_every_round": bool(tokens.get("plan")) and all(torch.equal(t, tokens["plan"][0]) for t in tokens["plan"]),
         "eager_vs_static_token_agreement": agreement("eager", "static_cache"),
+        # each compiled arm's tokens against eager's, every round (gensep's per-process check)
+        "same_tokens_as_eager": {a: same(a, "eager") for a in ARMS if a != "eager"} if "eager" in ARMS else {},
+        "token_agreement_with_eager": {a: agreement(a, "eager") for a in ARMS if a != "eager"} if "eager" in ARMS else {},
         "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version(),
         "gpu": torch.cuda.get_device_name() if cuda else None,
         "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
@@ -539,10 +573,42 @@ def geomean_interval(ratios: list[float]) -> dict:
     return res
 
 
-def ratio_verdict(stat: dict, margin: float) -> str:
+def welch_log_ratio(xs: list[float], ys: list[float]) -> dict:
+    """``exp(mean log xs - mean log ys)`` and its 95% Welch t interval (two independent groups of
+    ratios: gensep's plan/eager over the plan processes and static/eager over the static ones).
+
+    With ``a = log xs`` (n_a values, sample variance s_a^2) and ``b = log ys`` (n_b, s_b^2):
+    ``d = mean(a) - mean(b)``, ``se = sqrt(s_a^2/n_a + s_b^2/n_b)``, the Welch-Satterthwaite degrees
+    of freedom ``df = se^4 / ((s_a^2/n_a)^2/(n_a-1) + (s_b^2/n_b)^2/(n_b-1))``, and the interval
+    ``exp(d -+ t975(df) * se)``. ``df`` is not an integer: it is rounded down (at least 1) before
+    ``t975``, which widens the interval a little (conservative). When both groups have no spread
+    (se = 0) the interval is the point and ``df = n_a + n_b - 2``. Source: B. L. Welch, "The
+    generalization of 'Student's' problem when several different population variances are
+    involved", Biometrika 34 (1947) 28-35; F. E. Satterthwaite, Biometrics Bulletin 2 (1946)
+    110-114; the NIST/SEMATECH e-Handbook of Statistical Methods, 1.3.5.3 (two-sample t-test,
+    unequal variances). Needs at least 2 values in each group for the interval."""
+    import math
+
+    a, b = [math.log(x) for x in xs], [math.log(y) for y in ys]
+    res: dict = {"n_a": len(a), "n_b": len(b)}
+    if not a or not b:
+        return res
+    d = statistics.fmean(a) - statistics.fmean(b)
+    res.update(ratio=math.exp(d), log_diff=d)
+    if len(a) < 2 or len(b) < 2:
+        return res
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else float(len(a) + len(b) - 2)
+    half = t975(max(1, math.floor(df))) * se
+    res.update(se=se, df=df, ci95=[math.exp(d - half), math.exp(d + half)])
+    return res
+
+
+def ratio_verdict(stat: dict, margin: float, unsettled: str = "fewer than 2 processes") -> str:
     """Plain words for a paired ratio plan/static against the target <= 1.0x."""
     if "ci95" not in stat:
-        return "not settled: fewer than 2 processes"
+        return f"not settled: {unsettled}"
     lo, hi = stat["ci95"]
     if hi <= 1.0:
         return f"shown: <= 1.0x (95% interval {lo:.4f}-{hi:.4f})"
@@ -553,15 +619,18 @@ def ratio_verdict(stat: dict, margin: float) -> str:
             f"{(hi - 1) * 100:.2f}% slower at 95% ({within})")
 
 
-def part_genpaired(smoke: bool, plan_file: Path, procs: int, rounds: int, repeats: int, budget: float,
-                   warm_max: int, margin: float) -> dict:
-    """The plan, the static-cache path and eager in each of ``procs`` processes (one set of weights
-    per process, paired): process-to-process variance cancels in each process's ratio plan/static."""
+def paired_processes(part: str, smoke: bool, plan_file: Path, procs: int, rounds: int, repeats: int, budget: float,
+                     warm_max: int, schedule) -> tuple[dict, list[dict]]:
+    """genpaired's and gensep's common run: the trees (``gen_trees``), then up to ``procs`` TIME_PAIRED
+    processes sharing one Inductor cache, none started past ``budget``. ``schedule(i)`` gives process
+    ``i``'s ``(shift, arms, tags)``: TIME_PAIRED's shift and comma-separated arm list, and fields added
+    to its result. Returns the result's common fields (``error`` if the rewrite failed) and the
+    processes' results."""
     started = time.perf_counter()
-    device, config, new, work, src, applied, rc, se = gen_trees(smoke, plan_file, "genpaired")
+    device, config, new, work, src, applied, rc, se = gen_trees(smoke, plan_file, part)
     # one Inductor cache for every process: the first compiles cold, the rest read what it wrote
     cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(work / "inductor-cache")
-    out: dict = {"part": "genpaired", "model": "Llama", "config": config, "device": device, "new_tokens": new,
+    out: dict = {"part": part, "model": "Llama", "config": config, "device": device, "new_tokens": new,
                  "prompt": "1x128", "plan": Path(plan_file).read_text(), "rewrite_rc": rc, "rewrite_stderr": se[-800:],
                  "procs_asked": procs, "rounds": rounds, "repeats": repeats, "budget_s": budget, "warm_max": warm_max,
                  "inductor_cache": {"dir": cache, "shared_across_processes": True,
@@ -569,7 +638,7 @@ def part_genpaired(smoke: bool, plan_file: Path, procs: int, rounds: int, repeat
     if rc != 0:
         out["error"] = "stackpart rewrite failed: " + (se.strip().splitlines() or [f"rc {rc}"])[-1]
         shutil.rmtree(work, ignore_errors=True)
-        return out
+        return out, []
     out["rewrite_diff_files"] = sorted(str(p.relative_to(applied)) for p in applied.rglob("*.py")
                                        if not (src / p.relative_to(applied)).exists()
                                        or (src / p.relative_to(applied)).read_text() != p.read_text())
@@ -581,18 +650,33 @@ def part_genpaired(smoke: bool, plan_file: Path, procs: int, rounds: int, repeat
         if i and elapsed + estimate > budget:  # the first always runs; later ones only if they fit the budget
             out["stopped_by_budget"] = f"{i} of {procs} processes ran: {elapsed:.0f} s + ~{estimate:.0f} s > --budget {budget:.0f}"
             break
+        shift, arms, tags = schedule(i)
         s = time.perf_counter()
-        rc, so, se = run([sys.executable, "-c", TIME_PAIRED, str(src), str(applied), device, str(rounds), str(repeats), str(i),
-                          str(warm_max)], max(60.0, min(300.0, budget + 150 - elapsed)), extra_env={"TORCHINDUCTOR_CACHE_DIR": cache})
+        rc, so, se = run([sys.executable, "-c", TIME_PAIRED, str(src), str(applied), device, str(rounds), str(repeats), str(shift),
+                          str(warm_max), arms], max(60.0, min(300.0, budget + 150 - elapsed)), extra_env={"TORCHINDUCTOR_CACHE_DIR": cache})
         walls.append(time.perf_counter() - s)
         try:
             res = last_json(so) if rc == 0 else {"error": f"rc {rc}", "stderr_tail": se.strip().splitlines()[-6:]}
         except ValueError as exc:
             res = {"error": str(exc), "stderr_tail": se.strip().splitlines()[-6:]}
-        res["process"], res["wall_s"] = i, walls[-1]
+        res["process"] = i
+        res.update(tags)
+        res["wall_s"] = walls[-1]
         processes.append(res)
     out["processes"] = processes
     out["procs_ran"] = len(processes)
+    shutil.rmtree(work, ignore_errors=True)
+    return out, processes
+
+
+def part_genpaired(smoke: bool, plan_file: Path, procs: int, rounds: int, repeats: int, budget: float,
+                   warm_max: int, margin: float) -> dict:
+    """The plan, the static-cache path and eager in each of ``procs`` processes (one set of weights
+    per process, paired): process-to-process variance cancels in each process's ratio plan/static."""
+    out, processes = paired_processes("genpaired", smoke, plan_file, procs, rounds, repeats, budget, warm_max,
+                                      lambda i: (i, "plan,static_cache,eager", {}))
+    if "error" in out:
+        return out
     ok = [p for p in processes if {"plan", "static_cache"} <= set(p.get("ms_per_token", {}))]
     ab = [p["ms_per_token"]["plan"] / p["ms_per_token"]["static_cache"] for p in ok]
     ac = [p["ms_per_token"]["plan"] / p["ms_per_token"]["eager"] for p in ok if "eager" in p["ms_per_token"]]
@@ -620,8 +704,114 @@ def part_genpaired(smoke: bool, plan_file: Path, procs: int, rounds: int, repeat
     out["not_steady_after_warmup"] = {p["process"]: [a for a, w in p.get("warm", {}).items() if not w.get("steady")]
                                       for p in processes if any(not w.get("steady") for w in p.get("warm", {}).values())}
     out["process_errors"] = {p["process"]: p.get("error") or p.get("errors") for p in processes if p.get("error") or p.get("errors")}
-    shutil.rmtree(work, ignore_errors=True)
     return out
+
+
+#: gensep's two compiled arms: process i holds ``GENSEP_ARMS[i % 2]`` (and eager).
+GENSEP_ARMS = ("plan", "static_cache")
+
+
+def gensep_schedule(i: int) -> tuple[str, int]:
+    """Process ``i``'s compiled arm and its TIME_PAIRED shift: the arm alternates plan / static
+    every process, and which of (arm, eager) is built and warmed first alternates every two, so
+    each arm leads in half its processes (0: plan first, 1: static first, 2: eager then plan,
+    3: eager then static, ...)."""
+    return GENSEP_ARMS[i % 2], (i // 2) % 2
+
+
+def part_gensep(smoke: bool, plan_file: Path, procs: int, rounds: int, repeats: int, budget: float,
+                warm_max: int, margin: float) -> dict:
+    """One compiled arm per process (the plan or transformers' static cache, alternating) plus eager
+    as the in-process yardstick: two compiled instances in one process (genpaired) interfere and
+    re-record CUDA graphs; eager compiles nothing. Each process gives arm/eager; plan/static is the
+    ratio of the two groups' geometric means with a Welch interval (``welch_log_ratio``)."""
+    def schedule(i: int) -> tuple[int, str, dict]:
+        arm, shift = gensep_schedule(i)
+        return shift, f"{arm},eager", {"arm": arm}
+
+    out, processes = paired_processes("gensep", smoke, plan_file, procs, rounds, repeats, budget, warm_max, schedule)
+    if "error" in out:
+        return out
+    for res in processes:
+        arm = res["arm"]
+        ms = res.get("ms_per_token", {})
+        if arm in ms and "eager" in ms:
+            res["arm_over_eager"] = ms[arm] / ms["eager"]
+        counters = res.get("timed_counters", {}).get(arm, {})
+        # None where nothing was counted: the process failed, or its torch has no cudagraph_trees to watch
+        res["timed_recordings"] = (counters.get("cudagraph_trees", {}).get("recordings", 0)
+                                   if res.get("counts_cudagraph_recordings") and arm not in res.get("errors", {}) else None)
+    ok = {arm: [p for p in processes if p["arm"] == arm and "arm_over_eager" in p] for arm in GENSEP_ARMS}
+    over_eager = {arm: [p["arm_over_eager"] for p in ok[arm]] for arm in GENSEP_ARMS}
+    out["plan_over_eager"] = geomean_interval(over_eager["plan"])
+    out["static_over_eager"] = geomean_interval(over_eager["static_cache"])
+    out["plan_over_static"] = welch_log_ratio(over_eager["plan"], over_eager["static_cache"])
+    med = {arm: statistics.median([p["ms_per_token"][arm] for p in ok[arm]]) for arm in GENSEP_ARMS if ok[arm]}
+    med_eager = [p["ms_per_token"]["eager"] for arm in GENSEP_ARMS for p in ok[arm]]
+    if med_eager:
+        med["eager"] = statistics.median(med_eager)
+    out["ms_per_token"] = med  # medians over processes: eager over all of them
+    if "plan" in med and "static_cache" in med:  # across processes: the variance gensep's eager yardstick divides out stays in
+        out["raw_plan_over_static_ms"] = med["plan"] / med["static_cache"]
+    out["verdict_plan_vs_static"] = ratio_verdict(out["plan_over_static"], margin,
+                                                  "fewer than 2 processes of each arm (plan and static)")
+    out["margin"] = margin
+    out["timed_recordings"] = {arm: {p["process"]: p["timed_recordings"] for p in processes if p["arm"] == arm}
+                               for arm in GENSEP_ARMS}
+    out["timed_counters"] = {arm: {p["process"]: p.get("timed_counters", {}).get(arm, {}) for p in processes if p["arm"] == arm}
+                             for arm in GENSEP_ARMS}
+    out["recompiled_in_timed_rounds"] = [p["process"] for p in processes if p.get("recompiled_in_timed_rounds")]
+    out["no_recordings_in_timed_rounds"] = bool(processes) and all(p["timed_recordings"] == 0 for p in processes)
+    out["compiled_tokens_same_as_eager"] = {p["process"]: p.get("same_tokens_as_eager", {}).get(p["arm"]) for p in processes}
+    out["weights_identical"] = bool(processes) and all(all(p.get("weights_identical", {}).values()) for p in processes
+                                                       if "error" not in p)
+    out["arms_set_static_cache"] = {arm: bool(ok[arm]) and all(p.get("cache_implementation", {}).get(arm) == "static"
+                                                              for p in ok[arm]) for arm in GENSEP_ARMS}
+    out["not_steady_after_warmup"] = {p["process"]: [a for a, w in p.get("warm", {}).items() if not w.get("steady")]
+                                      for p in processes if any(not w.get("steady") for w in p.get("warm", {}).values())}
+    out["process_errors"] = {p["process"]: p.get("error") or p.get("errors") for p in processes if p.get("error") or p.get("errors")}
+    return out
+
+
+def gensep_table(res: dict) -> list[str]:
+    """The per-process table and the summary lines of a ``gensep`` result."""
+    lines = ["| process | compiled arm | built/warmed first | warm-up s (arm/eager) | arm ms/token | eager ms/token | arm/eager "
+             "| tokens = eager's | CUDA-graph recordings in timed rounds | counters changed in timed rounds |", "|" + "---|" * 10]
+    for p in res.get("processes", []):
+        arm, ms, warm = p.get("arm"), p.get("ms_per_token", {}), p.get("warm", {})
+        warm_s = "/".join(f"{warm[a]['wall_s']:.1f}" if a in warm else "–" for a in (arm, "eager"))
+        cells = [f"{ms[a]:.3f}" if a in ms else "–" for a in (arm, "eager")]
+        ratio = f"{p['arm_over_eager']:.4f}" if "arm_over_eager" in p else "–"
+        changed = json.dumps(p.get("timed_counters", {})) if p.get("recompiled_in_timed_rounds") else "none"
+        first = (p.get("order") or [p.get("error", "–")])[0]
+        lines.append(" | ".join(["", str(p.get("process")), str(arm), first, warm_s, *cells, ratio,
+                                 str(p.get("same_tokens_as_eager", {}).get(arm, "–")), str(p.get("timed_recordings")),
+                                 changed, ""]).strip())
+
+    def fmt(st: dict) -> str:
+        if not st.get("n"):
+            return "–"
+        return f"{st['geomean']:.4f}" + (f" (95% interval {st['ci95'][0]:.4f}-{st['ci95'][1]:.4f})" if "ci95" in st else "")
+
+    ps = res.get("plan_over_static", {})
+    welch = ("–" if "ratio" not in ps else f"{ps['ratio']:.4f}" + (
+        f" (95% Welch interval {ps['ci95'][0]:.4f}-{ps['ci95'][1]:.4f}, df {ps['df']:.1f})" if "ci95" in ps else ""))
+    raw = res.get("raw_plan_over_static_ms")
+    cache = res.get("inductor_cache", {})
+    ran = f"{res.get('procs_ran')} of {res.get('procs_asked')}"
+    lines += ["", f"- processes: {ran}" + (f" ({res['stopped_by_budget']})" if res.get("stopped_by_budget") else ""),
+              f"- plan/static = geomean(plan/eager) / geomean(static/eager) over {ps.get('n_a', 0)} plan and "
+              f"{ps.get('n_b', 0)} static processes: {welch}: {res.get('verdict_plan_vs_static')}",
+              f"- plan/eager: {fmt(res.get('plan_over_eager', {}))}; static/eager: {fmt(res.get('static_over_eager', {}))}",
+              f"- raw ms/token, median plan / median static (across processes, for reference): "
+              + (f"{raw:.4f}" if raw else "–"),
+              f"- CUDA-graph recordings in timed rounds, per arm and process: {res.get('timed_recordings')} "
+              f"(none anywhere: {res.get('no_recordings_in_timed_rounds')}); processes with counters changed in timed "
+              f"rounds: {res.get('recompiled_in_timed_rounds')}",
+              f"- the compiled arm's tokens equal eager's, per process: {res.get('compiled_tokens_same_as_eager')}",
+              f"- Inductor cache shared across the processes: {cache.get('dir')} (fresh: {cache.get('fresh')}); "
+              f"arms not steady after warm-up: {res.get('not_steady_after_warmup')}"]
+    return lines
 
 
 def genpaired_table(res: dict) -> list[str]:
@@ -663,6 +853,8 @@ def markdown(res: dict) -> str:
     lines = [f"# library_models: {res['part']}", ""]
     if res.get("part") == "genpaired" and "processes" in res:
         lines += genpaired_table(res) + [""]
+    if res.get("part") == "gensep" and "processes" in res:
+        lines += gensep_table(res) + [""]
     lines += ["```json", json.dumps({k: v for k, v in res.items() if k not in ("plan",)}, indent=1, default=str)[:20000], "```"]
     if res.get("plan"):
         lines += ["", "plan:", "```yaml", res["plan"], "```"]
@@ -673,21 +865,22 @@ def main(argv: list[str]) -> int:
     import argparse
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--part", choices=("copy", "gen", "gentime", "genpaired"), required=True)
+    ap.add_argument("--part", choices=("copy", "gen", "gentime", "genpaired", "gensep"), required=True)
     ap.add_argument("--plan-file", type=Path, default=ROOT / "benchmarks" / "results" / "h200-run21" / "gen_plan.yaml",
-                    help="gentime, genpaired: the plan a gen run wrote")
+                    help="gentime, genpaired, gensep: the plan a gen run wrote")
     ap.add_argument("--repeats", type=int, default=None,
-                    help="gentime: generate calls per process (10); genpaired: per arm per round (5, smoke 2)")
+                    help="gentime: generate calls per process (10); genpaired, gensep: per arm per round (5, smoke 2)")
     ap.add_argument("--plan-first", action="store_true", help="gentime: time the plan before the static-cache path in each round")
     ap.add_argument("--smoke", action="store_true", help="tiny configs on CPU")
     ap.add_argument("--budget", type=float, default=None,
-                    help="gen: diagnose --budget (120); genpaired: seconds after which no new process starts (400)")
+                    help="gen: diagnose --budget (120); genpaired, gensep: seconds after which no new process starts (400)")
     ap.add_argument("--rounds", type=int, default=None,
-                    help="copy, gentime: A B rounds (2); genpaired: rounds per process, rotating A B C / B C A / C A B (6, smoke 3)")
-    ap.add_argument("--procs", type=int, default=None, help="genpaired: processes (8, smoke 2)")
-    ap.add_argument("--warm-max", type=int, default=None, help="genpaired: most warm-up calls per arm (12, smoke 4)")
+                    help="copy, gentime: A B rounds (2); genpaired: rounds per process, rotating A B C / B C A / C A B (6, smoke 3); "
+                         "gensep: rounds per process, alternating arm eager / eager arm (6, smoke 3)")
+    ap.add_argument("--procs", type=int, default=None, help="genpaired, gensep: processes (8, smoke 2)")
+    ap.add_argument("--warm-max", type=int, default=None, help="genpaired, gensep: most warm-up calls per arm (12, smoke 4)")
     ap.add_argument("--margin", type=float, default=0.02,
-                    help="genpaired: the slowdown the verdict names when the interval holds 1.0 (0.02 = 2%%)")
+                    help="genpaired, gensep: the slowdown the verdict names when the interval holds 1.0 (0.02 = 2%%)")
     args = ap.parse_args(argv)
     pick = lambda value, full, smoke: value if value is not None else (smoke if args.smoke else full)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -699,6 +892,9 @@ def main(argv: list[str]) -> int:
             res = part_gen(args.smoke, pick(args.budget, 120.0, 120.0))
         elif args.part == "gentime":
             res = part_gentime(args.smoke, args.plan_file, pick(args.rounds, 2, 2), pick(args.repeats, 10, 10), args.plan_first)
+        elif args.part == "gensep":
+            res = part_gensep(args.smoke, args.plan_file, pick(args.procs, 8, 2), pick(args.rounds, 6, 3),
+                              pick(args.repeats, 5, 2), pick(args.budget, 400.0, 400.0), pick(args.warm_max, 12, 4), args.margin)
         else:
             res = part_genpaired(args.smoke, args.plan_file, pick(args.procs, 8, 2), pick(args.rounds, 6, 3),
                                  pick(args.repeats, 5, 2), pick(args.budget, 400.0, 400.0), pick(args.warm_max, 12, 4), args.margin)
@@ -711,7 +907,8 @@ def main(argv: list[str]) -> int:
     (OUT / f"library_models_{args.part}.json").write_text(json.dumps(res, indent=1, default=str))
     (OUT / f"library_models_{args.part}.md").write_text(markdown(res))
     keys = ("part", "site_ms", "copy_ms", "site_over_copy", "ms_per_token", "plan_over_static", "plan_over_eager",
-            "verdict_plan_vs_static", "verdict_plan_vs_eager", "static_arms_same_tokens", "procs_ran", "error", "wall_s")
+            "static_over_eager", "verdict_plan_vs_static", "verdict_plan_vs_eager", "static_arms_same_tokens", "raw_plan_over_static_ms",
+            "timed_recordings", "compiled_tokens_same_as_eager", "procs_ran", "error", "wall_s")
     print(json.dumps({k: res[k] for k in keys if k in res}, default=str))
     return 0
 
