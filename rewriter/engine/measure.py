@@ -291,6 +291,7 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
                 row["problems"].append(f"the rewritten tree failed: {text}")
                 m.hints.setdefault(name, []).extend(_stderr_hint(res))
             emit(name, "cold", row)
+            replicas.end(name)
             return True
         cold[name] = res.payload
         row.update(cold_summary(res.payload))
@@ -305,6 +306,8 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
         emit(name, "cold", row)
         if not row["problems"] and not row.get("error"):
             replicas.started(name)
+        else:
+            replicas.end(name)
         if name != "eager":
             replicas.spawn()
         return True
@@ -346,6 +349,7 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
             why = "not measured: the search budget was spent before its cold phase"
             results[name] = {"skipped": why, "problems": []}
             child.terminate()
+            replicas.end(name)
             emit(name, "skipped", why)
             continue
         started = built.get(name, False) or (name not in built and child.wait_built())
@@ -475,8 +479,10 @@ class Replicas:
     (H200 runs 25-26: a 35-38 s replicate phase after 95-99 s of cold phases, mostly five builds
     at once). A replica gets its ``go`` once its own variant's cold phase has been recorded
     without a problem (:meth:`started`): it then compiles from that variant's caches, warm, and
-    records nothing to judge (the child's ``replica`` job flag). :meth:`collect` waits for the
-    replicas of the variants that will be timed and ends the others. Their builds and warm
+    records nothing to judge (the child's ``replica`` job flag). A variant whose cold phase fails,
+    has a problem or is skipped by the deadline has its replica ended then (:meth:`end`), so it
+    holds no memory through the later cold phases; :meth:`collect` waits for the replicas of the
+    variants that will be timed and ends the others. Their builds and warm
     compiles share the host with the cold phases still running, which the note says. With
     ``replicates`` 1 (CPU) nothing is spawned."""
 
@@ -488,6 +494,7 @@ class Replicas:
         self.spawned = False
         self.procs: dict[str, Any] = {}
         self.ready: set[str] = set()  # variants whose cold phase was recorded without a problem
+        self.ended: set[str] = set()  # variants that will not be timed (:meth:`end`)
 
     def spawn(self) -> None:
         """Spawn a replica of every variant not failed so far (once; later calls do nothing)."""
@@ -500,8 +507,8 @@ class Replicas:
         if self.deadline is not None and time.perf_counter() > self.deadline:
             m.notes.append("one process per variant timed: the search budget was spent before second processes could start")
             return
-        names = [n for n in self.variants
-                 if not (m.results.get(n) or {}).get("problems") and not (m.results.get(n) or {}).get("error")]
+        names = [n for n in self.variants if n not in self.ended
+                 and not (m.results.get(n) or {}).get("problems") and not (m.results.get(n) or {}).get("error")]
         if len(names) < 2:
             return
         why = replica_room(m.results, names, self.spec_run.device)
@@ -527,6 +534,17 @@ class Replicas:
         child = self.procs.get(name)
         if child is not None and getattr(child, "go_at", None) is None:
             child.go()
+
+    def end(self, name: str) -> None:
+        """``name`` will not be timed (its cold phase failed, had a problem, or was skipped by the
+        deadline): its replica, if spawned, is ended now rather than holding its host memory and
+        GPU memory through the later cold phases; one spawned later is never made
+        (:meth:`spawn` skips failed variants, :meth:`collect` ends any other)."""
+        self.ended.add(name)
+        self.ready.discard(name)
+        child = self.procs.pop(name, None)
+        if child is not None:
+            child.terminate()
 
     def collect(self, timeable: list[str]) -> dict[str, Any]:
         """The replicas that came up for the variants in ``timeable``, keyed ``name + REPLICA``;
