@@ -358,3 +358,19 @@ def test_ctrl_c_during_a_cold_phase_ends_every_child_replicas_included(monkeypat
     assert any(c.replica for c in _Served.made)
     for child in _Served.made:
         assert ("terminate", child.name) in _Served.log and ("close", child.name) in _Served.log, child.name
+
+
+def test_calls_per_sample_is_each_shapes_own(monkeypatch):
+    """A block is sized per shape (engine.child.serve): a small shape's 16 calls are not the
+    large shape's figure."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+
+    class Sized(_Child):
+        def time(self, shape, warmup, n, **kw):
+            return dict(super().time(shape, warmup, n, **kw), calls=(16, 2)[shape])
+
+    kids = {"eager": Sized(20.0), "whole": Sized(10.0)}
+    rows, _raw, error = interleave(kids, [{"batch": 1}, {"batch": 64}], Options(warmup=1, reps=3), device="cuda")
+    assert error is None
+    assert [row["timing"]["whole"]["calls_per_sample"] for row in rows] == [16, 2]
+

@@ -734,7 +734,6 @@ def interleave(
             else:
                 need = 3 if opts.pin == "shared" else len(names) + 2
                 notes.append(f"timed processes not pinned to cores: {len(names)} processes need {need} cores, {have} available")
-    calls: dict[str, set[int]] = {}
 
     def failed(n: str, reply: dict[str, Any], samples: dict[str, list[float]]) -> str | None:
         """The error that stops the timing, or None when ``n`` was a second process (dropped)."""
@@ -753,6 +752,7 @@ def interleave(
         if emit is not None:
             emit("*", "timing", shape)
         samples: dict[str, list[float]] = {n: [] for n in names}
+        calls: dict[str, set[int]] = {}  # calls per block: each shape's own (sized per shape in the child)
         for n in list(names):
             extra = dict(burst, pin=pins[n]) if i == 0 and n in pins else burst
             reply = children[n].time(i, opts.warmup, 0, **extra)
