@@ -374,3 +374,20 @@ def test_calls_per_sample_is_each_shapes_own(monkeypatch):
     assert error is None
     assert [row["timing"]["whole"]["calls_per_sample"] for row in rows] == [16, 2]
 
+
+def test_replica_room_keeps_room_for_the_cold_phases_still_to_run(monkeypatch):
+    """Second processes spawned during the cold phases must leave the memory a later variant's own
+    cold phase grows into (its activations and compile workspace): its model is built, its peak
+    is not reached yet."""
+    import torch
+
+    from rewriter.engine.measure import CONTEXT_BYTES, replica_room
+
+    gib = 1 << 30
+    results = {"eager": {"max_memory_allocated_bytes": 8 * gib}, "whole": {"max_memory_allocated_bytes": 8 * gib}}
+    per = int(8 * gib * 1.25) + CONTEXT_BYTES  # one replica
+    free = int(3 * per / 0.8) + gib  # three replicas fit, with nothing kept for per-block's cold phase
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=0: (free, 4 * free))
+    assert replica_room(results, ["eager", "whole"], "cuda") is None  # every cold phase is over
+    why = replica_room(results, ["eager", "whole", "per-block"], "cuda")  # per-block's is still to run
+    assert why and "cold phase" in why, why

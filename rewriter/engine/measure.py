@@ -454,7 +454,10 @@ def replica_room(results: dict[str, dict[str, Any]], names: list[str], device: s
     ``max_memory_allocated_bytes``; for a variant whose cold phase has not run yet, the largest
     peak measured so far) x 1.25 plus :data:`CONTEXT_BYTES`, all within
     :data:`REPLICA_MEMORY_SHARE` of the device's free memory now (``torch.cuda.mem_get_info``;
-    the variants still to run have their processes up and their models built already)."""
+    the variants still to run have their processes up and their models built already). A variant
+    whose cold phase has not run yet (no row in ``results``) will still grow to its own peak
+    (activations, compile workspace), which the replicas must not take: the largest peak measured
+    so far x 1.25 is kept free for each."""
     if not device.startswith("cuda"):
         return None
     import torch
@@ -464,9 +467,13 @@ def replica_room(results: dict[str, dict[str, Any]], names: list[str], device: s
     peaks = {n: (results.get(n) or {}).get("max_memory_allocated_bytes") for n in names}
     known = max((p for p in peaks.values() if p), default=0)
     need = sum(int((peaks[n] or known) * 1.25) + CONTEXT_BYTES for n in names)
-    if need > REPLICA_MEMORY_SHARE * free:
-        return (f"a second process per variant needs about {need / 2**30:.1f} GiB and the device has {free / 2**30:.1f} GiB "
-                "free: each variant is timed in its cold-phase process only")
+    pending = [n for n in names if n not in results]
+    keep = len(pending) * int(known * 1.25)
+    if need + keep > REPLICA_MEMORY_SHARE * free:
+        kept = (f" (besides {keep / 2**30:.1f} GiB kept for the {len(pending)} cold phase(s) still to run)"
+                if pending else "")
+        return (f"a second process per variant needs about {need / 2**30:.1f} GiB{kept} and the device has "
+                f"{free / 2**30:.1f} GiB free: each variant is timed in its cold-phase process only")
     return None
 
 
