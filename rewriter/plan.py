@@ -596,10 +596,10 @@ def _config_names(root: Path) -> tuple[str | None, frozenset[str]] | None:
     ``_dynamo/config.py`` assigns at module scope, as parsed by the definitions reader of
     :mod:`rewriter.library_targets` (so a name in a comment, docstring or string is none); None
     where that file cannot be read or parsed."""
-    from .library_targets import _definitions
+    from .library_targets import definitions
 
     try:
-        defs, _ = _definitions(root / "_dynamo" / "config.py")
+        defs, _ = definitions(root / "_dynamo" / "config.py")
     except (OSError, SyntaxError, ValueError):
         return None
     names = frozenset(name for name, kind in defs.items() if kind == "value")
