@@ -36,7 +36,7 @@ LIBRARY_TARGET_RE = re.compile(
 #: Actions a plan may point at an installed library (applied from the ``site``); the others
 #: write code into a file, which a library target has none of under SRC.
 LIBRARY_ACTIONS = frozenset({"compile", "disable", "mark_dynamic", "generation", "attention"})
-_IDENT_RE = re.compile(r"^[A-Za-z_]\w*$")
+_IDENT_RE = re.compile(r"[A-Za-z_]\w*\Z")  # \Z, not $: "$" also matches before a trailing newline
 
 #: Actions that change what runs (numerics or kernels); written only with ``--unsafe`` or after a
 #: passing validation (DESIGN.md, "What each action writes").
