@@ -98,7 +98,7 @@ def _siblings(module: str) -> list[str]:
 
 
 @lru_cache(maxsize=256)
-def _definitions(file: Path) -> tuple[dict[str, str], dict[str, tuple[str, int]]]:
+def definitions(file: Path) -> tuple[dict[str, str], dict[str, tuple[str, int]]]:
     """``({qualname: kind}, {name: (module it is imported from, relative level)})`` of one file,
     module and class scope (through ``if``/``try``/``with`` blocks, not into function bodies)."""
     tree = ast.parse(file.read_text(encoding="utf-8", errors="replace"))
@@ -162,7 +162,7 @@ def resolve_static(module: str, qualname: str) -> LibraryTarget:
     head, _, rest = qualname.partition(".")
     current_module, current_file = module, file
     for _ in range(MAX_REEXPORTS + 1):
-        defs, imports = _definitions(current_file)
+        defs, imports = definitions(current_file)
         if head in defs and defs[head] != "value":
             kind = defs.get(qualname)
             if kind is None:

@@ -36,7 +36,7 @@ LIBRARY_TARGET_RE = re.compile(
 #: Actions a plan may point at an installed library (applied from the ``site``); the others
 #: write code into a file, which a library target has none of under SRC.
 LIBRARY_ACTIONS = frozenset({"compile", "disable", "mark_dynamic", "generation", "attention"})
-_IDENT_RE = re.compile(r"^[A-Za-z_]\w*$")
+_IDENT_RE = re.compile(r"[A-Za-z_]\w*\Z")  # \Z, not $: "$" also matches before a trailing newline
 
 #: Actions that change what runs (numerics or kernels); written only with ``--unsafe`` or after a
 #: passing validation (DESIGN.md, "What each action writes").
@@ -596,10 +596,10 @@ def _config_names(root: Path) -> tuple[str | None, frozenset[str]] | None:
     ``_dynamo/config.py`` assigns at module scope, as parsed by the definitions reader of
     :mod:`rewriter.library_targets` (so a name in a comment, docstring or string is none); None
     where that file cannot be read or parsed."""
-    from .library_targets import _definitions
+    from .library_targets import definitions
 
     try:
-        defs, _ = _definitions(root / "_dynamo" / "config.py")
+        defs, _ = definitions(root / "_dynamo" / "config.py")
     except (OSError, SyntaxError, ValueError):
         return None
     names = frozenset(name for name, kind in defs.items() if kind == "value")

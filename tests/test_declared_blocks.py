@@ -241,3 +241,19 @@ def test_diagnose_plans_the_declared_blocks_of_a_model_under_src(tmp_path):
     assert gran["measurement"]["declared"]["targets"] == ["model.py::Block", "model.py::Mixer"], gran
     assert "declared by Net._repeated_blocks" in gran["verdict"], gran
     assert "'Nope', which is the class of no submodule" in json.dumps(report)
+
+
+def test_a_declaration_that_raises_when_read_is_ignored_with_a_note():
+    """A user's ``_repeated_blocks`` property that raises must not stop diagnose: it is a
+    declaration that does not hold, said once, and detection is the fallback."""
+
+    class Raising(Model):
+        @property
+        def _repeated_blocks(self):  # type: ignore[override]
+            raise RuntimeError("not configured")
+
+    model = Raising()
+    d = read(model)
+    assert d.classes == [] and any("Raising._repeated_blocks raised RuntimeError when read (not configured): ignored" in n
+                                   for n in d.notes()), d.notes()
+    assert [b["cls"] for b in find_blocks(model, HERE, d)] == [Big]

@@ -162,7 +162,7 @@ def test_serve_times_blocks_sized_once_per_shape_and_pins_the_main_thread(tmp_pa
 
 @pytest.mark.slow
 def test_a_second_timed_process_records_and_compares_no_outputs(tmp_path):
-    """A replica (engine.measure._replicates) is timed only: its first process was judged, so it
+    """A replica (engine.measure.Replicas) is timed only: its first process was judged, so it
     saves, loads and compares no outputs and runs neither the block share nor fail_on_recompile."""
     from rewriter.engine.child import run_cold
     from rewriter.plan import load_plan
@@ -260,3 +260,148 @@ def test_a_replica_that_fails_is_a_note_and_a_spent_budget_ends_them_all(monkeyp
     m, reps, _ = _replicas(monkeypatch, ["eager", "whole"], deadline=0.0)
     reps.spawn()
     assert _Replica.made == [] and any("budget was spent before second processes could start" in n for n in m.notes)
+
+
+class _Served:
+    """A stand-in for runner.ServedChild through a whole :func:`measure` run: each variant's
+    behaviour comes from ``_Served.script`` (``"fail"``: its cold phase raises; ``"interrupt"``:
+    Ctrl-C lands while its cold phase is awaited), and every call is logged in order."""
+
+    log: list = []
+    script: dict = {}
+    made: list = []
+
+    def __init__(self, job, workdir, name, cache_root, timeout_s):
+        self.job, self.name, self.alive, self.started = job, name, True, 0.0
+        self.variant = job["variants"][0]
+        self.replica = bool(job.get("replica"))
+        _Served.made.append(self)
+        _Served.log.append(("spawn", name))
+
+    def wait_built(self):
+        return True
+
+    def wait_weights_saved(self):
+        return None
+
+    def go(self):
+        self.go_at = 1.0
+        _Served.log.append(("go", self.name))
+
+    def wait_cold(self):
+        from rewriter.engine.runner import ChildResult
+
+        what = None if self.replica else _Served.script.get(self.variant)
+        if what == "interrupt":
+            raise KeyboardInterrupt
+        if what == "fail":
+            self.alive = False
+            return ChildResult(4, {"error": {"kind": "raised", "message": "RuntimeError: boom"}}, 0.0, "")
+        shape = {"shape": {"batch": 1}, "first_call_s": 1.0, "steady_s": 0.01, "compile_s": 0.9, "new_graphs": 1,
+                 "new_recompiles": 0}
+        return ChildResult(0, {"info": {}, "compile": {"unique_graphs": 1}, "shapes": [shape],
+                               "max_memory_allocated_bytes": 1 << 20}, 0.0, "")
+
+    def time(self, shape, warmup, n, **kw):
+        _Served.log.append(("time", self.name))
+        return {"samples": [0.01] * n, "calls": 1}
+
+    def terminate(self):
+        self.alive = False
+        _Served.log.append(("terminate", self.name))
+
+    def close(self):
+        self.alive = False
+        _Served.log.append(("close", self.name))
+
+
+def _measure_with_fakes(monkeypatch, tmp_path, names, script, **opts):
+    from rewriter.engine.measure import Measurement, Variant, measure
+
+    monkeypatch.setattr("rewriter.engine.runner.ServedChild", _Served)
+    monkeypatch.setattr("rewriter.engine.verdict.numerics_failures", lambda payload: [])
+    _Served.log, _Served.script, _Served.made = [], dict(script), []
+    spec = type("Spec", (), {"device": "cpu", "shapes": [{"batch": 1}], "model_dump": lambda self: {"device": "cpu"}})()
+    variants = [Variant(n, tmp_path, judged=n != "eager", compiles=n != "eager") for n in names]
+    m = Measurement()
+    options = Options(replicates=2, overlap=False, warmup=0, reps=3, budget_s=10.0, **opts)
+    try:
+        measure(spec, variants, options, tmp_path, partial=m)
+    except KeyboardInterrupt:
+        pass
+    return m
+
+
+def test_the_replica_of_a_variant_whose_cold_phase_fails_is_ended_then_and_never_timed(monkeypatch, tmp_path):
+    m = _measure_with_fakes(monkeypatch, tmp_path, ["eager", "whole", "broken", "per-block"], {"broken": "fail"})
+    log = _Served.log
+    assert "the rewritten model raised" in " ".join(m.results["broken"]["problems"])
+    # ended as soon as its variant's cold phase is recorded: before the next cold phase starts
+    assert log.index(("terminate", "replica-broken")) < log.index(("go", "cold-per-block")), log
+    assert ("go", "replica-broken") not in log and ("time", "replica-broken") not in log
+    assert ("time", "replica-per-block") in log and m.ok("per-block")
+
+
+def test_the_replica_of_a_variant_skipped_by_the_deadline_is_ended_then(monkeypatch, tmp_path):
+    import time as time_mod
+
+    from rewriter.engine import measure as measure_mod
+    from rewriter.engine.measure import Measurement, Variant, measure
+
+    monkeypatch.setattr("rewriter.engine.verdict.numerics_failures", lambda payload: [])
+    monkeypatch.setattr("rewriter.engine.runner.ServedChild", _Served)
+    _Served.log, _Served.script, _Served.made = [], {}, []
+    real, late = time_mod.perf_counter, []
+    # the budget runs out right after the second processes are spawned (after whole's cold phase)
+    monkeypatch.setattr(measure_mod.time, "perf_counter", lambda: real() + (1e6 if late else 0.0))
+    spec = type("Spec", (), {"device": "cpu", "shapes": [{"batch": 1}], "model_dump": lambda self: {"device": "cpu"}})()
+    variants = [Variant(n, tmp_path, compiles=n != "eager") for n in ["eager", "whole", "late", "later"]]
+    m = Measurement()
+    measure(spec, variants, Options(replicates=2, overlap=False, warmup=0, reps=3), tmp_path, deadline=real() + 3600,
+            on_event=lambda name, event, detail: late.append(1) if event == "replicates" else None, partial=m)
+    log = _Served.log
+    assert m.results["late"].get("skipped") and m.results["later"].get("skipped"), m.results
+    for name in ("late", "later"):
+        assert ("go", f"replica-{name}") not in log and ("time", f"replica-{name}") not in log
+    # ended with its variant's own process, not left up until the cold phases are over
+    assert log.index(("terminate", "replica-late")) < log.index(("terminate", "cold-later")), log
+
+
+def test_ctrl_c_during_a_cold_phase_ends_every_child_replicas_included(monkeypatch, tmp_path):
+    _measure_with_fakes(monkeypatch, tmp_path, ["eager", "whole", "stuck", "per-block"], {"stuck": "interrupt"})
+    assert any(c.replica for c in _Served.made)
+    for child in _Served.made:
+        assert ("terminate", child.name) in _Served.log and ("close", child.name) in _Served.log, child.name
+
+
+def test_calls_per_sample_is_each_shapes_own(monkeypatch):
+    """A block is sized per shape (engine.child.serve): a small shape's 16 calls are not the
+    large shape's figure."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+
+    class Sized(_Child):
+        def time(self, shape, warmup, n, **kw):
+            return dict(super().time(shape, warmup, n, **kw), calls=(16, 2)[shape])
+
+    kids = {"eager": Sized(20.0), "whole": Sized(10.0)}
+    rows, _raw, error = interleave(kids, [{"batch": 1}, {"batch": 64}], Options(warmup=1, reps=3), device="cuda")
+    assert error is None
+    assert [row["timing"]["whole"]["calls_per_sample"] for row in rows] == [16, 2]
+
+
+def test_replica_room_keeps_room_for_the_cold_phases_still_to_run(monkeypatch):
+    """Second processes spawned during the cold phases must leave the memory a later variant's own
+    cold phase grows into (its activations and compile workspace): its model is built, its peak
+    is not reached yet."""
+    import torch
+
+    from rewriter.engine.measure import CONTEXT_BYTES, replica_room
+
+    gib = 1 << 30
+    results = {"eager": {"max_memory_allocated_bytes": 8 * gib}, "whole": {"max_memory_allocated_bytes": 8 * gib}}
+    per = int(8 * gib * 1.25) + CONTEXT_BYTES  # one replica
+    free = int(3 * per / 0.8) + gib  # three replicas fit, with nothing kept for per-block's cold phase
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=0: (free, 4 * free))
+    assert replica_room(results, ["eager", "whole"], "cuda") is None  # every cold phase is over
+    why = replica_room(results, ["eager", "whole", "per-block"], "cuda")  # per-block's is still to run
+    assert why and "cold phase" in why, why

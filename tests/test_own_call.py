@@ -307,3 +307,24 @@ def test_the_plans_rules_read_an_own_call_as_what_it_writes(tmp_path, capsys):
                     "  - {action: dynamo_config, target: model.py::main, settings: {capture_scalar_outputs: true}}\n")
     assert main(["rewrite", "--plan", str(plan), str(src)]) == 0, capsys.readouterr().err
     assert '+    model.compile(backend="eager", mode="reduce-overhead")' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value, why", [
+    ('options: {backend: "mine\\n", custom_backend: true}', "custom backend must be a registered name (an identifier), got 'mine\\n'"),
+    ('own_call: {backend: "inductor\\n"}', "own_call.backend: expected a backend name (an identifier), got 'inductor\\n'"),
+])
+def test_a_name_with_a_trailing_newline_is_no_identifier(tmp_path, capsys, value, why):
+    """The plan's identifier check is anchored at the end of the string (a regex ``$`` also matches
+    before a trailing newline, so ``backend="mine\\n"`` was written into the source)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "m.py").write_text("import torch\n@torch.compile\ndef f(x):\n    return x\n")
+    before = (src / "m.py").read_text()
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"version: 1\nactions:\n  - action: compile\n    target: m.py::f\n    {value}\n")
+    capsys.readouterr()
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1 and f"{plan}:5" in captured.err, captured
+    assert why in captured.err, captured.err
+    assert (src / "m.py").read_text() == before

@@ -91,6 +91,34 @@ def test_config_names_are_the_assignments_not_names_in_strings_or_comments(tmp_p
     assert names == {"capture_scalar_outputs", "capture_annotated", "capture_in_if", "NOTE"}, names
 
 
+def test_the_knobs_the_program_sets_are_its_assignments_not_lines_in_strings():
+    """config_candidates._already_set reads the program's assignments from its syntax tree: a line
+    inside a docstring or string, or a value set only under a condition, is not the program setting
+    the knob; a chained or semicolon-separated assignment is."""
+    import libcst as cst
+
+    from rewriter.diagnose.config_candidates import _already_set
+
+    code = (
+        '"""Usage:\n    torch._dynamo.config.capture_scalar_outputs = True\n"""\n'
+        "import torch\n"
+        'HELP = """\ntorch._dynamo.config.capture_dynamic_output_shape_ops = True\n"""\n'
+        "torch._dynamo.config.capture_scalar_outputs = True if FAST else False\n"
+        "# torch._dynamo.config.capture_scalar_outputs = True\n"
+        "x = 1; torch._dynamo.config.capture_dynamic_output_shape_ops = True\n"
+        "def setup():\n    a = torch._dynamo.config.capture_scalar_outputs = True\n"
+    )
+    facts = type("Facts", (), {"module": cst.parse_module(code)})()
+    ctx = type("Ctx", (), {"cache": {"own_parsed": [("m.py", facts, None)]}})()
+    assert _already_set(ctx) == {"capture_dynamic_output_shape_ops": "m.py:10", "capture_scalar_outputs": "m.py:12"}
+
+
+def test_the_definitions_reader_has_a_public_name():
+    from rewriter import library_targets
+
+    assert library_targets.definitions.__doc__ and not hasattr(library_targets, "_definitions")
+
+
 def test_rewrite_writes_one_line_is_idempotent_and_check_reports_drift(tmp_path, capsys):
     src = tmp_path / "src"
     src.mkdir()

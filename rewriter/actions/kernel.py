@@ -42,7 +42,7 @@ STUB = "stub"
 _EQUAL = cst.AssignEqual(
     whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
 )
-_IDENT = re.compile(r"^[A-Za-z_]\w*$")
+_IDENT = re.compile(r"[A-Za-z_]\w*\Z")  # \Z, not $: "$" also matches before a trailing newline
 
 
 def _kernel_files() -> dict[str, Any]:

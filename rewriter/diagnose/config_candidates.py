@@ -118,14 +118,38 @@ def _covers(cand: Any, finding: Any, ctx: Any, own_measured: bool) -> bool:
 
 def _already_set(ctx: Any) -> dict[str, str]:
     """``key -> file:line`` for each knob SRC's own code sets to True (the files the search parsed
-    for the compile setup, ``ctx.cache["own_parsed"]``)."""
+    for the compile setup, ``ctx.cache["own_parsed"]``): assignment statements
+    ``<name>._dynamo.config.KEY = True`` anywhere in a file, read from its syntax tree, so a line in
+    a docstring or string, or a conditional value (``= True if fast else False``), is none."""
     found: dict[str, str] = {}
     for rel, facts, _ in ctx.cache.get("own_parsed") or []:
-        for n, line in enumerate(facts.module.code.splitlines(), 1):
-            m = re.match(r"\s*\w+\._dynamo\.config\.(\w+)\s*=\s*True\b", line)
-            if m and m.group(1) in DYNAMO_CONFIG_KEYS:
-                found.setdefault(m.group(1), f"{rel}:{n}")
+        for key, line in config_set_true(facts.module.code):
+            found.setdefault(key, f"{rel}:{line}")
     return found
+
+
+def config_set_true(code: str) -> list[tuple[str, int]]:
+    """``(key, line)`` of every assignment statement in ``code`` that sets a
+    :data:`rewriter.plan.DYNAMO_CONFIG_KEYS` knob to the constant True through an attribute chain
+    ``<name>._dynamo.config.KEY`` (``torch._dynamo.config.capture_scalar_outputs = True``; each
+    target of ``a = b = True``), source order; ``[]`` where ``code`` does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return []
+    out: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign) or not (isinstance(node.value, ast.Constant) and node.value.value is True):
+            continue
+        for t in node.targets:
+            if (isinstance(t, ast.Attribute) and t.attr in DYNAMO_CONFIG_KEYS
+                    and isinstance(t.value, ast.Attribute) and t.value.attr == "config"
+                    and isinstance(t.value.value, ast.Attribute) and t.value.value.attr == "_dynamo"
+                    and isinstance(t.value.value.value, ast.Name)):
+                out.append((t.attr, t.lineno))
+    return sorted(out, key=lambda kl: kl[1])
 
 
 def with_config(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:

@@ -95,8 +95,8 @@ def read(model: Any) -> Declared:
     ``compile_repeated_blocks`` matches them: ``submod.__class__.__name__ in repeated_blocks``).
 
     Pure structure: no forward runs. A declaration that is not a list or tuple of strings (a
-    bare string, which diffusers would read by substring) is ignored with a line in
-    :attr:`Declared.ignored`; the declarer itself is never its own block.
+    bare string, which diffusers would read by substring), or one that raises when read, is ignored
+    with a line in :attr:`Declared.ignored`; the declarer itself is never its own block.
 
     Returns:
         a :class:`Declared`; empty (no ``declarers``) when nothing declares a non-empty list.
@@ -106,13 +106,19 @@ def read(model: Any) -> Declared:
     wanted: dict[str, list[str]] = {}  # declarer's qualified name -> names
     seen_decl: set[str] = set()
     for qual, module in modules:
-        value = getattr(module, ATTR, None)
-        names = _names(value)
         label = f"{type(module).__name__}.{ATTR}"
+        try:
+            value = getattr(module, ATTR, None)
+        except Exception as exc:  # a property or __getattr__ of the user's that raises
+            if label not in seen_decl:
+                seen_decl.add(label)
+                out.ignored.append(f"{label} raised {type(exc).__name__} when read ({' '.join(str(exc).split())[:120]}): ignored")
+            continue
+        names = _names(value)
         if names is None:
             if label not in seen_decl:
                 seen_decl.add(label)
-                out.ignored.append(f"{label} = {value!r} is not a list of class names: ignored")
+                out.ignored.append(f"{label} = {value!r} is not a list of class names: ignored"[:300])
             continue
         if not names:
             continue

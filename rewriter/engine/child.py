@@ -516,7 +516,7 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
                 "new_recompiles": after.recompiles - before.recompiles,
             }
             if job.get("replica"):
-                # a second timed process (engine.measure._replicates): its first process was
+                # a second timed process (engine.measure.Replicas): its first process was
                 # judged, so no outputs are recorded or compared here
                 del out
                 result["shapes"].append(entry)

@@ -291,6 +291,7 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
                 row["problems"].append(f"the rewritten tree failed: {text}")
                 m.hints.setdefault(name, []).extend(_stderr_hint(res))
             emit(name, "cold", row)
+            replicas.end(name)
             return True
         cold[name] = res.payload
         row.update(cold_summary(res.payload))
@@ -305,6 +306,8 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
         emit(name, "cold", row)
         if not row["problems"] and not row.get("error"):
             replicas.started(name)
+        else:
+            replicas.end(name)
         if name != "eager":
             replicas.spawn()
         return True
@@ -346,6 +349,7 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
             why = "not measured: the search budget was spent before its cold phase"
             results[name] = {"skipped": why, "problems": []}
             child.terminate()
+            replicas.end(name)
             emit(name, "skipped", why)
             continue
         started = built.get(name, False) or (name not in built and child.wait_built())
@@ -450,7 +454,10 @@ def replica_room(results: dict[str, dict[str, Any]], names: list[str], device: s
     ``max_memory_allocated_bytes``; for a variant whose cold phase has not run yet, the largest
     peak measured so far) x 1.25 plus :data:`CONTEXT_BYTES`, all within
     :data:`REPLICA_MEMORY_SHARE` of the device's free memory now (``torch.cuda.mem_get_info``;
-    the variants still to run have their processes up and their models built already)."""
+    the variants still to run have their processes up and their models built already). A variant
+    whose cold phase has not run yet (no row in ``results``) will still grow to its own peak
+    (activations, compile workspace), which the replicas must not take: the largest peak measured
+    so far x 1.25 is kept free for each."""
     if not device.startswith("cuda"):
         return None
     import torch
@@ -460,9 +467,13 @@ def replica_room(results: dict[str, dict[str, Any]], names: list[str], device: s
     peaks = {n: (results.get(n) or {}).get("max_memory_allocated_bytes") for n in names}
     known = max((p for p in peaks.values() if p), default=0)
     need = sum(int((peaks[n] or known) * 1.25) + CONTEXT_BYTES for n in names)
-    if need > REPLICA_MEMORY_SHARE * free:
-        return (f"a second process per variant needs about {need / 2**30:.1f} GiB and the device has {free / 2**30:.1f} GiB "
-                "free: each variant is timed in its cold-phase process only")
+    pending = [n for n in names if n not in results]
+    keep = len(pending) * int(known * 1.25)
+    if need + keep > REPLICA_MEMORY_SHARE * free:
+        kept = (f" (besides {keep / 2**30:.1f} GiB kept for the {len(pending)} cold phase(s) still to run)"
+                if pending else "")
+        return (f"a second process per variant needs about {need / 2**30:.1f} GiB{kept} and the device has "
+                f"{free / 2**30:.1f} GiB free: each variant is timed in its cold-phase process only")
     return None
 
 
@@ -475,8 +486,10 @@ class Replicas:
     (H200 runs 25-26: a 35-38 s replicate phase after 95-99 s of cold phases, mostly five builds
     at once). A replica gets its ``go`` once its own variant's cold phase has been recorded
     without a problem (:meth:`started`): it then compiles from that variant's caches, warm, and
-    records nothing to judge (the child's ``replica`` job flag). :meth:`collect` waits for the
-    replicas of the variants that will be timed and ends the others. Their builds and warm
+    records nothing to judge (the child's ``replica`` job flag). A variant whose cold phase fails,
+    has a problem or is skipped by the deadline has its replica ended then (:meth:`end`), so it
+    holds no memory through the later cold phases; :meth:`collect` waits for the replicas of the
+    variants that will be timed and ends the others. Their builds and warm
     compiles share the host with the cold phases still running, which the note says. With
     ``replicates`` 1 (CPU) nothing is spawned."""
 
@@ -488,6 +501,7 @@ class Replicas:
         self.spawned = False
         self.procs: dict[str, Any] = {}
         self.ready: set[str] = set()  # variants whose cold phase was recorded without a problem
+        self.ended: set[str] = set()  # variants that will not be timed (:meth:`end`)
 
     def spawn(self) -> None:
         """Spawn a replica of every variant not failed so far (once; later calls do nothing)."""
@@ -500,8 +514,8 @@ class Replicas:
         if self.deadline is not None and time.perf_counter() > self.deadline:
             m.notes.append("one process per variant timed: the search budget was spent before second processes could start")
             return
-        names = [n for n in self.variants
-                 if not (m.results.get(n) or {}).get("problems") and not (m.results.get(n) or {}).get("error")]
+        names = [n for n in self.variants if n not in self.ended
+                 and not (m.results.get(n) or {}).get("problems") and not (m.results.get(n) or {}).get("error")]
         if len(names) < 2:
             return
         why = replica_room(m.results, names, self.spec_run.device)
@@ -527,6 +541,17 @@ class Replicas:
         child = self.procs.get(name)
         if child is not None and getattr(child, "go_at", None) is None:
             child.go()
+
+    def end(self, name: str) -> None:
+        """``name`` will not be timed (its cold phase failed, had a problem, or was skipped by the
+        deadline): its replica, if spawned, is ended now rather than holding its host memory and
+        GPU memory through the later cold phases; one spawned later is never made
+        (:meth:`spawn` skips failed variants, :meth:`collect` ends any other)."""
+        self.ended.add(name)
+        self.ready.discard(name)
+        child = self.procs.pop(name, None)
+        if child is not None:
+            child.terminate()
 
     def collect(self, timeable: list[str]) -> dict[str, Any]:
         """The replicas that came up for the variants in ``timeable``, keyed ``name + REPLICA``;
@@ -709,7 +734,6 @@ def interleave(
             else:
                 need = 3 if opts.pin == "shared" else len(names) + 2
                 notes.append(f"timed processes not pinned to cores: {len(names)} processes need {need} cores, {have} available")
-    calls: dict[str, set[int]] = {}
 
     def failed(n: str, reply: dict[str, Any], samples: dict[str, list[float]]) -> str | None:
         """The error that stops the timing, or None when ``n`` was a second process (dropped)."""
@@ -728,6 +752,7 @@ def interleave(
         if emit is not None:
             emit("*", "timing", shape)
         samples: dict[str, list[float]] = {n: [] for n in names}
+        calls: dict[str, set[int]] = {}  # calls per block: each shape's own (sized per shape in the child)
         for n in list(names):
             extra = dict(burst, pin=pins[n]) if i == 0 and n in pins else burst
             reply = children[n].time(i, opts.warmup, 0, **extra)
