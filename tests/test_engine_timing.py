@@ -58,12 +58,13 @@ def test_core_speeds_times_each_core_and_restores_the_affinity():
 
 
 class _Child:
-    def __init__(self, ms: float):
-        self.ms, self.requests = ms, []
+    def __init__(self, ms: float, pins: bool = True):
+        self.ms, self.requests, self.pins = ms, [], pins
 
     def time(self, shape, warmup, n, **kw):
         self.requests.append((shape, warmup, n, kw))
-        return {"samples": [self.ms / 1e3] * n, "calls": 3 if kw.get("burst_ms") else 1}
+        return {"samples": [self.ms / 1e3] * n, "calls": 3 if kw.get("burst_ms") else 1,
+                "pinned": kw.get("pin") if self.pins else None}
 
     def terminate(self):
         pass
@@ -405,3 +406,17 @@ def test_replica_room_keeps_room_for_the_cold_phases_still_to_run(monkeypatch):
     assert replica_room(results, ["eager", "whole"], "cuda") is None  # every cold phase is over
     why = replica_room(results, ["eager", "whole", "per-block"], "cuda")  # per-block's is still to run
     assert why and "cold phase" in why, why
+
+
+def test_a_child_that_could_not_pin_itself_is_said_and_an_unknown_pin_mode_is_refused(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    kids = {"eager": _Child(20.0), "whole": _Child(10.0, pins=False)}
+    notes: list[str] = []
+    interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3), notes=notes, device="cuda")
+    assert any(n.startswith("not pinned as planned: whole ") for n in notes), notes
+    kids = {"eager": _Child(20.0), "whole": _Child(10.0)}
+    notes = []
+    interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3), notes=notes, device="cuda")
+    assert not any("not pinned as planned" in n for n in notes), notes
+    with pytest.raises(ValueError, match="Options.pin: expected one of shared, own, off, got 'Own'"):
+        interleave(kids, [{"batch": 1}], Options(pin="Own"), device="cuda")

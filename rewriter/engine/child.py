@@ -682,10 +682,10 @@ def serve(job: dict[str, Any], channel: Channel, model: Any) -> None:
             except (AttributeError, OSError, ValueError):
                 pinned = -1  # not pinnable here: said once in the reply, not retried
         i = int(request["shape"])
-        if i not in fns:
-            fns[i] = _step_fns(model, _inputs(job, i, ref), training)
         burst_ms = float(request.get("burst_ms") or 0.0)
         try:
+            if i not in fns:
+                fns[i] = _step_fns(model, _inputs(job, i, ref), training)
             for _ in range(int(request.get("warmup", 0))):
                 fns[i]()
             if burst_ms > 0 and i not in calls:

@@ -435,6 +435,8 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
             )
 
 
+#: :attr:`Options.pin`'s values (:func:`.cores.pin_plan`).
+PIN_MODES = ("shared", "own", "off")
 #: The key of a variant's second timed process in :func:`interleave`'s results, before
 #: :func:`merge_replicates` folds it into the variant's own.
 REPLICA = "#2"
@@ -715,6 +717,8 @@ def interleave(
     cuda = device.startswith("cuda")
     burst = {"burst_ms": opts.burst_ms} if cuda and opts.burst_ms > 0 else {}
     pins: dict[str, int] = {}
+    if opts.pin not in PIN_MODES:
+        raise ValueError(f"Options.pin: expected one of {', '.join(PIN_MODES)}, got {opts.pin!r}")
     if cuda and opts.pin != "off" and hasattr(os, "sched_getaffinity"):
         from .cores import core_speeds, pin_plan
 
@@ -753,11 +757,16 @@ def interleave(
             emit("*", "timing", shape)
         samples: dict[str, list[float]] = {n: [] for n in names}
         calls: dict[str, set[int]] = {}  # calls per block: each shape's own (sized per shape in the child)
+        unpinned = []
         for n in list(names):
             extra = dict(burst, pin=pins[n]) if i == 0 and n in pins else burst
             reply = children[n].time(i, opts.warmup, 0, **extra)
             if "error" in reply and (error := failed(n, reply, samples)):
                 return [], [], error
+            if "pin" in extra and "error" not in reply and reply.get("pinned") != pins[n]:
+                unpinned.append(n)
+        if unpinned and notes is not None:  # the child could not pin itself (os.sched_setaffinity refused)
+            notes.append(f"not pinned as planned: {', '.join(unpinned)} (the child could not set its CPU affinity)")
         started = time.perf_counter()
         for rep in range(opts.reps):
             k = rep % len(names)
