@@ -158,8 +158,19 @@ def test_a_declared_class_without_a_target_is_said_and_skipped():
     d = read(model)
     assert d.classes == [local]
     assert find_blocks(model, HERE, d) == []
-    assert any("neither under SRC nor importable by path" in n for n in d.notes()), d.notes()
+    assert any("f.<locals>.Local, defined inside a function (no import path names it): not a compile target" in n
+               for n in d.notes()), d.notes()
     assert any("stackpart's own repeated-block detection" in n for n in d.notes())
+
+
+def test_why_a_class_has_no_target_names_the_reason():
+    from rewriter.diagnose.locate import untargetable
+
+    assert untargetable(nn.Linear) == "torch.nn.modules.linear.Linear, torch's own (a torch module is not a block to plan)"
+    Main = type("Main", (nn.Module,), {"__module__": "__main__"})
+    assert untargetable(Main) == "__main__.Main, defined in __main__ (no import path names it)"
+    Gone = type("Gone", (nn.Module,), {"__module__": "not_a_module_anywhere"})
+    assert untargetable(Gone) == "not_a_module_anywhere.Gone, neither under SRC nor importable by path"
 
 
 MODEL = textwrap.dedent('''\

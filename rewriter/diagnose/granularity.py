@@ -70,13 +70,12 @@ def _declared_groups(model: Any, src: Any, declared: Any) -> list[Any]:
     import torch.nn as nn
 
     from ..engine.blocks import BlockGroup, Container, ShapeGroup, shape_signature
-    from .locate import library_target_of
+    from .locate import library_target_of, untargetable
 
     groups = []
     for cls, inst in zip(declared.classes, declared.instances):
         if not (target_of(cls, src) or library_target_of(cls)):
-            line = (f"{cls.__name__!r} ({declared.source}) is {cls.__module__}.{cls.__qualname__}, neither under SRC nor "
-                    "importable by path: not a compile target")
+            line = f"{cls.__name__!r} ({declared.source}) is {untargetable(cls)}: not a compile target"
             if line not in declared.unresolved:
                 declared.unresolved.append(line)
             continue

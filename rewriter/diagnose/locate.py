@@ -89,6 +89,24 @@ def library_target_of(obj: Any) -> str | None:
     return f"{module}:{qual}"
 
 
+def untargetable(obj: Any) -> str:
+    """Why ``obj`` (a class or function, not under SRC) has no plan target, as the words after
+    "is": the reason :func:`library_target_of` gave None (torch's own, defined in a function,
+    in ``__main__``, or a module that does not import by its name)."""
+    obj = inspect.unwrap(getattr(obj, "__func__", obj))
+    if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+        obj = type(obj)
+    module, qual = getattr(obj, "__module__", None) or "?", getattr(obj, "__qualname__", None) or "?"
+    where = f"{module}.{qual}"
+    if module.split(".")[0] in ("torch", "builtins"):
+        return f"{where}, torch's own (a torch module is not a block to plan)"
+    if "<locals>" in qual:
+        return f"{where}, defined inside a function (no import path names it)"
+    if module == "__main__":
+        return f"{where}, defined in __main__ (no import path names it)"
+    return f"{where}, neither under SRC nor importable by path"
+
+
 def unit_target(obj: Any, src: Path) -> str | None:
     """:func:`target_of` (under SRC), else :func:`library_target_of` (an installed package)."""
     return target_of(obj, src) or library_target_of(obj)

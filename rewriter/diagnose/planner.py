@@ -45,7 +45,7 @@ from ..plan import (
     Plan,
 )
 from .context import Context
-from .locate import library_target_of, names_reached, unit_target
+from .locate import library_target_of, names_reached, unit_target, untargetable
 from .memory import expandable_segments_on
 from .recompiles import shapes_stable
 
@@ -221,7 +221,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
     # plus mode='reduce-overhead'"); a launch-bound model's device time says little.
     prefer_whole = unit == "whole" or (unit is None and launch and stable)
     if unit == "whole" and not model_target:
-        notes.append(f"no whole-model candidate: the model class {type(model).__qualname__} is neither under SRC nor importable by path")
+        notes.append(f"no whole-model candidate: the model class is {untargetable(type(model))}")
     if prefer_whole and model_target:
         if unit is None:
             mode = "reduce-overhead" if ctx.session.cuda else "default"
@@ -356,7 +356,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                 _mark_dynamic(actions, notes, blocks[0], rc, block_target)
             return Decision(_plan(spec, ctx, actions), notes)
     elif block is not None and not block_target:
-        notes.append(f"repeated block {block['cls'].__module__}.{block['cls'].__qualname__} is neither under SRC nor importable by path: no compile target")
+        notes.append(f"repeated block {untargetable(block['cls'])}: no compile target")
 
     if (blocks and block is None) or unit == "region":
         return Decision(_plan(spec, ctx, actions), notes)
