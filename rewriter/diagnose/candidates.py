@@ -303,6 +303,7 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
             if other.key() == cand.key():
                 other.rule = other.rule or rule
                 return
+        cand.name = _unique(cand, out)
         out.append(cand)
 
     proposal = rule_plan(ctx)
@@ -557,6 +558,31 @@ def _with(plan: Plan, action: Any) -> Plan:
     the bucket makes the dim static per bucket)."""
     keep = [a for a in plan.actions if a.action != "mark_dynamic"]
     return plan.model_copy(update={"actions": [action] + keep})
+
+
+def _unique(cand: Candidate, others: list[Candidate]) -> str:
+    """``cand``'s name, made unique among ``others``: a second plan of the same name (e.g. two
+    per-block plans that differ only in a compile option, ``fullgraph``) gets what tells it apart,
+    ``+fullgraph``/``-fullgraph``, else a count (``per-block-2``). Every candidate is a child
+    process, a job file and a tree named after it: two of one name overwrote each other's job
+    file and the second child died on the first's file descriptors (a newcomer's model with a
+    ``.item()`` branch outside its blocks: the search then waited out its budget)."""
+    taken = {o.name for o in others}
+    if cand.name not in taken:
+        return cand.name
+    same = next(o for o in others if o.name == cand.name)
+    mine = [a for a in cand.plan.actions if a.action == "compile"]
+    theirs = [a for a in same.plan.actions if a.action == "compile"]
+    if len(mine) == len(theirs) and mine and all(getattr(a, "options", None) is not None for a in mine + theirs):
+        full = [bool(a.options.fullgraph) for a in mine]
+        if full != [bool(a.options.fullgraph) for a in theirs] and len(set(full)) == 1:
+            name = cand.name + ("+fullgraph" if full[0] else "-fullgraph")
+            if name not in taken:
+                return name
+    k = 2
+    while f"{cand.name}-{k}" in taken:
+        k += 1
+    return f"{cand.name}-{k}"
 
 
 def _named(base: str, plan: Plan) -> str:

@@ -201,6 +201,10 @@ def measure(
 
     Every child is terminated on the way out, also on KeyboardInterrupt.
     """
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):  # each is a process, a job file and a result named after it
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"measure: variant names must be unique, got {', '.join(dup)} more than once")
     m = partial if partial is not None else Measurement()
     children: dict[str, Any] = {}
     try:
