@@ -937,6 +937,23 @@ _KEYED: dict[type[BaseModel], tuple[str, tuple[str, ...], str]] = {
 }
 
 
+def _misspelt_not_missing(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``errors`` without a "missing required field" whose field an unknown key of the same
+    mapping misspells (``targte:`` for ``target:``): the one line says the key is unknown and
+    names the field meant, rather than a second line saying that field is missing."""
+    import difflib
+
+    unknown = [tuple(e["loc"]) for e in errors if e["type"] == "extra_forbidden"]
+
+    def misspelt(e: dict[str, Any]) -> bool:
+        loc = tuple(e["loc"])
+        return e["type"] == "missing" and any(
+            u[:-1] == loc[:-1] and difflib.get_close_matches(str(u[-1]), [str(loc[-1])], n=1, cutoff=0.6) for u in unknown)
+
+    kept = [e for e in errors if not misspelt(e)]
+    return kept or errors
+
+
 def _describe(error: dict[str, Any]) -> tuple[str, str | None]:
     kind = error["type"]
     loc = _strip_tags(tuple(error["loc"]))
@@ -1045,7 +1062,7 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
         plan = Plan.model_validate(data)
     except ValidationError as exc:
         errors = []
-        for error in exc.errors():
+        for error in _misspelt_not_missing(exc.errors()):
             _, (line, col) = _locate(tuple(error["loc"]), marks)
             message, hint = _describe(error)
             errors.append(StackpartError(message, path=path, line=line, col=col, hint=hint))

@@ -287,6 +287,8 @@ BAD_PLANS = {
     "unknown_target": ("version: 1\nactions:\n  - action: allocator\n    target: run.py::mian\n", "plan.yaml:3: actions[0] (allocator run.py::mian): no class or function 'mian' in run.py (did you mean 'main'?)"),
     "unknown_target_no_near_name": ("version: 1\nactions:\n  - action: allocator\n    target: run.py::zzzzzz\n", "no class or function 'zzzzzz' in run.py (run.py defines main)"),
     "non_utf8_plan": (b"version: 1\n# caf\xe9\n", "plan.yaml:2:6: plan is not UTF-8 (byte 16: b'\\xe9')"),
+    "misspelt_required_field": ("version: 1\nactions:\n  - action: allocator\n    targte: run.py::main\n",
+                                "plan.yaml:4:5: unknown field 'actions[0].targte' (did you mean 'target'?)"),
     "mark_dynamic_typo": (
         "version: 1\nactions:\n  - action: mark_dynamic\n    target: pkg/model.py::GPT.forward\n    arg: idz\n    dim: 1\n",
         "'idz' is neither a parameter of GPT.forward nor bound at its top level (did you mean 'idx'?",
@@ -306,6 +308,16 @@ def test_bad_plan_exits_2_and_writes_nothing(tree, capsysbinary, name, monkeypat
         assert (code, out) == (2, b""), err
         assert err.startswith("error: ") and expected in err.splitlines()[0], err
     assert snapshot(src) == before
+
+
+def test_a_misspelt_required_field_is_one_line_not_also_missing(tree, capsysbinary, monkeypatch):
+    """A newcomer's ``targte:``: one line naming the field meant, no second line saying 'target'
+    is missing."""
+    base, _src = tree
+    (base / "plan.yaml").write_text(BAD_PLANS["misspelt_required_field"][0])
+    monkeypatch.chdir(base)
+    code, _out, err = run(capsysbinary, "rewrite", "--plan", "plan.yaml", "src", "--unsafe")
+    assert code == 2 and err.count("error:") == 1 and "missing required field" not in err, err
 
 
 def test_bad_command_lines_exit_2(tree, capsysbinary):
