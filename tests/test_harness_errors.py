@@ -133,3 +133,27 @@ def test_a_shape_repeated_once_the_defaults_apply_is_an_error(tmp_path):
     with pytest.raises(StackpartError, match=r"harness.shapes\[1\] is the same shape as harness.shapes\[0\] once make_inputs\(\)'s defaults apply \(batch=2, seq=16\)"):
         load_harness(spec, tmp_path)
     load_harness(Harness(file="harness.py", shapes=[{"batch": 2, "seq": 16}, {"batch": 2, "seq": 24}]), tmp_path)
+
+
+@pytest.mark.parametrize("raises, named, not_named", [
+    ("make_inputs", "harness.inputs: make_inputs(batch=2) raised ValueError: no data", "build_model()"),
+    ("build_model", "harness.model: build_model() raised ValueError: no data", "make_inputs("),
+])
+def test_diagnose_names_the_one_callable_that_raised_at_its_line(tmp_path, capsys, raises, named, not_named):
+    """A newcomer's report: the setup's error named 'make_inputs(batch=2) / build_model()' when one
+    raised, and put the harness's path without its line first."""
+    from rewriter.cli import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    body = {"build_model": "    return torch.nn.Linear(4, 4)\n", "make_inputs": "    return (torch.randn(batch, 4),)\n"}
+    body[raises] = "    raise ValueError('no data')\n"
+    (src / "harness.py").write_text("import torch\n\n\ndef build_model():\n" + body["build_model"]
+                                    + "\n\ndef make_inputs(batch=2):\n" + body["make_inputs"])
+    line = 5 if raises == "build_model" else 9
+    code = main(["diagnose", "--harness", "harness.py", str(src), "--shape", "batch=2", "-o", str(tmp_path / "plan.yaml"),
+                 "--device", "cpu"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and err.startswith(f"error: {src / 'harness.py'}:{line}: diagnose stopped at rung setup: {named}"), err
+    assert not_named not in err, err
+    assert not (tmp_path / "plan.yaml").exists()

@@ -286,10 +286,14 @@ def diagnose(
             progress.advance(task)
     outcome = Outcome(rungs=results)
     if fatal is not None:
-        error = f"diagnose stopped at rung {fatal.rung}: harness {fatal.callable}: {fatal.message}{fatal.where}"
+        # the harness's own errors name the callable already ("harness.inputs: make_inputs(batch=2) raised ...")
+        said = fatal.message if fatal.message.startswith("harness.") else f"harness {fatal.callable}: {fatal.message}"
+        error = f"diagnose stopped at rung {fatal.rung}: {said}{fatal.where}"
         if not (fatal.oom and fatal.oom.get("fragmentation")):
             write_json(out_dir / "report.json", to_json(meta, results, None, [], error))
-            raise StackpartError(f"{error}; partial results in {out_dir / 'report.json'}", path=spec.file)
+            # the user's file:line first, where it is known (the README's "error: path:line: ...")
+            at = (fatal.path, fatal.line) if fatal.path and fatal.line else (spec.file, None)
+            raise StackpartError(f"{error}; partial results in {out_dir / 'report.json'}", path=at[0], line=at[1])
         # A fragmentation OOM is a finding with a fix, not a broken harness: plan the allocator
         # action; the rungs after it are measured by running diagnose again with it applied.
         outcome.stopped = error

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StackpartError
-from ..harness import LoadedHarness, build, call_model, on_sys_path, scalar_loss
+from ..harness import LoadedHarness, call_model, on_sys_path, scalar_loss
 from ..tracebacks import headline, user_site
 
 
@@ -182,12 +182,14 @@ class Session:
         """
         shape = dict(self.spec.shapes[0] if shape is None else shape)
         args = ", ".join(f"{k}={v}" for k, v in shape.items())
-        with self.guard(f"{self.spec.inputs}({args}) / {self.spec.model}()"):
-            if "model" not in self._models:
-                model, inputs = build(self.harness, shape)
-                self._models["model"] = model
-            else:
-                inputs = self.inputs(shape)
+        first = "model" not in self._models
+        if first:
+            from ..harness import build_inputs, build_model
+
+            with self.guard(f"{self.spec.model}()"):  # the callable that raised, and only it, is named
+                self._models["model"] = build_model(self.harness)[0]
+        with self.guard(f"{self.spec.inputs}({args})"):
+            inputs = build_inputs(self.harness, shape) if first else self.inputs(shape)
         if not tensor_leaves(inputs):
             raise HarnessFailure(
                 self.rung, f"{self.spec.inputs}({args})", "returned no tensors (expected a tensor, tuple or dict of tensors)"
