@@ -356,6 +356,24 @@ def test_a_graph_break_is_not_read_as_one_graph_per_instance(tmp_path):
     assert "share one compiled code" in ir.verdict and "a graph break splits each call" in ir.verdict, ir.verdict
 
 
+def test_two_graphs_per_call_are_not_called_a_graph_break_the_graph_break_rung_did_not_count(tmp_path, monkeypatch):
+    """A newcomer's tiny Llama (transformers 5.24): 'no graph breaks' in the graph-break rung and
+    'a graph break splits each call' here. With that rung run and finding none, the verdict says
+    what was counted and does not name a break."""
+    from rewriter.diagnose import runner
+    from rewriter.diagnose.rung import RungResult
+
+    rungs = [(n, (lambda ctx: RungResult("graph_breaks", "graph_breaks", verdict="no graph breaks"))
+              if n == "graph_breaks" else fn) for n, fn in runner.RUNGS]
+    monkeypatch.setattr(runner, "RUNGS", rungs)
+    src = write_harness(tmp_path, BROKEN)
+    res = run_rungs(src, tmp_path, [{"batch": 2}, {"batch": 3}], {"graph_breaks", "instance_recompiles"})
+    ir = res["instance_recompiles"]
+    assert res["graph_breaks"].ok and not res["graph_breaks"].findings
+    assert "a graph break splits" not in ir.verdict, ir.verdict
+    assert "each call ran more than one graph, though the graph-break rung counted no graph break" in ir.verdict, ir.verdict
+
+
 def test_dynamos_counters_are_read_once_per_shape(tmp_path, monkeypatch):
     """The counts after one shape are the next shape's "before" (they were read twice per shape,
     each time listing the compiled code's cache entries); the figures add up as before."""
