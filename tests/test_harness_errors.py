@@ -157,3 +157,20 @@ def test_diagnose_names_the_one_callable_that_raised_at_its_line(tmp_path, capsy
     assert code == 2 and err.startswith(f"error: {src / 'harness.py'}:{line}: diagnose stopped at rung setup: {named}"), err
     assert not_named not in err, err
     assert not (tmp_path / "plan.yaml").exists()
+
+
+def test_an_input_that_fails_only_in_the_search_names_the_users_file_not_the_temp_copy(tmp_path, capsys):
+    """A newcomer's report: make_inputs raising on the second shape only reached the search, whose
+    error pointed at its deleted temporary copy of SRC (/tmp/stackpart-search-*/original/harness.py)."""
+    from rewriter.cli import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text("import torch\n\n\ndef build_model():\n    return torch.nn.Linear(4, 4)\n\n\n"
+                                    "def make_inputs(batch=2):\n    if batch == 3:\n        raise ValueError('no data')\n"
+                                    "    return (torch.randn(batch, 4),)\n")
+    code = main(["diagnose", "--harness", "harness.py", str(src), "--shape", "batch=2", "--shape", "batch=3",
+                 "-o", str(tmp_path / "plan.yaml"), "--device", "cpu"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and f"{src / 'harness.py'}:10: harness.inputs: make_inputs(batch=3) raised ValueError: no data" in err, err
+    assert "stackpart-search" not in err and "/original/" not in err, err

@@ -328,7 +328,9 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         if not m.errors:
             measure_allocator_candidate(ctx, out, timeout_s, say)
         if m.errors:
-            raise StackpartError("the search could not measure the program as it is: " + "; ".join(m.errors + m.hints.get("eager", [])),
+            # the user's files, not the search's temporary copy of SRC, in what the error names
+            said = relabel(m.errors + m.hints.get("eager", []), {f"{original}/": f"{src}/"})
+            raise StackpartError("the search could not measure the program as it is: " + "; ".join(said),
                                  path=ctx.session.spec.file)
         from .config_candidates import judge
 
