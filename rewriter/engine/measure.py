@@ -75,8 +75,9 @@ class Options:
             steady state of a loop rather than as one isolated call from a process woken cold;
             0: one isolated call per sample (:func:`.timing.time_call`). On CPU always one call.
         pin: on CUDA, where each timed process's main thread runs during the timing
-            (:func:`.child.serve`, :func:`.cores.pin_plan`): ``shared``, all on one core (the fastest, :func:`.cores.core_speeds`) (the rounds run
-            one process at a time, so they never contend for it, and every variant's host work
+            (:func:`.child.serve`, :func:`.cores.pin_plan`): ``shared``, all on one core, the fastest
+            (:func:`.cores.core_speeds`; the rounds run one process at a time, so they never
+            contend for it, and every variant's host work
             runs on the same core: per-core speed, which differs on a shared VM host, is paired
             out like the drift the rotating rounds pair out); ``own``, each on its own core; ``off``,
             where the scheduler puts them. A note says what was done.
@@ -708,8 +709,9 @@ def interleave(
     """Time every variant per shape: warm-up calls each, then rounds of one sample per variant in
     a rotating order (each in its own warm process), until ``opts.reps`` rounds or
     ``opts.budget_s`` seconds (at least 3 rounds). On CUDA a sample is a back-to-back block of
-    about ``opts.burst_ms`` (:func:`.timing.time_burst`) and each process is pinned to its own
-    core (``opts.pin``, :func:`.cores.pin_plan`); on CPU one isolated call. Returns per-shape
+    about ``opts.burst_ms`` (:func:`.timing.time_burst`) and the processes' main threads are
+    pinned as ``opts.pin`` says (:func:`.cores.pin_plan`: by default all on the fastest core);
+    on CPU one isolated call. Returns per-shape
     summaries, the raw samples per shape (round order, paired across variants; seconds per
     call), or an error. A variant's second process (``name + REPLICA``) that fails is dropped from
     then on, said in ``notes``: it is there to make the figures robust, and its variant keeps its
@@ -760,7 +762,7 @@ def interleave(
         if emit is not None:
             emit("*", "timing", shape)
         samples: dict[str, list[float]] = {n: [] for n in names}
-        calls: dict[str, set[int]] = {}  # calls per block: each shape's own (sized per shape in the child)
+        calls: dict[str, int] = {}  # calls per block: each shape's own (sized once per shape in the child)
         unpinned = []
         for n in list(names):
             extra = dict(burst, pin=pins[n]) if i == 0 and n in pins else burst
@@ -781,14 +783,14 @@ def interleave(
                         return [], [], error
                     continue
                 samples[n].extend(reply["samples"])
-                calls.setdefault(n, set()).add(int(reply.get("calls", 1)))
+                calls[n] = int(reply.get("calls", 1))
             if rep >= 2 and time.perf_counter() - started > opts.budget_s:
                 break
         summary = {n: summarize(v) for n, v in samples.items()}
         if burst:
             for n, t in summary.items():
                 if t.get("n"):
-                    t["calls_per_sample"] = max(calls.get(n, {1}))
+                    t["calls_per_sample"] = calls.get(n, 1)
         rows.append({"shape": shape, "timing": summary})
         raw.append(samples)
     if burst and notes is not None:

@@ -3,7 +3,9 @@ all variants interleaved in one run (a rotating order per repetition) so machine
 thermal state cancel; median and spread (p10-p90) of many runs.
 
 The method follows ``torch.utils.benchmark``'s guidance (synchronize around the timed region,
-warm up, report the median) but times one call per sample so variants can interleave.
+warm up, report the median); a sample is one call (:func:`time_call`) or, on CUDA in the
+engine, a short back-to-back block (:func:`time_burst`, its blocked measurement), so variants can
+interleave sample by sample.
 """
 
 from __future__ import annotations
