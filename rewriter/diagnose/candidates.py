@@ -578,7 +578,7 @@ def _unique(cand: Candidate, others: list[Candidate]) -> str:
     same = next(o for o in others if o.name == cand.name)
     mine = [a for a in cand.plan.actions if a.action == "compile"]
     theirs = [a for a in same.plan.actions if a.action == "compile"]
-    if len(mine) == len(theirs) and mine and all(getattr(a, "options", None) is not None for a in mine + theirs):
+    if len(mine) == len(theirs) and mine:  # a compile action always holds its options
         full = [bool(a.options.fullgraph) for a in mine]
         if full != [bool(a.options.fullgraph) for a in theirs] and len(set(full)) == 1:
             name = cand.name + ("+fullgraph" if full[0] else "-fullgraph")
