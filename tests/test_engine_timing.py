@@ -263,6 +263,36 @@ def test_a_replica_that_fails_is_a_note_and_a_spent_budget_ends_them_all(monkeyp
     assert _Replica.made == [] and any("budget was spent before second processes could start" in n for n in m.notes)
 
 
+def test_second_processes_that_do_not_fit_beside_the_pending_cold_phases_wait_for_room(monkeypatch):
+    """H200 run 27: spawned after the first compiled cold phase, the replicas did not fit beside
+    the memory kept for the three cold phases still to run, and no variant got a second process.
+    The spawn is deferred and tried again after each cold phase, and once more when they are over."""
+    from rewriter.engine import measure as measure_mod
+
+    room = {"free": False}
+    monkeypatch.setattr(measure_mod, "replica_room", lambda results, names, device: None if room["free"] or all(
+        n in results for n in names) else "no room beside the pending cold phases")
+    m, reps, children = _replicas(monkeypatch, ["eager", "whole", "per-block"])
+    m.results.update(eager={"problems": []}, whole={"problems": []})
+    reps.started("eager"), reps.started("whole")
+    reps.spawn()  # per-block's cold phase is still to run: deferred, not given up
+    assert _Replica.made == [] and not any("no room" in n for n in m.notes), m.notes
+    m.results["per-block"] = {"problems": []}
+    reps.started("per-block")
+    out = reps.collect(["eager", "whole", "per-block"])  # the last try, with every cold phase over
+    assert set(out) == {n + REPLICA for n in ("eager", "whole", "per-block")}
+    assert all(r.go_at for r in _Replica.made)
+    assert any(n.startswith("second processes started after the cold phases") for n in m.notes), m.notes
+    # room that never comes is said once, and every variant keeps its one process
+    monkeypatch.setattr(measure_mod, "replica_room", lambda results, names, device: "needs 90 GiB, 20 free")
+    m, reps, _ = _replicas(monkeypatch, ["eager", "whole", "per-block"])
+    m.results.update(eager={"problems": []}, whole={"problems": []})
+    reps.spawn()
+    assert _Replica.made == [] and m.notes == []
+    m.results["per-block"] = {"problems": []}
+    assert reps.collect(["eager", "whole", "per-block"]) == {} and m.notes == ["needs 90 GiB, 20 free"]
+
+
 class _Served:
     """A stand-in for runner.ServedChild through a whole :func:`measure` run: each variant's
     behaviour comes from ``_Served.script`` (``"fail"``: its cold phase raises; ``"interrupt"``:

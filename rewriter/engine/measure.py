@@ -506,29 +506,48 @@ class Replicas:
         self.variants = {v.name: v for v in variants}
         self.wanted = opts.replicates > 1 and len(variants) > 1
         self.spawned = False
+        self.deferred = False  # the spawn waited for room (:meth:`spawn`)
         self.procs: dict[str, Any] = {}
         self.ready: set[str] = set()  # variants whose cold phase was recorded without a problem
         self.ended: set[str] = set()  # variants that will not be timed (:meth:`end`)
 
-    def spawn(self) -> None:
-        """Spawn a replica of every variant not failed so far (once; later calls do nothing)."""
+    def spawn(self, final: bool = False) -> None:
+        """Spawn a replica of every variant not failed so far (once; later calls do nothing).
+
+        Where they do not fit yet only because memory is kept for cold phases still to run
+        (:func:`replica_room`), the spawn is deferred: each later call (after each cold phase, and
+        ``final`` from :meth:`collect` once they are all over) tries again. H200 run 27: spawning
+        after the first compiled cold phase needed 70.9 GiB plus 40.7 kept for three cold phases
+        against 95 GiB allowed, so no variant got a second process; after the cold phases
+        (runs 25-26) the same replicas fit."""
         from .runner import ServedChild
 
         if not self.wanted or self.spawned:
             return
-        self.spawned = True
         m = self.m
         if self.deadline is not None and time.perf_counter() > self.deadline:
+            self.spawned = True
             m.notes.append("one process per variant timed: the search budget was spent before second processes could start")
             return
         names = [n for n in self.variants if n not in self.ended
                  and not (m.results.get(n) or {}).get("problems") and not (m.results.get(n) or {}).get("error")]
         if len(names) < 2:
+            self.spawned = True
             return
         why = replica_room(m.results, names, self.spec_run.device)
+        if why and not final and any(n not in m.results for n in names):
+            self.deferred = True
+            return
+        self.spawned = True
         if why:
             m.notes.append(why)
             return
+        if self.deferred:
+            waited = sum(1 for n in names if n not in m.results)
+            m.notes.append(
+                "second processes started " + (f"with {waited} cold phase(s) still to run" if waited else "after the cold phases")
+                + ": earlier they did not fit beside the memory kept for the cold phases still to run"
+            )
         for n in names:
             v = self.variants[n]
             self.procs[n] = self.children[n + REPLICA] = ServedChild(
@@ -562,7 +581,12 @@ class Replicas:
 
     def collect(self, timeable: list[str]) -> dict[str, Any]:
         """The replicas that came up for the variants in ``timeable``, keyed ``name + REPLICA``;
-        every other replica is ended. One that failed is a note; its variant keeps one process."""
+        every other replica is ended. One that failed is a note; its variant keeps one process.
+        A spawn deferred for room (:meth:`spawn`) is tried a last time first, for ``timeable``."""
+        if self.wanted and not self.spawned:
+            for n in [n for n in self.variants if n not in timeable]:
+                self.ended.add(n)
+            self.spawn(final=True)
         if not self.procs:
             return {}
         m = self.m
