@@ -208,7 +208,7 @@ def noise_text(noise: dict[str, Any] | None) -> str:
     """The noise the decision used, as the report says it."""
     ratio_band, net_band = noise_bands(noise)
     if noise is None:
-        return (f"noise band {net_band:.1%} of the step (the run-to-run drift seen on the H200; each plan was timed "
-                "in one process)")
+        return (f"noise bands not measured (each plan was timed in one process): steps within {ratio_band:.1%} "
+                f"or nets within {net_band:.1%} of the best step over the runs tie (the run-to-run drift seen on the H200)")
     return (f"noise band {ratio_band:.1%} of the step (measured: two processes per plan, median spread "
             f"{noise['median_abs_log']:.2%} over {noise['pairs']} plan x shape pair(s); at least {NOISE:.0%})")
