@@ -483,6 +483,14 @@ TIME_PAIRED = textwrap.dedent("""\
         warm[arm] = {"calls_s": calls, "compiled_in_call": compiled, "steady": steady, "wall_s": time.perf_counter() - s,
                      "counters": delta(before, snap())}
 
+    import os
+    pinned = None  # the timed rounds' main thread on the parent's chosen core (rewriter.engine.cores, as the search pins)
+    if os.environ.get("STACKPART_BENCH_PIN"):
+        try:
+            os.sched_setaffinity(0, {int(os.environ["STACKPART_BENCH_PIN"])})
+            pinned = int(os.environ["STACKPART_BENCH_PIN"])
+        except (OSError, AttributeError, ValueError):
+            pass
     times = {arm: [] for arm in ARMS}
     round_medians = {arm: [] for arm in ARMS}
     tokens = {arm: [] for arm in ARMS}
@@ -522,7 +530,7 @@ TIME_PAIRED = textwrap.dedent("""\
         return (x == y).float().mean().item() if x.shape == y.shape else None
 
     print(json.dumps({
-        "order": order, "round_orders": round_orders, "build_s": build_s, "weights_identical": identical,
+        "order": order, "round_orders": round_orders, "pinned_core": pinned, "build_s": build_s, "weights_identical": identical,
         "cache_implementation": cache_impl, "site_applied": site_applied, "warm": warm, "errors": errors,
         "ms_per_token": {a: statistics.median(v) for a, v in times.items() if v},
         "ms_per_token_min": {a: min(v) for a, v in times.items() if v},
@@ -642,6 +650,17 @@ def paired_processes(part: str, smoke: bool, plan_file: Path, procs: int, rounds
     out["rewrite_diff_files"] = sorted(str(p.relative_to(applied)) for p in applied.rglob("*.py")
                                        if not (src / p.relative_to(applied)).exists()
                                        or (src / p.relative_to(applied)).read_text() != p.read_text())
+    # every process's timed rounds on one core, the fastest at a pure-Python loop: the search's own
+    # pinning (engine/cores.py; H200 run 25: per-core speed was the largest process-to-process spread)
+    pin_env: dict[str, str] = {}
+    if device == "cuda" and hasattr(os, "sched_getaffinity"):
+        from rewriter.engine.cores import core_speeds, pin_plan
+
+        cores = sorted(os.sched_getaffinity(0))
+        core = pin_plan(["timed"], cores, "shared", core_speeds(cores)).get("timed")
+        if core is not None:
+            pin_env["STACKPART_BENCH_PIN"] = str(core)
+    out["pinned_core"] = int(pin_env["STACKPART_BENCH_PIN"]) if pin_env else None
     processes: list[dict] = []
     walls: list[float] = []
     for i in range(procs):
@@ -653,7 +672,8 @@ def paired_processes(part: str, smoke: bool, plan_file: Path, procs: int, rounds
         shift, arms, tags = schedule(i)
         s = time.perf_counter()
         rc, so, se = run([sys.executable, "-c", TIME_PAIRED, str(src), str(applied), device, str(rounds), str(repeats), str(shift),
-                          str(warm_max), arms], max(60.0, min(300.0, budget + 150 - elapsed)), extra_env={"TORCHINDUCTOR_CACHE_DIR": cache})
+                          str(warm_max), arms], max(60.0, min(300.0, budget + 150 - elapsed)),
+                          extra_env={"TORCHINDUCTOR_CACHE_DIR": cache, **pin_env})
         walls.append(time.perf_counter() - s)
         try:
             res = last_json(so) if rc == 0 else {"error": f"rc {rc}", "stderr_tail": se.strip().splitlines()[-6:]}
@@ -799,7 +819,10 @@ def gensep_table(res: dict) -> list[str]:
     raw = res.get("raw_plan_over_static_ms")
     cache = res.get("inductor_cache", {})
     ran = f"{res.get('procs_ran')} of {res.get('procs_asked')}"
+    pins = sorted({str(p.get("pinned_core")) for p in res.get("processes", [])})
     lines += ["", f"- processes: {ran}" + (f" ({res['stopped_by_budget']})" if res.get("stopped_by_budget") else ""),
+              f"- timed rounds pinned to CPU core {res.get('pinned_core')} (the fastest at a pure-Python loop); "
+              f"pinned in the processes: {', '.join(pins) or '–'}",
               f"- plan/static = geomean(plan/eager) / geomean(static/eager) over {ps.get('n_a', 0)} plan and "
               f"{ps.get('n_b', 0)} static processes: {welch}: {res.get('verdict_plan_vs_static')}",
               f"- plan/eager: {fmt(res.get('plan_over_eager', {}))}; static/eager: {fmt(res.get('static_over_eager', {}))}",
