@@ -161,16 +161,89 @@ def test_diagnose_names_the_one_callable_that_raised_at_its_line(tmp_path, capsy
 
 def test_an_input_that_fails_only_in_the_search_names_the_users_file_not_the_temp_copy(tmp_path, capsys):
     """A newcomer's report: make_inputs raising on the second shape only reached the search, whose
-    error pointed at its deleted temporary copy of SRC (/tmp/stackpart-search-*/original/harness.py)."""
+    error pointed at its deleted temporary copy of SRC (/tmp/stackpart-search-*/original/harness.py).
+    Setup now runs every shape (the test below), so this input raises only in the search's copy."""
     from rewriter.cli import main
 
     src = tmp_path / "src"
     src.mkdir()
     (src / "harness.py").write_text("import torch\n\n\ndef build_model():\n    return torch.nn.Linear(4, 4)\n\n\n"
-                                    "def make_inputs(batch=2):\n    if batch == 3:\n        raise ValueError('no data')\n"
-                                    "    return (torch.randn(batch, 4),)\n")
+                                    "def make_inputs(batch=2):\n    if batch == 3 and 'stackpart-search' in __file__:\n"
+                                    "        raise ValueError('no data')\n    return (torch.randn(batch, 4),)\n")
     code = main(["diagnose", "--harness", "harness.py", str(src), "--shape", "batch=2", "--shape", "batch=3",
                  "-o", str(tmp_path / "plan.yaml"), "--device", "cpu"])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and f"{src / 'harness.py'}:10: harness.inputs: make_inputs(batch=3) raised ValueError: no data" in err, err
     assert "stackpart-search" not in err and "/original/" not in err, err
+
+
+SECOND_SHAPE_HARNESS = """\
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        if x.shape[0] == 3:{forward}
+        return self.fc(x)
+
+
+def build_model():
+    return Net()
+
+
+def make_inputs(batch=2):
+    if batch == 3:{inputs}
+    return (torch.randn(batch, 4),)
+"""
+
+
+@pytest.mark.parametrize("raises, named", [
+    ("make_inputs", "harness.inputs: make_inputs(batch=3) raised ValueError: no data"),
+    ("forward", "harness build_model() model forward at {'batch': 3}: raised ValueError: no data"),
+])
+def test_a_harness_that_raises_only_at_the_second_shape_stops_at_setup_before_the_rungs_and_the_search(
+        tmp_path, capsys, monkeypatch, raises, named):
+    """A newcomer's report: make_inputs (or the model) raising only at the second shape let the whole
+    ladder run (the compile rungs, the first to run that shape, record their errors and go on) and the
+    search fail on it. Setup runs one eager step at every shape: it stops there, as a harness raising at
+    the first shape does (the test above): exit 2, one line naming the shape and harness.py:line, no
+    rung run, no plan written, and the search never started."""
+    from rewriter.cli import main
+    from rewriter.diagnose import search
+
+    started = []
+
+    def no_search(*args, **kwargs):
+        started.append(1)
+        raise StackpartError("the search started")
+
+    monkeypatch.setattr(search, "run_search", no_search)
+    src = tmp_path / "src"
+    src.mkdir()
+    planted = "\n            raise ValueError('no data')" if raises == "forward" else "\n        raise ValueError('no data')"
+    text = SECOND_SHAPE_HARNESS.format(forward=planted if raises == "forward" else " pass",
+                                       inputs=planted if raises == "make_inputs" else " pass")
+    (src / "harness.py").write_text(text)
+    line = [i for i, row in enumerate(text.splitlines(), 1) if "raise ValueError" in row][0]
+    out = tmp_path / "out"
+    code = main(["diagnose", "--harness", "harness.py", str(src), "--shape", "batch=2", "--shape", "batch=3",
+                 "-o", str(out / "plan.yaml"), "--device", "cpu", "--backend", "eager"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    # where the first shape's failures point: make_inputs at the harness's path (the test above), the
+    # model's forward relative to SRC (as the first rung's, tests/test_diagnose.py)
+    where = f"{src / 'harness.py'}:{line}" if raises == "make_inputs" else f"harness.py:{line}"
+    assert err[-1].startswith(f"error: {where}: diagnose stopped at rung setup: {named}"), err[-1]
+    assert f"({where}); partial results in " in err[-1], err[-1]
+    assert not any(row.startswith("diagnose: rung ") for row in err), "no rung ran"
+    assert started == [], "the search never starts"
+    assert not (out / "plan.yaml").exists()
+    import json
+
+    report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
+    assert report["rungs"] == [] and report["complete"] is False
+    assert report["error"].startswith(f"diagnose stopped at rung setup: {named}"), report["error"]

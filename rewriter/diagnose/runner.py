@@ -4,7 +4,9 @@ A rung that fails inside stackpart or torch (an ``explain`` crash, say) is recor
 and the ladder goes on; a harness failure (the user's code raised, returned no tensors, ran out
 of memory or hung past the timeout) stops the ladder: report.json is still written with the rungs
 measured so far, and a :class:`~rewriter.errors.StackpartError` naming the rung and the harness
-callable is raised (exit 2).
+callable is raised (exit 2). Setup builds the model and runs one eager step at each harness shape
+after the first (:meth:`.session.Session.check_shapes`), so a harness that fails only at a later
+shape stops there too, before the rungs, instead of in the search.
 """
 
 from __future__ import annotations
@@ -241,6 +243,9 @@ def diagnose(
         try:
             session.rung = "setup"
             model, _, _ = ctx.reference()
+            if len(spec.shapes) > 1:  # every shape once, eager, before the rungs (and the search) rely on them
+                said(f"setup: one eager step at each of the other {len(spec.shapes) - 1} harness shape(s)")
+                session.check_shapes()
             # the model's own regional-compilation list (diffusers' _repeated_blocks) first
             ctx.cache["declared"] = declared_blocks(model)
             ctx.cache["blocks"] = granularity.find_blocks(model, src, ctx.cache["declared"])

@@ -174,27 +174,48 @@ class Session:
     def forward_name(self) -> str:
         return f"{self.spec.model}() model forward"
 
-    def build(self, shape: dict[str, int] | None = None) -> tuple[Any, Any]:
+    def build(self, shape: dict[str, int] | None = None, *, as_setup: bool = False) -> tuple[Any, Any]:
         """Build (model, inputs) for ``shape``; the model is built once and reused.
+
+        ``as_setup``: the inputs are built as the first call's are (:func:`rewriter.harness.build_inputs`:
+        an error says ``harness.inputs: make_inputs(batch=3) raised ...`` at the user's line), for
+        :meth:`check_shapes`, whose errors read as setup's.
 
         Raises:
             HarnessFailure: a callable raised, returned the wrong kind, or inputs hold no tensor.
         """
+        from ..harness import build_inputs, build_model
+
         shape = dict(self.spec.shapes[0] if shape is None else shape)
         args = ", ".join(f"{k}={v}" for k, v in shape.items())
         first = "model" not in self._models
         if first:
-            from ..harness import build_inputs, build_model
-
             with self.guard(f"{self.spec.model}()"):  # the callable that raised, and only it, is named
                 self._models["model"] = build_model(self.harness)[0]
         with self.guard(f"{self.spec.inputs}({args})"):
-            inputs = build_inputs(self.harness, shape) if first else self.inputs(shape)
+            inputs = build_inputs(self.harness, shape) if first or as_setup else self.inputs(shape)
         if not tensor_leaves(inputs):
             raise HarnessFailure(
                 self.rung, f"{self.spec.inputs}({args})", "returned no tensors (expected a tensor, tuple or dict of tensors)"
             )
         return self._models["model"], inputs
+
+    def check_shapes(self) -> None:
+        """One eager step (see module docstring) at each harness shape after the first, in order,
+        so that a harness that raises only at a later shape stops the diagnosis at setup, before
+        the ladder's rungs, as one that raises at the first does. (The first shape is built by
+        setup and first run by the first rung, whose failure is fatal too.) The later shapes are
+        otherwise first run by the compile rungs, whose failures do not stop the ladder, and the
+        search would then fail on them.
+
+        Raises:
+            HarnessFailure: at the rung now running (``setup``), naming the callable that raised
+                with the shape (``make_inputs(batch=3)``, ``... model forward at {'batch': 3}``) and
+                the user's file:line.
+        """
+        for shape in self.spec.shapes[1:]:
+            model, inputs = self.build(shape, as_setup=True)
+            self.run(self.step_fn(model, inputs), f"{self.forward_name()} at {dict(shape)}")
 
     def inputs(self, shape: dict[str, int]) -> Any:
         from ..harness import _to, torch_dtype
