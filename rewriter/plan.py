@@ -5,13 +5,15 @@ The schema is one :class:`Plan` whose ``actions`` are a discriminated union on `
 ``compile_cache``, ``dynamo_config``, the advisory ``distributed``, which ``rewrite`` reports
 but never writes, and transformers' own levers ``generation`` and ``attention``, on library
 targets only). ``stackpart plan schema`` prints :func:`json_schema`. Every model forbids
-unknown fields so a typo is an error naming the nearest field, not a silently ignored key.
+unknown fields so a typo is an error naming the nearest field, not a silently ignored key; a value
+of the wrong kind is ``field: expected X, got Y`` with the near choices (``mode: inferance``).
 Cross-action rules that need the source (a disable inside a ``fullgraph`` region, ...) live in
 :mod:`rewriter.consistency`.
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import os
@@ -736,6 +738,8 @@ class DistributedAction(_Action):
     @classmethod
     def _settings(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         wrapper = info.data.get("wrapper")
+        if wrapper is None:  # the wrapper itself was refused: that error is the one to read
+            return value
         allowed = DISTRIBUTED_SETTINGS.get(wrapper or "", {})
         for key, item in value.items():
             if key not in allowed:
@@ -954,6 +958,132 @@ def _misspelt_not_missing(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return kept or errors
 
 
+#: What a plan value was expected to be, per pydantic error type (the plan is validated in strict
+#: mode, so a value must be YAML's own type: ``1`` is no boolean, ``'8'`` no integer).
+_EXPECTED = {
+    "bool_type": "true or false", "bool_parsing": "true or false",
+    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
+    "float_type": "a number", "float_parsing": "a number", "string_type": "a string",
+    "list_type": "a list", "dict_type": "a mapping", "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+}
+#: The tags pydantic adds to a ``loc`` for each member of a union of plain types
+#: (``pad_value.int``, ``pad_value.float``); no plan field has one of these names.
+_MEMBER_TAGS = frozenset({"bool", "int", "float", "str"})
+#: The boolean fields where null is a value of its own (torch's default, ``dynamic=None``), so a
+#: wrong value there is told it may be null; elsewhere null is refused or means "not given".
+_NULL_MEANS_DEFAULT = frozenset({(CompileOptions, "dynamic"), (OwnCall, "dynamic")})
+#: Range errors -> the comparison each states (``ge=1``: ``>= 1``).
+_BOUNDS = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"),
+           "less_than_equal": ("<=", "le"), "less_than": ("<", "lt")}
+
+
+def _merge_members(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``errors`` with the per-member errors of one union value (``pad_value.int`` and
+    ``pad_value.float`` for ``pad_value: x``) folded into one error at the value itself, whose
+    ``expected`` lists what each member takes."""
+    out: list[dict[str, Any]] = []
+    for error in errors:
+        loc = tuple(error["loc"])
+        if not (loc and loc[-1] in _MEMBER_TAGS and error["type"] in _EXPECTED):
+            out.append(error)
+            continue
+        prev = out[-1] if out else None
+        if prev is not None and prev["type"] == "wrong_type" and tuple(prev["loc"]) == loc[:-1]:
+            prev["expected"].append(_EXPECTED[error["type"]])
+        else:
+            out.append({"type": "wrong_type", "loc": loc[:-1], "input": error["input"],
+                        "expected": [_EXPECTED[error["type"]]]})
+    return out
+
+
+def _shown(value: object) -> str:
+    """A plan value as the errors quote it: YAML's spelling for true/false/null, ``a list`` and
+    ``a mapping`` for containers, else its repr (cut at 80 characters)."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, datetime.date):  # an unquoted 2024-01-01: as written
+        return value.isoformat()
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _annotation_at(loc: tuple) -> Any:
+    """The type annotation of the field a pydantic ``loc`` ends at (None where it is no
+    model's field)."""
+    model = _model_at(loc)
+    info = model.model_fields.get(loc[-1]) if model is not None and loc and isinstance(loc[-1], str) else None
+    return info.annotation if info is not None else None
+
+
+def _literal_values(ann: Any) -> list[Any]:
+    """The values of the ``Literal[...]`` in ``ann`` (through ``Optional``/``Union``), in order."""
+    import typing
+
+    if typing.get_origin(ann) is Literal:
+        return list(typing.get_args(ann))
+    return [v for arg in typing.get_args(ann) for v in _literal_values(arg)]
+
+
+def _expected_of(error: dict[str, Any]) -> str:
+    """What the value at ``error`` should have been: ``one of 'a', 'b'``, ``true or false`` (and
+    ``or null`` where the field takes null), ``an integer or a number`` for a union."""
+    kind = error["type"]
+    if kind == "wrong_type":
+        wanted = list(dict.fromkeys(error["expected"]))
+        if "a number" in wanted and "an integer" in wanted:  # int | float: any number
+            wanted.remove("an integer")
+        return " or ".join(wanted) if len(wanted) < 3 else ", ".join(wanted[:-1]) + " or " + wanted[-1]
+    if kind == "literal_error":
+        values = _literal_values(_annotation_at(tuple(error["loc"])))
+        if not values:  # not a field's own annotation: pydantic's own list
+            return error.get("ctx", {}).get("expected", "?")
+        return repr(values[0]) if len(values) == 1 else "one of " + ", ".join(repr(v) for v in values)
+    expected = _EXPECTED[kind]
+    loc = tuple(error["loc"])
+    if expected == "true or false" and loc and (_model_at(loc), loc[-1]) in _NULL_MEANS_DEFAULT:
+        return "true, false or null"
+    return expected
+
+
+def _value_hint(error: dict[str, Any]) -> str | None:
+    """A hint for a value of the wrong kind: the near names of a misspelt choice, or that YAML
+    read an unquoted word as a boolean where a string was expected."""
+    value = error.get("input")
+    if error["type"] == "literal_error" and isinstance(value, str):
+        values = _literal_values(_annotation_at(tuple(error["loc"])))
+        return near_names(value, [v for v in values if isinstance(v, str)])
+    if error["type"] == "string_type" and isinstance(value, bool):
+        return "YAML reads an unquoted true/false, yes/no or on/off as a boolean; quote it to give a string"
+    if error["type"] == "string_type" and isinstance(value, datetime.date):
+        return "YAML reads an unquoted date as a date; quote it to give a string"
+    return None
+
+
+def _bound(error: dict[str, Any]) -> str:
+    """The range a value missed, from a pydantic range error: ``>= 1``."""
+    sign, key = _BOUNDS[error["type"]]
+    return f"{sign} {error.get('ctx', {}).get(key, '?')}"
+
+
+def _describe_value(error: dict[str, Any], name: str) -> tuple[str, str | None] | None:
+    """``name: expected X, got Y`` for a value of the wrong kind, a choice not among the
+    field's, or one out of range, with its hint; None for any other error."""
+    kind, got = error["type"], _shown(error.get("input"))
+    if kind in _EXPECTED or kind in ("literal_error", "wrong_type"):
+        return f"{name}: expected {_expected_of(error)}, got {got}", _value_hint(error)
+    if kind in _BOUNDS:
+        return f"{name}: expected a value {_bound(error)}, got {got}", None
+    if kind == "too_short":
+        least = error.get("ctx", {}).get("min_length", 1)
+        return f"{name}: expected at least {least} item{'s' if least != 1 else ''}, got none", None
+    return None
+
+
 def _describe(error: dict[str, Any]) -> tuple[str, str | None]:
     kind = error["type"]
     loc = _strip_tags(tuple(error["loc"]))
@@ -976,6 +1106,9 @@ def _describe(error: dict[str, Any]) -> tuple[str, str | None]:
         )
     if kind == "union_tag_not_found":
         return f"{name}: missing 'action:' (one of {', '.join(ACTION_MODELS)})", None
+    value = _describe_value(error, name)
+    if value is not None:
+        return value
     msg = error["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
@@ -1027,9 +1160,15 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
         text: the YAML document.
         path: the plan's name as the user wrote it, used in error messages.
 
+    Values are checked in pydantic's strict mode, against the types YAML itself gives: a boolean
+    field takes ``true``/``false`` (and the YAML 1.1 words PyYAML reads as them, unquoted
+    ``yes``/``no``/``on``/``off``), not ``1`` or ``'yes'``; an integer field takes no ``'8'``,
+    ``8.0`` or ``true``.
+
     Raises:
         StackpartError: malformed YAML, an unknown action or field (with near names), a wrong
-            type, a missing field — at the file, line and column of the offending key.
+            type or a choice not among a field's (``field: expected X, got Y``, with the near
+            choices), a missing field — at the file, line and column of the offending key.
     """
     try:
         _gate_yaml(text, path)
@@ -1059,10 +1198,10 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
     _no_duplicate_keys(root, path)
     marks = _marks(root)
     try:
-        plan = Plan.model_validate(data)
+        plan = Plan.model_validate(data, strict=True)  # YAML's own types: no 1 for true, no '8' for 8
     except ValidationError as exc:
         errors = []
-        for error in _misspelt_not_missing(exc.errors()):
+        for error in _merge_members(_misspelt_not_missing(exc.errors())):
             _, (line, col) = _locate(tuple(error["loc"]), marks)
             message, hint = _describe(error)
             errors.append(StackpartError(message, path=path, line=line, col=col, hint=hint))

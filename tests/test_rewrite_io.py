@@ -320,6 +320,109 @@ def test_a_misspelt_required_field_is_one_line_not_also_missing(tree, capsysbina
     assert code == 2 and err.count("error:") == 1 and "missing required field" not in err, err
 
 
+#: A plan value of the wrong kind -> the exact line every command prints for it (exit 2, nothing
+#: written): what the field takes, what the plan gave, and the near name where one exists.
+COMPILE = "version: 1\nactions:\n  - action: compile\n    target: pkg/model.py::Block\n"
+BAD_VALUES = {
+    "choice_with_near_name": (
+        "version: 1\nharness:\n  file: h.py\n  mode: inferance\nactions: []\n",
+        "plan.yaml:4:3: harness.mode: expected one of 'inference', 'training', got 'inferance' (did you mean 'inference'?)"),
+    "option_choice_with_near_name": (
+        COMPILE + "    options: {mode: reduce_overhead}\n",
+        "plan.yaml:5:15: actions[0].options.mode: expected one of 'default', 'reduce-overhead', 'max-autotune', "
+        "'max-autotune-no-cudagraphs', got 'reduce_overhead' (did you mean 'reduce-overhead'?)"),
+    "choice_without_near_name": (
+        COMPILE + "    strategy: everywhere\n",
+        "plan.yaml:5:5: actions[0].strategy: expected one of 'region', 'nested', 'whole', got 'everywhere'"),
+    "bool_given_a_word": (
+        COMPILE + "    options:\n      fullgraph: maybe\n",
+        "plan.yaml:6:7: actions[0].options.fullgraph: expected true or false, got 'maybe'"),
+    "bool_given_a_quoted_yes": (
+        COMPILE + "    options:\n      fullgraph: 'yes'\n",
+        "plan.yaml:6:7: actions[0].options.fullgraph: expected true or false, got 'yes'"),
+    "bool_given_1": (
+        COMPILE + "    options:\n      fullgraph: 1\n",
+        "plan.yaml:6:7: actions[0].options.fullgraph: expected true or false, got 1"),
+    "nullable_bool_given_a_word": (
+        COMPILE + "    options:\n      dynamic: sometimes\n",
+        "plan.yaml:6:7: actions[0].options.dynamic: expected true, false or null, got 'sometimes'"),
+    "list_for_a_mapping": (
+        COMPILE + "    options: [fullgraph]\n",
+        "plan.yaml:5:5: actions[0].options: expected a mapping, got a list"),
+    "mapping_for_a_list": (
+        "version: 1\nactions:\n  action: compile\n  target: pkg/model.py::Block\n",
+        "plan.yaml:2:1: actions: expected a list, got a mapping"),
+    "string_for_an_int": (
+        "version: 1\nactions:\n  - action: mark_dynamic\n    target: pkg/model.py::GPT.forward\n    arg: idx\n    dim: '1'\n",
+        "plan.yaml:6:5: actions[0].dim: expected an integer, got '1'"),
+    "bool_for_an_int": (
+        "version: 1\nactions:\n  - action: mark_dynamic\n    target: pkg/model.py::GPT.forward\n    arg: idx\n    dim: true\n",
+        "plan.yaml:6:5: actions[0].dim: expected an integer, got true"),
+    "word_for_a_number_union": (
+        "version: 1\nactions:\n  - action: bucket\n    target: pkg/model.py::GPT.forward\n    arg: idx\n    dim: 1\n"
+        "    buckets: [8]\n    pad_value: zero\n",
+        "plan.yaml:8:5: actions[0].pad_value: expected a number, got 'zero'"),
+    "out_of_range": (
+        "version: 1\namortization: {runs: 0}\nactions: []\n",
+        "plan.yaml:2:16: amortization.runs: expected a value >= 1, got 0"),
+    "yaml_boolean_for_a_string": (
+        "version: 1\nharness: {file: h.py, device: off}\nactions: []\n",
+        "plan.yaml:2:23: harness.device: expected a string, got false (YAML reads an unquoted true/false, yes/no "
+        "or on/off as a boolean; quote it to give a string)"),
+    "yaml_date_for_a_string": (
+        "version: 1\nactions:\n  - action: disable\n    target: run.py::main\n    why: 2024-01-01\n",
+        "plan.yaml:5:5: actions[0].why: expected a string, got 2024-01-01 (YAML reads an unquoted date as a date; "
+        "quote it to give a string)"),
+    "refused_wrapper_alone": (  # not also "unknown setting ... for None" on the next line
+        "version: 1\nactions:\n  - action: distributed\n    target: run.py::main\n    wrapper: fsdp\n"
+        "    settings: {bucket_cap_mb: 25}\n",
+        "plan.yaml:5:5: actions[0].wrapper: expected one of 'ddp', 'fsdp2', got 'fsdp' (did you mean 'fsdp2'?)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_VALUES))
+def test_a_value_of_the_wrong_kind_is_one_exact_line_exit_2_and_writes_nothing(tree, capsysbinary, name, monkeypatch):
+    """Not pydantic's "Input should be ..." but the field, what it takes and what was given, as
+    rewrite (every mode) and check --plan print it; nothing under SRC or beside the plan written."""
+    base, src = tree
+    text, line = BAD_VALUES[name]
+    (base / "plan.yaml").write_text(text)
+    monkeypatch.chdir(base)
+    before = snapshot(base)
+    for argv in (["rewrite", "--plan", "plan.yaml", "src", "--unsafe"], ["rewrite", "--plan", "plan.yaml", "src", "--check"],
+                 ["rewrite", "--plan", "plan.yaml", "src", "--unsafe", "--apply", "--no-validate"],
+                 ["check", "--plan", "plan.yaml", "--fix", "--no-validate", "src/run.py"]):
+        code, out, err = run(capsysbinary, *argv)
+        assert (code, out, err) == (2, b"", f"error: {line}\n"), argv
+    assert snapshot(base) == before
+
+
+def test_validate_prints_the_same_line_for_a_wrong_value(tree, capsysbinary, monkeypatch):
+    """validate reads the plan the same way: exit 2, the one line, no report folder written."""
+    base, _src = tree
+    text, line = BAD_VALUES["choice_with_near_name"]
+    (base / "plan.yaml").write_text(text)
+    monkeypatch.chdir(base)
+    before = snapshot(base)
+    code, out, err = run(capsysbinary, "validate", "--plan", "plan.yaml", "src")
+    assert (code, out, err) == (2, b"", f"error: {line}\n")
+    assert snapshot(base) == before and sorted(p.name for p in base.iterdir()) == ["plan.yaml", "src"]
+
+
+def test_an_unquoted_yaml_yes_is_a_boolean_as_true_is(tree, capsysbinary, monkeypatch):
+    """The loader is YAML 1.1 (PyYAML): an unquoted yes/on reads as true, and a bool field takes
+    it as the same value; only a quoted 'yes' (a string) or 1 is refused."""
+    base, _src = tree
+    monkeypatch.chdir(base)
+    diffs = []
+    for word in ("true", "yes", "on"):
+        (base / "plan.yaml").write_text(COMPILE + f"    options: {{fullgraph: {word}}}\n")
+        code, out, err = run(capsysbinary, "rewrite", "--plan", "plan.yaml", "src")
+        assert code == 0, err
+        diffs.append(out)
+    assert b"@torch.compile(fullgraph=True)" in diffs[0] and diffs == [diffs[0]] * 3
+
+
 def test_bad_command_lines_exit_2(tree, capsysbinary):
     base, src = tree
     before = snapshot(src)

@@ -30,8 +30,8 @@ def _plan(settings: str) -> str:
 
 @pytest.mark.parametrize("settings, where, message", [
     ("      capture_scalar_output: true\n", "plan.yaml:6:7", "unknown setting 'capture_scalar_output'; expected one of capture_scalar_outputs"),
-    ("      capture_scalar_outputs: 1\n", "plan.yaml:6:7", "actions[0].settings.capture_scalar_outputs: Input should be a valid boolean"),
-    ("      capture_scalar_outputs: \"true\"\n", "plan.yaml:6:7", "Input should be a valid boolean"),
+    ("      capture_scalar_outputs: 1\n", "plan.yaml:6:7", "actions[0].settings.capture_scalar_outputs: expected true or false, got 1"),
+    ("      capture_scalar_outputs: \"true\"\n", "plan.yaml:6:7", "capture_scalar_outputs: expected true or false, got 'true'"),
     ("      {}\n", "plan.yaml:5:5", "expected at least one setting of capture_scalar_outputs"),
     ("      suppress_errors: true\n", "plan.yaml:6:7", "unknown setting 'suppress_errors'"),  # a real knob, not whitelisted
 ])
