@@ -268,3 +268,82 @@ def test_a_declaration_that_raises_when_read_is_ignored_with_a_note():
     assert d.classes == [] and any("Raising._repeated_blocks raised RuntimeError when read (not configured): ignored" in n
                                    for n in d.notes()), d.notes()
     assert [b["cls"] for b in find_blocks(model, HERE, d)] == [Big]
+
+
+TWO = textwrap.dedent('''\
+    import torch
+    from torch import nn
+
+
+    class Pre(nn.Module):
+        def __init__(self, w):
+            super().__init__()
+            self.fc = nn.Linear(w, w)
+
+        def forward(self, c):
+            return self.fc(c)
+
+
+    class Blk(nn.Module):
+        def __init__(self, w, i):
+            super().__init__()
+            self.fc = nn.Linear(w, w)
+            self.i = i
+
+        def forward(self, x):
+            x = x + self.fc(x)
+            if self.i == 0:  # per-instance state: a value guard, one graph per instance
+                x = x * 2
+            return x
+
+
+    class Net(nn.Module):
+        _repeated_blocks = ["Pre", "Blk"]
+
+        def __init__(self, w=16):
+            super().__init__()
+            self.register_buffer("cond", torch.randn(2, w))  # the same shape at every batch
+            self.pres = nn.ModuleList(Pre(w) for _ in range(2))
+            self.blks = nn.ModuleList(Blk(w, i) for i in range(3))
+
+        def forward(self, x):
+            c = self.cond
+            for p in self.pres:
+                c = p(c)
+            for b in self.blks:
+                x = b(x)
+            return x + c.mean()
+''')
+
+
+def test_the_recompile_rungs_examine_every_declared_class(tmp_path):
+    """Two declared classes, only the second (Blk) recompiling: its input's batch dim varies and
+    its instances recompile on self.i. Both rungs read only the first class (Pre), and saw neither."""
+    import json
+
+    from rewriter.diagnose.runner import diagnose, harness_from_flags
+    from rewriter.plan import load_plan
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(TWO)
+    (src / "harness.py").write_text(HARNESS.replace("(batch, 16, 64)", "(batch, 16)"))
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 2}, {"batch": 3}],
+                                 mode="inference", dtype=None, device="cpu")
+    out = tmp_path / "out"
+    diagnose(spec, src, out / "plan.yaml", backend="eager", steps=1,
+             only={"graph_breaks", "recompiles", "instance_recompiles", "granularity"})
+    rungs = {r["name"]: r for r in json.loads((out / "stackpart-diagnose" / "report.json").read_text())["rungs"]}
+    rc, ir = rungs["recompiles"], rungs["instance_recompiles"]
+    assert "varying: Blk: arg 0 dim 0" in rc["verdict"], rc["verdict"]
+    assert "instances of Blk (guard at model.py:" in ir["verdict"], ir["verdict"]
+    assert [c["class"] for c in rc["measurement"]["classes"]] == ["Pre", "Blk"], rc
+    assert rc["measurement"]["classes"][0]["varying_block_dims"] == []
+    assert rc["measurement"]["classes"][1]["varying_block_dims"] == [{"arg": 0, "dim": 0, "sizes": [2, 3]}], rc
+    per = {c["class"]: c for c in ir["measurement"]["classes"]}
+    assert per["Pre"]["recompiles"] == 0 and per["Blk"]["recompiles"] > 0, ir["measurement"]
+    assert ir["measurement"]["recompiles"] == per["Blk"]["recompiles"]
+    assert any(f["kind"] == "guard" and f["function"] == "Blk.forward" for f in ir["findings"]), ir["findings"]
+    # the guard is in a compiled block's own forward: never a helper to keep eager
+    plan = load_plan(out / "plan.yaml").plan
+    assert not [a for a in plan.actions if a.action == "disable"], plan.actions

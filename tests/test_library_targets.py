@@ -53,6 +53,21 @@ LIB = textwrap.dedent("""\
 
     class Config:
         width = 8
+
+
+    class SubBlock(Block):  # not Block itself: a plan naming Block leaves it alone
+        pass
+
+
+    class Mixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([Block(), SubBlock(), Block()])
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+            return x
 """)
 
 HARNESS = textwrap.dedent("""\
@@ -380,3 +395,33 @@ def test_a_library_block_is_marked_by_keyword_too():
     actions, notes = [], []
     _mark_dynamic(actions, notes, block, nested, "fakelib.blocks:Block")
     assert actions == [] and "position_embeddings[0] dim 1 (a keyword or nested argument)" in notes[0]
+
+
+MIXED = textwrap.dedent("""\
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    import harness
+    model = harness.build_model()
+    print(json.dumps([[type(m).__name__, getattr(m, "_compiled_call_impl", None) is not None, len(m._forward_pre_hooks)]
+                      for m in model.blocks]))
+""")
+
+
+def test_a_subclass_of_a_targeted_block_is_not_compiled_from_the_site(tmp_path, lib):
+    """The plan names Block: its instances are compiled and marked, a SubBlock(Block) instance is
+    not (exact class, as diffusers' compile_repeated_blocks matches _repeated_blocks by name)."""
+    src, plan = project(tmp_path, """\
+        - action: compile
+          target: fakelib.blocks:Block
+        - action: mark_dynamic
+          target: fakelib.blocks:Block
+          arg: x
+          dim: 0
+          strict: false
+    """)
+    (src / "harness.py").write_text(HARNESS.replace("import Net", "import Mixed").replace("Net()", "Mixed()"))
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    proc = subprocess.run([sys.executable, "-c", MIXED, str(src)], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [["Block", True, 1], ["SubBlock", False, 0], ["Block", True, 1]]

@@ -6,17 +6,23 @@ under SRC that returns the model (``train.py::build``). The rewrite decorates it
 ``@apply_plan`` from one generated module, ``_stackpart/library.py``, which applies the library
 actions to the model the function returns — all of it in the reviewed diff:
 
-* ``compile`` ``region``: ``module.compile(...)`` on every instance of the class (in place:
+* ``compile`` ``region``: ``module.compile(...)`` on every module whose class is the class itself
+  (``type(m) is cls``: a subclass's instances are not matched, as diffusers'
+  ``compile_repeated_blocks`` matches ``_repeated_blocks`` by exact class name; in place:
   state_dict keys and hooks unchanged, torch.compile docs "Compiling modules"); ``whole``: the
   same on the outermost instances (the model itself, for its own class); ``nested``:
   ``torch.compiler.nested_compile_region`` on the class's ``forward``, as the decorator would;
 * ``disable``: ``torch.compiler.disable`` set on the function's class or module;
-* ``mark_dynamic``: a forward pre-hook on every instance of the class, marking the named input's
-  dim at the block boundary;
+* ``mark_dynamic``: a forward pre-hook on every module of exactly the class (the modules a
+  ``region`` compile compiles), marking the named input's dim at the block boundary;
 * ``generation``: the model's own ``generation_config`` lever (transformers' static KV cache, and
   the decode-step compile ``generate`` then does itself on CUDA);
 * ``attention``: the model's own attention lever, ``set_attn_implementation(...)`` on the
   outermost instances of the model class, checked to have taken effect.
+
+Every action that finds modules (``compile``, ``mark_dynamic``, ``generation``, ``attention``)
+matches the class exactly. ``nested`` and ``disable`` replace a function on its class or module,
+as a decorator in the source would, so a subclass that inherits the function runs the replaced one.
 
 One decorator means the same whether the model comes from SRC or a library: the search measures
 the rewritten tree the same way in both cases (:mod:`rewriter.diagnose.search`).
@@ -97,7 +103,7 @@ class _Names:
 def _summary(action: Any) -> str:
     if isinstance(action, CompileAction):
         opts = call_args(action.options.non_default())
-        how = {"region": "module.compile() on every instance", "whole": "module.compile() on the outermost instance",
+        how = {"region": "module.compile() on every instance of exactly the class", "whole": "module.compile() on the outermost instance",
                "nested": "nested_compile_region on its forward"}[action.strategy]
         return f"compile {action.target} ({action.strategy}: {how}{', ' + opts if opts else ''})"
     if isinstance(action, DisableAction):

@@ -62,6 +62,16 @@ def find_blocks(model: Any, src: Any, declared: Any = None) -> list[dict[str, An
     return found
 
 
+def region_blocks(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The blocks a per-block candidate compiles (:func:`find_blocks` entries): the first, and
+    with it every other declared one when the first is declared (a model's
+    ``_repeated_blocks`` may list several classes: Flux's double- and single-stream blocks)."""
+    if not blocks:
+        return []
+    first = blocks[0]
+    return [first, *(b for b in blocks[1:] if b.get("declared"))] if first.get("declared") else [first]
+
+
 def _declared_groups(model: Any, src: Any, declared: Any) -> list[Any]:
     """:class:`rewriter.engine.blocks.BlockGroup` s for the declared classes (``declared.classes``
     with their instances), grouped into containers by parent module and into shape groups by

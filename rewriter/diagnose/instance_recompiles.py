@@ -1,4 +1,4 @@
-"""Rung 6c: recompiles across the instances of one repeated block, and a hit recompile limit.
+"""Rung 6c: recompiles across the instances of a repeated block, and a hit recompile limit.
 
 The block class's ``forward`` is compiled as one region (backend ``eager``: guards are Dynamo's,
 not the backend's) and one step runs at every harness shape in order (the reference first), so
@@ -8,7 +8,9 @@ cache object) fails for each new instance and recompiles; so does each distinct 
 shape of the block's instances (ResNet's widths: :mod:`rewriter.engine.blocks` groups them),
 one graph per shape, and a new input shape can add a graph per instance shape again. Past
 ``torch._dynamo.config.recompile_limit`` (8 by default; ``cache_size_limit`` before torch 2.7)
-Dynamo runs the rest eager without an error (DESIGN.md rung 6).
+Dynamo runs the rest eager without an error (DESIGN.md rung 6). Every class a per-block
+candidate compiles is examined (:func:`.granularity.region_blocks`: a model's declared
+``_repeated_blocks`` may list several, Flux's double- and single-stream blocks), one sweep each.
 
 Everything counted is Dynamo's own: graphs from ``torch._dynamo.utils.counters["stats"]
 ["unique_graphs"]`` and the compiled code's cache entries, recompiles and their guard text and
@@ -31,6 +33,7 @@ from typing import Any
 
 from .context import Context
 from .dynamo_log import capture, reset
+from .granularity import region_blocks
 from .recompiles import is_shape_guard, is_tensor_property_guard
 from .rung import Finding, RungResult
 
@@ -82,7 +85,33 @@ def _dynamo_counts(code: Any) -> dict[str, Any]:
 
 
 def run(ctx: Context) -> RungResult:
-    """Compile the block class's ``forward`` once, run one step per harness shape, and report
+    """Examine every class a per-block candidate compiles (:func:`_examine`, one sweep each).
+    One class: its result as is. Several: ``recompiles`` and ``limit_hit`` over all of them, the
+    other keys the first class's, ``classes`` each class's measurement, the findings of all, and
+    one verdict per class."""
+    blocks = region_blocks(ctx.cache.get("blocks") or [])
+    if not blocks:
+        return RungResult("instance_recompiles", "Recompiles across instances of the repeated block").skip(
+            "no repeated block (instances of one class in ModuleList/Sequential/ModuleDict containers)")
+    results = [_examine(ctx, b) for b in blocks]
+    if len(results) == 1:
+        return results[0]
+    r = RungResult("instance_recompiles", "Recompiles across instances of the repeated blocks")
+    r.threshold = results[0].threshold
+    r.measurement = dict(results[0].measurement, recompiles=sum(x.measurement["recompiles"] for x in results),
+                         limit_hit=any(x.measurement["limit_hit"] for x in results),
+                         classes=[x.measurement for x in results])
+    r.findings = [f for x in results for f in x.findings]
+    r.verdict = "; ".join(x.verdict for x in results)
+    # what the first class with per-instance recompiles implies, else the first that implies anything
+    implied = [x.implies for x in results if x.implies != "none"]
+    r.implies = next((x.implies for x in results if x.measurement["recompiles"] and x.implies != "none"), None) \
+        or (implied[0] if implied else "none")
+    return r
+
+
+def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
+    """Compile one block class's ``forward`` once, run one step per harness shape, and report
     Dynamo's graphs, recompiles and recompile-limit hits (module docstring). Measurement:
     ``instances``, ``distinct_shapes`` (parameter/buffer shape signatures), ``recompiles``
     (value guards at the reference shape beyond one graph per distinct shape),
@@ -96,10 +125,6 @@ def run(ctx: Context) -> RungResult:
 
     r = RungResult("instance_recompiles", "Recompiles across instances of the repeated block")
     r.threshold = "any value-guard recompile across instances at one shape; recompile limit hit -> blocks silently eager"
-    blocks = ctx.cache.get("blocks") or []
-    if not blocks:
-        return r.skip("no repeated block (instances of one class in ModuleList/Sequential/ModuleDict containers)")
-    block = blocks[0]
     cls = block["cls"]
     model, _, step = ctx.reference()
     shapes = ctx.session.spec.shapes

@@ -45,6 +45,7 @@ from ..plan import (
     Plan,
 )
 from .context import Context
+from .granularity import region_blocks
 from .locate import library_target_of, names_reached, unit_target, untargetable
 from .memory import expandable_segments_on
 from .recompiles import shapes_stable
@@ -154,8 +155,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
     declared = ctx.cache.get("declared")
     if declared is not None:
         notes.extend(declared.notes())
-    also = [(b, b["target"] or library_target_of(b["cls"])) for b in blocks[1:] if b.get("declared")] \
-        if block is not None and block.get("declared") else []
+    also = [(b, b["target"] or library_target_of(b["cls"])) for b in region_blocks(blocks)[1:]]
 
     # kernel: a dominant non-GEMM op
     top = m("top_ops")
@@ -268,15 +268,18 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
         ir = m("instance_recompiles")
         guards = [f for f in res["instance_recompiles"].findings if f.kind == "guard"] if res.get("instance_recompiles") else []
         if ir.get("recompiles"):
-            in_forward = [g for g in guards if g.function == forward_qual or not g.function]
-            helpers = [g for g in guards if g.function and g.function != forward_qual]
+            # a guard in the forward of any class the candidate compiles (the declared blocks)
+            # is the block's own, never a helper to disable
+            forwards = {forward_qual, *(_qual(t) + ".forward" for _, t in also if t)}
+            in_forward = [g for g in guards if g.function in forwards or not g.function]
+            helpers = [g for g in guards if g.function and g.function not in forwards]
+            across = _instance_counts(ir, block)
             if (in_forward or not helpers) and not trust_guards:
-                notes.append(f"{ir['recompiles']} recompile(s) across {ir['instances']} instances of {block['cls'].__name__} "
-                             f"({', '.join(g.where for g in guards) or 'no line'}): compiled anyway, the measurement decides")
+                notes.append(f"{across} ({', '.join(g.where for g in guards) or 'no line'}): compiled anyway, the measurement decides")
             elif in_forward or not helpers:
                 where = ", ".join(g.where for g in guards) or "unknown line"
                 notes.append(
-                    f"{ir['recompiles']} recompiles across {ir['instances']} instances of {block['cls'].__name__} from a guard in its own forward ({where})"
+                    f"{across} from a guard in its own forward ({where})"
                     + ("; recompile limit hit" if ir.get("limit_hit") else "")
                     + ": compiling it would leave blocks silently eager; restructure (make the value a tensor or move it out of forward) — no compile planned for the block"
                 )
@@ -291,7 +294,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                         DisableAction(
                             action="disable",
                             target=f"{g.file}::{g.function}",
-                            why=f"instance recompiles: {ir['recompiles']} recompiles across {ir['instances']} instances of {block['cls'].__name__}"
+                            why=f"instance recompiles: {across}"
                             + (" (recompile limit hit)" if ir.get("limit_hit") else "")
                             + f"; guard on per-instance state at {g.where}: keep this helper eager",
                         )
@@ -372,6 +375,14 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
         _disables(actions, breaks, _units(model_target, _block_forward(block, block_target), *(_qual(t) + ".forward" for _, t in also if t)),
                   "model compile")
     return Decision(_plan(spec, ctx, actions), notes)
+
+
+def _instance_counts(ir: dict, block: dict) -> str:
+    """``3 recompile(s) across 4 instances of Block`` from the instance-recompiles rung's
+    measurement, one per class with recompiles where it examined several (``classes``)."""
+    per = [c for c in ir.get("classes") or [] if c.get("recompiles")] or [ir]
+    return ", ".join(f"{c['recompiles']} recompile(s) across {c['instances']} instances of {c.get('class') or block['cls'].__name__}"
+                     for c in per)
 
 
 def _block_forward(block: dict | None, block_target: str | None) -> str | None:

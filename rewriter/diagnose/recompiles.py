@@ -4,8 +4,9 @@ The model is compiled once (backend ``eager``: guards and recompiles are decided
 any backend runs, so the cheapest backend gives the same count) and called at every harness
 shape. Recompiles and their guard failures are read from Dynamo's recompile log
 (:mod:`.dynamo_log`). The dims that vary are measured on the model's input tensors and on the
-repeated block's input (a forward pre-hook on its first instance, in an eager pass so that
-Dynamo never traces it): the block input is the region
+repeated block's input (a forward pre-hook on the first instance of each class a per-block
+candidate compiles, every declared class of a model's ``_repeated_blocks`` included, in an eager
+pass so that Dynamo never traces it): the block input is the region
 boundary where ``mark_dynamic`` belongs (DESIGN.md: a mark on ``input_ids`` does not survive the
 eager embedding). Threshold: any recompile after the first compile (partitioning-the-stack: "Am
 I recompiling? -> bucket shapes, mark_dynamic").
@@ -19,6 +20,7 @@ from typing import Any
 
 from .context import Context
 from .dynamo_log import capture, reset
+from .granularity import region_blocks
 from .locate import first_in_src
 from .rung import Finding, RungResult
 from .session import tensor_leaves
@@ -111,44 +113,45 @@ def is_shape_guard(guards: list[str]) -> bool:
 
 
 def run(ctx: Context) -> RungResult:
+    """Compile the model once (backend ``eager``), call it at every harness shape, and report
+    Dynamo's recompiles and the dims that vary (module docstring). The block input's dims are
+    measured for every class a per-block candidate compiles (:func:`.granularity.region_blocks`):
+    ``varying_block_dims``/``varying_block_other_dims`` are the first class's, ``classes`` has
+    ``{"class", "varying_block_dims", "varying_block_other_dims"}`` for each."""
     import torch
 
     r = RungResult("recompiles", "Recompiles across the harness shapes")
     r.threshold = "any recompile after the first compile (TORCH_LOGS=recompiles)"
     spec = ctx.session.spec
     model, _, _ = ctx.reference()
-    blocks = ctx.cache.get("blocks") or []
-    block_shapes: list[list[tuple[int, ...]]] = []
-    other_shapes: list[dict[str, tuple[int, ...]]] = []
-    int_values: list[dict[str, int]] = []
+    blocks = region_blocks(ctx.cache.get("blocks") or [])
+    # per block class: [(positional shapes, nested tensor shapes, ints)], one per shape
+    calls: list[list[tuple[list, dict, dict]]] = [[] for _ in blocks]
     input_shapes: list[list[tuple[int, ...]]] = []
     # block input shapes from an eager pass: a hook inside the compiled model would be traced,
     # and Dynamo's guards on its closure showed up as recompile reasons (H200 run 2)
     if blocks:
-        first = blocks[0]["modules"][0]
-        seen: list[list[tuple[int, ...]]] = []
-        seen_other: list[dict[str, tuple[int, ...]]] = []
-        seen_ints: list[dict[str, int]] = []
+        seen: list[list[tuple[list, dict, dict]]] = [[] for _ in blocks]
 
-        def pre(mod: Any, args: tuple, kwargs: dict) -> None:
-            seen.append([tuple(a.shape) if isinstance(a, torch.Tensor) else () for a in args])
-            seen_other.append(nested_tensor_shapes(args, kwargs))
-            seen_ints.append(int_inputs(args, kwargs))
+        def hook_for(i: int) -> Any:
+            def pre(mod: Any, args: tuple, kwargs: dict) -> None:
+                seen[i].append(([tuple(a.shape) if isinstance(a, torch.Tensor) else () for a in args],
+                                nested_tensor_shapes(args, kwargs), int_inputs(args, kwargs)))
+            return pre
 
-        hook = first.register_forward_pre_hook(pre, with_kwargs=True)
+        hooks = [b["modules"][0].register_forward_pre_hook(hook_for(i), with_kwargs=True) for i, b in enumerate(blocks)]
         try:
             for shape in spec.shapes:
                 _, inputs = ctx.session.build(shape)
-                seen.clear()
-                seen_other.clear()
-                seen_ints.clear()
+                for s in seen:
+                    s.clear()
                 ctx.session.run(ctx.session.step_fn(model, inputs))
-                if seen:
-                    block_shapes.append(seen[0])
-                    other_shapes.append(seen_other[0])
-                    int_values.append(seen_ints[0])
+                for i, s in enumerate(seen):
+                    if s:
+                        calls[i].append(s[0])
         finally:
-            hook.remove()
+            for h in hooks:
+                h.remove()
     reset()
     compiled = torch.compile(model, backend="eager")
     try:
@@ -162,10 +165,9 @@ def run(ctx: Context) -> RungResult:
         reset()
     keys = sorted({k for s in spec.shapes for k in s if len({s.get(k) for s in spec.shapes}) > 1})
     var_in = varying(input_shapes)
-    var_block = varying(block_shapes) if len(block_shapes) == len(input_shapes) else []
-    var_other = varying_named(other_shapes) if len(other_shapes) == len(input_shapes) else []
-    if len(int_values) == len(input_shapes):  # an int as a 0-d "shape": dim 0 is its value
-        var_other += [dict(v, dim=None) for v in varying_named([{k: (n,) for k, n in c.items()} for c in int_values])]
+    per_class = [{"class": b["cls"].__name__, **_block_dims(c, len(input_shapes))} for b, c in zip(blocks, calls)]
+    var_block = per_class[0]["varying_block_dims"] if per_class else []
+    var_other = per_class[0]["varying_block_other_dims"] if per_class else []
     by_value = []
     for rc in log.recompiles:
         site = log.guard_site(ctx.session.src, rc.text)
@@ -183,14 +185,13 @@ def run(ctx: Context) -> RungResult:
         "value_guard_recompiles": len(by_value),
         "varying_shape_keys": keys,
         "varying_input_dims": var_in,
-        "varying_block_dims": [{"arg": v["tensor"], "dim": v["dim"], "sizes": v["sizes"]} for v in var_block],
+        "varying_block_dims": var_block,
         "varying_block_other_dims": var_other,
+        "classes": per_class,
         "limit_hit": bool(log.limit_hit),
     }
     if log.recompiles:
-        dims = ", ".join([f"block arg {v['tensor']} dim {v['dim']}" for v in var_block]
-                         + [f"block input {v['input']}" + (f" dim {v['dim']}" if v["dim"] is not None else "") for v in var_other]
-                         ) or ", ".join(f"input {v['tensor']} dim {v['dim']}" for v in var_in)
+        dims = _dims_text(per_class) or ", ".join(f"input {v['tensor']} dim {v['dim']}" for v in var_in)
         r.verdict = f"{len(log.recompiles)} recompile(s) across {len(spec.shapes)} shapes; varying: {dims or 'no tensor dim (a guard on a value)'}"
         if by_value:
             r.verdict += (f"; {len(by_value)} of them from guards on values, not shapes ({'; '.join(sorted(set(by_value))[:2])}): "
@@ -205,6 +206,37 @@ def run(ctx: Context) -> RungResult:
         r.verdict += (f"; {len(dynamic_breaks)} graph break(s) appear only once shapes are dynamic "
                       f"(at {file}:{line}: {reason[:120]}): marking those dims dynamic would break the graph every call")
     return r
+
+
+def _block_dims(calls: list[tuple[list, dict, dict]], n: int) -> dict[str, list[dict[str, Any]]]:
+    """The varying dims of one block class's input over the harness shapes (``calls``: one
+    ``(positional shapes, nested tensor shapes, ints)`` per shape; none unless all ``n`` shapes
+    reached the block): ``varying_block_dims`` (``{"arg", "dim", "sizes"}``) and
+    ``varying_block_other_dims`` (``{"input", "dim", "sizes"}``, ``dim`` None for an int)."""
+    if len(calls) != n:
+        return {"varying_block_dims": [], "varying_block_other_dims": []}
+    positional = [{"arg": v["tensor"], "dim": v["dim"], "sizes": v["sizes"]} for v in varying([c[0] for c in calls])]
+    other = varying_named([c[1] for c in calls])
+    # an int as a 0-d "shape": dim 0 is its value
+    other += [dict(v, dim=None) for v in varying_named([{k: (x,) for k, x in c[2].items()} for c in calls])]
+    return {"varying_block_dims": positional, "varying_block_other_dims": other}
+
+
+def _dims_text(per_class: list[dict[str, Any]]) -> str:
+    """The block dims that vary, for the verdict: ``block arg 0 dim 1, block input x dim 0`` for
+    one class; for several (a model's declared blocks) each class named, classes whose dims read
+    the same together: ``A, B: arg 0 dim 1; C: input x dim 0``."""
+    groups: dict[str, list[str]] = {}
+    for c in per_class:
+        prefix = "block " if len(per_class) == 1 else ""
+        text = ", ".join([f"{prefix}arg {v['arg']} dim {v['dim']}" for v in c["varying_block_dims"]]
+                         + [f"{prefix}input {v['input']}" + (f" dim {v['dim']}" if v["dim"] is not None else "")
+                            for v in c["varying_block_other_dims"]])
+        if text:
+            groups.setdefault(text, []).append(c["class"])
+    if len(per_class) == 1:
+        return next(iter(groups), "")
+    return "; ".join(f"{', '.join(names)}: {text}" for text, names in groups.items())
 
 
 def _dynamic_only_breaks(ctx: Context, log: Any) -> list[tuple[tuple[str | None, int | None, str | None], str]]:
