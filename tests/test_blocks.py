@@ -391,3 +391,52 @@ def test_dynamos_counters_are_read_once_per_shape(tmp_path, monkeypatch):
     m = run_rungs(write_harness(tmp_path, BROKEN), tmp_path, shapes, {"instance_recompiles"})["instance_recompiles"].measurement
     assert len(calls) == len(shapes) + 1
     assert m["shapes_run"] == 3 and sum(m["graphs_per_shape"]) == m["graphs"], m
+
+
+SIZED = """
+import torch
+from torch import nn
+
+
+class Blk(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) + x
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(Blk() for _ in range(4))
+
+    def forward(self, x):  # the odd blocks see 12 of the 24 tokens, the even ones 8
+        for i, block in enumerate(self.blocks):
+            k = 8 + 4 * (i % 2)
+            x = torch.cat([block(x[:, :k]), x[:, k:]], dim=1)
+        return x
+
+
+def build_model():
+    torch.manual_seed(0)
+    return Net().eval()
+
+
+def make_inputs(batch: int = 2):
+    return (torch.randn(batch, 24, 16),)
+"""
+
+
+def test_instances_called_at_different_sizes_are_not_said_to_share_one_graph(tmp_path):
+    """Flux's single-stream block (diffusers, tiny config): "one graph serves all 2 instances ... at
+    each input shape (4 graph(s) ... (2 + 2))". Instances that see tensors of different sizes at one
+    input shape recompile on those sizes: more than one graph per shape, no per-instance state."""
+    src = write_harness(tmp_path, SIZED)
+    ir = run_rungs(src, tmp_path, [{"batch": 2}, {"batch": 3}], {"instance_recompiles"})["instance_recompiles"]
+    m = ir.measurement
+    assert m["recompiles"] == 0 and m["graphs_per_shape"][0] == 2 and m["shape_recompiles"] >= 1, m
+    assert "one graph serves" not in ir.verdict, ir.verdict
+    assert "share one compiled code, without a recompile on per-instance state" in ir.verdict, ir.verdict
+    assert "tensors of different sizes get a graph each" in ir.verdict and "dynamic shapes" in ir.verdict, ir.verdict
