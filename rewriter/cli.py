@@ -98,12 +98,14 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
 @click.option("--construct-on", type=_Choice(["device", "host"]), default="device", show_default=True,
               help="Where each child constructs the model: under the harness device (parameter init on "
                    "the GPU; host when that raises) or on the host as the harness does alone.")
+@click.option("--pin", type=_Choice(["shared", "own", "off"]), default="shared", show_default=True,
+              help="Where each timed process's main thread runs on CUDA: shared (all on one core, the fastest at a pure-Python loop; one process runs at a time), own (a core each) or off (the scheduler's).")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="> 1: run original and plan under torchrun on N processes; compare step time and exposed communication.")
 @click.pass_context
 def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, backend: str, min_speedup: float,
              speed_gate: str, timeout_s: float, reps: int, warmup: int, baselines: str, keep_temp: bool,
-             no_overlap: bool = False, construct_on: str = "device", nproc: int = 1) -> None:
+             no_overlap: bool = False, construct_on: str = "device", pin: str = "shared", nproc: int = 1) -> None:
     """Prove a rewrite before it is applied: numerics, speed, compile cost; exit 0 pass, 1 fail, 2 error."""
     from pathlib import Path
 
@@ -126,7 +128,7 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
     opts = Options(out=Path(out) if out else None, backend=backend, min_speedup=min_speedup,
                    speed_gate=speed_gate, timeout_s=timeout_s, reps=reps, warmup=warmup,
                    keep=keep_temp, variants=("eager", "plan") + names, overlap=not no_overlap,
-                   construct_on_device=construct_on == "device")
+                   construct_on_device=construct_on == "device", pin=pin)
     ctx.exit(validate_command(plan_path, src, opts))
 
 
@@ -181,6 +183,11 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @click.option("--steps", type=click.IntRange(min=1), default=3, show_default=True, help="Profiled steps.")
 @click.option("--entry", default=None, help="file.py::func under SRC: the program's entry point (runs before the first CUDA allocation); where the allocator action goes.")
 @click.option("--site", default=None, help="file.py::func under SRC that returns the model (e.g. train.py::build): where actions on an installed library's blocks (transformers, timm) are applied. Default: the harness's model function.")
+@click.option("--no-overlap", is_flag=True,
+              help="In the search, run the eager reference to its end before the first compile (by default, on a GPU "
+                   "with >= 8 CPUs, it overlaps the first candidate's cold phase).")
+@click.option("--pin", type=_Choice(["shared", "own", "off"]), default="shared", show_default=True,
+              help="Where each timed process's main thread runs on CUDA: shared (all on one core, the fastest at a pure-Python loop; one process runs at a time), own (a core each) or off (the scheduler's).")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes (one per GPU) under torchrun; > 1 diagnoses collectives across ranks.")
 @click.option("--wrap", type=_Choice(["ddp", "fsdp2", "none"]), default=None,
@@ -194,6 +201,8 @@ def diagnose(ctx: click.Context, harness: str, src: str, output: str, **kw: obje
     if nproc > 1:  # type: ignore[operator]
         kw.pop("budget")
         kw.pop("no_search")
+        kw.pop("no_overlap")
+        kw.pop("pin")
         if kw.pop("entry") is not None:
             raise click.UsageError("--entry is not supported with --nproc")
         if kw.pop("site") is not None:

@@ -29,6 +29,9 @@ class Context:
         site: ``file.py::func`` the user named with ``--site``: the function under SRC that
             returns the model, where actions on library classes are applied; None: the harness's
             model function.
+        overlap: ``--no-overlap`` unset: the search's eager reference may overlap the first
+            candidate's cold phase (:attr:`rewriter.engine.measure.Options.overlap`).
+        pin: ``--pin``, where the search's timed processes run (:attr:`rewriter.engine.measure.Options.pin`).
     """
 
     session: Session
@@ -38,6 +41,8 @@ class Context:
     amortization_assumed: bool = True
     entry: str | None = None
     site: str | None = None
+    overlap: bool = True
+    pin: str = "shared"
     results: dict[str, RungResult] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)
 

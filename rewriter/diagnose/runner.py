@@ -144,6 +144,8 @@ def diagnose(
     entry: str | None = None,
     budget_s: float | None = None,
     site: str | None = None,
+    overlap: bool = True,
+    pin: str = "shared",
 ) -> Outcome:
     """Run the ladder on the harness and write plan, report.md, report.json, charts and trace.
 
@@ -167,6 +169,9 @@ def diagnose(
             target for the ``allocator`` action (the harness is scaffolding, not the program).
         site: ``file.py::func`` under SRC that returns the model (``--site``): where actions on an
             installed library's classes are applied (default: the harness's model function).
+        overlap: the search's eager reference may overlap the first candidate's cold phase
+            (``--no-overlap``: False); :attr:`rewriter.engine.measure.Options.overlap`.
+        pin: where the search's timed processes run (``--pin``): :attr:`rewriter.engine.measure.Options.pin`.
 
     Raises:
         StackpartError: the harness cannot be loaded (nothing written), or a harness call failed
@@ -198,6 +203,8 @@ def diagnose(
         amortization_assumed=amortization_spec is None,
         entry=entry,
         site=site,
+        overlap=overlap,
+        pin=pin,
     )
     ctx.cache["requested_device"] = requested  # the harness's own (None: unset), for the validation report
     meta = {
@@ -580,7 +587,7 @@ def check_output(harness: str, output: str) -> None:
     )
 
 
-def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str, ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False, site: str | None = None) -> int:
+def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str, ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False, site: str | None = None, no_overlap: bool = False, pin: str = "shared") -> int:
     """The ``stackpart diagnose`` command: returns 0 (plan written), 1 (plan written, but the ladder
     stopped at a fragmentation OOM: apply the allocator action and run again); raises
     StackpartError (exit 2)."""
@@ -595,5 +602,6 @@ def diagnose_command(harness: str, src: str, output: str, *, model: str | None, 
             base["restarts"] = restarts
         amort = Amortization.model_validate(base)
     only = {n for n, _ in RUNGS} if no_search else None
-    outcome = diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry, budget_s=budget, only=only, site=site)
+    outcome = diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry, budget_s=budget, only=only, site=site,
+                       overlap=not no_overlap, pin=pin)
     return 1 if outcome.stopped else 0

@@ -188,6 +188,8 @@ def _options(ctx: Context, timeout_s: float) -> Any:
         # a second process per plan on CUDA, where the timing decides (H200 runs 16 and 20b: one
         # slow process flipped the choice); on CPU the gain is not measured with eager
         replicates=2 if cuda else 1,
+        overlap=ctx.overlap,  # --no-overlap
+        pin=ctx.pin,  # --pin
     )
 
 

@@ -1,0 +1,56 @@
+"""`--pin` and `--no-overlap` reach the measurement engine's options: the search's (diagnose) and
+validate's. The search's note on an overlapped reference names `--no-overlap`, which diagnose
+lacked until now; `Options.pin` had no flag at all."""
+
+from __future__ import annotations
+
+import pytest
+
+from rewriter.cli import main
+
+
+def _captured(monkeypatch, target: str) -> dict:
+    seen: dict = {}
+
+    def fake(*args, **kwargs):
+        seen.update(kwargs, args=args)
+        return 0
+
+    monkeypatch.setattr(target, fake)
+    return seen
+
+
+def test_diagnose_passes_pin_and_no_overlap_to_the_search(tmp_path, monkeypatch):
+    seen = _captured(monkeypatch, "rewriter.diagnose.runner.diagnose_command")
+    argv = ["diagnose", "--harness", "harness.py", str(tmp_path), "--pin", "off", "--no-overlap"]
+    assert main(argv) == 0
+    assert seen["pin"] == "off" and seen["no_overlap"] is True
+    seen.clear()
+    assert main(["diagnose", "--harness", "harness.py", str(tmp_path)]) == 0
+    assert seen["pin"] == "shared" and seen["no_overlap"] is False  # the defaults, as the engine's
+
+
+def test_the_search_options_carry_the_contexts_pin_and_overlap(tmp_path):
+    from rewriter.diagnose.context import Context
+    from rewriter.diagnose.search import _options
+
+    session = type("S", (), {"cuda": False})()
+    opts = _options(Context(session=session, out_dir=tmp_path, backend="eager", pin="own", overlap=False), 60.0)
+    assert opts.pin == "own" and opts.overlap is False
+    default = _options(Context(session=session, out_dir=tmp_path, backend="eager"), 60.0)
+    assert default.pin == "shared" and default.overlap is True
+
+
+def test_validate_passes_pin_to_the_engine(tmp_path, monkeypatch):
+    seen = _captured(monkeypatch, "rewriter.validate.command.validate_command")
+    assert main(["validate", "--plan", str(tmp_path / "plan.yaml"), str(tmp_path), "--pin", "own"]) == 0
+    assert seen["args"][2].pin == "own" and seen["args"][2].overlap is True
+
+
+@pytest.mark.parametrize("command", ["diagnose", "validate"])
+def test_an_unknown_pin_mode_is_a_usage_error_naming_the_choices(tmp_path, capsys, command):
+    flag = "--plan" if command == "validate" else "--harness"
+    assert main([command, flag, str(tmp_path / "plan.yaml"), str(tmp_path), "--pin", "fastest"]) == 2
+    err = capsys.readouterr().err
+    assert "--pin" in err and "shared" in err and "own" in err, err
+    assert list(tmp_path.iterdir()) == []
