@@ -347,3 +347,28 @@ def test_the_recompile_rungs_examine_every_declared_class(tmp_path):
     # the guard is in a compiled block's own forward: never a helper to keep eager
     plan = load_plan(out / "plan.yaml").plan
     assert not [a for a in plan.actions if a.action == "disable"], plan.actions
+
+
+def test_a_later_declared_class_whose_input_varies_is_marked_dynamic_at_its_own_boundary(tmp_path):
+    """Only the second declared class (Blk) sees a varying batch dim; the planner read the first
+    class's dims (Pre: none) and wrote no mark_dynamic, so per-block+mark_dynamic was never a
+    candidate."""
+    from rewriter.diagnose.runner import diagnose, harness_from_flags
+    from rewriter.plan import load_plan
+
+    src = tmp_path / "src"
+    src.mkdir()
+    body = TWO.replace("        if self.i == 0:  # per-instance state: a value guard, one graph per instance\n"
+                       "            x = x * 2\n", "")
+    assert "self.i == 0" not in body
+    (src / "model.py").write_text(body)
+    (src / "harness.py").write_text(HARNESS.replace("(batch, 16, 64)", "(batch, 16)"))
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 2}, {"batch": 3}],
+                                 mode="inference", dtype=None, device="cpu")
+    out = tmp_path / "out"
+    diagnose(spec, src, out / "plan.yaml", backend="eager", steps=1,
+             only={"graph_breaks", "recompiles", "instance_recompiles", "granularity", "search"})
+    plan = load_plan(out / "plan.yaml").plan
+    marks = [(a.target, a.arg, a.dim) for a in plan.actions if a.action == "mark_dynamic"]
+    assert marks == [("model.py::Net.forward", "x", 0)], plan.actions  # where the Blk instances are called
+    assert {a.target for a in plan.actions if a.action == "compile"} == {"model.py::Pre", "model.py::Blk"}

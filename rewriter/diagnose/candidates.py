@@ -333,11 +333,12 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     if has_block:
         for decision in (rule_plan(ctx, "region", disables=False, marks=False), rule_plan(ctx, "region", marks=False), region_full):
             add(_named("per-block", decision.plan), decision)
-        unmarked = next((n for n in region_full.notes if n.startswith("not marked dynamic: ")), None)
+        # "not marked dynamic: ..." or, where a model declares several block classes, "Blk: not marked dynamic: ..."
+        unmarked = next((n for n in region_full.notes if "not marked dynamic: " in n), None)
         if unmarked and not any(a.action == "mark_dynamic" for a in region_full.plan.actions):
             # the recompiles rung saw varying dims but the planner could not mark them: say why
             # the +mark_dynamic variant is missing (a newcomer's tiny Llama: no candidate, no word)
-            pruned.append("per-block+mark_dynamic: " + unmarked[len("not marked dynamic: "):])
+            pruned.append("per-block+mark_dynamic: " + unmarked.replace("not marked dynamic: ", "", 1))
     else:
         despite = rule_plan(ctx, "region", disables=False, marks=False, trust_guards=False)
         if any(a.action == "compile" for a in despite.plan.actions):

@@ -355,8 +355,14 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                         + reason
                     )
                 )
-            if marks:
-                _mark_dynamic(actions, notes, blocks[0], rc, block_target)
+            if marks:  # each compiled class at its own boundary, from its own measured dims
+                per_class = {c["class"]: c for c in rc.get("classes") or []}
+                for i, (b, t) in enumerate([(blocks[0], block_target), *also]):
+                    dims = per_class.get(b["cls"].__name__)
+                    if i and (dims is None or not t):
+                        continue
+                    _mark_dynamic(actions, notes, b, dict(rc, **{k: dims[k] for k in ("varying_block_dims", "varying_block_other_dims")})
+                                  if dims else rc, t, label=f"{b['cls'].__name__}: " if also else "")
             return Decision(_plan(spec, ctx, actions), notes)
     elif block is not None and not block_target:
         notes.append(f"repeated block {untargetable(block['cls'])}: no compile target")
@@ -493,12 +499,16 @@ def _block_params(cls: Any) -> list[str | None]:
     return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
-def _mark_dynamic(actions: list, notes: list, block: dict, rc: dict, block_target: str | None = None) -> None:
+def _mark_dynamic(actions: list, notes: list, block: dict, rc: dict, block_target: str | None = None, label: str = "") -> None:
+    """The ``mark_dynamic`` actions for ``block``'s varying input dims (``rc``: the recompiles
+    rung's measurement, its ``varying_block_dims``/``varying_block_other_dims`` this block's class's)
+    at the region boundary, or a note (prefixed ``label``: the class, where a model declares several)
+    saying why none is written."""
     if not rc.get("recompiles") or rc.get("value_guard_recompiles", 0) >= rc["recompiles"]:
         return
     if rc.get("dynamic_only_graph_breaks"):
         notes.append(
-            f"not marked dynamic: {rc['dynamic_only_graph_breaks']} graph break(s) appear only once shapes are dynamic "
+            f"{label}not marked dynamic: {rc['dynamic_only_graph_breaks']} graph break(s) appear only once shapes are dynamic "
             "(see the recompiles rung's findings): a mark would make every call break there; make that code "
             "shape-agnostic (a Python bool from a size becomes a SymBool) or bucket the shapes"
         )
@@ -526,7 +536,7 @@ def _mark_dynamic(actions: list, notes: list, block: dict, rc: dict, block_targe
                    else f"block input {o['input']} (an int: {sorted(set(o['sizes']))})"
                    for o in others if o not in by_name]
     if unmarkable:
-        notes.append("not marked dynamic: " + "; ".join(unmarkable[:3]) + " also varies, and mark_dynamic at the "
+        notes.append(f"{label}not marked dynamic: " + "; ".join(unmarkable[:3]) + " also varies, and mark_dynamic at the "
                      "boundary cannot reach it (a partly marked boundary raises ConstraintViolationError); "
                      "expect one automatic-dynamic recompile")
         return
