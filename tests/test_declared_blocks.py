@@ -316,23 +316,30 @@ TWO = textwrap.dedent('''\
 ''')
 
 
+def _diagnose_two(tmp_path, model_text: str, only: set[str]):
+    """diagnose (CPU, eager) on ``model_text`` as SRC/model.py at batch 2 and 3, with ``only``
+    these rungs; returns the output folder (plan.yaml, stackpart-diagnose/report.json)."""
+    from rewriter.diagnose.runner import diagnose, harness_from_flags
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(model_text)
+    (src / "harness.py").write_text(HARNESS.replace("(batch, 16, 64)", "(batch, 16)"))
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 2}, {"batch": 3}],
+                                 mode="inference", dtype=None, device="cpu")
+    out = tmp_path / "out"
+    diagnose(spec, src, out / "plan.yaml", backend="eager", steps=1, only=only)
+    return out
+
+
 def test_the_recompile_rungs_examine_every_declared_class(tmp_path):
     """Two declared classes, only the second (Blk) recompiling: its input's batch dim varies and
     its instances recompile on self.i. Both rungs read only the first class (Pre), and saw neither."""
     import json
 
-    from rewriter.diagnose.runner import diagnose, harness_from_flags
     from rewriter.plan import load_plan
 
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.py").write_text(TWO)
-    (src / "harness.py").write_text(HARNESS.replace("(batch, 16, 64)", "(batch, 16)"))
-    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 2}, {"batch": 3}],
-                                 mode="inference", dtype=None, device="cpu")
-    out = tmp_path / "out"
-    diagnose(spec, src, out / "plan.yaml", backend="eager", steps=1,
-             only={"graph_breaks", "recompiles", "instance_recompiles", "granularity"})
+    out = _diagnose_two(tmp_path, TWO, {"graph_breaks", "recompiles", "instance_recompiles", "granularity"})
     rungs = {r["name"]: r for r in json.loads((out / "stackpart-diagnose" / "report.json").read_text())["rungs"]}
     rc, ir = rungs["recompiles"], rungs["instance_recompiles"]
     assert "varying: Blk: arg 0 dim 0" in rc["verdict"], rc["verdict"]
@@ -353,21 +360,12 @@ def test_a_later_declared_class_whose_input_varies_is_marked_dynamic_at_its_own_
     """Only the second declared class (Blk) sees a varying batch dim; the planner read the first
     class's dims (Pre: none) and wrote no mark_dynamic, so per-block+mark_dynamic was never a
     candidate."""
-    from rewriter.diagnose.runner import diagnose, harness_from_flags
     from rewriter.plan import load_plan
 
-    src = tmp_path / "src"
-    src.mkdir()
     body = TWO.replace("        if self.i == 0:  # per-instance state: a value guard, one graph per instance\n"
                        "            x = x * 2\n", "")
     assert "self.i == 0" not in body
-    (src / "model.py").write_text(body)
-    (src / "harness.py").write_text(HARNESS.replace("(batch, 16, 64)", "(batch, 16)"))
-    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 2}, {"batch": 3}],
-                                 mode="inference", dtype=None, device="cpu")
-    out = tmp_path / "out"
-    diagnose(spec, src, out / "plan.yaml", backend="eager", steps=1,
-             only={"graph_breaks", "recompiles", "instance_recompiles", "granularity", "search"})
+    out = _diagnose_two(tmp_path, body, {"graph_breaks", "recompiles", "instance_recompiles", "granularity", "search"})
     plan = load_plan(out / "plan.yaml").plan
     marks = [(a.target, a.arg, a.dim) for a in plan.actions if a.action == "mark_dynamic"]
     assert marks == [("model.py::Net.forward", "x", 0)], plan.actions  # where the Blk instances are called

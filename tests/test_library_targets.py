@@ -194,16 +194,20 @@ def test_rewrite_writes_the_site_decorator_and_the_generated_module(tmp_path, li
     assert "module.compile()" in library and '_disable(blocks, "route", recursive=True)' in library
 
 
+#: compile Block in place and mark its x dim 0 dynamic at the block boundary, from the site
+COMPILE_AND_MARK = """\
+    - action: compile
+      target: fakelib.blocks:Block
+    - action: mark_dynamic
+      target: fakelib.blocks:Block
+      arg: x
+      dim: 0
+      strict: false
+"""
+
+
 def test_rewritten_program_runs_with_the_library_actions_live(tmp_path, lib):
-    src, plan = project(tmp_path, """\
-        - action: compile
-          target: fakelib.blocks:Block
-        - action: mark_dynamic
-          target: fakelib.blocks:Block
-          arg: x
-          dim: 0
-          strict: false
-    """)
+    src, plan = project(tmp_path, COMPILE_AND_MARK)
     before = run_tree(src, tmp_path / "before.pt")
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
     after = run_tree(src, tmp_path / "after.pt")
@@ -410,15 +414,7 @@ MIXED = textwrap.dedent("""\
 def test_a_subclass_of_a_targeted_block_is_not_compiled_from_the_site(tmp_path, lib):
     """The plan names Block: its instances are compiled and marked, a SubBlock(Block) instance is
     not (exact class, as diffusers' compile_repeated_blocks matches _repeated_blocks by name)."""
-    src, plan = project(tmp_path, """\
-        - action: compile
-          target: fakelib.blocks:Block
-        - action: mark_dynamic
-          target: fakelib.blocks:Block
-          arg: x
-          dim: 0
-          strict: false
-    """)
+    src, plan = project(tmp_path, COMPILE_AND_MARK)
     (src / "harness.py").write_text(HARNESS.replace("import Net", "import Mixed").replace("Net()", "Mixed()"))
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
     proc = subprocess.run([sys.executable, "-c", MIXED, str(src)], capture_output=True, text=True,
