@@ -247,3 +247,24 @@ def test_a_harness_that_raises_only_at_the_second_shape_stops_at_setup_before_th
     report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
     assert report["rungs"] == [] and report["complete"] is False
     assert report["error"].startswith(f"diagnose stopped at rung setup: {named}"), report["error"]
+
+
+@pytest.mark.parametrize("body, mode, said", [
+    ("return None", "inference", "returned NoneType with no tensors (expected tensors)"),
+    ("return self.fc(x).detach()", "training", "training mode: no output requires grad"),
+])
+def test_a_forward_that_returns_no_tensors_only_at_the_second_shape_names_that_shape(tmp_path, capsys, body, mode, said):
+    """check_shapes named the shape for a forward that raised or hung, but a forward returning no
+    tensors (or, training, none requiring grad) at the second shape only was told as
+    ``build_model() model forward: returned NoneType ...``, as if the first shape were at fault."""
+    from rewriter.cli import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(SECOND_SHAPE_HARNESS.format(forward="\n            " + body, inputs=" pass"))
+    code = main(["diagnose", "--harness", "harness.py", str(src), "--shape", "batch=2", "--shape", "batch=3",
+                 "--mode", mode, "-o", str(tmp_path / "plan.yaml"), "--device", "cpu", "--no-search"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert f"diagnose stopped at rung setup: harness build_model() model forward at {{'batch': 3}}: {said}" in err[-1], err[-1]
+    assert not (tmp_path / "plan.yaml").exists()

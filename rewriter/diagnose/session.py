@@ -215,7 +215,8 @@ class Session:
         """
         for shape in self.spec.shapes[1:]:
             model, inputs = self.build(shape, as_setup=True)
-            self.run(self.step_fn(model, inputs), f"{self.forward_name()} at {dict(shape)}")
+            what = f"{self.forward_name()} at {dict(shape)}"
+            self.run(self.step_fn(model, inputs, what), what)
 
     def inputs(self, shape: dict[str, int]) -> Any:
         from ..harness import _to, torch_dtype
@@ -226,12 +227,14 @@ class Session:
             raw = (raw,)
         return _to(raw, self.spec.device, torch_dtype(self.spec))
 
-    def step_fn(self, model: Any, inputs: Any) -> Callable[[], Any]:
-        """A zero-argument callable running one step (see module docstring), checking outputs."""
+    def step_fn(self, model: Any, inputs: Any, name: str | None = None) -> Callable[[], Any]:
+        """A zero-argument callable running one step (see module docstring), checking outputs;
+        ``name`` is the forward as its errors name it (default :meth:`forward_name`; check_shapes
+        adds the shape, ``... model forward at {'batch': 3}``)."""
         import torch
 
         opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-6) if self.training else None
-        name = self.forward_name()
+        name = name or self.forward_name()
 
         def step() -> Any:
             if opt is None:
