@@ -1140,6 +1140,12 @@ def _describe(error: dict[str, Any]) -> tuple[str, str | None]:
                 near_names(str(key), keys))
     if kind == "extra_forbidden":
         return f"unknown field {name!r}", near_names(str(loc[-1]), _fields_for(tuple(error["loc"])))
+    if kind == "invalid_key":  # a key YAML read as no string (1, null, an unquoted on): pydantic's loc holds it as an index
+        where = field_path(loc[:-1]) + ": " if loc[:-1] else ""
+        key = error.get("input")
+        hint = ("YAML reads an unquoted true/false, yes/no or on/off as a boolean; quote it to give a string"
+                if isinstance(key, bool) else None)
+        return f"{where}unknown field {_shown(key)} (a field name is a string)", hint
     if kind == "missing":
         return f"missing required field {name!r}", None
     if kind == "union_tag_invalid":

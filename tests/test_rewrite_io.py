@@ -402,6 +402,13 @@ BAD_VALUES = {
     "non_string_shape_name": (  # not harness.shapes[0][1].[key], pydantic's loc
         "version: 1\nharness:\n  file: h.py\n  shapes:\n    - {1: 8}\nactions: []\n",
         "plan.yaml:5:7: harness.shapes[0] key: expected a string, got 1"),
+    "key_yaml_reads_as_a_boolean": (  # not pydantic's "actions[0][1]: Keys should be strings"
+        COMPILE + "    on: true\n",
+        "plan.yaml:3:5: actions[0]: unknown field true (a field name is a string) (YAML reads an unquoted true/false, "
+        "yes/no or on/off as a boolean; quote it to give a string)"),
+    "integer_key_at_the_top": (
+        "version: 1\n1: 2\nactions: []\n",
+        "plan.yaml:1:1: unknown field 1 (a field name is a string)"),
 }
 
 
