@@ -674,7 +674,7 @@ class AttentionAction(_Action):
             else:
                 hint = near_names(str(value), ATTN_IMPLEMENTATIONS) if isinstance(value, str) else None
             raise ValueError(
-                f"expected one of {names} (transformers' attn_implementation names stackpart measures), got {value!r}"
+                f"expected one of {names} (transformers' attn_implementation names stackpart measures), got {_shown(value)}"
                 + (f" ({hint})" if hint else "")
             )
         return value
@@ -734,11 +734,14 @@ class DistributedAction(_Action):
     wrapper: Literal["ddp", "fsdp2"]
     settings: dict[str, Union[bool, int, float, str]] = Field(min_length=1)
 
-    @field_validator("settings")
+    @field_validator("settings", mode="before")
     @classmethod
-    def _settings(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+    def _settings(cls, value: object, info: ValidationInfo) -> object:
+        # before the union's type check, so that a value of the wrong kind is told what its key
+        # takes ("bucket_cap_mb: expected a size in MB > 0, got [1]"), not "true or false, a number
+        # or a string"
         wrapper = info.data.get("wrapper")
-        if wrapper is None:  # the wrapper itself was refused: that error is the one to read
+        if wrapper is None or not isinstance(value, dict):  # the wrapper's or the mapping's own error is the one to read
             return value
         allowed = DISTRIBUTED_SETTINGS.get(wrapper or "", {})
         for key, item in value.items():
@@ -750,7 +753,7 @@ class DistributedAction(_Action):
                 )
             if not _setting_ok(wrapper, key, item):
                 hint = number_hint(item, integer=key != "bucket_cap_mb") if key != "parallelism" else None
-                raise ValueError(f"{key}: expected {allowed[key]}, got {item!r}" + (f" ({hint})" if hint else ""))
+                raise ValueError(f"{key}: expected {allowed[key]}, got {_shown(item)}" + (f" ({hint})" if hint else ""))
         return value
 
 

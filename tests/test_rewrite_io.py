@@ -406,6 +406,15 @@ BAD_VALUES = {
         COMPILE + "    on: true\n",
         "plan.yaml:3:5: actions[0]: unknown field true (a field name is a string) (YAML reads an unquoted true/false, "
         "yes/no or on/off as a boolean; quote it to give a string)"),
+    "list_for_a_distributed_setting": (  # what the key takes, not the union's "true or false, a number or a string"
+        "version: 1\nactions:\n  - action: distributed\n    target: run.py::main\n    wrapper: fsdp2\n"
+        "    settings:\n      forward_prefetch: [1]\n",
+        "plan.yaml:6:5: actions[0].settings: forward_prefetch: expected an integer >= 1 (blocks ahead), got a list"),
+    "null_for_an_attention_implementation": (
+        "version: 1\nsite: run.py::main\nactions:\n  - action: attention\n    target: transformers:LlamaForCausalLM\n"
+        "    implementation: ~\n",
+        "plan.yaml:6:5: actions[0].implementation: expected one of 'sdpa', 'eager', 'flex_attention' (transformers' "
+        "attn_implementation names stackpart measures), got null"),
     "integer_key_at_the_top": (
         "version: 1\n1: 2\nactions: []\n",
         "plan.yaml:1:1: unknown field 1 (a field name is a string)"),
