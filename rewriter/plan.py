@@ -1153,6 +1153,9 @@ def _describe(error: dict[str, Any]) -> tuple[str, str | None]:
         return f"missing required field {name!r}", None
     if kind == "union_tag_invalid":
         tag = error.get("ctx", {}).get("tag", "?")
+        given = error["input"].get("action") if isinstance(error.get("input"), dict) else tag
+        if not isinstance(given, str):  # pydantic's tag is str() of it: "['compile']", "3"
+            return f"{field_path(loc + ('action',))}: expected one of {', '.join(ACTION_MODELS)}, got {_shown(given)}", None
         return (
             f"unknown action {tag!r}; expected one of {', '.join(ACTION_MODELS)}",
             near_names(str(tag), ACTION_MODELS),
@@ -1255,7 +1258,8 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
     except ValidationError as exc:
         errors = []
         for error in _merge_members(_misspelt_not_missing(exc.errors())):
-            _, (line, col) = _locate(tuple(error["loc"]), marks)
+            at = tuple(error["loc"]) + (("action",) if error["type"] == "union_tag_invalid" else ())  # at its action: key
+            _, (line, col) = _locate(at, marks)
             message, hint = _describe(error)
             errors.append(StackpartError(message, path=path, line=line, col=col, hint=hint))
         first = errors[0]
