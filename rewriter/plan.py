@@ -674,7 +674,7 @@ class AttentionAction(_Action):
             else:
                 hint = near_names(str(value), ATTN_IMPLEMENTATIONS) if isinstance(value, str) else None
             raise ValueError(
-                f"expected one of {names} (transformers' attn_implementation names stackpart measures), got {value!r}"
+                f"expected one of {names} (transformers' attn_implementation names stackpart measures), got {_shown(value)}"
                 + (f" ({hint})" if hint else "")
             )
         return value
@@ -734,11 +734,14 @@ class DistributedAction(_Action):
     wrapper: Literal["ddp", "fsdp2"]
     settings: dict[str, Union[bool, int, float, str]] = Field(min_length=1)
 
-    @field_validator("settings")
+    @field_validator("settings", mode="before")
     @classmethod
-    def _settings(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+    def _settings(cls, value: object, info: ValidationInfo) -> object:
+        # before the union's type check, so that a value of the wrong kind is told what its key
+        # takes ("bucket_cap_mb: expected a size in MB > 0, got [1]"), not "true or false, a number
+        # or a string"
         wrapper = info.data.get("wrapper")
-        if wrapper is None:  # the wrapper itself was refused: that error is the one to read
+        if wrapper is None or not isinstance(value, dict):  # the wrapper's or the mapping's own error is the one to read
             return value
         allowed = DISTRIBUTED_SETTINGS.get(wrapper or "", {})
         for key, item in value.items():
@@ -749,7 +752,8 @@ class DistributedAction(_Action):
                     + (f" ({hint})" if hint else "")
                 )
             if not _setting_ok(wrapper, key, item):
-                raise ValueError(f"{key}: expected {allowed[key]}, got {item!r}")
+                hint = number_hint(item, integer=key != "bucket_cap_mb") if key != "parallelism" else None
+                raise ValueError(f"{key}: expected {allowed[key]}, got {_shown(item)}" + (f" ({hint})" if hint else ""))
         return value
 
 
@@ -799,6 +803,14 @@ class Plan(_Strict):
     actions: list[Action] = Field(default_factory=list)
 
     _site = field_validator("site")(_check_site)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, value: object) -> object:
+        # Literal[1] takes true and 1.0 (both == 1), even in strict mode; an integer field does not
+        if isinstance(value, (bool, float)):
+            raise ValueError(f"expected 1, got {_shown(value)}")
+        return value
 
 
 def json_schema() -> str:
@@ -927,6 +939,8 @@ def _fields_for(loc: tuple) -> list[str]:
 def field_path(loc: tuple) -> str:
     """A plan field as the errors name it: ``actions[0].strategy``, ``harness.shapes[1]`` (the
     same ``actions[i]`` form the target errors use)."""
+    if len(loc) >= 2 and loc[-1] == "[key]":  # pydantic's loc of a mapping's key: (..., key, '[key]')
+        return f"{field_path(loc[:-2])} key"
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
@@ -1050,10 +1064,43 @@ def _expected_of(error: dict[str, Any]) -> str:
     return expected
 
 
+#: A number as a person writes one that PyYAML (YAML 1.1) reads as a string: an exponent
+#: without a dot or a sign (``1e8``, ``1.0e8``, ``1e-3``), which YAML 1.2 and JSON read as numbers.
+_NUMBER_AS_STRING_RE = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+
+
+def number_hint(value: object, integer: bool) -> str | None:
+    """What to write instead of ``value`` where a number (an integer where ``integer``) was
+    expected: ``1e8`` or ``1.0e8``, which PyYAML reads as a string, and (for an integer) a float
+    with no fraction (``1.0e+8``, ``8.0``), which the strict plan refuses; None for anything else."""
+    number = None
+    if isinstance(value, str) and _NUMBER_AS_STRING_RE.match(value):
+        try:
+            number = float(value.replace("_", ""))
+        except ValueError:
+            return None
+        said = f"PyYAML reads {value} as a string, not a number"
+    elif integer and isinstance(value, float) and value.is_integer():
+        number, said = value, None
+    else:
+        return None
+    if integer:
+        if not number.is_integer():
+            return said
+        return (said + "; " if said else "") + f"write {int(number)}"
+    return f"{said}; write {yaml.safe_dump(number).splitlines()[0]}"
+
+
 def _value_hint(error: dict[str, Any]) -> str | None:
-    """A hint for a value of the wrong kind: the near names of a misspelt choice, or that YAML
-    read an unquoted word as a boolean where a string was expected."""
+    """A hint for a value of the wrong kind: the near names of a misspelt choice, that YAML
+    read an unquoted word as a boolean where a string was expected, or a number written in a
+    form PyYAML reads as a string (:func:`number_hint`)."""
     value = error.get("input")
+    if error["type"] in ("int_type", "int_parsing", "int_from_float", "float_type", "float_parsing", "wrong_type"):
+        integer = error["type"].startswith("int") or (error["type"] == "wrong_type" and "a number" not in error["expected"])
+        hint = number_hint(value, integer)
+        if hint is not None:
+            return hint
     if error["type"] == "literal_error" and isinstance(value, str):
         values = _literal_values(_annotation_at(tuple(error["loc"])))
         return near_names(value, [v for v in values if isinstance(v, str)])
@@ -1096,10 +1143,19 @@ def _describe(error: dict[str, Any]) -> tuple[str, str | None]:
                 near_names(str(key), keys))
     if kind == "extra_forbidden":
         return f"unknown field {name!r}", near_names(str(loc[-1]), _fields_for(tuple(error["loc"])))
+    if kind == "invalid_key":  # a key YAML read as no string (1, null, an unquoted on): pydantic's loc holds it as an index
+        where = field_path(loc[:-1]) + ": " if loc[:-1] else ""
+        key = error.get("input")
+        hint = ("YAML reads an unquoted true/false, yes/no or on/off as a boolean; quote it to give a string"
+                if isinstance(key, bool) else None)
+        return f"{where}unknown field {_shown(key)} (a field name is a string)", hint
     if kind == "missing":
         return f"missing required field {name!r}", None
     if kind == "union_tag_invalid":
         tag = error.get("ctx", {}).get("tag", "?")
+        given = error["input"].get("action") if isinstance(error.get("input"), dict) else tag
+        if not isinstance(given, str):  # pydantic's tag is str() of it: "['compile']", "3"
+            return f"{field_path(loc + ('action',))}: expected one of {', '.join(ACTION_MODELS)}, got {_shown(given)}", None
         return (
             f"unknown action {tag!r}; expected one of {', '.join(ACTION_MODELS)}",
             near_names(str(tag), ACTION_MODELS),
@@ -1202,7 +1258,8 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
     except ValidationError as exc:
         errors = []
         for error in _merge_members(_misspelt_not_missing(exc.errors())):
-            _, (line, col) = _locate(tuple(error["loc"]), marks)
+            at = tuple(error["loc"]) + (("action",) if error["type"] == "union_tag_invalid" else ())  # at its action: key
+            _, (line, col) = _locate(at, marks)
             message, hint = _describe(error)
             errors.append(StackpartError(message, path=path, line=line, col=col, hint=hint))
         first = errors[0]

@@ -293,6 +293,42 @@ def test_second_processes_that_do_not_fit_beside_the_pending_cold_phases_wait_fo
     assert reps.collect(["eager", "whole", "per-block"]) == {} and m.notes == ["needs 90 GiB, 20 free"]
 
 
+def test_a_deferred_spawn_makes_no_replica_for_a_variant_that_failed_meanwhile_nor_after_the_deadline(monkeypatch):
+    """While the spawn waits for room, a variant whose cold phase then fails (or has a problem) is
+    ended: the spawn that finally fits makes replicas for the others only; and a deadline passed
+    while waiting makes none, said once."""
+    from rewriter.engine import measure as measure_mod
+
+    monkeypatch.setattr(measure_mod, "replica_room", lambda results, names, device: None if all(
+        n in results for n in names) else "no room beside the pending cold phases")
+    m, reps, children = _replicas(monkeypatch, ["eager", "whole", "per-block", "nested"])
+    m.results.update(eager={"problems": []}, whole={"problems": []})
+    reps.started("eager"), reps.started("whole")
+    reps.spawn()
+    assert _Replica.made == []
+    m.results["per-block"] = {"problems": ["the rewritten model raised: boom"]}
+    reps.end("per-block")
+    reps.spawn()  # nested's cold phase is still to run: still deferred
+    assert _Replica.made == []
+    m.results["nested"] = {"problems": []}
+    reps.started("nested")
+    reps.spawn()  # every cold phase over: fits now
+    assert sorted(r.job["variants"][0] for r in _Replica.made) == ["eager", "nested", "whole"]
+    out = reps.collect(["eager", "whole", "nested"])
+    assert set(out) == {n + REPLICA for n in ("eager", "whole", "nested")}
+    assert sum("second processes started" in n for n in m.notes) == 1, m.notes
+    # the deadline passes while the spawn waits: no replica at collect, one note
+    m, reps, _ = _replicas(monkeypatch, ["eager", "whole", "per-block"], deadline=float("inf"))
+    m.results.update(eager={"problems": []}, whole={"problems": []})
+    reps.spawn()
+    assert _Replica.made == [] and m.notes == []
+    reps.deadline = 0.0
+    m.results["per-block"] = {"skipped": "not measured: the search budget was spent before its cold phase", "problems": []}
+    reps.end("per-block")
+    assert reps.collect(["eager", "whole"]) == {} and _Replica.made == []
+    assert m.notes == ["one process per variant timed: the search budget was spent before second processes could start"], m.notes
+
+
 class _Served:
     """A stand-in for runner.ServedChild through a whole :func:`measure` run: each variant's
     behaviour comes from ``_Served.script`` (``"fail"``: its cold phase raises; ``"interrupt"``:

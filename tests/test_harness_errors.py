@@ -247,3 +247,62 @@ def test_a_harness_that_raises_only_at_the_second_shape_stops_at_setup_before_th
     report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
     assert report["rungs"] == [] and report["complete"] is False
     assert report["error"].startswith(f"diagnose stopped at rung setup: {named}"), report["error"]
+
+
+@pytest.mark.parametrize("body, mode, said", [
+    ("return None", "inference", "returned NoneType with no tensors (expected tensors)"),
+    ("return self.fc(x).detach()", "training", "training mode: no output requires grad"),
+])
+def test_a_forward_that_returns_no_tensors_only_at_the_second_shape_names_that_shape(tmp_path, capsys, body, mode, said):
+    """check_shapes named the shape for a forward that raised or hung, but a forward returning no
+    tensors (or, training, none requiring grad) at the second shape only was told as
+    ``build_model() model forward: returned NoneType ...``, as if the first shape were at fault."""
+    from rewriter.cli import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(SECOND_SHAPE_HARNESS.format(forward="\n            " + body, inputs=" pass"))
+    code = main(["diagnose", "--harness", "harness.py", str(src), "--shape", "batch=2", "--shape", "batch=3",
+                 "--mode", mode, "-o", str(tmp_path / "plan.yaml"), "--device", "cpu", "--no-search"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert f"diagnose stopped at rung setup: harness build_model() model forward at {{'batch': 3}}: {said}" in err[-1], err[-1]
+    assert not (tmp_path / "plan.yaml").exists()
+
+
+def test_a_harness_that_calls_sys_exit_is_one_line_exit_2(tmp_path, capsys):
+    """sys.exit() in the user's code (here argparse's parse_args reading stackpart's own argv in
+    build_model, as a training script's does) went through the guard, which caught Exception only:
+    diagnose exited with the program's code and no line saying why. It is a harness failure now."""
+    from rewriter.cli import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(
+        "import sys\nimport torch\n\n\ndef build_model():\n    sys.exit(3)\n\n\n"
+        "def make_inputs(batch=2):\n    return (torch.randn(batch, 4),)\n")
+    code = main(["diagnose", "--harness", "harness.py", str(src), "-o", str(tmp_path / "plan.yaml"), "--device", "cpu",
+                 "--no-search"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert "diagnose stopped at rung setup: harness build_model(): called sys.exit(3)" in err[-1], err[-1]
+    assert "harness.py:6" in err[-1], err[-1]
+
+
+def test_sigterm_while_the_users_code_runs_still_exits_143(tmp_path):
+    """The guard's sys.exit() catch leaves the CLI's SIGTERM (its handler raises SystemExit(143)
+    wherever the signal lands, user code included) as it was: an exit, not a harness failure."""
+    import signal
+    import types
+
+    from rewriter.cli import _terminated
+    from rewriter.diagnose.session import HarnessFailure, Session
+
+    fake = types.SimpleNamespace(timeout_s=0, rung="setup", src=tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        with Session.guard(fake, "build_model()"):
+            _terminated(signal.SIGTERM, None)
+    assert exc.value.code == 143
+    with pytest.raises(HarnessFailure, match=r"called sys.exit\(143\)"):
+        with Session.guard(fake, "build_model()"):
+            raise SystemExit(143)  # the user's own, whatever its code

@@ -421,3 +421,52 @@ def test_a_subclass_of_a_targeted_block_is_not_compiled_from_the_site(tmp_path, 
                           env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [["Block", True, 1], ["SubBlock", False, 0], ["Block", True, 1]]
+
+
+SUBCLASS_ONLY = textwrap.dedent("""\
+    import torch
+    from torch import nn
+    import fakelib.blocks
+
+
+    class MyBlock(fakelib.blocks.Block):  # the user's own subclass, in another module
+        pass
+
+
+    class MyNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([MyBlock(), MyBlock()])
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+            return x
+
+
+    def build_model():
+        return MyNet().eval()
+
+
+    def make_inputs(batch=2):
+        return (torch.randn(batch, 8),)
+""")
+
+
+def test_a_model_holding_only_a_subclass_of_the_targeted_block_says_so(tmp_path, lib):
+    """Exact matching (type(m) is cls) finds no Block in a model of MyBlock(Block) only: the error
+    said the model "holds no fakelib.blocks.Block", which reads false (isinstance says it does); it
+    names the subclass and says the plan matches its class exactly."""
+    src, plan = project(tmp_path, """\
+        - action: compile
+          target: fakelib.blocks:Block
+    """)
+    (src / "harness.py").write_text(SUBCLASS_ONLY)
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    code = "import sys; sys.path.insert(0, sys.argv[1]); import harness; harness.build_model()"
+    proc = subprocess.run([sys.executable, "-c", code, str(src)], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=240)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("LookupError: ") and "holds no fakelib.blocks.Block itself, only its subclass harness.MyBlock; " \
+        "the plan matches its class exactly, not a subclass; re-run `stackpart diagnose`" in last, last

@@ -377,6 +377,55 @@ BAD_VALUES = {
         "version: 1\nactions:\n  - action: distributed\n    target: run.py::main\n    wrapper: fsdp\n"
         "    settings: {bucket_cap_mb: 25}\n",
         "plan.yaml:5:5: actions[0].wrapper: expected one of 'ddp', 'fsdp2', got 'fsdp' (did you mean 'fsdp2'?)"),
+    # PyYAML (YAML 1.1) reads an exponent without a dot or a sign as a string: lax validation took
+    # 1e-3 as a number, strict refuses it, so the line says what to write
+    "exponent_yaml_reads_as_a_string_for_a_number": (
+        "version: 1\nactions:\n  - action: bucket\n    target: pkg/model.py::GPT.forward\n    arg: idx\n    dim: 1\n"
+        "    buckets: [8]\n    pad_value: 1e-3\n",
+        "plan.yaml:8:5: actions[0].pad_value: expected a number, got '1e-3' (PyYAML reads 1e-3 as a string, not a "
+        "number; write 0.001)"),
+    "exponent_yaml_reads_as_a_string_for_an_int": (
+        "version: 1\namortization:\n  runs: 1.0e8\nactions: []\n",
+        "plan.yaml:3:3: amortization.runs: expected an integer, got '1.0e8' (PyYAML reads 1.0e8 as a string, not a "
+        "number; write 100000000)"),
+    "whole_float_for_an_int": (
+        "version: 1\nharness:\n  file: h.py\n  shapes:\n    - {batch: 8.0}\nactions: []\n",
+        "plan.yaml:5:8: harness.shapes[0].batch: expected an integer, got 8.0 (write 8)"),
+    "exponent_for_a_distributed_setting": (
+        "version: 1\nactions:\n  - action: distributed\n    target: run.py::main\n    wrapper: ddp\n"
+        "    settings: {bucket_cap_mb: 2.5e1}\n",
+        "plan.yaml:6:5: actions[0].settings: bucket_cap_mb: expected a size in MB > 0, got '2.5e1' (PyYAML reads "
+        "2.5e1 as a string, not a number; write 25.0)"),
+    "boolean_version": (  # Literal[1] takes true (== 1) even in strict mode
+        "version: true\nactions: []\n",
+        "plan.yaml:1:1: version: expected 1, got true"),
+    "non_string_shape_name": (  # not harness.shapes[0][1].[key], pydantic's loc
+        "version: 1\nharness:\n  file: h.py\n  shapes:\n    - {1: 8}\nactions: []\n",
+        "plan.yaml:5:7: harness.shapes[0] key: expected a string, got 1"),
+    "key_yaml_reads_as_a_boolean": (  # not pydantic's "actions[0][1]: Keys should be strings"
+        COMPILE + "    on: true\n",
+        "plan.yaml:3:5: actions[0]: unknown field true (a field name is a string) (YAML reads an unquoted true/false, "
+        "yes/no or on/off as a boolean; quote it to give a string)"),
+    "list_for_a_distributed_setting": (  # what the key takes, not the union's "true or false, a number or a string"
+        "version: 1\nactions:\n  - action: distributed\n    target: run.py::main\n    wrapper: fsdp2\n"
+        "    settings:\n      forward_prefetch: [1]\n",
+        "plan.yaml:6:5: actions[0].settings: forward_prefetch: expected an integer >= 1 (blocks ahead), got a list"),
+    "null_for_an_attention_implementation": (
+        "version: 1\nsite: run.py::main\nactions:\n  - action: attention\n    target: transformers:LlamaForCausalLM\n"
+        "    implementation: ~\n",
+        "plan.yaml:6:5: actions[0].implementation: expected one of 'sdpa', 'eager', 'flex_attention' (transformers' "
+        "attn_implementation names stackpart measures), got null"),
+    "list_for_the_action": (  # not "unknown action \"['compile']\"" (did you mean 'compile'?), at the action's first key
+        "version: 1\nactions:\n  - target: pkg/model.py::Block\n    action: [compile]\n",
+        "plan.yaml:4:5: actions[0].action: expected one of compile, disable, mark_dynamic, bucket, kernel, allocator, "
+        "compile_cache, dynamo_config, distributed, generation, attention, got a list"),
+    "misspelt_action_after_the_target": (
+        "version: 1\nactions:\n  - target: pkg/model.py::Block\n    action: complie\n",
+        "plan.yaml:4:5: unknown action 'complie'; expected one of compile, disable, mark_dynamic, bucket, kernel, "
+        "allocator, compile_cache, dynamo_config, distributed, generation, attention (did you mean 'compile', 'compile_cache'?)"),
+    "integer_key_at_the_top": (
+        "version: 1\n1: 2\nactions: []\n",
+        "plan.yaml:1:1: unknown field 1 (a field name is a string)"),
 }
 
 

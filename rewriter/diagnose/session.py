@@ -101,6 +101,16 @@ def tensor_leaves(value: Any) -> list[Any]:
     return [x for x in pytree.tree_leaves(value) if isinstance(x, torch.Tensor)]
 
 
+def _from_sigterm(exc: SystemExit) -> bool:
+    """Whether ``exc`` was raised by the CLI's SIGTERM handler (``rewriter.cli._terminated``, the
+    innermost frame of its traceback), not by ``sys.exit`` in the user's code."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code if tb is not None else None
+    return code is not None and code.co_name == "_terminated" and Path(code.co_filename).name == "cli.py"
+
+
 def _user_line(exc: BaseException, src: Path) -> tuple[str | None, int | None]:
     path, line, _ = user_site(exc, src)
     return path, line
@@ -167,6 +177,13 @@ class Session:
             said = describe(oom) if oom else (str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             path, line = _user_line(exc, self.src)
             raise HarnessFailure(self.rung, what, f"ran out of memory: {said}", path, line, oom=oom) from exc
+        except SystemExit as exc:
+            if _from_sigterm(exc):  # the CLI's SIGTERM handler (exit 143): not the user's code
+                raise
+            # sys.exit() in the user's code (argparse's parse_args on stackpart's own argv, say):
+            # a harness failure with its line, not a silent exit with the program's code
+            path, line, note = user_site(exc, self.src)
+            raise HarnessFailure(self.rung, what, f"called sys.exit({exc.code!r})", path, line, note=note) from None
         except Exception as exc:  # the user's code: any exception is a harness failure
             path, line, note = user_site(exc, self.src)
             raise HarnessFailure(self.rung, what, f"raised {headline(exc)}", path, line, note=note) from exc
@@ -215,7 +232,8 @@ class Session:
         """
         for shape in self.spec.shapes[1:]:
             model, inputs = self.build(shape, as_setup=True)
-            self.run(self.step_fn(model, inputs), f"{self.forward_name()} at {dict(shape)}")
+            what = f"{self.forward_name()} at {dict(shape)}"
+            self.run(self.step_fn(model, inputs, what), what)
 
     def inputs(self, shape: dict[str, int]) -> Any:
         from ..harness import _to, torch_dtype
@@ -226,12 +244,14 @@ class Session:
             raw = (raw,)
         return _to(raw, self.spec.device, torch_dtype(self.spec))
 
-    def step_fn(self, model: Any, inputs: Any) -> Callable[[], Any]:
-        """A zero-argument callable running one step (see module docstring), checking outputs."""
+    def step_fn(self, model: Any, inputs: Any, name: str | None = None) -> Callable[[], Any]:
+        """A zero-argument callable running one step (see module docstring), checking outputs;
+        ``name`` is the forward as its errors name it (default :meth:`forward_name`; check_shapes
+        adds the shape, ``... model forward at {'batch': 3}``)."""
         import torch
 
         opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-6) if self.training else None
-        name = self.forward_name()
+        name = name or self.forward_name()
 
         def step() -> Any:
             if opt is None:
