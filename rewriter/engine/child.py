@@ -54,6 +54,22 @@ def _to_device(tree: Any, device: str) -> Any:
     return pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, tree)
 
 
+def exit_message(exc: SystemExit, job: dict[str, Any]) -> str:
+    """What a child says when the user's code called ``sys.exit`` (a program's own ``argparse``
+    ``parse_args()`` in ``build_model`` reads the child's command line and exits 2): the call and
+    the deepest frame under one of the job's trees (``file:line``, relabelled to SRC by the
+    parent), where there is one."""
+    roots = [Path(p).resolve() for p in [job.get("tree"), *(job.get("trees") or {}).values()] if p]
+    where = ""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = Path(frame.filename).resolve()
+        if any(path.is_relative_to(root) for root in roots):
+            where = f" at {frame.filename}:{frame.lineno}"
+            break
+    return (f"SystemExit: the program called sys.exit({exc.code!r}){where}; stackpart calls the harness without "
+            "the program's command line (argparse's parse_args() exits on an unknown argument)")
+
+
 class Stopped(Exception):
     """The parent asked this child to exit before its cold phase began."""
 
@@ -754,6 +770,8 @@ def main(argv: list[str] | None = None) -> int:
                 }
             }
             code = 3 if kind == "oom" else 4
+        except SystemExit as exc:  # the user's code called sys.exit: said as such, not "exited with code N"
+            payload, code = {"error": {"kind": "raised", "message": exit_message(exc, job)}}, 4
     except Exception as exc:  # anything else is an error of the harness/build step
         payload = {
             "error": {
