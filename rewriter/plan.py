@@ -57,7 +57,7 @@ def _check_target(value: str) -> str:
         raise ValueError(
             "expected a target like 'model.py::Block', 'model.py::Block.forward', "
             "'pkg/model.py::route', or an installed library's class by import path like "
-            f"'transformers.models.llama.modeling_llama:LlamaDecoderLayer', got {value!r}"
+            f"'transformers.models.llama.modeling_llama:LlamaDecoderLayer', got {_quoted(value)}"
         )
     return value
 
@@ -66,14 +66,14 @@ def _check_site(value: str | None) -> str | None:
     if value is not None and not TARGET_RE.match(value):
         raise ValueError(
             "expected the function under SRC that returns the model, like 'train.py::build' or "
-            f"'harness.py::build_model', got {value!r}"
+            f"'harness.py::build_model', got {_quoted(value)}"
         )
     return value
 
 
 def _check_ident(value: str) -> str:
     if not _IDENT_RE.match(value):
-        raise ValueError(f"expected a Python identifier, got {value!r}")
+        raise ValueError(f"expected a Python identifier, got {_quoted(value)}")
     return value
 
 
@@ -104,14 +104,14 @@ class Harness(_Strict):
     def _file(cls, value: str) -> str:
         parts = value.replace("\\", "/").split("/")
         if not value.endswith(".py") or value.startswith("/") or re.match(r"^[A-Za-z]:", value) or ".." in parts:
-            raise ValueError(f"expected a .py file relative to SRC (no '..', not absolute), got {value!r}")
+            raise ValueError(f"expected a .py file relative to SRC (no '..', not absolute), got {_quoted(value)}")
         return value
 
     @field_validator("device")
     @classmethod
     def _device(cls, value: str | None) -> str | None:
         if value is not None and not re.match(r"^(cpu|cuda(:\d+)?)$", value):
-            raise ValueError(f"expected 'cpu', 'cuda' or 'cuda:N', got {value!r}")
+            raise ValueError(f"expected 'cpu', 'cuda' or 'cuda:N', got {_quoted(value)}")
         return value
 
     @field_validator("shapes")
@@ -123,7 +123,7 @@ class Harness(_Strict):
             for key, size in shape.items():
                 if not _IDENT_RE.match(key):
                     raise ValueError(f"expected shape names that are Python identifiers (they are "
-                                     f"keyword arguments of the inputs function), got {key!r}")
+                                     f"keyword arguments of the inputs function), got {_quoted(key)}")
                 if not 0 <= size <= MAX_SIZE:
                     raise ValueError(f"{key}: expected a size from 0 to 2**63-1, got {size}")
         return value
@@ -191,7 +191,7 @@ class CompileOptions(_Strict):
                 + ", or set custom_backend: true for one your code registers"
             )
         if value and not _IDENT_RE.match(backend):
-            raise ValueError(f"custom backend must be a registered name (an identifier), got {backend!r}")
+            raise ValueError(f"custom backend must be a registered name (an identifier), got {_quoted(backend)}")
         return self
 
     def non_default(self) -> dict[str, Any]:
@@ -279,7 +279,7 @@ class OwnCall(_Strict):
     @classmethod
     def _backend(cls, value: str) -> str:
         if not _IDENT_RE.match(value):
-            raise ValueError(f"expected a backend name (an identifier), got {value!r}")
+            raise ValueError(f"expected a backend name (an identifier), got {_quoted(value)}")
         if value not in KNOWN_BACKENDS:  # as CompileOptions: a typo fails at the first call
             hint = near_names(value, sorted(KNOWN_BACKENDS))
             raise ValueError(f"unknown backend {value!r}; expected one torch.compile knows (e.g. 'inductor', "
@@ -339,7 +339,7 @@ class CompileAction(_Action):
             raise ValueError("expected a mapping of " + ", ".join(OWN_CALL_KEYS) + " to set, got null; "
                              "leave own_call out to add a compile instead")
         if not isinstance(value, (dict, OwnCall)):
-            raise ValueError("expected a mapping of " + ", ".join(OWN_CALL_KEYS) + f" to set, got {value!r}")
+            raise ValueError("expected a mapping of " + ", ".join(OWN_CALL_KEYS) + f" to set, got {_quoted(value)}")
         return value
 
     @model_validator(mode="after")
@@ -477,7 +477,7 @@ class KernelAction(_Action):
     @classmethod
     def _call(cls, value: str) -> str:
         if not re.match(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", value):
-            raise ValueError(f"expected a dotted name like 'torch.topk', got {value!r}")
+            raise ValueError(f"expected a dotted name like 'torch.topk', got {_quoted(value)}")
         return value
 
 
@@ -497,7 +497,7 @@ class AllocatorAction(_Action):
         if not re.fullmatch(rf"{option}(?:,{option})*", value):
             raise ValueError(
                 f"expected PYTORCH_CUDA_ALLOC_CONF options like 'expandable_segments:True' or "
-                f"'max_split_size_mb:128,garbage_collection_threshold:0.6', got {value!r}"
+                f"'max_split_size_mb:128,garbage_collection_threshold:0.6', got {_quoted(value)}"
             )
         return value
 
@@ -1009,6 +1009,13 @@ def _merge_members(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append({"type": "wrong_type", "loc": loc[:-1], "input": error["input"],
                         "expected": [_EXPECTED[error["type"]]]})
     return out
+
+
+def _quoted(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters (a 100,000-character
+    ``site:`` made a 100 KB error line)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _shown(value: object) -> str:

@@ -320,6 +320,17 @@ def test_a_misspelt_required_field_is_one_line_not_also_missing(tree, capsysbina
     assert code == 2 and err.count("error:") == 1 and "missing required field" not in err, err
 
 
+def test_a_huge_value_is_quoted_short_in_its_error(tree, capsysbinary, monkeypatch):
+    """A 100,000-character ``site:`` made a 100 KB error line: the value is quoted cut to 80
+    characters."""
+    base, _src = tree
+    (base / "plan.yaml").write_text("version: 1\nsite: " + "x" * 100_000 + "\nactions: []\n")
+    monkeypatch.chdir(base)
+    code, _out, err = run(capsysbinary, "rewrite", "--plan", "plan.yaml", "src", "--unsafe")
+    assert code == 2 and len(err) < 400 and err.count("error:") == 1, err[:400]
+    assert "got 'xxxxxxx" in err and "xxx...\n" in err, err[:400]
+
+
 #: A plan value of the wrong kind -> the exact line every command prints for it (exit 2, nothing
 #: written): what the field takes, what the plan gave, and the near name where one exists.
 COMPILE = "version: 1\nactions:\n  - action: compile\n    target: pkg/model.py::Block\n"
