@@ -5,36 +5,13 @@ now says the program called sys.exit, with the user's line."""
 from __future__ import annotations
 
 from rewriter.cli import main
+from test_messages import HARNESS, MODEL
 
-MODEL = """\
-import torch
-from torch import nn
+#: test_messages' two-block model and harness, whose build_model exits unless given the program's flag
+HARNESS = HARNESS.replace("import torch\n", "import sys\nimport torch\n", 1).replace(
+    "def build_model():\n    return Net()", 'def build_model():\n    if "--lr" not in sys.argv:\n        sys.exit(3)\n    return Net()')
 
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(8, 8)
-
-    def forward(self, x):
-        return self.fc(x)
-"""
-
-HARNESS = """\
-import sys
-import torch
-from model import Net
-
-
-def build_model():
-    if "--lr" not in sys.argv:
-        sys.exit(3)
-    return Net()
-
-
-def make_inputs(batch: int = 2):
-    return (torch.randn(batch, 8),)
-"""
+assert "sys.exit(3)" in HARNESS and "import sys" in HARNESS
 
 PLAN = """\
 version: 1
@@ -45,7 +22,7 @@ harness:
   device: cpu
 actions:
 - action: compile
-  target: model.py::Net
+  target: model.py::Block
 """
 
 
