@@ -346,6 +346,13 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
             # is measured (a recompile-limit fallback fails the candidate), not assumed
             add(_named("per-block", despite.plan), despite)
             has_block, trust_guards = True, False
+            # its disables and marks too, as where the guards are trusted: the varying dims the
+            # recompiles rung found are marked, and nested+whole is judged by this plan (judged by
+            # the plan without a compile, it was pruned as "the block breaks the graph" with no
+            # graph break: a tiny GPT-2's per-instance cache guard)
+            region_full = rule_plan(ctx, "region", trust_guards=False)
+            for decision in (rule_plan(ctx, "region", marks=False, trust_guards=False), region_full):
+                add(_named("per-block", decision.plan), decision)
         else:
             pruned.append("per-block: " + (next((n for n in region_full.notes if "no compile" in n or "outside SRC" in n), "no repeated block under SRC")))
     whole = rule_plan(ctx, "whole", mode="default")
