@@ -236,7 +236,7 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
         r.verdict = f"{n} instances of {cname} in {distinct} parameter shapes: {graphs}, within the recompile limit ({limit})"
     elif (r.measurement["graphs_per_shape"] or [0])[0] > 1 and not by_frame:
         # more graphs than shapes with no recompile: each call runs several graphs of the same
-        # compiled code (a graph break splits the block; GPT-2 on transformers 5.24: 2 + 2)
+        # compiled code (a graph break splits the block)
         gb = ctx.results.get("graph_breaks")
         counted = gb is None or not gb.ok or bool(gb.findings)  # not run (or failed): the graphs are the evidence
         # say a graph break splits the call only where the graph-break rung counted one (a
