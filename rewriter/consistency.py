@@ -339,6 +339,10 @@ def check_library(loaded: LoadedPlan, library: dict[int, Any]) -> None:
     from .reach import names_reached
 
     actions = loaded.plan.actions
+    for i, t in library.items():
+        a = actions[i]
+        if isinstance(a, MarkDynamicAction) and t.kind == "class" and t.file is not None:
+            _check_library_mark(loaded, i, a, t)
     regions = []
     for i, t in library.items():
         a = actions[i]
@@ -361,3 +365,47 @@ def check_library(loaded: LoadedPlan, library: dict[int, Any]) -> None:
                     "a disabled frame is",
                     hint="drop fullgraph on that compile (options: {fullgraph: false}), or compile smaller regions",
                 )
+
+
+def _check_library_mark(loaded: LoadedPlan, i: int, action: MarkDynamicAction, target: Any) -> None:
+    """Refuse a library ``mark_dynamic`` whose ``arg`` is not a named parameter of the class's own
+    ``forward`` (read from the package's source; a ``forward`` the class inherits is not checked),
+    unless ``forward`` takes ``**kwargs`` and the name is near no parameter: the generated pre-hook
+    binds the call to that signature (and looks into ``**kwargs``) and marks nothing for any other
+    name, so a misspelt ``arg`` (``hidden_state``) was written, and ran, as a silent no-op.
+
+    Raises:
+        StackpartError: at the action's line, with the near parameter names.
+    """
+    import ast
+
+    from .errors import near_names
+
+    try:
+        tree = ast.parse(Path(target.file).read_text(encoding="utf-8", errors="surrogateescape"))
+    except (OSError, SyntaxError, ValueError):
+        return
+    body: list[ast.stmt] = tree.body
+    cls: ast.ClassDef | None = None
+    for part in target.qualname.split("."):
+        cls = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == part), None)
+        if cls is None:
+            return
+        body = cls.body
+    forward = next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "forward"), None)
+    if forward is None:
+        return
+    args = forward.args
+    params = [p.arg for p in (*args.posonlyargs, *args.args, *args.kwonlyargs)][1:] if (args.posonlyargs or args.args) else \
+        [p.arg for p in args.kwonlyargs]
+    near = near_names(action.arg, params)
+    # a name forward's **kwargs may take (GPT2Block's position_ids) is looked up there by the
+    # hook; one close to a named parameter (hidden_state) is a typo
+    if action.arg in params or (args.kwarg is not None and near is None):
+        return
+    raise loaded.error(
+        i,
+        f"mark_dynamic arg {action.arg!r} is not a parameter of {target.path}.forward "
+        f"({target.file}:{forward.lineno}; parameters: {', '.join(params) or 'none'}): the hook would mark nothing",
+        hint=near or "name one of forward's parameters",
+    )

@@ -440,3 +440,96 @@ def test_instances_called_at_different_sizes_are_not_said_to_share_one_graph(tmp
     assert "one graph serves" not in ir.verdict, ir.verdict
     assert "share one compiled code, without a recompile on per-instance state" in ir.verdict, ir.verdict
     assert "tensors of different sizes get a graph each" in ir.verdict and "dynamic shapes" in ir.verdict, ir.verdict
+
+
+WRAPPED = """
+import functools
+
+import torch
+from torch import nn
+
+
+def checkpointing(forward):
+    # transformers 5's GradientCheckpointingLayer: the frame Dynamo compiles is this wrapper,
+    # whose code is named forward_with_checkpointing while __name__ says forward
+    @functools.wraps(forward)
+    def forward_with_checkpointing(self, *args, **kwargs):
+        return forward(self, *args, **kwargs)
+    return forward_with_checkpointing
+
+
+class Blk(nn.Module):
+    def __init__(self, idx):
+        super().__init__()
+        self.idx = idx
+        self.lin = nn.Linear(16, 16)
+
+    @checkpointing
+    def forward(self, x, state):
+        if not state[self.idx]:  # per-instance state, as DynamicCache.layers[i].is_initialized
+            state[self.idx] = True
+        return torch.relu(self.lin(x)) + x
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(Blk(i) for i in range(2))
+
+    def forward(self, x):
+        state = [False, False]
+        for block in self.blocks:
+            x = block(x, state)
+        return x
+
+
+def build_model():
+    torch.manual_seed(0)
+    return Net().eval()
+
+
+def make_inputs(batch: int = 2):
+    return (torch.randn(batch, 16),)
+"""
+
+GPT2 = """
+import torch
+import transformers
+
+
+def build_model():
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=64, vocab_size=128)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def make_inputs(batch: int = 2, seq: int = 16):
+    return {"input_ids": torch.randint(0, 128, (batch, seq))}
+"""
+
+
+def test_a_wrapped_forward_s_per_instance_recompiles_are_counted(tmp_path):
+    """A block whose forward is wrapped (functools.wraps) recompiles in the wrapper's frame, named
+    by its code (``forward_with_checkpointing``), not ``__name__``: its per-instance recompiles
+    were not matched and the verdict said "share one compiled code, without a recompile across
+    instances" over 2 + 2 graphs."""
+    src = write_harness(tmp_path, WRAPPED)
+    ir = run_rungs(src, tmp_path, [{"batch": 2}], {"instance_recompiles"})["instance_recompiles"]
+    assert ir.measurement["graphs_per_shape"] == [2], ir.measurement
+    assert ir.measurement["recompiles"] == 1, ir.measurement
+    assert "share one compiled code" not in ir.verdict and "1 recompile(s) across 2 instances of Blk" in ir.verdict, ir.verdict
+
+
+def test_tiny_gpt2_s_per_instance_cache_recompile_is_reported(tmp_path):
+    """A newcomer's 2-layer GPT-2 (transformers 5.24): each GPT2Block recompiles on the
+    DynamicCache's ``layers[0].is_initialized`` guard in GradientCheckpointingLayer's wrapper; the
+    rung said the instances share one compiled code without a recompile."""
+    pytest.importorskip("transformers")
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+    if GPT2Block.forward.__code__.co_name == GPT2Block.forward.__name__:
+        pytest.skip("this transformers does not wrap the layer's forward")
+    src = write_harness(tmp_path, GPT2)
+    ir = run_rungs(src, tmp_path, [{"batch": 2, "seq": 16}], {"instance_recompiles"})["instance_recompiles"]
+    assert ir.measurement["recompiles"] >= 1, ir.measurement
+    assert "without a recompile across instances" not in ir.verdict, ir.verdict

@@ -408,3 +408,24 @@ def test_a_block_kept_for_measurement_despite_a_guard_is_compiled_in_its_buckete
     by_name = {c.name: c for c in propose(ctx)[0]}
     [bucketed] = [c for n, c in by_name.items() if n.startswith("per-block") and n.endswith("+bucket")]
     assert {a.action for a in bucketed.plan.actions} >= {"compile", "bucket"}, bucketed.plan.actions
+
+
+def test_a_block_kept_for_measurement_despite_a_guard_keeps_its_marked_and_nested_candidates(tmp_path, monkeypatch):
+    """A tiny GPT-2 (transformers 5.24), once its per-instance cache recompile was counted: the
+    block compiled despite the guard lost its +mark_dynamic candidate, and nested+whole was pruned
+    as "the block breaks the graph" though no graph break was seen (judged by the plan without a
+    compile)."""
+    from rewriter.diagnose.candidates import nested_supported, propose
+    from rewriter.diagnose.rung import Finding
+
+    ctx = llama(tmp_path, monkeypatch)
+    ctx.results["instance_recompiles"] = result("instance_recompiles", recompiles=1, instances=4, limit_hit=False)
+    ctx.results["instance_recompiles"].findings.append(
+        Finding("guard", "guard failure: self.layer_idx == 0", "model.py", 30, "DecoderLayer.forward"))
+    cands, pruned = propose(ctx)
+    by_name = {c.name: c for c in cands}
+    assert {"per-block", "per-block+mark_dynamic", "whole", "as-is"} <= set(by_name), list(by_name)
+    assert [a for a in by_name["per-block+mark_dynamic"].plan.actions if a.action == "mark_dynamic"]
+    assert not any("breaks the graph" in p for p in pruned), pruned
+    if nested_supported():
+        assert "nested+whole" in by_name, (list(by_name), pruned)

@@ -470,3 +470,75 @@ def test_a_model_holding_only_a_subclass_of_the_targeted_block_says_so(tmp_path,
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("LookupError: ") and "holds no fakelib.blocks.Block itself, only its subclass harness.MyBlock; " \
         "the plan matches its class exactly, not a subclass; re-run `stackpart diagnose`" in last, last
+
+
+KWLIB = textwrap.dedent("""\
+    import torch
+    from torch import nn
+
+
+    class KwBlock(nn.Module):  # transformers' GPT2Block takes position_ids through **kwargs
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, hidden_states, **kwargs):
+            return self.fc(hidden_states) * kwargs["gate"]
+
+
+    class KwNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList(KwBlock() for _ in range(3))
+
+        def forward(self, x):
+            gate = torch.ones(x.shape[0], 1)
+            for block in self.blocks:
+                x = block(x, gate=gate)
+            return x
+""")
+
+KWHARNESS = HARNESS.replace("from fakelib.blocks import Net", "from fakelib.kw import KwNet as Net")
+
+
+def kw_project(tmp_path, lib, arg: str) -> tuple[Path, Path]:
+    (lib / "fakelib" / "kw.py").write_text(KWLIB)
+    src, plan = project(tmp_path, f"""\
+        - action: compile
+          target: fakelib.kw:KwBlock
+        - action: mark_dynamic
+          target: fakelib.kw:KwBlock
+          arg: hidden_states
+          dim: 0
+          strict: false
+        - action: mark_dynamic
+          target: fakelib.kw:KwBlock
+          arg: {arg}
+          dim: 0
+          strict: false
+    """)
+    (src / "harness.py").write_text(KWHARNESS)
+    return src, plan
+
+
+def test_a_library_mark_on_an_input_forward_takes_through_kwargs_is_live(tmp_path, lib):
+    """diagnose marks GPT2Block's ``position_ids``, which its forward takes through ``**kwargs``:
+    the hook looked only at the named parameters and marked nothing (two graphs for three batch
+    sizes, automatic dynamic, instead of one)."""
+    src, plan = kw_project(tmp_path, lib, "gate")
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    after = run_tree(src, tmp_path / "after.pt")
+    assert after["compiled"] == 3 and after["breaks"] == 0, after
+    assert after["graphs"] == 1, after
+
+
+def test_a_misspelt_library_mark_arg_is_refused_at_its_line(tmp_path, lib, capsys):
+    """``arg: hidden_state`` for ``hidden_states`` was written and ran as a silent no-op."""
+    src, plan = kw_project(tmp_path, lib, "hidden_state")
+    before = tree_bytes(src)
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{plan}:" in err, err
+    assert "mark_dynamic arg 'hidden_state' is not a parameter of fakelib.kw:KwBlock.forward" in err, err
+    assert "kw.py:" in err and "did you mean 'hidden_states'?" in err, err
+    assert tree_bytes(src) == before

@@ -333,12 +333,6 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     if has_block:
         for decision in (rule_plan(ctx, "region", disables=False, marks=False), rule_plan(ctx, "region", marks=False), region_full):
             add(_named("per-block", decision.plan), decision)
-        # "not marked dynamic: ..." or, where a model declares several block classes, "Blk: not marked dynamic: ..."
-        unmarked = next((n for n in region_full.notes if "not marked dynamic: " in n), None)
-        if unmarked and not any(a.action == "mark_dynamic" for a in region_full.plan.actions):
-            # the recompiles rung saw varying dims but the planner could not mark them: say why
-            # the +mark_dynamic variant is missing (a newcomer's tiny Llama: no candidate, no word)
-            pruned.append("per-block+mark_dynamic: " + unmarked.replace("not marked dynamic: ", "", 1))
     else:
         despite = rule_plan(ctx, "region", disables=False, marks=False, trust_guards=False)
         if any(a.action == "compile" for a in despite.plan.actions):
@@ -346,8 +340,22 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
             # is measured (a recompile-limit fallback fails the candidate), not assumed
             add(_named("per-block", despite.plan), despite)
             has_block, trust_guards = True, False
+            # its disables and marks too, as where the guards are trusted: the varying dims the
+            # recompiles rung found are marked, and nested+whole is judged by this plan (judged by
+            # the plan without a compile, it was pruned as "the block breaks the graph" with no
+            # graph break: a tiny GPT-2's per-instance cache guard)
+            region_full = rule_plan(ctx, "region", trust_guards=False)
+            for decision in (rule_plan(ctx, "region", marks=False, trust_guards=False), region_full):
+                add(_named("per-block", decision.plan), decision)
         else:
             pruned.append("per-block: " + (next((n for n in region_full.notes if "no compile" in n or "outside SRC" in n), "no repeated block under SRC")))
+    if has_block:
+        # "not marked dynamic: ..." or, where a model declares several block classes, "Blk: not marked dynamic: ..."
+        unmarked = next((n for n in region_full.notes if "not marked dynamic: " in n), None)
+        if unmarked and not any(a.action == "mark_dynamic" for a in region_full.plan.actions):
+            # the recompiles rung saw varying dims but the planner could not mark them: say why
+            # the +mark_dynamic variant is missing (a newcomer's tiny Llama: no candidate, no word)
+            pruned.append("per-block+mark_dynamic: " + unmarked.replace("not marked dynamic: ", "", 1))
     whole = rule_plan(ctx, "whole", mode="default")
     own = [r.text for r in regions] if regions is not None else [x for x in own_setup or [] if _is_compile(x.split(": ", 1)[-1])]
     if own and any(a.action == "compile" for a in whole.plan.actions):

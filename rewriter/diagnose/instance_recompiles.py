@@ -133,6 +133,12 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
     original = cls.__dict__.get("forward")
     base = cls.forward
     name = getattr(base, "__name__", "forward")
+    # Dynamo names a frame by its code object, not by ``__name__``: transformers 5's
+    # GradientCheckpointingLayer wraps every decoder layer's ``forward`` (functools.wraps keeps
+    # the name) in ``forward_with_checkpointing``, the frame that recompiles per instance on
+    # the DynamicCache's ``layers[0].is_initialized`` (tiny GPT-2/Llama: 2 + 2 graphs were read
+    # as "no recompile across instances")
+    frame = getattr(getattr(base, "__code__", None), "co_name", name)
     cls.forward = torch.compile(base, backend="eager")
     per_shape: list[dict[str, Any]] = []
     try:
@@ -158,7 +164,7 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
     at_reference = log.recompiles[: per_shape[1]["_first"]] if len(per_shape) > 1 else log.recompiles
     for e in per_shape:
         e.pop("_first")
-    frames = [rc for rc in log.recompiles if is_frame_of(rc.function, name)]
+    frames = [rc for rc in log.recompiles if is_frame_of(rc.function, frame)]
     # A size guard is not per-instance state: an instance whose tensors differ in size (an MoE
     # expert's routed-token count, data-dependent; a ResNet block's width) recompiles once per
     # size; only guards on values (self.layer_idx == 0) recompile per instance.
@@ -170,7 +176,7 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
     # recompiles are per-instance state.
     by_frame: dict[str, list[Any]] = {}
     for rc in at_reference:
-        if is_frame_of(rc.function, name):
+        if is_frame_of(rc.function, frame):
             by_frame.setdefault(rc.function, []).append(rc)
     mine = [rc for rcs in by_frame.values() if len(rcs) > distinct - 1 for rc in rcs if not sized_guard(rc)]
     structural = sum(len(rcs) for rcs in by_frame.values() if len(rcs) <= distinct - 1)
@@ -230,7 +236,7 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
         r.verdict = f"{n} instances of {cname} in {distinct} parameter shapes: {graphs}, within the recompile limit ({limit})"
     elif (r.measurement["graphs_per_shape"] or [0])[0] > 1 and not by_frame:
         # more graphs than shapes with no recompile: each call runs several graphs of the same
-        # compiled code (a graph break splits the block; GPT-2 on transformers 5.24: 2 + 2)
+        # compiled code (a graph break splits the block)
         gb = ctx.results.get("graph_breaks")
         counted = gb is None or not gb.ok or bool(gb.findings)  # not run (or failed): the graphs are the evidence
         # say a graph break splits the call only where the graph-break rung counted one (a
