@@ -90,7 +90,7 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
 @click.option("--reps", type=int, default=30, show_default=True, help="Interleaved timing rounds per shape (max).")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Warm-up calls per variant and shape.")
 @click.option("--baselines", default="whole,regional", show_default=True,
-              help="Comma-separated baselines besides eager: whole, regional (empty for none).")
+              help="Comma-separated baselines besides eager: whole, regional ('none' or empty for none).")
 @click.option("--keep-temp", is_flag=True, help="Keep the temp trees and child logs.")
 @click.option("--no-overlap", is_flag=True,
               help="Run the eager reference to its end before the first compile (by default, on a GPU "
@@ -121,7 +121,7 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
 
     from .validate.command import Options, validate_command
 
-    names = tuple(b.strip() for b in baselines.split(",") if b.strip())
+    names = () if baselines.strip().lower() == "none" else tuple(b.strip() for b in baselines.split(",") if b.strip())
     bad = [b for b in names if b not in ("whole", "regional")]
     if bad:
         raise click.UsageError(f"--baselines: unknown {', '.join(bad)}; expected whole, regional")

@@ -54,3 +54,16 @@ def test_an_unknown_pin_mode_is_a_usage_error_naming_the_choices(tmp_path, capsy
     err = capsys.readouterr().err
     assert "--pin" in err and "shared" in err and "own" in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("value", ["none", "", "None"])
+def test_baselines_none_or_empty_means_no_baselines(tmp_path, monkeypatch, value):
+    """A newcomer's `--baselines none` was refused ("unknown none"); only an empty string worked."""
+    seen = _captured(monkeypatch, "rewriter.validate.command.validate_command")
+    assert main(["validate", "--plan", str(tmp_path / "plan.yaml"), str(tmp_path), "--baselines", value]) == 0
+    assert seen["args"][2].variants == ("eager", "plan")
+
+
+def test_an_unknown_baseline_is_still_a_usage_error(tmp_path, capsys):
+    assert main(["validate", "--plan", str(tmp_path / "plan.yaml"), str(tmp_path), "--baselines", "whole,regoinal"]) == 2
+    assert "--baselines: unknown regoinal; expected whole, regional" in capsys.readouterr().err
