@@ -235,7 +235,9 @@ def plan_schema() -> None:
 def _terminated(signum: int, frame: object) -> None:
     """SIGTERM (``timeout``, a CI or batch-job kill) unwinds like Ctrl-C: ``finally`` blocks run, so
     validate's child processes are killed and temp trees removed instead of being orphaned."""
-    raise SystemExit(128 + signum)
+    from .signals import Terminated
+
+    raise Terminated(128 + signum)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,6 +13,12 @@ import signal
 import threading
 from types import FrameType, TracebackType
 
+
+class Terminated(SystemExit):
+    """What the CLI's SIGTERM handler raises (:func:`rewriter.cli._terminated`, exit 143): a
+    ``SystemExit`` that unwinds like Ctrl-C, told apart from ``sys.exit`` in the user's code
+    (which diagnose's harness guard reports as a harness failure) by its type."""
+
 #: The signals an apply defers: Ctrl-C and a polite kill (``timeout``, a CI cancel, a batch job).
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -94,7 +100,7 @@ class deferred_signals:  # noqa: N801 (a context manager, used as ``with deferre
         if isinstance(exc, _DefaultAction):
             self.pending.clear()
             signal.raise_signal(exc.signum)  # the default action: the process ends here
-            raise SystemExit(128 + exc.signum) from None  # a disposition that did not end it
+            raise Terminated(128 + exc.signum) from None  # a disposition that did not end it
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             self.pending.clear()  # a second signal: already stopping for the first
             return False

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import StackpartError
 from ..harness import LoadedHarness, call_model, on_sys_path, scalar_loss
+from ..signals import Terminated
 from ..tracebacks import headline, user_site
 
 
@@ -101,16 +102,6 @@ def tensor_leaves(value: Any) -> list[Any]:
     return [x for x in pytree.tree_leaves(value) if isinstance(x, torch.Tensor)]
 
 
-def _from_sigterm(exc: SystemExit) -> bool:
-    """Whether ``exc`` was raised by the CLI's SIGTERM handler (``rewriter.cli._terminated``, the
-    innermost frame of its traceback), not by ``sys.exit`` in the user's code."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    code = tb.tb_frame.f_code if tb is not None else None
-    return code is not None and code.co_name == "_terminated" and Path(code.co_filename).name == "cli.py"
-
-
 def _user_line(exc: BaseException, src: Path) -> tuple[str | None, int | None]:
     path, line, _ = user_site(exc, src)
     return path, line
@@ -177,9 +168,9 @@ class Session:
             said = describe(oom) if oom else (str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
             path, line = _user_line(exc, self.src)
             raise HarnessFailure(self.rung, what, f"ran out of memory: {said}", path, line, oom=oom) from exc
+        except Terminated:  # the CLI's SIGTERM handler (exit 143): not the user's code
+            raise
         except SystemExit as exc:
-            if _from_sigterm(exc):  # the CLI's SIGTERM handler (exit 143): not the user's code
-                raise
             # sys.exit() in the user's code (argparse's parse_args on stackpart's own argv, say):
             # a harness failure with its line, not a silent exit with the program's code
             path, line, note = user_site(exc, self.src)
