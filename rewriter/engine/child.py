@@ -59,12 +59,13 @@ def exit_message(exc: SystemExit, job: dict[str, Any]) -> str:
     ``parse_args()`` in ``build_model`` reads the child's command line and exits 2): the call and
     the deepest frame under one of the job's trees (``file:line``, relabelled to SRC by the
     parent), where there is one."""
-    roots = [Path(p).resolve() for p in [job.get("tree"), *(job.get("trees") or {}).values()] if p]
+    from ..tracebacks import user_site
+
     where = ""
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        path = Path(frame.filename).resolve()
-        if any(path.is_relative_to(root) for root in roots):
-            where = f" at {frame.filename}:{frame.lineno}"
+    for root in [Path(p) for p in [job.get("tree"), *(job.get("trees") or {}).values()] if p]:
+        rel, line, _ = user_site(exc, root)
+        if rel is not None:
+            where = f" at {root / rel}:{line}"
             break
     return (f"SystemExit: the program called sys.exit({exc.code!r}){where}; stackpart calls the harness without "
             "the program's command line (argparse's parse_args() exits on an unknown argument)")
