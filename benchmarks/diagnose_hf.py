@@ -346,21 +346,28 @@ def ok(row: dict) -> bool:
     return row.get("rc") == 0 and bool(row.get("complete")) and clean and rw.get("rc") == 0 and bool(rw.get("only_modeling_file"))
 
 
+def tag(d: Path, dirs: list[Path]) -> str:
+    """The name of one model run's directory in the .tgz and its diff: the model (``llama``), or
+    the model and its run index (``llama-0``, ``llama-1``) when ``--repeat`` ran it more than once,
+    so a repeat does not overwrite the run before it."""
+    return d.parent.name if sum(1 for e in dirs if e.name == d.name) > 1 else d.name
+
+
 def write(payload: dict, dirs: list[Path]) -> None:
     """$OUT/diagnose_hf.{json,md}, the diffs, and the per-model directories as one .tgz."""
     OUT.mkdir(parents=True, exist_ok=True)
     payload.pop("tgz_note", None)
     for d in dirs:
         if (d / "plan.diff").is_file():
-            shutil.copy(d / "plan.diff", OUT / f"diagnose_hf_{d.name}.diff")
+            shutil.copy(d / "plan.diff", OUT / f"diagnose_hf_{tag(d, dirs)}.diff")
     tgz = OUT / "diagnose_hf.tgz"
     with tarfile.open(tgz, "w:gz", compresslevel=6) as tar:
         for d in dirs:
-            tar.add(d, arcname=f"diagnose_hf/{d.name}")
+            tar.add(d, arcname=f"diagnose_hf/{tag(d, dirs)}")
     if tgz.stat().st_size > TGZ_LIMIT:  # the device would not return it: again without traces
         with tarfile.open(tgz, "w:gz", compresslevel=6) as tar:
             for d in dirs:
-                tar.add(d, arcname=f"diagnose_hf/{d.name}", filter=lambda ti: None if ti.name.endswith("trace.json.gz") else ti)
+                tar.add(d, arcname=f"diagnose_hf/{tag(d, dirs)}", filter=lambda ti: None if ti.name.endswith("trace.json.gz") else ti)
         payload["tgz_note"] = f"traces left out of diagnose_hf.tgz (over {TGZ_LIMIT // 2**20} MiB with them)"
     (OUT / "diagnose_hf.json").write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
     (OUT / "diagnose_hf.md").write_text(markdown(payload, dirs), encoding="utf-8")
@@ -413,7 +420,7 @@ def markdown(payload: dict, dirs: list[Path]) -> str:
         md += [f"- note: {n}" for n in r["notes"]]
         rw = r["rewrite"]
         md += ["", f"`stackpart rewrite --plan`: exit {rw.get('rc')}, {rw.get('diff_lines')} diff lines, files {rw.get('files')}" + (f"; stderr: {rw['stderr']}" if rw.get("stderr") else "")]
-        diff_path = next((d / "plan.diff" for d in dirs if d.name == r["model"]), None)
+        diff_path = next((d / "plan.diff" for d in dirs if d.parent.name == f"{r['model']}-{r.get('run')}"), None)
         if diff_path is not None and diff_path.is_file() and diff_path.read_text().strip():
             md += ["", "```diff", diff_path.read_text().rstrip()[:6000], "```"]
     md += ["", f"Total {payload.get('total_s')} s. Per-model harness, plan, report (report.md/json, charts, gzipped Chrome trace), diff and stderr in diagnose_hf.tgz."

@@ -98,8 +98,8 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
 @click.option("--construct-on", type=_Choice(["device", "host"]), default="device", show_default=True,
               help="Where each child constructs the model: under the harness device (parameter init on "
                    "the GPU; host when that raises) or on the host as the harness does alone.")
-@click.option("--pin", type=_Choice(["shared", "own", "off"]), default="shared", show_default=True,
-              help="Where each timed process's main thread runs on CUDA: shared (all on one core, the fastest at a pure-Python loop; one process runs at a time), own (a core each) or off (the scheduler's).")
+@click.option("--pin", type=_Choice(["shared", "fastest", "own", "off"]), default="shared", show_default=True,
+              help="Where each timed process's main thread runs on CUDA: shared (all on one core, the one of median speed at a pure-Python loop, a typical core of the host; one process runs at a time), fastest (all on the fastest core: host-bound plans as a dedicated host runs them), own (a core each) or off (the scheduler's).")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="> 1: run original and plan under torchrun on N processes; compare step time and exposed communication.")
 @click.pass_context
@@ -186,8 +186,8 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @click.option("--no-overlap", is_flag=True,
               help="In the search, run the eager reference to its end before the first compile (by default, on a GPU "
                    "with >= 8 CPUs, it overlaps the first candidate's cold phase).")
-@click.option("--pin", type=_Choice(["shared", "own", "off"]), default="shared", show_default=True,
-              help="Where each timed process's main thread runs on CUDA: shared (all on one core, the fastest at a pure-Python loop; one process runs at a time), own (a core each) or off (the scheduler's).")
+@click.option("--pin", type=_Choice(["shared", "fastest", "own", "off"]), default="shared", show_default=True,
+              help="Where each timed process's main thread runs on CUDA: shared (all on one core, the one of median speed at a pure-Python loop, a typical core of the host; one process runs at a time), fastest (all on the fastest core: host-bound plans as a dedicated host runs them), own (a core each) or off (the scheduler's).")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes (one per GPU) under torchrun; > 1 diagnoses collectives across ranks.")
 @click.option("--wrap", type=_Choice(["ddp", "fsdp2", "none"]), default=None,

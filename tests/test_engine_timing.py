@@ -42,10 +42,18 @@ def test_pin_plan_gives_distinct_top_cores_and_leaves_two_for_the_parent():
     assert pin_plan(["a", "b", "c"], [0, 1, 2, 3], "own") == {}  # 3 processes need 5 cores: none pinned
     assert pin_plan(["a", "b", "c"], [0, 1, 2, 3], "shared") == {"a": 3, "b": 3, "c": 3}
     assert pin_plan(["a", "b"], [0, 1], "shared") == {} and pin_plan(["a"], list(range(8)), "off") == {}
-    # shared: the fastest core measured (never one of the lowest two), the highest on a tie
+    # fastest: the fastest core measured (never one of the lowest two), the highest on a tie
     speeds = {2: 3e-4, 3: 1e-4, 4: 1e-4, 5: 5e-4}
-    assert pin_plan(["a", "b"], [0, 1, 2, 3, 4, 5], "shared", speeds) == {"a": 4, "b": 4}
-    assert pin_plan(["a"], [0, 1, 2, 3], "shared", {0: 1e-9, 3: 1e-3}) == {"a": 3}
+    assert pin_plan(["a", "b"], [0, 1, 2, 3, 4, 5], "fastest", speeds) == {"a": 4, "b": 4}
+    assert pin_plan(["a"], [0, 1, 2, 3], "fastest", {0: 1e-9, 3: 1e-3}) == {"a": 3}
+    assert pin_plan(["a"], [0, 1, 2, 3], "fastest") == {"a": 3}  # no speeds: the highest core
+    # shared: the core of median speed (a typical core; the faster of the middle two for an even
+    # count), so neither the fastest core nor a busy one sets the host-bound plans' figures
+    assert pin_plan(["a", "b"], [0, 1, 2, 3, 4, 5], "shared", speeds) == {"a": 3, "b": 3}  # order 4, 3, 2, 5
+    odd = {2: 9e-4, 3: 1e-4, 4: 5e-4, 5: 7e-4, 6: 3e-4}
+    assert pin_plan(["a"], list(range(7)), "shared", odd) == {"a": 4}  # 1, 3, 5, 7, 9 e-4: the median, 5e-4
+    assert pin_plan(["a"], list(range(7)), "fastest", odd) == {"a": 3}
+    assert pin_plan(["a"], [0, 1, 2, 3], "shared", {0: 1e-9, 3: 1e-3}) == {"a": 3}  # core 0 is the parent's
 
 
 def test_core_speeds_times_each_core_and_restores_the_affinity():
@@ -484,5 +492,5 @@ def test_a_child_that_could_not_pin_itself_is_said_and_an_unknown_pin_mode_is_re
     notes = []
     interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3), notes=notes, device="cuda")
     assert not any("not pinned as planned" in n for n in notes), notes
-    with pytest.raises(ValueError, match="Options.pin: expected one of shared, own, off, got 'Own'"):
+    with pytest.raises(ValueError, match="Options.pin: expected one of shared, fastest, own, off, got 'Own'"):
         interleave(kids, [{"batch": 1}], Options(pin="Own"), device="cuda")

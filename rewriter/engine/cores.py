@@ -4,10 +4,15 @@ On the H200 slice this project is lent (16 cores of a shared host), identical pr
 host-heavy step differ by up to 47% with the scheduler's placement or a core of their own each,
 and by 0.4-1.5% with every process on one shared core (BENCHMARKS.md, run 25): the spread is the
 cores' speed, which differs from core to core and over time on a shared host (a busy sibling
-hyperthread, a lower clock). One shared core pairs that out of the comparison; :func:`core_speeds`
-picks which core, the fastest at a pure-Python loop, the work that bounds a launch-heavy step's
-host side (interpreter dispatch), so host-heavy plans are timed as a dedicated host would run them
-rather than at a busy core's speed.
+hyperthread, a lower clock). One shared core pairs that out of the comparison. :func:`core_speeds`
+measures each core at a pure-Python loop, the work that bounds a launch-heavy step's host side
+(interpreter dispatch), and the shared core is the one of median speed: a typical core of this
+host, as a deployed process the scheduler places lands on one. The fastest core (``--pin
+fastest``) was the choice in runs 27-29 and made the search's choice flip: on it the host-bound
+per-block plan of Llama at 8x384 measured 9.6-14.2 ms from run to run against nested+whole's
+steady 10.9-11.5, tying in some runs and losing in others. The fastest of 14 cores is an extreme
+order statistic, further from the typical core and more variable from run to run than the median
+(run 29: 758 us against a median of 1294 us).
 """
 
 from __future__ import annotations
@@ -55,16 +60,21 @@ def core_speeds(cores: list[int]) -> dict[int, float]:
 def pin_plan(names: list[str], cores: list[int], mode: str = "own", speeds: dict[int, float] | None = None) -> dict[str, int]:
     """The CPU core each timed process's main thread is pinned to, from ``cores`` (the parent's
     affinity), leaving the lowest two for the parent, interrupts and the driver's threads:
-    ``shared``, every process on one core, the fastest in ``speeds`` (:func:`core_speeds`; without
-    speeds the highest core; empty with fewer than 3 cores); ``own``, distinct cores from the top
+    ``shared``, every process on one core, the one of median speed in ``speeds`` (seconds per
+    loop, :func:`core_speeds`; the faster of the middle two for an even count; without speeds the
+    highest core); ``fastest``, every process on the fastest core in ``speeds`` (the highest
+    without speeds); both empty with fewer than 3 cores; ``own``, distinct cores from the top
     (empty with fewer than ``len(names) + 2``); ``off``, empty (no pinning)."""
     cores = sorted(cores)
-    if mode == "shared":
+    if mode in ("shared", "fastest"):
         if len(cores) < 3:
             return {}
         pool = cores[2:]
-        timed = [c for c in pool if speeds and c in speeds]
-        core = min(timed, key=lambda c: (speeds[c], -c)) if timed else pool[-1]  # type: ignore[index]
+        timed = sorted((c for c in pool if speeds and c in speeds), key=lambda c: (speeds[c], -c))  # type: ignore[index]
+        if not timed:
+            core = pool[-1]
+        else:
+            core = timed[0] if mode == "fastest" else timed[(len(timed) - 1) // 2]
         return {n: core for n in names}
     if mode != "own" or len(cores) < len(names) + 2:
         return {}

@@ -75,12 +75,13 @@ class Options:
             steady state of a loop rather than as one isolated call from a process woken cold;
             0: one isolated call per sample (:func:`.timing.time_call`). On CPU always one call.
         pin: on CUDA, where each timed process's main thread runs during the timing
-            (:func:`.child.serve`, :func:`.cores.pin_plan`): ``shared``, all on one core, the fastest
-            (:func:`.cores.core_speeds`; the rounds run one process at a time, so they never
-            contend for it, and every variant's host work
-            runs on the same core: per-core speed, which differs on a shared VM host, is paired
-            out like the drift the rotating rounds pair out); ``own``, each on its own core; ``off``,
-            where the scheduler puts them. A note says what was done.
+            (:func:`.child.serve`, :func:`.cores.pin_plan`): ``shared``, all on one core, the one of
+            median speed at a pure-Python loop (:func:`.cores.core_speeds`: a typical core of the
+            host; the rounds run one process at a time, so they never contend for it, and every
+            variant's host work runs on the same core: per-core speed, which differs on a shared
+            VM host, is paired out like the drift the rotating rounds pair out); ``fastest``, all
+            on the fastest core; ``own``, each on its own core; ``off``, where the scheduler puts
+            them. A note says what was done.
     """
 
     out: Path | None = None
@@ -441,7 +442,7 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
 
 
 #: :attr:`Options.pin`'s values (:func:`.cores.pin_plan`).
-PIN_MODES = ("shared", "own", "off")
+PIN_MODES = ("shared", "fastest", "own", "off")
 #: The key of a variant's second timed process in :func:`interleave`'s results, before
 #: :func:`merge_replicates` folds it into the variant's own.
 REPLICA = "#2"
@@ -734,7 +735,7 @@ def interleave(
     a rotating order (each in its own warm process), until ``opts.reps`` rounds or
     ``opts.budget_s`` seconds (at least 3 rounds). On CUDA a sample is a back-to-back block of
     about ``opts.burst_ms`` (:func:`.timing.time_burst`) and the processes' main threads are
-    pinned as ``opts.pin`` says (:func:`.cores.pin_plan`: by default all on the fastest core);
+    pinned as ``opts.pin`` says (:func:`.cores.pin_plan`: by default all on the core of median speed);
     on CPU one isolated call. Returns per-shape
     summaries, the raw samples per shape (round order, paired across variants; seconds per
     call), or an error. A variant's second process (``name + REPLICA``) that fails is dropped from
@@ -754,19 +755,20 @@ def interleave(
 
         cores = sorted(os.sched_getaffinity(0))
         have = len(cores)
-        speeds = core_speeds(cores[2:]) if opts.pin == "shared" and have >= 3 else {}
+        speeds = core_speeds(cores[2:]) if opts.pin in ("shared", "fastest") and have >= 3 else {}
         pins = pin_plan(names, cores, opts.pin, speeds)
         if notes is not None:
-            if pins and opts.pin == "shared":
+            if pins and opts.pin in ("shared", "fastest"):
                 core = next(iter(pins.values()))
-                speed = (f", the fastest of {len(speeds)} at a pure-Python loop ({speeds[core] * 1e6:.0f} us against a median "
-                         f"of {statistics.median(speeds.values()) * 1e6:.0f} us)") if core in speeds else ""
+                which = "the fastest" if opts.pin == "fastest" else "the one of median speed"
+                speed = (f", {which} of {len(speeds)} at a pure-Python loop ({speeds[core] * 1e6:.0f} us a loop; fastest "
+                         f"{min(speeds.values()) * 1e6:.0f} us, median {statistics.median(speeds.values()) * 1e6:.0f} us)") if core in speeds else ""
                 notes.append(f"the timed processes' main threads all pinned to CPU core {core}{speed} "
                              f"({len(pins)} processes, one running at a time): per-core speed is the same for every variant")
             elif pins:
                 notes.append(f"each timed process's main thread pinned to its own CPU core ({len(pins)} processes)")
             else:
-                need = 3 if opts.pin == "shared" else len(names) + 2
+                need = 3 if opts.pin in ("shared", "fastest") else len(names) + 2
                 notes.append(f"timed processes not pinned to cores: {len(names)} processes need {need} cores, {have} available")
 
     def failed(n: str, reply: dict[str, Any], samples: dict[str, list[float]]) -> str | None:
