@@ -210,7 +210,7 @@ def test_inputs_without_tensors_is_an_error_naming_the_inputs_callable(tmp_path,
         (["--harness", "nope.py"], "nope.py: harness file not found under SRC"),
         (["--harness", "harness.py", "--model", "build_modle"], "harness.model: harness.py defines no callable 'build_modle' (did you mean 'build_model'?)"),
         (["--harness", "harness.py", "--shape", "btch=2"], "harness.shapes[0]: make_inputs() has no parameter 'btch' (did you mean 'batch'?)"),
-        (["--harness", "harness.py", "--shape", "batch:2"], "--shape: expected key=int[,key=int...], got 'batch:2'"),
+        (["--harness", "harness.py", "--shape", "batch:2"], "Invalid value for '--shape': 'batch:2': 'batch:2' has no '=size'; expected name=int,..."),
     ],
     ids=["missing-file", "bad-callable", "bad-shape-key", "bad-shape-syntax"],
 )

@@ -530,21 +530,22 @@ def check_entry(entry: str, src: Path, flag: str = "--entry") -> None:
         raise StackpartError(f"{flag}: {exc.message}", path=str(path), hint=exc.hint) from None
 
 
-def parse_shape(text: str) -> dict[str, int]:
-    """``batch=8,seq=512`` → ``{"batch": 8, "seq": 512}``.
+def parse_shape(text: str | dict[str, int]) -> dict[str, int]:
+    """``batch=8,seq=512`` -> ``{"batch": 8, "seq": 512}`` (:func:`rewriter.shapes.parse_shape`); a
+    shape the CLI already parsed (a dict) is returned as it is.
 
     Raises:
-        StackpartError: not ``key=int`` pairs.
+        StackpartError: not ``name=int`` pairs, each name once.
     """
-    out = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip().isidentifier() or not value.strip().lstrip("-").isdigit():
-            raise StackpartError(f"--shape: expected key=int[,key=int...], got {text!r}")
-        out[key.strip()] = int(value)
-    if not out:
-        raise StackpartError(f"--shape: expected key=int[,key=int...], got {text!r}")
-    return out
+    from ..shapes import SHAPE_SYNTAX
+    from ..shapes import parse_shape as parse
+
+    if isinstance(text, dict):
+        return text
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise StackpartError(f"--shape {text!r}: {exc}; expected {SHAPE_SYNTAX}") from None
 
 
 def check_output(harness: str, output: str) -> None:
@@ -587,7 +588,7 @@ def check_output(harness: str, output: str) -> None:
     )
 
 
-def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str, ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False, site: str | None = None, no_overlap: bool = False, pin: str = "shared") -> int:
+def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str | dict[str, int], ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False, site: str | None = None, no_overlap: bool = False, pin: str = "shared") -> int:
     """The ``stackpart diagnose`` command: returns 0 (plan written), 1 (plan written, but the ladder
     stopped at a fragmentation OOM: apply the allocator action and run again); raises
     StackpartError (exit 2)."""
