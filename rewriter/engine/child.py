@@ -150,7 +150,7 @@ def _build(
     h = load_harness(spec, tree)
     torch.manual_seed(job["seed"])
     model, fallback = build_model(h, construct_on=spec.device if job.get("construct_on_device") else None)
-    site_ran(tree, spec, job.get("library_modules") or [])
+    site_ran(tree, spec, job.get("library_modules") or [], job.get("site"))
     import torch._dynamo  # noqa: F401  (imported before the go-ahead by every variant alike)
 
     if variant != "eager":
@@ -242,15 +242,19 @@ def same_random_numbers() -> None:
     inductor_config.fallback_random = True
 
 
-def site_ran(tree: Path, spec: Any, library_modules: list[str]) -> None:
+def site_ran(tree: Path, spec: Any, library_modules: list[str], site: dict[str, Any] | None = None) -> None:
     """Check that a plan's library actions were applied while the harness built the model: every
     generated ``_stackpart/library.py`` of the plan (``library_modules``, relative to ``tree``: the
     rewrite's own list, so no child walks the tree) must have been imported and its ``apply`` run
     (its ``APPLIED`` list is not empty). A site the harness never calls would leave the candidate
     measuring the program without the plan.
 
+    ``site``: the plan's ``site:`` and where it is written (``{"target", "path", "line"}``), so the
+    error is at that line as the plan's other errors are; None where no plan file names it.
+
     Raises:
-        StackpartError: a generated library module that never ran, naming the harness function.
+        StackpartError: a generated library module that never ran, naming the harness function
+            (at the plan's ``site:`` line where ``site`` is given).
     """
     from ..errors import StackpartError
 
@@ -262,9 +266,11 @@ def site_ran(tree: Path, spec: Any, library_modules: list[str]) -> None:
     missing = [p for p in generated if p not in ran]
     if missing:
         rel = missing[0].relative_to(Path(tree).resolve()).as_posix()
+        what = f"site ({site['target']})" if site else "the plan's site"
         raise StackpartError(
-            f"the plan's site never ran: harness.model {spec.model}() in {spec.file} built the model without "
+            f"{what} never ran: harness.model {spec.model}() in {spec.file} built the model without "
             f"calling the function decorated with @apply_plan ({rel}); the plan's library actions were not applied",
+            path=site["path"] if site else None, line=site.get("line") if site else None,
             hint="set the plan's site: to the function the harness's model function calls to build the model",
         )
 

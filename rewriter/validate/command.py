@@ -96,7 +96,8 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     ]
     variants = [Variant("eager", trees.original, judged=False),
                 Variant("plan", trees.rewritten, compiles=report["plan_compiles"], mark_dynamic=mark_dynamic,
-                        plan_name=Path(loaded.path).name, library_modules=trees.result.library_modules)]
+                        plan_name=Path(loaded.path).name, library_modules=trees.result.library_modules,
+                        site=_site_at(loaded))]
     variants += [Variant(b, trees.original, prepare=b, judged=False) for b in opts.variants if b not in ("eager", "plan")]
     m = measure(spec_run, variants, opts, workdir, amortization=report.get("amortization"), stop_on_wrong_numbers=True,
                 on_event=_progress)
@@ -140,6 +141,14 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     if report.get("amortization") is None:
         verdict.notes.append("the plan has no 'amortization:' section: break-even runs reported, not gated")
     return results, m.timing, verdict
+
+
+def _site_at(loaded: Any) -> dict[str, Any] | None:
+    """The plan's ``site:`` and where it is written (the plan file as given, its line), for the
+    child's error when the harness never calls it (:func:`rewriter.engine.child.site_ran`)."""
+    if loaded.plan.site is None:
+        return None
+    return {"target": loaded.plan.site, "path": loaded.path, "line": loaded.site_line}
 
 
 def _progress(name: str, event: str, detail: Any) -> None:
