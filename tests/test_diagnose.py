@@ -127,7 +127,10 @@ def test_bad_harness_names_the_rung_and_callable_and_keeps_partial_json(tmp_path
     rc, out = diagnose_bad(tmp_path, NET.format(body=forward), "--timeout", "1")
     assert rc == 2
     err = " ".join(capsys.readouterr().err.split())  # the terminal wraps long lines
-    assert expected in err
+    said, placed, _ = expected.partition(" (model.py:11)")
+    assert said in err
+    if placed:  # the error line says the place once, first (error: model.py:11: ...), not again at the end
+        assert "error: model.py:11: diagnose stopped at rung batch_scaling: " in err and f"{said}; partial" in err
     report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
     assert report["complete"] is False and expected in report["error"]
     assert not (out / "plan.yaml").exists()

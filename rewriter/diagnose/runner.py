@@ -112,6 +112,18 @@ def rung_error(exc: BaseException, src: Path) -> str:
     return f"{headline(exc)} ({where})"
 
 
+def stopped_error(fatal: Any, said: str, harness_file: str, report: Path) -> StackpartError:
+    """The one line a harness failure that stops the ladder prints: the user's ``file:line``
+    (relative to SRC) first, as the README's ``error: path:line: ...`` says, and not again at the
+    end; only Dynamo's note (``in Net.forward, which Dynamo was compiling``) stays there. Without
+    a known line it is at the harness file, with no place repeated either."""
+    note = f" ({fatal.note})" if fatal.note and fatal.path and fatal.line else ""
+    text = f"diagnose stopped at rung {fatal.rung}: {said}{note}; partial results in {report}"
+    if fatal.path and fatal.line:
+        return StackpartError(text, path=fatal.path, line=fatal.line)
+    return StackpartError(text, path=harness_file)
+
+
 def _ours(out_dir: Path) -> bool:
     """Whether ``out_dir`` holds a previous diagnose report (its report.json is one of ours): only
     then are its artifacts removed; a ``--report-dir`` of the user's (``.``) keeps their files."""
@@ -294,7 +306,8 @@ def diagnose(
             r.seconds = round(time.perf_counter() - t0, 3)
             results.append(r)
             ctx.results[name] = r
-            said(f"rung {name}: {r.status} in {r.seconds:.1f} s" + (f" ({r.reason})" if r.reason and not r.ok else ""))
+            reason = (r.reason or "").removeprefix(f"rung {name}: ")  # the line names the rung once
+            said(f"rung {name}: {r.status} in {r.seconds:.1f} s" + (f" ({reason})" if reason and not r.ok else ""))
             progress.advance(task)
     outcome = Outcome(rungs=results)
     if fatal is not None:
@@ -303,9 +316,7 @@ def diagnose(
         error = f"diagnose stopped at rung {fatal.rung}: {said}{fatal.where}"
         if not (fatal.oom and fatal.oom.get("fragmentation")):
             write_json(out_dir / "report.json", to_json(meta, results, None, [], error))
-            # the user's file:line first, where it is known (the README's "error: path:line: ...")
-            at = (fatal.path, fatal.line) if fatal.path and fatal.line else (spec.file, None)
-            raise StackpartError(f"{error}; partial results in {out_dir / 'report.json'}", path=at[0], line=at[1])
+            raise stopped_error(fatal, said, spec.file, out_dir / "report.json")
         # A fragmentation OOM is a finding with a fix, not a broken harness: plan the allocator
         # action; the rungs after it are measured by running diagnose again with it applied.
         outcome.stopped = error
