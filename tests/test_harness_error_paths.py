@@ -115,11 +115,29 @@ def test_validate_names_the_original_trees_file_once(tmp_path, capsys, monkeypat
     (tmp_path / "plan.yaml").write_text("version: 1\nharness: {file: harness.py, device: cpu}\nactions: []\n")
     monkeypatch.chdir(tmp_path)
     code = main(["validate", "--plan", "plan.yaml", "src", "--baselines", "none", "--reps", "2", "--warmup", "1"])
-    errors = [row for row in capsys.readouterr().err.splitlines() if row.startswith("error:")]
+    err = capsys.readouterr().err
+    errors = [row for row in err.splitlines() if row.startswith("error:")]
     assert code == 2 and errors == [
         "error: the original model (eager reference) failed: harness: a/harness.py:8: harness.model: build_model() "
         "raised ValueError: no model"], errors
+    # the progress line says it failed (not "cold phase done"), at the same a/ path, no temp dir
+    assert "validate: eager: failed: harness: a/harness.py:8: harness.model: build_model() raised" in err, err
+    assert "cold phase done" not in err and "stackpart-validate-" not in err, err
     assert src.exists()
+
+
+def test_validates_progress_line_names_the_rewritten_tree_as_b(tmp_path, capsys):
+    """The progress line printed the child's temp path (/tmp/stackpart-validate-*/rewritten/model.py:12,
+    gone once validate ends) while the summary said b/model.py:12."""
+    from types import SimpleNamespace
+
+    from rewriter.validate.command import _progress, tree_labels
+
+    work = tmp_path / "stackpart-validate-x"
+    trees = SimpleNamespace(original=work / "original", rewritten=work / "rewritten")
+    _progress("plan", "cold", {"problems": [f"the rewritten model raised: ValueError: x ({work}/rewritten/model.py:12)"]},
+              labels=tree_labels(trees, work))
+    assert capsys.readouterr().err == "validate: plan: the rewritten model raised: ValueError: x (b/model.py:12)\n"
 
 
 def test_the_child_puts_a_harness_path_under_its_tree_for_the_parent_to_relabel(tmp_path):

@@ -174,7 +174,11 @@ def test_an_input_that_fails_only_in_the_search_names_the_users_file_not_the_tem
                                     "        raise ValueError('no data')\n    return (torch.randn(batch, 4),)\n")
     code = main(["diagnose", "--harness", "harness.py", str(src), "--shape", "batch=2", "--shape", "batch=3",
                  "-o", str(tmp_path / "plan.yaml"), "--device", "cpu"])
-    err = capsys.readouterr().err.strip().splitlines()[-1]
+    lines = capsys.readouterr().err.strip().splitlines()
+    err = lines[-1]
+    # the search's progress line says the program as it is failed (not its compile figures), at SRC's path
+    assert ("search: as-is: failed: harness: harness.py:10: harness.inputs: make_inputs(batch=3) raised ValueError: "
+            "no data") in lines, lines
     # relative to SRC as diagnose's other errors, the place said once (no "harness.py: " before it)
     assert code == 2 and err == (
         "error: the search could not measure the program as it is: the original model (eager reference) failed: "

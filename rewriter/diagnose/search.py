@@ -292,7 +292,8 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
                 say(f"starting a second process for each of {detail} timed plan(s), warm from its compile caches")
             elif event == "cold":
                 comp = detail.get("compile") or {}
-                what = " ".join("; ".join(detail.get("problems") or []).split()) or (
+                failed = f"failed: {detail['error']}" if detail.get("error") else ""  # the reference's error: no problems list
+                what = " ".join(("; ".join(detail.get("problems") or []) or failed).split()) or (
                     f"{compile_text(detail)} (all shapes), {comp.get('unique_graphs', 0)} graph(s), "
                     f"{comp.get('recompiles', 0)} recompile(s), numerics {'reference' if name == 'eager' else detail.get('numerics', '-')}")
                 for tree_prefix in prefixes:
