@@ -53,11 +53,13 @@ def _user_frame(exc: BaseException, src: Path, file: str) -> tuple[str, int | No
 
 
 def _syntax_path(filename: str | None, src: Path, file: str) -> str:
-    """A syntax error's file relative to SRC (``file``, the harness, when it names none or one
-    outside SRC)."""
+    """A syntax error's file relative to SRC; a file outside SRC (an installed package) as Python
+    names it, and ``file`` (the harness) when it names none."""
     from .tracebacks import in_src
 
-    return (in_src(filename, Path(src).resolve()) if filename else None) or file
+    if not filename:
+        return file
+    return in_src(filename, Path(src).resolve()) or filename
 
 
 @contextmanager

@@ -162,3 +162,20 @@ def test_the_searchs_error_names_files_relative_to_src_and_its_place_once(tmp_pa
     unplaced = _as_is_failed(["the original model (eager reference) failed: timeout: no output in 5 s"], original,
                              "harness.py")
     assert str(unplaced).startswith("harness.py: the search could not measure the program as it is: ")
+
+
+def test_a_syntax_error_outside_src_keeps_its_own_file(tmp_path, monkeypatch):
+    """An installed module's syntax error is not put at the harness file (whose line it is not)."""
+    from rewriter.harness import load_harness
+    from rewriter.plan import Harness
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "brokenlib.py").write_text("def f(:\n    pass\n")
+    monkeypatch.syspath_prepend(str(site))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text("import brokenlib\n\n\ndef build_model():\n    pass\n\n\ndef make_inputs():\n    pass\n")
+    with pytest.raises(StackpartError) as info:
+        load_harness(Harness(file="harness.py", device="cpu"), src)
+    assert str(info.value).startswith(f"{site / 'brokenlib.py'}:1:7: importing the harness failed: syntax error"), info.value
