@@ -46,6 +46,26 @@ class _SrcDir(click.ParamType):
 SRC_DIR = _SrcDir()
 
 
+class _Shape(click.ParamType):
+    """``--shape name=int,...``: parsed while the command line is read (:func:`rewriter.shapes.parse_shape`),
+    so a bad value is a usage error naming the option and the value before anything runs or is written."""
+
+    name = "name=int,..."
+
+    def convert(self, value, param, ctx):  # type: ignore[no-untyped-def]
+        from .shapes import SHAPE_SYNTAX, parse_shape
+
+        if isinstance(value, dict):  # a default or a caller's already parsed shape
+            return value
+        try:
+            return parse_shape(value)
+        except ValueError as exc:
+            self.fail(f"{value!r}: {exc}; expected {SHAPE_SYNTAX}", param, ctx)
+
+
+SHAPE = _Shape()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="stackpart")
 def cli() -> None:
@@ -167,7 +187,7 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @click.option("-o", "--output", default="plan.yaml", show_default=True, type=click.Path(dir_okay=False), help="Where the plan goes.")
 @click.option("--model", default=None, help="Model factory in the harness (default build_model).")
 @click.option("--inputs", default=None, help="Input factory in the harness (default make_inputs).")
-@click.option("--shape", "shapes", multiple=True, help="An input shape, e.g. batch=8,seq=512; repeatable, the first is the reference.")
+@click.option("--shape", "shapes", multiple=True, type=SHAPE, help="An input shape, e.g. batch=8,seq=512; repeatable, the first is the reference.")
 @click.option("--mode", type=_Choice(["inference", "training"]), default=None)
 @click.option("--dtype", type=_Choice(["float32", "bfloat16", "float16"]), default=None)
 @click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")

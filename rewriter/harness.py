@@ -12,7 +12,6 @@ import ast
 import importlib.util
 import inspect
 import sys
-import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,13 +42,24 @@ class LoadedHarness:
     make_inputs: Callable[..., Any]
 
 
-def _user_frame(exc: BaseException, path: Path) -> tuple[str, int | None]:
-    """The deepest traceback frame inside ``path``'s tree, for pointing at the user's line."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    for frame in reversed(frames):
-        if Path(frame.filename).resolve().is_relative_to(path.parent.resolve()):
-            return frame.filename, frame.lineno
-    return str(path), None
+def _user_frame(exc: BaseException, src: Path, file: str) -> tuple[str, int | None]:
+    """Where in the user's code under ``src`` ``exc`` was raised, relative to SRC as every other
+    error names a file (:func:`rewriter.tracebacks.user_site`); ``(file, None)`` (the harness file)
+    when no frame is under SRC."""
+    from .tracebacks import user_site
+
+    rel, line, _ = user_site(exc, Path(src))
+    return (rel, line) if rel is not None else (file, None)
+
+
+def _syntax_path(filename: str | None, src: Path, file: str) -> str:
+    """A syntax error's file relative to SRC; a file outside SRC (an installed package) as Python
+    names it, and ``file`` (the harness) when it names none."""
+    from .tracebacks import in_src
+
+    if not filename:
+        return file
+    return in_src(filename, Path(src).resolve()) or filename
 
 
 @contextmanager
@@ -160,10 +170,10 @@ def load_harness(spec: Harness, src: Path) -> LoadedHarness:
         except SyntaxError as exc:  # in the harness or a module it imports: no frame of its own
             raise StackpartError(
                 f"importing the harness failed: syntax error: {exc.msg}",
-                path=exc.filename or str(path), line=exc.lineno, col=exc.offset if exc.lineno else None,
+                path=_syntax_path(exc.filename, src, spec.file), line=exc.lineno, col=exc.offset if exc.lineno else None,
             ) from exc
         except Exception as exc:  # the user's code: any exception is an input error
-            file, line = _user_frame(exc, path)
+            file, line = _user_frame(exc, src, spec.file)
             raise StackpartError(
                 f"importing the harness raised {type(exc).__name__}: {exc}", path=file, line=line
             ) from exc
@@ -405,7 +415,7 @@ def _call(h: LoadedHarness, field: str, fn: Callable[..., Any], **kwargs: Any) -
     try:
         return fn(**kwargs)
     except Exception as exc:
-        file, line = _user_frame(exc, safe_relpath(h.src, h.spec.file))
+        file, line = _user_frame(exc, h.src, h.spec.file)
         raise StackpartError(
             f"harness.{field}: {getattr(h.spec, field)}({', '.join(f'{k}={v}' for k, v in kwargs.items())}) "
             f"raised {type(exc).__name__}: {exc}",

@@ -884,6 +884,104 @@ def _no_duplicate_keys(node: yaml.Node, path: str) -> None:
             _no_duplicate_keys(item, path)
 
 
+#: YAML 1.2's core schema (YAML 1.2.2, 10.3.2): what a plain scalar resolves to there. PyYAML
+#: resolves by YAML 1.1, which also reads base 60 (``1:30``), a leading-zero octal (``010``),
+#: binary (``0b11``), ``_`` digit separators (``1_000``), signed hex and ``yes/no/on/off``.
+_CORE_BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+_CORE_INT = re.compile(r"[-+]?[0-9]+\Z")
+_CORE_OCT = re.compile(r"0o[0-7]+\Z")
+_CORE_HEX = re.compile(r"0x[0-9a-fA-F]+\Z")
+_CORE_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?\Z")
+_CORE_SPECIAL = {".inf": "inf", ".Inf": "inf", ".INF": "inf", "+.inf": "inf", "+.Inf": "inf", "+.INF": "inf",
+                 "-.inf": "-inf", "-.Inf": "-inf", "-.INF": "-inf", ".nan": "nan", ".NaN": "nan", ".NAN": "nan"}
+_YAML11_TAGS = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool"}
+
+
+def yaml12_value(text: str) -> object:
+    """The value YAML 1.2's core schema gives the plain scalar ``text`` (a str where it is no
+    boolean or number; null is not asked about: YAML 1.1 and 1.2 spell it alike)."""
+    if text in _CORE_BOOL:
+        return _CORE_BOOL[text]
+    if _CORE_INT.match(text):
+        return int(text)
+    if _CORE_OCT.match(text):
+        return int(text[2:], 8)
+    if _CORE_HEX.match(text):
+        return int(text[2:], 16)
+    if text in _CORE_SPECIAL:
+        return float(_CORE_SPECIAL[text])
+    if _CORE_FLOAT.match(text):
+        return float(text)
+    return text
+
+
+def _same_value(a: object, b: object) -> bool:
+    """``a`` and ``b`` are one value of one type (two NaNs are)."""
+    if type(a) is not type(b):
+        return False
+    return a == b or (isinstance(a, float) and a != a and b != b)
+
+
+def _yaml11_form(text: str) -> str:
+    """Which YAML 1.1 form a plain number is written in, as the error names it."""
+    body = text.lstrip("+-")
+    if ":" in body:
+        return " (base 60)"
+    if body.startswith("0b"):
+        return " (binary)"
+    if body.startswith("0x"):
+        return " (hex)"
+    if "_" in body:
+        return " ('_' dropped)"
+    if len(body) > 1 and body.startswith("0") and body.isdigit():
+        return " (octal)"
+    return ""
+
+
+def _yaml11_misread(node: yaml.ScalarNode) -> str | None:
+    """What is wrong with a plain scalar that YAML 1.1 (PyYAML) reads as a boolean or a number and
+    YAML 1.2 as something else (``1:30``: 90 against the string ``'1:30'``; ``010``: 8 against
+    10), or None: the plan would mean one thing to stackpart and another to a YAML 1.2 tool, and a
+    value like ``1:30`` is rarely the number it becomes."""
+    if node.style is not None or node.tag not in _YAML11_TAGS:
+        return None
+    text = node.value  # an explicit !!int 010 too: YAML 1.2 reads it as 10
+    old = yaml.constructor.SafeConstructor().construct_object(node)
+    new = yaml12_value(text)
+    if _same_value(old, new):
+        return None
+    fix = _shown(old) if isinstance(old, bool) or not isinstance(new, (int, float)) else f"{_shown(old)} or {_shown(new)}"
+    wanted = "the boolean" if isinstance(old, bool) else "the number"
+    said = f"the string {text!r}" if isinstance(new, str) else _shown(new)
+    return (f"{text!r} is read by YAML 1.1 (PyYAML) as {_shown(old)}{_yaml11_form(text) if not isinstance(old, bool) else ''} "
+            f"but by YAML 1.2 as {said}; write {fix} for {wanted}, or quote it for the string")
+
+
+def _no_yaml11_literals(node: yaml.Node, path: str, loc: tuple = ()) -> None:
+    """Refuse every plain scalar that YAML 1.1 and YAML 1.2 read differently (:func:`_yaml11_misread`),
+    keys included, before the plan is validated: ``dim: 1:30`` would otherwise be a valid 90.
+
+    Raises:
+        StackpartError: at the scalar's line and column, naming the field.
+    """
+    if isinstance(node, yaml.ScalarNode):
+        said = _yaml11_misread(node)
+        if said is not None:
+            raise StackpartError(f"{field_path(loc)}: {said}", path=path,
+                                 line=node.start_mark.line + 1, col=node.start_mark.column + 1)
+    elif isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            said = _yaml11_misread(key_node) if isinstance(key_node, yaml.ScalarNode) else None
+            if said is not None:
+                where = f"{field_path(loc)} key" if loc else "key"
+                raise StackpartError(f"{where}: {said}", path=path,
+                                     line=key_node.start_mark.line + 1, col=key_node.start_mark.column + 1)
+            _no_yaml11_literals(value_node, path, loc + (key_node.value,))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _no_yaml11_literals(item, path, loc + (i,))
+
+
 def _marks(node: yaml.Node, loc: tuple = ()) -> dict[tuple, tuple[int, int]]:
     """Map every path in the YAML tree to the 1-based (line, col) of its node (keys for mappings)."""
     out = {loc: (node.start_mark.line + 1, node.start_mark.column + 1)}
@@ -1224,14 +1322,16 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
         path: the plan's name as the user wrote it, used in error messages.
 
     Values are checked in pydantic's strict mode, against the types YAML itself gives: a boolean
-    field takes ``true``/``false`` (and the YAML 1.1 words PyYAML reads as them, unquoted
-    ``yes``/``no``/``on``/``off``), not ``1`` or ``'yes'``; an integer field takes no ``'8'``,
-    ``8.0`` or ``true``.
+    field takes ``true``/``false``, not ``1`` or ``'yes'``; an integer field takes no ``'8'``,
+    ``8.0`` or ``true``. Before that, a plain scalar that PyYAML (YAML 1.1) reads as a boolean or
+    a number and YAML 1.2 otherwise is refused (:func:`_no_yaml11_literals`: ``1:30``, ``010``,
+    ``0b11``, ``1_000``, ``yes``/``no``/``on``/``off``), so the plan means the same to every tool.
 
     Raises:
         StackpartError: malformed YAML, an unknown action or field (with near names), a wrong
             type or a choice not among a field's (``field: expected X, got Y``, with the near
-            choices), a missing field — at the file, line and column of the offending key.
+            choices), a missing field, a YAML 1.1-only literal — at the file, line and column of
+            the offending key or value.
     """
     try:
         _gate_yaml(text, path)
@@ -1259,6 +1359,7 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
             "expected a mapping with 'version: 1' and 'actions:'", path=path, line=1
         )
     _no_duplicate_keys(root, path)
+    _no_yaml11_literals(root, path)
     marks = _marks(root)
     try:
         plan = Plan.model_validate(data, strict=True)  # YAML's own types: no 1 for true, no '8' for 8

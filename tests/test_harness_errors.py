@@ -25,7 +25,7 @@ def test_syntax_error_names_file_line_and_col(tmp_path, files, where):
         load_harness(Harness(file="harness.py", device="cpu"), tmp_path)
     text = str(info.value)
     assert "\n" not in text
-    assert text.startswith(str(tmp_path / where) + ": ") and "syntax error: invalid syntax" in text, text
+    assert text.startswith(where + ": ") and "syntax error: invalid syntax" in text, text  # relative to SRC
 
 
 @pytest.mark.parametrize("file", ["../harness.py", "/abs/harness.py", "harness.txt", "sub/../../h.py"])
@@ -154,7 +154,9 @@ def test_diagnose_names_the_one_callable_that_raised_at_its_line(tmp_path, capsy
     code = main(["diagnose", "--harness", "harness.py", str(src), "--shape", "batch=2", "-o", str(tmp_path / "plan.yaml"),
                  "--device", "cpu"])
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert code == 2 and err.startswith(f"error: {src / 'harness.py'}:{line}: diagnose stopped at rung setup: {named}"), err
+    # relative to SRC, as every other error names a file, and said once (not again at the end)
+    assert code == 2 and err.startswith(f"error: harness.py:{line}: diagnose stopped at rung setup: {named}"), err
+    assert err.count("harness.py") == 1 and str(tmp_path) not in err.split("; partial results")[0], err
     assert not_named not in err, err
     assert not (tmp_path / "plan.yaml").exists()
 
@@ -172,8 +174,15 @@ def test_an_input_that_fails_only_in_the_search_names_the_users_file_not_the_tem
                                     "        raise ValueError('no data')\n    return (torch.randn(batch, 4),)\n")
     code = main(["diagnose", "--harness", "harness.py", str(src), "--shape", "batch=2", "--shape", "batch=3",
                  "-o", str(tmp_path / "plan.yaml"), "--device", "cpu"])
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert code == 2 and f"{src / 'harness.py'}:10: harness.inputs: make_inputs(batch=3) raised ValueError: no data" in err, err
+    lines = capsys.readouterr().err.strip().splitlines()
+    err = lines[-1]
+    # the search's progress line says the program as it is failed (not its compile figures), at SRC's path
+    assert ("search: as-is: failed: harness: harness.py:10: harness.inputs: make_inputs(batch=3) raised ValueError: "
+            "no data") in lines, lines
+    # relative to SRC as diagnose's other errors, the place said once (no "harness.py: " before it)
+    assert code == 2 and err == (
+        "error: the search could not measure the program as it is: the original model (eager reference) failed: "
+        "harness: harness.py:10: harness.inputs: make_inputs(batch=3) raised ValueError: no data"), err
     assert "stackpart-search" not in err and "/original/" not in err, err
 
 
@@ -234,11 +243,10 @@ def test_a_harness_that_raises_only_at_the_second_shape_stops_at_setup_before_th
                  "-o", str(out / "plan.yaml"), "--device", "cpu", "--backend", "eager"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2, err
-    # where the first shape's failures point: make_inputs at the harness's path (the test above), the
-    # model's forward relative to SRC (as the first rung's, tests/test_diagnose.py)
-    where = f"{src / 'harness.py'}:{line}" if raises == "make_inputs" else f"harness.py:{line}"
-    assert err[-1].startswith(f"error: {where}: diagnose stopped at rung setup: {named}"), err[-1]
-    assert f"({where}); partial results in " in err[-1], err[-1]
+    # where the first shape's failures point, relative to SRC (make_inputs and the model's forward
+    # alike), once: at the start of the line, not again before "; partial results"
+    where = f"harness.py:{line}"
+    assert err[-1].startswith(f"error: {where}: diagnose stopped at rung setup: {named}; partial results in "), err[-1]
     assert not any(row.startswith("diagnose: rung ") for row in err), "no rung ran"
     assert started == [], "the search never starts"
     assert not (out / "plan.yaml").exists()

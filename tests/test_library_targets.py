@@ -322,6 +322,22 @@ def test_a_site_the_harness_never_calls_is_reported(tmp_path, lib):
             del sys.modules[name]
 
 
+def test_validate_cites_the_site_line_when_the_harness_never_calls_it(tmp_path, lib, capsys, monkeypatch):
+    """validate's "site never ran" is at the plan's ``site:`` line (plan.yaml:LINE: site (...)), as
+    rewrite's site errors are, not a line without a place."""
+    src, plan = project(tmp_path, "- action: compile\n  target: fakelib.blocks:Block\n", site="harness.py::unused")
+    (src / "harness.py").write_text(HARNESS + "\n\ndef unused():\n    return build_model()\n")
+    plan.write_text(plan.read_text().replace("version: 1\n", "version: 1\nharness: {file: harness.py, device: cpu}\n"))
+    monkeypatch.chdir(tmp_path)
+    code = main(["validate", "--plan", "plan.yaml", "src", "--baselines", "none", "--reps", "2", "--warmup", "1"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert code == 2 and errors == [
+        "error: the rewritten tree failed: harness: plan.yaml:3: site (harness.py::unused) never ran: harness.model "
+        "build_model() in harness.py built the model without calling the function decorated with @apply_plan "
+        "(_stackpart/library.py); the plan's library actions were not applied (set the plan's site: to the function "
+        "the harness's model function calls to build the model)"], errors
+
+
 def test_drift_check_reads_library_plans_without_importing_them(tmp_path):
     """`check`'s drift (the pre-commit hook, which has neither torch nor the model's packages)
     sees the site's pending change without resolving the library target."""

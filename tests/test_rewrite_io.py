@@ -376,8 +376,8 @@ BAD_VALUES = {
     "out_of_range": (
         "version: 1\namortization: {runs: 0}\nactions: []\n",
         "plan.yaml:2:16: amortization.runs: expected a value >= 1, got 0"),
-    "yaml_boolean_for_a_string": (
-        "version: 1\nharness: {file: h.py, device: off}\nactions: []\n",
+    "yaml_boolean_for_a_string": (  # off, yes and on are refused before (tests/test_plan_yaml11.py)
+        "version: 1\nharness: {file: h.py, device: false}\nactions: []\n",
         "plan.yaml:2:23: harness.device: expected a string, got false (YAML reads an unquoted true/false, yes/no "
         "or on/off as a boolean; quote it to give a string)"),
     "yaml_date_for_a_string": (
@@ -414,7 +414,7 @@ BAD_VALUES = {
         "version: 1\nharness:\n  file: h.py\n  shapes:\n    - {1: 8}\nactions: []\n",
         "plan.yaml:5:7: harness.shapes[0] key: expected a string, got 1"),
     "key_yaml_reads_as_a_boolean": (  # not pydantic's "actions[0][1]: Keys should be strings"
-        COMPILE + "    on: true\n",
+        COMPILE + "    true: true\n",
         "plan.yaml:3:5: actions[0]: unknown field true (a field name is a string) (YAML reads an unquoted true/false, "
         "yes/no or on/off as a boolean; quote it to give a string)"),
     "list_for_a_distributed_setting": (  # what the key takes, not the union's "true or false, a number or a string"
@@ -469,18 +469,21 @@ def test_validate_prints_the_same_line_for_a_wrong_value(tree, capsysbinary, mon
     assert snapshot(base) == before and sorted(p.name for p in base.iterdir()) == ["plan.yaml", "src"]
 
 
-def test_an_unquoted_yaml_yes_is_a_boolean_as_true_is(tree, capsysbinary, monkeypatch):
-    """The loader is YAML 1.1 (PyYAML): an unquoted yes/on reads as true, and a bool field takes
-    it as the same value; only a quoted 'yes' (a string) or 1 is refused."""
+def test_an_unquoted_yaml_yes_is_refused_and_true_is_a_boolean(tree, capsysbinary, monkeypatch):
+    """PyYAML (YAML 1.1) reads an unquoted yes/on as true, YAML 1.2 as a string: the plan says
+    true or false (tests/test_plan_yaml11.py has the other YAML 1.1 literals)."""
     base, _src = tree
     monkeypatch.chdir(base)
-    diffs = []
-    for word in ("true", "yes", "on"):
+    (base / "plan.yaml").write_text(COMPILE + "    options: {fullgraph: true}\n")
+    code, out, err = run(capsysbinary, "rewrite", "--plan", "plan.yaml", "src")
+    assert code == 0 and b"@torch.compile(fullgraph=True)" in out, err
+    for word in ("yes", "on"):
         (base / "plan.yaml").write_text(COMPILE + f"    options: {{fullgraph: {word}}}\n")
         code, out, err = run(capsysbinary, "rewrite", "--plan", "plan.yaml", "src")
-        assert code == 0, err
-        diffs.append(out)
-    assert b"@torch.compile(fullgraph=True)" in diffs[0] and diffs == [diffs[0]] * 3
+        assert (code, out) == (2, b""), err
+        assert err == (f"error: plan.yaml:5:26: actions[0].options.fullgraph: '{word}' is read by YAML 1.1 (PyYAML) "
+                       f"as true but by YAML 1.2 as the string '{word}'; write true for the boolean, or quote it for "
+                       "the string\n"), err
 
 
 def test_bad_command_lines_exit_2(tree, capsysbinary):

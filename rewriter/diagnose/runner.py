@@ -112,6 +112,18 @@ def rung_error(exc: BaseException, src: Path) -> str:
     return f"{headline(exc)} ({where})"
 
 
+def stopped_error(fatal: Any, said: str, harness_file: str, report: Path) -> StackpartError:
+    """The one line a harness failure that stops the ladder prints: the user's ``file:line``
+    (relative to SRC) first, as the README's ``error: path:line: ...`` says, and not again at the
+    end; only Dynamo's note (``in Net.forward, which Dynamo was compiling``) stays there. Without
+    a known line it is at the harness file, with no place repeated either."""
+    note = f" ({fatal.note})" if fatal.note and fatal.path and fatal.line else ""
+    text = f"diagnose stopped at rung {fatal.rung}: {said}{note}; partial results in {report}"
+    if fatal.path and fatal.line:
+        return StackpartError(text, path=fatal.path, line=fatal.line)
+    return StackpartError(text, path=harness_file)
+
+
 def _ours(out_dir: Path) -> bool:
     """Whether ``out_dir`` holds a previous diagnose report (its report.json is one of ours): only
     then are its artifacts removed; a ``--report-dir`` of the user's (``.``) keeps their files."""
@@ -294,7 +306,8 @@ def diagnose(
             r.seconds = round(time.perf_counter() - t0, 3)
             results.append(r)
             ctx.results[name] = r
-            said(f"rung {name}: {r.status} in {r.seconds:.1f} s" + (f" ({r.reason})" if r.reason and not r.ok else ""))
+            reason = (r.reason or "").removeprefix(f"rung {name}: ")  # the line names the rung once
+            said(f"rung {name}: {r.status} in {r.seconds:.1f} s" + (f" ({reason})" if reason and not r.ok else ""))
             progress.advance(task)
     outcome = Outcome(rungs=results)
     if fatal is not None:
@@ -303,9 +316,7 @@ def diagnose(
         error = f"diagnose stopped at rung {fatal.rung}: {said}{fatal.where}"
         if not (fatal.oom and fatal.oom.get("fragmentation")):
             write_json(out_dir / "report.json", to_json(meta, results, None, [], error))
-            # the user's file:line first, where it is known (the README's "error: path:line: ...")
-            at = (fatal.path, fatal.line) if fatal.path and fatal.line else (spec.file, None)
-            raise StackpartError(f"{error}; partial results in {out_dir / 'report.json'}", path=at[0], line=at[1])
+            raise stopped_error(fatal, said, spec.file, out_dir / "report.json")
         # A fragmentation OOM is a finding with a fix, not a broken harness: plan the allocator
         # action; the rungs after it are measured by running diagnose again with it applied.
         outcome.stopped = error
@@ -530,21 +541,22 @@ def check_entry(entry: str, src: Path, flag: str = "--entry") -> None:
         raise StackpartError(f"{flag}: {exc.message}", path=str(path), hint=exc.hint) from None
 
 
-def parse_shape(text: str) -> dict[str, int]:
-    """``batch=8,seq=512`` → ``{"batch": 8, "seq": 512}``.
+def parse_shape(text: str | dict[str, int]) -> dict[str, int]:
+    """``batch=8,seq=512`` -> ``{"batch": 8, "seq": 512}`` (:func:`rewriter.shapes.parse_shape`); a
+    shape the CLI already parsed (a dict) is returned as it is.
 
     Raises:
-        StackpartError: not ``key=int`` pairs.
+        StackpartError: not ``name=int`` pairs, each name once.
     """
-    out = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip().isidentifier() or not value.strip().lstrip("-").isdigit():
-            raise StackpartError(f"--shape: expected key=int[,key=int...], got {text!r}")
-        out[key.strip()] = int(value)
-    if not out:
-        raise StackpartError(f"--shape: expected key=int[,key=int...], got {text!r}")
-    return out
+    from ..shapes import SHAPE_SYNTAX
+    from ..shapes import parse_shape as parse
+
+    if isinstance(text, dict):
+        return text
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise StackpartError(f"--shape {text!r}: {exc}; expected {SHAPE_SYNTAX}") from None
 
 
 def check_output(harness: str, output: str) -> None:
@@ -587,7 +599,7 @@ def check_output(harness: str, output: str) -> None:
     )
 
 
-def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str, ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False, site: str | None = None, no_overlap: bool = False, pin: str = "shared") -> int:
+def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str | dict[str, int], ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False, site: str | None = None, no_overlap: bool = False, pin: str = "shared") -> int:
     """The ``stackpart diagnose`` command: returns 0 (plan written), 1 (plan written, but the ladder
     stopped at a fragmentation OOM: apply the allocator action and run again); raises
     StackpartError (exit 2)."""

@@ -13,6 +13,7 @@ candidate's measurement is written as its validation report (bound to the diff's
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import time
@@ -33,6 +34,21 @@ NO_GAIN_BACKENDS = frozenset({"eager", "aot_eager", "aot_eager_decomp_partition"
 #: within 3 minutes on a ~1B model: on an H200 the Llama 16x2048 search starts its last cold phase
 #: about 40 s in with two at a time (BENCHMARKS.md, run 19); 120 s leaves room for a slower host.
 DEFAULT_BUDGET_S = 120.0
+
+
+#: ``file.py:LINE`` in a message: the place a child's error already names.
+_PLACE_RE = re.compile(r"(?:^|[\s(])[\w./-]+\.py:\d+")
+
+
+def _as_is_failed(errors: list[str], original: Path, harness_file: str) -> StackpartError:
+    """The search's error when the program as it is could not be measured: the user's files
+    relative to SRC (not the search's temporary copy), as diagnose's other errors name them, and
+    at the harness file only when no error names a place of its own (said once)."""
+    from ..engine.measure import relabel
+
+    said = "; ".join(relabel(errors, {f"{original}/": ""}))
+    return StackpartError("the search could not measure the program as it is: " + said,
+                          path=None if _PLACE_RE.search(said) else harness_file)
 
 
 @dataclass
@@ -276,7 +292,8 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
                 say(f"starting a second process for each of {detail} timed plan(s), warm from its compile caches")
             elif event == "cold":
                 comp = detail.get("compile") or {}
-                what = " ".join("; ".join(detail.get("problems") or []).split()) or (
+                failed = f"failed: {detail['error']}" if detail.get("error") else ""  # the reference's error: no problems list
+                what = " ".join(("; ".join(detail.get("problems") or []) or failed).split()) or (
                     f"{compile_text(detail)} (all shapes), {comp.get('unique_graphs', 0)} graph(s), "
                     f"{comp.get('recompiles', 0)} recompile(s), numerics {'reference' if name == 'eager' else detail.get('numerics', '-')}")
                 for tree_prefix in prefixes:
@@ -330,10 +347,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         if not m.errors:
             measure_allocator_candidate(ctx, out, timeout_s, say)
         if m.errors:
-            # the user's files, not the search's temporary copy of SRC, in what the error names
-            said = relabel(m.errors + m.hints.get("eager", []), {f"{original}/": f"{src}/"})
-            raise StackpartError("the search could not measure the program as it is: " + "; ".join(said),
-                                 path=ctx.session.spec.file)
+            raise _as_is_failed(m.errors + m.hints.get("eager", []), original, ctx.session.spec.file)
         from .config_candidates import judge
 
         for line in judge(ctx, out.rows):  # a config twin that kept no break in the graph is not planned

@@ -27,7 +27,7 @@ def diagnose_distributed_command(
     wrap: str | None,
     model: str | None = None,
     inputs: str | None = None,
-    shapes: tuple[str, ...] = (),
+    shapes: tuple[str | dict[str, int], ...] = (),
     mode: str | None = None,
     dtype: str | None = None,
     device: str | None = None,

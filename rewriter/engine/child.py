@@ -20,10 +20,12 @@ The result is written as JSON to ``job["out"]``. Exit codes: 0 done (findings ar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +129,22 @@ def _raised(exc: BaseException, shape: dict[str, Any], job: dict[str, Any], vari
     return f"shape {shape}: {headline(exc)}{where}"
 
 
+@contextlib.contextmanager
+def _in_tree(tree: Path) -> Iterator[None]:
+    """Harness errors name the user's file relative to the tree it was loaded from (SRC's terms,
+    :func:`rewriter.harness.load_harness`); here that path is put under ``tree``, as the model's
+    own errors are (:func:`_raised`), so the parent relabels it once (validate: ``a/`` original,
+    ``b/`` rewritten; the search: SRC's paths)."""
+    from ..errors import StackpartError
+
+    try:
+        yield
+    except StackpartError as exc:
+        if exc.path is not None and not Path(exc.path).is_absolute():
+            exc.path = str(Path(tree) / exc.path)
+        raise
+
+
 def _identity(x: Any) -> Any:
     return x
 
@@ -147,10 +165,11 @@ def _build(
     tree = Path(job["tree"]) if job.get("tree") else Path(job["trees"][TREE[variant]])
     if job.get("force_backend"):
         force_backend(job["force_backend"])  # before the tree's decorators run at import
-    h = load_harness(spec, tree)
-    torch.manual_seed(job["seed"])
-    model, fallback = build_model(h, construct_on=spec.device if job.get("construct_on_device") else None)
-    site_ran(tree, spec, job.get("library_modules") or [])
+    with _in_tree(tree):
+        h = load_harness(spec, tree)
+        torch.manual_seed(job["seed"])
+        model, fallback = build_model(h, construct_on=spec.device if job.get("construct_on_device") else None)
+    site_ran(tree, spec, job.get("library_modules") or [], job.get("site"))
     import torch._dynamo  # noqa: F401  (imported before the go-ahead by every variant alike)
 
     if variant != "eager":
@@ -242,15 +261,19 @@ def same_random_numbers() -> None:
     inductor_config.fallback_random = True
 
 
-def site_ran(tree: Path, spec: Any, library_modules: list[str]) -> None:
+def site_ran(tree: Path, spec: Any, library_modules: list[str], site: dict[str, Any] | None = None) -> None:
     """Check that a plan's library actions were applied while the harness built the model: every
     generated ``_stackpart/library.py`` of the plan (``library_modules``, relative to ``tree``: the
     rewrite's own list, so no child walks the tree) must have been imported and its ``apply`` run
     (its ``APPLIED`` list is not empty). A site the harness never calls would leave the candidate
     measuring the program without the plan.
 
+    ``site``: the plan's ``site:`` and where it is written (``{"target", "path", "line"}``), so the
+    error is at that line as the plan's other errors are; None where no plan file names it.
+
     Raises:
-        StackpartError: a generated library module that never ran, naming the harness function.
+        StackpartError: a generated library module that never ran, naming the harness function
+            (at the plan's ``site:`` line where ``site`` is given).
     """
     from ..errors import StackpartError
 
@@ -262,9 +285,11 @@ def site_ran(tree: Path, spec: Any, library_modules: list[str]) -> None:
     missing = [p for p in generated if p not in ran]
     if missing:
         rel = missing[0].relative_to(Path(tree).resolve()).as_posix()
+        what = f"site ({site['target']})" if site else "the plan's site"
         raise StackpartError(
-            f"the plan's site never ran: harness.model {spec.model}() in {spec.file} built the model without "
+            f"{what} never ran: harness.model {spec.model}() in {spec.file} built the model without "
             f"calling the function decorated with @apply_plan ({rel}); the plan's library actions were not applied",
+            path=site["path"] if site else None, line=site.get("line") if site else None,
             hint="set the plan's site: to the function the harness's model function calls to build the model",
         )
 
@@ -312,7 +337,9 @@ def _save_inputs(job: dict[str, Any], h: Any, ref: Path) -> None:
 
     for i, shape in enumerate(job["harness"]["shapes"]):
         torch.manual_seed(job["seed"] + 1 + i)
-        torch.save(_cpu(build_inputs(h, shape)), ref / f"inputs_{i}.pt")
+        with _in_tree(h.src):
+            inputs = build_inputs(h, shape)
+        torch.save(_cpu(inputs), ref / f"inputs_{i}.pt")
 
 
 def _inputs(job: dict[str, Any], i: int, ref: Path) -> Any:

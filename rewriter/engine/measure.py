@@ -120,6 +120,9 @@ class Variant:
             ``ConstraintViolationError`` gets.
         plan_name: its plan file's name, for that hint.
         library_modules: the generated library modules of its plan (see the attribute).
+        site: where its plan names the ``site:`` of those modules, ``{"target", "path", "line"}``
+            (the plan file as given and the line of ``site:``), for the error a site the harness
+            never calls gets; None where no plan file says it (the search's candidates).
     """
 
     name: str
@@ -132,6 +135,7 @@ class Variant:
     #: the generated ``_stackpart/library.py`` files of its plan (relative to ``tree``), which its
     #: child checks were applied while the harness built the model
     library_modules: list[str] = field(default_factory=list)
+    site: dict[str, Any] | None = None
 
 
 @dataclass
@@ -259,7 +263,7 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
     for v in variants:
         children[v.name] = ServedChild(
             dict(job, phase="cold", variants=[v.name], tree=str(v.tree), prepare=v.prepare, reference=v.name == "eager",
-                 library_modules=v.library_modules),
+                 library_modules=v.library_modules, site=v.site),
             workdir, f"cold-{v.name}", caches / v.name, opts.timeout_s,
         )
     overlap = may_overlap(opts.overlap, spec_run.device)
@@ -553,7 +557,7 @@ class Replicas:
             v = self.variants[n]
             self.procs[n] = self.children[n + REPLICA] = ServedChild(
                 dict(self.job, phase="cold", variants=[n], tree=str(v.tree), prepare=v.prepare, reference=False, replica=True,
-                     library_modules=v.library_modules),
+                     library_modules=v.library_modules, site=v.site),
                 self.workdir, f"replica-{n}", self.caches / n, self.opts.timeout_s,
             )
         if self.emit is not None:

@@ -6,6 +6,7 @@ failure, out of memory, timeout).
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 import time
@@ -70,7 +71,7 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
         report.setdefault("_clock", {})["materialize_s"] = materialize_s
         report["overhead"] = breakdown(report, results)
         report["verdict"] = verdict.to_json()
-        report = relabel(report, {f"{trees.original}/": "a/", f"{trees.rewritten}/": "b/", f"{workdir}/": ""})
+        report = relabel(report, tree_labels(trees, workdir))
         paths = write_report(report, out_dir)
     finally:
         if opts.keep:
@@ -96,10 +97,11 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     ]
     variants = [Variant("eager", trees.original, judged=False),
                 Variant("plan", trees.rewritten, compiles=report["plan_compiles"], mark_dynamic=mark_dynamic,
-                        plan_name=Path(loaded.path).name, library_modules=trees.result.library_modules)]
+                        plan_name=Path(loaded.path).name, library_modules=trees.result.library_modules,
+                        site=_site_at(loaded))]
     variants += [Variant(b, trees.original, prepare=b, judged=False) for b in opts.variants if b not in ("eager", "plan")]
     m = measure(spec_run, variants, opts, workdir, amortization=report.get("amortization"), stop_on_wrong_numbers=True,
-                on_event=_progress)
+                on_event=functools.partial(_progress, labels=tree_labels(trees, workdir)))
     report["reference_overlapped"] = m.reference_overlapped
     report["timing_wall_s"] = m.timing_wall_s
     report.setdefault("_clock", {}).update(m.clock)
@@ -142,14 +144,33 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     return results, m.timing, verdict
 
 
-def _progress(name: str, event: str, detail: Any) -> None:
+def _site_at(loaded: Any) -> dict[str, Any] | None:
+    """The plan's ``site:`` and where it is written (the plan file as given, its line), for the
+    child's error when the harness never calls it (:func:`rewriter.engine.child.site_ran`)."""
+    if loaded.plan.site is None:
+        return None
+    return {"target": loaded.plan.site, "path": loaded.path, "line": loaded.site_line}
+
+
+def tree_labels(trees: Any, workdir: Path) -> dict[str, str]:
+    """The temp trees' paths -> what validate's outputs call them: ``a/`` the original, ``b/`` the
+    rewritten (the diff's convention), the rest of the temp dir nothing."""
+    return {f"{trees.original}/": "a/", f"{trees.rewritten}/": "b/", f"{workdir}/": ""}
+
+
+def _progress(name: str, event: str, detail: Any, labels: dict[str, str] | None = None) -> None:
     """One plain line per child event as it happens (a terminal and a CI log alike); a long one
-    keeps its start and its end (:func:`rewriter.terminal.progress_line`)."""
+    keeps its start and its end (:func:`rewriter.terminal.progress_line`). ``labels``: the temp
+    trees' paths as the report names them (:func:`tree_labels`), so a progress line says
+    ``b/model.py:12`` as the summary does, not a temp dir that is gone once validate ends."""
     from ..terminal import progress_line, stderr
+
+    detail = relabel(detail, labels or {})
 
     if event == "cold":
         comp = detail.get("compile") or {}
-        what = "; ".join(detail.get("problems") or []) or (
+        failed = f"failed: {detail['error']}" if detail.get("error") else ""  # the reference's own error has no problems list
+        what = "; ".join(detail.get("problems") or []) or failed or (
             f"cold phase done: {detail.get('compile_s_per_start') or 0:.3f} s compile per start, "
             f"{comp.get('unique_graphs', 0)} graph(s), {comp.get('recompiles', 0)} recompile(s)")
         text = f"{name}: {progress_line(' '.join(what.split()))}"
