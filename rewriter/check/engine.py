@@ -25,6 +25,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..errors import StackpartError
 from ..source import TOO_DEEP, Skipped, parse_module, run_deep
+from ..splice import splice
 from .facts import FileFacts
 from .project import FileView, local_view
 from .rule import FileResult, Finding, Report, Rule
@@ -183,6 +184,7 @@ def _check_module(module: cst.Module, text: str, path: str, rules: Sequence[type
                   view: FileView | None = None) -> None:
     """:func:`check_text`'s LibCST work, filling ``result`` (run in the deep thread)."""
     current = text
+    original = module
     for round_ in range(MAX_FIX_ROUNDS + 1):
         table = suppressions(current)
         module, reports = run_rules(module, rules, path, view)
@@ -198,3 +200,8 @@ def _check_module(module: cst.Module, text: str, path: str, rules: Sequence[type
             break
         current = module.code
         result.fixed = current
+    if result.fixed is not None:
+        # Only the lines a fix edited change: LibCST's print of the rest can differ from the file
+        # (``except OSError :``, a lone-CR file's final ``\r``), the same splice as ``rewrite``'s.
+        spliced = splice(text, original, module)
+        result.fixed = None if spliced == text else spliced
