@@ -71,3 +71,79 @@ def test_check_diff_shows_only_the_fixed_line(tmp_path, monkeypatch, capsys):
     assert changed == ["-    torch._dynamo.mark_dynamic(x, 0, min=1)", "+" + FIXED_LINE.rstrip("\n")]
     assert Path("m.py").read_text() == SPACED_EXCEPT
 
+
+
+# --- a target under `if TYPE_CHECKING:` -------------------------------------------------------
+#
+# Before the fix the definitions under `if TYPE_CHECKING:` counted as targets: the class that only
+# type checkers see got `@torch.compile` (a diff that changes nothing at run time, exit 0), and a
+# class defined there and again in `else:` was refused as "defined 2 times".
+
+TYPE_CHECKING_ONLY = """\
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    class Block(nn.Module):
+        def forward(self, x):
+            return x + 1
+"""
+
+TYPE_CHECKING_ELSE = """\
+import typing
+
+import torch
+from torch import nn
+
+if typing.TYPE_CHECKING:
+    class Block(nn.Module):
+        def forward(self, x):
+            return x + 1
+else:
+    class Block(nn.Module):
+        def forward(self, x):
+            return x + 2
+"""
+
+
+def _plan(tmp_path: Path, target: str) -> Path:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "version: 1\n"
+        "harness: {file: h.py, model: build_model, inputs: make_inputs, shapes: [{batch: 2}]}\n"
+        "actions:\n"
+        "  - action: compile\n"
+        f"    target: {target}\n"
+        "    why: test\n"
+    )
+    return plan
+
+
+def test_a_class_only_under_type_checking_is_refused_in_one_line(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "tc.py").write_text(TYPE_CHECKING_ONLY)
+    plan = _plan(tmp_path, "tc.py::Block")
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert f"{plan}:4:" in lines[0]
+    assert "'Block' is defined only under `if TYPE_CHECKING:` (line 7) in tc.py, which never runs" in lines[0]
+    assert (src / "tc.py").read_text() == TYPE_CHECKING_ONLY
+
+
+def test_the_else_of_type_checking_is_the_target(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "tc.py").write_text(TYPE_CHECKING_ELSE)
+    plan = _plan(tmp_path, "tc.py::Block")
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 0
+    out = capsys.readouterr().out
+    added = [line for line in out.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert added == ["+        @torch.compile"]
+    # the decorator lands on the else branch's forward (line 12), not the TYPE_CHECKING one
+    assert "@@ -9,5 +9,6 @@" in out and "             return x + 2" in out
