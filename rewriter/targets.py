@@ -2,7 +2,7 @@
 
 A target names a module-level function, a class (meaning its own ``forward``), a method, or a
 nested class's method. Definitions are collected at module and class scope, looking through
-``if``/``else``, ``try`` and ``with`` blocks (but not into function bodies, nor into the body of
+``if``/``else``, ``try``, ``with`` and ``match`` blocks (but not into function bodies, nor into the body of
 ``if TYPE_CHECKING:``, which never runs); a name defined twice at one scope is ambiguous and
 refused, since the rewrite could not say which one runs.
 """
@@ -139,6 +139,8 @@ def _blocks(stmt: cst.CSTNode) -> Sequence[Sequence[cst.CSTNode]]:
         final = getattr(stmt, "finalbody", None)
         if final is not None:
             out.append(final.body.body)
+    elif isinstance(stmt, cst.Match):  # as the transforms visit it: a case's def is at this scope
+        out.extend(case.body.body for case in stmt.cases if isinstance(case.body, cst.IndentedBlock))
     return out
 
 
@@ -146,6 +148,9 @@ _AST_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _AST_BLOCKS = (ast.If, ast.With, ast.AsyncWith, ast.For, ast.AsyncFor, ast.While, ast.Try) + (
     (ast.TryStar,) if hasattr(ast, "TryStar") else ()
 )
+
+
+_AST_MATCH = getattr(ast, "Match", ())
 
 
 def _def_lines(text: str) -> dict[str, list[int]] | None:
@@ -176,6 +181,9 @@ def _def_lines(text: str) -> dict[str, list[int]] | None:
                     walk(getattr(stmt, name, []), prefix)
                 for handler in getattr(stmt, "handlers", []):
                     walk(handler.body, prefix)
+            elif isinstance(stmt, _AST_MATCH):
+                for case in stmt.cases:
+                    walk(case.body, prefix)
 
     walk(tree.body, "")
     return lines
@@ -235,6 +243,9 @@ def _type_checking_line(module: cst.Module, qualname: str) -> int:
                     walk(getattr(stmt, name, []), prefix, hidden)
                 for handler in getattr(stmt, "handlers", []):
                     walk(handler.body, prefix, hidden)
+            elif isinstance(stmt, _AST_MATCH):
+                for case in stmt.cases:
+                    walk(case.body, prefix, hidden)
 
     walk(tree.body, "", False)
     return found

@@ -147,3 +147,53 @@ def test_the_else_of_type_checking_is_the_target(tmp_path, capsys):
     assert added == ["+        @torch.compile"]
     # the decorator lands on the else branch's forward (line 12), not the TYPE_CHECKING one
     assert "@@ -9,5 +9,6 @@" in out and "             return x + 2" in out
+
+
+# --- a definition inside a `match` case ---------------------------------------------------------
+#
+# Before the fix, target resolution did not look into `match` cases but the transforms did: a
+# class defined at module level and again in a case resolved as defined once, and rewrite put the
+# decorator on both (exit 0); a class defined only in a case was "no class or function".
+
+MATCH_TWICE = """\
+import sys
+
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def forward(self, x):
+        return x + 1
+
+
+match sys.platform:
+    case "win32":
+        class Block(nn.Module):
+            def forward(self, x):
+                return x + 2
+"""
+
+
+def test_a_class_also_defined_in_a_match_case_is_ambiguous(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "m.py").write_text(MATCH_TWICE)
+    plan = _plan(tmp_path, "m.py::Block")
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "'Block' is defined 2 times in m.py (lines 7, 14)" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+
+
+def test_a_class_defined_only_in_a_match_case_is_a_target(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    text = MATCH_TWICE.replace("class Block(nn.Module):\n    def forward(self, x):\n        return x + 1\n", "")
+    (src / "m.py").write_text(text)
+    plan = _plan(tmp_path, "m.py::Block")
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 0
+    out = capsys.readouterr().out
+    added = [line for line in out.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert added == ["+            @torch.compile"]
