@@ -8,6 +8,9 @@ README), each a test that failed before its fix.
 * ``check --format sarif`` wrote a finding's path as its ``uri`` unencoded (``with space é.py``,
   ``100%.py``), which is no URI reference as SARIF 2.1.0 requires (GitHub code scanning places
   results by it), and an absolute path as a path relative to ``%SRCROOT%``.
+* ``rewrite --check`` told the user to run ``validate`` before ``--apply`` even when a passing
+  validation report for the exact diff was there (the one diagnose writes): the README's
+  "diagnose's validation report covers it" flow got a second, slow validation.
 """
 
 from __future__ import annotations
@@ -67,3 +70,57 @@ def test_sarif_uris_are_uri_references(tmp_path, monkeypatch, name):
     assert unquote(relative["uri"]) == name
     assert "uriBaseId" not in absolute and absolute["uri"].startswith("file:///")
     assert Path(unquote(urlsplit(absolute["uri"]).path)) == tmp_path / name
+
+
+PLAN = """\
+version: 1
+harness: {file: harness.py, model: build_model, inputs: make_inputs, shapes: [{batch: 2}]}
+actions:
+  - action: compile
+    target: model.py::Block
+    why: test
+"""
+BLOCK = "import torch\nfrom torch import nn\n\n\nclass Block(nn.Module):\n    def forward(self, x):\n        return x + 1\n"
+
+
+def _passing_report(plan: Path, src: Path) -> Path:
+    """A validation report as validate writes one for this plan's diff and tree, passed."""
+    from rewriter.engine.materialize import file_sha256, tree_hashes
+    from rewriter.plan import load_plan
+    from rewriter.rewrite import plan_rewrite
+    from rewriter.validate.report import JSON_NAME, REPORT_VERSION, default_report_dir
+
+    loaded = load_plan(plan)
+    where = default_report_dir(loaded.path)
+    where.mkdir(parents=True)
+    report = {
+        "report_version": REPORT_VERSION,
+        "diff_sha256": plan_rewrite(loaded, src).digest(),
+        "tree_sha256": tree_hashes(src),
+        "plan_sha256": file_sha256(plan),
+        "verdict": {"passed": True},
+        "environment": {"timed_on": "cpu"},
+    }
+    (where / JSON_NAME).write_text(json.dumps(report))
+    return where / JSON_NAME
+
+
+def test_rewrite_check_says_apply_when_a_passing_report_covers_the_diff(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(BLOCK)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    assert main(["rewrite", "--plan", "plan.yaml", "src", "--check"]) == 1
+    err = capsys.readouterr().err
+    assert "run `stackpart validate --plan plan.yaml src`, then `stackpart rewrite" in err
+
+    report = _passing_report(plan, src)
+    assert main(["rewrite", "--plan", "plan.yaml", "src", "--check"]) == 1
+    err = capsys.readouterr().err
+    assert "stackpart validate" not in err, err
+    assert "run `stackpart rewrite --plan plan.yaml src --apply` (the validation report covers this diff" in err
+    assert main(["rewrite", "--plan", "plan.yaml", "src", "--apply"]) == 0  # as --check said
+    assert main(["rewrite", "--plan", "plan.yaml", "src", "--check"]) == 0
+    assert report.is_file()
