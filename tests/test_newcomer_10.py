@@ -59,8 +59,10 @@ URI_CHARS = re.compile(r"^(?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-F]{2})*
 def test_sarif_uris_are_uri_references(tmp_path, monkeypatch, name):
     monkeypatch.chdir(tmp_path)
     (tmp_path / name).write_text(MODEL)
+    (tmp_path / "abs").mkdir()
+    (tmp_path / "abs" / name).write_text(MODEL)
     out = tmp_path / "check.sarif"
-    assert main(["check", "--no-project", "--format", "sarif", "-o", str(out), name, str(tmp_path / name)]) == 1
+    assert main(["check", "--no-project", "--format", "sarif", "-o", str(out), name, str(tmp_path / "abs" / name)]) == 1
     locations = [r["locations"][0]["physicalLocation"]["artifactLocation"]
                  for r in json.loads(out.read_text())["runs"][0]["results"]]
     relative, absolute = sorted(locations, key=lambda loc: "uriBaseId" in loc, reverse=True)
@@ -69,7 +71,7 @@ def test_sarif_uris_are_uri_references(tmp_path, monkeypatch, name):
     assert relative["uriBaseId"] == "%SRCROOT%" and not urlsplit(relative["uri"]).scheme
     assert unquote(relative["uri"]) == name
     assert "uriBaseId" not in absolute and absolute["uri"].startswith("file:///")
-    assert Path(unquote(urlsplit(absolute["uri"]).path)) == tmp_path / name
+    assert Path(unquote(urlsplit(absolute["uri"]).path)) == tmp_path / "abs" / name
 
 
 PLAN = """\
@@ -124,3 +126,15 @@ def test_rewrite_check_says_apply_when_a_passing_report_covers_the_diff(tmp_path
     assert main(["rewrite", "--plan", "plan.yaml", "src", "--apply"]) == 0  # as --check said
     assert main(["rewrite", "--plan", "plan.yaml", "src", "--check"]) == 0
     assert report.is_file()
+
+
+def test_check_reports_and_fixes_a_file_named_three_ways_once(tmp_path, monkeypatch, capsys):
+    # before: `check m.py ./m.py /abs/m.py` checked it three times: each finding printed three
+    # times and "fixed 3 file(s)" for one file (only the exact same string was deduplicated)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.py").write_text("import torch\n\n\n@torch.compile\ndef f(x):\n    torch._dynamo.mark_dynamic(x, 0, min=1)\n    return x.item()\n")
+    assert main(["check", "--no-project", "--fix", "m.py", "./m.py", str(tmp_path / "m.py")]) == 1
+    out, err = capsys.readouterr()
+    assert [line.split(":")[0] for line in out.splitlines()] == ["m.py", "m.py"], out  # SP103, SP105
+    assert "fixed 1 file(s); 1 file(s) checked" in err, err
+    assert "maybe_mark_dynamic(x, 0)" in (tmp_path / "m.py").read_text()
