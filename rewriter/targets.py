@@ -280,6 +280,15 @@ def resolve(
         defs = collect_definitions(module)
     hits = defs.get(qualname)
     if not hits:
+        parts = qualname.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            outer = defs.get(".".join(parts[:i]))
+            if outer and outer[0].kind == "function":
+                raise StackpartError(
+                    f"no class or function {qualname!r} in {relpath}: {'.'.join(parts[:i])!r} is a "
+                    "function, and what its body defines is made anew at every call, out of a plan's reach",
+                    hint=f"move {parts[i]!r} to module or class scope to target it",
+                )
         line = _type_checking_line(module, qualname)
         if line:
             raise StackpartError(

@@ -197,3 +197,18 @@ def test_a_class_defined_only_in_a_match_case_is_a_target(tmp_path, capsys):
     out = capsys.readouterr().out
     added = [line for line in out.splitlines() if line.startswith("+") and not line.startswith("+++")]
     assert added == ["+            @torch.compile"]
+
+
+def test_a_class_inside_a_function_is_refused_saying_why(tmp_path, capsys):
+    # before: "no class or function 'make.Inner' in f.py (f.py defines make)", as if mistyped
+    src = tmp_path / "src"
+    src.mkdir()
+    text = "import torch\nfrom torch import nn\n\n\ndef make():\n    class Inner(nn.Module):\n        def forward(self, x):\n            return x\n    return Inner()\n"
+    (src / "f.py").write_text(text)
+    for target in ("f.py::make.Inner", "f.py::make.Inner.forward"):
+        plan = _plan(tmp_path, target)
+        assert main(["rewrite", "--plan", str(plan), str(src)]) == 2
+        [line] = capsys.readouterr().err.strip().splitlines()
+        assert "'make' is a function, and what its body defines is made anew at every call" in line, line
+        assert "(move 'Inner' to module or class scope to target it)" in line
+    assert (src / "f.py").read_text() == text
