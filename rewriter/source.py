@@ -76,6 +76,8 @@ _TOO_DEEP = ("too many nested parentheses", "too many levels of indentation")
 TOO_DEEP = "nested too deep for the parser"
 
 _CODING_RE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+#: A line that lets a coding cookie on the next one count (``tokenize.detect_encoding``'s rule).
+_BLANK_RE = re.compile(rb"^[ \t\f]*(?:[#\r\n]|$)")
 
 
 @dataclass
@@ -345,12 +347,33 @@ def decode_file(data: bytes, shown: str, path: Path | None = None, mode: int = 0
     bom = data.startswith(codecs.BOM_UTF8)
     if bom:
         data = data[len(codecs.BOM_UTF8) :]
-    encoding = "utf-8"
-    for line in data.splitlines()[:2]:
+    encoding, cookie_line = "utf-8", 0
+    for number, line in enumerate(data.splitlines()[:2], 1):
         match = _CODING_RE.match(line)
         if match:
-            encoding = match.group(1).decode("ascii")
+            encoding, cookie_line = match.group(1).decode("ascii"), number
             break
+        if not _BLANK_RE.match(line):  # PEP 263: a cookie on line 2 counts only below a comment or blank line
+            break
+    if cookie_line:
+        try:
+            info = codecs.lookup(encoding)
+        except LookupError:
+            raise StackpartError(
+                f"unknown encoding {encoding!r} in the coding cookie (CPython refuses it too)",
+                path=shown,
+                line=cookie_line,
+            ) from None
+        if not getattr(info, "_is_text_encoding", True):
+            raise StackpartError(f"{encoding!r} in the coding cookie is not a text encoding (CPython refuses it too)",
+                                 path=shown, line=cookie_line)
+        if bom and info.name != "utf-8":
+            raise StackpartError(
+                f"a UTF-8 BOM with a coding cookie naming {encoding!r} (CPython refuses it too: "
+                "'encoding problem ... with BOM')",
+                path=shown,
+                line=cookie_line,
+            )
     try:
         text = data.decode(encoding)
     except (UnicodeDecodeError, LookupError) as exc:

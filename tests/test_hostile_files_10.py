@@ -212,3 +212,53 @@ def test_a_class_inside_a_function_is_refused_saying_why(tmp_path, capsys):
         assert "'make' is a function, and what its body defines is made anew at every call" in line, line
         assert "(move 'Inner' to module or class scope to target it)" in line
     assert (src / "f.py").read_text() == text
+
+
+# --- coding cookies CPython reads otherwise ----------------------------------------------------
+#
+# Before the fix: an unknown or non-text codec in the cookie was "not valid rot13 text
+# (LookupError)"; a BOM with a latin-1 cookie (CPython: "encoding problem: latin-1 with BOM") was
+# read and rewritten; a cookie on line 2 below a line of code (which CPython ignores: the file is
+# UTF-8) decoded a UTF-8 file as latin-1.
+
+from rewriter.errors import StackpartError
+from rewriter.source import decode_file
+
+BODY = b"import torch\n"
+
+
+@pytest.mark.parametrize(
+    "data, says",
+    [
+        (b"# coding: unknownenc\n" + BODY, "m.py:1: unknown encoding 'unknownenc' in the coding cookie"),
+        (b"# -*- coding: rot13 -*-\n" + BODY, "m.py:1: 'rot13' in the coding cookie is not a text encoding"),
+        (b"#!/usr/bin/env python\n# coding: hex\n" + BODY, "m.py:2: 'hex' in the coding cookie is not a text encoding"),
+        (b"\xef\xbb\xbf# coding: latin-1\n" + BODY, "m.py:1: a UTF-8 BOM with a coding cookie naming 'latin-1'"),
+    ],
+    ids=["unknown", "rot13", "hex-line-2", "bom-latin1"],
+)
+def test_a_coding_cookie_cpython_refuses_is_one_line(data, says):
+    with pytest.raises(StackpartError) as info:
+        decode_file(data, "m.py")
+    assert str(info.value).startswith(says), str(info.value)
+
+
+def test_a_cookie_below_a_line_of_code_is_not_one():
+    data = 'import os\n# coding: latin-1\ns = "café"\n'.encode()
+    source = decode_file(data, "m.py")
+    assert source.encoding == "utf-8" and 'café' in source.text
+    # a cookie below a shebang or a blank line still counts, and a BOM with a utf-8 cookie is fine
+    assert decode_file(b"#!/usr/bin/env python\n# coding: latin-1\nx = '\xe9'\n", "m.py").encoding == "latin-1"
+    assert decode_file(b"\n# coding: latin-1\nx = '\xe9'\n", "m.py").encoding == "latin-1"
+    assert decode_file(b"\xef\xbb\xbf# coding: utf-8\nx = 1\n", "m.py").bom
+
+
+def test_check_reports_a_bad_cookie_as_an_error_and_checks_the_others(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.py").write_bytes(b"# coding: unknownenc\nimport torch\n\nm = torch.compile(f)\n")
+    (tmp_path / "ok.py").write_text("import torch\n\n\n@torch.compile\ndef f(x):\n    return x.item()\n")
+    assert main(["check", "--no-project", "bad.py", "ok.py"]) == 2
+    out, err = capsys.readouterr()
+    assert out.startswith("ok.py:6:")
+    assert "error: bad.py:1: unknown encoding 'unknownenc' in the coding cookie" in err
+    assert "Traceback" not in err
