@@ -20,6 +20,7 @@ import re
 import stat
 import sys
 import threading
+import unicodedata
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
@@ -170,8 +171,13 @@ def read_source(src: Path, relpath: str) -> SourceFile:
     """
     path = safe_relpath(src, relpath)
     if not os.path.lexists(path):
-        siblings = path.parent.glob("*.py") if path.parent.is_dir() else ()
-        hint = near_names(path.name, [p.name for p in siblings]) or f"target paths are relative to SRC, here {Path(src).resolve()}"
+        siblings = [p.name for p in path.parent.glob("*.py")] if path.parent.is_dir() else []
+        same = [n for n in siblings if unicodedata.normalize("NFC", n) == unicodedata.normalize("NFC", path.name)]
+        if same:  # looks the same printed: say how the names differ, or "did you mean" shows the same text
+            hint = (f"there is {ascii(same[0])}, the same name in other Unicode code points than the plan's "
+                    f"{ascii(path.name)}; write the target as the file is named")
+        else:
+            hint = near_names(path.name, siblings) or f"target paths are relative to SRC, here {Path(src).resolve()}"
         raise StackpartError("no such file under SRC", path=relpath, hint=hint)
     return read_file(path, relpath)
 

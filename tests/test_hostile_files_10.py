@@ -262,3 +262,17 @@ def test_check_reports_a_bad_cookie_as_an_error_and_checks_the_others(tmp_path, 
     assert out.startswith("ok.py:6:")
     assert "error: bad.py:1: unknown encoding 'unknownenc' in the coding cookie" in err
     assert "Traceback" not in err
+
+
+def test_a_target_name_in_other_unicode_code_points_says_so(tmp_path, capsys):
+    # before: "no such file under SRC (did you mean 'modèle.py'?)", the same text as the plan's
+    import unicodedata
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / unicodedata.normalize("NFD", "modèle.py")).write_text(TYPE_CHECKING_ELSE)
+    plan = _plan(tmp_path, unicodedata.normalize("NFC", "modèle.py") + "::Block")
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "no such file under SRC (there is 'mode\\u0300le.py', the same name in other Unicode code points" in line, line
+    assert "did you mean" not in line
