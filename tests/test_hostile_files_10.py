@@ -276,3 +276,92 @@ def test_a_target_name_in_other_unicode_code_points_says_so(tmp_path, capsys):
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "no such file under SRC (there is 'mode\\u0300le.py', the same name in other Unicode code points" in line, line
     assert "did you mean" not in line
+
+
+# --- a file edited while stackpart runs ---------------------------------------------------------
+#
+# Before the fix `rewrite --apply` renamed bytes computed from its first read over a file edited
+# since (the edit lost, exit 0), and `check --fix` read the file again just before writing and
+# wrote the fix of the text it had checked over it (the same).
+
+import rewriter.check.command as check_command
+import rewriter.rewrite as rewrite_module
+from rewriter.apply import apply_changes
+from rewriter.plan import load_plan
+from rewriter.rewrite import plan_rewrite
+
+EDIT = b"\n# the user's edit, made while stackpart ran\n"
+
+
+def _tree(tmp_path: Path) -> tuple[Path, Path]:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "m.py").write_text(TYPE_CHECKING_ELSE)
+    return _plan(tmp_path, "m.py::Block"), src
+
+
+def test_apply_refuses_a_file_changed_since_it_was_read(tmp_path):
+    plan, src = _tree(tmp_path)
+    result = plan_rewrite(load_plan(plan), src)
+    (src / "m.py").write_bytes(TYPE_CHECKING_ELSE.encode() + EDIT)
+    with pytest.raises(StackpartError) as info:
+        apply_changes(src, result.changes)
+    assert "m.py: changed since stackpart read it" in str(info.value) and "nothing was changed" in str(info.value)
+    assert (src / "m.py").read_bytes() == TYPE_CHECKING_ELSE.encode() + EDIT
+    assert sorted(p.name for p in src.iterdir()) == ["m.py"]  # no temp file left
+
+
+def test_rewrite_apply_keeps_an_edit_made_while_it_ran(tmp_path, monkeypatch, capsys):
+    plan, src = _tree(tmp_path)
+
+    def edited_meanwhile(*args, **kwargs):
+        result = plan_rewrite(*args, **kwargs)
+        (src / "m.py").write_bytes(TYPE_CHECKING_ELSE.encode() + EDIT)
+        return result
+
+    monkeypatch.setattr(rewrite_module, "plan_rewrite", edited_meanwhile)
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "changed since stackpart read it" in line
+    assert (src / "m.py").read_bytes() == TYPE_CHECKING_ELSE.encode() + EDIT
+
+
+def test_check_fix_keeps_an_edit_made_while_it_ran(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "m.py"
+    path.write_text(SPACED_EXCEPT)
+    checked = check_command.check_files
+
+    def edited_meanwhile(*args, **kwargs):
+        results = checked(*args, **kwargs)
+        path.write_bytes(SPACED_EXCEPT.encode() + EDIT)
+        return results
+
+    monkeypatch.setattr(check_command, "check_files", edited_meanwhile)
+    assert main(["check", "--no-project", "--select", "SP106", "--fix", "m.py"]) == 2
+    err = capsys.readouterr().err
+    assert "error: m.py: changed while it was checked (edited meanwhile?); not fixed" in err
+    assert path.read_bytes() == SPACED_EXCEPT.encode() + EDIT
+
+
+def test_check_fix_of_plan_drift_creates_the_generated_files(tmp_path, monkeypatch, capsys):
+    # the drift fix passed a new file's old bytes as b"" (not None): with the guard above it
+    # would be refused as changed, and a rollback would have left an empty file in its place
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(
+        "import torch\nimport transformers\n\n\ndef build_model():\n"
+        "    return transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1))\n\n\n"
+        "def make_inputs(batch=1):\n    return {'input_ids': torch.zeros(batch, 4, dtype=torch.long)}\n"
+    )
+    (tmp_path / "plan.yaml").write_text(
+        "version: 1\nharness: {file: harness.py, model: build_model, inputs: make_inputs, shapes: [{batch: 1}]}\n"
+        "site: harness.py::build_model\nactions:\n  - action: compile\n"
+        "    target: transformers.models.gpt2.modeling_gpt2:GPT2Block\n    why: test\n"
+    )
+    (tmp_path / "pyproject.toml").write_text('[tool.stackpart]\nplan = "plan.yaml"\nsrc = "src"\n')
+    assert main(["check", "--fix", "--no-validate", "src/harness.py"]) == 0, capsys.readouterr().err
+    assert "from _stackpart.library import apply_plan" in (src / "harness.py").read_text()
+    assert "def apply_plan" in (src / "_stackpart" / "library.py").read_text()

@@ -180,6 +180,13 @@ def check_text(
     return result
 
 
+def text_sha256(text: str) -> str:
+    """The digest :attr:`FileResult.fixed_from` holds (the decoded text, lone surrogates kept)."""
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def _check_module(module: cst.Module, text: str, path: str, rules: Sequence[type[Rule]], fix: bool, result: FileResult,
                   view: FileView | None = None) -> None:
     """:func:`check_text`'s LibCST work, filling ``result`` (run in the deep thread)."""
@@ -205,3 +212,4 @@ def _check_module(module: cst.Module, text: str, path: str, rules: Sequence[type
         # (``except OSError :``, a lone-CR file's final ``\r``), the same splice as ``rewrite``'s.
         spliced = splice(text, original, module)
         result.fixed = None if spliced == text else spliced
+        result.fixed_from = text_sha256(text) if result.fixed is not None else None
