@@ -138,3 +138,22 @@ def test_check_reports_and_fixes_a_file_named_three_ways_once(tmp_path, monkeypa
     assert [line.split(":")[0] for line in out.splitlines()] == ["m.py", "m.py"], out  # SP103, SP105
     assert "fixed 1 file(s); 1 file(s) checked" in err, err
     assert "maybe_mark_dynamic(x, 0)" in (tmp_path / "m.py").read_text()
+
+
+def test_check_diff_of_an_absolute_path_applies_with_git(tmp_path, monkeypatch, capsys):
+    # before: `check --diff /abs/m.py` wrote `diff --git a//abs/m.py ...`, which git apply
+    # refuses ("invalid path"), and `./m.py` became `a/./m.py`
+    import subprocess
+
+    monkeypatch.chdir(tmp_path)
+    text = "import torch\n\n\n@torch.compile\ndef f(x):\n    torch._dynamo.mark_dynamic(x, 0, min=1)\n    return x\n"
+    (tmp_path / "m.py").write_text(text)
+    (tmp_path / "n.py").write_text(text)
+    assert main(["check", "--no-project", "--select", "SP106", "--diff", str(tmp_path / "m.py"), "./n.py"]) == 1
+    patch = capsys.readouterr().out
+    assert [line for line in patch.splitlines() if line.startswith("diff --git")] == [
+        "diff --git a/m.py b/m.py", "diff --git a/n.py b/n.py"]
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    proc = subprocess.run(["git", "apply", "-"], cwd=tmp_path, input=patch.encode(), capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "maybe_mark_dynamic(x, 0)" in (tmp_path / "m.py").read_text()

@@ -39,6 +39,17 @@ def _write(changes: list[tuple[str, bytes | None, bytes, int]]) -> None:
     )
 
 
+def _diff_name(path: str) -> str:
+    """The name a file has in ``--diff``'s headers: its path from the working directory,
+    normalized, where it lies under it (``git apply`` refuses ``a//abs/m.py`` as an invalid path
+    and ``a/./m.py`` is another spelling), else as given."""
+    full = os.path.abspath(path)
+    here = os.getcwd()
+    if os.path.commonpath([full, here]) == here:
+        return Path(os.path.relpath(full, here)).as_posix()
+    return path
+
+
 def _as_checked(r: FileResult, outcome: Outcome) -> SourceFile | None:
     """The file of ``r`` read again to write its fix, or None (an error in ``outcome``) when it
     is no longer the text the fix was made from: an edit made while check ran is kept."""
@@ -148,7 +159,7 @@ def run_check(
 
         for r in results:
             if r.fixed is not None and (source := _as_checked(r, outcome)) is not None:
-                outcome.fix_diff += file_diff(r.path, source.raw, source.encode(r.fixed))
+                outcome.fix_diff += file_diff(_diff_name(r.path), source.raw, source.encode(r.fixed))
     if fix:
         writes = []
         for r in results:
