@@ -157,3 +157,24 @@ def test_check_diff_of_an_absolute_path_applies_with_git(tmp_path, monkeypatch, 
     proc = subprocess.run(["git", "apply", "-"], cwd=tmp_path, input=patch.encode(), capture_output=True)
     assert proc.returncode == 0, proc.stderr
     assert "maybe_mark_dynamic(x, 0)" in (tmp_path / "m.py").read_text()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_disk_for_an_output_file_is_one_error_line(tmp_path, monkeypatch, capsys):
+    # before: ENOSPC carries no filename, so the CLI's OSError guard re-raised it: a traceback
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.py").write_text(MODEL)
+    assert main(["check", "--no-project", "--format", "sarif", "-o", "/dev/full", "m.py"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line == "error: /dev/full: cannot write the report: No space left on device"
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(BLOCK)
+    (tmp_path / "plan.yaml").write_text(PLAN)
+    assert main(["rewrite", "--plan", "plan.yaml", "src", "--summary-md", "/dev/full"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line == "error: /dev/full: cannot write the summary: No space left on device"
+    assert main(["rewrite", "--plan", "plan.yaml", "src", "--summary-md", "/dev/full", "--apply", "--no-validate"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith("; the rewrite itself was applied (1 file(s) changed under src)"), line
+    assert "@torch.compile" in (src / "model.py").read_text()

@@ -202,7 +202,10 @@ def check_command(
                                project=project)
     report = render(outcome, fmt, rules)
     if output is not None:
-        Path(output).write_text(report, encoding="utf-8")
+        try:
+            Path(output).write_text(report, encoding="utf-8")
+        except OSError as exc:  # a full disk or an I/O error has no filename: said here, with the path
+            raise StackpartError(f"cannot write the report: {exc.strerror or exc}", path=str(output)) from None
     elif report:
         click.echo(report, nl=False)
     for error in outcome.errors:
