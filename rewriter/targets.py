@@ -94,7 +94,7 @@ def _decorator_names(node: cst.FunctionDef | cst.ClassDef) -> list[str]:
     return [decorator_name(dec) for dec in node.decorators]
 
 
-def _is_type_checking(test: cst.BaseExpression | ast.expr) -> bool:
+def is_type_checking(test: cst.BaseExpression | ast.expr) -> bool:
     """Whether an ``if`` test is ``TYPE_CHECKING`` or ``<module>.TYPE_CHECKING`` (False at run
     time: what its body defines exists only for type checkers)."""
     if isinstance(test, cst.Name):
@@ -117,7 +117,7 @@ class SkipTypeChecking:
 
     def skips(self, node: cst.CSTNode) -> bool:
         hidden = self.__dict__.setdefault("_type_checking_bodies", set())
-        if isinstance(node, cst.If) and _is_type_checking(node.test):
+        if isinstance(node, cst.If) and is_type_checking(node.test):
             hidden.add(id(node.body))  # the node is alive for the whole traversal
             return False
         return id(node) in hidden
@@ -128,7 +128,7 @@ def _blocks(stmt: cst.CSTNode) -> Sequence[Sequence[cst.CSTNode]]:
     ``if TYPE_CHECKING:``, which does not run; its ``else`` does)."""
     out: list[Sequence[cst.CSTNode]] = []
     if isinstance(stmt, (cst.If, cst.With, cst.For, cst.While, cst.Try, cst.TryStar)):
-        if not (isinstance(stmt, cst.If) and _is_type_checking(stmt.test)):
+        if not (isinstance(stmt, cst.If) and is_type_checking(stmt.test)):
             out.append(stmt.body.body)
         orelse = getattr(stmt, "orelse", None)
         while orelse is not None:
@@ -176,7 +176,7 @@ def _def_lines(text: str) -> dict[str, list[int]] | None:
                     walk(stmt.body, qual + ".")
             elif isinstance(stmt, _AST_BLOCKS):
                 for name in ("body", "orelse", "finalbody"):
-                    if name == "body" and isinstance(stmt, ast.If) and _is_type_checking(stmt.test):
+                    if name == "body" and isinstance(stmt, ast.If) and is_type_checking(stmt.test):
                         continue  # as collect_definitions: never runs
                     walk(getattr(stmt, name, []), prefix)
                 for handler in getattr(stmt, "handlers", []):
@@ -237,7 +237,7 @@ def _type_checking_line(module: cst.Module, qualname: str) -> int:
                 if isinstance(stmt, ast.ClassDef):
                     walk(stmt.body, qual + ".", hidden)
             elif isinstance(stmt, _AST_BLOCKS):
-                skip = isinstance(stmt, ast.If) and _is_type_checking(stmt.test)
+                skip = isinstance(stmt, ast.If) and is_type_checking(stmt.test)
                 walk(getattr(stmt, "body", []), prefix, hidden or skip)
                 for name in ("orelse", "finalbody"):
                     walk(getattr(stmt, name, []), prefix, hidden)

@@ -365,3 +365,16 @@ def test_check_fix_of_plan_drift_creates_the_generated_files(tmp_path, monkeypat
     assert main(["check", "--fix", "--no-validate", "src/harness.py"]) == 0, capsys.readouterr().err
     assert "from _stackpart.library import apply_plan" in (src / "harness.py").read_text()
     assert "def apply_plan" in (src / "_stackpart" / "library.py").read_text()
+
+
+def test_check_does_not_report_code_under_type_checking(tmp_path, monkeypatch, capsys):
+    # before: SP103 on the `.item()` of the stub only type checkers see (the `else:` class runs)
+    monkeypatch.chdir(tmp_path)
+    stub = TYPE_CHECKING_ELSE.replace("return x + 1", "return x.item()") + "\nm = torch.compile(Block())\n"
+    (tmp_path / "a.py").write_text(stub)
+    assert main(["check", "--no-project", "a.py"]) == 0
+    assert capsys.readouterr().out == ""
+    # the branch that runs is still checked
+    (tmp_path / "b.py").write_text(stub.replace("return x + 2", "return x.tolist()"))
+    assert main(["check", "--no-project", "b.py"]) == 1
+    assert capsys.readouterr().out.startswith("b.py:13:")
