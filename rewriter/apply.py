@@ -45,6 +45,33 @@ def _missing_dirs(directory: Path) -> list[Path]:
     return out[::-1]
 
 
+def _unchanged(dest: Path, change: FileChange) -> None:
+    """Refuse to write ``dest`` unless it still holds the bytes the change was computed from
+    (``change.old``; for a new file: still absent): a file edited while the rewrite or check ran
+    would otherwise lose that edit to a rename of bytes made from the earlier read.
+
+    Raises:
+        StackpartError: ``dest`` changed since it was read (nothing is renamed yet: the caller's
+            rollback only removes temp files).
+    """
+    from .source import read_bytes
+
+    if change.old is None:
+        if os.path.lexists(dest):
+            raise StackpartError("created by something else while stackpart ran; nothing was changed (run it again)",
+                                 path=str(dest))
+        return
+    try:
+        now = read_bytes(dest)[0] if os.path.lexists(dest) else None
+    except StackpartError:  # unreadable now, or no longer a regular file: not what was read
+        now = None
+    if now != change.old:
+        raise StackpartError(
+            "changed since stackpart read it (edited meanwhile?); nothing was changed (run it again)",
+            path=str(dest),
+        )
+
+
 def _discard(temps: list[Path], made: list[Path]) -> list[str]:
     """Remove temp files, then the directories made for them (innermost first).
 
@@ -111,6 +138,7 @@ class _Journal:
 
     def stage(self, dest: Path, change: FileChange) -> None:
         self.dest = dest
+        _unchanged(dest, change)
         for directory in _missing_dirs(dest.parent):
             self.mkdir(directory)
         # Commits start once every change is staged, so staged[i] is changes[i]; until then the

@@ -100,18 +100,34 @@ def _hunks(a: list[str], b: list[str], fromfile: str, tofile: str, n: int = 3) -
     return out
 
 
+_ESCAPES = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r",
+            '"': '\\"', "\\": "\\\\"}
+
+
+def quoted(path: str) -> str:
+    """``path`` as git writes it in a diff header: as is, or in double quotes with C escapes
+    when it holds a control character, ``"`` or ``\\`` (git's ``quote_c_style``). Unquoted, a
+    tab in a name ends it for ``git apply`` (what follows reads as a timestamp); non-ASCII text
+    is left as UTF-8, which ``git apply`` reads quoted or not."""
+    if not any(c in _ESCAPES or ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        return path
+    body = "".join(_ESCAPES.get(c) or (f"\\{ord(c):03o}" if ord(c) < 0x20 or ord(c) == 0x7F else c) for c in path)
+    return f'"{body}"'
+
+
 def file_diff(relpath: str, old: bytes | None, new: bytes) -> str:
     """The diff of one file (empty when the bytes are equal)."""
     if old == new:
         return ""
-    header = [f"diff --git a/{relpath} b/{relpath}\n"]
+    a, b = quoted(f"a/{relpath}"), quoted(f"b/{relpath}")
+    header = [f"diff --git {a} {b}\n"]
     if old is None:
         header.append("new file mode 100644\n")
     body = _hunks(
         _lines(old),
         _lines(new),
-        fromfile="/dev/null" if old is None else f"a/{relpath}",
-        tofile=f"b/{relpath}",
+        fromfile="/dev/null" if old is None else a,
+        tofile=b,
         n=3,
     )
     out = header

@@ -290,6 +290,22 @@ def _resolve_site(
     return rel, target.qualname
 
 
+def _report_covers(loaded: LoadedPlan, src: Path, result: RewriteResult, unsafe: bool, report: str | None) -> bool:
+    """Whether ``rewrite --apply`` would write ``result`` by its validation report (a passing
+    one for this exact diff and tree): ``--check``'s next step is then ``--apply`` alone, not a
+    second validation. Looked up only where a report exists (else no tree is hashed)."""
+    from .validate.gate import check_apply
+    from .validate.report import default_report_dir, read_report
+
+    where = Path(report) if report else default_report_dir(loaded.path)
+    if read_report(where) is None:
+        return False
+    try:
+        return check_apply(loaded, src, result, unsafe, report).result is not None
+    except StackpartError:
+        return False
+
+
 def rewrite_command(
     plan_path: str,
     src: str,
@@ -429,11 +445,11 @@ def rewrite_command(
             why = f"{src} already is what the plan asks"
         stderr().print(f"no changes: {why}", highlight=False)
     if check and result.changes:
-        stderr().print(
-            f"{len(result.changes)} file(s) differ from what {plan_path} asks; run "
-            f"`stackpart validate --plan {plan_path} {src}`, then "
-            f"`stackpart rewrite --plan {plan_path} {src} --apply`",
-            highlight=False,
-        )
+        apply_it = f"`stackpart rewrite --plan {plan_path} {src} --apply`"
+        if _report_covers(loaded, Path(src), result, unsafe, report):
+            step = f"run {apply_it} (the validation report covers this diff, e.g. the one diagnose wrote)"
+        else:
+            step = f"run `stackpart validate --plan {plan_path} {src}`, then {apply_it}"
+        stderr().print(f"{len(result.changes)} file(s) differ from what {plan_path} asks; {step}", highlight=False)
         return 1
     return 0

@@ -20,6 +20,7 @@ import re
 import stat
 import sys
 import threading
+import unicodedata
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
@@ -76,6 +77,8 @@ _TOO_DEEP = ("too many nested parentheses", "too many levels of indentation")
 TOO_DEEP = "nested too deep for the parser"
 
 _CODING_RE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+#: A line that lets a coding cookie on the next one count (``tokenize.detect_encoding``'s rule).
+_BLANK_RE = re.compile(rb"^[ \t\f]*(?:[#\r\n]|$)")
 
 
 @dataclass
@@ -168,8 +171,13 @@ def read_source(src: Path, relpath: str) -> SourceFile:
     """
     path = safe_relpath(src, relpath)
     if not os.path.lexists(path):
-        siblings = path.parent.glob("*.py") if path.parent.is_dir() else ()
-        hint = near_names(path.name, [p.name for p in siblings]) or f"target paths are relative to SRC, here {Path(src).resolve()}"
+        siblings = [p.name for p in path.parent.glob("*.py")] if path.parent.is_dir() else []
+        same = [n for n in siblings if unicodedata.normalize("NFC", n) == unicodedata.normalize("NFC", path.name)]
+        if same:  # looks the same printed: say how the names differ, or "did you mean" shows the same text
+            hint = (f"there is {ascii(same[0])}, the same name in other Unicode code points than the plan's "
+                    f"{ascii(path.name)}; write the target as the file is named")
+        else:
+            hint = near_names(path.name, siblings) or f"target paths are relative to SRC, here {Path(src).resolve()}"
         raise StackpartError("no such file under SRC", path=relpath, hint=hint)
     return read_file(path, relpath)
 
@@ -345,12 +353,33 @@ def decode_file(data: bytes, shown: str, path: Path | None = None, mode: int = 0
     bom = data.startswith(codecs.BOM_UTF8)
     if bom:
         data = data[len(codecs.BOM_UTF8) :]
-    encoding = "utf-8"
-    for line in data.splitlines()[:2]:
+    encoding, cookie_line = "utf-8", 0
+    for number, line in enumerate(data.splitlines()[:2], 1):
         match = _CODING_RE.match(line)
         if match:
-            encoding = match.group(1).decode("ascii")
+            encoding, cookie_line = match.group(1).decode("ascii"), number
             break
+        if not _BLANK_RE.match(line):  # PEP 263: a cookie on line 2 counts only below a comment or blank line
+            break
+    if cookie_line:
+        try:
+            info = codecs.lookup(encoding)
+        except LookupError:
+            raise StackpartError(
+                f"unknown encoding {encoding!r} in the coding cookie (CPython refuses it too)",
+                path=shown,
+                line=cookie_line,
+            ) from None
+        if not getattr(info, "_is_text_encoding", True):
+            raise StackpartError(f"{encoding!r} in the coding cookie is not a text encoding (CPython refuses it too)",
+                                 path=shown, line=cookie_line)
+        if bom and info.name != "utf-8":
+            raise StackpartError(
+                f"a UTF-8 BOM with a coding cookie naming {encoding!r} (CPython refuses it too: "
+                "'encoding problem ... with BOM')",
+                path=shown,
+                line=cookie_line,
+            )
     try:
         text = data.decode(encoding)
     except (UnicodeDecodeError, LookupError) as exc:

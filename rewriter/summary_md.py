@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .errors import StackpartError
+
 if TYPE_CHECKING:
     from .plan import LoadedPlan
     from .rewrite import RewriteResult
@@ -85,5 +87,10 @@ def rewrite_summary(loaded: LoadedPlan, result: RewriteResult, src: str, applied
 def write_rewrite_summary(path: str, loaded: LoadedPlan, result: RewriteResult, src: str, applied: bool) -> None:
     """Write :func:`rewrite_summary` to ``path`` (UTF-8), creating its directory."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(rewrite_summary(loaded, result, src, applied), encoding="utf-8")
+    text = rewrite_summary(loaded, result, src, applied)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:  # a full disk or an I/O error has no filename: said here, with the path
+        done = f"; the rewrite itself was applied ({len(result.changes)} file(s) changed under {src})" if applied else ""
+        raise StackpartError(f"cannot write the summary: {exc.strerror or exc}{done}", path=str(path)) from None

@@ -2,8 +2,9 @@
 
 A target names a module-level function, a class (meaning its own ``forward``), a method, or a
 nested class's method. Definitions are collected at module and class scope, looking through
-``if``/``else``, ``try`` and ``with`` blocks (but not into function bodies); a name defined twice
-at one scope is ambiguous and refused, since the rewrite could not say which one runs.
+``if``/``else``, ``try``, ``with`` and ``match`` blocks (but not into function bodies, nor into the body of
+``if TYPE_CHECKING:``, which never runs); a name defined twice at one scope is ambiguous and
+refused, since the rewrite could not say which one runs.
 """
 
 from __future__ import annotations
@@ -93,11 +94,42 @@ def _decorator_names(node: cst.FunctionDef | cst.ClassDef) -> list[str]:
     return [decorator_name(dec) for dec in node.decorators]
 
 
+def is_type_checking(test: cst.BaseExpression | ast.expr) -> bool:
+    """Whether an ``if`` test is ``TYPE_CHECKING`` or ``<module>.TYPE_CHECKING`` (False at run
+    time: what its body defines exists only for type checkers)."""
+    if isinstance(test, cst.Name):
+        return test.value == "TYPE_CHECKING"
+    if isinstance(test, cst.Attribute):
+        return test.attr.value == "TYPE_CHECKING"
+    if isinstance(test, ast.Name):
+        return test.id == "TYPE_CHECKING"
+    if isinstance(test, ast.Attribute):
+        return test.attr == "TYPE_CHECKING"
+    return False
+
+
+class SkipTypeChecking:
+    """For the transforms that find a target by qualname while visiting: the body of an ``if
+    TYPE_CHECKING:`` is not visited (its definitions are no targets, :func:`collect_definitions`),
+    so a class defined there and again in ``else:`` is rewritten once, in ``else:``.
+
+    :meth:`skips` is called from ``on_visit``: True for the body to leave out."""
+
+    def skips(self, node: cst.CSTNode) -> bool:
+        hidden = self.__dict__.setdefault("_type_checking_bodies", set())
+        if isinstance(node, cst.If) and is_type_checking(node.test):
+            hidden.add(id(node.body))  # the node is alive for the whole traversal
+            return False
+        return id(node) in hidden
+
+
 def _blocks(stmt: cst.CSTNode) -> Sequence[Sequence[cst.CSTNode]]:
-    """The statement lists nested in a compound statement at the same scope."""
+    """The statement lists nested in a compound statement at the same scope (never the body of
+    ``if TYPE_CHECKING:``, which does not run; its ``else`` does)."""
     out: list[Sequence[cst.CSTNode]] = []
     if isinstance(stmt, (cst.If, cst.With, cst.For, cst.While, cst.Try, cst.TryStar)):
-        out.append(stmt.body.body)
+        if not (isinstance(stmt, cst.If) and is_type_checking(stmt.test)):
+            out.append(stmt.body.body)
         orelse = getattr(stmt, "orelse", None)
         while orelse is not None:
             out.append(orelse.body.body)
@@ -107,6 +139,8 @@ def _blocks(stmt: cst.CSTNode) -> Sequence[Sequence[cst.CSTNode]]:
         final = getattr(stmt, "finalbody", None)
         if final is not None:
             out.append(final.body.body)
+    elif isinstance(stmt, cst.Match):  # as the transforms visit it: a case's def is at this scope
+        out.extend(case.body.body for case in stmt.cases if isinstance(case.body, cst.IndentedBlock))
     return out
 
 
@@ -114,6 +148,9 @@ _AST_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _AST_BLOCKS = (ast.If, ast.With, ast.AsyncWith, ast.For, ast.AsyncFor, ast.While, ast.Try) + (
     (ast.TryStar,) if hasattr(ast, "TryStar") else ()
 )
+
+
+_AST_MATCH = getattr(ast, "Match", ())
 
 
 def _def_lines(text: str) -> dict[str, list[int]] | None:
@@ -139,9 +176,14 @@ def _def_lines(text: str) -> dict[str, list[int]] | None:
                     walk(stmt.body, qual + ".")
             elif isinstance(stmt, _AST_BLOCKS):
                 for name in ("body", "orelse", "finalbody"):
+                    if name == "body" and isinstance(stmt, ast.If) and is_type_checking(stmt.test):
+                        continue  # as collect_definitions: never runs
                     walk(getattr(stmt, name, []), prefix)
                 for handler in getattr(stmt, "handlers", []):
                     walk(handler.body, prefix)
+            elif isinstance(stmt, _AST_MATCH):
+                for case in stmt.cases:
+                    walk(case.body, prefix)
 
     walk(tree.body, "")
     return lines
@@ -170,6 +212,42 @@ def collect_definitions(module: cst.Module, text: str | None = None) -> dict[str
                     walk(block, prefix)
 
     walk(module.body, "")
+    return found
+
+
+def _type_checking_line(module: cst.Module, qualname: str) -> int:
+    """The line of a definition of ``qualname`` inside an ``if TYPE_CHECKING:`` body (0: none),
+    for the error that says why such a target is not one (only on that error's path)."""
+    try:
+        tree = ast.parse(module.code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return 0
+    found = 0
+
+    def walk(body: list[ast.stmt], prefix: str, hidden: bool) -> None:
+        nonlocal found
+        for stmt in body:
+            if found:
+                return
+            if isinstance(stmt, _AST_DEFS):
+                qual = prefix + stmt.name
+                if hidden and qual == qualname:
+                    found = stmt.lineno
+                    return
+                if isinstance(stmt, ast.ClassDef):
+                    walk(stmt.body, qual + ".", hidden)
+            elif isinstance(stmt, _AST_BLOCKS):
+                skip = isinstance(stmt, ast.If) and is_type_checking(stmt.test)
+                walk(getattr(stmt, "body", []), prefix, hidden or skip)
+                for name in ("orelse", "finalbody"):
+                    walk(getattr(stmt, name, []), prefix, hidden)
+                for handler in getattr(stmt, "handlers", []):
+                    walk(handler.body, prefix, hidden)
+            elif isinstance(stmt, _AST_MATCH):
+                for case in stmt.cases:
+                    walk(case.body, prefix, hidden)
+
+    walk(tree.body, "", False)
     return found
 
 
@@ -202,6 +280,22 @@ def resolve(
         defs = collect_definitions(module)
     hits = defs.get(qualname)
     if not hits:
+        parts = qualname.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            outer = defs.get(".".join(parts[:i]))
+            if outer and outer[0].kind == "function":
+                raise StackpartError(
+                    f"no class or function {qualname!r} in {relpath}: {'.'.join(parts[:i])!r} is a "
+                    "function, and what its body defines is made anew at every call, out of a plan's reach",
+                    hint=f"move {parts[i]!r} to module or class scope to target it",
+                )
+        line = _type_checking_line(module, qualname)
+        if line:
+            raise StackpartError(
+                f"{qualname!r} is defined only under `if TYPE_CHECKING:` (line {line}) in {relpath}, "
+                "which never runs: a rewrite of it would change nothing at run time",
+                hint="target the definition the program runs",
+            )
         raise StackpartError(
             f"no class or function {qualname!r} in {relpath}",
             hint=near_names(qualname, defs) or _defined(relpath, defs),

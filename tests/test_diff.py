@@ -78,3 +78,20 @@ def test_a_real_file_whose_difflib_diff_had_minus_lines_now_prints_insertions_on
     assert plain, "difflib now prints this one insertion-only: pick another file of the 55"
     body = result.diff().splitlines()
     assert not [l for l in body if l.startswith("-") and not l.startswith("---")], result.diff()
+
+
+@pytest.mark.parametrize("name", ["tab\tx.py", 'q"uote.py', "back\\slash.py", "nl\nx.py", "with space é.py"])
+@pytest.mark.parametrize("old", [b"x = 1\n", None])
+def test_a_file_name_git_must_quote_gives_a_diff_git_applies(tmp_path, name, old):
+    # newcomer round 10: an unquoted tab in `--- a/tab\tx.py` ended the name for git apply
+    # ("src/tab: No such file or directory"); git's own diffs C-quote such names
+    new = b"import torch\nx = 1\n"
+    if old is not None:
+        (tmp_path / name).write_bytes(old)
+    patch = file_diff(name, old, new)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    proc = subprocess.run(["git", "apply", "-"], cwd=tmp_path, input=patch.encode(), capture_output=True)
+    assert proc.returncode == 0, (patch, proc.stderr)
+    assert (tmp_path / name).read_bytes() == new
+    ascii_name = "ascii.py"
+    assert file_diff(ascii_name, b"a\n", b"b\n").startswith("diff --git a/ascii.py b/ascii.py\n")

@@ -26,7 +26,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from pathlib import PurePosixPath
 
 from ..plan import _Action
-from ..targets import decorator_name
+from ..targets import SkipTypeChecking, decorator_name
 from ..vendor import VendorSite
 
 
@@ -209,7 +209,7 @@ class NoCopyMetadata:
                 self.context = replace(self.context, wrapper=old)
 
 
-class TargetedCommand(NoCopyMetadata, VisitorBasedCodemodCommand):
+class TargetedCommand(SkipTypeChecking, NoCopyMetadata, VisitorBasedCodemodCommand):
     """A codemod that rewrites exactly one function, named by its qualname (``Block.forward``).
 
     Subclasses set ``DESCRIPTION`` and implement :meth:`rewrite`. ``self.torch`` is the module's
@@ -294,7 +294,7 @@ class TargetedCommand(NoCopyMetadata, VisitorBasedCodemodCommand):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         # A simple statement outside the target cannot hold a def; skip its expressions.
-        if isinstance(node, cst.SimpleStatementLine) and not self._inside():
+        if (isinstance(node, cst.SimpleStatementLine) and not self._inside()) or self.skips(node):
             super().on_visit(node)
             return False
         return super().on_visit(node)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import libcst as cst
 from libcst.codemod import CodemodContext, VisitorBasedCodemodCommand
 
+from ..targets import SkipTypeChecking
 from .base import NoCopyMetadata, TargetedCommand, imported_names, torch_alias
 
 
@@ -43,7 +44,7 @@ def batchable(command: type[TargetedCommand] | TargetedCommand) -> bool:
     return not command.VISIT_TARGET_BODY and not command.METADATA_DEPENDENCIES
 
 
-class BatchCommand(NoCopyMetadata, VisitorBasedCodemodCommand):
+class BatchCommand(SkipTypeChecking, NoCopyMetadata, VisitorBasedCodemodCommand):
     """Apply several batchable commands of one file in a single traversal.
 
     The commands must share this command's :class:`CodemodContext` (their import requests land
@@ -82,7 +83,7 @@ class BatchCommand(NoCopyMetadata, VisitorBasedCodemodCommand):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         # A simple statement cannot hold a def: nothing under it is a target.
-        if isinstance(node, cst.SimpleStatementLine):
+        if isinstance(node, cst.SimpleStatementLine) or self.skips(node):
             super().on_visit(node)
             return False
         return super().on_visit(node)

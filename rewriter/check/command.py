@@ -16,14 +16,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import StackpartError
-from ..source import read_file
+from ..source import SourceFile, read_file
 from .config import load_config
 from .output import Outcome, render
+from .rule import FileResult
 from .runner import NOT_PYTHON, check_files, discover, select_rules
 
 
-def _write(changes: list[tuple[str, bytes, bytes, int]]) -> None:
-    """Write ``(path, old, new, mode)`` for files anywhere under one common root, atomically."""
+def _write(changes: list[tuple[str, bytes | None, bytes, int]]) -> None:
+    """Write ``(path, old, new, mode)`` for files anywhere under one common root, atomically
+    (``old`` None: a new file; a file whose bytes are no longer ``old`` is refused)."""
     if not changes:
         return
     from ..apply import apply_changes
@@ -35,6 +37,33 @@ def _write(changes: list[tuple[str, bytes, bytes, int]]) -> None:
         Path(root),
         [FileChange(Path(os.path.relpath(p, root)).as_posix(), old, new, mode) for p, (_, old, new, mode) in zip(paths, changes)],
     )
+
+
+def _diff_name(path: str) -> str:
+    """The name a file has in ``--diff``'s headers: its path from the working directory,
+    normalized, where it lies under it (``git apply`` refuses ``a//abs/m.py`` as an invalid path
+    and ``a/./m.py`` is another spelling), else as given."""
+    full = os.path.abspath(path)
+    here = os.getcwd()
+    if os.path.commonpath([full, here]) == here:
+        return Path(os.path.relpath(full, here)).as_posix()
+    return path
+
+
+def _as_checked(r: FileResult, outcome: Outcome) -> SourceFile | None:
+    """The file of ``r`` read again to write its fix, or None (an error in ``outcome``) when it
+    is no longer the text the fix was made from: an edit made while check ran is kept."""
+    from .engine import text_sha256
+
+    try:
+        source = read_file(r.path)
+    except StackpartError as exc:
+        outcome.errors.append(f"{exc}; not fixed")
+        return None
+    if r.fixed_from is not None and text_sha256(source.text) != r.fixed_from:
+        outcome.errors.append(f"{r.path}: changed while it was checked (edited meanwhile?); not fixed (run it again)")
+        return None
+    return source
 
 
 def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[str], fix: bool, validate: bool = True) -> None:
@@ -67,7 +96,7 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
             outcome.drift_diff = diff
             return
     if fix and drifted:
-        _write([(path, c.old or b"", c.new, c.mode) for path, c in drifted])
+        _write([(path, c.old, c.new, c.mode) for path, c in drifted])  # old None: a new file
         outcome.fixed.extend(path for path, _ in drifted)
         drifted, diff = plan_drift(loaded, src or ".", files)
     outcome.drift_files = [path for path, _ in drifted]
@@ -129,15 +158,13 @@ def run_check(
         from ..diff import file_diff
 
         for r in results:
-            if r.fixed is not None:
-                source = read_file(r.path)
-                outcome.fix_diff += file_diff(r.path, source.raw, source.encode(r.fixed))
+            if r.fixed is not None and (source := _as_checked(r, outcome)) is not None:
+                outcome.fix_diff += file_diff(_diff_name(r.path), source.raw, source.encode(r.fixed))
     if fix:
         writes = []
         for r in results:
-            if r.fixed is None:
+            if r.fixed is None or (source := _as_checked(r, outcome)) is None:
                 continue
-            source = read_file(r.path)
             writes.append((r.path, source.raw, source.encode(r.fixed), source.mode))
         _write(writes)
         outcome.fixed.extend(path for path, *_ in writes)
@@ -175,7 +202,10 @@ def check_command(
                                project=project)
     report = render(outcome, fmt, rules)
     if output is not None:
-        Path(output).write_text(report, encoding="utf-8")
+        try:
+            Path(output).write_text(report, encoding="utf-8")
+        except OSError as exc:  # a full disk or an I/O error has no filename: said here, with the path
+            raise StackpartError(f"cannot write the report: {exc.strerror or exc}", path=str(output)) from None
     elif report:
         click.echo(report, nl=False)
     for error in outcome.errors:

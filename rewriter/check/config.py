@@ -50,6 +50,11 @@ def _toml(path: Path) -> dict:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise StackpartError(f"not valid TOML: {exc}", path=str(path)) from None
+    except UnicodeDecodeError as exc:  # TOML is UTF-8
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise StackpartError("not valid TOML: not UTF-8 text", path=str(path), line=line) from None
+    except OSError as exc:
+        raise StackpartError(f"cannot read: {exc.strerror}", path=str(path)) from None
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -71,10 +76,15 @@ def load_config(start: Path | None = None) -> CheckConfig:
     pyproject = find_pyproject((start or Path.cwd()).resolve())
     if pyproject is None:
         return CheckConfig()
-    table = _toml(pyproject).get("tool", {}).get("stackpart")
+    where = str(pyproject)
+    tool = _toml(pyproject).get("tool", {})
+    if not isinstance(tool, dict):
+        raise StackpartError("`tool` must be a table ([tool.stackpart] is read from it)", path=where)
+    table = tool.get("stackpart")
     if table is None:
         return CheckConfig()
-    where = str(pyproject)
+    if not isinstance(table, dict):
+        raise StackpartError("[tool.stackpart] must be a table (plan = ..., src = ..., ...)", path=where)
     for key in table:
         if key not in KEYS:
             raise StackpartError(
@@ -94,6 +104,12 @@ def load_config(start: Path | None = None) -> CheckConfig:
             value = table[key]
             if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
                 raise StackpartError(f"[tool.stackpart] {key} must be a list of rule codes", path=where)
+            from .runner import select_rules
+
+            try:  # a code no rule has is named with the file it is in
+                select_rules(value)
+            except StackpartError as exc:
+                raise StackpartError(f"[tool.stackpart] {key}: {exc.message}", path=where, hint=exc.hint) from None
             setattr(config, key, value)
     if "project" in table:
         if not isinstance(table["project"], bool):

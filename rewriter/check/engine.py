@@ -25,6 +25,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..errors import StackpartError
 from ..source import TOO_DEEP, Skipped, parse_module, run_deep
+from ..splice import splice
 from .facts import FileFacts
 from .project import FileView, local_view
 from .rule import FileResult, Finding, Report, Rule
@@ -179,10 +180,18 @@ def check_text(
     return result
 
 
+def text_sha256(text: str) -> str:
+    """The digest :attr:`FileResult.fixed_from` holds (the decoded text, lone surrogates kept)."""
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def _check_module(module: cst.Module, text: str, path: str, rules: Sequence[type[Rule]], fix: bool, result: FileResult,
                   view: FileView | None = None) -> None:
     """:func:`check_text`'s LibCST work, filling ``result`` (run in the deep thread)."""
     current = text
+    original = module
     for round_ in range(MAX_FIX_ROUNDS + 1):
         table = suppressions(current)
         module, reports = run_rules(module, rules, path, view)
@@ -198,3 +207,9 @@ def _check_module(module: cst.Module, text: str, path: str, rules: Sequence[type
             break
         current = module.code
         result.fixed = current
+    if result.fixed is not None:
+        # Only the lines a fix edited change: LibCST's print of the rest can differ from the file
+        # (``except OSError :``, a lone-CR file's final ``\r``), the same splice as ``rewrite``'s.
+        spliced = splice(text, original, module)
+        result.fixed = None if spliced == text else spliced
+        result.fixed_from = text_sha256(text) if result.fixed is not None else None

@@ -34,6 +34,8 @@ import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameSource, ScopeProvider
 
+from ..targets import is_type_checking
+
 if TYPE_CHECKING:
     from .project import FileView
 
@@ -159,6 +161,7 @@ class FileFacts:
         self.compiled: dict[cst.FunctionDef, CompileSite] = {}
         self.disabled: set[cst.FunctionDef] = set()
         self.untraced: set[cst.CSTNode] = set()  # blocks that run only eager
+        self.never_run: set[cst.CSTNode] = set()  # `if TYPE_CHECKING:` bodies: for type checkers only
         # (scope node, "name" or "self.attr") -> the value last bound to it
         self.bindings: dict[tuple[cst.CSTNode, str], cst.BaseExpression] = {}
         self.compile_calls: list[cst.Call] = []
@@ -254,6 +257,8 @@ class FileFacts:
                 return None
             if isinstance(anc, cst.FunctionDef):
                 site = self.compiled.get(anc)
+                if site is not None and any(outer in self.never_run for outer in self.ancestors(anc)):
+                    return None  # a definition under `if TYPE_CHECKING:` never runs
                 return (anc, site) if site is not None else None
         return None
 
@@ -447,9 +452,14 @@ class _Collector(cst.CSTVisitor):
         super().on_leave(original_node)
         self.stack.pop()
 
+    def _never_runs(self) -> bool:
+        """Whether the node being visited lies under ``if TYPE_CHECKING:`` (its definitions are
+        no runtime classes or functions: the ``else:`` ones are)."""
+        return bool(self.f.never_run) and any(n in self.f.never_run for n in self.stack)
+
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.class_stack.append(node)
-        if not self.func_stack and len(self.class_stack) == 1:
+        if not self.func_stack and len(self.class_stack) == 1 and not self._never_runs():
             self.f.classes.setdefault(node.name.value, ClassInfo(node))
 
     def leave_ClassDef(self, node: cst.ClassDef) -> None:
@@ -457,7 +467,7 @@ class _Collector(cst.CSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         f = self.f
-        if not self.func_stack:
+        if not self.func_stack and not self._never_runs():
             if not self.class_stack:
                 f.functions.setdefault(node.name.value, node)
             elif len(self.class_stack) == 1 and self.class_stack[0].name.value in f.classes:
@@ -552,6 +562,8 @@ class _Collector(cst.CSTVisitor):
         test, negated = node.test, False
         if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
             test, negated = test.expression, True
+        if not negated and is_type_checking(node.test):
+            self.f.never_run.add(node.body)
         if self.f.is_call(test, IS_COMPILING):
             # `if is_compiling():` -> the else branch runs only eager; `if not ...:` -> the body
             if negated:

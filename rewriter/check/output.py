@@ -109,6 +109,19 @@ def render_github(outcome: Outcome) -> str:
     return "".join(out)
 
 
+def artifact_location(path: str) -> dict[str, str]:
+    """SARIF's ``artifactLocation`` of a finding's path: a URI reference (SARIF 2.1.0, 3.10.3),
+    so a space, ``%``, non-ASCII or a control character in a name is percent-encoded (UTF-8) and
+    an absolute path is a ``file:`` URI (relative ones are relative to ``%SRCROOT%``, the
+    working directory the paths were given from)."""
+    from pathlib import PurePath
+    from urllib.parse import quote
+
+    if PurePath(path).is_absolute():
+        return {"uri": "file://" + quote(PurePath(path).as_posix(), safe="/", errors="surrogateescape")}
+    return {"uri": quote(PurePath(path).as_posix(), safe="/", errors="surrogateescape"), "uriBaseId": "%SRCROOT%"}
+
+
 def render_sarif(outcome: Outcome, rules: Sequence[type[Rule]]) -> str:
     index = {r.CODE: i for i, r in enumerate(rules)}
     driver_rules = [
@@ -134,7 +147,7 @@ def render_sarif(outcome: Outcome, rules: Sequence[type[Rule]]) -> str:
                 "locations": [
                     {
                         "physicalLocation": {
-                            "artifactLocation": {"uri": f.path, "uriBaseId": "%SRCROOT%"},
+                            "artifactLocation": artifact_location(f.path),
                             "region": {
                                 "startLine": f.line,
                                 "startColumn": f.col,

@@ -167,6 +167,8 @@ class FileResult:
         findings: unsuppressed findings, sorted by position (after fixes, when fixing).
         initial: the findings before any fix was applied.
         fixed: the file's text after applying every safe fix, or None when nothing was fixable.
+        fixed_from: sha256 of the text ``fixed`` was made from (a file edited since is not
+            overwritten with it).
         error: a one-line parse/read error (``path:line:col: ...``), or None.
         parsed: whether the file passed the prefilter and was parsed.
         skipped: why the file was not checked (``path[:line[:col]]: skipped: ...``: not a regular
@@ -178,6 +180,7 @@ class FileResult:
     findings: list[Finding] = field(default_factory=list)
     initial: list[Finding] = field(default_factory=list)
     fixed: str | None = None
+    fixed_from: str | None = None
     error: str | None = None
     parsed: bool = False
     skipped: str | None = None

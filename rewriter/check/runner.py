@@ -120,7 +120,13 @@ def discover(paths: Iterable[str], skipped: list[str] | None = None) -> list[str
             raise StackpartError("no such file or directory", path=given)
         elif path.suffix not in NOT_PYTHON:  # YAML: a plan passed for drift (pre-commit's types_or)
             out.append(given)
-    return list(dict.fromkeys(out))  # a file named twice is checked (and reported) once
+    # a file named twice is checked (and reported, and fixed) once, however it is spelt
+    # (``m.py``, ``./m.py``, its absolute path; the first spelling is kept); a link is another
+    # name, kept (what it leads to is read only if regular)
+    first: dict[str, str] = {}
+    for f in out:
+        first.setdefault(os.path.abspath(f), f)
+    return list(first.values())
 
 
 def needle_patterns(rules: Sequence[type[Rule]]) -> list[list[re.Pattern[bytes]]]:
