@@ -316,6 +316,13 @@ def test_a_site_the_harness_never_calls_is_reported(tmp_path, lib):
         harness.build_model()
         with pytest.raises(StackpartError, match="the plan's site never ran"):
             site_ran(src, Harness(file="harness.py"), ["_stackpart/library.py"])
+        # diagnose's candidates have no plan file: the site came from --site, and the hint says so
+        with pytest.raises(StackpartError) as err:
+            site_ran(src, Harness(file="harness.py"), ["_stackpart/library.py"],
+                     {"target": "harness.py::unused", "option": "diagnose --site"})
+        assert str(err.value).startswith("site (harness.py::unused) never ran: harness.model build_model()"), str(err.value)
+        assert "pass diagnose --site file.py::func" in (err.value.hint or ""), err.value.hint
+        assert err.value.path is None and err.value.line is None
     finally:
         sys.path.remove(str(src))
         for name in [n for n in sys.modules if n == "harness" or n.startswith("_stackpart")]:

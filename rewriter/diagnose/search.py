@@ -273,7 +273,9 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             apply_changes(tree, result.changes)
             prefixes[f"{tree}/"] = ""
             mark = [(None, a.arg, a.dim) for a in c.plan.actions if a.action == "mark_dynamic"]
-            variants.append(Variant(c.name, tree, compiles=c.compiles, mark_dynamic=mark, library_modules=result.library_modules))
+            site = {"target": c.plan.site, "option": "diagnose --site"} if c.plan.site else None
+            variants.append(Variant(c.name, tree, compiles=c.compiles, mark_dynamic=mark, library_modules=result.library_modules,
+                                    site=site))
         say(f"{len(variants) - 1} candidate plan(s) to measure ({', '.join(v.name for v in variants[1:])}) beside the program as it is; "
             f"backend {ctx.backend}" + ("" if out.gain_measured else f" (forced on every compile: failures measured, gains not)"))
         for p in pruned:

@@ -269,7 +269,9 @@ def site_ran(tree: Path, spec: Any, library_modules: list[str], site: dict[str, 
     measuring the program without the plan.
 
     ``site``: the plan's ``site:`` and where it is written (``{"target", "path", "line"}``), so the
-    error is at that line as the plan's other errors are; None where no plan file names it.
+    error is at that line as the plan's other errors are; for diagnose's candidates, whose plan
+    has no file, ``{"target", "option"}``: the command-line option that chose the site
+    (``diagnose --site``), which the hint names instead; None where nothing says it.
 
     Raises:
         StackpartError: a generated library module that never ran, naming the harness function
@@ -285,12 +287,14 @@ def site_ran(tree: Path, spec: Any, library_modules: list[str], site: dict[str, 
     missing = [p for p in generated if p not in ran]
     if missing:
         rel = missing[0].relative_to(Path(tree).resolve()).as_posix()
-        what = f"site ({site['target']})" if site else "the plan's site"
+        what = f"site ({site['target']})" if site and site.get("target") else "the plan's site"
+        option = (site or {}).get("option")
         raise StackpartError(
             f"{what} never ran: harness.model {spec.model}() in {spec.file} built the model without "
             f"calling the function decorated with @apply_plan ({rel}); the plan's library actions were not applied",
-            path=site["path"] if site else None, line=site.get("line") if site else None,
-            hint="set the plan's site: to the function the harness's model function calls to build the model",
+            path=(site or {}).get("path"), line=(site or {}).get("line"),
+            hint=(f"pass {option} file.py::func naming a function under SRC that harness.model {spec.model}() calls to build the model"
+                  if option else "set the plan's site: to the function the harness's model function calls to build the model"),
         )
 
 

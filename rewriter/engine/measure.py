@@ -122,7 +122,8 @@ class Variant:
         library_modules: the generated library modules of its plan (see the attribute).
         site: where its plan names the ``site:`` of those modules, ``{"target", "path", "line"}``
             (the plan file as given and the line of ``site:``), for the error a site the harness
-            never calls gets; None where no plan file says it (the search's candidates).
+            never calls gets; for the search's candidates ``{"target", "option"}``, the option
+            that chose the site (no plan file says it); None where nothing names one.
     """
 
     name: str
