@@ -1171,7 +1171,10 @@ def _expected_of(error: dict[str, Any]) -> str:
 
 #: A number as a person writes one that PyYAML (YAML 1.1) reads as a string: an exponent
 #: without a dot or a sign (``1e8``, ``1.0e8``, ``1e-3``), which YAML 1.2 and JSON read as numbers.
-_NUMBER_AS_STRING_RE = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+#: Also a signed number with no digit before its dot (``-.5``, ``+.25e-3``): PyYAML's float
+#: pattern takes a sign only before a leading digit.
+_NUMBER_AS_STRING_RE = re.compile(
+    r"^(?:[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+|[-+]\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?)$")
 
 
 def number_hint(value: object, integer: bool) -> str | None:

@@ -98,3 +98,12 @@ def test_rewrite_exits_2_with_the_line_and_writes_nothing(tmp_path, capsys, monk
     assert main(["rewrite", "--plan", "plan.yaml", "src", "--apply", "--no-validate"]) == 2
     assert capsys.readouterr().err == f"error: {REFUSED['base_60'][1]}\n"
     assert sorted((p, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()) == before
+
+
+def test_a_signed_number_without_a_leading_digit_gets_what_to_write():
+    """``-.5`` is a float to YAML 1.2 and a string to PyYAML (its float pattern takes a sign only
+    before a digit): the number field says what to write, as ``1e-3`` does."""
+    text = ("version: 1\nactions:\n  - action: bucket\n    target: m.py::f\n    arg: x\n    dim: 1\n"
+            "    buckets: [8]\n    pad_value: -.5\n")
+    with pytest.raises(StackpartError, match=r"PyYAML reads -\.5 as a string, not a number; write -0\.5"):
+        parse_plan(text)
