@@ -9,7 +9,9 @@ The file: ``import torch``, 10,000 functions ``f{i}(x)`` of three lines each, an
 ``torch.compile(f0)`` at the end (50,004 lines). The plan: K actions, alternating ``compile`` and
 ``mark_dynamic`` on ``f0 .. f{K-1}``. Times are in-process (``plan_rewrite`` plus the diff; the
 check's ``check_files`` with all rules, one process), best of ``--reps``; the interpreter's own
-start is left out of both sides. Prints one JSON object.
+start is left out of both sides. ``--table N`` adds ``check`` on a generated data table: N
+lines ``v{i} = {i}`` below one compiled class whose ``forward`` calls ``.item()`` (the one finding
+expected). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--functions", type=int, default=10_000)
     ap.add_argument("--actions", default="2000,10000")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--table", type=int, default=400_000, help="lines of the data-table file (0: skip it)")
     args = ap.parse_args(argv)
 
     import libcst
@@ -91,6 +94,16 @@ def main(argv: list[str]) -> int:
         t_ast = best(lambda: ast.parse(text), args.reps)
         t_check = best(lambda: check_files([str(big)], ALL_RULES, jobs=1), args.reps)
         out["check"] = {"ast_parse_s": round(t_ast, 3), "check_s": round(t_check, 3), "ratio": round(t_check / t_ast, 2)}
+        if args.table:
+            table = root / "table.py"
+            table.write_text("import torch\n\n\nclass M(torch.nn.Module):\n    @torch.compile\n    def forward(self, x):\n"
+                             "        return x.item()\n\n\n" + "".join(f"v{i} = {i}\n" for i in range(args.table)))
+            found: list = []
+            t_ast = best(lambda: ast.parse(table.read_text()), 1)
+            t_check = best(lambda: found.append(check_files([str(table)], ALL_RULES, jobs=1)), 1)
+            findings = [f.code for r in found[-1] for f in r.findings]
+            out["table"] = {"lines": args.table + 9, "bytes": table.stat().st_size, "ast_parse_s": round(t_ast, 3),
+                            "check_s": round(t_check, 3), "findings": findings}
     print(json.dumps(out, indent=2))
     return 0
 
