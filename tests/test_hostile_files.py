@@ -316,12 +316,20 @@ def test_check_discover_keeps_links_inside_the_tree_and_drops_those_leaving_it(t
     (tmp_path / "zero.py").symlink_to("/dev/zero")
     skipped: list[str] = []
     files = runner.discover([str(tmp_path)], skipped)
-    assert sorted(os.path.basename(f) for f in files) == ["in_tree.py", "real.py"]
-    [line] = skipped
-    assert line.startswith(f"{tmp_path / 'zero.py'}: skipped: a symlink to /dev/zero, outside {tmp_path}")
-    # and an in-tree link to another directory of the tree is checked like any file
+    # the link leads to a file the walk finds too: that file is checked once, under its own name
+    # (it was found twice, and "fixed 2 file(s)" for one file)
+    assert sorted(os.path.basename(f) for f in files) == ["real.py"]
+    assert sorted(skipped) == sorted([
+        f"{tmp_path / 'in_tree.py'}: skipped: a symlink to pkg/real.py, checked as {tmp_path / 'pkg' / 'real.py'}",
+        *[line for line in skipped if line.startswith(f"{tmp_path / 'zero.py'}: skipped: a symlink to /dev/zero, outside {tmp_path}")],
+    ]) and len(skipped) == 2, skipped
+    # a link named alone, whose target is not named, is checked like any file
+    files = runner.discover([str(tmp_path / "in_tree.py")])
+    assert files == [str(tmp_path / "in_tree.py")]
     results = runner.check_files(files, ALL_RULES, jobs=1)
     assert all(r.findings and r.error is None and r.skipped is None for r in results)
+    # both named: once, under the file's own name, whichever comes first
+    assert runner.discover([str(tmp_path / "in_tree.py"), str(tmp_path / "pkg" / "real.py")]) == [str(tmp_path / "pkg" / "real.py")]
 
 
 def test_without_a_large_thread_a_deep_file_is_skipped_not_a_crash(monkeypatch):

@@ -121,11 +121,18 @@ def discover(paths: Iterable[str], skipped: list[str] | None = None) -> list[str
         elif path.suffix not in NOT_PYTHON:  # YAML: a plan passed for drift (pre-commit's types_or)
             out.append(given)
     # a file named twice is checked (and reported, and fixed) once, however it is spelt
-    # (``m.py``, ``./m.py``, its absolute path; the first spelling is kept); a link is another
-    # name, kept (what it leads to is read only if regular)
+    # (``m.py``, ``./m.py``, its absolute path, a symlink to it: ``alias.py -> real.py`` found
+    # twice with "fixed 2 file(s)" for one file); the first spelling is kept, except that the
+    # file's own name wins over a link's. A link whose target is not also named is checked as
+    # given (what it leads to is read only if regular).
     first: dict[str, str] = {}
     for f in out:
-        first.setdefault(os.path.abspath(f), f)
+        key = os.path.realpath(f)
+        kept = first.setdefault(key, f)
+        if kept != f and os.path.islink(kept) and not os.path.islink(f):
+            first[key], f = f, kept
+        if first[key] != f and os.path.islink(f) and skipped is not None:
+            skipped.append(f"{f}: skipped: a symlink to {os.readlink(f)}, checked as {first[key]}")
     return list(first.values())
 
 
