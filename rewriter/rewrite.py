@@ -8,6 +8,7 @@ nothing is written unless every action succeeded.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -306,6 +307,25 @@ def _report_covers(loaded: LoadedPlan, src: Path, result: RewriteResult, unsafe:
         return False
 
 
+def hard_linked(src: Path, changes: list[FileChange]) -> list[tuple[str, int]]:
+    """``(relpath, link count)`` of each file to be changed that has more than one hard link:
+    :func:`rewriter.apply.apply_changes` renames a new file over the name (atomic, all or
+    nothing), so only this name gets the new bytes and the others keep the old file, as with
+    ``git checkout`` or an editor's safe save; the apply says so rather than leaving it to be
+    found."""
+    out = []
+    for change in changes:
+        if change.old is None:
+            continue
+        try:
+            links = os.stat(src / change.relpath, follow_symlinks=False).st_nlink
+        except OSError:
+            continue
+        if links > 1:
+            out.append((change.relpath, links))
+    return out
+
+
 def rewrite_command(
     plan_path: str,
     src: str,
@@ -397,6 +417,7 @@ def rewrite_command(
     if apply:
         from .signals import deferred_signals, signal_name
 
+        linked = hard_linked(Path(src), result.changes)
         with deferred_signals() as held:
             try:
                 apply_changes(Path(src), result.changes)
@@ -425,6 +446,10 @@ def rewrite_command(
                 return code
             summary()  # after the write: a failed apply must not leave a summary saying "applied"
             stderr().print(f"applied: {len(result.changes)} file(s) changed under {src}", highlight=False)
+            for rel, links in linked:
+                stderr().print(
+                    f"note: {rel} had {links} hard links: the apply wrote a new file under this name (an atomic "
+                    f"rename), and the other {links - 1} name(s) keep the old bytes", highlight=False)
             if held.late:
                 stderr().print(
                     f"note: {signal_name(held.late[0])} received after the last file was written: "

@@ -601,3 +601,17 @@ def test_no_changes_says_when_actions_were_held_back(tree, capsysbinary, monkeyp
     code, out, err = run(capsysbinary, "rewrite", "--plan", "bucket.yaml", "src")
     assert (code, out) == (0, b"") and "not written" in err
     assert "no changes: 1 action(s) not written (above); src already has the rest" in err
+
+
+def test_apply_over_a_hard_linked_file_says_the_other_names_keep_the_old_bytes(tree, capsysbinary):
+    """--apply renames a new file over each name (atomic, all or nothing), so another hard link
+    to the same file keeps the old bytes: the apply says so, naming the file and its links."""
+    base, src = tree
+    os.link(src / "pkg" / "model.py", base / "model_link.py")
+    old = (base / "model_link.py").read_bytes()
+    code, _, err = rewrite(capsysbinary, base, "--apply")
+    assert code == 0, err
+    assert (src / "pkg" / "model.py").read_bytes() != old and (base / "model_link.py").read_bytes() == old
+    assert ("note: pkg/model.py had 2 hard links: the apply wrote a new file under this name (an atomic rename), "
+            "and the other 1 name(s) keep the old bytes") in err, err
+    assert "run.py had" not in err  # one link only: nothing to say
