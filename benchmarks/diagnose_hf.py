@@ -268,7 +268,7 @@ def search_summary(rung: dict) -> dict:
 
 
 def one_model(name: str, work: Path, *, smoke: bool, timeout: float, steps: int, shapes: list[str] | None = None,
-              runs: int = 1_000_000, restarts: int = 30) -> dict:
+              runs: int = 1_000_000, restarts: int = 30, extra: list[str] | None = None) -> dict:
     """Diagnose one model in a child process, rewrite its plan; the row for the report."""
     _, cls, model_dir, block, _, _ = MODELS[name]
     modeling = f"transformers/models/{model_dir}/modeling_{model_dir}.py"
@@ -285,6 +285,7 @@ def one_model(name: str, work: Path, *, smoke: bool, timeout: float, steps: int,
     cmd += ["--device", "cpu", "--dtype", "float32", "--backend", "eager"] if smoke else ["--device", "cuda", "--dtype", "bfloat16", "--backend", "inductor"]
     for s in SMOKE_SHAPES if smoke else (shapes or GPU_SHAPES):
         cmd += ["--shape", s]
+    cmd += extra or []  # diagnose's own flags passed through (--cold-parallel, --pin)
     t0 = time.perf_counter()
     rc, _, err = run_group(cmd, env, timeout)
     wall = time.perf_counter() - t0
@@ -446,8 +447,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--runs", type=int, default=1_000_000, help="the deployment's steps (Amortization.runs)")
     ap.add_argument("--restarts", type=int, default=30, help="process starts without persisted caches (Amortization.restarts)")
     ap.add_argument("--repeat", type=int, default=1, help="diagnose each model this many times (the search's choice must not flip)")
+    ap.add_argument("--cold-parallel", type=int, default=None, help="diagnose --cold-parallel (default: diagnose's own)")
+    ap.add_argument("--pin", default=None, help="diagnose --pin (default: diagnose's own)")
     args = ap.parse_args(argv)
     started = time.perf_counter()
+    extra = (["--cold-parallel", str(args.cold_parallel)] if args.cold_parallel else []) + (["--pin", args.pin] if args.pin else [])
     names = [n for n in args.only.split(",") if n] or list(MODELS)
     unknown = set(names) - set(MODELS)
     names = [n for n in names for _ in range(max(1, args.repeat))]
@@ -469,7 +473,7 @@ def main(argv: list[str]) -> int:
     payload = {"device": "cpu (smoke)" if args.smoke else torch.cuda.get_device_name(), "torch": torch.__version__, "transformers": tversion,
                "shapes": SMOKE_SHAPES if args.smoke else WORKLOADS[args.workload], "workload": args.workload, "dtype": "float32" if args.smoke else "bfloat16",
                "backend": "eager" if args.smoke else "inductor", "timeout_s": args.timeout, "deadline_s": args.deadline,
-               "runs": args.runs, "restarts": args.restarts, "rows": []}
+               "runs": args.runs, "restarts": args.restarts, "diagnose_flags": extra, "rows": []}
     min_start = args.min_start if args.min_start is not None else (20.0 if args.smoke else 120.0)
     base = Path(tempfile.mkdtemp(prefix="diagnose-hf-"))
     dirs: list[Path] = []
@@ -482,7 +486,8 @@ def main(argv: list[str]) -> int:
                 continue
             work = base / f"{name}-{k}"
             row = one_model(name, work, smoke=args.smoke, timeout=min(args.timeout, left), steps=args.steps,
-                            shapes=None if args.smoke else WORKLOADS[args.workload], runs=args.runs, restarts=args.restarts)
+                            shapes=None if args.smoke else WORKLOADS[args.workload], runs=args.runs, restarts=args.restarts,
+                            extra=extra)
             row["run"] = k
             dirs.append(work / name)
             payload["rows"].append(row)

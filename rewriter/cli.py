@@ -208,6 +208,9 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
                    "with >= 8 CPUs, it overlaps the first candidate's cold phase).")
 @click.option("--pin", type=_Choice(["shared", "fastest", "own", "off"]), default="shared", show_default=True,
               help="Where each timed process's main thread runs on CUDA: shared (all on one core, the one of median speed at a pure-Python loop, a typical core of the host; one process runs at a time), fastest (all on the fastest core: host-bound plans as a dedicated host runs them), own (a core each) or off (the scheduler's).")
+@click.option("--cold-parallel", type=click.IntRange(min=1, max=8), default=None,
+              help="Candidates' cold phases (their first compile per shape) run this many at a time in the search "
+                   "(default: 2 on a GPU host with >= 8 CPUs, else 1; concurrent compiles count what the others take from the CPUs).")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes (one per GPU) under torchrun; > 1 diagnoses collectives across ranks.")
 @click.option("--wrap", type=_Choice(["ddp", "fsdp2", "none"]), default=None,
@@ -223,6 +226,7 @@ def diagnose(ctx: click.Context, harness: str, src: str, output: str, **kw: obje
         kw.pop("no_search")
         kw.pop("no_overlap")
         kw.pop("pin")
+        kw.pop("cold_parallel")
         if kw.pop("entry") is not None:
             raise click.UsageError("--entry is not supported with --nproc")
         if kw.pop("site") is not None:

@@ -41,6 +41,24 @@ def test_the_search_options_carry_the_contexts_pin_and_overlap(tmp_path):
     assert default.pin == "shared" and default.overlap is True
 
 
+def test_cold_parallel_reaches_the_engine_and_defaults_to_the_hosts_rule(tmp_path, monkeypatch):
+    """--cold-parallel N sets how many candidates' cold phases run at a time (H200 runs 29-31: two
+    at a time took 87-110 s of a 134-165 s search); unset, the engine's rule stands (2 on a GPU
+    host with >= 8 CPUs, else 1); 0 is a usage error."""
+    from rewriter.diagnose.context import Context
+    from rewriter.diagnose.search import _options
+
+    seen = _captured(monkeypatch, "rewriter.diagnose.runner.diagnose_command")
+    assert main(["diagnose", "--harness", "harness.py", str(tmp_path), "--cold-parallel", "3"]) == 0
+    assert seen["cold_parallel"] == 3
+    seen.clear()
+    assert main(["diagnose", "--harness", "harness.py", str(tmp_path)]) == 0 and seen["cold_parallel"] is None
+    assert main(["diagnose", "--harness", "harness.py", str(tmp_path), "--cold-parallel", "0"]) == 2
+    session = type("S", (), {"cuda": False})()
+    assert _options(Context(session=session, out_dir=tmp_path, backend="eager", cold_parallel=3), 60.0).parallel_cold == 3
+    assert _options(Context(session=session, out_dir=tmp_path, backend="eager"), 60.0).parallel_cold == 1  # CPU
+
+
 def test_validate_passes_pin_to_the_engine(tmp_path, monkeypatch):
     seen = _captured(monkeypatch, "rewriter.validate.command.validate_command")
     assert main(["validate", "--plan", str(tmp_path / "plan.yaml"), str(tmp_path), "--pin", "own"]) == 0

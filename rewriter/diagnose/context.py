@@ -32,6 +32,8 @@ class Context:
         overlap: ``--no-overlap`` unset: the search's eager reference may overlap the first
             candidate's cold phase (:attr:`rewriter.engine.measure.Options.overlap`).
         pin: ``--pin``, where the search's timed processes run (:attr:`rewriter.engine.measure.Options.pin`).
+        cold_parallel: ``--cold-parallel``, the candidates' cold phases at a time; None: 2 on a
+            GPU host with >= 8 CPUs, else 1 (:attr:`rewriter.engine.measure.Options.parallel_cold`).
     """
 
     session: Session
@@ -43,6 +45,7 @@ class Context:
     site: str | None = None
     overlap: bool = True
     pin: str = "shared"
+    cold_parallel: int | None = None
     results: dict[str, RungResult] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)
 

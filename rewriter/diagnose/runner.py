@@ -158,6 +158,7 @@ def diagnose(
     site: str | None = None,
     overlap: bool = True,
     pin: str = "shared",
+    cold_parallel: int | None = None,
 ) -> Outcome:
     """Run the ladder on the harness and write plan, report.md, report.json, charts and trace.
 
@@ -184,6 +185,8 @@ def diagnose(
         overlap: the search's eager reference may overlap the first candidate's cold phase
             (``--no-overlap``: False); :attr:`rewriter.engine.measure.Options.overlap`.
         pin: where the search's timed processes run (``--pin``): :attr:`rewriter.engine.measure.Options.pin`.
+        cold_parallel: candidates' cold phases at a time (``--cold-parallel``), None for the
+            default (:attr:`rewriter.engine.measure.Options.parallel_cold`).
 
     Raises:
         StackpartError: the harness cannot be loaded (nothing written), or a harness call failed
@@ -217,6 +220,7 @@ def diagnose(
         site=site,
         overlap=overlap,
         pin=pin,
+        cold_parallel=cold_parallel,
     )
     ctx.cache["requested_device"] = requested  # the harness's own (None: unset), for the validation report
     meta = {
@@ -599,7 +603,7 @@ def check_output(harness: str, output: str) -> None:
     )
 
 
-def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str | dict[str, int], ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False, site: str | None = None, no_overlap: bool = False, pin: str = "shared") -> int:
+def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str | dict[str, int], ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False, site: str | None = None, no_overlap: bool = False, pin: str = "shared", cold_parallel: int | None = None) -> int:
     """The ``stackpart diagnose`` command: returns 0 (plan written), 1 (plan written, but the ladder
     stopped at a fragmentation OOM: apply the allocator action and run again); raises
     StackpartError (exit 2)."""
@@ -615,5 +619,5 @@ def diagnose_command(harness: str, src: str, output: str, *, model: str | None, 
         amort = Amortization.model_validate(base)
     only = {n for n, _ in RUNGS} if no_search else None
     outcome = diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry, budget_s=budget, only=only, site=site,
-                       overlap=not no_overlap, pin=pin)
+                       overlap=not no_overlap, pin=pin, cold_parallel=cold_parallel)
     return 1 if outcome.stopped else 0

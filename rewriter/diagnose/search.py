@@ -200,7 +200,7 @@ def _options(ctx: Context, timeout_s: float) -> Any:
         timeout_s=timeout_s,
         # Two compiles at a time on a GPU host with the CPUs for it (H200, 16 cores: the Llama
         # search's cold phases were 140 s one after the other, BENCHMARKS.md run 18).
-        parallel_cold=2 if may_overlap(True, "cuda" if cuda else "cpu") else 1,
+        parallel_cold=ctx.cold_parallel or (2 if may_overlap(True, "cuda" if cuda else "cpu") else 1),  # --cold-parallel
         # a second process per plan on CUDA, where the timing decides (H200 runs 16 and 20b: one
         # slow process flipped the choice); on CPU the gain is not measured with eager
         replicates=2 if cuda else 1,
