@@ -345,6 +345,19 @@ def test_validate_cites_the_site_line_when_the_harness_never_calls_it(tmp_path, 
         "the harness's model function calls to build the model)"], errors
 
 
+@pytest.mark.slow
+def test_validate_nproc_checks_the_site_ran_on_every_rank(tmp_path, lib, capsys, monkeypatch):
+    """Under --nproc the ranks build the model too: a site the harness never calls is the same
+    error at the plan's ``site:`` line (it was the program timed without its library actions)."""
+    src, plan = project(tmp_path, "- action: compile\n  target: fakelib.blocks:Block\n", site="harness.py::unused")
+    (src / "harness.py").write_text(HARNESS + "\n\ndef unused():\n    return build_model()\n")
+    plan.write_text(plan.read_text().replace("version: 1\n", "version: 1\nharness: {file: harness.py, device: cpu}\n"))
+    monkeypatch.chdir(tmp_path)
+    code = main(["validate", "--plan", "plan.yaml", "src", "--nproc", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and "error: plan.yaml:3: rank 0: site (harness.py::unused) never ran: " in err, err
+
+
 def test_drift_check_reads_library_plans_without_importing_them(tmp_path):
     """`check`'s drift (the pre-commit hook, which has neither torch nor the model's packages)
     sees the site's pending change without resolving the library target."""

@@ -141,8 +141,11 @@ def validate_distributed_command(
         trees = materialize(loaded, Path(src), Path(tmp))
         base = run_distributed(spec, trees.original, nproc, out_dir / "original", wrap=wrap,
                                steps=steps, timeout_s=timeout_s)
+        site = ({"target": loaded.plan.site, "path": loaded.path, "line": loaded.site_line}
+                if loaded.plan.site else None)
         cand = run_distributed(spec, trees.rewritten, nproc, out_dir / "plan", wrap=wrap,
-                               settings=settings, steps=steps, timeout_s=timeout_s)
+                               settings=settings, library_modules=trees.result.library_modules, site=site,
+                               steps=steps, timeout_s=timeout_s)
     t0, t1 = _step_s(base), _step_s(cand)
     speedup = t0 / t1 if t1 > 0 else float("inf")
     gated = speed_gate == "on" or (speed_gate == "auto" and spec.device.startswith("cuda"))

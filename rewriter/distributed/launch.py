@@ -60,6 +60,8 @@ def run_distributed(
     *,
     wrap: str | None = None,
     settings: dict[str, Any] | None = None,
+    library_modules: list[str] | None = None,
+    site: dict[str, Any] | None = None,
     warmup: int = 2,
     steps: int = 3,
     with_stack: bool = True,
@@ -83,6 +85,11 @@ def run_distributed(
             ``STACKPART_DISTRIBUTED["wrap"]``, else ``ddp``.
         settings: wrapper settings to run with (``bucket_cap_mb``; ``reshard_after_forward``,
             ``forward_prefetch``), over the harness file's.
+        library_modules, site: the plan's generated ``_stackpart/library.py`` files (relative to
+            ``src``) and its ``site:`` with where it is written: every rank checks that the site
+            ran while the harness built the model (:func:`rewriter.engine.child.site_ran`), as
+            validate's single-process children do, so a plan whose site never runs is an error
+            rather than the program timed without its library actions.
         warmup, steps: warm-up steps, then ``steps`` timed steps and ``steps`` profiled ones.
         with_stack: record Python stacks, to attribute host stalls to file:line.
         threads_per_rank: intra-op threads per CPU rank.
@@ -130,6 +137,8 @@ def run_distributed(
         "steps": steps,
         "with_stack": with_stack,
         "threads": threads_per_rank,
+        "library_modules": list(library_modules or []),
+        "site": site,
     }
     config_path = out / "run.json"
     config_path.write_text(json.dumps(config, indent=2) + "\n")

@@ -144,6 +144,10 @@ def run_rank(cfg: dict[str, Any], rank: int, local_rank: int, world: int) -> dic
         torch.manual_seed(int(cfg.get("seed", 0)))
         h = load_harness(spec, Path(cfg["src"]))
         model, inputs = build(h)
+        if cfg.get("library_modules"):
+            from ..engine.child import site_ran
+
+            site_ran(Path(cfg["src"]), spec, cfg["library_modules"], cfg.get("site"))
         sizes = [p.numel() * p.element_size() for p in model.parameters() if p.requires_grad]
         wrap = cfg["wrap"]
         settings = cfg.get("settings", {})
