@@ -13,7 +13,9 @@ of the project do to it comes in as a :class:`~rewriter.check.project.FileView` 
 
 * a function is *compiled* when it carries ``@torch.compile`` / ``@torch.compile(...)``, when its
   name (``f``, ``self.f``, ``Cls.f``) is passed to ``torch.compile`` in this file, or, for a
-  class's ``forward``, when an instance bound in this file (``m = Cls(...)``) is compiled; and
+  class's ``forward``, when an instance bound in this file (``m = Cls(...)``) is compiled (a
+  top-level class, or one defined in the body of the function that compiles it, which shadows
+  a top-level class of its name, as a nested ``def`` does a top-level one); and
   when the view marks it: a compile in another file reaches it, or it is the ``forward`` of a
   block of a model compiled here or elsewhere (such a site has ``origin`` set and no node);
 * a node is *traced* when its nearest enclosing function is compiled and it is not in a branch
@@ -385,6 +387,38 @@ class FileFacts:
                 return info.methods.get(expr.attr.value)
         return None
 
+    def local_class(self, name: str, at: cst.CSTNode) -> cst.ClassDef | None:
+        """The ``class name`` statement of the body of the function holding ``at``, the last one
+        before the statement holding ``at`` (``def make(): class Inner(nn.Module): ...; return
+        torch.compile(Inner())``), or None (at module level, or no such statement there).
+
+        :attr:`classes` holds the top-level classes only; a class defined and compiled in one
+        function is found here, and it shadows a top-level class of the same name, as in Python.
+        Only the function's own statements are looked at (not those under an ``if``), as
+        :meth:`_target_function` does for a nested ``def``.
+        """
+        scope = self.scope_of(at)
+        if scope is self.module or "." in name:
+            return None
+        holders = set(self.ancestors(at)) | {at}
+        found = None
+        for stmt in getattr(getattr(scope, "body", None), "body", ()):
+            if stmt in holders:
+                break
+            if isinstance(stmt, cst.ClassDef) and stmt.name.value == name:
+                found = stmt
+        return found
+
+    def _forward_of(self, name: str, at: cst.CSTNode) -> cst.FunctionDef | None:
+        """The own ``forward`` of class ``name`` as seen at ``at``: a class of the enclosing
+        function (:meth:`local_class`), else a top-level class of this file; None otherwise."""
+        local = self.local_class(name, at)
+        if local is not None:
+            return next((s for s in getattr(local.body, "body", ())
+                         if isinstance(s, cst.FunctionDef) and s.name.value == "forward"), None)
+        info = self.classes.get(name)
+        return info.methods.get("forward") if info is not None else None
+
     def _resolve_compiled(self) -> None:
         for call in self.compile_calls:
             target, _ = self.compile_target(call)
@@ -396,15 +430,15 @@ class FileFacts:
                 self._mark(func, CompileSite(call, fullgraph, mode))
                 continue
             cls = self.class_of(target, call)
-            if cls is not None and cls[0] in self.classes:
-                fwd = self.classes[cls[0]].methods.get("forward")
+            if cls is not None:
+                fwd = self._forward_of(cls[0], call)
                 self._mark(fwd, CompileSite(call, fullgraph, mode, whole_model=True))
         for call in self.method_compile_calls:
             assert isinstance(call.func, cst.Attribute)
             cls = self.class_of(call.func.value, call)
-            if cls is not None and cls[0] in self.classes:
+            if cls is not None:
                 fullgraph, mode = options(call)
-                fwd = self.classes[cls[0]].methods.get("forward")
+                fwd = self._forward_of(cls[0], call)
                 self._mark(fwd, CompileSite(call, fullgraph, mode, whole_model=True))
         self._apply_view()
 
