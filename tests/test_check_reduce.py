@@ -150,6 +150,24 @@ def make_decorated():
         def forward(self, x):
             return x.item()  # SP103
     return Decorated()
+
+
+def make_in_branch(flag):
+    if flag:
+        class Branch(nn.Module):
+            def forward(self, x):
+                return x.tolist()  # SP103
+        return torch.compile(Branch())
+    return None
+
+
+def make_step_in_try():
+    try:
+        def guarded(x):
+            return x.item()  # SP103
+        return torch.compile(guarded)
+    except RuntimeError:
+        return None
 '''
 
 
@@ -159,23 +177,24 @@ def _lines_of(text: str, needle: str) -> list[int]:
 
 def test_a_class_or_def_compiled_in_the_function_that_defines_it_is_checked(tmp_path):
     """``torch.compile(Inner())`` / ``m.compile()`` of a class of the same function reaches its
-    ``forward`` (it had no finding: only top-level classes were looked up), as a nested ``def``
-    passed to torch.compile and a decorated nested ``forward`` already were; buried among
-    definitions the reduction drops, the findings are at the original lines."""
+    ``forward`` (it had no finding: only top-level classes were looked up), also under an ``if``,
+    and so does a nested ``def`` under a ``try`` (one in the function's own body and a decorated
+    nested ``forward`` already were reached). Buried among definitions the reduction drops, the findings are at the original
+    lines."""
     text = _buried(NESTED)
     path = tmp_path / "nested.py"
     path.write_text(text)
     [result] = check_files([str(path)], ALL_RULES, jobs=1)
     assert result.error is None and result.skipped is None
     nested = _lines_of(text, "# SP103")
-    assert len(nested) == 4
+    assert len(nested) == 6
     assert sorted((f.code, f.line) for f in result.findings) == [("SP103", n) for n in nested]
     assert _key(result.findings) == _key(check_text(text, str(path), ALL_RULES).findings)
 
 
 def test_a_nested_class_not_compiled_where_it_is_defined_has_no_finding(tmp_path):
-    """Not compiled, or compiled by name in another function (where that name is no class of
-    this file): no finding, and no error."""
+    """Not compiled, compiled by name in another function (where that name is no class of this
+    file), or named before its ``class`` statement: no finding, and no error."""
     text = '''\
 import torch
 from torch import nn
@@ -190,6 +209,14 @@ def plain():
 
 def elsewhere():
     return torch.compile(Eager())
+
+
+def too_late():
+    m = torch.compile(Late())
+    class Late(nn.Module):
+        def forward(self, x):
+            return x.item()
+    return m
 '''
     path = tmp_path / "plain.py"
     path.write_text(text)
