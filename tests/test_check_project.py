@@ -438,3 +438,19 @@ def test_cli_flag_turns_the_project_off(proj, capsys):
     assert main(["check", "-j", "1", "models/layers.py"]) == 1
     assert f"models/layers.py:{ITEM_LINE}:{ITEM_COL}: SP103" in capsys.readouterr().out
     assert main(["check", "-j", "1", "--no-project", "models/layers.py"]) == 0
+
+
+def test_a_class_defined_and_compiled_in_one_function_is_not_the_imported_one(proj):
+    """``torch.compile(Inner())`` inside the function that defines ``class Inner`` reaches that
+    class (SP103 in train.py), not a project class of the same name the file imports."""
+    _write(proj, {
+        "utils.py": "from torch import nn\n\n\nclass Inner(nn.Module):\n    def forward(self, x):\n"
+                    "        return x.item()\n",
+        "train.py": "import torch\nfrom torch import nn\nfrom utils import Inner\n\n\ndef make():\n"
+                    "    class Inner(nn.Module):\n        def forward(self, x):\n            return x.tolist()\n"
+                    "    return torch.compile(Inner())\n",
+    })
+    found, _ = _found(["train.py"])
+    assert found == {("train.py", 9, "SP103")}
+    found, _ = _found(["utils.py"])
+    assert found == set()

@@ -113,3 +113,173 @@ def test_code_for_a_newer_python_is_checked_by_libcst_alone(tmp_path):
     broken.write_text("import torch\nm = torch.compile(f\n")
     [bad] = check_files([str(broken)], ALL_RULES, jobs=1)
     assert bad.error and "syntax error" in bad.error
+
+
+# --- classes and functions defined inside the function that compiles them ------------------------
+
+NESTED = '''\
+import torch
+from torch import nn
+
+
+def make_model():
+    class Inner(nn.Module):
+        def forward(self, x):
+            return x.item()  # SP103
+    return torch.compile(Inner())
+
+
+def make_bound():
+    class Bound(nn.Module):
+        def forward(self, x):
+            return x.tolist()  # SP103
+    m = Bound()
+    m.compile()
+    return m
+
+
+def make_step():
+    def helper(x):
+        return x.item()  # SP103
+    return torch.compile(helper)
+
+
+def make_decorated():
+    class Decorated(nn.Module):
+        @torch.compile
+        def forward(self, x):
+            return x.item()  # SP103
+    return Decorated()
+
+
+def make_in_branch(flag):
+    if flag:
+        class Branch(nn.Module):
+            def forward(self, x):
+                return x.tolist()  # SP103
+        return torch.compile(Branch())
+    return None
+
+
+def make_step_in_try():
+    try:
+        def guarded(x):
+            return x.item()  # SP103
+        return torch.compile(guarded)
+    except RuntimeError:
+        return None
+'''
+
+
+def _lines_of(text: str, needle: str) -> list[int]:
+    return [i for i, line in enumerate(text.splitlines(), 1) if needle in line]
+
+
+def test_a_class_or_def_compiled_in_the_function_that_defines_it_is_checked(tmp_path):
+    """``torch.compile(Inner())`` / ``m.compile()`` of a class of the same function reaches its
+    ``forward`` (it had no finding: only top-level classes were looked up), also under an ``if``,
+    and so does a nested ``def`` under a ``try`` (one in the function's own body and a decorated
+    nested ``forward`` already were reached). Buried among definitions the reduction drops, the findings are at the original
+    lines."""
+    text = _buried(NESTED)
+    path = tmp_path / "nested.py"
+    path.write_text(text)
+    [result] = check_files([str(path)], ALL_RULES, jobs=1)
+    assert result.error is None and result.skipped is None
+    nested = _lines_of(text, "# SP103")
+    assert len(nested) == 6
+    assert sorted((f.code, f.line) for f in result.findings) == [("SP103", n) for n in nested]
+    assert _key(result.findings) == _key(check_text(text, str(path), ALL_RULES).findings)
+
+
+def test_a_nested_class_not_compiled_where_it_is_defined_has_no_finding(tmp_path):
+    """Not compiled, compiled by name in another function (where that name is no class of this
+    file), or named before its ``class`` statement: no finding, and no error."""
+    text = '''\
+import torch
+from torch import nn
+
+
+def plain():
+    class Eager(nn.Module):
+        def forward(self, x):
+            return x.item()
+    return Eager()
+
+
+def elsewhere():
+    return torch.compile(Eager())
+
+
+def too_late():
+    m = torch.compile(Late())
+    class Late(nn.Module):
+        def forward(self, x):
+            return x.item()
+    return m
+'''
+    path = tmp_path / "plain.py"
+    path.write_text(text)
+    [result] = check_files([str(path)], ALL_RULES, jobs=1)
+    assert result.error is None and result.skipped is None
+    assert result.findings == []
+
+
+def test_a_nested_class_shadows_the_top_level_class_of_its_name(tmp_path):
+    """Compiling the class (or def) of a function does not reach the top-level one of the same
+    name (the class did: the file's own facts and its summary both looked it up at the top
+    level; the def did through the summary)."""
+    text = '''\
+import torch
+from torch import nn
+
+
+class Inner(nn.Module):
+    def forward(self, x):
+        return x.item()
+
+
+def make():
+    class Inner(nn.Module):
+        def forward(self, x):
+            return x.tolist()
+    return torch.compile(Inner())
+
+
+def step(x):
+    return x.item()
+
+
+def make_step():
+    def step(x):
+        return x + 1
+    return torch.compile(step)
+'''
+    path = tmp_path / "shadow.py"
+    path.write_text(text)
+    [result] = check_files([str(path)], ALL_RULES, jobs=1)
+    assert [(f.code, f.line) for f in result.findings] == [("SP103", 13)]
+
+
+def test_fix_rewrites_a_nested_compile_and_keeps_the_nested_finding(tmp_path):
+    """``check --fix`` (the whole text, no reduction) on code inside a function: SP102's fix
+    applies, and the nested class's SP103 stays at its line."""
+    text = '''\
+import torch
+from torch import nn
+
+
+def make():
+    class Inner(nn.Module):
+        def forward(self, x):
+            return x.tolist()
+    m = Inner()
+    m = torch.compile(m)
+    torch.save(m.state_dict(), "ckpt.pt")
+    return m
+'''
+    path = tmp_path / "fix.py"
+    path.write_text(text)
+    [result] = check_files([str(path)], ALL_RULES, fix=True, jobs=1)
+    assert result.fixed is not None and "    m.compile()\n" in result.fixed
+    assert [(f.code, f.line) for f in result.findings] == [("SP103", 8)]

@@ -13,7 +13,9 @@ of the project do to it comes in as a :class:`~rewriter.check.project.FileView` 
 
 * a function is *compiled* when it carries ``@torch.compile`` / ``@torch.compile(...)``, when its
   name (``f``, ``self.f``, ``Cls.f``) is passed to ``torch.compile`` in this file, or, for a
-  class's ``forward``, when an instance bound in this file (``m = Cls(...)``) is compiled; and
+  class's ``forward``, when an instance bound in this file (``m = Cls(...)``) is compiled (a
+  top-level class, or one defined in the body of the function that compiles it, which shadows
+  a top-level class of its name, as a nested ``def`` does a top-level one); and
   when the view marks it: a compile in another file reaches it, or it is the ``forward`` of a
   block of a model compiled here or elsewhere (such a site has ``origin`` set and no node);
 * a node is *traced* when its nearest enclosing function is compiled and it is not in a branch
@@ -26,8 +28,9 @@ of the project do to it comes in as a :class:`~rewriter.check.project.FileView` 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import libcst as cst
 import libcst.matchers as m
@@ -137,6 +140,27 @@ def options(call: cst.Call | None) -> tuple[bool | None, str | None]:
         return None, None
     fg, mode = keyword(call, "fullgraph"), keyword(call, "mode")
     return literal_bool(fg.value if fg else None), literal_str(mode.value if mode else None)
+
+
+DefT = TypeVar("DefT", cst.FunctionDef, cst.ClassDef)
+_CLAUSES = (cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler, cst.MatchCase)
+
+
+def _suite_statements(node: cst.CSTNode) -> Iterator[cst.BaseStatement]:
+    """The statements of ``node``'s blocks in source order, those nested in compound statements
+    (an ``if``'s body, ``elif`` and ``else``, a ``try``'s handlers, ...) included; the body of a
+    nested ``def`` or ``class`` is not entered."""
+    for child in node.children:
+        if isinstance(child, cst.IndentedBlock):
+            for stmt in child.body:
+                yield stmt
+                if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                    yield from _suite_statements(stmt)
+        elif isinstance(child, cst.If):  # an elif
+            yield child
+            yield from _suite_statements(child)
+        elif isinstance(child, _CLAUSES):
+            yield from _suite_statements(child)
 
 
 class FileFacts:
@@ -369,11 +393,8 @@ class FileFacts:
     def _target_function(self, expr: cst.BaseExpression, at: cst.CSTNode) -> cst.FunctionDef | None:
         """The function of this file that ``expr`` names (``f``, ``self.f``, ``Cls.f``), or None."""
         if isinstance(expr, cst.Name):
-            scope = self.scope_of(at)
-            for stmt in getattr(getattr(scope, "body", None), "body", ()) if scope is not self.module else ():
-                if isinstance(stmt, cst.FunctionDef) and stmt.name.value == expr.value:
-                    return stmt
-            return self.functions.get(expr.value)
+            local = self.local_definition(expr.value, at, cst.FunctionDef)
+            return local if local is not None else self.functions.get(expr.value)
         if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
             owner = expr.value.value
             if owner == "self":
@@ -384,6 +405,39 @@ class FileFacts:
             if info is not None:
                 return info.methods.get(expr.attr.value)
         return None
+
+    def local_definition(self, name: str, at: cst.CSTNode, kind: type[DefT]) -> DefT | None:
+        """The ``def name`` / ``class name`` statement (``kind``) of the function holding ``at``,
+        the last one before ``at`` (``def make(): class Inner(nn.Module): ...; return
+        torch.compile(Inner())``), or None (at module level, or no such statement there).
+
+        :attr:`classes` and :attr:`functions` hold the top-level definitions only; one defined and
+        compiled in a function is found here, and it shadows a top-level one of the same name, as
+        in Python. The function's statements are read in source order, those under an ``if``,
+        ``with``, ``try``, ``for`` or ``match`` included, not those of a nested ``def`` or ``class``
+        (their own scope); a statement after ``at`` does not bind the name when ``at`` runs.
+        """
+        scope = self.scope_of(at)
+        if scope is self.module or "." in name:
+            return None
+        stop = next((a for a in self.ancestors(at) if isinstance(a, cst.BaseStatement)), None)
+        found = None
+        for stmt in _suite_statements(scope):
+            if stmt is stop:
+                break
+            if isinstance(stmt, kind) and stmt.name.value == name:
+                found = stmt
+        return found
+
+    def _forward_of(self, name: str, at: cst.CSTNode) -> cst.FunctionDef | None:
+        """The own ``forward`` of class ``name`` as seen at ``at``: a class of the enclosing
+        function (:meth:`local_definition`), else a top-level class of this file; None otherwise."""
+        local = self.local_definition(name, at, cst.ClassDef)
+        if local is not None:
+            return next((s for s in getattr(local.body, "body", ())
+                         if isinstance(s, cst.FunctionDef) and s.name.value == "forward"), None)
+        info = self.classes.get(name)
+        return info.methods.get("forward") if info is not None else None
 
     def _resolve_compiled(self) -> None:
         for call in self.compile_calls:
@@ -396,15 +450,15 @@ class FileFacts:
                 self._mark(func, CompileSite(call, fullgraph, mode))
                 continue
             cls = self.class_of(target, call)
-            if cls is not None and cls[0] in self.classes:
-                fwd = self.classes[cls[0]].methods.get("forward")
+            if cls is not None:
+                fwd = self._forward_of(cls[0], call)
                 self._mark(fwd, CompileSite(call, fullgraph, mode, whole_model=True))
         for call in self.method_compile_calls:
             assert isinstance(call.func, cst.Attribute)
             cls = self.class_of(call.func.value, call)
-            if cls is not None and cls[0] in self.classes:
+            if cls is not None:
                 fullgraph, mode = options(call)
-                fwd = self.classes[cls[0]].methods.get("forward")
+                fwd = self._forward_of(cls[0], call)
                 self._mark(fwd, CompileSite(call, fullgraph, mode, whole_model=True))
         self._apply_view()
 

@@ -25,6 +25,11 @@ submodules it calls):
 Every submodule built in ``__init__`` counts, whether or not ``forward`` calls it (an
 over-approximation: a submodule used only outside ``forward`` is taken as traced too).
 
+A class or ``def`` defined inside a function is no project name: compiled in that function, it
+is the file's own facts that reach it (:meth:`.facts.FileFacts.local_definition`), and the
+summary records no site for it, so a top-level or imported one of the same name is not reached
+in its place.
+
 A function under ``@torch.compiler.disable`` is never reached. Calls from a compiled function
 into plain helper functions are not followed (no call graph): the rules see what a compiled
 function's own body does.
@@ -87,7 +92,7 @@ from dataclasses import dataclass, field
 CACHE_DIR = ".stackpart_cache"
 CACHE_FILE = "project-v1.json"
 #: Bumped when the summary's format or meaning changes (an old cache is then ignored).
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 ROOT_MARKERS = ("pyproject.toml", ".git")
 #: Folders never walked for project files (besides hidden ones): not the user's code.
 SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", CACHE_DIR})
@@ -187,6 +192,10 @@ class _Summarizer:
         self.bindings: dict[tuple[str, str], tuple] = {}
         self.cls: list[str] = []
         self.func: list[str] = []
+        # (scope, name) of a class or def statement inside a function: a name the file's own facts
+        # resolve (FileFacts.local_definition), never a top-level or imported one
+        self.local: set[tuple[str, str]] = set()
+        self.kinds: list[str] = []  # "class"/"def" of each enclosing statement, innermost last
 
     def _may_compile(self, stmt: ast.stmt) -> bool:
         lines = self.compile_lines
@@ -238,11 +247,17 @@ class _Summarizer:
             return self.class_of(func.value, scope, depth + 1)
         if isinstance(func, ast.Attribute) and func.attr in CONSTRUCTORS:
             func = func.value
+        if isinstance(func, ast.Name) and (scope, func.id) in self.local:
+            return None  # a class of the function itself (it shadows a top-level one)
         name = self.qualify(func)
         return ("cls", name) if name is not None else None
 
     def function_target(self, expr: ast.expr) -> str | None:
-        """``f`` / ``Cls.f`` / ``self.f`` naming a function (qualified), else None."""
+        """``f`` / ``Cls.f`` / ``self.f`` naming a function (qualified), else None (also for a
+        ``def``/``class`` of the enclosing function, :attr:`local`)."""
+        head = expr.value if isinstance(expr, ast.Attribute) else expr
+        if isinstance(head, ast.Name) and (self.scope(), head.id) in self.local:
+            return None
         if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self" and self.cls:
             return f"{self.cls[-1]}.{expr.attr}"
         if isinstance(expr, ast.Name) and self.defs.get(expr.id) == "def":
@@ -351,8 +366,12 @@ class _Summarizer:
                 "bases": [b for b in (self.qualify(e) for e in node.bases) if b],
                 "methods": [], "disabled": [], "children": {}, "repeated": [],
             })
+        if self.kinds and self.kinds[-1] == "def":
+            self.local.add((self.scope(), node.name))
         self.cls.append(node.name if top else f"<nested {node.name}>")
+        self.kinds.append("class")
         self.body(node.body)
+        self.kinds.pop()
         self.cls.pop()
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scan: bool) -> None:
@@ -372,9 +391,13 @@ class _Summarizer:
                 self.sites.append(["forward", self.cls[-1], None, fg, mode, dec.lineno])
         if scan:
             self._scan(*(d for d in node.decorator_list if isinstance(d, ast.Call)))
+        if self.kinds and self.kinds[-1] == "def":
+            self.local.add((self.scope(), node.name))
         owner = f"{self.cls[-1]}.{node.name}" if info is not None else (f"{self.scope()}.{node.name}" if self.func else node.name)
         self.func.append(owner)
+        self.kinds.append("def")
         self.body(node.body)
+        self.kinds.pop()
         self.func.pop()
 
     # bindings -------------------------------------------------------------------------------
