@@ -168,15 +168,31 @@ def reduce_source(
             if j not in kept:
                 kept.add(j)
                 todo.append(j)
-    dropped = [s for i, s in enumerate(tree.body) if i not in kept]
+    # Statements sharing a line (``A = 1; m = torch.compile(M())``) go or stay together: whole
+    # lines are dropped, so a dropped one would take the kept one's code with it.
+    body = tree.body
+    for order in (range(len(body) - 1), range(len(body) - 2, -1, -1)):  # a chain A = 1; B = 2; kept()
+        for i in order:
+            if (i in kept) != (i + 1 in kept) and (body[i].end_lineno or body[i].lineno) >= _first_line(body[i + 1]):
+                kept.update((i, i + 1))
+    dropped = [i for i in range(len(body)) if i not in kept]
     if not dropped:
         return text, None
     lines = _LINE.findall(text)
     gone = [False] * len(lines)
-    for stmt in dropped:
+    for i in dropped:
+        stmt = body[i]
         end = min(stmt.end_lineno or stmt.lineno, len(lines))
-        for k in range(_first_line(stmt) - 1, end):
+        start = _first_line(stmt) - 1
+        for k in range(start, end):
             gone[k] = True
+        # The own-line comments just above it (a '# stackpart: ignore' for its first line) go too:
+        # left, the last would cover the next kept line instead. Not a line of the statement
+        # before (a string's line that starts with '#').
+        above = 0 if i == 0 else (body[i - 1].end_lineno or body[i - 1].lineno)
+        while start > above and lines[start - 1].lstrip().startswith("#"):
+            start -= 1
+            gone[start] = True
         while end < len(lines) and not lines[end].strip():  # the blank lines after it too
             gone[end] = True
             end += 1

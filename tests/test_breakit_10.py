@@ -1,0 +1,38 @@
+"""Break-it round 10: what today's changes missed."""
+
+from __future__ import annotations
+
+import pytest
+
+from rewriter.check.engine import check_text
+from rewriter.check.rules import ALL_RULES
+from rewriter.check.runner import check_files
+
+MARK = "torch._dynamo.mark_dynamic(x, 1, min=1, max=4096)"
+
+
+def _key(findings):
+    return [(f.code, f.line, f.col, f.end_line, f.end_col) for f in findings]
+
+
+@pytest.mark.parametrize("text", [
+    # a data assignment sharing its line with a kept statement: the line went with it
+    f"import torch\n\nA = 1; {MARK}\n",
+    f"import torch\n\n{MARK}; A = 1\n",
+    f"import torch\n\nA = [1,\n     2]; {MARK}\n",
+    f"import torch\n\nA = 1; B = 2; {MARK}; C = 3; D = 4\nE = 5\n",
+    # an own-line suppression for the dropped line came to cover the next kept one
+    f"import torch\n\n# stackpart: ignore\nA = 1\n{MARK}\n",
+    f"import torch\n\n# stackpart: ignore\n# stackpart: ignore\nA = 1\n{MARK}\n",
+    f"import torch\n\n# stackpart: ignore[SP106]\ndef unused():\n    pass\n{MARK}\n",
+    # a string's last line starting with '#' is the kept statement's, not a comment
+    f'import torch\n\ns = """\n# stackpart: ignore"""\nA = 1\n{MARK}\n',
+], ids=["data-then-kept", "kept-then-data", "multiline-data-then-kept", "chain", "pragma-above-data",
+        "two-pragmas-above-data", "pragma-above-def", "string-line-like-a-comment"])
+def test_reduced_check_finds_what_the_whole_file_check_finds(tmp_path, text):
+    path = tmp_path / "m.py"
+    path.write_text(text)
+    whole = check_text(text, str(path), ALL_RULES)
+    [reduced] = check_files([str(path)], ALL_RULES, jobs=1)
+    assert whole.findings, "the case must have a finding"
+    assert _key(reduced.findings) == _key(whole.findings)
