@@ -36,3 +36,16 @@ def test_reduced_check_finds_what_the_whole_file_check_finds(tmp_path, text):
     [reduced] = check_files([str(path)], ALL_RULES, jobs=1)
     assert whole.findings, "the case must have a finding"
     assert _key(reduced.findings) == _key(whole.findings)
+
+
+def test_a_chain_of_links_says_each_link_is_checked_as_the_file_itself(tmp_path):
+    from rewriter.check.runner import discover
+
+    (tmp_path / "real.py").write_text("import torch\n")
+    (tmp_path / "a.py").symlink_to("b.py")
+    (tmp_path / "b.py").symlink_to("real.py")
+    skipped: list[str] = []
+    assert discover([str(tmp_path), str(tmp_path / "a.py")], skipped) == [str(tmp_path / "real.py")]
+    # b.py was 'checked as .../a.py', a name itself skipped; a.py named twice is said once
+    assert skipped == [f"{tmp_path}/a.py: skipped: a symlink to b.py, checked as {tmp_path}/real.py",
+                       f"{tmp_path}/b.py: skipped: a symlink to real.py, checked as {tmp_path}/real.py"]

@@ -130,9 +130,15 @@ def discover(paths: Iterable[str], skipped: list[str] | None = None) -> list[str
         key = os.path.realpath(f)
         kept = first.setdefault(key, f)
         if kept != f and os.path.islink(kept) and not os.path.islink(f):
-            first[key], f = f, kept
-        if first[key] != f and os.path.islink(f) and skipped is not None:
-            skipped.append(f"{f}: skipped: a symlink to {os.readlink(f)}, checked as {first[key]}")
+            first[key] = f
+    # said once the names are settled: in a chain a.py -> b.py -> real.py, b.py is checked as
+    # real.py (it was 'checked as a.py', a name that was itself skipped)
+    said: set[str] = set()
+    for f in out:
+        checked = first[os.path.realpath(f)]
+        if checked != f and f not in said and os.path.islink(f) and skipped is not None:
+            said.add(f)
+            skipped.append(f"{f}: skipped: a symlink to {os.readlink(f)}, checked as {checked}")
     return list(first.values())
 
 
