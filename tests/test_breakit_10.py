@@ -49,3 +49,14 @@ def test_a_chain_of_links_says_each_link_is_checked_as_the_file_itself(tmp_path)
     # b.py was 'checked as .../a.py', a name itself skipped; a.py named twice is said once
     assert skipped == [f"{tmp_path}/a.py: skipped: a symlink to b.py, checked as {tmp_path}/real.py",
                        f"{tmp_path}/b.py: skipped: a symlink to real.py, checked as {tmp_path}/real.py"]
+
+
+def test_a_file_reached_through_a_linked_directory_is_checked_under_its_own_name(tmp_path):
+    from rewriter.check.runner import discover
+
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "real.py").write_text("import torch\n")
+    (tmp_path / "elink").symlink_to("e")
+    real = str(tmp_path.resolve() / "e" / "real.py")
+    found = discover([str(tmp_path.resolve() / "elink"), str(tmp_path.resolve() / "e")], [])
+    assert found == [real]  # was elink/real.py, the first spelling, though the file's own name was named

@@ -83,6 +83,13 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def _link_rank(path: str, real: str) -> tuple[bool, bool]:
+    """Which of a file's names :func:`discover` keeps (the smaller): one that is no link before
+    one that is, and one that passes through no linked directory (``e/m.py``) before one that
+    does (``elink/m.py``, ``elink -> e``)."""
+    return os.path.islink(path), real != os.path.abspath(path)
+
+
 def discover(paths: Iterable[str], skipped: list[str] | None = None) -> list[str]:
     """The Python files named by ``paths``: files as given, directories walked for ``*.py``.
 
@@ -129,7 +136,7 @@ def discover(paths: Iterable[str], skipped: list[str] | None = None) -> list[str
     for f in out:
         key = os.path.realpath(f)
         kept = first.setdefault(key, f)
-        if kept != f and os.path.islink(kept) and not os.path.islink(f):
+        if kept != f and _link_rank(f, key) < _link_rank(kept, key):
             first[key] = f
     # said once the names are settled: in a chain a.py -> b.py -> real.py, b.py is checked as
     # real.py (it was 'checked as a.py', a name that was itself skipped)
