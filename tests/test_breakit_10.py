@@ -60,3 +60,20 @@ def test_a_file_reached_through_a_linked_directory_is_checked_under_its_own_name
     real = str(tmp_path.resolve() / "e" / "real.py")
     found = discover([str(tmp_path.resolve() / "elink"), str(tmp_path.resolve() / "e")], [])
     assert found == [real]  # was elink/real.py, the first spelling, though the file's own name was named
+
+
+def test_a_candidate_that_does_not_pay_back_wins_no_tie():
+    """One process per plan: b's noisy rounds tie it with a (the interval contains 1), b compiles
+    for less but its net is negative. It was chosen by the tie and then replaced by as-is, which
+    nothing tied with: a KeyError building a's status (and as-is chosen over a's 5 s net)."""
+    from rewriter.diagnose.decide import decide
+
+    def row(step, comp=0.0):
+        return {"step_ms": step, "compile_s_per_start": comp, "problems": []}
+
+    rows = {"as-is": row(20.0), "a": row(10.0, 5.0), "b": row(19.9, 1.0)}
+    samples = [{"as-is": [0.02] * 10, "a": [0.01] * 10, "b": [0.001, 0.039, 0.005, 0.03, 0.01] * 2}]
+    c = decide(rows, ["a", "b", "as-is"], samples, 1000, 1, True)
+    assert c.chosen == "a", c.status
+    assert c.status["b"].startswith("does not pay back"), c.status
+    assert "tied" not in c.text, c.text

@@ -173,7 +173,7 @@ def decide(
                        "and is reported, not decided on")
         if n not in why_tied and close_net:
             why_tied[n] = f"the nets {net[best] - net[n]:,.0f} s apart, within {net_band:.1%} of the best step over the runs"
-        if n in why_tied:
+        if n in why_tied and (n == "as-is" or (net[n] or 0) > 0):  # one that does not pay back wins no tie
             tied.append(n)
     chosen = min(tied, key=lambda n: (compile_cost_s(rows[n], restarts), order.index(n)))
     if net[chosen] is not None and net[chosen] <= 0 and chosen != "as-is":
