@@ -77,3 +77,18 @@ def test_a_candidate_that_does_not_pay_back_wins_no_tie():
     assert c.chosen == "a", c.status
     assert c.status["b"].startswith("does not pay back"), c.status
     assert "tied" not in c.text, c.text
+
+
+def test_a_loser_with_a_larger_net_than_the_tie_winner_is_not_said_to_have_less():
+    """b ties the best (a) by its wide interval and wins on compile; d, 5% slower than a and not
+    tied, nets more than b: its status said 'net 90 s < 49 s of 'b''."""
+    from rewriter.diagnose.decide import decide
+
+    def row(step, comp=0.0):
+        return {"step_ms": step, "compile_s_per_start": comp, "problems": []}
+
+    rows = {"as-is": row(20.0), "a": row(10.0, 5.0), "b": row(15.0, 1.0), "d": row(10.5, 5.0)}
+    samples = [{"as-is": [0.02] * 10, "a": [0.01] * 10, "b": [0.001, 0.039, 0.005, 0.03, 0.01] * 2, "d": [0.0105] * 10}]
+    c = decide(rows, ["a", "b", "d", "as-is"], samples, 10_000, 1, True)
+    assert c.chosen == "b", c.status
+    assert " < " not in c.status["d"] and "not within the noise of 'a'" in c.status["d"], c.status

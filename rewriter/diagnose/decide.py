@@ -191,6 +191,10 @@ def decide(
             else:
                 status[n] = (f"within the noise of {best!r} (step {rows[n]['step_ms']:.3f} vs {rows[best]['step_ms']:.3f} ms, "
                              f"net {net[n]:,.0f} vs {net[best]:,.0f} s: {why_tied[n]}); {chosen!r} compiles for less")
+        elif net[n] is not None and net[chosen] is not None and net[n] >= net[chosen]:
+            # above the chosen one's net, which won by its tie with the best (a wide interval)
+            status[n] = (f"net {net[n]:,.0f} s, not within the noise of {best!r} ({net[best]:,.0f} s), which {chosen!r} "
+                         f"(net {net[chosen]:,.0f} s) is and compiles for less") + (f" ({wide[n]})" if n in wide else "")
         else:
             status[n] = f"net {net[n]:,.0f} s < {net[chosen]:,.0f} s of {chosen!r}" + (f" ({wide[n]})" if n in wide else "")
     if chosen == "as-is":
