@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rewriter.diagnose.decide import decide  # noqa: E402
+from rewriter.diagnose.decide import decide, noise_bands  # noqa: E402
 
 
 def rows_of(search: dict) -> tuple[dict[str, dict], list[str]]:
@@ -55,7 +55,7 @@ def redecide(path: Path) -> list[dict]:
         noise = search.get("noise")
         c = decide(rows, order, [], int(payload.get("runs", 1_000_000)), int(payload.get("restarts", 30)), True, noise)
         out.append({"file": str(path), "model": row.get("model"), "run": row.get("run", k), "then": search.get("chosen"),
-                    "now": c.chosen, "band": f"{max(0.02, noise['share']):.1%} measured" if noise else "assumed (one process per plan)",
+                    "now": c.chosen, "band": f"{noise_bands(noise)[0]:.1%} measured" if noise else "assumed (one process per plan)",
                     "steps": ", ".join(f"{n} {rows[n]['step_ms']:.2f}" for n in order if rows[n]["step_ms"] is not None)})
     return out
 

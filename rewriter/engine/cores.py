@@ -57,6 +57,10 @@ def core_speeds(cores: list[int]) -> dict[int, float]:
     return out
 
 
+#: The ``pin`` modes that put every timed process on one core measured by :func:`core_speeds`.
+ONE_CORE_MODES = ("shared", "fastest")
+
+
 def pin_plan(names: list[str], cores: list[int], mode: str = "own", speeds: dict[int, float] | None = None) -> dict[str, int]:
     """The CPU core each timed process's main thread is pinned to, from ``cores`` (the parent's
     affinity), leaving the lowest two for the parent, interrupts and the driver's threads:
@@ -66,7 +70,7 @@ def pin_plan(names: list[str], cores: list[int], mode: str = "own", speeds: dict
     without speeds); both empty with fewer than 3 cores; ``own``, distinct cores from the top
     (empty with fewer than ``len(names) + 2``); ``off``, empty (no pinning)."""
     cores = sorted(cores)
-    if mode in ("shared", "fastest"):
+    if mode in ONE_CORE_MODES:
         if len(cores) < 3:
             return {}
         pool = cores[2:]

@@ -756,14 +756,14 @@ def interleave(
     if opts.pin not in PIN_MODES:
         raise ValueError(f"Options.pin: expected one of {', '.join(PIN_MODES)}, got {opts.pin!r}")
     if cuda and opts.pin != "off" and hasattr(os, "sched_getaffinity"):
-        from .cores import core_speeds, pin_plan
+        from .cores import ONE_CORE_MODES, core_speeds, pin_plan
 
         cores = sorted(os.sched_getaffinity(0))
         have = len(cores)
-        speeds = core_speeds(cores[2:]) if opts.pin in ("shared", "fastest") and have >= 3 else {}
+        speeds = core_speeds(cores[2:]) if opts.pin in ONE_CORE_MODES and have >= 3 else {}
         pins = pin_plan(names, cores, opts.pin, speeds)
         if notes is not None:
-            if pins and opts.pin in ("shared", "fastest"):
+            if pins and opts.pin in ONE_CORE_MODES:
                 core = next(iter(pins.values()))
                 which = "the fastest" if opts.pin == "fastest" else "the one of median speed"
                 speed = (f", {which} of {len(speeds)} at a pure-Python loop ({speeds[core] * 1e6:.0f} us a loop; fastest "
@@ -773,7 +773,7 @@ def interleave(
             elif pins:
                 notes.append(f"each timed process's main thread pinned to its own CPU core ({len(pins)} processes)")
             else:
-                need = 3 if opts.pin in ("shared", "fastest") else len(names) + 2
+                need = 3 if opts.pin in ONE_CORE_MODES else len(names) + 2
                 notes.append(f"timed processes not pinned to cores: {len(names)} processes need {need} cores, {have} available")
 
     def failed(n: str, reply: dict[str, Any], samples: dict[str, list[float]]) -> str | None:
