@@ -494,3 +494,41 @@ def test_a_child_that_could_not_pin_itself_is_said_and_an_unknown_pin_mode_is_re
     assert not any("not pinned as planned" in n for n in notes), notes
     with pytest.raises(ValueError, match="Options.pin: expected one of shared, fastest, own, off, got 'Own'"):
         interleave(kids, [{"batch": 1}], Options(pin="Own"), device="cuda")
+
+
+class _StalledChild(_Child):
+    """Times ``ms`` per call, but ``stall`` x slower through its requests number ``first..last`` (a
+    host stall through one timing window)."""
+
+    def __init__(self, ms: float, stall: float, first: int, last: int):
+        super().__init__(ms)
+        self.stall, self.first, self.last = stall, first, last
+
+    def time(self, shape, warmup, n, **kw):
+        self.requests.append((shape, warmup, n, kw))
+        slow = self.first <= len(self.requests) <= self.last
+        return {"samples": [self.ms * (self.stall if slow else 1.0) / 1e3] * n, "calls": 1}
+
+
+def test_two_windows_per_shape_the_faster_window_stands_and_every_sample_is_kept():
+    """H200 run 33a: a host stall through the 8x384 window slowed as-is and per-block 40% in both
+    of their processes and flipped the choice; with two windows apart in time the stalled window
+    no longer sets the figure. Order: shape 0, shape 1, shape 0, shape 1 (each: warm-up, 3 rounds)."""
+    kids = {"eager": _Child(20.0), "per-block": _StalledChild(10.0, 1.4, first=5, last=8)}
+    notes: list[str] = []
+    rows, raw, error = interleave(kids, [{"seq": 512}, {"seq": 384}], Options(warmup=1, reps=6, budget_s=0.0, windows=2), notes=notes)
+    assert error is None
+    order = [req[0] for req in kids["eager"].requests]
+    assert order == [0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1], order
+    stalled = rows[1]["timing"]["per-block"]
+    assert stalled["windows_ms"] == pytest.approx([14.0, 10.0])  # window 1 of shape 1 was the stall
+    assert stalled["median_ms"] == pytest.approx(10.0)
+    assert rows[0]["timing"]["per-block"]["median_ms"] == pytest.approx(10.0)
+    assert len(raw[1]["per-block"]) == 6 and len(raw[1]["eager"]) == 6  # both windows' rounds, paired
+    assert any("timed in 2 windows" in n for n in notes), notes
+
+
+def test_one_window_is_the_default_and_reports_no_windows():
+    kids = {"eager": _Child(20.0), "whole": _Child(10.0)}
+    rows, raw, error = interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3, budget_s=0.0))
+    assert error is None and "windows_ms" not in rows[0]["timing"]["whole"] and len(raw[0]["whole"]) == 3

@@ -204,6 +204,10 @@ def _options(ctx: Context, timeout_s: float) -> Any:
         # a second process per plan on CUDA, where the timing decides (H200 runs 16 and 20b: one
         # slow process flipped the choice); on CPU the gain is not measured with eager
         replicates=2 if cuda else 1,
+        # each shape timed in two windows apart in time, the faster window standing (H200 run 33a:
+        # a host stall through the 8x384 window slowed as-is and per-block 40% in both processes
+        # and flipped the choice between runs on one machine); on CPU the gain is not decided
+        windows=2 if cuda else 1,
         overlap=ctx.overlap,  # --no-overlap
         pin=ctx.pin,  # --pin
     )

@@ -82,6 +82,14 @@ class Options:
             VM host, is paired out like the drift the rotating rounds pair out); ``fastest``, all
             on the fastest core; ``own``, each on its own core; ``off``, where the scheduler puts
             them. A note says what was done.
+        windows: timing windows per shape. With 2, the shapes are timed in two passes (8x512,
+            8x384, 8x512, 8x384), each window with half of ``budget_s`` and ``reps``, and a
+            process's figure per shape is the lower of its windows' medians (the samples of
+            both stay paired for :func:`ratio_interval`). A host stall that lasts a window (the
+            H200 run 33a: as-is and per-block 40% slower at 8x384 in both processes, whole and
+            nested+whole not, one window) is a one-sided error like a slow process
+            (:func:`merge_replicates`): it cannot make a plan faster than it is, so the faster
+            window is the estimate. diagnose's search uses 2 on CUDA.
     """
 
     out: Path | None = None
@@ -102,6 +110,7 @@ class Options:
     replicates: int = 1
     burst_ms: float = 20.0
     pin: str = "shared"
+    windows: int = 1
 
 
 @dataclass
@@ -789,41 +798,58 @@ def interleave(
                          f"({' '.join(why.split())[:200]}): that variant's figures are its first process's")
         return None
 
+    windows = max(1, int(opts.windows))
+    reps = max(1, math.ceil(opts.reps / windows))
+    budget = opts.budget_s / windows
+    samples = [{n: [] for n in names} for _ in shapes]  # every window's, paired round by round
+    medians: list[dict[str, list[float]]] = [{n: [] for n in names} for _ in shapes]  # one per window
+    calls: list[dict[str, int]] = [{} for _ in shapes]  # calls per block: each shape's own (sized once per shape in the child)
+    for w in range(windows):
+        for i, shape in enumerate(shapes):
+            if emit is not None:
+                emit("*", "timing", shape if windows == 1 else f"{shape} (window {w + 1} of {windows})")
+            got: dict[str, list[float]] = {n: [] for n in names}
+            unpinned = []
+            for n in list(names):
+                extra = dict(burst, pin=pins[n]) if i == 0 and w == 0 and n in pins else burst
+                reply = children[n].time(i, opts.warmup, 0, **extra)
+                if "error" in reply and (error := failed(n, reply, got)):
+                    return [], [], error
+                if "pin" in extra and "error" not in reply and reply.get("pinned") != pins[n]:
+                    unpinned.append(n)
+            if unpinned and notes is not None:  # the child could not pin itself (os.sched_setaffinity refused)
+                notes.append(f"not pinned as planned: {', '.join(unpinned)} (the child could not set its CPU affinity)")
+            started = time.perf_counter()
+            for rep in range(reps):
+                k = rep % len(names)
+                for n in names[k:] + names[:k]:
+                    reply = children[n].time(i, 0, 1, **burst)
+                    if "error" in reply:
+                        if error := failed(n, reply, got):
+                            return [], [], error
+                        continue
+                    got[n].extend(reply["samples"])
+                    calls[i][n] = int(reply.get("calls", 1))
+                if rep >= 2 and time.perf_counter() - started > budget:
+                    break
+            for n, v in got.items():
+                if v:
+                    samples[i][n].extend(v)
+                    medians[i][n].append(statistics.median(v) * 1e3)
     for i, shape in enumerate(shapes):
-        if emit is not None:
-            emit("*", "timing", shape)
-        samples: dict[str, list[float]] = {n: [] for n in names}
-        calls: dict[str, int] = {}  # calls per block: each shape's own (sized once per shape in the child)
-        unpinned = []
-        for n in list(names):
-            extra = dict(burst, pin=pins[n]) if i == 0 and n in pins else burst
-            reply = children[n].time(i, opts.warmup, 0, **extra)
-            if "error" in reply and (error := failed(n, reply, samples)):
-                return [], [], error
-            if "pin" in extra and "error" not in reply and reply.get("pinned") != pins[n]:
-                unpinned.append(n)
-        if unpinned and notes is not None:  # the child could not pin itself (os.sched_setaffinity refused)
-            notes.append(f"not pinned as planned: {', '.join(unpinned)} (the child could not set its CPU affinity)")
-        started = time.perf_counter()
-        for rep in range(opts.reps):
-            k = rep % len(names)
-            for n in names[k:] + names[:k]:
-                reply = children[n].time(i, 0, 1, **burst)
-                if "error" in reply:
-                    if error := failed(n, reply, samples):
-                        return [], [], error
-                    continue
-                samples[n].extend(reply["samples"])
-                calls[n] = int(reply.get("calls", 1))
-            if rep >= 2 and time.perf_counter() - started > opts.budget_s:
-                break
-        summary = {n: summarize(v) for n, v in samples.items()}
-        if burst:
-            for n, t in summary.items():
-                if t.get("n"):
-                    t["calls_per_sample"] = calls.get(n, 1)
+        per = {n: samples[i][n] for n in names}  # a dropped second process is gone from every shape
+        summary = {n: summarize(v) for n, v in per.items()}
+        for n, t in summary.items():
+            if windows > 1 and t.get("n") and medians[i][n]:
+                t["windows_ms"] = medians[i][n]
+                t["median_ms"] = min(medians[i][n])
+            if burst and t.get("n"):
+                t["calls_per_sample"] = calls[i].get(n, 1)
         rows.append({"shape": shape, "timing": summary})
-        raw.append(samples)
+        raw.append(per)
+    if windows > 1 and notes is not None:
+        notes.append(f"each shape was timed in {windows} windows apart in time (the shapes in turn); a process's figure "
+                     "per shape is its faster window's median (a host stall through one window cannot make a plan faster)")
     if burst and notes is not None:
         notes.append(
             f"each timing sample is the per-call time of a back-to-back block of about {opts.burst_ms:.0f} ms after "
