@@ -11,8 +11,9 @@ This script compiles HF Llama (16 layers, hidden 2048, bf16, random weights) per
 (``layer.compile()``) in fresh processes, each with empty Inductor and Triton caches, some with
 the GPU quiet and some with a contending process running matmuls on the same GPU through the
 compile and the first calls (stopped before the timing). Per trial it records the steady-state
-step at 8x512 and 8x384 (median of blocked samples, CUDA events) and a digest of every
-``best_config`` the autotuner stored.
+step at 8x512 and 8x384 (median of 15 blocks of 5 calls, CUDA events; the main thread is not
+pinned, unlike diagnose's timing, so the absolute figures are not diagnose's) and a digest of
+the configs the autotuner chose (``*.best_config``).
 
     OUT=$OUT python3 benchmarks/compile_variance.py --trials 3   # ~3 min on the H200
 
@@ -90,12 +91,18 @@ def contend() -> None:
 
 
 def digest(cache: Path) -> tuple[str, int]:
-    """A digest of every stored autotune winner (file name and content) and their count."""
+    """A digest of every stored autotune winner (file name and the chosen config: its block sizes,
+    warps and stages; the fields that record a timing or a cache hash are left out, run 35 hashed
+    them and so could not tell a different winner from a different timing) and their count."""
     files = sorted(cache.rglob("*.best_config"))
     h = hashlib.sha256()
     for f in files:
+        try:
+            cfg = {k: v for k, v in json.loads(f.read_text()).items() if "time" not in k and "hash" not in k}
+        except ValueError:
+            cfg = {"unreadable": f.read_text()[:200]}
         h.update(f.name.encode())
-        h.update(f.read_bytes())
+        h.update(json.dumps(cfg, sort_keys=True).encode())
     return h.hexdigest()[:12], len(files)
 
 

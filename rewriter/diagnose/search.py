@@ -206,7 +206,8 @@ def _options(ctx: Context, timeout_s: float) -> Any:
         replicates=2 if cuda else 1,
         # each shape timed in two windows apart in time, the faster window standing (H200 run 33a:
         # a host stall through the 8x384 window slowed as-is and per-block 40% in both processes
-        # and flipped the choice between runs on one machine); on CPU the gain is not decided
+        # in one run); on CPU the gain is not decided. The choice still flipped in runs 34a-c:
+        # see Options.windows on the compile-to-compile variance the band leaves out
         windows=2 if cuda else 1,
         overlap=ctx.overlap,  # --no-overlap
         pin=ctx.pin,  # --pin

@@ -89,7 +89,12 @@ class Options:
             H200 run 33a: as-is and per-block 40% slower at 8x384 in both processes, whole and
             nested+whole not, one window) is a one-sided error like a slow process
             (:func:`merge_replicates`): it cannot make a plan faster than it is, so the faster
-            window is the estimate. diagnose's search uses 2 on CUDA.
+            window is the estimate. diagnose's search uses 2 on CUDA. It does not cover a
+            slowness that both processes of a variant share because it was compiled in: the
+            second process is warm-started from the first one's compile caches (Inductor's
+            autotuning winners included), so the measured band leaves out compile-to-compile
+            variance (H200 runs 34a-c: per-block 10.96 / 12.36 / 11.67 ms in three runs, each
+            run's two processes within 2%; ``benchmarks/compile_variance.py``, run 35).
     """
 
     out: Path | None = None
