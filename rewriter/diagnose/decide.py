@@ -22,8 +22,12 @@ band that interval no longer makes a tie: its width is the rounds' jitter within
 which moved from run to run while the ratio did not. H200 runs 29-30 (HF Llama 16x2048, 8x512 and
 8x384): per-block was 4.1%, 4.8% and 5.0% slower than nested+whole against a measured band of
 2.0-3.3%, and the interval (0.972-1.132 in run 30a, narrower in run 30b) made two of those runs a
-tie that the cheaper compile won, so three runs chose two plans. With a backend that cannot speed anything up (``eager`` on CPU) the gain is not measured:
-the measurement still excludes every candidate that failed, and among the rest the ladder's
+tie that the cheaper compile won, so three runs chose two plans. The band is measured between
+two processes that share one compile's caches, so it leaves out compile-to-compile variance, and
+the choice still flipped in H200 runs 32-34 (BENCHMARKS.md, eleventh session).
+
+With a backend that cannot speed anything up (``eager`` on CPU) the gain is not measured: the
+measurement still excludes every candidate that failed, and among the rest the ladder's
 order (the rule's proposal first) decides.
 """
 
