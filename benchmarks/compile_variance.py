@@ -26,6 +26,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,9 +43,10 @@ def trial(flag_dir: str) -> None:
     import torch
     import transformers
 
+    from diagnose_hf import COMMON, MODELS  # the Llama of the diagnose runs this explains
+
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=16, num_attention_heads=16,
-                                   num_key_value_heads=8, vocab_size=32000, attn_implementation="sdpa", use_cache=False)
+    cfg = transformers.LlamaConfig(**MODELS["llama"][4], **COMMON)
     with torch.device("cuda"):
         model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
     for layer in model.model.layers:
@@ -130,9 +132,12 @@ def main() -> None:
             other.kill()
             other.wait()
         (root / "go").touch()
-        line = proc.communicate()[0].strip().splitlines()[-1]
-        row = dict(json.loads(line), trial=i, contended=contended)
+        stdout = proc.communicate()[0].strip()
+        if proc.returncode != 0 or not stdout:
+            sys.exit(f"compile_variance: trial {i} exited {proc.returncode} (its stderr is above); {root} kept")
+        row = dict(json.loads(stdout.splitlines()[-1]), trial=i, contended=contended)
         row["best_configs"], row["n_best_configs"] = digest(root)
+        shutil.rmtree(root, ignore_errors=True)
         rows.append(row)
         print(json.dumps(row), flush=True)
     out = Path(os.environ.get("OUT", "out"))

@@ -512,8 +512,8 @@ class _StalledChild(_Child):
 
 def test_two_windows_per_shape_the_faster_window_stands_and_every_sample_is_kept():
     """H200 run 33a: a host stall through the 8x384 window slowed as-is and per-block 40% in both
-    of their processes and flipped the choice; with two windows apart in time the stalled window
-    no longer sets the figure. Order: shape 0, shape 1, shape 0, shape 1 (each: warm-up, 3 rounds)."""
+    of their processes; with two windows apart in time the stalled window no longer sets the
+    figure. Order: shape 0, shape 1, shape 0, shape 1 (each: warm-up, 3 rounds)."""
     kids = {"eager": _Child(20.0), "per-block": _StalledChild(10.0, 1.4, first=5, last=8)}
     notes: list[str] = []
     rows, raw, error = interleave(kids, [{"seq": 512}, {"seq": 384}], Options(warmup=1, reps=6, budget_s=0.0, windows=2), notes=notes)
