@@ -225,7 +225,7 @@ class _Replica:
         self.alive = False
 
 
-def _replicas(monkeypatch, names, deadline=None):
+def _replicas(monkeypatch, names, deadline=None, caches=Path("/c"), **opts):
     from rewriter.engine.measure import Measurement, Replicas, Variant
 
     monkeypatch.setattr("rewriter.engine.runner.ServedChild", _Replica)
@@ -234,8 +234,52 @@ def _replicas(monkeypatch, names, deadline=None):
     variants = [Variant(n, Path("/tree")) for n in names]
     spec = type("Spec", (), {"device": "cpu"})()
     children: dict = {}
-    reps = Replicas(m, spec, variants, {"harness": {}}, Path("/w"), Path("/c"), Options(replicates=2), children, deadline, None)
+    reps = Replicas(m, spec, variants, {"harness": {}}, Path("/w"), caches, Options(replicates=2, **opts), children, deadline, None)
     return m, reps, children
+
+
+def test_a_reautotune_replica_compiles_from_a_copy_of_its_variants_caches_without_the_autotune_winners(monkeypatch, tmp_path):
+    """H200 runs 32-34: a candidate's two processes agreed within 2% while the candidate moved
+    10.8-13.4 ms between runs, because the second process loaded every decision of the first's
+    compile, Inductor's stored autotuning winners included. With ``replica_caches="reautotune"``
+    the replica gets its own cache directory, filled at its ``go`` (the variant's cold phase is
+    over: its caches are complete) with everything but ``*.best_config``, and the child is told
+    to benchmark the configs again; the variant's own caches are untouched."""
+    own = tmp_path / "c" / "whole" / "inductor" / "ab"
+    own.mkdir(parents=True)
+    (own / "kernel.py").write_text("triton kernel")
+    (own / "kernel.best_config").write_text('{"XBLOCK": 64}')
+    m, reps, _ = _replicas(monkeypatch, ["eager", "whole"], caches=tmp_path / "c", replica_caches="reautotune")
+    m.results.update(eager={"problems": []}, whole={"problems": []})
+    reps.spawn()
+    by = {r.job["variants"][0]: r for r in _Replica.made}
+    assert by["whole"].job["reautotune"] and by["whole"].cache_root == tmp_path / "c" / "whole.replica"
+    assert by["whole"].go_at is None and not by["whole"].cache_root.exists()  # filled only at its go
+    reps.started("whole")
+    copied = by["whole"].cache_root / "inductor" / "ab"
+    assert by["whole"].go_at and (copied / "kernel.py").read_text() == "triton kernel"
+    assert not (copied / "kernel.best_config").exists() and (own / "kernel.best_config").exists()
+    reps.collect(["eager", "whole"])
+    assert any("autotuning run again" in n for n in m.notes), m.notes
+    # the default shares the variant's own caches; a cold replica starts from an empty directory
+    m, reps, _ = _replicas(monkeypatch, ["eager", "whole"], caches=tmp_path / "d")
+    reps.spawn(), reps.started("whole")
+    assert _Replica.made[1].cache_root == tmp_path / "d" / "whole" and not _Replica.made[1].job["reautotune"]
+    m, reps, _ = _replicas(monkeypatch, ["eager", "whole"], caches=tmp_path / "e", replica_caches="cold")
+    reps.spawn(), reps.started("whole")
+    assert _Replica.made[1].cache_root == tmp_path / "e" / "whole.replica" and not (tmp_path / "e").exists()
+    with pytest.raises(ValueError, match="expected one of warm, reautotune, cold"):
+        _replicas(monkeypatch, ["eager", "whole"], replica_caches="fresh")
+
+
+def test_autotune_again_turns_off_the_local_autotune_cache(monkeypatch):
+    import torch._inductor.config as inductor_config
+
+    from rewriter.engine.child import autotune_again
+
+    monkeypatch.setattr(inductor_config, "autotune_local_cache", True)
+    autotune_again()
+    assert inductor_config.autotune_local_cache is False
 
 
 def test_second_processes_spawn_after_the_first_compiled_cold_phase_and_go_once_their_variant_is_recorded(monkeypatch):

@@ -7,6 +7,8 @@ recompiles are real, Inductor's gain is not measured), plus the decision rule on
 
 from __future__ import annotations
 
+import math
+
 import json
 import shutil
 from dataclasses import replace
@@ -220,6 +222,10 @@ def test_a_second_process_per_plan_filters_a_slow_process_and_measures_the_noise
     # the 31% slow process is one of six pairs: the median spread (0.36%..0.48%) sets the band
     assert noise["pairs"] == 6 and noise["median_abs_log"] < 0.01 and noise["share"] < 0.03, noise
     assert process_noise(timing) is None  # nothing timed twice: no measured noise
+    # each variant's own spread: its two processes' steps (mean over the shapes), one slow
+    # process included: what a re-run moved that plan by
+    assert noise["spread"]["per-block"] == pytest.approx(math.log((13.60 + 14.88) / (13.66 + 10.91)))
+    assert noise["spread"]["nested+whole"] == pytest.approx(math.log((13.90 + 10.80) / (13.95 + 10.76)) * -1)
 
 
 def test_a_measured_noise_band_keeps_a_3_percent_slower_plan_from_winning_on_compile():
@@ -261,6 +267,25 @@ def test_with_a_measured_band_a_wide_rounds_interval_does_not_make_a_tie():
     assert "reported, not decided on" in c.status["per-block"] and "tied" not in c.text, (c.status, c.text)
     c = decide(rows, order, samples, 100_000_000, 1, True)  # one process per plan: the interval ties them
     assert c.chosen == "per-block" and "contains 1" in c.status["nested+whole"], c.status
+
+
+def test_a_plan_whose_own_two_compiles_differ_more_than_the_gap_ties_and_the_cheaper_compile_wins():
+    """H200 runs 32-34, HF Llama 16x2048: per-block's step moved 10.8-13.4 ms from run to run and
+    nested+whole's 10.8-11.8, while the pooled band (2.0-3.8%) was set by the plans that compile
+    alike. With second processes that autotune again, a plan's own two processes show what a new
+    compile moves it by: per-block 11.7 vs 12.9 ms (10%) makes a 6% gap to nested+whole a tie,
+    which the cheaper compile wins; two processes that agree leave the gap decided."""
+    rows = {"as-is": _row(18.0), "per-block": _row(11.67, 9.4), "nested+whole": _row(11.00, 35.6)}
+    order = ["per-block", "nested+whole", "as-is"]
+    pooled = {"share": 0.02, "median_abs_log": 0.008, "pairs": 6}
+    c = decide(rows, order, [], 100_000_000, 1, True, dict(pooled, spread={"per-block": math.log(12.9 / 11.67),
+                                                                           "nested+whole": 0.004, "as-is": 0.003}))
+    assert c.chosen == "per-block", c.status
+    assert "within the 10.5% that 'per-block''s own two processes differed by" in c.status["nested+whole"], c.status
+    c = decide(rows, order, [], 100_000_000, 1, True, dict(pooled, spread={"per-block": 0.01, "nested+whole": 0.004}))
+    assert c.chosen == "nested+whole", c.status
+    c = decide(rows, order, [], 100_000_000, 1, True, pooled)  # a report from before the spreads: as it was
+    assert c.chosen == "nested+whole", c.status
 
 
 def test_failed_skipped_and_unpaid_candidates_are_never_chosen():

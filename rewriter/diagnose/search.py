@@ -209,6 +209,10 @@ def _options(ctx: Context, timeout_s: float) -> Any:
         # in one run); on CPU the gain is not decided. The choice still flipped in runs 34a-c:
         # see Options.windows on the compile-to-compile variance the band leaves out
         windows=2 if cuda else 1,
+        # the second process runs Inductor's autotuning again rather than loading the first's
+        # winners, so its spread includes what a new compile decides differently (H200 runs 32-34:
+        # two warm processes within 2%, the plan 10.8-13.4 ms from run to run)
+        replica_caches="reautotune" if cuda else "warm",
         overlap=ctx.overlap,  # --no-overlap
         pin=ctx.pin,  # --pin
     )
@@ -223,7 +227,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         StackpartError: the original tree cannot be copied (a candidate whose rewrite fails is a
             failed candidate, not an error).
     """
-    from ..engine.measure import Measurement, Variant, measure, process_noise, relabel
+    from ..engine.measure import REPLICA_TEXT, Measurement, Variant, measure, process_noise, relabel
     from ..plan import parse_plan
     from ..apply import apply_changes
     from ..rewrite import plan_rewrite
@@ -296,7 +300,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             elif event == "timing":
                 say(f"timing every candidate interleaved at {detail}")
             elif event == "replicates":
-                say(f"starting a second process for each of {detail} timed plan(s), warm from its compile caches")
+                say(f"starting a second process for each of {detail} timed plan(s), {REPLICA_TEXT[opts.replica_caches]}")
             elif event == "cold":
                 comp = detail.get("compile") or {}
                 failed = f"failed: {detail['error']}" if detail.get("error") else ""  # the reference's error: no problems list

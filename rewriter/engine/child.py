@@ -165,6 +165,8 @@ def _build(
     tree = Path(job["tree"]) if job.get("tree") else Path(job["trees"][TREE[variant]])
     if job.get("force_backend"):
         force_backend(job["force_backend"])  # before the tree's decorators run at import
+    if job.get("reautotune"):
+        autotune_again()
     with _in_tree(tree):
         h = load_harness(spec, tree)
         torch.manual_seed(job["seed"])
@@ -246,6 +248,22 @@ def random_ops(model: Any) -> list[str]:
             if "dropout" in attr and isinstance(value, float) and not isinstance(value, bool) and value > 0:
                 out.append(f"{name or '<model>'}.{attr}={value:g}")
     return out
+
+
+def autotune_again() -> None:
+    """Make this process benchmark every Triton kernel's configs again instead of loading the
+    winners another process stored (a second timed process, :attr:`.measure.Options.replica_caches`
+    ``reautotune``): Inductor's ``CachingAutotuner`` reads its local autotune cache
+    (``*.best_config`` next to each kernel, ``torch._inductor.config.autotune_local_cache``) on a
+    kernel's first launch; with it off the launch benchmarks the configs as a cold compile does.
+    The parent also leaves the stored winners out of the caches it copies. A torch without the
+    option: the copy without the winners does the same."""
+    try:
+        import torch._inductor.config as inductor_config
+    except ImportError:
+        return
+    if hasattr(inductor_config, "autotune_local_cache"):
+        inductor_config.autotune_local_cache = False
 
 
 def same_random_numbers() -> None:

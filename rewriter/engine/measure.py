@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import statistics
 import time
 from collections.abc import Callable
@@ -94,7 +95,18 @@ class Options:
             second process is warm-started from the first one's compile caches (Inductor's
             autotuning winners included), so the measured band leaves out compile-to-compile
             variance (H200 runs 34a-c: per-block 10.96 / 12.36 / 11.67 ms in three runs, each
-            run's two processes within 2%; ``benchmarks/compile_variance.py``, run 35).
+            run's two processes within 2%; ``benchmarks/compile_variance.py``, run 35) unless
+            :attr:`replica_caches` makes the second process decide again.
+        replica_caches: what the second process (:attr:`replicates` 2) compiles from. ``warm``:
+            its variant's own caches, so both processes share every decision the compile made
+            and their spread is one compile's timing noise. ``reautotune``: a copy of those caches
+            less Inductor's stored autotuning winners (``*.best_config``), with the local
+            autotune cache off in the child (:func:`.child.autotune_again`): the compiled code is
+            reused, every Triton kernel's configs are benchmarked again, so the spread includes
+            what autotuning decides differently from compile to compile, for a few seconds more
+            than ``warm``. ``cold``: empty caches, a whole second compile (its cold phase's
+            seconds again, run beside the later cold phases), every compile-time decision made
+            twice. diagnose's search uses ``reautotune`` on CUDA.
     """
 
     out: Path | None = None
@@ -116,6 +128,16 @@ class Options:
     burst_ms: float = 20.0
     pin: str = "shared"
     windows: int = 1
+    replica_caches: str = "warm"
+
+
+#: :attr:`Options.replica_caches` values, and what the report says of each second process.
+REPLICA_TEXT = {
+    "warm": "warm-started from the first's compile caches",
+    "reautotune": "from the first's compiled code with Inductor's autotuning run again (its stored winners left out)",
+    "cold": "compiled again from empty caches",
+}
+REPLICA_CACHES = tuple(REPLICA_TEXT)
 
 
 @dataclass
@@ -530,6 +552,23 @@ class Replicas:
         self.procs: dict[str, Any] = {}
         self.ready: set[str] = set()  # variants whose cold phase was recorded without a problem
         self.ended: set[str] = set()  # variants that will not be timed (:meth:`end`)
+        if opts.replica_caches not in REPLICA_CACHES:
+            raise ValueError(f"replica_caches={opts.replica_caches!r}: expected one of {', '.join(REPLICA_CACHES)}")
+        self.mode = opts.replica_caches
+
+    def cache_root(self, name: str) -> Path:
+        """The compile caches ``name``'s replica compiles from: its variant's own (``warm``) or a
+        directory of its own (filled by :meth:`started` for ``reautotune``, empty for ``cold``)."""
+        return self.caches / name if self.mode == "warm" else self.caches / f"{name}.replica"
+
+    def _seed_caches(self, name: str) -> None:
+        """For ``reautotune``: copy ``name``'s caches into its replica's directory, less the stored
+        autotuning winners (``*.best_config``), before the replica's ``go`` (it has not compiled
+        yet: the caches are read on its first call)."""
+        if self.mode != "reautotune" or not (self.caches / name).is_dir():
+            return
+        shutil.copytree(self.caches / name, self.cache_root(name), dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("*.best_config"), symlinks=True)
 
     def spawn(self, final: bool = False) -> None:
         """Spawn a replica of every variant not failed so far (once; later calls do nothing).
@@ -572,8 +611,8 @@ class Replicas:
             v = self.variants[n]
             self.procs[n] = self.children[n + REPLICA] = ServedChild(
                 dict(self.job, phase="cold", variants=[n], tree=str(v.tree), prepare=v.prepare, reference=False, replica=True,
-                     library_modules=v.library_modules, site=v.site),
-                self.workdir, f"replica-{n}", self.caches / n, self.opts.timeout_s,
+                     library_modules=v.library_modules, site=v.site, reautotune=self.mode == "reautotune"),
+                self.workdir, f"replica-{n}", self.cache_root(n), self.opts.timeout_s,
             )
         if self.emit is not None:
             self.emit("*", "replicates", len(self.procs))
@@ -586,6 +625,7 @@ class Replicas:
         self.ready.add(name)
         child = self.procs.get(name)
         if child is not None and getattr(child, "go_at", None) is None:
+            self._seed_caches(name)
             child.go()
 
     def end(self, name: str) -> None:
@@ -630,8 +670,8 @@ class Replicas:
             m.notes.append("one process per variant timed: the search budget was spent before the second processes were up")
         elif wanted:
             m.notes.append(
-                f"timed in two processes each ({len(out)} of {len(wanted)} variants; the second warm-started from the first's "
-                "compile caches, built while later cold phases ran): per shape a variant's figure is its faster process's median"
+                f"timed in two processes each ({len(out)} of {len(wanted)} variants; the second {REPLICA_TEXT[self.mode]}, "
+                "built while later cold phases ran): per shape a variant's figure is its faster process's median"
                 + (f"; no second process for {', '.join(failed)}" if failed else "")
             )
         return out
@@ -673,19 +713,30 @@ def process_noise(timing: list[dict[str, Any]]) -> dict[str, Any] | None:
     variance is 0.682 sigma^2 for normal errors (the expected minimum of two, e.g. David & Nagaraja,
     *Order Statistics*, table of normal order-statistic moments), so two candidates differ beyond
     the noise when their log ratio exceeds ``1.96 x sqrt(2 x 0.682) x sigma`` (= ``2.40 x
-    median|d|``), the ``share`` returned. Returns ``{"share", "median_abs_log", "pairs"}``, or None
-    with fewer than 3 pairs."""
+    median|d|``), the ``share`` returned.
+
+    ``spread`` is each variant's own: ``|ln(s1 / s2)|`` of its two processes' steps (the mean over
+    the shapes both timed of each process's median), what compiling and timing that plan again
+    moved its step by. It is the one figure that sees a variant whose compile decides its speed
+    (:attr:`Options.replica_caches` ``reautotune``/``cold``; H200 runs 32-34: per-block 10.8-13.4 ms
+    from run to run while its two warm processes agreed within 2%), which the pooled median, set by
+    the many variants that compile alike, does not. Returns ``{"share", "median_abs_log", "pairs",
+    "spread"}``, or None with fewer than 3 pairs."""
     ds = []
+    steps: dict[str, list[list[float]]] = {}
     for row in timing:
-        for t in row["timing"].values():
+        for name, t in row["timing"].items():
             ms = (t or {}).get("processes_ms")
             if ms and ms[0] > 0 and ms[1] > 0:
                 ds.append(abs(math.log(ms[0] / ms[1])))
+                steps.setdefault(name, []).append(ms)
     if len(ds) < 3:
         return None
     med = statistics.median(ds)
     sigma = med / (0.6745 * math.sqrt(2))
-    return {"share": Z95 * math.sqrt(2 * MIN_OF_TWO_VARIANCE) * sigma, "median_abs_log": med, "pairs": len(ds)}
+    spread = {n: abs(math.log(sum(m[0] for m in ms) / sum(m[1] for m in ms))) for n, ms in steps.items()}
+    return {"share": Z95 * math.sqrt(2 * MIN_OF_TWO_VARIANCE) * sigma, "median_abs_log": med, "pairs": len(ds),
+            "spread": spread}
 
 
 def environment(device: str, requested: str | None) -> dict[str, Any]:
