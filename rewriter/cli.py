@@ -120,12 +120,17 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
                    "the GPU; host when that raises) or on the host as the harness does alone.")
 @click.option("--pin", type=_Choice(["shared", "fastest", "own", "off"]), default="shared", show_default=True,
               help="Where each timed process's main thread runs on CUDA: shared (all on one core, the one of median speed at a pure-Python loop, a typical core of the host; one process runs at a time), fastest (all on the fastest core: host-bound plans as a dedicated host runs them), own (a core each) or off (the scheduler's).")
+@click.option("--processes", type=_Choice(["auto", "1", "2"]), default="auto", show_default=True,
+              help="Timed processes per variant: 2 gives each a second process that runs Inductor's autotuning again, and the faster one's median stands, as diagnose's search times its candidates (auto: 2 on CUDA, 1 on CPU).")
+@click.option("--windows", type=_Choice(["auto", "1", "2"]), default="auto", show_default=True,
+              help="Timing windows per shape, the faster one standing, as diagnose's search times (auto: 2 on CUDA, 1 on CPU).")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="> 1: run original and plan under torchrun on N processes; compare step time and exposed communication.")
 @click.pass_context
 def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, backend: str, min_speedup: float,
              speed_gate: str, timeout_s: float, reps: int, warmup: int, baselines: str, keep_temp: bool,
-             no_overlap: bool = False, construct_on: str = "device", pin: str = "shared", nproc: int = 1) -> None:
+             no_overlap: bool = False, construct_on: str = "device", pin: str = "shared", processes: str = "auto",
+             windows: str = "auto", nproc: int = 1) -> None:
     """Prove a rewrite before it is applied: numerics, speed, compile cost; exit 0 pass, 1 fail, 2 error."""
     from pathlib import Path
 
@@ -148,7 +153,8 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
     opts = Options(out=Path(out) if out else None, backend=backend, min_speedup=min_speedup,
                    speed_gate=speed_gate, timeout_s=timeout_s, reps=reps, warmup=warmup,
                    keep=keep_temp, variants=("eager", "plan") + names, overlap=not no_overlap,
-                   construct_on_device=construct_on == "device", pin=pin)
+                   construct_on_device=construct_on == "device", pin=pin,
+                   replicates=0 if processes == "auto" else int(processes), windows=0 if windows == "auto" else int(windows))
     ctx.exit(validate_command(plan_path, src, opts))
 
 

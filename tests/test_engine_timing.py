@@ -576,3 +576,38 @@ def test_one_window_is_the_default_and_reports_no_windows():
     kids = {"eager": _Child(20.0), "whole": _Child(10.0)}
     rows, raw, error = interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3, budget_s=0.0))
     assert error is None and "windows_ms" not in rows[0]["timing"]["whole"] and len(raw[0]["whole"]) == 3
+
+
+def test_validate_times_as_the_search_does_on_the_device_it_runs_on():
+    """validate's --processes/--windows auto (0) resolve per device as diagnose's search sets
+    them: on CUDA two processes per variant (the second autotuning again) and two windows per
+    shape; on a CPU one of each; a knob set by hand is kept."""
+    from rewriter.engine.measure import on_device
+
+    auto = Options(replicates=0, windows=0)
+    cuda = on_device(auto, "cuda:0")
+    assert (cuda.replicates, cuda.windows, cuda.replica_caches) == (2, 2, "reautotune")
+    cpu = on_device(auto, "cpu")
+    assert (cpu.replicates, cpu.windows, cpu.replica_caches) == (1, 1, "warm")
+    mine = on_device(Options(replicates=1, windows=0), "cuda")
+    assert (mine.replicates, mine.windows) == (1, 2)
+    assert on_device(Options(), "cuda") == Options()  # nothing automatic: unchanged
+
+
+def test_the_validate_cli_passes_its_timing_knobs(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    import rewriter.validate.command as command
+    from rewriter.cli import cli
+
+    seen = []
+    monkeypatch.setattr(command, "validate_command", lambda plan, src, opts: seen.append(opts) or 0)
+    (tmp_path / "plan.yaml").write_text("actions: []\n")
+    r = CliRunner().invoke(cli, ["validate", "--plan", str(tmp_path / "plan.yaml"), str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert (seen[0].replicates, seen[0].windows) == (0, 0)  # auto: resolved on the device
+    r = CliRunner().invoke(cli, ["validate", "--plan", str(tmp_path / "plan.yaml"), str(tmp_path), "--processes", "1", "--windows", "2"])
+    assert r.exit_code == 0, r.output
+    assert (seen[1].replicates, seen[1].windows) == (1, 2)
+    r = CliRunner().invoke(cli, ["validate", "--plan", str(tmp_path / "plan.yaml"), str(tmp_path), "--processes", "3"])
+    assert r.exit_code == 2 and "3" in r.output

@@ -131,6 +131,24 @@ class Options:
     replica_caches: str = "warm"
 
 
+def on_device(opts: Options, device: str) -> Options:
+    """``opts`` with its automatic timing knobs (``replicates`` 0, ``windows`` 0: validate's
+    ``--processes auto``/``--windows auto``) resolved for ``device`` as diagnose's search sets
+    them (:func:`rewriter.diagnose.search._options`): on CUDA two processes per variant, the second
+    running Inductor's autotuning again, and two windows per shape; on a CPU one of each (the
+    timing there decides nothing). So a plan validate passes was timed the way the search timed
+    it. Knobs already set are kept."""
+    import dataclasses
+
+    cuda = device.startswith("cuda")
+    change: dict[str, Any] = {}
+    if opts.replicates <= 0:
+        change.update(replicates=2 if cuda else 1, replica_caches="reautotune" if cuda else opts.replica_caches)
+    if opts.windows <= 0:
+        change["windows"] = 2 if cuda else 1
+    return dataclasses.replace(opts, **change) if change else opts
+
+
 #: :attr:`Options.replica_caches` values, and what the report says of each second process.
 REPLICA_TEXT = {
     "warm": "warm-started from the first's compile caches",

@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import StackpartError, src_dir
 from ..engine.cost import breakdown
 from ..engine.measure import Options as EngineOptions
-from ..engine.measure import environment, relabel
+from ..engine.measure import environment, on_device, relabel
 
 
 #: validate's knobs are the engine's (re-exported: the CLI and tests build them from here).
@@ -38,7 +38,7 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
     from ..harness import check_harness, resolve_device
     from .report import default_report_dir, report_header, write_report
 
-    opts = opts or Options()
+    opts = opts or Options(replicates=0, windows=0)  # timed as the search times, for this device (on_device)
     loaded = load_plan(plan_path)
     spec = loaded.plan.harness
     if spec is None:
@@ -53,6 +53,7 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
         device = "cpu"
         notes.append(f"no CUDA on this machine: ran on CPU although the harness asks for {spec.device}")
     spec_run = spec.model_copy(update={"device": device})
+    opts = on_device(opts, device)
     out_dir = opts.out or default_report_dir(plan_path)
     workdir = Path(tempfile.mkdtemp(prefix="stackpart-validate-"))
     started = time.perf_counter()
