@@ -3,6 +3,7 @@ processes that skip the judging their first process did (issue 12)."""
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from pathlib import Path
@@ -611,3 +612,95 @@ def test_the_validate_cli_passes_its_timing_knobs(monkeypatch, tmp_path):
     assert (seen[1].replicates, seen[1].windows) == (1, 2)
     r = CliRunner().invoke(cli, ["validate", "--plan", str(tmp_path / "plan.yaml"), str(tmp_path), "--processes", "3"])
     assert r.exit_code == 2 and "3" in r.output
+
+
+class _HostBound(_Child):
+    """Times ``ms`` per call, ``x`` times that while the busy loop of :func:`rewriter.engine.cores.contend` runs."""
+
+    hog = False
+
+    def __init__(self, ms: float, x: float):
+        super().__init__(ms)
+        self.x = x
+
+    def time(self, shape, warmup, n, **kw):
+        self.requests.append((shape, warmup, n, kw))
+        ms = self.ms * (self.x if _HostBound.hog else 1.0)
+        return {"samples": [ms / 1e3] * n, "calls": 1, "pinned": kw.get("pin")}
+
+
+def test_a_contended_window_times_each_plan_with_a_busy_loop_on_the_shared_core(monkeypatch):
+    """H200 run 37: a busy loop on the main thread's core made as-is 2.2-2.8x and per-block
+    1.6-2.4x slower. With Options.contended every process is timed once more per shape with the
+    loop on the one core they share: that window's median is ``contended_ms``, it never sets
+    ``median_ms``, its samples are not paired with the quiet rounds, and the loop is stopped."""
+    import rewriter.engine.cores as cores
+
+    started: list[int] = []
+
+    class Hog:
+        def __init__(self, core):
+            started.append(core)
+            _HostBound.hog = True
+
+        def kill(self):
+            _HostBound.hog = False
+
+        def wait(self):
+            pass
+
+    monkeypatch.setattr(cores, "contend", Hog)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    kids = {"eager": _HostBound(20.0, 2.5), "whole": _HostBound(10.0, 1.1)}
+    notes: list[str] = []
+    rows, raw, error = interleave(kids, [{"seq": 512}, {"seq": 384}],
+                                  Options(warmup=1, reps=4, budget_s=0.0, windows=2, contended=True), notes=notes, device="cuda")
+    assert error is None and not _HostBound.hog and len(started) == 1
+    for row in rows:
+        assert row["timing"]["eager"]["median_ms"] == pytest.approx(20.0)
+        assert row["timing"]["eager"]["contended_ms"] == pytest.approx(50.0)
+        assert row["timing"]["whole"]["contended_ms"] == pytest.approx(11.0)
+    assert all(len(r["whole"]) == 4 for r in raw)  # the two quiet windows' rounds only
+    assert any("busy loop on the shared core" in n for n in notes), notes
+    # without one shared core (--pin own) there is no contended window, and the note says why
+    notes = []
+    rows, _raw, _ = interleave({"eager": _HostBound(20.0, 2.5), "whole": _HostBound(10.0, 1.1)}, [{"seq": 512}],
+                               Options(warmup=1, reps=2, budget_s=0.0, contended=True, pin="own"), notes=notes, device="cuda")
+    assert "contended_ms" not in rows[0]["timing"]["whole"] and len(started) == 1
+    assert any("not timed with a contended host core" in n for n in notes), notes
+
+
+def test_the_contended_figure_of_a_plan_timed_twice_is_its_faster_process():
+    from rewriter.engine.measure import REPLICA, merge_replicates, process_noise
+
+    row = {"shape": {"seq": 512}, "timing": {
+        "eager": {"n": 3, "median_ms": 20.0, "contended_ms": 52.0}, "eager" + REPLICA: {"n": 3, "median_ms": 20.2, "contended_ms": 48.0},
+        "whole": {"n": 3, "median_ms": 10.1, "contended_ms": 11.0}, "whole" + REPLICA: {"n": 3, "median_ms": 10.0, "contended_ms": 11.2},
+        "pb": {"n": 3, "median_ms": 9.0, "contended_ms": 20.0}, "pb" + REPLICA: {"n": 3, "median_ms": 9.1, "contended_ms": 19.0}}}
+    samples = [{k: [0.01] * 3 for k in row["timing"]}]
+    merged, _ = merge_replicates([row], samples, ["eager", "whole", "pb"])
+    t = merged[0]["timing"]
+    assert t["eager"]["contended_ms"] == 48.0 and t["whole"]["contended_ms"] == 11.0 and t["pb"]["contended_ms"] == 19.0
+    assert t["whole"]["contended_processes_ms"] == [11.0, 11.2]
+    noise = process_noise(merged)
+    assert noise["contended_share"] == pytest.approx(2.40 * math.log(20.0 / 19.0) / 1.0, rel=0.01)
+
+
+def test_contend_starts_a_busy_loop_on_the_core_and_is_killed(monkeypatch):
+    """The real busy loop (not a stand-in): it runs pinned to the core asked for until killed."""
+    import time as _time
+
+    from rewriter.engine.cores import contend
+
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no sched_setaffinity")
+    core = max(os.sched_getaffinity(0))
+    hog = contend(core)
+    try:
+        _time.sleep(0.3)
+        assert hog.poll() is None  # still looping
+        assert os.sched_getaffinity(hog.pid) == {core}
+    finally:
+        hog.kill()
+        hog.wait()
+    assert hog.returncode is not None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from typing import Any
 
 #: Iterations of the calibration loop: about 0.3-1 ms of interpreter work on one core.
 LOOP = 20_000
@@ -83,3 +84,27 @@ def pin_plan(names: list[str], cores: list[int], mode: str = "own", speeds: dict
     if mode != "own" or len(cores) < len(names) + 2:
         return {}
     return {n: cores[-1 - k] for k, n in enumerate(names)}
+
+
+#: The busy loop :func:`contend` runs: pinned to one core, it takes about half of that core's
+#: time from any thread that shares it (the kernel's fair scheduler time-slices the two).
+_BUSY = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
+
+
+def contend(core: int) -> Any:
+    """Start a process that busy-loops on ``core`` (a contended host core: a data-loader worker,
+    a logging thread or a neighbour's vCPU time-slicing with the timed process's main thread) and
+    return its ``subprocess.Popen``; the caller kills it. H200 run 37
+    (``benchmarks/host_sensitivity.py``, HF Llama 16x2048): with it on the main thread's core,
+    as-is ran 2.2-2.8x slower and per-block 1.6-2.4x, while moving the main thread between
+    uncontended cores of 722-1501 us at :func:`core_speeds`'s loop kept per-block's 8x512 within
+    1.4% (13.07-13.26 ms).
+
+    Raises:
+        OSError: the process could not be started.
+    """
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-c", _BUSY, str(core)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -106,7 +106,18 @@ class Options:
             what autotuning decides differently from compile to compile, for a few seconds more
             than ``warm``. ``cold``: empty caches, a whole second compile (its cold phase's
             seconds again, run beside the later cold phases), every compile-time decision made
-            twice. diagnose's search uses ``reautotune`` on CUDA.
+            twice. diagnose's search uses ``reautotune`` on CUDA (H200 run 36: on per-block Llama
+            no kernel had more than one config to autotune, so there it changes nothing).
+        contended: on CUDA with every timed process on one shared core (``pin`` ``shared`` or
+            ``fastest``), one more window per shape after the others with a busy loop pinned to
+            that core (:func:`.cores.contend`): each process's median there is its
+            ``contended_ms``, the step with the host thread time-sliced, as a data-loader worker
+            or a neighbour does it. It never enters ``median_ms``. The H200 runs 13-36 saw
+            per-block 10.8-14.7 ms and as-is 17.3-22.1 from run to run on one machine type, the
+            two moving together, while nested+whole stayed 10.6-12.4 (``benchmarks/run_drift.py``),
+            and run 37 (``benchmarks/host_sensitivity.py``) showed a contended host core, not a
+            slower one, makes that move. diagnose's search uses it on CUDA, and the decision
+            weighs both conditions (:func:`rewriter.diagnose.decide.decide`).
     """
 
     out: Path | None = None
@@ -129,6 +140,7 @@ class Options:
     pin: str = "shared"
     windows: int = 1
     replica_caches: str = "warm"
+    contended: bool = False
 
 
 def on_device(opts: Options, device: str) -> Options:
@@ -487,6 +499,9 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
 
     for n in timeable:
         results[n]["step_ms"] = mean_ms[n]
+        loaded = [row["timing"][n].get("contended_ms") for row in m.timing]
+        if loaded and all(loaded):  # every shape timed with the host core contended (Options.contended)
+            results[n]["contended_step_ms"] = statistics.fmean(loaded)
         results[n]["speedup_vs_eager"] = mean_ms["eager"] / mean_ms[n] if mean_ms[n] > 0 else None
         if n != "eager":
             results[n]["amortization"] = amortize(
@@ -716,6 +731,11 @@ def merge_replicates(
             pick = 1 if second["median_ms"] < first["median_ms"] else 0
             chosen = (first, second)[pick]
             t[n] = dict(chosen, processes_ms=[first["median_ms"], second["median_ms"]], process=pick)
+            both = [x["contended_ms"] for x in (first, second) if x.get("contended_ms")]
+            if both:  # the contended window's too: the faster process's (the same one-sided error)
+                t[n]["contended_ms"] = min(both)
+                if len(both) == 2:
+                    t[n]["contended_processes_ms"] = both
             s[n] = per[n + REPLICA] if pick else per[n]
         out_t.append(dict(row, timing=t))
         out_s.append(s)
@@ -738,8 +758,10 @@ def process_noise(timing: list[dict[str, Any]]) -> dict[str, Any] | None:
     moved its step by. It is the one figure that sees a variant whose compile decides its speed
     (:attr:`Options.replica_caches` ``reautotune``/``cold``; H200 runs 32-34: per-block 10.8-13.4 ms
     from run to run while its two warm processes agreed within 2%), which the pooled median, set by
-    the many variants that compile alike, does not. Returns ``{"share", "median_abs_log", "pairs",
-    "spread"}``, or None with fewer than 3 pairs."""
+    the many variants that compile alike, does not. ``contended_share``, where the variants were
+    also timed with their host core contended (:attr:`Options.contended`) in both processes, is the
+    band of those figures, computed the same way. Returns ``{"share", "median_abs_log", "pairs",
+    "spread"[, "contended_share"]}``, or None with fewer than 3 pairs."""
     ds = []
     steps: dict[str, list[list[float]]] = {}
     for row in timing:
@@ -753,8 +775,14 @@ def process_noise(timing: list[dict[str, Any]]) -> dict[str, Any] | None:
     med = statistics.median(ds)
     sigma = med / (0.6745 * math.sqrt(2))
     spread = {n: abs(math.log(sum(m[0] for m in ms) / sum(m[1] for m in ms))) for n, ms in steps.items()}
-    return {"share": Z95 * math.sqrt(2 * MIN_OF_TWO_VARIANCE) * sigma, "median_abs_log": med, "pairs": len(ds),
-            "spread": spread}
+    out = {"share": Z95 * math.sqrt(2 * MIN_OF_TWO_VARIANCE) * sigma, "median_abs_log": med, "pairs": len(ds),
+           "spread": spread}
+    loaded = [abs(math.log(ms[0] / ms[1])) for row in timing for t in row["timing"].values()
+              if (ms := (t or {}).get("contended_processes_ms")) and ms[0] > 0 and ms[1] > 0]
+    if len(loaded) >= 3:  # the same band for the contended window's figures (Options.contended)
+        lmed = statistics.median(loaded)
+        out["contended_share"] = Z95 * math.sqrt(2 * MIN_OF_TWO_VARIANCE) * lmed / (0.6745 * math.sqrt(2))
+    return out
 
 
 def environment(device: str, requested: str | None) -> dict[str, Any]:
@@ -877,39 +905,34 @@ def interleave(
     budget = opts.budget_s / windows
     samples = [{n: [] for n in names} for _ in shapes]  # every window's, paired round by round
     medians: list[dict[str, list[float]]] = [{n: [] for n in names} for _ in shapes]  # one per window
+    contended: list[dict[str, float]] = [{} for _ in shapes]  # the contended window's median per process
     calls: list[dict[str, int]] = [{} for _ in shapes]  # calls per block: each shape's own (sized once per shape in the child)
-    for w in range(windows):
-        for i, shape in enumerate(shapes):
-            if emit is not None:
-                emit("*", "timing", shape if windows == 1 else f"{shape} (window {w + 1} of {windows})")
-            got: dict[str, list[float]] = {n: [] for n in names}
-            unpinned = []
-            for n in list(names):
-                extra = dict(burst, pin=pins[n]) if i == 0 and w == 0 and n in pins else burst
-                reply = children[n].time(i, opts.warmup, 0, **extra)
-                if "error" in reply and (error := failed(n, reply, got)):
-                    return [], [], error
-                if "pin" in extra and "error" not in reply and reply.get("pinned") != pins[n]:
-                    unpinned.append(n)
-            if unpinned and notes is not None:  # the child could not pin itself (os.sched_setaffinity refused)
-                notes.append(f"not pinned as planned: {', '.join(unpinned)} (the child could not set its CPU affinity)")
-            started = time.perf_counter()
-            for rep in range(reps):
-                k = rep % len(names)
-                for n in names[k:] + names[:k]:
-                    reply = children[n].time(i, 0, 1, **burst)
-                    if "error" in reply:
-                        if error := failed(n, reply, got):
-                            return [], [], error
-                        continue
-                    got[n].extend(reply["samples"])
-                    calls[i][n] = int(reply.get("calls", 1))
-                if rep >= 2 and time.perf_counter() - started > budget:
-                    break
-            for n, v in got.items():
-                if v:
-                    samples[i][n].extend(v)
-                    medians[i][n].append(statistics.median(v) * 1e3)
+    shared = sorted(set(pins.values())) if len(set(pins.values())) == 1 and len(pins) == len(names) else []
+    passes = windows + (1 if opts.contended and shared else 0)
+    if opts.contended and not shared and notes is not None and cuda:
+        notes.append("not timed with a contended host core: the timed processes are not all pinned to one core (--pin)")
+    for w in range(passes):
+        loaded = w == windows  # the contended window, after the quiet ones
+        hog = None
+        if loaded:
+            from .cores import contend
+
+            try:
+                hog = contend(shared[0])
+            except OSError as exc:
+                if notes is not None:
+                    notes.append(f"not timed with a contended host core: the busy loop could not start ({exc})")
+                break
+            time.sleep(0.2)  # the loop pinned and running before the first round
+        try:
+            err = _window(children, shapes, opts, emit, notes, names, pins, burst, reps, budget, w, windows, loaded,
+                          samples, medians, contended, calls, failed)
+        finally:
+            if hog is not None:
+                hog.kill()
+                hog.wait()
+        if err:
+            return [], [], err
     for i, shape in enumerate(shapes):
         per = {n: samples[i][n] for n in names}  # a dropped second process is gone from every shape
         summary = {n: summarize(v) for n, v in per.items()}
@@ -917,6 +940,8 @@ def interleave(
             if windows > 1 and t.get("n") and medians[i][n]:
                 t["windows_ms"] = medians[i][n]
                 t["median_ms"] = min(medians[i][n])
+            if t.get("n") and n in contended[i]:
+                t["contended_ms"] = contended[i][n]
             if burst and t.get("n"):
                 t["calls_per_sample"] = calls[i].get(n, 1)
         rows.append({"shape": shape, "timing": summary})
@@ -924,12 +949,58 @@ def interleave(
     if windows > 1 and notes is not None:
         notes.append(f"each shape was timed in {windows} windows apart in time (the shapes in turn); a process's figure "
                      "per shape is its faster window's median (a host stall through one window cannot make a plan faster)")
+    if any(contended) and notes is not None:
+        notes.append(f"then each shape once more with a busy loop on the shared core {shared[0]} (a contended host core: "
+                     "a data-loader worker or a neighbour time-slicing with the main thread): each plan's 'contended' step")
     if burst and notes is not None:
         notes.append(
             f"each timing sample is the per-call time of a back-to-back block of about {opts.burst_ms:.0f} ms after "
             "one untimed call (steady state of a loop, torch.utils.benchmark's blocked measurement)"
         )
     return rows, raw, None
+
+
+def _window(children, shapes, opts, emit, notes, names, pins, burst, reps, budget, w, windows, loaded,  # type: ignore[no-untyped-def]
+            samples, medians, contended, calls, failed) -> str | None:
+    """One timing window of :func:`interleave` over every shape; the error that stops the timing,
+    or None. A ``loaded`` window's medians go to ``contended`` only (its samples are not paired
+    with the quiet rounds)."""
+    for i, shape in enumerate(shapes):
+        if emit is not None:
+            label = (f"{shape} (host core contended)" if loaded
+                     else shape if windows == 1 else f"{shape} (window {w + 1} of {windows})")
+            emit("*", "timing", label)
+        got: dict[str, list[float]] = {n: [] for n in names}
+        unpinned = []
+        for n in list(names):
+            extra = dict(burst, pin=pins[n]) if i == 0 and w == 0 and n in pins else burst
+            reply = children[n].time(i, opts.warmup, 0, **extra)
+            if "error" in reply and (error := failed(n, reply, got)):
+                return error
+            if "pin" in extra and "error" not in reply and reply.get("pinned") != pins[n]:
+                unpinned.append(n)
+        if unpinned and notes is not None:  # the child could not pin itself (os.sched_setaffinity refused)
+            notes.append(f"not pinned as planned: {', '.join(unpinned)} (the child could not set its CPU affinity)")
+        started = time.perf_counter()
+        for rep in range(reps):
+            k = rep % len(names)
+            for n in names[k:] + names[:k]:
+                reply = children[n].time(i, 0, 1, **burst)
+                if "error" in reply:
+                    if error := failed(n, reply, got):
+                        return error
+                    continue
+                got[n].extend(reply["samples"])
+                calls[i][n] = int(reply.get("calls", 1))
+            if rep >= 2 and time.perf_counter() - started > budget:
+                break
+        for n, v in got.items():
+            if v and loaded:
+                contended[i][n] = statistics.median(v) * 1e3
+            elif v:
+                samples[i][n].extend(v)
+                medians[i][n].append(statistics.median(v) * 1e3)
+    return None
 
 
 def ratio_interval(samples: list[dict[str, list[float]]], a: str, b: str) -> dict[str, float] | None:
