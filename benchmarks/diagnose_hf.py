@@ -256,13 +256,14 @@ def diff_files(diff: str) -> list[str]:
 
 def search_summary(rung: dict) -> dict:
     """The search's figures from report.json's ``search`` entry: the candidates table (with both
-    processes' medians per shape), the chosen candidate, the decision, the noise band, the notes,
+    processes' medians per shape and the host-core-contended step; run 38's digest left that out,
+    its report.json in the .tgz has it), the chosen candidate, the decision, the noise band, the notes,
     its seconds."""
     m = rung.get("measurement") or {}
     return {"chosen": m.get("chosen"), "decision": m.get("decision"), "seconds": rung.get("seconds"), "pruned": m.get("pruned"),
             "noise": m.get("noise"), "notes": m.get("notes"), "clock": m.get("clock"),
             "candidates": [{k: c.get(k) for k in ("candidate", "step_ms", "step_ms_per_shape", "process_ms_per_shape",
-                                                    "cold_compile_s", "new_shape_compile_s",
+                                                    "contended_step_ms", "contended_ms_per_shape", "cold_compile_s", "new_shape_compile_s",
                                                     "compile_s_per_start", "graphs", "graph_breaks", "recompiles", "fallbacks", "numerics",
                                                     "net_s", "status", "chosen")} for c in m.get("candidates", [])]}
 

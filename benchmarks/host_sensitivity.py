@@ -17,7 +17,7 @@ caches) with its main thread pinned in turn to
 
 at 8x512 and 8x384 (median of 10 blocks of 5 calls, CUDA events).
 
-    OUT=$OUT python3 benchmarks/host_sensitivity.py   # ~3 min on the H200
+    OUT=$OUT python3 benchmarks/host_sensitivity.py   # ~4-5 min on the H200 (run 37 cut it off at 215 s, after two plans)
 
 Writes ``$OUT/host_sensitivity.json`` and prints one line per plan.
 """
@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -133,11 +134,19 @@ def main() -> None:
         root = Path(tempfile.mkdtemp(prefix="hs-"))
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(root / "inductor"), TRITON_CACHE_DIR=str(root / "triton"))
         for role in ("cold", "warm") if plan != "as-is" else ("warm",):
-            proc = subprocess.run([sys.executable, __file__, "--role", role, "--plan", plan], env=env,
-                                  stdout=subprocess.PIPE, text=True)
-            if proc.returncode != 0 or not proc.stdout.strip():
+            proc = subprocess.Popen([sys.executable, __file__, "--role", role, "--plan", plan], env=env,
+                                    stdout=subprocess.PIPE, text=True)
+            # a `timeout` that stops this script stops the plan's process too: in H200 run 37 the
+            # nested+whole process outlived the script into the next benchmark of the call
+            signal.signal(signal.SIGTERM, lambda *_: (proc.kill(), sys.exit(124)))
+            stdout = proc.communicate()[0]
+            if proc.returncode != 0 or not stdout.strip():
                 sys.exit(f"host_sensitivity: the {role} process of {plan} exited {proc.returncode} (its stderr is above)")
-            row = json.loads(proc.stdout.strip().splitlines()[-1])
+            row = json.loads(stdout.strip().splitlines()[-1])
+            rows_so_far = rows + [row]
+            out = Path(os.environ.get("OUT", "out"))
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "host_sensitivity.json").write_text(json.dumps(rows_so_far, indent=1))  # kept if a later plan is cut off
         shutil.rmtree(root, ignore_errors=True)
         rows.append(row)
         print(json.dumps(row), flush=True)

@@ -26,7 +26,8 @@ LOOP_RE = re.compile(r"pinned to CPU core \d+, the one of median speed of \d+ at
 
 def runs(files: list[Path], model: str, workload: str) -> list[dict]:
     """One dict per stored search of ``model`` under ``workload``: ``file``, ``run``, ``loop_us``
-    (None when the note is missing), ``steps`` (candidate -> ms), ``chosen``."""
+    (None when the note is missing), ``steps`` (candidate -> ms), ``contended`` (candidate -> ms
+    with the host core contended, where the search timed it), ``chosen``."""
     out = []
     for f in files:
         payload = json.loads(f.read_text())
@@ -39,9 +40,10 @@ def runs(files: list[Path], model: str, workload: str) -> list[dict]:
             steps = {c["candidate"]: c["step_ms"] for c in search["candidates"] if c.get("step_ms") is not None}
             if len(steps) < 2:
                 continue
+            contended = {c["candidate"]: c["contended_step_ms"] for c in search["candidates"] if c.get("contended_step_ms")}
             loop = next((int(m.group(1)) for n in search.get("notes", []) if (m := LOOP_RE.search(n))), None)
             out.append({"file": str(f.relative_to(ROOT) if f.is_relative_to(ROOT) else f), "run": row.get("run", k),
-                        "loop_us": loop, "steps": steps, "chosen": search.get("chosen")})
+                        "loop_us": loop, "steps": steps, "contended": contended, "chosen": search.get("chosen")})
     return out
 
 
@@ -72,6 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         cells = [f"{r['steps'][n]:.2f}" if n in r["steps"] else "-" for n in names]
         print(f"| {r['file']} | {r['run']} | {r['loop_us'] or '-'} | " + " | ".join(cells) + f" | {r['chosen']} |")
+    loaded = [r for r in rows if r["contended"]]
+    if loaded:
+        print()
+        print("With the host core contended (ms):")
+        print()
+        print("| file | run | " + " | ".join(names) + " | chosen |")
+        print("|---|---|" + "---|" * len(names) + "---|")
+        for r in loaded:
+            cells = [f"{r['contended'][n]:.2f}" if n in r["contended"] else "-" for n in names]
+            print(f"| {r['file']} | {r['run']} | " + " | ".join(cells) + f" | {r['chosen']} |")
     print()
     print("| candidate | runs | min | median | max | max/min |")
     print("|---|---|---|---|---|---|")

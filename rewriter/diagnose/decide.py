@@ -1,8 +1,8 @@
 """The search's decision: which measured candidate becomes the plan (DESIGN.md, "The search").
 
 Among candidates that ran with correct numerics, no silent fallback to eager (no graph captured,
-the recompile limit hit), no recompile after warm-up and no error, the largest net saving of the
-amortization rule (partitioning-the-stack, "How do you decide whether the compile time is worth
+the recompile limit hit), no recompile after warm-up and no error, the largest net saving (in the
+worse of two host conditions where both were timed, below) of the amortization rule (partitioning-the-stack, "How do you decide whether the compile time is worth
 it?") over the program as it is:
 
     net = (t_as_is - t_candidate) x N_runs - t_compile_per_start x restarts      (seconds)
@@ -23,11 +23,20 @@ which moved from run to run while the ratio did not. H200 runs 29-30 (HF Llama 1
 8x384): per-block was 4.1%, 4.8% and 5.0% slower than nested+whole against a measured band of
 2.0-3.3%, and the interval (0.972-1.132 in run 30a, narrower in run 30b) made two of those runs a
 tie that the cheaper compile won, so three runs chose two plans. The band is measured between
-two processes that share one compile's caches, so it leaves out compile-to-compile variance, and
-the choice still flipped in H200 runs 32-34 (BENCHMARKS.md, eleventh session). So a pair also ties
-when its steps differ by less than either candidate's own two processes did (:func:`own_spread`):
-with second processes that run Inductor's autotuning again (diagnose's search on CUDA), that is
-what compiling the plan again moves its step by.
+two processes that share one compile's caches, and the choice still flipped in H200 runs 32-34
+(BENCHMARKS.md, eleventh session). A pair also ties when its steps differ by less than either
+candidate's own two processes did (:func:`own_spread`). H200 run 36 showed the compile is not
+what moved: warm processes from three separate compiles of per-block agreed within 2%, and no
+kernel had a second config to autotune. The host is (runs 13-37, ``benchmarks/run_drift.py`` and
+``benchmarks/host_sensitivity.py``): per-block and as-is moved together from run to run while
+nested+whole held, and with a busy loop on their core per-block ran 1.6-2.4x slower.
+
+So where every candidate was also timed with its host core contended (the engine's
+``Options.contended``, diagnose's search on CUDA), the best candidate is the one least behind the
+best net in the worse of the two conditions (:func:`contended_standing`), and a pair tied on the
+quiet core ties only if the contended steps are within that window's band too: the plan is the
+one that holds up when the host is busy, so a re-run whose host is quiet in one run and busy in
+the next picks the same plan.
 
 With a backend that cannot speed anything up (``eager`` on CPU) the gain is not measured: the
 measurement still excludes every candidate that failed, and among the rest the ladder's
