@@ -293,7 +293,7 @@ def _hosted(quiet_and_contended, compile_s):
 
 
 def test_a_plan_that_wins_on_a_quiet_core_and_collapses_on_a_contended_one_is_not_the_plan():
-    """H200 runs 13-36: per-block ahead of nested+whole in 6 of 19 runs (by at most 7.5%, run 34a),
+    """H200 runs 13-36: per-block ahead of nested+whole in 4 of 19 runs (by at most 7.4%, run 34a),
     behind in the rest by up to 19%, moving with as-is, i.e. with the host; run 37: per-block 1.6-2.4x
     slower with its host core contended. The plan is the candidate least behind the best in the
     worse of the two host conditions, so the quiet-core winner by 4.6% (run 32a's figures) loses to

@@ -275,7 +275,7 @@ def contended_standing(rows: dict[str, dict[str, Any]], ok: list[str], net: dict
     core does not become the plan, and a re-run on the same machine, whose host is quiet in one
     run and contended in the next, picks the same one. H200 runs 13-36 (``benchmarks/
     run_drift.py``): per-block 10.8-14.7 ms and nested+whole 10.6-12.4 on one machine type, per-block
-    ahead in 6 of 19 runs by at most 7.5%; run 37 (``benchmarks/host_sensitivity.py``):
+    ahead in 4 of 19 runs by at most 7.4%; run 37 (``benchmarks/host_sensitivity.py``):
     per-block 1.6-2.4x slower with its host core contended."""
     loaded = {n: rows[n].get("contended_step_ms") for n in ok}
     if len(ok) < 2 or "as-is" not in ok or not all(loaded.values()):
