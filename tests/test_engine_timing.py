@@ -568,6 +568,9 @@ def test_two_windows_per_shape_the_faster_window_stands_and_every_sample_is_kept
     stalled = rows[1]["timing"]["per-block"]
     assert stalled["windows_ms"] == pytest.approx([14.0, 10.0])  # window 1 of shape 1 was the stall
     assert stalled["median_ms"] == pytest.approx(10.0)
+    # the reported spread is the standing window's: p10 <= median <= p90 (both windows' samples
+    # would put p90 at the stall's 14 ms)
+    assert stalled["p10_ms"] == pytest.approx(10.0) and stalled["p90_ms"] == pytest.approx(10.0)
     assert rows[0]["timing"]["per-block"]["median_ms"] == pytest.approx(10.0)
     assert len(raw[1]["per-block"]) == 6 and len(raw[1]["eager"]) == 6  # both windows' rounds, paired
     assert any("timed in 2 windows" in n for n in notes), notes

@@ -85,8 +85,8 @@ class Options:
             them. A note says what was done.
         windows: timing windows per shape. With 2, the shapes are timed in two passes (8x512,
             8x384, 8x512, 8x384), each window with half of ``budget_s`` and ``reps``, and a
-            process's figure per shape is the lower of its windows' medians (the samples of
-            both stay paired for :func:`ratio_interval`). A host stall that lasts a window (the
+            process's figure per shape is the lower of its windows' medians, with that window's
+            p10/p90 (the samples of both stay paired for :func:`ratio_interval`). A host stall that lasts a window (the
             H200 run 33a: as-is and per-block 40% slower at 8x384 in both processes, whole and
             nested+whole not, one window) is a one-sided error like a slow process
             (:func:`merge_replicates`): it cannot make a plan faster than it is, so the faster
@@ -906,6 +906,7 @@ def interleave(
     samples = [{n: [] for n in names} for _ in shapes]  # every window's, paired round by round
     medians: list[dict[str, list[float]]] = [{n: [] for n in names} for _ in shapes]  # one per window
     contended: list[dict[str, float]] = [{} for _ in shapes]  # the contended window's median per process
+    spans: list[dict[str, list[list[float]]]] = [{n: [] for n in names} for _ in shapes]  # each window's samples
     calls: list[dict[str, int]] = [{} for _ in shapes]  # calls per block: each shape's own (sized once per shape in the child)
     shared = sorted(set(pins.values())) if len(set(pins.values())) == 1 and len(pins) == len(names) else []
     passes = windows + (1 if opts.contended and shared else 0)
@@ -926,7 +927,7 @@ def interleave(
             time.sleep(0.2)  # the loop pinned and running before the first round
         try:
             err = _window(children, shapes, opts, emit, notes, names, pins, burst, reps, budget, w, windows, loaded,
-                          samples, medians, contended, calls, failed)
+                          samples, medians, contended, calls, failed, spans)
         finally:
             if hog is not None:
                 hog.kill()
@@ -939,7 +940,10 @@ def interleave(
         for n, t in summary.items():
             if windows > 1 and t.get("n") and medians[i][n]:
                 t["windows_ms"] = medians[i][n]
-                t["median_ms"] = min(medians[i][n])
+                k = medians[i][n].index(min(medians[i][n]))
+                # the spread of the window that stands, so p10 <= median <= p90 in every report
+                standing = summarize(spans[i][n][k])
+                t.update(median_ms=standing["median_ms"], p10_ms=standing["p10_ms"], p90_ms=standing["p90_ms"])
             if t.get("n") and n in contended[i]:
                 t["contended_ms"] = contended[i][n]
             if burst and t.get("n"):
@@ -961,7 +965,7 @@ def interleave(
 
 
 def _window(children, shapes, opts, emit, notes, names, pins, burst, reps, budget, w, windows, loaded,  # type: ignore[no-untyped-def]
-            samples, medians, contended, calls, failed) -> str | None:
+            samples, medians, contended, calls, failed, spans) -> str | None:
     """One timing window of :func:`interleave` over every shape; the error that stops the timing,
     or None. A ``loaded`` window's medians go to ``contended`` only (its samples are not paired
     with the quiet rounds)."""
@@ -1000,6 +1004,7 @@ def _window(children, shapes, opts, emit, notes, names, pins, burst, reps, budge
             elif v:
                 samples[i][n].extend(v)
                 medians[i][n].append(statistics.median(v) * 1e3)
+                spans[i][n].append(list(v))
     return None
 
 
