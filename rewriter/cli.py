@@ -217,6 +217,10 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @click.option("--cold-parallel", type=click.IntRange(min=1, max=8), default=None,
               help="Candidates' cold phases (their first compile per shape) run this many at a time in the search "
                    "(default: 2 on a GPU host with >= 8 CPUs, else 1; concurrent compiles count what the others take from the CPUs).")
+@click.option("--host", "host", type=_Choice(["both", "quiet"]), default="both", show_default=True,
+              help="Host conditions the search times and decides on (CUDA, one shared core): both (also with a busy loop on "
+                   "that core, and the plan is the candidate least behind in the worse of the two: a data-loader worker or "
+                   "a neighbour), or quiet (a dedicated host: the quiet core's net saving alone).")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="Processes (one per GPU) under torchrun; > 1 diagnoses collectives across ranks.")
 @click.option("--wrap", type=_Choice(["ddp", "fsdp2", "none"]), default=None,
@@ -233,6 +237,7 @@ def diagnose(ctx: click.Context, harness: str, src: str, output: str, **kw: obje
         kw.pop("no_overlap")
         kw.pop("pin")
         kw.pop("cold_parallel")
+        kw.pop("host")
         if kw.pop("entry") is not None:
             raise click.UsageError("--entry is not supported with --nproc")
         if kw.pop("site") is not None:

@@ -85,3 +85,36 @@ def test_baselines_none_or_empty_means_no_baselines(tmp_path, monkeypatch, value
 def test_an_unknown_baseline_is_still_a_usage_error(tmp_path, capsys):
     assert main(["validate", "--plan", str(tmp_path / "plan.yaml"), str(tmp_path), "--baselines", "whole,regoinal"]) == 2
     assert "--baselines: unknown regoinal; expected whole, regional" in capsys.readouterr().err
+
+
+def test_host_quiet_turns_the_contended_core_timing_off(tmp_path, monkeypatch):
+    """--host both (the default) times every candidate also with a busy loop on the shared core
+    and decides on both conditions (on CUDA); --host quiet decides on the quiet core alone, as a
+    dedicated host runs; on CPU neither is timed."""
+    from rewriter.diagnose.context import Context
+    from rewriter.diagnose.runner import diagnose_command  # the real one, before it is stubbed for the CLI
+    from rewriter.diagnose.search import _options
+
+    seen = _captured(monkeypatch, "rewriter.diagnose.runner.diagnose_command")
+    assert main(["diagnose", "--harness", "harness.py", str(tmp_path), "--host", "quiet"]) == 0 and seen["host"] == "quiet"
+    seen.clear()
+    assert main(["diagnose", "--harness", "harness.py", str(tmp_path)]) == 0 and seen["host"] == "both"
+    assert main(["diagnose", "--harness", "harness.py", str(tmp_path), "--host", "busy"]) == 2
+    seen.clear()
+    forwarded: dict = {}
+
+    monkeypatch.setattr("rewriter.diagnose.runner.harness_from_flags", lambda *a, **k: (None, None))
+    monkeypatch.setattr("rewriter.diagnose.runner.check_output", lambda *a: None)
+    forwarded["stopped"] = False
+    for host, contended in (("quiet", False), ("both", True)):
+        forwarded.pop("contended", None)
+        monkeypatch.setattr("rewriter.diagnose.runner.diagnose", lambda *a, **k: (forwarded.update(k), type("O", (), {"stopped": False})())[1])
+        diagnose_command("harness.py", str(tmp_path), str(tmp_path / "plan.yaml"), model=None, inputs=None, shapes=(), mode=None,
+                         dtype=None, device=None, report_dir=None, backend=None, runs=None, restarts=None, timeout=1.0, steps=1,
+                         host=host)
+        assert forwarded["contended"] is contended
+    cuda = type("S", (), {"cuda": True})()
+    assert _options(Context(session=cuda, out_dir=tmp_path, backend="inductor"), 60.0).contended is True
+    assert _options(Context(session=cuda, out_dir=tmp_path, backend="inductor", contended=False), 60.0).contended is False
+    cpu = type("S", (), {"cuda": False})()
+    assert _options(Context(session=cpu, out_dir=tmp_path, backend="eager"), 60.0).contended is False

@@ -34,6 +34,9 @@ class Context:
         pin: ``--pin``, where the search's timed processes run (:attr:`rewriter.engine.measure.Options.pin`).
         cold_parallel: ``--cold-parallel``, the candidates' cold phases at a time; None: 2 on a
             GPU host with >= 8 CPUs, else 1 (:attr:`rewriter.engine.measure.Options.parallel_cold`).
+        contended: ``--host both`` (the default): on CUDA the search also times each candidate with
+            its host core contended and decides on both conditions
+            (:attr:`rewriter.engine.measure.Options.contended`); ``--host quiet``: False.
     """
 
     session: Session
@@ -46,6 +49,7 @@ class Context:
     overlap: bool = True
     pin: str = "shared"
     cold_parallel: int | None = None
+    contended: bool = True
     results: dict[str, RungResult] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)
 

@@ -159,6 +159,7 @@ def diagnose(
     overlap: bool = True,
     pin: str = "shared",
     cold_parallel: int | None = None,
+    contended: bool = True,
 ) -> Outcome:
     """Run the ladder on the harness and write plan, report.md, report.json, charts and trace.
 
@@ -187,6 +188,9 @@ def diagnose(
         pin: where the search's timed processes run (``--pin``): :attr:`rewriter.engine.measure.Options.pin`.
         cold_parallel: candidates' cold phases at a time (``--cold-parallel``), None for the
             default (:attr:`rewriter.engine.measure.Options.parallel_cold`).
+        contended: on CUDA, also time every candidate with its host core contended and decide on
+            both conditions (``--host both``; ``--host quiet``: False):
+            :attr:`rewriter.engine.measure.Options.contended`.
 
     Raises:
         StackpartError: the harness cannot be loaded (nothing written), or a harness call failed
@@ -221,6 +225,7 @@ def diagnose(
         overlap=overlap,
         pin=pin,
         cold_parallel=cold_parallel,
+        contended=contended,
     )
     ctx.cache["requested_device"] = requested  # the harness's own (None: unset), for the validation report
     meta = {
@@ -603,7 +608,7 @@ def check_output(harness: str, output: str) -> None:
     )
 
 
-def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str | dict[str, int], ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False, site: str | None = None, no_overlap: bool = False, pin: str = "shared", cold_parallel: int | None = None) -> int:
+def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str | dict[str, int], ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False, site: str | None = None, no_overlap: bool = False, pin: str = "shared", cold_parallel: int | None = None, host: str = "both") -> int:
     """The ``stackpart diagnose`` command: returns 0 (plan written), 1 (plan written, but the ladder
     stopped at a fragmentation OOM: apply the allocator action and run again); raises
     StackpartError (exit 2)."""
@@ -619,5 +624,5 @@ def diagnose_command(harness: str, src: str, output: str, *, model: str | None, 
         amort = Amortization.model_validate(base)
     only = {n for n, _ in RUNGS} if no_search else None
     outcome = diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry, budget_s=budget, only=only, site=site,
-                       overlap=not no_overlap, pin=pin, cold_parallel=cold_parallel)
+                       overlap=not no_overlap, pin=pin, cold_parallel=cold_parallel, contended=host == "both")
     return 1 if outcome.stopped else 0

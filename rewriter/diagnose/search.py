@@ -220,7 +220,7 @@ def _options(ctx: Context, timeout_s: float) -> Any:
         # each shape once more with a busy loop on the shared core, and the decision weighs both
         # host conditions (H200 runs 13-37: per-block's lead over nested+whole came and went with
         # the host; with its core contended per-block ran 1.6-2.4x slower)
-        contended=cuda,
+        contended=cuda and ctx.contended,  # --host both (default) / quiet
         overlap=ctx.overlap,  # --no-overlap
         pin=ctx.pin,  # --pin
     )
