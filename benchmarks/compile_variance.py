@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -84,42 +83,18 @@ def trial(core: int, reautotune: bool) -> None:
     """One process: build, compile per block (from whatever caches its environment names), first
     calls, pin, time; prints one JSON line."""
     import torch
-    import transformers
 
-    from diagnose_hf import COMMON, MODELS  # the Llama of the diagnose runs this explains
+    from host_sensitivity import build, first_calls_s, step_ms  # the Llama of the diagnose runs, per block
 
     if reautotune:
         torch._inductor.config.autotune_local_cache = False
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(**MODELS["llama"][4], **COMMON)
-    with torch.device("cuda"):
-        model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
-    for layer in model.model.layers:
-        layer.compile()
+    model = build("per-block")
     inputs = {s: torch.randint(0, 32000, s, device="cuda") for s in SHAPES}
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        for s in SHAPES:
-            model(inputs[s])
-        torch.cuda.synchronize()
-    out: dict = {"compile_s": round(time.perf_counter() - t0, 2)}
+    out: dict = {"compile_s": first_calls_s(model, inputs)}
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {core})
-    with torch.no_grad():
-        for s in SHAPES:
-            for _ in range(5):
-                model(inputs[s])
-            meds = []
-            for _ in range(15):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                torch.cuda.synchronize()
-                a.record()
-                for _ in range(5):
-                    model(inputs[s])
-                b.record()
-                b.synchronize()
-                meds.append(a.elapsed_time(b) / 5)
-            out[f"{s[0]}x{s[1]}"] = round(statistics.median(meds), 3)
+    for s in SHAPES:
+        out[f"{s[0]}x{s[1]}"] = step_ms(model, inputs[s], blocks=15)
     out["winners"] = winners()
     print(json.dumps(out), flush=True)
 

@@ -63,14 +63,29 @@ def build(plan: str):  # type: ignore[no-untyped-def]
     return model
 
 
-def step_ms(model, x) -> float:  # type: ignore[no-untyped-def]
+def first_calls_s(model, inputs: dict) -> float:  # type: ignore[no-untyped-def]
+    """Seconds of the first call at every shape of ``inputs``, in order (the compiles, cold or
+    from the caches), rounded to 10 ms."""
+    import torch
+
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for x in inputs.values():
+            model(x)
+    torch.cuda.synchronize()
+    return round(time.perf_counter() - t0, 2)
+
+
+def step_ms(model, x, blocks: int = 10) -> float:  # type: ignore[no-untyped-def]
+    """The steady step at ``x`` (ms): 5 warm-up calls, then the median of ``blocks`` blocks of 5
+    calls timed by CUDA events (``compile_variance.py`` times with it too)."""
     import torch
 
     with torch.no_grad():
         for _ in range(5):
             model(x)
         meds = []
-        for _ in range(10):
+        for _ in range(blocks):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
             a.record()
@@ -92,12 +107,7 @@ def child(plan: str, warm: bool) -> None:
 
     model = build(plan)
     inputs = {s: torch.randint(0, 32000, s, device="cuda") for s in SHAPES}
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        for s in SHAPES:
-            model(inputs[s])
-    torch.cuda.synchronize()
-    out: dict = {"plan": plan, "first_calls_s": round(time.perf_counter() - t0, 2)}
+    out: dict = {"plan": plan, "first_calls_s": first_calls_s(model, inputs)}
     if not warm:
         print(json.dumps(out), flush=True)
         return

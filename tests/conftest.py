@@ -16,3 +16,21 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def benchmark_script():
+    """``load(name)``: the module of ``benchmarks/<name>.py``, imported from its file (the
+    scripts are not a package), for tests of what a benchmark computes from stored results."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+
+    def load(name: str):  # type: ignore[no-untyped-def]
+        spec = importlib.util.spec_from_file_location(f"{name}_bench", root / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

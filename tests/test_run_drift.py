@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("run_drift_bench", ROOT / "benchmarks" / "run_drift.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_stored_llama_runs_show_per_block_moving_more_between_runs_than_nested_whole():
+def test_the_stored_llama_runs_show_per_block_moving_more_between_runs_than_nested_whole(benchmark_script):
     """What the host-contended timing rests on: over the stored runs per-block's step moves more
     from run to run than nested+whole's (max/min 1.355 vs 1.165 over 19 runs), and the run's
     as-is step moves with per-block's."""
-    b = _bench()
+    b = benchmark_script("run_drift")
     files = [f for f in sorted((ROOT / "benchmarks" / "results").rglob("diagnose_hf.json"))
              if any(f"h200-run{k}" in str(f) for k in (13, 16, 17, 19, 20, 29, 30, 31, 32, 33, 34, 36))]
     rows = b.runs(files, "llama", "throughput")
@@ -33,8 +25,8 @@ def test_the_stored_llama_runs_show_per_block_moving_more_between_runs_than_nest
     assert mean(slow_host, "nested+whole") < 1.10 * mean(fast_host, "nested+whole")
 
 
-def test_main_prints_the_tables_and_fails_on_no_match(capsys):
-    b = _bench()
+def test_main_prints_the_tables_and_fails_on_no_match(capsys, benchmark_script):
+    b = benchmark_script("run_drift")
     assert b.main([]) == 0
     out = capsys.readouterr().out
     assert "| candidate | runs | min | median | max | max/min |" in out and "| per-block |" in out
