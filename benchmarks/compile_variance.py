@@ -39,7 +39,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 SHAPES = [(8, 512), (8, 384)]
