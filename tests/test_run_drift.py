@@ -31,3 +31,4 @@ def test_main_prints_the_tables_and_fails_on_no_match(capsys, benchmark_script):
     out = capsys.readouterr().out
     assert "| candidate | runs | min | median | max | max/min |" in out and "| per-block |" in out
     assert b.main(["--model", "nope"]) == 1
+

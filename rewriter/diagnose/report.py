@@ -96,13 +96,19 @@ def charts(out_dir: Path, rungs: dict[str, RungResult]) -> tuple[list[str], str 
     rows = [r for r in (search.measurement.get("candidates", []) if search is not None else []) if r.get("step_ms") is not None]
     if rows:
         fig, ax = plt.subplots(figsize=(6, 3.5))
+        contended = any(r.get("contended_step_ms") for r in rows)
         for r in rows:
             x, y = r.get("compile_s_per_start") or 0.0, r["step_ms"]
-            ax.scatter([x], [y], color="#c44e52" if r["chosen"] else "#4878a8", s=40 if r["chosen"] else 20)
+            color = "#c44e52" if r["chosen"] else "#4878a8"
+            ax.scatter([x], [y], color=color, s=40 if r["chosen"] else 20)
             ax.annotate(r["candidate"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            if r.get("contended_step_ms"):  # the same plan with its host core contended: hollow, joined to it
+                ax.plot([x, x], [y, r["contended_step_ms"]], color=color, linewidth=0.8, alpha=0.5)
+                ax.scatter([x], [r["contended_step_ms"]], facecolors="none", edgecolors=color, s=40 if r["chosen"] else 20)
         ax.set_xlabel("total compile per process start, s")
         ax.set_ylabel("step ms (mean over shapes)")
-        ax.set_title("Candidate plans: step time vs compile time (chosen in red)")
+        ax.set_title("Candidate plans: step time vs compile time (chosen in red"
+                     + ("; hollow: host core contended)" if contended else ")"), fontsize=9 if contended else None)
         fig.tight_layout()
         fig.savefig(out_dir / "candidates.png", dpi=100)
         plt.close(fig)
