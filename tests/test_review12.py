@@ -1,0 +1,37 @@
+"""Review of branch review12 (contended host core window, decide's contended standing)."""
+
+from __future__ import annotations
+
+from rewriter.diagnose.decide import decide
+
+
+def _row(step_ms, compile_s=0.0, **kw):
+    return {"step_ms": step_ms, "compile_s_per_start": compile_s, "problems": [], **kw}
+
+
+def _hosted(quiet_and_contended, compile_s=None):
+    compile_s = compile_s or {}
+    return {n: _row(q, compile_s.get(n, 0.0), contended_step_ms=c) for n, (q, c) in quiet_and_contended.items()}
+
+
+NOISE = {"share": 0.02, "median_abs_log": 0.008, "pairs": 10, "contended_share": 0.03}
+
+
+def test_a_least_behind_candidate_that_does_not_pay_back_does_not_hand_the_plan_to_as_is():
+    """'x' is least behind in the worse condition but its quiet net is negative; 'y' beats as-is
+    in both conditions. Falling back to as-is picks the worst plan in both conditions, and the
+    text says no candidate pays back while 'y' nets 1,000,000 s on a quiet core."""
+    rows = _hosted({"as-is": (10.0, 30.0), "x": (10.1, 15.0), "y": (9.0, 28.0)})
+    c = decide(rows, ["x", "y", "as-is"], [], 1_000_000_000, 1, True, NOISE)
+    assert c.net_s["y"] > 0 and c.net_s["x"] < 0
+    assert c.chosen == "y", (c.chosen, c.text, c.status)
+
+
+def test_as_is_chosen_over_a_quiet_winner_does_not_say_no_candidate_pays_back():
+    """'y' nets more than as-is on a quiet core and falls far behind with it contended: as-is is
+    the least behind in the worse condition, but the text must not claim nothing pays back."""
+    rows = _hosted({"as-is": (10.0, 10.0), "y": (9.0, 20.0)})
+    c = decide(rows, ["y", "as-is"], [], 1_000_000_000, 1, True, NOISE)
+    assert c.chosen == "as-is"
+    assert c.net_s["y"] > 0
+    assert "no candidate pays back" not in c.text, c.text
