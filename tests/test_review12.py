@@ -35,3 +35,24 @@ def test_as_is_chosen_over_a_quiet_winner_does_not_say_no_candidate_pays_back():
     assert c.chosen == "as-is"
     assert c.net_s["y"] > 0
     assert "no candidate pays back" not in c.text, c.text
+
+
+def test_validate_processes_2_runs_autotuning_again_as_its_help_says(tmp_path, monkeypatch):
+    """`--processes 2`'s help: "2 gives each a second process that runs Inductor's autotuning
+    again"; an explicit 2 kept replica_caches at its default, warm (the second process loads the
+    first's stored winners), and only `auto` reautotuned."""
+    import rewriter.validate.command as command
+    from rewriter.cli import main
+    from rewriter.engine.measure import on_device
+
+    seen = []
+    monkeypatch.setattr(command, "validate_command", lambda plan, src, opts: seen.append(opts) or 0)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("{}\n")
+    src = tmp_path / "src"
+    src.mkdir()
+    for how in ("2", "auto"):
+        assert main(["validate", "--plan", str(plan), str(src), "--processes", how]) == 0
+    explicit, auto = (on_device(o, "cuda:0") for o in seen)
+    assert auto.replicates == 2 and auto.replica_caches == "reautotune"
+    assert explicit.replicates == 2 and explicit.replica_caches == "reautotune", explicit.replica_caches
