@@ -56,3 +56,50 @@ def test_validate_processes_2_runs_autotuning_again_as_its_help_says(tmp_path, m
     explicit, auto = (on_device(o, "cuda:0") for o in seen)
     assert auto.replicates == 2 and auto.replica_caches == "reautotune"
     assert explicit.replicates == 2 and explicit.replica_caches == "reautotune", explicit.replica_caches
+
+
+def test_a_second_process_that_fails_in_the_contended_window_keeps_its_quiet_figures(monkeypatch):
+    """The contended window must never change ``median_ms``: a second process that errors only
+    with the busy loop running was dropped from every shape, quiet windows included, so its
+    variant's step became its slower first process's (10 ms instead of 9)."""
+    import os
+
+    import rewriter.engine.cores as cores
+    from rewriter.engine.measure import REPLICA, Options, interleave, merge_replicates
+
+    hog = {"on": False}
+
+    class Hog:
+        def __init__(self, core):
+            hog["on"] = True
+
+        def kill(self):
+            hog["on"] = False
+
+        def wait(self):
+            pass
+
+    class Kid:
+        def __init__(self, ms, fails_loaded=False):
+            self.ms, self.fails_loaded = ms, fails_loaded
+
+        def time(self, shape, warmup, n, **kw):
+            if hog["on"] and self.fails_loaded:
+                return {"error": {"kind": "Timeout", "message": "too slow"}}
+            return {"samples": [self.ms * (2 if hog["on"] else 1) / 1e3] * n, "calls": 1, "pinned": kw.get("pin")}
+
+        def terminate(self):
+            pass
+
+    monkeypatch.setattr(cores, "contend", Hog)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    kids = {"eager": Kid(20.0), "whole": Kid(10.0), "whole" + REPLICA: Kid(9.0, fails_loaded=True)}
+    notes: list[str] = []
+    rows, raw, error = interleave(kids, [{"seq": 512}, {"seq": 384}],
+                                  Options(warmup=1, reps=4, budget_s=0.0, windows=2, contended=True), notes=notes, device="cuda")
+    assert error is None and not hog["on"]
+    merged, _ = merge_replicates(rows, raw, ["eager", "whole"])
+    for row in merged:
+        assert row["timing"]["whole"]["median_ms"] == 9.0, row["timing"]["whole"]  # as without the contended window
+        assert row["timing"]["whole"]["contended_ms"] == 20.0
+    assert any("its quiet ones still both processes" in n for n in notes), notes
