@@ -103,3 +103,45 @@ def test_a_second_process_that_fails_in_the_contended_window_keeps_its_quiet_fig
         assert row["timing"]["whole"]["median_ms"] == 9.0, row["timing"]["whole"]  # as without the contended window
         assert row["timing"]["whole"]["contended_ms"] == 20.0
     assert any("its quiet ones still both processes" in n for n in notes), notes
+
+
+def test_the_busy_loop_is_stopped_when_the_timing_is_interrupted_while_it_settles(monkeypatch):
+    """A SIGTERM/Ctrl-C (or any exception) during the 0.2 s settle after contend() left the busy
+    loop running: it was outside the try whose finally kills it."""
+    import os
+
+    import pytest
+
+    import rewriter.engine.cores as cores
+    import rewriter.engine.measure as measure
+    from rewriter.engine.measure import Options, interleave
+
+    alive = []
+
+    class Hog:
+        def __init__(self, core):
+            alive.append(self)
+
+        def kill(self):
+            alive.remove(self)
+
+        def wait(self):
+            pass
+
+    class Kid:
+        def time(self, shape, warmup, n, **kw):
+            return {"samples": [0.01] * n, "calls": 1, "pinned": kw.get("pin")}
+
+        def terminate(self):
+            pass
+
+    def interrupted(s):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cores, "contend", Hog)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(measure.time, "sleep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        interleave({"eager": Kid(), "whole": Kid()}, [{"seq": 512}],
+                   Options(warmup=1, reps=3, budget_s=0.0, contended=True), device="cuda")
+    assert alive == [], "the busy loop was left running"

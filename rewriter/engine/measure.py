@@ -927,8 +927,9 @@ def interleave(
                 if notes is not None:
                     notes.append(f"not timed with a contended host core: the busy loop could not start ({exc})")
                 break
-            time.sleep(0.2)  # the loop pinned and running before the first round
         try:
+            if hog is not None:
+                time.sleep(0.2)  # the loop pinned and running before the first round (inside the try: killed on an interrupt)
             err = _window(children, shapes, opts, emit, notes, names, pins, burst, reps, budget, w, windows, loaded,
                           samples, medians, contended, calls, failed)
         finally:
