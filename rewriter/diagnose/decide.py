@@ -170,7 +170,10 @@ def decide(
         return Choice(chosen, text, status, net)
     ratio_band, net_band = noise_bands(noise)
     host = contended_standing(rows, ok, net, runs, restarts, noise)
-    best = min(ok, key=lambda n: (host.behind[n], -net[n], order.index(n))) if host else max(ok, key=lambda n: (net[n], -order.index(n)))
+    # only a candidate that can become the plan (as-is, or one whose quiet net pays back) is the best under contention:
+    # one that does not pay back would hand the plan to as-is, which may be behind another candidate in both conditions
+    payable = [n for n in ok if n == "as-is" or (net[n] or 0) > 0]
+    best = min(payable, key=lambda n: (host.behind[n], -net[n], order.index(n))) if host else max(ok, key=lambda n: (net[n], -order.index(n)))
     tied = [best]
     why_tied: dict[str, str] = {}
     wide: dict[str, str] = {}  # not tied by the measured band although the rounds' interval contains 1
@@ -232,7 +235,13 @@ def decide(
                          f"(net {net[chosen]:,.0f} s) is and compiles for less") + (f" ({wide[n]})" if n in wide else "")
         else:
             status[n] = f"net {net[n]:,.0f} s < {net[chosen]:,.0f} s of {chosen!r}" + (f" ({wide[n]})" if n in wide else "")
-    if chosen == "as-is":
+    if chosen == "as-is" and host and any((net[n] or 0) > 0 for n in others):
+        quiet_best = max(others, key=lambda n: (net[n], -order.index(n)))
+        text = (f"the program as it is ({t0:.3f} ms/step, {host.loaded['as-is']:.3f} with its host core contended): the least "
+                f"behind the best in either host condition ({host.behind['as-is']:.1%}); {quiet_best!r} nets "
+                f"{net[quiet_best]:,.0f} s on a quiet host core but falls {host.behind_loaded[quiet_best]:.1%} behind with it "
+                "contended: the plan changes nothing")
+    elif chosen == "as-is":
         text = (f"no candidate pays back over {runs:,} runs x {restarts} restart(s) better than the program as it is "
                 f"({t0:.3f} ms/step): the plan changes nothing")
     else:

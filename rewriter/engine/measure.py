@@ -896,8 +896,10 @@ def interleave(
         samples.pop(n, None)
         children[n].terminate()
         if notes is not None:
+            which = ("its contended figures are its first process's, its quiet ones still both processes'"
+                     if quiet is not names else "that variant's figures are its first process's")  # quiet: set below
             notes.append(f"the second process of {n[: -len(REPLICA)]} failed while timing and was dropped "
-                         f"({' '.join(why.split())[:200]}): that variant's figures are its first process's")
+                         f"({' '.join(why.split())[:200]}): {which}")
         return None
 
     windows = max(1, int(opts.windows))
@@ -912,10 +914,12 @@ def interleave(
     passes = windows + (1 if opts.contended and shared else 0)
     if opts.contended and not shared and notes is not None and cuda:
         notes.append("not timed with a contended host core: the timed processes are not all pinned to one core (--pin)")
+    quiet = names  # the processes the quiet windows timed (a second process dropped there is gone from every shape)
     for w in range(passes):
         loaded = w == windows  # the contended window, after the quiet ones
         hog = None
         if loaded:
+            quiet = list(names)  # one dropped in the contended window keeps its quiet figures: median_ms never moves with it
             from .cores import contend
 
             try:
@@ -924,8 +928,9 @@ def interleave(
                 if notes is not None:
                     notes.append(f"not timed with a contended host core: the busy loop could not start ({exc})")
                 break
-            time.sleep(0.2)  # the loop pinned and running before the first round
         try:
+            if hog is not None:
+                time.sleep(0.2)  # the loop pinned and running before the first round (inside the try: killed on an interrupt)
             err = _window(children, shapes, opts, emit, notes, names, pins, burst, reps, budget, w, windows, loaded,
                           samples, medians, contended, calls, failed, spans)
         finally:
@@ -935,7 +940,9 @@ def interleave(
         if err:
             return [], [], err
     for i, shape in enumerate(shapes):
-        per = {n: samples[i][n] for n in names}  # a dropped second process is gone from every shape
+        per = {n: samples[i][n] for n in quiet}  # a dropped second process is gone from every shape
+        for n in set(contended[i]) - set(names):  # dropped in the contended window: none of its contended figures
+            del contended[i][n]
         summary = {n: summarize(v) for n, v in per.items()}
         for n, t in summary.items():
             if windows > 1 and t.get("n") and medians[i][n]:
