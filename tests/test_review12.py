@@ -145,3 +145,49 @@ def test_the_busy_loop_is_stopped_when_the_timing_is_interrupted_while_it_settle
         interleave({"eager": Kid(), "whole": Kid()}, [{"seq": 512}],
                    Options(warmup=1, reps=3, budget_s=0.0, contended=True), device="cuda")
     assert alive == [], "the busy loop was left running"
+
+
+def test_a_first_process_that_fails_in_the_contended_window_leaves_the_quiet_figures_standing(monkeypatch):
+    """The contended window is supplementary: a plan's (first) process that errors only there
+    drops every plan's contended figures (the decision then falls back to the quiet net) and
+    keeps the quiet windows' figures, instead of failing the whole timing."""
+    import os
+
+    import pytest
+
+    import rewriter.engine.cores as cores
+    from rewriter.engine.measure import Options, interleave
+
+    state = {"hog": False}
+
+    class Hog:
+        def __init__(self, core):
+            state["hog"] = True
+
+        def kill(self):
+            state["hog"] = False
+
+        def wait(self):
+            pass
+
+    class Kid:
+        def __init__(self, ms, breaks):
+            self.ms, self.breaks = ms, breaks
+
+        def time(self, shape, warmup, n, **kw):
+            if state["hog"] and self.breaks:
+                return {"error": {"kind": "crash", "message": "died"}}
+            return {"samples": [self.ms / 1e3] * n, "calls": 1, "pinned": kw.get("pin")}
+
+        def terminate(self):
+            pass
+
+    monkeypatch.setattr(cores, "contend", Hog)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    notes: list[str] = []
+    rows, _raw, error = interleave({"eager": Kid(20.0, False), "whole": Kid(10.0, True)}, [{"seq": 512}],
+                                   Options(warmup=1, reps=3, budget_s=0.0, contended=True), notes=notes, device="cuda")
+    assert error is None and not state["hog"]
+    assert rows[0]["timing"]["whole"]["median_ms"] == pytest.approx(10.0)
+    assert "contended_ms" not in rows[0]["timing"]["whole"] and "contended_ms" not in rows[0]["timing"]["eager"]
+    assert any(n.startswith("no contended-core figures") for n in notes), notes
