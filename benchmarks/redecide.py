@@ -28,7 +28,8 @@ from rewriter.diagnose.decide import decide, noise_bands  # noqa: E402
 
 
 def rows_of(search: dict) -> tuple[dict[str, dict], list[str]]:
-    """The decision's input rows from one ``search`` entry of diagnose_hf.json, in its order."""
+    """The decision's input rows from one ``search`` entry of diagnose_hf.json, in its order (with
+    the host-core-contended step where the search timed it, so today's rule weighs both)."""
     rows, order = {}, []
     for c in search.get("candidates", []):
         name = c["candidate"]
@@ -36,6 +37,8 @@ def rows_of(search: dict) -> tuple[dict[str, dict], list[str]]:
         failed = c.get("numerics") not in ("ok", "reference") or str(c.get("status", "")).startswith("failed")
         rows[name] = {"step_ms": c.get("step_ms"), "compile_s_per_start": c.get("compile_s_per_start"),
                       "problems": [c.get("status")] if failed else []}
+        if c.get("contended_step_ms"):  # runs from 39 on (run 38's digest left it out)
+            rows[name]["contended_step_ms"] = c["contended_step_ms"]
     if "as-is" in order:  # the program as it is is the last resort of the tie-break, as in the search
         order.remove("as-is")
         order.append("as-is")
