@@ -26,3 +26,24 @@ def test_three_llama_runs_on_one_rule_choose_one_plan(benchmark_script):
 def test_a_run_timed_in_one_process_per_plan_is_marked(benchmark_script):
     lines = benchmark_script("redecide").redecide(ROOT / "benchmarks" / "results" / "h200-run27" / "llama_throughput_c.json")
     assert lines and lines[0]["band"].startswith("assumed"), lines
+
+
+def test_a_run_with_contended_steps_is_redecided_on_both_host_conditions(tmp_path, benchmark_script):
+    """Run 38's figures (from its report.json; its digest lacked them): per-block 10.68 ms quiet but
+    15.48 contended, nested+whole 11.02 and 11.48: today's rule keeps nested+whole, as the run did."""
+    import json
+
+    cands = [{"candidate": n, "step_ms": q, "contended_step_ms": c, "compile_s_per_start": s, "numerics": "ok", "status": "x"}
+             for n, q, c, s in (("per-block", 10.676, 15.481, 9.0), ("nested+whole", 11.022, 11.482, 36.8),
+                                ("whole", 11.770, 11.672, 49.3), ("as-is", 17.053, 23.734, None))]
+    cands[-1]["numerics"] = "reference"
+    payload = {"runs": 100_000_000, "restarts": 1, "rows": [{"model": "llama", "search": {
+        "chosen": "nested+whole", "candidates": cands, "noise": {"share": 0.015, "median_abs_log": 0.0062, "pairs": 10,
+                                                               "contended_share": 0.087}}}]}
+    (tmp_path / "diagnose_hf.json").write_text(json.dumps(payload))
+    line = benchmark_script("redecide").redecide(tmp_path / "diagnose_hf.json")[0]
+    assert line["then"] == line["now"] == "nested+whole", line
+    for c in cands:
+        del c["contended_step_ms"]
+    (tmp_path / "diagnose_hf.json").write_text(json.dumps(payload))
+    assert benchmark_script("redecide").redecide(tmp_path / "diagnose_hf.json")[0]["now"] == "per-block"
