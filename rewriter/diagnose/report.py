@@ -176,7 +176,8 @@ TERMINAL_COLUMNS = (("candidate", "candidate"), ("step ms", "step_ms"), ("compil
 
 def short_status(status: str) -> str:
     """The status's gist for the terminal: ``chosen``, ``failed: <first reason>``, ``tie``,
-    ``slower``, ``no payback``, ``skipped: budget``."""
+    ``slower``, ``behind when busy`` (ahead or tied on a quiet host core, not with it contended),
+    ``no payback``, ``skipped: budget``."""
     if status.startswith("failed"):
         reason = status.removeprefix("failed: ")
         for key, label in (("recompile limit", "recompile limit"), ("wrong numbers", "wrong numbers"),
@@ -185,7 +186,8 @@ def short_status(status: str) -> str:
             if key in reason:
                 return f"failed: {label}"
         return "failed"
-    for key, label in (("within the noise", "tie, dearer"), ("the largest net", "tie, dearer"), ("does not pay back", "no payback"), ("net ", "less net"),
+    for key, label in (("with the host core contended", "behind when busy"), ("the least behind", "tie, dearer"),
+                       ("within the noise", "tie, dearer"), ("the largest net", "tie, dearer"), ("does not pay back", "no payback"), ("net ", "less net"),
                        ("budget", "skipped: budget"), ("gain is not measured", "later in order"),
                        ("changes nothing", "same as as-is")):
         if key in status:
@@ -203,6 +205,8 @@ def candidates_terminal(console: Any, search: RungResult | None) -> None:
 
     rows = search.measurement["candidates"]
     columns = [c for c in TERMINAL_COLUMNS if c[1] != "net_s" or any(r.get("net_s") is not None for r in rows)]
+    if any(r.get("contended_step_ms") for r in rows):  # the step with the host core contended, beside the quiet one
+        columns.insert(2, ("busy ms", "contended_step_ms"))
     table = Table(title="stackpart diagnose: candidate plans, measured (details in report.md)", show_lines=False,
                   padding=(0, 1), box=box.SIMPLE_HEAD)
     for header, _ in columns:
@@ -213,7 +217,8 @@ def candidates_terminal(console: Any, search: RungResult | None) -> None:
     for r in rows:
         cells = [_cell(r.get(k)).replace("\\|", "|") for _, k in columns]
         cells[-1] = short_status(r.get("status") or "")
-        cells[5] = {"reference": "ref"}.get(cells[5], cells[5])
+        k = [key for _, key in columns].index("numerics")
+        cells[k] = {"reference": "ref"}.get(cells[k], cells[k])
         if r["chosen"]:
             cells = [f"[bold green]{c}[/]" for c in cells]
         table.add_row(*cells)
