@@ -269,23 +269,17 @@ def test_with_a_measured_band_a_wide_rounds_interval_does_not_make_a_tie():
     assert c.chosen == "per-block" and "contains 1" in c.status["nested+whole"], c.status
 
 
-def test_a_plan_whose_own_two_compiles_differ_more_than_the_gap_ties_and_the_cheaper_compile_wins():
-    """H200 runs 32-34, HF Llama 16x2048: per-block's step moved 10.8-13.4 ms from run to run and
-    nested+whole's 10.8-11.8, while the pooled band (2.0-3.8%) was set by the plans that compile
-    alike. With second processes that autotune again, a plan's own two processes show what a new
-    compile moves it by: per-block 11.7 vs 12.9 ms (10%) makes a 6% gap to nested+whole a tie,
-    which the cheaper compile wins; two processes that agree leave the gap decided."""
+def test_a_plan_whose_own_two_processes_differ_makes_no_tie_with_a_faster_plan():
+    """A candidate's own two-process spread is reported, not a tie: per-block's processes at
+    11.67 and 12.9 ms (one slowed through its rounds, a one-sided error the faster process
+    already filters) do not make it tie with nested+whole 6% ahead, which stays the plan."""
     rows = {"as-is": _row(18.0), "per-block": _row(11.67, 9.4), "nested+whole": _row(11.00, 35.6)}
     order = ["per-block", "nested+whole", "as-is"]
     pooled = {"share": 0.02, "median_abs_log": 0.008, "pairs": 6}
     c = decide(rows, order, [], 100_000_000, 1, True, dict(pooled, spread={"per-block": math.log(12.9 / 11.67),
                                                                            "nested+whole": 0.004, "as-is": 0.003}))
-    assert c.chosen == "per-block", c.status
-    assert "within the 10.5% that 'per-block''s own two processes differed by" in c.status["nested+whole"], c.status
-    c = decide(rows, order, [], 100_000_000, 1, True, dict(pooled, spread={"per-block": 0.01, "nested+whole": 0.004}))
     assert c.chosen == "nested+whole", c.status
-    c = decide(rows, order, [], 100_000_000, 1, True, pooled)  # a report from before the spreads: as it was
-    assert c.chosen == "nested+whole", c.status
+    assert decide(rows, order, [], 100_000_000, 1, True, pooled).chosen == "nested+whole"
 
 
 def _hosted(quiet_and_contended, compile_s):

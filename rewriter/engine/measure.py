@@ -754,11 +754,10 @@ def process_noise(timing: list[dict[str, Any]]) -> dict[str, Any] | None:
     median|d|``), the ``share`` returned.
 
     ``spread`` is each variant's own: ``|ln(s1 / s2)|`` of its two processes' steps (the mean over
-    the shapes both timed of each process's median), what compiling and timing that plan again
-    moved its step by. It is the one figure that sees a variant whose compile decides its speed
-    (:attr:`Options.replica_caches` ``reautotune``/``cold``; H200 runs 32-34: per-block 10.8-13.4 ms
-    from run to run while its two warm processes agreed within 2%), which the pooled median, set by
-    the many variants that compile alike, does not. ``contended_share``, where the variants were
+    the shapes both timed of each process's median), for the report: what timing that plan in a
+    second process (autotuning again with :attr:`Options.replica_caches` ``reautotune``) moved its
+    step by. The decision does not tie on it (a process slowed through its rounds is a one-sided
+    error), and H200 run 36 found the compile does not move the step. ``contended_share``, where the variants were
     also timed with their host core contended (:attr:`Options.contended`) in both processes, is the
     band of those figures, computed the same way. Returns ``{"share", "median_abs_log", "pairs",
     "spread"[, "contended_share"]}``, or None with fewer than 3 pairs."""
