@@ -273,14 +273,19 @@ def test_a_reautotune_replica_compiles_from_a_copy_of_its_variants_caches_withou
         _replicas(monkeypatch, ["eager", "whole"], replica_caches="fresh")
 
 
-def test_autotune_again_turns_off_the_local_autotune_cache(monkeypatch):
+def test_autotune_again_turns_off_the_local_autotune_cache():
+    """Through Inductor's own ``config.patch`` (restored on exit): a monkeypatch of this config
+    module deletes the option on undo, which broke every later Inductor compile in the process
+    (CI, torch 2.13: "torch._inductor.config.autotune_local_cache does not exist")."""
     import torch._inductor.config as inductor_config
 
     from rewriter.engine.child import autotune_again
 
-    monkeypatch.setattr(inductor_config, "autotune_local_cache", True)
-    autotune_again()
-    assert inductor_config.autotune_local_cache is False
+    before = inductor_config.autotune_local_cache
+    with inductor_config.patch(autotune_local_cache=True):
+        autotune_again()
+        assert inductor_config.autotune_local_cache is False
+    assert inductor_config.autotune_local_cache == before
 
 
 def test_second_processes_spawn_after_the_first_compiled_cold_phase_and_go_once_their_variant_is_recorded(monkeypatch):
