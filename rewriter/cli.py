@@ -154,8 +154,7 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
                    speed_gate=speed_gate, timeout_s=timeout_s, reps=reps, warmup=warmup,
                    keep=keep_temp, variants=("eager", "plan") + names, overlap=not no_overlap,
                    construct_on_device=construct_on == "device", pin=pin,
-                   replicates=0 if processes == "auto" else int(processes), windows=0 if windows == "auto" else int(windows),
-                   replica_caches="reautotune" if processes == "2" else "warm")  # as --processes' help says
+                   replicates=0 if processes == "auto" else int(processes), windows=0 if windows == "auto" else int(windows))
     ctx.exit(validate_command(plan_path, src, opts))
 
 

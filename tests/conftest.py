@@ -34,3 +34,42 @@ def benchmark_script():
         return module
 
     return load
+
+
+class FakeBusyLoop:
+    """Stands in for :func:`rewriter.engine.cores.contend`'s process: ``on`` while one runs,
+    ``started`` the cores asked for, ``alive`` the loops not yet killed."""
+
+    def __init__(self) -> None:
+        self.on, self.started, self.alive = False, [], []
+
+    def __call__(self, core: int) -> "FakeBusyLoop._Loop":
+        return FakeBusyLoop._Loop(self, core)
+
+    class _Loop:
+        def __init__(self, owner: "FakeBusyLoop", core: int) -> None:
+            self.owner = owner
+            owner.on = True
+            owner.started.append(core)
+            owner.alive.append(self)
+
+        def kill(self) -> None:
+            self.owner.on = False
+            self.owner.alive.remove(self)
+
+        def wait(self) -> None:
+            pass
+
+
+@pytest.fixture
+def busy_loop(monkeypatch):
+    """The contended window's busy loop faked (:class:`FakeBusyLoop`), on a host that reports 16
+    cores, so :func:`rewriter.engine.measure.interleave` pins every process to one shared core."""
+    import os
+
+    import rewriter.engine.cores as cores
+
+    fake = FakeBusyLoop()
+    monkeypatch.setattr(cores, "contend", fake)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    return fake

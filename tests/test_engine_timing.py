@@ -262,14 +262,12 @@ def test_a_reautotune_replica_compiles_from_a_copy_of_its_variants_caches_withou
     assert not (copied / "kernel.best_config").exists() and (own / "kernel.best_config").exists()
     reps.collect(["eager", "whole"])
     assert any("autotuning run again" in n for n in m.notes), m.notes
-    # the default shares the variant's own caches; a cold replica starts from an empty directory
-    m, reps, _ = _replicas(monkeypatch, ["eager", "whole"], caches=tmp_path / "d")
+    # reautotune is the default; warm shares the variant's own caches
+    assert Options().replica_caches == "reautotune"
+    m, reps, _ = _replicas(monkeypatch, ["eager", "whole"], caches=tmp_path / "d", replica_caches="warm")
     reps.spawn(), reps.started("whole")
     assert _Replica.made[1].cache_root == tmp_path / "d" / "whole" and not _Replica.made[1].job["reautotune"]
-    m, reps, _ = _replicas(monkeypatch, ["eager", "whole"], caches=tmp_path / "e", replica_caches="cold")
-    reps.spawn(), reps.started("whole")
-    assert _Replica.made[1].cache_root == tmp_path / "e" / "whole.replica" and not (tmp_path / "e").exists()
-    with pytest.raises(ValueError, match="expected one of warm, reautotune, cold"):
+    with pytest.raises(ValueError, match="expected one of warm, reautotune"):
         _replicas(monkeypatch, ["eager", "whole"], replica_caches="fresh")
 
 
@@ -597,7 +595,7 @@ def test_validate_times_as_the_search_does_on_the_device_it_runs_on():
     cuda = on_device(auto, "cuda:0")
     assert (cuda.replicates, cuda.windows, cuda.replica_caches) == (2, 2, "reautotune")
     cpu = on_device(auto, "cpu")
-    assert (cpu.replicates, cpu.windows, cpu.replica_caches) == (1, 1, "warm")
+    assert (cpu.replicates, cpu.windows) == (1, 1)  # no second process on a CPU: its caches mode is moot
     mine = on_device(Options(replicates=1, windows=0), "cuda")
     assert (mine.replicates, mine.windows) == (1, 2)
     assert on_device(Options(), "cuda") == Options()  # nothing automatic: unchanged
@@ -623,47 +621,29 @@ def test_the_validate_cli_passes_its_timing_knobs(monkeypatch, tmp_path):
 
 
 class _HostBound(_Child):
-    """Times ``ms`` per call, ``x`` times that while the busy loop of :func:`rewriter.engine.cores.contend` runs."""
+    """Times ``ms`` per call, ``x`` times that while ``loop`` (the ``busy_loop`` fixture) runs."""
 
-    hog = False
-
-    def __init__(self, ms: float, x: float):
+    def __init__(self, ms: float, x: float, loop):
         super().__init__(ms)
-        self.x = x
+        self.x, self.loop = x, loop
 
     def time(self, shape, warmup, n, **kw):
         self.requests.append((shape, warmup, n, kw))
-        ms = self.ms * (self.x if _HostBound.hog else 1.0)
+        ms = self.ms * (self.x if self.loop.on else 1.0)
         return {"samples": [ms / 1e3] * n, "calls": 1, "pinned": kw.get("pin")}
 
 
-def test_a_contended_window_times_each_plan_with_a_busy_loop_on_the_shared_core(monkeypatch):
+def test_a_contended_window_times_each_plan_with_a_busy_loop_on_the_shared_core(busy_loop):
     """H200 run 37: a busy loop on the main thread's core made as-is 2.2-2.8x and per-block
     1.6-2.4x slower. With Options.contended every process is timed once more per shape with the
     loop on the one core they share: that window's median is ``contended_ms``, it never sets
     ``median_ms``, its samples are not paired with the quiet rounds, and the loop is stopped."""
-    import rewriter.engine.cores as cores
-
-    started: list[int] = []
-
-    class Hog:
-        def __init__(self, core):
-            started.append(core)
-            _HostBound.hog = True
-
-        def kill(self):
-            _HostBound.hog = False
-
-        def wait(self):
-            pass
-
-    monkeypatch.setattr(cores, "contend", Hog)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
-    kids = {"eager": _HostBound(20.0, 2.5), "whole": _HostBound(10.0, 1.1)}
+    started = busy_loop.started
+    kids = {"eager": _HostBound(20.0, 2.5, busy_loop), "whole": _HostBound(10.0, 1.1, busy_loop)}
     notes: list[str] = []
     rows, raw, error = interleave(kids, [{"seq": 512}, {"seq": 384}],
                                   Options(warmup=1, reps=4, budget_s=0.0, windows=2, contended=True), notes=notes, device="cuda")
-    assert error is None and not _HostBound.hog and len(started) == 1
+    assert error is None and not busy_loop.on and len(started) == 1
     for row in rows:
         assert row["timing"]["eager"]["median_ms"] == pytest.approx(20.0)
         assert row["timing"]["eager"]["contended_ms"] == pytest.approx(50.0)
@@ -672,7 +652,7 @@ def test_a_contended_window_times_each_plan_with_a_busy_loop_on_the_shared_core(
     assert any("busy loop on the shared core" in n for n in notes), notes
     # without one shared core (--pin own) there is no contended window, and the note says why
     notes = []
-    rows, _raw, _ = interleave({"eager": _HostBound(20.0, 2.5), "whole": _HostBound(10.0, 1.1)}, [{"seq": 512}],
+    rows, _raw, _ = interleave({"eager": _HostBound(20.0, 2.5, busy_loop), "whole": _HostBound(10.0, 1.1, busy_loop)}, [{"seq": 512}],
                                Options(warmup=1, reps=2, budget_s=0.0, contended=True, pin="own"), notes=notes, device="cuda")
     assert "contended_ms" not in rows[0]["timing"]["whole"] and len(started) == 1
     assert any("not timed with a contended host core" in n for n in notes), notes

@@ -58,46 +58,29 @@ def test_validate_processes_2_runs_autotuning_again_as_its_help_says(tmp_path, m
     assert explicit.replicates == 2 and explicit.replica_caches == "reautotune", explicit.replica_caches
 
 
-def test_a_second_process_that_fails_in_the_contended_window_keeps_its_quiet_figures(monkeypatch):
+def test_a_second_process_that_fails_in_the_contended_window_keeps_its_quiet_figures(busy_loop):
     """The contended window must never change ``median_ms``: a second process that errors only
     with the busy loop running was dropped from every shape, quiet windows included, so its
     variant's step became its slower first process's (10 ms instead of 9)."""
-    import os
-
-    import rewriter.engine.cores as cores
     from rewriter.engine.measure import REPLICA, Options, interleave, merge_replicates
-
-    hog = {"on": False}
-
-    class Hog:
-        def __init__(self, core):
-            hog["on"] = True
-
-        def kill(self):
-            hog["on"] = False
-
-        def wait(self):
-            pass
 
     class Kid:
         def __init__(self, ms, fails_loaded=False):
             self.ms, self.fails_loaded = ms, fails_loaded
 
         def time(self, shape, warmup, n, **kw):
-            if hog["on"] and self.fails_loaded:
+            if busy_loop.on and self.fails_loaded:
                 return {"error": {"kind": "Timeout", "message": "too slow"}}
-            return {"samples": [self.ms * (2 if hog["on"] else 1) / 1e3] * n, "calls": 1, "pinned": kw.get("pin")}
+            return {"samples": [self.ms * (2 if busy_loop.on else 1) / 1e3] * n, "calls": 1, "pinned": kw.get("pin")}
 
         def terminate(self):
             pass
 
-    monkeypatch.setattr(cores, "contend", Hog)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     kids = {"eager": Kid(20.0), "whole": Kid(10.0), "whole" + REPLICA: Kid(9.0, fails_loaded=True)}
     notes: list[str] = []
     rows, raw, error = interleave(kids, [{"seq": 512}, {"seq": 384}],
                                   Options(warmup=1, reps=4, budget_s=0.0, windows=2, contended=True), notes=notes, device="cuda")
-    assert error is None and not hog["on"]
+    assert error is None and not busy_loop.on
     merged, _ = merge_replicates(rows, raw, ["eager", "whole"])
     for row in merged:
         assert row["timing"]["whole"]["median_ms"] == 9.0, row["timing"]["whole"]  # as without the contended window
@@ -105,28 +88,13 @@ def test_a_second_process_that_fails_in_the_contended_window_keeps_its_quiet_fig
     assert any("its quiet ones still both processes" in n for n in notes), notes
 
 
-def test_the_busy_loop_is_stopped_when_the_timing_is_interrupted_while_it_settles(monkeypatch):
+def test_the_busy_loop_is_stopped_when_the_timing_is_interrupted_while_it_settles(monkeypatch, busy_loop):
     """A SIGTERM/Ctrl-C (or any exception) during the 0.2 s settle after contend() left the busy
     loop running: it was outside the try whose finally kills it."""
-    import os
-
     import pytest
 
-    import rewriter.engine.cores as cores
     import rewriter.engine.measure as measure
     from rewriter.engine.measure import Options, interleave
-
-    alive = []
-
-    class Hog:
-        def __init__(self, core):
-            alive.append(self)
-
-        def kill(self):
-            alive.remove(self)
-
-        def wait(self):
-            pass
 
     class Kid:
         def time(self, shape, warmup, n, **kw):
@@ -138,56 +106,37 @@ def test_the_busy_loop_is_stopped_when_the_timing_is_interrupted_while_it_settle
     def interrupted(s):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cores, "contend", Hog)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     monkeypatch.setattr(measure.time, "sleep", interrupted)
     with pytest.raises(KeyboardInterrupt):
         interleave({"eager": Kid(), "whole": Kid()}, [{"seq": 512}],
                    Options(warmup=1, reps=3, budget_s=0.0, contended=True), device="cuda")
-    assert alive == [], "the busy loop was left running"
+    assert busy_loop.started and busy_loop.alive == [], "the busy loop was left running"
 
 
-def test_a_first_process_that_fails_in_the_contended_window_leaves_the_quiet_figures_standing(monkeypatch):
+def test_a_first_process_that_fails_in_the_contended_window_leaves_the_quiet_figures_standing(busy_loop):
     """The contended window is supplementary: a plan's (first) process that errors only there
     drops every plan's contended figures (the decision then falls back to the quiet net) and
     keeps the quiet windows' figures, instead of failing the whole timing."""
-    import os
-
     import pytest
 
-    import rewriter.engine.cores as cores
     from rewriter.engine.measure import Options, interleave
-
-    state = {"hog": False}
-
-    class Hog:
-        def __init__(self, core):
-            state["hog"] = True
-
-        def kill(self):
-            state["hog"] = False
-
-        def wait(self):
-            pass
 
     class Kid:
         def __init__(self, ms, breaks):
             self.ms, self.breaks = ms, breaks
 
         def time(self, shape, warmup, n, **kw):
-            if state["hog"] and self.breaks:
+            if busy_loop.on and self.breaks:
                 return {"error": {"kind": "crash", "message": "died"}}
             return {"samples": [self.ms / 1e3] * n, "calls": 1, "pinned": kw.get("pin")}
 
         def terminate(self):
             pass
 
-    monkeypatch.setattr(cores, "contend", Hog)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     notes: list[str] = []
     rows, _raw, error = interleave({"eager": Kid(20.0, False), "whole": Kid(10.0, True)}, [{"seq": 512}],
                                    Options(warmup=1, reps=3, budget_s=0.0, contended=True), notes=notes, device="cuda")
-    assert error is None and not state["hog"]
+    assert error is None and not busy_loop.on
     assert rows[0]["timing"]["whole"]["median_ms"] == pytest.approx(10.0)
     assert "contended_ms" not in rows[0]["timing"]["whole"] and "contended_ms" not in rows[0]["timing"]["eager"]
     assert any(n.startswith("no contended-core figures") for n in notes), notes

@@ -7,7 +7,6 @@ recompiles are real, Inductor's gain is not measured), plus the decision rule on
 
 from __future__ import annotations
 
-import math
 
 import json
 import shutil
@@ -222,10 +221,8 @@ def test_a_second_process_per_plan_filters_a_slow_process_and_measures_the_noise
     # the 31% slow process is one of six pairs: the median spread (0.36%..0.48%) sets the band
     assert noise["pairs"] == 6 and noise["median_abs_log"] < 0.01 and noise["share"] < 0.03, noise
     assert process_noise(timing) is None  # nothing timed twice: no measured noise
-    # each variant's own spread: its two processes' steps (mean over the shapes), one slow
-    # process included: what a re-run moved that plan by
-    assert noise["spread"]["per-block"] == pytest.approx(math.log((13.60 + 14.88) / (13.66 + 10.91)))
-    assert noise["spread"]["nested+whole"] == pytest.approx(math.log((13.90 + 10.80) / (13.95 + 10.76)) * -1)
+    # the pooled band only (no contended window timed here); each plan's two medians are in processes_ms
+    assert set(noise) == {"share", "median_abs_log", "pairs"}, noise
 
 
 def test_a_measured_noise_band_keeps_a_3_percent_slower_plan_from_winning_on_compile():
@@ -267,19 +264,6 @@ def test_with_a_measured_band_a_wide_rounds_interval_does_not_make_a_tie():
     assert "reported, not decided on" in c.status["per-block"] and "tied" not in c.text, (c.status, c.text)
     c = decide(rows, order, samples, 100_000_000, 1, True)  # one process per plan: the interval ties them
     assert c.chosen == "per-block" and "contains 1" in c.status["nested+whole"], c.status
-
-
-def test_a_plan_whose_own_two_processes_differ_makes_no_tie_with_a_faster_plan():
-    """A candidate's own two-process spread is reported, not a tie: per-block's processes at
-    11.67 and 12.9 ms (one slowed through its rounds, a one-sided error the faster process
-    already filters) do not make it tie with nested+whole 6% ahead, which stays the plan."""
-    rows = {"as-is": _row(18.0), "per-block": _row(11.67, 9.4), "nested+whole": _row(11.00, 35.6)}
-    order = ["per-block", "nested+whole", "as-is"]
-    pooled = {"share": 0.02, "median_abs_log": 0.008, "pairs": 6}
-    c = decide(rows, order, [], 100_000_000, 1, True, dict(pooled, spread={"per-block": math.log(12.9 / 11.67),
-                                                                           "nested+whole": 0.004, "as-is": 0.003}))
-    assert c.chosen == "nested+whole", c.status
-    assert decide(rows, order, [], 100_000_000, 1, True, pooled).chosen == "nested+whole"
 
 
 def _hosted(quiet_and_contended, compile_s):

@@ -2,8 +2,9 @@
 
 Among candidates that ran with correct numerics, no silent fallback to eager (no graph captured,
 the recompile limit hit), no recompile after warm-up and no error, the largest net saving (in the
-worse of two host conditions where both were timed, below) of the amortization rule (partitioning-the-stack, "How do you decide whether the compile time is worth
-it?") over the program as it is:
+worse of two host conditions where both were timed, below) of the amortization rule
+(partitioning-the-stack, "How do you decide whether the compile time is worth it?") over the
+program as it is:
 
     net = (t_as_is - t_candidate) x N_runs - t_compile_per_start x restarts      (seconds)
 
@@ -24,10 +25,9 @@ which moved from run to run while the ratio did not. H200 runs 29-30 (HF Llama 1
 2.0-3.3%, and the interval (0.972-1.132 in run 30a, narrower in run 30b) made two of those runs a
 tie that the cheaper compile won, so three runs chose two plans. The band is measured between
 two processes that share one compile's caches, and the choice still flipped in H200 runs 32-34
-(BENCHMARKS.md, eleventh session). H200 run 36 showed the compile is not what moved (so a
-candidate's own two-process spread, ``noise["spread"]``, is reported but makes no tie: a process
-slowed through its rounds is a one-sided error, which would let a slower plan tie): warm processes from three separate compiles of per-block agreed within 2%, and no
-kernel had a second config to autotune. The host is (runs 13-37, ``benchmarks/run_drift.py`` and
+(BENCHMARKS.md, eleventh session). H200 run 36 showed the compile is not what moved: warm
+processes from three separate compiles of per-block agreed within 2%, and no kernel had a second
+config to autotune. The host is (runs 13-37, ``benchmarks/run_drift.py`` and
 ``benchmarks/host_sensitivity.py``): per-block and as-is moved together from run to run while
 nested+whole held, and with a busy loop on their core per-block ran 1.6-2.4x slower.
 
@@ -291,7 +291,7 @@ def contended_standing(rows: dict[str, dict[str, Any]], ok: list[str], net: dict
     behind_loaded = {n: (net_c[c_best] - net_c[n]) / c_scale for n in ok}
     behind = {n: max(((net[q_best] or 0.0) - (net[n] or 0.0)) / q_scale, behind_loaded[n]) for n in ok}
     band = max(NOISE, float((noise or {}).get("contended_share") or 0.0), noise_bands(noise)[0])
-    return HostStanding({n: float(v) for n, v in loaded.items() if v}, behind_loaded, behind, band)
+    return HostStanding({n: float(v) for n, v in loaded.items()}, behind_loaded, behind, band)
 
 
 def noise_bands(noise: dict[str, Any] | None) -> tuple[float, float]:

@@ -187,12 +187,12 @@ def measure_allocator_candidate(ctx: Context, out: SearchOutcome, timeout_s: flo
 def _options(ctx: Context, timeout_s: float) -> Any:
     """Engine options for the search: the session's backend forced on every compile when it
     cannot optimise (CPU: ``eager``); shorter timing on CPU, where speed is not what is decided."""
-    from ..engine.measure import Options
+    from ..engine.measure import Options, on_device
 
     from ..engine.cost import may_overlap
 
     cuda = ctx.session.cuda
-    return Options(
+    return on_device(Options(
         backend=ctx.backend,
         force_backend=ctx.backend if ctx.backend in NO_GAIN_BACKENDS else None,
         warmup=3 if cuda else 1,
@@ -205,25 +205,16 @@ def _options(ctx: Context, timeout_s: float) -> Any:
         # Two compiles at a time on a GPU host with the CPUs for it (H200, 16 cores: the Llama
         # search's cold phases were 140 s one after the other, BENCHMARKS.md run 18).
         parallel_cold=ctx.cold_parallel or (2 if may_overlap(True, "cuda" if cuda else "cpu") else 1),  # --cold-parallel
-        # a second process per plan on CUDA, where the timing decides (H200 runs 16 and 20b: one
-        # slow process flipped the choice); on CPU the gain is not measured with eager
-        replicates=2 if cuda else 1,
-        # each shape timed in two windows apart in time, the faster window standing (H200 run 33a:
-        # a host stall through the 8x384 window slowed as-is and per-block 40% in both processes
-        # in one run); on CPU the gain is not decided. The choice still flipped in runs 34a-c:
-        # see Options.windows on the compile-to-compile variance the band leaves out
-        windows=2 if cuda else 1,
-        # the second process runs Inductor's autotuning again rather than loading the first's
-        # winners, so its spread includes what a new compile decides differently (H200 runs 32-34:
-        # two warm processes within 2%, the plan 10.8-13.4 ms from run to run)
-        replica_caches="reautotune" if cuda else "warm",
+        # two processes per plan and two windows per shape on CUDA, one of each on a CPU (on_device)
+        replicates=0,
+        windows=0,
         # each shape once more with a busy loop on the shared core, and the decision weighs both
         # host conditions (H200 runs 13-37: per-block's lead over nested+whole came and went with
         # the host; with its core contended per-block ran 1.6-2.4x slower)
         contended=cuda and ctx.contended,  # --host both (default) / quiet
         overlap=ctx.overlap,  # --no-overlap
         pin=ctx.pin,  # --pin
-    )
+    ), "cuda" if cuda else "cpu")
 
 
 def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: float = 600.0,

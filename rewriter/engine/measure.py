@@ -95,19 +95,15 @@ class Options:
             second process is warm-started from the first one's compile caches (Inductor's
             autotuning winners included), so the measured band leaves out compile-to-compile
             variance (H200 runs 34a-c: per-block 10.96 / 12.36 / 11.67 ms in three runs, each
-            run's two processes within 2%; ``benchmarks/compile_variance.py``, run 35) unless
-            :attr:`replica_caches` makes the second process decide again.
-        replica_caches: what the second process (:attr:`replicates` 2) compiles from. ``warm``:
-            its variant's own caches, so both processes share every decision the compile made
-            and their spread is one compile's timing noise. ``reautotune``: a copy of those caches
-            less Inductor's stored autotuning winners (``*.best_config``), with the local
-            autotune cache off in the child (:func:`.child.autotune_again`): the compiled code is
-            reused, every Triton kernel's configs are benchmarked again, so the spread includes
-            what autotuning decides differently from compile to compile, for a few seconds more
-            than ``warm``. ``cold``: empty caches, a whole second compile (its cold phase's
-            seconds again, run beside the later cold phases), every compile-time decision made
-            twice. diagnose's search uses ``reautotune`` on CUDA (H200 run 36: on per-block Llama
-            no kernel had more than one config to autotune, so there it changes nothing).
+            run's two processes within 2%; ``benchmarks/compile_variance.py``, run 35); run 36
+            found the compile does not move the step, the host does (:attr:`contended`).
+        replica_caches: what the second process (:attr:`replicates` 2) compiles from.
+            ``reautotune`` (the default): a copy of its variant's caches less Inductor's stored
+            autotuning winners (``*.best_config``), with the local autotune cache off in the child
+            (:func:`.child.autotune_again`): the compiled code is reused and every Triton kernel's
+            configs are benchmarked again, as a re-run would (about 0.5 s more; H200 run 36: on
+            per-block Llama no kernel had a second config, so there it changes nothing).
+            ``warm``: the variant's own caches, every compile-time decision shared.
         contended: on CUDA with every timed process on one shared core (``pin`` ``shared`` or
             ``fastest``), one more window per shape after the others with a busy loop pinned to
             that core (:func:`.cores.contend`): each process's median there is its
@@ -139,23 +135,24 @@ class Options:
     burst_ms: float = 20.0
     pin: str = "shared"
     windows: int = 1
-    replica_caches: str = "warm"
+    replica_caches: str = "reautotune"
     contended: bool = False
 
 
 def on_device(opts: Options, device: str) -> Options:
     """``opts`` with its automatic timing knobs (``replicates`` 0, ``windows`` 0: validate's
     ``--processes auto``/``--windows auto``) resolved for ``device`` as diagnose's search sets
-    them (:func:`rewriter.diagnose.search._options`): on CUDA two processes per variant, the second
-    running Inductor's autotuning again, and two windows per shape; on a CPU one of each (the
-    timing there decides nothing). So a plan validate passes was timed the way the search timed
-    it. Knobs already set are kept."""
+    them (:func:`rewriter.diagnose.search._options` calls it too): on CUDA two processes per
+    variant, where the timing decides (H200 runs 16 and 20b: one slow process flipped the choice),
+    and two windows per shape (run 33a: a host stall through one window); on a CPU one of each
+    (the timing there decides nothing). So a plan validate passes was timed the way the search
+    timed it. Knobs already set are kept."""
     import dataclasses
 
     cuda = device.startswith("cuda")
     change: dict[str, Any] = {}
     if opts.replicates <= 0:
-        change.update(replicates=2 if cuda else 1, replica_caches="reautotune" if cuda else opts.replica_caches)
+        change["replicates"] = 2 if cuda else 1
     if opts.windows <= 0:
         change["windows"] = 2 if cuda else 1
     return dataclasses.replace(opts, **change) if change else opts
@@ -165,7 +162,6 @@ def on_device(opts: Options, device: str) -> Options:
 REPLICA_TEXT = {
     "warm": "warm-started from the first's compile caches",
     "reautotune": "from the first's compiled code with Inductor's autotuning run again (its stored winners left out)",
-    "cold": "compiled again from empty caches",
 }
 REPLICA_CACHES = tuple(REPLICA_TEXT)
 
@@ -591,7 +587,7 @@ class Replicas:
 
     def cache_root(self, name: str) -> Path:
         """The compile caches ``name``'s replica compiles from: its variant's own (``warm``) or a
-        directory of its own (filled by :meth:`started` for ``reautotune``, empty for ``cold``)."""
+        directory of its own (``reautotune``, filled by :meth:`started`)."""
         return self.caches / name if self.mode == "warm" else self.caches / f"{name}.replica"
 
     def _seed_caches(self, name: str) -> None:
@@ -753,29 +749,21 @@ def process_noise(timing: list[dict[str, Any]]) -> dict[str, Any] | None:
     the noise when their log ratio exceeds ``1.96 x sqrt(2 x 0.682) x sigma`` (= ``2.40 x
     median|d|``), the ``share`` returned.
 
-    ``spread`` is each variant's own: ``|ln(s1 / s2)|`` of its two processes' steps (the mean over
-    the shapes both timed of each process's median), for the report: what timing that plan in a
-    second process (autotuning again with :attr:`Options.replica_caches` ``reautotune``) moved its
-    step by. The decision does not tie on it (a process slowed through its rounds is a one-sided
-    error), and H200 run 36 found the compile does not move the step. ``contended_share``, where the variants were
-    also timed with their host core contended (:attr:`Options.contended`) in both processes, is the
-    band of those figures, computed the same way. Returns ``{"share", "median_abs_log", "pairs",
-    "spread"[, "contended_share"]}``, or None with fewer than 3 pairs."""
+    ``contended_share``, where the variants were also timed with their host core contended
+    (:attr:`Options.contended`) in both processes, is the band of those figures, computed the same
+    way. Returns ``{"share", "median_abs_log", "pairs"[, "contended_share"]}``, or None with fewer
+    than 3 pairs."""
     ds = []
-    steps: dict[str, list[list[float]]] = {}
     for row in timing:
-        for name, t in row["timing"].items():
+        for t in row["timing"].values():
             ms = (t or {}).get("processes_ms")
             if ms and ms[0] > 0 and ms[1] > 0:
                 ds.append(abs(math.log(ms[0] / ms[1])))
-                steps.setdefault(name, []).append(ms)
     if len(ds) < 3:
         return None
     med = statistics.median(ds)
     sigma = med / (0.6745 * math.sqrt(2))
-    spread = {n: abs(math.log(sum(m[0] for m in ms) / sum(m[1] for m in ms))) for n, ms in steps.items()}
-    out = {"share": Z95 * math.sqrt(2 * MIN_OF_TWO_VARIANCE) * sigma, "median_abs_log": med, "pairs": len(ds),
-           "spread": spread}
+    out = {"share": Z95 * math.sqrt(2 * MIN_OF_TWO_VARIANCE) * sigma, "median_abs_log": med, "pairs": len(ds)}
     loaded = [abs(math.log(ms[0] / ms[1])) for row in timing for t in row["timing"].values()
               if (ms := (t or {}).get("contended_processes_ms")) and ms[0] > 0 and ms[1] > 0]
     if len(loaded) >= 3:  # the same band for the contended window's figures (Options.contended)
@@ -904,10 +892,8 @@ def interleave(
     windows = max(1, int(opts.windows))
     reps = max(1, math.ceil(opts.reps / windows))
     budget = opts.budget_s / windows
-    samples = [{n: [] for n in names} for _ in shapes]  # every window's, paired round by round
-    medians: list[dict[str, list[float]]] = [{n: [] for n in names} for _ in shapes]  # one per window
     contended: list[dict[str, float]] = [{} for _ in shapes]  # the contended window's median per process
-    spans: list[dict[str, list[list[float]]]] = [{n: [] for n in names} for _ in shapes]  # each window's samples
+    spans: list[dict[str, list[list[float]]]] = [{n: [] for n in names} for _ in shapes]  # each quiet window's samples
     calls: list[dict[str, int]] = [{} for _ in shapes]  # calls per block: each shape's own (sized once per shape in the child)
     shared = sorted(set(pins.values())) if len(set(pins.values())) == 1 and len(pins) == len(names) else []
     passes = windows + (1 if opts.contended and shared else 0)
@@ -931,7 +917,7 @@ def interleave(
             if hog is not None:
                 time.sleep(0.2)  # the loop pinned and running before the first round (inside the try: killed on an interrupt)
             err = _window(children, shapes, opts, emit, notes, names, pins, burst, reps, budget, w, windows, loaded,
-                          samples, medians, contended, calls, failed, spans)
+                          spans, contended, calls, failed)
         finally:
             if hog is not None:
                 hog.kill()
@@ -946,16 +932,17 @@ def interleave(
         if err:
             return [], [], err
     for i, shape in enumerate(shapes):
-        per = {n: samples[i][n] for n in quiet}  # a dropped second process is gone from every shape
+        # every window's samples, paired round by round (a dropped second process is gone from every shape)
+        per = {n: [x for span in spans[i][n] for x in span] for n in quiet}
         for n in set(contended[i]) - set(names):  # dropped in the contended window: none of its contended figures
             del contended[i][n]
         summary = {n: summarize(v) for n, v in per.items()}
         for n, t in summary.items():
-            if windows > 1 and t.get("n") and medians[i][n]:
-                t["windows_ms"] = medians[i][n]
-                k = medians[i][n].index(min(medians[i][n]))
+            medians = [statistics.median(span) * 1e3 for span in spans[i][n]]
+            if windows > 1 and t.get("n") and medians:
+                t["windows_ms"] = medians
                 # the spread of the window that stands, so p10 <= median <= p90 in every report
-                standing = summarize(spans[i][n][k])
+                standing = summarize(spans[i][n][medians.index(min(medians))])
                 t.update(median_ms=standing["median_ms"], p10_ms=standing["p10_ms"], p90_ms=standing["p90_ms"])
             if t.get("n") and n in contended[i]:
                 t["contended_ms"] = contended[i][n]
@@ -978,10 +965,11 @@ def interleave(
 
 
 def _window(children, shapes, opts, emit, notes, names, pins, burst, reps, budget, w, windows, loaded,  # type: ignore[no-untyped-def]
-            samples, medians, contended, calls, failed, spans) -> str | None:
+            spans, contended, calls, failed) -> str | None:
     """One timing window of :func:`interleave` over every shape; the error that stops the timing,
-    or None. A ``loaded`` window's medians go to ``contended`` only (its samples are not paired
-    with the quiet rounds)."""
+    or None. A quiet window's samples per process go to ``spans`` (one list per window); a
+    ``loaded`` window's median goes to ``contended`` only (its samples are not paired with the
+    quiet rounds)."""
     for i, shape in enumerate(shapes):
         if emit is not None:
             label = (f"{shape} (host core contended)" if loaded
@@ -1015,9 +1003,7 @@ def _window(children, shapes, opts, emit, notes, names, pins, burst, reps, budge
             if v and loaded:
                 contended[i][n] = statistics.median(v) * 1e3
             elif v:
-                samples[i][n].extend(v)
-                medians[i][n].append(statistics.median(v) * 1e3)
-                spans[i][n].append(list(v))
+                spans[i][n].append(v)
     return None
 
 
