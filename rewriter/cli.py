@@ -124,13 +124,17 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
               help="Timed processes per variant: 2 gives each a second process that runs Inductor's autotuning again, and the faster one's median stands, as diagnose's search times its candidates (auto: 2 on CUDA, 1 on CPU).")
 @click.option("--windows", type=_Choice(["auto", "1", "2"]), default="auto", show_default=True,
               help="Timing windows per shape, the faster one standing, as diagnose's search times (auto: 2 on CUDA, 1 on CPU).")
+@click.option("--host", "host", type=_Choice(["both", "quiet"]), default="both", show_default=True,
+              help="Host conditions timed and gated on CUDA with one shared core: both (also each shape once more with a busy "
+                   "loop on that core, as diagnose's search times; the plan must pass the speed gate there too, within "
+                   "that window's measured band) or quiet (a dedicated host: the quiet figures alone).")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
               help="> 1: run original and plan under torchrun on N processes; compare step time and exposed communication.")
 @click.pass_context
 def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, backend: str, min_speedup: float,
              speed_gate: str, timeout_s: float, reps: int, warmup: int, baselines: str, keep_temp: bool,
              no_overlap: bool = False, construct_on: str = "device", pin: str = "shared", processes: str = "auto",
-             windows: str = "auto", nproc: int = 1) -> None:
+             windows: str = "auto", host: str = "both", nproc: int = 1) -> None:
     """Prove a rewrite before it is applied: numerics, speed, compile cost; exit 0 pass, 1 fail, 2 error."""
     from pathlib import Path
 
@@ -154,7 +158,8 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
                    speed_gate=speed_gate, timeout_s=timeout_s, reps=reps, warmup=warmup,
                    keep=keep_temp, variants=("eager", "plan") + names, overlap=not no_overlap,
                    construct_on_device=construct_on == "device", pin=pin,
-                   replicates=0 if processes == "auto" else int(processes), windows=0 if windows == "auto" else int(windows))
+                   replicates=0 if processes == "auto" else int(processes), windows=0 if windows == "auto" else int(windows),
+                   contended=host == "both")
     ctx.exit(validate_command(plan_path, src, opts))
 
 

@@ -429,7 +429,7 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
     and ``rewrite --apply`` checks), bound to its diff's sha256, the plan file as written and SRC's
     hashes now. None when the chosen plan changes nothing (nothing to gate)."""
     from ..engine.measure import environment
-    from ..engine.verdict import Verdict, speed_failures
+    from ..engine.verdict import NOISE, Verdict, speed_failures
     from ..plan import load_plan
     from ..rewrite import plan_rewrite
     from ..validate.report import report_header
@@ -460,7 +460,13 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
     verdict = Verdict(notes=[f"measured by diagnose's search: {out.choice.text}"] + list(out.notes))
     verdict.failures.extend((out.rows[cand.name].get("problems") or []))
     mean = {"plan": variants["plan"].get("step_ms"), "eager": variants["eager"].get("step_ms")}
-    speed = speed_failures({k: v for k, v in mean.items() if v is not None}, 0.0, variants["plan"].get("amortization"))
+    busy = {"plan": variants["plan"].get("contended_step_ms"), "eager": variants["eager"].get("contended_step_ms")}
+    busy = {k: v for k, v in busy.items() if v is not None}
+    band = max(NOISE, (out.noise or {}).get("contended_share") or 0.0)
+    if len(busy) == 2:
+        report["contended_band"] = band
+    speed = speed_failures({k: v for k, v in mean.items() if v is not None}, 0.0, variants["plan"].get("amortization"),
+                           busy if len(busy) == 2 else None, band)
     if cuda and out.gain_measured:
         verdict.failures.extend(speed)
     else:

@@ -97,13 +97,16 @@ def render_markdown(report: dict[str, Any]) -> str:
     for title, items in (("Errors", v["errors"]), ("Failures", v["failures"]), ("Notes", v["notes"])):
         if items:
             lines += [f"## {title}", ""] + [f"- {x}" for x in items] + [""]
+    busy = any(var.get("contended_step_ms") is not None for var in report["variants"].values())
     lines += [
         "## Variants",
         "",
-        "| variant | step ms (mean of medians) | vs eager | cold first call s | compile s / start "
+        "| variant | step ms (mean of medians) | vs eager "
+        + ("| step ms, host core contended " if busy else "")
+        + "| cold first call s | compile s / start "
         "| graphs | graph breaks | recompiles | recompile-limit fallbacks | fail_on_recompile "
         "| numerics | break-even runs |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if busy else ""),
     ]
     for name, var in report["variants"].items():
         comp = var.get("compile") or {}
@@ -118,11 +121,12 @@ def render_markdown(report: dict[str, Any]) -> str:
         sp = var.get("speedup_vs_eager")
         speed = "–" if sp is None else f"{sp:.2f}x"
         if var.get("error"):
-            lines.append(f"| {name} | error: {var['error']} | | | | | | | | | | |")
+            lines.append(f"| {name} | error: {var['error']} | | | | | | | | | | |" + (" |" if busy else ""))
             continue
         lines.append(
             f"| {name} | {_ms(var.get('step_ms'))} | {speed} "
-            f"| {_s(var.get('cold_first_call_s'))} | {_s(var.get('compile_s_per_start'))} "
+            + (f"| {_ms(var.get('contended_step_ms'))} " if busy else "")
+            + f"| {_s(var.get('cold_first_call_s'))} | {_s(var.get('compile_s_per_start'))} "
             f"| {comp.get('unique_graphs', '–')} | {comp.get('graph_breaks', '–')} "
             f"| {comp.get('recompiles', '–')} | {len(comp.get('recompile_limit_hits', []))} "
             f"| {stance_txt} | {numerics} | {be_txt} |"
@@ -140,6 +144,14 @@ def render_markdown(report: dict[str, Any]) -> str:
                 "–" if not t or not t.get("n") else f"{t['median_ms']:.3f} [{t['p10_ms']:.3f}–{t['p90_ms']:.3f}]"
             )
         lines.append(f"| {row['shape']} | " + " | ".join(cells) + " |")
+    if busy:
+        lines += ["", f"## Step time per shape, host core contended (ms, median; a busy loop on the timed processes' "
+                  f"shared core; gated within a {report.get('contended_band', 0.02):.1%} band)", ""]
+        lines.append("| shape | " + " | ".join(names) + " |")
+        lines.append("|---|" + "---|" * len(names))
+        for row in report.get("timing", []):
+            cells = [_ms((row["timing"].get(n) or {}).get("contended_ms")) for n in names]
+            lines.append(f"| {row['shape']} | " + " | ".join(cells) + " |")
     lines += ["", "## Why the compiled variants behave as they do", ""]
     for name, var in report["variants"].items():
         comp = var.get("compile") or {}
