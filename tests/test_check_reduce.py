@@ -168,6 +168,28 @@ def make_step_in_try():
         return torch.compile(guarded)
     except RuntimeError:
         return None
+
+
+def make_either(big):
+    if big:
+        class Either(nn.Module):
+            def forward(self, x):
+                return x.tolist()  # SP103
+    else:
+        class Either(nn.Module):
+            def forward(self, x):
+                return x.item()  # SP103
+    return torch.compile(Either())
+
+
+def make_redefined():
+    class Again(nn.Module):
+        def forward(self, x):
+            return x.item()
+    class Again(nn.Module):
+        def forward(self, x):
+            return x + 1
+    return torch.compile(Again())
 '''
 
 
@@ -178,7 +200,8 @@ def _lines_of(text: str, needle: str) -> list[int]:
 def test_a_class_or_def_compiled_in_the_function_that_defines_it_is_checked(tmp_path):
     """``torch.compile(Inner())`` / ``m.compile()`` of a class of the same function reaches its
     ``forward`` (it had no finding: only top-level classes were looked up), also under an ``if``,
-    and so does a nested ``def`` under a ``try`` (one in the function's own body and a decorated
+    and so does a nested ``def`` under a ``try``, and a class defined in each branch of an ``if``
+    (one in the function's own body and a decorated
     nested ``forward`` already were reached). Buried among definitions the reduction drops, the findings are at the original
     lines."""
     text = _buried(NESTED)
@@ -187,7 +210,9 @@ def test_a_class_or_def_compiled_in_the_function_that_defines_it_is_checked(tmp_
     [result] = check_files([str(path)], ALL_RULES, jobs=1)
     assert result.error is None and result.skipped is None
     nested = _lines_of(text, "# SP103")
-    assert len(nested) == 6
+    # both branches' Either (only the else branch's was checked); the first Again is replaced
+    # before the compile runs, so its .item() is no finding
+    assert len(nested) == 8
     assert sorted((f.code, f.line) for f in result.findings) == [("SP103", n) for n in nested]
     assert _key(result.findings) == _key(check_text(text, str(path), ALL_RULES).findings)
 

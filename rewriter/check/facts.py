@@ -390,11 +390,16 @@ class FileFacts:
         if func is not None and func not in self.compiled:
             self.compiled[func] = site
 
-    def _target_function(self, expr: cst.BaseExpression, at: cst.CSTNode) -> cst.FunctionDef | None:
-        """The function of this file that ``expr`` names (``f``, ``self.f``, ``Cls.f``), or None."""
+    def _target_functions(self, expr: cst.BaseExpression, at: cst.CSTNode) -> list[cst.FunctionDef]:
+        """The functions of this file that ``expr`` may name at ``at`` (``f``, ``self.f``,
+        ``Cls.f``): several where a function defines ``f`` in each branch of an ``if``
+        (:meth:`local_definitions`); empty when none."""
         if isinstance(expr, cst.Name):
-            local = self.local_definition(expr.value, at, cst.FunctionDef)
-            return local if local is not None else self.functions.get(expr.value)
+            local = self.local_definitions(expr.value, at, cst.FunctionDef)
+            if local:
+                return local
+            top = self.functions.get(expr.value)
+            return [top] if top is not None else []
         if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
             owner = expr.value.value
             if owner == "self":
@@ -403,41 +408,57 @@ class FileFacts:
             else:
                 info = self.classes.get(owner)
             if info is not None:
-                return info.methods.get(expr.attr.value)
-        return None
+                method = info.methods.get(expr.attr.value)
+                return [method] if method is not None else []
+        return []
 
-    def local_definition(self, name: str, at: cst.CSTNode, kind: type[DefT]) -> DefT | None:
-        """The ``def name`` / ``class name`` statement (``kind``) of the function holding ``at``,
-        the last one before ``at`` (``def make(): class Inner(nn.Module): ...; return
-        torch.compile(Inner())``), or None (at module level, or no such statement there).
+    def local_definitions(self, name: str, at: cst.CSTNode, kind: type[DefT]) -> list[DefT]:
+        """The ``def name`` / ``class name`` statements (``kind``) of the function holding ``at``
+        that may bind ``name`` when ``at`` runs (``def make(): class Inner(nn.Module): ...;
+        return torch.compile(Inner())``), in source order; empty at module level or where the
+        function has none.
 
         :attr:`classes` and :attr:`functions` hold the top-level definitions only; one defined and
         compiled in a function is found here, and it shadows a top-level one of the same name, as
         in Python. The function's statements are read in source order, those under an ``if``,
         ``with``, ``try``, ``for`` or ``match`` included, not those of a nested ``def`` or ``class``
-        (their own scope); a statement after ``at`` does not bind the name when ``at`` runs.
+        (their own scope); a statement after ``at`` does not bind the name when ``at`` runs. A
+        definition that always runs (in the function's own block or a ``with``'s) replaces the
+        ones before it; one under a branch, loop, ``try`` or ``match`` may not run, so it joins
+        them: ``if big: class Blk ... else: class Blk ...`` gives both classes (the last one alone
+        was the answer until session 13, and a compile of the ``if`` branch's class went unseen).
         """
         scope = self.scope_of(at)
         if scope is self.module or "." in name:
-            return None
+            return []
         stop = next((a for a in self.ancestors(at) if isinstance(a, cst.BaseStatement)), None)
-        found = None
+        found: list[DefT] = []
         for stmt in _suite_statements(scope):
             if stmt is stop:
                 break
             if isinstance(stmt, kind) and stmt.name.value == name:
-                found = stmt
+                found = found + [stmt] if self._conditional(stmt, scope) else [stmt]
         return found
 
-    def _forward_of(self, name: str, at: cst.CSTNode) -> cst.FunctionDef | None:
-        """The own ``forward`` of class ``name`` as seen at ``at``: a class of the enclosing
-        function (:meth:`local_definition`), else a top-level class of this file; None otherwise."""
-        local = self.local_definition(name, at, cst.ClassDef)
-        if local is not None:
-            return next((s for s in getattr(local.body, "body", ())
-                         if isinstance(s, cst.FunctionDef) and s.name.value == "forward"), None)
+    def _conditional(self, stmt: cst.CSTNode, scope: cst.CSTNode) -> bool:
+        """Whether ``stmt`` lies under a branch, loop, ``try`` or ``match`` of ``scope``."""
+        for anc in self.ancestors(stmt):
+            if anc is scope:
+                return False
+            if isinstance(anc, (cst.If, cst.For, cst.While, cst.Try, cst.TryStar, cst.Match)):
+                return True
+        return False
+
+    def _forwards_of(self, name: str, at: cst.CSTNode) -> list[cst.FunctionDef]:
+        """The own ``forward`` of each class ``name`` may be at ``at``: the classes of the
+        enclosing function (:meth:`local_definitions`), else a top-level class of this file."""
+        local = self.local_definitions(name, at, cst.ClassDef)
+        if local:
+            return [fwd for cls in local for fwd in getattr(cls.body, "body", ())
+                    if isinstance(fwd, cst.FunctionDef) and fwd.name.value == "forward"]
         info = self.classes.get(name)
-        return info.methods.get("forward") if info is not None else None
+        fwd = info.methods.get("forward") if info is not None else None
+        return [fwd] if fwd is not None else []
 
     def _resolve_compiled(self) -> None:
         for call in self.compile_calls:
@@ -445,21 +466,22 @@ class FileFacts:
             if target is None:
                 continue
             fullgraph, mode = options(call)
-            func = self._target_function(target, call)
-            if func is not None:
+            funcs = self._target_functions(target, call)
+            for func in funcs:
                 self._mark(func, CompileSite(call, fullgraph, mode))
+            if funcs:
                 continue
             cls = self.class_of(target, call)
             if cls is not None:
-                fwd = self._forward_of(cls[0], call)
-                self._mark(fwd, CompileSite(call, fullgraph, mode, whole_model=True))
+                for fwd in self._forwards_of(cls[0], call):
+                    self._mark(fwd, CompileSite(call, fullgraph, mode, whole_model=True))
         for call in self.method_compile_calls:
             assert isinstance(call.func, cst.Attribute)
             cls = self.class_of(call.func.value, call)
             if cls is not None:
                 fullgraph, mode = options(call)
-                fwd = self._forward_of(cls[0], call)
-                self._mark(fwd, CompileSite(call, fullgraph, mode, whole_model=True))
+                for fwd in self._forwards_of(cls[0], call):
+                    self._mark(fwd, CompileSite(call, fullgraph, mode, whole_model=True))
         self._apply_view()
 
     def _apply_view(self) -> None:

@@ -26,7 +26,7 @@ Every submodule built in ``__init__`` counts, whether or not ``forward`` calls i
 over-approximation: a submodule used only outside ``forward`` is taken as traced too).
 
 A class or ``def`` defined inside a function is no project name: compiled in that function, it
-is the file's own facts that reach it (:meth:`.facts.FileFacts.local_definition`), and the
+is the file's own facts that reach it (:meth:`.facts.FileFacts.local_definitions`), and the
 summary records no site for it, so a top-level or imported one of the same name is not reached
 in its place.
 
@@ -193,7 +193,7 @@ class _Summarizer:
         self.cls: list[str] = []
         self.func: list[str] = []
         # (scope, name) of a class or def statement inside a function: a name the file's own facts
-        # resolve (FileFacts.local_definition), never a top-level or imported one
+        # resolve (FileFacts.local_definitions), never a top-level or imported one
         self.local: set[tuple[str, str]] = set()
         self.kinds: list[str] = []  # "class"/"def" of each enclosing statement, innermost last
 

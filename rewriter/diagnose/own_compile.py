@@ -183,9 +183,9 @@ def _covers(facts, target, at) -> tuple[str, str]:
                 attr = _container_attr(anc.iter)
                 if attr is not None:
                     return ("children", attr)
-    func = facts._target_function(target, at)
-    if func is not None:
-        return ("function", _qualname(facts, func))
+    funcs = facts._target_functions(target, at)
+    if funcs:  # a local def in each branch of an if: one qualified name for all of them
+        return ("function", _qualname(facts, funcs[-1]))
     cls = facts.class_of(target, at)
     if cls is not None and not facts.is_name(target, "torch.compile") and "torch.compile" not in cls[1]:
         return ("class", cls[0].rsplit(".", 1)[-1])

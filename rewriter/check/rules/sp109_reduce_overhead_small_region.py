@@ -153,9 +153,9 @@ class GPT(nn.Module):
         target = f.compile_target(node)[0] if f.is_call(node, COMPILE) else None
         if target is None:
             return
-        func = f._target_function(target, node)
-        if func is not None:
-            why = self._small(func)
+        funcs = f._target_functions(target, node)
+        if funcs:
+            why = next((w for w in map(self._small, funcs) if w is not None), None)
             if why is not None:
                 self._report(node, why)
             return
