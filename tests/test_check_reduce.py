@@ -308,3 +308,56 @@ def make():
     [result] = check_files([str(path)], ALL_RULES, fix=True, jobs=1)
     assert result.fixed is not None and "    m.compile()\n" in result.fixed
     assert [(f.code, f.line) for f in result.findings] == [("SP103", 8)]
+
+
+NESTED_MODELS = '''\
+import torch
+from torch import nn
+
+
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+
+def build():
+    class Block(nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.h = nn.ModuleList([Block() for _ in range(12)])
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone = GPT()
+
+    model = torch.compile(GPT())  # SP101
+    clf = torch.compile(Classifier())  # SP101
+    block = torch.compile(Block(), mode="reduce-overhead")  # SP109
+    return model, clf, block
+
+
+def top():
+    return torch.compile(GPT())
+'''
+
+
+def test_a_model_defined_in_a_function_is_judged_by_its_own_blocks(tmp_path):
+    """SP101 and SP109 looked up top-level classes only: a model class defined in the function
+    that builds and compiles it (and one holding it) had no finding, and its blocks were no
+    repeated block. The top-level GPT of the same name repeats nothing and keeps no finding,
+    and the local GPT's list is not credited to it."""
+    path = tmp_path / "nested_models.py"
+    path.write_text(NESTED_MODELS)
+    [result] = check_files([str(path)], ALL_RULES, jobs=1)
+    assert result.error is None and result.skipped is None
+    expected = [(code, n) for code in ("SP101", "SP109") for n in _lines_of(NESTED_MODELS, f"# {code}")]
+    assert sorted((f.code, f.line) for f in result.findings) == sorted(expected)
+    sp101 = [f for f in result.findings if f.code == "SP101"]
+    assert all("self.h is an nn.ModuleList of Block" in f.message or "backbone" in f.message for f in sp101), sp101
+    assert _key(result.findings) == _key(check_text(NESTED_MODELS, str(path), ALL_RULES).findings)

@@ -181,6 +181,9 @@ class FileFacts:
         self.node_types = node_types
         self.nodes: list[cst.CSTNode] = []
         self.classes: dict[str, ClassInfo] = {}
+        # classes defined in a function's body (``def make(): class GPT(nn.Module): ...``), by
+        # their statement: several may share a name (:meth:`local_definitions` picks)
+        self.local_classes: dict[cst.ClassDef, ClassInfo] = {}
         self.functions: dict[str, cst.FunctionDef] = {}  # module-level defs
         self.compiled: dict[cst.FunctionDef, CompileSite] = {}
         self.disabled: set[cst.FunctionDef] = set()
@@ -299,7 +302,8 @@ class FileFacts:
         value = self.bindings.get((scope, key))
         if value is None and key.startswith("self."):
             cls = self.enclosing_class(at)
-            init = self.classes.get(cls.name.value).methods.get("__init__") if cls and cls.name.value in self.classes else None
+            info = self.info_of(cls) if cls is not None else None
+            init = info.methods.get("__init__") if info is not None else None
             if init is not None:
                 value = self.bindings.get((init, key))
         if value is None and isinstance(expr, cst.Name):
@@ -329,18 +333,42 @@ class FileFacts:
             return None
         return name, self.qnames(func)
 
-    def repeats(self, cls: tuple[str, set[str]]) -> str | None:
+    def info_of(self, node: cst.ClassDef) -> ClassInfo | None:
+        """What this file knows of the class statement ``node``: a top-level class or one
+        defined in a function's body (:attr:`local_classes`); None for others (a class nested
+        in a class, one under ``if TYPE_CHECKING:``)."""
+        local = self.local_classes.get(node)
+        if local is not None:
+            return local
+        info = self.classes.get(node.name.value)
+        return info if info is not None and info.node is node else None
+
+    def class_info(self, name: str, at: cst.CSTNode) -> ClassInfo | None:
+        """The class ``name`` as seen at ``at``: a class the enclosing function defines before
+        ``at`` (:meth:`local_definitions`; of several, one that repeats a block, else the last),
+        else the top-level class of this file; None otherwise."""
+        local = [i for c in self.local_definitions(name, at, cst.ClassDef) if (i := self.local_classes.get(c))]
+        if local:
+            return next((i for i in local if i.repeated), local[-1])
+        return self.classes.get(name)
+
+    def all_classes(self) -> list[ClassInfo]:
+        """Every class this file knows: the top-level ones, then those of functions' bodies."""
+        return [*self.classes.values(), *self.local_classes.values()]
+
+    def repeats(self, cls: tuple[str, set[str]], at: cst.CSTNode | None = None) -> str | None:
         """Why the class repeats a block (``"self.h: nn.ModuleList of Block"``), or None.
 
-        A class of this file is judged here; a class of another project file (or one of this
-        file whose repeated block is a submodule from another file) by the view."""
-        return self.repeats_with_files(cls)[0]
+        A class of this file is judged here (``at``: where the class is named, so a class the
+        enclosing function defines is the one judged); a class of another project file (or one
+        of this file whose repeated block is a submodule from another file) by the view."""
+        return self.repeats_with_files(cls, at)[0]
 
-    def repeats_with_files(self, cls: tuple[str, set[str]]) -> tuple[str | None, tuple[str, ...]]:
+    def repeats_with_files(self, cls: tuple[str, set[str]], at: cst.CSTNode | None = None) -> tuple[str | None, tuple[str, ...]]:
         """:meth:`repeats` and the project files that answer comes from (absolute; empty when
         this file alone answers it)."""
         name, qnames = cls
-        info = self.classes.get(name)
+        info = self.class_info(name, at) if at is not None else self.classes.get(name)
         if info is not None and info.repeated:
             r = info.repeated[0]
             return f"{r.attr} is an {r.container} of {r.block}", ()
@@ -366,7 +394,7 @@ class FileFacts:
         compiling it is regional compilation, even when it holds a list of its own (an MoE
         block's experts)."""
         last = name.rsplit(".", 1)[-1]
-        if any(r.block.rsplit(".", 1)[-1] == last for info in self.classes.values() for r in info.repeated):
+        if any(r.block.rsplit(".", 1)[-1] == last for info in self.all_classes() for r in info.repeated):
             return True
         return self.view is not None and bool(self.view.blocks & ({name} | set(qnames)))
 
@@ -375,11 +403,11 @@ class FileFacts:
         changed = True
         while changed:  # a class holding a class that repeats a block repeats it too
             changed = False
-            for info in self.classes.values():
+            for info in self.all_classes():
                 if info.repeated:
                     continue
                 for attr, child in info.children.items():
-                    sub = self.classes.get(child)
+                    sub = self.class_info(child, info.node)  # a class of its own function first
                     if sub is not None and sub.repeated and sub is not info:
                         r = sub.repeated[0]
                         info.repeated.append(Repeated(f"{attr}.{r.attr.removeprefix('self.')}", r.block, r.container))
@@ -533,10 +561,16 @@ class _Collector(cst.CSTVisitor):
         no runtime classes or functions: the ``else:`` ones are)."""
         return bool(self.f.never_run) and any(n in self.f.never_run for n in self.stack)
 
+    def _owner(self) -> cst.CSTNode | None:
+        """The innermost ``def`` or ``class`` statement holding the node being visited."""
+        return next((n for n in reversed(self.stack[:-1]) if isinstance(n, (cst.FunctionDef, cst.ClassDef))), None)
+
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.class_stack.append(node)
         if not self.func_stack and len(self.class_stack) == 1 and not self._never_runs():
             self.f.classes.setdefault(node.name.value, ClassInfo(node))
+        elif isinstance(self._owner(), cst.FunctionDef) and not self._never_runs():
+            self.f.local_classes[node] = ClassInfo(node)
 
     def leave_ClassDef(self, node: cst.ClassDef) -> None:
         self.class_stack.pop()
@@ -548,6 +582,8 @@ class _Collector(cst.CSTVisitor):
                 f.functions.setdefault(node.name.value, node)
             elif len(self.class_stack) == 1 and self.class_stack[0].name.value in f.classes:
                 f.classes[self.class_stack[0].name.value].methods.setdefault(node.name.value, node)
+        elif (owner := self._owner()) in f.local_classes:
+            f.local_classes[owner].methods.setdefault(node.name.value, node)  # type: ignore[index]
         for dec in node.decorators:
             is_compile, call = f.compile_call(dec)
             if is_compile:
@@ -584,12 +620,12 @@ class _Collector(cst.CSTVisitor):
     def _record_child(self, key: str, value: cst.BaseExpression) -> None:
         if not (self.class_stack and self.func_stack and self.func_stack[-1].name.value == "__init__"):
             return
-        info = self.f.classes.get(self.class_stack[-1].name.value)
+        info = self._init_class() or self.f.classes.get(self.class_stack[-1].name.value)
         if info is None or not key.startswith("self.") or key.count(".") != 1:
             return
         if isinstance(value, cst.Call):
             name = get_full_name_for_node(value.func)
-            if name is not None and name in self.f.classes:
+            if name is not None and (name in self.f.classes or info.node in self.f.local_classes):
                 info.children[key] = name
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -603,7 +639,7 @@ class _Collector(cst.CSTVisitor):
                 self._record_container(node)
 
     def _record_container(self, node: cst.Call) -> None:
-        info = self.f.classes.get(self.class_stack[0].name.value)
+        info = self._init_class() or self.f.classes.get(self.class_stack[0].name.value)
         if info is None:
             return
         for arg in node.args:
@@ -616,6 +652,14 @@ class _Collector(cst.CSTVisitor):
                 container = "nn." + get_full_name_for_node(node.func).rsplit(".", 1)[-1]  # type: ignore[union-attr]
                 info.repeated.append(Repeated(attr, block, container))
                 return
+
+    def _init_class(self) -> ClassInfo | None:
+        """The class whose ``__init__`` is being visited, when this file knows it
+        (:meth:`FileFacts.info_of`: a top-level class or one of a function's body)."""
+        init = self.func_stack[-1]
+        i = self.stack.index(init) if init in self.stack else -1
+        owner = next((n for n in reversed(self.stack[:i]) if isinstance(n, (cst.FunctionDef, cst.ClassDef))), None) if i > 0 else None
+        return self.f.info_of(owner) if isinstance(owner, cst.ClassDef) else None
 
     def _owner_attr(self, node: cst.CSTNode) -> str:
         """``self.h`` for ``self.h = nn.ModuleList(...)``; ``self.transformer.h`` for

@@ -214,10 +214,10 @@ class Encoder(nn.Module):
         cls = f.class_of(target, node)
         if cls is None:
             return
-        why, files = f.repeats_with_files(cls)
+        why, files = f.repeats_with_files(cls, node)  # a class the enclosing function defines first
         if why is None or f.is_repeated_block(cls[0], cls[1]):
             return
-        info = f.classes.get(cls[0])
+        info = f.class_info(cls[0], node)
         attr = info.repeated[0].attr if info is not None and info.repeated else why.split(" is an ", 1)[0]
         if " " in attr:  # the transformers heuristic's reason names no attribute
             attr = "layers"
@@ -227,7 +227,7 @@ class Encoder(nn.Module):
         if node.name.value != "forward":
             return
         cls = self.facts.enclosing_class(node)
-        info = self.facts.classes.get(cls.name.value) if cls is not None else None
+        info = self.facts.info_of(cls) if cls is not None else None
         if info is None or not info.repeated or self.facts.is_repeated_block(info.node.name.value):
             return
         for dec in node.decorators:

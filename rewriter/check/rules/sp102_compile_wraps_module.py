@@ -122,7 +122,7 @@ class Wrapper:
         name, qnames = cls
         if any(q.startswith("torch.nn.") and q.rsplit(".", 1)[-1][:1].isupper() for q in qnames):
             return True
-        info = self.facts.classes.get(name)
+        info = self.facts.class_info(name, at)
         if info is None:
             return False
         for base in info.node.bases:

@@ -87,7 +87,7 @@ class MoE(torch.nn.Module):
             target = nested[0] if nested else f.functions.get(func.value)
         elif m.matches(func, m.Attribute(value=m.Name("self"))):
             cls = f.enclosing_class(call)
-            info = f.classes.get(cls.name.value) if cls is not None else None
+            info = f.info_of(cls) if cls is not None else None
             target = info.methods.get(func.attr.value) if info is not None else None  # type: ignore[attr-defined]
         if target is not None and target in f.disabled:
             return f.module.code_for_node(func)

@@ -111,7 +111,7 @@ class GPT(nn.Module):
     ]
 
     def _repeated_block(self, cls_name: str) -> bool:
-        return any(r.block.rsplit(".", 1)[-1] == cls_name for c in self.facts.classes.values() for r in c.repeated)
+        return any(r.block.rsplit(".", 1)[-1] == cls_name for c in self.facts.all_classes() for r in c.repeated)
 
     def _small(self, func: cst.FunctionDef) -> str | None:
         cls = self.facts.enclosing_class(func)
