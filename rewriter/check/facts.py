@@ -561,9 +561,11 @@ class _Collector(cst.CSTVisitor):
         no runtime classes or functions: the ``else:`` ones are)."""
         return bool(self.f.never_run) and any(n in self.f.never_run for n in self.stack)
 
-    def _owner(self) -> cst.CSTNode | None:
-        """The innermost ``def`` or ``class`` statement holding the node being visited."""
-        return next((n for n in reversed(self.stack[:-1]) if isinstance(n, (cst.FunctionDef, cst.ClassDef))), None)
+    def _owner(self, node: cst.CSTNode | None = None) -> cst.CSTNode | None:
+        """The innermost ``def`` or ``class`` statement holding ``node`` (on the visit stack;
+        default: the node being visited)."""
+        end = self.stack.index(node) if node is not None else len(self.stack) - 1
+        return next((n for n in reversed(self.stack[:end]) if isinstance(n, (cst.FunctionDef, cst.ClassDef))), None)
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         self.class_stack.append(node)
@@ -656,9 +658,7 @@ class _Collector(cst.CSTVisitor):
     def _init_class(self) -> ClassInfo | None:
         """The class whose ``__init__`` is being visited, when this file knows it
         (:meth:`FileFacts.info_of`: a top-level class or one of a function's body)."""
-        init = self.func_stack[-1]
-        i = self.stack.index(init) if init in self.stack else -1
-        owner = next((n for n in reversed(self.stack[:i]) if isinstance(n, (cst.FunctionDef, cst.ClassDef))), None) if i > 0 else None
+        owner = self._owner(self.func_stack[-1])
         return self.f.info_of(owner) if isinstance(owner, cst.ClassDef) else None
 
     def _owner_attr(self, node: cst.CSTNode) -> str:
