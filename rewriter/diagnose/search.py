@@ -429,7 +429,7 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
     and ``rewrite --apply`` checks), bound to its diff's sha256, the plan file as written and SRC's
     hashes now. None when the chosen plan changes nothing (nothing to gate)."""
     from ..engine.measure import environment
-    from ..engine.verdict import NOISE, Verdict, speed_failures
+    from ..engine.verdict import Verdict, contended_band, speed_failures
     from ..plan import load_plan
     from ..rewrite import plan_rewrite
     from ..validate.report import report_header
@@ -462,7 +462,7 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
     mean = {"plan": variants["plan"].get("step_ms"), "eager": variants["eager"].get("step_ms")}
     busy = {"plan": variants["plan"].get("contended_step_ms"), "eager": variants["eager"].get("contended_step_ms")}
     busy = {k: v for k, v in busy.items() if v is not None}
-    band = max(NOISE, (out.noise or {}).get("contended_share") or 0.0)
+    band = contended_band(out.noise)
     if len(busy) == 2:
         report["contended_band"] = band
     speed = speed_failures({k: v for k, v in mean.items() if v is not None}, 0.0, variants["plan"].get("amortization"),

@@ -83,6 +83,12 @@ def speed_failures(
     return out
 
 
+def contended_band(noise: dict[str, Any] | None) -> float:
+    """The tolerance of the contended-core figures (a fraction): the measured band of that window
+    (:func:`rewriter.engine.measure.process_noise`'s ``contended_share``), at least :data:`NOISE`."""
+    return max(NOISE, (noise or {}).get("contended_share") or 0.0)
+
+
 def _speed(mean_ms: dict[str, float], min_speedup: float, band: float, where: str) -> list[str]:
     out = []
     plan, eager = mean_ms.get("plan"), mean_ms.get("eager")

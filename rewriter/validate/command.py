@@ -88,7 +88,7 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     (:func:`rewriter.engine.measure.measure`), then judged: the plan's problems are failures, a
     baseline's failure is a note, and speed and amortization are gated on CUDA."""
     from ..engine.measure import Variant, measure, process_noise
-    from ..engine.verdict import NOISE, Verdict, speed_failures
+    from ..engine.verdict import NOISE, Verdict, contended_band, speed_failures
 
     verdict = Verdict(notes=notes)
     mark_dynamic = [
@@ -129,9 +129,8 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     # the same variants with their host core contended (--host both, on CUDA): gated like the quiet
     # figures within their own measured band, as diagnose's search decides on the worse condition
     contended = {v: r["contended_step_ms"] for v, r in results.items() if r.get("contended_step_ms") is not None}
-    noise = process_noise(m.timing) or {}
     if contended:
-        report["contended_band"] = max(NOISE, noise.get("contended_share") or 0.0)
+        report["contended_band"] = contended_band(process_noise(m.timing))
     gate = opts.speed_gate == "on" or (opts.speed_gate == "auto" and report["environment"]["timed_on"] == "cuda")
     if "plan" in mean_ms and not any(f.startswith("the rewritten model raised") for f in verdict.failures):
         speed = speed_failures(mean_ms, opts.min_speedup, results["plan"].get("amortization"),
