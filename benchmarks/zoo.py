@@ -1,0 +1,468 @@
+"""The model zoo: every family measured as its users call it, beside the one-line anchors.
+
+Each family is built from an installed package (transformers, diffusers, timm) from a config with
+random weights (no download) and called with the library's defaults (``model(**inputs)``; the KV
+cache returned where the library returns it). Each variant runs in its own process with a fresh
+Inductor cache, bf16 on the GPU:
+
+* ``eager``: the model as built;
+* ``whole``: ``torch.compile(model)``;
+* ``per-block``: ``block.compile()`` on every instance of the most repeated block class (the
+  regional compilation recipe, https://docs.pytorch.org/tutorials/recipes/regional_compilation.html);
+* ``regions``: the library's one-liner: diffusers' ``model.compile_repeated_blocks()`` where the
+  model declares ``_repeated_blocks``, else accelerate's ``accelerate.utils.compile_regions(model)``
+  (skipped where neither is installed);
+* ``plan``: ``stackpart diagnose`` on the family's harness (its ladder + search seconds recorded),
+  ``stackpart rewrite --apply`` of the plan it writes, and the rewritten harness's model timed.
+
+Per variant and shape (the first shape is the reference): the first call's seconds (cold compile at
+the first shape, new-shape compile at the second), the steady step (median of ``--steps`` CUDA-event
+timed calls after 3 warm-ups, ms), numerics and silent eager fallbacks. Numerics follow
+``torch._dynamo.utils.same``'s ``fp64_ref`` rule on the main output (logits, last hidden state or
+sample): ``RMSE(variant, ref) <= 2 x RMSE(eager low precision, ref) + 1e-3`` where ``ref`` is the same
+weights run eager in float32. A fallback is Dynamo's recompile-limit warning in the variant's
+process (after it the frame runs eager without an error).
+
+Verdicts per family (docs/design.md, "The search"): the plan runs at >= 0.95x the speed of the
+fastest variant that passes numerics without fallback, is never slower than eager, and is not
+"change nothing" where a variant is >= 1.2x faster than eager.
+
+Run on the GPU machine (transformers, diffusers, timm, accelerate installed there; the shared wheels
+for stackpart's own needs, benchmarks/README.md):
+``OUT=$OUT python3 benchmarks/zoo.py --only llama,mixtral`` (about 4-5 minutes a family). It runs
+in parts across sessions; ``$OUT/zoo.json`` and ``$OUT/zoo.md`` hold the families run. CPU smoke on
+tiny configs (float32, backend eager for the search): ``OUT=/tmp/o python benchmarks/zoo.py --smoke
+--only llama``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = Path(os.environ.get("OUT", "out"))
+CLI = "import sys; from rewriter.cli import main; sys.exit(main(sys.argv[1:]))"
+
+_LM = '''
+def make_inputs(batch: int = 8, seq: int = 512):
+    g = torch.Generator().manual_seed(1000003 * batch + seq)
+    return {{"input_ids": torch.randint(0, {vocab}, (batch, seq), generator=g)}}
+'''
+
+#: family -> (harness body, shapes on the GPU, shapes in --smoke, GPU config, smoke config).
+#: The harness body gets ``CONFIG`` (a dict) and ``torch`` in scope and defines build_model/make_inputs.
+FAMILIES: dict[str, dict] = {
+    "llama": dict(
+        build="model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG))",
+        inputs=_LM.format(vocab=32000),
+        gpu=dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=8,
+                 intermediate_size=5632, vocab_size=32000),
+        smoke=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                   intermediate_size=128, vocab_size=32000),
+        shapes=[dict(batch=8, seq=512), dict(batch=8, seq=384)]),
+    "mixtral": dict(
+        build="model = transformers.MixtralForCausalLM(transformers.MixtralConfig(**CONFIG))",
+        inputs=_LM.format(vocab=32000),
+        gpu=dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=8,
+                 intermediate_size=1792, num_local_experts=8, num_experts_per_tok=2, vocab_size=32000),
+        smoke=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                   intermediate_size=64, num_local_experts=4, num_experts_per_tok=2, vocab_size=32000),
+        shapes=[dict(batch=8, seq=512), dict(batch=8, seq=384)]),
+    "qwen2_moe": dict(
+        build="model = transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(**CONFIG))",
+        inputs=_LM.format(vocab=32000),
+        gpu=dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=8,
+                 intermediate_size=2816, moe_intermediate_size=704, shared_expert_intermediate_size=1408,
+                 num_experts=8, num_experts_per_tok=2, vocab_size=32000),
+        smoke=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                   intermediate_size=128, moe_intermediate_size=32, shared_expert_intermediate_size=64,
+                   num_experts=4, num_experts_per_tok=2, vocab_size=32000),
+        shapes=[dict(batch=8, seq=512), dict(batch=8, seq=384)]),
+    "gpt2": dict(
+        build="model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**CONFIG))",
+        inputs=_LM.format(vocab=50257),
+        gpu=dict(n_embd=1024, n_layer=16, n_head=16, vocab_size=50257),
+        smoke=dict(n_embd=64, n_layer=2, n_head=4, vocab_size=50257),
+        shapes=[dict(batch=8, seq=512), dict(batch=8, seq=384)]),
+    "bert": dict(
+        build="model = transformers.BertModel(transformers.BertConfig(**CONFIG))",
+        inputs=_LM.format(vocab=30522),
+        gpu=dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+        smoke=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128),
+        shapes=[dict(batch=32, seq=512), dict(batch=32, seq=384)]),
+    "t5": dict(
+        build="model = transformers.T5ForConditionalGeneration(transformers.T5Config(**CONFIG))",
+        inputs='''
+def make_inputs(batch: int = 8, seq: int = 512):
+    g = torch.Generator().manual_seed(1000003 * batch + seq)
+    return {"input_ids": torch.randint(0, 32128, (batch, seq), generator=g),
+            "decoder_input_ids": torch.randint(0, 32128, (batch, seq // 4), generator=g)}
+''',
+        gpu=dict(d_model=768, num_layers=12, num_decoder_layers=12, num_heads=12, d_ff=3072, d_kv=64),
+        smoke=dict(d_model=64, num_layers=2, num_decoder_layers=2, num_heads=4, d_ff=128, d_kv=16),
+        shapes=[dict(batch=8, seq=512), dict(batch=8, seq=384)]),
+    "vit": dict(
+        build="model = transformers.ViTModel(transformers.ViTConfig(**CONFIG))",
+        inputs='''
+def make_inputs(batch: int = 32, image: int = 224):
+    g = torch.Generator().manual_seed(batch + image)
+    return {"pixel_values": torch.randn(batch, 3, image, image, generator=g)}
+''',
+        gpu=dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+        smoke=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                   image_size=32, patch_size=8),
+        shapes=[dict(batch=32, image=224), dict(batch=16, image=224)]),
+    "whisper": dict(
+        build="model = transformers.WhisperForConditionalGeneration(transformers.WhisperConfig(**CONFIG))",
+        inputs='''
+def make_inputs(batch: int = 8, dec: int = 64):
+    g = torch.Generator().manual_seed(batch + dec)
+    n = CONFIG.get("max_source_positions", 1500) * 2
+    return {"input_features": torch.randn(batch, CONFIG.get("num_mel_bins", 80), n, generator=g),
+            "decoder_input_ids": torch.randint(0, 51865, (batch, dec), generator=g)}
+''',
+        gpu=dict(d_model=768, encoder_layers=12, decoder_layers=12, encoder_attention_heads=12,
+                 decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072),
+        smoke=dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                   decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                   max_source_positions=64, max_target_positions=64),
+        shapes=[dict(batch=8, dec=64), dict(batch=8, dec=48)]),
+    "unet": dict(
+        build="model = diffusers.UNet2DConditionModel(**CONFIG)",
+        inputs='''
+def make_inputs(batch: int = 4, latent: int = 64):
+    g = torch.Generator().manual_seed(batch + latent)
+    return {"sample": torch.randn(batch, 4, latent, latent, generator=g), "timestep": torch.tensor(10),
+            "encoder_hidden_states": torch.randn(batch, 77, CONFIG["cross_attention_dim"], generator=g)}
+''',
+        gpu=dict(block_out_channels=(320, 640, 1280, 1280), cross_attention_dim=768, layers_per_block=2),
+        smoke=dict(block_out_channels=(32, 64), cross_attention_dim=32, layers_per_block=1, norm_num_groups=8,
+                   down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                   up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), attention_head_dim=8),
+        shapes=[dict(batch=4, latent=64), dict(batch=4, latent=48)], smoke_shapes=[dict(batch=2, latent=16), dict(batch=2, latent=8)]),
+    "dit": dict(
+        build="model = diffusers.DiTTransformer2DModel(**CONFIG)",
+        inputs='''
+def make_inputs(batch: int = 8, latent: int = 32):
+    g = torch.Generator().manual_seed(batch + latent)
+    return {"hidden_states": torch.randn(batch, 4, latent, latent, generator=g), "timestep": torch.tensor([10] * batch),
+            "class_labels": torch.randint(0, 1000, (batch,), generator=g)}
+''',
+        gpu=dict(num_layers=12, num_attention_heads=12, attention_head_dim=64, sample_size=32),
+        smoke=dict(num_layers=2, num_attention_heads=2, attention_head_dim=16, sample_size=8, norm_num_groups=8),
+        shapes=[dict(batch=8, latent=32), dict(batch=8, latent=32)], smoke_shapes=[dict(batch=2, latent=8)]),
+    "resnet50": dict(
+        build='model = timm.create_model("resnet50", pretrained=False)',
+        inputs='''
+def make_inputs(batch: int = 64, image: int = 224):
+    g = torch.Generator().manual_seed(batch + image)
+    return {"x": torch.randn(batch, 3, image, image, generator=g)}
+''',
+        gpu={}, smoke={}, shapes=[dict(batch=64, image=224), dict(batch=32, image=224)]),
+    "convnext": dict(
+        build='model = timm.create_model("convnext_tiny", pretrained=False)',
+        inputs='''
+def make_inputs(batch: int = 64, image: int = 224):
+    g = torch.Generator().manual_seed(batch + image)
+    return {"x": torch.randn(batch, 3, image, image, generator=g)}
+''',
+        gpu={}, smoke={}, shapes=[dict(batch=64, image=224), dict(batch=32, image=224)]),
+}
+
+
+def harness_text(name: str, smoke: bool) -> str:
+    """The family's ``harness.py``: ``build_model()`` and ``make_inputs(**shape)`` (stackpart's harness format)."""
+    fam = FAMILIES[name]
+    lib = fam["build"].split("=", 1)[1].strip().split(".", 1)[0]
+    return (f'"""Zoo harness: {name} from the installed {lib}, random weights, the library\'s defaults."""\n'
+            f"import torch\nimport {lib}\n\nCONFIG = {fam['smoke' if smoke else 'gpu']!r}\n\n\n"
+            f"def build_model():\n    torch.manual_seed(0)\n    {fam['build']}\n    return model.eval()\n\n"
+            + textwrap.dedent(fam["inputs"]))
+
+
+def shapes_of(name: str, smoke: bool) -> list[dict]:
+    fam = FAMILIES[name]
+    if smoke:
+        if "smoke_shapes" in fam:
+            return fam["smoke_shapes"]
+        return [{k: (max(2, v // 64) if k in ("seq", "dec") else min(v, 2) if k == "batch" else 32 if k == "image" else v)
+                 for k, v in s.items()} for s in fam["shapes"]]
+    return fam["shapes"]
+
+
+#: One variant in its own process: prints one JSON line. argv: src variant device shapes-json steps
+WORKER = r'''
+import json, logging, math, statistics, sys, time
+import torch
+src, variant, device, shapes, steps = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), int(sys.argv[5])
+sys.path.insert(0, src)
+import harness
+
+class _Fallbacks(logging.Handler):
+    hits = []
+    def emit(self, record):
+        msg = record.getMessage()
+        if "recompile_limit" in msg or "cache_size_limit" in msg:
+            self.hits.append(msg.splitlines()[0][:300])
+logging.getLogger("torch._dynamo").addHandler(_Fallbacks())
+
+dtype = torch.bfloat16 if device == "cuda" else torch.float32
+
+def main_out(out):
+    for key in ("logits", "last_hidden_state", "sample"):
+        v = out.get(key) if isinstance(out, dict) else getattr(out, key, None)
+        if isinstance(v, torch.Tensor):
+            return v
+    if isinstance(out, (tuple, list)):
+        return out[0]
+    return out
+
+def blocks(model):
+    """Every instance of the most repeated class among ModuleList/Sequential children."""
+    from collections import Counter
+    seen = Counter()
+    inst = {}
+    for m in model.modules():
+        if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)):
+            for c in m.children():
+                seen[type(c)] += 1
+                inst.setdefault(type(c), []).append(c)
+    if not seen:
+        return []
+    cls, _ = seen.most_common(1)[0]
+    return inst[cls]
+
+def sync():
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+def timed(fn):
+    if device == "cuda":
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); fn(); b.record(); torch.cuda.synchronize()
+        return a.elapsed_time(b)
+    s = time.perf_counter(); fn(); return (time.perf_counter() - s) * 1e3
+
+res = {"variant": variant, "torch": torch.__version__, "shapes": [], "fallbacks": []}
+try:
+    model = harness.build_model()
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model = model.to(device=device, dtype=dtype)
+    note = ""
+    if variant == "whole":
+        model = torch.compile(model)
+    elif variant == "per-block":
+        bl = blocks(model)
+        for b in bl:
+            b.compile()
+        note = f"{len(bl)} x {type(bl[0]).__name__}" if bl else "no repeated block"
+    elif variant == "regions":
+        if getattr(model, "_repeated_blocks", None) and hasattr(model, "compile_repeated_blocks"):
+            model.compile_repeated_blocks()
+            note = "diffusers compile_repeated_blocks"
+        else:
+            from accelerate.utils import compile_regions
+            model = compile_regions(model)
+            note = "accelerate compile_regions"
+    res["note"] = note
+    ref_model = None
+    with torch.no_grad():
+        for i, shape in enumerate(shapes):
+            inputs = {k: (v.to(device=device, dtype=dtype) if v.is_floating_point() else v.to(device))
+                      for k, v in harness.make_inputs(**shape).items()}
+            t = time.perf_counter(); out = model(**inputs); sync(); first = time.perf_counter() - t
+            for _ in range(3):
+                model(**inputs)
+            ms = [timed(lambda: model(**inputs)) for _ in range(steps)]
+            row = {"shape": shape, "first_call_s": first, "median_ms": statistics.median(ms), "min_ms": min(ms)}
+            if i == 0:
+                # numerics: the same weights in float32 eager are the reference; eager at this dtype is the yardstick
+                if ref_model is None:
+                    ref_model = harness.build_model()
+                    ref_model.load_state_dict(state)
+                    ref_model = ref_model.to(device=device, dtype=torch.float32)
+                    low = harness.build_model(); low.load_state_dict(state); low = low.to(device=device, dtype=dtype)
+                f32 = {k: (v.float() if v.is_floating_point() else v) for k, v in inputs.items()}
+                ref = main_out(ref_model(**f32)).float()
+                eager_low = main_out(low(**inputs)).float()
+                got = main_out(out).float()
+                rmse = lambda a: float(torch.sqrt(torch.mean((a - ref) ** 2)))
+                row["rmse"] = rmse(got)
+                row["eager_rmse"] = rmse(eager_low)
+                row["numerics_ok"] = bool(torch.isfinite(got).all()) and row["rmse"] <= 2.0 * row["eager_rmse"] + 1e-3
+                del ref_model, low
+            res["shapes"].append(row)
+    from torch._dynamo.utils import counters
+    res["unique_graphs"] = int(counters["stats"].get("unique_graphs", 0))
+    res["graph_breaks"] = int(sum(counters["graph_break"].values()))
+    res["fallbacks"] = _Fallbacks.hits
+except Exception as exc:
+    import traceback
+    res["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+    res["traceback"] = traceback.format_exc()[-2000:]
+print(json.dumps(res))
+'''
+
+
+def _env(cache: Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
+    env["TRITON_CACHE_DIR"] = str(cache / "triton")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def run_variant(src: Path, variant: str, device: str, shapes: list[dict], steps: int, timeout: float) -> dict:
+    """One variant of one family in a fresh process with empty compile caches; its JSON line, or the error."""
+    cache = Path(tempfile.mkdtemp(prefix="zoo-cache-"))
+    t = time.perf_counter()
+    try:
+        p = subprocess.run([sys.executable, "-c", WORKER, str(src), variant, device, json.dumps(shapes), str(steps)],
+                           capture_output=True, text=True, timeout=timeout, env=_env(cache))
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        res = json.loads(lines[-1]) if lines else {"variant": variant, "error": f"exit {p.returncode}: {p.stderr[-600:]}"}
+    except subprocess.TimeoutExpired:
+        res = {"variant": variant, "error": f"timeout after {timeout:.0f} s"}
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    res["process_s"] = time.perf_counter() - t
+    return res
+
+
+def run_plan(work: Path, name: str, device: str, shapes: list[dict], smoke: bool, timeout: float) -> dict:
+    """``stackpart diagnose`` then ``rewrite --apply`` on a copy of the family's SRC; the plan and the seconds."""
+    src = work / "plan_src"
+    shutil.copytree(work / "src", src)
+    shape_args = [a for s in shapes for a in ("--shape", ",".join(f"{k}={v}" for k, v in s.items()))]
+    cmd = [sys.executable, "-c", CLI, "diagnose", "--harness", "harness.py", str(src), "-o", str(work / "plan.yaml"),
+           "--report-dir", str(work / "report"), "--dtype", "bfloat16" if device == "cuda" else "float32",
+           "--device", device, *shape_args]
+    cache = Path(tempfile.mkdtemp(prefix="zoo-cache-"))
+    t = time.perf_counter()
+    out: dict = {}
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(cache), cwd=work)
+        out["diagnose_exit"] = p.returncode
+        out["diagnose_tail"] = (p.stdout + p.stderr)[-3000:]
+    except subprocess.TimeoutExpired:
+        out["diagnose_exit"] = 124
+    out["ladder_search_s"] = time.perf_counter() - t
+    shutil.rmtree(cache, ignore_errors=True)
+    plan = work / "plan.yaml"
+    if out["diagnose_exit"] == 0 and plan.exists():
+        import yaml
+        actions = (yaml.safe_load(plan.read_text()) or {}).get("actions") or []
+        out["actions"] = [{k: a.get(k) for k in ("action", "target", "strategy", "options", "knob") if a.get(k) is not None}
+                          for a in actions]
+        p = subprocess.run([sys.executable, "-c", CLI, "rewrite", "--plan", str(plan), str(src), "--apply"],
+                           capture_output=True, text=True, timeout=120, env=_env(cache), cwd=work)
+        out["apply_exit"] = p.returncode
+        out["apply_tail"] = (p.stdout + p.stderr)[-800:]
+    return out
+
+
+def verdicts(variants: dict[str, dict]) -> dict:
+    """The issue's targets over one family's measured variants (module docstring)."""
+    def ok(v):
+        return ("error" not in v and not v.get("fallbacks") and v.get("shapes")
+                and v["shapes"][0].get("numerics_ok", False))
+
+    def step(v):  # the mean of the per-shape steady steps
+        return statistics.mean(s["median_ms"] for s in v["shapes"])
+    good = {k: step(v) for k, v in variants.items() if ok(v)}
+    out: dict = {"passing": sorted(good, key=good.get)}
+    if not good or "plan" not in variants or "eager" not in variants:
+        return out
+    fastest = min(good, key=good.get)
+    plan, eager = variants["plan"], variants["eager"]
+    if not ok(plan):
+        out["plan_ok"] = False
+        return out
+    out["fastest"] = fastest
+    out["plan_speed_vs_fastest"] = good[fastest] / good["plan"]
+    out["plan_within_5pct_of_fastest"] = out["plan_speed_vs_fastest"] >= 0.95
+    out["plan_not_slower_than_eager"] = good["plan"] <= step(eager) * 1.02
+    best_vs_eager = step(eager) / good[fastest]
+    out["best_vs_eager"] = best_vs_eager
+    out["not_change_nothing_when_1_2x"] = not (best_vs_eager >= 1.2 and not plan.get("actions"))
+    return out
+
+
+def markdown(results: dict) -> str:
+    lines = ["| family | variant | step ms per shape | cold s | new-shape s | RMSE vs fp32 (eager's) | fallbacks | note |",
+             "|---|---|---|---|---|---|---|---|"]
+    for fam, r in results.items():
+        for vname, v in r["variants"].items():
+            if "error" in v:
+                lines.append(f"| {fam} | {vname} | error: {v['error'][:120]} | | | | | |")
+                continue
+            sh = v["shapes"]
+            num = f"{sh[0].get('rmse', float('nan')):.4g} ({sh[0].get('eager_rmse', float('nan')):.4g})" + ("" if sh[0].get("numerics_ok") else " FAIL")
+            note = v.get("note", "")
+            if vname == "plan":
+                note = f"{len(r.get('plan', {}).get('actions') or [])} actions, ladder+search {r.get('plan', {}).get('ladder_search_s', 0):.0f} s"
+            lines.append(f"| {fam} | {vname} | {' / '.join('%.2f' % s['median_ms'] for s in sh)} | {sh[0]['first_call_s']:.1f} | "
+                         f"{sh[1]['first_call_s'] if len(sh) > 1 else float('nan'):.1f} | {num} | {len(v.get('fallbacks') or [])} | {note} |")
+        lines.append(f"| {fam} | verdicts | {json.dumps(r.get('verdicts', {}))} | | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default="llama,mixtral", help="comma-separated families (default llama,mixtral)")
+    ap.add_argument("--variants", default="eager,whole,per-block,regions,plan")
+    ap.add_argument("--smoke", action="store_true", help="tiny configs on the CPU, float32")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per variant process and per diagnose")
+    ap.add_argument("--deadline", type=float, default=560.0, help="no family starts after this many seconds")
+    args = ap.parse_args(argv)
+    import torch
+    device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
+    OUT.mkdir(parents=True, exist_ok=True)
+    results: dict = {}
+    started = time.perf_counter()
+    for name in args.only.split(","):
+        if time.perf_counter() - started > args.deadline:
+            results[name] = {"variants": {}, "not_run": "deadline"}
+            continue
+        work = Path(tempfile.mkdtemp(prefix=f"zoo-{name}-"))
+        (work / "src").mkdir()
+        (work / "src" / "harness.py").write_text(harness_text(name, args.smoke))
+        shapes = shapes_of(name, args.smoke)
+        r: dict = {"shapes": shapes, "device": device, "variants": {}}
+        for variant in args.variants.split(","):
+            if variant == "plan":
+                r["plan"] = run_plan(work, name, device, shapes, args.smoke, args.timeout)
+                if r["plan"].get("apply_exit") in (0, None) and r["plan"].get("diagnose_exit") == 0:
+                    r["variants"]["plan"] = run_variant(work / "plan_src", "plan", device, shapes, args.steps, args.timeout)
+                    r["variants"]["plan"]["actions"] = r["plan"].get("actions")
+                else:
+                    r["variants"]["plan"] = {"variant": "plan", "error": f"diagnose exit {r['plan'].get('diagnose_exit')}, "
+                                             f"apply exit {r['plan'].get('apply_exit')}"}
+            else:
+                r["variants"][variant] = run_variant(work / "src", variant, device, shapes, args.steps, args.timeout)
+            print(f"{name} {variant}: {json.dumps({k: v for k, v in r['variants'][variant].items() if k != 'traceback'})[:400]}", flush=True)
+        r["verdicts"] = verdicts(r["variants"])
+        results[name] = r
+        (OUT / "zoo.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+                                                  "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                                                  "results": results}, indent=1))
+        (OUT / "zoo.md").write_text(markdown(results))
+        shutil.rmtree(work, ignore_errors=True)
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
