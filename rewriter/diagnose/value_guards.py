@@ -11,9 +11,9 @@ at one shape, every recompile is a guard on a value.
 
 A value whose guard failed at every repeated call changes every call: its set of values has no
 bound the calls can show, and a higher recompile limit only recompiles more before the same
-fallback. Torch's own hint for it (printed with the guard since torch 2.8; the knob exists from
-torch 2.7, torch/_dynamo/config.py: "when tracking step count leading to constant recompilation
-and eventually eager fallback") is ``torch._dynamo.config.allow_unspec_int_on_nn_module = True``
+fallback. Torch's own hint for it (printed with the failed guard by torch 2.13, not yet by 2.7;
+the knob is in torch/_dynamo/config.py from torch 2.7, not in 2.6: "when tracking step count
+leading to constant recompilation and eventually eager fallback") is ``torch._dynamo.config.allow_unspec_int_on_nn_module = True``
 (the int becomes a symbolic int after one recompile, automatic dynamic shapes) or keeping the value
 in a tensor. A value that recompiled once and then held (a flag toggled once, an int argument that
 automatic dynamic shapes made symbolic) is bounded by what was seen: there a limit above the graphs
@@ -42,7 +42,7 @@ KNOB = "allow_unspec_int_on_nn_module"
 _EQ_GUARD = re.compile(r"^(?P<source>.+?)\s*==\s*(?P<value>-?\d+)$")
 #: A guard source rooted at the compiled module (``self``, ``L['self']``): an attribute of it.
 _SELF = re.compile(r"^(?:L\[['\"]self['\"]\]|self)(?P<rest>(?:\.|\[).*)$")
-#: torch's hint appended to such a guard (torch >= 2.8): "(HINT: torch.compile considers integer
+#: torch's hint appended to such a guard (torch 2.13; 2.7 prints none): "(HINT: torch.compile considers integer
 #: attributes of the nn.Module to be static ... allow_unspec_int_on_nn_module = True, or convert
 #: this integer into a tensor.)".
 _HINT = re.compile(r"\(HINT: ([^)]*allow_unspec_int_on_nn_module[^)]*)\)")
@@ -171,7 +171,7 @@ def repeat_reference(ctx: Any, calls: int = CALLS) -> list[ValueGuard]:
 def describe(v: ValueGuard) -> str:
     """One line: what changed, where, how often Dynamo recompiled on it, and what to do."""
     seen = ", ".join(map(str, v.values[:5])) + (", ..." if len(v.values) > 5 else "")
-    what = f"{v.name} (Dynamo's guard: {v.source} == {v.values[-1] if v.values else '?'})"
+    what = f"{v.name} (Dynamo's guard: {'self.' + v.attribute if v.attribute else v.source} == {v.values[-1] if v.values else '?'})"
     if v.every_call:
         return (f"{what} changes every call at one input shape: {v.recompiles} recompile(s) in {v.calls} calls of the "
                 f"reference shape (values {seen}); {remedy(v)}")
@@ -192,7 +192,7 @@ def remedy(v: ValueGuard) -> str:
 
 def unbounded(ctx: Any) -> list[dict[str, Any]]:
     """The recompiles rung's value guards that change every call (as dicts), or ``[]``."""
-    r = ctx.results.get("recompiles")
+    r = (getattr(ctx, "results", None) or {}).get("recompiles")
     if r is None or not r.ok:
         return []
     return [v for v in r.measurement.get("value_guards") or [] if v.get("every_call")]
@@ -218,7 +218,7 @@ def to_json(guards: list[ValueGuard]) -> list[dict[str, Any]]:
 
 
 def knob_exists() -> bool:
-    """``torch._dynamo.config`` has :data:`KNOB` (torch >= 2.7)."""
+    """``torch._dynamo.config`` has :data:`KNOB` (torch >= 2.7; read from the 2.6 and 2.7 wheels)."""
     import torch._dynamo.config as config
 
     return hasattr(config, KNOB)
