@@ -98,6 +98,9 @@ def test_the_limit_remedy_raises_the_limit_only_for_bounded_values():
     assert "raise torch" not in text
     # a limit hit on another, bounded value still gets the higher limit
     assert limit_remedy(ctx, "recompile_limit", "0/7: self.layer_idx == 7").startswith("raise torch._dynamo.config.recompile_limit")
+    # no reason logged: the value counts where the class whose limit was hit reads it
+    assert "allow_unspec_int_on_nn_module" in limit_remedy(ctx, "recompile_limit", None, "Layer")
+    assert limit_remedy(ctx, "recompile_limit", None, "Block").startswith("raise torch._dynamo.config.recompile_limit")
 
 
 def test_the_knob_is_in_the_installed_torch_and_set_where_dynamo_reads_it():
@@ -153,6 +156,7 @@ def test_the_recompiles_rung_names_the_counter_a_size_guard_hid(tmp_path):
     assert f.where == "model.py:25" and f.message.startswith("Net.step (Dynamo's guard: self.step == ")
     assert "Net.step at model.py:25 changes every call" in r.verdict
     assert "allow_unspec_int_on_nn_module = True" in r.implies and "recompile limit only recompiles more" in r.implies
+    assert r.implies.startswith("mark_dynamic at the region boundary")  # the batch dim still varies across the shapes
 
 
 def _run_script(src: Path, script: str, out: Path) -> dict:
@@ -162,15 +166,16 @@ def _run_script(src: Path, script: str, out: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("case, script, shapes, cls, attr, line", [
-    ("own_step_counter", "train.py", ["batch=4", "batch=6"], "Net", "step", 25),
-    ("own_decode_fill", "generate.py", ["batch=2", "batch=3"], "Layer", "fill", 19),
+@pytest.mark.parametrize("case, script, shapes, cls, attr, line, again", [
+    ("own_step_counter", "train.py", ["batch=4", "batch=6"], "Net", "step", 25, True),
+    ("own_decode_fill", "generate.py", ["batch=2", "batch=3"], "Layer", "fill", 19, False),
 ])
-def test_diagnose_and_apply_set_the_knob_for_the_programs_own_compile(tmp_path, case, script, shapes, cls, attr, line):
+def test_diagnose_and_apply_set_the_knob_for_the_programs_own_compile(tmp_path, case, script, shapes, cls, attr, line, again):
     """The user's script compiles the model (``model.compile()``, which the harness's model runs):
     before, the value recompiles every call and hits the recompile limit; diagnose names it, plans
     ``allow_unspec_int_on_nn_module`` in the model's ``__init__``, and after ``rewrite --apply``
-    the script gives the same outputs with fewer graphs and no fallback to eager."""
+    the script gives the same outputs with fewer graphs and no fallback to eager. The applied tree
+    diagnosed again (``again``) exits 0 and plans the knob no second time."""
     import torch
 
     src = tmp_path / "src"
@@ -201,3 +206,12 @@ def test_diagnose_and_apply_set_the_knob_for_the_programs_own_compile(tmp_path, 
     after = _run_script(src, script, tmp_path / "after.pt")
     torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))
     assert after["recompile_limit_hits"] == 0 and 0 < after["unique_graphs"] < before["unique_graphs"], (before, after)
+    if again:
+        plan2 = tmp_path / "again" / "plan.yaml"
+        # building the rewritten model sets the process-wide knob in this process: restored after
+        with torch._dynamo.config.patch(allow_unspec_int_on_nn_module=False):
+            assert main([*argv[:4], "-o", str(plan2), *argv[6:]]) == 0
+        assert not [a for a in load_plan(plan2).plan.actions if a.action == "dynamo_config"], load_plan(plan2).plan.actions
+        data2 = json.loads((plan2.parent / "stackpart-diagnose" / "report.json").read_text())
+        [rung2] = [r for r in data2["rungs"] if r["name"] == "recompiles"]
+        assert not [v for v in rung2["measurement"]["value_guards"] if v["every_call"]], rung2["measurement"]["value_guards"]

@@ -234,7 +234,7 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
         # a higher limit only where the values are bounded: not for a value that changes every call
         # (a step counter, a fill level; .value_guards)
         r.implies = ("compile fewer distinct shapes per code object (one region per shape group, or the stage) "
-                     f"or {limit_remedy(ctx, config_name, hits[0]['last_reason'] if hits else None)}")
+                     f"or {limit_remedy(ctx, config_name, hits[0]['last_reason'] if hits else None, cls.__name__)}")
     elif distinct > 1:
         r.verdict = f"{n} instances of {cname} in {distinct} parameter shapes: {graphs}, within the recompile limit ({limit})"
     elif (r.measurement["graphs_per_shape"] or [0])[0] > 1 and not by_frame:

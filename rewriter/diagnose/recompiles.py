@@ -220,7 +220,9 @@ def run(ctx: Context) -> RungResult:
                                          f"{', '.join(map(str, v.values[:4]))})" if v.every_call else
                                          f"changed {v.recompiles} time(s), then held") for v in guards[:3]))
     if changing:
-        r.implies = remedy(changing[0])
+        r.implies = remedy(changing[0]) if r.implies == "none" else f"{r.implies}; and for {changing[0].name}: {remedy(changing[0])}"
+    if repeat_error:
+        r.verdict += f"; the {CALLS} calls at the reference shape that find values changing between calls failed ({repeat_error[:160]})"
     if dynamic_breaks:
         (file, line, _), reason = dynamic_breaks[0]
         r.verdict += (f"; {len(dynamic_breaks)} graph break(s) appear only once shapes are dynamic "

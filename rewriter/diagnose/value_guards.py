@@ -198,12 +198,18 @@ def unbounded(ctx: Any) -> list[dict[str, Any]]:
     return [v for v in r.measurement.get("value_guards") or [] if v.get("every_call")]
 
 
-def limit_remedy(ctx: Any, config: str, reason: str | None = None) -> str:
+def limit_remedy(ctx: Any, config: str, reason: str | None = None, cls: str | None = None) -> str:
     """The remedy for a hit recompile limit: raising ``config`` where the values are bounded; the
     knob (or a tensor) where the recompiles rung saw a value that changes every call and the
-    limit's last reason (when known) guards that value."""
-    values = unbounded(ctx)
-    hit = [v for v in values if reason is None or v["source"] in reason or (v.get("attribute") and f".{v['attribute'].split('.')[-1]} ==" in reason)]
+    limit's last reason guards that value (without a reason: a value read in class ``cls``'s
+    code, or any where ``cls`` is None)."""
+    def guards(v: dict[str, Any]) -> bool:
+        if reason is None:
+            return cls is None or (v.get("function") or "").split(".")[0] == cls
+        leaf = re.split(r"[.\[]", v["attribute"])[-1] if v.get("attribute") else None
+        return v["source"] in reason or bool(leaf and re.search(rf"\.{re.escape(leaf)} == -?\d", reason))
+
+    hit = [v for v in unbounded(ctx) if guards(v)]
     if hit:
         v = ValueGuard(**hit[0])
         return f"{v.name} changes every call ({v.where}): {remedy(v)}"
