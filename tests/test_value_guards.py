@@ -218,3 +218,57 @@ def test_diagnose_and_apply_set_the_knob_for_the_programs_own_compile(tmp_path, 
         data2 = json.loads((plan2.parent / "stackpart-diagnose" / "report.json").read_text())
         [rung2] = [r for r in data2["rungs"] if r["name"] == "recompiles"]
         assert not [v for v in rung2["measurement"]["value_guards"] if v["every_call"]], rung2["measurement"]["value_guards"]
+
+
+def test_a_torch_without_the_knob_refuses_the_plan_and_gets_no_twin(tmp_path, monkeypatch, capsys):
+    """torch 2.6's config.py has capture_scalar_outputs and capture_dynamic_output_shape_ops but no
+    allow_unspec_int_on_nn_module (read from its wheel): the plan is refused at the key's line with
+    the version that has it, nothing written; the search proposes no twin and says why."""
+    import rewriter.diagnose.value_guards as vg
+    import rewriter.plan as plan_mod
+    from rewriter.diagnose.rung import RungResult
+
+    monkeypatch.setattr(plan_mod, "dynamo_config_names",
+                        lambda: ("2.6.0", frozenset({"capture_scalar_outputs", "capture_dynamic_output_shape_ops"})))
+    model = "class Net:\n    def __init__(self):\n        self.step = 0\n"
+    (tmp_path / "model.py").write_text(model)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nactions:\n  - action: dynamo_config\n    target: model.py::Net.__init__\n"
+                    "    settings: {allow_unspec_int_on_nn_module: true}\n")
+    assert main(["rewrite", "--plan", str(plan), str(tmp_path), "--apply", "--no-validate"]) == 2
+    err = capsys.readouterr().err
+    assert "the torch in use (2.6.0) has no 'allow_unspec_int_on_nn_module'" in err and "torch >= 2.7 has it" in err, err
+    assert (tmp_path / "model.py").read_text() == model
+
+    class Ctx:
+        cache: dict = {}
+
+    r = RungResult("recompiles", "t")
+    r.measurement = {"value_guards": [dict(source="self.step", attribute="step", values=[3, 4], calls=3, recompiles=2,
+                                           every_call=True, module_int=True, hint=None, file="model.py", line=3,
+                                           function="Net.forward", callers=[])]}
+    ctx = Ctx()
+    ctx.results = {"recompiles": r}
+    monkeypatch.setattr(vg, "knob_exists", lambda: False)
+    cands, pruned = vg.with_knob(ctx, ["as-is"])
+    assert cands == ["as-is"] and ctx.cache["value_guard_twins"] == {}
+    [line] = pruned
+    assert line.startswith("+allow_unspec_int_on_nn_module: Net.step at model.py:3 changes every call") and "torch >= 2.7" in line
+
+
+def test_a_twin_that_recompiles_no_less_is_pruned_after_measurement():
+    from rewriter.diagnose.value_guards import judge
+
+    class Ctx:
+        cache = {"value_guard_twins": {"whole+allow_unspec_int_on_nn_module": "whole", "as-is+allow_unspec_int_on_nn_module": "as-is"}}
+
+    rows = {
+        "whole": {"compile": {"recompiles": 5, "recompile_limit_hits": ["hit config.recompile_limit (8)"]}, "problems": ["fallback"]},
+        "whole+allow_unspec_int_on_nn_module": {"compile": {"recompiles": 2, "recompile_limit_hits": []}},
+        "as-is": {"compile": {"recompiles": 1, "recompile_limit_hits": []}},
+        "as-is+allow_unspec_int_on_nn_module": {"compile": {"recompiles": 1, "recompile_limit_hits": []}},
+    }
+    [line] = judge(Ctx(), rows)
+    assert line.startswith("as-is+allow_unspec_int_on_nn_module: pruned after measurement")
+    assert "skipped" not in rows["whole+allow_unspec_int_on_nn_module"]  # fewer recompiles than its failed base: kept
+    assert rows["as-is+allow_unspec_int_on_nn_module"]["skipped"].startswith("pruned after measurement: allow_unspec_int_on_nn_module removed no recompile")
