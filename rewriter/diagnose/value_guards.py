@@ -186,8 +186,8 @@ def remedy(v: ValueGuard) -> str:
     if v.module_int:
         return (f"keep it out of the guards: torch._dynamo.config.{KNOB} = True (torch's own hint; the int becomes "
                 "symbolic after one recompile) or hold it in a tensor; a higher recompile limit only recompiles more")
-    return ("keep it out of the guards: pass it as a tensor (torch's own hint) or mark it dynamic; a higher recompile "
-            "limit only recompiles more")
+    return ("keep it out of the guards: hold it in a tensor (torch's own hint for a changing int) or restructure the code "
+            "that specialises on it; a higher recompile limit only recompiles more")
 
 
 def unbounded(ctx: Any) -> list[dict[str, Any]]:
