@@ -271,4 +271,5 @@ def test_a_twin_that_recompiles_no_less_is_pruned_after_measurement():
     [line] = judge(Ctx(), rows)
     assert line.startswith("as-is+allow_unspec_int_on_nn_module: pruned after measurement")
     assert "skipped" not in rows["whole+allow_unspec_int_on_nn_module"]  # fewer recompiles than its failed base: kept
-    assert rows["as-is+allow_unspec_int_on_nn_module"]["skipped"].startswith("pruned after measurement: allow_unspec_int_on_nn_module removed no recompile")
+    assert rows["as-is+allow_unspec_int_on_nn_module"]["skipped"].startswith(
+        "pruned after measurement: allow_unspec_int_on_nn_module removed no recompile")
