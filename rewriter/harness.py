@@ -209,7 +209,8 @@ def load_harness(spec: Harness, src: Path) -> LoadedHarness:
                 f"harness.shapes[{i}] is the same shape as harness.shapes[{seen[full]}] once {spec.inputs}()'s defaults "
                 f"apply ({', '.join(f'{k}={v}' for k, v in full)}): a repeated shape hides recompiles",
                 path=spec.file,
-                hint="drop it or give the varying dimension its own value",
+                hint="drop it or give the varying dimension its own value; a value that changes between calls at one shape "
+                     "(a step counter, a cache's fill level) needs no repeat: diagnose calls the first shape 3 times itself",
             )
         seen[full] = i
     return LoadedHarness(spec=spec, src=src, build_model=build_model, make_inputs=make_inputs)

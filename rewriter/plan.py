@@ -515,7 +515,12 @@ class CompileCacheAction(_Action):
 #: torch/_dynamo/config.py (torch 2.13, also 2.6): "When this flag is set to False, we introduce a
 #: graph break instead of capturing", for calls returning a scalar (``.item()``, ``.tolist()``)
 #: and for operators with a data-dependent output shape (``nonzero``, ``unique``, boolean masks).
-DYNAMO_CONFIG_KEYS = ("capture_scalar_outputs", "capture_dynamic_output_shape_ops")
+#: ``allow_unspec_int_on_nn_module`` is the knob torch's recompile hint names for an int attribute of
+#: an nn.Module that changes between calls (torch >= 2.7; torch 2.6's config.py has no such name).
+DYNAMO_CONFIG_KEYS = ("capture_scalar_outputs", "capture_dynamic_output_shape_ops", "allow_unspec_int_on_nn_module")
+#: The first torch whose torch/_dynamo/config.py has each key (read from the 2.6 and 2.7 wheels).
+DYNAMO_CONFIG_SINCE = {"capture_scalar_outputs": "2.6", "capture_dynamic_output_shape_ops": "2.6",
+                       "allow_unspec_int_on_nn_module": "2.7"}
 
 
 class DynamoSettings(_Strict):
@@ -530,12 +535,17 @@ class DynamoSettings(_Strict):
     * ``capture_dynamic_output_shape_ops``: ``nonzero``, ``unique``, ``x[mask]`` are traced with an
       unbacked output size instead of a graph break (torch's "Dynamic shape operator" hint);
       torch/_dynamo/config.py: "you probably also want capture_scalar_outputs".
+    * ``allow_unspec_int_on_nn_module``: an int attribute of an nn.Module (a step counter, a cache's
+      fill level) becomes a symbolic int after one recompile instead of a guard on its value and a
+      recompile at every new value (torch's hint on that recompile; torch >= 2.7).
     """
 
     capture_scalar_outputs: StrictBool | None = Field(
         default=None, description="Tensor.item()/.tolist() stay in the graph (torch._dynamo.config.capture_scalar_outputs)")
     capture_dynamic_output_shape_ops: StrictBool | None = Field(
         default=None, description="nonzero/unique/boolean masks stay in the graph (torch._dynamo.config.capture_dynamic_output_shape_ops)")
+    allow_unspec_int_on_nn_module: StrictBool | None = Field(
+        default=None, description="int attributes of nn.Modules are not guarded on their value (torch._dynamo.config.allow_unspec_int_on_nn_module)")
 
     @model_validator(mode="after")
     def _one(self) -> "DynamoSettings":
@@ -1416,7 +1426,7 @@ def _check_dynamo_config(plan: Plan, path: str, marks: dict[tuple, tuple[int, in
                 f"({version or 'unknown version'}) has no {key!r}",
                 path=path, line=line, col=col,
                 # the key is one the plan allows (DYNAMO_CONFIG_KEYS), so a near torch name would be one it refuses
-                hint="torch >= 2.6 has it: upgrade torch, or drop the setting",
+                hint=f"torch >= {DYNAMO_CONFIG_SINCE.get(key, '2.6')} has it: upgrade torch, or drop the setting",
             )
 
 

@@ -8,7 +8,11 @@ needs (:data:`rewriter.plan.DYNAMO_CONFIG_KEYS`): ``capture_scalar_outputs`` for
 ``nonzero``/``unique``/boolean masks ("Dynamic shape operator ... Hint: Enable tracing of dynamic
 shape operators with `torch._dynamo.config.capture_dynamic_output_shape_ops = True`"). Both are
 defined in torch/_dynamo/config.py ("When this flag is set to False, we introduce a graph break
-instead of capturing").
+instead of capturing"). ``allow_unspec_int_on_nn_module`` is the one torch's recompile hint names
+for an int attribute of an nn.Module that changes between calls ("torch.compile considers integer
+attributes of the nn.Module to be static ... make this integer dynamic using
+torch._dynamo.config.allow_unspec_int_on_nn_module = True, or convert this integer into a tensor",
+torch 2.13; the knob is in torch >= 2.7), proposed by :mod:`rewriter.diagnose.value_guards`.
 
 Dynamo reads them while it traces a frame, not when ``torch.compile`` is called (measured, torch
 2.13: a function decorated at import, the flag set afterwards, traced with it), so the line must

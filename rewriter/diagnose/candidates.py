@@ -426,7 +426,11 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     from .config_candidates import with_config
 
     cands, more = with_config(ctx, _rule_first(out))
-    return _with_levers(ctx, cands, pruned + more)
+    # allow_unspec_int_on_nn_module, torch's hint for an int attribute that changes every call (.value_guards)
+    from .value_guards import with_knob
+
+    cands, knob = with_knob(ctx, cands)
+    return _with_levers(ctx, cands, pruned + more + knob)
 
 
 def _with_levers(ctx: Context, cands: list[Candidate], pruned: list[str]) -> tuple[list[Candidate], list[str]]:

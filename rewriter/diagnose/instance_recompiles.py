@@ -36,6 +36,7 @@ from .dynamo_log import capture, reset
 from .granularity import region_blocks
 from .recompiles import is_shape_guard, is_tensor_property_guard
 from .rung import Finding, RungResult
+from .value_guards import limit_remedy
 
 
 def is_frame_of(function: str, name: str) -> bool:
@@ -230,8 +231,10 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
         r.implies = "disable the per-instance code (keep it eager) or restructure; do not compile the block as is"
     elif limit_hit:
         r.verdict = f"{n} instances of {cname} in {distinct} parameter shape(s): {graphs}; {fell}"
+        # a higher limit only where the values are bounded: not for a value that changes every call
+        # (a step counter, a fill level; .value_guards)
         r.implies = ("compile fewer distinct shapes per code object (one region per shape group, or the stage) "
-                     f"or raise torch._dynamo.config.{config_name} above the graphs needed")
+                     f"or {limit_remedy(ctx, config_name, hits[0]['last_reason'] if hits else None, cls.__name__)}")
     elif distinct > 1:
         r.verdict = f"{n} instances of {cname} in {distinct} parameter shapes: {graphs}, within the recompile limit ({limit})"
     elif (r.measurement["graphs_per_shape"] or [0])[0] > 1 and not by_frame:

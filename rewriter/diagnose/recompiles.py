@@ -8,8 +8,11 @@ repeated block's input (a forward pre-hook on the first instance of each class a
 candidate compiles, every declared class of a model's ``_repeated_blocks`` included, in an eager
 pass so that Dynamo never traces it): the block input is the region
 boundary where ``mark_dynamic`` belongs (DESIGN.md: a mark on ``input_ids`` does not survive the
-eager embedding). Threshold: any recompile after the first compile (partitioning-the-stack: "Am
-I recompiling? -> bucket shapes, mark_dynamic").
+eager embedding). Then the reference shape is called :data:`.value_guards.CALLS` times on one
+compiled model: one call per shape fails the new shape's size guard first and never shows a value
+that changes every call (a step counter, a cache's fill level), which those repeated calls do,
+named with its attribute and line (:mod:`.value_guards`). Threshold: any recompile after the first
+compile (partitioning-the-stack: "Am I recompiling? -> bucket shapes, mark_dynamic").
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from .granularity import region_blocks
 from .locate import first_in_src
 from .rung import Finding, RungResult
 from .session import tensor_leaves
+from .value_guards import CALLS, describe, remedy, repeat_reference, to_json
 
 
 def varying(shapes: list[list[tuple[int, ...]]]) -> list[dict[str, Any]]:
@@ -176,6 +180,9 @@ def run(ctx: Context) -> RungResult:
         if not is_shape_guard(rc.guards):
             by_value.append(rc.guards[0] + (f" at {site[0]}:{site[1]}" if site else ""))  # no guards reads as a shape guard
     dynamic_breaks = _dynamic_only_breaks(ctx, log)
+    guards, repeat_error = _repeat(ctx)
+    for v in guards:
+        r.findings.append(Finding("value_guard", describe(v)[:400], v.file, v.line, v.function))
     for site, reason in dynamic_breaks:
         r.findings.append(Finding("graph_break_dynamic", f"graph break once shapes are dynamic: {reason}"[:300], *site))
     r.measurement = {
@@ -189,6 +196,11 @@ def run(ctx: Context) -> RungResult:
         "varying_block_other_dims": var_other,
         "classes": per_class,
         "limit_hit": bool(log.limit_hit),
+        # the reference shape called value_guards.CALLS times on one compiled model: the values
+        # that changed between calls at one shape (a step counter, a fill level)
+        "repeated_calls": CALLS,
+        "value_guards": to_json(guards),
+        "value_guards_error": repeat_error,
     }
     if log.recompiles:
         dims = _dims_text(per_class) or ", ".join(f"input {v['tensor']} dim {v['dim']}" for v in var_in)
@@ -201,11 +213,31 @@ def run(ctx: Context) -> RungResult:
         r.verdict = f"no recompiles across {len(spec.shapes)} shapes (varying {', '.join(keys)})"
     else:
         r.verdict = f"stable: no recompiles across {len(spec.shapes)} shape(s)"
+    changing = [v for v in guards if v.every_call]
+    if guards:
+        r.verdict += (f"; {CALLS} calls at the reference shape: " + "; ".join(
+            f"{v.name} at {v.where} " + (f"changes every call ({v.recompiles} recompile(s), values "
+                                         f"{', '.join(map(str, v.values[:4]))})" if v.every_call else
+                                         f"changed {v.recompiles} time(s), then held") for v in guards[:3]))
+    if changing:
+        r.implies = remedy(changing[0]) if r.implies == "none" else f"{r.implies}; and for {changing[0].name}: {remedy(changing[0])}"
+    if repeat_error:
+        r.verdict += f"; the {CALLS} calls at the reference shape that find values changing between calls failed ({repeat_error[:160]})"
     if dynamic_breaks:
         (file, line, _), reason = dynamic_breaks[0]
         r.verdict += (f"; {len(dynamic_breaks)} graph break(s) appear only once shapes are dynamic "
                       f"(at {file}:{line}: {reason[:120]}): marking those dims dynamic would break the graph every call")
     return r
+
+
+def _repeat(ctx: Context) -> tuple[list[Any], str | None]:
+    """The value guards seen over repeated calls of the reference shape
+    (:func:`.value_guards.repeat_reference`), and None; or ``[]`` and why those calls failed (a
+    model whose state cannot take more calls): the shape sweep's reading stands."""
+    try:
+        return repeat_reference(ctx), None
+    except Exception as exc:  # noqa: BLE001 - recorded; the sweep above already measured the shapes
+        return [], " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
 
 
 def _block_dims(calls: list[tuple[list, dict, dict]], n: int) -> dict[str, list[dict[str, Any]]]:

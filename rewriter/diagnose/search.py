@@ -348,8 +348,10 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             say(f"the program as it is: {line}")
         hits = ((out.rows.get("as-is") or {}).get("compile") or {}).get("recompile_limit_hits") or []
         if hits:
+            knob = ctx.cache.get("value_guard_twins")  # .value_guards: a changing int kept out of the guards
             out.notes.append(f"the program as it is hits the recompile limit in its own compiled code ({hits[0][:200]}): "
-                             "those frames already run eager; candidates that keep that code compiled fail the same way")
+                             "those frames already run eager; candidates that keep that code compiled fail the same way"
+                             + (f", unless they keep the changing int out of the guards ({', '.join(knob)})" if knob else ""))
         for name, hints in relabel(m.hints, prefixes).items():
             label = "as-is" if name == "eager" else name
             if label in out.rows:
@@ -361,6 +363,11 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         from .config_candidates import judge
 
         for line in judge(ctx, out.rows):  # a config twin that kept no break in the graph is not planned
+            out.pruned.append(line)
+            say(f"pruned {line}")
+        from .value_guards import judge as judge_knob
+
+        for line in judge_knob(ctx, out.rows):  # an allow_unspec_int_on_nn_module twin that recompiled no less
             out.pruned.append(line)
             say(f"pruned {line}")
         order = [c.name for c in cands]
