@@ -1187,7 +1187,8 @@ def number_hint(value: object, integer: bool) -> str | None:
             number = float(value.replace("_", ""))
         except ValueError:
             return None
-        said = f"PyYAML reads {value} as a string, not a number"
+        shown = value if len(value) <= 40 else value[:37] + "..."  # one short line for a 5,000-digit one
+        said = f"PyYAML reads {shown} as a string, not a number"
     elif integer and isinstance(value, float) and value.is_integer():
         number, said = value, None
     else:
@@ -1317,6 +1318,45 @@ def _gate_yaml(text: str, path: str) -> None:
             depth -= 1
 
 
+#: The longest number a plan may spell, in characters. The largest integer any field takes is
+#: :data:`MAX_SIZE` (19 digits) and a float needs at most 17 significant digits; a longer one
+#: is refused before PyYAML builds it: a 5,000-digit integer passes Python's 4,300-digit limit
+#: on ``int(str)`` (``ValueError``), and a base-60 ``1:1:...`` of 400 KB costs PyYAML quadratic
+#: time (28 s measured) to build.
+MAX_NUMBER_CHARS = 100
+_NUMBER_TAGS = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+
+
+def _no_long_numbers(node: yaml.Node | None, path: str, loc: tuple = ()) -> None:
+    """Refuse every scalar, key or value, that YAML reads as a number (plain, or tagged
+    ``!!int``/``!!float``) and is longer than :data:`MAX_NUMBER_CHARS`: no plan field takes one.
+    Linear in the composed tree; nothing is constructed.
+
+    Raises:
+        StackpartError: at the scalar's line and column, naming the field.
+    """
+    stack: list[tuple[yaml.Node, tuple, bool]] = [(node, loc, False)] if node is not None else []
+    while stack:
+        item, at, is_key = stack.pop()
+        if isinstance(item, yaml.ScalarNode):
+            if item.tag in _NUMBER_TAGS and len(item.value) > MAX_NUMBER_CHARS:
+                kind = "an integer" if item.tag.endswith(":int") else "a number"
+                where = (f"{field_path(at)} key" if at else "key") if is_key else field_path(at)
+                raise StackpartError(
+                    f"{where}: {kind} {len(item.value):,} characters long ({item.value[:20]}...); no plan field "
+                    f"takes a number over {MAX_NUMBER_CHARS} characters (integers are at most 2**63-1, 19 digits)",
+                    path=path, line=item.start_mark.line + 1, col=item.start_mark.column + 1,
+                )
+        elif isinstance(item, yaml.MappingNode):
+            for key_node, value_node in reversed(item.value):
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
+                stack.append((value_node, at + (key,), False))
+                stack.append((key_node, at, True))
+        elif isinstance(item, yaml.SequenceNode):
+            for i in reversed(range(len(item.value))):
+                stack.append((item.value[i], at + (i,), False))
+
+
 def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
     """Parse and validate plan text.
 
@@ -1339,6 +1379,7 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
     try:
         _gate_yaml(text, path)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+        _no_long_numbers(root, path)  # before safe_load turns them into ints
         data = yaml.safe_load(text)
     except yaml.reader.ReaderError as exc:
         # A character YAML forbids (NUL, most C0 controls): the reader knows only its offset.
