@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import keyword
 import os
 import re
 from dataclasses import dataclass, field
@@ -71,8 +72,14 @@ def _check_site(value: str | None) -> str | None:
     return value
 
 
+def _is_identifier(value: str) -> bool:
+    """Whether ``value`` can name a parameter or local: Python's own rule (``str.isidentifier``,
+    non-ASCII letters included, PEP 3131), not a keyword."""
+    return value.isidentifier() and not keyword.iskeyword(value)
+
+
 def _check_ident(value: str) -> str:
-    if not _IDENT_RE.match(value):
+    if not _is_identifier(value):
         raise ValueError(f"expected a Python identifier, got {_quoted(value)}")
     return value
 
@@ -121,7 +128,7 @@ class Harness(_Strict):
             raise ValueError("expected at least one shape (the reference shape)")
         for shape in value:
             for key, size in shape.items():
-                if not _IDENT_RE.match(key):
+                if not _is_identifier(key):
                     raise ValueError(f"expected shape names that are Python identifiers (they are "
                                      f"keyword arguments of the inputs function), got {_quoted(key)}")
                 if not 0 <= size <= MAX_SIZE:

@@ -251,7 +251,9 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
                 result.warnings.extend(command.notes)
         source, code = sources[rel], splice(sources[rel].text, modules[rel], module)
         if code != source.text:
-            result.changes.append(FileChange(rel, source.raw, source.encode(code), source.mode))
+            new = source.encode(code)
+            _fits_the_cap(loaded, rel, len(new), indices)
+            result.changes.append(FileChange(rel, source.raw, new, source.mode))
     for rel, text in sorted(generated.items()):
         path = safe_relpath(src, rel)
         old = path.read_bytes() if path.exists() else None
@@ -261,6 +263,26 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
     result.changes.sort(key=lambda c: c.relpath)
     result.read = sorted(sources)
     return result
+
+
+def _fits_the_cap(loaded: LoadedPlan, rel: str, size: int, indices: list[int]) -> None:
+    """Refuse a rewrite whose file would be over the cap on source files stackpart reads
+    (:data:`rewriter.source.MAX_SOURCE_BYTES`): a file just under it that the edits push over
+    could not be read back by the next step on the same plan (``--check``, ``validate``, a
+    second ``--apply``), so the cap holds for the output as for the input.
+
+    Raises:
+        StackpartError: at the first action on ``rel`` (the site's line for the site's file).
+    """
+    from . import source as source_mod
+
+    cap = source_mod.MAX_SOURCE_BYTES
+    if size <= cap:
+        return
+    message = (f"{rel} would be {size:,} bytes once rewritten, over the {cap / 2**20:g} MiB cap on the source files "
+               "stackpart reads, so the next run could not read it back; nothing was written")
+    index = indices[0] if indices else SITE
+    raise _action_error(loaded, index, StackpartError(message, hint="split the file, or leave it out of the plan"))
 
 
 def _resolve_site(
