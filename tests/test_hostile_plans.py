@@ -176,10 +176,10 @@ def test_a_number_of_any_length_is_one_short_line_at_its_place_within_a_second(n
     """A 5,000-digit integer gave a 64-line ValueError traceback (Python's 4,300-digit limit on
     int(str)); a 400 KB base-60 value cost PyYAML 28-39 s of CPU before any error."""
     text, line, col, field = LONG_NUMBERS[name]
-    start = time.monotonic()
+    start = time.process_time()  # CPU seconds: the figure the issue measured, and not the machine's load
     with pytest.raises(StackpartError) as info:
         parse_plan(text, "plan.yaml")
-    assert time.monotonic() - start < 1.0
+    assert time.process_time() - start < 1.0
     message = str(info.value)
     assert message.startswith(f"plan.yaml:{line}:{col}: {field}: "), message
     assert "characters long" in message and "\n" not in message and len(message) < 300, message
