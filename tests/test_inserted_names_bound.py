@@ -332,3 +332,35 @@ def test_real_sites_keep_every_inserted_name_bound(tmp_path):
                 counts["in functions binding torch"] += sum(is_local and f"m.py::{q}\n" in kept for q, _, is_local in functions)
     print(f"\n{len(files)} files: {counts}")
     assert counts["statements"] >= 50 and counts["in functions binding torch"] >= 5 and counts["decorators"] >= 30, counts
+
+
+LOCAL = [
+    ("def f(x):\n    torch.a()\n    import torch.nn\n", "torch", "other"),
+    ("def f(x):\n    torch.a()\n    import torch.nn as nn\n", "torch", None),
+    ("def f(x):\n    from a import torch\n", "torch", "other"),
+    ("def f(x):\n    from a import b as torch\n", "torch", "other"),
+    ("def f(x, torch):\n    pass\n", "torch", "param"),
+    ("def f(x):\n    global torch\n    torch = 1\n", "torch", None),
+    ("def f(x):\n    [torch for torch in x]\n", "torch", None),
+    ("def f(x):\n    with a as (torch, b):\n        pass\n", "torch", "other"),
+    ("def f(x):\n    def g():\n        import torch\n", "torch", None),
+    ("def f(x):\n    for os in x:\n        pass\n", "os", "other"),
+    ("def f(x):\n    if (torch := x):\n        pass\n", "torch", "other"),
+    ("def f(x):\n    torch.ones(1)\n    os.getpid()\n", "torch", None),
+]
+
+
+@pytest.mark.parametrize("source,name,kind", LOCAL)
+def test_local_binding_agrees_with_python(source, name, kind):
+    import libcst as cst
+
+    from rewriter.actions.base import local_binding
+
+    assert local_binding(cst.parse_module(source).body[0], name) == kind
+    table = symtable.symtable(source, "m.py", "exec").get_children()[0]
+    try:
+        python = table.lookup(name)
+    except KeyError:
+        python = None
+    assert (python is not None and python.is_local()) == (kind is not None)
+    assert (python is not None and python.is_parameter()) == (kind == "param")
