@@ -142,16 +142,14 @@ def _top_level_nodes(stmt: cst.CSTNode) -> list[cst.CSTNode]:
     return visitor.nodes
 
 
-_top_level_cache: list[tuple[cst.Module, _TopLevel]] = []
-
-
-def top_level(module: cst.Module) -> _TopLevel:
-    """:class:`_TopLevel` of ``module``, cached for the last module asked about (the commands of
-    one file ask about the same tree)."""
-    if _top_level_cache and _top_level_cache[0][0] is module:
-        return _top_level_cache[0][1]
+def top_level(module: cst.Module, scratch: dict[str, object]) -> _TopLevel:
+    """:class:`_TopLevel` of ``module``, kept in ``scratch`` (the codemod context's, which the
+    commands of one batched pass share: one walk of the module for all of them)."""
+    cached = scratch.get("stackpart.top_level")
+    if isinstance(cached, tuple) and cached[0] is module:
+        return cached[1]
     facts = _TopLevel(module)
-    _top_level_cache[:] = [(module, facts)]
+    scratch["stackpart.top_level"] = (module, facts)
     return facts
 
 
@@ -516,7 +514,7 @@ class TargetedCommand(SkipTypeChecking, NoCopyMetadata, VisitorBasedCodemodComma
         it does not count one further down) and ``torch`` is the name written.
         """
         assert self.tree is not None
-        facts = top_level(self.tree)
+        facts = top_level(self.tree, self.context.scratch)
         at = facts.defines.get(self.qualname.split(".")[0])
         bound = facts.binds.get(self.torch)
         if at is None or (bound is not None and bound < at):
