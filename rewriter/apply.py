@@ -10,18 +10,28 @@
    every directory made is removed.
 
 The journal records every name before it exists on disk (a directory before ``mkdir``, a temp file
-before ``os.open(..., O_CREAT | O_EXCL)``), so a rollback always knows what to remove. SIGINT and
-SIGTERM are deferred while the transaction runs (:class:`deferred_signals`): one that arrives
-mid-step is acted on at the next step boundary, and one that arrives during the rollback waits
-for the rollback to finish. Each file is therefore at every moment entirely its old or entirely
-its new bytes, and no temp file outlives the call.
+before ``os.open(..., O_CREAT | O_EXCL)``), so a rollback always knows what to remove. SIGINT,
+SIGTERM, SIGHUP and SIGQUIT are deferred while the transaction runs (:class:`deferred_signals`):
+one that arrives mid-step is acted on at the next step boundary, and one that arrives during the
+rollback waits for the rollback to finish. Each file is therefore at every moment entirely its
+old or entirely its new bytes, and no temp file outlives the call.
+
+Two applies on one tree are serialised by an advisory lock (``flock(2)``) on each directory they
+write in, from SRC down (:class:`_TreeLock`), held from the check that each file is unchanged
+through the last rename (and the rollback): the second one then re-reads each file under the
+lock and, finding the first one's bytes, changes nothing and says so. No lock file is left in
+the tree: the directories themselves are locked. A process killed mid-apply (SIGKILL, a power
+cut) can leave temp files; the next apply that writes in the same directories removes them under
+the lock and names them (:func:`_sweep`).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
 import secrets
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +44,105 @@ if TYPE_CHECKING:
 
 #: Every temp file an apply makes is named ``.NAME.<8 hex digits>.stackpart``.
 TEMP_SUFFIX = ".stackpart"
+#: A temp file's name (:data:`TEMP_SUFFIX`), as a later apply recognises one a killed run left.
+TEMP_RE = re.compile(r"\..+\.[0-9a-f]{8}" + re.escape(TEMP_SUFFIX) + r"\Z", re.DOTALL)
+#: How long an apply waits for another one's lock on the tree before it gives up, in seconds (an
+#: apply of a hundred files holds it for about 50 ms).
+LOCK_WAIT_S = 10.0
+#: ``flock`` errors that mean the file system has no advisory locks (some network mounts): the
+#: apply goes on unlocked there, as it would on a system without ``fcntl``.
+_NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS}
+
+
+def _lock_dirs(src: Path, relpaths: list[str]) -> list[Path]:
+    """The directories an apply writing ``relpaths`` locks, sorted: for each file, every existing
+    directory from SRC down to the one it goes in (or the deepest of its parents that exists, for
+    a new directory). Two applies that write one file, even with SRC spelt at different depths,
+    therefore share at least one locked directory."""
+    root = src.resolve()
+    out: set[Path] = {root}
+    for rel in relpaths:
+        directory = (root / rel).parent
+        while not directory.is_dir() and directory != root:
+            directory = directory.parent
+        while directory != root and root in directory.parents:
+            out.add(directory)
+            directory = directory.parent
+    return sorted(out)
+
+
+class _TreeLock:
+    """Exclusive ``flock`` on each of :func:`_lock_dirs`, taken in sorted order (two applies
+    never wait on each other in a cycle), released in :meth:`release`."""
+
+    def __init__(self, dirs: list[Path]) -> None:
+        self.dirs = dirs
+        self.fds: list[int] = []
+
+    def acquire(self, held: object) -> None:
+        """Take every lock, waiting up to :data:`LOCK_WAIT_S` in all; ``held`` (the
+        :class:`deferred_signals` record) is asked for interrupts while waiting.
+
+        Raises:
+            StackpartError: another apply still holds a lock after the wait (nothing is written).
+        """
+        try:
+            import fcntl
+        except ImportError:  # no advisory locks on this platform
+            return
+        deadline = time.monotonic() + LOCK_WAIT_S
+        for directory in self.dirs:
+            try:
+                fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                continue  # a directory that cannot be opened: staging in it fails with the reason
+            self.fds.append(fd)
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise StackpartError(
+                            f"another stackpart apply is writing under {directory} (it has held its lock for over "
+                            f"{LOCK_WAIT_S:.0f} s); nothing was changed (run it again when that one is done)",
+                        ) from None
+                    held.interrupt_point()  # type: ignore[attr-defined]
+                    time.sleep(0.02)
+                except OSError as exc:
+                    if exc.errno in _NO_LOCKS:
+                        break
+                    raise
+
+    def release(self) -> None:
+        for fd in self.fds:
+            try:
+                os.close(fd)  # closing the descriptor drops its flock
+            except OSError:
+                pass
+        self.fds = []
+
+
+def _sweep(src: Path, dirs: list[Path]) -> list[str]:
+    """Remove the temp files (:data:`TEMP_RE`, regular files only) that a killed apply left in
+    ``dirs``; called with their locks held, so none belongs to a running apply. Returns each
+    removed file's path relative to SRC, sorted."""
+    removed = []
+    root = src.resolve()
+    for directory in dirs:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if not (TEMP_RE.match(entry.name) and entry.is_file(follow_symlinks=False)):
+                    continue
+                os.unlink(entry.path)
+            except OSError:
+                continue
+            removed.append(Path(entry.path).relative_to(root).as_posix())
+    return sorted(removed)
 
 
 def _missing_dirs(directory: Path) -> list[Path]:
@@ -67,7 +176,8 @@ def _unchanged(dest: Path, change: FileChange) -> None:
         now = None
     if now != change.old:
         raise StackpartError(
-            "changed since stackpart read it (edited meanwhile?); nothing was changed (run it again)",
+            "changed since stackpart read it (edited meanwhile, or written by another apply?); nothing was "
+            "changed (run it again)",
             path=str(dest),
         )
 
@@ -176,29 +286,49 @@ class _Journal:
         return problems + _discard(self.temps, self.made)
 
 
-def apply_changes(src: Path, changes: list[FileChange]) -> None:
+def apply_changes(src: Path, changes: list[FileChange], sweep: list[str] | None = None) -> list[str]:
     """Write ``changes`` under ``src`` as one transaction: all files new, or all as they were.
 
     Every file's new bytes go to a temp file beside it, then each temp file is renamed in place.
     Mode bits are kept; directories for new files are created. On an error or an interrupt before
     the last rename, the rollback restores what was renamed (new files removed) and removes every
-    temp file and every directory made, so the tree is as it was. SIGINT and SIGTERM are deferred
-    while this runs (:class:`deferred_signals`): an interrupt takes effect between two steps, a
-    second one waits for the rollback. A signal that arrives during the last rename, when every
-    file is written, is re-raised when this returns (or left to an enclosing
+    temp file and every directory made, so the tree is as it was. SIGINT, SIGTERM, SIGHUP and
+    SIGQUIT are deferred while this runs (:class:`deferred_signals`): an interrupt takes effect
+    between two steps, a second one waits for the rollback. A signal that arrives during the last
+    rename, when every file is written, is re-raised when this returns (or left to an enclosing
     :class:`deferred_signals` block, which may :meth:`~deferred_signals.settle` it).
+
+    The directories written in are locked against another apply (:class:`_TreeLock`) before the
+    first file is checked and until the last rename; temp files a killed apply left there are
+    removed first.
+
+    Args:
+        src: the tree's root.
+        changes: the files to write.
+        sweep: more files (relative to ``src``, e.g. every file the plan read) whose directories
+            are locked and cleared of a killed apply's temp files too.
+
+    Returns:
+        The temp files a killed apply had left, removed (paths relative to ``src``).
 
     Raises:
         StackpartError: a file cannot be written (the message says nothing was changed, and how
-            many files written so far were restored); or the rollback itself could not undo
-            everything (``also`` names each file and which bytes it has).
+            many files written so far were restored); a file changed since it was read, also by
+            another apply that wrote it meanwhile; another apply held the lock past
+            :data:`LOCK_WAIT_S`; or the rollback itself could not undo everything (``also`` names
+            each file and which bytes it has).
         KeyboardInterrupt, SystemExit: the interrupt that stopped the apply, once the tree is
             restored (SIGTERM under :func:`rewriter.cli.main` is ``SystemExit(143)``).
     """
     src = Path(src)
     journal = _Journal()
+    dirs = _lock_dirs(src, [c.relpath for c in changes] + list(sweep or ()))
+    lock = _TreeLock(dirs)
+    removed: list[str] = []
     with deferred_signals() as held:
         try:
+            lock.acquire(held)
+            removed = _sweep(src, dirs)
             for change in changes:
                 held.interrupt_point()
                 journal.stage(safe_relpath(src, change.relpath), change)
@@ -227,3 +357,6 @@ def apply_changes(src: Path, changes: list[FileChange]) -> None:
                 done = f"the {written} file(s) already written were restored, " if written else ""
                 raise StackpartError(f"{what}; {done}nothing was changed") from None
             raise
+        finally:
+            lock.release()
+    return removed

@@ -283,15 +283,21 @@ def _terminated(signum: int, frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code (tests call this directly, no subprocess).
 
-    SIGTERM exits 143 and Ctrl-C 130 (see :func:`_terminated`). Called with ``argv`` (in-process),
-    the caller's SIGINT and SIGTERM handlers are put back on return; as the program (``argv``
-    None) the handlers in place at the end stay until the process exits, so a ``rewrite --apply``
-    that has written every file (it then ignores both) exits 0 whenever a signal comes.
+    SIGTERM exits 143, SIGHUP 129, SIGQUIT 131 and Ctrl-C 130 (see :func:`_terminated`). Called
+    with ``argv`` (in-process), the caller's handlers are put back on return; as the program
+    (``argv`` None) the handlers in place at the end stay until the process exits, so a
+    ``rewrite --apply`` that has written every file (it then ignores them) exits 0 whenever a
+    signal comes.
     """
     previous: dict[int, object] = {}
     if threading.current_thread() is threading.main_thread():
+        from .signals import SIGNALS
+
         previous[signal.SIGINT] = signal.getsignal(signal.SIGINT)
-        previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _terminated)
+        # SIGHUP (terminal closed) and SIGQUIT (Ctrl-\) unwind as SIGTERM does; nohup's SIG_IGN stays
+        for signum in SIGNALS:
+            if signum == signal.SIGTERM or (signum != signal.SIGINT and signal.getsignal(signum) != signal.SIG_IGN):
+                previous[signum] = signal.signal(signum, _terminated)
     try:
         return _main(argv)
     finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import keyword
 import os
 import re
 from dataclasses import dataclass, field
@@ -71,8 +72,14 @@ def _check_site(value: str | None) -> str | None:
     return value
 
 
+def _is_identifier(value: str) -> bool:
+    """Whether ``value`` can name a parameter or local: Python's own rule (``str.isidentifier``,
+    non-ASCII letters included, PEP 3131), not a keyword."""
+    return value.isidentifier() and not keyword.iskeyword(value)
+
+
 def _check_ident(value: str) -> str:
-    if not _IDENT_RE.match(value):
+    if not _is_identifier(value):
         raise ValueError(f"expected a Python identifier, got {_quoted(value)}")
     return value
 
@@ -121,7 +128,7 @@ class Harness(_Strict):
             raise ValueError("expected at least one shape (the reference shape)")
         for shape in value:
             for key, size in shape.items():
-                if not _IDENT_RE.match(key):
+                if not _is_identifier(key):
                     raise ValueError(f"expected shape names that are Python identifiers (they are "
                                      f"keyword arguments of the inputs function), got {_quoted(key)}")
                 if not 0 <= size <= MAX_SIZE:
@@ -1197,7 +1204,8 @@ def number_hint(value: object, integer: bool) -> str | None:
             number = float(value.replace("_", ""))
         except ValueError:
             return None
-        said = f"PyYAML reads {value} as a string, not a number"
+        shown = value if len(value) <= 40 else value[:37] + "..."  # one short line for a 5,000-digit one
+        said = f"PyYAML reads {shown} as a string, not a number"
     elif integer and isinstance(value, float) and value.is_integer():
         number, said = value, None
     else:
@@ -1327,6 +1335,45 @@ def _gate_yaml(text: str, path: str) -> None:
             depth -= 1
 
 
+#: The longest number a plan may spell, in characters. The largest integer any field takes is
+#: :data:`MAX_SIZE` (19 digits) and a float needs at most 17 significant digits; a longer one
+#: is refused before PyYAML builds it: a 5,000-digit integer passes Python's 4,300-digit limit
+#: on ``int(str)`` (``ValueError``), and a base-60 ``1:1:...`` of 400 KB costs PyYAML quadratic
+#: time (28 s measured) to build.
+MAX_NUMBER_CHARS = 100
+_NUMBER_TAGS = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+
+
+def _no_long_numbers(node: yaml.Node | None, path: str, loc: tuple = ()) -> None:
+    """Refuse every scalar, key or value, that YAML reads as a number (plain, or tagged
+    ``!!int``/``!!float``) and is longer than :data:`MAX_NUMBER_CHARS`: no plan field takes one.
+    Linear in the composed tree; nothing is constructed.
+
+    Raises:
+        StackpartError: at the scalar's line and column, naming the field.
+    """
+    stack: list[tuple[yaml.Node, tuple, bool]] = [(node, loc, False)] if node is not None else []
+    while stack:
+        item, at, is_key = stack.pop()
+        if isinstance(item, yaml.ScalarNode):
+            if item.tag in _NUMBER_TAGS and len(item.value) > MAX_NUMBER_CHARS:
+                kind = "an integer" if item.tag.endswith(":int") else "a number"
+                where = (f"{field_path(at)} key" if at else "key") if is_key else field_path(at)
+                raise StackpartError(
+                    f"{where}: {kind} {len(item.value):,} characters long ({item.value[:20]}...); no plan field "
+                    f"takes a number over {MAX_NUMBER_CHARS} characters (integers are at most 2**63-1, 19 digits)",
+                    path=path, line=item.start_mark.line + 1, col=item.start_mark.column + 1,
+                )
+        elif isinstance(item, yaml.MappingNode):
+            for key_node, value_node in reversed(item.value):
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
+                stack.append((value_node, at + (key,), False))
+                stack.append((key_node, at, True))
+        elif isinstance(item, yaml.SequenceNode):
+            for i in reversed(range(len(item.value))):
+                stack.append((item.value[i], at + (i,), False))
+
+
 def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
     """Parse and validate plan text.
 
@@ -1349,7 +1396,10 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
     try:
         _gate_yaml(text, path)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        _no_long_numbers(root, path)  # before the constructor turns them into ints
+        # the values built from the tree just composed (yaml.safe_load would parse the text a
+        # third time: a third of the load of a large plan)
+        data = yaml.SafeLoader("").construct_document(root) if root is not None else None
     except yaml.reader.ReaderError as exc:
         # A character YAML forbids (NUL, most C0 controls): the reader knows only its offset.
         line = text.count("\n", 0, exc.position) + 1

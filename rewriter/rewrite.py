@@ -74,11 +74,14 @@ class RewriteResult:
         changes: files whose bytes differ from what the plan asks, in a stable order.
         skipped: ``(action index, reason)`` for actions not written (unsafe without ``--unsafe``).
         warnings: plan-level warnings (e.g. ``mark_dynamic`` with ``min < 2``).
+        read: the files under SRC the plan's targets are in (relative to SRC): an apply also
+            clears their directories of temp files a killed apply left.
     """
 
     changes: list[FileChange] = field(default_factory=list)
     skipped: list[tuple[int, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    read: list[str] = field(default_factory=list)
 
     def diff(self) -> str:
         """The git-style unified diff of all changes (see :mod:`rewriter.diff`)."""
@@ -248,7 +251,9 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
                 result.warnings.extend(command.notes)
         source, code = sources[rel], splice(sources[rel].text, modules[rel], module)
         if code != source.text:
-            result.changes.append(FileChange(rel, source.raw, source.encode(code), source.mode))
+            new = source.encode(code)
+            _fits_the_cap(loaded, rel, len(new), indices)
+            result.changes.append(FileChange(rel, source.raw, new, source.mode))
     for rel, text in sorted(generated.items()):
         path = safe_relpath(src, rel)
         old = path.read_bytes() if path.exists() else None
@@ -256,7 +261,28 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
         if old != new:
             result.changes.append(FileChange(rel, old, new))
     result.changes.sort(key=lambda c: c.relpath)
+    result.read = sorted(sources)
     return result
+
+
+def _fits_the_cap(loaded: LoadedPlan, rel: str, size: int, indices: list[int]) -> None:
+    """Refuse a rewrite whose file would be over the cap on source files stackpart reads
+    (:data:`rewriter.source.MAX_SOURCE_BYTES`): a file just under it that the edits push over
+    could not be read back by the next step on the same plan (``--check``, ``validate``, a
+    second ``--apply``), so the cap holds for the output as for the input.
+
+    Raises:
+        StackpartError: at the first action on ``rel`` (the site's line for the site's file).
+    """
+    from . import source as source_mod
+
+    cap = source_mod.MAX_SOURCE_BYTES
+    if size <= cap:
+        return
+    message = (f"{rel} would be {size:,} bytes once rewritten, over the {cap / 2**20:g} MiB cap on the source files "
+               "stackpart reads, so the next run could not read it back; nothing was written")
+    index = indices[0] if indices else SITE
+    raise _action_error(loaded, index, StackpartError(message, hint="split the file, or leave it out of the plan"))
 
 
 def _resolve_site(
@@ -348,10 +374,11 @@ def rewrite_command(
     Returns:
         0 no change or applied (also when SIGINT/SIGTERM arrives after the last file is written);
         1 changes pending under ``check``, or ``apply`` refused (no, failing or stale validation
-        report; the reason on stderr); 130 (SIGINT) or 143 (SIGTERM under :mod:`rewriter.cli`)
-        ``apply`` interrupted: every file was restored, nothing changed. Once ``apply`` has written
-        or restored the tree, SIGINT and SIGTERM are left ignored so that the outcome reported is
-        the exit code (:meth:`rewriter.signals.deferred_signals.settle`; :func:`rewriter.cli.main`
+        report; the reason on stderr); 130 (SIGINT), or 143 / 129 / 131 (SIGTERM / SIGHUP /
+        SIGQUIT under :mod:`rewriter.cli`): ``apply`` interrupted, every file was restored,
+        nothing changed. Once ``apply`` has written or restored the tree, the deferred signals
+        (:data:`rewriter.signals.SIGNALS`) are left ignored so that the outcome reported is the
+        exit code (:meth:`rewriter.signals.deferred_signals.settle`; :func:`rewriter.cli.main`
         puts the handlers back when called in-process).
 
     Raises:
@@ -418,9 +445,10 @@ def rewrite_command(
         from .signals import deferred_signals, signal_name
 
         linked = hard_linked(Path(src), result.changes)
+        swept: list[str] = []
         with deferred_signals() as held:
             try:
-                apply_changes(Path(src), result.changes)
+                swept = apply_changes(Path(src), result.changes, sweep=result.read)
             except (KeyboardInterrupt, SystemExit) as exc:
                 stopped: BaseException | None = exc  # raised between two steps, after the rollback
             except StackpartError:
@@ -445,6 +473,10 @@ def rewrite_command(
                 )
                 return code
             summary()  # after the write: a failed apply must not leave a summary saying "applied"
+            if swept:
+                shown = ", ".join(swept[:5]) + (f" and {len(swept) - 5} more" if len(swept) > 5 else "")
+                stderr().print(f"note: removed {len(swept)} temp file(s) an earlier apply left when it was killed: "
+                               f"{shown}", highlight=False, soft_wrap=True)
             stderr().print(f"applied: {len(result.changes)} file(s) changed under {src}", highlight=False)
             for rel, links in linked:
                 stderr().print(

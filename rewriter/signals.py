@@ -1,6 +1,6 @@
-"""SIGINT and SIGTERM deferred to points where the code can stop cleanly.
+"""SIGINT, SIGTERM, SIGHUP and SIGQUIT deferred to points where the code can stop cleanly.
 
-:class:`deferred_signals` records the two signals while a block runs and acts on them where the
+:class:`deferred_signals` records these signals while a block runs and acts on them where the
 block asks (:meth:`deferred_signals.interrupt_point`) or when it is left. The apply's transaction
 (:mod:`rewriter.apply`) uses it between its steps; :func:`rewriter.source.run_deep` uses it while
 it waits for LibCST's thread (an interrupt raised inside ``Thread.join`` or ``Event.wait`` can
@@ -19,8 +19,10 @@ class Terminated(SystemExit):
     ``SystemExit`` that unwinds like Ctrl-C, told apart from ``sys.exit`` in the user's code
     (which diagnose's harness guard reports as a harness failure) by its type."""
 
-#: The signals an apply defers: Ctrl-C and a polite kill (``timeout``, a CI cancel, a batch job).
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: The signals an apply defers: Ctrl-C, a polite kill (``timeout``, a CI cancel, a batch job), the
+#: terminal closing (SIGHUP: an ssh session dropped) and Ctrl-\ (SIGQUIT). Each one's default
+#: action ends the process, mid-rename; deferred, it ends it only once the tree is whole again.
+SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, name))
 
 _active: deferred_signals | None = None
 
@@ -36,7 +38,8 @@ class _DefaultAction(BaseException):
 
 
 class deferred_signals:  # noqa: N801 (a context manager, used as ``with deferred_signals() as held``)
-    """While the block runs, SIGINT and SIGTERM are recorded instead of handled.
+    """While the block runs, the :data:`SIGNALS` (SIGINT, SIGTERM, SIGHUP, SIGQUIT) are recorded
+    instead of handled.
 
     A recorded signal takes effect only where the code inside asks for it
     (:meth:`interrupt_point`), or when the block is left:
@@ -139,7 +142,7 @@ class deferred_signals:  # noqa: N801 (a context manager, used as ``with deferre
         """Mark the outcome final (every file is written): from now on no signal changes it.
 
         Signals still pending and those arriving later are moved to / noted in :attr:`late` and
-        never acted on. With ``ignore_after``, SIGINT and SIGTERM are left at ``SIG_IGN`` when the
+        never acted on. With ``ignore_after``, the :data:`SIGNALS` are left at ``SIG_IGN`` when the
         outermost block is left instead of getting their handlers back, so nothing between here
         and the exit of the process can turn "applied" into "interrupted": the caller that owns
         the process restores them if it goes on (:func:`rewriter.cli.main` does when called

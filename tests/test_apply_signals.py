@@ -61,14 +61,21 @@ def mixed(root: Path, old: dict, new: dict) -> list[str]:
     return sorted(k for k in set(now) | set(old) | set(new) if now.get(k) not in (old.get(k), new.get(k)))
 
 
+#: The signals that end a process politely, each handled under the CLI by raising
+#: SystemExit(128 + n) (SIGHUP: a terminal closed, SIGQUIT: Ctrl-\).
+TERMINATING = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
 @pytest.fixture
 def sigterm_raises():
-    """SIGTERM raises SystemExit(143) as under the CLI (the default would end pytest itself)."""
-    previous = signal.signal(signal.SIGTERM, _terminated)
+    """SIGTERM, SIGHUP and SIGQUIT raise SystemExit(128 + n) as under the CLI (the default would
+    end pytest itself)."""
+    previous = {signum: signal.signal(signum, _terminated) for signum in TERMINATING}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 class Faults:
@@ -201,7 +208,7 @@ def test_an_os_error_at_any_call_restores_the_tree_and_says_so(tmp_path, monkeyp
             assert snapshot(src) == before and temps(src) == [], (name, k)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, *TERMINATING])
 def test_a_real_signal_at_any_call_is_acted_on_between_steps(tmp_path, monkeypatch, sigterm_raises, sig):
     """The signal itself (not an exception) arrives inside the k-th call: the step finishes, the
     next step boundary stops the apply and rolls back; during the last rename every file is
@@ -394,11 +401,12 @@ def _cli(capsys, src: Path, plan: Path) -> tuple[int, str]:
 
 
 def test_cli_exit_code_says_applied_or_restored_for_a_signal_at_every_call(tmp_path, monkeypatch, capsys):
-    """A real SIGINT or SIGTERM inside every open / write / chmod / rename / mkdir of the apply
-    (half of them followed by a second signal at the next call): 130 / 143 and "nothing was
-    changed" with the tree as it was, or, for a signal during the last rename, 0 and "applied"
-    with every file new. The caller's handlers are back after each call."""
-    handlers = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    """A real SIGINT, SIGTERM, SIGHUP or SIGQUIT inside every open / write / chmod / rename / mkdir
+    of the apply (half of them followed by a second signal at the next call): 130 / 143 / 129 /
+    131 and "nothing was changed" with the tree as it was, or, for a signal during the last
+    rename, 0 and "applied" with every file new. The caller's handlers are back after each call."""
+    every = (signal.SIGINT, *TERMINATING)
+    handlers = [signal.getsignal(s) for s in every]
     src, plan = _cli_tree(tmp_path / "clean")
     before = snapshot(src)
     faults = Faults(monkeypatch, src)
@@ -412,8 +420,8 @@ def test_cli_exit_code_says_applied_or_restored_for_a_signal_at_every_call(tmp_p
     for name in ("open", "write", "chmod", "replace", "mkdir"):
         for k in range(1, counts[name] + 1):
             n += 1
-            sig = (signal.SIGINT, signal.SIGTERM)[n % 2]
-            second = n % 4 >= 2
+            sig = every[n % 4]
+            second = (n // 4) % 2 == 1
             src, plan = _cli_tree(tmp_path / f"{name}{k}")
             state = {"fired": False, "seconds": 0}
 
@@ -431,7 +439,7 @@ def test_cli_exit_code_says_applied_or_restored_for_a_signal_at_every_call(tmp_p
             code, err = _cli(capsys, src, plan)
             monkeypatch.undo()
             assert temps(src) == [], (name, k)
-            assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
+            assert [signal.getsignal(s) for s in every] == handlers
             if name == "replace" and k == counts["replace"]:
                 assert code == 0 and "applied: 7 file(s)" in err, (name, k, err)
                 assert "received after the last file was written" in err
@@ -611,3 +619,38 @@ def test_real_processes_interrupted_at_varied_points(tmp_path):
     assert len(rows) >= 8, f"only {len(rows)} runs fit in {BUDGET_S}s"
     # The runs must have hit the apply itself, not only its edges.
     assert sum(v for k, v in outcomes.items() if "apply stopped" in k) >= 2, (outcomes, rows)
+
+
+def test_real_processes_sent_sighup_or_sigquit_mid_apply_restore_the_tree(tmp_path):
+    """SIGHUP (the terminal closed) and SIGQUIT (Ctrl-\\) during the apply: before they were
+    deferred, their default action ended the process mid-rename (up to 399 temp files left, once
+    a tree half old and half new). Now each run ends as SIGINT/SIGTERM do: 129 / 131 and "nothing
+    was changed" with every file old, or 0 and "applied" when the signal came after the last
+    rename; never a temp file or a torn tree."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pristine, plan = _big_tree(tmp_path / "pristine")
+    old = snapshot(pristine)
+    rng = random.Random(32)
+    plans = [("apply", rng.uniform(0, 0.03), (signal.SIGHUP, signal.SIGQUIT)[i % 2], None, 0.0) for i in range(8)]
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda n: _one_run(pristine, plan, tmp_path / f"run{n}", *plans[n]), range(len(plans))))
+    outcomes: Counter[str] = Counter()
+    for n, (rc, err, now, left) in enumerate(results):
+        sig = plans[n][2]
+        assert left == [], (n, rc, err)
+        assert "Traceback" not in err, err
+        if rc == 0:
+            assert "applied: 102 file(s)" in err, err
+            assert all(b"@torch.compile" in now[0][k][0] for k in old[0]), (n, err)  # every file new
+            outcomes["applied"] += 1
+        else:
+            assert rc == 128 + sig, (n, rc, err)
+            assert now == old, (n, err)
+            if "nothing was changed, every file" in err:
+                assert f"aborted ({signal.Signals(sig).name})" in err, err
+                outcomes["restored"] += 1
+            else:
+                outcomes["stopped before the apply"] += 1
+    print(dict(outcomes))
+    assert outcomes["restored"] >= 1, outcomes

@@ -154,3 +154,57 @@ def test_a_fifo_as_the_plan_is_refused_without_blocking(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: {fifo}: cannot read plan: not a regular file (a FIFO)"
+
+
+MARK = "version: 1\nactions:\n  - action: mark_dynamic\n    target: m.py::f\n    arg: x\n"
+
+LONG_NUMBERS = {
+    # name: (plan text, line, col, the field named)
+    "5,000-digit runs": ("version: 1\namortization:\n  runs: " + "7" * 5000 + "\nactions: []\n", 3, 9, "amortization.runs"),
+    "5,000-digit dim": (MARK + "    dim: " + "9" * 5000 + "\n", 6, 10, "actions[0].dim"),
+    "400 KB base-60 dim": (MARK + "    dim: " + ":".join(["1"] * 200_000) + "\n", 6, 10, "actions[0].dim"),
+    "quoted !!int": (MARK + '    dim: !!int "' + "7" * 5000 + '"\n', 6, 10, "actions[0].dim"),
+    "5,000-digit float": ("version: 1\nactions:\n  - action: bucket\n    target: m.py::f\n    arg: x\n    dim: 1\n"
+                          "    buckets: [8]\n    pad_value: 1." + "5" * 5000 + "e+50\n", 8, 16, "actions[0].pad_value"),
+    "5,000-digit shape": ("version: 1\nharness: {file: h.py, shapes: [{batch: " + "3" * 5000 + "}]}\nactions: []\n",
+                          2, 40, "harness.shapes[0].batch"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LONG_NUMBERS))
+def test_a_number_of_any_length_is_one_short_line_at_its_place_within_a_second(name):
+    """A 5,000-digit integer gave a 64-line ValueError traceback (Python's 4,300-digit limit on
+    int(str)); a 400 KB base-60 value cost PyYAML 28-39 s of CPU before any error."""
+    text, line, col, field = LONG_NUMBERS[name]
+    start = time.process_time()  # CPU seconds: the figure the issue measured, and not the machine's load
+    with pytest.raises(StackpartError) as info:
+        parse_plan(text, "plan.yaml")
+    assert time.process_time() - start < 1.0
+    message = str(info.value)
+    assert message.startswith(f"plan.yaml:{line}:{col}: {field}: "), message
+    assert "characters long" in message and "\n" not in message and len(message) < 300, message
+
+
+def test_a_number_just_under_the_length_cap_reaches_the_field_range_check():
+    with pytest.raises(StackpartError) as info:
+        parse_plan(MARK + "    dim: " + "9" * 100 + "\n", "plan.yaml")
+    assert str(info.value).startswith("plan.yaml:6:5: actions[0].dim: expected a value <= 63, got 999")
+    assert len(str(info.value)) < 300
+
+
+def test_a_long_number_as_a_string_is_quoted_short():
+    # 1.5...e5000 is a string to PyYAML (YAML 1.1 wants a signed exponent): the hint quoted all of it
+    with pytest.raises(StackpartError) as info:
+        parse_plan(MARK + "    dim: 1." + "5" * 5000 + "e5000\n", "plan.yaml")
+    assert str(info.value).startswith("plan.yaml:6:") and len(str(info.value)) < 400, str(info.value)[:500]
+
+
+def test_a_5000_digit_runs_through_the_cli_is_exit_2_one_line(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(LONG_NUMBERS["5,000-digit runs"][0])
+    proc = subprocess.run([sys.executable, "-m", "rewriter.cli", "rewrite", "--plan", str(plan), str(src)],
+                          capture_output=True, text=True, timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"error: {plan}:3:9: amortization.runs: an integer 5,000 characters long")

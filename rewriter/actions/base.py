@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.codemod import Codemod, CodemodContext, VisitorBasedCodemodCommand
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node, parse_template_statement
@@ -82,6 +83,74 @@ def imported_names(module: cst.Module) -> dict[str, str]:
                     local = get_full_name_for_node(alias.asname.name) if alias.asname else name
                     out[local or name] = f"{base}.{name}"
     return out
+
+
+class _TopLevel:
+    """Where a module's top level defines and binds names, by index of its top-level statements:
+    ``defines[name]``, the first statement that holds ``def``/``class name`` (also inside a
+    top-level ``if``/``try``/``with``); ``binds[name]``, the first that binds ``name`` by an import
+    or an assignment there. Built once per module (:func:`top_level`)."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.defines: dict[str, int] = {}
+        self.binds: dict[str, int] = {}
+        for i, stmt in enumerate(module.body):
+            for node in _top_level_nodes(stmt):
+                if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+                    self.defines.setdefault(node.name.value, i)
+                    self.binds.setdefault(node.name.value, i)
+                elif isinstance(node, cst.Import):
+                    for alias in node.names:
+                        name = alias.asname.name if alias.asname else None
+                        local = name.value if isinstance(name, cst.Name) else (get_full_name_for_node(alias.name) or "").split(".")[0]
+                        self.binds.setdefault(local, i)
+                elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+                    for alias in node.names:
+                        name = alias.asname.name if alias.asname else alias.name
+                        if isinstance(name, cst.Name):
+                            self.binds.setdefault(name.value, i)
+                elif isinstance(node, (cst.Assign, cst.AnnAssign)):
+                    targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                    for target in targets:
+                        if isinstance(target, cst.Name):
+                            self.binds.setdefault(target.value, i)
+
+
+class _ImportTime(cst.CSTVisitor):
+    """Collects the definitions, imports and assignments a top-level statement runs at import
+    time (inside a top-level ``if``/``try``/``with`` too; not inside ``def``, ``class`` or
+    ``lambda`` bodies)."""
+
+    def __init__(self) -> None:
+        self.nodes: list[cst.CSTNode] = []
+
+    def _take(self, node: cst.CSTNode) -> bool:
+        self.nodes.append(node)
+        return False
+
+    visit_FunctionDef = visit_ClassDef = visit_Import = visit_ImportFrom = _take  # type: ignore[assignment]
+    visit_Assign = visit_AnnAssign = _take  # type: ignore[assignment]
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+
+def _top_level_nodes(stmt: cst.CSTNode) -> list[cst.CSTNode]:
+    """What :class:`_ImportTime` finds in one top-level statement."""
+    visitor = _ImportTime()
+    stmt.visit(visitor)
+    return visitor.nodes
+
+
+def top_level(module: cst.Module, scratch: dict[str, object]) -> _TopLevel:
+    """:class:`_TopLevel` of ``module``, kept in ``scratch`` (the codemod context's, which the
+    commands of one batched pass share: one walk of the module for all of them)."""
+    cached = scratch.get("stackpart.top_level")
+    if isinstance(cached, tuple) and cached[0] is module:
+        return cached[1]
+    facts = _TopLevel(module)
+    scratch["stackpart.top_level"] = (module, facts)
+    return facts
 
 
 def canonical(name: str, imports: dict[str, str]) -> str:
@@ -149,12 +218,126 @@ class StatementInsertError(Exception):
     """The function body cannot take a statement (a one-line ``def f(): ...`` body)."""
 
 
+def local_binding(func: cst.FunctionDef, name: str) -> str | None:
+    """How ``func`` binds ``name`` in its own scope: ``"param"``, ``"other"`` (an import, an
+    assignment, a ``for`` or ``with`` target, a nested ``def`` ... anywhere in its body), or None
+    where ``name`` is not local to it (a read of it then finds the module's binding).
+
+    A name bound anywhere in a function is local in all of it (Python's execution model,
+    "Resolution of names"): ``import torch.nn.functional`` on its last line makes a
+    ``torch._dynamo.mark_dynamic(...)`` on its first raise ``UnboundLocalError``. Read with
+    LibCST's scope analysis (``ScopeProvider``) over the function alone; ``global`` and
+    ``nonlocal`` declarations are honoured.
+    """
+    from libcst.metadata import ScopeProvider
+
+    if not isinstance(func.body, cst.IndentedBlock) or not func.body.body:
+        return None
+    finder = _MayBind(name)
+    func.visit(finder)
+    if not finder.found:  # the common case, without the scope analysis (about 5 ms a function)
+        return None
+    try:
+        scopes = MetadataWrapper(cst.Module(body=[func]), unsafe_skip_copy=True).resolve(ScopeProvider)
+        scope = scopes[func.body.body[0]]
+    except Exception:  # noqa: BLE001 - an analysis LibCST cannot do: read as the module's name
+        return None
+    if scope is None:
+        return None
+    found = [a for a in scope.assignments[name] if a.scope is scope]
+    if not found:
+        return None
+    return "param" if any(isinstance(getattr(a, "node", None), cst.Param) for a in found) else "other"
+
+
+class _MayBind(cst.CSTVisitor):
+    """Whether a function has any form that can bind ``name`` (an import, an assignment, loop,
+    ``with``/``except`` target, walrus, a nested ``def``/``class``, a parameter, a ``global``):
+    a quick over-inclusive look before :func:`local_binding`'s scope analysis."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.found = False
+
+    def _names(self, node: cst.CSTNode | None) -> None:
+        if node is not None and not self.found:
+            self.found = bool(m.findall(node, m.Name(self.name)))
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        for alias in node.names:
+            if alias.asname is None and (get_full_name_for_node(alias.name) or "").split(".")[0] == self.name:
+                self.found = True
+        return True
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        if isinstance(node.names, cst.ImportStar):
+            self.found = True
+        elif any(a.asname is None and m.matches(a.name, m.Name(self.name)) for a in node.names):
+            self.found = True
+        return True
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._names(node.name)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._names(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._names(node.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._names(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._names(node.target)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._names(node.target)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._names(node.target)
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._names(node.name)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._names(node.name)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._names(node.name)
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.found = True
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        self.found = True
+
+    def visit_MatchAs(self, node: cst.MatchAs) -> None:
+        self._names(node.name)
+
+    def visit_MatchStar(self, node: cst.MatchStar) -> None:
+        self._names(node.name)
+
+    def visit_MatchMapping(self, node: cst.MatchMapping) -> None:
+        self._names(node.rest)
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self._names(node.target)
+
+
+def _binds(module: cst.Module, stmt: cst.BaseStatement, binds: Mapping[str, str]) -> dict[str, str]:
+    """The entries of ``binds`` (name → import statement) whose import ``stmt`` is."""
+    text = _norm(module.code_for_node(stmt))
+    return {name: code for name, code in binds.items() if _norm(code) == text}
+
+
 def insert_statement(
     module: cst.Module,
     func: cst.FunctionDef,
     code: str,
     after: int | None = None,
     replaces: Callable[[cst.BaseStatement], bool] | None = None,
+    binds: Mapping[str, str] | None = None,
 ) -> cst.FunctionDef:
     """Insert one statement into ``func``'s top-level body, unless an equal one is already there.
 
@@ -167,25 +350,61 @@ def insert_statement(
             after the docstring.
         replaces: a statement it matches is another form of this one: it is replaced in place
             (keeping its leading comments) instead of getting a second, contradicting one.
+        binds: the module-level names ``code`` reads, each with the import that binds it
+            (``{"torch": "import torch"}``). Where ``func`` binds such a name itself
+            (:func:`local_binding`: a later ``import torch.nn.functional``), the module's binding
+            is not seen in the function, so the import goes right before the statement (unless
+            one already comes before it at the top level).
 
     Raises:
-        StatementInsertError: the body is a one-line suite.
+        StatementInsertError: the body is a one-line suite, or a parameter of ``func`` has the
+            name of a module ``code`` reads.
     """
     if not isinstance(func.body, cst.IndentedBlock):
         raise StatementInsertError(f"{func.name.value} has a one-line body")
     body = list(func.body.body)
-    if any(_norm(module.code_for_node(s)) == _norm(code) for s in body):
-        return func
+    present = next((i for i, s in enumerate(body) if _norm(module.code_for_node(s)) == _norm(code)), None)
+    own = {}
+    for name, imp in (binds or {}).items():
+        kind = local_binding(func, name)
+        if kind == "param":
+            raise StatementInsertError(
+                f"{func.name.value} has a parameter named {name!r}, which the inserted `{code.strip()}` would read "
+                f"instead of the module {name}")
+        if kind is not None:
+            own[name] = imp
+    if present is not None:
+        return _with_imports(module, func, body, present, own)
     stmt = parse_template_statement(code)
     old = next((i for i, s in enumerate(body) if replaces is not None and replaces(s)), None)
     if old is not None:
         body[old] = stmt.with_changes(leading_lines=body[old].leading_lines)
-        return func.with_changes(body=func.body.with_changes(body=body))
+        return _with_imports(module, func, body, old, own)
     if after is None:
         index = 1 if body and _is_docstring(body[0]) else 0
     else:
         index = after + 1
+    # another statement's own import already stands here (dynamo_config's lines, each inserted
+    # at the top): this one goes after it rather than before it
+    while own and index < len(body) and _binds(module, body[index], own):
+        index += 1
     body.insert(index, stmt)
+    return _with_imports(module, func, body, index, own)
+
+
+def _with_imports(
+    module: cst.Module, func: cst.FunctionDef, body: list[cst.BaseStatement], index: int, own: Mapping[str, str]
+) -> cst.FunctionDef:
+    """``func`` with ``body``, where each import in ``own`` not already among the top-level
+    statements before ``body[index]`` is inserted right before it."""
+    have: dict[str, str] = {}
+    for stmt in body[:index]:
+        have.update(_binds(module, stmt, own))
+    missing = [parse_template_statement(code) for name, code in own.items() if name not in have]
+    if missing:
+        first = missing[0].with_changes(leading_lines=body[index].leading_lines)
+        body[index] = body[index].with_changes(leading_lines=())
+        body[index:index] = [first, *missing[1:]]
     return func.with_changes(body=func.body.with_changes(body=body))
 
 
@@ -277,6 +496,31 @@ class TargetedCommand(SkipTypeChecking, NoCopyMetadata, VisitorBasedCodemodComma
     def needs_torch(self) -> bool:
         """Whether the inserted code refers to torch (most actions do)."""
         return True
+
+    def torch_import(self) -> str:
+        """The import that binds :attr:`torch` (``import torch``, ``import torch as T``): what a
+        statement inserted into a function that binds that name itself gets before it
+        (:func:`insert_statement`'s ``binds``)."""
+        return "import torch" if self.torch == "torch" else f"import torch as {self.torch}"
+
+    def decorator_torch(self) -> str:
+        """The name for torch in a decorator on the target, bound where the decorator runs.
+
+        A decorator runs when its ``def`` does: for a function or a method of a class at the top
+        level, at import, when only the module-level statements above it have run. Where the
+        module binds its name for torch only further down (``import torch`` on its last line),
+        ``@torch.compile`` above it would be a ``NameError`` at import: an ``import torch`` is
+        requested at the top (LibCST's ``AddImportsVisitor`` adds it to the leading imports;
+        it does not count one further down) and ``torch`` is the name written.
+        """
+        assert self.tree is not None
+        facts = top_level(self.tree, self.context.scratch)
+        at = facts.defines.get(self.qualname.split(".")[0])
+        bound = facts.binds.get(self.torch)
+        if at is None or (bound is not None and bound < at):
+            return self.torch
+        AddImportsVisitor.add_needed_import(self.context, "torch")
+        return "torch"
 
     def _on_path(self, name: str) -> bool:
         """Whether to descend into the definition ``name`` (at the current stack): those that

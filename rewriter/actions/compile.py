@@ -87,11 +87,12 @@ class CompileCommand(TargetedCommand):
         if self.action.strategy == "nested":
             if has_decorator(func, NESTED_DECORATORS, self.imports):
                 return func
-            return self.add_decorator(func, f"{self.torch}.compiler.nested_compile_region")
+            return self.add_decorator(func, f"{self.decorator_torch()}.compiler.nested_compile_region")
         if has_decorator(func, COMPILE_DECORATORS, self.imports):
             return func
         args = call_args(self.action.options.non_default())
-        expr = f"{self.torch}.compile({args})" if args else f"{self.torch}.compile"
+        torch = self.decorator_torch()
+        expr = f"{torch}.compile({args})" if args else f"{torch}.compile"
         # a whole-model compile is the plan's measured choice: `stackpart check`'s regional
         # suggestion (SP101) must not fail the commit that applies it
         suppress = f"{SUPPRESS_WHOLE[:-1]},SP109]" if _sp109_small(func, self.action.options.mode) else SUPPRESS_WHOLE

@@ -26,7 +26,7 @@ class DisableCommand(TargetedCommand):
     def rewrite(self, func: cst.FunctionDef) -> cst.FunctionDef:
         if has_decorator(func, DISABLE_DECORATORS, self.imports):
             return func
-        expr = f"{self.torch}.compiler.disable"
+        expr = f"{self.decorator_torch()}.compiler.disable"
         if not self.action.recursive:
             expr += "(recursive=False)"
         return self.add_decorator(func, expr)

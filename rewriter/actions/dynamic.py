@@ -132,4 +132,5 @@ class MarkDynamicCommand(TargetedCommand):
         # one mark per (arg, dim): the plan's call replaces another form of it (strict <-> maybe,
         # other bounds) rather than stacking a second, contradicting call beside it
         key = (self.action.arg, self.action.dim)
-        return insert_statement(self.tree, func, code, after, replaces=lambda stmt: _mark_of(stmt) == key)
+        return insert_statement(self.tree, func, code, after, replaces=lambda stmt: _mark_of(stmt) == key,
+                                binds={self.torch: self.torch_import()})

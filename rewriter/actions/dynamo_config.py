@@ -72,7 +72,7 @@ class DynamoConfigCommand(TargetedCommand):
             body = list(func.body.body) if isinstance(func.body, cst.IndentedBlock) else []
             at = next((i for i, s in enumerate(body) if _assigns(s, imports, key)), None)
             if at is None:
-                func = insert_statement(self.tree, func, code)
+                func = insert_statement(self.tree, func, code, binds={self.torch: self.torch_import()})
                 continue
             # the program sets the key itself: its value is edited in place, the rest of the line kept
             line = body[at]

@@ -26,4 +26,4 @@ class EnvDefaultCommand(TargetedCommand):
         AddImportsVisitor.add_needed_import(self.context, "os")
         var, value = self.env()
         code = f"os.environ.setdefault({py_literal(var)}, {py_literal(value)})"
-        return insert_statement(self.tree, func, code)
+        return insert_statement(self.tree, func, code, binds={"os": "import os"})

@@ -412,7 +412,12 @@ def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_d
         if isinstance(exc, StackpartError):
             r.reason = f"the search stopped: {exc.message}"
         else:
-            r.reason = f"interrupted ({'Ctrl-C' if isinstance(exc, KeyboardInterrupt) else 'SIGTERM'}): the candidates measured so far are kept"
+            from ..signals import signal_name  # the CLI raises SystemExit(128 + n) for SIGTERM, SIGHUP, SIGQUIT
+
+            code = getattr(exc, "code", None)
+            why = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else (
+                signal_name(code - 128) if isinstance(code, int) and code > 128 else "SIGTERM")
+            r.reason = f"interrupted ({why}): the candidates measured so far are kept"
         r.status = "error"
         r.measurement = {"candidates": found.table(), "pruned": found.pruned, "backend": found.backend}
         results.append(r)
