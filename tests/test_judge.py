@@ -1,0 +1,172 @@
+"""The numerics judge of low-precision runs: every floating leaf, cache objects included, against the
+high-precision run; eager's own rounding noise where none can run; discrete decisions (MoE top-k
+routing) judged by their effect. Fast: tensors and tiny modules, no compile."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from rewriter.engine import decisions
+from rewriter.engine.compare import compare_trees, high_precision_text
+from rewriter.engine.rounding import perturbed_reduction_order
+
+
+class Layer:
+    def __init__(self, keys: torch.Tensor) -> None:
+        self.keys, self.values = keys, keys * 0.5
+
+
+class Cache:
+    """Holds tensors as transformers' DynamicCache does (``.layers[i].keys``): not a pytree node."""
+
+    def __init__(self, *keys: torch.Tensor) -> None:
+        self.layers = [Layer(k) for k in keys]
+
+
+def _answer(seed: int, shape=(2, 2, 64, 32)) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _drift(ref: torch.Tensor, seed: int, noise: float) -> torch.Tensor:
+    """A bf16 run of the answer ``ref`` that drifted by ``noise`` per element (rounding noise)."""
+    g = torch.Generator().manual_seed(seed)
+    return (ref + noise * torch.randn(ref.shape, generator=g, dtype=torch.float64)).bfloat16()
+
+
+def _runs(noise: float = 0.02):
+    ref = [_answer(10), _answer(11)]
+    eager = Cache(*(_drift(r, 1, noise) for r in ref))
+    compiled = Cache(*(_drift(r, 2, noise) for r in ref))
+    high = Cache(*(r.float() for r in ref))
+    return ref, eager, compiled, high
+
+
+def test_cache_leaves_are_judged_against_the_high_precision_run():
+    # eager and a correct compile drift from the float32 answer alike: 2% per element, so they
+    # differ from each other by ~3% relative RMSE, past the fixed 1e-2 fallback
+    ref, eager, compiled, high = _runs()
+    alone = compare_trees({"cache": compiled}, {"cache": eager})
+    assert not alone.ok and "no high-precision reference" in alone.mismatches[0].reason
+    judged = compare_trees({"cache": compiled}, {"cache": eager}, {"cache": high}, "float32", "bfloat16")
+    assert judged.ok, judged.mismatches
+    hp = judged.high_precision
+    assert hp["leaves"] == 4 and hp["path"].startswith("['cache'].layers[") and hp["ref_dtype"] == "float32"
+    assert hp["rmse"] <= hp["bound"] == pytest.approx(3.0 * hp["eager_rmse"] + 1e-3)
+
+
+def test_wrong_math_in_a_cache_leaf_fails_against_the_high_precision_run():
+    ref, eager, _, high = _runs()
+    wrong = Cache(_drift(ref[0], 2, 0.02), (ref[1] * 1.25).bfloat16())  # one layer's keys scaled
+    result = compare_trees({"cache": wrong}, {"cache": eager}, {"cache": high}, "float32", "bfloat16")
+    assert [m.path for m in result.mismatches] == ["['cache'].layers[1].keys", "['cache'].layers[1].values"]
+    assert "further from the high-precision run than eager" in result.mismatches[0].reason
+    assert "eager vs fp32:" in result.mismatches[0].reason
+
+
+def test_without_a_high_precision_run_eager_rounding_noise_is_the_bound():
+    ref = _answer(3, (64, 128))
+    eager, compiled, perturbed = (_drift(ref, s, 0.02) for s in (1, 2, 4))
+    # noise measured from eager: a correct compile's distance from eager is of the same order
+    result = compare_trees(compiled, eager, noise=perturbed, precision="bfloat16")
+    assert result.ok, result.mismatches
+    hp = result.high_precision
+    assert hp["ref_dtype"] == "eager" and hp["bound"] == pytest.approx(3.0 * hp["eager_rmse"] + 1e-3)
+    assert high_precision_text(hp).startswith("perturbed eager vs eager: ")
+    # a quieter model (less accumulated noise) gets a tighter bound: the same 2% drift then fails,
+    # where the fixed relative-RMSE fallback would have judged both alike
+    quiet = _drift(eager.double(), 5, 0.002)
+    tight = compare_trees(compiled, eager, noise=quiet, precision="bfloat16")
+    assert not tight.ok and "further from eager than eager's own rounding noise" in tight.mismatches[0].reason
+    wrong = (ref * 1.25).bfloat16()
+    assert not compare_trees(wrong, eager, noise=perturbed, precision="bfloat16").ok
+    # the noise bound never excuses a NaN
+    nan = compiled.clone()
+    nan[0, 0] = float("nan")
+    assert "NaN" in compare_trees(nan, eager, noise=perturbed, precision="bfloat16").mismatches[0].reason
+
+
+def _routed(flip_rows: list[int], seed: int) -> torch.Tensor:
+    """A (batch, heads, seq, dim) leaf at 1% rounding drift, whose ``flip_rows`` tokens took another
+    expert (their rows far off)."""
+    ref = _answer(20, (1, 2, 32, 64))
+    run = ref + 0.01 * torch.randn(ref.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    for t in flip_rows:
+        run[:, :, t] += 1.0
+    return run.bfloat16()
+
+
+def _near_ties(count: int) -> dict:
+    return {"calls": 1, "rows": 32, "flipped": count, "near_ties": count, "comparable": True,
+            "per_call": [{"op": "topk", "rows": 32, "flipped": count, "near_ties": count}]}
+
+
+def test_a_flipped_routing_decision_is_judged_by_its_effect():
+    ref = _answer(20, (1, 2, 32, 64)).float()
+    eager, compiled = _routed([], 1), _routed([7], 2)  # the compile flipped token 7's expert
+    args = (ref, "float32", "bfloat16")
+    without = compare_trees(compiled, eager, *args)
+    assert not without.ok  # 2 rows (2 heads) far off: past 3x eager's RMSE on this small leaf
+    near = compare_trees(compiled, eager, *args, decisions=_near_ties(1))
+    assert near.ok, near.mismatches
+    effect = near.high_precision["by_effect"]
+    assert effect["outlier_rows"] == 2 and effect["rows_movable"] == 2 and effect["rest_rmse"] <= effect["rest_bound"]
+    assert "judged by the discrete decisions' effect" in high_precision_text(near.high_precision)
+    # no near tie measured: the same rows fail; more rows off than the near ties can move: fail
+    assert not compare_trees(compiled, eager, *args, decisions=_near_ties(0)).ok
+    assert not compare_trees(_routed([3, 7], 2), eager, *args, decisions=_near_ties(1)).ok
+    # wrong math on every row is not excused by any number of near ties
+    wrong = (_answer(20, (1, 2, 32, 64)) * 1.25).bfloat16()
+    assert not compare_trees(wrong, eager, *args, decisions=_near_ties(32)).ok
+
+
+def test_decisions_are_recorded_and_near_ties_counted():
+    logits = torch.tensor([[4.0, 3.0, 1.0, 0.0], [2.0, 1.999, 1.0, 0.0], [0.0, 5.0, 4.0, 3.0]])
+    with decisions.record() as low:
+        torch.topk(logits.bfloat16(), 1, dim=-1)
+        logits.argmax(-1)
+        torch.topk(torch.arange(4), 1)  # integer input: no rounding, not a decision
+    with decisions.record() as high:
+        torch.topk(logits.double(), 1, dim=-1)
+        logits.double().argmax(-1)
+    assert [c["op"] for c in low] == ["topk", "argmax"] and low[0]["rows"] == 3
+    matched = decisions.match(low, high)
+    # row 1: 2.0 vs 1.999 rounds to a tie in bf16 (margin 0): a near tie; the others are clear
+    assert matched["comparable"] and matched["per_call"][0]["near_ties"] == 1
+    assert matched["per_call"][1]["near_ties"] == 0 and matched["rows"] == 6
+    assert decisions.rows_moved(matched, 6) == 2  # a (3, vocab)-row output: one row per decision row
+    with decisions.record() as other:
+        torch.topk(logits, 1, dim=-1)
+    assert decisions.match(low, other)["comparable"] is False
+    assert decisions.rows_moved(decisions.match(low, other), 6) == 0
+
+
+def test_perturbed_reduction_order_changes_low_precision_products_by_rounding_only():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(256, 64).bfloat16().requires_grad_(False)
+    x = torch.randn(32, 256).bfloat16()
+    eager = layer(x)
+    with perturbed_reduction_order() as count:
+        perturbed = layer(x)
+        f32 = layer.float()(x.float())
+    assert count["perturbed"] == 1  # the bf16 product only; float32's is left alone
+    rel = float((perturbed.double() - eager.double()).norm() / eager.double().norm())
+    assert 0 < rel < 2 ** -6  # a few bf16 roundings, not another answer
+    assert torch.equal(f32, layer(x.float()))
+
+
+def test_reference_notes_say_why_no_reference_ran_and_what_judged_instead():
+    from rewriter.engine.measure import reference_notes
+
+    run = {"dtype": None, "tried": ["float64: RuntimeError: no double kernel", "float32: RuntimeError: bf16 only"],
+           "noise": {"perturbed_products": 12},
+           "decisions": {"calls": 4, "rows": 256, "flipped": 3, "near_ties": 18, "comparable": True}}
+    first, second = reference_notes(run)
+    assert "failed in float64 and float32 (float64: RuntimeError: no double kernel; float32" in first
+    assert "eager's own rounding noise" in first and "12 matrix product(s)" in first
+    assert "3 of 256 rows" in second and "18 near ties" in second
+    failed = reference_notes(dict(run, noise={"perturbed_products": 0, "error": "RuntimeError: x"}, decisions=None))
+    assert failed == [failed[0]] and "relative-RMSE fallback" in failed[0] and "RuntimeError: x" in failed[0]
+    json.dumps(run)  # stays JSON
