@@ -170,3 +170,89 @@ def test_reference_notes_say_why_no_reference_ran_and_what_judged_instead():
     failed = reference_notes(dict(run, noise={"perturbed_products": 0, "error": "RuntimeError: x"}, decisions=None))
     assert failed == [failed[0]] and "relative-RMSE fallback" in failed[0] and "RuntimeError: x" in failed[0]
     json.dumps(run)  # stays JSON
+
+
+# --- end to end: `stackpart validate` on bf16 models (subprocess children; slow) ---------------
+
+import shutil  # noqa: E402
+import textwrap  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from rewriter.cli import main  # noqa: E402
+
+BF16_ONLY = Path(__file__).resolve().parent.parent / "fixtures" / "validate" / "bf16_only"
+FAST = ["--reps", "3", "--warmup", "1", "--timeout", "300", "--baselines", ""]
+
+
+def _validate(capsys, plan: Path, src: Path, out: Path, *extra: str) -> tuple[int, dict, str]:
+    capsys.readouterr()
+    code = main(["validate", "--plan", str(plan), str(src), "--out", str(out), *FAST, *extra])
+    err = capsys.readouterr().err
+    return code, json.loads((out / "validation.json").read_text()), err
+
+
+@pytest.mark.slow
+def test_bf16_only_model_planted_math_change_fails_against_eager_rounding_noise(tmp_path, capsys):
+    """No float64/float32 path: the planted change (padding a bidirectional model to a bucket)
+    fails against eager's own rounding noise, and the report says why no reference ran."""
+    shutil.copytree(BF16_ONLY, tmp_path / "case")
+    code, report, err = _validate(capsys, tmp_path / "case" / "planted.yaml", tmp_path / "case" / "src",
+                                  tmp_path / "r", "--backend", "eager")
+    assert code == 1, err
+    failures = report["verdict"]["failures"]
+    assert failures and all("further from eager than eager's own rounding noise" in f for f in failures), failures
+    notes = " ".join(report["verdict"]["notes"])
+    assert "failed in float64 and float32" in notes and "bf16_gelu: no torch.float32 kernel" in notes
+    assert "eager's own rounding noise" in notes
+    code, report, err = _validate(capsys, tmp_path / "case" / "correct.yaml", tmp_path / "case" / "src",
+                                  tmp_path / "ok", "--backend", "eager")
+    assert code == 0, err
+    assert report["variants"]["plan"]["numerics_vs_high_precision"]["ref_dtype"] == "eager"
+
+
+MIXTRAL = textwrap.dedent("""\
+    import torch
+    import transformers
+
+
+    def build_model():
+        torch.manual_seed(0)
+        config = transformers.MixtralConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                                            num_attention_heads=4, num_key_value_heads=2, num_local_experts=8,
+                                            num_experts_per_tok=2)
+        return transformers.MixtralForCausalLM(config).eval()
+
+
+    def make_inputs(batch: int = 2, seq: int = 32):
+        return {"input_ids": torch.randint(0, 256, (batch, seq))}
+""")
+
+
+@pytest.mark.slow
+def test_tiny_bf16_mixtral_whole_compile_passes_validate_with_inductor(tmp_path, capsys):
+    """The library's defaults (the DynamicCache returned): every cache leaf is judged against the
+    float32 run (float64 has no grouped-GEMM kernel), and Inductor's whole compile, as close to
+    float32 as eager is, passes; with Inductor on CPU (minutes)."""
+    pytest.importorskip("transformers")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(MIXTRAL)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(textwrap.dedent("""\
+        version: 1
+        harness:
+          file: harness.py
+          shapes: [{batch: 2, seq: 32}]
+          dtype: bfloat16
+          device: cpu
+        site: harness.py::build_model
+        actions:
+          - action: compile
+            target: transformers.models.mixtral.modeling_mixtral:MixtralForCausalLM
+            strategy: whole
+    """))
+    code, report, err = _validate(capsys, plan, src, tmp_path / "r")
+    assert code == 0, err
+    hp = report["variants"]["plan"]["numerics_vs_high_precision"]
+    assert hp["ref_dtype"] == "float32" and hp["leaves"] == 9  # the logits and 4 layers' keys and values
+    assert "high-precision reference ran in float32 (float64:" in " ".join(report["verdict"]["notes"])

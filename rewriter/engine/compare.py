@@ -142,6 +142,28 @@ def high_precision_text(stats: dict[str, Any]) -> str:
     return text
 
 
+def reference_text(run: dict[str, Any]) -> str:
+    """One sentence on what judged the low-precision leaves, from the eager reference's
+    ``high_precision`` run record (:func:`.child.high_precision_reference`)."""
+    if run.get("dtype"):
+        return (
+            f"The original ran once more in {run['dtype']} from the same weights and inputs ({run['seconds']:.2f} s); "
+            "a low-precision leaf passes when rmse(variant, ref) <= multiplier x rmse(eager, ref) + tol/10 "
+            "(torch._dynamo.utils.same, fp64_ref)."
+        )
+    noise = run.get("noise") or {}
+    why = "; ".join(run.get("tried") or [])
+    if noise and not noise.get("error"):
+        return (
+            f"The original ran in neither float64 nor float32 ({why}); it ran once more in its own precision with the "
+            f"reduction order of its {noise['perturbed_products']} matrix product(s) perturbed ({run['seconds']:.2f} s): "
+            "a low-precision leaf passes when rmse(variant, eager) <= multiplier x rmse(perturbed, eager) + tol/10 "
+            "(the rule of torch._dynamo.utils.same, fp64_ref, with eager's own rounding noise as the reference)."
+        )
+    return (f"The original ran in neither float64 nor float32 ({why}); low-precision leaves were judged by the "
+            "fixed relative-RMSE fallback.")
+
+
 def _jsonable_stats(stats: dict[str, Any] | None) -> dict[str, Any] | None:
     if stats is None:
         return None

@@ -403,6 +403,10 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
             oldest, child_ = running.pop(0)
             if not record(oldest, child_):
                 return False
+        if keep == 0 and pending is not None:  # no compiled variant was left to overlap it with
+            pending, reference = None, pending
+            if not record("eager", reference):
+                return False
         return True
 
     if width > 1:
@@ -428,7 +432,9 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
         started = built.get(name, False) or (name not in built and child.wait_built())
         if started:
             child.go()
-        saved = child.wait_weights_saved() if k == 0 and overlap and started else None
+        # the reference overlaps the *next* variant's cold phase: with none to follow (every compile
+        # pruned, only the program as it is measured) it runs on its own
+        saved = child.wait_weights_saved() if k == 0 and overlap and started and len(names) > 1 else None
         if saved is not None:
             room = room_to_overlap(saved)
             if room is None:
