@@ -63,3 +63,31 @@ def test_only_the_program_as_it_is_is_measured_without_a_crash(monkeypatch, tmp_
     assert m.results["eager"]["step_ms"] == pytest.approx(10.0)
     assert ("cold", "cold-eager") in FakeChild.log and ("time", "cold-eager") in FakeChild.log
     assert not m.reference_overlapped  # nothing to overlap it with
+
+
+WORKLOAD = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "workloads" / "varied_length_training"
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_varied_length_gemm_heavy_training_diagnoses_with_exit_0(tmp_path):
+    """fp32 training, batch 8, six lengths 517..2049, GEMM-heavy: the search prunes every compile
+    and measures the program as it is; diagnose exits 0 and says why nothing is compiled."""
+    import json
+    import shutil
+
+    from rewriter.cli import main
+
+    src = tmp_path / "src"
+    shutil.copytree(WORKLOAD, src)
+    shapes = [a for s in (517, 1024, 771, 2049, 1333, 640) for a in ("--shape", f"batch=8,seq={s}")]
+    rc = main(["diagnose", "--harness", "harness.py", str(src), "-o", str(tmp_path / "out" / "plan.yaml"), "--device", "cpu",
+               "--mode", "training", *shapes, "--steps", "2"])
+    assert rc == 0
+    report = json.loads((tmp_path / "out" / "stackpart-diagnose" / "report.json").read_text())
+    by = {r["name"]: r for r in report["rungs"]}
+    assert by["op_mix"]["verdict"].startswith("GEMM-dominated")
+    assert by["memory"]["verdict"] == "skipped: no CUDA"
+    search = by["search"]
+    assert search["status"] == "ok", search
+    assert any(p.startswith("every compile: GEMM-dominated") for p in search["measurement"]["pruned"])
