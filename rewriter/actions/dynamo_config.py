@@ -8,7 +8,9 @@ needs (:data:`rewriter.plan.DYNAMO_CONFIG_KEYS`): ``capture_scalar_outputs`` for
 ``nonzero``/``unique``/boolean masks ("Dynamic shape operator ... Hint: Enable tracing of dynamic
 shape operators with `torch._dynamo.config.capture_dynamic_output_shape_ops = True`"). Both are
 defined in torch/_dynamo/config.py ("When this flag is set to False, we introduce a graph break
-instead of capturing").
+instead of capturing"). ``recompile_limit`` (an integer) bounds the graphs of one code object; a
+repeated block whose instances each guard on their own state (a per-layer cache) needs instances x
+shapes of them, past which Dynamo runs the block eager without an error.
 
 Dynamo reads them while it traces a frame, not when ``torch.compile`` is called (measured, torch
 2.13: a function decorated at import, the flag set afterwards, traced with it), so the line must
@@ -80,8 +82,8 @@ class DynamoConfigCommand(TargetedCommand):
                     f"{self._line(line)}: {key} = {self.tree.code_for_node(assign.value).strip()} is not a literal: the "
                     "program decides the value at run time; expected a literal True or False to edit; change it by hand "
                     "or drop the setting") from None
-            if current is settings[key]:
+            if type(current) is type(settings[key]) and current == settings[key]:
                 continue
-            body[at] = line.with_changes(body=[assign.with_changes(value=cst.Name(repr(settings[key])))])  # type: ignore[attr-defined]
+            body[at] = line.with_changes(body=[assign.with_changes(value=cst.parse_expression(repr(settings[key])))])  # type: ignore[attr-defined]
             func = func.with_changes(body=func.body.with_changes(body=body))
         return func
