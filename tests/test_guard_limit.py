@@ -12,7 +12,7 @@ import pytest
 
 from rewriter.diagnose.candidates import Candidate
 from rewriter.diagnose.guard_limit_candidates import limit_evidence, with_recompile_limit
-from rewriter.diagnose.rung import RungResult
+from rewriter.diagnose.rung import Finding, RungResult
 from rewriter.errors import StackpartError
 from rewriter.plan import parse_plan
 from rewriter.rewrite import plan_rewrite
@@ -28,6 +28,7 @@ def _ctx(limit_hit: bool, shapes: int = 2):
     rung = RungResult("instance_recompiles", "t", verdict="v")
     rung.measurement = {"instances": 8, "class": "LlamaDecoderLayer", "limit_hit": limit_hit, "recompile_limit": 8,
                         "limit_hits": [{"last_reason": "kwargs['past_key_values'].layers[7].is_initialized == False"}]}
+    rung.findings.append(Finding("guard", "guard failure: kwargs['cache'].layers[0].is_initialized == False"))
     spec = SimpleNamespace(shapes=[{"seq": 16 - i} for i in range(shapes)])
     return SimpleNamespace(results={"instance_recompiles": rung}, session=SimpleNamespace(spec=spec))
 
@@ -44,7 +45,8 @@ def test_a_recompile_limit_hit_gets_a_per_block_twin_bounding_instances_x_shapes
     assert "8 instances x 3 shape(s)" in action.why
     assert notes[0].startswith("plain regional compile of LlamaDecoderLayer (accelerate's compile_regions, diffusers' "
                                "compile_repeated_blocks): falls back to eager silently here")
-    assert "layers[7].is_initialized" in notes[0]
+    # the per-instance guard, not the limit's last reason
+    assert "(kwargs['cache'].layers[0].is_initialized == False)" in notes[0]
     # no limit hit: nothing proposed, nothing said
     assert with_recompile_limit(_ctx(False), [per_block]) == ([per_block], [])
     assert limit_evidence(_ctx(False)) is None
@@ -68,3 +70,44 @@ def test_a_bad_recompile_limit_is_refused(value, message):
     with pytest.raises(StackpartError) as exc:
         parse_plan(f"version: 1\nactions:\n  - action: dynamo_config\n    target: a.py::f\n    settings: {{recompile_limit: {value}}}\n")
     assert message in str(exc.value)
+
+
+LLAMA = textwrap.dedent("""\
+    import torch
+    import transformers
+
+
+    def build_model():
+        torch.manual_seed(0)
+        config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=8,
+                                          num_attention_heads=4, num_key_value_heads=2)
+        return transformers.LlamaForCausalLM(config).eval()
+
+
+    def make_inputs(batch: int = 2, seq: int = 16):
+        return {"input_ids": torch.randint(0, 256, (batch, seq))}
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
+def test_the_kv_cache_guard_trap_gets_a_per_block_candidate_that_stays_compiled(tmp_path):
+    """transformers' Llama with its default cache, 8 layers, two lengths: the plain per-block
+    candidate hits the recompile limit (its child runs under fail_on_recompile); the twin with the
+    limit raised holds a graph per instance and shape, with no fallback, and the report says a plain
+    regional compile would fall back silently."""
+    pytest.importorskip("transformers")
+    from rewriter.diagnose.runner import diagnose, harness_from_flags
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(LLAMA)
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 2, "seq": 16}, {"batch": 2, "seq": 12}],
+                                 mode=None, dtype=None, device="cpu")
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", backend="eager")
+    rows = {r["candidate"]: r for r in outcome.search.table()}
+    assert "recompile limit" in str(rows["per-block"]).lower() or "RecompileLimit" in str(rows["per-block"]), rows["per-block"]
+    twin = rows["per-block+recompile_limit"]
+    assert twin["numerics"] == "ok" and twin["fallbacks"] == 0 and twin["graphs"] >= 8, twin
+    assert any(p.startswith("plain regional compile of LlamaDecoderLayer") and "falls back to eager silently" in p
+               for p in outcome.search.pruned), outcome.search.pruned

@@ -40,9 +40,12 @@ def limit_evidence(ctx: Any) -> dict[str, Any] | None:
     classes = r.measurement.get("classes") or [r.measurement]
     hit = [c for c in classes if c.get("limit_hit")] or classes
     worst = max(hit, key=lambda c: c.get("instances", 0))
+    # the per-instance guard the rung found (the limit's own "last reason" may be a size guard of a
+    # later shape, which says nothing about why each instance compiled)
+    guard = next((f.message.replace("guard failure: ", "", 1) for f in getattr(r, "findings", []) if f.kind == "guard"), None)
     return {"instances": int(worst.get("instances", 0)), "shapes": len(ctx.session.spec.shapes),
             "limit": worst.get("recompile_limit"), "class": worst.get("class"),
-            "hit": (worst.get("limit_hits") or [{}])[0].get("last_reason")}
+            "hit": guard or (worst.get("limit_hits") or [{}])[0].get("last_reason")}
 
 
 def silent_fallback_note(evidence: dict[str, Any]) -> str:
