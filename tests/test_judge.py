@@ -256,3 +256,48 @@ def test_tiny_bf16_mixtral_whole_compile_passes_validate_with_inductor(tmp_path,
     hp = report["variants"]["plan"]["numerics_vs_high_precision"]
     assert hp["ref_dtype"] == "float32" and hp["leaves"] == 9  # the logits and 4 layers' keys and values
     assert "high-precision reference ran in float32 (float64:" in " ".join(report["verdict"]["notes"])
+
+
+class TinyMoE(torch.nn.Module):
+    """A router picking 2 of 4 experts per token with ``topk``, then the experts (linear layers)."""
+
+    def __init__(self, bf16_only: bool = False) -> None:
+        super().__init__()
+        self.router = torch.nn.Linear(32, 4)
+        self.experts = torch.nn.ModuleList([torch.nn.Linear(32, 32) for _ in range(4)])
+        self.bf16_only = bf16_only
+
+    def forward(self, x):
+        if self.bf16_only and x.dtype != torch.bfloat16:
+            raise RuntimeError(f"no {x.dtype} kernel")
+        weights, chosen = torch.topk(self.router(x).softmax(-1), 2, dim=-1)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            out = out + expert(x) * (weights * (chosen == e)).sum(-1, keepdim=True)
+        return out
+
+
+@pytest.mark.parametrize("bf16_only", [False, True])
+def test_the_reference_child_saves_the_high_precision_run_or_eager_noise_with_the_decisions(tmp_path, bf16_only):
+    from rewriter.engine.child import high_precision_reference
+
+    torch.manual_seed(0)
+    model = TinyMoE(bf16_only).bfloat16().eval()
+    torch.save((torch.randn(4, 16, 32).bfloat16(),), tmp_path / "inputs_0.pt")
+    job = {"harness": {"shapes": [{"batch": 4}], "device": "cpu"}, "seed": 0}
+    run = high_precision_reference(job, model, tmp_path, training=False)
+    saved = torch.load(tmp_path / "high_precision_0.pt", weights_only=False)
+    decided = saved["decisions"]
+    assert decided["comparable"] and decided["calls"] == 1 and decided["rows"] == 64  # one topk over 4 x 16 tokens
+    assert run["decisions"]["rows"] == 64
+    if not bf16_only:
+        assert run["dtype"] == saved["dtype"] == "float64" and "noise" not in run
+        assert saved["record"]["output"].dtype == torch.float32  # stored narrower
+        return
+    assert run["dtype"] is None and [t.split(":")[0] for t in run["tried"]] == ["float64", "float32"]
+    assert saved["kind"] == "noise" and saved["record"]["output"].dtype == torch.bfloat16
+    assert run["noise"]["perturbed_products"] == 5  # the router and the 4 experts
+    with torch.no_grad():
+        eager = model(torch.load(tmp_path / "inputs_0.pt")[0])
+    noise = saved["record"]["output"]
+    assert 0 < float((noise.double() - eager.double()).abs().max()) and not torch.equal(noise, eager)
