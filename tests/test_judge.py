@@ -210,6 +210,21 @@ def test_bf16_only_model_planted_math_change_fails_against_eager_rounding_noise(
     assert report["variants"]["plan"]["numerics_vs_high_precision"]["ref_dtype"] == "eager"
 
 
+@pytest.mark.slow
+def test_bf16_planted_math_change_fails_against_the_float64_run(tmp_path, capsys):
+    """The bidirectional model padded to a bucket (tests/test_validate.py's planted wrong rewrite),
+    run in bfloat16: a float64 reference runs, and the change lands far past eager's own error."""
+    shutil.copytree(Path(__file__).resolve().parent.parent / "fixtures" / "validate" / "bidirectional_bucket", tmp_path / "case")
+    plan = tmp_path / "case" / "plan.yaml"
+    plan.write_text(plan.read_text().replace("dtype: float32", "dtype: bfloat16"))
+    code, report, err = _validate(capsys, plan, tmp_path / "case" / "src", tmp_path / "r", "--backend", "eager")
+    assert code == 1, err
+    failures = report["verdict"]["failures"]
+    assert [f.split(": output")[0] for f in failures] == [
+        "wrong numbers at shape {'batch': 2, 'seq': 12}", "wrong numbers at shape {'batch': 2, 'seq': 20}"], failures
+    assert all("further from the high-precision run than eager: eager vs fp64:" in f for f in failures), failures
+
+
 MIXTRAL = textwrap.dedent("""\
     import torch
     import transformers
