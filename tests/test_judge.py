@@ -137,6 +137,8 @@ def test_decisions_are_recorded_and_near_ties_counted():
     assert matched["comparable"] and matched["per_call"][0]["near_ties"] == 1
     assert matched["per_call"][1]["near_ties"] == 0 and matched["rows"] == 6
     assert decisions.rows_moved(matched, 6) == 2  # a (3, vocab)-row output: one row per decision row
+    whole = {"comparable": True, "per_call": [{"op": "argmax", "rows": 1, "flipped": 0, "near_ties": 1}]}
+    assert decisions.rows_moved(whole, 64) == 32  # one argmax over a whole tensor: never more than half the rows
     with decisions.record() as other:
         torch.topk(logits, 1, dim=-1)
     assert decisions.match(low, other)["comparable"] is False

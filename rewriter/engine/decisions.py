@@ -145,11 +145,13 @@ def rows_moved(decisions: dict[str, Any] | None, leaf_rows: int) -> int:
     ``decisions`` (:func:`match`) can move: per decision call, its near ties times the output's
     rows per decision row (a cache layer of ``(batch, heads, seq, dim)`` has ``heads`` rows per
     token a router decides), at least one each; summed over the calls (every layer's router may
-    move the same token's rows of a later output, so this is an upper bound)."""
+    move the same token's rows of a later output, so this is an upper bound), and at most half the
+    output's rows: a change that moves most of an output is not told from wrong math by its
+    effect (a near tie in one argmax over a whole tensor would otherwise excuse every row)."""
     if not decisions or not decisions.get("comparable"):
         return 0
     total = 0
     for call in decisions.get("per_call", []):
         if call["near_ties"]:
             total += call["near_ties"] * max(1, leaf_rows // max(1, call["rows"]))
-    return min(total, leaf_rows)
+    return min(total, leaf_rows // 2)
