@@ -8,7 +8,9 @@ after one SGD step) with the reference, and finally re-run every shape under
 ``torch.compiler.set_stance("fail_on_recompile")``. For a bf16/fp16 harness the eager reference
 then runs the original once more in float64 (:func:`high_precision_reference`): the ``fp64_ref``
 that :mod:`.compare` judges low-precision outputs against, at the cost of one extra forward per
-shape in a process that is already up.
+shape in a process that is already up (and one more low-precision forward whose top-k/argmax
+decisions, :mod:`.decisions`, are matched with the reference's). Where the original has no float64
+or float32 path, its own rounding noise stands in (:func:`rounding_noise`, :mod:`.rounding`).
 
 Then, when the parent asked for it (``cmd_fd``/``reply_fd`` in the job), the child stays up with
 its warm model and times calls on request (:func:`serve`): the parent interleaves the variants
