@@ -174,6 +174,18 @@ def test_reference_notes_say_why_no_reference_ran_and_what_judged_instead():
     json.dumps(run)  # stays JSON
 
 
+def test_the_validation_report_says_what_judged_the_low_precision_leaves():
+    from rewriter.engine.compare import reference_text
+
+    ran = reference_text({"dtype": "float32", "seconds": 1.5, "tried": ["float64: RuntimeError: x"]})
+    assert ran.startswith("The original ran once more in float32") and "rmse(eager, ref)" in ran
+    noise = reference_text({"dtype": None, "seconds": 0.2, "tried": ["float64: E", "float32: E"], "noise": {"perturbed_products": 34}})
+    assert "neither float64 nor float32 (float64: E; float32: E)" in noise and "34 matrix product(s) perturbed" in noise
+    assert "rmse(perturbed, eager)" in noise
+    failed = reference_text({"dtype": None, "seconds": 0.2, "tried": ["float64: E"], "noise": {"error": "boom", "perturbed_products": 0}})
+    assert "fixed relative-RMSE fallback" in failed
+
+
 # --- end to end: `stackpart validate` on bf16 models (subprocess children; slow) ---------------
 
 import shutil  # noqa: E402
