@@ -26,8 +26,10 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The most graphs the twin allows one code object (the plan's bound for ``recompile_limit``).
-MAX_LIMIT = 4096
+#: The most graphs the twin asks of one code object: Dynamo's ``accumulated_recompile_limit`` (256,
+#: torch/_dynamo/config.py, torch 2.7-2.13), which caps a code object's graphs whatever
+#: ``recompile_limit`` says; past it the twin falls back too, and its measurement says so.
+MAX_LIMIT = 256
 
 
 def limit_evidence(ctx: Any) -> dict[str, Any] | None:
@@ -68,7 +70,12 @@ def with_recompile_limit(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[st
     if evidence is None:
         return cands, []
     notes = [silent_fallback_note(evidence)]
-    limit = min(MAX_LIMIT, max(evidence["instances"] * evidence["shapes"], (evidence["limit"] or 8) + 1))
+    need = max(evidence["instances"] * evidence["shapes"], (evidence["limit"] or 8) + 1)
+    limit = min(MAX_LIMIT, need)
+    if need > MAX_LIMIT:
+        notes.append(f"+recompile_limit: {evidence['instances']} instances x {evidence['shapes']} shape(s) may need {need} graphs, "
+                     f"past Dynamo's accumulated_recompile_limit ({MAX_LIMIT}); the twin asks for {MAX_LIMIT} and its measurement "
+                     "shows whether the blocks still fall back")
     target, why_there = config_target(ctx)
     why = (f"recompile limit: {evidence['instances']} instances x {evidence['shapes']} shape(s) of per-instance guards "
            f"need up to {limit} graphs of one code object; at the limit ({evidence['limit']}) the blocks run eager without "
