@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, ValidationInfo, field_validator, model_serializer, model_validator
 
 from .errors import StackpartError, near_names, near_path
 
@@ -522,12 +522,15 @@ class CompileCacheAction(_Action):
 #: torch/_dynamo/config.py (torch 2.13, also 2.6): "When this flag is set to False, we introduce a
 #: graph break instead of capturing", for calls returning a scalar (``.item()``, ``.tolist()``)
 #: and for operators with a data-dependent output shape (``nonzero``, ``unique``, boolean masks).
+#: ``recompile_limit`` (torch >= 2.7; ``cache_size_limit`` before): graphs one code object may hold
+#: before Dynamo runs its later calls eager without an error (8 by default).
 #: ``allow_unspec_int_on_nn_module`` is the knob torch's recompile hint names for an int attribute of
 #: an nn.Module that changes between calls (torch >= 2.7; torch 2.6's config.py has no such name).
-DYNAMO_CONFIG_KEYS = ("capture_scalar_outputs", "capture_dynamic_output_shape_ops", "allow_unspec_int_on_nn_module")
+DYNAMO_CONFIG_KEYS = ("capture_scalar_outputs", "capture_dynamic_output_shape_ops", "allow_unspec_int_on_nn_module",
+                      "recompile_limit")
 #: The first torch whose torch/_dynamo/config.py has each key (read from the 2.6 and 2.7 wheels).
 DYNAMO_CONFIG_SINCE = {"capture_scalar_outputs": "2.6", "capture_dynamic_output_shape_ops": "2.6",
-                       "allow_unspec_int_on_nn_module": "2.7"}
+                       "allow_unspec_int_on_nn_module": "2.7", "recompile_limit": "2.7"}
 
 
 class DynamoSettings(_Strict):
@@ -553,14 +556,18 @@ class DynamoSettings(_Strict):
         default=None, description="nonzero/unique/boolean masks stay in the graph (torch._dynamo.config.capture_dynamic_output_shape_ops)")
     allow_unspec_int_on_nn_module: StrictBool | None = Field(
         default=None, description="int attributes of nn.Modules are not guarded on their value (torch._dynamo.config.allow_unspec_int_on_nn_module)")
+    recompile_limit: StrictInt | None = Field(
+        default=None, ge=1, le=4096,
+        description="graphs one compiled code object may hold before its later calls run eager (torch._dynamo.config.recompile_limit; "
+        "a repeated block with per-instance guards needs instances x shapes)")
 
     @model_validator(mode="after")
     def _one(self) -> "DynamoSettings":
         if not self.items():
-            raise ValueError(f"expected at least one setting of {', '.join(DYNAMO_CONFIG_KEYS)} (true or false)")
+            raise ValueError(f"expected at least one setting of {', '.join(DYNAMO_CONFIG_KEYS)} (true or false; recompile_limit an integer)")
         return self
 
-    def items(self) -> list[tuple[str, bool]]:
+    def items(self) -> list[tuple[str, bool | int]]:
         """``(key, value)`` of the settings given, in :data:`DYNAMO_CONFIG_KEYS` order (the
         order the lines are written in)."""
         return [(k, getattr(self, k)) for k in DYNAMO_CONFIG_KEYS if getattr(self, k) is not None]
@@ -1065,7 +1072,7 @@ def field_path(loc: tuple) -> str:
 #: Models that are a mapping of named keys (``settings:``, ``own_call:``): an unknown key is named
 #: with the keys expected -> (what a key is called, the keys, what each takes).
 _KEYED: dict[type[BaseModel], tuple[str, tuple[str, ...], str]] = {
-    DynamoSettings: ("setting", DYNAMO_CONFIG_KEYS, " (true or false)"),
+    DynamoSettings: ("setting", DYNAMO_CONFIG_KEYS, " (true or false; recompile_limit an integer)"),
     OwnCall: ("key", OWN_CALL_KEYS, ""),
 }
 

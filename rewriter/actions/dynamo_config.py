@@ -13,6 +13,9 @@ for an int attribute of an nn.Module that changes between calls ("torch.compile 
 attributes of the nn.Module to be static ... make this integer dynamic using
 torch._dynamo.config.allow_unspec_int_on_nn_module = True, or convert this integer into a tensor",
 torch 2.13; the knob is in torch >= 2.7), proposed by :mod:`rewriter.diagnose.value_guards`.
+``recompile_limit`` (an integer) bounds the graphs of one code object; a
+repeated block whose instances each guard on their own state (a per-layer cache) needs instances x
+shapes of them, past which Dynamo runs the block eager without an error.
 
 Dynamo reads them while it traces a frame, not when ``torch.compile`` is called (measured, torch
 2.13: a function decorated at import, the flag set afterwards, traced with it), so the line must
@@ -84,8 +87,8 @@ class DynamoConfigCommand(TargetedCommand):
                     f"{self._line(line)}: {key} = {self.tree.code_for_node(assign.value).strip()} is not a literal: the "
                     "program decides the value at run time; expected a literal True or False to edit; change it by hand "
                     "or drop the setting") from None
-            if current is settings[key]:
+            if type(current) is type(settings[key]) and current == settings[key]:
                 continue
-            body[at] = line.with_changes(body=[assign.with_changes(value=cst.Name(repr(settings[key])))])  # type: ignore[attr-defined]
+            body[at] = line.with_changes(body=[assign.with_changes(value=cst.parse_expression(repr(settings[key])))])  # type: ignore[attr-defined]
             func = func.with_changes(body=func.body.with_changes(body=body))
         return func

@@ -439,7 +439,10 @@ def _with_levers(ctx: Context, cands: list[Candidate], pruned: list[str]) -> tup
     from .attention_candidates import with_attention
 
     cands, attention = with_attention(ctx, cands)
-    return cands, pruned + attention
+    from .guard_limit_candidates import with_recompile_limit  # per-block surviving per-instance guards
+
+    cands, limit = with_recompile_limit(ctx, cands)
+    return cands, pruned + attention + limit
 
 
 #: The candidate that changes the program's own whole-model compile to CUDA graphs.

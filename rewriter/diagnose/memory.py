@@ -36,6 +36,12 @@ graph-break workload and 42% for the per-instance-recompile workload, against 35
 fragmentation workload itself; memory a cache holds costs nothing until an allocation fails for
 want of it. A fixed-shape harness converges in its warm pass and gets no verdict.
 
+A varied-shape sweep can converge too, on a cache cut for all its shapes: no device allocation,
+no retry, and far more reserved than any one step needs (a best-fit model of the allocator on a
+training step over six lengths: 15.6 GiB reserved where the longest length alone needs 10.0 GiB).
+So with two or more shapes the rung also runs the largest step alone from an empty cache
+(:func:`alone`) and reads the difference (the ``stranded`` rule of :func:`sweep_verdict`).
+
 Needs CUDA (``skipped: no CUDA`` otherwise). When the verdict holds, the search measures the
 allocator action as a candidate (:func:`measure_allocator`): the same sweep in two fresh child
 processes, without and with ``expandable_segments:True`` in the child's environment (the
@@ -82,6 +88,16 @@ MIN_STEPS_PER_PASS = 3
 #: rounding of one request is not growth.
 GROWTH_MIB = 64.0
 MiB = 2**20
+#: Steps of the sweep's largest shape run alone for the ``stranded`` rule's yardstick (:func:`alone`):
+#: the second is the steady one, as the sweep's warm pass before its measured ones.
+ALONE_STEPS = 2
+#: Reserved memory the varied-shape sweep holds beyond what its largest step needs alone, as a share
+#: of the latter, that counts as stranded (also >= :data:`GROWTH_MIB`). Source: a best-fit model of
+#: the caching allocator (benchmarks/alloc_sim_fragmentation.py's) on a GEMM-heavy training step,
+#: 8 layers x hidden 2048, batch 8, six lengths 517..2049: the sweep converges (no device allocation
+#: after its first pass) at 15.6 GiB reserved, where the longest length alone needs 10.0 GiB (+56%);
+#: a one-shape sweep holds what its step alone holds (+0%). A stackpart threshold between the two.
+STRANDED_SHARE = 0.25
 #: ``torch.cuda.memory_stats()`` keys of the allocator's device allocation and free counts, the
 #: first pair the running torch reports is used: ``num_device_alloc``/``num_device_free`` (calls
 #: to cudaMalloc/cuMemMap and cudaFree/cuMemUnmap; listed in torch 2.13's ``memory_stats`` docs),
@@ -214,6 +230,44 @@ def sweep(session: Any, *, warm_passes: int = WARM_PASSES, passes: int = PASSES,
     return out
 
 
+def alone(session: Any, shape: Mapping[str, int], *, steps: int = ALONE_STEPS,
+          stats: Callable[[], Mapping[str, Any]] | None = None, reset_peaks: Callable[[], None] | None = None,
+          empty_cache: Callable[[], None] | None = None) -> dict[str, Any]:
+    """What the sweep's largest step needs on its own: the cache returned to the device
+    (``empty_cache``), then ``steps`` steps of ``shape`` alone; reserved after them and the peak
+    allocated during them (MiB). The yardstick of the ``stranded`` rule of :func:`sweep_verdict`:
+    a cache that fits a varied-shape sweep holds no more than its largest step needs alone.
+    ``stats``/``reset_peaks``/``empty_cache`` default to ``torch.cuda``'s (CPU: every figure 0).
+
+    Returns:
+        ``{"shape", "steps", "reserved_mib", "peak_allocated_mib"}``.
+
+    Raises:
+        HarnessFailure: a harness call failed.
+    """
+    import torch
+
+    cuda = session.cuda
+    if stats is None:
+        stats = torch.cuda.memory_stats if cuda else dict
+    if reset_peaks is None:
+        reset_peaks = torch.cuda.reset_peak_memory_stats if cuda else (lambda: None)
+    if empty_cache is None:
+        empty_cache = torch.cuda.empty_cache if cuda else (lambda: None)
+    model = session.model()
+    session.sync()
+    empty_cache()
+    reset_peaks()
+    for _ in range(steps):
+        _, inputs = session.build(dict(shape))
+        step = session.step_fn(model, inputs)
+        session.run(step)
+        del inputs, step
+    after = counters(stats())
+    return {"shape": dict(shape), "steps": steps, "reserved_mib": _mib(after["reserved"]),
+            "peak_allocated_mib": _mib(after["peak_allocated"])}
+
+
 def per_pass(steps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per pass of :func:`sweep`'s records (warm pass 0 included): steps, the sums of
     ``device_allocs``/``device_frees``/``alloc_retries``/``ooms``, reserved and reserved -
@@ -236,17 +290,23 @@ def per_pass(steps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def sweep_verdict(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def sweep_verdict(steps: Sequence[Mapping[str, Any]], largest_alone: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Whether the allocator fragments, from :func:`sweep`'s per-step records (a pure function).
 
     Rules (module docstring): retries or OOMs in a measured pass (>= 1); device allocations in
     every steady pass (measured passes 2..N, at least one of them); reserved - allocated at the
-    end of the pass growing from pass 1 to pass N by >= :data:`GROWTH_MIB` and never falling.
+    end of the pass growing from pass 1 to pass N by >= :data:`GROWTH_MIB` and never falling;
+    with ``largest_alone`` (:func:`alone` of the sweep's largest step) and two or more shapes,
+    *stranded*: the measured passes' largest end-of-pass reserved exceeds what the largest step
+    needs alone by >= :data:`GROWTH_MIB` and >= :data:`STRANDED_SHARE` of it: the cache converged
+    on segments cut for other lengths (a varied-length training sweep), which expandable segments
+    let grow and shrink in place instead.
 
     Returns:
         ``{"fragmenting": bool, "rule": "retries" | "device_allocs" | "unallocated_growth" |
-        None, "reason": one line stating the figures, "passes": :func:`per_pass` of the measured
-        passes, "steady_passes": [2..N], "unallocated_growth_mib": float}``.
+        "stranded" | None, "reason": one line stating the figures, "passes": :func:`per_pass` of
+        the measured passes, "steady_passes": [2..N], "unallocated_growth_mib": float,
+        "stranded_mib": float or None}``.
 
     Raises:
         ValueError: no measured step (pass >= 1).
@@ -263,7 +323,11 @@ def sweep_verdict(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ends = [p["end_unallocated_mib"] for p in pp]
     growth = round(ends[-1] - ends[0], 1)
     out: dict[str, Any] = {"fragmenting": False, "rule": None, "passes": pp, "steady_passes": [p["pass"] for p in steady],
-                           "unallocated_growth_mib": growth, "device_counter": counted}
+                           "unallocated_growth_mib": growth, "device_counter": counted, "stranded_mib": None}
+    held_end = max(p["end_reserved_mib"] for p in pp)
+    if largest_alone is not None and shapes >= 2:
+        out["stranded_mib"] = round(held_end - largest_alone["reserved_mib"], 1)
+    stranded = out["stranded_mib"]
     retries, ooms = sum(p["alloc_retries"] for p in pp), sum(p["ooms"] for p in pp)
     if retries or ooms:
         out.update(fragmenting=True, rule="retries", reason=f"{retries} alloc retries, {ooms} OOMs in {where}")
@@ -275,6 +339,12 @@ def sweep_verdict(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     elif len(ends) >= 2 and growth >= GROWTH_MIB and all(b >= a for a, b in zip(ends, ends[1:])):
         out.update(fragmenting=True, rule="unallocated_growth", reason=(
             f"reserved but unallocated memory grew {growth:.0f} MiB over {where} (end of pass: {ends} MiB) >= {GROWTH_MIB:.0f} MiB"))
+    elif (stranded is not None and stranded >= GROWTH_MIB
+          and stranded >= STRANDED_SHARE * largest_alone["reserved_mib"]):  # type: ignore[index]
+        out.update(fragmenting=True, rule="stranded", reason=(
+            f"the cache converged on segments cut for other shapes: {held_end:.0f} MiB reserved at the end of a pass over "
+            f"{where}, where the largest step alone ({largest_alone['shape']}) needs {largest_alone['reserved_mib']:.0f} MiB "
+            f"(+{stranded:.0f} MiB, {stranded / max(largest_alone['reserved_mib'], 1e-9):.0%} >= {STRANDED_SHARE:.0%})"))
     else:
         held = max(p["peak_reserved_mib"] - p["peak_allocated_mib"] for p in pp)
         out["reason"] = (
@@ -339,7 +409,9 @@ def from_oom(rung: str, oom: dict[str, Any]) -> RungResult:
 THRESHOLD = (
     f"the harness's shapes in order, empty_cache, {WARM_PASSES} warm pass, {PASSES} measured passes (>= {MIN_STEPS_PER_PASS} "
     f"steps each): alloc retries > 0, or device allocations in every steady pass (2..{PASSES}), or reserved - allocated "
-    f"growing >= {GROWTH_MIB:.0f} MiB from pass 1 to {PASSES}; its level is reported, not judged (PyTorch CUDA semantics: memory management)"
+    f"growing >= {GROWTH_MIB:.0f} MiB from pass 1 to {PASSES}, or (2+ shapes) reserved >= {GROWTH_MIB:.0f} MiB and "
+    f">= {STRANDED_SHARE:.0%} above what the largest step needs alone; the level of reserved - allocated is reported, "
+    "not judged (PyTorch CUDA semantics: memory management)"
 )
 
 
@@ -361,8 +433,11 @@ def run(ctx: Context) -> RungResult:
     ctx.session.sync()
     torch.cuda.empty_cache()
     steps = sweep(ctx.session)
-    v = sweep_verdict(steps)
     measured = [s for s in steps if s["pass"] >= 1]
+    one = None
+    if len({json.dumps(s["shape"], sort_keys=True) for s in steps}) >= 2:
+        one = alone(ctx.session, max(measured, key=lambda s: s["peak_allocated_mib"])["shape"])
+    v = sweep_verdict(steps, one)
     r.measurement = {
         "source": "sweep",
         "shapes": [dict(s) for s in ctx.session.spec.shapes],
@@ -375,6 +450,8 @@ def run(ctx: Context) -> RungResult:
         "peak_allocated_mib": max(s["peak_allocated_mib"] for s in measured),
         "reserved_mib": steps[-1]["reserved_mib"],
         "alloc_retries": sum(s["alloc_retries"] for s in measured),
+        "largest_alone": one,
+        "stranded_mib": v["stranded_mib"],
         "passes": v["passes"],
         "steps": steps,
     }

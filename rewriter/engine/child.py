@@ -8,7 +8,9 @@ after one SGD step) with the reference, and finally re-run every shape under
 ``torch.compiler.set_stance("fail_on_recompile")``. For a bf16/fp16 harness the eager reference
 then runs the original once more in float64 (:func:`high_precision_reference`): the ``fp64_ref``
 that :mod:`.compare` judges low-precision outputs against, at the cost of one extra forward per
-shape in a process that is already up.
+shape in a process that is already up (and one more low-precision forward whose top-k/argmax
+decisions, :mod:`.decisions`, are matched with the reference's). Where the original has no float64
+or float32 path, its own rounding noise stands in (:func:`rounding_noise`, :mod:`.rounding`).
 
 Then, when the parent asked for it (``cmd_fd``/``reply_fd`` in the job), the child stays up with
 its warm model and times calls on request (:func:`serve`): the parent interleaves the variants
@@ -484,33 +486,61 @@ def high_precision_reference(job: dict[str, Any], model: Any, ref: Path, trainin
     each shape's record (``output``; training: ``loss``, ``grads``, ``loss_after_step``; stored in
     float32) as ``ref/high_precision_{i}.pt``: the ``fp64_ref`` of :mod:`.compare`. Only the eager reference
     child calls this, after its own cold phase: one extra forward (training: forward, backward,
-    SGD step, forward) per shape, no extra process. Returns ``{"dtype", "seconds", "tried"}``
-    (``dtype`` None when every dtype failed; ``tried`` holds why)."""
+    SGD step, forward) per shape, no extra process.
+
+    The discrete decisions (:mod:`.decisions`) of one more low-precision forward per shape are
+    matched with the high-precision run's and saved beside the record (``decisions``). When
+    neither dtype runs, the original runs once more in its own precision with a perturbed
+    reduction order (:mod:`.rounding`) and that record is saved instead (``kind: "noise"``):
+    eager's own rounding noise, the bound :mod:`.compare` then uses.
+
+    Returns ``{"dtype", "seconds", "tried", "decisions"}`` (``dtype`` None when every dtype failed;
+    ``tried`` holds why; ``decisions``: :func:`.decisions.match`'s counts summed over the shapes),
+    with ``noise`` (``{"perturbed_products", "error"?}``) when the noise run stood in."""
     import copy
 
     import torch
 
+    from . import decisions
+
     started = time.perf_counter()
     tried: list[str] = []
+    shapes = job["harness"]["shapes"]
+    low_decisions: list[list[dict[str, Any]] | None] = []
+    for i in range(len(shapes)):
+        try:
+            with decisions.record() as calls:
+                torch.manual_seed(job["seed"])
+                _step_fns(model, _inputs(job, i, ref), training)()
+            low_decisions.append(calls)
+        except Exception:  # noqa: BLE001 - a model that will not run under the recorder: no decisions judged
+            low_decisions.append(None)
     for name in HIGH_PRECISION:
         dtype = getattr(torch, name)
         hp = None
+        matched: list[dict[str, Any]] = []
         try:
             hp = copy.deepcopy(model).to(dtype)
             reference_sd = {k: v.detach().clone() for k, v in hp.state_dict().items()} if training else None
-            for i, _shape in enumerate(job["harness"]["shapes"]):
+            for i, _shape in enumerate(shapes):
                 inputs = _upcast(_inputs(job, i, ref), dtype)
                 torch.manual_seed(job["seed"])
-                out = _step_fns(hp, inputs, training)()
+                with decisions.record() as calls:
+                    out = _step_fns(hp, inputs, training)()
                 record: dict[str, Any] = {"output": _cpu(out[0] if training else out)}
                 if training:
                     record["loss"] = _cpu(out[1].detach())
                     record.update(_after_step(hp, inputs, reference_sd, job["seed"]))
+                judged = decisions.match(low_decisions[i], calls) if low_decisions[i] is not None else None
+                if judged is not None:
+                    matched.append(judged)
                 # stored as float32: its rounding (2**-24 relative) is 65,000x below bf16's
                 # (2**-8) and it halves the bytes every comparing child reads
-                torch.save({"dtype": name, "record": _upcast(record, torch.float32)}, ref / f"high_precision_{i}.pt")
+                torch.save({"dtype": name, "record": _upcast(record, torch.float32), "decisions": judged},
+                           ref / f"high_precision_{i}.pt")
                 del record, out
-            return {"dtype": name, "seconds": time.perf_counter() - started, "tried": tried}
+            return {"dtype": name, "seconds": time.perf_counter() - started, "tried": tried,
+                    "decisions": _decision_totals(matched)}
         except torch.cuda.OutOfMemoryError as exc:
             tried.append(f"{name}: out of memory: {str(exc).splitlines()[0][:200]}")
         except Exception as exc:
@@ -521,7 +551,57 @@ def high_precision_reference(job: dict[str, Any], model: Any, ref: Path, trainin
                 torch.cuda.empty_cache()
         for stale in ref.glob("high_precision_*.pt"):
             stale.unlink()
-    return {"dtype": None, "seconds": time.perf_counter() - started, "tried": tried}
+    noise = rounding_noise(job, model, ref, training, low_decisions)
+    return {"dtype": None, "seconds": time.perf_counter() - started, "tried": tried,
+            "decisions": noise.pop("decisions"), "noise": noise}
+
+
+def rounding_noise(job: dict[str, Any], model: Any, ref: Path, training: bool,
+                   low_decisions: list[list[dict[str, Any]] | None]) -> dict[str, Any]:
+    """Eager's own rounding noise, where no high-precision run is possible: the original runs once
+    more per shape in its low precision under :func:`.rounding.perturbed_reduction_order`; each
+    shape's record is saved as ``ref/high_precision_{i}.pt`` with ``kind: "noise"`` (and the
+    decisions matched against eager's). Returns ``{"perturbed_products", "decisions"}``, with
+    ``error`` (and nothing saved) when that run raised."""
+    import torch
+
+    from . import decisions
+    from .rounding import perturbed_reduction_order
+
+    matched: list[dict[str, Any]] = []
+    products = 0
+    reference_sd = {k: v.detach().clone() for k, v in model.state_dict().items()} if training else None
+    try:
+        for i, _shape in enumerate(job["harness"]["shapes"]):
+            inputs = _inputs(job, i, ref)
+            torch.manual_seed(job["seed"])
+            with perturbed_reduction_order() as count, decisions.record() as calls:
+                out = _step_fns(model, inputs, training)()
+                record: dict[str, Any] = {"output": _cpu(out[0] if training else out)}
+                if training:
+                    record["loss"] = _cpu(out[1].detach())
+                    record.update(_after_step(model, inputs, reference_sd, job["seed"]))
+            products += count["perturbed"]
+            judged = decisions.match(low_decisions[i], calls) if low_decisions[i] is not None else None
+            if judged is not None:
+                matched.append(judged)
+            torch.save({"dtype": None, "kind": "noise", "record": record, "decisions": judged},
+                       ref / f"high_precision_{i}.pt")
+            del record, out
+    except Exception as exc:  # noqa: BLE001 - said in the report; the fixed-RMSE fallback judges then
+        for stale in ref.glob("high_precision_*.pt"):
+            stale.unlink()
+        return {"perturbed_products": products, "decisions": None,
+                "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"}
+    return {"perturbed_products": products, "decisions": _decision_totals(matched)}
+
+
+def _decision_totals(matched: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """:func:`.decisions.match`'s counts summed over the shapes (None when none was matched)."""
+    if not matched:
+        return None
+    return {k: sum(m[k] for m in matched) for k in ("calls", "rows", "flipped", "near_ties")} | {
+        "comparable": all(m["comparable"] for m in matched)}
 
 
 def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, Any]:
@@ -613,12 +693,16 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
                 hp_path = ref / f"high_precision_{i}.pt"
                 hp = torch.load(hp_path, map_location=device, weights_only=False, mmap=True) if hp_path.exists() else {}
                 hp_record, hp_dtype = hp.get("record", {}), hp.get("dtype")
+                # no float64/float32 run: eager's own rounding noise stands in (.rounding)
+                noise_run = hp.get("kind") == "noise"
                 mine = {k: _to_device(v, device) for k, v in record.items()}
                 ref_tokens = generated_tokens(expected["output"]) if generator is not None and TEACHER_FORCED in expected else None
                 if ref_tokens is not None:
                     mine[TEACHER_FORCED] = teacher_forced_logits(generator, ref_tokens)
                 entry["compare"] = {
-                    k: compare_trees(mine[k], expected[k], hp_record.get(k), hp_dtype, spec["dtype"]).to_json()
+                    k: compare_trees(mine[k], expected[k], None if noise_run else hp_record.get(k), hp_dtype, spec["dtype"],
+                                     noise=hp_record.get(k) if noise_run else None,
+                                     decisions=hp.get("decisions")).to_json()
                     for k in expected if k in mine
                 }
                 if ref_tokens is not None:

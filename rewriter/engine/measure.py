@@ -403,6 +403,10 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
             oldest, child_ = running.pop(0)
             if not record(oldest, child_):
                 return False
+        if keep == 0 and pending is not None:  # no compiled variant was left to overlap it with
+            pending, reference = None, pending
+            if not record("eager", reference):
+                return False
         return True
 
     if width > 1:
@@ -428,7 +432,9 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
         started = built.get(name, False) or (name not in built and child.wait_built())
         if started:
             child.go()
-        saved = child.wait_weights_saved() if k == 0 and overlap and started else None
+        # the reference overlaps the *next* variant's cold phase: with none to follow (every compile
+        # pruned, only the program as it is measured) it runs on its own
+        saved = child.wait_weights_saved() if k == 0 and overlap and started and len(names) > 1 else None
         if saved is not None:
             room = room_to_overlap(saved)
             if room is None:
@@ -452,13 +458,7 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
     clock["spawn_to_cold_phases_done_s"] = time.perf_counter() - t_spawn
     hp_run = (cold.get("eager") or {}).get("high_precision")
     if hp_run:
-        if hp_run["dtype"] is None:
-            m.notes.append(
-                "no high-precision reference: the original failed in float64 and float32 ("
-                + "; ".join(hp_run["tried"]) + "); low-precision outputs judged by the relative-RMSE fallback"
-            )
-        elif hp_run["tried"]:
-            m.notes.append(f"high-precision reference ran in {hp_run['dtype']} ({'; '.join(hp_run['tried'])})")
+        m.notes.extend(reference_notes(hp_run))
     results["eager"]["numerics"] = "reference"
     rng = (cold.get("eager") or {}).get("info", {}).get("rng")
     if rng:
@@ -1097,6 +1097,43 @@ def cold_summary(payload: dict[str, Any]) -> dict[str, Any]:
         # which code compiled in the cold phase (engine.child.runtime_compiles)
         out["runtime_compiles"] = payload["runtime_compiles"]
     return out
+
+
+def reference_notes(hp_run: dict[str, Any]) -> list[str]:
+    """What the eager reference's high-precision run (:func:`.child.high_precision_reference`)
+    says: which dtype it ran in and why another did not, or, when none ran, why and what judged
+    the low-precision outputs instead; and how many discrete decisions flipped or were near ties."""
+    notes = []
+    noise = hp_run.get("noise") or {}
+    if hp_run["dtype"] is None:
+        why = "; ".join(hp_run["tried"])
+        if noise and not noise.get("error"):
+            notes.append(
+                f"no high-precision reference: the original failed in float64 and float32 ({why}); low-precision "
+                "outputs judged against eager's own rounding noise: the original run again with the reduction "
+                f"order of its {noise['perturbed_products']} matrix product(s) perturbed (split-K, rounded halves); "
+                "a leaf passes when rmse(variant, eager) <= multiplier x rmse(perturbed, eager) + tol/10"
+            )
+        else:
+            extra = f"; the rounding-noise run failed too ({noise['error']})" if noise.get("error") else ""
+            notes.append(
+                f"no high-precision reference: the original failed in float64 and float32 ({why}){extra}; "
+                "low-precision outputs judged by the relative-RMSE fallback"
+            )
+    elif hp_run["tried"]:
+        notes.append(f"high-precision reference ran in {hp_run['dtype']} ({'; '.join(hp_run['tried'])})")
+    dec = hp_run.get("decisions")
+    if dec and dec.get("rows"):
+        against = hp_run["dtype"] or "perturbed eager"
+        if dec.get("comparable"):
+            notes.append(
+                f"discrete decisions (top-k routing, argmax): {dec['flipped']} of {dec['rows']} rows chose otherwise in "
+                f"eager than in the {against} run, {dec['near_ties']} near ties; rows those can move are judged by effect"
+            )
+        else:
+            notes.append(f"discrete decisions (top-k routing, argmax): the {against} run dispatched other decision ops "
+                         "than eager; none judged by effect")
+    return notes
 
 
 def _worst_high_precision(shapes: list[dict[str, Any]]) -> dict[str, Any] | None:

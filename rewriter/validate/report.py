@@ -186,7 +186,7 @@ def render_markdown(report: dict[str, Any]) -> str:
 def numerics_lines(report: dict[str, Any]) -> list[str]:
     """Markdown: per compiled variant, its worst leaf under the high-precision rule
     ("eager vs fp64: X; plan vs fp64: Y; bound Z"); nothing for float32/float64 harnesses."""
-    from ..engine.compare import high_precision_text
+    from ..engine.compare import high_precision_text, reference_text
 
     run = (report.get("variants", {}).get("eager") or {}).get("high_precision_run")
     rows = [
@@ -198,11 +198,7 @@ def numerics_lines(report: dict[str, Any]) -> list[str]:
         return []
     out = ["", "## Numerics against a high-precision run of the original", ""]
     if run:
-        out.append(
-            f"The original ran once more in {run['dtype'] or 'neither float64 nor float32'} from the same weights "
-            f"and inputs ({run['seconds']:.2f} s); a low-precision leaf passes when rmse(variant, ref) <= "
-            "multiplier x rmse(eager, ref) + tol/10 (torch._dynamo.utils.same, fp64_ref). Worst leaf per variant:"
-        )
+        out.append(reference_text(run) + " Worst leaf per variant:")
         out.append("")
     for name, hp in rows:
         text = high_precision_text(hp).replace("rewritten vs", f"{name} vs")
