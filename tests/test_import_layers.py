@@ -30,7 +30,7 @@ KNOWN: dict[tuple[str, str], str] = {
     ("rewriter.diagnose.search", "rewriter.rewrite"):
         "the search rewrites each candidate with plan_rewrite (the pure part of rewrite.py)",
     ("rewriter.actions.compile", "rewriter.check.engine"):
-        "the compile action reads SP109's ignore comment syntax from check; the shared fact belongs below both",
+        "the compile action reads check's SUPPRESS_RE (the ignore-comment syntax); the shared fact belongs below both",
     ("rewriter.actions.compile", "rewriter.check.rules.sp109_reduce_overhead_small_region"):
         "the compile action reuses SP109's private _body_size; the shared fact belongs below both",
     ("rewriter.consistency", "rewriter.check.facts"):

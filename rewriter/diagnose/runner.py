@@ -40,7 +40,7 @@ from .report import charts, default_report_dir, markdown, plan_yaml, terminal, t
 from .rung import RungResult
 from .session import HarnessFailure, Session
 
-#: The ladder, cheapest first (DESIGN.md). ``profile`` is the shared profiled run.
+#: The ladder, cheapest first (docs/design.md). ``profile`` is the shared profiled run.
 RUNGS: list[tuple[str, Callable[[Context], RungResult] | None]] = [
     ("batch_scaling", batch_scaling.run),
     ("profile", None),
@@ -407,7 +407,7 @@ def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_d
     r = RungResult(SEARCH, "Which complete plan wins, measured as a whole?")
     r.threshold = ("net = (t_as_is - t_plan) x runs - compile per start x restarts, largest wins; a step difference within the "
                    "noise (95% interval of the paired ratio contains 1, or < 2%), or nets within 3% of t_best x runs, go to the "
-                   "cheaper compile (DESIGN.md, the search)")
+                   "cheaper compile (docs/design.md, the search)")
     t0 = time.perf_counter()
     try:
         run_search(ctx, budget_s=budget_s or DEFAULT_BUDGET_S, timeout_s=max(timeout_s, 120.0), console=console,

@@ -1,5 +1,5 @@
 """The search: every candidate plan rewritten into its own tree, measured by the engine validate
-uses, and the measurement decides (DESIGN.md, "The search").
+uses, and the measurement decides (docs/design.md, "The search").
 
 Each candidate (:mod:`.candidates`) goes through the real rewrite path (:func:`rewriter.rewrite.plan_rewrite`,
 unsafe actions included, as validate materialises a plan) into a copy of SRC; the engine
