@@ -3,6 +3,8 @@ the form of a progress line."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +108,15 @@ class Feed:
     def describe(self, description: str) -> None:
         if self._progress is not None:
             self._progress.update(self._task, description=description)
+
+    @contextmanager
+    def progress(self, description: str, total: int) -> Iterator[None]:
+        """:meth:`start` ... :meth:`stop` around a block (the bar goes also when the block raises)."""
+        self.start(description, total)
+        try:
+            yield
+        finally:
+            self.stop()
 
     def stop(self) -> None:
         if self._progress is not None:

@@ -268,59 +268,58 @@ def diagnose(
 
     console.print(f"diagnose: the ladder ({len(RUNGS)} rungs)" + ("" if only is not None and SEARCH not in only
                   else ", then the search over candidate plans") + " ...", highlight=False)
-    feed.start("setup: building the model", total=len(RUNGS))
-    said("setup: building the model")
-    try:
-        session.rung = "setup"
-        model, _, _ = ctx.reference()
-        if len(spec.shapes) > 1:  # every shape once, eager, before the rungs (and the search) rely on them
-            said(f"setup: one eager step at each of the other {len(spec.shapes) - 1} harness shape(s)")
-            session.check_shapes()
-        # the model's own regional-compilation list (diffusers' _repeated_blocks) first
-        ctx.cache["declared"] = declared_blocks(model)
-        ctx.cache["blocks"] = granularity.find_blocks(model, src, ctx.cache["declared"])
-    except HarnessFailure as exc:
-        fatal = exc
-    for i, (name, fn) in enumerate(RUNGS, 1):
-        if fatal is not None:
-            break
-        feed.describe(f"rung: {name}")
-        said(f"rung {name} ({i}/{len(RUNGS)}) ...")
-        session.rung = name
-        t0 = time.perf_counter()
+    with feed.progress("setup: building the model", total=len(RUNGS)):
+        said("setup: building the model")
         try:
-            if only is not None and name not in only and name != "profile":
-                r = RungResult(name, name).skip("not selected")
-            elif name == "profile":
-                if only is not None and not (only & NEEDS_PROFILE):
+            session.rung = "setup"
+            model, _, _ = ctx.reference()
+            if len(spec.shapes) > 1:  # every shape once, eager, before the rungs (and the search) rely on them
+                said(f"setup: one eager step at each of the other {len(spec.shapes) - 1} harness shape(s)")
+                session.check_shapes()
+            # the model's own regional-compilation list (diffusers' _repeated_blocks) first
+            ctx.cache["declared"] = declared_blocks(model)
+            ctx.cache["blocks"] = granularity.find_blocks(model, src, ctx.cache["declared"])
+        except HarnessFailure as exc:
+            fatal = exc
+        for i, (name, fn) in enumerate(RUNGS, 1):
+            if fatal is not None:
+                break
+            feed.describe(f"rung: {name}")
+            said(f"rung {name} ({i}/{len(RUNGS)}) ...")
+            session.rung = name
+            t0 = time.perf_counter()
+            try:
+                if only is not None and name not in only and name != "profile":
+                    r = RungResult(name, name).skip("not selected")
+                elif name == "profile":
+                    if only is not None and not (only & NEEDS_PROFILE):
+                        feed.advance()
+                        continue
+                    _, _, step = ctx.reference()
+                    blocks = ctx.cache["blocks"]
+                    named = granularity.profiled(blocks)
+                    ctx.cache["profile"] = profile_steps(session, step, out_dir, steps=steps, blocks=named)
+                    said(f"rung profile: ok in {time.perf_counter() - t0:.1f} s")
                     feed.advance()
                     continue
-                _, _, step = ctx.reference()
-                blocks = ctx.cache["blocks"]
-                named = granularity.profiled(blocks)
-                ctx.cache["profile"] = profile_steps(session, step, out_dir, steps=steps, blocks=named)
-                said(f"rung profile: ok in {time.perf_counter() - t0:.1f} s")
-                feed.advance()
-                continue
-            elif name in NEEDS_PROFILE and "profile" not in ctx.cache:
-                r = RungResult(name, name, status="error", reason="the profiled run failed")
-            else:
-                r = fn(ctx)  # type: ignore[misc]
-        except HarnessFailure as exc:
-            if name not in COMPILE_RUNGS:
-                fatal = exc
-            elif exc.oom and exc.oom.get("fragmentation") and compiled_oom is None:
-                compiled_oom = exc
-            r = RungResult(name, name, status="error", reason=exc.describe())
-        except Exception as exc:  # a rung's own failure: record it, keep climbing
-            r = RungResult(name, name, status="error", reason=f"rung {name}: {rung_error(exc, src)}")
-        r.seconds = round(time.perf_counter() - t0, 3)
-        results.append(r)
-        ctx.results[name] = r
-        reason = (r.reason or "").removeprefix(f"rung {name}: ")  # the line names the rung once
-        said(f"rung {name}: {r.status} in {r.seconds:.1f} s" + (f" ({reason})" if reason and not r.ok else ""))
-        feed.advance()
-    feed.stop()
+                elif name in NEEDS_PROFILE and "profile" not in ctx.cache:
+                    r = RungResult(name, name, status="error", reason="the profiled run failed")
+                else:
+                    r = fn(ctx)  # type: ignore[misc]
+            except HarnessFailure as exc:
+                if name not in COMPILE_RUNGS:
+                    fatal = exc
+                elif exc.oom and exc.oom.get("fragmentation") and compiled_oom is None:
+                    compiled_oom = exc
+                r = RungResult(name, name, status="error", reason=exc.describe())
+            except Exception as exc:  # a rung's own failure: record it, keep climbing
+                r = RungResult(name, name, status="error", reason=f"rung {name}: {rung_error(exc, src)}")
+            r.seconds = round(time.perf_counter() - t0, 3)
+            results.append(r)
+            ctx.results[name] = r
+            reason = (r.reason or "").removeprefix(f"rung {name}: ")  # the line names the rung once
+            said(f"rung {name}: {r.status} in {r.seconds:.1f} s" + (f" ({reason})" if reason and not r.ok else ""))
+            feed.advance()
     outcome = Outcome(rungs=results)
     if fatal is not None:
         # the harness's own errors name the callable already ("harness.inputs: make_inputs(batch=2) raised ...")
