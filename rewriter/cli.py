@@ -99,22 +99,18 @@ def timing_options(command: str) -> Callable[[F], F]:
     """The options diagnose's search and validate share for timing on CUDA, declared once:
     ``--no-overlap``, ``--pin``, ``--host`` and ``--nproc`` (``command`` names what the help says
     is timed). See docs/measuring-on-a-gpu.md."""
-    timed = "the search's candidates" if command == "diagnose" else "each variant"
+    timed = "the search's candidates are" if command == "diagnose" else "each variant is"
     options = [
         click.option("--no-overlap", is_flag=True,
-                     help="Run the eager reference to its end before the first compile (by default, on a GPU with >= 8 CPUs, "
-                          "it overlaps the first cold phase)."),
+                     help="Run the eager reference alone before the first compile (default: overlapped, on a GPU host "
+                          "with >= 8 CPUs)."),
         click.option("--pin", type=_Choice(["shared", "fastest", "own", "off"]), default="shared", show_default=True,
-                     help="Where each timed process's main thread runs on CUDA: shared (all on one core, the one of median "
-                          "speed at a pure-Python loop, a typical core of the host; one process runs at a time), fastest "
-                          "(all on the fastest core: host-bound plans as a dedicated host runs them), own (a core each) or "
-                          "off (the scheduler's)."),
+                     help="Where timed processes' main threads run on CUDA: shared (one core of median speed, one process "
+                          "at a time), fastest (the fastest core), own (a core each) or off (the scheduler's)."),
         click.option("--host", "host", type=_Choice(["both", "quiet"]), default="both", show_default=True,
-                     help=f"Host conditions {timed} are timed in on CUDA, with one shared core: both (also with a busy loop "
-                          "on that core, a data-loader worker or a neighbour; " + (
-                              "the plan is the candidate least behind in the worse of the two" if command == "diagnose" else
-                              "the plan must pass the speed gate there too, within that window's measured band")
-                          + ") or quiet (a dedicated host: the quiet figures alone)."),
+                     help=f"Host conditions {timed} timed in on CUDA: both (also with a busy loop on the shared core; "
+                          + ("the plan is the least behind in the worse" if command == "diagnose" else "the plan must pass there too")
+                          + ") or quiet (a dedicated host)."),
         click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Processes (one per GPU) under torchrun; > 1 " + (
                          "diagnoses collectives across ranks." if command == "diagnose"
@@ -182,12 +178,11 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
 @click.option("--keep-temp", is_flag=True, help="Keep the temp trees and child logs.")
 @timing_options("validate")
 @click.option("--construct-on", type=_Choice(["device", "host"]), default="device", show_default=True,
-              help="Where each child constructs the model: under the harness device (parameter init on "
-                   "the GPU; host when that raises) or on the host as the harness does alone.")
+              help="Where each child builds the model: on the device (the host when that raises) or on the host.")
 @click.option("--processes", type=_Choice(["auto", "1", "2"]), default="auto", show_default=True,
-              help="Timed processes per variant: 2 gives each a second process that runs Inductor's autotuning again, and the faster one's median stands, as diagnose's search times its candidates (auto: 2 on CUDA, 1 on CPU).")
+              help="Timed processes per variant: 2 gives each a second process that runs Inductor's autotuning again, the faster standing (auto: 2 on CUDA, 1 on CPU).")
 @click.option("--windows", type=_Choice(["auto", "1", "2"]), default="auto", show_default=True,
-              help="Timing windows per shape, the faster one standing, as diagnose's search times (auto: 2 on CUDA, 1 on CPU).")
+              help="Timing windows per shape, the faster standing (auto: 2 on CUDA, 1 on CPU).")
 @click.pass_context
 def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, backend: str, min_speedup: float,
              speed_gate: str, timeout_s: float, reps: int, warmup: int, baselines: str, keep_temp: bool,
@@ -281,8 +276,7 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @click.option("--site", default=None, help="file.py::func under SRC that returns the model (e.g. train.py::build): where actions on an installed library's blocks (transformers, timm) are applied. Default: the harness's model function.")
 @timing_options("diagnose")
 @click.option("--cold-parallel", type=click.IntRange(min=1, max=8), default=None,
-              help="Candidates' cold phases (their first compile per shape) run this many at a time in the search "
-                   "(default: 2 on a GPU host with >= 8 CPUs, else 1; concurrent compiles count what the others take from the CPUs).")
+              help="Candidates' cold phases at a time (default: 2 on a GPU host with >= 8 CPUs, else 1).")
 @click.option("--wrap", type=_Choice(["ddp", "fsdp2", "none"]), default=None,
               help="With --nproc: data-parallel wrapper (default: harness STACKPART_DISTRIBUTED, else ddp).")
 @click.pass_context
