@@ -291,7 +291,10 @@ def one_model(name: str, work: Path, *, smoke: bool, timeout: float, steps: int,
     rc, _, err = run_group(cmd, env, timeout)
     wall = time.perf_counter() - t0
     (out / "stderr.txt").write_text(err, encoding="utf-8")
-    info = next((json.loads(line.split("harness-info: ", 1)[1]) for line in err.splitlines() if line.startswith("harness-info: ")), {})
+    # the harness's own stderr goes to diagnose.log (the terminal keeps stackpart's summary)
+    log = out / "report" / "diagnose.log"
+    printed = err + (log.read_text(encoding="utf-8", errors="replace") if log.is_file() else "")
+    info = next((json.loads(line.split("harness-info: ", 1)[1]) for line in printed.splitlines() if line.startswith("harness-info: ")), {})
     report_path = out / "report" / "report.json"
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
     rungs = {r["name"]: r for r in report.get("rungs", [])}

@@ -9,12 +9,15 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import click
 
 from . import __version__
 from .errors import StackpartError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _Choice(click.Choice):
@@ -66,6 +69,62 @@ class _Shape(click.ParamType):
 SHAPE = _Shape()
 
 
+class SectionedCommand(click.Command):
+    """A command whose ``--help`` lists its options in sections, the common ones first
+    (``sections``: ``(title, (parameter name, ...))`` pairs; the rest under "Other options").
+    click's own formatter does the layout (``HelpFormatter.section``/``write_dl``)."""
+
+    def __init__(self, *args: object, sections: tuple[tuple[str, tuple[str, ...]], ...] = (), **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.sections = sections
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        help_option = self.get_help_option(ctx)
+        records = {("help" if p is help_option else p.name): p.get_help_record(ctx)
+                   for p in self.get_params(ctx) if isinstance(p, click.Option)}
+        placed: set[str | None] = set()
+        for title, names in self.sections:
+            rows = [records[n] for n in names if records.get(n)]
+            placed.update(names)
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)  # type: ignore[arg-type]
+        rest = [r for n, r in records.items() if r and n not in placed]
+        if rest:
+            with formatter.section("Other options"):
+                formatter.write_dl(rest)
+
+
+def timing_options(command: str) -> Callable[[F], F]:
+    """The options diagnose's search and validate share for timing on CUDA, declared once:
+    ``--no-overlap``, ``--pin``, ``--host`` and ``--nproc`` (``command`` names what the help says
+    is timed). See docs/measuring-on-a-gpu.md."""
+    timed = "the search's candidates are" if command == "diagnose" else "each variant is"
+    options = [
+        click.option("--no-overlap", is_flag=True,
+                     help="Run the eager reference alone before the first compile (default: overlapped, on a GPU host "
+                          "with >= 8 CPUs)."),
+        click.option("--pin", type=_Choice(["shared", "fastest", "own", "off"]), default="shared", show_default=True,
+                     help="Where timed processes' main threads run on CUDA: shared (one core of median speed, one process "
+                          "at a time), fastest (the fastest core), own (a core each) or off (the scheduler's)."),
+        click.option("--host", "host", type=_Choice(["both", "quiet"]), default="both", show_default=True,
+                     help=f"Host conditions {timed} timed in on CUDA: both (also with a busy loop on the shared core; "
+                          + ("the plan is the least behind in the worse" if command == "diagnose" else "the plan must pass there too")
+                          + ") or quiet (a dedicated host)."),
+        click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Processes (one per GPU) under torchrun; > 1 " + (
+                         "diagnoses collectives across ranks." if command == "diagnose"
+                         else "runs original and plan on N processes and compares step time and exposed communication.")),
+    ]
+
+    def apply(f: F) -> F:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return apply
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="stackpart")
 def cli() -> None:
@@ -96,7 +155,12 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
                              validate=not no_validate, report=report, summary_md=summary_md))
 
 
-@cli.command()
+@cli.command(cls=SectionedCommand, sections=(
+    ("Common options", ("plan_path", "out", "speed_gate", "min_speedup", "help")),
+    ("Measurement", ("backend", "baselines", "timeout_s", "reps", "warmup", "keep_temp")),
+    ("Timing on CUDA (docs/measuring-on-a-gpu.md)", ("no_overlap", "pin", "host", "processes", "windows", "construct_on")),
+    ("Distributed (docs/distributed.md)", ("nproc",)),
+))
 @click.option("--plan", "plan_path", required=True, type=click.Path(dir_okay=False), help="plan.yaml (with harness:).")
 @click.argument("src", type=SRC_DIR)
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
@@ -112,24 +176,13 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
 @click.option("--baselines", default="whole,regional", show_default=True,
               help="Comma-separated baselines besides eager: whole, regional ('none' or empty for none).")
 @click.option("--keep-temp", is_flag=True, help="Keep the temp trees and child logs.")
-@click.option("--no-overlap", is_flag=True,
-              help="Run the eager reference to its end before the first compile (by default, on a GPU "
-                   "with >= 8 CPUs, it overlaps the plan's cold phase).")
+@timing_options("validate")
 @click.option("--construct-on", type=_Choice(["device", "host"]), default="device", show_default=True,
-              help="Where each child constructs the model: under the harness device (parameter init on "
-                   "the GPU; host when that raises) or on the host as the harness does alone.")
-@click.option("--pin", type=_Choice(["shared", "fastest", "own", "off"]), default="shared", show_default=True,
-              help="Where each timed process's main thread runs on CUDA: shared (all on one core, the one of median speed at a pure-Python loop, a typical core of the host; one process runs at a time), fastest (all on the fastest core: host-bound plans as a dedicated host runs them), own (a core each) or off (the scheduler's).")
+              help="Where each child builds the model: on the device (the host when that raises) or on the host.")
 @click.option("--processes", type=_Choice(["auto", "1", "2"]), default="auto", show_default=True,
-              help="Timed processes per variant: 2 gives each a second process that runs Inductor's autotuning again, and the faster one's median stands, as diagnose's search times its candidates (auto: 2 on CUDA, 1 on CPU).")
+              help="Timed processes per variant: 2 gives each a second process that runs Inductor's autotuning again, the faster standing (auto: 2 on CUDA, 1 on CPU).")
 @click.option("--windows", type=_Choice(["auto", "1", "2"]), default="auto", show_default=True,
-              help="Timing windows per shape, the faster one standing, as diagnose's search times (auto: 2 on CUDA, 1 on CPU).")
-@click.option("--host", "host", type=_Choice(["both", "quiet"]), default="both", show_default=True,
-              help="Host conditions timed and gated on CUDA with one shared core: both (also each shape once more with a busy "
-                   "loop on that core, as diagnose's search times; the plan must pass the speed gate there too, within "
-                   "that window's measured band) or quiet (a dedicated host: the quiet figures alone).")
-@click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
-              help="> 1: run original and plan under torchrun on N processes; compare step time and exposed communication.")
+              help="Timing windows per shape, the faster standing (auto: 2 on CUDA, 1 on CPU).")
 @click.pass_context
 def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, backend: str, min_speedup: float,
              speed_gate: str, timeout_s: float, reps: int, warmup: int, baselines: str, keep_temp: bool,
@@ -192,13 +245,20 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
                            diff=show_diff, validate=not no_validate, project=False if no_project else None))
 
 
-@cli.command()
+@cli.command(cls=SectionedCommand, sections=(
+    ("Common options", ("harness", "output", "shapes", "mode", "dtype", "device", "verbose", "help")),
+    ("Search", ("budget", "no_search", "backend", "runs", "restarts", "report_dir")),
+    ("Harness and program", ("model", "inputs", "timeout", "steps", "entry", "site")),
+    ("Timing on CUDA (docs/measuring-on-a-gpu.md)", ("no_overlap", "pin", "host", "cold_parallel")),
+    ("Distributed (docs/distributed.md)", ("nproc", "wrap")),
+))
 @click.option("--harness", required=True, help="harness.py under SRC, or a plan.yaml whose harness: section is used.")
 @click.argument("src", type=SRC_DIR)
 @click.option("-o", "--output", default="plan.yaml", show_default=True, type=click.Path(dir_okay=False), help="Where the plan goes.")
 @click.option("--model", default=None, help="Model factory in the harness (default build_model).")
 @click.option("--inputs", default=None, help="Input factory in the harness (default make_inputs).")
-@click.option("--shape", "shapes", multiple=True, type=SHAPE, help="An input shape, e.g. batch=8,seq=512; repeatable, the first is the reference.")
+@click.option("--shape", "shapes", multiple=True, type=SHAPE, help="An input shape, e.g. batch=8,seq=512; repeatable, the first is the reference (default: the harness's own, said when it runs).")
+@click.option("-v", "--verbose", is_flag=True, help="Also print a line per rung and per measurement event (they always go to diagnose.log).")
 @click.option("--mode", type=_Choice(["inference", "training"]), default=None)
 @click.option("--dtype", type=_Choice(["float32", "bfloat16", "float16"]), default=None)
 @click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
@@ -214,20 +274,9 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @click.option("--steps", type=click.IntRange(min=1), default=3, show_default=True, help="Profiled steps.")
 @click.option("--entry", default=None, help="file.py::func under SRC: the program's entry point (runs before the first CUDA allocation); where the allocator action goes.")
 @click.option("--site", default=None, help="file.py::func under SRC that returns the model (e.g. train.py::build): where actions on an installed library's blocks (transformers, timm) are applied. Default: the harness's model function.")
-@click.option("--no-overlap", is_flag=True,
-              help="In the search, run the eager reference to its end before the first compile (by default, on a GPU "
-                   "with >= 8 CPUs, it overlaps the first candidate's cold phase).")
-@click.option("--pin", type=_Choice(["shared", "fastest", "own", "off"]), default="shared", show_default=True,
-              help="Where each timed process's main thread runs on CUDA: shared (all on one core, the one of median speed at a pure-Python loop, a typical core of the host; one process runs at a time), fastest (all on the fastest core: host-bound plans as a dedicated host runs them), own (a core each) or off (the scheduler's).")
+@timing_options("diagnose")
 @click.option("--cold-parallel", type=click.IntRange(min=1, max=8), default=None,
-              help="Candidates' cold phases (their first compile per shape) run this many at a time in the search "
-                   "(default: 2 on a GPU host with >= 8 CPUs, else 1; concurrent compiles count what the others take from the CPUs).")
-@click.option("--host", "host", type=_Choice(["both", "quiet"]), default="both", show_default=True,
-              help="Host conditions the search times and decides on (CUDA, one shared core): both (also with a busy loop on "
-                   "that core, and the plan is the candidate least behind in the worse of the two: a data-loader worker or "
-                   "a neighbour), or quiet (a dedicated host: the quiet core's net saving alone).")
-@click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Processes (one per GPU) under torchrun; > 1 diagnoses collectives across ranks.")
+              help="Candidates' cold phases at a time (default: 2 on a GPU host with >= 8 CPUs, else 1).")
 @click.option("--wrap", type=_Choice(["ddp", "fsdp2", "none"]), default=None,
               help="With --nproc: data-parallel wrapper (default: harness STACKPART_DISTRIBUTED, else ddp).")
 @click.pass_context
@@ -237,6 +286,7 @@ def diagnose(ctx: click.Context, harness: str, src: str, output: str, **kw: obje
 
     nproc, wrap = kw.pop("nproc"), kw.pop("wrap")
     if nproc > 1:  # type: ignore[operator]
+        kw.pop("verbose")
         kw.pop("budget")
         kw.pop("no_search")
         kw.pop("no_overlap")

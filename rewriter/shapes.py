@@ -56,3 +56,29 @@ def _parse_item(item: str) -> tuple[str, int]:
     if not 0 <= value <= MAX_SIZE:
         raise ValueError(f"{name}: {value} is not a size from 0 to 2**63-1")
     return name, value
+
+
+def default_shape_text(harness: object, inputs: str) -> str:
+    """What a run without ``--shape`` (and without ``harness.shapes``) feeds the model, read from
+    the harness file without running it: ``make_inputs()``'s own defaults, e.g. ``make_inputs's
+    defaults, batch=4,seq=128 (one shape; pass --shape name=int,... for the shapes your program
+    runs)``. A default that is not an int literal, or a file that does not parse, is said as
+    ``make_inputs() with no arguments``."""
+    import ast
+    from pathlib import Path
+
+    advice = "one shape; pass --shape name=int,... (repeatable) for the shapes your program runs"
+    try:
+        tree = ast.parse(Path(str(harness)).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        tree = None
+    func = next((n for n in getattr(tree, "body", []) if isinstance(n, ast.FunctionDef) and n.name == inputs), None)
+    if func is not None:
+        args = func.args.posonlyargs + func.args.args
+        pairs = list(zip([a.arg for a in args[len(args) - len(func.args.defaults):]], func.args.defaults))
+        pairs += [(a.arg, d) for a, d in zip(func.args.kwonlyargs, func.args.kw_defaults) if d is not None]
+        sizes = [f"{name}={d.value}" for name, d in pairs
+                 if isinstance(d, ast.Constant) and isinstance(d.value, int) and not isinstance(d.value, bool)]
+        if sizes:
+            return f"{inputs}()'s own defaults, {','.join(sizes)} ({advice})"
+    return f"{inputs}() with no arguments ({advice})"

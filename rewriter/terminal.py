@@ -3,8 +3,10 @@ the form of a progress line."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -36,3 +38,137 @@ def progress_line(text: str, limit: int = PROGRESS_LIMIT) -> str:
     keep = max(limit - len(ELIDED), 2)
     head = keep // 2
     return text[:head] + ELIDED + text[len(text) - (keep - head):]
+
+
+class Feed:
+    """Where a long command's lines go: its summary to the console; its per-event lines (a rung
+    started, a candidate measured) to the log always and to the console only when ``verbose``;
+    on a terminal, a progress bar with the time left.
+
+    ``with Feed(console, verbose, log):`` also sends what third-party code writes to the process's
+    stderr (the profiler's USDT lines from C++, library warnings, torch's loggers) to ``log``
+    instead of the terminal, where the command runs as a program (stderr is file descriptor 2):
+    file descriptor 2 is pointed at the log and ``console`` writes to a duplicate of the old one.
+    Under a caller that replaced ``sys.stderr`` (pytest's capture) nothing is redirected.
+    ``log`` is written on exit; its folder must exist by then (else the captured text is printed,
+    not lost).
+    """
+
+    def __init__(self, console: Console, verbose: bool = False) -> None:
+        self.console = console
+        self.verbose = verbose
+        self.events: list[str] = []
+        self.log: Any = None
+        self._saved_fd: int | None = None
+        self._saved_file: Any = None
+        self._capture: Any = None
+        self._progress: Any = None
+        self._task: Any = None
+
+    # -- lines ------------------------------------------------------------------------------
+    def event(self, text: str) -> None:
+        """One per-event line: to the log, and to the console with ``verbose``."""
+        import time
+
+        self.events.append(text)
+        if self._capture is not None:
+            self._capture.write(f"{time.strftime('%H:%M:%S')} {text}\n".encode())
+            self._capture.flush()
+        if self.verbose:
+            self.console.print(text, highlight=False)
+
+    @property
+    def capturing(self) -> bool:
+        """Inside ``with``: the event lines (and third-party stderr) are being kept for :attr:`log`."""
+        return self._capture is not None
+
+    def said(self, text: str) -> bool:
+        """Whether ``text`` was printed as an event line already (so a summary need not repeat it)."""
+        return self.verbose and text in self.events
+
+    # -- progress ---------------------------------------------------------------------------
+    def start(self, description: str, total: int) -> None:
+        """A progress bar (description, bar, done/total, time elapsed and left) on a terminal;
+        nothing elsewhere. A second call replaces the first bar."""
+        self.stop()
+        if not self.console.is_terminal:
+            return
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                                  TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), console=self.console,
+                                  transient=True)
+        self._progress.start()
+        self._task = self._progress.add_task(description, total=total)
+
+    def advance(self, description: str | None = None, steps: int = 1) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, advance=steps, **({"description": description} if description else {}))
+
+    def describe(self, description: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=description)
+
+    @contextmanager
+    def progress(self, description: str, total: int) -> Iterator[None]:
+        """:meth:`start` ... :meth:`stop` around a block (the bar goes also when the block raises)."""
+        self.start(description, total)
+        try:
+            yield
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = self._task = None
+
+    # -- third-party output -----------------------------------------------------------------
+    def __enter__(self) -> "Feed":
+        import os
+        import sys
+        import tempfile
+
+        self._capture = tempfile.TemporaryFile()
+        try:
+            redirect = sys.stderr.fileno() == 2
+        except (AttributeError, OSError, ValueError):  # replaced (pytest's capture, io.StringIO)
+            redirect = False
+        if redirect and getattr(self.console, "_file", None) is None and self.console.stderr:
+            sys.stderr.flush()
+            self._saved_fd = os.dup(2)
+            self._saved_file = os.fdopen(os.dup(self._saved_fd), "w", buffering=1, encoding=sys.stderr.encoding,
+                                         errors="replace")
+            self.console.file = self._saved_file  # rich keeps writing to the terminal
+            os.dup2(self._capture.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import os
+        import sys
+
+        self.stop()
+        if self._saved_fd is not None:
+            sys.stderr.flush()
+            os.dup2(self._saved_fd, 2)
+            os.close(self._saved_fd)
+            self._saved_fd = None
+            self.console.file = None  # back to sys.stderr
+            self._saved_file.close()
+        capture, self._capture = self._capture, None
+        capture.seek(0)
+        text = capture.read()
+        capture.close()
+        if self.log is not None and os.path.isdir(os.path.dirname(os.fspath(self.log)) or "."):
+            with open(self.log, "wb") as f:
+                f.write(text)
+        elif text.strip() and self._saved_file is not None:  # nowhere to keep it: show it rather than lose it
+            sys.stderr.write(text.decode(errors="replace"))
+
+
+def event(console: Any, text: str) -> None:
+    """A per-event line: :meth:`Feed.event` when ``console`` is a :class:`Feed`, else printed."""
+    if isinstance(console, Feed):
+        console.event(text)
+    elif console is not None:
+        console.print(text, highlight=False)

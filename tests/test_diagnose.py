@@ -57,7 +57,8 @@ def test_whole_ladder_writes_plan_report_json_charts_and_trace(tmp_path, capsys)
 def test_harness_from_an_existing_plan_with_flag_overrides(tmp_path):
     src = tmp_path / "src"
     shutil.copytree(WORKLOADS / "launch_bound", src)
-    rc = main(["diagnose", "--harness", str(src / "plan.yaml"), str(src), "-o", str(tmp_path / "plan.yaml"), "--shape", "batch=3"])
+    rc = main(["diagnose", "--harness", str(src / "plan.yaml"), str(src), "-o", str(tmp_path / "plan.yaml"), "--shape", "batch=3",
+               "--no-search"])  # the harness section is what is tested: the search adds nothing to it
     assert rc == 0
     plan = load_plan(tmp_path / "plan.yaml").plan
     assert plan.harness.file == "harness.py" and plan.harness.shapes == [{"batch": 3}]
@@ -280,7 +281,7 @@ def test_two_plans_in_one_folder_keep_their_own_reports(tmp_path, capsys):
     earlier plan.yaml run in the shared stackpart-diagnose/ and left its charts beside it."""
     src = tmp_path / "src"
     shutil.copytree(WORKLOADS / "launch_bound", src)
-    flags = ["--device", "cpu", "--shape", "batch=2", "--steps", "1"]
+    flags = ["--device", "cpu", "--shape", "batch=2", "--steps", "1", "--no-search"]  # the report folders are tested
     assert main(["diagnose", "--harness", "harness.py", str(src), "-o", str(tmp_path / "plan.yaml"), *flags]) == 0
     good = (tmp_path / "stackpart-diagnose" / "report.json").read_bytes()
     broken = tmp_path / "src6"  # another tree: this process imported src's model module already

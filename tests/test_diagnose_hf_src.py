@@ -46,7 +46,9 @@ def test_plan_targets_the_copied_decoder_layer_and_rewrite_touches_only_that_fil
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    info = [json.loads(line.split(": ", 1)[1]) for line in proc.stderr.splitlines() if line.startswith("harness-info: ")]
+    printed = (out / "stackpart-diagnose" / "diagnose.log").read_text()  # the harness's stderr, kept off the terminal
+    assert "harness-info: " not in proc.stderr
+    info = [json.loads(line.split(": ", 1)[1]) for line in printed.splitlines() if line.startswith("harness-info: ")]
     assert info and info[0]["modeling_file"] == MODELING  # the model class came from the copy
 
     report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())

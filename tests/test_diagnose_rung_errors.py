@@ -90,7 +90,7 @@ def test_an_error_torch_raises_while_tracing_names_the_users_line_not_torchs(tmp
     expected = (f"diagnose stopped at rung batch_scaling: harness build_model() model forward at {{'batch': 2}}: raised "
                 "TorchRuntimeError: RuntimeError when making fake tensor call -- Dynamo failed to run FX node with fake tensors")
     assert expected in err and expected in report["error"], err
-    assert f"(model.py:{line})" in err and f"(model.py:{line})" in report["error"]
+    assert f"error: model.py:{line}: " in err and f"(model.py:{line})" in report["error"]
     assert "Attempting to broadcast a dimension of length 5" in report["error"], "the cause, not only the heading"
     assert "\n" not in report["error"]
 

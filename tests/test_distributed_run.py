@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rewriter.distributed.report import markdown
 from rewriter.errors import StackpartError
 from rewriter.plan import Harness, load_plan, parse_plan
 
@@ -38,7 +39,7 @@ def test_gloo_run_tells_all_reduce_bound_from_compute_bound(tmp_path: Path) -> N
                               tmp_path / "cb", wrap="fsdp2", warmup=1, steps=2)
 
     assert bound.backend == "gloo" and bound.wrap == "ddp" and bound.nproc == 2
-    assert bound.collective_bound, bound.to_markdown()
+    assert bound.collective_bound, markdown(bound)
     assert bound.dominant is not None and bound.dominant.kind == "all_reduce"
     assert bound.dominant.calls_per_step == 1  # one 64 MB parameter: one bucket
     assert bound.grad_bytes >= bound.largest_grad_bytes > 60 * 2**20
@@ -46,7 +47,7 @@ def test_gloo_run_tells_all_reduce_bound_from_compute_bound(tmp_path: Path) -> N
     parse_plan(json.dumps({"version": 1, "actions": bound.suggestions}))  # they load as a plan
 
     assert compute.wrap == "fsdp2"
-    assert not compute.collective_bound, compute.to_markdown()
+    assert not compute.collective_bound, markdown(compute)
     assert compute.suggestions == []
     assert {c.kind for c in compute.collectives} >= {"all_gather"}  # FSDP2 gathers parameters
     assert compute.exposed_share < bound.exposed_share

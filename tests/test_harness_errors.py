@@ -173,7 +173,7 @@ def test_an_input_that_fails_only_in_the_search_names_the_users_file_not_the_tem
                                     "def make_inputs(batch=2):\n    if batch == 3 and 'stackpart-search' in __file__:\n"
                                     "        raise ValueError('no data')\n    return (torch.randn(batch, 4),)\n")
     code = main(["diagnose", "--harness", "harness.py", str(src), "--shape", "batch=2", "--shape", "batch=3",
-                 "-o", str(tmp_path / "plan.yaml"), "--device", "cpu"])
+                 "-o", str(tmp_path / "plan.yaml"), "--device", "cpu", "-v"])
     lines = capsys.readouterr().err.strip().splitlines()
     err = lines[-1]
     # the search's progress line says the program as it is failed (not its compile figures), at SRC's path
@@ -240,7 +240,7 @@ def test_a_harness_that_raises_only_at_the_second_shape_stops_at_setup_before_th
     line = [i for i, row in enumerate(text.splitlines(), 1) if "raise ValueError" in row][0]
     out = tmp_path / "out"
     code = main(["diagnose", "--harness", "harness.py", str(src), "--shape", "batch=2", "--shape", "batch=3",
-                 "-o", str(out / "plan.yaml"), "--device", "cpu", "--backend", "eager"])
+                 "-o", str(out / "plan.yaml"), "--device", "cpu", "--backend", "eager", "-v"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2, err
     # where the first shape's failures point, relative to SRC (make_inputs and the model's forward

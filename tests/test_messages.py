@@ -248,7 +248,7 @@ def test_diagnose_with_no_device_records_it_threads_and_prints_plain_progress(tr
 
     before = torch.get_num_threads()
     try:
-        code = main(["diagnose", "--harness", "plan.yaml", "src", "-o", "out/plan.yaml", "--no-search"])
+        code = main(["diagnose", "--harness", "plan.yaml", "src", "-o", "out/plan.yaml", "--no-search", "-v"])
     finally:
         after = torch.get_num_threads()
         torch.set_num_threads(before)
@@ -264,7 +264,7 @@ def test_diagnose_with_no_device_records_it_threads_and_prints_plain_progress(tr
     assert after == expected
     md = (base / "out" / "stackpart-diagnose" / "report.md").read_text()
     assert report["cpu_threads"]["text"] in md and report["device_rule"] in md
-    lines = err.splitlines()
+    lines = err.splitlines()  # -v: a line per rung (also in diagnose.log without it)
     assert "diagnose: setup: building the model" in lines
     assert "diagnose: rung batch_scaling (1/11) ..." in lines
     assert any(line.startswith("diagnose: rung granularity: ok in ") for line in lines)

@@ -304,27 +304,50 @@ def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | Non
     return "\n".join(lines)
 
 
-def terminal(console: Any, rungs: list[RungResult], notes: list[str], plan: Any, paths: dict[str, str]) -> None:
-    """The rich summary on stderr: the ladder, planner notes, actions and where files went."""
+def terminal(console: Any, rungs: list[RungResult], notes: list[str], plan: Any, paths: dict[str, str],
+             said: Any = None) -> None:
+    """The summary on stderr, about 40 lines: the ladder's verdicts (one line per rung), the
+    candidates table, the planner's notes not shown already, the plan's actions (one line each)
+    and where the files went. Lines are cut to the console's width with an ellipsis; report.md
+    holds them whole. ``said(text)``: whether that line was printed already as an event (``-v``),
+    so no line is said twice."""
     from rich.table import Table
 
-    table = Table(title="stackpart diagnose: the ladder", show_lines=False)
-    for col in ("rung", "status", "verdict", "implies"):
-        table.add_column(col, overflow="fold")
+    from rich import box
+
+    table = Table(title="stackpart diagnose: the ladder (report.md has each measurement)", box=box.SIMPLE_HEAD,
+                  padding=(0, 1), show_edge=False)
+    name_width = max((len(r.name) for r in rungs), default=4)
+    table.add_column("rung", no_wrap=True, min_width=name_width)
+    table.add_column("status", no_wrap=True, min_width=7)
+    table.add_column("verdict -> implies", no_wrap=True, overflow="ellipsis",
+                     max_width=max(20, getattr(console, "width", 80) - name_width - 7 - 6))
     colors = {"ok": "green", "skipped": "yellow", "error": "red"}
     for r in rungs:
-        table.add_row(r.title, f"[{colors.get(r.status, 'white')}]{r.status}[/]", r.verdict or r.reason, r.implies)
+        verdict = " ".join(str(r.verdict or r.reason or "").split())
+        implies = "" if not r.implies or r.implies == "none" else f" -> {' '.join(str(r.implies).split())}"
+        table.add_row(r.name, f"[{colors.get(r.status, 'white')}]{r.status}[/]", f"{verdict}{implies}")
     console.print(table)
-    candidates_terminal(console, next((r for r in rungs if r.name == "search"), None))
-    for n in notes:
-        console.print(f"[bold]note:[/] {n}")
+    search = next((r for r in rungs if r.name == "search"), None)
+    candidates_terminal(console, search)
+    verdict = f"search: {search.verdict}" if search is not None and search.verdict else None
+    for n in dict.fromkeys(notes):  # the search's choice is the ladder's last row already
+        if n != verdict and not (said is not None and said(n)):
+            console.print(f"[bold]note:[/] {n}", highlight=False, no_wrap=True, overflow="ellipsis")
     if plan is not None:
         for a in plan.actions:
-            console.print(f"[bold cyan]{a.action}[/] {a.target}  [dim]{a.why}[/]")
+            console.print(f"[bold cyan]{a.action}[/] {a.target}  [dim]{' '.join(str(a.why or '').split())}[/]",
+                          highlight=False, no_wrap=True, overflow="ellipsis")
         if not plan.actions:
             console.print("[bold]plan:[/] no actions")
+    folder = Path(paths["report"]).parent if "report" in paths else None
+    together = [what for what, p in paths.items() if what != "plan" and folder is not None and Path(p).parent == folder]
     for what, p in paths.items():
-        console.print(f"wrote {what}: {p}")
+        if what not in together:
+            console.print(f"wrote {what}: {p}", highlight=False)
+        elif what == together[0]:  # the report folder's files on one line
+            console.print(f"wrote into {folder}/: " + ", ".join(f"{Path(paths[w]).name}" + (" (Perfetto)" if w.startswith("trace") else "")
+                                                         for w in together), highlight=False)
 
 
 def default_report_dir(plan_out: str | Path) -> Path:

@@ -40,7 +40,7 @@ from .report import charts, default_report_dir, markdown, plan_yaml, terminal, t
 from .rung import RungResult
 from .session import HarnessFailure, Session
 
-#: The ladder, cheapest first (DESIGN.md). ``profile`` is the shared profiled run.
+#: The ladder, cheapest first (docs/design.md). ``profile`` is the shared profiled run.
 RUNGS: list[tuple[str, Callable[[Context], RungResult] | None]] = [
     ("batch_scaling", batch_scaling.run),
     ("profile", None),
@@ -62,7 +62,7 @@ NEEDS_PROFILE = {"device_time", "op_mix", "top_ops", "gaps", "granularity"}
 #: recorded as the rung's error and the ladder goes on.
 COMPILE_RUNGS = {"graph_breaks", "recompiles", "instance_recompiles"}
 #: What a run writes into its report folder (removed first, so a failed run leaves no mix).
-ARTIFACTS = ("report.json", "report.md", "op_mix.png", "blocks.png", "candidates.png", "trace.json", "search.log")
+ARTIFACTS = ("report.json", "report.md", "op_mix.png", "blocks.png", "candidates.png", "trace.json", "search.log", "diagnose.log")
 
 
 @dataclass
@@ -196,10 +196,11 @@ def diagnose(
         StackpartError: the harness cannot be loaded (nothing written), or a harness call failed
             during a rung (report.json written with the partial results).
     """
-    from ..terminal import stderr
+    from ..terminal import Feed, stderr
 
     started = time.perf_counter()
-    console = console or stderr()
+    feed = console if isinstance(console, Feed) else Feed(console or stderr())  # per-event lines: -v and the log
+    console = feed.console
     src = src_dir(src)
     requested = spec.device
     spec = resolve_device(spec)
@@ -249,24 +250,25 @@ def diagnose(
 
         meta["cpu_threads"] = apply_in_process()
         console.print(f"diagnose: device cpu ({meta['device_rule']}); {meta['cpu_threads']['text']}", highlight=False)
+    if spec.shapes == [{}]:  # no --shape and no harness.shapes: say which shape the ladder runs
+        from ..shapes import default_shape_text
+
+        console.print(f"diagnose: no --shape given: {default_shape_text(src / spec.file, spec.inputs)}", highlight=False)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if feed.capturing:  # written when the run ends, also when it stops early (beside report.json)
+        feed.log = out_dir / "diagnose.log"
     results: list[RungResult] = []
     error: str | None = None
     fatal: HarnessFailure | None = None
     compiled_oom: HarnessFailure | None = None  # a compile rung's fragmentation OOM (the ladder goes on)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    # rich's live display draws nothing until it stops when stderr is not a terminal (a CI log, a
-    # pipe, nohup): there, each rung is one plain line as it starts and as it ends
-    plain = not getattr(console, "is_terminal", True)
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console, transient=True, disable=plain)
-
+    # on a terminal a progress bar; each rung's start and end is an event line (-v, diagnose.log)
     def said(text: str) -> None:
-        if plain:
-            console.print(f"diagnose: {text}", highlight=False)
+        feed.event(f"diagnose: {text}")
 
-    with progress:
-        task = progress.add_task("setup: building the model", total=len(RUNGS))
+    console.print(f"diagnose: the ladder ({len(RUNGS)} rungs)" + ("" if only is not None and SEARCH not in only
+                  else ", then the search over candidate plans") + " ...", highlight=False)
+    with feed.progress("setup: building the model", total=len(RUNGS)):
         said("setup: building the model")
         try:
             session.rung = "setup"
@@ -282,7 +284,7 @@ def diagnose(
         for i, (name, fn) in enumerate(RUNGS, 1):
             if fatal is not None:
                 break
-            progress.update(task, description=f"rung: {name}")
+            feed.describe(f"rung: {name}")
             said(f"rung {name} ({i}/{len(RUNGS)}) ...")
             session.rung = name
             t0 = time.perf_counter()
@@ -291,14 +293,14 @@ def diagnose(
                     r = RungResult(name, name).skip("not selected")
                 elif name == "profile":
                     if only is not None and not (only & NEEDS_PROFILE):
-                        progress.advance(task)
+                        feed.advance()
                         continue
                     _, _, step = ctx.reference()
                     blocks = ctx.cache["blocks"]
                     named = granularity.profiled(blocks)
                     ctx.cache["profile"] = profile_steps(session, step, out_dir, steps=steps, blocks=named)
                     said(f"rung profile: ok in {time.perf_counter() - t0:.1f} s")
-                    progress.advance(task)
+                    feed.advance()
                     continue
                 elif name in NEEDS_PROFILE and "profile" not in ctx.cache:
                     r = RungResult(name, name, status="error", reason="the profiled run failed")
@@ -317,7 +319,7 @@ def diagnose(
             ctx.results[name] = r
             reason = (r.reason or "").removeprefix(f"rung {name}: ")  # the line names the rung once
             said(f"rung {name}: {r.status} in {r.seconds:.1f} s" + (f" ({reason})" if reason and not r.ok else ""))
-            progress.advance(task)
+            feed.advance()
     outcome = Outcome(rungs=results)
     if fatal is not None:
         # the harness's own errors name the callable already ("harness.inputs: make_inputs(batch=2) raised ...")
@@ -341,7 +343,7 @@ def diagnose(
     if (only is None or SEARCH in only) and fatal is None and not outcome.stopped:
         from .search import annotated
 
-        found = _search(ctx, results, meta, out_dir, console, budget_s, timeout_s)
+        found = _search(ctx, results, meta, out_dir, feed, budget_s, timeout_s)
         decision = Decision(annotated(found), _search_notes(found))
     else:  # the rules' proposal, unmeasured (the search proposes it as its first candidate otherwise)
         decision = make_plan(ctx)
@@ -385,9 +387,12 @@ def diagnose(
     prof = ctx.cache.get("profile")
     if prof is not None and prof.trace:
         outcome.paths["trace (Perfetto)"] = prof.trace
+    for what, log in (("search log", out_dir / "search.log"), ("log", feed.log)):
+        if log is not None and (log is feed.log or log.exists()):
+            outcome.paths[what] = str(log)
     if found is not None:
         _write_validation(found, ctx, plan_out, outcome)
-    terminal(console, results, outcome.notes, decision.plan, outcome.paths)
+    terminal(console, results, outcome.notes, decision.plan, outcome.paths, said=feed.said)
     return outcome
 
 
@@ -401,7 +406,7 @@ def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_d
     r = RungResult(SEARCH, "Which complete plan wins, measured as a whole?")
     r.threshold = ("net = (t_as_is - t_plan) x runs - compile per start x restarts, largest wins; a step difference within the "
                    "noise (95% interval of the paired ratio contains 1, or < 2%), or nets within 3% of t_best x runs, go to the "
-                   "cheaper compile (DESIGN.md, the search)")
+                   "cheaper compile (docs/design.md, the search)")
     t0 = time.perf_counter()
     try:
         run_search(ctx, budget_s=budget_s or DEFAULT_BUDGET_S, timeout_s=max(timeout_s, 120.0), console=console,
@@ -613,7 +618,7 @@ def check_output(harness: str, output: str) -> None:
     )
 
 
-def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str | dict[str, int], ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False, site: str | None = None, no_overlap: bool = False, pin: str = "shared", cold_parallel: int | None = None, host: str = "both") -> int:
+def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str | dict[str, int], ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False, site: str | None = None, no_overlap: bool = False, pin: str = "shared", cold_parallel: int | None = None, host: str = "both", verbose: bool = False) -> int:
     """The ``stackpart diagnose`` command: returns 0 (plan written), 1 (plan written, but the ladder
     stopped at a fragmentation OOM: apply the allocator action and run again); raises
     StackpartError (exit 2)."""
@@ -628,6 +633,9 @@ def diagnose_command(harness: str, src: str, output: str, *, model: str | None, 
             base["restarts"] = restarts
         amort = Amortization.model_validate(base)
     only = {n for n, _ in RUNGS} if no_search else None
-    outcome = diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry, budget_s=budget, only=only, site=site,
-                       overlap=not no_overlap, pin=pin, cold_parallel=cold_parallel, contended=host == "both")
+    from ..terminal import Feed, stderr
+
+    with Feed(stderr(), verbose) as feed:  # third-party stderr and the event lines go to diagnose.log
+        outcome = diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry, budget_s=budget, only=only, site=site,
+                           overlap=not no_overlap, pin=pin, cold_parallel=cold_parallel, contended=host == "both", console=feed)
     return 1 if outcome.stopped else 0

@@ -1,5 +1,5 @@
 """The search: every candidate plan rewritten into its own tree, measured by the engine validate
-uses, and the measurement decides (DESIGN.md, "The search").
+uses, and the measurement decides (docs/design.md, "The search").
 
 Each candidate (:mod:`.candidates`) goes through the real rewrite path (:func:`rewriter.rewrite.plan_rewrite`,
 unsafe actions included, as validate materialises a plan) into a copy of SRC; the engine
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StackpartError
-from ..terminal import progress_line
+from ..terminal import Feed, event, progress_line
 from .candidates import Candidate, propose
 from .context import Context
 from .decide import Choice, compile_text, decide
@@ -250,8 +250,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     workdir = Path(tempfile.mkdtemp(prefix="stackpart-search-"))
 
     def say(text: str) -> None:
-        if console is not None:
-            console.print(f"search: {text}", highlight=False)
+        event(console, f"search: {text}")  # -v and diagnose.log; the summary table says the outcome
         if log is not None:
             with open(log, "a", encoding="utf-8") as f:
                 f.write(f"{time.strftime('%H:%M:%S')} {text}\n")
@@ -292,8 +291,16 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             say(f"the program as it is (the baseline) carries its own compile setup: {'; '.join(out.own_setup[:5])}"
                 + (f" (+{len(out.own_setup) - 5} more)" if len(out.own_setup) > 5 else ""))
 
+        feed = console if isinstance(console, Feed) else None
+        if feed is not None:  # one step per cold phase, one for the timing rounds
+            feed.start("search: cold phases", total=len(variants) + 1)
+
         def on_event(name: str, event: str, detail: Any) -> None:
             label = "as-is" if name == "eager" else name
+            if feed is not None and event in ("skipped", "cold"):
+                feed.advance(f"search: {label} measured")
+            elif feed is not None and event == "timing":
+                feed.describe("search: timing rounds")
             if event == "skipped":
                 say(f"{label}: {detail}")
             elif event == "timing":
@@ -316,6 +323,8 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             measure(ctx.session.spec, variants, opts, workdir,
                     amortization=ctx.amortization.model_dump(), deadline=deadline, on_event=on_event, partial=m)
         finally:
+            if feed is not None:
+                feed.stop()
             for name, row in relabel(m.results, prefixes).items():
                 out.rows["as-is" if name == "eager" else name] = row
             out.timing = [{"shape": row["shape"], "timing": {("as-is" if k == "eager" else k): v for k, v in row["timing"].items()}}

@@ -1,6 +1,6 @@
 """Diagnose (and validate) across several processes: collectives on the critical path.
 
-Rung 5 of the ladder (DESIGN.md) for multi-GPU runs. The pipeline, one module per step:
+Rung 5 of the ladder (docs/design.md) for multi-GPU runs. The pipeline, one module per step:
 
 * :mod:`.launch`: ``run_distributed`` runs the harness under torchrun and merges the results;
 * :mod:`.worker`: the per-rank entry (build, wrap in DDP/FSDP2, warm up, time, profile);

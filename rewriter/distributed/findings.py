@@ -148,11 +148,6 @@ class DistributedFindings:
             r["exposed_share"] = s.exposed_share
         return data
 
-    def to_markdown(self) -> str:
-        from .report import markdown
-
-        return markdown(self)
-
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0

@@ -19,6 +19,7 @@ from ..errors import StackpartError
 from ..plan import DISTRIBUTED_SETTINGS, Harness
 from . import advise
 from .findings import COLLECTIVE_BOUND_SHARE, STRAGGLER_SHARE, DistributedFindings, merge
+from .report import markdown
 from .trace import MIN_GAP_US, analyze_trace, load_trace
 from .worker import WRAPPERS
 
@@ -163,7 +164,7 @@ def run_distributed(
     _write_merged_trace(out, nproc)
     findings.artifacts = [f"rank{r}.trace.json" for r in range(nproc)] + ["merged.trace.json", "findings.json", "findings.md"]
     (out / "findings.json").write_text(json.dumps(findings.to_json(), indent=2) + "\n")
-    (out / "findings.md").write_text(findings.to_markdown())
+    (out / "findings.md").write_text(markdown(findings))
     return findings
 
 

@@ -1,6 +1,6 @@
 """One rank's Chrome trace (torch.profiler) -> per-step compute, communication and gaps.
 
-The question is rung 5 of the ladder (DESIGN.md): are the gaps in the timeline aligned with
+The question is rung 5 of the ladder (docs/design.md): are the gaps in the timeline aligned with
 collectives, or with no work at all (host stalls)? It is answered by interval arithmetic on the
 trace's complete (``ph: X``) events, per profiled step (``ProfilerStep#N``):
 

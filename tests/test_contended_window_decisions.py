@@ -1,4 +1,5 @@
-"""Review of branch review12 (contended host core window, decide's contended standing)."""
+"""The contended host core window: what decide makes of a candidate's contended standing, and the
+timing's second process and busy loop when the contended window fails or is interrupted."""
 
 from __future__ import annotations
 

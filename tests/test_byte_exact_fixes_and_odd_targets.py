@@ -1,7 +1,5 @@
-"""Hostile files met by a newcomer (round 10): ``check --fix``/``--diff`` and ``rewrite`` must
-change only the bytes they mean to, and a plan target that never runs must be refused.
-
-Each test failed before its fix:
+"""Hostile files: ``check --fix``/``--diff`` and ``rewrite`` change only the bytes they mean to,
+and a plan target that never runs is refused. What each guards:
 
 * ``check --fix`` wrote LibCST's print of the whole file, not only the lines a fix edited: a
   space before ``except``'s colon was removed, and a lone-CR file lost its final ``\\r``

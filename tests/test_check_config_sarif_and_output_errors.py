@@ -1,5 +1,5 @@
-"""What a newcomer met in round 10 (`stackpart check` as the pre-commit hook, `rewrite` from the
-README), each a test that failed before its fix.
+"""`stackpart check` as the pre-commit hook and `rewrite` as the README runs it: a bad pyproject.toml,
+SARIF URIs, what `rewrite --check` tells the user, output files that cannot be written.
 
 * A ``pyproject.toml`` that is not what ``[tool.stackpart]`` reading expected crashed ``check``
   with a traceback (exit 1, read as "findings" by pre-commit): ``tool = 3``, ``[tool]
