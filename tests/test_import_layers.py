@@ -35,10 +35,6 @@ KNOWN: dict[tuple[str, str], str] = {
         "the compile action reuses SP109's private _body_size; the shared fact belongs below both",
     ("rewriter.consistency", "rewriter.check.facts"):
         "the plan's consistency rules read a compile call's options with check's facts.options",
-    ("rewriter.diagnose.attention_candidates", "rewriter.diagnose.candidates"):
-        "a candidate-kind module builds candidates.Candidate while candidates.propose calls it back",
-    ("rewriter.diagnose.config_candidates", "rewriter.diagnose.candidates"):
-        "a candidate-kind module builds candidates.Candidate while candidates.propose calls it back",
 }
 
 

@@ -138,7 +138,7 @@ def with_attention(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     """``cands`` with an attention twin right after each candidate that compiles, after
     ``static-cache`` and after ``as-is`` (config twins, :mod:`.config_candidates`, are not twinned again), and what was left
     out (why)."""
-    from .candidates import Candidate
+    from .candidate import Candidate
     from .planner import default_site
 
     actions, pruned = levers(ctx)

@@ -41,34 +41,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..plan import BucketAction, CompileAction, CompileOptions, GenerationAction, Plan
+from .candidate import Candidate
 from .context import Context
 from .planner import plan as rule_plan
 from .recompiles import shapes_stable
-
-
-@dataclass
-class Candidate:
-    """One complete plan the search measures.
-
-    Attributes:
-        name: short label (``per-block+disable``, ``whole+cudagraphs``, ...).
-        plan: the plan (harness and amortization included), as diagnose would write it.
-        notes: the planner's statements about it.
-        rule: True for the ladder's own proposal (what the rules alone would have written).
-    """
-
-    name: str
-    plan: Plan
-    notes: list[str] = field(default_factory=list)
-    rule: bool = False
-
-    @property
-    def compiles(self) -> bool:
-        return any(a.action == "compile" for a in self.plan.actions)
-
-    def key(self) -> tuple:
-        """The action set, for deduplication (``why`` left out)."""
-        return tuple(sorted(repr(a.model_dump(exclude={"why"})) for a in self.plan.actions))
 
 
 def nested_supported() -> bool:

@@ -156,7 +156,7 @@ def with_config(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     """``cands`` with a config twin before each candidate that compiles a capturable break, and
     what was left out (why). Records ``twin name -> candidate name`` in ``ctx.cache["config_twins"]``
     for :func:`judge`."""
-    from .candidates import Candidate
+    from .candidate import Candidate
 
     ctx.cache["config_twins"] = {}
     breaks = capturable_breaks(ctx)

@@ -69,7 +69,7 @@ def with_recompile_limit(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[st
     docstring), and the lines for the report (why none was proposed, or what a plain regional
     compile does). Unchanged where the instance rung saw no limit hit."""
     from ..plan import DynamoConfigAction, DynamoSettings
-    from .candidates import Candidate
+    from .candidate import Candidate
     from .config_candidates import config_target
 
     evidence = limit_evidence(ctx)

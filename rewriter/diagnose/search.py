@@ -23,7 +23,8 @@ from typing import Any
 
 from ..errors import StackpartError
 from ..terminal import Feed, event, progress_line
-from .candidates import Candidate, propose
+from .candidate import Candidate
+from .candidates import propose
 from .context import Context
 from .decide import Choice, compile_text, decide
 

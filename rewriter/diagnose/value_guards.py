@@ -250,7 +250,7 @@ def with_knob(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     ``twin -> candidate`` in ``ctx.cache["value_guard_twins"]`` for :func:`judge`; returns what
     was left out, and why."""
     from ..plan import DynamoConfigAction, DynamoSettings
-    from .candidates import Candidate
+    from .candidate import Candidate
     from .config_candidates import config_target
 
     ctx.cache["value_guard_twins"] = {}
