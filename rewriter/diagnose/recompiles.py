@@ -2,7 +2,8 @@
 
 The model is compiled once (backend ``eager``: guards and recompiles are decided by Dynamo before
 any backend runs, so the cheapest backend gives the same count) and called at every harness
-shape. Recompiles and their guard failures are read from Dynamo's recompile log
+shape; a model the harness returns compiled is called as the program compiled it, its backend
+forced to ``eager`` (:func:`_compiled`). Recompiles and their guard failures are read from Dynamo's recompile log
 (:mod:`.dynamo_log`). The dims that vary are measured on the model's input tensors and on the
 repeated block's input (a forward pre-hook on the first instance of each class a per-block
 candidate compiles, every declared class of a model's ``_repeated_blocks`` included, in an eager
@@ -145,7 +146,8 @@ def run(ctx: Context) -> RungResult:
                 _, inputs = ctx.session.build(shape)
                 for s in seen:
                     s.clear()
-                ctx.session.run(ctx.session.step_fn(model, inputs))
+                with torch.compiler.set_stance("force_eager"):  # eager also where the program compiles itself
+                    ctx.session.run(ctx.session.step_fn(model, inputs))
                 for i, s in enumerate(seen):
                     if s:
                         calls[i].append(s[0])
@@ -153,14 +155,13 @@ def run(ctx: Context) -> RungResult:
             for h in hooks:
                 h.remove()
     reset()
-    compiled = torch.compile(model, backend="eager")
+    compiled, how = _compiled(model)
     try:
-        with capture() as log:
+        with capture() as log, torch.compiler.set_stance("default", force_backend="eager"):
             for shape in spec.shapes:
                 _, inputs = ctx.session.build(shape)
                 input_shapes.append([tuple(t.shape) for t in tensor_leaves(inputs)])
-                ctx.session.run(ctx.session.step_fn(compiled, inputs),
-                                f"{ctx.session.forward_name()} under torch.compile(backend='eager') at {dict(shape)}")
+                ctx.session.run(ctx.session.step_fn(compiled, inputs), f"{ctx.session.forward_name()} under {how} at {dict(shape)}")
     finally:
         reset()
     keys = sorted({k for s in spec.shapes for k in s if len({s.get(k) for s in spec.shapes}) > 1})
@@ -189,6 +190,7 @@ def run(ctx: Context) -> RungResult:
         "varying_block_other_dims": var_other,
         "classes": per_class,
         "limit_hit": bool(log.limit_hit),
+        "compiled_by": how,
     }
     if log.recompiles:
         dims = _dims_text(per_class) or ", ".join(f"input {v['tensor']} dim {v['dim']}" for v in var_in)
@@ -206,6 +208,21 @@ def run(ctx: Context) -> RungResult:
         r.verdict += (f"; {len(dynamic_breaks)} graph break(s) appear only once shapes are dynamic "
                       f"(at {file}:{line}: {reason[:120]}): marking those dims dynamic would break the graph every call")
     return r
+
+
+def _compiled(model: Any) -> tuple[Any, str]:
+    """The model to call at every shape, and how it is compiled (for the report). A model the
+    harness returns compiled (``torch.compile(model)``: an ``OptimizedModule``) is the program's own
+    compile, called as it is: compiling it again returns a plain function (no ``parameters()`` for
+    a training step) whose frame wraps the program's. Any other model is compiled here. Both run
+    under ``set_stance(force_backend="eager")`` (the caller): guards and recompiles are Dynamo's,
+    decided before a backend runs, so the program's own backend is not paid for."""
+    import torch
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    if isinstance(model, OptimizedModule):
+        return model, "the program's own torch.compile (backend forced to 'eager')"
+    return torch.compile(model, backend="eager"), "torch.compile(backend='eager')"
 
 
 def _block_dims(calls: list[tuple[list, dict, dict]], n: int) -> dict[str, list[dict[str, Any]]]:
