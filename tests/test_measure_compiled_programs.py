@@ -245,6 +245,26 @@ def test_a_tree_stackpart_rewrote_is_diagnosed_and_validated_again(tmp_path):
     assert report["verdict"]["passed"]
 
 
+def test_a_per_block_plan_with_its_mark_is_diagnosed_again_as_it_runs(tmp_path):
+    """The plan diagnose chose for this model (per-block fullgraph compile plus the block input
+    marked dynamic), applied: the recompiles rung wrapped the whole model in a compile of its own,
+    which traced the ``maybe_mark_dynamic`` stackpart wrote ("Attempt to trace forbidden
+    callable"), and the rung's evidence was missing. It now calls the program as it compiles
+    itself: the mark holds, no recompile across the two batch sizes."""
+    src = _tree(tmp_path, model=WHOLE_MODEL)
+    plan = _plan(src, tmp_path / "plan.yaml")
+    plan.write_text(plan.read_text().replace("target: model.py::Net\n", "target: model.py::Block\n")
+                    + "- action: mark_dynamic\n  target: model.py::Net.forward\n  arg: x\n  dim: 0\n  strict: false\n")
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    assert "torch._dynamo.maybe_mark_dynamic(x, 0)" in (src / "model.py").read_text()
+    code, rungs = _diagnose(src, tmp_path / "again")
+    assert code == 0
+    _no_rung_failed(rungs)
+    rec = rungs["recompiles"]["measurement"]
+    assert rec["compiled_by"].startswith("the program's own torch.compile"), rec
+    assert rec["recompiles"] == 0 and rec["varying_input_dims"], rec
+
+
 def test_a_failed_validate_keeps_the_passing_report_of_the_same_diff(tmp_path, capsys):
     """A validate that fails (here: a speed gate no plan can meet) on the diff a passing report
     already covers writes its report beside it, not over it, and ``rewrite --apply`` still applies."""

@@ -2,8 +2,8 @@
 
 The model is compiled once (backend ``eager``: guards and recompiles are decided by Dynamo before
 any backend runs, so the cheapest backend gives the same count) and called at every harness
-shape; a model the harness returns compiled is called as the program compiled it, its backend
-forced to ``eager`` (:func:`_compiled`). Recompiles and their guard failures are read from Dynamo's recompile log
+shape; a model that compiles itself (:mod:`.as_run`) is called as the program compiles it, its
+backend forced to ``eager`` (:func:`_compiled`). Recompiles and their guard failures are read from Dynamo's recompile log
 (:mod:`.dynamo_log`). The dims that vary are measured on the model's input tensors and on the
 repeated block's input (a forward pre-hook on the first instance of each class a per-block
 candidate compiles, every declared class of a model's ``_repeated_blocks`` included, in an eager
@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from .as_run import compiles_itself
 from .context import Context
 from .dynamo_log import capture, reset
 from .granularity import region_blocks
@@ -154,8 +155,8 @@ def run(ctx: Context) -> RungResult:
         finally:
             for h in hooks:
                 h.remove()
+    compiled, how = _compiled(model, compiles_itself(ctx))
     reset()
-    compiled, how = _compiled(model)
     try:
         with capture() as log, torch.compiler.set_stance("default", force_backend="eager"):
             for shape in spec.shapes:
@@ -210,17 +211,17 @@ def run(ctx: Context) -> RungResult:
     return r
 
 
-def _compiled(model: Any) -> tuple[Any, str]:
-    """The model to call at every shape, and how it is compiled (for the report). A model the
-    harness returns compiled (``torch.compile(model)``: an ``OptimizedModule``) is the program's own
-    compile, called as it is: compiling it again returns a plain function (no ``parameters()`` for
-    a training step) whose frame wraps the program's. Any other model is compiled here. Both run
-    under ``set_stance(force_backend="eager")`` (the caller): guards and recompiles are Dynamo's,
-    decided before a backend runs, so the program's own backend is not paid for."""
+def _compiled(model: Any, own: bool) -> tuple[Any, str]:
+    """The model to call at every shape, and how it is compiled (for the report). A model that
+    compiles itself (``own``: :func:`.as_run.compiles_itself`) is called as the program compiles
+    it: compiling it again returned a plain function for ``torch.compile(model)`` (no
+    ``parameters()`` for a training step) and traced the program's own code from outside (a
+    ``maybe_mark_dynamic`` there is forbidden in a graph). Any other model is compiled here. Both
+    run under ``set_stance(force_backend="eager")`` (the caller): guards and recompiles are
+    Dynamo's, decided before a backend runs, so the program's own backend is not paid for."""
     import torch
-    from torch._dynamo.eval_frame import OptimizedModule
 
-    if isinstance(model, OptimizedModule):
+    if own:
         return model, "the program's own torch.compile (backend forced to 'eager')"
     return torch.compile(model, backend="eager"), "torch.compile(backend='eager')"
 
