@@ -73,7 +73,8 @@ class ProfileData:
         ops: CPU operators inside the step windows.
         kernels: device activities inside the step windows (CUDA only).
         blocks: ``{block name: {"cpu_us": total, "device_us": total}}`` summed over steps.
-        blocks_unranged: blocks that ran only inside the program's compiled frames (no range).
+        blocks_unranged: blocks with no range although the program compiled graphs: they ran
+            inside its compiled frames.
         trace: the Chrome trace path.
         profiled_step_ms: mean wall time of a profiled step (includes profiler overhead).
     """
@@ -280,5 +281,14 @@ def profile_steps(session: Any, step: Any, out_dir: Path, *, steps: int = 3, blo
                     parent_op=_aten_parent(parent) if parent is not None else None,
                 )
             )
-    data.blocks_unranged = [name for name, _ in blocks or [] if name not in data.blocks]
+    if _graphs_compiled():  # a block with no range ran inside the program's compiled frame (else it never ran)
+        data.blocks_unranged = [name for name, _ in blocks or [] if name not in data.blocks]
     return data
+
+
+def _graphs_compiled() -> int:
+    """Graphs Dynamo compiled in this process so far (``torch._dynamo.utils.counters``): nonzero
+    once the program's own ``torch.compile`` ran."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
