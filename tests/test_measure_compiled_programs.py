@@ -117,7 +117,8 @@ def _no_rung_failed(rungs: dict) -> None:
 
     expected = {n for n, _ in RUNGS if n != "profile"}
     assert set(rungs) - {"search"} == expected, set(rungs) ^ expected
-    bad = {n: r.get("reason") for n, r in rungs.items() if r["status"] != "ok" and not (n == "memory" and r["status"] == "skipped")}
+    bad = {n: r.get("reason") for n, r in rungs.items()
+           if r["status"] != "ok" and not (n == "memory" and r["status"] == "skipped")}
     assert not bad, bad
 
 

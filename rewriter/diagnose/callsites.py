@@ -28,7 +28,8 @@ SYNC_OPS = frozenset({"_local_scalar_dense", "nonzero", "_assert_async", "equal"
 #: Tensor methods that read data back to the host without one of the aten ops above.
 SYNC_METHODS = frozenset({"tolist", "numpy", "cpu"})
 #: How :func:`capture` ran the step, for the rung's text.
-MEASURED_HOW = "one step with compilation off (torch.compiler.set_stance('force_eager')): a dispatch mode never enters compiled code"
+MEASURED_HOW = ("one step with compilation off (torch.compiler.set_stance('force_eager')): "
+                "a dispatch mode never enters compiled code")
 
 
 def capture(session: Any, step: Any, names: set[str]) -> dict[str, Counter]:

@@ -162,7 +162,8 @@ def run(ctx: Context) -> RungResult:
             for shape in spec.shapes:
                 _, inputs = ctx.session.build(shape)
                 input_shapes.append([tuple(t.shape) for t in tensor_leaves(inputs)])
-                ctx.session.run(ctx.session.step_fn(compiled, inputs), f"{ctx.session.forward_name()} under {how} at {dict(shape)}")
+                ctx.session.run(ctx.session.step_fn(compiled, inputs),
+                                f"{ctx.session.forward_name()} under {how} at {dict(shape)}")
     finally:
         reset()
     keys = sorted({k for s in spec.shapes for k in s if len({s.get(k) for s in spec.shapes}) > 1})

@@ -228,7 +228,8 @@ def _build(
     kind = job["prepare"] if "prepare" in job else variant  # job files of older callers name only the variant
     info.update(prepare(kind or ("eager" if variant == "eager" else "plan"), model, job["backend"]))
     if job.get("stance"):
-        info["compiled"] = f"{info.get('compiled', 'nothing')}; the tree's own torch.compile calls off (torch.compiler.set_stance({job['stance']!r}))"
+        info["compiled"] = (f"{info.get('compiled', 'nothing')}; the tree's own torch.compile calls off "
+                            f"(torch.compiler.set_stance({job['stance']!r}))")
     if spec.mode == "training":
         rng = random_ops(model)
         if rng:
