@@ -5,6 +5,13 @@ or of the dominant op needs the live stack. One step runs under a ``TorchDispatc
 the aten operators asked for, records the innermost frame under SRC (``traceback``). Host syncs
 are the scalar reads every ``.item()``, ``.tolist()``, ``bool(tensor)`` and ``int(tensor)`` end
 in (``aten::_local_scalar_dense``) and ``aten::nonzero`` (an output size the host must wait for).
+
+A dispatch mode cannot run inside compiled code (Dynamo refuses a frame while a non-infra mode is
+active: a ``fullgraph=True`` program raises), so the step runs with compilation off,
+``torch.compiler.set_stance("force_eager")`` (torch >= 2.6): the program's own ``torch.compile``
+calls run their code eager for this one step and never see the mode. The sites are those of the
+eager step (:data:`MEASURED_HOW`); the program's compiled run reads the same values at the same
+lines, where its graph breaks (a scalar read is one unless Dynamo captures scalar outputs).
 """
 
 from __future__ import annotations
@@ -20,10 +27,14 @@ from .locate import function_at, relpath
 SYNC_OPS = frozenset({"_local_scalar_dense", "nonzero", "_assert_async", "equal", "is_nonzero"})
 #: Tensor methods that read data back to the host without one of the aten ops above.
 SYNC_METHODS = frozenset({"tolist", "numpy", "cpu"})
+#: How :func:`capture` ran the step, for the rung's text.
+MEASURED_HOW = ("one step with compilation off (torch.compiler.set_stance('force_eager')): "
+                "a dispatch mode never enters compiled code")
 
 
 def capture(session: Any, step: Any, names: set[str]) -> dict[str, Counter]:
-    """Run ``step`` once; for aten op names in ``names`` (no ``aten::``) count user call sites.
+    """Run ``step`` once, compilation off (module docstring); for aten op names in ``names`` (no
+    ``aten::``) count user call sites.
 
     Returns:
         ``{op name: Counter({(file relative to SRC, line, qualname): calls})}``.
@@ -60,6 +71,6 @@ def capture(session: Any, step: Any, names: set[str]) -> dict[str, Counter]:
             return func(*args, **(kwargs or {}))
 
     methods = names & SYNC_METHODS
-    with Dispatch(), Function():
+    with torch.compiler.set_stance("force_eager"), Dispatch(), Function():
         session.run(step)
     return found

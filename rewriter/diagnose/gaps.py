@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .callsites import SYNC_METHODS, SYNC_OPS, capture
+from .callsites import MEASURED_HOW, SYNC_METHODS, SYNC_OPS, capture
 from .classify import classify_kernel
 from .context import Context
 from .device_time import busy_intervals
@@ -44,11 +44,13 @@ def run(ctx: Context) -> RungResult:
     for op, counter in sites.items():
         for (file, line, qual), n in counter.most_common():
             r.findings.append(Finding("host_sync", f"host sync ({op}, {n}x per step)", file, line, qual))
-    m: dict = {"sync_points": len(r.findings), "sync_calls_per_step": sum(sum(c.values()) for c in sites.values())}
+    m: dict = {"sync_points": len(r.findings), "sync_calls_per_step": sum(sum(c.values()) for c in sites.values()),
+               "sync_sites_from": MEASURED_HOW}
     if not ctx.session.cuda:
         m["host_stall_ms"] = m["collective_gap_ms"] = "skipped: no CUDA"
         r.measurement = m
-        r.verdict = f"{m['sync_points']} host sync point(s) in user code; stall time skipped: no CUDA"
+        r.verdict = (f"{m['sync_points']} host sync point(s) in user code (found in a step with compilation off); "
+                     "stall time skipped: no CUDA")
         if r.findings:
             r.implies = "remove the host sync(s) (stall on CUDA)"
         return r
@@ -97,6 +99,8 @@ def run(ctx: Context) -> RungResult:
     )
     r.measurement = m
     where = ", ".join(f.where for f in r.findings[:3])
+    if where:
+        where += " (sync sites found in a step with compilation off)"
     total, synced, dispatch = m["host_stall_share"], m["after_sync_share"], m["dispatch_gap_share"]
     if synced >= STALL_SHARE:
         r.verdict = (f"host stalls: {total:.0%} of the step idle with no kernel, {synced:.0%} right after "

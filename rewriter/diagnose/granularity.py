@@ -160,6 +160,7 @@ def run(ctx: Context) -> RungResult:
     # the model's declared blocks (_repeated_blocks) are one unit: their summed share
     group = [x for x in blocks if x.get("declared")] if b.get("declared") else [b]
     share, per = _share(data, [n for x in group for n in x["instances"]], key, step)
+    unranged = [n for x in group for n in x["instances"] if n in data.blocks_unranged]
     r.measurement = {
         "block": b["name"],
         "class": b["cls"].__name__,
@@ -184,7 +185,14 @@ def run(ctx: Context) -> RungResult:
     if b.get("declared"):  # the targets come from the model's own list, not from the finder
         what = " + ".join(f"{len(x['modules'])} x {x['cls'].__name__}" for x in group) + f" (declared by {b['declared']})"
         where = ", ".join(x["target"] or library_target_of(x["cls"]) for x in group)
-    if share >= BLOCK_SHARE:
+    if unranged:
+        # the program compiles a frame around the blocks: stackpart's ranges stay out of it, so
+        # the blocks' time is inside that frame's and not split out (profile.py)
+        r.measurement["share"] = None
+        r.measurement["share_unmeasured"] = (f"{len(unranged)} of {len(b['modules'])} instance(s) ran inside the program's own "
+                                             "compiled frame, where stackpart adds no profiler range")
+        r.verdict = f"{what}: share of the step not measured ({r.measurement['share_unmeasured']}){shapes}"
+    elif share >= BLOCK_SHARE:
         r.verdict = f"{what} = {share:.0%} of the step{shapes}"
         r.implies = f"compile per block: {where}"
     else:

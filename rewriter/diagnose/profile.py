@@ -6,6 +6,14 @@ a device synchronise, so device work belongs to its step. Repeated blocks are wr
 ``stackpart::block::<name>`` ranges by forward hooks (granularity rung). The Chrome trace is
 exported for Perfetto.
 
+The program is profiled as it runs, its own ``torch.compile`` included; nothing stackpart adds
+enters a compiled frame: the step range is outside the step, and the block hooks return at once
+when ``torch.compiler.is_compiling()`` (Dynamo folds it to True while it traces, so a hook inlined
+into the program's compiled frame adds nothing to its graph, not even a graph break; see
+https://docs.pytorch.org/docs/stable/generated/torch.compiler.is_compiling.html). A block that runs
+inside a compiled frame then has no range: ``blocks`` holds only the blocks that ran eager or
+in a frame of their own, and ``blocks_unranged`` names the others.
+
 Sums follow torch's own table (``torch.autograd.profiler_util._build_table``): self-device time
 sums device events only and skips user annotations (``gpu_user_annotation`` ranges span kernels
 and would count them twice); self-CPU time sums operator events (Python-function events of the
@@ -65,6 +73,8 @@ class ProfileData:
         ops: CPU operators inside the step windows.
         kernels: device activities inside the step windows (CUDA only).
         blocks: ``{block name: {"cpu_us": total, "device_us": total}}`` summed over steps.
+        blocks_unranged: blocks with no range although the program compiled graphs: they ran
+            inside its compiled frames.
         trace: the Chrome trace path.
         profiled_step_ms: mean wall time of a profiled step (includes profiler overhead).
     """
@@ -77,6 +87,9 @@ class ProfileData:
     blocks: dict[str, dict[str, float]] = field(default_factory=dict)
     trace: str | None = None
     profiled_step_ms: float = 0.0
+    #: blocks given a range that recorded none: they ran inside a compiled frame of the program's
+    #: own (the hooks add nothing there), so their time is not split out of the step.
+    blocks_unranged: list[str] = field(default_factory=list)
 
     @property
     def step_us(self) -> float:
@@ -191,11 +204,15 @@ def profile_steps(session: Any, step: Any, out_dir: Path, *, steps: int = 3, blo
         ranges: list[Any] = []
 
         def pre(mod: Any, args: Any, _n: str = name, _r: list = ranges) -> None:
+            if torch.compiler.is_compiling():  # inside the program's compiled frame: add nothing to it
+                return
             r = record_function(BLOCK + _n)
             r.__enter__()
             _r.append(r)
 
         def post(mod: Any, args: Any, output: Any, _r: list = ranges) -> None:
+            if torch.compiler.is_compiling():
+                return
             if _r:
                 _r.pop().__exit__(None, None, None)
 
@@ -264,4 +281,14 @@ def profile_steps(session: Any, step: Any, out_dir: Path, *, steps: int = 3, blo
                     parent_op=_aten_parent(parent) if parent is not None else None,
                 )
             )
+    if _graphs_compiled():  # a block with no range ran inside the program's compiled frame (else it never ran)
+        data.blocks_unranged = [name for name, _ in blocks or [] if name not in data.blocks]
     return data
+
+
+def _graphs_compiled() -> int:
+    """Graphs Dynamo compiled in this process so far (``torch._dynamo.utils.counters``): nonzero
+    once the program's own ``torch.compile`` ran."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])

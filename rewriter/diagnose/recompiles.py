@@ -2,7 +2,8 @@
 
 The model is compiled once (backend ``eager``: guards and recompiles are decided by Dynamo before
 any backend runs, so the cheapest backend gives the same count) and called at every harness
-shape. Recompiles and their guard failures are read from Dynamo's recompile log
+shape; a model that compiles itself (:mod:`.as_run`) is called as the program compiles it, its
+backend forced to ``eager`` (:func:`_compiled`). Recompiles and their guard failures are read from Dynamo's recompile log
 (:mod:`.dynamo_log`). The dims that vary are measured on the model's input tensors and on the
 repeated block's input (a forward pre-hook on the first instance of each class a per-block
 candidate compiles, every declared class of a model's ``_repeated_blocks`` included, in an eager
@@ -21,6 +22,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from .as_run import compiles_itself
 from .context import Context
 from .dynamo_log import capture, reset
 from .granularity import region_blocks
@@ -149,22 +151,23 @@ def run(ctx: Context) -> RungResult:
                 _, inputs = ctx.session.build(shape)
                 for s in seen:
                     s.clear()
-                ctx.session.run(ctx.session.step_fn(model, inputs))
+                with torch.compiler.set_stance("force_eager"):  # eager also where the program compiles itself
+                    ctx.session.run(ctx.session.step_fn(model, inputs))
                 for i, s in enumerate(seen):
                     if s:
                         calls[i].append(s[0])
         finally:
             for h in hooks:
                 h.remove()
+    compiled, how = _compiled(model, compiles_itself(ctx))
     reset()
-    compiled = torch.compile(model, backend="eager")
     try:
-        with capture() as log:
+        with capture() as log, torch.compiler.set_stance("default", force_backend="eager"):
             for shape in spec.shapes:
                 _, inputs = ctx.session.build(shape)
                 input_shapes.append([tuple(t.shape) for t in tensor_leaves(inputs)])
                 ctx.session.run(ctx.session.step_fn(compiled, inputs),
-                                f"{ctx.session.forward_name()} under torch.compile(backend='eager') at {dict(shape)}")
+                                f"{ctx.session.forward_name()} under {how} at {dict(shape)}")
     finally:
         reset()
     keys = sorted({k for s in spec.shapes for k in s if len({s.get(k) for s in spec.shapes}) > 1})
@@ -201,6 +204,7 @@ def run(ctx: Context) -> RungResult:
         "repeated_calls": CALLS,
         "value_guards": to_json(guards),
         "value_guards_error": repeat_error,
+        "compiled_by": how,
     }
     if log.recompiles:
         dims = _dims_text(per_class) or ", ".join(f"input {v['tensor']} dim {v['dim']}" for v in var_in)
@@ -238,6 +242,21 @@ def _repeat(ctx: Context) -> tuple[list[Any], str | None]:
         return repeat_reference(ctx), None
     except Exception as exc:  # noqa: BLE001 - recorded; the sweep above already measured the shapes
         return [], " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+
+
+def _compiled(model: Any, own: bool) -> tuple[Any, str]:
+    """The model to call at every shape, and how it is compiled (for the report). A model that
+    compiles itself (``own``: :func:`.as_run.compiles_itself`) is called as the program compiles
+    it: compiling it again returned a plain function for ``torch.compile(model)`` (no
+    ``parameters()`` for a training step) and traced the program's own code from outside (a
+    ``maybe_mark_dynamic`` there is forbidden in a graph). Any other model is compiled here. Both
+    run under ``set_stance(force_backend="eager")`` (the caller): guards and recompiles are
+    Dynamo's, decided before a backend runs, so the program's own backend is not paid for."""
+    import torch
+
+    if own:
+        return model, "the program's own torch.compile (backend forced to 'eager')"
+    return torch.compile(model, backend="eager"), "torch.compile(backend='eager')"
 
 
 def _block_dims(calls: list[tuple[list, dict, dict]], n: int) -> dict[str, list[dict[str, Any]]]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 
-from .callsites import capture
+from .callsites import MEASURED_HOW, capture
 from .classify import classify_cpu_op, classify_kernel
 from .context import Context
 from .rung import Finding, RungResult
@@ -156,6 +156,7 @@ def run(ctx: Context) -> RungResult:
     aten = name.split("::", 1)[-1]
     _, _, step = ctx.reference()
     sites = capture(ctx.session, step, {aten})
+    r.measurement["call_sites_from"] = MEASURED_HOW
     for (file, line, qual), n in sites.get(aten, Counter()).most_common(3):
         r.findings.append(Finding("dominant_op", f"{name} called here ({n}x per step)", file, line, qual))
     return r

@@ -154,14 +154,21 @@ def repeat_reference(ctx: Any, calls: int = CALLS) -> list[ValueGuard]:
 
     from .dynamo_log import capture, reset
 
+    from .as_run import compiles_itself
+
     model, inputs, _ = ctx.reference()
+    # a model that compiles itself is called as the program compiles it (compiling it again traces
+    # the program's own code from outside); either way under the eager backend: guards and
+    # recompiles are Dynamo's, decided before a backend runs
+    own = compiles_itself(ctx)
     reset()
-    compiled = torch.compile(model, backend="eager")
+    compiled = model if own else torch.compile(model, backend="eager")
+    how = "the program's own torch.compile (backend forced to 'eager')" if own else "torch.compile(backend='eager')"
     step = ctx.session.step_fn(compiled, inputs)
     try:
-        with capture() as log:
+        with capture() as log, torch.compiler.set_stance("default", force_backend="eager"):
             for i in range(calls):
-                ctx.session.run(step, f"{ctx.session.forward_name()} under torch.compile(backend='eager'), "
+                ctx.session.run(step, f"{ctx.session.forward_name()} under {how}, "
                                       f"call {i + 1} of {calls} at {dict(ctx.session.spec.shapes[0])}")
     finally:
         reset()

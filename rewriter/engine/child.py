@@ -5,7 +5,10 @@ variant's tree, load the reference state_dict (the ``eager`` reference saves it,
 of every shape), compile as the variant asks, then per shape time the first call (cold compile),
 record Dynamo's counters, compare outputs (training: also the loss, the gradients and the loss
 after one SGD step) with the reference, and finally re-run every shape under
-``torch.compiler.set_stance("fail_on_recompile")``. For a bf16/fp16 harness the eager reference
+``torch.compiler.set_stance("fail_on_recompile")``. A job's ``stance`` is set for the whole process
+(validate's eager reference: ``force_eager``, the original with its own compile calls off). The
+eager measurements of the original (the blocks' share of the step, the high-precision run) run with
+compilation off in every case. For a bf16/fp16 harness the eager reference
 then runs the original once more in float64 (:func:`high_precision_reference`): the ``fp64_ref``
 that :mod:`.compare` judges low-precision outputs against, at the cost of one extra forward per
 shape in a process that is already up (and one more low-precision forward whose top-k/argmax
@@ -165,6 +168,10 @@ def _build(
 
     spec = Harness.model_validate(job["harness"])
     tree = Path(job["tree"]) if job.get("tree") else Path(job["trees"][TREE[variant]])
+    if job.get("stance"):
+        # for the life of the process (the build, the cold phase, the timing): the eager
+        # reference of a program that compiles is that program with compilation off
+        torch.compiler.set_stance(job["stance"])
     if job.get("force_backend"):
         force_backend(job["force_backend"])  # before the tree's decorators run at import
     if job.get("reautotune"):
@@ -222,6 +229,9 @@ def _build(
             return model, info
     kind = job["prepare"] if "prepare" in job else variant  # job files of older callers name only the variant
     info.update(prepare(kind or ("eager" if variant == "eager" else "plan"), model, job["backend"]))
+    if job.get("stance"):
+        info["compiled"] = (f"{info.get('compiled', 'nothing')}; the tree's own torch.compile calls off "
+                            f"(torch.compiler.set_stance({job['stance']!r}))")
     if spec.mode == "training":
         rng = random_ops(model)
         if rng:
@@ -418,7 +428,10 @@ def _block_share(job: dict[str, Any], model: Any, ref: Path, training: bool) -> 
     """Per shape, the share of the eager step spent inside the repeated blocks (the regions a
     naive regional compile covers); the rest (embeddings, masks, rotary tables, the head) stays
     eager under it. Forward hooks record CUDA events (or perf_counter on CPU) around each block;
-    one warm step per shape. Forward only, also in training mode."""
+    one warm step per shape. Forward only, also in training mode. The caller runs it with
+    compilation off (``torch.compiler.set_stance("force_eager")``), also where the tree compiles
+    itself: a hook inside a compiled frame would put its timer into the program's graph (a graph
+    break; under ``fullgraph=True`` an error)."""
     import torch
 
     from ..harness import call_model
@@ -496,7 +509,8 @@ def high_precision_reference(job: dict[str, Any], model: Any, ref: Path, trainin
 
     Returns ``{"dtype", "seconds", "tried", "decisions"}`` (``dtype`` None when every dtype failed;
     ``tried`` holds why; ``decisions``: :func:`.decisions.match`'s counts summed over the shapes),
-    with ``noise`` (``{"perturbed_products", "error"?}``) when the noise run stood in."""
+    with ``noise`` (``{"perturbed_products", "error"?}``) when the noise run stood in. The caller runs it with
+    compilation off: a high-precision reference is an eager run."""
     import copy
 
     import torch
@@ -724,11 +738,13 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
             result["runtime_compiles"] = {"frames": [], "modules": [], "src_imported": [],
                                           "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
         if variant == "eager" and not job.get("replica"):
-            result["block_share"] = _block_share(job, model, ref, training)
             from .compare import LOW_PRECISION
 
-            if job.get("reference") and spec["dtype"] in LOW_PRECISION:
-                result["high_precision"] = high_precision_reference(job, model, ref, training)
+            # eager measurements of the original: its own torch.compile calls off for them
+            with torch.compiler.set_stance("force_eager"):
+                result["block_share"] = _block_share(job, model, ref, training)
+                if job.get("reference") and spec["dtype"] in LOW_PRECISION:
+                    result["high_precision"] = high_precision_reference(job, model, ref, training)
             if job.get("reference"):
                 (ref / REFERENCE_DONE).touch()
         stance: dict[str, Any] = {"supported": fail_on_recompile_supported()}

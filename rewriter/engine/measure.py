@@ -199,6 +199,10 @@ class Variant:
     #: child checks were applied while the harness built the model
     library_modules: list[str] = field(default_factory=list)
     site: dict[str, Any] | None = None
+    #: a ``torch.compiler.set_stance`` stance its child runs under from the start, its timing
+    #: included: ``force_eager`` for validate's eager reference (the program with compilation
+    #: off, also where its own code calls torch.compile); None: the default stance.
+    stance: str | None = None
 
 
 @dataclass
@@ -326,7 +330,7 @@ def _run(m, spec_run, variants, opts, workdir, children, amortization, stop_on_w
     for v in variants:
         children[v.name] = ServedChild(
             dict(job, phase="cold", variants=[v.name], tree=str(v.tree), prepare=v.prepare, reference=v.name == "eager",
-                 library_modules=v.library_modules, site=v.site),
+                 library_modules=v.library_modules, site=v.site, stance=v.stance),
             workdir, f"cold-{v.name}", caches / v.name, opts.timeout_s,
         )
     overlap = may_overlap(opts.overlap, spec_run.device)

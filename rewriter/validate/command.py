@@ -86,7 +86,10 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
 def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ignore[no-untyped-def]
     """The eager reference, the plan and the baselines measured side by side by the engine
     (:func:`rewriter.engine.measure.measure`), then judged: the plan's problems are failures, a
-    baseline's failure is a note, and speed and amortization are gated on CUDA."""
+    baseline's failure is a note, and speed and amortization are gated on CUDA. The eager
+    reference is the original tree with compilation off (``torch.compiler.set_stance("force_eager")``
+    for its whole run): for a tree that already compiles (one stackpart rewrote and applied) it is
+    still eager, and nothing stackpart measures it with enters a compiled frame."""
     from ..engine.measure import Variant, measure, process_noise
     from ..engine.verdict import NOISE, Verdict, contended_band, speed_failures
 
@@ -96,7 +99,8 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
         for i, a in enumerate(loaded.plan.actions)
         if a.action == "mark_dynamic"
     ]
-    variants = [Variant("eager", trees.original, judged=False),
+    # the reference is the original with compilation off, also where its code calls torch.compile
+    variants = [Variant("eager", trees.original, judged=False, stance="force_eager"),
                 Variant("plan", trees.rewritten, compiles=report["plan_compiles"], mark_dynamic=mark_dynamic,
                         plan_name=Path(loaded.path).name, library_modules=trees.result.library_modules,
                         site=_site_at(loaded))]

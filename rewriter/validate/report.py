@@ -270,8 +270,37 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
+#: Where a report that did not pass goes when ``out_dir`` holds a passing one it must not replace.
+FAILED_DIR = "failed"
+
+
+def kept_passing(report: dict[str, Any], out_dir: Path) -> Path | None:
+    """The passing report in ``out_dir`` that ``report`` must not replace, or None.
+
+    A report that did not pass never replaces a passing one of the same diff, tree and plan (the
+    report ``rewrite --apply`` accepts): one failed run (a flaky comparison, a machine that cannot
+    build the model) would otherwise turn a validated diff into a refused one. A report that
+    passes, or one for another diff, tree or plan, replaces the old one as before."""
+    if report.get("verdict", {}).get("passed"):
+        return None
+    old = read_report(out_dir)
+    if old is None or not old.get("verdict", {}).get("passed"):
+        return None
+    same = all(old.get(k) == report.get(k) for k in ("diff_sha256", "tree_sha256", "plan_sha256"))
+    return Path(out_dir) / JSON_NAME if same else None
+
+
 def write_report(report: dict[str, Any], out_dir: Path) -> list[Path]:
-    """Write the three files under ``out_dir`` (created); returns their paths."""
+    """Write the three files under ``out_dir`` (created); returns their paths. A report that did
+    not pass goes to ``out_dir/failed/`` instead when ``out_dir`` holds a passing report of the same
+    diff, tree and plan (:func:`kept_passing`), and its notes say so."""
+    kept = kept_passing(report, out_dir)
+    if kept is not None:
+        out_dir = Path(out_dir) / FAILED_DIR
+        report["verdict"]["notes"].append(
+            f"kept the passing validation report {kept} of this diff (sha256 {str(report.get('diff_sha256'))[:12]}), "
+            f"tree and plan: a run that does not pass never replaces it; this run's report is in {out_dir}"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     note = render_chart(report, out_dir / PNG_NAME)
     if note:

@@ -1,0 +1,42 @@
+"""Whether the model compiles itself as the harness builds and runs it.
+
+A program that calls ``torch.compile`` itself (a decorator in the model, ``torch.compile(model)``
+or ``model.forward = torch.compile(model.forward)`` in the harness, a tree stackpart rewrote) is
+measured as it runs: a rung that would otherwise compile the model for an experiment calls it as
+it is instead, because compiling it again traces the program's own compiled code from the outside
+(``torch.compile`` of an ``OptimizedModule`` returns a plain function; a whole-model wrap traces
+``torch._dynamo.maybe_mark_dynamic``, which Dynamo forbids in a graph).
+
+The answer comes from one step at the reference shape from a clean Dynamo state, the program's
+backend forced to ``eager`` (``torch.compiler.set_stance(force_backend=...)``, torch >= 2.6: whether
+a frame compiles is Dynamo's decision, made before any backend runs), read from Dynamo's own
+counters (:class:`~rewriter.engine.watch.CompileWatch`); measured once per diagnosis.
+"""
+
+from __future__ import annotations
+
+from .context import Context
+from .dynamo_log import reset
+
+
+def compiles_itself(ctx: Context) -> bool:
+    """True when one step of the harness's model compiled at least one graph by itself (module
+    docstring). Cached in ``ctx.cache["compiles_itself"]``.
+
+    Raises:
+        HarnessFailure: the step raised (at the rung now running).
+    """
+    if "compiles_itself" not in ctx.cache:
+        import torch
+
+        from ..engine.watch import CompileWatch
+
+        _, _, step = ctx.reference()
+        reset()
+        try:
+            with CompileWatch() as watch, torch.compiler.set_stance("default", force_backend="eager"):
+                ctx.session.run(step, f"{ctx.session.forward_name()} as the program compiles it")
+            ctx.cache["compiles_itself"] = bool(watch.stats().unique_graphs)
+        finally:
+            reset()
+    return ctx.cache["compiles_itself"]
