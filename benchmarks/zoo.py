@@ -453,12 +453,13 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 r["variants"][variant] = run_variant(work / "src", variant, device, shapes, args.steps, args.timeout)
             print(f"{name} {variant}: {json.dumps({k: v for k, v in r['variants'][variant].items() if k != 'traceback'})[:400]}", flush=True)
-        r["verdicts"] = verdicts(r["variants"])
-        results[name] = r
-        (OUT / "zoo.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-                                                  "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-                                                  "results": results}, indent=1))
-        (OUT / "zoo.md").write_text(markdown(results))
+            r["verdicts"] = verdicts(r["variants"])
+            results[name] = r
+            # rewritten after every variant: a call stopped at its wall limit keeps what finished
+            (OUT / "zoo.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+                                                      "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                                                      "results": results}, indent=1))
+            (OUT / "zoo.md").write_text(markdown(results))
         shutil.rmtree(work, ignore_errors=True)
     print(markdown(results))
     return 0
