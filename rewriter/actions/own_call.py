@@ -418,6 +418,8 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
                 raise OwnCallRefused("regional: expected the compiled model bound to one name", site.node)
             model = _code(target)
             before = [] if _code(first) == model else [f"{model} = {_code(first)}"]
+            if not before and model.endswith(".forward"):  # model.forward = torch.compile(model.forward)
+                model = model.removesuffix(".forward")
         elif isinstance(small, cst.Return) and small.value is call:
             used = {n.value for n in _names_in(func)}
             model = _code(first) if isinstance(first, (cst.Name, cst.Attribute)) else next(

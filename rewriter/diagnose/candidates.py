@@ -115,6 +115,11 @@ class OwnScope:
     block_reached: set[str] = field(default_factory=set)
     #: Class names of the block's own submodules (``Experts`` of an MoE layer), read at run time.
     block_classes: set[str] = field(default_factory=set)
+    #: The program's compiles that compile nothing it runs (:attr:`.own_compile.OwnCompile.idle`):
+    #: nothing composes with them, so they prune nothing.
+    idle: list[Any] = field(default_factory=list)
+    #: The harness's model carries a compiled module (the program's compile runs in the harness).
+    runs: bool = False
 
     @classmethod
     def of(cls, ctx: Context, regions: list[Any]) -> "OwnScope":
@@ -136,8 +141,23 @@ class OwnScope:
             if block["target"]:
                 scope.block_reached = names_reached(ctx.session.src / block["target"].split("::", 1)[0],
                                                     block["target"].split("::", 1)[1] + ".forward")
+        from .own_candidates import compiled_modules_of
+
+        live = []
+        for r in regions:
+            (scope.idle if getattr(r, "idle", None) else live).append(r)
+        regions = live
+        mods = compiled_modules_of(ctx) if regions else []
+        scope.runs = bool(mods)
+        # the run-time reading where the static one cannot tell: the harness's model compiled
+        # only at its repeated blocks is a per-layer compile, not a whole-model one
+        per_layer = bool(mods) and scope.block_cls is not None and not any(m["path"] == "<model>" for m in mods) and all(
+            m["class"] in scope.block_classes for m in mods)
         for r in regions:
             kind, what = r.covers
+            if per_layer and kind in ("unknown", "class") and what != scope.block_cls:
+                scope.block.append(r)
+                continue
             if kind == "function":
                 qual = what.split("::", 1)[1]
                 if qual == f"{model_cls}.forward":
@@ -193,7 +213,8 @@ def conflict(action: Any, scope: OwnScope) -> str | None:
     if kind == "compile":
         if scope.whole:
             return (f"the program compiles the whole model itself ({_where(scope.whole)}): a compile of {action.target} "
-                    "inside it would compile that code a second time; change the program's own call instead")
+                    "inside it would compile that code a second time; change the program's own call instead (measured as "
+                    "as-is+regional where the harness runs that call)")
         if scope.block and (action.target == scope.block_target or action.strategy in ("whole", "nested")
                             or scope.in_block(action.target)):
             return (f"the program compiles each {scope.block_cls} itself ({_where(scope.block)}): a compile of "
@@ -247,7 +268,7 @@ def compose(plan: Plan, scope: OwnScope, rule: bool = False) -> tuple[Plan | Non
         compile_out = compile_out or a.action == "compile"
     if compile_out:
         disables = [a for a in keep if a.action == "disable"]
-        if disables and scope.decorated_only:
+        if disables and (scope.decorated_only or scope.runs):
             # the program's compile is a decorator in the model's own source, so the harness runs it:
             # the disables compose with it (outside any fullgraph=True region, checked above) and
             # are measured on it, without the second compile
@@ -466,6 +487,16 @@ def own_call_candidates(ctx: Context, scope: OwnScope, pruned: list[str]) -> lis
     call editable (a literal mode, no ``**options``, a target that names it) and run by the
     harness's model (so the engine measures it). A program that compiles only its blocks gets no
     such variant: CUDA graphs over many regions are refused (pytorch#152887)."""
+    from .planner import Decision, _plan
+
+    from .own_candidates import variants
+
+    found = variants(ctx, scope, pruned) if scope.whole else []
+    return found + _own_cudagraphs(ctx, scope, pruned)
+
+
+def _own_cudagraphs(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tuple[str, Any]]:
+    """``as-is+reduce-overhead`` (see :func:`own_call_candidates`)."""
     from .planner import Decision, _plan
 
     name = OWN_CUDAGRAPHS

@@ -239,7 +239,9 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     # read once: the report's setup lines here, what each compile covers in propose's compose step
     ctx.cache["own_parsed"] = parsed_setup(src)
     own = compile_setup(src, parsed=ctx.cache["own_parsed"])
-    ctx.cache["own_regions"] = own_compiles(src, parsed=ctx.cache["own_parsed"])  # what each covers: propose and the run-time comparison
+    spec = ctx.session.spec  # the harness's functions are called by stackpart, never by name in SRC
+    ctx.cache["own_regions"] = own_compiles(src, parsed=ctx.cache["own_parsed"],  # what each covers: propose and the run-time comparison
+                                            entries=frozenset({f"{spec.file}::{spec.model}", f"{spec.file}::{spec.inputs}"}))
     cands, pruned = propose(ctx, own)
     out = outcome if outcome is not None else SearchOutcome(cands)
     out.candidates, out.pruned = cands, pruned
