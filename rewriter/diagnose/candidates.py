@@ -310,6 +310,16 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
         if regions is None:
             regions = own_compiles(ctx.session.src, parsed=ctx.cache.get("own_parsed"))
     scope = OwnScope.of(ctx, regions or [])
+    from .own_candidates import standin
+
+    # the program's whole-model compile in a script the harness does not run: measured through
+    # stand-ins (whole for it, per-block for its regional form), written as an edit of its call
+    stand = standin(ctx, scope, pruned)
+    ctx.cache["own_standin"] = stand
+    if stand is not None:
+        from dataclasses import replace
+
+        scope = replace(scope, whole=[])
 
     def add(name: str, decision: Any, rule: bool = False) -> None:
         plan, why = compose(decision.plan, scope, rule)
@@ -378,7 +388,8 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
             # the +mark_dynamic variant is missing (a newcomer's tiny Llama: no candidate, no word)
             pruned.append("per-block+mark_dynamic: " + unmarked.replace("not marked dynamic: ", "", 1))
     whole = rule_plan(ctx, "whole", mode="default")
-    own = [r.text for r in regions] if regions is not None else [x for x in own_setup or [] if _is_compile(x.split(": ", 1)[-1])]
+    own = ([r.text for r in regions if not getattr(r, "idle", None) and r is not stand] if regions is not None
+           else [x for x in own_setup or [] if _is_compile(x.split(": ", 1)[-1])])
     if own and any(a.action == "compile" for a in whole.plan.actions):
         pruned.append(f"nested+whole, whole, whole+cudagraphs: the program compiles code itself ({'; '.join(own[:3])}): "
                       "a whole-model compile on top would compile it a second time; change the program's own call instead")

@@ -77,7 +77,7 @@ def config_target(ctx: Any) -> tuple[str, str]:
     from .locate import target_of
 
     model, _, _ = ctx.reference()
-    cls = type(model)
+    cls = type(getattr(model, "_orig_mod", model))  # the program's torch.compile(model): the model's own class
     owner = target_of(cls, ctx.session.src)
     if owner is not None and "__init__" in vars(cls) and target_of(vars(cls)["__init__"], ctx.session.src) == f"{owner}.__init__":
         return (f"{owner}.__init__", "the model's constructor: it runs in every program that builds the model (the harness and "

@@ -108,3 +108,71 @@ def variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
                 f"({own.text}) compiles one dynamic graph instead of a static one and then a recompile")
         out.append((DYNAMIC, Decision(_plan(ctx.session.spec, ctx, [action]), [])))
     return out
+
+
+def standin(ctx: Any, scope: Any, pruned: list[str]) -> Any:
+    """The program's one whole-model compile where the harness does not run it (``model =
+    torch.compile(model)`` in ``train.py``'s ``main``, which the harness never imports), and its
+    call can be turned regional; else None.
+
+    Such a compile cannot be measured in place, so it is measured through its stand-ins on the
+    harness's model: the ``whole`` candidate (the same whole-model compile) stands for it, the
+    ``per-block`` candidates for its regional form; :func:`translate` writes the choice as an edit
+    of the program's call (no second compile). The stand-in is said in ``pruned``'s neighbour, the
+    search's notes."""
+    if len(scope.whole) != 1 or scope.block or scope.functions or scope.runs:
+        return None
+    own = scope.whole[0]
+    if own.covers[0] == "function":
+        return None  # a decorator in the model's source: the harness runs it
+    path, why = regional_path(ctx)
+    refused = own.can("regional")
+    if path is None or refused:
+        pruned.append(f"{REGIONAL}: the program's own compile ({own.text}) is not run by the harness and cannot be turned "
+                      f"regional: {why if path is None else refused}")
+        return None
+    ctx.cache["own_standin_path"] = (path, why)
+    return own
+
+
+def translate(ctx: Any, out: Any, own: Any) -> str | None:
+    """The search's choice, where it was measured through :func:`standin`'s stand-ins, written as
+    an edit of the program's own call: a per-block choice becomes ``own_call: {regional: ...}`` on
+    the program's call (its other actions kept: they compose with the regional form); a
+    whole-model choice is the program's compile as it is (the compile action is dropped). Changes
+    the chosen candidate's plan in place and returns the note for the report, or None."""
+    cand = out.chosen
+    if cand is None or cand.name == "as-is":
+        return None
+    compiles = [a for a in cand.plan.actions if a.action == "compile"]
+    if not compiles:
+        return None
+    rest = [a for a in cand.plan.actions if a.action != "compile"]
+    rows = out.rows
+    row = rows.get(cand.name) or {}
+    whole = rows.get("whole") or {}
+
+    def figures(r: dict[str, Any]) -> str:
+        cs = r.get("compile_s_per_start")
+        return (f"{r.get('step_ms'):.3f} ms/step" if r.get("step_ms") is not None else "not timed") + (
+            f", {cs:.2f} s compile per start" if cs is not None else "") + f", {(r.get('compile') or {}).get('unique_graphs', '?')} graph(s)"
+
+    file = own.where.rsplit(":", 1)[0]
+    if any(a.strategy in ("whole", "nested") for a in compiles):
+        cand.plan = cand.plan.model_copy(update={"actions": rest})
+        return (f"the program's own whole-model compile ({own.text}) is in {file}, which the harness does not run; measured "
+                f"through its stand-in {cand.name!r} on the harness's model ({figures(row)}), it is the best plan: it is kept "
+                "as it is")
+    path, why = ctx.cache.get("own_standin_path") or (None, "")
+    if path is None:
+        return None
+    action = CompileAction(
+        action="compile", target=own.site, strategy="region", own_call={"regional": path},
+        why=(f"the program compiles the whole model itself ({own.text}) in {file}, which the harness does not run: measured "
+             f"through stand-ins on the harness's model, its regional form ({cand.name!r}: {figures(row)}) and the "
+             f"whole-model compile ('whole': {figures(whole)}), the search chose the regional form; regional compilation "
+             f"at that call site, {why}"))
+    cand.plan = cand.plan.model_copy(update={"actions": [action, *rest]})
+    return (f"the program's own whole-model compile ({own.text}) is in {file}, which the harness does not run: the search "
+            f"measured it through stand-ins ('whole' for it, {cand.name!r} for its regional form) and writes the choice "
+            "as an edit of that call")

@@ -373,6 +373,9 @@ def _idle(facts, node, code: str, texts: _Texts, entries: frozenset[str], rel: s
             if isinstance(target, cst.Name) and target.value == "self":
                 return ("it rebinds the local name self to the compiled module: the module the caller holds is not "
                         "compiled, so nothing compiles; self.compile() compiles it in place"), "no-op"
+            if isinstance(target, cst.Name) and not isinstance(scope, cst.FunctionDef) and texts.uses(target.value) <= 1:
+                return (f"its result is bound to {target.value}, which nothing in SRC uses: the program calls the "
+                        "original, so nothing compiles"), "unused"
             if isinstance(target, cst.Name) and isinstance(scope, cst.FunctionDef) and _loads_after(facts, scope, target.value, parent) == 0:
                 return (f"its result is bound to {target.value}, which {scope.name.value} never uses: the program calls "
                         "the original, so nothing compiles"), "unused"

@@ -254,3 +254,41 @@ def _entry_outside(f: dict[str, Any]) -> bool:
     entry = f.get("entry") or {}
     file = (entry.get("file") or f.get("file") or "").replace("\\", "/")
     return file.startswith("/") or "site-packages/" in file or "dist-packages/" in file
+
+
+def per_call(own: list[Any], rc: dict[str, Any] | None) -> list[str]:
+    """One line per compile the program does itself (``own``: :func:`.own_compile.own_compiles`),
+    with what it compiled at run time in the as-is process: ``train.py:15: torch.compile(model):
+    2 frames, 9 graphs, 2 recompiles at run time (whole model)``, ``...: compiled nothing at run
+    time``. The frames are Dynamo's own (``rc``: the as-is row's ``runtime_compiles``), each given
+    to the static compile that accounts for it (:func:`_covers`; a compile whose value the static
+    reading cannot resolve gets the frames no other accounts for, when it is the only such one).
+    [] when there was no run-time reading."""
+    if rc is None or "frames" not in rc:
+        return []
+    imported = set(rc.get("src_imported") or [])
+    frames = [f for f in rc.get("frames") or [] if f.get("graphs")]
+    by_path = {m["path"]: m for m in rc.get("modules") or []}
+    live = [o for o in own if getattr(o, "idle", None) is None]
+    vague = [o for o in live if o.covers[0] == "unknown" and _unknown_attr(o) is None]
+
+    def mine(o: Any, f: dict[str, Any]) -> bool:
+        entry_module = by_path.get((f.get("entry") or {}).get("path") or "")
+        return _covers(o, f=f) or (entry_module is not None and _covers(o, m=entry_module))
+
+    out: list[str] = []
+    for o in own:
+        if imported and _static_file(o) not in imported:
+            out.append(f"{o.text}: not run (the harness's run never imported {_static_file(o)})")
+            continue
+        if o in vague:
+            fr = [f for f in frames if not any(mine(k, f) for k in live if k not in vague)] if len(vague) == 1 else []
+        else:
+            fr = [f for f in frames if mine(o, f)]
+        if not fr:
+            out.append(f"{o.text}: compiled nothing at run time" + (f" ({o.idle_kind})" if getattr(o, "idle_kind", None) else ""))
+            continue
+        graphs = sum(int(f.get("graphs") or 0) for f in fr)
+        rec = sum(int(f.get("recompiles") or 0) for f in fr)
+        out.append(f"{o.text}: {_plural(len(fr), 'frame')}, {_plural(graphs, 'graph')}, {_plural(rec, 'recompile')} at run time")
+    return out

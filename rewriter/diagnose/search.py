@@ -144,7 +144,7 @@ def action_text(a: Any) -> str:
     text = f"{a.action} {a.target}"
     if a.action == "compile":
         if getattr(a, "own_call", None):
-            return text + " (the program's own compile, edited: " + ", ".join(f"{k}={v!r}" for k, v in a.own_call.edits().items()) + ")"
+            return text + " (the program's own compile, edited: " + ", ".join(f"{k}={v!r}" for k, v in a.own_call.model_dump().items()) + ")"
         return text + f" ({a.strategy}{', ' + a.options.mode if a.options.mode != 'default' else ''})"
     if a.action == "attention":
         return text + f" (set_attn_implementation({a.implementation!r}))"
@@ -231,7 +231,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     from ..apply import apply_changes
     from ..rewrite import plan_rewrite
     from .own_compile import compile_setup, own_compiles, parsed_setup
-    from .runtime_compile import disagreements, seen
+    from .runtime_compile import disagreements, per_call, seen
     from .report import plan_yaml
 
     started = time.perf_counter()
@@ -328,7 +328,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         samples = [{("as-is" if k == "eager" else k): v for k, v in per.items()} for per in m.samples]
         graphs = ((out.rows.get("as-is") or {}).get("compile") or {}).get("unique_graphs") or 0
         runtime = (out.rows.get("as-is") or {}).get("runtime_compiles")
-        out.runtime_setup = seen(runtime)
+        out.runtime_setup = per_call(ctx.cache["own_regions"], runtime) + seen(runtime)  # each own call, then each frame
         out.runtime_disagreements = disagreements(ctx.cache["own_regions"], runtime)
         if out.runtime_setup:
             say(f"the program as it is, seen at run time: {'; '.join(out.runtime_setup[:5])}")
@@ -369,6 +369,13 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         a = ctx.amortization
         out.noise = process_noise(m.timing)
         out.choice = decide(out.rows, order, samples, a.runs, a.restarts, out.gain_measured, out.noise)
+        if ctx.cache.get("own_standin") is not None:  # the program's compile measured through stand-ins: its call edited
+            from .own_candidates import translate
+
+            note = translate(ctx, out, ctx.cache["own_standin"])
+            if note:
+                out.notes.append(note)
+                say(note)
         say(f"chose {out.choice.text}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
