@@ -120,6 +120,8 @@ class OwnScope:
     idle: list[Any] = field(default_factory=list)
     #: The harness's model carries a compiled module (the program's compile runs in the harness).
     runs: bool = False
+    #: ``file.py::Class`` of the modules that hold the repeated blocks (a compile of one holds them).
+    block_owners: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, ctx: Context, regions: list[Any]) -> "OwnScope":
@@ -134,7 +136,10 @@ class OwnScope:
         block = blocks[0] if blocks else None
         attrs: set[str] = set()
         if block is not None:
-            scope.block_cls = block["cls"].__name__
+            first = block["modules"][0] if block.get("modules") else None
+            # the program's torch.compile(block) wraps each block in an OptimizedModule: the block is its _orig_mod
+            scope.block_cls = type(getattr(first, "_orig_mod", first)).__name__ if first is not None else block["cls"].__name__
+            scope.block_owners = {t for t in [block.get("owner_target"), *(c.get("owner_target") for c in block.get("containers") or [])] if t}
             scope.block_target = block["target"]
             attrs = {block["attr"], *(c["attr"] for c in block.get("containers") or [])}
             scope.block_classes = {type(m).__name__ for m in block["modules"][0].modules()} if block.get("modules") else {scope.block_cls}
@@ -216,7 +221,7 @@ def conflict(action: Any, scope: OwnScope) -> str | None:
                     "inside it would compile that code a second time; change the program's own call instead (measured as "
                     "as-is+regional where the harness runs that call)")
         if scope.block and (action.target == scope.block_target or action.strategy in ("whole", "nested")
-                            or scope.in_block(action.target)):
+                            or scope.in_block(action.target) or action.target.removesuffix(".forward") in scope.block_owners):
             return (f"the program compiles each {scope.block_cls} itself ({_where(scope.block)}): a compile of "
                     f"{action.target} would compile it a second time; change the program's own call instead")
         own = scope.in_function(action.target)

@@ -123,9 +123,11 @@ class SearchOutcome:
                 "contended_step_ms": None if r.get("contended_step_ms") is None else round(r["contended_step_ms"], 4),
                 "contended_ms_per_shape": {str(row["shape"]): round(row["timing"][c.name]["contended_ms"], 4)
                                            for row in self.timing if (row["timing"].get(c.name) or {}).get("contended_ms")},
-                "cold_compile_s": round(cold[0]["compile_s"], 3) if cold and c.name != "as-is" else None,
-                "new_shape_compile_s": [round(e["compile_s"], 3) for e in cold[1:] if e["new_graphs"] or e["new_recompiles"]] if c.name != "as-is" else [],
-                "compile_s_per_start": None if c.name == "as-is" else r.get("compile_s_per_start"),
+                # as-is: the program's own compile's cost, where it compiles itself (else none of ours)
+                "cold_compile_s": round(cold[0]["compile_s"], 3) if cold and (c.name != "as-is" or comp.get("unique_graphs")) else None,
+                "new_shape_compile_s": [round(e["compile_s"], 3) for e in cold[1:] if e["new_graphs"] or e["new_recompiles"]]
+                                       if c.name != "as-is" or comp.get("unique_graphs") else [],
+                "compile_s_per_start": r.get("compile_s_per_start") if c.name != "as-is" or comp.get("unique_graphs") else None,
                 "graphs": comp.get("unique_graphs"),
                 "graph_breaks": comp.get("graph_breaks"),
                 "recompiles": comp.get("recompiles"),
