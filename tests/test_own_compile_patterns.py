@@ -150,3 +150,34 @@ def test_newcomers_whole_model_compile_in_a_script_the_harness_does_not_run(tmp_
     torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))
     assert after["unique_graphs"] > 0 and before["unique_graphs"] > 0, (before, after)
     assert main(["check", str(src / "train.py"), str(src / "model.py"), "--select", "SP101"]) == 0
+
+
+def test_a_fullgraph_program_with_data_dependent_ops_keeps_fullgraph_on_its_regional_form(tmp_path):
+    """``torch.compile(model, fullgraph=True)`` over routers with ``nonzero`` and ``.item()``: the
+    call turned regional keeps ``fullgraph=True`` on every block, no ``disable`` is planned inside
+    it, and the compile is live and cheaper afterwards. (The gaps rung is left out: its dispatch
+    mode cannot run under a fullgraph=True program yet.)"""
+    import torch
+
+    from rewriter.diagnose.runner import RUNGS, diagnose, harness_from_flags
+
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "own_fullgraph_item", src, ignore=shutil.ignore_patterns("__pycache__"))
+    before = _run_script(src, "run.py", tmp_path / "before.pt")
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 8}, {"batch": 12}], mode=None,
+                                 dtype=None, device="cpu")
+    plan = tmp_path / "out" / "plan.yaml"
+    outcome = diagnose(spec, src, plan, only={n for n, _ in RUNGS if n != "gaps"} | {"search"}, backend="eager")
+    actions = load_plan(plan).plan.actions
+    assert not [a for a in actions if a.action == "disable"], actions
+    [edit] = [a for a in actions if a.action == "compile"]
+    assert edit.target == "run.py::build" and edit.own_call.regional == "layers", actions
+    rows = {r["candidate"]: r for r in outcome.search.table()}
+    chosen = rows[outcome.search.choice.chosen]
+    assert chosen["compile_s_per_start"] < rows["as-is"]["compile_s_per_start"], (chosen, rows["as-is"])
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply"]) == 0
+    text = (src / "run.py").read_text()
+    assert 'block.compile(fullgraph=True, backend="eager")' in text, text
+    after = _run_script(src, "run.py", tmp_path / "after.pt")
+    torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))
+    assert after["unique_graphs"] > 0 and after["graph_breaks"] == 0 == before["graph_breaks"], (before, after)

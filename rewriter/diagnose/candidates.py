@@ -502,9 +502,8 @@ def own_call_candidates(ctx: Context, scope: OwnScope, pruned: list[str]) -> lis
     of the whole model, where there is one, on CUDA, with shapes stable across the harness, the
     call editable (a literal mode, no ``**options``, a target that names it) and run by the
     harness's model (so the engine measures it). A program that compiles only its blocks gets no
-    such variant: CUDA graphs over many regions are refused (pytorch#152887)."""
-    from .planner import Decision, _plan
-
+    such variant: CUDA graphs over many regions are refused (pytorch#152887). The other variants
+    (regional, ``dynamic=``) are :func:`.own_candidates.variants`'."""
     from .own_candidates import variants
 
     found = variants(ctx, scope, pruned) if scope.whole else []

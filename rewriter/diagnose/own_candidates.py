@@ -166,8 +166,11 @@ def translate(ctx: Any, out: Any, own: Any) -> str | None:
     path, why = ctx.cache.get("own_standin_path") or (None, "")
     if path is None:
         return None
+    # the options the stand-in was measured with (fullgraph, mode, dynamic), where the call can take them
+    options = compiles[0].options.non_default() if len(compiles) == 1 else {}
+    carried = {k: v for k, v in options.items() if k in ("fullgraph", "mode", "dynamic") and own.can(k) is None}
     action = CompileAction(
-        action="compile", target=own.site, strategy="region", own_call={"regional": path},
+        action="compile", target=own.site, strategy="region", own_call={**carried, "regional": path},
         why=(f"the program compiles the whole model itself ({own.text}) in {file}, which the harness does not run: measured "
              f"through stand-ins on the harness's model, its regional form ({cand.name!r}: {figures(row)}) and the "
              f"whole-model compile ('whole': {figures(whole)}), the search chose the regional form; regional compilation "
