@@ -68,7 +68,7 @@ def test_whole_model_compile_with_an_item_break_in_a_helper(tmp_path):
     assert kinds & {("dynamo_config", "model.py::Net.__init__"), ("disable", "model.py::scaled")}, kinds
     assert r["chosen"]["graph_breaks"] < r["asis"]["graph_breaks"], (r["chosen"], r["asis"])
     assert r["after"]["graph_breaks"] < r["before"]["graph_breaks"], (r["after"], r["before"])
-    assert any(line.startswith("the program's compile covers, at run time: whole model: Net (torch.compile(module))")
+    assert any(line.startswith("granularity: whole model: Net (torch.compile(module))")
                for line in r["m"]["own_compile_runtime"]), r["m"]["own_compile_runtime"]
     # the program's call turned regional is measured like any other candidate
     assert r["rows"]["as-is+regional"]["numerics"] == "ok", r["rows"]["as-is+regional"]

@@ -83,7 +83,7 @@ def test_a_no_op_compile_the_harness_runs_is_not_said_to_be_off_its_path(tmp_pat
     assert said == ["the program's own compile m.py:9: torch.compile(self) compiles nothing: it rebinds the local name "
                     "self to the compiled module: the module the caller holds is not compiled, so nothing compiles; "
                     "self.compile() compiles it in place; at run time, no frame or module of it compiled, as the source says"]
-    assert per_call([own[9]], rc) == ["m.py:9: torch.compile(self): compiled nothing at run time (no-op)"]
+    assert per_call([own[9]], rc) == ["m.py:9: torch.compile(self): compiled nothing (no-op)"]
 
 
 def _frame(name, path, graphs, recompiles=0):
@@ -102,7 +102,7 @@ def test_a_per_layer_compile_is_told_from_a_whole_model_one_at_run_time():
     assert granularity(whole) == "whole model: Net (module.compile(), fullgraph), 1 frame, 1 graph, 0 recompiles"
     assert granularity({"modules": [], "frames": []}) is None
     own = OwnCompile("train.py:12", "torch.compile(layer)", False, ("unknown", ""))
-    assert per_call([own], per_layer) == ["train.py:12: torch.compile(layer): 1 frame, 2 graphs, 1 recompile at run time"]
+    assert per_call([own], per_layer) == ["train.py:12: torch.compile(layer): 1 frame, 2 graphs, 1 recompile"]
 
 
 def _rewrite(tmp_path: Path, body: str, own_call: str, strategy: str = "region") -> str:

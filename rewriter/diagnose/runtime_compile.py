@@ -145,7 +145,7 @@ def seen(rc: dict[str, Any] | None) -> list[str]:
     out += [f"compiled module {m['path']} ({m['class']}, {m['how']}{', fullgraph' if m.get('fullgraph') else ''}): "
             "no frame of it compiled in the harness's run" for m in idle[:MAX_NAMED]]
     unit = granularity(rc)
-    return ([f"the program's compile covers, at run time: {unit}"] if unit else []) + out
+    return ([f"granularity: {unit}"] if unit else []) + out
 
 
 def _segments(path: str | None) -> list[str]:
@@ -286,9 +286,9 @@ def per_call(own: list[Any], rc: dict[str, Any] | None) -> list[str]:
         else:
             fr = [f for f in frames if mine(o, f)]
         if not fr:
-            out.append(f"{o.text}: compiled nothing at run time" + (f" ({o.idle_kind})" if getattr(o, "idle_kind", None) else ""))
+            out.append(f"{o.text}: compiled nothing" + (f" ({o.idle_kind})" if getattr(o, "idle_kind", None) else ""))
             continue
         graphs = sum(int(f.get("graphs") or 0) for f in fr)
         rec = sum(int(f.get("recompiles") or 0) for f in fr)
-        out.append(f"{o.text}: {_plural(len(fr), 'frame')}, {_plural(graphs, 'graph')}, {_plural(rec, 'recompile')} at run time")
+        out.append(f"{o.text}: {_plural(len(fr), 'frame')}, {_plural(graphs, 'graph')}, {_plural(rec, 'recompile')}")
     return out
