@@ -9,7 +9,10 @@ Symlinks are not followed (a tree that links an installed package in is not the 
 a file that does not parse is left out.
 
 :func:`compile_setup` lists the setup for the report; :func:`own_compiles` reads what each compile
-covers (:class:`OwnCompile`), which the search's candidates compose with
+covers (:class:`OwnCompile`), whether it compiles anything the program runs (``self =
+torch.compile(self)``, a discarded or unused result and a helper nothing calls compile nothing:
+torch.compile returns a new object and changes nothing in place), and which ``own_call`` keys an
+edit of it can set, which the search's candidates compose with
 (:func:`.candidates.compose`: no second compile, no ``disable`` in a ``fullgraph=True`` region, no
 ``mark_dynamic`` inside compiled code).
 """

@@ -5,9 +5,12 @@ comes first).
 The engine's eager reference child (the search's ``as-is`` row) records which code Dynamo compiled
 in its cold phase (:func:`rewriter.engine.child.runtime_compiles`: frames with graphs, recompiles,
 fullgraph and the compile's entry, from Dynamo's compile callbacks; the model's compiled modules;
-the SRC files the harness imported). :func:`seen` says it in one line per frame;
+the SRC files the harness imported). :func:`granularity` says what the compile covers (the whole
+model, or per layer: N blocks of one class), :func:`per_call` what each of the program's own
+calls compiled (frames, graphs, recompiles; or nothing), :func:`seen` one line per frame;
 :func:`disagreements` sets it against :func:`.own_compile.own_compiles`: a compile found in SRC
-that never ran in the harness (it lives in ``train.py``, which the harness does not import), and
+that never ran in the harness (it lives in ``train.py``, which the harness does not import), one
+that compiles nothing (:attr:`.own_compile.OwnCompile.idle`, with what the run showed), and
 code compiled at run time that no compile in SRC names (a compile in an installed library, or one
 made through an alias the static reading does not follow). Paths are as the row has them after
 :func:`rewriter.engine.measure.relabel` (SRC's files relative to SRC).
