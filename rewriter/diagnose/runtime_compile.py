@@ -282,8 +282,7 @@ def per_call(own: list[Any], rc: dict[str, Any] | None) -> list[str]:
     out: list[str] = []
     for o in own:
         if imported and _static_file(o) not in imported:
-            out.append(f"{o.text}: not run (the harness's run never imported {_static_file(o)})")
-            continue
+            continue  # not run at all: said once, by disagreements()
         if o in vague:
             fr = [f for f in frames if not any(mine(k, f) for k in live if k not in vague)] if len(vague) == 1 else []
         else:
