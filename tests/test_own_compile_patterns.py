@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from rewriter.cli import main
 from rewriter.plan import load_plan
