@@ -274,6 +274,11 @@ class OwnCall(_Strict):
     dynamic: StrictBool | None = Field(default=None, description="true, false, or null (torch's default)")
     mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] | None = None
     backend: str | None = Field(default=None, description="a backend torch.compile knows by name")
+    #: Regional compilation at the call site: the whole-model call becomes one compile per repeated
+    #: block, ``for block in <module>.<regional>: block.compile(<the call's keyword arguments>)``;
+    #: ``compile_repeated_blocks`` calls the library's own method (diffusers' ``ModelMixin``) instead.
+    regional: str | None = Field(default=None, description="the attribute path of the repeated blocks' container "
+                                 "(layers, model.layers), or compile_repeated_blocks: turn the whole-model call regional")
 
     @field_validator("fullgraph", "mode", "backend", mode="before")
     @classmethod
@@ -294,10 +299,17 @@ class OwnCall(_Strict):
                              + "; a backend your code registers: edit the call by hand")
         return value
 
+    @field_validator("regional")
+    @classmethod
+    def _regional(cls, value: str | None) -> str | None:
+        if value is not None and not all(_IDENT_RE.match(part) for part in value.split(".")):
+            raise ValueError(f"expected an attribute path (layers, model.layers) or compile_repeated_blocks, got {_quoted(value)}")
+        return value
+
     @model_validator(mode="after")
     def _one(self) -> "OwnCall":
         if not self.model_fields_set:
-            raise ValueError("expected at least one of " + ", ".join(OWN_CALL_KEYS) + " to set")
+            raise ValueError("expected at least one of " + ", ".join(OWN_CALL_KEYS) + ", regional to set")
         return self
 
     def edits(self) -> dict[str, Any]:
@@ -307,7 +319,7 @@ class OwnCall(_Strict):
     @model_serializer
     def _dump(self) -> dict[str, Any]:
         # the keys given only: ``dynamic: null`` is an edit (remove ``dynamic=``), not a default to drop
-        return self.edits()
+        return self.edits() | ({"regional": self.regional} if self.regional is not None else {})
 
 
 #: What each :class:`OwnCall` key takes, for the refusal of a null.
@@ -358,6 +370,8 @@ class CompileAction(_Action):
                              "must be left out; put the keyword arguments to set under own_call")
         if self.strategy == "nested":
             raise ValueError("own_call edits a torch.compile call; strategy 'nested' writes nested_compile_region instead")
+        if self.own_call.regional is not None and self.strategy != "region":
+            raise ValueError("own_call.regional turns the program's call into regional compilation: expected strategy region")
         if self.library:
             raise ValueError("own_call edits the program's own call under SRC; an installed library's target has none")
         return self
@@ -1073,7 +1087,7 @@ def field_path(loc: tuple) -> str:
 #: with the keys expected -> (what a key is called, the keys, what each takes).
 _KEYED: dict[type[BaseModel], tuple[str, tuple[str, ...], str]] = {
     DynamoSettings: ("setting", DYNAMO_CONFIG_KEYS, " (true or false; recompile_limit an integer)"),
-    OwnCall: ("key", OWN_CALL_KEYS, ""),
+    OwnCall: ("key", (*OWN_CALL_KEYS, "regional"), ""),
 }
 
 

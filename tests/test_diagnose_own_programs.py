@@ -92,11 +92,14 @@ def test_serving_loop_that_marks_its_inputs(tmp_path):
     r = _round_trip(tmp_path, "own_serve_marks", "serve.py", ["batch=2,seq=5", "batch=2,seq=7", "batch=2,seq=9"])
     own = 'serve.py:27: torch.compile(Encoder(), backend="eager")'
     _names_own_calls(r, own, "serve.py:20: torch._dynamo.mark_dynamic(ids, 1)")
-    actions = [(a.action, a.target) for a in r["plan"].actions]
-    assert not [a for a in actions if a[0] in ("compile", "mark_dynamic")], actions
-    assert any(p.endswith("Attempt to trace forbidden callable); mark the tensor where the program calls its compiled code")
-               and f"mark_dynamic in model.py::Encoder.forward: inside the program's own compiled code ({own})" in p
-               for p in _pruned(r)), _pruned(r)
+    # the loop's whole-model compile is in serve.py, which the harness does not run: it is measured
+    # through stand-ins on the harness's model and the choice is written as an edit of that call
+    # (regional at the call site), never as a second compile; a mark the plan keeps is at the
+    # block boundary, which the regional form leaves eager (the round trip's `check --select SP105`)
+    compiles = [a for a in r["plan"].actions if a.action == "compile"]
+    assert [(a.target, a.own_call.regional if a.own_call else None) for a in compiles] == [("serve.py::main", "blocks")], compiles
+    assert "for block in model.blocks:" in (r["src"] / "serve.py").read_text()
+    assert all(a.target == "model.py::Encoder.forward" for a in r["plan"].actions if a.action == "mark_dynamic")
 
 
 def test_disabled_helper_beside_the_users_fullgraph_blocks(tmp_path):

@@ -250,7 +250,9 @@ def test_on_cpu_the_reduce_overhead_variant_of_the_users_compile_is_pruned_with_
     assert "as-is+reduce-overhead" not in [c.name for c in found.candidates]
     assert any(p.startswith("as-is+reduce-overhead: no CUDA (CUDA graphs need a GPU)") and "model.py:23" in p
                for p in found.pruned), found.pruned
-    assert not [a for a in outcome.plan.actions if a.action == "compile"], outcome.plan.actions  # no second compile
+    # no second compile: a compile the plan holds edits the program's own call (as-is+dynamic: the
+    # harness's shapes vary, so dynamic= on the user's decorator is a candidate of its own)
+    assert all(a.own_call is not None for a in outcome.plan.actions if a.action == "compile"), outcome.plan.actions
 
 
 @pytest.mark.slow

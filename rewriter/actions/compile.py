@@ -16,7 +16,7 @@ import libcst as cst
 from ..errors import StackpartError
 from ..plan import CompileAction
 from .base import TargetedCommand, call_args, has_decorator
-from .own_call import OwnCallRefused, edited, find_sites
+from .own_call import OwnCallRefused, edited, find_sites, regional
 
 COMPILE_DECORATORS = {"torch.compile"}
 #: The suppression written on a whole-model compile (rewriter.check.engine's comment syntax).
@@ -117,6 +117,8 @@ class CompileCommand(TargetedCommand):
                 raise OwnCallRefused(
                     f"own_call: {self.qualname} holds {len(sites)} compile calls (lines {lines}); expected one, so that "
                     "the edit names its call", sites[1].node)
+            if self.action.own_call is not None and self.action.own_call.regional is not None:
+                return regional(func, sites[0], edits, self.action.own_call.regional)
             new = edited(sites[0], edits)
         except OwnCallRefused as exc:
             msg = exc.message if exc.message.startswith("own_call:") else f"own_call: {exc.message}"

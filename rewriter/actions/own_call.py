@@ -300,3 +300,162 @@ def current(site: OwnSite, key: str) -> tuple[bool, Any]:
         return True, OWN_CALL_DEFAULTS[key]
     ok, value = _literal(arg)
     return ok, _norm(key, value) if ok else None
+
+
+#: The library's own regional compile (diffusers ``ModelMixin.compile_repeated_blocks``: each of the
+#: model's ``_repeated_blocks`` classes compiled in place with ``submodule.compile(...)``).
+REPEATED_BLOCKS = "compile_repeated_blocks"
+
+
+class _Statement(cst.CSTVisitor):
+    """The statement line (and its small statement) in a function's own body that holds ``node``."""
+
+    def __init__(self, node: cst.CSTNode) -> None:
+        self.node = node
+        self.line: cst.SimpleStatementLine | None = None
+        self.small: cst.BaseSmallStatement | None = None
+        self.loop: cst.For | None = None
+        self._loops: list[cst.For] = []
+        self._line: cst.SimpleStatementLine | None = None
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_For(self, node: cst.For) -> None:
+        self._loops.append(node)
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self._loops.pop()
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self._line = node
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if node is self.node and self._line is not None and self.line is None:
+            self.line = self._line
+            self.small = next((s for s in self._line.body if _holds(s, node)), None)
+            self.loop = self._loops[-1] if self._loops else None
+        return super().on_visit(node)
+
+
+def _holds(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
+    found = []
+
+    class _V(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            if n is node:
+                found.append(n)
+            return not found
+
+    tree.visit(_V())
+    return bool(found)
+
+
+def _kwargs(call: cst.Call, skip_first: bool) -> list[str]:
+    """``key=value`` for each keyword argument of ``call`` as the program wrote it (``**opts`` kept)."""
+    out = []
+    for i, arg in enumerate(call.args):
+        if skip_first and i == 0 and arg.keyword is None and not arg.star:
+            continue
+        if arg.keyword is not None:
+            out.append(f"{arg.keyword.value}={_EMPTY.code_for_node(arg.value).strip()}")
+        else:
+            out.append(f"{arg.star}{_EMPTY.code_for_node(arg.value).strip()}")
+    return out
+
+
+def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: str) -> cst.FunctionDef:
+    """``func`` with the program's whole-model compile at ``site`` turned into regional compilation
+    at the call site: ``model = torch.compile(model, **kw)`` (or ``model.compile(**kw)``, or
+    ``return torch.compile(model, **kw)``) becomes ``for block in model.<path>: block.compile(**kw)``
+    (``model.compile_repeated_blocks(**kw)`` where ``path`` is :data:`REPEATED_BLOCKS`), the call's
+    keyword arguments kept and ``edits`` made on them. Each block is compiled in place
+    (``nn.Module.compile``: state_dict keys and hooks kept), and the name the program held still
+    names the model. Returns ``func`` unchanged where it already is so (idempotence).
+
+    Raises:
+        OwnCallRefused: a decorator, a compile whose result is discarded or not a plain
+            assignment/return of one module, or a statement line holding several statements.
+    """
+    if site.kind == "decorator" or site.call is None:
+        raise OwnCallRefused("regional turns a torch.compile(model) / model.compile() call regional; the target "
+                             "carries a @torch.compile decorator: compile the block instead (strategy region on its class)",
+                             site.node)
+    where = _Statement(site.call)
+    func.body.visit(where)
+    line, small = where.line, where.small
+    if line is None or small is None:
+        raise OwnCallRefused("regional: the compile call is not a statement of the function's own body", site.node)
+    call = site.call
+    if site.kind == "method":
+        owner = call.func.value if isinstance(call.func, cst.Attribute) else None
+        loop = where.loop
+        if (loop is not None and isinstance(loop.target, cst.Name) and isinstance(owner, cst.Name)
+                and owner.value == loop.target.value
+                and (_code(loop.iter).endswith("." + path) or _code(loop.iter) == path)):
+            return func  # already regional
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == REPEATED_BLOCKS:
+            return func
+        if not isinstance(small, cst.Expr) or small.value is not call or owner is None:
+            raise OwnCallRefused("regional: expected the module's compile as a statement of its own "
+                                 "(model.compile(...))", site.node)
+        model = _code(owner)
+        before: list[str] = []
+        kwargs = _kwargs(call, skip_first=False)
+    else:
+        target = first = None
+        if call.args and call.args[0].keyword is None and not call.args[0].star:
+            first = call.args[0].value
+        if first is None:
+            raise OwnCallRefused("regional: expected torch.compile(model, ...) with the model as its first argument",
+                                 site.node)
+        if isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1:
+            target = small.targets[0].target
+            if not isinstance(target, (cst.Name, cst.Attribute)):
+                raise OwnCallRefused("regional: expected the compiled model bound to one name", site.node)
+            model = _code(target)
+            before = [] if _code(first) == model else [f"{model} = {_code(first)}"]
+            if not before and model.endswith(".forward"):  # model.forward = torch.compile(model.forward)
+                model = model.removesuffix(".forward")
+        elif isinstance(small, cst.Return) and small.value is call:
+            used = {n.value for n in _names_in(func)}
+            model = _code(first) if isinstance(first, (cst.Name, cst.Attribute)) else next(
+                v for v in ("model", "module", "_model") if v not in used)
+            before = [] if model == _code(first) else [f"{model} = {_code(first)}"]
+        else:
+            raise OwnCallRefused("regional: the result of torch.compile is not bound to a name (model = "
+                                 "torch.compile(model)) or returned; such a call compiles nothing the program calls",
+                                 site.node)
+        kwargs = _kwargs(call, skip_first=True)
+    probe = cst.parse_expression(f"f({', '.join(kwargs)})")
+    assert isinstance(probe, cst.Call)
+    new_call = (edited(OwnSite(probe, probe, "method"), edits) if edits else None) or probe
+    args = _EMPTY.code_for_node(new_call).strip()[2:-1]
+    if path == REPEATED_BLOCKS:
+        stmts = [*before, f"{model}.{REPEATED_BLOCKS}({args})"]
+    else:
+        used = {n.value for n in _names_in(func)}
+        var = next(v for v in ("block", "layer", "_block", "_stackpart_block") if v not in used)
+        stmts = [*before, f"for {var} in {model}.{path}:\n    {var}.compile({args})"]
+    if isinstance(small, cst.Return):
+        stmts.append(f"return {model}")
+    if len(line.body) != 1:
+        raise OwnCallRefused("regional: the compile shares its line with other statements; expected it on a "
+                             "line of its own", site.node)
+    new = [cst.parse_statement(s + "\n") for s in stmts]
+    new[0] = new[0].with_changes(leading_lines=line.leading_lines)
+    return func.deep_replace(line, cst.FlattenSentinel(new))  # type: ignore[return-value]
+
+
+def _names_in(func: cst.FunctionDef) -> list[cst.Name]:
+    out: list[cst.Name] = []
+
+    class _V(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            out.append(node)
+
+    func.visit(_V())
+    return out

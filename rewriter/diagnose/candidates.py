@@ -91,6 +91,13 @@ class OwnScope:
     block_reached: set[str] = field(default_factory=set)
     #: Class names of the block's own submodules (``Experts`` of an MoE layer), read at run time.
     block_classes: set[str] = field(default_factory=set)
+    #: The program's compiles that compile nothing it runs (:attr:`.own_compile.OwnCompile.idle`):
+    #: nothing composes with them, so they prune nothing.
+    idle: list[Any] = field(default_factory=list)
+    #: The harness's model carries a compiled module (the program's compile runs in the harness).
+    runs: bool = False
+    #: ``file.py::Class`` of the modules that hold the repeated blocks (a compile of one holds them).
+    block_owners: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, ctx: Context, regions: list[Any]) -> "OwnScope":
@@ -105,15 +112,33 @@ class OwnScope:
         block = blocks[0] if blocks else None
         attrs: set[str] = set()
         if block is not None:
-            scope.block_cls = block["cls"].__name__
+            first = block["modules"][0] if block.get("modules") else None
+            # the program's torch.compile(block) wraps each block in an OptimizedModule: the block is its _orig_mod
+            scope.block_cls = type(getattr(first, "_orig_mod", first)).__name__ if first is not None else block["cls"].__name__
+            scope.block_owners = {t for t in [block.get("owner_target"), *(c.get("owner_target") for c in block.get("containers") or [])] if t}
             scope.block_target = block["target"]
             attrs = {block["attr"], *(c["attr"] for c in block.get("containers") or [])}
             scope.block_classes = {type(m).__name__ for m in block["modules"][0].modules()} if block.get("modules") else {scope.block_cls}
             if block["target"]:
                 scope.block_reached = names_reached(ctx.session.src / block["target"].split("::", 1)[0],
                                                     block["target"].split("::", 1)[1] + ".forward")
+        from .own_candidates import compiled_modules_of
+
+        live = []
+        for r in regions:
+            (scope.idle if getattr(r, "idle", None) else live).append(r)
+        regions = live
+        mods = compiled_modules_of(ctx) if regions else []
+        scope.runs = bool(mods)
+        # the run-time reading where the static one cannot tell: the harness's model compiled
+        # only at its repeated blocks is a per-layer compile, not a whole-model one
+        per_layer = bool(mods) and scope.block_cls is not None and not any(m["path"] == "<model>" for m in mods) and all(
+            m["class"] in scope.block_classes for m in mods)
         for r in regions:
             kind, what = r.covers
+            if per_layer and kind in ("unknown", "class") and what != scope.block_cls:
+                scope.block.append(r)
+                continue
             if kind == "function":
                 qual = what.split("::", 1)[1]
                 if qual == f"{model_cls}.forward":
@@ -169,9 +194,10 @@ def conflict(action: Any, scope: OwnScope) -> str | None:
     if kind == "compile":
         if scope.whole:
             return (f"the program compiles the whole model itself ({_where(scope.whole)}): a compile of {action.target} "
-                    "inside it would compile that code a second time; change the program's own call instead")
+                    "inside it would compile that code a second time; change the program's own call instead (measured as "
+                    "as-is+regional where the harness runs that call)")
         if scope.block and (action.target == scope.block_target or action.strategy in ("whole", "nested")
-                            or scope.in_block(action.target)):
+                            or scope.in_block(action.target) or action.target.removesuffix(".forward") in scope.block_owners):
             return (f"the program compiles each {scope.block_cls} itself ({_where(scope.block)}): a compile of "
                     f"{action.target} would compile it a second time; change the program's own call instead")
         own = scope.in_function(action.target)
@@ -223,7 +249,7 @@ def compose(plan: Plan, scope: OwnScope, rule: bool = False) -> tuple[Plan | Non
         compile_out = compile_out or a.action == "compile"
     if compile_out:
         disables = [a for a in keep if a.action == "disable"]
-        if disables and scope.decorated_only:
+        if disables and (scope.decorated_only or scope.runs):
             # the program's compile is a decorator in the model's own source, so the harness runs it:
             # the disables compose with it (outside any fullgraph=True region, checked above) and
             # are measured on it, without the second compile
@@ -265,6 +291,16 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
         if regions is None:
             regions = own_compiles(ctx.session.src, parsed=ctx.cache.get("own_parsed"))
     scope = OwnScope.of(ctx, regions or [])
+    from .own_candidates import standin
+
+    # the program's whole-model compile in a script the harness does not run: measured through
+    # stand-ins (whole for it, per-block for its regional form), written as an edit of its call
+    stand = standin(ctx, scope, pruned)
+    ctx.cache["own_standin"] = stand
+    if stand is not None:
+        from dataclasses import replace
+
+        scope = replace(scope, whole=[])
 
     def add(name: str, decision: Any, rule: bool = False) -> None:
         plan, why = compose(decision.plan, scope, rule)
@@ -333,7 +369,8 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
             # the +mark_dynamic variant is missing (a newcomer's tiny Llama: no candidate, no word)
             pruned.append("per-block+mark_dynamic: " + unmarked.replace("not marked dynamic: ", "", 1))
     whole = rule_plan(ctx, "whole", mode="default")
-    own = [r.text for r in regions] if regions is not None else [x for x in own_setup or [] if _is_compile(x.split(": ", 1)[-1])]
+    own = ([r.text for r in regions if not getattr(r, "idle", None) and r is not stand] if regions is not None
+           else [x for x in own_setup or [] if _is_compile(x.split(": ", 1)[-1])])
     if own and any(a.action == "compile" for a in whole.plan.actions):
         pruned.append(f"nested+whole, whole, whole+cudagraphs: the program compiles code itself ({'; '.join(own[:3])}): "
                       "a whole-model compile on top would compile it a second time; change the program's own call instead")
@@ -448,7 +485,16 @@ def own_call_candidates(ctx: Context, scope: OwnScope, pruned: list[str]) -> lis
     of the whole model, where there is one, on CUDA, with shapes stable across the harness, the
     call editable (a literal mode, no ``**options``, a target that names it) and run by the
     harness's model (so the engine measures it). A program that compiles only its blocks gets no
-    such variant: CUDA graphs over many regions are refused (pytorch#152887)."""
+    such variant: CUDA graphs over many regions are refused (pytorch#152887). The other variants
+    (regional, ``dynamic=``) are :func:`.own_candidates.variants`'."""
+    from .own_candidates import variants
+
+    found = variants(ctx, scope, pruned) if scope.whole else []
+    return found + _own_cudagraphs(ctx, scope, pruned)
+
+
+def _own_cudagraphs(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tuple[str, Any]]:
+    """``as-is+reduce-overhead`` (see :func:`own_call_candidates`)."""
     from .planner import Decision, _plan
 
     name = OWN_CUDAGRAPHS

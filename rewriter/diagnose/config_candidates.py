@@ -54,14 +54,19 @@ DYNAMIC_RE = re.compile(
 )
 
 
+#: ``(break reason pattern, knob)``, tried in order: the knob torch's own hint names for a break
+#: with that reason. A new knob is one more row here and its key in
+#: :data:`rewriter.plan.DYNAMO_CONFIG_KEYS` (the plan's whitelist).
+KNOBS: list[tuple[re.Pattern[str], str]] = [
+    (DYNAMIC_RE, "capture_dynamic_output_shape_ops"),
+    (SCALAR_RE, "capture_scalar_outputs"),
+]
+
+
 def knob_for(reason: str) -> str | None:
     """The :data:`rewriter.plan.DYNAMO_CONFIG_KEYS` key that keeps a break with this reason in the
-    graph, or None (a data-dependent branch, a print, an unsupported call...)."""
-    if DYNAMIC_RE.search(reason):
-        return "capture_dynamic_output_shape_ops"
-    if SCALAR_RE.search(reason):
-        return "capture_scalar_outputs"
-    return None
+    graph (:data:`KNOBS`), or None (a data-dependent branch, a print, an unsupported call...)."""
+    return next((key for pattern, key in KNOBS if pattern.search(reason)), None)
 
 
 def capturable_breaks(ctx: Any) -> list[tuple[Any, str]]:
@@ -77,11 +82,18 @@ def config_target(ctx: Any) -> tuple[str, str]:
     from .locate import target_of
 
     model, _, _ = ctx.reference()
-    cls = type(model)
+    cls = type(getattr(model, "_orig_mod", model))  # the program's torch.compile(model): the model's own class
     owner = target_of(cls, ctx.session.src)
     if owner is not None and "__init__" in vars(cls) and target_of(vars(cls)["__init__"], ctx.session.src) == f"{owner}.__init__":
         return (f"{owner}.__init__", "the model's constructor: it runs in every program that builds the model (the harness and "
                 "the program's own scripts) before any of its code is traced")
+    own = [r for r in ctx.cache.get("own_regions") or []  # a call (never a decorator: its function is the compiled code)
+           if r.idle is None and r.site is not None and not r.code.startswith("@") and r.covers[0] != "function"]
+    if len(own) == 1 and ctx.cache.get("own_compiled_modules"):
+        # the program's own compile runs in the harness: the line goes in the function that holds it,
+        # before the call, so it takes effect for that compile in the program's own scripts too
+        return (own[0].site, f"the function that holds the program's own compile ({own[0].text}): it runs before that "
+                "compile traces anything, in the harness and in the program's own scripts")
     spec = ctx.session.spec
     return (f"{spec.file}::{spec.model}", "the harness's model function: the model class has no __init__ of its own under SRC, "
             "and the search runs only the harness")

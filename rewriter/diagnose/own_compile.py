@@ -9,7 +9,10 @@ Symlinks are not followed (a tree that links an installed package in is not the 
 a file that does not parse is left out.
 
 :func:`compile_setup` lists the setup for the report; :func:`own_compiles` reads what each compile
-covers (:class:`OwnCompile`), which the search's candidates compose with
+covers (:class:`OwnCompile`), whether it compiles anything the program runs (``self =
+torch.compile(self)``, a discarded or unused result and a helper nothing calls compile nothing:
+torch.compile returns a new object and changes nothing in place), and which ``own_call`` keys an
+edit of it can set, which the search's candidates compose with
 (:func:`.candidates.compose`: no second compile, no ``disable`` in a ``fullgraph=True`` region, no
 ``mark_dynamic`` inside compiled code).
 """
@@ -58,6 +61,28 @@ class OwnCompile:
     why_not: str | None = None
     #: its ``mode`` literal (``default`` when absent), None when not a literal
     mode: str | None = None
+    #: why it compiles nothing the program runs, read from the source (:func:`_idle`), or None:
+    #: ``self = torch.compile(self)`` rebinds a local; a result discarded or bound to a name never
+    #: used; a compile in a helper (or a compiled helper) nothing in SRC calls
+    idle: str | None = None
+    #: ``idle``'s kind: ``no-op`` (the call runs and compiles nothing), ``unused`` (the compiled
+    #: value is never called), ``uncalled`` (the helper that holds it, or is it, is never called)
+    idle_kind: str | None = None
+    #: ``(key, why)`` for each ``own_call`` key (:data:`rewriter.plan.OWN_CALL_KEYS` and ``regional``)
+    #: an edit of this call cannot set safely, read with the rewrite's own checks
+    refused: tuple[tuple[str, str], ...] = ()
+    #: ``(key, literal value)`` of the call's keyword arguments as written (torch's default where absent)
+    current: tuple[tuple[str, Any], ...] = ()
+
+    def can(self, key: str) -> str | None:
+        """Why an ``own_call`` edit of ``key`` cannot be made (None: it can)."""
+        if self.site is None:
+            return self.why_not or "no plan target names the call"
+        return dict(self.refused).get(key)
+
+    def value(self, key: str) -> Any:
+        """The call's literal value of ``key`` (torch's default where absent); KeyError when not a literal."""
+        return dict(self.current)[key]
 
     @property
     def text(self) -> str:
@@ -177,6 +202,10 @@ def _covers(facts, target, at) -> tuple[str, str]:
         attr = _container_attr(target)
         if attr is not None:
             return ("children", attr)
+    if isinstance(target, cst.Attribute) and target.attr.value == "forward":  # model.forward = torch.compile(model.forward)
+        cls = facts.class_of(target.value, at)
+        if cls is not None:
+            return ("class", cls[0].rsplit(".", 1)[-1])
     if isinstance(target, cst.Name):  # the loop variable of ``for block in model.layers``
         for anc in facts.ancestors(at):
             if isinstance(anc, cst.For) and any(n.value == target.value for n in _names(anc.target)):
@@ -231,16 +260,162 @@ def _editable(facts, rel: str, node, positions) -> tuple[str | None, str | None,
     return site, None, mode if known else None
 
 
-def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = None) -> list[OwnCompile]:
+#: A value of each ``own_call`` key that is not torch's default, to ask the rewrite's check with.
+_PROBE = {"fullgraph": True, "dynamic": True, "mode": "reduce-overhead", "backend": "eager"}
+
+
+def _keys(facts, node) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, Any], ...]]:
+    """``(refused, current)`` of the compile at ``node`` for every ``own_call`` key (see
+    :class:`OwnCompile`), read with :mod:`rewriter.actions.own_call` (its checks and the regional edit)."""
+    import libcst as cst
+
+    from ..actions.base import imported_names
+    from ..actions.own_call import OwnCallRefused, check, current, find_sites, regional
+
+    func = facts.parent(node) if isinstance(node, cst.Decorator) else facts.enclosing_function(node)
+    if not isinstance(func, cst.FunctionDef):
+        return (), ()
+    try:
+        sites = find_sites(func, imported_names(facts.module))
+    except OwnCallRefused as exc:
+        return tuple((k, exc.message) for k in (*_PROBE, "regional")), ()
+    if len(sites) != 1:
+        return tuple((k, f"the function holds {len(sites)} compile calls") for k in (*_PROBE, "regional")), ()
+    refused, values = [], []
+    for key, probe in _PROBE.items():
+        try:
+            check(sites[0].call, {key: probe})
+        except OwnCallRefused as exc:
+            refused.append((key, exc.message))
+        known, value = current(sites[0], key)
+        if known:
+            values.append((key, value))
+    try:
+        regional(func, sites[0], {}, "layers")
+    except OwnCallRefused as exc:
+        refused.append(("regional", exc.message))
+    return tuple(refused), tuple(values)
+
+
+#: Functions called without their name being written: module hooks, dunders, the harness's entries.
+_IMPLICIT = frozenset({"forward", "__init__", "__call__", "main"})
+#: At most this many ``.py`` files are read to see whether a helper is called anywhere in SRC.
+MAX_FILES = 2000
+
+
+class _Texts:
+    """Every ``.py`` file's text under SRC, read once on first use (for :func:`_called`)."""
+
+    def __init__(self, src: Path) -> None:
+        self.src = src
+        self._texts: list[str] | None = None
+
+    def texts(self) -> list[str]:
+        if self._texts is None:
+            from ..errors import StackpartError
+            from ..source import read_file
+
+            out: list[str] = []
+            for root, dirs, files in os.walk(self.src, followlinks=False):
+                dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "_stackpart")]
+                for name in files:
+                    path = Path(root) / name
+                    if name.endswith(".py") and not path.is_symlink() and len(out) < MAX_FILES:
+                        try:
+                            if path.stat().st_size <= MAX_BYTES:
+                                out.append(read_file(path).text)
+                        except (OSError, StackpartError):
+                            continue
+            self._texts = out
+        return self._texts
+
+    def uses(self, name: str) -> int:
+        """How many times ``name`` is written as a word in SRC's files (its ``def`` included)."""
+        word = re.compile(rf"(?<![\w.]){re.escape(name)}\b|\.{re.escape(name)}\b")
+        return sum(len(word.findall(t)) for t in self.texts())
+
+
+def _loads_after(facts, scope, name: str, stmt) -> int:
+    """How many times ``name`` is written in ``scope`` (a function, nested code included) other
+    than as ``stmt``'s own target or a parameter."""
+    import libcst as cst
+
+    skip = {id(t.target) for t in stmt.targets}
+    count = 0
+
+    class _V(cst.CSTVisitor):
+        def visit_Param(self, node: cst.Param) -> bool:
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            nonlocal count
+            if node.value == name and id(node) not in skip:
+                count += 1
+
+    scope.body.visit(_V())
+    return count
+
+
+def _idle(facts, node, code: str, texts: _Texts, entries: frozenset[str], rel: str) -> tuple[str | None, str | None]:
+    """``(why, kind)`` the compile at ``node`` compiles nothing the program runs, or ``(None, None)``
+    (see :attr:`OwnCompile.idle`). torch.compile returns a new ``OptimizedModule`` or function and
+    changes nothing in place (``nn.Module.compile`` does): torch.compile docs, "Compiling modules"."""
+    import libcst as cst
+
+    func = node if isinstance(node, cst.FunctionDef) else None
+    if isinstance(node, cst.Decorator):
+        func = facts.parent(node)
+    elif isinstance(node, cst.Call):
+        parent = facts.parent(node)
+        if isinstance(parent, cst.Expr) and not _is_method_compile(node):
+            return (f"the value torch.compile returns is discarded ({code}): torch.compile changes nothing in place, so "
+                    "the program keeps calling the original; bind the result and call it, or use module.compile()"), "no-op"
+        if isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1:
+            target = parent.targets[0].target
+            scope = facts.scope_of(node)
+            if isinstance(target, cst.Name) and target.value == "self":
+                return ("it rebinds the local name self to the compiled module: the module the caller holds is not "
+                        "compiled, so nothing compiles; self.compile() compiles it in place"), "no-op"
+            if isinstance(target, cst.Name) and not isinstance(scope, cst.FunctionDef) and texts.uses(target.value) <= 1:
+                return (f"its result is bound to {target.value}, which nothing in SRC uses: the program calls the "
+                        "original, so nothing compiles"), "unused"
+            if isinstance(target, cst.Name) and isinstance(scope, cst.FunctionDef) and _loads_after(facts, scope, target.value, parent) == 0:
+                return (f"its result is bound to {target.value}, which {scope.name.value} never uses: the program calls "
+                        "the original, so nothing compiles"), "unused"
+        func = facts.enclosing_function(node)
+    if not isinstance(func, cst.FunctionDef):
+        return None, None
+    name = func.name.value
+    if name in _IMPLICIT or (name.startswith("__") and name.endswith("__")) or f"{rel}::{name}" in entries:
+        return None, None
+    if facts.enclosing_class(func) is not None and isinstance(node, cst.Call):
+        return None, None  # a method holding the call: called through an instance under any name
+    if texts.uses(name) <= 1:
+        what = "the compiled helper" if isinstance(node, cst.Decorator) else "the helper that holds it"
+        return f"{what}, {name}, is never called in SRC, so nothing compiles", "uncalled"
+    return None, None
+
+
+def _is_method_compile(call) -> bool:
+    import libcst as cst
+
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "compile" and not (
+        isinstance(call.func.value, cst.Name) and call.func.value.value == "torch")
+
+
+def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = None,
+                 entries: frozenset[str] = frozenset()) -> list[OwnCompile]:
     """Every compile the program under ``src`` does itself (``torch.compile(...)`` calls,
     ``module.compile(...)`` calls, ``@torch.compile`` decorators), in file order, each with what it
     covers and its ``fullgraph`` literal (:class:`OwnCompile`). Static, read with check's facts
     (:class:`rewriter.check.facts.FileFacts`); raises nothing (unreadable files are skipped).
-    ``parsed``: :func:`parsed_setup` of ``src``, when the caller has it."""
+    ``parsed``: :func:`parsed_setup` of ``src``, when the caller has it. ``entries``: ``file.py::name``
+    of the functions stackpart calls by name (the harness's), never read as a helper nothing calls."""
     import libcst as cst
 
     from ..check.facts import options
 
+    texts = _Texts(Path(src))
     out: list[tuple[str, int, OwnCompile]] = []
     for rel, facts, positions in parsed if parsed is not None else _parsed(Path(src)):
         module = facts.module
@@ -273,5 +448,14 @@ def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = No
                 site, why_not, mode = _editable(facts, rel, node, positions)
             except Exception as exc:  # noqa: BLE001 - the setup is listed either way
                 site, why_not, mode = None, f"{rel}:{pos.start.line}: the call could not be read ({type(exc).__name__})", None
-            out.append((rel, pos.start.line, OwnCompile(f"{rel}:{pos.start.line}", code, fullgraph, cover, site, why_not, mode)))
+            try:
+                idle, idle_kind = _idle(facts, node, code, texts, entries, rel)
+            except Exception:  # noqa: BLE001 - read as compiling: the safe reading for composition
+                idle, idle_kind = None, None
+            try:
+                refused, values = _keys(facts, node)
+            except Exception as exc:  # noqa: BLE001 - then no key can be edited
+                refused, values = tuple((k, f"the call could not be read ({type(exc).__name__})") for k in (*_PROBE, "regional")), ()
+            out.append((rel, pos.start.line, OwnCompile(f"{rel}:{pos.start.line}", code, fullgraph, cover, site, why_not, mode,
+                                                        idle, idle_kind, refused, values)))
     return [o for _, _, o in sorted(out, key=lambda t: (t[0], t[1]))]

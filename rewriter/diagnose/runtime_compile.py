@@ -5,9 +5,12 @@ comes first).
 The engine's eager reference child (the search's ``as-is`` row) records which code Dynamo compiled
 in its cold phase (:func:`rewriter.engine.child.runtime_compiles`: frames with graphs, recompiles,
 fullgraph and the compile's entry, from Dynamo's compile callbacks; the model's compiled modules;
-the SRC files the harness imported). :func:`seen` says it in one line per frame;
+the SRC files the harness imported). :func:`granularity` says what the compile covers (the whole
+model, or per layer: N blocks of one class), :func:`per_call` what each of the program's own
+calls compiled (frames, graphs, recompiles; or nothing), :func:`seen` one line per frame;
 :func:`disagreements` sets it against :func:`.own_compile.own_compiles`: a compile found in SRC
-that never ran in the harness (it lives in ``train.py``, which the harness does not import), and
+that never ran in the harness (it lives in ``train.py``, which the harness does not import), one
+that compiles nothing (:attr:`.own_compile.OwnCompile.idle`, with what the run showed), and
 code compiled at run time that no compile in SRC names (a compile in an installed library, or one
 made through an alias the static reading does not follow). Paths are as the row has them after
 :func:`rewriter.engine.measure.relabel` (SRC's files relative to SRC).
@@ -92,9 +95,47 @@ def frame_text(f: dict[str, Any], modules: dict[str, dict[str, Any]] | None = No
     return f"{head}, {details}"
 
 
+def granularity(rc: dict[str, Any] | None) -> str | None:
+    """What the program's compile covers at run time, read from the compiled modules
+    (:func:`rewriter.engine.watch.compiled_modules`) and Dynamo's frames: ``whole model: Net
+    (torch.compile(module)), 1 frame, 4 graphs, 1 recompile``, ``per layer: 3 x DecoderLayer
+    (layers.0-2, module.compile()), ...``; None when no module of the model is compiled (a compiled
+    function, or nothing)."""
+    if not rc or not rc.get("modules"):
+        return None
+    modules = list(rc["modules"])
+    frames = [f for f in rc.get("frames") or [] if f.get("graphs")]
+
+    def figures(paths: set[str]) -> str:
+        fr = [f for f in frames if ((f.get("entry") or {}).get("path") or "") in paths]
+        graphs = sum(int(f.get("graphs") or 0) for f in fr)
+        rec = sum(int(f.get("recompiles") or 0) for f in fr)
+        return f"{_plural(len(fr), 'frame')}, {_plural(graphs, 'graph')}, {_plural(rec, 'recompile')}"
+
+    root = [m for m in modules if m["path"] in ("<model>", "")]
+    if root:
+        m = root[0]
+        return f"whole model: {m['class']} ({m['how']}{', fullgraph' if m.get('fullgraph') else ''}), {figures({m['path']})}"
+    by_parent: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for m in modules:
+        parent, _, last = m["path"].rpartition(".")
+        if last.isdigit():
+            by_parent.setdefault((parent, m["class"]), []).append(m)
+    if by_parent:
+        (parent, cls), group = max(by_parent.items(), key=lambda kv: len(kv[1]))
+        if len(group) > 1:
+            idx = sorted(int(m["path"].rsplit(".", 1)[1]) for m in group)
+            rest = len(modules) - len(group)
+            return (f"per layer: {len(group)} x {cls} ({parent}.{idx[0]}-{idx[-1]}, {group[0]['how']}"
+                    f"{', fullgraph' if group[0].get('fullgraph') else ''}), {figures({m['path'] for m in group})}"
+                    + (f"; {_plural(rest, 'other compiled module')}" if rest else ""))
+    return f"submodules: {', '.join(m['path'] + ' (' + m['class'] + ')' for m in modules[:MAX_NAMED])}, {figures({m['path'] for m in modules})}"
+
+
 def seen(rc: dict[str, Any] | None) -> list[str]:
-    """One line per frame that compiled a graph (most graphs first), then the compiled modules no
-    frame ran under; [] when nothing compiled or nothing was recorded."""
+    """What the program's compile covers (:func:`granularity`), then one line per frame that
+    compiled a graph (most graphs first), then the compiled modules no frame ran under; [] when
+    nothing compiled or nothing was recorded."""
     if not rc:
         return []
     modules = {m["path"]: m for m in rc.get("modules") or []}
@@ -106,7 +147,8 @@ def seen(rc: dict[str, Any] | None) -> list[str]:
     idle = [m for m in modules.values() if m["path"] not in ran]
     out += [f"compiled module {m['path']} ({m['class']}, {m['how']}{', fullgraph' if m.get('fullgraph') else ''}): "
             "no frame of it compiled in the harness's run" for m in idle[:MAX_NAMED]]
-    return out
+    unit = granularity(rc)
+    return ([f"granularity: {unit}"] if unit else []) + out
 
 
 def _segments(path: str | None) -> list[str]:
@@ -164,11 +206,19 @@ def disagreements(own: list[Any], rc: dict[str, Any] | None) -> list[str]:
     frames = [f for f in rc.get("frames") or [] if f.get("graphs")]
     modules = list(rc.get("modules") or [])
     out: list[str] = []
-    known = [o for o in own if o.covers[0] != "unknown" or _unknown_attr(o) is not None]
-    unknown = [o for o in own if o.covers[0] == "unknown" and _unknown_attr(o) is None
+    live = [o for o in own if o.idle is None]
+    known = [o for o in live if o.covers[0] != "unknown" or _unknown_attr(o) is not None]
+    unknown = [o for o in live if o.covers[0] == "unknown" and _unknown_attr(o) is None
                and (not imported or _static_file(o) in imported)]
     for o in own:
         file = _static_file(o)
+        if o.idle is not None:
+            ran = any(_covers(o, f=f) for f in frames) or any(_covers(o, m=m) for m in modules)
+            seen_too = ("" if imported and file not in imported else
+                        "; at run time, code it names did compile (through another compile)" if ran else
+                        "; at run time, no frame or module of it compiled, as the source says")
+            out.append(f"the program's own compile {o.text} compiles nothing: {o.idle}{seen_too}")
+            continue
         if imported and file not in imported:
             out.append(f"the program's own compile {o.text} did not run in the harness: the harness's run never imported {file}, "
                        "so the as-is row measures the model without it")
@@ -207,3 +257,40 @@ def _entry_outside(f: dict[str, Any]) -> bool:
     entry = f.get("entry") or {}
     file = (entry.get("file") or f.get("file") or "").replace("\\", "/")
     return file.startswith("/") or "site-packages/" in file or "dist-packages/" in file
+
+
+def per_call(own: list[Any], rc: dict[str, Any] | None) -> list[str]:
+    """One line per compile the program does itself (``own``: :func:`.own_compile.own_compiles`),
+    with what it compiled at run time in the as-is process: ``train.py:15: torch.compile(model):
+    2 frames, 9 graphs, 2 recompiles at run time (whole model)``, ``...: compiled nothing at run
+    time``. The frames are Dynamo's own (``rc``: the as-is row's ``runtime_compiles``), each given
+    to the static compile that accounts for it (:func:`_covers`; a compile whose value the static
+    reading cannot resolve gets the frames no other accounts for, when it is the only such one).
+    [] when there was no run-time reading."""
+    if rc is None or "frames" not in rc:
+        return []
+    imported = set(rc.get("src_imported") or [])
+    frames = [f for f in rc.get("frames") or [] if f.get("graphs")]
+    by_path = {m["path"]: m for m in rc.get("modules") or []}
+    live = [o for o in own if getattr(o, "idle", None) is None]
+    vague = [o for o in live if o.covers[0] == "unknown" and _unknown_attr(o) is None]
+
+    def mine(o: Any, f: dict[str, Any]) -> bool:
+        entry_module = by_path.get((f.get("entry") or {}).get("path") or "")
+        return _covers(o, f=f) or (entry_module is not None and _covers(o, m=entry_module))
+
+    out: list[str] = []
+    for o in own:
+        if imported and _static_file(o) not in imported:
+            continue  # not run at all: said once, by disagreements()
+        if o in vague:
+            fr = [f for f in frames if not any(mine(k, f) for k in live if k not in vague)] if len(vague) == 1 else []
+        else:
+            fr = [f for f in frames if mine(o, f)]
+        if not fr:
+            out.append(f"{o.text}: compiled nothing" + (f" ({o.idle_kind})" if getattr(o, "idle_kind", None) else ""))
+            continue
+        graphs = sum(int(f.get("graphs") or 0) for f in fr)
+        rec = sum(int(f.get("recompiles") or 0) for f in fr)
+        out.append(f"{o.text}: {_plural(len(fr), 'frame')}, {_plural(graphs, 'graph')}, {_plural(rec, 'recompile')}")
+    return out

@@ -1,0 +1,181 @@
+"""Candidates that change the program's own compile, measured like any other (DESIGN.md, "The
+search": "Changing the program's own compile is a candidate like any other").
+
+Each is a ``compile`` action with ``own_call`` (:mod:`rewriter.actions.own_call`): the program's
+call is edited where it is, no second compile is added, so every one composes with the program.
+
+* ``as-is+regional``: the program's whole-model call turned into regional compilation at the call
+  site (``for block in model.layers: block.compile(...)``, the call's keyword arguments kept), or
+  the library's own ``compile_repeated_blocks`` where the model has one (diffusers' ``ModelMixin``).
+  Source: PyTorch tutorial "Reducing torch.compile cold start compilation time with regional
+  compilation"; diffusers docs, "Regional compilation".
+* ``as-is+dynamic``: ``dynamic=True`` on the program's call where the recompiles rung saw an input
+  dim vary across the harness's shapes (the recompile automatic dynamic shapes pays is not paid).
+
+A variant is proposed only where the harness's model runs the program's compile (otherwise the
+engine would measure the program without it, and a variant of it could not be measured) and the
+rewrite can edit the call (:attr:`.own_compile.OwnCompile.refused`); where not, why is returned
+for the report's ``pruned``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..plan import CompileAction
+
+REGIONAL = "as-is+regional"
+DYNAMIC = "as-is+dynamic"
+
+
+def compiled_modules_of(ctx: Any) -> list[dict[str, Any]]:
+    """The harness's model's compiled modules (:func:`rewriter.engine.watch.compiled_modules`),
+    read once from the reference model (no call of it)."""
+    if "own_compiled_modules" not in ctx.cache:
+        from ..engine.watch import compiled_modules
+
+        model, _, _ = ctx.reference()
+        ctx.cache["own_compiled_modules"] = compiled_modules(model)
+    return ctx.cache["own_compiled_modules"]
+
+
+def regional_path(ctx: Any) -> tuple[str | None, str]:
+    """``(path, why)``: the ``own_call.regional`` value for the harness's model (the repeated blocks'
+    container path relative to the model, or ``compile_repeated_blocks`` where the model is a
+    library model that declares its repeated blocks), or ``(None, why not)``."""
+    from ..actions.own_call import REPEATED_BLOCKS
+
+    model, _, _ = ctx.reference()
+    inner = getattr(model, "_orig_mod", model)
+    if callable(getattr(inner, REPEATED_BLOCKS, None)) and getattr(inner, "_repeated_blocks", None):
+        return REPEATED_BLOCKS, f"{type(inner).__name__}.{REPEATED_BLOCKS} (the library's own regional compile)"
+    blocks = ctx.cache.get("blocks") or []
+    if not blocks:
+        return None, "no repeated block in the model"
+    block = blocks[0]
+    if len(block.get("containers") or []) > 1:
+        return None, (f"the repeated {block['cls'].__name__} sits in {len(block['containers'])} containers; one loop at the "
+                      "call site would compile only one of them")
+    name = ".".join(p for p in (block.get("name") or "").split(".") if p != "_orig_mod")
+    if not name or name == "<root>":
+        return None, f"the model itself is the container of its {block['cls'].__name__} blocks"
+    return name, f"each {block['cls'].__name__} in {name}"
+
+
+def variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
+    """``(name, Decision)`` for each variant of the program's own whole-model compile (see the
+    module docstring); what cannot be proposed is appended to ``pruned`` with why."""
+    from .planner import Decision, _plan
+
+    live = list(scope.whole)
+    if len(live) != 1:
+        if len(live) > 1:
+            pruned.append(f"{REGIONAL}, {DYNAMIC}: the program compiles the model in {len(live)} places; which call to change "
+                          "is the program's choice")
+        return []
+    own = live[0]
+    from .candidates import _runs_own_compile
+
+    if not _runs_own_compile(ctx, own):
+        pruned.append(f"{REGIONAL}, {DYNAMIC}: the harness's model does not run the program's own compile ({own.text}), so a "
+                      "variant of it would not be measured")
+        return []
+    out: list[tuple[str, Any]] = []
+    path, why = regional_path(ctx)
+    refused = own.can("regional")
+    if path is None or refused:
+        pruned.append(f"{REGIONAL}: {why if path is None else 'the call cannot be turned regional: ' + refused}")
+    else:
+        edits: dict[str, Any] = {"regional": path}
+        action = CompileAction(
+            action="compile", target=own.site, strategy="region", own_call=edits,
+            why=f"the program compiles the whole model itself ({own.text}): regional compilation at that call site, "
+                f"{why}, its keyword arguments kept (one compile reused across the blocks)")
+        out.append((REGIONAL, Decision(_plan(ctx.session.spec, ctx, [action]), [])))
+    var = ctx.measured("recompiles").get("varying_input_dims") or []
+    refused = own.can("dynamic")
+    if not var:
+        pass  # nothing varies across the harness's shapes: dynamic= has nothing to save
+    elif refused:
+        pruned.append(f"{DYNAMIC}: {refused}")
+    elif dict(own.current).get("dynamic", "?") is not None:
+        pruned.append(f"{DYNAMIC}: the program's own compile ({own.text}) already sets dynamic=")
+    else:
+        dims = ", ".join(sorted({f"input {v['tensor']} dim {v['dim']}" for v in var}))
+        action = CompileAction(
+            action="compile", target=own.site, strategy="whole", own_call={"dynamic": True},
+            why=f"recompiles: {dims} varies across the harness's shapes; dynamic=True on the program's own call "
+                f"({own.text}) compiles one dynamic graph instead of a static one and then a recompile")
+        out.append((DYNAMIC, Decision(_plan(ctx.session.spec, ctx, [action]), [])))
+    return out
+
+
+def standin(ctx: Any, scope: Any, pruned: list[str]) -> Any:
+    """The program's one whole-model compile where the harness does not run it (``model =
+    torch.compile(model)`` in ``train.py``'s ``main``, which the harness never imports), and its
+    call can be turned regional; else None.
+
+    Such a compile cannot be measured in place, so it is measured through its stand-ins on the
+    harness's model: the ``whole`` candidate (the same whole-model compile) stands for it, the
+    ``per-block`` candidates for its regional form; :func:`translate` writes the choice as an edit
+    of the program's call (no second compile). The stand-in is said in ``pruned``'s neighbour, the
+    search's notes."""
+    if len(scope.whole) != 1 or scope.block or scope.functions or scope.runs:
+        return None
+    own = scope.whole[0]
+    if own.covers[0] == "function":
+        return None  # a decorator in the model's source: the harness runs it
+    path, why = regional_path(ctx)
+    refused = own.can("regional")
+    if path is None or refused:
+        pruned.append(f"{REGIONAL}: the program's own compile ({own.text}) is not run by the harness and cannot be turned "
+                      f"regional: {why if path is None else refused}")
+        return None
+    ctx.cache["own_standin_path"] = (path, why)
+    return own
+
+
+def translate(ctx: Any, out: Any, own: Any) -> str | None:
+    """The search's choice, where it was measured through :func:`standin`'s stand-ins, written as
+    an edit of the program's own call: a per-block choice becomes ``own_call: {regional: ...}`` on
+    the program's call (its other actions kept: they compose with the regional form); a
+    whole-model choice is the program's compile as it is (the compile action is dropped). Changes
+    the chosen candidate's plan in place and returns the note for the report, or None."""
+    cand = out.chosen
+    if cand is None or cand.name == "as-is":
+        return None
+    compiles = [a for a in cand.plan.actions if a.action == "compile"]
+    if not compiles:
+        return None
+    rest = [a for a in cand.plan.actions if a.action != "compile"]
+    rows = out.rows
+    row = rows.get(cand.name) or {}
+    whole = rows.get("whole") or {}
+
+    def figures(r: dict[str, Any]) -> str:
+        cs = r.get("compile_s_per_start")
+        return (f"{r.get('step_ms'):.3f} ms/step" if r.get("step_ms") is not None else "not timed") + (
+            f", {cs:.2f} s compile per start" if cs is not None else "") + f", {(r.get('compile') or {}).get('unique_graphs', '?')} graph(s)"
+
+    file = own.where.rsplit(":", 1)[0]
+    if any(a.strategy in ("whole", "nested") for a in compiles):
+        cand.plan = cand.plan.model_copy(update={"actions": rest})
+        return (f"the program's own whole-model compile ({own.text}) is in {file}, which the harness does not run; measured "
+                f"through its stand-in {cand.name!r} on the harness's model ({figures(row)}), it is the best plan: it is kept "
+                "as it is")
+    path, why = ctx.cache.get("own_standin_path") or (None, "")
+    if path is None:
+        return None
+    # the options the stand-in was measured with (fullgraph, mode, dynamic), where the call can take them
+    options = compiles[0].options.non_default() if len(compiles) == 1 else {}
+    carried = {k: v for k, v in options.items() if k in ("fullgraph", "mode", "dynamic") and own.can(k) is None}
+    action = CompileAction(
+        action="compile", target=own.site, strategy="region", own_call={**carried, "regional": path},
+        why=(f"the program compiles the whole model itself ({own.text}) in {file}, which the harness does not run: measured "
+             f"through stand-ins on the harness's model, its regional form ({cand.name!r}: {figures(row)}) and the "
+             f"whole-model compile ('whole': {figures(whole)}), the search chose the regional form; regional compilation "
+             f"at that call site, {why}"))
+    cand.plan = cand.plan.model_copy(update={"actions": [action, *rest]})
+    return (f"the program's own whole-model compile ({own.text}) is in {file}, which the harness does not run: the search "
+            f"measured it through stand-ins ('whole' for it, {cand.name!r} for its regional form) and writes the choice "
+            "as an edit of that call")

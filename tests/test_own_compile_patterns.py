@@ -1,0 +1,182 @@
+"""Programs that compile themselves, one test per pattern: a model file plus the user's own script
+that compiles it the way real projects do, and a harness that builds the model through that
+script (so the program's compile runs where diagnose measures). The script runs before, then
+``diagnose`` and ``rewrite --apply``, then the script runs again: the same outputs, the compile
+still live (Dynamo's own counters, printed by the script), and the symptom measured smaller in
+report.json (the chosen candidate's row against the as-is row)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+
+from rewriter.cli import main
+from rewriter.plan import load_plan
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose"
+
+
+def _run_script(src: Path, script: str, out: Path) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="")
+    proc = subprocess.run([sys.executable, script, str(out)], cwd=src, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, f"{script} failed (rc {proc.returncode}) in {src}:\n{proc.stderr[-3000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _round_trip(tmp_path: Path, case: str, script: str, shapes: list[str], live_before: bool = True) -> dict:
+    import torch
+
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / case, src, ignore=shutil.ignore_patterns("__pycache__"))
+    before_counts = _run_script(src, script, tmp_path / "before.pt")
+    assert (before_counts["unique_graphs"] > 0) == live_before, before_counts
+    plan = tmp_path / "out" / "plan.yaml"
+    argv = ["diagnose", "--harness", "harness.py", str(src), "-o", str(plan), "--device", "cpu", "--budget", "90"]
+    for s in shapes:
+        argv += ["--shape", s]
+    assert main(argv) == 0
+    assert load_plan(plan).plan.actions, "diagnose wrote an empty plan for a program whose compile it can change"
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply"]) == 0  # diagnose's own validation report lets it through
+    after_counts = _run_script(src, script, tmp_path / "after.pt")
+    torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))
+    assert after_counts["unique_graphs"] > 0, f"the user's compile is not live after the rewrite: {after_counts}"
+    report = json.loads((plan.parent / "stackpart-diagnose" / "report.json").read_text())
+    [search] = [r for r in report["rungs"] if r["name"] == "search"]
+    m = search["measurement"]
+    rows = {c["candidate"]: c for c in m["candidates"]}
+    return {"src": src, "plan": load_plan(plan).plan, "m": m, "rows": rows, "chosen": rows[m["chosen"]], "asis": rows["as-is"],
+            "before": before_counts, "after": after_counts,
+            "md": (plan.parent / "stackpart-diagnose" / "report.md").read_text()}
+
+
+def _no_whole_model_misreading(r: dict) -> None:
+    assert not [p for p in r["m"]["pruned"] if "compiles the whole model itself" in p], r["m"]["pruned"]
+
+
+def test_whole_model_compile_with_an_item_break_in_a_helper(tmp_path):
+    """``model = torch.compile(model)`` in the user's build(); a helper's ``.item()`` breaks the
+    graph in every block. The knob torch's hint names is set where the program's compile reads it
+    (the model's constructor, which the user's script runs too), or the helper is kept eager."""
+    r = _round_trip(tmp_path, "own_item_whole", "train.py", ["batch=4", "batch=6"])
+    kinds = {(a.action, a.target) for a in r["plan"].actions}
+    assert kinds & {("dynamo_config", "model.py::Net.__init__"), ("disable", "model.py::scaled")}, kinds
+    assert r["chosen"]["graph_breaks"] < r["asis"]["graph_breaks"], (r["chosen"], r["asis"])
+    assert r["after"]["graph_breaks"] < r["before"]["graph_breaks"], (r["after"], r["before"])
+    assert any(line.startswith("granularity: whole model: Net (torch.compile(module))")
+               for line in r["m"]["own_compile_runtime"]), r["m"]["own_compile_runtime"]
+    # the program's call turned regional is measured like any other candidate
+    assert r["rows"]["as-is+regional"]["numerics"] == "ok", r["rows"]["as-is+regional"]
+
+
+def test_per_layer_compile_through_a_helper_is_read_as_per_layer(tmp_path):
+    """``model.layers[i] = compile_layer(layer)``: statically the helper's ``torch.compile(layer)``
+    could be anything; at run time the harness's model holds three compiled Blocks, so it is a
+    per-layer compile, and the gate's data-dependent branch is kept eager on top of it."""
+    r = _round_trip(tmp_path, "own_per_layer", "train.py", ["batch=4", "batch=6"])
+    _no_whole_model_misreading(r)
+    assert ("disable", "model.py::gate") in {(a.action, a.target) for a in r["plan"].actions}, r["plan"].actions
+    assert not [a for a in r["plan"].actions if a.action == "compile"], r["plan"].actions  # no second compile of a Block
+    # the disabled call is still a graph break (Dynamo skips it), but the gate's own frame and its
+    # resume graphs are gone: fewer graphs, in the report and in the user's script
+    assert r["chosen"]["graphs"] < r["asis"]["graphs"], (r["chosen"], r["asis"])
+    assert r["chosen"]["graph_breaks"] <= r["asis"]["graph_breaks"], (r["chosen"], r["asis"])
+    assert r["after"]["unique_graphs"] < r["before"]["unique_graphs"], (r["after"], r["before"])
+    assert any("per layer: 3 x Block (layers.0-2, torch.compile(module))" in line for line in r["m"]["own_compile_runtime"]), \
+        r["m"]["own_compile_runtime"]
+
+
+def test_method_compile_of_the_models_forward_turned_regional(tmp_path):
+    """``model.forward = torch.compile(model.forward)`` over twelve identical blocks: the call
+    turned regional at the call site traces one block and reuses it, and says so in compile time."""
+    r = _round_trip(tmp_path, "own_method_whole", "serve.py", ["batch=4", "batch=6"])
+    [edit] = [a for a in r["plan"].actions if a.action == "compile"]
+    assert edit.target == "serve.py::build" and edit.own_call.regional == "layers", edit
+    text = (r["src"] / "serve.py").read_text()
+    assert "for block in model.layers:\n        block.compile(backend=\"eager\")" in text, text
+    assert "torch.compile(model.forward" not in text
+    assert r["chosen"]["compile_s_per_start"] < r["asis"]["compile_s_per_start"], (r["chosen"], r["asis"])
+    assert r["after"]["unique_graphs"] <= r["before"]["unique_graphs"] * 2, (r["after"], r["before"])
+    assert any("whole model: Net (forward = torch.compile(forward))" in line for line in r["m"]["own_compile_runtime"]), \
+        r["m"]["own_compile_runtime"]
+    assert main(["check", str(r["src"]), "--select", "SP101", "--select", "SP102"]) == 0
+
+
+def test_a_no_op_compile_is_said_to_compile_nothing_and_the_plan_compiles(tmp_path):
+    """``self = torch.compile(self)`` in the constructor compiles nothing (it rebinds a local): the
+    report says so (not "not on the harness's path": the harness runs that constructor), it
+    prunes nothing, and the plan's compile is live in the user's script afterwards."""
+    r = _round_trip(tmp_path, "own_noop_self", "predict.py", ["batch=4", "batch=6"], live_before=False)
+    _no_whole_model_misreading(r)
+    said = [d for d in r["m"]["own_compile_disagreements"] if "model.py:22" in d]
+    assert said and "compiles nothing: it rebinds the local name self" in said[0], r["m"]["own_compile_disagreements"]
+    assert "no frame or module of it compiled, as the source says" in said[0], said
+    assert not any("not on the harness's path" in d for d in r["m"]["own_compile_disagreements"])
+    assert r["asis"]["graphs"] == 0 and r["chosen"]["graphs"] > 0, (r["asis"], r["chosen"])
+    assert [a for a in r["plan"].actions if a.action == "compile"], r["plan"].actions
+
+
+def test_newcomers_whole_model_compile_in_a_script_the_harness_does_not_run(tmp_path):
+    """``model = torch.compile(model)`` in train.py's main, a harness that builds the model alone:
+    ``check`` flags the line (SP101) and diagnose's plan now addresses it. The program's compile is
+    measured through stand-ins on the harness's model ('whole' for it, per-block for its regional
+    form) and the choice is written as an edit of that call: after it, check passes the commit."""
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "own_newcomer_train", src, ignore=shutil.ignore_patterns("__pycache__"))
+    (src / "pyproject.toml").write_text("[project]\nname = 'newcomer'\nversion = '0'\n")  # check's project root
+    assert main(["check", str(src / "train.py"), str(src / "model.py"), "--select", "SP101"]) == 1
+    before = _run_script(src, "train.py", tmp_path / "before.pt")
+    plan = tmp_path / "out" / "plan.yaml"
+    assert main(["diagnose", "--harness", "harness.py", str(src), "-o", str(plan), "--device", "cpu", "--budget", "90",
+                 "--shape", "batch=4", "--shape", "batch=6"]) == 0
+    actions = load_plan(plan).plan.actions
+    [edit] = [a for a in actions if a.action == "compile"]
+    assert edit.target == "train.py::main" and edit.own_call.regional == "layers", actions
+    assert "through stand-ins" in edit.why and "'whole'" in edit.why, edit.why
+    report = json.loads((plan.parent / "stackpart-diagnose" / "report.json").read_text())
+    [search] = [r for r in report["rungs"] if r["name"] == "search"]
+    rows = {c["candidate"]: c for c in search["measurement"]["candidates"]}
+    chosen = rows[search["measurement"]["chosen"]]
+    assert chosen["compile_s_per_start"] < rows["whole"]["compile_s_per_start"], (chosen, rows["whole"])
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply"]) == 0
+    after = _run_script(src, "train.py", tmp_path / "after.pt")
+    import torch
+
+    torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))
+    assert after["unique_graphs"] > 0 and before["unique_graphs"] > 0, (before, after)
+    assert main(["check", str(src / "train.py"), str(src / "model.py"), "--select", "SP101"]) == 0
+
+
+def test_a_fullgraph_program_with_data_dependent_ops_keeps_fullgraph_on_its_regional_form(tmp_path):
+    """``torch.compile(model, fullgraph=True)`` over routers with ``nonzero`` and ``.item()``: the
+    call turned regional keeps ``fullgraph=True`` on every block, no ``disable`` is planned inside
+    it, and the compile is live and cheaper afterwards. (The gaps rung is left out: its dispatch
+    mode cannot run under a fullgraph=True program yet.)"""
+    import torch
+
+    from rewriter.diagnose.runner import RUNGS, diagnose, harness_from_flags
+
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "own_fullgraph_item", src, ignore=shutil.ignore_patterns("__pycache__"))
+    before = _run_script(src, "run.py", tmp_path / "before.pt")
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 8}, {"batch": 12}], mode=None,
+                                 dtype=None, device="cpu")
+    plan = tmp_path / "out" / "plan.yaml"
+    outcome = diagnose(spec, src, plan, only={n for n, _ in RUNGS if n != "gaps"} | {"search"}, backend="eager")
+    actions = load_plan(plan).plan.actions
+    assert not [a for a in actions if a.action == "disable"], actions
+    [edit] = [a for a in actions if a.action == "compile"]
+    assert edit.target == "run.py::build" and edit.own_call.regional == "layers", actions
+    rows = {r["candidate"]: r for r in outcome.search.table()}
+    chosen = rows[outcome.search.choice.chosen]
+    assert chosen["compile_s_per_start"] < rows["as-is"]["compile_s_per_start"], (chosen, rows["as-is"])
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply"]) == 0
+    text = (src / "run.py").read_text()
+    assert 'block.compile(fullgraph=True, backend="eager")' in text, text
+    after = _run_script(src, "run.py", tmp_path / "after.pt")
+    torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))
+    assert after["unique_graphs"] > 0 and after["graph_breaks"] == 0 == before["graph_breaks"], (before, after)

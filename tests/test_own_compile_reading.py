@@ -1,0 +1,153 @@
+"""The program's own compile read right, statically and at run time, and the regional edit of its
+call (``own_call: {regional: ...}``): fast, no diagnose run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rewriter.diagnose.own_compile import OwnCompile, own_compiles
+from rewriter.diagnose.runtime_compile import disagreements, granularity, per_call
+
+MODEL = """import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])
+        self = torch.compile(self)
+
+    def forward(self, x):
+        return x
+
+
+def compile_model(model):
+    return torch.compile(model)
+
+
+@torch.compile
+def never(x):
+    return x + 1
+
+
+unused_fast = torch.compile(never)
+
+
+def build_model():
+    return torch.compile(Net())
+
+
+def main():
+    model = Net()
+    fast = torch.compile(model)
+    torch.compile(model)
+    return model(1)
+
+
+def serve():
+    model = Net()
+    model.forward = torch.compile(model.forward)
+    return model(1)
+
+
+if __name__ == "__main__":
+    main()
+    serve()
+"""
+
+
+def _read(tmp_path: Path) -> dict[int, OwnCompile]:
+    (tmp_path / "m.py").write_text(MODEL)
+    return {int(o.where.rsplit(":", 1)[1]): o for o in own_compiles(tmp_path, entries=frozenset({"m.py::build_model"}))}
+
+
+def test_compiles_that_compile_nothing_are_told_from_live_ones(tmp_path):
+    own = _read(tmp_path)
+    assert own[9].idle_kind == "no-op" and "rebinds the local name self" in own[9].idle
+    assert own[16].idle_kind == "uncalled" and "compile_model, is never called" in own[16].idle
+    assert own[19].idle is None  # `never` is compiled again below: its name is used
+    assert own[24].idle_kind == "unused" and "unused_fast, which nothing in SRC uses" in own[24].idle
+    assert own[28].idle is None  # the harness's model function: stackpart calls it by name
+    assert own[33].idle_kind == "unused" and "fast, which main never uses" in own[33].idle
+    assert own[34].idle_kind == "no-op" and "is discarded" in own[34].idle
+    assert own[40].idle is None and own[40].covers == ("class", "Net")  # the model's forward, compiled in place
+
+
+def test_a_no_op_compile_the_harness_runs_is_not_said_to_be_off_its_path(tmp_path):
+    own = _read(tmp_path)
+    rc = {"frames": [], "modules": [], "src_imported": ["m.py"]}
+    said = disagreements([own[9]], rc)
+    assert said == ["the program's own compile m.py:9: torch.compile(self) compiles nothing: it rebinds the local name "
+                    "self to the compiled module: the module the caller holds is not compiled, so nothing compiles; "
+                    "self.compile() compiles it in place; at run time, no frame or module of it compiled, as the source says"]
+    assert per_call([own[9]], rc) == ["m.py:9: torch.compile(self): compiled nothing (no-op)"]
+
+
+def _frame(name, path, graphs, recompiles=0):
+    return {"name": name, "file": "model.py", "line": 10, "graphs": graphs, "recompiles": recompiles, "fullgraph": False,
+            "entry": {"kind": "module", "path": path, "class": name.split(".")[0], "file": "model.py", "line": 5}}
+
+
+def test_a_per_layer_compile_is_told_from_a_whole_model_one_at_run_time():
+    per_layer = {"modules": [{"path": f"layers.{i}", "class": "Block", "how": "torch.compile(module)", "fullgraph": False}
+                             for i in range(3)],
+                 "frames": [_frame("Block.forward", "layers.0", 2, 1)], "src_imported": ["model.py", "train.py"]}
+    assert granularity(per_layer) == ("per layer: 3 x Block (layers.0-2, torch.compile(module)), 1 frame, 2 graphs, "
+                                      "1 recompile")
+    whole = {"modules": [{"path": "<model>", "class": "Net", "how": "module.compile()", "fullgraph": True}],
+             "frames": [_frame("Net.forward", "<model>", 1)], "src_imported": ["model.py"]}
+    assert granularity(whole) == "whole model: Net (module.compile(), fullgraph), 1 frame, 1 graph, 0 recompiles"
+    assert granularity({"modules": [], "frames": []}) is None
+    own = OwnCompile("train.py:12", "torch.compile(layer)", False, ("unknown", ""))
+    assert per_call([own], per_layer) == ["train.py:12: torch.compile(layer): 1 frame, 2 graphs, 1 recompile"]
+
+
+def _rewrite(tmp_path: Path, body: str, own_call: str, strategy: str = "region") -> str:
+    from rewriter.plan import parse_plan
+    from rewriter.rewrite import plan_rewrite
+
+    (tmp_path / "train.py").write_text(body)
+    plan = parse_plan(f"version: 1\nactions:\n  - action: compile\n    target: train.py::build\n    strategy: {strategy}\n"
+                      f"    own_call: {own_call}\n", "plan.yaml")
+    result = plan_rewrite(plan, tmp_path)
+    new = result.changes[0].new if result.changes else body
+    return new.decode() if isinstance(new, bytes) else new
+
+
+@pytest.mark.parametrize("line, expect", [
+    ('    model = torch.compile(model, backend="eager", fullgraph=True)\n',
+     '    for block in model.layers:\n        block.compile(backend="eager", fullgraph=True)\n'),
+    ("    model.compile(mode='max-autotune')\n", "    for block in model.layers:\n        block.compile(mode='max-autotune')\n"),
+    ("    model.forward = torch.compile(model.forward)\n", "    for block in model.layers:\n        block.compile()\n"),
+])
+def test_the_programs_whole_model_call_turned_regional_at_the_call_site(tmp_path, line, expect):
+    body = f"import torch\nfrom model import Net\n\n\ndef build():\n    model = Net()\n{line}    return model\n"
+    new = _rewrite(tmp_path, body, "{regional: layers}")
+    assert new == body.replace(line, expect), new
+    (tmp_path / "train.py").write_text(new)
+    assert _rewrite(tmp_path, new, "{regional: layers}") == new  # idempotent
+
+
+def test_a_returned_compile_and_the_librarys_own_regional_compile(tmp_path):
+    body = "import torch\n\n\ndef build():\n    return torch.compile(Net(), dynamic=False)\n"
+    assert _rewrite(tmp_path, body, "{regional: layers, dynamic: true}") == (
+        "import torch\n\n\ndef build():\n    model = Net()\n    for block in model.layers:\n        block.compile(dynamic=True)\n"
+        "    return model\n")
+    body = "import torch\n\n\ndef build(pipe):\n    pipe.transformer = torch.compile(pipe.transformer)\n"
+    assert _rewrite(tmp_path, body, "{regional: compile_repeated_blocks}") == (
+        "import torch\n\n\ndef build(pipe):\n    pipe.transformer.compile_repeated_blocks()\n")
+
+
+def test_a_regional_edit_that_cannot_hold_is_refused_with_the_line(tmp_path):
+    from rewriter.errors import StackpartError
+
+    body = "import torch\n\n\ndef build(model):\n    torch.compile(model)\n"
+    with pytest.raises(StackpartError, match=r"train.py:5: own_call: regional: the result of torch.compile is not bound"):
+        _rewrite(tmp_path, body, "{regional: layers}")
+    with pytest.raises(StackpartError, match="expected strategy region"):
+        _rewrite(tmp_path, body, "{regional: layers}", strategy="whole")
+    with pytest.raises(StackpartError, match="expected an attribute path"):
+        _rewrite(tmp_path, body, "{regional: 'layers[0]'}")
