@@ -462,20 +462,6 @@ def _with_levers(ctx: Context, cands: list[Candidate], pruned: list[str]) -> tup
 OWN_CUDAGRAPHS = "as-is+reduce-overhead"
 
 
-def _runs_own_compile(ctx: Context, own: Any) -> bool:
-    """Whether the harness's model runs the program's compile ``own``: a decorator on the model's
-    own ``forward`` always does (the class's source carries it); a call does where the model the
-    harness builds holds a compiled module (:func:`rewriter.engine.watch.compiled_modules`, the
-    reading the run-time report uses). A call in a script the harness does not run is not measured by
-    the engine's children, so no variant of it can be."""
-    if own.covers[0] == "function":
-        return True
-    from ..engine.watch import compiled_modules
-
-    model, _, _ = ctx.reference()
-    return bool(compiled_modules(model, limit=1))
-
-
 def own_call_candidates(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tuple[str, Any]]:
     """Variants of the program's own compile, each the plan that edits that call
     (``compile`` with ``own_call``: no second compile; :mod:`rewriter.actions.own_call`), as
@@ -520,6 +506,8 @@ def _own_cudagraphs(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tu
     if own.mode == "reduce-overhead":
         pruned.append(f"{name}: the program's own compile ({own.text}) already uses mode='reduce-overhead'")
         return []
+    from .own_candidates import _runs_own_compile
+
     if not _runs_own_compile(ctx, own):
         pruned.append(f"{name}: the harness's model does not run the program's own compile ({own.text}): a variant of "
                       "it would not be measured")

@@ -74,8 +74,6 @@ def variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
                           "is the program's choice")
         return []
     own = live[0]
-    from .candidates import _runs_own_compile
-
     if not _runs_own_compile(ctx, own):
         pruned.append(f"{REGIONAL}, {DYNAMIC}: the harness's model does not run the program's own compile ({own.text}), so a "
                       "variant of it would not be measured")
@@ -179,3 +177,17 @@ def translate(ctx: Any, out: Any, own: Any) -> str | None:
     return (f"the program's own whole-model compile ({own.text}) is in {file}, which the harness does not run: the search "
             f"measured it through stand-ins ('whole' for it, {cand.name!r} for its regional form) and writes the choice "
             "as an edit of that call")
+
+
+def _runs_own_compile(ctx: Any, own: Any) -> bool:
+    """Whether the harness's model runs the program's compile ``own``: a decorator on the model's
+    own ``forward`` always does (the class's source carries it); a call does where the model the
+    harness builds holds a compiled module (:func:`rewriter.engine.watch.compiled_modules`, the
+    reading the run-time report uses). A call in a script the harness does not run is not measured by
+    the engine's children, so no variant of it can be."""
+    if own.covers[0] == "function":
+        return True
+    from ..engine.watch import compiled_modules
+
+    model, _, _ = ctx.reference()
+    return bool(compiled_modules(model, limit=1))
