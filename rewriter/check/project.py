@@ -86,7 +86,7 @@ import bisect
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 CACHE_DIR = ".stackpart_cache"
@@ -143,13 +143,18 @@ _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 
 
 def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
-    """Every statement under ``body``, nested ones included (no expressions are walked)."""
-    for stmt in body:
-        yield stmt
+    """Every statement under ``body``, nested ones included (no expressions are walked), in
+    source order. Iterative: an ``elif`` chain nests each branch in the one before it (a
+    1,000-branch chain is 1,000 levels), deeper than Python's recursion limit allows."""
+    work: list[ast.AST] = list(reversed(body))
+    while work:
+        stmt = work.pop()
+        if isinstance(stmt, ast.stmt):
+            yield stmt
+        inner: list[ast.AST] = []
         for name in _BODIES:
-            inner = getattr(stmt, name, None)
-            if inner:
-                yield from _statements(inner)
+            inner.extend(getattr(stmt, name, None) or ())
+        work.extend(reversed(inner))
 
 
 class _Summarizer:
@@ -318,48 +323,58 @@ class _Summarizer:
 
     # statements -----------------------------------------------------------------------------
     def body(self, stmts: list[ast.stmt]) -> None:
-        for stmt in stmts:
-            self.statement(stmt)
+        """Read ``stmts`` and every statement nested in them, in source order.
 
-    def statement(self, stmt: ast.stmt) -> None:
+        Iterative (a stack of statements and of the exits of the ``class``/``def`` scopes they
+        open): an ``elif`` chain nests each branch in the one before it, and a 1,000-branch chain
+        is deeper than Python's recursion limit allows a recursive walk."""
+        work: list[ast.stmt | Callable[[], None]] = list(reversed(stmts))
+        while work:
+            item = work.pop()
+            if isinstance(item, ast.stmt):
+                work.extend(reversed(self.statement(item)))
+            else:
+                item()
+
+    def statement(self, stmt: ast.stmt) -> list[ast.stmt | Callable[[], None]]:
+        """Read one statement's own part; returns what :meth:`body` reads next, in order: the
+        statements nested in it and, for a ``class``/``def``, the exit of its scope."""
         scan = self._may_compile(stmt)
         if isinstance(stmt, ast.ClassDef):
-            self._class(stmt, scan)
-        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            self._function(stmt, scan)
-        elif isinstance(stmt, ast.Assign):
+            return self._class(stmt, scan)
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return self._function(stmt, scan)
+        if isinstance(stmt, ast.Assign):
             if scan:
                 self._scan(stmt.value)
             for target in stmt.targets:
                 self._bind(target, stmt.value)
-        elif isinstance(stmt, ast.AnnAssign):
+            return []
+        if isinstance(stmt, ast.AnnAssign):
             if stmt.value is not None:
                 if scan:
                     self._scan(stmt.value)
                 self._bind(stmt.target, stmt.value)
-        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+            return []
+        if isinstance(stmt, (ast.For, ast.AsyncFor)):
             if scan:
                 self._scan(stmt.iter)
             self._loop(stmt)
-            self.body(stmt.body)
-            self.body(stmt.orelse)
-        else:
-            if scan:
-                # the statement's own expressions, not those of the statements nested in it
-                self._scan(*(v for k, v in ast.iter_fields(stmt) if k not in _BODIES and isinstance(v, ast.AST)))
-                for k, v in ast.iter_fields(stmt):
-                    if k not in _BODIES and isinstance(v, list):
-                        self._scan(*(x for x in v if isinstance(x, ast.AST) and not isinstance(x, ast.stmt)))
-            for name in _BODIES:
-                inner = getattr(stmt, name, None)
-                if inner:
-                    for item in inner:
-                        if isinstance(item, ast.stmt):
-                            self.statement(item)
-                        else:  # an except handler or a match case: its body
-                            self.body(getattr(item, "body", []))
+            return [*stmt.body, *stmt.orelse]
+        if scan:
+            # the statement's own expressions, not those of the statements nested in it
+            self._scan(*(v for k, v in ast.iter_fields(stmt) if k not in _BODIES and isinstance(v, ast.AST)))
+            for k, v in ast.iter_fields(stmt):
+                if k not in _BODIES and isinstance(v, list):
+                    self._scan(*(x for x in v if isinstance(x, ast.AST) and not isinstance(x, ast.stmt)))
+        nested: list[ast.stmt | Callable[[], None]] = []
+        for name in _BODIES:
+            for item in getattr(stmt, name, None) or ():
+                # an except handler or a match case: its body
+                nested.extend([item] if isinstance(item, ast.stmt) else getattr(item, "body", []))
+        return nested
 
-    def _class(self, node: ast.ClassDef, scan: bool) -> None:
+    def _class(self, node: ast.ClassDef, scan: bool) -> list[ast.stmt | Callable[[], None]]:
         top = not self.cls and not self.func
         if top:
             self.classes.setdefault(node.name, {
@@ -370,11 +385,14 @@ class _Summarizer:
             self.local.add((self.scope(), node.name))
         self.cls.append(node.name if top else f"<nested {node.name}>")
         self.kinds.append("class")
-        self.body(node.body)
-        self.kinds.pop()
-        self.cls.pop()
 
-    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scan: bool) -> None:
+        def leave() -> None:
+            self.kinds.pop()
+            self.cls.pop()
+
+        return [*node.body, leave]
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scan: bool) -> list[ast.stmt | Callable[[], None]]:
         info = self.classes.get(self.cls[-1]) if self.cls and not self.func else None
         if info is not None:
             info["methods"].append(node.name)
@@ -396,9 +414,12 @@ class _Summarizer:
         owner = f"{self.cls[-1]}.{node.name}" if info is not None else (f"{self.scope()}.{node.name}" if self.func else node.name)
         self.func.append(owner)
         self.kinds.append("def")
-        self.body(node.body)
-        self.kinds.pop()
-        self.func.pop()
+
+        def leave() -> None:
+            self.kinds.pop()
+            self.func.pop()
+
+        return [*node.body, leave]
 
     # bindings -------------------------------------------------------------------------------
     def _bind(self, target: ast.expr, value: ast.expr) -> None:
