@@ -223,6 +223,8 @@ def check_command(
         + (f"; project: {outcome.project['project_files']} file(s), "
            + (f"facts of {outcome.project['project_parsed']} read now" if outcome.project["project_parsed"] else "facts from the cache")
            + (f", {outcome.project['extra']} more file(s) checked for what the given ones cause" if outcome.project["extra"] else "")
+           + (f" (root {_diff_name(outcome.project['fallback_root']) or '.'}: no pyproject.toml or .git above the files, "
+              "so their common folder)" if outcome.project.get("fallback_root") else "")
            if outcome.project.get("project_files") else "")
     )
     stderr().print(summary, highlight=False)

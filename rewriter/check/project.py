@@ -74,8 +74,9 @@ keeps both within one timestamp tick is missed until the next change.
 
 **Root.** The nearest directory at or above the checked file's own folder that holds a
 ``pyproject.toml`` or a ``.git`` (a folder, or the file a worktree or submodule has): where
-pre-commit, ruff and black take the project to start. A file with no such parent is checked on
-its own. ``stackpart check --no-project`` (or ``project = false`` under ``[tool.stackpart]``)
+pre-commit, ruff and black take the project to start. Files with no such parent share one
+fallback root, the common folder of those given (:func:`fallback_root`; not the filesystem root
+or the home directory), read without a cache; the summary line names it. ``stackpart check --no-project`` (or ``project = false`` under ``[tool.stackpart]``)
 turns the project read off.
 """
 
@@ -619,6 +620,19 @@ def find_root(path: str) -> str | None:
         folder = parent
 
 
+def fallback_root(paths: Sequence[str]) -> str | None:
+    """The project root taken for given files that have none (:func:`find_root` None): their
+    common folder, so that files given together (``check train.py models/net.py``) reach each
+    other, and a file given alone reaches the files beside it. None without such files, or when
+    that folder is the filesystem's root or the home directory (no project is that wide)."""
+    if not paths:
+        return None
+    common = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths])
+    if common in (os.path.abspath(os.sep), os.path.abspath(os.path.expanduser("~"))):
+        return None
+    return common
+
+
 def _walked(rel: str) -> bool:
     """Whether a path relative to the root lies where :meth:`Project._walk` looks."""
     parts = rel.replace(os.sep, "/").split("/")[:-1]
@@ -1027,6 +1041,9 @@ class Plan:
     data: dict[str, bytes] = field(default_factory=dict)
     parsed: int = 0
     files: int = 0
+    #: the folder taken as the project root of given files with no ``pyproject.toml`` or
+    #: ``.git`` above them (:func:`fallback_root`), or None when every file had a root
+    fallback_root: str | None = None
 
 
 def plan_project(paths: Sequence[str], use_cache: bool = True) -> Plan:
@@ -1043,6 +1060,7 @@ def plan_project(paths: Sequence[str], use_cache: bool = True) -> Plan:
     plan = Plan()
     by_root: dict[str, list[str]] = {}
     roots: dict[str, str | None] = {}
+    orphans: list[str] = []
     for path in paths:
         folder = os.path.dirname(os.path.abspath(path))
         if folder not in roots:
@@ -1050,6 +1068,11 @@ def plan_project(paths: Sequence[str], use_cache: bool = True) -> Plan:
         root = roots[folder]
         if root is not None:
             by_root.setdefault(root, []).append(path)
+        else:
+            orphans.append(path)
+    plan.fallback_root = fallback_root(orphans)
+    if plan.fallback_root is not None:
+        by_root.setdefault(plan.fallback_root, []).extend(orphans)
     for root, given in by_root.items():
         # a file the walk leaves out (under a hidden folder such as .venv, or site-packages) is
         # not the project's: it is checked alone, and its root is not read for it
@@ -1057,7 +1080,12 @@ def plan_project(paths: Sequence[str], use_cache: bool = True) -> Plan:
         if not given:
             continue
         given_abs = frozenset(os.path.abspath(p) for p in given)
-        project = Project(root, use_cache=use_cache, keep=given_abs)
+        # no cache in a folder that is no project: nothing is written where no marker said so
+        fallback = root == plan.fallback_root
+        project = Project(root, use_cache=use_cache and not fallback, keep=given_abs)
+        if not project.files and fallback:  # too many files under the common folder: the given ones
+            project = Project(root, files={os.path.relpath(p, root).replace(os.sep, "/"): p for p in given_abs},
+                              keep=given_abs)
         if not project.files:
             continue
         rel_of = {p: os.path.relpath(os.path.abspath(p), root).replace(os.sep, "/") for p in given}

@@ -318,6 +318,8 @@ def check_files(
         data.update(plan.data)  # given files the project read (their cache entry was not fresh)
         if stats is not None:
             stats.update(project_files=plan.files, project_parsed=plan.parsed, extra=len(extra))
+            if plan.fallback_root is not None:
+                stats["fallback_root"] = plan.fallback_root
     for path in [*files, *extra]:
         if path not in data:
             try:

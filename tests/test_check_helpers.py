@@ -1,0 +1,83 @@
+"""Code a compiled function reaches through calls into helpers of the same file is traced: the
+rules see a branch or a graph break there (Dynamo inlines the call), and the message names the
+call chain. Checked against Dynamo's own graph-break counter (``backend="eager"``)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from rewriter.check.engine import check_text
+from rewriter.check.rules import ALL_RULES
+
+CODE = textwrap.dedent(
+    """\
+    import torch
+    from torch import nn
+
+    def gate(x):
+        if x.sum() > 0:
+            return x
+        return -x
+
+    def outer(x):
+        return gate(x) * 2
+
+    @torch.compiler.disable
+    def logged(x):
+        if x.any():
+            x = x + 1
+        return x
+
+    def unused(x):
+        if x.any():
+            return x
+        return x
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def norm(self, x):
+            if x.max() > 1:
+                x = x / x.max()
+            return x
+
+        def forward(self, x):
+            x = self.norm(self.fc(x))
+            x = logged(x)
+            return outer(x)
+
+    model = torch.compile(Block())
+    """
+)
+
+
+def test_branches_in_called_helpers_are_reported_with_the_call_chain():
+    found = [f for f in check_text(CODE, "m.py", ALL_RULES).findings if f.code == "SP104"]
+    assert [f.line for f in found] == [5, 29]  # gate (two calls deep), Block.norm; not logged, not unused
+    assert found[0].message.endswith("(`gate` is called from `outer`, called from compiled `forward`)")
+    assert found[1].message.endswith("(`norm` is called from compiled `forward`)")
+
+
+def test_an_item_in_a_helper_is_reported_too():
+    code = CODE.replace("        if x.max() > 1:\n            x = x / x.max()\n", "        x = x / x.max().item()\n")
+    found = [(f.code, f.line) for f in check_text(code, "m.py", ALL_RULES).findings if f.code in ("SP103", "SP104")]
+    assert found == [("SP104", 5), ("SP103", 29)]
+
+
+def test_the_reported_branches_break_the_compiled_graph_in_torch():
+    """Dynamo's own break reasons put a data-dependent branch at each reported line, none in the
+    disabled helper (a skipped call instead) or in the function nothing calls."""
+    torch = pytest.importorskip("torch")
+
+    ns: dict = {"__name__": "helpers_example"}
+    exec(compile(CODE.replace("model = torch.compile(Block())\n", ""), "m.py", "exec"), ns)
+    torch._dynamo.reset()
+    out = torch._dynamo.explain(ns["Block"]())(torch.ones(2, 4))
+    torch._dynamo.reset()
+    lines = {r.user_stack[-1].lineno for r in out.break_reasons
+             if "generic_jump" in r.reason or "Data-dependent" in r.reason}
+    assert lines == {5, 29}
