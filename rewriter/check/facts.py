@@ -18,8 +18,10 @@ of the project do to it comes in as a :class:`~rewriter.check.project.FileView` 
   a top-level class of its name, as a nested ``def`` does a top-level one); and
   when the view marks it: a compile in another file reaches it, or it is the ``forward`` of a
   block of a model compiled here or elsewhere (such a site has ``origin`` set and no node);
-* a node is *traced* when its nearest enclosing function is compiled and it is not in a branch
-  that only runs eager (``if not torch.compiler.is_compiling():`` and friends);
+* a function of this file that compiled code calls (``helper(...)``, ``self.method(...)``, three
+  calls deep, not one under ``@torch.compiler.disable``) is traced as well: Dynamo inlines it;
+* a node is *traced* when its nearest enclosing function is compiled (or such a helper) and it is
+  not in a branch that only runs eager (``if not torch.compiler.is_compiling():`` and friends);
 * a class *repeats a block* when its ``__init__`` builds ``nn.ModuleList``/``nn.Sequential`` from
   a comprehension of calls (``[Block(cfg) for _ in range(n)]``), or holds (``self.x = Cls(...)``)
   a class of this file that does; a ``transformers`` ``*For*``/``AutoModel*`` class counts too

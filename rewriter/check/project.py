@@ -31,8 +31,9 @@ summary records no site for it, so a top-level or imported one of the same name 
 in its place.
 
 A function under ``@torch.compiler.disable`` is never reached. Calls from a compiled function
-into plain helper functions are not followed (no call graph): the rules see what a compiled
-function's own body does.
+into plain helper functions are followed within the file that holds them (:mod:`.facts`: a
+``def`` of that file or ``self.method``, three calls deep), not across files: the project has
+no call graph.
 
 **What is reported** (``check`` given some files, as pre-commit gives it the staged ones): the
 findings located in the given files, whoever compiles them; and the findings located in other
