@@ -81,3 +81,63 @@ def test_the_reported_branches_break_the_compiled_graph_in_torch():
     lines = {r.user_stack[-1].lineno for r in out.break_reasons
              if "generic_jump" in r.reason or "Data-dependent" in r.reason}
     assert lines == {5, 29}
+
+
+OPS = """\
+import torch
+
+
+@torch.compiler.disable
+def eager_only(x):
+    if x.any():
+        x = x + 1
+    return x
+
+
+def clip(x):
+    if x.abs().max() > 1:
+        x = x / x.abs().max()
+    return scale(eager_only(x))
+
+
+def scale(x):
+    return x * x.sum().item()
+"""
+MODEL = """\
+from torch import nn
+
+from .ops import clip
+
+
+class Block(nn.Module):
+    def forward(self, x):
+        return clip(x) * 2
+"""
+TRAIN = """\
+import torch
+from pkg.model import Block
+
+model = torch.compile(Block())
+"""
+
+
+@pytest.mark.parametrize("given", [["train.py"], ["pkg/ops.py"], ["pkg/model.py"], ["train.py", "pkg/model.py", "pkg/ops.py"]])
+def test_helpers_imported_from_another_project_file_are_followed(tmp_path, monkeypatch, given):
+    """The compile in train.py reaches Block.forward (pkg/model.py), which calls `clip` imported from
+    pkg/ops.py, which calls `scale`: both are reported whichever of the files is committed, with
+    the chain; the disabled helper is not."""
+    from rewriter.check.command import run_check
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg/__init__.py").write_text("")
+    (tmp_path / "pkg/ops.py").write_text(OPS)
+    (tmp_path / "pkg/model.py").write_text(MODEL)
+    (tmp_path / "train.py").write_text(TRAIN)
+    monkeypatch.chdir(tmp_path)
+    outcome, _ = run_check(given, use_config=False, jobs=1)
+    found = sorted((f.path, f.line, f.code) for f in outcome.findings if f.code in ("SP103", "SP104"))
+    assert found == [("pkg/ops.py", 12, "SP104"), ("pkg/ops.py", 18, "SP103")]
+    by_line = {f.line: f.message for f in outcome.findings}
+    assert "(`clip` is called from `Block.forward` in pkg/model.py) (reached from the torch.compile at train.py:4)" in by_line[12]
+    assert "(`scale` is called from `clip`, called from `Block.forward` in pkg/model.py)" in by_line[18]

@@ -114,7 +114,7 @@ def _measured(findings: list, plan: str | None) -> list:
 
     out = []
     for f in findings:
-        kept = kept_for(f.path, f.line, _span(f), plan) if f.code == "SP101" else None
+        kept = kept_for(f.path, f.line, lambda f=f: _span(f), plan) if f.code == "SP101" else None
         if kept is not None:
             f = replace(f, severity="note", message=(
                 f"{f.message}. Kept by measurement, so not failing: {kept.text} ({_diff_name(kept.report)}); "

@@ -536,7 +536,9 @@ class FileFacts:
         objects or base classes are not resolved here.
         """
         frontier = list(self.compiled.items())
-        chain = {func: f"compiled `{func.name.value}`" for func, _ in frontier}  # how each is reached, as printed
+        # how each is reached, as printed: a function the project reached through calls keeps its chain
+        chain = {func: f"compiled `{func.name.value}`" if site.via is None else
+                 f"`{func.name.value}`, called from {site.via.split(' is called from ', 1)[1]}" for func, site in frontier}
         for _ in range(depth):
             found: list[tuple[cst.FunctionDef, CompileSite]] = []
             for func, site in frontier:
@@ -593,7 +595,8 @@ class FileFacts:
                 func = self.functions.get(owner)
             if func is None or func in self.disabled:
                 continue
-            self._mark(func, CompileSite(None, mark.fullgraph, mark.mode, mark.whole_model, mark.origin, mark.files))
+            self._mark(func, CompileSite(None, mark.fullgraph, mark.mode, mark.whole_model, mark.origin, mark.files,
+                                         via=mark.via))
 
 
 class _Collector(cst.CSTVisitor):

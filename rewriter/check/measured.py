@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -154,12 +155,13 @@ def plans_for(path: str, configured: str | None = None) -> list[Path]:
         folder = folder.parent
 
 
-def kept_for(path: str, line: int, code: str, configured: str | None = None) -> Kept | None:
-    """The measurement that keeps the compile at ``path``:``line`` (its call text ``code``), or None."""
+def kept_for(path: str, line: int, code_of: Callable[[], str], configured: str | None = None) -> Kept | None:
+    """The measurement that keeps the compile at ``path``:``line``, or None. ``code_of`` gives
+    the call's text; it is called (the file read again) only when a report names the file."""
     from ..plan import report_dir_for
 
     full = os.path.abspath(path)
-    code = _norm(code)
+    code: str | None = None
     for plan in plans_for(path, configured):
         report = report_dir_for(plan, "stackpart-diagnose") / "report.json"
         try:
@@ -173,8 +175,10 @@ def kept_for(path: str, line: int, code: str, configured: str | None = None) -> 
             if kept.function is not None:
                 if _function_at(full, line) == kept.function and not _validation_failed(plan):
                     return kept
-            elif kept.code and (code == kept.code or (len(kept.code) >= 120 and code.startswith(kept.code[:120]))):
-                return kept
+            elif kept.code:
+                code = _norm(code_of()) if code is None else code
+                if code == kept.code or (len(kept.code) >= 120 and code.startswith(kept.code[:120])):
+                    return kept
     return None
 
 

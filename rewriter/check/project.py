@@ -30,10 +30,11 @@ is the file's own facts that reach it (:meth:`.facts.FileFacts.local_definitions
 summary records no site for it, so a top-level or imported one of the same name is not reached
 in its place.
 
-A function under ``@torch.compiler.disable`` is never reached. Calls from a compiled function
-into plain helper functions are followed within the file that holds them (:mod:`.facts`: a
-``def`` of that file or ``self.method``, three calls deep), not across files: the project has
-no call graph.
+A function under ``@torch.compiler.disable`` is never reached. Calls from reached code into
+helper functions are followed (Dynamo inlines them), :data:`HELPER_DEPTH` calls deep: within a
+file by :mod:`.facts` (a ``def`` of that file, ``self.method``), and into a top-level function
+imported from another project file here (the summary's ``calls``: the imported names each
+function calls).
 
 **What is reported** (``check`` given some files, as pre-commit gives it the staged ones): the
 findings located in the given files, whoever compiles them; and the findings located in other
@@ -94,7 +95,7 @@ from dataclasses import dataclass, field
 CACHE_DIR = ".stackpart_cache"
 CACHE_FILE = "project-v1.json"
 #: Bumped when the summary's format or meaning changes (an old cache is then ignored).
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 ROOT_MARKERS = ("pyproject.toml", ".git")
 #: Folders never walked for project files (besides hidden ones): not the user's code.
 SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", CACHE_DIR})
@@ -103,6 +104,8 @@ SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", CACHE_DIR
 MAX_PROJECT_FILES = 50_000
 #: Re-export hops followed when a name is imported from a package's ``__init__``.
 MAX_HOPS = 3
+#: Calls followed from reached code into imported project functions (as :data:`.facts.HELPER_DEPTH`).
+HELPER_DEPTH = 3
 
 _COMPILE_RE = re.compile(rb"\bcompile[ \t]*(?:\(|$|#)", re.M)
 COMPILE = "torch.compile"
@@ -203,6 +206,8 @@ class _Summarizer:
         # resolve (FileFacts.local_definitions), never a top-level or imported one
         self.local: set[tuple[str, str]] = set()
         self.kinds: list[str] = []  # "class"/"def" of each enclosing statement, innermost last
+        # function (as marks name it: "f", "Cls.f") -> qualified imported names it calls
+        self.calls: dict[str, list[str]] = {}
 
     def _may_compile(self, stmt: ast.stmt) -> bool:
         lines = self.compile_lines
@@ -414,6 +419,10 @@ class _Summarizer:
         if self.kinds and self.kinds[-1] == "def":
             self.local.add((self.scope(), node.name))
         owner = f"{self.cls[-1]}.{node.name}" if info is not None else (f"{self.scope()}.{node.name}" if self.func else node.name)
+        if not self.func and (info is not None or not self.cls):
+            called = self._imported_calls(node)
+            if called:
+                self.calls[owner] = called
         self.func.append(owner)
         self.kinds.append("def")
 
@@ -422,6 +431,22 @@ class _Summarizer:
             self.func.pop()
 
         return [*node.body, leave]
+
+    def _imported_calls(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+        """Qualified names of the imported functions ``node``'s body calls (``clip(x)`` after
+        ``from .ops import clip``: ``.ops.clip``), sorted; the project's reach follows them."""
+        found: set[str] = set()
+        for stmt in node.body:
+            for sub in ast.walk(stmt):
+                if isinstance(sub, ast.Call) and isinstance(sub.func, (ast.Name, ast.Attribute)):
+                    head = sub.func
+                    while isinstance(head, ast.Attribute):
+                        head = head.value
+                    if isinstance(head, ast.Name) and head.id in self.imports and head.id not in self.defs:
+                        name = self.qualify(sub.func)
+                        if name is not None:
+                            found.add(name)
+        return sorted(found)
 
     # bindings -------------------------------------------------------------------------------
     def _bind(self, target: ast.expr, value: ast.expr) -> None:
@@ -517,7 +542,8 @@ def _is_summary(value: object) -> bool:
             and _strs(value.get("disabled"))
             and isinstance(value.get("classes"), dict)
             and all(isinstance(k, str) and _is_class(c) for k, c in value["classes"].items())
-            and isinstance(value.get("sites"), list) and all(_is_site(s) for s in value["sites"]))
+            and isinstance(value.get("sites"), list) and all(_is_site(s) for s in value["sites"])
+            and isinstance(value.get("calls"), dict) and all(isinstance(k, str) and _strs(v) for k, v in value["calls"].items()))
 
 
 def _is_entry(value: object) -> bool:
@@ -548,7 +574,8 @@ def summarize(tree: ast.Module, lines: Sequence[int] | None = None) -> dict:
         ``{"imports": {local name: qualified name}, "defs": {top-level name: "class"|"def"},
         "disabled": [top-level functions under @torch.compiler.disable], "classes": {name:
         {"bases", "methods", "disabled", "children": {attr: class}, "repeated": [[attr path,
-        block class, container]]}}, "sites": [[kind, target, attr, fullgraph, mode, line]]}``;
+        block class, container]]}}, "sites": [[kind, target, attr, fullgraph, mode, line]],
+        "calls": {"f" or "Cls.f": [qualified imported names it calls]}}``;
         names are qualified the way LibCST's ``QualifiedNameProvider`` qualifies them in that
         file (``models.layers.Block``, ``.layers.Block``, ``Block`` for a local class). A site's
         kind is ``instance`` (an instance of ``target`` is compiled), ``function``, ``forward``
@@ -557,7 +584,8 @@ def summarize(tree: ast.Module, lines: Sequence[int] | None = None) -> dict:
     """
     s = _Summarizer(tree, lines)
     s.body(tree.body)
-    return {"imports": s.imports, "defs": s.defs, "disabled": s.disabled, "classes": s.classes, "sites": s.sites}
+    return {"imports": s.imports, "defs": s.defs, "disabled": s.disabled, "classes": s.classes, "sites": s.sites,
+            "calls": s.calls}
 
 
 # -- what one checked file learns from the project ---------------------------------------------
@@ -580,6 +608,9 @@ class Mark:
     mode: str | None = None
     whole_model: bool = False
     files: frozenset[str] = frozenset()
+    #: for a function reached through calls from compiled code in another file, the call chain
+    #: as printed (``helper `clip` called from `Block.forward` in model.py``); else None.
+    via: str | None = None
 
 
 @dataclass
@@ -779,11 +810,11 @@ class Project:
         try:
             tree = ast.parse(data)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return {"imports": {}, "defs": {}, "disabled": [], "classes": {}, "sites": []}
+            return {"imports": {}, "defs": {}, "disabled": [], "classes": {}, "sites": [], "calls": {}}
         try:
             return summarize(tree, compile_lines(data))
         except RecursionError:
-            return {"imports": {}, "defs": {}, "disabled": [], "classes": {}, "sites": []}
+            return {"imports": {}, "defs": {}, "disabled": [], "classes": {}, "sites": [], "calls": {}}
 
     def summary(self, rel: str) -> dict | None:
         """The summary of project file ``rel`` (parsed now if the cache has none), or None."""
@@ -933,7 +964,7 @@ class Project:
             if old is None:
                 have[ref[1]] = mark
             elif not mark.files <= old.files:
-                have[ref[1]] = Mark(old.origin, old.fullgraph, old.mode, old.whole_model, old.files | mark.files)
+                have[ref[1]] = Mark(old.origin, old.fullgraph, old.mode, old.whole_model, old.files | mark.files, old.via)
 
         def full(rel: str) -> str:
             return os.path.abspath(self.files[rel])
@@ -981,7 +1012,34 @@ class Project:
                                 blk = self.resolve(block, bref[0])
                                 if blk is not None and self.class_info(blk) is not None:
                                     model(blk, site, origin, start | {full(bref[0])}, set(), True)
+        self._follow_calls(marks, add, full)
         return marks
+
+    def _follow_calls(self, marks: dict[str, dict[str, Mark]], add, full) -> None:
+        """Mark the top-level functions of other project files that reached code calls through an
+        import (``from .ops import clip``), :data:`HELPER_DEPTH` calls deep: Dynamo inlines them
+        (what :mod:`.facts` does within one file). A function under ``@torch.compiler.disable``
+        is not followed."""
+        frontier = [(rel, qual, mark) for rel, fmarks in marks.items() for qual, mark in fmarks.items()]
+        for _ in range(HELPER_DEPTH):
+            found = []
+            for rel, qual, mark in frontier:
+                summ = self.summary(rel)
+                for name in (summ.get("calls", {}).get(qual, ()) if summ else ()):
+                    ref = self.resolve(name, rel)
+                    if ref is None or ref[0] == rel or "." in ref[1] or ref[1] in marks.get(ref[0], {}):
+                        continue
+                    target = self.summary(ref[0])
+                    if target is None or target["defs"].get(ref[1]) != "def" or ref[1] in target["disabled"]:
+                        continue
+                    how = f"`{qual}` in {_display(full(rel))}" if mark.via is None else f"`{qual}`, {mark.via.split(' is called from ', 1)[1]}"
+                    new = Mark(mark.origin, mark.fullgraph, mark.mode, False, mark.files | {full(ref[0])},
+                               via=f"`{ref[1]}` is called from {how}")
+                    add(ref, new)
+                    found.append((ref[0], ref[1], new))
+            frontier = found
+            if not frontier:
+                return
 
     def view(self, rel: str, marks: dict[str, dict[str, Mark]], blocks: set[tuple[str, str]]) -> FileView:
         """The :class:`FileView` of project file ``rel``."""
@@ -1014,7 +1072,7 @@ def local_view(tree: ast.Module, path: str = "<file>", lines: Sequence[int] | No
     marks = project.reach()
     blocks = project.blocks()
     view = project.view(rel, marks, blocks)
-    view.marks = {k: Mark(_line_only(m.origin), m.fullgraph, m.mode, m.whole_model, frozenset()) for k, m in view.marks.items()}
+    view.marks = {k: Mark(_line_only(m.origin), m.fullgraph, m.mode, m.whole_model, frozenset(), m.via) for k, m in view.marks.items()}
     view.repeats = {k: (*v[:3], ()) for k, v in view.repeats.items()}
     return view
 
