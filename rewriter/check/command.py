@@ -115,7 +115,9 @@ def _measured(findings: list, plan: str | None) -> list:
     out = []
     for f in findings:
         kept = kept_for(f.path, f.line, lambda f=f: _span(f), plan) if f.code == "SP101" else None
-        if kept is not None:
+        if kept is not None and not kept.measured:
+            f = replace(f, message=f"{f.message}. Not kept by measurement: {kept.text} ({_diff_name(kept.report)})")
+        elif kept is not None:
             f = replace(f, severity="note", message=(
                 f"{f.message}. Kept by measurement, so not failing: {kept.text} ({_diff_name(kept.report)}); "
                 "run diagnose again when the model changes"))

@@ -56,6 +56,9 @@ class Kept:
     text: str
     report: str
     roots: tuple[str, ...]
+    #: False where the search timed no other candidate: the report names the compile, and
+    #: ``text`` says that it is no evidence (the finding keeps failing, with that said)
+    measured: bool = True
 
 
 def _norm(code: str) -> str:
@@ -105,9 +108,12 @@ def _read_report(path: str, mtime_ns: int) -> tuple[Kept, ...]:
     if chosen is None:
         return ()
     others = [r for r in rows if r is not chosen and isinstance(r.get("step_ms"), (int, float))]
-    if not others:
-        return ()  # nothing else was timed: no measurement says the kept compile is better
-    text = _measured_text(search, chosen, others)
+    if others:
+        text = _measured_text(search, chosen, others)
+    else:  # nothing else was timed: no measurement says the kept compile is better
+        text = (f"diagnose's search timed no candidate besides {chosen['candidate']!r}"
+                + (f" ({'; '.join(str(p) for p in search.get('pruned') or [])[:300]})" if search.get("pruned") else "")
+                + ", so it measured no alternative to this compile")
     src = str(report.get("src") or ".")
     folder = os.path.dirname(os.path.dirname(os.path.abspath(path)))  # the plan's folder
     roots = tuple(dict.fromkeys([os.path.abspath(src)] if os.path.isabs(src) else
@@ -119,13 +125,13 @@ def _read_report(path: str, mtime_ns: int) -> tuple[Kept, ...]:
             where, _, code = str(entry).partition(": ")
             file, _, line = where.rpartition(":")
             if file and line.isdigit() and "compile" in code:
-                out.append(Kept(file, int(line), _norm(code), None, text, path, roots))
+                out.append(Kept(file, int(line), _norm(code), None, text, path, roots, bool(others)))
     plan = report.get("plan") if isinstance(report.get("plan"), dict) else {}
     for action in plan.get("actions") or ():
         if (isinstance(action, dict) and action.get("action") == "compile" and action.get("own_call")
                 and action.get("strategy") == "whole" and "::" in str(action.get("target", ""))):
             file, _, qual = str(action["target"]).partition("::")
-            out.append(Kept(file, 0, "", qual, text, path, roots))
+            out.append(Kept(file, 0, "", qual, text, path, roots, bool(others)))
     return tuple(out)
 
 
@@ -156,12 +162,15 @@ def plans_for(path: str, configured: str | None = None) -> list[Path]:
 
 
 def kept_for(path: str, line: int, code_of: Callable[[], str], configured: str | None = None) -> Kept | None:
-    """The measurement that keeps the compile at ``path``:``line``, or None. ``code_of`` gives
-    the call's text; it is called (the file read again) only when a report names the file."""
+    """What diagnose measured of the compile at ``path``:``line``, or None where no report names
+    it: a :class:`Kept` whose ``measured`` says whether it keeps the compile (False: the search
+    timed nothing else). ``code_of`` gives the call's text; it is called (the file read again)
+    only when a report names the file."""
     from ..plan import report_dir_for
 
     full = os.path.abspath(path)
     code: str | None = None
+    unmeasured: Kept | None = None
     for plan in plans_for(path, configured):
         report = report_dir_for(plan, "stackpart-diagnose") / "report.json"
         try:
@@ -173,13 +182,15 @@ def kept_for(path: str, line: int, code_of: Callable[[], str], configured: str |
                     and not full.endswith(os.sep + kept.file.replace("/", os.sep)):
                 continue
             if kept.function is not None:
-                if _function_at(full, line) == kept.function and not _validation_failed(plan):
-                    return kept
-            elif kept.code:
+                hit = _function_at(full, line) == kept.function and not _validation_failed(plan)
+            else:
                 code = _norm(code_of()) if code is None else code
-                if code == kept.code or (len(kept.code) >= 120 and code.startswith(kept.code[:120])):
-                    return kept
-    return None
+                hit = bool(kept.code) and (code == kept.code or (len(kept.code) >= 120 and code.startswith(kept.code[:120])))
+            if hit and kept.measured:
+                return kept
+            if hit and unmeasured is None:
+                unmeasured = kept  # said only when no plan's measurement keeps it
+    return unmeasured
 
 
 def _function_at(path: str, line: int) -> str | None:
