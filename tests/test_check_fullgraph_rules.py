@@ -290,7 +290,7 @@ def test_sp103_reports_item_under_fullgraph_and_its_claims_hold_in_torch(monkeyp
     knob = plain.code.replace("import torch\n", "import torch\ntorch._dynamo.config.capture_scalar_outputs = True\n", 1)
     assert check_text(knob, "example.py", [GraphBreakCall]).findings == []
     for setting, breaks in ((False, 1), (True, 0)):
-        monkeypatch.setattr(torch._dynamo.config, "capture_scalar_outputs", setting)
-        counters.clear()
-        run_example(plain.code, monkeypatch)
-        assert sum(counters["graph_break"].values()) == breaks
+        with torch._dynamo.config.patch(capture_scalar_outputs=setting):  # restored after, unlike setattr
+            counters.clear()
+            run_example(plain.code, monkeypatch)
+            assert sum(counters["graph_break"].values()) == breaks
