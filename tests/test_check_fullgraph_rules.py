@@ -283,7 +283,8 @@ def test_sp103_reports_item_under_fullgraph_and_its_claims_hold_in_torch(monkeyp
     run_example(example.code, monkeypatch)  # fullgraph=True on torch 2.13: no error
     [valid] = [ex for ex in GraphBreakCall.VALID if "capture_scalar_outputs" in ex.code]
     assert check_text(valid.code, "example.py", ALL_RULES).findings == []
-    run_example(valid.code, monkeypatch)
+    with torch._dynamo.config.patch(capture_scalar_outputs=False):  # the example sets it: restored after
+        run_example(valid.code, monkeypatch)
     # without fullgraph: a break, which the knob removes
     plain = GraphBreakCall.INVALID[0]
     assert [f.code for f in check_text(plain.code, "example.py", [GraphBreakCall]).findings] == ["SP103"]
