@@ -174,7 +174,10 @@ def test_tolist_of_a_float_tensor_fails_at_the_read():
         _fullgraph(lambda x: x * x.sum().tolist(), _input())
 
 
-def test_reads_used_as_sizes_and_in_assert_compile_and_are_not_reported():
+def test_reads_used_as_sizes_and_in_assert_compile_and_only_the_item_reads_are_reported():
+    """They compile on torch 2.13 (a fullgraph region captures scalars); SP103 still reports each
+    ``.item()`` (an error on torch before pytorch/pytorch#163121), and nothing once the file sets
+    ``capture_scalar_outputs``; no rule reports the sizes, the assert or the integer ``.tolist()``."""
     code = textwrap.dedent(
         """\
         import torch
@@ -194,7 +197,11 @@ def test_reads_used_as_sizes_and_in_assert_compile_and_are_not_reported():
             return a, b, c, d, e
         """
     )
-    assert check_text(code, "a.py", ALL_RULES).findings == []
+    found = check_text(code, "a.py", ALL_RULES).findings
+    assert [(f.code, f.line) for f in found] == [("SP103", 5), ("SP103", 7)]
+    assert all("capture_scalar_outputs = True" in f.message and "pytorch/pytorch#163121" in f.message for f in found)
+    knob = code.replace("import torch\n", "import torch\n\ntorch._dynamo.config.capture_scalar_outputs = True\n", 1)
+    assert check_text(knob, "a.py", ALL_RULES).findings == []
     ns: dict = {}
     exec(code.replace("@torch.compile(fullgraph=True)\n", ""), ns)
     _fullgraph(ns["f"], _input())
@@ -215,7 +222,8 @@ def test_a_static_condition_next_to_a_read_is_not_reported():
             return x / n
         """
     )
-    assert check_text(code, "a.py", ALL_RULES).findings == []
+    # no branch is reported; the read on line 5 is SP103's (see the test above), nothing else
+    assert [(f.code, f.line) for f in check_text(code, "a.py", ALL_RULES).findings] == [("SP103", 5)]
     ns: dict = {}
     exec(code.replace("@torch.compile(fullgraph=True)\n", ""), ns)
     _fullgraph(ns["f"], _input().long())
@@ -257,3 +265,33 @@ def test_reads_through_enumerate_bool_and_max_are_reported_and_raise():
     for name in ("g", "h"):
         with pytest.raises(torch._dynamo.exc.UserError, match=PREDICTED["SP110"][1]):
             _fullgraph(ns[name], _input())
+
+
+def test_sp103_reports_item_under_fullgraph_and_its_claims_hold_in_torch(monkeypatch):
+    """SP103's fullgraph example: reported, with the knob as the fix; on this torch (2.13) the
+    fullgraph region compiles it (so the message says a later torch captures it, not that it
+    fails here); with the knob set the file is clean, and without fullgraph the knob removes
+    the graph break (measured with Dynamo's own counter)."""
+    from torch._dynamo.utils import counters
+
+    from rewriter.check.rules.sp103_graph_break_call import GraphBreakCall
+
+    [example] = [ex for ex in GraphBreakCall.INVALID if "fullgraph=True" in ex.code]
+    [finding] = check_text(example.code, "example.py", ALL_RULES).findings
+    assert (finding.code, finding.line) == ("SP103", example.line)
+    assert "capture_scalar_outputs = True" in finding.message and "torch 2.13 compiles it" in finding.message
+    run_example(example.code, monkeypatch)  # fullgraph=True on torch 2.13: no error
+    [valid] = [ex for ex in GraphBreakCall.VALID if "capture_scalar_outputs" in ex.code]
+    assert check_text(valid.code, "example.py", ALL_RULES).findings == []
+    with torch._dynamo.config.patch(capture_scalar_outputs=False):  # the example sets it: restored after
+        run_example(valid.code, monkeypatch)
+    # without fullgraph: a break, which the knob removes
+    plain = GraphBreakCall.INVALID[0]
+    assert [f.code for f in check_text(plain.code, "example.py", [GraphBreakCall]).findings] == ["SP103"]
+    knob = plain.code.replace("import torch\n", "import torch\ntorch._dynamo.config.capture_scalar_outputs = True\n", 1)
+    assert check_text(knob, "example.py", [GraphBreakCall]).findings == []
+    for setting, breaks in ((False, 1), (True, 0)):
+        with torch._dynamo.config.patch(capture_scalar_outputs=setting):  # restored after, unlike setattr
+            counters.clear()
+            run_example(plain.code, monkeypatch)
+            assert sum(counters["graph_break"].values()) == breaks

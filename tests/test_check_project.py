@@ -221,7 +221,30 @@ def test_root_is_the_nearest_pyproject_or_git(tmp_path):
     (tmp_path / "a/b/.git").mkdir()
     assert find_root(str(tmp_path / "a/b/c/x.py")) == str(tmp_path / "a/b")
     if find_root(str(tmp_path / "d/e/y.py")) is None:  # tmp_path may itself be inside a checkout
-        assert plan_project([str(tmp_path / "d/e/y.py")]).views == {}
+        plan = plan_project([str(tmp_path / "d/e/y.py")])
+        assert plan.fallback_root == str(tmp_path / "d/e")  # the file's own folder, said in the summary
+        assert set(plan.views) == {str(tmp_path / "d/e/y.py")}
+
+
+def test_files_with_no_root_above_them_reach_each_other_through_their_common_folder(tmp_path, monkeypatch, capsys):
+    """No pyproject.toml or .git above: the cross-file finding is there (it was silently missing),
+    the summary names the root taken, and no cache is written into a folder that is no project."""
+    from rewriter.check.command import check_command
+
+    if find_root(str(tmp_path / "x.py")) is not None:
+        pytest.skip("tmp_path lies inside a checkout")
+    _write(tmp_path, {"models/__init__.py": "", "models/layers.py": LAYERS, "models/moe_lm.py": MOE_LM, "train.py": TRAIN})
+    monkeypatch.chdir(tmp_path)
+    outcome, _ = run_check(["train.py", "models/layers.py"], use_config=False, jobs=1)
+    assert outcome.project["fallback_root"] == str(tmp_path)
+    assert ("SP103", "models/layers.py") in {(f.code, f.path) for f in outcome.findings}
+    assert ("SP101", "train.py") in {(f.code, f.path) for f in outcome.findings}
+    assert not (tmp_path / CACHE_DIR).exists()
+    # given alone, train.py's folder holds the model: the finding it causes is reported too
+    alone, _ = run_check(["train.py"], use_config=False, jobs=1)
+    assert ("SP103", "models/layers.py") in {(f.code, f.path) for f in alone.findings}
+    assert check_command(["train.py", "models/layers.py"], jobs=1) == 1
+    assert "root .: no pyproject.toml or .git above the files" in capsys.readouterr().err
 
 
 def test_hidden_and_site_packages_folders_are_not_project_files(proj):

@@ -10,6 +10,7 @@ The pipeline, one module per step::
                  QualifiedNameProvider, which functions are compiled and how, repeated blocks
     rule.py      the rule base class (code, message, VALID/INVALID examples, optional safe fix)
     rules/       one module per rule (SP1xx)
+    measured.py  what diagnose's search measured of the program's own compile (SP101 kept as a note)
     output.py    text, JSON, GitHub annotations, SARIF 2.1.0
     docs.py      docs/rules/<code>.md generated from each rule's examples
     command.py   ``check_command``: what the CLI calls

@@ -103,6 +103,41 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
     outcome.drift_diff = diff
 
 
+def _measured(findings: list, plan: str | None) -> list:
+    """``findings`` with each SP101 that diagnose's search measured and kept turned into a note
+    (:mod:`rewriter.check.measured`): its message says what was measured; it does not fail."""
+    if not any(f.code == "SP101" for f in findings):
+        return findings
+    from dataclasses import replace
+
+    from .measured import kept_for
+
+    out = []
+    for f in findings:
+        kept = kept_for(f.path, f.line, lambda f=f: _span(f), plan) if f.code == "SP101" else None
+        if kept is not None and not kept.measured:
+            f = replace(f, message=f"{f.message}. Not kept by measurement: {kept.text} ({_diff_name(kept.report)})")
+        elif kept is not None:
+            f = replace(f, severity="note", message=(
+                f"{f.message}. Kept by measurement, so not failing: {kept.text} ({_diff_name(kept.report)}); "
+                "run diagnose again when the model changes"))
+        out.append(f)
+    return out
+
+
+def _span(f) -> str:
+    """The source text of a finding's span (empty when the file cannot be read)."""
+    try:
+        lines = read_file(f.path).text.splitlines()
+    except StackpartError:
+        return ""
+    if f.end_line > len(lines):
+        return ""
+    if f.line == f.end_line:
+        return lines[f.line - 1][f.col - 1 : f.end_col - 1]
+    return "\n".join([lines[f.line - 1][f.col - 1 :], *lines[f.line : f.end_line - 1], lines[f.end_line - 1][: f.end_col - 1]])
+
+
 def run_check(
     paths: Sequence[str],
     select: Sequence[str] = (),
@@ -169,7 +204,7 @@ def run_check(
         _write(writes)
         outcome.fixed.extend(path for path, *_ in writes)
     for r in results:
-        outcome.findings.extend(r.initial if diff and not fix else r.findings)
+        outcome.findings.extend(_measured(r.initial if diff and not fix else r.findings, plan))
         outcome.parsed += r.parsed
         if r.error:
             outcome.errors.append(r.error)
@@ -213,9 +248,12 @@ def check_command(
     for line in outcome.skipped:
         stderr().print(f"[yellow]warning[/]: {escape(line)}", highlight=False)
     fixable = sum(f.fixable for f in outcome.findings)
+    failing = [f for f in outcome.findings if f.severity != "note"]
+    notes = len(outcome.findings) - len(failing)
     summary = (
-        f"{len(outcome.findings)} finding(s)"
+        f"{len(failing)} finding(s)"
         + (f" ({fixable} fixable with --fix)" if fixable else "")
+        + (f", {notes} kept by measurement (not failing)" if notes else "")
         + (f", {len(outcome.drift_files)} file(s) drifted from {outcome.plan}" if outcome.drift_files else "")
         + (f", fixed {len(outcome.fixed)} file(s)" if outcome.fixed else "")
         + f"; {outcome.checked} file(s) checked, {outcome.parsed} parsed"
@@ -223,6 +261,8 @@ def check_command(
         + (f"; project: {outcome.project['project_files']} file(s), "
            + (f"facts of {outcome.project['project_parsed']} read now" if outcome.project["project_parsed"] else "facts from the cache")
            + (f", {outcome.project['extra']} more file(s) checked for what the given ones cause" if outcome.project["extra"] else "")
+           + (f" (root {_diff_name(outcome.project['fallback_root']) or '.'}: no pyproject.toml or .git above the files, "
+              "so their common folder)" if outcome.project.get("fallback_root") else "")
            if outcome.project.get("project_files") else "")
     )
     stderr().print(summary, highlight=False)
@@ -230,4 +270,4 @@ def check_command(
         stderr().print(f"plan edits not written: {outcome.drift_refused}", highlight=False)
     if outcome.errors:
         return 2
-    return 1 if outcome.findings or outcome.drift_files else 0
+    return 1 if failing or outcome.drift_files else 0

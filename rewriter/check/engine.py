@@ -114,8 +114,10 @@ def run_rules(
     for r in reports:
         pos = positions[r.node]
         message, caused_by = r.message, frozenset(r.related)
-        traced = facts.traced_by(r.node) if view is not None else None
-        if traced is not None and traced[1].origin is not None:
+        traced = facts.traced_by(r.node)
+        if traced is not None and traced[1].via is not None:
+            message += f" ({traced[1].via})"
+        if view is not None and traced is not None and traced[1].origin is not None:
             message += f" (reached from the torch.compile at {traced[1].origin})"
             caused_by |= traced[1].files
         finding = Finding(

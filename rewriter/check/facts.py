@@ -18,8 +18,10 @@ of the project do to it comes in as a :class:`~rewriter.check.project.FileView` 
   a top-level class of its name, as a nested ``def`` does a top-level one); and
   when the view marks it: a compile in another file reaches it, or it is the ``forward`` of a
   block of a model compiled here or elsewhere (such a site has ``origin`` set and no node);
-* a node is *traced* when its nearest enclosing function is compiled and it is not in a branch
-  that only runs eager (``if not torch.compiler.is_compiling():`` and friends);
+* a function of this file that compiled code calls (``helper(...)``, ``self.method(...)``, three
+  calls deep, not one under ``@torch.compiler.disable``) is traced as well: Dynamo inlines it;
+* a node is *traced* when its nearest enclosing function is compiled (or such a helper) and it is
+  not in a branch that only runs eager (``if not torch.compiler.is_compiling():`` and friends);
 * a class *repeats a block* when its ``__init__`` builds ``nn.ModuleList``/``nn.Sequential`` from
   a comprehension of calls (``[Block(cfg) for _ in range(n)]``), or holds (``self.x = Cls(...)``)
   a class of this file that does; a ``transformers`` ``*For*``/``AutoModel*`` class counts too
@@ -59,6 +61,8 @@ CONTAINERS = {"torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.modules.co
 # Method calls that only move or re-flag a module and return it (``Cls(...).to(dev)``).
 PASSTHROUGH = {"to", "cuda", "cpu", "eval", "train", "half", "float", "bfloat16", "double", "requires_grad_"}
 CONSTRUCTORS = {"from_pretrained", "from_config", "_from_config"}
+#: Calls followed from compiled code into this file's helpers (:meth:`FileFacts._follow_helpers`).
+HELPER_DEPTH = 3
 # torch.compile modes that use CUDA graphs (torch.compile docs: "reduce-overhead" uses CUDA
 # graphs; "max-autotune" enables them on GPU as well).
 CUDA_GRAPH_MODES = {"reduce-overhead", "max-autotune"}
@@ -86,6 +90,9 @@ class CompileSite:
     whole_model: bool = False
     origin: str | None = None
     files: frozenset[str] = frozenset()
+    #: for a helper traced because a compiled function calls it (:meth:`FileFacts.helpers`), the
+    #: call chain as printed (``helper `norm` called from compiled `forward```); else None.
+    via: str | None = None
 
 
 @dataclass
@@ -186,6 +193,9 @@ class FileFacts:
         self.local_classes: dict[cst.ClassDef, ClassInfo] = {}
         self.functions: dict[str, cst.FunctionDef] = {}  # module-level defs
         self.compiled: dict[cst.FunctionDef, CompileSite] = {}
+        # functions of this file that compiled code calls (Dynamo inlines them): traced like the
+        # compiled ones, kept apart since no compile names them (:meth:`_follow_helpers`)
+        self.helpers: dict[cst.FunctionDef, CompileSite] = {}
         self.disabled: set[cst.FunctionDef] = set()
         self.untraced: set[cst.CSTNode] = set()  # blocks that run only eager
         self.never_run: set[cst.CSTNode] = set()  # `if TYPE_CHECKING:` bodies: for type checkers only
@@ -283,7 +293,7 @@ class FileFacts:
             if isinstance(anc, cst.Lambda):
                 return None
             if isinstance(anc, cst.FunctionDef):
-                site = self.compiled.get(anc)
+                site = self.compiled.get(anc) or self.helpers.get(anc)
                 if site is not None and any(outer in self.never_run for outer in self.ancestors(anc)):
                     return None  # a definition under `if TYPE_CHECKING:` never runs
                 return (anc, site) if site is not None else None
@@ -511,6 +521,65 @@ class FileFacts:
                 for fwd in self._forwards_of(cls[0], call):
                     self._mark(fwd, CompileSite(call, fullgraph, mode, whole_model=True))
         self._apply_view()
+        self._follow_helpers()
+
+    def _follow_helpers(self, depth: int = HELPER_DEPTH) -> None:
+        """Mark the functions of this file that traced code calls, ``depth`` calls deep.
+
+        Dynamo inlines a call to a plain Python function into the caller's graph (torch.compile
+        docs, "Dynamo Overview": function calls are inlined), so a graph break or a branch on a
+        tensor's value in such a helper is one of the compiled function. Followed: ``helper(...)``
+        naming a ``def`` of this file (a top-level one, or one the calling function defines) and
+        ``self.method(...)`` naming a method of the caller's class; a call that runs only eager
+        (``traced_by`` None: a lambda, an ``is_compiling()`` else branch) is not, nor a function
+        under ``@torch.compiler.disable`` (Dynamo runs it eagerly). Calls through imports, other
+        objects or base classes are not resolved here.
+        """
+        frontier = list(self.compiled.items())
+        # how each is reached, as printed: a function the project reached through calls keeps its chain
+        chain = {func: f"compiled `{func.name.value}`" if site.via is None else
+                 f"`{func.name.value}`, called from {site.via.split(' is called from ', 1)[1]}" for func, site in frontier}
+        for _ in range(depth):
+            found: list[tuple[cst.FunctionDef, CompileSite]] = []
+            for func, site in frontier:
+                for call in m.findall(func, m.Call(func=m.Name() | m.Attribute(value=m.Name("self"), attr=m.Name()))):
+                    assert isinstance(call, cst.Call)
+                    traced = self.traced_by(call)
+                    if traced is None or traced[0] is not func:
+                        continue
+                    helper = self._helper(call, func)
+                    if helper is None or helper in self.compiled or helper in self.helpers or helper in self.disabled:
+                        continue
+                    new = CompileSite(site.node, site.fullgraph, site.mode, site.whole_model, site.origin, site.files,
+                                      via=f"`{helper.name.value}` is called from {chain[func]}")
+                    chain[helper] = f"`{helper.name.value}`, called from {chain[func]}"
+                    self.helpers[helper] = new
+                    found.append((helper, new))
+            frontier = found
+            if not frontier:
+                return
+
+    def _helper(self, call: cst.Call, caller: cst.FunctionDef) -> cst.FunctionDef | None:
+        """The ``def`` of this file that ``call`` (in ``caller``) runs, as :meth:`_follow_helpers`
+        resolves it, else None."""
+        func = call.func
+        if isinstance(func, cst.Name):
+            if self.is_imported(func):
+                return None
+            local = self.local_definitions(func.value, call, cst.FunctionDef)
+            if local:
+                return local[-1]
+            top = self.functions.get(func.value)
+            if top is not None and self.qnames(func) == {func.value}:
+                return top
+            return None
+        if isinstance(func, cst.Attribute):
+            cls = self.enclosing_class(caller)
+            info = self.info_of(cls) if cls is not None else None
+            method = info.methods.get(func.attr.value) if info is not None else None
+            if method is not None and method is not caller:
+                return method
+        return None
 
     def _apply_view(self) -> None:
         """Mark what the view says a compile elsewhere reaches (after this file's own sites, which
@@ -526,7 +595,8 @@ class FileFacts:
                 func = self.functions.get(owner)
             if func is None or func in self.disabled:
                 continue
-            self._mark(func, CompileSite(None, mark.fullgraph, mark.mode, mark.whole_model, mark.origin, mark.files))
+            self._mark(func, CompileSite(None, mark.fullgraph, mark.mode, mark.whole_model, mark.origin, mark.files,
+                                         via=mark.via))
 
 
 class _Collector(cst.CSTVisitor):

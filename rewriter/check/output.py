@@ -1,8 +1,10 @@
 """Findings as text, JSON, GitHub Actions annotations or SARIF 2.1.0.
 
-* text: ``path:line:col: SP101 message`` (ruff's layout), ``[*]`` after fixable findings.
+* text: ``path:line:col: SP101 message`` (ruff's layout), ``[*]`` after fixable findings;
+  ``path:line:col: SP101 note: message`` for a finding that does not fail (``severity`` note).
 * json: ``{"version": 1, "findings": [...], "errors": [...], "drift": {...}, "files": {...}}``.
-* github: ``::warning file=...,line=...,col=...,endLine=...,endColumn=...,title=...::message``,
+* github: ``::warning file=...,line=...,col=...,endLine=...,endColumn=...,title=...::message``
+  (``::notice`` for a note),
   escaped as the Actions toolkit does (``%``, CR, LF in data; also ``:`` and ``,`` in properties).
 * sarif: one run of tool ``stackpart`` with every selected rule in ``tool.driver.rules`` and one
   result per finding (OASIS SARIF 2.1.0; the subset GitHub code scanning reads).
@@ -66,7 +68,8 @@ def _escape_prop(text: str) -> str:
 
 def render_text(outcome: Outcome) -> str:
     lines = [
-        f"{f.path}:{f.line}:{f.col}: {f.code} {f.message}{' [*]' if f.fixable else ''}" for f in outcome.findings
+        f"{f.path}:{f.line}:{f.col}: {f.code} {'note: ' if f.severity == 'note' else ''}{f.message}{' [*]' if f.fixable else ''}"
+        for f in outcome.findings
     ]
     for path in outcome.drift_files:
         lines.append(f"{path}:1:1: plan drift: differs from what {outcome.plan} asks (diff below)")
@@ -96,7 +99,8 @@ def render_github(outcome: Outcome) -> str:
             f"file={_escape_prop(f.path)},line={f.line},col={f.col},endLine={f.end_line},"
             f"endColumn={f.end_col},title={_escape_prop(f'{f.code} {f.name}')}"
         )
-        out.append(f"::warning {props}::{_escape_data(f'{f.code} {f.message}')}\n")
+        kind = "notice" if f.severity == "note" else "warning"
+        out.append(f"::{kind} {props}::{_escape_data(f'{f.code} {f.message}')}\n")
     for path in outcome.drift_files:
         out.append(
             f"::error file={_escape_prop(path)},line=1,title=plan drift::"
@@ -142,7 +146,7 @@ def render_sarif(outcome: Outcome, rules: Sequence[type[Rule]]) -> str:
             {
                 "ruleId": f.code,
                 "ruleIndex": index.get(f.code, 0),
-                "level": "warning",
+                "level": "note" if f.severity == "note" else "warning",
                 "message": {"text": f.message},
                 "locations": [
                     {

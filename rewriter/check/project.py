@@ -30,9 +30,11 @@ is the file's own facts that reach it (:meth:`.facts.FileFacts.local_definitions
 summary records no site for it, so a top-level or imported one of the same name is not reached
 in its place.
 
-A function under ``@torch.compiler.disable`` is never reached. Calls from a compiled function
-into plain helper functions are not followed (no call graph): the rules see what a compiled
-function's own body does.
+A function under ``@torch.compiler.disable`` is never reached. Calls from reached code into
+helper functions are followed (Dynamo inlines them), :data:`HELPER_DEPTH` calls deep: within a
+file by :mod:`.facts` (a ``def`` of that file, ``self.method``), and into a top-level function
+imported from another project file here (the summary's ``calls``: the imported names each
+function calls).
 
 **What is reported** (``check`` given some files, as pre-commit gives it the staged ones): the
 findings located in the given files, whoever compiles them; and the findings located in other
@@ -74,8 +76,9 @@ keeps both within one timestamp tick is missed until the next change.
 
 **Root.** The nearest directory at or above the checked file's own folder that holds a
 ``pyproject.toml`` or a ``.git`` (a folder, or the file a worktree or submodule has): where
-pre-commit, ruff and black take the project to start. A file with no such parent is checked on
-its own. ``stackpart check --no-project`` (or ``project = false`` under ``[tool.stackpart]``)
+pre-commit, ruff and black take the project to start. Files with no such parent share one
+fallback root, the common folder of those given (:func:`fallback_root`; not the filesystem root
+or the home directory), read without a cache; the summary line names it. ``stackpart check --no-project`` (or ``project = false`` under ``[tool.stackpart]``)
 turns the project read off.
 """
 
@@ -86,13 +89,13 @@ import bisect
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 CACHE_DIR = ".stackpart_cache"
 CACHE_FILE = "project-v1.json"
 #: Bumped when the summary's format or meaning changes (an old cache is then ignored).
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 ROOT_MARKERS = ("pyproject.toml", ".git")
 #: Folders never walked for project files (besides hidden ones): not the user's code.
 SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", CACHE_DIR})
@@ -101,6 +104,8 @@ SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", CACHE_DIR
 MAX_PROJECT_FILES = 50_000
 #: Re-export hops followed when a name is imported from a package's ``__init__``.
 MAX_HOPS = 3
+#: Calls followed from reached code into imported project functions (as :data:`.facts.HELPER_DEPTH`).
+HELPER_DEPTH = 3
 
 _COMPILE_RE = re.compile(rb"\bcompile[ \t]*(?:\(|$|#)", re.M)
 COMPILE = "torch.compile"
@@ -143,13 +148,18 @@ _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 
 
 def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
-    """Every statement under ``body``, nested ones included (no expressions are walked)."""
-    for stmt in body:
-        yield stmt
+    """Every statement under ``body``, nested ones included (no expressions are walked), in
+    source order. Iterative: an ``elif`` chain nests each branch in the one before it (a
+    1,000-branch chain is 1,000 levels), deeper than Python's recursion limit allows."""
+    work: list[ast.AST] = list(reversed(body))
+    while work:
+        stmt = work.pop()
+        if isinstance(stmt, ast.stmt):
+            yield stmt
+        inner: list[ast.AST] = []
         for name in _BODIES:
-            inner = getattr(stmt, name, None)
-            if inner:
-                yield from _statements(inner)
+            inner.extend(getattr(stmt, name, None) or ())
+        work.extend(reversed(inner))
 
 
 class _Summarizer:
@@ -196,6 +206,8 @@ class _Summarizer:
         # resolve (FileFacts.local_definitions), never a top-level or imported one
         self.local: set[tuple[str, str]] = set()
         self.kinds: list[str] = []  # "class"/"def" of each enclosing statement, innermost last
+        # function (as marks name it: "f", "Cls.f") -> qualified imported names it calls
+        self.calls: dict[str, list[str]] = {}
 
     def _may_compile(self, stmt: ast.stmt) -> bool:
         lines = self.compile_lines
@@ -318,48 +330,58 @@ class _Summarizer:
 
     # statements -----------------------------------------------------------------------------
     def body(self, stmts: list[ast.stmt]) -> None:
-        for stmt in stmts:
-            self.statement(stmt)
+        """Read ``stmts`` and every statement nested in them, in source order.
 
-    def statement(self, stmt: ast.stmt) -> None:
+        Iterative (a stack of statements and of the exits of the ``class``/``def`` scopes they
+        open): an ``elif`` chain nests each branch in the one before it, and a 1,000-branch chain
+        is deeper than Python's recursion limit allows a recursive walk."""
+        work: list[ast.stmt | Callable[[], None]] = list(reversed(stmts))
+        while work:
+            item = work.pop()
+            if isinstance(item, ast.stmt):
+                work.extend(reversed(self.statement(item)))
+            else:
+                item()
+
+    def statement(self, stmt: ast.stmt) -> list[ast.stmt | Callable[[], None]]:
+        """Read one statement's own part; returns what :meth:`body` reads next, in order: the
+        statements nested in it and, for a ``class``/``def``, the exit of its scope."""
         scan = self._may_compile(stmt)
         if isinstance(stmt, ast.ClassDef):
-            self._class(stmt, scan)
-        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            self._function(stmt, scan)
-        elif isinstance(stmt, ast.Assign):
+            return self._class(stmt, scan)
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return self._function(stmt, scan)
+        if isinstance(stmt, ast.Assign):
             if scan:
                 self._scan(stmt.value)
             for target in stmt.targets:
                 self._bind(target, stmt.value)
-        elif isinstance(stmt, ast.AnnAssign):
+            return []
+        if isinstance(stmt, ast.AnnAssign):
             if stmt.value is not None:
                 if scan:
                     self._scan(stmt.value)
                 self._bind(stmt.target, stmt.value)
-        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+            return []
+        if isinstance(stmt, (ast.For, ast.AsyncFor)):
             if scan:
                 self._scan(stmt.iter)
             self._loop(stmt)
-            self.body(stmt.body)
-            self.body(stmt.orelse)
-        else:
-            if scan:
-                # the statement's own expressions, not those of the statements nested in it
-                self._scan(*(v for k, v in ast.iter_fields(stmt) if k not in _BODIES and isinstance(v, ast.AST)))
-                for k, v in ast.iter_fields(stmt):
-                    if k not in _BODIES and isinstance(v, list):
-                        self._scan(*(x for x in v if isinstance(x, ast.AST) and not isinstance(x, ast.stmt)))
-            for name in _BODIES:
-                inner = getattr(stmt, name, None)
-                if inner:
-                    for item in inner:
-                        if isinstance(item, ast.stmt):
-                            self.statement(item)
-                        else:  # an except handler or a match case: its body
-                            self.body(getattr(item, "body", []))
+            return [*stmt.body, *stmt.orelse]
+        if scan:
+            # the statement's own expressions, not those of the statements nested in it
+            self._scan(*(v for k, v in ast.iter_fields(stmt) if k not in _BODIES and isinstance(v, ast.AST)))
+            for k, v in ast.iter_fields(stmt):
+                if k not in _BODIES and isinstance(v, list):
+                    self._scan(*(x for x in v if isinstance(x, ast.AST) and not isinstance(x, ast.stmt)))
+        nested: list[ast.stmt | Callable[[], None]] = []
+        for name in _BODIES:
+            for item in getattr(stmt, name, None) or ():
+                # an except handler or a match case: its body
+                nested.extend([item] if isinstance(item, ast.stmt) else getattr(item, "body", []))
+        return nested
 
-    def _class(self, node: ast.ClassDef, scan: bool) -> None:
+    def _class(self, node: ast.ClassDef, scan: bool) -> list[ast.stmt | Callable[[], None]]:
         top = not self.cls and not self.func
         if top:
             self.classes.setdefault(node.name, {
@@ -370,11 +392,14 @@ class _Summarizer:
             self.local.add((self.scope(), node.name))
         self.cls.append(node.name if top else f"<nested {node.name}>")
         self.kinds.append("class")
-        self.body(node.body)
-        self.kinds.pop()
-        self.cls.pop()
 
-    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scan: bool) -> None:
+        def leave() -> None:
+            self.kinds.pop()
+            self.cls.pop()
+
+        return [*node.body, leave]
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, scan: bool) -> list[ast.stmt | Callable[[], None]]:
         info = self.classes.get(self.cls[-1]) if self.cls and not self.func else None
         if info is not None:
             info["methods"].append(node.name)
@@ -394,11 +419,34 @@ class _Summarizer:
         if self.kinds and self.kinds[-1] == "def":
             self.local.add((self.scope(), node.name))
         owner = f"{self.cls[-1]}.{node.name}" if info is not None else (f"{self.scope()}.{node.name}" if self.func else node.name)
+        if not self.func and (info is not None or not self.cls):
+            called = self._imported_calls(node)
+            if called:
+                self.calls[owner] = called
         self.func.append(owner)
         self.kinds.append("def")
-        self.body(node.body)
-        self.kinds.pop()
-        self.func.pop()
+
+        def leave() -> None:
+            self.kinds.pop()
+            self.func.pop()
+
+        return [*node.body, leave]
+
+    def _imported_calls(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+        """Qualified names of the imported functions ``node``'s body calls (``clip(x)`` after
+        ``from .ops import clip``: ``.ops.clip``), sorted; the project's reach follows them."""
+        found: set[str] = set()
+        for stmt in node.body:
+            for sub in ast.walk(stmt):
+                if isinstance(sub, ast.Call) and isinstance(sub.func, (ast.Name, ast.Attribute)):
+                    head = sub.func
+                    while isinstance(head, ast.Attribute):
+                        head = head.value
+                    if isinstance(head, ast.Name) and head.id in self.imports and head.id not in self.defs:
+                        name = self.qualify(sub.func)
+                        if name is not None:
+                            found.add(name)
+        return sorted(found)
 
     # bindings -------------------------------------------------------------------------------
     def _bind(self, target: ast.expr, value: ast.expr) -> None:
@@ -494,7 +542,8 @@ def _is_summary(value: object) -> bool:
             and _strs(value.get("disabled"))
             and isinstance(value.get("classes"), dict)
             and all(isinstance(k, str) and _is_class(c) for k, c in value["classes"].items())
-            and isinstance(value.get("sites"), list) and all(_is_site(s) for s in value["sites"]))
+            and isinstance(value.get("sites"), list) and all(_is_site(s) for s in value["sites"])
+            and isinstance(value.get("calls"), dict) and all(isinstance(k, str) and _strs(v) for k, v in value["calls"].items()))
 
 
 def _is_entry(value: object) -> bool:
@@ -525,7 +574,8 @@ def summarize(tree: ast.Module, lines: Sequence[int] | None = None) -> dict:
         ``{"imports": {local name: qualified name}, "defs": {top-level name: "class"|"def"},
         "disabled": [top-level functions under @torch.compiler.disable], "classes": {name:
         {"bases", "methods", "disabled", "children": {attr: class}, "repeated": [[attr path,
-        block class, container]]}}, "sites": [[kind, target, attr, fullgraph, mode, line]]}``;
+        block class, container]]}}, "sites": [[kind, target, attr, fullgraph, mode, line]],
+        "calls": {"f" or "Cls.f": [qualified imported names it calls]}}``;
         names are qualified the way LibCST's ``QualifiedNameProvider`` qualifies them in that
         file (``models.layers.Block``, ``.layers.Block``, ``Block`` for a local class). A site's
         kind is ``instance`` (an instance of ``target`` is compiled), ``function``, ``forward``
@@ -534,7 +584,8 @@ def summarize(tree: ast.Module, lines: Sequence[int] | None = None) -> dict:
     """
     s = _Summarizer(tree, lines)
     s.body(tree.body)
-    return {"imports": s.imports, "defs": s.defs, "disabled": s.disabled, "classes": s.classes, "sites": s.sites}
+    return {"imports": s.imports, "defs": s.defs, "disabled": s.disabled, "classes": s.classes, "sites": s.sites,
+            "calls": s.calls}
 
 
 # -- what one checked file learns from the project ---------------------------------------------
@@ -557,6 +608,9 @@ class Mark:
     mode: str | None = None
     whole_model: bool = False
     files: frozenset[str] = frozenset()
+    #: for a function reached through calls from compiled code in another file, the call chain
+    #: as printed (``helper `clip` called from `Block.forward` in model.py``); else None.
+    via: str | None = None
 
 
 @dataclass
@@ -596,6 +650,19 @@ def find_root(path: str) -> str | None:
         if parent == folder:
             return None
         folder = parent
+
+
+def fallback_root(paths: Sequence[str]) -> str | None:
+    """The project root taken for given files that have none (:func:`find_root` None): their
+    common folder, so that files given together (``check train.py models/net.py``) reach each
+    other, and a file given alone reaches the files beside it. None without such files, or when
+    that folder is the filesystem's root or the home directory (no project is that wide)."""
+    if not paths:
+        return None
+    common = os.path.commonpath([os.path.dirname(os.path.abspath(p)) for p in paths])
+    if common in (os.path.abspath(os.sep), os.path.abspath(os.path.expanduser("~"))):
+        return None
+    return common
 
 
 def _walked(rel: str) -> bool:
@@ -743,11 +810,11 @@ class Project:
         try:
             tree = ast.parse(data)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
-            return {"imports": {}, "defs": {}, "disabled": [], "classes": {}, "sites": []}
+            return {"imports": {}, "defs": {}, "disabled": [], "classes": {}, "sites": [], "calls": {}}
         try:
             return summarize(tree, compile_lines(data))
         except RecursionError:
-            return {"imports": {}, "defs": {}, "disabled": [], "classes": {}, "sites": []}
+            return {"imports": {}, "defs": {}, "disabled": [], "classes": {}, "sites": [], "calls": {}}
 
     def summary(self, rel: str) -> dict | None:
         """The summary of project file ``rel`` (parsed now if the cache has none), or None."""
@@ -897,7 +964,7 @@ class Project:
             if old is None:
                 have[ref[1]] = mark
             elif not mark.files <= old.files:
-                have[ref[1]] = Mark(old.origin, old.fullgraph, old.mode, old.whole_model, old.files | mark.files)
+                have[ref[1]] = Mark(old.origin, old.fullgraph, old.mode, old.whole_model, old.files | mark.files, old.via)
 
         def full(rel: str) -> str:
             return os.path.abspath(self.files[rel])
@@ -945,7 +1012,34 @@ class Project:
                                 blk = self.resolve(block, bref[0])
                                 if blk is not None and self.class_info(blk) is not None:
                                     model(blk, site, origin, start | {full(bref[0])}, set(), True)
+        self._follow_calls(marks, add, full)
         return marks
+
+    def _follow_calls(self, marks: dict[str, dict[str, Mark]], add, full) -> None:
+        """Mark the top-level functions of other project files that reached code calls through an
+        import (``from .ops import clip``), :data:`HELPER_DEPTH` calls deep: Dynamo inlines them
+        (what :mod:`.facts` does within one file). A function under ``@torch.compiler.disable``
+        is not followed."""
+        frontier = [(rel, qual, mark) for rel, fmarks in marks.items() for qual, mark in fmarks.items()]
+        for _ in range(HELPER_DEPTH):
+            found = []
+            for rel, qual, mark in frontier:
+                summ = self.summary(rel)
+                for name in (summ.get("calls", {}).get(qual, ()) if summ else ()):
+                    ref = self.resolve(name, rel)
+                    if ref is None or ref[0] == rel or "." in ref[1] or ref[1] in marks.get(ref[0], {}):
+                        continue
+                    target = self.summary(ref[0])
+                    if target is None or target["defs"].get(ref[1]) != "def" or ref[1] in target["disabled"]:
+                        continue
+                    how = f"`{qual}` in {_display(full(rel))}" if mark.via is None else f"`{qual}`, {mark.via.split(' is called from ', 1)[1]}"
+                    new = Mark(mark.origin, mark.fullgraph, mark.mode, False, mark.files | {full(ref[0])},
+                               via=f"`{ref[1]}` is called from {how}")
+                    add(ref, new)
+                    found.append((ref[0], ref[1], new))
+            frontier = found
+            if not frontier:
+                return
 
     def view(self, rel: str, marks: dict[str, dict[str, Mark]], blocks: set[tuple[str, str]]) -> FileView:
         """The :class:`FileView` of project file ``rel``."""
@@ -978,7 +1072,7 @@ def local_view(tree: ast.Module, path: str = "<file>", lines: Sequence[int] | No
     marks = project.reach()
     blocks = project.blocks()
     view = project.view(rel, marks, blocks)
-    view.marks = {k: Mark(_line_only(m.origin), m.fullgraph, m.mode, m.whole_model, frozenset()) for k, m in view.marks.items()}
+    view.marks = {k: Mark(_line_only(m.origin), m.fullgraph, m.mode, m.whole_model, frozenset(), m.via) for k, m in view.marks.items()}
     view.repeats = {k: (*v[:3], ()) for k, v in view.repeats.items()}
     return view
 
@@ -1006,6 +1100,9 @@ class Plan:
     data: dict[str, bytes] = field(default_factory=dict)
     parsed: int = 0
     files: int = 0
+    #: the folder taken as the project root of given files with no ``pyproject.toml`` or
+    #: ``.git`` above them (:func:`fallback_root`), or None when every file had a root
+    fallback_root: str | None = None
 
 
 def plan_project(paths: Sequence[str], use_cache: bool = True) -> Plan:
@@ -1022,6 +1119,7 @@ def plan_project(paths: Sequence[str], use_cache: bool = True) -> Plan:
     plan = Plan()
     by_root: dict[str, list[str]] = {}
     roots: dict[str, str | None] = {}
+    orphans: list[str] = []
     for path in paths:
         folder = os.path.dirname(os.path.abspath(path))
         if folder not in roots:
@@ -1029,6 +1127,11 @@ def plan_project(paths: Sequence[str], use_cache: bool = True) -> Plan:
         root = roots[folder]
         if root is not None:
             by_root.setdefault(root, []).append(path)
+        else:
+            orphans.append(path)
+    plan.fallback_root = fallback_root(orphans)
+    if plan.fallback_root is not None:
+        by_root.setdefault(plan.fallback_root, []).extend(orphans)
     for root, given in by_root.items():
         # a file the walk leaves out (under a hidden folder such as .venv, or site-packages) is
         # not the project's: it is checked alone, and its root is not read for it
@@ -1036,7 +1139,12 @@ def plan_project(paths: Sequence[str], use_cache: bool = True) -> Plan:
         if not given:
             continue
         given_abs = frozenset(os.path.abspath(p) for p in given)
-        project = Project(root, use_cache=use_cache, keep=given_abs)
+        # no cache in a folder that is no project: nothing is written where no marker said so
+        fallback = root == plan.fallback_root
+        project = Project(root, use_cache=use_cache and not fallback, keep=given_abs)
+        if not project.files and fallback:  # too many files under the common folder: the given ones
+            project = Project(root, files={os.path.relpath(p, root).replace(os.sep, "/"): p for p in given_abs},
+                              keep=given_abs)
         if not project.files:
             continue
         rel_of = {p: os.path.relpath(os.path.abspath(p), root).replace(os.sep, "/") for p in given}

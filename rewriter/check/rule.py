@@ -77,6 +77,9 @@ class Finding:
     end_line: int
     end_col: int
     fixable: bool = False
+    #: ``"error"``: fails the check (exit 1); ``"note"``: reported, does not fail it (SP101 at a
+    #: compile diagnose measured and kept, :mod:`rewriter.check.measured`).
+    severity: str = "error"
     #: absolute paths of the project files this finding follows from (the file of the compile
     #: that reaches it, the model's...): a finding in a file not given is reported only when
     #: one of these is given (rewriter.check.project). Not part of the report.
@@ -93,6 +96,7 @@ class Finding:
             "end_line": self.end_line,
             "end_col": self.end_col,
             "fixable": self.fixable,
+            "severity": self.severity,
         }
 
 

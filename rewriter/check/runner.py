@@ -42,7 +42,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from ..errors import StackpartError
-from ..source import Skipped, check_syntax, decode_file, read_bytes
+from ..source import TOO_DEEP, Skipped, check_syntax, decode_file, read_bytes
 from .engine import check_text
 from .reduce import map_lines, reduce_source, statement_facts
 from .project import FileView, compile_lines, local_view
@@ -172,7 +172,14 @@ def _check_one(args: tuple) -> FileResult:
     """Check one file: ``(path, rule codes, fix, view or None, its bytes)`` (the bytes as
     :func:`check_files` read them for the prefilter: the file is not read again)."""
     path, codes, fix, view, data = args
-    result = _check_viewed(path, codes, fix, view, data)
+    try:
+        result = _check_viewed(path, codes, fix, view, data)
+    except RecursionError:
+        # every walk of a tree is iterative or runs in run_deep's thread; one that still runs out
+        # of stack is this file's one-line skip, never a traceback that ends the others' check
+        shown = path.replace(os.sep, "/")
+        return FileResult(path=shown, skipped=f"{shown}: skipped: {TOO_DEEP} (maximum recursion depth exceeded "
+                          "reading its facts); split the deepest statement or expression into smaller ones")
     if view is not None and view.report_only is not None:
         # a file not given: only what a given file causes (rewriter.check.project)
         keep = view.report_only
@@ -311,6 +318,8 @@ def check_files(
         data.update(plan.data)  # given files the project read (their cache entry was not fresh)
         if stats is not None:
             stats.update(project_files=plan.files, project_parsed=plan.parsed, extra=len(extra))
+            if plan.fallback_root is not None:
+                stats["fallback_root"] = plan.fallback_root
     for path in [*files, *extra]:
         if path not in data:
             try:

@@ -27,6 +27,15 @@ The exception is real: CUDA graphs prefer one large capture, because many small 
 fixed replay cost each. For latency-critical decode with CUDA graphs (`mode="reduce-overhead"`)
 whole-model capture is right, and this rule stays silent for the CUDA-graph modes.
 
+Where `stackpart diagnose` measured it, the measurement decides: when its search chose a plan
+that keeps the program's own compile over a candidate it timed (a regional compile of the block,
+say), the finding is printed as a note with what was measured (`SP101 note: ... diagnose's
+search chose 'as-is' (2.000 ms/step ...) over 'per-block' (2.400 ms/step ...)`) and does not fail
+the check or the pre-commit hook. The evidence read is `stackpart-diagnose/report.json` beside the
+configured plan or a `plan.yaml` in the compile's folder or one above it, up to the project root
+(and the plan's validation report, for a plan that edits the program's own call); the compile is
+matched by file and call text. A search that timed nothing else is no evidence.
+
 Source: PyTorch tutorial "Reducing torch.compile cold start compilation time with regional
 compilation"; ML Software & Compilers, "Partitioning the stack" (granularity). No fix: the unit
 of compilation is a decision to measure (`stackpart diagnose`), not a mechanical edit.

@@ -72,6 +72,12 @@ with FakeTensors that have none. Dynamo breaks the graph at the branch (an error
 separately. Keep the choice in the graph (`torch.where(cond, a, b)`, `torch.cond` for
 subgraphs, masking), or hoist the branch out of the compiled region.
 
+The branch may be in a helper the compiled function calls (a `def` of the same file, a method of
+the same class through `self.`, or a top-level function imported from another file of the
+project; up to three calls deep): Dynamo inlines such calls into the caller's graph, so their
+branches break it alike; the message names the call chain. A helper under
+`@torch.compiler.disable` runs eager and is not followed.
+
 Only value-dependent conditions are reported: a value method (`.any()`, `.sum()`, `.max()`,
 comparisons...), a `torch.<value function>`, or a parameter annotated `torch.Tensor` used as a
 truth value. Shape checks (`x.shape[0] > 1`, `x.dim()`), `is None` and `isinstance` are static
@@ -132,6 +138,25 @@ def g(x):
 fast = torch.compile(g)
 """,
             line=4,
+        ),
+        Invalid(
+            """\
+import torch
+from torch import nn
+
+def clip(x):
+    if x.abs().max() > 1:
+        x = x / x.abs().max()
+    return x
+
+class Block(nn.Module):
+    def forward(self, x):
+        return clip(x) * 2
+
+model = torch.compile(Block())
+""",
+            line=5,
+            note="a branch in a helper the compiled forward calls: Dynamo inlines the call",
         ),
     ]
 
