@@ -475,7 +475,7 @@ def own_call_candidates(ctx: Context, scope: OwnScope, pruned: list[str]) -> lis
     (regional, ``dynamic=``) are :func:`.own_candidates.variants`'."""
     from .own_candidates import variants
 
-    found = variants(ctx, scope, pruned) if scope.whole else []
+    found = variants(ctx, scope, pruned) if scope.whole or scope.block else []
     return found + _own_cudagraphs(ctx, scope, pruned)
 
 

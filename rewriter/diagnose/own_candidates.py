@@ -68,6 +68,14 @@ def variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
     from .planner import Decision, _plan
 
     live = list(scope.whole)
+    if not live and len({r.where for r in scope.block}) == 1:
+        # a per-layer compile (one call, run for each block): only dynamic= applies, at the block boundary
+        own = scope.block[0]
+        if not _runs_own_compile(ctx, own):
+            pruned.append(f"{DYNAMIC}: the harness's model does not run the program's own compile ({own.text}), so a "
+                          "variant of it would not be measured")
+            return []
+        return _dynamic(ctx, own, pruned, ctx.measured("recompiles").get("varying_block_dims") or [], block=True)
     if len(live) != 1:
         if len(live) > 1:
             pruned.append(f"{REGIONAL}, {DYNAMIC}: the program compiles the model in {len(live)} places; which call to change "
@@ -90,22 +98,40 @@ def variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
             why=f"the program compiles the whole model itself ({own.text}): regional compilation at that call site, "
                 f"{why}, its keyword arguments kept (one compile reused across the blocks)")
         out.append((REGIONAL, Decision(_plan(ctx.session.spec, ctx, [action]), [])))
-    var = ctx.measured("recompiles").get("varying_input_dims") or []
-    refused = own.can("dynamic")
-    if not var:
-        pass  # nothing varies across the harness's shapes: dynamic= has nothing to save
-    elif refused:
-        pruned.append(f"{DYNAMIC}: {refused}")
-    elif dict(own.current).get("dynamic", "?") is not None:
-        pruned.append(f"{DYNAMIC}: the program's own compile ({own.text}) already sets dynamic=")
-    else:
-        dims = ", ".join(sorted({f"input {v['tensor']} dim {v['dim']}" for v in var}))
-        action = CompileAction(
-            action="compile", target=own.site, strategy="whole", own_call={"dynamic": True},
-            why=f"recompiles: {dims} varies across the harness's shapes; dynamic=True on the program's own call "
-                f"({own.text}) compiles one dynamic graph instead of a static one and then a recompile")
-        out.append((DYNAMIC, Decision(_plan(ctx.session.spec, ctx, [action]), [])))
+    out.extend(_dynamic(ctx, own, pruned, ctx.measured("recompiles").get("varying_input_dims") or []))
     return out
+
+
+def _dynamic(ctx: Any, own: Any, pruned: list[str], var: list[dict], block: bool = False) -> list[tuple[str, Any]]:
+    """``as-is+dynamic``: ``dynamic=True`` on the program's own call ``own`` where the recompiles rung
+    saw a dim vary across the harness's shapes (``var``: ``{"tensor"|"arg", "dim", "sizes"}``) or
+    a guard on an int argument's value, and the call leaves ``dynamic`` to torch or pins it to
+    ``False`` (``dynamic=False`` makes every int argument a constant: one graph per value; torch
+    docs, ``torch.compile``: "dynamic ... If False, never generate dynamic kernels"). An int
+    *attribute* of an nn.Module is not made symbolic by ``dynamic=True``: that is
+    :mod:`.value_guards`' knob."""
+    from .planner import Decision, _plan
+
+    measured = ctx.measured("recompiles")
+    values = int(measured.get("value_guard_recompiles") or 0)
+    refused = own.can("dynamic")
+    current = dict(own.current).get("dynamic", "?")
+    if not var and not (values > 0 and current is False):
+        return []  # nothing varies across the harness's shapes: dynamic= has nothing to save
+    if refused:
+        pruned.append(f"{DYNAMIC}: {refused}")
+        return []
+    if current not in (None, False):
+        pruned.append(f"{DYNAMIC}: the program's own compile ({own.text}) already sets dynamic={current!r}")
+        return []
+    what = ", ".join(sorted({f"{'block arg' if block else 'input'} {v.get('arg', v.get('tensor'))} dim {v['dim']}" for v in var}))
+    if not what:
+        what = f"{values} recompile(s) on an int argument's value under dynamic=False"
+    action = CompileAction(
+        action="compile", target=own.site, strategy="region" if block else "whole", own_call={"dynamic": True},
+        why=f"recompiles: {what} across the harness's shapes; dynamic=True on the program's own call ({own.text}) "
+            "compiles one dynamic graph instead of one per size or value")
+    return [(DYNAMIC, Decision(_plan(ctx.session.spec, ctx, [action]), []))]
 
 
 def standin(ctx: Any, scope: Any, pruned: list[str]) -> Any:
