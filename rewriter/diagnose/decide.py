@@ -16,27 +16,19 @@ drift of the step between runs moves the net by); of tied candidates the cheaper
 the choice is stable from run to run. The noise is measured where every variant was timed in two
 processes (:func:`rewriter.engine.measure.process_noise`: what a re-run moves a figure by, at
 least :data:`NOISE`), and then the step ratio against that band decides alone. Where each variant
-ran in one process the band is assumed (:data:`NOISE`, :data:`NET_NOISE_SHARE`, the drift seen
-between runs on the H200), and a pair also ties when the 95% interval of its paired step-time ratio
-(one process each, :func:`rewriter.engine.measure.ratio_interval`) contains 1. With a measured
-band that interval no longer makes a tie: its width is the rounds' jitter within one process,
-which moved from run to run while the ratio did not. H200 runs 29-30 (HF Llama 16x2048, 8x512 and
-8x384): per-block was 4.1%, 4.8% and 5.0% slower than nested+whole against a measured band of
-2.0-3.3%, and the interval (0.972-1.132 in run 30a, narrower in run 30b) made two of those runs a
-tie that the cheaper compile won, so three runs chose two plans. The band is measured between
-two processes that share one compile's caches, and the choice still flipped in H200 runs 32-34
-(BENCHMARKS.md, eleventh session). H200 run 36 showed the compile is not what moved: warm
-processes from three separate compiles of per-block agreed within 2%, and no kernel had a second
-config to autotune. The host is (runs 13-37, ``benchmarks/run_drift.py`` and
-``benchmarks/host_sensitivity.py``): per-block and as-is moved together from run to run while
-nested+whole held, and with a busy loop on their core per-block ran 1.6-2.4x slower.
+ran in one process the band is assumed (:data:`NOISE`, :data:`NET_NOISE_SHARE`), and a pair also
+ties when the 95% interval of its paired step-time ratio (one process each,
+:func:`rewriter.engine.measure.ratio_interval`) contains 1. With a measured band that interval no
+longer makes a tie: its width is the rounds' jitter within one process, not what a re-run moves
+the ratio by (docs/decisions.md, "Tie bands when the noise is not measured").
 
-So where every candidate was also timed with its host core contended (the engine's
+Where every candidate was also timed with its host core contended (the engine's
 ``Options.contended``, diagnose's search on CUDA), the best candidate is the one least behind the
 best net in the worse of the two conditions (:func:`contended_standing`), and a pair tied on the
-quiet core ties only if the contended steps are within that window's band too: the plan is the
-one that holds up when the host is busy, so a re-run whose host is quiet in one run and busy in
-the next picks the same plan.
+quiet core ties only if the contended steps are within that window's band too. Why: a launch-heavy
+plan's step moves with the state of its host core far more than a plan with fewer launches, so
+the plan is the one that holds up when the host is busy, and a re-run whose host is quiet in one
+run and busy in the next picks the same plan (docs/decisions.md, "Minimax over host conditions").
 
 With a backend that cannot speed anything up (``eager`` on CPU) the gain is not measured: the
 measurement still excludes every candidate that failed, and among the rest the ladder's
@@ -52,10 +44,9 @@ from ..engine.measure import ratio_interval
 from ..engine.verdict import NOISE
 
 
-#: Two nets closer than this share of ``t_best x N_runs`` are a tie. Measured on the H200 (runs
-#: 13 and 15, HF Llama 16x2048 at 8x512/8x384): the steps of one candidate moved 2-5% between
-#: runs on the same machine, and per-block and nested+whole netted 6,103 vs 6,026 s in run 13
-#: (0.6% of ``t_best x N_runs`` apart): such a pair is a tie, and the cheaper compile wins.
+#: Two nets closer than this share of ``t_best x N_runs`` are a tie, and the cheaper compile
+#: wins: the drift of one candidate's step between runs on one machine, assumed where the noise
+#: was not measured (docs/decisions.md, "Tie bands when the noise is not measured").
 NET_NOISE_SHARE = 0.03
 
 
@@ -277,10 +268,8 @@ def contended_standing(rows: dict[str, dict[str, Any]], ok: list[str], net: dict
     conditions (minimax regret over the host's state), so a plan that wins on a quiet core by a
     few percent and loses by tens of percent when a data-loader worker or a neighbour shares the
     core does not become the plan, and a re-run on the same machine, whose host is quiet in one
-    run and contended in the next, picks the same one. H200 runs 13-36 (``benchmarks/
-    run_drift.py``): per-block 10.8-14.7 ms and nested+whole 10.6-12.4 on one machine type, per-block
-    ahead in 4 of 19 runs by at most 7.4%; run 37 (``benchmarks/host_sensitivity.py``):
-    per-block 1.6-2.4x slower with its host core contended."""
+    run and contended in the next, picks the same one (docs/decisions.md, "Minimax over host
+    conditions")."""
     loaded = {n: rows[n].get("contended_step_ms") for n in ok}
     if len(ok) < 2 or "as-is" not in ok or not all(loaded.values()):
         return None
@@ -310,6 +299,6 @@ def noise_text(noise: dict[str, Any] | None) -> str:
     ratio_band, net_band = noise_bands(noise)
     if noise is None:
         return (f"noise bands not measured (each plan was timed in one process): steps within {ratio_band:.1%} "
-                f"or nets within {net_band:.1%} of the best step over the runs tie (the run-to-run drift seen on the H200)")
+                f"or nets within {net_band:.1%} of the best step over the runs tie (the assumed run-to-run drift)")
     return (f"noise band {ratio_band:.1%} of the step (measured: two processes per plan, median spread "
             f"{noise['median_abs_log']:.2%} over {noise['pairs']} plan x shape pair(s); at least {NOISE:.0%})")
