@@ -31,9 +31,9 @@ from .decide import Choice, compile_text, decide
 #: Backends that cannot speed anything up: the search then measures failures, not gains.
 NO_GAIN_BACKENDS = frozenset({"eager", "aot_eager", "aot_eager_decomp_partition"})
 #: Default ``--budget`` (s): no candidate's cold phase starts later than this after the search's
-#: start (later ones are skipped and say so). Sized for issue 12's target of ladder + search
-#: within 3 minutes on a ~1B model: on an H200 the Llama 16x2048 search starts its last cold phase
-#: about 40 s in with two at a time (BENCHMARKS.md, run 19); 120 s leaves room for a slower host.
+#: start (later ones are skipped and say so). Sized for ladder + search within 3 minutes on a
+#: ~1B model, with room for a slower host than the one measured (docs/decisions.md, "The search's
+#: budget and its cold phases").
 DEFAULT_BUDGET_S = 120.0
 
 
@@ -200,20 +200,19 @@ def _options(ctx: Context, timeout_s: float) -> Any:
         force_backend=ctx.backend if ctx.backend in NO_GAIN_BACKENDS else None,
         warmup=3 if cuda else 1,
         reps=30 if cuda else 5,
-        # seconds of rounds per shape: with blocked samples (engine.timing.time_burst) a round of
-        # eleven processes takes ~0.5 s on the H200 Llama, so 6 s is ~12 paired rounds per shape
-        # (H200 run 24: 10 s made the timing 21 s of the search's 145)
+        # seconds of rounds per shape: with blocked samples (engine.timing.time_burst) 6 s is ~12
+        # paired rounds per shape on a ~1B model (docs/decisions.md, "The search's budget and its
+        # cold phases")
         budget_s=6.0 if cuda else 1.0,
         timeout_s=timeout_s,
-        # Two compiles at a time on a GPU host with the CPUs for it (H200, 16 cores: the Llama
-        # search's cold phases were 140 s one after the other, BENCHMARKS.md run 18).
+        # Two compiles at a time on a GPU host with the CPUs for it: Dynamo's and Inductor's front
+        # ends are single-threaded (docs/decisions.md, "The search's budget and its cold phases").
         parallel_cold=ctx.cold_parallel or (2 if may_overlap(True, "cuda" if cuda else "cpu") else 1),  # --cold-parallel
         # two processes per plan and two windows per shape on CUDA, one of each on a CPU (on_device)
         replicates=0,
         windows=0,
         # each shape once more with a busy loop on the shared core, and the decision weighs both
-        # host conditions (H200 runs 13-37: per-block's lead over nested+whole came and went with
-        # the host; with its core contended per-block ran 1.6-2.4x slower)
+        # host conditions (docs/decisions.md, "Minimax over host conditions")
         contended=cuda and ctx.contended,  # --host both (default) / quiet
         overlap=ctx.overlap,  # --no-overlap
         pin=ctx.pin,  # --pin

@@ -282,7 +282,7 @@ def autotune_again() -> None:
 def same_random_numbers() -> None:
     """Make compiled code draw dropout masks from eager's generator: Inductor otherwise generates
     its own random numbers (its Philox-based ``inductor_random``), so a correct compile of a model
-    with dropout differs from eager in every masked element (issue 13: GPT-2 in training, 8171 of
+    with dropout differs from eager in every masked element (GPT-2 in training: 8171 of
     8192 logits). ``torch._inductor.config.fallback_random`` is what PyTorch's own accuracy runs set
     (benchmarks/dynamo/common.py); it costs the compiled step its fused random kernels."""
     try:
@@ -657,7 +657,7 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
                 first_s, out = wall_call(fn, device)
                 # a copy before the next call: under CUDA graphs (mode="reduce-overhead") the next
                 # replay overwrites the static output buffers ("accessing tensor output of CUDAGraphs
-                # that has been overwritten by a subsequent run", H200 run 13)
+                # that has been overwritten by a subsequent run")
                 out = _copied(out)
                 steady = []
                 for _ in range(2):
@@ -785,7 +785,7 @@ def _through_compile(reference: dict[str, Any], mine: dict[str, Any]) -> dict[st
 
 
 def runtime_compiles(watch: Any, model: Any, job: dict[str, Any], variant: str) -> dict[str, Any]:
-    """Which code compiled in the cold phase (issue 17: the program's own compiles, seen at run
+    """Which code compiled in the cold phase (the program's own compiles, seen at run
     time): ``frames`` (:meth:`.watch.FrameLog.frames`: the frames Dynamo compiled, with graphs,
     recompiles, fullgraph and the entry the program compiled), ``modules``
     (:func:`.watch.compiled_modules`: the model's compiled modules) and ``src_imported`` (the tree's

@@ -1,18 +1,15 @@
 """Which CPU core the timed processes' main threads run on (:attr:`.measure.Options.pin`).
 
-On the H200 slice this project is lent (16 cores of a shared host), identical processes of a
-host-heavy step differ by up to 47% with the scheduler's placement or a core of their own each,
-and by 0.4-1.5% with every process on one shared core (BENCHMARKS.md, run 25): the spread is the
-cores' speed, which differs from core to core and over time on a shared host (a busy sibling
+On a shared GPU host, identical processes of a host-heavy step differ by tens of percent with the
+scheduler's placement or a core of their own each, and by about 1% with every process on one
+shared core (docs/decisions.md, "Pinning the timed processes to the median core"): the spread is
+the cores' speed, which differs from core to core and over time on a shared host (a busy sibling
 hyperthread, a lower clock). One shared core pairs that out of the comparison. :func:`core_speeds`
 measures each core at a pure-Python loop, the work that bounds a launch-heavy step's host side
 (interpreter dispatch), and the shared core is the one of median speed: a typical core of this
 host, as a deployed process the scheduler places lands on one. The fastest core (``--pin
-fastest``) was the choice in runs 27-29 and made the search's choice flip: on it the host-bound
-per-block plan of Llama at 8x384 measured 9.6-14.2 ms from run to run against nested+whole's
-steady 10.9-11.5, tying in some runs and losing in others. The fastest of 14 cores is an extreme
-order statistic, further from the typical core and more variable from run to run than the median
-(run 29: 758 us against a median of 1294 us).
+fastest``) is an extreme order statistic, further from the typical core and more variable from
+run to run than the median, and on it the search's choice flipped between runs (same section).
 """
 
 from __future__ import annotations
@@ -94,11 +91,9 @@ _BUSY = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True
 def contend(core: int) -> Any:
     """Start a process that busy-loops on ``core`` (a contended host core: a data-loader worker,
     a logging thread or a neighbour's vCPU time-slicing with the timed process's main thread) and
-    return its ``subprocess.Popen``; the caller kills it. H200 run 37
-    (``benchmarks/host_sensitivity.py``, HF Llama 16x2048): with it on the main thread's core,
-    as-is ran 2.2-2.8x slower and per-block 1.6-2.4x, while moving the main thread between
-    uncontended cores of 722-1501 us at :func:`core_speeds`'s loop kept per-block's 8x512 within
-    1.4% (13.07-13.26 ms).
+    return its ``subprocess.Popen``; the caller kills it. A contended
+    core, not a slower one, is what moves a launch-heavy step (``benchmarks/host_sensitivity.py``;
+    docs/decisions.md, "Minimax over host conditions").
 
     Raises:
         OSError: the process could not be started.

@@ -1,6 +1,6 @@
 """validate's own cost: when the eager reference's run may overlap the plan's cold phase, and
-where validate's wall time went against the compiles it measures (issue: "validate adds no more
-than the compiles it measures plus 20%"; BENCHMARKS.md, H200 runs 4-8).
+where validate's wall time went against the compiles it measures (the target: "validate adds no more
+than the compiles it measures plus 20%"; docs/decisions.md, "validate's own cost").
 """
 
 from __future__ import annotations

@@ -66,8 +66,7 @@ class Options:
             its own compile caches (its compile is not timed), and both are timed in the same
             interleaved rounds; per shape the variant's figure is its faster process's median
             (:func:`merge_replicates`). A process that runs slow through a whole shape's rounds
-            (the H200 runs 16 and 20b: per-block's 8x384 median 14.9 ms in one process, 10.9 in
-            every other run) then no longer decides the plan, and the spread between the two
+            then no longer decides the plan (docs/decisions.md, "Two processes per variant"), and the spread between the two
             processes is the run-to-run noise the decision uses (:func:`process_noise`).
             diagnose's search uses 2 on CUDA where the GPU has the memory for it.
         burst_ms: on CUDA, a timed sample is the per-call time of a back-to-back block of calls
@@ -86,33 +85,29 @@ class Options:
         windows: timing windows per shape. With 2, the shapes are timed in two passes (8x512,
             8x384, 8x512, 8x384), each window with half of ``budget_s`` and ``reps``, and a
             process's figure per shape is the lower of its windows' medians, with that window's
-            p10/p90 (the samples of both stay paired for :func:`ratio_interval`). A host stall that lasts a window (the
-            H200 run 33a: as-is and per-block 40% slower at 8x384 in both processes, whole and
-            nested+whole not, one window) is a one-sided error like a slow process
+            p10/p90 (the samples of both stay paired for :func:`ratio_interval`). A host stall that lasts a window
+            (docs/decisions.md, "Two timing windows per shape") is a one-sided error like a slow process
             (:func:`merge_replicates`): it cannot make a plan faster than it is, so the faster
             window is the estimate. diagnose's search uses 2 on CUDA. It does not cover a
             slowness that both processes of a variant share because it was compiled in: the
             second process is warm-started from the first one's compile caches (Inductor's
             autotuning winners included), so the measured band leaves out compile-to-compile
-            variance (H200 runs 34a-c: per-block 10.96 / 12.36 / 11.67 ms in three runs, each
-            run's two processes within 2%; ``benchmarks/compile_variance.py``, run 35); run 36
-            found the compile does not move the step, the host does (:attr:`contended`).
+            variance, which measured smaller than the host's (``benchmarks/compile_variance.py``;
+            :attr:`contended`).
         replica_caches: what the second process (:attr:`replicates` 2) compiles from.
             ``reautotune`` (the default): a copy of its variant's caches less Inductor's stored
             autotuning winners (``*.best_config``), with the local autotune cache off in the child
             (:func:`.child.autotune_again`): the compiled code is reused and every Triton kernel's
-            configs are benchmarked again, as a re-run would (about 0.5 s more; H200 run 36: on
-            per-block Llama no kernel had a second config, so there it changes nothing).
+            configs are benchmarked again, as a re-run would (about 0.5 s more; docs/decisions.md,
+            "Replica caches re-autotune").
             ``warm``: the variant's own caches, every compile-time decision shared.
         contended: on CUDA with every timed process on one shared core (``pin`` ``shared`` or
             ``fastest``), one more window per shape after the others with a busy loop pinned to
             that core (:func:`.cores.contend`): each process's median there is its
             ``contended_ms``, the step with the host thread time-sliced, as a data-loader worker
-            or a neighbour does it. It never enters ``median_ms``. The H200 runs 13-36 saw
-            per-block 10.8-14.7 ms and as-is 17.3-22.1 from run to run on one machine type, the
-            two moving together, while nested+whole stayed 10.6-12.4 (``benchmarks/run_drift.py``),
-            and run 37 (``benchmarks/host_sensitivity.py``) showed a contended host core, not a
-            slower one, makes that move. diagnose's search uses it on CUDA, and the decision
+            or a neighbour does it. It never enters ``median_ms``. A launch-heavy plan's
+            step moves with a contended host core, not a slower one (``benchmarks/run_drift.py``,
+            ``benchmarks/host_sensitivity.py``; docs/decisions.md, "Minimax over host conditions"). diagnose's search uses it on CUDA, and the decision
             weighs both conditions (:func:`rewriter.diagnose.decide.decide`).
     """
 
@@ -143,8 +138,9 @@ def on_device(opts: Options, device: str) -> Options:
     """``opts`` with its automatic timing knobs (``replicates`` 0, ``windows`` 0: validate's
     ``--processes auto``/``--windows auto``) resolved for ``device`` as diagnose's search sets
     them (:func:`rewriter.diagnose.search._options` calls it too): on CUDA two processes per
-    variant, where the timing decides (H200 runs 16 and 20b: one slow process flipped the choice),
-    and two windows per shape (run 33a: a host stall through one window); on a CPU one of each
+    variant, where the timing decides (one slow process can flip the choice), and two windows per
+    shape (a host stall through one window; docs/decisions.md, "Two processes per variant" and
+    "Two timing windows per shape"); on a CPU one of each
     (the timing there decides nothing). So a plan validate passes was timed the way the search
     timed it. Knobs already set are kept."""
     import dataclasses
@@ -526,7 +522,7 @@ REPLICA_MEMORY_SHARE = 0.8
 #: Variance of the smaller of two standard normal draws (the variance of a two-process figure,
 #: in units of one process's variance): 1 - 1/pi.
 MIN_OF_TWO_VARIANCE = 1 - 1 / math.pi
-#: Bytes of a CUDA context and allocator slack per process (about 0.5-1 GiB on an H200).
+#: Bytes of a CUDA context and allocator slack per process (about 0.5-1 GiB on a datacenter GPU).
 CONTEXT_BYTES = 1 << 30
 
 
@@ -565,8 +561,7 @@ class Replicas:
     They are spawned together once the first compiled variant's cold phase is over (:meth:`spawn`,
     sized by :func:`replica_room` with the peak memory measured so far), so their interpreter
     starts, imports and model builds overlap the later cold phases instead of following them
-    (H200 runs 25-26: a 35-38 s replicate phase after 95-99 s of cold phases, mostly five builds
-    at once). A replica gets its ``go`` once its own variant's cold phase has been recorded
+    (docs/decisions.md, "Replicas spawned early, deferred when memory is short"). A replica gets its ``go`` once its own variant's cold phase has been recorded
     without a problem (:meth:`started`): it then compiles from that variant's caches, warm, and
     records nothing to judge (the child's ``replica`` job flag). A variant whose cold phase fails,
     has a problem or is skipped by the deadline has its replica ended then (:meth:`end`), so it
@@ -608,10 +603,10 @@ class Replicas:
 
         Where they do not fit yet only because memory is kept for cold phases still to run
         (:func:`replica_room`), the spawn is deferred: each later call (after each cold phase, and
-        ``final`` from :meth:`collect` once they are all over) tries again. H200 run 27: spawning
-        after the first compiled cold phase needed 70.9 GiB plus 40.7 kept for three cold phases
-        against 95 GiB allowed, so no variant got a second process; after the cold phases
-        (runs 25-26) the same replicas fit."""
+        ``final`` from :meth:`collect` once they are all over) tries again: memory kept for the cold phases
+        still to run can leave no room for any replica at the first try while the same replicas
+        fit once those are over (docs/decisions.md, "Replicas spawned early, deferred when memory
+        is short")."""
         from .runner import ServedChild
 
         if not self.wanted or self.spawned:
@@ -1018,9 +1013,8 @@ def ratio_interval(samples: list[dict[str, list[float]]], a: str, b: str) -> dic
     ``log(t_a / t_b)`` cancels the drift both saw. Per shape the estimate is the median of those
     log ratios and its interval the distribution-free one of a median (order statistics
     ``n/2 -+ 1.96 sqrt(n)/2`` of the sorted values, the sign test's interval): a few rounds hit by
-    a host hiccup move neither, where a mean and standard error can (H200 run 20: a 9% slower
-    candidate read as "within the noise", most likely from a few such rounds; its samples were
-    not kept). Over
+    a host hiccup move neither, where a mean and standard error can (docs/decisions.md, "A median
+    ratio interval, not a mean and standard error"). Over
     shapes (each equally frequent, as ``step_ms`` is): the mean of the medians, with a standard
     error combined from each shape's interval (its half-width / 1.96). Returns ``{"ratio", "low",
     "high", "rounds"}``, or None without paired samples.
@@ -1048,7 +1042,7 @@ def compiles_counted(payload: dict[str, Any]) -> int:
     """Compiles of one cold process start, as Dynamo counted them: the graphs it captured over
     the shape sweep (the per-shape ``new_graphs``, deltas of ``counters["stats"]
     ["unique_graphs"]``, so the count agrees with the per-shape figures the report prints: 7 + 1
-    graphs are 8 compiles, not the 2 shapes that compiled, issue 14), at least one per
+    graphs are 8 compiles, not the 2 shapes that compiled), at least one per
     recompilation of the first code object plus its first compile, and at least one per shape
     that compiled. 0 when nothing compiled."""
     compile_ = payload.get("compile") or {}

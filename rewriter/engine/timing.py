@@ -53,9 +53,9 @@ def time_burst(fn: Callable[[], Any], device: str, calls: int) -> float:
     each step of a training or serving loop does. This is ``torch.utils.benchmark``'s
     ``Timer.blocked_autorange`` method (a block of ``number`` calls per measurement, the block's
     time / ``number``), where :func:`time_call` times one isolated call: that exposes the first
-    kernel's launch latency and a host woken cold from a pipe read on every sample, which the H200
-    runs 16-23 saw as one process of a launch-heavy plan running 10-20% slower than the other
-    (BENCHMARKS.md, run 22c). On CPU: wall-clock from after the lead-in to a sync after the block.
+    kernel's launch latency and a host woken cold from a pipe read on every sample, which can make
+    one process of a launch-heavy plan 10-20% slower than another (docs/decisions.md, "Blocked
+    timing on CUDA"). On CPU: wall-clock from after the lead-in to a sync after the block.
     ``calls`` >= 1."""
     import torch
 

@@ -32,7 +32,7 @@ def repeated_blocks(model: Any) -> list[tuple[str, list[Any]]]:
     (ResNet's four), stacks (an encoder and a decoder) and ``ModuleDict`` s, a stage's blocks
     rather than the stage, the outermost only. A list inside a repeated block (an MoE block's
     experts) runs inside the block's compiled region already; counting it too put the blocks'
-    share of the step above 100% (a newcomer's MoE, session 3). As accelerate's
+    share of the step above 100% (seen on an MoE model). As accelerate's
     ``compile_regions`` does, a ModuleList/Sequential of >= 2 leaf modules of one class (a list
     of heads) outside every block is a region too.
     """

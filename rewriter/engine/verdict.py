@@ -72,8 +72,8 @@ def speed_failures(
     core makes slower than eager, or slower than the better baseline by more than
     ``min_speedup`` allows beyond that band, fails. diagnose's search decides on the worse of the
     two conditions (:func:`rewriter.diagnose.decide.contended_standing`); this keeps validate
-    from passing a plan the search would have rejected for its contended step (H200 run 38:
-    per-block Llama 10.68 ms quiet but 15.48 contended, against whole's 11.67).
+    from passing a plan the search would have rejected for its contended step
+    (docs/decisions.md, "Validate checks the contended step too").
     """
     out = _speed(mean_ms, min_speedup, NOISE, "")
     if contended_ms:
@@ -114,7 +114,7 @@ def _speed(mean_ms: dict[str, float], min_speedup: float, band: float, where: st
 
 def below(value: float, bound: float) -> str:
     """``value`` with as many decimals (3 to 6) as it takes to print below ``bound``: a speedup of
-    0.9496 against 0.95 reads ``0.9496``, not ``0.950 < 0.95`` (issue 14)."""
+    0.9496 against 0.95 reads ``0.9496``, not ``0.950 < 0.95``."""
     for digits in range(3, 7):
         text = f"{value:.{digits}f}"
         if float(text) < bound:
@@ -136,7 +136,7 @@ def constraint_hint(message: str, mark_dynamic: list[tuple[int | None, str, int]
     ``mark_dynamic``: ``(plan line, arg, dim)`` of the plan's mark_dynamic actions. Dynamo lists
     one violation per line (torch/fx/experimental/symbolic_shapes.py): "Not all values of X in
     the specified range ... satisfy the generated guard G" (the code requires G: GPT-2 in
-    transformers 5.17 requires ``128 <= s <= 1023``, H200 runs 5-6), "You marked X as dynamic
+    transformers 5.17 requires ``128 <= s <= 1023``), "You marked X as dynamic
     but your code specialized it to be a constant (N)" (a view to a fixed size, or an operation
     with a tensor whose dim is static), "X ... inferred to be equal to Y" (tied to another dim).
     """
