@@ -1,5 +1,5 @@
-"""The search's attention candidates: transformers' own ``attn_implementation`` lever (issue 13,
-"What to build" 3), proposed and measured like any other action, never assumed.
+"""The search's attention candidates: transformers' own ``attn_implementation`` lever,
+proposed and measured like any other action, never assumed.
 
 Evidence: the harness's model as built (:meth:`.context.Context.reference`), read at run time. For
 each outermost transformers ``PreTrainedModel`` in it (the model itself, or the one a wrapper
@@ -65,8 +65,8 @@ def model_target(cls: type, src: Any) -> str | None:
     installed package's class, else its nearest base that is (a subclass under SRC of
     ``LlamaForCausalLM`` is matched by ``isinstance`` in the generated module), or None. The
     generic ``transformers.modeling_utils`` bases (``PreTrainedModel``) are never a target: a
-    model whose own classes all lie under SRC (a copied modeling file) has none, where the walk
-    used to end at ``PreTrainedModel``, which the plan then refused (H200 run 24)."""
+    model whose own classes all lie under SRC (a copied modeling file) has none, rather than
+    ``PreTrainedModel``, which the plan refuses."""
     from .locate import library_target_of, target_of
 
     for klass in cls.__mro__:

@@ -17,7 +17,7 @@ from .rung import RungResult
 BATCH_KEYS = ("batch", "batch_size", "bs", "b", "n")
 HIGH, MODERATE = 0.15, 0.03
 #: A point whose median step is this many times its minimum was timed on a disturbed machine: the
-#: verdict is flagged as noisy. A chosen margin: steady runs repeat within ~1-2% (H200 run 2);
+#: verdict is flagged as noisy. A chosen margin: steady runs repeat within ~1-2% on a GPU host;
 #: a newcomer's run on a shared 2-core VM at load 2.4 saw the same step at 5 ms and 272 ms.
 NOISY = 1.5
 

@@ -1,5 +1,5 @@
 """The search's config candidates: ``torch._dynamo.config`` knobs torch recommends for a graph break
-the compiled code needs, proposed and measured like any other action (issue 17, "What to build" 4).
+the compiled code needs, proposed and measured like any other action.
 
 Evidence: the graph-break rung's findings (:mod:`.graph_breaks`: ``torch._dynamo.explain`` on an
 eager model, Dynamo's counters and graph-break log on a model that compiles itself) whose reason
@@ -22,7 +22,7 @@ block's region, a compiled function; or the program's own compile the harness ru
 the knob is proposed (``per-block+capture_scalar_outputs``): the candidate's actions plus one
 ``dynamo_config`` action, less the ``disable``s that only kept a captured break eager (the knob
 keeps that code in the graph instead; under the program's ``fullgraph=True`` a disable cannot hold
-at all, issue 17 pattern 1). It is placed just before the candidate it came from (without a
+at all). It is placed just before the candidate it came from (without a
 measured gain, the ladder's order decides), and after measurement :func:`judge` prunes it when it
 saw no fewer graph breaks than that candidate: a process-wide knob that changes nothing is not
 planned.

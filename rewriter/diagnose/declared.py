@@ -11,7 +11,7 @@ by ``type(module).__name__``, as diffusers matches them.
 
 The declaration only chooses the per-block candidate's compile targets (:mod:`.granularity`,
 :mod:`.planner`); that candidate is measured by the search's engine like every other, never
-assumed best (issue 13, "What to build" 3).
+assumed best.
 """
 
 from __future__ import annotations

@@ -10,10 +10,9 @@ kernel at all is a host stall (``host_stall_ms``), split in two:
   (``.item()``, ``.tolist()``, ``nonzero``: see :mod:`.callsites`) with the call's file:line.
   This is what removing the syncs gives back.
 - ``dispatch_gap_ms``: the other gaps: the host was busy launching (Python, dispatch) or doing
-  other work while the device ran dry. A sync elsewhere in the step does not explain them: on
-  the H200, HF Llama (16 layers, bf16, 8 x 512) idled 29% of its step with no kernel, of which
-  0.7% followed its one ``.item()`` (BENCHMARKS.md, diagnose_hf); calling all 29% the sync's
-  sent users to remove a sync worth 0.7%. They call for fewer launches (compile, CUDA graphs).
+  other work while the device ran dry. A sync elsewhere in the step does not explain them:
+  calling every idle gap the sync's sends users to remove a sync worth a small share of it
+  (docs/decisions.md, "Ladder margins and attributions"). They call for fewer launches (compile, CUDA graphs).
 
 Threshold: either part >= 5% of the step (partitioning-the-stack: "gaps with no kernel at all
 are host stalls — a .item(), a sync, a dataloader"; 5% is TF-profiler's input-bound

@@ -11,7 +11,7 @@ but unallocated with every pass, is fragmenting: ``expandable_segments:True`` le
 in place instead (the allocator action).
 
 So this rung returns the cache to the device (``torch.cuda.empty_cache``: the batch-scaling and
-compile rungs leave blocks sized for other batches, H200 run 2), runs the harness's shapes in
+compile rungs leave blocks sized for other batches), runs the harness's shapes in
 order for :data:`WARM_PASSES` warm pass(es) and then :data:`PASSES` measured passes (a pass is the
 sweep, repeated until it holds at least :data:`MIN_STEPS_PER_PASS` steps, so a one-shape harness
 still gets the old rung's 3 steady steps), a fresh ``make_inputs`` batch per step as a data
@@ -30,10 +30,9 @@ measured passes 2..N (pass 1 may still be filling the cache):
 * reserved-but-unallocated memory at the end of the pass grew from pass 1 to pass N by
   >= :data:`GROWTH_MIB` without falling in between.
 
-The *level* of reserved-but-unallocated memory is reported but is not a verdict: on the H200
-(run 3, torch 2.11, one shape) it was 79% of the step's peak for a GEMM-bound MLP, 69% for the
-graph-break workload and 42% for the per-instance-recompile workload, against 35% for the
-fragmentation workload itself; memory a cache holds costs nothing until an allocation fails for
+The *level* of reserved-but-unallocated memory is reported but is not a verdict: measured on the
+bundled workloads it was higher for workloads that do not fragment than for the fragmentation
+workload itself (docs/decisions.md, "Memory rungs"); memory a cache holds costs nothing until an allocation fails for
 want of it. A fixed-shape harness converges in its warm pass and gets no verdict.
 
 A varied-shape sweep can converge too, on a cache cut for all its shapes: no device allocation,
@@ -50,7 +49,7 @@ step and peak reserved of each.
 
 An out-of-memory error is the other evidence, and the stronger: under memory pressure
 fragmentation shows as an OOM with the free memory stranded in split segments
-(benchmarks/alloc_sim_fragmentation.py; H200 run 7: 0 retries at a 3 GiB cap). When any rung's
+(benchmarks/alloc_sim_fragmentation.py; docs/decisions.md, "Memory rungs"). When any rung's
 step runs out of memory and the message says it is a fragmentation OOM (:mod:`.oom`), the ladder
 stops there and :func:`from_oom` gives this rung's verdict from it: the plan holds the allocator
 action, and the rest is measured by running diagnose again with it applied. A compile rung's
@@ -78,7 +77,7 @@ from .rung import RungResult
 
 #: Passes of the sweep run before the measured ones (the cache fills; their steps are recorded as pass 0).
 WARM_PASSES = 1
-#: Measured passes; passes 2..N are the steady state the verdict reads (the brief of issue 14: "more than once").
+#: Measured passes; passes 2..N are the steady state the verdict reads (a trend needs more than one pass).
 PASSES = 3
 #: A pass repeats the sweep until it holds this many steps (the earlier one-shape rung's 3 steady steps).
 MIN_STEPS_PER_PASS = 3

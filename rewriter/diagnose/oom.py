@@ -14,8 +14,8 @@ need more than the limit: a **capacity OOM**, which no allocator setting fixes.
 
 Measured: the fragmentation workload (fixtures/workloads/fragmentation) under a 2 GiB cap runs
 out of memory asking for 448 MiB with 599 MiB reserved but unallocated and 1.23 GiB allocated
-(H200 runs 9 and 12; benchmarks/alloc_sim_fragmentation.py predicted 448 and 597 MiB); with
-``expandable_segments:True`` the same step runs (BENCHMARKS.md, third session).
+(benchmarks/alloc_sim_fragmentation.py predicted 448 and 597 MiB); with
+``expandable_segments:True`` the same step runs (docs/decisions.md, "Memory rungs").
 
 Parsing the message, not reading ``memory_stats()`` afterwards, keeps the numbers of the moment
 of failure (unwinding the stack frees tensors) and works on any host (tests raise the message on

@@ -1,5 +1,5 @@
 """The compile setup already in SRC, found statically: the program as it is is the search's baseline
-(DESIGN.md, "The search"; issue 17), and the report names the user's own compile calls.
+(DESIGN.md, "The search"), and the report names the user's own compile calls.
 
 Every ``.py`` file under SRC that mentions ``compile`` or ``mark_dynamic`` (a text prefilter, as
 ``stackpart check`` does) is parsed with LibCST and read through check's facts
@@ -32,7 +32,7 @@ MAX_BYTES = 2_000_000
 
 @dataclass(frozen=True)
 class OwnCompile:
-    """One compile the program does itself, with what it covers (issue 17: edits compose with it).
+    """One compile the program does itself, with what it covers (edits compose with it).
 
     Attributes:
         where: ``file.py:line`` under SRC.

@@ -168,8 +168,8 @@ def frontend_by_id(events: list[Any]) -> dict[int, Any]:
     torch.autograd.profiler links a kernel to the frontend event whose ``id`` equals the
     kernel's ``linked_correlation_id``. CUDA runtime events (``cudaLaunchKernel``) carry their
     own CUDA correlation ids in ``id``, a separate numbering that collides with the frontend
-    ids, and a nonzero ``linked_correlation_id``: only events with linked id 0 are keys (on the
-    H200 run 2 no kernel found its op, which is what such a collision gives).
+    ids, and a nonzero ``linked_correlation_id``: only events with linked id 0 are keys (otherwise no
+    kernel finds its op, which is what such a collision gives).
     """
     from torch.autograd import DeviceType
 

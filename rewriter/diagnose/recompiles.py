@@ -100,8 +100,8 @@ _SHAPE_GUARD = re.compile(r"size mismatch|stride mismatch|rank mismatch|dimensio
 
 
 #: A guard on a tensor property that differs between the first block's input (from the data or an
-#: embedding) and the others' (a block's output): ``requires_grad`` in training (a newcomer's MLP,
-#: session 4), dtype, device. One recompile, then every instance shares the second graph: not
+#: embedding) and the others' (a block's output): ``requires_grad`` in training (an MLP trained
+#: from its data), dtype, device. One recompile, then every instance shares the second graph: not
 #: per-instance state.
 _TENSOR_PROPERTY_GUARD = re.compile(r"requires_grad mismatch|dtype mismatch|device mismatch|dispatch key set mismatch")
 
@@ -135,7 +135,7 @@ def run(ctx: Context) -> RungResult:
     calls: list[list[tuple[list, dict, dict]]] = [[] for _ in blocks]
     input_shapes: list[list[tuple[int, ...]]] = []
     # block input shapes from an eager pass: a hook inside the compiled model would be traced,
-    # and Dynamo's guards on its closure showed up as recompile reasons (H200 run 2)
+    # and Dynamo's guards on its closure show up as recompile reasons
     if blocks:
         seen: list[list[tuple[list, dict, dict]]] = [[] for _ in blocks]
 
@@ -293,8 +293,7 @@ def _dims_text(per_class: list[dict[str, Any]]) -> str:
 def _dynamic_only_breaks(ctx: Context, log: Any) -> list[tuple[tuple[str | None, int | None, str | None], str]]:
     """Graph breaks Dynamo logged while compiling across the shapes that the static ``explain``
     of the graph-breaks rung did not see: code that traces with static shapes and breaks once a
-    dim is symbolic (``is_causal=(t > 1)`` becomes a SymBool; a newcomer's KV-cache decoder,
-    session 3). ``[((file, line, qualname), reason)]``, one per site; empty when the graph-breaks
+    dim is symbolic (``is_causal=(t > 1)`` becomes a SymBool, as in a KV-cache decoder). ``[((file, line, qualname), reason)]``, one per site; empty when the graph-breaks
     rung did not run ok (nothing to tell them apart by)."""
     static = ctx.results.get("graph_breaks")
     if static is None or not static.ok:

@@ -351,7 +351,7 @@ def diagnose(
             from .candidates import OwnScope, compose
             from .own_compile import own_compiles
 
-            # composed with the program's own compiles, as every search candidate is (issue 17)
+            # composed with the program's own compiles, as every search candidate is
             own = own_compiles(ctx.session.src)
             if own:
                 composed, why = compose(decision.plan, OwnScope.of(ctx, own), rule=True)
