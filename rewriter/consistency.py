@@ -19,7 +19,7 @@
   ``own_call`` that sets ``fullgraph: false`` lets a plan's ``disable`` inside that function stand.
   Where the program's call is in the target's body (``model.compile()`` in ``main``), the region is
   what it compiles, not the target: the rules that need the region's extent skip it.
-* what the source already holds (issue 17: edits compose with the program's own setup): a
+* what the source already holds (edits compose with the program's own setup): a
   ``fullgraph=True`` compile around a function the source keeps eager with
   ``@torch.compiler.disable``; a ``disable`` inside a function the source compiles with
   ``@torch.compile(fullgraph=True)``; a ``mark_dynamic`` inside a function the source compiles (the
@@ -91,7 +91,7 @@ def _callees(target: ResolvedTarget) -> set[str]:
 
 class _Facts:
     """Per-check cache of each file's imports: one import scan per file, not one per action
-    (issue 16: 2,000 actions on a 10,000-function file)."""
+    (a plan can hold thousands of actions on one large file)."""
 
     def __init__(self) -> None:
         self._imports: dict[int, dict[str, str]] = {}

@@ -41,8 +41,8 @@ is LibCST's print); every emitted line that is not an original line is a line of
 transform inserted or edited, or lies in such a run. Where CPython parses the original, the
 ``ast`` check makes the result the same program as LibCST's own print, whatever the alignment chose.
 
-Measured on 20,400 real files (``benchmarks/roundtrip_corpus.py``; BENCHMARKS.md, "round trip
-over a real corpus"): 20,388 no-op round trips byte-identical, 0 differing; 5,014 compile +
+Measured on 20,400 real files (``benchmarks/roundtrip_corpus.py``; docs/decisions.md, "check's speed
+and the splice's round trip"): 20,388 no-op round trips byte-identical, 0 differing; 5,014 compile +
 mark_dynamic rewrites insertion-only and idempotent, 7 of them on files LibCST prints differently.
 
 LibCST also refuses some files CPython accepts (``(x): int = 1``, a parenthesized annotated

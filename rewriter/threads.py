@@ -2,8 +2,8 @@
 
 Without ``OMP_NUM_THREADS``, torch starts one intra-op thread per core it finds (ATen's
 ``get_num_threads`` default), whatever else the machine runs. On a loaded 2-core machine that
-made one diagnose take 12 min 25 s (one rung 597 s) against 18 s with ``OMP_NUM_THREADS=1``
-(issue 14): OpenMP's parallel regions wait at a barrier for their slowest thread, and a thread
+made one diagnose take 12 min 25 s (one rung 597 s) against 18 s with ``OMP_NUM_THREADS=1``:
+OpenMP's parallel regions wait at a barrier for their slowest thread, and a thread
 that shares its core with another process makes every region wait for the scheduler.
 
 The rule, used when ``OMP_NUM_THREADS`` is unset (a value the user set is always kept):

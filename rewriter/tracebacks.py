@@ -1,5 +1,5 @@
 """Where in the user's code an exception comes from, and its first full line: what every error
-raised inside the harness reports (issue 17, item 5), in diagnose's rungs and in the engine's
+raised inside the harness reports, in diagnose's rungs and in the engine's
 child processes alike.
 """
 

@@ -463,8 +463,8 @@ class FileFacts:
         (their own scope); a statement after ``at`` does not bind the name when ``at`` runs. A
         definition that always runs (in the function's own block or a ``with``'s) replaces the
         ones before it; one under a branch, loop, ``try`` or ``match`` may not run, so it joins
-        them: ``if big: class Blk ... else: class Blk ...`` gives both classes (the last one alone
-        was the answer until session 13, and a compile of the ``if`` branch's class went unseen).
+        them: ``if big: class Blk ... else: class Blk ...`` gives both classes (taking the last one alone
+        would leave a compile of the ``if`` branch's class unseen).
         """
         scope = self.scope_of(at)
         if scope is self.module or "." in name:

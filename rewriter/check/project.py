@@ -53,8 +53,9 @@ root (``a/b.py`` or ``a/b/__init__.py``; a ``src/`` layout too). Names outside t
 
 **Why the C ``ast`` module, not LibCST, for the index.** The rules themselves run on LibCST with
 ``ScopeProvider``/qualified names (:mod:`.facts`), but only for the files reported. Reading every
-project file through LibCST's metadata costs about 40x CPython's parser (BENCHMARKS.md: 3.1 s
-of ``ScopeProvider`` alone on transformers' ``modeling_utils.py``), which would make a commit of
+project file through LibCST's metadata costs about 40x CPython's parser (3.1 s of
+``ScopeProvider`` alone on transformers' ``modeling_utils.py``; docs/decisions.md, "check's speed
+and the splice's round trip"), which would make a commit of
 one file pay for the whole tree. The index keeps its own import table (module-level and
 function-level ``import``/``from ... import``, relative ones as LibCST spells them, ``.layers.Block``),
 so its names are the strings LibCST's ``QualifiedNameProvider`` gives the checked file. What it

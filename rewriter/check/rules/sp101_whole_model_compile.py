@@ -110,7 +110,7 @@ class Model(nn.Module):
         super().__init__()
         self.blocks = nn.ModuleList([Block() for _ in range(8)])
 """,
-            note="the repeated block is the regional unit, even when it holds a list of experts (a newcomer's MoE, session 3)",
+            note="the repeated block is the regional unit, even when it holds a list of experts (an MoE model)",
         ),
     ]
     INVALID = [
