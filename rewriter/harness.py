@@ -360,7 +360,8 @@ def build_model(h: LoadedHarness, construct_on: str | None = None) -> tuple[Any,
     ``construct_on``: a device to construct the model on (``torch.device`` as the default
     device while ``model()`` runs), so parameter initialisation runs there rather than on the
     host: host random init was 16.6 s of a 20.8 s validation child start-up for a 0.3B HF Llama
-    on a GPU host (docs/decisions.md, "Building the model on the device"). Values differ from a host-built model (another RNG),
+    on a GPU host (docs/decisions.md, "Building the model on the device"). Values differ from a
+    host-built model (another RNG),
     which does not matter to a caller that loads weights afterwards or compares processes
     built the same way. When ``model()`` raises under it (host-only code in ``__init__``, such
     as ``.numpy()``), the model is built again on the host and ``fallback`` says why (None

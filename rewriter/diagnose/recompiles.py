@@ -293,7 +293,8 @@ def _dims_text(per_class: list[dict[str, Any]]) -> str:
 def _dynamic_only_breaks(ctx: Context, log: Any) -> list[tuple[tuple[str | None, int | None, str | None], str]]:
     """Graph breaks Dynamo logged while compiling across the shapes that the static ``explain``
     of the graph-breaks rung did not see: code that traces with static shapes and breaks once a
-    dim is symbolic (``is_causal=(t > 1)`` becomes a SymBool, as in a KV-cache decoder). ``[((file, line, qualname), reason)]``, one per site; empty when the graph-breaks
+    dim is symbolic (``is_causal=(t > 1)`` becomes a SymBool, as in a KV-cache decoder).
+    ``[((file, line, qualname), reason)]``, one per site; empty when the graph-breaks
     rung did not run ok (nothing to tell them apart by)."""
     static = ctx.results.get("graph_breaks")
     if static is None or not static.ok:

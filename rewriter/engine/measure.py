@@ -66,7 +66,8 @@ class Options:
             its own compile caches (its compile is not timed), and both are timed in the same
             interleaved rounds; per shape the variant's figure is its faster process's median
             (:func:`merge_replicates`). A process that runs slow through a whole shape's rounds
-            then no longer decides the plan (docs/decisions.md, "Two processes per variant"), and the spread between the two
+            then no longer decides the plan (docs/decisions.md, "Two processes per variant"),
+            and the spread between the two
             processes is the run-to-run noise the decision uses (:func:`process_noise`).
             diagnose's search uses 2 on CUDA where the GPU has the memory for it.
         burst_ms: on CUDA, a timed sample is the per-call time of a back-to-back block of calls
@@ -107,7 +108,8 @@ class Options:
             ``contended_ms``, the step with the host thread time-sliced, as a data-loader worker
             or a neighbour does it. It never enters ``median_ms``. A launch-heavy plan's
             step moves with a contended host core, not a slower one (``benchmarks/run_drift.py``,
-            ``benchmarks/host_sensitivity.py``; docs/decisions.md, "Minimax over host conditions"). diagnose's search uses it on CUDA, and the decision
+            ``benchmarks/host_sensitivity.py``; docs/decisions.md, "Minimax over host conditions").
+            diagnose's search uses it on CUDA, and the decision
             weighs both conditions (:func:`rewriter.diagnose.decide.decide`).
     """
 
@@ -561,7 +563,8 @@ class Replicas:
     They are spawned together once the first compiled variant's cold phase is over (:meth:`spawn`,
     sized by :func:`replica_room` with the peak memory measured so far), so their interpreter
     starts, imports and model builds overlap the later cold phases instead of following them
-    (docs/decisions.md, "Replicas spawned early, deferred when memory is short"). A replica gets its ``go`` once its own variant's cold phase has been recorded
+    (docs/decisions.md, "Replicas spawned early, deferred when memory is short"). A replica gets
+    its ``go`` once its own variant's cold phase has been recorded
     without a problem (:meth:`started`): it then compiles from that variant's caches, warm, and
     records nothing to judge (the child's ``replica`` job flag). A variant whose cold phase fails,
     has a problem or is skipped by the deadline has its replica ended then (:meth:`end`), so it
