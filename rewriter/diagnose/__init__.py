@@ -1,6 +1,6 @@
 """diagnose: the diagnostic ladder, from a running model to findings and a plan.
 
-The pipeline, one module per step (DESIGN.md, "The diagnostic ladder"):
+The pipeline, one module per step (docs/design.md, "The diagnostic ladder"):
 
 ``session`` (build the model from the harness, one step, timing, timeouts) →
 ``profile`` (one torch.profiler run shared by the profiler rungs) → the rungs

@@ -1,6 +1,6 @@
 """Op-mix categories for device kernels and CPU operators.
 
-Order of evidence (DESIGN.md): the profiler's own category (memcpy / memset activities), then the
+Order of evidence (docs/design.md): the profiler's own category (memcpy / memset activities), then the
 parent aten op that launched the kernel, then the kernel's name. Name patterns: cuBLAS / CUTLASS /
 ``sm90_xmma`` / ``nvjet`` / ``gemm`` are GEMMs; flash / fmha / ``efficient_attention`` are
 attention; Inductor's ``triton_tem`` (template: GEMM), ``triton_red``/``triton_per``

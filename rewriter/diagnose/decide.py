@@ -1,4 +1,4 @@
-"""The search's decision: which measured candidate becomes the plan (DESIGN.md, "The search").
+"""The search's decision: which measured candidate becomes the plan (docs/design.md, "The search").
 
 Among candidates that ran with correct numerics, no silent fallback to eager (no graph captured,
 the recompile limit hit), no recompile after warm-up and no error, the largest net saving (in the

@@ -73,7 +73,7 @@ def _importable(module: str) -> bool:
 
 def library_target_of(obj: Any) -> str | None:
     """The plan target ``package.module:Qual`` of an installed class or function (one a plan
-    applies from its ``site``, DESIGN.md "Library models"), or None: ``<locals>`` qualnames,
+    applies from its ``site``, docs/design.md "Library models"), or None: ``<locals>`` qualnames,
     ``__main__``, and torch's own modules (``torch.nn.Linear`` is not a block to plan).
     """
     obj = inspect.unwrap(getattr(obj, "__func__", obj))

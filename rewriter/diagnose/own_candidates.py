@@ -1,4 +1,4 @@
-"""Candidates that change the program's own compile, measured like any other (DESIGN.md, "The
+"""Candidates that change the program's own compile, measured like any other (docs/design.md, "The
 search": "Changing the program's own compile is a candidate like any other").
 
 Each is a ``compile`` action with ``own_call`` (:mod:`rewriter.actions.own_call`): the program's

@@ -1,5 +1,5 @@
 """The compile setup already in SRC, found statically: the program as it is is the search's baseline
-(DESIGN.md, "The search"), and the report names the user's own compile calls.
+(docs/design.md, "The search"), and the report names the user's own compile calls.
 
 Every ``.py`` file under SRC that mentions ``compile`` or ``mark_dynamic`` (a text prefilter, as
 ``stackpart check`` does) is parsed with LibCST and read through check's facts

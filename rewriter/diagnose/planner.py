@@ -1,6 +1,6 @@
 """The planner: rung verdicts become plan actions, each with ``why:`` (measurement + threshold).
 
-Rules, in order (DESIGN.md "The diagnostic ladder"; partitioning-the-stack):
+Rules, in order (docs/design.md "The diagnostic ladder"; partitioning-the-stack):
 
 * a dominant non-GEMM op (top-ops rung) → ``kernel`` on the function that calls it (catalog
   kernel when ``kernels/<op>.py`` exists, else ``stub``);
@@ -148,7 +148,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
     blocks = ctx.cache.get("blocks") or []
     block = blocks[0] if blocks else None
     # a block of an installed package (transformers' GPT2Block) is targeted by import path and
-    # applied from the plan's site (DESIGN.md, "Library models")
+    # applied from the plan's site (docs/design.md, "Library models")
     block_target = (block["target"] or library_target_of(block["cls"])) if block is not None else None
     # the model's own list of its repeated blocks (_repeated_blocks: diffusers' regional
     # compilation): every declared class is a per-block target, not only the first

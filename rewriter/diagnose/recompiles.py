@@ -8,7 +8,7 @@ backend forced to ``eager`` (:func:`_compiled`). Recompiles and their guard fail
 repeated block's input (a forward pre-hook on the first instance of each class a per-block
 candidate compiles, every declared class of a model's ``_repeated_blocks`` included, in an eager
 pass so that Dynamo never traces it): the block input is the region
-boundary where ``mark_dynamic`` belongs (DESIGN.md: a mark on ``input_ids`` does not survive the
+boundary where ``mark_dynamic`` belongs (docs/design.md: a mark on ``input_ids`` does not survive the
 eager embedding). Then the reference shape is called :data:`.value_guards.CALLS` times on one
 compiled model: one call per shape fails the new shape's size guard first and never shows a value
 that changes every call (a step counter, a cache's fill level), which those repeated calls do,

@@ -30,7 +30,7 @@ def plan_yaml(plan: Any) -> str:
     data = {"version": 1, **{k: v for k, v in data.items() if k != "version"}}
     if "harness" in data and plan.harness is not None:
         data["harness"] = plan.harness.model_dump(mode="json")
-    # read like DESIGN.md: action, target, its fields, then why
+    # read like docs/design.md: action, target, its fields, then why
     data["actions"] = [
         {"action": a["action"], "target": a["target"], **{k: v for k, v in a.items() if k not in ("action", "target", "why")}, **({"why": a["why"]} if "why" in a else {})}
         for a in data.get("actions", [])

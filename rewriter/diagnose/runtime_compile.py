@@ -1,5 +1,5 @@
 """The program's own compiles as the harness ran them, beside the static reading (they are read
-statically with check's facts and at run time; DESIGN.md, "The search": the program as it is
+statically with check's facts and at run time; docs/design.md, "The search": the program as it is
 comes first).
 
 The engine's eager reference child (the search's ``as-is`` row) records which code Dynamo compiled

@@ -1,5 +1,5 @@
 """Run a set of variants side by side and measure each: the one measurement engine of ``validate``
-and of diagnose's search (DESIGN.md, "The search").
+and of diagnose's search (docs/design.md, "The search").
 
 Every variant is its own child process (:class:`.runner.ServedChild`) with empty Inductor and Triton
 caches, built from its own tree (the original, a rewritten candidate) or compiled in place

@@ -2,7 +2,7 @@
 report is bound to its exact sha256 (``--no-validate`` skips the gate).
 
 Validation covers the whole plan, unsafe actions included, so a passing report also allows the
-unsafe actions (``bucket``, ``kernel``) to be written without ``--unsafe`` (DESIGN.md: "written
+unsafe actions (``bucket``, ``kernel``) to be written without ``--unsafe`` (docs/design.md: "written
 only with --unsafe or after a passing validation").
 """
 
