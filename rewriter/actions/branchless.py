@@ -22,11 +22,17 @@ effect), an attribute or subscript target, unpacking; an in-place call (``x.add_
 ending in ``_``) in a value, since it would now run on both sides; a name assigned twice in one
 branch; an ``else`` value that reads a name the rewrite would have reassigned out of its order.
 
-Unsafe (:data:`rewriter.plan.UNSAFE_ACTIONS`): both sides are evaluated, so a NaN/inf the side not
-taken computes still reaches gradients through ``torch.where`` (PyTorch docs, ``torch.where``:
-"the gradient ... of the unselected input is 0, but NaN * 0 is NaN"), and a side that raises
-for the other case (an index out of range) now always runs. Validation (the numerics judge)
-decides; written only with ``--unsafe`` or after a passing validation.
+A call in a value is kept (``h = self.norm(h)``) and now runs whichever side is taken: a module
+that updates state when called (a BatchNorm's running statistics in training) updates it on both
+sides, which validation, comparing outputs, may not see.
+
+Unsafe (:data:`rewriter.plan.UNSAFE_ACTIONS`): both sides are evaluated, so an inf or NaN the
+side not taken computes can reach gradients: ``torch.where`` passes the unselected side a zero
+gradient, and zero times an infinite local derivative is NaN (measured, torch 2.13:
+``torch.where(x > 0, x.sqrt(), torch.zeros_like(x))`` at ``x = 0`` gives ``x`` the gradient NaN,
+though the side selected there is the constant);
+a side that raises for the other case (an index out of range) now always runs. Validation (the
+numerics judge) decides; written only with ``--unsafe`` or after a passing validation.
 """
 
 from __future__ import annotations
@@ -245,12 +251,19 @@ def branchless_statements(func: cst.FunctionDef, node: cst.If, torch: str, cond_
 
 
 def _already(func: cst.FunctionDef, stmt: cst.BaseStatement, torch: str) -> bool:
-    """Whether ``stmt`` is what this action writes (``x = torch.where(...)``, or the condition's
-    fresh name followed by one): the ``if`` was made branchless already."""
+    """Whether ``stmt`` is what this action writes: ``x = torch.where(...)``, or ``cond = ...`` (the
+    condition's fresh name, :func:`_fresh`) read as the first argument of a ``torch.where`` in the
+    function: the ``if`` was made branchless already."""
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 or not isinstance(stmt.body[0], cst.Assign):
         return False
-    return m.matches(stmt.body[0].value, m.Call(func=m.Attribute(m.Name(torch), m.Name("where")))) or m.matches(
-        stmt.body[0].targets[0].target, m.Name()) and stmt.body[0].targets[0].target.value.startswith("cond")  # type: ignore[attr-defined]
+    assign = stmt.body[0]
+    where = m.Attribute(m.Name(torch), m.Name("where"))
+    if m.matches(assign.value, m.Call(func=where)):
+        return True
+    target = assign.targets[0].target if len(assign.targets) == 1 else None
+    if not isinstance(target, cst.Name) or not target.value.startswith("cond"):
+        return False
+    return bool(m.findall(func, m.Call(func=where, args=[m.Arg(m.Name(target.value)), m.ZeroOrMore()])))
 
 
 class BranchlessCommand(TargetedCommand):
