@@ -832,13 +832,13 @@ ACTION_MODELS: dict[str, type[_Action]] = {
     "mark_dynamic": MarkDynamicAction,
     "bucket": BucketAction,
     "kernel": KernelAction,
-    "branchless": BranchlessAction,
     "allocator": AllocatorAction,
     "compile_cache": CompileCacheAction,
     "dynamo_config": DynamoConfigAction,
     "distributed": DistributedAction,
     "generation": GenerationAction,
     "attention": AttentionAction,
+    "branchless": BranchlessAction,
 }
 
 

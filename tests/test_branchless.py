@@ -70,3 +70,37 @@ def test_a_data_dependent_if_in_the_programs_own_compile_becomes_torch_where(tmp
     torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))
     assert after["graph_breaks"] < before["graph_breaks"], (before, after)
     assert after["unique_graphs"] >= 1, after  # the program's own compile is still live
+
+
+_MODEL = '''import torch
+
+
+class Gate(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() < 0:
+            x = -x
+        if x.mean() > 1:
+            return x / 2
+        return x
+'''
+
+
+def test_the_search_proposes_only_an_if_the_action_accepts(tmp_path):
+    from rewriter.diagnose.branch_candidates import branch_action
+
+    (tmp_path / "model.py").write_text(_MODEL)
+    action = branch_action(tmp_path, "model.py", 6, "why")
+    assert (action.action, action.target, action.line) == ("branchless", "model.py::Gate.forward", 6)
+    assert not action.safe  # written only with --unsafe or after a passing validation
+    refused = branch_action(tmp_path, "model.py", 8, "why")
+    assert refused == "model.py:8: the if body holds a return; expected only `name = expr` assignments"
+    assert branch_action(tmp_path, "model.py", 7, "why").startswith("model.py:7: no `if` statement")
+
+
+def test_a_break_that_is_not_a_branch_gets_no_twin():
+    from rewriter.diagnose.branch_candidates import BRANCH_RE
+
+    assert BRANCH_RE.search("attempted to jump with TensorVariable()")
+    assert BRANCH_RE.search("Data-dependent branching Explanation: Detected data-dependent branching")
+    assert not BRANCH_RE.search("Unsupported Tensor.item() call with capture_scalar_outputs=False")
+    assert not BRANCH_RE.search("Dynamic shape operator aten.nonzero.default")

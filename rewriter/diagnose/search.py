@@ -151,6 +151,8 @@ def action_text(a: Any) -> str:
         return text + f" ({a.strategy}{', ' + a.options.mode if a.options.mode != 'default' else ''})"
     if a.action == "attention":
         return text + f" (set_attn_implementation({a.implementation!r}))"
+    if a.action == "branchless":
+        return text + f" (the if at line {a.line} as torch.where)"
     if a.action == "dynamo_config":
         settings = a.settings if isinstance(a.settings, dict) else a.settings.model_dump(exclude_none=True)
         return text + " (" + ", ".join(f"torch._dynamo.config.{k} = {v}" for k, v in settings.items()) + ")"
