@@ -104,3 +104,21 @@ def test_a_break_that_is_not_a_branch_gets_no_twin():
     assert BRANCH_RE.search("Data-dependent branching Explanation: Detected data-dependent branching")
     assert not BRANCH_RE.search("Unsupported Tensor.item() call with capture_scalar_outputs=False")
     assert not BRANCH_RE.search("Dynamic shape operator aten.nonzero.default")
+
+
+def test_a_twin_that_removed_no_break_is_pruned_after_measurement():
+    from types import SimpleNamespace
+
+    from rewriter.diagnose.branch_candidates import judge
+
+    ctx = SimpleNamespace(cache={"branch_twins": {"as-is+branchless": "as-is", "whole+branchless": "whole"}})
+    rows = {
+        "as-is": {"compile": {"graph_breaks": 0, "graph_break_sites": ["model.py:17"], "unique_graphs": 3}},
+        "as-is+branchless": {"compile": {"graph_breaks": 0, "graph_break_sites": [], "unique_graphs": 1}},
+        "whole": {"compile": {"graph_breaks": 1, "unique_graphs": 2}},
+        "whole+branchless": {"compile": {"graph_breaks": 1, "unique_graphs": 2}},
+    }
+    lines = judge(ctx, rows)
+    assert "skipped" not in rows["as-is+branchless"]  # fewer breaks and graphs: kept for the decision
+    assert rows["whole+branchless"]["skipped"].startswith("pruned after measurement: torch.where removed no graph break")
+    assert [line.split(":", 1)[0] for line in lines] == ["whole+branchless"]

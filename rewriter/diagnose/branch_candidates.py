@@ -15,7 +15,9 @@ For every candidate that compiles the code the break is in (:func:`.config_candi
 the program's own compile the harness runs, a whole-model or block compile reaching it), a twin
 ``<candidate>+branchless`` is proposed just before it, with the candidate's actions plus one
 ``branchless`` action per accepted ``if``; it adds no compile, so it composes with the program's
-own. The action is unsafe (both sides are evaluated; a NaN/inf the side not taken computes can
+own. After measurement :func:`judge` prunes a twin that saw neither fewer graph breaks nor fewer
+graphs than the candidate it came from (the ``if`` was not what broke the graph there): an unsafe
+change that removes nothing is not planned. The action is unsafe (both sides are evaluated; a NaN/inf the side not taken computes can
 reach gradients): the search measures it with the numerics check like any candidate, and the
 rewrite writes it only after that validation passes (or with ``--unsafe``).
 """
@@ -103,6 +105,7 @@ def with_branchless(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     from .candidate import Candidate
     from .config_candidates import _covers
 
+    ctx.cache["branch_twins"] = {}
     breaks = branch_breaks(ctx)
     if not breaks:
         return cands, []
@@ -138,9 +141,31 @@ def with_branchless(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
             continue
         keys.add(twin.key())
         out += [twin, c]
+        ctx.cache["branch_twins"][twin.name] = c.name
         made += 1
     if not made:
         where = ", ".join(a.target + f" line {a.line}" for _, a in accepted)
         notes.append(f"+branchless: no measured candidate compiles the branch at {where} (the program's own compile of it "
                      "is not run by the harness, or every compile of it was pruned)")
     return out, notes
+
+
+def judge(ctx: Any, rows: dict[str, dict[str, Any]]) -> list[str]:
+    """After measurement: a ``+branchless`` twin (:func:`with_branchless`) that saw neither fewer graph
+    breaks (:func:`.config_candidates._breaks_seen`: Dynamo's counters or its graph-break log) nor
+    fewer graphs than the candidate it came from is marked ``skipped`` in ``rows``; returns one line
+    per twin pruned so. Rows not both measured without a problem are left to the decision."""
+    from .config_candidates import _breaks_seen, _graphs
+
+    lines: list[str] = []
+    for name, base in (ctx.cache.get("branch_twins") or {}).items():
+        row, ref = rows.get(name), rows.get(base)
+        if not row or not ref or any(r.get(k) for r in (row, ref) for k in ("skipped", "problems", "error")):
+            continue
+        seen, seen0, graphs, graphs0 = _breaks_seen(row), _breaks_seen(ref), _graphs(row), _graphs(ref)
+        if None in (seen, seen0, graphs, graphs0) or seen < seen0 or graphs < graphs0:
+            continue
+        row["skipped"] = (f"pruned after measurement: torch.where removed no graph break ({seen} break(s), {graphs} graph(s) "
+                          f"seen vs {seen0} and {graphs0} for {base!r}); an unsafe change that removes nothing is not planned")
+        lines.append(f"{name}: {row['skipped']}")
+    return lines

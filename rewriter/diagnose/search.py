@@ -386,6 +386,11 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         for line in judge_knob(ctx, out.rows):  # an allow_unspec_int_on_nn_module twin that recompiled no less
             out.pruned.append(line)
             say(f"pruned {line}")
+        from .branch_candidates import judge as judge_branch
+
+        for line in judge_branch(ctx, out.rows):  # a +branchless twin that removed no graph break
+            out.pruned.append(line)
+            say(f"pruned {line}")
         order = [c.name for c in cands]
         a = ctx.amortization
         out.noise = process_noise(m.timing)
