@@ -22,7 +22,7 @@ FIXTURES = ROOT / "fixtures"
 PAGE = ROOT / "docs" / "actions.md"
 
 #: Groups in page order; any other group directory is appended alphabetically.
-ORDER = ["compile", "disable", "mark_dynamic", "bucket", "kernel", "allocator", "compile_cache", "dynamo_config",
+ORDER = ["compile", "disable", "mark_dynamic", "bucket", "kernel", "branchless", "allocator", "compile_cache", "dynamo_config",
          "targets", "plan", "source"]
 
 GROUP_TITLES = {

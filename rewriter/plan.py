@@ -43,7 +43,7 @@ _IDENT_RE = re.compile(r"[A-Za-z_]\w*\Z")  # \Z, not $: "$" also matches before 
 
 #: Actions that change what runs (numerics or kernels); written only with ``--unsafe`` or after a
 #: passing validation (DESIGN.md, "What each action writes").
-UNSAFE_ACTIONS = frozenset({"bucket", "kernel"})
+UNSAFE_ACTIONS = frozenset({"bucket", "kernel", "branchless"})
 #: Actions that write nothing: launcher or wrapper settings a person applies where the model is
 #: wrapped. ``rewrite`` lists them as not written, with the reason.
 ADVISORY_ACTIONS = frozenset({"distributed"})
@@ -502,6 +502,19 @@ class KernelAction(_Action):
         return value
 
 
+class BranchlessAction(_Action):
+    """Rewrite the data-dependent ``if`` at ``line`` of the target (a file's line number, the
+    ``if`` keyword's) into ``name = torch.where(cond, value, other)`` per assigned name, the form
+    torch's graph-break hint for data-dependent branching recommends (:mod:`rewriter.actions.branchless`).
+
+    Unsafe: both branches are evaluated, so a NaN/inf the dropped branch computes can reach
+    gradients; written only with ``--unsafe`` or after a passing validation.
+    """
+
+    action: Literal["branchless"]
+    line: int = Field(ge=1, description="the line of the `if` statement in the target's file")
+
+
 class AllocatorAction(_Action):
     """Set ``PYTORCH_CUDA_ALLOC_CONF`` (default ``expandable_segments:True``) at the entry."""
 
@@ -802,6 +815,7 @@ Action = Annotated[
         MarkDynamicAction,
         BucketAction,
         KernelAction,
+        BranchlessAction,
         AllocatorAction,
         CompileCacheAction,
         DynamoConfigAction,
@@ -824,6 +838,7 @@ ACTION_MODELS: dict[str, type[_Action]] = {
     "distributed": DistributedAction,
     "generation": GenerationAction,
     "attention": AttentionAction,
+    "branchless": BranchlessAction,
 }
 
 

@@ -23,6 +23,7 @@ from .actions.cache import CompileCacheCommand
 from .actions.compile import CompileCommand
 from .actions.disable import DisableCommand
 from .actions.dynamic import MarkDynamicCommand
+from .actions.branchless import BranchlessCommand
 from .actions.dynamo_config import DynamoConfigCommand
 from .actions.kernel import KernelCommand
 from .actions.site import SiteCommand, site_spec
@@ -46,6 +47,7 @@ COMMANDS: dict[str, type[TargetedCommand]] = {
     "compile_cache": CompileCacheCommand,
     "dynamo_config": DynamoConfigCommand,
     "kernel": KernelCommand,
+    "branchless": BranchlessCommand,
 }
 
 

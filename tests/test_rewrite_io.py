@@ -429,11 +429,11 @@ BAD_VALUES = {
     "list_for_the_action": (  # not "unknown action \"['compile']\"" (did you mean 'compile'?), at the action's first key
         "version: 1\nactions:\n  - target: pkg/model.py::Block\n    action: [compile]\n",
         "plan.yaml:4:5: actions[0].action: expected one of compile, disable, mark_dynamic, bucket, kernel, allocator, "
-        "compile_cache, dynamo_config, distributed, generation, attention, got a list"),
+        "compile_cache, dynamo_config, distributed, generation, attention, branchless, got a list"),
     "misspelt_action_after_the_target": (
         "version: 1\nactions:\n  - target: pkg/model.py::Block\n    action: complie\n",
         "plan.yaml:4:5: unknown action 'complie'; expected one of compile, disable, mark_dynamic, bucket, kernel, "
-        "allocator, compile_cache, dynamo_config, distributed, generation, attention (did you mean 'compile', 'compile_cache'?)"),
+        "allocator, compile_cache, dynamo_config, distributed, generation, attention, branchless (did you mean 'compile', 'compile_cache'?)"),
     "integer_key_at_the_top": (
         "version: 1\n1: 2\nactions: []\n",
         "plan.yaml:1:1: unknown field 1 (a field name is a string)"),

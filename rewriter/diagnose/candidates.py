@@ -455,7 +455,10 @@ def _with_levers(ctx: Context, cands: list[Candidate], pruned: list[str]) -> tup
     from .guard_limit_candidates import with_recompile_limit  # per-block surviving per-instance guards
 
     cands, limit = with_recompile_limit(ctx, cands)
-    return cands, pruned + attention + limit
+    from .branch_candidates import with_branchless  # a data-dependent if in compiled code as torch.where
+
+    cands, branch = with_branchless(ctx, cands)
+    return cands, pruned + attention + limit + branch
 
 
 #: The candidate that changes the program's own whole-model compile to CUDA graphs.

@@ -151,6 +151,8 @@ def action_text(a: Any) -> str:
         return text + f" ({a.strategy}{', ' + a.options.mode if a.options.mode != 'default' else ''})"
     if a.action == "attention":
         return text + f" (set_attn_implementation({a.implementation!r}))"
+    if a.action == "branchless":
+        return text + f" (the if at line {a.line} as torch.where)"
     if a.action == "dynamo_config":
         settings = a.settings if isinstance(a.settings, dict) else a.settings.model_dump(exclude_none=True)
         return text + " (" + ", ".join(f"torch._dynamo.config.{k} = {v}" for k, v in settings.items()) + ")"
@@ -381,6 +383,11 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         from .value_guards import judge as judge_knob
 
         for line in judge_knob(ctx, out.rows):  # an allow_unspec_int_on_nn_module twin that recompiled no less
+            out.pruned.append(line)
+            say(f"pruned {line}")
+        from .branch_candidates import judge as judge_branch
+
+        for line in judge_branch(ctx, out.rows):  # a +branchless twin that removed no graph break
             out.pruned.append(line)
             say(f"pruned {line}")
         order = [c.name for c in cands]
