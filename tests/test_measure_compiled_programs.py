@@ -233,8 +233,16 @@ def test_a_tree_stackpart_rewrote_is_diagnosed_and_validated_again(tmp_path):
     assert rungs["granularity"]["measurement"]["share"] is None  # the blocks run inside the whole-model frame
     # the search measured the program as it is (its own compile live) and found nothing to add
     [asis] = [r for r in rungs["search"]["measurement"]["candidates"] if r["candidate"] == "as-is"]
-    assert asis["graphs"] >= 1 and asis["status"] == "chosen", asis
-    assert load_plan(tmp_path / "again" / "plan.yaml").plan.actions == []
+    # the search measured the program as it is (its own compile live); the plan is empty, or it is
+    # an edit of the program's own call that measured fewer recompiles or graphs than the program as it is
+    assert asis["graphs"] >= 1, asis
+    again = load_plan(tmp_path / "again" / "plan.yaml").plan.actions
+    if asis["status"] != "chosen":
+        [chosen] = [r for r in rungs["search"]["measurement"]["candidates"] if r["status"] == "chosen"]
+        assert (chosen["recompiles"], chosen["graphs"]) < (asis["recompiles"], asis["graphs"]), (chosen, asis)
+        assert again and all(a.action == "compile" and a.own_call is not None for a in again), again
+    else:
+        assert again == []
 
     out = tmp_path / "validation-again"
     assert main(["validate", "--plan", str(plan), str(src), "--out", str(out), *VALIDATE_FAST]) == 0
