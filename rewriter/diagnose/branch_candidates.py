@@ -102,7 +102,7 @@ def with_branchless(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     """``cands`` with a ``+branchless`` twin before each candidate that compiles an accepted
     data-dependent ``if`` (see the module docstring), and the lines for the report's ``pruned``
     (why an ``if`` was left alone, or why no twin was made)."""
-    from .candidate import Candidate
+    from .candidate import Candidate, place_twin
     from .config_candidates import _covers
 
     ctx.cache["branch_twins"] = {}
@@ -136,13 +136,7 @@ def with_branchless(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
             continue
         twin = Candidate(f"{c.name}+branchless", c.plan.model_copy(update={"actions": [*c.plan.actions, *covered]}),
                          [*c.notes, "branchless is unsafe (both sides of the branch are evaluated): the numerics check decides"])
-        if twin.key() in keys:
-            out.append(c)
-            continue
-        keys.add(twin.key())
-        out += [twin, c]
-        ctx.cache["branch_twins"][twin.name] = c.name
-        made += 1
+        made += place_twin(out, keys, ctx.cache["branch_twins"], twin, c)
     if not made:
         where = ", ".join(a.target + f" line {a.line}" for _, a in accepted)
         notes.append(f"+branchless: no measured candidate compiles the branch at {where} (the program's own compile of it "

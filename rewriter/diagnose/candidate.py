@@ -35,3 +35,17 @@ class Candidate:
     def key(self) -> tuple:
         """The action set, for deduplication (``why`` left out)."""
         return tuple(sorted(repr(a.model_dump(exclude={"why"})) for a in self.plan.actions))
+
+
+def place_twin(out: list[Candidate], keys: set[tuple], twins: dict[str, str], twin: Candidate, base: Candidate) -> bool:
+    """Append ``twin`` then its ``base`` to ``out`` (the twin is measured first), recording
+    ``twins[twin.name] = base.name`` and the twin's action set in ``keys``; where a candidate with
+    the twin's action set or name is already proposed, append ``base`` alone. Returns whether the
+    twin was placed."""
+    if twin.key() in keys or twin.name in twins:
+        out.append(base)
+        return False
+    keys.add(twin.key())
+    twins[twin.name] = base.name
+    out += [twin, base]
+    return True

@@ -168,7 +168,7 @@ def with_config(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     """``cands`` with a config twin before each candidate that compiles a capturable break, and
     what was left out (why). Records ``twin name -> candidate name`` in ``ctx.cache["config_twins"]``
     for :func:`judge`."""
-    from .candidate import Candidate
+    from .candidate import Candidate, place_twin
 
     ctx.cache["config_twins"] = {}
     breaks = capturable_breaks(ctx)
@@ -202,12 +202,7 @@ def with_config(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
         plan = c.plan.model_copy(update={"actions": [action, *kept]})
         base = c.name if any(a.action == "disable" for a in kept) else c.name.replace("+disable", "")
         twin = Candidate(base + "".join(f"+{k}" for k in knobs), plan, list(c.notes))
-        if twin.key() in keys or twin.name in twins:
-            out.append(c)
-            continue
-        keys.add(twin.key())
-        twins[twin.name] = c.name
-        out += [twin, c]
+        place_twin(out, keys, twins, twin, c)
     if not twins:
         where = "; ".join(dict.fromkeys(f.where for f, _ in breaks))[:200]
         have = _already_set(ctx)

@@ -69,7 +69,7 @@ def with_recompile_limit(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[st
     docstring), and the lines for the report (why none was proposed, or what a plain regional
     compile does). Unchanged where the instance rung saw no limit hit."""
     from ..plan import DynamoConfigAction, DynamoSettings
-    from .candidate import Candidate
+    from .candidate import Candidate, place_twin
     from .config_candidates import config_target
 
     evidence = limit_evidence(ctx)
@@ -103,12 +103,7 @@ def with_recompile_limit(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[st
         action = DynamoConfigAction(action="dynamo_config", target=target, settings=DynamoSettings(recompile_limit=limit), why=why)
         twin = Candidate(f"{c.name}+recompile_limit", c.plan.model_copy(update={"actions": [action, *c.plan.actions]}),
                          [*c.notes, notes[0]])
-        if twin.key() in keys:
-            out.append(c)
-            continue
-        keys.add(twin.key())
-        out += [twin, c]
-        made += 1
+        made += place_twin(out, keys, {}, twin, c)
     if not made:
         notes.append("+recompile_limit: no per-block candidate to raise the limit for")
     return out, notes

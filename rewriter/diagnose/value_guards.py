@@ -257,7 +257,7 @@ def with_knob(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     ``twin -> candidate`` in ``ctx.cache["value_guard_twins"]`` for :func:`judge`; returns what
     was left out, and why."""
     from ..plan import DynamoConfigAction, DynamoSettings
-    from .candidate import Candidate
+    from .candidate import Candidate, place_twin
     from .config_candidates import config_target
 
     ctx.cache["value_guard_twins"] = {}
@@ -296,12 +296,7 @@ def with_knob(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
             action = DynamoConfigAction(action="dynamo_config", target=target, settings=DynamoSettings(**{KNOB: True}), why=why)
             actions = [action, *c.plan.actions]
         twin = Candidate(f"{c.name}+{KNOB}", c.plan.model_copy(update={"actions": actions}), list(c.notes))
-        if twin.key() in keys or twin.name in twins:
-            out.append(c)
-            continue
-        keys.add(twin.key())
-        twins[twin.name] = c.name
-        out += [twin, c]
+        place_twin(out, keys, twins, twin, c)
     pruned = []
     if not twins:
         pruned.append(f"+{KNOB}: {names} changes every call, in code no measured candidate compiles (the program's own "
