@@ -337,7 +337,7 @@ class CompileAction(_Action):
     ``own_call: {mode: reduce-overhead}``: the target already carries the program's own compile
     (``@torch.compile(...)``, or one ``torch.compile(...)``/``module.compile(...)`` call in its
     body): that call's keyword arguments are edited instead of a second compile being added
-    (:mod:`rewriter.actions.own_call`; issue 17). ``strategy`` then says what the program's call
+    (:mod:`rewriter.actions.own_call`; docs/design.md, "The search"). ``strategy`` then says what the program's call
     compiles (``whole`` for the model's entry), for the plan's rules.
     """
 
@@ -390,8 +390,8 @@ class MarkDynamicAction(_Action):
     ``strict: false`` writes ``torch._dynamo.maybe_mark_dynamic(arg, dim)`` instead: a hint that
     Dynamo may drop when the code specialises the dim (it then recompiles per size) rather than
     raising ConstraintViolationError on the first call, as ``mark_dynamic`` does (torch
-    "Dynamic shapes" docs; H200: GPT-2's code requires 128 <= seq <= 1023, and a strict mark
-    of 2..1024 made the model raise). It takes no ``min``/``max``.
+    "Dynamic shapes" docs; docs/decisions.md, "Strict and soft marks": a model whose code
+    bounds the dim raises under a strict mark wider than that bound). It takes no ``min``/``max``.
 
     ``unbacked: true`` writes ``torch._dynamo.decorators.mark_unbacked(arg, dim)``: the dim is
     never specialised to 0 or 1, so sizes 0/1 and >= 2 share the dynamic graph where
@@ -672,8 +672,8 @@ class GenerationAction(_Action):
     """A transformers model's own generation lever, set on its ``generation_config`` from the
     plan's site (a library target only): ``cache_implementation: static`` preallocates the KV
     cache at its maximum length, and ``generate`` then compiles the decode step itself on CUDA
-    (transformers' auto-compile: a compileable cache on a cuda/xpu device; H200, Llama 8 layers/2048
-    bf16: 2.10 ms/token vs 6.24 eager with the default cache, issue 13).
+    (transformers' auto-compile: a compileable cache on a cuda/xpu device; docs/library-models.md
+    and docs/decisions.md, "The static cache for generation").
     ``disable_compile: true`` keeps the static cache without that compile.
     """
 

@@ -14,14 +14,9 @@ PACKAGE = ROOT / "rewriter"
 #: Deliberately broad: "runs 10 ms" matches too, so such prose is worded another way.
 HISTORY = re.compile(r"\b[Rr]uns? [0-9]{1,2}[a-z]?\b|H200|BENCHMARKS\.md|[Ss]ession [0-9]+|issue [0-9]+")
 
-#: Files whose citations are still to be moved, each with why it is allowed for now. Remove an entry
-#: once its file is clean (the test below fails on an entry that no longer needs it).
-ALLOWED = {
-    "rewriter/plan.py": "left for the next pass",
-    "rewriter/diagnose/candidates.py": "left for the next pass",
-    "rewriter/diagnose/graph_breaks.py": "left for the next pass",
-    "rewriter/actions/batch.py": "left for the next pass",
-}
+#: Files whose citations are still to be moved, each with why it is allowed for now (none today).
+#: Remove an entry once its file is clean (the test below fails on an entry that no longer needs it).
+ALLOWED: dict[str, str] = {}
 
 
 def _citations() -> dict[str, list[str]]:

@@ -184,8 +184,8 @@ def _where(regions: list[Any]) -> str:
 
 
 def conflict(action: Any, scope: OwnScope) -> str | None:
-    """Why ``action`` does not compose with the program's own compiles, or None (issue 17, "What
-    to build" 2): no second compile of code the program compiles; no ``disable`` inside a region
+    """Why ``action`` does not compose with the program's own compiles, or None
+    (docs/design.md, "The search"): no second compile of code the program compiles; no ``disable`` inside a region
     it compiles with ``fullgraph=True`` (the graph break it makes is an error there); no
     ``mark_dynamic`` inside code it compiles (Dynamo forbids the call in a traced frame)."""
     kind = action.action
@@ -270,8 +270,8 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     when the op mix is GEMM-dominated (>= 80% GEMM+attention) and the model is not launch-bound
     (compile returns ~1.0x: partitioning-the-stack, "Check the op mix"); every whole-model
     candidate when the program compiles code itself (``own_setup``, :func:`.own_compile.compile_setup`):
-    a whole-model compile on top of the user's own compile would compile that code a second time
-    (issue 17), so the plan changes only what the program leaves eager.
+    a whole-model compile on top of the user's own compile would compile that code a second time,
+    so the plan changes only what the program leaves eager.
 
     ``regions`` (:func:`.own_compile.own_compiles`, read from SRC when ``own_setup`` is given and
     ``regions`` is not) says what each of the program's own compiles covers; every candidate is composed with them (:func:`compose`): a candidate that would compile
@@ -408,8 +408,8 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
         recompiles = ctx.measured("recompiles").get("recompiles") or 0
         if has_block and recompiles <= 1:
             # Automatic dynamic shapes serve every later size after one recompile: bucketing
-            # could save that one compile per start, while padding every smaller shape (H200,
-            # Llama 8x512/8x384: 3.8 s saved, 33% more work at 384; BENCHMARKS.md run 18).
+            # could save that one compile per start, while padding every smaller shape
+            # (docs/decisions.md, "Bucketing after one recompile").
             pruned.append(f"per-block+bucket: {recompiles} recompile(s) across the shapes, which bucketing could "
                           "at most save while padding every smaller shape")
         elif has_block:

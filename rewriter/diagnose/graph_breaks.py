@@ -9,7 +9,7 @@ A model that compiles itself (``@torch.compile`` in its code, ``module.compile()
 is measured as the program runs it instead: one step from a clean Dynamo state, the breaks read
 from Dynamo's own counters (``torch._dynamo.utils.counters["graph_break"]``) and graph-break log
 (file:line). ``explain`` on code that is already compiled traces the compiled frames and reported
-``-1 graph break(s)`` (issue 17).
+``-1 graph break(s)``.
 """
 
 from __future__ import annotations
