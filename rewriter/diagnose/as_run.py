@@ -15,6 +15,8 @@ counters (:class:`~rewriter.engine.watch.CompileWatch`); measured once per diagn
 
 from __future__ import annotations
 
+from typing import Any
+
 from .context import Context
 from .dynamo_log import reset
 
@@ -40,3 +42,18 @@ def compiles_itself(ctx: Context) -> bool:
         finally:
             reset()
     return ctx.cache["compiles_itself"]
+
+
+def compiled_as_run(model: Any, own: bool) -> tuple[Any, str]:
+    """The model to call at every shape, and how it is compiled (for the report). A model that
+    compiles itself (``own``: :func:`.as_run.compiles_itself`) is called as the program compiles
+    it: compiling it again returned a plain function for ``torch.compile(model)`` (no
+    ``parameters()`` for a training step) and traced the program's own code from outside (a
+    ``maybe_mark_dynamic`` there is forbidden in a graph). Any other model is compiled here. Both
+    run under ``set_stance(force_backend="eager")`` (the callers: :mod:`.recompiles`, :mod:`.value_guards`): guards and recompiles are
+    Dynamo's, decided before a backend runs, so the program's own backend is not paid for."""
+    import torch
+
+    if own:
+        return model, "the program's own torch.compile (backend forced to 'eager')"
+    return torch.compile(model, backend="eager"), "torch.compile(backend='eager')"

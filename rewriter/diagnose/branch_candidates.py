@@ -11,7 +11,7 @@ value, :mod:`.config_candidates`' docstring), so the fix is the restructure the 
 ``if`` whose branches only assign plain names (:mod:`rewriter.actions.branchless`: it says which
 are refused and why); the finding's line under SRC must hold such an ``if``.
 
-For every candidate that compiles the code the break is in (:func:`.config_candidates._covers`:
+For every candidate that compiles the code the break is in (:func:`.config_candidates.covers`:
 the program's own compile the harness runs, a whole-model or block compile reaching it), a twin
 ``<candidate>+branchless`` is proposed just before it, with the candidate's actions plus one
 ``branchless`` action per accepted ``if``; it adds no compile, so it composes with the program's
@@ -103,7 +103,7 @@ def with_branchless(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     data-dependent ``if`` (see the module docstring), and the lines for the report's ``pruned``
     (why an ``if`` was left alone, or why no twin was made)."""
     from .candidate import Candidate, place_twin
-    from .config_candidates import _covers
+    from .config_candidates import covers
 
     ctx.cache["branch_twins"] = {}
     breaks = branch_breaks(ctx)
@@ -129,7 +129,7 @@ def with_branchless(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     made = 0
     for c in cands:
         mine = own_measured and (c.name == "as-is" or c.name.startswith("as-is+"))
-        covered = [a for f, a in accepted if _covers(c, f, ctx, mine)
+        covered = [a for f, a in accepted if covers(c, f, ctx, mine)
                    and not any(b.action == "branchless" and b.target == a.target and b.line == a.line for b in c.plan.actions)]
         if not covered:
             out.append(c)

@@ -99,7 +99,7 @@ def config_target(ctx: Any) -> tuple[str, str]:
             "and the search runs only the harness")
 
 
-def _covers(cand: Any, finding: Any, ctx: Any, own_measured: bool) -> bool:
+def covers(cand: Any, finding: Any, ctx: Any, own_measured: bool) -> bool:
     """Whether ``cand`` compiles the code ``finding`` (a graph break) is in."""
     from .locate import names_reached, unit_target
 
@@ -187,7 +187,7 @@ def with_config(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     pruned: list[str] = []
     keys = {c.key() for c in cands}
     for c in cands:
-        covered = [(f, k) for f, k in breaks if _covers(c, f, ctx, own_measured and (c.name == "as-is" or c.name.startswith("as-is+")))]
+        covered = [(f, k) for f, k in breaks if covers(c, f, ctx, own_measured and (c.name == "as-is" or c.name.startswith("as-is+")))]
         if not covered:
             out.append(c)
             continue

@@ -58,12 +58,6 @@ def silent_fallback_note(evidence: dict[str, Any]) -> str:
             + f"; past the recompile limit ({evidence['limit']}) the remaining calls run eager without an error")
 
 
-def torch_version() -> str:
-    import torch
-
-    return torch.__version__
-
-
 def with_recompile_limit(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     """``cands`` with a ``+recompile_limit`` twin before each per-block candidate (see the module
     docstring), and the lines for the report (why none was proposed, or what a plain regional
@@ -76,10 +70,10 @@ def with_recompile_limit(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[st
     if evidence is None:
         return cands, []
     notes = [silent_fallback_note(evidence)]
-    import torch._dynamo.config as dynamo_config
+    import torch
 
-    if not hasattr(dynamo_config, "recompile_limit"):  # torch 2.6 names it cache_size_limit
-        notes.append(f"+recompile_limit: the torch in use ({torch_version()}) has no torch._dynamo.config.recompile_limit "
+    if not hasattr(torch._dynamo.config, "recompile_limit"):  # torch 2.6 names it cache_size_limit
+        notes.append(f"+recompile_limit: the torch in use ({torch.__version__}) has no torch._dynamo.config.recompile_limit "
                      "(torch >= 2.7), so no twin raises it")
         return cands, notes
     need = max(evidence["instances"] * evidence["shapes"], (evidence["limit"] or 8) + 1)

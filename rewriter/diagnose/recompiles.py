@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from .as_run import compiles_itself
+from .as_run import compiled_as_run, compiles_itself
 from .context import Context
 from .dynamo_log import capture, reset
 from .granularity import region_blocks
@@ -159,7 +159,7 @@ def run(ctx: Context) -> RungResult:
         finally:
             for h in hooks:
                 h.remove()
-    compiled, how = _compiled(model, compiles_itself(ctx))
+    compiled, how = compiled_as_run(model, compiles_itself(ctx))
     reset()
     try:
         with capture() as log, torch.compiler.set_stance("default", force_backend="eager"):
@@ -242,21 +242,6 @@ def _repeat(ctx: Context) -> tuple[list[Any], str | None]:
         return repeat_reference(ctx), None
     except Exception as exc:  # noqa: BLE001 - recorded; the sweep above already measured the shapes
         return [], " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-
-
-def _compiled(model: Any, own: bool) -> tuple[Any, str]:
-    """The model to call at every shape, and how it is compiled (for the report). A model that
-    compiles itself (``own``: :func:`.as_run.compiles_itself`) is called as the program compiles
-    it: compiling it again returned a plain function for ``torch.compile(model)`` (no
-    ``parameters()`` for a training step) and traced the program's own code from outside (a
-    ``maybe_mark_dynamic`` there is forbidden in a graph). Any other model is compiled here. Both
-    run under ``set_stance(force_backend="eager")`` (the caller): guards and recompiles are
-    Dynamo's, decided before a backend runs, so the program's own backend is not paid for."""
-    import torch
-
-    if own:
-        return model, "the program's own torch.compile (backend forced to 'eager')"
-    return torch.compile(model, backend="eager"), "torch.compile(backend='eager')"
 
 
 def _block_dims(calls: list[tuple[list, dict, dict]], n: int) -> dict[str, list[dict[str, Any]]]:

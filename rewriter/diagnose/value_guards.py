@@ -154,16 +154,11 @@ def repeat_reference(ctx: Any, calls: int = CALLS) -> list[ValueGuard]:
 
     from .dynamo_log import capture, reset
 
-    from .as_run import compiles_itself
+    from .as_run import compiled_as_run, compiles_itself
 
     model, inputs, _ = ctx.reference()
-    # a model that compiles itself is called as the program compiles it (compiling it again traces
-    # the program's own code from outside); either way under the eager backend: guards and
-    # recompiles are Dynamo's, decided before a backend runs
-    own = compiles_itself(ctx)
+    compiled, how = compiled_as_run(model, compiles_itself(ctx))
     reset()
-    compiled = model if own else torch.compile(model, backend="eager")
-    how = "the program's own torch.compile (backend forced to 'eager')" if own else "torch.compile(backend='eager')"
     step = ctx.session.step_fn(compiled, inputs)
     try:
         with capture() as log, torch.compiler.set_stance("default", force_backend="eager"):
@@ -240,14 +235,14 @@ def knob_exists() -> bool:
 def _compiles_site(ctx: Any, cand: Any, v: dict[str, Any], harness_compiles: bool) -> bool:
     """Whether ``cand`` runs the code that reads the value compiled: as-is (and its variants) where
     the harness's model carries the program's own compile; a candidate whose compile covers the
-    function (:func:`.config_candidates._covers`, the graph-break twins' reading)."""
-    from .config_candidates import _covers
+    function (:func:`.config_candidates.covers`, the graph-break twins' reading)."""
+    from .config_candidates import covers
     from .rung import Finding
 
     if cand.name == "as-is" or cand.name.startswith("as-is+"):
         return harness_compiles
     f = Finding("value_guard", "", v.get("file"), v.get("line"), v.get("function"), [v["function"]] if v.get("function") else [])
-    return _covers(cand, f, ctx, False)
+    return covers(cand, f, ctx, False)
 
 
 def with_knob(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
