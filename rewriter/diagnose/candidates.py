@@ -509,9 +509,9 @@ def _own_cudagraphs(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tu
     if own.mode == "reduce-overhead":
         pruned.append(f"{name}: the program's own compile ({own.text}) already uses mode='reduce-overhead'")
         return []
-    from .own_candidates import _runs_own_compile
+    from .own_candidates import runs_own_compile
 
-    if not _runs_own_compile(ctx, own):
+    if not runs_own_compile(ctx, own):
         pruned.append(f"{name}: the harness's model does not run the program's own compile ({own.text}): a variant of "
                       "it would not be measured")
         return []

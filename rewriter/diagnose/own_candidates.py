@@ -71,18 +71,18 @@ def variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
     if not live and len({r.where for r in scope.block}) == 1:
         # a per-layer compile (one call, run for each block): only dynamic= applies, at the block boundary
         own = scope.block[0]
-        if not _runs_own_compile(ctx, own):
+        if not runs_own_compile(ctx, own):
             pruned.append(f"{DYNAMIC}: the harness's model does not run the program's own compile ({own.text}), so a "
                           "variant of it would not be measured")
             return []
-        return _dynamic(ctx, own, pruned, ctx.measured("recompiles").get("varying_block_dims") or [], block=True)
+        return _dynamic(ctx, own, pruned, block=True)
     if len(live) != 1:
         if len(live) > 1:
             pruned.append(f"{REGIONAL}, {DYNAMIC}: the program compiles the model in {len(live)} places; which call to change "
                           "is the program's choice")
         return []
     own = live[0]
-    if not _runs_own_compile(ctx, own):
+    if not runs_own_compile(ctx, own):
         pruned.append(f"{REGIONAL}, {DYNAMIC}: the harness's model does not run the program's own compile ({own.text}), so a "
                       "variant of it would not be measured")
         return []
@@ -98,13 +98,14 @@ def variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
             why=f"the program compiles the whole model itself ({own.text}): regional compilation at that call site, "
                 f"{why}, its keyword arguments kept (one compile reused across the blocks)")
         out.append((REGIONAL, Decision(_plan(ctx.session.spec, ctx, [action]), [])))
-    out.extend(_dynamic(ctx, own, pruned, ctx.measured("recompiles").get("varying_input_dims") or []))
+    out.extend(_dynamic(ctx, own, pruned))
     return out
 
 
-def _dynamic(ctx: Any, own: Any, pruned: list[str], var: list[dict], block: bool = False) -> list[tuple[str, Any]]:
+def _dynamic(ctx: Any, own: Any, pruned: list[str], block: bool = False) -> list[tuple[str, Any]]:
     """``as-is+dynamic``: ``dynamic=True`` on the program's own call ``own`` where the recompiles rung
-    saw a dim vary across the harness's shapes (``var``: ``{"tensor"|"arg", "dim", "sizes"}``) or
+    saw a dim vary across the harness's shapes (the block's input dims where ``block``, else the
+    model's inputs) or
     a guard on an int argument's value, and the call leaves ``dynamic`` to torch or pins it to
     ``False`` (``dynamic=False`` makes every int argument a constant: one graph per value; torch
     docs, ``torch.compile``: "dynamic ... If False, never generate dynamic kernels"). An int
@@ -113,6 +114,7 @@ def _dynamic(ctx: Any, own: Any, pruned: list[str], var: list[dict], block: bool
     from .planner import Decision, _plan
 
     measured = ctx.measured("recompiles")
+    var = measured.get("varying_block_dims" if block else "varying_input_dims") or []
     values = int(measured.get("value_guard_recompiles") or 0)
     refused = own.can("dynamic")
     current = dict(own.current).get("dynamic", "?")
@@ -205,7 +207,7 @@ def translate(ctx: Any, out: Any, own: Any) -> str | None:
             "as an edit of that call")
 
 
-def _runs_own_compile(ctx: Any, own: Any) -> bool:
+def runs_own_compile(ctx: Any, own: Any) -> bool:
     """Whether the harness's model runs the program's compile ``own``: a decorator on the model's
     own ``forward`` always does (the class's source carries it); a call does where the model the
     harness builds holds a compiled module (:func:`rewriter.engine.watch.compiled_modules`, the
