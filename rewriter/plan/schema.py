@@ -22,9 +22,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationInfo, field_validator, model_serializer, model_validator
 
 from ..errors import near_names
-from .values import number_hint
-from .values import quoted as _quoted
-from .values import shown as _shown
+from .values import number_hint, quoted, shown
 
 #: ``path/to/file.py::Qual.name`` — pytest-style node ids, relative to SRC.
 TARGET_RE = re.compile(r"^(?P<file>[^:]+\.py)::(?P<qual>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
@@ -56,7 +54,7 @@ def _check_target(value: str) -> str:
         raise ValueError(
             "expected a target like 'model.py::Block', 'model.py::Block.forward', "
             "'pkg/model.py::route', or an installed library's class by import path like "
-            f"'transformers.models.llama.modeling_llama:LlamaDecoderLayer', got {_quoted(value)}"
+            f"'transformers.models.llama.modeling_llama:LlamaDecoderLayer', got {quoted(value)}"
         )
     return value
 
@@ -65,7 +63,7 @@ def _check_site(value: str | None) -> str | None:
     if value is not None and not TARGET_RE.match(value):
         raise ValueError(
             "expected the function under SRC that returns the model, like 'train.py::build' or "
-            f"'harness.py::build_model', got {_quoted(value)}"
+            f"'harness.py::build_model', got {quoted(value)}"
         )
     return value
 
@@ -78,7 +76,7 @@ def _is_identifier(value: str) -> bool:
 
 def _check_ident(value: str) -> str:
     if not _is_identifier(value):
-        raise ValueError(f"expected a Python identifier, got {_quoted(value)}")
+        raise ValueError(f"expected a Python identifier, got {quoted(value)}")
     return value
 
 
@@ -109,14 +107,14 @@ class Harness(_Strict):
     def _file(cls, value: str) -> str:
         parts = value.replace("\\", "/").split("/")
         if not value.endswith(".py") or value.startswith("/") or re.match(r"^[A-Za-z]:", value) or ".." in parts:
-            raise ValueError(f"expected a .py file relative to SRC (no '..', not absolute), got {_quoted(value)}")
+            raise ValueError(f"expected a .py file relative to SRC (no '..', not absolute), got {quoted(value)}")
         return value
 
     @field_validator("device")
     @classmethod
     def _device(cls, value: str | None) -> str | None:
         if value is not None and not re.match(r"^(cpu|cuda(:\d+)?)$", value):
-            raise ValueError(f"expected 'cpu', 'cuda' or 'cuda:N', got {_quoted(value)}")
+            raise ValueError(f"expected 'cpu', 'cuda' or 'cuda:N', got {quoted(value)}")
         return value
 
     @field_validator("shapes")
@@ -128,7 +126,7 @@ class Harness(_Strict):
             for key, size in shape.items():
                 if not _is_identifier(key):
                     raise ValueError(f"expected shape names that are Python identifiers (they are "
-                                     f"keyword arguments of the inputs function), got {_quoted(key)}")
+                                     f"keyword arguments of the inputs function), got {quoted(key)}")
                 if not 0 <= size <= MAX_SIZE:
                     raise ValueError(f"{key}: expected a size from 0 to 2**63-1, got {size}")
         return value
@@ -196,7 +194,7 @@ class CompileOptions(_Strict):
                 + ", or set custom_backend: true for one your code registers"
             )
         if value and not _IDENT_RE.match(backend):
-            raise ValueError(f"custom backend must be a registered name (an identifier), got {_quoted(backend)}")
+            raise ValueError(f"custom backend must be a registered name (an identifier), got {quoted(backend)}")
         return self
 
     def non_default(self) -> dict[str, Any]:
@@ -289,7 +287,7 @@ class OwnCall(_Strict):
     @classmethod
     def _backend(cls, value: str) -> str:
         if not _IDENT_RE.match(value):
-            raise ValueError(f"expected a backend name (an identifier), got {_quoted(value)}")
+            raise ValueError(f"expected a backend name (an identifier), got {quoted(value)}")
         if value not in KNOWN_BACKENDS:  # as CompileOptions: a typo fails at the first call
             hint = near_names(value, sorted(KNOWN_BACKENDS))
             raise ValueError(f"unknown backend {value!r}; expected one torch.compile knows (e.g. 'inductor', "
@@ -301,7 +299,7 @@ class OwnCall(_Strict):
     @classmethod
     def _regional(cls, value: str | None) -> str | None:
         if value is not None and not all(_IDENT_RE.match(part) for part in value.split(".")):
-            raise ValueError(f"expected an attribute path (layers, model.layers) or compile_repeated_blocks, got {_quoted(value)}")
+            raise ValueError(f"expected an attribute path (layers, model.layers) or compile_repeated_blocks, got {quoted(value)}")
         return value
 
     @model_validator(mode="after")
@@ -356,7 +354,7 @@ class CompileAction(_Action):
             raise ValueError("expected a mapping of " + ", ".join(OWN_CALL_KEYS) + " to set, got null; "
                              "leave own_call out to add a compile instead")
         if not isinstance(value, (dict, OwnCall)):
-            raise ValueError("expected a mapping of " + ", ".join(OWN_CALL_KEYS) + f" to set, got {_quoted(value)}")
+            raise ValueError("expected a mapping of " + ", ".join(OWN_CALL_KEYS) + f" to set, got {quoted(value)}")
         return value
 
     @model_validator(mode="after")
@@ -496,7 +494,7 @@ class KernelAction(_Action):
     @classmethod
     def _call(cls, value: str) -> str:
         if not re.match(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$", value):
-            raise ValueError(f"expected a dotted name like 'torch.topk', got {_quoted(value)}")
+            raise ValueError(f"expected a dotted name like 'torch.topk', got {quoted(value)}")
         return value
 
 
@@ -529,7 +527,7 @@ class AllocatorAction(_Action):
         if not re.fullmatch(rf"{option}(?:,{option})*", value):
             raise ValueError(
                 f"expected PYTORCH_CUDA_ALLOC_CONF options like 'expandable_segments:True' or "
-                f"'max_split_size_mb:128,garbage_collection_threshold:0.6', got {_quoted(value)}"
+                f"'max_split_size_mb:128,garbage_collection_threshold:0.6', got {quoted(value)}"
             )
         return value
 
@@ -679,7 +677,7 @@ class AttentionAction(_Action):
             else:
                 hint = near_names(str(value), ATTN_IMPLEMENTATIONS) if isinstance(value, str) else None
             raise ValueError(
-                f"expected one of {names} (transformers' attn_implementation names stackpart measures), got {_shown(value)}"
+                f"expected one of {names} (transformers' attn_implementation names stackpart measures), got {shown(value)}"
                 + (f" ({hint})" if hint else "")
             )
         return value
@@ -758,7 +756,7 @@ class DistributedAction(_Action):
                 )
             if not _setting_ok(wrapper, key, item):
                 hint = number_hint(item, integer=key != "bucket_cap_mb") if key != "parallelism" else None
-                raise ValueError(f"{key}: expected {allowed[key]}, got {_shown(item)}" + (f" ({hint})" if hint else ""))
+                raise ValueError(f"{key}: expected {allowed[key]}, got {shown(item)}" + (f" ({hint})" if hint else ""))
         return value
 
 
@@ -816,7 +814,7 @@ class Plan(_Strict):
     def _version(cls, value: object) -> object:
         # Literal[1] takes true and 1.0 (both == 1), even in strict mode; an integer field does not
         if isinstance(value, (bool, float)):
-            raise ValueError(f"expected 1, got {_shown(value)}")
+            raise ValueError(f"expected 1, got {shown(value)}")
         return value
 
 
