@@ -606,9 +606,8 @@ class DynamoConfigAction(_Action):
 
     ``settings`` keys are limited to :data:`DYNAMO_CONFIG_KEYS` (:class:`DynamoSettings`); where
     torch can be found, each key must also exist in the torch in use (read from its
-    ``torch/_dynamo/config.py`` without importing torch,
-    :func:`rewriter.plan.loader.dynamo_config_names`), else :func:`rewriter.plan.loader.parse_plan`
-    refuses the plan at the key's line. torch >= 2.6 is supported.
+    ``torch/_dynamo/config.py`` without importing torch, :func:`dynamo_config_names`), else
+    :func:`parse_plan` refuses the plan at the key's line. torch >= 2.6 is supported.
     """
 
     action: Literal["dynamo_config"]
