@@ -231,6 +231,9 @@ def _describe_value(error: dict[str, Any], name: str) -> tuple[str, str | None] 
 
 
 def _describe(error: dict[str, Any]) -> tuple[str, str | None]:
+    """``(message, hint)`` for one pydantic error: an unknown key of a keyed mapping (with the keys
+    expected), an unknown field or action (with the near names), a missing field, a value of the
+    wrong kind (:func:`_describe_value`), else pydantic's own message after the field's name."""
     kind = error["type"]
     loc = _strip_tags(tuple(error["loc"]))
     name = field_path(loc)
