@@ -72,7 +72,14 @@ SHAPE = _Shape()
 class SectionedCommand(click.Command):
     """A command whose ``--help`` lists its options in sections, the common ones first
     (``sections``: ``(title, (parameter name, ...))`` pairs; the rest under "Other options").
-    click's own formatter does the layout (``HelpFormatter.section``/``write_dl``)."""
+    click's own formatter does the layout (``HelpFormatter.section``/``write_dl``).
+
+    Why an override of :meth:`click.Command.format_options` and not a library: click itself has no
+    option sections (its help writes one "Options" list), and the libraries that add them
+    (``click-option-group``, ``rich-click``) are not dependencies of stackpart; this override is the
+    extension point click documents for the help's layout, and it changes nothing but the order and
+    titles of the rows click writes.
+    """
 
     def __init__(self, *args: object, sections: tuple[tuple[str, tuple[str, ...]], ...] = (), **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -117,6 +124,29 @@ def timing_options(command: str) -> Callable[[F], F]:
                          else "runs original and plan on N processes and compares step time and exposed communication.")),
     ]
 
+    return _stacked(options)
+
+
+def measurement_options(command: str) -> Callable[[F], F]:
+    """``--backend`` and ``--timeout``, declared once for diagnose and validate: one flag, type and
+    parameter name each; the default and help are the command's own (``command``), since diagnose's
+    backend is chosen by the device when left out and validate's compiles its two baselines, and a
+    diagnose harness call and a validate child process get different time limits."""
+    diagnose = command == "diagnose"
+    return _stacked([
+        click.option("--backend", default=None if diagnose else "inductor", show_default=not diagnose,
+                     help="torch.compile backend of the search's candidates (default: inductor on CUDA; eager on CPU, "
+                          "forced on every compile: failures measured, gains not)." if diagnose
+                          else "torch.compile backend of the two baselines."),
+        click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0 if diagnose else 600.0,
+                     show_default=True,
+                     help="Seconds one harness call may take." if diagnose else "Seconds per child process."),
+    ])
+
+
+def _stacked(options: list[Callable[[F], F]]) -> Callable[[F], F]:
+    """One decorator applying ``options`` in order (the first is listed first)."""
+
     def apply(f: F) -> F:
         for option in reversed(options):
             f = option(f)
@@ -157,7 +187,7 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
 
 @cli.command(cls=SectionedCommand, sections=(
     ("Common options", ("plan_path", "out", "speed_gate", "min_speedup", "help")),
-    ("Measurement", ("backend", "baselines", "timeout_s", "reps", "warmup", "keep_temp")),
+    ("Measurement", ("backend", "baselines", "timeout", "reps", "warmup", "keep_temp")),
     ("Timing on CUDA (docs/measuring-on-a-gpu.md)", ("no_overlap", "pin", "host", "processes", "windows", "construct_on")),
     ("Distributed (docs/distributed.md)", ("nproc",)),
 ))
@@ -165,12 +195,11 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
 @click.argument("src", type=SRC_DIR)
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
               help="Report directory (default: .stackpart/validation/ next to the plan; validation-<stem>/ for a plan not named plan.yaml).")
-@click.option("--backend", default="inductor", show_default=True, help="torch.compile backend of the two baselines.")
+@measurement_options("validate")
 @click.option("--min-speedup", type=float, default=0.95, show_default=True,
               help="Fail when t_best_baseline / t_plan is below this.")
 @click.option("--speed-gate", type=_Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="Gate speed and amortization (auto: only when timed on CUDA).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True, help="Seconds per child process.")
 @click.option("--reps", type=int, default=30, show_default=True, help="Interleaved timing rounds per shape (max).")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Warm-up calls per variant and shape.")
 @click.option("--baselines", default="whole,regional", show_default=True,
@@ -185,7 +214,7 @@ def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bo
               help="Timing windows per shape, the faster standing (auto: 2 on CUDA, 1 on CPU).")
 @click.pass_context
 def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, backend: str, min_speedup: float,
-             speed_gate: str, timeout_s: float, reps: int, warmup: int, baselines: str, keep_temp: bool,
+             speed_gate: str, timeout: float, reps: int, warmup: int, baselines: str, keep_temp: bool,
              no_overlap: bool = False, construct_on: str = "device", pin: str = "shared", processes: str = "auto",
              windows: str = "auto", host: str = "both", nproc: int = 1) -> None:
     """Prove a rewrite before it is applied: numerics, speed, compile cost; exit 0 pass, 1 fail, 2 error."""
@@ -198,7 +227,7 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
     if nproc > 1:
         from .distributed.command import validate_distributed_command
 
-        ctx.exit(validate_distributed_command(plan_path, src, nproc=nproc, out=out, timeout_s=timeout_s,
+        ctx.exit(validate_distributed_command(plan_path, src, nproc=nproc, out=out, timeout_s=timeout,
                                               min_speedup=min_speedup, speed_gate=speed_gate))
 
     from .validate.command import Options, validate_command
@@ -208,7 +237,7 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
     if bad:
         raise click.UsageError(f"--baselines: unknown {', '.join(bad)}; expected whole, regional")
     opts = Options(out=Path(out) if out else None, backend=backend, min_speedup=min_speedup,
-                   speed_gate=speed_gate, timeout_s=timeout_s, reps=reps, warmup=warmup,
+                   speed_gate=speed_gate, timeout_s=timeout, reps=reps, warmup=warmup,
                    keep=keep_temp, variants=("eager", "plan") + names, overlap=not no_overlap,
                    construct_on_device=construct_on == "device", pin=pin,
                    replicates=0 if processes == "auto" else int(processes), windows=0 if windows == "auto" else int(windows),
@@ -263,14 +292,13 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @click.option("--dtype", type=_Choice(["float32", "bfloat16", "float16"]), default=None)
 @click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available).")
 @click.option("--report-dir", default=None, type=click.Path(file_okay=False), help="report.md/json, charts, trace (default: next to the plan).")
-@click.option("--backend", default=None, help="torch.compile backend of the search's candidates (default: inductor on CUDA; eager on CPU, forced on every compile: failures measured, gains not).")
+@measurement_options("diagnose")
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True), default=None,
               help="No candidate's cold phase starts later than this many seconds into the search (default 120); later ones are skipped and say so.")
 @click.option("--no-search", "no_search", is_flag=True, default=False,
               help="Write the ladder rules' proposal without measuring candidate plans (no validation report).")
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="amortization.runs (expected calls).")
 @click.option("--restarts", type=click.IntRange(min=1), default=None, help="amortization.restarts.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True, help="Seconds one harness call may take.")
 @click.option("--steps", type=click.IntRange(min=1), default=3, show_default=True, help="Profiled steps.")
 @click.option("--entry", default=None, help="file.py::func under SRC: the program's entry point (runs before the first CUDA allocation); where the allocator action goes.")
 @click.option("--site", default=None, help="file.py::func under SRC that returns the model (e.g. train.py::build): where actions on an installed library's blocks (transformers, timm) are applied. Default: the harness's model function.")

@@ -44,7 +44,7 @@ def test_a_bad_setting_is_an_error_at_its_line(settings, where, message):
 def test_a_key_the_torch_in_use_lacks_is_refused_with_exit_2_and_nothing_written(tmp_path, monkeypatch, capsys):
     """Checked against the torch that would be imported (its config source, read without importing
     torch); here a torch that has only capture_scalar_outputs is planted."""
-    import rewriter.plan as plan_mod
+    import rewriter.plan.loader as plan_mod
 
     monkeypatch.setattr(plan_mod, "dynamo_config_names", lambda: ("2.5.1", frozenset({"capture_scalar_outputs", "capture_dynamic_output_shape"})))
     (tmp_path / "run.py").write_text(ENTRY)
@@ -73,7 +73,7 @@ def test_the_installed_torch_has_both_knobs():
 def test_config_names_are_the_assignments_not_names_in_strings_or_comments(tmp_path):
     """A torch's config names are read by parsing its config.py: a name written at the start of a
     line inside a docstring or a string, or in a comment, is no knob."""
-    from rewriter.plan import _config_names
+    from rewriter.plan.loader import _config_names
 
     (tmp_path / "_dynamo").mkdir()
     (tmp_path / "_dynamo" / "config.py").write_text(

@@ -225,7 +225,7 @@ def test_a_torch_without_the_knob_refuses_the_plan_and_gets_no_twin(tmp_path, mo
     allow_unspec_int_on_nn_module (read from its wheel): the plan is refused at the key's line with
     the version that has it, nothing written; the search proposes no twin and says why."""
     import rewriter.diagnose.value_guards as vg
-    import rewriter.plan as plan_mod
+    import rewriter.plan.loader as plan_mod
     from rewriter.diagnose.rung import RungResult
 
     monkeypatch.setattr(plan_mod, "dynamo_config_names",

@@ -26,7 +26,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 from pathlib import PurePosixPath
 
-from ..plan import _Action
+from ..plan.schema import _Action
 from ..targets import SkipTypeChecking, decorator_name
 from ..vendor import VendorSite
 

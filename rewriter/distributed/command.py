@@ -56,6 +56,11 @@ def diagnose_distributed_command(
     spec, amort = harness_from_flags(harness, src, model=model, inputs=inputs,
                                      shapes=[parse_shape(s) for s in shapes], mode=mode, dtype=dtype, device=device)
     spec = resolve_device(spec)
+    if spec.shapes == [{}]:  # no --shape and no harness.shapes: say which shape the ranks run, as diagnose does
+        from ..shapes import default_shape_text
+
+        stderr().print(f"diagnose: no --shape given: {default_shape_text(Path(src) / spec.file, spec.inputs)}",
+                       highlight=False)
     if mode is None and spec.mode == "inference":
         stderr().print("note: harness mode is inference; DDP's all-reduce runs in backward: pass --mode training",
                        highlight=False)
