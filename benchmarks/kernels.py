@@ -278,7 +278,8 @@ def case_generated_ops(device="cuda"):
     """Render the four custom ops with the rewriter, check them on ``device`` and under compile."""
     sys.path.insert(0, str(ROOT))
     from rewriter.plan import load_plan
-    from rewriter.rewrite import apply_changes, plan_rewrite
+    from rewriter.rewrite.apply import apply_changes
+    from rewriter.rewrite.transform import plan_rewrite
 
     work = Path(tempfile.mkdtemp(prefix="stackpart_kernels_"))
     src = work / "gentree"

@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
     from rewriter.check.rules import ALL_RULES
     from rewriter.check.runner import check_files
     from rewriter.plan import load_plan
-    from rewriter.rewrite import plan_rewrite
+    from rewriter.rewrite.transform import plan_rewrite
 
     out: dict[str, object] = {"python": sys.version.split()[0], "torch": torch.__version__,
                               "libcst": getattr(libcst, "__version__", None) or _version("libcst"),

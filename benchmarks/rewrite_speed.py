@@ -113,7 +113,7 @@ def count_parsed(plan: Path, src: Path) -> dict[str, int]:
 
     from rewriter import source
     from rewriter.plan import load_plan
-    from rewriter.rewrite import plan_rewrite
+    from rewriter.rewrite.transform import plan_rewrite
 
     parsed, read = [], []
     real_parse, real_read = libcst.parse_module, source.read_source
@@ -127,7 +127,7 @@ def count_parsed(plan: Path, src: Path) -> dict[str, int]:
         return real_read(root, rel)
 
     libcst.parse_module, source.read_source = parse, read_source
-    import rewriter.rewrite as rw
+    import rewriter.rewrite.transform as rw
 
     rw_read = rw.read_source
     rw.read_source = read_source
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         startup = [sys.executable, "-c", "import rewriter.cli"]
         # What the rewrite imports beyond the floor's libcst: LibCST's codemod framework (its
         # matchers module is most of it) and the pydantic plan schema.
-        imports = [sys.executable, "-c", "import rewriter.cli, libcst, libcst.codemod, rewriter.plan, rewriter.rewrite"]
+        imports = [sys.executable, "-c", "import rewriter.cli, libcst, libcst.codemod, rewriter.plan, rewriter.rewrite.command"]
         timed(stackpart, tmp), timed(floor, tmp)  # warm the page cache
         t_rewrite, t_floor, t_start, t_imports = [], [], [], []
         for _ in range(args.reps):

@@ -17,7 +17,7 @@ old ``module.code`` path changed bytes. (The no-op through real transforms is (b
 methods (top level, or in a top-level class) with a block body, one of them with a positional
 first parameter (after ``self``): a real plan (:func:`rewriter.plan.parse_plan`) with
 ``mark_dynamic`` on that parameter (dim 0) and ``compile`` on another function, run by
-:func:`rewriter.rewrite.plan_rewrite` on a copy of the file in a temp SRC. The parameter is a
+:func:`rewriter.rewrite.transform.plan_rewrite` on a copy of the file in a temp SRC. The parameter is a
 tensor-like one (:data:`TENSORISH`, or annotated Tensor/ndarray/Array) where the file has one;
 the rewrite does not depend on it. The sample takes every file whose LibCST print differs from
 its bytes (what splice works on), then files with a tensor-like parameter, then the rest, at
@@ -324,7 +324,7 @@ def rewrite(job: dict) -> dict:
 def _rewrite(job: dict, out: dict) -> dict:
     from rewriter.errors import StackpartError
     from rewriter.plan import parse_plan
-    from rewriter.rewrite import plan_rewrite
+    from rewriter.rewrite.transform import plan_rewrite
     from rewriter.splice import split_lines
 
     name = Path(job["rel"]).name

@@ -177,7 +177,7 @@ def cli() -> None:
 def rewrite(ctx: click.Context, plan_path: str, src: str, apply: bool, check: bool, unsafe: bool,
             no_validate: bool, report: str | None, summary_md: str | None) -> None:
     """Rewrite SRC as the plan asks: print a git-style diff (paths relative to SRC)."""
-    from .rewrite import rewrite_command
+    from .rewrite.command import rewrite_command
 
     if apply and check:
         raise click.UsageError("--apply and --check exclude each other")

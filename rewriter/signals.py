@@ -2,7 +2,7 @@
 
 :class:`deferred_signals` records these signals while a block runs and acts on them where the
 block asks (:meth:`deferred_signals.interrupt_point`) or when it is left. The apply's transaction
-(:mod:`rewriter.apply`) uses it between its steps; :func:`rewriter.source.run_deep` uses it while
+(:mod:`rewriter.rewrite.apply`) uses it between its steps; :func:`rewriter.source.run_deep` uses it while
 it waits for LibCST's thread (an interrupt raised inside ``Thread.join`` or ``Event.wait`` can
 break CPython 3.11's lock bookkeeping: a hang, or ``RuntimeError: release unlocked lock``).
 """

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from rewriter import apply as apply_mod
-from rewriter.apply import TEMP_RE, _lock_dirs
+from rewriter.rewrite import apply as apply_mod
+from rewriter.rewrite.apply import TEMP_RE, _lock_dirs
 from rewriter.cli import main
 
 REPO = Path(__file__).resolve().parents[1]

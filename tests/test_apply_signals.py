@@ -27,11 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from rewriter.apply import apply_changes
+from rewriter.rewrite.apply import apply_changes
 from rewriter.signals import deferred_signals
 from rewriter.cli import _terminated, main
 from rewriter.errors import StackpartError
-from rewriter.rewrite import FileChange
+from rewriter.rewrite.transform import FileChange
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -338,8 +338,8 @@ def test_sigterm_with_the_default_disposition_ends_the_process_after_the_rollbac
     script = textwrap.dedent(f"""
         import os, signal
         from pathlib import Path
-        from rewriter.apply import apply_changes
-        from rewriter.rewrite import FileChange
+        from rewriter.rewrite.apply import apply_changes
+        from rewriter.rewrite.transform import FileChange
         real, calls = os.replace, []
         def replace(a, b):
             calls.append(b)

@@ -18,7 +18,7 @@ import pytest
 from rewriter.cli import main
 from rewriter.errors import StackpartError
 from rewriter.plan import load_plan, parse_plan
-from rewriter.rewrite import plan_rewrite
+from rewriter.rewrite.transform import plan_rewrite
 
 pytest.importorskip("transformers")
 

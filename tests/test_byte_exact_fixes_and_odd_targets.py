@@ -283,10 +283,10 @@ def test_a_target_name_in_other_unicode_code_points_says_so(tmp_path, capsys):
 # wrote the fix of the text it had checked over it (the same).
 
 import rewriter.check.command as check_command
-import rewriter.rewrite as rewrite_module
-from rewriter.apply import apply_changes
+import rewriter.rewrite.command as rewrite_module
+from rewriter.rewrite.apply import apply_changes
 from rewriter.plan import load_plan
-from rewriter.rewrite import plan_rewrite
+from rewriter.rewrite.transform import plan_rewrite
 
 EDIT = b"\n# the user's edit, made while stackpart ran\n"
 

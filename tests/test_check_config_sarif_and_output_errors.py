@@ -89,7 +89,7 @@ def _passing_report(plan: Path, src: Path) -> Path:
     """A validation report as validate writes one for this plan's diff and tree, passed."""
     from rewriter.engine.materialize import file_sha256, tree_hashes
     from rewriter.plan import load_plan
-    from rewriter.rewrite import plan_rewrite
+    from rewriter.rewrite.transform import plan_rewrite
     from rewriter.validate.report import JSON_NAME, REPORT_VERSION, default_report_dir
 
     loaded = load_plan(plan)

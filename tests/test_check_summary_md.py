@@ -5,10 +5,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from rewriter import summary_md
+from rewriter.rewrite import summary_md
 from rewriter.cli import main
 from rewriter.plan import load_plan
-from rewriter.rewrite import plan_rewrite
+from rewriter.rewrite.transform import plan_rewrite
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ import pytest
 from rewriter.cli import main
 from rewriter.diagnose.classify import classify_cpu_op, classify_kernel
 from rewriter.plan import load_plan
-from rewriter.rewrite import plan_rewrite
+from rewriter.rewrite.transform import plan_rewrite
 
 WORKLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 

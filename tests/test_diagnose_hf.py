@@ -16,7 +16,7 @@ import pytest
 
 from rewriter.cli import main
 from rewriter.plan import LIBRARY_TARGET_RE, load_plan
-from rewriter.rewrite import plan_rewrite
+from rewriter.rewrite.transform import plan_rewrite
 
 pytest.importorskip("transformers")
 

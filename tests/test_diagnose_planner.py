@@ -18,7 +18,7 @@ from rewriter.diagnose.rung import RungResult
 from rewriter.diagnose.session import Session
 from rewriter.harness import load_harness
 from rewriter.plan import Amortization, load_plan, parse_plan
-from rewriter.rewrite import plan_rewrite
+from rewriter.rewrite.transform import plan_rewrite
 
 WORKLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 

@@ -14,7 +14,7 @@ import pytest
 
 from rewriter.diagnose.runner import diagnose
 from rewriter.plan import Amortization, load_plan
-from rewriter.rewrite import plan_rewrite
+from rewriter.rewrite.transform import plan_rewrite
 
 WORKLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 

@@ -60,7 +60,7 @@ def test_a_real_file_whose_difflib_diff_had_minus_lines_now_prints_insertions_on
     from pathlib import Path
 
     from rewriter.plan import parse_plan
-    from rewriter.rewrite import plan_rewrite
+    from rewriter.rewrite.transform import plan_rewrite
 
     path = Path(sympy.__file__).parent / "solvers" / "ode" / "hypergeometric.py"
     if not path.exists():

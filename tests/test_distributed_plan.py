@@ -11,7 +11,7 @@ import pytest
 
 from rewriter.errors import StackpartError
 from rewriter.plan import parse_plan
-from rewriter.rewrite import plan_rewrite
+from rewriter.rewrite.transform import plan_rewrite
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gpt" / "src"
 

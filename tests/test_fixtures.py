@@ -48,7 +48,7 @@ def workdir(tmp_path, monkeypatch, request):
 
 
 def test_cases_exist_for_every_action():
-    from rewriter.rewrite import COMMANDS
+    from rewriter.rewrite.transform import COMMANDS
 
     groups = {c.group for c in CASES}
     assert set(COMMANDS) <= groups, f"actions without fixtures: {set(COMMANDS) - groups}"

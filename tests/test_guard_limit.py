@@ -15,7 +15,7 @@ from rewriter.diagnose.guard_limit_candidates import limit_evidence, with_recomp
 from rewriter.diagnose.rung import Finding, RungResult
 from rewriter.errors import StackpartError
 from rewriter.plan import parse_plan
-from rewriter.rewrite import plan_rewrite
+from rewriter.rewrite.transform import plan_rewrite
 
 ENTRY = 'import torch\n\n\ndef build_model():\n    """Build."""\n    return torch.nn.Linear(2, 2)\n'
 

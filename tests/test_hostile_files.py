@@ -32,7 +32,7 @@ from rewriter.check.engine import check_text
 from rewriter.check.rules import ALL_RULES
 from rewriter.errors import StackpartError
 from rewriter.plan import load_plan
-from rewriter.rewrite import plan_rewrite
+from rewriter.rewrite.transform import plan_rewrite
 from rewriter.source import MAX_SOURCE_BYTES, Skipped, read_bytes, read_file, run_deep
 
 ROOT = Path(__file__).resolve().parent.parent

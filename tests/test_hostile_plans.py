@@ -114,7 +114,7 @@ def test_a_plan_at_the_depth_cap_still_loads_and_one_past_it_does_not():
 
 
 def test_a_custom_backend_needs_its_explicit_escape_and_is_written_as_named(tmp_path):
-    from rewriter.rewrite import plan_rewrite
+    from rewriter.rewrite.transform import plan_rewrite
 
     src = tmp_path / "src"
     src.mkdir()

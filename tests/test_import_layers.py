@@ -3,8 +3,8 @@
 Every ``import`` and ``from ... import`` in ``rewriter/`` counts, at module level and inside
 functions (a function-level import is still a dependency; only ``if TYPE_CHECKING:`` blocks are
 left out). The layer table is read from docs/design.md itself, so the document and the test
-cannot drift apart. :data:`KNOWN` lists today's exceptions, each with its reason; an edge leaves
-the list when the code is fixed (the test says when an entry is no longer needed).
+cannot drift apart. :data:`KNOWN` would list an exception with its reason (it is empty); an edge
+leaves the list when the code is fixed (the test says when an entry is no longer needed).
 """
 
 from __future__ import annotations
@@ -17,25 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "rewriter"
 DESIGN = ROOT / "docs" / "design.md"
 
-#: Known exceptions: (importer, imported) -> why it is there today. Shrink it; never grow it.
-KNOWN: dict[tuple[str, str], str] = {
-    ("rewriter.engine.materialize", "rewriter.rewrite"):
-        "the engine rewrites each candidate into a temp tree with plan_rewrite, which lives beside rewrite_command",
-    ("rewriter.validate.gate", "rewriter.rewrite"):
-        "the gate recomputes the plan's diff with plan_rewrite (the pure part of rewrite.py)",
-    ("rewriter.summary_md", "rewriter.rewrite"):
-        "the PR summary re-runs plan_rewrite; rewrite_command imports summary_md back to write it",
-    ("rewriter.check.drift", "rewriter.rewrite"):
-        "plan drift compares the tree with plan_rewrite's result (the pure part of rewrite.py)",
-    ("rewriter.diagnose.search", "rewriter.rewrite"):
-        "the search rewrites each candidate with plan_rewrite (the pure part of rewrite.py)",
-    ("rewriter.actions.compile", "rewriter.check.engine"):
-        "the compile action reads check's SUPPRESS_RE (the ignore-comment syntax); the shared fact belongs below both",
-    ("rewriter.actions.compile", "rewriter.check.rules.sp109_reduce_overhead_small_region"):
-        "the compile action reuses SP109's private _body_size; the shared fact belongs below both",
-    ("rewriter.consistency", "rewriter.check.facts"):
-        "the plan's consistency rules read a compile call's options with check's facts.options",
-}
+#: Known exceptions: (importer, imported) -> why it is there. Empty: every import follows the layers.
+#: An entry is a debt with its reason; it never grows without one, and leaves when the code is fixed.
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _layers() -> list[list[str]]:

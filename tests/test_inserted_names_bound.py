@@ -19,7 +19,7 @@ import pytest
 from rewriter.cli import main
 from rewriter.errors import StackpartError
 from rewriter.plan import parse_plan
-from rewriter.rewrite import plan_rewrite
+from rewriter.rewrite.transform import plan_rewrite
 
 
 def _rewrite(tmp_path: Path, source: str, actions: str) -> str:

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from rewriter.actions.kernel import catalog, kernel_source
-from rewriter.apply import apply_changes
+from rewriter.rewrite.apply import apply_changes
 from rewriter.cli import main
 from rewriter.errors import StackpartError
 from rewriter.plan import load_plan
-from rewriter.rewrite import plan_rewrite
+from rewriter.rewrite.transform import plan_rewrite
 
 
 def _tree(tmp_path: Path, source: str, actions: str, name: str = "model.py") -> tuple[Path, Path]:

@@ -20,7 +20,7 @@ from rewriter.cli import main
 from rewriter.engine.child import site_ran
 from rewriter.errors import StackpartError
 from rewriter.plan import Harness, load_plan, parse_plan
-from rewriter.rewrite import plan_rewrite
+from rewriter.rewrite.transform import plan_rewrite
 
 LIB = textwrap.dedent("""\
     import torch

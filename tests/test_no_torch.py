@@ -98,7 +98,7 @@ def test_fix_and_apply_with_a_passing_report_without_torch(env, tmp_path):
     """The gate's passing branch: check --fix and rewrite --apply write the validated diff."""
     from rewriter.engine.materialize import file_sha256, tree_hashes
     from rewriter.plan import load_plan
-    from rewriter.rewrite import plan_rewrite
+    from rewriter.rewrite.transform import plan_rewrite
     from rewriter.validate.report import default_report_dir
 
     for name in ("fix", "apply"):

@@ -261,7 +261,7 @@ def test_the_forced_variant_runs_in_the_child_on_the_users_one_compile(tmp_path,
     edited, measured in the engine's child; Dynamo compiles the model once, as the program as it
     is does (the same graphs), never a second time."""
     from rewriter.diagnose.candidates import OWN_CUDAGRAPHS, Candidate
-    from rewriter.rewrite import plan_rewrite
+    from rewriter.rewrite.transform import plan_rewrite
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     harness = "version: 1\nharness: {file: harness.py, shapes: [{batch: 4}, {batch: 6}], device: cpu}\n"

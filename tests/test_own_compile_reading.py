@@ -107,7 +107,7 @@ def test_a_per_layer_compile_is_told_from_a_whole_model_one_at_run_time():
 
 def _rewrite(tmp_path: Path, body: str, own_call: str, strategy: str = "region") -> str:
     from rewriter.plan import parse_plan
-    from rewriter.rewrite import plan_rewrite
+    from rewriter.rewrite.transform import plan_rewrite
 
     (tmp_path / "train.py").write_text(body)
     plan = parse_plan(f"version: 1\nactions:\n  - action: compile\n    target: train.py::build\n    strategy: {strategy}\n"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rewriter import apply as apply_mod
-from rewriter import rewrite as rewrite_mod
+from rewriter.rewrite import apply as apply_mod
+from rewriter.rewrite import transform
 from rewriter.cli import main
 
 MODEL = '''\
@@ -235,7 +235,7 @@ def test_interrupt_during_apply_leaves_the_tree_as_it_was(tree, capsysbinary, mo
 
     monkeypatch.setattr(apply_mod.os, "replace", interrupted)
     with pytest.raises(interrupt):
-        rewrite_mod.apply_changes(src, _changes(base, src))
+        apply_mod.apply_changes(src, _changes(base, src))
     assert snapshot(src) == before
     assert _leftovers(src) == []
 
@@ -254,14 +254,14 @@ def test_interrupt_while_staging_leaves_no_temp_files(tree, monkeypatch):
 
     monkeypatch.setattr(apply_mod.os, "chmod", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        rewrite_mod.apply_changes(src, _changes(base, src))
+        apply_mod.apply_changes(src, _changes(base, src))
     assert snapshot(src) == before and _leftovers(src) == []
 
 
 def _changes(base, src):
     from rewriter.plan import load_plan
 
-    return rewrite_mod.plan_rewrite(load_plan(base / "plan.yaml"), src, unsafe=True).changes
+    return transform.plan_rewrite(load_plan(base / "plan.yaml"), src, unsafe=True).changes
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")

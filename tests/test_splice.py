@@ -2,7 +2,7 @@
 
 Each case is a file LibCST 1.9.0 does not print back byte for byte (the precondition is asserted,
 so a case that stops exercising the defect says so) and a real plan through
-:func:`rewriter.rewrite.plan_rewrite`: the new bytes minus the lines the action inserts must be
+:func:`rewriter.rewrite.transform.plan_rewrite`: the new bytes minus the lines the action inserts must be
 the old bytes exactly, the diff must hold no ``-`` line, and the rewritten file must be what the
 plan asks (a second rewrite changes nothing).
 """
@@ -18,7 +18,7 @@ import libcst as cst
 import pytest
 
 from rewriter.plan import parse_plan
-from rewriter.rewrite import plan_rewrite
+from rewriter.rewrite.transform import plan_rewrite
 from rewriter.splice import splice, splice_text, split_lines
 
 COMPILE = "version: 1\nactions:\n  - action: compile\n    target: m.py::{target}\n"

@@ -18,7 +18,7 @@ import torch
 
 from rewriter.cli import main
 from rewriter.plan import load_plan
-from rewriter.rewrite import plan_rewrite
+from rewriter.rewrite.transform import plan_rewrite
 from rewriter.engine.child import run_cold
 from rewriter.engine.materialize import tree_hashes
 

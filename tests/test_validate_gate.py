@@ -92,7 +92,7 @@ def test_apply_needs_a_passing_report_for_the_exact_diff(case, capsys):
 def test_plan_edit_makes_the_report_stale(case, capsys, tmp_path):
     plan, src = case
     from rewriter.plan import load_plan
-    from rewriter.rewrite import plan_rewrite
+    from rewriter.rewrite.transform import plan_rewrite
     from rewriter.engine.materialize import file_sha256
     from rewriter.validate.report import default_report_dir
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..compile_facts import SMALL_STATEMENTS, SUPPRESS_RE, body_size, suppressed_codes
 from ..errors import StackpartError
 from ..plan import CompileAction
 from .base import TargetedCommand, call_args, has_decorator
 from .own_call import OwnCallRefused, edited, find_sites, regional
 
 COMPILE_DECORATORS = {"torch.compile"}
-#: The suppression written on a whole-model compile (rewriter.check.engine's comment syntax).
+#: The suppression written on a whole-model compile (:data:`rewriter.compile_facts.SUPPRESS_RE`'s syntax).
 SUPPRESS_WHOLE = "stackpart: ignore[SP101]"
 NESTED_DECORATORS = {"torch.compiler.nested_compile_region"}
 #: On a whole-model compile in CUDA graphs whose function is short: SP109's "small region" reads a
@@ -30,20 +31,16 @@ SUPPRESS_WHOLE_CUDAGRAPHS = "stackpart: ignore[SP109]"
 
 def _sp109_small(func: cst.FunctionDef, mode: object) -> bool:
     """Whether ``stackpart check``'s SP109 would read ``func`` compiled in ``mode`` as a small region."""
-    from ..check.rules.sp109_reduce_overhead_small_region import SMALL_STATEMENTS, _body_size
-
-    return mode == "reduce-overhead" and _body_size(func) <= SMALL_STATEMENTS
+    return mode == "reduce-overhead" and body_size(func) <= SMALL_STATEMENTS
 
 
 def _codes(comment: cst.Comment | None) -> set[str] | None | bool:
     """The codes a ``# stackpart: ignore[...]`` comment names (None: every code), False when it is
-    not one (:data:`rewriter.check.engine.SUPPRESS_RE`, the syntax ``check`` reads)."""
-    from ..check.engine import SUPPRESS_RE
-
+    not one (:data:`rewriter.compile_facts.SUPPRESS_RE`, the syntax ``check`` reads)."""
     match = SUPPRESS_RE.search(comment.value) if comment is not None else None
     if match is None:
         return False
-    return None if match.group(1) is None else {c.strip().upper() for c in match.group(1).split(",") if c.strip()}
+    return suppressed_codes(match)
 
 
 def _suppress_sp109(func: cst.FunctionDef, old: cst.Decorator, dec: cst.Decorator) -> cst.FunctionDef:
@@ -60,8 +57,6 @@ def _suppress_sp109(func: cst.FunctionDef, old: cst.Decorator, dec: cst.Decorato
     if trailing is None or above is None or (trailing and "SP109" in trailing) or (above and "SP109" in above):
         return func.deep_replace(old, dec)  # type: ignore[return-value]
     if above:
-        from ..check.engine import SUPPRESS_RE
-
         codes = ",".join(sorted(above | {"SP109"}))
         text = SUPPRESS_RE.sub(f"# stackpart: ignore[{codes}]", last.comment.value, count=1)
         above_lines[-1] = last.with_changes(comment=cst.Comment(text))

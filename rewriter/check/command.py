@@ -28,8 +28,8 @@ def _write(changes: list[tuple[str, bytes | None, bytes, int]]) -> None:
     (``old`` None: a new file; a file whose bytes are no longer ``old`` is refused)."""
     if not changes:
         return
-    from ..apply import apply_changes
-    from ..rewrite import FileChange  # LibCST's codemod stack: imported only to write
+    from ..rewrite.apply import apply_changes
+    from ..rewrite.transform import FileChange  # LibCST's codemod stack: imported only to write
 
     paths = [os.path.abspath(p) for p, *_ in changes]
     root = os.path.commonpath([os.path.dirname(p) for p in paths])
@@ -69,7 +69,7 @@ def _as_checked(r: FileResult, outcome: Outcome) -> SourceFile | None:
 def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[str], fix: bool, validate: bool = True) -> None:
     """Plan drift of ``files``; with ``fix``, write the plan's pending edits under the rule
     ``rewrite --apply`` follows: a passing validation report for this exact diff (the gate of
-    :mod:`rewriter.validate.gate`), unless ``validate`` is False (``--no-validate``). A refusal
+    :mod:`rewriter.rewrite.gate`), unless ``validate`` is False (``--no-validate``). A refusal
     leaves the drift reported and says why in ``outcome.drift_refused``."""
     if plan is None:
         return
@@ -86,8 +86,8 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
             exc.hint = (f"{exc.hint}; " if exc.hint else "") + "pass --src DIR (or src = ... under [tool.stackpart])"
         raise
     if fix and drifted and validate:
-        from ..rewrite import plan_rewrite
-        from ..validate.gate import check_apply
+        from ..rewrite.gate import check_apply
+        from ..rewrite.transform import plan_rewrite
 
         decision = check_apply(loaded, Path(src or "."), plan_rewrite(loaded, Path(src or "."), unsafe=False), False, None)
         if decision.refused:

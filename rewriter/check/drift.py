@@ -1,6 +1,6 @@
 """Plan drift: the files given must already be as the configured plan rewrites them.
 
-The plan is run exactly as ``stackpart rewrite --check`` runs it (:func:`rewriter.rewrite.plan_rewrite`,
+The plan is run exactly as ``stackpart rewrite --check`` runs it (:func:`rewriter.rewrite.transform.plan_rewrite`,
 safe actions only), and only the changes to files on the command line count: pre-commit passes
 the staged files, and a plan's target that is not being committed is not this commit's drift.
 When the plan file itself is on the command line (the commit edits the plan), every change it
@@ -16,7 +16,7 @@ from pathlib import Path
 from ..diff import unified_diff
 from ..errors import StackpartError
 from ..plan import LoadedPlan
-from ..rewrite import FileChange, plan_rewrite
+from ..rewrite.transform import FileChange, plan_rewrite
 
 
 def infer_src(loaded: LoadedPlan, files: Sequence[str]) -> str | None:

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import ast
 import io
-import re
 import tokenize
 from collections.abc import Sequence
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from ..compile_facts import SUPPRESS_RE, suppressed_codes
 from ..errors import StackpartError
 from ..source import TOO_DEEP, Skipped, parse_module, run_deep
 from ..splice import splice
@@ -30,7 +30,6 @@ from .facts import FileFacts
 from .project import FileView, local_view
 from .rule import FileResult, Finding, Report, Rule
 
-SUPPRESS_RE = re.compile(r"#\s*stackpart:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 MAX_FIX_ROUNDS = 3
 
 
@@ -50,7 +49,7 @@ def suppressions(text: str) -> dict[int, set[str] | None]:
         match = SUPPRESS_RE.search(tok.string)
         if not match:
             continue
-        codes = None if match.group(1) is None else {c.strip().upper() for c in match.group(1).split(",") if c.strip()}
+        codes = suppressed_codes(match)
         line = tok.start[0]
         own_line = not lines[line - 1][: tok.start[1]].strip()
         target = line + 1 if own_line else line

@@ -39,6 +39,7 @@ import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameSource, ScopeProvider
 
+from ..compile_facts import options
 from ..targets import is_type_checking
 
 if TYPE_CHECKING:
@@ -113,40 +114,12 @@ class ClassInfo:
     children: dict[str, str] = field(default_factory=dict)
 
 
-def literal_bool(expr: cst.BaseExpression | None) -> bool | None:
-    if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
-        return expr.value == "True"
-    return None
-
-
-def literal_str(expr: cst.BaseExpression | None) -> str | None:
-    if isinstance(expr, cst.SimpleString):
-        value = expr.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
-
-
-def keyword(call: cst.Call, name: str) -> cst.Arg | None:
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == name:
-            return arg
-    return None
-
-
 def first_positional(call: cst.Call) -> cst.BaseExpression | None:
     for arg in call.args:
         if arg.keyword is None and not arg.star:
             return arg.value
         break
     return None
-
-
-def options(call: cst.Call | None) -> tuple[bool | None, str | None]:
-    """``(fullgraph, mode)`` literals of a ``torch.compile(...)`` call (None when absent)."""
-    if call is None:
-        return None, None
-    fg, mode = keyword(call, "fullgraph"), keyword(call, "mode")
-    return literal_bool(fg.value if fg else None), literal_str(mode.value if mode else None)
 
 
 DefT = TypeVar("DefT", cst.FunctionDef, cst.ClassDef)

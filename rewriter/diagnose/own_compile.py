@@ -413,7 +413,7 @@ def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = No
     of the functions stackpart calls by name (the harness's), never read as a helper nothing calls."""
     import libcst as cst
 
-    from ..check.facts import options
+    from ..compile_facts import options
 
     texts = _Texts(Path(src))
     out: list[tuple[str, int, OwnCompile]] = []

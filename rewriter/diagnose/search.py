@@ -1,7 +1,7 @@
 """The search: every candidate plan rewritten into its own tree, measured by the engine validate
 uses, and the measurement decides (docs/design.md, "The search").
 
-Each candidate (:mod:`.candidates`) goes through the real rewrite path (:func:`rewriter.rewrite.plan_rewrite`,
+Each candidate (:mod:`.candidates`) goes through the real rewrite path (:func:`rewriter.rewrite.transform.plan_rewrite`,
 unsafe actions included, as validate materialises a plan) into a copy of SRC; the engine
 (:func:`rewriter.engine.measure.measure`) then runs the original tree as the eager reference and
 every candidate tree in its own child process with clean compile caches: cold compile per shape,
@@ -232,8 +232,8 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     """
     from ..engine.measure import REPLICA_TEXT, Measurement, Variant, measure, process_noise, relabel
     from ..plan import parse_plan
-    from ..apply import apply_changes
-    from ..rewrite import plan_rewrite
+    from ..rewrite.apply import apply_changes
+    from ..rewrite.transform import plan_rewrite
     from .own_compile import compile_setup, own_compiles, parsed_setup
     from .runtime_compile import disagreements, per_call, seen
     from .report import plan_yaml
@@ -465,7 +465,7 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
     from ..engine.measure import environment
     from ..engine.verdict import Verdict, contended_band, speed_failures
     from ..plan import load_plan
-    from ..rewrite import plan_rewrite
+    from ..rewrite.transform import plan_rewrite
     from ..validate.report import report_header
 
     cand = out.chosen

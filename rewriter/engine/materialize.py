@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..plan import LoadedPlan
-from ..apply import apply_changes
-from ..rewrite import RewriteResult, plan_rewrite
+from ..rewrite.apply import apply_changes
+from ..rewrite.transform import RewriteResult, plan_rewrite
 
 #: Never copied: caches and VCS data the harness cannot need.
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".git", ".stackpart", ".mypy_cache", ".pytest_cache")
@@ -34,8 +34,8 @@ class Trees:
 def materialize(loaded: LoadedPlan, src: Path, workdir: Path) -> Trees:
     """Copy ``src`` to ``workdir/original`` and ``workdir/rewritten`` and rewrite the latter.
 
-    The rewrite is computed on SRC (:func:`~rewriter.rewrite.plan_rewrite`, ``unsafe=True``) and
-    written to the copy with :func:`~rewriter.apply.apply_changes`, so the diff validated is
+    The rewrite is computed on SRC (:func:`~rewriter.rewrite.transform.plan_rewrite`, ``unsafe=True``) and
+    written to the copy with :func:`~rewriter.rewrite.apply.apply_changes`, so the diff validated is
     byte-for-byte the diff ``rewrite --apply`` writes.
 
     Raises:

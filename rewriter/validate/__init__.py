@@ -12,6 +12,7 @@ The pipeline, one module per step::
     amortize.py      break-even runs and the regime that pays back
     verdict.py       the reasons a validation fails (exit 1) or errors (exit 2)
     report.py        validation.json, validation.md, validation.png bound to the diff's sha256
-    gate.py          ``rewrite --apply`` refuses a diff without a passing report for its hash
     command.py       the orchestration behind the CLI command
+
+The gate that reads the report before ``rewrite --apply`` is :mod:`rewriter.rewrite.gate`.
 """

@@ -1,7 +1,7 @@
 """The validation report: ``validation.json`` (the record ``rewrite --apply`` checks),
 ``validation.md`` (a table a reviewer pastes into a pull request) and ``validation.png`` (step time
 and compile time per variant; matplotlib, the optional ``charts`` extra), all bound to the sha256
-of the diff (:meth:`rewriter.rewrite.RewriteResult.digest`).
+of the diff (:meth:`rewriter.rewrite.transform.RewriteResult.digest`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ..facts import COMPILE, CUDA_GRAPH_MODES, first_positional, options
+from ...compile_facts import options
+from ..facts import COMPILE, CUDA_GRAPH_MODES, first_positional
 from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
 
 

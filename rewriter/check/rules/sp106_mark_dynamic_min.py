@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..facts import keyword
+from ...compile_facts import keyword
 from ..rule import Invalid, Rule, Valid
 from .sp105_mark_dynamic_in_compiled import MARKS
 

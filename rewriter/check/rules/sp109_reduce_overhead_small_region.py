@@ -5,22 +5,9 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ..facts import COMPILE, first_positional, options
+from ...compile_facts import SMALL_STATEMENTS, body_size, options
+from ..facts import COMPILE, first_positional
 from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
-
-SMALL_STATEMENTS = 3
-
-
-def _body_size(func: cst.FunctionDef) -> int:
-    """Top-level statements of ``func`` (docstring excluded); a loop counts as large: a
-    whole-model ``forward`` is ``h = embed(x); for block in self.blocks: ...; return h``."""
-    if m.findall(func.body, m.For() | m.While()):
-        return SMALL_STATEMENTS + 1
-    body = list(func.body.body) if isinstance(func.body, cst.IndentedBlock) else [func.body]
-    if body and m.matches(body[0], m.SimpleStatementLine(body=[m.Expr(m.SimpleString() | m.ConcatenatedString())])):
-        body = body[1:]
-    return len(body)
-
 
 class ReduceOverheadSmallRegion(Rule):
     CODE = "SP109"
@@ -117,7 +104,7 @@ class GPT(nn.Module):
         cls = self.facts.enclosing_class(func)
         if cls is not None and func.name.value == "forward" and self._repeated_block(cls.name.value):
             return f"`{cls.name.value}` is a repeated block: one CUDA graph per block"
-        size = _body_size(func)
+        size = body_size(func)
         if size <= SMALL_STATEMENTS:
             return f"`{func.name.value}` is {size} statement(s)"
         return None

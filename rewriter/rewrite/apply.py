@@ -35,12 +35,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import StackpartError
-from .signals import deferred_signals
-from .source import safe_relpath
+from ..errors import StackpartError
+from ..signals import deferred_signals
+from ..source import safe_relpath
 
 if TYPE_CHECKING:
-    from .rewrite import FileChange
+    from .transform import FileChange
 
 #: Every temp file an apply makes is named ``.NAME.<8 hex digits>.stackpart``.
 TEMP_SUFFIX = ".stackpart"
@@ -163,7 +163,7 @@ def _unchanged(dest: Path, change: FileChange) -> None:
         StackpartError: ``dest`` changed since it was read (nothing is renamed yet: the caller's
             rollback only removes temp files).
     """
-    from .source import read_bytes
+    from ..source import read_bytes
 
     if change.old is None:
         if os.path.lexists(dest):
@@ -360,3 +360,21 @@ def apply_changes(src: Path, changes: list[FileChange], sweep: list[str] | None 
         finally:
             lock.release()
     return removed
+
+
+def hard_linked(src: Path, changes: list[FileChange]) -> list[tuple[str, int]]:
+    """``(relpath, link count)`` of each file to be changed that has more than one hard link:
+    :func:`apply_changes` renames a new file over the name (atomic, all or nothing), so only this
+    name gets the new bytes and the others keep the old file, as with ``git checkout`` or an
+    editor's safe save; the apply says so rather than leaving it to be found."""
+    out = []
+    for change in changes:
+        if change.old is None:
+            continue
+        try:
+            links = os.stat(src / change.relpath, follow_symlinks=False).st_nlink
+        except OSError:
+            continue
+        if links > 1:
+            out.append((change.relpath, links))
+    return out

@@ -1,5 +1,6 @@
-"""The apply gate: ``stackpart rewrite --apply`` writes a diff only when a passing validation
-report is bound to its exact sha256 (``--no-validate`` skips the gate).
+"""The binding of a validation report to a diff, and the apply gate: ``stackpart rewrite --apply``
+writes a diff only when a passing validation report is bound to its exact sha256 and to the tree
+and plan it was measured on (``--no-validate`` skips the gate).
 
 Validation covers the whole plan, unsafe actions included, so a passing report also allows the
 unsafe actions (``bucket``, ``kernel``) to be written without ``--unsafe`` (docs/design.md: "written
@@ -11,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..plan import LoadedPlan
-from ..rewrite import RewriteResult, plan_rewrite
 from ..engine.materialize import file_sha256, tree_hashes
-from .report import JSON_NAME, default_report_dir, read_report
+from ..errors import StackpartError
+from ..plan import LoadedPlan
+from ..validate.report import JSON_NAME, default_report_dir, read_report
+from .transform import RewriteResult, plan_rewrite
 
 
 @dataclass
@@ -95,3 +97,16 @@ def check_apply(
     if full is not result:
         notes.append("unsafe actions written: the validation report for the full plan passed")
     return Decision(full, None, tuple(notes))
+
+
+def report_covers(loaded: LoadedPlan, src: Path, result: RewriteResult, unsafe: bool, report: str | None) -> bool:
+    """Whether ``rewrite --apply`` would write ``result`` by its validation report (a passing
+    one for this exact diff and tree): ``--check``'s next step is then ``--apply`` alone, not a
+    second validation. Looked up only where a report exists (else no tree is hashed)."""
+    where = Path(report) if report else default_report_dir(loaded.path)
+    if read_report(where) is None:
+        return False
+    try:
+        return check_apply(loaded, src, result, unsafe, report).result is not None
+    except StackpartError:
+        return False

@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import StackpartError
+from ..errors import StackpartError
 
 if TYPE_CHECKING:
-    from .plan import LoadedPlan
-    from .rewrite import RewriteResult
+    from ..plan import LoadedPlan
+    from .transform import RewriteResult
 
 MAX_DIFF_CHARS = 60_000  # GitHub's comment limit is 65,536 characters; the rest is the table
 
@@ -33,8 +33,8 @@ def _counts(diff: str) -> tuple[int, int]:
 
 def _bound_to(loaded: LoadedPlan, result: RewriteResult, src: str) -> str:
     """Which digest a validation report must carry: with unsafe actions held back, the gate
-    (:func:`rewriter.validate.gate.check_apply`) binds to the full plan's diff, not this one."""
-    from .rewrite import plan_rewrite
+    (:func:`rewriter.rewrite.gate.check_apply`) binds to the full plan's diff, not this one."""
+    from .transform import plan_rewrite
 
     full = plan_rewrite(loaded, Path(src), unsafe=True) if result.skipped else result
     if full.digest() == result.digest():

@@ -1,0 +1,401 @@
+"""The pure rewrite: a plan's actions run over the files they target, giving the new bytes and the
+diff (:class:`RewriteResult`); nothing is written here (:mod:`.apply` writes).
+
+Only the files a plan names are read and parsed (a plan touching 5 files in a tree of thousands
+costs 5 parses). All targets resolve and all consistency rules pass before any transform runs, so
+a plan with one bad action changes nothing. :data:`COMMANDS` maps each plan action to its LibCST
+transform (:mod:`rewriter.actions`). No torch and no command is imported here: ``check``'s plan
+drift, the engine and diagnose's search run the same transform.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libcst as cst
+
+from .. import consistency
+from ..actions.allocator import AllocatorCommand
+from ..actions.base import StatementInsertError, TargetedCommand
+from ..actions.batch import ActionFailed, plan_passes
+from ..actions.bucket import BucketCommand
+from ..actions.cache import CompileCacheCommand
+from ..actions.compile import CompileCommand
+from ..actions.disable import DisableCommand
+from ..actions.dynamic import MarkDynamicCommand
+from ..actions.branchless import BranchlessCommand
+from ..actions.dynamo_config import DynamoConfigCommand
+from ..actions.kernel import KernelCommand
+from ..actions.site import SiteCommand, site_spec
+from ..errors import StackpartError, src_dir
+from ..plan import ADVISORY_ACTIONS, LoadedPlan
+from ..source import SourceFile, read_source, run_deep, safe_relpath
+from ..splice import splice
+from ..library_targets import LibraryTarget
+from ..library_targets import resolve as resolve_library
+from ..library_targets import resolve_source_only
+from ..targets import Definition, collect_definitions, resolve
+from ..vendor import vendor_site
+
+COMMANDS: dict[str, type[TargetedCommand]] = {
+    "compile": CompileCommand,
+    "disable": DisableCommand,
+    "mark_dynamic": MarkDynamicCommand,
+    "bucket": BucketCommand,
+    "allocator": AllocatorCommand,
+    "compile_cache": CompileCacheCommand,
+    "dynamo_config": DynamoConfigCommand,
+    "kernel": KernelCommand,
+    "branchless": BranchlessCommand,
+}
+
+
+@dataclass
+class FileChange:
+    """One file the rewrite changes or creates.
+
+    Attributes:
+        relpath: POSIX path relative to SRC.
+        old: the current bytes, or None for a new file.
+        new: the bytes the plan asks for.
+        mode: permission bits to keep (new files: 0o644).
+    """
+
+    relpath: str
+    old: bytes | None
+    new: bytes
+    mode: int = 0o644
+
+
+@dataclass
+class RewriteResult:
+    """What a plan does to a tree.
+
+    Attributes:
+        changes: files whose bytes differ from what the plan asks, in a stable order.
+        skipped: ``(action index, reason)`` for actions not written (unsafe without ``--unsafe``).
+        warnings: plan-level warnings (e.g. ``mark_dynamic`` with ``min < 2``).
+        read: the files under SRC the plan's targets are in (relative to SRC): an apply also
+            clears their directories of temp files a killed apply left.
+    """
+
+    changes: list[FileChange] = field(default_factory=list)
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    read: list[str] = field(default_factory=list)
+
+    def diff(self) -> str:
+        """The git-style unified diff of all changes (see :mod:`rewriter.diff`)."""
+        from ..diff import unified_diff
+
+        return unified_diff(self.changes)
+
+    @property
+    def library_modules(self) -> list[str]:
+        """The generated ``_stackpart/library.py`` files among the changes (the site's actions), which
+        the measured candidate must import while its harness builds the model."""
+        from ..actions.site import LIBRARY_MODULE
+        from ..vendor import VENDOR_PACKAGE
+
+        return [c.relpath for c in self.changes if c.relpath.endswith(f"{VENDOR_PACKAGE}/{LIBRARY_MODULE}.py")]
+
+    def digest(self) -> str:
+        """sha256 of :meth:`diff`: the identity validation reports are bound to."""
+        return hashlib.sha256(self.diff().encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _in_source(exc: StackpartError) -> str:
+    """A source-level error's message prefixed with its ``file[:line[:col]]`` (plan errors carry
+    the plan's own line; this keeps the source position too)."""
+    if not exc.path:
+        return exc.message
+    where = exc.path
+    if exc.line is not None:
+        where += f":{exc.line}" + (f":{exc.col}" if exc.col is not None else "")
+    return f"{where}: {exc.message}"
+
+
+#: The index :func:`_action_error` reads as the plan's ``site`` (not an action).
+SITE = -1
+
+
+def _site_error(loaded: LoadedPlan, message: str, hint: str | None = None) -> StackpartError:
+    """An error at the plan's ``site:`` line."""
+    return StackpartError(f"site ({loaded.plan.site}): {message}", path=loaded.path, line=loaded.site_line, hint=hint)
+
+
+def _action_error(loaded: LoadedPlan, index: int, exc: Exception) -> Exception:
+    """A command's failure as the plan error at its action (other exceptions pass unchanged)."""
+    if index == SITE and isinstance(exc, (StatementInsertError, StackpartError)):
+        return _site_error(loaded, str(exc) if isinstance(exc, StatementInsertError) else exc.message,
+                           getattr(exc, "hint", None))
+    if isinstance(exc, StatementInsertError):
+        return loaded.error(index, f"cannot insert a statement: {exc}")
+    if isinstance(exc, StackpartError):
+        return loaded.error(index, exc.message, exc.hint)
+    return exc
+
+
+def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False, check_library: bool = True) -> RewriteResult:
+    """Compute what ``loaded`` does to the tree at ``src``, writing nothing.
+
+    Runs in :func:`rewriter.source.run_deep`'s thread (a large stack and a raised recursion
+    limit), so a file CPython parses but LibCST recurses deep into (a 1,000-term sum, sympy's
+    ``resolvent_lookup.py``) is rewritten rather than refused; nothing here writes, so an
+    interrupt while it runs leaves the tree as it was.
+
+    Args:
+        loaded: a validated plan (see :func:`rewriter.plan.load_plan`).
+        src: the root the plan's targets are relative to.
+        unsafe: also write unsafe actions (``bucket``, ``kernel``).
+        check_library: also import the installed classes and functions library targets name
+            (:func:`rewriter.library_targets.resolve`); ``check``'s drift reads their source where
+            the package is installed and takes them as written where it is not.
+
+    Raises:
+        StackpartError: a target that leaves SRC, a file that cannot be read or parsed, a
+            target that does not resolve, an inconsistent plan — each at the plan's line.
+    """
+    return run_deep(_plan_rewrite, loaded, src, unsafe, check_library)
+
+
+class _Files:
+    """The files a plan's targets are in, each read and parsed once (keys: POSIX paths relative to SRC)."""
+
+    def __init__(self, src: Path) -> None:
+        self.src = src
+        self.root = src.resolve()
+        self.sources: dict[str, SourceFile] = {}
+        self.modules: dict[str, cst.Module] = {}
+        self.definitions: dict[str, dict[str, list[Definition]]] = {}
+
+    def parse(self, file: str) -> str:
+        """Read and parse ``file`` (a path relative to SRC) once; return its key.
+
+        The key is the file's real path under SRC: a symlink inside SRC is rewritten where it
+        points (the diff names that file, as git sees it), and two spellings of one file are one.
+
+        Raises:
+            StackpartError: the path leaves SRC, or the file cannot be read or parsed.
+        """
+        rel = safe_relpath(self.src, file).relative_to(self.root).as_posix()
+        if rel not in self.sources:
+            source = self.sources[rel] = read_source(self.src, rel)
+            self.modules[rel] = source.parse()
+            self.definitions[rel] = collect_definitions(self.modules[rel], source.text)
+        return rel
+
+
+def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bool = True) -> RewriteResult:
+    src = src_dir(src)
+    files = _Files(src)
+    bounds, library = _bind(loaded, files, check_library)
+    result = RewriteResult(warnings=_mark_dynamic_warnings(loaded, bounds))
+    consistency.check(loaded, bounds)
+    consistency.check_library(loaded, library)
+    site_at = _resolve_site(loaded, files) if library else None
+    generated: dict[str, str] = {}
+    for rel, module in files.modules.items():
+        site = vendor_site(src, rel)
+        specs, indices = _file_commands(loaded, rel, bounds, unsafe, result.skipped, site)
+        if site_at is not None and site_at[0] == rel:
+            specs.append((SiteCommand, (site_spec(loaded, library), site_at[1], site)))  # type: ignore[arg-type]
+            indices.append(SITE)
+        new = _transform(loaded, rel, module, specs, indices, generated, result.warnings)
+        change = _file_change(loaded, files.sources[rel], rel, module, new, indices)
+        if change is not None:
+            result.changes.append(change)
+    result.changes += _generated_changes(src, generated)
+    result.changes.sort(key=lambda c: c.relpath)
+    result.read = sorted(files.sources)
+    return result
+
+
+def _bind(
+    loaded: LoadedPlan, files: _Files, check_library: bool
+) -> tuple[list[consistency.Bound], dict[int, LibraryTarget]]:
+    """Resolve every action's target, in plan order: a file target to its function (parsing its
+    file into ``files``), a library target to the installed class or function.
+
+    Raises:
+        StackpartError: at the first action whose target does not resolve (with the source
+            position for a file target).
+    """
+    bounds: list[consistency.Bound] = []
+    library: dict[int, LibraryTarget] = {}
+    for i, action in enumerate(loaded.plan.actions):
+        if action.library:
+            try:
+                library[i] = (resolve_library(action.module, action.qualname, action.action, by_import=True,
+                                              implementation=getattr(action, "implementation", None))
+                              if check_library else resolve_source_only(action.module, action.qualname))
+            except StackpartError as exc:
+                raise loaded.error(i, exc.message, exc.hint) from None
+            continue
+        try:
+            rel = files.parse(action.file)
+            target = resolve(files.modules[rel], rel, action.qualname, files.definitions[rel])
+        except StackpartError as exc:
+            raise loaded.error(i, _in_source(exc), exc.hint) from None
+        bounds.append(consistency.Bound(i, action, target, files.modules[rel], files.definitions[rel]))
+    return bounds, library
+
+
+def _mark_dynamic_warnings(loaded: LoadedPlan, bounds: list[consistency.Bound]) -> list[str]:
+    """The ``mark_dynamic`` bounds written otherwise than the plan spells them, each at its plan line."""
+    out = []
+    for b in bounds:
+        action, where = b.action, f"{loaded.path}:{loaded.action_lines[b.index]}"
+        if action.action == "mark_dynamic" and action.strict and (action.min is None) != (action.max is None):
+            out.append(
+                f"{where}: mark_dynamic with only "
+                f"{'min' if action.max is None else 'max'}: the other bound is written too (one bound "
+                "alone raises AssertionError in Dynamo on the first call, torch 2.13)"
+            )
+        if action.action == "mark_dynamic" and action.min is not None and action.min < 2:
+            out.append(
+                f"{where}: mark_dynamic min={action.min} written as min=2: "
+                "sizes 0 and 1 are always specialised by Dynamo (what `stackpart check` SP106 asks too)"
+            )
+    return out
+
+
+def _file_commands(
+    loaded: LoadedPlan, rel: str, bounds: list[consistency.Bound], unsafe: bool,
+    skipped: list[tuple[int, str]], site: object,
+) -> tuple[list[tuple[type[TargetedCommand], tuple]], list[int]]:
+    """``(command class, arguments)`` and the action index of each action on ``rel`` to run, in
+    plan order; an advisory action, or an unsafe one without ``unsafe``, goes to ``skipped``
+    with the reason instead.
+
+    Raises:
+        StackpartError: at an action this version has no command for.
+    """
+    specs: list[tuple[type[TargetedCommand], tuple]] = []
+    indices: list[int] = []
+    for b in bounds:
+        if b.target.relpath != rel:
+            continue
+        if b.action.action in ADVISORY_ACTIONS:
+            skipped.append(
+                (b.index, f"{b.action.action} is advisory (a launcher/wrapper setting, not a "
+                 "source edit): apply it where the model is wrapped")
+            )
+            continue
+        if not b.action.safe and not unsafe:
+            skipped.append(
+                (b.index, f"{b.action.action} is an unsafe action (it changes what runs); "
+                 "pass --unsafe or validate first")
+            )
+            continue
+        cls = COMMANDS.get(b.action.action)
+        if cls is None:
+            raise loaded.error(b.index, f"the {b.action.action!r} action is not supported by this version")
+        specs.append((cls, (b.action, b.target.qualname, site)))
+        indices.append(b.index)
+    return specs, indices
+
+
+def _transform(
+    loaded: LoadedPlan, rel: str, module: cst.Module, specs: list[tuple[type[TargetedCommand], tuple]],
+    indices: list[int], generated: dict[str, str], warnings: list[str],
+) -> cst.Module:
+    """``module`` with ``specs``' commands run over it; the files they generate go to ``generated``
+    and their notes (calls an action left alone, stubs written, with file:line and why) to ``warnings``.
+
+    One pass over the file for each run of actions that only edit their target (one import scan
+    per pass, not per action; see :mod:`rewriter.actions.batch`).
+
+    Raises:
+        StackpartError: a command's failure, at its action's plan line (the site's line for the site).
+    """
+    passes = plan_passes(specs, rel)
+    built = [command for _, commands in passes for command in commands]  # in plan order
+    index_of = {id(command): index for command, index in zip(built, indices)}
+    for runner, commands in passes:
+        try:
+            module = runner.transform_module(module)
+        except ActionFailed as exc:
+            raise _action_error(loaded, index_of[id(exc.command)], exc.error) from None
+        except (StatementInsertError, StackpartError) as exc:
+            raise _action_error(loaded, index_of[id(commands[0])], exc) from None
+        for command in commands:
+            generated.update(command.generated)
+            warnings.extend(command.notes)
+    return module
+
+
+def _file_change(
+    loaded: LoadedPlan, source: SourceFile, rel: str, old: cst.Module, new: cst.Module, indices: list[int]
+) -> FileChange | None:
+    """The change of ``rel`` from ``old`` to ``new`` (spliced into the file's own text), or None
+    when its bytes stay the same.
+
+    Raises:
+        StackpartError: the new bytes would be over the source-size cap (:func:`_fits_the_cap`).
+    """
+    code = splice(source.text, old, new)
+    if code == source.text:
+        return None
+    data = source.encode(code)
+    _fits_the_cap(loaded, rel, len(data), indices)
+    return FileChange(rel, source.raw, data, source.mode)
+
+
+def _generated_changes(src: Path, generated: dict[str, str]) -> list[FileChange]:
+    """The generated files (relative path -> text) whose bytes differ from what is on disk, by path."""
+    out = []
+    for rel, text in sorted(generated.items()):
+        path = safe_relpath(src, rel)
+        old = path.read_bytes() if path.exists() else None
+        new = text.encode("utf-8")
+        if old != new:
+            out.append(FileChange(rel, old, new))
+    return out
+
+
+def _fits_the_cap(loaded: LoadedPlan, rel: str, size: int, indices: list[int]) -> None:
+    """Refuse a rewrite whose file would be over the cap on source files stackpart reads
+    (:data:`rewriter.source.MAX_SOURCE_BYTES`): a file just under it that the edits push over
+    could not be read back by the next step on the same plan (``--check``, ``validate``, a
+    second ``--apply``), so the cap holds for the output as for the input.
+
+    Raises:
+        StackpartError: at the first action on ``rel`` (the site's line for the site's file).
+    """
+    from .. import source as source_mod
+
+    cap = source_mod.MAX_SOURCE_BYTES
+    if size <= cap:
+        return
+    message = (f"{rel} would be {size:,} bytes once rewritten, over the {cap / 2**20:g} MiB cap on the source files "
+               "stackpart reads, so the next run could not read it back; nothing was written")
+    index = indices[0] if indices else SITE
+    raise _action_error(loaded, index, StackpartError(message, hint="split the file, or leave it out of the plan"))
+
+
+def _resolve_site(loaded: LoadedPlan, files: _Files) -> tuple[str, str]:
+    """``(file, qualname)`` of the plan's site under SRC, its file parsed into ``files``.
+
+    Raises:
+        StackpartError: at the ``site:`` line: the file or function is missing (near names), or the
+            site is a class (it must be the function that returns the model).
+    """
+    from ..plan import TARGET_RE
+
+    assert loaded.plan.site is not None
+    match = TARGET_RE.match(loaded.plan.site)
+    assert match is not None
+    try:
+        rel = files.parse(match.group("file"))
+        qual = match.group("qual")
+        hits = files.definitions[rel].get(qual) or []
+        if hits and hits[0].kind == "class":
+            raise StackpartError(f"{qual} is a class; the site is the function that returns the model",
+                                 hint="name the function that builds the model, e.g. train.py::build")
+        target = resolve(files.modules[rel], rel, qual, files.definitions[rel])
+    except StackpartError as exc:
+        raise _site_error(loaded, _in_source(exc), exc.hint) from None
+    return rel, target.qualname
