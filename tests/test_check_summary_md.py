@@ -67,3 +67,17 @@ def test_digest_named_is_the_one_the_apply_gate_checks(tmp_path, capsys):
     assert f"`{safe.digest()[:16]}` (validation reports are bound to it)" not in text
     assert main(["rewrite", "--plan", str(gpt / "plan.yaml"), str(gpt / "src"), "--unsafe", "--summary-md", str(out)]) == 0
     assert f"`{full.digest()[:16]}` (validation reports are bound to it)." in out.read_text()
+
+
+def test_a_latin1_source_file_keeps_its_bytes_in_the_summary(tmp_path, capsysbinary):
+    """A file with a latin-1 coding cookie: the summary is written (exit 0, no traceback) and its
+    diff holds the file's own bytes, as ``git diff`` shows them."""
+    case = ROOT / "fixtures" / "source" / "latin1_with_cookie"
+    src = tmp_path / "src"
+    shutil.copytree(case / "before", src)
+    out = tmp_path / "comment.md"
+    assert main(["rewrite", "--plan", str(case / "plan.yaml"), str(src), "--summary-md", str(out)]) == 0
+    original = b"".join((src / p.name).read_bytes() for p in sorted(src.glob("*.py")))
+    latin1 = [bytes([b]) for b in original if b >= 0x80]
+    assert latin1, "the fixture should hold a non-ASCII latin-1 byte"
+    assert latin1[0] in out.read_bytes()

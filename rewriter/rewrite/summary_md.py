@@ -85,12 +85,15 @@ def rewrite_summary(loaded: LoadedPlan, result: RewriteResult, src: str, applied
 
 
 def write_rewrite_summary(path: str, loaded: LoadedPlan, result: RewriteResult, src: str, applied: bool) -> None:
-    """Write :func:`rewrite_summary` to ``path`` (UTF-8), creating its directory."""
+    """Write :func:`rewrite_summary` to ``path`` (UTF-8), creating its directory.
+
+    A source file in another encoding (a ``# -*- coding: latin-1 -*-`` cookie) reaches the diff as
+    surrogate escapes; those bytes are written back as they were, as ``git diff`` shows them."""
     target = Path(path)
     text = rewrite_summary(loaded, result, src, applied)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        target.write_bytes(text.encode("utf-8", "surrogateescape"))
     except OSError as exc:  # a full disk or an I/O error has no filename: said here, with the path
         done = f"; the rewrite itself was applied ({len(result.changes)} file(s) changed under {src})" if applied else ""
         raise StackpartError(f"cannot write the summary: {exc.strerror or exc}{done}", path=str(path)) from None
