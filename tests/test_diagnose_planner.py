@@ -30,7 +30,7 @@ def context(tmp_path: Path, name: str, cuda: bool, monkeypatch) -> Context:
     ctx = Context(session=Session(load_harness(spec, src)), out_dir=tmp_path, backend="inductor",
                   amortization=Amortization(runs=1000, restarts=2), amortization_assumed=False)
     model, _, _ = ctx.reference()
-    ctx.cache["blocks"] = granularity.find_blocks(model, src)
+    ctx.evidence.blocks = granularity.find_blocks(model, src)
     monkeypatch.setattr(Session, "cuda", property(lambda self: cuda))
     return ctx
 

@@ -64,7 +64,7 @@ def idle_breakdown(data: ProfileData, ops_start: list[float] | None = None) -> d
 def run(ctx: Context) -> RungResult:
     r = RungResult("device_time", "Self-CPU vs self-device time; device idle share")
     r.threshold = "self-CPU >= self-device: host on the critical path; idle >= 15% (TF-profiler band; HTA idle split, 30 us kernel wait)"
-    data: ProfileData = ctx.cache["profile"]
+    data: ProfileData = ctx.evidence.profile
     eager = ctx.eager_time()["median_ms"]
     m = {
         "step_ms": round(data.step_us / 1e3, 4),

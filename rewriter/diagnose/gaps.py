@@ -53,7 +53,7 @@ def run(ctx: Context) -> RungResult:
         if r.findings:
             r.implies = "remove the host sync(s) (stall on CUDA)"
         return r
-    data = ctx.cache["profile"]
+    data = ctx.evidence.profile
     is_comm = [classify_kernel(k.name, k.kind, k.parent_op) == "communication" for k in data.kernels]
     comm = busy_intervals([k for k, c in zip(data.kernels, is_comm) if c])
     compute = [k for k, c in zip(data.kernels, is_comm) if not c]

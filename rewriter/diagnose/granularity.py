@@ -148,12 +148,12 @@ def _share(data: Any, names: list[str], key: str, step: float) -> tuple[float, d
 def run(ctx: Context) -> RungResult:
     r = RungResult("granularity", "Repeated blocks and their share of the step")
     r.threshold = "blocks >= 50% of the step: per-block compile (partitioning-the-stack granularity table)"
-    blocks = ctx.cache.get("blocks") or []
+    blocks = ctx.evidence.blocks
     if not blocks:
         r.measurement = {"blocks": []}
         r.verdict = "no repeated block: the model is the unit"
         return r
-    data = ctx.cache["profile"]
+    data = ctx.evidence.profile
     key = "device_us" if ctx.session.cuda and data.kernels else "cpu_us"
     step = data.self_device_us * data.steps if key == "device_us" else sum(e - s for s, e in data.windows)
     b = blocks[0]

@@ -90,7 +90,7 @@ def run(ctx: Context) -> RungResult:
     One class: its result as is. Several: ``recompiles`` and ``limit_hit`` over all of them, the
     other keys the first class's, ``classes`` each class's measurement, the findings of all, and
     one verdict per class."""
-    blocks = region_blocks(ctx.cache.get("blocks") or [])
+    blocks = region_blocks(ctx.evidence.blocks)
     if not blocks:
         return RungResult("instance_recompiles", "Recompiles across instances of the repeated block").skip(
             "no repeated block (instances of one class in ModuleList/Sequential/ModuleDict containers)")

@@ -21,7 +21,7 @@ FUSION_GAIN = 2.0  # upper end of partitioning-the-stack's "fusion is worth 1.3-
 
 def mix(ctx: Context) -> tuple[dict[str, float], str]:
     """Per-category µs per step, and the time basis (``self-device`` or ``self-CPU``)."""
-    data = ctx.cache["profile"]
+    data = ctx.evidence.profile
     out = {c: 0.0 for c in CATEGORIES}
     if ctx.session.cuda and data.kernels:
         for k in data.kernels:

@@ -145,14 +145,14 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
     notes: list[str] = []
     model, _, _ = ctx.reference()
     model_target = unit_target(type(model), src)
-    blocks = ctx.cache.get("blocks") or []
+    blocks = ctx.evidence.blocks
     block = blocks[0] if blocks else None
     # a block of an installed package (transformers' GPT2Block) is targeted by import path and
     # applied from the plan's site (docs/design.md, "Library models")
     block_target = (block["target"] or library_target_of(block["cls"])) if block is not None else None
     # the model's own list of its repeated blocks (_repeated_blocks: diffusers' regional
     # compilation): every declared class is a per-block target, not only the first
-    declared = ctx.cache.get("declared")
+    declared = ctx.evidence.declared
     if declared is not None:
         notes.extend(declared.notes())
     also = [(b, b["target"] or library_target_of(b["cls"])) for b in region_blocks(blocks)[1:]]
@@ -198,9 +198,9 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                 "allocation; pass --entry file.py::func (your program's entry point) to plan the allocator action there"
             )
 
-    if ctx.cache.get("stopped_at") and not any(res.get(n) is not None and res[n].ok for n in ("batch_scaling", "op_mix")):
+    if ctx.evidence.stopped_at and not any(res.get(n) is not None and res[n].ok for n in ("batch_scaling", "op_mix")):
         notes.append(
-            f"no compile planned: the ladder stopped at rung {ctx.cache['stopped_at']} before the rungs that decide it "
+            f"no compile planned: the ladder stopped at rung {ctx.evidence.stopped_at} before the rungs that decide it "
             "(batch scaling, op mix, the search)"
         )
         return Decision(_plan(spec, ctx, actions), notes)

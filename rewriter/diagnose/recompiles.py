@@ -130,7 +130,7 @@ def run(ctx: Context) -> RungResult:
     r.threshold = "any recompile after the first compile (TORCH_LOGS=recompiles)"
     spec = ctx.session.spec
     model, _, _ = ctx.reference()
-    blocks = region_blocks(ctx.cache.get("blocks") or [])
+    blocks = region_blocks(ctx.evidence.blocks)
     # per block class: [(positional shapes, nested tensor shapes, ints)], one per shape
     calls: list[list[tuple[list, dict, dict]]] = [[] for _ in blocks]
     input_shapes: list[list[tuple[int, ...]]] = []

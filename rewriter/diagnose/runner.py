@@ -89,7 +89,7 @@ def memory_from_oom(ctx: Context, results: list[RungResult], oom_in: HarnessFail
     have = {r.name: r for r in results}
     have["memory"] = memory.from_oom(oom_in.rung, oom_in.oom or {})
     if stopped:
-        ctx.cache["stopped_at"] = oom_in.rung
+        ctx.evidence.stopped_at = oom_in.rung
         why = f"the ladder stopped at rung {oom_in.rung} (fragmentation OOM)"
         have.update({n: RungResult(n, n).skip(why) for n, _ in RUNGS if n != "profile" and n not in have})
     results[:] = [have[n] for n, _ in RUNGS if n in have]
@@ -228,7 +228,7 @@ def diagnose(
         cold_parallel=cold_parallel,
         contended=contended,
     )
-    ctx.cache["requested_device"] = requested  # the harness's own (None: unset), for the validation report
+    ctx.evidence.requested_device = requested  # the harness's own (None: unset), for the validation report
     meta = {
         "harness": spec.model_dump(mode="json"),
         "src": str(src),
@@ -277,8 +277,8 @@ def diagnose(
                 said(f"setup: one eager step at each of the other {len(spec.shapes) - 1} harness shape(s)")
                 session.check_shapes()
             # the model's own regional-compilation list (diffusers' _repeated_blocks) first
-            ctx.cache["declared"] = declared_blocks(model)
-            ctx.cache["blocks"] = granularity.find_blocks(model, src, ctx.cache["declared"])
+            ctx.evidence.declared = declared_blocks(model)
+            ctx.evidence.blocks = granularity.find_blocks(model, src, ctx.evidence.declared)
         except HarnessFailure as exc:
             fatal = exc
         for i, (name, fn) in enumerate(RUNGS, 1):
@@ -296,13 +296,13 @@ def diagnose(
                         feed.advance()
                         continue
                     _, _, step = ctx.reference()
-                    blocks = ctx.cache["blocks"]
+                    blocks = ctx.evidence.blocks
                     named = granularity.profiled(blocks)
-                    ctx.cache["profile"] = profile_steps(session, step, out_dir, steps=steps, blocks=named)
+                    ctx.evidence.profile = profile_steps(session, step, out_dir, steps=steps, blocks=named)
                     said(f"rung profile: ok in {time.perf_counter() - t0:.1f} s")
                     feed.advance()
                     continue
-                elif name in NEEDS_PROFILE and "profile" not in ctx.cache:
+                elif name in NEEDS_PROFILE and ctx.evidence.profile is None:
                     r = RungResult(name, name, status="error", reason="the profiled run failed")
                 else:
                     r = fn(ctx)  # type: ignore[misc]
@@ -384,7 +384,7 @@ def diagnose(
     (out_dir / "report.md").write_text(markdown(meta, results, text, outcome.notes, images, chart_note, outcome.stopped), encoding="utf-8")
     write_json(out_dir / "report.json", to_json(meta, results, decision.plan, outcome.notes, outcome.stopped))
     outcome.paths = {"plan": str(plan_out), "report": str(out_dir / "report.md"), "json": str(out_dir / "report.json")}
-    prof = ctx.cache.get("profile")
+    prof = ctx.evidence.profile
     if prof is not None and prof.trace:
         outcome.paths["trace (Perfetto)"] = prof.trace
     for what, log in (("search log", out_dir / "search.log"), ("log", feed.log)):

@@ -87,7 +87,7 @@ def short_name(name: str, limit: int = SHORT) -> str:
 
 def rows(ctx: Context) -> tuple[list[dict], str]:
     """Top rows ``{name, op, category, ms, share, kernels, function}``, largest first."""
-    data = ctx.cache["profile"]
+    data = ctx.evidence.profile
     groups: dict[str, dict] = defaultdict(lambda: {"us": 0.0, "kernels": set(), "category": "other", "functions": defaultdict(float)})
     if ctx.session.cuda and data.kernels:
         basis = "self-device"
