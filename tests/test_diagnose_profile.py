@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from rewriter.diagnose import device_time, gaps, op_mix, top_ops
+from rewriter.diagnose.rungs import device_time, gaps, op_mix, top_ops
 from rewriter.diagnose.context import Context
-from rewriter.diagnose.profile import KernelEvent, OpEvent, ProfileData
+from rewriter.diagnose.rungs.profile import KernelEvent, OpEvent, ProfileData
 from rewriter.diagnose.session import Session
 from rewriter.harness import load_harness
 from rewriter.plan import load_plan
@@ -179,7 +179,7 @@ def test_kernel_parent_is_the_frontend_op_not_a_runtime_event_with_the_same_id()
 
     from torch.autograd import DeviceType
 
-    from rewriter.diagnose.profile import _aten_parent, frontend_by_id
+    from rewriter.diagnose.rungs.profile import _aten_parent, frontend_by_id
 
     op = SimpleNamespace(name="aten::topk", id=5, device_type=DeviceType.CPU, is_async=False, linked_correlation_id=0, cpu_parent=None)
     launch = SimpleNamespace(name="cudaLaunchKernel", id=5, device_type=DeviceType.CPU, is_async=False, linked_correlation_id=9, cpu_parent=None)

@@ -44,7 +44,8 @@ from ..plan import BucketAction, CompileAction, CompileOptions, GenerationAction
 from .candidate import Candidate
 from .context import Context
 from .planner import plan as rule_plan
-from .recompiles import shapes_stable
+from .rungs import batch_scaling, op_mix
+from .rungs.recompiles import shapes_stable
 
 
 def nested_supported() -> bool:
@@ -331,8 +332,8 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
         add("rule", proposal, rule=True)
         return _with_levers(ctx, _rule_first(out), pruned)
     opmix = ctx.measured("op_mix")
-    launch = ctx.measured("batch_scaling").get("fixed_share", 0) >= 0.15
-    if opmix.get("gemm_share", 0) >= 0.80 and not launch:
+    launch = batch_scaling.launch_bound(ctx)
+    if op_mix.gemm_dominated(ctx) and not launch:
         pruned.append(f"every compile: GEMM-dominated ({opmix['gemm_share']:.0%} GEMM+attention, not launch-bound): compile returns ~1.0x")
         add("rule", proposal, rule=True)
         # the attention implementation is not a compile: an eager-attention model that compile

@@ -36,6 +36,7 @@ class Context:
         pin: ``--pin``, where the search's timed processes run (:attr:`rewriter.engine.measure.Options.pin`).
         cold_parallel: ``--cold-parallel``, the candidates' cold phases at a time; None: 2 on a
             GPU host with >= 8 CPUs, else 1 (:attr:`rewriter.engine.measure.Options.parallel_cold`).
+        steps: profiled steps (``--steps``, :mod:`.rungs.profile`).
         contended: ``--host both`` (the default): on CUDA the search also times each candidate with
             its host core contended and decides on both conditions
             (:attr:`rewriter.engine.measure.Options.contended`); ``--host quiet``: False.
@@ -52,6 +53,7 @@ class Context:
     pin: str = "shared"
     cold_parallel: int | None = None
     contended: bool = True
+    steps: int = 3
     results: dict[str, RungResult] = field(default_factory=dict)
     evidence: Evidence = field(default_factory=Evidence)
 

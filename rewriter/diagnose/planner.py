@@ -45,10 +45,11 @@ from ..plan import (
     Plan,
 )
 from .context import Context
-from .granularity import region_blocks
 from .locate import library_target_of, names_reached, unit_target, untargetable
-from .memory import expandable_segments_on
-from .recompiles import shapes_stable
+from .rungs import batch_scaling, op_mix
+from .rungs.granularity import region_blocks
+from .rungs.memory import expandable_segments_on
+from .rungs.recompiles import shapes_stable
 
 
 @dataclass
@@ -210,7 +211,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
     bound = opmix.get("compile_gain_bound")
     bs = m("batch_scaling")
     rc = m("recompiles")
-    launch = bs.get("fixed_share", 0) >= 0.15
+    launch = batch_scaling.launch_bound(ctx)
     stable = shapes_stable(ctx)
     if not res.get("recompiles") or not res["recompiles"].ok:
         notes.append("the recompiles rung did not run ok: shapes are treated as varying (no CUDA graphs)")
@@ -256,7 +257,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
         return Decision(_plan(spec, ctx, actions), notes)
     if unit == "whole":
         return Decision(_plan(spec, ctx, actions), notes)
-    if unit is None and opmix.get("gemm_share", 0) >= 0.80 and not launch:
+    if unit is None and op_mix.gemm_dominated(ctx) and not launch:
         notes.append(
             f"GEMM-dominated ({opmix['gemm_share']:.0%} GEMM+attention, {opmix['basis']}): compile would return ~1.0x "
             f"(at most {bound}x); no compile planned"

@@ -173,7 +173,7 @@ def measure_allocator_candidate(ctx: Context, out: SearchOutcome, timeout_s: flo
     the sweep without and with its setting, each in a fresh process (:func:`.memory.measure_allocator`;
     the engine's children run the harness, never the entry the action rewrites, so only the
     setting in the child's environment measures it). Fills ``out.allocator`` and says the result."""
-    from .memory import measure_allocator
+    from .rungs.memory import measure_allocator
 
     why = allocator_wanted(ctx)
     if why is None:

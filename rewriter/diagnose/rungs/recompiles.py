@@ -22,14 +22,14 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from .as_run import compiled_as_run, compiles_itself
-from .context import Context
-from .dynamo_log import capture, reset
+from ..as_run import compiled_as_run, compiles_itself
+from ..context import Context
+from ..dynamo_log import capture, reset
+from ..locate import first_in_src
+from ..rung import Finding, Rung, RungResult
+from ..session import tensor_leaves
+from ..value_guards import CALLS, describe, remedy, repeat_reference, to_json
 from .granularity import region_blocks
-from .locate import first_in_src
-from .rung import Finding, RungResult
-from .session import tensor_leaves
-from .value_guards import CALLS, describe, remedy, repeat_reference, to_json
 
 
 def varying(shapes: list[list[tuple[int, ...]]]) -> list[dict[str, Any]]:
@@ -294,3 +294,6 @@ def _dynamic_only_breaks(ctx: Context, log: Any) -> list[tuple[tuple[str | None,
         seen.add(key)
         out.append(((site if site else (None, None, None)), b.reason))
     return out
+
+
+RUNG = Rung(name="recompiles", order=80, run=run, compiles=True)

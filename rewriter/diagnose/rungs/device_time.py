@@ -11,9 +11,9 @@ rung 2); an idle share >= 15% is launch/host-bound (TF-profiler's 15% band).
 
 from __future__ import annotations
 
-from .context import Context
+from ..context import Context
+from ..rung import Rung, RungResult
 from .profile import KernelEvent, ProfileData
-from .rung import RungResult
 
 KERNEL_WAIT_US = 30.0
 IDLE_HIGH = 0.15
@@ -95,3 +95,6 @@ def run(ctx: Context) -> RungResult:
     else:
         r.verdict = f"device-bound: self-device {m['self_device_ms']} ms > self-CPU {m['self_cpu_ms']} ms, idle {idle['idle_share']:.0%}"
     return r
+
+
+RUNG = Rung(name="device_time", order=30, run=run, needs=frozenset({"profile"}))

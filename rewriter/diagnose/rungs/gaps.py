@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .callsites import MEASURED_HOW, SYNC_METHODS, SYNC_OPS, capture
-from .classify import classify_kernel
-from .context import Context
+from ..callsites import MEASURED_HOW, SYNC_METHODS, SYNC_OPS, capture
+from ..classify import classify_kernel
+from ..context import Context
+from ..rung import Finding, Rung, RungResult
 from .device_time import busy_intervals
-from .rung import Finding, RungResult
 
 GAP_US = 50.0
 STALL_SHARE = 0.05
@@ -121,3 +121,6 @@ def run(ctx: Context) -> RungResult:
     else:
         r.verdict = f"no significant gaps (host stalls {total:.0%} of the step)"
     return r
+
+
+RUNG = Rung(name="gaps", order=60, run=run, needs=frozenset({"profile"}))
