@@ -114,7 +114,7 @@ def churn(a: Allocator, sizes: list[float], base: int) -> None:
 
 
 def steady(draw, cap: int | None, base: int, warmup: int = 2, steps: int = 3) -> dict:
-    """What rewriter/diagnose/memory.py reads (``draw()`` gives one call's sizes), or, when the
+    """What rewriter/diagnose/rungs/memory.py reads (``draw()`` gives one call's sizes), or, when the
     step runs out of memory, what the OOM message would say (rewriter/diagnose/oom.py)."""
     a = Allocator(cap)
     try:

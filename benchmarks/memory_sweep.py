@@ -21,7 +21,7 @@ the next; a failing part is recorded and the others still run), all the same dec
 Per workload: ``stackpart diagnose``'s memory rung (``diagnose(..., only={"memory"})``: the
 sweep, its per-step figures, the verdict), then, where the verdict holds or the workload is a
 variable one, the allocator candidate as the search measures it
-(:func:`rewriter.diagnose.memory.measure_allocator`: the sweep in two fresh processes, without
+(:func:`rewriter.diagnose.rungs.memory.measure_allocator`: the sweep in two fresh processes, without
 and with ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``; mean step time over the steady
 passes and the process's peak reserved). Budget: about 2-3 minutes on an H200; a part still
 running after :data:`PART_TIMEOUT_S` is killed and recorded, and parts that would start after
@@ -131,7 +131,7 @@ def run_part(name: str, cfg: dict[str, Any], seqs: list[int], always_measure: bo
     candidate. Every failure is recorded in the result, never raised."""
     import torch
 
-    from rewriter.diagnose.memory import measure_allocator, sweep, sweep_verdict
+    from rewriter.diagnose.rungs.memory import measure_allocator, sweep, sweep_verdict
     from rewriter.diagnose.runner import diagnose
     from rewriter.plan import Harness
 

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from rewriter.cli import main
+from rewriter.diagnose.evidence import Evidence
 from rewriter.errors import StackpartError
 from rewriter.plan import load_plan, parse_plan
 from rewriter.rewrite.transform import plan_rewrite
@@ -162,7 +163,7 @@ def _ctx(src: Path, cuda: bool = False):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     model = module.build_model()
-    return SimpleNamespace(reference=lambda: (model, None, None), session=SimpleNamespace(src=src, cuda=cuda), cache={})
+    return SimpleNamespace(reference=lambda: (model, None, None), session=SimpleNamespace(src=src, cuda=cuda), evidence=Evidence())
 
 
 def test_the_levers_prune_what_is_already_set_or_unsupported(tmp_path):
@@ -224,7 +225,7 @@ def test_the_static_cache_candidate_gets_an_sdpa_twin(monkeypatch):
     static = Candidate("static-cache", plans.model_copy(update={"actions": [generation]}))
     asis = Candidate("as-is", plans.model_copy(update={"actions": []}))
     monkeypatch.setattr(ac, "levers", lambda ctx: ([attention], []))
-    ctx = SimpleNamespace(cache={}, site=None, session=SimpleNamespace(spec=None))
+    ctx = SimpleNamespace(evidence=Evidence(), site=None, session=SimpleNamespace(spec=None))
     out, _ = ac.with_attention(ctx, [static, asis])
     assert [c.name for c in out] == ["static-cache", "static-cache+sdpa", "as-is", "as-is+sdpa"]
     assert [a.action for a in out[1].plan.actions] == ["generation", "attention"]

@@ -360,12 +360,13 @@ def test_two_graphs_per_call_are_not_called_a_graph_break_the_graph_break_rung_d
     """A newcomer's tiny Llama (transformers 5.24): 'no graph breaks' in the graph-break rung and
     'a graph break splits each call' here. With that rung run and finding none, the verdict says
     what was counted and does not name a break."""
-    from rewriter.diagnose import runner
-    from rewriter.diagnose.rung import RungResult
+    from dataclasses import replace
 
-    rungs = [(n, (lambda ctx: RungResult("graph_breaks", "graph_breaks", verdict="no graph breaks"))
-              if n == "graph_breaks" else fn) for n, fn in runner.RUNGS]
-    monkeypatch.setattr(runner, "RUNGS", rungs)
+    from rewriter.diagnose.rung import RungResult
+    from rewriter.diagnose.rungs import graph_breaks
+
+    monkeypatch.setattr(graph_breaks, "RUNG", replace(graph_breaks.RUNG, run=lambda ctx: RungResult(
+        "graph_breaks", "graph_breaks", verdict="no graph breaks")))
     src = write_harness(tmp_path, BROKEN)
     res = run_rungs(src, tmp_path, [{"batch": 2}, {"batch": 3}], {"graph_breaks", "instance_recompiles"})
     ir = res["instance_recompiles"]
@@ -377,7 +378,7 @@ def test_two_graphs_per_call_are_not_called_a_graph_break_the_graph_break_rung_d
 def test_dynamos_counters_are_read_once_per_shape(tmp_path, monkeypatch):
     """The counts after one shape are the next shape's "before" (they were read twice per shape,
     each time listing the compiled code's cache entries); the figures add up as before."""
-    from rewriter.diagnose import instance_recompiles
+    from rewriter.diagnose.rungs import instance_recompiles
 
     calls = []
     real = instance_recompiles._dynamo_counts

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from rewriter.cli import main
+from rewriter.diagnose.evidence import Evidence
 from rewriter.plan import load_plan
 
 CASE = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose" / "own_branch"
@@ -111,7 +112,7 @@ def test_a_twin_that_removed_no_break_is_pruned_after_measurement():
 
     from rewriter.diagnose.branch_candidates import judge
 
-    ctx = SimpleNamespace(cache={"branch_twins": {"as-is+branchless": "as-is", "whole+branchless": "whole"}})
+    ctx = SimpleNamespace(evidence=Evidence(branch_twins={"as-is+branchless": "as-is", "whole+branchless": "whole"}))
     rows = {
         "as-is": {"compile": {"graph_breaks": 0, "graph_break_sites": ["model.py:17"], "unique_graphs": 3}},
         "as-is+branchless": {"compile": {"graph_breaks": 0, "graph_break_sites": [], "unique_graphs": 1}},

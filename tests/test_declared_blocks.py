@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from rewriter.diagnose.declared import read
-from rewriter.diagnose.granularity import find_blocks
+from rewriter.diagnose.rungs.granularity import find_blocks
 
 HERE = Path(__file__).resolve().parent
 THIS = Path(__file__).name

@@ -168,14 +168,16 @@ def test_a_fragmentation_oom_in_a_compile_rung_is_the_memory_verdict_and_the_lad
     """A compiled variant that runs out of memory with the free memory stranded is evidence too:
     the compile rung records its error, the ladder goes on (exit 0), and the memory verdict and
     the allocator action come from that OOM."""
-    from rewriter.diagnose import runner
+    from dataclasses import replace
+
+    from rewriter.diagnose.rungs import recompiles
     from rewriter.diagnose.session import HarnessFailure
     from rewriter.diagnose.oom import classify
 
     def oom_under_compile(ctx):
         raise HarnessFailure("recompiles", "build_model() model forward", "ran out of memory", oom=classify(OOM.format(free="597.33 MiB")))
 
-    monkeypatch.setattr(runner, "RUNGS", [(n, oom_under_compile if n == "recompiles" else f) for n, f in runner.RUNGS])
+    monkeypatch.setattr(recompiles, "RUNG", replace(recompiles.RUNG, run=oom_under_compile))
     src = tmp_path / "src"
     write_harness(src, NET.format(body="        return self.fc(x)"))
     (src / "train.py").write_text("def main():\n    pass\n")

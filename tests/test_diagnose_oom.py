@@ -3,7 +3,7 @@ contiguous) or capacity. The messages are the caching allocator's own wording (t
 
 import pytest
 
-from rewriter.diagnose.memory import from_oom
+from rewriter.diagnose.rungs.memory import from_oom
 from rewriter.diagnose.oom import classify, describe
 
 TAIL = " If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."

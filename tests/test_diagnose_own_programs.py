@@ -131,7 +131,8 @@ def test_fullgraph_is_not_planned_around_a_helper_the_source_disables(tmp_path):
     """Issue 17, pattern 3 without the user's script: the block calls a helper the source keeps
     eager; the per-block compile must not carry fullgraph=True (it would raise at the first call,
     and `stackpart check` would flag stackpart's own diff, SP108)."""
-    from rewriter.diagnose.runner import RUNGS, diagnose, harness_from_flags
+    from rewriter.diagnose.runner import diagnose, harness_from_flags
+    from rewriter.diagnose.rungs import ladder
 
     src = tmp_path / "src"
     shutil.copytree(FIXTURES / "own_fullgraph_disabled", src, ignore=shutil.ignore_patterns("__pycache__"))
@@ -141,7 +142,7 @@ def test_fullgraph_is_not_planned_around_a_helper_the_source_disables(tmp_path):
     (src / "model.py").write_text(model.replace("return self.head(record(x))", "return self.head(x)"))
     spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 4}, {"batch": 6}], mode=None,
                                  dtype=None, device="cpu")
-    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={n for n, _ in RUNGS}, backend="eager")
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={r.name for r in ladder()}, backend="eager")
     [block] = [a for a in outcome.plan.actions if a.action == "compile"]
     assert block.target == "model.py::Block" and block.options.fullgraph is False, block
     assert any("reaches record, which the source keeps eager" in n for n in outcome.notes), outcome.notes
@@ -164,12 +165,13 @@ def test_the_unmeasured_proposal_composes_with_the_programs_compile_too(tmp_path
     """``diagnose --no-search`` writes the rules' proposal without the search: it is composed with
     the program's own compiles the same way (the MoE trainer: no second compile of its layers, no
     disable inside their fullgraph=True region)."""
-    from rewriter.diagnose.runner import RUNGS, diagnose, harness_from_flags
+    from rewriter.diagnose.runner import diagnose, harness_from_flags
+    from rewriter.diagnose.rungs import ladder
 
     src = tmp_path / "src"
     shutil.copytree(FIXTURES / "own_moe_trainer", src, ignore=shutil.ignore_patterns("__pycache__"))
     spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 2, "seq": 6}, {"batch": 2, "seq": 9}],
                                  mode=None, dtype=None, device="cpu")
-    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={n for n, _ in RUNGS}, backend="eager")
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={r.name for r in ladder()}, backend="eager")
     assert not [a for a in outcome.plan.actions if a.action in ("compile", "disable")], outcome.plan.actions
     assert any(n.startswith("not planned: the program compiles each DecoderLayer itself (train.py:18") for n in outcome.notes), outcome.notes

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rewriter.diagnose import granularity
+from rewriter.diagnose.rungs import granularity
 from rewriter.diagnose.context import Context
 from rewriter.diagnose.planner import plan
 from rewriter.diagnose.report import plan_yaml
@@ -30,7 +30,7 @@ def context(tmp_path: Path, name: str, cuda: bool, monkeypatch) -> Context:
     ctx = Context(session=Session(load_harness(spec, src)), out_dir=tmp_path, backend="inductor",
                   amortization=Amortization(runs=1000, restarts=2), amortization_assumed=False)
     model, _, _ = ctx.reference()
-    ctx.cache["blocks"] = granularity.find_blocks(model, src)
+    ctx.evidence.blocks = granularity.find_blocks(model, src)
     monkeypatch.setattr(Session, "cuda", property(lambda self: cuda))
     return ctx
 
@@ -295,7 +295,7 @@ def test_a_boundary_that_cannot_be_marked_whole_gets_no_mark_dynamic(tmp_path, m
 def test_nested_and_keyword_block_inputs_are_named():
     import torch
 
-    from rewriter.diagnose.recompiles import nested_tensor_shapes, varying_named
+    from rewriter.diagnose.rungs.recompiles import nested_tensor_shapes, varying_named
 
     cos = torch.zeros(1, 5, 8)
     a = nested_tensor_shapes((torch.zeros(2, 5), (cos, cos)), {"position_embeddings": (cos, cos), "mask": None})
@@ -309,7 +309,7 @@ def test_nested_and_keyword_block_inputs_are_named():
 def test_a_varying_int_block_argument_blocks_every_mark(tmp_path, monkeypatch):
     """Review: block(x, T) with x.view(b, T, ...) inside: x dim 1 was marked and the first call
     raised "specialized it to be a constant"."""
-    from rewriter.diagnose.recompiles import int_inputs
+    from rewriter.diagnose.rungs.recompiles import int_inputs
 
     assert int_inputs((object(), 12, (3, True)), {"seq_len": 12, "flag": False}) == {"args[1]": 12, "args[2][0]": 3, "seq_len": 12}
     ctx = llama(tmp_path, monkeypatch)
@@ -348,7 +348,7 @@ def test_batch_scaling_flags_a_noisy_machine(median, noisy):
     warning: a median far above the minimum now says the timing is noisy."""
     from types import SimpleNamespace
 
-    from rewriter.diagnose import batch_scaling
+    from rewriter.diagnose.rungs import batch_scaling
     from rewriter.diagnose.context import Context
 
     session = SimpleNamespace(

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from rewriter.diagnose import device_time, gaps, op_mix, top_ops
+from rewriter.diagnose.rungs import device_time, gaps, op_mix, top_ops
 from rewriter.diagnose.context import Context
-from rewriter.diagnose.profile import KernelEvent, OpEvent, ProfileData
+from rewriter.diagnose.rungs.profile import KernelEvent, OpEvent, ProfileData
 from rewriter.diagnose.session import Session
 from rewriter.harness import load_harness
 from rewriter.plan import load_plan
@@ -34,7 +34,7 @@ def _ctx(tmp_path, monkeypatch, workload):
     # one step, window 0..1000 us:
     #   gemm 0-200 | gap 200-400, host launches at 250 | nccl 400-600 | gap 600-700 |
     #   triton_poi 700-710 | 10 us | topk 720-900 | idle 900-1000
-    c.cache["profile"] = ProfileData(
+    c.evidence.profile = ProfileData(
         device="cuda",
         steps=1,
         windows=[(0.0, 1000.0)],
@@ -47,7 +47,7 @@ def _ctx(tmp_path, monkeypatch, workload):
         ],
         profiled_step_ms=1.0,
     )
-    c.cache["eager_time"] = {"median_ms": 0.9, "min_ms": 0.9, "iters": 3}
+    c.evidence.eager_time = {"median_ms": 0.9, "min_ms": 0.9, "iters": 3}
     return c
 
 
@@ -88,7 +88,7 @@ def test_idle_after_syncs_is_blamed_on_them_and_the_rest_on_dispatch(tmp_path, m
     .item(); the verdict named the sync for all 29%. Only the idle right after a sync is the
     sync's; the rest is the host launching."""
     c = _ctx(tmp_path, monkeypatch, "host_stall")
-    c.cache["profile"].kernels = _sync_timeline(after_sync_us=10.0, dispatch_us=290.0)
+    c.evidence.profile.kernels = _sync_timeline(after_sync_us=10.0, dispatch_us=290.0)
     r = gaps.run(c)
     m = r.measurement
     assert (m["after_sync_share"], m["dispatch_gap_share"], m["host_stall_share"]) == (0.01, 0.29, 0.3)
@@ -98,7 +98,7 @@ def test_idle_after_syncs_is_blamed_on_them_and_the_rest_on_dispatch(tmp_path, m
     assert r.implies.startswith("fewer launches")
     assert all("idle right after the syncs: 1.0% of the step" in f.message for f in r.findings)
     # the same sync with a long wait after it: remove the sync
-    c.cache["profile"].kernels = _sync_timeline(after_sync_us=120.0, dispatch_us=0.0)
+    c.evidence.profile.kernels = _sync_timeline(after_sync_us=120.0, dispatch_us=0.0)
     r = gaps.run(c)
     assert r.measurement["after_sync_share"] == 0.12
     assert r.verdict.startswith("host stalls: 12% of the step idle with no kernel, 12% right after host syncs (device-to-host copies) at model.py:")
@@ -108,7 +108,7 @@ def test_idle_after_syncs_is_blamed_on_them_and_the_rest_on_dispatch(tmp_path, m
 def test_idle_after_a_device_to_host_copy_counts_without_a_located_call(ctx):
     """A read-back the call-site capture does not know (x.to("cpu")) still stalls the device:
     the verdict must not say "no significant gaps" (review of the gaps split)."""
-    ctx.cache["profile"].kernels = _sync_timeline(after_sync_us=250.0, dispatch_us=20.0)
+    ctx.evidence.profile.kernels = _sync_timeline(after_sync_us=250.0, dispatch_us=20.0)
     r = gaps.run(ctx)
     assert not r.findings and r.measurement["after_sync_share"] == 0.25
     assert r.verdict.startswith("host stalls: 25% of the step idle with no kernel, 25% right after host syncs")
@@ -117,7 +117,7 @@ def test_idle_after_a_device_to_host_copy_counts_without_a_located_call(ctx):
 
 
 def test_gap_after_a_device_to_host_copy_is_a_host_stall_of_any_length(ctx):
-    data = ctx.cache["profile"]
+    data = ctx.evidence.profile
     data.kernels = [
         KernelEvent("void at::native::reduce_kernel<512, 1>", 0.0, 300.0, 7, "kernel", "aten::max"),
         KernelEvent("Memcpy DtoH (Device -> Pageable)", 300.0, 2.0, 7, "memcpy", "aten::_local_scalar_dense"),
@@ -145,7 +145,7 @@ def test_unlinked_topk_kernels_group_under_aten_topk_and_elementwise_is_not_domi
     gather = "void at::native::mbtopk::gatherTopK<c10::BFloat16, unsigned int, 2>(at::cuda::detail::TensorInfo<c10::BFloat16 const, unsigned int>, unsigned int)"
     counts = "void at::native::mbtopk::computeBlockDigitCounts<c10::BFloat16, unsigned int, unsigned int, 2>(at::cuda::detail::TensorInfo<c10::BFloat16 const, unsigned int>, unsigned int)"
     mul = "void at::native::vectorized_elementwise_kernel<8, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul> >(int, at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul>)"
-    ctx.cache["profile"].kernels = [
+    ctx.evidence.profile.kernels = [
         KernelEvent("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 0.0, 500.0, 7, "kernel", None),
         KernelEvent(mul, 500.0, 300.0, 7, "kernel", None),
         KernelEvent(gather, 800.0, 60.0, 7, "kernel", None),
@@ -158,7 +158,7 @@ def test_unlinked_topk_kernels_group_under_aten_topk_and_elementwise_is_not_domi
     assert r.implies == "kernel for aten::topk"
     assert "fusible, compile handles it" in r.verdict and mul not in r.verdict
 
-    ctx.cache["profile"].kernels = ctx.cache["profile"].kernels[:2]
+    ctx.evidence.profile.kernels = ctx.evidence.profile.kernels[:2]
     r = top_ops.run(ctx)
     assert r.measurement["dominant"] is None
     assert r.implies.startswith("compile")
@@ -179,7 +179,7 @@ def test_kernel_parent_is_the_frontend_op_not_a_runtime_event_with_the_same_id()
 
     from torch.autograd import DeviceType
 
-    from rewriter.diagnose.profile import _aten_parent, frontend_by_id
+    from rewriter.diagnose.rungs.profile import _aten_parent, frontend_by_id
 
     op = SimpleNamespace(name="aten::topk", id=5, device_type=DeviceType.CPU, is_async=False, linked_correlation_id=0, cpu_parent=None)
     launch = SimpleNamespace(name="cudaLaunchKernel", id=5, device_type=DeviceType.CPU, is_async=False, linked_correlation_id=9, cpu_parent=None)

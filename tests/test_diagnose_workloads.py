@@ -273,7 +273,7 @@ def test_recompiles_from_value_guards_are_not_blamed_on_shapes(tmp_path):
     """The newcomer's model again, across two shapes: the per-layer guard after the break
     recompiles too; the rung counts it apart from the shape recompiles and says mark_dynamic
     cannot remove it."""
-    from rewriter.diagnose.recompiles import is_shape_guard
+    from rewriter.diagnose.rungs.recompiles import is_shape_guard
 
     assert is_shape_guard(["tensor 'x' size mismatch at index 1. expected 16, actual 24"])
     assert is_shape_guard([])

@@ -99,7 +99,7 @@ def test_the_declared_repeated_blocks_are_planned_rewritten_and_run_compiled(tmp
     import torch
 
     from rewriter.diagnose.declared import read
-    from rewriter.diagnose.granularity import find_blocks
+    from rewriter.diagnose.rungs.granularity import find_blocks
 
     src = _project(tmp_path)
     sys.path.insert(0, str(src))

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from rewriter.diagnose import memory
+from rewriter.diagnose.rungs import memory
 from rewriter.diagnose.context import Context
-from rewriter.diagnose.memory import STRANDED_SHARE, sweep_verdict
+from rewriter.diagnose.rungs.memory import STRANDED_SHARE, sweep_verdict
 from rewriter.diagnose.session import Session
 from rewriter.harness import load_harness, resolve_device
 from rewriter.plan import load_plan

@@ -1,6 +1,6 @@
 """The memory rung over the harness's shape sweep (issue 14 item 2), on CPU.
 
-The verdict is a pure function of per-step figures (:func:`rewriter.diagnose.memory.sweep_verdict`),
+The verdict is a pure function of per-step figures (:func:`rewriter.diagnose.rungs.memory.sweep_verdict`),
 tested on synthetic records; the sweep itself runs the real harness with an injected
 ``memory_stats`` (no CUDA allocator here); the rung on CPU says it is skipped; the allocator
 candidate's two child processes run for real on CPU (the plumbing: which setting each arm saw),
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from rewriter.diagnose import memory
+from rewriter.diagnose.rungs import memory
 from rewriter.diagnose.context import Context
-from rewriter.diagnose.memory import (
+from rewriter.diagnose.rungs.memory import (
     GROWTH_MIB,
     action_env,
     allocator_effect,
@@ -340,7 +340,7 @@ def test_the_plan_keeps_the_allocator_as_its_measurement_says(tmp_path, keep, ev
 
 
 def test_report_md_shows_the_sweep_per_pass_and_the_allocator_arms():
-    from rewriter.diagnose.memory import per_pass
+    from rewriter.diagnose.rungs.memory import per_pass
     from rewriter.diagnose.report import memory_markdown
 
     steps = records([[5, 3, 2], [1, 0, 2], [0, 1, 1], [2, 0, 0]])

@@ -158,7 +158,8 @@ def test_a_fullgraph_program_with_data_dependent_ops_keeps_fullgraph_on_its_regi
     mode cannot run under a fullgraph=True program yet.)"""
     import torch
 
-    from rewriter.diagnose.runner import RUNGS, diagnose, harness_from_flags
+    from rewriter.diagnose.runner import diagnose, harness_from_flags
+    from rewriter.diagnose.rungs import ladder
 
     src = tmp_path / "src"
     shutil.copytree(FIXTURES / "own_fullgraph_item", src, ignore=shutil.ignore_patterns("__pycache__"))
@@ -166,7 +167,7 @@ def test_a_fullgraph_program_with_data_dependent_ops_keeps_fullgraph_on_its_regi
     spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 8}, {"batch": 12}], mode=None,
                                  dtype=None, device="cpu")
     plan = tmp_path / "out" / "plan.yaml"
-    outcome = diagnose(spec, src, plan, only={n for n, _ in RUNGS if n != "gaps"} | {"search"}, backend="eager")
+    outcome = diagnose(spec, src, plan, only={r.name for r in ladder() if r.name != "gaps"} | {"search"}, backend="eager")
     actions = load_plan(plan).plan.actions
     assert not [a for a in actions if a.action == "disable"], actions
     [edit] = [a for a in actions if a.action == "compile"]

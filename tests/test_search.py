@@ -365,7 +365,7 @@ def test_a_requires_grad_guard_is_not_per_instance_state():
     """A newcomer's training MLP: the first block's input has no grad, the others' do (one
     recompile, 2 graphs for 8 blocks); the rung read it as per-instance state and the search
     pruned every per-block plan."""
-    from rewriter.diagnose.recompiles import is_tensor_property_guard
+    from rewriter.diagnose.rungs.recompiles import is_tensor_property_guard
 
     assert is_tensor_property_guard(["tensor 'x' requires_grad mismatch. expected requires_grad=0"])
     assert not is_tensor_property_guard(["self.index == 3"])

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rewriter.cli import main
+from rewriter.diagnose.evidence import Evidence
 from rewriter.diagnose.config_candidates import judge, knob_for
 from rewriter.errors import StackpartError
 from rewriter.plan import load_plan, parse_plan
@@ -110,7 +111,7 @@ def test_the_knobs_the_program_sets_are_its_assignments_not_lines_in_strings():
         "def setup():\n    a = torch._dynamo.config.capture_scalar_outputs = True\n"
     )
     facts = type("Facts", (), {"module": cst.parse_module(code)})()
-    ctx = type("Ctx", (), {"cache": {"own_parsed": [("m.py", facts, None)]}})()
+    ctx = type("Ctx", (), {"evidence": Evidence(own_parsed=[("m.py", facts, None)])})()
     assert _already_set(ctx) == {"capture_dynamic_output_shape_ops": "m.py:10", "capture_scalar_outputs": "m.py:12"}
 
 
@@ -164,7 +165,7 @@ def test_which_break_reasons_a_knob_captures(reason, knob):
 
 class _Ctx:
     def __init__(self, twins):  # noqa: ANN001
-        self.cache = {"config_twins": twins}
+        self.evidence = Evidence(config_twins=twins)
 
 
 def _row(graphs, breaks, sites=(), **kw):  # noqa: ANN001, ANN202

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rewriter.cli import main
+from rewriter.diagnose.evidence import Evidence
 from rewriter.plan import load_plan
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose"
@@ -241,7 +242,7 @@ def test_a_torch_without_the_knob_refuses_the_plan_and_gets_no_twin(tmp_path, mo
     assert (tmp_path / "model.py").read_text() == model
 
     class Ctx:
-        cache: dict = {}
+        evidence = Evidence()
 
     r = RungResult("recompiles", "t")
     r.measurement = {"value_guards": [dict(source="self.step", attribute="step", values=[3, 4], calls=3, recompiles=2,
@@ -251,7 +252,7 @@ def test_a_torch_without_the_knob_refuses_the_plan_and_gets_no_twin(tmp_path, mo
     ctx.results = {"recompiles": r}
     monkeypatch.setattr(vg, "knob_exists", lambda: False)
     cands, pruned = vg.with_knob(ctx, ["as-is"])
-    assert cands == ["as-is"] and ctx.cache["value_guard_twins"] == {}
+    assert cands == ["as-is"] and ctx.evidence.value_guard_twins == {}
     [line] = pruned
     assert line.startswith("+allow_unspec_int_on_nn_module: Net.step at model.py:3 changes every call") and "torch >= 2.7" in line
 
@@ -260,7 +261,7 @@ def test_a_twin_that_recompiles_no_less_is_pruned_after_measurement():
     from rewriter.diagnose.value_guards import judge
 
     class Ctx:
-        cache = {"value_guard_twins": {"whole+allow_unspec_int_on_nn_module": "whole", "as-is+allow_unspec_int_on_nn_module": "as-is"}}
+        evidence = Evidence(value_guard_twins={"whole+allow_unspec_int_on_nn_module": "whole", "as-is+allow_unspec_int_on_nn_module": "as-is"})
 
     rows = {
         "whole": {"compile": {"recompiles": 5, "recompile_limit_hits": ["hit config.recompile_limit (8)"]}, "problems": ["fallback"]},

@@ -23,12 +23,12 @@ from .dynamo_log import reset
 
 def compiles_itself(ctx: Context) -> bool:
     """True when one step of the harness's model compiled at least one graph by itself (module
-    docstring). Cached in ``ctx.cache["compiles_itself"]``.
+    docstring). Cached in ``ctx.evidence.compiles_itself``.
 
     Raises:
         HarnessFailure: the step raised (at the rung now running).
     """
-    if "compiles_itself" not in ctx.cache:
+    if ctx.evidence.compiles_itself is None:
         import torch
 
         from ..engine.watch import CompileWatch
@@ -38,10 +38,10 @@ def compiles_itself(ctx: Context) -> bool:
         try:
             with CompileWatch() as watch, torch.compiler.set_stance("default", force_backend="eager"):
                 ctx.session.run(step, f"{ctx.session.forward_name()} as the program compiles it")
-            ctx.cache["compiles_itself"] = bool(watch.stats().unique_graphs)
+            ctx.evidence.compiles_itself = bool(watch.stats().unique_graphs)
         finally:
             reset()
-    return ctx.cache["compiles_itself"]
+    return ctx.evidence.compiles_itself
 
 
 def compiled_as_run(model: Any, own: bool) -> tuple[Any, str]:

@@ -146,7 +146,7 @@ def with_attention(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
         return cands, pruned
     # the static-cache candidate too: an eager-attention generation model gains from both levers
     twins_of = {c.name for c in cands if (c.compiles or c.name == "as-is" or any(a.action == "generation" for a in c.plan.actions))
-                and c.name not in (ctx.cache.get("config_twins") or {})}
+                and c.name not in ctx.evidence.config_twins}
     out: list[Any] = []
     keys = {c.key() for c in cands}
     for c in cands:

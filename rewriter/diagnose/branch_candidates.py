@@ -105,7 +105,7 @@ def with_branchless(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     from .candidate import Candidate, place_twin
     from .config_candidates import covers
 
-    ctx.cache["branch_twins"] = {}
+    ctx.evidence.branch_twins = {}
     breaks = branch_breaks(ctx)
     if not breaks:
         return cands, []
@@ -136,7 +136,7 @@ def with_branchless(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
             continue
         twin = Candidate(f"{c.name}+branchless", c.plan.model_copy(update={"actions": [*c.plan.actions, *covered]}),
                          [*c.notes, "branchless is unsafe (both sides of the branch are evaluated): the numerics check decides"])
-        made += place_twin(out, keys, ctx.cache["branch_twins"], twin, c)
+        made += place_twin(out, keys, ctx.evidence.branch_twins, twin, c)
     if not made:
         where = ", ".join(a.target + f" line {a.line}" for _, a in accepted)
         notes.append(f"+branchless: no measured candidate compiles the branch at {where} (the program's own compile of it "
@@ -152,7 +152,7 @@ def judge(ctx: Any, rows: dict[str, dict[str, Any]]) -> list[str]:
     from .config_candidates import _breaks_seen, _graphs
 
     lines: list[str] = []
-    for name, base in (ctx.cache.get("branch_twins") or {}).items():
+    for name, base in ctx.evidence.branch_twins.items():
         row, ref = rows.get(name), rows.get(base)
         if not row or not ref or any(r.get(k) for r in (row, ref) for k in ("skipped", "problems", "error")):
             continue

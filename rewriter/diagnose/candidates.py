@@ -44,7 +44,8 @@ from ..plan import BucketAction, CompileAction, CompileOptions, GenerationAction
 from .candidate import Candidate
 from .context import Context
 from .planner import plan as rule_plan
-from .recompiles import shapes_stable
+from .rungs import batch_scaling, op_mix
+from .rungs.recompiles import shapes_stable
 
 
 def nested_supported() -> bool:
@@ -108,7 +109,7 @@ class OwnScope:
 
         model, _, _ = ctx.reference()
         model_cls = type(model).__name__
-        blocks = ctx.cache.get("blocks") or []
+        blocks = ctx.evidence.blocks
         block = blocks[0] if blocks else None
         attrs: set[str] = set()
         if block is not None:
@@ -282,21 +283,21 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     pruned: list[str] = []
     out: list[Candidate] = []
     conflicts: dict[str, list[str]] = {}
-    ctx.cache["config_twins"] = {}  # filled by .config_candidates.with_config, read after measurement
+    ctx.evidence.config_twins = {}  # filled by .config_candidates.with_config, read after measurement
     if regions is None and own_setup:
         from .own_compile import own_compiles
 
         # the search's one reading (run_search), else from SRC
-        regions = ctx.cache.get("own_regions")
+        regions = ctx.evidence.own_regions
         if regions is None:
-            regions = own_compiles(ctx.session.src, parsed=ctx.cache.get("own_parsed"))
+            regions = own_compiles(ctx.session.src, parsed=ctx.evidence.own_parsed)
     scope = OwnScope.of(ctx, regions or [])
     from .own_candidates import standin
 
     # the program's whole-model compile in a script the harness does not run: measured through
     # stand-ins (whole for it, per-block for its regional form), written as an edit of its call
     stand = standin(ctx, scope, pruned)
-    ctx.cache["own_standin"] = stand
+    ctx.evidence.own_standin = stand
     if stand is not None:
         from dataclasses import replace
 
@@ -326,13 +327,13 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     # search measures the setting itself in a child's environment (.search.measure_allocator_candidate)
     if any(a.action == "kernel" for a in base.plan.actions):
         add("kernel", base)
-    if ctx.cache.get("stopped_at"):
-        pruned.append(f"every compile: the ladder stopped at rung {ctx.cache['stopped_at']}")
+    if ctx.evidence.stopped_at:
+        pruned.append(f"every compile: the ladder stopped at rung {ctx.evidence.stopped_at}")
         add("rule", proposal, rule=True)
         return _with_levers(ctx, _rule_first(out), pruned)
     opmix = ctx.measured("op_mix")
-    launch = ctx.measured("batch_scaling").get("fixed_share", 0) >= 0.15
-    if opmix.get("gemm_share", 0) >= 0.80 and not launch:
+    launch = batch_scaling.launch_bound(ctx)
+    if op_mix.gemm_dominated(ctx) and not launch:
         pruned.append(f"every compile: GEMM-dominated ({opmix['gemm_share']:.0%} GEMM+attention, not launch-bound): compile returns ~1.0x")
         add("rule", proposal, rule=True)
         # the attention implementation is not a compile: an eager-attention model that compile

@@ -87,9 +87,9 @@ def config_target(ctx: Any) -> tuple[str, str]:
     if owner is not None and "__init__" in vars(cls) and target_of(vars(cls)["__init__"], ctx.session.src) == f"{owner}.__init__":
         return (f"{owner}.__init__", "the model's constructor: it runs in every program that builds the model (the harness and "
                 "the program's own scripts) before any of its code is traced")
-    own = [r for r in ctx.cache.get("own_regions") or []  # a call (never a decorator: its function is the compiled code)
+    own = [r for r in ctx.evidence.own_regions or []  # a call (never a decorator: its function is the compiled code)
            if r.idle is None and r.site is not None and not r.code.startswith("@") and r.covers[0] != "function"]
-    if len(own) == 1 and ctx.cache.get("own_compiled_modules"):
+    if len(own) == 1 and ctx.evidence.own_compiled_modules:
         # the program's own compile runs in the harness: the line goes in the function that holds it,
         # before the call, so it takes effect for that compile in the program's own scripts too
         return (own[0].site, f"the function that holds the program's own compile ({own[0].text}): it runs before that "
@@ -110,7 +110,7 @@ def covers(cand: Any, finding: Any, ctx: Any, own_measured: bool) -> bool:
         return False
     model, _, _ = ctx.reference()
     model_target = unit_target(type(model), ctx.session.src)
-    blocks = ctx.cache.get("blocks") or []
+    blocks = ctx.evidence.blocks
     block = blocks[0] if blocks else None
     chain = [*finding.callers, finding.function] if finding.function else list(finding.callers)
     for a in compiles:
@@ -130,11 +130,11 @@ def covers(cand: Any, finding: Any, ctx: Any, own_measured: bool) -> bool:
 
 def _already_set(ctx: Any) -> dict[str, str]:
     """``key -> file:line`` for each knob SRC's own code sets to True (the files the search parsed
-    for the compile setup, ``ctx.cache["own_parsed"]``): assignment statements
+    for the compile setup, ``ctx.evidence.own_parsed``): assignment statements
     ``<name>._dynamo.config.KEY = True`` anywhere in a file, read from its syntax tree, so a line in
     a docstring or string, or a conditional value (``= True if fast else False``), is none."""
     found: dict[str, str] = {}
-    for rel, facts, _ in ctx.cache.get("own_parsed") or []:
+    for rel, facts, _ in ctx.evidence.own_parsed or []:
         for key, line in config_set_true(facts.module.code):
             found.setdefault(key, f"{rel}:{line}")
     return found
@@ -166,11 +166,11 @@ def config_set_true(code: str) -> list[tuple[str, int]]:
 
 def with_config(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     """``cands`` with a config twin before each candidate that compiles a capturable break, and
-    what was left out (why). Records ``twin name -> candidate name`` in ``ctx.cache["config_twins"]``
+    what was left out (why). Records ``twin name -> candidate name`` in ``ctx.evidence.config_twins``
     for :func:`judge`."""
     from .candidate import Candidate, place_twin
 
-    ctx.cache["config_twins"] = {}
+    ctx.evidence.config_twins = {}
     breaks = capturable_breaks(ctx)
     if not breaks:
         return cands, []
@@ -212,7 +212,7 @@ def with_config(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
             "candidate compiles (the program's own compile of it is in a script the harness does not run, or every compile "
             "of it was pruned); set it before that compile runs"
             + ("".join(f"; the program sets {k} itself at {have[k]}" for k in knobs if k in have)))
-    ctx.cache["config_twins"] = twins
+    ctx.evidence.config_twins = twins
     return out, pruned
 
 
@@ -238,7 +238,7 @@ def judge(ctx: Any, rows: dict[str, dict[str, Any]]) -> list[str]:
     chooses it); returns one line per twin pruned so, for the report's ``pruned``. Rows not both
     measured without a problem are left to the decision as they are."""
     lines: list[str] = []
-    for name, base in (ctx.cache.get("config_twins") or {}).items():
+    for name, base in ctx.evidence.config_twins.items():
         row, ref = rows.get(name), rows.get(base)
         if not row or not ref or any(r.get(k) for r in (row, ref) for k in ("skipped", "problems", "error")):
             continue

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..plan import Amortization
+from .evidence import Evidence
 from .rung import RungResult
 from .session import Session
 
@@ -23,7 +24,8 @@ class Context:
             search forces them on every candidate and measures failures, not gains).
         amortization: the deployment (runs, restarts) the compile cost must pay back over.
         results: rung results so far, by rung name.
-        cache: values measured once and shared (profile, eager time, blocks, call sites).
+        evidence: values measured once and shared (:class:`.evidence.Evidence`: profile, eager time,
+            blocks, the program's own compiles...).
         entry: ``file.py::func`` the user named with ``--entry`` (the program's entry point,
             where process-level actions such as ``allocator`` go); None when not given.
         site: ``file.py::func`` the user named with ``--site``: the function under SRC that
@@ -34,6 +36,7 @@ class Context:
         pin: ``--pin``, where the search's timed processes run (:attr:`rewriter.engine.measure.Options.pin`).
         cold_parallel: ``--cold-parallel``, the candidates' cold phases at a time; None: 2 on a
             GPU host with >= 8 CPUs, else 1 (:attr:`rewriter.engine.measure.Options.parallel_cold`).
+        steps: profiled steps (``--steps``, :mod:`.rungs.profile`).
         contended: ``--host both`` (the default): on CUDA the search also times each candidate with
             its host core contended and decides on both conditions
             (:attr:`rewriter.engine.measure.Options.contended`); ``--host quiet``: False.
@@ -50,8 +53,9 @@ class Context:
     pin: str = "shared"
     cold_parallel: int | None = None
     contended: bool = True
+    steps: int = 3
     results: dict[str, RungResult] = field(default_factory=dict)
-    cache: dict[str, Any] = field(default_factory=dict)
+    evidence: Evidence = field(default_factory=Evidence)
 
     def measured(self, name: str) -> dict[str, Any]:
         """The measurement of rung ``name`` if it ran ok, else ``{}``."""
@@ -60,14 +64,14 @@ class Context:
 
     def reference(self) -> tuple[Any, Any, Any]:
         """(model, inputs, step) at the reference shape, built once."""
-        if "reference" not in self.cache:
+        if self.evidence.reference is None:
             model, inputs = self.session.build()
-            self.cache["reference"] = (model, inputs, self.session.step_fn(model, inputs))
-        return self.cache["reference"]
+            self.evidence.reference = (model, inputs, self.session.step_fn(model, inputs))
+        return self.evidence.reference
 
     def eager_time(self) -> dict[str, float]:
         """Median eager step time at the reference shape (ms), measured once."""
-        if "eager_time" not in self.cache:
+        if self.evidence.eager_time is None:
             _, _, step = self.reference()
-            self.cache["eager_time"] = self.session.time(step)
-        return self.cache["eager_time"]
+            self.evidence.eager_time = self.session.time(step)
+        return self.evidence.eager_time

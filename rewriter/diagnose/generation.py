@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from .context import Context
+from .evidence import UNREAD
 
 
 def generating_module(ctx: Context) -> Any | None:
     """The outermost module whose ``generate`` the reference step called, or None (cached in
-    ``ctx.cache["generates"]``)."""
-    if "generates" in ctx.cache:
-        return ctx.cache["generates"]
+    ``ctx.evidence.generates``)."""
+    if ctx.evidence.generates is not UNREAD:
+        return ctx.evidence.generates
     model, _, step = ctx.reference()
     candidates = [m for _, m in model.named_modules()
                   if callable(getattr(m, "generate", None)) and getattr(m, "generation_config", None) is not None]
@@ -39,5 +40,5 @@ def generating_module(ctx: Context) -> Any | None:
         for module in patched:
             del module.generate
     found = called[0] if called else None
-    ctx.cache["generates"] = found
+    ctx.evidence.generates = found
     return found

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the job file named in ``argv[0]``; return the exit code (0 once a result is written)."""
     args = sys.argv[1:] if argv is None else argv
     job = json.loads(Path(args[0]).read_text())
-    from .memory import ALLOC_CONF_VARS, _mib, sweep
+    from .rungs.memory import ALLOC_CONF_VARS, _mib, sweep
 
     result: dict[str, Any] = {"alloc_conf": {v: os.environ[v] for v in ALLOC_CONF_VARS if v in os.environ}}
     t0 = time.perf_counter()

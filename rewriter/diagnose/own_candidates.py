@@ -31,12 +31,12 @@ DYNAMIC = "as-is+dynamic"
 def compiled_modules_of(ctx: Any) -> list[dict[str, Any]]:
     """The harness's model's compiled modules (:func:`rewriter.engine.watch.compiled_modules`),
     read once from the reference model (no call of it)."""
-    if "own_compiled_modules" not in ctx.cache:
+    if ctx.evidence.own_compiled_modules is None:
         from ..engine.watch import compiled_modules
 
         model, _, _ = ctx.reference()
-        ctx.cache["own_compiled_modules"] = compiled_modules(model)
-    return ctx.cache["own_compiled_modules"]
+        ctx.evidence.own_compiled_modules = compiled_modules(model)
+    return ctx.evidence.own_compiled_modules
 
 
 def regional_path(ctx: Any) -> tuple[str | None, str]:
@@ -49,7 +49,7 @@ def regional_path(ctx: Any) -> tuple[str | None, str]:
     inner = getattr(model, "_orig_mod", model)
     if callable(getattr(inner, REPEATED_BLOCKS, None)) and getattr(inner, "_repeated_blocks", None):
         return REPEATED_BLOCKS, f"{type(inner).__name__}.{REPEATED_BLOCKS} (the library's own regional compile)"
-    blocks = ctx.cache.get("blocks") or []
+    blocks = ctx.evidence.blocks
     if not blocks:
         return None, "no repeated block in the model"
     block = blocks[0]
@@ -157,7 +157,7 @@ def standin(ctx: Any, scope: Any, pruned: list[str]) -> Any:
         pruned.append(f"{REGIONAL}: the program's own compile ({own.text}) is not run by the harness and cannot be turned "
                       f"regional: {why if path is None else refused}")
         return None
-    ctx.cache["own_standin_path"] = (path, why)
+    ctx.evidence.own_standin_path = (path, why)
     return own
 
 
@@ -189,7 +189,7 @@ def translate(ctx: Any, out: Any, own: Any) -> str | None:
         return (f"the program's own whole-model compile ({own.text}) is in {file}, which the harness does not run; measured "
                 f"through its stand-in {cand.name!r} on the harness's model ({figures(row)}), it is the best plan: it is kept "
                 "as it is")
-    path, why = ctx.cache.get("own_standin_path") or (None, "")
+    path, why = ctx.evidence.own_standin_path or (None, "")
     if path is None:
         return None
     # the options the stand-in was measured with (fullgraph, mode, dynamic), where the call can take them

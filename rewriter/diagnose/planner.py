@@ -45,10 +45,11 @@ from ..plan import (
     Plan,
 )
 from .context import Context
-from .granularity import region_blocks
 from .locate import library_target_of, names_reached, unit_target, untargetable
-from .memory import expandable_segments_on
-from .recompiles import shapes_stable
+from .rungs import batch_scaling, op_mix
+from .rungs.granularity import region_blocks
+from .rungs.memory import expandable_segments_on
+from .rungs.recompiles import shapes_stable
 
 
 @dataclass
@@ -145,14 +146,14 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
     notes: list[str] = []
     model, _, _ = ctx.reference()
     model_target = unit_target(type(model), src)
-    blocks = ctx.cache.get("blocks") or []
+    blocks = ctx.evidence.blocks
     block = blocks[0] if blocks else None
     # a block of an installed package (transformers' GPT2Block) is targeted by import path and
     # applied from the plan's site (docs/design.md, "Library models")
     block_target = (block["target"] or library_target_of(block["cls"])) if block is not None else None
     # the model's own list of its repeated blocks (_repeated_blocks: diffusers' regional
     # compilation): every declared class is a per-block target, not only the first
-    declared = ctx.cache.get("declared")
+    declared = ctx.evidence.declared
     if declared is not None:
         notes.extend(declared.notes())
     also = [(b, b["target"] or library_target_of(b["cls"])) for b in region_blocks(blocks)[1:]]
@@ -198,9 +199,9 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
                 "allocation; pass --entry file.py::func (your program's entry point) to plan the allocator action there"
             )
 
-    if ctx.cache.get("stopped_at") and not any(res.get(n) is not None and res[n].ok for n in ("batch_scaling", "op_mix")):
+    if ctx.evidence.stopped_at and not any(res.get(n) is not None and res[n].ok for n in ("batch_scaling", "op_mix")):
         notes.append(
-            f"no compile planned: the ladder stopped at rung {ctx.cache['stopped_at']} before the rungs that decide it "
+            f"no compile planned: the ladder stopped at rung {ctx.evidence.stopped_at} before the rungs that decide it "
             "(batch scaling, op mix, the search)"
         )
         return Decision(_plan(spec, ctx, actions), notes)
@@ -210,7 +211,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
     bound = opmix.get("compile_gain_bound")
     bs = m("batch_scaling")
     rc = m("recompiles")
-    launch = bs.get("fixed_share", 0) >= 0.15
+    launch = batch_scaling.launch_bound(ctx)
     stable = shapes_stable(ctx)
     if not res.get("recompiles") or not res["recompiles"].ok:
         notes.append("the recompiles rung did not run ok: shapes are treated as varying (no CUDA graphs)")
@@ -256,7 +257,7 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
         return Decision(_plan(spec, ctx, actions), notes)
     if unit == "whole":
         return Decision(_plan(spec, ctx, actions), notes)
-    if unit is None and opmix.get("gemm_share", 0) >= 0.80 and not launch:
+    if unit is None and op_mix.gemm_dominated(ctx) and not launch:
         notes.append(
             f"GEMM-dominated ({opmix['gemm_share']:.0%} GEMM+attention, {opmix['basis']}): compile would return ~1.0x "
             f"(at most {bound}x); no compile planned"

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from .rung import RungResult
-from .top_ops import short_name
+from .rungs.top_ops import short_name
 
 REPORT_VERSION = 1
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,46 +20,17 @@ from typing import Any
 from ..errors import StackpartError, src_dir
 from ..harness import device_record, load_harness, resolve_device
 from ..plan import Amortization, Harness
-from . import (
-    batch_scaling,
-    device_time,
-    gaps,
-    granularity,
-    graph_breaks,
-    instance_recompiles,
-    memory,
-    op_mix,
-    recompiles,
-    top_ops,
-)
 from .context import Context
 from .declared import read as declared_blocks
-from .profile import profile_steps
+from .evidence import UNREAD
 from .report import charts, default_report_dir, markdown, plan_yaml, terminal, to_json, write_json
-from .rung import RungResult
+from .rung import Rung, RungResult
+from .rungs import givers, ladder, memory
+from .rungs.granularity import find_blocks
 from .session import HarnessFailure, Session
 
-#: The ladder, cheapest first (docs/design.md). ``profile`` is the shared profiled run.
-RUNGS: list[tuple[str, Callable[[Context], RungResult] | None]] = [
-    ("batch_scaling", batch_scaling.run),
-    ("profile", None),
-    ("device_time", device_time.run),
-    ("op_mix", op_mix.run),
-    ("top_ops", top_ops.run),
-    ("gaps", gaps.run),
-    ("graph_breaks", graph_breaks.run),
-    ("recompiles", recompiles.run),
-    ("instance_recompiles", instance_recompiles.run),
-    ("memory", memory.run),
-    ("granularity", granularity.run),
-]
 #: After the ladder: the candidate plans measured as wholes (:mod:`.search`); ``only`` may name it.
 SEARCH = "search"
-NEEDS_PROFILE = {"device_time", "op_mix", "top_ops", "gaps", "granularity"}
-#: Rungs that run the model under torch.compile: a failure there is Dynamo's or Inductor's with
-#: this model, not a broken harness (the eager rungs before them already ran it), so it is
-#: recorded as the rung's error and the ladder goes on.
-COMPILE_RUNGS = {"graph_breaks", "recompiles", "instance_recompiles"}
 #: What a run writes into its report folder (removed first, so a failed run leaves no mix).
 ARTIFACTS = ("report.json", "report.md", "op_mix.png", "blocks.png", "candidates.png", "trace.json", "search.log", "diagnose.log")
 
@@ -83,16 +53,16 @@ class Outcome:
 
 def memory_from_oom(ctx: Context, results: list[RungResult], oom_in: HarnessFailure, stopped: bool) -> None:
     """A fragmentation OOM met in rung ``oom_in.rung`` is the memory rung's verdict
-    (:func:`.memory.from_oom`). ``stopped``: the ladder ended there, so every rung not run is
+    (:func:`.rungs.memory.from_oom`). ``stopped``: the ladder ended there, so every rung not run is
     recorded as skipped and the planner sees a whole ladder. Mutates ``results`` (kept in ladder
     order) and ``ctx.results``."""
     have = {r.name: r for r in results}
     have["memory"] = memory.from_oom(oom_in.rung, oom_in.oom or {})
     if stopped:
-        ctx.cache["stopped_at"] = oom_in.rung
+        ctx.evidence.stopped_at = oom_in.rung
         why = f"the ladder stopped at rung {oom_in.rung} (fragmentation OOM)"
-        have.update({n: RungResult(n, n).skip(why) for n, _ in RUNGS if n != "profile" and n not in have})
-    results[:] = [have[n] for n, _ in RUNGS if n in have]
+        have.update({r.name: r.skipped(why) for r in ladder() if r.reported and r.name not in have})
+    results[:] = [have[r.name] for r in ladder() if r.name in have]
     ctx.results.update(have)
 
 
@@ -200,7 +170,70 @@ def diagnose(
 
     started = time.perf_counter()
     feed = console if isinstance(console, Feed) else Feed(console or stderr())  # per-event lines: -v and the log
-    console = feed.console
+    run = _load(spec, src, plan_out, report_dir, feed, timeout_s, entry, site)
+    run.ctx = Context(session=run.session, out_dir=run.out_dir, backend=backend or default_backend(run.spec.device),
+                      amortization=amortization_spec or Amortization(runs=1_000_000, restarts=1),
+                      amortization_assumed=amortization_spec is None, entry=entry, site=site, overlap=overlap, pin=pin,
+                      cold_parallel=cold_parallel, contended=contended, steps=steps)
+    run.ctx.evidence.requested_device = run.requested  # the harness's own (None: unset), for the validation report
+    run.meta = _meta(run)
+    _announce(run)
+    _climb(run, only)
+    outcome = _after_ladder(run)
+    if (only is None or SEARCH in only) and not outcome.stopped:
+        decision, outcome.search = _plan_by_search(run, budget_s, timeout_s)
+    else:  # the rules' proposal, unmeasured (the search proposes it as its first candidate otherwise)
+        decision = _plan_by_rules(run, stopped=outcome.stopped is not None)
+    outcome.plan, outcome.notes = decision.plan, _notes(run, decision, outcome, site)
+    _write(run, outcome, started)
+    terminal(feed.console, outcome.rungs, outcome.notes, outcome.plan, outcome.paths, said=feed.said)
+    return outcome
+
+
+@dataclass
+class _Run:
+    """One diagnosis under way: what its steps (:func:`diagnose`) read and add to.
+
+    Attributes:
+        spec: the harness section, its device resolved (:func:`rewriter.harness.resolve_device`).
+        requested: the harness's own device before it was resolved (None: unset).
+        src: the source tree.
+        plan_out: where plan.yaml goes.
+        out_dir: the report folder.
+        session: the harness session.
+        feed: the terminal and the log (:class:`rewriter.terminal.Feed`).
+        ctx: what the rungs read, set once the session is loaded.
+        meta: the report's header (harness, device, backend, amortization, CPU threads).
+        results: the rungs' results so far, ladder order.
+        fatal: the harness failure that stopped the ladder, or None.
+        compiled_oom: a compile rung's fragmentation OOM (the ladder goes on), or None.
+    """
+
+    spec: Harness
+    requested: str | None
+    src: Path
+    plan_out: Path
+    out_dir: Path
+    session: Session
+    feed: Any
+    ctx: Context = field(init=False)
+    meta: dict[str, Any] = field(default_factory=dict)
+    results: list[RungResult] = field(default_factory=list)
+    fatal: HarnessFailure | None = None
+    compiled_oom: HarnessFailure | None = None
+
+    def said(self, text: str) -> None:
+        """An event line (``-v``, diagnose.log): each rung's start and end, setup's steps."""
+        self.feed.event(f"diagnose: {text}")
+
+
+def _load(spec: Harness, src: str | Path, plan_out: str | Path, report_dir: str | Path | None, feed: Any,
+          timeout_s: float, entry: str | None, site: str | None) -> _Run:
+    """Load the harness, check ``--entry``/``--site`` and clear the previous run's artifacts.
+
+    Raises:
+        StackpartError: the harness cannot be loaded, or ``--entry``/``--site`` is wrong (nothing written).
+    """
     src = src_dir(src)
     requested = spec.device
     spec = resolve_device(spec)
@@ -214,25 +247,16 @@ def diagnose(
     if _ours(out_dir):  # a failed run leaves its partial report.json, not a mix with the last run's
         for stale in ARTIFACTS:
             (out_dir / stale).unlink(missing_ok=True)
-    session = Session(harness, timeout_s=timeout_s)
-    ctx = Context(
-        session=session,
-        out_dir=out_dir,
-        backend=backend or default_backend(spec.device),
-        amortization=amortization_spec or Amortization(runs=1_000_000, restarts=1),
-        amortization_assumed=amortization_spec is None,
-        entry=entry,
-        site=site,
-        overlap=overlap,
-        pin=pin,
-        cold_parallel=cold_parallel,
-        contended=contended,
-    )
-    ctx.cache["requested_device"] = requested  # the harness's own (None: unset), for the validation report
-    meta = {
+    return _Run(spec, requested, src, plan_out, out_dir, Session(harness, timeout_s=timeout_s), feed)
+
+
+def _meta(run: _Run) -> dict[str, Any]:
+    """The report's header: harness, device, mode, dtype, reference shape, backend, amortization."""
+    spec, ctx = run.spec, run.ctx
+    return {
         "harness": spec.model_dump(mode="json"),
-        "src": str(src),
-        **device_record(requested, spec.device),
+        "src": str(run.src),
+        **device_record(run.requested, spec.device),
         "mode": spec.mode,
         "dtype": spec.dtype,
         "reference_shape": dict(spec.shapes[0]),
@@ -240,6 +264,16 @@ def diagnose(
         "amortization": ctx.amortization.model_dump(),
         "amortization_assumed": ctx.amortization_assumed,
     }
+
+
+def _announce(run: _Run) -> None:
+    """Check a CUDA device is there; on CPU, fit the thread count to the cores and say so; say
+    which shape runs where none was given; open diagnose.log beside the report.
+
+    Raises:
+        StackpartError: ``harness.device`` is cuda and torch sees no CUDA device.
+    """
+    spec, console = run.spec, run.feed.console
     if spec.device.startswith("cuda"):
         import torch
 
@@ -248,152 +282,193 @@ def diagnose(
     else:  # the ladder times on this process's CPU: a thread count that fits the cores, said in the report
         from ..threads import apply_in_process
 
-        meta["cpu_threads"] = apply_in_process()
-        console.print(f"diagnose: device cpu ({meta['device_rule']}); {meta['cpu_threads']['text']}", highlight=False)
+        run.meta["cpu_threads"] = apply_in_process()
+        console.print(f"diagnose: device cpu ({run.meta['device_rule']}); {run.meta['cpu_threads']['text']}", highlight=False)
     if spec.shapes == [{}]:  # no --shape and no harness.shapes: say which shape the ladder runs
         from ..shapes import default_shape_text
 
-        console.print(f"diagnose: no --shape given: {default_shape_text(src / spec.file, spec.inputs)}", highlight=False)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if feed.capturing:  # written when the run ends, also when it stops early (beside report.json)
-        feed.log = out_dir / "diagnose.log"
-    results: list[RungResult] = []
-    error: str | None = None
-    fatal: HarnessFailure | None = None
-    compiled_oom: HarnessFailure | None = None  # a compile rung's fragmentation OOM (the ladder goes on)
+        console.print(f"diagnose: no --shape given: {default_shape_text(run.src / spec.file, spec.inputs)}", highlight=False)
+    run.out_dir.mkdir(parents=True, exist_ok=True)
+    if run.feed.capturing:  # written when the run ends, also when it stops early (beside report.json)
+        run.feed.log = run.out_dir / "diagnose.log"
 
-    # on a terminal a progress bar; each rung's start and end is an event line (-v, diagnose.log)
-    def said(text: str) -> None:
-        feed.event(f"diagnose: {text}")
 
-    console.print(f"diagnose: the ladder ({len(RUNGS)} rungs)" + ("" if only is not None and SEARCH not in only
-                  else ", then the search over candidate plans") + " ...", highlight=False)
-    with feed.progress("setup: building the model", total=len(RUNGS)):
-        said("setup: building the model")
-        try:
-            session.rung = "setup"
-            model, _, _ = ctx.reference()
-            if len(spec.shapes) > 1:  # every shape once, eager, before the rungs (and the search) rely on them
-                said(f"setup: one eager step at each of the other {len(spec.shapes) - 1} harness shape(s)")
-                session.check_shapes()
-            # the model's own regional-compilation list (diffusers' _repeated_blocks) first
-            ctx.cache["declared"] = declared_blocks(model)
-            ctx.cache["blocks"] = granularity.find_blocks(model, src, ctx.cache["declared"])
-        except HarnessFailure as exc:
-            fatal = exc
-        for i, (name, fn) in enumerate(RUNGS, 1):
-            if fatal is not None:
+def _climb(run: _Run, only: set[str] | None) -> None:
+    """Setup, then every rung of :func:`.rungs.ladder` in order, with progress (a bar on a
+    terminal; each rung's start and end an event line). ``only``: the rungs to run (the rungs
+    that give what they need run too); the others are recorded as skipped. A harness failure
+    stops the ladder (``run.fatal``)."""
+    rungs = ladder()
+    selected = None if only is None else only | givers(rungs, only)
+    gives = {f: r for r in rungs for f in r.gives}
+    run.feed.console.print(f"diagnose: the ladder ({len(rungs)} rungs)" + ("" if only is not None and SEARCH not in only
+                           else ", then the search over candidate plans") + " ...", highlight=False)
+    with run.feed.progress("setup: building the model", total=len(rungs)):
+        _setup(run)
+        for i, rung in enumerate(rungs, 1):
+            if run.fatal is not None:
                 break
-            feed.describe(f"rung: {name}")
-            said(f"rung {name} ({i}/{len(RUNGS)}) ...")
-            session.rung = name
-            t0 = time.perf_counter()
-            try:
-                if only is not None and name not in only and name != "profile":
-                    r = RungResult(name, name).skip("not selected")
-                elif name == "profile":
-                    if only is not None and not (only & NEEDS_PROFILE):
-                        feed.advance()
-                        continue
-                    _, _, step = ctx.reference()
-                    blocks = ctx.cache["blocks"]
-                    named = granularity.profiled(blocks)
-                    ctx.cache["profile"] = profile_steps(session, step, out_dir, steps=steps, blocks=named)
-                    said(f"rung profile: ok in {time.perf_counter() - t0:.1f} s")
-                    feed.advance()
-                    continue
-                elif name in NEEDS_PROFILE and "profile" not in ctx.cache:
-                    r = RungResult(name, name, status="error", reason="the profiled run failed")
-                else:
-                    r = fn(ctx)  # type: ignore[misc]
-            except HarnessFailure as exc:
-                if name not in COMPILE_RUNGS:
-                    fatal = exc
-                elif exc.oom and exc.oom.get("fragmentation") and compiled_oom is None:
-                    compiled_oom = exc
-                r = RungResult(name, name, status="error", reason=exc.describe())
-            except Exception as exc:  # a rung's own failure: record it, keep climbing
-                r = RungResult(name, name, status="error", reason=f"rung {name}: {rung_error(exc, src)}")
-            r.seconds = round(time.perf_counter() - t0, 3)
-            results.append(r)
-            ctx.results[name] = r
-            reason = (r.reason or "").removeprefix(f"rung {name}: ")  # the line names the rung once
-            said(f"rung {name}: {r.status} in {r.seconds:.1f} s" + (f" ({reason})" if reason and not r.ok else ""))
-            feed.advance()
-    outcome = Outcome(rungs=results)
+            run.feed.describe(f"rung: {rung.name}")
+            run.said(f"rung {rung.name} ({i}/{len(rungs)}) ...")
+            _step(run, rung, selected, gives)
+            run.feed.advance()
+
+
+def _setup(run: _Run) -> None:
+    """Build the model, run one eager step at each harness shape after the first, read the
+    model's repeated blocks (its own ``_repeated_blocks`` first); a harness failure is ``run.fatal``."""
+    ctx = run.ctx
+    run.said("setup: building the model")
+    try:
+        run.session.rung = "setup"
+        model, _, _ = ctx.reference()
+        if len(run.spec.shapes) > 1:  # every shape once, eager, before the rungs (and the search) rely on them
+            run.said(f"setup: one eager step at each of the other {len(run.spec.shapes) - 1} harness shape(s)")
+            run.session.check_shapes()
+        ctx.evidence.declared = declared_blocks(model)
+        ctx.evidence.blocks = find_blocks(model, run.src, ctx.evidence.declared)
+    except HarnessFailure as exc:
+        run.fatal = exc
+
+
+def _step(run: _Run, rung: Rung, selected: set[str] | None, gives: dict[str, Rung]) -> None:
+    """Run one rung and record its result. A rung that failed inside stackpart or torch is
+    recorded as an error and the ladder goes on; a harness failure outside a compile rung is
+    ``run.fatal``; a compile rung's fragmentation OOM is kept as ``run.compiled_oom``."""
+    ctx = run.ctx
+    if selected is not None and rung.name not in selected and not rung.reported:
+        return  # evidence no selected rung needs: not a row of the table either
+    run.session.rung = rung.name
+    t0 = time.perf_counter()
+    missing = [f for f in sorted(rung.needs) if getattr(ctx.evidence, f) is None or getattr(ctx.evidence, f) is UNREAD]
+    try:
+        if selected is not None and rung.name not in selected:
+            r = rung.skipped("not selected")
+        elif missing:
+            r = rung.failed(gives[missing[0]].missing or f"the {gives[missing[0]].name} rung failed")
+        else:
+            r = rung.run(ctx)
+    except HarnessFailure as exc:
+        if not rung.compiles:
+            run.fatal = exc
+        elif exc.oom and exc.oom.get("fragmentation") and run.compiled_oom is None:
+            run.compiled_oom = exc
+        r = rung.failed(exc.describe())
+    except Exception as exc:  # a rung's own failure: record it, keep climbing
+        r = rung.failed(f"rung {rung.name}: {rung_error(exc, run.src)}")
+    seconds = round(time.perf_counter() - t0, 3)
+    if r is None:  # a rung that only gives evidence, given
+        run.said(f"rung {rung.name}: ok in {seconds:.1f} s")
+        return
+    r.seconds = seconds
+    run.results.append(r)
+    ctx.results[rung.name] = r
+    reason = (r.reason or "").removeprefix(f"rung {rung.name}: ")  # the line names the rung once
+    run.said(f"rung {rung.name}: {r.status} in {r.seconds:.1f} s" + (f" ({reason})" if reason and not r.ok else ""))
+
+
+def _after_ladder(run: _Run) -> Outcome:
+    """The ladder's outcome. A harness failure stops the diagnosis (report.json written with the
+    rungs so far); a fragmentation OOM is the memory rung's verdict instead, the ladder stopped
+    there (``Outcome.stopped``) or, met in a compile rung, going on.
+
+    Raises:
+        StackpartError: the harness failed (not a fragmentation OOM), at the user's file:line.
+    """
+    outcome = Outcome(rungs=run.results)
+    fatal = run.fatal
     if fatal is not None:
         # the harness's own errors name the callable already ("harness.inputs: make_inputs(batch=2) raised ...")
         said = fatal.message if fatal.message.startswith("harness.") else f"harness {fatal.callable}: {fatal.message}"
         error = f"diagnose stopped at rung {fatal.rung}: {said}{fatal.where}"
         if not (fatal.oom and fatal.oom.get("fragmentation")):
-            write_json(out_dir / "report.json", to_json(meta, results, None, [], error))
-            raise stopped_error(fatal, said, spec.file, out_dir / "report.json")
+            write_json(run.out_dir / "report.json", to_json(run.meta, run.results, None, [], error))
+            raise stopped_error(fatal, said, run.spec.file, run.out_dir / "report.json")
         # A fragmentation OOM is a finding with a fix, not a broken harness: plan the allocator
         # action; the rungs after it are measured by running diagnose again with it applied.
         outcome.stopped = error
-        memory_from_oom(ctx, results, fatal, stopped=True)
-    elif compiled_oom is not None and not ctx.results["memory"].implies.startswith("allocator"):
+        memory_from_oom(run.ctx, run.results, fatal, stopped=True)
+    elif run.compiled_oom is not None and not run.ctx.results["memory"].implies.startswith("allocator"):
         # a compiled variant ran out of memory with the free memory stranded: the eager steady
         # state did not show it, the compiled step (its own buffers) did; that is the evidence
-        memory_from_oom(ctx, results, compiled_oom, stopped=False)
+        memory_from_oom(run.ctx, run.results, run.compiled_oom, stopped=False)
+    return outcome
+
+
+def _plan_by_search(run: _Run, budget_s: float | None, timeout_s: float) -> tuple[Any, Any]:
+    """The search's chosen plan with its notes, and the search's outcome."""
+    from .planner import Decision
+    from .search import annotated
+
+    found = _search(run.ctx, run.results, run.meta, run.out_dir, run.feed, budget_s, timeout_s)
+    return Decision(annotated(found), _search_notes(found)), found
+
+
+def _plan_by_rules(run: _Run, stopped: bool) -> Any:
+    """The rules' proposal (:func:`.planner.plan`), unmeasured; where the ladder ran to its end,
+    composed with the program's own compiles as every search candidate is."""
     from .planner import Decision
     from .planner import plan as make_plan
 
-    found = None
-    if (only is None or SEARCH in only) and fatal is None and not outcome.stopped:
-        from .search import annotated
+    decision = make_plan(run.ctx)
+    if stopped:
+        return decision
+    from .candidates import OwnScope, compose
+    from .own_compile import own_compiles
 
-        found = _search(ctx, results, meta, out_dir, feed, budget_s, timeout_s)
-        decision = Decision(annotated(found), _search_notes(found))
-    else:  # the rules' proposal, unmeasured (the search proposes it as its first candidate otherwise)
-        decision = make_plan(ctx)
-        if fatal is None and not outcome.stopped:
-            from .candidates import OwnScope, compose
-            from .own_compile import own_compiles
+    own = own_compiles(run.ctx.session.src)
+    if not own:
+        return decision
+    composed, why = compose(decision.plan, OwnScope.of(run.ctx, own), rule=True)
+    return Decision(composed if composed is not None else decision.plan,
+                    decision.notes + [f"not planned: {w}" for w in dict.fromkeys(why)])
 
-            # composed with the program's own compiles, as every search candidate is
-            own = own_compiles(ctx.session.src)
-            if own:
-                composed, why = compose(decision.plan, OwnScope.of(ctx, own), rule=True)
-                decision = Decision(composed if composed is not None else decision.plan,
-                                    decision.notes + [f"not planned: {w}" for w in dict.fromkeys(why)])
-    outcome.plan, outcome.notes = decision.plan, decision.notes
+
+def _notes(run: _Run, decision: Any, outcome: Outcome, site: str | None) -> list[str]:
+    """The plan's notes, then where library actions go, why the ladder stopped, the assumed amortization."""
+    notes = list(decision.notes)
     if decision.plan.site is not None and site is None:
-        outcome.notes.append(
+        notes.append(
             f"library actions applied at {decision.plan.site} (the harness's model function, the plan's site); if your "
             "program builds the model elsewhere, pass --site file.py::func (a function the harness's model function "
             "calls, so that the search measures what your program runs)"
         )
-    outcome.search = found
     if outcome.stopped:
-        outcome.notes.insert(0, f"{outcome.stopped}; apply the plan's allocator action and run diagnose again to measure the rungs after it")
-    if ctx.amortization_assumed and found is not None and found.gain_measured:
-        outcome.notes.append(
+        notes.insert(0, f"{outcome.stopped}; apply the plan's allocator action and run diagnose again to measure the rungs after it")
+    found = outcome.search
+    if run.ctx.amortization_assumed and found is not None and found.gain_measured:
+        notes.append(
             "amortization not given: assumed 1,000,000 runs and 1 restart (pass --runs/--restarts, which also writes "
             "the plan's `amortization:` section so that validate gates the break-even on it)"
         )
-    text = plan_yaml(decision.plan)
+    return notes
+
+
+def _write(run: _Run, outcome: Outcome, started: float) -> None:
+    """Write plan.yaml (checked to load first), the charts, report.md, report.json and the
+    chosen candidate's validation report; fill ``outcome.paths`` and ``outcome.seconds``."""
     from ..plan import parse_plan
 
-    parse_plan(text, str(plan_out))  # the plan we write must load: a bug here is ours, fail loudly
-    plan_out.parent.mkdir(parents=True, exist_ok=True)
-    plan_out.write_text(text, encoding="utf-8")
-    images, chart_note = charts(out_dir, ctx.results)
+    text = plan_yaml(outcome.plan)
+    parse_plan(text, str(run.plan_out))  # the plan we write must load: a bug here is ours, fail loudly
+    run.plan_out.parent.mkdir(parents=True, exist_ok=True)
+    run.plan_out.write_text(text, encoding="utf-8")
+    out_dir = run.out_dir
+    images, chart_note = charts(out_dir, run.ctx.results)
     outcome.seconds = round(time.perf_counter() - started, 2)
-    meta["seconds"] = outcome.seconds
-    (out_dir / "report.md").write_text(markdown(meta, results, text, outcome.notes, images, chart_note, outcome.stopped), encoding="utf-8")
-    write_json(out_dir / "report.json", to_json(meta, results, decision.plan, outcome.notes, outcome.stopped))
-    outcome.paths = {"plan": str(plan_out), "report": str(out_dir / "report.md"), "json": str(out_dir / "report.json")}
-    prof = ctx.cache.get("profile")
+    run.meta["seconds"] = outcome.seconds
+    (out_dir / "report.md").write_text(markdown(run.meta, run.results, text, outcome.notes, images, chart_note, outcome.stopped),
+                                       encoding="utf-8")
+    write_json(out_dir / "report.json", to_json(run.meta, run.results, outcome.plan, outcome.notes, outcome.stopped))
+    outcome.paths = {"plan": str(run.plan_out), "report": str(out_dir / "report.md"), "json": str(out_dir / "report.json")}
+    prof = run.ctx.evidence.profile
     if prof is not None and prof.trace:
         outcome.paths["trace (Perfetto)"] = prof.trace
-    for what, log in (("search log", out_dir / "search.log"), ("log", feed.log)):
-        if log is not None and (log is feed.log or log.exists()):
+    for what, log in (("search log", out_dir / "search.log"), ("log", run.feed.log)):
+        if log is not None and (log is run.feed.log or log.exists()):
             outcome.paths[what] = str(log)
-    if found is not None:
-        _write_validation(found, ctx, plan_out, outcome)
-    terminal(console, results, outcome.notes, decision.plan, outcome.paths, said=feed.said)
-    return outcome
+    if outcome.search is not None:
+        _write_validation(outcome.search, run.ctx, run.plan_out, outcome)
 
 
 def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_dir: Path, console: Any,
@@ -632,7 +707,7 @@ def diagnose_command(harness: str, src: str, output: str, *, model: str | None, 
         if restarts is not None:
             base["restarts"] = restarts
         amort = Amortization.model_validate(base)
-    only = {n for n, _ in RUNGS} if no_search else None
+    only = {r.name for r in ladder()} if no_search else None
     from ..terminal import Feed, stderr
 
     with Feed(stderr(), verbose) as feed:  # third-party stderr and the event lines go to diagnose.log

@@ -173,7 +173,7 @@ def measure_allocator_candidate(ctx: Context, out: SearchOutcome, timeout_s: flo
     the sweep without and with its setting, each in a fresh process (:func:`.memory.measure_allocator`;
     the engine's children run the harness, never the entry the action rewrites, so only the
     setting in the child's environment measures it). Fills ``out.allocator`` and says the result."""
-    from .memory import measure_allocator
+    from .rungs.memory import measure_allocator
 
     why = allocator_wanted(ctx)
     if why is None:
@@ -241,10 +241,10 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     started = time.perf_counter()
     src = ctx.session.src
     # read once: the report's setup lines here, what each compile covers in propose's compose step
-    ctx.cache["own_parsed"] = parsed_setup(src)
-    own = compile_setup(src, parsed=ctx.cache["own_parsed"])
+    ctx.evidence.own_parsed = parsed_setup(src)
+    own = compile_setup(src, parsed=ctx.evidence.own_parsed)
     spec = ctx.session.spec  # the harness's functions are called by stackpart, never by name in SRC
-    ctx.cache["own_regions"] = own_compiles(src, parsed=ctx.cache["own_parsed"],  # what each covers: propose and the run-time comparison
+    ctx.evidence.own_regions = own_compiles(src, parsed=ctx.evidence.own_parsed,  # what each covers: propose and the run-time comparison
                                             entries=frozenset({f"{spec.file}::{spec.model}", f"{spec.file}::{spec.inputs}"}))
     cands, pruned = propose(ctx, own)
     out = outcome if outcome is not None else SearchOutcome(cands)
@@ -341,8 +341,8 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         samples = [{("as-is" if k == "eager" else k): v for k, v in per.items()} for per in m.samples]
         graphs = ((out.rows.get("as-is") or {}).get("compile") or {}).get("unique_graphs") or 0
         runtime = (out.rows.get("as-is") or {}).get("runtime_compiles")
-        out.runtime_setup = per_call(ctx.cache["own_regions"], runtime) + seen(runtime)  # each own call, then each frame
-        out.runtime_disagreements = disagreements(ctx.cache["own_regions"], runtime)
+        out.runtime_setup = per_call(ctx.evidence.own_regions, runtime) + seen(runtime)  # each own call, then each frame
+        out.runtime_disagreements = disagreements(ctx.evidence.own_regions, runtime)
         if out.runtime_setup:
             say(f"the program as it is, seen at run time: {'; '.join(out.runtime_setup[:5])}")
         if graphs:
@@ -363,7 +363,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             say(f"the program as it is: {line}")
         hits = ((out.rows.get("as-is") or {}).get("compile") or {}).get("recompile_limit_hits") or []
         if hits:
-            knob = ctx.cache.get("value_guard_twins")  # .value_guards: a changing int kept out of the guards
+            knob = ctx.evidence.value_guard_twins  # .value_guards: a changing int kept out of the guards
             out.notes.append(f"the program as it is hits the recompile limit in its own compiled code ({hits[0][:200]}): "
                              "those frames already run eager; candidates that keep that code compiled fail the same way"
                              + (f", unless they keep the changing int out of the guards ({', '.join(knob)})" if knob else ""))
@@ -394,10 +394,10 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         a = ctx.amortization
         out.noise = process_noise(m.timing)
         out.choice = decide(out.rows, order, samples, a.runs, a.restarts, out.gain_measured, out.noise)
-        if ctx.cache.get("own_standin") is not None:  # the program's compile measured through stand-ins: its call edited
+        if ctx.evidence.own_standin is not None:  # the program's compile measured through stand-ins: its call edited
             from .own_candidates import translate
 
-            note = translate(ctx, out, ctx.cache["own_standin"])
+            note = translate(ctx, out, ctx.evidence.own_standin)
             if note:
                 out.notes.append(note)
                 say(note)
@@ -467,6 +467,7 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
     from ..plan import load_plan
     from ..rewrite.transform import plan_rewrite
     from ..validate.report import report_header
+    from .evidence import UNREAD
 
     cand = out.chosen
     if cand is None or cand.name == "as-is":
@@ -488,7 +489,7 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
             v.pop(k, None)
     timing = [{"shape": row["shape"], "timing": {("plan" if k == cand.name else "eager" if k == "as-is" else k): t
                                                  for k, t in row["timing"].items()}} for row in out.timing]
-    report = report_header(loaded, src, result, spec, out.backend, environment("cuda" if cuda else "cpu", ctx.cache.get("requested_device", spec.device)))
+    report = report_header(loaded, src, result, spec, out.backend, environment("cuda" if cuda else "cpu", spec.device if ctx.evidence.requested_device is UNREAD else ctx.evidence.requested_device))
     report.update(written_by="stackpart diagnose (the search's measurement of the chosen candidate)",
                   variants=variants, timing=timing)
     verdict = Verdict(notes=[f"measured by diagnose's search: {out.choice.text}"] + list(out.notes))

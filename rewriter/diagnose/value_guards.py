@@ -249,13 +249,13 @@ def with_knob(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     """``cands`` with a ``+allow_unspec_int_on_nn_module`` twin before each candidate that compiles
     code reading an int attribute that changes every call (:func:`unbounded`): the candidate's
     actions plus one ``dynamo_config`` action at :func:`.config_candidates.config_target`. Records
-    ``twin -> candidate`` in ``ctx.cache["value_guard_twins"]`` for :func:`judge`; returns what
+    ``twin -> candidate`` in ``ctx.evidence.value_guard_twins`` for :func:`judge`; returns what
     was left out, and why."""
     from ..plan import DynamoConfigAction, DynamoSettings
     from .candidate import Candidate, place_twin
     from .config_candidates import config_target
 
-    ctx.cache["value_guard_twins"] = {}
+    ctx.evidence.value_guard_twins = {}
     values = [v for v in unbounded(ctx) if v.get("module_int")]
     if not values:
         return cands, []
@@ -267,7 +267,7 @@ def with_knob(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
 
     model, _, _ = ctx.reference()
     harness_compiles = bool(compiled_modules(model, limit=1)) or any(
-        getattr(r, "covers", ("",))[0] == "function" for r in ctx.cache.get("own_regions") or [])
+        getattr(r, "covers", ("",))[0] == "function" for r in ctx.evidence.own_regions or [])
     target, why_there = config_target(ctx)
     out: list[Any] = []
     twins: dict[str, str] = {}
@@ -297,7 +297,7 @@ def with_knob(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
         pruned.append(f"+{KNOB}: {names} changes every call, in code no measured candidate compiles (the program's own "
                       "compile of it is in a script the harness does not run, or every compile of it was pruned); set "
                       f"torch._dynamo.config.{KNOB} = True before that compile runs, or hold the value in a tensor")
-    ctx.cache["value_guard_twins"] = twins
+    ctx.evidence.value_guard_twins = twins
     return out, pruned
 
 
@@ -315,7 +315,7 @@ def judge(ctx: Any, rows: dict[str, dict[str, Any]]) -> list[str]:
     process-wide knob that changes nothing is not planned); one line per twin pruned. Rows not both
     measured, or with an error, are left to the decision as they are."""
     lines: list[str] = []
-    for name, base in (ctx.cache.get("value_guard_twins") or {}).items():
+    for name, base in ctx.evidence.value_guard_twins.items():
         row, ref = rows.get(name), rows.get(base)
         if not row or not ref or any(r.get(k) for r in (row, ref) for k in ("skipped", "error")):
             continue

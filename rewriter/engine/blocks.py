@@ -1,6 +1,6 @@
 """Repeated blocks: the instances of one module class across every container that holds them.
 
-One finder for the ladder (``diagnose/granularity.py``: the compile unit and its share of the
+One finder for the ladder (``diagnose/rungs/granularity.py``: the compile unit and its share of the
 step) and for validate's ``regional`` baseline (:mod:`.variants`), so both name the same blocks.
 
 A *block class* is a class of non-leaf modules (modules with submodules) held as children of

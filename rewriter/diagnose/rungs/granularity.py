@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .context import Context
-from .locate import library_target_of, target_of
-from .rung import RungResult
+from ..context import Context
+from ..locate import library_target_of, target_of
+from ..rung import Rung, RungResult
 
 BLOCK_SHARE = 0.50
 
@@ -47,7 +47,7 @@ def find_blocks(model: Any, src: Any, declared: Any = None) -> list[dict[str, An
         "params": int}] (one per parameter/buffer shape signature), "distinct_shapes": int,
         "declared": "Model._repeated_blocks" | None}]``.
     """
-    from ..engine.blocks import find_block_groups
+    from ...engine.blocks import find_block_groups
 
     found = [_as_dict(g, model, src, declared.source) for g in _declared_groups(model, src, declared)] if declared else []
     taken = [n for b in found for n in b["instances"]]
@@ -79,8 +79,8 @@ def _declared_groups(model: Any, src: Any, declared: Any) -> list[Any]:
     nor importable by path) is dropped, with a line in ``declared.unresolved``."""
     import torch.nn as nn
 
-    from ..engine.blocks import BlockGroup, Container, ShapeGroup, shape_signature
-    from .locate import library_target_of, untargetable
+    from ...engine.blocks import BlockGroup, Container, ShapeGroup, shape_signature
+    from ..locate import library_target_of, untargetable
 
     groups = []
     for cls, inst in zip(declared.classes, declared.instances):
@@ -148,12 +148,12 @@ def _share(data: Any, names: list[str], key: str, step: float) -> tuple[float, d
 def run(ctx: Context) -> RungResult:
     r = RungResult("granularity", "Repeated blocks and their share of the step")
     r.threshold = "blocks >= 50% of the step: per-block compile (partitioning-the-stack granularity table)"
-    blocks = ctx.cache.get("blocks") or []
+    blocks = ctx.evidence.blocks
     if not blocks:
         r.measurement = {"blocks": []}
         r.verdict = "no repeated block: the model is the unit"
         return r
-    data = ctx.cache["profile"]
+    data = ctx.evidence.profile
     key = "device_us" if ctx.session.cuda and data.kernels else "cpu_us"
     step = data.self_device_us * data.steps if key == "device_us" else sum(e - s for s, e in data.windows)
     b = blocks[0]
@@ -201,3 +201,6 @@ def run(ctx: Context) -> RungResult:
         r.measurement["share_covers"] = "forward only (a lower bound: the blocks' backward runs outside the hooks)"
         r.verdict += " (forward only: a lower bound in training)"
     return r
+
+
+RUNG = Rung(name="granularity", order=110, run=run, needs=frozenset({"profile"}))

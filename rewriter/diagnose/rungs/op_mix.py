@@ -10,9 +10,9 @@ traffic (compile, 1.3-2x per the same source).
 
 from __future__ import annotations
 
-from .classify import CATEGORIES, classify_cpu_op, classify_kernel
-from .context import Context
-from .rung import RungResult
+from ..classify import CATEGORIES, classify_cpu_op, classify_kernel
+from ..context import Context
+from ..rung import Rung, RungResult
 
 GEMM_DOMINATED = 0.80
 FUSIBLE = 0.30
@@ -21,7 +21,7 @@ FUSION_GAIN = 2.0  # upper end of partitioning-the-stack's "fusion is worth 1.3-
 
 def mix(ctx: Context) -> tuple[dict[str, float], str]:
     """Per-category µs per step, and the time basis (``self-device`` or ``self-CPU``)."""
-    data = ctx.cache["profile"]
+    data = ctx.evidence.profile
     out = {c: 0.0 for c in CATEGORIES}
     if ctx.session.cuda and data.kernels:
         for k in data.kernels:
@@ -34,6 +34,13 @@ def mix(ctx: Context) -> tuple[dict[str, float], str]:
         basis = "self-CPU (no CUDA)"
     n = max(1, data.steps)
     return {c: v / n for c, v in out.items()}, basis
+
+
+def gemm_dominated(ctx: Context) -> bool:
+    """This rung's verdict for the planner and the search: GEMM + attention take >=
+    :data:`GEMM_DOMINATED` of the step (compile would return ~1.0x); False when the rung did not
+    run ok."""
+    return ctx.measured("op_mix").get("gemm_share", 0) >= GEMM_DOMINATED
 
 
 def run(ctx: Context) -> RungResult:
@@ -64,3 +71,6 @@ def run(ctx: Context) -> RungResult:
         r.verdict = f"mixed: GEMM+attention {gemm:.0%}, norm+elementwise {fusible:.0%} ({basis})"
         r.implies = "compile"
     return r
+
+
+RUNG = Rung(name="op_mix", order=40, run=run, needs=frozenset({"profile"}))

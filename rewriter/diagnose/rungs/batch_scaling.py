@@ -11,8 +11,8 @@ partitioning-the-stack's first rung: "raise the batch size and see if step time 
 
 from __future__ import annotations
 
-from .context import Context
-from .rung import RungResult
+from ..context import Context
+from ..rung import Rung, RungResult
 
 BATCH_KEYS = ("batch", "batch_size", "bs", "b", "n")
 HIGH, MODERATE = 0.15, 0.03
@@ -38,6 +38,12 @@ def fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     sxx = sum((b - mx) ** 2 for b, _ in points)
     slope = sum((b - mx) * (t - my) for b, t in points) / sxx if sxx else 0.0
     return my - slope * mx, slope
+
+
+def launch_bound(ctx: Context) -> bool:
+    """This rung's verdict for the planner and the search: the step is launch-bound (its measured
+    fixed-overhead share >= :data:`HIGH`); False when the rung did not run ok."""
+    return ctx.measured("batch_scaling").get("fixed_share", 0) >= HIGH
 
 
 def run(ctx: Context) -> RungResult:
@@ -82,3 +88,6 @@ def run(ctx: Context) -> RungResult:
     if spread is not None and spread >= NOISY:
         r.verdict += f"; timing noisy (a median step {spread:.1f}x its fastest): rerun on a quiet machine before trusting it"
     return r
+
+
+RUNG = Rung(name="batch_scaling", order=10, run=run)

@@ -19,10 +19,10 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 
-from .callsites import MEASURED_HOW, capture
-from .classify import classify_cpu_op, classify_kernel
-from .context import Context
-from .rung import Finding, RungResult
+from ..callsites import MEASURED_HOW, capture
+from ..classify import classify_cpu_op, classify_kernel
+from ..context import Context
+from ..rung import Finding, Rung, RungResult
 
 DOMINANT = 0.10
 #: aten ops (name after ``aten::``, overload dropped) that are algorithmic, not fusible traffic.
@@ -87,7 +87,7 @@ def short_name(name: str, limit: int = SHORT) -> str:
 
 def rows(ctx: Context) -> tuple[list[dict], str]:
     """Top rows ``{name, op, category, ms, share, kernels, function}``, largest first."""
-    data = ctx.cache["profile"]
+    data = ctx.evidence.profile
     groups: dict[str, dict] = defaultdict(lambda: {"us": 0.0, "kernels": set(), "category": "other", "functions": defaultdict(float)})
     if ctx.session.cuda and data.kernels:
         basis = "self-device"
@@ -160,3 +160,6 @@ def run(ctx: Context) -> RungResult:
     for (file, line, qual), n in sites.get(aten, Counter()).most_common(3):
         r.findings.append(Finding("dominant_op", f"{name} called here ({n}x per step)", file, line, qual))
     return r
+
+
+RUNG = Rung(name="top_ops", order=50, run=run, needs=frozenset({"profile"}))

@@ -22,14 +22,14 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from .as_run import compiled_as_run, compiles_itself
-from .context import Context
-from .dynamo_log import capture, reset
+from ..as_run import compiled_as_run, compiles_itself
+from ..context import Context
+from ..dynamo_log import capture, reset
+from ..locate import first_in_src
+from ..rung import Finding, Rung, RungResult
+from ..session import tensor_leaves
+from ..value_guards import CALLS, describe, remedy, repeat_reference, to_json
 from .granularity import region_blocks
-from .locate import first_in_src
-from .rung import Finding, RungResult
-from .session import tensor_leaves
-from .value_guards import CALLS, describe, remedy, repeat_reference, to_json
 
 
 def varying(shapes: list[list[tuple[int, ...]]]) -> list[dict[str, Any]]:
@@ -130,7 +130,7 @@ def run(ctx: Context) -> RungResult:
     r.threshold = "any recompile after the first compile (TORCH_LOGS=recompiles)"
     spec = ctx.session.spec
     model, _, _ = ctx.reference()
-    blocks = region_blocks(ctx.cache.get("blocks") or [])
+    blocks = region_blocks(ctx.evidence.blocks)
     # per block class: [(positional shapes, nested tensor shapes, ints)], one per shape
     calls: list[list[tuple[list, dict, dict]]] = [[] for _ in blocks]
     input_shapes: list[list[tuple[int, ...]]] = []
@@ -294,3 +294,6 @@ def _dynamic_only_breaks(ctx: Context, log: Any) -> list[tuple[tuple[str | None,
         seen.add(key)
         out.append(((site if site else (None, None, None)), b.reason))
     return out
+
+
+RUNG = Rung(name="recompiles", order=80, run=run, compiles=True)

@@ -26,9 +26,13 @@ import time
 from functools import lru_cache
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .locate import relpath
+from ..locate import relpath
+from ..rung import Rung
+
+if TYPE_CHECKING:
+    from ..context import Context
 
 STEP = "stackpart::step"
 BLOCK = "stackpart::block::"
@@ -128,7 +132,7 @@ def _user_function(evt: Any, src: Path) -> str | None:
 def _first_user_function(frames: tuple[str, ...], src_text: str) -> str | None:
     import sys
 
-    from .locate import frames_from_profiler, function_at
+    from ..locate import frames_from_profiler, function_at
 
     src = Path(src_text)
     for name, line, _ in frames_from_profiler(list(frames)):
@@ -292,3 +296,20 @@ def _graphs_compiled() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+
+def run(ctx: Context) -> None:
+    """The profiled run at the reference shape, into ``ctx.evidence.profile`` (``ctx.steps``
+    steps, the repeated blocks ranged: :func:`.granularity.profiled`).
+
+    Raises:
+        HarnessFailure: the step failed under the profiler.
+    """
+    from .granularity import profiled
+
+    _, _, step = ctx.reference()
+    ctx.evidence.profile = profile_steps(ctx.session, step, ctx.out_dir, steps=ctx.steps, blocks=profiled(ctx.evidence.blocks))
+
+
+RUNG = Rung(name="profile", order=20, run=run, gives=frozenset({"profile"}), reported=False, missing="the profiled run failed")

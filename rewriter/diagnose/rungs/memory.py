@@ -71,9 +71,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .context import Context
-from .oom import describe
-from .rung import RungResult
+from ..context import Context
+from ..oom import describe
+from ..rung import Rung, RungResult
 
 #: Passes of the sweep run before the measured ones (the cache fills; their steps are recorded as pass 0).
 WARM_PASSES = 1
@@ -478,7 +478,7 @@ def allocator_effect(without: Mapping[str, Any], with_: Mapping[str, Any]) -> di
         ratio of the mean steady step ms, or None; ``peak_reserved_saved_mib`` without - with
         (MiB), or None; ``text`` one line with both arms' figures.
     """
-    from ..engine.verdict import NOISE
+    from ...engine.verdict import NOISE
 
     cpu = [a.get("device") for a in (without, with_) if a.get("device") and not str(a["device"]).startswith("cuda")]
     if cpu:
@@ -568,7 +568,7 @@ def measure_allocator(spec: Any, src: str | Path, *, timeout_s: float = 300.0, e
         return {"skipped": f"the allocator action would change nothing: {nothing}"}
     without_env = dict(base)  # no allocator setting in it (action_env said the action changes something)
     if not str(spec.device).startswith("cuda"):
-        from ..threads import child_env_threads
+        from ...threads import child_env_threads
 
         child_env_threads(without_env)
         child_env_threads(with_env)
@@ -591,7 +591,7 @@ def _run_child(spec: Any, src: Path, tmp: Path, arm: str, env: dict[str, str], t
     Its environment is every child's (:func:`rewriter.engine.runner.child_env`: stackpart
     importable, no bytecode written, empty compile caches of its own) over ``env``, which holds
     the arm's allocator setting and, on CPU, the thread count."""
-    from ..engine.runner import child_env, die_with_parent, package_path
+    from ...engine.runner import child_env, die_with_parent, package_path
 
     job = tmp / f"{arm}.job.json"
     result = tmp / f"{arm}.result.json"
@@ -610,3 +610,6 @@ def _run_child(spec: Any, src: Path, tmp: Path, arm: str, env: dict[str, str], t
         tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
         return {"error": f"the {arm} arm exited without a result after {time.perf_counter() - t0:.1f} s: {tail[:500]}"}
     return json.loads(result.read_text())
+
+
+RUNG = Rung(name="memory", order=100, run=run)

@@ -11,9 +11,9 @@ rung 2); an idle share >= 15% is launch/host-bound (TF-profiler's 15% band).
 
 from __future__ import annotations
 
-from .context import Context
+from ..context import Context
+from ..rung import Rung, RungResult
 from .profile import KernelEvent, ProfileData
-from .rung import RungResult
 
 KERNEL_WAIT_US = 30.0
 IDLE_HIGH = 0.15
@@ -64,7 +64,7 @@ def idle_breakdown(data: ProfileData, ops_start: list[float] | None = None) -> d
 def run(ctx: Context) -> RungResult:
     r = RungResult("device_time", "Self-CPU vs self-device time; device idle share")
     r.threshold = "self-CPU >= self-device: host on the critical path; idle >= 15% (TF-profiler band; HTA idle split, 30 us kernel wait)"
-    data: ProfileData = ctx.cache["profile"]
+    data: ProfileData = ctx.evidence.profile
     eager = ctx.eager_time()["median_ms"]
     m = {
         "step_ms": round(data.step_us / 1e3, 4),
@@ -95,3 +95,6 @@ def run(ctx: Context) -> RungResult:
     else:
         r.verdict = f"device-bound: self-device {m['self_device_ms']} ms > self-CPU {m['self_cpu_ms']} ms, idle {idle['idle_share']:.0%}"
     return r
+
+
+RUNG = Rung(name="device_time", order=30, run=run, needs=frozenset({"profile"}))

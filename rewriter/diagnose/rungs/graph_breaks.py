@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import re
 
-from .context import Context
-from .dynamo_log import reset
-from .locate import callers_in_src, first_in_library, first_in_src, function_at
-from .rung import Finding, RungResult
+from ..context import Context
+from ..dynamo_log import reset
+from ..locate import callers_in_src, first_in_library, first_in_src, function_at
+from ..rung import Finding, Rung, RungResult
 
 
 def run(ctx: Context) -> RungResult:
@@ -76,7 +76,7 @@ def _as_the_program_compiles(ctx: Context, step, r: RungResult) -> RungResult | 
     """The rung on a model that compiles itself: one step from a clean Dynamo state under
     :class:`~rewriter.engine.watch.CompileWatch`; None when the step compiled nothing (the
     model is eager as written: ``explain`` measures it)."""
-    from ..engine.watch import CompileWatch
+    from ...engine.watch import CompileWatch
 
     with CompileWatch() as watch:
         with ctx.session.guard(f"{ctx.session.spec.model}() as the program compiles it"):
@@ -109,3 +109,6 @@ def _as_the_program_compiles(ctx: Context, step, r: RungResult) -> RungResult | 
     else:
         r.verdict = f"no graph breaks in the program's own compiled code ({stats.unique_graphs} graph(s))"
     return r
+
+
+RUNG = Rung(name="graph_breaks", order=70, run=run, compiles=True)

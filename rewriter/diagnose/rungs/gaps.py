@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .callsites import MEASURED_HOW, SYNC_METHODS, SYNC_OPS, capture
-from .classify import classify_kernel
-from .context import Context
+from ..callsites import MEASURED_HOW, SYNC_METHODS, SYNC_OPS, capture
+from ..classify import classify_kernel
+from ..context import Context
+from ..rung import Finding, Rung, RungResult
 from .device_time import busy_intervals
-from .rung import Finding, RungResult
 
 GAP_US = 50.0
 STALL_SHARE = 0.05
@@ -53,7 +53,7 @@ def run(ctx: Context) -> RungResult:
         if r.findings:
             r.implies = "remove the host sync(s) (stall on CUDA)"
         return r
-    data = ctx.cache["profile"]
+    data = ctx.evidence.profile
     is_comm = [classify_kernel(k.name, k.kind, k.parent_op) == "communication" for k in data.kernels]
     comm = busy_intervals([k for k, c in zip(data.kernels, is_comm) if c])
     compute = [k for k, c in zip(data.kernels, is_comm) if not c]
@@ -121,3 +121,6 @@ def run(ctx: Context) -> RungResult:
     else:
         r.verdict = f"no significant gaps (host stalls {total:.0%} of the step)"
     return r
+
+
+RUNG = Rung(name="gaps", order=60, run=run, needs=frozenset({"profile"}))

@@ -31,12 +31,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .context import Context
-from .dynamo_log import capture, reset
+from ..context import Context
+from ..dynamo_log import capture, reset
+from ..rung import Finding, Rung, RungResult
+from ..value_guards import limit_remedy
 from .granularity import region_blocks
 from .recompiles import is_shape_guard, is_tensor_property_guard
-from .rung import Finding, RungResult
-from .value_guards import limit_remedy
 
 
 def is_frame_of(function: str, name: str) -> bool:
@@ -90,7 +90,7 @@ def run(ctx: Context) -> RungResult:
     One class: its result as is. Several: ``recompiles`` and ``limit_hit`` over all of them, the
     other keys the first class's, ``classes`` each class's measurement, the findings of all, and
     one verdict per class."""
-    blocks = region_blocks(ctx.cache.get("blocks") or [])
+    blocks = region_blocks(ctx.evidence.blocks)
     if not blocks:
         return RungResult("instance_recompiles", "Recompiles across instances of the repeated block").skip(
             "no repeated block (instances of one class in ModuleList/Sequential/ModuleDict containers)")
@@ -122,7 +122,7 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
     ``recompile_limit`` (the value in Dynamo's warning, else its config), ``limit_hits``."""
     import torch
 
-    from ..engine.blocks import recompile_limit
+    from ...engine.blocks import recompile_limit
 
     r = RungResult("instance_recompiles", "Recompiles across instances of the repeated block")
     r.threshold = "any value-guard recompile across instances at one shape; recompile limit hit -> blocks silently eager"
@@ -261,3 +261,6 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
         if sized:
             r.verdict += f" ({sized} recompile(s) on tensor sizes that differ between calls: dynamic shapes, not per-instance state)"
     return r
+
+
+RUNG = Rung(name="instance_recompiles", order=90, run=run, compiles=True)
