@@ -49,6 +49,12 @@ from ..engine.verdict import NOISE
 #: was not measured (docs/decisions.md, "Tie bands when the noise is not measured").
 NET_NOISE_SHARE = 0.03
 
+#: A candidate whose quiet step runs below this share of the best candidate's speed, and that is not
+#: faster with the host core contended, never wins a tie on compile cost: the product's bar for a
+#: plan against the fastest variant (validate's ``--min-speedup``), applied where both host
+#: conditions say the gap is real (docs/decisions.md, "A tie never costs more than the speed bar").
+SPEED_BAR = 0.95
+
 
 @dataclass
 class Choice:
@@ -168,6 +174,7 @@ def decide(
     why_tied: dict[str, str] = {}
     wide: dict[str, str] = {}  # not tied by the measured band although the rounds' interval contains 1
     fragile: dict[str, str] = {}  # within the quiet noise of the best, but not with the host core contended
+    outpaced: dict[str, str] = {}  # within the noise, but below the speed bar in both host conditions
     for n in ok:
         if n == best:
             continue
@@ -189,6 +196,8 @@ def decide(
             fragile[n] = (f"{why_tied.pop(n)} on a quiet host core, but {host.loaded[n]:.3f} vs {host.loaded[best]:.3f} ms/step "
                           f"with the host core contended, {host.loaded[n] / host.loaded[best] - 1:.1%} apart, outside the "
                           f"{host.band:.1%} band there")
+        if host and n in why_tied and (below := below_bar(rows, host, n, best)):
+            outpaced[n] = f"{why_tied.pop(n)}, but {below}"
         if n in why_tied and (n == "as-is" or (net[n] or 0) > 0):  # one that does not pay back wins no tie
             tied.append(n)
     chosen = min(tied, key=lambda n: (compile_cost_s(rows[n], restarts), order.index(n)))
@@ -202,6 +211,8 @@ def decide(
             status[n] = f"does not pay back: net {net[n]:,.0f} s over {runs:,} runs"
         elif host and n in fragile:
             status[n] = f"not chosen: {fragile[n]}"
+        elif n in outpaced:
+            status[n] = f"not chosen: {outpaced[n]}"
         elif host and net[n] > net[best] and n not in tied:
             status[n] = (f"the largest net on a quiet host core ({net[n]:,.0f} s, step {rows[n]['step_ms']:.3f} ms)"
                          if net[n] == max(net[x] for x in ok) else f"net {net[n]:,.0f} s on a quiet host core") + (
@@ -281,6 +292,20 @@ def contended_standing(rows: dict[str, dict[str, Any]], ok: list[str], net: dict
     behind = {n: max(((net[q_best] or 0.0) - (net[n] or 0.0)) / q_scale, behind_loaded[n]) for n in ok}
     band = max(NOISE, float((noise or {}).get("contended_share") or 0.0), noise_bands(noise)[0])
     return HostStanding({n: float(v) for n, v in loaded.items()}, behind_loaded, behind, band)
+
+
+def below_bar(rows: dict[str, dict[str, Any]], host: HostStanding, n: str, best: str) -> str | None:
+    """Why ``n`` may not win a tie with ``best`` on compile cost, or None: its quiet step runs
+    below :data:`SPEED_BAR` of ``best``'s speed and its contended step is no faster than
+    ``best``'s. Both conditions agreeing on the direction is what says the gap is the plans', not
+    the host's (a gap the host makes moves with its state: docs/decisions.md, "Minimax over host
+    conditions"), so a measured band wide enough to cover it does not make it a tie."""
+    speed = rows[best]["step_ms"] / rows[n]["step_ms"]
+    if speed >= SPEED_BAR or host.loaded[n] < host.loaded[best]:
+        return None
+    return (f"{speed:.2f}x the speed of {best!r} on a quiet host core ({rows[n]['step_ms']:.3f} vs "
+            f"{rows[best]['step_ms']:.3f} ms, below the {SPEED_BAR:.2f}x bar) and no faster with the host core contended "
+            f"({host.loaded[n]:.3f} vs {host.loaded[best]:.3f} ms): a cheaper compile does not buy that step")
 
 
 def noise_bands(noise: dict[str, Any] | None) -> tuple[float, float]:
