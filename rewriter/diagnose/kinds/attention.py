@@ -1,7 +1,7 @@
 """The search's attention candidates: transformers' own ``attn_implementation`` lever,
 proposed and measured like any other action, never assumed.
 
-Evidence: the harness's model as built (:meth:`.context.Context.reference`), read at run time. For
+Evidence: the harness's model as built (:meth:`..context.Context.reference`), read at run time. For
 each outermost transformers ``PreTrainedModel`` in it (the model itself, or the one a wrapper
 holds) whose attention implementation (``config._attn_implementation``, its own and its
 submodels') is not ``sdpa``, and whose class supports sdpa (``_supports_sdpa``, the flag
