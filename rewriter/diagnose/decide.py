@@ -29,6 +29,9 @@ quiet core ties only if the contended steps are within that window's band too. W
 plan's step moves with the state of its host core far more than a plan with fewer launches, so
 the plan is the one that holds up when the host is busy, and a re-run whose host is quiet in one
 run and busy in the next picks the same plan (docs/decisions.md, "Minimax over host conditions").
+Nor does a pair tie where the slower one runs below :data:`SPEED_BAR` of the other's speed on the
+quiet core and is no faster on the contended one (:func:`below_bar`): both conditions agree the gap
+is the plans', and a cheaper compile does not buy a plan under the product's speed bar.
 
 With a backend that cannot speed anything up (``eager`` on CPU) the gain is not measured: the
 measurement still excludes every candidate that failed, and among the rest the ladder's
