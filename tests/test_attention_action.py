@@ -167,7 +167,7 @@ def _ctx(src: Path, cuda: bool = False):
 
 
 def test_the_levers_prune_what_is_already_set_or_unsupported(tmp_path):
-    from rewriter.diagnose.attention_candidates import levers
+    from rewriter.diagnose.kinds.attention import levers
 
     src = tmp_path / "src"
     src.mkdir()
@@ -214,7 +214,7 @@ def test_the_static_cache_candidate_gets_an_sdpa_twin(monkeypatch):
     the compile candidates and as-is (a config twin is not)."""
     from types import SimpleNamespace
 
-    from rewriter.diagnose import attention_candidates as ac
+    from rewriter.diagnose.kinds import attention as ac
     from rewriter.diagnose.candidates import Candidate
     from rewriter.plan import parse_plan
 
@@ -236,7 +236,7 @@ def test_a_model_whose_classes_lie_under_src_gets_no_attention_target(tmp_path):
     transformers' generic PreTrainedModel, whose twin every plan check refused."""
     import transformers
 
-    from rewriter.diagnose.attention_candidates import model_target
+    from rewriter.diagnose.kinds.attention import model_target
 
     assert model_target(transformers.PreTrainedModel, tmp_path) is None
     from transformers.models.llama.modeling_llama import LlamaForCausalLM

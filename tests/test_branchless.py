@@ -87,7 +87,7 @@ class Gate(torch.nn.Module):
 
 
 def test_the_search_proposes_only_an_if_the_action_accepts(tmp_path):
-    from rewriter.diagnose.branch_candidates import branch_action
+    from rewriter.diagnose.kinds.branchless import branch_action
 
     (tmp_path / "model.py").write_text(_MODEL)
     action = branch_action(tmp_path, "model.py", 6, "why")
@@ -99,7 +99,7 @@ def test_the_search_proposes_only_an_if_the_action_accepts(tmp_path):
 
 
 def test_a_break_that_is_not_a_branch_gets_no_twin():
-    from rewriter.diagnose.branch_candidates import BRANCH_RE
+    from rewriter.diagnose.kinds.branchless import BRANCH_RE
 
     assert BRANCH_RE.search("attempted to jump with TensorVariable()")
     assert BRANCH_RE.search("Data-dependent branching Explanation: Detected data-dependent branching")
@@ -110,7 +110,7 @@ def test_a_break_that_is_not_a_branch_gets_no_twin():
 def test_a_twin_that_removed_no_break_is_pruned_after_measurement():
     from types import SimpleNamespace
 
-    from rewriter.diagnose.branch_candidates import judge
+    from rewriter.diagnose.kinds.branchless import judge
 
     ctx = SimpleNamespace(evidence=Evidence(branch_twins={"as-is+branchless": "as-is", "whole+branchless": "whole"}))
     rows = {

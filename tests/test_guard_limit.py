@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from rewriter.diagnose.candidates import Candidate
-from rewriter.diagnose.guard_limit_candidates import limit_evidence, with_recompile_limit
+from rewriter.diagnose.kinds.recompile_limit import limit_evidence, with_recompile_limit
 from rewriter.diagnose.rung import Finding, RungResult
 from rewriter.errors import StackpartError
 from rewriter.plan import parse_plan
@@ -34,7 +34,7 @@ def _ctx(limit_hit: bool, shapes: int = 2):
 
 
 def test_a_recompile_limit_hit_gets_a_per_block_twin_bounding_instances_x_shapes(monkeypatch):
-    monkeypatch.setattr("rewriter.diagnose.config_candidates.config_target",
+    monkeypatch.setattr("rewriter.diagnose.kinds.config.config_target",
                         lambda ctx: ("harness.py::build_model", "the harness's model function"))
     per_block = Candidate("per-block", _plan("  - action: compile\n    target: model.py::Block\n"))
     whole = Candidate("whole", _plan("  - action: compile\n    target: model.py::Net\n    strategy: whole\n"))

@@ -17,7 +17,7 @@ import pytest
 
 from rewriter.cli import main
 from rewriter.diagnose.evidence import Evidence
-from rewriter.diagnose.config_candidates import judge, knob_for
+from rewriter.diagnose.kinds.config import judge, knob_for
 from rewriter.errors import StackpartError
 from rewriter.plan import load_plan, parse_plan
 
@@ -94,12 +94,12 @@ def test_config_names_are_the_assignments_not_names_in_strings_or_comments(tmp_p
 
 
 def test_the_knobs_the_program_sets_are_its_assignments_not_lines_in_strings():
-    """config_candidates._already_set reads the program's assignments from its syntax tree: a line
+    """kinds.config._already_set reads the program's assignments from its syntax tree: a line
     inside a docstring or string, or a value set only under a condition, is not the program setting
     the knob; a chained or semicolon-separated assignment is."""
     import libcst as cst
 
-    from rewriter.diagnose.config_candidates import _already_set
+    from rewriter.diagnose.kinds.config import _already_set
 
     code = (
         '"""Usage:\n    torch._dynamo.config.capture_scalar_outputs = True\n"""\n'

@@ -225,7 +225,7 @@ def test_a_torch_without_the_knob_refuses_the_plan_and_gets_no_twin(tmp_path, mo
     """torch 2.6's config.py has capture_scalar_outputs and capture_dynamic_output_shape_ops but no
     allow_unspec_int_on_nn_module (read from its wheel): the plan is refused at the key's line with
     the version that has it, nothing written; the search proposes no twin and says why."""
-    import rewriter.diagnose.value_guards as vg
+    import rewriter.diagnose.kinds.value_guard as vg
     import rewriter.plan.loader as plan_mod
     from rewriter.diagnose.rung import RungResult
 
@@ -258,7 +258,7 @@ def test_a_torch_without_the_knob_refuses_the_plan_and_gets_no_twin(tmp_path, mo
 
 
 def test_a_twin_that_recompiles_no_less_is_pruned_after_measurement():
-    from rewriter.diagnose.value_guards import judge
+    from rewriter.diagnose.kinds.value_guard import judge
 
     class Ctx:
         evidence = Evidence(value_guard_twins={"whole+allow_unspec_int_on_nn_module": "whole", "as-is+allow_unspec_int_on_nn_module": "as-is"})

@@ -1,15 +1,31 @@
-"""One candidate plan of the search: its name, its plan and the planner's notes on it.
+"""One candidate plan of the search (its name, its plan and the planner's notes on it), and the
+shape of a candidate kind.
 
-Its own module so that the candidate kinds (:mod:`.config_candidates`, :mod:`.attention_candidates`,
-:mod:`.guard_limit_candidates`, :mod:`.value_guards`) build candidates without importing
+Its own module so that the candidate kinds (:mod:`.kinds`) build candidates without importing
 :mod:`.candidates`, which calls them (docs/design.md, "Where each kind of change goes").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from ..plan import Plan
+
+#: The program as it runs, no action of ours: the baseline every candidate is measured against (the
+#: eager reference's own row). A variant of the program's own compile is named ``as-is+<what>``
+#: (:func:`as_is`).
+AS_IS = "as-is"
+
+
+def as_is(suffix: str = "") -> str:
+    """``as-is`` or, with ``suffix``, the name of a variant of the program as it is: ``as-is+sdpa``."""
+    return f"{AS_IS}+{suffix}" if suffix else AS_IS
+
+
+def is_as_is(name: str) -> bool:
+    """Whether ``name`` is the program as it is or one of its variants (``as-is+regional``)."""
+    return name == AS_IS or name.startswith(AS_IS + "+")
 
 
 @dataclass
@@ -49,3 +65,33 @@ def place_twin(out: list[Candidate], keys: set[tuple], twins: dict[str, str], tw
     twins[twin.name] = base.name
     out += [twin, base]
     return True
+
+
+#: ``make(ctx, cands) -> (cands, pruned)``: the candidates with this kind's twins placed among them,
+#: and one line per thing it left out (why).
+Make = Callable[[Any, list[Candidate]], "tuple[list[Candidate], list[str]]"]
+#: ``judge(ctx, rows) -> lines``: after measurement, marks the rows of twins that changed nothing
+#: ``skipped`` and returns one line per twin pruned so.
+Judge = Callable[[Any, dict[str, dict[str, Any]]], list[str]]
+
+
+@dataclass(frozen=True)
+class CandidateKind:
+    """A kind of candidate the search proposes: what a module of :mod:`.kinds` declares as ``KIND``.
+
+    Attributes:
+        name: short label (the registry's listing, the tests).
+        order: where its ``make`` runs in the chain (lower first); a kind sees the twins of every
+            kind before it.
+        make: builds its candidates from the ones proposed so far (see :data:`Make`).
+        judge: prunes its twins after measurement (see :data:`Judge`), or None.
+        when_compiles_pruned: whether it runs when the ladder pruned every compile (it stopped
+            early, or the op mix is GEMM-dominated): a kind that twins only compile candidates says
+            False.
+    """
+
+    name: str
+    order: int
+    make: Make
+    judge: Judge | None = None
+    when_compiles_pruned: bool = True

@@ -27,7 +27,7 @@ forced (:func:`.planner.plan`): the rule's proposal first, then
   that compiles code the graph-break rung found a scalar read (``.item()``, ``.tolist()``) or a
   dynamic-output-shape op (``nonzero``, ``unique``, a boolean mask) in, with the ``dynamo_config``
   action torch's own break message recommends instead of the break (and instead of a ``disable``
-  that only kept that break eager), placed just before it (:mod:`.config_candidates`; pruned after
+  that only kept that break eager), placed just before it (:mod:`.kinds.config`; pruned after
   measurement when it captured no fewer graphs).
 
 Candidates with the same action set are one candidate (its first name). What is left out, and
@@ -37,11 +37,11 @@ why, is returned as ``pruned`` for the report.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..plan import BucketAction, CompileAction, CompileOptions, GenerationAction, Plan
-from .candidate import Candidate
+from .candidate import AS_IS, Candidate, as_is
 from .context import Context
 from .planner import plan as rule_plan
 from .rungs import batch_scaling, op_mix
@@ -196,7 +196,7 @@ def conflict(action: Any, scope: OwnScope) -> str | None:
         if scope.whole:
             return (f"the program compiles the whole model itself ({_where(scope.whole)}): a compile of {action.target} "
                     "inside it would compile that code a second time; change the program's own call instead (measured as "
-                    "as-is+regional where the harness runs that call)")
+                    f"{as_is('regional')} where the harness runs that call)")
         if scope.block and (action.target == scope.block_target or action.strategy in ("whole", "nested")
                             or scope.in_block(action.target) or action.target.removesuffix(".forward") in scope.block_owners):
             return (f"the program compiles each {scope.block_cls} itself ({_where(scope.block)}): a compile of "
@@ -278,12 +278,83 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     ``regions`` is not) says what each of the program's own compiles covers; every candidate is composed with them (:func:`compose`): a candidate that would compile
     the program's compiled code a second time is pruned (the rule's proposal keeps its other
     actions), and a ``disable`` inside the program's ``fullgraph=True`` region or a ``mark_dynamic``
-    inside its compiled code is dropped, each said in ``pruned``.
+    inside its compiled code is dropped, each said in ``pruned``. The registered candidate kinds
+    (:mod:`.kinds`) then add their twins.
     """
-    pruned: list[str] = []
-    out: list[Candidate] = []
-    conflicts: dict[str, list[str]] = {}
     ctx.evidence.config_twins = {}  # filled by .config_candidates.with_config, read after measurement
+    regions = _own_regions(ctx, own_setup, regions)
+    p = _Proposals.of(ctx, regions)
+    proposal = rule_plan(ctx)
+    _baseline(p)
+    why_none = _every_compile_pruned(ctx)
+    if why_none is not None:
+        p.pruned.append(why_none)
+        p.add("rule", proposal, rule=True)
+        return _with_kinds(ctx, _rule_first(p.out), p.pruned, compiles_pruned=True)
+    own = _own_texts(regions, own_setup, p.stand)
+    region_full, has_block, trust_guards = _per_block(p)
+    whole = _whole_family(p, region_full, has_block, own)
+    for name, decision in own_call_candidates(ctx, p.scope, p.pruned):
+        p.add(name, decision)
+    _bucketed(p, whole, has_block, trust_guards, own)
+    _static_cache(p)
+    _rule(p, proposal, own)
+    return _with_kinds(ctx, _rule_first(p.out), p.pruned + p.conflict_lines())
+
+
+@dataclass
+class _Proposals:
+    """The candidates proposed so far, each composed with the program's own compiles
+    (:func:`compose`), and what was pruned (why)."""
+
+    ctx: Context
+    scope: OwnScope
+    out: list[Candidate] = field(default_factory=list)
+    pruned: list[str] = field(default_factory=list)
+    #: why a candidate did not compose with the program's own compiles -> the candidates it struck
+    conflicts: dict[str, list[str]] = field(default_factory=dict)
+    #: the program's compile measured through stand-ins (:func:`.own_candidates.standin`), or None
+    stand: Any = None
+
+    @classmethod
+    def of(cls, ctx: Context, regions: list[Any] | None) -> "_Proposals":
+        p = cls(ctx, OwnScope.of(ctx, regions or []))
+        from .own_candidates import standin
+
+        # the program's whole-model compile in a script the harness does not run: measured through
+        # stand-ins (whole for it, per-block for its regional form), written as an edit of its call
+        p.stand = standin(ctx, p.scope, p.pruned)
+        ctx.evidence.own_standin = p.stand
+        if p.stand is not None:
+            p.scope = replace(p.scope, whole=[])
+        return p
+
+    def add(self, name: str, decision: Any, rule: bool = False) -> None:
+        """Propose ``decision``'s plan as ``name`` (once per action set; a second name of one set
+        only marks it the rule's), composed with the program's own compiles."""
+        plan, why = compose(decision.plan, self.scope, rule)
+        for reason in why:
+            self.conflicts.setdefault(reason, []).append("the rule's proposal" if rule and name == "rule" else name)
+        if plan is None:
+            return
+        if not rule and any(a.action == "compile" for a in decision.plan.actions) and not any(a.action == "compile" for a in plan.actions):
+            name = _named(AS_IS, plan)  # the program's own compile, plus what composes with it
+        cand = Candidate(name, plan, list(decision.notes), rule)
+        for other in self.out:
+            if other.key() == cand.key():
+                other.rule = other.rule or rule
+                return
+        cand.name = _unique(cand, self.out)
+        self.out.append(cand)
+
+    def conflict_lines(self) -> list[str]:
+        """One pruned line per reason a candidate did not compose, with the candidates it struck."""
+        return [f"{', '.join(dict.fromkeys(names))}: {reason}" for reason, names in self.conflicts.items()]
+
+
+def _own_regions(ctx: Context, own_setup: list[str] | None, regions: list[Any] | None) -> list[Any] | None:
+    """What each of the program's own compiles covers: ``regions`` as given, else (where the
+    program compiles code itself) the search's one reading, else read from SRC."""
     if regions is None and own_setup:
         from .own_compile import own_compiles
 
@@ -291,179 +362,183 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
         regions = ctx.evidence.own_regions
         if regions is None:
             regions = own_compiles(ctx.session.src, parsed=ctx.evidence.own_parsed)
-    scope = OwnScope.of(ctx, regions or [])
-    from .own_candidates import standin
+    return regions
 
-    # the program's whole-model compile in a script the harness does not run: measured through
-    # stand-ins (whole for it, per-block for its regional form), written as an edit of its call
-    stand = standin(ctx, scope, pruned)
-    ctx.evidence.own_standin = stand
-    if stand is not None:
-        from dataclasses import replace
 
-        scope = replace(scope, whole=[])
+def _own_texts(regions: list[Any] | None, own_setup: list[str] | None, stand: Any) -> list[str]:
+    """The program's own compiles that run (not idle, not measured through a stand-in), as text."""
+    if regions is not None:
+        return [r.text for r in regions if not getattr(r, "idle", None) and r is not stand]
+    return [x for x in own_setup or [] if _is_compile(x.split(": ", 1)[-1])]
 
-    def add(name: str, decision: Any, rule: bool = False) -> None:
-        plan, why = compose(decision.plan, scope, rule)
-        for reason in why:
-            conflicts.setdefault(reason, []).append("the rule's proposal" if rule and name == "rule" else name)
-        if plan is None:
-            return
-        if not rule and any(a.action == "compile" for a in decision.plan.actions) and not any(a.action == "compile" for a in plan.actions):
-            name = _named("as-is", plan)  # the program's own compile, plus what composes with it
-        cand = Candidate(name, plan, list(decision.notes), rule)
-        for other in out:
-            if other.key() == cand.key():
-                other.rule = other.rule or rule
-                return
-        cand.name = _unique(cand, out)
-        out.append(cand)
 
-    proposal = rule_plan(ctx)
-    base = rule_plan(ctx, "none")
-    add("as-is", type(base)(base.plan.model_copy(update={"actions": []}), []))
+def _baseline(p: _Proposals) -> None:
+    """``as-is``, and ``kernel`` (the ladder's actions that need no compile) where there is a kernel."""
+    base = rule_plan(p.ctx, "none")
+    p.add(AS_IS, type(base)(base.plan.model_copy(update={"actions": []}), []))
     # an allocator-only plan is not an engine candidate: the engine's children run the harness,
     # never the entry the action rewrites, so its tree would time the program as it is; the
     # search measures the setting itself in a child's environment (.search.measure_allocator_candidate)
     if any(a.action == "kernel" for a in base.plan.actions):
-        add("kernel", base)
+        p.add("kernel", base)
+
+
+def _every_compile_pruned(ctx: Context) -> str | None:
+    """Why the ladder's evidence prunes every compile candidate (it stopped before the rungs that
+    decide, or the op mix is GEMM-dominated and not launch-bound), or None."""
     if ctx.evidence.stopped_at:
-        pruned.append(f"every compile: the ladder stopped at rung {ctx.evidence.stopped_at}")
-        add("rule", proposal, rule=True)
-        return _with_levers(ctx, _rule_first(out), pruned)
+        return f"every compile: the ladder stopped at rung {ctx.evidence.stopped_at}"
     opmix = ctx.measured("op_mix")
     launch = batch_scaling.launch_bound(ctx)
     if op_mix.gemm_dominated(ctx) and not launch:
-        pruned.append(f"every compile: GEMM-dominated ({opmix['gemm_share']:.0%} GEMM+attention, not launch-bound): compile returns ~1.0x")
-        add("rule", proposal, rule=True)
         # the attention implementation is not a compile: an eager-attention model that compile
-        # cannot help may still gain from sdpa (its as-is twin)
-        return _with_levers(ctx, _rule_first(out), pruned)
+        # cannot help may still gain from sdpa (its as-is twin, a candidate kind)
+        return f"every compile: GEMM-dominated ({opmix['gemm_share']:.0%} GEMM+attention, not launch-bound): compile returns ~1.0x"
+    return None
 
+
+def _per_block(p: _Proposals) -> tuple[Any, bool, bool]:
+    """The per-block candidates (bare, ``+disable``, ``+mark_dynamic``); returns the full per-block
+    plan, whether there is a block to compile, and whether the guards the instance rung read are
+    trusted (False: the block is compiled despite a guard and the measurement decides)."""
+    ctx = p.ctx
     region_full = rule_plan(ctx, "region")
     has_block = any(a.action == "compile" for a in region_full.plan.actions)
     trust_guards = True
     if has_block:
         for decision in (rule_plan(ctx, "region", disables=False, marks=False), rule_plan(ctx, "region", marks=False), region_full):
-            add(_named("per-block", decision.plan), decision)
+            p.add(_named("per-block", decision.plan), decision)
     else:
-        despite = rule_plan(ctx, "region", disables=False, marks=False, trust_guards=False)
-        if any(a.action == "compile" for a in despite.plan.actions):
-            # the rung read a guard as per-instance state; whether the regions fall back to eager
-            # is measured (a recompile-limit fallback fails the candidate), not assumed
-            add(_named("per-block", despite.plan), despite)
-            has_block, trust_guards = True, False
-            # its disables and marks too, as where the guards are trusted: the varying dims the
-            # recompiles rung found are marked, and nested+whole is judged by this plan (judged by
-            # the plan without a compile, it was pruned as "the block breaks the graph" with no
-            # graph break: a tiny GPT-2's per-instance cache guard)
-            region_full = rule_plan(ctx, "region", trust_guards=False)
-            for decision in (rule_plan(ctx, "region", marks=False, trust_guards=False), region_full):
-                add(_named("per-block", decision.plan), decision)
+        despite = _per_block_despite_guards(p)
+        if despite is not None:
+            region_full, has_block, trust_guards = despite, True, False
         else:
-            pruned.append("per-block: " + (next((n for n in region_full.notes if "no compile" in n or "outside SRC" in n), "no repeated block under SRC")))
+            p.pruned.append("per-block: " + (next((n for n in region_full.notes if "no compile" in n or "outside SRC" in n), "no repeated block under SRC")))
     if has_block:
         # "not marked dynamic: ..." or, where a model declares several block classes, "Blk: not marked dynamic: ..."
         unmarked = next((n for n in region_full.notes if "not marked dynamic: " in n), None)
         if unmarked and not any(a.action == "mark_dynamic" for a in region_full.plan.actions):
             # the recompiles rung saw varying dims but the planner could not mark them: say why
             # the +mark_dynamic variant is missing (a newcomer's tiny Llama: no candidate, no word)
-            pruned.append("per-block+mark_dynamic: " + unmarked.replace("not marked dynamic: ", "", 1))
+            p.pruned.append("per-block+mark_dynamic: " + unmarked.replace("not marked dynamic: ", "", 1))
+    return region_full, has_block, trust_guards
+
+
+def _per_block_despite_guards(p: _Proposals) -> Any:
+    """Per-block candidates compiled despite a guard the instance rung read as per-instance state
+    (whether the regions fall back to eager is measured: a recompile-limit fallback fails the
+    candidate), and the full per-block plan among them; None where no block can be compiled."""
+    ctx = p.ctx
+    despite = rule_plan(ctx, "region", disables=False, marks=False, trust_guards=False)
+    if not any(a.action == "compile" for a in despite.plan.actions):
+        return None
+    p.add(_named("per-block", despite.plan), despite)
+    # its disables and marks too, as where the guards are trusted: the varying dims the
+    # recompiles rung found are marked, and nested+whole is judged by this plan (judged by
+    # the plan without a compile, it was pruned as "the block breaks the graph" with no
+    # graph break: a tiny GPT-2's per-instance cache guard)
+    region_full = rule_plan(ctx, "region", trust_guards=False)
+    for decision in (rule_plan(ctx, "region", marks=False, trust_guards=False), region_full):
+        p.add(_named("per-block", decision.plan), decision)
+    return region_full
+
+
+def _whole_family(p: _Proposals, region_full: Any, has_block: bool, own: list[str]) -> Any:
+    """``nested+whole``, ``whole`` and ``whole+cudagraphs``, or why not; returns the whole-model
+    plan (without its compile where the program compiles code itself)."""
+    ctx = p.ctx
     whole = rule_plan(ctx, "whole", mode="default")
-    own = ([r.text for r in regions if not getattr(r, "idle", None) and r is not stand] if regions is not None
-           else [x for x in own_setup or [] if _is_compile(x.split(": ", 1)[-1])])
     if own and any(a.action == "compile" for a in whole.plan.actions):
-        pruned.append(f"nested+whole, whole, whole+cudagraphs: the program compiles code itself ({'; '.join(own[:3])}): "
-                      "a whole-model compile on top would compile it a second time; change the program's own call instead")
+        p.pruned.append(f"nested+whole, whole, whole+cudagraphs: the program compiles code itself ({'; '.join(own[:3])}): "
+                        "a whole-model compile on top would compile it a second time; change the program's own call instead")
         whole = type(whole)(whole.plan.model_copy(update={"actions": [a for a in whole.plan.actions if a.action != "compile"]}), whole.notes)
     if any(a.action == "compile" for a in whole.plan.actions):
-        breaks_in_block = any(a.action == "disable" for a in region_full.plan.actions) or not any(
-            a.action == "compile" and a.options.fullgraph for a in region_full.plan.actions)
         if has_block:
-            if not nested_supported():
-                pruned.append("nested+whole: torch.compiler.nested_compile_region needs torch >= 2.8")
-            elif breaks_in_block:
-                pruned.append("nested+whole: the block breaks the graph (or keeps a helper eager), and a nested compile region "
-                              "must be captured as one graph (UncapturedHigherOrderOpError)")
-            else:
-                nested = _nested(ctx, region_full.plan, whole.plan)
-                if nested is not None:
-                    add("nested+whole", type(whole)(nested, []))
-        add(_named("whole", whole.plan), whole)
+            _nested_whole(p, region_full, whole)
+        p.add(_named("whole", whole.plan), whole)
         if not ctx.session.cuda:
-            pruned.append("whole+cudagraphs: no CUDA (CUDA graphs need a GPU)")
+            p.pruned.append("whole+cudagraphs: no CUDA (CUDA graphs need a GPU)")
         elif not shapes_stable(ctx):
-            pruned.append("whole+cudagraphs: shapes vary across the harness (each new shape is a new CUDA graph capture)")
+            p.pruned.append("whole+cudagraphs: shapes vary across the harness (each new shape is a new CUDA graph capture)")
         else:
             cg = rule_plan(ctx, "whole", mode="reduce-overhead")
-            add(_named("whole+cudagraphs", cg.plan), cg)
+            p.add(_named("whole+cudagraphs", cg.plan), cg)
     elif not own:  # (the program's own compile pruned them above, and said so)
-        pruned.append("whole, whole+cudagraphs: " + (whole.notes[-1] if whole.notes else "the model class is not under SRC"))
-    for name, decision in own_call_candidates(ctx, scope, pruned):
-        add(name, decision)
+        p.pruned.append("whole, whole+cudagraphs: " + (whole.notes[-1] if whole.notes else "the model class is not under SRC"))
+    return whole
+
+
+def _nested_whole(p: _Proposals, region_full: Any, whole: Any) -> None:
+    """``nested+whole`` (the block as a nested compile region inside one whole-model compile), or why not."""
+    breaks_in_block = any(a.action == "disable" for a in region_full.plan.actions) or not any(
+        a.action == "compile" and a.options.fullgraph for a in region_full.plan.actions)
+    if not nested_supported():
+        p.pruned.append("nested+whole: torch.compiler.nested_compile_region needs torch >= 2.8")
+    elif breaks_in_block:
+        p.pruned.append("nested+whole: the block breaks the graph (or keeps a helper eager), and a nested compile region "
+                        "must be captured as one graph (UncapturedHigherOrderOpError)")
+    else:
+        nested = _nested(p.ctx, region_full.plan, whole.plan)
+        if nested is not None:
+            p.add("nested+whole", type(whole)(nested, []))
+
+
+def _bucketed(p: _Proposals, whole: Any, has_block: bool, trust_guards: bool, own: list[str]) -> None:
+    """``per-block+bucket`` and ``whole+cudagraphs+bucket`` where one input dim varies, or why not."""
+    ctx = p.ctx
     bucket, why_not = bucket_action(ctx)
     if bucket is None:
         if why_not:
-            pruned.append(f"+bucket: {why_not}")
-    else:
-        recompiles = ctx.measured("recompiles").get("recompiles") or 0
-        if has_block and recompiles <= 1:
-            # Automatic dynamic shapes serve every later size after one recompile: bucketing
-            # could save that one compile per start, while padding every smaller shape
-            # (docs/decisions.md, "Bucketing after one recompile").
-            pruned.append(f"per-block+bucket: {recompiles} recompile(s) across the shapes, which bucketing could "
-                          "at most save while padding every smaller shape")
-        elif has_block:
-            bare = rule_plan(ctx, "region", disables=True, marks=False, trust_guards=trust_guards)
-            add(_named("per-block", bare.plan) + "+bucket", type(bare)(_with(bare.plan, bucket), bare.notes))
-        if any(a.action == "compile" for a in whole.plan.actions) and ctx.session.cuda and not own:
-            cg = rule_plan(ctx, "whole", mode="reduce-overhead")
-            add(_named("whole+cudagraphs", cg.plan) + "+bucket", type(cg)(_with(cg.plan, bucket), cg.notes))
-    static = static_cache_candidate(ctx)
+            p.pruned.append(f"+bucket: {why_not}")
+        return
+    recompiles = ctx.measured("recompiles").get("recompiles") or 0
+    if has_block and recompiles <= 1:
+        # Automatic dynamic shapes serve every later size after one recompile: bucketing
+        # could save that one compile per start, while padding every smaller shape
+        # (docs/decisions.md, "Bucketing after one recompile").
+        p.pruned.append(f"per-block+bucket: {recompiles} recompile(s) across the shapes, which bucketing could "
+                        "at most save while padding every smaller shape")
+    elif has_block:
+        bare = rule_plan(ctx, "region", disables=True, marks=False, trust_guards=trust_guards)
+        p.add(_named("per-block", bare.plan) + "+bucket", type(bare)(_with(bare.plan, bucket), bare.notes))
+    if any(a.action == "compile" for a in whole.plan.actions) and ctx.session.cuda and not own:
+        cg = rule_plan(ctx, "whole", mode="reduce-overhead")
+        p.add(_named("whole+cudagraphs", cg.plan) + "+bucket", type(cg)(_with(cg.plan, bucket), cg.notes))
+
+
+def _static_cache(p: _Proposals) -> None:
+    """``static-cache`` (transformers' own lever for a generating model), or why not."""
+    static = static_cache_candidate(p.ctx)
     if isinstance(static, str):
-        pruned.append(f"static-cache: {static}")
+        p.pruned.append(f"static-cache: {static}")
     elif static is not None:
-        add("static-cache", static)
-    # the rule's proposal is one of the above (same actions) or its own candidate; a whole-model
-    # proposal on top of the program's own compile is the second compile pruned above
+        p.add("static-cache", static)
+
+
+def _rule(p: _Proposals, proposal: Any, own: list[str]) -> None:
+    """The rule's proposal (one of the above, same actions, or its own candidate), and the same
+    without its ``kernel`` action where it has one (the kernel is measured, not assumed)."""
+    # a whole-model proposal on top of the program's own compile is the second compile pruned above
     if own and any(a.action == "compile" and a.strategy == "whole" for a in proposal.plan.actions):
         kept = [a for a in proposal.plan.actions if not (a.action == "compile" and a.strategy == "whole")]
         proposal = type(proposal)(proposal.plan.model_copy(update={"actions": kept}), proposal.notes)
-    add("rule", proposal, rule=True)
+    p.add("rule", proposal, rule=True)
     if any(a.action == "kernel" for a in proposal.plan.actions) and any(a.action == "compile" for a in proposal.plan.actions):
         plain = proposal.plan.model_copy(update={"actions": [a for a in proposal.plan.actions if a.action != "kernel"]})
         unit = "whole" if any(a.action == "compile" and a.strategy == "whole" for a in plain.actions) else "per-block"
-        add(_named(unit, plain) + "-no-kernel", type(proposal)(plain, list(proposal.notes)))
-    pruned.extend(f"{', '.join(dict.fromkeys(names))}: {reason}" for reason, names in conflicts.items())
-    # the dynamo_config knobs torch recommends for the breaks the compiled code needs, each a twin
-    # of the candidate it would change, measured like it (.config_candidates)
-    from .config_candidates import with_config
-
-    cands, more = with_config(ctx, _rule_first(out))
-    # allow_unspec_int_on_nn_module, torch's hint for an int attribute that changes every call (.value_guards)
-    from .value_guards import with_knob
-
-    cands, knob = with_knob(ctx, cands)
-    return _with_levers(ctx, cands, pruned + more + knob)
+        p.add(_named(unit, plain) + "-no-kernel", type(proposal)(plain, list(proposal.notes)))
 
 
-def _with_levers(ctx: Context, cands: list[Candidate], pruned: list[str]) -> tuple[list[Candidate], list[str]]:
-    """``cands`` with transformers' own attn_implementation lever: a twin of each compile candidate
-    and of as-is (:mod:`.attention_candidates`), and what was pruned."""
-    from .attention_candidates import with_attention
+def _with_kinds(ctx: Context, cands: list[Candidate], pruned: list[str], compiles_pruned: bool = False) -> tuple[list[Candidate], list[str]]:
+    """``cands`` with every registered candidate kind's twins (:mod:`.kinds`), and what was pruned."""
+    from .kinds import extend
 
-    cands, attention = with_attention(ctx, cands)
-    from .guard_limit_candidates import with_recompile_limit  # per-block surviving per-instance guards
-
-    cands, limit = with_recompile_limit(ctx, cands)
-    from .branch_candidates import with_branchless  # a data-dependent if in compiled code as torch.where
-
-    cands, branch = with_branchless(ctx, cands)
-    return cands, pruned + attention + limit + branch
+    cands, more = extend(ctx, cands, compiles_pruned)
+    return cands, pruned + more
 
 
 #: The candidate that changes the program's own whole-model compile to CUDA graphs.
-OWN_CUDAGRAPHS = "as-is+reduce-overhead"
+OWN_CUDAGRAPHS = as_is("reduce-overhead")
 
 
 def own_call_candidates(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tuple[str, Any]]:
@@ -630,6 +705,6 @@ def _rule_first(cands: list[Candidate]) -> list[Candidate]:
     """The rule's proposal first (the expected best: its cold phase runs first under a budget),
     then the compile candidates in proposal order, ``as-is`` last."""
     rule = [c for c in cands if c.rule]
-    rest = [c for c in cands if not c.rule and c.name != "as-is"]
-    asis = [c for c in cands if c.name == "as-is" and not c.rule]
+    rest = [c for c in cands if not c.rule and c.name != AS_IS]
+    asis = [c for c in cands if c.name == AS_IS and not c.rule]
     return rule + rest + asis

@@ -29,6 +29,9 @@ quiet core ties only if the contended steps are within that window's band too. W
 plan's step moves with the state of its host core far more than a plan with fewer launches, so
 the plan is the one that holds up when the host is busy, and a re-run whose host is quiet in one
 run and busy in the next picks the same plan (docs/decisions.md, "Minimax over host conditions").
+Nor does a pair tie where the slower one runs below :data:`SPEED_BAR` of the other's speed on the
+quiet core and is no faster on the contended one (:func:`below_bar`): both conditions agree the gap
+is the plans', and a cheaper compile does not buy a plan under the product's speed bar.
 
 With a backend that cannot speed anything up (``eager`` on CPU) the gain is not measured: the
 measurement still excludes every candidate that failed, and among the rest the ladder's
@@ -42,12 +45,19 @@ from typing import Any
 
 from ..engine.measure import ratio_interval
 from ..engine.verdict import NOISE
+from .candidate import AS_IS
 
 
 #: Two nets closer than this share of ``t_best x N_runs`` are a tie, and the cheaper compile
 #: wins: the drift of one candidate's step between runs on one machine, assumed where the noise
 #: was not measured (docs/decisions.md, "Tie bands when the noise is not measured").
 NET_NOISE_SHARE = 0.03
+
+#: A candidate whose quiet step runs below this share of the best candidate's speed, and that is not
+#: faster with the host core contended, never wins a tie on compile cost: the product's bar for a
+#: plan against the fastest variant (validate's ``--min-speedup``), applied where both host
+#: conditions say the gap is real (docs/decisions.md, "A tie never costs more than the speed bar").
+SPEED_BAR = 0.95
 
 
 @dataclass
@@ -109,10 +119,25 @@ def decide(
         noise: the measured process-to-process noise (:func:`rewriter.engine.measure.process_noise`,
             ``{"share", ...}``), or None when each variant ran in one process.
     """
+    status, ok = _screened(rows, order)
+    if rows[AS_IS].get("step_ms") is None or AS_IS not in ok:
+        return _without_baseline(ok, order, status, gain_measured)
+    net = _nets(rows, ok, status, runs, restarts, gain_measured)
+    ok = [n for n in ok if n not in status]
+    if not [n for n in ok if n != AS_IS]:
+        return _only_as_is(ok, status, net)
+    if not gain_measured:
+        return _in_ladder_order(ok, status, net)
+    contest = _Contest.of(rows, order, samples, runs, restarts, noise, ok, net)
+    chosen = contest.choose()
+    status.update({n: contest.status(n, chosen) for n in ok})
+    return Choice(chosen, contest.text(chosen) + "; " + noise_text(noise), status, net)
+
+
+def _screened(rows: dict[str, dict[str, Any]], order: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Per candidate that cannot be the plan, why (skipped, failed, not timed); and the names of
+    the rest, in ``order``."""
     status: dict[str, str] = {}
-    net: dict[str, float | None] = {}
-    asis = rows["as-is"]
-    t0 = asis.get("step_ms")
     ok = []
     for name in order:
         r = rows.get(name) or {}
@@ -124,13 +149,26 @@ def decide(
             status[name] = "not timed"
         else:
             ok.append(name)
-    if t0 is None or "as-is" not in ok:
-        ok = [n for n in ok if n != "as-is"]
-        chosen = ok[0] if ok and not gain_measured else "as-is"
-        for n in order:
-            status.setdefault(n, "not chosen")
-        status[chosen] = "chosen"
-        return Choice(chosen, "the program as it is could not be timed: nothing to compare a candidate with", status, net)
+    return status, ok
+
+
+def _without_baseline(ok: list[str], order: list[str], status: dict[str, str], gain_measured: bool) -> Choice:
+    """The decision when the program as it is was not timed: nothing to compare with, so the
+    ladder's order decides where the gain is not measured anyway, else the plan changes nothing."""
+    ok = [n for n in ok if n != AS_IS]
+    chosen = ok[0] if ok and not gain_measured else AS_IS
+    for n in order:
+        status.setdefault(n, "not chosen")
+    status[chosen] = "chosen"
+    return Choice(chosen, "the program as it is could not be timed: nothing to compare a candidate with", status, {})
+
+
+def _nets(rows: dict[str, dict[str, Any]], ok: list[str], status: dict[str, str], runs: int, restarts: int,
+          gain_measured: bool) -> dict[str, float | None]:
+    """Each timed candidate's net saving (s) over the deployment, None where the gain is not
+    measured; a candidate whose compile a step of zero would not pay back gets its status."""
+    t0 = rows[AS_IS]["step_ms"]
+    net: dict[str, float | None] = {}
     for name in ok:
         r = rows[name]
         cost = compile_cost_s(r, restarts)
@@ -138,111 +176,159 @@ def decide(
             net[name] = (t0 - r["step_ms"]) * 1e-3 * runs - cost
         else:
             net[name] = None
-            if name != "as-is" and t0 * 1e-3 * runs <= cost:  # even a step of zero would not pay it back
+            if name != AS_IS and t0 * 1e-3 * runs <= cost:  # even a step of zero would not pay it back
                 status[name] = f"does not pay back: {compile_text(r, restarts)} > {runs:,} runs x {t0:.3f} ms even at zero step time"
-    ok = [n for n in ok if n not in status]
-    others = [n for n in ok if n != "as-is"]
-    if not others:
-        for n in ok:
-            status[n] = "chosen"
-        failed = sum(1 for s in status.values() if s.startswith("failed"))
-        skipped = sum(1 for s in status.values() if s.startswith("not measured"))
-        unpaid = sum(1 for s in status.values() if s.startswith("does not pay back"))
-        parts = [f"{k} {what}" for k, what in ((failed, "failed"), (skipped, "not measured (search budget)"), (unpaid, "cannot pay back")) if k]
-        return Choice("as-is", "the program as it is, the only candidate left (" + (", ".join(parts) or "no other candidate")
-                      + "); the plan changes nothing", status, net)
-    if not gain_measured:
-        chosen = others[0]
-        for n in ok:
-            status[n] = "chosen" if n == chosen else f"not chosen: the gain is not measured with this backend; {chosen!r} comes first in the ladder's order"
-        text = (f"{chosen!r}: the backend does not optimise, so the gain is not measured; every candidate that failed is out "
-                f"({sum(1 for s in status.values() if s.startswith('failed'))} failed) and the ladder's order decides among the rest")
-        return Choice(chosen, text, status, net)
-    ratio_band, net_band = noise_bands(noise)
-    host = contended_standing(rows, ok, net, runs, restarts, noise)
-    # only a candidate that can become the plan (as-is, or one whose quiet net pays back) is the best under contention:
-    # one that does not pay back would hand the plan to as-is, which may be behind another candidate in both conditions
-    payable = [n for n in ok if n == "as-is" or (net[n] or 0) > 0]
-    best = min(payable, key=lambda n: (host.behind[n], -net[n], order.index(n))) if host else max(ok, key=lambda n: (net[n], -order.index(n)))
-    tied = [best]
-    why_tied: dict[str, str] = {}
-    wide: dict[str, str] = {}  # not tied by the measured band although the rounds' interval contains 1
-    fragile: dict[str, str] = {}  # within the quiet noise of the best, but not with the host core contended
+    return net
+
+
+def _only_as_is(ok: list[str], status: dict[str, str], net: dict[str, float | None]) -> Choice:
+    """The decision when no candidate but the program as it is is left, with how many fell out and why."""
     for n in ok:
-        if n == best:
-            continue
-        ci = ratio_interval(samples, n, best)
+        status[n] = "chosen"
+    failed = sum(1 for s in status.values() if s.startswith("failed"))
+    skipped = sum(1 for s in status.values() if s.startswith("not measured"))
+    unpaid = sum(1 for s in status.values() if s.startswith("does not pay back"))
+    parts = [f"{k} {what}" for k, what in ((failed, "failed"), (skipped, "not measured (search budget)"), (unpaid, "cannot pay back")) if k]
+    return Choice(AS_IS, "the program as it is, the only candidate left (" + (", ".join(parts) or "no other candidate")
+                  + "); the plan changes nothing", status, net)
+
+
+def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float | None]) -> Choice:
+    """The decision without a measured gain: the first candidate in the ladder's order that did not fail."""
+    chosen = next(n for n in ok if n != AS_IS)
+    for n in ok:
+        status[n] = "chosen" if n == chosen else f"not chosen: the gain is not measured with this backend; {chosen!r} comes first in the ladder's order"
+    text = (f"{chosen!r}: the backend does not optimise, so the gain is not measured; every candidate that failed is out "
+            f"({sum(1 for s in status.values() if s.startswith('failed'))} failed) and the ladder's order decides among the rest")
+    return Choice(chosen, text, status, net)
+
+
+@dataclass
+class _Contest:
+    """The timed candidates that pay back measured against each other: the best one, and which
+    are tied with it within the noise (the cheaper compile of those wins), each with why."""
+
+    rows: dict[str, dict[str, Any]]
+    order: list[str]
+    runs: int
+    restarts: int
+    ok: list[str]
+    net: dict[str, Any]
+    host: HostStanding | None
+    best: str
+    tied: list[str] = field(default_factory=list)
+    why_tied: dict[str, str] = field(default_factory=dict)
+    #: not tied by the measured band although the rounds' interval contains 1
+    wide: dict[str, str] = field(default_factory=dict)
+    #: within the quiet noise of the best, but not with the host core contended
+    fragile: dict[str, str] = field(default_factory=dict)
+    #: within the noise, but below the speed bar in both host conditions (:func:`below_bar`)
+    outpaced: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, rows: dict[str, dict[str, Any]], order: list[str], samples: list[dict[str, list[float]]], runs: int,
+           restarts: int, noise: dict[str, Any] | None, ok: list[str], net: dict[str, Any]) -> "_Contest":
+        host = contended_standing(rows, ok, net, runs, restarts, noise)
+        # only a candidate that can become the plan (as-is, or one whose quiet net pays back) is the best under contention:
+        # one that does not pay back would hand the plan to as-is, which may be behind another candidate in both conditions
+        payable = [n for n in ok if n == AS_IS or (net[n] or 0) > 0]
+        best = (min(payable, key=lambda n: (host.behind[n], -net[n], order.index(n))) if host
+                else max(ok, key=lambda n: (net[n], -order.index(n))))
+        contest = cls(rows, order, runs, restarts, ok, net, host, best, [best])
+        ratio_band, net_band = noise_bands(noise)
+        for n in ok:
+            if n != best:
+                contest._judge_tie(n, ratio_interval(samples, n, best), ratio_band, net_band, noise is None)
+        return contest
+
+    def _judge_tie(self, n: str, ci: dict[str, float] | None, ratio_band: float, net_band: float, assumed: bool) -> None:
+        """Whether ``n`` ties with the best (recorded in :attr:`why_tied`, :attr:`tied`) or why not."""
+        rows, net, best, host = self.rows, self.net, self.best, self.host
         ratio = rows[n]["step_ms"] / rows[best]["step_ms"]
-        close_net = abs(net[best] - net[n]) <= net_band * rows[best]["step_ms"] * 1e-3 * runs  # either side: best may not net most
+        close_net = abs(net[best] - net[n]) <= net_band * rows[best]["step_ms"] * 1e-3 * self.runs  # either side: best may not net most
         ci_contains_1 = ci is not None and ci["low"] <= 1 <= ci["high"]
         if abs(ratio - 1) <= ratio_band:
-            why_tied[n] = f"the steps {abs(ratio - 1):.1%} apart, within the {ratio_band:.1%} noise band"
-        elif ci_contains_1 and noise is None:
-            why_tied[n] = f"the paired 95% interval of the step ratio, {ci['low']:.3f}-{ci['high']:.3f}, contains 1"
+            self.why_tied[n] = f"the steps {abs(ratio - 1):.1%} apart, within the {ratio_band:.1%} noise band"
+        elif ci_contains_1 and assumed:
+            self.why_tied[n] = f"the paired 95% interval of the step ratio, {ci['low']:.3f}-{ci['high']:.3f}, contains 1"
         elif ci_contains_1:
-            wide[n] = (f"the steps {abs(ratio - 1):.1%} apart, outside the {ratio_band:.1%} band measured between processes; "
-                       f"the paired 95% interval of one process's rounds, {ci['low']:.3f}-{ci['high']:.3f}, contains 1 "
-                       "and is reported, not decided on")
-        if n not in why_tied and close_net:
-            why_tied[n] = f"the nets {abs(net[best] - net[n]):,.0f} s apart, within {net_band:.1%} of the best step over the runs"
-        if host and n in why_tied and host.loaded[n] > host.loaded[best] * (1 + host.band):
-            fragile[n] = (f"{why_tied.pop(n)} on a quiet host core, but {host.loaded[n]:.3f} vs {host.loaded[best]:.3f} ms/step "
-                          f"with the host core contended, {host.loaded[n] / host.loaded[best] - 1:.1%} apart, outside the "
-                          f"{host.band:.1%} band there")
-        if n in why_tied and (n == "as-is" or (net[n] or 0) > 0):  # one that does not pay back wins no tie
-            tied.append(n)
-    chosen = min(tied, key=lambda n: (compile_cost_s(rows[n], restarts), order.index(n)))
-    if net[chosen] is not None and net[chosen] <= 0 and chosen != "as-is":
-        chosen = "as-is"
-    c = rows[chosen]
-    for n in ok:
+            self.wide[n] = (f"the steps {abs(ratio - 1):.1%} apart, outside the {ratio_band:.1%} band measured between processes; "
+                            f"the paired 95% interval of one process's rounds, {ci['low']:.3f}-{ci['high']:.3f}, contains 1 "
+                            "and is reported, not decided on")
+        if n not in self.why_tied and close_net:
+            self.why_tied[n] = f"the nets {abs(net[best] - net[n]):,.0f} s apart, within {net_band:.1%} of the best step over the runs"
+        if host and n in self.why_tied and host.loaded[n] > host.loaded[best] * (1 + host.band):
+            self.fragile[n] = (f"{self.why_tied.pop(n)} on a quiet host core, but {host.loaded[n]:.3f} vs {host.loaded[best]:.3f} "
+                               f"ms/step with the host core contended, {host.loaded[n] / host.loaded[best] - 1:.1%} apart, "
+                               f"outside the {host.band:.1%} band there")
+        if host and n in self.why_tied and (below := below_bar(rows, host, n, best)):
+            self.outpaced[n] = f"{self.why_tied.pop(n)}, but {below}"
+        if n in self.why_tied and (n == AS_IS or (net[n] or 0) > 0):  # one that does not pay back wins no tie
+            self.tied.append(n)
+
+    def choose(self) -> str:
+        """The cheapest compile among the tied; the program as it is where that does not pay back."""
+        chosen = min(self.tied, key=lambda n: (compile_cost_s(self.rows[n], self.restarts), self.order.index(n)))
+        if self.net[chosen] is not None and self.net[chosen] <= 0 and chosen != AS_IS:
+            return AS_IS
+        return chosen
+
+    def status(self, n: str, chosen: str) -> str:
+        """Why ``n`` is or is not the plan, with the figures that decided."""
+        rows, net, best, host, runs = self.rows, self.net, self.best, self.host, self.runs
+        wide = f" ({self.wide[n]})" if n in self.wide else ""
         if n == chosen:
-            status[n] = "chosen"
-        elif (net[n] or 0) <= 0 and n != "as-is":
-            status[n] = f"does not pay back: net {net[n]:,.0f} s over {runs:,} runs"
-        elif host and n in fragile:
-            status[n] = f"not chosen: {fragile[n]}"
-        elif host and net[n] > net[best] and n not in tied:
-            status[n] = (f"the largest net on a quiet host core ({net[n]:,.0f} s, step {rows[n]['step_ms']:.3f} ms)"
-                         if net[n] == max(net[x] for x in ok) else f"net {net[n]:,.0f} s on a quiet host core") + (
+            return "chosen"
+        if (net[n] or 0) <= 0 and n != AS_IS:
+            return f"does not pay back: net {net[n]:,.0f} s over {runs:,} runs"
+        if host and n in self.fragile:
+            return f"not chosen: {self.fragile[n]}"
+        if n in self.outpaced:
+            return f"not chosen: {self.outpaced[n]}"
+        if host and net[n] > net[best] and n not in self.tied:
+            return (f"the largest net on a quiet host core ({net[n]:,.0f} s, step {rows[n]['step_ms']:.3f} ms)"
+                    if net[n] == max(net[x] for x in self.ok) else f"net {net[n]:,.0f} s on a quiet host core") + (
                 f", but {host.loaded[n]:.3f} ms/step with the host core contended, {host.behind_loaded[n]:.1%} behind the best "
                 f"there; {best!r} is at most {host.behind[best]:.1%} behind in either condition")
-        elif n in tied:
-            if n == best:
-                lead = (f"the least behind the best in either host condition ({host.behind[n]:.1%}; net {net[n]:,.0f} s, step "
-                        f"{rows[n]['step_ms']:.3f} ms)" if host else f"the largest net ({net[n]:,.0f} s, step {rows[n]['step_ms']:.3f} ms)")
-                status[n] = f"{lead}, but {chosen!r} is within its noise ({why_tied[chosen]}) and compiles for less"
-            else:
-                status[n] = (f"within the noise of {best!r} (step {rows[n]['step_ms']:.3f} vs {rows[best]['step_ms']:.3f} ms, "
-                             f"net {net[n]:,.0f} vs {net[best]:,.0f} s: {why_tied[n]}); {chosen!r} compiles for less")
-        elif net[n] is not None and net[chosen] is not None and net[n] >= net[chosen]:
+        if n in self.tied and n == best:
+            lead = (f"the least behind the best in either host condition ({host.behind[n]:.1%}; net {net[n]:,.0f} s, step "
+                    f"{rows[n]['step_ms']:.3f} ms)" if host else f"the largest net ({net[n]:,.0f} s, step {rows[n]['step_ms']:.3f} ms)")
+            return f"{lead}, but {chosen!r} is within its noise ({self.why_tied[chosen]}) and compiles for less"
+        if n in self.tied:
+            return (f"within the noise of {best!r} (step {rows[n]['step_ms']:.3f} vs {rows[best]['step_ms']:.3f} ms, "
+                    f"net {net[n]:,.0f} vs {net[best]:,.0f} s: {self.why_tied[n]}); {chosen!r} compiles for less")
+        if net[n] is not None and net[chosen] is not None and net[n] >= net[chosen]:
             # above the chosen one's net, which won by its tie with the best (a wide interval)
-            status[n] = (f"net {net[n]:,.0f} s, not within the noise of {best!r} ({net[best]:,.0f} s), which {chosen!r} "
-                         f"(net {net[chosen]:,.0f} s) is and compiles for less") + (f" ({wide[n]})" if n in wide else "")
-        else:
-            status[n] = f"net {net[n]:,.0f} s < {net[chosen]:,.0f} s of {chosen!r}" + (f" ({wide[n]})" if n in wide else "")
-    if chosen == "as-is" and host and any((net[n] or 0) > 0 for n in others):
-        quiet_best = max(others, key=lambda n: (net[n], -order.index(n)))
-        text = (f"the program as it is ({t0:.3f} ms/step, {host.loaded['as-is']:.3f} with its host core contended): the least "
-                f"behind the best in either host condition ({host.behind['as-is']:.1%}); {quiet_best!r} nets "
-                f"{net[quiet_best]:,.0f} s on a quiet host core but falls {host.behind_loaded[quiet_best]:.1%} behind with it "
-                "contended: the plan changes nothing")
-    elif chosen == "as-is":
-        text = (f"no candidate pays back over {runs:,} runs x {restarts} restart(s) better than the program as it is "
-                f"({t0:.3f} ms/step): the plan changes nothing")
-    else:
+            return (f"net {net[n]:,.0f} s, not within the noise of {best!r} ({net[best]:,.0f} s), which {chosen!r} "
+                    f"(net {net[chosen]:,.0f} s) is and compiles for less") + wide
+        return f"net {net[n]:,.0f} s < {net[chosen]:,.0f} s of {chosen!r}" + wide
+
+    def text(self, chosen: str) -> str:
+        """The decision's sentence, with the figures that decided (the noise bands said after it)."""
+        rows, net, host, runs, restarts = self.rows, self.net, self.host, self.runs, self.restarts
+        t0 = rows[AS_IS]["step_ms"]
+        others = [n for n in self.ok if n != AS_IS]
+        if chosen == AS_IS and host and any((net[n] or 0) > 0 for n in others):
+            quiet_best = max(others, key=lambda n: (net[n], -self.order.index(n)))
+            return (f"the program as it is ({t0:.3f} ms/step, {host.loaded[AS_IS]:.3f} with its host core contended): the least "
+                    f"behind the best in either host condition ({host.behind[AS_IS]:.1%}); {quiet_best!r} nets "
+                    f"{net[quiet_best]:,.0f} s on a quiet host core but falls {host.behind_loaded[quiet_best]:.1%} behind with it "
+                    "contended: the plan changes nothing")
+        if chosen == AS_IS:
+            return (f"no candidate pays back over {runs:,} runs x {restarts} restart(s) better than the program as it is "
+                    f"({t0:.3f} ms/step): the plan changes nothing")
+        c = rows[chosen]
         text = (f"{chosen!r}: {c['step_ms']:.3f} ms/step vs {t0:.3f} as is ({t0 / c['step_ms']:.2f}x), "
                 f"{compile_text(c)}, net {net[chosen]:,.0f} s over {runs:,} runs x {restarts} restart(s)")
-        if len(tied) > 1:
-            text += f"; tied within the noise with {', '.join(repr(t) for t in tied if t != chosen)}: the cheaper compile wins"
+        if len(self.tied) > 1:
+            text += f"; tied within the noise with {', '.join(repr(t) for t in self.tied if t != chosen)}: the cheaper compile wins"
         if host:
-            text += f"; {host.loaded[chosen]:.3f} ms/step with its host core contended vs {host.loaded['as-is']:.3f} as is"
-            quiet_best = max(ok, key=lambda n: (net[n], -order.index(n)))
-            if quiet_best not in (chosen, best):
+            text += f"; {host.loaded[chosen]:.3f} ms/step with its host core contended vs {host.loaded[AS_IS]:.3f} as is"
+            quiet_best = max(self.ok, key=lambda n: (net[n], -self.order.index(n)))
+            if quiet_best not in (chosen, self.best):
                 text += (f"; {quiet_best!r} nets more on a quiet host core but falls {host.behind_loaded[quiet_best]:.1%} behind "
-                         f"with it contended, where {best!r} is at most {host.behind[best]:.1%} behind in either condition")
-    text += "; " + noise_text(noise)
-    return Choice(chosen, text, status, net)
+                         f"with it contended, where {self.best!r} is at most {host.behind[self.best]:.1%} behind in either condition")
+        return text
 
 
 @dataclass
@@ -271,9 +357,9 @@ def contended_standing(rows: dict[str, dict[str, Any]], ok: list[str], net: dict
     run and contended in the next, picks the same one (docs/decisions.md, "Minimax over host
     conditions")."""
     loaded = {n: rows[n].get("contended_step_ms") for n in ok}
-    if len(ok) < 2 or "as-is" not in ok or not all(loaded.values()):
+    if len(ok) < 2 or AS_IS not in ok or not all(loaded.values()):
         return None
-    t0 = float(loaded["as-is"])
+    t0 = float(loaded[AS_IS])
     net_c = {n: (t0 - float(loaded[n])) * 1e-3 * runs - compile_cost_s(rows[n], restarts) for n in ok}
     q_best, c_best = max(ok, key=lambda n: net[n] or 0.0), max(ok, key=net_c.get)
     q_scale, c_scale = rows[q_best]["step_ms"] * 1e-3 * runs, float(loaded[c_best]) * 1e-3 * runs
@@ -281,6 +367,20 @@ def contended_standing(rows: dict[str, dict[str, Any]], ok: list[str], net: dict
     behind = {n: max(((net[q_best] or 0.0) - (net[n] or 0.0)) / q_scale, behind_loaded[n]) for n in ok}
     band = max(NOISE, float((noise or {}).get("contended_share") or 0.0), noise_bands(noise)[0])
     return HostStanding({n: float(v) for n, v in loaded.items()}, behind_loaded, behind, band)
+
+
+def below_bar(rows: dict[str, dict[str, Any]], host: HostStanding, n: str, best: str) -> str | None:
+    """Why ``n`` may not win a tie with ``best`` on compile cost, or None: its quiet step runs
+    below :data:`SPEED_BAR` of ``best``'s speed and its contended step is no faster than
+    ``best``'s. Both conditions agreeing on the direction is what says the gap is the plans', not
+    the host's (a gap the host makes moves with its state: docs/decisions.md, "Minimax over host
+    conditions"), so a measured band wide enough to cover it does not make it a tie."""
+    speed = rows[best]["step_ms"] / rows[n]["step_ms"]
+    if speed >= SPEED_BAR or host.loaded[n] < host.loaded[best]:
+        return None
+    return (f"{speed:.2f}x the speed of {best!r} on a quiet host core ({rows[n]['step_ms']:.3f} vs "
+            f"{rows[best]['step_ms']:.3f} ms, below the {SPEED_BAR:.2f}x bar) and no faster with the host core contended "
+            f"({host.loaded[n]:.3f} vs {host.loaded[best]:.3f} ms): a cheaper compile does not buy that step")
 
 
 def noise_bands(noise: dict[str, Any] | None) -> tuple[float, float]:

@@ -23,9 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..plan import CompileAction
+from .candidate import AS_IS, as_is
 
-REGIONAL = "as-is+regional"
-DYNAMIC = "as-is+dynamic"
+REGIONAL = as_is("regional")
+DYNAMIC = as_is("dynamic")
 
 
 def compiled_modules_of(ctx: Any) -> list[dict[str, Any]]:
@@ -168,7 +169,7 @@ def translate(ctx: Any, out: Any, own: Any) -> str | None:
     whole-model choice is the program's compile as it is (the compile action is dropped). Changes
     the chosen candidate's plan in place and returns the note for the report, or None."""
     cand = out.chosen
-    if cand is None or cand.name == "as-is":
+    if cand is None or cand.name == AS_IS:
         return None
     compiles = [a for a in cand.plan.actions if a.action == "compile"]
     if not compiles:

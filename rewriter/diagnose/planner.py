@@ -45,9 +45,9 @@ from ..plan import (
     Plan,
 )
 from .context import Context
-from .locate import library_target_of, names_reached, unit_target, untargetable
 from .rungs import batch_scaling, op_mix
 from .rungs.granularity import region_blocks
+from .locate import library_target_of, names_reached, unit_target, untargetable
 from .rungs.memory import expandable_segments_on
 from .rungs.recompiles import shapes_stable
 
@@ -138,250 +138,293 @@ def plan(ctx: Context, unit: str | None = None, *, mode: str = "default", disabl
     ``trust_guards=False`` compiles the block despite such a guard (the search measures whether
     its regions fall back to eager instead of trusting the rung's reading of the guard).
     """
-    spec = ctx.session.spec
-    src = ctx.session.src
-    res = ctx.results
-    m = ctx.measured
+    ev = _Evidence.of(ctx)
     actions: list[Any] = []
-    notes: list[str] = []
-    model, _, _ = ctx.reference()
-    model_target = unit_target(type(model), src)
-    blocks = ctx.evidence.blocks
-    block = blocks[0] if blocks else None
-    # a block of an installed package (transformers' GPT2Block) is targeted by import path and
-    # applied from the plan's site (docs/design.md, "Library models")
-    block_target = (block["target"] or library_target_of(block["cls"])) if block is not None else None
-    # the model's own list of its repeated blocks (_repeated_blocks: diffusers' regional
-    # compilation): every declared class is a per-block target, not only the first
-    declared = ctx.evidence.declared
-    if declared is not None:
-        notes.extend(declared.notes())
-    also = [(b, b["target"] or library_target_of(b["cls"])) for b in region_blocks(blocks)[1:]]
+    notes = ev.declared_notes()
+    _kernel(ctx, actions, notes)
+    _allocator(ctx, actions, notes)
+    if _stopped_early(ctx, notes) or unit == "none":
+        return ev.decision(actions, notes)
+    ev.read_compile_evidence(notes)
+    if unit == "whole" and not ev.model_target:
+        notes.append(f"no whole-model candidate: the model class is {untargetable(type(ev.model))}")
+    # launch-bound first: the ladder's first rung decides before the op mix (partitioning-
+    # the-stack: "If it barely changes, you are launch bound and the answer is torch.compile
+    # plus mode='reduce-overhead'"); a launch-bound model's device time says little.
+    if ev.model_target and (unit == "whole" or (unit is None and ev.launch and ev.stable)):
+        _whole(ev, ("reduce-overhead" if ctx.session.cuda else "default") if unit is None else mode, actions, notes)
+        return ev.decision(actions, notes)
+    if unit == "whole":
+        return ev.decision(actions, notes)
+    if unit is None and op_mix.gemm_dominated(ev.ctx) and not ev.launch:
+        notes.append(f"GEMM-dominated ({ev.opmix['gemm_share']:.0%} GEMM+attention, {ev.opmix['basis']}): compile would "
+                     f"return ~1.0x (at most {ev.opmix.get('compile_gain_bound')}x); no compile planned")
+        return ev.decision(actions, notes, "~1.0x")
+    if ev.block is not None and ev.block_target:
+        if _block_compilable(ev, disables, trust_guards, actions, notes):
+            _per_block(ev, disables, marks, actions, notes)
+        return ev.decision(actions, notes)
+    if ev.block is not None:
+        notes.append(f"repeated block {untargetable(ev.block['cls'])}: no compile target")
+    if unit != "region":
+        _model_region(ev, actions, notes)
+    return ev.decision(actions, notes)
 
-    # kernel: a dominant non-GEMM op
-    top = m("top_ops")
+
+@dataclass
+class _Evidence:
+    """What the planner reads from the ladder: the model and its repeated blocks (the first block,
+    its target, the other declared blocks with theirs) and, once compile is in question, the
+    rungs that decide it (op mix, batch scaling, recompiles, graph breaks)."""
+
+    ctx: Context
+    model: Any
+    model_target: str | None
+    blocks: list[dict]
+    block: dict | None
+    block_target: str | None
+    #: the other classes the model declares beside ``block`` (``_repeated_blocks``), with their targets
+    also: list[tuple[dict, str | None]]
+    opmix: dict = field(default_factory=dict)
+    bs: dict = field(default_factory=dict)
+    rc: dict = field(default_factory=dict)
+    launch: bool = False
+    stable: bool = False
+    breaks: list = field(default_factory=list)
+
+    @classmethod
+    def of(cls, ctx: Context) -> "_Evidence":
+        model, _, _ = ctx.reference()
+        blocks = ctx.evidence.blocks
+        block = blocks[0] if blocks else None
+        # a block of an installed package (transformers' GPT2Block) is targeted by import path and
+        # applied from the plan's site (docs/design.md, "Library models")
+        block_target = (block["target"] or library_target_of(block["cls"])) if block is not None else None
+        also = [(b, b["target"] or library_target_of(b["cls"])) for b in region_blocks(blocks)[1:]]
+        return cls(ctx, model, unit_target(type(model), ctx.session.src), blocks, block, block_target, also)
+
+    def declared_notes(self) -> list[str]:
+        """What the model's own list of its repeated blocks (``_repeated_blocks``: diffusers' regional
+        compilation) says: every declared class is a per-block target, not only the first."""
+        declared = self.ctx.evidence.declared
+        return list(declared.notes()) if declared is not None else []
+
+    def read_compile_evidence(self, notes: list[str]) -> None:
+        """The rungs that decide the compile unit; a note where the recompiles rung did not run ok."""
+        ctx, res, m = self.ctx, self.ctx.results, self.ctx.measured
+        self.opmix, self.bs, self.rc = m("op_mix"), m("batch_scaling"), m("recompiles")
+        self.launch = batch_scaling.launch_bound(self.ctx)
+        self.stable = shapes_stable(ctx)
+        if not res.get("recompiles") or not res["recompiles"].ok:
+            notes.append("the recompiles rung did not run ok: shapes are treated as varying (no CUDA graphs)")
+        self.breaks = [f for f in res["graph_breaks"].findings if f.function] if res.get("graph_breaks") and res["graph_breaks"].ok else []
+
+    def block_forwards(self) -> set[str]:
+        """The ``forward`` qualnames of every block class a per-block plan compiles."""
+        return {_qual(self.block_target) + ".forward", *(_qual(t) + ".forward" for _, t in self.also)}
+
+    def decision(self, actions: list, notes: list[str], expected_speedup: str | None = None) -> Decision:
+        return Decision(_plan(self.ctx.session.spec, self.ctx, actions), notes, expected_speedup)
+
+
+def _kernel(ctx: Context, actions: list, notes: list[str]) -> None:
+    """``kernel`` on the function that calls a dominant non-GEMM op (top-ops rung), or why not."""
+    top = ctx.measured("top_ops")
     dom = top.get("dominant")
-    if dom and res["top_ops"].implies.startswith("kernel"):
-        sites = [f for f in res["top_ops"].findings if f.kind == "dominant_op" and f.function]
-        if sites:
-            site = sites[0]
-            op = _op_name(dom["op"])
-            kernel = _kernel_name(dom["op"])
-            actions.append(
-                KernelAction(
-                    action="kernel",
-                    target=f"{site.file}::{site.function}",
-                    call=f"torch.{op}",
-                    kernel=kernel,
-                    why=f"top-ops: {dom['op']} is {dom['share']:.0%} of the step ({top['basis']}) >= 10% non-GEMM rule; called at {site.where}"
-                    + ("; kernel: stub (no catalog kernel)" if kernel == "stub" else ""),
-                )
-            )
-        else:
-            notes.append(f"{dom['op']} dominates but no call site under SRC was found: no kernel action")
+    if not (dom and ctx.results["top_ops"].implies.startswith("kernel")):
+        return
+    sites = [f for f in ctx.results["top_ops"].findings if f.kind == "dominant_op" and f.function]
+    if not sites:
+        notes.append(f"{dom['op']} dominates but no call site under SRC was found: no kernel action")
+        return
+    site = sites[0]
+    kernel = _kernel_name(dom["op"])
+    actions.append(KernelAction(
+        action="kernel", target=f"{site.file}::{site.function}", call=f"torch.{_op_name(dom['op'])}", kernel=kernel,
+        why=f"top-ops: {dom['op']} is {dom['share']:.0%} of the step ({top['basis']}) >= 10% non-GEMM rule; called at {site.where}"
+        + ("; kernel: stub (no catalog kernel)" if kernel == "stub" else "")))
 
-    # allocator: fragmentation. The harness is scaffolding, not the user's program: the action
-    # goes only to the entry point the user names (--entry); otherwise the finding is reported.
-    if res.get("memory") and res["memory"].implies.startswith("allocator"):
-        evidence = f"memory: {res['memory'].verdict}"
-        already = expandable_segments_on()
-        if already:
-            notes.append(
-                f"{evidence}, with {already} already set: the allocator action would change nothing; lower the "
-                "step's peak memory instead (smaller batch, activation checkpointing) or leave more headroom"
-            )
-        elif ctx.entry:
-            basis = "" if res["memory"].measurement.get("source") == "oom" else " (steady state over the harness's shape sweep)"
-            actions.append(AllocatorAction(action="allocator", target=ctx.entry, why=f"{evidence}{basis}"))
-        else:
-            notes.append(
-                f"{evidence}: the fix is PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True set before the first CUDA "
-                "allocation; pass --entry file.py::func (your program's entry point) to plan the allocator action there"
-            )
 
+def _allocator(ctx: Context, actions: list, notes: list[str]) -> None:
+    """``allocator`` for fragmentation (memory rung). The harness is scaffolding, not the user's
+    program: the action goes only to the entry point the user names (``--entry``); otherwise the
+    finding is reported."""
+    res = ctx.results
+    if not (res.get("memory") and res["memory"].implies.startswith("allocator")):
+        return
+    evidence = f"memory: {res['memory'].verdict}"
+    already = expandable_segments_on()
+    if already:
+        notes.append(f"{evidence}, with {already} already set: the allocator action would change nothing; lower the "
+                     "step's peak memory instead (smaller batch, activation checkpointing) or leave more headroom")
+    elif ctx.entry:
+        basis = "" if res["memory"].measurement.get("source") == "oom" else " (steady state over the harness's shape sweep)"
+        actions.append(AllocatorAction(action="allocator", target=ctx.entry, why=f"{evidence}{basis}"))
+    else:
+        notes.append(f"{evidence}: the fix is PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True set before the first CUDA "
+                     "allocation; pass --entry file.py::func (your program's entry point) to plan the allocator action there")
+
+
+def _stopped_early(ctx: Context, notes: list[str]) -> bool:
+    """Whether the ladder stopped before the rungs that decide a compile (a note says so)."""
+    res = ctx.results
     if ctx.evidence.stopped_at and not any(res.get(n) is not None and res[n].ok for n in ("batch_scaling", "op_mix")):
         notes.append(
             f"no compile planned: the ladder stopped at rung {ctx.evidence.stopped_at} before the rungs that decide it "
             "(batch scaling, op mix, the search)"
         )
-        return Decision(_plan(spec, ctx, actions), notes)
-    if unit == "none":
-        return Decision(_plan(spec, ctx, actions), notes)
-    opmix = m("op_mix")
-    bound = opmix.get("compile_gain_bound")
-    bs = m("batch_scaling")
-    rc = m("recompiles")
-    launch = batch_scaling.launch_bound(ctx)
-    stable = shapes_stable(ctx)
-    if not res.get("recompiles") or not res["recompiles"].ok:
-        notes.append("the recompiles rung did not run ok: shapes are treated as varying (no CUDA graphs)")
-    breaks = [f for f in res["graph_breaks"].findings if f.function] if res.get("graph_breaks") and res["graph_breaks"].ok else []
+        return True
+    return False
 
-    # launch-bound first: the ladder's first rung decides before the op mix (partitioning-
-    # the-stack: "If it barely changes, you are launch bound and the answer is torch.compile
-    # plus mode='reduce-overhead'"); a launch-bound model's device time says little.
-    prefer_whole = unit == "whole" or (unit is None and launch and stable)
-    if unit == "whole" and not model_target:
-        notes.append(f"no whole-model candidate: the model class is {untargetable(type(model))}")
-    if prefer_whole and model_target:
-        if unit is None:
-            mode = "reduce-overhead" if ctx.session.cuda else "default"
-        if launch and stable:
-            why = f"batch scaling: {bs['fixed_share']:.0%} fixed overhead (>= 15% launch-bound); shapes stable (0 recompiles across {rc.get('shapes', 1)} shapes)"
-        else:
-            why = "whole-model compile" + (f"; batch scaling: {bs['fixed_share']:.0%} fixed overhead" if bs else "")
-            if not stable:
-                why += f"; shapes vary across {rc.get('shapes', 1)} shapes: automatic dynamic shapes"
-        if block is not None:  # the blocks exist: say what was found (the search measures per-block against it)
-            why += f"; {_unit_evidence(block, m('granularity'), [b for b, _ in also])}"
-        why += ("; CUDA graphs need one large capture" if mode == "reduce-overhead" else ("; CPU: no CUDA graphs" if not ctx.session.cuda else ""))
-        actions.append(
-            CompileAction(
-                action="compile",
-                target=model_target,
-                strategy="whole",
-                options=CompileOptions(mode=mode),
-                why=why,
-            )
-        )
-        block_forward = _block_forward(block, block_target)
-        kept = _breaks_at(breaks, block_forward)
-        if kept:
-            notes.append(
-                f"graph break inside {block_forward} itself at {', '.join(kept[:3])}: the whole-model compile keeps it, no "
-                f"disable (a disabled {block_forward} would run every block eager under the compile), so the compiled model "
-                "runs as more than one graph (measured so by the search); rewrite that line to stay in the graph to get one"
-            )
-        _disables(actions, breaks, _units(model_target, block_forward, *(_qual(t) + ".forward" for _, t in also if t)),
-                  "whole-model compile")
-        return Decision(_plan(spec, ctx, actions), notes)
-    if unit == "whole":
-        return Decision(_plan(spec, ctx, actions), notes)
-    if unit is None and op_mix.gemm_dominated(ctx) and not launch:
+
+def _whole(ev: _Evidence, mode: str, actions: list, notes: list[str]) -> None:
+    """``compile`` of the model's entry (``strategy: whole``) with the ``disable``s its graph breaks
+    imply; a break in the repeated block's own forward is kept, with a note."""
+    bs, rc, block = ev.bs, ev.rc, ev.block
+    if ev.launch and ev.stable:
+        why = f"batch scaling: {bs['fixed_share']:.0%} fixed overhead (>= 15% launch-bound); shapes stable (0 recompiles across {rc.get('shapes', 1)} shapes)"
+    else:
+        why = "whole-model compile" + (f"; batch scaling: {bs['fixed_share']:.0%} fixed overhead" if bs else "")
+        if not ev.stable:
+            why += f"; shapes vary across {rc.get('shapes', 1)} shapes: automatic dynamic shapes"
+    if block is not None:  # the blocks exist: say what was found (the search measures per-block against it)
+        why += f"; {_unit_evidence(block, ev.ctx.measured('granularity'), [b for b, _ in ev.also])}"
+    why += ("; CUDA graphs need one large capture" if mode == "reduce-overhead" else ("; CPU: no CUDA graphs" if not ev.ctx.session.cuda else ""))
+    actions.append(CompileAction(action="compile", target=ev.model_target, strategy="whole", options=CompileOptions(mode=mode), why=why))
+    block_forward = _block_forward(block, ev.block_target)
+    kept = _breaks_at(ev.breaks, block_forward)
+    if kept:
         notes.append(
-            f"GEMM-dominated ({opmix['gemm_share']:.0%} GEMM+attention, {opmix['basis']}): compile would return ~1.0x "
-            f"(at most {bound}x); no compile planned"
+            f"graph break inside {block_forward} itself at {', '.join(kept[:3])}: the whole-model compile keeps it, no "
+            f"disable (a disabled {block_forward} would run every block eager under the compile), so the compiled model "
+            "runs as more than one graph (measured so by the search); rewrite that line to stay in the graph to get one"
         )
-        return Decision(_plan(spec, ctx, actions), notes, "~1.0x")
+    _disables(actions, ev.breaks, _units(ev.model_target, block_forward, *(_qual(t) + ".forward" for _, t in ev.also if t)),
+              "whole-model compile")
 
-    if block is not None and block_target:
-        forward_qual = _qual(block_target) + ".forward"
-        ir = m("instance_recompiles")
-        guards = [f for f in res["instance_recompiles"].findings if f.kind == "guard"] if res.get("instance_recompiles") else []
-        if ir.get("recompiles"):
-            # a guard in the forward of any class the candidate compiles (the declared blocks)
-            # is the block's own, never a helper to disable
-            forwards = {forward_qual, *(_qual(t) + ".forward" for _, t in also if t)}
-            in_forward = [g for g in guards if g.function in forwards or not g.function]
-            helpers = [g for g in guards if g.function and g.function not in forwards]
-            across = _instance_counts(ir, block)
-            if (in_forward or not helpers) and not trust_guards:
-                notes.append(f"{across} ({', '.join(g.where for g in guards) or 'no line'}): compiled anyway, the measurement decides")
-            elif in_forward or not helpers:
-                where = ", ".join(g.where for g in guards) or "unknown line"
-                notes.append(
-                    f"{across} from a guard in its own forward ({where})"
-                    + ("; recompile limit hit" if ir.get("limit_hit") else "")
-                    + ": compiling it would leave blocks silently eager; restructure (make the value a tensor or move it out of forward) — no compile planned for the block"
-                )
-                block = None
-            elif disables:
-                seen = set()
-                for g in helpers:
-                    if g.function in seen:
-                        continue
-                    seen.add(g.function)
-                    actions.append(
-                        DisableAction(
-                            action="disable",
-                            target=f"{g.file}::{g.function}",
-                            why=f"instance recompiles: {across}"
-                            + (" (recompile limit hit)" if ir.get("limit_hit") else "")
-                            + f"; guard on per-instance state at {g.where}: keep this helper eager",
-                        )
-                    )
-        if block is not None:
-            units = {forward_qual, *(_qual(t) + ".forward" for _, t in also)}
-            # names the blocks' code reaches, read from their files under SRC (a library block's
-            # breaks have no SRC function, so its disables are never pruned by this)
-            reached = None
-            if block["target"] and all(b["target"] for b, _ in also):
-                reached = set()
-                for t in [block_target, *(t for _, t in also)]:
-                    reached |= names_reached(ctx.session.src / t.split("::", 1)[0], _qual(t) + ".forward")
-            disabled = _disables(actions, breaks, units, "per-block compile", notes, reached) if disables else False
-            gran = m("granularity")
-            own = sorted({w for u in units for w in _breaks_at(breaks, u)})
-            in_block_break = bool(own)
-            if own:
-                notes.append(
-                    f"graph break inside {forward_qual} itself at {', '.join(own[:3])}: the compiled block runs as more than one "
-                    "graph (measured so by the search), and `stackpart check` reports the line once the block is "
-                    "compiled; rewrite it to stay in the graph (torch.where / torch.cond for a data-dependent branch, a tensor "
-                    "instead of .item()) to get one graph per block"
-                )
-            helper_breaks = not disables and any(f.function not in units for f in breaks)
-            # a helper the source keeps eager is a graph break whether or not the rung saw it
-            kept_eager = [n for b in [block, *(b for b, _ in also)] for n in _source_disabled(b["cls"], reached)]
-            if kept_eager:
-                notes.append(f"{forward_qual} reaches {', '.join(kept_eager[:3])}, which the source keeps eager with "
-                             "@torch.compiler.disable: the block is compiled without fullgraph (a disabled call is a graph break)")
-            options = CompileOptions(fullgraph=not disabled and not in_block_break and not helper_breaks and not kept_eager
-                                     and not any(isinstance(a, DisableAction) for a in actions))
-            share = gran.get("share")
-            reason = (
-                f"; launch-bound ({bs['fixed_share']:.0%} fixed overhead) but shapes vary: per-block compile, no CUDA graphs"
-                if launch
-                else f"; op mix: GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%), fusible {opmix.get('fusible_share', 0):.0%}"
-            )
-            if block.get("declared"):
-                # the targets are the model's declaration, the share the declared blocks' together
-                # (granularity rung); the search measures this candidate like any other
-                listed = " + ".join(f"{len(b['modules'])} x {b['cls'].__name__}" for b in [block, *(b for b, _ in also)])
-                for b, t in [(block, block_target), *also]:
-                    actions.append(CompileAction(
-                        action="compile", target=t, strategy="region", options=options,
-                        why=f"declared: {block['declared']} lists {b['cls'].__name__} (the model's own regional-compilation "
-                            f"blocks, what diffusers' compile_repeated_blocks compiles); granularity: {listed}"
-                            + (f" = {share:.0%} of the step" if share is not None else "") + reason))
-            else:
-                actions.append(
-                    CompileAction(
-                        action="compile",
-                        target=block_target,
-                        strategy="region",
-                        options=options,
-                        why=f"granularity: {len(block['modules'])} x {block['cls'].__name__} in {block['name']}"
-                        + (f" = {share:.0%} of the step" if share is not None else "")
-                        + reason
-                    )
-                )
-            if marks:  # each compiled class at its own boundary, from its own measured dims
-                per_class = {c["class"]: c for c in rc.get("classes") or []}
-                for i, (b, t) in enumerate([(blocks[0], block_target), *also]):
-                    dims = per_class.get(b["cls"].__name__)
-                    if i and (dims is None or not t):
-                        continue
-                    _mark_dynamic(actions, notes, b, dict(rc, **{k: dims[k] for k in ("varying_block_dims", "varying_block_other_dims")})
-                                  if dims else rc, t, label=f"{b['cls'].__name__}: " if also else "")
-            return Decision(_plan(spec, ctx, actions), notes)
-    elif block is not None and not block_target:
-        notes.append(f"repeated block {untargetable(block['cls'])}: no compile target")
 
-    if (blocks and block is None) or unit == "region":
-        return Decision(_plan(spec, ctx, actions), notes)
-    if model_target:
-        actions.append(
-            CompileAction(
-                action="compile",
-                target=model_target,
-                strategy="region",
-                why=f"{_unit_evidence(block, m('granularity'), [b for b, _ in also])}: the model is the unit; op mix GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%)",
-            )
+def _block_compilable(ev: _Evidence, disables: bool, trust_guards: bool, actions: list, notes: list[str]) -> bool:
+    """Whether the repeated block is compiled, read from the instance rung's guards: a guard in the
+    block's own forward means no compile of it (its regions would fall back to eager silently,
+    worse than no plan) unless ``trust_guards`` is False; a guard in a helper gets a ``disable``."""
+    ctx = ev.ctx
+    ir = ctx.measured("instance_recompiles")
+    guards = [f for f in ctx.results["instance_recompiles"].findings if f.kind == "guard"] if ctx.results.get("instance_recompiles") else []
+    if not ir.get("recompiles"):
+        return True
+    # a guard in the forward of any class the candidate compiles (the declared blocks)
+    # is the block's own, never a helper to disable
+    forwards = {_qual(ev.block_target) + ".forward", *(_qual(t) + ".forward" for _, t in ev.also if t)}
+    in_forward = [g for g in guards if g.function in forwards or not g.function]
+    helpers = [g for g in guards if g.function and g.function not in forwards]
+    across = _instance_counts(ir, ev.block)
+    if (in_forward or not helpers) and not trust_guards:
+        notes.append(f"{across} ({', '.join(g.where for g in guards) or 'no line'}): compiled anyway, the measurement decides")
+    elif in_forward or not helpers:
+        where = ", ".join(g.where for g in guards) or "unknown line"
+        notes.append(
+            f"{across} from a guard in its own forward ({where})"
+            + ("; recompile limit hit" if ir.get("limit_hit") else "")
+            + ": compiling it would leave blocks silently eager; restructure (make the value a tensor or move it out of forward) — no compile planned for the block"
         )
-        _disables(actions, breaks, _units(model_target, _block_forward(block, block_target), *(_qual(t) + ".forward" for _, t in also if t)),
-                  "model compile")
-    return Decision(_plan(spec, ctx, actions), notes)
+        return False
+    elif disables:
+        seen = set()
+        for g in helpers:
+            if g.function in seen:
+                continue
+            seen.add(g.function)
+            actions.append(DisableAction(
+                action="disable", target=f"{g.file}::{g.function}",
+                why=f"instance recompiles: {across}" + (" (recompile limit hit)" if ir.get("limit_hit") else "")
+                + f"; guard on per-instance state at {g.where}: keep this helper eager"))
+    return True
+
+
+def _per_block(ev: _Evidence, disables: bool, marks: bool, actions: list, notes: list[str]) -> None:
+    """``compile`` of each repeated block class (``strategy: region``) with the ``disable``s its
+    graph breaks imply, ``fullgraph`` where nothing breaks it, and the ``mark_dynamic``s of its
+    varying inputs."""
+    units = ev.block_forwards()
+    # names the blocks' code reaches, read from their files under SRC (a library block's
+    # breaks have no SRC function, so its disables are never pruned by this)
+    reached = None
+    if ev.block["target"] and all(b["target"] for b, _ in ev.also):
+        reached = set()
+        for t in [ev.block_target, *(t for _, t in ev.also)]:
+            reached |= names_reached(ev.ctx.session.src / t.split("::", 1)[0], _qual(t) + ".forward")
+    disabled = _disables(actions, ev.breaks, units, "per-block compile", notes, reached) if disables else False
+    options = CompileOptions(fullgraph=_fullgraph(ev, units, reached, disables, notes) and not disabled
+                             and not any(isinstance(a, DisableAction) for a in actions))
+    _block_compiles(ev, options, actions)
+    if marks:  # each compiled class at its own boundary, from its own measured dims
+        per_class = {c["class"]: c for c in ev.rc.get("classes") or []}
+        for i, (b, t) in enumerate([(ev.blocks[0], ev.block_target), *ev.also]):
+            dims = per_class.get(b["cls"].__name__)
+            if i and (dims is None or not t):
+                continue
+            _mark_dynamic(actions, notes, b, dict(ev.rc, **{k: dims[k] for k in ("varying_block_dims", "varying_block_other_dims")})
+                          if dims else ev.rc, t, label=f"{b['cls'].__name__}: " if ev.also else "")
+
+
+def _fullgraph(ev: _Evidence, units: set[str], reached: set[str] | None, disables: bool, notes: list[str]) -> bool:
+    """Whether the block can be compiled with ``fullgraph=True``: no graph break in its own forward,
+    none in a helper it keeps compiled, no helper the source keeps eager (each said in a note)."""
+    forward_qual = _qual(ev.block_target) + ".forward"
+    own = sorted({w for u in units for w in _breaks_at(ev.breaks, u)})
+    if own:
+        notes.append(
+            f"graph break inside {forward_qual} itself at {', '.join(own[:3])}: the compiled block runs as more than one "
+            "graph (measured so by the search), and `stackpart check` reports the line once the block is "
+            "compiled; rewrite it to stay in the graph (torch.where / torch.cond for a data-dependent branch, a tensor "
+            "instead of .item()) to get one graph per block"
+        )
+    helper_breaks = not disables and any(f.function not in units for f in ev.breaks)
+    # a helper the source keeps eager is a graph break whether or not the rung saw it
+    kept_eager = [n for b in [ev.block, *(b for b, _ in ev.also)] for n in _source_disabled(b["cls"], reached)]
+    if kept_eager:
+        notes.append(f"{forward_qual} reaches {', '.join(kept_eager[:3])}, which the source keeps eager with "
+                     "@torch.compiler.disable: the block is compiled without fullgraph (a disabled call is a graph break)")
+    return not own and not helper_breaks and not kept_eager
+
+
+def _block_compiles(ev: _Evidence, options: CompileOptions, actions: list) -> None:
+    """The per-block ``compile`` actions: one per declared class (``_repeated_blocks``), else the block's."""
+    block, opmix, bs = ev.block, ev.opmix, ev.bs
+    share = ev.ctx.measured("granularity").get("share")
+    reason = (
+        f"; launch-bound ({bs['fixed_share']:.0%} fixed overhead) but shapes vary: per-block compile, no CUDA graphs"
+        if ev.launch
+        else f"; op mix: GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%), fusible {opmix.get('fusible_share', 0):.0%}"
+    )
+    if not block.get("declared"):
+        actions.append(CompileAction(
+            action="compile", target=ev.block_target, strategy="region", options=options,
+            why=f"granularity: {len(block['modules'])} x {block['cls'].__name__} in {block['name']}"
+            + (f" = {share:.0%} of the step" if share is not None else "") + reason))
+        return
+    # the targets are the model's declaration, the share the declared blocks' together
+    # (granularity rung); the search measures this candidate like any other
+    listed = " + ".join(f"{len(b['modules'])} x {b['cls'].__name__}" for b in [block, *(b for b, _ in ev.also)])
+    for b, t in [(block, ev.block_target), *ev.also]:
+        actions.append(CompileAction(
+            action="compile", target=t, strategy="region", options=options,
+            why=f"declared: {block['declared']} lists {b['cls'].__name__} (the model's own regional-compilation "
+                f"blocks, what diffusers' compile_repeated_blocks compiles); granularity: {listed}"
+                + (f" = {share:.0%} of the step" if share is not None else "") + reason))
+
+
+def _model_region(ev: _Evidence, actions: list, notes: list[str]) -> None:
+    """No repeated block: the model is its own region (``compile``, ``strategy: region``) with the
+    ``disable``s its graph breaks imply."""
+    if not ev.model_target:
+        return
+    actions.append(CompileAction(
+        action="compile", target=ev.model_target, strategy="region",
+        why=f"{_unit_evidence(ev.block, ev.ctx.measured('granularity'), [b for b, _ in ev.also])}: the model is the unit; op mix "
+            f"GEMM+attention {ev.opmix.get('gemm_share', 0):.0%} (< 80%)"))
+    _disables(actions, ev.breaks, _units(ev.model_target, _block_forward(ev.block, ev.block_target),
+                                         *(_qual(t) + ".forward" for _, t in ev.also if t)), "model compile")
 
 
 def _instance_counts(ir: dict, block: dict) -> str:

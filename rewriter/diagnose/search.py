@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import StackpartError
 from ..terminal import Feed, event, progress_line
-from .candidate import Candidate
+from .candidate import AS_IS, Candidate
 from .candidates import propose
 from .context import Context
 from .decide import Choice, compile_text, decide
@@ -113,7 +113,7 @@ class SearchOutcome:
             out.append({
                 "candidate": c.name,
                 "actions": ([f"the program's own: {x}" for x in self.own_setup] + [f"seen at run time: {x}" for x in self.runtime_setup]
-                            if c.name == "as-is" else []) + [action_text(a) for a in c.plan.actions],
+                            if c.name == AS_IS else []) + [action_text(a) for a in c.plan.actions],
                 "rule": c.rule,
                 "step_ms": None if r.get("step_ms") is None else round(r["step_ms"], 4),
                 "step_ms_per_shape": per_shape,
@@ -125,10 +125,10 @@ class SearchOutcome:
                 "contended_ms_per_shape": {str(row["shape"]): round(row["timing"][c.name]["contended_ms"], 4)
                                            for row in self.timing if (row["timing"].get(c.name) or {}).get("contended_ms")},
                 # as-is: the program's own compile's cost, where it compiles itself (else none of ours)
-                "cold_compile_s": round(cold[0]["compile_s"], 3) if cold and (c.name != "as-is" or comp.get("unique_graphs")) else None,
+                "cold_compile_s": round(cold[0]["compile_s"], 3) if cold and (c.name != AS_IS or comp.get("unique_graphs")) else None,
                 "new_shape_compile_s": [round(e["compile_s"], 3) for e in cold[1:] if e["new_graphs"] or e["new_recompiles"]]
-                                       if c.name != "as-is" or comp.get("unique_graphs") else [],
-                "compile_s_per_start": r.get("compile_s_per_start") if c.name != "as-is" or comp.get("unique_graphs") else None,
+                                       if c.name != AS_IS or comp.get("unique_graphs") else [],
+                "compile_s_per_start": r.get("compile_s_per_start") if c.name != AS_IS or comp.get("unique_graphs") else None,
                 "graphs": comp.get("unique_graphs"),
                 "graph_breaks": comp.get("graph_breaks"),
                 "recompiles": comp.get("recompiles"),
@@ -269,7 +269,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         variants = [Variant("eager", original, judged=False)]
         prefixes = {f"{original}/": ""}
         for i, c in enumerate(cands):
-            if c.name == "as-is":
+            if c.name == AS_IS:
                 continue
             try:
                 loaded = parse_plan(plan_yaml(c.plan), f"candidate {c.name}")
@@ -279,7 +279,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
                 say(f"{c.name}: the plan does not rewrite: {exc}")
                 continue
             if not result.changes:
-                out.rows[c.name] = {"skipped": "changes nothing in SRC: the same as 'as-is'"}
+                out.rows[c.name] = {"skipped": f"changes nothing in SRC: the same as {AS_IS!r}"}
                 continue
             tree = workdir / f"cand{i}"
             shutil.copytree(src, tree, ignore=IGNORE, symlinks=True)
@@ -302,7 +302,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             feed.start("search: cold phases", total=len(variants) + 1)
 
         def on_event(name: str, event: str, detail: Any) -> None:
-            label = "as-is" if name == "eager" else name
+            label = AS_IS if name == "eager" else name
             if feed is not None and event in ("skipped", "cold"):
                 feed.advance(f"search: {label} measured")
             elif feed is not None and event == "timing":
@@ -332,15 +332,15 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             if feed is not None:
                 feed.stop()
             for name, row in relabel(m.results, prefixes).items():
-                out.rows["as-is" if name == "eager" else name] = row
-            out.timing = [{"shape": row["shape"], "timing": {("as-is" if k == "eager" else k): v for k, v in row["timing"].items()}}
+                out.rows[AS_IS if name == "eager" else name] = row
+            out.timing = [{"shape": row["shape"], "timing": {(AS_IS if k == "eager" else k): v for k, v in row["timing"].items()}}
                           for row in m.timing]
             out.notes.extend(m.notes)
             out.clock = {k: round(v, 2) for k, v in m.clock.items()} | {"timing_s": round(m.timing_wall_s, 2)}
             out.seconds = round(time.perf_counter() - started, 2)
-        samples = [{("as-is" if k == "eager" else k): v for k, v in per.items()} for per in m.samples]
-        graphs = ((out.rows.get("as-is") or {}).get("compile") or {}).get("unique_graphs") or 0
-        runtime = (out.rows.get("as-is") or {}).get("runtime_compiles")
+        samples = [{(AS_IS if k == "eager" else k): v for k, v in per.items()} for per in m.samples]
+        graphs = ((out.rows.get(AS_IS) or {}).get("compile") or {}).get("unique_graphs") or 0
+        runtime = (out.rows.get(AS_IS) or {}).get("runtime_compiles")
         out.runtime_setup = per_call(ctx.evidence.own_regions, runtime) + seen(runtime)  # each own call, then each frame
         out.runtime_disagreements = disagreements(ctx.evidence.own_regions, runtime)
         if out.runtime_setup:
@@ -361,33 +361,23 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         for line in out.runtime_disagreements:  # the static and the run-time readings disagree: one sentence each
             out.notes.append(f"the program as it is: {line}")
             say(f"the program as it is: {line}")
-        hits = ((out.rows.get("as-is") or {}).get("compile") or {}).get("recompile_limit_hits") or []
+        hits = ((out.rows.get(AS_IS) or {}).get("compile") or {}).get("recompile_limit_hits") or []
         if hits:
             knob = ctx.evidence.value_guard_twins  # .value_guards: a changing int kept out of the guards
             out.notes.append(f"the program as it is hits the recompile limit in its own compiled code ({hits[0][:200]}): "
                              "those frames already run eager; candidates that keep that code compiled fail the same way"
                              + (f", unless they keep the changing int out of the guards ({', '.join(knob)})" if knob else ""))
         for name, hints in relabel(m.hints, prefixes).items():
-            label = "as-is" if name == "eager" else name
+            label = AS_IS if name == "eager" else name
             if label in out.rows:
                 out.rows[label].setdefault("hints", []).extend(hints)
         if not m.errors:
             measure_allocator_candidate(ctx, out, timeout_s, say)
         if m.errors:
             raise _as_is_failed(m.errors + m.hints.get("eager", []), original, ctx.session.spec.file)
-        from .config_candidates import judge
+        from .kinds import judge
 
-        for line in judge(ctx, out.rows):  # a config twin that kept no break in the graph is not planned
-            out.pruned.append(line)
-            say(f"pruned {line}")
-        from .value_guards import judge as judge_knob
-
-        for line in judge_knob(ctx, out.rows):  # an allow_unspec_int_on_nn_module twin that recompiled no less
-            out.pruned.append(line)
-            say(f"pruned {line}")
-        from .branch_candidates import judge as judge_branch
-
-        for line in judge_branch(ctx, out.rows):  # a +branchless twin that removed no graph break
+        for line in judge(ctx, out.rows):  # a twin that changed nothing (a knob, a rewrite) is not planned
             out.pruned.append(line)
             say(f"pruned {line}")
         order = [c.name for c in cands]
@@ -412,7 +402,7 @@ def annotated(out: SearchOutcome) -> Any:
     cand = out.chosen
     assert cand is not None and out.choice is not None
     row = out.rows.get(cand.name) or {}
-    asis = out.rows.get("as-is") or {}
+    asis = out.rows.get(AS_IS) or {}
     timed = sum(1 for r in out.rows.values() if r.get("step_ms") is not None)
     failed = sum(1 for s in out.choice.status.values() if s.startswith("failed"))
     if row.get("step_ms") is not None and asis.get("step_ms"):
@@ -470,7 +460,7 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
     from .evidence import UNREAD
 
     cand = out.chosen
-    if cand is None or cand.name == "as-is":
+    if cand is None or cand.name == AS_IS:
         return None
     src = ctx.session.src
     loaded = load_plan(plan_path)
@@ -479,15 +469,15 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
         return None
     spec = ctx.session.spec
     cuda = ctx.session.cuda
-    variants: dict[str, Any] = {"eager": dict(out.rows["as-is"])}
+    variants: dict[str, Any] = {"eager": dict(out.rows[AS_IS])}
     variants["plan"] = dict(out.rows[cand.name], compiled=f"search candidate {cand.name!r}")
     for c in out.candidates:
-        if c.name not in ("as-is", cand.name) and c.name in out.rows:
+        if c.name not in (AS_IS, cand.name) and c.name in out.rows:
             variants[c.name] = dict(out.rows[c.name])
     for v in variants.values():
         for k in ("problems", "hints", "error_kind"):
             v.pop(k, None)
-    timing = [{"shape": row["shape"], "timing": {("plan" if k == cand.name else "eager" if k == "as-is" else k): t
+    timing = [{"shape": row["shape"], "timing": {("plan" if k == cand.name else "eager" if k == AS_IS else k): t
                                                  for k, t in row["timing"].items()}} for row in out.timing]
     report = report_header(loaded, src, result, spec, out.backend, environment("cuda" if cuda else "cpu", spec.device if ctx.evidence.requested_device is UNREAD else ctx.evidence.requested_device))
     report.update(written_by="stackpart diagnose (the search's measurement of the chosen candidate)",

@@ -1,7 +1,7 @@
 """The search's attention candidates: transformers' own ``attn_implementation`` lever,
 proposed and measured like any other action, never assumed.
 
-Evidence: the harness's model as built (:meth:`.context.Context.reference`), read at run time. For
+Evidence: the harness's model as built (:meth:`..context.Context.reference`), read at run time. For
 each outermost transformers ``PreTrainedModel`` in it (the model itself, or the one a wrapper
 holds) whose attention implementation (``config._attn_implementation``, its own and its
 submodels') is not ``sdpa``, and whose class supports sdpa (``_supports_sdpa``, the flag
@@ -25,7 +25,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from ..plan import AttentionAction
+from ...plan import AttentionAction
+from ..candidate import AS_IS, Candidate, CandidateKind
 
 #: The levers, in the order their twins are placed, each with what it runs.
 LEVERS = {
@@ -67,7 +68,7 @@ def model_target(cls: type, src: Any) -> str | None:
     generic ``transformers.modeling_utils`` bases (``PreTrainedModel``) are never a target: a
     model whose own classes all lie under SRC (a copied modeling file) has none, rather than
     ``PreTrainedModel``, which the plan refuses."""
-    from .locate import library_target_of, target_of
+    from ..locate import library_target_of, target_of
 
     for klass in cls.__mro__:
         if not callable(getattr(klass, "set_attn_implementation", None)) or klass.__module__ == "transformers.modeling_utils":
@@ -80,7 +81,7 @@ def model_target(cls: type, src: Any) -> str | None:
 def levers(ctx: Any) -> tuple[list[AttentionAction], list[str]]:
     """The ``attention`` actions worth a twin for the harness's model, and why each other lever is
     left out (one line per model class and lever)."""
-    from ..library_targets import ATTENTION_FLAGS, attention_support
+    from ...library_targets import ATTENTION_FLAGS, attention_support
 
     model, _, _ = ctx.reference()
     actions: list[AttentionAction] = []
@@ -136,16 +137,15 @@ def levers(ctx: Any) -> tuple[list[AttentionAction], list[str]]:
 
 def with_attention(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     """``cands`` with an attention twin right after each candidate that compiles, after
-    ``static-cache`` and after ``as-is`` (config twins, :mod:`.config_candidates`, are not twinned again), and what was left
+    ``static-cache`` and after ``as-is`` (config twins, :mod:`.config`, are not twinned again), and what was left
     out (why)."""
-    from .candidate import Candidate
-    from .planner import default_site
+    from ..planner import default_site
 
     actions, pruned = levers(ctx)
     if not actions:
         return cands, pruned
     # the static-cache candidate too: an eager-attention generation model gains from both levers
-    twins_of = {c.name for c in cands if (c.compiles or c.name == "as-is" or any(a.action == "generation" for a in c.plan.actions))
+    twins_of = {c.name for c in cands if (c.compiles or c.name == AS_IS or any(a.action == "generation" for a in c.plan.actions))
                 and c.name not in ctx.evidence.config_twins}
     out: list[Any] = []
     keys = {c.key() for c in cands}
@@ -162,3 +162,6 @@ def with_attention(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
             keys.add(twin.key())
             out.append(twin)
     return out, pruned
+
+
+KIND = CandidateKind("attention", 30, with_attention)

@@ -14,17 +14,19 @@ shapes under automatic dynamic) and no fallback; ``torch.compiler.disable`` on
 ``DynamicCache.update`` breaks every layer's graph twice and still hits the limit (its resume
 frames guard on the deprecation wrapper's arguments), so it is not proposed.
 
-Evidence: the instance rung (:mod:`.instance_recompiles`) saw the recompile limit hit. For every
+Evidence: the instance rung (:mod:`..instance_recompiles`) saw the recompile limit hit. For every
 per-block candidate (a ``region`` compile) a twin ``<name>+recompile_limit`` is proposed, with one
 ``dynamo_config`` action setting the limit to ``instances x shapes`` of the harness (every graph
 the rung could need: one per instance and input shape), placed just before the candidate it came
 from; measurement decides (the extra graphs' compile seconds are counted like any other). The line
-goes where the config twins' goes (:func:`.config_candidates.config_target`).
+goes where the config twins' goes (:func:`.config.config_target`).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from ..candidate import Candidate, CandidateKind, place_twin
 
 #: The most graphs the twin asks of one code object: Dynamo's ``accumulated_recompile_limit`` (256,
 #: torch/_dynamo/config.py, torch 2.7-2.13), which caps a code object's graphs whatever
@@ -62,9 +64,8 @@ def with_recompile_limit(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[st
     """``cands`` with a ``+recompile_limit`` twin before each per-block candidate (see the module
     docstring), and the lines for the report (why none was proposed, or what a plain regional
     compile does). Unchanged where the instance rung saw no limit hit."""
-    from ..plan import DynamoConfigAction, DynamoSettings
-    from .candidate import Candidate, place_twin
-    from .config_candidates import config_target
+    from ...plan import DynamoConfigAction, DynamoSettings
+    from .config import config_target
 
     evidence = limit_evidence(ctx)
     if evidence is None:
@@ -101,3 +102,6 @@ def with_recompile_limit(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[st
     if not made:
         notes.append("+recompile_limit: no per-block candidate to raise the limit for")
     return out, notes
+
+
+KIND = CandidateKind("recompile_limit", 40, with_recompile_limit)

@@ -1,7 +1,7 @@
 """The search's config candidates: ``torch._dynamo.config`` knobs torch recommends for a graph break
 the compiled code needs, proposed and measured like any other action.
 
-Evidence: the graph-break rung's findings (:mod:`.graph_breaks`: ``torch._dynamo.explain`` on an
+Evidence: the graph-break rung's findings (:mod:`..graph_breaks`: ``torch._dynamo.explain`` on an
 eager model, Dynamo's counters and graph-break log on a model that compiles itself) whose reason
 is one Dynamo gives for a value it would not capture (torch 2.13 wording, with the hint it prints):
 
@@ -39,7 +39,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..plan import DYNAMO_CONFIG_KEYS, DynamoConfigAction, DynamoSettings
+from ...plan import DYNAMO_CONFIG_KEYS, DynamoConfigAction, DynamoSettings
+from ..candidate import Candidate, CandidateKind, is_as_is, place_twin
 
 #: Break reasons a scalar read gives (torch 2.6-2.13 wordings: explain's reason with its hint,
 #: the graph-break log's ``call_method ... item``, the counters' ``Unsupported Tensor.item()``).
@@ -79,7 +80,7 @@ def capturable_breaks(ctx: Any) -> list[tuple[Any, str]]:
 
 def config_target(ctx: Any) -> tuple[str, str]:
     """``(target, why there)`` for the ``dynamo_config`` line (see the module docstring)."""
-    from .locate import target_of
+    from ..locate import target_of
 
     model, _, _ = ctx.reference()
     cls = type(getattr(model, "_orig_mod", model))  # the program's torch.compile(model): the model's own class
@@ -101,7 +102,7 @@ def config_target(ctx: Any) -> tuple[str, str]:
 
 def covers(cand: Any, finding: Any, ctx: Any, own_measured: bool) -> bool:
     """Whether ``cand`` compiles the code ``finding`` (a graph break) is in."""
-    from .locate import names_reached, unit_target
+    from ..locate import names_reached, unit_target
 
     if own_measured:  # the rung ran the program's own compile, which the harness runs: the break is in it
         return True
@@ -168,7 +169,6 @@ def with_config(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     """``cands`` with a config twin before each candidate that compiles a capturable break, and
     what was left out (why). Records ``twin name -> candidate name`` in ``ctx.evidence.config_twins``
     for :func:`judge`."""
-    from .candidate import Candidate, place_twin
 
     ctx.evidence.config_twins = {}
     breaks = capturable_breaks(ctx)
@@ -187,7 +187,7 @@ def with_config(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     pruned: list[str] = []
     keys = {c.key() for c in cands}
     for c in cands:
-        covered = [(f, k) for f, k in breaks if covers(c, f, ctx, own_measured and (c.name == "as-is" or c.name.startswith("as-is+")))]
+        covered = [(f, k) for f, k in breaks if covers(c, f, ctx, own_measured and (is_as_is(c.name)))]
         if not covered:
             out.append(c)
             continue
@@ -234,7 +234,7 @@ def _breaks_seen(row: dict[str, Any]) -> int | None:
 def judge(ctx: Any, rows: dict[str, dict[str, Any]]) -> list[str]:
     """After measurement: a config twin (:func:`with_config`) that saw no fewer graph breaks than the
     candidate it came from (:func:`_breaks_seen` over the harness's shapes, from Dynamo's counters
-    and graph-break log in its child) is marked ``skipped`` in ``rows`` (so :func:`.decide.decide` never
+    and graph-break log in its child) is marked ``skipped`` in ``rows`` (so :func:`..decide.decide` never
     chooses it); returns one line per twin pruned so, for the report's ``pruned``. Rows not both
     measured without a problem are left to the decision as they are."""
     lines: list[str] = []
@@ -250,3 +250,6 @@ def judge(ctx: Any, rows: dict[str, dict[str, Any]]) -> list[str]:
                           "knob that changes nothing is not planned")
         lines.append(f"{name}: {row['skipped']}")
     return lines
+
+
+KIND = CandidateKind("capture_config", 10, with_config, judge, when_compiles_pruned=False)

@@ -1,17 +1,17 @@
 """The search's branchless candidates: a data-dependent ``if`` in compiled code rewritten as
 ``torch.where`` (the ``branchless`` action), for a graph break no config knob fixes.
 
-Evidence: the graph-break rung's findings (:mod:`.graph_breaks`) whose reason is Dynamo's for a
+Evidence: the graph-break rung's findings (:mod:`..graph_breaks`) whose reason is Dynamo's for a
 Python branch on a tensor's value: ``Data-dependent branching`` with the hint "Use `torch.cond` to
 express dynamic control flow" from ``explain`` (torch 2.13; ``generic_jump`` in the message), and
 ``attempted to jump with TensorVariable()`` in the graph-break log of a program that compiles
 itself. ``capture_scalar_outputs`` does not remove it (it still breaks at the jump on the unbacked
-value, :mod:`.config_candidates`' docstring), so the fix is the restructure the hint names. Of
+value, :mod:`.config`' docstring), so the fix is the restructure the hint names. Of
 ``torch.cond`` and ``torch.where``, the branchless form is the one a rewrite can write for any
 ``if`` whose branches only assign plain names (:mod:`rewriter.actions.branchless`: it says which
 are refused and why); the finding's line under SRC must hold such an ``if``.
 
-For every candidate that compiles the code the break is in (:func:`.config_candidates.covers`:
+For every candidate that compiles the code the break is in (:func:`.config.covers`:
 the program's own compile the harness runs, a whole-model or block compile reaching it), a twin
 ``<candidate>+branchless`` is proposed just before it, with the candidate's actions plus one
 ``branchless`` action per accepted ``if``; it adds no compile, so it composes with the program's
@@ -27,7 +27,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..plan import BranchlessAction
+from ...plan import BranchlessAction
+from ..candidate import Candidate, CandidateKind, is_as_is, place_twin
 
 #: Break reasons of a Python ``if``/``while`` on a tensor's value (torch 2.6-2.13 wordings: explain's
 #: "Data-dependent branching" with ``generic_jump``, the graph-break log's "attempted to jump with
@@ -55,7 +56,7 @@ def branch_action(src: Any, file: str, line: int, why: str) -> BranchlessAction 
     import libcst as cst
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    from ..actions.branchless import Refused, branchless_statements
+    from ...actions.branchless import Refused, branchless_statements
 
     try:
         module = cst.parse_module((src / file).read_bytes())
@@ -102,8 +103,7 @@ def with_branchless(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     """``cands`` with a ``+branchless`` twin before each candidate that compiles an accepted
     data-dependent ``if`` (see the module docstring), and the lines for the report's ``pruned``
     (why an ``if`` was left alone, or why no twin was made)."""
-    from .candidate import Candidate, place_twin
-    from .config_candidates import covers
+    from .config import covers
 
     ctx.evidence.branch_twins = {}
     breaks = branch_breaks(ctx)
@@ -128,7 +128,7 @@ def with_branchless(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     out: list[Any] = []
     made = 0
     for c in cands:
-        mine = own_measured and (c.name == "as-is" or c.name.startswith("as-is+"))
+        mine = own_measured and (is_as_is(c.name))
         covered = [a for f, a in accepted if covers(c, f, ctx, mine)
                    and not any(b.action == "branchless" and b.target == a.target and b.line == a.line for b in c.plan.actions)]
         if not covered:
@@ -146,10 +146,10 @@ def with_branchless(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
 
 def judge(ctx: Any, rows: dict[str, dict[str, Any]]) -> list[str]:
     """After measurement: a ``+branchless`` twin (:func:`with_branchless`) that saw neither fewer graph
-    breaks (:func:`.config_candidates._breaks_seen`: Dynamo's counters or its graph-break log) nor
+    breaks (:func:`.config._breaks_seen`: Dynamo's counters or its graph-break log) nor
     fewer graphs than the candidate it came from is marked ``skipped`` in ``rows``; returns one line
     per twin pruned so. Rows not both measured without a problem are left to the decision."""
-    from .config_candidates import _breaks_seen, _graphs
+    from .config import _breaks_seen, _graphs
 
     lines: list[str] = []
     for name, base in ctx.evidence.branch_twins.items():
@@ -163,3 +163,6 @@ def judge(ctx: Any, rows: dict[str, dict[str, Any]]) -> list[str]:
                           f"seen vs {seen0} and {graphs0} for {base!r}); an unsafe change that removes nothing is not planned")
         lines.append(f"{name}: {row['skipped']}")
     return lines
+
+
+KIND = CandidateKind("branchless", 50, with_branchless, judge)
