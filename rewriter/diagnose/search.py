@@ -85,7 +85,7 @@ class SearchOutcome:
     #: The allocator candidate's measurement (:func:`.memory.measure_allocator`, or
     #: ``{"skipped": why}``), or None where the memory rung found no fragmentation.
     allocator: dict[str, Any] | None = None
-    #: The process-to-process noise the decision used (:func:`rewriter.engine.measure.process_noise`),
+    #: The process-to-process noise the decision used (:func:`rewriter.engine.noise.process_noise`),
     #: None when each plan was timed in one process.
     noise: dict[str, Any] | None = None
     #: Where the measurement's wall time went, seconds per phase (the engine's
@@ -192,7 +192,7 @@ def measure_allocator_candidate(ctx: Context, out: SearchOutcome, timeout_s: flo
 def _options(ctx: Context, timeout_s: float) -> Any:
     """Engine options for the search: the session's backend forced on every compile when it
     cannot optimise (CPU: ``eager``); shorter timing on CPU, where speed is not what is decided."""
-    from ..engine.measure import Options, on_device
+    from ..engine.options import Options, on_device
 
     from ..engine.cost import may_overlap
 
@@ -230,7 +230,9 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         StackpartError: the original tree cannot be copied (a candidate whose rewrite fails is a
             failed candidate, not an error).
     """
-    from ..engine.measure import REPLICA_TEXT, Measurement, Variant, measure, process_noise, relabel
+    from ..engine.measure import Measurement, measure, relabel
+    from ..engine.noise import process_noise
+    from ..engine.options import REPLICA_TEXT, Variant
     from ..plan import parse_plan
     from ..apply import apply_changes
     from ..rewrite import plan_rewrite

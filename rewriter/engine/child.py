@@ -265,7 +265,7 @@ def random_ops(model: Any) -> list[str]:
 
 def autotune_again() -> None:
     """Make this process benchmark every Triton kernel's configs again instead of loading the
-    winners another process stored (a second timed process, :attr:`.measure.Options.replica_caches`
+    winners another process stored (a second timed process, :attr:`.options.Options.replica_caches`
     ``reautotune``): Inductor's ``CachingAutotuner`` reads its local autotune cache
     (``*.best_config`` next to each kernel, ``torch._inductor.config.autotune_local_cache``) on a
     kernel's first launch; with it off the launch benchmarks the configs as a cold compile does.
@@ -677,7 +677,7 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
                 "new_recompiles": after.recompiles - before.recompiles,
             }
             if job.get("replica"):
-                # a second timed process (engine.measure.Replicas): its first process was
+                # a second timed process (engine.replicas.Replicas): its first process was
                 # judged, so no outputs are recorded or compared here
                 del out
                 result["shapes"].append(entry)

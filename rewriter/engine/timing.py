@@ -14,7 +14,25 @@ import math
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass
+class Timed:
+    """What :func:`.windows.interleave` returns (and :func:`.replicas.merge_replicates` folds).
+
+    Attributes:
+        rows: per shape ``{"shape", "timing": {process name: summarize(...)}}`` (ms figures).
+        samples: per shape ``{process name: [seconds per call, ...]}`` in round order, paired
+            across processes.
+        error: what stopped the timing (a first process failed), or None; ``rows`` and
+            ``samples`` are then empty.
+    """
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    samples: list[dict[str, list[float]]] = field(default_factory=list)
+    error: str | None = None
 
 
 def sync(device: str) -> None:

@@ -1,0 +1,48 @@
+"""Whether a variant's cold phase fits what is left of a measurement's deadline (diagnose's
+``--budget``; docs/decisions.md, "The search's budget and its cold phases").
+
+A cold phase starts only when it is expected to end before the deadline. Its expected length is
+read from the cold phases measured so far in the same run: the longest of the variants with the
+same :attr:`.options.Variant.cost_key` (the same compile units and options compile for about as
+long), else the median of every measured compiled variant's (a typical compile of this model on
+this host). With none measured yet a variant runs, so the first compiled candidate, the caller's
+expected best, is always measured while any budget is left.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from .options import Variant
+
+#: The reason a variant is skipped because the budget was already spent before its turn.
+SPENT = "not measured: the search budget was spent before its cold phase"
+
+
+def expected_cold_s(v: Variant, cold_s: dict[str, float], variants: dict[str, Variant]) -> tuple[float, str] | None:
+    """The seconds ``v``'s cold phase is expected to take and where that figure comes from (a
+    variant's name, or ``the median of N``), from ``cold_s`` (seconds from ``go`` to the end of
+    each measured cold phase, by variant name); None with nothing measured to go by."""
+    kin = [(s, n) for n, s in cold_s.items() if v.cost_key is not None and variants[n].cost_key == v.cost_key]
+    if kin:
+        s, n = max(kin)
+        return s, repr(n)
+    compiled = [s for n, s in cold_s.items() if variants[n].compiles]
+    if not compiled:
+        return None
+    return statistics.median(compiled), f"the median of the {len(compiled)} compiled so far"
+
+
+def too_late(v: Variant, left_s: float, cold_s: dict[str, float], variants: dict[str, Variant]) -> str | None:
+    """Why ``v``'s cold phase is not started with ``left_s`` seconds left before the deadline
+    (None: it starts): the budget is spent, or its expected length (:func:`expected_cold_s`)
+    does not fit. The reason starts with ``not measured`` and names the budget, as the
+    candidates table shows it."""
+    if left_s <= 0:
+        return SPENT
+    expected = expected_cold_s(v, cold_s, variants)
+    if expected is None or expected[0] <= left_s:
+        return None
+    seconds, like = expected
+    return (f"not measured: its cold phase would end after the search budget (about {seconds:.0f} s expected, "
+            f"as {like} took; {left_s:.0f} s left)")
