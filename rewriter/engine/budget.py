@@ -3,15 +3,14 @@
 
 A cold phase starts only when it is expected to end before the deadline. Its expected length is
 read from the cold phases measured so far in the same run: the longest of the variants with the
-same :attr:`.options.Variant.cost_key` (the same compile units and options compile for about as
-long), else the median of every measured compiled variant's (a typical compile of this model on
-this host). With none measured yet a variant runs, so the first compiled candidate, the caller's
-expected best, is always measured while any budget is left.
+same :attr:`.options.Variant.cost_key` (they compile the same units: a twin that adds a config
+knob compiles at least what its base did), else the shortest of every measured compiled
+variant's (a compile unit not measured yet is a new hypothesis: the least any compile of this
+model took on this host is what it is held to). With none measured yet a variant runs, so the
+first compiled candidate, the caller's expected best, is measured while any budget is left.
 """
 
 from __future__ import annotations
-
-import statistics
 
 from .options import Variant
 
@@ -20,17 +19,18 @@ SPENT = "not measured: the search budget was spent before its cold phase"
 
 
 def expected_cold_s(v: Variant, cold_s: dict[str, float], variants: dict[str, Variant]) -> tuple[float, str] | None:
-    """The seconds ``v``'s cold phase is expected to take and where that figure comes from (a
-    variant's name, or ``the median of N``), from ``cold_s`` (seconds from ``go`` to the end of
+    """The seconds ``v``'s cold phase is expected to take and where that figure comes from (its
+    kin's name, or the shortest compile so far), from ``cold_s`` (seconds from ``go`` to the end of
     each measured cold phase, by variant name); None with nothing measured to go by."""
     kin = [(s, n) for n, s in cold_s.items() if v.cost_key is not None and variants[n].cost_key == v.cost_key]
     if kin:
         s, n = max(kin)
         return s, repr(n)
-    compiled = [s for n, s in cold_s.items() if variants[n].compiles]
+    compiled = [(s, n) for n, s in cold_s.items() if variants[n].compiles]
     if not compiled:
         return None
-    return statistics.median(compiled), f"the median of the {len(compiled)} compiled so far"
+    s, n = min(compiled)
+    return s, f"the shortest compile so far ({n!r})"
 
 
 def too_late(v: Variant, left_s: float, cold_s: dict[str, float], variants: dict[str, Variant]) -> str | None:
