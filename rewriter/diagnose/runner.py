@@ -177,8 +177,8 @@ def diagnose(
         steps: profiled steps.
         only: run only these rungs (tests); the others are recorded as skipped, and the search
             runs only when ``"search"`` is among them (else the rule's proposal is the plan).
-        budget_s: seconds for the search's cold phases (``--budget``); later candidates are
-            skipped and say so.
+        budget_s: seconds for the search (``--budget``): a cold phase that is not expected to end
+            within them (the timing included) is skipped and says why.
         entry: ``file.py::func`` under SRC, the program's entry point (``--entry``): the only
             target for the ``allocator`` action (the harness is scaffolding, not the program).
         site: ``file.py::func`` under SRC that returns the model (``--site``): where actions on an

@@ -30,10 +30,10 @@ from .decide import Choice, compile_text, decide
 
 #: Backends that cannot speed anything up: the search then measures failures, not gains.
 NO_GAIN_BACKENDS = frozenset({"eager", "aot_eager", "aot_eager_decomp_partition"})
-#: Default ``--budget`` (s): no candidate's cold phase starts later than this after the search's
-#: start (later ones are skipped and say so). Sized for ladder + search within 3 minutes on a
-#: ~1B model, with room for a slower host than the one measured (docs/decisions.md, "The search's
-#: budget and its cold phases").
+#: Default ``--budget`` (s) from the search's start: a candidate's cold phase starts only when it is
+#: expected to end within it, less the timing rounds' own seconds (:mod:`.search_budget`); the
+#: others are skipped and say why. Sized for ladder + search within 3 minutes on a ~1B model
+#: (docs/decisions.md, "The search's budget and its cold phases").
 DEFAULT_BUDGET_S = 120.0
 
 
