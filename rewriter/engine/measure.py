@@ -93,8 +93,9 @@ def measure(
         amortization: ``{"runs", "restarts"}`` for the break-even figures, or None.
         stop_on_wrong_numbers: skip the timing when a judged variant's numbers are wrong
             (validate: nothing to time once the plan is wrong).
-        deadline: a ``time.perf_counter()`` value; a variant whose cold phase would start after it
-            is not measured (the search's ``--budget``) and says so.
+        deadline: a ``time.perf_counter()`` value; a variant whose cold phase is not expected to
+            end before it (:func:`.budget.too_late`) is not measured (the search's ``--budget``)
+            and says why; the variants after it are still considered.
         on_event: progress callback (:data:`Progress`).
         partial: a :class:`Measurement` to fill in place, so a caller that is interrupted
             (Ctrl-C) still holds the variants finished so far.
