@@ -257,8 +257,8 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
 @dataclass
 class _Trees:
     """The search's temporary trees: the original (the eager reference's), the engine's variants
-    (the reference first, then the candidates in measurement order) and the path prefixes that
-    read as SRC in reports."""
+    (the reference first, then the candidates in proposal order) and the path prefixes that read
+    as SRC in reports."""
 
     original: Path
     variants: list[Any]
@@ -300,8 +300,8 @@ def _sayer(console: Any, log: Path | None) -> Any:
 
 
 def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any) -> _Trees:
-    """SRC copied as the reference's tree, and each candidate (in measurement order,
-    :func:`.search_budget.measurement_order`) rewritten by the real rewrite path into a tree of
+    """SRC copied as the reference's tree, and each candidate (in proposal order: the
+    expected-value order the cold phases run in) rewritten by the real rewrite path into a tree of
     its own; one that does not rewrite, or changes nothing, gets its row now and no tree."""
     from ..apply import apply_changes
     from ..engine.materialize import IGNORE
@@ -309,14 +309,13 @@ def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any) -> 
     from ..plan import parse_plan
     from ..rewrite import plan_rewrite
     from .report import plan_yaml
-    from .search_budget import cost_key, measurement_order
+    from .search_budget import cost_key
 
     src = ctx.session.src
     original = workdir / "original"
     shutil.copytree(src, original, ignore=IGNORE, symlinks=True)
     trees = _Trees(original, [Variant("eager", original, judged=False)], {f"{original}/": ""})
-    index = {c.name: i for i, c in enumerate(out.candidates)}
-    for c in measurement_order(out.candidates):
+    for i, c in enumerate(out.candidates):
         if c.name == "as-is":
             continue
         try:
@@ -329,7 +328,7 @@ def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any) -> 
         if not result.changes:
             out.rows[c.name] = {"skipped": "changes nothing in SRC: the same as 'as-is'"}
             continue
-        tree = workdir / f"cand{index[c.name]}"
+        tree = workdir / f"cand{i}"
         shutil.copytree(src, tree, ignore=IGNORE, symlinks=True)
         apply_changes(tree, result.changes)
         trees.prefixes[f"{tree}/"] = ""
