@@ -17,7 +17,7 @@ from rewriter.engine.budget import SPENT, too_late
 from rewriter.engine.options import Options, Variant
 from rewriter.plan import load_plan, parse_plan
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gpt"
 HARNESS = "version: 1\nharness: {file: harness.py, shapes: [{batch: 2}], device: cpu}\n"
 
 
@@ -68,6 +68,7 @@ class _Timed:
     seconds: dict = {}
     clock: list = [0.0]
     went: list = []
+    fail: set = set()
 
     def __init__(self, job, workdir, name, cache_root, timeout_s):
         self.variant, self.alive, self.started, self.name = job["variants"][0], True, 0.0, name
@@ -85,6 +86,9 @@ class _Timed:
         from rewriter.engine.runner import ChildResult
 
         _Timed.clock[0] += _Timed.seconds.get(self.variant, 0.0)
+        if self.variant in _Timed.fail:
+            self.alive = False
+            return ChildResult(4, {"error": {"kind": "raised", "message": "RuntimeError: boom"}}, 0.0, "")
         shape = {"shape": {"batch": 1}, "first_call_s": 1.0, "steady_s": 0.01, "compile_s": 0.9, "new_graphs": 1,
                  "new_recompiles": 0}
         return ChildResult(0, {"info": {}, "compile": {"unique_graphs": 1}, "shapes": [shape]}, 0.0, "")
@@ -99,10 +103,7 @@ class _Timed:
         self.alive = False
 
 
-def test_the_engine_skips_only_the_cold_phases_that_would_end_after_the_deadline(monkeypatch, tmp_path):
-    """Per-block 8 s, whole 50 s, deadline 75 s: per-block's twin (expected 8 s, 17 s left) runs,
-    whole's twin (expected 50 s, 9 s left) is skipped with the reason, and the cheaper candidate
-    after it (expected 8 s) still runs."""
+def _measure_on_the_fake_clock(monkeypatch, tmp_path, seconds, keys, deadline, fail=()):
     from rewriter.engine import measure as measure_mod
     from rewriter.engine.measure import Measurement, measure
 
@@ -110,15 +111,31 @@ def test_the_engine_skips_only_the_cold_phases_that_would_end_after_the_deadline
     monkeypatch.setattr(measure_mod, "time", fake)
     monkeypatch.setattr("rewriter.engine.runner.ServedChild", _Timed)
     monkeypatch.setattr("rewriter.engine.verdict.numerics_failures", lambda payload: [])
-    _Timed.seconds = {"per-block": 8.0, "whole": 50.0, "per-block+mark": 8.0, "whole+knob": 50.0, "late-block": 8.0}
-    _Timed.clock, _Timed.went = [0.0], []
-    keys = {"eager": None, "per-block": "B", "whole": "W", "per-block+mark": "B", "whole+knob": "W", "late-block": "B"}
+    _Timed.seconds, _Timed.clock, _Timed.went, _Timed.fail = seconds, [0.0], [], set(fail)
     variants = [Variant(n, tmp_path, judged=n != "eager", compiles=n != "eager", cost_key=k) for n, k in keys.items()]
     spec = type("Spec", (), {"device": "cpu", "shapes": [{"batch": 1}], "model_dump": lambda self: {"device": "cpu"}})()
-    skipped = []
-    m = measure(spec, variants, Options(replicates=1, overlap=False, warmup=0, reps=3), tmp_path, deadline=75.0,
+    skipped: list = []
+    m = measure(spec, variants, Options(replicates=1, overlap=False, warmup=0, reps=3), tmp_path, deadline=deadline,
                 on_event=lambda name, event, detail: skipped.append((name, detail)) if event == "skipped" else None,
                 partial=Measurement())
+    return m, skipped
+
+
+def test_a_cold_phase_that_raised_sets_no_expected_length(monkeypatch, tmp_path):
+    """Whole raised 50 s in (a failure, not a compile's length): its twin still runs with 25 s left."""
+    m, skipped = _measure_on_the_fake_clock(monkeypatch, tmp_path, {"whole": 50.0, "whole+knob": 5.0},
+                                            {"eager": None, "whole": "W", "whole+knob": "W"}, 75.0, fail={"whole"})
+    assert _Timed.went == ["eager", "whole", "whole+knob"] and skipped == [], (_Timed.went, skipped)
+    assert m.results["whole"]["problems"] and m.ok("whole+knob")
+
+
+def test_the_engine_skips_only_the_cold_phases_that_would_end_after_the_deadline(monkeypatch, tmp_path):
+    """Per-block 8 s, whole 50 s, deadline 75 s: per-block's twin (expected 8 s, 17 s left) runs,
+    whole's twin (expected 50 s, 9 s left) is skipped with the reason, and the cheaper candidate
+    after it (expected 8 s) still runs."""
+    seconds = {"per-block": 8.0, "whole": 50.0, "per-block+mark": 8.0, "whole+knob": 50.0, "late-block": 8.0}
+    keys = {"eager": None, "per-block": "B", "whole": "W", "per-block+mark": "B", "whole+knob": "W", "late-block": "B"}
+    m, skipped = _measure_on_the_fake_clock(monkeypatch, tmp_path, seconds, keys, 75.0)
     assert _Timed.went == ["eager", "per-block", "whole", "per-block+mark", "late-block"], _Timed.went
     why = ("not measured: its cold phase would end after the search budget (about 50 s expected, as 'whole' took; "
            "9 s left)")
@@ -150,8 +167,8 @@ def test_the_search_skips_a_candidate_whose_kin_compiled_too_long_and_says_why(t
 
     monkeypatch.setattr(measure_mod._Run, "emit", emit_then_jump)
     src = tmp_path / "src"
-    shutil.copytree(FIXTURES / "workloads" / "graph_break", src)
-    spec = load_plan(FIXTURES / "workloads" / "graph_break" / "plan.yaml").plan.harness
+    shutil.copytree(EXAMPLE / "src", src)
+    spec = load_plan(EXAMPLE / "plan.yaml").plan.harness
     outcome = diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"search"},
                        budget_s=1100.0, report_dir=tmp_path / "report")
     found = outcome.search

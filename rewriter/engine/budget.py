@@ -21,7 +21,8 @@ SPENT = "not measured: the search budget was spent before its cold phase"
 def expected_cold_s(v: Variant, cold_s: dict[str, float], variants: dict[str, Variant]) -> tuple[float, str] | None:
     """The seconds ``v``'s cold phase is expected to take and where that figure comes from (its
     kin's name, or the shortest compile so far), from ``cold_s`` (seconds from ``go`` to the end of
-    each measured cold phase, by variant name); None with nothing measured to go by."""
+    each cold phase measured so far that did not raise or crash, by variant name); None with
+    nothing measured to go by."""
     kin = [(s, n) for n, s in cold_s.items() if v.cost_key is not None and variants[n].cost_key == v.cost_key]
     if kin:
         s, n = max(kin)

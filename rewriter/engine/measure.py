@@ -165,7 +165,8 @@ class _Run:
     children: dict[str, Any] = field(default_factory=dict)
     #: each recorded variant's cold-phase payload (the child's JSON)
     cold: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: seconds from ``go`` to the recorded end of each cold phase (the budget's estimates)
+    #: seconds from ``go`` to the recorded end of each cold phase that did not raise or crash
+    #: (the budget's estimates, :mod:`.budget`)
     cold_s: dict[str, float] = field(default_factory=dict)
     built: dict[str, bool] = field(default_factory=dict)
     #: the reference, while its run overlaps the next variant's cold phase
@@ -283,7 +284,10 @@ class _Run:
                 return False
             oldest, child, went = self.running.pop(0)
             ok = self.record(oldest, child)
-            self.cold_s[oldest] = time.perf_counter() - went
+            # a cold phase that raised or crashed says nothing of how long a compile takes; one
+            # killed at the timeout does (at least that long)
+            if not self.m.results[oldest].get("error") or self.m.results[oldest].get("error_kind") == "timeout":
+                self.cold_s[oldest] = time.perf_counter() - went
             if not ok:
                 return False
         if keep == 0:  # no compiled variant was left to overlap it with
