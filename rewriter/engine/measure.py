@@ -14,6 +14,11 @@ failure, a timeout, an out-of-memory), wrong numbers, weights that do not load, 
 to eager (no graph captured where the tree asks for torch.compile, a frame that hit the recompile
 limit) or a recompilation after warm-up are its ``problems``; a variant with problems is not timed
 and is never a plan.
+
+This module is the orchestration only; each other job has its own module: the knobs and variants
+(:mod:`.options`), a cold phase read into its row (:mod:`.cold`), the second timed processes
+(:mod:`.replicas`), the timing windows (:mod:`.windows`), the noise band (:mod:`.noise`) and the
+deadline's rule (:mod:`.budget`).
 """
 
 from __future__ import annotations
