@@ -2,7 +2,7 @@
 each of the engine's core-pinning modes (``Options.pin``: ``off``, ``own``, ``shared``).
 
 The search times every plan in two processes and takes the spread between them as its noise band
-(``rewriter.engine.measure.process_noise``). H200 run 24 saw the same eager HF Llama (16 layers,
+(``rewriter.engine.noise.process_noise``). H200 run 24 saw the same eager HF Llama (16 layers,
 hidden 2048, bf16) at 8x384 run 14.9 ms in one process and 19.3 in another, in a search where
 each process's main thread had its own core: host-heavy plans (as is, per-block) differ by process,
 GPU-bound ones do not. This script runs ``--procs`` identical as-is processes of that model per
@@ -40,7 +40,8 @@ def spread(medians: list[float]) -> dict:
 
 
 def one_mode(mode: str, src: Path, shapes: list[dict], device: str, dtype: str, procs: int, budget_s: float) -> dict:
-    from rewriter.engine.measure import Options, Variant, measure
+    from rewriter.engine.measure import measure
+    from rewriter.engine.options import Options, Variant
     from rewriter.plan import Harness
 
     spec = Harness(file="harness.py", shapes=shapes, device=device, dtype=dtype)

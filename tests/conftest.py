@@ -64,7 +64,7 @@ class FakeBusyLoop:
 @pytest.fixture
 def busy_loop(monkeypatch):
     """The contended window's busy loop faked (:class:`FakeBusyLoop`), on a host that reports 16
-    cores, so :func:`rewriter.engine.measure.interleave` pins every process to one shared core."""
+    cores, so :func:`rewriter.engine.windows.interleave` pins every process to one shared core."""
     import os
 
     import rewriter.engine.cores as cores

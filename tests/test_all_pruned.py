@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from rewriter.engine.measure import Measurement, Options, Variant, measure
+from rewriter.engine.measure import Measurement, measure
+
+from rewriter.engine.options import Options, Variant
 
 
 class FakeChild:

@@ -297,7 +297,7 @@ def test_the_compile_count_agrees_with_the_graphs_dynamo_captured_per_shape():
     """Issue 14: the cold run showed new_graphs 7 + 1 and the amortization counted 2 compiles
     (the shapes that compiled). Two code objects compiled once each are 2 compiles, not 1 +
     0 recompiles."""
-    from rewriter.engine.measure import compiles_counted
+    from rewriter.engine.cold import compiles_counted
 
     resnet = {"compile": {"unique_graphs": 8, "recompiles": 7},
               "shapes": [{"new_graphs": 7, "new_recompiles": 6}, {"new_graphs": 1, "new_recompiles": 2}]}

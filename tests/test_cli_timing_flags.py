@@ -116,7 +116,7 @@ def test_host_quiet_turns_the_contended_core_timing_off(tmp_path, monkeypatch):
     cuda = type("S", (), {"cuda": True})()
     assert _options(Context(session=cuda, out_dir=tmp_path, backend="inductor"), 60.0).contended is True
     searched = _options(Context(session=cuda, out_dir=tmp_path, backend="inductor"), 60.0)
-    # the search's CUDA timing is validate's (engine.measure.on_device): two processes, two windows
+    # the search's CUDA timing is validate's (engine.options.on_device): two processes, two windows
     assert (searched.replicates, searched.windows, searched.replica_caches) == (2, 2, "reautotune")
     assert _options(Context(session=cuda, out_dir=tmp_path, backend="inductor", contended=False), 60.0).contended is False
     cpu = type("S", (), {"cuda": False})()

@@ -44,7 +44,7 @@ def test_validate_processes_2_runs_autotuning_again_as_its_help_says(tmp_path, m
     first's stored winners), and only `auto` reautotuned."""
     import rewriter.validate.command as command
     from rewriter.cli import main
-    from rewriter.engine.measure import on_device
+    from rewriter.engine.options import on_device
 
     seen = []
     monkeypatch.setattr(command, "validate_command", lambda plan, src, opts: seen.append(opts) or 0)
@@ -63,7 +63,9 @@ def test_a_second_process_that_fails_in_the_contended_window_keeps_its_quiet_fig
     """The contended window must never change ``median_ms``: a second process that errors only
     with the busy loop running was dropped from every shape, quiet windows included, so its
     variant's step became its slower first process's (10 ms instead of 9)."""
-    from rewriter.engine.measure import REPLICA, Options, interleave, merge_replicates
+    from rewriter.engine.options import Options
+    from rewriter.engine.replicas import REPLICA, merge_replicates
+    from rewriter.engine.windows import interleave
 
     class Kid:
         def __init__(self, ms, fails_loaded=False):
@@ -79,10 +81,11 @@ def test_a_second_process_that_fails_in_the_contended_window_keeps_its_quiet_fig
 
     kids = {"eager": Kid(20.0), "whole": Kid(10.0), "whole" + REPLICA: Kid(9.0, fails_loaded=True)}
     notes: list[str] = []
-    rows, raw, error = interleave(kids, [{"seq": 512}, {"seq": 384}],
+    timed = interleave(kids, [{"seq": 512}, {"seq": 384}],
                                   Options(warmup=1, reps=4, budget_s=0.0, windows=2, contended=True), notes=notes, device="cuda")
+    rows, raw, error = timed.rows, timed.samples, timed.error
     assert error is None and not busy_loop.on
-    merged, _ = merge_replicates(rows, raw, ["eager", "whole"])
+    merged = merge_replicates(timed, ["eager", "whole"]).rows
     for row in merged:
         assert row["timing"]["whole"]["median_ms"] == 9.0, row["timing"]["whole"]  # as without the contended window
         assert row["timing"]["whole"]["contended_ms"] == 20.0
@@ -94,8 +97,9 @@ def test_the_busy_loop_is_stopped_when_the_timing_is_interrupted_while_it_settle
     loop running: it was outside the try whose finally kills it."""
     import pytest
 
-    import rewriter.engine.measure as measure
-    from rewriter.engine.measure import Options, interleave
+    import rewriter.engine.windows as windows
+    from rewriter.engine.options import Options
+    from rewriter.engine.windows import interleave
 
     class Kid:
         def time(self, shape, warmup, n, **kw):
@@ -107,7 +111,7 @@ def test_the_busy_loop_is_stopped_when_the_timing_is_interrupted_while_it_settle
     def interrupted(s):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(measure.time, "sleep", interrupted)
+    monkeypatch.setattr(windows.time, "sleep", interrupted)
     with pytest.raises(KeyboardInterrupt):
         interleave({"eager": Kid(), "whole": Kid()}, [{"seq": 512}],
                    Options(warmup=1, reps=3, budget_s=0.0, contended=True), device="cuda")
@@ -120,7 +124,9 @@ def test_a_first_process_that_fails_in_the_contended_window_leaves_the_quiet_fig
     keeps the quiet windows' figures, instead of failing the whole timing."""
     import pytest
 
-    from rewriter.engine.measure import Options, interleave
+    from rewriter.engine.options import Options
+
+    from rewriter.engine.windows import interleave
 
     class Kid:
         def __init__(self, ms, breaks):
@@ -135,8 +141,9 @@ def test_a_first_process_that_fails_in_the_contended_window_leaves_the_quiet_fig
             pass
 
     notes: list[str] = []
-    rows, _raw, error = interleave({"eager": Kid(20.0, False), "whole": Kid(10.0, True)}, [{"seq": 512}],
+    timed = interleave({"eager": Kid(20.0, False), "whole": Kid(10.0, True)}, [{"seq": 512}],
                                    Options(warmup=1, reps=3, budget_s=0.0, contended=True), notes=notes, device="cuda")
+    rows, _raw, error = timed.rows, timed.samples, timed.error
     assert error is None and not busy_loop.on
     assert rows[0]["timing"]["whole"]["median_ms"] == pytest.approx(10.0)
     assert "contended_ms" not in rows[0]["timing"]["whole"] and "contended_ms" not in rows[0]["timing"]["eager"]

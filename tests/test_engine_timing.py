@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from rewriter.engine.cores import core_speeds, pin_plan
-from rewriter.engine.measure import REPLICA, Options, interleave
+from rewriter.engine.options import Options
+from rewriter.engine.replicas import REPLICA
+from rewriter.engine.windows import interleave
 from rewriter.engine.timing import burst_calls, time_burst
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -83,8 +85,9 @@ def test_on_cuda_every_sample_is_a_block_and_each_process_is_pinned_once(monkeyp
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     kids = {"eager": _Child(20.0), "whole": _Child(10.0), "whole" + REPLICA: _Child(9.0)}
     notes: list[str] = []
-    rows, _raw, error = interleave(kids, [{"batch": 1}, {"batch": 2}], Options(warmup=1, reps=4, budget_s=10.0, pin="own"),
+    timed = interleave(kids, [{"batch": 1}, {"batch": 2}], Options(warmup=1, reps=4, budget_s=10.0, pin="own"),
                                    notes=notes, device="cuda")
+    rows, _raw, error = timed.rows, timed.samples, timed.error
     assert error is None
     for name, kid in kids.items():
         assert all(kw.get("burst_ms") == 20.0 for *_x, kw in kid.requests), kid.requests
@@ -99,7 +102,8 @@ def test_on_cuda_every_sample_is_a_block_and_each_process_is_pinned_once(monkeyp
 def test_on_cpu_a_sample_is_one_isolated_call_and_nothing_is_pinned():
     kids = {"eager": _Child(20.0), "whole": _Child(10.0)}
     notes: list[str] = []
-    rows, _raw, error = interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3, budget_s=10.0), notes=notes)
+    timed = interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3, budget_s=10.0), notes=notes)
+    rows, _raw, error = timed.rows, timed.samples, timed.error
     assert error is None and notes == []
     assert all(kw == {} for kid in kids.values() for *_x, kw in kid.requests)
     assert "calls_per_sample" not in rows[0]["timing"]["whole"]
@@ -172,7 +176,7 @@ def test_serve_times_blocks_sized_once_per_shape_and_pins_the_main_thread(tmp_pa
 
 @pytest.mark.slow
 def test_a_second_timed_process_records_and_compares_no_outputs(tmp_path):
-    """A replica (engine.measure.Replicas) is timed only: its first process was judged, so it
+    """A replica (engine.replicas.Replicas) is timed only: its first process was judged, so it
     saves, loads and compares no outputs and runs neither the block share nor fail_on_recompile."""
     from rewriter.engine.child import run_cold
     from rewriter.plan import load_plan
@@ -227,7 +231,9 @@ class _Replica:
 
 
 def _replicas(monkeypatch, names, deadline=None, caches=Path("/c"), **opts):
-    from rewriter.engine.measure import Measurement, Replicas, Variant
+    from rewriter.engine.measure import Measurement
+    from rewriter.engine.options import Variant
+    from rewriter.engine.replicas import Replicas
 
     monkeypatch.setattr("rewriter.engine.runner.ServedChild", _Replica)
     _Replica.made = []
@@ -323,10 +329,10 @@ def test_second_processes_that_do_not_fit_beside_the_pending_cold_phases_wait_fo
     """H200 run 27: spawned after the first compiled cold phase, the replicas did not fit beside
     the memory kept for the three cold phases still to run, and no variant got a second process.
     The spawn is deferred and tried again after each cold phase, and once more when they are over."""
-    from rewriter.engine import measure as measure_mod
+    from rewriter.engine import replicas as replicas_mod
 
     room = {"free": False}
-    monkeypatch.setattr(measure_mod, "replica_room", lambda results, names, device: None if room["free"] or all(
+    monkeypatch.setattr(replicas_mod, "replica_room", lambda results, names, device: None if room["free"] or all(
         n in results for n in names) else "no room beside the pending cold phases")
     m, reps, children = _replicas(monkeypatch, ["eager", "whole", "per-block"])
     m.results.update(eager={"problems": []}, whole={"problems": []})
@@ -340,7 +346,7 @@ def test_second_processes_that_do_not_fit_beside_the_pending_cold_phases_wait_fo
     assert all(r.go_at for r in _Replica.made)
     assert any(n.startswith("second processes started after the cold phases") for n in m.notes), m.notes
     # room that never comes is said once, and every variant keeps its one process
-    monkeypatch.setattr(measure_mod, "replica_room", lambda results, names, device: "needs 90 GiB, 20 free")
+    monkeypatch.setattr(replicas_mod, "replica_room", lambda results, names, device: "needs 90 GiB, 20 free")
     m, reps, _ = _replicas(monkeypatch, ["eager", "whole", "per-block"])
     m.results.update(eager={"problems": []}, whole={"problems": []})
     reps.spawn()
@@ -353,9 +359,9 @@ def test_a_deferred_spawn_makes_no_replica_for_a_variant_that_failed_meanwhile_n
     """While the spawn waits for room, a variant whose cold phase then fails (or has a problem) is
     ended: the spawn that finally fits makes replicas for the others only; and a deadline passed
     while waiting makes none, said once."""
-    from rewriter.engine import measure as measure_mod
+    from rewriter.engine import replicas as replicas_mod
 
-    monkeypatch.setattr(measure_mod, "replica_room", lambda results, names, device: None if all(
+    monkeypatch.setattr(replicas_mod, "replica_room", lambda results, names, device: None if all(
         n in results for n in names) else "no room beside the pending cold phases")
     m, reps, children = _replicas(monkeypatch, ["eager", "whole", "per-block", "nested"])
     m.results.update(eager={"problems": []}, whole={"problems": []})
@@ -439,7 +445,8 @@ class _Served:
 
 
 def _measure_with_fakes(monkeypatch, tmp_path, names, script, **opts):
-    from rewriter.engine.measure import Measurement, Variant, measure
+    from rewriter.engine.measure import Measurement, measure
+    from rewriter.engine.options import Variant
 
     monkeypatch.setattr("rewriter.engine.runner.ServedChild", _Served)
     monkeypatch.setattr("rewriter.engine.verdict.numerics_failures", lambda payload: [])
@@ -469,7 +476,8 @@ def test_the_replica_of_a_variant_skipped_by_the_deadline_is_ended_then(monkeypa
     import time as time_mod
 
     from rewriter.engine import measure as measure_mod
-    from rewriter.engine.measure import Measurement, Variant, measure
+    from rewriter.engine.measure import Measurement, measure
+    from rewriter.engine.options import Variant
 
     monkeypatch.setattr("rewriter.engine.verdict.numerics_failures", lambda payload: [])
     monkeypatch.setattr("rewriter.engine.runner.ServedChild", _Served)
@@ -507,7 +515,8 @@ def test_calls_per_sample_is_each_shapes_own(monkeypatch):
             return dict(super().time(shape, warmup, n, **kw), calls=(16, 2)[shape])
 
     kids = {"eager": Sized(20.0), "whole": Sized(10.0)}
-    rows, _raw, error = interleave(kids, [{"batch": 1}, {"batch": 64}], Options(warmup=1, reps=3), device="cuda")
+    timed = interleave(kids, [{"batch": 1}, {"batch": 64}], Options(warmup=1, reps=3), device="cuda")
+    rows, _raw, error = timed.rows, timed.samples, timed.error
     assert error is None
     assert [row["timing"]["whole"]["calls_per_sample"] for row in rows] == [16, 2]
 
@@ -518,7 +527,7 @@ def test_replica_room_keeps_room_for_the_cold_phases_still_to_run(monkeypatch):
     is not reached yet."""
     import torch
 
-    from rewriter.engine.measure import CONTEXT_BYTES, replica_room
+    from rewriter.engine.replicas import CONTEXT_BYTES, replica_room
 
     gib = 1 << 30
     results = {"eager": {"max_memory_allocated_bytes": 8 * gib}, "whole": {"max_memory_allocated_bytes": 8 * gib}}
@@ -564,7 +573,8 @@ def test_two_windows_per_shape_the_faster_window_stands_and_every_sample_is_kept
     figure. Order: shape 0, shape 1, shape 0, shape 1 (each: warm-up, 3 rounds)."""
     kids = {"eager": _Child(20.0), "per-block": _StalledChild(10.0, 1.4, first=5, last=8)}
     notes: list[str] = []
-    rows, raw, error = interleave(kids, [{"seq": 512}, {"seq": 384}], Options(warmup=1, reps=6, budget_s=0.0, windows=2), notes=notes)
+    timed = interleave(kids, [{"seq": 512}, {"seq": 384}], Options(warmup=1, reps=6, budget_s=0.0, windows=2), notes=notes)
+    rows, raw, error = timed.rows, timed.samples, timed.error
     assert error is None
     order = [req[0] for req in kids["eager"].requests]
     assert order == [0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1], order
@@ -581,7 +591,8 @@ def test_two_windows_per_shape_the_faster_window_stands_and_every_sample_is_kept
 
 def test_one_window_is_the_default_and_reports_no_windows():
     kids = {"eager": _Child(20.0), "whole": _Child(10.0)}
-    rows, raw, error = interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3, budget_s=0.0))
+    timed = interleave(kids, [{"batch": 1}], Options(warmup=1, reps=3, budget_s=0.0))
+    rows, raw, error = timed.rows, timed.samples, timed.error
     assert error is None and "windows_ms" not in rows[0]["timing"]["whole"] and len(raw[0]["whole"]) == 3
 
 
@@ -589,7 +600,7 @@ def test_validate_times_as_the_search_does_on_the_device_it_runs_on():
     """validate's --processes/--windows auto (0) resolve per device as diagnose's search sets
     them: on CUDA two processes per variant (the second autotuning again) and two windows per
     shape; on a CPU one of each; a knob set by hand is kept."""
-    from rewriter.engine.measure import on_device
+    from rewriter.engine.options import on_device
 
     auto = Options(replicates=0, windows=0)
     cuda = on_device(auto, "cuda:0")
@@ -641,8 +652,9 @@ def test_a_contended_window_times_each_plan_with_a_busy_loop_on_the_shared_core(
     started = busy_loop.started
     kids = {"eager": _HostBound(20.0, 2.5, busy_loop), "whole": _HostBound(10.0, 1.1, busy_loop)}
     notes: list[str] = []
-    rows, raw, error = interleave(kids, [{"seq": 512}, {"seq": 384}],
+    timed = interleave(kids, [{"seq": 512}, {"seq": 384}],
                                   Options(warmup=1, reps=4, budget_s=0.0, windows=2, contended=True), notes=notes, device="cuda")
+    rows, raw, error = timed.rows, timed.samples, timed.error
     assert error is None and not busy_loop.on and len(started) == 1
     for row in rows:
         assert row["timing"]["eager"]["median_ms"] == pytest.approx(20.0)
@@ -652,21 +664,24 @@ def test_a_contended_window_times_each_plan_with_a_busy_loop_on_the_shared_core(
     assert any("busy loop on the shared core" in n for n in notes), notes
     # without one shared core (--pin own) there is no contended window, and the note says why
     notes = []
-    rows, _raw, _ = interleave({"eager": _HostBound(20.0, 2.5, busy_loop), "whole": _HostBound(10.0, 1.1, busy_loop)}, [{"seq": 512}],
+    timed = interleave({"eager": _HostBound(20.0, 2.5, busy_loop), "whole": _HostBound(10.0, 1.1, busy_loop)}, [{"seq": 512}],
                                Options(warmup=1, reps=2, budget_s=0.0, contended=True, pin="own"), notes=notes, device="cuda")
+    rows, _raw, _ = timed.rows, timed.samples, timed.error
     assert "contended_ms" not in rows[0]["timing"]["whole"] and len(started) == 1
     assert any("not timed with a contended host core" in n for n in notes), notes
 
 
 def test_the_contended_figure_of_a_plan_timed_twice_is_its_faster_process():
-    from rewriter.engine.measure import REPLICA, merge_replicates, process_noise
+    from rewriter.engine.noise import process_noise
+    from rewriter.engine.replicas import REPLICA, merge_replicates
+    from rewriter.engine.timing import Timed
 
     row = {"shape": {"seq": 512}, "timing": {
         "eager": {"n": 3, "median_ms": 20.0, "contended_ms": 52.0}, "eager" + REPLICA: {"n": 3, "median_ms": 20.2, "contended_ms": 48.0},
         "whole": {"n": 3, "median_ms": 10.1, "contended_ms": 11.0}, "whole" + REPLICA: {"n": 3, "median_ms": 10.0, "contended_ms": 11.2},
         "pb": {"n": 3, "median_ms": 9.0, "contended_ms": 20.0}, "pb" + REPLICA: {"n": 3, "median_ms": 9.1, "contended_ms": 19.0}}}
     samples = [{k: [0.01] * 3 for k in row["timing"]}]
-    merged, _ = merge_replicates([row], samples, ["eager", "whole", "pb"])
+    merged = merge_replicates(Timed([row], samples), ["eager", "whole", "pb"]).rows
     t = merged[0]["timing"]
     assert t["eager"]["contended_ms"] == 48.0 and t["whole"]["contended_ms"] == 11.0 and t["pb"]["contended_ms"] == 19.0
     assert t["whole"]["contended_processes_ms"] == [11.0, 11.2]

@@ -160,7 +160,7 @@ def test_perturbed_reduction_order_changes_low_precision_products_by_rounding_on
 
 
 def test_reference_notes_say_why_no_reference_ran_and_what_judged_instead():
-    from rewriter.engine.measure import reference_notes
+    from rewriter.engine.cold import reference_notes
 
     run = {"dtype": None, "tried": ["float64: RuntimeError: no double kernel", "float32: RuntimeError: bf16 only"],
            "noise": {"perturbed_products": 12},

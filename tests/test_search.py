@@ -180,7 +180,7 @@ def test_a_few_outlier_rounds_do_not_make_a_real_difference_a_tie():
     """H200 run 20: 'whole+cudagraphs+bucket', 9% slower than 'per-block', read as 'within the
     noise' because a few rounds hit by a host hiccup spread the mean-based interval. The median's
     interval ignores them; a real 50/50 mix of faster and slower rounds still is a tie."""
-    from rewriter.engine.measure import ratio_interval
+    from rewriter.engine.noise import ratio_interval
 
     base = [0.0100] * 30
     slower = [0.0109] * 30
@@ -197,8 +197,9 @@ def test_a_second_process_per_plan_filters_a_slow_process_and_measures_the_noise
     """H200 run 20b, HF Llama at 8x384: per-block's one process ran 14.88 ms where every other run
     measured 10.9; with two processes the faster median stands, and the spread of the pairs is the
     noise band the decision uses."""
-    from rewriter.engine.measure import REPLICA, merge_replicates, process_noise
-    from rewriter.engine.timing import summarize
+    from rewriter.engine.noise import process_noise
+    from rewriter.engine.replicas import REPLICA, merge_replicates
+    from rewriter.engine.timing import Timed, summarize
 
     shapes = [{"batch": 8, "seq": 512}, {"batch": 8, "seq": 384}]
     runs = {"per-block": ([13.60, 14.88], [13.66, 10.91]), "nested+whole": ([13.95, 10.76], [13.90, 10.80]),
@@ -211,7 +212,8 @@ def test_a_second_process_per_plan_filters_a_slow_process_and_measures_the_noise
             per[n + REPLICA] = [second[i] / 1e3] * 10
         samples.append(per)
         timing.append({"shape": shape, "timing": {k: summarize(v) for k, v in per.items()}})
-    merged_t, merged_s = merge_replicates(timing, samples, list(runs))
+    merged = merge_replicates(Timed(timing, samples), list(runs))
+    merged_t, merged_s = merged.rows, merged.samples
     assert all(set(r["timing"]) == set(runs) for r in merged_t) and all(set(s) == set(runs) for s in merged_s)
     pb = merged_t[1]["timing"]["per-block"]
     assert pb["median_ms"] == pytest.approx(10.91) and pb["process"] == 1 and pb["processes_ms"] == pytest.approx([14.88, 10.91])
@@ -253,7 +255,7 @@ def test_with_a_measured_band_a_wide_rounds_interval_does_not_make_a_tie():
     order = ["per-block", "nested+whole", "as-is"]
     jitter = [0.96, 1.14, 1.00, 1.09, 0.98, 1.12, 1.05, 0.97, 1.10, 1.03] * 2  # per-round ratio around 1.047
     samples = [{"as-is": [0.018] * 20, "nested+whole": [0.010878] * 20, "per-block": [0.010878 * j for j in jitter]}]
-    from rewriter.engine.measure import ratio_interval
+    from rewriter.engine.noise import ratio_interval
 
     ci = ratio_interval(samples, "per-block", "nested+whole")
     assert ci["low"] <= 1 <= ci["high"], ci  # the rounds alone cannot tell them apart
@@ -419,7 +421,9 @@ def test_a_second_process_that_fails_while_timing_is_dropped_not_the_whole_timin
     """A second process is there to make the figures robust: its OOM or crash mid-timing drops it
     (said in the notes), the variant keeps its first process's figures, and a first process's
     failure still stops the timing."""
-    from rewriter.engine.measure import REPLICA, Options, interleave, merge_replicates
+    from rewriter.engine.options import Options
+    from rewriter.engine.replicas import REPLICA, merge_replicates
+    from rewriter.engine.windows import interleave
 
     class Fake:
         def __init__(self, ms, fail_at=None):
@@ -437,15 +441,16 @@ def test_a_second_process_that_fails_while_timing_is_dropped_not_the_whole_timin
     kids = {"eager": Fake(20.0), "whole": Fake(10.0), "whole" + REPLICA: Fake(9.0, fail_at=3)}
     notes: list[str] = []
     opts = Options(warmup=1, reps=5, budget_s=10.0)
-    rows, raw, error = interleave(kids, [{"batch": 1}, {"batch": 2}], opts, notes=notes)
+    timed = interleave(kids, [{"batch": 1}, {"batch": 2}], opts, notes=notes)
+    rows, raw, error = timed.rows, timed.samples, timed.error
     assert error is None and kids["whole" + REPLICA].terminated
     assert all("whole" + REPLICA not in r["timing"] for r in rows), rows
     assert rows[0]["timing"]["whole"]["n"] == 5 and rows[1]["timing"]["eager"]["n"] == 5
     assert len(notes) == 1 and "second process of whole failed while timing" in notes[0], notes
-    merged, _ = merge_replicates(rows, raw, ["eager", "whole"])
+    merged = merge_replicates(timed, ["eager", "whole"]).rows
     assert merged[0]["timing"]["whole"]["median_ms"] == pytest.approx(10.0)
     kids = {"eager": Fake(20.0), "whole": Fake(10.0, fail_at=2)}
-    assert interleave(kids, [{"batch": 1}], opts)[2].startswith("whole: oom")
+    assert interleave(kids, [{"batch": 1}], opts).error.startswith("whole: oom")
 
 
 def test_a_whole_model_candidate_never_disables_the_repeated_blocks_forward(tmp_path):

@@ -74,7 +74,8 @@ def test_unique_names_tell_plans_apart_by_fullgraph_else_by_a_count():
 
 
 def test_measure_refuses_two_variants_of_one_name(tmp_path):
-    from rewriter.engine.measure import Options, Variant, measure
+    from rewriter.engine.measure import measure
+    from rewriter.engine.options import Options, Variant
 
     with pytest.raises(ValueError, match="variant names must be unique, got per-block more than once"):
         measure(None, [Variant("eager", tmp_path), Variant("per-block", tmp_path), Variant("per-block", tmp_path)],

@@ -281,7 +281,7 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     inside its compiled code is dropped, each said in ``pruned``. The registered candidate kinds
     (:mod:`.kinds`) then add their twins.
     """
-    ctx.evidence.config_twins = {}  # filled by .config_candidates.with_config, read after measurement
+    ctx.evidence.config_twins = {}  # filled by .kinds.config.with_config, read after measurement
     regions = _own_regions(ctx, own_setup, regions)
     p = _Proposals.of(ctx, regions)
     proposal = rule_plan(ctx)

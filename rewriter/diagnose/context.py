@@ -32,14 +32,14 @@ class Context:
             returns the model, where actions on library classes are applied; None: the harness's
             model function.
         overlap: ``--no-overlap`` unset: the search's eager reference may overlap the first
-            candidate's cold phase (:attr:`rewriter.engine.measure.Options.overlap`).
-        pin: ``--pin``, where the search's timed processes run (:attr:`rewriter.engine.measure.Options.pin`).
+            candidate's cold phase (:attr:`rewriter.engine.options.Options.overlap`).
+        pin: ``--pin``, where the search's timed processes run (:attr:`rewriter.engine.options.Options.pin`).
         cold_parallel: ``--cold-parallel``, the candidates' cold phases at a time; None: 2 on a
-            GPU host with >= 8 CPUs, else 1 (:attr:`rewriter.engine.measure.Options.parallel_cold`).
+            GPU host with >= 8 CPUs, else 1 (:attr:`rewriter.engine.options.Options.parallel_cold`).
         steps: profiled steps (``--steps``, :mod:`.rungs.profile`).
         contended: ``--host both`` (the default): on CUDA the search also times each candidate with
             its host core contended and decides on both conditions
-            (:attr:`rewriter.engine.measure.Options.contended`); ``--host quiet``: False.
+            (:attr:`rewriter.engine.options.Options.contended`); ``--host quiet``: False.
     """
 
     session: Session

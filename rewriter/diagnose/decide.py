@@ -14,11 +14,11 @@ A candidate ties with the best one when its step differs by less than the noise,
 net saving is within the band's share of the best candidate's step over the deployment (what that
 drift of the step between runs moves the net by); of tied candidates the cheaper compile wins, so
 the choice is stable from run to run. The noise is measured where every variant was timed in two
-processes (:func:`rewriter.engine.measure.process_noise`: what a re-run moves a figure by, at
+processes (:func:`rewriter.engine.noise.process_noise`: what a re-run moves a figure by, at
 least :data:`NOISE`), and then the step ratio against that band decides alone. Where each variant
 ran in one process the band is assumed (:data:`NOISE`, :data:`NET_NOISE_SHARE`), and a pair also
 ties when the 95% interval of its paired step-time ratio (one process each,
-:func:`rewriter.engine.measure.ratio_interval`) contains 1. With a measured band that interval no
+:func:`rewriter.engine.noise.ratio_interval`) contains 1. With a measured band that interval no
 longer makes a tie: its width is the rounds' jitter within one process, not what a re-run moves
 the ratio by (docs/decisions.md, "Tie bands when the noise is not measured").
 
@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.measure import ratio_interval
+from ..engine.noise import ratio_interval
 from ..engine.verdict import NOISE
 from .candidate import AS_IS
 
@@ -116,7 +116,7 @@ def decide(
             noise interval).
         runs, restarts: the deployment (``amortization``).
         gain_measured: False when the backend cannot speed anything up (see the module doc).
-        noise: the measured process-to-process noise (:func:`rewriter.engine.measure.process_noise`,
+        noise: the measured process-to-process noise (:func:`rewriter.engine.noise.process_noise`,
             ``{"share", ...}``), or None when each variant ran in one process.
     """
     status, ok = _screened(rows, order)
@@ -333,7 +333,7 @@ class _Contest:
 
 @dataclass
 class HostStanding:
-    """Each candidate in the two host conditions the search times (:attr:`rewriter.engine.measure.
+    """Each candidate in the two host conditions the search times (:attr:`rewriter.engine.options.
     Options.contended`): ``loaded``, its step with the host core contended (ms); ``behind_loaded``,
     how far its net there falls behind the best net there, as a share of that best step over the
     runs (~ the step ratio minus 1 over many runs); ``behind``, the worse of that and the same on

@@ -55,10 +55,10 @@ class Evidence:
         compiles_itself: whether one eager step of the model compiled a graph by itself
             (:func:`.as_run.compiles_itself`); None until measured.
         config_twins: ``twin candidate -> base candidate`` for the ``dynamo_config`` twins
-            (:func:`.config_candidates.with_config`), judged after measurement.
+            (:func:`.kinds.config.with_config`), judged after measurement.
         value_guard_twins: ``twin -> base`` for the ``allow_unspec_int_on_nn_module`` twins
             (:mod:`.value_guards`).
-        branch_twins: ``twin -> base`` for the ``+branchless`` twins (:mod:`.branch_candidates`).
+        branch_twins: ``twin -> base`` for the ``+branchless`` twins (:mod:`.kinds.branchless`).
         generates: the outermost module whose ``generate`` the reference step called, None when
             none did (:func:`.generation.generating_module`); :data:`UNREAD` until measured.
         stopped_at: the rung the ladder stopped at on a fragmentation OOM; None when every rung ran.

@@ -147,20 +147,20 @@ def diagnose(
         steps: profiled steps.
         only: run only these rungs (tests); the others are recorded as skipped, and the search
             runs only when ``"search"`` is among them (else the rule's proposal is the plan).
-        budget_s: seconds for the search's cold phases (``--budget``); later candidates are
-            skipped and say so.
+        budget_s: seconds for the search (``--budget``): a cold phase that is not expected to end
+            within them (the timing included) is skipped and says why.
         entry: ``file.py::func`` under SRC, the program's entry point (``--entry``): the only
             target for the ``allocator`` action (the harness is scaffolding, not the program).
         site: ``file.py::func`` under SRC that returns the model (``--site``): where actions on an
             installed library's classes are applied (default: the harness's model function).
         overlap: the search's eager reference may overlap the first candidate's cold phase
-            (``--no-overlap``: False); :attr:`rewriter.engine.measure.Options.overlap`.
-        pin: where the search's timed processes run (``--pin``): :attr:`rewriter.engine.measure.Options.pin`.
+            (``--no-overlap``: False); :attr:`rewriter.engine.options.Options.overlap`.
+        pin: where the search's timed processes run (``--pin``): :attr:`rewriter.engine.options.Options.pin`.
         cold_parallel: candidates' cold phases at a time (``--cold-parallel``), None for the
-            default (:attr:`rewriter.engine.measure.Options.parallel_cold`).
+            default (:attr:`rewriter.engine.options.Options.parallel_cold`).
         contended: on CUDA, also time every candidate with its host core contended and decide on
             both conditions (``--host both``; ``--host quiet``: False):
-            :attr:`rewriter.engine.measure.Options.contended`.
+            :attr:`rewriter.engine.options.Options.contended`.
 
     Raises:
         StackpartError: the harness cannot be loaded (nothing written), or a harness call failed

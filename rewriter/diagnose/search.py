@@ -30,10 +30,10 @@ from .decide import Choice, compile_text, decide
 
 #: Backends that cannot speed anything up: the search then measures failures, not gains.
 NO_GAIN_BACKENDS = frozenset({"eager", "aot_eager", "aot_eager_decomp_partition"})
-#: Default ``--budget`` (s): no candidate's cold phase starts later than this after the search's
-#: start (later ones are skipped and say so). Sized for ladder + search within 3 minutes on a
-#: ~1B model, with room for a slower host than the one measured (docs/decisions.md, "The search's
-#: budget and its cold phases").
+#: Default ``--budget`` (s) from the search's start: a candidate's cold phase starts only when it is
+#: expected to end within it, less the timing rounds' own seconds (:mod:`.search_budget`); the
+#: others are skipped and say why. Sized for ladder + search within 3 minutes on a ~1B model
+#: (docs/decisions.md, "The search's budget and its cold phases").
 DEFAULT_BUDGET_S = 120.0
 
 
@@ -85,7 +85,7 @@ class SearchOutcome:
     #: The allocator candidate's measurement (:func:`.memory.measure_allocator`, or
     #: ``{"skipped": why}``), or None where the memory rung found no fragmentation.
     allocator: dict[str, Any] | None = None
-    #: The process-to-process noise the decision used (:func:`rewriter.engine.measure.process_noise`),
+    #: The process-to-process noise the decision used (:func:`rewriter.engine.noise.process_noise`),
     #: None when each plan was timed in one process.
     noise: dict[str, Any] | None = None
     #: Where the measurement's wall time went, seconds per phase (the engine's
@@ -192,7 +192,7 @@ def measure_allocator_candidate(ctx: Context, out: SearchOutcome, timeout_s: flo
 def _options(ctx: Context, timeout_s: float) -> Any:
     """Engine options for the search: the session's backend forced on every compile when it
     cannot optimise (CPU: ``eager``); shorter timing on CPU, where speed is not what is decided."""
-    from ..engine.measure import Options, on_device
+    from ..engine.options import Options, on_device
 
     from ..engine.cost import may_overlap
 
@@ -226,19 +226,50 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     """Propose, materialise, measure and decide. ``outcome`` (when given) is filled in place, so an
     interrupted search (Ctrl-C) still leaves the candidates measured so far with the caller.
 
-    Raises:
-        StackpartError: the original tree cannot be copied (a candidate whose rewrite fails is a
-            failed candidate, not an error).
-    """
-    from ..engine.measure import REPLICA_TEXT, Measurement, Variant, measure, process_noise, relabel
-    from ..plan import parse_plan
-    from ..rewrite.apply import apply_changes
-    from ..rewrite.transform import plan_rewrite
-    from .own_compile import compile_setup, own_compiles, parsed_setup
-    from .runtime_compile import disagreements, per_call, seen
-    from .report import plan_yaml
+    ``budget_s`` bounds the search from its start: no cold phase starts that is expected to end
+    after the budget less the timing's own seconds (:mod:`.search_budget`); one that does not fit
+    is skipped and says why in the candidates table and search.log.
 
+    Raises:
+        StackpartError: the original tree cannot be copied, or the program as it is could not be
+            measured (a candidate whose rewrite fails is a failed candidate, not an error).
+    """
     started = time.perf_counter()
+    out = _proposed(ctx, outcome)
+    say = _sayer(console, log)
+    workdir = Path(tempfile.mkdtemp(prefix="stackpart-search-"))
+    try:
+        trees = _materialised(ctx, out, workdir, say)
+        _say_what_is_measured(ctx, out, trees, say)
+        m = _measured(ctx, out, trees, started + budget_s, timeout_s, console, say, started)
+        _read_the_program_as_it_is(ctx, out, m, trees, say)
+        if not m.errors:
+            measure_allocator_candidate(ctx, out, timeout_s, say)
+        if m.errors:
+            raise _as_is_failed(m.errors + m.hints.get("eager", []), trees.original, ctx.session.spec.file)
+        _judge_twins(ctx, out, say)
+        _decided(ctx, out, m, say)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return out
+
+
+@dataclass
+class _Trees:
+    """The search's temporary trees: the original (the eager reference's), the engine's variants
+    (the reference first, then the candidates in proposal order) and the path prefixes that read
+    as SRC in reports."""
+
+    original: Path
+    variants: list[Any]
+    prefixes: dict[str, str]
+
+
+def _proposed(ctx: Context, outcome: SearchOutcome | None) -> SearchOutcome:
+    """The program's own compile setup read once, the candidates proposed from the ladder's
+    evidence, and the outcome started with them."""
+    from .own_compile import compile_setup, own_compiles, parsed_setup
+
     src = ctx.session.src
     # read once: the report's setup lines here, what each compile covers in propose's compose step
     ctx.evidence.own_parsed = parsed_setup(src)
@@ -252,8 +283,12 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     out.own_setup = own
     out.backend = ctx.backend
     out.gain_measured = ctx.backend not in NO_GAIN_BACKENDS
-    opts = _options(ctx, timeout_s)
-    workdir = Path(tempfile.mkdtemp(prefix="stackpart-search-"))
+    return out
+
+
+def _sayer(console: Any, log: Path | None) -> Any:
+    """``say(text)``: one search line to the console's ``-v`` stream and diagnose.log, and to
+    ``log`` (search.log) with the time of day."""
 
     def say(text: str) -> None:
         event(console, f"search: {text}")  # -v and diagnose.log; the summary table says the outcome
@@ -261,140 +296,194 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
             with open(log, "a", encoding="utf-8") as f:
                 f.write(f"{time.strftime('%H:%M:%S')} {text}\n")
 
-    try:
-        original = workdir / "original"
-        from ..engine.materialize import IGNORE
+    return say
 
-        shutil.copytree(src, original, ignore=IGNORE, symlinks=True)
-        variants = [Variant("eager", original, judged=False)]
-        prefixes = {f"{original}/": ""}
-        for i, c in enumerate(cands):
-            if c.name == AS_IS:
-                continue
-            try:
-                loaded = parse_plan(plan_yaml(c.plan), f"candidate {c.name}")
-                result = plan_rewrite(loaded, src, unsafe=True)
-            except StackpartError as exc:
-                out.rows[c.name] = {"problems": [f"the plan does not rewrite: {exc}"]}
-                say(f"{c.name}: the plan does not rewrite: {exc}")
-                continue
-            if not result.changes:
-                out.rows[c.name] = {"skipped": f"changes nothing in SRC: the same as {AS_IS!r}"}
-                continue
-            tree = workdir / f"cand{i}"
-            shutil.copytree(src, tree, ignore=IGNORE, symlinks=True)
-            apply_changes(tree, result.changes)
-            prefixes[f"{tree}/"] = ""
-            mark = [(None, a.arg, a.dim) for a in c.plan.actions if a.action == "mark_dynamic"]
-            site = {"target": c.plan.site, "option": "diagnose --site"} if c.plan.site else None
-            variants.append(Variant(c.name, tree, compiles=c.compiles, mark_dynamic=mark, library_modules=result.library_modules,
-                                    site=site))
-        say(f"{len(variants) - 1} candidate plan(s) to measure ({', '.join(v.name for v in variants[1:])}) beside the program as it is; "
-            f"backend {ctx.backend}" + ("" if out.gain_measured else f" (forced on every compile: failures measured, gains not)"))
-        for p in pruned:
-            say(f"pruned {p}")
-        if out.own_setup:
-            say(f"the program as it is (the baseline) carries its own compile setup: {'; '.join(out.own_setup[:5])}"
-                + (f" (+{len(out.own_setup) - 5} more)" if len(out.own_setup) > 5 else ""))
 
-        feed = console if isinstance(console, Feed) else None
-        if feed is not None:  # one step per cold phase, one for the timing rounds
-            feed.start("search: cold phases", total=len(variants) + 1)
+def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any) -> _Trees:
+    """SRC copied as the reference's tree, and each candidate (in proposal order: the
+    expected-value order the cold phases run in) rewritten by the real rewrite path into a tree of
+    its own; one that does not rewrite, or changes nothing, gets its row now and no tree."""
+    from ..rewrite.apply import apply_changes
+    from ..engine.materialize import IGNORE
+    from ..engine.options import Variant
+    from ..plan import parse_plan
+    from ..rewrite.transform import plan_rewrite
+    from .report import plan_yaml
+    from .search_budget import cost_key
 
-        def on_event(name: str, event: str, detail: Any) -> None:
-            label = AS_IS if name == "eager" else name
-            if feed is not None and event in ("skipped", "cold"):
-                feed.advance(f"search: {label} measured")
-            elif feed is not None and event == "timing":
-                feed.describe("search: timing rounds")
-            if event == "skipped":
-                say(f"{label}: {detail}")
-            elif event == "timing":
-                say(f"timing every candidate interleaved at {detail}")
-            elif event == "replicates":
-                say(f"starting a second process for each of {detail} timed plan(s), {REPLICA_TEXT[opts.replica_caches]}")
-            elif event == "cold":
-                comp = detail.get("compile") or {}
-                failed = f"failed: {detail['error']}" if detail.get("error") else ""  # the reference's error: no problems list
-                what = " ".join(("; ".join(detail.get("problems") or []) or failed).split()) or (
-                    f"{compile_text(detail)} (all shapes), {comp.get('unique_graphs', 0)} graph(s), "
-                    f"{comp.get('recompiles', 0)} recompile(s), numerics {'reference' if name == 'eager' else detail.get('numerics', '-')}")
-                for tree_prefix in prefixes:
-                    what = what.replace(tree_prefix, "")
-                say(f"{label}: {progress_line(what)}")
-
-        m = Measurement()
-        deadline = time.perf_counter() + budget_s
+    src = ctx.session.src
+    original = workdir / "original"
+    shutil.copytree(src, original, ignore=IGNORE, symlinks=True)
+    trees = _Trees(original, [Variant("eager", original, judged=False)], {f"{original}/": ""})
+    for i, c in enumerate(out.candidates):
+        if c.name == AS_IS:
+            continue
         try:
-            measure(ctx.session.spec, variants, opts, workdir,
-                    amortization=ctx.amortization.model_dump(), deadline=deadline, on_event=on_event, partial=m)
-        finally:
-            if feed is not None:
-                feed.stop()
-            for name, row in relabel(m.results, prefixes).items():
-                out.rows[AS_IS if name == "eager" else name] = row
-            out.timing = [{"shape": row["shape"], "timing": {(AS_IS if k == "eager" else k): v for k, v in row["timing"].items()}}
-                          for row in m.timing]
-            out.notes.extend(m.notes)
-            out.clock = {k: round(v, 2) for k, v in m.clock.items()} | {"timing_s": round(m.timing_wall_s, 2)}
-            out.seconds = round(time.perf_counter() - started, 2)
-        samples = [{(AS_IS if k == "eager" else k): v for k, v in per.items()} for per in m.samples]
-        graphs = ((out.rows.get(AS_IS) or {}).get("compile") or {}).get("unique_graphs") or 0
-        runtime = (out.rows.get(AS_IS) or {}).get("runtime_compiles")
-        out.runtime_setup = per_call(ctx.evidence.own_regions, runtime) + seen(runtime)  # each own call, then each frame
-        out.runtime_disagreements = disagreements(ctx.evidence.own_regions, runtime)
-        if out.runtime_setup:
-            say(f"the program as it is, seen at run time: {'; '.join(out.runtime_setup[:5])}")
-        if graphs:
-            out.notes.append(f"the program as it is compiles itself ({graphs} graph(s) at run time"
-                             + (f"; {'; '.join(out.own_setup[:3])}" if out.own_setup else "")
-                             + (f"; seen at run time: {'; '.join(out.runtime_setup[:3])}" if out.runtime_setup else "")
-                             + "): every candidate is measured on top of it")
-        elif out.own_setup:
-            # the compile lives in the program's own script (train.py's apply_compile), which the
-            # harness does not run: candidates were composed with it statically (candidates.compose);
-            # which compile did not run, and why, is the run-time reading's (below) where there is one
-            out.notes.append(f"the program compiles code itself ({'; '.join(out.own_setup[:3])}), but the harness's model ran "
-                             "0 graphs" + ("" if out.runtime_disagreements else ": that compile is in a script the harness does not run")
-                             + "; every candidate was composed with it from the source (no second compile, no disable in its "
-                             "fullgraph region, no mark inside it) and measured on the harness's model")
-        for line in out.runtime_disagreements:  # the static and the run-time readings disagree: one sentence each
-            out.notes.append(f"the program as it is: {line}")
-            say(f"the program as it is: {line}")
-        hits = ((out.rows.get(AS_IS) or {}).get("compile") or {}).get("recompile_limit_hits") or []
-        if hits:
-            knob = ctx.evidence.value_guard_twins  # .value_guards: a changing int kept out of the guards
-            out.notes.append(f"the program as it is hits the recompile limit in its own compiled code ({hits[0][:200]}): "
-                             "those frames already run eager; candidates that keep that code compiled fail the same way"
-                             + (f", unless they keep the changing int out of the guards ({', '.join(knob)})" if knob else ""))
-        for name, hints in relabel(m.hints, prefixes).items():
-            label = AS_IS if name == "eager" else name
-            if label in out.rows:
-                out.rows[label].setdefault("hints", []).extend(hints)
-        if not m.errors:
-            measure_allocator_candidate(ctx, out, timeout_s, say)
-        if m.errors:
-            raise _as_is_failed(m.errors + m.hints.get("eager", []), original, ctx.session.spec.file)
-        from .kinds import judge
+            loaded = parse_plan(plan_yaml(c.plan), f"candidate {c.name}")
+            result = plan_rewrite(loaded, src, unsafe=True)
+        except StackpartError as exc:
+            out.rows[c.name] = {"problems": [f"the plan does not rewrite: {exc}"]}
+            say(f"{c.name}: the plan does not rewrite: {exc}")
+            continue
+        if not result.changes:
+            out.rows[c.name] = {"skipped": f"changes nothing in SRC: the same as {AS_IS!r}"}
+            continue
+        tree = workdir / f"cand{i}"
+        shutil.copytree(src, tree, ignore=IGNORE, symlinks=True)
+        apply_changes(tree, result.changes)
+        trees.prefixes[f"{tree}/"] = ""
+        mark = [(None, a.arg, a.dim) for a in c.plan.actions if a.action == "mark_dynamic"]
+        site = {"target": c.plan.site, "option": "diagnose --site"} if c.plan.site else None
+        trees.variants.append(Variant(c.name, tree, compiles=c.compiles, mark_dynamic=mark,
+                                      library_modules=result.library_modules, site=site, cost_key=cost_key(c)))
+    return trees
 
-        for line in judge(ctx, out.rows):  # a twin that changed nothing (a knob, a rewrite) is not planned
-            out.pruned.append(line)
-            say(f"pruned {line}")
-        order = [c.name for c in cands]
-        a = ctx.amortization
-        out.noise = process_noise(m.timing)
-        out.choice = decide(out.rows, order, samples, a.runs, a.restarts, out.gain_measured, out.noise)
-        if ctx.evidence.own_standin is not None:  # the program's compile measured through stand-ins: its call edited
-            from .own_candidates import translate
 
-            note = translate(ctx, out, ctx.evidence.own_standin)
-            if note:
-                out.notes.append(note)
-                say(note)
-        say(f"chose {out.choice.text}")
+def _say_what_is_measured(ctx: Context, out: SearchOutcome, trees: _Trees, say: Any) -> None:
+    """search.log's opening: the candidates to measure in their order, the pruned ones, and the
+    program's own compile setup."""
+    variants = trees.variants
+    say(f"{len(variants) - 1} candidate plan(s) to measure ({', '.join(v.name for v in variants[1:])}) beside the program as it is; "
+        f"backend {ctx.backend}" + ("" if out.gain_measured else f" (forced on every compile: failures measured, gains not)"))
+    for p in out.pruned:
+        say(f"pruned {p}")
+    if out.own_setup:
+        say(f"the program as it is (the baseline) carries its own compile setup: {'; '.join(out.own_setup[:5])}"
+            + (f" (+{len(out.own_setup) - 5} more)" if len(out.own_setup) > 5 else ""))
+
+
+def _measured(ctx: Context, out: SearchOutcome, trees: _Trees, end: float, timeout_s: float, console: Any, say: Any,
+              started: float) -> Any:
+    """Every variant measured by the engine (:func:`rewriter.engine.measure.measure`), its cold
+    phases before ``end`` less the timing's seconds; the rows, timing, notes and clock copied
+    into ``out`` also when interrupted. Returns the engine's :class:`~rewriter.engine.measure.Measurement`."""
+    from ..engine.measure import Measurement, measure, relabel
+    from .search_budget import timing_reserve_s
+
+    opts = _options(ctx, timeout_s)
+    feed = console if isinstance(console, Feed) else None
+    if feed is not None:  # one step per cold phase, one for the timing rounds
+        feed.start("search: cold phases", total=len(trees.variants) + 1)
+    m = Measurement()
+    try:
+        measure(ctx.session.spec, trees.variants, opts, trees.original.parent,
+                amortization=ctx.amortization.model_dump(), deadline=end - timing_reserve_s(opts, len(ctx.session.spec.shapes)),
+                on_event=_progress(feed, say, opts, trees.prefixes), partial=m)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return out
+        if feed is not None:
+            feed.stop()
+        for name, row in relabel(m.results, trees.prefixes).items():
+            out.rows[AS_IS if name == "eager" else name] = row
+        out.timing = [{"shape": row["shape"], "timing": {(AS_IS if k == "eager" else k): v for k, v in row["timing"].items()}}
+                      for row in m.timing]
+        out.notes.extend(m.notes)
+        out.clock = {k: round(v, 2) for k, v in m.clock.items()} | {"timing_s": round(m.timing_wall_s, 2)}
+        out.seconds = round(time.perf_counter() - started, 2)
+    return m
+
+
+def _progress(feed: Feed | None, say: Any, opts: Any, prefixes: dict[str, str]) -> Any:
+    """The engine's ``on_event``: the progress feed advanced per cold phase, and one search.log
+    line per cold phase, skip, timing window and replica start."""
+    from ..engine.options import REPLICA_TEXT
+
+    def on_event(name: str, event: str, detail: Any) -> None:
+        label = AS_IS if name == "eager" else name
+        if feed is not None and event in ("skipped", "cold"):
+            feed.advance(f"search: {label} measured")
+        elif feed is not None and event == "timing":
+            feed.describe("search: timing rounds")
+        if event == "skipped":
+            say(f"{label}: {detail}")
+        elif event == "timing":
+            say(f"timing every candidate interleaved at {detail}")
+        elif event == "replicates":
+            say(f"starting a second process for each of {detail} timed plan(s), {REPLICA_TEXT[opts.replica_caches]}")
+        elif event == "cold":
+            comp = detail.get("compile") or {}
+            failed = f"failed: {detail['error']}" if detail.get("error") else ""  # the reference's error: no problems list
+            what = " ".join(("; ".join(detail.get("problems") or []) or failed).split()) or (
+                f"{compile_text(detail)} (all shapes), {comp.get('unique_graphs', 0)} graph(s), "
+                f"{comp.get('recompiles', 0)} recompile(s), numerics {'reference' if name == 'eager' else detail.get('numerics', '-')}")
+            for tree_prefix in prefixes:
+                what = what.replace(tree_prefix, "")
+            say(f"{label}: {progress_line(what)}")
+
+    return on_event
+
+
+def _read_the_program_as_it_is(ctx: Context, out: SearchOutcome, m: Any, trees: _Trees, say: Any) -> None:
+    """What the as-is process saw of the program's own compiles (each own call, then each frame;
+    where the static and run-time readings disagree), the notes that follow (it compiles itself,
+    or its compile lives where the harness does not run it; a recompile limit it hits), and each
+    variant's hints on its row."""
+    from ..engine.measure import relabel
+    from .runtime_compile import disagreements, per_call, seen
+
+    asis = out.rows.get(AS_IS) or {}
+    graphs = (asis.get("compile") or {}).get("unique_graphs") or 0
+    runtime = asis.get("runtime_compiles")
+    out.runtime_setup = per_call(ctx.evidence.own_regions, runtime) + seen(runtime)  # each own call, then each frame
+    out.runtime_disagreements = disagreements(ctx.evidence.own_regions, runtime)
+    if out.runtime_setup:
+        say(f"the program as it is, seen at run time: {'; '.join(out.runtime_setup[:5])}")
+    if graphs:
+        out.notes.append(f"the program as it is compiles itself ({graphs} graph(s) at run time"
+                         + (f"; {'; '.join(out.own_setup[:3])}" if out.own_setup else "")
+                         + (f"; seen at run time: {'; '.join(out.runtime_setup[:3])}" if out.runtime_setup else "")
+                         + "): every candidate is measured on top of it")
+    elif out.own_setup:
+        # the compile lives in the program's own script (train.py's apply_compile), which the
+        # harness does not run: candidates were composed with it statically (candidates.compose);
+        # which compile did not run, and why, is the run-time reading's (below) where there is one
+        out.notes.append(f"the program compiles code itself ({'; '.join(out.own_setup[:3])}), but the harness's model ran "
+                         "0 graphs" + ("" if out.runtime_disagreements else ": that compile is in a script the harness does not run")
+                         + "; every candidate was composed with it from the source (no second compile, no disable in its "
+                         "fullgraph region, no mark inside it) and measured on the harness's model")
+    for line in out.runtime_disagreements:  # the static and the run-time readings disagree: one sentence each
+        out.notes.append(f"the program as it is: {line}")
+        say(f"the program as it is: {line}")
+    hits = (asis.get("compile") or {}).get("recompile_limit_hits") or []
+    if hits:
+        knob = ctx.evidence.value_guard_twins  # .value_guards: a changing int kept out of the guards
+        out.notes.append(f"the program as it is hits the recompile limit in its own compiled code ({hits[0][:200]}): "
+                         "those frames already run eager; candidates that keep that code compiled fail the same way"
+                         + (f", unless they keep the changing int out of the guards ({', '.join(knob)})" if knob else ""))
+    for name, hints in relabel(m.hints, trees.prefixes).items():
+        label = AS_IS if name == "eager" else name
+        if label in out.rows:
+            out.rows[label].setdefault("hints", []).extend(hints)
+
+
+def _judge_twins(ctx: Context, out: SearchOutcome, say: Any) -> None:
+    """Twins that did not do what they were proposed for are pruned after measurement, each
+    candidate kind by its own judge (:func:`.kinds.judge`: a config twin that kept no break in the
+    graph, a knob twin that recompiled no less, a ``+branchless`` twin that removed no break)."""
+    from .kinds import judge
+
+    for line in judge(ctx, out.rows):
+        out.pruned.append(line)
+        say(f"pruned {line}")
+
+
+def _decided(ctx: Context, out: SearchOutcome, m: Any, say: Any) -> None:
+    """The decision (:func:`.decide.decide`) over the rows in proposal order with the measured
+    noise band; a plan measured through stand-ins for the program's own compile is written as the
+    edit of that call."""
+    from ..engine.noise import process_noise
+
+    samples = [{(AS_IS if k == "eager" else k): v for k, v in per.items()} for per in m.samples]
+    a = ctx.amortization
+    out.noise = process_noise(m.timing)
+    out.choice = decide(out.rows, [c.name for c in out.candidates], samples, a.runs, a.restarts, out.gain_measured, out.noise)
+    if ctx.evidence.own_standin is not None:  # the program's compile measured through stand-ins: its call edited
+        from .own_candidates import translate
+
+        note = translate(ctx, out, ctx.evidence.own_standin)
+        if note:
+            out.notes.append(note)
+            say(note)
+    say(f"chose {out.choice.text}")
 
 
 def annotated(out: SearchOutcome) -> Any:

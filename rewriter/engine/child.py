@@ -265,7 +265,7 @@ def random_ops(model: Any) -> list[str]:
 
 def autotune_again() -> None:
     """Make this process benchmark every Triton kernel's configs again instead of loading the
-    winners another process stored (a second timed process, :attr:`.measure.Options.replica_caches`
+    winners another process stored (a second timed process, :attr:`.options.Options.replica_caches`
     ``reautotune``): Inductor's ``CachingAutotuner`` reads its local autotune cache
     (``*.best_config`` next to each kernel, ``torch._inductor.config.autotune_local_cache``) on a
     kernel's first launch; with it off the launch benchmarks the configs as a cold compile does.
@@ -620,151 +620,236 @@ def _decision_totals(matched: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, Any]:
-    """The cold phase for one variant (see the module docstring)."""
+    """The cold phase for one variant (see the module docstring): build, then per shape the first
+    calls under Dynamo's counters and the outputs recorded (the reference) or compared (every
+    other variant), then what only the reference records and the ``fail_on_recompile`` pass.
+    Returns the JSON payload (plus ``_phases`` and the warm model under ``_serve``).
+
+    Raises:
+        ModelRaised: the model raised at a shape.
+        torch.cuda.OutOfMemoryError: as raised (the caller reports it).
+    """
     import torch
 
-    from .compare import compare_trees
-    from .generation import TEACHER_FORCED, generated_tokens, generator_of, judge_tokens, teacher_forced_logits
-    from .timing import wall_call
-    from .watch import CompileWatch, fail_on_recompile_supported
+    from .watch import CompileWatch
 
-    variant = job["variants"][0]
-    ref = Path(job["ref"])
+    model, result = _built(job, channel)
+    if "state_dict_error" in result["info"]:
+        return result
     spec = job["harness"]
-    device = spec["device"]
     training = spec["mode"] == "training"
+    reference_sd = {k: v.detach().clone() for k, v in model.state_dict().items()} if training else None
+    with CompileWatch() as watch:
+        for i in range(len(spec["shapes"])):
+            result["shapes"].append(_cold_shape(job, model, watch, i, reference_sd))
+        result["compile"] = watch.stats().to_json()
+        if job.get("reference"):
+            result["runtime_compiles"] = _runtime_reading(watch, model, job)
+        if job["variants"][0] == "eager" and not job.get("replica"):
+            _eager_extras(job, model, result, training)
+        result["fail_on_recompile"] = _fail_on_recompile(job, model, training)
+    if spec["device"].startswith("cuda"):
+        result["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    result["_serve"] = model
+    return result
 
+
+def _built(job: dict[str, Any], channel: Channel | None) -> tuple[Any, dict[str, Any]]:
+    """The variant's model built (:func:`_build`) and the payload started: its build info and the
+    seconds of the build and of loading the weights after ``go``."""
+    variant = job["variants"][0]
     t_build = time.perf_counter()
-    model, info = _build(job, variant, ref, channel)
+    model, info = _build(job, variant, Path(job["ref"]), channel)
     go_at = info.pop("_go_at", t_build)
     result: dict[str, Any] = {"variant": variant, "info": info, "shapes": []}
     result["_phases"] = {
         "build": go_at - t_build if channel else None,
         "load_weights_and_prepare": time.perf_counter() - go_at,
     }
-    if "state_dict_error" in info:
-        return result
-    reference_sd = None
-    if training:
-        reference_sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    with CompileWatch() as watch:
-        for i, _shape in enumerate(spec["shapes"]):
-            inputs = _inputs(job, i, ref)  # saved by the reference at go
-            fn = _step_fns(model, inputs, training)
-            before = watch.stats()
-            torch.manual_seed(job["seed"])
-            try:
-                first_s, out = wall_call(fn, device)
-                # a copy before the next call: under CUDA graphs (mode="reduce-overhead") the next
-                # replay overwrites the static output buffers ("accessing tensor output of CUDAGraphs
-                # that has been overwritten by a subsequent run")
-                out = _copied(out)
-                steady = []
-                for _ in range(2):
-                    torch.manual_seed(job["seed"])
-                    steady.append(wall_call(fn, device)[0])
-            except torch.cuda.OutOfMemoryError:
-                raise
-            except Exception as exc:
-                raise ModelRaised(_raised(exc, spec["shapes"][i], job, variant), f"{type(exc).__name__}: {exc}") from exc
-            after = watch.stats()
-            entry: dict[str, Any] = {
-                "shape": spec["shapes"][i],
-                "first_call_s": first_s,
-                "steady_s": min(steady),
-                "compile_s": max(0.0, first_s - min(steady)),
-                "new_graphs": after.unique_graphs - before.unique_graphs,
-                "new_recompiles": after.recompiles - before.recompiles,
-            }
-            if job.get("replica"):
-                # a second timed process (engine.measure.Replicas): its first process was
-                # judged, so no outputs are recorded or compared here
-                del out
-                result["shapes"].append(entry)
-                continue
-            record: dict[str, Any] = {"output": _cpu(out[0] if training else out)}
-            tokens = None if training else generated_tokens(out)
-            generator = generator_of(model) if tokens is not None else None
-            if generator is not None and job.get("reference"):
-                # the logits that chose the reference's tokens (engine.generation)
-                record[TEACHER_FORCED] = _cpu(teacher_forced_logits(generator, tokens))
-            if training:
-                record["loss"] = _cpu(out[1])
-                # the first call's gradients (fn zeroes them on entry; recompute for this record)
-                model.load_state_dict(reference_sd)
-                torch.manual_seed(job["seed"])
-                fn()
-                record.update(_after_step(model, inputs, reference_sd, job["seed"]))
-            path = ref / f"outputs_{i}.pt"
-            if job.get("reference"):
-                torch.save(record, path)
-            else:
-                if i == 0:  # after the first (measured) call: the reference may still be running
-                    wait_for_reference(ref)
-                # compared on the device: no float64 copies of large logits on the host
-                # our own files (outputs may be ModelOutput objects); mmap: paged straight from
-                # the page cache to the device, no host copy of every logits tensor first
-                expected = torch.load(path, map_location=device, weights_only=False, mmap=True)
-                hp_path = ref / f"high_precision_{i}.pt"
-                hp = torch.load(hp_path, map_location=device, weights_only=False, mmap=True) if hp_path.exists() else {}
-                hp_record, hp_dtype = hp.get("record", {}), hp.get("dtype")
-                # no float64/float32 run: eager's own rounding noise stands in (.rounding)
-                noise_run = hp.get("kind") == "noise"
-                mine = {k: _to_device(v, device) for k, v in record.items()}
-                ref_tokens = generated_tokens(expected["output"]) if generator is not None and TEACHER_FORCED in expected else None
-                if ref_tokens is not None:
-                    mine[TEACHER_FORCED] = teacher_forced_logits(generator, ref_tokens)
-                entry["compare"] = {
-                    k: compare_trees(mine[k], expected[k], None if noise_run else hp_record.get(k), hp_dtype, spec["dtype"],
-                                     noise=hp_record.get(k) if noise_run else None,
-                                     decisions=hp.get("decisions")).to_json()
-                    for k in expected if k in mine
-                }
-                if ref_tokens is not None:
-                    prompt = inputs.get("input_ids") if isinstance(inputs, dict) else None
-                    entry["compare"] = judge_tokens(entry["compare"], tokens, ref_tokens,
-                                                    prompt.shape[1] if hasattr(prompt, "shape") and prompt.dim() == 2 else None)
-                del expected, mine, hp
-                if device.startswith("cuda"):
-                    torch.cuda.empty_cache()  # the float64 comparison copies are not kept reserved
-            del record, out
-            result["shapes"].append(entry)
-        result["compile"] = watch.stats().to_json()
-        try:
-            # read only for the program as it is (the search's as-is row): a walk of sys.modules
-            # and the frame log in every other process would be work nobody reads
-            if job.get("reference"):
-                result["runtime_compiles"] = runtime_compiles(watch, model, job, variant)
-        except Exception as exc:  # noqa: BLE001 - a report-only reading never fails the variant
-            result["runtime_compiles"] = {"frames": [], "modules": [], "src_imported": [],
-                                          "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-        if variant == "eager" and not job.get("replica"):
-            from .compare import LOW_PRECISION
+    return model, result
 
-            # eager measurements of the original: its own torch.compile calls off for them
-            with torch.compiler.set_stance("force_eager"):
-                result["block_share"] = _block_share(job, model, ref, training)
-                if job.get("reference") and spec["dtype"] in LOW_PRECISION:
-                    result["high_precision"] = high_precision_reference(job, model, ref, training)
-            if job.get("reference"):
-                (ref / REFERENCE_DONE).touch()
-        stance: dict[str, Any] = {"supported": fail_on_recompile_supported()}
-        if stance["supported"] and variant != "eager" and not job.get("replica"):
-            stance["ok"] = True
-            try:
-                with torch.compiler.set_stance("fail_on_recompile"):
-                    for i, _shape in enumerate(spec["shapes"]):
-                        _step_fns(model, _inputs(job, i, ref), training)()
-            except torch.cuda.OutOfMemoryError:
-                raise
-            except Exception as exc:
-                stance["ok"] = False
-                stance["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
-        result["fail_on_recompile"] = stance
+
+def _cold_shape(job: dict[str, Any], model: Any, watch: Any, i: int, reference_sd: dict[str, Any] | None) -> dict[str, Any]:
+    """Shape ``i``'s entry: the first call (its compile) and the steady one, the graphs and
+    recompiles it added, and (not for a replica) its outputs saved as the reference's or compared
+    with them under ``compare``."""
+    spec = job["harness"]
+    inputs = _inputs(job, i, Path(job["ref"]))  # saved by the reference at go
+    before = watch.stats()
+    first_s, steady_s, out = _first_calls(job, _step_fns(model, inputs, reference_sd is not None), i)
+    after = watch.stats()
+    entry: dict[str, Any] = {
+        "shape": spec["shapes"][i],
+        "first_call_s": first_s,
+        "steady_s": steady_s,
+        "compile_s": max(0.0, first_s - steady_s),
+        "new_graphs": after.unique_graphs - before.unique_graphs,
+        "new_recompiles": after.recompiles - before.recompiles,
+    }
+    if job.get("replica"):
+        # a second timed process (engine.replicas.Replicas): its first process was
+        # judged, so no outputs are recorded or compared here
+        return entry
+    record, generator, tokens = _outputs(job, model, inputs, out, reference_sd)
+    del out
+    if job.get("reference"):
+        import torch
+
+        torch.save(record, Path(job["ref"]) / f"outputs_{i}.pt")
+    else:
+        entry["compare"] = _compared(job, i, record, inputs, generator, tokens)
+    return entry
+
+
+def _first_calls(job: dict[str, Any], fn: Any, i: int) -> tuple[float, float, Any]:
+    """The first call's wall seconds (the compile this shape costs), the faster of two steady
+    calls', and the first call's outputs (a copy: under CUDA graphs, ``mode="reduce-overhead"``,
+    the next replay overwrites the static output buffers: "accessing tensor output of CUDAGraphs
+    that has been overwritten by a subsequent run").
+
+    Raises:
+        ModelRaised: the model raised (an out-of-memory error is re-raised as it is).
+    """
+    import torch
+
+    from .timing import wall_call
+
+    spec = job["harness"]
+    device = spec["device"]
+    torch.manual_seed(job["seed"])
+    try:
+        first_s, out = wall_call(fn, device)
+        out = _copied(out)
+        steady = []
+        for _ in range(2):
+            torch.manual_seed(job["seed"])
+            steady.append(wall_call(fn, device)[0])
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except Exception as exc:
+        raise ModelRaised(_raised(exc, spec["shapes"][i], job, job["variants"][0]), f"{type(exc).__name__}: {exc}") from exc
+    return first_s, min(steady), out
+
+
+def _outputs(job: dict[str, Any], model: Any, inputs: Any, out: Any,
+             reference_sd: dict[str, Any] | None) -> tuple[dict[str, Any], Any, Any]:
+    """What is compared of one call: its output (host copies), the reference's teacher-forced
+    logits for generated tokens (:mod:`.generation`), and in training the loss, the gradients and
+    the loss after one SGD step (recomputed from the reference weights). Returns the record, the
+    model's generator (or None) and the generated tokens (or None)."""
+    import torch
+
+    from .generation import TEACHER_FORCED, generated_tokens, generator_of, teacher_forced_logits
+
+    training = reference_sd is not None
+    record: dict[str, Any] = {"output": _cpu(out[0] if training else out)}
+    tokens = None if training else generated_tokens(out)
+    generator = generator_of(model) if tokens is not None else None
+    if generator is not None and job.get("reference"):
+        # the logits that chose the reference's tokens (engine.generation)
+        record[TEACHER_FORCED] = _cpu(teacher_forced_logits(generator, tokens))
+    if training:
+        record["loss"] = _cpu(out[1])
+        # the first call's gradients (fn zeroes them on entry; recompute for this record)
+        model.load_state_dict(reference_sd)
+        torch.manual_seed(job["seed"])
+        _step_fns(model, inputs, True)()
+        record.update(_after_step(model, inputs, reference_sd, job["seed"]))
+    return record, generator, tokens
+
+
+def _compared(job: dict[str, Any], i: int, record: dict[str, Any], inputs: Any, generator: Any, tokens: Any) -> dict[str, Any]:
+    """Shape ``i``'s ``record`` compared with the reference's saved one, quantity by quantity
+    (:func:`.compare.compare_trees`, against the high-precision run or eager's rounding noise
+    where the reference saved one); generated tokens judged by the logits that chose them."""
+    import torch
+
+    from .compare import compare_trees
+    from .generation import TEACHER_FORCED, generated_tokens, judge_tokens, teacher_forced_logits
+
+    ref, spec = Path(job["ref"]), job["harness"]
+    device = spec["device"]
+    if i == 0:  # after the first (measured) call: the reference may still be running
+        wait_for_reference(ref)
+    # compared on the device: no float64 copies of large logits on the host
+    # our own files (outputs may be ModelOutput objects); mmap: paged straight from
+    # the page cache to the device, no host copy of every logits tensor first
+    expected = torch.load(ref / f"outputs_{i}.pt", map_location=device, weights_only=False, mmap=True)
+    hp_path = ref / f"high_precision_{i}.pt"
+    hp = torch.load(hp_path, map_location=device, weights_only=False, mmap=True) if hp_path.exists() else {}
+    hp_record, hp_dtype = hp.get("record", {}), hp.get("dtype")
+    # no float64/float32 run: eager's own rounding noise stands in (.rounding)
+    noise_run = hp.get("kind") == "noise"
+    mine = {k: _to_device(v, device) for k, v in record.items()}
+    ref_tokens = generated_tokens(expected["output"]) if generator is not None and TEACHER_FORCED in expected else None
+    if ref_tokens is not None:
+        mine[TEACHER_FORCED] = teacher_forced_logits(generator, ref_tokens)
+    compared = {
+        k: compare_trees(mine[k], expected[k], None if noise_run else hp_record.get(k), hp_dtype, spec["dtype"],
+                         noise=hp_record.get(k) if noise_run else None,
+                         decisions=hp.get("decisions")).to_json()
+        for k in expected if k in mine
+    }
+    if ref_tokens is not None:
+        prompt = inputs.get("input_ids") if isinstance(inputs, dict) else None
+        compared = judge_tokens(compared, tokens, ref_tokens,
+                                prompt.shape[1] if hasattr(prompt, "shape") and prompt.dim() == 2 else None)
+    del expected, mine, hp
     if device.startswith("cuda"):
-        result["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
-    result["_serve"] = model
-    return result
+        torch.cuda.empty_cache()  # the float64 comparison copies are not kept reserved
+    return compared
+
+
+def _runtime_reading(watch: Any, model: Any, job: dict[str, Any]) -> dict[str, Any]:
+    """Which code compiled in the program as it is (:func:`runtime_compiles`), read only for the
+    reference (the search's as-is row): a walk of sys.modules and the frame log in every other
+    process would be work nobody reads. A report-only reading: its failure is recorded, never the
+    variant's."""
+    try:
+        return runtime_compiles(watch, model, job, job["variants"][0])
+    except Exception as exc:  # noqa: BLE001 - a report-only reading never fails the variant
+        return {"frames": [], "modules": [], "src_imported": [], "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+
+
+def _eager_extras(job: dict[str, Any], model: Any, result: dict[str, Any], training: bool) -> None:
+    """The eager measurements of the original, with its own torch.compile calls off: the blocks'
+    share of the step, and (the reference of a low-precision harness) the high-precision run; then
+    the reference marks itself done for the variants waiting on it."""
+    import torch
+
+    from .compare import LOW_PRECISION
+
+    ref = Path(job["ref"])
+    with torch.compiler.set_stance("force_eager"):
+        result["block_share"] = _block_share(job, model, ref, training)
+        if job.get("reference") and job["harness"]["dtype"] in LOW_PRECISION:
+            result["high_precision"] = high_precision_reference(job, model, ref, training)
+    if job.get("reference"):
+        (ref / REFERENCE_DONE).touch()
+
+
+def _fail_on_recompile(job: dict[str, Any], model: Any, training: bool) -> dict[str, Any]:
+    """Every shape once more under ``torch.compiler.set_stance("fail_on_recompile")`` (a compiled
+    variant's first process only): ``{"supported"[, "ok"[, "error"]]}``."""
+    import torch
+
+    from .watch import fail_on_recompile_supported
+
+    stance: dict[str, Any] = {"supported": fail_on_recompile_supported()}
+    if not stance["supported"] or job["variants"][0] == "eager" or job.get("replica"):
+        return stance
+    stance["ok"] = True
+    ref = Path(job["ref"])
+    try:
+        with torch.compiler.set_stance("fail_on_recompile"):
+            for i in range(len(job["harness"]["shapes"])):
+                _step_fns(model, _inputs(job, i, ref), training)()
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except Exception as exc:
+        stance["ok"] = False
+        stance["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+    return stance
 
 
 def _through_compile(reference: dict[str, Any], mine: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Which CPU core the timed processes' main threads run on (:attr:`.measure.Options.pin`).
+"""Which CPU core the timed processes' main threads run on (:attr:`.options.Options.pin`).
 
 On a shared GPU host, identical processes of a host-heavy step differ by tens of percent with the
 scheduler's placement or a core of their own each, and by about 1% with every process on one

@@ -1,6 +1,7 @@
-"""Step timing: CUDA events on GPU, ``time.perf_counter`` after ``synchronize`` on CPU; warm-up;
-all variants interleaved in one run (a rotating order per repetition) so machine drift and
-thermal state cancel; median and spread (p10-p90) of many runs.
+"""Step timing: CUDA events on GPU, ``time.perf_counter`` after ``synchronize`` on CPU; median and
+spread (p10-p90) of many samples (:func:`summarize`). The engine interleaves the variants' samples
+across their processes, a rotating order per round, so machine drift and thermal state cancel
+(:func:`.windows.interleave`).
 
 The method follows ``torch.utils.benchmark``'s guidance (synchronize around the timed region,
 warm up, report the median); a sample is one call (:func:`time_call`) or, on CUDA in the
@@ -14,7 +15,25 @@ import math
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass
+class Timed:
+    """What :func:`.windows.interleave` returns (and :func:`.replicas.merge_replicates` folds).
+
+    Attributes:
+        rows: per shape ``{"shape", "timing": {process name: summarize(...)}}`` (ms figures).
+        samples: per shape ``{process name: [seconds per call, ...]}`` in round order, paired
+            across processes.
+        error: what stopped the timing (a first process failed), or None; ``rows`` and
+            ``samples`` are then empty.
+    """
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    samples: list[dict[str, list[float]]] = field(default_factory=list)
+    error: str | None = None
 
 
 def sync(device: str) -> None:
@@ -118,27 +137,3 @@ def summarize(samples: list[float]) -> dict[str, Any]:
         "p90_ms": pct(0.90) * 1e3,
         "min_ms": xs[0] * 1e3,
     }
-
-
-def interleaved(
-    fns: dict[str, Callable[[], Any]], device: str, warmup: int, reps: int, budget_s: float
-) -> dict[str, dict[str, Any]]:
-    """Time every callable in ``fns`` ``reps`` times, interleaved, after ``warmup`` calls each.
-
-    Stops early (after at least 3 rounds) when ``budget_s`` seconds of sampling have passed.
-    Returns ``summarize`` per name.
-    """
-    names = list(fns)
-    for _ in range(warmup):
-        for name in names:
-            fns[name]()
-    sync(device)
-    samples: dict[str, list[float]] = {n: [] for n in names}
-    started = time.perf_counter()
-    for rep in range(reps):
-        k = rep % len(names)
-        for name in names[k:] + names[:k]:
-            samples[name].append(time_call(fns[name], device))
-        if rep >= 2 and time.perf_counter() - started > budget_s:
-            break
-    return {n: summarize(s) for n, s in samples.items()}

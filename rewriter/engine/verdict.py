@@ -65,9 +65,9 @@ def speed_failures(
     """Speed and amortization failures of the plan, from mean-of-median step times (ms).
 
     ``contended_ms``: the same variants' steps with their host core contended (the engine's
-    contended window, :attr:`rewriter.engine.measure.Options.contended`), judged by the same two
+    contended window, :attr:`rewriter.engine.options.Options.contended`), judged by the same two
     rules as the quiet figures, each with ``contended_band`` (a fraction: the measured
-    process-to-process band of those figures, :func:`rewriter.engine.measure.process_noise`'s
+    process-to-process band of those figures, :func:`rewriter.engine.noise.process_noise`'s
     ``contended_share``, at least :data:`NOISE`) as the tolerance: a plan that the contended
     core makes slower than eager, or slower than the better baseline by more than
     ``min_speedup`` allows beyond that band, fails. diagnose's search decides on the worse of the
@@ -85,7 +85,7 @@ def speed_failures(
 
 def contended_band(noise: dict[str, Any] | None) -> float:
     """The tolerance of the contended-core figures (a fraction): the measured band of that window
-    (:func:`rewriter.engine.measure.process_noise`'s ``contended_share``), at least :data:`NOISE`."""
+    (:func:`rewriter.engine.noise.process_noise`'s ``contended_share``), at least :data:`NOISE`."""
     return max(NOISE, (noise or {}).get("contended_share") or 0.0)
 
 

@@ -15,8 +15,9 @@ from typing import Any
 
 from ..errors import StackpartError, src_dir
 from ..engine.cost import breakdown
-from ..engine.measure import Options as EngineOptions
-from ..engine.measure import environment, on_device, relabel
+from ..engine.options import Options as EngineOptions
+from ..engine.measure import environment, relabel
+from ..engine.options import on_device
 
 
 #: validate's knobs are the engine's (re-exported: the CLI and tests build them from here).
@@ -90,7 +91,9 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     reference is the original tree with compilation off (``torch.compiler.set_stance("force_eager")``
     for its whole run): for a tree that already compiles (one stackpart rewrote and applied) it is
     still eager, and nothing stackpart measures it with enters a compiled frame."""
-    from ..engine.measure import Variant, measure, process_noise
+    from ..engine.measure import measure
+    from ..engine.noise import process_noise
+    from ..engine.options import Variant
     from ..engine.verdict import NOISE, Verdict, contended_band, speed_failures
 
     verdict = Verdict(notes=notes)

@@ -1,0 +1,49 @@
+"""Whether a variant's cold phase fits what is left of a measurement's deadline (diagnose's
+``--budget``; docs/decisions.md, "The search's budget and its cold phases").
+
+A cold phase starts only when it is expected to end before the deadline. Its expected length is
+read from the cold phases measured so far in the same run: the longest of the variants with the
+same :attr:`.options.Variant.cost_key` (they compile the same units: a twin that adds a config
+knob compiles at least what its base did), else the shortest of every measured compiled
+variant's (a compile unit not measured yet is a new hypothesis: the least any compile of this
+model took on this host is what it is held to). With none measured yet a variant runs, so the
+first compiled candidate, the caller's expected best, is measured while any budget is left.
+"""
+
+from __future__ import annotations
+
+from .options import Variant
+
+#: The reason a variant is skipped because the budget was already spent before its turn.
+SPENT = "not measured: the search budget was spent before its cold phase"
+
+
+def expected_cold_s(v: Variant, cold_s: dict[str, float], variants: dict[str, Variant]) -> tuple[float, str] | None:
+    """The seconds ``v``'s cold phase is expected to take and where that figure comes from (its
+    kin's name, or the shortest compile so far), from ``cold_s`` (seconds from ``go`` to the end of
+    each cold phase measured so far that did not raise or crash, by variant name); None with
+    nothing measured to go by."""
+    kin = [(s, n) for n, s in cold_s.items() if v.cost_key is not None and variants[n].cost_key == v.cost_key]
+    if kin:
+        s, n = max(kin)
+        return s, repr(n)
+    compiled = [(s, n) for n, s in cold_s.items() if variants[n].compiles]
+    if not compiled:
+        return None
+    s, n = min(compiled)
+    return s, f"the shortest compile so far ({n!r})"
+
+
+def too_late(v: Variant, left_s: float, cold_s: dict[str, float], variants: dict[str, Variant]) -> str | None:
+    """Why ``v``'s cold phase is not started with ``left_s`` seconds left before the deadline
+    (None: it starts): the budget is spent, or its expected length (:func:`expected_cold_s`)
+    does not fit. The reason starts with ``not measured`` and names the budget, as the
+    candidates table shows it."""
+    if left_s <= 0:
+        return SPENT
+    expected = expected_cold_s(v, cold_s, variants)
+    if expected is None or expected[0] <= left_s:
+        return None
+    seconds, like = expected
+    return (f"not measured: its cold phase would end after the search budget (about {seconds:.0f} s expected, "
+            f"as {like} took; {left_s:.0f} s left)")

@@ -1,0 +1,185 @@
+"""The search's budget: candidates are measured in the proposal's (expected-value) order, and a
+cold phase that is not expected to end before the budget (less the timing's seconds) is skipped
+with the reason, in the candidates table and search.log, while the ones after it are still
+considered. CPU, ``backend="eager"``, fake children or a tiny model."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time as real_time
+from pathlib import Path
+
+import pytest
+
+from rewriter.diagnose.candidate import Candidate
+from rewriter.engine.budget import SPENT, too_late
+from rewriter.engine.options import Options, Variant
+from rewriter.plan import load_plan, parse_plan
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gpt"
+HARNESS = "version: 1\nharness: {file: harness.py, shapes: [{batch: 2}], device: cpu}\n"
+
+
+def _candidate(name: str, actions: str, rule: bool = False) -> Candidate:
+    return Candidate(name, parse_plan(HARNESS + "actions:\n" + actions).plan, rule=rule)
+
+
+WHOLE = "  - {action: compile, target: model.py::Net, strategy: whole}\n"
+BLOCK = "  - {action: compile, target: model.py::Block}\n"
+KNOB = "  - {action: dynamo_config, target: model.py::Net.__init__, settings: {capture_scalar_outputs: true}}\n"
+DISABLE = "  - {action: disable, target: model.py::Block.route}\n"
+
+
+def test_a_twin_is_keyed_as_its_base_and_another_compile_unit_is_not():
+    """A twin that adds a config knob (or a disable) compiles what its base compiles: one key, so
+    the base's measured cold phase predicts the twin's; another compile unit has its own key, and a
+    plan that compiles nothing has none."""
+    from rewriter.diagnose.search_budget import cost_key
+
+    twin, whole = _candidate("whole+capture_scalar_outputs", WHOLE + KNOB), _candidate("whole", WHOLE)
+    rule = _candidate("per-block+disable", BLOCK + DISABLE, rule=True)
+    block = _candidate("per-block", BLOCK)
+    assert cost_key(twin) == cost_key(whole) != cost_key(block) == cost_key(rule)
+    assert cost_key(_candidate("alloc", "  - {action: allocator, target: model.py::main}\n")) is None
+
+
+def test_a_cold_phase_runs_unless_its_expected_length_does_not_fit_what_is_left():
+    variants = {n: Variant(n, Path("."), compiles=n != "eager", cost_key=k)
+                for n, k in (("eager", None), ("whole", "W"), ("whole+knob", "W"), ("per-block", "B"))}
+    # nothing measured yet: it runs while any budget is left; a spent budget says so
+    assert too_late(variants["whole"], 1.0, {}, variants) is None
+    assert too_late(variants["whole"], -0.5, {}, variants) == SPENT
+    # its kin took 50 s: not with 20 s left, and the reason says what was expected and from where
+    why = too_late(variants["whole+knob"], 20.0, {"whole": 50.0}, variants)
+    assert why == ("not measured: its cold phase would end after the search budget (about 50 s expected, "
+                   "as 'whole' took; 20 s left)"), why
+    assert too_late(variants["whole+knob"], 60.0, {"whole": 50.0}, variants) is None
+    # no kin measured: the cheapest compile measured so far is the least it can take
+    assert too_late(variants["per-block"], 20.0, {"whole": 50.0}, variants) == (
+        "not measured: its cold phase would end after the search budget (about 50 s expected, as the shortest compile "
+        "so far ('whole') took; 20 s left)")
+    assert too_late(variants["per-block"], 20.0, {"whole": 50.0, "whole+knob": 12.0}, variants) is None
+
+
+class _Timed:
+    """A stand-in for runner.ServedChild whose cold phase takes ``seconds[variant]`` on a fake clock."""
+
+    seconds: dict = {}
+    clock: list = [0.0]
+    went: list = []
+    fail: set = set()
+
+    def __init__(self, job, workdir, name, cache_root, timeout_s):
+        self.variant, self.alive, self.started, self.name = job["variants"][0], True, 0.0, name
+
+    def wait_built(self):
+        return True
+
+    def wait_weights_saved(self):
+        return None
+
+    def go(self):
+        _Timed.went.append(self.variant)
+
+    def wait_cold(self):
+        from rewriter.engine.runner import ChildResult
+
+        _Timed.clock[0] += _Timed.seconds.get(self.variant, 0.0)
+        if self.variant in _Timed.fail:
+            self.alive = False
+            return ChildResult(4, {"error": {"kind": "raised", "message": "RuntimeError: boom"}}, 0.0, "")
+        shape = {"shape": {"batch": 1}, "first_call_s": 1.0, "steady_s": 0.01, "compile_s": 0.9, "new_graphs": 1,
+                 "new_recompiles": 0}
+        return ChildResult(0, {"info": {}, "compile": {"unique_graphs": 1}, "shapes": [shape]}, 0.0, "")
+
+    def time(self, shape, warmup, n, **kw):
+        return {"samples": [0.01] * n, "calls": 1}
+
+    def terminate(self):
+        self.alive = False
+
+    def close(self):
+        self.alive = False
+
+
+def _measure_on_the_fake_clock(monkeypatch, tmp_path, seconds, keys, deadline, fail=()):
+    from rewriter.engine import measure as measure_mod
+    from rewriter.engine.measure import Measurement, measure
+
+    fake = type("Clock", (), {"perf_counter": staticmethod(lambda: _Timed.clock[0])})
+    monkeypatch.setattr(measure_mod, "time", fake)
+    monkeypatch.setattr("rewriter.engine.runner.ServedChild", _Timed)
+    monkeypatch.setattr("rewriter.engine.verdict.numerics_failures", lambda payload: [])
+    _Timed.seconds, _Timed.clock, _Timed.went, _Timed.fail = seconds, [0.0], [], set(fail)
+    variants = [Variant(n, tmp_path, judged=n != "eager", compiles=n != "eager", cost_key=k) for n, k in keys.items()]
+    spec = type("Spec", (), {"device": "cpu", "shapes": [{"batch": 1}], "model_dump": lambda self: {"device": "cpu"}})()
+    skipped: list = []
+    m = measure(spec, variants, Options(replicates=1, overlap=False, warmup=0, reps=3), tmp_path, deadline=deadline,
+                on_event=lambda name, event, detail: skipped.append((name, detail)) if event == "skipped" else None,
+                partial=Measurement())
+    return m, skipped
+
+
+def test_a_cold_phase_that_raised_sets_no_expected_length(monkeypatch, tmp_path):
+    """Whole raised 50 s in (a failure, not a compile's length): its twin still runs with 25 s left."""
+    m, skipped = _measure_on_the_fake_clock(monkeypatch, tmp_path, {"whole": 50.0, "whole+knob": 5.0},
+                                            {"eager": None, "whole": "W", "whole+knob": "W"}, 75.0, fail={"whole"})
+    assert _Timed.went == ["eager", "whole", "whole+knob"] and skipped == [], (_Timed.went, skipped)
+    assert m.results["whole"]["problems"] and m.ok("whole+knob")
+
+
+def test_the_engine_skips_only_the_cold_phases_that_would_end_after_the_deadline(monkeypatch, tmp_path):
+    """Per-block 8 s, whole 50 s, deadline 75 s: per-block's twin (expected 8 s, 17 s left) runs,
+    whole's twin (expected 50 s, 9 s left) is skipped with the reason, and the cheaper candidate
+    after it (expected 8 s) still runs."""
+    seconds = {"per-block": 8.0, "whole": 50.0, "per-block+mark": 8.0, "whole+knob": 50.0, "late-block": 8.0}
+    keys = {"eager": None, "per-block": "B", "whole": "W", "per-block+mark": "B", "whole+knob": "W", "late-block": "B"}
+    m, skipped = _measure_on_the_fake_clock(monkeypatch, tmp_path, seconds, keys, 75.0)
+    assert _Timed.went == ["eager", "per-block", "whole", "per-block+mark", "late-block"], _Timed.went
+    why = ("not measured: its cold phase would end after the search budget (about 50 s expected, as 'whole' took; "
+           "9 s left)")
+    assert m.results["whole+knob"] == {"skipped": why, "problems": []}
+    assert skipped == [("whole+knob", why)], skipped
+    assert all(m.ok(n) for n in ("per-block", "whole", "per-block+mark", "late-block"))
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_the_search_skips_a_candidate_whose_kin_compiled_too_long_and_says_why(tmp_path, monkeypatch):
+    """A tiny model, backend eager, the real search: the first compiled candidate's cold phase is
+    made to look 1000 s long (the engine's clock jumps while it is recorded), with a 1100 s budget:
+    every later candidate is skipped as not fitting, with the reason in the candidates table and
+    search.log, and the plan is chosen from what was measured."""
+    from rewriter.diagnose.runner import diagnose
+    from rewriter.engine import measure as measure_mod
+
+    offset = [0.0]
+    fake = type("Clock", (), {"perf_counter": staticmethod(lambda: real_time.perf_counter() + offset[0])})
+    monkeypatch.setattr(measure_mod, "time", fake)
+    emit = measure_mod._Run.emit
+    first: list[str] = []
+
+    def emit_then_jump(self, name, event, detail):  # noqa: ANN001, ANN202
+        if event == "cold" and name != "eager" and not first:
+            first.append(name)
+            offset[0] += 1000.0  # a fake long cold compile of the first compiled candidate
+        emit(self, name, event, detail)
+
+    monkeypatch.setattr(measure_mod._Run, "emit", emit_then_jump)
+    src = tmp_path / "src"
+    shutil.copytree(EXAMPLE / "src", src)
+    spec = load_plan(EXAMPLE / "plan.yaml").plan.harness
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"search"},
+                       budget_s=1100.0, report_dir=tmp_path / "report")
+    found = outcome.search
+    measured = [c.name for c in found.candidates if c.name != "as-is" and "not measured" not in found.choice.status.get(c.name, "")]
+    skipped = {c.name: found.choice.status[c.name] for c in found.candidates if "its cold phase would end after" in found.choice.status.get(c.name, "")}
+    proposed = [c.name for c in found.candidates if c.name != "as-is"]
+    assert first == proposed[:1] and measured == first, (first, proposed, found.choice.status)  # the proposal's order
+    assert skipped and all(re.search(r"about 10\d\d s expected, as .*'" + re.escape(first[0]) + "'", why)
+                           for why in skipped.values()), skipped
+    log = (tmp_path / "report" / "search.log").read_text()
+    for name, why in skipped.items():
+        assert f"{name}: {why}" in log, log
+    table = {r["candidate"]: r["status"] for r in found.table()}
+    assert all(table[n] == why for n, why in skipped.items()), table
