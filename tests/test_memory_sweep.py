@@ -316,6 +316,21 @@ def test_the_search_measures_the_allocator_only_on_a_fragmentation_verdict(tmp_p
     assert "allocator" not in [c.name for c in cands]
 
 
+def test_an_allocator_kept_without_an_entry_says_it_is_not_planned_and_how_to_plan_it(tmp_path, monkeypatch):
+    """The sweep measured the allocator better but no --entry was given: the plan cannot carry the
+    action (the harness is not the program), and the note says so instead of a bare "kept"."""
+    from rewriter.diagnose import search
+
+    monkeypatch.setattr(memory, "measure_allocator", lambda spec, src, **kw: {
+        "without": {}, "with": {}, "effect": {"keep": True, "text": "kept: peak reserved 2654 MiB lower"}})
+    ctx = search_ctx(tmp_path, FRAG)
+    ctx.entry = None
+    out = search.SearchOutcome([])
+    search.measure_allocator_candidate(ctx, out, 60.0, lambda _: None)
+    note = next(n for n in out.notes if n.startswith("allocator candidate: kept"))
+    assert "not planned" in note and "--entry file.py::func" in note
+
+
 @pytest.mark.parametrize("keep, evidence, kept", [
     (True, FRAG.verdict, True), (False, FRAG.verdict, False), (None, FRAG.verdict, True),
     (False, "fragmenting: out of memory in rung recompiles: asked for 448 MiB", True),

@@ -183,3 +183,15 @@ def test_the_search_skips_a_candidate_whose_kin_compiled_too_long_and_says_why(t
         assert f"{name}: {why}" in log, log
     table = {r["candidate"]: r["status"] for r in found.table()}
     assert all(table[n] == why for n, why in skipped.items()), table
+
+
+def test_the_default_budget_on_a_gpu_is_what_the_ladder_left_of_three_minutes():
+    """On CUDA the default --budget keeps ladder + search within the 3-minute target: a 64 s ladder
+    leaves 180 - 64 - 15 = 101 s; a fast ladder is capped at 120 s, a slow one floored at 60 s. On a
+    CPU it stays 120 s (no speed is decided there)."""
+    from rewriter.diagnose.search import DEFAULT_BUDGET_S, MIN_BUDGET_S, default_budget
+
+    assert default_budget(64.0, cuda=True) == pytest.approx(101.0)
+    assert default_budget(10.0, cuda=True) == DEFAULT_BUDGET_S
+    assert default_budget(150.0, cuda=True) == MIN_BUDGET_S
+    assert default_budget(150.0, cuda=False) == DEFAULT_BUDGET_S

@@ -475,16 +475,18 @@ def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_d
             budget_s: float | None, timeout_s: float) -> Any:
     """Run the search and record it as the ``search`` entry of the ladder; on Ctrl-C, report.json
     keeps the candidates measured so far, then the interrupt goes on."""
-    from .search import DEFAULT_BUDGET_S, SearchOutcome, run_search
+    from .search import SearchOutcome, default_budget, run_search
 
     found = SearchOutcome([])
     r = RungResult(SEARCH, "Which complete plan wins, measured as a whole?")
     r.threshold = ("net = (t_as_is - t_plan) x runs - compile per start x restarts, largest wins; a step difference within the "
                    "noise (95% interval of the paired ratio contains 1, or < 2%), or nets within 3% of t_best x runs, go to the "
                    "cheaper compile (docs/design.md, the search)")
+    if budget_s is None:  # --budget not given: the ladder's seconds leave the rest of the target
+        budget_s = default_budget(sum(r.seconds or 0.0 for r in results), ctx.session.cuda)
     t0 = time.perf_counter()
     try:
-        run_search(ctx, budget_s=budget_s or DEFAULT_BUDGET_S, timeout_s=max(timeout_s, 120.0), console=console,
+        run_search(ctx, budget_s=budget_s, timeout_s=max(timeout_s, 120.0), console=console,
                    log=out_dir / "search.log", outcome=found)
     except (KeyboardInterrupt, SystemExit, StackpartError) as exc:
         # Ctrl-C, SIGTERM (the CLI raises SystemExit(143)) or the program as it is failing to run
@@ -507,7 +509,7 @@ def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_d
     r.measurement = {"candidates": found.table(), "pruned": found.pruned, "backend": found.backend,
                      "own_compile_setup": found.own_setup, "own_compile_runtime": found.runtime_setup,
                      "own_compile_disagreements": found.runtime_disagreements, "gain_measured": found.gain_measured, "allocator": found.allocator, "noise": found.noise, "chosen": found.choice.chosen, "decision": found.choice.text,
-                     "budget_s": budget_s or DEFAULT_BUDGET_S, "notes": found.notes, "clock": found.clock}
+                     "budget_s": budget_s, "notes": found.notes, "clock": found.clock}
     r.verdict = found.choice.text
     chosen = found.chosen
     r.implies = "no change" if chosen is None or not chosen.plan.actions else f"the {chosen.name!r} plan"

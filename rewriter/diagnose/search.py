@@ -35,6 +35,24 @@ NO_GAIN_BACKENDS = frozenset({"eager", "aot_eager", "aot_eager_decomp_partition"
 #: others are skipped and say why. Sized for ladder + search within 3 minutes on a ~1B model
 #: (docs/decisions.md, "The search's budget and its cold phases").
 DEFAULT_BUDGET_S = 120.0
+#: On a GPU, what a diagnose with the default budget aims for, ladder and search together (s): the
+#: search gets what the ladder left of it, less :data:`FINISH_S` (the allocator sweep, the twins'
+#: judges, the decision and the reports after the last timing round), within
+#: [:data:`MIN_BUDGET_S`, :data:`DEFAULT_BUDGET_S`] (docs/decisions.md, "The search's budget and
+#: its cold phases").
+DIAGNOSE_TARGET_S = 180.0
+FINISH_S = 15.0
+MIN_BUDGET_S = 60.0
+
+
+def default_budget(ladder_s: float, cuda: bool) -> float:
+    """The search's budget (s) when ``--budget`` is not given: on CUDA what is left of
+    :data:`DIAGNOSE_TARGET_S` after ``ladder_s`` seconds of ladder and :data:`FINISH_S`, clamped to
+    [:data:`MIN_BUDGET_S`, :data:`DEFAULT_BUDGET_S`]; on a CPU (tests, a numerics check, no speed
+    decided) :data:`DEFAULT_BUDGET_S`."""
+    if not cuda:
+        return DEFAULT_BUDGET_S
+    return max(MIN_BUDGET_S, min(DEFAULT_BUDGET_S, DIAGNOSE_TARGET_S - ladder_s - FINISH_S))
 
 
 #: ``file.py:LINE`` in a message: the place a child's error already names.
@@ -185,6 +203,9 @@ def measure_allocator_candidate(ctx: Context, out: SearchOutcome, timeout_s: flo
         out.allocator = {"error": f"not measured: {type(exc).__name__}: {exc}"}
     out.allocator["evidence"] = why
     text = out.allocator.get("skipped") or out.allocator.get("error") or out.allocator["effect"]["text"]
+    if (out.allocator.get("effect") or {}).get("keep") and not ctx.entry:
+        text += ("; not planned: the setting goes where your program starts, before its first CUDA allocation: "
+                 "pass --entry file.py::func to plan the allocator action there")
     out.notes.append(f"allocator candidate: {text}")
     say(f"allocator: {text}")
 
