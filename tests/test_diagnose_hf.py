@@ -32,7 +32,7 @@ CONFIGS = {
                 TOKENS, ["batch=2,seq=16", "batch=2,seq=12"], "transformers.models.mixtral.modeling_mixtral:MixtralDecoderLayer"),
     "vit": ("ViTConfig", "ViTForImageClassification", "hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8",
             IMAGES, ["batch=2", "batch=3"], "transformers.models.vit.modeling_vit:ViTLayer"),
-    "resnet": ("ResNetConfig", "ResNetForImageClassification", "embedding_size=8, hidden_sizes=[8, 16, 16, 16], depths=[2, 2, 2, 2], layer_type='basic'",
+    "resnet": ("ResNetConfig", "ResNetForImageClassification", "embedding_size=8, hidden_sizes=[8, 16], depths=[2, 2], layer_type='basic'",
                IMAGES, ["batch=2", "batch=3"], "transformers.models.resnet.modeling_resnet:"),
 }
 
