@@ -38,6 +38,9 @@ CONFIGS = {
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+#: validate without the whole/regional baselines (reported, never judged) and with few timing
+#: rounds (CPU timings are not gated): the verdict and its notes are what these tests read.
+VALIDATE_FAST = ["--backend", "eager", "--reps", "3", "--warmup", "1", "--baselines", ""]
 
 
 def write_harness(src, name, use_cache=False, training=False):
@@ -159,7 +162,7 @@ def test_validate_passes_on_model_defaults(tmp_path, name, training):
           - action: compile
             target: {CONFIGS[name][5]}
     """))
-    rc = main(["validate", "--plan", str(plan), str(src), "--backend", "eager"])
+    rc = main(["validate", "--plan", str(plan), str(src), *VALIDATE_FAST])
     report = json.loads((tmp_path / ".stackpart" / "validation" / "validation.json").read_text())
     assert rc == 0, json.dumps(report.get("failures") or report, default=str)[:3000]
     assert report["verdict"]["passed"] is True
@@ -216,7 +219,7 @@ def test_validate_judges_generated_tokens_by_their_logits(tmp_path):
             target: transformers.models.llama.modeling_llama:LlamaDecoderLayer
             options: {backend: eager}
     """))
-    rc = main(["validate", "--plan", str(plan), str(src), "--backend", "eager"])
+    rc = main(["validate", "--plan", str(plan), str(src), *VALIDATE_FAST])
     report = json.loads((tmp_path / ".stackpart" / "validation" / "validation.json").read_text())
     assert rc == 0, json.dumps(report["verdict"], default=str)[:3000]
     judged = report["variants"]["plan"]["generated_tokens"]
