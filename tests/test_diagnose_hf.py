@@ -32,12 +32,15 @@ CONFIGS = {
                 TOKENS, ["batch=2,seq=16", "batch=2,seq=12"], "transformers.models.mixtral.modeling_mixtral:MixtralDecoderLayer"),
     "vit": ("ViTConfig", "ViTForImageClassification", "hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8",
             IMAGES, ["batch=2", "batch=3"], "transformers.models.vit.modeling_vit:ViTLayer"),
-    "resnet": ("ResNetConfig", "ResNetForImageClassification", "embedding_size=8, hidden_sizes=[8, 16, 16, 16], depths=[2, 2, 2, 2], layer_type='basic'",
+    "resnet": ("ResNetConfig", "ResNetForImageClassification", "embedding_size=8, hidden_sizes=[8, 16], depths=[2, 2], layer_type='basic'",
                IMAGES, ["batch=2", "batch=3"], "transformers.models.resnet.modeling_resnet:"),
 }
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+#: validate without the whole/regional baselines (reported, never judged) and with few timing
+#: rounds (CPU timings are not gated): the verdict and its notes are what these tests read.
+VALIDATE_FAST = ["--backend", "eager", "--reps", "3", "--warmup", "1", "--baselines", ""]
 
 
 def write_harness(src, name, use_cache=False, training=False):
@@ -159,7 +162,7 @@ def test_validate_passes_on_model_defaults(tmp_path, name, training):
           - action: compile
             target: {CONFIGS[name][5]}
     """))
-    rc = main(["validate", "--plan", str(plan), str(src), "--backend", "eager"])
+    rc = main(["validate", "--plan", str(plan), str(src), *VALIDATE_FAST])
     report = json.loads((tmp_path / ".stackpart" / "validation" / "validation.json").read_text())
     assert rc == 0, json.dumps(report.get("failures") or report, default=str)[:3000]
     assert report["verdict"]["passed"] is True
@@ -216,7 +219,7 @@ def test_validate_judges_generated_tokens_by_their_logits(tmp_path):
             target: transformers.models.llama.modeling_llama:LlamaDecoderLayer
             options: {backend: eager}
     """))
-    rc = main(["validate", "--plan", str(plan), str(src), "--backend", "eager"])
+    rc = main(["validate", "--plan", str(plan), str(src), *VALIDATE_FAST])
     report = json.loads((tmp_path / ".stackpart" / "validation" / "validation.json").read_text())
     assert rc == 0, json.dumps(report["verdict"], default=str)[:3000]
     judged = report["variants"]["plan"]["generated_tokens"]
