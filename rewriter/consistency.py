@@ -199,13 +199,31 @@ def _own_call_form(facts: "_Facts", bound: Bound) -> str | None:
 
 
 def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
-    """Refuse an inconsistent plan.
+    """Refuse an inconsistent plan (the rules in the module docstring), the first offending action
+    in plan order within each step: compile modes, duplicates, then each action against the
+    source and the plan's compiled regions.
 
     Raises:
         StackpartError: at the plan line of the offending action, with the reason.
     """
-    actions = loaded.plan.actions
-    has_whole = any(isinstance(a, CompileAction) and a.strategy == "whole" for a in actions)
+    _check_compile_strategies(loaded, bounds)
+    _check_duplicates(loaded, bounds)
+    facts = _Facts()
+    regions, unfull = _regions(facts, bounds)
+    for b in bounds:
+        if isinstance(b.action, CompileAction):
+            _check_fullgraph_compile(loaded, facts, b)
+        elif isinstance(b.action, DisableAction):
+            _check_disable(loaded, facts, b, regions, unfull)
+        elif isinstance(b.action, MarkDynamicAction):
+            _check_mark_dynamic(loaded, facts, b, regions)
+        elif isinstance(b.action, DynamoConfigAction):
+            _check_dynamo_config(loaded, facts, b, regions)
+
+
+def _check_compile_strategies(loaded: LoadedPlan, bounds: list[Bound]) -> None:
+    """Refuse ``reduce-overhead`` on a ``region`` and a ``nested`` compile without a ``whole`` one."""
+    has_whole = any(isinstance(a, CompileAction) and a.strategy == "whole" for a in loaded.plan.actions)
     for b in bounds:
         a = b.action
         if isinstance(a, CompileAction):
@@ -223,6 +241,10 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
                     "strategy 'nested' needs a compile with strategy 'whole' in the same plan",
                     hint="add a whole-model compile of the entry that calls this block",
                 )
+
+
+def _check_duplicates(loaded: LoadedPlan, bounds: list[Bound]) -> None:
+    """Refuse the same action twice on one function (``kernel`` and advisory actions may repeat)."""
     seen: dict[tuple[str, str, str], Bound] = {}
     for b in bounds:
         kind = b.action.action  # type: ignore[attr-defined]
@@ -238,13 +260,15 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
                 f"(the first is actions[{other.index}], line {loaded.action_lines[other.index]})",
             )
         seen[(*b.key, kind)] = b
-    # Each compiled region, indexed by every function it covers (itself and what it calls
-    # directly in its file), in plan order: one scan per compile, one lookup per action.
-    # An ``own_call`` edit of a call in the target's body (``model.compile()`` in ``main``) compiles
-    # what that call names, not the target: it is no region of the target's.
-    facts = _Facts()
+
+
+def _regions(facts: _Facts, bounds: list[Bound]) -> tuple[dict[tuple[str, str], list[Bound]], set[tuple[str, str]]]:
+    """Each compiled region, indexed by every function it covers (itself and what it calls
+    directly in its file), in plan order: one scan per compile, one lookup per action; and the
+    functions whose program-own ``fullgraph=True`` the plan's ``own_call`` removes. An
+    ``own_call`` edit of a call in the target's body (``model.compile()`` in ``main``) compiles
+    what that call names, not the target: it is no region of the target's."""
     regions: dict[tuple[str, str], list[Bound]] = {}
-    #: functions whose program-own ``fullgraph=True`` the plan's ``own_call`` removes
     unfull: set[tuple[str, str]] = set()
     for c in bounds:
         if isinstance(c.action, CompileAction) and _own_call_form(facts, c) != "call":
@@ -252,80 +276,97 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
                 regions.setdefault((c.target.relpath, qual), []).append(c)
             if c.action.own_call is not None and c.action.own_call.fullgraph is False:
                 unfull |= {(c.target.relpath, q) for q in {c.target.qualname, *_callees(c.target)}}
-    for b in bounds:
-        if (isinstance(b.action, CompileAction) and _fullgraph(b.action) and not b.action.library
-                and _own_call_form(facts, b) != "call"):
-            helper = facts.source_disabled(b)
-            if helper is not None:
-                raise loaded.error(
-                    b.index,
-                    f"fullgraph=True on {b.target.qualname} around {helper}, which the source keeps eager with "
-                    "@torch.compiler.disable: the compile would raise (Unsupported: Skip calling "
-                    "torch.compiler.disable()d function), and `stackpart check` flags the diff (SP108)",
-                    hint="drop fullgraph on this compile, or compile the parts around the disabled call",
-                )
-        if isinstance(b.action, DisableAction) and not b.action.library:
-            own = facts.source_compiles(b, fullgraph=True)
-            if own is not None and (b.target.relpath, own) not in unfull:
-                raise loaded.error(
-                    b.index,
-                    f"disable of {b.target.qualname} inside {own}, which the source compiles with fullgraph=True: "
-                    "the graph break a disabled call makes is an error there",
-                    hint="keep that code in the graph (torch._dynamo.config.capture_scalar_outputs for .item()/.tolist(), "
-                         "a restructure, or a custom op), or drop fullgraph in the source",
-                )
-        if isinstance(b.action, MarkDynamicAction) and not b.action.library:
-            own = facts.source_compiles(b)
-            if own is not None and own != b.target.qualname:
-                raise loaded.error(
-                    b.index,
-                    f"mark_dynamic in {b.target.qualname}, which {own} calls and the source compiles: Dynamo forbids "
-                    "mark_dynamic in a traced frame (Attempt to trace forbidden callable)",
-                    hint="mark the tensor in the eager caller that passes it to the compiled code",
-                )
-        if isinstance(b.action, DisableAction):
-            for c in regions.get(b.key, ()):
-                if b.key == c.key:
-                    raise loaded.error(
-                        b.index,
-                        f"the same function is compiled by actions[{c.index}] and disabled here",
-                        hint="keep one of them",
-                    )
-                if _fullgraph(c.action):  # type: ignore[arg-type]
-                    raise loaded.error(
-                        b.index,
-                        f"disable inside a fullgraph=True region (actions[{c.index}], "
-                        f"{c.target.qualname}) cannot hold: fullgraph forbids the graph break",
-                        hint="drop fullgraph on that compile, or compile smaller regions around this one",
-                    )
-        if isinstance(b.action, DynamoConfigAction):
-            compiled = next((c for c in regions.get(b.key, ())), None)
-            # the target itself compiled in the source, or called by a function the source compiles
-            own = b.target.qualname if facts.already_compiled(b) else facts.source_compiles(b)
-            if compiled is not None or own is not None:
-                by = (f"actions[{compiled.index}] compiles" if compiled is not None
-                      else "the source compiles" if own == b.target.qualname else f"runs inside {own}, a function the source compiles")
-                raise loaded.error(
-                    b.index,
-                    f"dynamo_config in {b.target.qualname}, which {by}: Dynamo reads these flags when it traces a "
-                    "frame, so they must be set in eager code before the compiled code first runs",
-                    hint="target the program's entry (the function that builds the model or starts the run)",
-                )
-        if isinstance(b.action, MarkDynamicAction):
-            if facts.already_compiled(b):
-                raise loaded.error(
-                    b.index,
-                    f"{b.target.qualname} is already compiled in the source; mark_dynamic must run "
-                    "before the compiled region, not inside it",
-                    hint="mark the tensor in the caller that passes it to the region",
-                )
-            for c in regions.get(b.key, ())[:1]:
-                raise loaded.error(
-                    b.index,
-                    f"mark_dynamic inside the compiled region of actions[{c.index}] "
-                    f"({c.target.qualname}): Dynamo forbids mark_dynamic in a traced frame",
-                    hint="mark the tensor in the eager caller that passes it to the region",
-                )
+    return regions, unfull
+
+
+def _check_fullgraph_compile(loaded: LoadedPlan, facts: _Facts, b: Bound) -> None:
+    """Refuse a ``fullgraph=True`` compile around a function the source keeps eager (SP108)."""
+    if _fullgraph(b.action) and not b.action.library and _own_call_form(facts, b) != "call":  # type: ignore[arg-type, attr-defined]
+        helper = facts.source_disabled(b)
+        if helper is not None:
+            raise loaded.error(
+                b.index,
+                f"fullgraph=True on {b.target.qualname} around {helper}, which the source keeps eager with "
+                "@torch.compiler.disable: the compile would raise (Unsupported: Skip calling "
+                "torch.compiler.disable()d function), and `stackpart check` flags the diff (SP108)",
+                hint="drop fullgraph on this compile, or compile the parts around the disabled call",
+            )
+
+
+def _check_disable(loaded: LoadedPlan, facts: _Facts, b: Bound, regions: dict[tuple[str, str], list[Bound]],
+                   unfull: set[tuple[str, str]]) -> None:
+    """Refuse a ``disable`` inside a source ``fullgraph=True`` compile (unless the plan's
+    ``own_call`` drops it), of a function the plan also compiles, or inside a plan's
+    ``fullgraph=True`` region."""
+    if not b.action.library:  # type: ignore[attr-defined]
+        own = facts.source_compiles(b, fullgraph=True)
+        if own is not None and (b.target.relpath, own) not in unfull:
+            raise loaded.error(
+                b.index,
+                f"disable of {b.target.qualname} inside {own}, which the source compiles with fullgraph=True: "
+                "the graph break a disabled call makes is an error there",
+                hint="keep that code in the graph (torch._dynamo.config.capture_scalar_outputs for .item()/.tolist(), "
+                     "a restructure, or a custom op), or drop fullgraph in the source",
+            )
+    for c in regions.get(b.key, ()):
+        if b.key == c.key:
+            raise loaded.error(
+                b.index,
+                f"the same function is compiled by actions[{c.index}] and disabled here",
+                hint="keep one of them",
+            )
+        if _fullgraph(c.action):  # type: ignore[arg-type]
+            raise loaded.error(
+                b.index,
+                f"disable inside a fullgraph=True region (actions[{c.index}], "
+                f"{c.target.qualname}) cannot hold: fullgraph forbids the graph break",
+                hint="drop fullgraph on that compile, or compile smaller regions around this one",
+            )
+
+
+def _check_mark_dynamic(loaded: LoadedPlan, facts: _Facts, b: Bound, regions: dict[tuple[str, str], list[Bound]]) -> None:
+    """Refuse a ``mark_dynamic`` in a traced frame: a function the source compiles or calls from
+    a compiled one, or inside a plan's compiled region."""
+    if not b.action.library:  # type: ignore[attr-defined]
+        own = facts.source_compiles(b)
+        if own is not None and own != b.target.qualname:
+            raise loaded.error(
+                b.index,
+                f"mark_dynamic in {b.target.qualname}, which {own} calls and the source compiles: Dynamo forbids "
+                "mark_dynamic in a traced frame (Attempt to trace forbidden callable)",
+                hint="mark the tensor in the eager caller that passes it to the compiled code",
+            )
+    if facts.already_compiled(b):
+        raise loaded.error(
+            b.index,
+            f"{b.target.qualname} is already compiled in the source; mark_dynamic must run "
+            "before the compiled region, not inside it",
+            hint="mark the tensor in the caller that passes it to the region",
+        )
+    for c in regions.get(b.key, ())[:1]:
+        raise loaded.error(
+            b.index,
+            f"mark_dynamic inside the compiled region of actions[{c.index}] "
+            f"({c.target.qualname}): Dynamo forbids mark_dynamic in a traced frame",
+            hint="mark the tensor in the eager caller that passes it to the region",
+        )
+
+
+def _check_dynamo_config(loaded: LoadedPlan, facts: _Facts, b: Bound, regions: dict[tuple[str, str], list[Bound]]) -> None:
+    """Refuse ``dynamo_config`` on a function the plan or the source compiles (or one a source
+    compile calls): the flags must be set in eager code before the compiled code first runs."""
+    compiled = next((c for c in regions.get(b.key, ())), None)
+    # the target itself compiled in the source, or called by a function the source compiles
+    own = b.target.qualname if facts.already_compiled(b) else facts.source_compiles(b)
+    if compiled is not None or own is not None:
+        by = (f"actions[{compiled.index}] compiles" if compiled is not None
+              else "the source compiles" if own == b.target.qualname else f"runs inside {own}, a function the source compiles")
+        raise loaded.error(
+            b.index,
+            f"dynamo_config in {b.target.qualname}, which {by}: Dynamo reads these flags when it traces a "
+            "frame, so they must be set in eager code before the compiled code first runs",
+            hint="target the program's entry (the function that builds the model or starts the run)",
+        )
 
 
 def check_library(loaded: LoadedPlan, library: dict[int, Any]) -> None:

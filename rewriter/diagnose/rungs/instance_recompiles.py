@@ -29,6 +29,7 @@ eager).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from ..context import Context
@@ -111,6 +112,31 @@ def run(ctx: Context) -> RungResult:
     return r
 
 
+@dataclass
+class _Sweep:
+    """One block class compiled once and run at every harness shape (:func:`_sweep`): Dynamo's
+    recompile log, one entry per shape (``shape``, ``new_graphs``, ``recompiles``,
+    ``limit_hits``), the counters after the last shape, and the recompiles logged at the
+    reference shape."""
+
+    log: Any
+    per_shape: list[dict[str, Any]]
+    counts: dict[str, Any]
+    at_reference: list[Any]
+
+
+@dataclass
+class _Recompiles:
+    """The sweep's recompiles of the block's frame, sorted by cause (module docstring):
+    ``mine`` on per-instance state, ``structural`` the distinct shapes explain, ``sized`` on
+    tensor sizes, ``by_frame`` the reference shape's recompiles per frame name."""
+
+    mine: list[Any]
+    structural: int
+    sized: int
+    by_frame: dict[str, list[Any]]
+
+
 def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
     """Compile one block class's ``forward`` once, run one step per harness shape, and report
     Dynamo's graphs, recompiles and recompile-limit hits (module docstring). Measurement:
@@ -120,18 +146,12 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
     (size guards, the whole sweep), ``graphs`` and
     ``graphs_per_shape`` (``unique_graphs``), ``cache_entries``, ``limit_hit``,
     ``recompile_limit`` (the value in Dynamo's warning, else its config), ``limit_hits``."""
-    import torch
-
     from ...engine.blocks import recompile_limit
 
     r = RungResult("instance_recompiles", "Recompiles across instances of the repeated block")
     r.threshold = "any value-guard recompile across instances at one shape; recompile limit hit -> blocks silently eager"
     cls = block["cls"]
-    model, _, step = ctx.reference()
-    shapes = ctx.session.spec.shapes
     config_name, config_limit = recompile_limit()
-    reset()
-    original = cls.__dict__.get("forward")
     base = cls.forward
     name = getattr(base, "__name__", "forward")
     # Dynamo names a frame by its code object, not by ``__name__``: transformers 5's
@@ -140,6 +160,28 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
     # the DynamicCache's ``layers[0].is_initialized`` (tiny GPT-2/Llama: 2 + 2 graphs were read
     # as "no recompile across instances")
     frame = getattr(getattr(base, "__code__", None), "co_name", name)
+    sweep = _sweep(ctx, cls)
+    rc = _sort_recompiles(sweep, frame, block.get("distinct_shapes", 1))
+    r.findings.extend(_guard_findings(ctx, sweep.log, rc.mine))
+    hits = limit_hits(sweep.log.limit_hit)
+    limit_hit = bool(hits) or sweep.counts["limit_in_unimplemented"] > 0
+    limit = hits[0]["limit"] if hits else config_limit
+    r.findings.extend(_limit_findings(ctx, sweep.log, hits, limit_hit, limit, name))
+    r.measurement = _measurement(block, sweep, rc, hits, limit_hit, limit, f"torch._dynamo.config.{config_name} = {config_limit}")
+    r.verdict, r.implies = _verdict(ctx, r, sweep, rc, name, config_name)
+    return r
+
+
+def _sweep(ctx: Context, cls: type) -> _Sweep:
+    """Compile ``cls.forward`` (backend ``eager``), run one step per harness shape (the
+    reference first) under Dynamo's recompile log, and put ``forward`` back as it was."""
+    import torch
+
+    model, _, step = ctx.reference()
+    shapes = ctx.session.spec.shapes
+    reset()
+    original = cls.__dict__.get("forward")
+    base = cls.forward
     cls.forward = torch.compile(base, backend="eager")
     per_shape: list[dict[str, Any]] = []
     try:
@@ -165,102 +207,134 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
     at_reference = log.recompiles[: per_shape[1]["_first"]] if len(per_shape) > 1 else log.recompiles
     for e in per_shape:
         e.pop("_first")
-    frames = [rc for rc in log.recompiles if is_frame_of(rc.function, frame)]
-    # A size guard is not per-instance state: an instance whose tensors differ in size (an MoE
-    # expert's routed-token count, data-dependent; a ResNet block's width) recompiles once per
-    # size; only guards on values (self.layer_idx == 0) recompile per instance.
-    sized_guard = lambda rc: bool(rc.guards) and (is_shape_guard(rc.guards) or is_tensor_property_guard(rc.guards))  # noqa: E731
-    distinct = block.get("distinct_shapes", 1)
-    # Instances that differ in structure (a width, a stride) need a graph each: up to
-    # distinct - 1 recompiles of one frame at one input shape are theirs, whichever guard Dynamo
-    # names first (ResNet's "convolution.stride == (1, 1)"). Beyond that, a frame's value-guard
-    # recompiles are per-instance state.
+    return _Sweep(log, per_shape, counts, at_reference)
+
+
+def _sized_guard(rc: Any) -> bool:
+    """Whether a recompile failed on a tensor's size or property: not per-instance state (an MoE
+    expert's routed-token count, data-dependent; a ResNet block's width recompiles once per
+    size; only guards on values, ``self.layer_idx == 0``, recompile per instance)."""
+    return bool(rc.guards) and (is_shape_guard(rc.guards) or is_tensor_property_guard(rc.guards))
+
+
+def _sort_recompiles(sweep: _Sweep, frame: str, distinct: int) -> _Recompiles:
+    """Sort the recompiles of ``frame`` (and its resume functions) by cause. Instances that
+    differ in structure (a width, a stride) need a graph each: up to ``distinct - 1``
+    recompiles of one frame at one input shape are theirs, whichever guard Dynamo names first
+    (ResNet's "convolution.stride == (1, 1)"). Beyond that, a frame's value-guard recompiles
+    are per-instance state."""
+    frames = [rc for rc in sweep.log.recompiles if is_frame_of(rc.function, frame)]
     by_frame: dict[str, list[Any]] = {}
-    for rc in at_reference:
+    for rc in sweep.at_reference:
         if is_frame_of(rc.function, frame):
             by_frame.setdefault(rc.function, []).append(rc)
-    mine = [rc for rcs in by_frame.values() if len(rcs) > distinct - 1 for rc in rcs if not sized_guard(rc)]
+    mine = [rc for rcs in by_frame.values() if len(rcs) > distinct - 1 for rc in rcs if not _sized_guard(rc)]
     structural = sum(len(rcs) for rcs in by_frame.values() if len(rcs) <= distinct - 1)
-    sized = sum(1 for rc in frames if sized_guard(rc))
+    sized = sum(1 for rc in frames if _sized_guard(rc))
+    return _Recompiles(mine, structural, sized, by_frame)
+
+
+def _guard_findings(ctx: Context, log: Any, mine: list[Any]) -> list[Finding]:
+    """One ``guard`` finding per source line (or guard text, where no line is found) of the
+    per-instance recompiles, in the order Dynamo logged them."""
+    findings: list[Finding] = []
     guards: dict[str, int] = {}
     for rc in mine:
         site = log.guard_site(ctx.session.src, rc.text)
         g = rc.guards[0] if rc.guards else "no guard text in Dynamo's log"
         key = f"{site[0]}:{site[1]}" if site else g
         if key not in guards:
-            r.findings.append(Finding("guard", f"guard failure: {g}"[:300], *(site if site else (None, None, None))))
+            findings.append(Finding("guard", f"guard failure: {g}"[:300], *(site if site else (None, None, None))))
         guards[key] = guards.get(key, 0) + 1
-    hits = limit_hits(log.limit_hit)
-    limit_hit = bool(hits) or counts["limit_in_unimplemented"] > 0
-    limit = hits[0]["limit"] if hits else config_limit
+    return findings
+
+
+def _limit_findings(ctx: Context, log: Any, hits: list[dict[str, Any]], limit_hit: bool, limit: int, name: str) -> list[Finding]:
+    """The ``recompile_limit`` finding: from Dynamo's first limit warning (located where its
+    text names a line), else from its counters alone; none where the limit was not hit."""
     if hits:
         h = hits[0]
         site = log.guard_site(ctx.session.src, next(t for t in log.limit_hit if _LIMIT_TEXT.search(t)))
         what = f"recompile limit ({h['limit']}) hit in {h['function'] or name}" + (f", last reason: {h['last_reason']}" if h["last_reason"] else "")
-        r.findings.append(Finding("recompile_limit", f"{what}: the remaining calls run eager"[:300], *(site if site else (None, None, None))))
-    elif limit_hit:
-        r.findings.append(Finding("recompile_limit", f"recompile limit ({limit}) hit (Dynamo's counters; no warning text logged): the remaining calls run eager"))
-    r.measurement = {
+        return [Finding("recompile_limit", f"{what}: the remaining calls run eager"[:300], *(site if site else (None, None, None)))]
+    if limit_hit:
+        return [Finding("recompile_limit", f"recompile limit ({limit}) hit (Dynamo's counters; no warning text logged): the remaining calls run eager")]
+    return []
+
+
+def _measurement(block: dict[str, Any], sweep: _Sweep, rc: _Recompiles, hits: list[dict[str, Any]], limit_hit: bool,
+                 limit: int, config: str) -> dict[str, Any]:
+    """The rung's measurement dict (keys in :func:`_examine`'s docstring)."""
+    return {
         "block": block["name"],
-        "class": cls.__name__,
+        "class": block["cls"].__name__,
         "instances": len(block["modules"]),
         "containers": len(block.get("containers") or [None]),
-        "distinct_shapes": distinct,
+        "distinct_shapes": block.get("distinct_shapes", 1),
         "shape_groups": [len(s["instances"]) for s in block.get("shapes", [])],
-        "shapes_run": len(per_shape),
-        "recompiles": len(mine),
-        "shape_recompiles": sized,
-        "structure_recompiles": structural,
-        "graphs": counts["unique_graphs"],
-        "graphs_per_shape": [e["new_graphs"] for e in per_shape],
-        "cache_entries": counts["cache_entries"],
-        "per_shape": per_shape,
+        "shapes_run": len(sweep.per_shape),
+        "recompiles": len(rc.mine),
+        "shape_recompiles": rc.sized,
+        "structure_recompiles": rc.structural,
+        "graphs": sweep.counts["unique_graphs"],
+        "graphs_per_shape": [e["new_graphs"] for e in sweep.per_shape],
+        "cache_entries": sweep.counts["cache_entries"],
+        "per_shape": sweep.per_shape,
         "limit_hit": limit_hit,
         "recompile_limit": limit,
-        "recompile_limit_config": f"torch._dynamo.config.{config_name} = {config_limit}",
+        "recompile_limit_config": config,
         "limit_hits": hits,
     }
-    n, cname = len(block["modules"]), cls.__name__
-    graphs = f"{counts['unique_graphs']} graph(s) of {cname}.{name} over {len(per_shape)} shape(s) ({' + '.join(map(str, r.measurement['graphs_per_shape']))})"
-    if limit_hit:
+
+
+def _verdict(ctx: Context, r: RungResult, sweep: _Sweep, rc: _Recompiles, name: str, config_name: str) -> tuple[str, str]:
+    """The verdict and what it implies, from the measurement: per-instance recompiles first, then
+    a hit recompile limit, then distinct parameter shapes, then several graphs per call."""
+    m = r.measurement
+    n, cname, distinct, limit, hits = m["instances"], m["class"], m["distinct_shapes"], m["recompile_limit"], m["limit_hits"]
+    graphs = f"{m['graphs']} graph(s) of {cname}.{name} over {len(sweep.per_shape)} shape(s) ({' + '.join(map(str, m['graphs_per_shape']))})"
+    fell = ""
+    if m["limit_hit"]:
         fell = (f"recompile limit ({limit}) hit" + (f" in {hits[0]['function']}" if hits and hits[0]["function"] else "")
                 + (f" ({hits[0]['last_reason']})" if hits and hits[0]["last_reason"] else "") + ": the rest run eager")
-    if mine:
+    if rc.mine:
         where = ", ".join(f.where for f in r.findings if f.kind == "guard")
-        r.verdict = f"{len(mine)} recompile(s) across {n} instances of {cname} (guard at {where})" + (f"; {fell}" if limit_hit else "")
-        r.implies = "disable the per-instance code (keep it eager) or restructure; do not compile the block as is"
-    elif limit_hit:
-        r.verdict = f"{n} instances of {cname} in {distinct} parameter shape(s): {graphs}; {fell}"
+        return (f"{len(rc.mine)} recompile(s) across {n} instances of {cname} (guard at {where})" + (f"; {fell}" if m["limit_hit"] else ""),
+                "disable the per-instance code (keep it eager) or restructure; do not compile the block as is")
+    if m["limit_hit"]:
         # a higher limit only where the values are bounded: not for a value that changes every call
         # (a step counter, a fill level; .value_guards)
-        r.implies = ("compile fewer distinct shapes per code object (one region per shape group, or the stage) "
-                     f"or {limit_remedy(ctx, config_name, hits[0]['last_reason'] if hits else None, cls.__name__)}")
-    elif distinct > 1:
-        r.verdict = f"{n} instances of {cname} in {distinct} parameter shapes: {graphs}, within the recompile limit ({limit})"
-    elif (r.measurement["graphs_per_shape"] or [0])[0] > 1 and not by_frame:
+        return (f"{n} instances of {cname} in {distinct} parameter shape(s): {graphs}; {fell}",
+                "compile fewer distinct shapes per code object (one region per shape group, or the stage) "
+                f"or {limit_remedy(ctx, config_name, hits[0]['last_reason'] if hits else None, cname)}")
+    if distinct > 1:
+        return f"{n} instances of {cname} in {distinct} parameter shapes: {graphs}, within the recompile limit ({limit})", r.implies
+    return _shared_verdict(ctx, rc, n, cname, graphs, m["graphs_per_shape"], len(sweep.per_shape)), r.implies
+
+
+def _shared_verdict(ctx: Context, rc: _Recompiles, n: int, cname: str, graphs: str, per_shape: list[int], shapes: int) -> str:
+    """The verdict where all instances share one compiled code: one graph, or several per call (a
+    graph break, or tensors of different sizes), with the recompiles on tensor sizes if any."""
+    if (per_shape or [0])[0] > 1 and not rc.by_frame:
         # more graphs than shapes with no recompile: each call runs several graphs of the same
         # compiled code (a graph break splits the block)
         gb = ctx.results.get("graph_breaks")
         counted = gb is None or not gb.ok or bool(gb.findings)  # not run (or failed): the graphs are the evidence
         # say a graph break splits the call only where the graph-break rung counted one (a
         # newcomer's tiny Llama on transformers 5.24: 2 + 2 graphs here, "no graph breaks" there)
-        r.verdict = (f"all {n} instances of {cname} share one compiled code, without a recompile across instances; "
-                     + (f"{graphs}: a graph break splits each call (see the graph-break rung)" if counted else
-                        f"{graphs}: each call ran more than one graph, though the graph-break rung counted no graph break"))
-        if sized:
-            r.verdict += f" ({sized} recompile(s) on tensor sizes that differ between calls: dynamic shapes, not per-instance state)"
-    elif (r.measurement["graphs_per_shape"] or [0])[0] > 1:
+        verdict = (f"all {n} instances of {cname} share one compiled code, without a recompile across instances; "
+                   + (f"{graphs}: a graph break splits each call (see the graph-break rung)" if counted else
+                      f"{graphs}: each call ran more than one graph, though the graph-break rung counted no graph break"))
+    elif (per_shape or [0])[0] > 1:
         # instances called with tensors of different sizes at one input shape recompile on those
         # sizes, not on per-instance state ("one graph serves" was said over 2 + 2 graphs on Flux)
-        r.verdict = (f"all {n} instances of {cname} share one compiled code, without a recompile on per-instance state; "
-                     f"{graphs}: instances called with tensors of different sizes get a graph each")
-        if sized:
-            r.verdict += f" ({sized} recompile(s) on tensor sizes that differ between calls: dynamic shapes, not per-instance state)"
+        verdict = (f"all {n} instances of {cname} share one compiled code, without a recompile on per-instance state; "
+                   f"{graphs}: instances called with tensors of different sizes get a graph each")
     else:
-        r.verdict = f"one graph serves all {n} instances of {cname}" + (f" at each input shape ({graphs})" if len(per_shape) > 1 else "")
-        if sized:
-            r.verdict += f" ({sized} recompile(s) on tensor sizes that differ between calls: dynamic shapes, not per-instance state)"
-    return r
+        verdict = f"one graph serves all {n} instances of {cname}" + (f" at each input shape ({graphs})" if shapes > 1 else "")
+    if rc.sized:
+        verdict += f" ({rc.sized} recompile(s) on tensor sizes that differ between calls: dynamic shapes, not per-instance state)"
+    return verdict
 
 
 RUNG = Rung(name="instance_recompiles", order=90, run=run, compiles=True)

@@ -196,15 +196,29 @@ def profile_steps(session: Any, step: Any, out_dir: Path, *, steps: int = 3, blo
     Raises:
         HarnessFailure: the step failed under the profiler.
     """
-    import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile, record_function
+    handles = _range_blocks(blocks or [])
+    try:
+        prof, events, wall = _profiled_run(session, step, steps)
+    finally:
+        for h in handles:
+            h.remove()
+    trace = _export_trace(prof, out_dir)
+    windows = _step_windows(events)
+    data = ProfileData(device="cuda" if session.cuda else "cpu", steps=len(windows) or steps, windows=windows, trace=str(trace) if trace else None, profiled_step_ms=wall)
+    _collect(data, events, windows, session)
+    if _graphs_compiled():  # a block with no range ran inside the program's compiled frame (else it never ran)
+        data.blocks_unranged = [name for name, _ in blocks or [] if name not in data.blocks]
+    return data
 
-    activities = [ProfilerActivity.CPU]
-    if session.cuda:
-        activities.append(ProfilerActivity.CUDA)
+
+def _range_blocks(blocks: list[tuple[str, Any]]) -> list[Any]:
+    """Wrap each ``(name, module)`` call in a ``stackpart::block::<name>`` range by forward hooks
+    that add nothing inside a compiled frame (module docstring); the hooks' handles."""
+    import torch
+    from torch.profiler import record_function
+
     handles = []
-    for name, module in blocks or []:
+    for name, module in blocks:
         ranges: list[Any] = []
 
         def pre(mod: Any, args: Any, _n: str = name, _r: list = ranges) -> None:
@@ -222,57 +236,80 @@ def profile_steps(session: Any, step: Any, out_dir: Path, *, steps: int = 3, blo
 
         handles.append(module.register_forward_pre_hook(pre))
         handles.append(module.register_forward_hook(post))
-    try:
-        session.run(step)  # warm-up outside the profile
-        for with_stack in (True, False):
-            with session.guard(session.forward_name()):
-                with profile(activities=activities, with_stack=with_stack) as prof:
-                    t0 = time.perf_counter()
-                    for _ in range(steps):
-                        with record_function(STEP):
-                            step()
-                            session.sync()
-                    wall = (time.perf_counter() - t0) / steps * 1e3
-            try:
-                events = list(prof.events())
-                break
-            except UnicodeDecodeError:
-                # torch.profiler can fail to decode a Python-tracer event name (seen on torch
-                # 2.13); the figures do not need stacks, so profile again without them.
-                if not with_stack:
-                    raise
-    finally:
-        for h in handles:
-            h.remove()
+    return handles
+
+
+def _profiled_run(session: Any, step: Any, steps: int) -> tuple[Any, list[Any], float]:
+    """One warm-up, then ``steps`` steps under ``torch.profiler.profile``, each in a
+    ``stackpart::step`` range ending after a device synchronise: the profiler, its events and the
+    wall time per step (ms, profiler overhead included).
+
+    Raises:
+        HarnessFailure: the step failed under the profiler.
+    """
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    activities = [ProfilerActivity.CPU]
+    if session.cuda:
+        activities.append(ProfilerActivity.CUDA)
+    session.run(step)  # warm-up outside the profile
+    for with_stack in (True, False):
+        with session.guard(session.forward_name()):
+            with profile(activities=activities, with_stack=with_stack) as prof:
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    with record_function(STEP):
+                        step()
+                        session.sync()
+                wall = (time.perf_counter() - t0) / steps * 1e3
+        try:
+            return prof, list(prof.events()), wall
+        except UnicodeDecodeError:
+            # torch.profiler can fail to decode a Python-tracer event name (seen on torch
+            # 2.13); the figures do not need stacks, so profile again without them.
+            if not with_stack:
+                raise
+    raise AssertionError("unreachable: the run without stacks returns or raises")
+
+
+def _export_trace(prof: Any, out_dir: Path) -> Path | None:
+    """``out_dir/trace.json`` (Chrome trace, for Perfetto), or None where the export failed: a
+    trace is a convenience; the figures do not depend on it."""
     trace = Path(out_dir) / "trace.json"
     try:
         prof.export_chrome_trace(str(trace))
-    except Exception:  # a trace is a convenience; the figures below do not depend on it
-        trace = None  # type: ignore[assignment]
-    # the CPU range only: on CUDA the same name also appears as a gpu_user_annotation
-    windows = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == STEP and e.device_type == DeviceType.CPU)
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
+    return trace
 
-    def inside(e: Any) -> bool:
-        s, t = e.time_range.start, e.time_range.end
-        return any(ws <= s and t <= we + 1 for ws, we in windows)
 
-    data = ProfileData(device="cuda" if session.cuda else "cpu", steps=len(windows) or steps, windows=windows, trace=str(trace) if trace else None, profiled_step_ms=wall)
+def _step_windows(events: list[Any]) -> list[tuple[float, float]]:
+    """The ``stackpart::step`` ranges' ``(start, end)`` (µs), sorted: the CPU range only (on CUDA
+    the same name also appears as a ``gpu_user_annotation``)."""
+    from torch.autograd import DeviceType
+
+    return sorted((e.time_range.start, e.time_range.end) for e in events if e.name == STEP and e.device_type == DeviceType.CPU)
+
+
+def _inside(e: Any, windows: list[tuple[float, float]]) -> bool:
+    """Whether event ``e`` lies within a step window (1 µs of slack at the end)."""
+    s, t = e.time_range.start, e.time_range.end
+    return any(ws <= s and t <= we + 1 for ws, we in windows)
+
+
+def _collect(data: ProfileData, events: list[Any], windows: list[tuple[float, float]], session: Any) -> None:
+    """Fill ``data``'s block ranges, operators and device activities from the events inside a
+    step window (user annotations and stackpart's own ranges are not operators or kernels)."""
+    from torch.autograd import DeviceType
+
     by_id = frontend_by_id(events)
     for e in events:
         if e.device_type == DeviceType.CPU:
-            if e.is_async or getattr(e, "is_python_function", False) or not inside(e):
+            if e.is_async or getattr(e, "is_python_function", False) or not _inside(e, windows):
                 continue
-            if e.name.startswith(BLOCK):
-                entry = data.blocks.setdefault(e.name[len(BLOCK):], {"cpu_us": 0.0, "device_us": 0.0})
-                entry["cpu_us"] += e.cpu_time_total
-                entry["device_us"] += e.device_time_total if session.cuda else 0.0
-                continue
-            if getattr(e, "is_user_annotation", False) or e.name == STEP or e.name.startswith("stackpart::"):
-                continue
-            fn = _user_function(e, session.src) if e.name.startswith("aten::") else None
-            data.ops.append(OpEvent(e.name, e.self_cpu_time_total, e.time_range.start, e.time_range.end, e.id, fn))
+            _collect_cpu(data, e, session)
         elif not getattr(e, "is_user_annotation", False) and not e.name.startswith("stackpart::"):
-            if not inside(e):
+            if not _inside(e, windows):
                 continue
             parent = by_id.get(getattr(e, "linked_correlation_id", 0))
             data.kernels.append(
@@ -285,9 +322,20 @@ def profile_steps(session: Any, step: Any, out_dir: Path, *, steps: int = 3, blo
                     parent_op=_aten_parent(parent) if parent is not None else None,
                 )
             )
-    if _graphs_compiled():  # a block with no range ran inside the program's compiled frame (else it never ran)
-        data.blocks_unranged = [name for name, _ in blocks or [] if name not in data.blocks]
-    return data
+
+
+def _collect_cpu(data: ProfileData, e: Any, session: Any) -> None:
+    """One CPU event inside a step: a block range's CPU and device time into ``data.blocks``, an
+    operator into ``data.ops`` (with its innermost user function for ``aten::`` ops)."""
+    if e.name.startswith(BLOCK):
+        entry = data.blocks.setdefault(e.name[len(BLOCK):], {"cpu_us": 0.0, "device_us": 0.0})
+        entry["cpu_us"] += e.cpu_time_total
+        entry["device_us"] += e.device_time_total if session.cuda else 0.0
+        return
+    if getattr(e, "is_user_annotation", False) or e.name == STEP or e.name.startswith("stackpart::"):
+        return
+    fn = _user_function(e, session.src) if e.name.startswith("aten::") else None
+    data.ops.append(OpEvent(e.name, e.self_cpu_time_total, e.time_range.start, e.time_range.end, e.id, fn))
 
 
 def _graphs_compiled() -> int:

@@ -124,79 +124,109 @@ def run(ctx: Context) -> RungResult:
     measured for every class a per-block candidate compiles (:func:`.granularity.region_blocks`):
     ``varying_block_dims``/``varying_block_other_dims`` are the first class's, ``classes`` has
     ``{"class", "varying_block_dims", "varying_block_other_dims"}`` for each."""
-    import torch
-
     r = RungResult("recompiles", "Recompiles across the harness shapes")
     r.threshold = "any recompile after the first compile (TORCH_LOGS=recompiles)"
-    spec = ctx.session.spec
     model, _, _ = ctx.reference()
     blocks = region_blocks(ctx.evidence.blocks)
-    # per block class: [(positional shapes, nested tensor shapes, ints)], one per shape
+    calls = _block_calls(ctx, model, blocks)
+    log, input_shapes, how = _sweep(ctx, model)
+    per_class = [{"class": b["cls"].__name__, **_block_dims(c, len(input_shapes))} for b, c in zip(blocks, calls)]
+    r.findings, by_value = _recompile_findings(ctx, log)
+    dynamic_breaks = _dynamic_only_breaks(ctx, log)
+    guards, repeat_error = _repeat(ctx)
+    r.findings += [Finding("value_guard", describe(v)[:400], v.file, v.line, v.function) for v in guards]
+    r.findings += [Finding("graph_break_dynamic", f"graph break once shapes are dynamic: {reason}"[:300], *site)
+                   for site, reason in dynamic_breaks]
+    r.measurement = _measurement(ctx, log, input_shapes, per_class, by_value, dynamic_breaks, guards, repeat_error, how)
+    r.verdict, r.implies = _sweep_verdict(r.measurement, log, by_value, per_class)
+    r.verdict, r.implies = _repeat_verdict(r.verdict, r.implies, guards, repeat_error, dynamic_breaks)
+    return r
+
+
+def _block_calls(ctx: Context, model: Any, blocks: list[dict[str, Any]]) -> list[list[tuple[list, dict, dict]]]:
+    """Per block class, one ``(positional shapes, nested tensor shapes, ints)`` per harness shape
+    that reached its first instance, from an eager pass: a hook inside the compiled model would be
+    traced, and Dynamo's guards on its closure show up as recompile reasons."""
+    import torch
+
     calls: list[list[tuple[list, dict, dict]]] = [[] for _ in blocks]
+    if not blocks:
+        return calls
+    seen: list[list[tuple[list, dict, dict]]] = [[] for _ in blocks]
+
+    def hook_for(i: int) -> Any:
+        def pre(mod: Any, args: tuple, kwargs: dict) -> None:
+            seen[i].append(([tuple(a.shape) if isinstance(a, torch.Tensor) else () for a in args],
+                            nested_tensor_shapes(args, kwargs), int_inputs(args, kwargs)))
+        return pre
+
+    hooks = [b["modules"][0].register_forward_pre_hook(hook_for(i), with_kwargs=True) for i, b in enumerate(blocks)]
+    try:
+        for shape in ctx.session.spec.shapes:
+            _, inputs = ctx.session.build(shape)
+            for s in seen:
+                s.clear()
+            with torch.compiler.set_stance("force_eager"):  # eager also where the program compiles itself
+                ctx.session.run(ctx.session.step_fn(model, inputs))
+            for i, s in enumerate(seen):
+                if s:
+                    calls[i].append(s[0])
+    finally:
+        for h in hooks:
+            h.remove()
+    return calls
+
+
+def _sweep(ctx: Context, model: Any) -> tuple[Any, list[list[tuple[int, ...]]], str]:
+    """Compile the model once as the program does (:func:`.as_run.compiled_as_run`, backend forced
+    to ``eager``) and call it at every harness shape under Dynamo's recompile log: the log, each
+    call's input tensor shapes, and how the model was compiled."""
+    import torch
+
     input_shapes: list[list[tuple[int, ...]]] = []
-    # block input shapes from an eager pass: a hook inside the compiled model would be traced,
-    # and Dynamo's guards on its closure show up as recompile reasons
-    if blocks:
-        seen: list[list[tuple[list, dict, dict]]] = [[] for _ in blocks]
-
-        def hook_for(i: int) -> Any:
-            def pre(mod: Any, args: tuple, kwargs: dict) -> None:
-                seen[i].append(([tuple(a.shape) if isinstance(a, torch.Tensor) else () for a in args],
-                                nested_tensor_shapes(args, kwargs), int_inputs(args, kwargs)))
-            return pre
-
-        hooks = [b["modules"][0].register_forward_pre_hook(hook_for(i), with_kwargs=True) for i, b in enumerate(blocks)]
-        try:
-            for shape in spec.shapes:
-                _, inputs = ctx.session.build(shape)
-                for s in seen:
-                    s.clear()
-                with torch.compiler.set_stance("force_eager"):  # eager also where the program compiles itself
-                    ctx.session.run(ctx.session.step_fn(model, inputs))
-                for i, s in enumerate(seen):
-                    if s:
-                        calls[i].append(s[0])
-        finally:
-            for h in hooks:
-                h.remove()
     compiled, how = compiled_as_run(model, compiles_itself(ctx))
     reset()
     try:
         with capture() as log, torch.compiler.set_stance("default", force_backend="eager"):
-            for shape in spec.shapes:
+            for shape in ctx.session.spec.shapes:
                 _, inputs = ctx.session.build(shape)
                 input_shapes.append([tuple(t.shape) for t in tensor_leaves(inputs)])
                 ctx.session.run(ctx.session.step_fn(compiled, inputs),
                                 f"{ctx.session.forward_name()} under {how} at {dict(shape)}")
     finally:
         reset()
-    keys = sorted({k for s in spec.shapes for k in s if len({s.get(k) for s in spec.shapes}) > 1})
-    var_in = varying(input_shapes)
-    per_class = [{"class": b["cls"].__name__, **_block_dims(c, len(input_shapes))} for b, c in zip(blocks, calls)]
-    var_block = per_class[0]["varying_block_dims"] if per_class else []
-    var_other = per_class[0]["varying_block_other_dims"] if per_class else []
-    by_value = []
+    return log, input_shapes, how
+
+
+def _recompile_findings(ctx: Context, log: Any) -> tuple[list[Finding], list[str]]:
+    """One ``recompile`` finding per recompile Dynamo logged, located in the source where it can
+    be, and the first failed guard (with its site) of each recompile that guards a value, not a
+    shape (no guard text reads as a shape guard: :func:`is_shape_guard`)."""
+    findings: list[Finding] = []
+    by_value: list[str] = []
     for rc in log.recompiles:
         site = log.guard_site(ctx.session.src, rc.text)
         text = f"recompiled {rc.function}: " + "; ".join(rc.guards[:2])
-        r.findings.append(Finding("recompile", text[:300], *(site if site else (None, None, None))))
+        findings.append(Finding("recompile", text[:300], *(site if site else (None, None, None))))
         if not is_shape_guard(rc.guards):
-            by_value.append(rc.guards[0] + (f" at {site[0]}:{site[1]}" if site else ""))  # no guards reads as a shape guard
-    dynamic_breaks = _dynamic_only_breaks(ctx, log)
-    guards, repeat_error = _repeat(ctx)
-    for v in guards:
-        r.findings.append(Finding("value_guard", describe(v)[:400], v.file, v.line, v.function))
-    for site, reason in dynamic_breaks:
-        r.findings.append(Finding("graph_break_dynamic", f"graph break once shapes are dynamic: {reason}"[:300], *site))
-    r.measurement = {
+            by_value.append(rc.guards[0] + (f" at {site[0]}:{site[1]}" if site else ""))
+    return findings, by_value
+
+
+def _measurement(ctx: Context, log: Any, input_shapes: list[list[tuple[int, ...]]], per_class: list[dict[str, Any]],
+                 by_value: list[str], dynamic_breaks: list[Any], guards: list[Any], repeat_error: str | None,
+                 how: str) -> dict[str, Any]:
+    """The rung's measurement dict (the keys :func:`run`'s docstring and the verdict read)."""
+    spec = ctx.session.spec
+    return {
         "shapes": len(spec.shapes),
         "dynamic_only_graph_breaks": len(dynamic_breaks),
         "recompiles": len(log.recompiles),
         "value_guard_recompiles": len(by_value),
-        "varying_shape_keys": keys,
-        "varying_input_dims": var_in,
-        "varying_block_dims": var_block,
-        "varying_block_other_dims": var_other,
+        "varying_shape_keys": sorted({k for s in spec.shapes for k in s if len({s.get(k) for s in spec.shapes}) > 1}),
+        "varying_input_dims": varying(input_shapes),
+        "varying_block_dims": per_class[0]["varying_block_dims"] if per_class else [],
+        "varying_block_other_dims": per_class[0]["varying_block_other_dims"] if per_class else [],
         "classes": per_class,
         "limit_hit": bool(log.limit_hit),
         # the reference shape called value_guards.CALLS times on one compiled model: the values
@@ -206,32 +236,43 @@ def run(ctx: Context) -> RungResult:
         "value_guards_error": repeat_error,
         "compiled_by": how,
     }
-    if log.recompiles:
-        dims = _dims_text(per_class) or ", ".join(f"input {v['tensor']} dim {v['dim']}" for v in var_in)
-        r.verdict = f"{len(log.recompiles)} recompile(s) across {len(spec.shapes)} shapes; varying: {dims or 'no tensor dim (a guard on a value)'}"
-        if by_value:
-            r.verdict += (f"; {len(by_value)} of them from guards on values, not shapes ({'; '.join(sorted(set(by_value))[:2])}): "
-                          "mark_dynamic does not remove those")
-        r.implies = "mark_dynamic at the region boundary (or bucket)" if len(by_value) < len(log.recompiles) else "keep the guarded value out of compiled code"
-    elif keys:
-        r.verdict = f"no recompiles across {len(spec.shapes)} shapes (varying {', '.join(keys)})"
-    else:
-        r.verdict = f"stable: no recompiles across {len(spec.shapes)} shape(s)"
+
+
+def _sweep_verdict(m: dict[str, Any], log: Any, by_value: list[str], per_class: list[dict[str, Any]]) -> tuple[str, str]:
+    """The verdict on the shape sweep and what it implies: the recompiles and the dims that vary
+    (and how many guard values, which ``mark_dynamic`` does not remove), else stable."""
+    keys, n = m["varying_shape_keys"], m["shapes"]
+    if not log.recompiles:
+        return (f"no recompiles across {n} shapes (varying {', '.join(keys)})" if keys
+                else f"stable: no recompiles across {n} shape(s)"), "none"
+    dims = _dims_text(per_class) or ", ".join(f"input {v['tensor']} dim {v['dim']}" for v in m["varying_input_dims"])
+    verdict = f"{len(log.recompiles)} recompile(s) across {n} shapes; varying: {dims or 'no tensor dim (a guard on a value)'}"
+    if by_value:
+        verdict += (f"; {len(by_value)} of them from guards on values, not shapes ({'; '.join(sorted(set(by_value))[:2])}): "
+                    "mark_dynamic does not remove those")
+    implies = "mark_dynamic at the region boundary (or bucket)" if len(by_value) < len(log.recompiles) else "keep the guarded value out of compiled code"
+    return verdict, implies
+
+
+def _repeat_verdict(verdict: str, implies: str, guards: list[Any], repeat_error: str | None,
+                    dynamic_breaks: list[Any]) -> tuple[str, str]:
+    """``verdict`` and ``implies`` with what the repeated calls at the reference shape found (the
+    values that changed, or why those calls failed) and the graph breaks only dynamic shapes show."""
     changing = [v for v in guards if v.every_call]
     if guards:
-        r.verdict += (f"; {CALLS} calls at the reference shape: " + "; ".join(
+        verdict += (f"; {CALLS} calls at the reference shape: " + "; ".join(
             f"{v.name} at {v.where} " + (f"changes every call ({v.recompiles} recompile(s), values "
                                          f"{', '.join(map(str, v.values[:4]))})" if v.every_call else
                                          f"changed {v.recompiles} time(s), then held") for v in guards[:3]))
     if changing:
-        r.implies = remedy(changing[0]) if r.implies == "none" else f"{r.implies}; and for {changing[0].name}: {remedy(changing[0])}"
+        implies = remedy(changing[0]) if implies == "none" else f"{implies}; and for {changing[0].name}: {remedy(changing[0])}"
     if repeat_error:
-        r.verdict += f"; the {CALLS} calls at the reference shape that find values changing between calls failed ({repeat_error[:160]})"
+        verdict += f"; the {CALLS} calls at the reference shape that find values changing between calls failed ({repeat_error[:160]})"
     if dynamic_breaks:
         (file, line, _), reason = dynamic_breaks[0]
-        r.verdict += (f"; {len(dynamic_breaks)} graph break(s) appear only once shapes are dynamic "
-                      f"(at {file}:{line}: {reason[:120]}): marking those dims dynamic would break the graph every call")
-    return r
+        verdict += (f"; {len(dynamic_breaks)} graph break(s) appear only once shapes are dynamic "
+                    f"(at {file}:{line}: {reason[:120]}): marking those dims dynamic would break the graph every call")
+    return verdict, implies
 
 
 def _repeat(ctx: Context) -> tuple[list[Any], str | None]:
