@@ -340,14 +340,17 @@ def run_variant(src: Path, variant: str, device: str, shapes: list[dict], steps:
     return res
 
 
-def run_plan(work: Path, name: str, device: str, shapes: list[dict], smoke: bool, timeout: float) -> dict:
-    """``stackpart diagnose`` then ``rewrite --apply`` on a copy of the family's SRC; the plan and the seconds."""
+def run_plan(work: Path, name: str, device: str, shapes: list[dict], smoke: bool, timeout: float,
+             knobs: tuple[str, ...] = ()) -> dict:
+    """``stackpart diagnose`` then ``rewrite --apply`` on a copy of the family's SRC (``work/src``
+    copied to ``work/plan_src``); the plan's actions, the exit codes and the seconds. ``knobs``: more
+    ``diagnose`` options (tests/zoo_cpu.py passes ``--steps 1 --budget 5 --no-overlap``)."""
     src = work / "plan_src"
     shutil.copytree(work / "src", src)
     shape_args = [a for s in shapes for a in ("--shape", ",".join(f"{k}={v}" for k, v in s.items()))]
     cmd = [sys.executable, "-c", CLI, "diagnose", "--harness", "harness.py", str(src), "-o", str(work / "plan.yaml"),
            "--report-dir", str(work / "report"), "--dtype", "bfloat16" if device == "cuda" else "float32",
-           "--device", device, *shape_args]
+           "--device", device, *shape_args, *knobs]
     cache = Path(tempfile.mkdtemp(prefix="zoo-cache-"))
     t = time.perf_counter()
     out: dict = {}
