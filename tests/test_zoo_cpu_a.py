@@ -1,9 +1,10 @@
-"""Every zoo family at tiny size diagnoses, rewrites, applies and runs with the same outputs (first half).
+"""Every zoo family at tiny size diagnoses, rewrites, applies and runs with the same outputs (part 1 of 3).
 
 The families are benchmarks/zoo.py's, at its ``--smoke`` size (float32 on the CPU, the search's
 compiles on the ``eager`` backend); the procedure and the comparison are tests/zoo_cpu.py's. timm's
 families (resnet50, convnext) are skipped: timm is not installed here, so they cannot load. The
-other half of the families is test_zoo_cpu_b.py (two files, so two xdist workers share them).
+other families are in test_zoo_cpu_b.py and test_zoo_cpu_c.py (about 3 minutes of CPU each, so
+xdist's workers share them).
 """
 
 from __future__ import annotations

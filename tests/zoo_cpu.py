@@ -1,12 +1,14 @@
 """Every zoo family at tiny size, on the CPU: diagnosed, rewritten, applied, and run with the same outputs.
 
-Shared by test_zoo_cpu_a.py and test_zoo_cpu_b.py (the families split between two files so that
-two pytest-xdist workers share them, ``--dist loadfile``). The families, their tiny configs and
-shapes are benchmarks/zoo.py's ``--smoke`` ones, imported, not copied; ``stackpart diagnose`` and
-``stackpart rewrite --apply`` are run by its ``run_plan`` as separate processes, as users run
-them, with the cheap knobs of :data:`KNOBS` (the reference shape only, one profiled step, a
-5-second search budget, no overlapped eager run; on the CPU the search forces the ``eager``
-backend on every compile).
+The families, their tiny configs and shapes are benchmarks/zoo.py's ``--smoke`` ones, imported,
+not copied. ``stackpart diagnose`` (the reference shape only) and ``stackpart rewrite --apply`` run
+through zoo.py's ``run_plan`` as separate processes, as users run them, with the cheap knobs of
+:data:`KNOBS`; on the CPU the search forces the ``eager`` backend on every compile.
+
+Shared by test_zoo_cpu_a.py, _b.py and _c.py: one family costs about 50 s of CPU time (diagnose
+about 32, of which the search about 21; rewrite 7; the comparison worker 9), so the families are
+split between :data:`PARTS` files of about 3 minutes each on one core, which pytest-xdist's workers
+share (``--dist loadfile``).
 
 Run as a script, this file is the comparison worker (one process, so that a plan's patches of
 library classes cannot reach the pytest process): ``python zoo_cpu.py ORIG NEW SHAPES`` imports
@@ -50,7 +52,11 @@ def zoo():  # type: ignore[no-untyped-def]
     return module
 
 
-def part(index: int, parts: int = 2) -> list[str]:
+#: The test files the families are split between (test_zoo_cpu_a.py, _b.py, _c.py).
+PARTS = 3
+
+
+def part(index: int, parts: int = PARTS) -> list[str]:
     """The families of test file ``index`` of ``parts``: every family in exactly one file (round robin
     over benchmarks/zoo.py's ``FAMILIES`` order), so a family added to the zoo is tested here too."""
     return list(zoo().FAMILIES)[index::parts]
@@ -64,7 +70,8 @@ def missing_package(name: str) -> str | None:
 
 def leaves(x: Any, path: str = "out", depth: int = 0, seen: set[int] | None = None) -> list[tuple[str, Any]]:
     """(path, tensor) for every tensor in an output: mappings (a transformers ``ModelOutput``), sequences,
-    and the attributes of transformers/diffusers objects (a ``DynamicCache``'s layers' keys and values)."""
+    and the attributes of other objects (a ``DynamicCache``'s layers' keys and values); modules,
+    classes and callables are not entered."""
     import torch
 
     seen = set() if seen is None else seen
@@ -77,7 +84,7 @@ def leaves(x: Any, path: str = "out", depth: int = 0, seen: set[int] | None = No
         items = list(x.items())
     elif isinstance(x, (list, tuple)):
         items = list(enumerate(x))
-    elif type(x).__module__.split(".")[0] in ("transformers", "diffusers") and hasattr(x, "__dict__"):
+    elif hasattr(x, "__dict__") and not isinstance(x, (torch.nn.Module, type)) and not callable(x):
         items = sorted(vars(x).items())
     else:
         return []
@@ -178,7 +185,7 @@ def check_family(name: str, work: Path) -> dict[str, Any]:
 
 
 def assert_family(name: str, work: Path) -> None:
-    """The test of one family (test_zoo_cpu_a/b.py): :func:`check_family`, then the rewritten model gives
+    """The test of one family (test_zoo_cpu_a/b/c.py): :func:`check_family`, then the rewritten model gives
     the original's outputs, every floating leaf (the KV cache's too) within float32 tolerance, at every
     smoke shape; a compile action did compile (Dynamo graphs > 0). Skipped, with the reason, where the
     family's package is not installed (timm here)."""
