@@ -38,9 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: ``stackpart diagnose`` options that keep one tiny family's ladder + search to about 30 s of CPU time:
 #: one profiled step, no overlapped eager run. The budget only bounds when a candidate's cold phase may
-#: start; on a shared 2-core host the search's child processes alone took more than 5 s to come up,
-#: so a 5 s budget left every candidate unmeasured and every plan empty, which would test no rewrite.
-#: At this size each eager-backend candidate costs a few seconds of CPU, so 60 s lets all of them run.
+#: start (wall clock): one shorter than the search's child processes take to come up on a loaded
+#: 2-core host (5 s was) leaves every candidate unmeasured and the plan empty, which tests no rewrite;
+#: at this size an eager-backend candidate costs a few seconds of CPU, so 60 s lets all of them run.
 KNOBS = ("--steps", "1", "--budget", "60", "--no-overlap")
 
 
