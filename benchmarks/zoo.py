@@ -191,12 +191,16 @@ def harness_text(name: str, smoke: bool) -> str:
 
 
 def shapes_of(name: str, smoke: bool) -> list[dict]:
+    """The family's shapes, the first the reference. ``smoke``: its ``smoke_shapes``, else the GPU shapes
+    scaled down (sequence / 64, decoder length / 8, batch at most 2, images 32 px), each kept once:
+    ``stackpart diagnose`` refuses a repeated shape (it hides recompiles)."""
     fam = FAMILIES[name]
     if smoke:
         if "smoke_shapes" in fam:
             return fam["smoke_shapes"]
-        return [{k: (max(2, v // 64) if k in ("seq", "dec") else min(v, 2) if k == "batch" else 32 if k == "image" else v)
-                 for k, v in s.items()} for s in fam["shapes"]]
+        scaled = [{k: (max(2, v // 64) if k == "seq" else max(2, v // 8) if k == "dec" else min(v, 2) if k == "batch"
+                       else 32 if k == "image" else v) for k, v in s.items()} for s in fam["shapes"]]
+        return [s for i, s in enumerate(scaled) if s not in scaled[:i]]
     return fam["shapes"]
 
 

@@ -1,6 +1,7 @@
 """The comparison worker of the zoo CPU tests (tests/zoo_cpu.py) on a two-layer toy: it finds a changed
 output leaf, one held in an object's attribute included, and counts the graphs the rewritten model's
-compile traced. Fast (no transformers): the zoo tests themselves are slow."""
+compile traced; and benchmarks/zoo.py's smoke shapes are ones diagnose accepts. Fast (no
+transformers): the zoo tests themselves are slow."""
 
 from __future__ import annotations
 
@@ -68,3 +69,18 @@ def test_same_model_compiled_matches_and_counts_its_graphs(tmp_path):
 def test_changed_math_is_named(tmp_path, scale_out, scale_held, leaf):
     res = _compare(_tree(tmp_path / "orig"), _tree(tmp_path / "new", scale_out=scale_out, scale_held=scale_held))
     assert [d.split(":")[1].strip() for d in res["differ"]] == [leaf, leaf]  # at both shapes
+
+
+def test_smoke_shapes_are_distinct():
+    """diagnose refuses a repeated shape (exit 2), so each family's --smoke shapes are distinct: ViT's
+    two GPU batches (32, 16) both scale to 2 and are kept once; Whisper's decoder lengths 64 and 48
+    scale to 8 and 6, not both to 2."""
+    from zoo_cpu import zoo
+
+    z = zoo()
+    for name in z.FAMILIES:
+        shapes = z.shapes_of(name, True)
+        assert shapes and all(s not in shapes[:i] for i, s in enumerate(shapes)), (name, shapes)
+    assert z.shapes_of("vit", True) == [{"batch": 2, "image": 32}]
+    assert z.shapes_of("whisper", True) == [{"batch": 2, "dec": 8}, {"batch": 2, "dec": 6}]
+    assert z.shapes_of("llama", True) == [{"batch": 2, "seq": 8}, {"batch": 2, "seq": 6}]

@@ -1,11 +1,11 @@
 """Every zoo family at tiny size, on the CPU: diagnosed, rewritten, applied, and run with the same outputs.
 
 The families, their tiny configs and shapes are benchmarks/zoo.py's ``--smoke`` ones, imported,
-not copied. ``stackpart diagnose`` (the reference shape only) and ``stackpart rewrite --apply`` run
+not copied. ``stackpart diagnose`` (the family's smoke shapes) and ``stackpart rewrite --apply`` run
 through zoo.py's ``run_plan`` as separate processes, as users run them, with the cheap knobs of
 :data:`KNOBS`; on the CPU the search forces the ``eager`` backend on every compile.
 
-Shared by test_zoo_cpu_a.py, _b.py and _c.py: one family costs about 50 s of CPU time (diagnose
+Shared by test_zoo_cpu_a.py, _b.py and _c.py: one family costs about 50-60 s of CPU time (diagnose
 about 32, of which the search about 21; rewrite 7; the comparison worker 9), so the families are
 split between :data:`PARTS` files of about 3 minutes each on one core, which pytest-xdist's workers
 share (``--dist loadfile``).
@@ -165,7 +165,7 @@ def check_family(name: str, work: Path) -> dict[str, Any]:
     shapes = z.shapes_of(name, True)
     before = tree(work / "src")
     t0 = time.perf_counter()
-    plan = z.run_plan(work, name, "cpu", shapes[:1], True, 300.0, knobs=KNOBS)
+    plan = z.run_plan(work, name, "cpu", shapes, True, 300.0, knobs=KNOBS)
     t1 = time.perf_counter()
     assert plan["diagnose_exit"] == 0, f"{name}: diagnose exit {plan['diagnose_exit']}\n{plan.get('diagnose_tail')}"
     assert plan.get("apply_exit") == 0, f"{name}: rewrite --apply exit {plan.get('apply_exit')}\n{plan.get('apply_tail')}"
