@@ -191,12 +191,16 @@ def harness_text(name: str, smoke: bool) -> str:
 
 
 def shapes_of(name: str, smoke: bool) -> list[dict]:
+    """The family's shapes, the first the reference. ``smoke``: its ``smoke_shapes``, else the GPU shapes
+    scaled down (sequence / 64, decoder length / 8, batch at most 2, images 32 px), each kept once:
+    ``stackpart diagnose`` refuses a repeated shape (it hides recompiles)."""
     fam = FAMILIES[name]
     if smoke:
         if "smoke_shapes" in fam:
             return fam["smoke_shapes"]
-        return [{k: (max(2, v // 64) if k in ("seq", "dec") else min(v, 2) if k == "batch" else 32 if k == "image" else v)
-                 for k, v in s.items()} for s in fam["shapes"]]
+        scaled = [{k: (max(2, v // 64) if k == "seq" else max(2, v // 8) if k == "dec" else min(v, 2) if k == "batch"
+                       else 32 if k == "image" else v) for k, v in s.items()} for s in fam["shapes"]]
+        return [s for i, s in enumerate(scaled) if s not in scaled[:i]]
     return fam["shapes"]
 
 
@@ -340,14 +344,17 @@ def run_variant(src: Path, variant: str, device: str, shapes: list[dict], steps:
     return res
 
 
-def run_plan(work: Path, name: str, device: str, shapes: list[dict], smoke: bool, timeout: float) -> dict:
-    """``stackpart diagnose`` then ``rewrite --apply`` on a copy of the family's SRC; the plan and the seconds."""
+def run_plan(work: Path, name: str, device: str, shapes: list[dict], smoke: bool, timeout: float,
+             knobs: tuple[str, ...] = ()) -> dict:
+    """``stackpart diagnose`` then ``rewrite --apply`` on a copy of the family's SRC (``work/src``
+    copied to ``work/plan_src``); the plan's actions, the exit codes and the seconds. ``knobs``: more
+    ``diagnose`` options (tests/zoo_cpu.py passes ``--steps 1 --budget 5 --no-overlap``)."""
     src = work / "plan_src"
     shutil.copytree(work / "src", src)
     shape_args = [a for s in shapes for a in ("--shape", ",".join(f"{k}={v}" for k, v in s.items()))]
     cmd = [sys.executable, "-c", CLI, "diagnose", "--harness", "harness.py", str(src), "-o", str(work / "plan.yaml"),
            "--report-dir", str(work / "report"), "--dtype", "bfloat16" if device == "cuda" else "float32",
-           "--device", device, *shape_args]
+           "--device", device, *shape_args, *knobs]
     cache = Path(tempfile.mkdtemp(prefix="zoo-cache-"))
     t = time.perf_counter()
     out: dict = {}

@@ -1,0 +1,86 @@
+"""The comparison worker of the zoo CPU tests (tests/zoo_cpu.py) on a two-layer toy: it finds a changed
+output leaf, one held in an object's attribute included, and counts the graphs the rewritten model's
+compile traced; and benchmarks/zoo.py's smoke shapes are ones diagnose accepts. Fast (no
+transformers): the zoo tests themselves are slow."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+WORKER = Path(__file__).resolve().parent / "zoo_cpu.py"
+
+HARNESS = textwrap.dedent('''\
+    import torch
+
+
+    class Held:  # stands in for a KV cache: tensors on an object's attributes
+        def __init__(self, keys):
+            self.keys = keys
+
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = self.a(x).relu()
+            return {"logits": self.b(h) SCALE_OUT, "cache": [Held(h SCALE_HELD)]}
+
+
+    def build_model():
+        torch.manual_seed(0)
+        return COMPILE(Net().eval())
+
+
+    def make_inputs(batch: int = 2):
+        return {"x": torch.randn(batch, 8, generator=torch.Generator().manual_seed(batch))}
+''')
+
+
+def _tree(path: Path, scale_out: str = "", scale_held: str = "", compile_: str = "") -> Path:
+    path.mkdir()
+    (path / "harness.py").write_text(HARNESS.replace("SCALE_OUT", scale_out).replace("SCALE_HELD", scale_held)
+                                     .replace("COMPILE", compile_))
+    return path
+
+
+def _compare(orig: Path, new: Path) -> dict:
+    proc = subprocess.run([sys.executable, str(WORKER), str(orig), str(new), json.dumps([{"batch": 2}, {"batch": 3}])],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_same_model_compiled_matches_and_counts_its_graphs(tmp_path):
+    res = _compare(_tree(tmp_path / "orig"), _tree(tmp_path / "new", compile_="torch.compile"))
+    assert res["differ"] == [] and res["max_abs"] == 0.0
+    assert res["orig_graphs"] == 0 and res["new_graphs"] > 0
+    assert res["float_leaves"] == 2 * 2  # the logits and the held tensor, at two shapes
+
+
+@pytest.mark.parametrize("scale_out, scale_held, leaf", [("* 1.001", "", "out.logits"), ("", "* 1.001", "out.cache.0.keys")])
+def test_changed_math_is_named(tmp_path, scale_out, scale_held, leaf):
+    res = _compare(_tree(tmp_path / "orig"), _tree(tmp_path / "new", scale_out=scale_out, scale_held=scale_held))
+    assert [d.split(":")[1].strip() for d in res["differ"]] == [leaf, leaf]  # at both shapes
+
+
+def test_smoke_shapes_are_distinct():
+    """diagnose refuses a repeated shape (exit 2), so each family's --smoke shapes are distinct: ViT's
+    two GPU batches (32, 16) both scale to 2 and are kept once; Whisper's decoder lengths 64 and 48
+    scale to 8 and 6, not both to 2."""
+    from zoo_cpu import zoo
+
+    z = zoo()
+    for name in z.FAMILIES:
+        shapes = z.shapes_of(name, True)
+        assert shapes and all(s not in shapes[:i] for i, s in enumerate(shapes)), (name, shapes)
+    assert z.shapes_of("vit", True) == [{"batch": 2, "image": 32}]
+    assert z.shapes_of("whisper", True) == [{"batch": 2, "dec": 8}, {"batch": 2, "dec": 6}]
+    assert z.shapes_of("llama", True) == [{"batch": 2, "seq": 8}, {"batch": 2, "seq": 6}]
