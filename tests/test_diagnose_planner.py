@@ -102,6 +102,8 @@ FRAGMENTING = "fragmenting: 2100 alloc retries, 0 OOMs in 3 steady steps"
 def test_fragmentation_gets_the_allocator_only_at_the_entry_the_user_names(tmp_path, monkeypatch):
     """H200 run 2 put the allocator on harness.py::build_model: the harness is scaffolding. With
     --entry the action goes there; without it the finding is reported with how to get it."""
+    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):  # the caller's own setting is not ours to read
+        monkeypatch.delenv(var, raising=False)
     ctx = context(tmp_path, "fragmentation", True, monkeypatch)
     ctx.results["op_mix"] = result("op_mix", gemm_share=0.9, fusible_share=0.0, compile_gain_bound=1.0, basis="self-device")
     ctx.results["memory"] = result("memory", "allocator: expandable_segments:True", alloc_retries=0)
@@ -128,6 +130,8 @@ def test_no_allocator_action_when_expandable_segments_are_already_on(tmp_path, m
     ctx.results["memory"] = result("memory", "allocator: expandable_segments:True", alloc_retries=0)
     ctx.results["memory"].verdict = FRAGMENTING
     ctx.entry = "train.py::main"
+    for other in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        monkeypatch.delenv(other, raising=False)
     monkeypatch.setenv(var, "max_split_size_mb:128, expandable_segments:True")
     decision = plan(ctx)
     assert not [a for a in decision.plan.actions if a.action == "allocator"]

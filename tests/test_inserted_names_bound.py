@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import shutil
 import symtable
 import sys
@@ -65,7 +66,7 @@ def configure():
 '''
 
 
-def test_a_statement_inserted_where_the_function_binds_torch_itself_runs(tmp_path):
+def test_a_statement_inserted_where_the_function_binds_torch_itself_runs(tmp_path, monkeypatch):
     """mark_dynamic (also the guarded form for an optional tensor), allocator's os.environ line
     and dynamo_config's lines in functions that import torch / os further down: before, every call
     raised UnboundLocalError."""
@@ -95,7 +96,11 @@ def test_a_statement_inserted_where_the_function_binds_torch_itself_runs(tmp_pat
     assert torch.equal(module.pool(x), torch.ones(4))
     assert 0 in x._dynamo_dynamic_indices  # the mark ran
     module.pool(torch.ones(2, 2), torch.ones(2, 5))
+    # the inserted setdefault writes the allocator variable into this process: undone after the test
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "")
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")
     assert isinstance(module.entry(), int)
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     import torch._dynamo.config as config
 
     saved = (config.capture_scalar_outputs, config.capture_dynamic_output_shape_ops)
