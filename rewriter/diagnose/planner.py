@@ -282,7 +282,7 @@ def _whole(ev: _Evidence, mode: str, actions: list, notes: list[str]) -> None:
     imply; a break in the repeated block's own forward is kept, with a note."""
     bs, rc, block = ev.bs, ev.rc, ev.block
     if ev.launch and ev.stable:
-        why = f"batch scaling: {bs['fixed_share']:.0%} fixed overhead (>= 15% launch-bound); shapes stable (0 recompiles across {rc.get('shapes', 1)} shapes)"
+        why = f"batch scaling: {bs['fixed_share']:.0%} fixed overhead (>= {batch_scaling.HIGH:.0%} launch-bound); shapes stable (0 recompiles across {rc.get('shapes', 1)} shapes)"
     else:
         why = "whole-model compile" + (f"; batch scaling: {bs['fixed_share']:.0%} fixed overhead" if bs else "")
         if not ev.stable:
@@ -395,7 +395,7 @@ def _block_compiles(ev: _Evidence, options: CompileOptions, actions: list) -> No
     reason = (
         f"; launch-bound ({bs['fixed_share']:.0%} fixed overhead) but shapes vary: per-block compile, no CUDA graphs"
         if ev.launch
-        else f"; op mix: GEMM+attention {opmix.get('gemm_share', 0):.0%} (< 80%), fusible {opmix.get('fusible_share', 0):.0%}"
+        else f"; op mix: GEMM+attention {opmix.get('gemm_share', 0):.0%} (< {op_mix.GEMM_DOMINATED:.0%}), fusible {opmix.get('fusible_share', 0):.0%}"
     )
     if not block.get("declared"):
         actions.append(CompileAction(
@@ -422,7 +422,7 @@ def _model_region(ev: _Evidence, actions: list, notes: list[str]) -> None:
     actions.append(CompileAction(
         action="compile", target=ev.model_target, strategy="region",
         why=f"{_unit_evidence(ev.block, ev.ctx.measured('granularity'), [b for b, _ in ev.also])}: the model is the unit; op mix "
-            f"GEMM+attention {ev.opmix.get('gemm_share', 0):.0%} (< 80%)"))
+            f"GEMM+attention {ev.opmix.get('gemm_share', 0):.0%} (< {op_mix.GEMM_DOMINATED:.0%})"))
     _disables(actions, ev.breaks, _units(ev.model_target, _block_forward(ev.block, ev.block_target),
                                          *(_qual(t) + ".forward" for _, t in ev.also if t)), "model compile")
 
