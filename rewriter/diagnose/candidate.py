@@ -8,6 +8,7 @@ Its own module so that the candidate kinds (:mod:`.kinds`) build candidates with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any, Callable
 
 from ..plan import Plan
@@ -95,3 +96,14 @@ class CandidateKind:
     make: Make
     judge: Judge | None = None
     when_compiles_pruned: bool = True
+
+
+def measured_pairs(rows: dict[str, dict[str, Any]], twins: dict[str, str],
+                   failed: tuple[str, ...] = ("skipped", "problems", "error")) -> Iterator[tuple[str, dict[str, Any], str, dict[str, Any]]]:
+    """``(twin, twin's row, base, base's row)`` for each ``twin -> base`` in ``twins`` whose row and
+    its base's were both measured with none of ``failed`` set: what a kind's judge compares after
+    measurement (a row left out here is left to the decision as it is)."""
+    for name, base in twins.items():
+        row, ref = rows.get(name), rows.get(base)
+        if row and ref and not any(r.get(k) for r in (row, ref) for k in failed):
+            yield name, row, base, ref

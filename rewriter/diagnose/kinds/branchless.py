@@ -28,7 +28,7 @@ import re
 from typing import Any
 
 from ...plan import BranchlessAction
-from ..candidate import Candidate, CandidateKind, is_as_is, place_twin
+from ..candidate import Candidate, CandidateKind, is_as_is, measured_pairs, place_twin
 
 #: Break reasons of a Python ``if``/``while`` on a tensor's value (torch 2.6-2.13 wordings: explain's
 #: "Data-dependent branching" with ``generic_jump``, the graph-break log's "attempted to jump with
@@ -152,10 +152,7 @@ def judge(ctx: Any, rows: dict[str, dict[str, Any]]) -> list[str]:
     from .config import _breaks_seen, _graphs
 
     lines: list[str] = []
-    for name, base in ctx.evidence.branch_twins.items():
-        row, ref = rows.get(name), rows.get(base)
-        if not row or not ref or any(r.get(k) for r in (row, ref) for k in ("skipped", "problems", "error")):
-            continue
+    for name, row, base, ref in measured_pairs(rows, ctx.evidence.branch_twins):
         seen, seen0, graphs, graphs0 = _breaks_seen(row), _breaks_seen(ref), _graphs(row), _graphs(ref)
         if None in (seen, seen0, graphs, graphs0) or seen < seen0 or graphs < graphs0:
             continue

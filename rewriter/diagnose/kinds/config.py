@@ -40,7 +40,7 @@ import re
 from typing import Any
 
 from ...plan import DYNAMO_CONFIG_KEYS, DynamoConfigAction, DynamoSettings
-from ..candidate import Candidate, CandidateKind, is_as_is, place_twin
+from ..candidate import Candidate, CandidateKind, is_as_is, measured_pairs, place_twin
 
 #: Break reasons a scalar read gives (torch 2.6-2.13 wordings: explain's reason with its hint,
 #: the graph-break log's ``call_method ... item``, the counters' ``Unsupported Tensor.item()``).
@@ -238,10 +238,7 @@ def judge(ctx: Any, rows: dict[str, dict[str, Any]]) -> list[str]:
     chooses it); returns one line per twin pruned so, for the report's ``pruned``. Rows not both
     measured without a problem are left to the decision as they are."""
     lines: list[str] = []
-    for name, base in ctx.evidence.config_twins.items():
-        row, ref = rows.get(name), rows.get(base)
-        if not row or not ref or any(r.get(k) for r in (row, ref) for k in ("skipped", "problems", "error")):
-            continue
+    for name, row, base, ref in measured_pairs(rows, ctx.evidence.config_twins):
         seen, seen0 = _breaks_seen(row), _breaks_seen(ref)
         if seen is None or seen0 is None or seen < seen0:
             continue

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...plan import DynamoConfigAction, DynamoSettings
-from ..candidate import Candidate, CandidateKind, is_as_is, place_twin
+from ..candidate import Candidate, CandidateKind, is_as_is, measured_pairs, place_twin
 from ..rung import Finding
 from ..value_guards import KNOB, ValueGuard, unbounded
 from .config import config_target, covers
@@ -105,10 +105,7 @@ def judge(ctx: Any, rows: dict[str, dict[str, Any]]) -> list[str]:
     process-wide knob that changes nothing is not planned); one line per twin pruned. Rows not both
     measured, or with an error, are left to the decision as they are."""
     lines: list[str] = []
-    for name, base in ctx.evidence.value_guard_twins.items():
-        row, ref = rows.get(name), rows.get(base)
-        if not row or not ref or any(r.get(k) for r in (row, ref) for k in ("skipped", "error")):
-            continue
+    for name, row, base, ref in measured_pairs(rows, ctx.evidence.value_guard_twins, failed=("skipped", "error")):
         seen, seen0 = _recompiles(row), _recompiles(ref)
         if seen is None or seen0 is None or seen[0] < seen0[0] or seen[1] < seen0[1]:
             continue
