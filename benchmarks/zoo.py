@@ -433,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per variant process and per diagnose")
     ap.add_argument("--deadline", type=float, default=560.0, help="no family starts after this many seconds")
+    ap.add_argument("--keep-reports", action="store_true",
+                    help="copy each family's diagnose report (report.md, search.log, plan.yaml) under OUT/reports/")
     args = ap.parse_args(argv)
     import torch
     device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
@@ -467,6 +469,11 @@ def main(argv: list[str] | None = None) -> int:
                                                       "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                                                       "results": results}, indent=1))
             (OUT / "zoo.md").write_text(markdown(results))
+        if args.keep_reports and (work / "report").is_dir():
+            shutil.copytree(work / "report", OUT / "reports" / name, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("trace.json"))
+            if (work / "plan.yaml").exists():
+                shutil.copy(work / "plan.yaml", OUT / "reports" / name / "plan.yaml")
         shutil.rmtree(work, ignore_errors=True)
     print(markdown(results))
     return 0
