@@ -171,6 +171,7 @@ def diagnose(
     started = time.perf_counter()
     feed = console if isinstance(console, Feed) else Feed(console or stderr())  # per-event lines: -v and the log
     run = _load(spec, src, plan_out, report_dir, feed, timeout_s, entry, site)
+    run.started = started
     run.ctx = Context(session=run.session, out_dir=run.out_dir, backend=backend or default_backend(run.spec.device),
                       amortization=amortization_spec or Amortization(runs=1_000_000, restarts=1),
                       amortization_assumed=amortization_spec is None, entry=entry, site=site, overlap=overlap, pin=pin,
@@ -207,6 +208,7 @@ class _Run:
         results: the rungs' results so far, ladder order.
         fatal: the harness failure that stopped the ladder, or None.
         compiled_oom: a compile rung's fragmentation OOM (the ladder goes on), or None.
+        started: ``time.perf_counter()`` when diagnose began (the default budget counts from it).
     """
 
     spec: Harness
@@ -221,6 +223,7 @@ class _Run:
     results: list[RungResult] = field(default_factory=list)
     fatal: HarnessFailure | None = None
     compiled_oom: HarnessFailure | None = None
+    started: float = field(default_factory=time.perf_counter)
 
     def said(self, text: str) -> None:
         """An event line (``-v``, diagnose.log): each rung's start and end, setup's steps."""
@@ -400,6 +403,10 @@ def _plan_by_search(run: _Run, budget_s: float | None, timeout_s: float) -> tupl
     from .planner import Decision
     from .search import annotated
 
+    if budget_s is None:  # --budget not given: what the setup and the ladder left of the target
+        from .search import default_budget
+
+        budget_s = default_budget(time.perf_counter() - run.started, run.ctx.session.cuda)
     found = _search(run.ctx, run.results, run.meta, run.out_dir, run.feed, budget_s, timeout_s)
     return Decision(annotated(found), _search_notes(found)), found
 
@@ -472,18 +479,16 @@ def _write(run: _Run, outcome: Outcome, started: float) -> None:
 
 
 def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_dir: Path, console: Any,
-            budget_s: float | None, timeout_s: float) -> Any:
+            budget_s: float, timeout_s: float) -> Any:
     """Run the search and record it as the ``search`` entry of the ladder; on Ctrl-C, report.json
     keeps the candidates measured so far, then the interrupt goes on."""
-    from .search import SearchOutcome, default_budget, run_search
+    from .search import SearchOutcome, run_search
 
     found = SearchOutcome([])
     r = RungResult(SEARCH, "Which complete plan wins, measured as a whole?")
     r.threshold = ("net = (t_as_is - t_plan) x runs - compile per start x restarts, largest wins; a step difference within the "
                    "noise (95% interval of the paired ratio contains 1, or < 2%), or nets within 3% of t_best x runs, go to the "
                    "cheaper compile (docs/design.md, the search)")
-    if budget_s is None:  # --budget not given: the ladder's seconds leave the rest of the target
-        budget_s = default_budget(sum(r.seconds or 0.0 for r in results), ctx.session.cuda)
     t0 = time.perf_counter()
     try:
         run_search(ctx, budget_s=budget_s, timeout_s=max(timeout_s, 120.0), console=console,
