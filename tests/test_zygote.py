@@ -1,0 +1,218 @@
+"""A measurement child forked from the pre-imported server (rewriter.engine.zygote) is the child a
+fresh ``python -m rewriter.engine.child`` would have been: its own environment, working directory,
+command line, session, compile caches and empty Dynamo counters, the user's modules imported fresh
+from its tree; a timeout kills its process group; it dies with the caller."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from rewriter.engine import zygote
+from rewriter.engine.runner import ServedChild
+from rewriter.plan import Harness
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote is Linux-only")
+
+#: A harness whose build_model records what its process sees (into PROBE), then ACTs.
+PROBE_HARNESS = """\
+import gc, json, os, sys, time
+import torch
+
+
+def _stale():
+    # strings naming the server's own compile cache directories, anywhere in this process
+    hits = []
+    for o in gc.get_objects():
+        if isinstance(o, dict):
+            items = list(o.items())
+        elif isinstance(o, (list, tuple, set)):
+            items = [(None, v) for v in o]
+        else:
+            continue
+        for k, v in items:
+            for s in (k, v):
+                if isinstance(s, bytes):
+                    s = s.decode(errors="replace")
+                if isinstance(s, str) and "stackpart-zygote-" in s and "/caches/" in s:
+                    hits.append(s)
+    return hits
+
+
+def build_model():
+    import torch._dynamo
+    from torch._dynamo.package import DynamoCache
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    import click
+    import transformers
+
+    rec = {
+        "env": dict(os.environ), "cwd": os.getcwd(), "argv": sys.argv, "path": list(sys.path),
+        "cache": cache_dir(), "dynamo_cache": DynamoCache.path_prefix(),
+        "counters": {k: dict(v) for k, v in torch._dynamo.utils.counters.items() if v},
+        "hash": hash("stackpart"), "threads": torch.get_num_threads(), "pid": os.getpid(),
+        "sid": os.getsid(0), "pgid": os.getpgid(0), "flags": list(sys.flags),
+        "click": getattr(click, "MARK", click.__file__), "transformers": getattr(transformers, "MARK", None),
+        "stale": _stale(), "cmdline": open("/proc/self/cmdline", "rb").read().decode(errors="replace"),
+    }
+    with open(PROBE, "w") as f:
+        json.dump(rec, f)
+    ACT
+    return torch.nn.Linear(2, 2)
+
+
+def make_inputs(batch: int = 2):
+    return (torch.randn(batch, 2),)
+"""
+
+
+def _tree(tmp_path: Path, act: str = "pass") -> tuple[Path, Path]:
+    """A tree with the probe harness and its own ``click`` and ``transformers`` (names the test
+    process has imported, or that the server must never import)."""
+    src = tmp_path / "src"
+    (src / "transformers").mkdir(parents=True)
+    (src / "click.py").write_text("MARK = 'the tree'\n")
+    (src / "transformers" / "__init__.py").write_text("MARK = 'the tree'\n")
+    probe = tmp_path / "probe.json"
+    (src / "harness.py").write_text(PROBE_HARNESS.replace("PROBE", repr(str(probe))).replace("ACT", act))
+    return src, probe
+
+
+def _child(tmp_path: Path, src: Path, name: str = "cold-eager", timeout_s: float = 120) -> ServedChild:
+    work = tmp_path / f"work-{name}"
+    (work / "ref").mkdir(parents=True)
+    job = {"harness": Harness(file="harness.py", device="cpu", shapes=[{"batch": 2}]).model_dump(),
+           "backend": "eager", "force_backend": None, "seed": 0, "ref": str(work / "ref"), "warmup": 1, "reps": 1,
+           "budget_s": None, "construct_on_device": False, "phase": "cold", "variants": ["eager"], "tree": str(src),
+           "prepare": "eager", "reference": True, "library_modules": [], "site": None, "stance": None}
+    return ServedChild(job, work, name, work / "caches" / name, timeout_s)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _gone(pids: list[int], within_s: float = 15) -> bool:
+    deadline = time.monotonic() + within_s
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(_alive(p) for p in pids)
+
+
+def _probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forked: bool) -> tuple[dict, ServedChild]:
+    import click  # noqa: F401  (the test process has its own click: the child must still get the tree's)
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    if forked:
+        monkeypatch.delenv(zygote.SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(zygote.SWITCH, "0")
+    src, probe = _tree(tmp_path / ("tree-forked" if forked else "tree-popen"))
+    child = _child(tmp_path, src, "cold-eager-" + ("forked" if forked else "popen"))
+    try:
+        assert child.wait_built(), child.wait_cold()
+        assert isinstance(child.proc, zygote.Forked) == forked
+        return json.loads(probe.read_text()), child
+    finally:
+        child.close()
+
+
+def test_a_forked_child_sees_what_a_fresh_interpreter_would(tmp_path, monkeypatch):
+    got = {}
+    for forked in (True, False):
+        got[forked], child = _probe(tmp_path, monkeypatch, forked)
+        rec = got[forked]
+        work = Path(child.stderr_path).parent
+        caches = work / "caches" / child.name
+        assert rec["cwd"] == str(work)
+        assert rec["argv"][1:] == [str(work / f"{child.name}.job.json")]
+        assert rec["argv"][0].endswith("rewriter/engine/child.py")
+        assert "rewriter.engine.child" in rec["cmdline"] and child.name in rec["cmdline"]
+        assert rec["env"]["TORCHINDUCTOR_CACHE_DIR"] == str(caches / "inductor")
+        assert rec["env"]["TRITON_CACHE_DIR"] == str(caches / "triton")
+        assert rec["cache"] == str(caches / "inductor")
+        assert rec["dynamo_cache"].startswith(str(caches / "inductor"))
+        assert rec["stale"] == []
+        assert rec["counters"] == {}
+        assert rec["env"]["PYTHONHASHSEED"] == "0"
+        assert rec["sid"] == rec["pid"] == rec["pgid"] == child.proc.pid
+        assert rec["click"] == "the tree" and rec["transformers"] == "the tree"
+    fresh, fork = got[False], got[True]
+    for rec in (fresh, fork):
+        rec["env"].pop(zygote.SWITCH, None)
+    # the same process but for its own paths
+
+    def norm(value, own):
+        return json.loads(json.dumps(value).replace(str(tmp_path), "T").replace(own, "X"))
+
+    for key in ("env", "path", "threads", "flags"):
+        assert norm(fork[key], "-forked") == norm(fresh[key], "-popen"), key
+    assert fork["hash"] == fresh["hash"]  # PYTHONHASHSEED=0 in both
+
+
+@pytest.mark.parametrize("ignores_sigterm", [False, True], ids=["sigterm", "sigkill"])
+def test_a_timed_out_forked_child_is_killed_with_its_process_group(tmp_path, monkeypatch, ignores_sigterm):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv(zygote.SWITCH, raising=False)
+    pidfile = tmp_path / "grandchild.pid"
+    act = (f"import signal, subprocess\n    g = subprocess.Popen(['sleep', '600'])\n"
+           f"    open({str(pidfile)!r}, 'w').write(str(g.pid))\n"
+           + ("    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if ignores_sigterm else "")
+           + "    time.sleep(600)")
+    src, _ = _tree(tmp_path, act)
+    child = _child(tmp_path, src, timeout_s=8)
+    assert isinstance(child.proc, zygote.Forked)
+    result = child.wait_cold()
+    assert result.code == -1 and result.error["kind"] == "timeout"
+    expected = -signal.SIGKILL if ignores_sigterm else -signal.SIGTERM
+    assert child.proc.returncode == expected
+    assert _gone([child.proc.pid, int(pidfile.read_text())])
+
+
+CALLER = """\
+import sys, time
+from pathlib import Path
+from rewriter.engine import zygote
+from rewriter.engine.runner import child_env, package_path
+
+work = Path(sys.argv[1])
+pkg = package_path(work)
+env = child_env(work / "caches", [pkg])
+with open(work / "out.txt", "wb") as out:
+    child = zygote.launch(["600"], env, str(work), out.fileno(), (), pkg, package_path, module="sleeper")
+server = zygote._servers[next(iter(zygote._servers))]
+(work / "pids").write_text(f"{server.proc.pid} {child.pid}")
+time.sleep(600)
+"""
+
+
+def test_the_server_and_its_children_die_with_a_sigkilled_caller(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv(zygote.SWITCH, raising=False)
+    (tmp_path / "sleeper.py").write_text("import time\n\ndef main(argv):\n    time.sleep(int(argv[0]))\n")
+    caller = subprocess.Popen([sys.executable, "-c", CALLER, str(tmp_path)], cwd=str(tmp_path))
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "pids").exists() or not (tmp_path / "pids").read_text():
+            assert caller.poll() is None and time.monotonic() < deadline, "the caller never forked its child"
+            time.sleep(0.05)
+        server, child = map(int, (tmp_path / "pids").read_text().split())
+        assert _alive(server) and _alive(child)
+        caller.send_signal(signal.SIGKILL)
+        caller.wait()
+        assert _gone([server, child]), "the server or its child outlived the SIGKILLed caller"
+    finally:
+        if caller.poll() is None:
+            caller.kill()
