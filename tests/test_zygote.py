@@ -193,7 +193,7 @@ env = child_env(work / "caches", [pkg])
 with open(work / "out.txt", "wb") as out:
     child = zygote.launch(["600"], env, str(work), out.fileno(), (), pkg, package_path, module="sleeper")
 server = zygote._servers[next(iter(zygote._servers))]
-(work / "pids").write_text(f"{server.proc.pid} {child.pid}")
+(work / "pids").write_text(f"{server.proc.pid} {child.pid} {server.dir}")
 time.sleep(600)
 """
 
@@ -208,7 +208,8 @@ def test_the_server_and_its_children_die_with_a_sigkilled_caller(tmp_path, monke
         while not (tmp_path / "pids").exists() or not (tmp_path / "pids").read_text():
             assert caller.poll() is None and time.monotonic() < deadline, "the caller never forked its child"
             time.sleep(0.05)
-        server, child = map(int, (tmp_path / "pids").read_text().split())
+        server, child, server_dir = (tmp_path / "pids").read_text().split()
+        server, child = int(server), int(child)
         assert _alive(server) and _alive(child)
         caller.send_signal(signal.SIGKILL)
         caller.wait()
@@ -216,3 +217,35 @@ def test_the_server_and_its_children_die_with_a_sigkilled_caller(tmp_path, monke
     finally:
         if caller.poll() is None:
             caller.kill()
+        if (tmp_path / "pids").exists():  # no handler ran to remove the server's directory
+            import shutil
+
+            shutil.rmtree((tmp_path / "pids").read_text().split()[2], ignore_errors=True)
+
+
+def test_a_server_that_cannot_start_leaves_the_child_to_popen_and_says_so_in_the_debug_log(tmp_path, monkeypatch,
+                                                                                             caplog):
+    import logging
+
+    def refuse(self, *args, **kwargs):
+        raise OSError("the zygote refused: 2 threads after the imports (a fork copies one)")
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv(zygote.SWITCH, raising=False)
+    monkeypatch.setattr(zygote, "_servers", type(zygote._servers)())
+    monkeypatch.setattr(zygote, "_refused", set())
+    monkeypatch.setattr(zygote.Zygote, "__init__", refuse)
+    src, probe = _tree(tmp_path)
+    with caplog.at_level(logging.DEBUG, logger="rewriter.engine.zygote"):
+        child = _child(tmp_path, src)
+        try:
+            assert isinstance(child.proc, subprocess.Popen)
+            assert child.wait_built(), child.wait_cold()
+            assert json.loads(probe.read_text())["pid"] == child.proc.pid
+        finally:
+            child.close()
+        second = _child(tmp_path, src, "cold-again")  # refused once: not tried again for the same environment
+        second.close()
+    assert isinstance(second.proc, subprocess.Popen)
+    assert [r.getMessage() for r in caplog.records if "no zygote" in r.getMessage()] == [
+        "no zygote, children start with Popen: the zygote refused: 2 threads after the imports (a fork copies one)"]

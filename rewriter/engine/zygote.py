@@ -52,10 +52,12 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-#: The environment variables that differ between the children of one server: torch reads them each
-#: time it looks for a cache (``torch._inductor.runtime.cache_dir_utils``), keeping no path from
-#: the server's imports (tests/test_zygote.py holds this).
-PER_CHILD = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+#: The environment variables that differ between the children of one server: torch reads the cache
+#: directories each time it looks for a cache (``torch._inductor.runtime.cache_dir_utils``), keeping
+#: no path from the server's imports (tests/test_zygote.py holds this); pytest sets
+#: ``PYTEST_CURRENT_TEST`` anew for each test, and nothing reads it at import.
+CACHE_DIRS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+PER_CHILD = (*CACHE_DIRS, "PYTEST_CURRENT_TEST")
 
 #: What the server imports before it serves: what every child imports before the user's code, plus
 #: Dynamo and Inductor (whose first ``torch.compile`` a compiled variant pays in its build, before
@@ -147,9 +149,10 @@ class Zygote:
         env = dict(env)
         rest = env.get("PYTHONPATH", "")
         env["PYTHONPATH"] = os.pathsep.join([self.package_path] + ([rest] if rest else []))
-        for var in PER_CHILD:  # its own: what an import writes there stays out of the user's caches
+        for var in CACHE_DIRS:  # its own: what an import writes there stays out of the user's caches
             env[var] = str(self.dir / "caches" / var.lower())
         self.owner = os.getpid()
+        self.lock = threading.Lock()  # one request and its answer at a time on the socket
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log_path = self.dir / "zygote.log"
         try:
@@ -196,8 +199,9 @@ class Zygote:
         """
         request = {"argv": argv, "env": dict(env), "cwd": cwd, "fds": list(pass_fds), "package_path": package_path,
                    "module": module}
-        socket.send_fds(self.sock, [json.dumps(request).encode()], [stdout, *pass_fds])
-        reply, fds = self._receive()
+        with self.lock:
+            socket.send_fds(self.sock, [json.dumps(request).encode()], [stdout, *pass_fds])
+            reply, fds = self._receive()
         if "pid" not in reply or len(fds) != 1:
             for fd in fds:
                 os.close(fd)
