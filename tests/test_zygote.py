@@ -29,8 +29,8 @@ import torch
 
 
 def _stale():
-    # strings naming the server's own compile cache directories, anywhere in this process
-    hits = []
+    # strings naming the compile cache directories of the server's first child, anywhere in this process
+    hits, needle = [], STALE + "/"
     for o in gc.get_objects():
         if isinstance(o, dict):
             items = list(o.items())
@@ -42,7 +42,7 @@ def _stale():
             for s in (k, v):
                 if isinstance(s, bytes):
                     s = s.decode(errors="replace")
-                if isinstance(s, str) and "stackpart-zygote-" in s and "/caches/" in s:
+                if isinstance(s, str) and needle in s and s != needle:
                     hits.append(s)
     return hits
 
@@ -74,7 +74,7 @@ def make_inputs(batch: int = 2):
 """
 
 
-def _tree(tmp_path: Path, act: str = "pass") -> tuple[Path, Path]:
+def _tree(tmp_path: Path, act: str = "pass", stale: str = "/nowhere/") -> tuple[Path, Path]:
     """A tree with the probe harness and its own ``click`` and ``transformers`` (names the test
     process has imported, or that the server must never import)."""
     src = tmp_path / "src"
@@ -82,7 +82,8 @@ def _tree(tmp_path: Path, act: str = "pass") -> tuple[Path, Path]:
     (src / "click.py").write_text("MARK = 'the tree'\n")
     (src / "transformers" / "__init__.py").write_text("MARK = 'the tree'\n")
     probe = tmp_path / "probe.json"
-    (src / "harness.py").write_text(PROBE_HARNESS.replace("PROBE", repr(str(probe))).replace("ACT", act))
+    (src / "harness.py").write_text(
+        PROBE_HARNESS.replace("PROBE", repr(str(probe))).replace("ACT", act).replace("STALE", repr(stale)))
     return src, probe
 
 
@@ -112,6 +113,8 @@ def _gone(pids: list[int], within_s: float = 15) -> bool:
 
 
 def _probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forked: bool) -> tuple[dict, ServedChild]:
+    """What a child started ``forked`` (else with Popen) records, and its handle; forked, it is the
+    second child of a new server, whose imports ran with the first one's environment."""
     import click  # noqa: F401  (the test process has its own click: the child must still get the tree's)
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -119,17 +122,30 @@ def _probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forked: bool) -> tup
         monkeypatch.delenv(zygote.SWITCH, raising=False)
     else:
         monkeypatch.setenv(zygote.SWITCH, "0")
-    src, probe = _tree(tmp_path / ("tree-forked" if forked else "tree-popen"))
-    child = _child(tmp_path, src, "cold-eager-" + ("forked" if forked else "popen"))
+    way = "forked" if forked else "popen"
+    src, _ = _tree(tmp_path / f"first-{way}")
+    first = _child(tmp_path, src, f"first-{way}")
+    first.close()
+    src, probe = _tree(tmp_path / f"tree-{way}", stale=str(Path(first.stderr_path).parent / "caches" / first.name))
+    child = _child(tmp_path, src, f"cold-eager-{way}")
     try:
         assert child.wait_built(), child.wait_cold()
-        assert isinstance(child.proc, zygote.Forked) == forked
+        assert isinstance(first.proc, zygote.Forked) == isinstance(child.proc, zygote.Forked) == forked
         return json.loads(probe.read_text()), child
     finally:
         child.close()
 
 
 def test_a_forked_child_sees_what_a_fresh_interpreter_would(tmp_path, monkeypatch):
+    monkeypatch.setattr(zygote, "_servers", type(zygote._servers)())  # a new server, started by the first child
+    monkeypatch.setattr(zygote, "_refused", set())
+    try:
+        _compare(tmp_path, monkeypatch)
+    finally:
+        zygote.close_all()
+
+
+def _compare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     got = {}
     for forked in (True, False):
         got[forked], child = _probe(tmp_path, monkeypatch, forked)
@@ -191,9 +207,9 @@ work = Path(sys.argv[1])
 pkg = package_path(work)
 env = child_env(work / "caches", [pkg])
 with open(work / "out.txt", "wb") as out:
-    child = zygote.launch(["600"], env, str(work), out.fileno(), (), pkg, package_path, module="sleeper")
+    child = zygote.launch(["600"], env, str(work), out.fileno(), (), pkg, module="sleeper")
 server = zygote._servers[next(iter(zygote._servers))]
-(work / "pids").write_text(f"{server.proc.pid} {child.pid} {server.dir}")
+(work / "pids").write_text(f"{server.proc.pid} {child.pid}")
 time.sleep(600)
 """
 
@@ -208,8 +224,7 @@ def test_the_server_and_its_children_die_with_a_sigkilled_caller(tmp_path, monke
         while not (tmp_path / "pids").exists() or not (tmp_path / "pids").read_text():
             assert caller.poll() is None and time.monotonic() < deadline, "the caller never forked its child"
             time.sleep(0.05)
-        server, child, server_dir = (tmp_path / "pids").read_text().split()
-        server, child = int(server), int(child)
+        server, child = map(int, (tmp_path / "pids").read_text().split())
         assert _alive(server) and _alive(child)
         caller.send_signal(signal.SIGKILL)
         caller.wait()
@@ -217,10 +232,6 @@ def test_the_server_and_its_children_die_with_a_sigkilled_caller(tmp_path, monke
     finally:
         if caller.poll() is None:
             caller.kill()
-        if (tmp_path / "pids").exists():  # no handler ran to remove the server's directory
-            import shutil
-
-            shutil.rmtree((tmp_path / "pids").read_text().split()[2], ignore_errors=True)
 
 
 def test_a_server_that_cannot_start_leaves_the_child_to_popen_and_says_so_in_the_debug_log(tmp_path, monkeypatch,

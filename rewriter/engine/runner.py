@@ -98,7 +98,7 @@ def _start_child(argv: list[str], env: dict[str, str], workdir: Path, out: int, 
     ``Popen``), or where there is none (``STACKPART_ZYGOTE=0``, refused, failed) a fresh interpreter."""
     from . import zygote
 
-    forked = zygote.launch(argv, env, str(workdir), out, pass_fds, pkg, package_path)
+    forked = zygote.launch(argv, env, str(workdir), out, pass_fds, pkg)
     if forked is not None:
         return forked
     return subprocess.Popen(

@@ -13,19 +13,25 @@ imports the user's code itself: the server never imports transformers, diffusers
 module (a tree may hold its own copy of one).
 
 One server serves one import-time environment: the child environment less the variables that differ
-per child and that torch reads lazily (:data:`PER_CHILD`), less the child's own ``PYTHONPATH`` entry
-for stackpart (:func:`rewriter.engine.runner.package_path`). A child whose environment differs in
-anything else (``OMP_NUM_THREADS``, which libgomp reads when torch is loaded; an allocator setting)
-gets a server of its own. The server refuses to serve (the caller then starts the child with
-``subprocess.Popen``) when forking would not give a clean child: a second thread after the imports
-(a fork copies only the calling thread), the CUDA driver loaded (a forked child cannot use CUDA
-once its parent initialized it: PyTorch's "Cannot re-initialize CUDA in forked subprocess"), an
-open descriptor of a library that a child's pipes could overwrite, a compile cache directory read
-at import, or one of the modules above imported. ``STACKPART_ZYGOTE=0`` turns the server off.
+per child and that nothing reads at import (:data:`PER_CHILD`), less the child's own ``PYTHONPATH``
+entry for stackpart (:func:`rewriter.engine.runner.package_path`; the server imports ``rewriter`` by
+location, with no directory of its own). It starts with the environment of the first child it
+serves. A child whose environment differs in anything else (``OMP_NUM_THREADS``, which libgomp reads
+when torch is loaded; an allocator setting; ``TMPDIR``) gets a server of its own. The server refuses
+to serve (the caller then starts the child with ``subprocess.Popen``) when forking would not give a
+clean child: a second thread after the imports (a fork copies only the calling thread), the CUDA
+driver loaded (a forked child cannot use CUDA once its parent initialized it: PyTorch's "Cannot
+re-initialize CUDA in forked subprocess"), an open descriptor of a library that a child's pipes
+could overwrite, or one of the modules above imported. ``STACKPART_ZYGOTE=0`` turns the server off.
+
+One difference remains: an environment variable that a tree sets when it is imported, and that
+Dynamo's or Inductor's config reads when it is imported (``TORCHINDUCTOR_*``, ``TORCHDYNAMO_*``
+defaults), is read by a fresh interpreter (which imports those configs after the tree) and not by a
+forked child (whose server imported them first); ``STACKPART_ZYGOTE=0`` gives the former.
 
 Protocol over a ``SOCK_SEQPACKET`` socket pair (one JSON message each way, descriptors passed with
 ``socket.send_fds``): the server says ``{"ready": true}`` or ``{"refused": why}`` once; then per
-request ``{"argv", "env", "cwd", "fds", "package_path"}`` with the child's stdout file and the
+request ``{"argv", "env", "cwd", "fds", "module"}`` with the child's stdout file and the
 descriptors to place at the numbers ``fds`` lists, it answers ``{"pid"}`` and the read end of a
 status pipe on which it writes the child's exit code (negative: the signal that ended it, as
 ``subprocess.Popen.returncode``) once it has reaped it. Linux only (``/proc``, ``prctl``).
@@ -42,11 +48,10 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +59,8 @@ log = logging.getLogger(__name__)
 
 #: The environment variables that differ between the children of one server: torch reads the cache
 #: directories each time it looks for a cache (``torch._inductor.runtime.cache_dir_utils``), keeping
-#: no path from the server's imports (tests/test_zygote.py holds this); pytest sets
+#: no path from the server's imports, which ran with its first child's (tests/test_zygote.py holds
+#: this); pytest sets
 #: ``PYTEST_CURRENT_TEST`` anew for each test, and nothing reads it at import.
 CACHE_DIRS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 PER_CHILD = (*CACHE_DIRS, "PYTEST_CURRENT_TEST")
@@ -83,6 +89,21 @@ _TITLE_ROOM = 1024
 
 #: The module a child runs (``python -m`` of it), unless a request names another.
 CHILD_MODULE = "rewriter.engine.child"
+
+#: The ``rewriter`` package directory the server imports by location.
+PACKAGE = Path(__file__).resolve().parents[1]
+
+#: The server's ``python -c`` program: ``rewriter`` imported from ``argv[1]`` by location (nothing
+#: else of a checkout importable), no working directory on ``sys.path``, then :func:`main`.
+_BOOT = (
+    "import sys, importlib.util as u\n"
+    "del sys.path[0]\n"
+    "s = u.spec_from_file_location('rewriter', sys.argv[1] + '/__init__.py', submodule_search_locations=[sys.argv[1]])\n"
+    "m = sys.modules['rewriter'] = u.module_from_spec(s)\n"
+    "s.loader.exec_module(m)\n"
+    "from rewriter.engine.zygote import main\n"
+    "sys.exit(main(sys.argv[2:]))\n"
+)
 
 
 def _die_with_parent() -> None:
@@ -143,25 +164,25 @@ class Forked:
 class Zygote:
     """One running server and the caller's end of its socket."""
 
-    def __init__(self, env: Mapping[str, str], make_package_path: Callable[[Path], str]) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="stackpart-zygote-"))
-        self.package_path = make_package_path(self.dir)
-        env = dict(env)
-        rest = env.get("PYTHONPATH", "")
-        env["PYTHONPATH"] = os.pathsep.join([self.package_path] + ([rest] if rest else []))
-        for var in CACHE_DIRS:  # its own: what an import writes there stays out of the user's caches
-            env[var] = str(self.dir / "caches" / var.lower())
+    def __init__(self, env: Mapping[str, str]) -> None:
+        """Start a server with ``env``: the first child's environment without its own ``PYTHONPATH``
+        entry for stackpart (the server imports ``rewriter`` from :data:`PACKAGE` by location
+        instead, so it needs no directory of its own and a checkout's root stays off its path).
+
+        Raises:
+            OSError: it did not start or refused to serve (why, in the message).
+        """
         self.owner = os.getpid()
         self.lock = threading.Lock()  # one request and its answer at a time on the socket
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.log_path = self.dir / "zygote.log"
         try:
-            with open(self.log_path, "wb") as out:
-                self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "rewriter.engine.zygote", str(theirs.fileno()), " " * _TITLE_ROOM],
-                    env=env, cwd=str(self.dir), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                    pass_fds=(theirs.fileno(),), preexec_fn=_die_with_parent,
-                )
+            # its own output goes nowhere: the imports' warnings stay out of the terminal and out of
+            # the children's logs; what went wrong comes back on the socket
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, str(PACKAGE), str(theirs.fileno()), " " * _TITLE_ROOM],
+                env=dict(env), cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, pass_fds=(theirs.fileno(),), preexec_fn=_die_with_parent,
+            )
         finally:
             theirs.close()
         self.sock.settimeout(START_TIMEOUT_S)
@@ -169,17 +190,11 @@ class Zygote:
             hello = self._receive()[0]
         except (OSError, ValueError) as exc:
             self.close()
-            raise OSError(f"the zygote did not start: {exc}; {self._log_tail()}") from exc
+            raise OSError(f"the zygote did not start: {exc}") from exc
         if not hello.get("ready"):
             self.close()
             raise OSError(f"the zygote refused: {hello.get('refused', hello)}")
         self.sock.settimeout(None)
-
-    def _log_tail(self) -> str:
-        try:
-            return " | ".join(self.log_path.read_text(errors="replace").splitlines()[-5:])
-        except OSError:
-            return ""
 
     def _receive(self) -> tuple[dict[str, Any], list[int]]:
         msg, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, 4)
@@ -191,14 +206,13 @@ class Zygote:
         return self.owner == os.getpid() and self.proc.poll() is None and self.sock.fileno() >= 0
 
     def fork(self, argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, pass_fds: tuple[int, ...],
-             package_path: str, module: str = CHILD_MODULE) -> Forked:
+             module: str = CHILD_MODULE) -> Forked:
         """Fork one child running ``python -m module *argv`` as described in the module docstring.
 
         Raises:
             OSError: the server is gone or could not fork (the caller falls back to ``Popen``).
         """
-        request = {"argv": argv, "env": dict(env), "cwd": cwd, "fds": list(pass_fds), "package_path": package_path,
-                   "module": module}
+        request = {"argv": argv, "env": dict(env), "cwd": cwd, "fds": list(pass_fds), "module": module}
         with self.lock:
             socket.send_fds(self.sock, [json.dumps(request).encode()], [stdout, *pass_fds])
             reply, fds = self._receive()
@@ -210,10 +224,7 @@ class Zygote:
         return Forked(int(reply["pid"]), fds[0], [sys.executable, "-m", module, *argv])
 
     def close(self) -> None:
-        """End the server (it kills the process groups of the children still running) and remove its
-        directory."""
-        import shutil
-
+        """End the server (it kills the process groups of the children still running)."""
         try:
             self.sock.close()
         except OSError:
@@ -225,7 +236,6 @@ class Zygote:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 _servers: OrderedDict[tuple[tuple[str, str], ...], Zygote] = OrderedDict()
@@ -237,26 +247,28 @@ def enabled() -> bool:
     return sys.platform.startswith("linux") and os.environ.get(SWITCH, "1").strip() != "0"
 
 
+def _without_path(env: Mapping[str, str], package_path: str) -> dict[str, str]:
+    out = dict(env)
+    out["PYTHONPATH"] = os.pathsep.join(p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p != package_path)
+    return out
+
+
 def server_env(env: Mapping[str, str], package_path: str) -> dict[str, str]:
     """The import-time environment of a child's ``env``: without :data:`PER_CHILD`, :data:`SWITCH`
     (read by the caller only) and its own ``package_path`` entry of ``PYTHONPATH`` (the key of the
     server that forks it)."""
-    out = {k: v for k, v in env.items() if k not in PER_CHILD and k != SWITCH}
-    parts = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p != package_path]
-    out["PYTHONPATH"] = os.pathsep.join(parts)
-    return out
+    return {k: v for k, v in _without_path(env, package_path).items() if k not in PER_CHILD and k != SWITCH}
 
 
 def launch(argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, pass_fds: tuple[int, ...],
-           package_path: str, make_package_path: Callable[[Path], str], module: str = CHILD_MODULE) -> Forked | None:
+           package_path: str, module: str = CHILD_MODULE) -> Forked | None:
     """``python -m module *argv`` forked from the server of its environment ``env`` (started on first
     use, kept for the life of this process), or None where there is none to use: turned off,
     refused, failed (said in the debug log); the caller then starts the child itself. Servers are started from the main thread
     only (the death signal that ends one with this process follows the thread that started it)."""
     if not enabled():
         return None
-    base = server_env(env, package_path)
-    key = (("",  sys.executable),) + tuple(sorted(base.items()))
+    key = (("", sys.executable),) + tuple(sorted(server_env(env, package_path).items()))
     server = _servers.get(key)
     if server is not None and not server.usable():
         _servers.pop(key)
@@ -267,7 +279,7 @@ def launch(argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, pass_
             return None
         t0 = time.perf_counter()
         try:
-            server = Zygote(base, make_package_path)
+            server = Zygote(_without_path(env, package_path))
         except OSError as exc:
             _refused.add(key)
             log.debug("no zygote, children start with Popen: %s", exc)
@@ -278,7 +290,7 @@ def launch(argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, pass_
             _servers.popitem(last=False)[1].close()
     _servers.move_to_end(key)
     try:
-        return server.fork(argv, env, cwd, stdout, pass_fds, package_path, module)
+        return server.fork(argv, env, cwd, stdout, pass_fds, module)
     except OSError as exc:
         log.debug("zygote %d failed, this child starts with Popen: %s", server.proc.pid, exc)
         _servers.pop(key, None)
@@ -341,8 +353,7 @@ def _set_title(words: list[str]) -> None:
     ctypes.memmove(start, title + b"\0" * (room - len(title)), room)
 
 
-def _run_child(request: dict[str, Any], fds: list[int], private: list[int], server_pid: int,
-               server_package_path: str) -> None:
+def _run_child(request: dict[str, Any], fds: list[int], private: list[int], server_pid: int) -> None:
     """In a freshly forked child: become what ``Popen([python, -m, module, *argv], ...)`` would have
     started, run the module's ``main(argv)``, exit with its code. Never returns."""
     code = 1
@@ -374,8 +385,10 @@ def _run_child(request: dict[str, Any], fds: list[int], private: list[int], serv
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        sys.path[0] = os.getcwd()  # what ``python -m`` puts first
-        sys.path[:] = [request["package_path"] if p == server_package_path else p for p in sys.path]
+        # what ``python -m`` gives: the working directory, then PYTHONPATH (the server's, with the
+        # child's own entry for stackpart), then the rest
+        mine = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+        sys.path[:] = [os.getcwd(), *mine, *sys.path]
         import importlib
 
         importlib.invalidate_caches()
@@ -431,7 +444,6 @@ def serve(sock: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     children: dict[int, int] = {}  # pid -> write end of its status pipe
     me = os.getpid()
-    package = os.environ.get("PYTHONPATH", "").split(os.pathsep)[0]
 
     def reap() -> None:
         while children:
@@ -474,8 +486,7 @@ def serve(sock: socket.socket) -> None:
                 socket.send_fds(sock, [json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode()], [])
                 continue
             if pid == 0:
-                _run_child(request, fds, [sock.fileno(), wake_r, wake_w, status_r, status_w, *children.values()],
-                           me, package)
+                _run_child(request, fds, [sock.fileno(), wake_r, wake_w, status_r, status_w, *children.values()], me)
             for fd in fds:
                 os.close(fd)
             children[pid] = status_w
@@ -491,12 +502,14 @@ def serve(sock: socket.socket) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """The server: ``python -m rewriter.engine.zygote SOCKET_FD [padding]``."""
+    """The server (started by :class:`Zygote` as ``python -c _BOOT PACKAGE SOCKET_FD padding``)."""
     sock = socket.socket(fileno=int(argv[0]))
     try:
         why = _prepare()
     except Exception as exc:  # noqa: BLE001 - said to the caller, which starts its children itself
-        why = f"an import failed: {type(exc).__name__}: {exc}"
+        import traceback
+
+        why = f"an import failed: {type(exc).__name__}: {exc} ({traceback.format_exc(limit=-3)[-1500:]})"
     if why is None:
         fds = _open_fds({sock.fileno()})
         if fds:
@@ -506,6 +519,3 @@ def main(argv: list[str]) -> int:
         serve(sock)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
