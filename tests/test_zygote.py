@@ -260,3 +260,44 @@ def test_a_server_that_cannot_start_leaves_the_child_to_popen_and_says_so_in_the
     assert isinstance(second.proc, subprocess.Popen)
     assert [r.getMessage() for r in caplog.records if "no zygote" in r.getMessage()] == [
         "no zygote, children start with Popen: the zygote refused: 2 threads after the imports (a fork copies one)"]
+
+
+def test_beyond_max_servers_only_a_server_whose_children_have_exited_is_closed(monkeypatch):
+    """A third environment starts a third server; the least recently used server is closed only
+    once its children have exited (closing a server kills its children)."""
+    made = []
+
+    class Fake:
+        def __init__(self, env):
+            self.env, self.busy, self.closed = env, True, False
+            self.proc = type("P", (), {"pid": len(made)})()
+            made.append(self)
+
+        def usable(self):
+            return not self.closed
+
+        def idle(self):
+            return not self.busy
+
+        def fork(self, *args):
+            return self
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.delenv(zygote.SWITCH, raising=False)
+    monkeypatch.setattr(zygote, "Zygote", Fake)
+    monkeypatch.setattr(zygote, "_servers", type(zygote._servers)())
+    monkeypatch.setattr(zygote, "MAX_SERVERS", 2)
+
+    def launch(threads):
+        return zygote.launch([], {"OMP_NUM_THREADS": threads, "PYTHONPATH": "/p"}, "/", 1, (), "/p")
+
+    a, b = launch("1"), launch("2")
+    assert launch("1") is a  # the same import-time environment: the same server
+    c = launch("3")  # both others still have children running: none closed
+    assert [s.closed for s in made] == [False, False, False]
+    b.busy = False
+    d = launch("4")
+    assert b.closed and not a.closed and not c.closed and not d.closed
+    assert [s.env["OMP_NUM_THREADS"] for s in zygote._servers.values()] == ["1", "3", "4"]

@@ -50,6 +50,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
@@ -174,6 +175,7 @@ class Zygote:
         """
         self.owner = os.getpid()
         self.lock = threading.Lock()  # one request and its answer at a time on the socket
+        self.children: list[weakref.ref[Forked]] = []
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             # its own output goes nowhere: the imports' warnings stay out of the terminal and out of
@@ -221,7 +223,14 @@ class Zygote:
                 os.close(fd)
             raise OSError(f"the zygote could not fork: {reply.get('error', reply)}")
         os.set_inheritable(fds[0], False)
-        return Forked(int(reply["pid"]), fds[0], [sys.executable, "-m", module, *argv])
+        child = Forked(int(reply["pid"]), fds[0], [sys.executable, "-m", module, *argv])
+        self.children = [c for c in self.children if c() is not None and c().poll() is None]  # type: ignore[union-attr]
+        self.children.append(weakref.ref(child))
+        return child
+
+    def idle(self) -> bool:
+        """No child of this server is still running (closing it would kill them)."""
+        return all(c() is None or c().poll() is not None for c in self.children)  # type: ignore[union-attr]
 
     def close(self) -> None:
         """End the server (it kills the process groups of the children still running)."""
@@ -264,8 +273,10 @@ def launch(argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, pass_
            package_path: str, module: str = CHILD_MODULE) -> Forked | None:
     """``python -m module *argv`` forked from the server of its environment ``env`` (started on first
     use, kept for the life of this process), or None where there is none to use: turned off,
-    refused, failed (said in the debug log); the caller then starts the child itself. Servers are started from the main thread
-    only (the death signal that ends one with this process follows the thread that started it)."""
+    refused, failed (said in the debug log); the caller then starts the child itself. Servers are
+    started from the main thread only (the death signal that ends one with this process follows the
+    thread that started it); beyond :data:`MAX_SERVERS`, the least recently used one whose children
+    have all exited is closed."""
     if not enabled():
         return None
     key = (("", sys.executable),) + tuple(sorted(server_env(env, package_path).items()))
@@ -286,8 +297,8 @@ def launch(argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, pass_
             return None
         log.debug("zygote %d ready in %.1f s", server.proc.pid, time.perf_counter() - t0)
         _servers[key] = server
-        while len(_servers) > MAX_SERVERS:
-            _servers.popitem(last=False)[1].close()
+        for old in [k for k, z in _servers.items() if k != key and z.idle()][: max(0, len(_servers) - MAX_SERVERS)]:
+            _servers.pop(old).close()
     _servers.move_to_end(key)
     try:
         return server.fork(argv, env, cwd, stdout, pass_fds, module)
