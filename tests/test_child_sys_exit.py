@@ -4,6 +4,8 @@ now says the program called sys.exit, with the user's line."""
 
 from __future__ import annotations
 
+import pytest
+
 from rewriter.cli import main
 from test_messages import HARNESS, MODEL
 
@@ -26,8 +28,20 @@ actions:
 """
 
 
-def test_sys_exit_in_the_harness_is_named_with_its_line_in_validate(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("launcher", ["zygote", "popen"])
+def test_sys_exit_in_the_harness_is_named_with_its_line_in_validate(tmp_path, capsys, monkeypatch, launcher):
+    """Both ways a child starts (forked from the pre-imported server, or with ``STACKPART_ZYGOTE=0``
+    a fresh interpreter) say the same."""
+    from rewriter.engine import runner, zygote
+
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    if launcher == "popen":
+        monkeypatch.setenv(zygote.SWITCH, "0")
+    else:
+        monkeypatch.delenv(zygote.SWITCH, raising=False)
+    started = []
+    start = runner._start_child
+    monkeypatch.setattr(runner, "_start_child", lambda *a: started.append(start(*a)) or started[-1])
     src = tmp_path / "src"
     src.mkdir()
     (src / "model.py").write_text(MODEL)
@@ -37,3 +51,4 @@ def test_sys_exit_in_the_harness_is_named_with_its_line_in_validate(tmp_path, ca
     err = " ".join(capsys.readouterr().err.split())
     assert "the program called sys.exit(3) at a/harness.py:8" in err, err  # a/: validate's original tree
     assert "exited with code" not in err, err
+    assert started and all(isinstance(p, zygote.Forked) == (launcher == "zygote") for p in started), started

@@ -1,5 +1,6 @@
-"""Run one validation child in its own process: fresh interpreter (clean module cache), its own
-compile caches, a timeout after which the whole process group is killed.
+"""Run one validation child in its own process: forked from a server with torch imported
+(:mod:`.zygote`) or a fresh interpreter, the user's modules imported fresh, its own compile caches,
+a timeout after which the whole process group is killed.
 
 Standard library ``subprocess`` with ``start_new_session`` so a timeout can signal the child's
 process group (Inductor's compile workers included) rather than only the child.
@@ -90,7 +91,24 @@ def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _start_child(argv: list[str], env: dict[str, str], workdir: Path, out: int, pass_fds: tuple[int, ...],
+                 pkg: str) -> "subprocess.Popen[bytes] | Any":
+    """``python -m rewriter.engine.child *argv`` in its own session, stdout and stderr into ``out``:
+    forked from a server that has torch imported already (:mod:`.zygote`, a handle shaped as
+    ``Popen``), or where there is none (``STACKPART_ZYGOTE=0``, refused, failed) a fresh interpreter."""
+    from . import zygote
+
+    forked = zygote.launch(argv, env, str(workdir), out, pass_fds, pkg)
+    if forked is not None:
+        return forked
+    return subprocess.Popen(
+        [sys.executable, "-m", "rewriter.engine.child", *argv],
+        stdout=out, stderr=subprocess.STDOUT, env=env, cwd=str(workdir),
+        start_new_session=True, pass_fds=pass_fds, preexec_fn=die_with_parent,
+    )
+
+
+def _kill_group(proc: Any) -> None:
     """SIGTERM the child's process group, SIGKILL it if it is still there after 5 s."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -137,18 +155,15 @@ class ServedChild:
         job_path = workdir / f"{name}.job.json"
         job_path.write_text(json.dumps(self.job, indent=1))
         self.stderr_path = workdir / f"{name}.stderr.txt"
-        env = child_env(cache_root, [package_path(workdir)])
+        pkg = package_path(workdir)
+        env = child_env(cache_root, [pkg])
         if not str(job["harness"]["device"]).startswith("cuda"):
             from ..threads import child_env_threads
 
             child_env_threads(env)  # CPU timing: a thread count that fits the cores (rewriter.threads)
         self.started = time.perf_counter()
         with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "rewriter.engine.child", str(job_path)],
-                stdout=err, stderr=subprocess.STDOUT, env=env, cwd=str(workdir),
-                start_new_session=True, pass_fds=(cmd_r, rep_w), preexec_fn=die_with_parent,
-            )
+            self.proc = _start_child([str(job_path)], env, workdir, err.fileno(), (cmd_r, rep_w), pkg)
         os.close(cmd_r)
         os.close(rep_w)
         self._cmd = os.fdopen(cmd_w, "w")

@@ -1,0 +1,532 @@
+"""A pre-forked launcher for the measurement children: one server process that has imported torch,
+Dynamo and Inductor once, and forks a child per request (the forkserver pattern of CPython's
+``multiprocessing.forkserver``, which cannot serve here as is: its server starts with the parent's
+environment, not the children's, and it runs pickled targets).
+
+A child costs seconds of CPU importing torch before any work; forked from the server it starts with
+those modules loaded, and everything else as :func:`rewriter.engine.runner.child_env` and
+``python -m rewriter.engine.child JOB`` would give it: its own environment (its empty compile cache
+directories included; torch reads ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` when it first
+compiles, not at import), working directory, ``sys.argv``, ``sys.path[0]``, session (process group),
+stdout/stderr file and the command/reply pipes at the descriptor numbers its job names. It
+imports the user's code itself: the server never imports transformers, diffusers or any tree's
+module (a tree may hold its own copy of one).
+
+One server serves one import-time environment: the child environment less the variables that differ
+per child and that nothing reads at import (:data:`PER_CHILD`), less the child's own ``PYTHONPATH``
+entry for stackpart (:func:`rewriter.engine.runner.package_path`; the server imports ``rewriter`` by
+location, with no directory of its own). It starts with the environment of the first child it
+serves. A child whose environment differs in anything else (``OMP_NUM_THREADS``, which libgomp reads
+when torch is loaded; an allocator setting; ``TMPDIR``) gets a server of its own. The server refuses
+to serve (the caller then starts the child with ``subprocess.Popen``) when forking would not give a
+clean child: a second thread after the imports (a fork copies only the calling thread), the CUDA
+driver loaded (a forked child cannot use CUDA once its parent initialized it: PyTorch's "Cannot
+re-initialize CUDA in forked subprocess"), an open descriptor of a library that a child's pipes
+could overwrite, or one of the modules above imported. ``STACKPART_ZYGOTE=0`` turns the server off.
+
+One difference remains: an environment variable that a tree sets when it is imported, and that
+Dynamo's or Inductor's config reads when it is imported (``TORCHINDUCTOR_*``, ``TORCHDYNAMO_*``
+defaults), is read by a fresh interpreter (which imports those configs after the tree) and not by a
+forked child (whose server imported them first); ``STACKPART_ZYGOTE=0`` gives the former.
+
+Protocol over a ``SOCK_SEQPACKET`` socket pair (one JSON message each way, descriptors passed with
+``socket.send_fds``): the server says ``{"ready": true}`` or ``{"refused": why}`` once; then per
+request ``{"argv", "env", "cwd", "fds", "module"}`` with the child's stdout file and the
+descriptors to place at the numbers ``fds`` lists, it answers ``{"pid"}`` and the read end of a
+status pipe on which it writes the child's exit code (negative: the signal that ended it, as
+``subprocess.Popen.returncode``) once it has reaped it. Linux only (``/proc``, ``prctl``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: The environment variables that differ between the children of one server: torch reads the cache
+#: directories each time it looks for a cache (``torch._inductor.runtime.cache_dir_utils``), keeping
+#: no path from the server's imports, which ran with its first child's (tests/test_zygote.py holds
+#: this); pytest sets
+#: ``PYTEST_CURRENT_TEST`` anew for each test, and nothing reads it at import.
+CACHE_DIRS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+PER_CHILD = (*CACHE_DIRS, "PYTEST_CURRENT_TEST")
+
+#: What the server imports before it serves: what every child imports before the user's code, plus
+#: Dynamo and Inductor (whose first ``torch.compile`` a compiled variant pays in its build, before
+#: its measured cold phase). Never transformers, diffusers or anything of a user's tree.
+PRELOAD = ("torch", "torch._dynamo", "torch._inductor", "torch._inductor.compile_fx",
+           "rewriter.engine.child", "rewriter.harness", "rewriter.plan", "rewriter.engine.variants")
+
+#: Modules the server must not have imported (a child's tree may hold its own copy).
+NEVER = ("transformers", "diffusers")
+
+#: The environment variable that turns the server off (``0``).
+SWITCH = "STACKPART_ZYGOTE"
+
+#: Seconds the caller waits for a server's imports before it starts its children without one.
+START_TIMEOUT_S = 300.0
+
+#: Servers kept per calling process (each holds torch imported, a few hundred MB); the least
+#: recently used one is closed beyond this.
+MAX_SERVERS = 2
+
+#: Room in the server's command line for a child's (``/proc/PID/cmdline``, what ``ps`` shows).
+_TITLE_ROOM = 1024
+
+#: The module a child runs (``python -m`` of it), unless a request names another.
+CHILD_MODULE = "rewriter.engine.child"
+
+#: The ``rewriter`` package directory the server imports by location.
+PACKAGE = Path(__file__).resolve().parents[1]
+
+#: The server's ``python -c`` program: ``rewriter`` imported from ``argv[1]`` by location (nothing
+#: else of a checkout importable), no working directory on ``sys.path``, then :func:`main`.
+_BOOT = (
+    "import sys, importlib.util as u\n"
+    "del sys.path[0]\n"
+    "s = u.spec_from_file_location('rewriter', sys.argv[1] + '/__init__.py', submodule_search_locations=[sys.argv[1]])\n"
+    "m = sys.modules['rewriter'] = u.module_from_spec(s)\n"
+    "s.loader.exec_module(m)\n"
+    "from rewriter.engine.zygote import main\n"
+    "sys.exit(main(sys.argv[2:]))\n"
+)
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this process when its parent dies (``prctl(PR_SET_PDEATHSIG)``, man 2 prctl), as
+    :func:`rewriter.engine.runner.die_with_parent` does for a child started with ``Popen``."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1: PR_SET_PDEATHSIG
+
+
+# ---------------------------------------------------------------------------------- the caller
+
+
+class Forked:
+    """The caller's handle on a forked child, shaped as the parts of ``subprocess.Popen`` the
+    runner uses: ``pid`` (also its process group: the child called ``setsid``), ``poll()``,
+    ``wait(timeout)`` (raises ``subprocess.TimeoutExpired``) and ``returncode`` (negative: the
+    signal that ended it). The exit status arrives on a pipe from the server, which reaps the
+    child; a server that died first reads as ``-SIGKILL`` (its children die with it)."""
+
+    def __init__(self, pid: int, status_fd: int, args: list[str]) -> None:
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+        self._status: int | None = status_fd
+
+    def _collect(self) -> None:
+        assert self._status is not None
+        try:
+            data = os.read(self._status, 64)
+        except OSError:
+            data = b""
+        os.close(self._status)
+        self._status = None
+        self.returncode = int(data) if data.strip() else -int(signal.SIGKILL)
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self._status], [], [], 0)[0]:
+            self._collect()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if not select.select([self._status], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(self.args, timeout)  # type: ignore[arg-type]
+            self._collect()
+        assert self.returncode is not None
+        return self.returncode
+
+    def __del__(self) -> None:
+        if getattr(self, "_status", None) is not None:
+            try:
+                os.close(self._status)  # type: ignore[arg-type]
+            except OSError:
+                pass
+
+
+class Zygote:
+    """One running server and the caller's end of its socket."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        """Start a server with ``env``: the first child's environment without its own ``PYTHONPATH``
+        entry for stackpart (the server imports ``rewriter`` from :data:`PACKAGE` by location
+        instead, so it needs no directory of its own and a checkout's root stays off its path).
+
+        Raises:
+            OSError: it did not start or refused to serve (why, in the message).
+        """
+        self.owner = os.getpid()
+        self.lock = threading.Lock()  # one request and its answer at a time on the socket
+        self.children: list[weakref.ref[Forked]] = []
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            # its own output goes nowhere: the imports' warnings stay out of the terminal and out of
+            # the children's logs; what went wrong comes back on the socket
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, str(PACKAGE), str(theirs.fileno()), " " * _TITLE_ROOM],
+                env=dict(env), cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, pass_fds=(theirs.fileno(),), preexec_fn=_die_with_parent,
+            )
+        finally:
+            theirs.close()
+        self.sock.settimeout(START_TIMEOUT_S)
+        try:
+            hello = self._receive()[0]
+        except (OSError, ValueError) as exc:
+            self.close()
+            raise OSError(f"the zygote did not start: {exc}") from exc
+        if not hello.get("ready"):
+            self.close()
+            raise OSError(f"the zygote refused: {hello.get('refused', hello)}")
+        self.sock.settimeout(None)
+
+    def _receive(self) -> tuple[dict[str, Any], list[int]]:
+        msg, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, 4)
+        if not msg:
+            raise OSError("the zygote exited")
+        return json.loads(msg), fds
+
+    def usable(self) -> bool:
+        return self.owner == os.getpid() and self.proc.poll() is None and self.sock.fileno() >= 0
+
+    def fork(self, argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, pass_fds: tuple[int, ...],
+             module: str = CHILD_MODULE) -> Forked:
+        """Fork one child running ``python -m module *argv`` as described in the module docstring.
+
+        Raises:
+            OSError: the server is gone or could not fork (the caller falls back to ``Popen``).
+        """
+        request = {"argv": argv, "env": dict(env), "cwd": cwd, "fds": list(pass_fds), "module": module}
+        with self.lock:
+            socket.send_fds(self.sock, [json.dumps(request).encode()], [stdout, *pass_fds])
+            reply, fds = self._receive()
+        if "pid" not in reply or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise OSError(f"the zygote could not fork: {reply.get('error', reply)}")
+        os.set_inheritable(fds[0], False)
+        child = Forked(int(reply["pid"]), fds[0], [sys.executable, "-m", module, *argv])
+        self.children = [c for c in self.children if c() is not None and c().poll() is None]  # type: ignore[union-attr]
+        self.children.append(weakref.ref(child))
+        return child
+
+    def idle(self) -> bool:
+        """No child of this server is still running (closing it would kill them)."""
+        return all(c() is None or c().poll() is not None for c in self.children)  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        """End the server (it kills the process groups of the children still running)."""
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        proc = getattr(self, "proc", None)
+        if proc is not None and self.owner == os.getpid():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+_servers: OrderedDict[tuple[tuple[str, str], ...], Zygote] = OrderedDict()
+_refused: set[tuple[tuple[str, str], ...]] = set()
+
+
+def enabled() -> bool:
+    """Whether children are forked from a server: Linux, and ``STACKPART_ZYGOTE`` is not ``0``."""
+    return sys.platform.startswith("linux") and os.environ.get(SWITCH, "1").strip() != "0"
+
+
+def _without_path(env: Mapping[str, str], package_path: str) -> dict[str, str]:
+    out = dict(env)
+    out["PYTHONPATH"] = os.pathsep.join(p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p != package_path)
+    return out
+
+
+def server_env(env: Mapping[str, str], package_path: str) -> dict[str, str]:
+    """The import-time environment of a child's ``env``: without :data:`PER_CHILD`, :data:`SWITCH`
+    (read by the caller only) and its own ``package_path`` entry of ``PYTHONPATH`` (the key of the
+    server that forks it)."""
+    return {k: v for k, v in _without_path(env, package_path).items() if k not in PER_CHILD and k != SWITCH}
+
+
+def launch(argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, pass_fds: tuple[int, ...],
+           package_path: str, module: str = CHILD_MODULE) -> Forked | None:
+    """``python -m module *argv`` forked from the server of its environment ``env`` (started on first
+    use, kept for the life of this process), or None where there is none to use: turned off,
+    refused, failed (said in the debug log); the caller then starts the child itself. Servers are
+    started from the main thread only (the death signal that ends one with this process follows the
+    thread that started it); beyond :data:`MAX_SERVERS`, the least recently used one whose children
+    have all exited is closed."""
+    if not enabled():
+        return None
+    key = (("", sys.executable),) + tuple(sorted(server_env(env, package_path).items()))
+    server = _servers.get(key)
+    if server is not None and not server.usable():
+        _servers.pop(key)
+        server.close()
+        server = None
+    if server is None:
+        if key in _refused or threading.current_thread() is not threading.main_thread():
+            return None
+        t0 = time.perf_counter()
+        try:
+            server = Zygote(_without_path(env, package_path))
+        except OSError as exc:
+            _refused.add(key)
+            log.debug("no zygote, children start with Popen: %s", exc)
+            return None
+        log.debug("zygote %d ready in %.1f s", server.proc.pid, time.perf_counter() - t0)
+        _servers[key] = server
+        for old in [k for k, z in _servers.items() if k != key and z.idle()][: max(0, len(_servers) - MAX_SERVERS)]:
+            _servers.pop(old).close()
+    _servers.move_to_end(key)
+    try:
+        return server.fork(argv, env, cwd, stdout, pass_fds, module)
+    except OSError as exc:
+        log.debug("zygote %d failed, this child starts with Popen: %s", server.proc.pid, exc)
+        _servers.pop(key, None)
+        server.close()
+        return None
+
+
+@atexit.register
+def close_all() -> None:
+    """Close every server this process started."""
+    while _servers:
+        _servers.popitem()[1].close()
+
+
+# ---------------------------------------------------------------------------------- the server
+
+
+def _prepare() -> str | None:
+    """Import :data:`PRELOAD`; None when this process may fork clean children, else why not."""
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    threads = os.listdir("/proc/self/task")
+    if len(threads) != 1:
+        return f"{len(threads)} threads after the imports (a fork copies one)"
+    with open("/proc/self/maps") as maps:
+        if any("libcuda.so" in line for line in maps):
+            return "the CUDA driver is loaded (a forked child could not use CUDA)"
+    imported = [m for m in NEVER if m in sys.modules]
+    if imported:
+        return f"{', '.join(imported)} imported (a child's tree may hold its own)"
+    return None
+
+
+def _open_fds(keep: set[int]) -> list[int]:
+    fds = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            try:
+                os.fstat(fd)
+            except OSError:  # the listing's own descriptor, closed by now
+                continue
+            fds.append(fd)
+    return fds
+
+
+def _set_title(words: list[str]) -> None:
+    """Show ``words`` as this process's command line (``/proc/self/cmdline``, ``ps``): written over
+    the argument area the kernel reads it from (``arg_start``..``arg_end`` of ``/proc/self/stat``,
+    man 5 proc), as setproctitle does; cut to the room the server's padded command line left."""
+    import ctypes
+
+    with open("/proc/self/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # fields 48 and 49
+    room = end - start
+    title = "\0".join(words).encode(errors="replace")[: room - 1]
+    ctypes.memmove(start, title + b"\0" * (room - len(title)), room)
+
+
+def _run_child(request: dict[str, Any], fds: list[int], private: list[int], server_pid: int) -> None:
+    """In a freshly forked child: become what ``Popen([python, -m, module, *argv], ...)`` would have
+    started, run the module's ``main(argv)``, exit with its code. Never returns."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in private:
+            os.close(fd)
+        os.setsid()
+        _die_with_parent()
+        if os.getppid() != server_pid:  # the server died before the death signal was set
+            os._exit(1)
+        # the passed descriptors onto the numbers the job names: moved above them all first, so
+        # placing one never closes another
+        targets = [int(t) for t in request["fds"]]
+        floor = max([*targets, *fds, 2]) + 1
+        high = [_dup_above(fd, floor) for fd in fds]
+        for fd in fds:
+            os.close(fd)
+        out, passed = high[0], high[1:]
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        for fd, target in zip(passed, targets):
+            os.dup2(fd, target)
+        for fd in high:
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        # what ``python -m`` gives: the working directory, then PYTHONPATH (the server's, with the
+        # child's own entry for stackpart), then the rest
+        mine = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+        sys.path[:] = [os.getcwd(), *mine, *sys.path]
+        import importlib
+
+        importlib.invalidate_caches()
+        module_name = request.get("module") or CHILD_MODULE
+        module = importlib.import_module(module_name)
+        sys.argv = [str(getattr(module, "__file__", module_name)), *request["argv"]]
+        _set_title([sys.executable, "-m", module_name, *request["argv"]])
+        try:
+            result = module.main(list(request["argv"]))
+            code = result if isinstance(result, int) else (0 if result is None else 1)
+        except SystemExit as exc:
+            if exc.code is None:
+                code = 0
+            elif isinstance(exc.code, int):
+                code = exc.code
+            else:
+                print(exc.code, file=sys.stderr)
+                code = 1
+        except BaseException:  # noqa: BLE001 - what the interpreter prints for an uncaught exception
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        try:
+            atexit._run_exitfuncs()  # the interpreter's exit: logging flushed, compile workers shut down
+        except BaseException:  # noqa: BLE001
+            pass
+    except BaseException:  # noqa: BLE001 - becoming the child failed: said on its stderr (or the server's)
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code & 0xFF)
+
+
+def _dup_above(fd: int, floor: int) -> int:
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_DUPFD, floor)
+
+
+def serve(sock: socket.socket) -> None:
+    """Fork a child per request until the caller closes its end; reap them and report each exit
+    status on its own pipe. At the end, kill the process groups of the children still running."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    children: dict[int, int] = {}  # pid -> write end of its status pipe
+    me = os.getpid()
+
+    def reap() -> None:
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            w = children.pop(pid, None)
+            if w is not None:
+                try:
+                    os.write(w, f"{os.waitstatus_to_exitcode(status)}\n".encode())
+                except OSError:
+                    pass
+                os.close(w)
+
+    try:
+        while True:
+            ready = select.select([sock, wake_r], [], [])[0]
+            if wake_r in ready:
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                reap()
+            if sock not in ready:
+                continue
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 8)
+            if not msg:
+                return
+            try:
+                request = json.loads(msg)
+                status_r, status_w = os.pipe()
+                pid = os.fork()
+            except (ValueError, OSError) as exc:
+                for fd in fds:
+                    os.close(fd)
+                socket.send_fds(sock, [json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode()], [])
+                continue
+            if pid == 0:
+                _run_child(request, fds, [sock.fileno(), wake_r, wake_w, status_r, status_w, *children.values()], me)
+            for fd in fds:
+                os.close(fd)
+            children[pid] = status_w
+            socket.send_fds(sock, [json.dumps({"pid": pid}).encode()], [status_r])
+            os.close(status_r)
+            reap()  # one that exited before its status pipe was registered
+    finally:
+        for pid in children:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def main(argv: list[str]) -> int:
+    """The server (started by :class:`Zygote` as ``python -c _BOOT PACKAGE SOCKET_FD padding``)."""
+    sock = socket.socket(fileno=int(argv[0]))
+    try:
+        why = _prepare()
+    except Exception as exc:  # noqa: BLE001 - said to the caller, which starts its children itself
+        import traceback
+
+        why = f"an import failed: {type(exc).__name__}: {exc} ({traceback.format_exc(limit=-3)[-1500:]})"
+    if why is None:
+        fds = _open_fds({sock.fileno()})
+        if fds:
+            why = f"descriptors {fds} open after the imports (a child's pipes could land on them)"
+    socket.send_fds(sock, [json.dumps({"refused": why} if why else {"ready": True}).encode()], [])
+    if why is None:
+        serve(sock)
+    return 0
+

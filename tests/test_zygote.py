@@ -1,0 +1,303 @@
+"""A measurement child forked from the pre-imported server (rewriter.engine.zygote) is the child a
+fresh ``python -m rewriter.engine.child`` would have been: its own environment, working directory,
+command line, session, compile caches and empty Dynamo counters, the user's modules imported fresh
+from its tree; a timeout kills its process group; it dies with the caller."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from rewriter.engine import zygote
+from rewriter.engine.runner import ServedChild
+from rewriter.plan import Harness
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote is Linux-only")
+
+#: A harness whose build_model records what its process sees (into PROBE), then ACTs.
+PROBE_HARNESS = """\
+import gc, json, os, sys, time
+import torch
+
+
+def _stale():
+    # strings naming the compile cache directories of the server's first child, anywhere in this process
+    hits, needle = [], STALE + "/"
+    for o in gc.get_objects():
+        if isinstance(o, dict):
+            items = list(o.items())
+        elif isinstance(o, (list, tuple, set)):
+            items = [(None, v) for v in o]
+        else:
+            continue
+        for k, v in items:
+            for s in (k, v):
+                if isinstance(s, bytes):
+                    s = s.decode(errors="replace")
+                if isinstance(s, str) and needle in s and s != needle:
+                    hits.append(s)
+    return hits
+
+
+def build_model():
+    import torch._dynamo
+    from torch._dynamo.package import DynamoCache
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    import click
+    import transformers
+
+    rec = {
+        "env": dict(os.environ), "cwd": os.getcwd(), "argv": sys.argv, "path": list(sys.path),
+        "cache": cache_dir(), "dynamo_cache": DynamoCache.path_prefix(),
+        "counters": {k: dict(v) for k, v in torch._dynamo.utils.counters.items() if v},
+        "hash": hash("stackpart"), "threads": torch.get_num_threads(), "pid": os.getpid(),
+        "sid": os.getsid(0), "pgid": os.getpgid(0), "flags": list(sys.flags),
+        "click": getattr(click, "MARK", click.__file__), "transformers": getattr(transformers, "MARK", None),
+        "stale": _stale(), "cmdline": open("/proc/self/cmdline", "rb").read().decode(errors="replace"),
+    }
+    with open(PROBE, "w") as f:
+        json.dump(rec, f)
+    ACT
+    return torch.nn.Linear(2, 2)
+
+
+def make_inputs(batch: int = 2):
+    return (torch.randn(batch, 2),)
+"""
+
+
+def _tree(tmp_path: Path, act: str = "pass", stale: str = "/nowhere/") -> tuple[Path, Path]:
+    """A tree with the probe harness and its own ``click`` and ``transformers`` (names the test
+    process has imported, or that the server must never import)."""
+    src = tmp_path / "src"
+    (src / "transformers").mkdir(parents=True)
+    (src / "click.py").write_text("MARK = 'the tree'\n")
+    (src / "transformers" / "__init__.py").write_text("MARK = 'the tree'\n")
+    probe = tmp_path / "probe.json"
+    (src / "harness.py").write_text(
+        PROBE_HARNESS.replace("PROBE", repr(str(probe))).replace("ACT", act).replace("STALE", repr(stale)))
+    return src, probe
+
+
+def _child(tmp_path: Path, src: Path, name: str = "cold-eager", timeout_s: float = 120) -> ServedChild:
+    work = tmp_path / f"work-{name}"
+    (work / "ref").mkdir(parents=True)
+    job = {"harness": Harness(file="harness.py", device="cpu", shapes=[{"batch": 2}]).model_dump(),
+           "backend": "eager", "force_backend": None, "seed": 0, "ref": str(work / "ref"), "warmup": 1, "reps": 1,
+           "budget_s": None, "construct_on_device": False, "phase": "cold", "variants": ["eager"], "tree": str(src),
+           "prepare": "eager", "reference": True, "library_modules": [], "site": None, "stance": None}
+    return ServedChild(job, work, name, work / "caches" / name, timeout_s)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _gone(pids: list[int], within_s: float = 15) -> bool:
+    deadline = time.monotonic() + within_s
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(_alive(p) for p in pids)
+
+
+def _probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forked: bool) -> tuple[dict, ServedChild]:
+    """What a child started ``forked`` (else with Popen) records, and its handle; forked, it is the
+    second child of a new server, whose imports ran with the first one's environment."""
+    import click  # noqa: F401  (the test process has its own click: the child must still get the tree's)
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    if forked:
+        monkeypatch.delenv(zygote.SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(zygote.SWITCH, "0")
+    way = "forked" if forked else "popen"
+    src, _ = _tree(tmp_path / f"first-{way}")
+    first = _child(tmp_path, src, f"first-{way}")
+    first.close()
+    src, probe = _tree(tmp_path / f"tree-{way}", stale=str(Path(first.stderr_path).parent / "caches" / first.name))
+    child = _child(tmp_path, src, f"cold-eager-{way}")
+    try:
+        assert child.wait_built(), child.wait_cold()
+        assert isinstance(first.proc, zygote.Forked) == isinstance(child.proc, zygote.Forked) == forked
+        return json.loads(probe.read_text()), child
+    finally:
+        child.close()
+
+
+def test_a_forked_child_sees_what_a_fresh_interpreter_would(tmp_path, monkeypatch):
+    monkeypatch.setattr(zygote, "_servers", type(zygote._servers)())  # a new server, started by the first child
+    monkeypatch.setattr(zygote, "_refused", set())
+    try:
+        _compare(tmp_path, monkeypatch)
+    finally:
+        zygote.close_all()
+
+
+def _compare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    got = {}
+    for forked in (True, False):
+        got[forked], child = _probe(tmp_path, monkeypatch, forked)
+        rec = got[forked]
+        work = Path(child.stderr_path).parent
+        caches = work / "caches" / child.name
+        assert rec["cwd"] == str(work)
+        assert rec["argv"][1:] == [str(work / f"{child.name}.job.json")]
+        assert rec["argv"][0].endswith("rewriter/engine/child.py")
+        assert "rewriter.engine.child" in rec["cmdline"] and child.name in rec["cmdline"]
+        assert rec["env"]["TORCHINDUCTOR_CACHE_DIR"] == str(caches / "inductor")
+        assert rec["env"]["TRITON_CACHE_DIR"] == str(caches / "triton")
+        assert rec["cache"] == str(caches / "inductor")
+        assert rec["dynamo_cache"].startswith(str(caches / "inductor"))
+        assert rec["stale"] == []
+        assert rec["counters"] == {}
+        assert rec["env"]["PYTHONHASHSEED"] == "0"
+        assert rec["sid"] == rec["pid"] == rec["pgid"] == child.proc.pid
+        assert rec["click"] == "the tree" and rec["transformers"] == "the tree"
+    fresh, fork = got[False], got[True]
+    for rec in (fresh, fork):
+        rec["env"].pop(zygote.SWITCH, None)
+    # the same process but for its own paths
+
+    def norm(value, own):
+        return json.loads(json.dumps(value).replace(str(tmp_path), "T").replace(own, "X"))
+
+    for key in ("env", "path", "threads", "flags"):
+        assert norm(fork[key], "-forked") == norm(fresh[key], "-popen"), key
+    assert fork["hash"] == fresh["hash"]  # PYTHONHASHSEED=0 in both
+
+
+@pytest.mark.parametrize("ignores_sigterm", [False, True], ids=["sigterm", "sigkill"])
+def test_a_timed_out_forked_child_is_killed_with_its_process_group(tmp_path, monkeypatch, ignores_sigterm):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv(zygote.SWITCH, raising=False)
+    pidfile = tmp_path / "grandchild.pid"
+    act = (f"import signal, subprocess\n    g = subprocess.Popen(['sleep', '600'])\n"
+           f"    open({str(pidfile)!r}, 'w').write(str(g.pid))\n"
+           + ("    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if ignores_sigterm else "")
+           + "    time.sleep(600)")
+    src, _ = _tree(tmp_path, act)
+    child = _child(tmp_path, src, timeout_s=8)
+    assert isinstance(child.proc, zygote.Forked)
+    result = child.wait_cold()
+    assert result.code == -1 and result.error["kind"] == "timeout"
+    expected = -signal.SIGKILL if ignores_sigterm else -signal.SIGTERM
+    assert child.proc.returncode == expected
+    assert _gone([child.proc.pid, int(pidfile.read_text())])
+
+
+CALLER = """\
+import sys, time
+from pathlib import Path
+from rewriter.engine import zygote
+from rewriter.engine.runner import child_env, package_path
+
+work = Path(sys.argv[1])
+pkg = package_path(work)
+env = child_env(work / "caches", [pkg])
+with open(work / "out.txt", "wb") as out:
+    child = zygote.launch(["600"], env, str(work), out.fileno(), (), pkg, module="sleeper")
+server = zygote._servers[next(iter(zygote._servers))]
+(work / "pids").write_text(f"{server.proc.pid} {child.pid}")
+time.sleep(600)
+"""
+
+
+def test_the_server_and_its_children_die_with_a_sigkilled_caller(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv(zygote.SWITCH, raising=False)
+    (tmp_path / "sleeper.py").write_text("import time\n\ndef main(argv):\n    time.sleep(int(argv[0]))\n")
+    caller = subprocess.Popen([sys.executable, "-c", CALLER, str(tmp_path)], cwd=str(tmp_path))
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "pids").exists() or not (tmp_path / "pids").read_text():
+            assert caller.poll() is None and time.monotonic() < deadline, "the caller never forked its child"
+            time.sleep(0.05)
+        server, child = map(int, (tmp_path / "pids").read_text().split())
+        assert _alive(server) and _alive(child)
+        caller.send_signal(signal.SIGKILL)
+        caller.wait()
+        assert _gone([server, child]), "the server or its child outlived the SIGKILLed caller"
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+
+
+def test_a_server_that_cannot_start_leaves_the_child_to_popen_and_says_so_in_the_debug_log(tmp_path, monkeypatch,
+                                                                                             caplog):
+    import logging
+
+    def refuse(self, *args, **kwargs):
+        raise OSError("the zygote refused: 2 threads after the imports (a fork copies one)")
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv(zygote.SWITCH, raising=False)
+    monkeypatch.setattr(zygote, "_servers", type(zygote._servers)())
+    monkeypatch.setattr(zygote, "_refused", set())
+    monkeypatch.setattr(zygote.Zygote, "__init__", refuse)
+    src, probe = _tree(tmp_path)
+    with caplog.at_level(logging.DEBUG, logger="rewriter.engine.zygote"):
+        child = _child(tmp_path, src)
+        try:
+            assert isinstance(child.proc, subprocess.Popen)
+            assert child.wait_built(), child.wait_cold()
+            assert json.loads(probe.read_text())["pid"] == child.proc.pid
+        finally:
+            child.close()
+        second = _child(tmp_path, src, "cold-again")  # refused once: not tried again for the same environment
+        second.close()
+    assert isinstance(second.proc, subprocess.Popen)
+    assert [r.getMessage() for r in caplog.records if "no zygote" in r.getMessage()] == [
+        "no zygote, children start with Popen: the zygote refused: 2 threads after the imports (a fork copies one)"]
+
+
+def test_beyond_max_servers_only_a_server_whose_children_have_exited_is_closed(monkeypatch):
+    """A third environment starts a third server; the least recently used server is closed only
+    once its children have exited (closing a server kills its children)."""
+    made = []
+
+    class Fake:
+        def __init__(self, env):
+            self.env, self.busy, self.closed = env, True, False
+            self.proc = type("P", (), {"pid": len(made)})()
+            made.append(self)
+
+        def usable(self):
+            return not self.closed
+
+        def idle(self):
+            return not self.busy
+
+        def fork(self, *args):
+            return self
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.delenv(zygote.SWITCH, raising=False)
+    monkeypatch.setattr(zygote, "Zygote", Fake)
+    monkeypatch.setattr(zygote, "_servers", type(zygote._servers)())
+    monkeypatch.setattr(zygote, "MAX_SERVERS", 2)
+
+    def launch(threads):
+        return zygote.launch([], {"OMP_NUM_THREADS": threads, "PYTHONPATH": "/p"}, "/", 1, (), "/p")
+
+    a, b = launch("1"), launch("2")
+    assert launch("1") is a  # the same import-time environment: the same server
+    c = launch("3")  # both others still have children running: none closed
+    assert [s.closed for s in made] == [False, False, False]
+    b.busy = False
+    d = launch("4")
+    assert b.closed and not a.closed and not c.closed and not d.closed
+    assert [s.env["OMP_NUM_THREADS"] for s in zygote._servers.values()] == ["1", "3", "4"]
