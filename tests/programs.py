@@ -6,12 +6,15 @@ them in one child process instead, each as ``python SCRIPT ARGS`` runs it (``run
 ``__main__``, the script's folder first on ``sys.path``, its folder as the working directory), and
 between two programs undoes what one could leave for the next:
 
-* the modules imported from the program's folder are dropped from ``sys.modules`` (the rewritten
-  ``model.py`` is imported afresh, not the original's module);
+* the modules the program imported from outside the Python installation (its folder's, a test's
+  library on ``PYTHONPATH``) are dropped from ``sys.modules``: the rewritten ``model.py`` and a
+  library the rewritten tree patches are imported afresh, not the first program's modules;
 * ``torch._dynamo.reset()`` (compiled code and guards), Dynamo's ``counters`` cleared (the
   programs print them), and ``torch._dynamo.config`` restored (a rewritten model sets
   ``allow_unspec_int_on_nn_module`` or ``recompile_limit`` process-wide);
-* ``torch.compile`` and the ``torch.compiler`` stance put back (a program may force a backend).
+* ``torch.compile`` and the ``torch.compiler`` stance put back (a program may force a backend);
+* the import system's finders for the program's folders dropped (one made for ``"."`` keeps the
+  folder it was made in).
 
 So what each program prints is what it prints alone; the child is still apart from pytest's
 process (a plan's patches of library classes never reach it). The programs run in the order
@@ -69,6 +72,11 @@ def before_after(pristine: Path, src: Path, script: str, out: Path, timeout: flo
     return last_json(results[0], f"{script} before the rewrite"), last_json(results[1], f"{script} after the rewrite")
 
 
+#: Where the interpreter's own and installed modules live (torch, transformers, the standard
+#: library): imported once for every program; anything else a program imports is its own.
+_INSTALLED = tuple({Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+
+
 def _run_one(job: dict[str, Any]) -> dict[str, Any]:
     import contextlib
     import io
@@ -80,7 +88,7 @@ def _run_one(job: dict[str, Any]) -> dict[str, Any]:
     from torch._dynamo.utils import counters
 
     script = job.get("script")
-    where = Path(job["cwd"] if "cwd" in job else Path(script).parent).resolve()
+    where = Path(job.get("cwd") or (Path(script).parent if script else os.getcwd())).resolve()
     saved = (os.getcwd(), list(sys.path), list(sys.argv), set(sys.modules), torch.compile,
              torch._dynamo.config.save_config())
     out, err, rc = io.StringIO(), io.StringIO(), 0
@@ -105,8 +113,13 @@ def _run_one(job: dict[str, Any]) -> dict[str, Any]:
         for name in set(sys.modules) - modules:
             module = sys.modules[name]
             files = [getattr(module, "__file__", None) or "", *(getattr(module, "__path__", None) or [])]
-            if any(f and Path(f).resolve().is_relative_to(where) for f in files):
+            if any(f and not any(Path(f).resolve().is_relative_to(p) for p in _INSTALLED) for f in files):
                 del sys.modules[name]
+        # a finder made for a relative entry ("", ".") holds the folder it was made in: the next
+        # program, in another folder, would import this one's modules through it
+        for entry in list(sys.path_importer_cache):
+            if not os.path.isabs(entry) or not any(Path(entry).resolve().is_relative_to(p) for p in _INSTALLED):
+                del sys.path_importer_cache[entry]
         torch.compile = compile_
         torch.compiler.set_stance("default")
         torch._dynamo.reset()
