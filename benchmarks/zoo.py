@@ -47,6 +47,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -344,26 +345,34 @@ def run_variant(src: Path, variant: str, device: str, shapes: list[dict], steps:
     return res
 
 
+def run_cli(argv: list[str], env: dict, cwd: Path, timeout: float) -> tuple[int, str]:
+    """``stackpart ARGV`` in a fresh process, as a user runs it: its exit code (124 past
+    ``timeout`` seconds) and its stdout + stderr."""
+    try:
+        p = subprocess.run([sys.executable, "-c", CLI, *argv], capture_output=True, text=True, timeout=timeout,
+                           env=env, cwd=cwd)
+    except subprocess.TimeoutExpired:
+        return 124, ""
+    return p.returncode, p.stdout + p.stderr
+
+
 def run_plan(work: Path, name: str, device: str, shapes: list[dict], smoke: bool, timeout: float,
-             knobs: tuple[str, ...] = ()) -> dict:
+             knobs: tuple[str, ...] = (), cli: Callable[[list[str], dict, Path, float], tuple[int, str]] = run_cli) -> dict:
     """``stackpart diagnose`` then ``rewrite --apply`` on a copy of the family's SRC (``work/src``
     copied to ``work/plan_src``); the plan's actions, the exit codes and the seconds. ``knobs``: more
-    ``diagnose`` options (tests/zoo_cpu.py passes ``--steps 1 --budget 5 --no-overlap``)."""
+    ``diagnose`` options (tests/zoo_cpu.py passes ``--steps 1 --budget 60 --no-overlap``). ``cli``:
+    how a command runs, :func:`run_cli`'s signature (tests/zoo_cpu.py runs them in its own process)."""
     src = work / "plan_src"
     shutil.copytree(work / "src", src)
     shape_args = [a for s in shapes for a in ("--shape", ",".join(f"{k}={v}" for k, v in s.items()))]
-    cmd = [sys.executable, "-c", CLI, "diagnose", "--harness", "harness.py", str(src), "-o", str(work / "plan.yaml"),
-           "--report-dir", str(work / "report"), "--dtype", "bfloat16" if device == "cuda" else "float32",
-           "--device", device, *shape_args, *knobs]
+    argv = ["diagnose", "--harness", "harness.py", str(src), "-o", str(work / "plan.yaml"),
+            "--report-dir", str(work / "report"), "--dtype", "bfloat16" if device == "cuda" else "float32",
+            "--device", device, *shape_args, *knobs]
     cache = Path(tempfile.mkdtemp(prefix="zoo-cache-"))
     t = time.perf_counter()
     out: dict = {}
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(cache), cwd=work)
-        out["diagnose_exit"] = p.returncode
-        out["diagnose_tail"] = (p.stdout + p.stderr)[-3000:]
-    except subprocess.TimeoutExpired:
-        out["diagnose_exit"] = 124
+    out["diagnose_exit"], tail = cli(argv, _env(cache), work, timeout)
+    out["diagnose_tail"] = tail[-3000:]
     out["ladder_search_s"] = time.perf_counter() - t
     shutil.rmtree(cache, ignore_errors=True)
     plan = work / "plan.yaml"
@@ -372,10 +381,8 @@ def run_plan(work: Path, name: str, device: str, shapes: list[dict], smoke: bool
         actions = (yaml.safe_load(plan.read_text()) or {}).get("actions") or []
         out["actions"] = [{k: a.get(k) for k in ("action", "target", "strategy", "options", "knob") if a.get(k) is not None}
                           for a in actions]
-        p = subprocess.run([sys.executable, "-c", CLI, "rewrite", "--plan", str(plan), str(src), "--apply"],
-                           capture_output=True, text=True, timeout=120, env=_env(cache), cwd=work)
-        out["apply_exit"] = p.returncode
-        out["apply_tail"] = (p.stdout + p.stderr)[-800:]
+        out["apply_exit"], tail = cli(["rewrite", "--plan", str(plan), str(src), "--apply"], _env(cache), work, 120)
+        out["apply_tail"] = tail[-800:]
     return out
 
 

@@ -6,14 +6,13 @@ random weights, no download."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+import shutil
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from programs import last_json, run_programs  # tests/programs.py: several programs in one process
 
 from rewriter.cli import main
 from rewriter.diagnose.evidence import Evidence
@@ -117,11 +116,11 @@ RUN = textwrap.dedent("""\
 """)
 
 
-def run_tree(tree: Path, out: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-c", RUN, str(tree), str(out)], capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def run_trees(*runs: tuple[Path, Path]) -> list[dict]:
+    """:data:`RUN` on each ``(tree, out)``, one after the other in one process (tests/programs.py:
+    each tree's modules imported afresh): the JSON each prints."""
+    results = run_programs([{"code": RUN, "cwd": tree, "args": [tree, out]} for tree, out in runs], timeout=240)
+    return [last_json(r, f"RUN on {tree}") for r, (tree, _) in zip(results, runs)]
 
 
 def test_rewrite_writes_the_action_and_the_site_runs_sdpa(tmp_path, capsys):
@@ -135,9 +134,9 @@ def test_rewrite_writes_the_action_and_the_site_runs_sdpa(tmp_path, capsys):
     assert "from transformers.models.llama.modeling_llama import LlamaForCausalLM" in library
     assert "for module in _instances(model, LlamaForCausalLM, outermost=True):\n        _attention(module, \"sdpa\")" in library
     assert "module.set_attn_implementation(implementation)" in library
-    before = run_tree(src, tmp_path / "before.pt")
+    shutil.copytree(src, tmp_path / "pristine")  # the program before the rewrite
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
-    after = run_tree(src, tmp_path / "after.pt")
+    before, after = run_trees((tmp_path / "pristine", tmp_path / "before.pt"), (src, tmp_path / "after.pt"))
     assert before["attn"] == "eager"
     assert after == {"attn": "sdpa", "inner": "sdpa", "again": "sdpa"}, after
     import torch

@@ -1,18 +1,17 @@
 """The branchless action end to end: a program that compiles its model itself, with a Python `if`
-on a tensor's value in the compiled forward (a graph break no config knob fixes). The user's script
-runs before, then ``diagnose`` (backend eager: the program's own) and ``rewrite --apply``, then the
-script runs again: the plan holds the ``branchless`` action at the ``if``'s line, the outputs are
+on a tensor's value in the compiled forward (a graph break no config knob fixes). ``diagnose``
+(backend eager: the program's own) and ``rewrite --apply`` run, then the user's script runs on a
+pristine copy of the tree and on the rewritten one (one process: tests/programs.py): the plan holds the ``branchless`` action at the ``if``'s line, the outputs are
 the same, and Dynamo's graph-break log shows fewer breaks (torch 2.13 counts a data-dependent
 jump in that log, not in ``counters["graph_break"]``)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+
+from programs import last_json, run_programs  # tests/programs.py: several programs in one process
 
 from rewriter.cli import main
 from rewriter.diagnose.evidence import Evidence
@@ -42,12 +41,13 @@ print(json.dumps({"unique_graphs": counters["stats"]["unique_graphs"], "graph_br
 """
 
 
-def _run(src: Path, out: Path) -> dict:
+def _run_both(pristine: Path, src: Path, tmp_path: Path) -> tuple[dict, dict]:
+    """:data:`_COUNTING` in the tree before the rewrite, then in the rewritten one, one after the
+    other in one process (tests/programs.py: each tree's modules imported afresh)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="")
-    proc = subprocess.run([sys.executable, "-c", _COUNTING, str(out)], cwd=src, capture_output=True, text=True,
-                          timeout=120, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    results = run_programs([{"code": _COUNTING, "cwd": pristine, "args": [tmp_path / "before.pt"]},
+                            {"code": _COUNTING, "cwd": src, "args": [tmp_path / "after.pt"]}], env=env, timeout=120)
+    return last_json(results[0], "serve.py before the rewrite"), last_json(results[1], "serve.py after it")
 
 
 def test_a_data_dependent_if_in_the_programs_own_compile_becomes_torch_where(tmp_path):
@@ -55,8 +55,7 @@ def test_a_data_dependent_if_in_the_programs_own_compile_becomes_torch_where(tmp
 
     src = tmp_path / "src"
     shutil.copytree(CASE, src, ignore=shutil.ignore_patterns("__pycache__"))
-    before = _run(src, tmp_path / "before.pt")
-    assert before["graph_breaks"] >= 1, before  # the fixture breaks to begin with
+    shutil.copytree(src, tmp_path / "pristine")  # the program before the rewrite
     plan = tmp_path / "out" / "plan.yaml"
     assert main(["diagnose", "--harness", "harness.py", str(src), "-o", str(plan), "--device", "cpu",
                  "--shape", "batch_size=4", "--budget", "60"]) == 0
@@ -67,7 +66,8 @@ def test_a_data_dependent_if_in_the_programs_own_compile_becomes_torch_where(tmp
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply"]) == 0
     code = (src / "model.py").read_text()
     assert "if h.mean() > 0" not in code and "torch.where(cond, torch.relu(h), h.tanh())" in code
-    after = _run(src, tmp_path / "after.pt")
+    before, after = _run_both(tmp_path / "pristine", src, tmp_path)
+    assert before["graph_breaks"] >= 1, before  # the fixture breaks to begin with
     torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))
     assert after["graph_breaks"] < before["graph_breaks"], (before, after)
     assert after["unique_graphs"] >= 1, after  # the program's own compile is still live

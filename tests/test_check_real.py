@@ -49,7 +49,7 @@ def test_recorded_finding_still_appears(entry, monkeypatch):
 
 @pytest.mark.slow
 def test_whole_installed_torch_and_transformers_check_without_errors(monkeypatch):
-    """The whole installed torch + transformers trees (about 5,200 files, ~80 s on 2 busy cores):
+    """The whole installed torch + transformers trees (about 5,200 files, ~45 s of CPU):
     no file errors, and on the recorded versions every finding is one of the reviewed ones."""
     import torch
     import transformers

@@ -361,3 +361,46 @@ def test_a_model_defined_in_a_function_is_judged_by_its_own_blocks(tmp_path):
     sp101 = [f for f in result.findings if f.code == "SP101"]
     assert all("self.h is an nn.ModuleList of Block" in f.message or "backbone" in f.message for f in sp101), sp101
     assert _key(result.findings) == _key(check_text(NESTED_MODELS, str(path), ALL_RULES).findings)
+
+
+# --- a file that compiles nothing ----------------------------------------------------------------
+
+#: A helper a trainer compiles with fullgraph=True: ``.item()`` in an ``if`` and ``range(int(...))``
+#: (SP110, SP111 once compiled), and no compile of its own.
+FULLGRAPH_HELPER = '''\
+import torch
+
+
+def step(x):
+    """Run under torch.compile(fullgraph=True) by train.py."""
+    if x.sum().item() > 0:
+        x = x + 1
+    for _ in range(int(x.sum().item())):
+        x = x * 2
+    return x
+'''
+
+
+def test_a_file_that_compiles_nothing_reaches_libcst_only_for_the_rules_of_any_code(tmp_path):
+    """The rules that report only in compiled code do not parse a file that neither compiles nor
+    is compiled from another file (torch's own sources mention fullgraph and call ``int(`` in
+    files that compile nothing); compiled from another file of the project, the same file is
+    checked and reported; SP106, wrong wherever the call is made, still parses a file that
+    compiles nothing."""
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    (alone / "helper.py").write_text(FULLGRAPH_HELPER)
+    [result] = check_files([str(alone / "helper.py")], ALL_RULES, jobs=1)
+    assert (result.error, result.parsed, result.findings) == (None, False, [])
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text("[project]\nname = 'p'\nversion = '0'\n")
+    (project / "helper.py").write_text(FULLGRAPH_HELPER)
+    (project / "train.py").write_text("import torch\n\nfrom helper import step\n\nfast = torch.compile(step, fullgraph=True)\n")
+    [result] = check_files([str(project / "helper.py")], ALL_RULES, jobs=1)
+    assert result.parsed and {f.code for f in result.findings} == {"SP110", "SP111"}, result.findings
+
+    (alone / "marks.py").write_text("import torch\n\n\ndef mark(x):\n    torch._dynamo.mark_dynamic(x, 0, min=1)\n")
+    [result] = check_files([str(alone / "marks.py")], ALL_RULES, jobs=1)
+    assert [f.code for f in result.findings] == ["SP106"], result.findings

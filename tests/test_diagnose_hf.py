@@ -8,11 +8,12 @@ validate must pass the plan on the model's defaults."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
-import sys
 import textwrap
 
 import pytest
+from programs import last_json, run_programs  # tests/programs.py: several programs in one process
 
 from rewriter.cli import main
 from rewriter.plan import LIBRARY_TARGET_RE, load_plan
@@ -89,11 +90,12 @@ RUN = textwrap.dedent("""\
 """)
 
 
-def run_program(tree, out):
-    proc = subprocess.run([sys.executable, "-c", RUN, str(tree), str(out)], capture_output=True, text=True,
-                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def run_before_after(pristine, tree, tmp_path):
+    """:data:`RUN` on ``pristine`` (the tree before the patch) then on ``tree`` (after it), one
+    after the other in one process (tests/programs.py): the JSON each prints."""
+    results = run_programs([{"code": RUN, "cwd": pristine, "args": [pristine, tmp_path / "before.pt"]},
+                            {"code": RUN, "cwd": tree, "args": [tree, tmp_path / "after.pt"]}])
+    return last_json(results[0], "the program before the patch"), last_json(results[1], "the program after it")
 
 
 @pytest.mark.slow
@@ -132,9 +134,9 @@ def test_diagnose_plans_library_blocks_from_the_site(tmp_path, name):
     patch = tmp_path / "plan.diff"
     patch.write_text(result.diff())
     subprocess.run(["git", "-C", str(src), "apply", "--check", str(patch)], check=True)
-    before = run_program(src, tmp_path / "before.pt")
+    shutil.copytree(src, tmp_path / "pristine", ignore=shutil.ignore_patterns(".git"))
     subprocess.run(["git", "-C", str(src), "apply", str(patch)], check=True)
-    after = run_program(src, tmp_path / "after.pt")
+    before, after = run_before_after(tmp_path / "pristine", src, tmp_path)
     assert before == {"graphs": 0, "compiled_blocks": 0}
     assert after["graphs"] > 0 and after["compiled_blocks"] > 0, after  # the compile is live
     torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"), rtol=1e-4, atol=1e-4)

@@ -1,31 +1,22 @@
 """Issue 17, "What must hold" 1: one test per pattern that broke a program which ran before. Each
 fixture is a model file, the user's own script that compiles it (and marks or disables), and a
-harness. The user's script runs before, then ``diagnose`` and ``rewrite --apply``, then the
-script runs again: the same outputs, its compile still live (Dynamo's own counters, printed by
+harness. ``diagnose`` and ``rewrite --apply`` run, then the user's script runs on a pristine
+copy of the tree and on the rewritten one (one process, one after the other: tests/programs.py):
+the same outputs, its compile still live (Dynamo's own counters, printed by
 the script), and report.json/report.md name the user's own compile calls."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+
+from programs import before_after  # tests/programs.py: the script before and after, in one process
 
 from rewriter.cli import main
 from rewriter.plan import load_plan
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose"
-
-
-def _run_script(src: Path, script: str, out: Path) -> dict:
-    """Run the user's script in its own process (the way the user runs it) and return the counters
-    it prints as JSON; its outputs are saved at ``out``."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="")
-    proc = subprocess.run([sys.executable, script, str(out)], cwd=src, capture_output=True, text=True, timeout=120, env=env)
-    assert proc.returncode == 0, f"{script} failed (rc {proc.returncode}) in {src}:\n{proc.stderr[-3000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _round_trip(tmp_path: Path, case: str, script: str, shapes: list[str]) -> dict:
@@ -34,8 +25,7 @@ def _round_trip(tmp_path: Path, case: str, script: str, shapes: list[str]) -> di
 
     src = tmp_path / "src"
     shutil.copytree(FIXTURES / case, src, ignore=shutil.ignore_patterns("__pycache__"))
-    before_counts = _run_script(src, script, tmp_path / "before.pt")
-    assert before_counts["unique_graphs"] > 0, before_counts  # the fixture's own compile is live to begin with
+    shutil.copytree(src, tmp_path / "pristine")  # the program before the rewrite
     plan = tmp_path / "out" / "plan.yaml"
     argv = ["diagnose", "--harness", "harness.py", str(src), "-o", str(plan), "--device", "cpu", "--budget", "60"]
     for s in shapes:
@@ -47,7 +37,8 @@ def _round_trip(tmp_path: Path, case: str, script: str, shapes: list[str]) -> di
         tree = {f: f.read_bytes() for f in src.rglob("*.py")}
         main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"])
         assert {f: f.read_bytes() for f in src.rglob("*.py")} == tree
-    after_counts = _run_script(src, script, tmp_path / "after.pt")
+    before_counts, after_counts = before_after(tmp_path / "pristine", src, script, tmp_path)
+    assert before_counts["unique_graphs"] > 0, before_counts  # the fixture's own compile is live to begin with
     before = torch.load(tmp_path / "before.pt")
     after = torch.load(tmp_path / "after.pt")
     torch.testing.assert_close(after, before)

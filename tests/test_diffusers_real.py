@@ -21,6 +21,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from programs import last_json, run_programs  # tests/programs.py: several programs in one process
 
 diffusers = pytest.importorskip("diffusers")
 
@@ -79,12 +80,13 @@ def _project(tmp_path: Path) -> Path:
     return src
 
 
-def _run(tree: Path, out: Path) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TORCHINDUCTOR_CACHE_DIR": str(out.parent / "inductor")}
-    proc = subprocess.run([sys.executable, "-c", RUN, str(tree), str(out)], capture_output=True, text=True,
-                          env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def _run_both(before: Path, src: Path, tmp_path: Path) -> tuple[dict, dict]:
+    """:data:`RUN` on the original tree, then on the rewritten one, one after the other in one
+    process (tests/programs.py: each tree's modules imported afresh)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    results = run_programs([{"code": RUN, "cwd": before, "args": [before, tmp_path / "a.pt"]},
+                            {"code": RUN, "cwd": src, "args": [src, tmp_path / "b.pt"]}], env=env)
+    return last_json(results[0], "the original program"), last_json(results[1], "the rewritten program")
 
 
 def _diagnose(src: Path, out: Path, only: set[str] | None) -> None:
@@ -144,8 +146,7 @@ def test_the_declared_repeated_blocks_are_planned_rewritten_and_run_compiled(tmp
     assert f"from {FLUX} import FluxTransformerBlock" in library and "FluxSingleTransformerBlock" in library
 
     # the rewritten program: every declared block compiled in place, the original's outputs
-    original = _run(before, tmp_path / "a.pt")
-    rewritten = _run(src, tmp_path / "b.pt")
+    original, rewritten = _run_both(before, src, tmp_path)
     assert original["graphs"] == 0 and original["compiled"] == {}
     assert rewritten["compiled"] == {"FluxTransformerBlock": 1, "FluxSingleTransformerBlock": 2}, rewritten
     assert rewritten["graphs"] >= 2, rewritten  # one graph per declared class at least: the compile is live

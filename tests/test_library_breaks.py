@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from programs import last_json, run_programs  # tests/programs.py: several programs in one process
 
 from rewriter.cli import main
 from rewriter.plan import load_plan
@@ -83,11 +82,12 @@ RUN = textwrap.dedent("""\
 """)
 
 
-def _run(src: Path, out: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-c", RUN, str(src), str(out)], capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def _run_both(before: Path, src: Path, tmp_path: Path) -> tuple[dict, dict]:
+    """:data:`RUN` on the tree before the rewrite, then on the rewritten one, one after the other
+    in one process (tests/programs.py: the tree's modules and ``routelib`` imported afresh)."""
+    results = run_programs([{"code": RUN, "cwd": before, "args": [before, tmp_path / "a.pt"]},
+                            {"code": RUN, "cwd": src, "args": [src, tmp_path / "b.pt"]}])
+    return last_json(results[0], "the program before the rewrite"), last_json(results[1], "the rewritten program")
 
 
 @pytest.mark.slow
@@ -121,7 +121,7 @@ def test_a_break_in_an_installed_packages_helper_is_kept_eager_from_the_site(tmp
     shutil.copytree(src, tmp_path / "before")
     capsys.readouterr()
     assert main(["rewrite", "--plan", str(out / "plan.yaml"), str(src), "--apply", "--no-validate"]) == 0, capsys.readouterr().err
-    before, after = _run(tmp_path / "before", tmp_path / "a.pt"), _run(src, tmp_path / "b.pt")
+    before, after = _run_both(tmp_path / "before", src, tmp_path)
     assert before == {"graphs": 0, "route_disabled": False, "prep_disabled": False}
     # the compile is live and route stays eager: each block is one graph before route and one after,
     # shared by the 4 instances (module.compile() on each: one code object)

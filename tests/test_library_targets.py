@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from programs import last_json, run_programs  # tests/programs.py: several programs in one process
 
 from rewriter.cli import main
 from rewriter.engine.child import site_ran
@@ -139,11 +141,15 @@ RUN = textwrap.dedent("""\
 """)
 
 
+def run_trees(*runs: tuple[Path, Path]) -> list[dict]:
+    """:data:`RUN` on each ``(tree, out)``, one after the other in one process (tests/programs.py:
+    each tree's modules and ``fakelib`` imported afresh): the JSON each prints."""
+    results = run_programs([{"code": RUN, "cwd": tree, "args": [tree, out]} for tree, out in runs], timeout=240)
+    return [last_json(r, f"RUN on {tree}") for r, (tree, _) in zip(results, runs)]
+
+
 def run_tree(tree: Path, out: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-c", RUN, str(tree), str(out)], capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_trees((tree, out))[0]
 
 
 def test_plan_accepts_import_path_targets_with_a_site():
@@ -208,9 +214,9 @@ COMPILE_AND_MARK = """\
 
 def test_rewritten_program_runs_with_the_library_actions_live(tmp_path, lib):
     src, plan = project(tmp_path, COMPILE_AND_MARK)
-    before = run_tree(src, tmp_path / "before.pt")
+    shutil.copytree(src, tmp_path / "pristine")  # the program before the rewrite
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
-    after = run_tree(src, tmp_path / "after.pt")
+    before, after = run_trees((tmp_path / "pristine", tmp_path / "before.pt"), (src, tmp_path / "after.pt"))
     assert before["graphs"] == 0 and before["compiled"] == 0
     # 3 blocks compiled in place; one graph serves 3 batch sizes (marked dynamic where x enters
     # the block; automatic dynamic shapes would need 2), and the marking hook breaks no graph
@@ -235,7 +241,6 @@ def test_a_library_action_means_what_the_decorator_under_src_means(tmp_path, lib
           target: fakelib.blocks:route
     """)
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
-    by_site = run_tree(src, tmp_path / "site.pt")
     copy = tmp_path / "copy"
     (copy / "mylib").mkdir(parents=True)
     (copy / "mylib" / "__init__.py").write_text("")
@@ -248,7 +253,7 @@ def test_a_library_action_means_what_the_decorator_under_src_means(tmp_path, lib
     in_src.write_text("version: 1\nactions:\n  - action: compile\n    target: mylib/blocks.py::Block\n"
                       "  - action: disable\n    target: mylib/blocks.py::route\n")
     assert main(["rewrite", "--plan", str(in_src), str(copy), "--apply", "--no-validate"]) == 0
-    by_decorator = run_tree(copy, tmp_path / "decorator.pt")
+    by_site, by_decorator = run_trees((src, tmp_path / "site.pt"), (copy, tmp_path / "decorator.pt"))
     assert by_site["compiled"] == 3 and by_site["route_disabled"] is True
     assert (by_site["graphs"], by_site["breaks"]) == (by_decorator["graphs"], by_decorator["breaks"]), (by_site, by_decorator)
     assert by_site["breaks"] > 0  # the disabled helper is outside the graph in both

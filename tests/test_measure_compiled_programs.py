@@ -11,13 +11,12 @@ compile in the model, a harness that returns ``torch.compile(model)`` or replace
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
+from programs import before_after  # tests/programs.py: the script before and after, in one process
 
 from rewriter.cli import main
 from rewriter.plan import load_plan
@@ -122,13 +121,6 @@ def _no_rung_failed(rungs: dict) -> None:
     assert not bad, bad
 
 
-def _run_script(src: Path, out: Path) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="")
-    proc = subprocess.run([sys.executable, "run.py", str(out)], cwd=src, capture_output=True, text=True, timeout=120, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def test_a_fullgraph_layer_compile_is_diagnosed_with_its_host_sync_found(tmp_path):
     """The gaps rung's dispatch mode made Dynamo refuse the fullgraph layers ("non-infra torch
     dispatch mode present") and diagnose stop, blaming the harness. It now runs the step with
@@ -216,13 +208,13 @@ def test_a_tree_stackpart_rewrote_is_diagnosed_and_validated_again(tmp_path):
     import torch
 
     src = _tree(tmp_path, model=WHOLE_MODEL)
-    before = _run_script(src, tmp_path / "before.pt")
-    assert before["unique_graphs"] == 0
+    shutil.copytree(src, tmp_path / "pristine")  # the program before the rewrite
     plan = _plan(src, tmp_path / "plan.yaml")
     assert main(["validate", "--plan", str(plan), str(src), *VALIDATE_FAST]) == 0
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply"]) == 0
     assert '@torch.compile(fullgraph=True, backend="eager")' in (src / "model.py").read_text()
-    after = _run_script(src, tmp_path / "after.pt")
+    before, after = before_after(tmp_path / "pristine", src, "run.py", tmp_path)
+    assert before["unique_graphs"] == 0
     assert after["unique_graphs"] >= 1  # the compile stackpart wrote is live
     torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))
 

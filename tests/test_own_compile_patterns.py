@@ -1,19 +1,17 @@
 """Programs that compile themselves, one test per pattern: a model file plus the user's own script
 that compiles it the way real projects do, and a harness that builds the model through that
-script (so the program's compile runs where diagnose measures). The script runs before, then
-``diagnose`` and ``rewrite --apply``, then the script runs again: the same outputs, the compile
-still live (Dynamo's own counters, printed by the script), and the symptom measured smaller in
+script (so the program's compile runs where diagnose measures). ``diagnose`` and ``rewrite
+--apply`` run, then the script runs on a pristine copy of the tree and on the rewritten one (one
+process, one after the other: tests/programs.py): the same outputs, the compile still live (Dynamo's own counters, printed by the script), and the symptom measured smaller in
 report.json (the chosen candidate's row against the as-is row)."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
+from programs import before_after  # tests/programs.py: the script before and after, in one process
 
 from rewriter.cli import main
 from rewriter.plan import load_plan
@@ -21,20 +19,19 @@ from rewriter.plan import load_plan
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose"
 
 
-def _run_script(src: Path, script: str, out: Path) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="")
-    proc = subprocess.run([sys.executable, script, str(out)], cwd=src, capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, f"{script} failed (rc {proc.returncode}) in {src}:\n{proc.stderr[-3000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def _copy(case: str, tmp_path: Path) -> tuple[Path, Path]:
+    """The fixture's tree as ``src`` (diagnosed and rewritten) and a pristine copy of it (the
+    program before the rewrite)."""
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / case, src, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(src, tmp_path / "pristine")
+    return src, tmp_path / "pristine"
 
 
 def _round_trip(tmp_path: Path, case: str, script: str, shapes: list[str], live_before: bool = True) -> dict:
     import torch
 
-    src = tmp_path / "src"
-    shutil.copytree(FIXTURES / case, src, ignore=shutil.ignore_patterns("__pycache__"))
-    before_counts = _run_script(src, script, tmp_path / "before.pt")
-    assert (before_counts["unique_graphs"] > 0) == live_before, before_counts
+    src, pristine = _copy(case, tmp_path)
     plan = tmp_path / "out" / "plan.yaml"
     argv = ["diagnose", "--harness", "harness.py", str(src), "-o", str(plan), "--device", "cpu", "--budget", "90"]
     for s in shapes:
@@ -42,7 +39,8 @@ def _round_trip(tmp_path: Path, case: str, script: str, shapes: list[str], live_
     assert main(argv) == 0
     assert load_plan(plan).plan.actions, "diagnose wrote an empty plan for a program whose compile it can change"
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply"]) == 0  # diagnose's own validation report lets it through
-    after_counts = _run_script(src, script, tmp_path / "after.pt")
+    before_counts, after_counts = before_after(pristine, src, script, tmp_path)
+    assert (before_counts["unique_graphs"] > 0) == live_before, before_counts
     torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))
     assert after_counts["unique_graphs"] > 0, f"the user's compile is not live after the rewrite: {after_counts}"
     report = json.loads((plan.parent / "stackpart-diagnose" / "report.json").read_text())
@@ -125,11 +123,9 @@ def test_newcomers_whole_model_compile_in_a_script_the_harness_does_not_run(tmp_
     ``check`` flags the line (SP101) and diagnose's plan now addresses it. The program's compile is
     measured through stand-ins on the harness's model ('whole' for it, per-block for its regional
     form) and the choice is written as an edit of that call: after it, check passes the commit."""
-    src = tmp_path / "src"
-    shutil.copytree(FIXTURES / "own_newcomer_train", src, ignore=shutil.ignore_patterns("__pycache__"))
+    src, pristine = _copy("own_newcomer_train", tmp_path)
     (src / "pyproject.toml").write_text("[project]\nname = 'newcomer'\nversion = '0'\n")  # check's project root
     assert main(["check", str(src / "train.py"), str(src / "model.py"), "--select", "SP101"]) == 1
-    before = _run_script(src, "train.py", tmp_path / "before.pt")
     plan = tmp_path / "out" / "plan.yaml"
     assert main(["diagnose", "--harness", "harness.py", str(src), "-o", str(plan), "--device", "cpu", "--budget", "90",
                  "--shape", "batch=4", "--shape", "batch=6"]) == 0
@@ -143,7 +139,7 @@ def test_newcomers_whole_model_compile_in_a_script_the_harness_does_not_run(tmp_
     chosen = rows[search["measurement"]["chosen"]]
     assert chosen["compile_s_per_start"] < rows["whole"]["compile_s_per_start"], (chosen, rows["whole"])
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply"]) == 0
-    after = _run_script(src, "train.py", tmp_path / "after.pt")
+    before, after = before_after(pristine, src, "train.py", tmp_path)
     import torch
 
     torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))
@@ -161,9 +157,7 @@ def test_a_fullgraph_program_with_data_dependent_ops_keeps_fullgraph_on_its_regi
     from rewriter.diagnose.runner import diagnose, harness_from_flags
     from rewriter.diagnose.rungs import ladder
 
-    src = tmp_path / "src"
-    shutil.copytree(FIXTURES / "own_fullgraph_item", src, ignore=shutil.ignore_patterns("__pycache__"))
-    before = _run_script(src, "run.py", tmp_path / "before.pt")
+    src, pristine = _copy("own_fullgraph_item", tmp_path)
     spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 8}, {"batch": 12}], mode=None,
                                  dtype=None, device="cpu")
     plan = tmp_path / "out" / "plan.yaml"
@@ -178,6 +172,6 @@ def test_a_fullgraph_program_with_data_dependent_ops_keeps_fullgraph_on_its_regi
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply"]) == 0
     text = (src / "run.py").read_text()
     assert 'block.compile(fullgraph=True, backend="eager")' in text, text
-    after = _run_script(src, "run.py", tmp_path / "after.pt")
+    before, after = before_after(pristine, src, "run.py", tmp_path)
     torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))
     assert after["unique_graphs"] > 0 and after["graph_breaks"] == 0 == before["graph_breaks"], (before, after)

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from programs import before_after  # tests/programs.py: the script before and after, in one process
 
 from rewriter.cli import main
 from rewriter.diagnose.evidence import Evidence
@@ -160,13 +161,6 @@ def test_the_recompiles_rung_names_the_counter_a_size_guard_hid(tmp_path):
     assert r.implies.startswith("mark_dynamic at the region boundary")  # the batch dim still varies across the shapes
 
 
-def _run_script(src: Path, script: str, out: Path) -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="")
-    proc = subprocess.run([sys.executable, script, str(out)], cwd=src, capture_output=True, text=True, timeout=120, env=env)
-    assert proc.returncode == 0, f"{script} failed (rc {proc.returncode}) in {src}:\n{proc.stderr[-3000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.parametrize("case, script, shapes, cls, attr, line, again", [
     ("own_step_counter", "train.py", ["batch=4", "batch=6"], "Net", "step", 25, True),
     ("own_decode_fill", "generate.py", ["batch=2", "batch=3"], "Layer", "fill", 19, False),
@@ -181,8 +175,7 @@ def test_diagnose_and_apply_set_the_knob_for_the_programs_own_compile(tmp_path, 
 
     src = tmp_path / "src"
     shutil.copytree(FIXTURES / case, src, ignore=shutil.ignore_patterns("__pycache__"))
-    before = _run_script(src, script, tmp_path / "before.pt")
-    assert before["recompile_limit_hits"] == 1 and before["unique_graphs"] == 8, before
+    shutil.copytree(src, tmp_path / "pristine")  # the program before the rewrite
     plan = tmp_path / "out" / "plan.yaml"
     argv = ["diagnose", "--harness", "harness.py", str(src), "-o", str(plan), "--device", "cpu", "--budget", "60"]
     for s in shapes:
@@ -204,7 +197,8 @@ def test_diagnose_and_apply_set_the_knob_for_the_programs_own_compile(tmp_path, 
     assert rows["as-is+allow_unspec_int_on_nn_module"]["recompiles"] < rows["as-is"]["recompiles"], rows
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply"]) == 0  # with diagnose's validation report
     assert "torch._dynamo.config.allow_unspec_int_on_nn_module = True" in (src / "model.py").read_text()
-    after = _run_script(src, script, tmp_path / "after.pt")
+    before, after = before_after(tmp_path / "pristine", src, script, tmp_path)
+    assert before["recompile_limit_hits"] == 1 and before["unique_graphs"] == 8, before
     torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))
     assert after["recompile_limit_hits"] == 0 and 0 < after["unique_graphs"] < before["unique_graphs"], (before, after)
     if again:

@@ -2,8 +2,11 @@
 
 The families, their tiny configs and shapes are benchmarks/zoo.py's ``--smoke`` ones, imported,
 not copied. ``stackpart diagnose`` (the family's smoke shapes) and ``stackpart rewrite --apply`` run
-through zoo.py's ``run_plan`` as separate processes, as users run them, with the cheap knobs of
-:data:`KNOBS`; on the CPU the search forces the ``eager`` backend on every compile.
+through zoo.py's ``run_plan`` with the cheap knobs of :data:`KNOBS`, each command through
+``rewriter.cli.main`` in the test's own process (:func:`cli_in_process`: torch and the family's
+library are imported once, not by two more interpreters a family); the search's measurement
+children and the comparison worker are processes of their own, as for a user. On the CPU the
+search forces the ``eager`` backend on every compile.
 
 Shared by test_zoo_cpu_a.py, _b.py and _c.py: one family costs about 50-60 s of CPU time (diagnose
 about 32, of which the search about 21; rewrite 7; the comparison worker 9), so the families are
@@ -150,6 +153,36 @@ def compare(orig_dir: Path, new_dir: Path, shapes: list[dict]) -> dict[str, Any]
     return res
 
 
+def cli_in_process(argv: list[str], env: dict, cwd: Path, timeout: float) -> tuple[int, str]:
+    """``stackpart ARGV`` through ``rewriter.cli.main`` in this process, with zoo.py's signature for
+    a command (its ``run_cli``): the exit code and what it printed. ``env`` (zoo.py's: the compile
+    caches of this run) is this process's environment for the call, so the measurement children
+    it starts inherit it as they would from a fresh process; ``cwd`` the working directory.
+    ``timeout`` is left to the command's own ``--timeout`` per child (and pytest's)."""
+    import contextlib
+    import io
+
+    from rewriter.cli import main
+
+    import torch
+
+    saved_env, saved_cwd, threads, printed = dict(os.environ), os.getcwd(), torch.get_num_threads(), io.StringIO()
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    if env.get("OMP_NUM_THREADS", "").isdigit():  # what a fresh process takes from it
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            code = main(argv)
+    finally:
+        torch.set_num_threads(threads)
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return code, printed.getvalue()
+
+
 def tree(src: Path) -> dict[str, bytes]:
     """Every file under ``src``: relative path -> bytes."""
     return {str(p.relative_to(src)): p.read_bytes() for p in sorted(src.rglob("*")) if p.is_file()}
@@ -165,7 +198,7 @@ def check_family(name: str, work: Path) -> dict[str, Any]:
     shapes = z.shapes_of(name, True)
     before = tree(work / "src")
     t0 = time.perf_counter()
-    plan = z.run_plan(work, name, "cpu", shapes, True, 300.0, knobs=KNOBS)
+    plan = z.run_plan(work, name, "cpu", shapes, True, 300.0, knobs=KNOBS, cli=cli_in_process)
     t1 = time.perf_counter()
     assert plan["diagnose_exit"] == 0, f"{name}: diagnose exit {plan['diagnose_exit']}\n{plan.get('diagnose_tail')}"
     assert plan.get("apply_exit") == 0, f"{name}: rewrite --apply exit {plan.get('apply_exit')}\n{plan.get('apply_tail')}"

@@ -138,6 +138,10 @@ class Rule:
             match (and the file mentions ``torch``).
         CALLS: names (last dotted component) of which one must be called or used as a decorator
             somewhere in the file (checked with the C ``ast`` parser before LibCST runs).
+        IN_COMPILED: the rule reports only in code a compile reaches (a compiled function, or
+            what it calls): a file that neither calls nor decorates with ``compile`` and that
+            no compile in another file reaches holds no such code, and is not parsed for it.
+            False for a rule about a call that is wrong anywhere (SP106).
         VALID / INVALID: the examples (see :class:`Valid`, :class:`Invalid`).
     """
 
@@ -147,6 +151,7 @@ class Rule:
     EXPLANATION: ClassVar[str]
     NEEDLES: ClassVar[tuple[str, ...]]
     CALLS: ClassVar[frozenset[str]] = frozenset({"compile"})
+    IN_COMPILED: ClassVar[bool] = True
     VALID: ClassVar[list[Valid]]
     INVALID: ClassVar[list[Invalid]]
 

@@ -10,6 +10,10 @@ and the splice's round trip").
 Second stage: a file that passes is parsed with the C ``ast`` module first, and only rules whose
 ``CALLS`` (``compile``, ``mark_dynamic``...) are actually called or used as decorators in it run
 through LibCST; a file that mentions ``torch.compile`` only in a docstring costs an ``ast`` parse.
+A rule that reports only in compiled code (``IN_COMPILED``: every rule but SP106) runs only where
+the file calls or decorates with ``compile`` or a compile in another file reaches it: torch's own
+sources mention ``fullgraph`` and call ``int(``/``range(`` in many files that compile nothing
+(docs/decisions.md, "check's speed and the splice's round trip").
 LibCST then gets only the top-level statements the rules can reach (:mod:`.reduce`), so a
 50,000-line file with one compiled function costs about one LibCST parse of that function.
 
@@ -207,7 +211,7 @@ def _check_viewed(path: str, codes: tuple[str, ...], fix: bool, view: FileView |
         view = local_view(tree, shown, compile_lines(source.text.encode("utf-8", "surrogatepass")))
     if view.marks:
         names.add("compile")  # compiled from elsewhere: as if it had a compile call of its own
-    rules = [r for r in rules if r.CALLS & names]
+    rules = [r for r in rules if r.CALLS & names and ("compile" in names or not r.IN_COMPILED)]
     if not rules:
         return FileResult(path=shown, parsed=False)
     if not fix:
