@@ -707,3 +707,26 @@ def test_contend_starts_a_busy_loop_on_the_core_and_is_killed(monkeypatch):
         hog.kill()
         hog.wait()
     assert hog.returncode is not None
+
+
+def test_second_processes_that_would_start_after_the_cold_phases_wait_for_time_left_for_them(monkeypatch):
+    """A spawn deferred until every cold phase is over starts the second processes only when the
+    budget left holds the longest cold phase (about what a second process's build and warm compile
+    take beside the others); with less left each variant is timed in its one process, said once,
+    and the search does not run past its budget by their start."""
+    import time
+
+    from rewriter.engine import replicas as replicas_mod
+
+    monkeypatch.setattr(replicas_mod, "replica_room", lambda results, names, device: None if all(
+        n in results for n in names) else "no room beside the pending cold phases")
+    for left, spawned in ((8.0, False), (60.0, True)):
+        m, reps, _ = _replicas(monkeypatch, ["eager", "whole", "nested"], deadline=time.perf_counter() + left)
+        reps.cold_s.update(whole=27.1, nested=22.3)
+        m.results.update(eager={"problems": []}, whole={"problems": []})
+        reps.spawn()  # nested's cold phase still to run: deferred
+        m.results["nested"] = {"problems": []}
+        out = reps.collect(["eager", "whole", "nested"])
+        assert bool(out) is spawned and bool(_Replica.made) is spawned, (left, m.notes)
+        said = [n for n in m.notes if "expected to take about 27 s" in n]
+        assert len(said) == (0 if spawned else 1), m.notes

@@ -217,7 +217,7 @@ class _Run:
                 self.workdir, f"cold-{v.name}", caches / v.name, opts.timeout_s,
             )
         self.replicas = Replicas(self.m, self.spec_run, self.variants, job, self.workdir, caches, opts, self.children,
-                                 self.deadline, self.emit)
+                                 self.deadline, self.emit, self.cold_s)
 
     def record(self, name: str, child: Any) -> bool:
         """Collect ``name``'s cold phase into its result row; False when the measurement cannot go on

@@ -67,9 +67,12 @@ class Replicas:
     compiles share the host with the cold phases still running, which the note says. With
     ``replicates`` 1 (CPU) nothing is spawned."""
 
-    def __init__(self, m, spec_run, variants, job, workdir, caches, opts, children, deadline, emit):  # type: ignore[no-untyped-def]
+    def __init__(self, m, spec_run, variants, job, workdir, caches, opts, children, deadline, emit,  # type: ignore[no-untyped-def]
+                 cold_s=None):
         self.m, self.spec_run, self.job, self.workdir, self.caches = m, spec_run, job, workdir, caches
         self.opts, self.children, self.deadline, self.emit = opts, children, deadline, emit
+        #: seconds of each variant's recorded cold phase (the caller's dict, filled as they end)
+        self.cold_s: dict[str, float] = cold_s if cold_s is not None else {}
         self.variants = {v.name: v for v in variants}
         self.wanted = opts.replicates > 1 and len(variants) > 1
         self.spawned = False
@@ -126,6 +129,10 @@ class Replicas:
         if why:
             m.notes.append(why)
             return
+        late = self._no_time(names)
+        if late:
+            m.notes.append(late)
+            return
         if self.deferred:
             waited = sum(1 for n in names if n not in m.results)
             m.notes.append(
@@ -143,6 +150,22 @@ class Replicas:
             self.emit("*", "replicates", len(self.procs))
         for n in list(self.ready):
             self.started(n)
+
+    def _no_time(self, names: list[str]) -> str | None:
+        """Why second processes that would start only now, with every cold phase of ``names`` over,
+        do not fit before the deadline (None: they fit, or they overlap cold phases still to run).
+        A second process builds its model and compiles again from its variant's caches while the
+        others do the same, so it is expected to take about as long as the longest of their cold
+        phases; starting them with less left than that ran a search past its budget by their
+        start (docs/decisions.md, "The search's budget and its cold phases")."""
+        if self.deadline is None or any(n not in self.m.results for n in names):
+            return None
+        expected = max((self.cold_s.get(n, 0.0) for n in names), default=0.0)
+        left = self.deadline - time.perf_counter()
+        if expected <= left:
+            return None
+        return (f"one process per variant timed: {max(left, 0.0):.0f} s of the search budget were left after the cold phases "
+                f"and a second process is expected to take about {expected:.0f} s (the longest cold phase)")
 
     def started(self, name: str) -> None:
         """``name``'s cold phase was recorded without a problem: its replica may compile from
