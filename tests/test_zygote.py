@@ -188,9 +188,13 @@ def test_a_timed_out_forked_child_is_killed_with_its_process_group(tmp_path, mon
            + ("    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if ignores_sigterm else "")
            + "    time.sleep(600)")
     src, _ = _tree(tmp_path, act)
-    child = _child(tmp_path, src, timeout_s=8)
+    child = _child(tmp_path, src, timeout_s=2)
     assert isinstance(child.proc, zygote.Forked)
-    result = child.wait_cold()
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() or not pidfile.read_text():  # hung in its build, with a grandchild
+        assert child.proc.poll() is None and time.monotonic() < deadline, child.stderr_path.read_text()
+        time.sleep(0.05)
+    result = child.wait_cold()  # times out after 2 s: SIGTERM to the group, SIGKILL 5 s later
     assert result.code == -1 and result.error["kind"] == "timeout"
     expected = -signal.SIGKILL if ignores_sigterm else -signal.SIGTERM
     assert child.proc.returncode == expected

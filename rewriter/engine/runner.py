@@ -31,7 +31,8 @@ class ChildResult:
     Attributes:
         code: its exit code (-1 timed out).
         payload: its JSON result (``{"error": {...}}`` when it failed).
-        wall_s: seconds from spawn to exit, interpreter start and imports included.
+        wall_s: seconds from :meth:`ServedChild.go` to the end of the cold phase (from spawn when it
+            never got that far: a fresh interpreter's start and imports included).
         stderr_tail: the last lines of its stderr, for error messages.
     """
 

@@ -515,6 +515,7 @@ def serve(sock: socket.socket) -> None:
 def main(argv: list[str]) -> int:
     """The server (started by :class:`Zygote` as ``python -c _BOOT PACKAGE SOCKET_FD padding``)."""
     sock = socket.socket(fileno=int(argv[0]))
+    _set_title([sys.executable, "-m", "rewriter.engine.zygote", "(stackpart's measurement children are forked from here)"])
     try:
         why = _prepare()
     except Exception as exc:  # noqa: BLE001 - said to the caller, which starts its children itself
