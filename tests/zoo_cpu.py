@@ -8,10 +8,10 @@ library are imported once, not by two more interpreters a family); the search's 
 children and the comparison worker are processes of their own, as for a user. On the CPU the
 search forces the ``eager`` backend on every compile.
 
-Shared by test_zoo_cpu_a.py, _b.py and _c.py: one family costs about 50-60 s of CPU time (diagnose
-about 32, of which the search about 21; rewrite 7; the comparison worker 9), so the families are
-split between :data:`PARTS` files of about 3 minutes each on one core, which pytest-xdist's workers
-share (``--dist loadfile``).
+Shared by test_zoo_cpu_a.py, _b.py and _c.py: one family costs about 45 s of CPU time (the three of
+test_zoo_cpu_b.py took 134 s, user + system, alone on a shared 2-core machine), most of it the search's
+measurement children and the comparison worker, so the families are split between :data:`PARTS`
+files of about 2-3 minutes each on one core, which pytest-xdist's workers share (``--dist loadfile``).
 
 Run as a script, this file is the comparison worker (one process, so that a plan's patches of
 library classes cannot reach the pytest process): ``python zoo_cpu.py ORIG NEW SHAPES`` imports
