@@ -236,6 +236,9 @@ def validate(ctx: click.Context, plan_path: str, src: str, out: str | None, back
     bad = [b for b in names if b not in ("whole", "regional")]
     if bad:
         raise click.UsageError(f"--baselines: unknown {', '.join(bad)}; expected whole, regional")
+    if not names and ctx.get_parameter_source("min_speedup") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--min-speedup compares the plan with the better of --baselines (whole, regional), and "
+                               "--baselines leaves none: give one, or drop --min-speedup")
     opts = Options(out=Path(out) if out else None, backend=backend, min_speedup=min_speedup,
                    speed_gate=speed_gate, timeout_s=timeout, reps=reps, warmup=warmup,
                    keep=keep_temp, variants=("eager", "plan") + names, overlap=not no_overlap,

@@ -275,7 +275,8 @@ def test_a_failed_validate_keeps_the_passing_report_of_the_same_diff(tmp_path, c
     assert main(["validate", "--plan", str(plan), str(src), "--out", str(out), *VALIDATE_FAST]) == 0
     passing = (out / "validation.json").read_text()
     capsys.readouterr()
-    code = main(["validate", "--plan", str(plan), str(src), "--out", str(out), *VALIDATE_FAST,
+    fast_whole = [*VALIDATE_FAST[:-1], "whole"]  # the gate compares the plan with a baseline
+    code = main(["validate", "--plan", str(plan), str(src), "--out", str(out), *fast_whole,
                  "--speed-gate", "on", "--min-speedup", "1000"])
     err = capsys.readouterr().err
     assert code == 1
@@ -286,6 +287,18 @@ def test_a_failed_validate_keeps_the_passing_report_of_the_same_diff(tmp_path, c
     assert "kept the passing validation report" in err
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--report", str(out)]) == 0
     assert "@torch.compile" in (src / "model.py").read_text()
+
+
+def test_min_speedup_without_a_baseline_to_compare_with_is_a_usage_error(tmp_path, capsys):
+    """``--min-speedup`` is a bound on the better baseline's step over the plan's: with ``--baselines
+    none`` there is nothing to compare, and a gate that could never fail would pass silently; it is
+    refused before anything runs (exit 2, nothing written)."""
+    src = _tree(tmp_path, model=WHOLE_MODEL)
+    plan = _plan(src, tmp_path / "plan.yaml")
+    out = tmp_path / "validation"
+    code = main(["validate", "--plan", str(plan), str(src), "--out", str(out), *VALIDATE_FAST, "--min-speedup", "1000"])
+    assert code == 2 and not out.exists()
+    assert "--min-speedup compares the plan with the better of --baselines" in capsys.readouterr().err
 
 
 def test_a_failed_validate_replaces_a_passing_report_of_another_tree(tmp_path):
