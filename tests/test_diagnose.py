@@ -214,8 +214,8 @@ def test_inputs_without_tensors_is_an_error_naming_the_inputs_callable(tmp_path,
     "args, expected",
     [
         (["--harness", "nope.py"], "nope.py: harness file not found under SRC"),
-        (["--harness", "harness.py", "--model", "build_modle"], "harness.model: harness.py defines no callable 'build_modle' (did you mean 'build_model'?)"),
-        (["--harness", "harness.py", "--shape", "btch=2"], "harness.shapes[0]: make_inputs() has no parameter 'btch' (did you mean 'batch'?)"),
+        (["--harness", "harness.py", "--model", "build_modle"], "--model: harness.py defines no callable 'build_modle' (did you mean 'build_model'?)"),
+        (["--harness", "harness.py", "--shape", "btch=2"], "--shape #1 (harness.shapes[0]): make_inputs() has no parameter 'btch' (did you mean 'batch'?)"),
         (["--harness", "harness.py", "--shape", "batch:2"], "Invalid value for '--shape': 'batch:2': 'batch:2' has no '=size'; expected name=int,..."),
     ],
     ids=["missing-file", "bad-callable", "bad-shape-key", "bad-shape-syntax"],
@@ -227,6 +227,18 @@ def test_bad_harness_spec_exits_2_and_writes_nothing(tmp_path, capsys, args, exp
     assert rc == 2
     assert expected in capsys.readouterr().err
     assert not (tmp_path / "plan.yaml").exists() and not (tmp_path / "stackpart-diagnose").exists()
+
+
+def test_a_bad_harness_field_from_a_plan_is_named_as_the_plans_field_not_a_flag(tmp_path, capsys):
+    """The flag is named only where the user typed it: a plan's ``harness:`` section keeps the
+    field's name, with the plan's file."""
+    src = tmp_path / "src"
+    write_harness(src, NET.format(body="        return self.fc(x)"))
+    plan = tmp_path / "given.yaml"
+    plan.write_text("version: 1\nharness:\n  file: harness.py\n  model: build_modle\n  shapes:\n    - {batch: 2}\nactions: []\n")
+    rc = main(["diagnose", "--harness", str(plan), str(src), "-o", str(tmp_path / "plan.yaml"), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "harness.model: harness.py defines no callable 'build_modle'" in err and "--model" not in err, err
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,8 @@ shape stops there too, before the rungs, instead of in the search.
 
 from __future__ import annotations
 
+import re
+
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -718,6 +720,30 @@ def diagnose_command(harness: str, src: str, output: str, *, model: str | None, 
     from ..terminal import Feed, stderr
 
     with Feed(stderr(), verbose) as feed:  # third-party stderr and the event lines go to diagnose.log
-        outcome = diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry, budget_s=budget, only=only, site=site,
-                           overlap=not no_overlap, pin=pin, cold_parallel=cold_parallel, contended=host == "both", console=feed)
+        try:
+            outcome = diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry, budget_s=budget, only=only, site=site,
+                               overlap=not no_overlap, pin=pin, cold_parallel=cold_parallel, contended=host == "both", console=feed)
+        except StackpartError as exc:
+            raise flagged(exc, model=model, inputs=inputs, shapes=bool(shapes))
     return 1 if outcome.stopped else 0
+
+
+#: A harness field as :func:`rewriter.harness.load_harness`'s errors name it, at their start.
+_FIELD_RE = re.compile(r"^harness\.(model|inputs|shapes\[(\d+)\])")
+
+
+def flagged(exc: StackpartError, *, model: str | None, inputs: str | None, shapes: bool) -> StackpartError:
+    """``exc`` naming the flag the user typed instead of the plan field it set: ``--model: ...``
+    for ``harness.model: ...`` when ``--model`` was given, ``--shape #2 (harness.shapes[1]): ...``
+    when the shapes came from ``--shape``; ``exc`` itself otherwise (the value came from a plan's
+    ``harness:`` section, whose field the message already names)."""
+    m = _FIELD_RE.match(exc.message)
+    if m is None:
+        return exc
+    field, index = m.group(1), m.group(2)
+    given = {"model": model, "inputs": inputs}.get(field) if index is None else shapes
+    if not given:
+        return exc
+    label = f"--{field}" if index is None else f"--shape #{int(index) + 1} ({m.group(0)})"
+    exc.message = label + exc.message[m.end():]
+    return exc
