@@ -217,3 +217,21 @@ def test_the_default_budget_counts_the_setup_before_the_ladder_not_only_the_rung
     runner._plan_by_search(fake, None, 300.0)
     runner._plan_by_search(fake, 33.0, 300.0)  # --budget given: used as it is
     assert budgets == [pytest.approx(DIAGNOSE_TARGET_S - 50.0 - FINISH_S, abs=1.0), 33.0]
+
+
+def test_the_whole_model_anchor_is_measured_right_after_the_rules_proposal(tmp_path, monkeypatch):
+    """Under a budget the cold phases run in proposal order and the later ones may be skipped: the
+    whole-model compile (the one-line anchor a plan is held against) comes right after the rule's
+    proposal and its twins, before the other per-block variants and nested+whole, so a short budget
+    never leaves the search choosing among per-block plans without having measured ``whole``."""
+    from test_diagnose_planner import llama
+
+    from rewriter.diagnose.candidates import propose
+
+    cands = propose(llama(tmp_path, monkeypatch))[0]
+    names = [c.name for c in cands]
+    rule = next(c.name for c in cands if c.rule)
+    assert rule.startswith("per-block") and "whole" in names and "nested+whole" in names, names
+    first_other = min(i for i, n in enumerate(names) if n != rule and not n.startswith(rule + "+") and n != "whole")
+    assert names.index("whole") < first_other and names.index("whole") < names.index("nested+whole"), names
+    assert names[-1] == "as-is", names

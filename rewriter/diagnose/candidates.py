@@ -701,10 +701,18 @@ def _named(base: str, plan: Plan) -> str:
     return base + "".join(f"+{k}" for k in ("disable", "mark_dynamic", "kernel") if k in kinds)
 
 
+#: The whole-model compile: the one-line anchor (``torch.compile(model)``) a plan is compared with.
+WHOLE = "whole"
+
+
 def _rule_first(cands: list[Candidate]) -> list[Candidate]:
     """The rule's proposal first (the expected best: its cold phase runs first under a budget),
-    then the compile candidates in proposal order, ``as-is`` last."""
+    then ``whole``, the one-line anchor every plan is held against (measured early, a short
+    budget never leaves the search without it and choosing a plan slower than the compile a user
+    would try first), then the other compile candidates in proposal order, ``as-is`` last
+    (docs/decisions.md, "The search's budget and its cold phases")."""
     rule = [c for c in cands if c.rule]
-    rest = [c for c in cands if not c.rule and c.name != AS_IS]
+    anchor = [c for c in cands if not c.rule and c.name == WHOLE]
+    rest = [c for c in cands if not c.rule and c.name not in (AS_IS, WHOLE)]
     asis = [c for c in cands if c.name == AS_IS and not c.rule]
-    return rule + rest + asis
+    return rule + anchor + rest + asis
