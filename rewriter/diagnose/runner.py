@@ -12,7 +12,6 @@ shape stops there too, before the rungs, instead of in the search.
 from __future__ import annotations
 
 import re
-
 import time
 import traceback
 from dataclasses import dataclass, field

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .zygote import die_with_parent
+
 #: Exit codes of :mod:`rewriter.engine.child`.
 CHILD_HARNESS_ERROR, CHILD_OOM, CHILD_RAISED = 2, 3, 4
 
@@ -76,20 +78,6 @@ def package_path(workdir: Path) -> str:
         pkg.mkdir(exist_ok=True)
         link.symlink_to(Path(__file__).resolve().parents[1], target_is_directory=True)
     return str(pkg)
-
-
-def die_with_parent() -> None:
-    """``preexec_fn`` for every child: on Linux, the kernel sends the child SIGKILL when validate's
-    process dies, even by SIGKILL or the OOM killer, which no handler of ours sees; a child holding
-    GPU memory must not outlive it (``prctl(PR_SET_PDEATHSIG)``, man 2 prctl). Children are
-    started from the main thread only (the signal follows the thread that forked them).
-    Elsewhere a no-op."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
 
 def _start_child(argv: list[str], env: dict[str, str], workdir: Path, out: int, pass_fds: tuple[int, ...],

@@ -107,12 +107,19 @@ _BOOT = (
 )
 
 
-def _die_with_parent() -> None:
-    """SIGKILL this process when its parent dies (``prctl(PR_SET_PDEATHSIG)``, man 2 prctl), as
-    :func:`rewriter.engine.runner.die_with_parent` does for a child started with ``Popen``."""
+def die_with_parent() -> None:
+    """``preexec_fn`` for every child (and the children's server, which sets it in each child it
+    forks): on Linux, the kernel sends the child SIGKILL when validate's
+    process dies, even by SIGKILL or the OOM killer, which no handler of ours sees; a child holding
+    GPU memory must not outlive it (``prctl(PR_SET_PDEATHSIG)``, man 2 prctl). Children are
+    started from the main thread only (the signal follows the thread that forked them).
+    Elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
     import ctypes
 
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1: PR_SET_PDEATHSIG
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
 
 # ---------------------------------------------------------------------------------- the caller
@@ -183,7 +190,7 @@ class Zygote:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, str(PACKAGE), str(theirs.fileno()), " " * _TITLE_ROOM],
                 env=dict(env), cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True, pass_fds=(theirs.fileno(),), preexec_fn=_die_with_parent,
+                start_new_session=True, pass_fds=(theirs.fileno(),), preexec_fn=die_with_parent,
             )
         finally:
             theirs.close()
@@ -374,7 +381,7 @@ def _run_child(request: dict[str, Any], fds: list[int], private: list[int], serv
         for fd in private:
             os.close(fd)
         os.setsid()
-        _die_with_parent()
+        die_with_parent()
         if os.getppid() != server_pid:  # the server died before the death signal was set
             os._exit(1)
         # the passed descriptors onto the numbers the job names: moved above them all first, so
