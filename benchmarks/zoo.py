@@ -346,14 +346,23 @@ def run_variant(src: Path, variant: str, device: str, shapes: list[dict], steps:
 
 
 def run_cli(argv: list[str], env: dict, cwd: Path, timeout: float) -> tuple[int, str]:
-    """``stackpart ARGV`` in a fresh process, as a user runs it: its exit code (124 past
-    ``timeout`` seconds) and its stdout + stderr."""
+    """``stackpart ARGV`` in a fresh process, as a user runs it: its exit code and its stdout +
+    stderr. Past ``timeout`` seconds it gets SIGTERM, as ``timeout(1)`` sends (diagnose then writes
+    its report and diagnose.log with what it measured), then SIGKILL 30 s later; the exit code is 124
+    and the output what it printed before."""
+    p = subprocess.Popen([sys.executable, "-c", CLI, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, env=env, cwd=cwd)
     try:
-        p = subprocess.run([sys.executable, "-c", CLI, *argv], capture_output=True, text=True, timeout=timeout,
-                           env=env, cwd=cwd)
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out
     except subprocess.TimeoutExpired:
-        return 124, ""
-    return p.returncode, p.stdout + p.stderr
+        p.terminate()
+        try:
+            out, _ = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        return 124, out or ""
 
 
 def run_plan(work: Path, name: str, device: str, shapes: list[dict], smoke: bool, timeout: float,

@@ -305,3 +305,33 @@ def test_beyond_max_servers_only_a_server_whose_children_have_exited_is_closed(m
     d = launch("4")
     assert b.closed and not a.closed and not c.closed and not d.closed
     assert [s.env["OMP_NUM_THREADS"] for s in zygote._servers.values()] == ["1", "3", "4"]
+
+
+OPENBLAS_PROBE = r"""
+import os, sys
+import numpy as np
+from rewriter.engine.zygote import _stop_openblas_threads
+a = np.random.rand(512, 512)
+a @ a  # OpenBLAS's worker threads run (one per core)
+before = len(os.listdir("/proc/self/task"))
+_stop_openblas_threads()
+after = len(os.listdir("/proc/self/task"))
+pid = os.fork()
+if pid == 0:  # a forked child still multiplies (OpenBLAS starts its threads again)
+    os._exit(0 if abs(float((a @ a).sum()) - float(np.dot(a, a).sum())) < 1e-6 else 1)
+_, status = os.waitpid(pid, 0)
+print(before, after, os.waitstatus_to_exitcode(status), float((a @ a).sum()) > 0)
+"""
+
+
+def test_the_server_stops_openblas_worker_threads_before_it_forks_and_blas_still_works():
+    # On the H200 numpy is imported with torch (Triton installed) and its OpenBLAS starts one thread
+    # per core: the server refused ("17 threads after the imports") until it stopped them as
+    # OpenBLAS's own fork handler does.
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", OPENBLAS_PROBE], env=env, capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr
+    before, after, child, parent_ok = out.stdout.split()
+    assert (int(before), int(after)) == (2, 1), out.stdout
+    assert child == "0" and parent_ok == "True"

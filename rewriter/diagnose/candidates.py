@@ -47,6 +47,9 @@ from .planner import plan as rule_plan
 from .rungs import batch_scaling, op_mix
 from .rungs.recompiles import shapes_stable
 
+#: The whole-model compile: the one-line anchor (``torch.compile(model)``) a plan is compared with.
+WHOLE = "whole"
+
 
 def nested_supported() -> bool:
     """``torch.compiler.nested_compile_region`` exists (torch >= 2.8)."""
@@ -455,6 +458,9 @@ def _whole_family(p: _Proposals, region_full: Any, has_block: bool, own: list[st
     if any(a.action == "compile" for a in whole.plan.actions):
         if has_block:
             _nested_whole(p, region_full, whole)
+        bare = _without_disables(whole)
+        if bare is not None:  # the one-line anchor, its graph breaks left to Dynamo
+            p.add(WHOLE, bare)
         p.add(_named("whole", whole.plan), whole)
         if not ctx.session.cuda:
             p.pruned.append("whole+cudagraphs: no CUDA (CUDA graphs need a GPU)")
@@ -466,6 +472,17 @@ def _whole_family(p: _Proposals, region_full: Any, has_block: bool, own: list[st
     elif not own:  # (the program's own compile pruned them above, and said so)
         p.pruned.append("whole, whole+cudagraphs: " + (whole.notes[-1] if whole.notes else "the model class is not under SRC"))
     return whole
+
+
+def _without_disables(decision: Any) -> Any:
+    """``decision`` without its ``disable`` actions (a whole-model compile as ``torch.compile(model)``
+    runs it: Dynamo splits the graph at each break), or None where it has none. The ``+disable``
+    form keeps the functions that break eager; which is faster is measured, not assumed (a break
+    Dynamo resumes after costs a graph, a disabled function all the graphs inside it)."""
+    kept = [a for a in decision.plan.actions if a.action != "disable"]
+    if len(kept) == len(decision.plan.actions):
+        return None
+    return type(decision)(decision.plan.model_copy(update={"actions": kept}), decision.notes)
 
 
 def _nested_whole(p: _Proposals, region_full: Any, whole: Any) -> None:
@@ -699,10 +716,6 @@ def _named(base: str, plan: Plan) -> str:
     """``base`` plus what else the plan holds: ``+disable``, ``+mark_dynamic``, ``+kernel``."""
     kinds = {a.action for a in plan.actions}
     return base + "".join(f"+{k}" for k in ("disable", "mark_dynamic", "kernel") if k in kinds)
-
-
-#: The whole-model compile: the one-line anchor (``torch.compile(model)``) a plan is compared with.
-WHOLE = "whole"
 
 
 def _rule_first(cands: list[Candidate]) -> list[Candidate]:

@@ -326,12 +326,32 @@ def close_all() -> None:
 # ---------------------------------------------------------------------------------- the server
 
 
+def _stop_openblas_threads() -> None:
+    """Stop the worker threads of each OpenBLAS loaded here (numpy's starts one per core when it
+    loads, and numpy is imported with torch where Triton is installed), as OpenBLAS's own
+    ``pthread_atfork`` handler does before every fork (``blas_thread_shutdown_``); it starts them
+    again at its next call, in this process or a child."""
+    import ctypes
+
+    with open("/proc/self/maps") as maps:
+        libs = {f[-1] for f in (line.split() for line in maps)
+                if len(f) >= 6 and f[-1].startswith("/") and "openblas" in os.path.basename(f[-1]).lower()}
+    for path in sorted(libs):
+        try:
+            shutdown = getattr(ctypes.CDLL(path), "blas_thread_shutdown_", None)
+        except OSError:
+            continue
+        if shutdown is not None:
+            shutdown()
+
+
 def _prepare() -> str | None:
     """Import :data:`PRELOAD`; None when this process may fork clean children, else why not."""
     import importlib
 
     for name in PRELOAD:
         importlib.import_module(name)
+    _stop_openblas_threads()
     threads = os.listdir("/proc/self/task")
     if len(threads) != 1:
         return f"{len(threads)} threads after the imports (a fork copies one)"
