@@ -272,7 +272,7 @@ def test_beyond_max_servers_only_a_server_whose_children_have_exited_is_closed(m
     made = []
 
     class Fake:
-        def __init__(self, env):
+        def __init__(self, env, libraries=()):
             self.env, self.busy, self.closed = env, True, False
             self.proc = type("P", (), {"pid": len(made)})()
             made.append(self)
@@ -335,3 +335,66 @@ def test_the_server_stops_openblas_worker_threads_before_it_forks_and_blas_still
     before, after, child, parent_ok = out.stdout.split()
     assert (int(before), int(after)) == (2, 1), out.stdout
     assert child == "0" and parent_ok == "True"
+
+
+#: A harness that imports the installed transformers and records what its process had imported.
+LIBRARY_HARNESS = """\
+import json, os, sys
+import torch
+import transformers
+
+
+def build_model():
+    torch.manual_seed(0)
+    model = transformers.GPT2Model(transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=32, n_positions=16))
+    with torch.no_grad():
+        out = model(torch.arange(8).reshape(1, 8)).last_hidden_state
+    with open(PROBE, "w") as f:
+        json.dump({"transformers": transformers.__file__, "path": list(sys.path), "env": dict(os.environ),
+                   "out": out.flatten().tolist(), "pid": os.getpid()}, f)
+    return torch.nn.Linear(2, 2)
+
+
+def make_inputs(batch: int = 2):
+    return (torch.randn(batch, 2),)
+"""
+
+
+def test_a_tree_that_imports_transformers_is_forked_from_a_server_that_imported_it(tmp_path, monkeypatch):
+    """The child of a tree that imports the installed transformers (and holds no copy of its own)
+    comes from a server with transformers imported, and sees what a fresh interpreter would: the
+    same transformers, environment, sys.path and outputs."""
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(zygote, "_servers", type(zygote._servers)())
+    monkeypatch.setattr(zygote, "_refused", set())
+    got = {}
+    try:
+        for way in ("forked", "popen"):
+            if way == "popen":
+                monkeypatch.setenv(zygote.SWITCH, "0")
+            src = tmp_path / f"tree-{way}"
+            src.mkdir()
+            probe = tmp_path / f"probe-{way}.json"
+            (src / "harness.py").write_text(LIBRARY_HARNESS.replace("PROBE", repr(str(probe))))
+            child = _child(tmp_path, src, f"lib-{way}")
+            try:
+                assert child.wait_built(), child.wait_cold()
+                assert isinstance(child.proc, zygote.Forked) == (way == "forked")
+            finally:
+                child.close()
+            got[way] = json.loads(probe.read_text())
+        [(key, server)] = list(zygote._servers.items())
+        assert ("", "transformers") in key  # the library server served it
+    finally:
+        zygote.close_all()
+    fork, fresh = got["forked"], got["popen"]
+    assert fork["transformers"] == fresh["transformers"] == transformers.__file__
+    assert fork["out"] == fresh["out"]
+    fresh["env"].pop(zygote.SWITCH)
+
+    def norm(value, own):
+        return json.loads(json.dumps(value).replace(str(tmp_path), "T").replace(own, "X"))
+
+    assert norm(fork["env"], "-forked") == norm(fresh["env"], "-popen")
+    assert norm(fork["path"], "-forked") == norm(fresh["path"], "-popen")

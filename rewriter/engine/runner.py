@@ -81,13 +81,15 @@ def package_path(workdir: Path) -> str:
 
 
 def _start_child(argv: list[str], env: dict[str, str], workdir: Path, out: int, pass_fds: tuple[int, ...],
-                 pkg: str) -> "subprocess.Popen[bytes] | Any":
+                 pkg: str, trees: list[str]) -> "subprocess.Popen[bytes] | Any":
     """``python -m rewriter.engine.child *argv`` in its own session, stdout and stderr into ``out``:
-    forked from a server that has torch imported already (:mod:`.zygote`, a handle shaped as
-    ``Popen``), or where there is none (``STACKPART_ZYGOTE=0``, refused, failed) a fresh interpreter."""
+    forked from a server that has torch imported already, and the model libraries ``trees`` import
+    (:mod:`.zygote`, :mod:`.preload`; a handle shaped as ``Popen``), or where there is none
+    (``STACKPART_ZYGOTE=0``, refused, failed) a fresh interpreter."""
     from . import zygote
+    from .preload import libraries_for
 
-    forked = zygote.launch(argv, env, str(workdir), out, pass_fds, pkg)
+    forked = zygote.launch(argv, env, str(workdir), out, pass_fds, pkg, libraries=libraries_for(trees))
     if forked is not None:
         return forked
     return subprocess.Popen(
@@ -152,7 +154,8 @@ class ServedChild:
             child_env_threads(env)  # CPU timing: a thread count that fits the cores (rewriter.threads)
         self.started = time.perf_counter()
         with open(self.stderr_path, "wb") as err:
-            self.proc = _start_child([str(job_path)], env, workdir, err.fileno(), (cmd_r, rep_w), pkg)
+            trees = [job.get("tree"), *(job.get("trees") or {}).values()]
+            self.proc = _start_child([str(job_path)], env, workdir, err.fileno(), (cmd_r, rep_w), pkg, trees)
         os.close(cmd_r)
         os.close(rep_w)
         self._cmd = os.fdopen(cmd_w, "w")

@@ -9,8 +9,9 @@ those modules loaded, and everything else as :func:`rewriter.engine.runner.child
 directories included; torch reads ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` when it first
 compiles, not at import), working directory, ``sys.argv``, ``sys.path[0]``, session (process group),
 stdout/stderr file and the command/reply pipes at the descriptor numbers its job names. It
-imports the user's code itself: the server never imports transformers, diffusers or any tree's
-module (a tree may hold its own copy of one).
+imports the user's code itself: the server never imports any tree's module, and imports
+transformers or diffusers only when the child's trees import that library and hold no copy of
+their own (:mod:`.preload`; such a server serves only those children).
 
 One server serves one import-time environment: the child environment less the variables that differ
 per child and that nothing reads at import (:data:`PER_CHILD`), less the child's own ``PYTHONPATH``
@@ -72,7 +73,8 @@ PER_CHILD = (*CACHE_DIRS, "PYTEST_CURRENT_TEST")
 PRELOAD = ("torch", "torch._dynamo", "torch._inductor", "torch._inductor.compile_fx",
            "rewriter.engine.child", "rewriter.harness", "rewriter.plan", "rewriter.engine.variants")
 
-#: Modules the server must not have imported (a child's tree may hold its own copy).
+#: Modules a server must not have imported unless asked to (a child's tree may hold its own copy):
+#: the libraries of :data:`.preload.LIBRARIES`.
 NEVER = ("transformers", "diffusers")
 
 #: The environment variable that turns the server off (``0``).
@@ -81,9 +83,10 @@ SWITCH = "STACKPART_ZYGOTE"
 #: Seconds the caller waits for a server's imports before it starts its children without one.
 START_TIMEOUT_S = 300.0
 
-#: Servers kept per calling process (each holds torch imported, a few hundred MB); the least
-#: recently used one is closed beyond this.
-MAX_SERVERS = 2
+#: Servers kept per calling process (each holds torch imported, a few hundred MB): room for a plain
+#: and a library server (:mod:`.preload`) and one more environment; the least recently used idle
+#: one is closed beyond this.
+MAX_SERVERS = 3
 
 #: Room in the server's command line for a child's (``/proc/PID/cmdline``, what ``ps`` shows).
 _TITLE_ROOM = 1024
@@ -172,10 +175,11 @@ class Forked:
 class Zygote:
     """One running server and the caller's end of its socket."""
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], libraries: tuple[str, ...] = ()) -> None:
         """Start a server with ``env``: the first child's environment without its own ``PYTHONPATH``
         entry for stackpart (the server imports ``rewriter`` from :data:`PACKAGE` by location
         instead, so it needs no directory of its own and a checkout's root stays off its path).
+        ``libraries``: names of :data:`.preload.LIBRARIES` it imports too.
 
         Raises:
             OSError: it did not start or refused to serve (why, in the message).
@@ -188,7 +192,7 @@ class Zygote:
             # its own output goes nowhere: the imports' warnings stay out of the terminal and out of
             # the children's logs; what went wrong comes back on the socket
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, str(PACKAGE), str(theirs.fileno()), " " * _TITLE_ROOM],
+                [sys.executable, "-c", _BOOT, str(PACKAGE), str(theirs.fileno()), ",".join(libraries), " " * _TITLE_ROOM],
                 env=dict(env), cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True, pass_fds=(theirs.fileno(),), preexec_fn=die_with_parent,
             )
@@ -277,16 +281,35 @@ def server_env(env: Mapping[str, str], package_path: str) -> dict[str, str]:
 
 
 def launch(argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, pass_fds: tuple[int, ...],
-           package_path: str, module: str = CHILD_MODULE) -> Forked | None:
+           package_path: str, module: str = CHILD_MODULE, libraries: tuple[str, ...] = ()) -> Forked | None:
     """``python -m module *argv`` forked from the server of its environment ``env`` (started on first
     use, kept for the life of this process), or None where there is none to use: turned off,
-    refused, failed (said in the debug log); the caller then starts the child itself. Servers are
-    started from the main thread only (the death signal that ends one with this process follows the
-    thread that started it); beyond :data:`MAX_SERVERS`, the least recently used one whose children
-    have all exited is closed."""
+    refused, failed (said in the debug log); the caller then starts the child itself.
+    ``libraries``: the model libraries the child's trees import (:func:`.preload.libraries_for`),
+    which a server of their own imports too; where that server cannot serve, the child is forked
+    from the plain one. Servers are started from the main thread only (the death signal that ends
+    one with this process follows the thread that started it); beyond :data:`MAX_SERVERS`, the least
+    recently used one whose children have all exited is closed."""
     if not enabled():
         return None
-    key = (("", sys.executable),) + tuple(sorted(server_env(env, package_path).items()))
+    for libs in ((libraries, ()) if libraries else ((),)):
+        key = (("", sys.executable), ("", ",".join(libs))) + tuple(sorted(server_env(env, package_path).items()))
+        server = _server(key, env, package_path, libs)
+        if server is None:
+            continue
+        try:
+            return server.fork(argv, env, cwd, stdout, pass_fds, module)
+        except OSError as exc:
+            log.debug("zygote %d failed, this child starts with Popen: %s", server.proc.pid, exc)
+            _servers.pop(key, None)
+            server.close()
+            return None
+    return None
+
+
+def _server(key: tuple[tuple[str, str], ...], env: Mapping[str, str], package_path: str,
+            libraries: tuple[str, ...]) -> Zygote | None:
+    """The running server of ``key``, else a new one (None where it is refused or cannot start here)."""
     server = _servers.get(key)
     if server is not None and not server.usable():
         _servers.pop(key)
@@ -297,23 +320,19 @@ def launch(argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, pass_
             return None
         t0 = time.perf_counter()
         try:
-            server = Zygote(_without_path(env, package_path))
+            server = Zygote(_without_path(env, package_path), libraries)
         except OSError as exc:
             _refused.add(key)
-            log.debug("no zygote, children start with Popen: %s", exc)
+            log.debug("no zygote%s: %s", f" with {', '.join(libraries)} imported" if libraries else
+                      ", children start with Popen", exc)
             return None
-        log.debug("zygote %d ready in %.1f s", server.proc.pid, time.perf_counter() - t0)
+        log.debug("zygote %d ready in %.1f s%s", server.proc.pid, time.perf_counter() - t0,
+                  f" ({', '.join(libraries)} imported)" if libraries else "")
         _servers[key] = server
         for old in [k for k, z in _servers.items() if k != key and z.idle()][: max(0, len(_servers) - MAX_SERVERS)]:
             _servers.pop(old).close()
     _servers.move_to_end(key)
-    try:
-        return server.fork(argv, env, cwd, stdout, pass_fds, module)
-    except OSError as exc:
-        log.debug("zygote %d failed, this child starts with Popen: %s", server.proc.pid, exc)
-        _servers.pop(key, None)
-        server.close()
-        return None
+    return server
 
 
 @atexit.register
@@ -345,11 +364,14 @@ def _stop_openblas_threads() -> None:
             shutdown()
 
 
-def _prepare() -> str | None:
-    """Import :data:`PRELOAD`; None when this process may fork clean children, else why not."""
+def _prepare(libraries: tuple[str, ...] = ()) -> str | None:
+    """Import :data:`PRELOAD` and the modules of ``libraries`` (:data:`.preload.LIBRARIES`); None
+    when this process may fork clean children, else why not."""
     import importlib
 
-    for name in PRELOAD:
+    from .preload import LIBRARIES
+
+    for name in (*PRELOAD, *(m for lib in libraries for m in LIBRARIES[lib])):
         importlib.import_module(name)
     _stop_openblas_threads()
     threads = os.listdir("/proc/self/task")
@@ -358,7 +380,7 @@ def _prepare() -> str | None:
     with open("/proc/self/maps") as maps:
         if any("libcuda.so" in line for line in maps):
             return "the CUDA driver is loaded (a forked child could not use CUDA)"
-    imported = [m for m in NEVER if m in sys.modules]
+    imported = [m for m in NEVER if m in sys.modules and m not in libraries]
     if imported:
         return f"{', '.join(imported)} imported (a child's tree may hold its own)"
     return None
@@ -540,11 +562,12 @@ def serve(sock: socket.socket) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """The server (started by :class:`Zygote` as ``python -c _BOOT PACKAGE SOCKET_FD padding``)."""
+    """The server (started by :class:`Zygote` as ``python -c _BOOT PACKAGE SOCKET_FD LIBRARIES padding``,
+    LIBRARIES comma-separated, possibly empty)."""
     sock = socket.socket(fileno=int(argv[0]))
     _set_title([sys.executable, "-m", "rewriter.engine.zygote", "(stackpart's measurement children are forked from here)"])
     try:
-        why = _prepare()
+        why = _prepare(tuple(n for n in argv[1].split(",") if n))
     except Exception as exc:  # noqa: BLE001 - said to the caller, which starts its children itself
         import traceback
 
