@@ -29,6 +29,10 @@ def test_a_tree_that_imports_a_library_gets_it_and_one_that_does_not_gets_nothin
     assert preload.libraries_for([a]) == ("transformers",)
     assert preload.libraries_for([b]) == ()
     assert preload.libraries_for([c]) == ("diffusers", "transformers")
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "harness.py").write_text("import diffusers\n")  # diffusers' modeling_utils imports transformers
+    assert preload.libraries_for([d]) == ("diffusers", "transformers")
     assert preload.libraries_for([a, b]) == ("transformers",)  # validate's two trees: what either imports
     assert preload.libraries_for([None, ""]) == ()
 
@@ -39,11 +43,12 @@ def test_a_tree_with_its_own_copy_of_the_library_never_gets_the_installed_one(tm
     (tree / copy).parent.mkdir(parents=True, exist_ok=True)
     (tree / copy).write_text("MARK = 'the tree'\n")
     (tree / "harness.py").write_text("import transformers\nimport diffusers\n")
-    assert preload.libraries_for([tree]) == ("diffusers",)
+    # diffusers is not preloaded either: its modeling_utils would import the installed transformers
+    assert preload.libraries_for([tree]) == ()
     other = tmp_path / "other"
     other.mkdir()
     (other / "harness.py").write_text("import transformers\n")
-    assert preload.libraries_for([other, tree]) == ("diffusers",)  # one tree's copy is on the child's path too
+    assert preload.libraries_for([other, tree]) == ()  # one tree's copy is on the child's path too
 
 
 def test_a_library_that_is_not_installed_is_never_asked_for(tmp_path, monkeypatch):

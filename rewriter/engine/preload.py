@@ -26,6 +26,11 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "diffusers": ("diffusers", "diffusers.models.modeling_utils"),
 }
 
+#: Library -> the libraries its preloaded modules import in turn where installed (diffusers'
+#: ``modeling_utils`` imports transformers): preloaded with it, and it is not preloaded where a tree
+#: shadows one of them.
+PULLS: dict[str, tuple[str, ...]] = {"diffusers": ("transformers",)}
+
 #: Files read per tree before the scan gives up (a tree this large preloads nothing).
 MAX_FILES = 5000
 
@@ -71,5 +76,11 @@ def libraries_for(trees: Iterable[str | Path]) -> tuple[str, ...]:
 
     paths = [Path(t) for t in trees if t]
     wanted = set().union(*(_imports(str(p.resolve())) for p in paths if p.is_dir())) if paths else set()
-    return tuple(sorted(n for n in wanted
-                        if not any(shadowed(p, n) for p in paths) and importlib.util.find_spec(n) is not None))
+    out: set[str] = set()
+    for name in wanted:
+        if importlib.util.find_spec(name) is None:
+            continue
+        pulled = [n for n in PULLS.get(name, ()) if importlib.util.find_spec(n) is not None]
+        if not any(shadowed(p, n) for p in paths for n in (name, *pulled)):
+            out.update((name, *pulled))
+    return tuple(sorted(out))
