@@ -138,7 +138,7 @@ def _probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forked: bool) -> tup
 
 def test_a_forked_child_sees_what_a_fresh_interpreter_would(tmp_path, monkeypatch):
     monkeypatch.setattr(zygote, "_servers", type(zygote._servers)())  # a new server, started by the first child
-    monkeypatch.setattr(zygote, "_refused", set())
+    monkeypatch.setattr(zygote, "_refused", {})
     try:
         _compare(tmp_path, monkeypatch)
     finally:
@@ -248,7 +248,7 @@ def test_a_server_that_cannot_start_leaves_the_child_to_popen_and_says_so_in_the
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.delenv(zygote.SWITCH, raising=False)
     monkeypatch.setattr(zygote, "_servers", type(zygote._servers)())
-    monkeypatch.setattr(zygote, "_refused", set())
+    monkeypatch.setattr(zygote, "_refused", {})
     monkeypatch.setattr(zygote.Zygote, "__init__", refuse)
     src, probe = _tree(tmp_path)
     with caplog.at_level(logging.DEBUG, logger="rewriter.engine.zygote"):
@@ -367,7 +367,7 @@ def test_a_tree_that_imports_transformers_is_forked_from_a_server_that_imported_
     transformers = pytest.importorskip("transformers")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setattr(zygote, "_servers", type(zygote._servers)())
-    monkeypatch.setattr(zygote, "_refused", set())
+    monkeypatch.setattr(zygote, "_refused", {})
     got = {}
     try:
         for way in ("forked", "popen"):
@@ -385,7 +385,7 @@ def test_a_tree_that_imports_transformers_is_forked_from_a_server_that_imported_
                 child.close()
             got[way] = json.loads(probe.read_text())
         [(key, server)] = list(zygote._servers.items())
-        assert ("", "transformers") in key  # the library server served it
+        assert "transformers.modeling_utils" in key[1][1].split(",")  # the library server served it
     finally:
         zygote.close_all()
     fork, fresh = got["forked"], got["popen"]
@@ -398,3 +398,64 @@ def test_a_tree_that_imports_transformers_is_forked_from_a_server_that_imported_
 
     assert norm(fork["env"], "-forked") == norm(fresh["env"], "-popen")
     assert norm(fork["path"], "-forked") == norm(fresh["path"], "-popen")
+
+
+def test_a_refusal_for_threads_names_them():
+    import threading
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="probe-thread", daemon=True)
+    t.start()
+    try:
+        said = zygote._thread_names(os.listdir("/proc/self/task"))
+    finally:
+        stop.set()
+        t.join()
+    assert "(Python thread 'probe-thread')" in said
+    assert str(os.getpid()) not in said.split(", ")
+
+
+#: A module whose import maps a file named libcuda.so.1, as importing a module that initializes the
+#: CUDA driver does (torch._inductor.compile_fx on a CUDA machine with torch 2.11).
+FAKE_CUDA = """\
+import mmap, os
+_path = os.path.join(os.path.dirname(__file__), "libcuda.so.1")
+with open(_path, "wb") as f:
+    f.write(b"\\0" * 4096)
+_f = open(_path, "rb")
+MAPPED = mmap.mmap(_f.fileno(), 4096, prot=mmap.PROT_READ)
+"""
+
+
+def test_a_server_whose_import_loads_the_cuda_driver_is_replaced_by_one_importing_less(tmp_path, monkeypatch, caplog):
+    import logging
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "fakecuda.py").write_text(FAKE_CUDA)
+    monkeypatch.setenv("PYTHONPATH", f"{lib}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv(zygote.SWITCH, raising=False)
+    monkeypatch.setattr(zygote, "_servers", type(zygote._servers)())
+    monkeypatch.setattr(zygote, "_refused", {})
+    monkeypatch.setattr(zygote, "PRELOAD", ("torch", "torch._dynamo", "fakecuda", "torch._inductor"))
+    src, probe = _tree(tmp_path)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="rewriter.engine.zygote"):
+            child = _child(tmp_path, src)
+            try:
+                assert isinstance(child.proc, zygote.Forked)
+                assert child.wait_built(), child.wait_cold()
+                assert json.loads(probe.read_text())["pid"] == child.proc.pid
+            finally:
+                child.close()
+            again = _child(tmp_path, src, "cold-again")  # straight to the server that serves
+            again.close()
+        assert isinstance(again.proc, zygote.Forked)
+        [key] = list(zygote._servers)
+        assert key[1][1] == "torch,torch._dynamo"
+        said = [r.getMessage() for r in caplog.records if "no zygote" in r.getMessage()]
+        assert said == ["no zygote importing up to torch._inductor (the zygote refused: importing fakecuda loaded the "
+                        "CUDA driver (a forked child could not use CUDA)); one importing up to torch._dynamo is tried"], said
+    finally:
+        zygote.close_all()

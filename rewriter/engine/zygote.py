@@ -67,11 +67,13 @@ log = logging.getLogger(__name__)
 CACHE_DIRS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 PER_CHILD = (*CACHE_DIRS, "PYTEST_CURRENT_TEST")
 
-#: What the server imports before it serves: what every child imports before the user's code, plus
-#: Dynamo and Inductor (whose first ``torch.compile`` a compiled variant pays in its build, before
-#: its measured cold phase). Never transformers, diffusers or anything of a user's tree.
-PRELOAD = ("torch", "torch._dynamo", "torch._inductor", "torch._inductor.compile_fx",
-           "rewriter.engine.child", "rewriter.harness", "rewriter.plan", "rewriter.engine.variants")
+#: What the server imports before it serves, in order: what every child imports before the user's
+#: code, then Inductor (whose first ``torch.compile`` a compiled variant pays in its build, before its
+#: measured cold phase). Never anything of a user's tree. Where an import loads the CUDA driver (on a
+#: CUDA machine with torch 2.11, ``torch._inductor.compile_fx`` does: a forked child could not use
+#: CUDA), the server refuses and the caller starts one that imports only the modules before it.
+PRELOAD = ("torch", "torch._dynamo", "rewriter.engine.child", "rewriter.harness", "rewriter.plan",
+           "rewriter.engine.variants", "torch._inductor", "torch._inductor.compile_fx")
 
 #: Modules a server must not have imported unless asked to (a child's tree may hold its own copy):
 #: the libraries of :data:`.preload.LIBRARIES`.
@@ -172,17 +174,36 @@ class Forked:
                 pass
 
 
+class Refused(OSError):
+    """A server that started and will not serve; ``cuda_after``: the module whose import loaded the
+    CUDA driver, where that was why (None otherwise)."""
+
+    def __init__(self, message: str, cuda_after: str | None = None) -> None:
+        super().__init__(message)
+        self.cuda_after = cuda_after
+
+
+def modules_for(libraries: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """What a server imports, in order: :data:`PRELOAD`, then the modules of ``libraries``
+    (:data:`.preload.LIBRARIES`)."""
+    from .preload import LIBRARIES
+
+    return (*PRELOAD, *(m for lib in libraries for m in LIBRARIES[lib]))
+
+
 class Zygote:
     """One running server and the caller's end of its socket."""
 
-    def __init__(self, env: Mapping[str, str], libraries: tuple[str, ...] = ()) -> None:
+    def __init__(self, env: Mapping[str, str], modules: tuple[str, ...] = PRELOAD) -> None:
         """Start a server with ``env``: the first child's environment without its own ``PYTHONPATH``
         entry for stackpart (the server imports ``rewriter`` from :data:`PACKAGE` by location
         instead, so it needs no directory of its own and a checkout's root stays off its path).
-        ``libraries``: names of :data:`.preload.LIBRARIES` it imports too.
+        ``modules``: what it imports, in order (:func:`modules_for`).
 
         Raises:
-            OSError: it did not start or refused to serve (why, in the message).
+            Refused: it refused to serve (why, in the message; ``cuda_after``: the module whose
+                import loaded the CUDA driver, if that was why).
+            OSError: it did not start.
         """
         self.owner = os.getpid()
         self.lock = threading.Lock()  # one request and its answer at a time on the socket
@@ -192,7 +213,7 @@ class Zygote:
             # its own output goes nowhere: the imports' warnings stay out of the terminal and out of
             # the children's logs; what went wrong comes back on the socket
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", _BOOT, str(PACKAGE), str(theirs.fileno()), ",".join(libraries), " " * _TITLE_ROOM],
+                [sys.executable, "-c", _BOOT, str(PACKAGE), str(theirs.fileno()), ",".join(modules), " " * _TITLE_ROOM],
                 env=dict(env), cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True, pass_fds=(theirs.fileno(),), preexec_fn=die_with_parent,
             )
@@ -206,7 +227,7 @@ class Zygote:
             raise OSError(f"the zygote did not start: {exc}") from exc
         if not hello.get("ready"):
             self.close()
-            raise OSError(f"the zygote refused: {hello.get('refused', hello)}")
+            raise Refused(f"the zygote refused: {hello.get('refused', hello)}", hello.get("cuda_after"))
         self.sock.settimeout(None)
 
     def _receive(self) -> tuple[dict[str, Any], list[int]]:
@@ -259,7 +280,8 @@ class Zygote:
 
 
 _servers: OrderedDict[tuple[tuple[str, str], ...], Zygote] = OrderedDict()
-_refused: set[tuple[tuple[str, str], ...]] = set()
+#: key -> the module whose import loaded the CUDA driver in its refused server (None: refused otherwise)
+_refused: dict[tuple[tuple[str, str], ...], str | None] = {}
 
 
 def enabled() -> bool:
@@ -287,29 +309,37 @@ def launch(argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, pass_
     refused, failed (said in the debug log); the caller then starts the child itself.
     ``libraries``: the model libraries the child's trees import (:func:`.preload.libraries_for`),
     which a server of their own imports too; where that server cannot serve, the child is forked
-    from the plain one. Servers are started from the main thread only (the death signal that ends
-    one with this process follows the thread that started it); beyond :data:`MAX_SERVERS`, the least
-    recently used one whose children have all exited is closed."""
+    from the plain one. A server whose imports loaded the CUDA driver is replaced by one that imports
+    only the modules before that one. Servers are started from the main thread only (the death
+    signal that ends one with this process follows the thread that started it); beyond
+    :data:`MAX_SERVERS`, the least recently used one whose children have all exited is closed."""
     if not enabled():
         return None
+    items = tuple(sorted(server_env(env, package_path).items()))
     for libs in ((libraries, ()) if libraries else ((),)):
-        key = (("", sys.executable), ("", ",".join(libs))) + tuple(sorted(server_env(env, package_path).items()))
-        server = _server(key, env, package_path, libs)
-        if server is None:
-            continue
-        try:
-            return server.fork(argv, env, cwd, stdout, pass_fds, module)
-        except OSError as exc:
-            log.debug("zygote %d failed, this child starts with Popen: %s", server.proc.pid, exc)
-            _servers.pop(key, None)
-            server.close()
-            return None
+        modules = modules_for(libs)
+        while modules:
+            key = (("", sys.executable), ("", ",".join(modules))) + items
+            server = _server(key, env, package_path, modules)
+            if server is not None:
+                try:
+                    return server.fork(argv, env, cwd, stdout, pass_fds, module)
+                except OSError as exc:
+                    log.debug("zygote %d failed, this child starts with Popen: %s", server.proc.pid, exc)
+                    _servers.pop(key, None)
+                    server.close()
+                    return None
+            cuda_after = _refused.get(key)
+            if cuda_after not in modules[1:]:
+                break
+            modules = modules[: modules.index(cuda_after)]
     return None
 
 
 def _server(key: tuple[tuple[str, str], ...], env: Mapping[str, str], package_path: str,
-            libraries: tuple[str, ...]) -> Zygote | None:
-    """The running server of ``key``, else a new one (None where it is refused or cannot start here)."""
+            modules: tuple[str, ...]) -> Zygote | None:
+    """The running server of ``key``, else a new one importing ``modules`` (None where it is refused
+    or cannot start here; :data:`_refused` keeps why)."""
     server = _servers.get(key)
     if server is not None and not server.usable():
         _servers.pop(key)
@@ -320,14 +350,18 @@ def _server(key: tuple[tuple[str, str], ...], env: Mapping[str, str], package_pa
             return None
         t0 = time.perf_counter()
         try:
-            server = Zygote(_without_path(env, package_path), libraries)
+            server = Zygote(_without_path(env, package_path), modules)
         except OSError as exc:
-            _refused.add(key)
-            log.debug("no zygote%s: %s", f" with {', '.join(libraries)} imported" if libraries else
-                      ", children start with Popen", exc)
+            _refused[key] = cuda_after = getattr(exc, "cuda_after", None)
+            if cuda_after in modules[1:]:
+                log.debug("no zygote importing up to %s (%s); one importing up to %s is tried", modules[-1], exc,
+                          modules[modules.index(cuda_after) - 1])
+            elif set(modules) <= set(PRELOAD):
+                log.debug("no zygote, children start with Popen: %s", exc)
+            else:
+                log.debug("no zygote with %s imported, the plain one is tried: %s", modules[-1], exc)
             return None
-        log.debug("zygote %d ready in %.1f s%s", server.proc.pid, time.perf_counter() - t0,
-                  f" ({', '.join(libraries)} imported)" if libraries else "")
+        log.debug("zygote %d ready in %.1f s (imported up to %s)", server.proc.pid, time.perf_counter() - t0, modules[-1])
         _servers[key] = server
         for old in [k for k, z in _servers.items() if k != key and z.idle()][: max(0, len(_servers) - MAX_SERVERS)]:
             _servers.pop(old).close()
@@ -364,25 +398,47 @@ def _stop_openblas_threads() -> None:
             shutdown()
 
 
-def _prepare(libraries: tuple[str, ...] = ()) -> str | None:
-    """Import :data:`PRELOAD` and the modules of ``libraries`` (:data:`.preload.LIBRARIES`); None
-    when this process may fork clean children, else why not."""
+def _thread_names(tids: list[str]) -> str:
+    """The threads other than the main one, as ``ps -L`` names them (``/proc/self/task/TID/comm``),
+    with the Python name of those that run Python code (``threading.enumerate``)."""
+    py = {t.native_id: t.name for t in threading.enumerate() if t is not threading.main_thread()}
+    out = []
+    for tid in tids:
+        if int(tid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            comm = "?"
+        out.append(f"{comm} (Python thread {py[int(tid)]!r})" if int(tid) in py else comm)
+    return ", ".join(out)
+
+
+def _cuda_loaded() -> bool:
+    with open("/proc/self/maps") as maps:
+        return any("libcuda.so" in line for line in maps)
+
+
+def _prepare(modules: tuple[str, ...]) -> dict[str, Any] | None:
+    """Import ``modules`` in order; None when this process may fork clean children, else the
+    refusal: ``{"refused": why}``, with ``"cuda_after"``: the module whose import loaded the CUDA
+    driver."""
     import importlib
 
-    from .preload import LIBRARIES
-
-    for name in (*PRELOAD, *(m for lib in libraries for m in LIBRARIES[lib])):
+    for name in modules:
         importlib.import_module(name)
+        if _cuda_loaded():
+            return {"refused": f"importing {name} loaded the CUDA driver (a forked child could not use CUDA)",
+                    "cuda_after": name}
     _stop_openblas_threads()
     threads = os.listdir("/proc/self/task")
     if len(threads) != 1:
-        return f"{len(threads)} threads after the imports (a fork copies one)"
-    with open("/proc/self/maps") as maps:
-        if any("libcuda.so" in line for line in maps):
-            return "the CUDA driver is loaded (a forked child could not use CUDA)"
-    imported = [m for m in NEVER if m in sys.modules and m not in libraries]
+        return {"refused": f"{len(threads)} threads after the imports (a fork copies one): {_thread_names(threads)}"}
+    allowed = {m.split(".", 1)[0] for m in modules}
+    imported = [m for m in NEVER if m in sys.modules and m not in allowed]
     if imported:
-        return f"{', '.join(imported)} imported (a child's tree may hold its own)"
+        return {"refused": f"{', '.join(imported)} imported (a child's tree may hold its own)"}
     return None
 
 
@@ -562,21 +618,22 @@ def serve(sock: socket.socket) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """The server (started by :class:`Zygote` as ``python -c _BOOT PACKAGE SOCKET_FD LIBRARIES padding``,
-    LIBRARIES comma-separated, possibly empty)."""
+    """The server (started by :class:`Zygote` as ``python -c _BOOT PACKAGE SOCKET_FD MODULES padding``,
+    MODULES comma-separated)."""
     sock = socket.socket(fileno=int(argv[0]))
     _set_title([sys.executable, "-m", "rewriter.engine.zygote", "(stackpart's measurement children are forked from here)"])
+    why: dict[str, Any] | None
     try:
         why = _prepare(tuple(n for n in argv[1].split(",") if n))
     except Exception as exc:  # noqa: BLE001 - said to the caller, which starts its children itself
         import traceback
 
-        why = f"an import failed: {type(exc).__name__}: {exc} ({traceback.format_exc(limit=-3)[-1500:]})"
+        why = {"refused": f"an import failed: {type(exc).__name__}: {exc} ({traceback.format_exc(limit=-3)[-1500:]})"}
     if why is None:
         fds = _open_fds({sock.fileno()})
         if fds:
-            why = f"descriptors {fds} open after the imports (a child's pipes could land on them)"
-    socket.send_fds(sock, [json.dumps({"refused": why} if why else {"ready": True}).encode()], [])
+            why = {"refused": f"descriptors {fds} open after the imports (a child's pipes could land on them)"}
+    socket.send_fds(sock, [json.dumps(why or {"ready": True}).encode()], [])
     if why is None:
         serve(sock)
     return 0
