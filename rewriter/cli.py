@@ -297,7 +297,7 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @click.option("--report-dir", default=None, type=click.Path(file_okay=False), help="report.md/json, charts, trace (default: next to the plan).")
 @measurement_options("diagnose")
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds for the search (default: on a GPU what the setup and the ladder left of 3 minutes, 60-120; on a CPU 120): a candidate's cold phase starts only when it is expected to end within them, timing included; the others are skipped and say why.")
+              help="Seconds for the search (default: on a GPU what the setup and the ladder left of 3 minutes, 60-120; on a CPU 120): a candidate's cold phase starts only when it is expected to end within them, timing included; the others are skipped and say why. The whole-model compile, the anchor every plan is compared with, is always measured.")
 @click.option("--no-search", "no_search", is_flag=True, default=False,
               help="Write the ladder rules' proposal without measuring candidate plans (no validation report).")
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="amortization.runs (expected calls).")

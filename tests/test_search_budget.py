@@ -60,6 +60,10 @@ def test_a_cold_phase_runs_unless_its_expected_length_does_not_fit_what_is_left(
         "not measured: its cold phase would end after the search budget (about 50 s expected, as the shortest compile "
         "so far ('whole') took; 20 s left)")
     assert too_late(variants["per-block"], 20.0, {"whole": 50.0, "whole+knob": 12.0}, variants) is None
+    # the whole-model anchor runs whatever is left: a plan is always compared with the one-line compile
+    anchor = Variant("whole", Path("."), compiles=True, cost_key="W", anchor=True)
+    assert too_late(anchor, -30.0, {}, {**variants, "whole": anchor}) is None
+    assert too_late(anchor, 5.0, {"whole+knob": 50.0}, {**variants, "whole": anchor}) is None
 
 
 class _Timed:
@@ -103,7 +107,7 @@ class _Timed:
         self.alive = False
 
 
-def _measure_on_the_fake_clock(monkeypatch, tmp_path, seconds, keys, deadline, fail=()):
+def _measure_on_the_fake_clock(monkeypatch, tmp_path, seconds, keys, deadline, fail=(), anchor=""):
     from rewriter.engine import measure as measure_mod
     from rewriter.engine.measure import Measurement, measure
 
@@ -112,7 +116,8 @@ def _measure_on_the_fake_clock(monkeypatch, tmp_path, seconds, keys, deadline, f
     monkeypatch.setattr("rewriter.engine.runner.ServedChild", _Timed)
     monkeypatch.setattr("rewriter.engine.verdict.numerics_failures", lambda payload: [])
     _Timed.seconds, _Timed.clock, _Timed.went, _Timed.fail = seconds, [0.0], [], set(fail)
-    variants = [Variant(n, tmp_path, judged=n != "eager", compiles=n != "eager", cost_key=k) for n, k in keys.items()]
+    variants = [Variant(n, tmp_path, judged=n != "eager", compiles=n != "eager", cost_key=k, anchor=n == anchor)
+                for n, k in keys.items()]
     spec = type("Spec", (), {"device": "cpu", "shapes": [{"batch": 1}], "model_dump": lambda self: {"device": "cpu"}})()
     skipped: list = []
     m = measure(spec, variants, Options(replicates=1, overlap=False, warmup=0, reps=3), tmp_path, deadline=deadline,
@@ -144,6 +149,16 @@ def test_the_engine_skips_only_the_cold_phases_that_would_end_after_the_deadline
     assert all(m.ok(n) for n in ("per-block", "whole", "per-block+mark", "late-block"))
 
 
+def test_the_whole_model_anchor_is_measured_after_the_deadline_and_the_others_are_not(monkeypatch, tmp_path):
+    """Per-block 80 s with a 75 s deadline: the budget is spent, yet the anchor (whole) runs; the
+    per-block twin after it does not."""
+    seconds = {"per-block": 80.0, "whole": 50.0, "per-block+mark": 8.0}
+    keys = {"eager": None, "per-block": "B", "whole": "W", "per-block+mark": "B"}
+    m, skipped = _measure_on_the_fake_clock(monkeypatch, tmp_path, seconds, keys, 75.0, anchor="whole")
+    assert _Timed.went == ["eager", "per-block", "whole"], _Timed.went
+    assert m.ok("whole") and skipped == [("per-block+mark", SPENT)], skipped
+
+
 @pytest.mark.usefixtures("one_thread")
 def test_the_search_skips_a_candidate_whose_kin_compiled_too_long_and_says_why(tmp_path, monkeypatch):
     """A tiny model, backend eager, the real search: the first compiled candidate's cold phase is
@@ -166,13 +181,16 @@ def test_the_search_skips_a_candidate_whose_kin_compiled_too_long_and_says_why(t
         emit(self, name, event, detail)
 
     monkeypatch.setattr(measure_mod._Run, "emit", emit_then_jump)
+    # no anchor here (it is measured whatever the budget, and its short compile would let the
+    # others fit): this test is about the estimate and the reason of a skip
+    monkeypatch.setattr("rewriter.diagnose.search.WHOLE", "no anchor")
     src = tmp_path / "src"
     shutil.copytree(EXAMPLE / "src", src)
     spec = load_plan(EXAMPLE / "plan.yaml").plan.harness
     outcome = diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"search"},
                        budget_s=1100.0, report_dir=tmp_path / "report")
     found = outcome.search
-    measured = [c.name for c in found.candidates if c.name != "as-is" and "not measured" not in found.choice.status.get(c.name, "")]
+    measured = [c.name for c in found.candidates if c.name != "as-is" and not found.choice.status.get(c.name, "").startswith("not measured")]
     skipped = {c.name: found.choice.status[c.name] for c in found.candidates if "its cold phase would end after" in found.choice.status.get(c.name, "")}
     proposed = [c.name for c in found.candidates if c.name != "as-is"]
     assert first == proposed[:1] and measured == first, (first, proposed, found.choice.status)  # the proposal's order

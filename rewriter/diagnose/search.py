@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import StackpartError
 from ..terminal import Feed, event, progress_line
 from .candidate import AS_IS, Candidate
-from .candidates import propose
+from .candidates import WHOLE, propose
 from .context import Context
 from .decide import Choice, compile_text, decide
 
@@ -359,7 +359,8 @@ def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any) -> 
         mark = [(None, a.arg, a.dim) for a in c.plan.actions if a.action == "mark_dynamic"]
         site = {"target": c.plan.site, "option": "diagnose --site"} if c.plan.site else None
         trees.variants.append(Variant(c.name, tree, compiles=c.compiles, mark_dynamic=mark,
-                                      library_modules=result.library_modules, site=site, cost_key=cost_key(c)))
+                                      library_modules=result.library_modules, site=site, cost_key=cost_key(c),
+                                      anchor=c.name == WHOLE))
     return trees
 
 

@@ -7,7 +7,9 @@ same :attr:`.options.Variant.cost_key` (they compile the same units: a twin that
 knob compiles at least what its base did), else the shortest of every measured compiled
 variant's (a compile unit not measured yet is a new hypothesis: the least any compile of this
 model took on this host is what it is held to). With none measured yet a variant runs, so the
-first compiled candidate, the caller's expected best, is measured while any budget is left.
+first compiled candidate, the caller's expected best, is measured while any budget is left. An
+anchor (:attr:`.options.Variant.anchor`, the search's whole-model compile) runs whatever is left: the
+budget bounds what is measured beside it, never whether a plan is compared with it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ def too_late(v: Variant, left_s: float, cold_s: dict[str, float], variants: dict
     (None: it starts): the budget is spent, or its expected length (:func:`expected_cold_s`)
     does not fit. The reason starts with ``not measured`` and names the budget, as the
     candidates table shows it."""
+    if v.anchor:
+        return None
     if left_s <= 0:
         return SPENT
     expected = expected_cold_s(v, cold_s, variants)

@@ -179,6 +179,10 @@ class Variant:
     #: plan's compile units and options, :func:`rewriter.diagnose.search.cost_key`); the budget's
     #: estimate of a cold phase not run yet (:mod:`.budget`). None: no kin.
     cost_key: str | None = None
+    #: measured whatever the budget (:func:`.budget.too_late`): the search's one-line anchor, the
+    #: whole-model ``torch.compile`` every plan is held against; a search that measured no compile
+    #: would keep the program as it is where that one line is several times faster.
+    anchor: bool = False
 
 
 #: :attr:`Options.pin`'s values (:func:`.cores.pin_plan`).
