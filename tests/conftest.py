@@ -86,13 +86,13 @@ def busy_loop(monkeypatch):
 #: so neither worker finishes minutes after the other. A file not listed comes after these, in
 #: collection order; a stale figure changes only the order, never what runs.
 FILE_SECONDS: dict[str, float] = {
-    "test_diagnose_hf.py": 290, "test_zoo_cpu_a.py": 215, "test_zoo_cpu_b.py": 210,
-    "test_zoo_cpu_c.py": 140, "test_own_compile_patterns.py": 145, "test_check_real.py": 60,
-    "test_judge.py": 120, "test_diagnose_own_programs.py": 100, "test_value_guards.py": 90,
+    "test_diagnose_hf.py": 105, "test_zoo_cpu_a.py": 215, "test_zoo_cpu_b.py": 210,
+    "test_zoo_cpu_c.py": 140, "test_own_compile_patterns.py": 130, "test_check_real.py": 60,
+    "test_judge.py": 90, "test_diagnose_own_programs.py": 100, "test_value_guards.py": 90,
     "test_apply_signals.py": 80, "test_kernels.py": 70, "test_guard_limit.py": 65,
     "test_diagnose_workloads.py": 60, "test_library_targets.py": 45, "test_validate.py": 85,
     "test_hostile_files.py": 45, "test_transformers_real.py": 45,
-    "test_library_models_gensep.py": 40, "test_diffusers_real.py": 35, "test_search_config.py": 35,
+    "test_library_models_gensep.py": 40, "test_diffusers_real.py": 35, "test_search_config.py": 30,
     "test_diagnose_hf_src.py": 35, "test_measure_compiled_programs.py": 30,
     "test_diagnose_overwrite.py": 10, "test_diagnose.py": 30, "test_search_names.py": 30,
     "test_own_call.py": 30, "test_declared_blocks.py": 25, "test_search.py": 25,

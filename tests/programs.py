@@ -22,8 +22,9 @@ given: pass the original tree first (a pristine copy made before the rewrite), a
 the program before and after.
 
 Run as a script, this file is that child: ``python programs.py JOBS`` with ``JOBS`` a JSON list
-of ``{"script": path, "args": [...]}`` or ``{"code": text, "args": [...], "cwd": dir}``; it prints
-one JSON line, a list of ``{"rc", "stdout", "stderr"}``.
+of ``{"script": path, "args": [...]}`` or ``{"code": text, "args": [...], "cwd": dir}`` (either
+with ``"force_backend": name`` to run every ``torch.compile`` of that program on that backend);
+it prints one JSON line, a list of ``{"rc", "stdout", "stderr"}``.
 """
 
 from __future__ import annotations
@@ -62,13 +63,18 @@ def last_json(result: dict[str, Any], what: str = "the program") -> Any:
     return json.loads(result["stdout"].strip().splitlines()[-1])
 
 
-def before_after(pristine: Path, src: Path, script: str, out: Path, timeout: float = 300) -> tuple[dict, dict]:
+def before_after(pristine: Path, src: Path, script: str, out: Path, timeout: float = 300,
+                 force_backend: str | None = None) -> tuple[dict, dict]:
     """The user's ``script`` run from ``pristine`` (the tree before the rewrite) then from ``src``
     (after it), as ``python SCRIPT OUT/before.pt`` and ``python SCRIPT OUT/after.pt`` in the
-    tree's folder, one thread, no PYTHONPATH: the JSON each prints last (its counters)."""
+    tree's folder, one thread, no PYTHONPATH: the JSON each prints last (its counters).
+    ``force_backend``: every ``torch.compile`` of both runs on this backend
+    (``torch.compiler.set_stance(force_backend=...)``): Dynamo still traces and counts the graphs,
+    without Inductor's CPU codegen where the rewrite writes a compile with no backend."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="")
-    results = run_programs([{"script": pristine / script, "args": [out / "before.pt"]},
-                            {"script": src / script, "args": [out / "after.pt"]}], env=env, timeout=timeout)
+    forced = {"force_backend": force_backend} if force_backend else {}
+    results = run_programs([{"script": pristine / script, "args": [out / "before.pt"], **forced},
+                            {"script": src / script, "args": [out / "after.pt"], **forced}], env=env, timeout=timeout)
     return last_json(results[0], f"{script} before the rewrite"), last_json(results[1], f"{script} after the rewrite")
 
 
@@ -95,6 +101,8 @@ def _run_one(job: dict[str, Any]) -> dict[str, Any]:
     os.chdir(where)
     sys.argv = [script or "-c", *job["args"]]
     sys.path.insert(0, str(where) if script else "")
+    if job.get("force_backend"):  # put back to the default stance after the program, below
+        torch.compiler.set_stance("default", force_backend=job["force_backend"])
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             if script:

@@ -1,9 +1,13 @@
 """diagnose end to end on HF transformers models installed as a package (small configs, random
-weights, no download): Llama, GPT-2, Mixtral, ViT and ResNet. Their blocks live in transformers,
-outside SRC; the plan targets them by import path and applies them from the harness's model
-function (the plan's site, issue 13). The diff must touch only files under SRC and ``git apply``
-must take it; the rewritten program must run with the compile live and give the same outputs;
-validate must pass the plan on the model's defaults."""
+weights, no download). Their blocks live in transformers, outside SRC; the plan targets them by
+import path and applies them from the harness's model function (the plan's site). The diff must
+touch only files under SRC and ``git apply`` must take it; the rewritten program must run with the
+compile live and give the same outputs; validate must pass the plan on the model's defaults.
+
+The transformers families of benchmarks/zoo.py (Llama, GPT-2, Mixtral, ViT, ...) are diagnosed,
+rewritten and run this way by tests/zoo_cpu.py (test_zoo_cpu_a/b/c.py), the plan's shape, the
+diff, ``git apply`` and the idempotent second rewrite included; here: transformers' ResNet (a
+convolutional model, no zoo family), and validate on the library's defaults."""
 
 from __future__ import annotations
 
@@ -29,10 +33,6 @@ CONFIGS = {
               TOKENS, ["batch=2,seq=16", "batch=2,seq=12"], "transformers.models.llama.modeling_llama:LlamaDecoderLayer"),
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", "vocab_size=256, n_embd=64, n_layer=2, n_head=4, n_positions=128",
              TOKENS, ["batch=2,seq=16", "batch=2,seq=12"], "transformers.models.gpt2.modeling_gpt2:GPT2Block"),
-    "mixtral": ("MixtralConfig", "MixtralForCausalLM", "vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2",
-                TOKENS, ["batch=2,seq=16", "batch=2,seq=12"], "transformers.models.mixtral.modeling_mixtral:MixtralDecoderLayer"),
-    "vit": ("ViTConfig", "ViTForImageClassification", "hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8",
-            IMAGES, ["batch=2", "batch=3"], "transformers.models.vit.modeling_vit:ViTLayer"),
     "resnet": ("ResNetConfig", "ResNetForImageClassification", "embedding_size=8, hidden_sizes=[8, 16], depths=[2, 2], layer_type='basic'",
                IMAGES, ["batch=2", "batch=3"], "transformers.models.resnet.modeling_resnet:"),
 }
@@ -99,8 +99,12 @@ def run_before_after(pristine, tree, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("name", ["resnet"])
 def test_diagnose_plans_library_blocks_from_the_site(tmp_path, name):
+    """diagnose, the plan's shape, the diff, ``git apply``, the outputs before and after and the
+    idempotent second rewrite, on a library model no zoo family covers (tests/zoo_cpu.py does
+    the transformers language and vision families: Llama, Mixtral, Qwen2-MoE, GPT-2, BERT, T5,
+    ViT, Whisper)."""
     import torch
 
     src = tmp_path / "src"
@@ -122,9 +126,6 @@ def test_diagnose_plans_library_blocks_from_the_site(tmp_path, name):
     compiles = [a for a in loaded.plan.actions if a.action == "compile"]
     assert compiles and all(LIBRARY_TARGET_RE.match(a.target) for a in compiles)
     assert any(a.target.startswith(CONFIGS[name][5]) or a.strategy == "whole" for a in compiles), compiles
-    if name == "llama":  # seq varies, and the rotary (cos, sin) tuple cannot be marked at the block: said, not silent
-        pruned = next(r for r in report["rungs"] if r["name"] == "search")["measurement"]["pruned"]
-        assert any(p.startswith("per-block+mark_dynamic: block input position_embeddings[0] dim 1") for p in pruned), pruned
 
     result = plan_rewrite(loaded, src)
     changed = sorted(c.relpath for c in result.changes)
@@ -148,7 +149,10 @@ def test_diagnose_plans_library_blocks_from_the_site(tmp_path, name):
 @pytest.mark.parametrize("name,training", [("gpt2", True), ("llama", False)])
 def test_validate_passes_on_model_defaults(tmp_path, name, training):
     """Cache on (Llama: the model returns a DynamicCache) and dropout on (GPT-2 in training: its
-    default 0.1): a per-block plan on the library block validates."""
+    default 0.1): a per-block plan on the library block validates. GPT-2 compiles with Inductor
+    (its own random numbers are what ``fallback_random`` makes comparable); Llama with
+    ``aot_eager`` (Dynamo and AOTAutograd trace the layer and its cache update; Inductor's judged
+    cache leaves are test_judge.py's Mixtral test)."""
     src = tmp_path / "src"
     write_harness(src, name, use_cache=not training, training=training)
     plan = tmp_path / "plan.yaml"
@@ -163,7 +167,7 @@ def test_validate_passes_on_model_defaults(tmp_path, name, training):
         actions:
           - action: compile
             target: {CONFIGS[name][5]}
-    """))
+    """) + ("" if training else "    options: {backend: aot_eager}\n"))
     rc = main(["validate", "--plan", str(plan), str(src), *VALIDATE_FAST])
     report = json.loads((tmp_path / ".stackpart" / "validation" / "validation.json").read_text())
     assert rc == 0, json.dumps(report.get("failures") or report, default=str)[:3000]

@@ -45,3 +45,24 @@ def test_each_program_sees_its_own_folder_and_a_fresh_dynamo(tmp_path):
     assert [p["value"] for p in printed[2:]] == [1, 2] and printed[3]["limit"] == default and printed[3]["graphs"] == 0
     assert results[4]["rc"] == 3
     assert results[5]["rc"] == 1 and "ZeroDivisionError" in results[5]["stderr"]
+
+
+#: Compiles with a backend of its own that records each graph it is given.
+OWN_BACKEND = """\
+import json
+import torch
+from torch._dynamo.utils import counters
+given = []
+def own(gm, example_inputs):
+    given.append(len(gm.graph.nodes))
+    return gm
+torch.compile(lambda x: x.sin() + 1, backend=own)(torch.ones(3))
+print(json.dumps({"own_backend_graphs": len(given), "graphs": counters["stats"]["unique_graphs"]}))
+"""
+
+
+def test_a_forced_backend_replaces_the_programs_own_for_that_program_only():
+    """``force_backend`` runs every compile of that program on the given backend (Dynamo still
+    traces and counts the graph); the next program compiles with its own backend again."""
+    results = run_programs([{"code": OWN_BACKEND, "force_backend": "eager"}, {"code": OWN_BACKEND}])
+    assert [last_json(r) for r in results] == [{"own_backend_graphs": 0, "graphs": 1}, {"own_backend_graphs": 1, "graphs": 1}]

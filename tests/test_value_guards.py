@@ -140,34 +140,15 @@ def test_the_knob_is_in_the_installed_torch_and_set_where_dynamo_reads_it():
     assert [float(o[0]) for o in outs] == [1, 2, 3, 4, 5, 6]
 
 
-def test_the_recompiles_rung_names_the_counter_a_size_guard_hid(tmp_path):
-    """One call per shape fails the size guard first; the repeated calls of the reference shape
-    find the counter, with its attribute and line, and the rung's remedy is torch's hint."""
-    from rewriter.diagnose.runner import diagnose, harness_from_flags
-
-    src = tmp_path / "src"
-    shutil.copytree(FIXTURES / "own_step_counter", src, ignore=shutil.ignore_patterns("__pycache__"))
-    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 4}, {"batch": 6}], mode=None,
-                                 dtype=None, device="cpu")
-    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={"recompiles"}, backend="eager")
-    [r] = [x for x in outcome.rungs if x.name == "recompiles"]
-    assert r.ok, r.reason
-    [v] = r.measurement["value_guards"]
-    assert (v["attribute"], v["file"], v["line"], v["every_call"]) == ("step", "model.py", 25, True)
-    [f] = [f for f in r.findings if f.kind == "value_guard"]
-    assert f.where == "model.py:25" and f.message.startswith("Net.step (Dynamo's guard: self.step == ")
-    assert "Net.step at model.py:25 changes every call" in r.verdict
-    assert "allow_unspec_int_on_nn_module = True" in r.implies and "recompile limit only recompiles more" in r.implies
-    assert r.implies.startswith("mark_dynamic at the region boundary")  # the batch dim still varies across the shapes
-
-
 @pytest.mark.parametrize("case, script, shapes, cls, attr, line, again", [
     ("own_step_counter", "train.py", ["batch=4", "batch=6"], "Net", "step", 25, True),
     ("own_decode_fill", "generate.py", ["batch=2", "batch=3"], "Layer", "fill", 19, False),
 ])
 def test_diagnose_and_apply_set_the_knob_for_the_programs_own_compile(tmp_path, case, script, shapes, cls, attr, line, again):
     """The user's script compiles the model (``model.compile()``, which the harness's model runs):
-    before, the value recompiles every call and hits the recompile limit; diagnose names it, plans
+    before, the value recompiles every call and hits the recompile limit; diagnose's recompiles rung
+    names it at its line (the step counter: found by the repeated calls of the reference shape, one
+    call per shape fails the size guard first; torch's hint the remedy), the plan sets
     ``allow_unspec_int_on_nn_module`` in the model's ``__init__``, and after ``rewrite --apply``
     the script gives the same outputs with fewer graphs and no fallback to eager. The applied tree
     diagnosed again (``again``) exits 0 and plans the knob no second time."""
@@ -188,7 +169,19 @@ def test_diagnose_and_apply_set_the_knob_for_the_programs_own_compile(tmp_path, 
     report = (plan.parent / "stackpart-diagnose" / "report.md").read_text()
     data = json.loads((plan.parent / "stackpart-diagnose" / "report.json").read_text())
     [rung] = [r for r in data["rungs"] if r["name"] == "recompiles"]
+    assert rung["status"] == "ok", rung["reason"]
     assert any(f["kind"] == "value_guard" and f["file"] == "model.py" and f["line"] == line for f in rung["findings"]), rung["findings"]
+    if case == "own_step_counter":
+        # one call per shape fails the size guard first; the repeated calls of the reference shape
+        # find the counter, with its attribute and line, and the rung's remedy is torch's hint
+        [v] = rung["measurement"]["value_guards"]
+        assert (v["attribute"], v["file"], v["line"], v["every_call"]) == ("step", "model.py", 25, True), v
+        [f] = [f for f in rung["findings"] if f["kind"] == "value_guard"]
+        assert (f["file"], f["line"]) == ("model.py", 25) and f["message"].startswith("Net.step (Dynamo's guard: self.step == "), f
+        assert "Net.step at model.py:25 changes every call" in rung["verdict"], rung["verdict"]
+        implies = rung["implies"]
+        assert "allow_unspec_int_on_nn_module = True" in implies and "recompile limit only recompiles more" in implies, implies
+        assert implies.startswith("mark_dynamic at the region boundary"), implies  # the batch dim still varies across the shapes
     for text in (report, json.dumps(data)):
         assert "raise torch._dynamo.config.recompile_limit" not in text  # never for a value without bound
     [search] = [r for r in data["rungs"] if r["name"] == "search"]

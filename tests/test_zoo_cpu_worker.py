@@ -1,7 +1,7 @@
 """The comparison worker of the zoo CPU tests (tests/zoo_cpu.py) on a two-layer toy: it finds a changed
 output leaf, one held in an object's attribute included, and counts the graphs the rewritten model's
-compile traced; and benchmarks/zoo.py's smoke shapes are ones diagnose accepts. Fast (no
-transformers): the zoo tests themselves are slow."""
+compile traced and its modules compiled in place; and benchmarks/zoo.py's smoke shapes are ones
+diagnose accepts. Fast (no transformers): the zoo tests themselves are slow."""
 
 from __future__ import annotations
 
@@ -62,7 +62,16 @@ def test_same_model_compiled_matches_and_counts_its_graphs(tmp_path):
     res = _compare(_tree(tmp_path / "orig"), _tree(tmp_path / "new", compile_="torch.compile"))
     assert res["differ"] == [] and res["max_abs"] == 0.0
     assert res["orig_graphs"] == 0 and res["new_graphs"] > 0
+    assert res["new_compiled"] == 0  # torch.compile(model) wraps the model: no module compiled in place
     assert res["float_leaves"] == 2 * 2  # the logits and the held tensor, at two shapes
+
+
+def test_modules_compiled_in_place_are_counted(tmp_path):
+    """``module.compile()`` (what a plan's site applies) on the model: one module counted for the
+    rewritten model, none for the original."""
+    res = _compare(_tree(tmp_path / "orig"), _tree(tmp_path / "new", compile_="(lambda m: (m.compile(), m)[1])"))
+    assert res["differ"] == [] and (res["orig_compiled"], res["new_compiled"]) == (0, 1)
+    assert res["new_graphs"] > 0
 
 
 @pytest.mark.parametrize("scale_out, scale_held, leaf", [("* 1.001", "", "out.logits"), ("", "* 1.001", "out.cache.0.keys")])

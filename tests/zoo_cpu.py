@@ -1,5 +1,14 @@
 """Every zoo family at tiny size, on the CPU: diagnosed, rewritten, applied, and run with the same outputs.
 
+What a family's test checks (:func:`assert_family`): the diagnose report is complete with no rung
+failed; a non-empty plan (required of the transformers families in :data:`BLOCKS`) compiles the
+library's classes by import path from the harness's model function (the plan's site), the block of
+:data:`BLOCKS` or the whole model; its diff touches only SRC (and its ``_stackpart/`` package),
+``git apply`` takes it and gives the tree ``rewrite --apply`` wrote, and a second rewrite changes
+nothing; an empty plan leaves the tree byte for byte; the rewritten model gives the original's
+outputs with the compile live (Dynamo graphs, modules compiled in place). The families run with
+the library's defaults (the KV cache on where the library returns one).
+
 The families, their tiny configs and shapes are benchmarks/zoo.py's ``--smoke`` ones, imported,
 not copied. ``stackpart diagnose`` (the family's smoke shapes) and ``stackpart rewrite --apply`` run
 through zoo.py's ``run_plan`` with the cheap knobs of :data:`KNOBS`, each command through
@@ -21,7 +30,8 @@ inputs with every ``torch.compile`` forced to the ``eager`` backend
 (``torch.compiler.set_stance(force_backend="eager")``: what the plan compiles is traced by Dynamo
 and run as its FX graph, no Inductor compile), and prints one JSON line: the floating leaves
 compared (the KV cache's tensors included), the largest absolute difference, the leaves that
-differ past float32 tolerance, and the graphs Dynamo compiled for each model.
+differ past float32 tolerance, and for each model the graphs Dynamo compiled and the modules compiled in
+place (``module.compile()``).
 
 timm's families (resnet50, convnext) are skipped: timm is not installed in this environment.
 """
@@ -31,6 +41,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -94,9 +105,10 @@ def leaves(x: Any, path: str = "out", depth: int = 0, seen: set[int] | None = No
     return [leaf for k, v in items for leaf in leaves(v, f"{path}.{k}", depth + 1, seen)]
 
 
-def _run(module: Any, inputs: list[dict]) -> tuple[list[dict[str, Any]], int]:
+def _run(module: Any, inputs: list[dict]) -> tuple[list[dict[str, Any]], int, int]:
     """Build ``module``'s model and run it on each input set: per input, {path: tensor} of its output;
-    and the graphs Dynamo compiled (``counters["stats"]["unique_graphs"]``)."""
+    the graphs Dynamo compiled (``counters["stats"]["unique_graphs"]``); and the model's submodules
+    compiled in place (``module.compile()``, which sets ``_compiled_call_impl``)."""
     import torch
     from torch._dynamo.utils import counters
 
@@ -106,7 +118,8 @@ def _run(module: Any, inputs: list[dict]) -> tuple[list[dict[str, Any]], int]:
         for kw in inputs:
             out = model(**{k: v.clone() for k, v in kw.items()})
             outs.append({p: t.detach().clone() for p, t in leaves(out)})
-    return outs, int(counters["stats"].get("unique_graphs", 0))
+    compiled = sum(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
+    return outs, int(counters["stats"].get("unique_graphs", 0)), compiled
 
 
 def _load(name: str, path: Path) -> Any:
@@ -122,14 +135,15 @@ def compare(orig_dir: Path, new_dir: Path, shapes: list[dict]) -> dict[str, Any]
 
     orig = _load("zoo_orig_harness", orig_dir / "harness.py")
     inputs = [orig.make_inputs(**s) for s in shapes]
-    ref, orig_graphs = _run(orig, inputs)
+    ref, orig_graphs, orig_compiled = _run(orig, inputs)
     torch._dynamo.reset()
     from torch._dynamo.utils import counters
 
     counters.clear()
     sys.path.insert(0, str(new_dir))
-    got, new_graphs = _run(_load("harness", new_dir / "harness.py"), inputs)
-    res: dict[str, Any] = {"orig_graphs": orig_graphs, "new_graphs": new_graphs, "leaves": 0,
+    got, new_graphs, new_compiled = _run(_load("harness", new_dir / "harness.py"), inputs)
+    res: dict[str, Any] = {"orig_graphs": orig_graphs, "new_graphs": new_graphs, "orig_compiled": orig_compiled,
+                           "new_compiled": new_compiled, "leaves": 0,
                            "float_leaves": 0, "max_abs": 0.0, "differ": []}
     for i, (r, g) in enumerate(zip(ref, got)):
         if sorted(r) != sorted(g):
@@ -188,9 +202,71 @@ def tree(src: Path) -> dict[str, bytes]:
     return {str(p.relative_to(src)): p.read_bytes() for p in sorted(src.rglob("*")) if p.is_file()}
 
 
+#: The repeated block each transformers family's plan compiles (or the whole model, ``strategy: whole``):
+#: the decoder/encoder layer class, by import path.
+BLOCKS = {
+    "llama": "transformers.models.llama.modeling_llama:LlamaDecoderLayer",
+    "mixtral": "transformers.models.mixtral.modeling_mixtral:MixtralDecoderLayer",
+    "gpt2": "transformers.models.gpt2.modeling_gpt2:GPT2Block",
+    "vit": "transformers.models.vit.modeling_vit:ViTLayer",
+}
+
+#: A line of the search's pruned list a family's report must hold: Llama's sequence length varies between
+#: its smoke shapes, and the rotary ``(cos, sin)`` tuple a decoder layer takes cannot be marked dynamic at
+#: the block, which the search says rather than leaving silent.
+PRUNED = {"llama": "per-block+mark_dynamic: block input position_embeddings[0] dim 1"}
+
+
+def assert_report(name: str, report: dict[str, Any]) -> None:
+    """The diagnose report of family ``name``: complete, no rung failed with an error, and the search's
+    pruned list holds :data:`PRUNED`'s line where the family has one."""
+    assert report.get("complete") is True, f"{name}: the report is not complete: {report.get('notes')}"
+    failed = {r["name"]: r.get("reason") for r in report.get("rungs") or [] if r.get("status") == "error"}
+    assert not failed, f"{name}: rungs failed: {failed}"
+    if name in PRUNED:
+        search = next(r for r in report["rungs"] if r["name"] == "search")
+        pruned = (search.get("measurement") or {}).get("pruned") or []
+        assert any(p.startswith(PRUNED[name]) for p in pruned), f"{name}: no pruned {PRUNED[name]!r}: {pruned}"
+
+
+def assert_plan_rewrites(name: str, work: Path, applied: dict[str, bytes]) -> None:
+    """The plan at ``work/plan.yaml`` (non-empty) targets the library's classes by import path, applied
+    from the harness's model function (the plan's site); :func:`rewriter.rewrite.transform.plan_rewrite`
+    of the original tree ``work/src`` changes only files under SRC (its ``_stackpart/`` package
+    included), its diff is taken by ``git apply`` on a repository of that tree and gives the tree
+    ``rewrite --apply`` wrote (``applied``), and a second rewrite of the applied tree changes nothing."""
+    from rewriter.plan import LIBRARY_TARGET_RE, load_plan
+    from rewriter.rewrite.transform import plan_rewrite
+
+    loaded = load_plan(work / "plan.yaml")
+    actions = loaded.plan.actions
+    assert loaded.plan.site == "harness.py::build_model", f"{name}: site {loaded.plan.site!r}"
+    compiles = [a for a in actions if a.action == "compile"]
+    assert all(LIBRARY_TARGET_RE.match(a.target) for a in compiles), f"{name}: a compile target not by import path: {compiles}"
+    if name in BLOCKS:
+        assert any(a.target == BLOCKS[name] or a.strategy == "whole" for a in compiles), f"{name}: {compiles}"
+    src = work / "src"
+    result = plan_rewrite(loaded, src)
+    changed = sorted(c.relpath for c in result.changes)
+    assert "harness.py" in changed, f"{name}: the site's file is not rewritten: {changed}"
+    outside = [c for c in changed if not ((src / c).resolve().is_relative_to(src.resolve()) or c.startswith("_stackpart/"))]
+    assert not outside, f"{name}: the rewrite changes files outside SRC: {outside}"
+    repo = work / "git_src"
+    shutil.copytree(src, repo)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    patch = work / "plan.diff"
+    patch.write_text(result.diff())
+    subprocess.run(["git", "-C", str(repo), "apply", "--check", str(patch)], check=True)
+    subprocess.run(["git", "-C", str(repo), "apply", str(patch)], check=True)
+    shutil.rmtree(repo / ".git")
+    assert tree(repo) == applied, f"{name}: git apply of the diff and rewrite --apply wrote different trees"
+    assert plan_rewrite(loaded, work / "plan_src").changes == [], f"{name}: a second rewrite of the applied tree changes it"
+
+
 def check_family(name: str, work: Path) -> dict[str, Any]:
-    """Diagnose family ``name`` at its ``--smoke`` size, apply the plan, and compare the rewritten model's
-    outputs with the original's at every smoke shape; AssertionError with the CLI's output on a failure.
+    """Diagnose family ``name`` at its ``--smoke`` size (:func:`assert_report` on its report), apply the
+    plan (:func:`assert_plan_rewrites` where it has actions), and compare the rewritten model's outputs
+    with the original's at every smoke shape; AssertionError with the CLI's output on a failure.
     Returns the plan's actions, the seconds of each phase and the worker's comparison."""
     z = zoo()
     (work / "src").mkdir(parents=True)
@@ -202,13 +278,17 @@ def check_family(name: str, work: Path) -> dict[str, Any]:
     t1 = time.perf_counter()
     assert plan["diagnose_exit"] == 0, f"{name}: diagnose exit {plan['diagnose_exit']}\n{plan.get('diagnose_tail')}"
     assert plan.get("apply_exit") == 0, f"{name}: rewrite --apply exit {plan.get('apply_exit')}\n{plan.get('apply_tail')}"
-    rungs = json.loads((work / "report" / "report.json").read_text()).get("rungs") or []
-    search = next((r.get("verdict") or r.get("reason") for r in rungs if r.get("name") == "search"), None)
+    report = json.loads((work / "report" / "report.json").read_text())
+    assert_report(name, report)
+    search = next((r.get("verdict") or r.get("reason") for r in report.get("rungs") or [] if r.get("name") == "search"), None)
     after = tree(work / "plan_src")
+    if name in BLOCKS:  # a plan, not `actions: []`, for these transformers families at smoke size on the CPU
+        assert plan["actions"], f"{name}: an empty plan; the search said {search!r}; notes {report.get('notes')}"
     if not plan["actions"]:
         assert after == before, f"{name}: an empty plan changed the tree: {sorted(set(after) ^ set(before))}"
     else:
         assert after != before, f"{name}: {len(plan['actions'])} action(s) applied and no file changed"
+        assert_plan_rewrites(name, work, after)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, __file__, str(work / "src"), str(work / "plan_src"), json.dumps(shapes)],
                           capture_output=True, text=True, timeout=300, env=env, cwd=work)
@@ -220,8 +300,8 @@ def check_family(name: str, work: Path) -> dict[str, Any]:
 def assert_family(name: str, work: Path) -> None:
     """The test of one family (test_zoo_cpu_a/b/c.py): :func:`check_family`, then the rewritten model gives
     the original's outputs, every floating leaf (the KV cache's too) within float32 tolerance, at every
-    smoke shape; a compile action did compile (Dynamo graphs > 0). Skipped, with the reason, where the
-    family's package is not installed (timm here)."""
+    smoke shape; a compile action did compile (Dynamo graphs > 0, a module compiled in place). Skipped,
+    with the reason, where the family's package is not installed (timm here)."""
     import pytest
 
     lib = missing_package(name)
@@ -231,9 +311,10 @@ def assert_family(name: str, work: Path) -> None:
     print(json.dumps({"family": name, **res}))  # the per-family figures, with pytest -s
     assert res["leaves"] > 0 and res["float_leaves"] > 0, f"{name}: no tensor in the outputs: {res}"
     assert res["differ"] == [], f"{name}: the rewritten model's outputs differ: {res['differ']}"
-    assert res["orig_graphs"] == 0, f"{name}: the original model compiled {res['orig_graphs']} graph(s)"
+    assert res["orig_graphs"] == 0 and res["orig_compiled"] == 0, f"{name}: the original model compiled: {res}"
     if any(a.get("action") == "compile" for a in res["actions"]):
         assert res["new_graphs"] > 0, f"{name}: the plan compiles {res['actions']} and Dynamo compiled no graph"
+        assert res["new_compiled"] > 0, f"{name}: the plan compiles {res['actions']} and no module was compiled"
 
 
 if __name__ == "__main__":
