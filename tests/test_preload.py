@@ -70,3 +70,17 @@ def test_a_tree_past_the_scan_limit_preloads_nothing(tmp_path, monkeypatch):
         (tree / f"m{i}.py").write_text("x = 1\n")
     (tree / "z.py").write_text("import transformers\n")
     assert preload.libraries_for([tree]) == ()
+
+
+@pytest.mark.parametrize("line", ['os.environ["HF_HUB_OFFLINE"] = "1"', "os.environ.setdefault('HF_HOME', '/x')",
+                                  "os.environ.update(TRANSFORMERS_VERBOSITY='error')", "os.putenv('A', 'b')"])
+def test_a_tree_that_sets_the_environment_in_its_code_gets_nothing_preloaded(tmp_path, line):
+    # the library reads some variables when imported (huggingface_hub's HF_HUB_OFFLINE): a preloaded
+    # one would have read them before the tree's code set them
+    tree = tmp_path / "src"
+    tree.mkdir()
+    (tree / "harness.py").write_text(f"import os\n{line}\nimport transformers\n")
+    assert preload.libraries_for([tree]) == ()
+    (tree / "harness.py").write_text("import os\nif os.environ['X'] == '1':\n    pass\nimport transformers\n")
+    preload._imports.cache_clear()
+    assert preload.libraries_for([tree]) == ("transformers",)  # reading it is fine

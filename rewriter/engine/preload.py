@@ -8,7 +8,10 @@ The library a child gets is the one its interpreter would import: the server run
 environment (its ``PYTHONPATH`` included), and a tree that holds a top-level package or module of
 that name (a vendored or patched copy, which the child would import first since its tree comes
 first on ``sys.path``) never gets the library preloaded. A tree that does not import the library
-never gets it either: its process then holds only what it imports itself.
+never gets it either: its process then holds only what it imports itself. Nor does a tree that sets
+environment variables in its code (``os.environ[...] = ``, ``setdefault``, ``update``, ``putenv``):
+the libraries read some when they are imported (huggingface_hub's ``HF_HUB_OFFLINE``), which a
+preloaded one did before the tree's code ran.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ MAX_FILES = 5000
 #: Directories never scanned: caches, environments, version control.
 _SKIP = {".git", ".hg", "__pycache__", ".venv", "venv", "node_modules", ".tox", ".mypy_cache", "build", "dist"}
 
+_SETS_ENV = re.compile(rb"os\.environ\s*\[[^\]]*\]\s*=(?!=)|environ\.(?:setdefault|update|__setitem__)\(|os\.putenv\(")
+
 _IMPORT = re.compile(rb"^[ \t]*(?:from|import)[ \t]+(" + b"|".join(re.escape(n.encode()) for n in LIBRARIES) + rb")\b", re.M)
 
 
@@ -48,7 +53,8 @@ def shadowed(tree: Path, name: str) -> bool:
 @functools.lru_cache(maxsize=64)
 def _imports(tree: str) -> frozenset[str]:
     """The names of :data:`LIBRARIES` that a ``.py`` file under ``tree`` imports (an ``import`` or
-    ``from`` statement at the start of a line); empty past :data:`MAX_FILES` files."""
+    ``from`` statement at the start of a line); empty past :data:`MAX_FILES` files or where a file
+    sets an environment variable."""
     found: set[str] = set()
     seen = 0
     for root, dirs, files in os.walk(tree):
@@ -63,9 +69,9 @@ def _imports(tree: str) -> frozenset[str]:
                 text = Path(root, f).read_bytes()
             except OSError:
                 continue
+            if _SETS_ENV.search(text):
+                return frozenset()
             found.update(m.decode() for m in _IMPORT.findall(text))
-            if len(found) == len(LIBRARIES):
-                return frozenset(found)
     return frozenset(found)
 
 
