@@ -623,7 +623,8 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
     """The cold phase for one variant (see the module docstring): build, then per shape the first
     calls under Dynamo's counters and the outputs recorded (the reference) or compared (every
     other variant), then what only the reference records and the ``fail_on_recompile`` pass.
-    Returns the JSON payload (plus ``_phases`` and the warm model under ``_serve``).
+    Returns the JSON payload (plus ``_phases``, the seconds of each step: build, weights, first
+    calls, the reference's extras, the ``fail_on_recompile`` pass; and the warm model under ``_serve``).
 
     Raises:
         ModelRaised: the model raised at a shape.
@@ -639,15 +640,21 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
     spec = job["harness"]
     training = spec["mode"] == "training"
     reference_sd = {k: v.detach().clone() for k, v in model.state_dict().items()} if training else None
+    phases = result["_phases"]
     with CompileWatch() as watch:
+        t = time.perf_counter()
         for i in range(len(spec["shapes"])):
             result["shapes"].append(_cold_shape(job, model, watch, i, reference_sd))
         result["compile"] = watch.stats().to_json()
+        phases["first_calls"], t = time.perf_counter() - t, time.perf_counter()
         if job.get("reference"):
             result["runtime_compiles"] = _runtime_reading(watch, model, job)
+            phases["runtime_reading"], t = time.perf_counter() - t, time.perf_counter()
         if job["variants"][0] == "eager" and not job.get("replica"):
             _eager_extras(job, model, result, training)
+            phases["reference_extras"], t = time.perf_counter() - t, time.perf_counter()
         result["fail_on_recompile"] = _fail_on_recompile(job, model, training)
+        phases["fail_on_recompile"] = time.perf_counter() - t
     if spec["device"].startswith("cuda"):
         result["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
     result["_serve"] = model
@@ -820,10 +827,15 @@ def _eager_extras(job: dict[str, Any], model: Any, result: dict[str, Any], train
     from .compare import LOW_PRECISION
 
     ref = Path(job["ref"])
+    phases = result.setdefault("_phases", {})
     with torch.compiler.set_stance("force_eager"):
+        t = time.perf_counter()
         result["block_share"] = _block_share(job, model, ref, training)
+        phases["block_share"] = time.perf_counter() - t
         if job.get("reference") and job["harness"]["dtype"] in LOW_PRECISION:
+            t = time.perf_counter()
             result["high_precision"] = high_precision_reference(job, model, ref, training)
+            phases["high_precision"] = time.perf_counter() - t
     if job.get("reference"):
         (ref / REFERENCE_DONE).touch()
 
