@@ -32,7 +32,7 @@ def test_diagnose_passes_pin_and_no_overlap_to_the_search(tmp_path, monkeypatch)
 
 def test_the_search_options_carry_the_contexts_pin_and_overlap(tmp_path):
     from rewriter.diagnose.context import Context
-    from rewriter.diagnose.search import _options
+    from rewriter.diagnose.search import engine_options as _options
 
     session = type("S", (), {"cuda": False})()
     opts = _options(Context(session=session, out_dir=tmp_path, backend="eager", pin="own", overlap=False), 60.0)
@@ -46,7 +46,7 @@ def test_cold_parallel_reaches_the_engine_and_defaults_to_the_hosts_rule(tmp_pat
     at a time took 87-110 s of a 134-165 s search); unset, the engine's rule stands (2 on a GPU
     host with >= 8 CPUs, else 1); 0 is a usage error."""
     from rewriter.diagnose.context import Context
-    from rewriter.diagnose.search import _options
+    from rewriter.diagnose.search import engine_options as _options
 
     seen = _captured(monkeypatch, "rewriter.diagnose.runner.diagnose_command")
     assert main(["diagnose", "--harness", "harness.py", str(tmp_path), "--cold-parallel", "3"]) == 0
@@ -93,7 +93,7 @@ def test_host_quiet_turns_the_contended_core_timing_off(tmp_path, monkeypatch):
     dedicated host runs; on CPU neither is timed."""
     from rewriter.diagnose.context import Context
     from rewriter.diagnose.runner import diagnose_command  # the real one, before it is stubbed for the CLI
-    from rewriter.diagnose.search import _options
+    from rewriter.diagnose.search import engine_options as _options
 
     seen = _captured(monkeypatch, "rewriter.diagnose.runner.diagnose_command")
     assert main(["diagnose", "--harness", "harness.py", str(tmp_path), "--host", "quiet"]) == 0 and seen["host"] == "quiet"

@@ -72,8 +72,8 @@ def test_a_candidate_that_hits_the_recompile_limit_breaks_numerics_or_crashes_is
     # GPU host) must record the same things.
     from rewriter.diagnose import search as search_mod
 
-    options = search_mod._options
-    monkeypatch.setattr(search_mod, "_options",
+    options = search_mod.engine_options
+    monkeypatch.setattr(search_mod, "engine_options",
                         lambda ctx, t: replace(options(ctx, t), parallel_cold=parallel_cold, replicates=parallel_cold))
     outcome, src, plan_out = _diagnose(tmp_path, "search/planted")
     found = outcome.search

@@ -226,12 +226,12 @@ def test_the_default_budget_counts_the_setup_before_the_ladder_not_only_the_rung
     from rewriter.diagnose.search import DIAGNOSE_TARGET_S, FINISH_S
 
     budgets = []
-    monkeypatch.setattr(runner, "_search", lambda ctx, results, meta, out_dir, feed, budget_s, timeout_s:
+    monkeypatch.setattr(runner, "_search", lambda ctx, results, meta, out_dir, feed, budget_s, timeout_s, early:
                         budgets.append(budget_s))
     monkeypatch.setattr(runner, "_search_notes", lambda found: [])
     monkeypatch.setattr("rewriter.diagnose.search.annotated", lambda found: None)
     fake = SimpleNamespace(ctx=SimpleNamespace(session=SimpleNamespace(cuda=True)), results=[], meta={},
-                           out_dir=None, feed=None, started=time.perf_counter() - 50.0)
+                           out_dir=None, feed=None, started=time.perf_counter() - 50.0, early=None)
     runner._plan_by_search(fake, None, 300.0)
     runner._plan_by_search(fake, 33.0, 300.0)  # --budget given: used as it is
     assert budgets == [pytest.approx(DIAGNOSE_TARGET_S - 50.0 - FINISH_S, abs=1.0), 33.0]

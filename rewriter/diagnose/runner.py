@@ -32,6 +32,9 @@ from .session import HarnessFailure, Session
 
 #: After the ladder: the candidate plans measured as wholes (:mod:`.search`); ``only`` may name it.
 SEARCH = "search"
+#: The least seconds a search's child waits (``--timeout`` below it is raised to it): a child
+#: builds, compiles and runs a model, where a harness call only runs it.
+SEARCH_MIN_TIMEOUT_S = 120.0
 #: What a run writes into its report folder (removed first, so a failed run leaves no mix).
 ARTIFACTS = ("report.json", "report.md", "op_mix.png", "blocks.png", "candidates.png", "trace.json", "search.log", "diagnose.log")
 
@@ -180,12 +183,17 @@ def diagnose(
     run.ctx.evidence.requested_device = run.requested  # the harness's own (None: unset), for the validation report
     run.meta = _meta(run)
     _announce(run)
-    _climb(run, only)
-    outcome = _after_ladder(run)
-    if (only is None or SEARCH in only) and not outcome.stopped:
-        decision, outcome.search = _plan_by_search(run, budget_s, timeout_s)
-    else:  # the rules' proposal, unmeasured (the search proposes it as its first candidate otherwise)
-        decision = _plan_by_rules(run, stopped=outcome.stopped is not None)
+    run.searching = only is None or SEARCH in only
+    try:
+        _climb(run, only, max(timeout_s, SEARCH_MIN_TIMEOUT_S))
+        outcome = _after_ladder(run)
+        if run.searching and not outcome.stopped:
+            decision, outcome.search = _plan_by_search(run, budget_s, timeout_s)
+        else:  # the rules' proposal, unmeasured (the search proposes it as its first candidate otherwise)
+            decision = _plan_by_rules(run, stopped=outcome.stopped is not None)
+    finally:
+        if run.early is not None:
+            run.early.close()  # a no-op once the search took it over
     outcome.plan, outcome.notes = decision.plan, _notes(run, decision, outcome, site)
     _write(run, outcome, started)
     terminal(feed.console, outcome.rungs, outcome.notes, outcome.plan, outcome.paths, said=feed.said)
@@ -210,6 +218,9 @@ class _Run:
         fatal: the harness failure that stopped the ladder, or None.
         compiled_oom: a compile rung's fragmentation OOM (the ladder goes on), or None.
         started: ``time.perf_counter()`` when diagnose began (the default budget counts from it).
+        searching: the search runs after the ladder (not ``--no-search``).
+        early: the search's reference started before the compile rungs
+            (:class:`.early_reference.EarlyReference`), or None.
     """
 
     spec: Harness
@@ -225,6 +236,8 @@ class _Run:
     fatal: HarnessFailure | None = None
     compiled_oom: HarnessFailure | None = None
     started: float = field(default_factory=time.perf_counter)
+    searching: bool = True
+    early: Any = None
 
     def said(self, text: str) -> None:
         """An event line (``-v``, diagnose.log): each rung's start and end, setup's steps."""
@@ -297,11 +310,12 @@ def _announce(run: _Run) -> None:
         run.feed.log = run.out_dir / "diagnose.log"
 
 
-def _climb(run: _Run, only: set[str] | None) -> None:
+def _climb(run: _Run, only: set[str] | None, search_timeout_s: float) -> None:
     """Setup, then every rung of :func:`.rungs.ladder` in order, with progress (a bar on a
     terminal; each rung's start and end an event line). ``only``: the rungs to run (the rungs
     that give what they need run too); the others are recorded as skipped. A harness failure
-    stops the ladder (``run.fatal``)."""
+    stops the ladder (``run.fatal``). Before the first compile rung, the search's reference
+    starts where it may (:func:`_start_reference`)."""
     rungs = ladder()
     selected = None if only is None else only | givers(rungs, only)
     gives = {f: r for r in rungs for f in r.gives}
@@ -312,10 +326,31 @@ def _climb(run: _Run, only: set[str] | None) -> None:
         for i, rung in enumerate(rungs, 1):
             if run.fatal is not None:
                 break
+            if rung.compiles and run.early is None:
+                _start_reference(run, search_timeout_s)
             run.feed.describe(f"rung: {rung.name}")
             run.said(f"rung {rung.name} ({i}/{len(rungs)}) ...")
             _step(run, rung, selected, gives)
             run.feed.advance()
+
+
+def _start_reference(run: _Run, timeout_s: float) -> None:
+    """Start the search's reference now, before the compile rungs
+    (:mod:`.early_reference`), when the search will run and the host has room; else say why not."""
+    from .early_reference import start, why_not
+
+    if not run.searching or run.fatal is not None:
+        return
+    why = why_not(run.ctx)
+    if why is not None:
+        run.said(f"the search's reference starts with the search: {why}")
+        return
+    try:
+        run.early = start(run.ctx, timeout_s)
+    except Exception as exc:  # noqa: BLE001 - the search starts its own reference then
+        run.said(f"the search's reference starts with the search: starting it early failed ({type(exc).__name__}: {exc})")
+        return
+    run.said("the search's reference (the program as it is) started before the compile rungs")
 
 
 def _setup(run: _Run) -> None:
@@ -408,7 +443,7 @@ def _plan_by_search(run: _Run, budget_s: float | None, timeout_s: float) -> tupl
         from .search import default_budget
 
         budget_s = default_budget(time.perf_counter() - run.started, run.ctx.session.cuda)
-    found = _search(run.ctx, run.results, run.meta, run.out_dir, run.feed, budget_s, timeout_s)
+    found = _search(run.ctx, run.results, run.meta, run.out_dir, run.feed, budget_s, timeout_s, run.early)
     return Decision(annotated(found), _search_notes(found)), found
 
 
@@ -480,7 +515,7 @@ def _write(run: _Run, outcome: Outcome, started: float) -> None:
 
 
 def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_dir: Path, console: Any,
-            budget_s: float, timeout_s: float) -> Any:
+            budget_s: float, timeout_s: float, early: Any = None) -> Any:
     """Run the search and record it as the ``search`` entry of the ladder; on Ctrl-C, report.json
     keeps the candidates measured so far, then the interrupt goes on."""
     from .search import SearchOutcome, run_search
@@ -492,8 +527,8 @@ def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_d
                    "cheaper compile (docs/design.md, the search)")
     t0 = time.perf_counter()
     try:
-        run_search(ctx, budget_s=budget_s, timeout_s=max(timeout_s, 120.0), console=console,
-                   log=out_dir / "search.log", outcome=found)
+        run_search(ctx, budget_s=budget_s, timeout_s=max(timeout_s, SEARCH_MIN_TIMEOUT_S), console=console,
+                   log=out_dir / "search.log", outcome=found, early=early)
     except (KeyboardInterrupt, SystemExit, StackpartError) as exc:
         # Ctrl-C, SIGTERM (the CLI raises SystemExit(143)) or the program as it is failing to run
         # in the engine: report.json keeps the ladder and the candidates measured so far

@@ -213,7 +213,7 @@ def measure_allocator_candidate(ctx: Context, out: SearchOutcome, timeout_s: flo
     say(f"allocator: {text}")
 
 
-def _options(ctx: Context, timeout_s: float) -> Any:
+def engine_options(ctx: Context, timeout_s: float) -> Any:
     """Engine options for the search: the session's backend forced on every compile when it
     cannot optimise (CPU: ``eager``); shorter timing on CPU, where speed is not what is decided."""
     from ..engine.options import Options, on_device
@@ -246,9 +246,12 @@ def _options(ctx: Context, timeout_s: float) -> Any:
 
 
 def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: float = 600.0,
-               console: Any = None, log: Path | None = None, outcome: SearchOutcome | None = None) -> SearchOutcome:
+               console: Any = None, log: Path | None = None, outcome: SearchOutcome | None = None,
+               early: Any = None) -> SearchOutcome:
     """Propose, materialise, measure and decide. ``outcome`` (when given) is filled in place, so an
     interrupted search (Ctrl-C) still leaves the candidates measured so far with the caller.
+    ``early``: the reference started before the compile rungs
+    (:class:`.early_reference.EarlyReference`), taken over here (its folder and child included).
 
     ``budget_s`` bounds the search from its start: no cold phase starts that is expected to end
     after the budget less the timing's own seconds (:mod:`.search_budget`); one that does not fit
@@ -261,11 +264,17 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     started = time.perf_counter()
     out = _proposed(ctx, outcome)
     say = _sayer(console, log)
-    workdir = Path(tempfile.mkdtemp(prefix="stackpart-search-"))
+    workdir = early.workdir if early is not None else Path(tempfile.mkdtemp(prefix="stackpart-search-"))
+    if early is not None:
+        early.taken = True
     try:
-        trees = _materialised(ctx, out, workdir, say)
+        trees = _materialised(ctx, out, workdir, say, early)
         _say_what_is_measured(ctx, out, trees, say)
-        m = _measured(ctx, out, trees, started + budget_s, timeout_s, console, say, started)
+        ahead = _say_early(out, early, say) if early is not None else None
+        m = _measured(ctx, out, trees, started + budget_s, timeout_s, console, say, started,
+                      {"eager": early.child} if early is not None else None)
+        if ahead is not None:
+            out.clock["reference_started_before_search_s"] = ahead
         _read_the_program_as_it_is(ctx, out, m, trees, say)
         if not m.errors:
             measure_allocator_candidate(ctx, out, timeout_s, say)
@@ -274,6 +283,9 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         _judge_twins(ctx, out, say)
         _decided(ctx, out, m, say)
     finally:
+        if early is not None:  # ended by the engine once it ran; not if the search failed before
+            early.child.terminate()
+            early.child.close()
         shutil.rmtree(workdir, ignore_errors=True)
     return out
 
@@ -323,10 +335,11 @@ def _sayer(console: Any, log: Path | None) -> Any:
     return say
 
 
-def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any) -> _Trees:
-    """SRC copied as the reference's tree, and each candidate (in proposal order: the
-    expected-value order the cold phases run in) rewritten by the real rewrite path into a tree of
-    its own; one that does not rewrite, or changes nothing, gets its row now and no tree."""
+def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any, early: Any = None) -> _Trees:
+    """SRC copied as the reference's tree (``early``'s copy where it started early), and each
+    candidate (in proposal order: the expected-value order the cold phases run in) rewritten by
+    the real rewrite path into a tree of its own; one that does not rewrite, or changes nothing,
+    gets its row now and no tree."""
     from ..rewrite.apply import apply_changes
     from ..engine.materialize import IGNORE
     from ..engine.options import Variant
@@ -337,8 +350,10 @@ def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any) -> 
 
     src = ctx.session.src
     original = workdir / "original"
-    shutil.copytree(src, original, ignore=IGNORE, symlinks=True)
-    trees = _Trees(original, [Variant("eager", original, judged=False)], {f"{original}/": ""})
+    if early is None:
+        shutil.copytree(src, original, ignore=IGNORE, symlinks=True)
+    trees = _Trees(original, [early.variant if early is not None else Variant("eager", original, judged=False)],
+                   {f"{original}/": ""})
     for i, c in enumerate(out.candidates):
         if c.name == AS_IS:
             continue
@@ -377,15 +392,26 @@ def _say_what_is_measured(ctx: Context, out: SearchOutcome, trees: _Trees, say: 
             + (f" (+{len(out.own_setup) - 5} more)" if len(out.own_setup) > 5 else ""))
 
 
+def _say_early(out: SearchOutcome, early: Any, say: Any) -> float:
+    """The note and the search.log line of a reference started before the compile rungs; returns
+    how many seconds before the search it was started."""
+    ahead = round(time.perf_counter() - early.started_at, 2)
+    text = (f"the program as it is (the reference) was started {ahead:.0f} s before the search, before the ladder's "
+            "compile rungs: its build, run and float64 reference overlapped them")
+    out.notes.append(text)
+    say(text)
+    return ahead
+
+
 def _measured(ctx: Context, out: SearchOutcome, trees: _Trees, end: float, timeout_s: float, console: Any, say: Any,
-              started: float) -> Any:
+              started: float, children: dict[str, Any] | None = None) -> Any:
     """Every variant measured by the engine (:func:`rewriter.engine.measure.measure`), its cold
     phases before ``end`` less the timing's seconds; the rows, timing, notes and clock copied
     into ``out`` also when interrupted. Returns the engine's :class:`~rewriter.engine.measure.Measurement`."""
     from ..engine.measure import Measurement, measure, relabel
     from .search_budget import timing_reserve_s
 
-    opts = _options(ctx, timeout_s)
+    opts = engine_options(ctx, timeout_s)
     feed = console if isinstance(console, Feed) else None
     if feed is not None:  # one step per cold phase, one for the timing rounds
         feed.start("search: cold phases", total=len(trees.variants) + 1)
@@ -393,7 +419,7 @@ def _measured(ctx: Context, out: SearchOutcome, trees: _Trees, end: float, timeo
     try:
         measure(ctx.session.spec, trees.variants, opts, trees.original.parent,
                 amortization=ctx.amortization.model_dump(), deadline=end - timing_reserve_s(opts, len(ctx.session.spec.shapes)),
-                on_event=_progress(feed, say, opts, trees.prefixes), partial=m)
+                on_event=_progress(feed, say, opts, trees.prefixes), partial=m, started=children)
     finally:
         if feed is not None:
             feed.stop()

@@ -144,30 +144,6 @@ def read(log: Any, src: Any, calls: int) -> list[ValueGuard]:
     return out
 
 
-def repeat_reference(ctx: Any, calls: int = CALLS) -> list[ValueGuard]:
-    """Compile the reference model once (backend ``eager``), call it ``calls`` times at the
-    reference shape, and read the value guards its recompiles show (:func:`read`). Dynamo is reset
-    before and after. Raises what the step raises (the rung records it)."""
-    import torch
-
-    from .dynamo_log import capture, reset
-
-    from .as_run import compiled_as_run, compiles_itself
-
-    model, inputs, _ = ctx.reference()
-    compiled, how = compiled_as_run(model, compiles_itself(ctx))
-    reset()
-    step = ctx.session.step_fn(compiled, inputs)
-    try:
-        with capture() as log, torch.compiler.set_stance("default", force_backend="eager"):
-            for i in range(calls):
-                ctx.session.run(step, f"{ctx.session.forward_name()} under {how}, "
-                                      f"call {i + 1} of {calls} at {dict(ctx.session.spec.shapes[0])}")
-    finally:
-        reset()
-    return read(log, ctx.session.src, calls)
-
-
 def describe(v: ValueGuard) -> str:
     """One line: what changed, where, how often Dynamo recompiled on it, and what to do."""
     seen = ", ".join(map(str, v.values[:5])) + (", ..." if len(v.values) > 5 else "")

@@ -87,6 +87,7 @@ def measure(
     deadline: float | None = None,
     on_event: Progress | None = None,
     partial: Measurement | None = None,
+    started: dict[str, Any] | None = None,
 ) -> Measurement:
     """Measure ``variants`` (the first must be ``eager``, the reference) and return what was seen.
 
@@ -104,6 +105,9 @@ def measure(
         on_event: progress callback (:data:`Progress`).
         partial: a :class:`Measurement` to fill in place, so a caller that is interrupted
             (Ctrl-C) still holds the variants finished so far.
+        started: children already spawned by :func:`start_cold` with :func:`child_job` of this
+            ``workdir`` (and perhaps sent ``go``), by variant name: the search's reference started
+            before the ladder's compile rungs (:mod:`rewriter.diagnose.early_reference`).
 
     Every child is terminated on the way out, also on KeyboardInterrupt.
     """
@@ -113,7 +117,7 @@ def measure(
         raise ValueError(f"measure: variant names must be unique, got {', '.join(dup)} more than once")
     assert variants and variants[0].name == "eager", "the eager reference comes first"
     m = partial if partial is not None else Measurement()
-    run = _Run(m, spec_run, variants, opts, workdir, deadline, on_event)
+    run = _Run(m, spec_run, variants, opts, workdir, deadline, on_event, started=dict(started or {}))
     try:
         _run(run, amortization, stop_on_wrong_numbers)
     finally:
@@ -126,6 +130,36 @@ def measure(
             child.close()
         m.clock["teardown_s"] = time.perf_counter() - t_teardown
     return m
+
+
+def child_job(spec_run: Any, opts: Options, workdir: Path) -> dict[str, Any]:
+    """The job every child of one measurement shares (each adds its variant, tree and phase):
+    the harness, the knobs, and ``workdir/ref``, where the reference saves its weights and inputs."""
+    ref = workdir / "ref"
+    ref.mkdir(exist_ok=True)
+    return {
+        "harness": spec_run.model_dump(),
+        "backend": opts.backend,
+        "force_backend": opts.force_backend,
+        "seed": opts.seed,
+        "ref": str(ref),
+        "warmup": opts.warmup,
+        "reps": opts.reps,
+        "budget_s": opts.budget_s,
+        "construct_on_device": opts.construct_on_device,
+    }
+
+
+def start_cold(job: dict[str, Any], v: Variant, workdir: Path, opts: Options) -> Any:
+    """Spawn ``v``'s cold-phase child (:class:`.runner.ServedChild`, caches under
+    ``workdir/caches/<name>``); it imports and builds, then waits for ``go``."""
+    from .runner import ServedChild
+
+    return ServedChild(
+        dict(job, phase="cold", variants=[v.name], tree=str(v.tree), prepare=v.prepare, reference=v.name == "eager",
+             library_modules=v.library_modules, site=v.site, stance=v.stance),
+        workdir, f"cold-{v.name}", workdir / "caches" / v.name, opts.timeout_s,
+    )
 
 
 def _run(run: _Run, amortization: dict[str, Any] | None, stop_on_wrong_numbers: bool) -> None:
@@ -167,6 +201,8 @@ class _Run:
     workdir: Path
     deadline: float | None
     on_event: Progress | None
+    #: children spawned before :func:`measure` (``measure(started=...)``)
+    started: dict[str, Any] = field(default_factory=dict)
     children: dict[str, Any] = field(default_factory=dict)
     #: each recorded variant's cold-phase payload (the child's JSON)
     cold: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -190,34 +226,15 @@ class _Run:
             self.on_event(name, event, detail)
 
     def spawn(self) -> None:
-        """Start one child per variant (they import and build at once) and the replicas' keeper."""
-        from .runner import ServedChild
-
-        ref = self.workdir / "ref"
-        ref.mkdir(exist_ok=True)
-        caches = self.workdir / "caches"
-        opts = self.opts
-        job = {
-            "harness": self.spec_run.model_dump(),
-            "backend": opts.backend,
-            "force_backend": opts.force_backend,
-            "seed": opts.seed,
-            "ref": str(ref),
-            "warmup": opts.warmup,
-            "reps": opts.reps,
-            "budget_s": opts.budget_s,
-            "construct_on_device": opts.construct_on_device,
-        }
+        """Start one child per variant (they import and build at once), but for those already
+        started (:attr:`started`), and the replicas' keeper."""
+        job = child_job(self.spec_run, self.opts, self.workdir)
         self.m.clock["waiting_for_builds_s"] = 0.0
         self.t_spawn = time.perf_counter()
         for v in self.variants:
-            self.children[v.name] = ServedChild(
-                dict(job, phase="cold", variants=[v.name], tree=str(v.tree), prepare=v.prepare, reference=v.name == "eager",
-                     library_modules=v.library_modules, site=v.site, stance=v.stance),
-                self.workdir, f"cold-{v.name}", caches / v.name, opts.timeout_s,
-            )
-        self.replicas = Replicas(self.m, self.spec_run, self.variants, job, self.workdir, caches, opts, self.children,
-                                 self.deadline, self.emit, self.cold_s)
+            self.children[v.name] = self.started.get(v.name) or start_cold(job, v, self.workdir, self.opts)
+        self.replicas = Replicas(self.m, self.spec_run, self.variants, job, self.workdir, self.workdir / "caches", self.opts,
+                                 self.children, self.deadline, self.emit, self.cold_s)
 
     def record(self, name: str, child: Any) -> bool:
         """Collect ``name``'s cold phase into its result row; False when the measurement cannot go on

@@ -113,7 +113,7 @@ class Options:
 def on_device(opts: Options, device: str) -> Options:
     """``opts`` with its automatic timing knobs (``replicates`` 0, ``windows`` 0: validate's
     ``--processes auto``/``--windows auto``) resolved for ``device`` as diagnose's search sets
-    them (:func:`rewriter.diagnose.search._options` calls it too): on CUDA two processes per
+    them (:func:`rewriter.diagnose.search.engine_options` calls it too): on CUDA two processes per
     variant, where the timing decides (one slow process can flip the choice), and two windows per
     shape (a host stall through one window; docs/decisions.md, "Two processes per variant" and
     "Two timing windows per shape"); on a CPU one of each

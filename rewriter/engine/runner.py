@@ -153,6 +153,7 @@ class ServedChild:
 
             child_env_threads(env)  # CPU timing: a thread count that fits the cores (rewriter.threads)
         self.started = time.perf_counter()
+        self.go_at: float | None = None  # when go was sent (once)
         with open(self.stderr_path, "wb") as err:
             trees = [job.get("tree"), *(job.get("trees") or {}).values()]
             self.proc = _start_child([str(job_path)], env, workdir, err.fileno(), (cmd_r, rep_w), pkg, trees)
@@ -208,7 +209,12 @@ class ServedChild:
         return None
 
     def go(self) -> None:
-        """Start the measured cold phase (load weights, compile, run the shapes)."""
+        """Start the measured cold phase (load weights, compile, run the shapes); once: a child
+        sent ``go`` before it built (the search's reference started early,
+        :mod:`rewriter.diagnose.early_reference`) is not sent a second one, which it would read as
+        its first timing request."""
+        if self.go_at is not None:
+            return
         self.go_at = time.perf_counter()
         try:
             self._cmd.write(json.dumps({"op": "go"}) + "\n")
@@ -226,7 +232,7 @@ class ServedChild:
             # not waited for (a second process's ``go`` is sent before it has built): skip them
             while reply is not None and (reply.get("weights_saved") or reply.get("built")):
                 reply = self._readline(self.timeout_s)
-        wall = time.perf_counter() - getattr(self, "go_at", self.started)
+        wall = time.perf_counter() - (self.go_at if self.go_at is not None else self.started)
         if reply is None and self.timed_out:
             self.close()
             return ChildResult(

@@ -3,16 +3,17 @@
 The model is compiled once (backend ``eager``: guards and recompiles are decided by Dynamo before
 any backend runs, so the cheapest backend gives the same count) and called at every harness
 shape; a model that compiles itself (:mod:`.as_run`) is called as the program compiles it, its
-backend forced to ``eager`` (:func:`_compiled`). Recompiles and their guard failures are read from Dynamo's recompile log
+backend forced to ``eager`` (:func:`.as_run.compiled_as_run`). Recompiles and their guard failures are read from Dynamo's recompile log
 (:mod:`.dynamo_log`). The dims that vary are measured on the model's input tensors and on the
 repeated block's input (a forward pre-hook on the first instance of each class a per-block
 candidate compiles, every declared class of a model's ``_repeated_blocks`` included, in an eager
 pass so that Dynamo never traces it): the block input is the region
 boundary where ``mark_dynamic`` belongs (docs/design.md: a mark on ``input_ids`` does not survive the
-eager embedding). Then the reference shape is called :data:`.value_guards.CALLS` times on one
-compiled model: one call per shape fails the new shape's size guard first and never shows a value
-that changes every call (a step counter, a cache's fill level), which those repeated calls do,
-named with its attribute and line (:mod:`.value_guards`). Threshold: any recompile after the first
+eager embedding). The reference shape is called :data:`.value_guards.CALLS` times before the
+other shapes, on the same compiled model: one call per shape fails the new shape's size guard first
+and never shows a value that changes every call (a step counter, a cache's fill level), which those
+repeated calls do, named with its attribute and line (:mod:`.value_guards`); sharing the compiled
+model, Dynamo traces the reference shape once for both readings. Threshold: any recompile after the first
 compile (partitioning-the-stack: "Am I recompiling? -> bucket shapes, mark_dynamic").
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ..as_run import compiled_as_run, compiles_itself
@@ -28,7 +30,7 @@ from ..dynamo_log import capture, reset
 from ..locate import first_in_src
 from ..rung import Finding, Rung, RungResult
 from ..session import tensor_leaves
-from ..value_guards import CALLS, describe, remedy, repeat_reference, to_json
+from ..value_guards import CALLS, describe, remedy, to_json
 from .granularity import region_blocks
 
 
@@ -129,11 +131,11 @@ def run(ctx: Context) -> RungResult:
     model, _, _ = ctx.reference()
     blocks = region_blocks(ctx.evidence.blocks)
     calls = _block_calls(ctx, model, blocks)
-    log, input_shapes, how = _sweep(ctx, model)
+    sweep = _sweep(ctx, model)
+    log, input_shapes, how, guards, repeat_error = sweep.log, sweep.input_shapes, sweep.how, sweep.guards, sweep.repeat_error
     per_class = [{"class": b["cls"].__name__, **_block_dims(c, len(input_shapes))} for b, c in zip(blocks, calls)]
     r.findings, by_value = _recompile_findings(ctx, log)
     dynamic_breaks = _dynamic_only_breaks(ctx, log)
-    guards, repeat_error = _repeat(ctx)
     r.findings += [Finding("value_guard", describe(v)[:400], v.file, v.line, v.function) for v in guards]
     r.findings += [Finding("graph_break_dynamic", f"graph break once shapes are dynamic: {reason}"[:300], *site)
                    for site, reason in dynamic_breaks]
@@ -177,25 +179,72 @@ def _block_calls(ctx: Context, model: Any, blocks: list[dict[str, Any]]) -> list
     return calls
 
 
-def _sweep(ctx: Context, model: Any) -> tuple[Any, list[list[tuple[int, ...]]], str]:
+@dataclass
+class _Sweep:
+    """What one compiled model showed over the harness shapes (:func:`_sweep`).
+
+    Attributes:
+        log: Dynamo's recompile log over the first call at each harness shape.
+        input_shapes: each shape's input tensor shapes, harness order.
+        how: how the model was compiled (:func:`.as_run.compiled_as_run`).
+        guards: the value guards of the repeated calls at the reference shape (:func:`.value_guards.read`).
+        repeat_error: why those repeated calls failed, or None.
+    """
+
+    log: Any
+    input_shapes: list[list[tuple[int, ...]]]
+    how: str
+    guards: list[Any]
+    repeat_error: str | None
+
+
+def _sweep(ctx: Context, model: Any) -> _Sweep:
     """Compile the model once as the program does (:func:`.as_run.compiled_as_run`, backend forced
-    to ``eager``) and call it at every harness shape under Dynamo's recompile log: the log, each
-    call's input tensor shapes, and how the model was compiled."""
+    to ``eager``), call it at the reference shape :data:`.value_guards.CALLS` times, then once at
+    every other harness shape, under Dynamo's recompile log. The recompiles of the calls after the
+    first at the reference shape are guards on values (:mod:`.value_guards`); the others are the
+    sweep's. One compiled model serves both: Dynamo traces the reference shape once."""
     import torch
 
     input_shapes: list[list[tuple[int, ...]]] = []
     compiled, how = compiled_as_run(model, compiles_itself(ctx))
+    forward = ctx.session.forward_name()
     reset()
     try:
-        with capture() as log, torch.compiler.set_stance("default", force_backend="eager"):
-            for shape in ctx.session.spec.shapes:
-                _, inputs = ctx.session.build(shape)
-                input_shapes.append([tuple(t.shape) for t in tensor_leaves(inputs)])
-                ctx.session.run(ctx.session.step_fn(compiled, inputs),
-                                f"{ctx.session.forward_name()} under {how} at {dict(shape)}")
+        with torch.compiler.set_stance("default", force_backend="eager"):
+            first, *others = ctx.session.spec.shapes
+            _, inputs = ctx.session.build(first)
+            input_shapes.append([tuple(t.shape) for t in tensor_leaves(inputs)])
+            step = ctx.session.step_fn(compiled, inputs)
+            with capture() as log:
+                ctx.session.run(step, f"{forward} under {how} at {dict(first)}")
+            guards, repeat_error = _repeat(ctx, step, how, forward, first)
+            with capture() as rest:
+                for shape in others:
+                    _, inputs = ctx.session.build(shape)
+                    input_shapes.append([tuple(t.shape) for t in tensor_leaves(inputs)])
+                    ctx.session.run(ctx.session.step_fn(compiled, inputs), f"{forward} under {how} at {dict(shape)}")
     finally:
         reset()
-    return log, input_shapes, how
+    for name in ("recompiles", "graph_breaks", "limit_hit", "messages"):
+        getattr(log, name).extend(getattr(rest, name))
+    return _Sweep(log, input_shapes, how, guards, repeat_error)
+
+
+def _repeat(ctx: Context, step: Any, how: str, forward: str, shape: Any) -> tuple[list[Any], str | None]:
+    """Call ``step`` (the compiled model at the reference shape, called once already)
+    :data:`.value_guards.CALLS` - 1 more times and read the value guards its recompiles show
+    (:func:`.value_guards.read`), and None; or ``[]`` and why those calls failed (a model whose
+    state cannot take more calls): the shape sweep's reading stands."""
+    from ..value_guards import read
+
+    try:
+        with capture() as log:
+            for i in range(1, CALLS):
+                ctx.session.run(step, f"{forward} under {how}, call {i + 1} of {CALLS} at {dict(shape)}")
+    except Exception as exc:  # noqa: BLE001 - recorded; the sweep measures the shapes
+        return [], " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    return read(log, ctx.session.src, CALLS), None
 
 
 def _recompile_findings(ctx: Context, log: Any) -> tuple[list[Finding], list[str]]:
@@ -273,16 +322,6 @@ def _repeat_verdict(verdict: str, implies: str, guards: list[Any], repeat_error:
         verdict += (f"; {len(dynamic_breaks)} graph break(s) appear only once shapes are dynamic "
                     f"(at {file}:{line}: {reason[:120]}): marking those dims dynamic would break the graph every call")
     return verdict, implies
-
-
-def _repeat(ctx: Context) -> tuple[list[Any], str | None]:
-    """The value guards seen over repeated calls of the reference shape
-    (:func:`.value_guards.repeat_reference`), and None; or ``[]`` and why those calls failed (a
-    model whose state cannot take more calls): the shape sweep's reading stands."""
-    try:
-        return repeat_reference(ctx), None
-    except Exception as exc:  # noqa: BLE001 - recorded; the sweep above already measured the shapes
-        return [], " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
 
 
 def _block_dims(calls: list[tuple[list, dict, dict]], n: int) -> dict[str, list[dict[str, Any]]]:

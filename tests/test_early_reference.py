@@ -1,0 +1,178 @@
+"""The search's reference started before the ladder's compile rungs (rewriter/diagnose/early_reference.py):
+the engine takes over a child already started and sent ``go`` without starting or sending it
+again; diagnose starts it only on a GPU host with room; the search run with it measures the
+program as it is and says it was started early. CPU, ``backend="eager"``."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from rewriter.engine.options import Options, Variant
+from rewriter.plan import load_plan
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gpt"
+
+
+class _Fake:
+    """A stand-in for runner.ServedChild: counts constructions and ``go`` lines."""
+
+    made: list = []
+
+    def __init__(self, job, workdir, name, cache_root, timeout_s):
+        self.variant, self.alive, self.started = job["variants"][0], True, 0.0
+        self.goes = 0
+        _Fake.made.append(self.variant)
+
+    def wait_built(self):
+        return True
+
+    def wait_weights_saved(self):
+        return None
+
+    def go(self):
+        self.goes += 1
+
+    def wait_cold(self):
+        from rewriter.engine.runner import ChildResult
+
+        graphs = int(self.variant != "eager")
+        shape = {"shape": {"batch": 1}, "first_call_s": 1.0, "steady_s": 0.01, "compile_s": 0.9 * graphs,
+                 "new_graphs": graphs, "new_recompiles": 0}
+        return ChildResult(0, {"info": {}, "compile": {"unique_graphs": graphs}, "shapes": [shape]}, 0.0, "")
+
+    def time(self, shape, warmup, n, **kw):
+        return {"samples": [0.01] * n, "calls": 1}
+
+    def terminate(self):
+        self.alive = False
+
+    def close(self):
+        self.alive = False
+
+
+def test_the_engine_takes_over_a_started_reference_and_spawns_only_the_others(monkeypatch, tmp_path):
+    from rewriter.engine.measure import measure
+
+    monkeypatch.setattr("rewriter.engine.runner.ServedChild", _Fake)
+    monkeypatch.setattr("rewriter.engine.verdict.numerics_failures", lambda payload: [])
+    _Fake.made = []
+    early = _Fake({"variants": ["eager"]}, tmp_path, "cold-eager", tmp_path, 1.0)
+    _Fake.made = []
+    variants = [Variant("eager", tmp_path, judged=False), Variant("whole", tmp_path, compiles=True)]
+    spec = type("Spec", (), {"device": "cpu", "shapes": [{"batch": 1}], "model_dump": lambda self: {"device": "cpu"}})()
+    m = measure(spec, variants, Options(replicates=1, overlap=False, warmup=0, reps=3), tmp_path, started={"eager": early})
+    assert _Fake.made == ["whole"], _Fake.made  # the reference was not spawned again
+    assert early.goes == 1 and not early.alive  # told to go by the engine (a real child ignores a second go), ended after
+    assert m.ok("eager") and m.ok("whole"), m.results
+
+
+def test_a_served_child_is_sent_go_once():
+    """A second ``go`` would reach the child as its first timing request."""
+    from rewriter.engine.runner import ServedChild
+
+    child = object.__new__(ServedChild)
+    child._cmd, child.go_at = io.StringIO(), None
+    child.go()
+    first = child.go_at
+    child.go()
+    assert [json.loads(line) for line in child._cmd.getvalue().splitlines()] == [{"op": "go"}]
+    assert child.go_at == first
+
+
+def test_it_starts_early_only_on_a_gpu_host(tmp_path):
+    from rewriter.diagnose.context import Context
+    from rewriter.diagnose.early_reference import why_not
+
+    session = type("S", (), {"cuda": False})()
+    assert why_not(Context(session=session, out_dir=tmp_path, backend="eager")).startswith("not on a GPU")
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_the_search_measures_with_a_reference_started_before_the_compile_rungs(tmp_path, monkeypatch):
+    """The real ladder and search on a tiny model with the early start allowed on this CPU: the
+    reference is started before the first compile rung, the search takes it over (one reference
+    child, its folder removed), measures the program as it is beside the candidates and says so."""
+    from rewriter.diagnose import early_reference
+    from rewriter.diagnose.runner import diagnose
+    from rewriter.engine import measure as measure_mod
+    from rewriter.terminal import Feed
+    from rich.console import Console
+
+    monkeypatch.setattr(early_reference, "why_not", lambda ctx: None)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+
+    def early_dirs() -> list[Path]:
+        return list((tmp_path / "tmp").glob("stackpart-search-*"))
+
+    spawned: list[str] = []
+    start_cold = measure_mod.start_cold
+
+    def counted(job, v, workdir, opts):  # noqa: ANN001, ANN202
+        spawned.append(v.name)
+        return start_cold(job, v, workdir, opts)
+
+    monkeypatch.setattr(measure_mod, "start_cold", counted)
+    src = tmp_path / "src"
+    shutil.copytree(EXAMPLE / "src", src)
+    spec = load_plan(EXAMPLE / "plan.yaml").plan.harness
+    feed = Feed(Console(file=io.StringIO()))
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"graph_breaks", "search"},
+                       budget_s=600.0, report_dir=tmp_path / "report", console=feed)
+    found = outcome.search
+    assert spawned.count("eager") == 1 and len(spawned) > 1, spawned
+    assert found.rows["as-is"].get("step_ms") is not None, found.rows["as-is"]
+    assert any("was started" in n and "before the search" in n for n in found.notes), found.notes
+    assert found.clock["reference_started_before_search_s"] > 0
+    events = "\n".join(feed.events)
+    assert events.index("started before the compile rungs") < events.index("rung graph_breaks ("), events
+    assert not early_dirs(), early_dirs()  # the search removed the folder it took over
+    assert found.chosen is not None and found.choice.chosen in {c.name for c in found.candidates}
+
+
+def test_a_reference_the_search_did_not_take_is_ended_and_its_folder_removed(tmp_path):
+    from rewriter.diagnose.early_reference import EarlyReference
+
+    child = _Fake({"variants": ["eager"]}, tmp_path, "cold-eager", tmp_path, 1.0)
+    (tmp_path / "w").mkdir()
+    EarlyReference(tmp_path / "w", tmp_path / "w" / "original", None, child, 0.0).close()
+    assert not child.alive and not (tmp_path / "w").exists()
+    kept = _Fake({"variants": ["eager"]}, tmp_path, "cold-eager", tmp_path, 1.0)
+    (tmp_path / "k").mkdir()
+    EarlyReference(tmp_path / "k", tmp_path / "k" / "original", None, kept, 0.0, taken=True).close()
+    assert kept.alive and (tmp_path / "k").exists()  # the search ends what it took over
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_diagnose_that_stops_after_the_early_start_ends_the_reference(tmp_path, monkeypatch):
+    """The ladder stopped (a harness failure) after the reference started: diagnose raises, and
+    the reference's child and folder are gone."""
+    from rewriter.diagnose import early_reference, runner
+    from rewriter.errors import StackpartError
+
+    monkeypatch.setattr(early_reference, "why_not", lambda ctx: None)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    started: list = []
+    start = early_reference.start
+    monkeypatch.setattr(early_reference, "start", lambda ctx, t: started.append(start(ctx, t)) or started[-1])
+
+    def stopped(run):  # noqa: ANN001, ANN202
+        raise StackpartError("harness.py:1: the harness failed")
+
+    monkeypatch.setattr(runner, "_after_ladder", stopped)
+    src = tmp_path / "src"
+    shutil.copytree(EXAMPLE / "src", src)
+    spec = load_plan(EXAMPLE / "plan.yaml").plan.harness
+    with pytest.raises(StackpartError):
+        runner.diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"graph_breaks", "search"},
+                        report_dir=tmp_path / "report")
+    assert len(started) == 1 and not started[0].child.alive
+    assert started[0].child.proc.poll() is not None  # reaped
+    assert not list((tmp_path / "tmp").glob("stackpart-search-*"))
