@@ -23,13 +23,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# benchmarks/kernels.py would shadow the ``kernels`` package transformers imports
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def _harness(family: str, overrides: dict[str, object], work: Path) -> list[dict]:
-    import zoo
+    import importlib.util
 
+    spec = importlib.util.spec_from_file_location("zoo", ROOT / "benchmarks" / "zoo.py")  # benchmarks/ is no package
+    zoo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zoo)
     fam = zoo.FAMILIES[family]
     fam["smoke"] = {**fam["smoke"], **overrides}
     (work / "src").mkdir()
