@@ -126,12 +126,16 @@ def test_the_search_measures_with_a_reference_started_before_the_compile_rungs(t
     outcome = diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"graph_breaks", "search"},
                        budget_s=600.0, report_dir=tmp_path / "report", console=feed)
     found = outcome.search
-    assert spawned.count("eager") == 1 and len(spawned) > 1, spawned
+    assert spawned.count("eager") == 1 and spawned.count("whole") == 1 and len(spawned) > 2, spawned
+    assert spawned[:2] == ["eager", "whole"]  # the anchor started with the reference, before the rest
     assert found.rows["as-is"].get("step_ms") is not None, found.rows["as-is"]
-    assert any("was started" in n and "before the search" in n for n in found.notes), found.notes
+    assert any("was started" in n and "before the search" in n and "so was the whole-model anchor" in n
+               for n in found.notes), found.notes
+    assert found.rows["whole"].get("step_ms") is not None and not found.rows["whole"].get("problems"), found.rows["whole"]
     assert found.clock["reference_started_before_search_s"] > 0
     events = "\n".join(feed.events)
-    assert events.index("started before the compile rungs") < events.index("rung graph_breaks ("), events
+    assert events.index("started before the compile rungs, and the whole-model anchor with it") < events.index(
+        "rung graph_breaks ("), events
     assert not early_dirs(), early_dirs()  # the search removed the folder it took over
     assert found.chosen is not None and found.choice.chosen in {c.name for c in found.candidates}
 
@@ -176,3 +180,42 @@ def test_a_diagnose_that_stops_after_the_early_start_ends_the_reference(tmp_path
     assert len(started) == 1 and not started[0].child.alive
     assert started[0].child.proc.poll() is not None  # reaped
     assert not list((tmp_path / "tmp").glob("stackpart-search-*"))
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_an_early_anchor_that_is_not_the_proposals_rewrite_is_ended_and_started_again(tmp_path, monkeypatch):
+    """The rungs after the early start changed the anchor (here: a planted ``dynamic=True``): the
+    started child is ended, the proposal's anchor starts with the others and is the one measured."""
+    from rewriter.diagnose import candidates, early_reference
+    from rewriter.diagnose.runner import diagnose
+    from rewriter.engine import measure as measure_mod
+    from rewriter.terminal import Feed
+    from rich.console import Console
+
+    monkeypatch.setattr(early_reference, "why_not", lambda ctx: None)
+    proposed = candidates.anchor_plan
+
+    def planted(ctx):  # noqa: ANN001, ANN202
+        plan = proposed(ctx)
+        acts = [a.model_copy(update={"options": a.options.model_copy(update={"dynamic": True})}) if a.action == "compile" else a
+                for a in plan.actions]
+        return plan.model_copy(update={"actions": acts})
+
+    monkeypatch.setattr(candidates, "anchor_plan", planted)
+    children: list = []
+    start_cold = measure_mod.start_cold
+    monkeypatch.setattr(measure_mod, "start_cold",
+                        lambda job, v, workdir, opts: children.append((v.name, start_cold(job, v, workdir, opts))) or children[-1][1])
+    src = tmp_path / "src"
+    shutil.copytree(EXAMPLE / "src", src)
+    spec = load_plan(EXAMPLE / "plan.yaml").plan.harness
+    feed = Feed(Console(file=io.StringIO()))
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"graph_breaks", "search"},
+                       budget_s=600.0, report_dir=tmp_path / "report", console=feed)
+    wholes = [child for name, child in children if name == "whole"]
+    assert len(wholes) == 2, [n for n, _ in children]
+    assert wholes[0].proc.poll() is not None  # the early one was ended (and reaped)
+    found = outcome.search
+    assert found.rows["whole"].get("step_ms") is not None, found.rows["whole"]
+    assert not any("so was the whole-model anchor" in n for n in found.notes), found.notes
+    assert any("not the proposal's rewrite" in e for e in feed.events), feed.events

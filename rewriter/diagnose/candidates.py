@@ -474,6 +474,23 @@ def _whole_family(p: _Proposals, region_full: Any, has_block: bool, own: list[st
     return whole
 
 
+def anchor_plan(ctx: Context) -> Plan | None:
+    """The whole-model anchor (``torch.compile(model)``, the :data:`WHOLE` candidate) as the
+    evidence so far proposes it, for a search that starts it before the ladder's compile rungs
+    (:mod:`.early_reference`): the rules' whole-model plan without its ``disable``s. None where
+    the proposal would have none: every compile pruned, the program compiles code itself (the
+    anchor is then an edit of its own call), or no model class under SRC. The search uses the
+    started anchor only where its rewrite is byte for byte the proposal's."""
+    from .own_compile import compile_setup
+
+    if _every_compile_pruned(ctx) is not None or compile_setup(ctx.session.src):
+        return None
+    whole = rule_plan(ctx, "whole", mode="default")
+    if not any(a.action == "compile" for a in whole.plan.actions):
+        return None
+    return (_without_disables(whole) or whole).plan
+
+
 def _without_disables(decision: Any) -> Any:
     """``decision`` without its ``disable`` actions (a whole-model compile as ``torch.compile(model)``
     runs it: Dynamo splits the graph at each break), or None where it has none. The ``+disable``

@@ -17,6 +17,15 @@ Started only where the reference may overlap a compile at all
 device has room for it beside the diagnosed model (:func:`rewriter.engine.cost.room_to_overlap`
 on the model's allocated bytes); the ladder's timing rungs (batch scaling, profile, device time,
 gaps) have run by then, so no timed step shares the device with it.
+
+The whole-model anchor (``torch.compile(model)``, measured whatever the search's budget) starts
+with it where the evidence so far proposes one (:func:`.candidates.anchor_plan`): it builds, waits
+for the reference's weights (``wait_for_weights``), and compiles while the compile rungs run, its
+cold phase (a whole model's compile and its new-shape recompile: tens of seconds) off the search's
+critical path too. The search uses it only where the proposal's anchor rewrites SRC to the same
+bytes (:meth:`Anchor.same_rewrite`); otherwise it is ended and the anchor starts with the others.
+Its compile seconds then include what the compile rungs and the reference took from the host's
+CPUs, as two cold phases at a time do (the search's note says so).
 """
 
 from __future__ import annotations
@@ -32,8 +41,28 @@ from .context import Context
 
 
 @dataclass
+class Anchor:
+    """The whole-model anchor's child, started with the reference.
+
+    Attributes:
+        variant: its :class:`rewriter.engine.options.Variant` (its tree under the search's folder).
+        child: its :class:`rewriter.engine.runner.ServedChild`, already sent ``go``.
+        changes: its rewrite's ``(relpath, new bytes)``, sorted: what the proposal's must equal.
+    """
+
+    variant: Any
+    child: Any
+    changes: list[tuple[str, bytes]]
+
+    def same_rewrite(self, changes: list[Any]) -> bool:
+        """Whether ``changes`` (a :class:`rewriter.rewrite.transform.FileChange` list) rewrite SRC
+        to the bytes this anchor's tree holds."""
+        return sorted((c.relpath, c.new) for c in changes) == self.changes
+
+
+@dataclass
 class EarlyReference:
-    """The reference's child, started before the search.
+    """The reference's child (and the anchor's, where one started), started before the search.
 
     Attributes:
         workdir: the search's temporary folder (``original/``, the job files, ``ref/``, caches).
@@ -41,7 +70,8 @@ class EarlyReference:
         variant: the reference's :class:`rewriter.engine.options.Variant`.
         child: its :class:`rewriter.engine.runner.ServedChild`, already sent ``go``.
         started_at: ``time.perf_counter()`` when it was spawned.
-        taken: the search took it over (it then ends the child and removes ``workdir``).
+        anchor: the whole-model anchor started with it, or None.
+        taken: the search took it over (it then ends the children and removes ``workdir``).
     """
 
     workdir: Path
@@ -49,15 +79,31 @@ class EarlyReference:
     variant: Any
     child: Any
     started_at: float
+    anchor: Anchor | None = None
     taken: bool = False
 
+    def drop_anchor(self) -> None:
+        """End the anchor's child (the proposal's anchor is another rewrite)."""
+        if self.anchor is not None:
+            _end(self.anchor.child)
+            self.anchor = None
+
+    def end_children(self) -> None:
+        """End every child started here (a no-op for one the engine ended already)."""
+        _end(self.child)
+        self.drop_anchor()
+
     def close(self) -> None:
-        """End the child and remove the folder, unless the search took them over."""
+        """End the children and remove the folder, unless the search took them over."""
         if self.taken:
             return
-        self.child.terminate()
-        self.child.close()
+        self.end_children()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _end(child: Any) -> None:
+    child.terminate()
+    child.close()
 
 
 def why_not(ctx: Context) -> str | None:
@@ -78,7 +124,8 @@ def why_not(ctx: Context) -> str | None:
 def start(ctx: Context, timeout_s: float) -> EarlyReference:
     """Copy SRC, spawn the reference's cold-phase child with the search's engine options
     (:func:`.search.engine_options`, ``timeout_s`` per child wait) and send it ``go``: it builds,
-    runs and saves while the ladder goes on."""
+    runs and saves while the ladder goes on. Then the anchor (:func:`_start_anchor`), where there
+    is one."""
     from ..engine.materialize import IGNORE
     from ..engine.measure import child_job, start_cold
     from ..engine.options import Variant
@@ -90,9 +137,44 @@ def start(ctx: Context, timeout_s: float) -> EarlyReference:
         shutil.copytree(ctx.session.src, original, ignore=IGNORE, symlinks=True)
         variant = Variant("eager", original, judged=False)
         opts = engine_options(ctx, timeout_s)
-        child = start_cold(child_job(ctx.session.spec, opts, workdir), variant, workdir, opts)
+        job = child_job(ctx.session.spec, opts, workdir)
+        child = start_cold(job, variant, workdir, opts)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     child.go()  # read by the child once it has built
-    return EarlyReference(workdir, original, variant, child, time.perf_counter())
+    early = EarlyReference(workdir, original, variant, child, time.perf_counter())
+    try:
+        early.anchor = _start_anchor(ctx, job, opts, workdir)
+    except BaseException:
+        early.close()
+        raise
+    return early
+
+
+def _start_anchor(ctx: Context, job: dict[str, Any], opts: Any, workdir: Path) -> Anchor | None:
+    """The whole-model anchor's tree (:func:`.candidates.anchor_plan` rewritten by the search's
+    own path) and its child, sent ``go`` (it waits for the reference's weights); None where the
+    evidence so far proposes no anchor or its plan does not rewrite."""
+    from ..engine.measure import start_cold
+    from ..errors import StackpartError
+    from .candidate import Candidate
+    from .candidates import WHOLE, anchor_plan
+    from .search import candidate_rewrite, candidate_variant, materialise
+
+    plan = anchor_plan(ctx)
+    if plan is None:
+        return None
+    c = Candidate(WHOLE, plan)
+    try:
+        result = candidate_rewrite(c, ctx.session.src)
+    except StackpartError:
+        return None  # the search says why, when it proposes it
+    if not result.changes:
+        return None
+    tree = workdir / "anchor"
+    materialise(c, ctx.session.src, tree, result)
+    variant = candidate_variant(c, tree, result)
+    child = start_cold(dict(job, wait_for_weights=True), variant, workdir, opts)
+    child.go()
+    return Anchor(variant, child, sorted((ch.relpath, ch.new) for ch in result.changes))

@@ -350,7 +350,8 @@ def _start_reference(run: _Run, timeout_s: float) -> None:
     except Exception as exc:  # noqa: BLE001 - the search starts its own reference then
         run.said(f"the search's reference starts with the search: starting it early failed ({type(exc).__name__}: {exc})")
         return
-    run.said("the search's reference (the program as it is) started before the compile rungs")
+    run.said("the search's reference (the program as it is) started before the compile rungs"
+             + (", and the whole-model anchor with it" if run.early.anchor is not None else ""))
 
 
 def _setup(run: _Run) -> None:

@@ -270,9 +270,8 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
     try:
         trees = _materialised(ctx, out, workdir, say, early)
         _say_what_is_measured(ctx, out, trees, say)
-        ahead = _say_early(out, early, say) if early is not None else None
-        m = _measured(ctx, out, trees, started + budget_s, timeout_s, console, say, started,
-                      {"eager": early.child} if early is not None else None)
+        ahead = _say_early(out, early, trees, say) if early is not None else None
+        m = _measured(ctx, out, trees, started + budget_s, timeout_s, console, say, started, trees.started)
         if ahead is not None:
             out.clock["reference_started_before_search_s"] = ahead
         _read_the_program_as_it_is(ctx, out, m, trees, say)
@@ -284,8 +283,7 @@ def run_search(ctx: Context, *, budget_s: float = DEFAULT_BUDGET_S, timeout_s: f
         _decided(ctx, out, m, say)
     finally:
         if early is not None:  # ended by the engine once it ran; not if the search failed before
-            early.child.terminate()
-            early.child.close()
+            early.end_children()
         shutil.rmtree(workdir, ignore_errors=True)
     return out
 
@@ -299,6 +297,8 @@ class _Trees:
     original: Path
     variants: list[Any]
     prefixes: dict[str, str]
+    #: children started before the search (:mod:`.early_reference`), by variant name
+    started: dict[str, Any] = field(default_factory=dict)
 
 
 def _proposed(ctx: Context, outcome: SearchOutcome | None) -> SearchOutcome:
@@ -339,27 +339,22 @@ def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any, ear
     """SRC copied as the reference's tree (``early``'s copy where it started early), and each
     candidate (in proposal order: the expected-value order the cold phases run in) rewritten by
     the real rewrite path into a tree of its own; one that does not rewrite, or changes nothing,
-    gets its row now and no tree."""
-    from ..rewrite.apply import apply_changes
+    gets its row now and no tree. The anchor ``early`` started takes its place where its rewrite
+    is the proposal's byte for byte (else it is ended and the anchor starts with the others)."""
     from ..engine.materialize import IGNORE
     from ..engine.options import Variant
-    from ..plan import parse_plan
-    from ..rewrite.transform import plan_rewrite
-    from .report import plan_yaml
-    from .search_budget import cost_key
 
     src = ctx.session.src
     original = workdir / "original"
     if early is None:
         shutil.copytree(src, original, ignore=IGNORE, symlinks=True)
     trees = _Trees(original, [early.variant if early is not None else Variant("eager", original, judged=False)],
-                   {f"{original}/": ""})
+                   {f"{original}/": ""}, {"eager": early.child} if early is not None else {})
     for i, c in enumerate(out.candidates):
         if c.name == AS_IS:
             continue
         try:
-            loaded = parse_plan(plan_yaml(c.plan), f"candidate {c.name}")
-            result = plan_rewrite(loaded, src, unsafe=True)
+            result = candidate_rewrite(c, src)
         except StackpartError as exc:
             out.rows[c.name] = {"problems": [f"the plan does not rewrite: {exc}"]}
             say(f"{c.name}: the plan does not rewrite: {exc}")
@@ -367,16 +362,51 @@ def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any, ear
         if not result.changes:
             out.rows[c.name] = {"skipped": f"changes nothing in SRC: the same as {AS_IS!r}"}
             continue
+        if early is not None and early.anchor is not None and c.name == WHOLE:
+            if early.anchor.same_rewrite(result.changes):
+                trees.variants.append(early.anchor.variant)
+                trees.started[c.name] = early.anchor.child
+                trees.prefixes[f"{early.anchor.variant.tree}/"] = ""
+                continue
+            early.drop_anchor()
+            say(f"{c.name}: the anchor started before the compile rungs is not the proposal's rewrite "
+                "(the rungs after it changed the plan); it starts again with the others")
         tree = workdir / f"cand{i}"
-        shutil.copytree(src, tree, ignore=IGNORE, symlinks=True)
-        apply_changes(tree, result.changes)
+        materialise(c, src, tree, result)
         trees.prefixes[f"{tree}/"] = ""
-        mark = [(None, a.arg, a.dim) for a in c.plan.actions if a.action == "mark_dynamic"]
-        site = {"target": c.plan.site, "option": "diagnose --site"} if c.plan.site else None
-        trees.variants.append(Variant(c.name, tree, compiles=c.compiles, mark_dynamic=mark,
-                                      library_modules=result.library_modules, site=site, cost_key=cost_key(c),
-                                      anchor=c.name == WHOLE))
+        trees.variants.append(candidate_variant(c, tree, result))
     return trees
+
+
+def candidate_rewrite(c: Candidate, src: Path) -> Any:
+    """``c``'s plan through the real rewrite path (:func:`rewriter.rewrite.transform.plan_rewrite`,
+    unsafe: the search measures what a user would apply). Raises StackpartError when it does not
+    rewrite."""
+    from ..plan import parse_plan
+    from ..rewrite.transform import plan_rewrite
+    from .report import plan_yaml
+
+    return plan_rewrite(parse_plan(plan_yaml(c.plan), f"candidate {c.name}"), src, unsafe=True)
+
+
+def materialise(c: Candidate, src: Path, tree: Path, result: Any) -> None:
+    """SRC copied to ``tree`` with ``c``'s rewrite (``result``) applied."""
+    from ..engine.materialize import IGNORE
+    from ..rewrite.apply import apply_changes
+
+    shutil.copytree(src, tree, ignore=IGNORE, symlinks=True)
+    apply_changes(tree, result.changes)
+
+
+def candidate_variant(c: Candidate, tree: Path, result: Any) -> Any:
+    """The engine's :class:`~rewriter.engine.options.Variant` for ``c`` rewritten into ``tree``."""
+    from ..engine.options import Variant
+    from .search_budget import cost_key
+
+    mark = [(None, a.arg, a.dim) for a in c.plan.actions if a.action == "mark_dynamic"]
+    site = {"target": c.plan.site, "option": "diagnose --site"} if c.plan.site else None
+    return Variant(c.name, tree, compiles=c.compiles, mark_dynamic=mark, library_modules=result.library_modules,
+                   site=site, cost_key=cost_key(c), anchor=c.name == WHOLE)
 
 
 def _say_what_is_measured(ctx: Context, out: SearchOutcome, trees: _Trees, say: Any) -> None:
@@ -392,12 +422,15 @@ def _say_what_is_measured(ctx: Context, out: SearchOutcome, trees: _Trees, say: 
             + (f" (+{len(out.own_setup) - 5} more)" if len(out.own_setup) > 5 else ""))
 
 
-def _say_early(out: SearchOutcome, early: Any, say: Any) -> float:
-    """The note and the search.log line of a reference started before the compile rungs; returns
-    how many seconds before the search it was started."""
+def _say_early(out: SearchOutcome, early: Any, trees: _Trees, say: Any) -> float:
+    """The note and the search.log line of a reference (and an anchor) started before the compile
+    rungs; returns how many seconds before the search it was started."""
     ahead = round(time.perf_counter() - early.started_at, 2)
     text = (f"the program as it is (the reference) was started {ahead:.0f} s before the search, before the ladder's "
             "compile rungs: its build, run and float64 reference overlapped them")
+    if WHOLE in trees.started:
+        text += (f"; so was the whole-model anchor ({WHOLE!r}), whose cold phase ran beside them: its compile seconds "
+                 "include what the compile rungs took from the host's CPUs")
     out.notes.append(text)
     say(text)
     return ahead

@@ -202,6 +202,7 @@ def _build(
         torch.save(_cpu(model.state_dict()), sd_path)
         # every shape's inputs too, so a compiled variant may start before this run ends
         _save_inputs(job, h, ref)
+        (ref / WEIGHTS_SAVED).touch()
         if channel is not None:
             message: dict[str, Any] = {"weights_saved": True}
             if torch.cuda.is_available() and spec.device.startswith("cuda"):
@@ -209,6 +210,10 @@ def _build(
                 message.update(allocated=torch.cuda.memory_allocated(), free=free, total=total)
             channel.send(message)
     else:
+        if job.get("wait_for_weights"):
+            # sent go before the reference saved (the search's anchor started early,
+            # rewriter.diagnose.early_reference): wait for it here
+            wait_for_reference(ref, marker=WEIGHTS_SAVED)
         # mmap: the saved file is paged in as it is copied to the device, not read whole first
         reference = torch.load(sd_path, map_location=spec.device, weights_only=False, mmap=True)
         mine = model.state_dict()
@@ -354,12 +359,15 @@ def force_backend(backend: str) -> None:
 
 #: Written into ``ref`` by the reference once every file the comparisons read is complete.
 REFERENCE_DONE = "reference.done"
+#: Written into ``ref`` by the reference once its weights and every shape's inputs are saved.
+WEIGHTS_SAVED = "weights.saved"
 
 
-def wait_for_reference(ref: Path, poll_s: float = 0.05) -> None:
-    """Block until the reference child has written every output (``ref/reference.done``). A
-    reference that fails never writes it; the parent then kills the waiting children."""
-    while not (ref / REFERENCE_DONE).exists():
+def wait_for_reference(ref: Path, poll_s: float = 0.05, marker: str = REFERENCE_DONE) -> None:
+    """Block until the reference child has written every output (``ref/reference.done``), or
+    with ``marker=WEIGHTS_SAVED`` its weights and inputs. A reference that fails never writes
+    them; the parent then kills the waiting children."""
+    while not (ref / marker).exists():
         time.sleep(poll_s)
 
 
