@@ -383,6 +383,7 @@ def run_plan(work: Path, name: str, device: str, shapes: list[dict], smoke: bool
     out["diagnose_exit"], tail = cli(argv, _env(cache), work, timeout)
     out["diagnose_tail"] = tail[-3000:]
     out["ladder_search_s"] = time.perf_counter() - t
+    out["where_the_seconds_went"] = seconds_breakdown(work / "report" / "report.json")
     shutil.rmtree(cache, ignore_errors=True)
     plan = work / "plan.yaml"
     if out["diagnose_exit"] == 0 and plan.exists():
@@ -393,6 +394,22 @@ def run_plan(work: Path, name: str, device: str, shapes: list[dict], smoke: bool
         out["apply_exit"], tail = cli(["rewrite", "--plan", str(plan), str(src), "--apply"], _env(cache), work, 120)
         out["apply_tail"] = tail[-800:]
     return out
+
+
+def seconds_breakdown(report_json: Path) -> dict:
+    """From diagnose's report.json: each rung's seconds, the search's clock (the reference's start
+    before the search, waits for builds, cold phases, timing) and the program as it is's child
+    phases (``phases_s``: build, first calls, block share, float64 run, ...); ``{}`` without it."""
+    try:
+        report = json.loads(report_json.read_text())
+    except (OSError, ValueError):
+        return {}
+    rungs = {r["name"]: r.get("seconds") for r in report.get("rungs", [])}
+    search = next((r for r in report.get("rungs", []) if r["name"] == "search"), {})
+    measured = search.get("measurement") or {}
+    as_is = next((row for row in measured.get("candidates", []) if row.get("candidate") == "as-is"), {})
+    return {"rungs_s": rungs, "search_clock_s": measured.get("clock"), "as_is_phases_s": as_is.get("phases_s"),
+            "notes": [n for n in measured.get("notes", []) if "started" in n or "cold phases ran" in n]}
 
 
 def verdicts(variants: dict[str, dict]) -> dict:

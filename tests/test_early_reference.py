@@ -129,6 +129,8 @@ def test_the_search_measures_with_a_reference_started_before_the_compile_rungs(t
     assert spawned.count("eager") == 1 and spawned.count("whole") == 1 and len(spawned) > 2, spawned
     assert spawned[:2] == ["eager", "whole"]  # the anchor started with the reference, before the rest
     assert found.rows["as-is"].get("step_ms") is not None, found.rows["as-is"]
+    [as_is] = [r for r in found.table() if r["candidate"] == "as-is"]
+    assert {"first_calls", "block_share", "reference_extras"} <= set(as_is["phases_s"]), as_is["phases_s"]
     assert any("was started" in n and "before the search" in n and "so was the whole-model anchor" in n
                for n in found.notes), found.notes
     assert found.rows["whole"].get("step_ms") is not None and not found.rows["whole"].get("problems"), found.rows["whole"]

@@ -280,6 +280,9 @@ def check_family(name: str, work: Path) -> dict[str, Any]:
     assert plan.get("apply_exit") == 0, f"{name}: rewrite --apply exit {plan.get('apply_exit')}\n{plan.get('apply_tail')}"
     report = json.loads((work / "report" / "report.json").read_text())
     assert_report(name, report)
+    secs = plan["where_the_seconds_went"]  # what the zoo records of where diagnose's seconds went
+    assert {"graph_breaks", "recompiles", "search"} <= set(secs["rungs_s"]), secs
+    assert {"build", "first_calls", "reference_extras"} <= set(secs["as_is_phases_s"] or {}), secs
     search = next((r.get("verdict") or r.get("reason") for r in report.get("rungs") or [] if r.get("name") == "search"), None)
     after = tree(work / "plan_src")
     if name in BLOCKS:  # a plan, not `actions: []`, for these transformers families at smoke size on the CPU

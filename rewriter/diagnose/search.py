@@ -121,7 +121,8 @@ class SearchOutcome:
 
     def table(self) -> list[dict[str, Any]]:
         """One row per candidate for the report: plan, step ms per shape, cold compile, new-shape
-        compile, graphs, graph breaks, recompiles, fallbacks, numerics, net saving, status."""
+        compile, graphs, graph breaks, recompiles, fallbacks, numerics, net saving, status, and
+        the seconds of its child's phases."""
         out = []
         status = self.choice.status if self.choice else {}
         net = self.choice.net_s if self.choice else {}
@@ -158,6 +159,8 @@ class SearchOutcome:
                 "net_s": None if net.get(c.name) is None else round(net[c.name], 1),
                 "status": status.get(c.name, r.get("skipped") or "not measured"),
                 "chosen": status.get(c.name) == "chosen",
+                # where its child's seconds went (build, weights, first calls, the reference's extras)
+                "phases_s": {k: round(v, 2) for k, v in (r.get("phases_s") or {}).items() if v is not None} or None,
             })
         return out
 
