@@ -19,6 +19,23 @@ from rewriter.plan import load_plan
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "gpt"
 
 
+def _diagnose_example(tmp_path: Path) -> tuple:
+    """diagnose on examples/gpt (backend eager, the graph-breaks rung and the search): the outcome
+    and the feed holding its event lines."""
+    from rich.console import Console
+
+    from rewriter.diagnose.runner import diagnose
+    from rewriter.terminal import Feed
+
+    src = tmp_path / "src"
+    shutil.copytree(EXAMPLE / "src", src)
+    spec = load_plan(EXAMPLE / "plan.yaml").plan.harness
+    feed = Feed(Console(file=io.StringIO()))
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"graph_breaks", "search"},
+                       budget_s=600.0, report_dir=tmp_path / "report", console=feed)
+    return outcome, feed
+
+
 class _Fake:
     """A stand-in for runner.ServedChild: counts constructions and ``go`` lines."""
 
@@ -99,10 +116,7 @@ def test_the_search_measures_with_a_reference_started_before_the_compile_rungs(t
     reference is started before the first compile rung, the search takes it over (one reference
     child, its folder removed), measures the program as it is beside the candidates and says so."""
     from rewriter.diagnose import early_reference
-    from rewriter.diagnose.runner import diagnose
     from rewriter.engine import measure as measure_mod
-    from rewriter.terminal import Feed
-    from rich.console import Console
 
     monkeypatch.setattr(early_reference, "why_not", lambda ctx: None)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
@@ -119,12 +133,7 @@ def test_the_search_measures_with_a_reference_started_before_the_compile_rungs(t
         return start_cold(job, v, workdir, opts)
 
     monkeypatch.setattr(measure_mod, "start_cold", counted)
-    src = tmp_path / "src"
-    shutil.copytree(EXAMPLE / "src", src)
-    spec = load_plan(EXAMPLE / "plan.yaml").plan.harness
-    feed = Feed(Console(file=io.StringIO()))
-    outcome = diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"graph_breaks", "search"},
-                       budget_s=600.0, report_dir=tmp_path / "report", console=feed)
+    outcome, feed = _diagnose_example(tmp_path)
     found = outcome.search
     assert spawned.count("eager") == 1 and spawned.count("whole") == 1 and len(spawned) > 2, spawned
     assert spawned[:2] == ["eager", "whole"]  # the anchor started with the reference, before the rest
@@ -189,10 +198,7 @@ def test_an_early_anchor_that_is_not_the_proposals_rewrite_is_ended_and_started_
     """The rungs after the early start changed the anchor (here: a planted ``dynamic=True``): the
     started child is ended, the proposal's anchor starts with the others and is the one measured."""
     from rewriter.diagnose import candidates, early_reference
-    from rewriter.diagnose.runner import diagnose
     from rewriter.engine import measure as measure_mod
-    from rewriter.terminal import Feed
-    from rich.console import Console
 
     monkeypatch.setattr(early_reference, "why_not", lambda ctx: None)
     proposed = candidates.anchor_plan
@@ -208,12 +214,7 @@ def test_an_early_anchor_that_is_not_the_proposals_rewrite_is_ended_and_started_
     start_cold = measure_mod.start_cold
     monkeypatch.setattr(measure_mod, "start_cold",
                         lambda job, v, workdir, opts: children.append((v.name, start_cold(job, v, workdir, opts))) or children[-1][1])
-    src = tmp_path / "src"
-    shutil.copytree(EXAMPLE / "src", src)
-    spec = load_plan(EXAMPLE / "plan.yaml").plan.harness
-    feed = Feed(Console(file=io.StringIO()))
-    outcome = diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"graph_breaks", "search"},
-                       budget_s=600.0, report_dir=tmp_path / "report", console=feed)
+    outcome, feed = _diagnose_example(tmp_path)
     wholes = [child for name, child in children if name == "whole"]
     assert len(wholes) == 2, [n for n, _ in children]
     assert wholes[0].proc.poll() is not None  # the early one was ended (and reaped)
