@@ -218,8 +218,8 @@ def _sweep(ctx: Context, model: Any) -> _Sweep:
             step = ctx.session.step_fn(compiled, inputs)
             with capture() as log:
                 ctx.session.run(step, f"{forward} under {how} at {dict(first)}")
-            guards, repeat_error = _repeat(ctx, step, how, forward, first)
-            with capture() as rest:
+            guards, repeat_error, added = _repeat(ctx, step, how, forward, first)
+            with capture() as rest, _limit_raised_by(added):
                 for shape in others:
                     _, inputs = ctx.session.build(shape)
                     input_shapes.append([tuple(t.shape) for t in tensor_leaves(inputs)])
@@ -231,20 +231,38 @@ def _sweep(ctx: Context, model: Any) -> _Sweep:
     return _Sweep(log, input_shapes, how, guards, repeat_error)
 
 
-def _repeat(ctx: Context, step: Any, how: str, forward: str, shape: Any) -> tuple[list[Any], str | None]:
+def _repeat(ctx: Context, step: Any, how: str, forward: str, shape: Any) -> tuple[list[Any], str | None, int]:
     """Call ``step`` (the compiled model at the reference shape, called once already)
     :data:`.value_guards.CALLS` - 1 more times and read the value guards its recompiles show
     (:func:`.value_guards.read`), and None; or ``[]`` and why those calls failed (a model whose
-    state cannot take more calls): the shape sweep's reading stands."""
+    state cannot take more calls): the shape sweep's reading stands. Last, how many graphs those
+    calls added to the compiled model (:func:`_limit_raised_by`)."""
     from ..value_guards import read
 
+    log = None
     try:
         with capture() as log:
             for i in range(1, CALLS):
                 ctx.session.run(step, f"{forward} under {how}, call {i + 1} of {CALLS} at {dict(shape)}")
     except Exception as exc:  # noqa: BLE001 - recorded; the sweep measures the shapes
-        return [], " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-    return read(log, ctx.session.src, CALLS), None
+        return [], " ".join(f"{type(exc).__name__}: {exc}".split())[:300], len(log.recompiles) if log is not None else 0
+    return read(log, ctx.session.src, CALLS), None, len(log.recompiles)
+
+
+def _limit_raised_by(added: int) -> Any:
+    """Dynamo's recompile limit raised by ``added`` (the graphs the repeated calls added) while the
+    other shapes run: the sweep's ``limit_hit`` then says whether the program's own shapes reach
+    the limit, not the rung's repeated calls."""
+    import contextlib
+
+    import torch._dynamo.config as config
+
+    from ...engine.blocks import recompile_limit
+
+    name, limit = recompile_limit()
+    if not added or limit is None:
+        return contextlib.nullcontext()
+    return config.patch(**{name: limit + added})
 
 
 def _recompile_findings(ctx: Context, log: Any) -> tuple[list[Finding], list[str]]:

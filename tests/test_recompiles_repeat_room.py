@@ -1,0 +1,38 @@
+"""The recompiles rung's repeated calls of the reference shape (the value-guard reading) share the
+sweep's compiled model; the graphs they add for a changing value must not count against the
+recompile limit the shape sweep reads: the sweep's ``limit_hit`` says whether the program's own
+shapes reach Dynamo's limit, as it did when the repeated calls compiled a model of their own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rewriter.cli import main
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_the_repeated_calls_do_not_make_the_shape_sweep_hit_the_recompile_limit(tmp_path: Path):
+    """A step counter and 7 shapes: 7 graphs over the shapes (under the limit of 8); the two more
+    the repeated calls add for the counter are not the sweep's."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = nn.Linear(8, 8)\n        self.step = 0\n\n    def forward(self, x):\n"
+        "        self.step += 1\n        x = x * self.step\n        return self.fc(x)\n")
+    (src / "harness.py").write_text(
+        "import torch\nfrom model import Net\n\n\ndef build_model():\n    return Net()\n\n\n"
+        "def make_inputs(batch: int = 4):\n    return (torch.randn(batch, 8),)\n")
+    plan = tmp_path / "out" / "plan.yaml"
+    argv = ["diagnose", "--harness", "harness.py", str(src), "-o", str(plan), "--device", "cpu", "--no-search"]
+    for b in range(2, 9):
+        argv += ["--shape", f"batch={b}"]
+    assert main(argv) == 0
+    data = json.loads((plan.parent / "stackpart-diagnose" / "report.json").read_text())
+    [rung] = [r for r in data["rungs"] if r["name"] == "recompiles"]
+    m = rung["measurement"]
+    assert [v["attribute"] for v in m["value_guards"] if v["every_call"]] == ["step"], m["value_guards"]
+    assert m["limit_hit"] is False, m
