@@ -1,7 +1,8 @@
 """The recompiles rung's repeated calls of the reference shape (the value-guard reading) share the
 sweep's compiled model; the graphs they add for a changing value must not count against the
 recompile limit the shape sweep reads: the sweep's ``limit_hit`` says whether the program's own
-shapes reach Dynamo's limit, as it did when the repeated calls compiled a model of their own."""
+shapes reach Dynamo's limit, as it did when the repeated calls compiled a model of their own; and
+a model whose state takes no more calls fails the repeated calls, not the sweep."""
 
 from __future__ import annotations
 
@@ -36,3 +37,31 @@ def test_the_repeated_calls_do_not_make_the_shape_sweep_hit_the_recompile_limit(
     m = rung["measurement"]
     assert [v["attribute"] for v in m["value_guards"] if v["every_call"]] == ["step"], m["value_guards"]
     assert m["limit_hit"] is False, m
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_model_that_takes_no_more_calls_fails_the_repeated_calls_not_the_shape_sweep(tmp_path: Path):
+    """A model that breaks for good at its fourth call at batch 2 (a stream whose state repeated
+    input spoils; the setup's and the sweep's calls are two of them): the two shapes are measured
+    (the rung is ok, the varying dim found) and the repeated calls' failure is recorded, not the
+    rung's. Repeated before the other shape, the sweep itself failed at batch 3."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = nn.Linear(8, 8)\n        self.at_two = 0\n        self.broken = False\n\n    def forward(self, x):\n"
+        "        if x.shape[0] == 2:\n            self.at_two += 1\n"
+        "        if self.broken or self.at_two > 3:\n            self.broken = True\n"
+        "            raise RuntimeError('stream spoiled')\n        return self.fc(x)\n")
+    (src / "harness.py").write_text(
+        "import torch\nfrom model import Net\n\n\ndef build_model():\n    return Net()\n\n\n"
+        "def make_inputs(batch: int = 4):\n    return (torch.randn(batch, 8),)\n")
+    from rewriter.diagnose.runner import diagnose
+    from rewriter.plan import Harness
+
+    spec = Harness(file="harness.py", shapes=[{"batch": 2}, {"batch": 3}], mode="inference", device="cpu")
+    outcome = diagnose(spec, src, tmp_path / "out" / "plan.yaml", only={"recompiles"}, backend="eager", steps=1)
+    [rung] = [r for r in outcome.rungs if r.name == "recompiles"]
+    assert rung.ok, (rung.status, rung.reason)
+    assert rung.measurement["varying_input_dims"], rung.measurement
+    assert "stream spoiled" in (rung.measurement["value_guards_error"] or ""), rung.measurement

@@ -9,11 +9,11 @@ repeated block's input (a forward pre-hook on the first instance of each class a
 candidate compiles, every declared class of a model's ``_repeated_blocks`` included, in an eager
 pass so that Dynamo never traces it): the block input is the region
 boundary where ``mark_dynamic`` belongs (docs/design.md: a mark on ``input_ids`` does not survive the
-eager embedding). The reference shape is called :data:`.value_guards.CALLS` times before the
-other shapes, on the same compiled model: one call per shape fails the new shape's size guard first
-and never shows a value that changes every call (a step counter, a cache's fill level), which those
-repeated calls do, named with its attribute and line (:mod:`.value_guards`); sharing the compiled
-model, Dynamo traces the reference shape once for both readings. Threshold: any recompile after the first
+eager embedding). After the shapes, the reference shape is called again on the same compiled model,
+to :data:`.value_guards.CALLS` calls in all: one call per shape fails the new shape's size guard
+first and never shows a value that changes every call (a step counter, a cache's fill level), which
+those repeated calls do, named with its attribute and line (:mod:`.value_guards`); sharing the
+compiled model, Dynamo traces the reference shape once for both readings. Threshold: any recompile after the first
 compile (partitioning-the-stack: "Am I recompiling? -> bucket shapes, mark_dynamic").
 """
 
@@ -200,10 +200,11 @@ class _Sweep:
 
 def _sweep(ctx: Context, model: Any) -> _Sweep:
     """Compile the model once as the program does (:func:`.as_run.compiled_as_run`, backend forced
-    to ``eager``), call it at the reference shape :data:`.value_guards.CALLS` times, then once at
-    every other harness shape, under Dynamo's recompile log. The recompiles of the calls after the
-    first at the reference shape are guards on values (:mod:`.value_guards`); the others are the
-    sweep's. One compiled model serves both: Dynamo traces the reference shape once."""
+    to ``eager``), call it once at every harness shape under Dynamo's recompile log, then
+    :data:`.value_guards.CALLS` - 1 more times at the reference shape (:func:`_repeat`): every
+    recompile of those calls is a guard on a value (:mod:`.value_guards`). One compiled model
+    serves both readings, so Dynamo traces the reference shape once; the shapes run first, so a
+    model whose state cannot take more calls fails the repeated calls, not the sweep."""
     import torch
 
     input_shapes: list[list[tuple[int, ...]]] = []
@@ -212,47 +213,41 @@ def _sweep(ctx: Context, model: Any) -> _Sweep:
     reset()
     try:
         with torch.compiler.set_stance("default", force_backend="eager"):
-            first, *others = ctx.session.spec.shapes
-            _, inputs = ctx.session.build(first)
-            input_shapes.append([tuple(t.shape) for t in tensor_leaves(inputs)])
-            step = ctx.session.step_fn(compiled, inputs)
+            first_step = None
             with capture() as log:
-                ctx.session.run(step, f"{forward} under {how} at {dict(first)}")
-            guards, repeat_error, added = _repeat(ctx, step, how, forward, first)
-            with capture() as rest, _limit_raised_by(added):
-                for shape in others:
+                for shape in ctx.session.spec.shapes:
                     _, inputs = ctx.session.build(shape)
                     input_shapes.append([tuple(t.shape) for t in tensor_leaves(inputs)])
-                    ctx.session.run(ctx.session.step_fn(compiled, inputs), f"{forward} under {how} at {dict(shape)}")
+                    step = ctx.session.step_fn(compiled, inputs)
+                    first_step = first_step or step
+                    ctx.session.run(step, f"{forward} under {how} at {dict(shape)}")
+            guards, repeat_error = _repeat(ctx, first_step, how, forward, ctx.session.spec.shapes[0])
     finally:
         reset()
-    for name in ("recompiles", "graph_breaks", "limit_hit", "messages"):
-        getattr(log, name).extend(getattr(rest, name))
     return _Sweep(log, input_shapes, how, guards, repeat_error)
 
 
-def _repeat(ctx: Context, step: Any, how: str, forward: str, shape: Any) -> tuple[list[Any], str | None, int]:
-    """Call ``step`` (the compiled model at the reference shape, called once already)
+def _repeat(ctx: Context, step: Any, how: str, forward: str, shape: Any) -> tuple[list[Any], str | None]:
+    """Call ``step`` (the compiled model at the reference shape, after the sweep)
     :data:`.value_guards.CALLS` - 1 more times and read the value guards its recompiles show
     (:func:`.value_guards.read`), and None; or ``[]`` and why those calls failed (a model whose
-    state cannot take more calls): the shape sweep's reading stands. Last, how many graphs those
-    calls added to the compiled model (:func:`_limit_raised_by`)."""
+    state cannot take more calls): the sweep's reading stands. Dynamo's recompile limit is raised
+    by those calls for their duration: the shapes may have used it up, and a call past it would
+    run eager and show no guard."""
     from ..value_guards import read
 
-    log = None
     try:
-        with capture() as log:
+        with capture() as log, _limit_raised_by(CALLS):
             for i in range(1, CALLS):
                 ctx.session.run(step, f"{forward} under {how}, call {i + 1} of {CALLS} at {dict(shape)}")
-    except Exception as exc:  # noqa: BLE001 - recorded; the sweep measures the shapes
-        return [], " ".join(f"{type(exc).__name__}: {exc}".split())[:300], len(log.recompiles) if log is not None else 0
-    return read(log, ctx.session.src, CALLS), None, len(log.recompiles)
+    except Exception as exc:  # noqa: BLE001 - recorded; the sweep measured the shapes
+        return [], " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    return read(log, ctx.session.src, CALLS), None
 
 
 def _limit_raised_by(added: int) -> Any:
-    """Dynamo's recompile limit raised by ``added`` (the graphs the repeated calls added) while the
-    other shapes run: the sweep's ``limit_hit`` then says whether the program's own shapes reach
-    the limit, not the rung's repeated calls."""
+    """Dynamo's recompile limit raised by ``added`` graphs for the duration (a no-op where the
+    torch in use has no limit to read)."""
     import contextlib
 
     import torch._dynamo.config as config
