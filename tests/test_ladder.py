@@ -51,7 +51,7 @@ def dropped_in(tmp_path, monkeypatch):
 
 def test_the_ladder_runs_cheapest_first():
     assert [r.name for r in ladder()] == ["batch_scaling", "profile", "device_time", "op_mix", "top_ops", "gaps",
-                                          "graph_breaks", "recompiles", "instance_recompiles", "memory", "granularity"]
+                                          "memory", "graph_breaks", "recompiles", "instance_recompiles", "granularity"]
     assert {r.name for r in ladder() if r.compiles} == {"graph_breaks", "recompiles", "instance_recompiles"}
 
 
@@ -65,8 +65,8 @@ def test_a_rung_module_dropped_in_the_package_is_run_in_its_order(tmp_path, drop
     spec = Harness(file="harness.py", shapes=[{"batch": 2}], mode="inference", device="cpu")
     outcome = diagnose(spec, src, tmp_path / "out" / "plan.yaml", only={"probe"}, backend="eager", steps=1)
     names = [r.name for r in outcome.rungs]
-    assert names == ["batch_scaling", "device_time", "probe", "op_mix", "top_ops", "gaps", "graph_breaks",
-                     "recompiles", "instance_recompiles", "memory", "granularity"]
+    assert names == ["batch_scaling", "device_time", "probe", "op_mix", "top_ops", "gaps", "memory", "graph_breaks",
+                     "recompiles", "instance_recompiles", "granularity"]
     probe = outcome.rungs[2]
     # selected alone, it ran after the profiled run it needs: the rung that gives it ran too
     assert probe.ok and probe.measurement == {"profiled_steps": 1}, probe

@@ -4,9 +4,8 @@ The search measures every candidate beside the program as it is, the eager refer
 the model, runs each harness shape, saves the weights and inputs every candidate loads, and (a
 bf16/fp16 harness) runs the float64 reference the numerics are judged against. No compiled
 candidate's cold phase starts before those weights are saved. None of it depends on the ladder's
-verdicts, and no verdict of the rungs after the timing rungs reads a time: the compile rungs (graph
-breaks, recompiles, per-instance recompiles) trace on one host core with the ``eager`` backend, and
-the memory rung judges the allocator's counters (its step times are reported, not judged). So on
+verdicts, and the compile rungs (graph breaks, recompiles, per-instance recompiles) time nothing:
+they trace on one host core with the ``eager`` backend. So on
 a GPU host the reference's child is started, and told to go, before the first compile rung
 (:func:`start`), and the search takes it over (``run_search(early=...)``,
 ``engine.measure.measure(started=...)``); its build and run overlap the compile rungs instead of
@@ -16,7 +15,8 @@ Started only where the reference may overlap a compile at all
 (:func:`rewriter.engine.cost.may_overlap`: a GPU, 8 or more CPUs, no ``--no-overlap``) and the
 device has room for it beside the diagnosed model (:func:`rewriter.engine.cost.room_to_overlap`
 on the model's allocated bytes); the ladder's timing rungs (batch scaling, profile, device time,
-gaps) have run by then, so no timed step shares the device with it.
+gaps) and the memory rung have run by then, so no timed step and no allocator reading shares the
+device with it.
 
 The whole-model anchor (``torch.compile(model)``, measured whatever the search's budget) starts
 with it where the evidence so far proposes one (:func:`.candidates.anchor_plan`): it builds, waits

@@ -5,7 +5,7 @@ A repeated block whose instances each read their own state while traced (a trans
 layer updating the KV cache passed through every layer: ``past_key_values.layers[i].is_initialized``
 and ``self.layer_idx`` are guarded per instance) gets one graph per instance from one code object.
 At Dynamo's recompile limit (8 by default) the remaining calls run eager without an error
-(docs/design.md rung 6), so a plain regional compile of 8+ instances over two shapes, which is what
+(docs/design.md rung 7), so a plain regional compile of 8+ instances over two shapes, which is what
 accelerate's ``compile_regions`` and diffusers' ``compile_repeated_blocks`` one-liners do, silently
 runs the blocks eager from the second shape on. Measured with backend ``eager`` on a tiny 8-layer
 transformers 5.24 Llama with the cache on (3 sequence lengths): per-block hits the limit at the

@@ -1,4 +1,4 @@
-"""Rung 6a: graph breaks with reason and file:line (``torch._dynamo.explain``).
+"""Rung 7a: graph breaks with reason and file:line (``torch._dynamo.explain``).
 
 ``explain`` traces the model once at the reference shape and returns every break with its
 reason and user stack; the innermost frame under SRC is the location (a helper function there is

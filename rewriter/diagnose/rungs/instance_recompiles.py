@@ -1,4 +1,4 @@
-"""Rung 6c: recompiles across the instances of a repeated block, and a hit recompile limit.
+"""Rung 7c: recompiles across the instances of a repeated block, and a hit recompile limit.
 
 The block class's ``forward`` is compiled as one region (backend ``eager``: guards are Dynamo's,
 not the backend's) and one step runs at every harness shape in order (the reference first), so
@@ -8,7 +8,7 @@ cache object) fails for each new instance and recompiles; so does each distinct 
 shape of the block's instances (ResNet's widths: :mod:`rewriter.engine.blocks` groups them),
 one graph per shape, and a new input shape can add a graph per instance shape again. Past
 ``torch._dynamo.config.recompile_limit`` (8 by default; ``cache_size_limit`` before torch 2.7)
-Dynamo runs the rest eager without an error (docs/design.md rung 6). Every class a per-block
+Dynamo runs the rest eager without an error (docs/design.md rung 7). Every class a per-block
 candidate compiles is examined (:func:`.granularity.region_blocks`: a model's declared
 ``_repeated_blocks`` may list several, Flux's double- and single-stream blocks), one sweep each.
 

@@ -1,4 +1,4 @@
-"""Rung 7: memory fragmentation, measured over the harness's shape sweep at steady state.
+"""Rung 6: memory fragmentation, measured over the harness's shape sweep at steady state.
 
 A training job whose batches change shape every step (variable sequence lengths) asks the
 caching allocator for different activation and scratch sizes every step. The allocator serves a
@@ -11,7 +11,9 @@ but unallocated with every pass, is fragmenting: ``expandable_segments:True`` le
 in place instead (the allocator action).
 
 So this rung returns the cache to the device (``torch.cuda.empty_cache``: the batch-scaling and
-compile rungs leave blocks sized for other batches), runs the harness's shapes in
+profile rungs leave blocks sized for other batches; it runs before the compile rungs, and before
+the search's early children start, :mod:`..early_reference`, so no other process's device memory
+shares its readings), runs the harness's shapes in
 order for :data:`WARM_PASSES` warm pass(es) and then :data:`PASSES` measured passes (a pass is the
 sweep, repeated until it holds at least :data:`MIN_STEPS_PER_PASS` steps, so a one-shape harness
 still gets the old rung's 3 steady steps), a fresh ``make_inputs`` batch per step as a data
@@ -612,4 +614,4 @@ def _run_child(spec: Any, src: Path, tmp: Path, arm: str, env: dict[str, str], t
     return json.loads(result.read_text())
 
 
-RUNG = Rung(name="memory", order=100, run=run)
+RUNG = Rung(name="memory", order=65, run=run)

@@ -1,4 +1,4 @@
-"""Rung 6b: recompiles across the harness shapes, and which dims vary.
+"""Rung 7b: recompiles across the harness shapes, and which dims vary.
 
 The model is compiled once (backend ``eager``: guards and recompiles are decided by Dynamo before
 any backend runs, so the cheapest backend gives the same count) and called at every harness
