@@ -222,3 +222,29 @@ def test_an_early_anchor_that_is_not_the_proposals_rewrite_is_ended_and_started_
     assert found.rows["whole"].get("step_ms") is not None, found.rows["whole"]
     assert not any("so was the whole-model anchor" in n for n in found.notes), found.notes
     assert any("not the proposal's rewrite" in e for e in feed.events), feed.events
+
+
+def test_an_interrupt_while_starting_leaves_no_child_and_no_folder(tmp_path, monkeypatch):
+    """Ctrl-C between the child's spawn and its hand-over: the child is ended and the folder removed."""
+    from types import SimpleNamespace
+
+    from rewriter.diagnose import early_reference
+    from rewriter.engine import measure as measure_mod
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    made: list = []
+
+    class Interrupted(_Fake):
+        def go(self):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(measure_mod, "start_cold",
+                        lambda job, v, workdir, opts: made.append(Interrupted({"variants": [v.name]}, workdir, "", workdir, 1.0)) or made[-1])
+    monkeypatch.setattr(measure_mod, "child_job", lambda spec, opts, workdir: {})
+    monkeypatch.setattr("rewriter.diagnose.search.engine_options", lambda ctx, timeout_s: None)
+    (tmp_path / "src").mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        early_reference.start(SimpleNamespace(session=SimpleNamespace(src=tmp_path / "src", spec=None)), 60.0)
+    assert len(made) == 1 and not made[0].alive
+    assert not list((tmp_path / "tmp").glob("stackpart-search-*"))

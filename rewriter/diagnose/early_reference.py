@@ -132,6 +132,7 @@ def start(ctx: Context, timeout_s: float) -> EarlyReference:
     from .search import engine_options
 
     workdir = Path(tempfile.mkdtemp(prefix="stackpart-search-"))
+    child = None
     try:
         original = workdir / "original"
         shutil.copytree(ctx.session.src, original, ignore=IGNORE, symlinks=True)
@@ -139,11 +140,13 @@ def start(ctx: Context, timeout_s: float) -> EarlyReference:
         opts = engine_options(ctx, timeout_s)
         job = child_job(ctx.session.spec, opts, workdir)
         child = start_cold(job, variant, workdir, opts)
-    except BaseException:
+        child.go()  # read by the child once it has built
+        early = EarlyReference(workdir, original, variant, child, time.perf_counter())
+    except BaseException:  # Ctrl-C included: no child or folder left behind
+        if child is not None:
+            _end(child)
         shutil.rmtree(workdir, ignore_errors=True)
         raise
-    child.go()  # read by the child once it has built
-    early = EarlyReference(workdir, original, variant, child, time.perf_counter())
     try:
         early.anchor = _start_anchor(ctx, job, opts, workdir)
     except BaseException:
@@ -176,5 +179,9 @@ def _start_anchor(ctx: Context, job: dict[str, Any], opts: Any, workdir: Path) -
     materialise(c, ctx.session.src, tree, result)
     variant = candidate_variant(c, tree, result)
     child = start_cold(dict(job, wait_for_weights=True), variant, workdir, opts)
-    child.go()
-    return Anchor(variant, child, sorted((ch.relpath, ch.new) for ch in result.changes))
+    try:
+        child.go()
+        return Anchor(variant, child, sorted((ch.relpath, ch.new) for ch in result.changes))
+    except BaseException:
+        _end(child)
+        raise
