@@ -248,3 +248,40 @@ def test_an_interrupt_while_starting_leaves_no_child_and_no_folder(tmp_path, mon
         early_reference.start(SimpleNamespace(session=SimpleNamespace(src=tmp_path / "src", spec=None)), 60.0)
     assert len(made) == 1 and not made[0].alive
     assert not list((tmp_path / "tmp").glob("stackpart-search-*"))
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_an_early_anchor_the_proposal_does_not_measure_is_ended_before_the_measurement(tmp_path, monkeypatch):
+    """The proposal's anchor does not rewrite (or is no longer proposed): the anchor started early
+    must not compile beside the candidates the search times; it is ended before the measurement."""
+    from rewriter.diagnose import early_reference, search
+    from rewriter.engine import measure as measure_mod
+    from rewriter.errors import StackpartError
+
+    monkeypatch.setattr(early_reference, "why_not", lambda ctx: None)
+    rewrites: list[str] = []
+    candidate_rewrite = search.candidate_rewrite
+
+    def whole_fails_in_the_search(c, src):  # noqa: ANN001, ANN202
+        rewrites.append(c.name)
+        if c.name == "whole" and rewrites.count("whole") > 1:  # the first is the early anchor's
+            raise StackpartError("planted: the proposal's anchor does not rewrite")
+        return candidate_rewrite(c, src)
+
+    monkeypatch.setattr(search, "candidate_rewrite", whole_fails_in_the_search)
+    children: list = []
+    start_cold = measure_mod.start_cold
+    monkeypatch.setattr(measure_mod, "start_cold",
+                        lambda job, v, workdir, opts: children.append((v.name, start_cold(job, v, workdir, opts))) or children[-1][1])
+    alive_at_measure: list = []
+    measure = measure_mod.measure
+
+    def seen(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        alive_at_measure.extend(n for n, ch in children if n == "whole" and ch.proc.poll() is None)
+        return measure(*args, **kwargs)
+
+    monkeypatch.setattr(measure_mod, "measure", seen)
+    outcome, _ = _diagnose_example(tmp_path)
+    assert [n for n, _ in children].count("whole") == 1
+    assert not alive_at_measure, "the early anchor was still running when the search measured"
+    assert "does not rewrite" in str(outcome.search.rows["whole"]), outcome.search.rows["whole"]
