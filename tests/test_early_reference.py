@@ -285,3 +285,33 @@ def test_an_early_anchor_the_proposal_does_not_measure_is_ended_before_the_measu
     assert [n for n, _ in children].count("whole") == 1
     assert not alive_at_measure, "the early anchor was still running when the search measured"
     assert "does not rewrite" in str(outcome.search.rows["whole"]), outcome.search.rows["whole"]
+
+
+def test_an_early_anchors_cold_seconds_for_the_budget_are_its_own_compile_not_the_rungs_it_overlapped(monkeypatch, tmp_path):
+    """The anchor went before the compile rungs and waited there for the reference's weights; the
+    budget's estimate for its kin (``whole+disable``) is the seconds its cold phase took in its
+    child, not the time since its ``go``: the kin is measured when it fits the budget."""
+    import time
+
+    from rewriter.engine.measure import measure
+
+    class _Anchor(_Fake):
+        def wait_cold(self):  # noqa: ANN202
+            res = super().wait_cold()
+            res.payload["phases_s"] = {"import_torch": 1.0, "run": 140.0, "build": 5.0, "waited_for_weights": 30.0,
+                                       "load_weights_and_prepare": 1.0, "first_calls": 2.0, "fail_on_recompile": 0.5}
+            return res
+
+    monkeypatch.setattr("rewriter.engine.runner.ServedChild", _Fake)
+    monkeypatch.setattr("rewriter.engine.verdict.numerics_failures", lambda payload: [])
+    early = _Fake({"variants": ["eager"]}, tmp_path, "cold-eager", tmp_path, 1.0)
+    anchor = _Anchor({"variants": ["whole"]}, tmp_path, "cold-whole", tmp_path, 1.0)
+    early.go_at = anchor.go_at = time.perf_counter() - 100.0  # sent go before the ladder's compile rungs
+    variants = [Variant("eager", tmp_path, judged=False),
+                Variant("whole", tmp_path, compiles=True, cost_key="whole", anchor=True),
+                Variant("whole+disable", tmp_path, compiles=True, cost_key="whole")]
+    spec = type("Spec", (), {"device": "cpu", "shapes": [{"batch": 1}], "model_dump": lambda self: {"device": "cpu"}})()
+    m = measure(spec, variants, Options(replicates=1, overlap=False, warmup=0, reps=3, parallel_cold=1), tmp_path,
+                started={"eager": early, "whole": anchor}, deadline=time.perf_counter() + 50.0)
+    assert "skipped" not in m.results["whole+disable"], m.results["whole+disable"]
+    assert m.ok("whole+disable"), m.results
