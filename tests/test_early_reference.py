@@ -315,3 +315,23 @@ def test_an_early_anchors_cold_seconds_for_the_budget_are_its_own_compile_not_th
                 started={"eager": early, "whole": anchor}, deadline=time.perf_counter() + 50.0)
     assert "skipped" not in m.results["whole+disable"], m.results["whole+disable"]
     assert m.ok("whole+disable"), m.results
+
+
+def test_an_anchor_started_again_compiles_from_empty_caches(tmp_path):
+    """A dropped early anchor (not the proposal's rewrite) may have filled its Inductor and Triton
+    caches (``workdir/caches/whole``), the folder the anchor started again with the others is
+    given: they are removed with it, so that anchor's cold phase is a cold compile."""
+    from rewriter.diagnose.early_reference import Anchor, EarlyReference
+
+    reference = _Fake({"variants": ["eager"]}, tmp_path, "cold-eager", tmp_path, 1.0)
+    child = _Fake({"variants": ["whole"]}, tmp_path, "cold-whole", tmp_path, 1.0)
+    workdir = tmp_path / "w"
+    cached = workdir / "caches" / "whole" / "inductor" / "fxgraph"
+    cached.mkdir(parents=True)
+    (cached / "entry").write_text("a compiled graph")
+    early = EarlyReference(workdir, workdir / "original", None, reference, 0.0,
+                           anchor=Anchor(Variant("whole", workdir / "anchor", compiles=True, anchor=True), child, []))
+    early.drop_anchor()
+    assert not child.alive and early.anchor is None
+    assert not (workdir / "caches" / "whole").exists()
+    assert reference.alive  # the reference's run goes on
