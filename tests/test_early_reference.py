@@ -43,6 +43,7 @@ class _Fake:
 
     def __init__(self, job, workdir, name, cache_root, timeout_s):
         self.variant, self.alive, self.started = job["variants"][0], True, 0.0
+        self.job = dict(job, out=str(Path(workdir) / f"{name}.result.json"))  # as ServedChild names it
         self.goes = 0
         _Fake.made.append(self.variant)
 
@@ -335,3 +336,20 @@ def test_an_anchor_started_again_compiles_from_empty_caches(tmp_path):
     assert not child.alive and early.anchor is None
     assert not (workdir / "caches" / "whole").exists()
     assert reference.alive  # the reference's run goes on
+
+
+def test_an_anchor_started_again_that_crashes_reports_its_crash_not_the_dropped_ones_result(tmp_path):
+    """The dropped early anchor may have finished and written ``workdir/cold-whole.result.json``,
+    the file the anchor started again with the others writes and is read from: it is removed with
+    it, so a restarted anchor that dies without a result reads as a crash."""
+    from rewriter.diagnose.early_reference import Anchor, EarlyReference
+
+    reference = _Fake({"variants": ["eager"]}, tmp_path, "cold-eager", tmp_path, 1.0)
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    child = _Fake({"variants": ["whole"]}, workdir, "cold-whole", workdir / "caches" / "whole", 1.0)
+    (workdir / "cold-whole.result.json").write_text('{"info": {}, "shapes": []}')
+    early = EarlyReference(workdir, workdir / "original", None, reference, 0.0,
+                           anchor=Anchor(Variant("whole", workdir / "anchor", compiles=True, anchor=True), child, []))
+    early.drop_anchor()
+    assert not (workdir / "cold-whole.result.json").exists()
