@@ -43,6 +43,7 @@ class _Fake:
 
     def __init__(self, job, workdir, name, cache_root, timeout_s):
         self.variant, self.alive, self.started = job["variants"][0], True, 0.0
+        self.job = dict(job, out=str(Path(workdir) / f"{name}.result.json"))  # as ServedChild names it
         self.goes = 0
         _Fake.made.append(self.variant)
 
@@ -248,3 +249,107 @@ def test_an_interrupt_while_starting_leaves_no_child_and_no_folder(tmp_path, mon
         early_reference.start(SimpleNamespace(session=SimpleNamespace(src=tmp_path / "src", spec=None)), 60.0)
     assert len(made) == 1 and not made[0].alive
     assert not list((tmp_path / "tmp").glob("stackpart-search-*"))
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_an_early_anchor_the_proposal_does_not_measure_is_ended_before_the_measurement(tmp_path, monkeypatch):
+    """The proposal's anchor does not rewrite (or is no longer proposed): the anchor started early
+    must not compile beside the candidates the search times; it is ended before the measurement."""
+    from rewriter.diagnose import early_reference, search
+    from rewriter.engine import measure as measure_mod
+    from rewriter.errors import StackpartError
+
+    monkeypatch.setattr(early_reference, "why_not", lambda ctx: None)
+    rewrites: list[str] = []
+    candidate_rewrite = search.candidate_rewrite
+
+    def whole_fails_in_the_search(c, src):  # noqa: ANN001, ANN202
+        rewrites.append(c.name)
+        if c.name == "whole" and rewrites.count("whole") > 1:  # the first is the early anchor's
+            raise StackpartError("planted: the proposal's anchor does not rewrite")
+        return candidate_rewrite(c, src)
+
+    monkeypatch.setattr(search, "candidate_rewrite", whole_fails_in_the_search)
+    children: list = []
+    start_cold = measure_mod.start_cold
+    monkeypatch.setattr(measure_mod, "start_cold",
+                        lambda job, v, workdir, opts: children.append((v.name, start_cold(job, v, workdir, opts))) or children[-1][1])
+    alive_at_measure: list = []
+    measure = measure_mod.measure
+
+    def seen(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        alive_at_measure.extend(n for n, ch in children if n == "whole" and ch.proc.poll() is None)
+        return measure(*args, **kwargs)
+
+    monkeypatch.setattr(measure_mod, "measure", seen)
+    outcome, _ = _diagnose_example(tmp_path)
+    assert [n for n, _ in children].count("whole") == 1
+    assert not alive_at_measure, "the early anchor was still running when the search measured"
+    assert "does not rewrite" in str(outcome.search.rows["whole"]), outcome.search.rows["whole"]
+
+
+def test_an_early_anchors_cold_seconds_for_the_budget_are_its_own_compile_not_the_rungs_it_overlapped(monkeypatch, tmp_path):
+    """The anchor went before the compile rungs and waited there for the reference's weights; the
+    budget's estimate for its kin (``whole+disable``) is the seconds its cold phase took in its
+    child, not the time since its ``go``: the kin is measured when it fits the budget."""
+    import time
+
+    from rewriter.engine.measure import measure
+
+    class _Anchor(_Fake):
+        def wait_cold(self):  # noqa: ANN202
+            res = super().wait_cold()
+            res.payload["phases_s"] = {"import_torch": 1.0, "run": 140.0, "build": 5.0, "waited_for_weights": 30.0,
+                                       "load_weights_and_prepare": 1.0, "first_calls": 2.0, "fail_on_recompile": 0.5}
+            return res
+
+    monkeypatch.setattr("rewriter.engine.runner.ServedChild", _Fake)
+    monkeypatch.setattr("rewriter.engine.verdict.numerics_failures", lambda payload: [])
+    early = _Fake({"variants": ["eager"]}, tmp_path, "cold-eager", tmp_path, 1.0)
+    anchor = _Anchor({"variants": ["whole"]}, tmp_path, "cold-whole", tmp_path, 1.0)
+    early.go_at = anchor.go_at = time.perf_counter() - 100.0  # sent go before the ladder's compile rungs
+    variants = [Variant("eager", tmp_path, judged=False),
+                Variant("whole", tmp_path, compiles=True, cost_key="whole", anchor=True),
+                Variant("whole+disable", tmp_path, compiles=True, cost_key="whole")]
+    spec = type("Spec", (), {"device": "cpu", "shapes": [{"batch": 1}], "model_dump": lambda self: {"device": "cpu"}})()
+    m = measure(spec, variants, Options(replicates=1, overlap=False, warmup=0, reps=3, parallel_cold=1), tmp_path,
+                started={"eager": early, "whole": anchor}, deadline=time.perf_counter() + 50.0)
+    assert "skipped" not in m.results["whole+disable"], m.results["whole+disable"]
+    assert m.ok("whole+disable"), m.results
+
+
+def test_an_anchor_started_again_compiles_from_empty_caches(tmp_path):
+    """A dropped early anchor (not the proposal's rewrite) may have filled its Inductor and Triton
+    caches (``workdir/caches/whole``), the folder the anchor started again with the others is
+    given: they are removed with it, so that anchor's cold phase is a cold compile."""
+    from rewriter.diagnose.early_reference import Anchor, EarlyReference
+
+    reference = _Fake({"variants": ["eager"]}, tmp_path, "cold-eager", tmp_path, 1.0)
+    child = _Fake({"variants": ["whole"]}, tmp_path, "cold-whole", tmp_path, 1.0)
+    workdir = tmp_path / "w"
+    cached = workdir / "caches" / "whole" / "inductor" / "fxgraph"
+    cached.mkdir(parents=True)
+    (cached / "entry").write_text("a compiled graph")
+    early = EarlyReference(workdir, workdir / "original", None, reference, 0.0,
+                           anchor=Anchor(Variant("whole", workdir / "anchor", compiles=True, anchor=True), child, []))
+    early.drop_anchor()
+    assert not child.alive and early.anchor is None
+    assert not (workdir / "caches" / "whole").exists()
+    assert reference.alive  # the reference's run goes on
+
+
+def test_an_anchor_started_again_that_crashes_reports_its_crash_not_the_dropped_ones_result(tmp_path):
+    """The dropped early anchor may have finished and written ``workdir/cold-whole.result.json``,
+    the file the anchor started again with the others writes and is read from: it is removed with
+    it, so a restarted anchor that dies without a result reads as a crash."""
+    from rewriter.diagnose.early_reference import Anchor, EarlyReference
+
+    reference = _Fake({"variants": ["eager"]}, tmp_path, "cold-eager", tmp_path, 1.0)
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    child = _Fake({"variants": ["whole"]}, workdir, "cold-whole", workdir / "caches" / "whole", 1.0)
+    (workdir / "cold-whole.result.json").write_text('{"info": {}, "shapes": []}')
+    early = EarlyReference(workdir, workdir / "original", None, reference, 0.0,
+                           anchor=Anchor(Variant("whole", workdir / "anchor", compiles=True, anchor=True), child, []))
+    early.drop_anchor()
+    assert not (workdir / "cold-whole.result.json").exists()

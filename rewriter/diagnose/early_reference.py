@@ -83,9 +83,15 @@ class EarlyReference:
     taken: bool = False
 
     def drop_anchor(self) -> None:
-        """End the anchor's child (the proposal's anchor is another rewrite)."""
+        """End the anchor's child (the proposal's anchor is another rewrite) and remove the caches
+        it compiled into (``workdir/caches/<name>``, the folder an anchor started again with the
+        others is given: its cold phase must compile from empty caches) and the result it may have
+        written (the file that anchor's result is read from: one that dies without writing its own
+        must read as a crash)."""
         if self.anchor is not None:
             _end(self.anchor.child)
+            shutil.rmtree(self.workdir / "caches" / self.anchor.variant.name, ignore_errors=True)
+            Path(self.anchor.child.job["out"]).unlink(missing_ok=True)
             self.anchor = None
 
     def end_children(self) -> None:

@@ -343,7 +343,8 @@ def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any, ear
     candidate (in proposal order: the expected-value order the cold phases run in) rewritten by
     the real rewrite path into a tree of its own; one that does not rewrite, or changes nothing,
     gets its row now and no tree. The anchor ``early`` started takes its place where its rewrite
-    is the proposal's byte for byte (else it is ended and the anchor starts with the others)."""
+    is the proposal's byte for byte (else, or where the proposal's anchor does not rewrite, it is
+    ended, and the anchor starts with the others)."""
     from ..engine.materialize import IGNORE
     from ..engine.options import Variant
 
@@ -378,6 +379,8 @@ def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any, ear
         materialise(c, src, tree, result)
         trees.prefixes[f"{tree}/"] = ""
         trees.variants.append(candidate_variant(c, tree, result))
+    if early is not None and WHOLE not in trees.started:
+        early.drop_anchor()  # no proposal's anchor took it: it must not compile beside the measured ones
     return trees
 
 

@@ -213,7 +213,9 @@ def _build(
         if job.get("wait_for_weights"):
             # sent go before the reference saved (the search's anchor started early,
             # rewriter.diagnose.early_reference): wait for it here
+            t_wait = time.perf_counter()
             wait_for_reference(ref, marker=WEIGHTS_SAVED)
+            info["_waited_for_weights"] = time.perf_counter() - t_wait
         # mmap: the saved file is paged in as it is copied to the device, not read whole first
         reference = torch.load(sd_path, map_location=spec.device, weights_only=False, mmap=True)
         mine = model.state_dict()
@@ -676,11 +678,14 @@ def _built(job: dict[str, Any], channel: Channel | None) -> tuple[Any, dict[str,
     t_build = time.perf_counter()
     model, info = _build(job, variant, Path(job["ref"]), channel)
     go_at = info.pop("_go_at", t_build)
+    waited = info.pop("_waited_for_weights", None)
     result: dict[str, Any] = {"variant": variant, "info": info, "shapes": []}
     result["_phases"] = {
         "build": go_at - t_build if channel else None,
-        "load_weights_and_prepare": time.perf_counter() - go_at,
+        "load_weights_and_prepare": time.perf_counter() - go_at - (waited or 0.0),
     }
+    if waited is not None:  # sent go before the reference saved (job wait_for_weights)
+        result["_phases"]["waited_for_weights"] = waited
     return model, result
 
 

@@ -309,12 +309,24 @@ class _Run:
             # a cold phase that raised or crashed says nothing of how long a compile takes; one
             # killed at the timeout does (at least that long)
             if not self.m.results[oldest].get("error") or self.m.results[oldest].get("error_kind") == "timeout":
-                self.cold_s[oldest] = time.perf_counter() - went
+                self.cold_s[oldest] = self._cold_seconds(oldest, went)
             if not ok:
                 return False
         if keep == 0:  # no compiled variant was left to overlap it with
             return self._settle_reference()
         return True
+
+    def _cold_seconds(self, name: str, went: float) -> float:
+        """Seconds from ``name``'s ``go`` (``went``) to the end of its cold phase, for the budget's
+        estimates (:func:`.budget.expected_cold_s`). A child started before the measurement (the
+        search's early anchor) went before the ladder's compile rungs, waited for the reference's
+        weights and may have ended long before it is read: its own phases after ``go`` but that
+        wait (its child's ``phases_s``) stand for it."""
+        phases = self.m.results[name].get("phases_s") or {}
+        if name in self.started and name != "eager" and phases.get("first_calls") is not None:
+            after_go = set(phases) - {"import_torch", "run", "build", "waited_for_weights"}
+            return sum(phases[k] or 0.0 for k in after_go)
+        return time.perf_counter() - went
 
     def _settle_reference(self) -> bool:
         if self.pending is None:
