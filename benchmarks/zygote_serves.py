@@ -6,7 +6,13 @@ child imports torch and, on a GPU machine, makes a tensor on ``cuda`` (a forked 
 only when the server never loaded the CUDA driver). Prints one JSON line: whether the server served
 (or why it refused), its start seconds, and each child's wall seconds and exit code.
 
-Usage: ``python benchmarks/zygote_serves.py`` (results recorded in BENCHMARKS.md).
+With ``--fork-probe``, also: for each import depth a server could stop at (``torch``, then
+``torch._dynamo``, then ``torch._inductor.compile_fx``), a fresh interpreter imports up to it, says
+whether ``libcuda.so`` is mapped, how many threads it runs and whether torch initialized CUDA, then
+forks a child that makes a CUDA tensor: whether the server's refusal on a mapped driver library
+(:func:`rewriter.engine.zygote._cuda_loaded`) is needed, or only an initialized one is.
+
+Usage: ``python benchmarks/zygote_serves.py [--fork-probe]`` (results recorded in BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -33,6 +39,47 @@ def main(argv):
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
 '''
+
+
+FORK_PROBE = '''\
+import importlib, json, os, sys, time
+t = time.perf_counter()
+for name in sys.argv[1].split(","):
+    importlib.import_module(name)
+import torch
+out = {"imported": sys.argv[1], "import_s": round(time.perf_counter() - t, 2),
+       "libcuda_mapped": any("libcuda.so" in line for line in open("/proc/self/maps")),
+       "threads": len(os.listdir("/proc/self/task")), "cuda_initialized": torch.cuda.is_initialized()}
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    try:
+        x = torch.ones(4, device="cuda") * 2
+        torch.cuda.synchronize()
+        msg = "ok" if float(x.sum()) == 8.0 else "wrong sum"
+    except Exception as exc:  # noqa: BLE001
+        msg = f"{type(exc).__name__}: {exc}"[:300]
+    os.write(w, msg.encode())
+    os._exit(0)
+os.close(w)
+said = os.read(r, 4096).decode()
+os.waitpid(pid, 0)
+out["forked_child_cuda"] = said
+print(json.dumps(out))
+'''
+
+
+def fork_probe() -> list[dict]:
+    """One fresh interpreter per import depth (see the module docstring); its JSON line each."""
+    rows = []
+    for depth in ("torch", "torch,torch._dynamo", "torch,torch._dynamo,torch._inductor,torch._inductor.compile_fx"):
+        got = subprocess.run([sys.executable, "-c", FORK_PROBE, depth], capture_output=True, text=True, timeout=300)
+        try:
+            rows.append(json.loads(got.stdout.strip().splitlines()[-1]))
+        except (IndexError, ValueError):
+            rows.append({"imported": depth, "error": (got.stdout + got.stderr)[-500:]})
+    return rows
 
 
 def main() -> int:
@@ -65,6 +112,8 @@ def main() -> int:
                               stderr=subprocess.STDOUT).returncode
     out.update(popen_exit=code, popen_child_s=round(time.perf_counter() - t, 2),
                popen_said=(work / "popen.txt").read_text().strip()[-200:])
+    if "--fork-probe" in sys.argv[1:]:
+        out["fork_probe"] = fork_probe()
     print(json.dumps(out))
     return 0
 

@@ -30,7 +30,7 @@ class FakeChild:
     def go(self):
         FakeChild.log.append(("go", self.name))
 
-    def wait_cold(self):
+    def wait_cold(self, until=None):
         from rewriter.engine.runner import ChildResult
 
         FakeChild.log.append(("cold", self.name))

@@ -56,7 +56,7 @@ class _Fake:
     def go(self):
         self.goes += 1
 
-    def wait_cold(self):
+    def wait_cold(self, until=None):
         from rewriter.engine.runner import ChildResult
 
         graphs = int(self.variant != "eager")
@@ -297,7 +297,7 @@ def test_an_early_anchors_cold_seconds_for_the_budget_are_its_own_compile_not_th
     from rewriter.engine.measure import measure
 
     class _Anchor(_Fake):
-        def wait_cold(self):  # noqa: ANN202
+        def wait_cold(self, until=None):  # noqa: ANN202
             res = super().wait_cold()
             res.payload["phases_s"] = {"import_torch": 1.0, "run": 140.0, "build": 5.0, "waited_for_weights": 30.0,
                                        "load_weights_and_prepare": 1.0, "first_calls": 2.0, "fail_on_recompile": 0.5}

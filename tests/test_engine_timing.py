@@ -218,7 +218,7 @@ class _Replica:
     def go(self):
         self.go_at = 1.0
 
-    def wait_cold(self):
+    def wait_cold(self, until=None):
         from rewriter.engine.runner import ChildResult
 
         fail = self.job["variants"][0] == "broken"
@@ -417,7 +417,7 @@ class _Served:
         self.go_at = 1.0
         _Served.log.append(("go", self.name))
 
-    def wait_cold(self):
+    def wait_cold(self, until=None):
         from rewriter.engine.runner import ChildResult
 
         what = None if self.replica else _Served.script.get(self.variant)

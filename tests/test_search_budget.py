@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rewriter.diagnose.candidate import Candidate
-from rewriter.engine.budget import SPENT, too_late
+from rewriter.engine.budget import RAN_OUT, SPENT, too_late
 from rewriter.engine.options import Options, Variant
 from rewriter.plan import load_plan, parse_plan
 
@@ -86,10 +86,14 @@ class _Timed:
     def go(self):
         _Timed.went.append(self.variant)
 
-    def wait_cold(self):
+    def wait_cold(self, until=None):
         from rewriter.engine.runner import ChildResult
 
-        _Timed.clock[0] += _Timed.seconds.get(self.variant, 0.0)
+        ends = _Timed.clock[0] + _Timed.seconds.get(self.variant, 0.0)
+        if until is not None and ends > until:  # ServedChild.wait_cold ends it at the deadline
+            waited, _Timed.clock[0], self.alive = max(0.0, until - _Timed.clock[0]), max(_Timed.clock[0], until), False
+            return ChildResult(-1, {"error": {"kind": "budget", "message": "ran out"}}, waited, "")
+        _Timed.clock[0] = ends
         if self.variant in _Timed.fail:
             self.alive = False
             return ChildResult(4, {"error": {"kind": "raised", "message": "RuntimeError: boom"}}, 0.0, "")
@@ -156,7 +160,23 @@ def test_the_whole_model_anchor_is_measured_after_the_deadline_and_the_others_ar
     keys = {"eager": None, "per-block": "B", "whole": "W", "per-block+mark": "B"}
     m, skipped = _measure_on_the_fake_clock(monkeypatch, tmp_path, seconds, keys, 75.0, anchor="whole")
     assert _Timed.went == ["eager", "per-block", "whole"], _Timed.went
-    assert m.ok("whole") and skipped == [("per-block+mark", SPENT)], skipped
+    ran_out = f"{RAN_OUT} (75 s after its start; ended)"
+    assert m.ok("whole") and skipped == [("per-block", ran_out), ("per-block+mark", SPENT)], skipped
+    # per-block was ended at the deadline, not waited for to its 80th second; the anchor then ran its 50 s
+    assert m.results["per-block"]["skipped"] == ran_out and _Timed.clock[0] == 125.0, _Timed.clock
+
+
+def test_a_cold_phase_under_way_at_the_deadline_is_ended_there_and_the_timing_follows(monkeypatch, tmp_path):
+    """No anchor: the first compiled candidate starts with nothing to go by and compiles for 300 s
+    against a 75 s deadline. It is ended at the deadline (its row says so) and the measurement goes
+    on at once with what was measured, not 225 s past the budget; one that ends in time is kept."""
+    seconds = {"whole": 300.0, "per-block": 8.0}
+    m, skipped = _measure_on_the_fake_clock(monkeypatch, tmp_path, {"per-block": 8.0, "whole": 300.0},
+                                            {"eager": None, "per-block": "B", "whole": "W"}, 75.0)
+    assert _Timed.clock[0] == 75.0 and m.ok("per-block"), (_Timed.clock, m.results)
+    assert m.results["whole"]["skipped"] == f"{RAN_OUT} (67 s after its start; ended)", m.results["whole"]
+    assert skipped == [("whole", m.results["whole"]["skipped"])] and "whole" not in m.timing, m.timing
+    del seconds
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -253,3 +273,32 @@ def test_the_whole_model_anchor_is_measured_right_after_the_rules_proposal(tmp_p
     first_other = min(i for i, n in enumerate(names) if n != rule and not n.startswith(rule + "+") and n != "whole")
     assert names.index("whole") < first_other and names.index("whole") < names.index("nested+whole"), names
     assert names[-1] == "as-is", names
+
+
+def test_a_served_child_whose_cold_phase_is_under_way_at_the_deadline_is_ended_there(tmp_path, monkeypatch):
+    """The real child: its harness hangs in the build (a compile that would run for minutes); with
+    a 120 s timeout and a deadline 1 s away, ``wait_cold(until=...)`` returns within seconds with
+    an error of kind ``budget`` (not ``timeout``), and the child's process is gone."""
+    from rewriter.engine.runner import ServedChild
+    from rewriter.harness import Harness
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    src, work = tmp_path / "src", tmp_path / "work"
+    src.mkdir()
+    (work / "ref").mkdir(parents=True)
+    (src / "harness.py").write_text("import time\n\ndef build_model():\n    time.sleep(600)\n\n"
+                                    "def make_inputs(batch=2):\n    return {}\n")
+    job = {"harness": Harness(file="harness.py", device="cpu", shapes=[{"batch": 2}]).model_dump(),
+           "backend": "eager", "force_backend": None, "seed": 0, "ref": str(work / "ref"), "warmup": 1, "reps": 1,
+           "budget_s": None, "construct_on_device": False, "phase": "cold", "variants": ["eager"], "tree": str(src),
+           "prepare": "eager", "reference": True, "library_modules": [], "site": None, "stance": None}
+    child = ServedChild(job, work, "cold-eager", work / "caches", 120.0)
+    t0 = real_time.perf_counter()
+    try:
+        result = child.wait_cold(until=t0 + 1.0)
+    finally:
+        child.close()
+    assert result.code == -1 and result.error["kind"] == "budget", result.payload
+    assert "had not ended" in result.error["message"] and "search budget ran out" in result.error["message"]
+    assert real_time.perf_counter() - t0 < 30.0  # the deadline, not the 120 s timeout (SIGKILL 5 s after SIGTERM)
+    assert child.proc.poll() is not None

@@ -459,3 +459,52 @@ def test_a_server_whose_import_loads_the_cuda_driver_is_replaced_by_one_importin
                         "CUDA driver (a forked child could not use CUDA)); one importing up to torch._dynamo is tried"], said
     finally:
         zygote.close_all()
+
+
+def test_where_importing_torch_itself_loads_the_cuda_driver_no_second_server_is_started(tmp_path, monkeypatch, caplog):
+    """The first module every server imports loads the driver (torch 2.11 on an H200 host maps
+    libcuda.so at ``import torch``): the server a transformers child asks for refuses, and neither
+    the plain server nor any later child's starts one again (each refusal cost a torch import on the
+    caller's thread, before the child itself was started); the children start with Popen."""
+    import logging
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "fakecuda.py").write_text(FAKE_CUDA)
+    monkeypatch.setenv("PYTHONPATH", f"{lib}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv(zygote.SWITCH, raising=False)
+    monkeypatch.setattr(zygote, "_servers", type(zygote._servers)())
+    monkeypatch.setattr(zygote, "_refused", {})
+    monkeypatch.setattr(zygote, "_first_import_refused", set())
+    monkeypatch.setattr(zygote, "PRELOAD", ("fakecuda", "torch"))
+    starts: list[tuple[str, ...]] = []
+    init = zygote.Zygote.__init__
+
+    def counted(self, env, modules=zygote.PRELOAD):  # noqa: ANN001, ANN202
+        starts.append(tuple(modules))
+        init(self, env, modules)
+
+    monkeypatch.setattr(zygote.Zygote, "__init__", counted)
+    pkg = str(Path(zygote.__file__).resolve().parents[2])
+    env = dict(os.environ)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="rewriter.engine.zygote"):
+            got = [zygote.launch(["job.json"], env, str(tmp_path), 1, (), pkg, libraries=libs)
+                   for libs in (("transformers",), (), ("transformers",))]
+        assert got == [None, None, None]
+        assert starts == [zygote.modules_for(("transformers",))], starts  # one server tried, then none
+        assert not zygote._servers
+    finally:
+        zygote.close_all()
+    # real children (their own environment: one refused server for it, then none) run, with Popen
+    starts.clear()
+    src, probe = _tree(tmp_path)
+    for name in ("cold-eager", "cold-again"):
+        child = _child(tmp_path, src, name)
+        try:
+            assert not isinstance(child.proc, zygote.Forked)
+            assert child.wait_built(), child.wait_cold()
+        finally:
+            child.close()
+    assert len(starts) == 1, starts

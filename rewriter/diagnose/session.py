@@ -182,6 +182,26 @@ class Session:
     def forward_name(self) -> str:
         return f"{self.spec.model}() model forward"
 
+    def _build_model(self) -> Any:
+        """The harness's model on its device. On a GPU it is constructed there (parameter
+        initialisation on the device, not the host: seconds for a 0.2B model,
+        :func:`rewriter.harness.build_model`; the measurement children do the same), then the
+        caching allocator's blocks left by the construction (the model in float32 before its
+        cast) are released and the peak statistics reset, so the memory rung reads the model as
+        the program holds it. Its random values differ from a host build's: nothing in this
+        process is compared with another process's model, which loads the reference's saved
+        weights."""
+        from ..harness import build_model
+
+        model, _ = build_model(self.harness, construct_on=self.spec.device if self.cuda else None)
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        return model
+
     def build(self, shape: dict[str, int] | None = None, *, as_setup: bool = False) -> tuple[Any, Any]:
         """Build (model, inputs) for ``shape``; the model is built once and reused.
 
@@ -192,14 +212,14 @@ class Session:
         Raises:
             HarnessFailure: a callable raised, returned the wrong kind, or inputs hold no tensor.
         """
-        from ..harness import build_inputs, build_model
+        from ..harness import build_inputs
 
         shape = dict(self.spec.shapes[0] if shape is None else shape)
         args = ", ".join(f"{k}={v}" for k, v in shape.items())
         first = "model" not in self._models
         if first:
             with self.guard(f"{self.spec.model}()"):  # the callable that raised, and only it, is named
-                self._models["model"] = build_model(self.harness)[0]
+                self._models["model"] = self._build_model()
         with self.guard(f"{self.spec.inputs}({args})"):
             inputs = build_inputs(self.harness, shape) if first or as_setup else self.inputs(shape)
         if not tensor_leaves(inputs):

@@ -9,7 +9,10 @@ variant's (a compile unit not measured yet is a new hypothesis: the least any co
 model took on this host is what it is held to). With none measured yet a variant runs, so the
 first compiled candidate, the caller's expected best, is measured while any budget is left. An
 anchor (:attr:`.options.Variant.anchor`, the search's whole-model compile) runs whatever is left: the
-budget bounds what is measured beside it, never whether a plan is compared with it.
+budget bounds what is measured beside it, never whether a plan is compared with it. Any other cold
+phase still under way at the deadline is ended there (:data:`RAN_OUT`): the first compiled
+candidate starts with nothing to go by, and a long one would otherwise hold the timing rounds, and
+the command, past the budget.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from .options import Variant
 
 #: The reason a variant is skipped because the budget was already spent before its turn.
 SPENT = "not measured: the search budget was spent before its cold phase"
+#: The reason a variant is not measured whose cold phase was still under way when the budget ran
+#: out (it is ended then; :meth:`rewriter.engine.measure._Run.settle`).
+RAN_OUT = "not measured: its cold phase had not ended when the search budget ran out"
 
 
 def expected_cold_s(v: Variant, cold_s: dict[str, float], variants: dict[str, Variant]) -> tuple[float, str] | None:

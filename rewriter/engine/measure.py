@@ -236,12 +236,21 @@ class _Run:
         self.replicas = Replicas(self.m, self.spec_run, self.variants, job, self.workdir, self.workdir / "caches", self.opts,
                                  self.children, self.deadline, self.emit, self.cold_s)
 
-    def record(self, name: str, child: Any) -> bool:
+    def record(self, name: str, child: Any, until: float | None = None) -> bool:
         """Collect ``name``'s cold phase into its result row; False when the measurement cannot go on
-        (the reference failed)."""
+        (the reference failed). ``until``: the deadline, for a cold phase the budget bounds; one
+        still under way then is ended and not measured (:data:`.budget.RAN_OUT`)."""
+        from .budget import RAN_OUT
         from .verdict import numerics_failures
 
-        res = child.wait_cold()
+        res = child.wait_cold() if until is None else child.wait_cold(until=until)
+        if res.error and res.error.get("kind") == "budget":
+            why = f"{RAN_OUT} ({res.wall_s:.0f} s after its start; ended)"
+            self.m.results[name] = {"skipped": why, "problems": [], "child_wall_s": res.wall_s}
+            assert self.replicas is not None
+            self.replicas.end(name)
+            self.emit(name, "skipped", why)
+            return True
         row = self.m.results[name] = {
             "child_wall_s": res.wall_s,
             "startup_s": getattr(child, "built_at", child.started) - child.started,
@@ -300,15 +309,18 @@ class _Run:
 
     def settle(self, keep: int) -> bool:
         """Record the oldest running cold phases until at most ``keep`` run (the reference first
-        when it overlapped); False when the measurement cannot go on."""
+        when it overlapped); False when the measurement cannot go on. A cold phase other than the
+        anchor's is waited for until the deadline at most (:data:`.budget.RAN_OUT`)."""
         while len(self.running) > keep:
             if not self._settle_reference():
                 return False
             oldest, child, went = self.running.pop(0)
-            ok = self.record(oldest, child)
+            bounded = self.deadline is not None and not self.by_name[oldest].anchor
+            ok = self.record(oldest, child, until=self.deadline if bounded else None)
             # a cold phase that raised or crashed says nothing of how long a compile takes; one
-            # killed at the timeout does (at least that long)
-            if not self.m.results[oldest].get("error") or self.m.results[oldest].get("error_kind") == "timeout":
+            # killed at the timeout or the deadline does (at least that long)
+            row = self.m.results[oldest]
+            if not row.get("error") or row.get("error_kind") == "timeout":
                 self.cold_s[oldest] = self._cold_seconds(oldest, went)
             if not ok:
                 return False

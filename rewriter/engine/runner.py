@@ -173,12 +173,12 @@ class ServedChild:
         while b"\n" not in self._buf:
             if self._rep is None:
                 return None
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                self.timed_out = True
-                return None
-            ready, _, _ = select.select([self._rep], [], [], left)
+            # a reply already in the pipe is read even when no time is left
+            ready, _, _ = select.select([self._rep], [], [], max(0.0, deadline - time.perf_counter()))
             if not ready:
+                if time.perf_counter() >= deadline:
+                    self.timed_out = True
+                    return None
                 continue
             chunk = os.read(self._rep, 65536)
             if not chunk:
@@ -222,24 +222,31 @@ class ServedChild:
         except (BrokenPipeError, OSError):
             pass
 
-    def wait_cold(self) -> ChildResult:
+    def wait_cold(self, until: float | None = None) -> ChildResult:
         """Wait for the cold phase: the child says ``ready`` (serving) or exits (done or failed).
-        ``wall_s`` counts from :meth:`go` (or from spawn when it never got that far)."""
+        ``wall_s`` counts from :meth:`go` (or from spawn when it never got that far).
+
+        ``until``: a ``time.perf_counter()`` value (the search budget's end); a cold phase still
+        under way then is ended, with an error of kind ``budget`` (the child is killed). Without
+        it, and in any case, the child's timeout ends it with an error of kind ``timeout``."""
+        def limit() -> float:
+            return self.timeout_s if until is None else min(self.timeout_s, until - time.perf_counter())
+
         if self._early is not _NOTHING:
             reply = self._early
         else:
-            reply = self._readline(self.timeout_s)
+            reply = self._readline(limit())
             # not waited for (a second process's ``go`` is sent before it has built): skip them
             while reply is not None and (reply.get("weights_saved") or reply.get("built")):
-                reply = self._readline(self.timeout_s)
+                reply = self._readline(limit())
         wall = time.perf_counter() - (self.go_at if self.go_at is not None else self.started)
         if reply is None and self.timed_out:
             self.close()
-            return ChildResult(
-                -1,
-                {"error": {"kind": "timeout", "message": f"{self.name} did not finish within {self.timeout_s:.0f} s (killed)"}},
-                wall, _tail(self.stderr_path),
-            )
+            by_budget = until is not None and limit() < self.timeout_s
+            message = (f"{self.name}: its cold phase had not ended {wall:.0f} s in, when the search budget ran out (killed)"
+                       if by_budget else f"{self.name} did not finish within {self.timeout_s:.0f} s (killed)")
+            return ChildResult(-1, {"error": {"kind": "budget" if by_budget else "timeout", "message": message}},
+                               wall, _tail(self.stderr_path))
         if reply is None:  # exited without serving: an error, or nothing to time
             try:
                 code = self.proc.wait(timeout=30)

@@ -282,6 +282,10 @@ class Zygote:
 _servers: OrderedDict[tuple[tuple[str, str], ...], Zygote] = OrderedDict()
 #: key -> the module whose import loaded the CUDA driver in its refused server (None: refused otherwise)
 _refused: dict[tuple[tuple[str, str], ...], str | None] = {}
+#: the server environments (a key less its interpreter and modules) where importing torch itself
+#: loaded the CUDA driver: every server of one would refuse, so none is started again (each refusal
+#: costs a torch import, seconds, on the caller's thread)
+_first_import_refused: set[tuple[tuple[str, str], ...]] = set()
 
 
 def enabled() -> bool:
@@ -316,6 +320,8 @@ def launch(argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, pass_
     if not enabled():
         return None
     items = tuple(sorted(server_env(env, package_path).items()))
+    if items in _first_import_refused:  # no server of this environment can serve: nothing more tried
+        return None
     for libs in ((libraries, ()) if libraries else ((),)):
         modules = modules_for(libs)
         while modules:
@@ -330,6 +336,9 @@ def launch(argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, pass_
                     server.close()
                     return None
             cuda_after = _refused.get(key)
+            if cuda_after == PRELOAD[0]:  # every server imports it first: none of this environment would serve
+                _first_import_refused.add(items)
+                return None
             if cuda_after not in modules[1:]:
                 break
             modules = modules[: modules.index(cuda_after)]
