@@ -193,11 +193,11 @@ class Session:
         weights."""
         from ..harness import build_model
 
-        model, _ = build_model(self.harness, construct_on=self.spec.device if self.cuda else None)
-        if self.cuda:
-            import torch
+        import torch
 
-            torch.cuda.synchronize()
+        model, _ = build_model(self.harness, construct_on=self.spec.device if self.cuda else None)
+        self.sync()
+        if self.cuda and torch.cuda.is_initialized():  # never initialises CUDA itself
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
         return model
