@@ -302,3 +302,20 @@ def test_a_served_child_whose_cold_phase_is_under_way_at_the_deadline_is_ended_t
     assert "had not ended" in result.error["message"] and "search budget ran out" in result.error["message"]
     assert real_time.perf_counter() - t0 < 30.0  # the deadline, not the 120 s timeout (SIGKILL 5 s after SIGTERM)
     assert child.proc.poll() is not None
+
+
+def test_the_contended_window_is_left_out_when_the_anchor_ran_past_the_deadline():
+    """The cold phases' deadline keeps the timing's reserve, contended window included. Where the
+    whole-model anchor's cold phase (waited for past the deadline) ended 12 s after it, the timing
+    runs its quiet windows only and the notes say so; before the deadline nothing changes."""
+    from types import SimpleNamespace
+
+    from rewriter.engine.measure import Measurement, _Run
+
+    run = SimpleNamespace(opts=Options(contended=True, windows=2), deadline=75.0, m=Measurement())
+    assert _Run.timing_options(run, 70.0) is run.opts and run.m.notes == []
+    late = _Run.timing_options(run, 87.0)
+    assert late.contended is False and late.windows == 2 and run.opts.contended is True
+    assert run.m.notes == ["not timed with a contended host core: the cold phases ended 12 s after the search budget's "
+                           "deadline (the whole-model anchor's is waited for); the quiet windows alone were timed"]
+    assert _Run.timing_options(SimpleNamespace(opts=run.opts, deadline=None, m=Measurement()), 1e9) is run.opts

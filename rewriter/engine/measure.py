@@ -23,6 +23,7 @@ deadline's rule (:mod:`.budget`).
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable
@@ -460,6 +461,20 @@ class _Run:
             and not (by_name[v.name].judged and v.name != "eager" and results[v.name]["problems"])
         ]
 
+    def timing_options(self, now: float) -> Options:
+        """The options the timing rounds run with at ``now`` (``time.perf_counter()``): the
+        engine's, less the contended window (:attr:`.options.Options.contended`) when the cold
+        phases ended after the deadline (an anchor's is waited for past it, :mod:`.budget`): the
+        deadline kept the timing's reserve, and the quiet windows alone still fit what is left of
+        it; said in ``m.notes``. The decision then weighs the quiet condition alone, as it does
+        where no contended figure exists (:func:`rewriter.diagnose.decide.contended_standing`)."""
+        if not self.opts.contended or self.deadline is None or now <= self.deadline:
+            return self.opts
+        self.m.notes.append(f"not timed with a contended host core: the cold phases ended {now - self.deadline:.0f} s "
+                            "after the search budget's deadline (the whole-model anchor's is waited for); the quiet "
+                            "windows alone were timed")
+        return dataclasses.replace(self.opts, contended=False)
+
     def time(self, timeable: list[str]) -> bool:
         """Time ``timeable`` interleaved, with their second processes (:class:`.replicas.Replicas`),
         into ``m.timing`` and ``m.samples``; False when the timing run failed."""
@@ -471,7 +486,8 @@ class _Run:
         if self.replicas.spawned:
             m.clock["replicates_s"] = time.perf_counter() - t_rep  # the wait after the cold phases only
         t_timing = time.perf_counter()
-        got = interleave(timed, self.spec_run.shapes, self.opts, self.emit, m.notes, device=self.spec_run.device)
+        got = interleave(timed, self.spec_run.shapes, self.timing_options(t_timing), self.emit, m.notes,
+                         device=self.spec_run.device)
         m.timing_wall_s = time.perf_counter() - t_timing
         if got.error:
             m.errors.append(f"the timing run failed: {got.error}")
