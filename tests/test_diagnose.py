@@ -30,7 +30,7 @@ def test_whole_ladder_writes_plan_report_json_charts_and_trace(tmp_path, capsys)
     report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
     assert report["version"] == 1 and report["complete"] is True and report["error"] is None
     names = [r["name"] for r in report["rungs"]]
-    assert names == ["batch_scaling", "device_time", "op_mix", "top_ops", "gaps", "memory", "graph_breaks", "recompiles",
+    assert names == ["batch_scaling", "memory", "device_time", "op_mix", "top_ops", "gaps", "graph_breaks", "recompiles",
                      "instance_recompiles", "granularity", "search"]
     by = {r["name"]: r for r in report["rungs"]}
     assert by["memory"]["verdict"] == "skipped: no CUDA"

@@ -353,3 +353,33 @@ def test_an_anchor_started_again_that_crashes_reports_its_crash_not_the_dropped_
                            anchor=Anchor(Variant("whole", workdir / "anchor", compiles=True, anchor=True), child, []))
     early.drop_anchor()
     assert not (workdir / "cold-whole.result.json").exists()
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_the_reference_starts_after_the_last_quiet_rung_before_the_profile_readers(tmp_path, monkeypatch):
+    """The early children start once the rungs that time or read the device's memory are done
+    (batch scaling, the profiled run, memory) and before the rungs that only read the recorded
+    profile: those run beside the children's build, which is on the search's critical path."""
+    from rewriter.diagnose import early_reference, runner
+    from rewriter.errors import StackpartError
+
+    monkeypatch.setattr(early_reference, "why_not", lambda ctx: None)
+    seen: list = []
+
+    def start(ctx, timeout_s):  # noqa: ANN001, ANN202
+        seen.append(list(ctx.results))
+        raise RuntimeError("not started in this test")
+
+    monkeypatch.setattr(early_reference, "start", start)
+
+    def stopped(run):  # noqa: ANN001, ANN202
+        raise StackpartError("stopped after the ladder")
+
+    monkeypatch.setattr(runner, "_after_ladder", stopped)
+    src = tmp_path / "src"
+    shutil.copytree(EXAMPLE / "src", src)
+    spec = load_plan(EXAMPLE / "plan.yaml").plan.harness
+    with pytest.raises(StackpartError):
+        runner.diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"graph_breaks", "search"},
+                        report_dir=tmp_path / "report")
+    assert seen == [["batch_scaling", "memory"]], seen

@@ -50,9 +50,11 @@ def dropped_in(tmp_path, monkeypatch):
 
 
 def test_the_ladder_runs_cheapest_first():
-    assert [r.name for r in ladder()] == ["batch_scaling", "profile", "device_time", "op_mix", "top_ops", "gaps",
-                                          "memory", "graph_breaks", "recompiles", "instance_recompiles", "granularity"]
+    assert [r.name for r in ladder()] == ["batch_scaling", "profile", "memory", "device_time", "op_mix", "top_ops",
+                                          "gaps", "graph_breaks", "recompiles", "instance_recompiles", "granularity"]
     assert {r.name for r in ladder() if r.compiles} == {"graph_breaks", "recompiles", "instance_recompiles"}
+    # the rungs that need the device to themselves come first: the search's early children start after them
+    assert [r.name for r in ladder() if r.quiet] == ["batch_scaling", "profile", "memory"]
 
 
 def test_a_rung_module_dropped_in_the_package_is_run_in_its_order(tmp_path, dropped_in, one_thread):
@@ -65,9 +67,9 @@ def test_a_rung_module_dropped_in_the_package_is_run_in_its_order(tmp_path, drop
     spec = Harness(file="harness.py", shapes=[{"batch": 2}], mode="inference", device="cpu")
     outcome = diagnose(spec, src, tmp_path / "out" / "plan.yaml", only={"probe"}, backend="eager", steps=1)
     names = [r.name for r in outcome.rungs]
-    assert names == ["batch_scaling", "device_time", "probe", "op_mix", "top_ops", "gaps", "memory", "graph_breaks",
+    assert names == ["batch_scaling", "memory", "device_time", "probe", "op_mix", "top_ops", "gaps", "graph_breaks",
                      "recompiles", "instance_recompiles", "granularity"]
-    probe = outcome.rungs[2]
+    probe = outcome.rungs[3]
     # selected alone, it ran after the profiled run it needs: the rung that gives it ran too
     assert probe.ok and probe.measurement == {"profiled_steps": 1}, probe
     assert all(r.status == "skipped" for r in outcome.rungs if r.name != "probe")

@@ -104,6 +104,9 @@ class Rung:
         compiles: it runs the model under ``torch.compile``: a harness failure there is
             Dynamo's or Inductor's with this model, not a broken harness (the eager rungs before
             it ran it), so it is recorded as the rung's error and the ladder goes on.
+        quiet: its figures need the device and the host to itself (timings, the device's
+            memory): on a GPU host the search's early children (:mod:`.early_reference`) start
+            after the last quiet rung, so what they compile and allocate never shares its readings.
         reported: it is a row of the ladder's table; False for a rung that only measures
             evidence for others (the profiled run).
         missing: the error a rung that needs what this one gives records when this one gave
@@ -116,6 +119,7 @@ class Rung:
     needs: frozenset[str] = frozenset()
     gives: frozenset[str] = frozenset()
     compiles: bool = False
+    quiet: bool = False
     reported: bool = True
     missing: str = ""
 

@@ -314,8 +314,10 @@ def _climb(run: _Run, only: set[str] | None, search_timeout_s: float) -> None:
     """Setup, then every rung of :func:`.rungs.ladder` in order, with progress (a bar on a
     terminal; each rung's start and end an event line). ``only``: the rungs to run (the rungs
     that give what they need run too); the others are recorded as skipped. A harness failure
-    stops the ladder (``run.fatal``). Before the first compile rung, the search's reference
-    starts where it may (:func:`_start_reference`)."""
+    stops the ladder (``run.fatal``). After the last quiet rung (:attr:`.rung.Rung.quiet`: the
+    timed ones, the memory rung) and before the first compile rung, the search's reference starts
+    where it may (:func:`_start_reference`): the rungs that only read the recorded profile run
+    beside its build."""
     rungs = ladder()
     selected = None if only is None else only | givers(rungs, only)
     gives = {f: r for r in rungs for f in r.gives}
@@ -323,10 +325,13 @@ def _climb(run: _Run, only: set[str] | None, search_timeout_s: float) -> None:
                            else ", then the search over candidate plans") + " ...", highlight=False)
     with run.feed.progress("setup: building the model", total=len(rungs)):
         _setup(run)
+        last_quiet = max((i for i, r in enumerate(rungs, 1) if r.quiet), default=0)
+        tried = False  # once: where it did not start, the search starts its own
         for i, rung in enumerate(rungs, 1):
             if run.fatal is not None:
                 break
-            if rung.compiles and run.early is None:
+            if (rung.compiles or i > last_quiet) and not tried:
+                tried = True
                 _start_reference(run, search_timeout_s)
             run.feed.describe(f"rung: {rung.name}")
             run.said(f"rung {rung.name} ({i}/{len(rungs)}) ...")

@@ -90,4 +90,4 @@ def run(ctx: Context) -> RungResult:
     return r
 
 
-RUNG = Rung(name="batch_scaling", order=10, run=run)
+RUNG = Rung(name="batch_scaling", order=10, run=run, quiet=True)

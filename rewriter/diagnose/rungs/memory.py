@@ -614,4 +614,4 @@ def _run_child(spec: Any, src: Path, tmp: Path, arm: str, env: dict[str, str], t
     return json.loads(result.read_text())
 
 
-RUNG = Rung(name="memory", order=65, run=run)
+RUNG = Rung(name="memory", order=25, run=run, quiet=True)

@@ -360,4 +360,4 @@ def run(ctx: Context) -> None:
     ctx.evidence.profile = profile_steps(ctx.session, step, ctx.out_dir, steps=ctx.steps, blocks=profiled(ctx.evidence.blocks))
 
 
-RUNG = Rung(name="profile", order=20, run=run, gives=frozenset({"profile"}), reported=False, missing="the profiled run failed")
+RUNG = Rung(name="profile", order=20, run=run, gives=frozenset({"profile"}), quiet=True, reported=False, missing="the profiled run failed")
