@@ -3,14 +3,17 @@ what does a child cost forked from it against a fresh interpreter?
 
 Starts the server with a child's environment, then times one child each way from spawn to exit: the
 child imports torch and, on a GPU machine, makes a tensor on ``cuda`` (a forked child can use CUDA
-only when the server never loaded the CUDA driver). Prints one JSON line: whether the server served
+only when the server neither initialised CUDA nor registered PyTorch's fork poisoning). Prints one JSON line: whether the server served
 (or why it refused), its start seconds, and each child's wall seconds and exit code.
 
 With ``--fork-probe``, also: for each import depth a server could stop at (``torch``, then
 ``torch._dynamo``, then ``torch._inductor.compile_fx``), a fresh interpreter imports up to it, says
 whether ``libcuda.so`` is mapped, how many threads it runs and whether torch initialized CUDA, then
-forks a child that makes a CUDA tensor: whether the server's refusal on a mapped driver library
-(:func:`rewriter.engine.zygote._cuda_loaded`) is needed, or only an initialized one is.
+forks a child that makes a CUDA tensor; the last depth once more with the server's
+``PYTORCH_NVML_BASED_CUDA_CHECK=1`` (:data:`rewriter.engine.zygote.NVML_CHECK`). On the H200 with torch 2.11 (2026-12-04): the driver is
+mapped at ``import torch`` and a child forked after ``torch`` or ``torch._dynamo`` uses CUDA; after
+``torch._inductor.compile_fx`` it cannot (fork poisoning), which is what the server now checks
+(:func:`rewriter.engine.zygote._fork_cannot_use_cuda`).
 
 Usage: ``python benchmarks/zygote_serves.py [--fork-probe]`` (results recorded in BENCHMARKS.md).
 """
@@ -72,13 +75,19 @@ print(json.dumps(out))
 
 def fork_probe() -> list[dict]:
     """One fresh interpreter per import depth (see the module docstring); its JSON line each."""
+    import os
+
+    from rewriter.engine.zygote import NVML_CHECK
+
     rows = []
-    for depth in ("torch", "torch,torch._dynamo", "torch,torch._dynamo,torch._inductor,torch._inductor.compile_fx"):
-        got = subprocess.run([sys.executable, "-c", FORK_PROBE, depth], capture_output=True, text=True, timeout=300)
+    inductor = "torch,torch._dynamo,torch._inductor,torch._inductor.compile_fx"
+    for depth, nvml in (("torch", False), ("torch,torch._dynamo", False), (inductor, False), (inductor, True)):
+        env = dict(os.environ, **({NVML_CHECK: "1"} if nvml else {}))
+        got = subprocess.run([sys.executable, "-c", FORK_PROBE, depth], capture_output=True, text=True, timeout=300, env=env)
         try:
-            rows.append(json.loads(got.stdout.strip().splitlines()[-1]))
+            rows.append(json.loads(got.stdout.strip().splitlines()[-1]) | {"nvml_check": nvml})
         except (IndexError, ValueError):
-            rows.append({"imported": depth, "error": (got.stdout + got.stderr)[-500:]})
+            rows.append({"imported": depth, "nvml_check": nvml, "error": (got.stdout + got.stderr)[-500:]})
     return rows
 
 
@@ -95,6 +104,8 @@ def main() -> int:
     with open(work / "forked.txt", "wb") as f:
         child = zygote.launch([], env, str(work), f.fileno(), (), pkg, module="probe")
     out["served"] = child is not None
+    out["servers"] = [key[1][1] for key in zygote._servers]  # the modules each serving server imported
+    out["refused_after"] = {key[1][1]: why for key, why in zygote._refused.items()}  # why: in the debug log above
     if child is None:
         out["refused"] = "why is in the debug log above (rewriter.engine.zygote)"
     else:

@@ -383,3 +383,21 @@ def test_the_reference_starts_after_the_last_quiet_rung_before_the_profile_reade
         runner.diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"graph_breaks", "search"},
                         report_dir=tmp_path / "report")
     assert seen == [["batch_scaling", "memory"]], seen
+
+
+def test_no_server_is_started_ahead_where_the_reference_does_not_start_early(monkeypatch):
+    """The children's server is started before the setup only where the reference may start early
+    (a GPU host with room to overlap): on a CPU the ladder would share the cores with its imports."""
+    from types import SimpleNamespace
+
+    from rewriter.diagnose import early_reference
+    from rewriter.engine import runner
+
+    started: list = []
+    monkeypatch.setattr(runner, "prestart_server", lambda device, trees: started.append((device, trees)) or True)
+    cpu = SimpleNamespace(session=SimpleNamespace(cuda=False, spec=SimpleNamespace(device="cpu"), src="src"), overlap=True)
+    assert early_reference.prestart(cpu) is False and started == []
+    gpu = SimpleNamespace(session=SimpleNamespace(cuda=True, spec=SimpleNamespace(device="cuda"), src="src"), overlap=True)
+    monkeypatch.setattr("rewriter.engine.cost.may_overlap", lambda overlap, device: overlap)
+    assert early_reference.prestart(gpu) is True and started == [("cuda", ["src"])]
+    assert early_reference.prestart(SimpleNamespace(session=gpu.session, overlap=False)) is False  # --no-overlap

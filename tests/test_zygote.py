@@ -415,15 +415,28 @@ def test_a_refusal_for_threads_names_them():
     assert str(os.getpid()) not in said.split(", ")
 
 
-#: A module whose import maps a file named libcuda.so.1, as importing a module that initializes the
-#: CUDA driver does (torch._inductor.compile_fx on a CUDA machine with torch 2.11).
+#: A module after whose import a forked child finds itself in PyTorch's bad fork, as one does after
+#: an import that registered the fork poisoning (torch._inductor.compile_fx on an H200 host with
+#: torch 2.11: the CUDA runtime's device count).
 FAKE_CUDA = """\
-import mmap, os
+import torch.cuda
+torch.cuda._is_in_bad_fork = lambda: True
+"""
+
+#: A module whose import maps a file named libcuda.so.1, as ``import torch`` maps the driver with
+#: torch 2.11 (cu130) without initialising it.
+FAKE_DRIVER_LOADED = """\
+import ctypes, os
 _path = os.path.join(os.path.dirname(__file__), "libcuda.so.1")
 with open(_path, "wb") as f:
-    f.write(b"\\0" * 4096)
-_f = open(_path, "rb")
-MAPPED = mmap.mmap(_f.fileno(), 4096, prot=mmap.PROT_READ)
+    f.write(bytes(4096))
+_fd = os.open(_path, os.O_RDONLY)
+_libc = ctypes.CDLL(None)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+MAPPED = _libc.mmap(None, 4096, 1, 2, _fd, 0)  # PROT_READ, MAP_PRIVATE: mapped, no descriptor kept
+os.close(_fd)
+assert any("libcuda.so.1" in line for line in open("/proc/self/maps"))
 """
 
 
@@ -455,8 +468,9 @@ def test_a_server_whose_import_loads_the_cuda_driver_is_replaced_by_one_importin
         [key] = list(zygote._servers)
         assert key[1][1] == "torch,torch._dynamo"
         said = [r.getMessage() for r in caplog.records if "no zygote" in r.getMessage()]
-        assert said == ["no zygote importing up to torch._inductor (the zygote refused: importing fakecuda loaded the "
-                        "CUDA driver (a forked child could not use CUDA)); one importing up to torch._dynamo is tried"], said
+        assert said == ["no zygote importing up to torch._inductor (the zygote refused: importing fakecuda registered "
+                        "PyTorch's fork poisoning (a forked child could not use CUDA)); one importing up to "
+                        "torch._dynamo is tried"], said
     finally:
         zygote.close_all()
 
@@ -508,3 +522,157 @@ def test_where_importing_torch_itself_loads_the_cuda_driver_no_second_server_is_
         finally:
             child.close()
     assert len(starts) == 1, starts
+
+
+def _count_starts(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[str, ...], bool]]:
+    """Every server start from here on: (modules, whether its hello was waited for there)."""
+    starts: list[tuple[tuple[str, ...], bool]] = []
+    init = zygote.Zygote.__init__
+
+    def counted(self, env, modules=zygote.PRELOAD, wait=True):  # noqa: ANN001, ANN202
+        starts.append((tuple(modules), wait))
+        init(self, env, modules, wait)
+
+    monkeypatch.setattr(zygote.Zygote, "__init__", counted)
+    return starts
+
+
+def _fresh_servers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv(zygote.SWITCH, raising=False)
+    monkeypatch.setattr(zygote, "_servers", type(zygote._servers)())
+    monkeypatch.setattr(zygote, "_starting", {})
+    monkeypatch.setattr(zygote, "_refused", {})
+    monkeypatch.setattr(zygote, "_first_import_refused", set())
+
+
+def test_a_server_started_ahead_serves_the_first_child_of_its_environment(tmp_path, monkeypatch):
+    """diagnose starts the children's server before its setup (runner.prestart_server, on a GPU
+    host): prestart returns at once, without the server's imports; the first measurement child of
+    that device and tree is forked from that very server, and no other is started."""
+    from rewriter.engine.runner import prestart_server
+
+    _fresh_servers(monkeypatch)
+    starts = _count_starts(monkeypatch)
+    src, probe = _tree(tmp_path)
+    try:
+        t0 = time.perf_counter()
+        assert prestart_server("cpu", [src]) is True
+        assert time.perf_counter() - t0 < 2.0  # torch is imported by the server, not waited for here
+        assert prestart_server("cpu", [src]) is False  # starting already: not a second one
+        [ahead] = zygote._starting.values()
+        child = _child(tmp_path, src)
+        try:
+            assert isinstance(child.proc, zygote.Forked)
+            assert child.wait_built(), child.wait_cold()
+            assert json.loads(probe.read_text())["pid"] == child.proc.pid
+        finally:
+            child.close()
+        assert starts == [(zygote.PRELOAD, False)], starts
+        assert list(zygote._servers.values()) == [ahead] and not zygote._starting
+    finally:
+        zygote.close_all()
+
+
+def test_a_refusal_of_a_server_started_ahead_is_read_before_the_first_child(tmp_path, monkeypatch):
+    """The server started ahead refuses (importing torch itself loads the CUDA driver, as torch
+    2.11 on an H200 host does): await_started reads the refusal, and the children start with
+    Popen at once, no server started again."""
+    from rewriter.engine.runner import prestart_server
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "fakecuda.py").write_text(FAKE_CUDA)
+    monkeypatch.setenv("PYTHONPATH", f"{lib}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    _fresh_servers(monkeypatch)
+    monkeypatch.setattr(zygote, "PRELOAD", ("fakecuda", "torch"))
+    starts = _count_starts(monkeypatch)
+    src, _ = _tree(tmp_path)
+    try:
+        assert prestart_server("cpu", [src]) is True
+        zygote.await_started()
+        assert not zygote._starting and not zygote._servers
+        assert list(zygote._refused.values()) == ["fakecuda"]
+        for name in ("cold-eager", "cold-again"):
+            child = _child(tmp_path, src, name)
+            try:
+                assert not isinstance(child.proc, zygote.Forked)
+                assert child.wait_built(), child.wait_cold()
+            finally:
+                child.close()
+        assert starts == [(("fakecuda", "torch"), False)], starts
+    finally:
+        zygote.close_all()
+
+
+def test_a_server_started_ahead_and_never_used_is_closed_with_the_others(monkeypatch):
+    from rewriter.engine.runner import prestart_server
+
+    _fresh_servers(monkeypatch)
+    assert prestart_server("cpu", []) is True
+    [ahead] = zygote._starting.values()
+    zygote.close_all()
+    assert not zygote._starting and ahead.proc.poll() is not None
+
+
+def test_a_driver_loaded_but_not_initialised_does_not_stop_the_server(tmp_path, monkeypatch):
+    """torch 2.11 maps libcuda.so at ``import torch`` and initialises nothing: a child forked then
+    uses CUDA (benchmarks/zygote_serves.py --fork-probe on the H200), so the server serves."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "fakedriver.py").write_text(FAKE_DRIVER_LOADED)
+    monkeypatch.setenv("PYTHONPATH", f"{lib}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    _fresh_servers(monkeypatch)
+    monkeypatch.setattr(zygote, "PRELOAD", ("torch", "fakedriver", "torch._dynamo"))
+    src, probe = _tree(tmp_path)
+    try:
+        child = _child(tmp_path, src)
+        try:
+            assert isinstance(child.proc, zygote.Forked), zygote._refused
+            assert child.wait_built(), child.wait_cold()
+        finally:
+            child.close()
+    finally:
+        zygote.close_all()
+
+
+def test_a_fork_that_could_not_use_cuda_is_named(monkeypatch):
+    """In the server after each import: CUDA initialised here, or a forked probe in PyTorch's bad
+    fork, is a reason to refuse; neither is none."""
+    import torch
+
+    assert zygote._fork_cannot_use_cuda() is None
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)
+    assert zygote._fork_cannot_use_cuda() == "registered PyTorch's fork poisoning (a forked child could not use CUDA)"
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert zygote._fork_cannot_use_cuda() == "initialised CUDA (a forked child could not use it)"
+
+
+def test_a_server_started_ahead_that_refuses_after_an_import_is_replaced_ahead(tmp_path, monkeypatch):
+    """Started ahead, the server refuses after an import leaves a forked child unable to use CUDA:
+    await_started starts, ahead again, the one importing only the modules before it, and the first
+    child is forked from that one: no server start waits on the child's path."""
+    from rewriter.engine.runner import prestart_server
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "fakecuda.py").write_text(FAKE_CUDA)
+    monkeypatch.setenv("PYTHONPATH", f"{lib}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    _fresh_servers(monkeypatch)
+    monkeypatch.setattr(zygote, "PRELOAD", ("torch", "torch._dynamo", "fakecuda", "torch._inductor"))
+    starts = _count_starts(monkeypatch)
+    src, _ = _tree(tmp_path)
+    try:
+        assert prestart_server("cpu", [src]) is True
+        zygote.await_started()
+        [key] = list(zygote._starting)
+        assert key[1][1] == "torch,torch._dynamo" and not zygote._servers
+        child = _child(tmp_path, src)
+        try:
+            assert isinstance(child.proc, zygote.Forked)
+            assert child.wait_built(), child.wait_cold()
+        finally:
+            child.close()
+        assert starts == [(zygote.PRELOAD, False), (("torch", "torch._dynamo"), False)], starts
+    finally:
+        zygote.close_all()

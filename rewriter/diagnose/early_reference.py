@@ -127,6 +127,29 @@ def why_not(ctx: Context) -> str | None:
     return room_to_overlap({"allocated": torch.cuda.memory_allocated(), "free": free})
 
 
+def prestart(ctx: Context) -> bool:
+    """Where the reference may start early (a GPU host with room to overlap, :func:`why_not`'s
+    first rules), start the measurement children's zygote server now
+    (:func:`rewriter.engine.runner.prestart_server`): its imports (torch, Dynamo, Inductor, the
+    model's library: seconds) run beside the setup's build instead of before the first child,
+    the reference, whose build the whole-model anchor waits for. True where one was started."""
+    from ..engine.cost import may_overlap
+    from ..engine.runner import prestart_server
+
+    if not ctx.session.cuda or not may_overlap(ctx.overlap, "cuda"):
+        return False
+    return prestart_server(ctx.session.spec.device, [ctx.session.src])
+
+
+def prestarted_ready() -> None:
+    """Wait for the server :func:`prestart` started to be ready or to refuse
+    (:func:`rewriter.engine.zygote.await_started`): called before the quiet rungs, whose
+    timings its imports would share the host with."""
+    from ..engine.zygote import await_started
+
+    await_started()
+
+
 def start(ctx: Context, timeout_s: float) -> EarlyReference:
     """Copy SRC, spawn the reference's cold-phase child with the search's engine options
     (:func:`.search.engine_options`, ``timeout_s`` per child wait) and send it ``go``: it builds,

@@ -323,8 +323,17 @@ def _climb(run: _Run, only: set[str] | None, search_timeout_s: float) -> None:
     gives = {f: r for r in rungs for f in r.gives}
     run.feed.console.print(f"diagnose: the ladder ({len(rungs)} rungs)" + ("" if only is not None and SEARCH not in only
                            else ", then the search over candidate plans") + " ...", highlight=False)
+    prestarted = False
+    if run.searching:  # the children's server imports beside the setup (a GPU host that overlaps)
+        from .early_reference import prestart
+
+        prestarted = prestart(run.ctx)
     with run.feed.progress("setup: building the model", total=len(rungs)):
         _setup(run)
+        if prestarted:  # its imports over before the quiet rungs time anything
+            from .early_reference import prestarted_ready
+
+            prestarted_ready()
         last_quiet = max((i for i, r in enumerate(rungs, 1) if r.quiet), default=0)
         tried = False  # once: where it did not start, the search starts its own
         for i, rung in enumerate(rungs, 1):

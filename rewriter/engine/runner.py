@@ -80,6 +80,35 @@ def package_path(workdir: Path) -> str:
     return str(pkg)
 
 
+def served_env(cache_root: Path, pkg: str, device: str) -> dict[str, str]:
+    """A measurement child's environment (:func:`child_env` with ``pkg`` on its path); on a CPU
+    a thread count that fits the cores (:func:`rewriter.threads.child_env_threads`: CPU timing)."""
+    env = child_env(cache_root, [pkg] if pkg else [])
+    if not device.startswith("cuda"):
+        from ..threads import child_env_threads
+
+        child_env_threads(env)
+    return env
+
+
+def prestart_server(device: str, trees: list[str | Path]) -> bool:
+    """Start the zygote server the measurement children of ``trees`` on ``device`` will be forked
+    from, without waiting for its imports (:func:`.zygote.prestart`). The children's compile cache
+    directories and stackpart's own path entry are not part of a server's environment; importing
+    Inductor creates its cache directory, so the server gets one of its own, removed when this
+    process exits. True where one was started."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from . import zygote
+    from .preload import libraries_for
+
+    caches = Path(tempfile.mkdtemp(prefix="stackpart-zygote-"))
+    atexit.register(shutil.rmtree, caches, ignore_errors=True)
+    return zygote.prestart(served_env(caches, "", device), "", libraries_for(trees))
+
+
 def _start_child(argv: list[str], env: dict[str, str], workdir: Path, out: int, pass_fds: tuple[int, ...],
                  pkg: str, trees: list[str]) -> "subprocess.Popen[bytes] | Any":
     """``python -m rewriter.engine.child *argv`` in its own session, stdout and stderr into ``out``:
@@ -147,11 +176,7 @@ class ServedChild:
         job_path.write_text(json.dumps(self.job, indent=1))
         self.stderr_path = workdir / f"{name}.stderr.txt"
         pkg = package_path(workdir)
-        env = child_env(cache_root, [pkg])
-        if not str(job["harness"]["device"]).startswith("cuda"):
-            from ..threads import child_env_threads
-
-            child_env_threads(env)  # CPU timing: a thread count that fits the cores (rewriter.threads)
+        env = served_env(cache_root, pkg, str(job["harness"]["device"]))
         self.started = time.perf_counter()
         self.go_at: float | None = None  # when go was sent (once)
         with open(self.stderr_path, "wb") as err:

@@ -20,10 +20,13 @@ location, with no directory of its own). It starts with the environment of the f
 serves. A child whose environment differs in anything else (``OMP_NUM_THREADS``, which libgomp reads
 when torch is loaded; an allocator setting; ``TMPDIR``) gets a server of its own. The server refuses
 to serve (the caller then starts the child with ``subprocess.Popen``) when forking would not give a
-clean child: a second thread after the imports (a fork copies only the calling thread), the CUDA
-driver loaded (a forked child cannot use CUDA once its parent initialized it: PyTorch's "Cannot
-re-initialize CUDA in forked subprocess"), an open descriptor of a library that a child's pipes
-could overwrite, or one of the modules above imported. ``STACKPART_ZYGOTE=0`` turns the server off.
+clean child: a second thread after the imports (a fork copies only the calling thread), a forked
+child unable to use CUDA (the server initialised it, or registered PyTorch's fork poisoning: "Cannot
+re-initialize CUDA in forked subprocess"; a driver only loaded, as ``import torch`` maps it with
+torch 2.11, is fine: :func:`_fork_cannot_use_cuda`), an open descriptor of a library that a child's
+pipes could overwrite, or one of the modules above imported. ``STACKPART_ZYGOTE=0`` turns the server
+off. A caller that knows its children's environment before it needs them starts their server ahead
+(:func:`prestart`), so the imports overlap its own work.
 
 One difference remains: an environment variable that a tree sets when it is imported, and that
 Dynamo's or Inductor's config reads when it is imported (``TORCHINDUCTOR_*``, ``TORCHDYNAMO_*``
@@ -69,15 +72,23 @@ PER_CHILD = (*CACHE_DIRS, "PYTEST_CURRENT_TEST")
 
 #: What the server imports before it serves, in order: what every child imports before the user's
 #: code, then Inductor (whose first ``torch.compile`` a compiled variant pays in its build, before its
-#: measured cold phase). Never anything of a user's tree. Where an import loads the CUDA driver (on a
-#: CUDA machine with torch 2.11, ``torch._inductor.compile_fx`` does: a forked child could not use
-#: CUDA), the server refuses and the caller starts one that imports only the modules before it.
+#: measured cold phase). Never anything of a user's tree. Where an import leaves a forked child
+#: unable to use CUDA (:func:`_fork_cannot_use_cuda`: on an H200 host with torch 2.11,
+#: ``torch._inductor.compile_fx``'s import registered PyTorch's fork poisoning), the server refuses
+#: and the caller starts one that imports only the modules before it.
 PRELOAD = ("torch", "torch._dynamo", "rewriter.engine.child", "rewriter.harness", "rewriter.plan",
            "rewriter.engine.variants", "torch._inductor", "torch._inductor.compile_fx")
 
 #: Modules a server must not have imported unless asked to (a child's tree may hold its own copy):
 #: the libraries of :data:`.preload.LIBRARIES`.
 NEVER = ("transformers", "diffusers")
+
+#: Set in the server before its imports (unless the environment sets it): ``torch.cuda.is_available()``
+#: then asks NVML, not the CUDA runtime, whose device count registers PyTorch's fork poisoning
+#: ("Cannot re-initialize CUDA in forked subprocess"); PyTorch's documented remedy for forked
+#: processes (docs.pytorch.org, torch_cuda_memory / CUDA environment variables). The children get
+#: their own environment, without it.
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 #: The environment variable that turns the server off (``0``).
 SWITCH = "STACKPART_ZYGOTE"
@@ -194,18 +205,20 @@ def modules_for(libraries: tuple[str, ...] = ()) -> tuple[str, ...]:
 class Zygote:
     """One running server and the caller's end of its socket."""
 
-    def __init__(self, env: Mapping[str, str], modules: tuple[str, ...] = PRELOAD) -> None:
+    def __init__(self, env: Mapping[str, str], modules: tuple[str, ...] = PRELOAD, wait: bool = True) -> None:
         """Start a server with ``env``: the first child's environment without its own ``PYTHONPATH``
         entry for stackpart (the server imports ``rewriter`` from :data:`PACKAGE` by location
         instead, so it needs no directory of its own and a checkout's root stays off its path).
-        ``modules``: what it imports, in order (:func:`modules_for`).
+        ``modules``: what it imports, in order (:func:`modules_for`). ``wait``: read its hello
+        here (:meth:`await_hello`); False leaves that to the caller (:func:`prestart`).
 
         Raises:
             Refused: it refused to serve (why, in the message; ``cuda_after``: the module whose
-                import loaded the CUDA driver, if that was why).
+                import left a forked child unable to use CUDA, if that was why).
             OSError: it did not start.
         """
         self.owner = os.getpid()
+        self.env = dict(env)  # what it was started with (a shorter one started ahead gets the same)
         self.lock = threading.Lock()  # one request and its answer at a time on the socket
         self.children: list[weakref.ref[Forked]] = []
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -219,6 +232,16 @@ class Zygote:
             )
         finally:
             theirs.close()
+        if wait:
+            self.await_hello()
+
+    def await_hello(self) -> None:
+        """Wait for the server's hello (its imports done), :data:`START_TIMEOUT_S` at most.
+
+        Raises:
+            Refused: it refused to serve (it is closed).
+            OSError: it did not start (it is closed).
+        """
         self.sock.settimeout(START_TIMEOUT_S)
         try:
             hello = self._receive()[0]
@@ -280,10 +303,12 @@ class Zygote:
 
 
 _servers: OrderedDict[tuple[tuple[str, str], ...], Zygote] = OrderedDict()
-#: key -> the module whose import loaded the CUDA driver in its refused server (None: refused otherwise)
+#: key -> a server started ahead of its first child (:func:`prestart`) whose hello is not read yet
+_starting: dict[tuple[tuple[str, str], ...], Zygote] = {}
+#: key -> the module whose import left a forked child unable to use CUDA in its refused server (None: refused otherwise)
 _refused: dict[tuple[tuple[str, str], ...], str | None] = {}
 #: the server environments (a key less its interpreter and modules) where importing torch itself
-#: loaded the CUDA driver: every server of one would refuse, so none is started again (each refusal
+#: left a forked child unable to use CUDA: every server of one would refuse, so none is started again (each refusal
 #: costs a torch import, seconds, on the caller's thread)
 _first_import_refused: set[tuple[tuple[str, str], ...]] = set()
 
@@ -313,7 +338,7 @@ def launch(argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, pass_
     refused, failed (said in the debug log); the caller then starts the child itself.
     ``libraries``: the model libraries the child's trees import (:func:`.preload.libraries_for`),
     which a server of their own imports too; where that server cannot serve, the child is forked
-    from the plain one. A server whose imports loaded the CUDA driver is replaced by one that imports
+    from the plain one. A server whose imports left a forked child unable to use CUDA is replaced by one that imports
     only the modules before that one. Servers are started from the main thread only (the death
     signal that ends one with this process follows the thread that started it); beyond
     :data:`MAX_SERVERS`, the least recently used one whose children have all exited is closed."""
@@ -345,6 +370,54 @@ def launch(argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, pass_
     return None
 
 
+def prestart(env: Mapping[str, str], package_path: str, libraries: tuple[str, ...] = ()) -> bool:
+    """Start the server that :func:`launch` with this ``env``, ``package_path`` and ``libraries``
+    would start first, without waiting for its imports: they run beside the caller's own work (a
+    diagnose's setup and quiet rungs), and the first child, seconds later, is forked at once, or
+    where the server refused, started with Popen at once (a refusal read at the first launch
+    costs that launch a torch import). True where one was started; False where the zygote is off,
+    this is not the main thread, or that server runs, is starting or was refused already."""
+    if not enabled() or threading.current_thread() is not threading.main_thread():
+        return False
+    items = tuple(sorted(server_env(env, package_path).items()))
+    if items in _first_import_refused:
+        return False
+    modules = modules_for(libraries)
+    key = (("", sys.executable), ("", ",".join(modules))) + items
+    if key in _servers or key in _starting or key in _refused:
+        return False
+    return _start_ahead(key, _without_path(env, package_path), modules)
+
+
+def _start_ahead(key: tuple[tuple[str, str], ...], env: Mapping[str, str], modules: tuple[str, ...]) -> bool:
+    try:
+        _starting[key] = Zygote(env, modules, wait=False)
+    except OSError as exc:
+        log.debug("no zygote started ahead: %s", exc)
+        return False
+    log.debug("zygote %d started ahead (importing up to %s)", _starting[key].proc.pid, modules[-1])
+    return True
+
+
+def await_started() -> None:
+    """Wait for every server :func:`prestart` started to be ready or to refuse (kept as
+    :func:`launch` would keep it), so that its imports are over before the caller measures
+    anything the host's CPUs would disturb. One refused because an import left a forked child
+    unable to use CUDA is replaced at once, ahead again, by one importing only the modules before
+    that one (:func:`launch` would start it on the first child's path, synchronously)."""
+    for key in list(_starting):
+        env = _starting[key].env
+        modules = tuple(key[1][1].split(","))  # key: (interpreter, modules, *environment)
+        if _server(key, {}, "", modules) is not None:
+            continue
+        cuda_after = _refused.get(key)
+        if cuda_after == PRELOAD[0]:
+            _first_import_refused.add(key[2:])
+        elif cuda_after in modules[1:]:
+            shorter = modules[: modules.index(cuda_after)]
+            _start_ahead((key[0], ("", ",".join(shorter)), *key[2:]), env, shorter)
+
+
 def _server(key: tuple[tuple[str, str], ...], env: Mapping[str, str], package_path: str,
             modules: tuple[str, ...]) -> Zygote | None:
     """The running server of ``key``, else a new one importing ``modules`` (None where it is refused
@@ -355,11 +428,16 @@ def _server(key: tuple[tuple[str, str], ...], env: Mapping[str, str], package_pa
         server.close()
         server = None
     if server is None:
-        if key in _refused or threading.current_thread() is not threading.main_thread():
+        ahead = _starting.pop(key, None)  # started by prestart(): its hello is read here, on any thread
+        if ahead is None and (key in _refused or threading.current_thread() is not threading.main_thread()):
             return None
         t0 = time.perf_counter()
         try:
-            server = Zygote(_without_path(env, package_path), modules)
+            if ahead is not None:
+                ahead.await_hello()
+                server = ahead
+            else:
+                server = Zygote(_without_path(env, package_path), modules)
         except OSError as exc:
             _refused[key] = cuda_after = getattr(exc, "cuda_after", None)
             if cuda_after in modules[1:]:
@@ -370,7 +448,8 @@ def _server(key: tuple[tuple[str, str], ...], env: Mapping[str, str], package_pa
             else:
                 log.debug("no zygote with %s imported, the plain one is tried: %s", modules[-1], exc)
             return None
-        log.debug("zygote %d ready in %.1f s (imported up to %s)", server.proc.pid, time.perf_counter() - t0, modules[-1])
+        log.debug("zygote %d ready %s %.1f s (imported up to %s)", server.proc.pid,
+                  "(started ahead) after a wait of" if ahead is not None else "in", time.perf_counter() - t0, modules[-1])
         _servers[key] = server
         for old in [k for k, z in _servers.items() if k != key and z.idle()][: max(0, len(_servers) - MAX_SERVERS)]:
             _servers.pop(old).close()
@@ -383,6 +462,8 @@ def close_all() -> None:
     """Close every server this process started."""
     while _servers:
         _servers.popitem()[1].close()
+    while _starting:
+        _starting.popitem()[1].close()
 
 
 # ---------------------------------------------------------------------------------- the server
@@ -424,9 +505,41 @@ def _thread_names(tids: list[str]) -> str:
     return ", ".join(out)
 
 
-def _cuda_loaded() -> bool:
-    with open("/proc/self/maps") as maps:
-        return any("libcuda.so" in line for line in maps)
+def _fork_cannot_use_cuda(timeout_s: float = 10.0) -> str | None:
+    """Why a child forked from this process now could not use CUDA (None: it could): this process
+    initialised CUDA, or a forked probe finds itself in PyTorch's bad fork
+    (``torch.cuda._is_in_bad_fork()``: the parent registered the fork poisoning, as the CUDA
+    runtime's device count does). A driver loaded but not initialised is no reason: torch 2.11
+    (cu130) maps ``libcuda.so`` at ``import torch``, and a child forked after ``torch`` and
+    ``torch._dynamo`` makes CUDA tensors (``benchmarks/zygote_serves.py --fork-probe``, BENCHMARKS.md).
+    Nothing to check before torch is imported."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    if torch.cuda.is_initialized():
+        return "initialised CUDA (a forked child could not use it)"
+    pid = os.fork()
+    if pid == 0:  # the probe: one flag read, then out without any exit handler of the server
+        try:
+            os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+        except BaseException:  # noqa: BLE001
+            os._exit(2)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            break
+        time.sleep(0.01)
+    code = os.waitstatus_to_exitcode(status)
+    if code == 0:
+        return None
+    if code == 1:
+        return "registered PyTorch's fork poisoning (a forked child could not use CUDA)"
+    return f"left a forked probe unable to read PyTorch's fork state (exit {code})"
 
 
 def _prepare(modules: tuple[str, ...]) -> dict[str, Any] | None:
@@ -435,11 +548,12 @@ def _prepare(modules: tuple[str, ...]) -> dict[str, Any] | None:
     driver."""
     import importlib
 
+    os.environ.setdefault(NVML_CHECK, "1")
     for name in modules:
         importlib.import_module(name)
-        if _cuda_loaded():
-            return {"refused": f"importing {name} loaded the CUDA driver (a forked child could not use CUDA)",
-                    "cuda_after": name}
+        why = _fork_cannot_use_cuda()
+        if why is not None:
+            return {"refused": f"importing {name} {why}", "cuda_after": name}
     _stop_openblas_threads()
     threads = os.listdir("/proc/self/task")
     if len(threads) != 1:
