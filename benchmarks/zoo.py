@@ -447,6 +447,11 @@ def markdown(results: dict) -> str:
             if "error" in v:
                 lines.append(f"| {fam} | {vname} | error: {v['error'][:120]} | | | | | |")
                 continue
+            if vname == "diagnose":
+                acts = "; ".join(f"{a.get('action')} {a.get('target')} {a.get('strategy') or ''}".strip() for a in v.get("actions") or [])
+                lines.append(f"| {fam} | diagnose | | | | | | exit {v['diagnose_exit']}, apply exit {v['apply_exit']}, "
+                             f"actions: {acts or 'none'}, ladder+search {v['ladder_search_s']:.0f} s |")
+                continue
             sh = v["shapes"]
             num = f"{sh[0].get('rmse', float('nan')):.4g} ({sh[0].get('eager_rmse', float('nan')):.4g})" + ("" if sh[0].get("numerics_ok") else " FAIL")
             note = v.get("note", "")
@@ -461,7 +466,8 @@ def markdown(results: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="llama,mixtral", help="comma-separated families (default llama,mixtral)")
-    ap.add_argument("--variants", default="eager,whole,per-block,regions,plan")
+    ap.add_argument("--variants", default="eager,whole,per-block,regions,plan",
+                    help="comma-separated; 'diagnose': stackpart's diagnose and apply only (ladder+search seconds, no timing of the plan)")
     ap.add_argument("--smoke", action="store_true", help="tiny configs on the CPU, float32")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per variant process and per diagnose")
@@ -484,7 +490,12 @@ def main(argv: list[str] | None = None) -> int:
         shapes = shapes_of(name, args.smoke)
         r: dict = {"shapes": shapes, "device": device, "variants": {}}
         for variant in args.variants.split(","):
-            if variant == "plan":
+            if variant == "diagnose":  # the plan's diagnose and apply only: its seconds, not its speed
+                r["plan"] = run_plan(work, name, device, shapes, args.smoke, args.timeout)
+                r["variants"]["diagnose"] = {"variant": "diagnose", "diagnose_exit": r["plan"].get("diagnose_exit"),
+                                             "apply_exit": r["plan"].get("apply_exit"), "actions": r["plan"].get("actions"),
+                                             "ladder_search_s": round(r["plan"]["ladder_search_s"], 1)}
+            elif variant == "plan":
                 r["plan"] = run_plan(work, name, device, shapes, args.smoke, args.timeout)
                 if r["plan"].get("apply_exit") in (0, None) and r["plan"].get("diagnose_exit") == 0:
                     r["variants"]["plan"] = run_variant(work / "plan_src", "plan", device, shapes, args.steps, args.timeout)
