@@ -676,3 +676,37 @@ def test_a_server_started_ahead_that_refuses_after_an_import_is_replaced_ahead(t
         assert starts == [(zygote.PRELOAD, False), (("torch", "torch._dynamo"), False)], starts
     finally:
         zygote.close_all()
+
+
+def test_the_summary_says_how_children_start(tmp_path, monkeypatch):
+    """diagnose's log line for the early start says whether its children were forked, or why each
+    server tried refused, with the seconds it waited."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "fakecuda.py").write_text(FAKE_CUDA)
+    monkeypatch.setenv("PYTHONPATH", f"{lib}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    _fresh_servers(monkeypatch)
+    monkeypatch.setattr(zygote, "_said", {})
+    monkeypatch.setattr(zygote, "PRELOAD", ("torch", "fakecuda", "torch._dynamo"))
+    assert zygote.summary() == ""
+    src, _ = _tree(tmp_path)
+    try:
+        _child(tmp_path, src).close()
+    finally:
+        zygote.close_all()
+    said = zygote.summary()
+    assert said.startswith("the zygote refused: importing fakecuda registered PyTorch's fork poisoning (a forked child "
+                           "could not use CUDA) (") and "; forked from a server importing up to torch (" in said, said
+    assert said.count(" s waited)") == 2 and "started ahead" not in said
+
+
+def test_a_cuda_driver_thread_is_a_reason_not_to_fork(monkeypatch):
+    """cuInit starts a driver thread (``cuda00001c00008`` after torch 2.11's compile_fx import on the
+    H200); a fork would not copy it: the import that started it is named, so a server importing
+    only the modules before it is tried."""
+    import torch  # noqa: F401  (nothing is checked before torch is imported)
+
+    monkeypatch.setattr(zygote, "_cuda_driver_threads", lambda: ["cuda00001c00008"])
+    assert zygote._fork_cannot_use_cuda() == "started a CUDA driver thread (cuda00001c00008; a forked child would not have it)"
+    monkeypatch.undo()
+    assert zygote._cuda_driver_threads() == []  # none here: the CPU build of torch never starts the driver

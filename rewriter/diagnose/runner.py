@@ -359,13 +359,18 @@ def _start_reference(run: _Run, timeout_s: float) -> None:
     if why is not None:
         run.said(f"the search's reference starts with the search: {why}")
         return
+    from ..engine.zygote import summary
+
+    t0 = time.perf_counter()
     try:
         run.early = start(run.ctx, timeout_s)
     except Exception as exc:  # noqa: BLE001 - the search starts its own reference then
         run.said(f"the search's reference starts with the search: starting it early failed ({type(exc).__name__}: {exc})")
         return
+    how = summary()
     run.said("the search's reference (the program as it is) started before the compile rungs"
-             + (", and the whole-model anchor with it" if run.early.anchor is not None else ""))
+             + (", and the whole-model anchor with it" if run.early.anchor is not None else "")
+             + f", in {time.perf_counter() - t0:.1f} s" + (f" (measurement children: {how})" if how else ""))
 
 
 def _setup(run: _Run) -> None:

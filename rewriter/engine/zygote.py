@@ -311,6 +311,14 @@ _refused: dict[tuple[tuple[str, str], ...], str | None] = {}
 #: left a forked child unable to use CUDA: every server of one would refuse, so none is started again (each refusal
 #: costs a torch import, seconds, on the caller's thread)
 _first_import_refused: set[tuple[tuple[str, str], ...]] = set()
+#: key -> what became of its server, for :func:`summary` (ready, or why it refused, with the seconds waited)
+_said: dict[tuple[tuple[str, str], ...], str] = {}
+
+
+def summary() -> str:
+    """One line for a log: how this process's children start (forked from which server, or why
+    each server tried refused), latest last; empty where no server was tried."""
+    return "; ".join(_said.values())
 
 
 def enabled() -> bool:
@@ -440,6 +448,7 @@ def _server(key: tuple[tuple[str, str], ...], env: Mapping[str, str], package_pa
                 server = Zygote(_without_path(env, package_path), modules)
         except OSError as exc:
             _refused[key] = cuda_after = getattr(exc, "cuda_after", None)
+            _said[key] = f"{exc} ({'started ahead, ' if ahead is not None else ''}{time.perf_counter() - t0:.1f} s waited)"
             if cuda_after in modules[1:]:
                 log.debug("no zygote importing up to %s (%s); one importing up to %s is tried", modules[-1], exc,
                           modules[modules.index(cuda_after) - 1])
@@ -451,6 +460,8 @@ def _server(key: tuple[tuple[str, str], ...], env: Mapping[str, str], package_pa
         log.debug("zygote %d ready %s %.1f s (imported up to %s)", server.proc.pid,
                   "(started ahead) after a wait of" if ahead is not None else "in", time.perf_counter() - t0, modules[-1])
         _servers[key] = server
+        _said[key] = (f"forked from a server importing up to {modules[-1]} ({'started ahead, ' if ahead is not None else ''}"
+                      f"{time.perf_counter() - t0:.1f} s waited)")
         for old in [k for k, z in _servers.items() if k != key and z.idle()][: max(0, len(_servers) - MAX_SERVERS)]:
             _servers.pop(old).close()
     _servers.move_to_end(key)
@@ -505,9 +516,25 @@ def _thread_names(tids: list[str]) -> str:
     return ", ".join(out)
 
 
+def _cuda_driver_threads() -> list[str]:
+    """The names of this process's threads that the CUDA driver starts when it is initialised
+    (``cuda00001c00008``: ``/proc/self/task/*/comm``)."""
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if comm.startswith("cuda"):
+            names.append(comm)
+    return names
+
+
 def _fork_cannot_use_cuda(timeout_s: float = 10.0) -> str | None:
     """Why a child forked from this process now could not use CUDA (None: it could): this process
-    initialised CUDA, or a forked probe finds itself in PyTorch's bad fork
+    initialised CUDA, the driver started its thread (:func:`_cuda_driver_threads`: the driver is
+    initialised, by whatever called ``cuInit``), or a forked probe finds itself in PyTorch's bad fork
     (``torch.cuda._is_in_bad_fork()``: the parent registered the fork poisoning, as the CUDA
     runtime's device count does). A driver loaded but not initialised is no reason: torch 2.11
     (cu130) maps ``libcuda.so`` at ``import torch``, and a child forked after ``torch`` and
@@ -518,6 +545,9 @@ def _fork_cannot_use_cuda(timeout_s: float = 10.0) -> str | None:
         return None
     if torch.cuda.is_initialized():
         return "initialised CUDA (a forked child could not use it)"
+    driver = _cuda_driver_threads()
+    if driver:  # cuInit ran (torch 2.11's compile_fx import on an H200 host): a fork copies one thread
+        return f"started a CUDA driver thread ({', '.join(driver)}; a forked child would not have it)"
     pid = os.fork()
     if pid == 0:  # the probe: one flag read, then out without any exit handler of the server
         try:
