@@ -544,6 +544,8 @@ def _fresh_servers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(zygote, "_starting", {})
     monkeypatch.setattr(zygote, "_refused", {})
     monkeypatch.setattr(zygote, "_first_import_refused", set())
+    monkeypatch.setattr(zygote, "_ahead_envs", [])
+    monkeypatch.setattr(zygote, "_said", {})
 
 
 def test_a_server_started_ahead_serves_the_first_child_of_its_environment(tmp_path, monkeypatch):
@@ -710,3 +712,36 @@ def test_a_cuda_driver_thread_is_a_reason_not_to_fork(monkeypatch):
     assert zygote._fork_cannot_use_cuda() == "started a CUDA driver thread (cuda00001c00008; a forked child would not have it)"
     monkeypatch.undo()
     assert zygote._cuda_driver_threads() == []  # none here: the CPU build of torch never starts the driver
+
+
+def test_a_child_whose_environment_is_not_the_one_started_ahead_says_which_variables_differ(tmp_path, monkeypatch):
+    """A variable set in the caller after its server was started ahead: the child's server starts
+    on its path (its environment is another key), and the summary names the variable (not its
+    value), which is what to look for when that start costs the first child seconds."""
+    from rewriter.engine.runner import prestart_server
+
+    _fresh_servers(monkeypatch)
+    src, _ = _tree(tmp_path)
+    try:
+        assert prestart_server("cpu", [src]) is True
+        monkeypatch.setenv("STACKPART_TEST_LATE", "1")
+        child = _child(tmp_path, src)
+        child.close()
+        said = zygote.summary()
+        assert said.endswith("s waited; not the environment started ahead: STACKPART_TEST_LATE)"), said
+    finally:
+        zygote.close_all()
+
+
+def test_inside_environment_pinned_children_start_from_the_environment_on_entry(tmp_path, monkeypatch):
+    """diagnose pins the children's environment at its start: a variable this process sets later
+    (torch, a library, a rung) is not in a child's environment, nor in its server's key."""
+    from rewriter.engine.runner import child_env, environment_pinned
+
+    monkeypatch.delenv("STACKPART_TEST_LATE", raising=False)
+    with environment_pinned():
+        monkeypatch.setenv("STACKPART_TEST_LATE", "1")
+        with environment_pinned():  # nested: the outermost entry's holds
+            assert "STACKPART_TEST_LATE" not in child_env(tmp_path, [])
+        assert child_env(tmp_path, [], base={"A": "1"})["A"] == "1"  # an explicit base wins
+    assert child_env(tmp_path, [])["STACKPART_TEST_LATE"] == "1"

@@ -170,34 +170,36 @@ def diagnose(
         StackpartError: the harness cannot be loaded (nothing written), or a harness call failed
             during a rung (report.json written with the partial results).
     """
+    from ..engine.runner import environment_pinned
     from ..terminal import Feed, stderr
 
-    started = time.perf_counter()
-    feed = console if isinstance(console, Feed) else Feed(console or stderr())  # per-event lines: -v and the log
-    run = _load(spec, src, plan_out, report_dir, feed, timeout_s, entry, site)
-    run.started = started
-    run.ctx = Context(session=run.session, out_dir=run.out_dir, backend=backend or default_backend(run.spec.device),
-                      amortization=amortization_spec or Amortization(runs=1_000_000, restarts=1),
-                      amortization_assumed=amortization_spec is None, entry=entry, site=site, overlap=overlap, pin=pin,
-                      cold_parallel=cold_parallel, contended=contended, steps=steps)
-    run.ctx.evidence.requested_device = run.requested  # the harness's own (None: unset), for the validation report
-    run.meta = _meta(run)
-    _announce(run)
-    run.searching = only is None or SEARCH in only
-    try:
-        _climb(run, only, max(timeout_s, SEARCH_MIN_TIMEOUT_S))
-        outcome = _after_ladder(run)
-        if run.searching and not outcome.stopped:
-            decision, outcome.search = _plan_by_search(run, budget_s, timeout_s)
-        else:  # the rules' proposal, unmeasured (the search proposes it as its first candidate otherwise)
-            decision = _plan_by_rules(run, stopped=outcome.stopped is not None)
-    finally:
-        if run.early is not None:
-            run.early.close()  # a no-op once the search took it over
-    outcome.plan, outcome.notes = decision.plan, _notes(run, decision, outcome, site)
-    _write(run, outcome, started)
-    terminal(feed.console, outcome.rungs, outcome.notes, outcome.plan, outcome.paths, said=feed.said)
-    return outcome
+    with environment_pinned():  # the measurement children start from the environment of this call
+        started = time.perf_counter()
+        feed = console if isinstance(console, Feed) else Feed(console or stderr())  # per-event lines: -v and the log
+        run = _load(spec, src, plan_out, report_dir, feed, timeout_s, entry, site)
+        run.started = started
+        run.ctx = Context(session=run.session, out_dir=run.out_dir, backend=backend or default_backend(run.spec.device),
+                          amortization=amortization_spec or Amortization(runs=1_000_000, restarts=1),
+                          amortization_assumed=amortization_spec is None, entry=entry, site=site, overlap=overlap, pin=pin,
+                          cold_parallel=cold_parallel, contended=contended, steps=steps)
+        run.ctx.evidence.requested_device = run.requested  # the harness's own (None: unset), for the validation report
+        run.meta = _meta(run)
+        _announce(run)
+        run.searching = only is None or SEARCH in only
+        try:
+            _climb(run, only, max(timeout_s, SEARCH_MIN_TIMEOUT_S))
+            outcome = _after_ladder(run)
+            if run.searching and not outcome.stopped:
+                decision, outcome.search = _plan_by_search(run, budget_s, timeout_s)
+            else:  # the rules' proposal, unmeasured (the search proposes it as its first candidate otherwise)
+                decision = _plan_by_rules(run, stopped=outcome.stopped is not None)
+        finally:
+            if run.early is not None:
+                run.early.close()  # a no-op once the search took it over
+        outcome.plan, outcome.notes = decision.plan, _notes(run, decision, outcome, site)
+        _write(run, outcome, started)
+        terminal(feed.console, outcome.rungs, outcome.notes, outcome.plan, outcome.paths, said=feed.said)
+        return outcome
 
 
 @dataclass

@@ -8,6 +8,7 @@ process group (Inductor's compile workers included) rather than only the child.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -15,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,11 +49,35 @@ class ChildResult:
         return self.payload.get("error")
 
 
+#: The environment the measurement children start from inside :func:`environment_pinned`, else
+#: None (``os.environ`` as it is at each spawn).
+_pinned: dict[str, str] | None = None
+
+
+@contextlib.contextmanager
+def environment_pinned() -> Iterator[None]:
+    """Within it, a child with no ``base`` (:func:`child_env`) starts from ``os.environ`` as it
+    was on entry, not as this process's own work has left it since (torch, a model library or a
+    rung may set variables here that a fresh run of the user's program would not have): a child's
+    environment, and so the zygote server that serves it (keyed by its import-time environment,
+    :mod:`.zygote`; one started ahead, :func:`prestart_server`), does not depend on when it is
+    spawned. diagnose runs inside it. Nested, the outermost entry's environment holds."""
+    global _pinned
+    outer = _pinned
+    if outer is None:
+        _pinned = dict(os.environ)
+    try:
+        yield
+    finally:
+        _pinned = outer
+
+
 def child_env(cache_root: Path, extra_pythonpath: list[str], base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a child: empty Inductor and Triton caches under ``cache_root``, no
     bytecode written into the trees, stackpart importable. ``base``: the environment it starts
-    from (default ``os.environ``), e.g. one arm's allocator setting."""
-    env = dict(os.environ if base is None else base)
+    from (default ``os.environ``, or the one pinned by :func:`environment_pinned`), e.g. one arm's
+    allocator setting."""
+    env = dict(base if base is not None else _pinned if _pinned is not None else os.environ)
     env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / "inductor")
     env["TRITON_CACHE_DIR"] = str(cache_root / "triton")
     env["PYTHONDONTWRITEBYTECODE"] = "1"

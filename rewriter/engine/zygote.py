@@ -311,6 +311,8 @@ _refused: dict[tuple[tuple[str, str], ...], str | None] = {}
 #: left a forked child unable to use CUDA: every server of one would refuse, so none is started again (each refusal
 #: costs a torch import, seconds, on the caller's thread)
 _first_import_refused: set[tuple[tuple[str, str], ...]] = set()
+#: the environments (a key less its interpreter and modules) of the servers started ahead
+_ahead_envs: list[tuple[tuple[str, str], ...]] = []
 #: key -> what became of its server, for :func:`summary` (ready, or why it refused, with the seconds waited)
 _said: dict[tuple[tuple[str, str], ...], str] = {}
 
@@ -398,6 +400,7 @@ def prestart(env: Mapping[str, str], package_path: str, libraries: tuple[str, ..
 
 
 def _start_ahead(key: tuple[tuple[str, str], ...], env: Mapping[str, str], modules: tuple[str, ...]) -> bool:
+    _ahead_envs.append(key[2:])
     try:
         _starting[key] = Zygote(env, modules, wait=False)
     except OSError as exc:
@@ -405,6 +408,18 @@ def _start_ahead(key: tuple[tuple[str, str], ...], env: Mapping[str, str], modul
         return False
     log.debug("zygote %d started ahead (importing up to %s)", _starting[key].proc.pid, modules[-1])
     return True
+
+
+def _unlike_ahead(items: tuple[tuple[str, str], ...]) -> str:
+    """Where servers were started ahead for another environment than ``items``, the names of the
+    variables that differ from the last one (``; not the environment started ahead: A, B``): why
+    a child's server had to start on its path after all; empty otherwise."""
+    others = [dict(e) for e in _ahead_envs if e != items]
+    if not others or items in _ahead_envs:
+        return ""
+    mine, theirs = dict(items), others[-1]
+    names = sorted(n for n in set(mine) | set(theirs) if mine.get(n) != theirs.get(n))
+    return f"; not the environment started ahead: {', '.join(names)}"
 
 
 def await_started() -> None:
@@ -440,6 +455,7 @@ def _server(key: tuple[tuple[str, str], ...], env: Mapping[str, str], package_pa
         if ahead is None and (key in _refused or threading.current_thread() is not threading.main_thread()):
             return None
         t0 = time.perf_counter()
+        unlike = "" if ahead is not None else _unlike_ahead(key[2:])
         try:
             if ahead is not None:
                 ahead.await_hello()
@@ -448,7 +464,7 @@ def _server(key: tuple[tuple[str, str], ...], env: Mapping[str, str], package_pa
                 server = Zygote(_without_path(env, package_path), modules)
         except OSError as exc:
             _refused[key] = cuda_after = getattr(exc, "cuda_after", None)
-            _said[key] = f"{exc} ({'started ahead, ' if ahead is not None else ''}{time.perf_counter() - t0:.1f} s waited)"
+            _said[key] = f"{exc} ({'started ahead, ' if ahead is not None else ''}{time.perf_counter() - t0:.1f} s waited{unlike})"
             if cuda_after in modules[1:]:
                 log.debug("no zygote importing up to %s (%s); one importing up to %s is tried", modules[-1], exc,
                           modules[modules.index(cuda_after) - 1])
@@ -461,7 +477,7 @@ def _server(key: tuple[tuple[str, str], ...], env: Mapping[str, str], package_pa
                   "(started ahead) after a wait of" if ahead is not None else "in", time.perf_counter() - t0, modules[-1])
         _servers[key] = server
         _said[key] = (f"forked from a server importing up to {modules[-1]} ({'started ahead, ' if ahead is not None else ''}"
-                      f"{time.perf_counter() - t0:.1f} s waited)")
+                      f"{time.perf_counter() - t0:.1f} s waited{unlike})")
         for old in [k for k, z in _servers.items() if k != key and z.idle()][: max(0, len(_servers) - MAX_SERVERS)]:
             _servers.pop(old).close()
     _servers.move_to_end(key)
@@ -475,6 +491,7 @@ def close_all() -> None:
         _servers.popitem()[1].close()
     while _starting:
         _starting.popitem()[1].close()
+    _ahead_envs.clear()
 
 
 # ---------------------------------------------------------------------------------- the server
