@@ -73,9 +73,10 @@ PER_CHILD = (*CACHE_DIRS, "PYTEST_CURRENT_TEST")
 #: What the server imports before it serves, in order: what every child imports before the user's
 #: code, then Inductor (whose first ``torch.compile`` a compiled variant pays in its build, before its
 #: measured cold phase). Never anything of a user's tree. Where an import leaves a forked child
-#: unable to use CUDA (:func:`_fork_cannot_use_cuda`: on an H200 host with torch 2.11,
-#: ``torch._inductor.compile_fx``'s import registered PyTorch's fork poisoning), the server refuses
-#: and the caller starts one that imports only the modules before it.
+#: unable to use CUDA (:func:`_fork_cannot_use_cuda`: with torch 2.11 on a CUDA host,
+#: ``torch._inductor.compile_fx``'s import initialises the driver; docs/decisions.md, "Children forked
+#: from a pre-imported server"), the server refuses and the caller starts one that imports only the
+#: modules before it.
 PRELOAD = ("torch", "torch._dynamo", "rewriter.engine.child", "rewriter.harness", "rewriter.plan",
            "rewriter.engine.variants", "torch._inductor", "torch._inductor.compile_fx")
 
@@ -555,7 +556,8 @@ def _fork_cannot_use_cuda(timeout_s: float = 10.0) -> str | None:
     (``torch.cuda._is_in_bad_fork()``: the parent registered the fork poisoning, as the CUDA
     runtime's device count does). A driver loaded but not initialised is no reason: torch 2.11
     (cu130) maps ``libcuda.so`` at ``import torch``, and a child forked after ``torch`` and
-    ``torch._dynamo`` makes CUDA tensors (``benchmarks/zygote_serves.py --fork-probe``, BENCHMARKS.md).
+    ``torch._dynamo`` makes CUDA tensors (``benchmarks/zygote_serves.py --fork-probe``; docs/decisions.md,
+    "Children forked from a pre-imported server").
     Nothing to check before torch is imported."""
     torch = sys.modules.get("torch")
     if torch is None:
@@ -563,7 +565,7 @@ def _fork_cannot_use_cuda(timeout_s: float = 10.0) -> str | None:
     if torch.cuda.is_initialized():
         return "initialised CUDA (a forked child could not use it)"
     driver = _cuda_driver_threads()
-    if driver:  # cuInit ran (torch 2.11's compile_fx import on an H200 host): a fork copies one thread
+    if driver:  # cuInit ran (torch 2.11's compile_fx import on a CUDA host): a fork copies one thread
         return f"started a CUDA driver thread ({', '.join(driver)}; a forked child would not have it)"
     pid = os.fork()
     if pid == 0:  # the probe: one flag read, then out without any exit handler of the server
