@@ -218,9 +218,15 @@ class _Replica:
     def go(self):
         self.go_at = 1.0
 
+    slow: set = set()  # variants whose second process is not up before any deadline
+
     def wait_cold(self, until=None):
         from rewriter.engine.runner import ChildResult
 
+        self.until = until
+        if self.job["variants"][0] in _Replica.slow and until is not None:
+            self.alive = False
+            return ChildResult(-1, {"error": {"kind": "budget", "message": "ran out"}}, 30.0, "")
         fail = self.job["variants"][0] == "broken"
         payload = {"error": {"kind": "oom", "message": "CUDA out of memory"}} if fail else {}
         return ChildResult(0, payload, 0.0, "")
@@ -730,3 +736,24 @@ def test_second_processes_that_would_start_after_the_cold_phases_wait_for_time_l
         assert bool(out) is spawned and bool(_Replica.made) is spawned, (left, m.notes)
         said = [n for n in m.notes if "expected to take about 27 s" in n]
         assert len(said) == (0 if spawned else 1), m.notes
+
+
+def test_a_second_process_not_up_by_the_deadline_is_ended_there_and_its_variant_keeps_one(monkeypatch):
+    """Replicas spawned beside a later cold phase compile again from their caches; one still
+    compiling at the deadline is waited for until then only (it held T5's timing 25 s past the
+    cold phases once), ended, and its variant is timed in its one process; the others keep two."""
+    import time as real_time
+
+    deadline = real_time.perf_counter() + 60.0
+    m, reps, _ = _replicas(monkeypatch, ["eager", "whole", "per-block"], deadline=deadline)
+    _Replica.slow = {"per-block"}
+    try:
+        reps.spawn()
+        out = reps.collect(["eager", "whole", "per-block"])
+    finally:
+        _Replica.slow = set()
+    assert set(out) == {"eager" + REPLICA, "whole" + REPLICA}
+    by = {r.job["variants"][0]: r for r in _Replica.made}
+    assert by["per-block"].terminated and all(r.until == deadline for r in by.values())
+    assert any("(2 of 3 variants" in n and n.endswith("; one process for per-block: its second was not up when the "
+                                                          "search budget ran out (ended)") for n in m.notes), m.notes

@@ -190,6 +190,9 @@ class Replicas:
     def collect(self, timeable: list[str]) -> dict[str, Any]:
         """The replicas that came up for the variants in ``timeable``, keyed ``name + REPLICA``;
         every other replica is ended. One that failed is a note; its variant keeps one process.
+        One still building or compiling at the deadline is ended there (the timing's reserve
+        follows the deadline; a second process is a robustness measure, never worth overrunning
+        the budget), said in the note.
         A spawn deferred for room (:meth:`spawn`) is tried a last time first, for ``timeable``."""
         if self.wanted and not self.spawned:
             for n in [n for n in self.variants if n not in timeable]:
@@ -201,15 +204,18 @@ class Replicas:
         late = self.deadline is not None and time.perf_counter() > self.deadline
         wanted = [n for n in self.procs if n in timeable] if len(timeable) > 1 and not late else []
         out: dict[str, Any] = {}
-        failed = []
+        failed, unfinished = [], []
         for n, child in self.procs.items():
             if n not in wanted:
                 child.terminate()
                 continue
             self.started(n)
-            res = child.wait_cold()
+            res = child.wait_cold(until=self.deadline)  # one not up by the deadline would hold the timing past it
             if not res.error and child.alive:
                 out[n + REPLICA] = child
+            elif res.error and res.error.get("kind") == "budget":
+                unfinished.append(n)
+                child.terminate()
             else:
                 err = res.error or {"kind": "crash", "message": "it did not stay up to be timed"}
                 failed.append(f"{n} ({err['kind']}: {' '.join(str(err['message']).split())[:160]})")
@@ -221,6 +227,8 @@ class Replicas:
                 f"timed in two processes each ({len(out)} of {len(wanted)} variants; the second {REPLICA_TEXT[self.mode]}, "
                 "built while later cold phases ran): per shape a variant's figure is its faster process's median"
                 + (f"; no second process for {', '.join(failed)}" if failed else "")
+                + (f"; one process for {', '.join(unfinished)}: its second was not up when the search budget ran out"
+                   " (ended)" if unfinished else "")
             )
         return out
 
