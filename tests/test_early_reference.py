@@ -36,6 +36,24 @@ def _diagnose_example(tmp_path: Path) -> tuple:
     return outcome, feed
 
 
+def _diagnose_stopped_after_the_ladder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """diagnose on examples/gpt (backend eager, the graph-breaks rung and the search) made to raise
+    right after the ladder, as a harness failure stops it; asserts that it raised."""
+    from rewriter.diagnose import runner
+    from rewriter.errors import StackpartError
+
+    def stopped(run):  # noqa: ANN001, ANN202
+        raise StackpartError("harness.py:1: the harness failed")
+
+    monkeypatch.setattr(runner, "_after_ladder", stopped)
+    src = tmp_path / "src"
+    shutil.copytree(EXAMPLE / "src", src)
+    spec = load_plan(EXAMPLE / "plan.yaml").plan.harness
+    with pytest.raises(StackpartError):
+        runner.diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"graph_breaks", "search"},
+                        report_dir=tmp_path / "report")
+
+
 class _Fake:
     """A stand-in for runner.ServedChild: counts constructions and ``go`` lines."""
 
@@ -169,8 +187,7 @@ def test_a_reference_the_search_did_not_take_is_ended_and_its_folder_removed(tmp
 def test_a_diagnose_that_stops_after_the_early_start_ends_the_reference(tmp_path, monkeypatch):
     """The ladder stopped (a harness failure) after the reference started: diagnose raises, and
     the reference's child and folder are gone."""
-    from rewriter.diagnose import early_reference, runner
-    from rewriter.errors import StackpartError
+    from rewriter.diagnose import early_reference
 
     monkeypatch.setattr(early_reference, "why_not", lambda ctx: None)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
@@ -179,16 +196,7 @@ def test_a_diagnose_that_stops_after_the_early_start_ends_the_reference(tmp_path
     start = early_reference.start
     monkeypatch.setattr(early_reference, "start", lambda ctx, t: started.append(start(ctx, t)) or started[-1])
 
-    def stopped(run):  # noqa: ANN001, ANN202
-        raise StackpartError("harness.py:1: the harness failed")
-
-    monkeypatch.setattr(runner, "_after_ladder", stopped)
-    src = tmp_path / "src"
-    shutil.copytree(EXAMPLE / "src", src)
-    spec = load_plan(EXAMPLE / "plan.yaml").plan.harness
-    with pytest.raises(StackpartError):
-        runner.diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"graph_breaks", "search"},
-                        report_dir=tmp_path / "report")
+    _diagnose_stopped_after_the_ladder(tmp_path, monkeypatch)
     assert len(started) == 1 and not started[0].child.alive
     assert started[0].child.proc.poll() is not None  # reaped
     assert not list((tmp_path / "tmp").glob("stackpart-search-*"))
@@ -360,8 +368,7 @@ def test_the_reference_starts_after_the_last_quiet_rung_before_the_profile_reade
     """The early children start once the rungs that time or read the device's memory are done
     (batch scaling, the profiled run, memory) and before the rungs that only read the recorded
     profile: those run beside the children's build, which is on the search's critical path."""
-    from rewriter.diagnose import early_reference, runner
-    from rewriter.errors import StackpartError
+    from rewriter.diagnose import early_reference
 
     monkeypatch.setattr(early_reference, "why_not", lambda ctx: None)
     seen: list = []
@@ -371,17 +378,7 @@ def test_the_reference_starts_after_the_last_quiet_rung_before_the_profile_reade
         raise RuntimeError("not started in this test")
 
     monkeypatch.setattr(early_reference, "start", start)
-
-    def stopped(run):  # noqa: ANN001, ANN202
-        raise StackpartError("stopped after the ladder")
-
-    monkeypatch.setattr(runner, "_after_ladder", stopped)
-    src = tmp_path / "src"
-    shutil.copytree(EXAMPLE / "src", src)
-    spec = load_plan(EXAMPLE / "plan.yaml").plan.harness
-    with pytest.raises(StackpartError):
-        runner.diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"graph_breaks", "search"},
-                        report_dir=tmp_path / "report")
+    _diagnose_stopped_after_the_ladder(tmp_path, monkeypatch)
     assert seen == [["batch_scaling", "memory"]], seen
 
 

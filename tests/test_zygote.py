@@ -252,13 +252,7 @@ def test_a_server_that_cannot_start_leaves_the_child_to_popen_and_says_so_in_the
     monkeypatch.setattr(zygote.Zygote, "__init__", refuse)
     src, probe = _tree(tmp_path)
     with caplog.at_level(logging.DEBUG, logger="rewriter.engine.zygote"):
-        child = _child(tmp_path, src)
-        try:
-            assert isinstance(child.proc, subprocess.Popen)
-            assert child.wait_built(), child.wait_cold()
-            assert json.loads(probe.read_text())["pid"] == child.proc.pid
-        finally:
-            child.close()
+        _one_child(tmp_path, src, probe, subprocess.Popen)
         second = _child(tmp_path, src, "cold-again")  # refused once: not tried again for the same environment
         second.close()
     assert isinstance(second.proc, subprocess.Popen)
@@ -415,6 +409,14 @@ def test_a_refusal_for_threads_names_them():
     assert str(os.getpid()) not in said.split(", ")
 
 
+def _fake_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, text: str) -> None:
+    """``name`` importable by the servers started from here on (a module on their ``PYTHONPATH``)."""
+    lib = tmp_path / "lib"
+    lib.mkdir(exist_ok=True)
+    (lib / f"{name}.py").write_text(text)
+    monkeypatch.setenv("PYTHONPATH", f"{lib}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+
+
 #: A module after whose import a forked child finds itself in PyTorch's bad fork, as one does after
 #: an import that registered the fork poisoning (torch._inductor.compile_fx on an H200 host with
 #: torch 2.11: the CUDA runtime's device count).
@@ -443,25 +445,13 @@ assert any("libcuda.so.1" in line for line in open("/proc/self/maps"))
 def test_a_server_whose_import_loads_the_cuda_driver_is_replaced_by_one_importing_less(tmp_path, monkeypatch, caplog):
     import logging
 
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    (lib / "fakecuda.py").write_text(FAKE_CUDA)
-    monkeypatch.setenv("PYTHONPATH", f"{lib}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.delenv(zygote.SWITCH, raising=False)
-    monkeypatch.setattr(zygote, "_servers", type(zygote._servers)())
-    monkeypatch.setattr(zygote, "_refused", {})
+    _fake_module(tmp_path, monkeypatch, "fakecuda", FAKE_CUDA)
+    _fresh_servers(monkeypatch)
     monkeypatch.setattr(zygote, "PRELOAD", ("torch", "torch._dynamo", "fakecuda", "torch._inductor"))
     src, probe = _tree(tmp_path)
     try:
         with caplog.at_level(logging.DEBUG, logger="rewriter.engine.zygote"):
-            child = _child(tmp_path, src)
-            try:
-                assert isinstance(child.proc, zygote.Forked)
-                assert child.wait_built(), child.wait_cold()
-                assert json.loads(probe.read_text())["pid"] == child.proc.pid
-            finally:
-                child.close()
+            _one_child(tmp_path, src, probe, zygote.Forked)
             again = _child(tmp_path, src, "cold-again")  # straight to the server that serves
             again.close()
         assert isinstance(again.proc, zygote.Forked)
@@ -476,30 +466,16 @@ def test_a_server_whose_import_loads_the_cuda_driver_is_replaced_by_one_importin
 
 
 def test_where_importing_torch_itself_loads_the_cuda_driver_no_second_server_is_started(tmp_path, monkeypatch, caplog):
-    """The first module every server imports loads the driver (torch 2.11 on an H200 host maps
-    libcuda.so at ``import torch``): the server a transformers child asks for refuses, and neither
+    """The first module every server imports leaves a forked child unable to use CUDA: the server a
+    transformers child asks for refuses, and neither
     the plain server nor any later child's starts one again (each refusal cost a torch import on the
     caller's thread, before the child itself was started); the children start with Popen."""
     import logging
 
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    (lib / "fakecuda.py").write_text(FAKE_CUDA)
-    monkeypatch.setenv("PYTHONPATH", f"{lib}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.delenv(zygote.SWITCH, raising=False)
-    monkeypatch.setattr(zygote, "_servers", type(zygote._servers)())
-    monkeypatch.setattr(zygote, "_refused", {})
-    monkeypatch.setattr(zygote, "_first_import_refused", set())
+    _fake_module(tmp_path, monkeypatch, "fakecuda", FAKE_CUDA)
+    _fresh_servers(monkeypatch)
     monkeypatch.setattr(zygote, "PRELOAD", ("fakecuda", "torch"))
-    starts: list[tuple[str, ...]] = []
-    init = zygote.Zygote.__init__
-
-    def counted(self, env, modules=zygote.PRELOAD):  # noqa: ANN001, ANN202
-        starts.append(tuple(modules))
-        init(self, env, modules)
-
-    monkeypatch.setattr(zygote.Zygote, "__init__", counted)
+    starts = _count_starts(monkeypatch)
     pkg = str(Path(zygote.__file__).resolve().parents[2])
     env = dict(os.environ)
     try:
@@ -507,13 +483,32 @@ def test_where_importing_torch_itself_loads_the_cuda_driver_no_second_server_is_
             got = [zygote.launch(["job.json"], env, str(tmp_path), 1, (), pkg, libraries=libs)
                    for libs in (("transformers",), (), ("transformers",))]
         assert got == [None, None, None]
-        assert starts == [zygote.modules_for(("transformers",))], starts  # one server tried, then none
+        assert starts == [(zygote.modules_for(("transformers",)), True)], starts  # one server tried, then none
         assert not zygote._servers
     finally:
         zygote.close_all()
     # real children (their own environment: one refused server for it, then none) run, with Popen
     starts.clear()
     src, probe = _tree(tmp_path)
+    _two_children_start_with_popen(tmp_path, src)
+    assert len(starts) == 1, starts
+
+
+def _one_child(tmp_path: Path, src: Path, probe: Path, kind: type, name: str = "cold-eager") -> ServedChild:
+    """One child of ``src`` run through its cold phase: started as ``kind`` (``zygote.Forked`` or
+    ``subprocess.Popen``), the very process that built the model (its pid in ``probe``); closed."""
+    child = _child(tmp_path, src, name)
+    try:
+        assert isinstance(child.proc, kind)
+        assert child.wait_built(), child.wait_cold()
+        assert json.loads(probe.read_text())["pid"] == child.proc.pid
+    finally:
+        child.close()
+    return child
+
+
+def _two_children_start_with_popen(tmp_path: Path, src: Path) -> None:
+    """Two children of ``src`` run their cold phase, each started with Popen (no server serves)."""
     for name in ("cold-eager", "cold-again"):
         child = _child(tmp_path, src, name)
         try:
@@ -521,7 +516,6 @@ def test_where_importing_torch_itself_loads_the_cuda_driver_no_second_server_is_
             assert child.wait_built(), child.wait_cold()
         finally:
             child.close()
-    assert len(starts) == 1, starts
 
 
 def _count_starts(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[str, ...], bool]]:
@@ -563,13 +557,7 @@ def test_a_server_started_ahead_serves_the_first_child_of_its_environment(tmp_pa
         assert time.perf_counter() - t0 < 2.0  # torch is imported by the server, not waited for here
         assert prestart_server("cpu", [src]) is False  # starting already: not a second one
         [ahead] = zygote._starting.values()
-        child = _child(tmp_path, src)
-        try:
-            assert isinstance(child.proc, zygote.Forked)
-            assert child.wait_built(), child.wait_cold()
-            assert json.loads(probe.read_text())["pid"] == child.proc.pid
-        finally:
-            child.close()
+        _one_child(tmp_path, src, probe, zygote.Forked)
         assert starts == [(zygote.PRELOAD, False)], starts
         assert list(zygote._servers.values()) == [ahead] and not zygote._starting
     finally:
@@ -582,10 +570,7 @@ def test_a_refusal_of_a_server_started_ahead_is_read_before_the_first_child(tmp_
     Popen at once, no server started again."""
     from rewriter.engine.runner import prestart_server
 
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    (lib / "fakecuda.py").write_text(FAKE_CUDA)
-    monkeypatch.setenv("PYTHONPATH", f"{lib}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    _fake_module(tmp_path, monkeypatch, "fakecuda", FAKE_CUDA)
     _fresh_servers(monkeypatch)
     monkeypatch.setattr(zygote, "PRELOAD", ("fakecuda", "torch"))
     starts = _count_starts(monkeypatch)
@@ -595,13 +580,7 @@ def test_a_refusal_of_a_server_started_ahead_is_read_before_the_first_child(tmp_
         zygote.await_started()
         assert not zygote._starting and not zygote._servers
         assert list(zygote._refused.values()) == ["fakecuda"]
-        for name in ("cold-eager", "cold-again"):
-            child = _child(tmp_path, src, name)
-            try:
-                assert not isinstance(child.proc, zygote.Forked)
-                assert child.wait_built(), child.wait_cold()
-            finally:
-                child.close()
+        _two_children_start_with_popen(tmp_path, src)
         assert starts == [(("fakecuda", "torch"), False)], starts
     finally:
         zygote.close_all()
@@ -620,10 +599,7 @@ def test_a_server_started_ahead_and_never_used_is_closed_with_the_others(monkeyp
 def test_a_driver_loaded_but_not_initialised_does_not_stop_the_server(tmp_path, monkeypatch):
     """torch 2.11 maps libcuda.so at ``import torch`` and initialises nothing: a child forked then
     uses CUDA (benchmarks/zygote_serves.py --fork-probe on the H200), so the server serves."""
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    (lib / "fakedriver.py").write_text(FAKE_DRIVER_LOADED)
-    monkeypatch.setenv("PYTHONPATH", f"{lib}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    _fake_module(tmp_path, monkeypatch, "fakedriver", FAKE_DRIVER_LOADED)
     _fresh_servers(monkeypatch)
     monkeypatch.setattr(zygote, "PRELOAD", ("torch", "fakedriver", "torch._dynamo"))
     src, probe = _tree(tmp_path)
@@ -656,10 +632,7 @@ def test_a_server_started_ahead_that_refuses_after_an_import_is_replaced_ahead(t
     child is forked from that one: no server start waits on the child's path."""
     from rewriter.engine.runner import prestart_server
 
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    (lib / "fakecuda.py").write_text(FAKE_CUDA)
-    monkeypatch.setenv("PYTHONPATH", f"{lib}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    _fake_module(tmp_path, monkeypatch, "fakecuda", FAKE_CUDA)
     _fresh_servers(monkeypatch)
     monkeypatch.setattr(zygote, "PRELOAD", ("torch", "torch._dynamo", "fakecuda", "torch._inductor"))
     starts = _count_starts(monkeypatch)
@@ -683,10 +656,7 @@ def test_a_server_started_ahead_that_refuses_after_an_import_is_replaced_ahead(t
 def test_the_summary_says_how_children_start(tmp_path, monkeypatch):
     """diagnose's log line for the early start says whether its children were forked, or why each
     server tried refused, with the seconds it waited."""
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    (lib / "fakecuda.py").write_text(FAKE_CUDA)
-    monkeypatch.setenv("PYTHONPATH", f"{lib}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    _fake_module(tmp_path, monkeypatch, "fakecuda", FAKE_CUDA)
     _fresh_servers(monkeypatch)
     monkeypatch.setattr(zygote, "_said", {})
     monkeypatch.setattr(zygote, "PRELOAD", ("torch", "fakecuda", "torch._dynamo"))
