@@ -93,3 +93,27 @@ def test_smoke_shapes_are_distinct():
     assert z.shapes_of("vit", True) == [{"batch": 2, "image": 32}]
     assert z.shapes_of("whisper", True) == [{"batch": 2, "dec": 8}, {"batch": 2, "dec": 6}]
     assert z.shapes_of("llama", True) == [{"batch": 2, "seq": 8}, {"batch": 2, "seq": 6}]
+
+
+def test_the_zoo_says_where_diagnoses_seconds_went(tmp_path):
+    """zoo.json's ``where_the_seconds_went``: diagnose's own seconds (its process's interpreter
+    and imports are the rest of ``ladder_search_s``), each rung's, the search's clock and the
+    reference's child phases, from report.json; empty without one, and the diagnose-only row of
+    the markdown table says the seconds and the plan's actions."""
+    from zoo_cpu import zoo
+
+    z = zoo()
+    report = {"seconds": 180.54, "rungs": [
+        {"name": "memory", "seconds": 3.1},
+        {"name": "search", "seconds": 106.7, "measurement": {
+            "clock": {"timing_s": 14.0}, "notes": ["cold phases ran 2 at a time: ...", "other"],
+            "candidates": [{"candidate": "as-is", "phases_s": {"import_torch": 0.0, "build": 3.88}}]}}]}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    got = z.seconds_breakdown(tmp_path / "report.json")
+    assert got == {"diagnose_s": 180.54, "rungs_s": {"memory": 3.1, "search": 106.7}, "search_clock_s": {"timing_s": 14.0},
+                   "as_is_phases_s": {"import_torch": 0.0, "build": 3.88}, "notes": ["cold phases ran 2 at a time: ..."]}
+    assert z.seconds_breakdown(tmp_path / "missing.json") == {}
+    row = {"variant": "diagnose", "diagnose_exit": 0, "apply_exit": 0, "ladder_search_s": 187.5,
+           "actions": [{"action": "compile", "target": "m:T5", "strategy": "whole"}]}
+    table = z.markdown({"t5": {"variants": {"diagnose": row}, "verdicts": z.verdicts({"diagnose": row})}})
+    assert "| t5 | diagnose | | | | | | exit 0, apply exit 0, actions: compile m:T5 whole, ladder+search 188 s |" in table
