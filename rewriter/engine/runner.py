@@ -129,6 +129,8 @@ def prestart_server(device: str, trees: list[str | Path]) -> bool:
     from . import zygote
     from .preload import libraries_for
 
+    if not zygote.enabled():
+        return False
     caches = Path(tempfile.mkdtemp(prefix="stackpart-zygote-"))
     atexit.register(shutil.rmtree, caches, ignore_errors=True)
     return zygote.prestart(served_env(caches, "", device), "", libraries_for(trees))

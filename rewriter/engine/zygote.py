@@ -371,14 +371,27 @@ def launch(argv: list[str], env: Mapping[str, str], cwd: str, stdout: int, pass_
                     _servers.pop(key, None)
                     server.close()
                     return None
-            cuda_after = _refused.get(key)
-            if cuda_after == PRELOAD[0]:  # every server imports it first: none of this environment would serve
-                _first_import_refused.add(items)
-                return None
-            if cuda_after not in modules[1:]:
+            shorter = _shorter(key, modules)
+            if shorter is None:
+                if items in _first_import_refused:
+                    return None
                 break
-            modules = modules[: modules.index(cuda_after)]
+            modules = shorter
     return None
+
+
+def _shorter(key: tuple[tuple[str, str], ...], modules: tuple[str, ...]) -> tuple[str, ...] | None:
+    """After ``key``'s server (importing ``modules``) refused: the modules of the server to try
+    instead, those before the import that left a forked child unable to use CUDA; None where
+    there is none (refused for another reason, or for the first import, which every server of this
+    environment makes: the environment is then kept in :data:`_first_import_refused`)."""
+    cuda_after = _refused.get(key)
+    if cuda_after == PRELOAD[0]:
+        _first_import_refused.add(key[2:])
+        return None
+    if cuda_after not in modules[1:]:
+        return None
+    return modules[: modules.index(cuda_after)]
 
 
 def prestart(env: Mapping[str, str], package_path: str, libraries: tuple[str, ...] = ()) -> bool:
@@ -432,13 +445,7 @@ def await_started() -> None:
     for key in list(_starting):
         env = _starting[key].env
         modules = tuple(key[1][1].split(","))  # key: (interpreter, modules, *environment)
-        if _server(key, {}, "", modules) is not None:
-            continue
-        cuda_after = _refused.get(key)
-        if cuda_after == PRELOAD[0]:
-            _first_import_refused.add(key[2:])
-        elif cuda_after in modules[1:]:
-            shorter = modules[: modules.index(cuda_after)]
+        if _server(key, {}, "", modules) is None and (shorter := _shorter(key, modules)) is not None:
             _start_ahead((key[0], ("", ",".join(shorter)), *key[2:]), env, shorter)
 
 
@@ -457,6 +464,10 @@ def _server(key: tuple[tuple[str, str], ...], env: Mapping[str, str], package_pa
             return None
         t0 = time.perf_counter()
         unlike = "" if ahead is not None else _unlike_ahead(key[2:])
+
+        def waited() -> str:
+            return f"({'started ahead, ' if ahead is not None else ''}{time.perf_counter() - t0:.1f} s waited{unlike})"
+
         try:
             if ahead is not None:
                 ahead.await_hello()
@@ -465,7 +476,7 @@ def _server(key: tuple[tuple[str, str], ...], env: Mapping[str, str], package_pa
                 server = Zygote(_without_path(env, package_path), modules)
         except OSError as exc:
             _refused[key] = cuda_after = getattr(exc, "cuda_after", None)
-            _said[key] = f"{exc} ({'started ahead, ' if ahead is not None else ''}{time.perf_counter() - t0:.1f} s waited{unlike})"
+            _said[key] = f"{exc} {waited()}"
             if cuda_after in modules[1:]:
                 log.debug("no zygote importing up to %s (%s); one importing up to %s is tried", modules[-1], exc,
                           modules[modules.index(cuda_after) - 1])
@@ -477,8 +488,7 @@ def _server(key: tuple[tuple[str, str], ...], env: Mapping[str, str], package_pa
         log.debug("zygote %d ready %s %.1f s (imported up to %s)", server.proc.pid,
                   "(started ahead) after a wait of" if ahead is not None else "in", time.perf_counter() - t0, modules[-1])
         _servers[key] = server
-        _said[key] = (f"forked from a server importing up to {modules[-1]} ({'started ahead, ' if ahead is not None else ''}"
-                      f"{time.perf_counter() - t0:.1f} s waited{unlike})")
+        _said[key] = f"forked from a server importing up to {modules[-1]} {waited()}"
         for old in [k for k, z in _servers.items() if k != key and z.idle()][: max(0, len(_servers) - MAX_SERVERS)]:
             _servers.pop(old).close()
     _servers.move_to_end(key)
@@ -525,28 +535,24 @@ def _thread_names(tids: list[str]) -> str:
     for tid in tids:
         if int(tid) == os.getpid():
             continue
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                comm = f.read().strip()
-        except OSError:
-            comm = "?"
+        comm = _comm(tid)
         out.append(f"{comm} (Python thread {py[int(tid)]!r})" if int(tid) in py else comm)
     return ", ".join(out)
+
+
+def _comm(tid: str) -> str:
+    """Thread ``tid``'s name as ``ps -L`` shows it (``/proc/self/task/TID/comm``; ``?`` where it is gone)."""
+    try:
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
 
 
 def _cuda_driver_threads() -> list[str]:
     """The names of this process's threads that the CUDA driver starts when it is initialised
     (``cuda00001c00008``: ``/proc/self/task/*/comm``)."""
-    names = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                comm = f.read().strip()
-        except OSError:
-            continue
-        if comm.startswith("cuda"):
-            names.append(comm)
-    return names
+    return [comm for comm in map(_comm, os.listdir("/proc/self/task")) if comm.startswith("cuda")]
 
 
 def _fork_cannot_use_cuda(timeout_s: float = 10.0) -> str | None:
