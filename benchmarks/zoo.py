@@ -366,16 +366,20 @@ def run_cli(argv: list[str], env: dict, cwd: Path, timeout: float) -> tuple[int,
 
 
 def run_plan(work: Path, name: str, device: str, shapes: list[dict], smoke: bool, timeout: float,
-             knobs: tuple[str, ...] = (), cli: Callable[[list[str], dict, Path, float], tuple[int, str]] = run_cli) -> dict:
+             knobs: tuple[str, ...] = (), cli: Callable[[list[str], dict, Path, float], tuple[int, str]] = run_cli,
+             report: Path | None = None) -> dict:
     """``stackpart diagnose`` then ``rewrite --apply`` on a copy of the family's SRC (``work/src``
     copied to ``work/plan_src``); the plan's actions, the exit codes and the seconds. ``knobs``: more
     ``diagnose`` options (tests/zoo_cpu.py passes ``--steps 1 --budget 60 --no-overlap``). ``cli``:
-    how a command runs, :func:`run_cli`'s signature (tests/zoo_cpu.py runs them in its own process)."""
+    how a command runs, :func:`run_cli`'s signature (tests/zoo_cpu.py runs them in its own process).
+    ``report``: diagnose's report folder (default ``work/report``); ``--keep-reports`` puts it under
+    OUT, so a call stopped at its time limit still brings back the streamed diagnose.log."""
     src = work / "plan_src"
+    report = report or work / "report"
     shutil.copytree(work / "src", src)
     shape_args = [a for s in shapes for a in ("--shape", ",".join(f"{k}={v}" for k, v in s.items()))]
     argv = ["diagnose", "--harness", "harness.py", str(src), "-o", str(work / "plan.yaml"),
-            "--report-dir", str(work / "report"), "--dtype", "bfloat16" if device == "cuda" else "float32",
+            "--report-dir", str(report), "--dtype", "bfloat16" if device == "cuda" else "float32",
             "--device", device, *shape_args, *knobs]
     cache = Path(tempfile.mkdtemp(prefix="zoo-cache-"))
     t = time.perf_counter()
@@ -383,7 +387,7 @@ def run_plan(work: Path, name: str, device: str, shapes: list[dict], smoke: bool
     out["diagnose_exit"], tail = cli(argv, _env(cache), work, timeout)
     out["diagnose_tail"] = tail[-3000:]
     out["ladder_search_s"] = time.perf_counter() - t
-    out["where_the_seconds_went"] = seconds_breakdown(work / "report" / "report.json")
+    out["where_the_seconds_went"] = seconds_breakdown(report / "report.json")
     shutil.rmtree(cache, ignore_errors=True)
     plan = work / "plan.yaml"
     if out["diagnose_exit"] == 0 and plan.exists():
@@ -474,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per variant process and per diagnose")
     ap.add_argument("--deadline", type=float, default=560.0, help="no family starts after this many seconds")
     ap.add_argument("--keep-reports", action="store_true",
-                    help="copy each family's diagnose report (report.md, search.log, plan.yaml) under OUT/reports/")
+                    help="write each family's diagnose report (report.md, diagnose.log, search.log, plan.yaml) under OUT/reports/")
     args = ap.parse_args(argv)
     import torch
     device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
@@ -489,15 +493,16 @@ def main(argv: list[str] | None = None) -> int:
         (work / "src").mkdir()
         (work / "src" / "harness.py").write_text(harness_text(name, args.smoke))
         shapes = shapes_of(name, args.smoke)
+        report = OUT / "reports" / name if args.keep_reports else None
         r: dict = {"shapes": shapes, "device": device, "variants": {}}
         for variant in args.variants.split(","):
             if variant == "diagnose":  # the plan's diagnose and apply only: its seconds, not its speed
-                r["plan"] = run_plan(work, name, device, shapes, args.smoke, args.timeout)
+                r["plan"] = run_plan(work, name, device, shapes, args.smoke, args.timeout, report=report)
                 r["variants"]["diagnose"] = {"variant": "diagnose", "diagnose_exit": r["plan"].get("diagnose_exit"),
                                              "apply_exit": r["plan"].get("apply_exit"), "actions": r["plan"].get("actions"),
                                              "ladder_search_s": round(r["plan"]["ladder_search_s"], 1)}
             elif variant == "plan":
-                r["plan"] = run_plan(work, name, device, shapes, args.smoke, args.timeout)
+                r["plan"] = run_plan(work, name, device, shapes, args.smoke, args.timeout, report=report)
                 if r["plan"].get("apply_exit") in (0, None) and r["plan"].get("diagnose_exit") == 0:
                     r["variants"]["plan"] = run_variant(work / "plan_src", "plan", device, shapes, args.steps, args.timeout)
                     r["variants"]["plan"]["actions"] = r["plan"].get("actions")
@@ -514,11 +519,10 @@ def main(argv: list[str] | None = None) -> int:
                                                       "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                                                       "results": results}, indent=1))
             (OUT / "zoo.md").write_text(markdown(results))
-        if args.keep_reports and (work / "report").is_dir():
-            shutil.copytree(work / "report", OUT / "reports" / name, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("trace.json"))
+        if report is not None and report.is_dir():
+            (report / "trace.json").unlink(missing_ok=True)  # the profiler's trace: large, in report.json's figures
             if (work / "plan.yaml").exists():
-                shutil.copy(work / "plan.yaml", OUT / "reports" / name / "plan.yaml")
+                shutil.copy(work / "plan.yaml", report / "plan.yaml")
         shutil.rmtree(work, ignore_errors=True)
     print(markdown(results))
     return 0

@@ -50,20 +50,46 @@ class Feed:
     instead of the terminal, where the command runs as a program (stderr is file descriptor 2):
     file descriptor 2 is pointed at the log and ``console`` writes to a duplicate of the old one.
     Under a caller that replaced ``sys.stderr`` (pytest's capture) nothing is redirected.
-    ``log`` is written on exit; its folder must exist by then (else the captured text is printed,
-    not lost).
+    ``log`` set inside ``with`` where its folder exists gets what was kept so far and then every
+    line as it comes, so a run killed by SIGKILL (a CI or device time limit, the OOM killer)
+    leaves its log up to the kill; set where its folder does not exist yet, it is written on
+    exit if the folder exists by then (else the captured text is printed, not lost).
     """
 
     def __init__(self, console: Console, verbose: bool = False) -> None:
         self.console = console
         self.verbose = verbose
         self.events: list[str] = []
-        self.log: Any = None
+        self._log: Any = None
+        self._streaming = False
         self._saved_fd: int | None = None
         self._saved_file: Any = None
         self._capture: Any = None
         self._progress: Any = None
         self._task: Any = None
+
+    @property
+    def log(self) -> Any:
+        """The log's path (diagnose.log), or None."""
+        return self._log
+
+    @log.setter
+    def log(self, path: Any) -> None:
+        import os
+
+        self._log = path
+        if self._capture is None or self._streaming or path is None:
+            return
+        if not os.path.isdir(os.path.dirname(os.fspath(path)) or "."):
+            return  # written on exit, if its folder exists by then
+        f = open(path, "wb")
+        self._capture.seek(0)
+        f.write(self._capture.read())
+        f.flush()
+        if self._saved_fd is not None:  # third-party writes to fd 2 go to the file from now on
+            os.dup2(f.fileno(), 2)
+        self._capture.close()
+        self._capture, self._streaming = f, True
 
     # -- lines ------------------------------------------------------------------------------
     def event(self, text: str) -> None:
@@ -156,6 +182,10 @@ class Feed:
             self.console.file = None  # back to sys.stderr
             self._saved_file.close()
         capture, self._capture = self._capture, None
+        if self._streaming:  # the log holds every line already
+            capture.close()
+            self._streaming = False
+            return
         capture.seek(0)
         text = capture.read()
         capture.close()

@@ -133,6 +133,31 @@ print("after", file=sys.stderr)
     assert "diagnose: rung profile: ok in 0.1 s" in kept
 
 
+def test_a_killed_run_leaves_its_log_up_to_the_kill(tmp_path):
+    """diagnose.log streams once its folder exists: a SIGKILL (a device or CI time limit, the OOM
+    killer) leaves the lines kept before the log was set and every line after it."""
+    log = tmp_path / "d.log"
+    script = f"""
+import os, signal, sys
+from rewriter.terminal import Feed, stderr
+with Feed(stderr()) as feed:
+    feed.event("diagnose: setup: before the log's folder was known")
+    feed.log = {str(log)!r}
+    os.write(2, b"USDT: profiler_start\\n")
+    print("library chatter", file=sys.stderr, flush=True)
+    feed.event("search: whole: cold phase started")
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == -9, done.stderr
+    kept = log.read_text().splitlines()
+    assert [ln.split(" ", 1)[1] for ln in kept if "diagnose:" in ln or "search:" in ln] == [
+        "diagnose: setup: before the log's folder was known", "search: whole: cold phase started"]
+    assert "USDT: profiler_start" in kept and "library chatter" in kept
+    assert done.stderr == ""  # third-party stderr went to the log, not the terminal
+
+
 def test_help_lists_common_options_first_in_sections(capsys):
     assert main(["diagnose", "--help"]) == 0
     out = capsys.readouterr().out
