@@ -319,3 +319,60 @@ def test_the_contended_window_is_left_out_when_the_anchor_ran_past_the_deadline(
     assert run.m.notes == ["not timed with a contended host core: the cold phases ended 12 s after the search budget's "
                            "deadline (the whole-model anchor's is waited for); the quiet windows alone were timed"]
     assert _Run.timing_options(SimpleNamespace(opts=run.opts, deadline=None, m=Measurement()), 1e9) is run.opts
+
+
+def _piped_child(tmp_path, name: str):
+    """A ServedChild on a pipe this test writes its replies into (no process)."""
+    import os
+
+    from rewriter.engine import runner
+
+    child = object.__new__(runner.ServedChild)
+    r, w = os.pipe()
+    child.name, child.timeout_s, child._rep, child._buf, child._early = name, 30.0, r, b"", runner._NOTHING
+    child.go_at = child.started = real_time.perf_counter()
+    child.job, child.stderr_path, child.alive = {"out": str(tmp_path / f"{name}.json")}, tmp_path / f"{name}.err", True
+    child.stderr_path.write_text("")
+    return child, w
+
+
+def test_a_cold_phase_has_ended_once_the_child_says_ready_and_the_reply_is_kept_for_wait_cold(tmp_path):
+    import json
+    import os
+
+    child, w = _piped_child(tmp_path, "whole")
+    assert child.cold_ended() is False
+    os.write(w, b'{"built": true}\n{"weights_saved": true}\n')  # replies wait_cold skips too
+    assert child.cold_ended() is False
+    (tmp_path / "whole.json").write_text(json.dumps({"shapes": [], "info": {}}))
+    os.write(w, b'{"ready": true}\n')
+    assert child.cold_ended() is True and child.cold_ended() is True
+    res = child.wait_cold()
+    assert res.code == 0 and res.payload == {"shapes": [], "info": {}}, res
+    os.close(w)
+
+
+def test_a_slot_frees_when_any_cold_phase_ends_not_only_the_oldest(tmp_path):
+    """The anchor (whole) compiles on while per-block has ended: per-block is recorded first and
+    its seconds are in the budget's estimates, the anchor stays running (``settle(1)``). Past the
+    deadline with none ended, the first cold phase the budget bounds is taken, never the anchor."""
+    import os
+
+    from rewriter.engine.measure import Measurement, _Run
+
+    variants = [Variant("whole", tmp_path, compiles=True, cost_key="W", anchor=True),
+                Variant("per-block", tmp_path, compiles=True, cost_key="B"),
+                Variant("per-block+mark", tmp_path, compiles=True, cost_key="B")]
+    run = _Run(Measurement(), None, variants, Options(), tmp_path, real_time.perf_counter() + 60.0, None)
+    (whole, w_whole), (block, w_block), (mark, w_mark) = (_piped_child(tmp_path, v.name) for v in variants)
+    run.running = [("whole", whole, whole.go_at), ("per-block", block, block.go_at), ("per-block+mark", mark, mark.go_at)]
+    import threading
+
+    threading.Timer(0.3, os.write, (w_block, b'{"ready": true}\n')).start()  # ends while the anchor compiles
+    t = real_time.perf_counter()
+    assert run._next_to_record() == 1 and real_time.perf_counter() - t < 10.0
+    run.running.pop(1)
+    run.deadline = real_time.perf_counter() - 1.0  # spent, nothing ended: the bounded one, not the anchor
+    assert run._next_to_record() == 1
+    for w in (w_whole, w_block, w_mark):
+        os.close(w)

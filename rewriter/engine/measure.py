@@ -309,25 +309,58 @@ class _Run:
         return True
 
     def settle(self, keep: int) -> bool:
-        """Record the oldest running cold phases until at most ``keep`` run (the reference first
-        when it overlapped); False when the measurement cannot go on. A cold phase other than the
-        anchor's is waited for until the deadline at most (:data:`.budget.RAN_OUT`)."""
+        """Record running cold phases until at most ``keep`` run (the reference first when it
+        overlapped), each as it ends (:meth:`_next_to_record`); False when the measurement cannot
+        go on. A cold phase other than the anchor's is waited for until the deadline at most
+        (:data:`.budget.RAN_OUT`)."""
         while len(self.running) > keep:
             if not self._settle_reference():
                 return False
-            oldest, child, went = self.running.pop(0)
-            bounded = self.deadline is not None and not self.by_name[oldest].anchor
-            ok = self.record(oldest, child, until=self.deadline if bounded else None)
+            name, child, went = self.running.pop(self._next_to_record())
+            bounded = self.deadline is not None and not self.by_name[name].anchor
+            ok = self.record(name, child, until=self.deadline if bounded else None)
             # a cold phase that raised or crashed says nothing of how long a compile takes; one
             # killed at the timeout or the deadline does (at least that long)
-            row = self.m.results[oldest]
+            row = self.m.results[name]
             if not row.get("error") or row.get("error_kind") == "timeout":
-                self.cold_s[oldest] = self._cold_seconds(oldest, went)
+                self.cold_s[name] = self._cold_seconds(name, went)
             if not ok:
                 return False
         if keep == 0:  # no compiled variant was left to overlap it with
             return self._settle_reference()
         return True
+
+    def _next_to_record(self) -> int:
+        """The index in :attr:`running` of the cold phase to record next: the first that has ended,
+        so a slot frees when any cold phase ends, not only the oldest (docs/decisions.md, "The
+        search's budget and its cold phases": an anchor compiling for minutes held every later
+        candidate behind it, and the budget's estimates went without the kin that had ended
+        beside it). None ended yet: it waits for the first to end, on the children's reply
+        pipes; past the deadline it takes the first cold phase the budget bounds (:meth:`record`
+        ends it there). Children without :meth:`.runner.ServedChild.cold_ended` (stand-ins) and
+        a single running cold phase are taken oldest first; so is the oldest once a child's
+        timeout has passed with none ended (its own wait then times it out)."""
+        import select
+
+        children = [child for _, child, _ in self.running]
+        if len(children) == 1 or not all(hasattr(c, "cold_ended") for c in children):
+            return 0
+        bounded = [i for i, (name, _, _) in enumerate(self.running) if not self.by_name[name].anchor]
+        waited_from = time.perf_counter()
+        patience = min(getattr(c, "timeout_s", 0.0) for c in children)
+        while True:
+            for i, child in enumerate(children):
+                if child.cold_ended():
+                    return i
+            now = time.perf_counter()
+            if self.deadline is not None and bounded and now >= self.deadline:
+                return bounded[0]
+            if now - waited_from >= patience:
+                return 0
+            wait = patience - (now - waited_from)
+            if self.deadline is not None and bounded:
+                wait = min(wait, self.deadline - now)
+            select.select(children, [], [], max(0.0, min(wait, 5.0)))
 
     def _cold_seconds(self, name: str, went: float) -> float:
         """Seconds from ``name``'s ``go`` (``went``) to the end of its cold phase, for the budget's

@@ -274,6 +274,31 @@ class ServedChild:
         except (BrokenPipeError, OSError):
             pass
 
+    def fileno(self) -> int:
+        """The reply pipe's descriptor (``select`` waits on several children at once,
+        :meth:`rewriter.engine.measure._Run.settle`); -1 once closed."""
+        return self._rep if self._rep is not None else -1
+
+    def cold_ended(self) -> bool:
+        """Whether the cold phase has ended (the child replied ``ready`` or an error, or exited),
+        without waiting: a reply read here is kept for :meth:`wait_cold`, which returns it."""
+        if self._early is not _NOTHING or self._rep is None:
+            return True
+        while True:
+            while b"\n" in self._buf:
+                line, rest = self._buf.split(b"\n", 1)
+                reply = json.loads(line)
+                if not (reply.get("weights_saved") or reply.get("built")):
+                    return True  # left in the buffer: wait_cold reads it first
+                self._buf = rest  # what wait_cold skips too
+            ready, _, _ = select.select([self._rep], [], [], 0)
+            if not ready:
+                return False
+            chunk = os.read(self._rep, 65536)
+            if not chunk:
+                return True  # exited: wait_cold reads the end of the pipe again and reaps it
+            self._buf += chunk
+
     def wait_cold(self, until: float | None = None) -> ChildResult:
         """Wait for the cold phase: the child says ``ready`` (serving) or exits (done or failed).
         ``wall_s`` counts from :meth:`go` (or from spawn when it never got that far).
