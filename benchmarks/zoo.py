@@ -417,8 +417,23 @@ def seconds_breakdown(report_json: Path) -> dict:
             "notes": [n for n in measured.get("notes", []) if "started" in n or "cold phases ran" in n]}
 
 
-def verdicts(variants: dict[str, dict]) -> dict:
-    """The issue's targets over one family's measured variants (module docstring)."""
+#: The wall-time bar on ladder + search (the whole ``stackpart diagnose`` process), seconds (issue 30).
+LADDER_SEARCH_BAR_S = 180.0
+
+
+def verdicts(variants: dict[str, dict], plan: dict | None = None) -> dict:
+    """The issue's targets over one family's measured variants (module docstring); with the
+    plan's diagnose record (:func:`run_plan`) also its ladder + search seconds against
+    :data:`LADDER_SEARCH_BAR_S` (a diagnose that did not exit 0 has not met it)."""
+    if plan and plan.get("ladder_search_s") is not None:
+        bar = {"ladder_search_s": round(plan["ladder_search_s"], 1),
+               "ladder_search_within_3_min": plan.get("diagnose_exit") == 0 and plan["ladder_search_s"] <= LADDER_SEARCH_BAR_S}
+        return {**_speed_verdicts(variants), **bar}
+    return _speed_verdicts(variants)
+
+
+def _speed_verdicts(variants: dict[str, dict]) -> dict:
+    """The speed bars: the plan against the fastest variant passing numerics without a fallback, and eager."""
     def ok(v):
         return ("error" not in v and not v.get("fallbacks") and v.get("shapes")
                 and v["shapes"][0].get("numerics_ok", False))
@@ -512,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 r["variants"][variant] = run_variant(work / "src", variant, device, shapes, args.steps, args.timeout)
             print(f"{name} {variant}: {json.dumps({k: v for k, v in r['variants'][variant].items() if k != 'traceback'})[:400]}", flush=True)
-            r["verdicts"] = verdicts(r["variants"])
+            r["verdicts"] = verdicts(r["variants"], r.get("plan"))
             results[name] = r
             # rewritten after every variant: a call stopped at its wall limit keeps what finished
             (OUT / "zoo.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,

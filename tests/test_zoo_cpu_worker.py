@@ -117,3 +117,8 @@ def test_the_zoo_says_where_diagnoses_seconds_went(tmp_path):
            "actions": [{"action": "compile", "target": "m:T5", "strategy": "whole"}]}
     table = z.markdown({"t5": {"variants": {"diagnose": row}, "verdicts": z.verdicts({"diagnose": row})}})
     assert "| t5 | diagnose | | | | | | exit 0, apply exit 0, actions: compile m:T5 whole, ladder+search 188 s |" in table
+    # the 3-minute bar in the verdicts: missed at 187.5 s, met at 150 s, and not met by a diagnose killed at its timeout
+    plan = {"diagnose_exit": 0, "ladder_search_s": 187.5}
+    assert z.verdicts({"diagnose": row}, plan)["ladder_search_within_3_min"] is False
+    assert z.verdicts({"diagnose": row}, {**plan, "ladder_search_s": 150.0})["ladder_search_within_3_min"] is True
+    assert z.verdicts({"diagnose": row}, {"diagnose_exit": 124, "ladder_search_s": 150.0})["ladder_search_within_3_min"] is False
