@@ -333,9 +333,9 @@ class _Run:
     def _next_to_record(self) -> int:
         """The index in :attr:`running` of the cold phase to record next: the first that has ended,
         so a slot frees when any cold phase ends, not only the oldest (docs/decisions.md, "The
-        search's budget and its cold phases": an anchor compiling for minutes held every later
-        candidate behind it, and the budget's estimates went without the kin that had ended
-        beside it). None ended yet: it waits for the first to end, on the children's reply
+        search's budget and its cold phases": an anchor compiling for minutes would otherwise hold
+        every later candidate behind it, and the budget's estimates would go without the kin that
+        ended beside it). None ended yet: it waits for the first to end, on the children's reply
         pipes; past the deadline it takes the first cold phase the budget bounds (:meth:`record`
         ends it there). Children without :meth:`.runner.ServedChild.cold_ended` (stand-ins) and
         a single running cold phase are taken oldest first; so is the oldest once a child's
