@@ -51,7 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = Path(os.environ.get("OUT", "out"))
+OUT = Path(os.environ.get("OUT", "out")).resolve()  # absolute: diagnose runs in the family's work folder
 CLI = "import sys; from rewriter.cli import main; sys.exit(main(sys.argv[1:]))"
 
 _LM = '''
@@ -509,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         (work / "src" / "harness.py").write_text(harness_text(name, args.smoke))
         shapes = shapes_of(name, args.smoke)
         report = OUT / "reports" / name if args.keep_reports else None
+        if report is not None:  # a diagnose killed before its report.json must not leave an earlier run's read as its own
+            shutil.rmtree(report, ignore_errors=True)
         r: dict = {"shapes": shapes, "device": device, "variants": {}}
         for variant in args.variants.split(","):
             if variant == "diagnose":  # the plan's diagnose and apply only: its seconds, not its speed

@@ -75,14 +75,26 @@ class Feed:
 
     @log.setter
     def log(self, path: Any) -> None:
+        """Set the log's path. Inside ``with`` with its folder there, what was kept so far is
+        copied into it and every later line streams into it; a process started before this
+        keeps its stderr on the discarded capture (diagnose sets the log before it starts any).
+
+        Raises:
+            ValueError: the log is streaming to another path already (it is set once).
+        """
         import os
 
-        self._log = path
-        if self._capture is None or self._streaming or path is None:
+        if self._streaming:
+            if path != self._log:
+                raise ValueError(f"the log streams to {self._log} already; it is set once")
             return
-        if not os.path.isdir(os.path.dirname(os.fspath(path)) or "."):
+        self._log = path
+        if self._capture is None or path is None or not os.path.isdir(os.path.dirname(os.fspath(path)) or "."):
             return  # written on exit, if its folder exists by then
-        f = open(path, "wb")
+        try:
+            f = open(path, "wb")
+        except OSError:
+            return  # written on exit where it can be, else shown
         self._capture.seek(0)
         f.write(self._capture.read())
         f.flush()
@@ -190,9 +202,13 @@ class Feed:
         text = capture.read()
         capture.close()
         if self.log is not None and os.path.isdir(os.path.dirname(os.fspath(self.log)) or "."):
-            with open(self.log, "wb") as f:
-                f.write(text)
-        elif text.strip() and self._saved_file is not None:  # nowhere to keep it: show it rather than lose it
+            try:
+                with open(self.log, "wb") as f:
+                    f.write(text)
+                return
+            except OSError:
+                pass
+        if text.strip() and self._saved_file is not None:  # nowhere to keep it: show it rather than lose it
             sys.stderr.write(text.decode(errors="replace"))
 
 

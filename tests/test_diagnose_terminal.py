@@ -180,3 +180,25 @@ def test_shared_timing_options_are_declared_once():
         assert d.opts == v.opts and d.default == v.default and type(d.type) is type(v.type)
     src = (ROOT / "rewriter" / "cli.py").read_text()
     assert src.count('"--pin"') == 1 and src.count('"--host"') == 1 and src.count('"--no-overlap"') == 1
+
+
+def test_the_log_is_set_once_and_an_unwritable_one_does_not_raise(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from rewriter.terminal import Feed
+
+    with Feed(Console(file=io.StringIO())) as feed:
+        feed.event("one")
+        feed.log = tmp_path / "a.log"
+        feed.log = tmp_path / "a.log"  # the same path again: nothing changes
+        with pytest.raises(ValueError, match="set once"):
+            feed.log = tmp_path / "b.log"
+        feed.event("two")
+    assert [ln.split(" ", 1)[1] for ln in (tmp_path / "a.log").read_text().splitlines()] == ["one", "two"]
+    assert not (tmp_path / "b.log").exists()
+    (tmp_path / "dir.log").mkdir()  # cannot be opened as a file: kept to the exit, which does not raise either
+    with Feed(Console(file=io.StringIO())) as feed:
+        feed.log = tmp_path / "dir.log"
+        feed.event("kept")

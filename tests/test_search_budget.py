@@ -333,6 +333,7 @@ def _piped_child(tmp_path, name: str):
     child.go_at = child.started = real_time.perf_counter()
     child.job, child.stderr_path, child.alive = {"out": str(tmp_path / f"{name}.json")}, tmp_path / f"{name}.err", True
     child.stderr_path.write_text("")
+    child._cmd, child.proc = open(os.devnull, "w"), type("Exited", (), {"poll": lambda self: 0})()
     return child, w
 
 
@@ -370,9 +371,17 @@ def test_a_slot_frees_when_any_cold_phase_ends_not_only_the_oldest(tmp_path):
 
     threading.Timer(0.3, os.write, (w_block, b'{"ready": true}\n')).start()  # ends while the anchor compiles
     t = real_time.perf_counter()
-    assert run._next_to_record() == 1 and real_time.perf_counter() - t < 10.0
+    assert run._next_to_record() == (1, 0.0) and real_time.perf_counter() - t < 10.0
     run.running.pop(1)
     run.deadline = real_time.perf_counter() - 1.0  # spent, nothing ended: the bounded one, not the anchor
-    assert run._next_to_record() == 1
+    assert run._next_to_record() == (1, 0.0)
+    # no deadline, nothing ends: the child with the shortest timeout is taken once it has passed,
+    # and its wait ends at once (one timeout in all, not two)
+    run.deadline, whole.timeout_s, mark.timeout_s = None, 1.0, 30.0
+    t = real_time.perf_counter()
+    index, waited = run._next_to_record()
+    assert index == 0 and waited >= 1.0
+    res = whole.wait_cold(waited_s=waited)
+    assert res.error["kind"] == "timeout" and real_time.perf_counter() - t < 1.8, (res, real_time.perf_counter() - t)
     for w in (w_whole, w_block, w_mark):
         os.close(w)

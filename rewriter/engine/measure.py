@@ -237,14 +237,16 @@ class _Run:
         self.replicas = Replicas(self.m, self.spec_run, self.variants, job, self.workdir, self.workdir / "caches", self.opts,
                                  self.children, self.deadline, self.emit, self.cold_s)
 
-    def record(self, name: str, child: Any, until: float | None = None) -> bool:
+    def record(self, name: str, child: Any, until: float | None = None, waited_s: float = 0.0) -> bool:
         """Collect ``name``'s cold phase into its result row; False when the measurement cannot go on
         (the reference failed). ``until``: the deadline, for a cold phase the budget bounds; one
-        still under way then is ended and not measured (:data:`.budget.RAN_OUT`)."""
+        still under way then is ended and not measured (:data:`.budget.RAN_OUT`). ``waited_s``:
+        seconds already waited for it (:meth:`_next_to_record`), counted against its timeout."""
         from .budget import RAN_OUT
         from .verdict import numerics_failures
 
-        res = child.wait_cold() if until is None else child.wait_cold(until=until)
+        kw: dict[str, Any] = {"waited_s": waited_s} if waited_s else {}  # stand-ins take until only
+        res = child.wait_cold(**kw) if until is None else child.wait_cold(until=until, **kw)
         if res.error and res.error.get("kind") == "budget":
             why = f"{RAN_OUT} ({res.wall_s:.0f} s after its start; ended)"
             self.m.results[name] = {"skipped": why, "problems": [], "child_wall_s": res.wall_s}
@@ -316,9 +318,10 @@ class _Run:
         while len(self.running) > keep:
             if not self._settle_reference():
                 return False
-            name, child, went = self.running.pop(self._next_to_record())
+            index, waited_s = self._next_to_record()
+            name, child, went = self.running.pop(index)
             bounded = self.deadline is not None and not self.by_name[name].anchor
-            ok = self.record(name, child, until=self.deadline if bounded else None)
+            ok = self.record(name, child, until=self.deadline if bounded else None, waited_s=waited_s)
             # a cold phase that raised or crashed says nothing of how long a compile takes; one
             # killed at the timeout or the deadline does (at least that long)
             row = self.m.results[name]
@@ -330,33 +333,34 @@ class _Run:
             return self._settle_reference()
         return True
 
-    def _next_to_record(self) -> int:
-        """The index in :attr:`running` of the cold phase to record next: the first that has ended,
+    def _next_to_record(self) -> tuple[int, float]:
+        """The index in :attr:`running` of the cold phase to record next, and the seconds waited
+        here (they count against that child's timeout in :meth:`record`): the first that has ended,
         so a slot frees when any cold phase ends, not only the oldest (docs/decisions.md, "The
         search's budget and its cold phases": an anchor compiling for minutes would otherwise hold
         every later candidate behind it, and the budget's estimates would go without the kin that
         ended beside it). None ended yet: it waits for the first to end, on the children's reply
         pipes; past the deadline it takes the first cold phase the budget bounds (:meth:`record`
         ends it there). Children without :meth:`.runner.ServedChild.cold_ended` (stand-ins) and
-        a single running cold phase are taken oldest first; so is the oldest once a child's
-        timeout has passed with none ended (its own wait then times it out)."""
+        a single running cold phase are taken oldest first; once the shortest child timeout has
+        passed with none ended, that child is taken (its wait then times it out at once)."""
         import select
 
         children = [child for _, child, _ in self.running]
         if len(children) == 1 or not all(hasattr(c, "cold_ended") for c in children):
-            return 0
+            return 0, 0.0
         bounded = [i for i, (name, _, _) in enumerate(self.running) if not self.by_name[name].anchor]
         waited_from = time.perf_counter()
-        patience = min(getattr(c, "timeout_s", 0.0) for c in children)
+        patience, first_out = min((getattr(c, "timeout_s", 0.0), i) for i, c in enumerate(children))
         while True:
             for i, child in enumerate(children):
                 if child.cold_ended():
-                    return i
+                    return i, 0.0
             now = time.perf_counter()
             if self.deadline is not None and bounded and now >= self.deadline:
-                return bounded[0]
+                return bounded[0], 0.0
             if now - waited_from >= patience:
-                return 0
+                return first_out, now - waited_from
             wait = patience - (now - waited_from)
             if self.deadline is not None and bounded:
                 wait = min(wait, self.deadline - now)

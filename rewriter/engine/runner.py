@@ -299,15 +299,20 @@ class ServedChild:
                 return True  # exited: wait_cold reads the end of the pipe again and reaps it
             self._buf += chunk
 
-    def wait_cold(self, until: float | None = None) -> ChildResult:
+    def wait_cold(self, until: float | None = None, waited_s: float = 0.0) -> ChildResult:
         """Wait for the cold phase: the child says ``ready`` (serving) or exits (done or failed).
         ``wall_s`` counts from :meth:`go` (or from spawn when it never got that far).
 
         ``until``: a ``time.perf_counter()`` value (the search budget's end); a cold phase still
         under way then is ended, with an error of kind ``budget`` (the child is killed). Without
-        it, and in any case, the child's timeout ends it with an error of kind ``timeout``."""
+        it, and in any case, the child's timeout ends it with an error of kind ``timeout``;
+        ``waited_s``, seconds already waited for it elsewhere (:meth:`cold_ended` polled beside
+        other children), count against that timeout."""
+        timeout_at = time.perf_counter() + self.timeout_s - waited_s
+
         def limit() -> float:
-            return self.timeout_s if until is None else min(self.timeout_s, until - time.perf_counter())
+            left = timeout_at - time.perf_counter()
+            return left if until is None else min(left, until - time.perf_counter())
 
         if self._early is not _NOTHING:
             reply = self._early
@@ -319,7 +324,7 @@ class ServedChild:
         wall = time.perf_counter() - (self.go_at if self.go_at is not None else self.started)
         if reply is None and self.timed_out:
             self.close()
-            by_budget = until is not None and limit() < self.timeout_s
+            by_budget = until is not None and until < timeout_at
             message = (f"{self.name}: its cold phase had not ended {wall:.0f} s in, when the search budget ran out (killed)"
                        if by_budget else f"{self.name} did not finish within {self.timeout_s:.0f} s (killed)")
             return ChildResult(-1, {"error": {"kind": "budget" if by_budget else "timeout", "message": message}},
