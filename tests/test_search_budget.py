@@ -60,6 +60,13 @@ def test_a_cold_phase_runs_unless_its_expected_length_does_not_fit_what_is_left(
         "not measured: its cold phase would end after the search budget (about 50 s expected, as the shortest compile "
         "so far ('whole') took; 20 s left)")
     assert too_late(variants["per-block"], 20.0, {"whole": 50.0, "whole+knob": 12.0}, variants) is None
+    # a nested plan compiles the blocks and the whole model: it takes at least what the whole compile
+    # took (the longest of its kin), not the shortest compile so far (the blocks alone)
+    nested = Variant("nested+whole", Path("."), compiles=True, cost_key="B|W")
+    assert too_late(nested, 40.0, {"whole": 50.0, "per-block": 8.0}, {**variants, "nested+whole": nested}) == (
+        "not measured: its cold phase would end after the search budget (about 50 s expected, as 'whole' took; 40 s left)")
+    assert too_late(variants["whole"], 20.0, {"nested+whole": 60.0, "per-block": 8.0},
+                    {**variants, "nested+whole": nested}) is None  # kin goes one way: whole compiles less than nested
     # the whole-model anchor runs whatever is left: a plan is always compared with the one-line compile
     anchor = Variant("whole", Path("."), compiles=True, cost_key="W", anchor=True)
     assert too_late(anchor, -30.0, {}, {**variants, "whole": anchor}) is None

@@ -2,9 +2,10 @@
 ``--budget``; docs/decisions.md, "The search's budget and its cold phases").
 
 A cold phase starts only when it is expected to end before the deadline. Its expected length is
-read from the cold phases measured so far in the same run: the longest of the variants with the
-same :attr:`.options.Variant.cost_key` (they compile the same units: a twin that adds a config
-knob compiles at least what its base did), else the shortest of every measured compiled
+read from the cold phases measured so far in the same run: the longest of its kin, the variants
+whose compile units (:attr:`.options.Variant.cost_key`) are among its own (a twin that adds a
+config knob compiles what its base did; a nested plan compiles the blocks and the whole model, so
+it takes at least what the whole-model compile took), else the shortest of every measured compiled
 variant's (a compile unit not measured yet is a new hypothesis: the least any compile of this
 model took on this host is what it is held to). With none measured yet a variant runs, so the
 first compiled candidate, the caller's expected best, is measured while any budget is left. An
@@ -26,12 +27,25 @@ SPENT = "not measured: the search budget was spent before its cold phase"
 RAN_OUT = "not measured: its cold phase had not ended when the search budget ran out"
 
 
+def units(v: Variant) -> frozenset[str]:
+    """The compile units ``v`` compiles, from its :attr:`.options.Variant.cost_key` (units joined by
+    ``|``); empty for a variant that compiles nothing of its own."""
+    return frozenset(v.cost_key.split("|")) if v.cost_key else frozenset()
+
+
+def kin_of(v: Variant, other: Variant) -> bool:
+    """Whether ``other`` compiles only units ``v`` compiles too (so ``v``'s cold phase takes at
+    least as long as ``other``'s)."""
+    mine, theirs = units(v), units(other)
+    return bool(theirs) and theirs <= mine
+
+
 def expected_cold_s(v: Variant, cold_s: dict[str, float], variants: dict[str, Variant]) -> tuple[float, str] | None:
     """The seconds ``v``'s cold phase is expected to take and where that figure comes from (its
     kin's name, or the shortest compile so far), from ``cold_s`` (seconds from ``go`` to the end of
     each cold phase measured so far that did not raise or crash, by variant name); None with
     nothing measured to go by."""
-    kin = [(s, n) for n, s in cold_s.items() if v.cost_key is not None and variants[n].cost_key == v.cost_key]
+    kin = [(s, n) for n, s in cold_s.items() if kin_of(v, variants[n])]
     if kin:
         s, n = max(kin)
         return s, repr(n)

@@ -318,20 +318,40 @@ class _Run:
         while len(self.running) > keep:
             if not self._settle_reference():
                 return False
-            index, waited_s = self._next_to_record()
-            name, child, went = self.running.pop(index)
-            bounded = self.deadline is not None and not self.by_name[name].anchor
-            ok = self.record(name, child, until=self.deadline if bounded else None, waited_s=waited_s)
-            # a cold phase that raised or crashed says nothing of how long a compile takes; one
-            # killed at the timeout or the deadline does (at least that long)
-            row = self.m.results[name]
-            if not row.get("error") or row.get("error_kind") == "timeout":
-                self.cold_s[name] = self._cold_seconds(name, went)
-            if not ok:
+            if not self._record_running(*self._next_to_record()):
                 return False
         if keep == 0:  # no compiled variant was left to overlap it with
             return self._settle_reference()
         return True
+
+    def _record_running(self, index: int, waited_s: float = 0.0) -> bool:
+        """Record the running cold phase at ``index`` (:meth:`record`) and, unless it raised or
+        crashed, its seconds for the budget's estimates; False when the measurement cannot go on."""
+        name, child, went = self.running.pop(index)
+        bounded = self.deadline is not None and not self.by_name[name].anchor
+        ok = self.record(name, child, until=self.deadline if bounded else None, waited_s=waited_s)
+        # a cold phase that raised or crashed says nothing of how long a compile takes; one
+        # killed at the timeout or the deadline does (at least that long)
+        row = self.m.results[name]
+        if not row.get("error") or row.get("error_kind") == "timeout":
+            self.cold_s[name] = self._cold_seconds(name, went)
+        return ok
+
+    def _await_kin(self, name: str) -> bool:
+        """Before ``name``'s cold phase is weighed against the deadline (:meth:`_late`): record the
+        running cold phases of its kin (:func:`.budget.kin_of`: its base, the whole-model anchor
+        under a nested plan). It takes at least as long as they do, so it is not started beside
+        them on a guess: their measured seconds are its estimate. False when the measurement
+        cannot go on."""
+        from .budget import kin_of
+
+        v = self.by_name[name]
+        while True:
+            index = next((i for i, (other, _, _) in enumerate(self.running) if kin_of(v, self.by_name[other])), None)
+            if index is None:
+                return True
+            if not self._settle_reference() or not self._record_running(index):
+                return False
 
     def _next_to_record(self) -> tuple[int, float]:
         """The index in :attr:`running` of the cold phase to record next, and the seconds waited
@@ -397,6 +417,8 @@ class _Run:
         for k, v in enumerate(self.variants):
             if k == 1:
                 self._wait_for_builds()
+            if k > 0 and self.deadline is not None and not self._await_kin(v.name):
+                return False
             if k > 0 and self._late(v.name):
                 continue
             if not self._go(k, v.name, width):
