@@ -276,7 +276,7 @@ class ServedChild:
 
     def fileno(self) -> int:
         """The reply pipe's descriptor (``select`` waits on several children at once,
-        :meth:`rewriter.engine.measure._Run.settle`); -1 once closed."""
+        :meth:`rewriter.engine.measure._Run._next_to_record`); -1 once closed."""
         return self._rep if self._rep is not None else -1
 
     def cold_ended(self) -> bool:
