@@ -425,11 +425,11 @@ def verdicts(variants: dict[str, dict], plan: dict | None = None) -> dict:
     """The issue's targets over one family's measured variants (module docstring); with the
     plan's diagnose record (:func:`run_plan`) also its ladder + search seconds against
     :data:`LADDER_SEARCH_BAR_S` (a diagnose that did not exit 0 has not met it)."""
+    out = _speed_verdicts(variants)
     if plan and plan.get("ladder_search_s") is not None:
-        bar = {"ladder_search_s": round(plan["ladder_search_s"], 1),
-               "ladder_search_within_3_min": plan.get("diagnose_exit") == 0 and plan["ladder_search_s"] <= LADDER_SEARCH_BAR_S}
-        return {**_speed_verdicts(variants), **bar}
-    return _speed_verdicts(variants)
+        out["ladder_search_s"] = round(plan["ladder_search_s"], 1)
+        out["ladder_search_within_3_min"] = plan.get("diagnose_exit") == 0 and plan["ladder_search_s"] <= LADDER_SEARCH_BAR_S
+    return out
 
 
 def _speed_verdicts(variants: dict[str, dict]) -> dict:

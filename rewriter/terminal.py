@@ -89,7 +89,7 @@ class Feed:
                 raise ValueError(f"the log streams to {self._log} already; it is set once")
             return
         self._log = path
-        if self._capture is None or path is None or not os.path.isdir(os.path.dirname(os.fspath(path)) or "."):
+        if self._capture is None or path is None or not _folder_exists(path):
             return  # written on exit, if its folder exists by then
         try:
             f = open(path, "wb")
@@ -201,7 +201,7 @@ class Feed:
         capture.seek(0)
         text = capture.read()
         capture.close()
-        if self.log is not None and os.path.isdir(os.path.dirname(os.fspath(self.log)) or "."):
+        if self.log is not None and _folder_exists(self.log):
             try:
                 with open(self.log, "wb") as f:
                     f.write(text)
@@ -210,6 +210,13 @@ class Feed:
                 pass
         if text.strip() and self._saved_file is not None:  # nowhere to keep it: show it rather than lose it
             sys.stderr.write(text.decode(errors="replace"))
+
+
+def _folder_exists(path: Any) -> bool:
+    """Whether the folder a file at ``path`` would go in exists (the current one for a bare name)."""
+    import os
+
+    return os.path.isdir(os.path.dirname(os.fspath(path)) or ".")
 
 
 def event(console: Any, text: str) -> None:

@@ -245,8 +245,8 @@ class _Run:
         from .budget import RAN_OUT
         from .verdict import numerics_failures
 
-        kw: dict[str, Any] = {"waited_s": waited_s} if waited_s else {}  # stand-ins take until only
-        res = child.wait_cold(**kw) if until is None else child.wait_cold(until=until, **kw)
+        kw: dict[str, Any] = {"waited_s": waited_s} if waited_s else {}  # only a ServedChild is ever waited for beside others
+        res = child.wait_cold(until=until, **kw)
         if res.error and res.error.get("kind") == "budget":
             why = f"{RAN_OUT} ({res.wall_s:.0f} s after its start; ended)"
             self.m.results[name] = {"skipped": why, "problems": [], "child_wall_s": res.wall_s}
@@ -371,7 +371,7 @@ class _Run:
             return 0, 0.0
         bounded = [i for i, (name, _, _) in enumerate(self.running) if not self.by_name[name].anchor]
         waited_from = time.perf_counter()
-        patience, first_out = min((getattr(c, "timeout_s", 0.0), i) for i, c in enumerate(children))
+        patience, first_out = min((c.timeout_s, i) for i, c in enumerate(children))
         while True:
             for i, child in enumerate(children):
                 if child.cold_ended():
