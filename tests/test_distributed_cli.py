@@ -17,13 +17,21 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "distributed"
 
 
 @pytest.mark.slow
-def test_diagnose_nproc_writes_a_plan_with_distributed_entries(tmp_path: Path, capsys) -> None:
+def test_diagnose_nproc_writes_a_plan_with_distributed_entries(tmp_path: Path, capsys, monkeypatch) -> None:
+    """The CLI's plumbing from a collective-bound verdict to advisory plan entries. The verdict's
+    bar is held at 5% exposed communication (25% by default): on this shared 2-core host the
+    fixture's exposed share moved under 25% with the CPU's load once (CI failed on it, the verdict
+    "not collective-bound"); its all-reduce is far above 5% whatever the load."""
+    from rewriter.distributed import launch
+
+    merge = launch.merge
+    monkeypatch.setattr(launch, "merge", lambda *a, **k: merge(*a, **{**k, "collective_bound_share": 0.05}))
     case = FIXTURES / "allreduce_bound"
     code = main(["diagnose", "--harness", str(case / "plan.yaml"), str(case / "before"),
                  "-o", str(tmp_path / "plan.yaml"), "--nproc", "2", "--steps", "2"])
     err = capsys.readouterr().err
     assert code == 0, err
-    assert "collective-bound" in err and "all_reduce" in err
+    assert ": collective-bound: exposed communication" in err and "all_reduce" in err, err
     loaded = load_plan(tmp_path / "plan.yaml")
     assert loaded.plan.harness is not None and loaded.plan.harness.mode == "training"
     assert loaded.plan.actions and all(a.action == "distributed" for a in loaded.plan.actions)
