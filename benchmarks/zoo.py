@@ -161,7 +161,7 @@ def make_inputs(batch: int = 8, latent: int = 32):
 ''',
         gpu=dict(num_layers=12, num_attention_heads=12, attention_head_dim=64, sample_size=32),
         smoke=dict(num_layers=2, num_attention_heads=2, attention_head_dim=16, sample_size=8, norm_num_groups=8),
-        shapes=[dict(batch=8, latent=32), dict(batch=8, latent=32)], smoke_shapes=[dict(batch=2, latent=8)]),
+        shapes=[dict(batch=8, latent=32), dict(batch=8, latent=24)], smoke_shapes=[dict(batch=2, latent=8)]),
     "resnet50": dict(
         build='model = timm.create_model("resnet50", pretrained=False)',
         inputs='''

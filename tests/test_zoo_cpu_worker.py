@@ -95,6 +95,19 @@ def test_smoke_shapes_are_distinct():
     assert z.shapes_of("llama", True) == [{"batch": 2, "seq": 8}, {"batch": 2, "seq": 6}]
 
 
+def test_gpu_shapes_are_distinct():
+    """The same rule on the H200's shapes: DiT's two shapes were both 8x32, so its diagnose would
+    have exited 2 before measuring anything; its second is now 8x24 (DiT's patch embedding
+    recomputes the sin-cos position table for another latent size)."""
+    from zoo_cpu import zoo
+
+    z = zoo()
+    for name in z.FAMILIES:
+        shapes = z.shapes_of(name, False)
+        assert len(shapes) == 2 and shapes[0] != shapes[1], (name, shapes)
+    assert z.shapes_of("dit", False) == [{"batch": 8, "latent": 32}, {"batch": 8, "latent": 24}]
+
+
 def test_the_zoo_says_where_diagnoses_seconds_went(tmp_path):
     """zoo.json's ``where_the_seconds_went``: diagnose's own seconds (its process's interpreter
     and imports are the rest of ``ladder_search_s``), each rung's, the search's clock and the
