@@ -127,7 +127,8 @@ def _measure_on_the_fake_clock(monkeypatch, tmp_path, seconds, keys, deadline, f
     monkeypatch.setattr("rewriter.engine.runner.ServedChild", _Timed)
     monkeypatch.setattr("rewriter.engine.verdict.numerics_failures", lambda payload: [])
     _Timed.seconds, _Timed.clock, _Timed.went, _Timed.fail = seconds, [0.0], [], set(fail)
-    variants = [Variant(n, tmp_path, judged=n != "eager", compiles=n != "eager", cost_key=k, anchor=n == anchor)
+    variants = [Variant(n, tmp_path, judged=n != "eager", compiles=n != "eager", cost_key=k,
+                        anchor=n in anchor if isinstance(anchor, tuple) else n == anchor)
                 for n, k in keys.items()]
     spec = type("Spec", (), {"device": "cpu", "shapes": [{"batch": 1}], "model_dump": lambda self: {"device": "cpu"}})()
     skipped: list = []

@@ -20,11 +20,14 @@ from .candidate import Candidate
 
 
 def cost_key(c: Candidate) -> str | None:
-    """What ``c`` compiles, as a key: each compile action's target, strategy and mode, sorted
-    (``why`` and every other action left out). Candidates with one key compile the same units and
-    are expected to spend about as long in their cold phases. None for a plan that compiles
+    """What ``c`` compiles, as a key: each compile action's target, strategy and mode, and
+    ``dynamic`` where it is set, sorted (``why`` and every other action left out). Candidates with
+    one key compile the same units and are expected to spend about as long in their cold phases;
+    a static-shape compile (``dynamic=False``) is another unit than automatic dynamic's, whose
+    new-shape recompile is symbolic (:mod:`.kinds.static_shapes`). None for a plan that compiles
     nothing of its own."""
     units = sorted(f"{a.target}:{getattr(a, 'strategy', '')}:{getattr(getattr(a, 'options', None), 'mode', '')}"
+                   + ("" if getattr(getattr(a, "options", None), "dynamic", None) is None else f":dynamic={a.options.dynamic}")
                    for a in c.plan.actions if a.action == "compile")
     return "|".join(units) or None
 

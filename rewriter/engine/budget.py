@@ -9,8 +9,10 @@ it takes at least what the whole-model compile took), else the shortest of every
 variant's (a compile unit not measured yet is a new hypothesis: the least any compile of this
 model took on this host is what it is held to). With none measured yet a variant runs, so the
 first compiled candidate, the caller's expected best, is measured while any budget is left. An
-anchor (:attr:`.options.Variant.anchor`, the search's whole-model compile) runs whatever is left: the
-budget bounds what is measured beside it, never whether a plan is compared with it. Any other cold
+anchor (:attr:`.options.Variant.anchor`, the search's whole-model compile, and its static-shape twin
+where one is proposed) runs whatever is left: the budget bounds what is measured beside it, never
+whether a plan is compared with a whole-model compile; past the deadline, once one anchor has
+measured every shape, the other is ended (:meth:`.measure._Run.bounded`). Any other cold
 phase still under way at the deadline is ended there (:data:`RAN_OUT`): the first compiled
 candidate starts with nothing to go by, and a long one would otherwise hold the timing rounds, and
 the command, past the budget.

@@ -248,7 +248,9 @@ class _Run:
         kw: dict[str, Any] = {"waited_s": waited_s} if waited_s else {}  # only a ServedChild is ever waited for beside others
         res = child.wait_cold(until=until, **kw)
         if res.error and res.error.get("kind") == "budget":
-            why = f"{RAN_OUT} ({res.wall_s:.0f} s after its start; ended)"
+            covered = self._covering_anchor(name)
+            why = f"{RAN_OUT} ({res.wall_s:.0f} s after its start; ended" + (
+                f": {covered!r}, the other whole-model compile, had measured every shape)" if covered else ")")
             self.m.results[name] = {"skipped": why, "problems": [], "child_wall_s": res.wall_s}
             assert self.replicas is not None
             self.replicas.end(name)
@@ -328,14 +330,32 @@ class _Run:
         """Record the running cold phase at ``index`` (:meth:`record`) and, unless it raised or
         crashed, its seconds for the budget's estimates; False when the measurement cannot go on."""
         name, child, went = self.running.pop(index)
-        bounded = self.deadline is not None and not self.by_name[name].anchor
-        ok = self.record(name, child, until=self.deadline if bounded else None, waited_s=waited_s)
+        ok = self.record(name, child, until=self.deadline if self.bounded(name) else None, waited_s=waited_s)
         # a cold phase that raised or crashed says nothing of how long a compile takes; one
         # killed at the timeout or the deadline does (at least that long)
         row = self.m.results[name]
         if not row.get("error") or row.get("error_kind") == "timeout":
             self.cold_s[name] = self._cold_seconds(name, went)
         return ok
+
+    def bounded(self, name: str) -> bool:
+        """Whether the deadline ends ``name``'s cold phase: any variant's but an anchor's
+        (:attr:`.options.Variant.anchor`), and an anchor's once another anchor has measured every
+        shape (:meth:`_covering_anchor`): the whole-model anchor and its static-shape twin
+        (:mod:`rewriter.diagnose.kinds.static_shapes`) each run whatever the budget until one of
+        them has a measured compile, so the plan is compared with a whole-model compile."""
+        if self.deadline is None:
+            return False
+        return not self.by_name[name].anchor or self._covering_anchor(name) is not None
+
+    def _covering_anchor(self, name: str) -> str | None:
+        """Another anchor than ``name`` whose cold phase was recorded with no error and no problem
+        (it compiled every shape, passed numerics and fell back nowhere), or None; None too where
+        ``name`` is not an anchor."""
+        if not self.by_name[name].anchor:
+            return None
+        return next((other for other in self.cold if other != name and self.by_name[other].anchor
+                     and not self.m.results[other].get("problems") and not self.m.results[other].get("error")), None)
 
     def _await_kin(self, name: str) -> bool:
         """Before ``name``'s cold phase is weighed against the deadline (:meth:`_late`): record the
@@ -369,7 +389,7 @@ class _Run:
         children = [child for _, child, _ in self.running]
         if len(children) == 1 or not all(hasattr(c, "cold_ended") for c in children):
             return 0, 0.0
-        bounded = [i for i, (name, _, _) in enumerate(self.running) if not self.by_name[name].anchor]
+        bounded = [i for i, (name, _, _) in enumerate(self.running) if self.bounded(name)]
         waited_from = time.perf_counter()
         patience, first_out = min((c.timeout_s, i) for i, c in enumerate(children))
         while True:
@@ -438,12 +458,17 @@ class _Run:
 
     def _late(self, name: str) -> bool:
         """Skip ``name`` (terminated, its row says why) when its cold phase would not end before
-        the deadline (:func:`.budget.too_late`)."""
-        from .budget import too_late
+        the deadline (:func:`.budget.too_late`), or, an anchor, when the deadline has passed and
+        the other anchor has measured every shape (:meth:`bounded`)."""
+        from .budget import SPENT, too_late
 
         if self.deadline is None:
             return False
-        why = too_late(self.by_name[name], self.deadline - time.perf_counter(), self.cold_s, self.by_name)
+        left_s = self.deadline - time.perf_counter()
+        why = too_late(self.by_name[name], left_s, self.cold_s, self.by_name)
+        covered = self._covering_anchor(name) if why is None and left_s <= 0 else None
+        if covered is not None:  # an anchor past the deadline whose twin has measured every shape
+            why = f"{SPENT} ({covered!r}, the other whole-model compile, had measured every shape)"
         if why is None:
             return False
         self.m.results[name] = {"skipped": why, "problems": []}

@@ -181,7 +181,9 @@ class Variant:
     cost_key: str | None = None
     #: measured whatever the budget (:func:`.budget.too_late`): the search's one-line anchor, the
     #: whole-model ``torch.compile`` every plan is held against; a search that measured no compile
-    #: would keep the program as it is where that one line is several times faster.
+    #: would keep the program as it is where that one line is several times faster. Its
+    #: static-shape twin (``dynamic=False``) is one too: past the deadline, once one of them has
+    #: measured every shape the other is ended (:meth:`.measure._Run.bounded`).
     anchor: bool = False
 
 

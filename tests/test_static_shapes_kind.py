@@ -1,0 +1,129 @@
+"""The whole-model compile with static shapes (``whole+static``: ``torch.compile(model, dynamic=False)``):
+proposed where only an image's or latent's resolution varies, measured whatever the budget like the
+anchor, and the deadline ends whichever of the two is still compiling once the other has measured
+every shape (:mod:`rewriter.diagnose.kinds.static_shapes`). On the H200 the SD-1.5-sized UNet's
+automatic-dynamic recompile at a second resolution took 266 s after a 73 s first compile
+(BENCHMARKS.md, Model zoo part 11)."""
+
+from __future__ import annotations
+
+import time as real_time
+
+from test_diagnose_planner import context, llama, result
+from test_search_budget import _measure_on_the_fake_clock, _piped_child, _Timed
+
+from rewriter.diagnose.candidates import propose
+from rewriter.diagnose.kinds.static_shapes import WHOLE_STATIC
+from rewriter.diagnose.search_budget import cost_key
+from rewriter.engine.budget import RAN_OUT, SPENT
+from rewriter.engine.options import Options, Variant
+
+
+def _resolutions(tmp_path, monkeypatch, dims=((0, 2), (0, 3)), shapes=2):
+    ctx = context(tmp_path, "resolutions", True, monkeypatch)
+    ctx.results["batch_scaling"] = result("batch_scaling", fixed_share=0.5)
+    ctx.results["op_mix"] = result("op_mix", gemm_share=0.4, fusible_share=0.4, compile_gain_bound=1.5, basis="self-device")
+    var = [{"tensor": t, "dim": d, "sizes": [16, 8]} for t, d in dims]
+    ctx.results["recompiles"] = result("recompiles", recompiles=1, shapes=shapes, varying_input_dims=var)
+    return ctx
+
+
+def test_a_varying_resolution_proposes_whole_static_first_with_dynamic_false(tmp_path, monkeypatch):
+    ctx = _resolutions(tmp_path, monkeypatch)
+    cands, pruned = propose(ctx)
+    by_name = {c.name: c for c in cands}
+    assert cands[0].name == WHOLE_STATIC, [c.name for c in cands]  # measured whatever the budget: it starts first
+    [static] = [a for a in by_name[WHOLE_STATIC].plan.actions if a.action == "compile"]
+    [whole] = [a for a in by_name["whole"].plan.actions if a.action == "compile"]
+    assert (static.target, static.strategy, static.options.dynamic) == ("model.py::TinyDenoiser", "whole", False)
+    assert whole.options.dynamic is None
+    assert "input 0 dim 2: [8, 16]; input 0 dim 3: [8, 16]" in static.why and "recompile_limit" in static.why
+    # another compile unit than the anchor's: the budget does not hold it to the anchor's seconds
+    assert cost_key(by_name[WHOLE_STATIC]) != cost_key(by_name["whole"])
+    assert not any(p.startswith(WHOLE_STATIC) for p in pruned), pruned
+    # the rewrite writes the argument
+    from rewriter.diagnose.report import plan_yaml
+    from rewriter.plan import parse_plan
+    from rewriter.rewrite.transform import plan_rewrite
+
+    loaded = parse_plan(plan_yaml(by_name[WHOLE_STATIC].plan))
+    [change] = plan_rewrite(loaded, ctx.session.src, unsafe=True).changes
+    assert b"    @torch.compile(dynamic=False)\n    def forward(self, sample):" in change.new, change.new.decode()
+
+
+def test_a_varying_length_or_batch_is_not_a_resolution(tmp_path, monkeypatch):
+    cands, pruned = propose(llama(tmp_path, monkeypatch))  # input_ids dim 1 (a sequence length)
+    assert WHOLE_STATIC not in {c.name for c in cands}
+    assert any(p.startswith(f"{WHOLE_STATIC}: input 0 of shape (") and "varies in dim 1, not an image's" in p for p in pruned), pruned
+
+
+def test_a_varying_batch_is_not_a_resolution(tmp_path, monkeypatch):
+    cands, pruned = propose(_resolutions(tmp_path, monkeypatch, dims=((0, 0),)))  # the batch of a 4-D input
+    assert WHOLE_STATIC not in {c.name for c in cands}
+    assert any("varies in dim 0" in p for p in pruned), pruned
+
+
+def test_more_harness_shapes_than_the_recompile_limit_are_not_proposed(tmp_path, monkeypatch):
+    import torch
+
+    ctx = _resolutions(tmp_path, monkeypatch)
+    limit_name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    monkeypatch.setattr(torch._dynamo.config, limit_name, 1)
+    cands, pruned = propose(ctx)
+    assert WHOLE_STATIC not in {c.name for c in cands}
+    assert f"{WHOLE_STATIC}: 2 harness shapes, past Dynamo's recompile limit (1): dynamic=False would run the model eager past it" in pruned
+
+
+def test_nothing_varies_no_twin_and_no_line(tmp_path, monkeypatch):
+    ctx = _resolutions(tmp_path, monkeypatch, dims=())
+    cands, pruned = propose(ctx)
+    assert WHOLE_STATIC not in {c.name for c in cands} and not any(WHOLE_STATIC in p for p in pruned)
+
+
+def test_past_the_deadline_the_anchor_is_skipped_once_its_static_twin_measured_every_shape(monkeypatch, tmp_path):
+    """One cold phase at a time, deadline 75 s: whole+static (an anchor) compiles for 100 s and is
+    measured; the anchor after it is not started (its twin covers it), nor per-block."""
+    seconds = {WHOLE_STATIC: 100.0, "whole": 300.0, "per-block": 8.0}
+    keys = {"eager": None, WHOLE_STATIC: "W:dynamic=False", "whole": "W", "per-block": "B"}
+    m, skipped = _measure_on_the_fake_clock(monkeypatch, tmp_path, seconds, keys, 75.0, anchor=(WHOLE_STATIC, "whole"))
+    assert _Timed.went == ["eager", WHOLE_STATIC], _Timed.went
+    assert m.ok(WHOLE_STATIC) and _Timed.clock[0] == 100.0
+    assert skipped == [("whole", f"{SPENT} ('{WHOLE_STATIC}', the other whole-model compile, had measured every shape)"),
+                       ("per-block", SPENT)], skipped
+
+
+def test_a_running_anchor_is_bounded_once_the_other_anchor_passed(tmp_path):
+    """Two anchors compiling past the deadline: neither is ended while neither has measured; once
+    one is recorded with no problem the other is bounded by the deadline (and ended there, its
+    row naming the twin); a twin with a problem (wrong numbers, a fallback) covers nothing."""
+    import os
+
+    from rewriter.engine.measure import Measurement, _Run
+
+    variants = [Variant("whole", tmp_path, compiles=True, cost_key="W", anchor=True),
+                Variant(WHOLE_STATIC, tmp_path, compiles=True, cost_key="W:dynamic=False", anchor=True),
+                Variant("per-block", tmp_path, compiles=True, cost_key="B")]
+    run = _Run(Measurement(), None, variants, Options(), tmp_path, real_time.perf_counter() - 1.0, None)
+    assert not run.bounded("whole") and not run.bounded(WHOLE_STATIC) and run.bounded("per-block")
+    run.cold[WHOLE_STATIC] = {}
+    run.m.results[WHOLE_STATIC] = {"problems": ["numerics: output 0 differs"]}
+    assert not run.bounded("whole")
+    run.m.results[WHOLE_STATIC] = {"problems": []}
+    assert run.bounded("whole") and not run.bounded(WHOLE_STATIC)
+    run.deadline = None
+    assert not run.bounded("whole")
+    # recorded at the deadline: ended, and the row says which compile covered it
+    run.deadline = real_time.perf_counter() - 1.0
+    whole, w = _piped_child(tmp_path, "whole")
+    from rewriter.engine import runner
+
+    def ended(until=None, **kw):
+        return runner.ChildResult(-1, {"error": {"kind": "budget", "message": "ran out"}}, 12.0, "")
+
+    whole.wait_cold = ended
+    run.replicas = type("R", (), {"end": lambda self, name: None})()
+    run.running = [("whole", whole, whole.go_at)]
+    assert run._record_running(0)
+    assert run.m.results["whole"]["skipped"] == (f"{RAN_OUT} (12 s after its start; ended: '{WHOLE_STATIC}', "
+                                                "the other whole-model compile, had measured every shape)")
+    os.close(w)
