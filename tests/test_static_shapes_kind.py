@@ -127,3 +127,19 @@ def test_a_running_anchor_is_bounded_once_the_other_anchor_passed(tmp_path):
     assert run.m.results["whole"]["skipped"] == (f"{RAN_OUT} (12 s after its start; ended: '{WHOLE_STATIC}', "
                                                 "the other whole-model compile, had measured every shape)")
     os.close(w)
+
+
+def test_without_a_measured_gain_the_ladder_order_skips_the_static_twin_measured_first():
+    """whole+static runs first for the budget's sake, not as the expected best: with the eager
+    backend (no gain measured) the rule's proposal after it is chosen, and whole+static only where
+    nothing else passed."""
+    from test_search import _row
+
+    from rewriter.diagnose.decide import decide
+
+    rows = {WHOLE_STATIC: _row(5.0, 1.0), "per-block": _row(5.0, 1.0), "as-is": _row(6.0, 0.0)}
+    c = decide(rows, [WHOLE_STATIC, "per-block", "as-is"], [], runs=1000, restarts=1, gain_measured=False)
+    assert c.chosen == "per-block", c.status
+    rows["per-block"] = {"problems": ["the rewritten model raised: Unsupported"], "error": "raised: Unsupported"}
+    c = decide(rows, [WHOLE_STATIC, "per-block", "as-is"], [], runs=1000, restarts=1, gain_measured=False)
+    assert c.chosen == WHOLE_STATIC, c.status

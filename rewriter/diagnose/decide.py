@@ -194,8 +194,12 @@ def _only_as_is(ok: list[str], status: dict[str, str], net: dict[str, float | No
 
 
 def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float | None]) -> Choice:
-    """The decision without a measured gain: the first candidate in the ladder's order that did not fail."""
-    chosen = next(n for n in ok if n != AS_IS)
+    """The decision without a measured gain: the first candidate in the ladder's order that did not
+    fail. ``whole+static`` is measured first for the budget's sake (:mod:`.kinds.static_shapes`), not
+    as the expected best, so it is taken only where nothing else passed."""
+    from .kinds.static_shapes import WHOLE_STATIC
+
+    chosen = next((n for n in ok if n not in (AS_IS, WHOLE_STATIC)), None) or next(n for n in ok if n != AS_IS)
     for n in ok:
         status[n] = "chosen" if n == chosen else f"not chosen: the gain is not measured with this backend; {chosen!r} comes first in the ladder's order"
     text = (f"{chosen!r}: the backend does not optimise, so the gain is not measured; every candidate that failed is out "
