@@ -8,6 +8,7 @@ automatic-dynamic recompile at a second resolution took 266 s after a 73 s first
 from __future__ import annotations
 
 import time as real_time
+from pathlib import Path
 
 from test_diagnose_planner import context, llama, result
 from test_search_budget import _measure_on_the_fake_clock, _piped_child, _Timed
@@ -68,8 +69,8 @@ def test_more_harness_shapes_than_the_recompile_limit_are_not_proposed(tmp_path,
 
     ctx = _resolutions(tmp_path, monkeypatch)
     limit_name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
-    monkeypatch.setattr(torch._dynamo.config, limit_name, 1)
-    cands, pruned = propose(ctx)
+    with torch._dynamo.config.patch(**{limit_name: 1}):  # (monkeypatch's undo deletes a Dynamo config entry)
+        cands, pruned = propose(ctx)
     assert WHOLE_STATIC not in {c.name for c in cands}
     assert f"{WHOLE_STATIC}: 2 harness shapes, past Dynamo's recompile limit (1): dynamic=False would run the model eager past it" in pruned
 
@@ -143,3 +144,38 @@ def test_without_a_measured_gain_the_ladder_order_skips_the_static_twin_measured
     rows["per-block"] = {"problems": ["the rewritten model raised: Unsupported"], "error": "raised: Unsupported"}
     c = decide(rows, [WHOLE_STATIC, "per-block", "as-is"], [], runs=1000, restarts=1, gain_measured=False)
     assert c.chosen == WHOLE_STATIC, c.status
+
+
+def test_the_static_twin_starts_before_the_compile_rungs_with_the_anchor_and_is_taken_over(tmp_path, monkeypatch):
+    """Where the early start happens (a GPU host; here forced on the CPU, backend eager) the
+    static twin is started with the anchor, from make_inputs' shapes (the recompiles rung has not
+    run then), and the search measures that child instead of starting another."""
+    import io
+    import shutil
+
+    from rich.console import Console
+
+    from rewriter.diagnose import early_reference
+    from rewriter.diagnose.runner import diagnose
+    from rewriter.engine import measure as measure_mod
+    from rewriter.plan import load_plan
+    from rewriter.terminal import Feed
+
+    monkeypatch.setattr(early_reference, "why_not", lambda ctx: None)
+    children: list = []
+    start_cold = measure_mod.start_cold
+    monkeypatch.setattr(measure_mod, "start_cold",
+                        lambda job, v, workdir, opts: children.append((v.name, start_cold(job, v, workdir, opts))) or children[-1][1])
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "workloads" / "resolutions"
+    src = tmp_path / "src"
+    shutil.copytree(fixture, src)
+    spec = load_plan(fixture / "plan.yaml").plan.harness
+    feed = Feed(Console(file=io.StringIO()))
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"recompiles", "search"},
+                       budget_s=600.0, report_dir=tmp_path / "report", console=feed)
+    names = [n for n, _ in children]
+    assert names[:3] == ["eager", "whole", WHOLE_STATIC] and names.count(WHOLE_STATIC) == 1, names
+    found = outcome.search
+    assert found.rows.get(WHOLE_STATIC, {}).get("step_ms") is not None and found.rows["whole"].get("step_ms") is not None, (found.rows, found.pruned)
+    assert any(f"so were the whole-model anchor ('whole') and its static-shape twin ('{WHOLE_STATIC}')" in n
+               for n in found.notes), found.notes

@@ -17,6 +17,8 @@ from ..plan import Plan
 #: eager reference's own row). A variant of the program's own compile is named ``as-is+<what>``
 #: (:func:`as_is`).
 AS_IS = "as-is"
+#: The whole-model compile: the one-line anchor (``torch.compile(model)``) a plan is compared with.
+WHOLE = "whole"
 
 
 def as_is(suffix: str = "") -> str:

@@ -41,14 +41,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..plan import BucketAction, CompileAction, CompileOptions, GenerationAction, Plan
-from .candidate import AS_IS, Candidate, as_is
+from .candidate import AS_IS, WHOLE, Candidate, as_is
 from .context import Context
 from .planner import plan as rule_plan
 from .rungs import batch_scaling, op_mix
 from .rungs.recompiles import shapes_stable
 
-#: The whole-model compile: the one-line anchor (``torch.compile(model)``) a plan is compared with.
-WHOLE = "whole"
 
 
 def nested_supported() -> bool:

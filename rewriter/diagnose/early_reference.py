@@ -25,7 +25,9 @@ cold phase (a whole model's compile and its new-shape recompile: tens of seconds
 critical path too. The search uses it only where the proposal's anchor rewrites SRC to the same
 bytes (:meth:`Anchor.same_rewrite`); otherwise it is ended and the anchor starts with the others.
 Its compile seconds then include what the compile rungs and the reference took from the host's
-CPUs, as two cold phases at a time do (the search's note says so).
+CPUs, as two cold phases at a time do (the search's note says so). Its static-shape twin
+(``whole+static``, :mod:`.kinds.static_shapes`), measured whatever the budget too, starts with it
+where it is proposed, on the same terms.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class EarlyReference:
         child: its :class:`rewriter.engine.runner.ServedChild`, already sent ``go``.
         started_at: ``time.perf_counter()`` when it was spawned.
         anchor: the whole-model anchor started with it, or None.
+        static: its static-shape twin (``whole+static``, :mod:`.kinds.static_shapes`) started
+            with it where one is proposed, or None.
         taken: the search took it over (it then ends the children and removes ``workdir``).
     """
 
@@ -80,24 +84,39 @@ class EarlyReference:
     child: Any
     started_at: float
     anchor: Anchor | None = None
+    static: Anchor | None = None
     taken: bool = False
 
-    def drop_anchor(self) -> None:
-        """End the anchor's child (the proposal's anchor is another rewrite) and remove the caches
-        it compiled into (``workdir/caches/<name>``, the folder an anchor started again with the
-        others is given: its cold phase must compile from empty caches) and the result it may have
-        written (the file that anchor's result is read from: one that dies without writing its own
-        must read as a crash)."""
-        if self.anchor is not None:
-            _end(self.anchor.child)
-            shutil.rmtree(self.workdir / "caches" / self.anchor.variant.name, ignore_errors=True)
-            Path(self.anchor.child.job["out"]).unlink(missing_ok=True)
-            self.anchor = None
+    def started_anchor(self, name: str) -> Anchor | None:
+        """The child started here for candidate ``name`` (``whole`` or ``whole+static``), or None."""
+        from .candidate import WHOLE
+        from .kinds.static_shapes import WHOLE_STATIC
+
+        return {WHOLE: self.anchor, WHOLE_STATIC: self.static}.get(name)
+
+    def drop_anchor(self, name: str = "whole") -> None:
+        """End the child started for ``name`` (the proposal's is another rewrite) and remove the
+        caches it compiled into (``workdir/caches/<name>``, the folder an anchor started again with
+        the others is given: its cold phase must compile from empty caches) and the result it may
+        have written (the file that anchor's result is read from: one that dies without writing its
+        own must read as a crash)."""
+        held = self.started_anchor(name)
+        if held is not None:
+            _end(held.child)
+            shutil.rmtree(self.workdir / "caches" / held.variant.name, ignore_errors=True)
+            Path(held.child.job["out"]).unlink(missing_ok=True)
+            if held is self.anchor:
+                self.anchor = None
+            else:
+                self.static = None
 
     def end_children(self) -> None:
         """End every child started here (a no-op for one the engine ended already)."""
+        from .kinds.static_shapes import WHOLE_STATIC
+
         _end(self.child)
         self.drop_anchor()
+        self.drop_anchor(WHOLE_STATIC)
 
     def close(self) -> None:
         """End the children and remove the folder, unless the search took them over."""
@@ -177,34 +196,40 @@ def start(ctx: Context, timeout_s: float) -> EarlyReference:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     try:
-        early.anchor = _start_anchor(ctx, job, opts, workdir)
+        from .candidate import WHOLE
+        from .candidates import anchor_plan
+        from .kinds.static_shapes import WHOLE_STATIC, static_plan
+
+        plan = anchor_plan(ctx)
+        early.anchor = _start_anchor(ctx, job, opts, workdir, WHOLE, plan)
+        if early.anchor is not None:
+            # measured whatever the budget too, and the longer of the two on a UNet's resolutions
+            early.static = _start_anchor(ctx, job, opts, workdir, WHOLE_STATIC, static_plan(ctx, plan))
     except BaseException:
         early.close()
         raise
     return early
 
 
-def _start_anchor(ctx: Context, job: dict[str, Any], opts: Any, workdir: Path) -> Anchor | None:
-    """The whole-model anchor's tree (:func:`.candidates.anchor_plan` rewritten by the search's
-    own path) and its child, sent ``go`` (it waits for the reference's weights); None where the
-    evidence so far proposes no anchor or its plan does not rewrite."""
+def _start_anchor(ctx: Context, job: dict[str, Any], opts: Any, workdir: Path, name: str, plan: Any) -> Anchor | None:
+    """Candidate ``name``'s tree (``plan``: the whole-model anchor as :func:`.candidates.anchor_plan`
+    proposes it, or its static-shape twin, rewritten by the search's own path) and its child, sent
+    ``go`` (it waits for the reference's weights); None where ``plan`` is None or does not rewrite."""
     from ..engine.measure import start_cold
     from ..errors import StackpartError
-    from .candidate import Candidate
-    from .candidates import WHOLE, anchor_plan
+    from .candidate import WHOLE, Candidate
     from .search import candidate_rewrite, candidate_variant, materialise
 
-    plan = anchor_plan(ctx)
     if plan is None:
         return None
-    c = Candidate(WHOLE, plan)
+    c = Candidate(name, plan)
     try:
         result = candidate_rewrite(c, ctx.session.src)
     except StackpartError:
         return None  # the search says why, when it proposes it
     if not result.changes:
         return None
-    tree = workdir / "anchor"
+    tree = workdir / ("anchor" if name == WHOLE else "anchor-static")
     materialise(c, ctx.session.src, tree, result)
     variant = candidate_variant(c, tree, result)
     child = start_cold(dict(job, wait_for_weights=True), variant, workdir, opts)

@@ -372,6 +372,7 @@ def _start_reference(run: _Run, timeout_s: float) -> None:
     how = summary()
     run.said("the search's reference (the program as it is) started before the compile rungs"
              + (", and the whole-model anchor with it" if run.early.anchor is not None else "")
+             + (" and its static-shape twin (whole+static)" if run.early.static is not None else "")
              + f", in {time.perf_counter() - t0:.1f} s" + (f" (measurement children: {how})" if how else ""))
 
 

@@ -367,21 +367,23 @@ def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any, ear
         if not result.changes:
             out.rows[c.name] = {"skipped": f"changes nothing in SRC: the same as {AS_IS!r}"}
             continue
-        if early is not None and early.anchor is not None and c.name == WHOLE:
-            if early.anchor.same_rewrite(result.changes):
-                trees.variants.append(early.anchor.variant)
-                trees.started[c.name] = early.anchor.child
-                trees.prefixes[f"{early.anchor.variant.tree}/"] = ""
+        held = early.started_anchor(c.name) if early is not None else None
+        if held is not None:
+            if held.same_rewrite(result.changes):
+                trees.variants.append(held.variant)
+                trees.started[c.name] = held.child
+                trees.prefixes[f"{held.variant.tree}/"] = ""
                 continue
-            early.drop_anchor()
+            early.drop_anchor(c.name)
             say(f"{c.name}: the anchor started before the compile rungs is not the proposal's rewrite "
                 "(the rungs after it changed the plan); it starts again with the others")
         tree = workdir / f"cand{i}"
         materialise(c, src, tree, result)
         trees.prefixes[f"{tree}/"] = ""
         trees.variants.append(candidate_variant(c, tree, result))
-    if early is not None and WHOLE not in trees.started:
-        early.drop_anchor()  # no proposal's anchor took it: it must not compile beside the measured ones
+    for name in (WHOLE, WHOLE_STATIC):
+        if early is not None and name not in trees.started:
+            early.drop_anchor(name)  # no proposal's candidate took it: it must not compile beside the measured ones
     return trees
 
 
@@ -436,8 +438,12 @@ def _say_early(out: SearchOutcome, early: Any, trees: _Trees, say: Any) -> float
     text = (f"the program as it is (the reference) was started {ahead:.0f} s before the search, before the ladder's "
             "compile rungs: its build, run and float64 reference overlapped them")
     if WHOLE in trees.started:
-        text += (f"; so was the whole-model anchor ({WHOLE!r}), whose cold phase ran beside them: its compile seconds "
-                 "include what the compile rungs took from the host's CPUs")
+        if WHOLE_STATIC in trees.started:
+            text += (f"; so were the whole-model anchor ({WHOLE!r}) and its static-shape twin ({WHOLE_STATIC!r}), whose "
+                     "cold phases ran beside them: their compile seconds include what the compile rungs took from the host's CPUs")
+        else:
+            text += (f"; so was the whole-model anchor ({WHOLE!r}), whose cold phase ran beside them: its compile seconds "
+                     "include what the compile rungs took from the host's CPUs")
     out.notes.append(text)
     say(text)
     return ahead

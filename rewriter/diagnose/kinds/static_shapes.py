@@ -3,11 +3,10 @@ graph per input resolution, beside the one-line anchor's automatic dynamic shape
 
 Under automatic dynamic shapes (torch.compile's default, ``dynamic=None``) the first new size of a
 dim recompiles the model with that dim symbolic. For a convolutional model whose image or latent
-resolution changes that one recompile can cost several times the first compile: on the H200 the
-SD-1.5-sized UNet2DConditionModel compiled in 73 s at 64x64 latents, then recompiled for 266 s at
-48x48 (BENCHMARKS.md, Model zoo part 11). ``dynamic=False`` compiles a static graph per resolution
-instead (torch.compile's docstring: "dynamic=False ... never generate dynamic kernels, always
-specialize"): each costs about the first compile, and runs static kernels.
+resolution changes, that one recompile can cost several times the first compile (docs/decisions.md,
+"Two whole-model anchors", has the figures). ``dynamic=False`` compiles a static graph per
+resolution instead (torch.compile's docstring: "dynamic=False ... never generate dynamic kernels,
+always specialize"): each costs about the first compile, and runs static kernels.
 
 Proposed only where every input dim that varies across the harness shapes is a spatial dim (dim
 >= 2) of a floating input of rank >= 4 (images, latents, video): the set of resolutions a vision or
@@ -17,15 +16,17 @@ the harness compiles again in production, and past Dynamo's ``recompile_limit`` 
 eager; the action's ``why`` says so. The twin is measured whatever the search's budget, like the
 anchor (:attr:`rewriter.engine.options.Variant.anchor`): the deadline ends whichever of the two is
 still compiling once the other has measured every shape (:meth:`rewriter.engine.measure._Run.bounded`).
+Where the search's reference starts before the compile rungs, the twin starts with the anchor
+(:mod:`..early_reference`), its varying dims read from ``make_inputs`` (:func:`varying_dims`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..candidate import Candidate, CandidateKind
+from ..candidate import WHOLE, Candidate, CandidateKind
 
-#: The whole-model compile with ``dynamic=False`` (the :data:`..candidates.WHOLE` anchor's twin).
+#: The whole-model compile with ``dynamic=False`` (the :data:`..candidate.WHOLE` anchor's twin).
 WHOLE_STATIC = "whole+static"
 
 
@@ -35,16 +36,28 @@ STATIC_WHY = ("dynamic=False: one static graph per input resolution ({sizes}) in
               "runs eager")
 
 
+def varying_dims(ctx: Any) -> list[dict[str, Any]]:
+    """The input dims that vary across the harness shapes, ``[{"tensor", "dim", "sizes"}]`` (the
+    input's index among the tensor leaves of ``make_inputs``): the recompiles rung's
+    ``varying_input_dims`` once it has run, else read from ``make_inputs`` at each shape (the
+    search's early start runs before that rung)."""
+    if "recompiles" in ctx.results:
+        return ctx.measured("recompiles").get("varying_input_dims") or []
+    from ..rungs.recompiles import varying
+    from ..session import tensor_leaves
+
+    return varying([[tuple(t.shape) for t in tensor_leaves(ctx.session.inputs(s))] for s in ctx.session.spec.shapes])
+
+
 def why_not_static(ctx: Any) -> str | None:
-    """Why ``whole+static`` is not proposed (None: it is): no input dim varies (the anchor already
-    compiles static graphs), a varying dim is not an image's spatial dim, or the harness has more
-    shapes than Dynamo's recompile limit. Reads the recompiles rung's ``varying_input_dims``
-    (input index among the reference's tensor leaves, dim, sizes)."""
+    """Why ``whole+static`` is not proposed (None: it is; ``""``: nothing varies, no line for the
+    report): no input dim varies (the anchor already compiles static graphs), a varying dim is not
+    an image's spatial dim, or the harness has more shapes than Dynamo's recompile limit."""
     import torch
 
     from ..session import tensor_leaves
 
-    var = ctx.measured("recompiles").get("varying_input_dims") or []
+    var = varying_dims(ctx)
     if not var:
         return ""  # nothing varies: no line for the report
     _, inputs, _ = ctx.reference()
@@ -62,25 +75,31 @@ def why_not_static(ctx: Any) -> str | None:
     return None
 
 
+def static_plan(ctx: Any, anchor: Any) -> Any:
+    """The anchor's plan (``anchor``, a :class:`rewriter.plan.Plan`) with ``dynamic=False`` on its
+    compile and the reason in its ``why``, or None where :func:`why_not_static` says no."""
+    if why_not_static(ctx) is not None:
+        return None
+    sizes = "; ".join(f"input {v['tensor']} dim {v['dim']}: {sorted(set(v['sizes']))}" for v in varying_dims(ctx))
+    actions = [a.model_copy(update={
+        "options": a.options.model_copy(update={"dynamic": False}),
+        "why": "; ".join(filter(None, [a.why, STATIC_WHY.format(sizes=sizes)]))}) if a.action == "compile" else a
+        for a in anchor.actions]
+    return anchor.model_copy(update={"actions": actions})
+
+
 def with_static_shapes(ctx: Any, cands: list[Candidate]) -> tuple[list[Candidate], list[str]]:
     """``cands`` with ``whole+static`` first (it is measured whatever the budget, so it starts
-    first; the last kind, so no other kind twins it), built from the :data:`..candidates.WHOLE` anchor's plan with ``dynamic=False`` on its
-    compile; unchanged with the reason where :func:`why_not_static` says no or no anchor is proposed."""
-    from ..candidates import WHOLE
-
+    first; the last kind, so no other kind twins it), built from the :data:`..candidate.WHOLE`
+    anchor's plan by :func:`static_plan`; unchanged with the reason where :func:`why_not_static`
+    says no or no anchor is proposed."""
     anchor = next((c for c in cands if c.name == WHOLE), None)
     if anchor is None:
         return cands, []
     why = why_not_static(ctx)
     if why is not None:
         return cands, ([f"{WHOLE_STATIC}: {why}"] if why else [])
-    sizes = "; ".join(f"input {v['tensor']} dim {v['dim']}: {sorted(set(v['sizes']))}"
-                      for v in ctx.measured("recompiles").get("varying_input_dims"))
-    actions = [a.model_copy(update={
-        "options": a.options.model_copy(update={"dynamic": False}),
-        "why": "; ".join(filter(None, [a.why, STATIC_WHY.format(sizes=sizes)]))}) if a.action == "compile" else a
-        for a in anchor.plan.actions]
-    twin = Candidate(WHOLE_STATIC, anchor.plan.model_copy(update={"actions": actions}), list(anchor.notes))
+    twin = Candidate(WHOLE_STATIC, static_plan(ctx, anchor.plan), list(anchor.notes))
     if any(c.key() == twin.key() for c in cands):
         return cands, []
     return [twin, *cands], []
