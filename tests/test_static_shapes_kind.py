@@ -179,3 +179,53 @@ def test_the_static_twin_starts_before_the_compile_rungs_with_the_anchor_and_is_
     assert found.rows.get(WHOLE_STATIC, {}).get("step_ms") is not None and found.rows["whole"].get("step_ms") is not None, (found.rows, found.pruned)
     assert any(f"so were the whole-model anchor ('whole') and its static-shape twin ('{WHOLE_STATIC}')" in n
                for n in found.notes), found.notes
+
+
+def test_a_program_that_compiles_itself_gets_dynamic_false_on_its_own_call(tmp_path, monkeypatch):
+    """The program's own ``@torch.compile`` on a model whose resolution varies: ``as-is+static``
+    edits that decorator (no second compile), and is measured like any other candidate."""
+    import shutil
+
+    from rewriter.diagnose.runner import diagnose
+    from rewriter.diagnose.search import candidate_rewrite
+    from rewriter.plan import load_plan
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "workloads" / "resolutions"
+    src = tmp_path / "src"
+    shutil.copytree(fixture, src)
+    model = (src / "model.py").read_text()
+    (src / "model.py").write_text(model.replace("    def forward(self, sample):",
+                                                '    @torch.compile(backend="eager")\n    def forward(self, sample):'))
+    spec = load_plan(fixture / "plan.yaml").plan.harness
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"recompiles", "search"},
+                       budget_s=600.0, report_dir=tmp_path / "report")
+    found = outcome.search
+    by_name = {c.name: c for c in found.candidates}
+    assert "as-is+static" in by_name and WHOLE_STATIC not in by_name, (list(by_name), found.pruned)
+    [action] = by_name["as-is+static"].plan.actions
+    assert action.own_call.model_dump(exclude_none=True) == {"dynamic": False}, action.own_call
+    assert found.rows["as-is+static"].get("step_ms") is not None, found.rows["as-is+static"]
+    [change] = candidate_rewrite(by_name["as-is+static"], src).changes
+    assert b'    @torch.compile(backend="eager", dynamic=False)\n    def forward(self, sample):' in change.new
+
+
+def test_a_static_twin_chosen_as_the_stand_in_of_a_compile_the_harness_does_not_run_is_written_on_that_call():
+    """``model = torch.compile(model)`` in a script the harness does not run is measured through its
+    stand-ins; where 'whole+static' wins, the edit of the program's call carries dynamic=False
+    (not "kept as it is", which would drop the change that was measured)."""
+    from types import SimpleNamespace
+
+    from rewriter.diagnose.candidate import Candidate
+    from rewriter.diagnose.own_candidates import translate
+    from rewriter.plan import CompileAction, CompileOptions, Plan
+
+    static = CompileAction(action="compile", target="model.py::Net", strategy="whole", options=CompileOptions(dynamic=False),
+                           why="dynamic=False: one static graph per input resolution")
+    chosen = Candidate(WHOLE_STATIC, Plan(version=1, actions=[static]))
+    rows = {WHOLE_STATIC: {"step_ms": 5.0, "compile_s_per_start": 40.0}, "whole": {"step_ms": 5.5, "compile_s_per_start": 90.0}}
+    out = SimpleNamespace(chosen=chosen, rows=rows)
+    own = SimpleNamespace(where="train.py:12", text="torch.compile(model)", site="train.py::main", can=lambda key: None)
+    note = translate(SimpleNamespace(evidence=SimpleNamespace(own_standin_path=None)), out, own)
+    [edit] = chosen.plan.actions
+    assert (edit.target, edit.strategy, edit.own_call.model_dump(exclude_none=True)) == ("train.py::main", "whole", {"dynamic": False})
+    assert "writes dynamic=False on that call" in note and "'whole+static'" in note, note

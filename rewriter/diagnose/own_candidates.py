@@ -11,6 +11,9 @@ call is edited where it is, no second compile is added, so every one composes wi
   compilation"; diffusers docs, "Regional compilation".
 * ``as-is+dynamic``: ``dynamic=True`` on the program's call where the recompiles rung saw an input
   dim vary across the harness's shapes (the recompile automatic dynamic shapes pays is not paid).
+* ``as-is+static``: ``dynamic=False`` on the program's whole-model call where only an image's or
+  latent's resolution varies (:mod:`.kinds.static_shapes`: one static graph per resolution instead
+  of automatic dynamic's symbolic recompile, which on a UNet cost several times the first compile).
 
 A variant is proposed only where the harness's model runs the program's compile (otherwise the
 engine would measure the program without it, and a variant of it could not be measured) and the
@@ -27,6 +30,7 @@ from .candidate import AS_IS, as_is
 
 REGIONAL = as_is("regional")
 DYNAMIC = as_is("dynamic")
+STATIC = as_is("static")
 
 
 def compiled_modules_of(ctx: Any) -> list[dict[str, Any]]:
@@ -100,7 +104,31 @@ def variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
                 f"{why}, its keyword arguments kept (one compile reused across the blocks)")
         out.append((REGIONAL, Decision(_plan(ctx.session.spec, ctx, [action]), [])))
     out.extend(_dynamic(ctx, own, pruned))
+    out.extend(_static(ctx, own, pruned))
     return out
+
+
+def _static(ctx: Any, own: Any, pruned: list[str]) -> list[tuple[str, Any]]:
+    """``as-is+static``: ``dynamic=False`` on the program's own whole-model call ``own`` where
+    :func:`.kinds.static_shapes.why_not_static` proposes it and the call leaves ``dynamic`` to torch."""
+    from .kinds.static_shapes import STATIC_WHY, varying_dims, why_not_static
+    from .planner import Decision, _plan
+
+    why = why_not_static(ctx)
+    if why is not None:
+        if why:
+            pruned.append(f"{STATIC}: {why}")
+        return []
+    refused = own.can("dynamic")
+    current = dict(own.current).get("dynamic", "?")
+    if refused or current is not None:
+        pruned.append(f"{STATIC}: " + (refused or f"the program's own compile ({own.text}) already sets dynamic={current!r}"))
+        return []
+    sizes = "; ".join(f"input {v['tensor']} dim {v['dim']}: {sorted(set(v['sizes']))}" for v in varying_dims(ctx))
+    action = CompileAction(
+        action="compile", target=own.site, strategy="whole", own_call={"dynamic": False},
+        why=f"the program compiles the whole model itself ({own.text}); " + STATIC_WHY.format(sizes=sizes))
+    return [(STATIC, Decision(_plan(ctx.session.spec, ctx, [action]), []))]
 
 
 def _dynamic(ctx: Any, own: Any, pruned: list[str], block: bool = False) -> list[tuple[str, Any]]:
@@ -185,6 +213,15 @@ def translate(ctx: Any, out: Any, own: Any) -> str | None:
             f", {cs:.2f} s compile per start" if cs is not None else "") + f", {(r.get('compile') or {}).get('unique_graphs', '?')} graph(s)"
 
     file = own.where.rsplit(":", 1)[0]
+    if len(compiles) == 1 and compiles[0].strategy == "whole" and compiles[0].options.dynamic is False and own.can("dynamic") is None:
+        # the stand-in 'whole+static' won: its dynamic=False goes on the program's own call
+        action = CompileAction(action="compile", target=own.site, strategy="whole", own_call={"dynamic": False},
+                               why=f"the program compiles the whole model itself ({own.text}) in {file}, which the harness does "
+                                   f"not run: measured through its stand-in {cand.name!r} ({figures(row)}) against 'whole' "
+                                   f"({figures(whole)}); {compiles[0].why}")
+        cand.plan = cand.plan.model_copy(update={"actions": [action, *rest]})
+        return (f"the program's own whole-model compile ({own.text}) is in {file}, which the harness does not run: the search "
+                f"measured it through its stand-in {cand.name!r} and writes dynamic=False on that call")
     if any(a.strategy in ("whole", "nested") for a in compiles):
         cand.plan = cand.plan.model_copy(update={"actions": rest})
         return (f"the program's own whole-model compile ({own.text}) is in {file}, which the harness does not run; measured "
