@@ -119,6 +119,7 @@ def test_a_running_anchor_is_bounded_once_the_other_anchor_passed(tmp_path):
     from rewriter.engine import runner
 
     def ended(until=None, **kw):
+        assert until is not None  # bounded: waited for until the deadline only
         return runner.ChildResult(-1, {"error": {"kind": "budget", "message": "ran out"}}, 12.0, "")
 
     whole.wait_cold = ended
@@ -127,7 +128,52 @@ def test_a_running_anchor_is_bounded_once_the_other_anchor_passed(tmp_path):
     assert run._record_running(0)
     assert run.m.results["whole"]["skipped"] == (f"{RAN_OUT} (12 s after its start; ended: '{WHOLE_STATIC}', "
                                                 "the other whole-model compile, had measured every shape)")
+    # a twin whose child is gone (it cannot be timed) covers nothing: the anchor is waited for
+    run.children = {WHOLE_STATIC: type("Gone", (), {"alive": False})()}
+    assert not run.bounded("whole")
+    waited: list = []
+    whole.wait_cold = lambda until=None, **kw: waited.append(until) or runner.ChildResult(
+        -1, {"error": {"kind": "timeout", "message": "planted"}}, 1.0, "")
+    run.running = [("whole", whole, whole.go_at)]
+    run._record_running(0)
+    assert waited == [None]
     os.close(w)
+
+
+def test_an_early_anchor_past_the_deadline_is_read_not_skipped_once_its_twin_is_recorded(monkeypatch, tmp_path):
+    """The anchor started before the compile rungs may have ended its cold phase by its turn: with
+    the twin recorded and the deadline passed it is read (here: it had ended, and is measured), not
+    skipped as though it never ran."""
+    seconds = {WHOLE_STATIC: 100.0, "whole": 0.0}
+    keys = {"eager": None, WHOLE_STATIC: "W:dynamic=False", "whole": "W"}
+    from rewriter.engine import measure as measure_mod
+
+    real = measure_mod.measure
+
+    class Ended(_Timed):
+        """Its cold phase ended before it is read: the reply is there whatever the deadline."""
+
+        def wait_cold(self, until=None):
+            return _Timed.wait_cold(self, until=None)
+
+    def with_started(spec, variants, opts, workdir, **kw):  # noqa: ANN001, ANN003, ANN202
+        child = Ended({"variants": ["whole"]}, workdir, "cold-whole", workdir, 1.0)
+        return real(spec, variants, opts, workdir, started={"whole": child}, **kw)
+
+    monkeypatch.setattr(measure_mod, "measure", with_started)
+    m, skipped = _measure_on_the_fake_clock(monkeypatch, tmp_path, seconds, keys, 75.0, anchor=(WHOLE_STATIC, "whole"))
+    assert m.ok("whole") and m.ok(WHOLE_STATIC) and skipped == [], (m.results, skipped)
+
+
+def test_a_failed_recompiles_rung_proves_nothing_and_make_inputs_is_read(tmp_path, monkeypatch):
+    from rewriter.diagnose.kinds.static_shapes import varying_dims
+    from rewriter.diagnose.rung import RungResult
+
+    ctx = _resolutions(tmp_path, monkeypatch)
+    ctx.results["recompiles"] = RungResult("recompiles", "recompiles", status="error", reason="planted")
+    monkeypatch.setattr(type(ctx.session), "cuda", property(lambda self: False))
+    assert [(v["tensor"], v["dim"], v["sizes"]) for v in varying_dims(ctx)] == [(0, 2, [16, 8]), (0, 3, [16, 8])]
+    assert WHOLE_STATIC in {c.name for c in propose(ctx)[0]}
 
 
 def test_without_a_measured_gain_the_ladder_order_skips_the_static_twin_measured_first():
@@ -138,8 +184,15 @@ def test_without_a_measured_gain_the_ladder_order_skips_the_static_twin_measured
 
     from rewriter.diagnose.decide import decide
 
+    from rewriter.diagnose.decide import expected_order
+
+    assert expected_order([WHOLE_STATIC, "per-block", "whole", "nested+whole", "as-is"]) == [
+        "per-block", "whole", WHOLE_STATIC, "nested+whole", "as-is"]
     rows = {WHOLE_STATIC: _row(5.0, 1.0), "per-block": _row(5.0, 1.0), "as-is": _row(6.0, 0.0)}
     c = decide(rows, [WHOLE_STATIC, "per-block", "as-is"], [], runs=1000, restarts=1, gain_measured=False)
+    assert c.chosen == "per-block", c.status
+    # measured gains that tie: the tie-break of last resort is the expected order, not the budget's
+    c = decide(rows, [WHOLE_STATIC, "per-block", "as-is"], [], runs=1_000_000, restarts=1, gain_measured=True)
     assert c.chosen == "per-block", c.status
     rows["per-block"] = {"problems": ["the rewritten model raised: Unsupported"], "error": "raised: Unsupported"}
     c = decide(rows, [WHOLE_STATIC, "per-block", "as-is"], [], runs=1000, restarts=1, gain_measured=False)

@@ -111,7 +111,8 @@ def decide(
         rows: per candidate name, the engine's result row (``step_ms`` once timed, ms;
             ``compile_s_per_start``, s; ``problems``; ``error``; ``skipped``). ``as-is`` is the
             program as it runs (the eager reference's row: no compile cost of ours).
-        order: candidate names, the rule's proposal first (the tie-break of last resort).
+        order: candidate names, the rule's proposal first (the tie-break of last resort; read
+            through :func:`expected_order`).
         samples: the engine's raw interleaved samples per shape, keyed by candidate name (for the
             noise interval).
         runs, restarts: the deployment (``amortization``).
@@ -119,6 +120,7 @@ def decide(
         noise: the measured process-to-process noise (:func:`rewriter.engine.noise.process_noise`,
             ``{"share", ...}``), or None when each variant ran in one process.
     """
+    order = expected_order(order)
     status, ok = _screened(rows, order)
     if rows[AS_IS].get("step_ms") is None or AS_IS not in ok:
         return _without_baseline(ok, order, status, gain_measured)
@@ -132,6 +134,21 @@ def decide(
     chosen = contest.choose()
     status.update({n: contest.status(n, chosen) for n in ok})
     return Choice(chosen, contest.text(chosen) + "; " + noise_text(noise), status, net)
+
+
+def expected_order(order: list[str]) -> list[str]:
+    """``order`` (the order the cold phases ran in) as the expected-value order the decision's
+    tie-breaks and the ladder's order read: ``whole+static`` runs first for the budget's sake
+    (:mod:`.kinds.static_shapes`), not as the expected best, so it goes right after its base
+    ``whole`` (before ``as-is`` where there is no ``whole``)."""
+    from .candidate import WHOLE
+    from .kinds.static_shapes import WHOLE_STATIC
+
+    if WHOLE_STATIC not in order:
+        return order
+    rest = [n for n in order if n != WHOLE_STATIC]
+    at = rest.index(WHOLE) + 1 if WHOLE in rest else (rest.index(AS_IS) if AS_IS in rest else len(rest))
+    return rest[:at] + [WHOLE_STATIC] + rest[at:]
 
 
 def _screened(rows: dict[str, dict[str, Any]], order: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -194,12 +211,8 @@ def _only_as_is(ok: list[str], status: dict[str, str], net: dict[str, float | No
 
 
 def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float | None]) -> Choice:
-    """The decision without a measured gain: the first candidate in the ladder's order that did not
-    fail. ``whole+static`` is measured first for the budget's sake (:mod:`.kinds.static_shapes`), not
-    as the expected best, so it is taken only where nothing else passed."""
-    from .kinds.static_shapes import WHOLE_STATIC
-
-    chosen = next((n for n in ok if n not in (AS_IS, WHOLE_STATIC)), None) or next(n for n in ok if n != AS_IS)
+    """The decision without a measured gain: the first candidate in the ladder's order that did not fail."""
+    chosen = next(n for n in ok if n != AS_IS)
     for n in ok:
         status[n] = "chosen" if n == chosen else f"not chosen: the gain is not measured with this backend; {chosen!r} comes first in the ladder's order"
     text = (f"{chosen!r}: the backend does not optimise, so the gain is not measured; every candidate that failed is out "

@@ -44,7 +44,8 @@ from .context import Context
 
 @dataclass
 class Anchor:
-    """The whole-model anchor's child, started with the reference.
+    """A whole-model compile's child started with the reference: the anchor, or its static-shape
+    twin (``whole+static``).
 
     Attributes:
         variant: its :class:`rewriter.engine.options.Variant` (its tree under the search's folder).
@@ -64,7 +65,8 @@ class Anchor:
 
 @dataclass
 class EarlyReference:
-    """The reference's child (and the anchor's, where one started), started before the search.
+    """The reference's child (and the anchor's and its static-shape twin's, where they started),
+    started before the search.
 
     Attributes:
         workdir: the search's temporary folder (``original/``, the job files, ``ref/``, caches).
@@ -173,7 +175,8 @@ def start(ctx: Context, timeout_s: float) -> EarlyReference:
     """Copy SRC, spawn the reference's cold-phase child with the search's engine options
     (:func:`.search.engine_options`, ``timeout_s`` per child wait) and send it ``go``: it builds,
     runs and saves while the ladder goes on. Then the anchor (:func:`_start_anchor`), where there
-    is one."""
+    is one, and its static-shape twin where :func:`.kinds.static_shapes.static_plan` proposes it (a
+    failure starting the twin leaves it to the search and ends nothing else)."""
     from ..engine.materialize import IGNORE
     from ..engine.measure import child_job, start_cold
     from ..engine.options import Variant
@@ -202,12 +205,19 @@ def start(ctx: Context, timeout_s: float) -> EarlyReference:
 
         plan = anchor_plan(ctx)
         early.anchor = _start_anchor(ctx, job, opts, workdir, WHOLE, plan)
-        if early.anchor is not None:
-            # measured whatever the budget too, and the longer of the two on a UNet's resolutions
-            early.static = _start_anchor(ctx, job, opts, workdir, WHOLE_STATIC, static_plan(ctx, plan))
     except BaseException:
         early.close()
         raise
+    if early.anchor is not None:
+        # measured whatever the budget too; optional: a failure here (make_inputs, its rewrite)
+        # leaves it to start with the others and ends nothing that started
+        try:
+            early.static = _start_anchor(ctx, job, opts, workdir, WHOLE_STATIC, static_plan(ctx, plan))
+        except Exception:  # noqa: BLE001 - the search proposes it again and says why it fails
+            early.static = None
+        except BaseException:
+            early.close()
+            raise
     return early
 
 

@@ -114,7 +114,8 @@ def _static(ctx: Any, own: Any, pruned: list[str]) -> list[tuple[str, Any]]:
     from .kinds.static_shapes import STATIC_WHY, varying_dims, why_not_static
     from .planner import Decision, _plan
 
-    why = why_not_static(ctx)
+    var = varying_dims(ctx)
+    why = why_not_static(ctx, var)
     if why is not None:
         if why:
             pruned.append(f"{STATIC}: {why}")
@@ -124,7 +125,7 @@ def _static(ctx: Any, own: Any, pruned: list[str]) -> list[tuple[str, Any]]:
     if refused or current is not None:
         pruned.append(f"{STATIC}: " + (refused or f"the program's own compile ({own.text}) already sets dynamic={current!r}"))
         return []
-    sizes = "; ".join(f"input {v['tensor']} dim {v['dim']}: {sorted(set(v['sizes']))}" for v in varying_dims(ctx))
+    sizes = "; ".join(f"input {v['tensor']} dim {v['dim']}: {sorted(set(v['sizes']))}" for v in var)
     action = CompileAction(
         action="compile", target=own.site, strategy="whole", own_call={"dynamic": False},
         why=f"the program compiles the whole model itself ({own.text}); " + STATIC_WHY.format(sizes=sizes))

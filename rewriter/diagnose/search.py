@@ -437,13 +437,14 @@ def _say_early(out: SearchOutcome, early: Any, trees: _Trees, say: Any) -> float
     ahead = round(time.perf_counter() - early.started_at, 2)
     text = (f"the program as it is (the reference) was started {ahead:.0f} s before the search, before the ladder's "
             "compile rungs: its build, run and float64 reference overlapped them")
-    if WHOLE in trees.started:
-        if WHOLE_STATIC in trees.started:
-            text += (f"; so were the whole-model anchor ({WHOLE!r}) and its static-shape twin ({WHOLE_STATIC!r}), whose "
-                     "cold phases ran beside them: their compile seconds include what the compile rungs took from the host's CPUs")
-        else:
-            text += (f"; so was the whole-model anchor ({WHOLE!r}), whose cold phase ran beside them: its compile seconds "
-                     "include what the compile rungs took from the host's CPUs")
+    early_ones = [n for n in (WHOLE, WHOLE_STATIC) if n in trees.started]
+    if len(early_ones) == 2:
+        text += (f"; so were the whole-model anchor ({WHOLE!r}) and its static-shape twin ({WHOLE_STATIC!r}), whose "
+                 "cold phases ran beside them: their compile seconds include what the compile rungs took from the host's CPUs")
+    elif early_ones:
+        what = f"the whole-model anchor ({WHOLE!r})" if early_ones[0] == WHOLE else f"the static-shape twin ({WHOLE_STATIC!r})"
+        text += (f"; so was {what}, whose cold phase ran beside them: its compile seconds "
+                 "include what the compile rungs took from the host's CPUs")
     out.notes.append(text)
     say(text)
     return ahead

@@ -350,12 +350,13 @@ class _Run:
 
     def _covering_anchor(self, name: str) -> str | None:
         """Another anchor than ``name`` whose cold phase was recorded with no error and no problem
-        (it compiled every shape, passed numerics and fell back nowhere), or None; None too where
-        ``name`` is not an anchor."""
+        (it compiled every shape, passed numerics and fell back nowhere) and whose child is alive to
+        be timed, or None; None too where ``name`` is not an anchor."""
         if not self.by_name[name].anchor:
             return None
         return next((other for other in self.cold if other != name and self.by_name[other].anchor
-                     and not self.m.results[other].get("problems") and not self.m.results[other].get("error")), None)
+                     and not self.m.results[other].get("problems") and not self.m.results[other].get("error")
+                     and getattr(self.children.get(other), "alive", True)), None)
 
     def _await_kin(self, name: str) -> bool:
         """Before ``name``'s cold phase is weighed against the deadline (:meth:`_late`): record the
@@ -466,8 +467,10 @@ class _Run:
             return False
         left_s = self.deadline - time.perf_counter()
         why = too_late(self.by_name[name], left_s, self.cold_s, self.by_name)
-        covered = self._covering_anchor(name) if why is None and left_s <= 0 else None
-        if covered is not None:  # an anchor past the deadline whose twin has measured every shape
+        # an anchor past the deadline whose twin has measured every shape; one started before the
+        # measurement is read instead (its cold phase may have ended: record() ends it otherwise)
+        covered = self._covering_anchor(name) if why is None and left_s <= 0 and name not in self.started else None
+        if covered is not None:
             why = f"{SPENT} ({covered!r}, the other whole-model compile, had measured every shape)"
         if why is None:
             return False

@@ -39,25 +39,28 @@ STATIC_WHY = ("dynamic=False: one static graph per input resolution ({sizes}) in
 def varying_dims(ctx: Any) -> list[dict[str, Any]]:
     """The input dims that vary across the harness shapes, ``[{"tensor", "dim", "sizes"}]`` (the
     input's index among the tensor leaves of ``make_inputs``): the recompiles rung's
-    ``varying_input_dims`` once it has run, else read from ``make_inputs`` at each shape (the
-    search's early start runs before that rung)."""
-    if "recompiles" in ctx.results:
-        return ctx.measured("recompiles").get("varying_input_dims") or []
+    ``varying_input_dims`` where it ran ok, else read from ``make_inputs`` at each shape (the
+    search's early start runs before that rung; a rung that failed or was not selected proves
+    nothing)."""
+    rung = ctx.results.get("recompiles")
+    if rung is not None and rung.ok:
+        return rung.measurement.get("varying_input_dims") or []
     from ..rungs.recompiles import varying
     from ..session import tensor_leaves
 
     return varying([[tuple(t.shape) for t in tensor_leaves(ctx.session.inputs(s))] for s in ctx.session.spec.shapes])
 
 
-def why_not_static(ctx: Any) -> str | None:
+def why_not_static(ctx: Any, var: list[dict[str, Any]] | None = None) -> str | None:
     """Why ``whole+static`` is not proposed (None: it is; ``""``: nothing varies, no line for the
     report): no input dim varies (the anchor already compiles static graphs), a varying dim is not
-    an image's spatial dim, or the harness has more shapes than Dynamo's recompile limit."""
+    an image's spatial dim, or the harness has more shapes than Dynamo's recompile limit. ``var``:
+    :func:`varying_dims`, where the caller has it."""
     import torch
 
     from ..session import tensor_leaves
 
-    var = varying_dims(ctx)
+    var = varying_dims(ctx) if var is None else var
     if not var:
         return ""  # nothing varies: no line for the report
     _, inputs, _ = ctx.reference()
@@ -78,9 +81,10 @@ def why_not_static(ctx: Any) -> str | None:
 def static_plan(ctx: Any, anchor: Any) -> Any:
     """The anchor's plan (``anchor``, a :class:`rewriter.plan.Plan`) with ``dynamic=False`` on its
     compile and the reason in its ``why``, or None where :func:`why_not_static` says no."""
-    if why_not_static(ctx) is not None:
+    var = varying_dims(ctx)
+    if why_not_static(ctx, var) is not None:
         return None
-    sizes = "; ".join(f"input {v['tensor']} dim {v['dim']}: {sorted(set(v['sizes']))}" for v in varying_dims(ctx))
+    sizes = "; ".join(f"input {v['tensor']} dim {v['dim']}: {sorted(set(v['sizes']))}" for v in var)
     actions = [a.model_copy(update={
         "options": a.options.model_copy(update={"dynamic": False}),
         "why": "; ".join(filter(None, [a.why, STATIC_WHY.format(sizes=sizes)]))}) if a.action == "compile" else a
@@ -96,10 +100,11 @@ def with_static_shapes(ctx: Any, cands: list[Candidate]) -> tuple[list[Candidate
     anchor = next((c for c in cands if c.name == WHOLE), None)
     if anchor is None:
         return cands, []
-    why = why_not_static(ctx)
-    if why is not None:
+    plan = static_plan(ctx, anchor.plan)
+    if plan is None:
+        why = why_not_static(ctx)
         return cands, ([f"{WHOLE_STATIC}: {why}"] if why else [])
-    twin = Candidate(WHOLE_STATIC, static_plan(ctx, anchor.plan), list(anchor.notes))
+    twin = Candidate(WHOLE_STATIC, plan, list(anchor.notes))
     if any(c.key() == twin.key() for c in cands):
         return cands, []
     return [twin, *cands], []
