@@ -78,10 +78,11 @@ def why_not_static(ctx: Any, var: list[dict[str, Any]] | None = None) -> str | N
     return None
 
 
-def static_plan(ctx: Any, anchor: Any) -> Any:
+def static_plan(ctx: Any, anchor: Any, var: list[dict[str, Any]] | None = None) -> Any:
     """The anchor's plan (``anchor``, a :class:`rewriter.plan.Plan`) with ``dynamic=False`` on its
-    compile and the reason in its ``why``, or None where :func:`why_not_static` says no."""
-    var = varying_dims(ctx)
+    compile and the reason in its ``why``, or None where :func:`why_not_static` says no. ``var``:
+    :func:`varying_dims`, where the caller has it."""
+    var = varying_dims(ctx) if var is None else var
     if why_not_static(ctx, var) is not None:
         return None
     sizes = "; ".join(f"input {v['tensor']} dim {v['dim']}: {sorted(set(v['sizes']))}" for v in var)
@@ -100,9 +101,10 @@ def with_static_shapes(ctx: Any, cands: list[Candidate]) -> tuple[list[Candidate
     anchor = next((c for c in cands if c.name == WHOLE), None)
     if anchor is None:
         return cands, []
-    plan = static_plan(ctx, anchor.plan)
+    var = varying_dims(ctx)
+    plan = static_plan(ctx, anchor.plan, var)
     if plan is None:
-        why = why_not_static(ctx)
+        why = why_not_static(ctx, var)
         return cands, ([f"{WHOLE_STATIC}: {why}"] if why else [])
     twin = Candidate(WHOLE_STATIC, plan, list(anchor.notes))
     if any(c.key() == twin.key() for c in cands):
