@@ -282,3 +282,55 @@ def test_a_static_twin_chosen_as_the_stand_in_of_a_compile_the_harness_does_not_
     [edit] = chosen.plan.actions
     assert (edit.target, edit.strategy, edit.own_call.model_dump(exclude_none=True)) == ("train.py::main", "whole", {"dynamic": False})
     assert "writes dynamic=False on that call" in note and "'whole+static'" in note, note
+
+
+def test_the_programs_own_compile_covers_its_static_twin_and_a_plain_reference_covers_nothing(tmp_path):
+    """``as-is+static`` (dynamic=False on the program's own call) is measured whatever the budget
+    like the anchor; the reference of a program that compiles itself (its cold phase compiled
+    graphs) is the compile it is the twin of, so past the deadline it covers the twin. The
+    reference of a program that compiles nothing covers no anchor."""
+    from rewriter.engine.measure import Measurement, _Run
+
+    variants = [Variant("eager", tmp_path, judged=False),
+                Variant("as-is+static", tmp_path, compiles=True, cost_key="O:dynamic=False", anchor=True),
+                Variant("whole", tmp_path, compiles=True, cost_key="W", anchor=True)]
+    run = _Run(Measurement(), None, variants, Options(), tmp_path, real_time.perf_counter() - 1.0, None)
+    run.m.results["eager"] = {"problems": []}
+    run.cold["eager"] = {"compile": {"unique_graphs": 0}}
+    assert not run.bounded("as-is+static") and not run.bounded("whole")
+    run.cold["eager"] = {"compile": {"unique_graphs": 3}}
+    assert run._covering_anchor("as-is+static") == "eager" and run.bounded("as-is+static")
+
+
+def test_the_whole_model_compiles_and_the_own_static_twin_are_anchors_in_the_search(tmp_path):
+    from types import SimpleNamespace
+
+    from rewriter.diagnose.candidate import Candidate
+    from rewriter.diagnose.search import candidate_variant
+    from rewriter.plan import Plan
+
+    result = SimpleNamespace(library_modules=[])
+    anchors = {n: candidate_variant(Candidate(n, Plan(version=1, actions=[])), tmp_path, result).anchor
+               for n in ("whole", WHOLE_STATIC, "as-is+static", "per-block", "as-is+dynamic")}
+    assert anchors == {"whole": True, WHOLE_STATIC: True, "as-is+static": True, "per-block": False, "as-is+dynamic": False}
+
+
+def test_past_the_deadline_the_own_static_twin_is_skipped_once_the_programs_own_compile_measured(monkeypatch, tmp_path):
+    """One cold phase at a time: the program's own compile (the reference, 300 s) measured every
+    shape past the 75 s deadline; its static twin is then not started, and its row says which
+    compile covered it."""
+    from rewriter.engine.runner import ChildResult
+
+    plain = _Timed.wait_cold
+
+    def compiling(self, until=None):  # the reference runs the program's own compile
+        res = plain(self, until)
+        if self.variant == "eager" and res.payload.get("compile"):
+            return ChildResult(res.code, {**res.payload, "compile": {"unique_graphs": 2}}, res.wall_s, res.stderr_tail)
+        return res
+
+    monkeypatch.setattr(_Timed, "wait_cold", compiling)
+    seconds = {"eager": 300.0, "as-is+static": 100.0}
+    keys = {"eager": None, "as-is+static": "O:dynamic=False"}
+    m, skipped = _measure_on_the_fake_clock(monkeypatch, tmp_path, seconds, keys, 75.0, anchor=("as-is+static",))
+    assert skipped == [("as-is+static", f"{SPENT} (the program as it is, its own compile, had measured every shape)")], skipped

@@ -13,7 +13,9 @@ call is edited where it is, no second compile is added, so every one composes wi
   dim vary across the harness's shapes (the recompile automatic dynamic shapes pays is not paid).
 * ``as-is+static``: ``dynamic=False`` on the program's whole-model call where only an image's or
   latent's resolution varies (:mod:`.kinds.static_shapes`: one static graph per resolution instead
-  of automatic dynamic's symbolic recompile, which on a UNet cost several times the first compile).
+  of automatic dynamic's symbolic recompile, which on a UNet cost several times the first compile);
+  measured whatever the search's budget, covered past its deadline by the program's own compile
+  (:meth:`rewriter.engine.measure._Run.bounded`).
 
 A variant is proposed only where the harness's model runs the program's compile (otherwise the
 engine would measure the program without it, and a variant of it could not be measured) and the

@@ -28,6 +28,7 @@ from .candidates import WHOLE, propose
 from .context import Context
 from .decide import Choice, compile_text, decide
 from .kinds.static_shapes import WHOLE_STATIC
+from .own_candidates import STATIC as OWN_STATIC
 
 #: Backends that cannot speed anything up: the search then measures failures, not gains.
 NO_GAIN_BACKENDS = frozenset({"eager", "aot_eager", "aot_eager_decomp_partition"})
@@ -415,7 +416,7 @@ def candidate_variant(c: Candidate, tree: Path, result: Any) -> Any:
     mark = [(None, a.arg, a.dim) for a in c.plan.actions if a.action == "mark_dynamic"]
     site = {"target": c.plan.site, "option": "diagnose --site"} if c.plan.site else None
     return Variant(c.name, tree, compiles=c.compiles, mark_dynamic=mark, library_modules=result.library_modules,
-                   site=site, cost_key=cost_key(c), anchor=c.name in (WHOLE, WHOLE_STATIC))
+                   site=site, cost_key=cost_key(c), anchor=c.name in (WHOLE, WHOLE_STATIC, OWN_STATIC))
 
 
 def _say_what_is_measured(ctx: Context, out: SearchOutcome, trees: _Trees, say: Any) -> None:

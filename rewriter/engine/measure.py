@@ -180,6 +180,13 @@ def _run(run: _Run, amortization: dict[str, Any] | None, stop_on_wrong_numbers: 
         run.step_figures(timeable, amortization)
 
 
+def _cover_text(covered: str) -> str:
+    """The compile that covered an anchor (:meth:`_Run._covering_anchor`), as its row names it."""
+    if covered == "eager":
+        return "the program as it is, its own compile,"
+    return f"{covered!r}, the other whole-model compile,"
+
+
 @dataclass
 class _Run:
     """One :func:`measure` call: what it runs, the processes it started and what it has read so
@@ -250,7 +257,7 @@ class _Run:
         if res.error and res.error.get("kind") == "budget":
             covered = self._covering_anchor(name)
             why = f"{RAN_OUT} ({res.wall_s:.0f} s after its start; ended" + (
-                f": {covered!r}, the other whole-model compile, had measured every shape)" if covered else ")")
+                f": {_cover_text(covered)} had measured every shape)" if covered else ")")
             self.m.results[name] = {"skipped": why, "problems": [], "child_wall_s": res.wall_s}
             assert self.replicas is not None
             self.replicas.end(name)
@@ -349,14 +356,23 @@ class _Run:
         return not self.by_name[name].anchor or self._covering_anchor(name) is not None
 
     def _covering_anchor(self, name: str) -> str | None:
-        """Another anchor than ``name`` whose cold phase was recorded with no error and no problem
-        (it compiled every shape, passed numerics and fell back nowhere) and whose child is alive to
-        be timed, or None; None too where ``name`` is not an anchor."""
+        """Another anchor than ``name`` (or the reference where the program compiles itself,
+        :meth:`_compiled_anchor`) whose cold phase was recorded with no error and no problem (it
+        compiled every shape, passed numerics and fell back nowhere) and whose child is alive to be
+        timed, or None; None too where ``name`` is not an anchor."""
         if not self.by_name[name].anchor:
             return None
-        return next((other for other in self.cold if other != name and self.by_name[other].anchor
+        return next((other for other in self.cold if other != name and self._compiled_anchor(other)
                      and not self.m.results[other].get("problems") and not self.m.results[other].get("error")
                      and getattr(self.children.get(other), "alive", True)), None)
+
+    def _compiled_anchor(self, name: str) -> bool:
+        """An anchor, or the reference where the program compiles itself (its cold phase compiled
+        Dynamo graphs): the program's own compile, which ``as-is+static`` edits, covers that twin as
+        the anchor covers ``whole+static``."""
+        if name == "eager":
+            return bool((self.cold.get("eager") or {}).get("compile", {}).get("unique_graphs"))
+        return self.by_name[name].anchor
 
     def _await_kin(self, name: str) -> bool:
         """Before ``name``'s cold phase is weighed against the deadline (:meth:`_late`): record the
@@ -471,7 +487,7 @@ class _Run:
         # measurement is read instead (its cold phase may have ended: record() ends it otherwise)
         covered = self._covering_anchor(name) if why is None and left_s <= 0 and name not in self.started else None
         if covered is not None:
-            why = f"{SPENT} ({covered!r}, the other whole-model compile, had measured every shape)"
+            why = f"{SPENT} ({_cover_text(covered)} had measured every shape)"
         if why is None:
             return False
         self.m.results[name] = {"skipped": why, "problems": []}
