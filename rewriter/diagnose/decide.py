@@ -45,7 +45,8 @@ from typing import Any
 
 from ..engine.noise import ratio_interval
 from ..engine.verdict import NOISE
-from .candidate import AS_IS
+from .candidate import AS_IS, WHOLE
+from .kinds.static_shapes import WHOLE_STATIC
 
 
 #: Two nets closer than this share of ``t_best x N_runs`` are a tie, and the cheaper compile
@@ -141,9 +142,6 @@ def expected_order(order: list[str]) -> list[str]:
     tie-breaks and the ladder's order read: ``whole+static`` runs first for the budget's sake
     (:mod:`.kinds.static_shapes`), not as the expected best, so it goes right after its base
     ``whole`` (before ``as-is`` where there is no ``whole``)."""
-    from .candidate import WHOLE
-    from .kinds.static_shapes import WHOLE_STATIC
-
     if WHOLE_STATIC not in order:
         return order
     rest = [n for n in order if n != WHOLE_STATIC]

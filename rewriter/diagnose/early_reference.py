@@ -39,7 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .candidate import WHOLE
 from .context import Context
+from .kinds.static_shapes import WHOLE_STATIC
 
 
 @dataclass
@@ -91,12 +93,9 @@ class EarlyReference:
 
     def started_anchor(self, name: str) -> Anchor | None:
         """The child started here for candidate ``name`` (``whole`` or ``whole+static``), or None."""
-        from .candidate import WHOLE
-        from .kinds.static_shapes import WHOLE_STATIC
-
         return {WHOLE: self.anchor, WHOLE_STATIC: self.static}.get(name)
 
-    def drop_anchor(self, name: str = "whole") -> None:
+    def drop_anchor(self, name: str = WHOLE) -> None:
         """End the child started for ``name`` (the proposal's is another rewrite) and remove the
         caches it compiled into (``workdir/caches/<name>``, the folder an anchor started again with
         the others is given: its cold phase must compile from empty caches) and the result it may
@@ -114,8 +113,6 @@ class EarlyReference:
 
     def end_children(self) -> None:
         """End every child started here (a no-op for one the engine ended already)."""
-        from .kinds.static_shapes import WHOLE_STATIC
-
         _end(self.child)
         self.drop_anchor()
         self.drop_anchor(WHOLE_STATIC)
@@ -199,9 +196,8 @@ def start(ctx: Context, timeout_s: float) -> EarlyReference:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     try:
-        from .candidate import WHOLE
         from .candidates import anchor_plan
-        from .kinds.static_shapes import WHOLE_STATIC, static_plan
+        from .kinds.static_shapes import static_plan
 
         plan = anchor_plan(ctx)
         early.anchor = _start_anchor(ctx, job, opts, workdir, WHOLE, plan)
@@ -227,7 +223,7 @@ def _start_anchor(ctx: Context, job: dict[str, Any], opts: Any, workdir: Path, n
     ``go`` (it waits for the reference's weights); None where ``plan`` is None or does not rewrite."""
     from ..engine.measure import start_cold
     from ..errors import StackpartError
-    from .candidate import WHOLE, Candidate
+    from .candidate import Candidate
     from .search import candidate_rewrite, candidate_variant, materialise
 
     if plan is None:

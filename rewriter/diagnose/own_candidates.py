@@ -113,7 +113,7 @@ def variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
 def _static(ctx: Any, own: Any, pruned: list[str]) -> list[tuple[str, Any]]:
     """``as-is+static``: ``dynamic=False`` on the program's own whole-model call ``own`` where
     :func:`.kinds.static_shapes.why_not_static` proposes it and the call leaves ``dynamic`` to torch."""
-    from .kinds.static_shapes import STATIC_WHY, varying_dims, why_not_static
+    from .kinds.static_shapes import static_why, varying_dims, why_not_static
     from .planner import Decision, _plan
 
     var = varying_dims(ctx)
@@ -127,10 +127,9 @@ def _static(ctx: Any, own: Any, pruned: list[str]) -> list[tuple[str, Any]]:
     if refused or current is not None:
         pruned.append(f"{STATIC}: " + (refused or f"the program's own compile ({own.text}) already sets dynamic={current!r}"))
         return []
-    sizes = "; ".join(f"input {v['tensor']} dim {v['dim']}: {sorted(set(v['sizes']))}" for v in var)
     action = CompileAction(
         action="compile", target=own.site, strategy="whole", own_call={"dynamic": False},
-        why=f"the program compiles the whole model itself ({own.text}); " + STATIC_WHY.format(sizes=sizes))
+        why=f"the program compiles the whole model itself ({own.text}); " + static_why(var))
     return [(STATIC, Decision(_plan(ctx.session.spec, ctx, [action]), []))]
 
 

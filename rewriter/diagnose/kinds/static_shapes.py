@@ -30,10 +30,13 @@ from ..candidate import WHOLE, Candidate, CandidateKind
 WHOLE_STATIC = "whole+static"
 
 
-#: The ``why`` the twin's compile action adds to the anchor's.
-STATIC_WHY = ("dynamic=False: one static graph per input resolution ({sizes}) instead of automatic dynamic shapes' "
-              "symbolic recompile; a resolution outside these compiles again, and past Dynamo's recompile_limit the model "
-              "runs eager")
+def static_why(var: list[dict[str, Any]]) -> str:
+    """The ``why`` a ``dynamic=False`` compile adds, naming the varying dims ``var``
+    (:func:`varying_dims`) and what a resolution outside them costs."""
+    sizes = "; ".join(f"input {v['tensor']} dim {v['dim']}: {sorted(set(v['sizes']))}" for v in var)
+    return (f"dynamic=False: one static graph per input resolution ({sizes}) instead of automatic dynamic shapes' "
+            "symbolic recompile; a resolution outside these compiles again, and past Dynamo's recompile_limit the model "
+            "runs eager")
 
 
 def varying_dims(ctx: Any) -> list[dict[str, Any]]:
@@ -85,10 +88,9 @@ def static_plan(ctx: Any, anchor: Any, var: list[dict[str, Any]] | None = None) 
     var = varying_dims(ctx) if var is None else var
     if why_not_static(ctx, var) is not None:
         return None
-    sizes = "; ".join(f"input {v['tensor']} dim {v['dim']}: {sorted(set(v['sizes']))}" for v in var)
     actions = [a.model_copy(update={
         "options": a.options.model_copy(update={"dynamic": False}),
-        "why": "; ".join(filter(None, [a.why, STATIC_WHY.format(sizes=sizes)]))}) if a.action == "compile" else a
+        "why": "; ".join(filter(None, [a.why, static_why(var)]))}) if a.action == "compile" else a
         for a in anchor.actions]
     return anchor.model_copy(update={"actions": actions})
 
