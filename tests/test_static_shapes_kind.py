@@ -334,3 +334,24 @@ def test_past_the_deadline_the_own_static_twin_is_skipped_once_the_programs_own_
     keys = {"eager": None, "as-is+static": "O:dynamic=False"}
     m, skipped = _measure_on_the_fake_clock(monkeypatch, tmp_path, seconds, keys, 75.0, anchor=("as-is+static",))
     assert skipped == [("as-is+static", f"{SPENT} (the program as it is, its own compile, had measured every shape)")], skipped
+
+
+def test_a_static_stand_in_whose_dynamic_cannot_be_written_says_so():
+    """The same choice where the program's call cannot take ``dynamic=`` (its options come from a
+    variable): the call is kept as it is, and the note says the measured change was not written
+    rather than calling the program's own compile the best plan."""
+    from types import SimpleNamespace
+
+    from rewriter.diagnose.candidate import Candidate
+    from rewriter.diagnose.own_candidates import translate
+    from rewriter.plan import CompileAction, CompileOptions, Plan
+
+    static = CompileAction(action="compile", target="model.py::Net", strategy="whole", options=CompileOptions(dynamic=False),
+                           why="dynamic=False: one static graph per input resolution")
+    chosen = Candidate(WHOLE_STATIC, Plan(version=1, actions=[static]))
+    out = SimpleNamespace(chosen=chosen, rows={WHOLE_STATIC: {"step_ms": 5.0}, "whole": {"step_ms": 5.5}})
+    own = SimpleNamespace(where="train.py:12", text="torch.compile(model, **OPTIONS)", site="train.py::main",
+                          can=lambda key: "the call passes **OPTIONS")
+    note = translate(SimpleNamespace(evidence=SimpleNamespace(own_standin_path=None)), out, own)
+    assert chosen.plan.actions == []
+    assert "whose dynamic=False cannot be set on that call (the call passes **OPTIONS): it is kept as it is" in note, note

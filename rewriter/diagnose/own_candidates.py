@@ -226,9 +226,11 @@ def translate(ctx: Any, out: Any, own: Any) -> str | None:
                 f"measured it through its stand-in {cand.name!r} and writes dynamic=False on that call")
     if any(a.strategy in ("whole", "nested") for a in compiles):
         cand.plan = cand.plan.model_copy(update={"actions": rest})
+        unwritten = any(a.options.dynamic is False for a in compiles)  # own.can("dynamic") refused it above
         return (f"the program's own whole-model compile ({own.text}) is in {file}, which the harness does not run; measured "
-                f"through its stand-in {cand.name!r} on the harness's model ({figures(row)}), it is the best plan: it is kept "
-                "as it is")
+                f"through its stand-in {cand.name!r} on the harness's model ({figures(row)}), " + (
+                    f"whose dynamic=False cannot be set on that call ({own.can('dynamic')}): it is kept as it is" if unwritten
+                    else "it is the best plan: it is kept as it is"))
     path, why = ctx.evidence.own_standin_path or (None, "")
     if path is None:
         return None
