@@ -15,9 +15,16 @@ Inductor cache, bf16 on the GPU:
 * ``plan``: ``stackpart diagnose`` on the family's harness (its ladder + search seconds recorded),
   ``stackpart rewrite --apply`` of the plan it writes, and the rewritten harness's model timed.
 
-Per variant and shape (the first shape is the reference): the first call's seconds (cold compile at
-the first shape, new-shape compile at the second), the steady step (median of ``--steps`` CUDA-event
-timed calls after 3 warm-ups, ms), numerics and silent eager fallbacks. Numerics follow
+``stackpart diagnose`` runs first, alone on the machine (it times its candidates itself). Then every
+variant's process runs its compile phase at once: the first call at each shape (cold compile at the
+first, new-shape compile at the next), as a program alternating shapes pays them. Once every compile
+phase has ended, the processes time their steps one at a time (``--serial``: each process after the
+last, as parts 1-11 of BENCHMARKS.md ran, where each shape was also timed before the next compiled).
+So the first-call seconds are those of compiles sharing the host's cores, and each shape's steady step
+(median of ``--steps`` CUDA-event timed calls after 3 warm-ups, ms) is timed with every shape compiled:
+under automatic dynamic shapes the first shape then runs the dynamic graph, as the engine times it.
+Per variant and shape (the first shape is the reference): first-call seconds, step, numerics and
+silent eager fallbacks. Numerics follow
 ``torch._dynamo.utils.same``'s ``fp64_ref`` rule on the main output (logits, last hidden state or
 sample): ``RMSE(variant, ref) <= 2 x RMSE(eager low precision, ref) + 1e-3`` where ``ref`` is the same
 weights run eager in float32. A fallback is Dynamo's recompile-limit warning in the variant's
@@ -40,12 +47,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -205,11 +214,13 @@ def shapes_of(name: str, smoke: bool) -> list[dict]:
     return fam["shapes"]
 
 
-#: One variant in its own process: prints one JSON line. argv: src variant device shapes-json steps
+#: One variant in its own process: prints one JSON line. argv: src variant device shapes-json steps gated.
+#: Gated ("1"): after its compile phase it prints ZOO-READY and times its steps once a line arrives on stdin.
 WORKER = r'''
 import json, logging, math, statistics, sys, time
 import torch
 src, variant, device, shapes, steps = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), int(sys.argv[5])
+gated = sys.argv[6] == "1"
 sys.path.insert(0, src)
 import harness
 
@@ -281,15 +292,15 @@ try:
             note = "accelerate compile_regions"
     res["note"] = note
     ref_model = None
+    feeds = []
     with torch.no_grad():
+        # the compile phase: the first call at every shape (cold compile, then new-shape compiles), numerics at the first
         for i, shape in enumerate(shapes):
             inputs = {k: (v.to(device=device, dtype=dtype) if v.is_floating_point() else v.to(device))
                       for k, v in harness.make_inputs(**shape).items()}
+            feeds.append(inputs)
             t = time.perf_counter(); out = model(**inputs); sync(); first = time.perf_counter() - t
-            for _ in range(3):
-                model(**inputs)
-            ms = [timed(lambda: model(**inputs)) for _ in range(steps)]
-            row = {"shape": shape, "first_call_s": first, "median_ms": statistics.median(ms), "min_ms": min(ms)}
+            row = {"shape": shape, "first_call_s": first}
             if i == 0:
                 # numerics: the same weights in float32 eager are the reference; eager at this dtype is the yardstick
                 if ref_model is None:
@@ -307,6 +318,19 @@ try:
                 row["numerics_ok"] = bool(torch.isfinite(got).all()) and row["rmse"] <= 2.0 * row["eager_rmse"] + 1e-3
                 del ref_model, low
             res["shapes"].append(row)
+        del out
+        res["compiled_at"] = time.time()
+        if gated:  # the parent lets one process at a time time its steps, once every compile phase has ended
+            print("ZOO-READY", flush=True)
+            sys.stdin.readline()
+        # the timing phase: every shape compiled, as a program alternating them runs
+        res["timing_window"] = [time.time()]
+        for row, inputs in zip(res["shapes"], feeds):
+            for _ in range(3):
+                model(**inputs)
+            ms = [timed(lambda: model(**inputs)) for _ in range(steps)]
+            row.update(median_ms=statistics.median(ms), min_ms=min(ms))
+        res["timing_window"].append(time.time())
     from torch._dynamo.utils import counters
     res["unique_graphs"] = int(counters["stats"].get("unique_graphs", 0))
     res["graph_breaks"] = int(sum(counters["graph_break"].values()))
@@ -328,21 +352,96 @@ def _env(cache: Path) -> dict:
     return env
 
 
-def run_variant(src: Path, variant: str, device: str, shapes: list[dict], steps: int, timeout: float) -> dict:
-    """One variant of one family in a fresh process with empty compile caches; its JSON line, or the error."""
-    cache = Path(tempfile.mkdtemp(prefix="zoo-cache-"))
-    t = time.perf_counter()
-    try:
-        p = subprocess.run([sys.executable, "-c", WORKER, str(src), variant, device, json.dumps(shapes), str(steps)],
-                           capture_output=True, text=True, timeout=timeout, env=_env(cache))
-        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-        res = json.loads(lines[-1]) if lines else {"variant": variant, "error": f"exit {p.returncode}: {p.stderr[-600:]}"}
-    except subprocess.TimeoutExpired:
-        res = {"variant": variant, "error": f"timeout after {timeout:.0f} s"}
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
-    res["process_s"] = time.perf_counter() - t
-    return res
+class VariantProcess:
+    """One variant of one family in a fresh process with empty compile caches, gated: it runs its
+    compile phase (the first call at every shape, numerics at the first) at once, says ZOO-READY,
+    and times its steps only when :meth:`finish` lets it, so that no other process compiles while
+    it is timed. ``timeout``: seconds for each of the two phases."""
+
+    def __init__(self, src: Path, variant: str, device: str, shapes: list[dict], steps: int, timeout: float):
+        self.variant, self.timeout = variant, timeout
+        self.cache = Path(tempfile.mkdtemp(prefix="zoo-cache-"))
+        self.started = time.perf_counter()
+        self.stderr = open(self.cache / "stderr.txt", "w+")  # a file, not a pipe: compile logs would fill a pipe
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(src), variant, device, json.dumps(shapes), str(steps), "1"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=_env(self.cache))
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.compile_s: float | None = None
+        self.error: str | None = None
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def _next_line(self, until: float) -> str | None:
+        """The next line of stdout; None at its end; TimeoutError past ``until`` (perf_counter seconds)."""
+        return self.lines.get(timeout=max(0.0, until - time.perf_counter()))
+
+    def wait_ready(self) -> bool:
+        """Wait for the end of the compile phase; False (the error kept) if the process ended or ran past the timeout."""
+        until = self.started + self.timeout
+        try:
+            while (line := self._next_line(until)) is not None:
+                if line == "ZOO-READY":
+                    self.compile_s = time.perf_counter() - self.started
+                    return True
+                if line.startswith("{"):
+                    self.last = line
+        except queue.Empty:
+            self.error = f"timeout after {self.timeout:.0f} s in the compile phase"
+        return False
+
+    def finish(self) -> dict:
+        """Let the process time its steps (when it is ready) and collect its JSON line, or the error."""
+        last = getattr(self, "last", None)
+        try:
+            if self.compile_s is not None:
+                self.proc.stdin.write("go\n")
+                self.proc.stdin.flush()
+                until = time.perf_counter() + self.timeout
+                while (line := self._next_line(until)) is not None:
+                    if line.startswith("{"):
+                        last = line
+        except queue.Empty:
+            self.error = f"timeout after {self.timeout:.0f} s in the timing phase"
+        except BrokenPipeError:
+            pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.stderr.seek(0)
+        err = self.stderr.read()[-600:]
+        self.stderr.close()
+        shutil.rmtree(self.cache, ignore_errors=True)
+        res = json.loads(last) if last and not self.error else {"variant": self.variant, "error": self.error or f"exit {self.proc.returncode}: {err}"}
+        res["process_s"] = time.perf_counter() - self.started
+        if self.compile_s is not None:
+            res["compile_phase_s"] = self.compile_s
+        return res
+
+
+def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], steps: int, timeout: float,
+                 parallel: bool) -> dict[str, dict]:
+    """Each ``(variant, src)`` in its own process (:class:`VariantProcess`). ``parallel``: every
+    compile phase at once, then the steps timed one process after another, in ``jobs`` order; the
+    first-call seconds are then those of compiles sharing the host. Else one process after another."""
+    out: dict[str, dict] = {}
+    if not parallel:
+        for variant, src in jobs:
+            proc = VariantProcess(src, variant, device, shapes, steps, timeout)
+            proc.wait_ready()
+            out[variant] = proc.finish()
+        return out
+    procs = [VariantProcess(src, variant, device, shapes, steps, timeout) for variant, src in jobs]
+    for proc in procs:
+        proc.wait_ready()
+    for proc in procs:
+        out[proc.variant] = proc.finish()
+        out[proc.variant]["compiled_alongside"] = [p.variant for p in procs if p is not proc]
+    return out
 
 
 def run_cli(argv: list[str], env: dict, cwd: Path, timeout: float) -> tuple[int, str]:
@@ -492,6 +591,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per variant process and per diagnose")
     ap.add_argument("--deadline", type=float, default=560.0, help="no family starts after this many seconds")
+    ap.add_argument("--serial", action="store_true",
+                    help="each variant's process after the last (default: their compile phases at once, the steps timed one at a time)")
     ap.add_argument("--keep-reports", action="store_true",
                     help="write each family's diagnose report (report.md, diagnose.log, search.log, plan.yaml) under OUT/reports/")
     args = ap.parse_args(argv)
@@ -511,31 +612,40 @@ def main(argv: list[str] | None = None) -> int:
         report = OUT / "reports" / name if args.keep_reports else None
         if report is not None:  # a diagnose killed before its report.json must not leave an earlier run's read as its own
             shutil.rmtree(report, ignore_errors=True)
-        r: dict = {"shapes": shapes, "device": device, "variants": {}}
-        for variant in args.variants.split(","):
-            if variant == "diagnose":  # the plan's diagnose and apply only: its seconds, not its speed
-                r["plan"] = run_plan(work, name, device, shapes, args.smoke, args.timeout, report=report)
-                r["variants"]["diagnose"] = {"variant": "diagnose", "diagnose_exit": r["plan"].get("diagnose_exit"),
-                                             "apply_exit": r["plan"].get("apply_exit"), "actions": r["plan"].get("actions"),
-                                             "ladder_search_s": round(r["plan"]["ladder_search_s"], 1)}
-            elif variant == "plan":
-                r["plan"] = run_plan(work, name, device, shapes, args.smoke, args.timeout, report=report)
-                if r["plan"].get("apply_exit") in (0, None) and r["plan"].get("diagnose_exit") == 0:
-                    r["variants"]["plan"] = run_variant(work / "plan_src", "plan", device, shapes, args.steps, args.timeout)
-                    r["variants"]["plan"]["actions"] = r["plan"].get("actions")
-                else:
-                    r["variants"]["plan"] = {"variant": "plan", "error": f"diagnose exit {r['plan'].get('diagnose_exit')}, "
-                                             f"apply exit {r['plan'].get('apply_exit')}"}
-            else:
-                r["variants"][variant] = run_variant(work / "src", variant, device, shapes, args.steps, args.timeout)
+        r: dict = {"shapes": shapes, "device": device, "variants": {},
+                   "protocol": "serial" if args.serial else "compile phases in parallel, steps timed one process at a time"}
+        results[name] = r
+
+        def save(variant: str) -> None:
             print(f"{name} {variant}: {json.dumps({k: v for k, v in r['variants'][variant].items() if k != 'traceback'})[:400]}", flush=True)
             r["verdicts"] = verdicts(r["variants"], r.get("plan"))
-            results[name] = r
-            # rewritten after every variant: a call stopped at its wall limit keeps what finished
+            # rewritten after every step: a call stopped at its wall limit keeps what finished
             (OUT / "zoo.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
                                                       "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                                                       "results": results}, indent=1))
             (OUT / "zoo.md").write_text(markdown(results))
+
+        wanted = args.variants.split(",")
+        if "diagnose" in wanted or "plan" in wanted:  # diagnose first, alone on the machine: it times candidates itself
+            r["plan"] = run_plan(work, name, device, shapes, args.smoke, args.timeout, report=report)
+            if "diagnose" in wanted:  # the plan's diagnose and apply only: its seconds, not its speed
+                r["variants"]["diagnose"] = {"variant": "diagnose", "diagnose_exit": r["plan"].get("diagnose_exit"),
+                                             "apply_exit": r["plan"].get("apply_exit"), "actions": r["plan"].get("actions"),
+                                             "ladder_search_s": round(r["plan"]["ladder_search_s"], 1)}
+                save("diagnose")
+        jobs = [(v, work / "src") for v in wanted if v not in ("diagnose", "plan")]
+        if "plan" in wanted:
+            if r["plan"].get("apply_exit") in (0, None) and r["plan"].get("diagnose_exit") == 0:
+                jobs.append(("plan", work / "plan_src"))
+            else:
+                r["variants"]["plan"] = {"variant": "plan", "error": f"diagnose exit {r['plan'].get('diagnose_exit')}, "
+                                         f"apply exit {r['plan'].get('apply_exit')}"}
+                save("plan")
+        for variant, res in run_variants(jobs, device, shapes, args.steps, args.timeout, parallel=not args.serial).items():
+            if variant == "plan":
+                res["actions"] = r["plan"].get("actions")
+            r["variants"][variant] = res
+            save(variant)
         if report is not None and report.is_dir():
             (report / "trace.json").unlink(missing_ok=True)  # the profiler's trace: large, in report.json's figures
             if (work / "plan.yaml").exists():

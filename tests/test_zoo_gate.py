@@ -1,0 +1,81 @@
+"""benchmarks/zoo.py's variant processes: with their compile phases run at once, the steps of one
+process are timed only while no other process runs (timing windows never overlap), and a process that
+fails or hangs in its compile phase is reported without holding up the others' timing. A toy harness
+(no transformers, no compile): the gate is what is tested, not a model."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ZOO = Path(__file__).resolve().parents[1] / "benchmarks" / "zoo.py"
+
+HARNESS = textwrap.dedent('''\
+    import time
+    import torch
+
+
+    def build_model():
+        torch.manual_seed(0)
+        return torch.nn.Linear(8, 8).eval()
+
+
+    def make_inputs(batch: int = 2):
+        BODY
+        return {"input": torch.randn(batch, 8, generator=torch.Generator().manual_seed(batch))}
+''')
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    spec = importlib.util.spec_from_file_location("zoo_gate_under_test", ZOO)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _src(path: Path, body: str = "pass") -> Path:
+    path.mkdir()
+    (path / "harness.py").write_text(HARNESS.replace("BODY", body))
+    return path
+
+
+SHAPES = [{"batch": 2}, {"batch": 3}]
+
+
+def test_parallel_compile_phases_are_timed_one_at_a_time(zoo, tmp_path):
+    src, slow = _src(tmp_path / "src"), _src(tmp_path / "slow", "time.sleep(2)")  # the second's compile phase ends last
+    out = zoo.run_variants([("eager", src), ("plan", slow)], "cpu", SHAPES, steps=5, timeout=120, parallel=True)
+    assert list(out) == ["eager", "plan"]
+    for res in out.values():
+        assert "error" not in res, res
+        assert [row["shape"] for row in res["shapes"]] == SHAPES
+        assert all(row["median_ms"] > 0 and row["first_call_s"] > 0 for row in res["shapes"])
+        assert res["shapes"][0]["numerics_ok"] is True
+    (a0, a1), (b0, b1) = out["eager"]["timing_window"], out["plan"]["timing_window"]
+    assert out["plan"]["compiled_at"] <= a0  # no step is timed while a compile phase runs
+    assert a1 <= b0  # the second process timed its steps after the first had finished
+    assert out["plan"]["compiled_alongside"] == ["eager"]
+
+
+def test_a_failed_compile_phase_is_reported_and_the_other_is_timed(zoo, tmp_path):
+    bad = _src(tmp_path / "bad", 'if batch == 3:\n        raise ValueError("no such shape")')
+    slow = _src(tmp_path / "slow", "time.sleep(60)")
+    good = _src(tmp_path / "good")
+    out = zoo.run_variants([("eager", bad), ("whole", slow), ("plan", good)], "cpu", SHAPES, steps=3, timeout=20,
+                           parallel=True)
+    assert out["eager"]["error"].startswith("ValueError: no such shape")
+    assert out["whole"]["error"] == "timeout after 20 s in the compile phase"
+    assert "error" not in out["plan"] and len(out["plan"]["shapes"]) == 2
+
+
+def test_serial_runs_each_process_after_the_last(zoo, tmp_path):
+    src = _src(tmp_path / "src")
+    out = zoo.run_variants([("eager", src), ("plan", src)], "cpu", SHAPES, steps=3, timeout=120, parallel=False)
+    assert out["eager"]["timing_window"][1] <= out["plan"]["timing_window"][0]
+    assert "compiled_alongside" not in out["plan"]
