@@ -56,7 +56,7 @@ import tempfile
 import textwrap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -424,24 +424,24 @@ class VariantProcess:
 
 
 def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], steps: int, timeout: float,
-                 parallel: bool) -> dict[str, dict]:
-    """Each ``(variant, src)`` in its own process (:class:`VariantProcess`). ``parallel``: every
-    compile phase at once, then the steps timed one process after another, in ``jobs`` order; the
-    first-call seconds are then those of compiles sharing the host. Else one process after another."""
-    out: dict[str, dict] = {}
+                 parallel: bool) -> Iterator[tuple[str, dict]]:
+    """Each ``(variant, src)`` in its own process (:class:`VariantProcess`), yielded as
+    ``(variant, result)`` as each ends, in ``jobs`` order. ``parallel``: every compile phase at
+    once, then the steps timed one process after another; the first-call seconds are then those of
+    compiles sharing the host. Else one process after another."""
     if not parallel:
         for variant, src in jobs:
             proc = VariantProcess(src, variant, device, shapes, steps, timeout)
             proc.wait_ready()
-            out[variant] = proc.finish()
-        return out
+            yield variant, proc.finish()
+        return
     procs = [VariantProcess(src, variant, device, shapes, steps, timeout) for variant, src in jobs]
     for proc in procs:
         proc.wait_ready()
     for proc in procs:
-        out[proc.variant] = proc.finish()
-        out[proc.variant]["compiled_alongside"] = [p.variant for p in procs if p is not proc]
-    return out
+        res = proc.finish()
+        res["compiled_alongside"] = [p.variant for p in procs if p is not proc]
+        yield proc.variant, res
 
 
 def run_cli(argv: list[str], env: dict, cwd: Path, timeout: float) -> tuple[int, str]:
@@ -641,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
                 r["variants"]["plan"] = {"variant": "plan", "error": f"diagnose exit {r['plan'].get('diagnose_exit')}, "
                                          f"apply exit {r['plan'].get('apply_exit')}"}
                 save("plan")
-        for variant, res in run_variants(jobs, device, shapes, args.steps, args.timeout, parallel=not args.serial).items():
+        for variant, res in run_variants(jobs, device, shapes, args.steps, args.timeout, parallel=not args.serial):
             if variant == "plan":
                 res["actions"] = r["plan"].get("actions")
             r["variants"][variant] = res

@@ -48,9 +48,13 @@ def _src(path: Path, body: str = "pass") -> Path:
 SHAPES = [{"batch": 2}, {"batch": 3}]
 
 
+def _run(zoo, jobs, *args, **kw) -> dict:
+    return dict(zoo.run_variants(jobs, *args, **kw))
+
+
 def test_parallel_compile_phases_are_timed_one_at_a_time(zoo, tmp_path):
     src, slow = _src(tmp_path / "src"), _src(tmp_path / "slow", "time.sleep(2)")  # the second's compile phase ends last
-    out = zoo.run_variants([("eager", src), ("plan", slow)], "cpu", SHAPES, steps=5, timeout=120, parallel=True)
+    out = _run(zoo, [("eager", src), ("plan", slow)], "cpu", SHAPES, steps=5, timeout=120, parallel=True)
     assert list(out) == ["eager", "plan"]
     for res in out.values():
         assert "error" not in res, res
@@ -67,7 +71,7 @@ def test_a_failed_compile_phase_is_reported_and_the_other_is_timed(zoo, tmp_path
     bad = _src(tmp_path / "bad", 'if batch == 3:\n        raise ValueError("no such shape")')
     slow = _src(tmp_path / "slow", "time.sleep(60)")
     good = _src(tmp_path / "good")
-    out = zoo.run_variants([("eager", bad), ("whole", slow), ("plan", good)], "cpu", SHAPES, steps=3, timeout=20,
+    out = _run(zoo, [("eager", bad), ("whole", slow), ("plan", good)], "cpu", SHAPES, steps=3, timeout=20,
                            parallel=True)
     assert out["eager"]["error"].startswith("ValueError: no such shape")
     assert out["whole"]["error"] == "timeout after 20 s in the compile phase"
@@ -76,6 +80,6 @@ def test_a_failed_compile_phase_is_reported_and_the_other_is_timed(zoo, tmp_path
 
 def test_serial_runs_each_process_after_the_last(zoo, tmp_path):
     src = _src(tmp_path / "src")
-    out = zoo.run_variants([("eager", src), ("plan", src)], "cpu", SHAPES, steps=3, timeout=120, parallel=False)
+    out = _run(zoo, [("eager", src), ("plan", src)], "cpu", SHAPES, steps=3, timeout=120, parallel=False)
     assert out["eager"]["timing_window"][1] <= out["plan"]["timing_window"][0]
     assert "compiled_alongside" not in out["plan"]
