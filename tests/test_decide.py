@@ -59,3 +59,42 @@ def test_a_plan_within_the_bar_still_wins_its_tie_on_compile():
     rows = dict(MIXTRAL, **{"nested+whole": _row(8.70, 32.299, 17.0)})
     c = decide(rows, ORDER, [], 1_000_000, 1, True, WIDE)
     assert c.chosen == "nested+whole" and "cheaper compile wins" in c.text, c.text
+
+
+#: BERT (12 layers, batch 32 x 512 then 384, bf16) on the H200, its own search's rows (BENCHMARKS.md,
+#: "Model zoo, part 12", run 69): per-block 7% faster than as is on a quiet host core and 3-7% slower
+#: with it contended. 1,000,000 runs x 1 restart.
+BERT = {
+    "per-block+mark_dynamic": _row(6.285, 6.385, 12.1454),
+    "whole": _row(17.6655, 46.917, 17.6116),
+    "per-block": _row(6.0723, 7.551, 12.5379),
+    "nested+whole": _row(16.621, 21.680, 16.5992),
+    "as-is": _row(6.5263, 0.0, 11.7334),
+}
+BERT_NOISE = {"share": 0.0138, "median_abs_log": 0.0058, "pairs": 10, "contended_share": 0.0099}
+
+
+def test_a_plan_slower_than_as_is_when_contended_is_not_chosen():
+    """The least-regret rule alone picked per-block+mark_dynamic (3.5% behind as is with the host core
+    contended), and rewrite --apply then refused the plan: its validation report failed "slower than
+    eager with the host core contended". Only a candidate that validate's gate passes may be chosen."""
+    from rewriter.diagnose.decide import GATED
+
+    c = decide(BERT, list(BERT), [], 1_000_000, 1, True, BERT_NOISE)
+    assert c.chosen == "as-is", c.status
+    for n in ("per-block", "per-block+mark_dynamic"):
+        assert c.status[n].startswith(GATED + "slower than eager with the host core contended"), c.status[n]
+    assert "12.145 ms vs 11.733 ms" in c.status["per-block+mark_dynamic"]
+    assert c.status["whole"].startswith("does not pay back"), c.status["whole"]
+    assert c.text.startswith("the program as it is (6.526 ms/step): 'per-block+mark_dynamic', 'per-block' net more on a "
+                             "quiet host core but are slower than the program as it is in a timed condition, which "
+                             "validate's speed gate refuses"), c.text
+    assert "the plan changes nothing" in c.text
+
+
+def test_within_the_contended_band_a_faster_plan_still_wins():
+    """1.5% slower than as is with the host core contended, inside the 2% floor of the band: not refused."""
+    rows = dict(BERT, **{"per-block+mark_dynamic": _row(6.285, 6.385, 11.9)})
+    c = decide(rows, list(rows), [], 1_000_000, 1, True, BERT_NOISE)
+    assert c.chosen == "per-block+mark_dynamic", c.status
+    assert c.status["per-block"].startswith("refused by validate's speed gate")

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.noise import ratio_interval
-from ..engine.verdict import NOISE
+from ..engine.verdict import NOISE, contended_band, speed_failures
 from .candidate import AS_IS, WHOLE
 from .kinds.static_shapes import WHOLE_STATIC
 
@@ -131,10 +131,43 @@ def decide(
         return _only_as_is(ok, status, net)
     if not gain_measured:
         return _in_ladder_order(ok, status, net)
+    gated = [n for n in ok if n != AS_IS and (net[n] or 0) > 0 and gate_failures(rows, n, noise)]
+    for n in gated:  # a candidate that does not pay back is out anyway, and says so
+        status[n] = GATED + "; ".join(gate_failures(rows, n, noise))
+    ok = [n for n in ok if n not in status]
+    if not [n for n in ok if n != AS_IS]:
+        return _only_as_is(ok, status, net)
     contest = _Contest.of(rows, order, samples, runs, restarts, noise, ok, net)
     chosen = contest.choose()
     status.update({n: contest.status(n, chosen) for n in ok})
-    return Choice(chosen, contest.text(chosen) + "; " + noise_text(noise), status, net)
+    text = contest.text(chosen)
+    if gated:
+        names = ", ".join(repr(n) for n in gated)
+        refused = (f"{names} {'nets' if len(gated) == 1 else 'net'} more on a quiet host core but "
+                   f"{'is' if len(gated) == 1 else 'are'} slower than the program as it is in a timed condition, "
+                   "which validate's speed gate refuses (the status says where)")
+        text = (f"the program as it is ({rows[AS_IS]['step_ms']:.3f} ms/step): {refused}; no other candidate pays back: "
+                "the plan changes nothing" if chosen == AS_IS and not any((net[n] or 0) > 0 for n in ok if n != AS_IS)
+                else f"{text}; {refused}")
+    return Choice(chosen, text + "; " + noise_text(noise), status, net)
+
+
+#: The status of a candidate that validate's speed gate refuses (:func:`gate_failures`).
+GATED = "refused by validate's speed gate: "
+
+
+def gate_failures(rows: dict[str, dict[str, Any]], n: str, noise: dict[str, Any] | None) -> list[str]:
+    """Why ``rewrite --apply`` would refuse candidate ``n`` for its speed: validate's rule
+    (:func:`rewriter.engine.verdict.speed_failures`, the rule diagnose's validation report is
+    judged by) on its step against the program as it is, on a quiet host core and, where both were
+    timed, with the host core contended (within the measured band of those figures). Empty where
+    it passes. The decision only chooses among candidates that pass, so a plan diagnose writes is
+    one its own validation report lets through (docs/decisions.md, "The decision respects the
+    gate")."""
+    plan, eager = rows[n], rows[AS_IS]
+    busy = {"plan": plan.get("contended_step_ms"), "eager": eager.get("contended_step_ms")}
+    return speed_failures({"plan": plan["step_ms"], "eager": eager["step_ms"]}, 0.0, None,
+                          busy if None not in busy.values() else None, contended_band(noise))
 
 
 def expected_order(order: list[str]) -> list[str]:
@@ -203,7 +236,9 @@ def _only_as_is(ok: list[str], status: dict[str, str], net: dict[str, float | No
     failed = sum(1 for s in status.values() if s.startswith("failed"))
     skipped = sum(1 for s in status.values() if s.startswith("not measured"))
     unpaid = sum(1 for s in status.values() if s.startswith("does not pay back"))
-    parts = [f"{k} {what}" for k, what in ((failed, "failed"), (skipped, "not measured (search budget)"), (unpaid, "cannot pay back")) if k]
+    gated = sum(1 for s in status.values() if s.startswith(GATED))
+    parts = [f"{k} {what}" for k, what in ((failed, "failed"), (skipped, "not measured (search budget)"), (unpaid, "cannot pay back"),
+                                          (gated, "slower than it in a timed condition, which validate's gate refuses")) if k]
     return Choice(AS_IS, "the program as it is, the only candidate left (" + (", ".join(parts) or "no other candidate")
                   + "); the plan changes nothing", status, net)
 
