@@ -244,13 +244,17 @@ def main_out(out):
     return out
 
 def blocks(model):
-    """Every instance of the most repeated class among ModuleList/Sequential children."""
+    """Every instance of the most repeated class among ModuleList/Sequential children that hold
+    modules of their own: a block, not a leaf layer (a DiT's Linear layers in its feed-forward
+    ModuleLists outnumber its transformer blocks)."""
     from collections import Counter
     seen = Counter()
     inst = {}
     for m in model.modules():
         if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)):
             for c in m.children():
+                if next(c.children(), None) is None:
+                    continue
                 seen[type(c)] += 1
                 inst.setdefault(type(c), []).append(c)
     if not seen:

@@ -83,3 +83,48 @@ def test_serial_runs_each_process_after_the_last(zoo, tmp_path):
     out = _run(zoo, [("eager", src), ("plan", src)], "cpu", SHAPES, steps=3, timeout=120, parallel=False)
     assert out["eager"]["timing_window"][1] <= out["plan"]["timing_window"][0]
     assert "compiled_alongside" not in out["plan"]
+
+
+BLOCKS = textwrap.dedent('''\
+    import torch
+
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ff = torch.nn.ModuleList([torch.nn.Linear(8, 8), torch.nn.Dropout(0.0), torch.nn.Linear(8, 8)])
+
+        def forward(self, x):
+            for m in self.ff:
+                x = m(x)
+            return x
+
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Block(), Block()])
+
+        def forward(self, input):
+            for b in self.blocks:
+                input = b(input)
+            return input
+
+
+    def build_model():
+        torch.manual_seed(0)
+        return Net().eval()
+
+
+    def make_inputs(batch: int = 2):
+        return {"input": torch.randn(batch, 8, generator=torch.Generator().manual_seed(batch))}
+''')
+
+
+def test_per_block_compiles_the_repeated_block_not_its_leaf_layers(zoo, tmp_path):
+    """Four Linear layers sit in ModuleLists beside two blocks: the per-block variant compiles the blocks."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(BLOCKS)
+    out = _run(zoo, [("per-block", src)], "cpu", SHAPES, steps=2, timeout=300, parallel=True)
+    assert out["per-block"]["note"] == "2 x Block", out["per-block"]
