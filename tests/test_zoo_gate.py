@@ -128,3 +128,35 @@ def test_per_block_compiles_the_repeated_block_not_its_leaf_layers(zoo, tmp_path
     (src / "harness.py").write_text(BLOCKS)
     out = _run(zoo, [("per-block", src)], "cpu", SHAPES, steps=2, timeout=300, parallel=True)
     assert out["per-block"]["note"] == "2 x Block", out["per-block"]
+
+
+PLANNED = textwrap.dedent('''\
+    import torch
+
+
+    def _off_by_a_tenth(gm, example_inputs):  # a backend that changes the math: what numerics must catch
+        def run(*args):
+            return tuple(o * 1.1 if isinstance(o, torch.Tensor) else o for o in gm(*args))
+        return run
+
+
+    def build_model():  # a rewritten harness: what it builds, it compiles
+        torch.manual_seed(0)
+        return torch.compile(torch.nn.Linear(8, 8).eval(), backend=_off_by_a_tenth)
+
+
+    def make_inputs(batch: int = 2):
+        return {"input": torch.randn(batch, 8, generator=torch.Generator().manual_seed(batch))}
+''')
+
+
+def test_numerics_of_a_compiling_harness_are_judged_against_eager(zoo, tmp_path):
+    """The plan's tree builds compiled models: its float32 reference and its eager yardstick must
+    still run eager, or a wrong compile is judged against itself and passes."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(PLANNED)
+    row = _run(zoo, [("plan", src)], "cpu", SHAPES, steps=5, timeout=300, parallel=True)["plan"]["shapes"][0]
+    assert row["eager_rmse"] == 0.0 and row["rmse"] > 1e-3, row
+    assert row["numerics_ok"] is False
+    assert row["blocked_ms"] > 0
