@@ -8,6 +8,7 @@ every H200 run kept under ``benchmarks/results/`` without a GPU:
 
     python benchmarks/redecide.py benchmarks/results/h200-run29/diagnose_hf.json benchmarks/results/h200-run30/diagnose_hf.json
 
+or on diagnose's own reports (``benchmarks/results/h200-run*/reports/*/report.json``, the zoo's),
 prints, per diagnose run in those files, the plan that run chose and the plan today's rule
 chooses from the same figures (Markdown table on stdout). A run whose plans were timed in one
 process each (no measured band) is marked: there the rounds' interval took part in the decision
@@ -45,10 +46,25 @@ def rows_of(search: dict) -> tuple[dict[str, dict], list[str]]:
     return rows, order
 
 
-def redecide(path: Path) -> list[dict]:
-    """One line per diagnose run in ``path`` (a diagnose_hf.json): the model, the run index, the
-    plan it chose, today's choice from the same figures, the band and whether it was measured."""
+def _payload(path: Path) -> dict:
+    """``path`` as a diagnose_hf.json payload: that file as it is, or one diagnose's ``report.json``
+    (its search rung's measurement, its amortization; the model named by the report's folder, the
+    run by the folder above ``reports/``) as a payload of one row."""
     payload = json.loads(path.read_text())
+    if "rungs" not in payload:
+        return payload
+    search = next((r.get("measurement") or {} for r in payload["rungs"] if r.get("name") == "search"), {})
+    amort = payload.get("amortization") or {}
+    return {"runs": amort.get("runs", 1_000_000), "restarts": amort.get("restarts", 1),
+            "rows": [{"model": path.parent.name, "run": path.parents[2].name if len(path.parents) > 2 else 0,
+                      "search": search}]}
+
+
+def redecide(path: Path) -> list[dict]:
+    """One line per diagnose run in ``path`` (a diagnose_hf.json, or a diagnose report's
+    report.json): the model, the run, the plan it chose, today's choice from the same figures, the
+    band and whether it was measured."""
+    payload = _payload(path)
     out = []
     for k, row in enumerate(payload.get("rows", [])):
         search = row.get("search") or {}
@@ -65,7 +81,7 @@ def redecide(path: Path) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("files", nargs="+", type=Path, help="diagnose_hf.json files")
+    ap.add_argument("files", nargs="+", type=Path, help="diagnose_hf.json files, or diagnose's report.json files")
     args = ap.parse_args(argv)
     print("| file | model | run | chosen then | chosen now | band | step ms |")
     print("|---|---|---|---|---|---|---|")
