@@ -47,3 +47,10 @@ def test_a_run_with_contended_steps_is_redecided_on_both_host_conditions(tmp_pat
         del c["contended_step_ms"]
     (tmp_path / "diagnose_hf.json").write_text(json.dumps(payload))
     assert benchmark_script("redecide").redecide(tmp_path / "diagnose_hf.json")[0]["now"] == "per-block"
+
+
+def test_a_diagnose_report_is_read_and_bert_keeps_the_program_as_it_is(benchmark_script):
+    """Run 69's report.json (the zoo's BERT): the search chose per-block+mark_dynamic, whose own
+    validation report failed the gate with the host core contended; today's rule keeps as-is."""
+    lines = benchmark_script("redecide").redecide(ROOT / "benchmarks" / "results" / "h200-run69" / "reports" / "bert" / "report.json")
+    assert [(r["model"], r["run"], r["then"], r["now"]) for r in lines] == [("bert", "h200-run69", "per-block+mark_dynamic", "as-is")]
