@@ -47,6 +47,9 @@ def test_the_terminal_table_shows_the_contended_step_and_says_why_the_quiet_winn
     assert short_status(lost) == "behind when busy"
     assert short_status("not chosen: the steps 0.5% apart, within the 2.0% noise band on a quiet host core, but 20.000 vs "
                         "13.500 ms/step with the host core contended, 48.1% apart, outside the 4.0% band there") == "behind when busy"
+    from rewriter.diagnose.decide import GATED
+    assert short_status(GATED + "slower than eager with the host core contended: 12.145 ms vs 11.733 ms per step") == \
+        "gate: slower when busy"
     rows = [{"candidate": "per-block", "step_ms": 10.676, "contended_step_ms": 15.481, "compile_s_per_start": 9.0, "recompiles": 1,
              "fallbacks": 0, "numerics": "ok", "net_s": 637651.0, "status": lost, "chosen": False},
             {"candidate": "as-is", "step_ms": 17.053, "contended_step_ms": 23.734, "compile_s_per_start": None, "recompiles": 0,

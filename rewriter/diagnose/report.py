@@ -177,7 +177,7 @@ TERMINAL_COLUMNS = (("candidate", "candidate"), ("step ms", "step_ms"), ("compil
 def short_status(status: str) -> str:
     """The status's gist for the terminal: ``chosen``, ``failed: <first reason>``, ``tie``,
     ``slower``, ``behind when busy`` (ahead or tied on a quiet host core, not with it contended),
-    ``no payback``, ``skipped: budget``."""
+    ``gate: slower when busy`` (refused by validate's speed gate), ``no payback``, ``skipped: budget``."""
     if status.startswith("failed"):
         reason = status.removeprefix("failed: ")
         for key, label in (("recompile limit", "recompile limit"), ("wrong numbers", "wrong numbers"),
@@ -186,6 +186,8 @@ def short_status(status: str) -> str:
             if key in reason:
                 return f"failed: {label}"
         return "failed"
+    if status.startswith("refused by validate's speed gate"):  # decide.GATED
+        return "gate: slower when busy" if "with the host core contended" in status else "gate: slower"
     for key, label in (("with the host core contended", "behind when busy"), ("the least behind", "tie, dearer"),
                        ("within the noise", "tie, dearer"), ("the largest net", "tie, dearer"), ("does not pay back", "no payback"), ("net ", "less net"),
                        ("budget", "skipped: budget"), ("gain is not measured", "later in order"),
