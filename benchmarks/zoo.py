@@ -39,8 +39,8 @@ fastest variant that passes numerics without fallback, is never slower than eage
 Run on the GPU machine (transformers, diffusers, timm, accelerate installed there; the shared wheels
 for stackpart's own needs, benchmarks/README.md):
 ``OUT=$OUT python3 benchmarks/zoo.py --only llama,mixtral`` (300-340 s a family with all five variants
-on the H200, BENCHMARKS.md part 12). It runs in parts across sessions; ``$OUT/zoo.json`` and ``$OUT/zoo.md`` hold the families run. CPU smoke on
-tiny configs (float32, backend eager for the search): ``OUT=/tmp/o python benchmarks/zoo.py --smoke
+on the H200, BENCHMARKS.md part 12). It runs in parts across sessions; ``$OUT/zoo.json`` and
+``$OUT/zoo.md`` hold the families run. CPU smoke on tiny configs (float32, backend eager for the search): ``OUT=/tmp/o python benchmarks/zoo.py --smoke
 --only llama``.
 """
 
@@ -428,7 +428,8 @@ class VariantProcess:
         err = self.stderr.read()[-600:]
         self.stderr.close()
         shutil.rmtree(self.cache, ignore_errors=True)
-        res = json.loads(last) if last and not self.error else {"variant": self.variant, "error": self.error or f"exit {self.proc.returncode}: {err}"}
+        res = (json.loads(last) if last and not self.error
+               else {"variant": self.variant, "error": self.error or f"exit {self.proc.returncode}: {err}"})
         res["process_s"] = time.perf_counter() - self.started
         if self.compile_s is not None:
             res["compile_phase_s"] = self.compile_s
