@@ -40,8 +40,8 @@ Run on the GPU machine (transformers, diffusers, timm, accelerate installed ther
 for stackpart's own needs, benchmarks/README.md):
 ``OUT=$OUT python3 benchmarks/zoo.py --only llama,mixtral`` (300-340 s a family with all five variants
 on the H200, BENCHMARKS.md part 12). It runs in parts across sessions; ``$OUT/zoo.json`` and
-``$OUT/zoo.md`` hold the families run. CPU smoke on tiny configs (float32, backend eager for the search): ``OUT=/tmp/o python benchmarks/zoo.py --smoke
---only llama``.
+``$OUT/zoo.md`` hold the families run. CPU smoke on tiny configs (float32, backend eager for the
+search): ``OUT=/tmp/o python benchmarks/zoo.py --smoke --only llama``.
 """
 
 from __future__ import annotations
