@@ -19,7 +19,8 @@ Inductor cache, bf16 on the GPU:
 variant's process runs its compile phase at once: the first call at each shape (cold compile at the
 first, new-shape compile at the next), as a program alternating shapes pays them. Once every compile
 phase has ended, the processes time their steps one at a time (``--serial``: each process after the
-last, as parts 1-11 of BENCHMARKS.md ran, where each shape was also timed before the next compiled).
+last, as parts 1-11 of BENCHMARKS.md ran; unlike those parts, it too compiles every shape before it
+times any, where they timed each shape right after its first call).
 So the first-call seconds are those of compiles sharing the host's cores, and each shape's steady step
 (median of ``--steps`` CUDA-event timed calls after 3 warm-ups, ms) is timed with every shape compiled:
 under automatic dynamic shapes the first shape then runs the dynamic graph, as the engine times it.
@@ -248,21 +249,18 @@ def main_out(out):
 def blocks(model):
     """Every instance of the most repeated class among ModuleList/Sequential children that hold
     modules of their own: a block, not a leaf layer (a DiT's Linear layers in its feed-forward
-    ModuleLists outnumber its transformer blocks)."""
-    from collections import Counter
-    seen = Counter()
+    ModuleLists outnumber its transformer blocks). A tie in count goes to the class holding more
+    parameters (DiT's blocks tie with their GELU projections, T5's with their feed-forward layers)."""
     inst = {}
     for m in model.modules():
         if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)):
             for c in m.children():
-                if next(c.children(), None) is None:
-                    continue
-                seen[type(c)] += 1
-                inst.setdefault(type(c), []).append(c)
-    if not seen:
+                if next(c.children(), None) is not None:
+                    inst.setdefault(type(c), []).append(c)
+    if not inst:
         return []
-    cls, _ = seen.most_common(1)[0]
-    return inst[cls]
+    weight = lambda cls: (len(inst[cls]), sum(p.numel() for c in inst[cls] for p in c.parameters()))
+    return inst[max(inst, key=weight)]
 
 def sync():
     if device == "cuda":
@@ -330,7 +328,8 @@ try:
         res["compiled_at"] = time.time()
         if gated:  # the parent lets one process at a time time its steps, once every compile phase has ended
             print("ZOO-READY", flush=True)
-            sys.stdin.readline()
+            if not sys.stdin.readline():  # the parent is gone: no one to time for
+                sys.exit(3)
         # the timing phase: every shape compiled, as a program alternating them runs
         res["timing_window"] = [time.time()]
         for row, inputs in zip(res["shapes"], feeds):
@@ -368,7 +367,9 @@ class VariantProcess:
     """One variant of one family in a fresh process with empty compile caches, gated: it runs its
     compile phase (the first call at every shape, numerics at the first) at once, says ZOO-READY,
     and times its steps only when :meth:`finish` lets it, so that no other process compiles while
-    it is timed. ``timeout``: seconds for each of the two phases."""
+    it is timed. ``timeout``: seconds for each of the two phases; a process past it is killed at
+    once. Its result is the last stdout line that parses as a JSON object naming its variant (a
+    harness may print lines of its own)."""
 
     def __init__(self, src: Path, variant: str, device: str, shapes: list[dict], steps: int, timeout: float):
         self.variant, self.timeout = variant, timeout
@@ -379,61 +380,73 @@ class VariantProcess:
             [sys.executable, "-c", WORKER, str(src), variant, device, json.dumps(shapes), str(steps), "1"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=_env(self.cache))
         self.lines: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.compile_s: float | None = None
+        self.compile_s: float | None = None  # seconds from the start to ZOO-READY, stamped as the line arrives
+        self.result: dict | None = None
         self.error: str | None = None
+        threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
+            line = line.rstrip("\n")
+            if line == "ZOO-READY":
+                self.compile_s = time.perf_counter() - self.started
+            self.lines.put(line)
         self.lines.put(None)
 
-    def _next_line(self, until: float) -> str | None:
-        """The next line of stdout; None at its end; TimeoutError past ``until`` (perf_counter seconds)."""
-        return self.lines.get(timeout=max(0.0, until - time.perf_counter()))
+    def _drain(self, until: float, stop_at_ready: bool) -> bool:
+        """Read stdout until ZOO-READY (``stop_at_ready``: True is returned) or its end (False),
+        keeping the result line; past ``until`` (perf_counter seconds) raises queue.Empty."""
+        while (line := self.lines.get(timeout=max(0.0, until - time.perf_counter()))) is not None:
+            if line == "ZOO-READY" and stop_at_ready:
+                return True
+            if line.startswith("{"):
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict) and obj.get("variant") == self.variant:
+                    self.result = obj
+        return False
 
     def wait_ready(self) -> bool:
-        """Wait for the end of the compile phase; False (the error kept) if the process ended or ran past the timeout."""
-        until = self.started + self.timeout
+        """Wait for the end of the compile phase; False (the error kept, the process killed) if it
+        ended or ran past the timeout."""
         try:
-            while (line := self._next_line(until)) is not None:
-                if line == "ZOO-READY":
-                    self.compile_s = time.perf_counter() - self.started
-                    return True
-                if line.startswith("{"):
-                    self.last = line
+            if self._drain(self.started + self.timeout, stop_at_ready=True):
+                return True
         except queue.Empty:
             self.error = f"timeout after {self.timeout:.0f} s in the compile phase"
+            self.kill()
         return False
 
     def finish(self) -> dict:
-        """Let the process time its steps (when it is ready) and collect its JSON line, or the error."""
-        last = getattr(self, "last", None)
+        """Let the process time its steps (when it is ready) and collect its result, or the error."""
         try:
-            if self.compile_s is not None:
+            if self.error is None and self.compile_s is not None and self.proc.poll() is None:
                 self.proc.stdin.write("go\n")
                 self.proc.stdin.flush()
-                until = time.perf_counter() + self.timeout
-                while (line := self._next_line(until)) is not None:
-                    if line.startswith("{"):
-                        last = line
+                self._drain(time.perf_counter() + self.timeout, stop_at_ready=False)
         except queue.Empty:
             self.error = f"timeout after {self.timeout:.0f} s in the timing phase"
         except BrokenPipeError:
             pass
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
+        self.kill()
         self.stderr.seek(0)
         err = self.stderr.read()[-600:]
         self.stderr.close()
         shutil.rmtree(self.cache, ignore_errors=True)
-        res = (json.loads(last) if last and not self.error
+        res = (self.result if self.result is not None and not self.error
                else {"variant": self.variant, "error": self.error or f"exit {self.proc.returncode}: {err}"})
         res["process_s"] = time.perf_counter() - self.started
         if self.compile_s is not None:
             res["compile_phase_s"] = self.compile_s
         return res
+
+    def kill(self) -> None:
+        """End the process now (idempotent) and reap it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
 
 
 def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], steps: int, timeout: float,
@@ -441,20 +454,29 @@ def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], 
     """Each ``(variant, src)`` in its own process (:class:`VariantProcess`), yielded as
     ``(variant, result)`` as each ends, in ``jobs`` order. ``parallel``: every compile phase at
     once, then the steps timed one process after another; the first-call seconds are then those of
-    compiles sharing the host. Else one process after another."""
-    if not parallel:
-        for variant, src in jobs:
-            proc = VariantProcess(src, variant, device, shapes, steps, timeout)
+    compiles sharing the host. Else one process after another. Either way each process compiles
+    every shape before it times any. Every process is killed and its cache removed however this
+    ends (an error, or a caller that stops reading)."""
+    procs: list[VariantProcess] = []
+    try:
+        if not parallel:
+            for variant, src in jobs:
+                procs.append(proc := VariantProcess(src, variant, device, shapes, steps, timeout))
+                proc.wait_ready()
+                yield variant, proc.finish()
+            return
+        procs = [VariantProcess(src, variant, device, shapes, steps, timeout) for variant, src in jobs]
+        for proc in procs:
             proc.wait_ready()
-            yield variant, proc.finish()
-        return
-    procs = [VariantProcess(src, variant, device, shapes, steps, timeout) for variant, src in jobs]
-    for proc in procs:
-        proc.wait_ready()
-    for proc in procs:
-        res = proc.finish()
-        res["compiled_alongside"] = [p.variant for p in procs if p is not proc]
-        yield proc.variant, res
+        for proc in procs:
+            res = proc.finish()
+            res["compiled_alongside"] = [p.variant for p in procs if p is not proc]
+            yield proc.variant, res
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.stderr.close()
+            shutil.rmtree(proc.cache, ignore_errors=True)
 
 
 def run_cli(argv: list[str], env: dict, cwd: Path, timeout: float) -> tuple[int, str]:
@@ -629,8 +651,11 @@ def main(argv: list[str] | None = None) -> int:
                    "protocol": "serial" if args.serial else "compile phases in parallel, steps timed one process at a time"}
         results[name] = r
 
-        def save(variant: str) -> None:
-            print(f"{name} {variant}: {json.dumps({k: v for k, v in r['variants'][variant].items() if k != 'traceback'})[:400]}", flush=True)
+        def save(variant: str | None) -> None:
+            """Print ``variant``'s result (None: the diagnose record) and rewrite zoo.json and zoo.md."""
+            shown = r["variants"][variant] if variant else {k: v for k, v in r["plan"].items() if not k.endswith("_tail")}
+            print(f"{name} {variant or 'diagnose and apply'}: "
+                  f"{json.dumps({k: v for k, v in shown.items() if k != 'traceback'})[:400]}", flush=True)
             r["verdicts"] = verdicts(r["variants"], r.get("plan"))
             # rewritten after every step: a call stopped at its wall limit keeps what finished
             (OUT / "zoo.json").write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
@@ -641,6 +666,7 @@ def main(argv: list[str] | None = None) -> int:
         wanted = args.variants.split(",")
         if "diagnose" in wanted or "plan" in wanted:  # diagnose first, alone on the machine: it times candidates itself
             r["plan"] = run_plan(work, name, device, shapes, args.smoke, args.timeout, report=report)
+            save(None)  # a call stopped in the variants' compile phase keeps the diagnose
             if "diagnose" in wanted:  # the plan's diagnose and apply only: its seconds, not its speed
                 r["variants"]["diagnose"] = {"variant": "diagnose", "diagnose_exit": r["plan"].get("diagnose_exit"),
                                              "apply_exit": r["plan"].get("apply_exit"), "actions": r["plan"].get("actions"),

@@ -86,8 +86,8 @@ def test_a_plan_slower_than_as_is_when_contended_is_not_chosen():
         assert c.status[n].startswith(GATED + "slower than eager with the host core contended"), c.status[n]
     assert "12.145 ms vs 11.733 ms" in c.status["per-block+mark_dynamic"]
     assert c.status["whole"].startswith("does not pay back"), c.status["whole"]
-    assert c.text.startswith("the program as it is (6.526 ms/step): 'per-block+mark_dynamic', 'per-block' net more on a "
-                             "quiet host core but are slower than the program as it is in a timed condition, which "
+    assert c.text.startswith("the program as it is (6.526 ms/step): 'per-block+mark_dynamic', 'per-block' would pay back "
+                             "on a quiet host core but are slower than the program as it is in a timed condition, which "
                              "validate's speed gate refuses"), c.text
     assert "the plan changes nothing" in c.text
 
@@ -98,3 +98,19 @@ def test_within_the_contended_band_a_faster_plan_still_wins():
     c = decide(rows, list(rows), [], 1_000_000, 1, True, BERT_NOISE)
     assert c.chosen == "per-block+mark_dynamic", c.status
     assert c.status["per-block"].startswith("refused by validate's speed gate")
+
+
+def test_a_refused_candidate_that_nets_less_than_the_plan_is_not_said_to_net_more():
+    """The chosen plan (whole) nets more than the refused per-block: the sentence must not say per-block nets more."""
+    rows = dict(BERT, whole=_row(5.0, 20.0, 9.0))
+    c = decide(rows, list(rows), [], 1_000_000, 1, True, BERT_NOISE)
+    assert c.chosen == "whole", c.status
+    assert "would pay back on a quiet host core but are slower than the program as it is" in c.text, c.text
+    assert "net more" not in c.text, c.text
+
+
+def test_a_refused_candidate_that_nets_more_than_the_plan_is_said_to():
+    rows = dict(BERT, whole=_row(6.4, 20.0, 9.0))
+    c = decide(rows, list(rows), [], 1_000_000, 1, True, BERT_NOISE)
+    assert c.chosen == "whole", c.status
+    assert "'per-block+mark_dynamic', 'per-block' would net more than 'whole' on a quiet host core" in c.text, c.text

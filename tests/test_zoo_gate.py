@@ -160,3 +160,64 @@ def test_numerics_of_a_compiling_harness_are_judged_against_eager(zoo, tmp_path)
     assert row["eager_rmse"] == 0.0 and row["rmse"] > 1e-3, row
     assert row["numerics_ok"] is False
     assert row["blocked_ms"] > 0
+
+
+SLOW_STEPS = textwrap.dedent('''\
+    import time
+    import torch
+
+
+    class Slow(torch.nn.Module):  # 20 ms a step: a timing window long enough to see a stray process in
+        def forward(self, input):
+            time.sleep(0.02)
+            return input * 2
+
+
+    def build_model():
+        import atexit
+        print('{"config": "a harness line that looks like JSON"}')
+        atexit.register(print, "{ and one that does not parse, after the result")
+        return Slow()
+
+
+    def make_inputs(batch: int = 2):
+        return {"input": torch.ones(batch, 8)}
+''')
+
+HEARTBEAT = textwrap.dedent('''\
+    import time
+    import torch
+
+
+    def build_model():
+        return torch.nn.Linear(8, 8)
+
+
+    def make_inputs(batch: int = 2):
+        while True:  # a compile phase that never ends, leaving a trace of when it ran
+            with open(BEATS, "a") as f:
+                f.write(f"{time.time()}\\n")
+            time.sleep(0.1)
+''')
+
+
+def test_a_compile_phase_past_its_timeout_is_ended_before_anything_is_timed(zoo, tmp_path):
+    """The hung process comes after the one timed: it must not run on during that timing window."""
+    good, hung = tmp_path / "good", tmp_path / "hung"
+    good.mkdir(), hung.mkdir()
+    beats = tmp_path / "beats.txt"
+    (good / "harness.py").write_text(SLOW_STEPS)
+    (hung / "harness.py").write_text(HEARTBEAT.replace("BEATS", repr(str(beats))))
+    out = _run(zoo, [("eager", good), ("whole", hung)], "cpu", SHAPES, steps=10, timeout=15, parallel=True)
+    assert out["whole"]["error"] == "timeout after 15 s in the compile phase"
+    t0, t1 = out["eager"]["timing_window"]
+    during = [float(t) for t in beats.read_text().split() if t0 <= float(t) <= t1]
+    assert t1 - t0 > 0.5 and during == [], (t1 - t0, during)
+
+
+def test_harness_lines_that_look_like_json_are_not_taken_for_the_result(zoo, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(SLOW_STEPS)
+    res = _run(zoo, [("eager", src)], "cpu", SHAPES, steps=2, timeout=120, parallel=True)["eager"]
+    assert res["variant"] == "eager" and "error" not in res and len(res["shapes"]) == 2, res

@@ -143,7 +143,8 @@ def decide(
     text = contest.text(chosen)
     if gated:
         names = ", ".join(repr(n) for n in gated)
-        refused = (f"{names} {'nets' if len(gated) == 1 else 'net'} more on a quiet host core but "
+        more = chosen != AS_IS and all((net[n] or 0) > (net[chosen] or 0) for n in gated)
+        refused = (f"{names} {f'would net more than {chosen!r}' if more else 'would pay back'} on a quiet host core but "
                    f"{'is' if len(gated) == 1 else 'are'} slower than the program as it is in a timed condition, "
                    "which validate's speed gate refuses (the status says where)")
         text = (f"the program as it is ({rows[AS_IS]['step_ms']:.3f} ms/step): {refused}; no other candidate pays back: "
