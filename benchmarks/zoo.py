@@ -20,7 +20,9 @@ variant's process runs its compile phase at once: the first call at each shape (
 first, new-shape compile at the next), as a program alternating shapes pays them. Once every compile
 phase has ended, the processes time their steps one at a time (``--serial``: each process after the
 last, as parts 1-11 of BENCHMARKS.md ran; unlike those parts, it too compiles every shape before it
-times any, where they timed each shape right after its first call).
+times any, where they timed each shape right after its first call). Each process's launching
+thread is timed on one shared CPU core, the one of median speed, as the engine's timed children are
+(``--pin off``: where the scheduler puts it, as parts 1-12 ran).
 So the first-call seconds are those of compiles sharing the host's cores, and each shape's steady step
 (median of ``--steps`` CUDA-event timed calls after 3 warm-ups, ms) is timed with every shape compiled:
 under automatic dynamic shapes the first shape then runs the dynamic graph, as the engine times it.
@@ -64,6 +66,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # rewriter.engine.cores, when run as a script
 OUT = Path(os.environ.get("OUT", "out")).resolve()  # absolute: diagnose runs in the family's work folder
 CLI = "import sys; from rewriter.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -329,8 +332,16 @@ try:
         res["compiled_at"] = time.time()
         if gated:  # the parent lets one process at a time time its steps, once every compile phase has ended
             print("ZOO-READY", flush=True)
-            if not sys.stdin.readline():  # the parent is gone: no one to time for
+            go = sys.stdin.readline().split()
+            if not go:  # the parent is gone: no one to time for
                 sys.exit(3)
+            if len(go) > 1:  # pin this (the launching) thread to the core the parent chose, as the engine's timed children do
+                import os
+                try:
+                    os.sched_setaffinity(0, {int(go[1])})
+                    res["pinned_core"] = int(go[1])
+                except (AttributeError, OSError, ValueError) as exc:
+                    res["pinned_core"] = f"not pinned: {exc}"
         # the timing phase: every shape compiled, as a program alternating them runs
         res["timing_window"] = [time.time()]
         for row, inputs in zip(res["shapes"], feeds):
@@ -420,11 +431,12 @@ class VariantProcess:
             self.kill()
         return False
 
-    def finish(self) -> dict:
-        """Let the process time its steps (when it is ready) and collect its result, or the error."""
+    def finish(self, core: int | None = None) -> dict:
+        """Let the process time its steps (when it is ready), its launching thread pinned to CPU
+        ``core`` where one is given, and collect its result, or the error."""
         try:
             if self.error is None and self.compile_s is not None and self.proc.poll() is None:
-                self.proc.stdin.write("go\n")
+                self.proc.stdin.write("go\n" if core is None else f"go {core}\n")
                 self.proc.stdin.flush()
                 self._drain(time.perf_counter() + self.timeout, stop_at_ready=False)
         except queue.Empty:
@@ -450,13 +462,27 @@ class VariantProcess:
         self.proc.wait()
 
 
+def timing_core(mode: str) -> int | None:
+    """The CPU core every timed process's launching thread is pinned to: ``shared``, the core of
+    median speed at a pure-Python loop, as the engine's ``--pin shared`` picks it
+    (:mod:`rewriter.engine.cores`: one shared core cut the spread between identical processes from
+    7-18% to about 1% on the H200); ``off`` or fewer than 3 cores: None (the scheduler places them)."""
+    if mode == "off" or not hasattr(os, "sched_getaffinity"):
+        return None
+    from rewriter.engine.cores import core_speeds, pin_plan
+
+    cores = sorted(os.sched_getaffinity(0))
+    return pin_plan(["timed"], cores, "shared", core_speeds(cores)).get("timed")
+
+
 def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], steps: int, timeout: float,
-                 parallel: bool) -> Iterator[tuple[str, dict]]:
+                 parallel: bool, core: int | None = None) -> Iterator[tuple[str, dict]]:
     """Each ``(variant, src)`` in its own process (:class:`VariantProcess`), yielded as
     ``(variant, result)`` as each ends, in ``jobs`` order. ``parallel``: every compile phase at
     once, then the steps timed one process after another; the first-call seconds are then those of
     compiles sharing the host. Else one process after another. Either way each process compiles
-    every shape before it times any. Every process is killed and its cache removed however this
+    every shape before it times any, and times its steps on CPU ``core`` (:func:`timing_core`) where
+    one is given. Every process is killed and its cache removed however this
     ends (an error, or a caller that stops reading)."""
     procs: list[VariantProcess] = []
     try:
@@ -464,13 +490,13 @@ def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], 
             for variant, src in jobs:
                 procs.append(proc := VariantProcess(src, variant, device, shapes, steps, timeout))
                 proc.wait_ready()
-                yield variant, proc.finish()
+                yield variant, proc.finish(core)
             return
         procs = [VariantProcess(src, variant, device, shapes, steps, timeout) for variant, src in jobs]
         for proc in procs:
             proc.wait_ready()
         for proc in procs:
-            res = proc.finish()
+            res = proc.finish(core)
             res["compiled_alongside"] = [p.variant for p in procs if p is not proc]
             yield proc.variant, res
     finally:
@@ -631,6 +657,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per variant process and per diagnose")
     ap.add_argument("--deadline", type=float, default=560.0, help="no family starts after this many seconds")
+    ap.add_argument("--pin", choices=("shared", "off"), default="shared",
+                    help="the timed processes' launching thread: on the core of median speed (default), or where the scheduler puts it")
     ap.add_argument("--serial", action="store_true",
                     help="each variant's process after the last (default: their compile phases at once, the steps timed one at a time)")
     ap.add_argument("--keep-reports", action="store_true",
@@ -640,6 +668,7 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
     OUT.mkdir(parents=True, exist_ok=True)
     results: dict = {}
+    core = timing_core(args.pin)
     started = time.perf_counter()
     for name in args.only.split(","):
         if time.perf_counter() - started > args.deadline:
@@ -652,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
         report = OUT / "reports" / name if args.keep_reports else None
         if report is not None:  # a diagnose killed before its report.json must not leave an earlier run's read as its own
             shutil.rmtree(report, ignore_errors=True)
-        r: dict = {"shapes": shapes, "device": device, "variants": {},
+        r: dict = {"shapes": shapes, "device": device, "variants": {}, "timing_core": core,
                    "protocol": "serial" if args.serial else "compile phases in parallel, steps timed one process at a time"}
         results[name] = r
 
@@ -685,7 +714,8 @@ def main(argv: list[str] | None = None) -> int:
                 r["variants"]["plan"] = {"variant": "plan", "error": f"diagnose exit {r['plan'].get('diagnose_exit')}, "
                                          f"apply exit {r['plan'].get('apply_exit')}"}
                 save("plan")
-        for variant, res in run_variants(jobs, device, shapes, args.steps, args.timeout, parallel=not args.serial):
+        for variant, res in run_variants(jobs, device, shapes, args.steps, args.timeout, parallel=not args.serial,
+                                         core=core):
             if variant == "plan":
                 res["actions"] = r["plan"].get("actions")
             r["variants"][variant] = res

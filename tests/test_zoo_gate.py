@@ -237,3 +237,16 @@ def test_the_bars_are_also_read_on_the_blocked_figures(zoo):
     assert v["fastest"] == "whole" and v["plan_within_5pct_of_fastest"] is False
     assert v["on_blocked_ms"]["plan_within_5pct_of_fastest"] is True
     assert round(v["on_blocked_ms"]["plan_speed_vs_fastest"], 3) == round(5.75 / 5.8, 3)
+
+
+def test_the_timed_thread_is_pinned_to_the_core_it_is_given(zoo, tmp_path):
+    """Pinned as the engine's timed children are (one shared core); the core is in the result."""
+    import os
+
+    src = _src(tmp_path / "src")
+    core = max(os.sched_getaffinity(0))
+    out = _run(zoo, [("eager", src), ("plan", src)], "cpu", SHAPES, steps=2, timeout=120, parallel=True, core=core)
+    assert [out[v].get("pinned_core") for v in ("eager", "plan")] == [core, core], out
+    assert zoo.timing_core("off") is None
+    picked = zoo.timing_core("shared")  # the median core of this host's, None with fewer than 3 cores
+    assert picked is None if len(os.sched_getaffinity(0)) < 3 else picked in os.sched_getaffinity(0)
