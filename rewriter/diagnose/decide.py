@@ -140,17 +140,24 @@ def decide(
     contest = _Contest.of(rows, order, samples, runs, restarts, noise, ok, net)
     chosen = contest.choose()
     status.update({n: contest.status(n, chosen) for n in ok})
-    text = contest.text(chosen)
-    if gated:
-        names = ", ".join(repr(n) for n in gated)
-        more = chosen != AS_IS and all((net[n] or 0) > (net[chosen] or 0) for n in gated)
-        refused = (f"{names} {f'would net more than {chosen!r}' if more else 'would pay back'} on a quiet host core but "
-                   f"{'is' if len(gated) == 1 else 'are'} slower than the program as it is in a timed condition, "
-                   "which validate's speed gate refuses (the status says where)")
-        text = (f"the program as it is ({rows[AS_IS]['step_ms']:.3f} ms/step): {refused}; no other candidate pays back: "
-                "the plan changes nothing" if chosen == AS_IS and not any((net[n] or 0) > 0 for n in ok if n != AS_IS)
-                else f"{text}; {refused}")
+    text = _with_refused(contest.text(chosen), chosen, gated, rows, net, ok)
     return Choice(chosen, text + "; " + noise_text(noise), status, net)
+
+
+def _with_refused(text: str, chosen: str, gated: list[str], rows: dict[str, dict[str, Any]],
+                  net: dict[str, float | None], ok: list[str]) -> str:
+    """The decision's sentence ``text`` with the candidates validate's speed gate refused said in
+    it: beside the plan, or, where the program as it is stays because of them, as why."""
+    if not gated:
+        return text
+    names = ", ".join(repr(n) for n in gated)
+    more = chosen != AS_IS and all((net[n] or 0) > (net[chosen] or 0) for n in gated)
+    refused = (f"{names} {f'would net more than {chosen!r}' if more else 'would pay back'} on a quiet host core but "
+               f"{'is' if len(gated) == 1 else 'are'} slower than the program as it is in a timed condition, "
+               "which validate's speed gate refuses (the status says where)")
+    if chosen == AS_IS and not any((net[n] or 0) > 0 for n in ok if n != AS_IS):
+        return f"the program as it is ({rows[AS_IS]['step_ms']:.3f} ms/step): {refused}; no other candidate pays back: the plan changes nothing"
+    return f"{text}; {refused}"
 
 
 #: The status of a candidate that validate's speed gate refuses (:func:`gate_failures`).
