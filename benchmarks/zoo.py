@@ -22,7 +22,10 @@ phase has ended, the processes time their steps one at a time (``--serial``: eac
 last, as parts 1-11 of BENCHMARKS.md ran; unlike those parts, it too compiles every shape before it
 times any, where they timed each shape right after its first call). Each process's launching
 thread is timed on one shared CPU core, the one of median speed, as the engine's timed children are
-(``--pin off``: where the scheduler puts it, as parts 1-12 ran).
+(``--pin off``: where the scheduler puts it, as parts 1-12 ran). ``--overlap-diagnose`` starts the
+variants other than the plan with diagnose, for a family whose diagnose and slowest compile do not fit
+one call one after the other (UNet's whole compile recompiles for 266 s): diagnose then shares the
+host, and its ladder + search seconds are recorded, not judged.
 So the first-call seconds are those of compiles sharing the host's cores, and each shape's steady step
 (median of ``--steps`` CUDA-event timed calls after 3 warm-ups, ms) is timed with every shape compiled:
 under automatic dynamic shapes the first shape then runs the dynamic graph, as the engine times it.
@@ -476,15 +479,17 @@ def timing_core(mode: str) -> int | None:
 
 
 def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], steps: int, timeout: float,
-                 parallel: bool, core: int | None = None) -> Iterator[tuple[str, dict]]:
+                 parallel: bool, core: int | None = None,
+                 early: list[VariantProcess] | tuple = ()) -> Iterator[tuple[str, dict]]:
     """Each ``(variant, src)`` in its own process (:class:`VariantProcess`), yielded as
     ``(variant, result)`` as each ends, in ``jobs`` order. ``parallel``: every compile phase at
     once, then the steps timed one process after another; the first-call seconds are then those of
     compiles sharing the host. Else one process after another. Either way each process compiles
     every shape before it times any, and times its steps on CPU ``core`` (:func:`timing_core`) where
-    one is given. Every process is killed and its cache removed however this
-    ends (an error, or a caller that stops reading)."""
-    procs: list[VariantProcess] = []
+    one is given. ``early`` (parallel only): processes started before (``--overlap-diagnose``),
+    timed first, in their order. Every process is killed and its cache removed however this ends
+    (an error, or a caller that stops reading)."""
+    procs: list[VariantProcess] = list(early)
     try:
         if not parallel:
             for variant, src in jobs:
@@ -492,7 +497,7 @@ def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], 
                 proc.wait_ready()
                 yield variant, proc.finish(core)
             return
-        procs = [VariantProcess(src, variant, device, shapes, steps, timeout) for variant, src in jobs]
+        procs += [VariantProcess(src, variant, device, shapes, steps, timeout) for variant, src in jobs]
         for proc in procs:
             proc.wait_ready()
         for proc in procs:
@@ -585,7 +590,8 @@ LADDER_SEARCH_BAR_S = 180.0
 def verdicts(variants: dict[str, dict], plan: dict | None = None) -> dict:
     """The issue's targets over one family's measured variants (module docstring); with the
     plan's diagnose record (:func:`run_plan`) also its ladder + search seconds against
-    :data:`LADDER_SEARCH_BAR_S` (a diagnose that did not exit 0 has not met it)."""
+    :data:`LADDER_SEARCH_BAR_S` (a diagnose that did not exit 0 has not met it; one that shared the
+    host with the variants' compile phases, ``--overlap-diagnose``, is not judged: None)."""
     out = _speed_verdicts(variants)
     if all("blocked_ms" in sh for v in variants.values() for sh in v.get("shapes") or []):
         # the same bars on the blocked figures: reported beside, not instead (module docstring)
@@ -593,6 +599,8 @@ def verdicts(variants: dict[str, dict], plan: dict | None = None) -> dict:
     if plan and plan.get("ladder_search_s") is not None:
         out["ladder_search_s"] = round(plan["ladder_search_s"], 1)
         out["ladder_search_within_3_min"] = plan.get("diagnose_exit") == 0 and plan["ladder_search_s"] <= LADDER_SEARCH_BAR_S
+        if plan.get("overlapped"):  # its seconds shared the host with the variants' compiles: not a figure of its own
+            out["ladder_search_within_3_min"] = None
     return out
 
 
@@ -659,6 +667,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deadline", type=float, default=560.0, help="no family starts after this many seconds")
     ap.add_argument("--pin", choices=("shared", "off"), default="shared",
                     help="the timed processes' launching thread: on the core of median speed (default), or where the scheduler puts it")
+    ap.add_argument("--overlap-diagnose", action="store_true",
+                    help="start the variants' compile phases with diagnose, for a family whose diagnose and variants do not fit one "
+                         "call one after the other (UNet); diagnose then shares the host, and its seconds are not judged")
     ap.add_argument("--serial", action="store_true",
                     help="each variant's process after the last (default: their compile phases at once, the steps timed one at a time)")
     ap.add_argument("--keep-reports", action="store_true",
@@ -698,15 +709,27 @@ def main(argv: list[str] | None = None) -> int:
             (OUT / "zoo.md").write_text(markdown(results))
 
         wanted = args.variants.split(",")
+        others = [v for v in wanted if v not in ("diagnose", "plan")]
+        early: list[VariantProcess] = []
+        if args.overlap_diagnose and "plan" in wanted and not args.serial:
+            r["protocol"] = "the variants' compile phases started with diagnose; steps timed one process at a time after"
+            early = [VariantProcess(work / "src", v, device, shapes, args.steps, args.timeout) for v in others]
+            others = []
         if "diagnose" in wanted or "plan" in wanted:  # diagnose first, alone on the machine: it times candidates itself
-            r["plan"] = run_plan(work, name, device, shapes, args.smoke, args.timeout, report=report)
+            try:
+                r["plan"] = run_plan(work, name, device, shapes, args.smoke, args.timeout, report=report)
+            except BaseException:
+                for proc in early:
+                    proc.kill()
+                raise
+            r["plan"]["overlapped"] = bool(early)
             save(None)  # a call stopped in the variants' compile phase keeps the diagnose
             if "diagnose" in wanted:  # the plan's diagnose and apply only: its seconds, not its speed
                 r["variants"]["diagnose"] = {"variant": "diagnose", "diagnose_exit": r["plan"].get("diagnose_exit"),
                                              "apply_exit": r["plan"].get("apply_exit"), "actions": r["plan"].get("actions"),
                                              "ladder_search_s": round(r["plan"]["ladder_search_s"], 1)}
                 save("diagnose")
-        jobs = [(v, work / "src") for v in wanted if v not in ("diagnose", "plan")]
+        jobs = [(v, work / "src") for v in others]
         if "plan" in wanted:
             if r["plan"].get("apply_exit") in (0, None) and r["plan"].get("diagnose_exit") == 0:
                 jobs.append(("plan", work / "plan_src"))
@@ -715,7 +738,7 @@ def main(argv: list[str] | None = None) -> int:
                                          f"apply exit {r['plan'].get('apply_exit')}"}
                 save("plan")
         for variant, res in run_variants(jobs, device, shapes, args.steps, args.timeout, parallel=not args.serial,
-                                         core=core):
+                                         core=core, early=early):
             if variant == "plan":
                 res["actions"] = r["plan"].get("actions")
             r["variants"][variant] = res

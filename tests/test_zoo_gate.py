@@ -250,3 +250,19 @@ def test_the_timed_thread_is_pinned_to_the_core_it_is_given(zoo, tmp_path):
     assert zoo.timing_core("off") is None
     picked = zoo.timing_core("shared")  # the median core of this host's, None with fewer than 3 cores
     assert picked is None if len(os.sched_getaffinity(0)) < 3 else picked in os.sched_getaffinity(0)
+
+
+def test_processes_started_early_are_timed_with_the_rest_one_at_a_time(zoo, tmp_path):
+    """--overlap-diagnose: a variant started before diagnose is timed first, alone, then the plan."""
+    src = _src(tmp_path / "src")
+    early = [zoo.VariantProcess(src, "eager", "cpu", SHAPES, 3, 120)]
+    out = _run(zoo, [("plan", src)], "cpu", SHAPES, steps=3, timeout=120, parallel=True, early=early)
+    assert list(out) == ["eager", "plan"] and all("error" not in r for r in out.values()), out
+    assert out["eager"]["timing_window"][1] <= out["plan"]["timing_window"][0]
+    assert out["plan"]["compiled_alongside"] == ["eager"]
+
+
+def test_an_overlapped_diagnose_is_not_judged_on_its_seconds(zoo):
+    v = zoo.verdicts({}, {"ladder_search_s": 100.0, "diagnose_exit": 0, "overlapped": True})
+    assert v["ladder_search_s"] == 100.0 and v["ladder_search_within_3_min"] is None
+    assert zoo.verdicts({}, {"ladder_search_s": 100.0, "diagnose_exit": 0})["ladder_search_within_3_min"] is True
