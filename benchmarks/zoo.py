@@ -25,7 +25,8 @@ thread is timed on one shared CPU core, the one of median speed, as the engine's
 (``--pin off``: where the scheduler puts it, as parts 1-12 ran). ``--overlap-diagnose`` starts the
 variants other than the plan with diagnose, for a family whose diagnose and slowest compile do not fit
 one call one after the other (UNet's whole compile recompiles for 266 s): diagnose then shares the
-host, and its ladder + search seconds are recorded, not judged.
+host, so it chooses the plan with those compiles running (the verdicts say so:
+``plan_chosen_beside_compiles``) and its ladder + search seconds are recorded, not judged.
 So the first-call seconds are those of compiles sharing the host's cores, and each shape's steady step
 (median of ``--steps`` CUDA-event timed calls after 3 warm-ups, ms) is timed with every shape compiled:
 under automatic dynamic shapes the first shape then runs the dynamic graph, as the engine times it.
@@ -464,6 +465,21 @@ class VariantProcess:
             self.proc.kill()
         self.proc.wait()
 
+    def close(self) -> None:
+        """Kill it, close its stderr file and remove its caches (idempotent)."""
+        self.kill()
+        self.stderr.close()
+        shutil.rmtree(self.cache, ignore_errors=True)
+
+
+def _overlap(p: VariantProcess, q: VariantProcess) -> bool:
+    """Whether the two processes' compile phases overlapped in time (a phase that did not end ran
+    to the process's end)."""
+    def span(x: VariantProcess) -> tuple[float, float]:
+        return x.started, x.started + (x.compile_s if x.compile_s is not None else float("inf"))
+    (a0, a1), (b0, b1) = span(p), span(q)
+    return a0 < b1 and b0 < a1
+
 
 def timing_core(mode: str) -> int | None:
     """The CPU core every timed process's launching thread is pinned to: ``shared``, the core of
@@ -502,13 +518,12 @@ def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], 
             proc.wait_ready()
         for proc in procs:
             res = proc.finish(core)
-            res["compiled_alongside"] = [p.variant for p in procs if p is not proc]
+            res["compiled_alongside"] = (["diagnose"] if proc in early else []) + [
+                q.variant for q in procs if q is not proc and _overlap(proc, q)]
             yield proc.variant, res
     finally:
         for proc in procs:
-            proc.kill()
-            proc.stderr.close()
-            shutil.rmtree(proc.cache, ignore_errors=True)
+            proc.close()
 
 
 def run_cli(argv: list[str], env: dict, cwd: Path, timeout: float) -> tuple[int, str]:
@@ -554,7 +569,6 @@ def run_plan(work: Path, name: str, device: str, shapes: list[dict], smoke: bool
     out["diagnose_tail"] = tail[-3000:]
     out["ladder_search_s"] = time.perf_counter() - t
     out["where_the_seconds_went"] = seconds_breakdown(report / "report.json")
-    shutil.rmtree(cache, ignore_errors=True)
     plan = work / "plan.yaml"
     if out["diagnose_exit"] == 0 and plan.exists():
         import yaml
@@ -563,6 +577,7 @@ def run_plan(work: Path, name: str, device: str, shapes: list[dict], smoke: bool
                           for a in actions]
         out["apply_exit"], tail = cli(["rewrite", "--plan", str(plan), str(src), "--apply"], _env(cache), work, 120)
         out["apply_tail"] = tail[-800:]
+    shutil.rmtree(cache, ignore_errors=True)  # after the apply, whose torch import makes the folder again
     return out
 
 
@@ -591,25 +606,32 @@ def verdicts(variants: dict[str, dict], plan: dict | None = None) -> dict:
     """The issue's targets over one family's measured variants (module docstring); with the
     plan's diagnose record (:func:`run_plan`) also its ladder + search seconds against
     :data:`LADDER_SEARCH_BAR_S` (a diagnose that did not exit 0 has not met it; one that shared the
-    host with the variants' compile phases, ``--overlap-diagnose``, is not judged: None)."""
+    host with the variants' compile phases, ``--overlap-diagnose``, is flagged and, where it met it,
+    not judged: None)."""
     out = _speed_verdicts(variants)
-    if all("blocked_ms" in sh for v in variants.values() for sh in v.get("shapes") or []):
+    passing = {k: v for k, v in variants.items() if _passes(v)}
+    if passing and all("blocked_ms" in sh for v in passing.values() for sh in v["shapes"]):
         # the same bars on the blocked figures: reported beside, not instead (module docstring)
         out["on_blocked_ms"] = {k: v for k, v in _speed_verdicts(variants, "blocked_ms").items() if k != "passing"}
     if plan and plan.get("ladder_search_s") is not None:
         out["ladder_search_s"] = round(plan["ladder_search_s"], 1)
         out["ladder_search_within_3_min"] = plan.get("diagnose_exit") == 0 and plan["ladder_search_s"] <= LADDER_SEARCH_BAR_S
-        if plan.get("overlapped"):  # its seconds shared the host with the variants' compiles: not a figure of its own
-            out["ladder_search_within_3_min"] = None
+        if plan.get("overlapped"):  # diagnose shared the host with the variants' compiles
+            out["plan_chosen_beside_compiles"] = True
+            if out["ladder_search_within_3_min"]:  # its seconds are not a figure of its own; a failed one still failed
+                out["ladder_search_within_3_min"] = None
     return out
+
+
+def _passes(v: dict) -> bool:
+    """A variant that ran, passed numerics and fell back nowhere."""
+    return bool("error" not in v and not v.get("fallbacks") and v.get("shapes") and v["shapes"][0].get("numerics_ok", False))
 
 
 def _speed_verdicts(variants: dict[str, dict], key: str = "median_ms") -> dict:
     """The speed bars: the plan against the fastest variant passing numerics without a fallback, and
     eager, on each shape's ``key`` figure (ms)."""
-    def ok(v):
-        return ("error" not in v and not v.get("fallbacks") and v.get("shapes")
-                and v["shapes"][0].get("numerics_ok", False))
+    ok = _passes
 
     def step(v):  # the mean of the per-shape steady steps
         return statistics.mean(s[key] for s in v["shapes"])
@@ -668,8 +690,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pin", choices=("shared", "off"), default="shared",
                     help="the timed processes' launching thread: on the core of median speed (default), or where the scheduler puts it")
     ap.add_argument("--overlap-diagnose", action="store_true",
-                    help="start the variants' compile phases with diagnose, for a family whose diagnose and variants do not fit one "
-                         "call one after the other (UNet); diagnose then shares the host, and its seconds are not judged")
+                    help="start the variants other than the plan with diagnose, for a family whose diagnose and variants do not fit "
+                         "one call one after the other (UNet); diagnose then shares the host: it chooses the plan beside those "
+                         "compiles, and its seconds are not judged")
     ap.add_argument("--serial", action="store_true",
                     help="each variant's process after the last (default: their compile phases at once, the steps timed one at a time)")
     ap.add_argument("--keep-reports", action="store_true",
@@ -711,38 +734,41 @@ def main(argv: list[str] | None = None) -> int:
         wanted = args.variants.split(",")
         others = [v for v in wanted if v not in ("diagnose", "plan")]
         early: list[VariantProcess] = []
-        if args.overlap_diagnose and "plan" in wanted and not args.serial:
-            r["protocol"] = "the variants' compile phases started with diagnose; steps timed one process at a time after"
+        if args.overlap_diagnose and not ("plan" in wanted and others and not args.serial):
+            print(f"{name}: --overlap-diagnose ignored: it needs 'plan' and another variant in --variants, "
+                  "and no --serial", file=sys.stderr, flush=True)
+        elif args.overlap_diagnose:
+            r["protocol"] = ("the variants other than the plan compiled beside diagnose (which chose the plan with them "
+                             "compiling); steps timed one process at a time after every compile phase")
             early = [VariantProcess(work / "src", v, device, shapes, args.steps, args.timeout) for v in others]
             others = []
-        if "diagnose" in wanted or "plan" in wanted:  # diagnose first, alone on the machine: it times candidates itself
-            try:
+        try:
+            if "diagnose" in wanted or "plan" in wanted:  # diagnose first, alone unless --overlap-diagnose: it times candidates
                 r["plan"] = run_plan(work, name, device, shapes, args.smoke, args.timeout, report=report)
-            except BaseException:
-                for proc in early:
-                    proc.kill()
-                raise
-            r["plan"]["overlapped"] = bool(early)
-            save(None)  # a call stopped in the variants' compile phase keeps the diagnose
-            if "diagnose" in wanted:  # the plan's diagnose and apply only: its seconds, not its speed
-                r["variants"]["diagnose"] = {"variant": "diagnose", "diagnose_exit": r["plan"].get("diagnose_exit"),
-                                             "apply_exit": r["plan"].get("apply_exit"), "actions": r["plan"].get("actions"),
-                                             "ladder_search_s": round(r["plan"]["ladder_search_s"], 1)}
-                save("diagnose")
-        jobs = [(v, work / "src") for v in others]
-        if "plan" in wanted:
-            if r["plan"].get("apply_exit") in (0, None) and r["plan"].get("diagnose_exit") == 0:
-                jobs.append(("plan", work / "plan_src"))
-            else:
-                r["variants"]["plan"] = {"variant": "plan", "error": f"diagnose exit {r['plan'].get('diagnose_exit')}, "
-                                         f"apply exit {r['plan'].get('apply_exit')}"}
-                save("plan")
-        for variant, res in run_variants(jobs, device, shapes, args.steps, args.timeout, parallel=not args.serial,
-                                         core=core, early=early):
-            if variant == "plan":
-                res["actions"] = r["plan"].get("actions")
-            r["variants"][variant] = res
-            save(variant)
+                r["plan"]["overlapped"] = bool(early)
+                save(None)  # a call stopped in the variants' compile phase keeps the diagnose
+                if "diagnose" in wanted:  # the plan's diagnose and apply only: its seconds, not its speed
+                    r["variants"]["diagnose"] = {"variant": "diagnose", "diagnose_exit": r["plan"].get("diagnose_exit"),
+                                                 "apply_exit": r["plan"].get("apply_exit"), "actions": r["plan"].get("actions"),
+                                                 "ladder_search_s": round(r["plan"]["ladder_search_s"], 1)}
+                    save("diagnose")
+            jobs = [(v, work / "src") for v in others]
+            if "plan" in wanted:
+                if r["plan"].get("apply_exit") in (0, None) and r["plan"].get("diagnose_exit") == 0:
+                    jobs.append(("plan", work / "plan_src"))
+                else:
+                    r["variants"]["plan"] = {"variant": "plan", "error": f"diagnose exit {r['plan'].get('diagnose_exit')}, "
+                                             f"apply exit {r['plan'].get('apply_exit')}"}
+                    save("plan")
+            for variant, res in run_variants(jobs, device, shapes, args.steps, args.timeout, parallel=not args.serial,
+                                             core=core, early=early):
+                if variant == "plan":
+                    res["actions"] = r["plan"].get("actions")
+                r["variants"][variant] = res
+                save(variant)
+        finally:  # early processes that never reached run_variants (an error or an interrupt before it)
+            for proc in early:
+                proc.close()
         if report is not None and report.is_dir():
             (report / "trace.json").unlink(missing_ok=True)  # the profiler's trace: large, in report.json's figures
             if (work / "plan.yaml").exists():

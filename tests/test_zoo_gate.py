@@ -237,6 +237,9 @@ def test_the_bars_are_also_read_on_the_blocked_figures(zoo):
     assert v["fastest"] == "whole" and v["plan_within_5pct_of_fastest"] is False
     assert v["on_blocked_ms"]["plan_within_5pct_of_fastest"] is True
     assert round(v["on_blocked_ms"]["plan_speed_vs_fastest"], 3) == round(5.75 / 5.8, 3)
+    failed = {"shapes": [{"median_ms": 9.0, "numerics_ok": True}], "fallbacks": [], "error": "RuntimeError: at shape 2"}
+    assert "on_blocked_ms" in zoo.verdicts(dict(variants, **{"per-block": failed}))  # a failed variant is out of both
+    assert "on_blocked_ms" not in zoo.verdicts({})
 
 
 def test_the_timed_thread_is_pinned_to_the_core_it_is_given(zoo, tmp_path):
@@ -253,16 +256,25 @@ def test_the_timed_thread_is_pinned_to_the_core_it_is_given(zoo, tmp_path):
 
 
 def test_processes_started_early_are_timed_with_the_rest_one_at_a_time(zoo, tmp_path):
-    """--overlap-diagnose: a variant started before diagnose is timed first, alone, then the plan."""
+    """--overlap-diagnose: a variant started before diagnose is timed first, alone, then the plan;
+    each names what it compiled beside: the early one diagnose, the plan (started once the early one
+    had compiled, as after a diagnose) nothing."""
+    import time
+
     src = _src(tmp_path / "src")
     early = [zoo.VariantProcess(src, "eager", "cpu", SHAPES, 3, 120)]
+    deadline = time.monotonic() + 100
+    while early[0].compile_s is None and time.monotonic() < deadline:  # diagnose would run here
+        time.sleep(0.2)
     out = _run(zoo, [("plan", src)], "cpu", SHAPES, steps=3, timeout=120, parallel=True, early=early)
     assert list(out) == ["eager", "plan"] and all("error" not in r for r in out.values()), out
     assert out["eager"]["timing_window"][1] <= out["plan"]["timing_window"][0]
-    assert out["plan"]["compiled_alongside"] == ["eager"]
+    assert out["eager"]["compiled_alongside"] == ["diagnose"] and out["plan"]["compiled_alongside"] == [], out
 
 
-def test_an_overlapped_diagnose_is_not_judged_on_its_seconds(zoo):
+def test_an_overlapped_diagnose_is_flagged_and_not_judged_on_its_seconds(zoo):
     v = zoo.verdicts({}, {"ladder_search_s": 100.0, "diagnose_exit": 0, "overlapped": True})
-    assert v["ladder_search_s"] == 100.0 and v["ladder_search_within_3_min"] is None
+    assert v["ladder_search_s"] == 100.0 and v["ladder_search_within_3_min"] is None and v["plan_chosen_beside_compiles"]
     assert zoo.verdicts({}, {"ladder_search_s": 100.0, "diagnose_exit": 0})["ladder_search_within_3_min"] is True
+    failed = zoo.verdicts({}, {"ladder_search_s": 330.0, "diagnose_exit": 124, "overlapped": True})
+    assert failed["ladder_search_within_3_min"] is False  # a diagnose that did not finish has not met it, overlapped or not
