@@ -257,8 +257,9 @@ def main_out(out):
 def blocks(model):
     """Every instance of the most repeated class among ModuleList/Sequential children that hold
     modules of their own: a block, not a leaf layer (a DiT's Linear layers in its feed-forward
-    ModuleLists outnumber its transformer blocks). A tie in count goes to the class holding more
-    parameters (DiT's blocks tie with their GELU projections, T5's with their feed-forward layers)."""
+    ModuleLists outnumber its transformer blocks). A tie in count goes to the class met first:
+    ``modules()`` visits a block before what it holds, so DiT's blocks win over the GELU projections
+    inside them and T5's over their feed-forward layers, and Whisper's encoder layers over its decoder's."""
     inst = {}
     for m in model.modules():
         if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)):
@@ -267,8 +268,7 @@ def blocks(model):
                     inst.setdefault(type(c), []).append(c)
     if not inst:
         return []
-    weight = lambda cls: (len(inst[cls]), sum(p.numel() for c in inst[cls] for p in c.parameters()))
-    return inst[max(inst, key=weight)]
+    return inst[max(inst, key=lambda cls: len(inst[cls]))]  # the first of the most repeated
 
 def sync():
     if device == "cuda":
