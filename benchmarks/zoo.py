@@ -225,13 +225,12 @@ def shapes_of(name: str, smoke: bool) -> list[dict]:
     return fam["shapes"]
 
 
-#: One variant in its own process: prints one JSON line. argv: src variant device shapes-json steps gated.
-#: Gated ("1"): after its compile phase it prints ZOO-READY and times its steps once a line arrives on stdin.
+#: One variant in its own process: prints one JSON line. argv: src variant device shapes-json steps.
+#: After its compile phase it prints ZOO-READY and times its steps once a line ("go [core]") arrives on stdin.
 WORKER = r'''
 import json, logging, math, statistics, sys, time
 import torch
 src, variant, device, shapes, steps = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), int(sys.argv[5])
-gated = sys.argv[6] == "1"
 sys.path.insert(0, src)
 import harness
 
@@ -334,18 +333,18 @@ try:
             res["shapes"].append(row)
         del out
         res["compiled_at"] = time.time()
-        if gated:  # the parent lets one process at a time time its steps, once every compile phase has ended
-            print("ZOO-READY", flush=True)
-            go = sys.stdin.readline().split()
-            if not go:  # the parent is gone: no one to time for
-                sys.exit(3)
-            if len(go) > 1:  # pin this (the launching) thread to the core the parent chose, as the engine's timed children do
-                import os
-                try:
-                    os.sched_setaffinity(0, {int(go[1])})
-                    res["pinned_core"] = int(go[1])
-                except (AttributeError, OSError, ValueError) as exc:
-                    res["pinned_core"] = f"not pinned: {exc}"
+        # the parent lets one process at a time time its steps, once every compile phase has ended
+        print("ZOO-READY", flush=True)
+        go = sys.stdin.readline().split()
+        if not go:  # the parent is gone: no one to time for
+            sys.exit(3)
+        if len(go) > 1:  # pin this (the launching) thread to the core the parent chose, as the engine's timed children do
+            import os
+            try:
+                os.sched_setaffinity(0, {int(go[1])})
+                res["pinned_core"] = int(go[1])
+            except (AttributeError, OSError, ValueError) as exc:
+                res["pinned_core"] = f"not pinned: {exc}"
         # the timing phase: every shape compiled, as a program alternating them runs
         res["timing_window"] = [time.time()]
         for row, inputs in zip(res["shapes"], feeds):
@@ -393,7 +392,7 @@ class VariantProcess:
         self.started = time.perf_counter()
         self.stderr = open(self.cache / "stderr.txt", "w+")  # a file, not a pipe: compile logs would fill a pipe
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(src), variant, device, json.dumps(shapes), str(steps), "1"],
+            [sys.executable, "-c", WORKER, str(src), variant, device, json.dumps(shapes), str(steps)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=_env(self.cache))
         self.lines: queue.Queue = queue.Queue()
         self.compile_s: float | None = None  # seconds from the start to ZOO-READY, stamped as the line arrives
@@ -450,8 +449,7 @@ class VariantProcess:
         self.kill()
         self.stderr.seek(0)
         err = self.stderr.read()[-600:]
-        self.stderr.close()
-        shutil.rmtree(self.cache, ignore_errors=True)
+        self.close()
         res = (self.result if self.result is not None and not self.error
                else {"variant": self.variant, "error": self.error or f"exit {self.proc.returncode}: {err}"})
         res["process_s"] = time.perf_counter() - self.started
@@ -466,7 +464,7 @@ class VariantProcess:
         self.proc.wait()
 
     def close(self) -> None:
-        """Kill it, close its stderr file and remove its caches (idempotent)."""
+        """Kill it, close its stderr file and remove its caches (idempotent; :meth:`finish` ends with it)."""
         self.kill()
         self.stderr.close()
         shutil.rmtree(self.cache, ignore_errors=True)

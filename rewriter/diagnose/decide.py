@@ -131,9 +131,10 @@ def decide(
         return _only_as_is(ok, status, net)
     if not gain_measured:
         return _in_ladder_order(ok, status, net)
-    gated = [n for n in ok if n != AS_IS and (net[n] or 0) > 0 and gate_failures(rows, n, noise)]
-    for n in gated:  # a candidate that does not pay back is out anyway, and says so
-        status[n] = GATED + "; ".join(gate_failures(rows, n, noise))
+    refusals = {n: gate_failures(rows, n, noise) for n in ok if n != AS_IS and (net[n] or 0) > 0}
+    gated = [n for n, fails in refusals.items() if fails]  # one that does not pay back is out anyway, and says so
+    for n in gated:
+        status[n] = GATED + "; ".join(refusals[n])
     ok = [n for n in ok if n not in status]
     if not [n for n in ok if n != AS_IS]:
         return _only_as_is(ok, status, net)
