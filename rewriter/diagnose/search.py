@@ -416,7 +416,8 @@ def candidate_variant(c: Candidate, tree: Path, result: Any) -> Any:
     mark = [(None, a.arg, a.dim) for a in c.plan.actions if a.action == "mark_dynamic"]
     site = {"target": c.plan.site, "option": "diagnose --site"} if c.plan.site else None
     return Variant(c.name, tree, compiles=c.compiles, mark_dynamic=mark, library_modules=result.library_modules,
-                   site=site, cost_key=cost_key(c), anchor=c.name in (WHOLE, WHOLE_STATIC, OWN_STATIC))
+                   site=site, cost_key=cost_key(c), anchor=c.name in (WHOLE, WHOLE_STATIC, OWN_STATIC),
+                   warm_shapes=c.name in (WHOLE_STATIC, OWN_STATIC))
 
 
 def _say_what_is_measured(ctx: Context, out: SearchOutcome, trees: _Trees, say: Any) -> None:
@@ -484,6 +485,7 @@ def _measured(ctx: Context, out: SearchOutcome, trees: _Trees, end: float, timeo
 def _progress(feed: Feed | None, say: Any, opts: Any, prefixes: dict[str, str]) -> Any:
     """The engine's ``on_event``: the progress feed advanced per cold phase, and one search.log
     line per cold phase, skip, timing window and replica start."""
+    from ..engine import warmers
     from ..engine.options import REPLICA_TEXT
 
     def on_event(name: str, event: str, detail: Any) -> None:
@@ -504,6 +506,9 @@ def _progress(feed: Feed | None, say: Any, opts: Any, prefixes: dict[str, str]) 
             what = " ".join(("; ".join(detail.get("problems") or []) or failed).split()) or (
                 f"{compile_text(detail)} (all shapes), {comp.get('unique_graphs', 0)} graph(s), "
                 f"{comp.get('recompiles', 0)} recompile(s), numerics {'reference' if name == 'eager' else detail.get('numerics', '-')}")
+            warmed = warmers.summary(detail)
+            if warmed and not detail.get("problems"):
+                what += f"; {warmed}"
             for tree_prefix in prefixes:
                 what = what.replace(tree_prefix, "")
             say(f"{label}: {progress_line(what)}")

@@ -649,6 +649,8 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
         return result
     spec = job["harness"]
     training = spec["mode"] == "training"
+    if job.get("warm_shape") is not None:
+        return _warm(job, model, result, training)
     reference_sd = {k: v.detach().clone() for k, v in model.state_dict().items()} if training else None
     phases = result["_phases"]
     with CompileWatch() as watch:
@@ -668,6 +670,29 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
     if spec["device"].startswith("cuda"):
         result["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
     result["_serve"] = model
+    return result
+
+
+def _warm(job: dict[str, Any], model: Any, result: dict[str, Any], training: bool) -> dict[str, Any]:
+    """A shape warmer's whole cold phase (:mod:`.warmers`): the first calls at shape
+    ``job["warm_shape"]`` only, which compile it into the variant's cache; no outputs compared
+    (the variant's own call there is). The payload has no ``_serve``: the warmer then exits."""
+    from .watch import CompileWatch
+
+    i = int(job["warm_shape"])
+    inputs = _inputs(job, i, Path(job["ref"]))
+    with CompileWatch() as watch:
+        t = time.perf_counter()
+        first_s, steady_s, out = _first_calls(job, _step_fns(model, inputs, training), i)
+        del out
+        after = watch.stats()
+        result["shapes"].append({
+            "shape": job["harness"]["shapes"][i], "first_call_s": first_s, "steady_s": steady_s,
+            "compile_s": max(0.0, first_s - steady_s), "new_graphs": after.unique_graphs,
+            "new_recompiles": after.recompiles,
+        })
+        result["compile"] = after.to_json()
+        result["_phases"]["first_calls"] = time.perf_counter() - t
     return result
 
 
@@ -693,8 +718,13 @@ def _cold_shape(job: dict[str, Any], model: Any, watch: Any, i: int, reference_s
     """Shape ``i``'s entry: the first call (its compile) and the steady one, the graphs and
     recompiles it added, and (not for a replica) its outputs saved as the reference's or compared
     with them under ``compare``."""
+    from . import warmers
+
     spec = job["harness"]
     inputs = _inputs(job, i, Path(job["ref"]))  # saved by the reference at go
+    warmer = (job.get("warmers") or {}).get(str(i))
+    warmed = warmers.await_warmer(warmer) if warmer else None
+    hits = warmers.cache_hits()
     before = watch.stats()
     first_s, steady_s, out = _first_calls(job, _step_fns(model, inputs, reference_sd is not None), i)
     after = watch.stats()
@@ -706,6 +736,8 @@ def _cold_shape(job: dict[str, Any], model: Any, watch: Any, i: int, reference_s
         "new_graphs": after.unique_graphs - before.unique_graphs,
         "new_recompiles": after.recompiles - before.recompiles,
     }
+    if warmed is not None:
+        warmers.credit(entry, warmed, warmers.cache_hits() - hits)
     if job.get("replica"):
         # a second timed process (engine.replicas.Replicas): its first process was
         # judged, so no outputs are recorded or compared here
@@ -1059,7 +1091,10 @@ def main(argv: list[str] | None = None) -> int:
             }
         }
         code = 2
-    out.write_text(json.dumps(payload, indent=1, default=str))
+    # whole or not at all: a shape warmer's result is read by another child as soon as it exists
+    partial = out.with_name(out.name + ".partial")
+    partial.write_text(json.dumps(payload, indent=1, default=str))
+    os.replace(partial, out)
     if code == 0 and channel is not None:
         if served is not None and "state_dict_error" not in payload.get("info", {}):
             serve(job, channel, served)

@@ -8,6 +8,9 @@ from typing import Any
 
 from .options import Variant
 
+#: What a shape entry says of its shape warmer (:func:`.warmers.credit`), where it had one.
+WARMER_KEYS = ("compiled_by", "compile_s_here", "waited_for_warmer_s", "warmer")
+
 
 def compiles_counted(payload: dict[str, Any]) -> int:
     """Compiles of one cold process start, as Dynamo counted them: the graphs it captured over
@@ -37,7 +40,8 @@ def cold_summary(payload: dict[str, Any]) -> dict[str, Any]:
         "compile": payload.get("compile"),
         "fail_on_recompile": payload.get("fail_on_recompile"),
         "per_shape_cold": [
-            {k: e[k] for k in ("shape", "first_call_s", "steady_s", "compile_s", "new_graphs", "new_recompiles")}
+            {k: e[k] for k in ("shape", "first_call_s", "steady_s", "compile_s", "new_graphs", "new_recompiles",
+                               *WARMER_KEYS) if k in e}
             for e in shapes
         ],
     }

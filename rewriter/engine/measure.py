@@ -153,14 +153,24 @@ def child_job(spec_run: Any, opts: Options, workdir: Path) -> dict[str, Any]:
 
 def start_cold(job: dict[str, Any], v: Variant, workdir: Path, opts: Options) -> Any:
     """Spawn ``v``'s cold-phase child (:class:`.runner.ServedChild`, caches under
-    ``workdir/caches/<name>``); it imports and builds, then waits for ``go``."""
+    ``workdir/caches/<name>``); it imports and builds, then waits for ``go``. Where ``v`` compiles
+    each shape from scratch, its shape warmers start with it (:mod:`.warmers`): they share its
+    cache folder, go with it and end with it."""
+    from . import warmers
     from .runner import ServedChild
 
-    return ServedChild(
-        dict(job, phase="cold", variants=[v.name], tree=str(v.tree), prepare=v.prepare, reference=v.name == "eager",
-             library_modules=v.library_modules, site=v.site, stance=v.stance),
-        workdir, f"cold-{v.name}", workdir / "caches" / v.name, opts.timeout_s,
-    )
+    mine = dict(job, phase="cold", variants=[v.name], tree=str(v.tree), prepare=v.prepare, reference=v.name == "eager",
+                library_modules=v.library_modules, site=v.site, stance=v.stance)
+    cache = workdir / "caches" / v.name
+    helpers, extra = warmers.spawn(mine, v, workdir, cache, opts)
+    try:
+        child = ServedChild(dict(mine, **extra), workdir, f"cold-{v.name}", cache, opts.timeout_s)
+    except BaseException:
+        for helper in helpers:
+            helper.close()
+        raise
+    child.warmers = tuple(helpers)
+    return child
 
 
 def _run(run: _Run, amortization: dict[str, Any] | None, stop_on_wrong_numbers: bool) -> None:

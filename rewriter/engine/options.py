@@ -85,6 +85,11 @@ class Options:
             ``benchmarks/host_sensitivity.py``; docs/decisions.md, "Minimax over host conditions").
             diagnose's search uses it on CUDA, and the decision
             weighs both conditions (:func:`rewriter.diagnose.decide.decide`).
+        warm_shapes: whether a variant that compiles each harness shape from scratch
+            (:attr:`Variant.warm_shapes`) compiles its later shapes in processes of their own, beside
+            its first, into its compile cache (:mod:`.warmers`); None (the default): where the
+            reference may overlap a compile (:func:`.cost.may_overlap`: a GPU, 8 or more CPUs, not
+            ``--no-overlap``), since each warmer is one more compile on the host's CPUs.
     """
 
     out: Path | None = None
@@ -108,6 +113,7 @@ class Options:
     windows: int = 1
     replica_caches: str = "reautotune"
     contended: bool = False
+    warm_shapes: bool | None = None
 
 
 def on_device(opts: Options, device: str) -> Options:
@@ -185,6 +191,11 @@ class Variant:
     #: static-shape twin (``dynamic=False``) is one too: past the deadline, once one of them has
     #: measured every shape the other is ended (:meth:`.measure._Run.bounded`).
     anchor: bool = False
+    #: each harness shape compiles a graph of its own from scratch, as a fresh process would at that
+    #: shape (``dynamic=False``: ``whole+static``, ``as-is+static``), so its later shapes may be
+    #: compiled beside its first by shape warmers (:mod:`.warmers`) and read from the cache; never
+    #: set where a later shape recompiles what an earlier one compiled (automatic dynamic shapes)
+    warm_shapes: bool = False
 
 
 #: :attr:`Options.pin`'s values (:func:`.cores.pin_plan`).

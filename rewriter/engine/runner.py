@@ -193,6 +193,10 @@ class ServedChild:
     Every wait has a timeout; on timeout the child is killed and a ``timeout`` error returned.
     """
 
+    #: its shape warmers (:mod:`.warmers`, set by :func:`.measure.start_cold`): sent ``go`` with it,
+    #: ended with it (rebound, never appended to)
+    warmers: tuple["ServedChild", ...] = ()
+
     def __init__(self, job: dict[str, Any], workdir: Path, name: str, cache_root: Path, timeout_s: float) -> None:
         self.name = name
         self.timeout_s = timeout_s
@@ -267,6 +271,8 @@ class ServedChild:
         its first timing request."""
         if self.go_at is not None:
             return
+        for warmer in self.warmers:
+            warmer.go()
         self.go_at = time.perf_counter()
         try:
             self._cmd.write(json.dumps({"op": "go"}) + "\n")
@@ -300,6 +306,19 @@ class ServedChild:
             self._buf += chunk
 
     def wait_cold(self, until: float | None = None, waited_s: float = 0.0) -> ChildResult:
+        """:meth:`_wait_cold`, then its shape warmers ended: its cold phase has read them, or no
+        longer will."""
+        try:
+            return self._wait_cold(until, waited_s)
+        finally:
+            self._end_warmers()
+
+    def _end_warmers(self) -> None:
+        for warmer in self.warmers:
+            warmer.close()
+        self.warmers = ()
+
+    def _wait_cold(self, until: float | None = None, waited_s: float = 0.0) -> ChildResult:
         """Wait for the cold phase: the child says ``ready`` (serving) or exits (done or failed).
         ``wall_s`` counts from :meth:`go` (or from spawn when it never got that far).
 
@@ -371,6 +390,8 @@ class ServedChild:
         """SIGTERM the child's process group without waiting (its result is already read or no
         longer wanted): a child's own exit (interpreter shutdown, the compile worker pool, the
         CUDA context) took seconds per child; :meth:`close` with ``kill`` then reaps it."""
+        for warmer in self.warmers:
+            warmer.terminate()
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -379,7 +400,8 @@ class ServedChild:
 
     def close(self) -> None:
         """Kill the child's process group (SIGTERM, SIGKILL after 5 s) and reap it; its result
-        is read by then or no longer wanted."""
+        is read by then or no longer wanted; its shape warmers too."""
+        self._end_warmers()
         try:
             self._cmd.close()
         except OSError:

@@ -1,0 +1,168 @@
+"""Shape warmers: a static-shape variant's later shapes compiled beside its first.
+
+A variant that compiles each harness shape from scratch (:attr:`.options.Variant.warm_shapes`:
+``torch.compile(model, dynamic=False)``, one static graph per input resolution) pays its compiles
+one after the other in its cold phase: for an SD-1.5-sized UNet at two latent sizes, about two
+minutes (docs/decisions.md, "Shape warmers", has the figures). The graph its second shape compiles is the
+graph a fresh process compiles at that shape, so a warmer, a child of its own started with the
+variant's (same job, same tree, same compile cache folder), compiles shape ``i`` while the variant
+compiles shape 0; when the variant reaches shape ``i`` it waits for that warmer to end and its
+first call there loads the compiled code from Inductor's FX graph cache and AOTAutograd's cache
+(a fresh Dynamo trace, then a cache hit: "Compile Time Caching in torch.compile", PyTorch
+tutorials), so its cold phase ends about one compile sooner.
+
+What the report says is unchanged in kind: a shape's ``compile_s`` is its own compile's, measured
+where it ran (the warmer, beside the variant's first shape: like :attr:`.options.Options.parallel_cold`,
+its seconds include what the other compile took from the host's CPUs), and
+``compile_s_per_start`` sums them, as one process pays them one after the other at a restart.
+A shape whose call found no cache hit (the warmer failed, or compiled other code) keeps the
+variant's own compile seconds and says why (``warmer``). Warmers run only where
+:attr:`.options.Options.warm_shapes` allows (by default where compiles may overlap,
+:func:`.cost.may_overlap`); each exits once its shape has compiled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from .cost import may_overlap
+from .options import Options, Variant
+
+#: At most this many warmers per variant (shapes 1..MAX_WARMERS); later shapes compile in the
+#: variant's own process, as without warmers. Each is a compile on the host's CPUs and a copy of
+#: the model on the device while it runs.
+MAX_WARMERS = 3
+
+#: How often the variant's child looks for its warmer's result, in seconds.
+POLL_S = 0.2
+
+
+def warmed_shapes(v: Variant, opts: Options, device: str, shapes: int) -> list[int]:
+    """The shape indices whose compile a warmer runs for ``v`` (``shapes``: how many the harness
+    has): 1..min(shapes - 1, :data:`MAX_WARMERS`) where ``v`` compiles each shape from scratch and
+    warmers are allowed (``opts.warm_shapes``, or by default :func:`.cost.may_overlap`); else none."""
+    if not v.warm_shapes or shapes < 2:
+        return []
+    allowed = opts.warm_shapes if opts.warm_shapes is not None else may_overlap(opts.overlap, device)
+    return list(range(1, min(shapes, MAX_WARMERS + 1))) if allowed else []
+
+
+def spawn(job: dict[str, Any], v: Variant, workdir: Path, cache_root: Path, opts: Options) -> tuple[list[Any], dict[str, Any]]:
+    """Start ``v``'s warmers (:func:`warmed_shapes`), each a :class:`.runner.ServedChild` with
+    ``job`` plus ``warm_shape`` and the variant's own cache folder ``cache_root``; they build and
+    wait for ``go`` as the variant's child does. Returns them and what the variant's job adds:
+    ``{"warmers": {"<i>": {"out": result path, "pid": pid, "timeout_s": its wait}}}`` (empty when
+    none started)."""
+    from .runner import ServedChild
+
+    if not v.warm_shapes:
+        return [], {}
+    harness = job["harness"]
+    shapes = warmed_shapes(v, opts, str(harness.get("device", "cpu")), len(harness.get("shapes") or []))
+    children: list[Any] = []
+    try:
+        for i in shapes:
+            children.append(ServedChild(dict(job, warm_shape=i), workdir, f"warm-{v.name}-{i}", cache_root, opts.timeout_s))
+    except BaseException:
+        for child in children:
+            child.close()
+        raise
+    if not children:
+        return [], {}
+    return children, {"warmers": {str(i): {"out": c.job["out"], "pid": c.proc.pid, "timeout_s": opts.timeout_s} for i, c in zip(shapes, children)}}
+
+
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie not reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc: ask the kernel whether the pid exists
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
+def _result(out: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(out.read_text())
+    except (OSError, ValueError):  # not written yet (the child writes it whole, os.replace)
+        return None
+
+
+def await_warmer(warmer: dict[str, Any], poll_s: float = POLL_S) -> dict[str, Any]:
+    """In the variant's child, before shape ``i``'s first call: wait for shape ``i``'s warmer
+    (``warmer``: :func:`spawn`'s entry) to end (its result written, or its process gone), at most
+    its ``timeout_s``. Returns ``{"waited_s",
+    "entry"}`` (the warmer's shape entry: its ``compile_s``, ...) or ``{"waited_s", "failed"}``
+    (why it has none). Waiting is never longer than compiling here: the warmer started with this
+    child and began at this shape while this child compiled its first."""
+    out, timeout_s = Path(warmer["out"]), float(warmer["timeout_s"])
+    t0 = time.perf_counter()
+    payload = _result(out)
+    while payload is None and not _ended(int(warmer["pid"])) and time.perf_counter() - t0 < timeout_s:
+        time.sleep(poll_s)
+        payload = _result(out)
+    if payload is None:
+        payload = _result(out)  # written just before it exited
+    waited = time.perf_counter() - t0
+    if payload is None:
+        why = "it had not ended" if time.perf_counter() - t0 >= timeout_s else "it exited without a result"
+        return {"waited_s": waited, "failed": why}
+    if payload.get("error"):
+        return {"waited_s": waited, "failed": f"it failed: {payload['error'].get('kind')}: {payload['error'].get('message', '')[:300]}"}
+    shapes = payload.get("shapes") or []
+    if not shapes:
+        return {"waited_s": waited, "failed": "it compiled nothing"}
+    return {"waited_s": waited, "entry": shapes[0]}
+
+
+def cache_hits() -> int:
+    """Inductor's FX graph cache and AOTAutograd's cache hits in this process so far
+    (``torch._dynamo.utils.counters``)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["fxgraph_cache_hit"]) + int(counters["aot_autograd"]["autograd_cache_hit"])
+
+
+def credit(entry: dict[str, Any], warmed: dict[str, Any], hits: int) -> None:
+    """Shape entry ``entry`` of the variant's child, after its first call at a warmed shape:
+    ``warmed`` from :func:`await_warmer`, ``hits`` the cache hits that call made. With a hit and
+    the warmer's entry, ``compile_s`` becomes the warmer's (``compile_s_here``: this call's, a
+    cache load), and ``compiled_by`` says so; otherwise this call compiled, its own seconds
+    stand, and ``warmer`` says why."""
+    entry["waited_for_warmer_s"] = round(warmed["waited_s"], 3)
+    if "entry" not in warmed:
+        entry["warmer"] = f"not used: {warmed['failed']}"
+        return
+    if hits <= 0:
+        entry["warmer"] = "not used: this call found no compiled code of it in the cache and compiled"
+        return
+    entry["compile_s_here"] = entry["compile_s"]
+    entry["compile_s"] = float(warmed["entry"]["compile_s"])
+    entry["compiled_by"] = "warmer"
+
+
+def summary(row: dict[str, Any]) -> str | None:
+    """One clause on what a variant's shape warmers did (its report row, :func:`.cold.cold_summary`),
+    or None where it had none: which shapes they compiled, and which a call compiled itself and why."""
+    warmed = [e for e in row.get("per_shape_cold") or [] if "waited_for_warmer_s" in e]
+    if not warmed:
+        return None
+    used = [e for e in warmed if e.get("compiled_by") == "warmer"]
+    parts = []
+    if used:
+        parts.append(f"{len(used)} of its {len(row['per_shape_cold'])} shapes compiled by shape warmers beside its first "
+                     f"(the cold phase took {row.get('child_wall_s') or 0:.0f} s of wall time)")
+    parts += [f"shape {e['shape']}: warmer {e['warmer']}" for e in warmed if "warmer" in e]
+    return "; ".join(parts)

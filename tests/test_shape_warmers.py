@@ -1,0 +1,182 @@
+"""Shape warmers (rewriter.engine.warmers): a static-shape variant's later shapes compile in
+processes of their own beside its first, and its own call there loads them from the cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rewriter.engine import warmers
+from rewriter.engine.options import Options, Variant
+
+HARNESS = """
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.b(torch.nn.functional.gelu(self.a(x)))
+
+
+def build_model():
+    torch.manual_seed(0)
+    model = Net().eval()
+    return {wrap}
+
+
+def make_inputs(batch=2, size=16):
+    return (torch.randn(batch, 3, size, size),)
+"""
+
+
+def _tree(root: Path, wrap: str) -> Path:
+    root.mkdir(parents=True)
+    (root / "harness.py").write_text(HARNESS.format(wrap=wrap))
+    return root
+
+
+def _spec():
+    from rewriter.plan import Harness
+
+    return Harness.model_validate({"file": "harness.py", "shapes": [{"size": 16}, {"size": 8}],
+                                   "mode": "inference", "dtype": "float32", "device": "cpu"})
+
+
+def _measure(tmp_path: Path, warm: bool):
+    from rewriter.engine.measure import Measurement, measure
+
+    original = _tree(tmp_path / "original", "model")
+    static = _tree(tmp_path / "static", "torch.compile(model, dynamic=False)")
+    variants = [Variant("eager", original, judged=False),
+                Variant("whole+static", static, compiles=True, warm_shapes=True)]
+    work = tmp_path / "work"
+    work.mkdir()
+    opts = Options(backend="inductor", replicates=1, warmup=1, reps=2, budget_s=1.0, timeout_s=300.0,
+                   overlap=False, warm_shapes=warm)
+    m = Measurement()
+    env = {"OMP_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        measure(_spec(), variants, opts, work, partial=m)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return m, work
+
+
+@pytest.mark.slow
+def test_a_static_variants_second_shape_compiles_in_a_warmer_and_loads_from_the_cache(tmp_path):
+    m, work = _measure(tmp_path, warm=True)
+    row = m.results["whole+static"]
+    assert not row.get("problems") and not row.get("error"), row
+    second = row["per_shape_cold"][1]
+    warm_result = json.loads((work / "warm-whole+static-1.result.json").read_text())
+    warm_entry = warm_result["shapes"][0]
+    assert warm_entry["shape"] == {"size": 8} and warm_entry["new_graphs"] == 1
+    # the variant's own call at that shape traced again and loaded the warmer's compiled code
+    assert second.get("compiled_by") == "warmer", second
+    assert second["compile_s"] == pytest.approx(warm_entry["compile_s"])
+    assert second["new_graphs"] == 1
+    # a restart still pays both compiles, one after the other
+    first = row["per_shape_cold"][0]
+    assert row["compile_s_per_start"] == pytest.approx(first["compile_s"] + warm_entry["compile_s"])
+    assert row["numerics"] == "ok"
+
+
+def test_warmers_only_for_a_variant_that_compiles_each_shape_from_scratch_and_where_allowed():
+    static = Variant("whole+static", Path("/t"), warm_shapes=True)
+    dynamic = Variant("whole", Path("/t"))
+    forced = Options(warm_shapes=True)
+    assert warmers.warmed_shapes(static, forced, "cpu", 2) == [1]
+    assert warmers.warmed_shapes(static, forced, "cpu", 9) == list(range(1, warmers.MAX_WARMERS + 1))
+    assert warmers.warmed_shapes(static, forced, "cpu", 1) == []
+    assert warmers.warmed_shapes(dynamic, forced, "cuda", 4) == []
+    assert warmers.warmed_shapes(static, Options(warm_shapes=False), "cuda", 4) == []
+    # by default only where compiles may overlap: never on a CPU device
+    assert warmers.warmed_shapes(static, Options(), "cpu", 4) == []
+
+
+def test_the_search_gives_warmers_to_the_static_twins_only():
+    from rewriter.diagnose.candidate import WHOLE, Candidate
+    from rewriter.diagnose.kinds.static_shapes import WHOLE_STATIC
+    from rewriter.diagnose.search import candidate_variant
+    from rewriter.plan import Plan
+
+    plan = Plan.model_validate({"version": 1, "harness": {"file": "h.py", "shapes": [{"b": 1}]}, "actions": []})
+    result = type("R", (), {"library_modules": []})()
+    assert candidate_variant(Candidate(WHOLE_STATIC, plan), Path("/t"), result).warm_shapes
+    assert not candidate_variant(Candidate(WHOLE, plan), Path("/t"), result).warm_shapes
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_warmer_that_exits_without_a_result_is_not_waited_for(tmp_path):
+    t0 = time.perf_counter()
+    got = warmers.await_warmer({"out": str(tmp_path / "none.json"), "pid": _dead_pid(), "timeout_s": 60})
+    assert time.perf_counter() - t0 < 5
+    assert got["failed"] == "it exited without a result"
+
+
+def test_a_failed_warmer_is_said_and_the_shape_keeps_its_own_compile(tmp_path):
+    out = tmp_path / "w.json"
+    out.write_text(json.dumps({"error": {"kind": "oom", "message": "CUDA out of memory"}}))
+    got = warmers.await_warmer({"out": str(out), "pid": os.getpid(), "timeout_s": 60})
+    assert got["failed"].startswith("it failed: oom: CUDA out of memory")
+    entry = {"compile_s": 12.5}
+    warmers.credit(entry, got, hits=0)
+    assert entry["compile_s"] == 12.5 and "compiled_by" not in entry
+    assert entry["warmer"].startswith("not used: it failed: oom")
+
+
+def test_a_warmer_still_running_is_waited_for_until_its_result(tmp_path):
+    out = tmp_path / "w.json"
+    script = (f"import json, os, time; time.sleep(1.0); p = {str(out)!r}; "
+              "open(p + '.partial', 'w').write(json.dumps({'shapes': [{'compile_s': 7.0}]})); os.replace(p + '.partial', p); "
+              "time.sleep(30)")
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        got = warmers.await_warmer({"out": str(out), "pid": proc.pid, "timeout_s": 60}, poll_s=0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert got["entry"] == {"compile_s": 7.0} and got["waited_s"] >= 0.5
+
+
+def test_a_cache_miss_keeps_the_shapes_own_compile_seconds():
+    entry = {"compile_s": 3.0}
+    warmers.credit(entry, {"waited_s": 0.1, "entry": {"compile_s": 9.0}}, hits=0)
+    assert entry["compile_s"] == 3.0 and "compiled_by" not in entry
+    assert "compiled" in entry["warmer"]
+    entry = {"compile_s": 0.2}
+    warmers.credit(entry, {"waited_s": 0.1, "entry": {"compile_s": 9.0}}, hits=2)
+    assert entry == {"compile_s": 9.0, "compile_s_here": 0.2, "compiled_by": "warmer", "waited_for_warmer_s": 0.1}
+
+
+def test_the_search_log_says_which_shapes_warmers_compiled_and_why_one_was_not_used():
+    row = {"child_wall_s": 81.4, "per_shape_cold": [
+        {"shape": {"latent": 64}, "compile_s": 70.0},
+        {"shape": {"latent": 48}, "compile_s": 61.0, "compiled_by": "warmer", "waited_for_warmer_s": 0.0},
+        {"shape": {"latent": 32}, "compile_s": 50.0, "waited_for_warmer_s": 3.0, "warmer": "not used: it failed: oom: x"}]}
+    text = warmers.summary(row)
+    assert text.startswith("1 of its 3 shapes compiled by shape warmers beside its first (the cold phase took 81 s")
+    assert "shape {'latent': 32}: warmer not used: it failed: oom" in text
+    assert warmers.summary({"per_shape_cold": [{"shape": {}, "compile_s": 1.0}]}) is None
