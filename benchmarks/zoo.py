@@ -27,6 +27,9 @@ variants other than the plan with diagnose, for a family whose diagnose and slow
 one call one after the other (UNet's whole compile recompiles for 266 s): diagnose then shares the
 host, so it chooses the plan with those compiles running (the verdicts say so:
 ``plan_chosen_beside_compiles``) and its ladder + search seconds are recorded, not judged.
+``--replicate plan,whole`` runs the named variants in a second process each (``plan#2``, timed after
+the others, in reverse order): the spread between two processes of one compile (``replicates`` in the
+verdicts), which a figure from one process does not show; the verdicts stay on the first processes.
 So the first-call seconds are those of compiles sharing the host's cores, and each shape's steady step
 (median of ``--steps`` CUDA-event timed calls after 3 warm-ups, ms) is timed with every shape compiled:
 under automatic dynamic shapes the first shape then runs the dynamic graph, as the engine times it.
@@ -231,6 +234,7 @@ WORKER = r'''
 import json, logging, math, statistics, sys, time
 import torch
 src, variant, device, shapes, steps = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), int(sys.argv[5])
+kind = variant.split("#")[0]  # "whole#2": a second process of "whole" (--replicate)
 sys.path.insert(0, src)
 import harness
 
@@ -286,14 +290,14 @@ try:
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     model = model.to(device=device, dtype=dtype)
     note = ""
-    if variant == "whole":
+    if kind == "whole":
         model = torch.compile(model)
-    elif variant == "per-block":
+    elif kind == "per-block":
         bl = blocks(model)
         for b in bl:
             b.compile()
         note = f"{len(bl)} x {type(bl[0]).__name__}" if bl else "no repeated block"
-    elif variant == "regions":
+    elif kind == "regions":
         if getattr(model, "_repeated_blocks", None) and hasattr(model, "compile_repeated_blocks"):
             model.compile_repeated_blocks()
             note = "diffusers compile_repeated_blocks"
@@ -606,7 +610,11 @@ def verdicts(variants: dict[str, dict], plan: dict | None = None) -> dict:
     :data:`LADDER_SEARCH_BAR_S` (a diagnose that did not exit 0 has not met it; one that shared the
     host with the variants' compile phases, ``--overlap-diagnose``, is flagged and, where it met it,
     not judged: None)."""
+    seconds = {k: v for k, v in variants.items() if REPLICA in k}
+    variants = {k: v for k, v in variants.items() if REPLICA not in k}
     out = _speed_verdicts(variants)
+    if seconds:
+        out["replicates"] = replicate_spread(variants, seconds)
     passing = {k: v for k, v in variants.items() if _passes(v)}
     if passing and all("blocked_ms" in sh for v in passing.values() for sh in v["shapes"]):
         # the same bars on the blocked figures: reported beside, not instead (module docstring)
@@ -618,6 +626,31 @@ def verdicts(variants: dict[str, dict], plan: dict | None = None) -> dict:
             out["plan_chosen_beside_compiles"] = True
             if out["ladder_search_within_3_min"]:  # its seconds are not a figure of its own; a failed one still failed
                 out["ladder_search_within_3_min"] = None
+    return out
+
+
+#: A second process of a variant (``--replicate``) is named ``<variant>#2``.
+REPLICA = "#2"
+
+
+def replicate_spread(first: dict[str, dict], second: dict[str, dict]) -> dict:
+    """Per variant run twice (``--replicate``): each shape's step (and ``blocked_ms``) in its two
+    processes, and the largest relative spread between them, ``|a - b| / min(a, b)``: how far one
+    process's figure is from another's of the same compile, which the verdicts on one process do
+    not see. Not judged."""
+    out = {}
+    for name, v2 in second.items():
+        v1 = first.get(name.replace(REPLICA, ""))
+        if not v1 or "error" in v1 or "error" in v2:
+            out[name] = {"error": (v2.get("error") or (v1 or {}).get("error") or "its first process did not run")[:200]}
+            continue
+        row: dict = {}
+        for key in ("median_ms", "blocked_ms"):
+            pairs = [(a.get(key), b.get(key)) for a, b in zip(v1["shapes"], v2["shapes"])]
+            if all(a and b for a, b in pairs):
+                row[key] = [[round(a, 3), round(b, 3)] for a, b in pairs]
+                row[f"{key}_spread"] = round(max(abs(a - b) / min(a, b) for a, b in pairs), 4)
+        out[name] = row
     return out
 
 
@@ -693,6 +726,9 @@ def main(argv: list[str] | None = None) -> int:
                          "compiles, and its seconds are not judged")
     ap.add_argument("--serial", action="store_true",
                     help="each variant's process after the last (default: their compile phases at once, the steps timed one at a time)")
+    ap.add_argument("--replicate", default="",
+                    help="comma-separated variants also run in a second process ('<variant>#2', timed after the others, "
+                         "in reverse order): the spread between two processes of one compile, reported apart (not judged)")
     ap.add_argument("--keep-reports", action="store_true",
                     help="write each family's diagnose report (report.md, diagnose.log, search.log, plan.yaml) under OUT/reports/")
     args = ap.parse_args(argv)
@@ -758,9 +794,11 @@ def main(argv: list[str] | None = None) -> int:
                     r["variants"]["plan"] = {"variant": "plan", "error": f"diagnose exit {r['plan'].get('diagnose_exit')}, "
                                              f"apply exit {r['plan'].get('apply_exit')}"}
                     save("plan")
+            twice = [v for v in args.replicate.split(",") if v]
+            jobs += [(v + REPLICA, src) for v, src in reversed(jobs) if v in twice]
             for variant, res in run_variants(jobs, device, shapes, args.steps, args.timeout, parallel=not args.serial,
                                              core=core, early=early):
-                if variant == "plan":
+                if variant.split("#")[0] == "plan":
                     res["actions"] = r["plan"].get("actions")
                 r["variants"][variant] = res
                 save(variant)

@@ -278,3 +278,27 @@ def test_an_overlapped_diagnose_is_flagged_and_not_judged_on_its_seconds(zoo):
     assert zoo.verdicts({}, {"ladder_search_s": 100.0, "diagnose_exit": 0})["ladder_search_within_3_min"] is True
     failed = zoo.verdicts({}, {"ladder_search_s": 330.0, "diagnose_exit": 124, "overlapped": True})
     assert failed["ladder_search_within_3_min"] is False  # a diagnose that did not finish has not met it, overlapped or not
+
+
+def test_a_replicated_variant_is_reported_apart_and_never_judged(zoo):
+    """--replicate: 'plan#2' is a second process of the plan's compile. Its figures give the spread
+    between two processes; a faster second process does not move the verdicts."""
+    variants = {"eager": _variant([14.99, 14.40], [14.0, 13.9]), "whole": _variant([5.95, 6.81], [5.8, 5.7]),
+                "plan": _variant([8.95, 8.80], [5.8, 5.8], actions=[{"action": "compile"}]),
+                "plan#2": _variant([6.0, 6.1], [5.9, 5.8], actions=[{"action": "compile"}])}
+    v = zoo.verdicts(variants)
+    assert v["fastest"] == "whole" and "plan#2" not in v["passing"]
+    assert v["plan_within_5pct_of_fastest"] is False
+    rep = v["replicates"]["plan#2"]
+    assert rep["median_ms"] == [[8.95, 6.0], [8.8, 6.1]]
+    assert rep["median_ms_spread"] == round((8.95 - 6.0) / 6.0, 4)
+    assert rep["blocked_ms_spread"] == round(0.1 / 5.8, 4)
+    failed = zoo.verdicts(dict(variants, **{"whole#2": {"variant": "whole#2", "error": "timeout"}}))
+    assert failed["replicates"]["whole#2"] == {"error": "timeout"}
+
+
+def test_a_replica_process_compiles_as_its_variant_does(zoo, tmp_path):
+    src = _src(tmp_path / "src")
+    out = _run(zoo, [("whole", src), ("whole#2", src)], "cpu", SHAPES[:1], steps=3, timeout=120, parallel=True)
+    assert "error" not in out["whole#2"], out["whole#2"]
+    assert out["whole#2"]["variant"] == "whole#2" and out["whole#2"]["unique_graphs"] >= 1
