@@ -277,6 +277,23 @@ def sync():
     if device == "cuda":
         torch.cuda.synchronize()
 
+def autotune_census():
+    """Inductor's Triton kernels alive in this process and how many had more than one config to
+    benchmark at their first launch (CachingAutotuner.configs): where that is 0, compiling beside
+    other processes cannot have moved a kernel's choice, only its compile seconds."""
+    try:
+        import gc
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except Exception as exc:  # an internal module: other torch versions may move it
+        return {"error": f"{type(exc).__name__}: {exc}"[:200]}
+    def kernel(o):
+        try:
+            return isinstance(o, CachingAutotuner)
+        except ReferenceError:  # a dead weak proxy among the objects
+            return False
+    kernels = [o for o in gc.get_objects() if kernel(o)]
+    return {"kernels": len(kernels), "with_configs_to_benchmark": sum(len(getattr(k, "configs", None) or []) > 1 for k in kernels)}
+
 def timed(fn):
     if device == "cuda":
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -337,6 +354,10 @@ try:
             res["shapes"].append(row)
         del out
         res["compiled_at"] = time.time()
+        try:  # a census, never a failure of the variant
+            res["autotune"] = autotune_census()
+        except Exception as exc:
+            res["autotune"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
         # the parent lets one process at a time time its steps, once every compile phase has ended
         print("ZOO-READY", flush=True)
         go = sys.stdin.readline().split()
