@@ -13,8 +13,9 @@ tutorials), so its cold phase ends about one compile sooner.
 
 What the report says is unchanged in kind: a shape's ``compile_s`` is its own compile's, measured
 where it ran (the warmer, beside the variant's first shape: like :attr:`.options.Options.parallel_cold`,
-its seconds include what the other compile took from the host's CPUs), and
-``compile_s_per_start`` sums them, as one process pays them one after the other at a restart.
+its seconds include what the other compile took from the host's CPUs, and a fresh process's
+first-compile costs), and ``compile_s_per_start`` sums them: an upper bound of what one process pays
+one after the other at a restart (docs/decisions.md, "Shape warmers").
 A shape whose call found no cache hit (the warmer failed, or compiled other code) keeps the
 variant's own compile seconds and says why (``warmer``). Warmers run only where
 :attr:`.options.Options.warm_shapes` allows (by default where compiles may overlap,
