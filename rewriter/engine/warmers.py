@@ -164,6 +164,7 @@ def summary(row: dict[str, Any]) -> str | None:
     parts = []
     if used:
         parts.append(f"{len(used)} of its {len(row['per_shape_cold'])} shapes compiled by shape warmers beside its first "
-                     f"(the cold phase took {row.get('child_wall_s') or 0:.0f} s of wall time)")
+                     f"(the cold phase took {row.get('child_wall_s') or 0:.0f} s of wall time; the compile per start, "
+                     "their seconds summed, is an upper bound)")
     parts += [f"shape {e['shape']}: warmer {e['warmer']}" for e in warmed if "warmer" in e]
     return "; ".join(parts)
