@@ -788,6 +788,10 @@ def main(argv: list[str] | None = None) -> int:
 
         wanted = args.variants.split(",")
         others = [v for v in wanted if v not in ("diagnose", "plan")]
+        twice = [v for v in args.replicate.split(",") if v]
+        if set(twice) - set(wanted):
+            print(f"{name}: --replicate {','.join(sorted(set(twice) - set(wanted)))} ignored: not in --variants",
+                  file=sys.stderr, flush=True)
         early: list[VariantProcess] = []
         if args.overlap_diagnose and not ("plan" in wanted and others and not args.serial):
             print(f"{name}: --overlap-diagnose ignored: it needs 'plan' and another variant in --variants, "
@@ -795,7 +799,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.overlap_diagnose:
             r["protocol"] = ("the variants other than the plan compiled beside diagnose (which chose the plan with them "
                              "compiling); steps timed one process at a time after every compile phase")
-            early = [VariantProcess(work / "src", v, device, shapes, args.steps, args.timeout) for v in others]
+            early = [VariantProcess(work / "src", v, device, shapes, args.steps, args.timeout)
+                     for v in others + [o + REPLICA for o in reversed(others) if o in twice]]
             others = []
         try:
             if "diagnose" in wanted or "plan" in wanted:  # diagnose first, alone unless --overlap-diagnose: it times candidates
@@ -815,7 +820,6 @@ def main(argv: list[str] | None = None) -> int:
                     r["variants"]["plan"] = {"variant": "plan", "error": f"diagnose exit {r['plan'].get('diagnose_exit')}, "
                                              f"apply exit {r['plan'].get('apply_exit')}"}
                     save("plan")
-            twice = [v for v in args.replicate.split(",") if v]
             jobs += [(v + REPLICA, src) for v, src in reversed(jobs) if v in twice]
             for variant, res in run_variants(jobs, device, shapes, args.steps, args.timeout, parallel=not args.serial,
                                              core=core, early=early):

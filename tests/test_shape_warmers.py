@@ -136,10 +136,19 @@ def test_a_warmer_that_exits_without_a_result_is_not_waited_for(tmp_path):
     assert got["failed"] == "it exited without a result"
 
 
+def _exited_after(tmp_path: Path, payload: dict | None, delay_s: float) -> tuple[Path, subprocess.Popen]:
+    """A stand-in warmer: writes ``payload`` as its result (whole, as child.main does) after
+    ``delay_s`` and exits."""
+    out = tmp_path / "w.result.json"
+    write = "" if payload is None else (f"p = {str(out)!r}; open(p + '.partial', 'w').write({json.dumps(payload)!r}); "
+                                        "os.replace(p + '.partial', p); ")
+    return out, subprocess.Popen([sys.executable, "-c", f"import os, time; time.sleep({delay_s}); {write}"])
+
+
 def test_a_failed_warmer_is_said_and_the_shape_keeps_its_own_compile(tmp_path):
-    out = tmp_path / "w.json"
-    out.write_text(json.dumps({"error": {"kind": "oom", "message": "CUDA out of memory"}}))
-    got = warmers.await_warmer({"out": str(out), "pid": os.getpid(), "timeout_s": 60})
+    out, proc = _exited_after(tmp_path, {"error": {"kind": "oom", "message": "CUDA out of memory"}}, 0.0)
+    proc.wait()
+    got = warmers.await_warmer({"out": str(out), "pid": proc.pid, "timeout_s": 60})
     assert got["failed"].startswith("it failed: oom: CUDA out of memory")
     entry = {"compile_s": 12.5}
     warmers.credit(entry, got, hits=0)
@@ -147,18 +156,31 @@ def test_a_failed_warmer_is_said_and_the_shape_keeps_its_own_compile(tmp_path):
     assert entry["warmer"].startswith("not used: it failed: oom")
 
 
-def test_a_warmer_still_running_is_waited_for_until_its_result(tmp_path):
-    out = tmp_path / "w.json"
-    script = (f"import json, os, time; time.sleep(1.0); p = {str(out)!r}; "
-              "open(p + '.partial', 'w').write(json.dumps({'shapes': [{'compile_s': 7.0}]})); os.replace(p + '.partial', p); "
-              "time.sleep(30)")
-    proc = subprocess.Popen([sys.executable, "-c", script])
+def test_a_warmer_is_waited_for_until_its_process_has_ended_then_its_result_read(tmp_path):
+    out, proc = _exited_after(tmp_path, {"shapes": [{"compile_s": 7.0}]}, 1.0)
     try:
         got = warmers.await_warmer({"out": str(out), "pid": proc.pid, "timeout_s": 60}, poll_s=0.05)
     finally:
         proc.kill()
         proc.wait()
     assert got["entry"] == {"compile_s": 7.0} and got["waited_s"] >= 0.5
+
+
+def test_a_warmer_is_not_waited_for_longer_than_compiling_here_takes(tmp_path, monkeypatch):
+    """The wait is bounded by this child's own first compile (at least MIN_WAIT_S) and by half the
+    warmer's timeout, so a hung warmer cannot carry the variant's child to its own timeout."""
+    monkeypatch.setattr(warmers, "MIN_WAIT_S", 0.2)
+    out, proc = _exited_after(tmp_path, {"shapes": [{"compile_s": 7.0}]}, 30.0)
+    try:
+        t0 = time.perf_counter()
+        got = warmers.await_warmer({"out": str(out), "pid": proc.pid, "timeout_s": 60}, limit_s=0.5, poll_s=0.05)
+        assert 0.5 <= time.perf_counter() - t0 < 5 and got["failed"].startswith("it had not ended after")
+        t0 = time.perf_counter()
+        got = warmers.await_warmer({"out": str(out), "pid": proc.pid, "timeout_s": 1.0}, poll_s=0.05)
+        assert time.perf_counter() - t0 < 5 and "failed" in got  # half the warmer's timeout, no first compile known
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_a_cache_miss_keeps_the_shapes_own_compile_seconds():
@@ -169,6 +191,77 @@ def test_a_cache_miss_keeps_the_shapes_own_compile_seconds():
     entry = {"compile_s": 0.2}
     warmers.credit(entry, {"waited_s": 0.1, "entry": {"compile_s": 9.0}}, hits=2)
     assert entry == {"compile_s": 9.0, "compile_s_here": 0.2, "compiled_by": "warmer", "waited_for_warmer_s": 0.1}
+
+
+def test_a_call_that_loaded_some_graphs_and_compiled_others_keeps_its_own_seconds():
+    entry = {"compile_s": 12.2}
+    warmers.credit(entry, {"waited_s": 0.0, "entry": {"compile_s": 20.0}}, hits=1, compiled=1)
+    assert entry["compile_s"] == 12.2 and "compiled_by" not in entry
+    assert entry["warmer"].startswith("partly used: this call loaded 1 compiled graph(s) from the cache and compiled 1")
+
+
+def test_the_budget_estimate_of_a_warmed_cold_phase_is_its_shapes_in_turn():
+    row = {"per_shape_cold": [{"compile_s": 70.0},
+                              {"compile_s": 60.0, "compile_s_here": 5.0, "waited_for_warmer_s": 2.0, "compiled_by": "warmer"},
+                              {"compile_s": 40.0, "warmer": "not used: it failed: oom: x", "waited_for_warmer_s": 1.0}]}
+    assert warmers.serial_cold_s(row, 130.0) == pytest.approx(130.0 + 60.0 - 5.0 - 2.0)
+    assert warmers.serial_cold_s({"per_shape_cold": [{"compile_s": 70.0}]}, 80.0) == 80.0
+
+
+def test_a_childs_result_file_left_by_an_earlier_child_of_its_name_is_removed_at_its_start(tmp_path):
+    """An early anchor ended and started again with the others reuses its children's names: its
+    new shape warmer's result must not be the old one's, which the variant's child would read."""
+    from rewriter.engine.runner import ServedChild
+
+    stale = tmp_path / "warm-whole+static-1.result.json"
+    stale.write_text(json.dumps({"shapes": [{"compile_s": 99.0}]}))
+    (tmp_path / "warm-whole+static-1.result.json.partial").write_text("{")
+    harness = {"device": "cpu", "shapes": [{"size": 8}], "mode": "inference"}
+    child = ServedChild({"harness": harness, "tree": str(tmp_path)}, tmp_path, "warm-whole+static-1", tmp_path / "c", 30.0)
+    try:
+        assert not stale.exists() or "99.0" not in stale.read_text()
+    finally:
+        child.close()
+
+
+_PARTIAL = r'''
+import json, sys, time, torch
+from rewriter.engine import warmers
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+    def forward(self, x):  # graph 1 holds torch.cond (the caches bypass it), graph 2 is cached
+        y = torch.cond(x.sum() > 0, lambda t: t.sin(), lambda t: t.cos(), (self.a(x),))
+        torch._dynamo.graph_break()
+        return (y * 2).relu()
+torch.manual_seed(0)
+m = torch.compile(Net().eval(), dynamic=False)
+out = {}
+with torch.no_grad():
+    for s in map(int, sys.argv[1:]):
+        before = warmers.cache_counts()
+        t = time.perf_counter(); m(torch.randn(s, 8)); after = warmers.cache_counts()
+        out[s] = {"s": time.perf_counter() - t, "hits": after["hits"] - before["hits"], "compiled": after["compiled"] - before["compiled"]}
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.slow
+def test_a_graph_the_cache_bypassed_is_counted_as_compiled_here(tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", TORCHINDUCTOR_COMPILE_THREADS="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+
+    def run(*sizes):
+        done = subprocess.run([sys.executable, "-c", _PARTIAL, *sizes], env=env, check=True, capture_output=True, text=True)
+        return json.loads(done.stdout.splitlines()[-1])
+
+    warm = run("4")["4"]  # the warmer: shape 1 only
+    mine = run("2", "4")["4"]  # the variant's child: shape 0, then shape 1
+    assert mine["hits"] >= 1 and mine["compiled"] >= 1
+    entry = {"compile_s": mine["s"]}
+    warmers.credit(entry, {"waited_s": 0.0, "entry": {"compile_s": warm["s"]}}, mine["hits"], mine["compiled"])
+    assert entry.get("compiled_by") != "warmer" and entry["warmer"].startswith("partly used")
 
 
 def test_the_search_log_says_which_shapes_warmers_compiled_and_why_one_was_not_used():

@@ -656,7 +656,10 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
     with CompileWatch() as watch:
         t = time.perf_counter()
         for i in range(len(spec["shapes"])):
-            result["shapes"].append(_cold_shape(job, model, watch, i, reference_sd))
+            # a shape warmer is waited for at most as long as this process's first shape took to
+            # compile: compiling the shape here would take about that (engine.warmers.await_warmer)
+            first = result["shapes"][0]["compile_s"] if result["shapes"] else None
+            result["shapes"].append(_cold_shape(job, model, watch, i, reference_sd, first))
         result["compile"] = watch.stats().to_json()
         phases["first_calls"], t = time.perf_counter() - t, time.perf_counter()
         if job.get("reference"):
@@ -679,8 +682,15 @@ def _warm(job: dict[str, Any], model: Any, result: dict[str, Any], training: boo
     (the variant's own call there is). The payload has no ``_serve``: the warmer then exits."""
     from .watch import CompileWatch
 
+    import torch
+
     i = int(job["warm_shape"])
     inputs = _inputs(job, i, Path(job["ref"]))
+    # the backend's first-compile costs (its worker pool, the device's compiler toolchain) paid on
+    # a throwaway function first: a restart pays them once, in its first shape's compile, so they
+    # are no part of this shape's seconds
+    warm_up = torch.compile(lambda x: torch.nn.functional.gelu(x) * 2, backend=job["backend"])
+    warm_up(torch.ones(64, device=job["harness"]["device"]))
     with CompileWatch() as watch:
         t = time.perf_counter()
         first_s, steady_s, out = _first_calls(job, _step_fns(model, inputs, training), i)
@@ -714,17 +724,19 @@ def _built(job: dict[str, Any], channel: Channel | None) -> tuple[Any, dict[str,
     return model, result
 
 
-def _cold_shape(job: dict[str, Any], model: Any, watch: Any, i: int, reference_sd: dict[str, Any] | None) -> dict[str, Any]:
+def _cold_shape(job: dict[str, Any], model: Any, watch: Any, i: int, reference_sd: dict[str, Any] | None,
+                first_compile_s: float | None = None) -> dict[str, Any]:
     """Shape ``i``'s entry: the first call (its compile) and the steady one, the graphs and
     recompiles it added, and (not for a replica) its outputs saved as the reference's or compared
-    with them under ``compare``."""
+    with them under ``compare``. Where a shape warmer compiles shape ``i`` (:mod:`.warmers`) it is
+    waited for first, at most ``first_compile_s`` (shape 0's compile seconds here)."""
     from . import warmers
 
     spec = job["harness"]
     inputs = _inputs(job, i, Path(job["ref"]))  # saved by the reference at go
     warmer = (job.get("warmers") or {}).get(str(i))
-    warmed = warmers.await_warmer(warmer) if warmer else None
-    hits = warmers.cache_hits()
+    warmed = warmers.await_warmer(warmer, first_compile_s) if warmer else None
+    cache = warmers.cache_counts()
     before = watch.stats()
     first_s, steady_s, out = _first_calls(job, _step_fns(model, inputs, reference_sd is not None), i)
     after = watch.stats()
@@ -737,7 +749,8 @@ def _cold_shape(job: dict[str, Any], model: Any, watch: Any, i: int, reference_s
         "new_recompiles": after.recompiles - before.recompiles,
     }
     if warmed is not None:
-        warmers.credit(entry, warmed, warmers.cache_hits() - hits)
+        after_cache = warmers.cache_counts()
+        warmers.credit(entry, warmed, after_cache["hits"] - cache["hits"], after_cache["compiled"] - cache["compiled"])
     if job.get("replica"):
         # a second timed process (engine.replicas.Replicas): its first process was
         # judged, so no outputs are recorded or compared here

@@ -263,7 +263,11 @@ class _Run:
         from .verdict import numerics_failures
 
         kw: dict[str, Any] = {"waited_s": waited_s} if waited_s else {}  # only a ServedChild is ever waited for beside others
+        warmed = len(getattr(child, "warmers", ()))
         res = child.wait_cold(until=until, **kw)
+        if warmed and res.error and res.error.get("kind") == "oom":
+            res.error["message"] += (f" ({warmed} shape warmer(s) held a copy of the model on the device beside it: "
+                                     "--no-overlap runs without them)")
         if res.error and res.error.get("kind") == "budget":
             covered = self._covering_anchor(name)
             why = f"{RAN_OUT} ({res.wall_s:.0f} s after its start; ended" + (
@@ -438,12 +442,17 @@ class _Run:
         estimates (:func:`.budget.expected_cold_s`). A child started before the measurement (the
         search's early anchor) went before the ladder's compile rungs, waited for the reference's
         weights and may have ended long before it is read: its own phases after ``go`` but that
-        wait (its child's ``phases_s``) stand for it."""
-        phases = self.m.results[name].get("phases_s") or {}
+        wait (its child's ``phases_s``) stand for it. Where shape warmers compiled some of its
+        shapes (:mod:`.warmers`), the seconds one process would have taken, its shapes in turn
+        (:func:`.warmers.serial_cold_s`): what the estimate of another candidate's cold phase needs."""
+        from .warmers import serial_cold_s
+
+        row = self.m.results[name]
+        phases = row.get("phases_s") or {}
         if name in self.started and name != "eager" and phases.get("first_calls") is not None:
             after_go = set(phases) - {"import_torch", "run", "build", "waited_for_weights"}
-            return sum(phases[k] or 0.0 for k in after_go)
-        return time.perf_counter() - went
+            return serial_cold_s(row, sum(phases[k] or 0.0 for k in after_go))
+        return serial_cold_s(row, time.perf_counter() - went)
 
     def _settle_reference(self) -> bool:
         if self.pending is None:
@@ -480,7 +489,10 @@ class _Run:
         self.m.clock["reference_s"] = time.perf_counter() - self.t_spawn
         t_wait = time.perf_counter()
         for other in self.variants[1:]:
-            self.built[other.name] = self.children[other.name].wait_built()
+            child = self.children[other.name]
+            self.built[other.name] = child.wait_built()
+            for warmer in getattr(child, "warmers", ()):  # its shape warmers build too (engine.warmers)
+                warmer.wait_built()
         self.m.clock["waiting_for_builds_s"] = time.perf_counter() - t_wait
 
     def _late(self, name: str) -> bool:

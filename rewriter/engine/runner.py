@@ -203,6 +203,10 @@ class ServedChild:
         cmd_r, cmd_w = os.pipe()
         rep_r, rep_w = os.pipe()
         self.job = dict(job, out=str(workdir / f"{name}.result.json"), cmd_fd=cmd_r, reply_fd=rep_w)
+        # a result left by an earlier child of this name (an early anchor ended and started again)
+        # is not this one's: a shape warmer's is read as soon as it exists
+        for stale in (Path(self.job["out"]), Path(self.job["out"] + ".partial")):
+            stale.unlink(missing_ok=True)
         job_path = workdir / f"{name}.job.json"
         job_path.write_text(json.dumps(self.job, indent=1))
         self.stderr_path = workdir / f"{name}.stderr.txt"

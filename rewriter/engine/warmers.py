@@ -97,29 +97,38 @@ def _ended(pid: int) -> bool:
 def _result(out: Path) -> dict[str, Any] | None:
     try:
         return json.loads(out.read_text())
-    except (OSError, ValueError):  # not written yet (the child writes it whole, os.replace)
+    except (OSError, ValueError):  # not written (the child writes it whole, os.replace)
         return None
 
 
-def await_warmer(warmer: dict[str, Any], poll_s: float = POLL_S) -> dict[str, Any]:
+#: The least a shape warmer is waited for, in seconds, whatever the first shape's compile took.
+MIN_WAIT_S = 10.0
+
+
+def await_warmer(warmer: dict[str, Any], limit_s: float | None = None, poll_s: float = POLL_S) -> dict[str, Any]:
     """In the variant's child, before shape ``i``'s first call: wait for shape ``i``'s warmer
-    (``warmer``: :func:`spawn`'s entry) to end (its result written, or its process gone), at most
-    its ``timeout_s``. Returns ``{"waited_s",
-    "entry"}`` (the warmer's shape entry: its ``compile_s``, ...) or ``{"waited_s", "failed"}``
-    (why it has none). Waiting is never longer than compiling here: the warmer started with this
-    child and began at this shape while this child compiled its first."""
-    out, timeout_s = Path(warmer["out"]), float(warmer["timeout_s"])
+    (``warmer``: :func:`spawn`'s entry) to end, its process gone (its device memory freed with it),
+    then read its result. The wait is bounded by ``limit_s``, this child's own compile seconds at
+    its first shape (at least :data:`MIN_WAIT_S`): the warmer began at this shape when this child
+    began its first, so waiting longer than compiling here would take is not worth it; and by half
+    the warmer's ``timeout_s``, so a hung warmer cannot carry this child to its own timeout.
+    Returns ``{"waited_s", "entry"}`` (the warmer's shape entry: its ``compile_s``, ...) or
+    ``{"waited_s", "failed"}`` (why it has none: the shape is compiled here)."""
+    out = Path(warmer["out"])
+    bound = float(warmer["timeout_s"]) / 2
+    if limit_s is not None:
+        bound = min(bound, max(float(limit_s), MIN_WAIT_S))
     t0 = time.perf_counter()
-    payload = _result(out)
-    while payload is None and not _ended(int(warmer["pid"])) and time.perf_counter() - t0 < timeout_s:
+    ended = _ended(int(warmer["pid"]))
+    while not ended and time.perf_counter() - t0 < bound:
         time.sleep(poll_s)
-        payload = _result(out)
-    if payload is None:
-        payload = _result(out)  # written just before it exited
+        ended = _ended(int(warmer["pid"]))
     waited = time.perf_counter() - t0
+    if not ended:
+        return {"waited_s": waited, "failed": f"it had not ended after {waited:.0f} s, about what compiling here takes"}
+    payload = _result(out)
     if payload is None:
-        why = "it had not ended" if time.perf_counter() - t0 >= timeout_s else "it exited without a result"
-        return {"waited_s": waited, "failed": why}
+        return {"waited_s": waited, "failed": "it exited without a result"}
     if payload.get("error"):
         return {"waited_s": waited, "failed": f"it failed: {payload['error'].get('kind')}: {payload['error'].get('message', '')[:300]}"}
     shapes = payload.get("shapes") or []
@@ -128,20 +137,25 @@ def await_warmer(warmer: dict[str, Any], poll_s: float = POLL_S) -> dict[str, An
     return {"waited_s": waited, "entry": shapes[0]}
 
 
-def cache_hits() -> int:
-    """Inductor's FX graph cache and AOTAutograd's cache hits in this process so far
-    (``torch._dynamo.utils.counters``)."""
+def cache_counts() -> dict[str, int]:
+    """This process's compiled-code cache lookups so far (``torch._dynamo.utils.counters``):
+    ``hits``, Inductor's FX graph cache and AOTAutograd's cache hits, and ``compiled``, their
+    misses and bypasses (a graph compiled here, one the cache could not hold included)."""
     from torch._dynamo.utils import counters
 
-    return int(counters["inductor"]["fxgraph_cache_hit"]) + int(counters["aot_autograd"]["autograd_cache_hit"])
+    inductor, aot = counters["inductor"], counters["aot_autograd"]
+    return {"hits": int(inductor["fxgraph_cache_hit"]) + int(aot["autograd_cache_hit"]),
+            "compiled": int(inductor["fxgraph_cache_miss"]) + int(inductor["fxgraph_cache_bypass"])
+            + int(aot["autograd_cache_miss"]) + int(aot["autograd_cache_bypass"])}
 
 
-def credit(entry: dict[str, Any], warmed: dict[str, Any], hits: int) -> None:
+def credit(entry: dict[str, Any], warmed: dict[str, Any], hits: int, compiled: int = 0) -> None:
     """Shape entry ``entry`` of the variant's child, after its first call at a warmed shape:
-    ``warmed`` from :func:`await_warmer`, ``hits`` the cache hits that call made. With a hit and
-    the warmer's entry, ``compile_s`` becomes the warmer's (``compile_s_here``: this call's, a
-    cache load), and ``compiled_by`` says so; otherwise this call compiled, its own seconds
-    stand, and ``warmer`` says why."""
+    ``warmed`` from :func:`await_warmer`; ``hits`` and ``compiled``, that call's cache hits and
+    misses or bypasses (:func:`cache_counts`). Only a call that loaded every graph it needed
+    (hits, no miss or bypass) and a warmer with an entry make ``compile_s`` the warmer's
+    (``compile_s_here``: this call's, a trace and a cache load) and set ``compiled_by``; otherwise
+    this call compiled, its own seconds stand, and ``warmer`` says why."""
     entry["waited_for_warmer_s"] = round(warmed["waited_s"], 3)
     if "entry" not in warmed:
         entry["warmer"] = f"not used: {warmed['failed']}"
@@ -149,9 +163,23 @@ def credit(entry: dict[str, Any], warmed: dict[str, Any], hits: int) -> None:
     if hits <= 0:
         entry["warmer"] = "not used: this call found no compiled code of it in the cache and compiled"
         return
+    if compiled > 0:
+        entry["warmer"] = (f"partly used: this call loaded {hits} compiled graph(s) from the cache and compiled "
+                           f"{compiled} itself; its own seconds stand")
+        return
     entry["compile_s_here"] = entry["compile_s"]
     entry["compile_s"] = float(warmed["entry"]["compile_s"])
     entry["compiled_by"] = "warmer"
+
+
+def serial_cold_s(row: dict[str, Any], wall_s: float) -> float:
+    """A cold phase's seconds as one process would have taken them, its shapes one after the other:
+    ``wall_s`` plus, for each shape its warmer compiled, the warmer's compile less this process's
+    own call there and its wait (the budget's estimate of a cold phase, :mod:`.budget`, is of a
+    candidate that compiles its shapes in turn)."""
+    extra = sum(e["compile_s"] - e.get("compile_s_here", 0.0) - e.get("waited_for_warmer_s", 0.0)
+                for e in row.get("per_shape_cold") or [] if e.get("compiled_by") == "warmer")
+    return wall_s + max(0.0, extra)
 
 
 def summary(row: dict[str, Any]) -> str | None:
