@@ -618,7 +618,22 @@ def seconds_breakdown(report_json: Path) -> dict:
     as_is = next((row for row in measured.get("candidates", []) if row.get("candidate") == "as-is"), {})
     return {"diagnose_s": report.get("seconds"),  # from diagnose's start: the process's interpreter and imports before it are not in it
             "rungs_s": rungs, "search_clock_s": measured.get("clock"), "as_is_phases_s": as_is.get("phases_s"),
-            "notes": [n for n in measured.get("notes", []) if "started" in n or "cold phases ran" in n]}
+            "notes": [n for n in measured.get("notes", []) if "started" in n or "cold phases ran" in n],
+            "search_ms": search_figures(measured)}
+
+
+def search_figures(measured: dict) -> dict:
+    """What the search timed of the candidate it chose and of each other timed one: per shape each
+    process's median step (ms; two processes on a GPU), the quiet figure the decision used, and the
+    contended one. Beside the zoo's own process of the plan, a gap between the two shows whether
+    the plan's figure moved between processes or the zoo's protocol moved it."""
+    out: dict = {"chosen": measured.get("chosen")}
+    for row in measured.get("candidates", []):
+        if row.get("step_ms") is None:
+            continue
+        out[row.get("candidate")] = {"step_ms": row["step_ms"], "process_ms_per_shape": row.get("process_ms_per_shape"),
+                                     "contended_ms_per_shape": row.get("contended_ms_per_shape")}
+    return out
 
 
 #: The wall-time bar on ladder + search (the whole ``stackpart diagnose`` process), seconds (issue 30).

@@ -124,8 +124,16 @@ def test_the_zoo_says_where_diagnoses_seconds_went(tmp_path):
     (tmp_path / "report.json").write_text(json.dumps(report))
     got = z.seconds_breakdown(tmp_path / "report.json")
     assert got == {"diagnose_s": 180.54, "rungs_s": {"memory": 3.1, "search": 106.7}, "search_clock_s": {"timing_s": 14.0},
-                   "as_is_phases_s": {"import_torch": 0.0, "build": 3.88}, "notes": ["cold phases ran 2 at a time: ..."]}
+                   "as_is_phases_s": {"import_torch": 0.0, "build": 3.88}, "notes": ["cold phases ran 2 at a time: ..."],
+                   "search_ms": {"chosen": None}}
     assert z.seconds_breakdown(tmp_path / "missing.json") == {}
+    # the search's own figures of the candidates it timed, beside the zoo's process of the plan
+    # (Mixtral, part 12: nested+whole 6.91 / 6.06 ms in the search's two processes at 8x512)
+    timed = {"candidate": "nested+whole", "step_ms": 5.9566, "process_ms_per_shape": {"8x512": [6.9129, 6.0643]},
+             "contended_ms_per_shape": {"8x512": 14.9691}}
+    figures = z.search_figures({"chosen": "nested+whole", "candidates": [timed, {"candidate": "per-block", "step_ms": None}]})
+    assert figures == {"chosen": "nested+whole", "nested+whole": {"step_ms": 5.9566, "process_ms_per_shape": {"8x512": [6.9129, 6.0643]},
+                                                                  "contended_ms_per_shape": {"8x512": 14.9691}}}
     row = {"variant": "diagnose", "diagnose_exit": 0, "apply_exit": 0, "ladder_search_s": 187.5,
            "actions": [{"action": "compile", "target": "m:T5", "strategy": "whole"}]}
     table = z.markdown({"t5": {"variants": {"diagnose": row}, "verdicts": z.verdicts({"diagnose": row})}})
