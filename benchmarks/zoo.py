@@ -228,6 +228,34 @@ def shapes_of(name: str, smoke: bool) -> list[dict]:
     return fam["shapes"]
 
 
+#: Part of :data:`WORKER`, its own string so a test can run it: ``count_configs(cls)`` wraps
+#: ``cls.__init__`` (Inductor's ``CachingAutotuner``) to count every Triton kernel made in the process
+#: and those given more than one config, which it benchmarks at first launch. Counted at
+#: construction: Inductor clears ``configs`` once it has compiled them, before any launch.
+AUTOTUNE_CENSUS = r'''
+def count_configs(cls):
+    census = {"kernels": 0, "with_configs_to_benchmark": 0}
+    made = cls.__init__
+    def counting(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        census["kernels"] += 1
+        configs = kwargs.get("configs", args[2] if len(args) > 2 else None)
+        if len(configs or getattr(self, "configs", None) or []) > 1:
+            census["with_configs_to_benchmark"] += 1
+    cls.__init__ = counting
+    return census
+
+def autotune_census():
+    # Inductor's Triton kernels made in this process and how many had more than one config to
+    # benchmark at first launch: where that is 0, compiling beside other processes cannot have moved
+    # a kernel's choice, only its compile seconds. Installed before anything compiles.
+    try:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except Exception as exc:  # an internal module: other torch versions may move it
+        return {"error": f"{type(exc).__name__}: {exc}"[:200]}
+    return count_configs(CachingAutotuner)
+'''
+
 #: One variant in its own process: prints one JSON line. argv: src variant device shapes-json steps.
 #: After its compile phase it prints ZOO-READY and times its steps once a line ("go [core]") arrives on stdin.
 WORKER = r'''
@@ -237,6 +265,11 @@ src, variant, device, shapes, steps = sys.argv[1], sys.argv[2], sys.argv[3], jso
 kind = variant.split("#")[0]  # "whole#2": a second process of "whole" (--replicate)
 sys.path.insert(0, src)
 import harness
+''' + AUTOTUNE_CENSUS + r'''
+try:  # a census, never a failure of the variant
+    CENSUS = autotune_census()
+except Exception as exc:
+    CENSUS = {"error": f"{type(exc).__name__}: {exc}"[:200]}
 
 class _Fallbacks(logging.Handler):
     hits = []
@@ -276,23 +309,6 @@ def blocks(model):
 def sync():
     if device == "cuda":
         torch.cuda.synchronize()
-
-def autotune_census():
-    """Inductor's Triton kernels alive in this process and how many had more than one config to
-    benchmark at their first launch (CachingAutotuner.configs): where that is 0, compiling beside
-    other processes cannot have moved a kernel's choice, only its compile seconds."""
-    try:
-        import gc
-        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-    except Exception as exc:  # an internal module: other torch versions may move it
-        return {"error": f"{type(exc).__name__}: {exc}"[:200]}
-    def kernel(o):
-        try:
-            return isinstance(o, CachingAutotuner)
-        except ReferenceError:  # a dead weak proxy among the objects
-            return False
-    kernels = [o for o in gc.get_objects() if kernel(o)]
-    return {"kernels": len(kernels), "with_configs_to_benchmark": sum(len(getattr(k, "configs", None) or []) > 1 for k in kernels)}
 
 def timed(fn):
     if device == "cuda":
@@ -354,10 +370,7 @@ try:
             res["shapes"].append(row)
         del out
         res["compiled_at"] = time.time()
-        try:  # a census, never a failure of the variant
-            res["autotune"] = autotune_census()
-        except Exception as exc:
-            res["autotune"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+        res["autotune"] = dict(CENSUS)
         # the parent lets one process at a time time its steps, once every compile phase has ended
         print("ZOO-READY", flush=True)
         go = sys.stdin.readline().split()

@@ -338,7 +338,7 @@ def test_second_processes_that_do_not_fit_beside_the_pending_cold_phases_wait_fo
     from rewriter.engine import replicas as replicas_mod
 
     room = {"free": False}
-    monkeypatch.setattr(replicas_mod, "replica_room", lambda results, names, device: None if room["free"] or all(
+    monkeypatch.setattr(replicas_mod, "replica_room", lambda results, names, device, processes=None: None if room["free"] or all(
         n in results for n in names) else "no room beside the pending cold phases")
     m, reps, children = _replicas(monkeypatch, ["eager", "whole", "per-block"])
     m.results.update(eager={"problems": []}, whole={"problems": []})
@@ -352,7 +352,7 @@ def test_second_processes_that_do_not_fit_beside_the_pending_cold_phases_wait_fo
     assert all(r.go_at for r in _Replica.made)
     assert any(n.startswith("second processes started after the cold phases") for n in m.notes), m.notes
     # room that never comes is said once, and every variant keeps its one process
-    monkeypatch.setattr(replicas_mod, "replica_room", lambda results, names, device: "needs 90 GiB, 20 free")
+    monkeypatch.setattr(replicas_mod, "replica_room", lambda results, names, device, processes=None: "needs 90 GiB, 20 free")
     m, reps, _ = _replicas(monkeypatch, ["eager", "whole", "per-block"])
     m.results.update(eager={"problems": []}, whole={"problems": []})
     reps.spawn()
@@ -367,7 +367,7 @@ def test_a_deferred_spawn_makes_no_replica_for_a_variant_that_failed_meanwhile_n
     while waiting makes none, said once."""
     from rewriter.engine import replicas as replicas_mod
 
-    monkeypatch.setattr(replicas_mod, "replica_room", lambda results, names, device: None if all(
+    monkeypatch.setattr(replicas_mod, "replica_room", lambda results, names, device, processes=None: None if all(
         n in results for n in names) else "no room beside the pending cold phases")
     m, reps, children = _replicas(monkeypatch, ["eager", "whole", "per-block", "nested"])
     m.results.update(eager={"problems": []}, whole={"problems": []})
@@ -543,6 +543,13 @@ def test_replica_room_keeps_room_for_the_cold_phases_still_to_run(monkeypatch):
     assert replica_room(results, ["eager", "whole"], "cuda") is None  # every cold phase is over
     why = replica_room(results, ["eager", "whole", "per-block"], "cuda")  # per-block's is still to run
     assert why and "cold phase" in why, why
+    # a static twin still to run with two shape warmers grows to three peaks at once
+    free = int((3 * per + int(8 * gib * 1.25)) / 0.8) + gib  # room for three replicas and one pending peak
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=0: (free, 4 * free))
+    assert replica_room(results, ["eager", "whole", "whole+static"], "cuda") is None
+    assert replica_room(results, ["eager", "whole", "whole+static"], "cuda", {"whole+static": 1}) is None
+    why = replica_room(results, ["eager", "whole", "whole+static"], "cuda", {"whole+static": 3})
+    assert why and "kept for the 1 cold phase(s) still to run" in why and f"besides {3 * int(8 * gib * 1.25) / gib:.1f} GiB" in why
 
 
 def test_a_child_that_could_not_pin_itself_is_said_and_an_unknown_pin_mode_is_refused(monkeypatch):
@@ -724,7 +731,7 @@ def test_second_processes_that_would_start_after_the_cold_phases_wait_for_time_l
 
     from rewriter.engine import replicas as replicas_mod
 
-    monkeypatch.setattr(replicas_mod, "replica_room", lambda results, names, device: None if all(
+    monkeypatch.setattr(replicas_mod, "replica_room", lambda results, names, device, processes=None: None if all(
         n in results for n in names) else "no room beside the pending cold phases")
     for left, spawned in ((8.0, False), (60.0, True)):
         m, reps, _ = _replicas(monkeypatch, ["eager", "whole", "nested"], deadline=time.perf_counter() + left)

@@ -4,6 +4,7 @@ processes of their own beside its first, and its own call there loads them from 
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import subprocess
 import sys
@@ -129,26 +130,35 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+def _entry(out: Path, pid: int, cache: Path | None = None, timeout_s: float = 60.0) -> dict:
+    return {"out": str(out), "pid": pid, "cache": str(cache or out.parent / "no-cache"), "timeout_s": timeout_s}
+
+
+def _soon(s: float = 60.0) -> float:
+    return time.perf_counter() + s
+
+
 def test_a_warmer_that_exits_without_a_result_is_not_waited_for(tmp_path):
     t0 = time.perf_counter()
-    got = warmers.await_warmer({"out": str(tmp_path / "none.json"), "pid": _dead_pid(), "timeout_s": 60})
+    got = warmers.await_warmer(_entry(tmp_path / "none.json", _dead_pid()), _soon())
     assert time.perf_counter() - t0 < 5
     assert got["failed"] == "it exited without a result"
 
 
 def _exited_after(tmp_path: Path, payload: dict | None, delay_s: float) -> tuple[Path, subprocess.Popen]:
     """A stand-in warmer: writes ``payload`` as its result (whole, as child.main does) after
-    ``delay_s`` and exits."""
+    ``delay_s`` and exits; a session of its own, as the engine starts its children."""
     out = tmp_path / "w.result.json"
     write = "" if payload is None else (f"p = {str(out)!r}; open(p + '.partial', 'w').write({json.dumps(payload)!r}); "
                                         "os.replace(p + '.partial', p); ")
-    return out, subprocess.Popen([sys.executable, "-c", f"import os, time; time.sleep({delay_s}); {write}"])
+    return out, subprocess.Popen([sys.executable, "-c", f"import os, time; time.sleep({delay_s}); {write}"],
+                                 start_new_session=True)
 
 
 def test_a_failed_warmer_is_said_and_the_shape_keeps_its_own_compile(tmp_path):
     out, proc = _exited_after(tmp_path, {"error": {"kind": "oom", "message": "CUDA out of memory"}}, 0.0)
     proc.wait()
-    got = warmers.await_warmer({"out": str(out), "pid": proc.pid, "timeout_s": 60})
+    got = warmers.await_warmer(_entry(out, proc.pid), _soon())
     assert got["failed"].startswith("it failed: oom: CUDA out of memory")
     entry = {"compile_s": 12.5}
     warmers.credit(entry, got, hits=0)
@@ -156,31 +166,68 @@ def test_a_failed_warmer_is_said_and_the_shape_keeps_its_own_compile(tmp_path):
     assert entry["warmer"].startswith("not used: it failed: oom")
 
 
-def test_a_warmer_is_waited_for_until_its_process_has_ended_then_its_result_read(tmp_path):
+def test_a_finished_warmers_cache_is_copied_into_the_childs_own(tmp_path, monkeypatch):
+    """Only a warmer that ended with a result reaches the variant's call, through a copy of its
+    cache folder: what one left behind unfinished never does."""
+    mine = tmp_path / "mine"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(mine / "inductor"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(mine / "triton"))
+    cache = tmp_path / "whole+static.warm-1"
+    for sub in ("inductor/fxgraph/ab", "triton/cd"):
+        (cache / sub).mkdir(parents=True)
+        (cache / sub / "entry").write_text(sub)
     out, proc = _exited_after(tmp_path, {"shapes": [{"compile_s": 7.0}]}, 1.0)
     try:
-        got = warmers.await_warmer({"out": str(out), "pid": proc.pid, "timeout_s": 60}, poll_s=0.05)
+        got = warmers.await_warmer(_entry(out, proc.pid, cache), _soon(), poll_s=0.05)
     finally:
         proc.kill()
         proc.wait()
     assert got["entry"] == {"compile_s": 7.0} and got["waited_s"] >= 0.5
+    assert (mine / "inductor/fxgraph/ab/entry").read_text() == "inductor/fxgraph/ab"
+    assert (mine / "triton/cd/entry").read_text() == "triton/cd"
+    shutil.rmtree(mine)
+    (tmp_path / "f").mkdir()
+    out2, failed = _exited_after(tmp_path / "f", {"error": {"kind": "oom", "message": "x"}}, 0.0)
+    failed.wait()
+    warmers.await_warmer(_entry(out2, failed.pid, cache), _soon())
+    assert not mine.exists()
 
 
-def test_a_warmer_is_not_waited_for_longer_than_compiling_here_takes(tmp_path, monkeypatch):
-    """The wait is bounded by this child's own first compile (at least MIN_WAIT_S) and by half the
-    warmer's timeout, so a hung warmer cannot carry the variant's child to its own timeout."""
-    monkeypatch.setattr(warmers, "MIN_WAIT_S", 0.2)
-    out, proc = _exited_after(tmp_path, {"shapes": [{"compile_s": 7.0}]}, 30.0)
+def test_the_warmers_are_waited_for_within_one_deadline_and_ended_past_it(tmp_path, monkeypatch):
+    """Three stuck warmers cost one bound, not three; each is killed once past it, so none keeps
+    compiling beside the child."""
+    monkeypatch.setattr(warmers, "MIN_WAIT_S", 0.5)
+    stuck = []
+    for k in range(3):
+        (tmp_path / str(k)).mkdir()
+        stuck.append(_exited_after(tmp_path / str(k), {"shapes": [{"compile_s": 7.0}]}, 60.0))
     try:
+        waits = warmers.WarmWaits(0.2)  # a first compile shorter than the floor: the floor stands
         t0 = time.perf_counter()
-        got = warmers.await_warmer({"out": str(out), "pid": proc.pid, "timeout_s": 60}, limit_s=0.5, poll_s=0.05)
-        assert 0.5 <= time.perf_counter() - t0 < 5 and got["failed"].startswith("it had not ended after")
+        got = [waits.wait(_entry(out, proc.pid), poll_s=0.05) for out, proc in stuck]
+        took = time.perf_counter() - t0
+        assert 0.5 <= took < 1.5, took
+        assert all(g["failed"].startswith("it had not ended after") for g in got)
+        for _, proc in stuck:
+            assert proc.wait(timeout=10) != 0  # killed
+        # half a warmer's timeout bounds it too
+        (tmp_path / "h").mkdir()
+        out, proc = _exited_after(tmp_path / "h", None, 60.0)
         t0 = time.perf_counter()
-        got = warmers.await_warmer({"out": str(out), "pid": proc.pid, "timeout_s": 1.0}, poll_s=0.05)
-        assert time.perf_counter() - t0 < 5 and "failed" in got  # half the warmer's timeout, no first compile known
+        warmers.WarmWaits(30.0).wait(_entry(out, proc.pid, timeout_s=1.0), poll_s=0.05)
+        assert time.perf_counter() - t0 < 1.5
     finally:
-        proc.kill()
-        proc.wait()
+        for _, proc in stuck:
+            proc.kill()
+            proc.wait()
+
+
+def test_no_warmers_where_the_backend_caches_no_compiled_code(tmp_path):
+    static = Variant("whole+static", tmp_path, warm_shapes=True)
+    assert warmers.warmed_shapes(static, Options(warm_shapes=True), "cuda", 3, backend="eager") == []
+    assert warmers.warmed_shapes(static, Options(warm_shapes=True), "cuda", 3, backend="aot_eager") == []
+    job = {"harness": {"device": "cuda", "shapes": [{"s": 1}, {"s": 2}]}, "backend": "inductor", "force_backend": "eager"}
+    assert warmers.spawn(job, static, tmp_path, tmp_path / "c", Options(warm_shapes=True)) == ([], {})
 
 
 def test_a_cache_miss_keeps_the_shapes_own_compile_seconds():
@@ -193,11 +240,14 @@ def test_a_cache_miss_keeps_the_shapes_own_compile_seconds():
     assert entry == {"compile_s": 9.0, "compile_s_here": 0.2, "compiled_by": "warmer", "waited_for_warmer_s": 0.1}
 
 
-def test_a_call_that_loaded_some_graphs_and_compiled_others_keeps_its_own_seconds():
+def test_a_call_that_loaded_some_graphs_and_compiled_others_takes_the_larger_figure():
     entry = {"compile_s": 12.2}
     warmers.credit(entry, {"waited_s": 0.0, "entry": {"compile_s": 20.0}}, hits=1, compiled=1)
-    assert entry["compile_s"] == 12.2 and "compiled_by" not in entry
-    assert entry["warmer"].startswith("partly used: this call loaded 1 compiled graph(s) from the cache and compiled 1")
+    assert entry["compile_s"] == 20.0 and entry["compile_s_here"] == 12.2 and "compiled_by" not in entry
+    assert entry["warmer"].startswith("partly used: this call loaded 1 compiled graph(s) from the warmer's cache and compiled 1")
+    entry = {"compile_s": 25.0}
+    warmers.credit(entry, {"waited_s": 0.0, "entry": {"compile_s": 20.0}}, hits=1, compiled=1)
+    assert entry["compile_s"] == 25.0
 
 
 def test_the_budget_estimate_of_a_warmed_cold_phase_is_its_shapes_in_turn():

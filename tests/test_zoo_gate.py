@@ -304,3 +304,20 @@ def test_a_replica_process_compiles_as_its_variant_does(zoo, tmp_path):
     assert out["whole#2"]["variant"] == "whole#2" and out["whole#2"]["unique_graphs"] >= 1
     # no Triton kernel on the CPU: nothing whose choice the parallel compile phases could move
     assert out["whole#2"]["autotune"] == {"kernels": 0, "with_configs_to_benchmark": 0}
+
+
+def test_the_autotune_census_counts_configs_when_a_kernel_is_made(zoo):
+    """Inductor clears CachingAutotuner.configs once it has compiled them, before any launch, so
+    the census counts at construction (a stand-in class with CachingAutotuner's signature)."""
+    ns: dict = {}
+    exec(zoo.AUTOTUNE_CENSUS, ns)
+
+    class Kernel:
+        def __init__(self, fn, triton_meta, configs, save_cache_hook, *rest, **kw):
+            self.configs = None  # what Inductor's precompile leaves
+
+    census = ns["count_configs"](Kernel)
+    Kernel(None, {}, [1], None)
+    Kernel(None, {}, [1, 2, 3], None)
+    Kernel(fn=None, triton_meta={}, configs=[1, 2], save_cache_hook=None)
+    assert census == {"kernels": 3, "with_configs_to_benchmark": 2}

@@ -655,11 +655,15 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
     phases = result["_phases"]
     with CompileWatch() as watch:
         t = time.perf_counter()
+        waits = None
         for i in range(len(spec["shapes"])):
-            # a shape warmer is waited for at most as long as this process's first shape took to
-            # compile: compiling the shape here would take about that (engine.warmers.await_warmer)
-            first = result["shapes"][0]["compile_s"] if result["shapes"] else None
-            result["shapes"].append(_cold_shape(job, model, watch, i, reference_sd, first))
+            if i == 1 and job.get("warmers"):
+                # the shape warmers are waited for at most as long as this process's first shape
+                # took to compile, all together (engine.warmers.WarmWaits)
+                from .warmers import WarmWaits
+
+                waits = WarmWaits(result["shapes"][0]["compile_s"])
+            result["shapes"].append(_cold_shape(job, model, watch, i, reference_sd, waits))
         result["compile"] = watch.stats().to_json()
         phases["first_calls"], t = time.perf_counter() - t, time.perf_counter()
         if job.get("reference"):
@@ -686,11 +690,13 @@ def _warm(job: dict[str, Any], model: Any, result: dict[str, Any], training: boo
 
     i = int(job["warm_shape"])
     inputs = _inputs(job, i, Path(job["ref"]))
-    # the backend's first-compile costs (its worker pool, the device's compiler toolchain) paid on
-    # a throwaway function first: a restart pays them once, in its first shape's compile, so they
-    # are no part of this shape's seconds
+    # the backend's first-compile costs (its worker pool, the device's compiler toolchain; in
+    # training the backward's too) paid on a throwaway function first: a restart pays them once,
+    # in its first shape's compile, so they are no part of this shape's seconds
     warm_up = torch.compile(lambda x: torch.nn.functional.gelu(x) * 2, backend=job["backend"])
-    warm_up(torch.ones(64, device=job["harness"]["device"]))
+    y = warm_up(torch.ones(64, device=job["harness"]["device"], requires_grad=training))
+    if training:
+        y.sum().backward()
     with CompileWatch() as watch:
         t = time.perf_counter()
         first_s, steady_s, out = _first_calls(job, _step_fns(model, inputs, training), i)
@@ -725,17 +731,17 @@ def _built(job: dict[str, Any], channel: Channel | None) -> tuple[Any, dict[str,
 
 
 def _cold_shape(job: dict[str, Any], model: Any, watch: Any, i: int, reference_sd: dict[str, Any] | None,
-                first_compile_s: float | None = None) -> dict[str, Any]:
+                waits: Any = None) -> dict[str, Any]:
     """Shape ``i``'s entry: the first call (its compile) and the steady one, the graphs and
     recompiles it added, and (not for a replica) its outputs saved as the reference's or compared
     with them under ``compare``. Where a shape warmer compiles shape ``i`` (:mod:`.warmers`) it is
-    waited for first, at most ``first_compile_s`` (shape 0's compile seconds here)."""
+    waited for first, within ``waits`` (:class:`.warmers.WarmWaits`)."""
     from . import warmers
 
     spec = job["harness"]
     inputs = _inputs(job, i, Path(job["ref"]))  # saved by the reference at go
     warmer = (job.get("warmers") or {}).get(str(i))
-    warmed = warmers.await_warmer(warmer, first_compile_s) if warmer else None
+    warmed = (waits or warmers.WarmWaits(None)).wait(warmer) if warmer else None
     cache = warmers.cache_counts()
     before = watch.stats()
     first_s, steady_s, out = _first_calls(job, _step_fns(model, inputs, reference_sd is not None), i)

@@ -22,7 +22,8 @@ REPLICA_MEMORY_SHARE = 0.8
 CONTEXT_BYTES = 1 << 30
 
 
-def replica_room(results: dict[str, dict[str, Any]], names: list[str], device: str) -> str | None:
+def replica_room(results: dict[str, dict[str, Any]], names: list[str], device: str,
+                 processes: dict[str, int] | None = None) -> str | None:
     """Why second processes of ``names`` would not fit on the device (None: they fit, or the
     device is a CPU): each needs its variant's peak allocated bytes (the cold phase's
     ``max_memory_allocated_bytes``; for a variant whose cold phase has not run yet, the largest
@@ -31,7 +32,8 @@ def replica_room(results: dict[str, dict[str, Any]], names: list[str], device: s
     the variants still to run have their processes up and their models built already). A variant
     whose cold phase has not run yet (no row in ``results``) will still grow to its own peak
     (activations, compile workspace), which the replicas must not take: the largest peak measured
-    so far x 1.25 is kept free for each."""
+    so far x 1.25 is kept free for each, and for each of its shape warmers (:mod:`.warmers`;
+    ``processes``: how many processes each variant's cold phase runs at once, 1 where absent)."""
     if not device.startswith("cuda"):
         return None
     import torch
@@ -42,7 +44,7 @@ def replica_room(results: dict[str, dict[str, Any]], names: list[str], device: s
     known = max((p for p in peaks.values() if p), default=0)
     need = sum(int((peaks[n] or known) * 1.25) + CONTEXT_BYTES for n in names)
     pending = [n for n in names if n not in results]
-    keep = len(pending) * int(known * 1.25)
+    keep = sum((processes or {}).get(n, 1) for n in pending) * int(known * 1.25)
     if need + keep > REPLICA_MEMORY_SHARE * free:
         kept = (f" (besides {keep / 2**30:.1f} GiB kept for the {len(pending)} cold phase(s) still to run)"
                 if pending else "")
@@ -121,7 +123,8 @@ class Replicas:
         if len(names) < 2:
             self.spawned = True
             return
-        why = replica_room(m.results, names, self.spec_run.device)
+        why = replica_room(m.results, names, self.spec_run.device,
+                           {n: 1 + len(getattr(self.children.get(n), "warmers", ())) for n in names})
         if why and not final and any(n not in m.results for n in names):
             self.deferred = True
             return

@@ -5,11 +5,12 @@ A variant that compiles each harness shape from scratch (:attr:`.options.Variant
 one after the other in its cold phase: for an SD-1.5-sized UNet at two latent sizes, about two
 minutes (docs/decisions.md, "Shape warmers", has the figures). The graph its second shape compiles is the
 graph a fresh process compiles at that shape, so a warmer, a child of its own started with the
-variant's (same job, same tree, same compile cache folder), compiles shape ``i`` while the variant
-compiles shape 0; when the variant reaches shape ``i`` it waits for that warmer to end and its
-first call there loads the compiled code from Inductor's FX graph cache and AOTAutograd's cache
-(a fresh Dynamo trace, then a cache hit: "Compile Time Caching in torch.compile", PyTorch
-tutorials), so its cold phase ends about one compile sooner.
+variant's (same job, same tree, a compile cache folder of its own), compiles shape ``i`` while the
+variant compiles shape 0; when the variant reaches shape ``i`` it waits for that warmer to end,
+copies its cache into its own, and its first call there loads the compiled code from Inductor's
+FX graph cache and AOTAutograd's cache (a fresh Dynamo trace, then a cache hit: "Compile Time
+Caching in torch.compile", PyTorch tutorials), so its cold phase ends about one compile sooner.
+Only the ``inductor`` backend's compiled code is cached, so only there are warmers started.
 
 What the report says is unchanged in kind: a shape's ``compile_s`` is its own compile's, measured
 where it ran (the warmer, beside the variant's first shape: like :attr:`.options.Options.parallel_cold`,
@@ -42,11 +43,19 @@ MAX_WARMERS = 3
 POLL_S = 0.2
 
 
-def warmed_shapes(v: Variant, opts: Options, device: str, shapes: int) -> list[int]:
+#: The backends whose compiled code Inductor's FX graph cache and AOTAutograd's cache hold: a
+#: warmer's work reaches the variant through them, so under any other backend (``eager``,
+#: ``aot_eager``) a warmer would compile for nothing.
+CACHED_BACKENDS = ("inductor",)
+
+
+def warmed_shapes(v: Variant, opts: Options, device: str, shapes: int, backend: str = "inductor") -> list[int]:
     """The shape indices whose compile a warmer runs for ``v`` (``shapes``: how many the harness
-    has): 1..min(shapes - 1, :data:`MAX_WARMERS`) where ``v`` compiles each shape from scratch and
-    warmers are allowed (``opts.warm_shapes``, or by default :func:`.cost.may_overlap`); else none."""
-    if not v.warm_shapes or shapes < 2:
+    has; ``backend``: the one its compiles use, a forced one included): 1..min(shapes - 1,
+    :data:`MAX_WARMERS`) where ``v`` compiles each shape from scratch, the backend's compiled code
+    is cached (:data:`CACHED_BACKENDS`) and warmers are allowed (``opts.warm_shapes``, or by default
+    :func:`.cost.may_overlap`); else none."""
+    if not v.warm_shapes or shapes < 2 or backend not in CACHED_BACKENDS:
         return []
     allowed = opts.warm_shapes if opts.warm_shapes is not None else may_overlap(opts.overlap, device)
     return list(range(1, min(shapes, MAX_WARMERS + 1))) if allowed else []
@@ -54,27 +63,32 @@ def warmed_shapes(v: Variant, opts: Options, device: str, shapes: int) -> list[i
 
 def spawn(job: dict[str, Any], v: Variant, workdir: Path, cache_root: Path, opts: Options) -> tuple[list[Any], dict[str, Any]]:
     """Start ``v``'s warmers (:func:`warmed_shapes`), each a :class:`.runner.ServedChild` with
-    ``job`` plus ``warm_shape`` and the variant's own cache folder ``cache_root``; they build and
-    wait for ``go`` as the variant's child does. Returns them and what the variant's job adds:
-    ``{"warmers": {"<i>": {"out": result path, "pid": pid, "timeout_s": its wait}}}`` (empty when
-    none started)."""
+    ``job`` plus ``warm_shape`` and a compile cache folder of its own beside the variant's
+    ``cache_root`` (the variant's child copies it into its own once the warmer has ended with a
+    result: what a warmer left half-written or failed to finish never reaches the variant's
+    call); they build and wait for ``go`` as the variant's child does. Returns them and what the
+    variant's job adds: ``{"warmers": {"<i>": {"out": result path, "pid": pid, "cache": its
+    folder, "timeout_s": its wait}}}`` (empty when none started)."""
     from .runner import ServedChild
 
     if not v.warm_shapes:
         return [], {}
     harness = job["harness"]
-    shapes = warmed_shapes(v, opts, str(harness.get("device", "cpu")), len(harness.get("shapes") or []))
+    backend = str(job.get("force_backend") or job.get("backend") or "inductor")
+    shapes = warmed_shapes(v, opts, str(harness.get("device", "cpu")), len(harness.get("shapes") or []), backend)
     children: list[Any] = []
+    caches = [cache_root.parent / f"{cache_root.name}.warm-{i}" for i in shapes]
     try:
-        for i in shapes:
-            children.append(ServedChild(dict(job, warm_shape=i), workdir, f"warm-{v.name}-{i}", cache_root, opts.timeout_s))
+        for i, cache in zip(shapes, caches):
+            children.append(ServedChild(dict(job, warm_shape=i), workdir, f"warm-{v.name}-{i}", cache, opts.timeout_s))
     except BaseException:
         for child in children:
             child.close()
         raise
     if not children:
         return [], {}
-    return children, {"warmers": {str(i): {"out": c.job["out"], "pid": c.proc.pid, "timeout_s": opts.timeout_s} for i, c in zip(shapes, children)}}
+    return children, {"warmers": {str(i): {"out": c.job["out"], "pid": c.proc.pid, "cache": str(cache), "timeout_s": opts.timeout_s}
+                                  for i, c, cache in zip(shapes, children, caches)}}
 
 
 def _ended(pid: int) -> bool:
@@ -101,31 +115,72 @@ def _result(out: Path) -> dict[str, Any] | None:
         return None
 
 
-#: The least a shape warmer is waited for, in seconds, whatever the first shape's compile took.
+#: The least the shape warmers are waited for, in seconds, whatever the first shape's compile took.
 MIN_WAIT_S = 10.0
 
 
-def await_warmer(warmer: dict[str, Any], limit_s: float | None = None, poll_s: float = POLL_S) -> dict[str, Any]:
-    """In the variant's child, before shape ``i``'s first call: wait for shape ``i``'s warmer
-    (``warmer``: :func:`spawn`'s entry) to end, its process gone (its device memory freed with it),
-    then read its result. The wait is bounded by ``limit_s``, this child's own compile seconds at
-    its first shape (at least :data:`MIN_WAIT_S`): the warmer began at this shape when this child
-    began its first, so waiting longer than compiling here would take is not worth it; and by half
-    the warmer's ``timeout_s``, so a hung warmer cannot carry this child to its own timeout.
-    Returns ``{"waited_s", "entry"}`` (the warmer's shape entry: its ``compile_s``, ...) or
-    ``{"waited_s", "failed"}`` (why it has none: the shape is compiled here)."""
+class WarmWaits:
+    """The variant's child's waits for its shape warmers, all within one deadline: it is set at the
+    first wait, ``limit_s`` (this child's own compile seconds at its first shape, at least
+    :data:`MIN_WAIT_S`) after it, and never more than half a warmer's timeout after it. Every
+    warmer began its shape when this child began its first, so waiting longer than compiling here
+    would take is not worth it; one deadline for all keeps several stuck warmers from adding up,
+    and a hung warmer cannot carry the child to its own timeout."""
+
+    def __init__(self, limit_s: float | None) -> None:
+        self.limit_s = max(float(limit_s or 0.0), MIN_WAIT_S)
+        self.deadline: float | None = None
+
+    def wait(self, warmer: dict[str, Any], poll_s: float = POLL_S) -> dict[str, Any]:
+        """:func:`await_warmer` within the shared deadline."""
+        if self.deadline is None:
+            self.deadline = time.perf_counter() + min(self.limit_s, float(warmer["timeout_s"]) / 2)
+        return await_warmer(warmer, self.deadline, poll_s)
+
+
+def _kill(pid: int) -> None:
+    """End a warmer past the deadline, its process group with it (it runs in a session of its own)."""
+    import signal
+
+    for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            kill()
+            return
+        except (ProcessLookupError, PermissionError):
+            continue
+
+
+def _adopt(cache: Path) -> None:
+    """Copy a finished warmer's compile cache (its ``inductor`` and ``triton`` folders) into this
+    process's (``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``), so the next call at its shape
+    finds the compiled code there."""
+    import shutil
+
+    for sub, var in (("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("triton", "TRITON_CACHE_DIR")):
+        source, target = cache / sub, os.environ.get(var)
+        if target and source.is_dir():
+            shutil.copytree(source, target, dirs_exist_ok=True)
+
+
+def await_warmer(warmer: dict[str, Any], deadline: float, poll_s: float = POLL_S) -> dict[str, Any]:
+    """In the variant's child, before shape ``i``'s first call: wait until shape ``i``'s warmer
+    (``warmer``: :func:`spawn`'s entry) has ended, its process gone (its device memory freed with
+    it), or until ``deadline`` (``time.perf_counter()``; :class:`WarmWaits` sets it), when it is
+    killed. A warmer that ended with a result has its compile cache copied into this process's
+    (:func:`_adopt`). Returns ``{"waited_s", "entry"}`` (the warmer's shape entry: its
+    ``compile_s``, ...) or ``{"waited_s", "failed"}`` (why it has none: the shape is compiled
+    here, from this process's own cache only)."""
     out = Path(warmer["out"])
-    bound = float(warmer["timeout_s"]) / 2
-    if limit_s is not None:
-        bound = min(bound, max(float(limit_s), MIN_WAIT_S))
+    pid = int(warmer["pid"])
     t0 = time.perf_counter()
-    ended = _ended(int(warmer["pid"]))
-    while not ended and time.perf_counter() - t0 < bound:
+    ended = _ended(pid)
+    while not ended and time.perf_counter() < deadline:
         time.sleep(poll_s)
-        ended = _ended(int(warmer["pid"]))
+        ended = _ended(pid)
     waited = time.perf_counter() - t0
     if not ended:
-        return {"waited_s": waited, "failed": f"it had not ended after {waited:.0f} s, about what compiling here takes"}
+        _kill(pid)
+        return {"waited_s": waited, "failed": f"it had not ended after {waited:.0f} s, about what compiling here takes (ended)"}
     payload = _result(out)
     if payload is None:
         return {"waited_s": waited, "failed": "it exited without a result"}
@@ -134,6 +189,10 @@ def await_warmer(warmer: dict[str, Any], limit_s: float | None = None, poll_s: f
     shapes = payload.get("shapes") or []
     if not shapes:
         return {"waited_s": waited, "failed": "it compiled nothing"}
+    try:
+        _adopt(Path(warmer["cache"]))
+    except OSError as exc:
+        return {"waited_s": waited, "failed": f"its compile cache could not be copied: {exc}"}
     return {"waited_s": waited, "entry": shapes[0]}
 
 
@@ -154,8 +213,9 @@ def credit(entry: dict[str, Any], warmed: dict[str, Any], hits: int, compiled: i
     ``warmed`` from :func:`await_warmer`; ``hits`` and ``compiled``, that call's cache hits and
     misses or bypasses (:func:`cache_counts`). Only a call that loaded every graph it needed
     (hits, no miss or bypass) and a warmer with an entry make ``compile_s`` the warmer's
-    (``compile_s_here``: this call's, a trace and a cache load) and set ``compiled_by``; otherwise
-    this call compiled, its own seconds stand, and ``warmer`` says why."""
+    (``compile_s_here``: this call's, a trace and a cache load) and set ``compiled_by``; one that
+    loaded some and compiled others takes the larger of its seconds and the warmer's ("partly
+    used"); otherwise this call compiled, its own seconds stand, and ``warmer`` says why."""
     entry["waited_for_warmer_s"] = round(warmed["waited_s"], 3)
     if "entry" not in warmed:
         entry["warmer"] = f"not used: {warmed['failed']}"
@@ -164,8 +224,12 @@ def credit(entry: dict[str, Any], warmed: dict[str, Any], hits: int, compiled: i
         entry["warmer"] = "not used: this call found no compiled code of it in the cache and compiled"
         return
     if compiled > 0:
-        entry["warmer"] = (f"partly used: this call loaded {hits} compiled graph(s) from the cache and compiled "
-                           f"{compiled} itself; its own seconds stand")
+        # the loaded graphs' compile is the warmer's, the rest this call's: the larger of the two
+        # is the shape's figure (an upper bound, as with the warmer's seconds alone)
+        entry["compile_s_here"] = entry["compile_s"]
+        entry["compile_s"] = max(entry["compile_s"], float(warmed["entry"]["compile_s"]))
+        entry["warmer"] = (f"partly used: this call loaded {hits} compiled graph(s) from the warmer's cache and compiled "
+                           f"{compiled} itself; the larger of its seconds and the warmer's stands")
         return
     entry["compile_s_here"] = entry["compile_s"]
     entry["compile_s"] = float(warmed["entry"]["compile_s"])
