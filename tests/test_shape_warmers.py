@@ -185,6 +185,13 @@ def test_a_finished_warmers_cache_is_copied_into_the_childs_own(tmp_path, monkey
     assert got["entry"] == {"compile_s": 7.0} and got["waited_s"] >= 0.5
     assert (mine / "inductor/fxgraph/ab/entry").read_text() == "inductor/fxgraph/ab"
     assert (mine / "triton/cd/entry").read_text() == "triton/cd"
+    # a file this process's cache already holds is never written to: it may be a kernel's shared
+    # library this process has loaded, which rewriting in place crashes (SIGSEGV)
+    loaded = mine / "inductor/fxgraph/ab/entry"
+    loaded.write_text("mine")
+    inode = loaded.stat().st_ino
+    warmers._adopt(cache)
+    assert loaded.read_text() == "mine" and loaded.stat().st_ino == inode
     shutil.rmtree(mine)
     (tmp_path / "f").mkdir()
     out2, failed = _exited_after(tmp_path / "f", {"error": {"kind": "oom", "message": "x"}}, 0.0)

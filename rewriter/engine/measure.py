@@ -154,8 +154,8 @@ def child_job(spec_run: Any, opts: Options, workdir: Path) -> dict[str, Any]:
 def start_cold(job: dict[str, Any], v: Variant, workdir: Path, opts: Options) -> Any:
     """Spawn ``v``'s cold-phase child (:class:`.runner.ServedChild`, caches under
     ``workdir/caches/<name>``); it imports and builds, then waits for ``go``. Where ``v`` compiles
-    each shape from scratch, its shape warmers start with it (:mod:`.warmers`): they share its
-    cache folder, go with it and end with it."""
+    each shape from scratch, its shape warmers start with it (:mod:`.warmers`): each with a cache
+    folder of its own beside it, they go with it and end with it."""
     from . import warmers
     from .runner import ServedChild
 

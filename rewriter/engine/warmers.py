@@ -150,16 +150,30 @@ def _kill(pid: int) -> None:
             continue
 
 
+def _copy_new(src: str, dst: str) -> None:
+    """Copy ``src`` to ``dst`` unless ``dst`` exists, through a temporary name and ``os.replace``.
+    An existing file is never written to: the caches name their entries by content hash, so it holds
+    the same bytes, and this process may have it loaded (a compiled kernel's shared library, mapped:
+    rewriting it in place crashes the process)."""
+    import shutil
+
+    if os.path.exists(dst):
+        return
+    tmp = f"{dst}.warmer-{os.getpid()}"
+    shutil.copy2(src, tmp)
+    os.replace(tmp, dst)
+
+
 def _adopt(cache: Path) -> None:
     """Copy a finished warmer's compile cache (its ``inductor`` and ``triton`` folders) into this
     process's (``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``), so the next call at its shape
-    finds the compiled code there."""
+    finds the compiled code there; only the files this process's cache lacks (:func:`_copy_new`)."""
     import shutil
 
     for sub, var in (("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("triton", "TRITON_CACHE_DIR")):
         source, target = cache / sub, os.environ.get(var)
         if target and source.is_dir():
-            shutil.copytree(source, target, dirs_exist_ok=True)
+            shutil.copytree(source, target, dirs_exist_ok=True, copy_function=_copy_new)
 
 
 def await_warmer(warmer: dict[str, Any], deadline: float, poll_s: float = POLL_S) -> dict[str, Any]:
