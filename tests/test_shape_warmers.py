@@ -330,3 +330,76 @@ def test_the_search_log_says_which_shapes_warmers_compiled_and_why_one_was_not_u
     assert text.startswith("1 of its 3 shapes compiled by shape warmers beside its first (the cold phase took 81 s")
     assert "shape {'latent': 32}: warmer not used: it failed: oom" in text
     assert warmers.summary({"per_shape_cold": [{"shape": {}, "compile_s": 1.0}]}) is None
+
+
+class _FakeChild:
+    """Stands in for runner.ServedChild: names its result file as it does, starts nothing."""
+
+    def __init__(self, job, workdir, name, cache_root, timeout_s):
+        self.job = dict(job, out=str(Path(workdir) / f"{name}.result.json"))
+        self.cache_root = cache_root
+        self.proc = type("P", (), {"pid": os.getpid()})()
+
+    def close(self):
+        pass
+
+
+_JOB = {"harness": {"device": "cuda", "shapes": [{"size": 16}, {"size": 8}]}, "backend": "inductor"}
+
+
+def test_a_warmers_cache_folder_starts_empty_when_a_twin_is_started_again(tmp_path, monkeypatch):
+    """An early anchor ended and restarted reuses its warmers' names: the first one's compiled code
+    must not be found by the second, whose compile would then read as a cache load."""
+    monkeypatch.setattr("rewriter.engine.runner.ServedChild", _FakeChild)
+    monkeypatch.setattr(warmers, "device_room", lambda device: None)
+    old = tmp_path / "caches" / "whole+static.warm-1" / "inductor"
+    old.mkdir(parents=True)
+    (old / "entry").write_text("the dropped twin's")
+    v = Variant("whole+static", tmp_path, warm_shapes=True)
+    children, extra = warmers.spawn(_JOB, v, tmp_path, tmp_path / "caches" / "whole+static", Options(warm_shapes=True))
+    assert [c.cache_root.name for c in children] == ["whole+static.warm-1"]
+    assert not old.exists() and extra["warmers"]["1"]["cache"] == str(tmp_path / "caches" / "whole+static.warm-1")
+
+
+def test_no_warmers_where_the_caches_are_off_or_the_device_is_short_of_memory(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr("rewriter.engine.runner.ServedChild", _FakeChild)
+    v = Variant("whole+static", tmp_path, warm_shapes=True)
+    monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    assert warmers.warmed_shapes(v, Options(warm_shapes=True), "cuda", 3) == []
+    monkeypatch.delenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES")
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=0: (40 << 30, 100 << 30))
+    assert warmers.device_room("cuda") == "40.0 GiB of 100.0 GiB free on the device, under 50%"
+    assert warmers.spawn(_JOB, v, tmp_path, tmp_path / "c", Options(warm_shapes=True)) == ([], {})
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=0: (60 << 30, 100 << 30))
+    assert warmers.device_room("cuda") is None and warmers.device_room("cpu") is None
+
+
+def test_a_pid_given_to_another_process_counts_as_the_warmers_end():
+    me = warmers._start_time(os.getpid())
+    assert me is not None
+    assert warmers._ended(os.getpid(), me) is False
+    assert warmers._ended(os.getpid(), str(int(me) + 1)) is True
+
+
+def test_a_cache_copy_that_fails_leaves_no_temporary_file_and_the_calls_hits_decide(tmp_path, monkeypatch):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.write_text("kernel")
+
+    def broken(a, b):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(OSError, match="disk full"):
+        warmers._copy_new(str(src), str(dst))
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+    # part of the cache may be in: with no hit the call compiled and says why; with hits, the warmer's
+    warmed = {"waited_s": 0.0, "entry": {"compile_s": 9.0}, "copy_error": "disk full"}
+    entry = {"compile_s": 4.0}
+    warmers.credit(entry, warmed, hits=0)
+    assert entry["compile_s"] == 4.0 and entry["warmer"] == "not used: its compile cache could not be copied: disk full"
+    entry = {"compile_s": 0.3}
+    warmers.credit(entry, warmed, hits=2)
+    assert entry["compile_s"] == 9.0 and entry["compiled_by"] == "warmer"

@@ -682,7 +682,8 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
 
 def _warm(job: dict[str, Any], model: Any, result: dict[str, Any], training: bool) -> dict[str, Any]:
     """A shape warmer's whole cold phase (:mod:`.warmers`): the first calls at shape
-    ``job["warm_shape"]`` only, which compile it into the variant's cache; no outputs compared
+    ``job["warm_shape"]`` only, which compile it into its own cache folder (the variant's child
+    copies it once this process has ended); no outputs compared
     (the variant's own call there is). The payload has no ``_serve``: the warmer then exits."""
     from .watch import CompileWatch
 

@@ -25,6 +25,7 @@ variant's own compile seconds and says why (``warmer``). Warmers run only where
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -55,10 +56,45 @@ def warmed_shapes(v: Variant, opts: Options, device: str, shapes: int, backend: 
     :data:`MAX_WARMERS`) where ``v`` compiles each shape from scratch, the backend's compiled code
     is cached (:data:`CACHED_BACKENDS`) and warmers are allowed (``opts.warm_shapes``, or by default
     :func:`.cost.may_overlap`); else none."""
-    if not v.warm_shapes or shapes < 2 or backend not in CACHED_BACKENDS:
+    if not v.warm_shapes or shapes < 2 or backend not in CACHED_BACKENDS or caches_off():
         return []
     allowed = opts.warm_shapes if opts.warm_shapes is not None else may_overlap(opts.overlap, device)
     return list(range(1, min(shapes, MAX_WARMERS + 1))) if allowed else []
+
+
+def caches_off() -> bool:
+    """Whether this environment turns Inductor's compiled-code caches off
+    (``TORCHINDUCTOR_FX_GRAPH_CACHE=0``, ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``): a warmer's work
+    could not reach the variant then."""
+    return os.environ.get("TORCHINDUCTOR_FX_GRAPH_CACHE") == "0" or os.environ.get("TORCHINDUCTOR_FORCE_DISABLE_CACHES") == "1"
+
+
+#: Warmers start on a GPU only while at least this share of its memory is free: each holds a copy
+#: of the model and its activations until it exits, beside the variant's own child and the search's
+#: other children (a stackpart heuristic; docs/decisions.md, "Shape warmers").
+FREE_SHARE = 0.5
+
+
+def device_room(device: str) -> str | None:
+    """None when warmers may start on ``device`` (a CPU, or a GPU with :data:`FREE_SHARE` of its
+    memory free now, ``torch.cuda.mem_get_info``); else why not."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    free, total = torch.cuda.mem_get_info(torch.device(device).index or 0)
+    if free < FREE_SHARE * total:
+        return f"{free / 2**30:.1f} GiB of {total / 2**30:.1f} GiB free on the device, under {FREE_SHARE:.0%}"
+    return None
+
+
+def _start_time(pid: int) -> str | None:
+    """Process ``pid``'s start time (``/proc/<pid>/stat`` field 22, clock ticks since boot), which
+    tells it from a later process given the same pid; None without /proc."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 def spawn(job: dict[str, Any], v: Variant, workdir: Path, cache_root: Path, opts: Options) -> tuple[list[Any], dict[str, Any]]:
@@ -73,26 +109,34 @@ def spawn(job: dict[str, Any], v: Variant, workdir: Path, cache_root: Path, opts
 
     if not v.warm_shapes:
         return [], {}
+    import shutil
+
     harness = job["harness"]
+    device = str(harness.get("device", "cpu"))
     backend = str(job.get("force_backend") or job.get("backend") or "inductor")
-    shapes = warmed_shapes(v, opts, str(harness.get("device", "cpu")), len(harness.get("shapes") or []), backend)
+    shapes = warmed_shapes(v, opts, device, len(harness.get("shapes") or []), backend)
+    if not shapes or device_room(device) is not None:
+        return [], {}
     children: list[Any] = []
     caches = [cache_root.parent / f"{cache_root.name}.warm-{i}" for i in shapes]
     try:
         for i, cache in zip(shapes, caches):
+            # empty, as every child's cache starts: a twin started again (an early anchor ended and
+            # restarted) must not find the first one's compiled code there
+            shutil.rmtree(cache, ignore_errors=True)
             children.append(ServedChild(dict(job, warm_shape=i), workdir, f"warm-{v.name}-{i}", cache, opts.timeout_s))
     except BaseException:
         for child in children:
             child.close()
         raise
-    if not children:
-        return [], {}
-    return children, {"warmers": {str(i): {"out": c.job["out"], "pid": c.proc.pid, "cache": str(cache), "timeout_s": opts.timeout_s}
+    return children, {"warmers": {str(i): {"out": c.job["out"], "pid": c.proc.pid, "started": _start_time(c.proc.pid),
+                                           "cache": str(cache), "timeout_s": opts.timeout_s}
                                   for i, c, cache in zip(shapes, children, caches)}}
 
 
-def _ended(pid: int) -> bool:
-    """Whether process ``pid`` has exited (gone, or a zombie not reaped yet)."""
+def _ended(pid: int, started: str | None = None) -> bool:
+    """Whether process ``pid`` has exited: gone, a zombie not reaped yet, or (``started``, its
+    :func:`_start_time`) the pid now another process's."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except FileNotFoundError:
@@ -105,7 +149,8 @@ def _ended(pid: int) -> bool:
         except PermissionError:
             return False
         return False
-    return stat.rpartition(")")[2].split()[0] == "Z"
+    fields = stat.rpartition(")")[2].split()
+    return fields[0] == "Z" or (started is not None and len(fields) > 19 and fields[19] != started)
 
 
 def _result(out: Path) -> dict[str, Any] | None:
@@ -117,6 +162,9 @@ def _result(out: Path) -> dict[str, Any] | None:
 
 #: The least the shape warmers are waited for, in seconds, whatever the first shape's compile took.
 MIN_WAIT_S = 10.0
+
+#: How long a warmer killed at the deadline is given to exit (its device memory goes with it).
+KILL_WAIT_S = 5.0
 
 
 class WarmWaits:
@@ -160,8 +208,13 @@ def _copy_new(src: str, dst: str) -> None:
     if os.path.exists(dst):
         return
     tmp = f"{dst}.warmer-{os.getpid()}"
-    shutil.copy2(src, tmp)
-    os.replace(tmp, dst)
+    try:
+        shutil.copy2(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _adopt(cache: Path) -> None:
@@ -185,16 +238,21 @@ def await_warmer(warmer: dict[str, Any], deadline: float, poll_s: float = POLL_S
     ``compile_s``, ...) or ``{"waited_s", "failed"}`` (why it has none: the shape is compiled
     here, from this process's own cache only)."""
     out = Path(warmer["out"])
-    pid = int(warmer["pid"])
+    pid, started = int(warmer["pid"]), warmer.get("started")
     t0 = time.perf_counter()
-    ended = _ended(pid)
+    ended = _ended(pid, started)
     while not ended and time.perf_counter() < deadline:
         time.sleep(poll_s)
-        ended = _ended(pid)
+        ended = _ended(pid, started)
     waited = time.perf_counter() - t0
     if not ended:
         _kill(pid)
-        return {"waited_s": waited, "failed": f"it had not ended after {waited:.0f} s, about what compiling here takes (ended)"}
+        # its device memory is freed with its process: give it a moment to go
+        gone = time.perf_counter() + KILL_WAIT_S
+        while not _ended(pid, started) and time.perf_counter() < gone:
+            time.sleep(poll_s)
+        return {"waited_s": time.perf_counter() - t0,
+                "failed": f"it had not ended after {waited:.0f} s, about what compiling here takes (ended)"}
     payload = _result(out)
     if payload is None:
         return {"waited_s": waited, "failed": "it exited without a result"}
@@ -206,7 +264,8 @@ def await_warmer(warmer: dict[str, Any], deadline: float, poll_s: float = POLL_S
     try:
         _adopt(Path(warmer["cache"]))
     except OSError as exc:
-        return {"waited_s": waited, "failed": f"its compile cache could not be copied: {exc}"}
+        # part of it may be in: the call's cache hits and misses decide (credit)
+        return {"waited_s": waited, "entry": shapes[0], "copy_error": str(exc)[:300]}
     return {"waited_s": waited, "entry": shapes[0]}
 
 
@@ -235,7 +294,8 @@ def credit(entry: dict[str, Any], warmed: dict[str, Any], hits: int, compiled: i
         entry["warmer"] = f"not used: {warmed['failed']}"
         return
     if hits <= 0:
-        entry["warmer"] = "not used: this call found no compiled code of it in the cache and compiled"
+        entry["warmer"] = ("not used: its compile cache could not be copied: " + warmed["copy_error"] if warmed.get("copy_error")
+                           else "not used: this call found no compiled code of it in the cache and compiled")
         return
     if compiled > 0:
         # the loaded graphs' compile is the warmer's, the rest this call's: the larger of the two
