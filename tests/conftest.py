@@ -94,6 +94,7 @@ FILE_SECONDS: dict[str, float] = {
     "test_hostile_files.py": 45, "test_transformers_real.py": 45,
     "test_library_models_gensep.py": 40, "test_diffusers_real.py": 35, "test_search_config.py": 30,
     "test_diagnose_hf_src.py": 35, "test_measure_compiled_programs.py": 30,
+    "test_zoo_gate.py": 80, "test_shape_warmers.py": 40,
     "test_diagnose_overwrite.py": 10, "test_diagnose.py": 30, "test_search_names.py": 30,
     "test_own_call.py": 30, "test_declared_blocks.py": 25, "test_search.py": 25,
     "test_library_models_genpaired.py": 25, "test_attention_action.py": 30,
