@@ -262,7 +262,7 @@ WORKER = r'''
 import json, logging, math, statistics, sys, time
 import torch
 src, variant, device, shapes, steps = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), int(sys.argv[5])
-kind = variant.split("#")[0]  # "whole#2": a second process of "whole" (--replicate)
+kind = variant.removesuffix("#2")  # "whole#2": a second process of "whole" (--replicate, REPLICA)
 sys.path.insert(0, src)
 import harness
 ''' + AUTOTUNE_CENSUS + r'''
@@ -659,11 +659,11 @@ def verdicts(variants: dict[str, dict], plan: dict | None = None) -> dict:
     :data:`LADDER_SEARCH_BAR_S` (a diagnose that did not exit 0 has not met it; one that shared the
     host with the variants' compile phases, ``--overlap-diagnose``, is flagged and, where it met it,
     not judged: None)."""
-    seconds = {k: v for k, v in variants.items() if REPLICA in k}
-    variants = {k: v for k, v in variants.items() if REPLICA not in k}
+    second = {k: v for k, v in variants.items() if k.endswith(REPLICA)}
+    variants = {k: v for k, v in variants.items() if not k.endswith(REPLICA)}
     out = _speed_verdicts(variants)
-    if seconds:
-        out["replicates"] = replicate_spread(variants, seconds)
+    if second:
+        out["replicates"] = replicate_spread(variants, second)
     passing = {k: v for k, v in variants.items() if _passes(v)}
     if passing and all("blocked_ms" in sh for v in passing.values() for sh in v["shapes"]):
         # the same bars on the blocked figures: reported beside, not instead (module docstring)
@@ -689,7 +689,7 @@ def replicate_spread(first: dict[str, dict], second: dict[str, dict]) -> dict:
     not see. Not judged."""
     out = {}
     for name, v2 in second.items():
-        v1 = first.get(name.replace(REPLICA, ""))
+        v1 = first.get(name.removesuffix(REPLICA))
         if not v1 or "error" in v1 or "error" in v2:
             out[name] = {"error": (v2.get("error") or (v1 or {}).get("error") or "its first process did not run")[:200]}
             continue
@@ -711,17 +711,16 @@ def _passes(v: dict) -> bool:
 def _speed_verdicts(variants: dict[str, dict], key: str = "median_ms") -> dict:
     """The speed bars: the plan against the fastest variant passing numerics without a fallback, and
     eager, on each shape's ``key`` figure (ms)."""
-    ok = _passes
 
     def step(v):  # the mean of the per-shape steady steps
         return statistics.mean(s[key] for s in v["shapes"])
-    good = {k: step(v) for k, v in variants.items() if ok(v)}
+    good = {k: step(v) for k, v in variants.items() if _passes(v)}
     out: dict = {"passing": sorted(good, key=good.get)}
     if not good or "plan" not in variants or "eager" not in variants:
         return out
     fastest = min(good, key=good.get)
     plan, eager = variants["plan"], variants["eager"]
-    if not ok(plan):
+    if not _passes(plan):
         out["plan_ok"] = False
         return out
     out["fastest"] = fastest
@@ -851,7 +850,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs += [(v + REPLICA, src) for v, src in reversed(jobs) if v in twice]
             for variant, res in run_variants(jobs, device, shapes, args.steps, args.timeout, parallel=not args.serial,
                                              core=core, early=early):
-                if variant.split("#")[0] == "plan":
+                if variant.removesuffix(REPLICA) == "plan":
                     res["actions"] = r["plan"].get("actions")
                 r["variants"][variant] = res
                 save(variant)

@@ -700,15 +700,10 @@ def _warm(job: dict[str, Any], model: Any, result: dict[str, Any], training: boo
         y.sum().backward()
     with CompileWatch() as watch:
         t = time.perf_counter()
-        first_s, steady_s, out = _first_calls(job, _step_fns(model, inputs, training), i)
+        entry, out = _first_call_entry(job, model, inputs, watch, i, training)
         del out
-        after = watch.stats()
-        result["shapes"].append({
-            "shape": job["harness"]["shapes"][i], "first_call_s": first_s, "steady_s": steady_s,
-            "compile_s": max(0.0, first_s - steady_s), "new_graphs": after.unique_graphs,
-            "new_recompiles": after.recompiles,
-        })
-        result["compile"] = after.to_json()
+        result["shapes"].append(entry)
+        result["compile"] = watch.stats().to_json()
         result["_phases"]["first_calls"] = time.perf_counter() - t
     return result
 
@@ -737,27 +732,18 @@ def _cold_shape(job: dict[str, Any], model: Any, watch: Any, i: int, reference_s
     recompiles it added, and (not for a replica) its outputs saved as the reference's or compared
     with them under ``compare``. Where a shape warmer compiles shape ``i`` (:mod:`.warmers`) it is
     waited for first, within ``waits`` (:class:`.warmers.WarmWaits`)."""
-    from . import warmers
-
-    spec = job["harness"]
     inputs = _inputs(job, i, Path(job["ref"]))  # saved by the reference at go
     warmer = (job.get("warmers") or {}).get(str(i))
-    warmed = (waits or warmers.WarmWaits(None)).wait(warmer) if warmer else None
-    cache = warmers.cache_counts()
-    before = watch.stats()
-    first_s, steady_s, out = _first_calls(job, _step_fns(model, inputs, reference_sd is not None), i)
-    after = watch.stats()
-    entry: dict[str, Any] = {
-        "shape": spec["shapes"][i],
-        "first_call_s": first_s,
-        "steady_s": steady_s,
-        "compile_s": max(0.0, first_s - steady_s),
-        "new_graphs": after.unique_graphs - before.unique_graphs,
-        "new_recompiles": after.recompiles - before.recompiles,
-    }
-    if warmed is not None:
-        after_cache = warmers.cache_counts()
-        warmers.credit(entry, warmed, after_cache["hits"] - cache["hits"], after_cache["compiled"] - cache["compiled"])
+    if warmer is None:
+        entry, out = _first_call_entry(job, model, inputs, watch, i, reference_sd is not None)
+    else:  # run_cold made ``waits`` at shape 1, before any warmed shape
+        from . import warmers
+
+        warmed = waits.wait(warmer)
+        cache = warmers.cache_counts()
+        entry, out = _first_call_entry(job, model, inputs, watch, i, reference_sd is not None)
+        after = warmers.cache_counts()
+        warmers.credit(entry, warmed, after["hits"] - cache["hits"], after["compiled"] - cache["compiled"])
     if job.get("replica"):
         # a second timed process (engine.replicas.Replicas): its first process was
         # judged, so no outputs are recorded or compared here
@@ -771,6 +757,24 @@ def _cold_shape(job: dict[str, Any], model: Any, watch: Any, i: int, reference_s
     else:
         entry["compare"] = _compared(job, i, record, inputs, generator, tokens)
     return entry
+
+
+def _first_call_entry(job: dict[str, Any], model: Any, inputs: Any, watch: Any, i: int,
+                      training: bool) -> tuple[dict[str, Any], Any]:
+    """Shape ``i``'s first calls (:func:`_first_calls`) as its entry: the first call's and the
+    steady call's seconds, the compile (their difference) and the graphs and recompiles they added
+    under ``watch``; and the first call's outputs."""
+    before = watch.stats()
+    first_s, steady_s, out = _first_calls(job, _step_fns(model, inputs, training), i)
+    after = watch.stats()
+    return {
+        "shape": job["harness"]["shapes"][i],
+        "first_call_s": first_s,
+        "steady_s": steady_s,
+        "compile_s": max(0.0, first_s - steady_s),
+        "new_graphs": after.unique_graphs - before.unique_graphs,
+        "new_recompiles": after.recompiles - before.recompiles,
+    }, out
 
 
 def _first_calls(job: dict[str, Any], fn: Any, i: int) -> tuple[float, float, Any]:

@@ -88,9 +88,9 @@ class Options:
         warm_shapes: whether a variant that compiles each harness shape from scratch
             (:attr:`Variant.warm_shapes`) compiles its later shapes in processes of their own, beside
             its first, whose compiled code its child then loads (:mod:`.warmers`; Inductor only);
-            None (the default): where the
-            reference may overlap a compile (:func:`.cost.may_overlap`: a GPU, 8 or more CPUs, not
-            ``--no-overlap``), since each warmer is one more compile on the host's CPUs.
+            None (the default): where the reference may overlap a compile (:func:`.cost.may_overlap`:
+            a GPU, 8 or more CPUs, not ``--no-overlap``), since each warmer is one more compile on
+            the host's CPUs.
     """
 
     out: Path | None = None

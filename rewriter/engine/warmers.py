@@ -14,9 +14,9 @@ Only the ``inductor`` backend's compiled code is cached, so only there are warme
 
 What the report says is unchanged in kind: a shape's ``compile_s`` is its own compile's, measured
 where it ran (the warmer, beside the variant's first shape: like :attr:`.options.Options.parallel_cold`,
-its seconds include what the other compile took from the host's CPUs, and a fresh process's
-first-compile costs), and ``compile_s_per_start`` sums them: an upper bound of what one process pays
-one after the other at a restart (docs/decisions.md, "Shape warmers").
+its seconds include what the other compile took from the host's CPUs; the backend's first-compile
+costs it pays beforehand, on a throwaway function), and ``compile_s_per_start`` sums them: an upper
+bound of what one process pays one after the other at a restart (docs/decisions.md, "Shape warmers").
 A shape whose call found no cache hit (the warmer failed, or compiled other code) keeps the
 variant's own compile seconds and says why (``warmer``). Warmers run only where
 :attr:`.options.Options.warm_shapes` allows (by default where compiles may overlap,
@@ -103,8 +103,9 @@ def spawn(job: dict[str, Any], v: Variant, workdir: Path, cache_root: Path, opts
     ``cache_root`` (the variant's child copies it into its own once the warmer has ended with a
     result: what a warmer left half-written or failed to finish never reaches the variant's
     call); they build and wait for ``go`` as the variant's child does. Returns them and what the
-    variant's job adds: ``{"warmers": {"<i>": {"out": result path, "pid": pid, "cache": its
-    folder, "timeout_s": its wait}}}`` (empty when none started)."""
+    variant's job adds: ``{"warmers": {"<i>": {"out": result path, "pid": pid, "started": its
+    :func:`_start_time`, "cache": its folder, "timeout_s": its wait}}}`` (empty when none started:
+    none wanted, or the device short of memory, :func:`device_room`)."""
     from .runner import ServedChild
 
     if not v.warm_shapes:
