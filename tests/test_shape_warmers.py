@@ -373,7 +373,11 @@ def test_no_warmers_where_the_caches_are_off_or_the_device_is_short_of_memory(tm
     monkeypatch.delenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES")
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=0: (40 << 30, 100 << 30))
     assert warmers.device_room("cuda") == "40.0 GiB of 100.0 GiB free on the device, under 50%"
-    assert warmers.spawn(_JOB, v, tmp_path, tmp_path / "c", Options(warm_shapes=True)) == ([], {})
+    short = "40.0 GiB of 100.0 GiB free on the device, under 50%; its 2 shapes compiled one after the other"
+    assert warmers.spawn(_JOB, v, tmp_path, tmp_path / "c", Options(warm_shapes=True)) == ([], {"warmers_not_started": short})
+    # the search.log line of the twin says so (what it said nothing of before)
+    assert warmers.summary({"per_shape_cold": [{"shape": {}, "compile_s": 1.0}], "warmers_not_started": short}) == (
+        f"shape warmers not started: {short}")
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=0: (60 << 30, 100 << 30))
     assert warmers.device_room("cuda") is None and warmers.device_room("cpu") is None
 
@@ -405,3 +409,14 @@ def test_a_cache_copy_that_fails_leaves_no_temporary_file_and_the_calls_hits_dec
     entry = {"compile_s": 0.3}
     warmers.credit(entry, warmed, hits=2)
     assert entry["compile_s"] == 9.0 and entry["compiled_by"] == "warmer"
+
+
+def test_a_twin_whose_warmers_did_not_start_for_memory_carries_why_to_its_row(tmp_path, monkeypatch):
+    from rewriter.engine import measure
+
+    monkeypatch.setattr("rewriter.engine.runner.ServedChild", _FakeChild)
+    monkeypatch.setattr(warmers, "device_room", lambda device: "10.0 GiB of 100.0 GiB free on the device, under 50%")
+    v = Variant("whole+static", tmp_path, warm_shapes=True)
+    child = measure.start_cold(dict(_JOB, harness=dict(_JOB["harness"], file="harness.py")), v, tmp_path, Options(warm_shapes=True))
+    assert child.warmers == () and child.warmers_not_started.startswith("10.0 GiB of 100.0 GiB free")
+    assert "warmers_not_started" not in child.job  # what the child process is sent stays as before

@@ -163,6 +163,7 @@ def start_cold(job: dict[str, Any], v: Variant, workdir: Path, opts: Options) ->
                 library_modules=v.library_modules, site=v.site, stance=v.stance)
     cache = workdir / "caches" / v.name
     helpers, extra = warmers.spawn(mine, v, workdir, cache, opts)
+    not_started = extra.pop("warmers_not_started", None)
     try:
         child = ServedChild(dict(mine, **extra), workdir, f"cold-{v.name}", cache, opts.timeout_s)
     except BaseException:
@@ -170,6 +171,7 @@ def start_cold(job: dict[str, Any], v: Variant, workdir: Path, opts: Options) ->
             helper.close()
         raise
     child.warmers = tuple(helpers)
+    child.warmers_not_started = not_started
     return child
 
 
@@ -281,6 +283,7 @@ class _Run:
             "child_wall_s": res.wall_s,
             "startup_s": getattr(child, "built_at", child.started) - child.started,
             "problems": [],
+            **({"warmers_not_started": why} if (why := getattr(child, "warmers_not_started", None)) else {}),
         }
         if res.error:
             return self._record_error(name, row, res)

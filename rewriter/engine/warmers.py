@@ -104,8 +104,9 @@ def spawn(job: dict[str, Any], v: Variant, workdir: Path, cache_root: Path, opts
     result: what a warmer left half-written or failed to finish never reaches the variant's
     call); they build and wait for ``go`` as the variant's child does. Returns them and what the
     variant's job adds: ``{"warmers": {"<i>": {"out": result path, "pid": pid, "started": its
-    :func:`_start_time`, "cache": its folder, "timeout_s": its wait}}}`` (empty when none started:
-    none wanted, or the device short of memory, :func:`device_room`)."""
+    :func:`_start_time`, "cache": its folder, "timeout_s": its wait}}}``; empty when none were
+    wanted, and ``{"warmers_not_started": why}`` when some were but the device was short of memory
+    (:func:`device_room`), for the variant's row to say."""
     from .runner import ServedChild
 
     if not v.warm_shapes:
@@ -116,8 +117,10 @@ def spawn(job: dict[str, Any], v: Variant, workdir: Path, cache_root: Path, opts
     device = str(harness.get("device", "cpu"))
     backend = str(job.get("force_backend") or job.get("backend") or "inductor")
     shapes = warmed_shapes(v, opts, device, len(harness.get("shapes") or []), backend)
-    if not shapes or device_room(device) is not None:
+    if not shapes:
         return [], {}
+    if (short := device_room(device)) is not None:
+        return [], {"warmers_not_started": f"{short}; its {len(shapes) + 1} shapes compiled one after the other"}
     children: list[Any] = []
     caches = [cache_root.parent / f"{cache_root.name}.warm-{i}" for i in shapes]
     try:
@@ -326,7 +329,7 @@ def summary(row: dict[str, Any]) -> str | None:
     or None where it had none: which shapes they compiled, and which a call compiled itself and why."""
     warmed = [e for e in row.get("per_shape_cold") or [] if "waited_for_warmer_s" in e]
     if not warmed:
-        return None
+        return f"shape warmers not started: {row['warmers_not_started']}" if row.get("warmers_not_started") else None
     used = [e for e in warmed if e.get("compiled_by") == "warmer"]
     parts = []
     if used:
