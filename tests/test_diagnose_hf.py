@@ -72,7 +72,7 @@ def write_harness(src, name, use_cache=False, training=False):
 RUN = textwrap.dedent("""\
     import json, sys
     import torch
-    from rewriter.engine.child import force_backend
+    from rewriter.engine.build import force_backend
     force_backend("eager")
     sys.path.insert(0, sys.argv[1])
     import harness

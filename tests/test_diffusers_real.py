@@ -54,7 +54,7 @@ HARNESS = textwrap.dedent("""\
 RUN = textwrap.dedent("""\
     import json, sys
     import torch
-    from rewriter.engine.child import force_backend
+    from rewriter.engine.build import force_backend
     force_backend("eager")
     sys.path.insert(0, sys.argv[1])
     import harness

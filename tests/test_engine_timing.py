@@ -289,7 +289,7 @@ def test_autotune_again_turns_off_the_local_autotune_cache():
     (CI, torch 2.13: "torch._inductor.config.autotune_local_cache does not exist")."""
     import torch._inductor.config as inductor_config
 
-    from rewriter.engine.child import autotune_again
+    from rewriter.engine.build import autotune_again
 
     before = inductor_config.autotune_local_cache
     with inductor_config.patch(autotune_local_cache=True):

@@ -141,12 +141,12 @@ def test_validates_progress_line_names_the_rewritten_tree_as_b(tmp_path, capsys)
 
 
 def test_the_child_puts_a_harness_path_under_its_tree_for_the_parent_to_relabel(tmp_path):
-    from rewriter.engine.child import _in_tree
+    from rewriter.engine.build import in_tree
 
-    with pytest.raises(StackpartError) as info, _in_tree(tmp_path):
+    with pytest.raises(StackpartError) as info, in_tree(tmp_path):
         raise StackpartError("x", path="harness.py", line=3)
     assert info.value.path == str(tmp_path / "harness.py")
-    with pytest.raises(StackpartError) as info, _in_tree(tmp_path):
+    with pytest.raises(StackpartError) as info, in_tree(tmp_path):
         raise StackpartError("x", path="/elsewhere/plan.yaml", line=3)
     assert info.value.path == "/elsewhere/plan.yaml"
 

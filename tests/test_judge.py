@@ -308,7 +308,7 @@ class TinyMoE(torch.nn.Module):
 
 @pytest.mark.parametrize("bf16_only", [False, True])
 def test_the_reference_child_saves_the_high_precision_run_or_eager_noise_with_the_decisions(tmp_path, bf16_only):
-    from rewriter.engine.child import high_precision_reference
+    from rewriter.engine.reference import high_precision_reference
 
     torch.manual_seed(0)
     model = TinyMoE(bf16_only).bfloat16().eval()

@@ -64,7 +64,7 @@ def _install(tmp_path: Path, monkeypatch) -> Path:
 RUN = textwrap.dedent("""\
     import json, sys
     import torch
-    from rewriter.engine.child import force_backend
+    from rewriter.engine.build import force_backend
     force_backend("eager")
     sys.path.insert(0, sys.argv[1])
     import harness, routelib

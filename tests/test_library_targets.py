@@ -19,7 +19,7 @@ import pytest
 from programs import last_json, run_programs  # tests/programs.py: several programs in one process
 
 from rewriter.cli import main
-from rewriter.engine.child import site_ran
+from rewriter.engine.build import site_ran
 from rewriter.errors import StackpartError
 from rewriter.plan import Harness, load_plan, parse_plan
 from rewriter.rewrite.transform import plan_rewrite
@@ -117,7 +117,7 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
 RUN = textwrap.dedent("""\
     import json, sys
     import torch
-    from rewriter.engine.child import force_backend
+    from rewriter.engine.build import force_backend
     force_backend("eager")
     sys.path.insert(0, sys.argv[1])
     import harness

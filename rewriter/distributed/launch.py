@@ -88,7 +88,7 @@ def run_distributed(
             ``forward_prefetch``), over the harness file's.
         library_modules, site: the plan's generated ``_stackpart/library.py`` files (relative to
             ``src``) and its ``site:`` with where it is written: every rank checks that the site
-            ran while the harness built the model (:func:`rewriter.engine.child.site_ran`), as
+            ran while the harness built the model (:func:`rewriter.engine.build.site_ran`), as
             validate's single-process children do, so a plan whose site never runs is an error
             rather than the program timed without its library actions.
         warmup, steps: warm-up steps, then ``steps`` timed steps and ``steps`` profiled ones.

@@ -145,7 +145,7 @@ def run_rank(cfg: dict[str, Any], rank: int, local_rank: int, world: int) -> dic
         h = load_harness(spec, Path(cfg["src"]))
         model, inputs = build(h)
         if cfg.get("library_modules"):
-            from ..engine.child import site_ran
+            from ..engine.build import site_ran
 
             site_ran(Path(cfg["src"]), spec, cfg["library_modules"], cfg.get("site"))
         sizes = [p.numel() * p.element_size() for p in model.parameters() if p.requires_grad]

@@ -73,7 +73,7 @@ def cold_summary(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def reference_notes(hp_run: dict[str, Any]) -> list[str]:
-    """What the eager reference's high-precision run (:func:`.child.high_precision_reference`)
+    """What the eager reference's high-precision run (:func:`.reference.high_precision_reference`)
     says: which dtype it ran in and why another did not, or, when none ran, why and what judged
     the low-precision outputs instead; and how many discrete decisions flipped or were near ties."""
     notes = []

@@ -145,7 +145,7 @@ def high_precision_text(stats: dict[str, Any]) -> str:
 
 def reference_text(run: dict[str, Any]) -> str:
     """One sentence on what judged the low-precision leaves, from the eager reference's
-    ``high_precision`` run record (:func:`.child.high_precision_reference`)."""
+    ``high_precision`` run record (:func:`.reference.high_precision_reference`)."""
     if run.get("dtype"):
         return (
             f"The original ran once more in {run['dtype']} from the same weights and inputs ({run['seconds']:.2f} s); "

@@ -72,7 +72,7 @@ class Options:
         replica_caches: what the second process (:attr:`replicates` 2) compiles from.
             ``reautotune`` (the default): a copy of its variant's caches less Inductor's stored
             autotuning winners (``*.best_config``), with the local autotune cache off in the child
-            (:func:`.child.autotune_again`): the compiled code is reused and every Triton kernel's
+            (:func:`.build.autotune_again`): the compiled code is reused and every Triton kernel's
             configs are benchmarked again, as a re-run would (about 0.5 s more; docs/decisions.md,
             "Replica caches re-autotune").
             ``warm``: the variant's own caches, every compile-time decision shared.

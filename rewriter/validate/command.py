@@ -160,7 +160,7 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
 
 def _site_at(loaded: Any) -> dict[str, Any] | None:
     """The plan's ``site:`` and where it is written (the plan file as given, its line), for the
-    child's error when the harness never calls it (:func:`rewriter.engine.child.site_ran`)."""
+    child's error when the harness never calls it (:func:`rewriter.engine.build.site_ran`)."""
     if loaded.plan.site is None:
         return None
     return {"target": loaded.plan.site, "path": loaded.path, "line": loaded.site_line}
