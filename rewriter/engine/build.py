@@ -40,9 +40,10 @@ def build_variant(
     job: dict[str, Any], variant: str, ref: Path, channel: Any = None
 ) -> tuple[Any, dict[str, Any]]:
     """Build ``variant``'s model, wait for the parent's go-ahead (when there is a ``channel``, the
-    child's :class:`.child.Channel`),
-    load the reference state_dict (or, in the reference, save it and every shape's inputs, then
-    say ``weights_saved``), compile as the variant asks; returns (model, info)."""
+    child's :class:`.child.Channel`), load the reference's state_dict (or, in the reference, save
+    it and every shape's inputs, then say ``weights_saved``), and compile as the variant asks.
+    Returns ``(model, info)``; ``info["state_dict_error"]`` says why the weights did not load, and
+    the model is then returned unprepared."""
     import torch
 
     from ..harness import build_model, load_harness
@@ -80,44 +81,10 @@ def build_variant(
     if channel is not None:
         channel.await_go()
         info["_go_at"] = time.perf_counter()
-    sd_path = ref / "state_dict.pt"
-    if job.get("reference"):
-        torch.save(cpu(model.state_dict()), sd_path)
-        # every shape's inputs too, so a compiled variant may start before this run ends
-        _save_inputs(job, h, ref)
-        (ref / WEIGHTS_SAVED).touch()
-        if channel is not None:
-            message: dict[str, Any] = {"weights_saved": True}
-            if torch.cuda.is_available() and spec.device.startswith("cuda"):
-                free, total = torch.cuda.mem_get_info()
-                message.update(allocated=torch.cuda.memory_allocated(), free=free, total=total)
-            channel.send(message)
-    else:
-        if job.get("wait_for_weights"):
-            # sent go before the reference saved (the search's anchor started early,
-            # rewriter.diagnose.early_reference): wait for it here
-            t_wait = time.perf_counter()
-            wait_for_reference(ref, marker=WEIGHTS_SAVED)
-            info["_waited_for_weights"] = time.perf_counter() - t_wait
-        # mmap: the saved file is paged in as it is copied to the device, not read whole first
-        reference = torch.load(sd_path, map_location=spec.device, weights_only=False, mmap=True)
-        mine = model.state_dict()
-        reference = _through_compile(reference, mine)
-        missing = sorted(set(reference) - set(mine))
-        unexpected = sorted(set(mine) - set(reference))
-        if missing or unexpected:
-            info["state_dict_error"] = (
-                "state_dict keys differ from the original's: "
-                + (f"missing {missing[:20]}" if missing else "")
-                + ("; " if missing and unexpected else "")
-                + (f"unexpected {unexpected[:20]}" if unexpected else "")
-            )
-            return model, info
-        try:
-            model.load_state_dict(reference)
-        except RuntimeError as exc:
-            info["state_dict_error"] = f"loading the original's state_dict failed: {str(exc)[:500]}"
-            return model, info
+    error = _save_weights(job, model, h, ref, channel) if job.get("reference") else _load_weights(job, model, ref, info)
+    if error:
+        info["state_dict_error"] = error
+        return model, info
     kind = job["prepare"] if "prepare" in job else variant  # job files of older callers name only the variant
     info.update(prepare(kind or ("eager" if variant == "eager" else "plan"), model, job["backend"]))
     if job.get("stance"):
@@ -133,6 +100,53 @@ def build_variant(
                 "fallback_random=True (compiled code draws from eager's RNG, in eager's order)",
             }
     return model, info
+
+
+def _save_weights(job: dict[str, Any], model: Any, h: Any, ref: Path, channel: Any) -> None:
+    """The reference only: save its state_dict and every shape's inputs into ``ref`` (so a compiled
+    variant may start before its run ends), mark them saved, and tell the parent with the device's
+    memory figures (bytes) on CUDA."""
+    import torch
+
+    torch.save(cpu(model.state_dict()), ref / "state_dict.pt")
+    _save_inputs(job, h, ref)
+    (ref / WEIGHTS_SAVED).touch()
+    if channel is not None:
+        message: dict[str, Any] = {"weights_saved": True}
+        if torch.cuda.is_available() and str(job["harness"]["device"]).startswith("cuda"):
+            free, total = torch.cuda.mem_get_info()
+            message.update(allocated=torch.cuda.memory_allocated(), free=free, total=total)
+        channel.send(message)
+
+
+def _load_weights(job: dict[str, Any], model: Any, ref: Path, info: dict[str, Any]) -> str | None:
+    """Load the reference's state_dict into ``model`` (keys matched through ``torch.compile``'s
+    ``_orig_mod.`` hops, :func:`_through_compile`); where the job was sent go before the reference
+    saved (the search's anchor started early, :mod:`rewriter.diagnose.early_reference`), wait for
+    it first (``info["_waited_for_weights"]``, seconds). Returns why the weights do not load, or
+    None."""
+    import torch
+
+    if job.get("wait_for_weights"):
+        t_wait = time.perf_counter()
+        wait_for_reference(ref, marker=WEIGHTS_SAVED)
+        info["_waited_for_weights"] = time.perf_counter() - t_wait
+    # mmap: the saved file is paged in as it is copied to the device, not read whole first
+    reference = torch.load(ref / "state_dict.pt", map_location=job["harness"]["device"], weights_only=False, mmap=True)
+    mine = model.state_dict()
+    reference = _through_compile(reference, mine)
+    missing = sorted(set(reference) - set(mine))
+    unexpected = sorted(set(mine) - set(reference))
+    if missing or unexpected:
+        return ("state_dict keys differ from the original's: "
+                + (f"missing {missing[:20]}" if missing else "")
+                + ("; " if missing and unexpected else "")
+                + (f"unexpected {unexpected[:20]}" if unexpected else ""))
+    try:
+        model.load_state_dict(reference)
+    except RuntimeError as exc:
+        return f"loading the original's state_dict failed: {str(exc)[:500]}"
+    return None
 
 
 def _save_inputs(job: dict[str, Any], h: Any, ref: Path) -> None:
