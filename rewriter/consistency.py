@@ -5,7 +5,9 @@
   (partitioning-the-stack, "The exception ... CUDA Graphs prefer one large capture").
 * ``strategy: nested`` without a ``whole`` compile: a nested compile region is only a hint to an
   outer ``torch.compile``; alone it compiles nothing.
-* compile and disable on one function; the same action twice on one function (``mark_dynamic``:
+* compile and disable on one function, in the plan or between the plan and the source (a compile
+  of a function the source keeps eager, a ``disable`` of one the source compiles with a decorator:
+  either way the disabled frame runs eager and nothing compiles); the same action twice on one function (``mark_dynamic``:
   the same ``arg`` and ``dim`` twice; different inputs or dims of one function are fine).
 * ``disable`` inside a ``fullgraph=True`` target: fullgraph forbids the graph break a disabled
   frame is, so the compile would raise.
@@ -212,6 +214,7 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
     regions, unfull = _regions(facts, bounds)
     for b in bounds:
         if isinstance(b.action, CompileAction):
+            _check_compile_of_disabled(loaded, facts, b)
             _check_fullgraph_compile(loaded, facts, b)
         elif isinstance(b.action, DisableAction):
             _check_disable(loaded, facts, b, regions, unfull)
@@ -279,6 +282,20 @@ def _regions(facts: _Facts, bounds: list[Bound]) -> tuple[dict[tuple[str, str], 
     return regions, unfull
 
 
+def _check_compile_of_disabled(loaded: LoadedPlan, facts: _Facts, b: Bound) -> None:
+    """Refuse a compile of a function the source itself keeps eager (``@torch.compiler.disable`` on
+    the target): the disable wraps whatever the compile adds, and the call runs eager."""
+    if b.action.library or _own_call_form(facts, b) == "call":  # type: ignore[attr-defined]
+        return
+    if b.target.qualname in facts._disabled(b):
+        raise loaded.error(
+            b.index,
+            f"compile of {b.target.qualname}, which the source keeps eager with @torch.compiler.disable: the "
+            "disabled frame runs eager under any compile, so this one would compile nothing",
+            hint=f"remove the @torch.compiler.disable from {b.target.qualname} in the source, or drop this action",
+        )
+
+
 def _check_fullgraph_compile(loaded: LoadedPlan, facts: _Facts, b: Bound) -> None:
     """Refuse a ``fullgraph=True`` compile around a function the source keeps eager (SP108)."""
     if _fullgraph(b.action) and not b.action.library and _own_call_form(facts, b) != "call":  # type: ignore[arg-type, attr-defined]
@@ -298,6 +315,13 @@ def _check_disable(loaded: LoadedPlan, facts: _Facts, b: Bound, regions: dict[tu
     """Refuse a ``disable`` inside a source ``fullgraph=True`` compile (unless the plan's
     ``own_call`` drops it), of a function the plan also compiles, or inside a plan's
     ``fullgraph=True`` region."""
+    if not b.action.library and facts.already_compiled(b):  # type: ignore[attr-defined]
+        raise loaded.error(
+            b.index,
+            f"disable of {b.target.qualname}, which the source compiles with a decorator on that function: "
+            "the compile would wrap a disabled frame and compile nothing",
+            hint=f"remove the compile decorator from {b.target.qualname} in the source, or drop this action",
+        )
     if not b.action.library:  # type: ignore[attr-defined]
         own = facts.source_compiles(b, fullgraph=True)
         if own is not None and (b.target.relpath, own) not in unfull:

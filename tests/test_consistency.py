@@ -92,3 +92,57 @@ def test_dynamo_config_in_a_helper_a_source_compiled_function_calls_is_refused(t
     err = capsys.readouterr().err
     assert "dynamo_config in setup, which runs inside step, a function the source compiles: Dynamo reads" in err, err
     assert (src / "run.py").read_bytes() == before
+
+
+CONTRADICTS = """\
+import torch
+from torch.compiler import disable as keep
+
+
+@torch.compiler.disable
+def d(x):
+    return x
+
+
+@keep
+def k(x):
+    return x
+
+
+@torch.compile
+def c(x):
+    return x
+
+
+@torch._dynamo.optimize("eager")
+def o(x):
+    return x
+"""
+
+
+def test_a_compile_of_a_function_the_source_disables_is_refused(tmp_path, capsys):
+    """The plan against the source, as the plan against itself: @torch.compile under
+    @torch.compiler.disable compiles nothing (the disable's alias included)."""
+    line = _refusal(tmp_path, capsys, CONTRADICTS, "  - action: compile\n    target: model.py::d\n")
+    assert "compile of d, which the source keeps eager with @torch.compiler.disable" in line, line
+    (tmp_path / "k").mkdir()
+    line = _refusal(tmp_path / "k", capsys, CONTRADICTS, "  - action: compile\n    target: model.py::k\n")
+    assert "compile of k, which the source keeps eager" in line, line
+
+
+def test_a_disable_of_a_function_the_source_compiles_is_refused(tmp_path, capsys):
+    line = _refusal(tmp_path, capsys, CONTRADICTS, "  - action: disable\n    target: model.py::c\n")
+    assert "disable of c, which the source compiles with a decorator on that function" in line, line
+    (tmp_path / "o").mkdir()
+    line = _refusal(tmp_path / "o", capsys, CONTRADICTS, "  - action: disable\n    target: model.py::o\n")
+    assert "disable of o, which the source compiles" in line, line
+
+
+def test_a_compile_of_a_function_dynamo_optimize_compiles_is_left_alone(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(CONTRADICTS)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nactions:\n  - action: compile\n    target: model.py::o\n")
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    assert (src / "model.py").read_text() == CONTRADICTS

@@ -19,7 +19,9 @@ from ..plan import CompileAction
 from .base import TargetedCommand, call_args, has_decorator
 from .own_call import OwnCallRefused, edited, find_sites, regional
 
-COMPILE_DECORATORS = {"torch.compile"}
+#: Decorators that compile the function they wrap (``torch._dynamo.optimize`` is the older spelling
+#: of ``torch.compile``): a target carrying one is left alone, and a ``disable`` of it is refused.
+COMPILE_DECORATORS = {"torch.compile", "torch._dynamo.optimize"}
 #: The suppression written on a whole-model compile (:data:`rewriter.compile_facts.SUPPRESS_RE`'s syntax).
 SUPPRESS_WHOLE = "stackpart: ignore[SP101]"
 NESTED_DECORATORS = {"torch.compiler.nested_compile_region"}
