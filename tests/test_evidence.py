@@ -38,3 +38,13 @@ def test_the_module_whose_generate_the_step_called_is_found():
     ctx = _ctx(model, lambda: model[0].generate(torch.ones(1)))
     assert generating_module(ctx) is model[0]
     assert "generate" not in vars(model[0])  # the counting wrapper is removed after the step
+
+
+def test_a_compiled_generator_is_patched_once_and_restored():
+    """A harness that returns torch.compile(model): the OptimizedModule is listed beside the model it
+    wraps and forwards attribute writes to it; patching both and deleting twice raised AttributeError."""
+    inner = _Generator()
+    model = torch.compile(inner, backend="eager")
+    ctx = _ctx(model, lambda: inner.generate(torch.ones(1)))
+    assert generating_module(ctx) is inner
+    assert "generate" not in vars(inner) and inner.generate(torch.ones(1)).item() == 2

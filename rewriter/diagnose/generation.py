@@ -20,8 +20,10 @@ def generating_module(ctx: Context) -> Any | None:
     if ctx.evidence.generates is not UNREAD:
         return ctx.evidence.generates
     model, _, step = ctx.reference()
-    candidates = [m for _, m in model.named_modules()
-                  if callable(getattr(m, "generate", None)) and getattr(m, "generation_config", None) is not None]
+    # a compiled model (torch.compile's OptimizedModule) is listed beside the module it wraps, and
+    # forwards attribute writes to it: patch each underlying module once
+    candidates = list({id(u): u for _, m in model.named_modules() if (u := getattr(m, "_orig_mod", m)) is not None
+                       and callable(getattr(u, "generate", None)) and getattr(u, "generation_config", None) is not None}.values())
     called: list[Any] = []
     patched = []
     for module in candidates:
@@ -38,7 +40,7 @@ def generating_module(ctx: Context) -> Any | None:
             step()
     finally:
         for module in patched:
-            del module.generate
+            vars(module).pop("generate", None)
     found = called[0] if called else None
     ctx.evidence.generates = found
     return found
