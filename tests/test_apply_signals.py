@@ -654,3 +654,23 @@ def test_real_processes_sent_sighup_or_sigquit_mid_apply_restore_the_tree(tmp_pa
                 outcomes["stopped before the apply"] += 1
     print(dict(outcomes))
     assert outcomes["restored"] >= 1, outcomes
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="only root may give a file to another owner")
+def test_an_applied_file_keeps_its_owner_and_group(tmp_path):
+    """Root applying over a user's checkout (a container) left the user's files owned by root."""
+    f = tmp_path / "model.py"
+    f.write_bytes(b"x = 1\n")
+    os.chown(f, 65534, 65534)
+    apply_changes(tmp_path, [FileChange("model.py", b"x = 1\n", b"x = 2\n", 0o644)])
+    st = f.stat()
+    assert f.read_bytes() == b"x = 2\n" and (st.st_uid, st.st_gid) == (65534, 65534)
+
+
+def test_an_applied_file_is_flushed_before_its_rename(tmp_path, monkeypatch):
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    (tmp_path / "model.py").write_bytes(b"x = 1\n")
+    apply_changes(tmp_path, [FileChange("model.py", b"x = 1\n", b"x = 2\n", 0o644)])
+    assert synced

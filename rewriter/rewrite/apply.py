@@ -71,6 +71,24 @@ def _lock_dirs(src: Path, relpaths: list[str]) -> list[Path]:
     return sorted(out)
 
 
+def _same_owner(tmp: Path, dest: Path) -> None:
+    """Give ``tmp`` the owner and group of ``dest`` where ``dest`` exists and they differ: both
+    where this process may (root), else the group alone (a member of it), else nothing."""
+    try:
+        st = dest.stat()
+    except OSError:
+        return  # a new file: the process's own owner, as any file it creates
+    mine = tmp.stat()
+    if (st.st_uid, st.st_gid) == (mine.st_uid, mine.st_gid) or not hasattr(os, "chown"):
+        return
+    for uid in (st.st_uid, -1):
+        try:
+            os.chown(tmp, uid, st.st_gid)
+            return
+        except OSError:
+            continue
+
+
 class _TreeLock:
     """Exclusive ``flock`` on each of :func:`_lock_dirs`, taken in sorted order (two applies
     never wait on each other in a cycle), released in :meth:`release`."""
@@ -223,8 +241,11 @@ class _Journal:
             raise
 
     def write_temp(self, dest: Path, data: bytes, mode: int) -> Path:
-        """``data`` in a new temp file beside ``dest`` with mode bits ``mode``; its name is in
-        :attr:`temps` before the file exists."""
+        """``data`` in a new temp file beside ``dest`` with mode bits ``mode`` and, where ``dest``
+        exists, its owner and group (as far as this process may set them: root over a user's
+        checkout keeps the user's), flushed to disk before it is renamed over ``dest`` (a crash
+        after the rename never leaves an empty file); its name is in :attr:`temps` before the
+        file exists."""
         for _ in range(100):
             tmp = dest.parent / f".{dest.name}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
             self.temps.append(tmp)
@@ -240,9 +261,11 @@ class _Journal:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
+                os.fsync(fd)
             finally:
                 os.close(fd)
-            os.chmod(tmp, mode)
+            _same_owner(tmp, dest)
+            os.chmod(tmp, mode)  # after chown, which may clear set-id bits
             return tmp
         raise FileExistsError(errno.EEXIST, "no free temp file name", str(dest))
 
