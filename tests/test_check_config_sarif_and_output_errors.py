@@ -178,3 +178,20 @@ def test_a_full_disk_for_an_output_file_is_one_error_line(tmp_path, monkeypatch,
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.endswith("; the rewrite itself was applied (1 file(s) changed under src)"), line
     assert "@torch.compile" in (src / "model.py").read_text()
+
+
+def test_a_summary_path_under_a_file_is_refused_before_the_apply(tmp_path, monkeypatch, capsys):
+    """It exited 2 with the tree already written, saying "File exists" where the cause is a file
+    in the path's directories: exit 2 now means nothing written."""
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(BLOCK)
+    (tmp_path / "plan.yaml").write_text(PLAN)
+    (tmp_path / "afile").write_text("")
+    assert main(["rewrite", "--plan", "plan.yaml", "src", "--summary-md", "afile/s.md", "--apply", "--no-validate"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line == "error: afile/s.md: cannot write the summary: afile is not a directory", line
+    assert (src / "model.py").read_text() == BLOCK
+    assert main(["rewrite", "--plan", "plan.yaml", "src", "--summary-md", str(tmp_path), "--apply", "--no-validate"]) == 2
+    assert "is a directory" in capsys.readouterr().err and (src / "model.py").read_text() == BLOCK

@@ -54,6 +54,10 @@ def rewrite_command(
     Raises:
         StackpartError: bad plan, target or source (the CLI prints it and exits 2).
     """
+    if summary_md is not None:
+        from .summary_md import check_summary_path
+
+        check_summary_path(summary_md)  # before anything is written: an apply then never ends in exit 2
     loaded = load_plan(plan_path)
     result = plan_rewrite(loaded, Path(src), unsafe=unsafe)
     if apply and validate:

@@ -8,6 +8,7 @@ in a collapsed block. A GitHub comment holds at most 65,536 characters, so the d
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -82,6 +83,27 @@ def rewrite_summary(loaded: LoadedPlan, result: RewriteResult, src: str, applied
             )
         out.append("</details>")
     return "\n".join(out) + "\n"
+
+
+def check_summary_path(path: str) -> None:
+    """Refuse a ``--summary-md`` path that cannot be written, before anything is: an ancestor that
+    is not a directory, a directory where the file would be, or a nearest existing directory this
+    process may not write in (the folders below it are created when the summary is written).
+
+    Raises:
+        StackpartError: at ``path``, saying which of those it is.
+    """
+    target = Path(path)
+    if target.is_dir():
+        raise StackpartError("cannot write the summary: it names a directory; expected a file path such as "
+                             f"{target / 'summary.md'}", path=str(path))
+    for parent in target.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise StackpartError(f"cannot write the summary: {parent} is not a directory", path=str(path))
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise StackpartError(f"cannot write the summary: no permission to write in {parent}", path=str(path))
+            return
 
 
 def write_rewrite_summary(path: str, loaded: LoadedPlan, result: RewriteResult, src: str, applied: bool) -> None:
