@@ -84,6 +84,21 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
     return report["verdict"]["exit_code"]
 
 
+def _own_calls_not_run(loaded: Any, results: dict[str, Any]) -> str | None:
+    """The plan's ``own_call`` edits in files the harness never imported (the eager reference's
+    ``src_imported``, :func:`rewriter.engine.child.runtime_compiles`), as ``file (plan line N)``
+    joined, or None: such an edit (a ``torch.compile`` in ``serve.py``'s ``main``) cannot run in
+    any child, so "no graph captured" is validate's blind spot there, not the plan's failure."""
+    imported = (results.get("eager") or {}).get("runtime_compiles", {}).get("src_imported")
+    if imported is None:
+        return None
+    unrun = [f"{a.target.split('::')[0]} (plan line {loaded.action_lines[i]})"
+             for i, a in enumerate(loaded.plan.actions)
+             if a.action == "compile" and getattr(a, "own_call", None) is not None and "::" in a.target
+             and a.target.split("::")[0] not in imported]
+    return ", ".join(unrun) or None
+
+
 def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ignore[no-untyped-def]
     """The eager reference, the plan and the baselines measured side by side by the engine
     (:func:`rewriter.engine.measure.measure`), then judged: the plan's problems are failures, a
@@ -121,7 +136,14 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
         for n in row.pop("notes", []):
             if n not in verdict.notes:
                 verdict.notes.append(n)
+    unrun = _own_calls_not_run(loaded, results)
     for f in (results.get("plan") or {}).get("problems", []):
+        if unrun and "captured no graph" in f:
+            f = (f"the plan edits the program's own compile in {unrun}, which the harness does not run: validate measures "
+                 "what the harness builds and cannot measure that edit in place (diagnose measures such a call through "
+                 "stand-ins on the harness's model; its validation report says so)")
+            verdict.errors.append(f + "; to validate it here, make the harness build the model through that code")
+            continue
         (verdict.errors if f.startswith("the rewritten tree failed") else verdict.failures).append(f)
     for b in [v.name for v in variants if v.prepare]:
         row = results.get(b) or {}
