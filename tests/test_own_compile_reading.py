@@ -151,3 +151,28 @@ def test_a_regional_edit_that_cannot_hold_is_refused_with_the_line(tmp_path):
         _rewrite(tmp_path, body, "{regional: layers}", strategy="whole")
     with pytest.raises(StackpartError, match="expected an attribute path"):
         _rewrite(tmp_path, body, "{regional: 'layers[0]'}")
+
+
+def test_a_regional_edit_keeps_the_users_comments(tmp_path):
+    """The call's end-of-line comment and those between its arguments were dropped."""
+    body = ("import torch\nfrom model import Net\n\n\ndef build():\n    model = Net()\n"
+            "    # compile everything\n"
+            "    model = torch.compile(   # our compile call\n"
+            "        model,\n"
+            "        mode='max-autotune',  # try hard\n"
+            "    )  # we have a break\n"
+            "    return model\n")
+    new = _rewrite(tmp_path, body, "{regional: layers}")
+    assert new == ("import torch\nfrom model import Net\n\n\ndef build():\n    model = Net()\n"
+                   "    # compile everything\n"
+                   "    # our compile call\n"
+                   "    # try hard\n"
+                   "    for block in model.layers:  # we have a break\n"
+                   "        block.compile(mode='max-autotune')\n"
+                   "    return model\n"), new
+    (tmp_path / "train.py").write_text(new)
+    assert _rewrite(tmp_path, new, "{regional: layers}") == new
+    line = "    model.compile()   # our compile call\n"
+    body = f"import torch\n\n\ndef build(model):\n{line}    return model\n"
+    assert _rewrite(tmp_path, body, "{regional: layers}") == body.replace(
+        line, "    for block in model.layers:   # our compile call\n        block.compile()\n")

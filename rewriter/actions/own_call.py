@@ -446,8 +446,36 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
         raise OwnCallRefused("regional: the compile shares its line with other statements; expected it on a "
                              "line of its own", site.node)
     new = [cst.parse_statement(s + "\n") for s in stmts]
-    new[0] = new[0].with_changes(leading_lines=line.leading_lines)
-    return func.deep_replace(line, cst.FlattenSentinel(new))  # type: ignore[return-value]
+    return func.deep_replace(line, cst.FlattenSentinel(_with_comments(new, line)))  # type: ignore[return-value]
+
+
+class _Comments(cst.CSTVisitor):
+    """Every comment under a node, in source order."""
+
+    def __init__(self) -> None:
+        self.found: list[cst.Comment] = []
+
+    def visit_Comment(self, node: cst.Comment) -> None:
+        self.found.append(node)
+
+
+def _with_comments(new: list[cst.BaseStatement], line: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+    """``new`` (the statements replacing ``line``) keeping every comment of ``line``: the lines above
+    it stay above; its end-of-line comment ends the first new line (a ``for`` header included); a
+    comment inside the call (between its arguments) becomes a line of its own above the new code."""
+    seen = _Comments()
+    line.visit(seen)
+    own = {id(c) for e in line.leading_lines if e.comment is not None for c in [e.comment]}
+    trailing = line.trailing_whitespace.comment
+    inside = [c for c in seen.found if id(c) not in own and c is not trailing]
+    first = new[0].with_changes(leading_lines=[*line.leading_lines,
+                                               *(cst.EmptyLine(indent=True, comment=c) for c in inside)])
+    if trailing is not None:
+        if isinstance(first, cst.SimpleStatementLine):
+            first = first.with_changes(trailing_whitespace=line.trailing_whitespace)
+        elif isinstance(first, cst.BaseCompoundStatement) and isinstance(first.body, cst.IndentedBlock):
+            first = first.with_changes(body=first.body.with_changes(header=line.trailing_whitespace))
+    return [first, *new[1:]]
 
 
 def _names_in(func: cst.FunctionDef) -> list[cst.Name]:
