@@ -110,3 +110,52 @@ def test_cuda_graphs_on_a_whole_model_pass_check(tmp_path, capsys, decorator, fi
     assert (src / "model.py").read_bytes() == once  # idempotent: no second comment
     if "ignore[SP101]" in decorator:
         assert b"# stackpart: ignore[SP101,SP109]: whole on purpose\n    @torch.compile(mode=" in once, once
+
+
+_BLOCKS = '''import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x).relu()
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(3)])
+
+    @torch.compile(dynamic=False)  # static shapes, please
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+'''
+
+
+def test_a_measured_edit_of_the_programs_whole_model_compile_passes_check(tmp_path, capsys):
+    """diagnose's `as-is+dynamic` (own_call dynamic on the program's whole-model decorator) failed
+    the hook on the commit that applies it: SP101's regional suggestion, which the measurement
+    answered, was not suppressed as it is for a whole-model compile the plan adds."""
+    from rewriter.cli import main
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(_BLOCKS)
+    assert main(["check", str(src), "--no-project"]) == 1  # SP101 before
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nactions:\n  - action: compile\n    target: model.py::Net.forward\n    strategy: whole\n"
+                    "    own_call: {dynamic: true}\n")
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    capsys.readouterr()
+    assert main(["check", str(src), "--no-project"]) == 0, capsys.readouterr().out
+    once = (src / "model.py").read_text()
+    assert ("    # stackpart: ignore[SP101]: strategy whole, as planned\n"
+            "    @torch.compile(dynamic=True)  # static shapes, please\n") in once, once
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    assert (src / "model.py").read_text() == once

@@ -45,25 +45,27 @@ def _codes(comment: cst.Comment | None) -> set[str] | None | bool:
     return suppressed_codes(match)
 
 
-def _suppress_sp109(func: cst.FunctionDef, old: cst.Decorator, dec: cst.Decorator) -> cst.FunctionDef:
-    """``func`` with its decorator ``old`` replaced by ``dec`` and SP109 suppressed the way ``check``
-    reads it: kept where the decorator line's comment or the own-line comment right above it
-    already covers SP109; that comment gains SP109 where it names other codes (a second line above
-    would push it off the decorator); else one line is added above. The lines above the first
-    decorator are the function's ``leading_lines`` in LibCST, those above a later one its own."""
+def _suppress(func: cst.FunctionDef, old: cst.Decorator, dec: cst.Decorator, codes: set[str]) -> cst.FunctionDef:
+    """``func`` with its decorator ``old`` replaced by ``dec`` and ``codes`` suppressed the way
+    ``check`` reads it: kept where the decorator line's comment or the own-line comment right above
+    it already covers them; that comment gains the missing codes where it names others (a second
+    line above would push it off the decorator); else one line is added above. The lines above the
+    first decorator are the function's ``leading_lines`` in LibCST, those above a later one its own."""
     first = bool(func.decorators) and func.decorators[0] is old
     above_lines = list(func.leading_lines if first else dec.leading_lines)
     trailing = _codes(dec.trailing_whitespace.comment)
     last = above_lines[-1] if above_lines else None
     above = _codes(last.comment) if last is not None else False
-    if trailing is None or above is None or (trailing and "SP109" in trailing) or (above and "SP109" in above):
+    covered = (trailing or set()) | (above or set())
+    if trailing is None or above is None or codes <= covered:
         return func.deep_replace(old, dec)  # type: ignore[return-value]
     if above:
-        codes = ",".join(sorted(above | {"SP109"}))
-        text = SUPPRESS_RE.sub(f"# stackpart: ignore[{codes}]", last.comment.value, count=1)
-        above_lines[-1] = last.with_changes(comment=cst.Comment(text))
+        joined = ",".join(sorted(above | codes))
+        text = SUPPRESS_RE.sub(f"# stackpart: ignore[{joined}]", last.comment.value, count=1)  # type: ignore[union-attr]
+        above_lines[-1] = last.with_changes(comment=cst.Comment(text))  # type: ignore[union-attr]
     else:
-        above_lines.append(cst.EmptyLine(indent=True, comment=cst.Comment(f"# {SUPPRESS_WHOLE_CUDAGRAPHS}: strategy whole, as planned")))
+        above_lines.append(cst.EmptyLine(indent=True, comment=cst.Comment(
+            f"# stackpart: ignore[{','.join(sorted(codes - covered))}]: strategy whole, as planned")))
     if first:
         func = func.deep_replace(old, dec)  # type: ignore[assignment]
         return func.with_changes(leading_lines=above_lines)
@@ -122,7 +124,9 @@ class CompileCommand(TargetedCommand):
             raise StackpartError(f"{self._line(exc.node)}: {msg}") from None
         if new is None:
             return func  # already as asked
-        if isinstance(new, cst.Decorator) and self.action.strategy == "whole" and _sp109_small(func, edits.get("mode")):
-            # the measured choice must not fail `stackpart check` (SP109) in the commit that applies it
-            return _suppress_sp109(func, sites[0].node, new)
+        if isinstance(new, cst.Decorator) and self.action.strategy == "whole":
+            # the measured choice must not fail `stackpart check` (SP101's regional suggestion, SP109's
+            # small region) in the commit that applies it, as the compile the plan adds does not
+            codes = {"SP101", "SP109"} if _sp109_small(func, edits.get("mode")) else {"SP101"}
+            return _suppress(func, sites[0].node, new, codes)
         return func.deep_replace(sites[0].node, new)  # type: ignore[return-value]
