@@ -4,7 +4,7 @@ A rung that fails inside stackpart or torch (an ``explain`` crash, say) is recor
 and the ladder goes on; a harness failure (the user's code raised, returned no tensors, ran out
 of memory or hung past the timeout) stops the ladder: report.json is still written with the rungs
 measured so far, and a :class:`~rewriter.errors.StackpartError` naming the rung and the harness
-callable is raised (exit 2). Setup builds the model and runs one eager step at each harness shape
+callable is raised (exit 2). Setup builds the model and runs one step at each harness shape
 after the first (:meth:`.session.Session.check_shapes`), so a harness that fails only at a later
 shape stops there too, before the rungs, instead of in the search.
 """
@@ -377,7 +377,7 @@ def _start_reference(run: _Run, timeout_s: float) -> None:
 
 
 def _setup(run: _Run) -> None:
-    """Build the model, run one eager step at each harness shape after the first, read the
+    """Build the model, run one step at each harness shape after the first, read the
     model's repeated blocks (its own ``_repeated_blocks`` first); a harness failure is ``run.fatal``."""
     ctx = run.ctx
     run.said("setup: building the model")
@@ -385,7 +385,7 @@ def _setup(run: _Run) -> None:
         run.session.rung = "setup"
         model, _, _ = ctx.reference()
         if len(run.spec.shapes) > 1:  # every shape once, eager, before the rungs (and the search) rely on them
-            run.said(f"setup: one eager step at each of the other {len(run.spec.shapes) - 1} harness shape(s)")
+            run.said(f"setup: one step (the program as it runs, its own compile included) at each of the other {len(run.spec.shapes) - 1} harness shape(s)")
             run.session.check_shapes()
         ctx.evidence.declared = declared_blocks(model)
         ctx.evidence.blocks = find_blocks(model, run.src, ctx.evidence.declared)

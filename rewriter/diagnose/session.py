@@ -26,6 +26,43 @@ from ..signals import Terminated
 from ..tracebacks import headline, user_site
 
 
+#: What to try where the program's own compile raised, by a phrase of Dynamo's message (its own
+#: hints: torch.compiler docs, "Dealing with recompilations" and "Working with graph breaks").
+OWN_COMPILE_HINTS = (
+    ("data-dependent", "a Python branch on a value Dynamo cannot know while tracing: fullgraph=False on that compile "
+                       "lets Dynamo break the graph there; torch.cond, or the branch moved out of the compiled code, "
+                       "keeps one graph; where the value is a size, dynamic=False compiles one graph per shape"),
+    ("fullgraph", "fullgraph=False on that compile lets Dynamo break the graph there instead of raising"),
+    ("Unsupported", "fullgraph=False on that compile lets Dynamo break the graph there instead of raising"),
+)
+
+
+def own_compile_raised(exc: "HarnessFailure", retry: Callable[[], Any]) -> str | None:
+    """Why a failed step is the program's own compile's doing, or None: the exception came from
+    Dynamo or its backend (``torch._dynamo``/``torch._inductor`` exception types) and ``retry``,
+    the same step under ``torch.compiler.set_stance("force_eager")``, runs. The sentence says what
+    that shows and what to try (:data:`OWN_COMPILE_HINTS`), since stackpart measures the program
+    as it runs and so cannot measure one that raises."""
+    import torch
+
+    cause = exc.__cause__
+    if cause is None or not type(cause).__module__.startswith(("torch._dynamo", "torch._inductor")):
+        return None
+    if not hasattr(torch.compiler, "set_stance"):
+        return None
+    try:
+        with torch.compiler.set_stance("force_eager"):
+            retry()
+    except Exception:  # noqa: BLE001 - the model itself raises too: the original failure stands
+        return None
+    text = str(cause)
+    hint = next((h for key, h in OWN_COMPILE_HINTS if key in text or key == type(cause).__name__), None)
+    return ("the program's own torch.compile raised it: the same step runs with compilation off "
+            "(torch.compiler.set_stance('force_eager')), so the model is sound and its compile is not; stackpart "
+            "measures the program as it runs, its compile included, so fix that compile first"
+            + (f" ({hint})" if hint else ""))
+
+
 class HarnessFailure(Exception):
     """The harness could not be run: the diagnosis stops at this rung (fatal).
 
@@ -286,10 +323,22 @@ class Session:
         return step
 
     def run(self, step: Callable[[], Any], what: str | None = None) -> Any:
-        """Run one guarded step and wait for the device."""
-        with self.guard(what or self.forward_name()):
-            out = step()
-            self.sync()
+        """Run one guarded step and wait for the device.
+
+        Raises:
+            HarnessFailure: the step raised; where the exception came from the program's own
+                ``torch.compile`` (Dynamo or its backend) and the same step runs with compilation
+                off, the message says so (:func:`own_compile_raised`).
+        """
+        try:
+            with self.guard(what or self.forward_name()):
+                out = step()
+                self.sync()
+        except HarnessFailure as exc:
+            said = own_compile_raised(exc, lambda: (step(), self.sync()))
+            if said is None:
+                raise
+            raise HarnessFailure(exc.rung, exc.callable, f"{exc.message}; {said}", exc.path, exc.line, note=exc.note) from exc
         return out
 
     def time(self, step: Callable[[], Any], *, warmup: int = 2, min_s: float = 0.3, max_iters: int = 50, min_iters: int = 3) -> dict[str, float]:
