@@ -58,3 +58,22 @@ def test_the_terminal_table_shows_the_contended_step_and_says_why_the_quiet_winn
     candidates_terminal(console, RungResult(name="search", title="t", status="ok", measurement={"candidates": rows}))
     text = console.export_text()
     assert "busy ms" in text and "15.481" in text and "behind when busy" in text and " ref " in text, text
+
+
+def test_the_chosen_candidate_is_said_on_an_80_column_terminal():
+    """Long candidate names squeezed the status column out of the table on a narrow terminal:
+    nothing said which candidate was chosen."""
+    from rich.console import Console
+
+    from rewriter.diagnose.report import candidates_terminal
+    from rewriter.diagnose.rung import RungResult
+
+    rows = [{"candidate": n, "step_ms": 1.234, "compile_s_per_start": 0.5, "recompiles": 1, "fallbacks": 0, "numerics": "ok",
+             "net_s": 12.0, "status": "chosen" if chosen else "net 3 s < 12 s", "chosen": chosen}
+            for n, chosen in [("as-is", False), ("as-is+capture_scalar_outputs+dynamic", True),
+                              ("per-block+fullgraph+recompile_limit", False)]]
+    console = Console(record=True, width=80)
+    candidates_terminal(console, RungResult(name="search", title="t", status="ok", measurement={"candidates": rows}))
+    lines = console.export_text().splitlines()
+    assert "status" in next(line for line in lines if "candidate" in line and "step ms" in line)
+    assert "chosen" in next(line for line in lines if "as-is+capture" in line)

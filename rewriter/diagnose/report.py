@@ -169,9 +169,11 @@ def candidates_markdown(search: RungResult | None) -> list[str]:
 
 
 #: The terminal's narrower table (fits 80 columns): (header, row key).
-TERMINAL_COLUMNS = (("candidate", "candidate"), ("step ms", "step_ms"), ("compile s", "compile_s_per_start"),
-                    ("recomp.", "recompiles"), ("fallb.", "fallbacks"), ("numerics", "numerics"), ("net s", "net_s"),
-                    ("status", "status"))
+#: The candidates table's columns on the terminal, the status second: rich drops the columns that do
+#: not fit from the right, and which candidate was chosen must survive a narrow terminal.
+TERMINAL_COLUMNS = (("candidate", "candidate"), ("status", "status"), ("step ms", "step_ms"),
+                    ("compile s", "compile_s_per_start"), ("recomp.", "recompiles"), ("fallb.", "fallbacks"),
+                    ("numerics", "numerics"), ("net s", "net_s"))
 
 
 def short_status(status: str) -> str:
@@ -208,17 +210,19 @@ def candidates_terminal(console: Any, search: RungResult | None) -> None:
     rows = search.measurement["candidates"]
     columns = [c for c in TERMINAL_COLUMNS if c[1] != "net_s" or any(r.get("net_s") is not None for r in rows)]
     if any(r.get("contended_step_ms") for r in rows):  # the step with the host core contended, beside the quiet one
-        columns.insert(2, ("busy ms", "contended_step_ms"))
+        columns.insert([k for _, k in columns].index("step_ms") + 1, ("busy ms", "contended_step_ms"))
     table = Table(title="stackpart diagnose: candidate plans, measured (details in report.md)", show_lines=False,
                   padding=(0, 1), box=box.SIMPLE_HEAD)
     for header, _ in columns:
         if header == "candidate":
             table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=24)
         else:
-            table.add_column(header, no_wrap=header != "status", overflow="fold", min_width=14 if header == "status" else len(header))
+            table.add_column(header, no_wrap=True, overflow="ellipsis" if header == "status" else "fold",
+                             min_width=8 if header == "status" else len(header))
+    at = [key for _, key in columns].index("status")
     for r in rows:
         cells = [_cell(r.get(k)).replace("\\|", "|") for _, k in columns]
-        cells[-1] = short_status(r.get("status") or "")
+        cells[at] = short_status(r.get("status") or "")
         k = [key for _, key in columns].index("numerics")
         cells[k] = {"reference": "ref"}.get(cells[k], cells[k])
         if r["chosen"]:

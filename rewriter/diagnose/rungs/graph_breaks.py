@@ -10,6 +10,12 @@ is measured as the program runs it instead: one step from a clean Dynamo state, 
 from Dynamo's own counters (``torch._dynamo.utils.counters["graph_break"]``) and graph-break log
 (file:line). ``explain`` on code that is already compiled traces the compiled frames and reported
 ``-1 graph break(s)``.
+
+``explain`` counts only the breaks it resumed after. A break inside a loop (``for blk in
+self.blocks: ... .item()``) is one Dynamo cannot resume after: it runs the whole frame eager and
+compiles only the frames that frame calls, and ``explain`` then reports no break at all. Those
+breaks are read from Dynamo's graph-break log during the same trace
+(:class:`~rewriter.engine.watch.CompileWatch`) and counted apart, as breaks that skipped a frame.
 """
 
 from __future__ import annotations
@@ -32,10 +38,12 @@ def run(ctx: Context) -> RungResult:
     own = _as_the_program_compiles(ctx, step, r)
     if own is not None:
         return own
+    from ...engine.watch import CompileWatch
+
     reset()
     args, kwargs = (inputs, {}) if not isinstance(inputs, dict) else ((), inputs)
     with ctx.session.guard(f"torch._dynamo.explain({ctx.session.spec.model}())"):
-        with torch.no_grad():
+        with CompileWatch() as watch, torch.no_grad():
             out = torch._dynamo.explain(model)(*args, **kwargs)
     reset()
     for reason in out.break_reasons:
@@ -46,14 +54,39 @@ def run(ctx: Context) -> RungResult:
             r.findings.append(Finding("graph_break", text, site[0], site[1], site[2], callers_in_src(frames, ctx.session.src)))
         else:
             r.findings.append(_library_finding(text, frames, ctx))
-    r.measurement = {"graph_count": out.graph_count, "graph_break_count": out.graph_break_count, "op_count": getattr(out, "op_count", None)}
+    skipped = _frame_skipping_breaks(ctx, watch.breaks, {(f.file, f.line) for f in r.findings})
+    r.findings += skipped
+    r.measurement = {"graph_count": out.graph_count, "graph_break_count": out.graph_break_count, "op_count": getattr(out, "op_count", None),
+                     "frame_skipping_breaks": len(skipped)}
+    sites = sorted({f.where for f in r.findings})
     if out.graph_break_count:
-        sites = sorted({f.where for f in r.findings})
         r.verdict = f"{out.graph_break_count} graph break(s) at {', '.join(sites[:4])}"
+    if skipped:
+        where = ", ".join(sorted({f.where for f in skipped})[:4])
+        r.verdict = (f"{r.verdict}; " if r.verdict else "") + (
+            f"{len(skipped)} graph break(s) Dynamo could not resume after, at {where}: the frame holding each runs eager "
+            "(only the frames it calls compile)")
+    if out.graph_break_count or skipped:
         r.implies = "disable the breaking helper (keep it eager) or restructure; no fullgraph"
     else:
         r.verdict = "no graph breaks"
     return r
+
+
+def _frame_skipping_breaks(ctx: Context, logged: list, seen: set) -> list[Finding]:  # noqa: ANN001
+    """The breaks Dynamo logged during ``explain``'s trace that ``explain`` did not return (each
+    site once): breaks it could not resume after, which run their frame eager (a break in a loop)."""
+    out: list[Finding] = []
+    for b in logged:
+        site = first_in_src([(b.file, b.line, "?")], ctx.session.src)
+        key = (site[0], site[1]) if site else (b.file, b.line)
+        if key in seen:
+            continue
+        seen.add(key)
+        text = f"graph break Dynamo could not resume after (the frame runs eager): {' '.join(b.reason.split())}"[:300]
+        out.append(Finding("graph_break", text, site[0], site[1], function_at(b.file, b.line)) if site
+                   else _library_finding(text, [(b.file, b.line, "?")], ctx))
+    return out
 
 
 #: Dynamo's reason for a break at a call of a ``torch.compiler.disable``d function (torch 2.13
