@@ -1,0 +1,62 @@
+"""A graph break inside a loop (``for blk in self.blocks: ... .item()``) is one Dynamo cannot
+resume after: it runs that whole frame eager and compiles only the blocks. ``explain`` then
+reported "1 graph, 0 breaks", so the graph-breaks rung said "no graph breaks", and the recompiles
+rung called the break one that "appears only once shapes are dynamic"."""
+
+from __future__ import annotations
+
+import torch
+
+from rewriter.diagnose.context import Context
+from rewriter.diagnose.rungs import graph_breaks
+from rewriter.diagnose.session import Session
+from rewriter.harness import load_harness
+from rewriter.plan import Harness
+
+HARNESS = """\
+import torch
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(x).relu()
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block(), Block()])
+
+    def forward(self, x):
+        for blk in self.blocks:
+            x = blk(x)
+            if x.abs().max().item() > 1e4:
+                x = x / 2
+        return x
+
+
+def build_model():
+    torch.manual_seed(0)
+    return Net()
+
+
+def make_inputs(batch: int = 2):
+    return (torch.randn(batch, 8),)
+"""
+
+
+def test_a_break_that_skips_its_frame_is_reported_with_its_line(tmp_path):
+    (tmp_path / "harness.py").write_text(HARNESS)
+    spec = Harness.model_validate({"file": "harness.py", "shapes": [{"batch": 2}], "device": "cpu"})
+    ctx = Context(session=Session(load_harness(spec, tmp_path)), out_dir=tmp_path)
+    with torch._dynamo.config.patch(capture_scalar_outputs=False):
+        r = graph_breaks.run(ctx)
+    assert r.measurement["frame_skipping_breaks"] == 1, r.measurement
+    [f] = r.findings
+    assert (f.file, f.line, f.function) == ("harness.py", 21, "Net.forward"), f
+    assert "could not resume after" in r.verdict and r.verdict != "no graph breaks", r.verdict
+    assert r.implies and "restructure" in r.implies
