@@ -388,6 +388,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                     signal.signal(signum, handler)  # type: ignore[arg-type]
 
 
+def _quiet_pipes() -> None:
+    """Point stdout and stderr at ``os.devnull``, so the interpreter's flush at exit does not raise
+    on a closed pipe (Python's ``signal`` docs, "Note on SIGPIPE")."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (AttributeError, OSError, ValueError):  # replaced (pytest's capture): nothing to point
+            continue
+    os.close(devnull)
+
+
 def _main(argv: Sequence[str] | None) -> int:
     try:
         result = cli.main(args=list(argv) if argv is not None else None, prog_name="stackpart", standalone_mode=False)
@@ -413,6 +427,11 @@ def _main(argv: Sequence[str] | None) -> int:
         for line in exc.also:
             click.echo(f"error: {line}", err=True)
         return 2
+    except BrokenPipeError:
+        # the reader of stdout or stderr went away (`stackpart rewrite ... | head`): nothing more can
+        # be said; the exit code of a process that SIGPIPE would have ended, and no traceback
+        _quiet_pipes()
+        return 128 + 13
     except OSError as exc:
         # An output path that cannot be written (-o, --summary-md, --out in a missing or read-only
         # directory) is bad input, not a crash: one line, exit 2. No filename: a bug, re-raise.

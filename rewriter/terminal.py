@@ -23,6 +23,42 @@ def stderr() -> Console:
     return Console(stderr=True, soft_wrap=True)
 
 
+class PipeSafe:
+    """A text stream whose reader may go away (``stackpart diagnose 2>&1 | head -3``): once a write
+    or flush meets a closed pipe (``BrokenPipeError``), the stream's descriptor is pointed at
+    ``os.devnull`` and every later line is dropped, so a long command finishes its work (the plan,
+    the reports) instead of dying on its next progress line; the interpreter's own flush at exit
+    then finds nothing to fail on (the recipe of Python's ``signal`` docs, "Note on SIGPIPE")."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _gone(self) -> None:
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())
+        finally:
+            os.close(devnull)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 #: The longest progress line printed whole (a child's failure can carry a whole traceback).
 PROGRESS_LIMIT = 300
 #: What stands for the middle of a longer one.
@@ -175,8 +211,8 @@ class Feed:
         if redirect and getattr(self.console, "_file", None) is None and self.console.stderr:
             sys.stderr.flush()
             self._saved_fd = os.dup(2)
-            self._saved_file = os.fdopen(os.dup(self._saved_fd), "w", buffering=1, encoding=sys.stderr.encoding,
-                                         errors="replace")
+            self._saved_file = PipeSafe(os.fdopen(os.dup(self._saved_fd), "w", buffering=1, encoding=sys.stderr.encoding,
+                                                  errors="replace"))
             self.console.file = self._saved_file  # rich keeps writing to the terminal
             os.dup2(self._capture.fileno(), 2)
         return self
