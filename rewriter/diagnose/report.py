@@ -215,8 +215,9 @@ def candidates_terminal(console: Any, search: RungResult | None) -> None:
                   padding=(0, 1), box=box.SIMPLE_HEAD)
     for header, _ in columns:
         if header == "candidate":
-            table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=24)
+            table.add_column(header, no_wrap=True, overflow="ellipsis", min_width=12, max_width=24)
         else:
+            # every column one line: rich drops a column that may wrap when the others fill the width
             table.add_column(header, no_wrap=True, overflow="ellipsis" if header == "status" else "fold",
                              min_width=8 if header == "status" else len(header))
     at = [key for _, key in columns].index("status")
