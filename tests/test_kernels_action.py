@@ -267,3 +267,23 @@ def test_catalog_names_real_ops_and_every_template_defines_its_entry():
         assert {spec["entry"], "original", "samples", "op_samples", "check_close"} <= defined
         assert ("register_autograd" in text) == spec["backward"]
         assert set(spec["allowed"]) <= set(spec["defaults"]) and set(spec["allowed"]) == set(spec["reasons"])
+
+
+def test_a_method_of_an_object_annotated_as_another_type_is_left_alone(tmp_path):
+    """``h.topk(3)`` on ``h: Heap`` became ``triton_topk(h, 3)``, which raised at run time."""
+    src, plan = _tree(tmp_path, '''
+        import torch
+
+
+        class Heap:
+            def topk(self, k):
+                return k
+
+
+        def step(x: torch.Tensor, k, h: Heap):
+            g = h.topk(3)
+            return x.topk(k), g
+        ''', _action("model.py::step", "torch.topk", "topk"))
+    result, files = _rewrite(src, plan)
+    assert "g = h.topk(3)" in files["model.py"] and "triton_topk(x, k)" in files["model.py"]
+    assert any("h is annotated Heap, not a Tensor" in w for w in result.warnings), result.warnings

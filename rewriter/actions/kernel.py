@@ -99,6 +99,10 @@ def _plain_path(path: PurePosixPath) -> str:
     return text if re.match(r"^[\w./-]+$", text) else path.name
 
 
+#: For rendering an annotation as written.
+_EMPTY = cst.Module(body=[])
+
+
 class KernelCommand(TargetedCommand):
     """Replace the target's calls of ``action.call`` with a vendored Triton custom op."""
 
@@ -115,6 +119,30 @@ class KernelCommand(TargetedCommand):
         self.present = 0
         self.spec: dict[str, Any] | None = None
         self.canonical = ""
+        #: per enclosing function, its parameters' annotations as written (``{"h": "Heap"}``)
+        self._annotations: list[dict[str, str]] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        params = [*node.params.posonly_params, *node.params.params, *node.params.kwonly_params]
+        self._annotations.append({p.name.value: _EMPTY.code_for_node(p.annotation.annotation)
+                                  for p in params if p.annotation is not None})
+        return super().visit_FunctionDef(node)
+
+    def leave_FunctionDef(self, original: cst.FunctionDef, updated: cst.FunctionDef) -> cst.FunctionDef:
+        self._annotations.pop()
+        return super().leave_FunctionDef(original, updated)
+
+    def _not_a_tensor(self, receiver: cst.BaseExpression) -> str | None:
+        """Why a method call's receiver is known not to be a tensor (a parameter annotated with
+        another type: ``h: Heap``), or None."""
+        if not isinstance(receiver, cst.Name):
+            return None
+        for scope in reversed(self._annotations):
+            if receiver.value in scope:
+                ann = scope[receiver.value]
+                tensor = ann.rsplit(".", 1)[-1].strip("'\"") in ("Tensor", "Parameter")
+                return None if tensor else f"{receiver.value} is annotated {ann}, not a Tensor: its method is left alone"
+        return None
 
     # -- what to replace -------------------------------------------------------------------
     def needs_torch(self) -> bool:
@@ -198,6 +226,10 @@ class KernelCommand(TargetedCommand):
         if form is None:
             return updated
         spelling, params = form
+        if spelling.startswith("Tensor.") and isinstance(original.func, cst.Attribute) and (
+                why := self._not_a_tensor(original.func.value)):
+            self._note(original, why)
+            return updated
         if self.action.kernel == STUB:
             return self._replace_stub(updated, spelling)
         bound, reason = self._bind(updated, spelling, params)
