@@ -1,6 +1,7 @@
 """SP102 on the compile forms users write beside ``x = torch.compile(x)``: a compiled bound method
-(``model.forward = torch.compile(model.forward)``) and ``self = torch.compile(self)``. Each
-claim the messages make is checked against torch itself (``backend="eager"``: no Inductor)."""
+(``model.forward = torch.compile(model.forward)``) and ``self = torch.compile(self)``, and where
+its fix ``x.compile()`` is safe (no other name holds the module). Each claim the messages make is
+checked against torch itself (``backend="eager"``: no Inductor)."""
 
 from __future__ import annotations
 
@@ -106,3 +107,87 @@ def test_the_claims_hold_in_torch(tmp_path, monkeypatch):
     counters.clear()
     Rebinds()(torch.ones(2, 4))
     assert counters["stats"]["unique_graphs"] == 0  # nothing was compiled
+
+
+SHARED = """\
+import torch
+from torch import nn
+
+model = nn.Linear(4, 4)
+{between}
+model = torch.compile(model)  # compile it
+torch.save(model.state_dict(), "c.pt")
+"""
+
+
+@pytest.mark.parametrize("between", [
+    "eager = model",
+    "keep(model)",
+    "models = [model]",
+    "models.append(model)",
+    "holder.net = model",
+    "model = model.get_submodule('fc')",
+])
+def test_no_safe_fix_where_another_name_may_hold_the_module(between):
+    """``.compile()`` compiles the object in place: a name bound to it before the compile (an
+    alias, an argument, a list, an attribute) would run compiled where it ran eager."""
+    code = SHARED.format(between=between)
+    [f] = _sp102(code)
+    assert f.line == 6 and not f.fixable
+    assert "not applied by --fix" in f.message and "line 5" in f.message
+    assert check_text(code, "m.py", [CompileWrapsModule], fix=True).fixed is None
+
+
+@pytest.mark.parametrize("between", ["model.to('cpu')", "model = model.eval()", "x = 1", "def f():\n    return 1"])
+def test_safe_fix_where_the_module_is_the_names_alone(between):
+    code = SHARED.format(between=between)
+    [f] = _sp102(code)
+    assert f.fixable and "not applied" not in f.message
+    fixed = check_text(code, "m.py", [CompileWrapsModule], fix=True).fixed
+    assert fixed is not None and "model.compile()  # compile it\n" in fixed
+
+
+def test_no_safe_fix_where_a_function_reads_the_name_before_the_compile():
+    code = SHARED.format(between="def register():\n    registry.append(model)\nregister()")
+    [f] = _sp102(code)
+    assert not f.fixable and "register" in f.message
+
+
+def test_no_safe_fix_for_a_parameter_or_a_name_bound_elsewhere():
+    param = "import torch\n\ndef train(model):\n    model = torch.compile(model)\n    torch.save(model.state_dict(), 'c.pt')\n"
+    [f] = _sp102(param)
+    assert not f.fixable and "parameter of `train`" in f.message and "caller" in f.message
+    other = "import torch\n\nmodel = nets[0]\nmodel = torch.compile(model)\ntorch.save(model.state_dict(), 'c.pt')\n"
+    [g] = _sp102(other)
+    assert not g.fixable and "line 3" in g.message
+
+
+def test_in_place_compile_compiles_every_name_of_the_module():
+    """The claim behind withholding the fix: after ``model.compile()`` an alias taken before
+    runs compiled, where after ``model = torch.compile(model)`` it ran eager."""
+    import torch
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.fc(x).relu()
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = Net()
+    eager = model
+    model = torch.compile(model, backend="eager")
+    eager(torch.ones(2, 4))
+    assert counters["stats"]["unique_graphs"] == 0
+    torch._dynamo.reset()
+    counters.clear()
+    model = Net()
+    eager = model
+    model.compile(backend="eager")
+    eager(torch.ones(2, 4))
+    assert counters["stats"]["unique_graphs"] == 1

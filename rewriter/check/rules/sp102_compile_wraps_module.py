@@ -6,13 +6,22 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
+from libcst.metadata import PositionProvider
 
-from ..facts import COMPILE, first_positional
+from ..facts import COMPILE, PASSTHROUGH, first_positional
 from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
 
 STATE_METHODS = {"state_dict", "load_state_dict"}
 #: Calls that pickle their first argument (the whole object, not its state_dict).
 PICKLERS = {"torch.save", "torch.serialization.save", "pickle.dump", "pickle.dumps"}
+#: Method calls on a module that return it or nothing and keep no reference to it elsewhere: a
+#: bare ``x.to(dev)`` or ``x = x.eval()`` between the binding and the compile leaves ``x`` the
+#: module's only name.
+KEEPS_ALONE = PASSTHROUGH | {"load_state_dict"}
+#: What hands an owner's submodules out (``self.apply(fn)``, ``for m in self.modules()``): a use of
+#: one refers to ``self.x`` as much as ``self.x`` does.
+CHILD_VIEWS = {"apply", "modules", "children", "named_modules", "named_children", "get_submodule", "_modules",
+               "__dict__"}
 
 
 class CompileWrapsModule(Rule):
@@ -30,6 +39,13 @@ same object, same hooks.
 The fix rewrites `x = torch.compile(x, **options)` to `x.compile(**options)`; it is offered only
 where `x` is known to be an `nn.Module` (its `state_dict` is used, or it was built from an
 `nn.*` class or a module class of this file), since `.compile()` exists only on modules.
+`--fix` applies it only where `x` is the module's one name: `x.compile()` compiles the object
+itself, so any other name holding it (`eager = model`, a list it was appended to, an attribute,
+the caller of a function that got it as a parameter) would run compiled where it ran eager. That
+is known only where `x` is bound by a call earlier in the same block (`model = Net(...)`) and
+nothing between that binding and the compile refers to it but `x.to(...)`, `x.eval()` and their
+like (nor calls a function of this file that reads it); elsewhere the finding says why the fix is
+left to you.
 
 Two forms look alike and are something else:
 
@@ -130,19 +146,47 @@ class Net(nn.Module):
         Invalid(
             """\
 import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(8, 8), nn.GELU())
+model.to("cpu")
+model = torch.compile(model)
+torch.save(model.state_dict(), "ckpt.pt")
+""",
+            line=6,
+            fixed="""\
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(8, 8), nn.GELU())
+model.to("cpu")
+model.compile()
+torch.save(model.state_dict(), "ckpt.pt")
+""",
+        ),
+        Invalid(
+            """\
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(8, 8), nn.GELU())
+eager = model
+model = torch.compile(model)
+torch.save(model.state_dict(), "ckpt.pt")
+""",
+            line=6,
+            note="another name holds the module: `model.compile()` would compile `eager` too, so --fix leaves it",
+        ),
+        Invalid(
+            """\
+import torch
 
 def train(model):
     model = torch.compile(model)
     torch.save(model.state_dict(), "ckpt.pt")
 """,
             line=4,
-            fixed="""\
-import torch
-
-def train(model):
-    model.compile()
-    torch.save(model.state_dict(), "ckpt.pt")
-""",
+            note="a parameter: the caller holds the module, which `model.compile()` would compile: no automatic fix",
         ),
         Invalid(
             """\
@@ -239,8 +283,9 @@ torch.save(model, "model.pt")
         if not (state or (same and isinstance(target, cst.Attribute))):
             return
         fixable = same and (state or self._is_module(arg, node))  # type: ignore[arg-type]
+        shared = self._shared(target, node) if fixable else None
         replacement = None
-        if fixable:
+        if fixable and shared is None:
             rest = [a for a in call.args if a is not call.args[0]]
             if rest:
                 rest[-1] = rest[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
@@ -250,9 +295,125 @@ torch.save(model, "model.pt")
             node,
             f"`{tname} = torch.compile({aname})` wraps the module in an OptimizedModule: state_dict keys "
             f"gain the `_orig_mod.` prefix and hooks on the original are skipped ({why}); "
-            f"compile in place with `{aname}.compile(...)`",
+            f"compile in place with `{aname}.compile(...)`"
+            + (f" (not applied by --fix: {shared})" if shared is not None else ""),
             replacement,
         )
+
+    def _shared(self, target: cst.Name | cst.Attribute, node: cst.CSTNode) -> str | None:
+        """Why another name may hold the module ``target`` names at the compile ``node`` (which
+        ``target.compile()`` would compile as well), or None when ``target`` is its one name:
+        bound by a call earlier in the same block, and not referred to between that binding and
+        ``node`` but by :data:`KEEPS_ALONE` calls, directly or through a function of this file.
+        Conservative: what this cannot see (a binding in an enclosing block) counts as shared."""
+        f = self.facts
+        name = get_full_name_for_node(target)
+        assert name is not None
+        line = f.parent(node)
+        block = f.parent(line) if line is not None else None
+        body = list(getattr(block, "body", ()))
+        if not isinstance(line, cst.SimpleStatementLine) or line not in body or len(line.body) != 1:
+            body, line = [], None  # a one-line block, `a; b`: what came before is not read here
+        readers: set[str] | None = None
+        for stmt in reversed(body[: body.index(line)] if line is not None else []):
+            value = self._binding(stmt, name)
+            if value is not None:
+                if self._keeps_alone(value, name):
+                    continue  # `x = x.to(dev)`: the same object, bound earlier
+                if isinstance(value, cst.Call) and not self._mentions(value, name):
+                    return None
+                return (f"`{name}` is bound to `{self._code(value)}` at line {self._line(stmt)}, which other names "
+                        f"may hold too, and `{name}.compile()` would compile it for them as well")
+            if isinstance(stmt, cst.SimpleStatementLine) and all(
+                isinstance(s, cst.Expr) and self._keeps_alone(s.value, name) for s in stmt.body
+            ):
+                continue
+            if self._mentions(stmt, name):
+                return (f"`{self._code(stmt)}` at line {self._line(stmt)} refers to `{name}` before the compile, so "
+                        f"another name may hold the module, and `{name}.compile()` would compile it for that "
+                        "name too, where the wrapper leaves it eager")
+            calls = m.findall(stmt, m.Call(func=m.Name()))
+            if calls and readers is None:
+                readers = self._readers(name, f.enclosing_function(node))
+            called = next((c.func.value for c in calls if c.func.value in (readers or ())), None)  # type: ignore[attr-defined]
+            if called is not None:
+                return (f"line {self._line(stmt)} calls `{called}`, which reads `{name}`, before the compile: it "
+                        f"may keep the module, and `{name}.compile()` would compile it there too")
+        func = f.enclosing_function(node)
+        if isinstance(target, cst.Name) and func is not None and any(
+            p.name.value == name for p in (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)
+        ):
+            return (f"`{name}` is a parameter of `{func.name.value}`: its caller holds the same module, and "
+                    f"`{name}.compile()` would compile the caller's too")
+        return (f"`{name}` is not bound by a call earlier in this block, so another name may hold the module, "
+                f"and `{name}.compile()` would compile it for that name too")
+
+    @staticmethod
+    def _binding(stmt: cst.CSTNode, name: str) -> cst.BaseExpression | None:
+        """The value ``stmt`` binds to ``name`` (``name = value`` alone on its line), else None."""
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            return None
+        small = stmt.body[0]
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target, value = small.targets[0].target, small.value
+        elif isinstance(small, cst.AnnAssign) and small.value is not None:
+            target, value = small.target, small.value
+        else:
+            return None
+        if isinstance(target, (cst.Name, cst.Attribute)) and get_full_name_for_node(target) == name:
+            return value
+        return None
+
+    def _keeps_alone(self, expr: cst.BaseExpression, name: str) -> bool:
+        """``name.to(dev)``, ``name.eval()``, ... (:data:`KEEPS_ALONE`) with arguments that do not mention ``name``."""
+        return (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and expr.func.attr.value in KEEPS_ALONE
+            and isinstance(expr.func.value, (cst.Name, cst.Attribute))
+            and get_full_name_for_node(expr.func.value) == name
+            and not any(self._mentions(a, name) for a in expr.args)
+        )
+
+    def _mentions(self, node: cst.CSTNode, name: str) -> bool:
+        """Whether ``node`` refers to ``name`` (``x``, or ``self.x`` and what lies under it); for
+        an attribute ``name``, a bare use of its owner (``register(self)``) or one that hands its
+        submodules out (:data:`CHILD_VIEWS`) counts too."""
+        dotted = name + "."
+        for found in m.findall(node, m.Name() | m.Attribute()):
+            full = get_full_name_for_node(found)
+            if full is not None and (full == name or full.startswith(dotted)):
+                return True
+        if "." not in name:
+            return False
+        owner = name.rsplit(".", 1)[0]
+        for found in m.findall(node, m.Name() | m.Attribute()):
+            if get_full_name_for_node(found) != owner:
+                continue
+            parent = self.facts.parent(found)
+            if not (isinstance(parent, cst.Attribute) and parent.value is found) or parent.attr.value in CHILD_VIEWS:
+                return True
+        return False
+
+    def _readers(self, name: str, scope: cst.FunctionDef | None) -> set[str]:
+        """Names of this file's functions (other than ``scope``) whose bodies refer to ``name``:
+        a call of one may keep the module as a global or closure variable."""
+        out = set()
+        for func in m.findall(self.facts.module, m.FunctionDef()):
+            assert isinstance(func, cst.FunctionDef)
+            if func is not scope and self._mentions(func.body, name):
+                out.add(func.name.value)
+        return out
+
+    def _line(self, node: cst.CSTNode) -> int:
+        return self.facts.wrapper.resolve(PositionProvider)[node].start.line
+
+    def _code(self, node: cst.CSTNode) -> str:
+        """The first line of ``node``'s code, shortened for a message."""
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            node = node.with_changes(leading_lines=())  # the comments and blank lines above it
+        text = self.facts.module.code_for_node(node).strip().splitlines()[0]
+        return text if len(text) <= 50 else text[:47] + "..."
 
     def _rebinds_self(self, target: cst.Name, node: cst.Assign, call: cst.Call) -> bool:
         """``self = torch.compile(self)`` in a method that does not return ``self``: reported
