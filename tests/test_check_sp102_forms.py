@@ -162,6 +162,17 @@ def test_no_safe_fix_for_a_parameter_or_a_name_bound_elsewhere():
     assert not g.fixable and "line 3" in g.message
 
 
+def test_an_annotated_assignment_is_flagged_and_fixed_like_the_plain_one():
+    code = SHARED.format(between="x = 1").replace("model = torch.compile(model)", "model: nn.Module = torch.compile(model)")
+    [f] = _sp102(code)
+    assert f.line == 6 and f.fixable
+    fixed = check_text(code, "m.py", [CompileWrapsModule], fix=True).fixed
+    assert fixed is not None and "\nmodel.compile()  # compile it\n" in fixed
+    shared = SHARED.format(between="eager = model").replace("model = torch.compile(model)", "model: nn.Module = torch.compile(model)")
+    [g] = _sp102(shared)
+    assert g.line == 6 and not g.fixable
+
+
 def test_in_place_compile_compiles_every_name_of_the_module():
     """The claim behind withholding the fix: after ``model.compile()`` an alias taken before
     runs compiled, where after ``model = torch.compile(model)`` it ran eager."""

@@ -36,9 +36,10 @@ eager model (and back), and hooks registered on the original module are skipped 
 through the wrapper. `nn.Module.compile()` compiles the module's `__call__` in place: same keys,
 same object, same hooks.
 
-The fix rewrites `x = torch.compile(x, **options)` to `x.compile(**options)`; it is offered only
-where `x` is known to be an `nn.Module` (its `state_dict` is used, or it was built from an
-`nn.*` class or a module class of this file), since `.compile()` exists only on modules.
+The fix rewrites `x = torch.compile(x, **options)` (annotated or not) to `x.compile(**options)`;
+it is offered only where `x` is known to be an `nn.Module` (its `state_dict` is used, or it was
+built from an `nn.*` class or a module class of this file), since `.compile()` exists only on
+modules.
 `--fix` applies it only where `x` is the module's one name: `x.compile()` compiles the object
 itself, so any other name holding it (`eager = model`, a list it was appended to, an attribute,
 the caller of a function that got it as a parameter) would run compiled where it ran eager. That
@@ -263,12 +264,22 @@ torch.save(model, "model.pt")
         return False
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1:
+            self._compile_assign(node, node.targets[0].target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        """``model: nn.Module = torch.compile(model)``: the same rebinding as without the annotation."""
+        if node.value is not None:
+            self._compile_assign(node, node.target, node.value)
+
+    def _compile_assign(self, node: cst.Assign | cst.AnnAssign, target: cst.BaseExpression,
+                        value: cst.BaseExpression) -> None:
+        """``target = torch.compile(...)`` (``node``, plain or annotated): report and fix."""
         f = self.facts
-        if len(node.targets) != 1 or not f.is_call(node.value, COMPILE):
+        if not f.is_call(value, COMPILE):
             return
-        call = node.value
+        call = value
         assert isinstance(call, cst.Call)
-        target = node.targets[0].target
         arg = first_positional(call)
         tname = get_full_name_for_node(target) if isinstance(target, (cst.Name, cst.Attribute)) else None
         aname = get_full_name_for_node(arg) if isinstance(arg, (cst.Name, cst.Attribute)) else None
@@ -415,7 +426,7 @@ torch.save(model, "model.pt")
         text = self.facts.module.code_for_node(node).strip().splitlines()[0]
         return text if len(text) <= 50 else text[:47] + "..."
 
-    def _rebinds_self(self, target: cst.Name, node: cst.Assign, call: cst.Call) -> bool:
+    def _rebinds_self(self, target: cst.Name, node: cst.Assign | cst.AnnAssign, call: cst.Call) -> bool:
         """``self = torch.compile(self)`` in a method that does not return ``self``: reported
         here (the line compiles nothing). False for any other assignment."""
         f = self.facts
@@ -438,7 +449,7 @@ torch.save(model, "model.pt")
         )
         return True
 
-    def _bound_method(self, target: cst.Attribute, node: cst.Assign, call: cst.Call) -> bool:
+    def _bound_method(self, target: cst.Attribute, node: cst.Assign | cst.AnnAssign, call: cst.Call) -> bool:
         """``x.m = torch.compile(x.m)`` where ``m`` is a method of ``x``'s class (``forward``
         of any module): a compiled bound method, no wrapper module. Reported only where the same
         scope pickles ``x`` (what it breaks); True when handled here (reported or not)."""
