@@ -167,6 +167,32 @@ def test_absolute_import_alias_and_reexport_through_init(proj):
     assert ("train.py", 5, "SP101") in found
 
 
+@pytest.mark.parametrize("init", [True, False])
+@pytest.mark.parametrize(("imports", "cls"), [("from moe_lm import MoELM", "MoELM"), ("import moe_lm", "moe_lm.MoELM")])
+def test_a_flat_import_of_a_sibling_file_resolves_next_to_the_importer(proj, init, imports, cls):
+    """``from moe_lm import MoELM`` in ``models/serve.py``, run as a script from ``models/``
+    (its folder is on sys.path): no project module ``moe_lm``, so the sibling file is meant."""
+    _write(proj, {"models/serve.py": f"import torch\n{imports}\n\nmodel = torch.compile({cls}(100, 32, 4, 4))\n",
+                  "models/moe_lm.py": MOE_LM.replace("from .layers import", "from layers import"),
+                  "train.py": "print('no compile here')\n"})
+    if not init:
+        (proj / "models" / "__init__.py").unlink()
+    found, outcome = _found(["models/moe_lm.py", "models/serve.py"])
+    assert found == {("models/serve.py", 4, "SP101"), ("models/layers.py", ITEM_LINE, "SP103")}
+    [sp103] = [f for f in outcome.findings if f.code == "SP103"]
+    assert "reached from the torch.compile at models/serve.py:4" in sp103.message
+
+
+def test_a_project_module_of_the_name_wins_over_the_sibling(proj):
+    """Where the root holds ``moe_lm.py`` itself, ``from moe_lm import MoELM`` is that module."""
+    _write(proj, {"models/serve.py": "import torch\nfrom moe_lm import MoELM\n\nmodel = torch.compile(MoELM())\n",
+                  "moe_lm.py": "from torch import nn\n\n\nclass MoELM(nn.Module):\n    def forward(self, x):\n"
+                               "        return x\n",
+                  "train.py": "print('no compile here')\n"})
+    found, _ = _found(["models/serve.py", "models/moe_lm.py"])
+    assert found == set()
+
+
 def test_regional_loop_reaches_the_block_and_is_no_sp101(proj):
     _write(proj, {"train.py": "import torch\nfrom models.moe_lm import MoELM\n\nmodel = MoELM(100, 32, 4, 4)\n"
                               "for block in model.blocks:\n    block.compile()\n"})

@@ -48,8 +48,11 @@ errors and skips are not reported.
 **Names** are resolved through the project's own imports: ``from .layers import Block``,
 ``from models.layers import Block``, ``import models.layers as L; L.Block``, a re-export through
 a package's ``__init__.py`` (three hops at most). A module path maps to a file under the project
-root (``a/b.py`` or ``a/b/__init__.py``; a ``src/`` layout too). Names outside the project
-(torch, transformers installed in site-packages) are not followed.
+root (``a/b.py`` or ``a/b/__init__.py``; a ``src/`` layout too); one that names no such file is
+looked for beside the importing file (``from model import GPT`` in ``src/train.py`` is
+``src/model.py``: a script's folder is the first entry of ``sys.path`` when it runs, as
+``python train.py`` from ``src/`` does). Names outside the project (torch, transformers installed
+in site-packages) are not followed.
 
 **Why the C ``ast`` module, not LibCST, for the index.** The rules themselves run on LibCST with
 ``ScopeProvider``/qualified names (:mod:`.facts`), but only for the files reported. Reading every
@@ -860,6 +863,15 @@ class Project:
             mod = self.modules.get(".".join(names[:i]))
             if mod is not None:
                 return mod, ".".join(names[i:])
+        # `from model import GPT` in `src/train.py`, run as `python train.py` from `src/`: the
+        # script's folder is sys.path[0], so a flat import names a file beside the importer
+        folder = rel.split("/")[:-1]
+        if folder:
+            for i in range(len(names), 0, -1):
+                base = "/".join([*folder, *names[:i]])
+                for cand in (f"{base}.py", f"{base}/__init__.py"):
+                    if cand in self.files:
+                        return cand, ".".join(names[i:])
         return None
 
     def resolve(self, qualified: str, rel: str, hops: int = 0) -> tuple[str, str] | None:
