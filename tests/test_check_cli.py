@@ -194,6 +194,21 @@ def test_plan_drift_from_pyproject_exits_1_with_the_diff_and_fix_applies_it(gpt,
     assert main(["check", "--select", "SP106", model]) == 0  # the tree is now what the plan asks
 
 
+def test_fix_counts_a_file_the_plan_and_a_rule_both_edit_once(gpt, capsys):
+    """The plan's pending edits and SP102's fix land in the same model.py: one file written."""
+    (gpt / "pyproject.toml").write_text('[tool.stackpart]\nplan = "gpt/plan.yaml"\nsrc = "gpt/src"\n')
+    model = gpt / "gpt/src/model.py"
+    model.write_text(model.read_text() + "\n\ndef build():\n    net = nn.Linear(4, 4)\n    net = torch.compile(net)\n"
+                     "    torch.save(net.state_dict(), 'c.pt')\n    return net\n")
+    assert main(["check", "--fix", "--no-validate", "gpt/src/model.py", "--format", "json"]) == 0
+    assert "    net.compile()\n" in model.read_text() and "@torch.compile" in model.read_text()
+    assert json.loads(capsys.readouterr().out)["files"]["fixed"] == ["gpt/src/model.py"]
+    model.write_text(model.read_text().replace("    net.compile()\n", "    net = torch.compile(net)\n")
+                     .replace("    @torch.compile\n", ""))
+    assert main(["check", "--fix", "--no-validate", "./gpt/src/model.py"]) == 0
+    assert "fixed 1 file(s)" in capsys.readouterr().err
+
+
 def test_plan_drift_only_counts_files_given_and_flag_overrides(gpt, capsys):
     assert main(["check", "--plan", "gpt/plan.yaml", "--src", "gpt/src", "gpt/src/harness.py"]) == 0
     assert main(["check", "--plan", "gpt/plan.yaml", "--src", "gpt/src", "gpt/src/model.py", "--format", "json"]) == 1

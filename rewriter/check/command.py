@@ -66,6 +66,18 @@ def _as_checked(r: FileResult, outcome: Outcome) -> SourceFile | None:
     return source
 
 
+def _add_fixed(outcome: Outcome, paths: Sequence[str]) -> None:
+    """Add the files just written to ``outcome.fixed``, each file once: the plan's edits and a
+    rule's fix in the same file (written one after the other) are one file fixed, under the
+    spelling it was first written with."""
+    seen = {os.path.realpath(p) for p in outcome.fixed}
+    for path in paths:
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            outcome.fixed.append(path)
+
+
 def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[str], fix: bool, validate: bool = True) -> None:
     """Plan drift of ``files``; with ``fix``, write the plan's pending edits under the rule
     ``rewrite --apply`` follows: a passing validation report for this exact diff (the gate of
@@ -97,7 +109,7 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
             return
     if fix and drifted:
         _write([(path, c.old, c.new, c.mode) for path, c in drifted])  # old None: a new file
-        outcome.fixed.extend(path for path, _ in drifted)
+        _add_fixed(outcome, [path for path, _ in drifted])
         drifted, diff = plan_drift(loaded, src or ".", files)
     outcome.drift_files = [path for path, _ in drifted]
     outcome.drift_diff = diff
@@ -202,7 +214,7 @@ def run_check(
                 continue
             writes.append((r.path, source.raw, source.encode(r.fixed), source.mode))
         _write(writes)
-        outcome.fixed.extend(path for path, *_ in writes)
+        _add_fixed(outcome, [path for path, *_ in writes])
     for r in results:
         outcome.findings.extend(_measured(r.initial if diff and not fix else r.findings, plan))
         outcome.parsed += r.parsed

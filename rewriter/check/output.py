@@ -37,7 +37,8 @@ class Outcome:
         drift_diff: the git-style diff that would bring them in line.
         plan: the plan path, when one is configured.
         checked, parsed: files given / files that passed the prefilter and were parsed.
-        fixed: files written by ``--fix``.
+        fixed: files written by ``--fix``, each once (the plan's edits and a rule's fix in one
+            file are one file).
         fix_diff: with ``--diff``, the git-style diff of the safe fixes (nothing written).
         project: what the project read cost (``project_files``, ``project_parsed``, ``extra``:
             see :func:`rewriter.check.runner.check_files`); empty when no project was read.
