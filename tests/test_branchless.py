@@ -123,3 +123,30 @@ def test_a_twin_that_removed_no_break_is_pruned_after_measurement():
     assert "skipped" not in rows["as-is+branchless"]  # fewer breaks and graphs: kept for the decision
     assert rows["whole+branchless"]["skipped"].startswith("pruned after measurement: torch.where removed no graph break")
     assert [line.split(":", 1)[0] for line in lines] == ["whole+branchless"]
+
+
+def test_the_ifs_comments_are_kept_above_the_selections(tmp_path):
+    """The rewrite dropped every comment of the if: its line's, its branches' and their ends."""
+    from rewriter.plan import parse_plan
+    from rewriter.rewrite.transform import plan_rewrite
+
+    (tmp_path / "model.py").write_text(
+        "import torch\n\n\n"
+        "def f(x, y):\n"
+        "    # keep the sign (issue #12)\n"
+        "    if x.sum() < 0:  # IMPORTANT: negative batches\n"
+        "        # flip it\n"
+        "        y = -y  # flipped\n"
+        "    else:\n"
+        "        y = y * 2  # doubled\n"
+        "    return y\n")
+    plan = parse_plan("version: 1\nactions:\n  - action: branchless\n    target: model.py::f\n    line: 6\n", "plan.yaml")
+    [change] = plan_rewrite(plan, tmp_path, unsafe=True).changes
+    assert change.new.decode().splitlines()[4:11] == [
+        "    # keep the sign (issue #12)",
+        "    # IMPORTANT: negative batches",
+        "    # flip it",
+        "    # flipped",
+        "    # doubled",
+        "    y = torch.where(x.sum() < 0, -y, y * 2)",
+        "    return y"], change.new.decode()

@@ -168,6 +168,25 @@ def has_decorator(node: cst.FunctionDef, names: set[str], imports: dict[str, str
     return any(canonical(decorator_name(d), imports) in names for d in node.decorators)
 
 
+def comments_within(node: cst.CSTNode) -> list[cst.Comment]:
+    """Every comment under ``node`` in source order, less those of its own ``leading_lines`` (the
+    lines above it, which a replacement keeps as they are): what a rewrite that replaces ``node``
+    must carry over so that no comment of the user's is lost."""
+    above = {id(e.comment) for e in getattr(node, "leading_lines", ()) if e.comment is not None}
+
+    class _Collect(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.found: list[cst.Comment] = []
+
+        def visit_Comment(self, comment: cst.Comment) -> None:
+            if id(comment) not in above:
+                self.found.append(comment)
+
+    seen = _Collect()
+    node.visit(seen)
+    return seen.found
+
+
 def make_decorator(expr: str, comment: str | None = None) -> cst.Decorator:
     """A decorator from an expression built of validated identifiers and literals, with an
     optional ``# comment`` on its own line just above it (a trailing comment would move off the

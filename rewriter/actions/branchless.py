@@ -42,7 +42,7 @@ import libcst.matchers as m
 
 from ..errors import StackpartError
 from ..plan import BranchlessAction
-from .base import TargetedCommand
+from .base import TargetedCommand, comments_within
 
 #: ``x op= e`` → the binary operator of ``x = x op e``.
 _OPS: dict[type, type] = {
@@ -246,7 +246,9 @@ def branchless_statements(func: cst.FunctionDef, node: cst.If, torch: str, cond_
         alt = other_map.get(name, cst.Name(name))
         call = cst.Call(where, [cst.Arg(cond), cst.Arg(value), cst.Arg(alt)])
         out.append(cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], call)]))
-    out[0] = out[0].with_changes(leading_lines=node.leading_lines)
+    # the if's own comments (its lines, its branches') go above the selections, none lost
+    kept = [cst.EmptyLine(indent=True, comment=c) for c in comments_within(node)]
+    out[0] = out[0].with_changes(leading_lines=[*node.leading_lines, *kept])
     return out
 
 

@@ -32,7 +32,7 @@ from libcst.helpers import get_full_name_for_node
 
 from ..plan import OWN_CALL_DEFAULTS
 from ..targets import decorator_name
-from .base import canonical, py_literal
+from .base import canonical, comments_within, py_literal
 
 COMPILE = "torch.compile"
 _EMPTY = cst.Module([])
@@ -449,25 +449,12 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
     return func.deep_replace(line, cst.FlattenSentinel(_with_comments(new, line)))  # type: ignore[return-value]
 
 
-class _Comments(cst.CSTVisitor):
-    """Every comment under a node, in source order."""
-
-    def __init__(self) -> None:
-        self.found: list[cst.Comment] = []
-
-    def visit_Comment(self, node: cst.Comment) -> None:
-        self.found.append(node)
-
-
 def _with_comments(new: list[cst.BaseStatement], line: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
     """``new`` (the statements replacing ``line``) keeping every comment of ``line``: the lines above
     it stay above; its end-of-line comment ends the first new line (a ``for`` header included); a
     comment inside the call (between its arguments) becomes a line of its own above the new code."""
-    seen = _Comments()
-    line.visit(seen)
-    own = {id(c) for e in line.leading_lines if e.comment is not None for c in [e.comment]}
     trailing = line.trailing_whitespace.comment
-    inside = [c for c in seen.found if id(c) not in own and c is not trailing]
+    inside = [c for c in comments_within(line) if c is not trailing]
     first = new[0].with_changes(leading_lines=[*line.leading_lines,
                                                *(cst.EmptyLine(indent=True, comment=c) for c in inside)])
     if trailing is not None:
