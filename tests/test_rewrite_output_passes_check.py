@@ -159,3 +159,19 @@ def test_a_measured_edit_of_the_programs_whole_model_compile_passes_check(tmp_pa
             "    @torch.compile(dynamic=True)  # static shapes, please\n") in once, once
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
     assert (src / "model.py").read_text() == once
+
+
+def test_a_long_generated_decorator_is_split_as_black_splits_it(tmp_path):
+    """A compile with four options in a nested class was one 140-character line."""
+    import black
+
+    from rewriter.plan import parse_plan
+    from rewriter.rewrite.transform import plan_rewrite
+
+    source = "import torch\n\n\nclass A:\n    class B:\n        def f(self, x):\n            return x\n"
+    (tmp_path / "model.py").write_text(source)
+    plan = parse_plan("version: 1\nactions:\n  - action: compile\n    target: model.py::A.B.f\n    options: {fullgraph: true, "
+                      "dynamic: false, mode: max-autotune-no-cudagraphs, backend: aot_eager}\n", "plan.yaml")
+    new = plan_rewrite(plan, tmp_path).changes[0].new.decode()
+    assert max(len(line) for line in new.splitlines()) <= 88, new
+    assert new == black.format_str(new, mode=black.Mode()), new  # the whole file as black writes it

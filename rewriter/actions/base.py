@@ -187,16 +187,39 @@ def comments_within(node: cst.CSTNode) -> list[cst.Comment]:
     return seen.found
 
 
-def make_decorator(expr: str, comment: str | None = None) -> cst.Decorator:
+#: black's default line length: a generated decorator longer than this is split as black splits it.
+LINE_LENGTH = 88
+
+
+def make_decorator(expr: str, comment: str | None = None, indent: int = 0) -> cst.Decorator:
     """A decorator from an expression built of validated identifiers and literals, with an
     optional ``# comment`` on its own line just above it (a trailing comment would move off the
-    decorator's first line when a formatter splits a long decorator)."""
+    decorator's first line when a formatter splits a long decorator). Where ``@expr`` at
+    ``indent`` columns is longer than :data:`LINE_LENGTH`, its call's arguments go one a line with
+    a trailing comma, as black writes it (the generated line only: the user's lines are never
+    reformatted)."""
+    node = cst.parse_expression(expr)
+    if isinstance(node, cst.Call) and node.args and indent + 1 + len(expr) > LINE_LENGTH:
+        node = _exploded(node)
     if comment is None:
-        return cst.Decorator(decorator=cst.parse_expression(expr))
+        return cst.Decorator(decorator=node)
     return cst.Decorator(
-        decorator=cst.parse_expression(expr),
+        decorator=node,
         leading_lines=[cst.EmptyLine(indent=True, comment=cst.Comment(f"# {comment}"))],
     )
+
+
+def _exploded(call: cst.Call) -> cst.Call:
+    """``call`` with one argument a line, each indented four spaces past the block's indentation
+    and ending in a comma, the closing parenthesis back at the block's indentation (black's
+    "magic trailing comma" form)."""
+    def line(last: str) -> cst.ParenthesizedWhitespace:
+        return cst.ParenthesizedWhitespace(first_line=cst.TrailingWhitespace(), indent=True,
+                                           last_line=cst.SimpleWhitespace(last))
+
+    args = [a.with_changes(comma=cst.Comma(whitespace_after=line("    " if i < len(call.args) - 1 else "")))
+            for i, a in enumerate(call.args)]
+    return call.with_changes(args=args, whitespace_before_args=line("    "))
 
 
 def py_literal(value: object) -> str:
@@ -648,6 +671,6 @@ class TargetedCommand(SkipTypeChecking, NoCopyMetadata, VisitorBasedCodemodComma
         """Add ``@expr`` innermost (next to ``def``), or outermost when asked; ``comment`` goes
         on its own line above it."""
         decs: Sequence[cst.Decorator] = list(func.decorators)
-        new = make_decorator(expr, comment)
+        new = make_decorator(expr, comment, indent=4 * len(self._stack))
         decs = [new, *decs] if outermost else [*decs, new]
         return func.with_changes(decorators=decs)
