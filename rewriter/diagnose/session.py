@@ -281,7 +281,7 @@ class Session:
         for shape in self.spec.shapes[1:]:
             model, inputs = self.build(shape, as_setup=True)
             what = f"{self.forward_name()} at {dict(shape)}"
-            self.run(self.step_fn(model, inputs, what), what)
+            self.run_as_the_program_runs(self.step_fn(model, inputs, what), what)
 
     def inputs(self, shape: dict[str, int]) -> Any:
         from ..harness import _to, torch_dtype
@@ -323,23 +323,28 @@ class Session:
         return step
 
     def run(self, step: Callable[[], Any], what: str | None = None) -> Any:
-        """Run one guarded step and wait for the device.
+        """Run one guarded step and wait for the device."""
+        with self.guard(what or self.forward_name()):
+            out = step()
+            self.sync()
+        return out
+
+    def run_as_the_program_runs(self, step: Callable[[], Any], what: str | None = None) -> Any:
+        """:meth:`run` for a step where only the program's own compiles are live (setup's, no
+        rung's instrumentation).
 
         Raises:
-            HarnessFailure: the step raised; where the exception came from the program's own
-                ``torch.compile`` (Dynamo or its backend) and the same step runs with compilation
-                off, the message says so (:func:`own_compile_raised`).
+            HarnessFailure: the step raised; where the exception came from Dynamo or its backend
+                and the same step runs with compilation off, the message says that the program's
+                own ``torch.compile`` raised it, and what to try (:func:`own_compile_raised`).
         """
         try:
-            with self.guard(what or self.forward_name()):
-                out = step()
-                self.sync()
+            return self.run(step, what)
         except HarnessFailure as exc:
             said = own_compile_raised(exc, lambda: (step(), self.sync()))
             if said is None:
                 raise
             raise HarnessFailure(exc.rung, exc.callable, f"{exc.message}; {said}", exc.path, exc.line, note=exc.note) from exc
-        return out
 
     def time(self, step: Callable[[], Any], *, warmup: int = 2, min_s: float = 0.3, max_iters: int = 50, min_iters: int = 3) -> dict[str, float]:
         """Step time in ms over enough runs to fill ``min_s`` (at least ``min_iters``).

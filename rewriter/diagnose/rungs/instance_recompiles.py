@@ -28,8 +28,11 @@ eager).
 
 from __future__ import annotations
 
+import contextlib
+
 import re
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
 from ..context import Context
@@ -172,12 +175,33 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
     return r
 
 
+@contextlib.contextmanager
+def _module_compiles_off(model: Any) -> Iterator[None]:
+    """``module.compile()``'s compiled call (``_compiled_call_impl``, torch/nn/modules/module.py)
+    set aside on every module of ``model`` for the duration, then put back."""
+    saved = [(m, m.__dict__["_compiled_call_impl"]) for m in model.modules()
+             if m.__dict__.get("_compiled_call_impl") is not None]
+    for m, _ in saved:
+        m._compiled_call_impl = None
+    try:
+        yield
+    finally:
+        for m, impl in saved:
+            m._compiled_call_impl = impl
+
+
 def _sweep(ctx: Context, cls: type) -> _Sweep:
     """Compile ``cls.forward`` (backend ``eager``), run one step per harness shape (the
     reference first) under Dynamo's recompile log, and put ``forward`` back as it was."""
     import torch
 
-    model, _, step = ctx.reference()
+    model, inputs, _ = ctx.reference()
+    # the program's own whole-model compile (torch.compile(model), model.compile()) is set aside for
+    # the sweep: Dynamo tracing into the block's compiled forward from inside it fails on its own
+    # guards (CLOSURE_MATCH on the compiled function's closure), and the sweep asks what the block
+    # does compiled by itself
+    model = getattr(model, "_orig_mod", model)
+    step = ctx.session.step_fn(model, inputs)
     shapes = ctx.session.spec.shapes
     reset()
     original = cls.__dict__.get("forward")
@@ -185,7 +209,7 @@ def _sweep(ctx: Context, cls: type) -> _Sweep:
     cls.forward = torch.compile(base, backend="eager")
     per_shape: list[dict[str, Any]] = []
     try:
-        with capture() as log:
+        with capture() as log, _module_compiles_off(model):
             counts = _dynamo_counts(base.__code__)  # after each shape: the next shape's "before"
             for i, shape in enumerate(shapes):
                 before = (counts["unique_graphs"], len(log.recompiles), len(log.limit_hit))

@@ -1,0 +1,48 @@
+"""The instance-recompiles rung on a model that compiles itself whole (``model.compile()`` in its
+build, as a user of transformers writes it): the rung's compile of the decoder layer's forward,
+traced from inside the program's own compile, failed in Dynamo ("'CatchErrorsWrapper' object has
+no attribute '__closure__'"), so the rung reported an error on a program that runs. The program's
+own whole-model compile is now set aside for the sweep."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from rewriter.diagnose.context import Context  # noqa: E402
+from rewriter.diagnose.rungs import instance_recompiles  # noqa: E402
+from rewriter.diagnose.session import Session  # noqa: E402
+from rewriter.diagnose.rungs.granularity import find_blocks  # noqa: E402
+from rewriter.harness import load_harness  # noqa: E402
+from rewriter.plan import Harness  # noqa: E402
+
+HARNESS = """\
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def build_model():
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).eval()
+    model.compile(backend="eager", fullgraph=True)
+    return model
+
+
+def make_inputs(batch: int = 1, seq: int = 32):
+    return {"input_ids": torch.randint(0, 256, (batch, seq))}
+"""
+
+
+def test_the_rung_runs_on_a_model_that_compiles_itself_whole(tmp_path):
+    (tmp_path / "harness.py").write_text(HARNESS)
+    spec = Harness.model_validate({"file": "harness.py", "shapes": [{"seq": 32}, {"seq": 48}], "device": "cpu"})
+    ctx = Context(session=Session(load_harness(spec, tmp_path)), out_dir=tmp_path)
+    model, _, _ = ctx.reference()
+    ctx.evidence.blocks = find_blocks(model, tmp_path)
+    r = instance_recompiles.run(ctx)
+    assert r.status == "ok", (r.status, r.reason)
+    assert r.measurement.get("instances") == 2 or "instances" in str(r.measurement), r.measurement
+    assert model._compiled_call_impl is not None  # the program's own compile is put back
