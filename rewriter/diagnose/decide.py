@@ -130,7 +130,7 @@ def decide(
     if not [n for n in ok if n != AS_IS]:
         return _only_as_is(ok, status, net)
     if not gain_measured:
-        return _in_ladder_order(ok, status, net)
+        return _in_ladder_order(ok, status, net, rows)
     refusals = {n: gate_failures(rows, n, noise) for n in ok if n != AS_IS and (net[n] or 0) > 0}
     gated = [n for n, fails in refusals.items() if fails]  # one that does not pay back is out anyway, and says so
     for n in gated:
@@ -252,13 +252,32 @@ def _only_as_is(ok: list[str], status: dict[str, str], net: dict[str, float | No
                   + "); the plan changes nothing", status, net)
 
 
-def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float | None]) -> Choice:
-    """The decision without a measured gain: the first candidate in the ladder's order that did not fail."""
-    chosen = next(n for n in ok if n != AS_IS)
+def _recompiles(row: dict[str, Any]) -> int:
+    """The recompiles a candidate's cold process counted over the harness's shapes."""
+    return int((row.get("compile") or {}).get("recompiles") or 0)
+
+
+def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float | None],
+                     rows: dict[str, dict[str, Any]]) -> Choice:
+    """The decision without a measured gain: what the backend still measures decides first, the
+    recompiles over the harness's shapes (fewest first: a user who came for recompiles is never
+    handed more of them), then the ladder's order among those that did not fail."""
+    rest = [n for n in ok if n != AS_IS]
+    fewest = min(_recompiles(rows[n]) for n in rest)
+    chosen = next(n for n in rest if _recompiles(rows[n]) == fewest)
     for n in ok:
-        status[n] = "chosen" if n == chosen else f"not chosen: the gain is not measured with this backend; {chosen!r} comes first in the ladder's order"
+        if n == chosen:
+            status[n] = "chosen"
+        elif n != AS_IS and _recompiles(rows[n]) > fewest:
+            status[n] = (f"not chosen: {_recompiles(rows[n])} recompile(s) over the shapes against {fewest} of {chosen!r} "
+                         "(the gain is not measured with this backend)")
+        else:
+            status[n] = f"not chosen: the gain is not measured with this backend; {chosen!r} comes first in the ladder's order"
+    more = [n for n in rest if _recompiles(rows[n]) > fewest]
     text = (f"{chosen!r}: the backend does not optimise, so the gain is not measured; every candidate that failed is out "
-            f"({sum(1 for s in status.values() if s.startswith('failed'))} failed) and the ladder's order decides among the rest")
+            f"({sum(1 for s in status.values() if s.startswith('failed'))} failed)"
+            + (f", {len(more)} recompile more over the shapes ({fewest} here)" if more else "")
+            + " and the ladder's order decides among the rest")
     return Choice(chosen, text, status, net)
 
 
