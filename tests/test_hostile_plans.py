@@ -54,6 +54,23 @@ HOSTILE = {
         "version: 1\nactions:\n  - action: allocator\n    target: m.py::f\n    settings: expandable_segments True\n",
         5, "PYTORCH_CUDA_ALLOC_CONF",
     ),
+    "allocator key misspelt": (
+        "version: 1\nactions:\n  - action: allocator\n    target: m.py::f\n    settings: expandabel_segments:True\n",
+        5, "did you mean 'expandable_segments'",
+    ),
+    "allocator bool misspelt": (
+        "version: 1\nactions:\n  - action: allocator\n    target: m.py::f\n    settings: expandable_segments:Ture\n",
+        5, "expandable_segments: expected True or False, got 'Ture' (did you mean 'True'?)",
+    ),
+    "allocator size not a number": (
+        "version: 1\nactions:\n  - action: allocator\n    target: m.py::f\n    settings: max_split_size_mb:abc\n",
+        5, "max_split_size_mb: expected an integer size in MB",
+    ),
+    "allocator threshold out of range": (
+        "version: 1\nactions:\n  - action: allocator\n    target: m.py::f\n"
+        "    settings: expandable_segments:True,garbage_collection_threshold:1.5\n",
+        5, "garbage_collection_threshold: expected a number strictly between 0 and 1",
+    ),
     "negative shape": ("version: 1\nharness: {file: h.py, shapes: [{batch: -2}]}\nactions: []\n", 2, "batch"),
     "shape name not an identifier": ("version: 1\nharness: {file: h.py, shapes: [{'a-b': 2}]}\nactions: []\n", 2, "identifier"),
 }
@@ -208,3 +225,13 @@ def test_a_5000_digit_runs_through_the_cli_is_exit_2_one_line(tmp_path):
                           capture_output=True, text=True, timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith(f"error: {plan}:3:9: amortization.runs: an integer 5,000 characters long")
+
+
+@pytest.mark.parametrize("settings", [
+    "expandable_segments:True", "max_split_size_mb:128,garbage_collection_threshold:0.6",
+    "roundup_power2_divisions:[256:4,>:1]", "roundup_power2_divisions:4", "backend:cudaMallocAsync",
+    "pinned_use_cuda_host_register:True,pinned_num_register_threads:8", "per_process_memory_fraction:1",
+])
+def test_allocator_settings_torch_documents_are_kept(settings):
+    plan = parse_plan(f"version: 1\nactions:\n  - action: allocator\n    target: m.py::f\n    settings: '{settings}'\n")
+    assert plan.plan.actions[0].settings == settings

@@ -511,6 +511,79 @@ class BranchlessAction(_Action):
     line: int = Field(ge=1, description="the line of the `if` statement in the target's file")
 
 
+#: The options ``PYTORCH_CUDA_ALLOC_CONF`` takes, each with the kind of value torch's parser accepts
+#: (PyTorch docs, "CUDA semantics: Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF"; the keys of
+#: c10/core/AllocatorConfig.h and c10/cuda/CUDAAllocatorConfig.h, torch 2.13, with the ROCm
+#: spellings torch also accepts). torch refuses any other key, and a bool other than ``True`` or
+#: ``False``, only at CUDA's first allocation, long after the rewrite: the plan is checked here,
+#: against the union over versions (a key newer than the torch in use is still torch's to refuse).
+ALLOC_CONF_OPTIONS: dict[str, str] = {
+    "backend": "backend",
+    "max_split_size_mb": "mb>=20",
+    "max_non_split_rounding_mb": "mb>=20",
+    "large_segment_size_mb": "mb>0",
+    "roundup_power2_divisions": "divisions",
+    "garbage_collection_threshold": "fraction",
+    "expandable_segments": "bool",
+    "release_lock_on_cudamalloc": "bool",
+    "release_lock_on_hipmalloc": "bool",
+    "pinned_use_cuda_host_register": "bool",
+    "pinned_use_hip_host_register": "bool",
+    "pinned_num_register_threads": "power2",
+    "pinned_use_background_threads": "bool",
+    "pinned_max_round_threshold_mb": "mb>=0",
+    "pinned_max_cached_size_mb": "mb>=0",
+    "pinned_reserve_segment_size_mb": "mb>=0",
+    "pinned_free_catch_all": "bool",
+    "graph_capture_record_stream_reuse": "bool",
+    "per_process_memory_fraction": "fraction]",
+    "throw_on_cudamalloc_oom": "bool",
+}
+_ALLOC_CONF_EXPECTED = {
+    "backend": "'native' or 'cudaMallocAsync'",
+    "mb>=20": "an integer size in MB >= 20",
+    "mb>0": "an integer size in MB > 0",
+    "mb>=0": "an integer size in MB",
+    "divisions": "a power of 2 (or 0), or a list like [256:4,>:1] of power-of-2 sizes (or '>') to power-of-2 divisions",
+    "fraction": "a number strictly between 0 and 1",
+    "fraction]": "a number in (0, 1]",
+    "bool": "True or False",
+    "power2": "a power of 2",
+}
+
+
+def _power_of_two(text: str, zero: bool = False) -> bool:
+    return text.isdigit() and (int(text) & (int(text) - 1) == 0) and (zero or int(text) > 0)
+
+
+def _alloc_value_ok(kind: str, value: str) -> bool:
+    """Whether ``value`` is a value torch's allocator parser accepts for an option of ``kind``."""
+    if kind == "bool":
+        return value in ("True", "False")
+    if kind == "backend":
+        return value in ("native", "cudaMallocAsync", "hipMallocAsync")
+    if kind.startswith("mb"):
+        least = {"mb>=20": 20, "mb>0": 1, "mb>=0": 0}[kind]
+        return value.isdigit() and int(value) >= least
+    if kind == "power2":
+        return _power_of_two(value)
+    if kind.startswith("fraction"):
+        try:
+            number = float(value)
+        except ValueError:
+            return False
+        return 0 < number < 1 or (kind == "fraction]" and number == 1)
+    if kind == "divisions":
+        if not value.startswith("["):
+            return _power_of_two(value, zero=True)
+        for pair in value[1:-1].split(","):
+            size, _, divisions = pair.partition(":")
+            if not (size == ">" or _power_of_two(size)) or not _power_of_two(divisions, zero=True):
+                return False
+        return True
+    return False
+
+
 class AllocatorAction(_Action):
     """Set ``PYTORCH_CUDA_ALLOC_CONF`` (default ``expandable_segments:True``) at the entry."""
 
@@ -522,13 +595,31 @@ class AllocatorAction(_Action):
     def _settings(cls, value: str) -> str:
         # PYTORCH_CUDA_ALLOC_CONF's grammar (c10/core/AllocatorConfig.h): comma-separated
         # key:value options, a value possibly a bracketed list ("roundup_power2_divisions:[256:4]").
-        # The keys are checked by torch at CUDA init (they vary by version); the shape is checked here.
+        # The shape first, then each key against ALLOC_CONF_OPTIONS and its value against its kind.
         option = r"[A-Za-z_]\w*:(?:\[[^\[\]]*\]|[^,\[\]\s]+)"
         if not re.fullmatch(rf"{option}(?:,{option})*", value):
             raise ValueError(
                 f"expected PYTORCH_CUDA_ALLOC_CONF options like 'expandable_segments:True' or "
                 f"'max_split_size_mb:128,garbage_collection_threshold:0.6', got {quoted(value)}"
             )
+        seen: set[str] = set()
+        for match in re.finditer(option, value):
+            key, _, item = match.group(0).partition(":")
+            kind = ALLOC_CONF_OPTIONS.get(key)
+            if kind is None:
+                hint = near_names(key, ALLOC_CONF_OPTIONS)
+                raise ValueError(
+                    f"unknown PYTORCH_CUDA_ALLOC_CONF option {key!r}"
+                    + (f" ({hint})" if hint else f"; expected one of {', '.join(ALLOC_CONF_OPTIONS)}")
+                )
+            if key in seen:
+                raise ValueError(f"PYTORCH_CUDA_ALLOC_CONF option {key!r} is given twice in {quoted(value)}")
+            seen.add(key)
+            if not _alloc_value_ok(kind, item):
+                hint = near_names(item, ("True", "False")) if kind == "bool" else None
+                raise ValueError(
+                    f"{key}: expected {_ALLOC_CONF_EXPECTED[kind]}, got {quoted(item)}" + (f" ({hint})" if hint else "")
+                )
         return value
 
 
