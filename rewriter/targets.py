@@ -4,7 +4,9 @@ A target names a module-level function, a class (meaning its own ``forward``), a
 nested class's method. Definitions are collected at module and class scope, looking through
 ``if``/``else``, ``try``, ``with`` and ``match`` blocks (but not into function bodies, nor into the body of
 ``if TYPE_CHECKING:``, which never runs); a name defined twice at one scope is ambiguous and
-refused, since the rewrite could not say which one runs.
+refused, since the rewrite could not say which one runs. A ``@typing.overload`` stub is no
+definition: the implementation after it replaces it when the scope runs, so a target names the
+implementation and the stubs are left as they are.
 """
 
 from __future__ import annotations
@@ -94,6 +96,31 @@ def _decorator_names(node: cst.FunctionDef | cst.ClassDef) -> list[str]:
     return [decorator_name(dec) for dec in node.decorators]
 
 
+#: The decorators of a typing overload stub (PEP 484): the ``def`` is for type checkers only, and
+#: the implementation defined after it is what the name holds at run time.
+OVERLOAD_DECORATORS = frozenset({"overload", "typing.overload", "typing_extensions.overload"})
+
+
+def is_overload(node: cst.FunctionDef | cst.ClassDef) -> bool:
+    """Whether ``node`` is a ``@typing.overload`` stub (never the function that runs)."""
+    return isinstance(node, cst.FunctionDef) and any(decorator_name(d) in OVERLOAD_DECORATORS for d in node.decorators)
+
+
+def _ast_is_overload(node: ast.stmt) -> bool:
+    """:func:`is_overload` for CPython's tree (:func:`_def_lines`)."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    for dec in node.decorator_list:
+        expr = dec.func if isinstance(dec, ast.Call) else dec
+        parts = []
+        while isinstance(expr, ast.Attribute):
+            parts.append(expr.attr)
+            expr = expr.value
+        if isinstance(expr, ast.Name) and ".".join([expr.id, *reversed(parts)]) in OVERLOAD_DECORATORS:
+            return True
+    return False
+
+
 def is_type_checking(test: cst.BaseExpression | ast.expr) -> bool:
     """Whether an ``if`` test is ``TYPE_CHECKING`` or ``<module>.TYPE_CHECKING`` (False at run
     time: what its body defines exists only for type checkers)."""
@@ -170,6 +197,8 @@ def _def_lines(text: str) -> dict[str, list[int]] | None:
     def walk(body: list[ast.stmt], prefix: str) -> None:
         for stmt in body:
             if isinstance(stmt, _AST_DEFS):
+                if _ast_is_overload(stmt):
+                    continue  # as collect_definitions: a stub, not a definition
                 qual = prefix + stmt.name
                 lines.setdefault(qual, []).append(stmt.lineno)
                 if isinstance(stmt, ast.ClassDef):
@@ -190,7 +219,8 @@ def _def_lines(text: str) -> dict[str, list[int]] | None:
 
 
 def collect_definitions(module: cst.Module, text: str | None = None) -> dict[str, list[Definition]]:
-    """All targetable definitions in ``module``, by qualname (a list: more than one = ambiguous).
+    """All targetable definitions in ``module``, by qualname (a list: more than one = ambiguous);
+    ``@typing.overload`` stubs are none.
 
     ``text``, the module's source, lets the ``def`` lines come from :mod:`ast` (faster);
     without it they come from LibCST's PositionProvider. Either way only when first asked for.
@@ -201,6 +231,8 @@ def collect_definitions(module: cst.Module, text: str | None = None) -> dict[str
     def walk(body: Sequence[cst.CSTNode], prefix: str) -> None:
         for stmt in body:
             if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                if is_overload(stmt):
+                    continue
                 qual = prefix + stmt.name.value
                 kind = "class" if isinstance(stmt, cst.ClassDef) else "function"
                 seen = found.setdefault(qual, [])
@@ -261,6 +293,16 @@ def _defined(relpath: str, defs: dict[str, list[Definition]], show: int = 8) -> 
     return f"{relpath} defines {', '.join(names[:show])}{more}"
 
 
+def _ambiguous(qualname: str, hits: list[Definition], relpath: str) -> StackpartError:
+    """The error for a name defined more than once at one scope, with the lines of each."""
+    lines = ", ".join(str(d.line) for d in hits)
+    return StackpartError(
+        f"{qualname!r} is defined {len(hits)} times in {relpath} (lines {lines}); "
+        "the rewrite cannot tell which one runs",
+        hint="move the definitions apart or target a name defined once",
+    )
+
+
 def resolve(
     module: cst.Module,
     relpath: str,
@@ -301,12 +343,7 @@ def resolve(
             hint=near_names(qualname, defs) or _defined(relpath, defs),
         )
     if len(hits) > 1:
-        lines = ", ".join(str(d.line) for d in hits)
-        raise StackpartError(
-            f"{qualname!r} is defined {len(hits)} times in {relpath} (lines {lines}); "
-            "the rewrite cannot tell which one runs",
-            hint="move the definitions apart or target a name defined once",
-        )
+        raise _ambiguous(qualname, hits, relpath)
     hit = hits[0]
     if hit.kind == "class":
         forward = defs.get(qualname + ".forward")
@@ -316,7 +353,7 @@ def resolve(
                 hint="target the class that defines forward, or a method by name",
             )
         if len(forward) > 1:
-            raise StackpartError(f"{qualname}.forward is defined {len(forward)} times in {relpath}")
+            raise _ambiguous(qualname + ".forward", forward, relpath)
         hit = forward[0]
     assert isinstance(hit.node, cst.FunctionDef)
     return ResolvedTarget(

@@ -27,7 +27,7 @@ from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 from pathlib import PurePosixPath
 
 from ..plan.schema import _Action
-from ..targets import SkipTypeChecking, decorator_name
+from ..targets import SkipTypeChecking, decorator_name, is_overload
 from ..vendor import VendorSite
 
 
@@ -604,7 +604,7 @@ class TargetedCommand(SkipTypeChecking, NoCopyMetadata, VisitorBasedCodemodComma
     ) -> cst.FunctionDef:
         qual = ".".join(self._stack)
         self._stack.pop()
-        if qual == self.qualname:
+        if qual == self.qualname and not is_overload(original):
             return self.rewrite(updated)
         return updated
 
