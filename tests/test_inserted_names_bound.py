@@ -135,6 +135,36 @@ def test_a_decorator_above_the_modules_only_torch_import_gets_one_at_the_top(tmp
     assert module.Block.forward.__wrapped__ is not None or callable(module.Block.forward)
 
 
+def test_a_decorator_in_a_class_that_rebinds_torch_uses_an_alias_the_class_does_not_hide(tmp_path):
+    """A method's decorator runs in the class body, where `torch = torch.float32` hides the
+    module: `@torch.compile` there was an AttributeError at import."""
+    source = ("import torch\nfrom torch import nn\n\n\nclass M(nn.Module):\n    torch = torch.float32\n\n"
+              "    def f(self, x):\n        return x\n\n    def g(self, x):\n        return x\n\n\n"
+              "class Plain(nn.Module):\n    def forward(self, x):\n        return x\n")
+    out = _rewrite(tmp_path, source, """\
+  - action: compile
+    target: m.py::M.f
+  - action: disable
+    target: m.py::M.g
+  - action: compile
+    target: m.py::Plain
+""")
+    assert out.count("import torch as _torch\n") == 1, out
+    assert "    torch = torch.float32\n\n    @_torch.compile\n    def f" in out
+    assert "    @_torch.compiler.disable\n    def g" in out
+    assert "    @torch.compile\n    def forward" in out  # a class that hides nothing keeps the module's name
+    module = _import(tmp_path / "src" / "m.py", "class_rebinds_torch")  # no AttributeError
+    assert module.M.torch is module.torch.float32
+
+
+def test_a_class_that_rebinds_torch_uses_the_modules_own_alias(tmp_path):
+    source = ("import torch\nimport torch as T\n\n\nclass M:\n    torch = None\n\n"
+              "    def f(self, x):\n        return x\n")
+    out = _rewrite(tmp_path, source, "  - action: compile\n    target: m.py::M.f\n")
+    assert "    @T.compile\n    def f" in out and "_torch" not in out
+    _import(tmp_path / "src" / "m.py", "class_rebinds_torch_alias")
+
+
 def test_a_parameter_named_torch_is_refused_not_shadowed(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "m.py").write_text("import torch\n\n\ndef f(x, torch):\n    import torch.nn\n    return x\n")

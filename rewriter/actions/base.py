@@ -98,22 +98,48 @@ class _TopLevel:
             for node in _top_level_nodes(stmt):
                 if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
                     self.defines.setdefault(node.name.value, i)
-                    self.binds.setdefault(node.name.value, i)
-                elif isinstance(node, cst.Import):
-                    for alias in node.names:
-                        name = alias.asname.name if alias.asname else None
-                        local = name.value if isinstance(name, cst.Name) else (get_full_name_for_node(alias.name) or "").split(".")[0]
-                        self.binds.setdefault(local, i)
-                elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
-                    for alias in node.names:
-                        name = alias.asname.name if alias.asname else alias.name
-                        if isinstance(name, cst.Name):
-                            self.binds.setdefault(name.value, i)
-                elif isinstance(node, (cst.Assign, cst.AnnAssign)):
-                    targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-                    for target in targets:
-                        if isinstance(target, cst.Name):
-                            self.binds.setdefault(target.value, i)
+                for name in _bound_names(node):
+                    self.binds.setdefault(name, i)
+
+
+def _bound_names(node: cst.CSTNode) -> list[str]:
+    """The names one node that :class:`_ImportTime` collects binds in its scope."""
+    if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+        return [node.name.value]
+    out = []
+    if isinstance(node, cst.Import):
+        for alias in node.names:
+            name = alias.asname.name if alias.asname else None
+            out.append(name.value if isinstance(name, cst.Name) else (get_full_name_for_node(alias.name) or "").split(".")[0])
+    elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+        for alias in node.names:
+            name = alias.asname.name if alias.asname else alias.name
+            if isinstance(name, cst.Name):
+                out.append(name.value)
+    elif isinstance(node, (cst.Assign, cst.AnnAssign)):
+        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        out += [target.value for target in targets if isinstance(target, cst.Name)]
+    return out
+
+
+def class_scope_binds(module: cst.Module, qualname: str, scratch: dict[str, object]) -> set[str]:
+    """The names the body of the class that holds ``qualname`` (a method) binds at its own level:
+    what a decorator on the method reads there instead of the module's name (a class attribute
+    ``torch = torch.float32`` hides the module ``torch`` from ``@torch.compile``). Empty for a
+    function outside a class. The module's classes are found once per module (``scratch``)."""
+    from ..targets import collect_definitions
+
+    owner, dot, _ = qualname.rpartition(".")
+    if not dot:
+        return set()
+    cached = scratch.get("stackpart.definitions")
+    if not (isinstance(cached, tuple) and cached[0] is module):
+        cached = (module, collect_definitions(module))
+        scratch["stackpart.definitions"] = cached
+    hits = cached[1].get(owner) or []
+    if len(hits) != 1 or not isinstance(hits[0].node, cst.ClassDef) or not isinstance(hits[0].node.body, cst.IndentedBlock):
+        return set()
+    return {name for stmt in hits[0].node.body.body for node in _top_level_nodes(stmt) for name in _bound_names(node)}
 
 
 class _ImportTime(cst.CSTVisitor):
@@ -554,15 +580,31 @@ class TargetedCommand(SkipTypeChecking, NoCopyMetadata, VisitorBasedCodemodComma
         ``@torch.compile`` above it would be a ``NameError`` at import: an ``import torch`` is
         requested at the top (LibCST's ``AddImportsVisitor`` adds it to the leading imports;
         it does not count one further down) and ``torch`` is the name written.
+
+        A method's decorator runs in its class's body, where a class attribute of the same name
+        (``torch = torch.float32``) hides the module's: there the decorator uses a module-level
+        alias of torch the class does not rebind, bound above the class (``import torch as
+        T``), else a fresh one (``import torch as _torch``) requested at the top.
         """
         assert self.tree is not None
         facts = top_level(self.tree, self.context.scratch)
         at = facts.defines.get(self.qualname.split(".")[0])
+        hidden = class_scope_binds(self.tree, self.qualname, self.context.scratch)
         bound = facts.binds.get(self.torch)
-        if at is None or (bound is not None and bound < at):
+        if self.torch not in hidden and (at is None or (bound is not None and bound < at)):
             return self.torch
-        AddImportsVisitor.add_needed_import(self.context, "torch")
-        return "torch"
+        if "torch" not in hidden:
+            AddImportsVisitor.add_needed_import(self.context, "torch")
+            return "torch"
+        for local, name in sorted(self.imports.items()):
+            before = facts.binds.get(local)
+            if name == "torch" and local not in hidden and before is not None and (at is None or before < at):
+                return local
+        alias = "_torch"
+        while alias in hidden or alias in facts.binds:
+            alias += "_"
+        AddImportsVisitor.add_needed_import(self.context, "torch", asname=alias)
+        return alias
 
     def _on_path(self, name: str) -> bool:
         """Whether to descend into the definition ``name`` (at the current stack): those that
