@@ -128,3 +128,20 @@ def test_every_generated_file_in_the_fixtures_carries_the_marker():
     files = sorted((Path(__file__).parent.parent / "fixtures").glob("*/*/after/**/_stackpart/*.py"))
     assert len(files) >= 10
     assert [f for f in files if not is_generated(f.read_bytes())] == []
+
+
+def test_a_docstring_that_shares_its_line_stays_the_docstring(tmp_path):
+    plan, src = _tree(
+        tmp_path,
+        b'import os\n\nimport torch\n\n\ndef f(x):\n    """Doc."""; return x\n\n\ndef main():\n    """Entry."""  ;  return 0  # done\n',
+        "version: 1\nactions:\n  - action: mark_dynamic\n    target: model.py::f\n    arg: x\n    dim: 0\n"
+        "  - action: compile_cache\n    target: model.py::main\n",
+    )
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    text = (src / "model.py").read_text()
+    assert '    """Doc."""\n    torch._dynamo.mark_dynamic(x, 0)\n    return x\n' in text
+    assert '    """Entry."""\n    os.environ.setdefault(' in text and "\n    return 0  # done\n" in text
+    code = "import model; print(model.f.__doc__, model.main.__doc__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=src, capture_output=True, text=True)
+    assert out.stdout.strip() == "Doc. Entry.", out.stderr
+    assert main(["rewrite", "--plan", str(plan), str(src), "--check"]) == 0

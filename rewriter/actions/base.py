@@ -278,6 +278,22 @@ def _is_docstring(stmt: cst.BaseStatement) -> bool:
     )
 
 
+def _split_docstring_line(body: list[cst.BaseStatement]) -> None:
+    """Split a first line that holds the docstring and more statements (``'''Doc.'''; return x``)
+    into the docstring's line and one for the rest, in place: a statement inserted after the
+    docstring goes between them, and one inserted above the line would leave the function with
+    no docstring (``f.__doc__`` None)."""
+    first = body[0] if body else None
+    if not (isinstance(first, cst.SimpleStatementLine) and len(first.body) > 1):
+        return
+    head = first.body[0]
+    if not _is_docstring(first.with_changes(body=[head])):
+        return
+    doc = first.with_changes(body=[head.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)],
+                             trailing_whitespace=cst.TrailingWhitespace())
+    body[0:1] = [doc, first.with_changes(body=first.body[1:], leading_lines=())]
+
+
 def _norm(code: str) -> str:
     return re.sub(r"\s+", "", code)
 
@@ -449,6 +465,7 @@ def insert_statement(
         body[old] = stmt.with_changes(leading_lines=body[old].leading_lines)
         return _with_imports(module, func, body, old, own)
     if after is None:
+        _split_docstring_line(body)
         index = 1 if body and _is_docstring(body[0]) else 0
     else:
         index = after + 1
