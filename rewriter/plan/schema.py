@@ -50,6 +50,13 @@ class _Strict(BaseModel):
 
 
 def _check_target(value: str) -> str:
+    one_colon = re.fullmatch(r"(?P<file>[^:]+\.py):(?P<qual>[A-Za-z_][\w.]*)", value)
+    if one_colon:  # a file under SRC with one colon, not a module path ending in ".py"
+        raise ValueError(
+            f"expected a file target 'file.py::Qual' (two colons) or an installed library's import path "
+            f"'package.module:Qual', got {quoted(value)} (did you mean "
+            f"{one_colon.group('file') + '::' + one_colon.group('qual')!r}?)"
+        )
     if not TARGET_RE.match(value) and not LIBRARY_TARGET_RE.match(value):
         raise ValueError(
             "expected a target like 'model.py::Block', 'model.py::Block.forward', "
