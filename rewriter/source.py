@@ -177,9 +177,27 @@ def read_source(src: Path, relpath: str) -> SourceFile:
             hint = (f"there is {ascii(same[0])}, the same name in other Unicode code points than the plan's "
                     f"{ascii(path.name)}; write the target as the file is named")
         else:
-            hint = near_names(path.name, siblings) or f"target paths are relative to SRC, here {Path(src).resolve()}"
+            hint = (near_names(path.name, siblings) or _near_relpath(src, relpath, siblings)
+                    or f"target paths are relative to SRC, here {Path(src).resolve()}")
         raise StackpartError("no such file under SRC", path=relpath, hint=hint)
     return read_file(path, relpath)
+
+
+def _near_relpath(src: Path, relpath: str, siblings: list[str]) -> str | None:
+    """A ``did you mean`` for a target path difflib finds nothing near: the file named in
+    another case (``MODEL.py`` -> ``model.py``: difflib's ratio is case-sensitive), or the path
+    with its leading folders dropped where that names a file under SRC (``src/model.py``, the
+    path written from SRC's parent); None otherwise."""
+    pure = PurePosixPath(relpath)
+    folded = [n for n in siblings if n.casefold() == pure.name.casefold()]
+    if folded:
+        return f"did you mean {(pure.parent / folded[0]).as_posix()!r}?"
+    root = Path(src)
+    for k in range(1, len(pure.parts)):
+        tail = PurePosixPath(*pure.parts[k:])
+        if (root / tail).is_file():
+            return f"did you mean {tail.as_posix()!r}? target paths are relative to SRC, here {root.resolve()}"
+    return None
 
 
 class Skipped(StackpartError):
