@@ -293,6 +293,27 @@ def _defined(relpath: str, defs: dict[str, list[Definition]], show: int = 8) -> 
     return f"{relpath} defines {', '.join(names[:show])}{more}"
 
 
+def _inherited_forward(hit: Definition, defs: dict[str, list[Definition]]) -> str | None:
+    """The class of the same file whose ``forward`` the class ``hit`` inherits, through its bases
+    written as plain names (first base first, as the method resolution order starts), or None."""
+    seen: set[str] = set()
+    todo = [hit]
+    while todo:
+        node = todo.pop(0).node
+        if not isinstance(node, cst.ClassDef):
+            continue
+        for arg in node.bases:
+            name = get_full_name_for_node(arg.value) or ""
+            found = defs.get(name)
+            if name in seen or not found or len(found) != 1 or found[0].kind != "class":
+                continue
+            seen.add(name)
+            if defs.get(name + ".forward"):
+                return name
+            todo.append(found[0])
+    return None
+
+
 def _ambiguous(qualname: str, hits: list[Definition], relpath: str) -> StackpartError:
     """The error for a name defined more than once at one scope, with the lines of each."""
     lines = ", ".join(str(d.line) for d in hits)
@@ -348,9 +369,12 @@ def resolve(
     if hit.kind == "class":
         forward = defs.get(qualname + ".forward")
         if not forward:
+            base = _inherited_forward(hit, defs)
             raise StackpartError(
                 f"class {qualname!r} in {relpath} defines no forward of its own",
-                hint="target the class that defines forward, or a method by name",
+                hint=(f"it inherits forward from {base}: target {relpath}::{base}.forward, which compiles "
+                      "it for every class that inherits it" if base
+                      else "target the class that defines forward, or a method by name"),
             )
         if len(forward) > 1:
             raise _ambiguous(qualname + ".forward", forward, relpath)
