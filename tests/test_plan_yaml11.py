@@ -47,6 +47,15 @@ REFUSED = {
     "explicit_tag": (MARK + "    dim: !!int 010\n",  # YAML 1.2 reads !!int 010 as 10 too
                      "plan.yaml:6:10: actions[0].dim: '010' is read by YAML 1.1 (PyYAML) as 8 (octal) but by YAML "
                      "1.2 as 10; write 8 or 10 for the number, or quote it for the string"),
+    "merge_key": ("version: 1\nactions:\n  - <<: {action: compile, target: m.py::f}\n    target: m.py::g\n",
+                  "plan.yaml:3:5: '<<' is YAML 1.1's merge key: PyYAML merges the fields it names into this mapping, "
+                  "YAML 1.2 reads a field named '<<'; stackpart refuses what the two read differently "
+                  "(write the fields out in full)"),
+    "merge_key_nested": ("version: 1\nactions:\n  - action: compile\n    target: m.py::f\n"
+                         "    options:\n      <<: [{fullgraph: true}]\n",
+                         "plan.yaml:6:7: '<<' is YAML 1.1's merge key: PyYAML merges the fields it names into this "
+                         "mapping, YAML 1.2 reads a field named '<<'; stackpart refuses what the two read differently "
+                         "(write the fields out in full)"),
 }
 
 

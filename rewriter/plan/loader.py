@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from ..errors import StackpartError, near_path
 from .messages import errors_at
 from .schema import DYNAMO_CONFIG_SINCE, DynamoConfigAction, Plan
-from .yaml_gates import gate_yaml, no_duplicate_keys, no_long_numbers, no_yaml11_literals
+from .yaml_gates import gate_yaml, no_duplicate_keys, no_long_numbers, no_merge_keys, no_yaml11_literals
 
 #: The largest plan file read, in bytes (a 10,000-action plan is about 1.5 MB).
 MAX_PLAN_BYTES = 16 * 1024 * 1024
@@ -119,7 +119,7 @@ def parse_plan(text: str, path: str = "plan.yaml") -> LoadedPlan:
 def _compose(text: str, path: str) -> tuple[yaml.Node | None, object]:
     """The YAML tree of ``text`` and the values built from it, after the gates that must run before
     PyYAML composes (:func:`~rewriter.plan.yaml_gates.gate_yaml`) or constructs
-    (:func:`~rewriter.plan.yaml_gates.no_long_numbers`) anything.
+    (:func:`~rewriter.plan.yaml_gates.no_long_numbers`, :func:`~rewriter.plan.yaml_gates.no_merge_keys`) anything.
 
     Raises:
         StackpartError: malformed YAML or a character YAML forbids, at its line and column; or a
@@ -129,6 +129,7 @@ def _compose(text: str, path: str) -> tuple[yaml.Node | None, object]:
         gate_yaml(text, path)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         no_long_numbers(root, path)  # before the constructor turns them into ints
+        no_merge_keys(root, path)  # before the constructor merges them away
         # the values built from the tree just composed (yaml.safe_load would parse the text a
         # third time: a third of the load of a large plan)
         data = yaml.SafeLoader("").construct_document(root) if root is not None else None

@@ -1,6 +1,6 @@
 """What a plan's YAML may hold, checked before it is validated: no alias, no nesting deeper than
-:data:`MAX_YAML_DEPTH`, no number longer than :data:`MAX_NUMBER_CHARS`, no repeated key, and no plain
-scalar that YAML 1.1 (PyYAML) and YAML 1.2 read differently. Each refusal is one
+:data:`MAX_YAML_DEPTH`, no number longer than :data:`MAX_NUMBER_CHARS`, no repeated key, and no merge
+key or plain scalar that YAML 1.1 (PyYAML) and YAML 1.2 read differently. Each refusal is one
 :class:`~rewriter.errors.StackpartError` at the offending node's line and column.
 """
 
@@ -89,6 +89,36 @@ def no_long_numbers(node: yaml.Node | None, path: str, loc: tuple = ()) -> None:
             for i in reversed(range(len(item.value))):
                 stack.append((item.value[i], at + (i,), False))
 
+
+
+#: The tag PyYAML resolves a plain ``<<`` key to: YAML 1.1's merge key (yaml.org/type/merge.html),
+#: which YAML 1.2 does not have.
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def no_merge_keys(node: yaml.Node | None, path: str) -> None:
+    """Refuse YAML 1.1's merge key ``<<``: PyYAML merges the fields it names into the mapping,
+    YAML 1.2 reads a field named ``<<``. Runs on the composed tree, before the constructor (which
+    merges in place, leaving no trace of the key).
+
+    Raises:
+        StackpartError: at the key's line and column.
+    """
+    stack = [node] if node is not None else []
+    while stack:
+        item = stack.pop()
+        if isinstance(item, yaml.MappingNode):
+            for key_node, value_node in item.value:
+                if key_node.tag == _MERGE_TAG:
+                    mark = key_node.start_mark
+                    raise StackpartError(
+                        "'<<' is YAML 1.1's merge key: PyYAML merges the fields it names into this mapping, "
+                        "YAML 1.2 reads a field named '<<'; stackpart refuses what the two read differently",
+                        path=path, line=mark.line + 1, col=mark.column + 1, hint="write the fields out in full",
+                    )
+                stack.append(value_node)
+        elif isinstance(item, yaml.SequenceNode):
+            stack.extend(item.value)
 
 
 def no_duplicate_keys(node: yaml.Node, path: str) -> None:
