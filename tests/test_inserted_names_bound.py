@@ -165,6 +165,25 @@ def test_a_class_that_rebinds_torch_uses_the_modules_own_alias(tmp_path):
     _import(tmp_path / "src" / "m.py", "class_rebinds_torch_alias")
 
 
+def test_an_import_of_torch_inside_a_top_level_try_binds_it(tmp_path):
+    """`try: import torch` / `except ImportError: torch = None` binds the module's torch: no second
+    `import torch` is added above it, for a decorator or a statement."""
+    source = ("try:\n    import torch as T\nexcept ImportError:\n    T = None\n\n\ndef f(x):\n    return x\n\n\n"
+              "def g(x):\n    return x\n")
+    out = _rewrite(tmp_path, source, """\
+  - action: compile
+    target: m.py::f
+  - action: mark_dynamic
+    target: m.py::g
+    arg: x
+    dim: 0
+""")
+    assert out.startswith("try:\n    import torch as T\n"), out
+    assert out.count("import torch") == 1, out
+    assert "@T.compile\ndef f" in out and "    T._dynamo.mark_dynamic(x, 0)\n" in out
+    _import(tmp_path / "src" / "m.py", "torch_in_try")
+
+
 def test_a_parameter_named_torch_is_refused_not_shadowed(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "m.py").write_text("import torch\n\n\ndef f(x, torch):\n    import torch.nn\n    return x\n")

@@ -31,14 +31,28 @@ from ..targets import SkipTypeChecking, decorator_name, is_overload
 from ..vendor import VendorSite
 
 
+def _import_lines(module: cst.Module) -> Iterator[cst.SimpleStatementLine]:
+    """The module's top-level simple statement lines, those inside a top-level ``try`` included
+    (``try: import torch`` / ``except ImportError: torch = None`` binds the module's name as a
+    plain import does), in source order."""
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            yield stmt
+        elif isinstance(stmt, (cst.Try, cst.TryStar)):
+            blocks = [stmt.body, *(h.body for h in stmt.handlers)]
+            blocks += [part.body for part in (stmt.orelse, stmt.finalbody) if part is not None]
+            for block in blocks:
+                if isinstance(block, cst.IndentedBlock):
+                    yield from (s for s in block.body if isinstance(s, cst.SimpleStatementLine))
+
+
 def torch_alias(module: cst.Module) -> str | None:
     """The name ``torch`` is bound to at module level (``import torch as T`` → ``"T"``), or None.
 
-    ``import torch.nn`` binds ``torch``; ``import torch.nn as nn`` does not.
+    ``import torch.nn`` binds ``torch``; ``import torch.nn as nn`` does not. An import inside a
+    top-level ``try`` counts (:func:`_import_lines`).
     """
-    for stmt in module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            continue
+    for stmt in _import_lines(module):
         for small in stmt.body:
             if not isinstance(small, cst.Import):
                 continue
@@ -59,9 +73,7 @@ def imported_names(module: cst.Module) -> dict[str, str]:
     Relative imports are left out (they never name torch).
     """
     out: dict[str, str] = {}
-    for stmt in module.body:
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            continue
+    for stmt in _import_lines(module):
         for small in stmt.body:
             if isinstance(small, cst.Import):
                 for alias in small.names:
