@@ -34,8 +34,9 @@ quiet core and is no faster on the contended one (:func:`below_bar`): both condi
 is the plans', and a cheaper compile does not buy a plan under the product's speed bar.
 
 With a backend that cannot speed anything up (``eager`` on CPU) the gain is not measured: the
-measurement still excludes every candidate that failed, and among the rest the ladder's
-order (the rule's proposal first) decides.
+measurement still excludes every candidate that failed, what it does measure decides next (the
+fewest recompiles over the harness's shapes), and among the rest the ladder's order (the rule's
+proposal first) decides.
 """
 
 from __future__ import annotations
