@@ -176,3 +176,36 @@ def test_a_regional_edit_keeps_the_users_comments(tmp_path):
     body = f"import torch\n\n\ndef build(model):\n{line}    return model\n"
     assert _rewrite(tmp_path, body, "{regional: layers}") == body.replace(
         line, "    for block in model.layers:   # our compile call\n        block.compile()\n")
+
+
+_TINY = """\
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+
+class TinyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.head = nn.Linear(4, 4)
+"""
+
+
+def test_a_regional_path_the_models_class_does_not_set_is_refused_with_a_near_name(tmp_path):
+    """`regional: blokcs` was written as `for block in model.blokcs:` with exit 0: a loop that
+    raises AttributeError when the program runs."""
+    from rewriter.errors import StackpartError
+
+    (tmp_path / "model.py").write_text(_TINY)
+    body = "import torch\nfrom model import TinyLM\n\n\ndef build():\n    model = TinyLM().eval()\n    model = torch.compile(model)\n    return model\n"
+    with pytest.raises(StackpartError, match=r"TinyLM \(model.py\) sets no attribute 'blokcs'.*did you mean 'blocks'\?"):
+        _rewrite(tmp_path, body, "{regional: blokcs}")
+    assert "for block in model.blocks:" in _rewrite(tmp_path, body, "{regional: blocks}")
+    # a class the source does not define (an installed library's) is not checked: the run judges
+    lib = "import torch\nfrom transformers import AutoModel\n\n\ndef build():\n    model = AutoModel.from_config(None)\n    model = torch.compile(model)\n    return model\n"
+    assert "for block in model.anything:" in _rewrite(tmp_path, lib, "{regional: anything}")

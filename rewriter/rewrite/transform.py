@@ -34,6 +34,7 @@ from ..plan import ADVISORY_ACTIONS, LoadedPlan
 from ..source import SourceFile, read_source, run_deep, safe_relpath
 from ..splice import splice
 from ..library_targets import LibraryTarget
+from . import regional_path
 from ..library_targets import resolve as resolve_library
 from ..library_targets import resolve_source_only
 from ..targets import Definition, collect_definitions, resolve
@@ -195,6 +196,7 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
     result = RewriteResult(warnings=_mark_dynamic_warnings(loaded, bounds))
     consistency.check(loaded, bounds)
     consistency.check_library(loaded, library)
+    regional_path.check(loaded, bounds, lambda rel: (key := files.parse(rel), files.modules[key]))
     site_at = _resolve_site(loaded, files) if library else None
     generated: dict[str, str] = {}
     owners: dict[str, int] = {}

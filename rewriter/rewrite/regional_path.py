@@ -1,0 +1,194 @@
+"""``own_call: {regional: <path>}`` read against the source: the attribute the regional loop walks
+(``for block in model.<path>: block.compile()``) must be one the model's class sets.
+
+A typo (``regional: blokcs``) would otherwise be written as a loop that raises ``AttributeError``
+when the program runs. The class is found statically, as far as the source says it: the name the
+program compiles is bound in the target function by a call of a class (``model =
+TinyLM().eval()``; ``.eval()``, ``.to(...)`` and the like peeled off), defined in the target's file
+or imported from a file under SRC (``from model import TinyLM``). The attributes are those its
+methods assign on ``self`` (and its class-level names), with its bases' in that file. Where any
+step cannot be followed (a class from an installed library, a factory function, a base defined
+elsewhere), nothing is checked: the program's run (``validate``) is then the judge.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import libcst as cst
+
+from ..errors import StackpartError
+from ..plan import CompileAction, LoadedPlan
+from ..targets import collect_definitions
+
+#: Methods that return the module they are called on: peeled off ``TinyLM().eval()``.
+SELF_RETURNING = {"eval", "train", "to", "cuda", "cpu", "float", "half", "bfloat16", "double", "requires_grad_",
+                  "to_empty", "share_memory"}
+#: Bases that set no attribute a regional path could name.
+PLAIN_BASES = {"nn.Module", "torch.nn.Module", "Module", "object"}
+
+
+def check(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> None:
+    """Refuse an ``own_call`` regional path whose first attribute the model's class never sets.
+
+    ``bounds``: the plan's resolved file targets (:class:`rewriter.consistency.Bound`); ``parse``:
+    ``(relpath) -> (key, module)`` reading a file under SRC once (raising where it cannot).
+
+    Raises:
+        StackpartError: at the action's plan line, naming the class, where it is defined and a
+            near name among its attributes.
+    """
+    for b in bounds:
+        action = b.action
+        if not isinstance(action, CompileAction) or action.own_call is None or not action.own_call.regional:
+            continue
+        path = action.own_call.regional
+        if path == "compile_repeated_blocks":
+            continue
+        found = _model_class(b, parse)
+        if found is None:
+            continue
+        name, rel, attrs = found
+        first = path.split(".")[0]
+        if attrs is None or first in attrs:
+            continue
+        near = difflib.get_close_matches(first, sorted(attrs), n=1)
+        raise loaded.error(
+            b.index,
+            f"own_call: regional: {name} ({rel}) sets no attribute {first!r}, so `for block in <model>.{path}` would "
+            f"raise AttributeError" + (f"; did you mean {near[0]!r}?" if near else ""),
+            hint=f"name the container of the repeated blocks {name} holds (its attributes: {', '.join(sorted(attrs)[:8])})",
+        )
+
+
+def _model_class(b: Any, parse: Any) -> tuple[str, str, set[str] | None] | None:
+    """``(class name, its file, the attributes it sets)`` of the module the target compiles, or
+    None where the source does not say which class it is."""
+    from ..actions.base import imported_names
+    from ..actions.own_call import find_sites
+
+    func = b.target.node
+    if not isinstance(func, cst.FunctionDef):
+        return None
+    try:
+        sites = find_sites(func, imported_names(b.module))
+    except Exception:  # noqa: BLE001 - the rewrite itself reports what it cannot edit
+        return None
+    if len(sites) != 1 or sites[0].call is None:
+        return None
+    call = sites[0].call
+    if sites[0].kind == "method":
+        owner = call.func.value if isinstance(call.func, cst.Attribute) else None
+    else:
+        owner = call.args[0].value if call.args and call.args[0].keyword is None else None
+    if not isinstance(owner, cst.Name):
+        return None
+    made = _bound_by_call(func, owner.value, call)
+    if made is None:
+        return None
+    return _class_attrs(made, b.target.relpath, b.module, parse)
+
+
+def _bound_by_call(func: cst.FunctionDef, name: str, site: cst.Call) -> str | None:
+    """The class name of the last ``name = Class(...)[.eval()...]`` in ``func``'s own body before
+    the statement holding the compile call ``site``."""
+    import libcst.matchers as m
+
+    found = None
+    for stmt in func.body.body if isinstance(func.body, cst.IndentedBlock) else ():
+        if m.findall(stmt, m.MatchIfTrue(lambda node: node is site)):
+            break
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
+                    and small.targets[0].target.value == name):
+                value = small.value
+                while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+                       and value.func.attr.value in SELF_RETURNING):
+                    value = value.func.value
+                found = value.func.value if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) else None
+    return found
+
+
+def _class_attrs(name: str, rel: str, module: cst.Module, parse: Any) -> tuple[str, str, set[str] | None] | None:
+    """The class ``name`` as ``rel``'s module sees it: defined there, or imported from a file under
+    SRC; with the attributes it and its bases in that file set (None where a base is elsewhere)."""
+    definitions = collect_definitions(module, module.code)
+    if name in definitions and definitions[name][-1].kind == "class":
+        return name, rel, _attrs(definitions, name)
+    source = _imported_from(module, name, rel)
+    if source is None:
+        return None
+    for candidate in source:
+        try:
+            key, other = parse(candidate)
+        except StackpartError:
+            continue
+        defs = collect_definitions(other, other.code)
+        if name in defs and defs[name][-1].kind == "class":
+            return name, key, _attrs(defs, name)
+    return None
+
+
+def _imported_from(module: cst.Module, name: str, rel: str) -> list[str] | None:
+    """The files under SRC ``from M import name`` may name: ``M`` beside ``rel`` (a script's flat
+    import) and from SRC's root; None where ``name`` is not imported so."""
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar) or small.module is None:
+                continue
+            if any((a.asname.name.value if a.asname else a.name.value) == name for a in small.names  # type: ignore[union-attr]
+                   if isinstance(a.name, cst.Name)):
+                dotted = cst.Module(body=[]).code_for_node(small.module).replace(".", "/") + ".py"
+                here = Path(rel).parent
+                return [(here / dotted).as_posix(), dotted] if len(small.relative) == 0 else [(here / dotted).as_posix()]
+    return None
+
+
+def _attrs(definitions: dict[str, list[Any]], name: str, seen: frozenset[str] = frozenset()) -> set[str] | None:
+    """What class ``name`` sets: ``self.x = ...`` in its methods, its class-level names, and its
+    bases' (in ``definitions``); None where a base is not there and not a plain ``nn.Module``."""
+    node = definitions[name][-1].node
+    out: set[str] = set()
+    dynamic: list[str] = []
+
+    class _Sets(cst.CSTVisitor):
+        def visit_Attribute(self, attr: cst.Attribute) -> None:
+            if isinstance(attr.value, cst.Name) and attr.value.value == "self":
+                out.add(attr.attr.value)
+                if attr.attr.value in ("add_module", "register_module", "__setattr__", "__dict__"):
+                    dynamic.append(attr.attr.value)
+
+        def visit_Call(self, call: cst.Call) -> None:
+            if isinstance(call.func, cst.Name) and call.func.value == "setattr":
+                dynamic.append("setattr")
+
+        def visit_ClassDef(self, inner: cst.ClassDef) -> bool:
+            return inner is node
+
+    node.visit(_Sets())
+    if dynamic:
+        return None  # names made at run time: only the run can tell
+    for stmt in node.body.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else (
+                    [small.target] if isinstance(small, cst.AnnAssign) else [])
+                out |= {t.value for t in targets if isinstance(t, cst.Name)}
+    for base in node.bases:
+        base_name = cst.Module(body=[]).code_for_node(base.value)
+        if base_name in PLAIN_BASES:
+            continue
+        if base_name in definitions and definitions[base_name][-1].kind == "class" and base_name not in seen:
+            inherited = _attrs(definitions, base_name, seen | {name})
+            if inherited is None:
+                return None
+            out |= inherited
+            continue
+        return None
+    return out
