@@ -116,16 +116,20 @@ def test_a_refused_candidate_that_nets_more_than_the_plan_is_said_to():
     assert "'per-block+mark_dynamic', 'per-block' would net more than 'whole' on a quiet host core" in c.text, c.text
 
 
-def test_without_a_measured_gain_fewer_recompiles_come_before_the_ladders_order():
+def test_without_a_measured_gain_a_candidate_that_recompiles_more_than_as_is_goes_last():
     """On CPU (backend eager) the first candidate in the ladder's order won whatever it measured:
     a program that came for its recompiles was handed 'as-is+regional' with 3 of them against 1 as
-    it is, with 'as-is+dynamic' (0) measured beside it."""
+    it is."""
     rows = {"as-is": dict(_row(1.03), compile={"recompiles": 1}),
             "as-is+regional": dict(_row(1.42), compile={"recompiles": 3}),
+            "as-is+disable": dict(_row(1.05), compile={"recompiles": 1}),
             "as-is+dynamic": dict(_row(1.05), compile={"recompiles": 0})}
-    choice = decide(rows, ["as-is+regional", "as-is+dynamic", "as-is"], [], 1000, 1, gain_measured=False)
-    assert choice.chosen == "as-is+dynamic", choice
-    assert choice.status["as-is+regional"].startswith("not chosen: 3 recompile(s) over the shapes against 0"), choice.status
-    # with the recompiles equal, the ladder's order decides as before
-    rows["as-is+dynamic"]["compile"] = {"recompiles": 3}
-    assert decide(rows, ["as-is+regional", "as-is+dynamic", "as-is"], [], 1000, 1, gain_measured=False).chosen == "as-is+regional"
+    order = ["as-is+regional", "as-is+disable", "as-is+dynamic", "as-is"]
+    choice = decide(rows, order, [], 1000, 1, gain_measured=False)
+    assert choice.chosen == "as-is+disable", choice  # no more than as is: the ladder's order among those
+    assert choice.status["as-is+regional"].startswith("not chosen: 3 recompile(s) over the shapes against 1 as it is"), choice.status
+    # every one recompiles more: the ladder's order decides as before
+    rows["as-is"]["compile"] = {"recompiles": 0}
+    rows["as-is+dynamic"]["compile"] = {"recompiles": 2}
+    rows["as-is+disable"]["compile"] = {"recompiles": 2}
+    assert decide(rows, order, [], 1000, 1, gain_measured=False).chosen == "as-is+regional"

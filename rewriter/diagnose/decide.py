@@ -34,9 +34,9 @@ quiet core and is no faster on the contended one (:func:`below_bar`): both condi
 is the plans', and a cheaper compile does not buy a plan under the product's speed bar.
 
 With a backend that cannot speed anything up (``eager`` on CPU) the gain is not measured: the
-measurement still excludes every candidate that failed, what it does measure decides next (the
-fewest recompiles over the harness's shapes), and among the rest the ladder's order (the rule's
-proposal first) decides.
+measurement still excludes every candidate that failed, what it does measure comes next (one that
+recompiles more over the harness's shapes than the program as it is goes last), and among the
+rest the ladder's order (the rule's proposal first) decides.
 """
 
 from __future__ import annotations
@@ -260,24 +260,25 @@ def _recompiles(row: dict[str, Any]) -> int:
 
 def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float | None],
                      rows: dict[str, dict[str, Any]]) -> Choice:
-    """The decision without a measured gain: what the backend still measures decides first, the
-    recompiles over the harness's shapes (fewest first: a user who came for recompiles is never
-    handed more of them), then the ladder's order among those that did not fail."""
+    """The decision without a measured gain: the first candidate in the ladder's order that did not
+    fail and recompiles no more over the harness's shapes than the program as it is (what the
+    backend still measures: a user who came for recompiles is never handed more of them); the
+    first that did not fail where every one recompiles more."""
     rest = [n for n in ok if n != AS_IS]
-    fewest = min(_recompiles(rows[n]) for n in rest)
-    chosen = next(n for n in rest if _recompiles(rows[n]) == fewest)
+    base = _recompiles(rows[AS_IS]) if AS_IS in rows else None
+    more = [n for n in rest if base is not None and _recompiles(rows[n]) > base]
+    chosen = next((n for n in rest if n not in more), rest[0])
     for n in ok:
         if n == chosen:
             status[n] = "chosen"
-        elif n != AS_IS and _recompiles(rows[n]) > fewest:
-            status[n] = (f"not chosen: {_recompiles(rows[n])} recompile(s) over the shapes against {fewest} of {chosen!r} "
+        elif n in more:
+            status[n] = (f"not chosen: {_recompiles(rows[n])} recompile(s) over the shapes against {base} as it is "
                          "(the gain is not measured with this backend)")
         else:
             status[n] = f"not chosen: the gain is not measured with this backend; {chosen!r} comes first in the ladder's order"
-    more = [n for n in rest if _recompiles(rows[n]) > fewest]
     text = (f"{chosen!r}: the backend does not optimise, so the gain is not measured; every candidate that failed is out "
             f"({sum(1 for s in status.values() if s.startswith('failed'))} failed)"
-            + (f", {len(more)} recompile more over the shapes ({fewest} here)" if more else "")
+            + (f", {len(more)} recompile more over the shapes than the program as it is ({base})" if more else "")
             + " and the ladder's order decides among the rest")
     return Choice(chosen, text, status, net)
 
