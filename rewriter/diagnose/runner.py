@@ -653,7 +653,10 @@ def harness_from_flags(
                 if (src / harness).is_file():
                     rel = harness
                 else:
-                    raise StackpartError("--harness must lie under SRC", path=harness) from None
+                    raise StackpartError(
+                        f"--harness must lie under SRC ({src}): the children import it with SRC as their tree",
+                        path=harness,
+                        hint=f"move it into {src}, or pass the folder that holds both it and the model as SRC") from None
         base = {"file": rel}  # no --device: unset, resolved where it runs (resolve_device)
     for key, value in (("model", model), ("inputs", inputs), ("mode", mode), ("dtype", dtype), ("device", device)):
         if value is not None:
