@@ -368,12 +368,12 @@ def test_a_model_that_fails_at_a_scaled_batch_is_named_with_the_shape_it_ran(tmp
     assert "model forward at {'batch': 4} (2x batch of the reference shape {'batch': 2}, batch scaling): raised ValueError: batch too large" in err
 
 
-def test_a_harness_outside_src_says_what_to_do(tmp_path, capsys):
+def test_a_harness_outside_src_says_what_to_do(tmp_path, capsys, monkeypatch):
     src = tmp_path / "src"
     write_harness(src, NET.format(body="        return self.fc(x)"))
-    outside = tmp_path / "harness_outside.py"
-    outside.write_text((src / "harness.py").read_text())
-    assert main(["diagnose", "--harness", str(outside), str(src), "-o", str(tmp_path / "plan.yaml"), "--device", "cpu"]) == 2
+    (tmp_path / "harness_outside.py").write_text((src / "harness.py").read_text())
+    monkeypatch.chdir(tmp_path)  # the file exists where the user stands, not under SRC
+    assert main(["diagnose", "--harness", "harness_outside.py", "src", "-o", str(tmp_path / "plan.yaml"), "--device", "cpu"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "--harness must lie under SRC" in err and "(move it into" in err, err
     assert not (tmp_path / "plan.yaml").exists()
