@@ -60,3 +60,44 @@ def test_a_break_that_skips_its_frame_is_reported_with_its_line(tmp_path):
     assert (f.file, f.line, f.function) == ("harness.py", 21, "Net.forward"), f
     assert "could not resume after" in r.verdict and r.verdict != "no graph breaks", r.verdict
     assert r.implies and "restructure" in r.implies
+
+
+LIBRARY_HARNESS = """\
+import torch
+import mylib
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(mylib.helper(self.lin(x)))
+
+
+def build_model():
+    return Net()
+
+
+def make_inputs(batch: int = 2):
+    return (torch.randn(batch, 8),)
+"""
+
+
+def test_a_library_break_explain_returned_is_not_counted_again(tmp_path, monkeypatch):
+    """explain names a library break by the file as its package holds it, Dynamo's log by its
+    absolute path: the two never matched, and every library break was reported a second time as
+    one that runs its frame eager."""
+    lib = tmp_path / "lib" / "mylib"
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text("def helper(x):\n    y = x * 2\n    print('a side effect')\n    return y + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(LIBRARY_HARNESS)
+    spec = Harness.model_validate({"file": "harness.py", "shapes": [{"batch": 2}], "device": "cpu"})
+    ctx = Context(session=Session(load_harness(spec, src)), out_dir=tmp_path)
+    r = graph_breaks.run(ctx)
+    assert r.measurement["graph_break_count"] >= 1 and r.measurement["frame_skipping_breaks"] == 0, (r.measurement, r.findings)
+    assert not [f for f in r.findings if "could not resume" in f.message], r.findings

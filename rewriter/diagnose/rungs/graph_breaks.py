@@ -75,17 +75,21 @@ def run(ctx: Context) -> RungResult:
 
 def _frame_skipping_breaks(ctx: Context, logged: list, seen: set) -> list[Finding]:  # noqa: ANN001
     """The breaks Dynamo logged during ``explain``'s trace that ``explain`` did not return (each
-    site once): breaks it could not resume after, which run their frame eager (a break in a loop)."""
+    site once): breaks it could not resume after, which run their frame eager (a break in a loop).
+    A site is compared as the findings name it (a file under SRC, or a library's file as its package
+    holds it), so a break ``explain`` returned is never counted again; one with no location is
+    left out (there is nothing to say where it is)."""
     out: list[Finding] = []
     for b in logged:
         site = first_in_src([(b.file, b.line, "?")], ctx.session.src)
-        key = (site[0], site[1]) if site else (b.file, b.line)
-        if key in seen:
+        text = f"graph break Dynamo could not resume after (the frame runs eager): {' '.join(b.reason.split())}"[:300]
+        found = (Finding("graph_break", text, site[0], site[1], function_at(b.file, b.line)) if site
+                 else _library_finding(text, [(b.file, b.line, "?")], ctx))
+        key = (found.file, found.line)
+        if found.file is None or key in seen:
             continue
         seen.add(key)
-        text = f"graph break Dynamo could not resume after (the frame runs eager): {' '.join(b.reason.split())}"[:300]
-        out.append(Finding("graph_break", text, site[0], site[1], function_at(b.file, b.line)) if site
-                   else _library_finding(text, [(b.file, b.line, "?")], ctx))
+        out.append(found)
     return out
 
 
