@@ -209,3 +209,19 @@ def test_a_regional_path_the_models_class_does_not_set_is_refused_with_a_near_na
     # a class the source does not define (an installed library's) is not checked: the run judges
     lib = "import torch\nfrom transformers import AutoModel\n\n\ndef build():\n    model = AutoModel.from_config(None)\n    model = torch.compile(model)\n    return model\n"
     assert "for block in model.anything:" in _rewrite(tmp_path, lib, "{regional: anything}")
+
+
+def test_a_regional_path_the_class_may_provide_otherwise_is_not_refused(tmp_path):
+    """A @property, or a class that forwards attributes (__getattr__), was refused as "sets no
+    attribute"; a sibling that does not parse raised KeyError (a traceback) from the check."""
+    (tmp_path / "model.py").write_text(
+        "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self._blocks = nn.ModuleList()\n\n    @property\n    def blocks(self):\n        return self._blocks\n\n\n"
+        "class Wrap(nn.Module):\n    def __getattr__(self, name):\n        return getattr(self.inner, name)\n")
+    for cls in ("Net", "Wrap"):
+        body = f"import torch\nfrom model import {cls}\n\n\ndef build():\n    model = {cls}()\n    model = torch.compile(model)\n    return model\n"
+        assert "for block in model.blocks:" in _rewrite(tmp_path, body, "{regional: blocks}")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "mod.py").write_text("x = (\n")
+    body = "import torch\nfrom broken.mod import Net\n\n\ndef build():\n    model = Net()\n    model = torch.compile(model)\n    return model\n"
+    assert "for block in model.blocks:" in _rewrite(tmp_path, body, "{regional: blocks}")

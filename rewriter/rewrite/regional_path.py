@@ -122,7 +122,7 @@ def _class_attrs(name: str, rel: str, module: cst.Module, parse: Any) -> tuple[s
     source = _imported_from(module, name, rel)
     if source is None:
         return None
-    for candidate in source:
+    for candidate in dict.fromkeys(source):  # beside the file and from the root: one path at SRC's root
         try:
             key, other = parse(candidate)
         except StackpartError:
@@ -172,8 +172,10 @@ def _attrs(definitions: dict[str, list[Any]], name: str, seen: frozenset[str] = 
             return inner is node
 
     node.visit(_Sets())
-    if dynamic:
-        return None  # names made at run time: only the run can tell
+    methods = {stmt.name.value for stmt in node.body.body if isinstance(stmt, cst.FunctionDef)}
+    if dynamic or methods & {"__getattr__", "__getattribute__"}:
+        return None  # names made or forwarded at run time: only the run can tell
+    out |= methods  # a @property (or any method) is an attribute too
     for stmt in node.body.body:
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:

@@ -183,9 +183,10 @@ class _Files:
         """
         rel = safe_relpath(self.src, file).relative_to(self.root).as_posix()
         if rel not in self.sources:
-            source = self.sources[rel] = read_source(self.src, rel)
-            self.modules[rel] = source.parse()
-            self.definitions[rel] = collect_definitions(self.modules[rel], source.text)
+            source = read_source(self.src, rel)
+            module = source.parse()  # a file that fails to parse leaves no entry behind
+            self.definitions[rel] = collect_definitions(module, source.text)
+            self.sources[rel], self.modules[rel] = source, module
         return rel
 
 
