@@ -88,15 +88,17 @@ def _own_calls_not_run(loaded: Any, results: dict[str, Any]) -> str | None:
     """The plan's ``own_call`` edits in files the harness never imported (the eager reference's
     ``src_imported``, :func:`rewriter.engine.child.runtime_compiles`), as ``file (plan line N)``
     joined, or None: such an edit (a ``torch.compile`` in ``serve.py``'s ``main``) cannot run in
-    any child, so "no graph captured" is validate's blind spot there, not the plan's failure."""
+    any child, so "no graph captured" is validate's blind spot there, not the plan's failure. None
+    also where the plan compiles anything else (then "no graph captured" may be that compile's)."""
     imported = (results.get("eager") or {}).get("runtime_compiles", {}).get("src_imported")
     if imported is None:
         return None
-    unrun = [f"{a.target.split('::')[0]} (plan line {loaded.action_lines[i]})"
-             for i, a in enumerate(loaded.plan.actions)
-             if a.action == "compile" and getattr(a, "own_call", None) is not None and "::" in a.target
-             and a.target.split("::")[0] not in imported]
-    return ", ".join(unrun) or None
+    compiles = [(i, a) for i, a in enumerate(loaded.plan.actions) if a.action == "compile"]
+    unrun = [f"{a.target.split('::')[0]} (plan line {loaded.action_lines[i]})" for i, a in compiles
+             if getattr(a, "own_call", None) is not None and "::" in a.target and a.target.split("::")[0] not in imported]
+    # only where every compile of the plan is such an edit: a compile the harness does run that
+    # captured nothing is the plan's failure, whatever else the plan holds
+    return ", ".join(unrun) if unrun and len(unrun) == len(compiles) else None
 
 
 def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ignore[no-untyped-def]
