@@ -94,6 +94,8 @@ def check_summary_path(path: str) -> None:
         StackpartError: at ``path``, saying which of those it is.
     """
     target = Path(path)
+    if target.is_file() and not os.access(target, os.W_OK):
+        raise StackpartError("cannot write the summary: the file is read-only", path=str(path))
     if target.is_dir():
         raise StackpartError("cannot write the summary: it names a directory; expected a file path such as "
                              f"{target / 'summary.md'}", path=str(path))
