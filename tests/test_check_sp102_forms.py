@@ -202,3 +202,17 @@ def test_in_place_compile_compiles_every_name_of_the_module():
     model.compile(backend="eager")
     eager(torch.ones(2, 4))
     assert counters["stats"]["unique_graphs"] == 1
+
+
+@pytest.mark.parametrize("made, fixable", [
+    ("model = get_model()", False),  # a function's result: it may hand out a module a cache keeps
+    ("model = Net().eval()", True),
+    ("model = AutoModel.from_pretrained('x')", True),
+    ("model = load.from_pretrained('x')", False),
+])
+def test_only_a_constructed_module_is_the_names_alone(made, fixable):
+    """``model = get_model()`` (a cached module) was taken for a fresh object, and the fix compiled
+    the module for everyone holding it."""
+    code = f"import torch\n\n{made}\nmodel = torch.compile(model)\ntorch.save(model.state_dict(), 'c.pt')\n"
+    [f] = _sp102(code)
+    assert f.fixable is fixable, f.message

@@ -24,6 +24,23 @@ CHILD_VIEWS = {"apply", "modules", "children", "named_modules", "named_children"
                "__dict__"}
 
 
+#: Class methods that build a new model (transformers', diffusers' loaders).
+CONSTRUCTORS = {"from_pretrained", "from_config", "from_single_file"}
+
+
+def _constructs(value: cst.Call) -> bool:
+    """Whether ``value`` builds a new object no other name holds: a class called (``Net(...)``,
+    ``nn.Linear(...)``: a CapWords name, PEP 8's for classes) or a loader of one
+    (``AutoModel.from_pretrained(...)``), through :data:`PASSTHROUGH` calls (``Net().eval()``). A
+    function's result (``get_model()``) may be a module something else keeps (a cache)."""
+    while isinstance(value.func, cst.Attribute) and value.func.attr.value in PASSTHROUGH and isinstance(value.func.value, cst.Call):
+        value = value.func.value
+    parts = (get_full_name_for_node(value.func) or "").split(".")
+    if parts[-1] in CONSTRUCTORS and len(parts) > 1:
+        return parts[-2][:1].isupper()
+    return parts[-1][:1].isupper()
+
+
 class CompileWrapsModule(Rule):
     CODE = "SP102"
     NAME = "compile-wraps-module"
@@ -43,7 +60,8 @@ modules.
 `--fix` applies it only where `x` is the module's one name: `x.compile()` compiles the object
 itself, so any other name holding it (`eager = model`, a list it was appended to, an attribute,
 the caller of a function that got it as a parameter) would run compiled where it ran eager. That
-is known only where `x` is bound by a call earlier in the same block (`model = Net(...)`) and
+is known only where `x` is bound by a class called earlier in the same block (`model = Net(...)`,
+`AutoModel.from_pretrained(...)`; a function's result, `get_model()`, may be a module a cache keeps) and
 nothing between that binding and the compile refers to it but `x.to(...)`, `x.eval()` and their
 like (nor calls a function of this file that reads it); elsewhere the finding says why the fix is
 left to you.
@@ -311,10 +329,10 @@ torch.save(model, "model.pt")
             replacement,
         )
 
-    def _shared(self, target: cst.Name | cst.Attribute, node: cst.CSTNode) -> str | None:
+    def _shared(self, target: cst.Name | cst.Attribute, node: cst.CSTNode) -> str | None:  # noqa: C901
         """Why another name may hold the module ``target`` names at the compile ``node`` (which
         ``target.compile()`` would compile as well), or None when ``target`` is its one name:
-        bound by a call earlier in the same block, and not referred to between that binding and
+        bound by a class called earlier in the same block (:func:`_constructs`), and not referred to between that binding and
         ``node`` but by :data:`KEEPS_ALONE` calls, directly or through a function of this file.
         Conservative: what this cannot see (a binding in an enclosing block) counts as shared."""
         f = self.facts
@@ -331,7 +349,7 @@ torch.save(model, "model.pt")
             if value is not None:
                 if self._keeps_alone(value, name):
                     continue  # `x = x.to(dev)`: the same object, bound earlier
-                if isinstance(value, cst.Call) and not self._mentions(value, name):
+                if isinstance(value, cst.Call) and not self._mentions(value, name) and _constructs(value):
                     return None
                 return (f"`{name}` is bound to `{self._code(value)}` at line {self._line(stmt)}, which other names "
                         f"may hold too, and `{name}.compile()` would compile it for them as well")
