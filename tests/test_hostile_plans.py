@@ -71,6 +71,10 @@ HOSTILE = {
         "    settings: expandable_segments:True,garbage_collection_threshold:1.5\n",
         5, "garbage_collection_threshold: expected a number strictly between 0 and 1",
     ),
+    "allocator divisions zero outside a list": (
+        "version: 1\nactions:\n  - action: allocator\n    target: m.py::f\n    settings: roundup_power2_divisions:0\n",
+        5, "roundup_power2_divisions",
+    ),
     "negative shape": ("version: 1\nharness: {file: h.py, shapes: [{batch: -2}]}\nactions: []\n", 2, "batch"),
     "shape name not an identifier": ("version: 1\nharness: {file: h.py, shapes: [{'a-b': 2}]}\nactions: []\n", 2, "identifier"),
 }
@@ -229,7 +233,7 @@ def test_a_5000_digit_runs_through_the_cli_is_exit_2_one_line(tmp_path):
 
 @pytest.mark.parametrize("settings", [
     "expandable_segments:True", "max_split_size_mb:128,garbage_collection_threshold:0.6",
-    "roundup_power2_divisions:[256:4,>:1]", "roundup_power2_divisions:4", "backend:cudaMallocAsync",
+    "roundup_power2_divisions:[256:4,>:1]", "roundup_power2_divisions:4", "roundup_power2_divisions:[>:0]", "backend:cudaMallocAsync",
     "pinned_use_cuda_host_register:True,pinned_num_register_threads:8", "per_process_memory_fraction:1",
 ])
 def test_allocator_settings_torch_documents_are_kept(settings):

@@ -551,7 +551,7 @@ _ALLOC_CONF_EXPECTED = {
     "mb>=20": "an integer size in MB >= 20",
     "mb>0": "an integer size in MB > 0",
     "mb>=0": "an integer size in MB",
-    "divisions": "a power of 2 (or 0), or a list like [256:4,>:1] of power-of-2 sizes (or '>') to power-of-2 divisions",
+    "divisions": "a power of 2, or a list like [256:4,>:1] of power-of-2 sizes (or '>') to power-of-2 divisions (or 0)",
     "fraction": "a number strictly between 0 and 1",
     "fraction]": "a number in (0, 1]",
     "bool": "True or False",
@@ -582,7 +582,7 @@ def _alloc_value_ok(kind: str, value: str) -> bool:
         return 0 < number < 1 or (kind == "fraction]" and number == 1)
     if kind == "divisions":
         if not value.startswith("["):
-            return _power_of_two(value, zero=True)
+            return _power_of_two(value)  # torch's parser: 0 only inside the bracketed list
         for pair in value[1:-1].split(","):
             size, _, divisions = pair.partition(":")
             if not (size == ">" or _power_of_two(size)) or not _power_of_two(divisions, zero=True):
