@@ -388,6 +388,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                     signal.signal(signum, handler)  # type: ignore[arg-type]
 
 
+def _reader_gone() -> bool:
+    """Whether the reader of stdout or stderr has closed its end (``poll`` reports an error on a
+    pipe whose reader is gone)."""
+    import select
+
+    if not hasattr(select, "poll"):
+        return True
+    poller = select.poll()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            poller.register(stream.fileno(), select.POLLOUT)
+        except (AttributeError, OSError, ValueError):
+            continue
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
 def _quiet_pipes() -> None:
     """Point stdout and stderr at ``os.devnull``, so the interpreter's flush at exit does not raise
     on a closed pipe (Python's ``signal`` docs, "Note on SIGPIPE")."""
@@ -429,7 +445,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return 2
     except BrokenPipeError:
         # the reader of stdout or stderr went away (`stackpart rewrite ... | head`): nothing more can
-        # be said; the exit code of a process that SIGPIPE would have ended, and no traceback
+        # be said; the exit code of a process that SIGPIPE would have ended, and no traceback. A
+        # broken pipe of anything else is a bug, and raised.
+        if not _reader_gone():
+            raise
         _quiet_pipes()
         return 128 + 13
     except OSError as exc:

@@ -43,3 +43,21 @@ def test_a_long_commands_progress_into_a_reader_that_stops_does_not_stop_the_wor
     done = subprocess.run(["bash", "-c", cmd], env=env, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "rc=0", (done.stdout, done.stderr)
     assert done_marker.read_text() == "the work went on"
+
+
+def test_a_broken_pipe_of_another_stream_is_not_taken_for_a_closed_stdout(monkeypatch):
+    """Only a reader of stdout or stderr gone is a quiet exit; another pipe's EPIPE is a bug."""
+    import pytest
+
+    from rewriter import cli
+
+    def broken(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli.cli, "main", broken)
+    monkeypatch.setattr(cli, "_reader_gone", lambda: False)
+    with pytest.raises(BrokenPipeError):
+        cli._main(["check", "."])
+    monkeypatch.setattr(cli, "_reader_gone", lambda: True)
+    monkeypatch.setattr(cli, "_quiet_pipes", lambda: None)
+    assert cli._main(["check", "."]) == 141
