@@ -175,3 +175,19 @@ def test_a_long_generated_decorator_is_split_as_black_splits_it(tmp_path):
     new = plan_rewrite(plan, tmp_path).changes[0].new.decode()
     assert max(len(line) for line in new.splitlines()) <= 88, new
     assert new == black.format_str(new, mode=black.Mode()), new  # the whole file as black writes it
+
+
+def test_an_added_import_is_followed_by_two_blank_lines_before_a_def(tmp_path):
+    """LibCST's AddImportsVisitor left one blank line (or none) between the `import torch` it added
+    and the user's first def."""
+    import black
+
+    from rewriter.plan import parse_plan
+    from rewriter.rewrite.transform import plan_rewrite
+
+    source = "def f(x):\n    return x\n"
+    (tmp_path / "model.py").write_text(source)
+    plan = parse_plan("version: 1\nactions:\n  - action: compile\n    target: model.py::f\n", "plan.yaml")
+    new = plan_rewrite(plan, tmp_path).changes[0].new.decode()
+    assert new == "import torch\n\n\n@torch.compile\ndef f(x):\n    return x\n", new
+    assert new == black.format_str(new, mode=black.Mode())

@@ -207,7 +207,7 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
         if site_at is not None and site_at[0] == rel:
             specs.append((SiteCommand, (site_spec(loaded, library), site_at[1], site)))  # type: ignore[arg-type]
             indices.append(SITE)
-        new = _transform(loaded, rel, module, specs, indices, generated, result.warnings, owners)
+        new = spaced_imports(module, _transform(loaded, rel, module, specs, indices, generated, result.warnings, owners))
         change = _file_change(loaded, files.sources[rel], rel, module, new, indices)
         if change is not None:
             result.changes.append(change)
@@ -332,6 +332,31 @@ def _transform(
             generated.update(command.generated)
             warnings.extend(command.notes)
     return module
+
+
+def spaced_imports(old: cst.Module, new: cst.Module) -> cst.Module:
+    """``new`` with two blank lines between a top-level import the rewrite added and a ``def`` or
+    ``class`` right after it (PEP 8's, black's): LibCST's ``AddImportsVisitor`` leaves the
+    statement's own blank lines, one or none. Only blank lines are added, right after the added
+    import: no byte of the user's lines changes."""
+    had = {old.code_for_node(stmt) for stmt in old.body}
+    body = list(new.body)
+    changed = False
+    for i, stmt in enumerate(body[:-1]):
+        nxt = body[i + 1]
+        added = (isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+                 and new.code_for_node(stmt) not in had)
+        if not added or not isinstance(nxt, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        blank = 0
+        for line in nxt.leading_lines:
+            if line.comment is not None:
+                break
+            blank += 1
+        if blank < 2:
+            body[i + 1] = nxt.with_changes(leading_lines=[*(cst.EmptyLine() for _ in range(2 - blank)), *nxt.leading_lines])
+            changed = True
+    return new.with_changes(body=body) if changed else new
 
 
 def _file_change(
