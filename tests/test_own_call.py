@@ -333,3 +333,14 @@ def test_a_name_with_a_trailing_newline_is_no_identifier(tmp_path, capsys, value
     assert captured.out == "" and len(captured.err.strip().splitlines()) == 1 and f"{plan}:5" in captured.err, captured
     assert why in captured.err, captured.err
     assert (src / "m.py").read_text() == before
+
+
+def test_an_own_call_on_a_dynamo_optimize_decorator_names_it(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text("import torch\n\n\n@torch._dynamo.optimize('eager')\ndef f(x):\n    return x\n")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nactions:\n  - action: compile\n    target: model.py::f\n    strategy: whole\n    own_call: {dynamic: true}\n")
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "compiled by @torch._dynamo.optimize(...)" in err and "write it as @torch.compile(backend=...) first" in err, err

@@ -106,6 +106,11 @@ class CompileCommand(TargetedCommand):
         edits = self.action.own_call.edits() if self.action.own_call is not None else {}
         try:
             sites = find_sites(func, self.imports)
+            if not sites and has_decorator(func, {"torch._dynamo.optimize"}, self.imports):
+                raise OwnCallRefused(
+                    f"own_call: {self.qualname} is compiled by @torch._dynamo.optimize(...), whose arguments are not "
+                    "torch.compile's (backend first, nopython=...): expected @torch.compile to edit; write it as "
+                    "@torch.compile(backend=...) first, or drop own_call", func.name)
             if not sites:
                 raise OwnCallRefused(
                     f"own_call: expected {self.qualname} to carry the program's own @torch.compile or hold one "
