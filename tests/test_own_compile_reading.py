@@ -225,3 +225,14 @@ def test_a_regional_path_the_class_may_provide_otherwise_is_not_refused(tmp_path
     (tmp_path / "broken" / "mod.py").write_text("x = (\n")
     body = "import torch\nfrom broken.mod import Net\n\n\ndef build():\n    model = Net()\n    model = torch.compile(model)\n    return model\n"
     assert "for block in model.blocks:" in _rewrite(tmp_path, body, "{regional: blocks}")
+
+
+def test_a_regional_edit_is_refused_where_the_program_reaches_into_the_wrapper(tmp_path):
+    """`compiled = torch.compile(model)` turned regional left `compiled` the module itself, and the
+    program's `torch.save(compiled._orig_mod.state_dict(), ...)` raised AttributeError after apply."""
+    from rewriter.errors import StackpartError
+
+    body = ("import torch\nfrom model import Net\n\n\ndef build():\n    model = Net()\n    compiled = torch.compile(model)\n"
+            "    torch.save(compiled._orig_mod.state_dict(), 'ckpt.pt')\n    return compiled\n")
+    with pytest.raises(StackpartError, match=r"train.py:8: own_call: regional: the function reads compiled._orig_mod"):
+        _rewrite(tmp_path, body, "{regional: layers}")

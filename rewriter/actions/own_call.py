@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import libcst as cst
+import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 
 from ..plan import OWN_CALL_DEFAULTS
@@ -430,6 +431,10 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
                                  "torch.compile(model)) or returned; such a call compiles nothing the program calls",
                                  site.node)
         kwargs = _kwargs(call, skip_first=True)
+    wrapped = _reads_the_wrapper(func, model)
+    if wrapped is not None:
+        raise OwnCallRefused(f"regional: the function reads {model}._orig_mod, the module torch.compile's wrapper "
+                             f"holds; compiled regionally {model} is the module itself and has no _orig_mod", wrapped)
     probe = cst.parse_expression(f"f({', '.join(kwargs)})")
     assert isinstance(probe, cst.Call)
     new_call = (edited(OwnSite(probe, probe, "method"), edits) if edits else None) or probe
@@ -463,6 +468,16 @@ def _with_comments(new: list[cst.BaseStatement], line: cst.SimpleStatementLine) 
         elif isinstance(first, cst.BaseCompoundStatement) and isinstance(first.body, cst.IndentedBlock):
             first = first.with_changes(body=first.body.with_changes(header=line.trailing_whitespace))
     return [first, *new[1:]]
+
+
+def _reads_the_wrapper(func: cst.FunctionDef, model: str) -> cst.CSTNode | None:
+    """The first ``<model>._orig_mod`` in ``func`` (the program reaching through torch.compile's
+    ``OptimizedModule`` to the module it wraps: ``torch.save(model._orig_mod.state_dict(), ...)``),
+    or None. The regional form leaves ``model`` the module itself, where that attribute raises."""
+    for attr in m.findall(func, m.Attribute(attr=m.Name("_orig_mod"))):
+        if _code(attr.value) == model:  # type: ignore[union-attr]
+            return attr
+    return None
 
 
 def _names_in(func: cst.FunctionDef) -> list[cst.Name]:
