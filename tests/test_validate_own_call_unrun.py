@@ -46,5 +46,5 @@ def test_an_own_call_edit_the_harness_never_runs_is_said_not_failed(tmp_path, ca
     code = main(["validate", "--plan", str(tmp_path / "plan.yaml"), str(src), "--timeout", "120", "--backend", "eager"])
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2, err
-    assert "the plan edits the program's own compile in serve.py (plan line 8), which the harness does not run" in err, err
+    assert f"error: {tmp_path / 'plan.yaml'}:8: the plan edits the program's own compile in serve.py, which the harness does not run" in err, err
     assert "validate: FAIL" not in err and "validate: ERROR" in err, err  # not the plan's failure

@@ -84,21 +84,21 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
     return report["verdict"]["exit_code"]
 
 
-def _own_calls_not_run(loaded: Any, results: dict[str, Any]) -> str | None:
+def _own_calls_not_run(loaded: Any, results: dict[str, Any]) -> list[tuple[str, int]] | None:
     """The plan's ``own_call`` edits in files the harness never imported (the eager reference's
-    ``src_imported``, :func:`rewriter.engine.child.runtime_compiles`), as ``file (plan line N)``
-    joined, or None: such an edit (a ``torch.compile`` in ``serve.py``'s ``main``) cannot run in
+    ``src_imported``, :func:`rewriter.engine.child.runtime_compiles`), as ``(file, plan line)``,
+    or None: such an edit (a ``torch.compile`` in ``serve.py``'s ``main``) cannot run in
     any child, so "no graph captured" is validate's blind spot there, not the plan's failure. None
     also where the plan compiles anything else (then "no graph captured" may be that compile's)."""
     imported = (results.get("eager") or {}).get("runtime_compiles", {}).get("src_imported")
     if imported is None:
         return None
     compiles = [(i, a) for i, a in enumerate(loaded.plan.actions) if a.action == "compile"]
-    unrun = [f"{a.target.split('::')[0]} (plan line {loaded.action_lines[i]})" for i, a in compiles
+    unrun = [(a.target.split("::")[0], loaded.action_lines[i]) for i, a in compiles
              if getattr(a, "own_call", None) is not None and "::" in a.target and a.target.split("::")[0] not in imported]
     # only where every compile of the plan is such an edit: a compile the harness does run that
     # captured nothing is the plan's failure, whatever else the plan holds
-    return ", ".join(unrun) if unrun and len(unrun) == len(compiles) else None
+    return unrun if unrun and len(unrun) == len(compiles) else None
 
 
 def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ignore[no-untyped-def]
@@ -141,7 +141,9 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     unrun = _own_calls_not_run(loaded, results)
     for f in (results.get("plan") or {}).get("problems", []):
         if unrun and "captured no graph" in f:
-            f = (f"the plan edits the program's own compile in {unrun}, which the harness does not run: validate measures "
+            files = ", ".join(dict.fromkeys(file for file, _ in unrun))
+            f = (f"{loaded.path}:{unrun[0][1]}: the plan edits the program's own compile in {files}, which the harness "
+                 "does not run: validate measures "
                  "what the harness builds and cannot measure that edit in place (diagnose measures such a call through "
                  "stand-ins on the harness's model; its validation report says so)")
             verdict.errors.append(f + "; to validate it here, make the harness build the model through that code")
