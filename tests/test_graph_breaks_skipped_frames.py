@@ -101,3 +101,17 @@ def test_a_library_break_explain_returned_is_not_counted_again(tmp_path, monkeyp
     r = graph_breaks.run(ctx)
     assert r.measurement["graph_break_count"] >= 1 and r.measurement["frame_skipping_breaks"] == 0, (r.measurement, r.findings)
     assert not [f for f in r.findings if "could not resume" in f.message], r.findings
+
+
+def test_the_bucket_proposal_reads_the_model_class_through_torch_compiles_wrapper(tmp_path):
+    """A harness that returns torch.compile(model) had its bucket candidate pruned as "the model
+    class is not under SRC": the class read was OptimizedModule's."""
+
+    from rewriter.diagnose.candidates import bucket_action
+
+    (tmp_path / "harness.py").write_text(HARNESS.replace("    return Net()", "    return torch.compile(Net(), backend='eager')"))
+    spec = Harness.model_validate({"file": "harness.py", "shapes": [{"batch": 2}], "device": "cpu"})
+    ctx = Context(session=Session(load_harness(spec, tmp_path)), out_dir=tmp_path)
+    ctx.measured = lambda rung: {"varying_input_dims": [{"tensor": 0, "dim": 0, "sizes": [2, 3]}]}
+    action, why = bucket_action(ctx)
+    assert why is None and action.target == "harness.py::Net.forward" and action.arg == "x", (action, why)

@@ -676,7 +676,7 @@ def bucket_action(ctx: Context) -> tuple[BucketAction | None, str | None]:
     model, inputs, _ = ctx.reference()
     from .locate import target_of
 
-    owner = target_of(type(model), ctx.session.src)
+    owner = target_of(type(getattr(model, "_orig_mod", model)), ctx.session.src)  # through torch.compile's wrapper
     if owner is None:
         return None, "the model class is not under SRC"
     v = var[0]
@@ -684,7 +684,7 @@ def bucket_action(ctx: Context) -> tuple[BucketAction | None, str | None]:
         names = [k for k, x in inputs.items() if hasattr(x, "shape")]
     else:
         try:
-            names = [p for p in inspect.signature(type(model).forward).parameters][1:]
+            names = [p for p in inspect.signature(type(getattr(model, "_orig_mod", model)).forward).parameters][1:]
         except (TypeError, ValueError):
             return None, "the model's forward has no signature to name the varying input"
     if v["tensor"] >= len(names):
