@@ -70,7 +70,8 @@ def tree(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _diagnosed(root: Path, chosen: str, timed: dict[str, float], own: list[str], actions: list | None = None) -> Path:
+def _diagnosed(root: Path, chosen: str, timed: dict[str, float], own: list[str], actions: list | None = None,
+               gain_measured: bool = True) -> Path:
     """plan.yaml and stackpart-diagnose/report.json as diagnose writes them after a search that
     timed ``timed`` (candidate -> ms/step) and chose ``chosen``."""
     from rewriter.plan import parse_plan
@@ -82,7 +83,7 @@ def _diagnosed(root: Path, chosen: str, timed: dict[str, float], own: list[str],
     status = {name: ("chosen" if name == chosen else "slower than 'as-is'") for name in timed}
     out.choice = Choice(chosen, f"{chosen!r} chosen", status)
     rung = RungResult("search", "Which complete plan wins, measured as a whole?")
-    rung.measurement = {"candidates": out.table(), "own_compile_setup": own, "gain_measured": True, "backend": "inductor",
+    rung.measurement = {"candidates": out.table(), "own_compile_setup": own, "gain_measured": gain_measured, "backend": "inductor",
                         "chosen": chosen, "decision": out.choice.text}
     text = plan_yaml(chosen_plan)
     parse_plan(text, "plan.yaml")
@@ -119,12 +120,14 @@ def test_a_whole_compile_measured_better_passes_the_hook_and_says_what_was_measu
     assert check_command(["train.py"], jobs=1) == 0
 
 
-@pytest.mark.parametrize("case", ["only-candidate", "regional-won", "other-call", "other-file"])
+@pytest.mark.parametrize("case", ["only-candidate", "regional-won", "other-call", "other-file", "gain-not-measured"])
 def test_what_is_no_evidence_keeps_failing(tree, capsys, case):
     if case == "only-candidate":  # nothing else was timed: "the only candidate left"
         _diagnosed(tree, "as-is", {"as-is": 2.0}, [COMPILE])
     elif case == "regional-won":
         _diagnosed(tree, "per-block", {"as-is": 2.4, "per-block": 2.0}, [COMPILE])
+    elif case == "gain-not-measured":  # backend eager on CPU: the ladder's order chose, not the speed
+        _diagnosed(tree, "as-is", {"as-is": 2.0, "per-block": 2.4}, [COMPILE], gain_measured=False)
     elif case == "other-call":  # the call measured is not the one committed
         _diagnosed(tree, "as-is", {"as-is": 2.0, "per-block": 2.4}, ["train.py:8: torch.compile(model, mode=\"max-autotune\")"])
     else:

@@ -56,7 +56,8 @@ class Kept:
     text: str
     report: str
     roots: tuple[str, ...]
-    #: False where the search timed no other candidate: the report names the compile, and
+    #: False where the search timed no other candidate, or timed them with a backend that does not
+    #: optimise (its choice then follows the ladder's order): the report names the compile, and
     #: ``text`` says that it is no evidence (the finding keeps failing, with that said)
     measured: bool = True
 
@@ -114,6 +115,9 @@ def _read_report(path: str, mtime_ns: int) -> tuple[Kept, ...]:
         text = (f"diagnose's search timed no candidate besides {chosen['candidate']!r}"
                 + (f" ({'; '.join(str(p) for p in search.get('pruned') or [])[:300]})" if search.get("pruned") else "")
                 + ", so it measured no alternative to this compile")
+    # a search whose backend does not optimise (eager, on CPU) chose by the ladder's order, not by
+    # speed: it is no evidence that the whole-model compile beats its regional form
+    evidence = bool(others) and search.get("gain_measured") is not False
     src = str(report.get("src") or ".")
     folder = os.path.dirname(os.path.dirname(os.path.abspath(path)))  # the plan's folder
     roots = tuple(dict.fromkeys([os.path.abspath(src)] if os.path.isabs(src) else
@@ -125,13 +129,13 @@ def _read_report(path: str, mtime_ns: int) -> tuple[Kept, ...]:
             where, _, code = str(entry).partition(": ")
             file, _, line = where.rpartition(":")
             if file and line.isdigit() and "compile" in code:
-                out.append(Kept(file, int(line), _norm(code), None, text, path, roots, bool(others)))
+                out.append(Kept(file, int(line), _norm(code), None, text, path, roots, evidence))
     plan = report.get("plan") if isinstance(report.get("plan"), dict) else {}
     for action in plan.get("actions") or ():
         if (isinstance(action, dict) and action.get("action") == "compile" and action.get("own_call")
                 and action.get("strategy") == "whole" and "::" in str(action.get("target", ""))):
             file, _, qual = str(action["target"]).partition("::")
-            out.append(Kept(file, 0, "", qual, text, path, roots, bool(others)))
+            out.append(Kept(file, 0, "", qual, text, path, roots, evidence))
     return tuple(out)
 
 
