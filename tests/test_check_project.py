@@ -503,3 +503,16 @@ def test_a_class_defined_and_compiled_in_one_function_is_not_the_imported_one(pr
     assert found == {("train.py", 9, "SP103")}
     found, _ = _found(["utils.py"])
     assert found == set()
+
+
+def test_in_a_script_folder_the_sibling_wins_over_a_module_of_the_name_elsewhere(proj):
+    """``old_src/train.py`` doing ``from model import Net`` beside ``old_src/model.py`` was resolved to
+    ``src/model.py`` (a ``src/`` layout module of that name): a script's folder is sys.path[0]."""
+    _write(proj, {"old_src/train.py": "import torch\nfrom model import Net\n\nmodel = torch.compile(Net())\n",
+                  "old_src/model.py": "from torch import nn\n\n\nclass Net(nn.Module):\n    def forward(self, x):\n"
+                                      "        return x\n",
+                  "src/model.py": "from torch import nn\n\n\nclass Net(nn.Module):\n    def forward(self, x):\n"
+                                  "        if x.sum().item() > 0:\n            x = -x\n        return x\n",
+                  "train.py": "print('no compile here')\n"})
+    found, _ = _found(["old_src/train.py", "src/model.py"])
+    assert ("src/model.py", 6, "SP103") not in found, found  # src/model.py is not what old_src/train.py compiles

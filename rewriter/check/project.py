@@ -51,7 +51,8 @@ a package's ``__init__.py`` (three hops at most). A module path maps to a file u
 root (``a/b.py`` or ``a/b/__init__.py``; a ``src/`` layout too); one that names no such file is
 looked for beside the importing file (``from model import GPT`` in ``src/train.py`` is
 ``src/model.py``: a script's folder is the first entry of ``sys.path`` when it runs, as
-``python train.py`` from ``src/`` does). Names outside the project (torch, transformers installed
+``python train.py`` from ``src/`` does); in a folder that is no package (no ``__init__.py``: a
+script's) the file beside comes first, before a module of that name elsewhere in the project. Names outside the project (torch, transformers installed
 in site-packages) are not followed.
 
 **Why the C ``ast`` module, not LibCST, for the index.** The rules themselves run on LibCST with
@@ -859,19 +860,35 @@ class Project:
                         return cand, ".".join(names[i:])
             return None
         names = qualified.split(".")
+        # `from model import GPT` in `src/train.py`, run as `python train.py` from `src/`: the
+        # script's folder is sys.path[0], so a flat import names a file beside the importer, before
+        # any module of that name elsewhere in the project; a folder that is a package (its
+        # `__init__.py`) runs no script, so there the project's modules come first
+        folder = rel.split("/")[:-1]
+        script_folder = bool(folder) and "/".join([*folder, "__init__.py"]) not in self.files
+        for beside in ((True, False) if script_folder else (False, True)):
+            found = self._beside(names, folder) if beside else self._module(names)
+            if found is not None:
+                return found
+        return None
+
+    def _module(self, names: list[str]) -> tuple[str, str] | None:
+        """The project module a dotted import names (its longest prefix), or None."""
         for i in range(len(names), 0, -1):
             mod = self.modules.get(".".join(names[:i]))
             if mod is not None:
                 return mod, ".".join(names[i:])
-        # `from model import GPT` in `src/train.py`, run as `python train.py` from `src/`: the
-        # script's folder is sys.path[0], so a flat import names a file beside the importer
-        folder = rel.split("/")[:-1]
-        if folder:
-            for i in range(len(names), 0, -1):
-                base = "/".join([*folder, *names[:i]])
-                for cand in (f"{base}.py", f"{base}/__init__.py"):
-                    if cand in self.files:
-                        return cand, ".".join(names[i:])
+        return None
+
+    def _beside(self, names: list[str], folder: list[str]) -> tuple[str, str] | None:
+        """The file a dotted import names in ``folder`` (a script's sibling), or None."""
+        if not folder:
+            return None
+        for i in range(len(names), 0, -1):
+            base = "/".join([*folder, *names[:i]])
+            for cand in (f"{base}.py", f"{base}/__init__.py"):
+                if cand in self.files:
+                    return cand, ".".join(names[i:])
         return None
 
     def resolve(self, qualified: str, rel: str, hops: int = 0) -> tuple[str, str] | None:
