@@ -278,7 +278,7 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
             status[n] = f"not chosen: the gain is not measured with this backend; {chosen!r} comes first in the ladder's order"
     text = (f"{chosen!r}: the backend does not optimise, so the gain is not measured; every candidate that failed is out "
             f"({sum(1 for s in status.values() if s.startswith('failed'))} failed)"
-            + (f", {len(more)} recompile more over the shapes than the program as it is ({base})" if more else "")
+            + (f", {len(more)} candidate(s) recompile more over the shapes than the program as it is ({base} recompile(s))" if more else "")
             + " and the ladder's order decides among the rest")
     return Choice(chosen, text, status, net)
 
