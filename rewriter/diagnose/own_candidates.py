@@ -163,7 +163,7 @@ def _dynamic(ctx: Any, own: Any, pruned: list[str], block: bool = False) -> list
     action = CompileAction(
         action="compile", target=own.site, strategy="region" if block else "whole", own_call={"dynamic": True},
         why=f"recompiles: {what} across the harness's shapes; dynamic=True on the program's own call ({own.text}) "
-            "compiles one dynamic graph instead of one per size or value")
+            "asks Dynamo for one dynamic graph instead of one per size or value")
     return [(DYNAMIC, Decision(_plan(ctx.session.spec, ctx, [action]), []))]
 
 
