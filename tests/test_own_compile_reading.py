@@ -236,3 +236,14 @@ def test_a_regional_edit_is_refused_where_the_program_reaches_into_the_wrapper(t
             "    torch.save(compiled._orig_mod.state_dict(), 'ckpt.pt')\n    return compiled\n")
     with pytest.raises(StackpartError, match=r"train.py:8: own_call: regional: the function reads compiled._orig_mod"):
         _rewrite(tmp_path, body, "{regional: layers}")
+
+
+def test_a_regional_edit_of_a_compile_regional_already_over_another_path_is_refused(tmp_path):
+    """On a tree already applied, `regional: blocks` wrote `for block in layer.blocks:` inside the
+    program's `for layer in model.layers:` loop, which raised at run time."""
+    from rewriter.errors import StackpartError
+
+    body = "import torch\n\n\ndef build(model):\n    for layer in model.layers:\n        layer.compile()\n    return model\n"
+    with pytest.raises(StackpartError, match=r"regional already, over model.layers; regional: blocks would nest"):
+        _rewrite(tmp_path, body, "{regional: blocks}")
+    assert _rewrite(tmp_path, body, "{regional: layers}") == body  # the same path: as asked already

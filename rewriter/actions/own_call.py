@@ -400,6 +400,10 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
             return func  # already regional
         if isinstance(call.func, cst.Attribute) and call.func.attr.value == REPEATED_BLOCKS:
             return func
+        if (loop is not None and isinstance(loop.target, cst.Name) and isinstance(owner, cst.Name)
+                and owner.value == loop.target.value):
+            raise OwnCallRefused(f"regional: the program's compile is regional already, over {_code(loop.iter)}; "
+                                 f"regional: {path} would nest a second loop inside it", site.node)
         if not isinstance(small, cst.Expr) or small.value is not call or owner is None:
             raise OwnCallRefused("regional: expected the module's compile as a statement of its own "
                                  "(model.compile(...))", site.node)
