@@ -54,12 +54,13 @@ def check(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> None:
         first = path.split(".")[0]
         if attrs is None or first in attrs:
             continue
-        near = difflib.get_close_matches(first, sorted(attrs), n=1)
+        shown = sorted(a for a in attrs if not (a.startswith("__") and a.endswith("__")))
+        near = difflib.get_close_matches(first, shown, n=1)
         raise loaded.error(
             b.index,
             f"own_call: regional: {name} ({rel}) sets no attribute {first!r}, so `for block in <model>.{path}` would "
             f"raise AttributeError" + (f"; did you mean {near[0]!r}?" if near else ""),
-            hint=f"name the container of the repeated blocks {name} holds (its attributes: {', '.join(sorted(attrs)[:8])})",
+            hint=f"name the container of the repeated blocks {name} holds (its attributes: {', '.join(shown[:8])})",
         )
 
 
