@@ -117,7 +117,7 @@ DEFECTS = [
         "lone_cr_needs_import",
         b"def f(x):\r    return x\r",
         "f",
-        ["import torch\r", "\r", "@torch.compile\r"],
+        ["import torch\r", "\r", "\r", "@torch.compile\r"],  # two blank lines before a def, as black writes it
     ),
 ]
 
