@@ -34,7 +34,8 @@ def check(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> None:
     """Refuse an ``own_call`` regional path whose first attribute the model's class never sets.
 
     ``bounds``: the plan's resolved file targets (:class:`rewriter.consistency.Bound`); ``parse``:
-    ``(relpath) -> (key, module)`` reading a file under SRC once (raising where it cannot).
+    ``(relpath) -> (key, definitions)`` reading a file under SRC once, with the definitions the
+    rewrite collects of it (raising where it cannot).
 
     Raises:
         StackpartError: at the action's plan line, naming the class, where it is defined and a
@@ -89,7 +90,7 @@ def _model_class(b: Any, parse: Any) -> tuple[str, str, set[str] | None] | None:
     made = _bound_by_call(func, owner.value, call)
     if made is None:
         return None
-    return _class_attrs(made, b.target.relpath, b.module, parse)
+    return _class_attrs(made, b.target.relpath, b.module, b.definitions or collect_definitions(b.module), parse)
 
 
 def _bound_by_call(func: cst.FunctionDef, name: str, site: cst.Call) -> str | None:
@@ -114,10 +115,11 @@ def _bound_by_call(func: cst.FunctionDef, name: str, site: cst.Call) -> str | No
     return found
 
 
-def _class_attrs(name: str, rel: str, module: cst.Module, parse: Any) -> tuple[str, str, set[str] | None] | None:
-    """The class ``name`` as ``rel``'s module sees it: defined there, or imported from a file under
-    SRC; with the attributes it and its bases in that file set (None where a base is elsewhere)."""
-    definitions = collect_definitions(module, module.code)
+def _class_attrs(name: str, rel: str, module: cst.Module, definitions: dict[str, list[Any]],
+                 parse: Any) -> tuple[str, str, set[str] | None] | None:
+    """The class ``name`` as ``rel``'s module (its ``definitions``) sees it: defined there, or
+    imported from a file under SRC; with the attributes it and its bases in that file set (None
+    where a base is elsewhere)."""
     if name in definitions and definitions[name][-1].kind == "class":
         return name, rel, _attrs(definitions, name)
     source = _imported_from(module, name, rel)
@@ -125,10 +127,9 @@ def _class_attrs(name: str, rel: str, module: cst.Module, parse: Any) -> tuple[s
         return None
     for candidate in dict.fromkeys(source):  # beside the file and from the root: one path at SRC's root
         try:
-            key, other = parse(candidate)
+            key, defs = parse(candidate)
         except StackpartError:
             continue
-        defs = collect_definitions(other, other.code)
         if name in defs and defs[name][-1].kind == "class":
             return name, key, _attrs(defs, name)
     return None
