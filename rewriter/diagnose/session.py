@@ -26,14 +26,15 @@ from ..signals import Terminated
 from ..tracebacks import headline, user_site
 
 
-#: What to try where the program's own compile raised, by a phrase of Dynamo's message (its own
-#: hints: torch.compiler docs, "Dealing with recompilations" and "Working with graph breaks").
+#: What to try where the program's own compile raised, by phrases of Dynamo's message or its
+#: exception's type name (its own hints: torch.compiler docs, "Dealing with recompilations" and
+#: "Working with graph breaks"), first match first.
 OWN_COMPILE_HINTS = (
-    ("data-dependent", "a Python branch on a value Dynamo cannot know while tracing: fullgraph=False on that compile "
-                       "lets Dynamo break the graph there; torch.cond, or the branch moved out of the compiled code, "
-                       "keeps one graph; where the value is a size, dynamic=False compiles one graph per shape"),
-    ("fullgraph", "fullgraph=False on that compile lets Dynamo break the graph there instead of raising"),
-    ("Unsupported", "fullgraph=False on that compile lets Dynamo break the graph there instead of raising"),
+    (("data-dependent",), "a Python branch on a value Dynamo cannot know while tracing: fullgraph=False on that "
+                          "compile lets Dynamo break the graph there; torch.cond, or the branch moved out of the "
+                          "compiled code, keeps one graph; where the value is a size, dynamic=False compiles one "
+                          "graph per shape"),
+    (("fullgraph", "Unsupported"), "fullgraph=False on that compile lets Dynamo break the graph there instead of raising"),
 )
 
 
@@ -56,7 +57,7 @@ def own_compile_raised(exc: "HarnessFailure", retry: Callable[[], Any]) -> str |
     except Exception:  # noqa: BLE001 - the model itself raises too: the original failure stands
         return None
     text = str(cause)
-    hint = next((h for key, h in OWN_COMPILE_HINTS if key in text or key == type(cause).__name__), None)
+    hint = next((h for keys, h in OWN_COMPILE_HINTS if any(k in text or k == type(cause).__name__ for k in keys)), None)
     return ("the program's own torch.compile raised it: the same step runs with compilation off "
             "(torch.compiler.set_stance('force_eager')), so the model is sound and its compile is not; stackpart "
             "measures the program as it runs, its compile included, so fix that compile first"
