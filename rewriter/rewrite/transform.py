@@ -339,13 +339,18 @@ def spaced_imports(old: cst.Module, new: cst.Module) -> cst.Module:
     ``class`` right after it (PEP 8's, black's): LibCST's ``AddImportsVisitor`` leaves the
     statement's own blank lines, one or none. Only blank lines are added, right after the added
     import: no byte of the user's lines changes."""
-    had = {old.code_for_node(stmt) for stmt in old.body}
+    if new is old:
+        return new
+
+    def imports(stmt: cst.CSTNode) -> bool:
+        return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+
+    had = {old.code_for_node(stmt) for stmt in old.body if imports(stmt)}  # the import lines only: no print of the file
     body = list(new.body)
     changed = False
     for i, stmt in enumerate(body[:-1]):
         nxt = body[i + 1]
-        added = (isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
-                 and new.code_for_node(stmt) not in had)
+        added = imports(stmt) and new.code_for_node(stmt) not in had
         if not added or not isinstance(nxt, (cst.FunctionDef, cst.ClassDef)):
             continue
         blank = 0
