@@ -166,6 +166,10 @@ class _Facts:
                 return qual
         return None
 
+    def keeps_eager(self, bound: Bound) -> bool:
+        """Whether the source keeps the target itself eager (``@torch.compiler.disable`` on it)."""
+        return bound.target.qualname in self._disabled(bound)
+
     def source_disabled(self, bound: Bound) -> str | None:
         """The function the source keeps eager (``@torch.compiler.disable``) that the target is
         or calls directly in its file, or None."""
@@ -287,7 +291,7 @@ def _check_compile_of_disabled(loaded: LoadedPlan, facts: _Facts, b: Bound) -> N
     the target): the disable wraps whatever the compile adds, and the call runs eager."""
     if b.action.library or _own_call_form(facts, b) == "call":  # type: ignore[attr-defined]
         return
-    if b.target.qualname in facts._disabled(b):
+    if facts.keeps_eager(b):
         raise loaded.error(
             b.index,
             f"compile of {b.target.qualname}, which the source keeps eager with @torch.compiler.disable: the "

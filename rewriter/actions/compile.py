@@ -25,14 +25,12 @@ COMPILE_DECORATORS = {"torch.compile", "torch._dynamo.optimize"}
 #: The suppression written on a whole-model compile (:data:`rewriter.compile_facts.SUPPRESS_RE`'s syntax).
 SUPPRESS_WHOLE = "stackpart: ignore[SP101]"
 NESTED_DECORATORS = {"torch.compiler.nested_compile_region"}
-#: On a whole-model compile in CUDA graphs whose function is short: SP109's "small region" reads a
-#: one-call ``forward`` (``return self.body(x)``) as small, though it is the whole model, the one
-#: large capture SP109 asks for.
-SUPPRESS_WHOLE_CUDAGRAPHS = "stackpart: ignore[SP109]"
 
 
 def _sp109_small(func: cst.FunctionDef, mode: object) -> bool:
-    """Whether ``stackpart check``'s SP109 would read ``func`` compiled in ``mode`` as a small region."""
+    """Whether ``stackpart check``'s SP109 would read ``func`` compiled in ``mode`` as a small region:
+    a one-call ``forward`` (``return self.body(x)``) reads as small though it is the whole model,
+    the one large CUDA-graphs capture SP109 asks for, so its compile carries an SP109 suppression."""
     return mode == "reduce-overhead" and body_size(func) <= SMALL_STATEMENTS
 
 
