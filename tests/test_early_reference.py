@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from rewriter.diagnose.evidence import Evidence
 from rewriter.engine.options import Options, Variant
 from rewriter.plan import load_plan
 
@@ -254,7 +255,8 @@ def test_an_interrupt_while_starting_leaves_no_child_and_no_folder(tmp_path, mon
     monkeypatch.setattr("rewriter.diagnose.search.engine_options", lambda ctx, timeout_s: None)
     (tmp_path / "src").mkdir()
     with pytest.raises(KeyboardInterrupt):
-        early_reference.start(SimpleNamespace(session=SimpleNamespace(src=tmp_path / "src", spec=None)), 60.0)
+        early_reference.start(SimpleNamespace(session=SimpleNamespace(src=tmp_path / "src", spec=None),
+                                             evidence=Evidence()), 60.0)
     assert len(made) == 1 and not made[0].alive
     assert not list((tmp_path / "tmp").glob("stackpart-search-*"))
 

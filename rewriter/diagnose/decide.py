@@ -146,6 +146,39 @@ def decide(
     return Choice(chosen, text + "; " + noise_text(noise), status, net)
 
 
+def when_as_is_raises(choice: Choice, rows: dict[str, dict[str, Any]], order: list[str]) -> Choice:
+    """``choice`` where the program as it is raises (:mod:`.own_raised`), whose ``as-is`` row is the
+    program with compilation off: that row is the baseline, never the plan (the program as it is
+    does not run). Where :func:`decide` kept it, the plan is the candidate that runs with the
+    largest net saving (its step and compile cost against compilation off; where the gain is not
+    measured, the first in the ladder's order), and its sentence says what it costs; the
+    sentences name the baseline for what it is.
+
+    Raises:
+        StackpartError: no candidate but ``as-is`` ran and was timed: nothing that changes the
+            program's compile runs, each candidate's status says why.
+    """
+    from ..errors import StackpartError
+
+    text = choice.text.replace("the program as it is", "the program with compilation off")
+    status = dict(choice.status)
+    status[AS_IS] = "the baseline: the program with compilation off (as it is, it raises)"
+    if choice.chosen != AS_IS:
+        return Choice(choice.chosen, text, status, choice.net_s)
+    runs = [n for n in expected_order(order) if n != AS_IS and rows.get(n, {}).get("step_ms") is not None
+            and not rows[n].get("problems") and not rows[n].get("error") and not rows[n].get("skipped")]
+    if not runs:
+        why = "; ".join(f"{n}: {status.get(n, 'not measured')}" for n in order if n != AS_IS) or "no candidate was proposed"
+        raise StackpartError("the program's own torch.compile raises, and no candidate that changes it ran and was timed ("
+                             + why[:600] + "); the report's search section has each candidate's row")
+    nets = {n: choice.net_s.get(n) for n in runs}
+    chosen = max(runs, key=lambda n: nets[n]) if all(v is not None for v in nets.values()) else runs[0]
+    status[chosen] = "chosen"
+    t0, t = rows[AS_IS]["step_ms"], rows[chosen]["step_ms"]
+    return Choice(chosen, f"the program as it is raises, so the plan changes its compile: {chosen!r} runs, "
+                          f"{t:.3f} ms/step against {t0:.3f} with compilation off ({text})", status, choice.net_s)
+
+
 def _with_refused(text: str, chosen: str, gated: list[str], rows: dict[str, dict[str, Any]],
                   net: dict[str, float | None], ok: list[str]) -> str:
     """The decision's sentence ``text`` with the candidates validate's speed gate refused said in

@@ -177,14 +177,14 @@ def start(ctx: Context, timeout_s: float) -> EarlyReference:
     from ..engine.materialize import IGNORE
     from ..engine.measure import child_job, start_cold
     from ..engine.options import Variant
-    from .search import engine_options
+    from .search import engine_options, reference_stance
 
     workdir = Path(tempfile.mkdtemp(prefix="stackpart-search-"))
     child = None
     try:
         original = workdir / "original"
         shutil.copytree(ctx.session.src, original, ignore=IGNORE, symlinks=True)
-        variant = Variant("eager", original, judged=False)
+        variant = Variant("eager", original, judged=False, stance=reference_stance(ctx))
         opts = engine_options(ctx, timeout_s)
         job = child_job(ctx.session.spec, opts, workdir)
         child = start_cold(job, variant, workdir, opts)

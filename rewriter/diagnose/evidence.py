@@ -52,6 +52,9 @@ class Evidence:
             (:func:`.own_candidates.regional_path`); None when not set.
         own_compiled_modules: the reference model's modules that carry a compile
             (:func:`rewriter.engine.watch.compiled_modules`); None until read.
+        own_raised: where the program's own compile raised and the ladder set it aside
+            (:func:`.own_raised.set_aside`): ``{"message", "path", "line", "said", "compiles"}``;
+            None where it did not.
         compiles_itself: whether one eager step of the model compiled a graph by itself
             (:func:`.as_run.compiles_itself`); None until measured.
         config_twins: ``twin candidate -> base candidate`` for the ``dynamo_config`` twins
@@ -76,6 +79,7 @@ class Evidence:
     own_standin: OwnCompile | None = None
     own_standin_path: tuple[str | None, str] | None = None
     own_compiled_modules: list[dict[str, Any]] | None = None
+    own_raised: dict[str, Any] | None = None
     compiles_itself: bool | None = None
     config_twins: dict[str, str] = field(default_factory=dict)
     value_guard_twins: dict[str, str] = field(default_factory=dict)

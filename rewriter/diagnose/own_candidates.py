@@ -11,6 +11,9 @@ call is edited where it is, no second compile is added, so every one composes wi
   compilation"; diffusers docs, "Regional compilation".
 * ``as-is+dynamic``: ``dynamic=True`` on the program's call where the recompiles rung saw an input
   dim vary across the harness's shapes (the recompile automatic dynamic shapes pays is not paid).
+* ``as-is+no-fullgraph``: ``fullgraph=False`` on the program's call where that compile raised
+  with ``fullgraph=True`` (:mod:`.own_raised`); every other variant then drops ``fullgraph=True``
+  too, since it would raise as the program does.
 * ``as-is+static``: ``dynamic=False`` on the program's whole-model call where only an image's or
   latent's resolution varies (:mod:`.kinds.static_shapes`: one static graph per resolution instead
   of automatic dynamic's symbolic recompile, which on a UNet cost several times the first compile);
@@ -31,6 +34,7 @@ from ..plan import CompileAction
 from .candidate import AS_IS, as_is
 
 REGIONAL = as_is("regional")
+NO_FULLGRAPH = as_is("no-fullgraph")
 DYNAMIC = as_is("dynamic")
 STATIC = as_is("static")
 
@@ -82,7 +86,7 @@ def variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
             pruned.append(f"{DYNAMIC}: the harness's model does not run the program's own compile ({own.text}), so a "
                           "variant of it would not be measured")
             return []
-        return _dynamic(ctx, own, pruned, block=True)
+        return _fullgraph_off(ctx, own, pruned, block=True) + _dynamic(ctx, own, pruned, block=True)
     if len(live) != 1:
         if len(live) > 1:
             pruned.append(f"{REGIONAL}, {DYNAMIC}: the program compiles the model in {len(live)} places; which call to change "
@@ -93,21 +97,56 @@ def variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
         pruned.append(f"{REGIONAL}, {DYNAMIC}: the harness's model does not run the program's own compile ({own.text}), so a "
                       "variant of it would not be measured")
         return []
-    out: list[tuple[str, Any]] = []
+    out: list[tuple[str, Any]] = _fullgraph_off(ctx, own, pruned)
     path, why = regional_path(ctx)
     refused = own.can("regional")
     if path is None or refused:
         pruned.append(f"{REGIONAL}: {why if path is None else 'the call cannot be turned regional: ' + refused}")
     else:
-        edits: dict[str, Any] = {"regional": path}
+        edits: dict[str, Any] = {**_raising(ctx, own), "regional": path}
         action = CompileAction(
             action="compile", target=own.site, strategy="region", own_call=edits,
             why=f"the program compiles the whole model itself ({own.text}): regional compilation at that call site, "
-                f"{why}, its keyword arguments kept (one compile reused across the blocks)")
+                f"{why}, its keyword arguments kept (one compile reused across the blocks)" + _raising_why(ctx, own))
         out.append((REGIONAL, Decision(_plan(ctx.session.spec, ctx, [action]), [])))
     out.extend(_dynamic(ctx, own, pruned))
     out.extend(_static(ctx, own, pruned))
     return out
+
+
+def _raising(ctx: Any, own: Any) -> dict[str, Any]:
+    """``{"fullgraph": False}`` where the program's own compile raised (:mod:`.own_raised`) and the
+    call sets ``fullgraph=True``, which every variant of it must then drop to run; else ``{}``."""
+    if ctx.evidence.own_raised is None or own.can("fullgraph") is not None:
+        return {}
+    return {"fullgraph": False} if dict(own.current).get("fullgraph") is True else {}
+
+
+def _raising_why(ctx: Any, own: Any) -> str:
+    """What :func:`_raising` adds, said for the action's ``why:`` (empty where it adds nothing)."""
+    return "; fullgraph=False too: with fullgraph=True that compile raised" if _raising(ctx, own) else ""
+
+
+def _fullgraph_off(ctx: Any, own: Any, pruned: list[str], block: bool = False) -> list[tuple[str, Any]]:
+    """``as-is+no-fullgraph``: ``fullgraph=False`` on the program's own call where that compile
+    raised at a graph break (:mod:`.own_raised`): Dynamo then breaks the graph there and compiles
+    the code around it (torch docs, ``torch.compile``: "fullgraph ... If False, ... will attempt to
+    discover compileable regions ... to optimize")."""
+    from .planner import Decision, _plan
+
+    raised = ctx.evidence.own_raised
+    if raised is None or dict(own.current).get("fullgraph") is not True:
+        return []
+    refused = own.can("fullgraph")
+    if refused:
+        pruned.append(f"{NO_FULLGRAPH}: {refused}")
+        return []
+    where = f" at {raised['path']}:{raised['line']}" if raised.get("path") and raised.get("line") else ""
+    action = CompileAction(
+        action="compile", target=own.site, strategy="region" if block else "whole", own_call={"fullgraph": False},
+        why=f"the program's own compile ({own.text}) raised{where} with fullgraph=True ({raised['message'][:160]}); "
+            "fullgraph=False lets Dynamo break the graph there and compile the code around it")
+    return [(NO_FULLGRAPH, Decision(_plan(ctx.session.spec, ctx, [action]), []))]
 
 
 def _static(ctx: Any, own: Any, pruned: list[str]) -> list[tuple[str, Any]]:
@@ -128,8 +167,8 @@ def _static(ctx: Any, own: Any, pruned: list[str]) -> list[tuple[str, Any]]:
         pruned.append(f"{STATIC}: " + (refused or f"the program's own compile ({own.text}) already sets dynamic={current!r}"))
         return []
     action = CompileAction(
-        action="compile", target=own.site, strategy="whole", own_call={"dynamic": False},
-        why=f"the program compiles the whole model itself ({own.text}); " + static_why(var))
+        action="compile", target=own.site, strategy="whole", own_call={**_raising(ctx, own), "dynamic": False},
+        why=f"the program compiles the whole model itself ({own.text}); " + static_why(var) + _raising_why(ctx, own))
     return [(STATIC, Decision(_plan(ctx.session.spec, ctx, [action]), []))]
 
 
@@ -161,9 +200,10 @@ def _dynamic(ctx: Any, own: Any, pruned: list[str], block: bool = False) -> list
     if not what:
         what = f"{values} recompile(s) on an int argument's value under dynamic=False"
     action = CompileAction(
-        action="compile", target=own.site, strategy="region" if block else "whole", own_call={"dynamic": True},
+        action="compile", target=own.site, strategy="region" if block else "whole",
+        own_call={**_raising(ctx, own), "dynamic": True},
         why=f"recompiles: {what} across the harness's shapes; dynamic=True on the program's own call ({own.text}) "
-            "asks Dynamo for one dynamic graph instead of one per size or value")
+            "asks Dynamo for one dynamic graph instead of one per size or value" + _raising_why(ctx, own))
     return [(DYNAMIC, Decision(_plan(ctx.session.spec, ctx, [action]), []))]
 
 
@@ -257,7 +297,4 @@ def runs_own_compile(ctx: Any, own: Any) -> bool:
     the engine's children, so no variant of it can be."""
     if own.covers[0] == "function":
         return True
-    from ..engine.watch import compiled_modules
-
-    model, _, _ = ctx.reference()
-    return bool(compiled_modules(model, limit=1))
+    return bool(compiled_modules_of(ctx))

@@ -379,18 +379,42 @@ def _start_reference(run: _Run, timeout_s: float) -> None:
 def _setup(run: _Run) -> None:
     """Build the model, run one step at each harness shape after the first, read the
     model's repeated blocks (its own ``_repeated_blocks`` first); a harness failure is ``run.fatal``."""
-    ctx = run.ctx
     run.said("setup: building the model")
+    run.session.rung = "setup"
     try:
-        run.session.rung = "setup"
-        model, _, _ = ctx.reference()
-        if len(run.spec.shapes) > 1:  # every shape once, eager, before the rungs (and the search) rely on them
-            run.said(f"setup: one step (the program as it runs, its own compile included) at each of the other {len(run.spec.shapes) - 1} harness shape(s)")
-            run.session.check_shapes()
-        ctx.evidence.declared = declared_blocks(model)
-        ctx.evidence.blocks = find_blocks(model, run.src, ctx.evidence.declared)
+        _setup_steps(run)
     except HarnessFailure as exc:
-        run.fatal = exc
+        if not _own_compile_set_aside(run, exc):
+            run.fatal = exc
+            return
+        try:
+            _setup_steps(run)
+        except HarnessFailure as again:
+            run.fatal = again
+
+
+def _setup_steps(run: _Run) -> None:
+    ctx = run.ctx
+    model, _, _ = ctx.reference()
+    if len(run.spec.shapes) > 1:  # every shape once, eager, before the rungs (and the search) rely on them
+        run.said(f"setup: one step (the program as it runs, its own compile included) at each of the other {len(run.spec.shapes) - 1} harness shape(s)")
+        run.session.check_shapes()
+    ctx.evidence.declared = declared_blocks(model)
+    ctx.evidence.blocks = find_blocks(model, run.src, ctx.evidence.declared)
+
+
+def _own_compile_set_aside(run: _Run, exc: HarnessFailure) -> bool:
+    """Whether ``exc`` was the program's own compile raising and the ladder set that compile aside
+    (:func:`.own_raised.set_aside`), said in the log; False leaves ``exc`` to stop the diagnosis."""
+    from .own_raised import set_aside
+
+    try:
+        said = set_aside(run.ctx, exc)
+    except HarnessFailure:  # the model fails without its compile too: the first failure says more
+        return False
+    if said is not None:
+        run.said(f"setup: {said}")
+    return said is not None
 
 
 def _step(run: _Run, rung: Rung, selected: set[str] | None, gives: dict[str, Rung]) -> None:
@@ -411,6 +435,9 @@ def _step(run: _Run, rung: Rung, selected: set[str] | None, gives: dict[str, Run
         else:
             r = rung.run(ctx)
     except HarnessFailure as exc:
+        if not rung.compiles and _own_compile_set_aside(run, exc):
+            _step(run, rung, selected, gives)  # the rung again, on the model without its compile
+            return
         if not rung.compiles:
             run.fatal = exc
         elif exc.oom and exc.oom.get("fragmentation") and run.compiled_oom is None:

@@ -26,7 +26,7 @@ from ..terminal import Feed, event, progress_line
 from .candidate import AS_IS, Candidate
 from .candidates import WHOLE, propose
 from .context import Context
-from .decide import Choice, compile_text, decide
+from .decide import Choice, compile_text, decide, when_as_is_raises
 from .kinds.static_shapes import WHOLE_STATIC
 from .own_candidates import STATIC as OWN_STATIC
 
@@ -105,6 +105,9 @@ class SearchOutcome:
     runtime_disagreements: list[str] = field(default_factory=list)
     backend: str = "inductor"
     gain_measured: bool = True
+    #: The program as it is raises (:mod:`.own_raised`): the ``as-is`` row is the program with
+    #: compilation off, and the plan's figures are said against it.
+    as_is_raises: bool = False
     #: The allocator candidate's measurement (:func:`.memory.measure_allocator`, or
     #: ``{"skipped": why}``), or None where the memory rung found no fragmentation.
     allocator: dict[str, Any] | None = None
@@ -354,7 +357,8 @@ def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any, ear
     original = workdir / "original"
     if early is None:
         shutil.copytree(src, original, ignore=IGNORE, symlinks=True)
-    trees = _Trees(original, [early.variant if early is not None else Variant("eager", original, judged=False)],
+    trees = _Trees(original, [early.variant if early is not None else Variant("eager", original, judged=False,
+                                                                              stance=reference_stance(ctx))],
                    {f"{original}/": ""}, {"eager": early.child} if early is not None else {})
     for i, c in enumerate(out.candidates):
         if c.name == AS_IS:
@@ -516,12 +520,43 @@ def _progress(feed: Feed | None, say: Any, opts: Any, prefixes: dict[str, str]) 
     return on_event
 
 
+def reference_stance(ctx: Context) -> str | None:
+    """The stance the search's reference runs under: ``force_eager`` where the program's own
+    compile raised (:mod:`.own_raised`: the program with compilation off is the one that runs, as
+    validate's eager reference), else None (the program as it runs, its compile included)."""
+    return "force_eager" if ctx.evidence.own_raised is not None else None
+
+
 def _read_the_program_as_it_is(ctx: Context, out: SearchOutcome, m: Any, trees: _Trees, say: Any) -> None:
     """What the as-is process saw of the program's own compiles (each own call, then each frame;
     where the static and run-time readings disagree), the notes that follow (it compiles itself,
     or its compile lives where the harness does not run it; a recompile limit it hits), and each
     variant's hints on its row."""
     from ..engine.measure import relabel
+
+    if ctx.evidence.own_raised is not None:
+        _said_it_raises(ctx, out, say)
+    else:
+        _compiles_as_run(ctx, out, say)
+    for name, hints in relabel(m.hints, trees.prefixes).items():
+        label = AS_IS if name == "eager" else name
+        if label in out.rows:
+            out.rows[label].setdefault("hints", []).extend(hints)
+
+
+def _said_it_raises(ctx: Context, out: SearchOutcome, say: Any) -> None:
+    """The note where the program's own compile raised (:mod:`.own_raised`): what ``as-is`` measured."""
+    raised = ctx.evidence.own_raised
+    where = f" at {raised['path']}:{raised['line']}" if raised.get("path") and raised.get("line") else ""
+    note = (f"the program as it is raises: its own torch.compile raised{where} ({raised['message'][:200]}); "
+            f"'{AS_IS}' is the program with compilation off (torch.compiler.set_stance('force_eager')), the reference "
+            "every candidate is compared with, and the plan cannot leave that compile as it is")
+    out.notes.append(note)
+    say(note)
+
+
+def _compiles_as_run(ctx: Context, out: SearchOutcome, say: Any) -> None:
+    """The as-is row's reading of the program's own compiles (see :func:`_read_the_program_as_it_is`)."""
     from .runtime_compile import disagreements, per_call, seen
 
     asis = out.rows.get(AS_IS) or {}
@@ -553,10 +588,6 @@ def _read_the_program_as_it_is(ctx: Context, out: SearchOutcome, m: Any, trees: 
         out.notes.append(f"the program as it is hits the recompile limit in its own compiled code ({hits[0][:200]}): "
                          "those frames already run eager; candidates that keep that code compiled fail the same way"
                          + (f", unless they keep the changing int out of the guards ({', '.join(knob)})" if knob else ""))
-    for name, hints in relabel(m.hints, trees.prefixes).items():
-        label = AS_IS if name == "eager" else name
-        if label in out.rows:
-            out.rows[label].setdefault("hints", []).extend(hints)
 
 
 def _judge_twins(ctx: Context, out: SearchOutcome, say: Any) -> None:
@@ -579,7 +610,11 @@ def _decided(ctx: Context, out: SearchOutcome, m: Any, say: Any) -> None:
     samples = [{(AS_IS if k == "eager" else k): v for k, v in per.items()} for per in m.samples]
     a = ctx.amortization
     out.noise = process_noise(m.timing)
-    out.choice = decide(out.rows, [c.name for c in out.candidates], samples, a.runs, a.restarts, out.gain_measured, out.noise)
+    order = [c.name for c in out.candidates]
+    out.choice = decide(out.rows, order, samples, a.runs, a.restarts, out.gain_measured, out.noise)
+    if ctx.evidence.own_raised is not None:  # the as-is row is the program with compilation off
+        out.as_is_raises = True
+        out.choice = when_as_is_raises(out.choice, out.rows, order)
     if ctx.evidence.own_standin is not None:  # the program's compile measured through stand-ins: its call edited
         from .own_candidates import translate
 
@@ -601,7 +636,7 @@ def annotated(out: SearchOutcome) -> Any:
     if row.get("step_ms") is not None and asis.get("step_ms"):
         cite = (f"search: {cand.name!r} chosen of {timed} plans timed"
                 + (f" ({failed} more failed)" if failed else "") + f": {row['step_ms']:.3f} ms/step vs "
-                f"{asis['step_ms']:.3f} as is"
+                f"{asis['step_ms']:.3f} " + ("with compilation off (as it is, the program raises)" if out.as_is_raises else "as is")
                 + (f" ({row['contended_step_ms']:.3f} vs {asis['contended_step_ms']:.3f} with the host core contended)"
                    if row.get("contended_step_ms") and asis.get("contended_step_ms") else "")
                 + f", {compile_text(row)}"

@@ -266,6 +266,11 @@ class Session:
             )
         return self._models["model"], inputs
 
+    def replace_model(self, model: Any) -> None:
+        """Use ``model`` from now on where :meth:`build` returned the harness's (the ladder's model
+        with the program's own compile set aside, :func:`.own_raised.set_aside`)."""
+        self._models["model"] = model
+
     def check_shapes(self) -> None:
         """One eager step (see module docstring) at each harness shape after the first, in order,
         so that a harness that raises only at a later shape stops the diagnosis at setup, before

@@ -1,0 +1,92 @@
+"""A program whose own ``torch.compile`` raises: its compile set aside so the model can be diagnosed.
+
+A ``fullgraph=True`` compile over a branch on a tensor's value raises at its first call (Dynamo's
+``Unsupported`` or a data-dependent ``UserError``). Such a program cannot be measured as it runs,
+and yet it is the program that most needs a diagnosis: its compile is what to change. Where the
+same step runs with compilation off (:func:`.session.own_compile_raised`), and the compile is one
+the model object carries (``torch.compile(module)``, ``module.compile()``, ``module.forward =
+torch.compile(module.forward)``), that compile is taken off the ladder's model (:func:`unwrap`), so
+the rungs measure the model and the compile rungs compile it themselves, and the failure is kept
+as evidence (:attr:`.evidence.Evidence.own_raised`). The search then measures the program with
+compilation off as its reference (``torch.compiler.set_stance("force_eager")``, as validate's eager
+reference is) and never chooses "change nothing": the program as it is raises
+(docs/design.md, "Programs whose own compile raises").
+
+A compile written as a decorator in the model's source (``@torch.compile(fullgraph=True)`` on a
+``forward``) is not on the model object; the ladder cannot set it aside, and the failure stays
+the explained error :func:`.session.own_compile_raised` writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .session import HarnessFailure, own_compile_raised
+
+
+def unwrap(model: Any) -> tuple[Any, int]:
+    """``model`` with every compile it carries taken off, and how many were.
+
+    ``torch.compile(module)`` (an ``OptimizedModule``) is replaced by its ``_orig_mod``, at the
+    root (the returned model) and as any module's child; ``module.compile()``'s compiled call
+    (``_compiled_call_impl``, torch/nn/modules/module.py) is set to None; a compiled ``forward``
+    attribute of an instance is deleted, so the class's own ``forward`` runs. The modules are
+    changed in place: the caller holds the only model these are set aside on (the ladder's).
+    """
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    n = 0
+    while isinstance(model, OptimizedModule):
+        model, n = model._orig_mod, n + 1
+    for m in list(model.modules()):
+        for name, child in list(m.named_children()):
+            inner = child
+            while isinstance(inner, OptimizedModule):
+                inner, n = inner._orig_mod, n + 1
+            if inner is not child:
+                setattr(m, name, inner)
+    for m in model.modules():
+        if m.__dict__.get("_compiled_call_impl") is not None:
+            m._compiled_call_impl, n = None, n + 1
+        if getattr(m.__dict__.get("forward"), "_torchdynamo_orig_callable", None) is not None:
+            del m.__dict__["forward"]
+            n += 1
+    return model, n
+
+
+def set_aside(ctx: Any, exc: HarnessFailure) -> str | None:
+    """Where ``exc`` is the program's own compile raising and that compile is on the model
+    object, take it off the ladder's model and say so; else None (``exc`` stands).
+
+    The reference ``(model, inputs, step)`` is rebuilt on the unwrapped model and one step run
+    on it; the compiled modules are read first (:func:`.own_candidates.compiled_modules_of`), so
+    the search still proposes the edits of the program's own call. Sets
+    :attr:`.evidence.Evidence.own_raised` to ``{"message", "path", "line", "hint", "compiles"}``.
+
+    Raises:
+        HarnessFailure: the unwrapped model's step raised (its own failure, not the compile's).
+    """
+    if ctx.evidence.own_raised is not None:
+        return None  # set aside once: a second failure is the model's own
+    while isinstance(exc.__cause__, HarnessFailure):  # run_as_the_program_runs's, which said why already
+        exc = exc.__cause__
+    model, inputs, step = ctx.reference()
+    said = own_compile_raised(exc, lambda: (step(), ctx.session.sync()))
+    if said is None:
+        return None
+    from .own_candidates import compiled_modules_of
+
+    compiles = compiled_modules_of(ctx)  # read before they are taken off: the search edits these calls
+    bare, n = unwrap(model)
+    if not n:
+        return None  # a decorator in the source: nothing on the object to take off
+    ctx.session.replace_model(bare)
+    ctx.evidence.reference = (bare, inputs, ctx.session.step_fn(bare, inputs))
+    cause = exc.message
+    ctx.evidence.own_raised = {"message": cause, "path": exc.path, "line": exc.line, "said": said,
+                               "compiles": [c.get("how") for c in compiles]}
+    ctx.session.run(ctx.evidence.reference[2])
+    where = f" at {exc.path}:{exc.line}" if exc.path and exc.line else ""
+    return (f"the program's own torch.compile raised{where} ({cause}); the same step runs with compilation off, so the "
+            f"ladder measures the model with its {n} compile(s) set aside, and the search measures the program with "
+            "compilation off as its reference and the edits of that compile as candidates")
