@@ -75,14 +75,22 @@ class _Net(torch.nn.Module):
         return x
 
 
+class _Decorated(torch.nn.Module):
+    @torch.compile(backend="eager", fullgraph=True)
+    def forward(self, x):
+        return x + 1
+
+
 def test_unwrap_takes_off_every_compile_the_model_object_carries():
     net = _Net()
+    net.layers.append(_Decorated())
     net.layers[0].compile(backend="eager")  # module.compile()
     net.layers[1] = torch.compile(net.layers[1], backend="eager")  # a compiled child
     net.layers[2].forward = torch.compile(net.layers[2].forward, backend="eager")  # a compiled forward attribute
     bare, n = unwrap(torch.compile(net, backend="eager"))  # and the root
-    assert bare is net and n == 4
-    assert all(type(m) is torch.nn.Linear for m in net.layers)
+    assert bare is net and n == 5
+    assert all(type(m) is torch.nn.Linear for m in net.layers[:3])
+    assert not hasattr(_Decorated.forward, "_torchdynamo_orig_callable")  # the method as written
     assert net.layers[0]._compiled_call_impl is None and "forward" not in vars(net.layers[2])
     assert unwrap(net) == (net, 0)
 

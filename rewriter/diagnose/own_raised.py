@@ -3,18 +3,18 @@
 A ``fullgraph=True`` compile over a branch on a tensor's value raises at its first call (Dynamo's
 ``Unsupported`` or a data-dependent ``UserError``). Such a program cannot be measured as it runs,
 and yet it is the program that most needs a diagnosis: its compile is what to change. Where the
-same step runs with compilation off (:func:`.session.own_compile_raised`), and the compile is one
-the model object carries (``torch.compile(module)``, ``module.compile()``, ``module.forward =
-torch.compile(module.forward)``), that compile is taken off the ladder's model (:func:`unwrap`), so
+same step runs with compilation off (:func:`.session.own_compile_raised`), the compiles the model
+carries (``torch.compile(module)``, ``module.compile()``, ``module.forward =
+torch.compile(module.forward)``, ``@torch.compile`` on a method of its classes) are taken off the
+ladder's model (:func:`unwrap`), so
 the rungs measure the model and the compile rungs compile it themselves, and the failure is kept
 as evidence (:attr:`.evidence.Evidence.own_raised`). The search then measures the program with
 compilation off as its reference (``torch.compiler.set_stance("force_eager")``, as validate's eager
 reference is) and never chooses "change nothing": the program as it is raises
 (docs/design.md, "Programs whose own compile raises").
 
-A compile written as a decorator in the model's source (``@torch.compile(fullgraph=True)`` on a
-``forward``) is not on the model object; the ladder cannot set it aside, and the failure stays
-the explained error :func:`.session.own_compile_raised` writes.
+A compile the model does not carry (a compiled free function its ``forward`` calls) cannot be set
+aside; the failure stays the explained error :func:`.session.own_compile_raised` writes.
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ def unwrap(model: Any) -> tuple[Any, int]:
     ``torch.compile(module)`` (an ``OptimizedModule``) is replaced by its ``_orig_mod``, at the
     root (the returned model) and as any module's child; ``module.compile()``'s compiled call
     (``_compiled_call_impl``, torch/nn/modules/module.py) is set to None; a compiled ``forward``
-    attribute of an instance is deleted, so the class's own ``forward`` runs. The modules are
-    changed in place: the caller holds the only model these are set aside on (the ladder's).
+    attribute of an instance is deleted, so the class's own ``forward`` runs; a method compiled by
+    a decorator in a class's source is put back on the class as written. The modules and classes
+    are changed in place, for the rest of the process: the caller's process is the ladder's, whose
+    model is the only one built from them (the search's children import the source afresh).
     """
     from torch._dynamo.eval_frame import OptimizedModule
 
@@ -45,6 +47,13 @@ def unwrap(model: Any) -> tuple[Any, int]:
                 inner, n = inner._orig_mod, n + 1
             if inner is not child:
                 setattr(m, name, inner)
+    for cls in {type(m) for m in model.modules()}:
+        for klass in cls.__mro__:
+            for name, value in list(vars(klass).items()):
+                orig = getattr(value, "_torchdynamo_orig_callable", None)
+                if orig is not None:  # @torch.compile on a method in the class's source
+                    setattr(klass, name, orig)
+                    n += 1
     for m in model.modules():
         if m.__dict__.get("_compiled_call_impl") is not None:
             m._compiled_call_impl, n = None, n + 1
