@@ -31,6 +31,12 @@
 "Inside" is decided statically: the function itself, or a function the compiled one calls
 directly by name (``route(x)``) or as a method of its own class (``self.route(x)``), in one file.
 
+* a ``compile`` (not ``own_call``) of a block class the program compiles itself with
+  ``model.compile_repeated_blocks(...)`` (a class named in a ``_repeated_blocks`` list that SRC or
+  the library target's own file declares), or of the model class that declares it: the blocks would
+  be compiled a second time (:mod:`.own_regional`, :func:`check_own_regional`). The refusal names
+  the program's call (``file:line``) and the ``own_call`` target that edits it instead.
+
 Library targets (installed packages, applied from the site) get the one rule that breaks a
 program at run time: a ``disable`` of a function a ``fullgraph=True`` library compile reaches in
 its own file (:func:`check_library`, read from the package's source with :mod:`ast`, never
@@ -394,6 +400,46 @@ def _check_dynamo_config(loaded: LoadedPlan, facts: _Facts, b: Bound, regions: d
             f"dynamo_config in {b.target.qualname}, which {by}: Dynamo reads these flags when it traces a "
             "frame, so they must be set in eager code before the compiled code first runs",
             hint="target the program's entry (the function that builds the model or starts the run)",
+        )
+
+
+def check_own_regional(loaded: LoadedPlan, bounds: list[Bound], library: dict[int, Any], src: Path) -> None:
+    """Refuse a ``compile`` (not ``own_call``) of what the program's own ``compile_repeated_blocks``
+    compiles (see the module doc): a declared block class, or the model class that declares it.
+    SRC is read (:func:`.own_regional.read`) only where the plan adds a compile.
+
+    Raises:
+        StackpartError: at the first such action's line, naming the program's call.
+    """
+    from .own_regional import library_declared, read
+
+    adds = [(b.index, b.target.qualname.split(".", 1)[0], None) for b in bounds
+            if isinstance(b.action, CompileAction) and b.action.own_call is None]
+    adds += [(i, t.qualname.split(".", 1)[0], t.file) for i, t in library.items()
+             if isinstance(loaded.plan.actions[i], CompileAction) and loaded.plan.actions[i].own_call is None]
+    if not adds:
+        return
+    own = read(src)
+    if not own.calls:
+        return
+    for index, name, file in sorted(adds, key=lambda t: t[0]):
+        declared = {**own.declared, **library_declared(file)}
+        model = next((m for m, blocks in declared.items() if name in blocks), None)
+        if model is not None:
+            what = f"each {name} (in {model}._repeated_blocks)"
+        elif name in declared:
+            model, what = name, f"the blocks {name} declares ({', '.join(declared[name])})"
+        else:
+            continue
+        call = own.calls[0]
+        more = f" (and {len(own.calls) - 1} more call(s))" if len(own.calls) > 1 else ""
+        edit = (f"edit that call instead: action compile, target {call.site}, own_call: {{...}}"
+                if call.site is not None else "change that call's options by hand")
+        raise loaded.error(
+            index,
+            f"compile of {name}: the program already compiles {what} itself, at {call.where}: {call.code}{more}; "
+            "this action would compile those blocks a second time",
+            hint=f"drop this action, or {edit}",
         )
 
 

@@ -112,7 +112,8 @@ class CompileCommand(TargetedCommand):
             if not sites:
                 raise OwnCallRefused(
                     f"own_call: expected {self.qualname} to carry the program's own @torch.compile or hold one "
-                    "torch.compile(...) / module.compile(...) call; found none (a compile in a file outside SRC, or "
+                    "torch.compile(...) / module.compile(...) / model.compile_repeated_blocks(...) call; found none "
+                    "(a compile in a file outside SRC, or "
                     "one built dynamically, cannot be edited: drop own_call to add a compile instead)", func.name)
             if len(sites) > 1:
                 lines = ", ".join(self._line(s.node).rsplit(":", 1)[-1] for s in sites)

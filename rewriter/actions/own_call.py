@@ -3,8 +3,10 @@
 Issue 17 ("What to build" 2): where the program already compiles the code, a plan changes the
 program's call. The target is the function that carries it: the function decorated with
 ``@torch.compile`` / ``@torch.compile(...)``, or the function whose body holds exactly one
-``torch.compile(...)`` or ``module.compile(...)`` call (``self.block = torch.compile(Block())`` in
-``__init__``, ``model.compile(fullgraph=True)`` in ``main``). Only that call's keyword arguments
+``torch.compile(...)``, ``module.compile(...)`` or ``model.compile_repeated_blocks(...)`` call
+(``self.block = torch.compile(Block())`` in ``__init__``, ``model.compile(fullgraph=True)`` in
+``main``; diffusers' regional compile passes its keyword arguments on to ``torch.compile``, so they
+are edited alike). Only that call's keyword arguments
 change; everything else keeps its bytes, so the diff is the one line the call is on:
 
 * a key the call has with a literal value gets the new literal (or is removed when the new value
@@ -31,6 +33,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 
+from ..compile_facts import REPEATED_BLOCKS
 from ..plan import OWN_CALL_DEFAULTS
 from ..targets import decorator_name
 from .base import canonical, comments_within, py_literal
@@ -55,7 +58,8 @@ class OwnSite:
     Attributes:
         node: what is replaced: the ``Decorator``, or the ``Call``.
         call: the call whose arguments are edited (None for a bare ``@torch.compile``).
-        kind: ``decorator``, ``call`` (``torch.compile(...)``) or ``method`` (``m.compile(...)``).
+        kind: ``decorator``, ``call`` (``torch.compile(...)``) or ``method`` (``m.compile(...)``,
+            ``m.compile_repeated_blocks(...)``).
     """
 
     node: cst.CSTNode
@@ -96,7 +100,7 @@ class _Finder(cst.CSTVisitor):
         if _is_compile(func, self.imports):
             self._called.add(id(func))
             self.sites.append(OwnSite(node, node, "call"))
-        elif isinstance(func, cst.Attribute) and func.attr.value == "compile":
+        elif isinstance(func, cst.Attribute) and func.attr.value in ("compile", REPEATED_BLOCKS):
             owner = get_full_name_for_node(func.value)
             head = (owner or "").split(".", 1)[0]
             if owner is not None and head in self.imports and head != "self":
@@ -301,11 +305,6 @@ def current(site: OwnSite, key: str) -> tuple[bool, Any]:
         return True, OWN_CALL_DEFAULTS[key]
     ok, value = _literal(arg)
     return ok, _norm(key, value) if ok else None
-
-
-#: The library's own regional compile (diffusers ``ModelMixin.compile_repeated_blocks``: each of the
-#: model's ``_repeated_blocks`` classes compiled in place with ``submodule.compile(...)``).
-REPEATED_BLOCKS = "compile_repeated_blocks"
 
 
 class _Statement(cst.CSTVisitor):

@@ -39,7 +39,7 @@ import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameSource, ScopeProvider
 
-from ..compile_facts import options
+from ..compile_facts import is_repeated_blocks_call, options
 from ..targets import is_type_checking
 
 if TYPE_CHECKING:
@@ -176,6 +176,9 @@ class FileFacts:
         self.bindings: dict[tuple[cst.CSTNode, str], cst.BaseExpression] = {}
         self.compile_calls: list[cst.Call] = []
         self.method_compile_calls: list[cst.Call] = []  # X.compile(...)
+        # X.compile_repeated_blocks(...): the model's declared blocks compiled in place (diffusers'
+        # regional compile); the program's own compile, which reaches no function of this file here
+        self.repeated_compile_calls: list[cst.Call] = []
         _Collector(self).visit_module()
         self._resolve_repeated()
         self._resolve_compiled()
@@ -679,6 +682,8 @@ class _Collector(cst.CSTVisitor):
             f.compile_calls.append(node)
         elif m.matches(node.func, m.Attribute(attr=m.Name("compile"))):
             f.method_compile_calls.append(node)
+        elif is_repeated_blocks_call(node):
+            f.repeated_compile_calls.append(node)
         if self.class_stack and self.func_stack and self.func_stack[-1].name.value == "__init__":
             if f.is_name(node.func, CONTAINERS):
                 self._record_container(node)

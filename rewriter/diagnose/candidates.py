@@ -100,6 +100,10 @@ class OwnScope:
     runs: bool = False
     #: ``file.py::Class`` of the modules that hold the repeated blocks (a compile of one holds them).
     block_owners: set[str] = field(default_factory=set)
+    #: The class names the program's ``compile_repeated_blocks`` compiles (the model's declared
+    #: ``_repeated_blocks``), whatever the target spells them as (``model.py::Block``, a library's
+    #: ``pkg.module:Block``): a compile of one of them is a second compile of it.
+    declared_names: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, ctx: Context, regions: list[Any]) -> "OwnScope":
@@ -151,6 +155,12 @@ class OwnScope:
                     scope.functions.append(r)
             elif kind == "class" and what == scope.block_cls:
                 scope.block.append(r)
+            elif kind == "declared":  # compile_repeated_blocks: each declared block, in place
+                scope.block.append(r)
+                declared = ctx.evidence.declared
+                scope.declared_names |= set(declared.names if declared is not None else [])
+                if scope.block_cls:
+                    scope.declared_names.add(scope.block_cls)
             elif kind == "children" and what in attrs:
                 scope.block.append(r)
             else:
@@ -185,6 +195,13 @@ def _where(regions: list[Any]) -> str:
     return "; ".join(r.text for r in regions[:2]) + (f" (+{len(regions) - 2} more)" if len(regions) > 2 else "")
 
 
+def target_class(target: str) -> str:
+    """The class (or function) name a plan target names: ``Block`` for ``model.py::Block``,
+    ``model.py::Block.forward`` and ``pkg.module:Block``."""
+    qual = target.split("::", 1)[1] if "::" in target else target.rsplit(":", 1)[-1]
+    return qual.split(".", 1)[0]
+
+
 def conflict(action: Any, scope: OwnScope) -> str | None:
     """Why ``action`` does not compose with the program's own compiles, or None
     (docs/design.md, "The search"): no second compile of code the program compiles; no ``disable`` inside a region
@@ -199,7 +216,8 @@ def conflict(action: Any, scope: OwnScope) -> str | None:
                     "inside it would compile that code a second time; change the program's own call instead (measured as "
                     f"{as_is('regional')} where the harness runs that call)")
         if scope.block and (action.target == scope.block_target or action.strategy in ("whole", "nested")
-                            or scope.in_block(action.target) or action.target.removesuffix(".forward") in scope.block_owners):
+                            or scope.in_block(action.target) or action.target.removesuffix(".forward") in scope.block_owners
+                            or target_class(action.target) in scope.declared_names):
             return (f"the program compiles each {scope.block_cls} itself ({_where(scope.block)}): a compile of "
                     f"{action.target} would compile it a second time; change the program's own call instead")
         own = scope.in_function(action.target)

@@ -4,7 +4,9 @@
 Every ``.py`` file under SRC that mentions ``compile`` or ``mark_dynamic`` (a text prefilter, as
 ``stackpart check`` does) is parsed with LibCST and read through check's facts
 (:class:`rewriter.check.facts.FileFacts`): ``torch.compile(...)`` calls, ``module.compile(...)``
-calls, ``@torch.compile`` decorators, ``torch.compiler.disable``, and ``mark_dynamic``-family calls.
+calls, ``model.compile_repeated_blocks(...)`` calls (diffusers' regional compile: the model's
+declared ``_repeated_blocks`` compiled in place), ``@torch.compile`` decorators,
+``torch.compiler.disable``, and ``mark_dynamic``-family calls.
 Symlinks are not followed (a tree that links an installed package in is not the user's code), and
 a file that does not parse is left out.
 
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_PREFILTER = re.compile(r"\bcompile\b|mark_dynamic|mark_unbacked|compiler\.disable|_dynamo\.config")
+_PREFILTER = re.compile(r"\bcompile\b|compile_repeated_blocks|mark_dynamic|mark_unbacked|compiler\.disable|_dynamo\.config")
 #: Files larger than this are skipped (generated code, data): the setup lives in scripts and models.
 MAX_BYTES = 2_000_000
 
@@ -45,8 +47,11 @@ class OwnCompile:
             of a class (``torch.compile(Encoder())``, ``model = Net(); model.compile()``);
             ``("children", "attr")`` for each module of a container attribute (``for block in
             model.layers: torch.compile(block)``, ``model.layers[i] = torch.compile(...)``,
-            torchtitan's ``for i, b in model.layers.named_children()``); ``("unknown", "")``
-            when the value cannot be read, which callers must treat as the whole model.
+            torchtitan's ``for i, b in model.layers.named_children()``); ``("declared", "Name")``
+            for ``model.compile_repeated_blocks(...)``, each block the model declares in its
+            ``_repeated_blocks`` (``Name``: the model's class where it can be read, else ``""``);
+            ``("unknown", "")`` when the value cannot be read, which callers must treat as the
+            whole model.
     """
 
     where: str
@@ -147,7 +152,8 @@ def compile_setup(src: str | Path, limit: int = 50, parsed: list[tuple[str, Any,
     out: list[tuple[str, int, str]] = []
     for rel, facts, positions in parsed if parsed is not None else _parsed(Path(src)):
         module = facts.module
-        nodes = list(facts.compile_calls) + list(facts.method_compile_calls) + [site.node for site in facts.compiled.values()]
+        nodes = list(facts.compile_calls) + list(facts.method_compile_calls) + list(facts.repeated_compile_calls)
+        nodes += [site.node for site in facts.compiled.values()]
         nodes += [d for fn in facts.disabled for d in fn.decorators]
         nodes += [n for n in facts.nodes if facts.is_call(n, calls)]
         by_line: dict[int, str] = {}
@@ -397,16 +403,20 @@ def _idle(facts, node, code: str, texts: _Texts, entries: frozenset[str], rel: s
 
 
 def _is_method_compile(call) -> bool:
+    """``module.compile(...)`` or ``model.compile_repeated_blocks(...)``: a compile in place."""
     import libcst as cst
 
-    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "compile" and not (
+    from ..compile_facts import REPEATED_BLOCKS
+
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value in ("compile", REPEATED_BLOCKS) and not (
         isinstance(call.func.value, cst.Name) and call.func.value.value == "torch")
 
 
 def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = None,
                  entries: frozenset[str] = frozenset()) -> list[OwnCompile]:
     """Every compile the program under ``src`` does itself (``torch.compile(...)`` calls,
-    ``module.compile(...)`` calls, ``@torch.compile`` decorators), in file order, each with what it
+    ``module.compile(...)`` and ``model.compile_repeated_blocks(...)`` calls, ``@torch.compile``
+    decorators), in file order, each with what it
     covers and its ``fullgraph`` literal (:class:`OwnCompile`). Static, read with check's facts
     (:class:`rewriter.check.facts.FileFacts`); raises nothing (unreadable files are skipped).
     ``parsed``: :func:`parsed_setup` of ``src``, when the caller has it. ``entries``: ``file.py::name``
@@ -437,6 +447,9 @@ def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = No
             if cover[0] == "function":  # fn.compile() is not a module's compile: not the setup's
                 continue
             found.append((call, bool(options(call)[0]), cover))
+        for call in facts.repeated_compile_calls:  # the model's declared blocks, each compiled in place
+            cls = facts.class_of(call.func.value, call)
+            found.append((call, bool(options(call)[0]), ("declared", cls[0].rsplit(".", 1)[-1] if cls else "")))
         for node, fullgraph, cover in found:
             pos = positions.get(node)
             if pos is None:

@@ -197,6 +197,7 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
     result = RewriteResult(warnings=_mark_dynamic_warnings(loaded, bounds))
     consistency.check(loaded, bounds)
     consistency.check_library(loaded, library)
+    consistency.check_own_regional(loaded, bounds, library, src)
     regional_path.check(loaded, bounds, lambda rel: (key := files.parse(rel), files.definitions[key]))
     site_at = _resolve_site(loaded, files) if library else None
     generated: dict[str, str] = {}
