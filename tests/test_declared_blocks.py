@@ -127,6 +127,34 @@ def test_a_declaration_on_a_submodule_covers_only_that_submodule():
     assert [q for q, _ in d.instances[0]] == ["inner.first", "inner.blocks.0"]  # not "head"
 
 
+def _reading(d) -> tuple:
+    return d.declarers, d.names, d.classes, [[q for q, _ in i] for i in d.instances], d.unmatched, d.nested
+
+
+def test_a_model_wrapped_by_torch_compile_declares_once_and_its_paths_are_its_own():
+    """The program's ``torch.compile(model)``: the ``OptimizedModule`` answers for the model's
+    ``_repeated_blocks`` but is no declarer, and no path carries its ``_orig_mod.``."""
+    from rewriter.engine.variants import repeated_blocks
+
+    model = Model()
+    wrapped = torch.compile(model, backend="eager")
+    assert _reading(read(wrapped)) == _reading(read(model))
+    blocks = find_blocks(wrapped, HERE, read(wrapped))
+    assert blocks[0]["declared"] == "Model._repeated_blocks"
+    assert blocks[0]["instances"] == ["first", "blocks.0"] and blocks[1]["instances"] == ["bigs.0", "bigs.1"]
+    assert [c["name"] for b in blocks for c in b["containers"]] == ["first", "blocks", "bigs"]
+    assert blocks[0]["owner"] is model and blocks[0]["owner_target"] == f"{THIS}::Model"
+    assert [n for n, _ in repeated_blocks(wrapped)] == ["bigs"]
+    # a wrapper inside the harness's model: its paths lose the hop, its class is the owner's
+    outer = Wrapper()
+    outer.inner = torch.compile(outer.inner, backend="eager")
+    d = read(outer)
+    assert d.declarers == ["Model._repeated_blocks"] and d.unmatched == [("Model._repeated_blocks", "Missing")]
+    assert [q for q, _ in d.instances[0]] == ["inner.first", "inner.blocks.0"]
+    inner = find_blocks(outer, HERE, d)[0]
+    assert inner["instances"] == ["inner.first", "inner.blocks.0"] and inner["containers"][1]["owner_target"] == f"{THIS}::Model"
+
+
 @pytest.mark.parametrize("value, says", [
     ("Block", "Bad._repeated_blocks = 'Block' is not a list of class names: ignored"),
     ([Block], "is not a list of class names: ignored"),

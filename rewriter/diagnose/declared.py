@@ -89,20 +89,32 @@ def _names(value: Any) -> list[str] | None:
     return None
 
 
+def _own(name: str) -> str:
+    """A module's qualified name without the ``_orig_mod`` hops of a ``torch.compile`` wrapper
+    inside the model (``enc._orig_mod.blocks.0`` is ``enc.blocks.0``)."""
+    return ".".join(p for p in name.split(".") if p != "_orig_mod")
+
+
 def read(model: Any) -> Declared:
     """The ``_repeated_blocks`` declarations of ``model`` (an ``nn.Module``) and of every submodule,
     matched to the classes of the submodules under each declarer by class name (as diffusers'
     ``compile_repeated_blocks`` matches them: ``submod.__class__.__name__ in repeated_blocks``).
 
-    Pure structure: no forward runs. A declaration that is not a list or tuple of strings (a
+    Pure structure: no forward runs. A model wrapped by ``torch.compile`` is read through its
+    wrapper, and a wrapper inside it declares nothing of its own (an ``OptimizedModule`` answers
+    for the module it wraps): each declaration is read once, and every name is the module's own,
+    without ``_orig_mod.``. A declaration that is not a list or tuple of strings (a
     bare string, which diffusers would read by substring), or one that raises when read, is ignored
     with a line in :attr:`Declared.ignored`; the declarer itself is never its own block.
 
     Returns:
         a :class:`Declared`; empty (no ``declarers``) when nothing declares a non-empty list.
     """
+    from ..engine.blocks import unwrapped
+
     out = Declared()
-    modules = list(model.named_modules(remove_duplicate=True))
+    model = unwrapped(model)
+    modules = [(_own(q), m) for q, m in model.named_modules(remove_duplicate=True) if unwrapped(m) is m]
     wanted: dict[str, list[str]] = {}  # declarer's qualified name -> names
     seen_decl: set[str] = set()
     for qual, module in modules:
@@ -141,7 +153,7 @@ def read(model: Any) -> Declared:
                 found.setdefault(type(module), []).append((qual, module))
                 break
     for decl, names in wanted.items():
-        label = f"{type(model.get_submodule(decl)).__name__}.{ATTR}" if decl else f"{type(model).__name__}.{ATTR}"
+        label = f"{type(unwrapped(model.get_submodule(decl))).__name__}.{ATTR}" if decl else f"{type(model).__name__}.{ATTR}"
         for n in names:
             if (decl, n) not in matched_names and (label, n) not in out.unmatched:
                 out.unmatched.append((label, n))

@@ -112,9 +112,24 @@ def _inside(name: str, outer: str) -> bool:
     return outer == "" and name != "" or name.startswith(outer + ".")
 
 
+def unwrapped(module: Any) -> Any:
+    """``module`` itself where ``torch.compile(module)`` wrapped it: the ``OptimizedModule``'s
+    ``_orig_mod``, through every wrapper. Its names are the module's own (``blocks.0``); through
+    the wrapper each gains ``_orig_mod.``, which names nothing in the user's model or plan."""
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+    except Exception:  # noqa: BLE001 - no Dynamo: nothing is wrapped
+        return module
+    while isinstance(module, OptimizedModule):
+        module = module._orig_mod
+    return module
+
+
 def find_block_groups(model: Any) -> list[BlockGroup]:
     """The repeated block classes of ``model`` (rules in the module docstring), largest (by
-    parameter elements over all instances) first. Pure structure: no forward runs.
+    parameter elements over all instances) first. Pure structure: no forward runs. A model
+    wrapped by ``torch.compile`` is read through its wrapper (:func:`unwrapped`): the names are
+    the model's own.
 
     Returns:
         one :class:`BlockGroup` per class; empty when no class has >= 2 kept instances.
@@ -122,7 +137,7 @@ def find_block_groups(model: Any) -> list[BlockGroup]:
     import torch.nn as nn
 
     containers = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
-    modules = dict(model.named_modules(remove_duplicate=True))
+    modules = dict(unwrapped(model).named_modules(remove_duplicate=True))
     # class -> [(instance name, container name)]
     held: dict[type, list[tuple[str, str]]] = {}
     for cname, cont in modules.items():

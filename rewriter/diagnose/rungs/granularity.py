@@ -35,7 +35,8 @@ def find_blocks(model: Any, src: Any, declared: Any = None) -> list[dict[str, An
     first, in declaration order, whether or not the finder would pick them (one instance, no
     container, a class it reads as a stage), each with ``"declared"`` set to the declaration;
     a declared class that is neither under SRC nor importable by path is left out (its note is
-    in ``declared.unresolved``). The finder's classes follow, less any whose instances hold or
+    in ``declared.unresolved``). A model wrapped by ``torch.compile`` is read through its wrapper:
+    names carry no ``_orig_mod.``. The finder's classes follow, less any whose instances hold or
     lie inside a declared block's (the profiled ranges never nest).
 
     Returns:
@@ -47,8 +48,9 @@ def find_blocks(model: Any, src: Any, declared: Any = None) -> list[dict[str, An
         "params": int}] (one per parameter/buffer shape signature), "distinct_shapes": int,
         "declared": "Model._repeated_blocks" | None}]``.
     """
-    from ...engine.blocks import find_block_groups
+    from ...engine.blocks import find_block_groups, unwrapped
 
+    model = unwrapped(model)  # the program's torch.compile(model): the names a report gives are the model's own
     found = [_as_dict(g, model, src, declared.source) for g in _declared_groups(model, src, declared)] if declared else []
     taken = [n for b in found for n in b["instances"]]
 
@@ -111,8 +113,10 @@ def _declared_groups(model: Any, src: Any, declared: Any) -> list[Any]:
 
 def _as_dict(g: Any, model: Any, src: Any, declared: str | None) -> dict[str, Any]:
     """One :func:`find_blocks` entry for a :class:`rewriter.engine.blocks.BlockGroup`."""
+    from ...engine.blocks import unwrapped
+
     first = g.containers[0]
-    owner = model.get_submodule(first.owner_name) if first.owner_name else model
+    owner = unwrapped(model.get_submodule(first.owner_name)) if first.owner_name else model
     return {
         "name": first.name,
         "cls": g.cls,
@@ -125,7 +129,7 @@ def _as_dict(g: Any, model: Any, src: Any, declared: str | None) -> dict[str, An
         "instances": g.instances,
         "containers": [
             {"name": c.name or "<root>", "attr": c.attr, "instances": len(c.instances),
-             "owner_target": target_of(type(model.get_submodule(c.owner_name) if c.owner_name else model), src)}
+             "owner_target": target_of(type(unwrapped(model.get_submodule(c.owner_name)) if c.owner_name else model), src)}
             for c in g.containers
         ],
         "shapes": [{"signature": s.describe(), "instances": s.instances, "params": s.params} for s in g.shapes],
