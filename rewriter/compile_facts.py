@@ -8,15 +8,28 @@ action imports a check rule (docs/design.md, "Where each kind of change goes").
 - the library's own regional compile, ``x.compile_repeated_blocks(...)`` (:data:`REPEATED_BLOCKS`,
   :func:`is_repeated_blocks_call`), and the ``_repeated_blocks`` lists a class declares for it
   (:func:`declared_blocks`): the program's own compile of those blocks, which a plan must not
-  compile a second time.
+  compile a second time;
+- the program's compile of a function written as a rebinding, ``f = torch.compile(f, ...)`` at
+  module level or in a class body (:func:`rebound_compiles`): that function is compiled as surely
+  as by ``@torch.compile``, so a plan may not add a second compile, a ``disable`` or a mark in it;
+- a function registered with ``torch.compiler.allow_in_graph(f)`` (or ``torch._dynamo``'s, or as a
+  decorator; :func:`allowed_in_graph`): Dynamo puts each call of it into the graph as one opaque
+  call and traces it with fake tensors, so a ``torch.compile`` on that function is then traced by
+  the outer compile and fails (``Cannot access data pointer of Tensor``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.helpers import get_full_name_for_node
+
+from .actions.base import canonical
+from .targets import decorator_name
 
 #: A suppression comment: ``# stackpart: ignore`` (every code) or ``# stackpart: ignore[SP101,SP109]``.
 SUPPRESS_RE = re.compile(r"#\s*stackpart:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
@@ -125,3 +138,103 @@ def _str_list(expr: cst.BaseExpression | None) -> list[str] | None:
             return None
         out.append(value)
     return out
+
+
+#: The spelling of ``torch.compile`` a rebinding calls (:func:`rebound_compiles`).
+TORCH_COMPILE = "torch.compile"
+#: Registrations that make Dynamo put a function into the graph as one call, untraced.
+ALLOW_IN_GRAPH = frozenset({"torch.compiler.allow_in_graph", "torch._dynamo.allow_in_graph"})
+
+
+@dataclass(frozen=True)
+class SourceSite:
+    """Where the source does something to a function outside its ``def``.
+
+    Attributes:
+        qualname: the function (``train_step``, ``Net.forward``).
+        node: the call (``torch.compile(f, ...)``, ``torch.compiler.allow_in_graph(f)``) or the
+            decorator that does it.
+    """
+
+    qualname: str
+    node: cst.CSTNode
+
+
+def _scopes(body: Sequence[cst.CSTNode], prefix: str = "") -> Iterator[tuple[str, cst.CSTNode]]:
+    """``(qualname prefix, statement)`` for each statement at module level and in class bodies,
+    those in ``if``/``try``/``with``/loop blocks included; function bodies are not entered."""
+    for stmt in body:
+        yield prefix, stmt
+        if isinstance(stmt, cst.ClassDef):
+            if isinstance(stmt.body, cst.IndentedBlock):
+                yield from _scopes(stmt.body.body, f"{prefix}{stmt.name.value}.")
+            continue
+        if isinstance(stmt, cst.FunctionDef):
+            continue
+        for child in stmt.children:
+            blocks = [child] if isinstance(child, cst.IndentedBlock) else []
+            if isinstance(child, (cst.Else, cst.Finally, cst.ExceptHandler, cst.ExceptStarHandler, cst.If)):
+                blocks = [g for g in child.children if isinstance(g, cst.IndentedBlock)]
+                if isinstance(child, cst.If):  # an elif: its own blocks and its else
+                    yield from _scopes([child], prefix)
+                    continue
+            for block in blocks:
+                yield from _scopes(block.body, prefix)
+
+
+def _defined(module: cst.Module) -> set[str]:
+    """Qualnames of the functions defined at module level and in class bodies."""
+    return {p + s.name.value for p, s in _scopes(module.body) if isinstance(s, cst.FunctionDef)}
+
+
+def rebound_compiles(module: cst.Module, imports: dict[str, str]) -> dict[str, SourceSite]:
+    """The functions the source compiles by rebinding their own name, ``f = torch.compile(f, ...)``,
+    at module level or in a class body (``forward = torch.compile(forward)``), with the call; of a
+    name rebound twice, the first. ``imports``: :func:`rewriter.actions.base.imported_names`.
+
+    Only the function's own name passed back to itself counts: ``step = torch.compile(train_step)``
+    compiles a new name and leaves ``train_step`` what it was."""
+    defined = _defined(module)
+    found: dict[str, SourceSite] = {}
+    for prefix, stmt in _scopes(module.body):
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if not (isinstance(small, cst.Assign) and len(small.targets) == 1
+                    and isinstance(small.targets[0].target, cst.Name) and isinstance(small.value, cst.Call)):
+                continue
+            name, call = small.targets[0].target.value, small.value
+            func = get_full_name_for_node(call.func)
+            first = call.args[0] if call.args else None
+            if (func is None or canonical(func, imports) != TORCH_COMPILE or first is None or first.keyword is not None
+                    or first.star or not m.matches(first.value, m.Name(name))):
+                continue
+            if prefix + name in defined:
+                found.setdefault(prefix + name, SourceSite(prefix + name, call))
+    return found
+
+
+def allowed_in_graph(module: cst.Module, imports: dict[str, str]) -> dict[str, SourceSite]:
+    """The functions of ``module`` registered with ``allow_in_graph`` (:data:`ALLOW_IN_GRAPH`) in
+    the same file: ``torch.compiler.allow_in_graph(f)`` anywhere in it (a list or tuple of
+    functions too, as torch takes), ``f`` a module-level function or ``Cls.method``, or the
+    decorator on the ``def``; each with its first registration."""
+    defined = _defined(module)
+    found: dict[str, SourceSite] = {}
+    for prefix, stmt in _scopes(module.body):
+        if isinstance(stmt, cst.FunctionDef):
+            for dec in stmt.decorators:
+                if canonical(decorator_name(dec), imports) in ALLOW_IN_GRAPH:
+                    found.setdefault(prefix + stmt.name.value, SourceSite(prefix + stmt.name.value, dec))
+    for call in m.findall(module, m.Call()):
+        assert isinstance(call, cst.Call)
+        func = get_full_name_for_node(call.func)
+        if func is None or canonical(func, imports) not in ALLOW_IN_GRAPH or not call.args:
+            continue
+        value = call.args[0].value
+        items = [e.value for e in value.elements] if isinstance(value, (cst.List, cst.Tuple)) else [value]
+        for item in items:
+            qual = get_full_name_for_node(item)
+            if qual is not None and qual in defined:
+                found.setdefault(qual, SourceSite(qual, call))
+    return found

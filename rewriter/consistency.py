@@ -31,6 +31,14 @@
 "Inside" is decided statically: the function itself, or a function the compiled one calls
 directly by name (``route(x)``) or as a method of its own class (``self.route(x)``), in one file.
 
+* a ``compile`` (not ``own_call``) of a function the source registers with
+  ``torch.compiler.allow_in_graph`` (or ``torch._dynamo.allow_in_graph``, a call or a decorator, in
+  the target's file): compiled code that calls it puts the call into its graph as one opaque call
+  run on fake tensors, where the compiled function raises (``Cannot access data pointer of
+  Tensor``). The refusal names the registration's ``file:line``.
+* the source compiles a function with ``@torch.compile`` or by rebinding its name, ``f =
+  torch.compile(f, ...)`` (:func:`.compile_facts.rebound_compiles`): both forms are the source's
+  compile of that function for every rule above.
 * a ``compile`` (not ``own_call``) of a block class the program compiles itself with
   ``model.compile_repeated_blocks(...)`` (a class named in a ``_repeated_blocks`` list that SRC or
   the library target's own file declares), or of the model class that declares it: the blocks would
@@ -52,11 +60,12 @@ from typing import Any
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .actions.base import canonical, imported_names
 from .actions.compile import COMPILE_DECORATORS
 from .actions.disable import DISABLE_DECORATORS
-from .compile_facts import options
+from .compile_facts import SourceSite, allowed_in_graph, options, rebound_compiles
 from .errors import StackpartError
 from .plan import ADVISORY_ACTIONS, CompileAction, DisableAction, DynamoConfigAction, LoadedPlan, MarkDynamicAction
 from .targets import Definition, ResolvedTarget, collect_definitions, decorator_name
@@ -97,6 +106,11 @@ def _callees(target: ResolvedTarget) -> set[str]:
     return found
 
 
+def _code(node: cst.CSTNode) -> str:
+    """``node``'s source on one line."""
+    return " ".join(cst.Module([]).code_for_node(node).split())
+
+
 class _Facts:
     """Per-check cache of each file's imports: one import scan per file, not one per action
     (a plan can hold thousands of actions on one large file)."""
@@ -114,9 +128,45 @@ class _Facts:
         return self._imports[key]
 
     def already_compiled(self, bound: Bound) -> bool:
-        """Whether the target already carries a compile decorator."""
+        """Whether the source already compiles the target itself: a compile decorator on it, or its
+        name rebound to its compiled self (``f = torch.compile(f)``, :meth:`rebound`)."""
         imports = self._names(bound.module)
-        return any(canonical(d, imports) in COMPILE_DECORATORS for d in bound.target.decorators)
+        return (any(canonical(d, imports) in COMPILE_DECORATORS for d in bound.target.decorators)
+                or self.rebound(bound) is not None)
+
+    def _per_module(self, kind: str, module: cst.Module, read: Any) -> dict[str, SourceSite]:
+        key = (kind, id(module))
+        if key not in self._cache:
+            self._cache[key] = read(module, self._names(module))
+        return self._cache[key]  # type: ignore[return-value]
+
+    def rebound(self, bound: Bound) -> SourceSite | None:
+        """The source's ``f = torch.compile(f, ...)`` of the target (:func:`.compile_facts.rebound_compiles`)."""
+        return self._per_module("rebound", bound.module, rebound_compiles).get(bound.target.qualname)
+
+    def in_graph(self, bound: Bound) -> SourceSite | None:
+        """The source's ``allow_in_graph`` registration of the target (:func:`.compile_facts.allowed_in_graph`)."""
+        return self._per_module("in_graph", bound.module, allowed_in_graph).get(bound.target.qualname)
+
+    def compiled_by(self, bound: Bound) -> str:
+        """How the source compiles the target itself, for a refusal: a decorator on it, or the
+        rebinding's line and code."""
+        site = self.rebound(bound)
+        if site is None or any(canonical(d, self._names(bound.module)) in COMPILE_DECORATORS
+                               for d in bound.target.decorators):
+            return "with a decorator on that function"
+        return f"at {self.where(bound, site.node)} ({bound.target.qualname.rsplit('.', 1)[-1]} = {_code(site.node)})"
+
+    def where(self, bound: Bound, node: cst.CSTNode) -> str:
+        """``file.py:LINE`` of ``node`` in the target's file (positions resolved only for an error)."""
+        key = ("positions", id(bound.module))
+        if key not in self._cache:
+            try:
+                self._cache[key] = MetadataWrapper(bound.module, unsafe_skip_copy=True).resolve(PositionProvider)
+            except Exception:  # noqa: BLE001 - a line is a courtesy in an error already being raised
+                self._cache[key] = {}
+        pos = self._cache[key].get(node)  # type: ignore[attr-defined]
+        return f"{bound.target.relpath}:{pos.start.line}" if pos is not None else bound.target.relpath
 
     def functions(self, module: cst.Module, definitions: dict[str, list[Definition]] | None = None
                   ) -> dict[str, cst.FunctionDef]:
@@ -140,17 +190,23 @@ class _Facts:
         return next((d for d in func.decorators if canonical(decorator_name(d), imports) in names), None)
 
     def _compiled(self, bound: Bound) -> list[tuple[str, bool, set[str]]]:
-        """The functions the target's module compiles with a decorator: ``(qualname, fullgraph
-        literal, the qualnames it covers: itself and what it calls directly)``, one scan per file."""
+        """The functions the target's module compiles with a decorator or a rebinding (``f =
+        torch.compile(f)``): ``(qualname, fullgraph literal, the qualnames it covers: itself and what
+        it calls directly)``, one scan per file."""
         module = bound.module
         key = ("compiled", id(module))
         if key not in self._cache:
             found = []
+            rebound = self._per_module("rebound", module, rebound_compiles)
             for qual, func in self.functions(module, bound.definitions).items():
                 dec = self.decorated(module, func, COMPILE_DECORATORS)
-                if dec is None:
+                if dec is not None:
+                    call = dec.decorator if isinstance(dec.decorator, cst.Call) else None
+                elif qual in rebound:  # f = torch.compile(f, ...)
+                    call = rebound[qual].node  # type: ignore[assignment]
+                else:
                     continue
-                fullgraph = options(dec.decorator if isinstance(dec.decorator, cst.Call) else None)[0] is True
+                fullgraph = options(call)[0] is True
                 found.append((qual, fullgraph, {qual, *_callees(ResolvedTarget("", qual, func, []))}))
             self._cache[key] = found
         return self._cache[key]
@@ -225,6 +281,7 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
     for b in bounds:
         if isinstance(b.action, CompileAction):
             _check_compile_of_disabled(loaded, facts, b)
+            _check_compile_in_graph(loaded, facts, b)
             _check_fullgraph_compile(loaded, facts, b)
         elif isinstance(b.action, DisableAction):
             _check_disable(loaded, facts, b, regions, unfull)
@@ -306,6 +363,26 @@ def _check_compile_of_disabled(loaded: LoadedPlan, facts: _Facts, b: Bound) -> N
         )
 
 
+def _check_compile_in_graph(loaded: LoadedPlan, facts: _Facts, b: Bound) -> None:
+    """Refuse a compile the plan adds (not ``own_call``) of a function the source registers with
+    ``allow_in_graph``: compiled code that calls it puts the call into its graph unexamined and runs
+    it on fake tensors, where the compiled function's own frame cannot run."""
+    if b.action.library or b.action.own_call is not None:  # type: ignore[attr-defined]
+        return
+    site = facts.in_graph(b)
+    if site is not None:
+        name = b.target.qualname
+        raise loaded.error(
+            b.index,
+            f"compile of {name}, which the source registers with allow_in_graph at {facts.where(b, site.node)} "
+            f"({_code(site.node)}): Dynamo puts each call of {name} into the graph of the compiled code that calls it "
+            "as one call and runs it on fake tensors, where a compiled function fails (Cannot access data pointer "
+            "of Tensor)",
+            hint=f"drop this action (a compile of {name}'s callers takes it into their graph already), or remove the "
+                 "allow_in_graph registration from the source",
+        )
+
+
 def _check_fullgraph_compile(loaded: LoadedPlan, facts: _Facts, b: Bound) -> None:
     """Refuse a ``fullgraph=True`` compile around a function the source keeps eager (SP108)."""
     if _fullgraph(b.action) and not b.action.library and _own_call_form(facts, b) != "call":  # type: ignore[arg-type, attr-defined]
@@ -328,9 +405,9 @@ def _check_disable(loaded: LoadedPlan, facts: _Facts, b: Bound, regions: dict[tu
     if not b.action.library and facts.already_compiled(b):  # type: ignore[attr-defined]
         raise loaded.error(
             b.index,
-            f"disable of {b.target.qualname}, which the source compiles with a decorator on that function: "
+            f"disable of {b.target.qualname}, which the source compiles {facts.compiled_by(b)}: "
             "the compile would wrap a disabled frame and compile nothing",
-            hint=f"remove the compile decorator from {b.target.qualname} in the source, or drop this action",
+            hint=f"remove the source's compile of {b.target.qualname}, or drop this action",
         )
     if not b.action.library:  # type: ignore[attr-defined]
         own = facts.source_compiles(b, fullgraph=True)

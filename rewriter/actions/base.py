@@ -683,6 +683,16 @@ class TargetedCommand(SkipTypeChecking, NoCopyMetadata, VisitorBasedCodemodComma
         """Return the rewritten target function (unchanged when already rewritten)."""
         raise NotImplementedError
 
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        return self.rewrite_module(updated)
+
+    def rewrite_module(self, module: cst.Module) -> cst.Module:
+        """The module once every target is rewritten, with what this action edits outside its
+        target (an ``own_call`` edit of ``f = torch.compile(f)`` below the ``def``); ``module``
+        itself for an action that edits only its target. A statement outside the targets is never
+        visited, so its nodes are those of :attr:`tree` (``deep_replace`` finds them)."""
+        return module
+
     def _line(self, node: cst.CSTNode | None) -> str:
         """``file.py:LINE`` of ``node`` in the module (the file alone where it cannot be placed)."""
         where = self.action.file

@@ -114,6 +114,14 @@ class BatchCommand(SkipTypeChecking, NoCopyMetadata, VisitorBasedCodemodCommand)
                 raise ActionFailed(command, exc) from exc
         return updated
 
+    def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
+        for command in self.commands:  # what each edits outside its target, in plan order
+            try:
+                updated = command.rewrite_module(updated)
+            except Exception as exc:  # attributed to its action by the caller
+                raise ActionFailed(command, exc) from exc
+        return updated
+
 
 def plan_passes(
     specs: Sequence[tuple[type[TargetedCommand], tuple]], filename: str

@@ -2,7 +2,11 @@
 ``@torch.compiler.nested_compile_region`` for ``strategy: nested``.
 
 With ``own_call`` the program's own compile of the target is edited instead
-(:mod:`.own_call`): its keyword arguments only, nothing added.
+(:mod:`.own_call`): its keyword arguments only, nothing added. That compile may also be a
+rebinding of the function's name below its ``def``, ``f = torch.compile(f, ...)`` at module level
+or in a class body (:func:`rewriter.compile_facts.rebound_compiles`): the call there is edited
+(never made regional: it compiles a function, not a model), and a plain ``compile`` of such a
+function is left alone, as one carrying ``@torch.compile`` is.
 
 Never ``self.x = torch.compile(self.x)``: wrapping a module adds ``_orig_mod.`` to state_dict keys
 and skips module hooks (torch.compile docs, "Compiling modules"). Options are written only where
@@ -13,11 +17,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..compile_facts import SMALL_STATEMENTS, SUPPRESS_RE, body_size, suppressed_codes
+from ..compile_facts import SMALL_STATEMENTS, SUPPRESS_RE, SourceSite, body_size, rebound_compiles, suppressed_codes
 from ..errors import StackpartError
 from ..plan import CompileAction
 from .base import TargetedCommand, call_args, has_decorator
-from .own_call import OwnCallRefused, edited, find_sites, regional
+from .own_call import OwnCallRefused, OwnSite, edited, find_sites, regional
 
 #: Decorators that compile the function they wrap (``torch._dynamo.optimize`` is the older spelling
 #: of ``torch.compile``): a target carrying one is left alone, and a ``disable`` of it is refused.
@@ -85,7 +89,7 @@ class CompileCommand(TargetedCommand):
             if has_decorator(func, NESTED_DECORATORS, self.imports):
                 return func
             return self.add_decorator(func, f"{self.decorator_torch()}.compiler.nested_compile_region")
-        if has_decorator(func, COMPILE_DECORATORS, self.imports):
+        if has_decorator(func, COMPILE_DECORATORS, self.imports) or self._rebound() is not None:
             return func
         args = call_args(self.action.options.non_default())
         torch = self.decorator_torch()
@@ -99,11 +103,32 @@ class CompileCommand(TargetedCommand):
     def needs_torch(self) -> bool:
         return self.action.own_call is None  # an edit of the program's call adds no torch reference
 
+    def _rebound(self) -> SourceSite | None:
+        """The module's ``f = torch.compile(f, ...)`` of the target, read once per module for every
+        action of a batched pass (the context's scratch)."""
+        assert self.tree is not None
+        cached = self.context.scratch.get("stackpart.rebound")
+        if not (isinstance(cached, tuple) and cached[0] is self.tree):
+            cached = (self.tree, rebound_compiles(self.tree, self.imports))
+            self.context.scratch["stackpart.rebound"] = cached
+        return cached[1].get(self.qualname)
+
+    def rewrite_module(self, module: cst.Module) -> cst.Module:
+        """The module with the edited rebinding call :meth:`edit_own` found, where it found one."""
+        pending = getattr(self, "_pending", None)
+        if pending is None:
+            return module
+        self._pending = None
+        return module.deep_replace(*pending)  # type: ignore[return-value]
+
     def edit_own(self, func: cst.FunctionDef) -> cst.FunctionDef:
         """The program's own compile on ``func`` with the plan's ``own_call`` keyword arguments."""
         edits = self.action.own_call.edits() if self.action.own_call is not None else {}
         try:
             sites = find_sites(func, self.imports)
+            rebound = self._rebound() if not sites else None
+            if rebound is not None:
+                return self._edit_rebound(func, rebound, edits)
             if not sites and has_decorator(func, {"torch._dynamo.optimize"}, self.imports):
                 raise OwnCallRefused(
                     f"own_call: {self.qualname} is compiled by @torch._dynamo.optimize(...), whose arguments are not "
@@ -112,7 +137,9 @@ class CompileCommand(TargetedCommand):
             if not sites:
                 raise OwnCallRefused(
                     f"own_call: expected {self.qualname} to carry the program's own @torch.compile or hold one "
-                    "torch.compile(...) / module.compile(...) / model.compile_repeated_blocks(...) call; found none "
+                    "torch.compile(...) / module.compile(...) / model.compile_repeated_blocks(...) call, or to be rebound to its "
+                    f"compiled self ({self.qualname.rsplit('.', 1)[-1]} = torch.compile({self.qualname.rsplit('.', 1)[-1]}, ...)) "
+                    "in its file; found none "
                     "(a compile in a file outside SRC, or "
                     "one built dynamically, cannot be edited: drop own_call to add a compile instead)", func.name)
             if len(sites) > 1:
@@ -134,3 +161,23 @@ class CompileCommand(TargetedCommand):
             codes = {"SP101", "SP109"} if _sp109_small(func, edits.get("mode")) else {"SP101"}
             return _suppress(func, sites[0].node, new, codes)
         return func.deep_replace(sites[0].node, new)  # type: ignore[return-value]
+
+    def _edit_rebound(self, func: cst.FunctionDef, rebound: SourceSite, edits: dict) -> cst.FunctionDef:
+        """Edit the program's ``f = torch.compile(f, ...)`` of the target: the call is outside the
+        target, so :meth:`rewrite_module` writes it once the traversal is done; the target is
+        returned unchanged.
+
+        Raises:
+            OwnCallRefused: ``regional`` asked (the call compiles a function, which has no blocks),
+                or :func:`.own_call.check`'s refusals.
+        """
+        assert isinstance(rebound.node, cst.Call)
+        if self.action.own_call is not None and self.action.own_call.regional is not None:
+            raise OwnCallRefused(
+                f"own_call: regional turns a torch.compile(model) / model.compile() call regional; {self.qualname} is "
+                "a function the program compiles by rebinding its name, which has no blocks to compile: drop regional, "
+                "or compile the block instead (strategy region on its class)", rebound.node)
+        new = edited(OwnSite(rebound.node, rebound.node, "call"), edits)
+        if new is not None:
+            self._pending = (rebound.node, new)
+        return func

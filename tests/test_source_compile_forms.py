@@ -1,0 +1,150 @@
+"""What the source does to a function outside its ``def`` that the plan's rules must read: the
+program's compile written as a rebinding, ``f = torch.compile(f, ...)``, is its compile of that
+function as ``@torch.compile`` is (``own_call`` edits that call; ``disable`` and a second compile
+are refused or left alone as for the decorator), and a function registered with
+``allow_in_graph`` is never given a compile of its own (compiled code that calls it runs it on
+fake tensors, where a compiled function fails)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rewriter.cli import main
+
+ALLOWED = """\
+import torch
+import torch.nn as nn
+
+
+def scale_helper(x):
+    return x * 0.5 + 1.0
+
+
+{register}
+
+
+def other(x):
+    return x + 1
+
+
+class Block(nn.Module):
+    def forward(self, x):
+        return other(scale_helper(x))
+"""
+
+TRAIN = """\
+import torch
+from model import MLP
+
+model = MLP()
+
+
+def train_step(x, y):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    return loss
+
+
+train_step = torch.compile(train_step{options})
+
+for i in range(4):
+    train_step(torch.randn(8, 32), torch.randn(8))
+"""
+
+
+def _rewrite(tmp_path: Path, files: dict[str, str], action: str, code: int) -> Path:
+    """``rewrite --apply`` of ``files`` with one action; assert the exit code (nothing written on 2)
+    and return SRC."""
+    src = tmp_path / "src"
+    src.mkdir(exist_ok=True)
+    for name, text in files.items():
+        (src / name).write_text(text)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nactions:\n" + action)
+    got = main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"])
+    assert got == code
+    if code == 2:
+        assert {p.name: p.read_text() for p in src.iterdir() if p.is_file()} == files
+    return src
+
+
+@pytest.mark.parametrize("register, line", [
+    ("torch.compiler.allow_in_graph(scale_helper)", 9),
+    ("torch._dynamo.allow_in_graph(scale_helper)", 9),
+    ("torch.compiler.allow_in_graph([scale_helper, other])", 9),
+])
+def test_a_compile_of_a_function_the_source_allows_in_graph_is_refused(tmp_path, capsys, register, line):
+    source = ALLOWED.format(register=register)
+    _rewrite(tmp_path, {"model.py": source}, "  - action: compile\n    target: model.py::scale_helper\n", 2)
+    err = capsys.readouterr().err
+    assert "plan.yaml:3:" in err and "compile model.py::scale_helper" in err, err
+    assert f"registers with allow_in_graph at model.py:{line} ({register})" in err, err
+    assert "Cannot access data pointer of Tensor" in err, err
+
+
+def test_the_decorator_form_of_allow_in_graph_is_read_too(tmp_path, capsys):
+    source = ALLOWED.format(register="").replace("def scale_helper", "@torch.compiler.allow_in_graph\ndef scale_helper")
+    _rewrite(tmp_path, {"model.py": source}, "  - action: compile\n    target: model.py::scale_helper\n", 2)
+    assert "registers with allow_in_graph at model.py:5 (@torch.compiler.allow_in_graph)" in capsys.readouterr().err
+
+
+def test_a_compile_of_a_function_not_registered_is_written(tmp_path, capsys):
+    source = ALLOWED.format(register="torch.compiler.allow_in_graph(scale_helper)")
+    src = _rewrite(tmp_path, {"model.py": source}, "  - action: compile\n    target: model.py::other\n", 0)
+    assert "@torch.compile\ndef other" in (src / "model.py").read_text()
+
+
+MODEL = "import torch.nn as nn\n\n\nclass MLP(nn.Module):\n    def forward(self, x):\n        return x.sum(-1)\n"
+
+
+def test_own_call_edits_the_rebinding_call_and_only_that_line(tmp_path, capsys):
+    train = TRAIN.format(options=", fullgraph=True")
+    action = "  - action: compile\n    target: train.py::train_step\n    strategy: whole\n    own_call: {mode: reduce-overhead}\n"
+    src = _rewrite(tmp_path, {"model.py": MODEL, "train.py": train}, action, 0)
+    after = (src / "train.py").read_text()
+    assert after == train.replace("fullgraph=True)", 'fullgraph=True, mode="reduce-overhead")'), after
+    # idempotent: the same plan on the rewritten tree changes nothing
+    plan = tmp_path / "plan.yaml"
+    assert main(["rewrite", "--plan", str(plan), str(src), "--check"]) == 0
+
+
+def test_own_call_on_a_rebinding_with_options_is_refused_at_its_line(tmp_path, capsys):
+    train = TRAIN.format(options=', options={"epilogue_fusion": True}')
+    action = "  - action: compile\n    target: train.py::train_step\n    strategy: whole\n    own_call: {mode: reduce-overhead}\n"
+    _rewrite(tmp_path, {"model.py": MODEL, "train.py": train}, action, 2)
+    err = capsys.readouterr().err
+    assert "plan.yaml:3:" in err and "train.py:13: own_call: the call passes options=" in err, err
+    assert "found none" not in err
+
+
+def test_own_call_regional_on_a_rebinding_is_refused(tmp_path, capsys):
+    action = "  - action: compile\n    target: train.py::train_step\n    own_call: {regional: layers}\n"
+    _rewrite(tmp_path, {"model.py": MODEL, "train.py": TRAIN.format(options="")}, action, 2)
+    assert "train.py:13: own_call: regional" in capsys.readouterr().err
+
+
+def test_a_compile_of_a_function_the_source_rebinds_compiled_is_left_alone(tmp_path, capsys):
+    train = TRAIN.format(options="")
+    src = _rewrite(tmp_path, {"model.py": MODEL, "train.py": train},
+                        "  - action: compile\n    target: train.py::train_step\n", 0)
+    assert (src / "train.py").read_text() == train, "a second compile was added"
+
+
+def test_a_disable_of_a_function_the_source_rebinds_compiled_is_refused(tmp_path, capsys):
+    _rewrite(tmp_path, {"model.py": MODEL, "train.py": TRAIN.format(options="")},
+             "  - action: disable\n    target: train.py::train_step\n", 2)
+    err = capsys.readouterr().err
+    assert "disable of train_step, which the source compiles at train.py:13 (train_step = torch.compile(train_step))" in err, err
+
+
+def test_a_class_body_rebinding_is_the_methods_compile(tmp_path, capsys):
+    model = MODEL + "\n    forward = torch.compile(forward)\n"
+    model = "import torch\n" + model
+    action = ("  - action: compile\n    target: model.py::MLP\n    own_call: {dynamic: false}\n"
+              "  - action: mark_dynamic\n    target: model.py::MLP.forward\n    arg: x\n    dim: 0\n")
+    _rewrite(tmp_path, {"model.py": model}, action, 2)
+    assert "MLP.forward is already compiled in the source" in capsys.readouterr().err
+    src = _rewrite(tmp_path, {"model.py": model}, action.split("  - action: mark_dynamic")[0], 0)
+    assert "    forward = torch.compile(forward, dynamic=False)\n" in (src / "model.py").read_text()
