@@ -83,7 +83,10 @@ class OwnScope:
     model: which cover the whole model, which the repeated block, which a function of SRC.
 
     A compile whose value cannot be read (``unknown``), or of a class that is neither the model's
-    nor the block's, counts as covering the whole model: what it compiles may hold any of it."""
+    nor the block's, counts as covering the whole model: what it compiles may hold any of it. A
+    compiled function covers what it calls (:attr:`.own_compile.OwnCompile.calls`): one that calls
+    the model (``train_step`` calling ``model(x)``) covers the whole model, one that calls the block
+    the block, and any other class or function of SRC it calls is inside it (:meth:`in_function`)."""
 
     whole: list[Any] = field(default_factory=list)
     block: list[Any] = field(default_factory=list)
@@ -147,9 +150,11 @@ class OwnScope:
                 continue
             if kind == "function":
                 qual = what.split("::", 1)[1]
-                if qual == f"{model_cls}.forward":
+                calls = set(getattr(r, "calls", ()) or ())
+                # a compiled function that calls the model (a compiled train_step) compiles all of it
+                if qual == f"{model_cls}.forward" or model_cls in calls:
                     scope.whole.append(r)
-                elif scope.block_cls and qual == f"{scope.block_cls}.forward":
+                elif scope.block_cls and (qual == f"{scope.block_cls}.forward" or scope.block_cls in calls):
                     scope.block.append(r)
                 else:
                     scope.functions.append(r)
@@ -174,9 +179,11 @@ class OwnScope:
         return all(r.covers[0] == "function" for r in self.whole + self.block + self.functions)
 
     def in_function(self, target: str, fullgraph: bool = False) -> Any:
-        """The program's own compiled function that is ``target`` (``file.py::Qual``), or None."""
+        """The program's own compiled function that is ``target`` (``file.py::Qual``) or calls it
+        (:attr:`.own_compile.OwnCompile.calls`: its compile traces the target too), or None."""
         for r in self.functions:
-            if r.covers[1] == target.removesuffix(".forward") or r.covers[1] == target or r.covers[1] == target + ".forward":
+            if r.covers[1] == target.removesuffix(".forward") or r.covers[1] == target or r.covers[1] == target + ".forward" \
+                    or _calls(r, target):
                 if r.fullgraph or not fullgraph:
                     return r
         return None
@@ -189,6 +196,14 @@ class OwnScope:
         if "." in qual:  # a method: of the block or of one of its submodules
             return qual.split(".", 1)[0] in self.block_classes
         return qual in self.block_reached
+
+
+def _calls(region: Any, target: str) -> bool:
+    """Whether the program's compiled function ``region`` calls ``target`` (``file.py::Qual``): a
+    function of its file it calls, or an instance of the class ``target`` names."""
+    calls = set(getattr(region, "calls", ()) or ())
+    return bool(calls) and (target in calls or target.removesuffix(".forward") in calls
+                            or ("::" in target and target_class(target) in calls))
 
 
 def _where(regions: list[Any]) -> str:
@@ -221,6 +236,9 @@ def conflict(action: Any, scope: OwnScope) -> str | None:
             return (f"the program compiles each {scope.block_cls} itself ({_where(scope.block)}): a compile of "
                     f"{action.target} would compile it a second time; change the program's own call instead")
         own = scope.in_function(action.target)
+        if own is not None and _calls(own, action.target):
+            return (f"the program compiles {own.covers[1]} itself ({own.text}), which calls {action.target}: a compile of "
+                    f"{action.target} inside it would compile that code a second time; change the program's own call instead")
         if own is not None:
             return f"the program compiles {action.target} itself ({own.text}): a second compile of it"
         return None

@@ -78,6 +78,11 @@ class OwnCompile:
     refused: tuple[tuple[str, str], ...] = ()
     #: ``(key, literal value)`` of the call's keyword arguments as written (torch's default where absent)
     current: tuple[tuple[str, Any], ...] = ()
+    #: for a compiled function (``covers`` ``function``), what its compile traces besides it: the
+    #: class names whose instances it calls (``model(x)`` with ``model = MLP()``: ``MLP``) and the
+    #: functions of its file it calls (``file.py::Qual``), directly or through those functions
+    #: (:data:`CALL_DEPTH` calls deep), read statically (:func:`_calls`)
+    calls: tuple[str, ...] = ()
 
     def can(self, key: str) -> str | None:
         """Why an ``own_call`` edit of ``key`` cannot be made (None: it can)."""
@@ -303,6 +308,41 @@ def _keys(facts, node) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, An
     return tuple(refused), tuple(values)
 
 
+#: How many calls deep :func:`_calls` follows a compiled function into its file's functions.
+CALL_DEPTH = 3
+
+
+def _calls(facts, func, rel: str) -> tuple[str, ...]:
+    """What the compiled function ``func`` calls (see :attr:`OwnCompile.calls`): each call's callee
+    read with check's facts, an instance of a known class (``facts.class_of``: a name bound to
+    ``Cls(...)`` in the function or at module level) or a function of the file, whose own calls are
+    read in turn. Static and partial: a callee passed in as an argument is not seen."""
+    import libcst as cst
+    import libcst.matchers as m
+
+    found: dict[str, None] = {}
+    seen: set[int] = set()
+    todo = [(func, 0)]
+    while todo:
+        fn, depth = todo.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        for call in m.findall(fn.body, m.Call()):
+            assert isinstance(call, cst.Call)
+            funcs = facts._target_functions(call.func, call)
+            if funcs:
+                for f in funcs:
+                    found.setdefault(f"{rel}::{_qualname(facts, f)}")
+                    if depth + 1 < CALL_DEPTH:
+                        todo.append((f, depth + 1))
+                continue
+            cls = facts.class_of(call.func, call)
+            if cls is not None and not facts.is_name(call.func, "torch.compile"):
+                found.setdefault(cls[0].rsplit(".", 1)[-1])
+    return tuple(found)
+
+
 #: Functions called without their name being written: module hooks, dunders, the harness's entries.
 _IMPLICIT = frozenset({"forward", "__init__", "__call__", "main"})
 #: At most this many ``.py`` files are read to see whether a helper is called anywhere in SRC.
@@ -433,24 +473,26 @@ def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = No
         for func, site in facts.compiled.items():
             if site.node in facts.compile_calls or site.whole_model:
                 continue  # a call; listed below with what it names
-            found.append((site.node, bool(site.fullgraph), ("function", f"{rel}::{_qualname(facts, func)}")))
+            found.append((site.node, bool(site.fullgraph), ("function", f"{rel}::{_qualname(facts, func)}"), func))
         for call in facts.compile_calls:
             if isinstance(facts.parent(call), cst.Decorator):
                 continue  # ``@torch.compile(...)``: its function, above
             target, node = facts.compile_target(call)
             cover = _covers(facts, target, call)
+            func = None
             if cover[0] == "function":
                 cover = ("function", f"{rel}::{cover[1]}")
-            found.append((node, bool(options(call)[0]), cover))
+                func = facts._target_functions(target, call)[-1]
+            found.append((node, bool(options(call)[0]), cover, func))
         for call in facts.method_compile_calls:
             cover = _covers(facts, call.func.value, call)
             if cover[0] == "function":  # fn.compile() is not a module's compile: not the setup's
                 continue
-            found.append((call, bool(options(call)[0]), cover))
+            found.append((call, bool(options(call)[0]), cover, None))
         for call in facts.repeated_compile_calls:  # the model's declared blocks, each compiled in place
             cls = facts.class_of(call.func.value, call)
-            found.append((call, bool(options(call)[0]), ("declared", cls[0].rsplit(".", 1)[-1] if cls else "")))
-        for node, fullgraph, cover in found:
+            found.append((call, bool(options(call)[0]), ("declared", cls[0].rsplit(".", 1)[-1] if cls else ""), None))
+        for node, fullgraph, cover, func in found:
             pos = positions.get(node)
             if pos is None:
                 continue
@@ -469,6 +511,10 @@ def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = No
                 refused, values = _keys(facts, node)
             except Exception as exc:  # noqa: BLE001 - then no key can be edited
                 refused, values = tuple((k, f"the call could not be read ({type(exc).__name__})") for k in (*_PROBE, "regional")), ()
+            try:
+                calls = _calls(facts, func, rel) if func is not None else ()
+            except Exception:  # noqa: BLE001 - then only the function itself is known to be compiled
+                calls = ()
             out.append((rel, pos.start.line, OwnCompile(f"{rel}:{pos.start.line}", code, fullgraph, cover, site, why_not, mode,
-                                                        idle, idle_kind, refused, values)))
+                                                        idle, idle_kind, refused, values, calls)))
     return [o for _, _, o in sorted(out, key=lambda t: (t[0], t[1]))]
