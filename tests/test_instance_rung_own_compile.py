@@ -46,3 +46,53 @@ def test_the_rung_runs_on_a_model_that_compiles_itself_whole(tmp_path):
     assert r.status == "ok", (r.status, r.reason)
     assert r.measurement.get("instances") == 2 or "instances" in str(r.measurement), r.measurement
     assert model._compiled_call_impl is not None  # the program's own compile is put back
+
+
+FORWARD_ATTRIBUTE = HARNESS.replace('model.compile(backend="eager", fullgraph=True)',
+                                    'model.forward = torch.compile(model.forward, backend="eager")')
+
+
+def test_the_rung_runs_on_a_model_whose_forward_attribute_is_compiled(tmp_path):
+    """``model.forward = torch.compile(model.forward)`` in the build: the third form a model
+    carries its compile in (:func:`rewriter.engine.watch.compiled_modules`). The rung's compile of
+    the decoder layer traced from inside it failed in Dynamo as ``model.compile()``'s did; it is
+    set aside for the sweep and put back after."""
+    (tmp_path / "harness.py").write_text(FORWARD_ATTRIBUTE)
+    spec = Harness.model_validate({"file": "harness.py", "shapes": [{"seq": 10}, {"seq": 14}], "device": "cpu"})
+    ctx = Context(session=Session(load_harness(spec, tmp_path)), out_dir=tmp_path)
+    model, _, _ = ctx.reference()
+    compiled = model.__dict__["forward"]
+    ctx.evidence.blocks = find_blocks(model, tmp_path)
+    r = instance_recompiles.run(ctx)
+    assert r.status == "ok", (r.status, r.reason)
+    assert r.measurement["instances"] == 2, r.measurement
+    assert model.__dict__.get("forward") is compiled  # the program's own compile is put back
+
+
+def test_a_probe_failing_inside_dynamo_is_said_to_be_stackparts_probe(tmp_path, monkeypatch):
+    """The rung's compile of the block (its probe) failing inside Dynamo was reported as
+    "build_model() model forward: raised InternalTorchDynamoError: ...", the user's forward
+    raising, on a program that runs; the message names stackpart's probe."""
+    import torch
+    from torch._dynamo.exc import InternalTorchDynamoError
+
+    from rewriter.diagnose.session import HarnessFailure
+
+    (tmp_path / "harness.py").write_text(HARNESS.replace('model.compile(backend="eager", fullgraph=True)', ""))
+    spec = Harness.model_validate({"file": "harness.py", "shapes": [{"seq": 10}], "device": "cpu"})
+    ctx = Context(session=Session(load_harness(spec, tmp_path)), out_dir=tmp_path)
+    model, _, _ = ctx.reference()
+    ctx.evidence.blocks = find_blocks(model, tmp_path)
+
+    def compile_that_fails(fn, **_):
+        def compiled(*args, **kwargs):
+            raise InternalTorchDynamoError("AttributeError: 'CatchErrorsWrapper' object has no attribute '__closure__'")
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", compile_that_fails)
+    with pytest.raises(HarnessFailure) as info:
+        instance_recompiles.run(ctx)
+    said = info.value.describe()
+    assert "stackpart's probe (LlamaDecoderLayer.forward compiled by itself" in said, said
+    assert "failed inside Dynamo (InternalTorchDynamoError: AttributeError" in said, said
+    assert "build_model() model forward: raised" not in said, said

@@ -38,6 +38,7 @@ from typing import Any
 from ..context import Context
 from ..dynamo_log import capture, reset
 from ..rung import Finding, Rung, RungResult
+from ..session import HarnessFailure
 from ..value_guards import limit_remedy
 from .granularity import region_blocks
 from .recompiles import is_shape_guard, is_tensor_property_guard
@@ -177,17 +178,26 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
 
 @contextlib.contextmanager
 def _module_compiles_off(model: Any) -> Iterator[None]:
-    """``module.compile()``'s compiled call (``_compiled_call_impl``, torch/nn/modules/module.py)
-    set aside on every module of ``model`` for the duration, then put back."""
-    saved = [(m, m.__dict__["_compiled_call_impl"]) for m in model.modules()
+    """The compiles ``model``'s modules carry set aside for the duration, then put back:
+    ``module.compile()``'s compiled call (``_compiled_call_impl``, torch/nn/modules/module.py) and
+    a compiled ``forward`` instance attribute (``model.forward = torch.compile(model.forward)``),
+    so the class's own ``forward`` runs (:func:`rewriter.engine.watch.compiled_modules` reads the
+    same forms; :func:`..own_raised.unwrap` takes them off for good)."""
+    impls = [(m, m.__dict__["_compiled_call_impl"]) for m in model.modules()
              if m.__dict__.get("_compiled_call_impl") is not None]
-    for m, _ in saved:
+    forwards = [(m, m.__dict__["forward"]) for m in model.modules()
+                if getattr(m.__dict__.get("forward"), "_torchdynamo_orig_callable", None) is not None]
+    for m, _ in impls:
         m._compiled_call_impl = None
+    for m, _ in forwards:
+        del m.__dict__["forward"]
     try:
         yield
     finally:
-        for m, impl in saved:
+        for m, impl in impls:
             m._compiled_call_impl = impl
+        for m, fn in forwards:
+            m.__dict__["forward"] = fn
 
 
 def _sweep(ctx: Context, cls: type) -> _Sweep:
@@ -196,10 +206,11 @@ def _sweep(ctx: Context, cls: type) -> _Sweep:
     import torch
 
     model, inputs, _ = ctx.reference()
-    # the program's own whole-model compile (torch.compile(model), model.compile()) is set aside for
-    # the sweep: Dynamo tracing into the block's compiled forward from inside it fails on its own
-    # guards (CLOSURE_MATCH on the compiled function's closure), and the sweep asks what the block
-    # does compiled by itself
+    # the program's own whole-model compile (torch.compile(model), model.compile(), a compiled
+    # forward attribute) is set aside for the sweep: Dynamo tracing into the block's compiled
+    # forward from inside it fails on its own guards (CLOSURE_MATCH on the compiled function's
+    # closure; "'CatchErrorsWrapper' object has no attribute '__closure__'" on transformers' Llama),
+    # and the sweep asks what the block does compiled by itself
     model = getattr(model, "_orig_mod", model)
     step = ctx.session.step_fn(model, inputs)
     shapes = ctx.session.spec.shapes
@@ -208,16 +219,16 @@ def _sweep(ctx: Context, cls: type) -> _Sweep:
     base = cls.forward
     cls.forward = torch.compile(base, backend="eager")
     per_shape: list[dict[str, Any]] = []
+    probe = f"stackpart's probe ({cls.__name__}.forward compiled by itself, backend eager, in {ctx.session.forward_name()}"
     try:
         with capture() as log, _module_compiles_off(model):
             counts = _dynamo_counts(base.__code__)  # after each shape: the next shape's "before"
             for i, shape in enumerate(shapes):
                 before = (counts["unique_graphs"], len(log.recompiles), len(log.limit_hit))
-                if i == 0:
-                    ctx.session.run(step)
-                else:
+                if i > 0:
                     _, inputs = ctx.session.build(shape)
-                    ctx.session.run(ctx.session.step_fn(model, inputs))
+                    step = ctx.session.step_fn(model, inputs)
+                _run_probe(ctx, step, f"{probe} at {dict(shape)})")
                 counts = _dynamo_counts(base.__code__)
                 per_shape.append({"shape": dict(shape), "new_graphs": counts["unique_graphs"] - before[0],
                                   "recompiles": len(log.recompiles) - before[1], "limit_hits": len(log.limit_hit) - before[2],
@@ -232,6 +243,27 @@ def _sweep(ctx: Context, cls: type) -> _Sweep:
     for e in per_shape:
         e.pop("_first")
     return _Sweep(log, per_shape, counts, at_reference)
+
+
+def _run_probe(ctx: Context, step: Any, probe: str) -> None:
+    """Run one step of the sweep, named ``probe`` in its failure. A failure raised inside Dynamo or
+    its backend is the probe's (the block compiled by the rung), not the model's: the program's
+    step ran as the program runs at every harness shape before the compile rungs (setup and the
+    first rung), and the message says so.
+
+    Raises:
+        HarnessFailure: the step raised; from Dynamo, "failed inside Dynamo" and the exception.
+    """
+    try:
+        ctx.session.run(step, probe)
+    except HarnessFailure as exc:
+        cause = exc.__cause__
+        if cause is None or not type(cause).__module__.startswith(("torch._dynamo", "torch._inductor")):
+            raise
+        raised = exc.message.removeprefix("raised ")
+        said = (f"failed inside Dynamo ({raised}); the program's step ran as the program runs at every "
+                "harness shape before this rung, so stackpart's probe failed, not the model")
+        raise HarnessFailure(exc.rung, probe, said, exc.path, exc.line, note=exc.note) from cause
 
 
 def _sized_guard(rc: Any) -> bool:
