@@ -534,3 +534,54 @@ def test_tiny_gpt2_s_per_instance_cache_recompile_is_reported(tmp_path):
     ir = run_rungs(src, tmp_path, [{"batch": 2, "seq": 16}], {"instance_recompiles"})["instance_recompiles"]
     assert ir.measurement["recompiles"] >= 1, ir.measurement
     assert "without a recompile across instances" not in ir.verdict, ir.verdict
+
+
+TRAINED = """
+import torch
+from torch import nn
+
+
+class Blk(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) + x
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(Blk() for _ in range(3))
+
+    def forward(self, x):  # the first block's input is the data's, the others' a block's output
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def build_model():
+    torch.manual_seed(0)
+    return Net()
+
+
+def make_inputs(batch: int = 2):
+    return (torch.randn(batch, 16),)
+"""
+
+
+def test_a_requires_grad_recompile_in_training_is_not_said_to_be_on_sizes(tmp_path):
+    """Training, one shape: the first block's input does not require grad, the others' do, and the
+    block recompiles on that ("tensor 'x' requires_grad mismatch", which the recompiles rung
+    names). The verdict said "recompile(s) on tensor sizes that differ between calls: dynamic
+    shapes", contradicting it."""
+    src = write_harness(tmp_path, TRAINED)
+    spec = Harness(file="harness.py", shapes=[{"batch": 2}], mode="training", device="cpu")
+    outcome = diagnose(spec, src, tmp_path / "out" / "plan.yaml", only={"instance_recompiles"}, backend="eager", steps=1)
+    ir = {r.name: r for r in outcome.rungs}["instance_recompiles"]
+    m = ir.measurement
+    assert m["recompiles"] == 0 and m["shape_recompiles"] == 0, m
+    assert m["property_recompiles"] >= 1 and m["properties"] == ["requires_grad"], m
+    assert "sizes" not in ir.verdict and "dynamic shapes" not in ir.verdict, ir.verdict
+    assert "requires_grad mismatch" in ir.verdict and "tensors that differ in requires_grad get a graph each" in ir.verdict, ir.verdict

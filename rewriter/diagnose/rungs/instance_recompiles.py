@@ -18,9 +18,10 @@ source line from its recompile log (:mod:`.dynamo_log`; for ``forward`` and for 
 functions after a graph break, :func:`is_frame_of`), the limit from its "hit
 config.recompile_limit (N)" warning and from the "recompile limit exceeded" entry of
 ``counters["unimplemented"]``: nothing is inferred from the block count. A failed size guard is
-a shape (counted apart, ``shape_recompiles``), not per-instance state, and so are up to
-``distinct_shapes - 1`` recompiles of one frame at one input shape, whatever guard Dynamo names
-(``structure_recompiles``: a stride that differs with the width). Threshold: value-guard
+a shape (counted apart, ``shape_recompiles``), not per-instance state; so is a failed guard on
+another tensor property (``requires_grad`` in training, dtype, device: ``property_recompiles``,
+the property the recompiles rung names too), and so are up to ``distinct_shapes - 1``
+recompiles of one frame at one input shape, whatever guard Dynamo names (``structure_recompiles``: a stride that differs with the width). Threshold: value-guard
 recompiles beyond those across instances at the reference shape (the region does not hold one
 graph per class and shape), or the recompile limit hit anywhere in the sweep (blocks silently
 eager).
@@ -41,7 +42,7 @@ from ..rung import Finding, Rung, RungResult
 from ..session import HarnessFailure
 from ..value_guards import limit_remedy
 from .granularity import region_blocks
-from .recompiles import is_shape_guard, is_tensor_property_guard
+from .recompiles import is_shape_guard, is_tensor_property_guard, tensor_properties
 
 
 def is_frame_of(function: str, name: str) -> bool:
@@ -133,11 +134,15 @@ class _Sweep:
 class _Recompiles:
     """The sweep's recompiles of the block's frame, sorted by cause (module docstring):
     ``mine`` on per-instance state, ``structural`` the distinct shapes explain, ``sized`` on
-    tensor sizes, ``by_frame`` the reference shape's recompiles per frame name."""
+    tensor sizes, ``property`` on another tensor property (``requires_grad`` in training: the
+    first block's input comes from the data, the others' from a block), ``properties`` the
+    properties those name, ``by_frame`` the reference shape's recompiles per frame name."""
 
     mine: list[Any]
     structural: int
     sized: int
+    property: int
+    properties: list[str]
     by_frame: dict[str, list[Any]]
 
 
@@ -147,7 +152,8 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
     ``instances``, ``distinct_shapes`` (parameter/buffer shape signatures), ``recompiles``
     (value guards at the reference shape beyond one graph per distinct shape),
     ``structure_recompiles`` (the recompiles the distinct shapes explain), ``shape_recompiles``
-    (size guards, the whole sweep), ``graphs`` and
+    (size guards, the whole sweep), ``property_recompiles`` and ``properties`` (guards on
+    another tensor property, the whole sweep, and the properties they name), ``graphs`` and
     ``graphs_per_shape`` (``unique_graphs``), ``cache_entries``, ``limit_hit``,
     ``recompile_limit`` (the value in Dynamo's warning, else its config), ``limit_hits``."""
     from ...engine.blocks import recompile_limit
@@ -286,8 +292,10 @@ def _sort_recompiles(sweep: _Sweep, frame: str, distinct: int) -> _Recompiles:
             by_frame.setdefault(rc.function, []).append(rc)
     mine = [rc for rcs in by_frame.values() if len(rcs) > distinct - 1 for rc in rcs if not _sized_guard(rc)]
     structural = sum(len(rcs) for rcs in by_frame.values() if len(rcs) <= distinct - 1)
-    sized = sum(1 for rc in frames if _sized_guard(rc))
-    return _Recompiles(mine, structural, sized, by_frame)
+    sized = sum(1 for rc in frames if _sized_guard(rc) and is_shape_guard(rc.guards))
+    on_property = [rc for rc in frames if _sized_guard(rc) and not is_shape_guard(rc.guards)]
+    properties = list(dict.fromkeys(p for rc in on_property for p in tensor_properties(rc.guards)))
+    return _Recompiles(mine, structural, sized, len(on_property), properties, by_frame)
 
 
 def _guard_findings(ctx: Context, log: Any, mine: list[Any]) -> list[Finding]:
@@ -331,6 +339,8 @@ def _measurement(block: dict[str, Any], sweep: _Sweep, rc: _Recompiles, hits: li
         "shapes_run": len(sweep.per_shape),
         "recompiles": len(rc.mine),
         "shape_recompiles": rc.sized,
+        "property_recompiles": rc.property,
+        "properties": rc.properties,
         "structure_recompiles": rc.structural,
         "graphs": sweep.counts["unique_graphs"],
         "graphs_per_shape": [e["new_graphs"] for e in sweep.per_shape],
@@ -382,14 +392,24 @@ def _shared_verdict(ctx: Context, rc: _Recompiles, n: int, cname: str, graphs: s
                    + (f"{graphs}: a graph break splits each call (see the graph-break rung)" if counted else
                       f"{graphs}: each call ran more than one graph, though the graph-break rung counted no graph break"))
     elif (per_shape or [0])[0] > 1:
-        # instances called with tensors of different sizes at one input shape recompile on those
-        # sizes, not on per-instance state ("one graph serves" was said over 2 + 2 graphs on Flux)
+        # instances called with tensors of different sizes (or requires_grad, dtype, device) at
+        # one input shape recompile on those, not on per-instance state ("one graph serves" was
+        # said over 2 + 2 graphs on Flux)
+        at_reference = [x for xs in rc.by_frame.values() for x in xs]
+        props = list(dict.fromkeys(p for x in at_reference if not is_shape_guard(x.guards) for p in tensor_properties(x.guards)))
+        sized = any(is_shape_guard(x.guards) for x in at_reference) or not props
+        tensors = ("tensors of different sizes" if not props else
+                   f"tensors that differ in {' or '.join((['size'] if sized else []) + props)}")
         verdict = (f"all {n} instances of {cname} share one compiled code, without a recompile on per-instance state; "
-                   f"{graphs}: instances called with tensors of different sizes get a graph each")
+                   f"{graphs}: instances called with {tensors} get a graph each")
     else:
         verdict = f"one graph serves all {n} instances of {cname}" + (f" at each input shape ({graphs})" if shapes > 1 else "")
     if rc.sized:
         verdict += f" ({rc.sized} recompile(s) on tensor sizes that differ between calls: dynamic shapes, not per-instance state)"
+    if rc.property:
+        said = ", ".join(f"{p} mismatch" for p in rc.properties)
+        verdict += (f" ({rc.property} recompile(s) on a tensor property that differs between calls ({said}): "
+                    "one graph per value, not per-instance state)")
     return verdict
 
 

@@ -114,6 +114,13 @@ def is_tensor_property_guard(guards: list[str]) -> bool:
     return bool(guards) and all(_TENSOR_PROPERTY_GUARD.search(g) for g in guards)
 
 
+def tensor_properties(guards: list[str]) -> list[str]:
+    """The tensor properties the failed guards name (``requires_grad``, ``dtype``, ``device``,
+    ``dispatch key set``), each once, in order."""
+    named = [m.group(0).removesuffix(" mismatch") for g in guards for m in [_TENSOR_PROPERTY_GUARD.search(g)] if m]
+    return list(dict.fromkeys(named))
+
+
 def is_shape_guard(guards: list[str]) -> bool:
     """Whether a recompile's failed guards are about tensor shapes (what ``mark_dynamic`` and
     bucketing remove); no guard text counts as a shape (the conservative reading)."""
