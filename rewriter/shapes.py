@@ -58,6 +58,35 @@ def _parse_item(item: str) -> tuple[str, int]:
     return name, value
 
 
+#: What the note on a run without ``--shape`` advises.
+_DEFAULTS_ADVICE = "one shape; pass --shape name=int,... (repeatable) for the shapes your program runs"
+
+
+def own_default_shape(inputs: object) -> dict[str, int]:
+    """The shape ``inputs()`` runs with no arguments: each keyword its signature gives an int
+    default (a size plan.yaml's ``harness.shapes`` takes, 0 to 2**63-1; no bool), e.g.
+    ``{"batch": 2, "seq": 16}`` for ``make_inputs(batch: int = 2, seq: int = 16)``. Calling it
+    with that shape is calling it with no arguments, so a run without ``--shape`` states it as
+    its harness shape (batch scaling finds its batch key, the plan and report name it); ``{}``
+    where no default is such an int or the signature cannot be read."""
+    import inspect
+
+    try:
+        params = inspect.signature(inputs).parameters.values()  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return {}
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {p.name: p.default for p in params if p.kind in keyword and type(p.default) is int and 0 <= p.default <= MAX_SIZE}
+
+
+def own_defaults_text(inputs: str, shape: dict[str, int]) -> str:
+    """The note on a run without ``--shape``: ``make_inputs()'s own defaults, batch=2,seq=16
+    (one shape; ...)``, or ``make_inputs() with no arguments (...)`` where ``shape`` is empty."""
+    if shape:
+        return f"{inputs}()'s own defaults, {','.join(f'{k}={v}' for k, v in shape.items())} ({_DEFAULTS_ADVICE})"
+    return f"{inputs}() with no arguments ({_DEFAULTS_ADVICE})"
+
+
 def default_shape_text(harness: object, inputs: str) -> str:
     """What a run without ``--shape`` (and without ``harness.shapes``) feeds the model, read from
     the harness file without running it: ``make_inputs()``'s own defaults, e.g. ``make_inputs's
@@ -67,7 +96,6 @@ def default_shape_text(harness: object, inputs: str) -> str:
     import ast
     from pathlib import Path
 
-    advice = "one shape; pass --shape name=int,... (repeatable) for the shapes your program runs"
     try:
         tree = ast.parse(Path(str(harness)).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
@@ -77,8 +105,7 @@ def default_shape_text(harness: object, inputs: str) -> str:
         args = func.args.posonlyargs + func.args.args
         pairs = list(zip([a.arg for a in args[len(args) - len(func.args.defaults):]], func.args.defaults))
         pairs += [(a.arg, d) for a, d in zip(func.args.kwonlyargs, func.args.kw_defaults) if d is not None]
-        sizes = [f"{name}={d.value}" for name, d in pairs
-                 if isinstance(d, ast.Constant) and isinstance(d.value, int) and not isinstance(d.value, bool)]
-        if sizes:
-            return f"{inputs}()'s own defaults, {','.join(sizes)} ({advice})"
-    return f"{inputs}() with no arguments ({advice})"
+        sizes = {name: d.value for name, d in pairs
+                 if isinstance(d, ast.Constant) and isinstance(d.value, int) and not isinstance(d.value, bool)}
+        return own_defaults_text(inputs, sizes)
+    return own_defaults_text(inputs, {})

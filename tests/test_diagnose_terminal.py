@@ -84,6 +84,33 @@ def test_default_run_prints_a_summary_and_says_the_shape_it_used(src, capsys):
     assert "diagnose: rung granularity: ok in " in log
 
 
+def test_the_defaults_said_are_the_harness_shape_in_the_rungs_plan_and_report(src, capsys):
+    """Without --shape, diagnose said it ran make_inputs()'s own defaults, batch=3,width=8, then
+    skipped batch scaling for "no batch key in harness.shapes[0]", wrote ``shapes: - {}`` in the
+    plan and ``reference shape {}`` in the report: the defaults it said are the shape throughout."""
+    import yaml
+
+    code, lines = _diagnose(capsys)
+    assert code == 0, lines
+    out = src.parent / "out"
+    report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
+    assert report["reference_shape"] == {"batch": 3, "width": 8}, report["reference_shape"]
+    scaling = next(r for r in report["rungs"] if r["name"] == "batch_scaling")
+    assert scaling["status"] == "ok", scaling
+    assert yaml.safe_load((out / "plan.yaml").read_text())["harness"]["shapes"] == [{"batch": 3, "width": 8}]
+    assert "reference shape `{'batch': 3, 'width': 8}`" in (out / "stackpart-diagnose" / "report.md").read_text()
+
+
+def test_own_default_shape_reads_the_int_defaults_of_the_signature():
+    from rewriter.shapes import own_default_shape
+
+    def make_inputs(batch=4, *, seq: int = 128, flag=True, name="x", shift=-1, dim=None):
+        pass
+
+    assert own_default_shape(make_inputs) == {"batch": 4, "seq": 128}
+    assert own_default_shape(lambda **kw: None) == {}
+
+
 def test_verbose_prints_each_event_once(src, capsys):
     code, lines = _diagnose(capsys, "-v")
     assert code == 0, lines

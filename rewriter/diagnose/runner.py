@@ -223,6 +223,8 @@ class _Run:
         searching: the search runs after the ladder (not ``--no-search``).
         early: the search's reference started before the compile rungs
             (:class:`.early_reference.EarlyReference`), or None.
+        shape_note: where neither ``--shape`` nor ``harness.shapes`` gave a shape, which one
+            runs (:func:`rewriter.shapes.own_defaults_text`; ``spec.shapes`` holds it); else None.
     """
 
     spec: Harness
@@ -240,6 +242,7 @@ class _Run:
     started: float = field(default_factory=time.perf_counter)
     searching: bool = True
     early: Any = None
+    shape_note: str | None = None
 
     def said(self, text: str) -> None:
         """An event line (``-v``, diagnose.log): each rung's start and end, setup's steps."""
@@ -249,6 +252,9 @@ class _Run:
 def _load(spec: Harness, src: str | Path, plan_out: str | Path, report_dir: str | Path | None, feed: Any,
           timeout_s: float, entry: str | None, site: str | None) -> _Run:
     """Load the harness, check ``--entry``/``--site`` and clear the previous run's artifacts.
+    Without a shape (``harness.shapes`` is ``[{}]``), the inputs function's own int defaults
+    become the harness's shape (:func:`rewriter.shapes.own_default_shape`): the rungs, the plan
+    and the report read the shape that runs.
 
     Raises:
         StackpartError: the harness cannot be loaded, or ``--entry``/``--site`` is wrong (nothing written).
@@ -257,6 +263,17 @@ def _load(spec: Harness, src: str | Path, plan_out: str | Path, report_dir: str 
     requested = spec.device
     spec = resolve_device(spec)
     harness = load_harness(spec, src)
+    shape_note = None
+    if spec.shapes == [{}]:  # no --shape and no harness.shapes: the inputs function's own defaults are the shape
+        from dataclasses import replace
+
+        from ..shapes import own_default_shape, own_defaults_text
+
+        own = own_default_shape(harness.make_inputs)
+        shape_note = own_defaults_text(spec.inputs, own)
+        if own:
+            spec = spec.model_copy(update={"shapes": [own]})
+            harness = replace(harness, spec=spec)
     if entry is not None:
         check_entry(entry, src)
     if site is not None:
@@ -266,7 +283,7 @@ def _load(spec: Harness, src: str | Path, plan_out: str | Path, report_dir: str 
     if _ours(out_dir):  # a failed run leaves its partial report.json, not a mix with the last run's
         for stale in ARTIFACTS:
             (out_dir / stale).unlink(missing_ok=True)
-    return _Run(spec, requested, src, plan_out, out_dir, Session(harness, timeout_s=timeout_s), feed)
+    return _Run(spec, requested, src, plan_out, out_dir, Session(harness, timeout_s=timeout_s), feed, shape_note=shape_note)
 
 
 def _meta(run: _Run) -> dict[str, Any]:
@@ -303,10 +320,8 @@ def _announce(run: _Run) -> None:
 
         run.meta["cpu_threads"] = apply_in_process()
         console.print(f"diagnose: device cpu ({run.meta['device_rule']}); {run.meta['cpu_threads']['text']}", highlight=False)
-    if spec.shapes == [{}]:  # no --shape and no harness.shapes: say which shape the ladder runs
-        from ..shapes import default_shape_text
-
-        console.print(f"diagnose: no --shape given: {default_shape_text(run.src / spec.file, spec.inputs)}", highlight=False)
+    if run.shape_note:  # no --shape and no harness.shapes: say which shape the ladder runs
+        console.print(f"diagnose: no --shape given: {run.shape_note}", highlight=False)
     run.out_dir.mkdir(parents=True, exist_ok=True)
     if run.feed.capturing:  # written when the run ends, also when it stops early (beside report.json)
         run.feed.log = run.out_dir / "diagnose.log"
