@@ -245,13 +245,52 @@ def _diagnose(tmp_path: Path, monkeypatch=None):
     return diagnose(spec, src, tmp_path / "out" / "plan.yaml", backend="eager"), src
 
 
+SERVE = """\
+import torch
+from model import Net
+
+def my_backend(gm, example_inputs):
+    return gm.forward
+
+model = Net().eval()
+cmodel = torch.compile(model%s)
+"""
+
+
+@pytest.mark.parametrize("options, why", [
+    (', mode="reduce-overhead"', "as-is+reduce-overhead: the program's own compile (serve.py:8: torch.compile(model, "
+                                 "mode=\"reduce-overhead\")) already uses mode='reduce-overhead'"),
+    (", backend=my_backend", "as-is+reduce-overhead: the call's backend is not Inductor (backend=my_backend: serve.py:8: "
+                             "torch.compile(model, backend=my_backend)): mode has no effect"),
+    (', backend="eager"', "as-is+reduce-overhead: the call's backend is not Inductor (backend=eager: "),
+    ("", "as-is+reduce-overhead: no CUDA (CUDA graphs need a GPU): the program's own compile (serve.py:8: "),
+])
+def test_what_the_call_already_says_prunes_reduce_overhead_before_the_device(tmp_path, options, why):
+    """A module-level ``torch.compile(model, mode="reduce-overhead")`` was pruned for "no CUDA", as
+    was one with ``backend=my_backend`` (a backend other than Inductor takes no mode of its own):
+    what the call says is true on any host, so it is the reason; "no CUDA" only where it says neither."""
+    from types import SimpleNamespace
+
+    from rewriter.diagnose.candidates import OwnScope, _own_cudagraphs
+    from rewriter.diagnose.own_compile import own_compiles
+
+    (tmp_path / "serve.py").write_text(SERVE % options)
+    [own] = own_compiles(tmp_path)
+    ctx = SimpleNamespace(session=SimpleNamespace(cuda=False))
+    pruned: list[str] = []
+    assert _own_cudagraphs(ctx, OwnScope(whole=[own]), pruned) == []
+    assert len(pruned) == 1 and pruned[0].startswith(why), pruned
+
+
 @pytest.mark.slow
-def test_on_cpu_the_reduce_overhead_variant_of_the_users_compile_is_pruned_with_the_cpu_reason(tmp_path, one_thread, monkeypatch):
+def test_the_reduce_overhead_variant_of_the_users_eager_backend_compile_is_pruned_for_its_backend(tmp_path, one_thread, monkeypatch):
+    """The fixture's own compile is ``@torch.compile(backend="eager")``: CUDA graphs are Inductor's
+    mode, so the variant is pruned for the backend, on this CPU host as on a GPU."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     outcome, _ = _diagnose(tmp_path)
     found = outcome.search
     assert "as-is+reduce-overhead" not in [c.name for c in found.candidates]
-    assert any(p.startswith("as-is+reduce-overhead: no CUDA (CUDA graphs need a GPU)") and "model.py:23" in p
+    assert any(p.startswith("as-is+reduce-overhead: the call's backend is not Inductor (backend=eager: ") and "model.py:23" in p
                for p in found.pruned), found.pruned
     # no second compile: a compile the plan holds edits the program's own call (as-is+dynamic: the
     # harness's shapes vary, so dynamic= on the user's decorator is a candidate of its own)

@@ -615,9 +615,10 @@ def own_call_candidates(ctx: Context, scope: OwnScope, pruned: list[str]) -> lis
     ``(name, Decision)``; what cannot be proposed is appended to ``pruned`` with why.
 
     ``as-is+reduce-overhead``: ``mode="reduce-overhead"`` (CUDA graphs) on the program's compile
-    of the whole model, where there is one, on CUDA, with shapes stable across the harness, the
-    call editable (a literal mode, no ``**options``, a target that names it) and run by the
-    harness's model (so the engine measures it). A program that compiles only its blocks gets no
+    of the whole model, where there is one, whose call does not already use that mode and
+    compiles with Inductor (another backend takes no ``mode`` of Inductor's), on CUDA, with shapes
+    stable across the harness, the call editable (a literal mode, no ``**options``, a target that
+    names it) and run by the harness's model (so the engine measures it). A program that compiles only its blocks gets no
     such variant: CUDA graphs over many regions are refused (pytorch#152887). The other variants
     (regional, ``dynamic=``) are :func:`.own_candidates.variants`'."""
     from .own_candidates import variants
@@ -641,6 +642,14 @@ def _own_cudagraphs(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tu
                       "which call to change is the program's choice")
         return []
     own = scope.whole[0]
+    # what the call already says comes before what this host lacks: on a GPU these stand as well
+    if own.mode == "reduce-overhead":
+        pruned.append(f"{name}: the program's own compile ({own.text}) already uses mode='reduce-overhead'")
+        return []
+    if own.backend is not None and own.backend != "inductor":
+        pruned.append(f"{name}: the call's backend is not Inductor (backend={own.backend}: {own.text}): mode has no "
+                      "effect (CUDA graphs are Inductor's mode='reduce-overhead')")
+        return []
     if not ctx.session.cuda:
         pruned.append(f"{name}: no CUDA (CUDA graphs need a GPU): the program's own compile ({own.text}) stays as it is")
         return []
@@ -649,9 +658,6 @@ def _own_cudagraphs(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tu
         return []
     if own.why_not or own.site is None:
         pruned.append(f"{name}: the program's own compile ({own.text}) cannot be edited safely: {own.why_not}")
-        return []
-    if own.mode == "reduce-overhead":
-        pruned.append(f"{name}: the program's own compile ({own.text}) already uses mode='reduce-overhead'")
         return []
     from .own_candidates import runs_own_compile
 

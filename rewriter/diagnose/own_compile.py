@@ -39,7 +39,8 @@ class OwnCompile:
     Attributes:
         where: ``file.py:line`` under SRC.
         site, why_not, mode: what an edit of the call's options (``compile`` with ``own_call``)
-            would name, or why it cannot be made, and the call's current ``mode``.
+            would name, or why it cannot be made, and the call's current ``mode`` as written
+            (:func:`_written`, whether or not an edit can name the call).
         code: the call's source text, shortened to 120 characters.
         fullgraph: the literal ``fullgraph=`` value (False when absent or not a literal).
         covers: what it compiles, read statically: ``("function", "file.py::Qual")`` for a
@@ -83,6 +84,10 @@ class OwnCompile:
     #: functions of its file it calls (``file.py::Qual``), directly or through those functions
     #: (:data:`CALL_DEPTH` calls deep), read statically (:func:`_calls`)
     calls: tuple[str, ...] = ()
+    #: its ``backend`` as written: the string literal, the source of another expression
+    #: (``my_backend``), ``inductor`` (torch's default) where absent; None where ``**options`` may
+    #: set it (:func:`_written`)
+    backend: str | None = "inductor"
 
     def can(self, key: str) -> str | None:
         """Why an ``own_call`` edit of ``key`` cannot be made (None: it can)."""
@@ -242,22 +247,22 @@ def _names(node):
             yield from _names(el.value)
 
 
-def _editable(facts, rel: str, node, positions) -> tuple[str | None, str | None, str | None]:
-    """``(site, why_not, mode)`` of the compile at ``node`` (see :class:`OwnCompile`), read with the
+def _editable(facts, rel: str, node, positions) -> tuple[str | None, str | None]:
+    """``(site, why_not)`` of the compile at ``node`` (see :class:`OwnCompile`), read with the
     rewrite's own :mod:`rewriter.actions.own_call`, so that the candidate says what the rewrite would."""
     import libcst as cst
 
     from ..actions.base import imported_names
-    from ..actions.own_call import OwnCallRefused, check, current, find_sites
+    from ..actions.own_call import OwnCallRefused, check, find_sites
 
     if isinstance(node, cst.Decorator):
         func = facts.parent(node)
     else:
         func = next((a for a in facts.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
     if not isinstance(func, cst.FunctionDef):
-        return None, f"{rel}: the compile runs at module level, which no plan target names; change its options by hand", None
+        return None, f"{rel}: the compile runs at module level, which no plan target names; change its options by hand"
     if any(isinstance(a, cst.FunctionDef) for a in facts.ancestors(func)):
-        return None, f"{rel}: the compile is in a nested function ({func.name.value}), which no plan target names", None
+        return None, f"{rel}: the compile is in a nested function ({func.name.value}), which no plan target names"
     site = f"{rel}::{_qualname(facts, func)}"
     try:
         sites = find_sites(func, imported_names(facts.module))
@@ -266,9 +271,29 @@ def _editable(facts, rel: str, node, positions) -> tuple[str | None, str | None,
         check(sites[0].call, {"mode": "reduce-overhead"})
     except OwnCallRefused as exc:
         pos = positions.get(exc.node) if exc.node is not None else None
-        return site, (f"{rel}:{pos.start.line}: " if pos is not None else "") + exc.message, None
-    known, mode = current(sites[0], "mode")
-    return site, None, mode if known else None
+        return site, (f"{rel}:{pos.start.line}: " if pos is not None else "") + exc.message
+    return site, None
+
+
+def _written(module, call) -> tuple[str | None, str | None]:
+    """``(mode, backend)`` of a compile call as written, wherever it is (a module-level call too,
+    which no ``own_call`` edit names): ``mode`` its string literal (``default`` where absent, None
+    where not a literal), ``backend`` its string literal or the source of another expression
+    (``inductor`` where absent); both None where ``**options`` may set them. ``call`` None (a bare
+    ``@torch.compile``): torch's defaults."""
+    import libcst as cst
+
+    from ..compile_facts import keyword, literal_str
+
+    if not isinstance(call, cst.Call):
+        return "default", "inductor"
+    if any(a.star for a in call.args):
+        return None, None
+    mode, backend = keyword(call, "mode"), keyword(call, "backend")
+    written = literal_str(backend.value) if backend else "inductor"
+    if backend and written is None:
+        written = " ".join(module.code_for_node(backend.value).split())[:80]
+    return (literal_str(mode.value) if mode else "default"), written
 
 
 #: A value of each ``own_call`` key that is not torch's default, to ask the rewrite's check with.
@@ -473,7 +498,9 @@ def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = No
         for func, site in facts.compiled.items():
             if site.node in facts.compile_calls or site.whole_model:
                 continue  # a call; listed below with what it names
-            found.append((site.node, bool(site.fullgraph), ("function", f"{rel}::{_qualname(facts, func)}"), func))
+            # ``@torch.compile(...)``'s call; a bare ``@torch.compile`` has none
+            call = site.node if isinstance(site.node, cst.Call) else getattr(site.node, "decorator", None)
+            found.append((site.node, bool(site.fullgraph), ("function", f"{rel}::{_qualname(facts, func)}"), func, call))
         for call in facts.compile_calls:
             if isinstance(facts.parent(call), cst.Decorator):
                 continue  # ``@torch.compile(...)``: its function, above
@@ -483,16 +510,16 @@ def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = No
             if cover[0] == "function":
                 cover = ("function", f"{rel}::{cover[1]}")
                 func = facts._target_functions(target, call)[-1]
-            found.append((node, bool(options(call)[0]), cover, func))
+            found.append((node, bool(options(call)[0]), cover, func, call))
         for call in facts.method_compile_calls:
             cover = _covers(facts, call.func.value, call)
             if cover[0] == "function":  # fn.compile() is not a module's compile: not the setup's
                 continue
-            found.append((call, bool(options(call)[0]), cover, None))
+            found.append((call, bool(options(call)[0]), cover, None, call))
         for call in facts.repeated_compile_calls:  # the model's declared blocks, each compiled in place
             cls = facts.class_of(call.func.value, call)
-            found.append((call, bool(options(call)[0]), ("declared", cls[0].rsplit(".", 1)[-1] if cls else ""), None))
-        for node, fullgraph, cover, func in found:
+            found.append((call, bool(options(call)[0]), ("declared", cls[0].rsplit(".", 1)[-1] if cls else ""), None, call))
+        for node, fullgraph, cover, func, call in found:
             pos = positions.get(node)
             if pos is None:
                 continue
@@ -500,9 +527,10 @@ def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = No
             if hasattr(node, "decorator") and not code.startswith("@"):
                 code = "@" + code
             try:
-                site, why_not, mode = _editable(facts, rel, node, positions)
+                site, why_not = _editable(facts, rel, node, positions)
             except Exception as exc:  # noqa: BLE001 - the setup is listed either way
-                site, why_not, mode = None, f"{rel}:{pos.start.line}: the call could not be read ({type(exc).__name__})", None
+                site, why_not = None, f"{rel}:{pos.start.line}: the call could not be read ({type(exc).__name__})"
+            mode, backend = _written(module, call)
             try:
                 idle, idle_kind = _idle(facts, node, code, texts, entries, rel)
             except Exception:  # noqa: BLE001 - read as compiling: the safe reading for composition
@@ -516,5 +544,5 @@ def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = No
             except Exception:  # noqa: BLE001 - then only the function itself is known to be compiled
                 calls = ()
             out.append((rel, pos.start.line, OwnCompile(f"{rel}:{pos.start.line}", code, fullgraph, cover, site, why_not, mode,
-                                                        idle, idle_kind, refused, values, calls)))
+                                                        idle, idle_kind, refused, values, calls, backend)))
     return [o for _, _, o in sorted(out, key=lambda t: (t[0], t[1]))]
