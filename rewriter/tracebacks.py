@@ -77,8 +77,13 @@ def user_site(exc: BaseException, src: Path) -> tuple[str | None, int | None, st
     return None, None, None
 
 
+#: A first line longer than this is cut (Inductor's unknown-option error lists every option it knows:
+#: 20,000 characters on one line), with how much was left out.
+HEADLINE_LIMIT = 600
+
+
 def headline(exc: BaseException) -> str:
-    """``Type: <the message's first full line>``, one line, never cut.
+    """``Type: <the message's first full line>``, one line, cut only past :data:`HEADLINE_LIMIT`.
 
     torch's errors often open with a heading and state the cause on a following line; that line
     is added after `` -- ``: ConstraintViolationError's "Constraints violated (...)! For more
@@ -95,4 +100,6 @@ def headline(exc: BaseException) -> str:
         if line.startswith("- ") or line.startswith("Explanation:"):
             first += " -- " + line.removeprefix("- ").removeprefix("Explanation:").strip()
             break
+    if len(first) > HEADLINE_LIMIT:
+        first = f"{first[:HEADLINE_LIMIT]} ... ({len(first) - HEADLINE_LIMIT:,} more characters)"
     return f"{type(exc).__name__}: {first}"

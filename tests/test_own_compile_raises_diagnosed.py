@@ -113,5 +113,123 @@ def test_the_program_with_compilation_off_is_the_baseline_never_the_plan():
 def test_no_candidate_that_runs_is_an_error_not_change_nothing():
     rows = {AS_IS: {"step_ms": 1.0}, "as-is+no-fullgraph": {"problems": ["raised: UserError"]}}
     kept = Choice(AS_IS, "the program as it is", {AS_IS: "chosen", "as-is+no-fullgraph": "failed: raised: UserError"}, {})
-    with pytest.raises(StackpartError, match="no candidate that changes it ran"):
-        when_as_is_raises(kept, rows, [AS_IS, "as-is+no-fullgraph"])
+    raised = {"message": "raised UserError: data-dependent", "path": "model.py", "line": 11, "hint": "fullgraph=False on that compile"}
+    with pytest.raises(StackpartError, match="no edit of it that stackpart proposed ran") as info:
+        when_as_is_raises(kept, rows, [AS_IS, "as-is+no-fullgraph"], raised)
+    err = info.value
+    assert (err.path, err.line) == ("model.py", 11)  # the line that raised, where the user changes it
+    assert "what to change in that compile: fullgraph=False" in err.message
+
+
+def test_a_recompile_count_with_compilation_off_is_no_yardstick():
+    """Without a measured gain, candidates that recompile more than as-is go last; where as-is ran with
+    compilation off (0 recompiles by construction) that would push every one down, and the status
+    said 'against 0 as it is'."""
+    from rewriter.diagnose.decide import decide
+
+    rows = {AS_IS: {"step_ms": 1.0, "compile": {"recompiles": 0}},
+            "as-is+no-fullgraph": {"step_ms": 1.2, "compile": {"recompiles": 3}},
+            "as-is+dynamic": {"step_ms": 1.3, "compile": {"recompiles": 0}}}
+    order = [AS_IS, "as-is+no-fullgraph", "as-is+dynamic"]
+    c = decide(rows, order, [], 1000, 1, False, as_is_compiles=False)
+    c = when_as_is_raises(c, rows, order)
+    assert c.chosen == "as-is+no-fullgraph", c  # the ladder's order, not the recompile count
+    assert not any("as it is" in said for n, said in c.status.items() if n != AS_IS), c.status
+
+
+BACKEND_RAISES = """\
+import torch
+
+
+def my_backend(gm, example_inputs):
+    raise RuntimeError("my backend does not support this graph")
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def build_model():
+    return torch.compile(Net(), backend=my_backend)
+
+
+def make_inputs(batch: int = 2):
+    return (torch.randn(batch, 8),)
+"""
+
+
+def test_a_backend_that_raises_is_not_set_aside(tmp_path, capsys):
+    """On a CPU the search runs every compile on the eager backend, where the program's own backend
+    never runs: a plan 'validated' there kept the compile that raises. Such a failure stops diagnose
+    with the explained error (exit 2), and nothing is planned."""
+    (tmp_path / "harness.py").write_text(BACKEND_RAISES)
+    plan = tmp_path / "out" / "plan.yaml"
+    assert main(["diagnose", "--harness", "harness.py", str(tmp_path), "-o", str(plan), "--device", "cpu",
+                 "--budget", "30"]) == 2
+    assert not plan.exists()
+    assert "BackendCompilerFailed" in capsys.readouterr().err
+
+
+def test_a_model_that_raises_with_compilation_off_too_says_so(tmp_path):
+    """The compile raised first, but the model is broken on its own (a wrong width): the user who
+    turns fullgraph off meets that bug next, so the error says it, at its line."""
+    from rewriter.diagnose.session import HarnessFailure, Session
+    from rewriter.harness import load_harness
+    from rewriter.plan import Harness
+
+    (tmp_path / "harness.py").write_text(
+        "import torch\n\n\nclass Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(8, 8)\n        self.proj = torch.nn.Linear(4, 8)\n\n"
+        "    def forward(self, x):\n        x = self.fc(x)\n        if x.abs().max().item() > 1e4:\n            x = x / 2\n"
+        "        return self.proj(x)\n\n\ndef build_model():\n    return torch.compile(Net(), backend='eager', fullgraph=True)\n\n\n"
+        "def make_inputs(batch: int = 2):\n    return (torch.randn(batch, 8),)\n")
+    spec = Harness.model_validate({"file": "harness.py", "model": "build_model", "shapes": [{"batch": 2}], "device": "cpu"})
+    s = Session(load_harness(spec, tmp_path))
+    model, inputs = s.build()
+    with pytest.raises(HarnessFailure) as info:
+        s.run_as_the_program_runs(s.step_fn(model, inputs))
+    msg = info.value.message
+    assert "with compilation off (torch.compiler.set_stance('force_eager')) the model raises too" in msg, msg
+    assert "harness.py:14" in msg, msg  # self.proj(x): the model's own bug
+    torch._dynamo.reset()
+
+
+def test_a_headline_longer_than_its_limit_is_cut_with_how_much():
+    from rewriter.tracebacks import HEADLINE_LIMIT, headline
+
+    said = headline(RuntimeError("Unexpected optimization option x, known options are " + "['a', " * 4000))
+    assert len(said) < HEADLINE_LIMIT + 80 and said.endswith("more characters)"), said[-80:]
+
+
+def test_gradients_are_named_as_the_users_model_names_them():
+    """A reference with compilation off keeps the program's wrapper (``_orig_mod.``); a regional
+    variant has none. Their gradients are the same parameters, and were judged 'output structure differs'."""
+    from rewriter.engine.steps import after_step
+
+    torch.manual_seed(0)
+    net = _Net()
+    wrapped = torch.compile(net, backend="eager")
+    x = torch.randn(2, 4)
+    with torch.compiler.set_stance("force_eager"):
+        wrapped(x).sum().backward()
+        grads = after_step(wrapped, (x,), {k: v.clone() for k, v in wrapped.state_dict().items()}, 0)["grads"]
+    assert sorted(grads) == sorted(n for n, _ in net.named_parameters()), sorted(grads)
+
+
+def test_a_fullgraph_compile_in_a_script_the_harness_does_not_run_gets_fullgraph_off(tmp_path):
+    """The search measures such a compile through its stand-in 'whole', stackpart's own compile,
+    which breaks the graph where the program's fullgraph=True raises. It said 'kept as it is', and
+    the user's script went on raising; the plan now sets fullgraph=False on that call."""
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "own_fullgraph_script_raises", src, ignore=shutil.ignore_patterns("__pycache__"))
+    plan = tmp_path / "out" / "plan.yaml"
+    assert main(["diagnose", "--harness", "harness.py", str(src), "-o", str(plan), "--device", "cpu", "--budget", "60",
+                 "--shape", "batch=4", "--shape", "batch=8"]) == 0
+    edits = [a for a in load_plan(plan).plan.actions if a.action == "compile" and a.own_call is not None]
+    assert [a.target for a in edits] == ["train.py::main"], load_plan(plan).plan.actions
+    assert edits[0].own_call.fullgraph is False and "graph_breaks rung found" in edits[0].why, edits[0]

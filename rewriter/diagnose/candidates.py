@@ -623,7 +623,7 @@ def own_call_candidates(ctx: Context, scope: OwnScope, pruned: list[str]) -> lis
     (regional, ``dynamic=``) are :func:`.own_candidates.variants`'."""
     from .own_candidates import variants
 
-    found = variants(ctx, scope, pruned) if scope.whole or scope.block else []
+    found = variants(ctx, scope, pruned) if scope.whole or scope.block or ctx.evidence.own_raised is not None else []
     return found + _own_cudagraphs(ctx, scope, pruned)
 
 

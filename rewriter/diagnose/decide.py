@@ -106,6 +106,7 @@ def decide(
     restarts: int,
     gain_measured: bool,
     noise: dict[str, Any] | None = None,
+    as_is_compiles: bool = True,
 ) -> Choice:
     """Pick the plan among measured candidates.
 
@@ -121,6 +122,8 @@ def decide(
         gain_measured: False when the backend cannot speed anything up (see the module doc).
         noise: the measured process-to-process noise (:func:`rewriter.engine.noise.process_noise`,
             ``{"share", ...}``), or None when each variant ran in one process.
+        as_is_compiles: False where ``as-is`` ran with compilation off (the program's own compile
+            raises, :func:`when_as_is_raises`): its recompiles (none) are then no yardstick.
     """
     order = expected_order(order)
     status, ok = _screened(rows, order)
@@ -131,7 +134,7 @@ def decide(
     if not [n for n in ok if n != AS_IS]:
         return _only_as_is(ok, status, net)
     if not gain_measured:
-        return _in_ladder_order(ok, status, net, rows)
+        return _in_ladder_order(ok, status, net, rows, as_is_compiles)
     refusals = {n: gate_failures(rows, n, noise) for n in ok if n != AS_IS and (net[n] or 0) > 0}
     gated = [n for n, fails in refusals.items() if fails]  # one that does not pay back is out anyway, and says so
     for n in gated:
@@ -146,7 +149,8 @@ def decide(
     return Choice(chosen, text + "; " + noise_text(noise), status, net)
 
 
-def when_as_is_raises(choice: Choice, rows: dict[str, dict[str, Any]], order: list[str]) -> Choice:
+def when_as_is_raises(choice: Choice, rows: dict[str, dict[str, Any]], order: list[str],
+                      raised: dict[str, Any] | None = None) -> Choice:
     """``choice`` where the program as it is raises (:mod:`.own_raised`), whose ``as-is`` row is the
     program with compilation off: that row is the baseline, never the plan (the program as it is
     does not run). Where :func:`decide` kept it, the plan is the candidate that runs with the
@@ -156,27 +160,44 @@ def when_as_is_raises(choice: Choice, rows: dict[str, dict[str, Any]], order: li
 
     Raises:
         StackpartError: no candidate but ``as-is`` ran and was timed: nothing that changes the
-            program's compile runs, each candidate's status says why.
+            program's compile runs; the error is at the line that raised (``raised``: the
+            evidence :func:`.own_raised.set_aside` kept), says what to change there, and gives
+            each candidate's status, cut to a line each.
     """
     from ..errors import StackpartError
 
-    text = choice.text.replace("the program as it is", "the program with compilation off")
-    status = dict(choice.status)
+    def relabel(said: str) -> str:
+        return said.replace("the program as it is", "the program with compilation off").replace(
+            " as it is", " with compilation off").replace(" as is", " with compilation off")
+
+    text = relabel(choice.text)
+    status = {n: relabel(said) for n, said in choice.status.items()}
     status[AS_IS] = "the baseline: the program with compilation off (as it is, it raises)"
     if choice.chosen != AS_IS:
         return Choice(choice.chosen, text, status, choice.net_s)
     runs = [n for n in expected_order(order) if n != AS_IS and rows.get(n, {}).get("step_ms") is not None
             and not rows[n].get("problems") and not rows[n].get("error") and not rows[n].get("skipped")]
     if not runs:
-        why = "; ".join(f"{n}: {status.get(n, 'not measured')}" for n in order if n != AS_IS) or "no candidate was proposed"
-        raise StackpartError("the program's own torch.compile raises, and no candidate that changes it ran and was timed ("
-                             + why[:600] + "); the report's search section has each candidate's row")
+        why = "; ".join(f"{n}: {_cut(status.get(n, 'not measured'))}" for n in order if n != AS_IS) or "no candidate was proposed"
+        raised = raised or {}
+        hint = raised.get("hint")
+        raise StackpartError(f"the program's own torch.compile raises here ({_cut(raised.get('message') or '?', 300)}), and no "
+                             f"edit of it that stackpart proposed ran and was timed ({why})"
+                             + (f"; what to change in that compile: {hint}" if hint else "")
+                             + "; the report's search section has each candidate's row",
+                             path=raised.get("path"), line=raised.get("line"))
     nets = {n: choice.net_s.get(n) for n in runs}
     chosen = max(runs, key=lambda n: nets[n]) if all(v is not None for v in nets.values()) else runs[0]
     status[chosen] = "chosen"
     t0, t = rows[AS_IS]["step_ms"], rows[chosen]["step_ms"]
     return Choice(chosen, f"the program as it is raises, so the plan changes its compile: {chosen!r} runs, "
                           f"{t:.3f} ms/step against {t0:.3f} with compilation off ({text})", status, choice.net_s)
+
+
+def _cut(text: str, limit: int = 160) -> str:
+    """``text`` on one line, cut past ``limit`` characters with an ellipsis."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _with_refused(text: str, chosen: str, gated: list[str], rows: dict[str, dict[str, Any]],
@@ -292,13 +313,13 @@ def _recompiles(row: dict[str, Any]) -> int:
 
 
 def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float | None],
-                     rows: dict[str, dict[str, Any]]) -> Choice:
+                     rows: dict[str, dict[str, Any]], as_is_compiles: bool = True) -> Choice:
     """The decision without a measured gain: the first candidate in the ladder's order that did not
     fail and recompiles no more over the harness's shapes than the program as it is (what the
     backend still measures: a user who came for recompiles is never handed more of them); the
     first that did not fail where every one recompiles more."""
     rest = [n for n in ok if n != AS_IS]
-    base = _recompiles(rows[AS_IS]) if AS_IS in rows else None
+    base = _recompiles(rows[AS_IS]) if AS_IS in rows and as_is_compiles else None
     more = [n for n in rest if base is not None and _recompiles(rows[n]) > base]
     chosen = next((n for n in rest if n not in more), rest[0])
     for n in ok:

@@ -76,6 +76,12 @@ def regional_path(ctx: Any) -> tuple[str | None, str]:
 def variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
     """``(name, Decision)`` for each variant of the program's own whole-model compile (see the
     module docstring); what cannot be proposed is appended to ``pruned`` with why."""
+    if ctx.evidence.own_raised is not None:
+        return _fullgraph_off(ctx, scope, pruned) + _variants(ctx, scope, pruned)
+    return _variants(ctx, scope, pruned)
+
+
+def _variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
     from .planner import Decision, _plan
 
     live = list(scope.whole)
@@ -86,7 +92,7 @@ def variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
             pruned.append(f"{DYNAMIC}: the harness's model does not run the program's own compile ({own.text}), so a "
                           "variant of it would not be measured")
             return []
-        return _fullgraph_off(ctx, own, pruned, block=True) + _dynamic(ctx, own, pruned, block=True)
+        return _dynamic(ctx, own, pruned, block=True)
     if len(live) != 1:
         if len(live) > 1:
             pruned.append(f"{REGIONAL}, {DYNAMIC}: the program compiles the model in {len(live)} places; which call to change "
@@ -97,7 +103,7 @@ def variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
         pruned.append(f"{REGIONAL}, {DYNAMIC}: the harness's model does not run the program's own compile ({own.text}), so a "
                       "variant of it would not be measured")
         return []
-    out: list[tuple[str, Any]] = _fullgraph_off(ctx, own, pruned)
+    out: list[tuple[str, Any]] = []
     path, why = regional_path(ctx)
     refused = own.can("regional")
     if path is None or refused:
@@ -127,26 +133,33 @@ def _raising_why(ctx: Any, own: Any) -> str:
     return "; fullgraph=False too: with fullgraph=True that compile raised" if _raising(ctx, own) else ""
 
 
-def _fullgraph_off(ctx: Any, own: Any, pruned: list[str], block: bool = False) -> list[tuple[str, Any]]:
-    """``as-is+no-fullgraph``: ``fullgraph=False`` on the program's own call where that compile
-    raised at a graph break (:mod:`.own_raised`): Dynamo then breaks the graph there and compiles
-    the code around it (torch docs, ``torch.compile``: "fullgraph ... If False, ... will attempt to
-    discover compileable regions ... to optimize")."""
+def _fullgraph_off(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
+    """``as-is+no-fullgraph``: ``fullgraph=False`` on each of the program's own calls that sets
+    ``fullgraph=True`` and that the harness runs, where the program's compile raised
+    (:mod:`.own_raised`; which of its calls raised is not known, so every such call is edited, one
+    action each): Dynamo then breaks the graph where it raised and compiles the code around it
+    (torch docs, ``torch.compile``: "fullgraph ... If False, ... will attempt to discover
+    compileable regions ... to optimize"). The calls it cannot edit are said in ``pruned``."""
     from .planner import Decision, _plan
 
     raised = ctx.evidence.own_raised
-    if raised is None or dict(own.current).get("fullgraph") is not True:
-        return []
-    refused = own.can("fullgraph")
-    if refused:
-        pruned.append(f"{NO_FULLGRAPH}: {refused}")
-        return []
     where = f" at {raised['path']}:{raised['line']}" if raised.get("path") and raised.get("line") else ""
-    action = CompileAction(
-        action="compile", target=own.site, strategy="region" if block else "whole", own_call={"fullgraph": False},
-        why=f"the program's own compile ({own.text}) raised{where} with fullgraph=True ({raised['message'][:160]}); "
-            "fullgraph=False lets Dynamo break the graph there and compile the code around it")
-    return [(NO_FULLGRAPH, Decision(_plan(ctx.session.spec, ctx, [action]), []))]
+    actions = []
+    for group, strategy in ((scope.whole, "whole"), (scope.block, "region"), (scope.functions, "region")):
+        for own in group:
+            if dict(own.current).get("fullgraph") is not True or not runs_own_compile(ctx, own):
+                continue
+            refused = own.can("fullgraph")
+            if refused:
+                pruned.append(f"{NO_FULLGRAPH}: {own.text}: {refused}")
+                continue
+            if any(a.target == own.site for a in actions):
+                continue  # one call, run for each block: one edit
+            actions.append(CompileAction(
+                action="compile", target=own.site, strategy=strategy, own_call={"fullgraph": False},
+                why=f"the program's own compile ({own.text}) raised{where} with fullgraph=True ({raised['message'][:160]}); "
+                    "fullgraph=False lets Dynamo break the graph there and compile the code around it"))
+    return [(NO_FULLGRAPH, Decision(_plan(ctx.session.spec, ctx, actions), []))] if actions else []
 
 
 def _static(ctx: Any, own: Any, pruned: list[str]) -> list[tuple[str, Any]]:
@@ -255,15 +268,25 @@ def translate(ctx: Any, out: Any, own: Any) -> str | None:
             f", {cs:.2f} s compile per start" if cs is not None else "") + f", {(r.get('compile') or {}).get('unique_graphs', '?')} graph(s)"
 
     file = own.where.rsplit(":", 1)[0]
+    off, off_why = _standin_breaks(ctx, own)
     if len(compiles) == 1 and compiles[0].strategy == "whole" and compiles[0].options.dynamic is False and own.can("dynamic") is None:
         # the stand-in 'whole+static' won: its dynamic=False goes on the program's own call
-        action = CompileAction(action="compile", target=own.site, strategy="whole", own_call={"dynamic": False},
+        action = CompileAction(action="compile", target=own.site, strategy="whole", own_call={**off, "dynamic": False},
                                why=f"the program compiles the whole model itself ({own.text}) in {file}, which the harness does "
                                    f"not run: measured through its stand-in {cand.name!r} ({figures(row)}) against 'whole' "
-                                   f"({figures(whole)}); {compiles[0].why}")
+                                   f"({figures(whole)}); {compiles[0].why}{off_why}")
         cand.plan = cand.plan.model_copy(update={"actions": [action, *rest]})
         return (f"the program's own whole-model compile ({own.text}) is in {file}, which the harness does not run: the search "
                 f"measured it through its stand-in {cand.name!r} and writes dynamic=False on that call")
+    if any(a.strategy in ("whole", "nested") for a in compiles) and off:
+        # the stand-in ran without the call's fullgraph=True, which raises at the breaks the ladder found
+        action = CompileAction(action="compile", target=own.site, strategy="whole", own_call=off,
+                               why=f"the program compiles the whole model itself ({own.text}) in {file}, which the harness does "
+                                   f"not run: measured through its stand-in {cand.name!r} ({figures(row)}){off_why}")
+        cand.plan = cand.plan.model_copy(update={"actions": [action, *rest]})
+        return (f"the program's own whole-model compile ({own.text}) is in {file}, which the harness does not run: the search "
+                f"measured it through its stand-in {cand.name!r}, which breaks the graph where that call's fullgraph=True "
+                "raises: the plan sets fullgraph=False on that call")
     if any(a.strategy in ("whole", "nested") for a in compiles):
         cand.plan = cand.plan.model_copy(update={"actions": rest})
         unwritten = any(a.options.dynamic is False for a in compiles)  # own.can("dynamic") refused it above
@@ -278,15 +301,29 @@ def translate(ctx: Any, out: Any, own: Any) -> str | None:
     options = compiles[0].options.non_default() if len(compiles) == 1 else {}
     carried = {k: v for k, v in options.items() if k in ("fullgraph", "mode", "dynamic") and own.can(k) is None}
     action = CompileAction(
-        action="compile", target=own.site, strategy="region", own_call={**carried, "regional": path},
+        action="compile", target=own.site, strategy="region", own_call={**off, **carried, "regional": path},
         why=(f"the program compiles the whole model itself ({own.text}) in {file}, which the harness does not run: measured "
              f"through stand-ins on the harness's model, its regional form ({cand.name!r}: {figures(row)}) and the "
              f"whole-model compile ('whole': {figures(whole)}), the search chose the regional form; regional compilation "
-             f"at that call site, {why}"))
+             f"at that call site, {why}{off_why}"))
     cand.plan = cand.plan.model_copy(update={"actions": [action, *rest]})
     return (f"the program's own whole-model compile ({own.text}) is in {file}, which the harness does not run: the search "
             f"measured it through stand-ins ('whole' for it, {cand.name!r} for its regional form) and writes the choice "
             "as an edit of that call")
+
+
+def _standin_breaks(ctx: Any, own: Any) -> tuple[dict[str, Any], str]:
+    """``({"fullgraph": False}, why)`` where the program's call that stand-ins measure sets
+    ``fullgraph=True`` and the graph-breaks rung found breaks in the model: that call raises at
+    them (``fullgraph=True``: "raise an error on a graph break", torch docs, ``torch.compile``),
+    and the stand-ins, stackpart's own compiles, broke the graph there instead; else ``({}, "")``."""
+    m = ctx.measured("graph_breaks")
+    n = int(m.get("graph_break_count") or 0) + int(m.get("frame_skipping_breaks") or 0)
+    if not n or dict(own.current).get("fullgraph") is not True or own.can("fullgraph") is not None:
+        return {}, ""
+    sites = sorted({f.where for f in ctx.results["graph_breaks"].findings if f.file})[:3]
+    return {"fullgraph": False}, (f"; fullgraph=False: the graph_breaks rung found {n} graph break(s)"
+                                  + (f" (at {', '.join(sites)})" if sites else "") + ", where that call's fullgraph=True raises")
 
 
 def runs_own_compile(ctx: Any, own: Any) -> bool:

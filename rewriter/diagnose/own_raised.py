@@ -21,7 +21,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .session import HarnessFailure, own_compile_raised
+from .session import HarnessFailure, compile_hint, own_compile_raised
+
+
+#: Dynamo's wrapper of a backend's own exception (``torch._dynamo.exc``): the compile traced, and
+#: its backend raised. Not set aside: on a CPU the search's children run every compile on the
+#: eager backend, where a backend's failure does not happen, and a plan "validated" there would
+#: keep the compile that raises.
+BACKEND_FAILURES = frozenset({"BackendCompilerFailed"})
 
 
 def unwrap(model: Any) -> tuple[Any, int]:
@@ -70,7 +77,7 @@ def set_aside(ctx: Any, exc: HarnessFailure) -> str | None:
     The reference ``(model, inputs, step)`` is rebuilt on the unwrapped model and one step run
     on it; the compiled modules are read first (:func:`.own_candidates.compiled_modules_of`), so
     the search still proposes the edits of the program's own call. Sets
-    :attr:`.evidence.Evidence.own_raised` to ``{"message", "path", "line", "hint", "compiles"}``.
+    :attr:`.evidence.Evidence.own_raised` to ``{"message", "path", "line", "said", "hint", "compiles"}``.
 
     Raises:
         HarnessFailure: the unwrapped model's step raised (its own failure, not the compile's).
@@ -79,8 +86,10 @@ def set_aside(ctx: Any, exc: HarnessFailure) -> str | None:
         return None  # set aside once: a second failure is the model's own
     while isinstance(exc.__cause__, HarnessFailure):  # run_as_the_program_runs's, which said why already
         exc = exc.__cause__
+    if type(exc.__cause__).__name__ in BACKEND_FAILURES or type(exc.__cause__).__module__.startswith("torch._inductor"):
+        return None  # the backend's failure: the search's children may run another backend, and would not see it
     model, inputs, step = ctx.reference()
-    said = own_compile_raised(exc, lambda: (step(), ctx.session.sync()))
+    said = own_compile_raised(exc, lambda: (step(), ctx.session.sync()), ctx.session.src)
     if said is None:
         return None
     from .own_candidates import compiled_modules_of
@@ -93,9 +102,10 @@ def set_aside(ctx: Any, exc: HarnessFailure) -> str | None:
     ctx.evidence.reference = (bare, inputs, ctx.session.step_fn(bare, inputs))
     cause = exc.message
     ctx.evidence.own_raised = {"message": cause, "path": exc.path, "line": exc.line, "said": said,
+                               "hint": compile_hint(exc.__cause__),
                                "compiles": [c.get("how") for c in compiles]}
     ctx.session.run(ctx.evidence.reference[2])
     where = f" at {exc.path}:{exc.line}" if exc.path and exc.line else ""
-    return (f"the program's own torch.compile raised{where} ({cause}); the same step runs with compilation off, so the "
+    return (f"the program's own torch.compile raised{where} ({cause}); a step at the reference shape runs with compilation off, so the "
             f"ladder measures the model with its {n} compile(s) set aside, and the search measures the program with "
             "compilation off as its reference and the edits of that compile as candidates")

@@ -442,6 +442,7 @@ def _step(run: _Run, rung: Rung, selected: set[str] | None, gives: dict[str, Run
     run.session.rung = rung.name
     t0 = time.perf_counter()
     missing = [f for f in sorted(rung.needs) if getattr(ctx.evidence, f) is None or getattr(ctx.evidence, f) is UNREAD]
+    again = False
     try:
         if selected is not None and rung.name not in selected:
             r = rung.skipped("not selected")
@@ -450,16 +451,17 @@ def _step(run: _Run, rung: Rung, selected: set[str] | None, gives: dict[str, Run
         else:
             r = rung.run(ctx)
     except HarnessFailure as exc:
-        if not rung.compiles and _own_compile_set_aside(run, exc):
-            _step(run, rung, selected, gives)  # the rung again, on the model without its compile
-            return
-        if not rung.compiles:
+        again = not rung.compiles and _own_compile_set_aside(run, exc)
+        if not again and not rung.compiles:
             run.fatal = exc
-        elif exc.oom and exc.oom.get("fragmentation") and run.compiled_oom is None:
+        elif not again and exc.oom and exc.oom.get("fragmentation") and run.compiled_oom is None:
             run.compiled_oom = exc
         r = rung.failed(exc.describe())
     except Exception as exc:  # a rung's own failure: record it, keep climbing
         r = rung.failed(f"rung {rung.name}: {rung_error(exc, run.src)}")
+    if again:  # outside the handler: the rung again, on the model without its compile
+        _step(run, rung, selected, gives)
+        return
     seconds = round(time.perf_counter() - t0, 3)
     if r is None:  # a rung that only gives evidence, given
         run.said(f"rung {rung.name}: ok in {seconds:.1f} s")

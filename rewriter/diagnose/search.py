@@ -611,10 +611,11 @@ def _decided(ctx: Context, out: SearchOutcome, m: Any, say: Any) -> None:
     a = ctx.amortization
     out.noise = process_noise(m.timing)
     order = [c.name for c in out.candidates]
-    out.choice = decide(out.rows, order, samples, a.runs, a.restarts, out.gain_measured, out.noise)
-    if ctx.evidence.own_raised is not None:  # the as-is row is the program with compilation off
+    raises = ctx.evidence.own_raised is not None
+    out.choice = decide(out.rows, order, samples, a.runs, a.restarts, out.gain_measured, out.noise, as_is_compiles=not raises)
+    if raises:  # the as-is row is the program with compilation off
         out.as_is_raises = True
-        out.choice = when_as_is_raises(out.choice, out.rows, order)
+        out.choice = when_as_is_raises(out.choice, out.rows, order, ctx.evidence.own_raised)
     if ctx.evidence.own_standin is not None:  # the program's compile measured through stand-ins: its call edited
         from .own_candidates import translate
 

@@ -38,26 +38,53 @@ OWN_COMPILE_HINTS = (
 )
 
 
-def own_compile_raised(exc: "HarnessFailure", retry: Callable[[], Any]) -> str | None:
-    """Why a failed step is the program's own compile's doing, or None: the exception came from
-    Dynamo or its backend (``torch._dynamo``/``torch._inductor`` exception types) and ``retry``,
-    the same step under ``torch.compiler.set_stance("force_eager")``, runs. The sentence says what
-    that shows and what to try (:data:`OWN_COMPILE_HINTS`), since stackpart measures the program
-    as it runs and so cannot measure one that raises."""
+def _from_compile(exc: "HarnessFailure") -> bool:
+    """Whether the step's exception came from Dynamo or its backend (``torch._dynamo`` and
+    ``torch._inductor`` exception types), where stance switching exists (torch >= 2.6)."""
     import torch
 
     cause = exc.__cause__
-    if cause is None or not type(cause).__module__.startswith(("torch._dynamo", "torch._inductor")):
-        return None
-    if not hasattr(torch.compiler, "set_stance"):
-        return None
+    return (cause is not None and type(cause).__module__.startswith(("torch._dynamo", "torch._inductor"))
+            and hasattr(torch.compiler, "set_stance"))
+
+
+def off_failure(retry: Callable[[], Any], src: Path) -> str | None:
+    """None where ``retry`` (a step) runs under ``torch.compiler.set_stance("force_eager")``; else
+    what it raised there, ``Type: message (file.py:line)``."""
+    import torch
+
     try:
         with torch.compiler.set_stance("force_eager"):
             retry()
-    except Exception:  # noqa: BLE001 - the model itself raises too: the original failure stands
+    except Exception as exc:  # noqa: BLE001 - the model's own failure, said beside the compile's
+        exc.__context__ = None  # raised while the compile's failure was handled: its line is not this one
+        path, line, _ = user_site(exc, src)
+        return headline(exc) + (f" ({path}:{line})" if path and line else "")
+    return None
+
+
+def own_compile_raised(exc: "HarnessFailure", retry: Callable[[], Any], src: Path | None = None) -> str | None:
+    """Why a failed step is the program's own compile's doing, or None: the exception came from
+    Dynamo or its backend (:func:`_from_compile`) and ``retry``, the same step under
+    ``torch.compiler.set_stance("force_eager")``, runs. The sentence says what that shows and what
+    to try (:data:`OWN_COMPILE_HINTS`), since stackpart measures the program as it runs and so
+    cannot measure one that raises."""
+    if not _from_compile(exc):
         return None
+    if off_failure(retry, src or Path.cwd()) is not None:  # the model itself raises too: the original failure stands
+        return None
+    return _compile_raised(exc.__cause__)
+
+
+def compile_hint(cause: BaseException) -> str | None:
+    """What to try where the program's own compile raised ``cause`` (:data:`OWN_COMPILE_HINTS`), or None."""
     text = str(cause)
-    hint = next((h for keys, h in OWN_COMPILE_HINTS if any(k in text or k == type(cause).__name__ for k in keys)), None)
+    return next((h for keys, h in OWN_COMPILE_HINTS if any(k in text or k == type(cause).__name__ for k in keys)), None)
+
+
+def _compile_raised(cause: BaseException) -> str:
+    """The sentence of :func:`own_compile_raised`, with the hint for ``cause``."""
+    hint = compile_hint(cause)
     return ("the program's own torch.compile raised it: the same step runs with compilation off "
             "(torch.compiler.set_stance('force_eager')), so the model is sound and its compile is not; stackpart "
             "measures the program as it runs, its compile included, so fix that compile first"
@@ -347,9 +374,12 @@ class Session:
         try:
             return self.run(step, what)
         except HarnessFailure as exc:
-            said = own_compile_raised(exc, lambda: (step(), self.sync()))
-            if said is None:
+            if not _from_compile(exc):
                 raise
+            off = off_failure(lambda: (step(), self.sync()), self.src)
+            said = (_compile_raised(exc.__cause__) if off is None else
+                    f"with compilation off (torch.compiler.set_stance('force_eager')) the model raises too: {off}; "
+                    "that failure is the model's own, and comes first")
             raise HarnessFailure(exc.rung, exc.callable, f"{exc.message}; {said}", exc.path, exc.line, note=exc.note) from exc
 
     def time(self, step: Callable[[], Any], *, warmup: int = 2, min_s: float = 0.3, max_iters: int = 50, min_iters: int = 3) -> dict[str, float]:

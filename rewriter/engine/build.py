@@ -168,11 +168,10 @@ def _through_compile(reference: dict[str, Any], mine: dict[str, Any]) -> dict[st
     ``_orig_mod.`` hops (an ``OptimizedModule`` wraps its module under ``_orig_mod``; a plan that
     turns the program's whole-model call into ``module.compile()`` per block drops the hop: the
     same weights). Otherwise ``reference`` unchanged."""
+    from .watch import without_compile_hops as bare
+
     if set(reference) == set(mine):
         return reference
-
-    def bare(key: str) -> str:
-        return ".".join(p for p in key.split(".") if p != "_orig_mod")
 
     by_bare = {bare(k): k for k in mine}
     if len(by_bare) != len(mine) or {bare(k) for k in reference} != set(by_bare) or len(reference) != len(mine):

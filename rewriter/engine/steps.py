@@ -85,14 +85,19 @@ def step_fn(model: Any, inputs: Any, training: bool) -> Any:
 
 
 def after_step(model: Any, inputs: Any, reference_sd: dict[str, Any], seed: int) -> dict[str, Any]:
-    """Training records after a forward+backward: the gradients it left (host copies), then one
+    """Training records after a forward+backward: the gradients it left (host copies, keyed by
+    parameter name without compile wrappers' ``_orig_mod.``), then one
     SGD step (lr :data:`TRAIN_LR`) and the loss after it; the weights are restored after."""
     import torch
 
     from ..harness import call_model, scalar_loss
 
+    from .watch import without_compile_hops
+
+    # named as the user's model names them: a compile's wrapper (the program's own, which a
+    # reference with compilation off keeps) adds ``_orig_mod.`` to every name beneath it
     out: dict[str, Any] = {
-        "grads": {n: p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None}
+        "grads": {without_compile_hops(n): p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None}
     }
     torch.optim.SGD(model.parameters(), lr=TRAIN_LR).step()
     torch.manual_seed(seed)

@@ -393,11 +393,16 @@ class FrameLog:
         return out
 
 
+def without_compile_hops(name: str) -> str:
+    """A module's or parameter's name with ``OptimizedModule``'s ``_orig_mod`` hops dropped
+    (``enc._orig_mod.fc.weight`` -> ``enc.fc.weight``): the name the user's model gives it,
+    whether or not a compile wraps it."""
+    return ".".join(p for p in name.split(".") if p and p != "_orig_mod")
+
+
 def _clean_path(name: str) -> str:
-    """A module's name with ``OptimizedModule``'s ``_orig_mod`` hops dropped (``enc._orig_mod.fc``
-    -> ``enc.fc``); ``<model>`` for the root."""
-    parts = [p for p in name.split(".") if p and p != "_orig_mod"]
-    return ".".join(parts) or "<model>"
+    """:func:`without_compile_hops`, ``<model>`` for the root."""
+    return without_compile_hops(name) or "<model>"
 
 
 def _module_paths(model: Any) -> dict[int, str]:
