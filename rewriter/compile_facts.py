@@ -15,7 +15,10 @@ action imports a check rule (docs/design.md, "Where each kind of change goes").
 - a function registered with ``torch.compiler.allow_in_graph(f)`` (or ``torch._dynamo``'s, or as a
   decorator; :func:`allowed_in_graph`): Dynamo puts each call of it into the graph as one opaque
   call and traces it with fake tensors, so a ``torch.compile`` on that function is then traced by
-  the outer compile and fails (``Cannot access data pointer of Tensor``).
+  the outer compile and fails (``Cannot access data pointer of Tensor``);
+- how a regional compile walks the repeated blocks' container, ``for block in <container>:
+  block.compile()`` (:func:`regional_iterable`, :func:`regional_loop`): the loop the ``own_call``
+  rewrite writes and the one ``check``'s SP101 suggests.
 """
 
 from __future__ import annotations
@@ -40,6 +43,13 @@ SUPPRESS_RE = re.compile(r"#\s*stackpart:\s*ignore(?:\[([A-Za-z0-9_,\s]*)\])?")
 REPEATED_BLOCKS = "compile_repeated_blocks"
 #: The class attribute that call reads: the class names of the model's repeated blocks.
 REPEATED_BLOCKS_ATTR = "_repeated_blocks"
+
+#: Containers whose iteration yields their modules: a regional loop walks them as they are.
+ITERATES_MODULES = frozenset({"ModuleList", "Sequential"})
+#: The container whose iteration yields its keys: a regional loop walks its ``.values()``.
+KEYED_CONTAINER = "ModuleDict"
+#: The text a suggested loop shows where the container's path is not known from the source.
+UNKNOWN_CONTAINER = "<the repeated blocks>"
 
 #: A function of at most this many top-level statements (and no loop) is a small region for SP109.
 SMALL_STATEMENTS = 3
@@ -238,3 +248,38 @@ def allowed_in_graph(module: cst.Module, imports: dict[str, str]) -> dict[str, S
             if qual is not None and qual in defined:
                 found.setdefault(qual, SourceSite(qual, call))
     return found
+
+
+def regional_iterable(container: str, kind: str | None) -> str:
+    """What a regional loop iterates to reach each block of ``container`` (the expression's source,
+    ``model.layers``), given its class ``kind`` as far as the source says it:
+
+    * ``ModuleList`` / ``Sequential``: the container itself (iterating one yields its modules);
+    * ``ModuleDict``: ``<container>.values()`` (iterating one yields its keys, strings that have no
+      ``compile``);
+    * unknown (None, or another class): ``<container>.children()``, which yields the modules each of
+      the three holds, once each, and nothing else: a block compiled twice or a ``None`` entry
+      (which iteration yields and ``children()`` skips) would not compile better.
+    """
+    if kind in ITERATES_MODULES:
+        return container
+    if kind == KEYED_CONTAINER:
+        return f"{container}.values()"
+    return f"{container}.children()"
+
+
+def regional_loop(container: str | None, kind: str | None, var: str = "block", args: str = "") -> str:
+    """``for <var> in <what regional_iterable gives>: <var>.compile(<args>)``, on one line; with
+    :data:`UNKNOWN_CONTAINER` in place of the iterable where ``container`` is None (the source does
+    not say where the blocks are)."""
+    iterable = UNKNOWN_CONTAINER if container is None else regional_iterable(container, kind)
+    return f"for {var} in {iterable}: {var}.compile({args})"
+
+
+def container_of(iterable: str) -> str:
+    """The container a regional loop's iterable walks (:func:`regional_iterable` read back):
+    ``model.layers`` for ``model.layers``, ``model.layers.values()`` and ``model.layers.children()``."""
+    for suffix in (".values()", ".children()"):
+        if iterable.endswith(suffix):
+            return iterable[: -len(suffix)]
+    return iterable

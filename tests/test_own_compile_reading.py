@@ -117,6 +117,10 @@ def _rewrite(tmp_path: Path, body: str, own_call: str, strategy: str = "region")
     return new.decode() if isinstance(new, bytes) else new
 
 
+_NET = "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n" \
+       "        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])\n"
+
+
 @pytest.mark.parametrize("line, expect", [
     ('    model = torch.compile(model, backend="eager", fullgraph=True)\n',
      '    for block in model.layers:\n        block.compile(backend="eager", fullgraph=True)\n'),
@@ -124,6 +128,7 @@ def _rewrite(tmp_path: Path, body: str, own_call: str, strategy: str = "region")
     ("    model.forward = torch.compile(model.forward)\n", "    for block in model.layers:\n        block.compile()\n"),
 ])
 def test_the_programs_whole_model_call_turned_regional_at_the_call_site(tmp_path, line, expect):
+    (tmp_path / "model.py").write_text(_NET)  # its layers an nn.ModuleList: the loop walks it as it is
     body = f"import torch\nfrom model import Net\n\n\ndef build():\n    model = Net()\n{line}    return model\n"
     new = _rewrite(tmp_path, body, "{regional: layers}")
     assert new == body.replace(line, expect), new
@@ -134,8 +139,8 @@ def test_the_programs_whole_model_call_turned_regional_at_the_call_site(tmp_path
 def test_a_returned_compile_and_the_librarys_own_regional_compile(tmp_path):
     body = "import torch\n\n\ndef build():\n    return torch.compile(Net(), dynamic=False)\n"
     assert _rewrite(tmp_path, body, "{regional: layers, dynamic: true}") == (
-        "import torch\n\n\ndef build():\n    model = Net()\n    for block in model.layers:\n        block.compile(dynamic=True)\n"
-        "    return model\n")
+        "import torch\n\n\ndef build():\n    model = Net()\n    for block in model.layers.children():\n        block.compile(dynamic=True)\n"
+        "    return model\n")  # Net's class is not in SRC: children() walks a ModuleList, Sequential or ModuleDict alike
     body = "import torch\n\n\ndef build(pipe):\n    pipe.transformer = torch.compile(pipe.transformer)\n"
     assert _rewrite(tmp_path, body, "{regional: compile_repeated_blocks}") == (
         "import torch\n\n\ndef build(pipe):\n    pipe.transformer.compile_repeated_blocks()\n")
@@ -155,6 +160,7 @@ def test_a_regional_edit_that_cannot_hold_is_refused_with_the_line(tmp_path):
 
 def test_a_regional_edit_keeps_the_users_comments(tmp_path):
     """The call's end-of-line comment and those between its arguments were dropped."""
+    (tmp_path / "model.py").write_text(_NET)
     body = ("import torch\nfrom model import Net\n\n\ndef build():\n    model = Net()\n"
             "    # compile everything\n"
             "    model = torch.compile(   # our compile call\n"
@@ -175,7 +181,7 @@ def test_a_regional_edit_keeps_the_users_comments(tmp_path):
     line = "    model.compile()   # our compile call\n"
     body = f"import torch\n\n\ndef build(model):\n{line}    return model\n"
     assert _rewrite(tmp_path, body, "{regional: layers}") == body.replace(
-        line, "    for block in model.layers:   # our compile call\n        block.compile()\n")
+        line, "    for block in model.layers.children():   # our compile call\n        block.compile()\n")
 
 
 _TINY = """\
@@ -208,7 +214,7 @@ def test_a_regional_path_the_models_class_does_not_set_is_refused_with_a_near_na
     assert "for block in model.blocks:" in _rewrite(tmp_path, body, "{regional: blocks}")
     # a class the source does not define (an installed library's) is not checked: the run judges
     lib = "import torch\nfrom transformers import AutoModel\n\n\ndef build():\n    model = AutoModel.from_config(None)\n    model = torch.compile(model)\n    return model\n"
-    assert "for block in model.anything:" in _rewrite(tmp_path, lib, "{regional: anything}")
+    assert "for block in model.anything.children():" in _rewrite(tmp_path, lib, "{regional: anything}")
 
 
 def test_a_regional_path_the_class_may_provide_otherwise_is_not_refused(tmp_path):
@@ -220,11 +226,11 @@ def test_a_regional_path_the_class_may_provide_otherwise_is_not_refused(tmp_path
         "class Wrap(nn.Module):\n    def __getattr__(self, name):\n        return getattr(self.inner, name)\n")
     for cls in ("Net", "Wrap"):
         body = f"import torch\nfrom model import {cls}\n\n\ndef build():\n    model = {cls}()\n    model = torch.compile(model)\n    return model\n"
-        assert "for block in model.blocks:" in _rewrite(tmp_path, body, "{regional: blocks}")
+        assert "for block in model.blocks.children():" in _rewrite(tmp_path, body, "{regional: blocks}")
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "mod.py").write_text("x = (\n")
     body = "import torch\nfrom broken.mod import Net\n\n\ndef build():\n    model = Net()\n    model = torch.compile(model)\n    return model\n"
-    assert "for block in model.blocks:" in _rewrite(tmp_path, body, "{regional: blocks}")
+    assert "for block in model.blocks.children():" in _rewrite(tmp_path, body, "{regional: blocks}")
 
 
 def test_a_regional_edit_is_refused_where_the_program_reaches_into_the_wrapper(tmp_path):
@@ -247,3 +253,137 @@ def test_a_regional_edit_of_a_compile_regional_already_over_another_path_is_refu
     with pytest.raises(StackpartError, match=r"regional already, over model.layers; regional: blocks would nest"):
         _rewrite(tmp_path, body, "{regional: blocks}")
     assert _rewrite(tmp_path, body, "{regional: layers}") == body  # the same path: as asked already
+
+
+_DICT_MODEL = """\
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        return x + self.fc(x)
+
+
+class Net(nn.Module):
+    def __init__(self, d=4, n=3):
+        super().__init__()
+        self.blocks = nn.ModuleDict({f"b{i}": Block(d) for i in range(n)})
+        self.head = nn.Linear(d, 2)
+
+    def forward(self, x):
+        for blk in self.blocks.children():
+            x = blk(x)
+        return self.head(x)
+
+
+def make(kind, n=3):
+    blocks = [Block(4) for _ in range(n)]
+    if kind == "dict":
+        return nn.ModuleDict({f"b{i}": b for i, b in enumerate(blocks)})
+    return nn.Sequential(*blocks) if kind == "seq" else nn.ModuleList(blocks)
+
+
+class Made(Net):
+    def __init__(self, kind):
+        super().__init__()
+        self.blocks = make(kind)
+"""
+
+
+def _run_build(tmp_path: Path, text: str, *args):
+    """``build(*args)`` of the rewritten ``train.py``, imported from ``tmp_path``."""
+    import importlib
+    import sys
+
+    (tmp_path / "train.py").write_text(text)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        for name in ("train", "model"):
+            sys.modules.pop(name, None)
+        return importlib.import_module("train").build(*args)
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in ("train", "model"):
+            sys.modules.pop(name, None)
+
+
+def test_a_regional_loop_over_a_module_dict_walks_its_values(tmp_path):
+    """`for block in model.blocks:` over an nn.ModuleDict walked its keys and raised `'str' object
+    has no attribute 'compile'` when the program ran; the container's class is in the source."""
+    import torch
+
+    (tmp_path / "model.py").write_text(_DICT_MODEL)
+    line = '    model.compile(backend="eager")\n'
+    body = f"import torch\nfrom model import Net\n\n\ndef build():\n    model = Net().eval()\n{line}    return model\n"
+    new = _rewrite(tmp_path, body, "{regional: blocks}")
+    assert new == body.replace(line, '    for block in model.blocks.values():\n        block.compile(backend="eager")\n'), new
+    assert _rewrite(tmp_path, new, "{regional: blocks}") == new  # idempotent
+    model = _run_build(tmp_path, new)
+    compiled = [name for name, m in model.named_modules() if m._compiled_call_impl is not None]
+    assert compiled == ["blocks.b0", "blocks.b1", "blocks.b2"], compiled
+    assert model(torch.randn(2, 4)).shape == (2, 2)
+
+
+@pytest.mark.parametrize("kind", ["list", "seq", "dict"])
+def test_a_regional_loop_over_a_container_the_source_does_not_say_compiles_exactly_the_blocks(tmp_path, kind):
+    """Where the container comes from a factory, the loop walks `.children()`: for a ModuleList,
+    a Sequential and a ModuleDict alike it compiles each block once, and nothing else."""
+    import torch
+
+    (tmp_path / "model.py").write_text(_DICT_MODEL)
+    body = ("import torch\nfrom model import Made\n\n\ndef build(kind):\n    model = Made(kind)\n"
+            '    model = torch.compile(model, backend="eager")\n    return model\n')
+    new = _rewrite(tmp_path, body, "{regional: blocks}")
+    assert '    for block in model.blocks.children():\n        block.compile(backend="eager")\n' in new, new
+    model = _run_build(tmp_path, new, kind)
+    compiled = [name for name, m in model.named_modules() if m._compiled_call_impl is not None]
+    assert compiled == [f"blocks.{k}" for k in (("b0", "b1", "b2") if kind == "dict" else ("0", "1", "2"))], compiled
+    assert model(torch.randn(2, 4)).shape == (2, 2)
+
+
+def test_a_dotted_regional_path_reads_the_container_through_module_dict_keys(tmp_path):
+    """nanoGPT's `self.transformer = nn.ModuleDict(dict(h=nn.ModuleList(...)))`: `transformer.h`
+    is a ModuleList, walked as it is."""
+    (tmp_path / "model.py").write_text(
+        "import torch.nn as nn\n\n\nclass GPT(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.transformer = nn.ModuleDict(dict(wte=nn.Embedding(4, 4), h=nn.ModuleList([nn.Linear(4, 4)])))\n"
+        "        self.towers = nn.ModuleDict({'a': nn.ModuleDict({'x': nn.Linear(4, 4)})})\n")
+    body = "import torch\nfrom model import GPT\n\n\ndef build():\n    model = GPT()\n    model.compile()\n    return model\n"
+    assert "for block in model.transformer.h:\n" in _rewrite(tmp_path, body, "{regional: transformer.h}")
+    assert "for block in model.towers.a.values():\n" in _rewrite(tmp_path, body, "{regional: towers.a}")
+
+
+def test_diagnose_proposes_a_regional_loop_only_where_it_compiles_exactly_the_blocks():
+    """At run time the container's class is known: a ModuleDict's blocks are a regional path (the
+    rewrite walks its values), a container that holds another module beside the blocks is not (a
+    loop over it would compile that module too)."""
+    import torch.nn as nn
+
+    from rewriter.diagnose.own_candidates import _not_only_the_blocks
+    from rewriter.engine.blocks import find_block_groups
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.ln = nn.LayerNorm(4)
+
+    def first(model):
+        g = find_block_groups(model)[0]
+        return {"cls": g.cls, "modules": g.modules}, g.containers[0].name
+
+    for container in (nn.ModuleDict({f"b{i}": Block() for i in range(3)}), nn.ModuleList([Block() for _ in range(3)]),
+                      nn.Sequential(*[Block() for _ in range(3)])):
+        model = nn.Module()
+        model.blocks = container
+        block, name = first(model)
+        assert name == "blocks" and _not_only_the_blocks(model, name, block) is None
+    model = nn.Module()
+    model.blocks = nn.ModuleList([Block(), Block(), Block(), nn.Linear(4, 4)])
+    block, name = first(model)
+    assert _not_only_the_blocks(model, name, block) == (
+        "blocks holds Linear beside its Block blocks: a loop over it would compile those too")

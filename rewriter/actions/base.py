@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import libcst as cst
 import libcst.matchers as m
@@ -539,14 +539,16 @@ class TargetedCommand(SkipTypeChecking, NoCopyMetadata, VisitorBasedCodemodComma
     VISIT_TARGET_BODY: ClassVar[bool] = True
 
     def __init__(
-        self, context: CodemodContext, action: _Action, qualname: str, site: VendorSite
+        self, context: CodemodContext, action: _Action, qualname: str, site: VendorSite,
+        known: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(context)
-        self._setup(action, qualname, site)
+        self._setup(action, qualname, site, known)
 
     @classmethod
     def for_batch(
-        cls, context: CodemodContext, action: _Action, qualname: str, site: VendorSite
+        cls, context: CodemodContext, action: _Action, qualname: str, site: VendorSite,
+        known: Mapping[str, Any] | None = None,
     ) -> "TargetedCommand":
         """An instance used only through :meth:`prepare` and :meth:`rewrite`, by
         :class:`~rewriter.actions.batch.BatchCommand`: LibCST's visitor set-up (its scan of
@@ -556,13 +558,17 @@ class TargetedCommand(SkipTypeChecking, NoCopyMetadata, VisitorBasedCodemodComma
         """
         obj = cls.__new__(cls)
         Codemod.__init__(obj, context)
-        obj._setup(action, qualname, site)
+        obj._setup(action, qualname, site, known)
         return obj
 
-    def _setup(self, action: _Action, qualname: str, site: VendorSite) -> None:
+    def _setup(self, action: _Action, qualname: str, site: VendorSite, known: Mapping[str, Any] | None = None) -> None:
         self.action = action
         self.qualname = qualname
         self.site = site
+        #: What the rewrite read for this action in other files under SRC, which the target's own
+        #: file cannot say (``{"container": "ModuleDict"}``: the class of an ``own_call`` regional
+        #: path's container, :func:`rewriter.rewrite.regional_path.check`).
+        self.known: Mapping[str, Any] = known or {}
         #: Files to write into the vendored package, ``{relpath under SRC: text}``; filled by
         #: :meth:`rewrite` when the action generates code (see :meth:`generate`).
         self.generated: dict[str, str] = {}

@@ -148,7 +148,7 @@ class CompileCommand(TargetedCommand):
                     f"own_call: {self.qualname} holds {len(sites)} compile calls (lines {lines}); expected one, so that "
                     "the edit names its call", sites[1].node)
             if self.action.own_call is not None and self.action.own_call.regional is not None:
-                return regional(func, sites[0], edits, self.action.own_call.regional)
+                return regional(func, sites[0], edits, self.action.own_call.regional, self.known.get("container"))
             new = edited(sites[0], edits)
         except OwnCallRefused as exc:
             msg = exc.message if exc.message.startswith("own_call:") else f"own_call: {exc.message}"

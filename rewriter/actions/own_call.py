@@ -33,7 +33,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 
-from ..compile_facts import REPEATED_BLOCKS
+from ..compile_facts import REPEATED_BLOCKS, container_of, regional_iterable
 from ..plan import OWN_CALL_DEFAULTS
 from ..targets import decorator_name
 from .base import canonical, comments_within, py_literal
@@ -367,12 +367,16 @@ def _kwargs(call: cst.Call, skip_first: bool) -> list[str]:
     return out
 
 
-def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: str) -> cst.FunctionDef:
+def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: str,
+             kind: str | None = None) -> cst.FunctionDef:
     """``func`` with the program's whole-model compile at ``site`` turned into regional compilation
     at the call site: ``model = torch.compile(model, **kw)`` (or ``model.compile(**kw)``, or
     ``return torch.compile(model, **kw)``) becomes ``for block in model.<path>: block.compile(**kw)``
     (``model.compile_repeated_blocks(**kw)`` where ``path`` is :data:`REPEATED_BLOCKS`), the call's
-    keyword arguments kept and ``edits`` made on them. Each block is compiled in place
+    keyword arguments kept and ``edits`` made on them. ``kind`` is the container's class as the
+    source says it (:func:`rewriter.rewrite.regional_path.check`), which picks how the loop walks it
+    (:func:`rewriter.compile_facts.regional_iterable`: ``model.<path>.values()`` for a
+    ``ModuleDict``, ``model.<path>.children()`` where it is not known). Each block is compiled in place
     (``nn.Module.compile``: state_dict keys and hooks kept), and the name the program held still
     names the model. Returns ``func`` unchanged where it already is so (idempotence).
 
@@ -395,7 +399,7 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
         loop = where.loop
         if (loop is not None and isinstance(loop.target, cst.Name) and isinstance(owner, cst.Name)
                 and owner.value == loop.target.value
-                and (_code(loop.iter).endswith("." + path) or _code(loop.iter) == path)):
+                and (container_of(_code(loop.iter)).endswith("." + path) or container_of(_code(loop.iter)) == path)):
             return func  # already regional
         if isinstance(call.func, cst.Attribute) and call.func.attr.value == REPEATED_BLOCKS:
             return func
@@ -447,7 +451,7 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
     else:
         used = {n.value for n in _names_in(func)}
         var = next(v for v in ("block", "layer", "_block", "_stackpart_block") if v not in used)
-        stmts = [*before, f"for {var} in {model}.{path}:\n    {var}.compile({args})"]
+        stmts = [*before, f"for {var} in {regional_iterable(f'{model}.{path}', kind)}:\n    {var}.compile({args})"]
     if isinstance(small, cst.Return):
         stmts.append(f"return {model}")
     if len(line.body) != 1:

@@ -70,7 +70,31 @@ def regional_path(ctx: Any) -> tuple[str | None, str]:
     name = ".".join(p for p in (block.get("name") or "").split(".") if p != "_orig_mod")
     if not name or name == "<root>":
         return None, f"the model itself is the container of its {block['cls'].__name__} blocks"
+    apart = _not_only_the_blocks(inner, name, block)
+    if apart is not None:
+        return None, apart
     return name, f"each {block['cls'].__name__} in {name}"
+
+
+def _not_only_the_blocks(model: Any, name: str, block: dict[str, Any]) -> str | None:
+    """Why the regional loop over ``model.<name>`` would not compile exactly ``block``'s instances,
+    or None. The rewrite walks a ``ModuleList``/``Sequential`` as it is, a ``ModuleDict``'s
+    ``.values()``, a container whose class the source does not say by ``.children()``
+    (:func:`rewriter.compile_facts.regional_iterable`); each yields the container's child modules,
+    which must then be the blocks and nothing else."""
+    import torch.nn as nn
+
+    container = model.get_submodule(name)
+    cls = block["cls"].__name__
+    if not isinstance(container, (nn.ModuleList, nn.Sequential, nn.ModuleDict)):
+        return (f"the repeated {cls} blocks are not held in a ModuleList, Sequential or ModuleDict at {name} "
+                f"(a {type(container).__name__}): a loop over it would not compile each block")
+    mine = {id(m) for m in block["modules"]}
+    others = sorted({type(c).__name__ for c in container.children() if id(c) not in mine})
+    if others:
+        return (f"{name} holds {', '.join(others)} beside its {cls} blocks: a loop over it would compile "
+                "those too")
+    return None
 
 
 def variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:

@@ -9,6 +9,11 @@ or imported from a file under SRC (``from model import TinyLM``). The attributes
 methods assign on ``self`` (and its class-level names), with its bases' in that file. Where any
 step cannot be followed (a class from an installed library, a factory function, a base defined
 elsewhere), nothing is checked: the program's run (``validate``) is then the judge.
+
+The same reading gives the container's class where the source says it (``self.blocks =
+nn.ModuleDict(...)``; a dotted path followed through ``nn.ModuleDict(dict(h=...))`` keys and
+classes of the same file), which picks how the loop walks it
+(:func:`rewriter.compile_facts.regional_iterable`): iterating a ``ModuleDict`` yields its keys.
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ SELF_RETURNING = {"eval", "train", "to", "cuda", "cpu", "float", "half", "bfloat
 PLAIN_BASES = {"nn.Module", "torch.nn.Module", "Module", "object"}
 
 
-def check(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> None:
-    """Refuse an ``own_call`` regional path whose first attribute the model's class never sets.
+def check(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> dict[int, str]:
+    """Refuse an ``own_call`` regional path whose first attribute the model's class never sets;
+    return ``{action index: container class}`` (``ModuleList``, ``Sequential``, ``ModuleDict``) for
+    each regional path whose container's class the source says (the others are left out).
 
     ``bounds``: the plan's resolved file targets (:class:`rewriter.consistency.Bound`); ``parse``:
     ``(relpath) -> (key, definitions)`` reading a file under SRC once, with the definitions the
@@ -41,6 +48,7 @@ def check(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> None:
         StackpartError: at the action's plan line, naming the class, where it is defined and a
             near name among its attributes.
     """
+    kinds: dict[int, str] = {}
     for b in bounds:
         action = b.action
         if not isinstance(action, CompileAction) or action.own_call is None or not action.own_call.regional:
@@ -51,9 +59,12 @@ def check(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> None:
         found = _model_class(b, parse)
         if found is None:
             continue
-        name, rel, attrs = found
+        name, rel, attrs, defs = found
         first = path.split(".")[0]
         if attrs is None or first in attrs:
+            kind = _container_kind(defs, name, path.split("."))
+            if kind is not None:
+                kinds[b.index] = kind
             continue
         shown = sorted(a for a in attrs if not (a.startswith("__") and a.endswith("__")))
         near = difflib.get_close_matches(first, shown, n=1)
@@ -63,11 +74,12 @@ def check(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> None:
             f"raise AttributeError" + (f"; did you mean {near[0]!r}?" if near else ""),
             hint=f"name the container of the repeated blocks {name} holds (its attributes: {', '.join(shown[:8])})",
         )
+    return kinds
 
 
-def _model_class(b: Any, parse: Any) -> tuple[str, str, set[str] | None] | None:
-    """``(class name, its file, the attributes it sets)`` of the module the target compiles, or
-    None where the source does not say which class it is."""
+def _model_class(b: Any, parse: Any) -> tuple[str, str, set[str] | None, dict[str, list[Any]]] | None:
+    """``(class name, its file, the attributes it sets, that file's definitions)`` of the module the
+    target compiles, or None where the source does not say which class it is."""
     from ..actions.base import imported_names
     from ..actions.own_call import find_sites
 
@@ -85,6 +97,8 @@ def _model_class(b: Any, parse: Any) -> tuple[str, str, set[str] | None] | None:
         owner = call.func.value if isinstance(call.func, cst.Attribute) else None
     else:
         owner = call.args[0].value if call.args and call.args[0].keyword is None else None
+    if isinstance(owner, cst.Attribute) and owner.attr.value == "forward":
+        owner = owner.value  # torch.compile(model.forward) compiles the model
     if not isinstance(owner, cst.Name):
         return None
     made = _bound_by_call(func, owner.value, call)
@@ -116,12 +130,12 @@ def _bound_by_call(func: cst.FunctionDef, name: str, site: cst.Call) -> str | No
 
 
 def _class_attrs(name: str, rel: str, module: cst.Module, definitions: dict[str, list[Any]],
-                 parse: Any) -> tuple[str, str, set[str] | None] | None:
+                 parse: Any) -> tuple[str, str, set[str] | None, dict[str, list[Any]]] | None:
     """The class ``name`` as ``rel``'s module (its ``definitions``) sees it: defined there, or
     imported from a file under SRC; with the attributes it and its bases in that file set (None
-    where a base is elsewhere)."""
+    where a base is elsewhere), and the definitions of the file that defines it."""
     if name in definitions and definitions[name][-1].kind == "class":
-        return name, rel, _attrs(definitions, name)
+        return name, rel, _attrs(definitions, name), definitions
     source = _imported_from(module, name, rel)
     if source is None:
         return None
@@ -131,7 +145,7 @@ def _class_attrs(name: str, rel: str, module: cst.Module, definitions: dict[str,
         except StackpartError:
             continue
         if name in defs and defs[name][-1].kind == "class":
-            return name, key, _attrs(defs, name)
+            return name, key, _attrs(defs, name), defs
     return None
 
 
@@ -196,3 +210,85 @@ def _attrs(definitions: dict[str, list[Any]], name: str, seen: frozenset[str] = 
             continue
         return None
     return out
+
+
+#: The containers a regional path may name, by the last part of the name they are called by.
+CONTAINERS = {"ModuleList", "Sequential", "ModuleDict"}
+
+
+def _container_kind(definitions: dict[str, list[Any]], name: str, path: list[str],
+                    seen: frozenset[str] = frozenset()) -> str | None:
+    """The class (:data:`CONTAINERS`) of ``<instance of name>.<path>``, where every assignment of
+    the path's first attribute in class ``name`` (or its bases in ``definitions``) agrees; None
+    where the source does not say it."""
+    if name not in definitions or definitions[name][-1].kind != "class" or name in seen:
+        return None
+    node = definitions[name][-1].node
+    values = _assigned(node, path[0])
+    if not values:  # set by a base: the first one of this file that says it
+        for base in node.bases:
+            base_name = cst.Module(body=[]).code_for_node(base.value)
+            inherited = None if base_name in PLAIN_BASES else _container_kind(definitions, base_name, path, seen | {name})
+            if inherited is not None:
+                return inherited
+        return None
+    kinds = {_kind_of(definitions, value, path[1:], seen | {name}) for value in values}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _assigned(node: cst.ClassDef, attr: str) -> list[cst.BaseExpression]:
+    """The values ``self.<attr> = ...`` takes in the methods of class ``node`` (its nested classes'
+    are theirs)."""
+    out: list[cst.BaseExpression] = []
+
+    class _Sets(cst.CSTVisitor):
+        def visit_ClassDef(self, inner: cst.ClassDef) -> bool:
+            return inner is node
+
+        def visit_Assign(self, assign: cst.Assign) -> None:
+            for t in assign.targets:
+                target = t.target
+                if (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
+                        and target.value.value == "self" and target.attr.value == attr):
+                    out.append(assign.value)
+
+        def visit_AnnAssign(self, assign: cst.AnnAssign) -> None:
+            target = assign.target
+            if (assign.value is not None and isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name)
+                    and target.value.value == "self" and target.attr.value == attr):
+                out.append(assign.value)
+
+    node.visit(_Sets())
+    return out
+
+
+def _kind_of(definitions: dict[str, list[Any]], value: cst.BaseExpression, rest: list[str],
+             seen: frozenset[str]) -> str | None:
+    """The container class of ``value.<rest>``: ``value`` a call of a container (``nn.ModuleList(...)``,
+    a ``ModuleDict``'s ``dict(key=...)``/``{"key": ...}`` entry followed for the next part) or of a
+    class in ``definitions``; None for anything else."""
+    if not isinstance(value, cst.Call):
+        return None
+    called = cst.Module(body=[]).code_for_node(value.func)
+    last = called.rsplit(".", 1)[-1]
+    if last in CONTAINERS:
+        if not rest:
+            return last
+        if last != "ModuleDict" or len(value.args) != 1:
+            return None
+        entry = _dict_entry(value.args[0].value, rest[0])
+        return _kind_of(definitions, entry, rest[1:], seen) if entry is not None else None
+    if rest and called in definitions:
+        return _container_kind(definitions, called, rest, seen)
+    return None
+
+
+def _dict_entry(expr: cst.BaseExpression, key: str) -> cst.BaseExpression | None:
+    """The value of ``key`` in ``dict(key=value, ...)`` or ``{"key": value, ...}``; None."""
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "dict":
+        return next((a.value for a in expr.args if a.keyword is not None and a.keyword.value == key), None)
+    if isinstance(expr, cst.Dict):
+        for el in expr.elements:
+            if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString) and el.key.evaluated_value == key:
+                return el.value
+    return None

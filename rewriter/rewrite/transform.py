@@ -198,13 +198,13 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
     consistency.check(loaded, bounds)
     consistency.check_library(loaded, library)
     consistency.check_own_regional(loaded, bounds, library, src)
-    regional_path.check(loaded, bounds, lambda rel: (key := files.parse(rel), files.definitions[key]))
+    containers = regional_path.check(loaded, bounds, lambda rel: (key := files.parse(rel), files.definitions[key]))
     site_at = _resolve_site(loaded, files) if library else None
     generated: dict[str, str] = {}
     owners: dict[str, int] = {}
     for rel, module in files.modules.items():
         site = vendor_site(src, rel)
-        specs, indices = _file_commands(loaded, rel, bounds, unsafe, result.skipped, site)
+        specs, indices = _file_commands(loaded, rel, bounds, unsafe, result.skipped, site, containers)
         if site_at is not None and site_at[0] == rel:
             specs.append((SiteCommand, (site_spec(loaded, library), site_at[1], site)))  # type: ignore[arg-type]
             indices.append(SITE)
@@ -269,11 +269,12 @@ def _mark_dynamic_warnings(loaded: LoadedPlan, bounds: list[consistency.Bound]) 
 
 def _file_commands(
     loaded: LoadedPlan, rel: str, bounds: list[consistency.Bound], unsafe: bool,
-    skipped: list[tuple[int, str]], site: object,
+    skipped: list[tuple[int, str]], site: object, containers: dict[int, str] | None = None,
 ) -> tuple[list[tuple[type[TargetedCommand], tuple]], list[int]]:
     """``(command class, arguments)`` and the action index of each action on ``rel`` to run, in
     plan order; an advisory action, or an unsafe one without ``unsafe``, goes to ``skipped``
-    with the reason instead.
+    with the reason instead. ``containers``: the class of each ``own_call`` regional path's
+    container the source says (:func:`.regional_path.check`), given to its command.
 
     Raises:
         StackpartError: at an action this version has no command for.
@@ -298,7 +299,8 @@ def _file_commands(
         cls = COMMANDS.get(b.action.action)
         if cls is None:
             raise loaded.error(b.index, f"the {b.action.action!r} action is not supported by this version")
-        specs.append((cls, (b.action, b.target.qualname, site)))
+        known = ({"container": containers[b.index]},) if containers and b.index in containers else ()
+        specs.append((cls, (b.action, b.target.qualname, site, *known)))
         indices.append(b.index)
     return specs, indices
 
