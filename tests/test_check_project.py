@@ -516,3 +516,66 @@ def test_in_a_script_folder_the_sibling_wins_over_a_module_of_the_name_elsewhere
                   "train.py": "print('no compile here')\n"})
     found, _ = _found(["old_src/train.py", "src/model.py"])
     assert ("src/model.py", 6, "SP103") not in found, found  # src/model.py is not what old_src/train.py compiles
+
+
+DICT_NET = """\
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, x):
+        return x + self.fc(x)
+
+
+class Net(nn.Module):
+    def __init__(self, d=8, n=3):
+        super().__init__()
+        self.blocks = nn.ModuleDict({f"b{i}": Block(d) for i in range(n)})
+
+    def forward(self, x):
+        for blk in self.blocks.values():
+            x = blk(x)
+        return x
+"""
+
+
+@pytest.mark.parametrize("compile_line", ["cmodel = torch.compile(model)\n", "model.compile()\n"])
+def test_blocks_in_a_module_dict_of_a_dict_comprehension_repeat_a_block(tmp_path, monkeypatch, compile_line):
+    """`nn.ModuleDict({f"b{i}": Block(d) for i in range(n)})` gave no SP101 where the ModuleList
+    form did; the suggested loop walks the ModuleDict's values (its iteration yields its keys)."""
+    _write(tmp_path, {"pyproject.toml": "[project]\nname = 'p'\n", "model.py": DICT_NET,
+                      "serve.py": f"import torch\nfrom model import Net\n\nmodel = Net().eval()\n{compile_line}"})
+    monkeypatch.chdir(tmp_path)
+    for paths in (["serve.py"], ["serve.py", "model.py"]):
+        found, outcome = _found(paths)
+        assert {(p, c) for p, _, c in found} == {("serve.py", "SP101")}, found
+        [f] = outcome.findings
+        assert "self.blocks is an nn.ModuleDict of Block" in f.message
+        assert "`for block in model.blocks.values(): block.compile()`" in f.message, f.message
+    one = DICT_NET + "\n\nmodel = torch.compile(Net())\n"
+    (tmp_path / "one.py").write_text("import torch\n" + one)
+    found, outcome = _found(["one.py"], project=False)
+    assert {c for _, _, c in found} == {"SP101"} and "model.blocks.values()" in outcome.findings[0].message
+    # the regional loop the rewrite writes reaches the blocks: no SP101 for it
+    (tmp_path / "serve.py").write_text("import torch\nfrom model import Net\n\nmodel = Net().eval()\n"
+                                       "for block in model.blocks.values():\n    block.compile()\n")
+    assert _found(["serve.py", "model.py"])[0] == set()
+
+
+def test_a_transformers_model_gets_no_container_path_the_source_does_not_say(tmp_path, monkeypatch):
+    """SP101 suggested `for block in model.layers` for LlamaForCausalLM, whose layers are
+    `model.model.layers` (gpt2: `model.transformer.h`): the path is not in the source."""
+    src = ("import torch\nfrom transformers import LlamaConfig, LlamaForCausalLM\n\n"
+           "model = LlamaForCausalLM(LlamaConfig(hidden_size=32))\n{}")
+    for i, line in enumerate(("model.forward = torch.compile(model.forward)\n", "model.compile()\n")):
+        (tmp_path / f"m{i}.py").write_text(src.format(line))
+    monkeypatch.chdir(tmp_path)
+    found, outcome = _found(["m0.py", "m1.py"], project=False)
+    assert {(p, c) for p, _, c in found} == {("m0.py", "SP101"), ("m1.py", "SP101")}, found
+    for f in outcome.findings:
+        assert "`for block in <the repeated blocks>: block.compile()`" in f.message, f.message
+        assert "model.layers" not in f.message

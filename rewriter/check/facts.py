@@ -23,7 +23,8 @@ of the project do to it comes in as a :class:`~rewriter.check.project.FileView` 
 * a node is *traced* when its nearest enclosing function is compiled (or such a helper) and it is
   not in a branch that only runs eager (``if not torch.compiler.is_compiling():`` and friends);
 * a class *repeats a block* when its ``__init__`` builds ``nn.ModuleList``/``nn.Sequential`` from
-  a comprehension of calls (``[Block(cfg) for _ in range(n)]``), or holds (``self.x = Cls(...)``)
+  a comprehension of calls (``[Block(cfg) for _ in range(n)]``), or ``nn.ModuleDict`` from a dict
+  comprehension of calls (``{f"b{i}": Block(cfg) for i in range(n)}``), or holds (``self.x = Cls(...)``)
   a class of this file that does; a ``transformers`` ``*For*``/``AutoModel*`` class counts too
   (every such model is a stack of layers).
 """
@@ -58,7 +59,8 @@ IS_COMPILING = {
     "torch.jit.is_tracing",
     "torch.fx._symbolic_trace.is_fx_tracing",
 }
-CONTAINERS = {"torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.modules.container.ModuleList"}
+CONTAINERS = {"torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.modules.container.ModuleList",
+              "torch.nn.ModuleDict", "torch.nn.modules.container.ModuleDict"}
 # Method calls that only move or re-flag a module and return it (``Cls(...).to(dev)``).
 PASSTHROUGH = {"to", "cuda", "cpu", "eval", "train", "half", "float", "bfloat16", "double", "requires_grad_"}
 CONSTRUCTORS = {"from_pretrained", "from_config", "_from_config"}
@@ -365,6 +367,21 @@ class FileFacts:
                     attr, block, container, files = hit
                     return f"{attr} is an {container} of {block}", files
         return self._library_repeats(qnames), ()
+
+    def repeated(self, cls: tuple[str, set[str]], at: cst.CSTNode | None = None) -> Repeated | None:
+        """The repeated block :meth:`repeats` reads for the class, with its container's attribute
+        path (``self.h``, ``self.transformer.h``) and class; None where the source does not say
+        it (a ``transformers`` model, judged by its class name alone)."""
+        name, qnames = cls
+        info = self.class_info(name, at) if at is not None else self.classes.get(name)
+        if info is not None and info.repeated:
+            return info.repeated[0]
+        if self.view is not None:
+            for q in sorted(qnames | {name}):
+                hit = self.view.repeats.get(q)
+                if hit is not None:
+                    return Repeated(hit[0], hit[1], hit[2])
+        return None
 
     def _library_repeats(self, qnames: set[str]) -> str | None:
         for q in qnames:
@@ -694,8 +711,10 @@ class _Collector(cst.CSTVisitor):
             return
         for arg in node.args:
             comp = arg.value
-            if isinstance(comp, (cst.ListComp, cst.GeneratorExp)) and isinstance(comp.elt, cst.Call):
-                block = get_full_name_for_node(comp.elt.func)
+            made = (comp.elt if isinstance(comp, (cst.ListComp, cst.GeneratorExp))
+                    else comp.value if isinstance(comp, cst.DictComp) else None)
+            if isinstance(made, cst.Call):
+                block = get_full_name_for_node(made.func)
                 if block is None:
                     continue
                 attr = self._owner_attr(node)

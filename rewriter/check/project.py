@@ -100,7 +100,7 @@ from dataclasses import dataclass, field
 CACHE_DIR = ".stackpart_cache"
 CACHE_FILE = "project-v1.json"
 #: Bumped when the summary's format or meaning changes (an old cache is then ignored).
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 ROOT_MARKERS = ("pyproject.toml", ".git")
 #: Folders never walked for project files (besides hidden ones): not the user's code.
 SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", CACHE_DIR})
@@ -117,7 +117,8 @@ COMPILE = "torch.compile"
 DISABLE = frozenset({"torch.compiler.disable", "torch._dynamo.disable"})
 CONTAINERS = frozenset({"torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.modules.container.ModuleList",
                         "torch.nn.modules.container.Sequential"})
-DICT_CONTAINERS = frozenset({"torch.nn.ModuleDict", "dict"})
+MODULE_DICTS = frozenset({"torch.nn.ModuleDict", "torch.nn.modules.container.ModuleDict"})
+DICT_CONTAINERS = MODULE_DICTS | {"dict"}
 PASSTHROUGH = frozenset({"to", "cuda", "cpu", "eval", "train", "half", "float", "bfloat16", "double", "requires_grad_"})
 CONSTRUCTORS = frozenset({"from_pretrained", "from_config", "_from_config"})
 
@@ -476,9 +477,17 @@ class _Summarizer:
 
     def _containers(self, expr: ast.expr, path: list[str]) -> Iterator[tuple[list[str], str, str]]:
         """``(attribute path, block class, container)`` of the ``ModuleList``/``Sequential`` of a
-        comprehension of calls in ``expr``, also nested in ``ModuleDict``/``dict`` keys."""
+        comprehension of calls in ``expr``, also nested in ``ModuleDict``/``dict`` keys, and of a
+        ``ModuleDict`` of a dict comprehension of calls."""
         if isinstance(expr, ast.Call):
             name = self.qualify(expr.func)
+            if name in MODULE_DICTS:
+                for arg in expr.args:
+                    if isinstance(arg, ast.DictComp) and isinstance(arg.value, ast.Call):
+                        cls = self.class_of(arg.value, self.scope())
+                        if cls is not None and cls[0] == "cls":
+                            yield path, cls[1], "nn.ModuleDict"
+                            return
             if name in CONTAINERS:
                 for arg in expr.args:
                     comp = arg.value if isinstance(arg, ast.Starred) else arg
@@ -499,9 +508,14 @@ class _Summarizer:
                     yield from self._containers(v, [*path, k.value])
 
     def _loop(self, node: ast.For | ast.AsyncFor) -> None:
-        """``for block in model.h:`` (or ``enumerate(model.h)``) binds ``block`` to an element of
-        ``model``'s class's ``self.h`` container."""
+        """``for block in model.h:`` (or ``enumerate(model.h)``, ``model.h.values()``,
+        ``model.h.children()``: how a regional loop walks a ``ModuleDict`` or a container of a class
+        the source does not say) binds ``block`` to an element of ``model``'s class's ``self.h``
+        container."""
         it = node.iter
+        if (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("values", "children")
+                and not it.args and not it.keywords):
+            it = it.func.value
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate" and it.args:
             it = it.args[0]
             target = node.target.elts[1] if isinstance(node.target, ast.Tuple) and len(node.target.elts) == 2 else None

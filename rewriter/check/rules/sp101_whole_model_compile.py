@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ...compile_facts import options
-from ..facts import COMPILE, CUDA_GRAPH_MODES, first_positional
+from ...compile_facts import options, regional_loop
+from ..facts import COMPILE, CUDA_GRAPH_MODES, Repeated, first_positional
 from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
 
 
@@ -16,13 +16,17 @@ class WholeModelCompile(Rule):
     SUMMARY = "Whole-model torch.compile of a model that repeats a block: compile per block"
     EXPLANATION = """\
 `torch.compile(model)` (or `model.compile()`, or `@torch.compile` on the model's `forward`) where
-the model builds an `nn.ModuleList`/`nn.Sequential` of one block class compiles the whole stack as
-one unit. Compile time scales with the compiled unit and is paid again on every code change and
+the model builds an `nn.ModuleList`/`nn.Sequential` of one block class (or an `nn.ModuleDict` of
+one, `{f"b{i}": Block() for i in range(n)}`) compiles the whole stack as one unit. Compile time scales with the compiled unit and is paid again on every code change and
 every new shape; a whole-model graph guards on everything it touched, so a change anywhere
 recompiles everything; a graph break splits the model at an arbitrary point. Nearly all fusion is
 local to a block (block boundaries are residual adds and norms, fusion boundaries anyway), so
-**regional compilation** (compile each block: `for block in model.layers: block.compile()`, or
-stackpart's `compile` action on the block class) keeps most of the gain for a fraction of the cost.
+**regional compilation** (compile each block: `for block in model.layers: block.compile()`,
+`model.blocks.values()` for an `nn.ModuleDict`, whose iteration yields its keys, or stackpart's
+`compile` action on the block class) keeps most of the gain for a fraction of the cost. The
+finding names the container where the source says it; for a `transformers` model, whose layers
+sit in a path of the library's (`model.model.layers`, `model.transformer.h`), it does not:
+`stackpart diagnose` reads the path from the model it builds.
 
 The exception is real: CUDA graphs prefer one large capture, because many small captures pay the
 fixed replay cost each. For latency-critical decode with CUDA graphs (`mode="reduce-overhead"`)
@@ -183,6 +187,21 @@ model.forward = torch.compile(model.forward)
         Invalid(
             """\
 import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.blocks = nn.ModuleDict({f"b{i}": Block() for i in range(n)})
+
+model = torch.compile(Net(3))
+""",
+            line=9,
+            note="blocks in an nn.ModuleDict: the suggested loop walks model.blocks.values()",
+        ),
+        Invalid(
+            """\
+import torch
 import torch.nn as nn
 
 class Encoder(nn.Module):
@@ -198,12 +217,17 @@ class Encoder(nn.Module):
         ),
     ]
 
-    def _message(self, what: str, why: str, attr: str) -> str:
-        loop = attr.removeprefix("self.") if attr.startswith("self.") else "layers"
-        loop = loop.replace(".self.", ".")
+    def _message(self, what: str, why: str, repeated: Repeated | None) -> str:
+        """The finding's text; its loop walks the container as the ``own_call`` rewrite's does
+        (:func:`rewriter.compile_facts.regional_loop`), with no path where the source does not say
+        where the blocks are (a ``transformers`` model's ``model.layers`` or ``transformer.h``)."""
+        container = kind = None
+        if repeated is not None and repeated.attr.startswith("self."):
+            container = "model." + repeated.attr.removeprefix("self.").replace(".self.", ".")
+            kind = repeated.container.rsplit(".", 1)[-1]
         return (
             f"whole-model torch.compile of {what}: {why}; compile each block instead (regional "
-            f"compilation, e.g. `for block in model.{loop}: block.compile()`): most fusion is local "
+            f"compilation, e.g. `{regional_loop(container, kind)}`): most fusion is local "
             "to a block, and compile time, recompiles and graph breaks then stay per block. "
             'Whole-model capture is right for latency-critical decode with CUDA graphs (mode="reduce-overhead")'
         )
@@ -227,11 +251,7 @@ class Encoder(nn.Module):
         why, files = f.repeats_with_files(cls, node)  # a class the enclosing function defines first
         if why is None or f.is_repeated_block(cls[0], cls[1]):
             return
-        info = f.class_info(cls[0], node)
-        attr = info.repeated[0].attr if info is not None and info.repeated else why.split(" is an ", 1)[0]
-        if " " in attr:  # the transformers heuristic's reason names no attribute
-            attr = "layers"
-        self.report(at, self._message(cls[0].rsplit(".", 1)[-1], why, attr), related=files)
+        self.report(at, self._message(cls[0].rsplit(".", 1)[-1], why, f.repeated(cls, node)), related=files)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if node.name.value != "forward":
@@ -245,4 +265,4 @@ class Encoder(nn.Module):
             if is_compile and options(call)[1] not in CUDA_GRAPH_MODES:
                 r = info.repeated[0]
                 why = f"{r.attr} is an {r.container} of {r.block}"
-                self.report(dec, self._message(f"{info.node.name.value}.forward", why, r.attr))
+                self.report(dec, self._message(f"{info.node.name.value}.forward", why, r))
