@@ -183,7 +183,7 @@ def test_plan_drift_from_pyproject_exits_1_with_the_diff_and_fix_applies_it(gpt,
     original = (gpt / model).read_bytes()
     assert main(["check", "--select", "SP106", model]) == 1
     out = capsys.readouterr().out
-    assert f"{model}:1:1: plan drift" in out
+    assert f"{model}:45:1: plan drift" in out  # the line the compile decorator goes above
     assert "diff --git a/model.py b/model.py" in out and "+    @torch.compile" in out
     # one rule with rewrite --apply (issue 15): no passing validation report, no plan edits written
     assert main(["check", "--select", "SP106", "--fix", model]) == 1
@@ -280,3 +280,30 @@ def test_a_plan_schema_error_gets_no_src_hint(gpt, capsys):
     plan.write_text(plan.read_text().replace("action: compile", "action: compil", 1))
     assert main(["check", "--plan", "gpt/plan.yaml", "gpt/src/model.py"]) == 2
     assert "pass --src" not in capsys.readouterr().err
+
+
+def test_plan_drift_is_placed_at_the_first_line_the_plan_changes(tmp_path, monkeypatch, capsys):
+    """Drift was placed at `serve.py:1:1` whatever the plan changed; an editor or CI annotation
+    then pointed at the file's first line instead of the program's compile call."""
+    import json
+
+    from rewriter.check.drift import first_changed_line
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "serve.py").write_text("import torch\n\n\ndef load_model(model):\n    torch.manual_seed(0)\n"
+                                  "    model = model.eval()\n    # compile it\n"
+                                  '    model.compile(mode="max-autotune-no-cudagraphs")\n    return model\n')
+    (tmp_path / "plan.yaml").write_text("version: 1\nactions:\n  - action: compile\n    target: serve.py::load_model\n"
+                                        "    strategy: whole\n    own_call: {dynamic: true}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "src", "--plan", "plan.yaml"]) == 1
+    assert "src/serve.py:8:1: plan drift: differs from what plan.yaml asks" in capsys.readouterr().out
+    assert main(["check", "src", "--plan", "plan.yaml", "--format", "github"]) == 1
+    assert "::error file=src/serve.py,line=8,title=plan drift::" in capsys.readouterr().out
+    assert main(["check", "src", "--plan", "plan.yaml", "--format", "json"]) == 1
+    assert json.loads(capsys.readouterr().out)["drift"]["lines"] == {"src/serve.py": 8}
+    # a line added after the last one is placed at the last line; a new file at its first
+    assert first_changed_line(b"a\nb\n", b"a\nb\nc\n") == 2
+    assert first_changed_line(b"a\nb\n", b"x\na\nb\n") == 1
+    assert first_changed_line(None, b"new\n") == 1

@@ -130,7 +130,7 @@ def test_rewrite_writes_one_line_is_idempotent_and_check_reports_drift(tmp_path,
     os.chdir(tmp_path)
     try:
         assert main(["check", "src/run.py"]) == 1  # drift: the plan's line is missing
-        assert "src/run.py:1:1: plan drift" in capsys.readouterr().out
+        assert "src/run.py:6:1: plan drift" in capsys.readouterr().out  # where the setting goes
         assert main(["rewrite", "--plan", "plan.yaml", "src"]) == 0
         diff = capsys.readouterr().out
         added = [ln for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]

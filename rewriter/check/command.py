@@ -86,7 +86,7 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
     if plan is None:
         return
     from ..plan import load_plan
-    from .drift import infer_src, plan_drift
+    from .drift import first_changed_line, infer_src, plan_drift
 
     outcome.plan = plan
     loaded = load_plan(plan)
@@ -106,6 +106,7 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
             outcome.drift_refused = decision.refused
             outcome.drift_files = [path for path, _ in drifted]
             outcome.drift_diff = diff
+            outcome.drift_lines = {path: first_changed_line(c.old, c.new) for path, c in drifted}
             return
     if fix and drifted:
         _write([(path, c.old, c.new, c.mode) for path, c in drifted])  # old None: a new file
@@ -113,6 +114,7 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
         drifted, diff = plan_drift(loaded, src or ".", files)
     outcome.drift_files = [path for path, _ in drifted]
     outcome.drift_diff = diff
+    outcome.drift_lines = {path: first_changed_line(c.old, c.new) for path, c in drifted}
 
 
 def _measured(findings: list, plan: str | None) -> list:

@@ -66,6 +66,21 @@ def plan_drift(loaded: LoadedPlan, src: str, files: Sequence[str]) -> tuple[list
     return drifted, unified_diff([c for _, c in drifted])
 
 
+def first_changed_line(old: bytes | None, new: bytes) -> int:
+    """The first line (1-based, of ``old``) that the plan changes, where a drift finding is placed:
+    the line replaced or removed, or the one a new line goes before (the last line where it goes
+    after the end); 1 for a file the plan creates (``old`` None)."""
+    if old is None:
+        return 1
+    import difflib
+
+    a, b = old.splitlines(), new.splitlines()
+    for tag, i1, _, _, _ in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            return max(1, min(i1 + 1, len(a)))
+    return 1  # the bytes differ only in line endings or the final newline: the file as a whole
+
+
 def is_vendored(relpath: str) -> bool:
     """Whether ``relpath`` lies in a generated ``_stackpart/`` package."""
     from ..vendor import VENDOR_PACKAGE

@@ -35,6 +35,8 @@ class Outcome:
             the size cap, nested too deep for the parser, a link leaving the tree): warnings.
         drift_files: files that differ from what the configured plan asks.
         drift_diff: the git-style diff that would bring them in line.
+        drift_lines: ``{drift file: its first line the plan changes}`` (:func:`.drift.first_changed_line`),
+            where a drift finding is placed; 1 for a file the plan creates.
         plan: the plan path, when one is configured.
         checked, parsed: files given / files that passed the prefilter and were parsed.
         fixed: files written by ``--fix``, each once (the plan's edits and a rule's fix in one
@@ -49,6 +51,7 @@ class Outcome:
     skipped: list[str] = field(default_factory=list)
     drift_files: list[str] = field(default_factory=list)
     drift_diff: str = ""
+    drift_lines: dict[str, int] = field(default_factory=dict)
     plan: str | None = None
     checked: int = 0
     parsed: int = 0
@@ -73,7 +76,7 @@ def render_text(outcome: Outcome) -> str:
         for f in outcome.findings
     ]
     for path in outcome.drift_files:
-        lines.append(f"{path}:1:1: plan drift: differs from what {outcome.plan} asks (diff below)")
+        lines.append(f"{path}:{outcome.drift_lines.get(path, 1)}:1: plan drift: differs from what {outcome.plan} asks (diff below)")
     text = "\n".join(lines) + ("\n" if lines else "")
     return text + outcome.drift_diff + outcome.fix_diff
 
@@ -85,7 +88,8 @@ def render_json(outcome: Outcome) -> str:
             "findings": [f.as_dict() for f in outcome.findings],
             "errors": outcome.errors,
             "skipped": outcome.skipped,
-            "drift": {"plan": outcome.plan, "files": outcome.drift_files, "diff": outcome.drift_diff},
+            "drift": {"plan": outcome.plan, "files": outcome.drift_files, "diff": outcome.drift_diff,
+                      "lines": {p: outcome.drift_lines.get(p, 1) for p in outcome.drift_files}},
             "fix_diff": outcome.fix_diff,
             "files": {"checked": outcome.checked, "parsed": outcome.parsed, "fixed": outcome.fixed},
         },
@@ -104,7 +108,7 @@ def render_github(outcome: Outcome) -> str:
         out.append(f"::{kind} {props}::{_escape_data(f'{f.code} {f.message}')}\n")
     for path in outcome.drift_files:
         out.append(
-            f"::error file={_escape_prop(path)},line=1,title=plan drift::"
+            f"::error file={_escape_prop(path)},line={outcome.drift_lines.get(path, 1)},title=plan drift::"
             f"{_escape_data(f'differs from what {outcome.plan} asks; run stackpart rewrite --apply')}\n"
         )
     for error in outcome.errors:
@@ -167,7 +171,9 @@ def render_sarif(outcome: Outcome, rules: Sequence[type[Rule]]) -> str:
     notifications = [{"level": "error", "message": {"text": e}} for e in outcome.errors]
     notifications += [{"level": "warning", "message": {"text": w}} for w in outcome.skipped]
     notifications += [
-        {"level": "error", "message": {"text": f"{p}: plan drift: differs from what {outcome.plan} asks"}}
+        {"level": "error", "message": {"text": f"{p}: plan drift: differs from what {outcome.plan} asks"},
+         "locations": [{"physicalLocation": {"artifactLocation": artifact_location(p),
+                                             "region": {"startLine": outcome.drift_lines.get(p, 1)}}}]}
         for p in outcome.drift_files
     ]
     run: dict[str, object] = {
