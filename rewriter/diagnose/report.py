@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from .pruned import merge
 from .rung import RungResult
 from .rungs.top_ops import short_name
 
@@ -164,7 +165,7 @@ def candidates_markdown(search: RungResult | None) -> list[str]:
     lines += ["", "Actions per candidate:", ""]
     lines += [f"- **{r['candidate']}**{' (the rule' + chr(39) + 's proposal)' if r.get('rule') else ''}: " + ("; ".join(f"`{a}`" for a in r["actions"]) or "no action") for r in m["candidates"]]
     if m.get("pruned"):
-        lines += ["", "Pruned by evidence:", ""] + [f"- {p}" for p in m["pruned"]]
+        lines += ["", "Pruned by evidence:", ""] + [f"- {p}" for p in merge(m["pruned"])]
     return lines + [""]
 
 
@@ -303,7 +304,12 @@ def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | Non
         for r, f in findings:
             lines.append(f"- {f'`{f.where}`' if f.file else f.where} ({r.name}, {f.kind}{', ' + f.function if f.function else ''}): {f.message}")
         lines.append("")
-    lines += candidates_markdown(next((r for r in rungs if r.name == "search"), None))
+    search = next((r for r in rungs if r.name == "search"), None)
+    lines += candidates_markdown(search)
+    # a pruned line is listed under the candidates already: the notes do not say it again
+    shown = search is not None and search.measurement.get("candidates")
+    listed = {f"search: pruned {p}" for p in merge(search.measurement.get("pruned") or [])} if shown else set()
+    notes = [n for n in dict.fromkeys(notes) if n not in listed]
     if notes:
         lines += ["## Planner notes", ""] + [f"- {n}" for n in notes] + [""]
     if plan_text is not None:

@@ -29,6 +29,7 @@ from .context import Context
 from .decide import Choice, compile_text, decide, when_as_is_raises
 from .kinds.static_shapes import WHOLE_STATIC
 from .own_candidates import STATIC as OWN_STATIC
+from .pruned import merge
 
 #: Backends that cannot speed anything up: the search then measures failures, not gains.
 NO_GAIN_BACKENDS = frozenset({"eager", "aot_eager", "aot_eager_decomp_partition"})
@@ -323,7 +324,7 @@ def _proposed(ctx: Context, outcome: SearchOutcome | None) -> SearchOutcome:
                                             entries=frozenset({f"{spec.file}::{spec.model}", f"{spec.file}::{spec.inputs}"}))
     cands, pruned = propose(ctx, own)
     out = outcome if outcome is not None else SearchOutcome(cands)
-    out.candidates, out.pruned = cands, pruned
+    out.candidates, out.pruned = cands, merge(pruned)
     out.own_setup = own
     out.backend = ctx.backend
     out.gain_measured = ctx.backend not in NO_GAIN_BACKENDS
@@ -597,8 +598,9 @@ def _judge_twins(ctx: Context, out: SearchOutcome, say: Any) -> None:
     from .kinds import judge
 
     for line in judge(ctx, out.rows):
-        out.pruned.append(line)
-        say(f"pruned {line}")
+        if line not in out.pruned:
+            say(f"pruned {line}")
+        out.pruned = merge([*out.pruned, line])
 
 
 def _decided(ctx: Context, out: SearchOutcome, m: Any, say: Any) -> None:
