@@ -354,6 +354,9 @@ def test_a_dotted_regional_path_reads_the_container_through_module_dict_keys(tmp
         "        self.towers = nn.ModuleDict({'a': nn.ModuleDict({'x': nn.Linear(4, 4)})})\n")
     body = "import torch\nfrom model import GPT\n\n\ndef build():\n    model = GPT()\n    model.compile()\n    return model\n"
     assert "for block in model.transformer.h:\n" in _rewrite(tmp_path, body, "{regional: transformer.h}")
+    # the class called inside the compile (torch.compile(GPT().eval())) is read too
+    called = "import torch\nfrom model import GPT\n\n\ndef build():\n    return torch.compile(GPT().eval())\n"
+    assert "for block in model.transformer.h:\n" in _rewrite(tmp_path, called, "{regional: transformer.h}")
     assert "for block in model.towers.a.values():\n" in _rewrite(tmp_path, body, "{regional: towers.a}")
 
 

@@ -99,9 +99,12 @@ def _model_class(b: Any, parse: Any) -> tuple[str, str, set[str] | None, dict[st
         owner = call.args[0].value if call.args and call.args[0].keyword is None else None
     if isinstance(owner, cst.Attribute) and owner.attr.value == "forward":
         owner = owner.value  # torch.compile(model.forward) compiles the model
-    if not isinstance(owner, cst.Name):
+    if isinstance(owner, cst.Call):  # torch.compile(Encoder().eval(), ...): the class called there
+        made = _called_class(owner)
+    elif isinstance(owner, cst.Name):
+        made = _bound_by_call(func, owner.value, call)
+    else:
         return None
-    made = _bound_by_call(func, owner.value, call)
     if made is None:
         return None
     return _class_attrs(made, b.target.relpath, b.module, b.definitions or collect_definitions(b.module), parse)
@@ -121,12 +124,17 @@ def _bound_by_call(func: cst.FunctionDef, name: str, site: cst.Call) -> str | No
         for small in stmt.body:
             if (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
                     and small.targets[0].target.value == name):
-                value = small.value
-                while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
-                       and value.func.attr.value in SELF_RETURNING):
-                    value = value.func.value
-                found = value.func.value if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) else None
+                found = _called_class(small.value)
     return found
+
+
+def _called_class(value: cst.BaseExpression) -> str | None:
+    """``TinyLM`` of ``TinyLM(...)`` with ``.eval()``, ``.to(...)`` and the like peeled off; None
+    for anything else."""
+    while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+           and value.func.attr.value in SELF_RETURNING):
+        value = value.func.value
+    return value.func.value if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) else None
 
 
 def _class_attrs(name: str, rel: str, module: cst.Module, definitions: dict[str, list[Any]],
