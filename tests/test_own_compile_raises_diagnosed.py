@@ -233,3 +233,16 @@ def test_a_fullgraph_compile_in_a_script_the_harness_does_not_run_gets_fullgraph
     edits = [a for a in load_plan(plan).plan.actions if a.action == "compile" and a.own_call is not None]
     assert [a.target for a in edits] == ["train.py::main"], load_plan(plan).plan.actions
     assert edits[0].own_call.fullgraph is False and "graph_breaks rung found" in edits[0].why, edits[0]
+
+
+def test_a_baseline_that_was_not_timed_still_gives_the_candidate_that_runs():
+    """Where the program with compilation off has no step time (its timing failed), decide keeps
+    as-is (nothing to compare with, gain measured); the candidate that runs is still the plan, and
+    its sentence says the baseline was not timed rather than failing on the missing figure."""
+    from rewriter.diagnose.decide import decide
+
+    rows = {AS_IS: {"error": "timing: the reference timed out"}, "as-is+no-fullgraph": {"step_ms": 1.2}}
+    order = [AS_IS, "as-is+no-fullgraph"]
+    c = when_as_is_raises(decide(rows, order, [], 1000, 1, True, as_is_compiles=False), rows, order)
+    assert c.chosen == "as-is+no-fullgraph", c
+    assert "1.200 ms/step (the program with compilation off was not timed)" in c.text, c.text

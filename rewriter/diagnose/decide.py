@@ -189,9 +189,10 @@ def when_as_is_raises(choice: Choice, rows: dict[str, dict[str, Any]], order: li
     nets = {n: choice.net_s.get(n) for n in runs}
     chosen = max(runs, key=lambda n: nets[n]) if all(v is not None for v in nets.values()) else runs[0]
     status[chosen] = "chosen"
-    t0, t = rows[AS_IS]["step_ms"], rows[chosen]["step_ms"]
+    t0, t = (rows.get(AS_IS) or {}).get("step_ms"), rows[chosen]["step_ms"]
+    against = f"against {t0:.3f} with compilation off" if t0 is not None else "(the program with compilation off was not timed)"
     return Choice(chosen, f"the program as it is raises, so the plan changes its compile: {chosen!r} runs, "
-                          f"{t:.3f} ms/step against {t0:.3f} with compilation off ({text})", status, choice.net_s)
+                          f"{t:.3f} ms/step {against} ({text})", status, choice.net_s)
 
 
 def _cut(text: str, limit: int = 160) -> str:
