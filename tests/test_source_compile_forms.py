@@ -148,3 +148,17 @@ def test_a_class_body_rebinding_is_the_methods_compile(tmp_path, capsys):
     assert "MLP.forward is already compiled in the source" in capsys.readouterr().err
     src = _rewrite(tmp_path, {"model.py": model}, action.split("  - action: mark_dynamic")[0], 0)
     assert "    forward = torch.compile(forward, dynamic=False)\n" in (src / "model.py").read_text()
+
+
+def test_two_rebinding_calls_of_one_file_are_both_edited(tmp_path, capsys):
+    """Each own_call edit of a rebinding is written after the traversal; the first one's
+    deep_replace rebuilt the tree, and the second, looking for the node it had seen, wrote nothing
+    (and a second rewrite of the result then changed the file again)."""
+    train = TRAIN.format(options=", fullgraph=True") + (
+        "\n\ndef eval_step(x):\n    return model(x).sum()\n\n\neval_step = torch.compile(eval_step, fullgraph=True)\n")
+    action = "".join(f"  - action: compile\n    target: train.py::{name}\n    strategy: whole\n    own_call: {{fullgraph: false}}\n"
+                     for name in ("train_step", "eval_step"))
+    src = _rewrite(tmp_path, {"model.py": MODEL, "train.py": train}, action, 0)
+    after = (src / "train.py").read_text()
+    assert after == train.replace(", fullgraph=True)", ")"), after
+    assert main(["rewrite", "--plan", str(tmp_path / "plan.yaml"), str(src), "--check"]) == 0

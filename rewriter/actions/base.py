@@ -695,8 +695,9 @@ class TargetedCommand(SkipTypeChecking, NoCopyMetadata, VisitorBasedCodemodComma
     def rewrite_module(self, module: cst.Module) -> cst.Module:
         """The module once every target is rewritten, with what this action edits outside its
         target (an ``own_call`` edit of ``f = torch.compile(f)`` below the ``def``); ``module``
-        itself for an action that edits only its target. A statement outside the targets is never
-        visited, so its nodes are those of :attr:`tree` (``deep_replace`` finds them)."""
+        itself for an action that edits only its target. Several actions of one file edit it in
+        turn, each ``deep_replace`` rebuilding every node: what an action edits here it finds in
+        ``module`` as it is, never by a node of :attr:`tree`."""
         return module
 
     def _line(self, node: cst.CSTNode | None) -> str:

@@ -114,12 +114,18 @@ class CompileCommand(TargetedCommand):
         return cached[1].get(self.qualname)
 
     def rewrite_module(self, module: cst.Module) -> cst.Module:
-        """The module with the edited rebinding call :meth:`edit_own` found, where it found one."""
-        pending = getattr(self, "_pending", None)
-        if pending is None:
+        """The module with the rebinding call :meth:`edit_own` found edited, where it found one.
+
+        The call is read again from ``module`` as it is now: another action's edit outside its
+        target (a second rebinding in the same file) rebuilds the tree with ``deep_replace``, after
+        which the node :meth:`edit_own` saw is no longer in it."""
+        edits = getattr(self, "_pending", None)
+        if edits is None:
             return module
         self._pending = None
-        return module.deep_replace(*pending)  # type: ignore[return-value]
+        site = rebound_compiles(module, self.imports).get(self.qualname)
+        new = edited(OwnSite(site.node, site.node, "call"), edits) if site is not None else None
+        return module if new is None else module.deep_replace(site.node, new)  # type: ignore[union-attr, return-value]
 
     def edit_own(self, func: cst.FunctionDef) -> cst.FunctionDef:
         """The program's own compile on ``func`` with the plan's ``own_call`` keyword arguments."""
@@ -177,7 +183,6 @@ class CompileCommand(TargetedCommand):
                 f"own_call: regional turns a torch.compile(model) / model.compile() call regional; {self.qualname} is "
                 "a function the program compiles by rebinding its name, which has no blocks to compile: drop regional, "
                 "or compile the block instead (strategy region on its class)", rebound.node)
-        new = edited(OwnSite(rebound.node, rebound.node, "call"), edits)
-        if new is not None:
-            self._pending = (rebound.node, new)
+        if edited(OwnSite(rebound.node, rebound.node, "call"), edits) is not None:  # refused here, at its action
+            self._pending = edits
         return func
