@@ -89,12 +89,6 @@ def _names(value: Any) -> list[str] | None:
     return None
 
 
-def _own(name: str) -> str:
-    """A module's qualified name without the ``_orig_mod`` hops of a ``torch.compile`` wrapper
-    inside the model (``enc._orig_mod.blocks.0`` is ``enc.blocks.0``)."""
-    return ".".join(p for p in name.split(".") if p != "_orig_mod")
-
-
 def read(model: Any) -> Declared:
     """The ``_repeated_blocks`` declarations of ``model`` (an ``nn.Module``) and of every submodule,
     matched to the classes of the submodules under each declarer by class name (as diffusers'
@@ -111,6 +105,7 @@ def read(model: Any) -> Declared:
         a :class:`Declared`; empty (no ``declarers``) when nothing declares a non-empty list.
     """
     from ..engine.blocks import unwrapped
+    from ..engine.watch import without_compile_hops as _own
 
     out = Declared()
     model = unwrapped(model)
