@@ -18,7 +18,9 @@ Inductor cache, bf16 on the GPU:
 ``stackpart diagnose`` runs first, alone on the machine (it times its candidates itself). Then every
 variant's process runs its compile phase at once: the first call at each shape (cold compile at the
 first, new-shape compile at the next), as a program alternating shapes pays them. Once every compile
-phase has ended, the processes time their steps one at a time (``--serial``: each process after the
+phase has ended, the processes time their steps one at a time, in rounds interleaved across them
+(:data:`ROUNDS`, every other round in reverse order: a drift over the call falls on every variant
+alike; parts 1-12 timed each process's steps in one go, one process after another) (``--serial``: each process after the
 last, as parts 1-11 of BENCHMARKS.md ran; unlike those parts, it too compiles every shape before it
 times any, where they timed each shape right after its first call). Each process's launching
 thread is timed on one shared CPU core, the one of median speed, as the engine's timed children are
@@ -27,8 +29,8 @@ variants other than the plan with diagnose, for a family whose diagnose and slow
 one call one after the other (UNet's whole compile recompiles for 266 s): diagnose then shares the
 host, so it chooses the plan with those compiles running (the verdicts say so:
 ``plan_chosen_beside_compiles``) and its ladder + search seconds are recorded, not judged.
-``--replicate plan,whole`` runs the named variants in a second process each (``plan#2``, timed after
-the others, in reverse order): the spread between two processes of one compile (``replicates`` in the
+``--replicate plan,whole`` runs the named variants in a second process each (``plan#2``, started and
+timed with the others, after them in each round's order): the spread between two processes of one compile (``replicates`` in the
 verdicts), which a figure from one process does not show; the verdicts stay on the first processes.
 So the first-call seconds are those of compiles sharing the host's cores, and each shape's steady step
 (median of ``--steps`` CUDA-event timed calls after 3 warm-ups, ms) is timed with every shape compiled:
@@ -257,7 +259,8 @@ def autotune_census():
 '''
 
 #: One variant in its own process: prints one JSON line. argv: src variant device shapes-json steps.
-#: After its compile phase it prints ZOO-READY and times its steps once a line ("go [core]") arrives on stdin.
+#: After its compile phase it prints ZOO-READY; each line "go ROUNDS [core]" on stdin then times one round of its
+#: steps (ZOO-ROUND when done), and "done" makes it print its result.
 WORKER = r'''
 import json, logging, math, statistics, sys, time
 import torch
@@ -371,30 +374,41 @@ try:
         del out
         res["compiled_at"] = time.time()
         res["autotune"] = dict(CENSUS)
-        # the parent lets one process at a time time its steps, once every compile phase has ended
+        # the parent lets one process at a time time its steps, once every compile phase has ended, in
+        # rounds it interleaves across the processes ("go ROUNDS [core]" for each round, then "done")
         print("ZOO-READY", flush=True)
-        go = sys.stdin.readline().split()
-        if not go:  # the parent is gone: no one to time for
-            sys.exit(3)
-        if len(go) > 1:  # pin this (the launching) thread to the core the parent chose, as the engine's timed children do
-            import os
-            try:
-                os.sched_setaffinity(0, {int(go[1])})
-                res["pinned_core"] = int(go[1])
-            except (AttributeError, OSError, ValueError) as exc:
-                res["pinned_core"] = f"not pinned: {exc}"
-        # the timing phase: every shape compiled, as a program alternating them runs
-        res["timing_window"] = [time.time()]
-        for row, inputs in zip(res["shapes"], feeds):
-            for _ in range(3):
-                model(**inputs)
-            ms = [timed(lambda: model(**inputs)) for _ in range(steps)]
-            row.update(median_ms=statistics.median(ms), min_ms=min(ms))
-            # the same steps back to back, 5 calls between two events (the engine's blocked timing, docs/measuring-on-a-gpu.md):
-            # a loop that does not wait for each output; reported beside the isolated calls, not judged
-            blocks = [timed(lambda: [model(**inputs) for _ in range(5)]) / 5 for _ in range(max(1, steps // 5))]
-            row["blocked_ms"] = statistics.median(blocks)
-        res["timing_window"].append(time.time())
+        samples, blocked, windows = [[] for _ in feeds], [[] for _ in feeds], []
+        while True:
+            go = sys.stdin.readline().split()
+            if not go:  # the parent is gone: no one to time for
+                sys.exit(3)
+            if go[0] == "done":
+                break
+            rounds = int(go[1])
+            if len(go) > 2 and "pinned_core" not in res:  # pin this (the launching) thread to the core the parent chose, as the engine's timed children do
+                import os
+                try:
+                    os.sched_setaffinity(0, {int(go[2])})
+                    res["pinned_core"] = int(go[2])
+                except (AttributeError, OSError, ValueError) as exc:
+                    res["pinned_core"] = f"not pinned: {exc}"
+            # one round: every shape compiled, as a program alternating them runs
+            windows.append([time.time()])
+            per = max(3, math.ceil(steps / rounds))
+            for i, inputs in enumerate(feeds):
+                for _ in range(3):
+                    model(**inputs)
+                samples[i] += [timed(lambda: model(**inputs)) for _ in range(per)]
+                # the same steps back to back, 5 calls between two events (the engine's blocked timing,
+                # docs/measuring-on-a-gpu.md): a loop that does not wait for each output; reported, not judged
+                blocked[i] += [timed(lambda: [model(**inputs) for _ in range(5)]) / 5 for _ in range(max(1, per // 5))]
+            windows[-1].append(time.time())
+            print("ZOO-ROUND", flush=True)
+        for row, ms, bl in zip(res["shapes"], samples, blocked):
+            if ms:
+                row.update(median_ms=statistics.median(ms), min_ms=min(ms), blocked_ms=statistics.median(bl))
+        res["timing_windows"] = windows
+        res["timing_window"] = [windows[0][0], windows[-1][1]] if windows else []
     from torch._dynamo.utils import counters
     res["unique_graphs"] = int(counters["stats"].get("unique_graphs", 0))
     res["graph_breaks"] = int(sum(counters["graph_break"].values()))
@@ -446,11 +460,11 @@ class VariantProcess:
             self.lines.put(line)
         self.lines.put(None)
 
-    def _drain(self, until: float, stop_at_ready: bool) -> bool:
-        """Read stdout until ZOO-READY (``stop_at_ready``: True is returned) or its end (False),
-        keeping the result line; past ``until`` (perf_counter seconds) raises queue.Empty."""
+    def _drain(self, until: float, stop_at: str | None) -> bool:
+        """Read stdout until the line ``stop_at`` (ZOO-READY, ZOO-ROUND: True is returned) or its end
+        (False), keeping the result line; past ``until`` (perf_counter seconds) raises queue.Empty."""
         while (line := self.lines.get(timeout=max(0.0, until - time.perf_counter()))) is not None:
-            if line == "ZOO-READY" and stop_at_ready:
+            if stop_at is not None and line == stop_at:
                 return True
             if line.startswith("{"):
                 try:
@@ -465,21 +479,40 @@ class VariantProcess:
         """Wait for the end of the compile phase; False (the error kept, the process killed) if it
         ended or ran past the timeout."""
         try:
-            if self._drain(self.started + self.timeout, stop_at_ready=True):
+            if self._drain(self.started + self.timeout, stop_at="ZOO-READY"):
                 return True
         except queue.Empty:
             self.error = f"timeout after {self.timeout:.0f} s in the compile phase"
             self.kill()
         return False
 
-    def finish(self, core: int | None = None) -> dict:
-        """Let the process time its steps (when it is ready), its launching thread pinned to CPU
-        ``core`` where one is given, and collect its result, or the error."""
+    @property
+    def timing(self) -> bool:
+        """Whether it is ready to time (its compile phase ended, no error, still running)."""
+        return self.error is None and self.compile_s is not None and self.proc.poll() is None
+
+    def time_round(self, rounds: int, core: int | None = None) -> None:
+        """Let the process time one of ``rounds`` rounds of its steps (each shape, ``steps / rounds``
+        calls), its launching thread pinned to CPU ``core`` where one is given, and wait for it."""
         try:
-            if self.error is None and self.compile_s is not None and self.proc.poll() is None:
-                self.proc.stdin.write("go\n" if core is None else f"go {core}\n")
+            if self.timing:
+                self.proc.stdin.write(f"go {rounds}\n" if core is None else f"go {rounds} {core}\n")
                 self.proc.stdin.flush()
-                self._drain(time.perf_counter() + self.timeout, stop_at_ready=False)
+                if not self._drain(time.perf_counter() + self.timeout, stop_at="ZOO-ROUND") and self.error is None:
+                    self.error = f"exit {self.proc.poll()} in the timing phase"
+        except queue.Empty:
+            self.error = f"timeout after {self.timeout:.0f} s in the timing phase"
+            self.kill()
+        except BrokenPipeError:
+            pass
+
+    def finish(self) -> dict:
+        """Collect its result (after its rounds) or the error, and end it."""
+        try:
+            if self.timing:
+                self.proc.stdin.write("done\n")
+                self.proc.stdin.flush()
+                self._drain(time.perf_counter() + self.timeout, stop_at=None)
         except queue.Empty:
             self.error = f"timeout after {self.timeout:.0f} s in the timing phase"
         except BrokenPipeError:
@@ -530,13 +563,20 @@ def timing_core(mode: str) -> int | None:
     return pin_plan(["timed"], cores, "shared", core_speeds(cores)).get("timed")
 
 
+#: Timing rounds per process under the parallel protocol (:func:`run_variants`).
+ROUNDS = 4
+
+
 def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], steps: int, timeout: float,
                  parallel: bool, core: int | None = None,
-                 early: list[VariantProcess] | tuple = ()) -> Iterator[tuple[str, dict]]:
+                 early: list[VariantProcess] | tuple = (), rounds: int = ROUNDS) -> Iterator[tuple[str, dict]]:
     """Each ``(variant, src)`` in its own process (:class:`VariantProcess`), yielded as
     ``(variant, result)`` as each ends, in ``jobs`` order. ``parallel``: every compile phase at
-    once, then the steps timed one process after another; the first-call seconds are then those of
-    compiles sharing the host. Else one process after another. Either way each process compiles
+    once, then the steps timed one process at a time in ``rounds`` rounds interleaved across the
+    processes (every other round in reverse order), so that a drift of the host or device over the
+    call (BENCHMARKS.md, "Model zoo, part 13": one compile timed second and sixth in one call) falls
+    on every variant alike; the first-call seconds are those of compiles sharing the host. Else one
+    process after another, one round each. Either way each process compiles
     every shape before it times any, and times its steps on CPU ``core`` (:func:`timing_core`) where
     one is given. ``early`` (parallel only): processes started before (``--overlap-diagnose``),
     timed first, in their order. Every process is killed and its cache removed however this ends
@@ -547,13 +587,17 @@ def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], 
             for variant, src in jobs:
                 procs.append(proc := VariantProcess(src, variant, device, shapes, steps, timeout))
                 proc.wait_ready()
-                yield variant, proc.finish(core)
+                proc.time_round(1, core)
+                yield variant, proc.finish()
             return
         procs += [VariantProcess(src, variant, device, shapes, steps, timeout) for variant, src in jobs]
         for proc in procs:
             proc.wait_ready()
+        for r in range(rounds):  # interleaved, every other round in reverse: a drift over the call hits all alike
+            for proc in (procs if r % 2 == 0 else procs[::-1]):
+                proc.time_round(rounds, core)
         for proc in procs:
-            res = proc.finish(core)
+            res = proc.finish()
             res["compiled_alongside"] = (["diagnose"] if proc in early else []) + [
                 q.variant for q in procs if q is not proc and _overlap(proc, q)]
             yield proc.variant, res
@@ -775,8 +819,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--serial", action="store_true",
                     help="each variant's process after the last (default: their compile phases at once, the steps timed one at a time)")
     ap.add_argument("--replicate", default="",
-                    help="comma-separated variants also run in a second process ('<variant>#2', timed after the others, "
-                         "in reverse order): the spread between two processes of one compile, reported apart (not judged)")
+                    help="comma-separated variants also run in a second process ('<variant>#2', timed in the same rounds "
+                         "as the others): the spread between two processes of one compile, reported apart (not judged)")
     ap.add_argument("--keep-reports", action="store_true",
                     help="write each family's diagnose report (report.md, diagnose.log, search.log, plan.yaml) under OUT/reports/")
     args = ap.parse_args(argv)
@@ -798,7 +842,7 @@ def main(argv: list[str] | None = None) -> int:
         if report is not None:  # a diagnose killed before its report.json must not leave an earlier run's read as its own
             shutil.rmtree(report, ignore_errors=True)
         r: dict = {"shapes": shapes, "device": device, "variants": {}, "timing_core": core,
-                   "protocol": "serial" if args.serial else "compile phases in parallel, steps timed one process at a time"}
+                   "protocol": "serial" if args.serial else f"compile phases in parallel, steps timed one process at a time in {ROUNDS} interleaved rounds"}
         results[name] = r
 
         def save(variant: str | None) -> None:
