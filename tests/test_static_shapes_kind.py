@@ -278,7 +278,7 @@ def test_a_static_twin_chosen_as_the_stand_in_of_a_compile_the_harness_does_not_
     rows = {WHOLE_STATIC: {"step_ms": 5.0, "compile_s_per_start": 40.0}, "whole": {"step_ms": 5.5, "compile_s_per_start": 90.0}}
     out = SimpleNamespace(chosen=chosen, rows=rows)
     own = SimpleNamespace(where="train.py:12", text="torch.compile(model)", site="train.py::main", can=lambda key: None)
-    note = translate(SimpleNamespace(evidence=SimpleNamespace(own_standin_path=None)), out, own)
+    note = translate(SimpleNamespace(evidence=SimpleNamespace(own_standin_path=None), measured=lambda rung: {}), out, own)
     [edit] = chosen.plan.actions
     assert (edit.target, edit.strategy, edit.own_call.model_dump(exclude_none=True)) == ("train.py::main", "whole", {"dynamic": False})
     assert "writes dynamic=False on that call" in note and "'whole+static'" in note, note
@@ -352,6 +352,6 @@ def test_a_static_stand_in_whose_dynamic_cannot_be_written_says_so():
     out = SimpleNamespace(chosen=chosen, rows={WHOLE_STATIC: {"step_ms": 5.0}, "whole": {"step_ms": 5.5}})
     own = SimpleNamespace(where="train.py:12", text="torch.compile(model, **OPTIONS)", site="train.py::main",
                           can=lambda key: "the call passes **OPTIONS")
-    note = translate(SimpleNamespace(evidence=SimpleNamespace(own_standin_path=None)), out, own)
+    note = translate(SimpleNamespace(evidence=SimpleNamespace(own_standin_path=None), measured=lambda rung: {}), out, own)
     assert chosen.plan.actions == []
     assert "whose dynamic=False cannot be set on that call (the call passes **OPTIONS): it is kept as it is" in note, note
