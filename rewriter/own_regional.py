@@ -22,7 +22,6 @@ that cannot be read or parsed is left out (the rewrite reads the files it change
 from __future__ import annotations
 
 import ast
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .compile_facts import REPEATED_BLOCKS_ATTR, declared_blocks, is_repeated_blocks_call
 from .errors import StackpartError
-from .source import mentions, parse_module, read_file
+from .source import mentions, parse_module, python_files, read_file
 
 #: The bytes a file must contain to be parsed: a call of the method, or a declaration it reads.
 NEEDLE = REPEATED_BLOCKS_ATTR.encode()
@@ -109,27 +108,21 @@ def read(src: Path) -> OwnRegional:
     ``src`` (see the module docstring). Raises nothing: a file that cannot be read is left out."""
     out = OwnRegional()
     seen = 0
-    for root, dirs, files in os.walk(src, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "_stackpart")
-                         and not os.path.islink(os.path.join(root, d)))
-        for name in sorted(files):
-            path = Path(root) / name
-            if not name.endswith(".py") or path.is_symlink():
+    for path in python_files(src):
+        seen += 1
+        if seen > MAX_FILES:
+            return out
+        rel = path.relative_to(src).as_posix()
+        try:
+            if not mentions(path, NEEDLE, rel):
                 continue
-            seen += 1
-            if seen > MAX_FILES:
-                return out
-            rel = path.relative_to(src).as_posix()
-            try:
-                if not mentions(path, NEEDLE, rel):
-                    continue
-                module = parse_module(read_file(path, rel).text, rel)
-            except (OSError, StackpartError):
-                continue
-            out.declared.update(declared_blocks(module))
-            visitor = _Calls(rel, module)
-            MetadataWrapper(module, unsafe_skip_copy=True).visit(visitor)
-            out.calls.extend(call for _, call in sorted(visitor.found, key=lambda t: t[0]))
+            module = parse_module(read_file(path, rel).text, rel)
+        except (OSError, StackpartError):
+            continue
+        out.declared.update(declared_blocks(module))
+        visitor = _Calls(rel, module)
+        MetadataWrapper(module, unsafe_skip_copy=True).visit(visitor)
+        out.calls.extend(call for _, call in sorted(visitor.found, key=lambda t: t[0]))
     return out
 
 

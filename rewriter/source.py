@@ -661,3 +661,21 @@ def frames_needed(module: cst.CSTNode) -> int:
                     if isinstance(item, node_type):
                         push((item, frames + 4))
     return best
+
+
+#: Folders a walk of SRC for the program's Python files never enters: hidden ones, bytecode caches
+#: and stackpart's own generated ``_stackpart/``.
+SKIPPED_DIRS = ("__pycache__", "_stackpart")
+
+
+def python_files(src: Path) -> Iterator[Path]:
+    """The ``.py`` files under ``src`` in sorted order, symbolic links (files and folders) and the
+    folders of :data:`SKIPPED_DIRS` and hidden folders left out: the program's own source, as the
+    static readings of its compile setup read it."""
+    for root, dirs, files in os.walk(src, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS
+                         and not os.path.islink(os.path.join(root, d)))
+        for name in sorted(files):
+            path = Path(root) / name
+            if name.endswith(".py") and not path.is_symlink():
+                yield path

@@ -21,7 +21,6 @@ edit of it can set, which the search's candidates compose with
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,32 +111,26 @@ def _parsed(src: Path):
 
     from ..check.facts import FileFacts
     from ..errors import StackpartError
-    from ..source import parse_module, read_file
+    from ..source import parse_module, python_files, read_file
 
-    for root, dirs, files in os.walk(src, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "_stackpart")
-                         and not os.path.islink(os.path.join(root, d)))
-        for name in sorted(files):
-            path = Path(root) / name
-            if not name.endswith(".py") or path.is_symlink():
+    for path in python_files(src):
+        try:
+            if path.stat().st_size > MAX_BYTES:
                 continue
-            try:
-                if path.stat().st_size > MAX_BYTES:
-                    continue
-                # the guarded read: a FIFO or device named *.py in SRC is refused, never read
-                text = read_file(path).text
-            except (OSError, StackpartError):
-                continue
-            if not _PREFILTER.search(text):
-                continue
-            try:
-                # CPython's parser as the gate, LibCST in the large-stack thread (rewriter.source)
-                wrapper = MetadataWrapper(parse_module(text, str(path)))
-                facts = FileFacts(wrapper, frozenset({"Call"}))  # every call, in document order
-                positions = wrapper.resolve(PositionProvider)
-            except Exception:  # noqa: BLE001 - a file LibCST cannot read is not the setup's
-                continue
-            yield path.relative_to(src).as_posix(), facts, positions
+            # the guarded read: a FIFO or device named *.py in SRC is refused, never read
+            text = read_file(path).text
+        except (OSError, StackpartError):
+            continue
+        if not _PREFILTER.search(text):
+            continue
+        try:
+            # CPython's parser as the gate, LibCST in the large-stack thread (rewriter.source)
+            wrapper = MetadataWrapper(parse_module(text, str(path)))
+            facts = FileFacts(wrapper, frozenset({"Call"}))  # every call, in document order
+            positions = wrapper.resolve(PositionProvider)
+        except Exception:  # noqa: BLE001 - a file LibCST cannot read is not the setup's
+            continue
+        yield path.relative_to(src).as_posix(), facts, positions
 
 
 def parsed_setup(src: str | Path) -> list[tuple[str, Any, Any]]:
@@ -384,19 +377,17 @@ class _Texts:
     def texts(self) -> list[str]:
         if self._texts is None:
             from ..errors import StackpartError
-            from ..source import read_file
+            from ..source import python_files, read_file
 
             out: list[str] = []
-            for root, dirs, files in os.walk(self.src, followlinks=False):
-                dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "_stackpart")]
-                for name in files:
-                    path = Path(root) / name
-                    if name.endswith(".py") and not path.is_symlink() and len(out) < MAX_FILES:
-                        try:
-                            if path.stat().st_size <= MAX_BYTES:
-                                out.append(read_file(path).text)
-                        except (OSError, StackpartError):
-                            continue
+            for path in python_files(self.src):
+                if len(out) >= MAX_FILES:
+                    break
+                try:
+                    if path.stat().st_size <= MAX_BYTES:
+                        out.append(read_file(path).text)
+                except (OSError, StackpartError):
+                    continue
             self._texts = out
         return self._texts
 
