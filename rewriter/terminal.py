@@ -12,15 +12,26 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+#: The width of the console where stderr is not a terminal (a file, a CI log, a pipe) and
+#: ``COLUMNS`` is not set: rich's own default there is 80 columns, which cut the summary's reasons
+#: (the file:line a note names) with an ellipsis in every redirected run.
+REDIRECTED_WIDTH = 160
+
+
 @lru_cache(maxsize=1)
 def stderr() -> Console:
-    """Messages, warnings and progress: stderr, so stdout stays a clean diff or report.
+    """Messages, warnings and progress: stderr, so stdout stays a clean diff or report; on a
+    terminal as wide as it is, elsewhere :data:`REDIRECTED_WIDTH` columns unless ``COLUMNS`` says.
 
     rich is imported on first use: a rewrite that prints only its diff never pays for it.
     """
+    import os
+    import sys
+
     from rich.console import Console
 
-    return Console(stderr=True, soft_wrap=True)
+    redirected = not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()) and not os.environ.get("COLUMNS")
+    return Console(stderr=True, soft_wrap=True, width=REDIRECTED_WIDTH if redirected else None)
 
 
 class PipeSafe:

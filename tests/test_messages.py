@@ -413,3 +413,19 @@ def test_validate_prints_the_end_of_a_long_problem_line(capsys):
     _progress("plan", "cold", {"problems": [problem]})
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("validate: plan: recompiled after warm-up") and line.endswith("3 recompile(s) in 12 step(s)"), line
+
+
+def test_a_redirected_console_is_wide_enough_for_the_summarys_reasons(monkeypatch):
+    """rich gives a console that is not a terminal 80 columns, which cut every note's file:line with
+    an ellipsis in a CI log; COLUMNS still decides where the user set it."""
+    from rewriter import terminal
+
+    terminal.stderr.cache_clear()
+    monkeypatch.delenv("COLUMNS", raising=False)
+    try:
+        assert terminal.stderr().width == terminal.REDIRECTED_WIDTH  # pytest's stderr is not a terminal
+        terminal.stderr.cache_clear()
+        monkeypatch.setenv("COLUMNS", "100")
+        assert terminal.stderr().width == 100
+    finally:
+        terminal.stderr.cache_clear()
