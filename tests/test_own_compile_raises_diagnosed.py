@@ -235,6 +235,53 @@ def test_a_fullgraph_compile_in_a_script_the_harness_does_not_run_gets_fullgraph
     assert edits[0].own_call.fullgraph is False and "graph_breaks rung found" in edits[0].why, edits[0]
 
 
+def test_such_a_compile_over_a_model_with_no_repeated_block_is_measured_through_whole_and_gets_fullgraph_off(tmp_path):
+    """The same script over a model with no repeated block: its call cannot be turned regional, so
+    'whole' alone stands in for it (every other compile would compile its code a second time). The
+    plan sets fullgraph=False on that call where the graph_breaks rung found the break, the
+    rewrite writes it, and the script runs."""
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "own_fullgraph_script_raises_one_unit", src, ignore=shutil.ignore_patterns("__pycache__"))
+    pristine = tmp_path / "pristine"
+    shutil.copytree(src, pristine)
+    plan = tmp_path / "out" / "plan.yaml"
+    assert main(["diagnose", "--harness", "harness.py", str(src), "-o", str(plan), "--device", "cpu", "--budget", "60",
+                 "--shape", "batch=4"]) == 0
+    actions = load_plan(plan).plan.actions
+    [edit] = [a for a in actions if a.action == "compile"]
+    assert edit.target == "train.py::main" and edit.own_call.model_dump(exclude_none=True) == {"fullgraph": False}, actions
+    assert "through its stand-in 'whole'" in edit.why and "graph_breaks rung found 1 graph break(s)" in edit.why, edit.why
+    report = json.loads((plan.parent / "stackpart-diagnose" / "report.json").read_text())
+    [search] = [r for r in report["rungs"] if r["name"] == "search"]
+    rows = {c["candidate"]: c for c in search["measurement"]["candidates"]}
+    assert rows["whole"].get("step_ms") is not None, rows
+    pruned = " ".join(search["measurement"]["pruned"])
+    assert "cannot be turned regional: no repeated block in the model" in pruned, pruned
+    assert "would compile it a second time" not in pruned, pruned
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply"]) == 0
+    assert 'model = torch.compile(model, backend="eager")' in (src / "train.py").read_text()
+    before, after = run_programs([{"script": pristine / "train.py"}, {"script": src / "train.py"}])
+    assert before["rc"] != 0 and "item" in before["stderr"], before
+    assert after["rc"] == 0 and len(after["stdout"].split()) == 2, after
+
+
+def test_a_stand_in_that_cannot_be_regional_strikes_every_compile_but_the_whole_model_one():
+    """Where the program's whole-model compile is measured through 'whole' alone, a per-block or
+    nested compile beside it would compile its code a second time: no edit of that call writes it."""
+    from types import SimpleNamespace
+
+    from rewriter.diagnose.candidates import OwnScope, conflict
+    from rewriter.plan import CompileAction
+
+    own = SimpleNamespace(text="train.py:12: torch.compile(model, fullgraph=True)")
+    scope = OwnScope(whole_only=(own, "no repeated block in the model"))
+    whole = CompileAction(action="compile", target="model.py::Net", strategy="whole")
+    block = CompileAction(action="compile", target="model.py::Block")
+    assert conflict(whole, scope) is None
+    said = conflict(block, scope)
+    assert said and "cannot be turned regional (no repeated block in the model)" in said and "second time" in said, said
+
+
 def test_a_baseline_that_was_not_timed_still_gives_the_candidate_that_runs():
     """Where the program with compilation off has no step time (its timing failed), decide keeps
     as-is (nothing to compare with, gain measured); the candidate that runs is still the plan, and

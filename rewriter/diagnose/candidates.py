@@ -107,6 +107,11 @@ class OwnScope:
     #: ``_repeated_blocks``), whatever the target spells them as (``model.py::Block``, a library's
     #: ``pkg.module:Block``): a compile of one of them is a second compile of it.
     declared_names: set[str] = field(default_factory=set)
+    #: ``(own, why)`` where the program's whole-model compile ``own`` is measured through its
+    #: stand-in 'whole' alone (:func:`.own_candidates.standin`: the harness does not run it and its
+    #: call cannot be turned regional, ``why``): any compile but a whole-model one would compile its
+    #: code a second time, since no edit of that call can write it.
+    whole_only: tuple[Any, str] | None = None
 
     @classmethod
     def of(cls, ctx: Context, regions: list[Any]) -> "OwnScope":
@@ -226,6 +231,11 @@ def conflict(action: Any, scope: OwnScope) -> str | None:
     if kind == "compile" and action.own_call is not None:
         return None  # an edit of the program's own call: no second compile (own_call_candidates)
     if kind == "compile":
+        if scope.whole_only is not None and action.strategy != "whole":
+            own, why = scope.whole_only
+            return (f"the program compiles the whole model itself ({own.text}) in a script the harness does not run, "
+                    f"measured through its stand-in 'whole'; that call cannot be turned regional ({why}), so a compile "
+                    f"of {action.target} would compile that code a second time")
         if scope.whole:
             return (f"the program compiles the whole model itself ({_where(scope.whole)}): a compile of {action.target} "
                     "inside it would compile that code a second time; change the program's own call instead (measured as "
@@ -363,7 +373,8 @@ class _Proposals:
         p.stand = standin(ctx, p.scope, p.pruned)
         ctx.evidence.own_standin = p.stand
         if p.stand is not None:
-            p.scope = replace(p.scope, whole=[])
+            path, why = ctx.evidence.own_standin_path or (None, "")
+            p.scope = replace(p.scope, whole=[], whole_only=None if path is not None else (p.stand, why))
         return p
 
     def add(self, name: str, decision: Any, rule: bool = False) -> None:

@@ -49,7 +49,8 @@ class Evidence:
         own_standin: the program's one whole-model compile the harness does not run, measured
             through stand-ins (:func:`.own_candidates.standin`); None when there is none.
         own_standin_path: ``(path, why)``: the regional form of that stand-in's call
-            (:func:`.own_candidates.regional_path`); None when not set.
+            (:func:`.own_candidates.regional_path`), or ``(None, why not)`` where that call is
+            measured as a whole-model compile only; None when not set.
         own_compiled_modules: the reference model's modules that carry a compile
             (:func:`rewriter.engine.watch.compiled_modules`); None until read.
         own_raised: where the program's own compile raised and the ladder set it aside

@@ -246,14 +246,17 @@ def _dynamic(ctx: Any, own: Any, pruned: list[str], block: bool = False) -> list
 
 def standin(ctx: Any, scope: Any, pruned: list[str]) -> Any:
     """The program's one whole-model compile where the harness does not run it (``model =
-    torch.compile(model)`` in ``train.py``'s ``main``, which the harness never imports), and its
-    call can be turned regional; else None.
+    torch.compile(model)`` in ``train.py``'s ``main``, which the harness never imports); else None.
 
     Such a compile cannot be measured in place, so it is measured through its stand-ins on the
-    harness's model: the ``whole`` candidate (the same whole-model compile) stands for it, the
-    ``per-block`` candidates for its regional form; :func:`translate` writes the choice as an edit
-    of the program's call (no second compile). The stand-in is said in ``pruned``'s neighbour, the
-    search's notes."""
+    harness's model: the ``whole`` candidate (the same whole-model compile) stands for it, and,
+    where its call can be turned regional, the ``per-block`` candidates for its regional form;
+    :func:`translate` writes the choice as an edit of the program's call (no second compile). Where
+    it cannot be turned regional (no repeated block, blocks in two containers, a call the rewrite
+    cannot edit that way), ``ctx.evidence.own_standin_path`` is ``(None, why)``: 'whole' is still
+    measured for it (a ``fullgraph=True`` call that raises at the breaks the ladder found must get
+    its ``fullgraph=False``), and any other compile would compile its code a second time
+    (:attr:`.candidates.OwnScope.whole_only`). Why it is not regional is said in ``pruned``."""
     if len(scope.whole) != 1 or scope.block or scope.functions or scope.runs:
         return None
     own = scope.whole[0]
@@ -262,9 +265,10 @@ def standin(ctx: Any, scope: Any, pruned: list[str]) -> Any:
     path, why = regional_path(ctx)
     refused = own.can("regional")
     if path is None or refused:
+        why = why if path is None else refused
         pruned.append(f"{REGIONAL}: the program's own compile ({own.text}) is not run by the harness and cannot be turned "
-                      f"regional: {why if path is None else refused}")
-        return None
+                      f"regional: {why}")
+        path = None
     ctx.evidence.own_standin_path = (path, why)
     return own
 
