@@ -8,6 +8,9 @@ only the reason, without the location, which is why the log is read.
 
 :func:`artifact_logs` turns artifacts on for a block and keeps torch's own console handler from
 echoing them (the report carries them instead); the settings are reset on exit.
+
+:func:`knob_for` names the ``torch._dynamo.config`` knob torch's own hint gives for a break reason
+(diagnose's config candidates propose it; ``check`` reads what diagnose measured of it).
 """
 
 from __future__ import annotations
@@ -43,6 +46,34 @@ def parse_graph_break(msg: str) -> GraphBreak | None:
     reason = _BREAK_REASON.search(msg)
     said = context.group("context") if context else (reason.group("reason") if reason else msg)
     return GraphBreak(b.group("file"), int(b.group("line")), " ".join(said.split())[:300], msg)
+
+
+#: Break reasons a scalar read gives (torch 2.6-2.13 wordings: explain's reason with its hint,
+#: the graph-break log's ``call_method ... item``, the counters' ``Unsupported Tensor.item()``).
+SCALAR_RE = re.compile(
+    r"capture_scalar_outputs|Tensor\.item\b|\bitem \(\)|\.item\(\)|\btolist\b|_local_scalar_dense|"
+    r"[Dd]ata[- ]dependent operator|scalar output",
+)
+#: Break reasons of an operator with a data-dependent output shape.
+DYNAMIC_RE = re.compile(
+    r"capture_dynamic_output_shape_ops|[Dd]ynamic shape operator|\bnonzero\b|\b_?unique\w*\b|masked_select|"
+    r"[Dd]ynamic output shape"
+)
+
+
+#: ``(break reason pattern, knob)``, tried in order: the knob torch's own hint names for a break
+#: with that reason. A new knob is one more row here and its key in
+#: :data:`rewriter.plan.DYNAMO_CONFIG_KEYS` (the plan's whitelist).
+KNOBS: list[tuple[re.Pattern[str], str]] = [
+    (DYNAMIC_RE, "capture_dynamic_output_shape_ops"),
+    (SCALAR_RE, "capture_scalar_outputs"),
+]
+
+
+def knob_for(reason: str) -> str | None:
+    """The :data:`rewriter.plan.DYNAMO_CONFIG_KEYS` key that keeps a break with this reason in the
+    graph (:data:`KNOBS`), or None (a data-dependent branch, a print, an unsupported call...)."""
+    return next((key for pattern, key in KNOBS if pattern.search(reason)), None)
 
 
 class _Quiet(logging.Filter):

@@ -119,15 +119,25 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
 
 def _measured(findings: list, plan: str | None) -> list:
     """``findings`` with each SP101 that diagnose's search measured and kept turned into a note
-    (:mod:`rewriter.check.measured`): its message says what was measured; it does not fail."""
-    if not any(f.code == "SP101" for f in findings):
+    (:mod:`rewriter.check.measured`), and each SP103 whose advised knob diagnose measured at that
+    graph break and pruned (:mod:`rewriter.check.measured_config`): its message says what was
+    measured; it does not fail."""
+    if not any(f.code in ("SP101", "SP103") for f in findings):
         return findings
     from dataclasses import replace
 
     from .measured import kept_for
+    from .measured_config import advised_knob, rejected_for
 
     out = []
     for f in findings:
+        knob = advised_knob(f.message) if f.code == "SP103" else None
+        rejected = rejected_for(f.path, f.line, knob, plan) if knob else None
+        if rejected is not None:
+            out.append(replace(f, severity="note", message=(
+                f"{f.message}. Kept by measurement, so not failing: {rejected.text} ({_diff_name(rejected.report)}); "
+                "run diagnose again when the model changes")))
+            continue
         kept = kept_for(f.path, f.line, lambda f=f: _span(f), plan) if f.code == "SP101" else None
         if kept is not None and not kept.measured:
             f = replace(f, message=f"{f.message}. Not kept by measurement: {kept.text} ({_diff_name(kept.report)})")

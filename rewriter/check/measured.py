@@ -66,7 +66,8 @@ def _norm(code: str) -> str:
     return " ".join(code.split())
 
 
-def _search(report: dict) -> dict | None:
+def search_of(report: dict) -> dict | None:
+    """The search rung's measurement in a diagnose report, or None."""
     for rung in report.get("rungs") or ():
         if isinstance(rung, dict) and rung.get("name") == "search" and isinstance(rung.get("measurement"), dict):
             return rung["measurement"]
@@ -91,6 +92,38 @@ def _measured_text(search: dict, chosen: dict, others: list[dict]) -> str:
     return text
 
 
+def report_roots(report: dict, path: str) -> tuple[str, ...]:
+    """The folders the files ``report`` (read from ``path``, ``stackpart-diagnose/report.json``)
+    names may be relative to: its SRC as recorded, absolute, or relative to the plan's folder or
+    to the working directory."""
+    src = str(report.get("src") or ".")
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(path)))  # the plan's folder
+    return tuple(dict.fromkeys([os.path.abspath(src)] if os.path.isabs(src) else
+                               [os.path.abspath(os.path.join(folder, src)), os.path.abspath(src)]))
+
+
+def names_file(full: str, file: str, roots: tuple[str, ...]) -> bool:
+    """Whether ``file`` (relative to one of ``roots``, as a report names it) is the file at the
+    absolute path ``full``."""
+    return any(full == os.path.abspath(os.path.join(r, file)) for r in roots) \
+        or full.endswith(os.sep + file.replace("/", os.sep))
+
+
+def reports_for(path: str, configured: str | None = None) -> list[tuple[Path, Path, int]]:
+    """``(plan, report.json, its mtime_ns)`` for each plan of :func:`plans_for` that has a
+    diagnose report beside it."""
+    from ..plan import report_dir_for
+
+    out = []
+    for plan in plans_for(path, configured):
+        report = report_dir_for(plan, "stackpart-diagnose") / "report.json"
+        try:
+            out.append((plan, report, report.stat().st_mtime_ns))
+        except OSError:
+            continue
+    return out
+
+
 @lru_cache(maxsize=64)
 def _read_report(path: str, mtime_ns: int) -> tuple[Kept, ...]:
     """The compiles kept by the search recorded in report.json at ``path`` (``mtime_ns`` keys the
@@ -101,7 +134,7 @@ def _read_report(path: str, mtime_ns: int) -> tuple[Kept, ...]:
             report = json.load(fh)
     except (OSError, ValueError, RecursionError):
         return ()
-    search = _search(report) if isinstance(report, dict) else None
+    search = search_of(report) if isinstance(report, dict) else None
     if search is None or not isinstance(search.get("candidates"), list):
         return ()
     rows = [r for r in search["candidates"] if isinstance(r, dict) and isinstance(r.get("candidate"), str)]
@@ -118,10 +151,7 @@ def _read_report(path: str, mtime_ns: int) -> tuple[Kept, ...]:
     # a search whose backend does not optimise (eager, on CPU) chose by the ladder's order, not by
     # speed: it is no evidence that the whole-model compile beats its regional form
     evidence = bool(others) and search.get("gain_measured") is not False
-    src = str(report.get("src") or ".")
-    folder = os.path.dirname(os.path.dirname(os.path.abspath(path)))  # the plan's folder
-    roots = tuple(dict.fromkeys([os.path.abspath(src)] if os.path.isabs(src) else
-                                [os.path.abspath(os.path.join(folder, src)), os.path.abspath(src)]))
+    roots = report_roots(report, path)
     out: list[Kept] = []
     name = chosen["candidate"]
     if name == "as-is" or name.startswith("as-is+"):
@@ -170,23 +200,15 @@ def kept_for(path: str, line: int, code_of: Callable[[], str], configured: str |
     it: a :class:`Kept` whose ``measured`` says whether it keeps the compile (False: the search
     timed nothing else). ``code_of`` gives the call's text; it is called (the file read again)
     only when a report names the file."""
-    from ..plan import report_dir_for
-
     full = os.path.abspath(path)
     code: str | None = None
     unmeasured: Kept | None = None
-    for plan in plans_for(path, configured):
-        report = report_dir_for(plan, "stackpart-diagnose") / "report.json"
-        try:
-            mtime = report.stat().st_mtime_ns
-        except OSError:
-            continue
+    for plan, report, mtime in reports_for(path, configured):
         for kept in _read_report(str(report), mtime):
-            if not any(full == os.path.abspath(os.path.join(r, kept.file)) for r in kept.roots) \
-                    and not full.endswith(os.sep + kept.file.replace("/", os.sep)):
+            if not names_file(full, kept.file, kept.roots):
                 continue
             if kept.function is not None:
-                hit = _function_at(full, line) == kept.function and not _validation_failed(plan)
+                hit = function_at(full, line) == kept.function and not _validation_failed(plan)
             else:
                 code = _norm(code_of()) if code is None else code
                 hit = bool(kept.code) and (code == kept.code or (len(kept.code) >= 120 and code.startswith(kept.code[:120])))
@@ -197,7 +219,7 @@ def kept_for(path: str, line: int, code_of: Callable[[], str], configured: str |
     return unmeasured
 
 
-def _function_at(path: str, line: int) -> str | None:
+def function_at(path: str, line: int) -> str | None:
     """The qualified name (``Cls.method``, ``f``) of the innermost function holding ``line``."""
     try:
         tree = ast.parse(Path(path).read_bytes())

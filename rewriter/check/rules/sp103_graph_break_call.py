@@ -54,6 +54,18 @@ file of the project, and when it is the `forward` of a block of a compiled model
 inlines); the message then says where that compile is. Calls in branches that only run eager
 (`if not torch.compiler.is_compiling():`) are not reported.
 
+Where `stackpart diagnose` measured the advice at that graph break, the measurement decides: when
+its graph_breaks rung found the break at this line and every candidate that set
+`capture_scalar_outputs` for it was pruned after measurement ("the config kept no graph break in
+the graph": a branch on the value read still breaks, at the jump), the finding is printed as a
+note with what was measured (`SP103 note: ... Kept by measurement, so not failing: diagnose
+measured capture_scalar_outputs for the graph break at model.py:13 and pruned it ...`) and does
+not fail the check or the pre-commit hook. The evidence read is `stackpart-diagnose/report.json`
+beside the configured plan or a `plan.yaml` in the file's folder or one above it, up to the
+project root (as for SP101); the break is matched by file, line and function, so a line that moved
+fails again until diagnose runs again. A knob candidate that was chosen, failed or lost on speed
+alone is no such evidence.
+
 Source: PyTorch docs, "torch.compile Troubleshooting" (graph breaks) and
 `torch._dynamo.config.capture_scalar_outputs`; verified with `backend="eager"`, torch 2.13.
 """

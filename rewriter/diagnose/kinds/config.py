@@ -12,6 +12,8 @@ is one Dynamo gives for a value it would not capture (torch 2.13 wording, with t
   ``aten.nonzero`` (``x[mask]``, ``nonzero``), ``aten._unique2`` (``unique``) →
   ``capture_dynamic_output_shape_ops``.
 
+(The reasons and their knobs: :data:`rewriter.dynamo_messages.KNOBS`, which ``check`` reads too.)
+
 A branch on a tensor's value (``if x.mean() > 0``, Dynamo's ``generic_jump``) is not among them:
 with ``capture_scalar_outputs`` it still breaks, at the jump on the unbacked value (measured:
 2 graphs either way, torch 2.13; and ``counters["graph_break"]`` then counts 0 breaks for it, so a
@@ -36,39 +38,11 @@ could not be measured).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from ...dynamo_messages import knob_for
 from ...plan import DYNAMO_CONFIG_KEYS, DynamoConfigAction, DynamoSettings
 from ..candidate import Candidate, CandidateKind, is_as_is, measured_pairs, place_twin
-
-#: Break reasons a scalar read gives (torch 2.6-2.13 wordings: explain's reason with its hint,
-#: the graph-break log's ``call_method ... item``, the counters' ``Unsupported Tensor.item()``).
-SCALAR_RE = re.compile(
-    r"capture_scalar_outputs|Tensor\.item\b|\bitem \(\)|\.item\(\)|\btolist\b|_local_scalar_dense|"
-    r"[Dd]ata[- ]dependent operator|scalar output",
-)
-#: Break reasons of an operator with a data-dependent output shape.
-DYNAMIC_RE = re.compile(
-    r"capture_dynamic_output_shape_ops|[Dd]ynamic shape operator|\bnonzero\b|\b_?unique\w*\b|masked_select|"
-    r"[Dd]ynamic output shape"
-)
-
-
-#: ``(break reason pattern, knob)``, tried in order: the knob torch's own hint names for a break
-#: with that reason. A new knob is one more row here and its key in
-#: :data:`rewriter.plan.DYNAMO_CONFIG_KEYS` (the plan's whitelist).
-KNOBS: list[tuple[re.Pattern[str], str]] = [
-    (DYNAMIC_RE, "capture_dynamic_output_shape_ops"),
-    (SCALAR_RE, "capture_scalar_outputs"),
-]
-
-
-def knob_for(reason: str) -> str | None:
-    """The :data:`rewriter.plan.DYNAMO_CONFIG_KEYS` key that keeps a break with this reason in the
-    graph (:data:`KNOBS`), or None (a data-dependent branch, a print, an unsupported call...)."""
-    return next((key for pattern, key in KNOBS if pattern.search(reason)), None)
-
 
 def capturable_breaks(ctx: Any) -> list[tuple[Any, str]]:
     """``(finding, key)`` for each of the graph-break rung's findings a config knob captures."""
