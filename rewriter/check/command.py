@@ -14,13 +14,17 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import StackpartError
 from ..source import SourceFile, read_file
-from .config import load_config
+from .config import CheckConfig, load_config
 from .output import Outcome, render
 from .rule import FileResult
 from .runner import NOT_PYTHON, check_files, discover, select_rules
+
+if TYPE_CHECKING:
+    from ..plan import LoadedPlan
 
 
 def _write(changes: list[tuple[str, bytes | None, bytes, int]]) -> None:
@@ -78,11 +82,17 @@ def _add_fixed(outcome: Outcome, paths: Sequence[str]) -> None:
             outcome.fixed.append(path)
 
 
-def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[str], fix: bool, validate: bool = True) -> None:
+def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[str], fix: bool, validate: bool = True,
+           config: CheckConfig | None = None) -> None:
     """Plan drift of ``files``; with ``fix``, write the plan's pending edits under the rule
     ``rewrite --apply`` follows: a passing validation report for this exact diff (the gate of
     :mod:`rewriter.rewrite.gate`), unless ``validate`` is False (``--no-validate``). A refusal
-    leaves the drift reported and says why in ``outcome.drift_refused``."""
+    leaves the drift reported and says why in ``outcome.drift_refused``.
+
+    SRC is ``src`` (``--src``, ``[tool.stackpart] src``), else guessed from ``files``
+    (:func:`.drift.infer_src`) alike for a plan from ``--plan`` and one from ``config`` (the
+    pyproject.toml the plan came from, or None), else the working directory, or that
+    pyproject.toml's folder for its plan."""
     if plan is None:
         return
     from ..plan import load_plan
@@ -90,18 +100,20 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
 
     outcome.plan = plan
     loaded = load_plan(plan)
+    fallback = config.root if config is not None and config.root else "."
+    guessed = src is None
     src = src or infer_src(loaded, files)
     try:
-        drifted, diff = plan_drift(loaded, src or ".", files)
+        drifted, diff = plan_drift(loaded, src or fallback, files)
     except StackpartError as exc:
-        if src is None and "under SRC" in str(exc):  # targets are relative to SRC, not the working dir
-            exc.hint = (f"{exc.hint}; " if exc.hint else "") + "pass --src DIR (or src = ... under [tool.stackpart])"
+        if guessed and "under SRC" in str(exc):  # targets are relative to SRC, not the working dir
+            exc.hint = (f"{exc.hint}; " if exc.hint else "") + _src_advice(loaded, files, fallback, config)
         raise
     if fix and drifted and validate:
         from ..rewrite.gate import check_apply
         from ..rewrite.transform import plan_rewrite
 
-        decision = check_apply(loaded, Path(src or "."), plan_rewrite(loaded, Path(src or "."), unsafe=False), False, None)
+        decision = check_apply(loaded, Path(src or fallback), plan_rewrite(loaded, Path(src or fallback), unsafe=False), False, None)
         if decision.refused:
             outcome.drift_refused = decision.refused
             outcome.drift_files = [path for path, _ in drifted]
@@ -111,10 +123,25 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
     if fix and drifted:
         _write([(path, c.old, c.new, c.mode) for path, c in drifted])  # old None: a new file
         _add_fixed(outcome, [path for path, _ in drifted])
-        drifted, diff = plan_drift(loaded, src or ".", files)
+        drifted, diff = plan_drift(loaded, src or fallback, files)
     outcome.drift_files = [path for path, _ in drifted]
     outcome.drift_diff = diff
     outcome.drift_lines = {path: first_changed_line(c.old, c.new) for path, c in drifted}
+
+
+def _src_advice(loaded: LoadedPlan, files: Sequence[str], fallback: str, config: CheckConfig | None) -> str:
+    """What to do where SRC was guessed and a target is not under it: name SRC, with the folder
+    that holds the plan's targets where one is found (:func:`.drift.folder_holding_targets`)."""
+    from .drift import folder_holding_targets
+
+    folder = folder_holding_targets(loaded, files, fallback)
+    if folder is None:
+        return "pass --src DIR (or src = ... under [tool.stackpart])"
+    flag = _diff_name(str(folder)) or "."
+    if config is not None and config.root:
+        rel = Path(os.path.relpath(folder, config.root)).as_posix()
+        return f'set src = "{rel}" under [tool.stackpart] in {_diff_name(config.path)}, or pass --src {flag}'
+    return f"pass --src {flag} (or src = ... under [tool.stackpart])"
 
 
 def _measured(findings: list, plan: str | None) -> list:
@@ -193,11 +220,12 @@ def run_check(
         StackpartError: unknown rule code, bad config or plan, a path that does not exist.
     """
     config = load_config() if use_config else None
+    planned_by = None  # the pyproject.toml the plan comes from
     if config is not None:
         select = select or config.select
         ignore = ignore or config.ignore
         if plan is None and config.plan is not None:
-            plan, src = config.plan, src or config.src
+            plan, src, planned_by = config.plan, src or config.src, config
     if project is None:
         project = config.project if config is not None else True
     rules = select_rules(select, ignore)
@@ -209,7 +237,7 @@ def run_check(
     outcome = Outcome(checked=len(files), skipped=skipped)
     if not files and not plans:
         return outcome, rules
-    _drift(outcome, plan, src, files + plans, fix, validate)
+    _drift(outcome, plan, src, files + plans, fix, validate, planned_by)
     if not files:
         return outcome, rules
     results = check_files(files, rules, fix=fix or diff, jobs=jobs, project=project, stats=outcome.project)

@@ -4,7 +4,9 @@
 
     [tool.stackpart]
     plan = "examples/gpt/plan.yaml"   # relative to pyproject.toml
-    src = "examples/gpt/src"          # the root the plan's targets are relative to (default: ".")
+    src = "examples/gpt/src"          # the root the plan's targets are relative to (default: the
+                                      # folder that joined with a file the plan targets gives one
+                                      # of the files checked, else pyproject.toml's folder)
     select = ["SP1"]                  # optional, as --select
     ignore = ["SP109"]                # optional, as --ignore
     project = false                   # optional, as --no-project (default true: read the
@@ -33,6 +35,7 @@ class CheckConfig:
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
     path: str | None = None  # the pyproject.toml it came from
+    root: str | None = None  # its folder: SRC where ``src`` is unset and the files checked name none
     project: bool = True  # project-level reachability (rewriter.check.project)
 
 
@@ -93,7 +96,7 @@ def load_config(start: Path | None = None) -> CheckConfig:
                 hint=near_names(key, KEYS),
             )
     root = pyproject.parent
-    config = CheckConfig(path=where)
+    config = CheckConfig(path=where, root=str(root))
     for key in ("plan", "src"):
         if key in table:
             if not isinstance(table[key], str):
@@ -115,6 +118,4 @@ def load_config(start: Path | None = None) -> CheckConfig:
         if not isinstance(table["project"], bool):
             raise StackpartError("[tool.stackpart] project must be true or false", path=where)
         config.project = table["project"]
-    if config.plan is not None and config.src is None:
-        config.src = str(root)
     return config

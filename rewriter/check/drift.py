@@ -19,16 +19,24 @@ from ..plan import LoadedPlan
 from ..rewrite.transform import FileChange, plan_rewrite
 
 
-def infer_src(loaded: LoadedPlan, files: Sequence[str]) -> str | None:
-    """SRC for a plan when none is configured: the folder that, joined with a file the plan
-    targets (``net.py`` of ``net.py::Block``, the harness file), gives one of ``files``
-    (``src/net.py`` -> ``src``). None when no file matches or two candidates disagree."""
+def _targeted(loaded: LoadedPlan, harness: bool = True) -> set[str]:
+    """The files the plan names, relative to SRC: its targets' (``net.py`` of ``net.py::Block``),
+    its site's, and with ``harness`` the harness file."""
     plan = loaded.plan
     wanted = {str(t).split("::", 1)[0] for t in (getattr(a, "target", None) for a in plan.actions) if t and "::" in str(t)}
-    if plan.harness is not None:
+    if harness and plan.harness is not None:
         wanted.add(plan.harness.file)
     if plan.site is not None:  # a plan on an installed library edits only its site (and _stackpart/)
         wanted.add(plan.site.split("::", 1)[0])
+    return wanted
+
+
+def infer_src(loaded: LoadedPlan, files: Sequence[str]) -> str | None:
+    """SRC for a plan when none is configured (``--src``, ``src = ...``): the folder that, joined
+    with a file the plan targets (``net.py`` of ``net.py::Block``, the harness file), gives one of
+    ``files`` (``src/net.py`` -> ``src``). None when no file matches or two candidates disagree.
+    The same guess whether the plan comes from ``--plan`` or from ``[tool.stackpart] plan``."""
+    wanted = _targeted(loaded)
     found = set()
     for f in files:
         real = Path(os.path.realpath(f)).as_posix()
@@ -36,6 +44,29 @@ def infer_src(loaded: LoadedPlan, files: Sequence[str]) -> str | None:
             if real.endswith("/" + t.lstrip("/")):
                 found.add(real[: -len(t.lstrip("/")) - 1])
     return os.path.relpath(found.pop()) if len(found) == 1 else None
+
+
+def folder_holding_targets(loaded: LoadedPlan, files: Sequence[str], stop: str) -> Path | None:
+    """A folder under which every file the plan's actions target exists, for the error that asks
+    for SRC: the plan's own folder or one of its folders two levels down (``gpt/src`` beside
+    ``gpt/plan.yaml``), else a folder holding one of ``files`` or above it, up to ``stop``. None
+    where no such folder is found, or the plan targets no file."""
+    wanted = _targeted(loaded, harness=False) or _targeted(loaded)
+    if not wanted:
+        return None
+    top = Path(stop).resolve()
+    home = Path(loaded.path).resolve().parent
+    seen: list[Path] = [home]
+    for pattern in ("*", "*/*"):
+        seen += sorted(d for d in home.glob(pattern) if d.is_dir() and not any(
+            part.startswith((".", "_")) for part in d.relative_to(home).parts))
+    for f in files:
+        for folder in Path(os.path.realpath(f)).parents:
+            if folder not in seen:
+                seen.append(folder)
+            if folder == top:
+                break
+    return next((d for d in seen if all((d / t).is_file() for t in wanted)), None)
 
 
 def plan_drift(loaded: LoadedPlan, src: str, files: Sequence[str]) -> tuple[list[tuple[str, FileChange]], str]:
