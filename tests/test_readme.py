@@ -36,3 +36,18 @@ def test_readme_is_short_and_its_links_resolve():
         for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
             if not target.startswith("http"):
                 assert (page.parent / target).exists(), f"{page.name}: {target}"
+
+
+def test_the_readmes_exit_codes_are_the_commands(capsys):
+    """The README's exit-code line covers ``rewrite``: printing a pending diff exits 0 (as
+    ``black --diff`` does) and only ``--check`` exits 1 for it. The line said 1 meant "changes
+    pending" for every command."""
+    from rewriter.cli import main
+
+    line = " ".join(README.split("Each command follows", 1)[1].split("\n\n", 1)[0].split())
+    assert "0 clean or done (`rewrite` printing a pending diff included" in line, line
+    assert "1 findings or changes pending where the command checks for them (`check`, `rewrite --check`)" in line, line
+    plan, src = str(ROOT / "examples/gpt/plan.yaml"), str(ROOT / "examples/gpt/src")
+    assert main(["rewrite", "--plan", plan, src]) == 0
+    assert "diff --git" in capsys.readouterr().out  # changes were pending
+    assert main(["rewrite", "--plan", plan, src, "--check"]) == 1
