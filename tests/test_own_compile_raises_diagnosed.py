@@ -251,6 +251,7 @@ def test_such_a_compile_over_a_model_with_no_repeated_block_is_measured_through_
     [edit] = [a for a in actions if a.action == "compile"]
     assert edit.target == "train.py::main" and edit.own_call.model_dump(exclude_none=True) == {"fullgraph": False}, actions
     assert "through its stand-in 'whole'" in edit.why and "graph_breaks rung found 1 graph break(s)" in edit.why, edit.why
+    assert "with compilation off (as it is, the program raises)" in edit.why, edit.why  # as-is is no plan here
     report = json.loads((plan.parent / "stackpart-diagnose" / "report.json").read_text())
     [search] = [r for r in report["rungs"] if r["name"] == "search"]
     rows = {c["candidate"]: c for c in search["measurement"]["candidates"]}
@@ -263,6 +264,32 @@ def test_such_a_compile_over_a_model_with_no_repeated_block_is_measured_through_
     before, after = run_programs([{"script": pristine / "train.py"}, {"script": src / "train.py"}])
     assert before["rc"] != 0 and "item" in before["stderr"], before
     assert after["rc"] == 0 and len(after["stdout"].split()) == 2, after
+
+
+def test_where_the_stand_ins_call_raises_as_is_is_the_baseline_never_the_plan():
+    """The harness's model without the program's compile (the stand-in search's ``as-is``) is the
+    program with compilation off where that call's fullgraph=True raises at the breaks the ladder
+    found: the fastest row as it may be, the plan is the stand-in that runs (written as the
+    call's fullgraph=False), and the sentences say what the baseline is."""
+    from types import SimpleNamespace
+
+    from rewriter.diagnose.decide import decide
+    from rewriter.diagnose.own_candidates import standin_raises
+    from rewriter.diagnose.rung import Finding
+
+    brk = Finding("graph_break", "Unsupported Tensor.item() call", "model.py", 13, "Net.forward")
+    ctx = SimpleNamespace(measured=lambda rung: {"graph_break_count": 1},
+                          results={"graph_breaks": SimpleNamespace(findings=[brk])})
+    own = SimpleNamespace(current={"fullgraph": True}, can=lambda key: None, where="run.py:9",
+                          text="run.py:9: torch.compile(model, fullgraph=True)")
+    raised = standin_raises(ctx, own)
+    assert raised is not None and (raised["path"], raised["line"]) == ("model.py", 13), raised
+    rows = _rows(**{AS_IS: 0.05, "whole": 0.15})
+    order = [AS_IS, "whole"]
+    c = when_as_is_raises(decide(rows, order, [], 1000, 1, True), rows, order, raised)
+    assert c.chosen == "whole" and c.status[AS_IS].startswith("the baseline"), c
+    # the same call without fullgraph=True runs as it is: as-is stays a plan
+    assert standin_raises(ctx, SimpleNamespace(current={}, can=lambda key: None, where="run.py:9", text="x")) is None
 
 
 def test_a_stand_in_that_cannot_be_regional_strikes_every_compile_but_the_whole_model_one():

@@ -354,6 +354,24 @@ def _standin_breaks(ctx: Any, own: Any) -> tuple[dict[str, Any], str]:
                                   + (f" (at {', '.join(sites)})" if sites else "") + ", where that call's fullgraph=True raises")
 
 
+def standin_raises(ctx: Any, own: Any) -> dict[str, Any] | None:
+    """Where the program's call that stand-ins measure raises as it is (``fullgraph=True`` over the
+    breaks the graph-breaks rung found, :func:`_standin_breaks`): the evidence
+    :func:`.decide.when_as_is_raises` reads (``message``, ``path``, ``line`` of the first break,
+    ``hint``), else None. The search's ``as-is`` row is then the program with compilation off, a
+    baseline and never the plan: keeping that call as it is keeps a program that raises."""
+    off, _ = _standin_breaks(ctx, own)
+    if not off:
+        return None
+    sites = [f for f in ctx.results["graph_breaks"].findings if f.file]
+    first = sites[0] if sites else None
+    return {"message": f"{own.text} sets fullgraph=True over the graph break(s) the graph_breaks rung found"
+                       + (f" ({' '.join(first.message.split())[:200]})" if first else ""),
+            "path": first.file if first else own.where.rsplit(":", 1)[0],
+            "line": first.line if first else None,
+            "hint": "fullgraph=False on that call lets Dynamo break the graph there, or keep the code at the break eager"}
+
+
 def runs_own_compile(ctx: Any, own: Any) -> bool:
     """Whether the harness's model runs the program's compile ``own``: a decorator on the model's
     own ``forward`` always does (the class's source carries it); a call does where the model the

@@ -619,7 +619,12 @@ def _decided(ctx: Context, out: SearchOutcome, m: Any, say: Any) -> None:
         out.as_is_raises = True
         out.choice = when_as_is_raises(out.choice, out.rows, order, ctx.evidence.own_raised)
     if ctx.evidence.own_standin is not None:  # the program's compile measured through stand-ins: its call edited
-        from .own_candidates import translate
+        from .own_candidates import standin_raises, translate
+
+        stand_raised = None if raises else standin_raises(ctx, ctx.evidence.own_standin)
+        if stand_raised is not None:  # that call raises as it is: as-is is compilation off, never the plan
+            out.as_is_raises = True
+            out.choice = when_as_is_raises(out.choice, out.rows, order, stand_raised)
 
         note = translate(ctx, out, ctx.evidence.own_standin)
         if note:
