@@ -68,6 +68,7 @@ def test_fusible_traffic_gets_per_block_compile(tmp_path):
     [compile_] = plan.actions
     assert (compile_.action, compile_.target, compile_.strategy) == ("compile", "model.py::NormBlock", "region")
     assert compile_.options.fullgraph
+    assert "fullgraph=True: the graph_breaks rung found no break" in compile_.why, compile_.why  # said, not only written
 
 
 def test_dominant_topk_gets_kernel_action_at_its_call(tmp_path):
@@ -102,6 +103,7 @@ def test_graph_break_helper_is_disabled_and_block_compiled(tmp_path):
     assert kinds == {("disable", "model.py::route"), ("compile", "model.py::Block")}
     [compile_] = [a for a in plan.actions if a.action == "compile"]
     assert not compile_.options.fullgraph  # a disabled helper inside is a graph break
+    assert "fullgraph=True" not in compile_.why, compile_.why
 
 
 def test_recompile_storm_marks_the_block_input_dynamic(tmp_path):

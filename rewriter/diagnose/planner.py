@@ -396,7 +396,8 @@ def _block_compiles(ev: _Evidence, options: CompileOptions, actions: list) -> No
         f"; launch-bound ({bs['fixed_share']:.0%} fixed overhead) but shapes vary: per-block compile, no CUDA graphs"
         if ev.launch
         else f"; op mix: GEMM+attention {opmix.get('gemm_share', 0):.0%} (< {op_mix.GEMM_DOMINATED:.0%}), fusible {opmix.get('fusible_share', 0):.0%}"
-    )
+    ) + ("; fullgraph=True: the graph_breaks rung found no break in the block's code, so a break added later "
+         "raises instead of splitting the block silently" if options.fullgraph else "")
     if not block.get("declared"):
         actions.append(CompileAction(
             action="compile", target=ev.block_target, strategy="region", options=options,
