@@ -49,6 +49,10 @@ def test_a_per_layer_fullgraph_compile_that_raises_is_diagnosed_and_fixed(tmp_pa
     [search] = [r for r in report["rungs"] if r["name"] == "search"]
     notes = " ".join(search["measurement"].get("notes") or [])
     assert "the program as it is raises" in notes and "model.py:12" in notes, notes
+    [as_is] = [c for c in search["measurement"]["candidates"] if c["candidate"] == AS_IS]
+    assert as_is["baseline"] == "the program with compilation off" and not as_is["rule"], as_is
+    md = (plan.parent / "stackpart-diagnose" / "report.md").read_text()
+    assert "**as-is** (the baseline: the program with compilation off)" in md
     [breaks] = [r for r in report["rungs"] if r["name"] == "graph_breaks"]
     assert breaks["status"] == "ok" and "model.py:12" in breaks["verdict"], breaks  # measured on the model, compile aside
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply"]) == 0

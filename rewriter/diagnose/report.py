@@ -163,7 +163,9 @@ def candidates_markdown(search: RungResult | None) -> list[str]:
                 _cell(r.get("step_ms_per_shape", {}).get(k)) + (f" ({' / '.join(f'{x:.3f}' for x in procs[k])})" if k in procs else "")
                 for k in shapes) + " |")
     lines += ["", "Actions per candidate:", ""]
-    lines += [f"- **{r['candidate']}**{' (the rule' + chr(39) + 's proposal)' if r.get('rule') else ''}: " + ("; ".join(f"`{a}`" for a in r["actions"]) or "no action") for r in m["candidates"]]
+    lines += [f"- **{r['candidate']}**{' (the rule' + chr(39) + 's proposal)' if r.get('rule') else ''}"
+              f"{' (the baseline: ' + r['baseline'] + ')' if r.get('baseline') else ''}: "
+              + ("; ".join(f"`{a}`" for a in r["actions"]) or "no action") for r in m["candidates"]]
     if m.get("pruned"):
         lines += ["", "Pruned by evidence:", ""] + [f"- {p}" for p in merge(m["pruned"])]
     return lines + [""]

@@ -142,7 +142,9 @@ class SearchOutcome:
                 "candidate": c.name,
                 "actions": ([f"the program's own: {x}" for x in self.own_setup] + [f"seen at run time: {x}" for x in self.runtime_setup]
                             if c.name == AS_IS else []) + [action_text(a) for a in c.plan.actions],
-                "rule": c.rule,
+                # where the program's compile raises, as-is is the baseline with compilation off, nobody's proposal
+                "rule": c.rule and not (c.name == AS_IS and self.as_is_raises),
+                "baseline": "the program with compilation off" if c.name == AS_IS and self.as_is_raises else None,
                 "step_ms": None if r.get("step_ms") is None else round(r["step_ms"], 4),
                 "step_ms_per_shape": per_shape,
                 # both processes' medians where the plan was timed twice (the faster one stands)
