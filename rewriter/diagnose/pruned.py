@@ -4,7 +4,7 @@ notes and search.log list.
 Each line reads ``<candidate names>: <why>`` (``as-is+regional, as-is+dynamic: the harness's model
 does not run the program's own compile ...``). Several steps of the proposal may prune the same
 candidate for reasons of their own (the stand-in for a compile the harness does not run, then the
-variants of that compile), and a line may be appended twice; a reader then met one candidate in two
+variants of that compile), and a line may be appended twice, which would show one candidate in two
 lines, or one line twice. :func:`merge` keeps each line once and gathers the lines that name a
 candidate already named into the first line that names it, every reason said.
 """

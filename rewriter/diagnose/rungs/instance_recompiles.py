@@ -393,8 +393,8 @@ def _shared_verdict(ctx: Context, rc: _Recompiles, n: int, cname: str, graphs: s
                       f"{graphs}: each call ran more than one graph, though the graph-break rung counted no graph break"))
     elif (per_shape or [0])[0] > 1:
         # instances called with tensors of different sizes (or requires_grad, dtype, device) at
-        # one input shape recompile on those, not on per-instance state ("one graph serves" was
-        # said over 2 + 2 graphs on Flux)
+        # one input shape recompile on those, not on per-instance state: "one graph serves" would
+        # be false over more than one graph per shape
         at_reference = [x for xs in rc.by_frame.values() for x in xs]
         props = list(dict.fromkeys(p for x in at_reference if not is_shape_guard(x.guards) for p in tensor_properties(x.guards)))
         sized = any(is_shape_guard(x.guards) for x in at_reference) or not props
