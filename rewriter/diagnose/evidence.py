@@ -54,7 +54,7 @@ class Evidence:
         own_compiled_modules: the reference model's modules that carry a compile
             (:func:`rewriter.engine.watch.compiled_modules`); None until read.
         own_raised: where the program's own compile raised and the ladder set it aside
-            (:func:`.own_raised.set_aside`): ``{"message", "path", "line", "said", "hint", "compiles"}``;
+            (:func:`.own_raised.set_aside`): ``{"message", "path", "line", "hint"}``;
             None where it did not.
         compiles_itself: whether one eager step of the model compiled a graph by itself
             (:func:`.as_run.compiles_itself`); None until measured.

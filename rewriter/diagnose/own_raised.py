@@ -77,7 +77,7 @@ def set_aside(ctx: Any, exc: HarnessFailure) -> str | None:
     The reference ``(model, inputs, step)`` is rebuilt on the unwrapped model and one step run
     on it; the compiled modules are read first (:func:`.own_candidates.compiled_modules_of`), so
     the search still proposes the edits of the program's own call. Sets
-    :attr:`.evidence.Evidence.own_raised` to ``{"message", "path", "line", "said", "hint", "compiles"}``.
+    :attr:`.evidence.Evidence.own_raised` to ``{"message", "path", "line", "hint"}``.
 
     Raises:
         HarnessFailure: the unwrapped model's step raised (its own failure, not the compile's).
@@ -94,16 +94,14 @@ def set_aside(ctx: Any, exc: HarnessFailure) -> str | None:
         return None
     from .own_candidates import compiled_modules_of
 
-    compiles = compiled_modules_of(ctx)  # read before they are taken off: the search edits these calls
+    compiled_modules_of(ctx)  # read (and kept) before they are taken off: the search edits these calls
     bare, n = unwrap(model)
     if not n:
         return None  # a decorator in the source: nothing on the object to take off
     ctx.session.replace_model(bare)
     ctx.evidence.reference = (bare, inputs, ctx.session.step_fn(bare, inputs))
     cause = exc.message
-    ctx.evidence.own_raised = {"message": cause, "path": exc.path, "line": exc.line, "said": said,
-                               "hint": compile_hint(exc.__cause__),
-                               "compiles": [c.get("how") for c in compiles]}
+    ctx.evidence.own_raised = {"message": cause, "path": exc.path, "line": exc.line, "hint": compile_hint(exc.__cause__)}
     ctx.session.run(ctx.evidence.reference[2])
     where = f" at {exc.path}:{exc.line}" if exc.path and exc.line else ""
     return (f"the program's own torch.compile raised{where} ({cause}); a step at the reference shape runs with compilation off, so the "
