@@ -16,7 +16,7 @@ from programs import last_json, run_programs
 
 from rewriter.cli import main
 from rewriter.diagnose.candidate import AS_IS
-from rewriter.diagnose.decide import Choice, when_as_is_raises
+from rewriter.diagnose.decide import COMPILATION_OFF, Choice, when_as_is_raises
 from rewriter.diagnose.own_raised import unwrap
 from rewriter.errors import StackpartError
 from rewriter.plan import load_plan
@@ -105,7 +105,7 @@ def _rows(**steps):
 
 def test_the_program_with_compilation_off_is_the_baseline_never_the_plan():
     rows = _rows(**{AS_IS: 1.0, "as-is+no-fullgraph": 1.4, "as-is+dynamic": 1.2})
-    kept = Choice(AS_IS, "the program as it is, the only candidate left", {AS_IS: "chosen"},
+    kept = Choice(AS_IS, "the program with compilation off, the only candidate left", {AS_IS: "chosen"},
                   {AS_IS: 0.0, "as-is+no-fullgraph": -4.0, "as-is+dynamic": -2.0})
     c = when_as_is_raises(kept, rows, [AS_IS, "as-is+no-fullgraph", "as-is+dynamic"])
     assert c.chosen == "as-is+dynamic"  # the largest net of those that run
@@ -135,10 +135,55 @@ def test_a_recompile_count_with_compilation_off_is_no_yardstick():
             "as-is+no-fullgraph": {"step_ms": 1.2, "compile": {"recompiles": 3}},
             "as-is+dynamic": {"step_ms": 1.3, "compile": {"recompiles": 0}}}
     order = [AS_IS, "as-is+no-fullgraph", "as-is+dynamic"]
-    c = decide(rows, order, [], 1000, 1, False, as_is_compiles=False)
+    c = decide(rows, order, [], 1000, 1, False, baseline=COMPILATION_OFF)
     c = when_as_is_raises(c, rows, order)
     assert c.chosen == "as-is+no-fullgraph", c  # the ladder's order, not the recompile count
     assert not any("as it is" in said for n, said in c.status.items() if n != AS_IS), c.status
+
+
+
+def test_a_candidate_validate_refuses_is_passed_over_for_one_it_takes():
+    """The plan for a program that raises is one ``rewrite --apply`` takes on a GPU: validate gates
+    the plan against the program with compilation off, so a candidate slower than that (beyond the
+    noise) is passed over for one within it, even where the refused one compiles for less."""
+    from rewriter.diagnose.decide import GATED, decide
+
+    rows = {AS_IS: {"step_ms": 1.0}, "as-is+no-fullgraph": {"step_ms": 1.5, "compile_s_per_start": 0.5},
+            "as-is+regional": {"step_ms": 1.01, "compile_s_per_start": 2.0}}
+    order = [AS_IS, "as-is+no-fullgraph", "as-is+regional"]
+    c = when_as_is_raises(decide(rows, order, [], 10, 1, True, baseline=COMPILATION_OFF), rows, order)
+    assert c.chosen == "as-is+regional", c
+    said = c.status["as-is+no-fullgraph"]
+    assert said.startswith(GATED + "slower than the program with compilation off: 1.500 ms vs 1.000 ms"), said
+    assert "validate's speed gate refuses" not in c.text, c.text
+
+
+def test_where_every_edit_that_runs_is_refused_the_plan_says_so_and_what_to_do():
+    """Every edit that runs is slower than compilation off: the program must change to run, so the
+    fastest edit is still the plan, and its sentence says that validate's gate refuses it, how to take
+    it anyway, and where the compile to take off is."""
+    from rewriter.diagnose.decide import decide
+
+    rows = {AS_IS: {"step_ms": 1.0}, "as-is+no-fullgraph": {"step_ms": 1.5}, "as-is+regional": {"step_ms": 1.3}}
+    order = [AS_IS, "as-is+no-fullgraph", "as-is+regional"]
+    raised = {"message": "Unsupported: data-dependent branch", "path": "model.py", "line": 11, "hint": None}
+    c = when_as_is_raises(decide(rows, order, [], 1000, 1, True, baseline=COMPILATION_OFF), rows, order, raised)
+    assert c.chosen == "as-is+regional", c  # the faster of the two that run
+    assert "every edit that runs is slower than the program with compilation off (slower than the program with " \
+           "compilation off: 1.300 ms vs 1.000 ms per step)" in c.text, c.text
+    assert "`stackpart validate --speed-gate off`" in c.text and "take that compile off at model.py:11" in c.text, c.text
+    assert "as it is" not in c.text.split("raises", 1)[1], c.text  # the baseline named as what it is
+
+
+def test_the_gate_is_not_applied_where_the_gain_is_not_measured():
+    """With a backend that cannot speed anything up (eager on CPU) validate does not gate speed
+    either: the ladder's order decides among the edits that run."""
+    from rewriter.diagnose.decide import decide
+
+    rows = {AS_IS: {"step_ms": 1.0}, "as-is+no-fullgraph": {"step_ms": 1.5}, "as-is+regional": {"step_ms": 1.3}}
+    order = [AS_IS, "as-is+no-fullgraph", "as-is+regional"]
+    c = when_as_is_raises(decide(rows, order, [], 1000, 1, False, baseline=COMPILATION_OFF), rows, order)
+    assert c.chosen == "as-is+no-fullgraph" and "speed gate" not in c.text, c
 
 
 BACKEND_RAISES = """\
@@ -290,7 +335,7 @@ def test_where_the_stand_ins_call_raises_as_is_is_the_baseline_never_the_plan():
     assert raised is not None and (raised["path"], raised["line"]) == ("model.py", 13), raised
     rows = _rows(**{AS_IS: 0.05, "whole": 0.15})
     order = [AS_IS, "whole"]
-    c = when_as_is_raises(decide(rows, order, [], 1000, 1, True), rows, order, raised)
+    c = when_as_is_raises(decide(rows, order, [], 1000, 1, True, baseline=COMPILATION_OFF), rows, order, raised)
     assert c.chosen == "whole" and c.status[AS_IS].startswith("the baseline"), c
     # the same call without fullgraph=True runs as it is: as-is stays a plan
     assert standin_raises(ctx, SimpleNamespace(current={}, can=lambda key: None, where="run.py:9", text="x")) is None
@@ -321,6 +366,6 @@ def test_a_baseline_that_was_not_timed_still_gives_the_candidate_that_runs():
 
     rows = {AS_IS: {"error": "timing: the reference timed out"}, "as-is+no-fullgraph": {"step_ms": 1.2}}
     order = [AS_IS, "as-is+no-fullgraph"]
-    c = when_as_is_raises(decide(rows, order, [], 1000, 1, True, as_is_compiles=False), rows, order)
+    c = when_as_is_raises(decide(rows, order, [], 1000, 1, True, baseline=COMPILATION_OFF), rows, order)
     assert c.chosen == "as-is+no-fullgraph", c
     assert "1.200 ms/step (the program with compilation off was not timed)" in c.text, c.text

@@ -47,6 +47,7 @@ from typing import Any
 from ..engine.noise import ratio_interval
 from ..engine.verdict import NOISE, contended_band, speed_failures
 from .candidate import AS_IS, WHOLE
+from .evidence import where_raised
 from .kinds.static_shapes import WHOLE_STATIC
 
 
@@ -80,6 +81,29 @@ class Choice:
     net_s: dict[str, float | None] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """What the ``as-is`` row is, as the decision's sentences name it.
+
+    Attributes:
+        name: the row as a subject ("the program as it is").
+        short: the row after a figure ("vs 1.2 as is").
+        compiles: whether the row ran the program's own compile, so that its recompile count is a
+            yardstick for the candidates' (:func:`_in_ladder_order`).
+    """
+
+    name: str
+    short: str
+    compiles: bool
+
+
+#: The program as it runs, its own compile included: the search's reference.
+AS_RUN = Baseline("the program as it is", "as is", True)
+#: The program with compilation off (``torch.compiler.set_stance("force_eager")``): the reference
+#: where the program as it is raises (:mod:`.own_raised`, :func:`when_as_is_raises`).
+COMPILATION_OFF = Baseline("the program with compilation off", "with compilation off", False)
+
+
 def compile_cost_s(row: dict[str, Any], restarts: int) -> float:
     """Seconds of compile a candidate costs over the deployment: its cold process's compiles
     (every shape that compiled) times the restarts without persisted caches."""
@@ -106,7 +130,7 @@ def decide(
     restarts: int,
     gain_measured: bool,
     noise: dict[str, Any] | None = None,
-    as_is_compiles: bool = True,
+    baseline: Baseline = AS_RUN,
 ) -> Choice:
     """Pick the plan among measured candidates.
 
@@ -122,41 +146,44 @@ def decide(
         gain_measured: False when the backend cannot speed anything up (see the module doc).
         noise: the measured process-to-process noise (:func:`rewriter.engine.noise.process_noise`,
             ``{"share", ...}``), or None when each variant ran in one process.
-        as_is_compiles: False where ``as-is`` ran with compilation off (the program's own compile
-            raises, :func:`when_as_is_raises`): its recompiles (none) are then no yardstick.
+        baseline: what the ``as-is`` row is (:data:`AS_RUN`, or :data:`COMPILATION_OFF` where the
+            program's own compile raises, :func:`when_as_is_raises`), named so in every sentence.
     """
     order = expected_order(order)
     status, ok = _screened(rows, order)
     if rows[AS_IS].get("step_ms") is None or AS_IS not in ok:
-        return _without_baseline(ok, order, status, gain_measured)
+        return _without_baseline(ok, order, status, gain_measured, baseline)
     net = _nets(rows, ok, status, runs, restarts, gain_measured)
     ok = [n for n in ok if n not in status]
     if not [n for n in ok if n != AS_IS]:
-        return _only_as_is(ok, status, net)
+        return _only_as_is(ok, status, net, baseline)
     if not gain_measured:
-        return _in_ladder_order(ok, status, net, rows, as_is_compiles)
-    refusals = {n: gate_failures(rows, n, noise) for n in ok if n != AS_IS and (net[n] or 0) > 0}
+        return _in_ladder_order(ok, status, net, rows, baseline)
+    refusals = {n: gate_failures(rows, n, noise, baseline) for n in ok if n != AS_IS and (net[n] or 0) > 0}
     gated = [n for n, fails in refusals.items() if fails]  # one that does not pay back is out anyway, and says so
     for n in gated:
         status[n] = GATED + "; ".join(refusals[n])
     ok = [n for n in ok if n not in status]
     if not [n for n in ok if n != AS_IS]:
-        return _only_as_is(ok, status, net)
-    contest = _Contest.of(rows, order, samples, runs, restarts, noise, ok, net)
+        return _only_as_is(ok, status, net, baseline)
+    contest = _Contest.of(rows, order, samples, runs, restarts, noise, ok, net, baseline)
     chosen = contest.choose()
     status.update({n: contest.status(n, chosen) for n in ok})
-    text = _with_refused(contest.text(chosen), chosen, gated, rows, net, ok)
+    text = _with_refused(contest.text(chosen), chosen, gated, rows, net, ok, baseline)
     return Choice(chosen, text + "; " + noise_text(noise), status, net)
 
 
 def when_as_is_raises(choice: Choice, rows: dict[str, dict[str, Any]], order: list[str],
-                      raised: dict[str, Any] | None = None) -> Choice:
-    """``choice`` where the program as it is raises (:mod:`.own_raised`), whose ``as-is`` row is the
-    program with compilation off: that row is the baseline, never the plan (the program as it is
-    does not run). Where :func:`decide` kept it, the plan is the candidate that runs with the
-    largest net saving (its step and compile cost against compilation off; where the gain is not
-    measured, the first in the ladder's order), and its sentence says what it costs; the
-    sentences name the baseline for what it is.
+                      raised: dict[str, Any] | None = None, noise: dict[str, Any] | None = None) -> Choice:
+    """``choice`` (:func:`decide` with :data:`COMPILATION_OFF`) where the program as it is raises
+    (:mod:`.own_raised`), whose ``as-is`` row is the program with compilation off: that row is the
+    baseline, never the plan (the program as it is does not run). Where :func:`decide` kept it, the
+    plan is the candidate that runs with the largest net saving (its step and compile cost against
+    compilation off; where the gain is not measured, the first in the ladder's order), among those
+    validate's speed gate passes (:func:`gate_failures` against compilation off, validate's own
+    reference) where any does, so that the plan is one ``rewrite --apply`` takes. Where every one
+    that runs is slower than compilation off, the plan is still the fastest of them (the program
+    must change to run), and its sentence says that validate's gate refuses it and what to do.
 
     Raises:
         StackpartError: no candidate but ``as-is`` ran and was timed: nothing that changes the
@@ -166,20 +193,14 @@ def when_as_is_raises(choice: Choice, rows: dict[str, dict[str, Any]], order: li
     """
     from ..errors import StackpartError
 
-    def relabel(said: str) -> str:
-        return said.replace("the program as it is", "the program with compilation off").replace(
-            " as it is", " with compilation off").replace(" as is", " with compilation off")
-
-    text = relabel(choice.text)
-    status = {n: relabel(said) for n, said in choice.status.items()}
+    status = dict(choice.status)
     status[AS_IS] = "the baseline: the program with compilation off (as it is, it raises)"
     if choice.chosen != AS_IS:
-        return Choice(choice.chosen, text, status, choice.net_s)
-    runs = [n for n in expected_order(order) if n != AS_IS and rows.get(n, {}).get("step_ms") is not None
-            and not rows[n].get("problems") and not rows[n].get("error") and not rows[n].get("skipped")]
+        return Choice(choice.chosen, choice.text, status, choice.net_s)
+    runs = [n for n in _screened(rows, expected_order(order))[1] if n != AS_IS]
+    raised = raised or {}
     if not runs:
         why = "; ".join(f"{n}: {_cut(status.get(n, 'not measured'))}" for n in order if n != AS_IS) or "no candidate was proposed"
-        raised = raised or {}
         hint = raised.get("hint")
         raise StackpartError(f"the program's own torch.compile raises here ({_cut(raised.get('message') or '?', 300)}), and no "
                              f"edit of it that stackpart proposed ran and was timed ({why})"
@@ -187,12 +208,23 @@ def when_as_is_raises(choice: Choice, rows: dict[str, dict[str, Any]], order: li
                              + "; the report's search section has each candidate's row",
                              path=raised.get("path"), line=raised.get("line"))
     nets = {n: choice.net_s.get(n) for n in runs}
-    chosen = max(runs, key=lambda n: nets[n]) if all(v is not None for v in nets.values()) else runs[0]
+    measured = all(v is not None for v in nets.values())
+    refused = {n: gate_failures(rows, n, noise, COMPILATION_OFF) for n in runs} if measured and rows[AS_IS].get("step_ms") else {}
+    passing = [n for n in runs if not refused.get(n)] or runs
+    chosen = max(passing, key=lambda n: nets[n]) if measured else passing[0]  # type: ignore[arg-type, return-value]
+    for n in runs:
+        if refused.get(n) and n != chosen:
+            status[n] = GATED + "; ".join(refused[n])
     status[chosen] = "chosen"
-    t0, t = (rows.get(AS_IS) or {}).get("step_ms"), rows[chosen]["step_ms"]
+    t0, t = rows[AS_IS].get("step_ms"), rows[chosen]["step_ms"]
     against = f"against {t0:.3f} with compilation off" if t0 is not None else "(the program with compilation off was not timed)"
-    return Choice(chosen, f"the program as it is raises, so the plan changes its compile: {chosen!r} runs, "
-                          f"{t:.3f} ms/step {against} ({text})", status, choice.net_s)
+    text = (f"the program as it is raises, so the plan changes its compile: {chosen!r} runs, {t:.3f} ms/step {against} "
+            f"({choice.text})")
+    if refused.get(chosen):
+        text += (f"; every edit that runs is slower than the program with compilation off ({'; '.join(refused[chosen])}), "
+                 "which validate's speed gate refuses on a GPU: `stackpart validate --speed-gate off` takes this plan as "
+                 f"the fix of the raise, or take that compile off{where_raised(raised)}")
+    return Choice(chosen, text, status, choice.net_s)
 
 
 def _cut(text: str, limit: int = 160) -> str:
@@ -202,7 +234,7 @@ def _cut(text: str, limit: int = 160) -> str:
 
 
 def _with_refused(text: str, chosen: str, gated: list[str], rows: dict[str, dict[str, Any]],
-                  net: dict[str, float | None], ok: list[str]) -> str:
+                  net: dict[str, float | None], ok: list[str], baseline: Baseline) -> str:
     """The decision's sentence ``text`` with the candidates validate's speed gate refused said in
     it: beside the plan, or, where the program as it is stays because of them, as why."""
     if not gated:
@@ -210,10 +242,10 @@ def _with_refused(text: str, chosen: str, gated: list[str], rows: dict[str, dict
     names = ", ".join(repr(n) for n in gated)
     more = chosen != AS_IS and all((net[n] or 0) > (net[chosen] or 0) for n in gated)
     refused = (f"{names} {f'would net more than {chosen!r}' if more else 'would pay back'} on a quiet host core but "
-               f"{'is' if len(gated) == 1 else 'are'} slower than the program as it is in a timed condition, "
+               f"{'is' if len(gated) == 1 else 'are'} slower than {baseline.name} in a timed condition, "
                "which validate's speed gate refuses (the status says where)")
     if chosen == AS_IS and not any((net[n] or 0) > 0 for n in ok if n != AS_IS):
-        return f"the program as it is ({rows[AS_IS]['step_ms']:.3f} ms/step): {refused}; no other candidate pays back: the plan changes nothing"
+        return f"{baseline.name} ({rows[AS_IS]['step_ms']:.3f} ms/step): {refused}; no other candidate pays back: the plan changes nothing"
     return f"{text}; {refused}"
 
 
@@ -221,7 +253,8 @@ def _with_refused(text: str, chosen: str, gated: list[str], rows: dict[str, dict
 GATED = "refused by validate's speed gate: "
 
 
-def gate_failures(rows: dict[str, dict[str, Any]], n: str, noise: dict[str, Any] | None) -> list[str]:
+def gate_failures(rows: dict[str, dict[str, Any]], n: str, noise: dict[str, Any] | None,
+                  baseline: Baseline = AS_RUN) -> list[str]:
     """Why ``rewrite --apply`` would refuse candidate ``n`` for its speed: validate's rule
     (:func:`rewriter.engine.verdict.speed_failures`, the rule diagnose's validation report is
     judged by) on its step against the program as it is, on a quiet host core and, where both were
@@ -232,7 +265,7 @@ def gate_failures(rows: dict[str, dict[str, Any]], n: str, noise: dict[str, Any]
     plan, eager = rows[n], rows[AS_IS]
     busy = {"plan": plan.get("contended_step_ms"), "eager": eager.get("contended_step_ms")}
     return speed_failures({"plan": plan["step_ms"], "eager": eager["step_ms"]}, 0.0, None,
-                          busy if None not in busy.values() else None, contended_band(noise))
+                          busy if None not in busy.values() else None, contended_band(noise), reference=baseline.name)
 
 
 def expected_order(order: list[str]) -> list[str]:
@@ -265,7 +298,8 @@ def _screened(rows: dict[str, dict[str, Any]], order: list[str]) -> tuple[dict[s
     return status, ok
 
 
-def _without_baseline(ok: list[str], order: list[str], status: dict[str, str], gain_measured: bool) -> Choice:
+def _without_baseline(ok: list[str], order: list[str], status: dict[str, str], gain_measured: bool,
+                      baseline: Baseline) -> Choice:
     """The decision when the program as it is was not timed: nothing to compare with, so the
     ladder's order decides where the gain is not measured anyway, else the plan changes nothing."""
     ok = [n for n in ok if n != AS_IS]
@@ -273,7 +307,7 @@ def _without_baseline(ok: list[str], order: list[str], status: dict[str, str], g
     for n in order:
         status.setdefault(n, "not chosen")
     status[chosen] = "chosen"
-    return Choice(chosen, "the program as it is could not be timed: nothing to compare a candidate with", status, {})
+    return Choice(chosen, f"{baseline.name} could not be timed: nothing to compare a candidate with", status, {})
 
 
 def _nets(rows: dict[str, dict[str, Any]], ok: list[str], status: dict[str, str], runs: int, restarts: int,
@@ -294,7 +328,7 @@ def _nets(rows: dict[str, dict[str, Any]], ok: list[str], status: dict[str, str]
     return net
 
 
-def _only_as_is(ok: list[str], status: dict[str, str], net: dict[str, float | None]) -> Choice:
+def _only_as_is(ok: list[str], status: dict[str, str], net: dict[str, float | None], baseline: Baseline) -> Choice:
     """The decision when no candidate but the program as it is is left, with how many fell out and why."""
     for n in ok:
         status[n] = "chosen"
@@ -304,7 +338,7 @@ def _only_as_is(ok: list[str], status: dict[str, str], net: dict[str, float | No
     gated = sum(1 for s in status.values() if s.startswith(GATED))
     parts = [f"{k} {what}" for k, what in ((failed, "failed"), (skipped, "not measured (search budget)"), (unpaid, "cannot pay back"),
                                           (gated, "slower than it in a timed condition, which validate's gate refuses")) if k]
-    return Choice(AS_IS, "the program as it is, the only candidate left (" + (", ".join(parts) or "no other candidate")
+    return Choice(AS_IS, f"{baseline.name}, the only candidate left (" + (", ".join(parts) or "no other candidate")
                   + "); the plan changes nothing", status, net)
 
 
@@ -314,13 +348,13 @@ def _recompiles(row: dict[str, Any]) -> int:
 
 
 def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float | None],
-                     rows: dict[str, dict[str, Any]], as_is_compiles: bool = True) -> Choice:
+                     rows: dict[str, dict[str, Any]], baseline: Baseline) -> Choice:
     """The decision without a measured gain: the first candidate in the ladder's order that did not
     fail and recompiles no more over the harness's shapes than the program as it is (what the
     backend still measures: a user who came for recompiles is never handed more of them); the
     first that did not fail where every one recompiles more."""
     rest = [n for n in ok if n != AS_IS]
-    base = _recompiles(rows[AS_IS]) if AS_IS in rows and as_is_compiles else None
+    base = _recompiles(rows[AS_IS]) if AS_IS in rows and baseline.compiles else None
     more = [n for n in rest if base is not None and _recompiles(rows[n]) > base]
     chosen = next((n for n in rest if n not in more), rest[0])
     for n in ok:
@@ -333,7 +367,7 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
             status[n] = f"not chosen: the gain is not measured with this backend; {chosen!r} comes first in the ladder's order"
     text = (f"{chosen!r}: the backend does not optimise, so the gain is not measured; every candidate that failed is out "
             f"({sum(1 for s in status.values() if s.startswith('failed'))} failed)"
-            + (f", {len(more)} candidate(s) recompile more over the shapes than the program as it is ({base} recompile(s))" if more else "")
+            + (f", {len(more)} candidate(s) recompile more over the shapes than {baseline.name} ({base} recompile(s))" if more else "")
             + " and the ladder's order decides among the rest")
     return Choice(chosen, text, status, net)
 
@@ -351,6 +385,7 @@ class _Contest:
     net: dict[str, Any]
     host: HostStanding | None
     best: str
+    baseline: Baseline
     tied: list[str] = field(default_factory=list)
     why_tied: dict[str, str] = field(default_factory=dict)
     #: not tied by the measured band although the rounds' interval contains 1
@@ -362,14 +397,14 @@ class _Contest:
 
     @classmethod
     def of(cls, rows: dict[str, dict[str, Any]], order: list[str], samples: list[dict[str, list[float]]], runs: int,
-           restarts: int, noise: dict[str, Any] | None, ok: list[str], net: dict[str, Any]) -> "_Contest":
+           restarts: int, noise: dict[str, Any] | None, ok: list[str], net: dict[str, Any], baseline: Baseline) -> "_Contest":
         host = contended_standing(rows, ok, net, runs, restarts, noise)
         # only a candidate that can become the plan (as-is, or one whose quiet net pays back) is the best under contention:
         # one that does not pay back would hand the plan to as-is, which may be behind another candidate in both conditions
         payable = [n for n in ok if n == AS_IS or (net[n] or 0) > 0]
         best = (min(payable, key=lambda n: (host.behind[n], -net[n], order.index(n))) if host
                 else max(ok, key=lambda n: (net[n], -order.index(n))))
-        contest = cls(rows, order, runs, restarts, ok, net, host, best, [best])
+        contest = cls(rows, order, runs, restarts, ok, net, host, best, baseline, [best])
         ratio_band, net_band = noise_bands(noise)
         for n in ok:
             if n != best:
@@ -402,7 +437,7 @@ class _Contest:
             self.tied.append(n)
 
     def choose(self) -> str:
-        """The cheapest compile among the tied; the program as it is where that does not pay back."""
+        """The cheapest compile among the tied; the baseline (``as-is``) where that does not pay back."""
         chosen = min(self.tied, key=lambda n: (compile_cost_s(self.rows[n], self.restarts), self.order.index(n)))
         if self.net[chosen] is not None and self.net[chosen] <= 0 and chosen != AS_IS:
             return AS_IS
@@ -440,25 +475,25 @@ class _Contest:
 
     def text(self, chosen: str) -> str:
         """The decision's sentence, with the figures that decided (the noise bands said after it)."""
-        rows, net, host, runs, restarts = self.rows, self.net, self.host, self.runs, self.restarts
+        rows, net, host, runs, restarts, base = self.rows, self.net, self.host, self.runs, self.restarts, self.baseline
         t0 = rows[AS_IS]["step_ms"]
         others = [n for n in self.ok if n != AS_IS]
         if chosen == AS_IS and host and any((net[n] or 0) > 0 for n in others):
             quiet_best = max(others, key=lambda n: (net[n], -self.order.index(n)))
-            return (f"the program as it is ({t0:.3f} ms/step, {host.loaded[AS_IS]:.3f} with its host core contended): the least "
+            return (f"{base.name} ({t0:.3f} ms/step, {host.loaded[AS_IS]:.3f} with its host core contended): the least "
                     f"behind the best in either host condition ({host.behind[AS_IS]:.1%}); {quiet_best!r} nets "
                     f"{net[quiet_best]:,.0f} s on a quiet host core but falls {host.behind_loaded[quiet_best]:.1%} behind with it "
                     "contended: the plan changes nothing")
         if chosen == AS_IS:
-            return (f"no candidate pays back over {runs:,} runs x {restarts} restart(s) better than the program as it is "
+            return (f"no candidate pays back over {runs:,} runs x {restarts} restart(s) better than {base.name} "
                     f"({t0:.3f} ms/step): the plan changes nothing")
         c = rows[chosen]
-        text = (f"{chosen!r}: {c['step_ms']:.3f} ms/step vs {t0:.3f} as is ({t0 / c['step_ms']:.2f}x), "
+        text = (f"{chosen!r}: {c['step_ms']:.3f} ms/step vs {t0:.3f} {base.short} ({t0 / c['step_ms']:.2f}x), "
                 f"{compile_text(c)}, net {net[chosen]:,.0f} s over {runs:,} runs x {restarts} restart(s)")
         if len(self.tied) > 1:
             text += f"; tied within the noise with {', '.join(repr(t) for t in self.tied if t != chosen)}: the cheaper compile wins"
         if host:
-            text += f"; {host.loaded[chosen]:.3f} ms/step with its host core contended vs {host.loaded[AS_IS]:.3f} as is"
+            text += f"; {host.loaded[chosen]:.3f} ms/step with its host core contended vs {host.loaded[AS_IS]:.3f} {base.short}"
             quiet_best = max(self.ok, key=lambda n: (net[n], -self.order.index(n)))
             if quiet_best not in (chosen, self.best):
                 text += (f"; {quiet_best!r} nets more on a quiet host core but falls {host.behind_loaded[quiet_best]:.1%} behind "

@@ -88,3 +88,9 @@ class Evidence:
     generates: Union[Any, None, _Unread] = UNREAD
     stopped_at: str | None = None
     requested_device: Union[str, None, _Unread] = UNREAD
+
+
+def where_raised(raised: dict[str, Any]) -> str:
+    """`` at path:line`` of the own-compile evidence (:attr:`Evidence.own_raised`), or
+    empty where it has no line."""
+    return f" at {raised['path']}:{raised['line']}" if raised.get("path") and raised.get("line") else ""

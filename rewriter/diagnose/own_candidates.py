@@ -32,6 +32,7 @@ from typing import Any
 
 from ..plan import CompileAction
 from .candidate import AS_IS, as_is
+from .evidence import where_raised
 
 REGIONAL = as_is("regional")
 NO_FULLGRAPH = as_is("no-fullgraph")
@@ -167,7 +168,7 @@ def _fullgraph_off(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, A
     from .planner import Decision, _plan
 
     raised = ctx.evidence.own_raised
-    where = f" at {raised['path']}:{raised['line']}" if raised.get("path") and raised.get("line") else ""
+    where = where_raised(raised)
     actions = []
     for group, strategy in ((scope.whole, "whole"), (scope.block, "region"), (scope.functions, "region")):
         for own in group:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .evidence import where_raised
 from .session import HarnessFailure, compile_hint, own_compile_raised
 
 
@@ -103,7 +104,6 @@ def set_aside(ctx: Any, exc: HarnessFailure) -> str | None:
     cause = exc.message
     ctx.evidence.own_raised = {"message": cause, "path": exc.path, "line": exc.line, "hint": compile_hint(exc.__cause__)}
     ctx.session.run(ctx.evidence.reference[2])
-    where = f" at {exc.path}:{exc.line}" if exc.path and exc.line else ""
-    return (f"the program's own torch.compile raised{where} ({cause}); a step at the reference shape runs with compilation off, so the "
+    return (f"the program's own torch.compile raised{where_raised(ctx.evidence.own_raised)} ({cause}); a step at the reference shape runs with compilation off, so the "
             f"ladder measures the model with its {n} compile(s) set aside, and the search measures the program with "
             "compilation off as its reference and the edits of that compile as candidates")

@@ -26,7 +26,8 @@ from ..terminal import Feed, event, progress_line
 from .candidate import AS_IS, Candidate
 from .candidates import WHOLE, propose
 from .context import Context
-from .decide import Choice, compile_text, decide, when_as_is_raises
+from .decide import AS_RUN, COMPILATION_OFF, Choice, compile_text, decide, when_as_is_raises
+from .evidence import where_raised
 from .kinds.static_shapes import WHOLE_STATIC
 from .own_candidates import STATIC as OWN_STATIC
 from .pruned import merge
@@ -550,8 +551,7 @@ def _read_the_program_as_it_is(ctx: Context, out: SearchOutcome, m: Any, trees: 
 def _said_it_raises(ctx: Context, out: SearchOutcome, say: Any) -> None:
     """The note where the program's own compile raised (:mod:`.own_raised`): what ``as-is`` measured."""
     raised = ctx.evidence.own_raised
-    where = f" at {raised['path']}:{raised['line']}" if raised.get("path") and raised.get("line") else ""
-    note = (f"the program as it is raises: its own torch.compile raised{where} ({raised['message'][:200]}); "
+    note = (f"the program as it is raises: its own torch.compile raised{where_raised(raised)} ({raised['message'][:200]}); "
             f"'{AS_IS}' is the program with compilation off (torch.compiler.set_stance('force_eager')), the reference "
             "every candidate is compared with, and the plan cannot leave that compile as it is")
     out.notes.append(note)
@@ -615,18 +615,18 @@ def _decided(ctx: Context, out: SearchOutcome, m: Any, say: Any) -> None:
     a = ctx.amortization
     out.noise = process_noise(m.timing)
     order = [c.name for c in out.candidates]
-    raises = ctx.evidence.own_raised is not None
-    out.choice = decide(out.rows, order, samples, a.runs, a.restarts, out.gain_measured, out.noise, as_is_compiles=not raises)
-    if raises:  # the as-is row is the program with compilation off
-        out.as_is_raises = True
-        out.choice = when_as_is_raises(out.choice, out.rows, order, ctx.evidence.own_raised)
-    if ctx.evidence.own_standin is not None:  # the program's compile measured through stand-ins: its call edited
-        from .own_candidates import standin_raises, translate
+    raised = ctx.evidence.own_raised
+    if raised is None and ctx.evidence.own_standin is not None:
+        from .own_candidates import standin_raises
 
-        stand_raised = None if raises else standin_raises(ctx, ctx.evidence.own_standin)
-        if stand_raised is not None:  # that call raises as it is: as-is is compilation off, never the plan
-            out.as_is_raises = True
-            out.choice = when_as_is_raises(out.choice, out.rows, order, stand_raised)
+        raised = standin_raises(ctx, ctx.evidence.own_standin)  # that call raises as it is
+    out.as_is_raises = raised is not None  # the as-is row is then the program with compilation off
+    baseline = COMPILATION_OFF if out.as_is_raises else AS_RUN
+    out.choice = decide(out.rows, order, samples, a.runs, a.restarts, out.gain_measured, out.noise, baseline)
+    if raised is not None:
+        out.choice = when_as_is_raises(out.choice, out.rows, order, raised, out.noise)
+    if ctx.evidence.own_standin is not None:  # the program's compile measured through stand-ins: its call edited
+        from .own_candidates import translate
 
         note = translate(ctx, out, ctx.evidence.own_standin)
         if note:

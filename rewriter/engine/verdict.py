@@ -60,7 +60,7 @@ def numerics_failures(plan_cold: dict[str, Any]) -> list[str]:
 
 def speed_failures(
     mean_ms: dict[str, float], min_speedup: float, amortization: dict[str, Any] | None,
-    contended_ms: dict[str, float] | None = None, contended_band: float = NOISE,
+    contended_ms: dict[str, float] | None = None, contended_band: float = NOISE, reference: str = "eager",
 ) -> list[str]:
     """Speed and amortization failures of the plan, from mean-of-median step times (ms).
 
@@ -74,10 +74,13 @@ def speed_failures(
     two conditions (:func:`rewriter.diagnose.decide.contended_standing`); this keeps validate
     from passing a plan the search would have rejected for its contended step
     (docs/decisions.md, "Validate checks the contended step too").
+
+    ``reference``: what the ``eager`` figure is, as the failures name it (diagnose's search gates
+    against the program as it runs, :func:`rewriter.diagnose.decide.gate_failures`).
     """
-    out = _speed(mean_ms, min_speedup, NOISE, "")
+    out = _speed(mean_ms, min_speedup, NOISE, "", reference)
     if contended_ms:
-        out += _speed(contended_ms, min_speedup, max(NOISE, contended_band), " with the host core contended")
+        out += _speed(contended_ms, min_speedup, max(NOISE, contended_band), " with the host core contended", reference)
     if amortization and amortization.get("amortized") is False:
         out.append(f"not amortized: {amortization['verdict']}")
     return out
@@ -89,13 +92,13 @@ def contended_band(noise: dict[str, Any] | None) -> float:
     return max(NOISE, (noise or {}).get("contended_share") or 0.0)
 
 
-def _speed(mean_ms: dict[str, float], min_speedup: float, band: float, where: str) -> list[str]:
+def _speed(mean_ms: dict[str, float], min_speedup: float, band: float, where: str, reference: str) -> list[str]:
     out = []
     plan, eager = mean_ms.get("plan"), mean_ms.get("eager")
     if plan is None or eager is None:
         return out
     if plan > eager * (1 + band):
-        out.append(f"slower than eager{where}: {plan:.3f} ms vs {eager:.3f} ms per step")
+        out.append(f"slower than {reference}{where}: {plan:.3f} ms vs {eager:.3f} ms per step")
     baselines = {k: v for k, v in mean_ms.items() if k in ("whole", "regional")}
     if baselines:
         best = min(baselines, key=baselines.get)
