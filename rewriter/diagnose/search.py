@@ -729,7 +729,7 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
     if len(busy) == 2:
         report["contended_band"] = band
     speed = speed_failures({k: v for k, v in mean.items() if v is not None}, 0.0, variants["plan"].get("amortization"),
-                           busy if len(busy) == 2 else None, band)
+                           busy if len(busy) == 2 else None, band, (COMPILATION_OFF if out.as_is_raises else AS_RUN).name)
     if cuda and out.gain_measured:
         verdict.failures.extend(speed)
     else:

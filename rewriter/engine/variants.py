@@ -71,7 +71,7 @@ def prepare(variant: str, model: Any, backend: str) -> dict[str, Any]:
     import torch
 
     if variant not in ("whole", "regional"):
-        return {"compiled": "nothing" if variant == "eager" else "by the plan's decorators"}
+        return {"compiled": "nothing" if variant == "eager" else "by the tree's own code"}
     if variant == "whole":
         model.compile(backend=backend)
         return {"compiled": f"model.compile(backend={backend!r})"}

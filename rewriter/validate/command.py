@@ -23,6 +23,11 @@ from ..engine.options import on_device
 #: validate's knobs are the engine's (re-exported: the CLI and tests build them from here).
 Options = EngineOptions
 
+#: The variant validate adds where the original tree compiles itself: the program as it runs, its
+#: own compile included, the baseline the speed gate compares the plan with (docs/design.md,
+#: "Validate's baseline is the program as it runs").
+AS_RUN = "as-is"
+
 
 def validate_command(plan_path: str, src: str, opts: Options | None = None) -> int:
     """Run the whole validation and write the report; returns the exit code.
@@ -109,9 +114,8 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     for its whole run): for a tree that already compiles (one stackpart rewrote and applied) it is
     still eager, and nothing stackpart measures it with enters a compiled frame."""
     from ..engine.measure import measure
-    from ..engine.noise import process_noise
     from ..engine.options import Variant
-    from ..engine.verdict import NOISE, Verdict, contended_band, speed_failures
+    from ..engine.verdict import Verdict
 
     verdict = Verdict(notes=notes)
     mark_dynamic = [
@@ -124,6 +128,13 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
                 Variant("plan", trees.rewritten, compiles=report["plan_compiles"], mark_dynamic=mark_dynamic,
                         plan_name=Path(loaded.path).name, library_modules=trees.result.library_modules,
                         site=_site_at(loaded))]
+    own = compiles_itself(trees.original)
+    if own:
+        # compiles=False: a compile in a script the harness does not run leaves it eager, as the harness runs it
+        variants.append(Variant(AS_RUN, trees.original, judged=False))
+        notes.append(f"the original tree compiles itself ({', '.join(own[:3])}{', ...' if len(own) > 3 else ''}): "
+                     f"'{AS_RUN}' is the program as it runs, its own compile included, and the speed gate compares the plan "
+                     "with it; 'eager' is the same program with compilation off, the numerical reference")
     variants += [Variant(b, trees.original, prepare=b, judged=False) for b in opts.variants if b not in ("eager", "plan")]
     m = measure(spec_run, variants, opts, workdir, amortization=report.get("amortization"), stop_on_wrong_numbers=True,
                 on_event=functools.partial(_progress, labels=tree_labels(trees, workdir)))
@@ -149,7 +160,7 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
             verdict.errors.append(f + "; to validate it here, make the harness build the model through that code")
             continue
         (verdict.errors if f.startswith("the rewritten tree failed") else verdict.failures).append(f)
-    for b in [v.name for v in variants if v.prepare]:
+    for b in [v.name for v in variants if v.prepare or v.name == AS_RUN]:
         row = results.get(b) or {}
         if row.get("problems") and row.get("error"):
             verdict.notes.append(f"baseline {b} failed and is left out: {row['error']}")
@@ -158,30 +169,66 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     verdict.notes.extend(m.notes)
     if verdict.errors or not m.timing:
         return results, m.timing, verdict
+    _judge_speed(report, results, m, opts, verdict)
+    if report.get("amortization") is None:
+        verdict.notes.append("the plan has no 'amortization:' section: break-even runs reported, not gated")
+    return results, m.timing, verdict
+
+
+def compiles_itself(tree: Path) -> list[str]:
+    """``file.py:line`` of each compile the tree does itself that compiles something the program
+    runs (:func:`rewriter.diagnose.own_compile.own_compiles`, static: a compile in a script the
+    harness does not run counts too, and its ``as-is`` variant then runs as eager does)."""
+    from ..diagnose.own_compile import own_compiles
+
+    return [c.where for c in own_compiles(tree) if c.idle is None]
+
+
+def _judge_speed(report: dict[str, Any], results: dict[str, Any], m: Any, opts: Options, verdict: Any) -> None:
+    """The speed and amortization rule (:func:`rewriter.engine.verdict.speed_failures`), gated on
+    CUDA (``--speed-gate``). The plan is compared with the program as it runs: the ``as-is``
+    variant where the tree compiles itself and that ran (diagnose's search decides against the
+    same program, :func:`rewriter.diagnose.decide.gate_failures`, so a plan it chose is one this
+    gate passes), else ``eager`` (compilation off, the same program where it does not compile,
+    and the only one that runs where its own compile raises). Where ``as-is`` is the reference,
+    the plan against compilation off is reported, never gated."""
+    from ..engine.noise import process_noise
+    from ..engine.verdict import NOISE, contended_band, speed_failures
+
     mean_ms = {v: r["step_ms"] for v, r in results.items() if r.get("step_ms") is not None}
     # the same variants with their host core contended (--host both, on CUDA): gated like the quiet
     # figures within their own measured band, as diagnose's search decides on the worse condition
     contended = {v: r["contended_step_ms"] for v, r in results.items() if r.get("contended_step_ms") is not None}
     if contended:
         report["contended_band"] = contended_band(process_noise(m.timing))
+    band = report.get("contended_band", NOISE)
+    if "plan" not in mean_ms or any(f.startswith("the rewritten model raised") for f in verdict.failures):
+        return
+    as_run = AS_RUN in mean_ms and not (results[AS_RUN].get("error"))
     gate = opts.speed_gate == "on" or (opts.speed_gate == "auto" and report["environment"]["timed_on"] == "cuda")
-    if "plan" in mean_ms and not any(f.startswith("the rewritten model raised") for f in verdict.failures):
-        speed = speed_failures(mean_ms, opts.min_speedup, results["plan"].get("amortization"),
-                               contended if "plan" in contended else None, report.get("contended_band", NOISE))
-        if gate:
-            verdict.failures.extend(speed)
-        elif speed:
-            verdict.notes.extend(
-                f"not gated ({'CPU timing' if opts.speed_gate == 'auto' else '--speed-gate off'}): {s}" for s in speed
-            )
-        if not gate:
-            verdict.notes.append(
-                "speed and amortization were reported but not gated: "
-                + ("timings are CPU wall-clock, not GPU (--speed-gate on to gate them)" if opts.speed_gate == "auto" else "--speed-gate off")
-            )
-    if report.get("amortization") is None:
-        verdict.notes.append("the plan has no 'amortization:' section: break-even runs reported, not gated")
-    return results, m.timing, verdict
+
+    def against(ref: str, times: dict[str, float]) -> dict[str, float]:
+        return {("eager" if k == ref else k): v for k, v in times.items() if k not in ("eager", AS_RUN) or k == ref}
+
+    ref = AS_RUN if as_run else "eager"
+    speed = speed_failures(against(ref, mean_ms), opts.min_speedup, results["plan"].get("amortization"),
+                           against(ref, contended) if "plan" in contended and ref in contended else None, band,
+                           "the program as it is" if as_run else "eager")
+    if gate:
+        verdict.failures.extend(speed)
+    elif speed:
+        verdict.notes.extend(
+            f"not gated ({'CPU timing' if opts.speed_gate == 'auto' else '--speed-gate off'}): {s}" for s in speed
+        )
+    if as_run and "eager" in mean_ms:
+        off = speed_failures({"plan": mean_ms["plan"], "eager": mean_ms["eager"]}, opts.min_speedup, None,
+                             reference="the program with compilation off")
+        verdict.notes.extend(f"reported, not gated (the program as it runs is the baseline): {s}" for s in off)
+    if not gate:
+        verdict.notes.append(
+            "speed and amortization were reported but not gated: "
+            + ("timings are CPU wall-clock, not GPU (--speed-gate on to gate them)" if opts.speed_gate == "auto" else "--speed-gate off")
+        )
 
 
 def _site_at(loaded: Any) -> dict[str, Any] | None:
