@@ -133,3 +133,33 @@ def test_without_a_measured_gain_a_candidate_that_recompiles_more_than_as_is_goe
     rows["as-is+dynamic"]["compile"] = {"recompiles": 2}
     rows["as-is+disable"]["compile"] = {"recompiles": 2}
     assert decide(rows, order, [], 1000, 1, gain_measured=False).chosen == "as-is+regional"
+
+
+def test_an_edit_that_compiles_for_less_than_the_program_saves_what_it_no_longer_compiles():
+    """A program whose own whole-model compile costs 60 s per start, and its regional edit at the
+    same step compiling for 10 s: the net saving is the 50 s it no longer compiles. Measured
+    against zero, the edit "did not pay back (net -10 s)" and the plan changed nothing, where
+    regional compilation is the remedy for a slow start (PyTorch's regional compilation tutorial)."""
+    rows = {"as-is": {"step_ms": 1.0, "compile_s_per_start": 60.0},
+            "as-is+regional": {"step_ms": 1.0, "compile_s_per_start": 10.0}}
+    c = decide(rows, ["as-is", "as-is+regional"], [], 1000, 1, True)
+    assert c.chosen == "as-is+regional", c
+    assert c.net_s == {"as-is": 0.0, "as-is+regional": 50.0}
+    assert "10.0 s compile per start vs 60.0 s compile per start as is, net 50 s" in c.text, c.text
+    # one that compiles for longer than the program still pays that difference
+    rows["as-is+regional"]["compile_s_per_start"] = 70.0
+    c = decide(rows, ["as-is", "as-is+regional"], [], 1000, 1, True)
+    assert c.chosen == "as-is" and c.status["as-is+regional"] == "does not pay back: net -10 s over 1,000 runs", c.status
+
+
+def test_without_a_measured_gain_the_program_s_own_compile_counts_toward_payback():
+    """Without a measured gain a candidate is out only where a step of zero could not pay back its
+    compile; the part the program compiles anyway is no extra cost."""
+    rows = {"as-is": {"step_ms": 1.0, "compile_s_per_start": 60.0},
+            "as-is+regional": {"step_ms": 1.0, "compile_s_per_start": 61.0}}
+    c = decide(rows, ["as-is", "as-is+regional"], [], 5000, 1, False)
+    assert c.chosen == "as-is+regional", c.status  # 1 s more than the program's own, within 5,000 runs x 1 ms
+    rows["as-is+regional"]["compile_s_per_start"] = 70.0
+    c = decide(rows, ["as-is", "as-is+regional"], [], 5000, 1, False)
+    said = c.status["as-is+regional"]
+    assert said.startswith("does not pay back: 70.0 s compile per start (10.0 s more than the program's own) > 5,000 runs"), said

@@ -6,10 +6,13 @@ worse of two host conditions where both were timed, below) of the amortization r
 (partitioning-the-stack, "How do you decide whether the compile time is worth it?") over the
 program as it is:
 
-    net = (t_as_is - t_candidate) x N_runs - t_compile_per_start x restarts      (seconds)
+    net = (t_as_is - t_candidate) x N_runs - (c_candidate - c_as_is) x restarts      (seconds)
 
-``t_compile_per_start`` is what the candidate's cold process paid for every shape that compiled
-(first call minus steady call), so new-shape compiles and recompiles are counted as observed.
+``c`` is the compile a cold process pays per start (``compile_s_per_start``: first call minus
+steady call, for every shape that compiled), so new-shape compiles and recompiles are counted as
+observed; ``c_as_is`` is the program's own compile (0 where it does not compile), so an edit of
+that compile that starts faster (regional compilation, PyTorch's "Reducing torch.compile cold
+start compilation time with regional compilation") saves what it no longer compiles.
 A candidate ties with the best one when its step differs by less than the noise, or when its
 net saving is within the band's share of the best candidate's step over the deployment (what that
 drift of the step between runs moves the net by); of tied candidates the cheaper compile wins, so
@@ -108,6 +111,12 @@ def compile_cost_s(row: dict[str, Any], restarts: int) -> float:
     """Seconds of compile a candidate costs over the deployment: its cold process's compiles
     (every shape that compiled) times the restarts without persisted caches."""
     return float(row.get("compile_s_per_start") or 0.0) * restarts
+
+
+def extra_compile_s(rows: dict[str, dict[str, Any]], n: str, restarts: int) -> float:
+    """Seconds of compile candidate ``n`` costs over the deployment beyond what the program as it is
+    compiles (``as-is``'s own cold compile; negative where ``n`` compiles for less)."""
+    return compile_cost_s(rows[n], restarts) - compile_cost_s(rows.get(AS_IS) or {}, restarts)
 
 
 def compile_text(row: dict[str, Any], restarts: int = 1) -> str:
@@ -312,19 +321,22 @@ def _without_baseline(ok: list[str], order: list[str], status: dict[str, str], g
 
 def _nets(rows: dict[str, dict[str, Any]], ok: list[str], status: dict[str, str], runs: int, restarts: int,
           gain_measured: bool) -> dict[str, float | None]:
-    """Each timed candidate's net saving (s) over the deployment, None where the gain is not
-    measured; a candidate whose compile a step of zero would not pay back gets its status."""
+    """Each timed candidate's net saving (s) over the deployment against the program as it is (0
+    for ``as-is``: its own compile is the yardstick, :func:`extra_compile_s`), None where the gain
+    is not measured; a candidate whose compile a step of zero would not pay back gets its status."""
     t0 = rows[AS_IS]["step_ms"]
     net: dict[str, float | None] = {}
     for name in ok:
         r = rows[name]
-        cost = compile_cost_s(r, restarts)
+        cost = extra_compile_s(rows, name, restarts)
         if gain_measured:
             net[name] = (t0 - r["step_ms"]) * 1e-3 * runs - cost
         else:
             net[name] = None
             if name != AS_IS and t0 * 1e-3 * runs <= cost:  # even a step of zero would not pay it back
-                status[name] = f"does not pay back: {compile_text(r, restarts)} > {runs:,} runs x {t0:.3f} ms even at zero step time"
+                status[name] = (f"does not pay back: {compile_text(r, restarts)}"
+                                + (f" ({cost:.1f} s more than the program's own)" if cost != compile_cost_s(r, restarts) else "")
+                                + f" > {runs:,} runs x {t0:.3f} ms even at zero step time")
     return net
 
 
@@ -488,8 +500,10 @@ class _Contest:
             return (f"no candidate pays back over {runs:,} runs x {restarts} restart(s) better than {base.name} "
                     f"({t0:.3f} ms/step): the plan changes nothing")
         c = rows[chosen]
+        own = rows[AS_IS]
         text = (f"{chosen!r}: {c['step_ms']:.3f} ms/step vs {t0:.3f} {base.short} ({t0 / c['step_ms']:.2f}x), "
-                f"{compile_text(c)}, net {net[chosen]:,.0f} s over {runs:,} runs x {restarts} restart(s)")
+                f"{compile_text(c)}" + (f" vs {compile_text(own)} {base.short}" if compile_cost_s(own, 1) > 0 else "")
+                + f", net {net[chosen]:,.0f} s over {runs:,} runs x {restarts} restart(s)")
         if len(self.tied) > 1:
             text += f"; tied within the noise with {', '.join(repr(t) for t in self.tied if t != chosen)}: the cheaper compile wins"
         if host:
@@ -530,7 +544,7 @@ def contended_standing(rows: dict[str, dict[str, Any]], ok: list[str], net: dict
     if len(ok) < 2 or AS_IS not in ok or not all(loaded.values()):
         return None
     t0 = float(loaded[AS_IS])
-    net_c = {n: (t0 - float(loaded[n])) * 1e-3 * runs - compile_cost_s(rows[n], restarts) for n in ok}
+    net_c = {n: (t0 - float(loaded[n])) * 1e-3 * runs - extra_compile_s(rows, n, restarts) for n in ok}
     q_best, c_best = max(ok, key=lambda n: net[n] or 0.0), max(ok, key=net_c.get)
     q_scale, c_scale = rows[q_best]["step_ms"] * 1e-3 * runs, float(loaded[c_best]) * 1e-3 * runs
     behind_loaded = {n: (net_c[c_best] - net_c[n]) / c_scale for n in ok}
