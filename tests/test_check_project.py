@@ -579,3 +579,44 @@ def test_a_transformers_model_gets_no_container_path_the_source_does_not_say(tmp
     for f in outcome.findings:
         assert "`for block in <the repeated blocks>: block.compile()`" in f.message, f.message
         assert "model.layers" not in f.message
+
+
+HEADS_NET = """\
+import torch.nn as nn
+
+
+class Head(nn.Module):
+    def __init__(self, d, n):
+        super().__init__()
+        self.fc = nn.Linear(d, n)
+
+    def forward(self, x):
+        print(x.sum().item())
+        return self.fc(x)
+
+
+class MultiTask(nn.Module):
+    def __init__(self, d, n_classes, tasks):
+        super().__init__()
+        self.heads = nn.ModuleDict({t: Head(d, n_classes[t]) for t in tasks})
+        self.aux = nn.ModuleList([nn.Linear(d, d) for _ in range(2)])
+
+    def forward(self, x):
+        return {t: head(x) for t, head in self.heads.items()}
+"""
+
+
+def test_per_task_heads_are_no_stack_of_blocks_but_are_still_reached(tmp_path, monkeypatch):
+    """A ModuleDict of one head per task (`{t: Head(d, n_classes[t]) for t in tasks}`) and a
+    ModuleList of plain Linear layers are no repeated blocks: a whole compile of the model is no
+    SP101, from the model's own file or another one. The heads are still code the compile traces:
+    the `.item()` in Head.forward is SP103."""
+    _write(tmp_path, {"pyproject.toml": "[project]\nname = 'p'\n", "model.py": HEADS_NET,
+                      "serve.py": "import torch\nfrom model import MultiTask\n\n"
+                                  "model = torch.compile(MultiTask(8, {'a': 2}, ['a']))\n"})
+    monkeypatch.chdir(tmp_path)
+    found, _ = _found(["serve.py", "model.py"])
+    assert {c for _, _, c in found} == {"SP103"}, found
+    (tmp_path / "one.py").write_text("import torch\n" + HEADS_NET + "\n\nmodel = torch.compile(MultiTask(8, {'a': 2}, ['a']))\n")
+    found, _ = _found(["one.py"], project=False)
+    assert {c for _, _, c in found} == {"SP103"}, found

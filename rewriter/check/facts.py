@@ -24,7 +24,9 @@ of the project do to it comes in as a :class:`~rewriter.check.project.FileView` 
   not in a branch that only runs eager (``if not torch.compiler.is_compiling():`` and friends);
 * a class *repeats a block* when its ``__init__`` builds ``nn.ModuleList``/``nn.Sequential`` from
   a comprehension of calls (``[Block(cfg) for _ in range(n)]``), or ``nn.ModuleDict`` from a dict
-  comprehension of calls (``{f"b{i}": Block(cfg) for i in range(n)}``), or holds (``self.x = Cls(...)``)
+  comprehension of calls (``{f"b{i}": Block(cfg) for i in range(n)}``), that is a stack of blocks
+  (:func:`.project.is_block_stack`: no single ``torch.nn`` layer, no element per item of a
+  collection, as a multi-task head's ``{t: nn.Linear(d, n[t]) for t in tasks}``), or holds (``self.x = Cls(...)``)
   a class of this file that does; a ``transformers`` ``*For*``/``AutoModel*`` class counts too
   (every such model is a stack of layers).
 """
@@ -42,6 +44,7 @@ from libcst.metadata import MetadataWrapper, QualifiedNameSource, ScopeProvider
 
 from ..compile_facts import is_repeated_blocks_call, options
 from ..targets import is_type_checking
+from .project import is_block_stack
 
 if TYPE_CHECKING:
     from .project import FileView
@@ -122,6 +125,18 @@ def first_positional(call: cst.Call) -> cst.BaseExpression | None:
             return arg.value
         break
     return None
+
+
+def _per_item(comp: cst.ListComp | cst.GeneratorExp | cst.DictComp, made: cst.Call) -> bool:
+    """Whether ``made``, the element a comprehension builds, uses a variable of one of its ``for``
+    clauses that does not iterate ``range(...)`` (:func:`.project.is_block_stack`)."""
+    uncounted: set[str] = set()
+    clause: cst.CompFor | None = comp.for_in
+    while clause is not None:
+        if not m.matches(clause.iter, m.Call(func=m.Name("range"))):
+            uncounted |= {n.value for n in m.findall(clause.target, m.Name())}  # type: ignore[attr-defined]
+        clause = clause.inner_for_in
+    return any(n.value in uncounted for n in m.findall(made, m.Name()))  # type: ignore[attr-defined]
 
 
 DefT = TypeVar("DefT", cst.FunctionDef, cst.ClassDef)
@@ -717,9 +732,11 @@ class _Collector(cst.CSTVisitor):
                 block = get_full_name_for_node(made.func)
                 if block is None:
                     continue
-                attr = self._owner_attr(node)
-                container = "nn." + get_full_name_for_node(node.func).rsplit(".", 1)[-1]  # type: ignore[union-attr]
-                info.repeated.append(Repeated(attr, block, container))
+                per_item = _per_item(comp, made)  # type: ignore[arg-type]
+                if all(is_block_stack(c, per_item) for c in self.f.qnames(made.func) or {block}):
+                    attr = self._owner_attr(node)
+                    container = "nn." + get_full_name_for_node(node.func).rsplit(".", 1)[-1]  # type: ignore[union-attr]
+                    info.repeated.append(Repeated(attr, block, container))
                 return
 
     def _init_class(self) -> ClassInfo | None:

@@ -100,7 +100,7 @@ from dataclasses import dataclass, field
 CACHE_DIR = ".stackpart_cache"
 CACHE_FILE = "project-v1.json"
 #: Bumped when the summary's format or meaning changes (an old cache is then ignored).
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 ROOT_MARKERS = ("pyproject.toml", ".git")
 #: Folders never walked for project files (besides hidden ones): not the user's code.
 SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", CACHE_DIR})
@@ -121,9 +121,44 @@ MODULE_DICTS = frozenset({"torch.nn.ModuleDict", "torch.nn.modules.container.Mod
 DICT_CONTAINERS = MODULE_DICTS | {"dict"}
 PASSTHROUGH = frozenset({"to", "cuda", "cpu", "eval", "train", "half", "float", "bfloat16", "double", "requires_grad_"})
 CONSTRUCTORS = frozenset({"from_pretrained", "from_config", "_from_config"})
+#: ``torch.nn`` classes that are a block of layers themselves (attention, feed-forward, norms and
+#: residuals in one module, or ``nn.Sequential(...)`` built inline), unlike its single layers.
+TORCH_NN_BLOCKS = frozenset({"TransformerEncoderLayer", "TransformerDecoderLayer", "Sequential"})
+
+
+def is_block_stack(constructor: str, per_item: bool) -> bool:
+    """Whether a container built by a comprehension of ``constructor(...)`` calls is a stack of
+    repeated blocks, the unit regional compilation compiles once and reuses (SP101).
+
+    Not one when its elements are single ``torch.nn`` layers (``nn.Linear``, ``nn.Conv2d``,
+    ``nn.LayerNorm``...: a region of one layer has nothing inside it to fuse), nor when they are
+    built one per item of a collection (``per_item``: the element's arguments use a variable of a
+    comprehension that does not count with ``range(...)``, as ``{t: Head(d, n_classes[t]) for t
+    in tasks}`` does): such elements are parallel branches or differ in shape, and share no
+    compiled code. A counted comprehension is a stack whatever its arguments (``Layer(cfg, i) for
+    i in range(n)`` passes a layer's index, as transformers' decoder layers take ``layer_idx``).
+
+    Args:
+        constructor: the element's class as qualified in its file (``torch.nn.Linear``,
+            ``.layers.Block``; ``nn.Linear`` where ``nn`` is not imported).
+        per_item: see above.
+    """
+    last = constructor.rsplit(".", 1)[-1]
+    if constructor.startswith(("torch.nn.", "nn.")) and last not in TORCH_NN_BLOCKS:
+        return False
+    return not per_item
 
 
 # -- the summary of one file (JSON: it is what the cache holds) ------------------------------------
+
+def _per_item(comp: ast.ListComp | ast.GeneratorExp | ast.DictComp, made: ast.expr) -> bool:
+    """Whether ``made``, the element a comprehension builds, uses a variable of one of its ``for``
+    clauses that does not iterate ``range(...)`` (:func:`is_block_stack`)."""
+    uncounted = {n.id for gen in comp.generators
+                 if not (isinstance(gen.iter, ast.Call) and isinstance(gen.iter.func, ast.Name) and gen.iter.func.id == "range")
+                 for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
+    return any(isinstance(n, ast.Name) and n.id in uncounted for n in ast.walk(made))
+
 
 def _dotted(expr: ast.expr) -> str | None:
     parts: list[str] = []
@@ -468,17 +503,18 @@ class _Summarizer:
         info = self.classes.get(self.cls[-1]) if in_init else None
         if info is not None and key.startswith("self.") and key.count(".") == 1:
             attr = key[5:]
-            for path, block, container in self._containers(value, [attr]):
-                info["repeated"].append([".".join(["self", *path]), block, container])
+            for path, block, container, stack in self._containers(value, [attr]):
+                info["repeated"].append([".".join(["self", *path]), block, container, stack])
             if isinstance(value, ast.Call):
                 cls = self.class_of(value, scope)
                 if cls is not None and cls[0] == "cls" and self.qualify(value.func) not in CONTAINERS | DICT_CONTAINERS:
                     info["children"][attr] = cls[1]
 
-    def _containers(self, expr: ast.expr, path: list[str]) -> Iterator[tuple[list[str], str, str]]:
-        """``(attribute path, block class, container)`` of the ``ModuleList``/``Sequential`` of a
-        comprehension of calls in ``expr``, also nested in ``ModuleDict``/``dict`` keys, and of a
-        ``ModuleDict`` of a dict comprehension of calls."""
+    def _containers(self, expr: ast.expr, path: list[str]) -> Iterator[tuple[list[str], str, str, bool]]:
+        """``(attribute path, element class, container, stack)`` of the ``ModuleList``/``Sequential``
+        of a comprehension of calls in ``expr``, also nested in ``ModuleDict``/``dict`` keys, and of
+        a ``ModuleDict`` of a dict comprehension of calls; ``stack``: whether it is a stack of
+        repeated blocks (:func:`is_block_stack`), else its elements are only reached through it."""
         if isinstance(expr, ast.Call):
             name = self.qualify(expr.func)
             if name in MODULE_DICTS:
@@ -486,7 +522,7 @@ class _Summarizer:
                     if isinstance(arg, ast.DictComp) and isinstance(arg.value, ast.Call):
                         cls = self.class_of(arg.value, self.scope())
                         if cls is not None and cls[0] == "cls":
-                            yield path, cls[1], "nn.ModuleDict"
+                            yield path, cls[1], "nn.ModuleDict", is_block_stack(cls[1], _per_item(arg, arg.value))
                             return
             if name in CONTAINERS:
                 for arg in expr.args:
@@ -494,7 +530,7 @@ class _Summarizer:
                     if isinstance(comp, (ast.ListComp, ast.GeneratorExp)) and isinstance(comp.elt, ast.Call):
                         cls = self.class_of(comp.elt, self.scope())
                         if cls is not None and cls[0] == "cls":
-                            yield path, cls[1], "nn." + name.rsplit(".", 1)[-1]
+                            yield path, cls[1], "nn." + name.rsplit(".", 1)[-1], is_block_stack(cls[1], _per_item(comp, comp.elt))
                             return
             elif name in DICT_CONTAINERS:
                 for kw in expr.keywords:
@@ -543,7 +579,8 @@ def _is_class(value: object) -> bool:
     return (isinstance(value, dict) and _strs(value.get("bases")) and _strs(value.get("methods"))
             and _strs(value.get("disabled")) and _str_map(value.get("children"))
             and isinstance(value.get("repeated"), list)
-            and all(_strs(r) and len(r) == 3 for r in value["repeated"]))
+            and all(isinstance(r, list) and len(r) == 4 and _strs(r[:3]) and isinstance(r[3], bool)
+                    for r in value["repeated"]))
 
 
 def _is_site(value: object) -> bool:
@@ -593,7 +630,7 @@ def summarize(tree: ast.Module, lines: Sequence[int] | None = None) -> dict:
         ``{"imports": {local name: qualified name}, "defs": {top-level name: "class"|"def"},
         "disabled": [top-level functions under @torch.compiler.disable], "classes": {name:
         {"bases", "methods", "disabled", "children": {attr: class}, "repeated": [[attr path,
-        block class, container]]}}, "sites": [[kind, target, attr, fullgraph, mode, line]],
+        element class, container, stack]]}}, "sites": [[kind, target, attr, fullgraph, mode, line]],
         "calls": {"f" or "Cls.f": [qualified imported names it calls]}}``;
         names are qualified the way LibCST's ``QualifiedNameProvider`` qualifies them in that
         file (``models.layers.Block``, ``.layers.Block``, ``Block`` for a local class). A site's
@@ -971,9 +1008,9 @@ class Project:
             return None
         seen = seen | {ref}
         for bref, info in self._bases(ref):
-            if info["repeated"]:
-                attr, block, container = info["repeated"][0]
-                return attr, block.rsplit(".", 1)[-1], container, (bref[0],)
+            for attr, block, container, stack in info["repeated"]:
+                if stack:
+                    return attr, block.rsplit(".", 1)[-1], container, (bref[0],)
         for bref, info in self._bases(ref):
             for attr, child in info["children"].items():
                 cref = self.resolve(child, bref[0])
@@ -987,8 +1024,8 @@ class Project:
         out = set()
         for rel, summ in list(self._summaries.items()):
             for info in summ["classes"].values():
-                for _, block, _ in info["repeated"]:
-                    ref = self.resolve(block, rel)
+                for _, block, _, stack in info["repeated"]:
+                    ref = self.resolve(block, rel) if stack else None
                     if ref is not None:
                         out.add(ref)
         return out
@@ -1051,7 +1088,7 @@ class Project:
                     model(ref, site, origin, start, set(), own=kind == "instance")
                 elif kind == "block" and self.class_info(ref) is not None:
                     for bref, info in self._bases(ref):
-                        for path, block, _ in info["repeated"]:
+                        for path, block, *_ in info["repeated"]:
                             if path.removeprefix("self.") == attr:
                                 blk = self.resolve(block, bref[0])
                                 if blk is not None and self.class_info(blk) is not None:

@@ -28,6 +28,18 @@ finding names the container where the source says it; for a `transformers` model
 sit in a path of the library's (`model.model.layers`, `model.transformer.h`), it does not:
 `stackpart diagnose` reads the path from the model it builds.
 
+A container counts as a stack of blocks when a comprehension builds it from one constructor that
+is a block, and builds copies: its elements are not single `torch.nn` layers (`nn.Linear`,
+`nn.Conv2d`, `nn.LayerNorm`...; a region of one layer holds nothing to fuse, so compiling it alone
+gains nothing; torch's own `nn.TransformerEncoderLayer`/`nn.TransformerDecoderLayer` and an inline
+`nn.Sequential(...)` are blocks), and they are not built one per item of a collection (the
+element's arguments use the variable of a `for` over something other than `range(...)`, as a
+multi-task head's `{t: nn.Linear(d, n_classes[t]) for t in tasks}` does). Such elements are
+parallel branches or differ in shape: they share no compiled code, so regional compilation would
+compile each anyway, and the unit that matters is the model around them. A counted comprehension
+is a stack whatever its arguments: `Layer(cfg, i) for i in range(n)` passes the layer's index, as
+`transformers`' decoder layers take `layer_idx`.
+
 The exception is real: CUDA graphs prefer one large capture, because many small captures pay the
 fixed replay cost each. For latency-critical decode with CUDA graphs (`mode="reduce-overhead"`)
 whole-model capture is right, and this rule stays silent for the CUDA-graph modes.
@@ -116,6 +128,35 @@ class Model(nn.Module):
         self.blocks = nn.ModuleList([Block() for _ in range(8)])
 """,
             note="the repeated block is the regional unit, even when it holds a list of experts (an MoE model)",
+        ),
+        Valid(
+            """\
+import torch
+from torch import nn
+
+class MultiTask(nn.Module):
+    def __init__(self, d, n_classes, tasks):
+        super().__init__()
+        self.backbone = Encoder(d)
+        self.heads = nn.ModuleDict({t: nn.Linear(d, n_classes[t]) for t in tasks})
+
+model = torch.compile(MultiTask(256, {"a": 3, "b": 5}, ["a", "b"]))
+""",
+            note="a multi-task head: one layer per task, parallel branches rather than a stack of blocks",
+        ),
+        Valid(
+            """\
+import torch
+from torch import nn
+
+class MLP(nn.Module):
+    def __init__(self, d, n):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(d, d) for _ in range(n)])
+
+mlp = torch.compile(MLP(64, 4))
+""",
+            note="a list of single torch.nn layers: a region of one layer holds nothing to fuse",
         ),
     ]
     INVALID = [
