@@ -39,6 +39,12 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
 * the source compiles a function with ``@torch.compile`` or by rebinding its name, ``f =
   torch.compile(f, ...)`` (:func:`.compile_facts.rebound_compiles`): both forms are the source's
   compile of that function for every rule above.
+* a ``compile`` (not ``own_call``, not ``strategy: nested``) of a function that a function the
+  source compiles (a decorator or a rebinding) calls directly: it is traced in the source's
+  compiled region already, so the plan would compile it a second time. The refusal names the
+  source's compile (``file:line``) and the ``own_call`` edit of it. The one-file reading of
+  "inside" above: a ``compile`` of a block class whose instance a compiled ``forward`` calls
+  (``self.block(x)``) is not seen here; diagnose's search prunes it.
 * a ``compile`` (not ``own_call``) of a block class the program compiles itself with
   ``model.compile_repeated_blocks(...)`` (a class named in a ``_repeated_blocks`` list that SRC or
   the library target's own file declares), or of the model class that declares it: the blocks would
@@ -189,10 +195,10 @@ class _Facts:
         imports = self._names(module)
         return next((d for d in func.decorators if canonical(decorator_name(d), imports) in names), None)
 
-    def _compiled(self, bound: Bound) -> list[tuple[str, bool, set[str]]]:
+    def _compiled(self, bound: Bound) -> list[tuple[str, bool, set[str], cst.CSTNode]]:
         """The functions the target's module compiles with a decorator or a rebinding (``f =
         torch.compile(f)``): ``(qualname, fullgraph literal, the qualnames it covers: itself and what
-        it calls directly)``, one scan per file."""
+        it calls directly, the decorator or the rebinding's call)``, one scan per file."""
         module = bound.module
         key = ("compiled", id(module))
         if key not in self._cache:
@@ -200,14 +206,15 @@ class _Facts:
             rebound = self._per_module("rebound", module, rebound_compiles)
             for qual, func in self.functions(module, bound.definitions).items():
                 dec = self.decorated(module, func, COMPILE_DECORATORS)
+                site: cst.CSTNode
                 if dec is not None:
-                    call = dec.decorator if isinstance(dec.decorator, cst.Call) else None
+                    call, site = (dec.decorator if isinstance(dec.decorator, cst.Call) else None), dec
                 elif qual in rebound:  # f = torch.compile(f, ...)
-                    call = rebound[qual].node  # type: ignore[assignment]
+                    call = site = rebound[qual].node  # type: ignore[assignment]
                 else:
                     continue
                 fullgraph = options(call)[0] is True
-                found.append((qual, fullgraph, {qual, *_callees(ResolvedTarget("", qual, func, []))}))
+                found.append((qual, fullgraph, {qual, *_callees(ResolvedTarget("", qual, func, []))}, site))
             self._cache[key] = found
         return self._cache[key]
 
@@ -223,10 +230,17 @@ class _Facts:
         """The function of the target's file that the source compiles with a decorator
         (``fullgraph=True`` only, with ``fullgraph``) and that is the target or calls it
         directly; None when there is none."""
-        for qual, full, covered in self._compiled(bound):
+        for qual, full, covered, _ in self._compiled(bound):
             if bound.target.qualname in covered and (full or not fullgraph):
                 return qual
         return None
+
+    def source_compile_around(self, bound: Bound) -> tuple[str, cst.CSTNode] | None:
+        """The function of the target's file that the source compiles (a decorator or a
+        rebinding) and that calls the target directly, not the target itself, with that compile's
+        node; None when there is none."""
+        return next(((qual, site) for qual, _, covered, site in self._compiled(bound)
+                     if qual != bound.target.qualname and bound.target.qualname in covered), None)
 
     def keeps_eager(self, bound: Bound) -> bool:
         """Whether the source keeps the target itself eager (``@torch.compiler.disable`` on it)."""
@@ -282,6 +296,7 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
         if isinstance(b.action, CompileAction):
             _check_compile_of_disabled(loaded, facts, b)
             _check_compile_in_graph(loaded, facts, b)
+            _check_compile_inside_source_compile(loaded, facts, b)
             _check_fullgraph_compile(loaded, facts, b)
         elif isinstance(b.action, DisableAction):
             _check_disable(loaded, facts, b, regions, unfull)
@@ -381,6 +396,29 @@ def _check_compile_in_graph(loaded: LoadedPlan, facts: _Facts, b: Bound) -> None
             hint=f"drop this action (a compile of {name}'s callers takes it into their graph already), or remove the "
                  "allow_in_graph registration from the source",
         )
+
+
+def _check_compile_inside_source_compile(loaded: LoadedPlan, facts: _Facts, b: Bound) -> None:
+    """Refuse a compile the plan adds (not ``own_call``, not a ``nested`` hint to the compile around
+    it) of a function that a function the source compiles calls: that code is in the source's
+    compiled region already, and a compile of it would compile it a second time (diagnose's
+    search prunes the same candidate, :func:`rewriter.diagnose.candidates.conflict`)."""
+    if b.action.library or b.action.own_call is not None or b.action.strategy == "nested":  # type: ignore[attr-defined]
+        return
+    around = facts.source_compile_around(b)
+    if around is None or facts.already_compiled(b):
+        return
+    own, site = around
+    name = b.target.qualname
+    code = _code(site) if isinstance(site, cst.Decorator) else f"{own.rsplit('.', 1)[-1]} = {_code(site)}"
+    raise loaded.error(
+        b.index,
+        f"compile of {name}, which {own} calls, and the source compiles {own} at {facts.where(b, site)} "
+        f"({code}): {name} is traced inside that compiled region already, and this action would compile "
+        "that code a second time",
+        hint=f"drop this action, or edit the source's compile of {own} instead: action compile, target "
+             f"{b.target.relpath}::{own}, own_call: {{...}}",
+    )
 
 
 def _check_fullgraph_compile(loaded: LoadedPlan, facts: _Facts, b: Bound) -> None:

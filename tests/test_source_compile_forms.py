@@ -162,3 +162,18 @@ def test_two_rebinding_calls_of_one_file_are_both_edited(tmp_path, capsys):
     after = (src / "train.py").read_text()
     assert after == train.replace(", fullgraph=True)", ")"), after
     assert main(["rewrite", "--plan", str(tmp_path / "plan.yaml"), str(src), "--check"]) == 0
+
+
+def test_a_compile_of_a_function_a_rebound_compiled_function_calls_is_refused(tmp_path, capsys):
+    """The source compiles ``train_step`` by rebinding it; a plan's compile of ``loss_of``, which
+    ``train_step`` calls, would compile that code a second time: refused at the plan's line, naming
+    the source's compile and the ``own_call`` edit of it."""
+    train = TRAIN.format(options="").replace(
+        "    loss = torch.nn.functional.mse_loss(model(x), y)\n", "    loss = loss_of(x, y)\n").replace(
+        "def train_step", "def loss_of(x, y):\n    return torch.nn.functional.mse_loss(model(x), y)\n\n\ndef train_step")
+    _rewrite(tmp_path, {"model.py": MODEL, "train.py": train}, "  - action: compile\n    target: train.py::loss_of\n", 2)
+    err = capsys.readouterr().err
+    assert "plan.yaml:3:" in err, err
+    assert ("compile of loss_of, which train_step calls, and the source compiles train_step at train.py:17 "
+            "(train_step = torch.compile(train_step))") in err, err
+    assert "target train.py::train_step, own_call:" in err, err
