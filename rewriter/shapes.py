@@ -8,6 +8,7 @@ Read without torch (the CLI checks it while parsing arguments, before ``diagnose
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from .plan import MAX_SIZE
 
@@ -87,25 +88,14 @@ def own_defaults_text(inputs: str, shape: dict[str, int]) -> str:
     return f"{inputs}() with no arguments ({_DEFAULTS_ADVICE})"
 
 
-def default_shape_text(harness: object, inputs: str) -> str:
-    """What a run without ``--shape`` (and without ``harness.shapes``) feeds the model, read from
-    the harness file without running it: ``make_inputs()``'s own defaults, e.g. ``make_inputs's
-    defaults, batch=4,seq=128 (one shape; pass --shape name=int,... for the shapes your program
-    runs)``. A default that is not an int literal, or a file that does not parse, is said as
-    ``make_inputs() with no arguments``."""
-    import ast
-    from pathlib import Path
-
-    try:
-        tree = ast.parse(Path(str(harness)).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
-        tree = None
-    func = next((n for n in getattr(tree, "body", []) if isinstance(n, ast.FunctionDef) and n.name == inputs), None)
-    if func is not None:
-        args = func.args.posonlyargs + func.args.args
-        pairs = list(zip([a.arg for a in args[len(args) - len(func.args.defaults):]], func.args.defaults))
-        pairs += [(a.arg, d) for a, d in zip(func.args.kwonlyargs, func.args.kw_defaults) if d is not None]
-        sizes = {name: d.value for name, d in pairs
-                 if isinstance(d, ast.Constant) and isinstance(d.value, int) and not isinstance(d.value, bool)}
-        return own_defaults_text(inputs, sizes)
-    return own_defaults_text(inputs, {})
+def with_own_default_shape(spec: Any, inputs: object) -> tuple[Any, str | None]:
+    """A harness section (``harness:``, :class:`rewriter.plan.Harness`) where neither ``--shape``
+    nor ``harness.shapes`` gave a shape (``spec.shapes == [{}]``), with the inputs function's own
+    int defaults as its one shape (:func:`own_default_shape`), so the run, the plan and the report
+    name the shape that runs; and the note that says which one (:func:`own_defaults_text`). A
+    section with shapes, or an inputs function with no such default, comes back as it is (the
+    note then says ``make_inputs() with no arguments``; None where shapes were given)."""
+    if spec.shapes != [{}]:
+        return spec, None
+    own = own_default_shape(inputs)
+    return (spec.model_copy(update={"shapes": [own]}) if own else spec), own_defaults_text(spec.inputs, own)

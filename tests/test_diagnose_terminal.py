@@ -126,13 +126,21 @@ def test_a_given_shape_is_not_announced(src, capsys):
     assert report["reference_shape"] == {"batch": 2, "width": 8}
 
 
-def test_default_shape_text_reads_defaults_without_running(tmp_path):
-    from rewriter.shapes import default_shape_text
+def test_with_own_default_shape_states_the_defaults_only_where_no_shape_was_given():
+    from rewriter.plan import Harness
+    from rewriter.shapes import with_own_default_shape
 
-    (tmp_path / "h.py").write_text("def make_inputs(batch=4, *, seq: int = 128, flag=True, name='x'):\n    pass\n")
-    assert default_shape_text(tmp_path / "h.py", "make_inputs").startswith("make_inputs()'s own defaults, batch=4,seq=128 (")
-    assert default_shape_text(tmp_path / "h.py", "other").startswith("other() with no arguments (")
-    assert default_shape_text(tmp_path / "missing.py", "make_inputs").startswith("make_inputs() with no arguments (")
+    def make_inputs(batch=4, *, seq: int = 128, flag=True, name="x"):
+        pass
+
+    bare = Harness(file="h.py", model="build_model", inputs="make_inputs")
+    spec, note = with_own_default_shape(bare, make_inputs)
+    assert spec.shapes == [{"batch": 4, "seq": 128}]
+    assert note is not None and note.startswith("make_inputs()'s own defaults, batch=4,seq=128 (")
+    spec, note = with_own_default_shape(bare, lambda **kw: None)
+    assert spec is bare and note is not None and note.startswith("make_inputs() with no arguments (")
+    given = bare.model_copy(update={"shapes": [{"batch": 2}]})
+    assert with_own_default_shape(given, make_inputs) == (given, None)
 
 
 def test_third_party_stderr_goes_to_the_log_and_the_console_to_the_terminal(tmp_path):

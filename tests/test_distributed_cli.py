@@ -72,3 +72,31 @@ def test_nproc_with_missing_harness_exits_2_before_launching(tmp_path: Path, cap
                  "--nproc", "2", "--device", "cpu", "--mode", "training"])
     assert code == 2 and "harness file not found" in capsys.readouterr().err
     assert not (tmp_path / "plan.yaml").exists()
+
+
+def test_without_a_shape_the_plan_states_the_inputs_defaults(tmp_path: Path, capsys, monkeypatch) -> None:
+    """With no --shape and no harness.shapes, the plan ``diagnose --nproc`` writes states the shape
+    the ranks ran, ``make_inputs()``'s own int defaults, as single-process diagnose's plan does
+    (it wrote ``shapes: [{}]``). The torchrun launch is replaced: the plan is the subject."""
+    from types import SimpleNamespace
+
+    from rewriter.distributed import command
+
+    ran = []
+
+    def fake_run(spec, src, nproc, out_dir, **kw):
+        ran.append(spec)
+        return SimpleNamespace(nproc=nproc, backend="gloo", wrap="ddp", verdict="not collective-bound",
+                               exposed_share=0.0, thresholds={"collective_bound_share": 0.25}, dominant=None,
+                               stragglers=[], host_stalls=[], suggestions=[], notes=[])
+
+    monkeypatch.setattr(command, "run_distributed", fake_run)
+    code = main(["diagnose", "--harness", "harness.py", str(FIXTURES / "ddp" / "before"), "-o", str(tmp_path / "plan.yaml"),
+                 "--nproc", "2", "--device", "cpu", "--mode", "training"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    defaults = {"batch": 4, "seq": 32, "vocab": 256}
+    assert "diagnose: no --shape given: make_inputs()'s own defaults, batch=4,seq=32,vocab=256 (" in err, err
+    assert [s.shapes for s in ran] == [[defaults]]
+    loaded = load_plan(tmp_path / "plan.yaml")
+    assert loaded.plan.harness is not None and loaded.plan.harness.shapes == [defaults]

@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import StackpartError, src_dir
 from ..harness import device_record, load_harness, resolve_device
 from ..plan import Amortization, Harness
+from ..shapes import with_own_default_shape
 from .context import Context
 from .declared import read as declared_blocks
 from .evidence import UNREAD
@@ -253,7 +254,7 @@ def _load(spec: Harness, src: str | Path, plan_out: str | Path, report_dir: str 
           timeout_s: float, entry: str | None, site: str | None) -> _Run:
     """Load the harness, check ``--entry``/``--site`` and clear the previous run's artifacts.
     Without a shape (``harness.shapes`` is ``[{}]``), the inputs function's own int defaults
-    become the harness's shape (:func:`rewriter.shapes.own_default_shape`): the rungs, the plan
+    become the harness's shape (:func:`rewriter.shapes.with_own_default_shape`): the rungs, the plan
     and the report read the shape that runs.
 
     Raises:
@@ -263,17 +264,11 @@ def _load(spec: Harness, src: str | Path, plan_out: str | Path, report_dir: str 
     requested = spec.device
     spec = resolve_device(spec)
     harness = load_harness(spec, src)
-    shape_note = None
-    if spec.shapes == [{}]:  # no --shape and no harness.shapes: the inputs function's own defaults are the shape
+    spec, shape_note = with_own_default_shape(spec, harness.make_inputs)
+    if spec is not harness.spec:  # no --shape and no harness.shapes: the inputs function's own defaults are the shape
         from dataclasses import replace
 
-        from ..shapes import own_default_shape, own_defaults_text
-
-        own = own_default_shape(harness.make_inputs)
-        shape_note = own_defaults_text(spec.inputs, own)
-        if own:
-            spec = spec.model_copy(update={"shapes": [own]})
-            harness = replace(harness, spec=spec)
+        harness = replace(harness, spec=spec)
     if entry is not None:
         check_entry(entry, src)
     if site is not None:

@@ -49,18 +49,19 @@ def diagnose_distributed_command(
     from ..diagnose.report import default_report_dir as diagnose_report_dir
     from ..diagnose.report import plan_yaml
     from ..diagnose.runner import harness_from_flags, parse_shape
-    from ..harness import resolve_device
+    from ..harness import load_harness, resolve_device
     from ..plan import Plan, parse_plan
+    from ..shapes import with_own_default_shape
     from ..terminal import stderr
 
     spec, amort = harness_from_flags(harness, src, model=model, inputs=inputs,
                                      shapes=[parse_shape(s) for s in shapes], mode=mode, dtype=dtype, device=device)
     spec = resolve_device(spec)
-    if spec.shapes == [{}]:  # no --shape and no harness.shapes: say which shape the ranks run, as diagnose does
-        from ..shapes import default_shape_text
-
-        stderr().print(f"diagnose: no --shape given: {default_shape_text(Path(src) / spec.file, spec.inputs)}",
-                       highlight=False)
+    # no --shape and no harness.shapes: the inputs function's own defaults are the shape the ranks
+    # run and the plan states, as diagnose's
+    spec, shape_note = with_own_default_shape(spec, load_harness(spec, Path(src)).make_inputs)
+    if shape_note is not None:
+        stderr().print(f"diagnose: no --shape given: {shape_note}", highlight=False)
     if mode is None and spec.mode == "inference":
         stderr().print("note: harness mode is inference; DDP's all-reduce runs in backward: pass --mode training",
                        highlight=False)
