@@ -369,3 +369,33 @@ def test_a_baseline_that_was_not_timed_still_gives_the_candidate_that_runs():
     c = when_as_is_raises(decide(rows, order, [], 1000, 1, True, baseline=COMPILATION_OFF), rows, order)
     assert c.chosen == "as-is+no-fullgraph", c
     assert "1.200 ms/step (the program with compilation off was not timed)" in c.text, c.text
+
+
+def test_setup_runs_the_step_with_compilation_off_once_per_failure(tmp_path):
+    """Setup's step at a later harness shape raised in the program's fullgraph=True compile: the
+    check that the same step runs with compilation off (``set_stance("force_eager")``) is one run
+    of the model, read both where the error is explained and where the compile is set aside."""
+    from types import SimpleNamespace
+
+    from torch._dynamo import eval_frame
+
+    from rewriter.diagnose.context import Context
+    from rewriter.diagnose.runner import _Run, _setup
+    from rewriter.diagnose.session import Session
+    from rewriter.harness import load_harness
+    from rewriter.plan import Harness
+
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "own_fullgraph_raises", src, ignore=shutil.ignore_patterns("__pycache__"))
+    spec = Harness.model_validate({"file": "harness.py", "shapes": [{"batch": 2, "seq": 5}, {"batch": 2, "seq": 7}],
+                                   "device": "cpu"})
+    session = Session(load_harness(spec, src))
+    run = _Run(spec, None, src, tmp_path / "plan.yaml", tmp_path, session, SimpleNamespace(event=lambda text: None))
+    run.ctx = Context(session=session, out_dir=tmp_path)
+    model, _, _ = run.ctx.reference()
+    stances: list[str] = []
+    model.register_forward_pre_hook(lambda module, args: stances.append(eval_frame._stance.stance))
+    _setup(run)
+    assert run.fatal is None and run.ctx.evidence.own_raised is not None, run.fatal
+    assert stances.count("force_eager") == 1, stances
+    torch._dynamo.reset()

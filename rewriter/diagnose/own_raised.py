@@ -75,7 +75,9 @@ def set_aside(ctx: Any, exc: HarnessFailure) -> str | None:
     """Where ``exc`` is the program's own compile raising and that compile is on the model
     object, take it off the ladder's model and say so; else None (``exc`` stands).
 
-    The reference ``(model, inputs, step)`` is rebuilt on the unwrapped model and one step run
+    Whether the step that raised runs with compilation off is read from ``exc.off`` where
+    :meth:`.session.Session.run_as_the_program_runs` ran it so; else the reference step runs so
+    here: one such run per failure. The reference ``(model, inputs, step)`` is rebuilt on the unwrapped model and one step run
     on it; the compiled modules are read first (:func:`.own_candidates.compiled_modules_of`), so
     the search still proposes the edits of the program's own call. Sets
     :attr:`.evidence.Evidence.own_raised` to ``{"message", "path", "line", "hint"}``.
@@ -85,12 +87,13 @@ def set_aside(ctx: Any, exc: HarnessFailure) -> str | None:
     """
     if ctx.evidence.own_raised is not None:
         return None  # set aside once: a second failure is the model's own
+    off = exc.off  # the step run with compilation off where run_as_the_program_runs ran it: not run again
     while isinstance(exc.__cause__, HarnessFailure):  # run_as_the_program_runs's, which said why already
         exc = exc.__cause__
     if type(exc.__cause__).__name__ in BACKEND_FAILURES or type(exc.__cause__).__module__.startswith("torch._inductor"):
         return None  # the backend's failure: the search's children may run another backend, and would not see it
     model, inputs, step = ctx.reference()
-    said = own_compile_raised(exc, lambda: (step(), ctx.session.sync()), ctx.session.src)
+    said = own_compile_raised(exc, lambda: (step(), ctx.session.sync()), ctx.session.src, off)
     if said is None:
         return None
     from .own_candidates import compiled_modules_of
@@ -104,6 +107,6 @@ def set_aside(ctx: Any, exc: HarnessFailure) -> str | None:
     cause = exc.message
     ctx.evidence.own_raised = {"message": cause, "path": exc.path, "line": exc.line, "hint": compile_hint(exc.__cause__)}
     ctx.session.run(ctx.evidence.reference[2])
-    return (f"the program's own torch.compile raised{where_raised(ctx.evidence.own_raised)} ({cause}); a step at the reference shape runs with compilation off, so the "
+    return (f"the program's own torch.compile raised{where_raised(ctx.evidence.own_raised)} ({cause}); the step that raised runs with compilation off, so the "
             f"ladder measures the model with its {n} compile(s) set aside, and the search measures the program with "
             "compilation off as its reference and the edits of that compile as candidates")

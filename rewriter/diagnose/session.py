@@ -63,15 +63,29 @@ def off_failure(retry: Callable[[], Any], src: Path) -> str | None:
     return None
 
 
-def own_compile_raised(exc: "HarnessFailure", retry: Callable[[], Any], src: Path | None = None) -> str | None:
+@dataclass(frozen=True)
+class OffRun:
+    """A failed step run again under ``torch.compiler.set_stance("force_eager")`` (:func:`off_failure`).
+
+    Attributes:
+        failure: None where it ran; else what it raised there, ``Type: message (file.py:line)``.
+    """
+
+    failure: str | None
+
+
+def own_compile_raised(exc: "HarnessFailure", retry: Callable[[], Any], src: Path | None = None,
+                       off: OffRun | None = None) -> str | None:
     """Why a failed step is the program's own compile's doing, or None: the exception came from
     Dynamo or its backend (:func:`_from_compile`) and ``retry``, the same step under
-    ``torch.compiler.set_stance("force_eager")``, runs. The sentence says what that shows and what
-    to try (:data:`OWN_COMPILE_HINTS`), since stackpart measures the program as it runs and so
-    cannot measure one that raises."""
+    ``torch.compiler.set_stance("force_eager")``, runs. ``off`` is that run where it was made
+    already (:attr:`HarnessFailure.off`), so the step is not run again. The sentence says what that
+    shows and what to try (:data:`OWN_COMPILE_HINTS`), since stackpart measures the program as it
+    runs and so cannot measure one that raises."""
     if not _from_compile(exc):
         return None
-    if off_failure(retry, src or Path.cwd()) is not None:  # the model itself raises too: the original failure stands
+    failure = off.failure if off is not None else off_failure(retry, src or Path.cwd())
+    if failure is not None:  # the model itself raises too: the original failure stands
         return None
     return _compile_raised(exc.__cause__)
 
@@ -102,15 +116,17 @@ class HarnessFailure(Exception):
         path, line: the user's file and line where known.
         oom: for a CUDA out-of-memory error, what its message says (:func:`.oom.classify`:
             request, reserved but unallocated, fragmentation or capacity); else None.
+        off: the failed step run again with compilation off (:meth:`Session.run_as_the_program_runs`),
+            or None where it was not.
     """
 
     def __init__(
         self, rung: str, callable: str, message: str, path: str | None = None, line: int | None = None,
-        oom: dict[str, Any] | None = None, note: str | None = None,
+        oom: dict[str, Any] | None = None, note: str | None = None, off: OffRun | None = None,
     ):
         super().__init__(f"rung {rung}: {callable}: {message}")
         self.rung, self.callable, self.message, self.path, self.line, self.oom = rung, callable, message, path, line, oom
-        self.note = note
+        self.note, self.off = note, off
 
     @property
     def where(self) -> str:
@@ -380,7 +396,8 @@ class Session:
             said = (_compile_raised(exc.__cause__) if off is None else
                     f"with compilation off (torch.compiler.set_stance('force_eager')) the model raises too: {off}; "
                     "that failure is the model's own, and comes first")
-            raise HarnessFailure(exc.rung, exc.callable, f"{exc.message}; {said}", exc.path, exc.line, note=exc.note) from exc
+            raise HarnessFailure(exc.rung, exc.callable, f"{exc.message}; {said}", exc.path, exc.line, note=exc.note,
+                                 off=OffRun(off)) from exc
 
     def time(self, step: Callable[[], Any], *, warmup: int = 2, min_s: float = 0.3, max_iters: int = 50, min_iters: int = 3) -> dict[str, float]:
         """Step time in ms over enough runs to fill ``min_s`` (at least ``min_iters``).
