@@ -96,3 +96,25 @@ def test_a_probe_failing_inside_dynamo_is_said_to_be_stackparts_probe(tmp_path, 
     assert "stackpart's probe (LlamaDecoderLayer.forward compiled by itself" in said, said
     assert "failed inside Dynamo (InternalTorchDynamoError: AttributeError" in said, said
     assert "build_model() model forward: raised" not in said, said
+
+
+COMPILED_CHILD = HARNESS.replace('model.compile(backend="eager", fullgraph=True)',
+                                 'model.lm_head = torch.compile(model.lm_head, backend="eager")')
+
+
+def test_the_rung_runs_on_a_model_with_a_compiled_child(tmp_path):
+    """``model.lm_head = torch.compile(model.lm_head)`` in the build: the wrapper's own ``forward``
+    attribute is its compiled call, not a compiled ``forward`` of the user's module, and without
+    it the wrapper has none (nn.Module's NotImplementedError). The wrapper is set aside as one
+    compile (:func:`rewriter.engine.watch.carried_compiles`): the module it wraps runs for the
+    sweep, and the wrapper is put back after."""
+    (tmp_path / "harness.py").write_text(COMPILED_CHILD)
+    spec = Harness.model_validate({"file": "harness.py", "shapes": [{"seq": 10}, {"seq": 14}], "device": "cpu"})
+    ctx = Context(session=Session(load_harness(spec, tmp_path)), out_dir=tmp_path)
+    model, _, _ = ctx.reference()
+    wrapper = model.lm_head
+    ctx.evidence.blocks = find_blocks(model, tmp_path)
+    r = instance_recompiles.run(ctx)
+    assert r.status == "ok", (r.status, r.reason)
+    assert r.measurement["instances"] == 2, r.measurement
+    assert model.lm_head is wrapper and "forward" in vars(wrapper)  # the program's own compile is put back

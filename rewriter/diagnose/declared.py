@@ -104,8 +104,7 @@ def read(model: Any) -> Declared:
     Returns:
         a :class:`Declared`; empty (no ``declarers``) when nothing declares a non-empty list.
     """
-    from ..engine.blocks import unwrapped
-    from ..engine.watch import without_compile_hops as _own
+    from ..engine.watch import unwrapped, without_compile_hops as _own
 
     out = Declared()
     model = unwrapped(model)

@@ -33,42 +33,19 @@ BACKEND_FAILURES = frozenset({"BackendCompilerFailed"})
 
 
 def unwrap(model: Any) -> tuple[Any, int]:
-    """``model`` with every compile it carries taken off, and how many were.
-
-    ``torch.compile(module)`` (an ``OptimizedModule``) is replaced by its ``_orig_mod``, at the
-    root (the returned model) and as any module's child; ``module.compile()``'s compiled call
-    (``_compiled_call_impl``, torch/nn/modules/module.py) is set to None; a compiled ``forward``
-    attribute of an instance is deleted, so the class's own ``forward`` runs; a method compiled by
-    a decorator in a class's source is put back on the class as written. The modules and classes
-    are changed in place, for the rest of the process: the caller's process is the ladder's, whose
-    model is the only one built from them (the search's children import the source afresh).
+    """``model`` with every compile it carries taken off (:func:`rewriter.engine.watch.carried_compiles`:
+    a wrapper at the root or as any module's child, ``module.compile()``'s call, a compiled
+    ``forward`` attribute, a method compiled by a decorator in a class's source), and how many
+    were. The root's wrapper is left to the caller, who gets the module it wraps. The modules and
+    classes are changed in place, for the rest of the process: the caller's process is the
+    ladder's, whose model is the only one built from them (the search's children import the
+    source afresh).
     """
-    from torch._dynamo.eval_frame import OptimizedModule
+    from ..engine.watch import carried_compiles, take_off, unwrapped
 
-    n = 0
-    while isinstance(model, OptimizedModule):
-        model, n = model._orig_mod, n + 1
-    for m in list(model.modules()):
-        for name, child in list(m.named_children()):
-            inner = child
-            while isinstance(inner, OptimizedModule):
-                inner, n = inner._orig_mod, n + 1
-            if inner is not child:
-                setattr(m, name, inner)
-    for cls in {type(m) for m in model.modules()}:
-        for klass in cls.__mro__:
-            for name, value in list(vars(klass).items()):
-                orig = getattr(value, "_torchdynamo_orig_callable", None)
-                if orig is not None:  # @torch.compile on a method in the class's source
-                    setattr(klass, name, orig)
-                    n += 1
-    for m in model.modules():
-        if m.__dict__.get("_compiled_call_impl") is not None:
-            m._compiled_call_impl, n = None, n + 1
-        if getattr(m.__dict__.get("forward"), "_torchdynamo_orig_callable", None) is not None:
-            del m.__dict__["forward"]
-            n += 1
-    return model, n
+    carried = carried_compiles(model)
+    take_off(carried)
+    return unwrapped(model), len(carried)
 
 
 def set_aside(ctx: Any, exc: HarnessFailure) -> str | None:

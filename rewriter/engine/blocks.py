@@ -36,6 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .watch import unwrapped
+
 #: A candidate class is a stage of the blocks in its direct child container when they hold at
 #: least this share of its parameters (transformers' ResNetStage: all of them; a ConvNeXt stage
 #: with its downsampling conv: ~95%).
@@ -112,23 +114,10 @@ def _inside(name: str, outer: str) -> bool:
     return outer == "" and name != "" or name.startswith(outer + ".")
 
 
-def unwrapped(module: Any) -> Any:
-    """``module`` itself where ``torch.compile(module)`` wrapped it: the ``OptimizedModule``'s
-    ``_orig_mod``, through every wrapper. Its names are the module's own (``blocks.0``); through
-    the wrapper each gains ``_orig_mod.``, which names nothing in the user's model or plan."""
-    try:
-        from torch._dynamo.eval_frame import OptimizedModule
-    except Exception:  # noqa: BLE001 - no Dynamo: nothing is wrapped
-        return module
-    while isinstance(module, OptimizedModule):
-        module = module._orig_mod
-    return module
-
-
 def find_block_groups(model: Any) -> list[BlockGroup]:
     """The repeated block classes of ``model`` (rules in the module docstring), largest (by
     parameter elements over all instances) first. Pure structure: no forward runs. A model
-    wrapped by ``torch.compile`` is read through its wrapper (:func:`unwrapped`): the names are
+    wrapped by ``torch.compile`` is read through its wrapper (:func:`.watch.unwrapped`): the names are
     the model's own.
 
     Returns:

@@ -38,7 +38,8 @@ def repeated_blocks(model: Any) -> list[tuple[str, list[Any]]]:
     """
     import torch
 
-    from .blocks import find_block_groups, unwrapped
+    from .blocks import find_block_groups
+    from .watch import unwrapped
 
     model = unwrapped(model)  # the names are the model's own, not its torch.compile wrapper's
     order = {name: i for i, (name, _) in enumerate(model.named_modules())}

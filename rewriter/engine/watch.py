@@ -18,13 +18,21 @@ stack (``_fn`` in older releases) holds ``fn``, the callable the program handed 
 (the compile's entry). Read in the installed torch 2.13 and in public torch sources of earlier
 releases. Without the callbacks, the frames come from ``torch._dynamo.utils.get_compilation_metrics()``
 (``co_name``, ``co_filename``, ``co_firstlineno``, ``graph_op_count``; no entry, no fullgraph).
+
+What compiles a model object carries (:func:`carried_compiles`): ``torch.compile(module)``'s
+``OptimizedModule`` at the root or as a child, ``module.compile()``'s ``_compiled_call_impl``, a
+compiled ``forward`` instance attribute, ``@torch.compile`` on a method of the modules' classes.
+Every reader of those forms goes through it (:func:`compiled_modules`, :func:`compiles_off`,
+diagnose's ``own_raised.unwrap``), so a new form is added there alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -443,40 +451,182 @@ def _fn_fullgraph(fn: Any) -> bool | None:
     return None
 
 
-def compiled_modules(model: Any, limit: int = 50) -> list[dict[str, Any]]:
-    """The modules of ``model`` that carry a compile: ``torch._dynamo.eval_frame.OptimizedModule``
-    instances (``torch.compile(module)``), modules with ``nn.Module.compile()`` applied (a
-    non-None ``_compiled_call_impl``, torch/nn/modules/module.py) and modules whose ``forward``
-    attribute is a compiled function (``block.forward = torch.compile(block.forward)``). Each:
-    ``path`` (name in ``model``, ``<model>`` for the root), ``class``, ``file`` (the class's),
-    ``how`` and ``fullgraph`` (None when not known). Model order, at most ``limit``."""
+#: The forms a model object carries a compile in (:attr:`CarriedCompile.how`).
+WRAPPED = "torch.compile(module)"
+COMPILED_CALL = "module.compile()"
+FORWARD_ATTRIBUTE = "forward = torch.compile(forward)"
+DECORATED = "@torch.compile"
+
+
+@dataclass
+class CarriedCompile:
+    """One compile a model object carries (:func:`carried_compiles`), where it sits, and how to
+    take it off (the module or method as written runs) and put it back.
+
+    Attributes:
+        how: its form: :data:`WRAPPED` (an ``OptimizedModule``, which holds the module it wraps as
+            ``_orig_mod``), :data:`COMPILED_CALL` (``nn.Module.compile()``: a non-None
+            ``_compiled_call_impl``, torch/nn/modules/module.py), :data:`FORWARD_ATTRIBUTE` (a
+            compiled function as an instance's ``forward`` attribute, ``block.forward =
+            torch.compile(block.forward)``), :data:`DECORATED` (a method compiled by a decorator in
+            a class's source, on the class of one of the model's modules or a base of it).
+        path: the module's name in the model, ``_orig_mod`` hops dropped (``<model>`` for the
+            root); for a decorated method, ``Class.method``.
+        owner: what is compiled: the module a wrapper wraps (its ``_orig_mod``), the module that
+            carries the compiled call or ``forward``, the class of a decorated method.
+        compiled: the compiled object: the wrapper, the compiled call, the compiled function.
+        slots: ``(object, attribute)`` where ``compiled`` sits: each parent module holding a
+            wrapper under a child name (none for a wrapper at the root, which the caller holds:
+            :func:`unwrapped`), the module's ``_compiled_call_impl`` or ``forward``, the class's
+            method name.
+    """
+
+    how: str
+    path: str
+    owner: Any
+    compiled: Any
+    slots: tuple[tuple[Any, str], ...]
+
+    @property
+    def fullgraph(self) -> bool | None:
+        """``fullgraph`` of the compile, None when not known."""
+        if self.how == WRAPPED:
+            return _ctx_fullgraph(self.compiled.dynamo_ctx)
+        return _fn_fullgraph(self.compiled)
+
+    def take_off(self) -> None:
+        """Leave the module or method as written where the compile sat: a wrapper replaced by the
+        module it wraps now, the compiled call set to None, the ``forward`` attribute deleted (the
+        class's own runs), the method set back to the function the decorator was given."""
+        for obj, name in self.slots:
+            if self.how == FORWARD_ATTRIBUTE:
+                del obj.__dict__[name]
+            elif self.how == WRAPPED:
+                setattr(obj, name, self.compiled._orig_mod)
+            elif self.how == COMPILED_CALL:
+                setattr(obj, name, None)
+            else:
+                setattr(obj, name, self.compiled._torchdynamo_orig_callable)
+
+    def put_back(self) -> None:
+        """The compile where :meth:`take_off` found it."""
+        for obj, name in self.slots:
+            if self.how == FORWARD_ATTRIBUTE:
+                obj.__dict__[name] = self.compiled
+            else:
+                setattr(obj, name, self.compiled)
+
+
+def unwrapped(module: Any) -> Any:
+    """``module`` itself where ``torch.compile(module)`` wrapped it: the ``OptimizedModule``'s
+    ``_orig_mod``, through every wrapper. Its names are the module's own (``blocks.0``); through
+    the wrapper each gains ``_orig_mod.``, which names nothing in the user's model or plan."""
     try:
         from torch._dynamo.eval_frame import OptimizedModule
-    except Exception:  # noqa: BLE001 - no Dynamo: nothing compiled
-        return []
-    out: list[dict[str, Any]] = []
+    except Exception:  # noqa: BLE001 - no Dynamo: nothing is wrapped
+        return module
+    while isinstance(module, OptimizedModule):
+        module = module._orig_mod
+    return module
+
+
+def _module_compiles(name: str, m: Any, slots: dict[int, list[tuple[Any, str]]], wrapper: type) -> list[CarriedCompile]:
+    """The compiles module ``m`` (named ``name``) carries itself: a wrapper (an instance of
+    ``wrapper``, ``OptimizedModule``) is one, and nothing else (its own ``forward`` attribute is
+    the wrapper's compiled call); else ``module.compile()``'s call and a compiled ``forward``
+    attribute, each one."""
+    path = _clean_path(name)
+    if isinstance(m, wrapper):
+        return [CarriedCompile(WRAPPED, path, m._orig_mod, m, tuple(slots.get(id(m), ())))]
+    out = []
+    if m.__dict__.get("_compiled_call_impl") is not None:
+        out.append(CarriedCompile(COMPILED_CALL, path, m, m._compiled_call_impl, ((m, "_compiled_call_impl"),)))
+    forward = m.__dict__.get("forward")
+    if getattr(forward, "_torchdynamo_orig_callable", None) is not None:
+        out.append(CarriedCompile(FORWARD_ATTRIBUTE, path, m, forward, ((m, "forward"),)))
+    return out
+
+
+def _decorated(modules: list[Any]) -> list[CarriedCompile]:
+    """The methods compiled by a decorator on the classes of ``modules`` and their bases, each
+    class once, in the modules' order."""
+    out = []
+    seen: set[type] = set()
+    for cls in dict.fromkeys(type(m) for m in modules):
+        for klass in cls.__mro__:
+            if klass in seen:
+                continue
+            seen.add(klass)
+            for name, value in list(vars(klass).items()):
+                if getattr(value, "_torchdynamo_orig_callable", None) is not None:
+                    out.append(CarriedCompile(DECORATED, f"{klass.__name__}.{name}", klass, value, ((klass, name),)))
+    return out
+
+
+def carried_compiles(model: Any, classes: bool = True) -> list[CarriedCompile]:
+    """Every compile ``model`` carries (:class:`CarriedCompile`): the modules' own in model order
+    (a wrapper before the modules it wraps), then, with ``classes``, the decorated methods of the
+    modules' classes. The one place that knows the forms; :func:`compiled_modules` reads them, and
+    :func:`take_off` and :func:`compiles_off` set them aside. Empty without Dynamo; a module whose
+    attributes cannot be read carries none."""
     try:
+        from torch._dynamo.eval_frame import OptimizedModule
+
         named = list(model.named_modules())
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no Dynamo, or no modules to walk: nothing compiled
         return []
+    slots: dict[int, list[tuple[Any, str]]] = {}
+    for _, parent in named:
+        for name, child in parent.named_children():
+            slots.setdefault(id(child), []).append((parent, name))
+    out: list[CarriedCompile] = []
     for name, m in named:
         try:
-            if isinstance(m, OptimizedModule):
-                inner = m._orig_mod
-                how, fullgraph = "torch.compile(module)", _ctx_fullgraph(m.dynamo_ctx)
-            elif getattr(m, "_compiled_call_impl", None) is not None:
-                inner = m
-                how, fullgraph = "module.compile()", _fn_fullgraph(m._compiled_call_impl)
-            elif getattr(vars(m).get("forward"), "_torchdynamo_orig_callable", None) is not None:
-                inner = m
-                how, fullgraph = "forward = torch.compile(forward)", _fn_fullgraph(vars(m)["forward"])
-            else:
-                continue
+            out.extend(_module_compiles(name, m, slots, OptimizedModule))
         except Exception:  # noqa: BLE001 - an odd module is not a compiled one
             continue
-        file, line = _module_file(type(inner))
-        out.append({"path": _clean_path(name), "class": type(inner).__name__, "file": file, "line": line,
-                    "how": how, "fullgraph": fullgraph})
+    return out + (_decorated([m for _, m in named]) if classes else [])
+
+
+def take_off(carried: list[CarriedCompile]) -> None:
+    """Each of ``carried`` off (:meth:`CarriedCompile.take_off`), the innermost first: a wrapper
+    of a wrapper is replaced by what the inner one wraps."""
+    for c in reversed(carried):
+        c.take_off()
+
+
+@contextlib.contextmanager
+def compiles_off(model: Any, classes: bool = True) -> Iterator[list[CarriedCompile]]:
+    """The compiles ``model`` carries (:func:`carried_compiles`) set aside for the duration, then
+    put back where they were; a wrapper at the root stays (the caller runs :func:`unwrapped`)."""
+    carried = carried_compiles(model, classes)
+    take_off(carried)
+    try:
+        yield carried
+    finally:
+        for c in carried:
+            c.put_back()
+
+
+def compiled_modules(model: Any, limit: int = 50) -> list[dict[str, Any]]:
+    """The modules of ``model`` that carry a compile (:func:`carried_compiles`, decorated methods
+    aside: a class's, not a module's), one row each (a module's first form where it carries
+    two). Each: ``path`` (name in ``model``, ``<model>`` for the root), ``class``, ``file`` (the
+    class's), ``how`` and ``fullgraph`` (None when not known). Model order, at most ``limit``."""
+    out: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    for c in carried_compiles(model, classes=False):
+        module = c.compiled if c.how == WRAPPED else c.owner  # the module that carries it
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        try:
+            fullgraph = c.fullgraph
+        except Exception:  # noqa: BLE001 - an odd module is not a compiled one
+            continue
+        file, line = _module_file(type(c.owner))
+        out.append({"path": c.path, "class": type(c.owner).__name__, "file": file, "line": line,
+                    "how": c.how, "fullgraph": fullgraph})
         if len(out) >= limit:
             break
     return out

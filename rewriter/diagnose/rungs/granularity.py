@@ -48,7 +48,8 @@ def find_blocks(model: Any, src: Any, declared: Any = None) -> list[dict[str, An
         "params": int}] (one per parameter/buffer shape signature), "distinct_shapes": int,
         "declared": "Model._repeated_blocks" | None}]``.
     """
-    from ...engine.blocks import find_block_groups, unwrapped
+    from ...engine.blocks import find_block_groups
+    from ...engine.watch import unwrapped
 
     model = unwrapped(model)  # the program's torch.compile(model): the names a report gives are the model's own
     found = [_as_dict(g, model, src, declared.source) for g in _declared_groups(model, src, declared)] if declared else []
@@ -113,7 +114,7 @@ def _declared_groups(model: Any, src: Any, declared: Any) -> list[Any]:
 
 def _as_dict(g: Any, model: Any, src: Any, declared: str | None) -> dict[str, Any]:
     """One :func:`find_blocks` entry for a :class:`rewriter.engine.blocks.BlockGroup`."""
-    from ...engine.blocks import unwrapped
+    from ...engine.watch import unwrapped
 
     first = g.containers[0]
     owner = unwrapped(model.get_submodule(first.owner_name)) if first.owner_name else model

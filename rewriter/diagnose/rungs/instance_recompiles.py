@@ -29,13 +29,11 @@ eager).
 
 from __future__ import annotations
 
-import contextlib
-
 import re
 from dataclasses import dataclass
-from collections.abc import Iterator
 from typing import Any
 
+from ...engine.watch import compiles_off, unwrapped
 from ..context import Context
 from ..dynamo_log import capture, reset
 from ..rung import Finding, Rung, RungResult
@@ -182,42 +180,20 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
     return r
 
 
-@contextlib.contextmanager
-def _module_compiles_off(model: Any) -> Iterator[None]:
-    """The compiles ``model``'s modules carry set aside for the duration, then put back:
-    ``module.compile()``'s compiled call (``_compiled_call_impl``, torch/nn/modules/module.py) and
-    a compiled ``forward`` instance attribute (``model.forward = torch.compile(model.forward)``),
-    so the class's own ``forward`` runs (:func:`rewriter.engine.watch.compiled_modules` reads the
-    same forms; :func:`..own_raised.unwrap` takes them off for good)."""
-    impls = [(m, m.__dict__["_compiled_call_impl"]) for m in model.modules()
-             if m.__dict__.get("_compiled_call_impl") is not None]
-    forwards = [(m, m.__dict__["forward"]) for m in model.modules()
-                if getattr(m.__dict__.get("forward"), "_torchdynamo_orig_callable", None) is not None]
-    for m, _ in impls:
-        m._compiled_call_impl = None
-    for m, _ in forwards:
-        del m.__dict__["forward"]
-    try:
-        yield
-    finally:
-        for m, impl in impls:
-            m._compiled_call_impl = impl
-        for m, fn in forwards:
-            m.__dict__["forward"] = fn
-
-
 def _sweep(ctx: Context, cls: type) -> _Sweep:
     """Compile ``cls.forward`` (backend ``eager``), run one step per harness shape (the
     reference first) under Dynamo's recompile log, and put ``forward`` back as it was."""
     import torch
 
     model, inputs, _ = ctx.reference()
-    # the program's own whole-model compile (torch.compile(model), model.compile(), a compiled
-    # forward attribute) is set aside for the sweep: Dynamo tracing into the block's compiled
+    # the program's own compiles on the model's modules (torch.compile(model) or of a child,
+    # model.compile(), a compiled forward attribute: engine.watch.compiles_off) are set aside
+    # for the sweep and put back after: Dynamo tracing into the block's compiled
     # forward from inside it fails on its own guards (CLOSURE_MATCH on the compiled function's
     # closure; "'CatchErrorsWrapper' object has no attribute '__closure__'" on transformers' Llama),
-    # and the sweep asks what the block does compiled by itself
-    model = getattr(model, "_orig_mod", model)
+    # and the sweep asks what the block does compiled by itself. Its classes' decorated methods
+    # stay: the sweep sets the block class's forward itself
+    model = unwrapped(model)
     step = ctx.session.step_fn(model, inputs)
     shapes = ctx.session.spec.shapes
     reset()
@@ -227,7 +203,7 @@ def _sweep(ctx: Context, cls: type) -> _Sweep:
     per_shape: list[dict[str, Any]] = []
     probe = f"stackpart's probe ({cls.__name__}.forward compiled by itself, backend eager, in {ctx.session.forward_name()}"
     try:
-        with capture() as log, _module_compiles_off(model):
+        with capture() as log, compiles_off(model, classes=False):
             counts = _dynamo_counts(base.__code__)  # after each shape: the next shape's "before"
             for i, shape in enumerate(shapes):
                 before = (counts["unique_graphs"], len(log.recompiles), len(log.limit_hit))
