@@ -85,6 +85,14 @@ def keyword(call: cst.Call, name: str) -> cst.Arg | None:
     return None
 
 
+def turned_off(call: cst.Call | None) -> bool:
+    """Whether ``call`` (a ``torch.compile``/``module.compile``/``compile_repeated_blocks`` call or
+    decorator call) passes a literal ``disable=True``: torch.compile then returns what it was given
+    and compiles nothing (torch.compile docs, ``disable``), so no rule reads it as a compile."""
+    arg = keyword(call, "disable") if call is not None else None
+    return arg is not None and literal_bool(arg.value) is True
+
+
 def options(call: cst.Call | None) -> tuple[bool | None, str | None]:
     """``(fullgraph, mode)`` literals of a ``torch.compile(...)`` call (None when absent)."""
     if call is None:

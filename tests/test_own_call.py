@@ -145,13 +145,13 @@ def test_plan_fields_are_checked():
 
 @pytest.mark.parametrize("value, why", [
     # `own_call:` left empty is YAML null: not silently a second compile added
-    ("null", "own_call: expected a mapping of fullgraph, dynamic, mode, backend to set"),
-    ("", "own_call: expected a mapping of fullgraph, dynamic, mode, backend to set"),
+    ("null", "own_call: expected a mapping of fullgraph, dynamic, mode, backend, disable to set"),
+    ("", "own_call: expected a mapping of fullgraph, dynamic, mode, backend, disable to set"),
     # a typo of a backend would be written and fail at the first call (InvalidBackend)
     ("{backend: indcutor}", "own_call.backend: unknown backend 'indcutor'"),
     # a key YAML reads as a number or null: named with the keys expected, not pydantic's "[key]"
-    ("{1: true}", "own_call: unknown key 1; expected one of fullgraph, dynamic, mode, backend"),
-    ("{null: true}", "own_call: unknown key None; expected one of fullgraph, dynamic, mode, backend"),
+    ("{1: true}", "own_call: unknown key 1; expected one of fullgraph, dynamic, mode, backend, disable"),
+    ("{null: true}", "own_call: unknown key None; expected one of fullgraph, dynamic, mode, backend, disable"),
 ])
 def test_own_call_null_or_an_unknown_backend_is_refused_at_its_line(tmp_path, capsys, value, why):
     src = tmp_path / "src"

@@ -161,9 +161,10 @@ class CompileCommand(TargetedCommand):
             raise StackpartError(f"{self._line(exc.node)}: {msg}") from None
         if new is None:
             return func  # already as asked
-        if isinstance(new, cst.Decorator) and self.action.strategy == "whole":
+        if isinstance(new, cst.Decorator) and self.action.strategy == "whole" and self.action.compiles:
             # the measured choice must not fail `stackpart check` (SP101's regional suggestion, SP109's
-            # small region) in the commit that applies it, as the compile the plan adds does not
+            # small region) in the commit that applies it, as the compile the plan adds does not (a
+            # call turned off is no compile to check's rules: nothing to suppress)
             codes = {"SP101", "SP109"} if _sp109_small(func, edits.get("mode")) else {"SP101"}
             return _suppress(func, sites[0].node, new, codes)
         return func.deep_replace(sites[0].node, new)  # type: ignore[return-value]

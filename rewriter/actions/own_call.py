@@ -10,7 +10,8 @@ are edited alike). Only that call's keyword arguments
 change; everything else keeps its bytes, so the diff is the one line the call is on:
 
 * a key the call has with a literal value gets the new literal (or is removed when the new value
-  is torch's default: ``fullgraph: false``, ``mode: default``, ``dynamic: null``, ``backend: inductor``);
+  is torch's default: ``fullgraph: false``, ``mode: default``, ``dynamic: null``, ``backend: inductor``,
+  ``disable: false``; ``disable: true`` is torch.compile's own off switch, the call's other options kept);
 * a key it lacks is appended after its last argument, in the call's own separator style (a
   trailing comma and one argument per line are kept); a bare ``@torch.compile`` gets ``(...)``;
 * a key already at the value asked is left alone (idempotence).

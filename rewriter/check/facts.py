@@ -42,7 +42,7 @@ import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameSource, ScopeProvider
 
-from ..compile_facts import is_repeated_blocks_call, options
+from ..compile_facts import is_repeated_blocks_call, options, turned_off
 from ..targets import is_type_checking
 from .project import is_block_stack
 
@@ -246,10 +246,11 @@ class FileFacts:
         return None, call
 
     def compile_call(self, dec: cst.Decorator) -> tuple[bool, cst.Call | None]:
-        """Whether a decorator is ``torch.compile`` and its call when it has arguments."""
+        """Whether a decorator is ``torch.compile`` (one that compiles: not ``disable=True``,
+        :func:`rewriter.compile_facts.turned_off`) and its call when it has arguments."""
         expr = dec.decorator
         if isinstance(expr, cst.Call):
-            return self.is_name(expr.func, COMPILE), expr
+            return self.is_name(expr.func, COMPILE) and not turned_off(expr), expr
         return self.is_name(expr, COMPILE), None
 
     # -- tree ---------------------------------------------------------------------------------
@@ -710,7 +711,9 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         f = self.f
-        if f.is_call(node, COMPILE):
+        if turned_off(node):
+            pass  # disable=True: compiles nothing
+        elif f.is_call(node, COMPILE):
             f.compile_calls.append(node)
         elif m.matches(node.func, m.Attribute(attr=m.Name("compile"))):
             f.method_compile_calls.append(node)

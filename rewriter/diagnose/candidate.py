@@ -17,6 +17,8 @@ from ..plan import Plan
 #: eager reference's own row). A variant of the program's own compile is named ``as-is+<what>``
 #: (:func:`as_is`).
 AS_IS = "as-is"
+#: Backends that cannot speed anything up: the search then measures failures, not gains.
+NO_GAIN_BACKENDS = frozenset({"eager", "aot_eager", "aot_eager_decomp_partition"})
 #: The whole-model compile: the one-line anchor (``torch.compile(model)``) a plan is compared with.
 WHOLE = "whole"
 
@@ -49,7 +51,9 @@ class Candidate:
 
     @property
     def compiles(self) -> bool:
-        return any(a.action == "compile" for a in self.plan.actions)
+        """Whether the plan leaves code compiled (an ``own_call`` that turns the program's compile
+        off does not)."""
+        return any(a.action == "compile" and a.compiles for a in self.plan.actions)
 
     def key(self) -> tuple:
         """The action set, for deduplication (``why`` left out)."""

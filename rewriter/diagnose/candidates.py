@@ -337,6 +337,8 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     if why_none is not None:
         p.pruned.append(why_none)
         p.add("rule", proposal, rule=True)
+        for name, decision in own_compile_off(ctx, p.scope, p.pruned):
+            p.add(name, decision)
         return _with_kinds(ctx, _rule_first(p.out), p.pruned, compiles_pruned=True)
     own = _own_texts(regions, own_setup, p.stand)
     region_full, has_block, trust_guards = _per_block(p)
@@ -635,7 +637,16 @@ def own_call_candidates(ctx: Context, scope: OwnScope, pruned: list[str]) -> lis
     from .own_candidates import variants
 
     found = variants(ctx, scope, pruned) if scope.whole or scope.block or ctx.evidence.own_raised is not None else []
-    return found + _own_cudagraphs(ctx, scope, pruned)
+    return found + _own_cudagraphs(ctx, scope, pruned) + own_compile_off(ctx, scope, pruned)
+
+
+def own_compile_off(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tuple[str, Any]]:
+    """``as-is+no-compile`` (:func:`.own_candidates.compile_off`) where the program compiles code the
+    harness runs; also proposed where the ladder pruned every compile of ours (a GEMM-dominated op
+    mix), since the program's own compile is then the one to measure against compilation off."""
+    from .own_candidates import compile_off
+
+    return compile_off(ctx, scope, pruned) if scope.whole or scope.block or scope.functions else []
 
 
 def _own_cudagraphs(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tuple[str, Any]]:

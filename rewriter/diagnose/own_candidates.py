@@ -14,6 +14,12 @@ call is edited where it is, no second compile is added, so every one composes wi
 * ``as-is+no-fullgraph``: ``fullgraph=False`` on the program's call where that compile raised
   with ``fullgraph=True`` (:mod:`.own_raised`); every other variant then drops ``fullgraph=True``
   too, since it would raise as the program does.
+* ``as-is+no-compile``: ``disable=True`` on every call of the program's own compile the harness
+  runs: the program with its compile off (``torch.compile``'s own switch, its options kept), where
+  the search measures a gain. The decision's net counts the program's own compile per start
+  (:func:`.decide.extra_compile_s`), so a compile that costs more per start than its step saves
+  over the deployment is taken off, and one that does not pay back its step is said so
+  (partitioning-the-stack: a GEMM-dominated model's compile "will return ~1.0x").
 * ``as-is+static``: ``dynamic=False`` on the program's whole-model call where only an image's or
   latent's resolution varies (:mod:`.kinds.static_shapes`: one static graph per resolution instead
   of automatic dynamic's symbolic recompile, which on a UNet cost several times the first compile);
@@ -31,13 +37,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..plan import CompileAction
-from .candidate import AS_IS, as_is
+from .candidate import AS_IS, NO_GAIN_BACKENDS, as_is
 from .evidence import where_raised
 
 REGIONAL = as_is("regional")
 NO_FULLGRAPH = as_is("no-fullgraph")
 DYNAMIC = as_is("dynamic")
 STATIC = as_is("static")
+NO_COMPILE = as_is("no-compile")
 
 
 def compiled_modules_of(ctx: Any) -> list[dict[str, Any]]:
@@ -104,6 +111,35 @@ def variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
     if ctx.evidence.own_raised is not None:
         return _fullgraph_off(ctx, scope, pruned) + _variants(ctx, scope, pruned)
     return _variants(ctx, scope, pruned)
+
+
+def compile_off(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
+    """``as-is+no-compile``: ``disable=True`` on each of the program's own calls the harness runs,
+    one action each (the program with compilation off, as the search measures it where that compile
+    raises). Proposed only where the search measures a gain: with a backend that does not optimise
+    (:data:`.candidate.NO_GAIN_BACKENDS`) the ladder's order decides among the candidates, and the
+    first that does not fail would take the program's compile off untimed. Where one call the
+    harness runs cannot be edited, none is: the program would keep part of its compile."""
+    from .planner import Decision, _plan
+
+    if ctx.backend in NO_GAIN_BACKENDS:
+        pruned.append(f"{NO_COMPILE}: backend {ctx.backend} does not optimise, so what the program's own compile gains "
+                      "over compilation off is not measured")
+        return []
+    actions: list[CompileAction] = []
+    for group, strategy in ((scope.whole, "whole"), (scope.block, "region"), (scope.functions, "region")):
+        for own in group:
+            if not runs_own_compile(ctx, own) or any(a.target == own.site for a in actions):
+                continue  # one call, run for each block: one edit
+            refused = own.can("disable")
+            if refused:
+                pruned.append(f"{NO_COMPILE}: {own.text}: {refused}")
+                return []
+            actions.append(CompileAction(
+                action="compile", target=own.site, strategy=strategy, own_call={"disable": True},
+                why=f"the program's own compile ({own.text}) turned off (disable=True, its options kept): the program "
+                    "with compilation off, against the program as it is with its compile cost per start counted"))
+    return [(NO_COMPILE, Decision(_plan(ctx.session.spec, ctx, actions), []))] if actions else []
 
 
 def _variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:

@@ -71,7 +71,8 @@ class OwnCompile:
     #: used; a compile in a helper (or a compiled helper) nothing in SRC calls
     idle: str | None = None
     #: ``idle``'s kind: ``no-op`` (the call runs and compiles nothing), ``unused`` (the compiled
-    #: value is never called), ``uncalled`` (the helper that holds it, or is it, is never called)
+    #: value is never called), ``uncalled`` (the helper that holds it, or is it, is never called);
+    #: a call that passes ``disable=True`` is no compile at all (check's facts leave it out)
     idle_kind: str | None = None
     #: ``(key, why)`` for each ``own_call`` key (:data:`rewriter.plan.OWN_CALL_KEYS` and ``regional``)
     #: an edit of this call cannot set safely, read with the rewrite's own checks

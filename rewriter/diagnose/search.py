@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import StackpartError
 from ..terminal import Feed, event, progress_line
-from .candidate import AS_IS, Candidate
+from .candidate import AS_IS, NO_GAIN_BACKENDS, Candidate
 from .candidates import WHOLE, propose
 from .context import Context
 from .decide import AS_RUN, COMPILATION_OFF, Choice, compile_text, decide, when_as_is_raises
@@ -32,8 +32,6 @@ from .kinds.static_shapes import WHOLE_STATIC
 from .own_candidates import STATIC as OWN_STATIC
 from .pruned import merge
 
-#: Backends that cannot speed anything up: the search then measures failures, not gains.
-NO_GAIN_BACKENDS = frozenset({"eager", "aot_eager", "aot_eager_decomp_partition"})
 #: Default ``--budget`` (s) from the search's start: a candidate's cold phase starts only when it is
 #: expected to end within it, less the timing rounds' own seconds (:mod:`.search_budget`); the
 #: others are skipped and say why. Sized for ladder + search within 3 minutes on a ~1B model

@@ -261,8 +261,9 @@ class _Action(_Strict):
 
 #: The keyword arguments an ``own_call`` edit may set on the program's own ``torch.compile``, in the
 #: order new ones are written; a value equal to torch's default removes the keyword instead.
-OWN_CALL_KEYS = ("fullgraph", "dynamic", "mode", "backend")
-OWN_CALL_DEFAULTS: dict[str, Any] = {"fullgraph": False, "dynamic": None, "mode": "default", "backend": "inductor"}
+OWN_CALL_KEYS = ("fullgraph", "dynamic", "mode", "backend", "disable")
+OWN_CALL_DEFAULTS: dict[str, Any] = {"fullgraph": False, "dynamic": None, "mode": "default", "backend": "inductor",
+                                     "disable": False}
 OWN_CALL_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
@@ -270,20 +271,23 @@ class OwnCall(_Strict):
     """The ``own_call:`` of a ``compile`` action: the keyword arguments of the program's own
     ``torch.compile`` to set, limited to :data:`OWN_CALL_KEYS`; only the keys given change (a value
     equal to torch's default removes the keyword, so ``dynamic: null`` removes ``dynamic=``). At
-    least one must be given; ``fullgraph``, ``mode`` and ``backend`` take no null.
+    least one must be given; ``fullgraph``, ``mode``, ``backend`` and ``disable`` take no null.
+    ``disable: true`` turns the call into a no-op (``torch.compile``'s ``disable=True``: it returns
+    what it was given), the program with that compile off, its options kept for a later edit back.
     """
 
     fullgraph: StrictBool | None = Field(default=None, description="true or false")
     dynamic: StrictBool | None = Field(default=None, description="true, false, or null (torch's default)")
     mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] | None = None
     backend: str | None = Field(default=None, description="a backend torch.compile knows by name")
+    disable: StrictBool | None = Field(default=None, description="true (the call compiles nothing) or false")
     #: Regional compilation at the call site: the whole-model call becomes one compile per repeated
     #: block, ``for block in <module>.<regional>: block.compile(<the call's keyword arguments>)``;
     #: ``compile_repeated_blocks`` calls the library's own method (diffusers' ``ModelMixin``) instead.
     regional: str | None = Field(default=None, description="the attribute path of the repeated blocks' container "
                                  "(layers, model.layers), or compile_repeated_blocks: turn the whole-model call regional")
 
-    @field_validator("fullgraph", "mode", "backend", mode="before")
+    @field_validator("fullgraph", "mode", "backend", "disable", mode="before")
     @classmethod
     def _not_null(cls, value: object, info: ValidationInfo) -> object:
         if value is None:  # null is torch's default for dynamic only
@@ -327,7 +331,7 @@ class OwnCall(_Strict):
 
 #: What each :class:`OwnCall` key takes, for the refusal of a null.
 _OWN_CALL_EXPECTED = {"fullgraph": "true or false", "mode": "one of " + ", ".join(OWN_CALL_MODES),
-                      "backend": "a backend name"}
+                      "backend": "a backend name", "disable": "true or false"}
 
 
 class CompileAction(_Action):
@@ -377,7 +381,16 @@ class CompileAction(_Action):
             raise ValueError("own_call.regional turns the program's call into regional compilation: expected strategy region")
         if self.library:
             raise ValueError("own_call edits the program's own call under SRC; an installed library's target has none")
+        if self.own_call.disable and self.own_call.regional is not None:
+            raise ValueError("own_call.disable turns the call off, and own_call.regional compiles each block with it: "
+                             "expected one of the two")
         return self
+
+    @property
+    def compiles(self) -> bool:
+        """Whether the action leaves code compiled: False for ``own_call: {disable: true}``, which
+        turns the program's call off."""
+        return not (self.own_call is not None and self.own_call.disable)
 
 
 class DisableAction(_Action):

@@ -49,7 +49,7 @@ def report_header(loaded: Any, src: Path, result: Any, harness: Any, backend: st
         "harness": harness.model_dump(),
         "backend": backend,
         "amortization": plan.amortization.model_dump() if plan.amortization else None,
-        "plan_compiles": any(a.action == "compile" for a in plan.actions),
+        "plan_compiles": any(a.action == "compile" and a.compiles for a in plan.actions),
         "environment": environment,
         "created_unix": time.time(),
     }

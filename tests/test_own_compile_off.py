@@ -1,0 +1,143 @@
+"""The program's own compile is a candidate like any other, off included: ``as-is+no-compile``
+writes ``disable=True`` on its call (``torch.compile``'s own switch), and the decision counts that
+compile's cost per start (docs/design.md, "The search").
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import libcst as cst
+import pytest
+
+from rewriter.diagnose.own_candidates import NO_COMPILE, compile_off
+from rewriter.plan import CompileAction, parse_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+CASE = ROOT / "fixtures" / "diagnose" / "own_whole_decorated"
+
+
+@pytest.mark.parametrize("before, after", [
+    ("import torch\n@torch.compile\ndef f(x): return x\n", "import torch\n@torch.compile(disable=True)\ndef f(x): return x\n"),
+    ("import torch\ndef f(m):\n    return torch.compile(m, fullgraph=True)\n",
+     "import torch\ndef f(m):\n    return torch.compile(m, fullgraph=True, disable=True)\n"),
+    ("import torch\ndef f(m):\n    m.compile(mode='max-autotune')\n",
+     "import torch\ndef f(m):\n    m.compile(mode='max-autotune', disable=True)\n"),
+    # disable: false turns it back on: torch's default, so the keyword goes
+    ("import torch\ndef f(m):\n    return torch.compile(m, disable=True)\n", "import torch\ndef f(m):\n    return torch.compile(m)\n"),
+])
+def test_disable_is_written_on_the_programs_call_and_nothing_else_changes(before, after):
+    from test_own_call import _edit
+
+    edits = {"disable": "disable=True" in after}
+    assert _edit(before, edits) == after
+    assert _edit(after, edits) == after  # idempotent
+
+
+def test_a_call_turned_off_compiles_nothing_torch_returns_what_it_was_given():
+    """What the edit relies on: ``disable=True`` makes ``torch.compile`` return its argument."""
+    import torch
+
+    m = torch.nn.Linear(2, 2)
+    assert torch.compile(m, fullgraph=True, disable=True) is m
+
+
+def test_the_plan_reads_disable_as_no_compile_and_refuses_it_with_regional():
+    plan = parse_plan("version: 1\nactions:\n  - action: compile\n    target: model.py::f\n    strategy: whole\n"
+                      "    own_call: {disable: true}\n").plan
+    [action] = plan.actions
+    assert action.compiles is False and action.own_call.edits() == {"disable": True}
+    from rewriter.diagnose.candidate import Candidate
+
+    assert Candidate(NO_COMPILE, plan).compiles is False  # the engine expects no graph from it
+    with pytest.raises(Exception, match="own_call.disable turns the call off"):
+        CompileAction(action="compile", target="model.py::f", strategy="region",
+                      own_call={"disable": True, "regional": "layers"})
+    with pytest.raises(Exception, match="expected true or false, got null"):
+        parse_plan("version: 1\nactions:\n  - action: compile\n    target: model.py::f\n    own_call: {disable: null}\n")
+
+
+def test_a_call_with_disable_true_is_no_compile_to_any_reader(tmp_path):
+    """A tree whose compile a plan turned off is the eager program it is: diagnose's reading of the
+    program's compiles, validate's second as-is variant and check's rules (SP101 flagged the
+    disabled whole-model decorator, failing the commit that applied the plan) all leave it out."""
+    from rewriter.check.engine import check_text
+    from rewriter.check.rules import ALL_RULES
+    from rewriter.diagnose.own_compile import own_compiles
+    from rewriter.validate.command import compiles_itself
+
+    (tmp_path / "serve.py").write_text("import torch\nfrom model import Net\nmodel = torch.compile(Net(), disable=True)\n"
+                                       "print(model)\n")
+    assert own_compiles(tmp_path) == [] and compiles_itself(tmp_path) == []
+    model = CASE / "model.py"
+    code = model.read_text().replace('@torch.compile(backend="eager")', '@torch.compile(backend="eager", disable=True)')
+    assert "disable=True" in code
+    assert [f.code for f in check_text(code, "model.py", ALL_RULES).findings] == []
+    assert "SP101" in [f.code for f in check_text(model.read_text(), "model.py", ALL_RULES).findings]  # it compiles
+
+
+def _ctx(tmp_path, backend):
+    from rewriter.diagnose.own_compile import own_compiles
+
+    shutil.copytree(CASE, tmp_path / "src")
+    owns = own_compiles(tmp_path / "src")
+    spec = parse_plan("version: 1\nharness: {file: harness.py}\nactions: []\n").plan.harness
+    return SimpleNamespace(backend=backend, session=SimpleNamespace(spec=spec), amortization_assumed=True), owns
+
+
+def test_the_off_candidate_edits_every_call_the_program_runs(tmp_path):
+    from rewriter.diagnose.candidates import OwnScope
+
+    ctx, owns = _ctx(tmp_path, "inductor")
+    own = [o for o in owns if o.idle is None]
+    assert own and all(o.covers[0] == "function" for o in own), own  # a decorator in the model's source: the harness runs it
+    pruned: list[str] = []
+    [(name, decision)] = compile_off(ctx, OwnScope(functions=own), pruned)
+    assert name == NO_COMPILE and pruned == []
+    assert [(a.target, a.own_call.edits()) for a in decision.plan.actions] == [(o.site, {"disable": True}) for o in own]
+    assert "turned off (disable=True" in decision.plan.actions[0].why
+
+
+def test_with_a_backend_that_does_not_optimise_the_off_candidate_is_pruned_with_why(tmp_path):
+    """On the eager backend the gain is not measured, and the ladder's order would hand the plan to
+    the first candidate that runs: turning the program's compile off untimed."""
+    from rewriter.diagnose.candidates import OwnScope
+
+    ctx, owns = _ctx(tmp_path, "eager")
+    pruned: list[str] = []
+    assert compile_off(ctx, OwnScope(functions=[o for o in owns if o.idle is None]), pruned) == []
+    assert pruned == [f"{NO_COMPILE}: backend eager does not optimise, so what the program's own compile gains over "
+                      "compilation off is not measured"]
+
+
+def test_the_decision_takes_a_compile_off_that_does_not_pay_back_its_start():
+    """A program whose compile costs 40 s per start for a step within the noise of compilation off,
+    over 1,000 runs: off nets the 40 s; over 10 million runs the 1% the compile gains is worth more."""
+    from rewriter.diagnose.decide import decide
+
+    rows = {"as-is": {"step_ms": 10.0, "compile_s_per_start": 40.0}, NO_COMPILE: {"step_ms": 10.1}}
+    c = decide(rows, ["as-is", NO_COMPILE], [], 1000, 1, True)
+    assert c.chosen == NO_COMPILE and round(c.net_s[NO_COMPILE]) == 40, c
+    c = decide(rows, ["as-is", NO_COMPILE], [], 10_000_000, 1, True)
+    assert c.chosen == "as-is", c
+
+
+def test_the_off_plan_is_one_line_of_the_users_decorator_and_passes_check(tmp_path, capsys):
+    """Applied, the plan changes the decorator's line only (no suppression comment: a call turned
+    off is no compile for SP101 to flag), and `stackpart check` passes the tree."""
+    from rewriter.cli import main
+
+    src = tmp_path / "src"
+    shutil.copytree(CASE, src)
+    before = (src / "model.py").read_text()
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nactions:\n  - action: compile\n    target: model.py::Net\n    strategy: whole\n"
+                    "    own_call: {disable: true}\n")
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 0
+    after = (src / "model.py").read_text()
+    assert after == before.replace('    @torch.compile(backend="eager")\n', '    @torch.compile(backend="eager", disable=True)\n')
+    assert after != before
+    capsys.readouterr()
+    assert main(["check", "--plan", str(plan), "--src", str(src), str(src / "model.py")]) == 0, capsys.readouterr().out
