@@ -141,3 +141,22 @@ def test_the_off_plan_is_one_line_of_the_users_decorator_and_passes_check(tmp_pa
     assert after != before
     capsys.readouterr()
     assert main(["check", "--plan", str(plan), "--src", str(src), str(src / "model.py")]) == 0, capsys.readouterr().out
+
+
+def test_a_call_whose_options_come_from_elsewhere_cannot_be_turned_off_and_says_why(tmp_path):
+    """``**options`` may already set ``disable``: the rewrite refuses the edit, so the candidate is
+    not proposed (it would fail to rewrite), and why is said."""
+    from rewriter.diagnose.candidates import OwnScope
+    from rewriter.diagnose.own_compile import _PROBE, own_compiles
+    from rewriter.plan import OWN_CALL_KEYS
+
+    assert set(_PROBE) == set(OWN_CALL_KEYS)  # every key the plan may edit is probed
+    (tmp_path / "train.py").write_text("import torch\n\n\ndef build(model, opts):\n"
+                                       "    return torch.compile(model, **opts)\n\n\nbuild(None, {})\n")
+    [own] = own_compiles(tmp_path)
+    assert own.can("disable") and "**opts" in own.can("disable"), own.refused
+    ctx, _ = _ctx(tmp_path / "x", "inductor")
+    ctx.evidence = SimpleNamespace(own_compiled_modules=[{"path": "<model>"}])  # the harness runs it
+    pruned: list[str] = []
+    assert compile_off(ctx, OwnScope(whole=[own]), pruned) == []
+    assert len(pruned) == 1 and pruned[0].startswith(f"{NO_COMPILE}: train.py:5: ") and "**opts" in pruned[0], pruned
