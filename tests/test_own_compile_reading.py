@@ -390,3 +390,22 @@ def test_diagnose_proposes_a_regional_loop_only_where_it_compiles_exactly_the_bl
     block, name = first(model)
     assert _not_only_the_blocks(model, name, block) == (
         "blocks holds Linear beside its Block blocks: a loop over it would compile those too")
+
+
+def test_a_module_level_rebinding_is_editable_through_its_function(tmp_path):
+    """``step = torch.compile(step, fullgraph=True)`` at module level: the rewrite edits that call
+    through the target ``train.py::step``, so the search's variants of it are proposed (it read
+    "the compile runs at module level, which no plan target names"); regional alone is refused."""
+    from rewriter.cli import main
+    from rewriter.diagnose.own_compile import own_compiles
+
+    (tmp_path / "train.py").write_text(
+        "import torch\n\n\ndef step(x):\n    return x.sum()\n\n\nstep = torch.compile(step, fullgraph=True)\n")
+    [own] = own_compiles(tmp_path)
+    assert (own.site, own.why_not) == ("train.py::step", None), own
+    assert own.can("fullgraph") is None and own.can("disable") is None and "no blocks" in own.can("regional")
+    assert own.value("fullgraph") is True
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nactions:\n  - action: compile\n    target: train.py::step\n    own_call: {fullgraph: false}\n")
+    assert main(["rewrite", "--plan", str(plan), str(tmp_path), "--apply", "--no-validate"]) == 0
+    assert "step = torch.compile(step)\n" in (tmp_path / "train.py").read_text()

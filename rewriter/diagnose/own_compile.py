@@ -253,6 +253,14 @@ def _editable(facts, rel: str, node, positions) -> tuple[str | None, str | None]
         func = facts.parent(node)
     else:
         func = next((a for a in facts.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+    rebound = _rebound(facts, node)
+    if rebound is not None:  # f = torch.compile(f): its target is f (rewriter.actions.compile's rebinding edit)
+        try:
+            check(node, {"mode": "reduce-overhead"})
+        except OwnCallRefused as exc:
+            pos = positions.get(exc.node) if exc.node is not None else None
+            return f"{rel}::{rebound}", (f"{rel}:{pos.start.line}: " if pos is not None else "") + exc.message
+        return f"{rel}::{rebound}", None
     if not isinstance(func, cst.FunctionDef):
         return None, f"{rel}: the compile runs at module level, which no plan target names; change its options by hand"
     if any(isinstance(a, cst.FunctionDef) for a in facts.ancestors(func)):
@@ -302,7 +310,13 @@ def _keys(facts, node) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, An
     from ..actions.base import imported_names
     from ..actions.own_call import OwnCallRefused, check, current, find_sites, regional
 
+    from ..actions.own_call import OwnSite
+
     func = facts.parent(node) if isinstance(node, cst.Decorator) else facts.enclosing_function(node)
+    rebound = _rebound(facts, node)
+    if rebound is not None:  # f = torch.compile(f): the call's keys; a function has no blocks to compile
+        return _probed(OwnSite(node, node, "call"), [("regional", f"{rebound} is a function the program compiles by "
+                                                      "rebinding its name: it has no blocks to compile")])
     if not isinstance(func, cst.FunctionDef):
         return (), ()
     try:
@@ -311,20 +325,41 @@ def _keys(facts, node) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, An
         return tuple((k, exc.message) for k in (*_PROBE, "regional")), ()
     if len(sites) != 1:
         return tuple((k, f"the function holds {len(sites)} compile calls") for k in (*_PROBE, "regional")), ()
-    refused, values = [], []
-    for key, probe in _PROBE.items():
-        try:
-            check(sites[0].call, {key: probe})
-        except OwnCallRefused as exc:
-            refused.append((key, exc.message))
-        known, value = current(sites[0], key)
-        if known:
-            values.append((key, value))
+    more = []
     try:
         regional(func, sites[0], {}, "layers")
     except OwnCallRefused as exc:
-        refused.append(("regional", exc.message))
-    return tuple(refused), tuple(values)
+        more.append(("regional", exc.message))
+    return _probed(sites[0], more)
+
+
+def _probed(site, more: list[tuple[str, str]]) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, Any], ...]]:
+    """``(refused, current)`` of ``site`` (an :class:`rewriter.actions.own_call.OwnSite`) for each
+    key of :data:`_PROBE`, with ``more`` refusals after them."""
+    from ..actions.own_call import OwnCallRefused, check, current
+
+    refused, values = [], []
+    for key, probe in _PROBE.items():
+        try:
+            check(site.call, {key: probe})
+        except OwnCallRefused as exc:
+            refused.append((key, exc.message))
+        known, value = current(site, key)
+        if known:
+            values.append((key, value))
+    return tuple(refused + more), tuple(values)
+
+
+def _rebound(facts, node) -> str | None:
+    """The qualified name ``node`` rebinds to its compiled self (``f = torch.compile(f)`` at module
+    level or in a class body: :func:`rewriter.compile_facts.rebound_compiles`), or None."""
+    from ..actions.base import imported_names
+    from ..compile_facts import rebound_compiles
+
+    cache = facts.__dict__.setdefault("_stackpart_rebound", {})
+    if "map" not in cache:
+        cache["map"] = {id(s.node): q for q, s in rebound_compiles(facts.module, imported_names(facts.module)).items()}
+    return cache["map"].get(id(node))
 
 
 #: How many calls deep :func:`_calls` follows a compiled function into its file's functions.
