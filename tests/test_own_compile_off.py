@@ -160,3 +160,28 @@ def test_a_call_whose_options_come_from_elsewhere_cannot_be_turned_off_and_says_
     pruned: list[str] = []
     assert compile_off(ctx, OwnScope(whole=[own]), pruned) == []
     assert len(pruned) == 1 and pruned[0].startswith(f"{NO_COMPILE}: train.py:5: ") and "**opts" in pruned[0], pruned
+
+
+@pytest.mark.slow
+def test_the_off_candidate_runs_in_the_engine_as_the_program_with_compilation_off(tmp_path, monkeypatch):
+    """Forced into the search (as on a GPU, where the gain is measured): its tree is the user's
+    decorator with disable=True, its child compiles nothing and is not failed for capturing no
+    graph, and its outputs are the program's."""
+    from test_own_call import _diagnose
+
+    from rewriter.diagnose.candidate import Candidate
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    harness = "version: 1\nharness: {file: harness.py, shapes: [{batch: 4}, {batch: 6}], device: cpu}\n"
+    off = parse_plan(harness + "actions:\n  - action: compile\n    target: model.py::Net\n    strategy: whole\n"
+                               "    own_call: {disable: true}\n").plan
+
+    def propose(ctx, own=None):  # noqa: ANN001, ANN202 - replaces candidates.propose
+        return [Candidate(NO_COMPILE, off), Candidate("as-is", parse_plan(harness + "actions: []\n").plan)], ["forced"]
+
+    monkeypatch.setattr("rewriter.diagnose.search.propose", propose)
+    outcome, _ = _diagnose(tmp_path)
+    table = {r["candidate"]: r for r in outcome.search.table()}
+    row, asis = table[NO_COMPILE], table["as-is"]
+    assert row["numerics"] == "ok" and not row["status"].startswith("failed"), row
+    assert row["graphs"] == 0 and asis["graphs"] >= 1, (row, asis)  # off: nothing compiled; as is: its decorator
