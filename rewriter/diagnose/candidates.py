@@ -40,6 +40,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..engine.watch import unwrapped
 from ..plan import BucketAction, CompileAction, CompileOptions, GenerationAction, Plan
 from .candidate import AS_IS, WHOLE, Candidate, as_is
 from .context import Context
@@ -128,7 +129,7 @@ class OwnScope:
         if block is not None:
             first = block["modules"][0] if block.get("modules") else None
             # the program's torch.compile(block) wraps each block in an OptimizedModule: the block is its _orig_mod
-            scope.block_cls = type(getattr(first, "_orig_mod", first)).__name__ if first is not None else block["cls"].__name__
+            scope.block_cls = type(unwrapped(first)).__name__ if first is not None else block["cls"].__name__
             scope.block_owners = {t for t in [block.get("owner_target"), *(c.get("owner_target") for c in block.get("containers") or [])] if t}
             scope.block_target = block["target"]
             attrs = {block["attr"], *(c["attr"] for c in block.get("containers") or [])}
@@ -740,7 +741,7 @@ def bucket_action(ctx: Context) -> tuple[BucketAction | None, str | None]:
     model, inputs, _ = ctx.reference()
     from .locate import target_of
 
-    owner = target_of(type(getattr(model, "_orig_mod", model)), ctx.session.src)  # through torch.compile's wrapper
+    owner = target_of(type(unwrapped(model)), ctx.session.src)  # through torch.compile's wrapper
     if owner is None:
         return None, "the model class is not under SRC"
     v = var[0]
@@ -748,7 +749,7 @@ def bucket_action(ctx: Context) -> tuple[BucketAction | None, str | None]:
         names = [k for k, x in inputs.items() if hasattr(x, "shape")]
     else:
         try:
-            names = [p for p in inspect.signature(type(getattr(model, "_orig_mod", model)).forward).parameters][1:]
+            names = [p for p in inspect.signature(type(unwrapped(model)).forward).parameters][1:]
         except (TypeError, ValueError):
             return None, "the model's forward has no signature to name the varying input"
     if v["tensor"] >= len(names):

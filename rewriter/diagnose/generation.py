@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine.watch import unwrapped
 from .context import Context
 from .evidence import UNREAD
 
@@ -22,7 +23,7 @@ def generating_module(ctx: Context) -> Any | None:
     model, _, step = ctx.reference()
     # a compiled model (torch.compile's OptimizedModule) is listed beside the module it wraps, and
     # forwards attribute writes to it: patch each underlying module once
-    candidates = list({id(u): u for _, m in model.named_modules() if (u := getattr(m, "_orig_mod", m)) is not None
+    candidates = list({id(u): u for _, m in model.named_modules() if (u := unwrapped(m)) is not None
                        and callable(getattr(u, "generate", None)) and getattr(u, "generation_config", None) is not None}.values())
     called: list[Any] = []
     patched = []

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine.watch import unwrapped
 from ..plan import CompileAction
 from .candidate import AS_IS, NO_GAIN_BACKENDS, as_is
 from .evidence import where_raised
@@ -65,7 +66,7 @@ def regional_path(ctx: Any) -> tuple[str | None, str]:
     from ..actions.own_call import REPEATED_BLOCKS
 
     model, _, _ = ctx.reference()
-    inner = getattr(model, "_orig_mod", model)
+    inner = unwrapped(model)
     if callable(getattr(inner, REPEATED_BLOCKS, None)) and getattr(inner, "_repeated_blocks", None):
         return REPEATED_BLOCKS, f"{type(inner).__name__}.{REPEATED_BLOCKS} (the library's own regional compile)"
     blocks = ctx.evidence.blocks
