@@ -266,14 +266,12 @@ def test_a_plan_without_src_finds_src_from_the_files_given(gpt, capsys):
 
 
 def test_a_plan_whose_src_cannot_be_found_points_at_the_src_flag(gpt, capsys):
-    """No file given matches a target: SRC stays the working directory, and the error says how
-    to name it."""
+    """No file given matches a target: SRC is the folder that holds every file the plan targets
+    (the commit of other files has no drift); where no folder holds them, SRC stays the working
+    directory, and the error says how to name it."""
     assert main(["check", "--plan", "gpt/plan.yaml", "gpt/src/harness.py"]) == 0  # the harness file names SRC too
     (gpt / "gpt" / "src" / "harness.py").rename(gpt / "gpt" / "src" / "h.py")
-    assert main(["check", "--plan", "gpt/plan.yaml", "gpt/src/h.py"]) == 2
-    err = capsys.readouterr().err
-    # the folder that holds the plan's targets is named, at the end of the error
-    assert "no such file under SRC" in err and err.rstrip().endswith("pass --src gpt/src (or src = ... under [tool.stackpart]))"), err
+    assert main(["check", "--plan", "gpt/plan.yaml", "gpt/src/h.py"]) == 0  # gpt/src holds model.py: no drift in h.py
     (gpt / "gpt" / "src" / "model.py").rename(gpt / "gpt" / "src" / "m.py")  # no folder holds them: how to name one
     assert main(["check", "--plan", "gpt/plan.yaml", "gpt/src/h.py"]) == 2
     err = capsys.readouterr().err
@@ -283,15 +281,23 @@ def test_a_plan_whose_src_cannot_be_found_points_at_the_src_flag(gpt, capsys):
 def test_a_plan_from_pyproject_without_src_finds_src_from_the_files_given_as_with_the_flag(gpt, capsys):
     """``[tool.stackpart] plan = ...`` without ``src``: SRC is guessed from the files given as for
     ``--plan`` (it was pyproject.toml's folder, and the hook failed with exit 2, "no such file
-    under SRC"). Where the files name no target, the error ends with the ``src = ...`` to set."""
+    under SRC"). A commit of other files passes: SRC is the folder that holds the plan's targets
+    (it failed the hook with exit 2). Where no folder holds them, the error ends with the
+    ``src = ...`` to set."""
     (gpt / "pyproject.toml").write_text('[tool.stackpart]\nplan = "gpt/plan.yaml"\n')
     assert main(["check", "gpt/src/model.py", "--format", "json"]) == 1
     assert json.loads(capsys.readouterr().out)["drift"]["files"] == ["gpt/src/model.py"]
     (gpt / "other.py").write_text("x = 1\n")
+    assert main(["check", "other.py"]) == 0
+    capsys.readouterr()
+    (gpt / "gpt" / "src" / "model.py").rename(gpt / "gpt" / "model.py")  # gpt/ holds it, not gpt/src: found there
+    assert main(["check", "other.py"]) == 0
+    capsys.readouterr()
+    (gpt / "gpt" / "model.py").rename(gpt / "elsewhere.py")  # no folder holds it
     assert main(["check", "other.py"]) == 2
     err = capsys.readouterr().err
     assert "model.py: no such file under SRC" in err, err
-    assert err.rstrip().endswith('set src = "gpt/src" under [tool.stackpart] in pyproject.toml, or pass --src gpt/src)'), err
+    assert err.rstrip().endswith("pass --src DIR (or src = ... under [tool.stackpart]))"), err
 
 
 def test_a_plan_schema_error_gets_no_src_hint(gpt, capsys):

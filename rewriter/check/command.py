@@ -91,18 +91,24 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
 
     SRC is ``src`` (``--src``, ``[tool.stackpart] src``), else guessed from ``files``
     (:func:`.drift.infer_src`) alike for a plan from ``--plan`` and one from ``config`` (the
-    pyproject.toml the plan came from, or None), else the working directory, or that
-    pyproject.toml's folder for its plan."""
+    pyproject.toml the plan came from, or None), else the folder that holds every file the plan
+    targets (:func:`.drift.folder_holding_targets`: a commit of other files has no drift and must
+    not fail the hook), else the working directory, or that pyproject.toml's folder for its plan."""
     if plan is None:
         return
     from ..plan import load_plan
-    from .drift import first_changed_line, infer_src, plan_drift
+    from .drift import first_changed_line, folder_holding_targets, infer_src, plan_drift
 
     outcome.plan = plan
     loaded = load_plan(plan)
     fallback = config.root if config is not None and config.root else "."
     guessed = src is None
     src = src or infer_src(loaded, files)
+    if guessed and src is None:
+        # no file of the commit is one the plan targets (a commit of other files): SRC is the
+        # folder that holds every targeted file, where one does; the commit then has no drift
+        held = folder_holding_targets(loaded, files, fallback)
+        src = os.path.relpath(held) if held is not None else None
     try:
         drifted, diff = plan_drift(loaded, src or fallback, files)
     except StackpartError as exc:
