@@ -15,6 +15,8 @@ counters (:class:`~rewriter.engine.watch.CompileWatch`); measured once per diagn
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .context import Context
@@ -42,6 +44,44 @@ def compiles_itself(ctx: Context) -> bool:
         finally:
             reset()
     return ctx.evidence.compiles_itself
+
+
+#: The marking calls Dynamo forbids in a traced frame, as ``torch._dynamo`` exports them.
+MARKS = ("mark_dynamic", "maybe_mark_dynamic", "mark_static")
+
+
+@contextmanager
+def marks_eager_only() -> Iterator[None]:
+    """Within the block, ``torch._dynamo.mark_dynamic`` (and ``maybe_mark_dynamic``,
+    ``mark_static``) mark in eager code as ever and do nothing in a frame Dynamo traces.
+
+    A rung that compiles the whole model for an experiment (``explain``, the recompile sweep)
+    traces a ``forward`` that may mark its tensors before they enter a region the program compiles
+    elsewhere (a ``mark_dynamic`` action stackpart wrote, with ``block.compile()`` in a script the
+    harness does not run): Dynamo forbids the call in a graph ("Attempt to trace forbidden
+    callable") and the rung would fail on code that runs as the program runs it. A whole-model
+    compile cannot honour a mark inside it anyway, so skipping it there changes nothing the rung
+    measures. Only the module attributes are swapped (the form the plan's rewrite and most code
+    call); ``from torch._dynamo import mark_dynamic`` bound earlier keeps the original."""
+    import torch
+    import torch._dynamo
+
+    saved = {name: getattr(torch._dynamo, name) for name in MARKS if hasattr(torch._dynamo, name)}
+
+    def eager_only(original: Any) -> Any:
+        def mark(*args: Any, **kwargs: Any) -> Any:
+            if torch.compiler.is_compiling():
+                return None
+            return original(*args, **kwargs)
+        return mark
+
+    for name, original in saved.items():
+        setattr(torch._dynamo, name, eager_only(original))
+    try:
+        yield
+    finally:
+        for name, original in saved.items():
+            setattr(torch._dynamo, name, original)
 
 
 def compiled_as_run(model: Any, own: bool) -> tuple[Any, str]:

@@ -39,11 +39,12 @@ def run(ctx: Context) -> RungResult:
     if own is not None:
         return own
     from ...engine.watch import CompileWatch
+    from ..as_run import marks_eager_only
 
     reset()
     args, kwargs = (inputs, {}) if not isinstance(inputs, dict) else ((), inputs)
     with ctx.session.guard(f"torch._dynamo.explain({ctx.session.spec.model}())"):
-        with CompileWatch() as watch, torch.no_grad():
+        with CompileWatch() as watch, torch.no_grad(), marks_eager_only():
             out = torch._dynamo.explain(model)(*args, **kwargs)
     reset()
     for reason in out.break_reasons:

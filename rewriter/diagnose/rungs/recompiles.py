@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from ..as_run import compiled_as_run, compiles_itself
+from ..as_run import compiled_as_run, compiles_itself, marks_eager_only
 from ..context import Context
 from ..dynamo_log import capture, reset
 from ..locate import first_in_src
@@ -215,11 +216,14 @@ def _sweep(ctx: Context, model: Any) -> _Sweep:
     import torch
 
     input_shapes: list[list[tuple[int, ...]]] = []
-    compiled, how = compiled_as_run(model, compiles_itself(ctx))
+    own = compiles_itself(ctx)
+    compiled, how = compiled_as_run(model, own)
     forward = ctx.session.forward_name()
     reset()
     try:
-        with torch.compiler.set_stance("default", force_backend="eager"):
+        # the program's own compile meets its marks as it runs; a whole-model wrap skips them in its graph
+        marks = nullcontext() if own else marks_eager_only()
+        with torch.compiler.set_stance("default", force_backend="eager"), marks:
             first_step = None
             with capture() as log:
                 for shape in ctx.session.spec.shapes:
