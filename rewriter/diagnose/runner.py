@@ -628,7 +628,10 @@ def _search_notes(found: Any) -> list[str]:
     if rule is not None and rule is not cand:  # why the ladder's own proposal is not the plan starts with its notes
         notes.extend(n for n in rule.notes if n not in notes)
     notes.append(f"search: {found.choice.text}")
-    notes.extend(f"search: {n}" for n in found.notes if n.startswith(("the program as it is", "allocator candidate")))
+    # the program's own whole-model compile measured through a stand-in: what the plan does with
+    # that call (kept as it is, or edited) is why a chosen 'whole' can come with no action
+    notes.extend(f"search: {n}" for n in found.notes
+                 if n.startswith(("the program as it is", "allocator candidate", "the program's own whole-model compile")))
     notes.extend(f"search: pruned {p}" for p in found.pruned)
     failed = [f"{n}: {s}" for n, s in found.choice.status.items() if s.startswith("failed")]
     if failed:
