@@ -108,3 +108,34 @@ def test_plan_edit_makes_the_report_stale(case, capsys, tmp_path):
     plan.write_text(plan.read_text().replace("buckets: [16, 32]", "buckets: [16, 64]"))
     code, err = _run(capsys, "rewrite", "--plan", str(plan), str(src), "--apply")
     assert code == 1 and "stale validation report" in err and "plan.yaml changed since" in err
+
+
+def test_caches_and_other_reports_written_after_validation_do_not_make_it_stale(case, capsys):
+    """Between diagnose and ``rewrite --apply`` the pre-commit hook runs ``stackpart check``
+    (which writes ``.stackpart_cache/`` at the project root), mypy writes ``.mypy_cache/``, and a
+    second diagnose (``-o plan2.yaml``) writes its report folder beside the first: none of them is
+    the program, and the report for this diff still lets the apply through."""
+    plan, src = case
+    from rewriter.engine.materialize import file_sha256
+    from rewriter.plan import load_plan
+    from rewriter.rewrite.transform import plan_rewrite
+    from rewriter.validate.report import default_report_dir
+
+    (src / "pyproject.toml").write_text("[project]\nname = 'm'\n")  # the project root check caches at
+    digest = plan_rewrite(load_plan(plan), src, unsafe=True).digest()
+    out = default_report_dir(plan)
+    out.mkdir(parents=True)
+    (out / "validation.json").write_text(json.dumps({
+        "report_version": 1, "diff_sha256": digest, "plan": str(plan.resolve()),
+        "plan_sha256": file_sha256(plan), "src": str(src.resolve()), "tree_sha256": tree_hashes(src),
+        "environment": {"timed_on": "cuda"}, "verdict": {"passed": True, "failures": [], "errors": []},
+    }))
+    _run(capsys, "check", str(src / "model.py"))
+    assert (src / ".stackpart_cache").is_dir()  # the hook's cache is under SRC
+    (src / ".mypy_cache" / "3.12").mkdir(parents=True)
+    (src / ".mypy_cache" / "3.12" / "model.data.json").write_text("{}")
+    (src / "stackpart-diagnose-plan2").mkdir()
+    (src / "stackpart-diagnose-plan2" / "report.json").write_text("{}")
+    code, err = _run(capsys, "rewrite", "--plan", str(plan), str(src), "--apply")
+    assert code == 0, err
+    assert "@torch.compile(" in (src / "model.py").read_text()

@@ -11,8 +11,22 @@ from ..plan import LoadedPlan
 from ..rewrite.apply import apply_changes
 from ..rewrite.transform import RewriteResult, plan_rewrite
 
-#: Never copied: caches and VCS data the harness cannot need.
-IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".git", ".stackpart", ".mypy_cache", ".pytest_cache")
+#: Never copied: caches and VCS data the harness cannot need (``.stackpart_cache`` is
+#: ``stackpart check``'s project cache).
+IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".git", ".stackpart", ".stackpart_cache", ".mypy_cache",
+                                ".pytest_cache", ".ruff_cache")
+
+#: Folders :func:`tree_hashes` does not read: VCS data, caches that tools write as they run (a
+#: ``stackpart check`` between diagnose and ``rewrite --apply``, the pre-commit hook, writes
+#: ``.stackpart_cache/``; mypy and pytest write JSON), and stackpart's own outputs.
+_NOT_SOURCE = {"__pycache__", ".git", ".stackpart", ".stackpart_cache", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+
+
+def _not_source(part: str) -> bool:
+    """A folder name whose files are never the program's: :data:`_NOT_SOURCE`, and diagnose's
+    default report folders (``stackpart-diagnose/``, ``stackpart-diagnose-<stem>/`` for another
+    plan's run in the same SRC)."""
+    return part in _NOT_SOURCE or part == "stackpart-diagnose" or part.startswith("stackpart-diagnose-")
 
 
 @dataclass
@@ -53,12 +67,14 @@ def materialize(loaded: LoadedPlan, src: Path, workdir: Path) -> Trees:
 
 def tree_hashes(src: Path) -> dict[str, str]:
     """sha256 of every ``.py``/``.yaml``/``.json``/``.txt`` file under ``src`` (POSIX relpaths),
-    so a stale report can say which files changed since it was written."""
+    so a stale report can say which files changed since it was written; files in folders that are
+    not the program's (:func:`_not_source`) are left out, so a cache a tool writes or another
+    diagnose's report does not make a report stale."""
     src = Path(src)
     out: dict[str, str] = {}
     for path in sorted(src.rglob("*")):
         rel = path.relative_to(src)
-        if any(part in {"__pycache__", ".git", ".stackpart"} for part in rel.parts):
+        if any(_not_source(part) for part in rel.parts[:-1]):
             continue
         if path.is_file() and path.suffix in {".py", ".yaml", ".yml", ".json", ".txt", ".cfg", ".toml"}:
             out[rel.as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
