@@ -163,3 +163,14 @@ def test_without_a_measured_gain_the_program_s_own_compile_counts_toward_payback
     c = decide(rows, ["as-is", "as-is+regional"], [], 5000, 1, False)
     said = c.status["as-is+regional"]
     assert said.startswith("does not pay back: 70.0 s compile per start (10.0 s more than the program's own) > 5,000 runs"), said
+
+
+def test_the_only_plan_left_counts_a_twin_pruned_after_measurement():
+    """A config twin measured and then pruned (it changed nothing) is a candidate the table shows:
+    the decision says it was pruned, not that there was no other candidate."""
+    twin = dict(_row(0.439, 0.467), skipped="pruned after measurement: the config kept no graph break in the graph")
+    c = decide({"as-is+capture_scalar_outputs": twin, "as-is": _row(0.406, 0.521)},
+               ["as-is+capture_scalar_outputs", "as-is"], [], 1_000_000, 1, False)
+    assert c.chosen == "as-is"
+    assert "no other candidate" not in c.text, c.text
+    assert "1 pruned after measurement" in c.text, c.text

@@ -348,8 +348,10 @@ def _only_as_is(ok: list[str], status: dict[str, str], net: dict[str, float | No
     skipped = sum(1 for s in status.values() if s.startswith("not measured"))
     unpaid = sum(1 for s in status.values() if s.startswith("does not pay back"))
     gated = sum(1 for s in status.values() if s.startswith(GATED))
+    pruned = sum(1 for s in status.values() if s.startswith("pruned after measurement"))  # a twin that changed nothing
     parts = [f"{k} {what}" for k, what in ((failed, "failed"), (skipped, "not measured (search budget)"), (unpaid, "cannot pay back"),
-                                          (gated, "slower than it in a timed condition, which validate's gate refuses")) if k]
+                                          (gated, "slower than it in a timed condition, which validate's gate refuses"),
+                                          (pruned, "pruned after measurement (it changed nothing)")) if k]
     return Choice(AS_IS, f"{baseline.name}, the only candidate left (" + (", ".join(parts) or "no other candidate")
                   + "); the plan changes nothing", status, net)
 
