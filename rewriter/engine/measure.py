@@ -199,6 +199,23 @@ def _cover_text(covered: str) -> str:
     return f"{covered!r}, the other whole-model compile,"
 
 
+#: What torch's ``eager`` backend raises for a ``nested_compile_region`` (an ``invoke_subgraph``
+#: higher-order op) in a training step: AOTAutograd, which every other backend runs, sets up the
+#: fake mode that op's backward needs.
+_EAGER_HOP = "fake_mode should be enabled for HOPs"
+
+
+def _eager_backend_limit(message: str, forced: str | None) -> str:
+    """What to say first about a candidate's error that only the forced ``eager`` backend raises
+    (the search on CPU forces it): the plan itself compiles on AOTAutograd's backends, so the
+    failure is the measurement's, not the model's; empty for any other error. First, so that the
+    terminal's one-line note, cut to its width, still shows it."""
+    if forced != "eager" or _EAGER_HOP not in message:
+        return ""
+    return (" under the eager backend forced on this run, which cannot run a nested_compile_region in a training step "
+            "(Inductor and the other AOTAutograd backends can: --backend aot_eager measures it)")
+
+
 @dataclass
 class _Run:
     """One :func:`measure` call: what it runs, the processes it started and what it has read so
@@ -324,7 +341,8 @@ class _Run:
             return False
         v = self.by_name[name]
         if err["kind"] == "raised":
-            row["problems"].append(f"the rewritten model raised: {err['message']}")
+            row["problems"].append(f"the rewritten model raised{_eager_backend_limit(err['message'], self.opts.force_backend)}: "
+                                   f"{err['message']}")
             hint = constraint_hint(err.get("detail") or err["message"], v.mark_dynamic, v.plan_name)
             if hint:
                 m.hints.setdefault(name, []).append(hint)
