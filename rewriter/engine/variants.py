@@ -78,14 +78,21 @@ def prepare(variant: str, model: Any, backend: str) -> dict[str, Any]:
         return {"compiled": f"model.compile(backend={backend!r})"}
     if variant == "regional":
         regions = repeated_blocks(model)
-        count = 0
+        count = own = 0
         for _, children in regions:
             for child in children:
+                # a forward the program compiles itself (``@torch.compile`` on the block's method):
+                # torch.compile of it again raises ("compile_wrapper already has a
+                # get_compiler_config attribute"); the program's own compile is the regional one
+                if hasattr(child.forward, "_torchdynamo_orig_callable"):
+                    own += 1
+                    continue
                 child.forward = torch.compile(child.forward, backend=backend)
                 count += 1
         names = ", ".join(f"{n} ({len(c)} x {type(c[0]).__name__})" for n, c in regions)
         return {
             "compiled": f"{count} blocks compiled in place (backend={backend!r})"
-            + (f": {names}" if names else ": no repeated ModuleList found"),
-            "blocks": count,
+            + (f": {names}" if names else ": no repeated ModuleList found")
+            + (f"; {own} block(s) left to the program's own compile of their forward" if own else ""),
+            "blocks": count + own,
         }
