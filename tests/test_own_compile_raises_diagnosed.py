@@ -399,3 +399,46 @@ def test_setup_runs_the_step_with_compilation_off_once_per_failure(tmp_path):
     assert run.fatal is None and run.ctx.evidence.own_raised is not None, run.fatal
     assert stances.count("force_eager") == 1, stances
     torch._dynamo.reset()
+
+
+FREE_FUNCTION = '''import torch
+
+
+@torch.compile(fullgraph=True, backend="eager")
+def scaled(x, scale):
+    s = scale.item()
+    if s > 1.0:
+        x = x / s
+    return x * s
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.scale = torch.nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, x):
+        return scaled(self.fc(x), self.scale)
+
+
+def build_model():
+    return Net()
+
+
+def make_inputs(batch: int = 2):
+    return (torch.randn(batch, 8),)
+'''
+
+
+def test_a_compiled_free_function_that_raises_stops_with_why_and_what_to_change(tmp_path, capsys):
+    """A ``fullgraph=True`` compile the model does not carry (a free function its forward calls)
+    cannot be set aside: diagnose exits 2, and the error says that the program's own compile raised
+    it (the model runs with compilation off) and what to change, at the branch's line."""
+    (tmp_path / "harness.py").write_text(FREE_FUNCTION)
+    plan = tmp_path / "out" / "plan.yaml"
+    assert main(["diagnose", "--harness", "harness.py", str(tmp_path), "-o", str(plan), "--device", "cpu",
+                 "--budget", "30"]) == 2
+    err = capsys.readouterr().err
+    assert "error: harness.py:7:" in err, err
+    assert "the program's own torch.compile raised it" in err and "fullgraph=False on that compile" in err, err

@@ -50,7 +50,9 @@ def unwrap(model: Any) -> tuple[Any, int]:
 
 def set_aside(ctx: Any, exc: HarnessFailure) -> str | None:
     """Where ``exc`` is the program's own compile raising and that compile is on the model
-    object, take it off the ladder's model and say so; else None (``exc`` stands).
+    object, take it off the ladder's model and say so; else None (``exc`` stands). A compile the
+    model does not carry (a compiled free function) cannot be taken off: ``exc``'s message then
+    gains why it is the program's compile and what to change, as setup's error says it.
 
     Whether the step that raised runs with compilation off is read from ``exc.off`` where
     :meth:`.session.Session.run_as_the_program_runs` ran it so; else the reference step runs so
@@ -77,8 +79,10 @@ def set_aside(ctx: Any, exc: HarnessFailure) -> str | None:
 
     compiled_modules_of(ctx)  # read (and kept) before they are taken off: the search edits these calls
     bare, n = unwrap(model)
-    if not n:
-        return None  # a decorator in the source: nothing on the object to take off
+    if not n:  # a compile the model does not carry (a compiled free function its forward calls): it stands, explained
+        if said not in exc.message:
+            exc.message = f"{exc.message}; {said}"
+        return None
     ctx.session.replace_model(bare)
     ctx.evidence.reference = (bare, inputs, ctx.session.step_fn(bare, inputs))
     cause = exc.message
