@@ -244,6 +244,20 @@ def test_a_regional_edit_is_refused_where_the_program_reaches_into_the_wrapper(t
         _rewrite(tmp_path, body, "{regional: layers}")
 
 
+def test_a_regional_edit_is_refused_where_the_program_also_runs_the_module_eager(tmp_path):
+    """`cmodel = torch.compile(model)` for training and `model(x)` for an eager evaluation: the
+    regional form compiles model's own blocks in place, so that evaluation would run compiled."""
+    from rewriter.errors import StackpartError
+
+    body = ("import torch\nfrom model import Net\n\n\ndef build(x):\n    model = Net()\n    cmodel = torch.compile(model)\n"
+            "    loss = cmodel(x).sum()\n    with torch.no_grad():\n        ev = model(x)\n    return loss, ev\n")
+    with pytest.raises(StackpartError, match=r"train.py:10: own_call: regional: the function also calls model itself"):
+        _rewrite(tmp_path, body, "{regional: layers}")
+    only = body.replace("        ev = model(x)\n", "        ev = cmodel(x)\n")  # the compiled name alone: rewritten
+    new = _rewrite(tmp_path, only, "{regional: layers}")
+    assert "    cmodel = model\n    for block in cmodel.layers" in new and "block.compile()" in new, new
+
+
 def test_a_regional_edit_of_a_compile_regional_already_over_another_path_is_refused(tmp_path):
     """On a tree already applied, `regional: blocks` wrote `for block in layer.blocks:` inside the
     program's `for layer in model.layers:` loop, which raised at run time."""

@@ -439,6 +439,13 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
                                  "torch.compile(model)) or returned; such a call compiles nothing the program calls",
                                  site.node)
         kwargs = _kwargs(call, skip_first=True)
+    if before and isinstance(first, (cst.Name, cst.Attribute)):
+        # compiled = torch.compile(model): the regional form compiles model's own blocks in place
+        eager = _calls_the_module(func, _code(first), call)
+        if eager is not None:
+            raise OwnCallRefused(f"regional: the function also calls {_code(first)} itself, which torch.compile left "
+                                 f"eager beside {model}; compiled regionally, its blocks are compiled in place and "
+                                 f"{_code(first)} would run them compiled too", eager)
     wrapped = _reads_the_wrapper(func, model)
     if wrapped is not None:
         raise OwnCallRefused(f"regional: the function reads {model}._orig_mod, the module torch.compile's wrapper "
@@ -485,6 +492,22 @@ def _reads_the_wrapper(func: cst.FunctionDef, model: str) -> cst.CSTNode | None:
     for attr in m.findall(func, m.Attribute(attr=m.Name("_orig_mod"))):
         if _code(attr.value) == model:  # type: ignore[union-attr]
             return attr
+    return None
+
+
+def _calls_the_module(func: cst.FunctionDef, module: str, compile_call: cst.Call) -> cst.CSTNode | None:
+    """The first call of ``module`` itself in ``func`` (``module(x)``, ``module.forward(x)``) outside
+    ``compile_call``, or None: the program runs the module it passed to ``torch.compile`` eager there,
+    which a regional compile in place would change."""
+    inside = {id(n) for n in m.findall(compile_call, m.Call())}
+    for c in m.findall(func, m.Call()):
+        if id(c) in inside:
+            continue
+        callee = c.func  # type: ignore[union-attr]
+        if isinstance(callee, cst.Attribute) and callee.attr.value == "forward":
+            callee = callee.value
+        if _code(callee) == module:
+            return c
     return None
 
 
