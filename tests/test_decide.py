@@ -174,3 +174,16 @@ def test_the_only_plan_left_counts_a_twin_pruned_after_measurement():
     assert c.chosen == "as-is"
     assert "no other candidate" not in c.text, c.text
     assert "1 pruned after measurement" in c.text, c.text
+
+
+def test_without_a_measured_gain_the_programs_own_compile_that_recompiles_least_is_kept():
+    """A program whose own compile ran (``model.compile(dynamic=True)``, one graph, no recompile)
+    and whose only other candidate, its regional form, recompiles once: on CPU nothing measures a
+    gain that would pay for that recompile, so the plan changes nothing (it was handed the regional
+    form, undoing the dynamic=True a previous plan had written)."""
+    rows = {"as-is": dict(_row(1.03, 1.7), compile={"recompiles": 0, "unique_graphs": 1}),
+            "as-is+regional": dict(_row(1.28, 1.3), compile={"recompiles": 1, "unique_graphs": 2})}
+    choice = decide(rows, ["as-is+regional", "as-is"], [], 1_000_000, 1, gain_measured=False)
+    assert choice.chosen == "as-is", choice
+    assert choice.status["as-is+regional"].startswith("not chosen: 1 recompile(s) over the shapes against 0 as it is"), choice.status
+    assert "the plan changes nothing" in choice.text, choice.text

@@ -365,11 +365,23 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
                      rows: dict[str, dict[str, Any]], baseline: Baseline) -> Choice:
     """The decision without a measured gain: the first candidate in the ladder's order that did not
     fail and recompiles no more over the harness's shapes than the program as it is (what the
-    backend still measures: a user who came for recompiles is never handed more of them); the
-    first that did not fail where every one recompiles more."""
+    backend still measures: a user who came for recompiles is never handed more of them); where
+    every one recompiles more, the program as it is when its own compile ran (it recompiles least,
+    and nothing else is measured), else the first that did not fail."""
     rest = [n for n in ok if n != AS_IS]
     base = _recompiles(rows[AS_IS]) if AS_IS in rows and baseline.compiles else None
     more = [n for n in rest if base is not None and _recompiles(rows[n]) > base]
+    # the program's own compile ran as it is (its graphs counted) and recompiles least: its recompiles
+    # are measured, a gain that would pay for more of them is not, so nothing changes
+    own = base is not None and bool((rows[AS_IS].get("compile") or {}).get("unique_graphs"))
+    if own and len(more) == len(rest):
+        for n in ok:
+            status[n] = "chosen" if n == AS_IS else (
+                f"not chosen: {_recompiles(rows[n])} recompile(s) over the shapes against {base} as it is "
+                "(the gain is not measured with this backend)")
+        return Choice(AS_IS, f"the program as it is: its own compile recompiles {base} time(s) over the shapes and every "
+                             f"other candidate more ({len(more)}), with no gain measured to pay for them (the backend does "
+                             "not optimise); the plan changes nothing", status, net)
     chosen = next((n for n in rest if n not in more), rest[0])
     for n in ok:
         if n == chosen:
