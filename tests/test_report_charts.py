@@ -47,6 +47,9 @@ def test_the_terminal_table_shows_the_contended_step_and_says_why_the_quiet_winn
     assert short_status(lost) == "behind when busy"
     assert short_status("not chosen: the steps 0.5% apart, within the 2.0% noise band on a quiet host core, but 20.000 vs "
                         "13.500 ms/step with the host core contended, 48.1% apart, outside the 4.0% band there") == "behind when busy"
+    # without a measured gain, put behind for its recompiles: said so, not "later in order"
+    assert short_status("not chosen: 1 recompile(s) over the shapes against 0 as it is (the gain is not measured with "
+                        "this backend)") == "more recompiles"
     from rewriter.diagnose.decide import GATED
     assert short_status(GATED + "slower than eager with the host core contended: 12.145 ms vs 11.733 ms per step") == \
         "gate: slower when busy"

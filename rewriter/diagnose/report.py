@@ -182,7 +182,8 @@ TERMINAL_COLUMNS = (("candidate", "candidate"), ("status", "status"), ("step ms"
 def short_status(status: str) -> str:
     """The status's gist for the terminal: ``chosen``, ``failed: <first reason>``, ``tie``,
     ``slower``, ``behind when busy`` (ahead or tied on a quiet host core, not with it contended),
-    ``gate: slower when busy`` (refused by validate's speed gate), ``no payback``, ``skipped: budget``."""
+    ``gate: slower when busy`` (refused by validate's speed gate), ``no payback``, ``skipped: budget``,
+    ``more recompiles`` (without a measured gain, more recompiles than the program as it is)."""
     if status.startswith("failed"):
         reason = status.removeprefix("failed: ")
         for key, label in (("recompile limit", "recompile limit"), ("wrong numbers", "wrong numbers"),
@@ -195,7 +196,8 @@ def short_status(status: str) -> str:
         return "gate: slower when busy" if "with the host core contended" in status else "gate: slower"
     for key, label in (("with the host core contended", "behind when busy"), ("the least behind", "tie, dearer"),
                        ("within the noise", "tie, dearer"), ("the largest net", "tie, dearer"), ("does not pay back", "no payback"), ("net ", "less net"),
-                       ("budget", "skipped: budget"), ("gain is not measured", "later in order"),
+                       ("budget", "skipped: budget"), ("recompile(s) over the shapes against", "more recompiles"),
+                       ("gain is not measured", "later in order"),
                        ("changes nothing", "same as as-is")):
         if key in status:
             return label
