@@ -383,3 +383,22 @@ def test_an_own_call_on_a_dynamo_optimize_decorator_names_it(tmp_path, capsys):
     assert main(["rewrite", "--plan", str(plan), str(src)]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "compiled by @torch._dynamo.optimize(...)" in err and "write it as @torch.compile(backend=...) first" in err, err
+
+
+def test_a_reduce_overhead_call_is_not_turned_regional(tmp_path):
+    """The regional loop passes the call's keyword arguments on to each block: a whole-model
+    ``mode="reduce-overhead"`` would become one CUDA graph per block, which the search refuses
+    for its own candidates (pytorch#152887); on CPU, with no gain measured, that form was the plan."""
+    from types import SimpleNamespace
+
+    from rewriter.diagnose.own_candidates import REGIONAL, _regional
+    from rewriter.diagnose.own_compile import own_compiles
+
+    (tmp_path / "serve.py").write_text(SERVE.replace("cmodel = torch.compile(model%s)", "def build():\n"
+                                                     "    return torch.compile(Net(), mode=\"reduce-overhead\")"))
+    [own] = own_compiles(tmp_path)
+    assert own.mode == "reduce-overhead"
+    pruned: list[str] = []
+    assert _regional(SimpleNamespace(), own, pruned) == []
+    assert len(pruned) == 1 and pruned[0].startswith(f"{REGIONAL}: the program's own compile (serve.py:") and \
+        "one CUDA graph per block" in pruned[0], pruned

@@ -144,8 +144,6 @@ def compile_off(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]
 
 
 def _variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
-    from .planner import Decision, _plan
-
     live = list(scope.whole)
     if not live and len({r.where for r in scope.block}) == 1:
         # a per-layer compile (one call, run for each block): only dynamic= applies, at the block boundary
@@ -165,21 +163,34 @@ def _variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
         pruned.append(f"{REGIONAL}, {DYNAMIC}: the harness's model does not run the program's own compile ({own.text}), so a "
                       "variant of it would not be measured")
         return []
-    out: list[tuple[str, Any]] = []
+    out = _regional(ctx, own, pruned)
+    out.extend(_dynamic(ctx, own, pruned))
+    out.extend(_static(ctx, own, pruned))
+    return out
+
+
+def _regional(ctx: Any, own: Any, pruned: list[str]) -> list[tuple[str, Any]]:
+    """``as-is+regional``: the program's whole-model call ``own`` turned into regional compilation at
+    its call site (see the module docstring), or why not in ``pruned``. Not for a call with
+    ``mode='reduce-overhead'``: the loop passes ``mode=`` on to each block, one CUDA graph per block."""
+    from .planner import Decision, _plan
+
+    if own.mode == "reduce-overhead":
+        pruned.append(f"{REGIONAL}: the program's own compile ({own.text}) uses mode='reduce-overhead': regional "
+                      "compilation would capture one CUDA graph per block, and CUDA graphs over many small regions are "
+                      "refused (pytorch#152887)")
+        return []
     path, why = regional_path(ctx)
     refused = own.can("regional")
     if path is None or refused:
         pruned.append(f"{REGIONAL}: {why if path is None else 'the call cannot be turned regional: ' + refused}")
-    else:
-        edits: dict[str, Any] = {**_raising(ctx, own), "regional": path}
-        action = CompileAction(
-            action="compile", target=own.site, strategy="region", own_call=edits,
-            why=f"the program compiles the whole model itself ({own.text}): regional compilation at that call site, "
-                f"{why}, its keyword arguments kept (one compile reused across the blocks)" + _raising_why(ctx, own))
-        out.append((REGIONAL, Decision(_plan(ctx.session.spec, ctx, [action]), [])))
-    out.extend(_dynamic(ctx, own, pruned))
-    out.extend(_static(ctx, own, pruned))
-    return out
+        return []
+    edits: dict[str, Any] = {**_raising(ctx, own), "regional": path}
+    action = CompileAction(
+        action="compile", target=own.site, strategy="region", own_call=edits,
+        why=f"the program compiles the whole model itself ({own.text}): regional compilation at that call site, "
+            f"{why}, its keyword arguments kept (one compile reused across the blocks)" + _raising_why(ctx, own))
+    return [(REGIONAL, Decision(_plan(ctx.session.spec, ctx, [action]), []))]
 
 
 def _raising(ctx: Any, own: Any) -> dict[str, Any]:
