@@ -78,9 +78,7 @@ def test_a_plan_slower_than_the_program_as_it_runs_fails_though_faster_than_eage
     monkeypatch.setattr(engine, "measure", _fake_measure({"eager": 20.0, "as-is": 10.0, "plan": 15.0}, {}))
     code, report = _validate(compiled_case, tmp_path / "out")
     assert code == 1
-    slow, paid = report["verdict"]["failures"]
-    assert slow == "slower than the program as it is: 15.000 ms vs 10.000 ms per step"
-    assert paid.startswith("not amortized: against the program as it runs: -5.000 ms/step") and "NOT amortized" in paid, paid
+    assert report["verdict"]["failures"] == ["slower than the program as it is: 15.000 ms vs 10.000 ms per step"]
 
 
 def test_a_tree_that_does_not_compile_itself_is_gated_against_eager_alone(tmp_path, monkeypatch):
@@ -93,32 +91,6 @@ def test_a_tree_that_does_not_compile_itself_is_gated_against_eager_alone(tmp_pa
     assert [name for name, _, _ in seen["variants"]] == ["eager", "plan"]  # no second run of the same program
     assert code == 1
     assert report["verdict"]["failures"] == ["slower than eager: 15.000 ms vs 10.000 ms per step"]
-
-
-def test_the_payback_is_gated_against_the_program_as_it_runs(compiled_case, tmp_path, monkeypatch):
-    """A plan slower than eager but faster than the program's own compile, which costs more per
-    start than the plan's: against eager it "never pays back"; against the program as it runs it
-    saves both step and compile, and passes."""
-    import rewriter.engine.measure as engine
-    from rewriter.engine.amortize import amortize
-
-    assert "runs: 1000000\n  restarts: 1\n" in (compiled_case / "plan.yaml").read_text()
-    fake = _fake_measure({"eager": 10.0, "as-is": 20.0, "plan": 15.0}, {})
-
-    def measure(spec, variants, opts, workdir, **kw):
-        m = fake(spec, variants, opts, workdir, **kw)
-        m.results["as-is"]["compile_s_per_start"] = 30.0
-        m.results["plan"]["compile_s_per_start"] = 5.0
-        m.results["plan"]["amortization"] = amortize(0.010, 0.015, 5.0, 1, 1, 1_000_000, 1)  # the engine's, against eager
-        return m
-
-    monkeypatch.setattr(engine, "measure", measure)
-    code, report = _validate(compiled_case, tmp_path / "out")
-    assert report["variants"]["plan"]["amortization"]["amortized"] is False  # against eager, reported
-    vs = report["variants"]["plan"]["amortization_vs_as_is"]
-    assert vs["amortized"] is True and vs["net_s"] == pytest.approx(5000.0 + 25.0), vs  # 5 ms x 1e6 runs + 25 s of compile
-    assert code == 0, report["verdict"]
-    assert "the plan's amortization against the program as it runs: +5.000 ms/step" in (tmp_path / "out" / "validation.md").read_text()
 
 
 def test_a_plan_that_compiles_nothing_has_nothing_to_pay_back():

@@ -115,31 +115,3 @@ def amortize(
         "verdict": verdict,
     }
 
-
-def against_as_run(t_as_run_s: float, t_variant_s: float, extra_compile_s_per_start: float, runs: int | None,
-                   restarts: int) -> dict[str, Any]:
-    """Whether a variant pays back against the program as it runs, its own compile included (the
-    baseline where the program compiles itself: docs/design.md, "Validate's baseline is the program
-    as it runs"): ``net = (t_as_run - t_variant) x runs - extra_compile x restarts`` (s), the rule
-    diagnose's search decides by (:func:`rewriter.diagnose.decide.extra_compile_s`).
-
-    Args:
-        t_as_run_s, t_variant_s: step times (s), mean over the shapes of the per-shape medians.
-        extra_compile_s_per_start: the variant's cold compile per start minus the program's own
-            (s; negative where the variant compiles for less).
-        runs, restarts: the plan's ``amortization`` (``runs`` None where it has none).
-
-    Returns:
-        ``saving_s``, ``extra_compile_s``, ``net_s`` (None without ``runs``), ``amortized`` (None
-        without ``runs``), ``verdict`` (one sentence).
-    """
-    saving = t_as_run_s - t_variant_s
-    extra = extra_compile_s_per_start * restarts
-    head = (f"against the program as it runs: {saving * 1e3:+.3f} ms/step, {extra:+.1f} s of compile over "
-            f"{restarts} restart(s)")
-    if runs is None:
-        return {"saving_s": saving, "extra_compile_s": extra, "net_s": None, "amortized": None,
-                "verdict": head + "; no declared runs: not gated"}
-    net = saving * runs - extra
-    return {"saving_s": saving, "extra_compile_s": extra, "net_s": net, "amortized": net >= 0,
-            "verdict": head + f"; declared {runs:,} runs: net {net:,.1f} s, " + ("amortized" if net >= 0 else "NOT amortized")}

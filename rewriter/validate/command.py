@@ -191,9 +191,7 @@ def _judge_speed(report: dict[str, Any], results: dict[str, Any], m: Any, opts: 
     same program, :func:`rewriter.diagnose.decide.gate_failures`, so a plan it chose is one this
     gate passes), else ``eager`` (compilation off, the same program where it does not compile,
     and the only one that runs where its own compile raises). Where ``as-is`` is the reference,
-    the plan against compilation off is reported, never gated, and the amortization gated is the
-    one against ``as-is`` (:func:`rewriter.engine.amortize.against_as_run`, the row's
-    ``amortization_vs_as_is``)."""
+    the plan against compilation off is reported, never gated."""
     from ..engine.noise import process_noise
     from ..engine.verdict import NOISE, contended_band, speed_failures
 
@@ -213,16 +211,7 @@ def _judge_speed(report: dict[str, Any], results: dict[str, Any], m: Any, opts: 
         return {("eager" if k == ref else k): v for k, v in times.items() if k not in ("eager", AS_RUN) or k == ref}
 
     ref = AS_RUN if as_run else "eager"
-    amortization = results["plan"].get("amortization")
-    if as_run:  # paid back against the program as it runs, its own compile counted, as the search decides
-        from ..engine.amortize import against_as_run
-
-        declared = report.get("amortization") or {}
-        extra = (results["plan"].get("compile_s_per_start") or 0.0) - (results[AS_RUN].get("compile_s_per_start") or 0.0)
-        amortization = results["plan"]["amortization_vs_as_is"] = against_as_run(
-            mean_ms[AS_RUN] / 1e3, mean_ms["plan"] / 1e3, extra, declared.get("runs"), declared.get("restarts") or 1)
-        verdict.notes.append(f"the plan's amortization {amortization['verdict']} (the one gated; the table's is against eager)")
-    speed = speed_failures(against(ref, mean_ms), opts.min_speedup, amortization,
+    speed = speed_failures(against(ref, mean_ms), opts.min_speedup, results["plan"].get("amortization"),
                            against(ref, contended) if "plan" in contended and ref in contended else None, band,
                            "the program as it is" if as_run else "eager")
     if gate:
