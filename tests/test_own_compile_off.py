@@ -185,3 +185,27 @@ def test_the_off_candidate_runs_in_the_engine_as_the_program_with_compilation_of
     row, asis = table[NO_COMPILE], table["as-is"]
     assert row["numerics"] == "ok" and not row["status"].startswith("failed"), row
     assert row["graphs"] == 0 and asis["graphs"] >= 1, (row, asis)  # off: nothing compiled; as is: its decorator
+
+
+def test_the_searchs_break_even_counts_the_programs_own_compile():
+    """diagnose's validation report gates the chosen row's break-even (computed by the engine
+    against its ``eager`` variant, the program as it runs in the search): the off plan, a step 1%
+    slower than the compiled program and no compile, nets the 200 s compile it saves per start, and
+    a regional edit with the program's step and a sixth of its compile pays back at once; neither
+    is "never pays back: not faster than eager" (which rewrite --apply would refuse)."""
+    from rewriter.engine.measure import Measurement, _Run
+    from rewriter.engine.verdict import speed_failures
+
+    m = Measurement()
+    steps = {"eager": 10.0, NO_COMPILE: 10.1, "regional": 10.0}
+    m.timing = [{"shape": {"b": 1}, "timing": {n: {"median_ms": t} for n, t in steps.items()}}]
+    m.results = {"eager": {"compile_s_per_start": 200.0, "shape_buckets": 1},
+                 NO_COMPILE: {"compile_s_per_start": 0.0, "shape_buckets": 0},
+                 "regional": {"compile_s_per_start": 30.0, "shape_buckets": 1}}
+    cold = {"eager": {"compile": {"unique_graphs": 1}, "shapes": [{"new_graphs": 1}]}, NO_COMPILE: {},
+            "regional": {"compile": {"unique_graphs": 1}, "shapes": [{"new_graphs": 1}]}}
+    _Run.step_figures(SimpleNamespace(m=m, cold=cold), list(steps), {"runs": 1_000_000, "restarts": 1})
+    for name in (NO_COMPILE, "regional"):
+        amort = m.results[name]["amortization"]
+        assert amort["amortized"] is True, amort
+        assert speed_failures({"plan": steps[name], "eager": steps["eager"]}, 0.0, amort) == []

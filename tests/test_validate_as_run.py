@@ -100,3 +100,69 @@ def test_a_plan_that_compiles_nothing_has_nothing_to_pay_back():
 
     a = amortize(0.0100, 0.0101, 0.0, 0, 0, runs=1000, restarts=1)
     assert a["amortized"] is True and a["verdict"].startswith("nothing compiled: no compile cost to pay back"), a
+
+
+def _engine_amortization(steps: dict[str, float], compile_s: dict[str, float]):
+    """A fake engine whose rows carry each variant's compile and the break-even the engine computes
+    against its ``eager`` variant (compilation off in validate), as ``_Run.step_figures`` does."""
+    from rewriter.engine.amortize import amortize
+    from rewriter.engine.measure import Measurement
+
+    def measure(spec, variants, opts, workdir, **kw):
+        m = Measurement()
+        runs, restarts = kw["amortization"]["runs"], kw["amortization"]["restarts"]  # the plan's: 1,000,000 x 1
+        for v in variants:
+            c = compile_s.get(v.name, 0.0)
+            m.results[v.name] = {"step_ms": steps[v.name], "numerics": "ok" if v.name != "eager" else "reference",
+                                 "problems": [], "compile": {"unique_graphs": 1 if c else 0}, "cold_first_call_s": 1.0 + c,
+                                 "compile_s_per_start": c, "shape_buckets": 1 if c else 0}
+            if v.name != "eager":
+                m.results[v.name]["amortization"] = amortize(steps["eager"] / 1e3, steps[v.name] / 1e3, c, 1 if c else 0,
+                                                             1 if c else 0, runs, restarts)
+        m.timing = [{"shape": {"batch": 2, "seq": 16}, "timing": {
+            v.name: {"n": 3, "median_ms": steps[v.name], "p10_ms": steps[v.name], "p90_ms": steps[v.name]}
+            for v in variants}}]
+        return m
+
+    return measure
+
+
+def test_the_amortization_gate_counts_the_programs_own_compile(compiled_case, tmp_path, monkeypatch, capsys):
+    """A plan faster than the program as it runs that compiles for less than it is not refused as
+    "not amortized: never pays back: not faster than eager": its break-even is against the program's
+    own step and compile (the search's net), not against compilation off."""
+    import rewriter.engine.measure as engine
+
+    monkeypatch.setattr(engine, "measure", _engine_amortization({"eager": 10.0, "as-is": 20.0, "plan": 15.0},
+                                                                {"as-is": 60.0, "plan": 10.0}))
+    code, report = _validate(compiled_case, tmp_path / "out")
+    assert code == 0, (report["verdict"], capsys.readouterr().err)
+    amort = report["variants"]["plan"]["amortization"]
+    assert amort["amortized"] is True and amort["reference_compile_s_per_start"] == 60.0, amort
+    md = (tmp_path / "out" / "validation.md").read_text()
+    assert "amortization against the program as it runs: 10.00 s compile per start vs its own 60.00 s" in md, md
+
+
+def test_the_programs_compile_turned_off_is_amortized_by_the_compile_it_saves(compiled_case, tmp_path, monkeypatch):
+    """The as-is+no-compile plan (a step within the band of the compiled program's, no compile) pays
+    back the program's own compile at once, where it is no faster than compilation off."""
+    import rewriter.engine.measure as engine
+
+    monkeypatch.setattr(engine, "measure", _engine_amortization({"eager": 10.0, "as-is": 9.9, "plan": 10.05},
+                                                                {"as-is": 200.0}))
+    code, report = _validate(compiled_case, tmp_path / "out")
+    assert code == 0, report["verdict"]
+    assert report["variants"]["plan"]["amortization"]["amortized"] is True
+
+
+def test_a_plan_that_compiles_more_than_the_program_saves_still_pays_it_back(compiled_case, tmp_path, monkeypatch):
+    """Against the program's own compile, the extra compile is what the step must pay back."""
+    import rewriter.engine.measure as engine
+
+    monkeypatch.setattr(engine, "measure", _engine_amortization({"eager": 20.0, "as-is": 10.0, "plan": 9.9},
+                                                                {"as-is": 10.0, "plan": 200.0}))
+    code, report = _validate(compiled_case, tmp_path / "out")
+    assert code == 1
+    assert report["verdict"]["failures"] == [
+        "not amortized: pays back the 190.0 s it compiles per start beyond the program as it is after 1,900,000 runs; "
+        "declared 1,000,000 runs over 1 restart(s): net -90.0 s, NOT amortized"], report["verdict"]

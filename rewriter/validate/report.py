@@ -168,6 +168,12 @@ def render_markdown(report: dict[str, Any]) -> str:
         amort = var.get("amortization")
         if amort and amort.get("compile_measured") is False:
             lines.append(f"  - amortization: {amort['verdict']}")
+        elif amort and amort.get("reference_compile_s_per_start") is not None:
+            lines.append(
+                f"  - amortization against the program as it runs: {amort['t_compile_s'] * amort['compiles_per_start']:.2f} s "
+                f"compile per start vs its own {amort['reference_compile_s_per_start']:.2f} s, x {amort['restarts']} "
+                f"restart(s); {1e3 * amort['saving_s']:.3f} ms saved per step: {amort['verdict']}"
+            )
         elif amort:
             lines.append(
                 f"  - amortization: t_compile {amort['t_compile_s']:.2f} s x N_compiles {amort['n_compiles']} "
