@@ -166,3 +166,43 @@ def test_a_plan_that_compiles_more_than_the_program_saves_still_pays_it_back(com
     assert report["verdict"]["failures"] == [
         "not amortized: pays back the 190.0 s it compiles per start beyond the program as it is after 1,900,000 runs; "
         "declared 1,000,000 runs over 1 restart(s): net -90.0 s, NOT amortized"], report["verdict"]
+
+
+def test_a_compile_in_the_harness_build_model_is_the_programs_own(tmp_path, monkeypatch, capsys):
+    """The harness's ``build_model`` is called by stackpart, never by name in SRC: a
+    ``return torch.compile(Net())`` there is the program's compile (diagnose's search reads it so),
+    so validate measures ``as-is`` and gates against it, not against compilation off alone."""
+    import rewriter.engine.measure as engine
+
+    shutil.copytree(FIXTURES / "causal_bucket", tmp_path / "case")
+    harness = tmp_path / "case" / "src" / "harness.py"
+    harness.write_text(harness.read_text().replace("    return TinyLM()", "    return torch.compile(TinyLM(), backend=\"eager\")"))
+    assert "torch.compile(TinyLM()" in harness.read_text()
+    seen: dict = {}
+    monkeypatch.setattr(engine, "measure", _fake_measure({"eager": 10.0, "as-is": 20.0, "plan": 15.0}, seen))
+    code, report = _validate(tmp_path / "case", tmp_path / "out")
+    assert ("as-is", None, None) in seen["variants"], seen
+    assert code == 0, (report["verdict"], capsys.readouterr().err)
+
+
+def test_where_as_is_fails_the_notes_say_the_gate_compares_with_eager(compiled_case, tmp_path, monkeypatch):
+    """The program's own compile raises in validate's ``as-is`` child: the gate falls back to
+    compilation off, and the notes say so instead of naming ``as-is`` as the gate's reference."""
+    import rewriter.engine.measure as engine
+
+    fake = _fake_measure({"eager": 10.0, "as-is": 20.0, "plan": 15.0}, {})
+
+    def measure(*a, **kw):
+        m = fake(*a, **kw)
+        m.results["as-is"] = {"error": "raised: Unsupported: Data-dependent branching", "problems": ["raised"],
+                              "compile": {}}
+        for row in m.timing:
+            row["timing"]["as-is"] = {"n": 0}
+        return m
+
+    monkeypatch.setattr(engine, "measure", measure)
+    code, report = _validate(compiled_case, tmp_path / "out")
+    notes = report["verdict"]["notes"]
+    assert code == 1 and report["verdict"]["failures"] == ["slower than eager: 15.000 ms vs 10.000 ms per step"]
+    assert not any("the speed gate compares the plan with it" in n for n in notes), notes
+    assert any("'as-is' did not run" in n and "compares the plan with 'eager'" in n for n in notes), notes

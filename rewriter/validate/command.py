@@ -128,13 +128,13 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
                 Variant("plan", trees.rewritten, compiles=report["plan_compiles"], mark_dynamic=mark_dynamic,
                         plan_name=Path(loaded.path).name, library_modules=trees.result.library_modules,
                         site=_site_at(loaded))]
-    own = compiles_itself(trees.original)
+    own = compiles_itself(trees.original, spec_run)
     if own:
         # compiles=False: a compile in a script the harness does not run leaves it eager, as the harness runs it
         variants.append(Variant(AS_RUN, trees.original, judged=False))
         notes.append(f"the original tree compiles itself ({', '.join(own[:3])}{', ...' if len(own) > 3 else ''}): "
-                     f"'{AS_RUN}' is the program as it runs, its own compile included, and the speed gate compares the plan "
-                     "with it; 'eager' is the same program with compilation off, the numerical reference")
+                     f"'{AS_RUN}' is the program as it runs, its own compile included; 'eager' is the same program with "
+                     "compilation off, the numerical reference")
     variants += [Variant(b, trees.original, prepare=b, judged=False) for b in opts.variants if b not in ("eager", "plan")]
     m = measure(spec_run, variants, opts, workdir, amortization=report.get("amortization"), stop_on_wrong_numbers=True,
                 on_event=functools.partial(_progress, labels=tree_labels(trees, workdir)))
@@ -175,13 +175,17 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     return results, m.timing, verdict
 
 
-def compiles_itself(tree: Path) -> list[str]:
+def compiles_itself(tree: Path, harness: Any = None) -> list[str]:
     """``file.py:line`` of each compile the tree does itself that compiles something the program
     runs (:func:`rewriter.diagnose.own_compile.own_compiles`, static: a compile in a script the
-    harness does not run counts too, and its ``as-is`` variant then runs as eager does)."""
+    harness does not run counts too, and its ``as-is`` variant then runs as eager does).
+    ``harness``: the plan's harness, whose ``build_model``/``make_inputs`` stackpart calls by name:
+    a compile in them is the program's (``return torch.compile(Net())``), not one in a helper
+    nothing calls, as diagnose's search reads it."""
     from ..diagnose.own_compile import own_compiles
 
-    return [c.where for c in own_compiles(tree) if c.idle is None]
+    entries = frozenset({f"{harness.file}::{harness.model}", f"{harness.file}::{harness.inputs}"}) if harness else frozenset()
+    return [c.where for c in own_compiles(tree, entries=entries) if c.idle is None]
 
 
 def _judge_speed(report: dict[str, Any], results: dict[str, Any], m: Any, opts: Options, verdict: Any) -> None:
@@ -211,6 +215,12 @@ def _judge_speed(report: dict[str, Any], results: dict[str, Any], m: Any, opts: 
         return {("eager" if k == ref else k): v for k, v in times.items() if k not in ("eager", AS_RUN) or k == ref}
 
     ref = AS_RUN if as_run else "eager"
+    if as_run:
+        verdict.notes.append(f"the speed gate compares the plan with '{AS_RUN}', the program as it runs")
+    elif AS_RUN in results:
+        verdict.notes.append(f"'{AS_RUN}' did not run or was not timed (its own compile may raise): the speed gate "
+                             "compares the plan with 'eager', the program with compilation off, as diagnose's search "
+                             "does where the program's own compile raises")
     if as_run:
         results["plan"]["amortization"] = _against_as_run(report, results)
     speed = speed_failures(against(ref, mean_ms), opts.min_speedup, results["plan"].get("amortization"),
