@@ -64,3 +64,17 @@ def test_a_compile_is_put_back_when_the_step_raises():
         assert net.layers[1] is wrapper._orig_mod
         raise RuntimeError("the step raised")
     assert net.layers[1] is wrapper
+
+
+def test_a_module_compile_turned_off_is_no_compile():
+    """``module.compile(disable=True)`` (the plan's ``own_call: {disable: true}`` on a
+    ``model.compile()`` call) sets ``_compiled_call_impl`` to the module's own ``_call_impl``:
+    torch.compile returned what it was given, so nothing is compiled and a re-diagnosis of the
+    applied tree must not read the model as compiled ("whole model: Net (module.compile())")."""
+    net = _Net()
+    net.compile(backend="eager", disable=True)
+    net.layers[0].compile(backend="eager", disable=True)
+    assert net._compiled_call_impl is not None  # what torch leaves behind
+    assert carried_compiles(net, classes=False) == [] and compiled_modules(net) == []
+    net.layers[1].compile(backend="eager")
+    assert [(c.how, c.path) for c in carried_compiles(net, classes=False)] == [(COMPILED_CALL, "layers.1")]

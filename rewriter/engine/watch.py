@@ -466,7 +466,8 @@ class CarriedCompile:
     Attributes:
         how: its form: :data:`WRAPPED` (an ``OptimizedModule``, which holds the module it wraps as
             ``_orig_mod``), :data:`COMPILED_CALL` (``nn.Module.compile()``: a non-None
-            ``_compiled_call_impl``, torch/nn/modules/module.py), :data:`FORWARD_ATTRIBUTE` (a
+            ``_compiled_call_impl``, torch/nn/modules/module.py, other than the module's own ``_call_impl``
+            that ``module.compile(disable=True)`` leaves there), :data:`FORWARD_ATTRIBUTE` (a
             compiled function as an instance's ``forward`` attribute, ``block.forward =
             torch.compile(block.forward)``), :data:`DECORATED` (a method compiled by a decorator in
             a class's source, on the class of one of the model's modules or a base of it).
@@ -539,7 +540,10 @@ def _module_compiles(name: str, m: Any, slots: dict[int, list[tuple[Any, str]]],
     if isinstance(m, wrapper):
         return [CarriedCompile(WRAPPED, path, m._orig_mod, m, tuple(slots.get(id(m), ())))]
     out = []
-    if m.__dict__.get("_compiled_call_impl") is not None:
+    impl = m.__dict__.get("_compiled_call_impl")
+    # module.compile(disable=True) leaves the module's own _call_impl there (torch.compile returned
+    # what it was given): no compile
+    if impl is not None and getattr(impl, "__func__", None) is not type(m)._call_impl:
         out.append(CarriedCompile(COMPILED_CALL, path, m, m._compiled_call_impl, ((m, "_compiled_call_impl"),)))
     forward = m.__dict__.get("forward")
     if getattr(forward, "_torchdynamo_orig_callable", None) is not None:
