@@ -187,3 +187,15 @@ def test_without_a_measured_gain_the_programs_own_compile_that_recompiles_least_
     assert choice.chosen == "as-is", choice
     assert choice.status["as-is+regional"].startswith("not chosen: 1 recompile(s) over the shapes against 0 as it is"), choice.status
     assert "the plan changes nothing" in choice.text, choice.text
+
+
+def test_a_compile_whose_cost_was_not_measured_saves_none_of_the_programs_own():
+    """A candidate that compiled but whose cold first call took no longer than a steady one has an
+    unmeasured compile, not a free one: against a program that compiles for 60 s per start it must
+    not net those 60 s and win over a candidate whose figures were measured."""
+    rows = {"as-is": {"step_ms": 10.0, "compile_s_per_start": 60.0, "compile": {"unique_graphs": 1}},
+            "per-block": {"step_ms": 10.0, "compile_s_per_start": 0.0, "compile": {"unique_graphs": 2}},
+            "whole": {"step_ms": 9.0, "compile_s_per_start": 40.0, "compile": {"unique_graphs": 1}}}
+    c = decide(rows, ["as-is", "per-block", "whole"], [], 1000, 1, True)
+    assert c.net_s["per-block"] == 0.0, c.net_s  # no step gained, no compile saved that was measured
+    assert c.chosen == "whole", (c.chosen, c.text)  # 1 s of step and 20 s less compile than the program's

@@ -115,8 +115,19 @@ def compile_cost_s(row: dict[str, Any], restarts: int) -> float:
 
 def extra_compile_s(rows: dict[str, dict[str, Any]], n: str, restarts: int) -> float:
     """Seconds of compile candidate ``n`` costs over the deployment beyond what the program as it is
-    compiles (``as-is``'s own cold compile; negative where ``n`` compiles for less)."""
-    return compile_cost_s(rows[n], restarts) - compile_cost_s(rows.get(AS_IS) or {}, restarts)
+    compiles (``as-is``'s own cold compile; negative where ``n`` compiles for less). A candidate that
+    compiled but whose cost was not measured (:func:`compile_unmeasured`) is no cheaper than the
+    program (0): it saves no compile it may well pay, so an unmeasured 0 s does not net the
+    program's whole compile."""
+    extra = compile_cost_s(rows[n], restarts) - compile_cost_s(rows.get(AS_IS) or {}, restarts)
+    return max(extra, 0.0) if compile_unmeasured(rows[n]) else extra
+
+
+def compile_unmeasured(row: dict[str, Any]) -> bool:
+    """Whether a candidate's cold process compiled but paid no measurable time for it (a
+    measurement problem, not a free compile)."""
+    compiled = (row.get("compile") or {}).get("unique_graphs") or row.get("shape_buckets")
+    return bool(compiled) and compile_cost_s(row, 1) <= 0
 
 
 def compile_text(row: dict[str, Any], restarts: int = 1) -> str:
@@ -124,8 +135,7 @@ def compile_text(row: dict[str, Any], restarts: int = 1) -> str:
     small cost from printing as 0.0, or, when its cold process compiled but paid no measurable
     time for it, that the cost was not measured (a measurement problem, not a free compile)."""
     cost = compile_cost_s(row, restarts)
-    compiled = (row.get("compile") or {}).get("unique_graphs") or row.get("shape_buckets")
-    if cost <= 0 and compiled:
+    if compile_unmeasured(row):
         return "compile cost not measured (it compiled, but its cold first call took no longer than a steady one)"
     digits = 1 if cost >= 10 else 2 if cost >= 0.1 else 3
     return f"{cost:.{digits}f} s compile per start" + (f" x {restarts} restart(s)" if restarts != 1 else "")
