@@ -31,6 +31,10 @@
 "Inside" is decided statically: the function itself, or a function the compiled one calls
 directly by name (``route(x)``) or as a method of its own class (``self.route(x)``), in one file.
 
+* a ``compile`` (not ``own_call``) of a function whose own compile in the source passes
+  ``disable=True``: that compile compiles nothing, the rewrite adds no second compile over it, so
+  the action would change nothing; the refusal names ``own_call: {disable: false}``. A compile
+  turned off is no region around what the function calls (the rules above read it as none).
 * a ``compile`` (not ``own_call``) of a function the source registers with
   ``torch.compiler.allow_in_graph`` (or ``torch._dynamo.allow_in_graph``, a call or a decorator, in
   the target's file): compiled code that calls it puts the call into its graph as one opaque call
@@ -71,7 +75,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from .actions.base import canonical, imported_names
 from .actions.compile import COMPILE_DECORATORS
 from .actions.disable import DISABLE_DECORATORS
-from .compile_facts import SourceSite, allowed_in_graph, options, rebound_compiles
+from .compile_facts import SourceSite, allowed_in_graph, options, rebound_compiles, turned_off
 from .errors import StackpartError
 from .plan import ADVISORY_ACTIONS, CompileAction, DisableAction, DynamoConfigAction, LoadedPlan, MarkDynamicAction
 from .targets import Definition, ResolvedTarget, collect_definitions, decorator_name
@@ -139,6 +143,16 @@ class _Facts:
         imports = self._names(bound.module)
         return (any(canonical(d, imports) in COMPILE_DECORATORS for d in bound.target.decorators)
                 or self.rebound(bound) is not None)
+
+    def turned_off(self, bound: Bound) -> cst.CSTNode | None:
+        """The source's own compile of the target where it passes ``disable=True`` (the decorator,
+        or the rebinding's call), else None: torch.compile then returns what it was given, so the
+        target is not compiled although it carries a compile."""
+        dec = self.decorated(bound.module, bound.target.node, COMPILE_DECORATORS) if bound.target.node is not None else None
+        if dec is not None:
+            return dec if isinstance(dec.decorator, cst.Call) and turned_off(dec.decorator) else None
+        site = self.rebound(bound)
+        return site.node if site is not None and turned_off(site.node) else None  # type: ignore[arg-type]
 
     def _per_module(self, kind: str, module: cst.Module, read: Any) -> dict[str, SourceSite]:
         key = (kind, id(module))
@@ -213,6 +227,8 @@ class _Facts:
                     call = site = rebound[qual].node  # type: ignore[assignment]
                 else:
                     continue
+                if turned_off(call):
+                    continue  # disable=True: compiles nothing, so it is no region to trace the target in
                 fullgraph = options(call)[0] is True
                 found.append((qual, fullgraph, {qual, *_callees(ResolvedTarget("", qual, func, []))}, site))
             self._cache[key] = found
@@ -295,6 +311,7 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
     for b in bounds:
         if isinstance(b.action, CompileAction):
             _check_compile_of_disabled(loaded, facts, b)
+            _check_compile_of_turned_off(loaded, facts, b)
             _check_compile_in_graph(loaded, facts, b)
             _check_compile_inside_source_compile(loaded, facts, b)
             _check_fullgraph_compile(loaded, facts, b)
@@ -376,6 +393,27 @@ def _check_compile_of_disabled(loaded: LoadedPlan, facts: _Facts, b: Bound) -> N
             "disabled frame runs eager under any compile, so this one would compile nothing",
             hint=f"remove the @torch.compiler.disable from {b.target.qualname} in the source, or drop this action",
         )
+
+
+def _check_compile_of_turned_off(loaded: LoadedPlan, facts: _Facts, b: Bound) -> None:
+    """Refuse a compile the plan adds (not ``own_call``) of a function whose own compile in the
+    source passes ``disable=True``: the rewrite leaves a target that carries a compile alone (it
+    never stacks a second one), so the action would change nothing and the function stay eager;
+    turning the source's compile back on is the edit that compiles it."""
+    if b.action.library or b.action.own_call is not None or b.action.strategy == "nested":  # type: ignore[attr-defined]
+        return
+    site = facts.turned_off(b)
+    if site is None:
+        return
+    name = b.target.qualname
+    code = _code(site) if isinstance(site, cst.Decorator) else f"{name.rsplit('.', 1)[-1]} = {_code(site)}"
+    raise loaded.error(
+        b.index,
+        f"compile of {name}, whose own compile in the source at {facts.where(b, site)} ({code}) passes disable=True: "
+        "it compiles nothing, and this action would leave it as it is (a target that carries a compile gets no second one)",
+        hint=f"turn the source's compile back on instead: action compile, target {b.target.relpath}::{name}, "
+             "own_call: {disable: false}",
+    )
 
 
 def _check_compile_in_graph(loaded: LoadedPlan, facts: _Facts, b: Bound) -> None:

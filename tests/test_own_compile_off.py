@@ -209,3 +209,49 @@ def test_the_searchs_break_even_counts_the_programs_own_compile():
         amort = m.results[name]["amortization"]
         assert amort["amortized"] is True, amort
         assert speed_failures({"plan": steps[name], "eager": steps["eager"]}, 0.0, amort) == []
+
+
+OFF_SOURCE = """\
+import torch
+
+
+def helper(x):
+    return torch.sin(x) + 1
+
+
+@torch.compile(backend="eager", disable=True)
+def step(x):
+    return helper(x) * 2
+
+
+def other(x):
+    return x + 1
+
+
+other = torch.compile(other, disable=True)
+"""
+
+
+def test_a_tree_whose_compile_is_turned_off_takes_a_compile_of_what_it_calls(tmp_path):
+    """After the off plan is applied (``disable=True`` on ``step``'s decorator), a re-diagnosed plan
+    may compile ``helper``, which ``step`` calls: ``step`` compiles nothing, so that is no second
+    compile of traced code (it was refused as one)."""
+    from test_source_compile_forms import _rewrite
+
+    src = _rewrite(tmp_path, {"model.py": OFF_SOURCE}, "  - action: compile\n    target: model.py::helper\n", 0)
+    assert "@torch.compile\ndef helper(x):" in (src / "model.py").read_text()
+
+
+@pytest.mark.parametrize("target, line", [("step", 8), ("other", 17)])
+def test_a_compile_of_a_function_whose_own_compile_is_off_is_refused_with_the_edit_that_turns_it_on(
+        tmp_path, capsys, target, line):
+    """A plain ``compile`` of a function carrying ``@torch.compile(..., disable=True)`` (or rebound to
+    ``torch.compile(f, disable=True)``) was "no changes: src already is what the plan asks" and the
+    function stayed eager; it is refused at the plan line, naming the source's call and
+    ``own_call: {disable: false}``."""
+    from test_source_compile_forms import _rewrite
+
+    _rewrite(tmp_path, {"model.py": OFF_SOURCE}, f"  - action: compile\n    target: model.py::{target}\n", 2)
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"model.py:{line}" in err and "passes disable=True" in err, err
+    assert f"target model.py::{target}, own_call: {{disable: false}}" in err, err
