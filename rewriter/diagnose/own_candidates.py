@@ -128,19 +128,28 @@ def compile_off(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]
                       "over compilation off is not measured")
         return []
     actions: list[CompileAction] = []
+    for own, strategy in _calls_run(ctx, scope):
+        refused = own.can("disable")
+        if refused:
+            pruned.append(f"{NO_COMPILE}: {own.text}: {refused}")
+            return []
+        actions.append(CompileAction(
+            action="compile", target=own.site, strategy=strategy, own_call={"disable": True},
+            why=f"the program's own compile ({own.text}) turned off (disable=True, its options kept): the program "
+                "with compilation off, against the program as it is with its compile cost per start counted"))
+    return [(NO_COMPILE, Decision(_plan(ctx.session.spec, ctx, actions), []))] if actions else []
+
+
+def _calls_run(ctx: Any, scope: Any) -> Any:
+    """``(own, strategy)`` for each of the program's own calls that the harness runs, one per call
+    site (a per-layer compile, one call run for each block, is one edit): ``whole`` for a
+    whole-model call, ``region`` for a block's or a function's."""
+    seen: set[str] = set()
     for group, strategy in ((scope.whole, "whole"), (scope.block, "region"), (scope.functions, "region")):
         for own in group:
-            if not runs_own_compile(ctx, own) or any(a.target == own.site for a in actions):
-                continue  # one call, run for each block: one edit
-            refused = own.can("disable")
-            if refused:
-                pruned.append(f"{NO_COMPILE}: {own.text}: {refused}")
-                return []
-            actions.append(CompileAction(
-                action="compile", target=own.site, strategy=strategy, own_call={"disable": True},
-                why=f"the program's own compile ({own.text}) turned off (disable=True, its options kept): the program "
-                    "with compilation off, against the program as it is with its compile cost per start counted"))
-    return [(NO_COMPILE, Decision(_plan(ctx.session.spec, ctx, actions), []))] if actions else []
+            if own.site not in seen and runs_own_compile(ctx, own):
+                seen.add(own.site)
+                yield own, strategy
 
 
 def _variants(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
@@ -218,20 +227,17 @@ def _fullgraph_off(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, A
     raised = ctx.evidence.own_raised
     where = where_raised(raised)
     actions = []
-    for group, strategy in ((scope.whole, "whole"), (scope.block, "region"), (scope.functions, "region")):
-        for own in group:
-            if dict(own.current).get("fullgraph") is not True or not runs_own_compile(ctx, own):
-                continue
-            refused = own.can("fullgraph")
-            if refused:
-                pruned.append(f"{NO_FULLGRAPH}: {own.text}: {refused}")
-                continue
-            if any(a.target == own.site for a in actions):
-                continue  # one call, run for each block: one edit
-            actions.append(CompileAction(
-                action="compile", target=own.site, strategy=strategy, own_call={"fullgraph": False},
-                why=f"the program's own compile ({own.text}) raised{where} with fullgraph=True ({raised['message'][:160]}); "
-                    "fullgraph=False lets Dynamo break the graph there and compile the code around it"))
+    for own, strategy in _calls_run(ctx, scope):
+        if dict(own.current).get("fullgraph") is not True:
+            continue
+        refused = own.can("fullgraph")
+        if refused:
+            pruned.append(f"{NO_FULLGRAPH}: {own.text}: {refused}")
+            continue
+        actions.append(CompileAction(
+            action="compile", target=own.site, strategy=strategy, own_call={"fullgraph": False},
+            why=f"the program's own compile ({own.text}) raised{where} with fullgraph=True ({raised['message'][:160]}); "
+                "fullgraph=False lets Dynamo break the graph there and compile the code around it"))
     return [(NO_FULLGRAPH, Decision(_plan(ctx.session.spec, ctx, actions), []))] if actions else []
 
 
