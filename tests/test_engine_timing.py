@@ -764,3 +764,21 @@ def test_a_second_process_not_up_by_the_deadline_is_ended_there_and_its_variant_
     assert by["per-block"].terminated and all(r.until == deadline for r in by.values())
     assert any("(2 of 3 variants" in n and n.endswith("; one process for per-block: its second was not up when the "
                                                           "search budget ran out (ended)") for n in m.notes), m.notes
+
+
+def test_a_baseline_that_raises_is_said_as_the_original_model(monkeypatch, tmp_path):
+    """validate's baselines run the original tree (compiled in place, or as it runs): their failure
+    named "the rewritten model", which the plan's own failure is called."""
+    from rewriter.engine.measure import Measurement, measure
+    from rewriter.engine.options import Variant
+
+    monkeypatch.setattr("rewriter.engine.runner.ServedChild", _Served)
+    monkeypatch.setattr("rewriter.engine.verdict.numerics_failures", lambda payload: [])
+    _Served.log, _Served.script, _Served.made = [], {"whole": "fail", "as-is": "fail"}, []
+    spec = type("Spec", (), {"device": "cpu", "shapes": [{"batch": 1}], "model_dump": lambda self: {"device": "cpu"}})()
+    variants = [Variant("eager", tmp_path, judged=False), Variant("plan", tmp_path, compiles=True),
+                Variant("whole", tmp_path, prepare="whole", judged=False), Variant("as-is", tmp_path, judged=False)]
+    m = Measurement()
+    measure(spec, variants, Options(replicates=0, overlap=False, warmup=0, reps=3, budget_s=10.0), tmp_path, partial=m)
+    assert m.results["whole"]["problems"][0].startswith("the original model with the whole compile raised"), m.results["whole"]
+    assert m.results["as-is"]["problems"][0].startswith("the original model as it runs raised"), m.results["as-is"]

@@ -340,14 +340,17 @@ class _Run:
             self.emit(name, "cold", row)
             return False
         v = self.by_name[name]
+        # a baseline runs the original tree (compiled in place, or as it runs), a candidate the rewritten one
+        what = (f"the original model with the {v.prepare} compile" if v.prepare else "the original model as it runs"
+                if not v.judged else "the rewritten model")
         if err["kind"] == "raised":
-            row["problems"].append(f"the rewritten model raised{_eager_backend_limit(err['message'], self.opts.force_backend)}: "
+            row["problems"].append(f"{what} raised{_eager_backend_limit(err['message'], self.opts.force_backend)}: "
                                    f"{err['message']}")
             hint = constraint_hint(err.get("detail") or err["message"], v.mark_dynamic, v.plan_name)
             if hint:
                 m.hints.setdefault(name, []).append(hint)
         else:
-            row["problems"].append(f"the rewritten tree failed: {text}")
+            row["problems"].append(f"the rewritten tree failed: {text}" if v.judged else f"{what} failed: {text}")
             m.hints.setdefault(name, []).extend(stderr_hint(res))
         self.emit(name, "cold", row)
         assert self.replicas is not None
