@@ -129,10 +129,13 @@ def test_a_constraint_violation_gives_its_cause_and_the_function_dynamo_was_comp
 def test_a_compile_rung_error_is_recorded_with_rung_line_and_first_line_and_the_ladder_goes_on(tmp_path):
     """mark_dynamic inside the model's forward runs eager and fails only when compiled (torch 2.13:
     AssertionError "Attempt to trace forbidden callable"): the recompiles rung records it, naming
-    the rung, the shape, the user's line and the message; the ladder does not stop."""
+    the rung, the shape, the user's line and the message; the ladder does not stop. (Bound by name
+    at import: the rungs skip ``torch._dynamo.mark_dynamic`` called through the module inside
+    their own graph, :func:`rewriter.diagnose.as_run.marks_eager_only`, not a name bound before.)"""
     src = _tree(tmp_path, """\
         import torch
         import torch.nn as nn
+        from torch._dynamo import mark_dynamic
 
 
         class Net(nn.Module):
@@ -142,7 +145,7 @@ def test_a_compile_rung_error_is_recorded_with_rung_line_and_first_line_and_the_
 
             def forward(self, x):
                 h = self.fc(x)
-                torch._dynamo.mark_dynamic(h, 0)
+                mark_dynamic(h, 0)
                 return h.relu()
         """)
     spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 2}, {"batch": 3}],
