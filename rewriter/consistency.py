@@ -33,8 +33,13 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
 
 * a ``compile`` (not ``own_call``) of a function whose own compile in the source passes
   ``disable=True``: that compile compiles nothing, the rewrite adds no second compile over it, so
-  the action would change nothing; the refusal names ``own_call: {disable: false}``. A compile
-  turned off is no region around what the function calls (the rules above read it as none).
+  the action would change nothing; the refusal names ``own_call: {disable: false}``.
+* a compile turned off (``disable=True``, ``torch.compile`` then returns what it was given) is no
+  compile to any rule here: not of the function itself (a ``disable``, ``mark_dynamic`` or
+  ``dynamo_config`` there edits eager code), not a region around what it calls, not a
+  ``fullgraph=True`` one. Off is read after the plan: an ``own_call`` that sets ``disable: true``
+  turns a source compile off for the rules, one that sets ``disable: false`` turns it back on, its
+  own options (``fullgraph=True`` included) with it.
 * a ``compile`` (not ``own_call``) of a function the source registers with
   ``torch.compiler.allow_in_graph`` (or ``torch._dynamo.allow_in_graph``, a call or a decorator, in
   the target's file): compiled code that calls it puts the call into its graph as one opaque call
@@ -130,6 +135,10 @@ class _Facts:
 
         self._functions: dict[int, dict[str, cst.FunctionDef]] = {}
         self._cache: dict[tuple[str, int], object] = {}
+        #: ``(relpath, qualname)`` of each function whose own compile the plan turns off
+        #: (``own_call: {disable: true}``, True) or back on (``disable: false``, False): that state,
+        #: not the source's ``disable=``, is what the rules read (:meth:`compile_off`)
+        self.own_off: dict[tuple[str, str], bool] = {}
 
     def _names(self, module: cst.Module) -> dict[str, str]:
         key = id(module)
@@ -137,12 +146,27 @@ class _Facts:
             self._imports[key] = imported_names(module)
         return self._imports[key]
 
-    def already_compiled(self, bound: Bound) -> bool:
-        """Whether the source already compiles the target itself: a compile decorator on it, or its
-        name rebound to its compiled self (``f = torch.compile(f)``, :meth:`rebound`)."""
+    def carries_compile(self, bound: Bound) -> bool:
+        """Whether the source holds a compile of the target itself, on or off: a compile decorator
+        on it, or its name rebound to its compiled self (``f = torch.compile(f)``, :meth:`rebound`).
+        The form of the program's call an ``own_call`` edits; whether it compiles is
+        :meth:`already_compiled`."""
         imports = self._names(bound.module)
         return (any(canonical(d, imports) in COMPILE_DECORATORS for d in bound.target.decorators)
                 or self.rebound(bound) is not None)
+
+    def compile_off(self, bound: Bound) -> bool:
+        """Whether the target's own compile in the source is off once the plan is applied: the
+        plan's ``own_call.disable`` where it sets one, else the source's ``disable=True``
+        (:meth:`turned_off`). False for a target that carries no compile."""
+        return self.own_off.get(bound.key, self.turned_off(bound) is not None)
+
+    def already_compiled(self, bound: Bound) -> bool:
+        """Whether the target itself is compiled with the plan applied: it carries the source's
+        compile (:meth:`carries_compile`) and that compile is not off (:meth:`compile_off`). A
+        ``torch.compile(..., disable=True)`` returns what it was given, so every rule reads the
+        target as eager code there."""
+        return self.carries_compile(bound) and not self.compile_off(bound)
 
     def turned_off(self, bound: Bound) -> cst.CSTNode | None:
         """The source's own compile of the target where it passes ``disable=True`` (the decorator,
@@ -227,8 +251,8 @@ class _Facts:
                     call = site = rebound[qual].node  # type: ignore[assignment]
                 else:
                     continue
-                if turned_off(call):
-                    continue  # disable=True: compiles nothing, so it is no region to trace the target in
+                if self.own_off.get((bound.target.relpath, qual), turned_off(call)):
+                    continue  # disable=True (the source's or the plan's): compiles nothing, so no region
                 fullgraph = options(call)[0] is True
                 found.append((qual, fullgraph, {qual, *_callees(ResolvedTarget("", qual, func, []))}, site))
             self._cache[key] = found
@@ -293,7 +317,7 @@ def _own_call_form(facts: "_Facts", bound: Bound) -> str | None:
     action = bound.action
     if not isinstance(action, CompileAction) or action.own_call is None:
         return None
-    return "decorator" if facts.already_compiled(bound) else "call"
+    return "decorator" if facts.carries_compile(bound) else "call"
 
 
 def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
@@ -307,6 +331,11 @@ def check(loaded: LoadedPlan, bounds: list[Bound]) -> None:
     _check_compile_strategies(loaded, bounds)
     _check_duplicates(loaded, bounds)
     facts = _Facts()
+    for b in bounds:  # the plan's own_call turns a compile the target carries off or back on
+        a = b.action
+        if isinstance(a, CompileAction) and a.own_call is not None and a.own_call.disable is not None \
+                and facts.carries_compile(b):
+            facts.own_off[b.key] = a.own_call.disable
     regions, unfull = _regions(facts, bounds)
     for b in bounds:
         if isinstance(b.action, CompileAction):
@@ -369,11 +398,12 @@ def _regions(facts: _Facts, bounds: list[Bound]) -> tuple[dict[tuple[str, str], 
     directly in its file), in plan order: one scan per compile, one lookup per action; and the
     functions whose program-own ``fullgraph=True`` the plan's ``own_call`` removes. An
     ``own_call`` edit of a call in the target's body (``model.compile()`` in ``main``) compiles
-    what that call names, not the target: it is no region of the target's."""
+    what that call names, not the target: it is no region of the target's; nor is a compile the
+    source or the plan turns off (``disable=True``, :meth:`_Facts.compile_off`)."""
     regions: dict[tuple[str, str], list[Bound]] = {}
     unfull: set[tuple[str, str]] = set()
     for c in bounds:
-        if isinstance(c.action, CompileAction) and _own_call_form(facts, c) != "call":
+        if isinstance(c.action, CompileAction) and _own_call_form(facts, c) != "call" and not facts.compile_off(c):
             for qual in {c.target.qualname, *_callees(c.target)}:
                 regions.setdefault((c.target.relpath, qual), []).append(c)
             if c.action.own_call is not None and c.action.own_call.fullgraph is False:
@@ -444,7 +474,7 @@ def _check_compile_inside_source_compile(loaded: LoadedPlan, facts: _Facts, b: B
     if b.action.library or b.action.own_call is not None or b.action.strategy == "nested":  # type: ignore[attr-defined]
         return
     around = facts.source_compile_around(b)
-    if around is None or facts.already_compiled(b):
+    if around is None or facts.carries_compile(b):
         return
     own, site = around
     name = b.target.qualname
@@ -461,7 +491,8 @@ def _check_compile_inside_source_compile(loaded: LoadedPlan, facts: _Facts, b: B
 
 def _check_fullgraph_compile(loaded: LoadedPlan, facts: _Facts, b: Bound) -> None:
     """Refuse a ``fullgraph=True`` compile around a function the source keeps eager (SP108)."""
-    if _fullgraph(b.action) and not b.action.library and _own_call_form(facts, b) != "call":  # type: ignore[arg-type, attr-defined]
+    if (_fullgraph(b.action) and not b.action.library and _own_call_form(facts, b) != "call"  # type: ignore[arg-type, attr-defined]
+            and not facts.compile_off(b)):
         helper = facts.source_disabled(b)
         if helper is not None:
             raise loaded.error(

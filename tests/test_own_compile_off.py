@@ -255,3 +255,81 @@ def test_a_compile_of_a_function_whose_own_compile_is_off_is_refused_with_the_ed
     err = " ".join(capsys.readouterr().err.split())
     assert f"model.py:{line}" in err and "passes disable=True" in err, err
     assert f"target model.py::{target}, own_call: {{disable: false}}" in err, err
+
+
+FULL_SOURCE = """\
+import torch
+
+
+def helper(x):
+    return torch.sin(x) + 1
+
+
+@torch.compile(backend="eager", fullgraph=True{off})
+def step(x):
+    return helper(x) * 2
+"""
+
+
+@pytest.mark.parametrize("action", [
+    "{action: disable, target: model.py::step}",
+    "{action: disable, target: model.py::other}",
+    "{action: mark_dynamic, target: model.py::step, arg: x, dim: 0}",
+    "{action: mark_dynamic, target: model.py::other, arg: x, dim: 0}",
+    "{action: dynamo_config, target: model.py::step, settings: {capture_scalar_outputs: true}}",
+])
+def test_a_function_whose_own_compile_is_off_is_eager_to_every_rule(tmp_path, action):
+    """``disable``, ``mark_dynamic`` and ``dynamo_config`` of a function whose own compile passes
+    ``disable=True`` (a decorator or a rebinding) are edits of eager code: none of the rules that
+    refuse them in a compiled frame applies."""
+    from test_source_compile_forms import _rewrite
+
+    _rewrite(tmp_path, {"model.py": OFF_SOURCE}, f"  - {action}\n", 0)
+
+
+@pytest.mark.parametrize("action", [
+    "{action: disable, target: model.py::helper}",
+    "{action: mark_dynamic, target: model.py::step, arg: x, dim: 0}",
+    "{action: mark_dynamic, target: model.py::helper, arg: x, dim: 0}",
+    "{action: dynamo_config, target: model.py::step, settings: {capture_scalar_outputs: true}}",
+    "{action: compile, target: model.py::helper}",
+])
+def test_a_plan_that_turns_the_programs_compile_off_reads_it_as_no_compile(tmp_path, action):
+    """With ``own_call: {disable: true}`` on ``step`` (a live ``fullgraph=True`` compile in the
+    source), the plan's other edits of ``step`` and of what it calls are edits of eager code."""
+    from test_source_compile_forms import _rewrite
+
+    off = "  - {action: compile, target: model.py::step, strategy: whole, own_call: {disable: true}}\n"
+    _rewrite(tmp_path, {"model.py": FULL_SOURCE.format(off="")}, off + f"  - {action}\n", 0)
+
+
+@pytest.mark.parametrize("action, words", [
+    ("{action: disable, target: model.py::helper}", "fullgraph"),
+    ("{action: mark_dynamic, target: model.py::step, arg: x, dim: 0}", "mark_dynamic"),
+    ("{action: mark_dynamic, target: model.py::helper, arg: x, dim: 0}", "mark_dynamic"),
+    ("{action: dynamo_config, target: model.py::step, settings: {capture_scalar_outputs: true}}", "dynamo_config"),
+    ("{action: compile, target: model.py::helper}", "second time"),
+])
+def test_a_plan_that_turns_the_programs_compile_back_on_reads_it_as_the_compile_it_is(tmp_path, capsys, action, words):
+    """``own_call: {disable: false}`` on a source ``@torch.compile(fullgraph=True, disable=True)``
+    makes that compile live again, its ``fullgraph=True`` included: the rules read it as the
+    source's compile."""
+    from test_source_compile_forms import _rewrite
+
+    on = "  - {action: compile, target: model.py::step, strategy: whole, own_call: {disable: false}}\n"
+    _rewrite(tmp_path, {"model.py": FULL_SOURCE.format(off=", disable=True")}, on + f"  - {action}\n", 2)
+    err = " ".join(capsys.readouterr().err.split())
+    assert words in err, err
+
+
+def test_fullgraph_set_on_a_compile_that_stays_off_is_no_fullgraph_region(tmp_path):
+    """``own_call: {fullgraph: true}`` on a call the source turned off edits the options kept for a
+    later edit back on; the call still compiles nothing, so a function it calls that the source keeps
+    eager (``@torch.compiler.disable``) is no graph break it would raise on."""
+    from test_source_compile_forms import _rewrite
+
+    source = FULL_SOURCE.format(off=", disable=True").replace("fullgraph=True, ", "").replace(
+        "\ndef helper", "\n@torch.compiler.disable\ndef helper")
+    src = _rewrite(tmp_path, {"model.py": source},
+                   "  - {action: compile, target: model.py::step, strategy: whole, own_call: {fullgraph: true}}\n", 0)
+    assert '@torch.compile(backend="eager", disable=True, fullgraph=True)' in (src / "model.py").read_text()
