@@ -58,7 +58,10 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
   ``model.compile_repeated_blocks(...)`` (a class named in a ``_repeated_blocks`` list that SRC or
   the library target's own file declares), or of the model class that declares it: the blocks would
   be compiled a second time (:mod:`.own_regional`, :func:`check_own_regional`). The refusal names
-  the program's call (``file:line``) and the ``own_call`` target that edits it instead.
+  the program's call (``file:line``) and the ``own_call`` target that edits it instead. Where every
+  such call passes ``disable=True`` it compiles nothing: a compile of the model class stands (with
+  a ``nested`` hint on a block), and a compile of a block class (what the call compiles once on
+  again) is refused naming ``own_call: {disable: false}``.
 
 Library targets (installed packages, applied from the site) get the one rule that breaks a
 program at run time: a ``disable`` of a function a ``fullgraph=True`` library compile reaches in
@@ -606,17 +609,23 @@ def check_own_regional(loaded: LoadedPlan, bounds: list[Bound], library: dict[in
     own = read(src)
     if not own.calls:
         return
+    live = [c for c in own.calls if not c.off]
     for index, name, file in sorted(adds, key=lambda t: t[0]):
         declared = {**own.declared, **library_declared(file)}
         model = next((m for m, blocks in declared.items() if name in blocks), None)
+        if not live:  # every call passes disable=True: it compiles nothing
+            # a nested hint is part of a whole-model compile's extent, not a compile of the blocks
+            if model is not None and loaded.plan.actions[index].strategy != "nested":  # type: ignore[attr-defined]
+                _refuse_blocks_turned_off(loaded, index, name, model, own.calls)
+            continue
         if model is not None:
             what = f"each {name} (in {model}._repeated_blocks)"
         elif name in declared:
             model, what = name, f"the blocks {name} declares ({', '.join(declared[name])})"
         else:
             continue
-        call = own.calls[0]
-        more = f" (and {len(own.calls) - 1} more call(s))" if len(own.calls) > 1 else ""
+        call = live[0]
+        more = f" (and {len(live) - 1} more call(s))" if len(live) > 1 else ""
         edit = (f"edit that call instead: action compile, target {call.site}, own_call: {{...}}"
                 if call.site is not None else "change that call's options by hand")
         raise loaded.error(
@@ -625,6 +634,28 @@ def check_own_regional(loaded: LoadedPlan, bounds: list[Bound], library: dict[in
             "this action would compile those blocks a second time",
             hint=f"drop this action, or {edit}",
         )
+
+
+def _refuse_blocks_turned_off(loaded: LoadedPlan, index: int, name: str, model: str, calls: list[Any]) -> None:
+    """Refuse a compile of a block class that the program's ``compile_repeated_blocks`` call,
+    turned off with ``disable=True``, would compile: that call compiles exactly these blocks once it
+    is on again, so the plan's compile would be a second compile site of the same code beside a call
+    that says it is off (a model-wide compile of the declaring class is another extent, and stands).
+
+    Raises:
+        StackpartError: at the action's line, naming the call and ``own_call: {disable: false}``.
+    """
+    call = calls[0]
+    more = f" (and {len(calls) - 1} more call(s))" if len(calls) > 1 else ""
+    edit = (f"action compile, target {call.site}, own_call: {{disable: false}}"
+            if call.site is not None else "remove disable=True from that call by hand")
+    raise loaded.error(
+        index,
+        f"compile of {name}: the program compiles each {name} (in {model}._repeated_blocks) itself at {call.where}: "
+        f"{call.code}{more}, and that call passes disable=True; this action would compile those blocks beside a "
+        "call that turns their compile off",
+        hint=f"turn the program's call back on instead: {edit}",
+    )
 
 
 def check_library(loaded: LoadedPlan, library: dict[int, Any]) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .compile_facts import REPEATED_BLOCKS_ATTR, declared_blocks, is_repeated_blocks_call
+from .compile_facts import REPEATED_BLOCKS_ATTR, declared_blocks, is_repeated_blocks_call, turned_off
 from .errors import StackpartError
 from .source import mentions, parse_module, python_files, read_file
 
@@ -47,11 +47,14 @@ class RepeatedCall:
         code: the call's source text, on one line, shortened to 120 characters.
         site: the ``own_call`` target that edits it (``file.py::Qual`` of the function that holds
             it), or None at module level.
+        off: whether it passes ``disable=True`` (:func:`rewriter.compile_facts.turned_off`): each
+            block's ``compile`` then returns the block as it was, so the call compiles nothing.
     """
 
     where: str
     code: str
     site: str | None
+    off: bool = False
 
 
 @dataclass
@@ -100,7 +103,7 @@ class _Calls(cst.CSTVisitor):
         if len(funcs) == 1:
             site = f"{self.rel}::{'.'.join(n for n, _ in self.scopes[:funcs[0] + 1])}"
         code = " ".join(self.module.code_for_node(node).split())[:120]
-        self.found.append((line, RepeatedCall(f"{self.rel}:{line}", code, site)))
+        self.found.append((line, RepeatedCall(f"{self.rel}:{line}", code, site, turned_off(node))))
 
 
 def read(src: Path) -> OwnRegional:

@@ -182,3 +182,23 @@ def test_the_search_adds_no_compile_of_the_blocks_the_program_compiles(tmp_path,
         why = conflict(CompileAction(action="compile", target=target, strategy=strategy), scope)
         assert why is not None and f"compiles each Block itself ({at}" in why, (target, why)
     assert conflict(CompileAction(action="compile", target="prog.py::post"), scope) is None
+
+
+@pytest.mark.parametrize("action, code", [
+    ("  - action: compile\n    target: model.py::Block\n", 2),
+    ("  - action: compile\n    target: model.py::TinyNet\n    strategy: whole\n", 0),
+    ("  - action: compile\n    target: model.py::Block.forward\n    strategy: nested\n"
+     "  - action: compile\n    target: model.py::TinyNet\n    strategy: whole\n", 0),
+])
+def test_a_compile_repeated_blocks_turned_off_is_no_compile_and_its_blocks_are_turned_back_on_there(
+        tmp_path, capsys, action, code):
+    """``compile_repeated_blocks(..., disable=True)`` compiles nothing: a whole-model compile of the
+    class that declares the blocks is no second compile; a compile of the blocks themselves is what
+    that call compiles once on again, refused naming ``own_call: {disable: false}``."""
+    src = _tree(tmp_path)
+    (src / "train.py").write_text(TRAIN.replace("fullgraph=True)", "fullgraph=True, disable=True)"))
+    assert main(["rewrite", "--plan", _plan(tmp_path, action), str(src)]) == code
+    err = " ".join(capsys.readouterr().err.split())
+    if code == 2:
+        assert "plan.yaml:3: actions[0]" in err and "train.py:8" in err and "passes disable=True" in err, err
+        assert "action compile, target train.py::build, own_call: {disable: false}" in err, err
