@@ -59,7 +59,8 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
   the library target's own file declares), or of the model class that declares it: the blocks would
   be compiled a second time (:mod:`.own_regional`, :func:`check_own_regional`). The refusal names
   the program's call (``file:line``) and the ``own_call`` target that edits it instead. Where every
-  such call passes ``disable=True`` it compiles nothing: a compile of the model class stands (with
+  such call passes ``disable=True`` (the source's, or the plan's ``own_call.disable`` on the
+  function that holds it) it compiles nothing: a compile of the model class stands (with
   a ``nested`` hint on a block), and a compile of a block class (what the call compiles once on
   again) is refused naming ``own_call: {disable: false}``.
 
@@ -609,7 +610,11 @@ def check_own_regional(loaded: LoadedPlan, bounds: list[Bound], library: dict[in
     own = read(src)
     if not own.calls:
         return
-    live = [c for c in own.calls if not c.off]
+    # the plan's own_call.disable on the function that holds a call turns it off or back on
+    switched = {f"{b.target.relpath}::{b.target.qualname}": b.action.own_call.disable for b in bounds
+                if isinstance(b.action, CompileAction) and b.action.own_call is not None
+                and b.action.own_call.disable is not None}
+    live = [c for c in own.calls if not switched.get(c.site or "", c.off)]
     for index, name, file in sorted(adds, key=lambda t: t[0]):
         declared = {**own.declared, **library_declared(file)}
         model = next((m for m, blocks in declared.items() if name in blocks), None)

@@ -202,3 +202,17 @@ def test_a_compile_repeated_blocks_turned_off_is_no_compile_and_its_blocks_are_t
     if code == 2:
         assert "plan.yaml:3: actions[0]" in err and "train.py:8" in err and "passes disable=True" in err, err
         assert "action compile, target train.py::build, own_call: {disable: false}" in err, err
+
+
+@pytest.mark.parametrize("disable, off, code", [(True, False, 0), (False, True, 2)])
+def test_the_plans_own_call_disable_on_compile_repeated_blocks_is_what_the_rules_read(tmp_path, capsys, disable, off, code):
+    """A plan that turns the program's ``compile_repeated_blocks`` off may compile the whole model;
+    one that turns a call the source turned off back on may not compile the model a second time."""
+    src = _tree(tmp_path)
+    if off:
+        (src / "train.py").write_text(TRAIN.replace("fullgraph=True)", "fullgraph=True, disable=True)"))
+    plan = _plan(tmp_path, "  - action: compile\n    target: model.py::TinyNet\n    strategy: whole\n"
+                           f"  - action: compile\n    target: train.py::build\n    own_call: {{disable: {str(disable).lower()}}}\n")
+    assert main(["rewrite", "--plan", plan, str(src)]) == code, capsys.readouterr().err
+    if code == 2:
+        assert "the blocks TinyNet declares (Block)" in capsys.readouterr().err
