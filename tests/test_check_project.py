@@ -207,6 +207,24 @@ def test_a_disabled_block_forward_is_not_reached(proj):
     assert found == set()
 
 
+@pytest.mark.parametrize("call", ["torch.compile(model, disable=True)", "model.compile(disable=True)",
+                                  "torch.compile(disable=True)(model)"])
+def test_a_compile_turned_off_in_another_file_reaches_nothing(proj, call):
+    """``disable=True`` compiles nothing (what ``own_call: {disable: true}`` writes): no SP101 at the
+    call, no SP103 in the model it no longer compiles, as in one file."""
+    line = f"model = {call}" if call.startswith("torch") else call
+    _write(proj, {"train.py": TRAIN.replace("model = torch.compile(model)", line)})
+    found, _ = _found(["train.py", "models/layers.py"])
+    assert found == set()
+
+
+def test_a_forward_decorated_with_a_compile_turned_off_reaches_nothing(proj):
+    text = MOE_LM.replace("    def forward(self, idx):", "    @torch.compile(disable=True)\n    def forward(self, idx):")
+    _write(proj, {"models/moe_lm.py": "import torch\n" + text, "train.py": "from models.moe_lm import MoELM\n"})
+    found, _ = _found(["models/moe_lm.py", "models/layers.py"])
+    assert found == set()
+
+
 def test_fullgraph_from_another_file_reaches_the_fullgraph_rules(proj):
     _write(proj, {
         "train.py": TRAIN.replace("torch.compile(model)", "torch.compile(model, fullgraph=True)"),

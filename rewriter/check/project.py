@@ -100,7 +100,7 @@ from dataclasses import dataclass, field
 CACHE_DIR = ".stackpart_cache"
 CACHE_FILE = "project-v1.json"
 #: Bumped when the summary's format or meaning changes (an old cache is then ignored).
-CACHE_VERSION = 5
+CACHE_VERSION = 6
 ROOT_MARKERS = ("pyproject.toml", ".git")
 #: Folders never walked for project files (besides hidden ones): not the user's code.
 SKIP_DIRS = frozenset({"__pycache__", "node_modules", "site-packages", CACHE_DIR})
@@ -176,6 +176,12 @@ def _literal(call: ast.Call, name: str) -> object:
         if kw.arg == name and isinstance(kw.value, ast.Constant):
             return kw.value.value
     return None
+
+
+def _off(call: ast.Call | None) -> bool:
+    """Whether ``call`` passes a literal ``disable=True``: torch.compile then returns what it was
+    given and compiles nothing (as :func:`rewriter.compile_facts.turned_off` reads one file)."""
+    return call is not None and _literal(call, "disable") is True
 
 
 def _options(call: ast.Call | None) -> tuple[bool | None, str | None]:
@@ -360,6 +366,8 @@ class _Summarizer:
 
     def _call(self, node: ast.Call) -> None:
         func = node.func
+        if _off(node) or (isinstance(func, ast.Call) and _off(func)):
+            return  # disable=True: compiles nothing
         if self.qualify(func) == COMPILE:
             if node.args and not isinstance(node.args[0], ast.Starred):
                 self._site(node.args[0], node, node.lineno, method=False)
@@ -452,7 +460,7 @@ class _Summarizer:
                     info["disabled"].append(node.name)
                 elif not self.cls and not self.func:
                     self.disabled.append(node.name)
-            elif name == COMPILE and info is not None and node.name == "forward":
+            elif name == COMPILE and info is not None and node.name == "forward" and not _off(dec if isinstance(dec, ast.Call) else None):
                 fg, mode = _options(dec if isinstance(dec, ast.Call) else None)
                 self.sites.append(["forward", self.cls[-1], None, fg, mode, dec.lineno])
         if scan:
