@@ -333,3 +333,21 @@ def test_fullgraph_set_on_a_compile_that_stays_off_is_no_fullgraph_region(tmp_pa
     src = _rewrite(tmp_path, {"model.py": source},
                    "  - {action: compile, target: model.py::step, strategy: whole, own_call: {fullgraph: true}}\n", 0)
     assert '@torch.compile(backend="eager", disable=True, fullgraph=True)' in (src / "model.py").read_text()
+
+
+@pytest.mark.parametrize("line", ["    model = torch.compile(model, disable=True)\n",
+                                  "    for block in model.layers:\n        block.compile(disable=True)\n"])
+def test_a_regional_edit_of_a_call_turned_off_is_refused_unless_it_turns_it_on(tmp_path, line):
+    """``own_call: {regional: layers}`` on a call with ``disable=True`` kept that keyword in
+    ``block.compile(disable=True)`` (or left the off loop as "already regional"): a plan to compile
+    each block that compiles none. It is refused naming ``disable: false``, which does the edit."""
+    from test_own_compile_reading import _NET, _rewrite
+
+    from rewriter.errors import StackpartError
+
+    (tmp_path / "model.py").write_text(_NET)
+    body = f"import torch\nfrom model import Net\n\n\ndef build():\n    model = Net()\n{line}    return model\n"
+    with pytest.raises(StackpartError, match=r"train.py:\d+: own_call: regional: .*disable=True.*add disable: false"):
+        _rewrite(tmp_path, body, "{regional: layers}")
+    assert _rewrite(tmp_path, body, "{regional: layers, disable: false}") == body.replace(
+        line, "    for block in model.layers:\n        block.compile()\n")

@@ -34,7 +34,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 
-from ..compile_facts import REPEATED_BLOCKS, container_of, regional_iterable
+from ..compile_facts import REPEATED_BLOCKS, container_of, regional_iterable, turned_off
 from ..plan import OWN_CALL_DEFAULTS
 from ..targets import decorator_name
 from .base import canonical, comments_within, py_literal
@@ -368,6 +368,12 @@ def _kwargs(call: cst.Call, skip_first: bool) -> list[str]:
     return out
 
 
+def _in_place(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any]) -> cst.FunctionDef:
+    """``func`` with ``edits`` made on the call at ``site`` (``func`` itself where it already is so)."""
+    new = edited(site, edits) if edits else None
+    return func if new is None else func.deep_replace(site.node, new)  # type: ignore[return-value]
+
+
 def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: str,
              kind: str | None = None) -> cst.FunctionDef:
     """``func`` with the program's whole-model compile at ``site`` turned into regional compilation
@@ -379,16 +385,22 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
     (:func:`rewriter.compile_facts.regional_iterable`: ``model.<path>.values()`` for a
     ``ModuleDict``, ``model.<path>.children()`` where it is not known). Each block is compiled in place
     (``nn.Module.compile``: state_dict keys and hooks kept), and the name the program held still
-    names the model. Returns ``func`` unchanged where it already is so (idempotence).
+    names the model. Where the compile is regional already, only ``edits`` are made on its call
+    (``func`` unchanged where it already is so: idempotence).
 
     Raises:
-        OwnCallRefused: a decorator, a compile whose result is discarded or not a plain
+        OwnCallRefused: a call that passes ``disable=True`` where ``edits`` do not turn it on
+            (``disable: false``), a decorator, a compile whose result is discarded or not a plain
             assignment/return of one module, or a statement line holding several statements.
     """
     if site.kind == "decorator" or site.call is None:
         raise OwnCallRefused("regional turns a torch.compile(model) / model.compile() call regional; the target "
                              "carries a @torch.compile decorator: compile the block instead (strategy region on its class)",
                              site.node)
+    if turned_off(site.call) and edits.get("disable") is not False:
+        raise OwnCallRefused("regional: the program's compile passes disable=True (it compiles nothing), and the "
+                             "regional form keeps its keyword arguments, so it would compile no block either; add "
+                             "disable: false to own_call to compile each block, or drop regional", site.node)
     where = _Statement(site.call)
     func.body.visit(where)
     line, small = where.line, where.small
@@ -401,9 +413,9 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
         if (loop is not None and isinstance(loop.target, cst.Name) and isinstance(owner, cst.Name)
                 and owner.value == loop.target.value
                 and (container_of(_code(loop.iter)).endswith("." + path) or container_of(_code(loop.iter)) == path)):
-            return func  # already regional
+            return _in_place(func, site, edits)  # already regional: only the keys change
         if isinstance(call.func, cst.Attribute) and call.func.attr.value == REPEATED_BLOCKS:
-            return func
+            return _in_place(func, site, edits)
         if (loop is not None and isinstance(loop.target, cst.Name) and isinstance(owner, cst.Name)
                 and owner.value == loop.target.value):
             raise OwnCallRefused(f"regional: the program's compile is regional already, over {_code(loop.iter)}; "
