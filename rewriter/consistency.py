@@ -629,8 +629,7 @@ def check_own_regional(loaded: LoadedPlan, bounds: list[Bound], library: dict[in
             model, what = name, f"the blocks {name} declares ({', '.join(declared[name])})"
         else:
             continue
-        call = live[0]
-        more = f" (and {len(live) - 1} more call(s))" if len(live) > 1 else ""
+        call, more = _first_call(live)
         edit = (f"edit that call instead: action compile, target {call.site}, own_call: {{...}}"
                 if call.site is not None else "change that call's options by hand")
         raise loaded.error(
@@ -639,6 +638,12 @@ def check_own_regional(loaded: LoadedPlan, bounds: list[Bound], library: dict[in
             "this action would compile those blocks a second time",
             hint=f"drop this action, or {edit}",
         )
+
+
+def _first_call(calls: list[Any]) -> tuple[Any, str]:
+    """The first of the program's ``compile_repeated_blocks`` calls a refusal names, and how it
+    says the others (`` (and N more call(s))``, or nothing)."""
+    return calls[0], (f" (and {len(calls) - 1} more call(s))" if len(calls) > 1 else "")
 
 
 def _refuse_blocks_turned_off(loaded: LoadedPlan, index: int, name: str, model: str, calls: list[Any]) -> None:
@@ -650,8 +655,7 @@ def _refuse_blocks_turned_off(loaded: LoadedPlan, index: int, name: str, model: 
     Raises:
         StackpartError: at the action's line, naming the call and ``own_call: {disable: false}``.
     """
-    call = calls[0]
-    more = f" (and {len(calls) - 1} more call(s))" if len(calls) > 1 else ""
+    call, more = _first_call(calls)
     edit = (f"action compile, target {call.site}, own_call: {{disable: false}}"
             if call.site is not None else "remove disable=True from that call by hand")
     raise loaded.error(

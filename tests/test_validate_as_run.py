@@ -206,3 +206,15 @@ def test_where_as_is_fails_the_notes_say_the_gate_compares_with_eager(compiled_c
     assert code == 1 and report["verdict"]["failures"] == ["slower than eager: 15.000 ms vs 10.000 ms per step"]
     assert not any("the speed gate compares the plan with it" in n for n in notes), notes
     assert any("'as-is' did not run" in n and "compares the plan with 'eager'" in n for n in notes), notes
+
+
+def test_the_report_names_the_baselines_that_ran(tmp_path, monkeypatch):
+    """``--baselines none``: the Markdown report said "baselines compiled with backend inductor"
+    though no baseline ran."""
+    import rewriter.engine.measure as engine
+
+    shutil.copytree(FIXTURES / "causal_bucket", tmp_path / "case")
+    monkeypatch.setattr(engine, "measure", _fake_measure({"eager": 10.0, "plan": 9.0}, {}))
+    _validate(tmp_path / "case", tmp_path / "out")
+    md = (tmp_path / "out" / "validation.md").read_text()
+    assert "- no in-place baseline (whole, regional) was run" in md and "compiled with backend" not in md, md

@@ -25,6 +25,14 @@ def default_report_dir(plan_path: str | Path) -> Path:
     return report_dir_for(path.parent / ".stackpart" / path.name, "validation")
 
 
+def _baselines_line(report: dict[str, Any]) -> str:
+    """What the in-place baselines were compiled with, or that none ran (``--baselines none``)."""
+    ran = [n for n in report.get("variants", {}) if n in ("whole", "regional")]
+    if not ran:
+        return "- no in-place baseline (whole, regional) was run"
+    return f"- baselines ({', '.join(ran)}) compiled with backend `{report['backend']}`"
+
+
 def report_header(loaded: Any, src: Path, result: Any, harness: Any, backend: str, environment: dict[str, Any]) -> dict[str, Any]:
     """The fields every validation report starts with, whoever measured it (``validate`` or
     diagnose's search): what ``rewrite --apply`` checks (the diff's sha256, the plan file's, SRC's
@@ -91,7 +99,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- plan: `{report['plan']}` (sha256 `{report['plan_sha256'][:12]}`), SRC: `{report['src']}`",
         f"- harness: mode {report['harness']['mode']}, dtype {report['harness']['dtype']}, "
         f"device {report['environment']['timed_on']}, {len(report['harness']['shapes'])} shapes",
-        f"- baselines compiled with backend `{report['backend']}`",
+        _baselines_line(report),
         "",
     ]
     for title, items in (("Errors", v["errors"]), ("Failures", v["failures"]), ("Notes", v["notes"])):
