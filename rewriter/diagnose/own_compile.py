@@ -241,9 +241,10 @@ def _names(node):
             yield from _names(el.value)
 
 
-def _editable(facts, rel: str, node, positions) -> tuple[str | None, str | None]:
+def _editable(facts, rel: str, node, positions, rebound: str | None) -> tuple[str | None, str | None]:
     """``(site, why_not)`` of the compile at ``node`` (see :class:`OwnCompile`), read with the
-    rewrite's own :mod:`rewriter.actions.own_call`, so that the candidate says what the rewrite would."""
+    rewrite's own :mod:`rewriter.actions.own_call`, so that the candidate says what the rewrite would.
+    ``rebound``: the name ``node`` rebinds to its compiled self, or None (:func:`_rebinds`)."""
     import libcst as cst
 
     from ..actions.base import imported_names
@@ -253,7 +254,6 @@ def _editable(facts, rel: str, node, positions) -> tuple[str | None, str | None]
         func = facts.parent(node)
     else:
         func = next((a for a in facts.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
-    rebound = _rebound(facts, node)
     if rebound is not None:  # f = torch.compile(f): its target is f (rewriter.actions.compile's rebinding edit)
         try:
             check(node, {"mode": "reduce-overhead"})
@@ -302,18 +302,16 @@ def _written(module, call) -> tuple[str | None, str | None]:
 _PROBE = {"fullgraph": True, "dynamic": True, "mode": "reduce-overhead", "backend": "eager", "disable": True}
 
 
-def _keys(facts, node) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, Any], ...]]:
+def _keys(facts, node, rebound: str | None) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, Any], ...]]:
     """``(refused, current)`` of the compile at ``node`` for every ``own_call`` key (see
-    :class:`OwnCompile`), read with :mod:`rewriter.actions.own_call` (its checks and the regional edit)."""
+    :class:`OwnCompile`), read with :mod:`rewriter.actions.own_call` (its checks and the regional edit).
+    ``rebound``: as :func:`_editable`'s."""
     import libcst as cst
 
     from ..actions.base import imported_names
-    from ..actions.own_call import OwnCallRefused, check, current, find_sites, regional
-
-    from ..actions.own_call import OwnSite
+    from ..actions.own_call import OwnCallRefused, OwnSite, find_sites, regional
 
     func = facts.parent(node) if isinstance(node, cst.Decorator) else facts.enclosing_function(node)
-    rebound = _rebound(facts, node)
     if rebound is not None:  # f = torch.compile(f): the call's keys; a function has no blocks to compile
         return _probed(OwnSite(node, node, "call"), [("regional", f"{rebound} is a function the program compiles by "
                                                       "rebinding its name: it has no blocks to compile")])
@@ -350,16 +348,13 @@ def _probed(site, more: list[tuple[str, str]]) -> tuple[tuple[tuple[str, str], .
     return tuple(refused + more), tuple(values)
 
 
-def _rebound(facts, node) -> str | None:
-    """The qualified name ``node`` rebinds to its compiled self (``f = torch.compile(f)`` at module
-    level or in a class body: :func:`rewriter.compile_facts.rebound_compiles`), or None."""
+def _rebinds(facts) -> dict[int, str]:
+    """``id(call) -> qualified name`` of each ``f = torch.compile(f)`` of the file, at module level
+    or in a class body (:func:`rewriter.compile_facts.rebound_compiles`), read once per file."""
     from ..actions.base import imported_names
     from ..compile_facts import rebound_compiles
 
-    cache = facts.__dict__.setdefault("_stackpart_rebound", {})
-    if "map" not in cache:
-        cache["map"] = {id(s.node): q for q, s in rebound_compiles(facts.module, imported_names(facts.module)).items()}
-    return cache["map"].get(id(node))
+    return {id(s.node): q for q, s in rebound_compiles(facts.module, imported_names(facts.module)).items()}
 
 
 #: How many calls deep :func:`_calls` follows a compiled function into its file's functions.
@@ -520,6 +515,7 @@ def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = No
     texts = _Texts(Path(src))
     out: list[tuple[str, int, OwnCompile]] = []
     for rel, facts, positions in parsed if parsed is not None else _parsed(Path(src)):
+        rebinds = _rebinds(facts)
         module = facts.module
         found = []
         for func, site in facts.compiled.items():
@@ -554,7 +550,7 @@ def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = No
             if hasattr(node, "decorator") and not code.startswith("@"):
                 code = "@" + code
             try:
-                site, why_not = _editable(facts, rel, node, positions)
+                site, why_not = _editable(facts, rel, node, positions, rebinds.get(id(node)))
             except Exception as exc:  # noqa: BLE001 - the setup is listed either way
                 site, why_not = None, f"{rel}:{pos.start.line}: the call could not be read ({type(exc).__name__})"
             mode, backend = _written(module, call)
@@ -563,7 +559,7 @@ def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = No
             except Exception:  # noqa: BLE001 - read as compiling: the safe reading for composition
                 idle, idle_kind = None, None
             try:
-                refused, values = _keys(facts, node)
+                refused, values = _keys(facts, node, rebinds.get(id(node)))
             except Exception as exc:  # noqa: BLE001 - then no key can be edited
                 refused, values = tuple((k, f"the call could not be read ({type(exc).__name__})") for k in (*_PROBE, "regional")), ()
             try:
