@@ -218,3 +218,16 @@ def test_the_report_names_the_baselines_that_ran(tmp_path, monkeypatch):
     _validate(tmp_path / "case", tmp_path / "out")
     md = (tmp_path / "out" / "validation.md").read_text()
     assert "- no in-place baseline (whole, regional) was run" in md and "compiled with backend" not in md, md
+
+
+def test_a_plan_that_changes_nothing_is_not_timed_against_itself(compiled_case, tmp_path, monkeypatch):
+    """A tree the plan was already applied to (or an empty plan): the plan's variant is the original
+    tree, so an as-is run would time the same program twice and gate it against its own noise."""
+    import rewriter.engine.measure as engine
+
+    plan = compiled_case / "plan.yaml"
+    plan.write_text(plan.read_text().split("actions:")[0] + "actions: []\n")
+    seen: dict = {}
+    monkeypatch.setattr(engine, "measure", _fake_measure({"eager": 10.0, "plan": 10.0}, seen))
+    _validate(compiled_case, tmp_path / "out")
+    assert [name for name, _, _ in seen["variants"]] == ["eager", "plan"], seen

@@ -128,7 +128,8 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
                 Variant("plan", trees.rewritten, compiles=report["plan_compiles"], mark_dynamic=mark_dynamic,
                         plan_name=Path(loaded.path).name, library_modules=trees.result.library_modules,
                         site=_site_at(loaded))]
-    own = compiles_itself(trees.original, spec_run)
+    # where the plan changes nothing, its variant is the original tree: as-is would time it again
+    own = compiles_itself(trees.original, spec_run) if trees.result.changes else []
     if own:
         # compiles=False: a compile in a script the harness does not run leaves it eager, as the harness runs it
         variants.append(Variant(AS_RUN, trees.original, judged=False))
@@ -217,12 +218,11 @@ def _judge_speed(report: dict[str, Any], results: dict[str, Any], m: Any, opts: 
     ref = AS_RUN if as_run else "eager"
     if as_run:
         verdict.notes.append(f"the speed gate compares the plan with '{AS_RUN}', the program as it runs")
+        results["plan"]["amortization"] = _against_as_run(report, results)
     elif AS_RUN in results:
         verdict.notes.append(f"'{AS_RUN}' did not run or was not timed (its own compile may raise): the speed gate "
                              "compares the plan with 'eager', the program with compilation off, as diagnose's search "
                              "does where the program's own compile raises")
-    if as_run:
-        results["plan"]["amortization"] = _against_as_run(report, results)
     speed = speed_failures(against(ref, mean_ms), opts.min_speedup, results["plan"].get("amortization"),
                            against(ref, contended) if "plan" in contended and ref in contended else None, band,
                            "the program as it is" if as_run else "eager")
