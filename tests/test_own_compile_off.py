@@ -351,3 +351,16 @@ def test_a_regional_edit_of_a_call_turned_off_is_refused_unless_it_turns_it_on(t
         _rewrite(tmp_path, body, "{regional: layers}")
     assert _rewrite(tmp_path, body, "{regional: layers, disable: false}") == body.replace(
         line, "    for block in model.layers:\n        block.compile()\n")
+
+
+def test_the_off_candidate_is_no_compile_to_the_search_budget():
+    """The budget estimates a cold phase from its kin, the candidates that compile the same units:
+    the off plan's action names the program's call as an edit of it does, and was kin of the
+    compiling edits (its cheap eager cold phase estimated as their compile, and skipped as too long)."""
+    from rewriter.diagnose.candidate import Candidate
+    from rewriter.diagnose.search_budget import cost_key
+
+    head = "version: 1\nactions:\n  - action: compile\n    target: model.py::Net\n    strategy: whole\n"
+    off = Candidate(NO_COMPILE, parse_plan(head + "    own_call: {disable: true}\n").plan)
+    dyn = Candidate("as-is+dynamic", parse_plan(head + "    own_call: {dynamic: true}\n").plan)
+    assert cost_key(off) is None and cost_key(dyn) is not None

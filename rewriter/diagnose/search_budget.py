@@ -25,10 +25,10 @@ def cost_key(c: Candidate) -> str | None:
     one key compile the same units and are expected to spend about as long in their cold phases;
     a static-shape compile (``dynamic=False``) is another unit than automatic dynamic's, whose
     new-shape recompile is symbolic (:mod:`.kinds.static_shapes`). None for a plan that compiles
-    nothing of its own."""
+    nothing of its own (an ``own_call`` turning the program's compile off compiles nothing)."""
     units = sorted(f"{a.target}:{getattr(a, 'strategy', '')}:{getattr(getattr(a, 'options', None), 'mode', '')}"
                    + ("" if getattr(getattr(a, "options", None), "dynamic", None) is None else f":dynamic={a.options.dynamic}")
-                   for a in c.plan.actions if a.action == "compile")
+                   for a in c.plan.actions if a.action == "compile" and a.compiles)
     return "|".join(units) or None
 
 
