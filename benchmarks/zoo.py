@@ -12,6 +12,9 @@ Inductor cache, bf16 on the GPU:
 * ``regions``: the library's one-liner: diffusers' ``model.compile_repeated_blocks()`` where the
   model declares ``_repeated_blocks``, else accelerate's ``accelerate.utils.compile_regions(model)``
   (skipped where neither is installed);
+* ``as-is`` (with ``--own-compile``, where the harness's ``build_model`` returns
+  ``torch.compile(model)``): the program as it runs, its own compile included; every other variant
+  but the plan takes that compile off first (``model._orig_mod``);
 * ``plan``: ``stackpart diagnose`` on the family's harness (its ladder + search seconds recorded),
   ``stackpart rewrite --apply`` of the plan it writes, and the rewritten harness's model timed.
 
@@ -206,13 +209,17 @@ def make_inputs(batch: int = 64, image: int = 224):
 }
 
 
-def harness_text(name: str, smoke: bool) -> str:
-    """The family's ``harness.py``: ``build_model()`` and ``make_inputs(**shape)`` (stackpart's harness format)."""
+def harness_text(name: str, smoke: bool, own_compile: bool = False) -> str:
+    """The family's ``harness.py``: ``build_model()`` and ``make_inputs(**shape)`` (stackpart's harness
+    format). ``own_compile``: ``build_model()`` returns ``torch.compile(model)`` (torch's defaults), a
+    program that compiles the model itself, as most programs that need stackpart do."""
     fam = FAMILIES[name]
     lib = fam["build"].split("=", 1)[1].strip().split(".", 1)[0]
-    return (f'"""Zoo harness: {name} from the installed {lib}, random weights, the library\'s defaults."""\n'
+    ret = "model.eval()\n    return torch.compile(model)" if own_compile else "return model.eval()"
+    what = ", compiled whole by the program itself" if own_compile else ""
+    return (f'"""Zoo harness: {name} from the installed {lib}, random weights, the library\'s defaults{what}."""\n'
             f"import torch\nimport {lib}\n\nCONFIG = {fam['smoke' if smoke else 'gpu']!r}\n\n\n"
-            f"def build_model():\n    torch.manual_seed(0)\n    {fam['build']}\n    return model.eval()\n\n"
+            f"def build_model():\n    torch.manual_seed(0)\n    {fam['build']}\n    {ret}\n\n"
             + textwrap.dedent(fam["inputs"]))
 
 
@@ -326,6 +333,10 @@ try:
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     model = model.to(device=device, dtype=dtype)
     note = ""
+    from torch._dynamo.eval_frame import OptimizedModule
+    if kind not in ("as-is", "plan") and isinstance(model, OptimizedModule):
+        model = model._orig_mod  # --own-compile: every other variant replaces the program's own compile
+        note = "the program's own compile taken off"
     if kind == "whole":
         model = torch.compile(model)
     elif kind == "per-block":
@@ -821,6 +832,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replicate", default="",
                     help="comma-separated variants also run in a second process ('<variant>#2', timed in the same rounds "
                          "as the others): the spread between two processes of one compile, reported apart (not judged)")
+    ap.add_argument("--own-compile", action="store_true",
+                    help="the harness compiles the model itself (build_model returns torch.compile(model)): the "
+                         "program as users have it when they already compile; add the 'as-is' variant (the program "
+                         "as it runs, its own compile included); the other variants take that compile off first")
     ap.add_argument("--keep-reports", action="store_true",
                     help="write each family's diagnose report (report.md, diagnose.log, search.log, plan.yaml) under OUT/reports/")
     args = ap.parse_args(argv)
@@ -836,7 +851,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         work = Path(tempfile.mkdtemp(prefix=f"zoo-{name}-"))
         (work / "src").mkdir()
-        (work / "src" / "harness.py").write_text(harness_text(name, args.smoke))
+        (work / "src" / "harness.py").write_text(harness_text(name, args.smoke, args.own_compile))
         shapes = shapes_of(name, args.smoke)
         report = OUT / "reports" / name if args.keep_reports else None
         if report is not None:  # a diagnose killed before its report.json must not leave an earlier run's read as its own
