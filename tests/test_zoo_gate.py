@@ -329,3 +329,39 @@ def test_the_autotune_census_counts_configs_when_a_kernel_is_made(zoo):
     Kernel(None, {}, [1, 2, 3], None)
     Kernel(fn=None, triton_meta={}, configs=[1, 2], save_cache_hook=None)
     assert census == {"kernels": 3, "with_configs_to_benchmark": 2}
+
+
+OWN = textwrap.dedent('''\
+    import torch
+
+
+    def build_model():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 8).eval()
+        return torch.compile(model, backend="eager")
+
+
+    def make_inputs(batch: int = 2):
+        return {"input": torch.randn(batch, 8, generator=torch.Generator().manual_seed(batch))}
+''')
+
+
+def test_own_compile_harness_runs_as_is_and_the_others_take_its_compile_off(zoo, tmp_path):
+    """--own-compile: ``as-is`` keeps the program's own compile (Dynamo's counters see its graphs);
+    ``eager`` runs the module it wraps (no graph), so the yardstick is the program without a compile."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(OWN)
+    out = _run(zoo, [("as-is", src), ("eager", src)], "cpu", SHAPES, steps=3, timeout=300, parallel=True)
+    assert "error" not in out["as-is"] and "error" not in out["eager"], out
+    assert out["as-is"]["unique_graphs"] >= 1
+    assert out["eager"]["unique_graphs"] == 0
+    assert out["eager"]["note"] == "the program's own compile taken off"
+    assert out["eager"]["shapes"][0]["numerics_ok"] is True
+
+
+def test_own_compile_harness_text_compiles_what_it_builds(zoo):
+    text = zoo.harness_text("llama", smoke=True, own_compile=True)
+    compile(text, "harness.py", "exec")
+    assert "    model.eval()\n    return torch.compile(model)\n" in text
+    assert "return torch.compile" not in zoo.harness_text("llama", smoke=True)
