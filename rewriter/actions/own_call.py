@@ -342,6 +342,14 @@ class _Statement(cst.CSTVisitor):
         return super().on_visit(node)
 
 
+def statement_of(func: cst.FunctionDef, node: cst.CSTNode) -> cst.BaseSmallStatement | None:
+    """The small statement of ``func``'s own body (nested defs and classes left out) that holds
+    ``node`` (``model = torch.compile(model)`` for its call), or None."""
+    where = _Statement(node)
+    func.body.visit(where)
+    return where.small
+
+
 def _holds(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
     found = []
 
@@ -384,8 +392,10 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
     source says it (:func:`rewriter.rewrite.regional_path.check`), which picks how the loop walks it
     (:func:`rewriter.compile_facts.regional_iterable`: ``model.<path>.values()`` for a
     ``ModuleDict``, ``model.<path>.children()`` where it is not known). Each block is compiled in place
-    (``nn.Module.compile``: state_dict keys and hooks kept), and the name the program held still
-    names the model. Where the compile is regional already, only ``edits`` are made on its call
+    (``nn.Module.compile``: no block is wrapped, its hooks kept), and the name the program held still
+    names the model, now the module itself: where the program's call bound torch.compile's wrapper,
+    its state_dict keys lose the ``_orig_mod.`` prefix (the rewrite warns where SRC saves or loads
+    them, :mod:`rewriter.rewrite.checkpoint_keys`). Where the compile is regional already, only ``edits`` are made on its call
     (``func`` unchanged where it already is so: idempotence).
 
     Raises:

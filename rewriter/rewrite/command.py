@@ -67,6 +67,7 @@ def rewrite_command(
         result = gated
     elif not apply and not unsafe and result.skipped:
         result = _preview(loaded, src, result, unsafe, report)
+    _warn_checkpoint_keys(loaded, src, result)
     _print_warnings_and_skipped(loaded, result)
     if apply:
         return _apply(loaded, src, result, summary_md)
@@ -118,10 +119,23 @@ def _preview(loaded: LoadedPlan, src: str, result: RewriteResult, unsafe: bool, 
     return decision.result
 
 
+def _warn_checkpoint_keys(loaded: LoadedPlan, src: str, result: RewriteResult) -> None:
+    """Add to ``result.warnings`` (printed, and in ``--summary-md``) one warning per ``own_call``
+    edit that changes the program's state_dict keys, where SRC saves or loads them
+    (:mod:`rewriter.rewrite.checkpoint_keys`; SRC is read only where there is such an edit)."""
+    if result.key_changes:
+        from .checkpoint_keys import warnings
+
+        result.warnings += warnings(loaded, result.key_changes, Path(src))
+
+
 def _print_warnings_and_skipped(loaded: LoadedPlan, result: RewriteResult) -> None:
-    """The plan's warnings, then each action not written with its plan line and why, on stderr."""
+    """The plan's warnings, then each action not written with its plan line and why, on stderr (a
+    warning's text as it is: code it quotes, ``sd[name]``, is no console markup)."""
+    from rich.markup import escape
+
     for warning in result.warnings:
-        stderr().print(f"[yellow]warning[/]: {warning}", highlight=False)
+        stderr().print(f"[yellow]warning[/]: {escape(warning)}", highlight=False)
     for index, reason in result.skipped:
         action = loaded.plan.actions[index]
         stderr().print(

@@ -34,7 +34,8 @@ from ..plan import ADVISORY_ACTIONS, LoadedPlan
 from ..source import SourceFile, read_source, run_deep, safe_relpath
 from ..splice import splice
 from ..library_targets import LibraryTarget
-from . import regional_path
+from . import checkpoint_keys, regional_path
+from .checkpoint_keys import KeyChange
 from ..library_targets import resolve as resolve_library
 from ..library_targets import resolve_source_only
 from ..targets import Definition, collect_definitions, resolve
@@ -78,6 +79,10 @@ class RewriteResult:
         changes: files whose bytes differ from what the plan asks, in a stable order.
         skipped: ``(action index, reason)`` for actions not written (unsafe without ``--unsafe``).
         warnings: plan-level warnings (e.g. ``mark_dynamic`` with ``min < 2``).
+        key_changes: the ``own_call`` edits that change the program's state_dict keys
+            (:func:`.checkpoint_keys.key_changes`); ``stackpart rewrite`` reads SRC for where they are
+            saved or loaded and warns (:func:`.checkpoint_keys.warnings`), so that diagnose's search,
+            which rewrites each candidate, never walks SRC for it.
         read: the files under SRC the plan's targets are in (relative to SRC): an apply also
             clears their directories of temp files a killed apply left.
     """
@@ -86,6 +91,7 @@ class RewriteResult:
     skipped: list[tuple[int, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     read: list[str] = field(default_factory=list)
+    key_changes: list[KeyChange] = field(default_factory=list)
 
     def diff(self) -> str:
         """The git-style unified diff of all changes (see :mod:`rewriter.diff`)."""
@@ -199,6 +205,7 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
     consistency.check_library(loaded, library)
     consistency.check_own_regional(loaded, bounds, library, src)
     containers = regional_path.check(loaded, bounds, lambda rel: (key := files.parse(rel), files.definitions[key]))
+    result.key_changes = checkpoint_keys.key_changes(bounds)
     site_at = _resolve_site(loaded, files) if library else None
     generated: dict[str, str] = {}
     owners: dict[str, int] = {}
