@@ -33,7 +33,11 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
 
 * a ``compile`` (not ``own_call``) of a function whose own compile in the source passes
   ``disable=True``: that compile compiles nothing, the rewrite adds no second compile over it, so
-  the action would change nothing; the refusal names ``own_call: {disable: false}``.
+  the action would change nothing; the refusal names ``own_call: {disable: false}``. Its own
+  compile is a decorator on it or its name rebound; the program's compile of an instance turned
+  off, ``model = torch.compile(Net(), disable=True)`` or ``model.compile(disable=True)`` (in the
+  target's file or another), is none: torch.compile returns the instance itself, so a ``compile``
+  of ``Net`` is written and its decorated ``forward`` compiles (checked on torch 2.13, CPU).
 * a compile turned off (``disable=True``, ``torch.compile`` then returns what it was given) is no
   compile to any rule here: not of the function itself (a ``disable``, ``mark_dynamic`` or
   ``dynamo_config`` there edits eager code), not a region around what it calls, not a

@@ -364,3 +364,65 @@ def test_the_off_candidate_is_no_compile_to_the_search_budget():
     off = Candidate(NO_COMPILE, parse_plan(head + "    own_call: {disable: true}\n").plan)
     dyn = Candidate("as-is+dynamic", parse_plan(head + "    own_call: {dynamic: true}\n").plan)
     assert cost_key(off) is None and cost_key(dyn) is not None
+
+
+OFF_MODEL = """\
+import torch
+import torch.nn as nn
+
+
+class OffNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+"""
+
+OFF_TRAIN = """\
+import torch
+from offnet_model import OffNet
+
+
+def main():
+    model = torch.compile(OffNet(), disable=True)
+    return model, model(torch.randn(3, 4))
+"""
+
+
+@pytest.mark.parametrize("train", [OFF_TRAIN, OFF_TRAIN.replace("torch.compile(OffNet(), disable=True)",
+                                                                "OffNet()\n    model.compile(disable=True)")])
+def test_a_compile_of_a_class_whose_instance_another_file_compiles_with_disable_true_stands_and_compiles(
+        tmp_path, monkeypatch, train):
+    """``model = torch.compile(OffNet(), disable=True)`` (or ``model.compile(disable=True)``) in
+    ``offnet_train.py`` is the program's compile of the instance, turned off, not a compile of
+    ``OffNet.forward``: torch.compile returns the instance itself, so a plan's ``@torch.compile`` on
+    ``forward`` (in ``offnet_model.py``) is written, not refused, and compiles when the program runs.
+    The refusal of a compile whose target's own compile is off (a decorator or rebinding on the
+    target: the rewrite would leave it as it is) does not apply."""
+    import importlib
+    import sys
+
+    import torch
+
+    from test_source_compile_forms import _rewrite
+
+    src = _rewrite(tmp_path, {"offnet_model.py": OFF_MODEL, "offnet_train.py": train},
+                   "  - {action: compile, target: offnet_model.py::OffNet, options: {backend: eager}}\n", 0)
+    assert (src / "offnet_model.py").read_text() == OFF_MODEL.replace(
+        "    def forward", '    @torch.compile(backend="eager")\n    def forward')
+    assert (src / "offnet_train.py").read_text() == train
+    monkeypatch.syspath_prepend(str(src))
+    for name in ("offnet_model", "offnet_train"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    try:
+        model, _ = importlib.import_module("offnet_train").main()
+        assert type(model).__name__ == "OffNet"  # the instance itself: the program's compile is off
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1  # the plan's decorator compiled forward
+    finally:
+        for name in ("offnet_model", "offnet_train"):
+            sys.modules.pop(name, None)
+        torch._dynamo.reset()
