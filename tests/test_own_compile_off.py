@@ -426,3 +426,53 @@ def test_a_compile_of_a_class_whose_instance_another_file_compiles_with_disable_
         for name in ("offnet_model", "offnet_train"):
             sys.modules.pop(name, None)
         torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("own_call, source_off, refused", [
+    ("{disable: false}", True, "turns that call back on"),
+    ("{fullgraph: true}", False, "keeps that call on"),
+    ("{disable: true}", False, None),  # the program's compile off: the class's compile is the one that runs
+    ("{fullgraph: true}", True, None),  # an option of a call that stays off
+])
+def test_a_compile_of_a_class_whose_instance_the_plan_keeps_compiled_whole_is_refused(
+        tmp_path, capsys, own_call, source_off, refused):
+    """The plan's ``own_call`` keeps (or turns back on) ``model = torch.compile(OffNet())`` in another
+    file while it compiles ``OffNet``: Dynamo inlines the decorated ``forward`` into the whole-model
+    compile, so that decorator and its options would never be used (on CPU torch its backend gets no
+    graph). Refused at the class's compile, naming the program's call and the own_call action."""
+    from test_source_compile_forms import _rewrite
+
+    train = OFF_TRAIN if source_off else OFF_TRAIN.replace(", disable=True", "")
+    plan = (f"  - {{action: compile, target: offnet_train.py::main, strategy: whole, own_call: {own_call}}}\n"
+            "  - {action: compile, target: offnet_model.py::OffNet}\n")
+    _rewrite(tmp_path, {"offnet_model.py": OFF_MODEL, "offnet_train.py": train}, plan, 2 if refused else 0)
+    err = " ".join(capsys.readouterr().err.split())
+    if refused:
+        assert "plan.yaml:4: actions[1] (compile offnet_model.py::OffNet): compile of OffNet: offnet_train.py::main " \
+               "compiles an instance of it whole (torch.compile(OffNet()" in err, err
+        assert f"the own_call of actions[0] {refused}" in err and "would never be used" in err, err
+
+
+def test_a_compiled_forward_inside_a_whole_model_compile_is_never_used(tmp_path, monkeypatch):
+    """What the refusal above relies on (torch 2.13, CPU): the outer compile inlines the decorated
+    ``forward``; the decorator's own backend gets no graph."""
+    import importlib
+    import sys
+
+    import torch
+
+    (tmp_path / "inlined_net.py").write_text(
+        "import torch\n\nGRAPHS = []\n\n\ndef counting(gm, inputs):\n    GRAPHS.append(gm)\n    return gm.forward\n\n\n"
+        "class Net(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.lin = torch.nn.Linear(4, 4)\n\n"
+        "    @torch.compile(backend=counting)\n    def forward(self, x):\n        return torch.relu(self.lin(x))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    torch._dynamo.reset()
+    try:
+        mod = importlib.import_module("inlined_net")
+        torch.compile(mod.Net(), backend="eager")(torch.randn(3, 4))
+        assert mod.GRAPHS == []
+        mod.Net()(torch.randn(3, 4))  # alone, the decorator compiles
+        assert len(mod.GRAPHS) == 1
+    finally:
+        sys.modules.pop("inlined_net", None)
+        torch._dynamo.reset()

@@ -10,6 +10,9 @@ methods assign on ``self`` (and its class-level names), with its bases' in that 
 step cannot be followed (a class from an installed library, a factory function, a base defined
 elsewhere), nothing is checked: the program's run (``validate``) is then the judge.
 
+The same reading refuses a plan that compiles the class of the instance its own ``own_call`` keeps
+compiled whole (:func:`check_compiled_whole`): that decorator would be inlined, never used.
+
 The same reading gives the container's class where the source says it (``self.blocks =
 nn.ModuleDict(...)``; a dotted path followed through ``nn.ModuleDict(dict(h=...))`` keys and
 classes of the same file), which picks how the loop walks it
@@ -75,6 +78,59 @@ def check(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> dict[int, str]:
             hint=f"name the container of the repeated blocks {name} holds (its attributes: {', '.join(shown[:8])})",
         )
     return kinds
+
+
+def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> None:
+    """Refuse a ``compile`` the plan adds (not ``own_call``, not ``strategy: nested``) of the class
+    (or its ``forward``) whose instance an ``own_call`` edit of the same plan keeps compiled whole
+    (``model = torch.compile(Net())``, ``model.compile()``; on once the plan is applied: not
+    ``disable: true``, not ``regional``; ``disable: false`` turns a call the source turned off
+    on). Dynamo traces the decorated ``forward`` inside that compile, inlining it: the plan's
+    decorator and its options are never used (checked on torch 2.13, CPU: its backend gets no
+    graph). The class is read as :func:`check` reads it (``parse`` as there); where the source does
+    not say it, nothing is checked. A whole-model compile of the program's that the plan does not
+    edit is not read here (the plan binds no target to it).
+
+    Raises:
+        StackpartError: at the added compile's plan line, naming the program's call and the
+            ``own_call`` action.
+    """
+    from ..actions.base import imported_names
+    from ..actions.own_call import OwnCallRefused, find_sites
+    from ..compile_facts import turned_off
+
+    adds = {(b.target.relpath, b.target.qualname): b for b in bounds
+            if isinstance(b.action, CompileAction) and b.action.own_call is None and b.action.strategy != "nested"
+            and not b.action.library}
+    if not adds:
+        return
+    for o in bounds:
+        own = o.action.own_call if isinstance(o.action, CompileAction) else None
+        if own is None or own.regional is not None or own.disable is True or not isinstance(o.target.node, cst.FunctionDef):
+            continue
+        try:
+            sites = find_sites(o.target.node, imported_names(o.module))
+        except OwnCallRefused:
+            continue
+        if len(sites) != 1 or sites[0].kind == "decorator" or (own.disable is None and turned_off(sites[0].call)):
+            continue
+        found = _model_class(o, parse)
+        if found is None:
+            continue
+        name, rel = found[0], found[1]
+        c = adds.get((rel, name)) or adds.get((rel, f"{name}.forward"))
+        if c is None:
+            continue
+        code = " ".join(cst.Module([]).code_for_node(sites[0].node).split())
+        keeps = "turns that call back on" if turned_off(sites[0].call) else "keeps that call on"
+        raise loaded.error(
+            c.index,
+            f"compile of {name}: {o.target.relpath}::{o.target.qualname} compiles an instance of it whole ({code}), and "
+            f"the own_call of actions[{o.index}] {keeps}: Dynamo traces {name}.forward inside that compile and "
+            "inlines it, so this compile and its options would never be used",
+            hint=f"drop this action, or turn the program's call regional (own_call: {{regional: <blocks>}}) or off "
+                 f"(own_call: {{disable: true}}) in actions[{o.index}]",
+        )
 
 
 def _model_class(b: Any, parse: Any) -> tuple[str, str, set[str] | None, dict[str, list[Any]]] | None:

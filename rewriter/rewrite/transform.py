@@ -204,7 +204,9 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
     consistency.check(loaded, bounds)
     consistency.check_library(loaded, library)
     consistency.check_own_regional(loaded, bounds, library, src)
-    containers = regional_path.check(loaded, bounds, lambda rel: (key := files.parse(rel), files.definitions[key]))
+    parse = lambda rel: (key := files.parse(rel), files.definitions[key])  # noqa: E731
+    containers = regional_path.check(loaded, bounds, parse)
+    regional_path.check_compiled_whole(loaded, bounds, parse)
     result.key_changes = checkpoint_keys.key_changes(bounds)
     site_at = _resolve_site(loaded, files) if library else None
     generated: dict[str, str] = {}
