@@ -196,6 +196,12 @@ class FileFacts:
         # X.compile_repeated_blocks(...): the model's declared blocks compiled in place (diffusers'
         # regional compile); the program's own compile, which reaches no function of this file here
         self.repeated_compile_calls: list[cst.Call] = []
+        # the compile calls of the three kinds above (a decorator's call included) that pass a
+        # literal ``disable=True`` (:func:`rewriter.compile_facts.turned_off`): ``(kind, call)``,
+        # kind ``call``, ``method`` or ``repeated``. They compile nothing, so no rule reads them as
+        # a compile; diagnose lists them as the program's compile turned off
+        # (:func:`rewriter.diagnose.own_compile.off_compiles`)
+        self.off_compile_calls: list[tuple[str, cst.Call]] = []
         _Collector(self).visit_module()
         self._resolve_repeated()
         self._resolve_compiled()
@@ -711,13 +717,15 @@ class _Collector(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         f = self.f
-        if turned_off(node):
-            pass  # disable=True: compiles nothing
-        elif f.is_call(node, COMPILE):
+        kind = ("call" if f.is_call(node, COMPILE) else "method" if m.matches(node.func, m.Attribute(attr=m.Name("compile")))
+                else "repeated" if is_repeated_blocks_call(node) else None)
+        if kind is not None and turned_off(node):
+            f.off_compile_calls.append((kind, node))  # disable=True: compiles nothing
+        elif kind == "call":
             f.compile_calls.append(node)
-        elif m.matches(node.func, m.Attribute(attr=m.Name("compile"))):
+        elif kind == "method":
             f.method_compile_calls.append(node)
-        elif is_repeated_blocks_call(node):
+        elif kind == "repeated":
             f.repeated_compile_calls.append(node)
         if self.class_stack and self.func_stack and self.func_stack[-1].name.value == "__init__":
             if f.is_name(node.func, CONTAINERS):

@@ -17,6 +17,9 @@ forced (:func:`.planner.plan`): the rule's proposal first, then
 * ``as-is+reduce-overhead``: where the program compiles the whole model itself, the same mode set
   on the program's own call (``compile`` with ``own_call``: that call's options are edited, no
   second compile; :func:`own_call_candidates`), on the same conditions;
+* ``as-is+no-compile`` / ``as-is+compile-on``: the program's own compile turned off
+  (``disable=True``) or, where its calls pass ``disable=True``, turned back on
+  (:func:`own_compile_off`, :func:`.own_candidates.compile_on`);
 * ``+bucket``: where one input dim varies across the harness shapes, per-block and (on CUDA) whole
   with CUDA graphs again with that dim padded to power-of-two buckets (``bucket``, unsafe: correct
   only where padding cannot change the kept outputs, e.g. a causal model padded on the right; the
@@ -113,11 +116,19 @@ class OwnScope:
     #: call cannot be turned regional, ``why``): any compile but a whole-model one would compile its
     #: code a second time, since no edit of that call can write it.
     whole_only: tuple[Any, str] | None = None
+    #: ``(own, extent)`` for each of the program's compile calls that passes ``disable=True``
+    #: (:func:`.own_compile.off_compiles`), ``extent`` ``whole``, ``block`` or ``functions`` read as
+    #: a compile's is: no compile now, so nothing composes with it as with a compile; a plain
+    #: compile of the same extent is refused (:meth:`off_conflict`), and turning it back on is
+    #: :func:`.own_candidates.compile_on`'s candidate.
+    off: list[tuple[Any, str]] = field(default_factory=list)
+    #: :attr:`declared_names` for an :attr:`off` ``compile_repeated_blocks`` call
+    off_declared: set[str] = field(default_factory=set)
 
     @classmethod
-    def of(cls, ctx: Context, regions: list[Any]) -> "OwnScope":
+    def of(cls, ctx: Context, regions: list[Any], off: list[Any] | None = None) -> "OwnScope":
         scope = cls()
-        if not regions:
+        if not regions and not off:
             return scope
         from .locate import names_reached
 
@@ -150,33 +161,73 @@ class OwnScope:
         per_layer = bool(mods) and scope.block_cls is not None and not any(m["path"] == "<model>" for m in mods) and all(
             m["class"] in scope.block_classes for m in mods)
         for r in regions:
-            kind, what = r.covers
-            if per_layer and kind in ("unknown", "class") and what != scope.block_cls:
-                scope.block.append(r)
-                continue
-            if kind == "function":
-                qual = what.split("::", 1)[1]
-                calls = set(getattr(r, "calls", ()) or ())
-                # a compiled function that calls the model (a compiled train_step) compiles all of it
-                if qual == f"{model_cls}.forward" or model_cls in calls:
-                    scope.whole.append(r)
-                elif scope.block_cls and (qual == f"{scope.block_cls}.forward" or scope.block_cls in calls):
-                    scope.block.append(r)
-                else:
-                    scope.functions.append(r)
-            elif kind == "class" and what == scope.block_cls:
-                scope.block.append(r)
-            elif kind == "declared":  # compile_repeated_blocks: each declared block, in place
-                scope.block.append(r)
-                declared = ctx.evidence.declared
-                scope.declared_names |= set(declared.names if declared is not None else [])
-                if scope.block_cls:
-                    scope.declared_names.add(scope.block_cls)
-            elif kind == "children" and what in attrs:
-                scope.block.append(r)
-            else:
-                scope.whole.append(r)
+            getattr(scope, scope._extent(r, model_cls, attrs, per_layer)).append(r)
+            if r.covers[0] == "declared":  # compile_repeated_blocks: each declared block, in place
+                scope.declared_names |= scope._declared(ctx)
+        scope.off = [(r, scope._extent(r, model_cls, attrs, False)) for r in off or ()]
+        if any(r.covers[0] == "declared" for r, _ in scope.off):
+            scope.off_declared = scope._declared(ctx)
         return scope
+
+    def _extent(self, r: Any, model_cls: str, attrs: set[str], per_layer: bool) -> str:
+        """Which of :attr:`whole`, :attr:`block` and :attr:`functions` the compile ``r`` belongs to
+        (see the class docstring). ``per_layer``: the harness's model is compiled only at its
+        repeated blocks (the run-time reading), so a compile whose value the source does not say is
+        the block's."""
+        kind, what = r.covers
+        if per_layer and kind in ("unknown", "class") and what != self.block_cls:
+            return "block"
+        if kind == "function":
+            qual = what.split("::", 1)[1]
+            calls = set(getattr(r, "calls", ()) or ())
+            # a compiled function that calls the model (a compiled train_step) compiles all of it
+            if qual == f"{model_cls}.forward" or model_cls in calls:
+                return "whole"
+            if self.block_cls and (qual == f"{self.block_cls}.forward" or self.block_cls in calls):
+                return "block"
+            return "functions"
+        if (kind == "class" and what == self.block_cls) or kind == "declared" or (kind == "children" and what in attrs):
+            return "block"
+        return "whole"
+
+    def _declared(self, ctx: Context) -> set[str]:
+        """The class names ``compile_repeated_blocks`` compiles on the harness's model: its declared
+        ``_repeated_blocks`` and the repeated block's class."""
+        declared = ctx.evidence.declared
+        return set(declared.names if declared is not None else []) | ({self.block_cls} if self.block_cls else set())
+
+    def off_conflict(self, action: Any) -> str | None:
+        """Why a compile the plan adds (``action``, not an ``own_call`` edit) would compile what one
+        of the program's calls turned off (:attr:`off`) compiles once it is on, or None: the same
+        function (a decorator or a rebinding on it: the rewrite leaves a target that carries a
+        compile alone, and consistency refuses it, :mod:`rewriter.consistency`), the whole model
+        (a ``whole`` compile), or the repeated block. Such a compile is the program's own call
+        turned back on (``own_call: {disable: false}``, the ``as-is+compile-on`` candidate), and
+        beside it would be a second compile of that code as soon as the call is. An idle call
+        (:attr:`.own_compile.OwnCompile.idle`) compiles nothing either way and refuses nothing; a
+        call in a function's body that no edit can turn back on refuses nothing."""
+        for own, extent in self.off:
+            if own.idle:
+                continue
+            same_function = own.covers[0] == "function" and own.covers[1] in (
+                action.target, action.target + ".forward", action.target.removesuffix(".forward"))
+            if not same_function and own.can("disable") is not None:
+                continue
+            if same_function:
+                what = own.covers[1]
+            elif extent == "whole" and action.strategy == "whole":
+                what = "the whole model"
+            elif extent == "block" and self.block_cls and (
+                    action.target == self.block_target or target_class(action.target) == self.block_cls
+                    or (own.covers[0] == "declared" and target_class(action.target) in self.off_declared)):
+                what = f"each {self.block_cls}"
+            else:
+                continue
+            return (f"the program's own compile of {what} ({own.text}) is turned off (disable=True): a compile of "
+                    f"{action.target} would compile that code a second time once that call is on; turn the call "
+                    "back on instead (own_call: {disable: false}, measured as " + as_is("compile-on")
+                    + " where the harness runs it)")
+        return None
 
     @property
     def decorated_only(self) -> bool:
@@ -252,7 +303,7 @@ def conflict(action: Any, scope: OwnScope) -> str | None:
                     f"{action.target} inside it would compile that code a second time; change the program's own call instead")
         if own is not None:
             return f"the program compiles {action.target} itself ({own.text}): a second compile of it"
-        return None
+        return scope.off_conflict(action) if action.strategy != "nested" else None
     if kind == "disable":
         full = [r for r in scope.whole if r.fullgraph]
         if not full and scope.in_block(action.target):
@@ -298,10 +349,11 @@ def compose(plan: Plan, scope: OwnScope, rule: bool = False) -> tuple[Plan | Non
         compile_out = compile_out or a.action == "compile"
     if compile_out:
         disables = [a for a in keep if a.action == "disable"]
-        if disables and (scope.decorated_only or scope.runs):
+        if disables and (scope.whole or scope.block or scope.functions) and (scope.decorated_only or scope.runs):
             # the program's compile is a decorator in the model's own source, so the harness runs it:
             # the disables compose with it (outside any fullgraph=True region, checked above) and
-            # are measured on it, without the second compile
+            # are measured on it, without the second compile (a call turned off compiles nothing
+            # for them to keep eager in)
             return plan.model_copy(update={"actions": [a for a in keep if a.action not in ("compile", "mark_dynamic", "bucket")]}), why
         if not rule:
             return None, why
@@ -368,7 +420,7 @@ class _Proposals:
 
     @classmethod
     def of(cls, ctx: Context, regions: list[Any] | None) -> "_Proposals":
-        p = cls(ctx, OwnScope.of(ctx, regions or []))
+        p = cls(ctx, OwnScope.of(ctx, regions or [], _own_off(ctx)))
         from .own_candidates import standin
 
         # the program's whole-model compile in a script the harness does not run: measured through
@@ -414,6 +466,18 @@ def _own_regions(ctx: Context, own_setup: list[str] | None, regions: list[Any] |
         if regions is None:
             regions = own_compiles(ctx.session.src, parsed=ctx.evidence.own_parsed)
     return regions
+
+
+def _own_off(ctx: Context) -> list[Any]:
+    """The program's compile calls that pass ``disable=True`` (:func:`.own_compile.off_compiles`):
+    the search's one reading, else read from SRC once (kept in ``ctx.evidence.own_off``)."""
+    if ctx.evidence.own_off is None:
+        from .own_compile import off_compiles
+
+        spec = ctx.session.spec  # the harness's functions are called by stackpart, never by name in SRC
+        ctx.evidence.own_off = off_compiles(ctx.session.src, parsed=ctx.evidence.own_parsed,
+                                            entries=frozenset({f"{spec.file}::{spec.model}", f"{spec.file}::{spec.inputs}"}))
+    return ctx.evidence.own_off
 
 
 def _own_texts(regions: list[Any] | None, own_setup: list[str] | None, stand: Any) -> list[str]:
@@ -527,11 +591,13 @@ def anchor_plan(ctx: Context) -> Plan | None:
     evidence so far proposes it, for a search that starts it before the ladder's compile rungs
     (:mod:`.early_reference`): the rules' whole-model plan without its ``disable``s. None where
     the proposal would have none: every compile pruned, the program compiles code itself (the
-    anchor is then an edit of its own call), or no model class under SRC. The search uses the
-    started anchor only where its rewrite is byte for byte the proposal's."""
+    anchor is then an edit of its own call), the program holds a compile call turned off
+    (``disable=True``: a whole-model compile over it may be refused, :meth:`OwnScope.off_conflict`),
+    or no model class under SRC. The search uses the started anchor only where its rewrite is byte
+    for byte the proposal's."""
     from .own_compile import compile_setup
 
-    if _every_compile_pruned(ctx) is not None or compile_setup(ctx.session.src):
+    if _every_compile_pruned(ctx) is not None or compile_setup(ctx.session.src) or _own_off(ctx):
         return None
     whole = rule_plan(ctx, "whole", mode="default")
     if not any(a.action == "compile" for a in whole.plan.actions):
@@ -634,11 +700,13 @@ def own_call_candidates(ctx: Context, scope: OwnScope, pruned: list[str]) -> lis
     stable across the harness, the call editable (a literal mode, no ``**options``, a target that
     names it) and run by the harness's model (so the engine measures it). A program that compiles only its blocks gets no
     such variant: CUDA graphs over many regions are refused (pytorch#152887). The other variants
-    (regional, ``dynamic=``) are :func:`.own_candidates.variants`'."""
-    from .own_candidates import variants
+    (regional, ``dynamic=``) are :func:`.own_candidates.variants`'; ``as-is+no-compile`` turns the
+    program's compile off (:func:`own_compile_off`), ``as-is+compile-on`` turns its calls that pass
+    ``disable=True`` back on (:func:`.own_candidates.compile_on`)."""
+    from .own_candidates import compile_on, variants
 
     found = variants(ctx, scope, pruned) if scope.whole or scope.block or ctx.evidence.own_raised is not None else []
-    return found + _own_cudagraphs(ctx, scope, pruned) + own_compile_off(ctx, scope, pruned)
+    return found + _own_cudagraphs(ctx, scope, pruned) + own_compile_off(ctx, scope, pruned) + compile_on(ctx, scope, pruned)
 
 
 def own_compile_off(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tuple[str, Any]]:

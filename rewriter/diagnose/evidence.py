@@ -46,6 +46,8 @@ class Evidence:
             (:func:`.own_compile.parsed_setup`); None until the search reads them.
         own_regions: the compiles the program does itself (:func:`.own_compile.own_compiles`);
             None until read.
+        own_off: the program's compile calls that pass ``disable=True``
+            (:func:`.own_compile.off_compiles`); None until read.
         own_standin: the program's one whole-model compile the harness does not run, measured
             through stand-ins (:func:`.own_candidates.standin`); None when there is none.
         own_standin_path: ``(path, why)``: the regional form of that stand-in's call
@@ -77,6 +79,7 @@ class Evidence:
     blocks: list[dict[str, Any]] = field(default_factory=list)
     own_parsed: list[tuple[str, Any, Any]] | None = None
     own_regions: list[OwnCompile] | None = None
+    own_off: list[OwnCompile] | None = None
     own_standin: OwnCompile | None = None
     own_standin_path: tuple[str | None, str] | None = None
     own_compiled_modules: list[dict[str, Any]] | None = None

@@ -20,6 +20,12 @@ call is edited where it is, no second compile is added, so every one composes wi
   (:func:`.decide.extra_compile_s`), so a compile that costs more per start than its step saves
   over the deployment is taken off, and one that does not pay back its step is said so
   (partitioning-the-stack: a GEMM-dominated model's compile "will return ~1.0x").
+* ``as-is+compile-on``: ``disable=False`` on each of the program's calls that pass ``disable=True``
+  (:func:`.own_compile.off_compiles`: a tree whose compile a plan turned off, ``as-is+no-compile``
+  applied) and that the harness runs (:func:`runs_off_compile`): the program's compile back on, its
+  options as written. It compiles, so it pays its compile per start in the decision's net like
+  any compiling candidate; a compile the plan would add over the same code instead is refused
+  (:meth:`.candidates.OwnScope.off_conflict`).
 * ``as-is+static``: ``dynamic=False`` on the program's whole-model call where only an image's or
   latent's resolution varies (:mod:`.kinds.static_shapes`: one static graph per resolution instead
   of automatic dynamic's symbolic recompile, which on a UNet cost several times the first compile);
@@ -46,6 +52,7 @@ NO_FULLGRAPH = as_is("no-fullgraph")
 DYNAMIC = as_is("dynamic")
 STATIC = as_is("static")
 NO_COMPILE = as_is("no-compile")
+COMPILE_ON = as_is("compile-on")
 
 
 def compiled_modules_of(ctx: Any) -> list[dict[str, Any]]:
@@ -138,6 +145,66 @@ def compile_off(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]
             why=f"the program's own compile ({own.text}) turned off (disable=True, its options kept): the program "
                 "with compilation off, against the program as it is with its compile cost per start counted"))
     return [(NO_COMPILE, Decision(_plan(ctx.session.spec, ctx, actions), []))] if actions else []
+
+
+def compile_on(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]:
+    """``as-is+compile-on``: ``disable=False`` on each of the program's calls that pass
+    ``disable=True`` (:attr:`.candidates.OwnScope.off`), one action each (``whole`` for a call that
+    covers the whole model, ``region`` for a block's or a function's): ``torch.compile``'s own switch
+    back on, its other options as written, so the round trip with ``as-is+no-compile`` gives the
+    program's bytes back. Proposed whatever the backend: it is a compile like ``whole``, measured
+    (or, on a backend that does not optimise, run for failures) as every compiling candidate is.
+    A call that compiles nothing once on (:attr:`.own_compile.OwnCompile.idle`), one the harness
+    does not run (:func:`runs_off_compile`) and one the rewrite cannot edit are left off, each said
+    in ``pruned``."""
+    from .planner import Decision, _plan
+
+    actions: list[CompileAction] = []
+    for own, extent in scope.off:
+        if own.idle:
+            pruned.append(f"{COMPILE_ON}: {own.text}: {own.idle}")
+            continue
+        if not runs_off_compile(ctx, own):
+            pruned.append(f"{COMPILE_ON}: the harness does not run the program's call {own.text} (it is not in "
+                          f"{ctx.session.spec.file}::{ctx.session.spec.model}, a method of the model's classes or a "
+                          "decorator in their source), so turning it back on would not be measured")
+            continue
+        refused = own.can("disable")
+        if refused:
+            pruned.append(f"{COMPILE_ON}: {own.text}: {refused}")
+            continue
+        if any(a.target == own.site for a in actions):
+            continue  # one call, run for each block: one edit
+        actions.append(CompileAction(
+            action="compile", target=own.site, strategy="whole" if extent == "whole" else "region",
+            own_call={"disable": False},
+            why=f"the program's own compile ({own.text}) passes disable=True and compiles nothing: turned back on "
+                "(disable=False, its options as written), against the program as it is with its compile cost per start "
+                "counted"))
+    return [(COMPILE_ON, Decision(_plan(ctx.session.spec, ctx, actions), []))] if actions else []
+
+
+def runs_off_compile(ctx: Any, own: Any) -> bool:
+    """Whether the harness runs the program's call ``own`` that passes ``disable=True``, read
+    statically (it compiles nothing, so the harness's model carries no compile to read at run
+    time, as :func:`runs_own_compile` does): a decorator (the model's source carries it), a call
+    in the harness's model function (``return torch.compile(model, disable=True)`` in
+    ``build_model``), or a call in a method of a class of the harness's model's modules
+    (``self.block = torch.compile(Block(), disable=True)`` in ``__init__``). A call in a script
+    the harness does not run (``train.py``'s ``main``) or in a helper the model function calls
+    reads False: a candidate that edits it would measure the harness's model as it is."""
+    if own.covers[0] == "function":
+        return True
+    if own.site is None:
+        return False
+    spec = ctx.session.spec
+    if own.site == f"{spec.file}::{spec.model}":
+        return True
+    qual = own.site.split("::", 1)[1]
+    if "." not in qual:
+        return False
+    model, _, _ = ctx.reference()
+    return qual.split(".", 1)[0] in {type(m).__name__ for m in unwrapped(model).modules()}
 
 
 def _calls_run(ctx: Any, scope: Any) -> Any:

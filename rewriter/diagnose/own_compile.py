@@ -71,8 +71,7 @@ class OwnCompile:
     #: used; a compile in a helper (or a compiled helper) nothing in SRC calls
     idle: str | None = None
     #: ``idle``'s kind: ``no-op`` (the call runs and compiles nothing), ``unused`` (the compiled
-    #: value is never called), ``uncalled`` (the helper that holds it, or is it, is never called);
-    #: a call that passes ``disable=True`` is no compile at all (check's facts leave it out)
+    #: value is never called), ``uncalled`` (the helper that holds it, or is it, is never called)
     idle_kind: str | None = None
     #: ``(key, why)`` for each ``own_call`` key (:data:`rewriter.plan.OWN_CALL_KEYS` and ``regional``)
     #: an edit of this call cannot set safely, read with the rewrite's own checks
@@ -88,6 +87,11 @@ class OwnCompile:
     #: (``my_backend``), ``inductor`` (torch's default) where absent; None where ``**options`` may
     #: set it (:func:`_written`)
     backend: str | None = "inductor"
+    #: the call passes a literal ``disable=True`` (:func:`rewriter.compile_facts.turned_off`):
+    #: ``torch.compile`` returns what it was given and compiles nothing. Only :func:`off_compiles`
+    #: returns such calls (an ``own_call: {disable: false}`` edit turns one back on); every other
+    #: reader of the program's compiles (:func:`own_compiles`) never sees one
+    off: bool = False
 
     def can(self, key: str) -> str | None:
         """Why an ``own_call`` edit of ``key`` cannot be made (None: it can)."""
@@ -103,6 +107,15 @@ class OwnCompile:
     def text(self) -> str:
         """``file.py:line: code``, as :func:`compile_setup` lists it."""
         return f"{self.where}: {self.code}"
+
+    @property
+    def setup_line(self) -> str:
+        """The report's line for it: :attr:`text`, and :data:`OFF_SAID` after a call turned off."""
+        return f"{self.text} ({OFF_SAID})" if self.off else self.text
+
+
+#: What the report says after a compile call of the program that passes ``disable=True``.
+OFF_SAID = "turned off: disable=True, compiles nothing"
 
 
 def _parsed(src: Path):
@@ -507,42 +520,76 @@ def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = No
     covers and its ``fullgraph`` literal (:class:`OwnCompile`). Static, read with check's facts
     (:class:`rewriter.check.facts.FileFacts`); raises nothing (unreadable files are skipped).
     ``parsed``: :func:`parsed_setup` of ``src``, when the caller has it. ``entries``: ``file.py::name``
-    of the functions stackpart calls by name (the harness's), never read as a helper nothing calls."""
+    of the functions stackpart calls by name (the harness's), never read as a helper nothing calls.
+    A call that passes ``disable=True`` compiles nothing and is not listed (:func:`off_compiles`)."""
+    return _own(src, parsed, entries, off=False)
+
+
+def off_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = None,
+                 entries: frozenset[str] = frozenset()) -> list[OwnCompile]:
+    """The program's own compile calls under ``src`` that pass a literal ``disable=True``
+    (``@torch.compile(disable=True)``, ``torch.compile(model, disable=True)``,
+    ``module.compile(disable=True)``, ``f = torch.compile(f, disable=True)``,
+    ``model.compile_repeated_blocks(disable=True)``), in file order, each read as
+    :func:`own_compiles` reads a compile (what it would cover, its site, what an edit can set,
+    whether it is idle) with :attr:`OwnCompile.off` True: a tree whose compile a plan turned off
+    (``own_call: {disable: true}``), which the search can turn back on. Raises nothing."""
+    return _own(src, parsed, entries, off=True)
+
+
+def _found(facts, rel: str, off: bool) -> list[tuple[Any, bool, tuple[str, str], Any, Any]]:
+    """``(node, fullgraph, covers, compiled function or None, call or None)`` for each compile of
+    the file that compiles (``off`` False) or that passes ``disable=True`` (``off`` True)."""
     import libcst as cst
 
     from ..compile_facts import options
 
-    texts = _Texts(Path(src))
-    out: list[tuple[str, int, OwnCompile]] = []
-    for rel, facts, positions in parsed if parsed is not None else _parsed(Path(src)):
-        rebinds = _rebinds(facts)
-        module = facts.module
-        found = []
+    found = []
+    if off:
+        calls = [c for k, c in facts.off_compile_calls if k == "call"]
+        methods = [c for k, c in facts.off_compile_calls if k == "method"]
+        repeated = [c for k, c in facts.off_compile_calls if k == "repeated"]
+    else:
+        calls, methods, repeated = facts.compile_calls, facts.method_compile_calls, facts.repeated_compile_calls
         for func, site in facts.compiled.items():
             if site.node in facts.compile_calls or site.whole_model:
                 continue  # a call; listed below with what it names
             # ``@torch.compile(...)``'s call; a bare ``@torch.compile`` has none
             call = site.node if isinstance(site.node, cst.Call) else getattr(site.node, "decorator", None)
             found.append((site.node, bool(site.fullgraph), ("function", f"{rel}::{_qualname(facts, func)}"), func, call))
-        for call in facts.compile_calls:
-            if isinstance(facts.parent(call), cst.Decorator):
-                continue  # ``@torch.compile(...)``: its function, above
-            target, node = facts.compile_target(call)
-            cover = _covers(facts, target, call)
-            func = None
-            if cover[0] == "function":
-                cover = ("function", f"{rel}::{cover[1]}")
-                func = facts._target_functions(target, call)[-1]
-            found.append((node, bool(options(call)[0]), cover, func, call))
-        for call in facts.method_compile_calls:
-            cover = _covers(facts, call.func.value, call)
-            if cover[0] == "function":  # fn.compile() is not a module's compile: not the setup's
-                continue
-            found.append((call, bool(options(call)[0]), cover, None, call))
-        for call in facts.repeated_compile_calls:  # the model's declared blocks, each compiled in place
-            cls = facts.class_of(call.func.value, call)
-            found.append((call, bool(options(call)[0]), ("declared", cls[0].rsplit(".", 1)[-1] if cls else ""), None, call))
-        for node, fullgraph, cover, func, call in found:
+    for call in calls:
+        parent = facts.parent(call)
+        if isinstance(parent, cst.Decorator):
+            func = facts.parent(parent)
+            if off and isinstance(func, cst.FunctionDef):  # ``@torch.compile(disable=True)``: facts.compiled leaves it out
+                found.append((parent, bool(options(call)[0]), ("function", f"{rel}::{_qualname(facts, func)}"), func, call))
+            continue  # ``@torch.compile(...)``: its function, above
+        target, node = facts.compile_target(call)
+        cover = _covers(facts, target, call)
+        func = None
+        if cover[0] == "function":
+            cover = ("function", f"{rel}::{cover[1]}")
+            func = facts._target_functions(target, call)[-1]
+        found.append((node, bool(options(call)[0]), cover, func, call))
+    for call in methods:
+        cover = _covers(facts, call.func.value, call)
+        if cover[0] == "function":  # fn.compile() is not a module's compile: not the setup's
+            continue
+        found.append((call, bool(options(call)[0]), cover, None, call))
+    for call in repeated:  # the model's declared blocks, each compiled in place
+        cls = facts.class_of(call.func.value, call)
+        found.append((call, bool(options(call)[0]), ("declared", cls[0].rsplit(".", 1)[-1] if cls else ""), None, call))
+    return found
+
+
+def _own(src: str | Path, parsed: list[tuple[str, Any, Any]] | None, entries: frozenset[str], off: bool) -> list[OwnCompile]:
+    """:func:`own_compiles` (``off`` False) or :func:`off_compiles` (``off`` True)."""
+    texts = _Texts(Path(src))
+    out: list[tuple[str, int, OwnCompile]] = []
+    for rel, facts, positions in parsed if parsed is not None else _parsed(Path(src)):
+        rebinds = _rebinds(facts)
+        module = facts.module
+        for node, fullgraph, cover, func, call in _found(facts, rel, off):
             pos = positions.get(node)
             if pos is None:
                 continue
@@ -567,5 +614,5 @@ def own_compiles(src: str | Path, parsed: list[tuple[str, Any, Any]] | None = No
             except Exception:  # noqa: BLE001 - then only the function itself is known to be compiled
                 calls = ()
             out.append((rel, pos.start.line, OwnCompile(f"{rel}:{pos.start.line}", code, fullgraph, cover, site, why_not, mode,
-                                                        idle, idle_kind, refused, values, calls, backend)))
+                                                        idle, idle_kind, refused, values, calls, backend, off)))
     return [o for _, _, o in sorted(out, key=lambda t: (t[0], t[1]))]

@@ -519,12 +519,14 @@ def _plan_by_rules(run: _Run, stopped: bool) -> Any:
     if stopped:
         return decision
     from .candidates import OwnScope, compose
-    from .own_compile import own_compiles
+    from .own_compile import off_compiles, own_compiles
 
+    spec = run.ctx.session.spec  # the harness's functions are called by stackpart, never by name in SRC
     own = own_compiles(run.ctx.session.src)
-    if not own:
+    off = off_compiles(run.ctx.session.src, entries=frozenset({f"{spec.file}::{spec.model}", f"{spec.file}::{spec.inputs}"}))
+    if not own and not off:
         return decision
-    composed, why = compose(decision.plan, OwnScope.of(run.ctx, own), rule=True)
+    composed, why = compose(decision.plan, OwnScope.of(run.ctx, own, off), rule=True)
     return Decision(composed if composed is not None else decision.plan,
                     decision.notes + [f"not planned: {w}" for w in dict.fromkeys(why)])
 
@@ -610,7 +612,7 @@ def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_d
         raise
     r.seconds = round(time.perf_counter() - t0, 3)
     r.measurement = {"candidates": found.table(), "pruned": found.pruned, "backend": found.backend,
-                     "own_compile_setup": found.own_setup, "own_compile_runtime": found.runtime_setup,
+                     "own_compile_setup": found.own_setup, "own_compile_off": found.own_off_setup, "own_compile_runtime": found.runtime_setup,
                      "own_compile_disagreements": found.runtime_disagreements, "gain_measured": found.gain_measured, "allocator": found.allocator, "noise": found.noise, "chosen": found.choice.chosen, "decision": found.choice.text,
                      "budget_s": budget_s, "notes": found.notes, "clock": found.clock}
     r.verdict = found.choice.text

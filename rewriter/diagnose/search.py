@@ -97,6 +97,9 @@ class SearchOutcome:
     seconds: float = 0.0
     #: The compile setup already in SRC (:func:`.own_compile.compile_setup`): ``file:line: call``.
     own_setup: list[str] = field(default_factory=list)
+    #: The program's compile calls that pass ``disable=True`` (:func:`.own_compile.off_compiles`),
+    #: each ``file:line: call (turned off: ...)`` (:attr:`.own_compile.OwnCompile.setup_line`).
+    own_off_setup: list[str] = field(default_factory=list)
     #: The program's own compiles as the harness ran them in the as-is process (:func:`.runtime_compile.seen`):
     #: ``Block.forward (model.py:20), 3 graphs``.
     runtime_setup: list[str] = field(default_factory=list)
@@ -139,7 +142,8 @@ class SearchOutcome:
                          for row in self.timing if (row["timing"].get(c.name) or {}).get("n")}
             out.append({
                 "candidate": c.name,
-                "actions": ([f"the program's own: {x}" for x in self.own_setup] + [f"seen at run time: {x}" for x in self.runtime_setup]
+                "actions": ([f"the program's own: {x}" for x in self.own_setup + self.own_off_setup]
+                            + [f"seen at run time: {x}" for x in self.runtime_setup]
                             if c.name == AS_IS else []) + [action_text(a) for a in c.plan.actions],
                 # where the program's compile raises, as-is is the baseline with compilation off, nobody's proposal
                 "rule": c.rule and not (c.name == AS_IS and self.as_is_raises),
@@ -314,19 +318,23 @@ class _Trees:
 def _proposed(ctx: Context, outcome: SearchOutcome | None) -> SearchOutcome:
     """The program's own compile setup read once, the candidates proposed from the ladder's
     evidence, and the outcome started with them."""
-    from .own_compile import compile_setup, own_compiles, parsed_setup
+    from .own_compile import compile_setup, off_compiles, own_compiles, parsed_setup
 
     src = ctx.session.src
     # read once: the report's setup lines here, what each compile covers in propose's compose step
     ctx.evidence.own_parsed = parsed_setup(src)
     own = compile_setup(src, parsed=ctx.evidence.own_parsed)
     spec = ctx.session.spec  # the harness's functions are called by stackpart, never by name in SRC
+    entries = frozenset({f"{spec.file}::{spec.model}", f"{spec.file}::{spec.inputs}"})
     ctx.evidence.own_regions = own_compiles(src, parsed=ctx.evidence.own_parsed,  # what each covers: propose and the run-time comparison
-                                            entries=frozenset({f"{spec.file}::{spec.model}", f"{spec.file}::{spec.inputs}"}))
+                                            entries=entries)
+    # the calls a plan turned off (disable=True): listed as off, and candidates to turn back on
+    ctx.evidence.own_off = off_compiles(src, parsed=ctx.evidence.own_parsed, entries=entries)
     cands, pruned = propose(ctx, own)
     out = outcome if outcome is not None else SearchOutcome(cands)
     out.candidates, out.pruned = cands, merge(pruned)
     out.own_setup = own
+    out.own_off_setup = [o.setup_line for o in ctx.evidence.own_off]
     out.backend = ctx.backend
     out.gain_measured = ctx.backend not in NO_GAIN_BACKENDS
     return out
@@ -437,6 +445,9 @@ def _say_what_is_measured(ctx: Context, out: SearchOutcome, trees: _Trees, say: 
     if out.own_setup:
         say(f"the program as it is (the baseline) carries its own compile setup: {'; '.join(out.own_setup[:5])}"
             + (f" (+{len(out.own_setup) - 5} more)" if len(out.own_setup) > 5 else ""))
+    if out.own_off_setup:
+        say(f"the program as it is carries compile calls turned off: {'; '.join(out.own_off_setup[:5])}"
+            + (f" (+{len(out.own_off_setup) - 5} more)" if len(out.own_off_setup) > 5 else ""))
 
 
 def _say_early(out: SearchOutcome, early: Any, trees: _Trees, say: Any) -> float:
