@@ -21,7 +21,7 @@ from ..compile_facts import SMALL_STATEMENTS, SUPPRESS_RE, SourceSite, body_size
 from ..errors import StackpartError
 from ..plan import CompileAction
 from .base import TargetedCommand, call_args, has_decorator
-from .own_call import OwnCallRefused, OwnSite, edited, find_sites, regional
+from .own_call import OwnCallRefused, OwnSite, check_unwrapped, edited, find_sites, regional
 
 #: Decorators that compile the function they wrap (``torch._dynamo.optimize`` is the older spelling
 #: of ``torch.compile``): a target carrying one is left alone, and a ``disable`` of it is refused.
@@ -154,7 +154,9 @@ class CompileCommand(TargetedCommand):
                     f"own_call: {self.qualname} holds {len(sites)} compile calls (lines {lines}); expected one, so that "
                     "the edit names its call", sites[1].node)
             if self.action.own_call is not None and self.action.own_call.regional is not None:
-                return regional(func, sites[0], edits, self.action.own_call.regional, self.known.get("container"))
+                return regional(func, sites[0], edits, self.action.own_call.regional, self.known.get("container"),
+                                self._holding_class())
+            check_unwrapped(func, sites[0], edits, self._holding_class())
             new = edited(sites[0], edits)
         except OwnCallRefused as exc:
             msg = exc.message if exc.message.startswith("own_call:") else f"own_call: {exc.message}"
@@ -168,6 +170,19 @@ class CompileCommand(TargetedCommand):
             codes = {"SP101", "SP109"} if _sp109_small(func, edits.get("mode")) else {"SP101"}
             return _suppress(func, sites[0].node, new, codes)
         return func.deep_replace(sites[0].node, new)  # type: ignore[return-value]
+
+    def _holding_class(self) -> cst.ClassDef | None:
+        """The class of the module whose method the target is (``Model`` for ``Model.__init__``,
+        found by the target's qualified name in :attr:`tree`), or None for a function."""
+        parts = self.qualname.split(".")[:-1]
+        body: object = self.tree.body if self.tree is not None else ()
+        cls = None
+        for part in parts:
+            cls = next((s for s in body if isinstance(s, cst.ClassDef) and s.name.value == part), None)  # type: ignore[union-attr]
+            if cls is None:
+                return None
+            body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+        return cls
 
     def _edit_rebound(self, func: cst.FunctionDef, rebound: SourceSite, edits: dict) -> cst.FunctionDef:
         """Edit the program's ``f = torch.compile(f, ...)`` of the target: the call is outside the

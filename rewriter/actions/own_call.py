@@ -21,7 +21,10 @@ Refused (:class:`OwnCallRefused`, which the rewrite reports at the plan's action
 or more than one; ``torch.compile`` passed around as a value (``functools.partial(torch.compile,
 ...)``, ``fn = torch.compile``); ``*args``/``**options`` in the call (the key may come from there);
 the key's current value is not a literal (``mode=MODE``); ``mode`` asked where the call passes
-``options=`` (torch refuses both).
+``options=`` (torch refuses both); ``disable: true`` on a ``name = torch.compile(module, ...)`` the
+source has on where the program reads ``name._orig_mod`` (:func:`check_unwrapped`: torch.compile
+then returns the module itself, which has no ``_orig_mod``, so that read would raise
+``AttributeError`` when the program runs; ``regional`` refuses the same read).
 """
 
 from __future__ import annotations
@@ -383,7 +386,7 @@ def _in_place(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any]) -> cs
 
 
 def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: str,
-             kind: str | None = None) -> cst.FunctionDef:
+             kind: str | None = None, cls: cst.ClassDef | None = None) -> cst.FunctionDef:
     """``func`` with the program's whole-model compile at ``site`` turned into regional compilation
     at the call site: ``model = torch.compile(model, **kw)`` (or ``model.compile(**kw)``, or
     ``return torch.compile(model, **kw)``) becomes ``for block in model.<path>: block.compile(**kw)``
@@ -396,12 +399,14 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
     names the model, now the module itself: where the program's call bound torch.compile's wrapper,
     its state_dict keys lose the ``_orig_mod.`` prefix (the rewrite warns where SRC saves or loads
     them, :mod:`rewriter.rewrite.checkpoint_keys`). Where the compile is regional already, only ``edits`` are made on its call
-    (``func`` unchanged where it already is so: idempotence).
+    (``func`` unchanged where it already is so: idempotence). ``cls``: the class that holds
+    ``func``, where the program reads ``self.<attr>._orig_mod`` in its other methods.
 
     Raises:
         OwnCallRefused: a call that passes ``disable=True`` where ``edits`` do not turn it on
             (``disable: false``), a decorator, a compile whose result is discarded or not a plain
-            assignment/return of one module, or a statement line holding several statements.
+            assignment/return of one module, a statement line holding several statements, or a read
+            of ``<model>._orig_mod`` (:func:`_reads_the_wrapper`).
     """
     if site.kind == "decorator" or site.call is None:
         raise OwnCallRefused("regional turns a torch.compile(model) / model.compile() call regional; the target "
@@ -468,7 +473,7 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
             raise OwnCallRefused(f"regional: the function also calls {_code(first)} itself, which torch.compile left "
                                  f"eager beside {model}; compiled regionally, its blocks are compiled in place and "
                                  f"{_code(first)} would run them compiled too", eager)
-    wrapped = _reads_the_wrapper(func, model)
+    wrapped = _reads_the_wrapper(func, model, cls)
     if wrapped is not None:
         raise OwnCallRefused(f"regional: the function reads {model}._orig_mod, the module torch.compile's wrapper "
                              f"holds; compiled regionally {model} is the module itself and has no _orig_mod", wrapped)
@@ -507,14 +512,67 @@ def _with_comments(new: list[cst.BaseStatement], line: cst.SimpleStatementLine) 
     return [first, *new[1:]]
 
 
-def _reads_the_wrapper(func: cst.FunctionDef, model: str) -> cst.CSTNode | None:
+def _reads_the_wrapper(func: cst.FunctionDef, model: str, cls: cst.ClassDef | None = None) -> cst.CSTNode | None:
     """The first ``<model>._orig_mod`` in ``func`` (the program reaching through torch.compile's
-    ``OptimizedModule`` to the module it wraps: ``torch.save(model._orig_mod.state_dict(), ...)``),
-    or None. The regional form leaves ``model`` the module itself, where that attribute raises."""
-    for attr in m.findall(func, m.Attribute(attr=m.Name("_orig_mod"))):
-        if _code(attr.value) == model:  # type: ignore[union-attr]
-            return attr
+    ``OptimizedModule`` to the module it wraps: ``torch.save(model._orig_mod.state_dict(), ...)``,
+    ``raw = model._orig_mod``), then, where ``model`` is an attribute of ``self``
+    (``self.block = torch.compile(Block())`` in ``__init__``), in the methods of ``cls``, the class
+    that holds ``func``; or None. The regional form and ``disable=True`` leave ``model`` the module
+    itself, where that attribute raises ``AttributeError``. Read statically, by the name as written:
+    an alias (``m = model; m._orig_mod``) or a read in another file is not seen."""
+    scopes: list[cst.CSTNode] = [func]
+    if cls is not None and model.startswith("self."):
+        scopes.append(cls)
+    for scope in scopes:
+        for attr in m.findall(scope, m.Attribute(attr=m.Name("_orig_mod"))):
+            if _code(attr.value) == model:  # type: ignore[union-attr]
+                return attr
     return None
+
+
+def bound_name(func: cst.FunctionDef, site: OwnSite) -> str | None:
+    """The name a ``torch.compile(...)`` call at ``site`` binds its result to in ``func``'s own
+    body, as written (``model``, ``self.block``), or None: a decorator, ``module.compile()`` (which
+    compiles in place and binds nothing), a result returned or passed on."""
+    if site.kind != "call" or site.call is None:
+        return None
+    small = statement_of(func, site.call)
+    if isinstance(small, cst.Assign) and small.value is site.call and len(small.targets) == 1:
+        target = small.targets[0].target
+    elif isinstance(small, cst.AnnAssign) and small.value is site.call:
+        target = small.target
+    else:
+        return None
+    return _code(target) if isinstance(target, (cst.Name, cst.Attribute)) else None
+
+
+def check_unwrapped(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any],
+                    cls: cst.ClassDef | None = None) -> None:
+    """Refuse ``edits`` that turn off (``disable: true``) the program's ``name = torch.compile(module,
+    ...)`` at ``site`` (on in the source) where ``func``, or for ``self.<attr>`` a method of ``cls``
+    (the class that holds ``func``), reads ``name._orig_mod``: with ``disable=True`` torch.compile
+    returns ``module`` itself, not its ``OptimizedModule`` wrapper, and a plain ``nn.Module`` has no
+    ``_orig_mod``, so the rewritten program would raise ``AttributeError`` there. Nothing is
+    refused for a call already off (the edit changes nothing), a decorator or ``module.compile()``
+    (neither binds a wrapper), or a result not bound to a name (:func:`bound_name`).
+
+    Raises:
+        OwnCallRefused: at the ``_orig_mod`` read (``node``), naming the call and the way through
+            (``getattr(name, "_orig_mod", name)``, which reads the module either way).
+    """
+    if edits.get("disable") is not True or site.call is None or turned_off(site.call):
+        return
+    name = bound_name(func, site)
+    if name is None:
+        return
+    read = _reads_the_wrapper(func, name, cls)
+    if read is None:
+        return
+    raise OwnCallRefused(
+        f"disable: true makes {_code(site.call)} return the module itself, not torch.compile's wrapper "
+        f"(OptimizedModule), and the program reads {name}._orig_mod on this line, the module that wrapper holds: "
+        f"a plain module has no _orig_mod, so the rewritten program would raise AttributeError; edit that read "
+        f"to work either way (getattr({name}, \"_orig_mod\", {name})), or drop disable: true", read)
 
 
 def _calls_the_module(func: cst.FunctionDef, module: str, compile_call: cst.Call) -> cst.CSTNode | None:

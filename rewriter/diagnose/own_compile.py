@@ -315,14 +315,16 @@ def _written(module, call) -> tuple[str | None, str | None]:
 _PROBE = {"fullgraph": True, "dynamic": True, "mode": "reduce-overhead", "backend": "eager", "disable": True}
 
 
-def _keys(facts, node, rebound: str | None) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, Any], ...]]:
+def _keys(facts, node, rebound: str | None, where: Any = None) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, Any], ...]]:
     """``(refused, current)`` of the compile at ``node`` for every ``own_call`` key (see
-    :class:`OwnCompile`), read with :mod:`rewriter.actions.own_call` (its checks and the regional edit).
-    ``rebound``: as :func:`_editable`'s."""
+    :class:`OwnCompile`), read with :mod:`rewriter.actions.own_call` (its checks, the regional edit,
+    and :func:`~rewriter.actions.own_call.check_unwrapped` for ``disable``: a call whose result the
+    program reads ``._orig_mod`` of cannot be turned off). ``rebound``: as :func:`_editable`'s;
+    ``where``: ``(node) -> "file.py:line"`` (or None), put before a refusal that names a node."""
     import libcst as cst
 
     from ..actions.base import imported_names
-    from ..actions.own_call import OwnCallRefused, OwnSite, find_sites, regional
+    from ..actions.own_call import OwnCallRefused, OwnSite, check_unwrapped, find_sites, regional
 
     func = facts.parent(node) if isinstance(node, cst.Decorator) else facts.enclosing_function(node)
     if rebound is not None:  # f = torch.compile(f): the call's keys; a function has no blocks to compile
@@ -337,16 +339,23 @@ def _keys(facts, node, rebound: str | None) -> tuple[tuple[tuple[str, str], ...]
     if len(sites) != 1:
         return tuple((k, f"the function holds {len(sites)} compile calls") for k in (*_PROBE, "regional")), ()
     more = []
+    cls = facts.enclosing_class(func)
+    at = (lambda exc: f"{where(exc.node)}: " if where is not None and exc.node is not None and where(exc.node) else "")
     try:
-        regional(func, sites[0], {}, "layers")
+        regional(func, sites[0], {}, "layers", cls=cls)
     except OwnCallRefused as exc:
-        more.append(("regional", exc.message))
+        more.append(("regional", at(exc) + exc.message))
+    try:
+        check_unwrapped(func, sites[0], {"disable": _PROBE["disable"]}, cls)
+    except OwnCallRefused as exc:
+        more.append(("disable", at(exc) + exc.message))
     return _probed(sites[0], more)
 
 
 def _probed(site, more: list[tuple[str, str]]) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, Any], ...]]:
     """``(refused, current)`` of ``site`` (an :class:`rewriter.actions.own_call.OwnSite`) for each
-    key of :data:`_PROBE`, with ``more`` refusals after them."""
+    key of :data:`_PROBE`, with ``more`` refusals after them (one of a key the call's own check
+    refused already is left out: the first reason stands)."""
     from ..actions.own_call import OwnCallRefused, check, current
 
     refused, values = [], []
@@ -358,7 +367,18 @@ def _probed(site, more: list[tuple[str, str]]) -> tuple[tuple[tuple[str, str], .
         known, value = current(site, key)
         if known:
             values.append((key, value))
-    return tuple(refused + more), tuple(values)
+    first = {k for k, _ in refused}
+    return tuple(refused + [(k, why) for k, why in more if k not in first]), tuple(values)
+
+
+def _at(rel: str, positions: Any) -> Any:
+    """``(node) -> "file.py:line"`` of a node of ``rel``'s tree (None where it has no position)."""
+
+    def at(node: Any) -> str | None:
+        pos = positions.get(node)
+        return f"{rel}:{pos.start.line}" if pos is not None else None
+
+    return at
 
 
 def _rebinds(facts) -> dict[int, str]:
@@ -606,7 +626,7 @@ def _own(src: str | Path, parsed: list[tuple[str, Any, Any]] | None, entries: fr
             except Exception:  # noqa: BLE001 - read as compiling: the safe reading for composition
                 idle, idle_kind = None, None
             try:
-                refused, values = _keys(facts, node, rebinds.get(id(node)))
+                refused, values = _keys(facts, node, rebinds.get(id(node)), _at(rel, positions))
             except Exception as exc:  # noqa: BLE001 - then no key can be edited
                 refused, values = tuple((k, f"the call could not be read ({type(exc).__name__})") for k in (*_PROBE, "regional")), ()
             try:

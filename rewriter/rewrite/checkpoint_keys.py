@@ -16,8 +16,11 @@ edit of ``model.compile(...)``, ``model.compile_repeated_blocks(...)``, a decora
 that compiles a function (``f = torch.compile(f)``, ``torch.compile(model.forward)``) changes no
 key. Checked against torch 2.13 on CPU (``backend="eager"``).
 
-The rewrite does not refuse such an edit: it is what the plan measured, and a program that never
-saves a checkpoint is not affected. Where SRC's ``.py`` files use the keys (a ``state_dict()`` or
+The rewrite does not refuse such an edit for its keys: it is what the plan measured, and a program
+that never saves a checkpoint is not affected. A read of ``name._orig_mod`` in the function that
+holds the call (or, for ``self.<attr>``, its class) is refused, by ``regional`` and ``disable:
+true`` alike (:func:`rewriter.actions.own_call.check_unwrapped`): the module itself has no
+``_orig_mod``, so that read would raise; one elsewhere in SRC is warned of here. Where SRC's ``.py`` files use the keys (a ``state_dict()`` or
 ``load_state_dict(...)`` call, ``torch.save(model, ...)`` of a whole module) or mention
 ``_orig_mod`` (an attribute read, or a string such as ``"_orig_mod."`` a loader strips), each such
 edit gets one warning (:func:`warnings`), which ``stackpart rewrite`` prints on stderr (preview,
