@@ -58,6 +58,19 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
   source's compile (``file:line``) and the ``own_call`` edit of it. The one-file reading of
   "inside" above: a ``compile`` of a block class whose instance a compiled ``forward`` calls
   (``self.block(x)``) is not seen here; diagnose's search prunes it.
+* a ``compile`` (not ``own_call``, not ``strategy: nested``) of a class ``Net`` (or ``Net.forward``)
+  whose instance the program compiles whole itself, in any file under SRC (``model =
+  torch.compile(Net())``, ``model = Net(); model.compile()``, in a function or at a script's top
+  level): Dynamo inlines the decorated ``forward`` into that compile, so the plan's decorator and
+  its options would never be used. Checked after these rules, by
+  :func:`.rewrite.regional_path.check_compiled_whole` (the class read as ``own_call: {regional}``
+  reads it; SRC walked once, only where the plan adds a compile of a ``forward``, only files that
+  mention ``compile`` parsed): where an ``own_call`` of the plan keeps that call on, the refusal
+  names that action; where the plan does not edit the call, it names the call (``file:line``) and
+  the way through, an ``own_call`` edit of it (``regional`` or ``disable: true``) or ``strategy:
+  nested`` beside the plan's ``whole`` compile. A call with ``disable=True`` or a discarded result
+  compiles nothing and is not read. Diagnose's candidate rewrites skip the SRC walk (its search
+  prunes such a compile itself, :func:`rewriter.diagnose.candidates.compose`).
 * a ``compile`` (not ``own_call``) of a block class the program compiles itself with
   ``model.compile_repeated_blocks(...)`` (a class named in a ``_repeated_blocks`` list that SRC or
   the library target's own file declares), or of the model class that declares it: the blocks would

@@ -345,12 +345,22 @@ class _Statement(cst.CSTVisitor):
         return super().on_visit(node)
 
 
-def statement_of(func: cst.FunctionDef, node: cst.CSTNode) -> cst.BaseSmallStatement | None:
-    """The small statement of ``func``'s own body (nested defs and classes left out) that holds
-    ``node`` (``model = torch.compile(model)`` for its call), or None."""
+def statement_of(func: cst.FunctionDef | cst.Module, node: cst.CSTNode) -> cst.BaseSmallStatement | None:
+    """The small statement of ``func``'s own body (a module's top level for a ``Module``; nested
+    defs and classes left out) that holds ``node`` (``model = torch.compile(model)`` for its call),
+    or None."""
     where = _Statement(node)
-    func.body.visit(where)
+    (func if isinstance(func, cst.Module) else func.body).visit(where)
     return where.small
+
+
+def module_sites(module: cst.Module, imports: dict[str, str]) -> list[OwnSite]:
+    """The compile calls at ``module``'s top level (``model = torch.compile(Net())`` in a script,
+    under ``if __name__ == "__main__":`` too), as :func:`find_sites` reads a function's body;
+    functions and classes are left out (theirs). No plan target names such a call."""
+    finder = _Finder(imports)
+    module.visit(finder)
+    return finder.sites
 
 
 def _holds(tree: cst.CSTNode, node: cst.CSTNode) -> bool:

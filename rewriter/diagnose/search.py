@@ -404,13 +404,15 @@ def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any, ear
 
 def candidate_rewrite(c: Candidate, src: Path) -> Any:
     """``c``'s plan through the real rewrite path (:func:`rewriter.rewrite.transform.plan_rewrite`,
-    unsafe: the search measures what a user would apply). Raises StackpartError when it does not
-    rewrite."""
+    unsafe: the search measures what a user would apply; SRC beyond the plan's files is not read
+    for the program's whole-model compiles: the stand-in 'whole' compiles the model class beside
+    one the harness does not run, and :func:`.candidates.compose` prunes the others). Raises
+    StackpartError when it does not rewrite."""
     from ..plan import parse_plan
     from ..rewrite.transform import plan_rewrite
     from .report import plan_yaml
 
-    return plan_rewrite(parse_plan(plan_yaml(c.plan), f"candidate {c.name}"), src, unsafe=True)
+    return plan_rewrite(parse_plan(plan_yaml(c.plan), f"candidate {c.name}"), src, unsafe=True, read_src=False)
 
 
 def materialise(c: Candidate, src: Path, tree: Path, result: Any) -> None:

@@ -11,7 +11,8 @@ step cannot be followed (a class from an installed library, a factory function, 
 elsewhere), nothing is checked: the program's run (``validate``) is then the judge.
 
 The same reading refuses a plan that compiles the class of the instance its own ``own_call`` keeps
-compiled whole (:func:`check_compiled_whole`): that decorator would be inlined, never used.
+compiled whole, or that the program compiles whole with a call the plan does not edit, read from
+SRC (:func:`check_compiled_whole`): that decorator would be inlined, never used.
 
 The same reading gives the container's class where the source says it (``self.blocks =
 nn.ModuleDict(...)``; a dotted path followed through ``nn.ModuleDict(dict(h=...))`` keys and
@@ -80,7 +81,7 @@ def check(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> dict[int, str]:
     return kinds
 
 
-def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> None:
+def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any, src: Path | None = None) -> None:
     """Refuse a ``compile`` the plan adds (not ``own_call``, not ``strategy: nested``) of the class
     (or its ``forward``) whose instance an ``own_call`` edit of the same plan keeps compiled whole
     (``model = torch.compile(Net())``, ``model.compile()``; on once the plan is applied: not
@@ -88,12 +89,12 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> N
     on). Dynamo traces the decorated ``forward`` inside that compile, inlining it: the plan's
     decorator and its options are never used (checked on torch 2.13, CPU: its backend gets no
     graph). The class is read as :func:`check` reads it (``parse`` as there); where the source does
-    not say it, nothing is checked. A whole-model compile of the program's that the plan does not
-    edit is not read here (the plan binds no target to it).
+    not say it, nothing is checked. With ``src``, a whole-model compile of the program's that the
+    plan does not edit is read from SRC too (:func:`_check_unedited`).
 
     Raises:
         StackpartError: at the added compile's plan line, naming the program's call and the
-            ``own_call`` action.
+            ``own_call`` action (or, for a call the plan does not edit, the way through).
     """
     from ..actions.base import imported_names
     from ..actions.own_call import OwnCallRefused, find_sites
@@ -131,6 +132,113 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> N
             hint=f"drop this action, or turn the program's call regional (own_call: {{regional: <blocks>}}) or off "
                  f"(own_call: {{disable: true}}) in actions[{o.index}]",
         )
+    if src is not None:
+        _check_unedited(loaded, bounds, adds, parse, src)
+
+
+#: At most this many ``.py`` files under SRC are looked at for the program's whole-model compiles.
+MAX_FILES = 5000
+
+
+def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str, str], Any], parse: Any,
+                    src: Path) -> None:
+    """Refuse a ``compile`` the plan adds of a class ``Net`` (its ``forward``) whose instance the
+    program compiles whole itself with a call the plan does not edit (``model = torch.compile(Net())``,
+    ``model = Net(); model.compile()``, in any file under SRC, in a function or at a script's top
+    level): as for an ``own_call`` edit that keeps it on, Dynamo inlines the decorated ``forward``
+    and the plan's compile is never used. Not read: a call that passes ``disable=True`` (it returns
+    the instance itself, whose decorated ``forward`` compiles), a ``torch.compile(...)`` whose
+    result is discarded (it compiles nothing), ``compile_repeated_blocks`` (:mod:`rewriter.own_regional`'s),
+    a decorator, and a call in a function an ``own_call`` of the plan edits (read above).
+
+    SRC is walked once, only where an added compile's target is a ``forward`` (a class target
+    resolves to it); only files whose bytes mention ``compile`` are parsed, at most
+    :data:`MAX_FILES` files, the folders :func:`rewriter.source.python_files` leaves out skipped; a
+    file that cannot be read or parsed is left out. The class is read as :func:`_model_class` reads
+    it, in the function's (or the module's) own body.
+
+    Raises:
+        StackpartError: at the added compile's plan line, naming the program's call (``file:line``)
+            and the way through: an ``own_call`` edit of that call (``regional`` or ``disable:
+            true``), or ``strategy: nested`` (a hint to that compile; the plan's rules ask a
+            ``strategy: whole`` action beside it, an ``own_call`` of that call with it included).
+    """
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    from ..actions.base import imported_names
+    from ..actions.own_call import OwnCallRefused, find_sites, module_sites, statement_of
+    from ..compile_facts import is_repeated_blocks_call, turned_off
+    from ..source import mentions, parse_module, python_files, read_file
+
+    names = {q.rsplit(".", 2)[-2] for _, q in adds if q.endswith(".forward") and "." in q}
+    if not names:
+        return
+    edited = {(b.target.relpath, b.target.qualname) for b in bounds
+              if isinstance(b.action, CompileAction) and b.action.own_call is not None}
+    for seen, path in enumerate(python_files(src)):
+        if seen >= MAX_FILES:
+            return
+        rel = path.relative_to(src).as_posix()
+        try:
+            if not mentions(path, b"compile", rel):
+                continue
+            module = parse_module(read_file(path, rel).text, rel)
+        except (OSError, StackpartError):
+            continue
+        imports = imported_names(module)
+        definitions = None
+        for qual, scope in _scopes(module):
+            if qual is not None and (rel, qual) in edited:
+                continue
+            try:
+                sites = module_sites(module, imports) if scope is module else find_sites(scope, imports)
+            except OwnCallRefused:
+                continue
+            for site in sites:
+                call = site.call
+                if site.kind == "decorator" or call is None or turned_off(call) or is_repeated_blocks_call(call):
+                    continue
+                if site.kind == "call" and isinstance(statement_of(scope, call), cst.Expr):
+                    continue  # torch.compile(Net()) discarded: it compiles nothing
+                made = _site_class(scope, site)
+                if made not in names:
+                    continue
+                definitions = definitions or collect_definitions(module)
+                found = _class_attrs(made, rel, module, definitions, parse)
+                c = found and (adds.get((found[1], found[0])) or adds.get((found[1], f"{found[0]}.forward")))
+                if not c:
+                    continue
+                pos = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider).get(site.node)
+                where = f"{rel}:{pos.start.line}" if pos is not None else rel
+                code = " ".join(cst.Module([]).code_for_node(call).split())[:120]
+                edit = (f"edit that call instead (action compile, target {rel}::{qual}, own_call: {{regional: <blocks>}} "
+                        "or {disable: true})" if qual is not None and len(sites) == 1 else "change that call by hand")
+                raise loaded.error(
+                    c.index,
+                    f"compile of {made}: the program compiles an instance of it whole itself, at {where}: {code}; "
+                    f"Dynamo traces {made}.forward inside that compile and inlines it, so this compile and its options "
+                    "would never be used",
+                    hint=f"drop this action, {edit}, or make this action a hint to that compile (strategy: nested, "
+                         "beside a strategy: whole action of the plan)",
+                )
+
+
+def _scopes(module: cst.Module) -> Any:
+    """``(qualname, scope)`` of ``module`` itself (qualname None) and of each function in it, at
+    any depth (qualname None inside another function, which no plan target names)."""
+    yield None, module
+
+    def walk(body: Any, prefix: str, nested: bool) -> Any:
+        for stmt in body:
+            inner = stmt.body.body if isinstance(getattr(stmt, "body", None), cst.IndentedBlock) else ()
+            if isinstance(stmt, cst.FunctionDef):
+                qual = prefix + stmt.name.value
+                yield (None if nested else qual), stmt
+                yield from walk(inner, qual + ".", True)
+            elif isinstance(stmt, cst.ClassDef):
+                yield from walk(inner, prefix + stmt.name.value + ".", nested)
+
+    yield from walk(module.body, "", False)
 
 
 def _model_class(b: Any, parse: Any) -> tuple[str, str, set[str] | None, dict[str, list[Any]]] | None:
@@ -148,31 +256,44 @@ def _model_class(b: Any, parse: Any) -> tuple[str, str, set[str] | None, dict[st
         return None
     if len(sites) != 1 or sites[0].call is None:
         return None
-    call = sites[0].call
-    if sites[0].kind == "method":
+    made = _site_class(func, sites[0])
+    if made is None:
+        return None
+    return _class_attrs(made, b.target.relpath, b.module, b.definitions or collect_definitions(b.module), parse)
+
+
+def _site_class(scope: cst.FunctionDef | cst.Module, site: Any) -> str | None:
+    """The class name of the module the compile at ``site`` (an
+    :class:`rewriter.actions.own_call.OwnSite` in ``scope``'s own body) compiles, as the source
+    says it: ``torch.compile(Net().eval())``, ``model = Net(); model = torch.compile(model)``,
+    ``model.compile()``, ``torch.compile(model.forward)``; None where it does not say it."""
+    call = site.call
+    if call is None:
+        return None
+    if site.kind == "method":
         owner = call.func.value if isinstance(call.func, cst.Attribute) else None
     else:
         owner = call.args[0].value if call.args and call.args[0].keyword is None else None
     if isinstance(owner, cst.Attribute) and owner.attr.value == "forward":
         owner = owner.value  # torch.compile(model.forward) compiles the model
     if isinstance(owner, cst.Call):  # torch.compile(Encoder().eval(), ...): the class called there
-        made = _called_class(owner)
-    elif isinstance(owner, cst.Name):
-        made = _bound_by_call(func, owner.value, call)
-    else:
-        return None
-    if made is None:
-        return None
-    return _class_attrs(made, b.target.relpath, b.module, b.definitions or collect_definitions(b.module), parse)
+        return _called_class(owner)
+    if isinstance(owner, cst.Name):
+        return _bound_by_call(scope, owner.value, call)
+    return None
 
 
-def _bound_by_call(func: cst.FunctionDef, name: str, site: cst.Call) -> str | None:
-    """The class name of the last ``name = Class(...)[.eval()...]`` in ``func``'s own body before
-    the statement holding the compile call ``site``."""
+def _bound_by_call(scope: cst.FunctionDef | cst.Module, name: str, site: cst.Call) -> str | None:
+    """The class name of the last ``name = Class(...)[.eval()...]`` in ``scope``'s own body (a
+    function's, or a module's top level) before the statement holding the compile call ``site``."""
     import libcst.matchers as m
 
     found = None
-    for stmt in func.body.body if isinstance(func.body, cst.IndentedBlock) else ():
+    if isinstance(scope, cst.Module):
+        stmts: Any = scope.body
+    else:
+        stmts = scope.body.body if isinstance(scope.body, cst.IndentedBlock) else ()
+    for stmt in stmts:
         if m.findall(stmt, m.MatchIfTrue(lambda node: node is site)):
             break
         if not isinstance(stmt, cst.SimpleStatementLine):

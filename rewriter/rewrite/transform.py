@@ -145,7 +145,8 @@ def _action_error(loaded: LoadedPlan, index: int, exc: Exception) -> Exception:
     return exc
 
 
-def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False, check_library: bool = True) -> RewriteResult:
+def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False, check_library: bool = True,
+                 read_src: bool = True) -> RewriteResult:
     """Compute what ``loaded`` does to the tree at ``src``, writing nothing.
 
     Runs in :func:`rewriter.source.run_deep`'s thread (a large stack and a raised recursion
@@ -160,12 +161,18 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False, check_libr
         check_library: also import the installed classes and functions library targets name
             (:func:`rewriter.library_targets.resolve`); ``check``'s drift reads their source where
             the package is installed and takes them as written where it is not.
+        read_src: also read SRC beyond the plan's files for the program's own whole-model compiles
+            a plan's ``compile`` of a class would be inlined into
+            (:func:`rewriter.rewrite.regional_path.check_compiled_whole`); diagnose's candidate
+            rewrites pass False: its stand-in 'whole' compiles the model class beside a program's
+            compile the harness does not run, and its search prunes the others itself
+            (:func:`rewriter.diagnose.candidates.compose`).
 
     Raises:
         StackpartError: a target that leaves SRC, a file that cannot be read or parsed, a
             target that does not resolve, an inconsistent plan — each at the plan's line.
     """
-    return run_deep(_plan_rewrite, loaded, src, unsafe, check_library)
+    return run_deep(_plan_rewrite, loaded, src, unsafe, check_library, read_src)
 
 
 class _Files:
@@ -196,7 +203,8 @@ class _Files:
         return rel
 
 
-def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bool = True) -> RewriteResult:
+def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bool = True,
+                  read_src: bool = True) -> RewriteResult:
     src = src_dir(src)
     files = _Files(src)
     bounds, library = _bind(loaded, files, check_library)
@@ -206,7 +214,7 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
     consistency.check_own_regional(loaded, bounds, library, src)
     parse = lambda rel: (key := files.parse(rel), files.definitions[key])  # noqa: E731
     containers = regional_path.check(loaded, bounds, parse)
-    regional_path.check_compiled_whole(loaded, bounds, parse)
+    regional_path.check_compiled_whole(loaded, bounds, parse, src if read_src else None)
     result.key_changes = checkpoint_keys.key_changes(bounds)
     site_at = _resolve_site(loaded, files) if library else None
     generated: dict[str, str] = {}

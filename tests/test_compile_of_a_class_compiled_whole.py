@@ -1,0 +1,119 @@
+"""A plan's ``compile`` of a class ``Net`` whose instance the program compiles whole itself, with a
+call the plan does not edit (``model = torch.compile(Net())`` in another file, at a script's top
+level, or ``model.compile()``): Dynamo inlines the decorated ``forward`` into that compile, so the
+plan's decorator and its options are never used (pinned in tests/test_own_compile_off.py,
+``test_a_compiled_forward_inside_a_whole_model_compile_is_never_used``). The rewrite refuses it at
+the plan line, naming the program's call and the way through: an ``own_call`` edit of it, or
+``strategy: nested``. What compiles nothing (``disable=True``, a discarded result) is no such call.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+MODEL = """\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+def helper(x):
+    return x + 1
+"""
+
+TRAIN = """\
+import torch
+from model import Net
+
+
+def main():
+    model = torch.compile(Net())
+    return model(torch.randn(3, 4))
+"""
+
+ADD = "  - {action: compile, target: model.py::Net}\n"
+
+
+def _err(capsys) -> str:
+    return " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize("target", ["model.py::Net", "model.py::Net.forward"])
+def test_a_compile_of_a_class_another_file_compiles_whole_is_refused_naming_the_call(tmp_path, capsys, target):
+    from test_source_compile_forms import _rewrite
+
+    _rewrite(tmp_path, {"model.py": MODEL, "train.py": TRAIN}, f"  - {{action: compile, target: {target}}}\n", 2)
+    err = _err(capsys)
+    assert f"plan.yaml:3: actions[0] (compile {target}): compile of Net: the program compiles an instance of it " \
+           "whole itself, at train.py:6: torch.compile(Net())" in err, err
+    assert "would never be used" in err, err
+    assert "edit that call instead (action compile, target train.py::main, own_call: {regional: <blocks>} or " \
+           "{disable: true})" in err and "strategy: nested, beside a strategy: whole action" in err, err
+
+
+@pytest.mark.parametrize("train, line, edit", [
+    # a script's top level: no plan target names the call
+    ("import torch\nfrom model import Net\n\nmodel = torch.compile(Net(), mode='max-autotune')\nmodel(torch.randn(3, 4))\n",
+     "train.py:4: torch.compile(Net(), mode='max-autotune')", "change that call by hand"),
+    ("import torch\nfrom model import Net\n\nif __name__ == '__main__':\n    model = torch.compile(Net())\n",
+     "train.py:5: torch.compile(Net())", "change that call by hand"),
+    # the instance bound first, compiled in place or wrapped
+    ("import torch\nfrom model import Net\n\n\ndef main():\n    model = Net().eval()\n    model.compile()\n    return model\n",
+     "train.py:7: model.compile()", "target train.py::main, own_call"),
+    ("import torch\nfrom model import Net\n\n\ndef main():\n    model = Net()\n    model = torch.compile(model)\n    return model\n",
+     "train.py:7: torch.compile(model)", "target train.py::main, own_call"),
+    # a module that holds it compiled
+    ("import torch\nimport torch.nn as nn\nfrom model import Net\n\n\nclass Outer(nn.Module):\n    def __init__(self):\n"
+     "        super().__init__()\n        self.net = torch.compile(Net())\n",
+     "train.py:9: torch.compile(Net())", "target train.py::Outer.__init__, own_call"),
+])
+def test_the_forms_of_the_programs_whole_compile(tmp_path, capsys, train, line, edit):
+    from test_source_compile_forms import _rewrite
+
+    _rewrite(tmp_path, {"model.py": MODEL, "train.py": train}, ADD, 2)
+    err = _err(capsys)
+    assert f"at {line}; Dynamo traces Net.forward" in err and edit in err, err
+
+
+def test_the_same_file_is_read_too(tmp_path, capsys):
+    from test_source_compile_forms import _rewrite
+
+    _rewrite(tmp_path, {"model.py": MODEL + "\n\ndef build():\n    return torch.compile(Net())\n"}, ADD, 2)
+    assert "at model.py:19: torch.compile(Net())" in _err(capsys)
+
+
+@pytest.mark.parametrize("train, action", [
+    (TRAIN.replace("torch.compile(Net())", "torch.compile(Net(), disable=True)"), ADD),  # off: returns the instance
+    (TRAIN.replace("    model = torch.compile(Net())\n", "    model = Net()\n    torch.compile(model)\n"), ADD),  # discarded
+    # a hint to that compile, beside the plan's whole compile (the nested rule asks one): an edit of the call
+    (TRAIN, "  - {action: compile, target: train.py::main, strategy: whole, own_call: {fullgraph: true}}\n"
+            "  - {action: compile, target: model.py::Net, strategy: nested}\n"),
+    (TRAIN, "  - {action: compile, target: model.py::helper}\n"),  # not the class
+    (TRAIN.replace("Net()", "Other()").replace("import Net", "import Net, Other"), ADD),  # another class
+    # the way through the refusal names: the plan edits the program's call
+    (TRAIN, "  - {action: compile, target: train.py::main, strategy: whole, own_call: {disable: true}}\n" + ADD),
+])
+def test_what_is_not_refused(tmp_path, train, action):
+    from test_source_compile_forms import _rewrite
+
+    model = MODEL + "\n\nclass Other(Net):\n    pass\n"
+    _rewrite(tmp_path, {"model.py": model, "train.py": train}, action, 0)
+
+
+def test_an_own_call_that_keeps_the_call_on_is_refused_by_the_own_call_rule(tmp_path, capsys):
+    """The plan edits the program's call and keeps it on: the refusal names that own_call action
+    (the rule of ebf2f72), not the unedited-call one."""
+    from test_source_compile_forms import _rewrite
+
+    plan = "  - {action: compile, target: train.py::main, strategy: whole, own_call: {fullgraph: true}}\n" + ADD
+    _rewrite(tmp_path, {"model.py": MODEL, "train.py": TRAIN}, plan, 2)
+    err = _err(capsys)
+    assert "the own_call of actions[0] keeps that call on" in err, err
