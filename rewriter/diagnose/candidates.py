@@ -12,6 +12,9 @@ forced (:func:`.planner.plan`): the rule's proposal first, then
   ``disable``s the graph-break and per-instance rungs imply; ``+mark_dynamic``: with the marks the
   recompiles rung implies at the block boundary;
 * ``nested+whole``: ``nested_compile_region`` on the block plus one whole-model compile (torch >= 2.8);
+  the same on a callee Dynamo inlined many times into one frame (a loop over ``self.step``), and
+  ``as-is+nested``, those regions inside the program's own whole-model compile
+  (:func:`nested_callees`);
 * ``whole``: the model's entry compiled whole (automatic dynamic shapes);
 * ``whole+cudagraphs``: ``mode="reduce-overhead"``, on CUDA and only where the shapes are stable;
 * ``as-is+reduce-overhead``: where the program compiles the whole model itself, the same mode set
@@ -282,6 +285,8 @@ def conflict(action: Any, scope: OwnScope) -> str | None:
     kind = action.action
     if kind == "compile" and action.own_call is not None:
         return None  # an edit of the program's own call: no second compile (own_call_candidates)
+    if kind == "compile" and action.strategy == "nested" and scope.whole and scope.whole_only is None:
+        return None  # a hint to the program's own whole-model compile, no compile of its own (nested_callees)
     if kind == "compile":
         if scope.whole_only is not None and action.strategy != "whole":
             own, why = scope.whole_only
@@ -398,6 +403,7 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     whole = _whole_family(p, region_full, has_block, own)
     for name, decision in own_call_candidates(ctx, p.scope, p.pruned):
         p.add(name, decision)
+    nested_callees(p, whole)
     _bucketed(p, whole, has_block, trust_guards, own)
     _static_cache(p)
     _rule(p, proposal, own)
@@ -629,6 +635,93 @@ def _nested_whole(p: _Proposals, region_full: Any, whole: Any) -> None:
         nested = _nested(p.ctx, region_full.plan, whole.plan)
         if nested is not None:
             p.add("nested+whole", type(whole)(nested, []))
+
+
+#: The program's own whole-model compile kept, with a nested compile region on a repeated callee.
+NESTED_OWN = as_is("nested")
+
+
+def nested_callees(p: _Proposals, whole: Any) -> None:
+    """Hierarchical compilation of a repeated callee: ``@torch.compiler.nested_compile_region`` on
+    each outermost function of SRC that Dynamo inlined many times into one traced frame
+    (:mod:`.repeated_calls`, read by the recompiles rung: a Python loop in ``forward`` that calls
+    ``self.step`` 300 times is unrolled into one graph that traces ``step`` 300 times), inside
+    the whole-model compile, so that Dynamo traces the callee once and reuses the region at each
+    later call (torch docs, ``torch.compiler.nested_compile_region``; torch >= 2.8). Its saving is
+    the compile per start the decision counts (:func:`.decide.extra_compile_s`); the step it costs
+    (each call becomes an ``invoke_subgraph`` call) is timed like any other.
+
+    ``as-is+nested`` where the program compiles the whole model itself and the harness runs that
+    call: the regions plus ``own_call: {disable: false}`` on the program's call (the call as it
+    is, no byte changed: the compile the hint needs, kept on; the plan's rules ask a ``whole``
+    compile beside a ``nested`` one, :mod:`rewriter.consistency`). ``nested+whole`` where the
+    program does not compile the model: the regions plus the whole-model compile of ours (the
+    name the block's nested region uses; one plan where the callee is the block's ``forward``).
+    Left out, each said in ``pruned``: a callee where the graph-breaks rung found a break (a
+    nested region must be captured as one graph, ``UncapturedHigherOrderOpError``), torch < 2.8,
+    a program whose compile is in a script the harness does not run or that compiles in several
+    places, or only its blocks."""
+    from .planner import Decision, _plan
+
+    ctx = p.ctx
+    found = [r for r in ctx.evidence.repeated_calls or [] if r.outermost]
+    if not found:
+        return
+    said = ", ".join(f"{r.target} ({r.calls} calls in one trace of {r.frame})" for r in found[:3])
+    label = f"{NESTED_OWN}, nested+whole"
+    if not nested_supported():
+        p.pruned.append(f"{label}: {said}: torch.compiler.nested_compile_region needs torch >= 2.8")
+        return
+    breaks = {f"{f.file}::{f.function}": f for f in (ctx.results["graph_breaks"].findings if "graph_breaks" in ctx.results else [])
+              if f.kind == "graph_break" and f.file and f.function}
+    keep = []
+    for r in found:
+        broken = next((breaks[t] for t in (r.target, *r.inner) if t in breaks), None)
+        if broken is not None:
+            p.pruned.append(f"{label}: {r.target} ({r.calls} calls in one trace of {r.frame}) breaks the graph at "
+                            f"{broken.file}:{broken.line}, and a nested compile region must be captured as one graph "
+                            "(UncapturedHigherOrderOpError)")
+            continue
+        keep.append(r)
+    if not keep:
+        return
+    nested = [CompileAction(action="compile", target=r.target, strategy="nested",
+                            why=f"hierarchical compilation: Dynamo inlined {r.target} {r.calls} times into one trace of "
+                                f"{r.frame} (a loop it unrolls); nested_compile_region traces it once and reuses the region "
+                                "at each later call (torch docs, torch.compiler.nested_compile_region)") for r in keep]
+    scope = p.scope
+    if p.stand is not None or scope.whole_only is not None:
+        p.pruned.append(f"{label}: {said}: the program's whole-model compile is in a script the harness does not run, so a "
+                        "nested region inside it would not be measured")
+        return
+    if scope.whole:
+        from .own_candidates import runs_own_compile
+
+        if len(scope.whole) > 1:
+            p.pruned.append(f"{NESTED_OWN}: the program compiles the model in {len(scope.whole)} places ({_where(scope.whole)})")
+            return
+        own = scope.whole[0]
+        refused = own.can("disable")
+        if refused or not runs_own_compile(ctx, own):
+            p.pruned.append(f"{NESTED_OWN}: {said}: " + (f"the program's own compile ({own.text}) cannot be named by the "
+                                                         f"plan: {refused}" if refused else
+                                                         f"the harness's model does not run the program's own compile "
+                                                         f"({own.text}), so a region inside it would not be measured"))
+            return
+        keep_on = CompileAction(action="compile", target=own.site, strategy="whole", own_call={"disable": False},
+                                why=f"the program's own whole-model compile ({own.text}) kept as it is (disable=False: no "
+                                    "byte changes): the compile the nested regions are a hint to")
+        p.add(NESTED_OWN, Decision(_plan(ctx.session.spec, ctx, [keep_on, *nested]), []))
+        return
+    if scope.block or scope.functions:
+        p.pruned.append(f"{label}: {said}: the program compiles code itself, not the whole model "
+                        f"({_where(scope.block + scope.functions)})")
+        return
+    wholes = [a for a in whole.plan.actions if a.action == "compile" and a.strategy == "whole"]
+    if not wholes:
+        return  # no whole-model compile of ours (why is in pruned: 'whole')
+    keep_plan = [a for a in whole.plan.actions if a.action != "disable"]  # a nested region is captured whole
+    p.add("nested+whole", type(whole)(whole.plan.model_copy(update={"actions": [*nested, *keep_plan]}), list(whole.notes)))
 
 
 def _bucketed(p: _Proposals, whole: Any, has_block: bool, trust_guards: bool, own: list[str]) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Union
 if TYPE_CHECKING:
     from .declared import Declared
     from .own_compile import OwnCompile
+    from .repeated_calls import RepeatedCall
     from .rungs.profile import ProfileData
 
 
@@ -67,6 +68,9 @@ class Evidence:
         branch_twins: ``twin -> base`` for the ``+branchless`` twins (:mod:`.kinds.branchless`).
         generates: the outermost module whose ``generate`` the reference step called, None when
             none did (:func:`.generation.generating_module`); :data:`UNREAD` until measured.
+        repeated_calls: the functions of SRC Dynamo inlined many times into one traced frame at the
+            reference shape's first call, as the recompiles rung compiles the model
+            (:func:`.repeated_calls.read`); None until that rung ran.
         stopped_at: the rung the ladder stopped at on a fragmentation OOM; None when every rung ran.
         requested_device: the harness's own ``device`` before it was resolved (None: unset), for
             the validation report's environment; :data:`UNREAD` when no diagnose run set it.
@@ -89,6 +93,7 @@ class Evidence:
     value_guard_twins: dict[str, str] = field(default_factory=dict)
     branch_twins: dict[str, str] = field(default_factory=dict)
     generates: Union[Any, None, _Unread] = UNREAD
+    repeated_calls: list[RepeatedCall] | None = None
     stopped_at: str | None = None
     requested_device: Union[str, None, _Unread] = UNREAD
 

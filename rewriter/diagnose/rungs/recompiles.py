@@ -29,6 +29,7 @@ from ..as_run import compiled_as_run, compiles_itself, marks_eager_only
 from ..context import Context
 from ..dynamo_log import capture, reset
 from ..locate import first_in_src
+from ..repeated_calls import capture as inlining, read as read_repeated
 from ..rung import Finding, Rung, RungResult
 from ..session import tensor_leaves
 from ..value_guards import CALLS, describe, remedy, to_json
@@ -230,8 +231,12 @@ def _sweep(ctx: Context, model: Any) -> _Sweep:
                     _, inputs = ctx.session.build(shape)
                     input_shapes.append([tuple(t.shape) for t in tensor_leaves(inputs)])
                     step = ctx.session.step_fn(compiled, inputs)
+                    # the reference shape's first trace: what Dynamo inlined into each frame, and how often
+                    with inlining() if first_step is None else nullcontext() as inlined:
+                        ctx.session.run(step, f"{forward} under {how} at {dict(shape)}")
+                    if first_step is None:
+                        ctx.evidence.repeated_calls = read_repeated(inlined, ctx.session.src)
                     first_step = first_step or step
-                    ctx.session.run(step, f"{forward} under {how} at {dict(shape)}")
             guards, repeat_error = _repeat(ctx, first_step, how, forward, ctx.session.spec.shapes[0])
     finally:
         reset()
@@ -308,6 +313,8 @@ def _measurement(ctx: Context, log: Any, input_shapes: list[list[tuple[int, ...]
         "value_guards": to_json(guards),
         "value_guards_error": repeat_error,
         "compiled_by": how,
+        # functions of SRC Dynamo inlined many times into one traced frame (:mod:`..repeated_calls`)
+        "repeated_calls": [r.to_json() for r in ctx.evidence.repeated_calls or []],
     }
 
 
