@@ -171,3 +171,13 @@ def test_code_a_warning_quotes_is_printed_as_written(tmp_path, capsys):
     train = TRAIN.format(off="").replace("model.state_dict()", "nets[name].state_dict()")
     err = _rewrite(tmp_path, capsys, {"model.py": NET, "train.py": train}, "{disable: true}")
     assert "train.py:10 (nets[name].state_dict(...))" in err, err
+
+
+def test_an_annotated_assignment_of_the_call_warns_too(tmp_path, capsys):
+    """``model: nn.Module = torch.compile(model)`` binds the wrapper as a plain assignment does: the
+    edit that unwraps it changes the keys the same way, and is warned of."""
+    train = TRAIN.format(off="").replace("    model = torch.compile(", "    model: torch.nn.Module = torch.compile(")
+    err = _rewrite(tmp_path, capsys, {"model.py": NET, "train.py": train}, "{disable: true}", "whole")
+    assert "own_call on train.py:7 (`model: torch.nn.Module = torch.compile(model, backend=\"eager\")`), turned off " \
+           "(disable: true): model becomes the module itself" in err, err
+    assert "at train.py:10 (model.state_dict(...))" in err, err

@@ -155,12 +155,14 @@ def key_changes(bounds: list[Any]) -> list[KeyChange]:
         small = statement_of(func, call)
         if isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1:
             bound = _code(small.targets[0].target)
-            if bound.endswith(".forward"):
-                continue  # model.forward = torch.compile(...): a compiled method, the model unwrapped
+        elif isinstance(small, cst.AnnAssign) and small.value is call:  # model: nn.Module = torch.compile(model)
+            bound = _code(small.target)
         elif isinstance(small, cst.Return) and small.value is call:
             bound = "the returned model"
         else:
             continue  # the result is not held: no module the program saves is wrapped
+        if bound.endswith(".forward"):
+            continue  # model.forward = torch.compile(...): a compiled method, the model unwrapped
         own_call = action.own_call
         before = not turned_off(call)
         if own_call.regional is not None:
