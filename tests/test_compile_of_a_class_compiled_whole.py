@@ -117,3 +117,24 @@ def test_an_own_call_that_keeps_the_call_on_is_refused_by_the_own_call_rule(tmp_
     _rewrite(tmp_path, {"model.py": MODEL, "train.py": TRAIN}, plan, 2)
     err = _err(capsys)
     assert "the own_call of actions[0] keeps that call on" in err, err
+
+
+@pytest.mark.parametrize("train", [
+    # bound to a name the function never uses: the program calls the original Net, nothing compiles
+    "import torch\nfrom model import Net\n\n\ndef main():\n    compiled = torch.compile(Net())\n"
+    "    return Net()(torch.randn(3, 4))\n",
+    # the same at a script's top level, the name used nowhere in SRC
+    "import torch\nfrom model import Net\n\nunused_net = torch.compile(Net())\n",
+])
+def test_a_call_whose_result_nothing_uses_is_not_refused_as_diagnose_reads_it(tmp_path, train):
+    """Diagnose reads such a call as compiling nothing (own_compiles' idle, kind unused) and proposes
+    a compile of Net over it; the rewrite refusing it made diagnose's own plan unusable (diagnose
+    exited 2 after writing plan.yaml, at the validation report's rewrite)."""
+    from test_source_compile_forms import _rewrite
+
+    from rewriter.diagnose.own_compile import own_compiles
+
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "train.py").write_text(train)
+    assert [o.idle_kind for o in own_compiles(tmp_path / "probe")] == ["unused"]
+    _rewrite(tmp_path, {"model.py": MODEL, "train.py": train}, ADD, 0)

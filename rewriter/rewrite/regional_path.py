@@ -148,7 +148,8 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
     level): as for an ``own_call`` edit that keeps it on, Dynamo inlines the decorated ``forward``
     and the plan's compile is never used. Not read: a call that passes ``disable=True`` (it returns
     the instance itself, whose decorated ``forward`` compiles), a ``torch.compile(...)`` whose
-    result is discarded (it compiles nothing), ``compile_repeated_blocks`` (:mod:`rewriter.own_regional`'s),
+    result is discarded or bound to a name nothing uses (it compiles nothing; as diagnose reads it,
+    :func:`_compiles_nothing`), ``compile_repeated_blocks`` (:mod:`rewriter.own_regional`'s),
     a decorator, and a call in a function an ``own_call`` of the plan edits (read above).
 
     SRC is walked once, only where an added compile's target is a ``forward`` (a class target
@@ -175,6 +176,7 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
         return
     edited = {(b.target.relpath, b.target.qualname) for b in bounds
               if isinstance(b.action, CompileAction) and b.action.own_call is not None}
+    idle: set[str] | None = None  # read only where a call would be refused
     for seen, path in enumerate(python_files(src)):
         if seen >= MAX_FILES:
             return
@@ -210,6 +212,10 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
                     continue
                 pos = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider).get(site.node)
                 where = f"{rel}:{pos.start.line}" if pos is not None else rel
+                if idle is None:
+                    idle = _compiles_nothing(loaded, src)
+                if where in idle:
+                    continue  # bound to a name nothing uses: diagnose reads it so and proposes a compile over it
                 code = " ".join(cst.Module([]).code_for_node(call).split())[:120]
                 edit = (f"edit that call instead (action compile, target {rel}::{qual}, own_call: {{regional: <blocks>}} "
                         "or {disable: true})" if qual is not None and len(sites) == 1 else "change that call by hand")
@@ -221,6 +227,22 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
                     hint=f"drop this action, {edit}, or make this action a hint to that compile (strategy: nested, "
                          "beside a strategy: whole action of the plan)",
                 )
+
+
+def _compiles_nothing(loaded: LoadedPlan, src: Path) -> set[str]:
+    """``file.py:line`` of each of the program's compile calls under ``src`` that diagnose reads as
+    compiling nothing the program runs, of the kinds read from the call alone
+    (:attr:`rewriter.diagnose.own_compile.OwnCompile.idle_kind` ``no-op`` or ``unused``: a
+    ``self = torch.compile(self)``, a result bound to a name nothing uses), so that the rewrite
+    refuses no compile of a class that diagnose's search proposes over such a call. Raises nothing."""
+    from ..diagnose.own_compile import own_compiles
+
+    h = loaded.plan.harness
+    entries = frozenset({f"{h.file}::{h.model}", f"{h.file}::{h.inputs}"}) if h is not None else frozenset()
+    try:
+        return {o.where for o in own_compiles(src, entries=entries) if o.idle_kind in ("no-op", "unused")}
+    except Exception:  # noqa: BLE001 - then every call is read as compiling: the refusal stands
+        return set()
 
 
 def _scopes(module: cst.Module) -> Any:
