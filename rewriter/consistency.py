@@ -67,7 +67,7 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
   reads it; SRC walked once, only where the plan adds a compile of a ``forward``, only files that
   mention ``compile`` parsed): where an ``own_call`` of the plan keeps that call on, the refusal
   names that action; where the plan does not edit the call, it names the call (``file:line``) and
-  the way through, an ``own_call`` edit of it (``regional`` or ``disable: true``) or ``strategy:
+  the way through, an ``own_call`` edit of it (``disable: true``; ``regional`` would leave the blocks it compiles in place inlined into this compile, that compile never used) or ``strategy:
   nested`` beside the plan's ``whole`` compile. A call with ``disable=True`` or a discarded result
   compiles nothing and is not read. Diagnose's candidate rewrites skip the SRC walk (its search
   prunes such a compile itself, :func:`rewriter.diagnose.candidates.compose`).

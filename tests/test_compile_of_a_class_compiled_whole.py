@@ -55,8 +55,8 @@ def test_a_compile_of_a_class_another_file_compiles_whole_is_refused_naming_the_
     assert f"plan.yaml:3: actions[0] (compile {target}): compile of Net: the program compiles an instance of it " \
            "whole itself, at train.py:6: torch.compile(Net())" in err, err
     assert "would never be used" in err, err
-    assert "edit that call instead (action compile, target train.py::main, own_call: {regional: <blocks>} or " \
-           "{disable: true})" in err and "strategy: nested, beside a strategy: whole action" in err, err
+    assert "edit that call instead (action compile, target train.py::main, own_call: {disable: true}; " \
+           "not regional" in err and "strategy: nested, beside a strategy: whole action" in err, err
 
 
 @pytest.mark.parametrize("train, line, edit", [
@@ -138,3 +138,52 @@ def test_a_call_whose_result_nothing_uses_is_not_refused_as_diagnose_reads_it(tm
     (tmp_path / "probe" / "train.py").write_text(train)
     assert [o.idle_kind for o in own_compiles(tmp_path / "probe")] == ["unused"]
     _rewrite(tmp_path, {"model.py": MODEL, "train.py": train}, ADD, 0)
+
+
+def test_the_way_through_is_not_regional_whose_blocks_the_plans_compile_would_inline(tmp_path, capsys):
+    """Turned regional, the program compiles each block in place; the plan's decorated
+    ``Net.forward`` then traces those blocks and inlines them, so the regional compile is the one
+    never used (CPU torch: the blocks' backend gets no graph). The refusal's way through is
+    ``disable: true``, not ``regional``."""
+    import warnings
+
+    import torch
+
+    got = []
+
+    def backend(name):
+        def compile_fn(gm, example_inputs):
+            got.append(name)
+            return gm.forward
+        return compile_fn
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(2)])
+
+        @torch.compile(backend=backend("plan"))
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    torch._dynamo.reset()
+    net = Net()
+    for block in net.layers:  # what own_call: {regional: layers} writes
+        block.compile(backend=backend("regional"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net(torch.randn(2, 4))
+    assert got == ["plan"], got
+    torch._dynamo.reset()
+
+    from test_source_compile_forms import _rewrite
+
+    _rewrite(tmp_path, {"model.py": MODEL, "train.py": TRAIN}, ADD, 2)
+    err = _err(capsys)
+    assert "own_call: {disable: true}; not regional" in err and "{regional" not in err, err
+    plan = "  - {action: compile, target: train.py::main, strategy: whole, own_call: {fullgraph: true}}\n" + ADD
+    _rewrite(tmp_path, {"model.py": MODEL, "train.py": TRAIN}, plan, 2)
+    err = _err(capsys)
+    assert "(own_call: {disable: true}) in actions[0] (not regional" in err and "{regional" not in err, err

@@ -129,8 +129,8 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any, src:
             f"compile of {name}: {o.target.relpath}::{o.target.qualname} compiles an instance of it whole ({code}), and "
             f"the own_call of actions[{o.index}] {keeps}: Dynamo traces {name}.forward inside that compile and "
             "inlines it, so this compile and its options would never be used",
-            hint=f"drop this action, or turn the program's call regional (own_call: {{regional: <blocks>}}) or off "
-                 f"(own_call: {{disable: true}}) in actions[{o.index}]",
+            hint=f"drop this action, or turn the program's call off (own_call: {{disable: true}}) in actions[{o.index}] "
+                 "(not regional: this compile would inline the blocks that call compiles in place)",
         )
     if src is not None:
         _check_unedited(loaded, bounds, adds, parse, src)
@@ -217,8 +217,9 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
                 if where in idle:
                     continue  # bound to a name nothing uses: diagnose reads it so and proposes a compile over it
                 code = " ".join(cst.Module([]).code_for_node(call).split())[:120]
-                edit = (f"edit that call instead (action compile, target {rel}::{qual}, own_call: {{regional: <blocks>}} "
-                        "or {disable: true})" if qual is not None and len(sites) == 1 else "change that call by hand")
+                edit = (f"edit that call instead (action compile, target {rel}::{qual}, own_call: {{disable: true}}; "
+                        "not regional: this compile would inline the blocks it compiles in place)"
+                        if qual is not None and len(sites) == 1 else "change that call by hand")
                 raise loaded.error(
                     c.index,
                     f"compile of {made}: the program compiles an instance of it whole itself, at {where}: {code}; "
