@@ -23,6 +23,7 @@ classes of the same file), which picks how the loop walks it
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,8 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any, src:
 
 #: At most this many ``.py`` files under SRC are looked at for the program's whole-model compiles.
 MAX_FILES = 5000
+#: A compile call as written (``torch.compile(``, ``model.compile(``): a file without one is not parsed.
+_COMPILE_CALL = re.compile(r"\bcompile\s*\(")
 
 
 def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str, str], Any], parse: Any,
@@ -153,7 +156,7 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
     a decorator, and a call in a function an ``own_call`` of the plan edits (read above).
 
     SRC is walked once, only where an added compile's target is a ``forward`` (a class target
-    resolves to it); only files whose bytes mention ``compile`` are parsed, at most
+    resolves to it); only files that write a compile call and name one of the added classes are parsed, at most
     :data:`MAX_FILES` files, the folders :func:`rewriter.source.python_files` leaves out skipped; a
     file that cannot be read or parsed is left out. The class is read as :func:`_model_class` reads
     it, in the function's (or the module's) own body.
@@ -184,7 +187,12 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
         try:
             if not mentions(path, b"compile", rel):
                 continue
-            module = parse_module(read_file(path, rel).text, rel)
+            text = read_file(path, rel).text
+            # parsed only where a compile call and one of the classes are both written: LibCST's parse
+            # is the cost (a package tree such as transformers mentions compile in hundreds of files)
+            if not _COMPILE_CALL.search(text) or not any(re.search(rf"\b{re.escape(n)}\b", text) for n in names):
+                continue
+            module = parse_module(text, rel)
         except (OSError, StackpartError):
             continue
         imports = imported_names(module)
