@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import libcst as cst
 import libcst.matchers as m
@@ -291,3 +292,79 @@ def container_of(iterable: str) -> str:
         if iterable.endswith(suffix):
             return iterable[: -len(suffix)]
     return iterable
+
+
+#: At most this many ``.py`` files under SRC are read to see whether a name is used anywhere.
+TEXT_FILES = 2000
+#: Files larger than this (bytes) are not read for names (generated code, data).
+TEXT_BYTES = 2_000_000
+
+
+class SourceTexts:
+    """Every ``.py`` file's text under ``src`` (:func:`rewriter.source.python_files`, at most
+    :data:`TEXT_FILES` of at most :data:`TEXT_BYTES` bytes each; one that cannot be read left out),
+    read once on first use: where a name is used anywhere in SRC (:meth:`uses`)."""
+
+    def __init__(self, src: Any) -> None:
+        self.src = src
+        self._texts: list[str] | None = None
+
+    def texts(self) -> list[str]:
+        if self._texts is None:
+            from .errors import StackpartError
+            from .source import python_files, read_file
+
+            out: list[str] = []
+            for path in python_files(self.src):
+                if len(out) >= TEXT_FILES:
+                    break
+                try:
+                    if path.stat().st_size <= TEXT_BYTES:
+                        out.append(read_file(path).text)
+                except (OSError, StackpartError):
+                    continue
+            self._texts = out
+        return self._texts
+
+    def uses(self, name: str) -> int:
+        """How many times ``name`` is written as a word in SRC's files (its ``def`` included)."""
+        word = re.compile(rf"(?<![\w.]){re.escape(name)}\b|\.{re.escape(name)}\b")
+        return sum(len(word.findall(t)) for t in self.texts())
+
+
+def loads_after(scope: cst.FunctionDef, name: str, stmt: cst.Assign) -> int:
+    """How many times ``name`` is written in ``scope`` (a function, nested code included) other
+    than as ``stmt``'s own target or a parameter."""
+    skip = {id(t.target) for t in stmt.targets}
+    count = 0
+
+    class _V(cst.CSTVisitor):
+        def visit_Param(self, node: cst.Param) -> bool:
+            return False
+
+        def visit_Name(self, node: cst.Name) -> None:
+            nonlocal count
+            if node.value == name and id(node) not in skip:
+                count += 1
+
+    scope.body.visit(_V())
+    return count
+
+
+def unused_result(scope: cst.CSTNode, stmt: cst.CSTNode | None, call: cst.Call, texts: SourceTexts) -> str | None:
+    """The name ``call``'s result is bound to where nothing uses it, else None: ``stmt`` is
+    ``name = <call>`` (one target, a plain name other than ``self``), and ``name`` is never written
+    again in ``scope`` where it is a function (:func:`loads_after`), or written once in all of SRC
+    (``texts``) where it is a module's top level. torch.compile returns a new object and changes
+    nothing in place, so such a call compiles nothing the program runs (torch.compile docs,
+    "Compiling modules"); diagnose reads it so (:attr:`rewriter.diagnose.own_compile.OwnCompile.idle_kind`
+    ``unused``) and so does the rewrite's refusal of a compile of a class compiled whole
+    (:func:`rewriter.rewrite.regional_path.check_compiled_whole`)."""
+    if not (isinstance(stmt, cst.Assign) and stmt.value is call and len(stmt.targets) == 1):
+        return None
+    target = stmt.targets[0].target
+    if not isinstance(target, cst.Name) or target.value == "self":
+        return None
+    if isinstance(scope, cst.FunctionDef):
+        return target.value if loads_after(scope, target.value, stmt) == 0 else None
+    return target.value if texts.uses(target.value) <= 1 else None

@@ -69,8 +69,10 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
   names that action; where the plan does not edit the call, it names the call (``file:line``) and
   the way through, an ``own_call`` edit of it (``disable: true``; ``regional`` would leave the blocks it compiles in place inlined into this compile, that compile never used) or ``strategy:
   nested`` beside the plan's ``whole`` compile. A call with ``disable=True`` or a discarded result
-  compiles nothing and is not read. Diagnose's candidate rewrites skip the SRC walk (its search
-  prunes such a compile itself, :func:`rewriter.diagnose.candidates.compose`).
+  compiles nothing and is not read. Diagnose reads SRC so once per run for all its candidates and
+  the plan it writes (:class:`.rewrite.regional_path.ProgramCompiles`,
+  :func:`rewriter.diagnose.search.candidate_rewrite`): a candidate refused so is pruned, and no plan
+  it writes is one the rewrite refuses.
 * a ``compile`` (not ``own_call``) of a block class the program compiles itself with
   ``model.compile_repeated_blocks(...)`` (a class named in a ``_repeated_blocks`` list that SRC or
   the library target's own file declares), or of the model class that declares it: the blocks would

@@ -273,11 +273,11 @@ def test_an_early_anchor_the_proposal_does_not_measure_is_ended_before_the_measu
     rewrites: list[str] = []
     candidate_rewrite = search.candidate_rewrite
 
-    def whole_fails_in_the_search(c, src):  # noqa: ANN001, ANN202
+    def whole_fails_in_the_search(c, src, *reading):  # noqa: ANN001, ANN002, ANN202
         rewrites.append(c.name)
         if c.name == "whole" and rewrites.count("whole") > 1:  # the first is the early anchor's
             raise StackpartError("planted: the proposal's anchor does not rewrite")
-        return candidate_rewrite(c, src)
+        return candidate_rewrite(c, src, *reading)
 
     monkeypatch.setattr(search, "candidate_rewrite", whole_fails_in_the_search)
     children: list = []

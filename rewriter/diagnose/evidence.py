@@ -74,6 +74,9 @@ class Evidence:
         stopped_at: the rung the ladder stopped at on a fragmentation OOM; None when every rung ran.
         requested_device: the harness's own ``device`` before it was resolved (None: unset), for
             the validation report's environment; :data:`UNREAD` when no diagnose run set it.
+        program_compiles: SRC's whole-model compile calls of a class instance, walked once for every
+            plan diagnose rewrites (:class:`rewriter.rewrite.regional_path.ProgramCompiles`,
+            :func:`.search.src_reading`); None until read.
     """
 
     reference: tuple[Any, Any, Any] | None = None
@@ -96,6 +99,7 @@ class Evidence:
     repeated_calls: list[RepeatedCall] | None = None
     stopped_at: str | None = None
     requested_device: Union[str, None, _Unread] = UNREAD
+    program_compiles: Any = None
 
 
 def where_raised(raised: dict[str, Any]) -> str:

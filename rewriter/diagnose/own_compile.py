@@ -427,66 +427,15 @@ def _calls(facts, func, rel: str) -> tuple[str, ...]:
 
 #: Functions called without their name being written: module hooks, dunders, the harness's entries.
 _IMPLICIT = frozenset({"forward", "__init__", "__call__", "main"})
-#: At most this many ``.py`` files are read to see whether a helper is called anywhere in SRC.
-MAX_FILES = 2000
 
 
-class _Texts:
-    """Every ``.py`` file's text under SRC, read once on first use (for :func:`_called`)."""
-
-    def __init__(self, src: Path) -> None:
-        self.src = src
-        self._texts: list[str] | None = None
-
-    def texts(self) -> list[str]:
-        if self._texts is None:
-            from ..errors import StackpartError
-            from ..source import python_files, read_file
-
-            out: list[str] = []
-            for path in python_files(self.src):
-                if len(out) >= MAX_FILES:
-                    break
-                try:
-                    if path.stat().st_size <= MAX_BYTES:
-                        out.append(read_file(path).text)
-                except (OSError, StackpartError):
-                    continue
-            self._texts = out
-        return self._texts
-
-    def uses(self, name: str) -> int:
-        """How many times ``name`` is written as a word in SRC's files (its ``def`` included)."""
-        word = re.compile(rf"(?<![\w.]){re.escape(name)}\b|\.{re.escape(name)}\b")
-        return sum(len(word.findall(t)) for t in self.texts())
-
-
-def _loads_after(facts, scope, name: str, stmt) -> int:
-    """How many times ``name`` is written in ``scope`` (a function, nested code included) other
-    than as ``stmt``'s own target or a parameter."""
-    import libcst as cst
-
-    skip = {id(t.target) for t in stmt.targets}
-    count = 0
-
-    class _V(cst.CSTVisitor):
-        def visit_Param(self, node: cst.Param) -> bool:
-            return False
-
-        def visit_Name(self, node: cst.Name) -> None:
-            nonlocal count
-            if node.value == name and id(node) not in skip:
-                count += 1
-
-    scope.body.visit(_V())
-    return count
-
-
-def _idle(facts, node, code: str, texts: _Texts, entries: frozenset[str], rel: str) -> tuple[str | None, str | None]:
+def _idle(facts, node, code: str, texts: Any, entries: frozenset[str], rel: str) -> tuple[str | None, str | None]:
     """``(why, kind)`` the compile at ``node`` compiles nothing the program runs, or ``(None, None)``
     (see :attr:`OwnCompile.idle`). torch.compile returns a new ``OptimizedModule`` or function and
     changes nothing in place (``nn.Module.compile`` does): torch.compile docs, "Compiling modules"."""
     import libcst as cst
+
+    from ..compile_facts import unused_result
 
     func = node if isinstance(node, cst.FunctionDef) else None
     if isinstance(node, cst.Decorator):
@@ -502,11 +451,12 @@ def _idle(facts, node, code: str, texts: _Texts, entries: frozenset[str], rel: s
             if isinstance(target, cst.Name) and target.value == "self":
                 return ("it rebinds the local name self to the compiled module: the module the caller holds is not "
                         "compiled, so nothing compiles; self.compile() compiles it in place"), "no-op"
-            if isinstance(target, cst.Name) and not isinstance(scope, cst.FunctionDef) and texts.uses(target.value) <= 1:
-                return (f"its result is bound to {target.value}, which nothing in SRC uses: the program calls the "
+            unused = unused_result(scope, parent, node, texts)
+            if unused is not None and not isinstance(scope, cst.FunctionDef):
+                return (f"its result is bound to {unused}, which nothing in SRC uses: the program calls the "
                         "original, so nothing compiles"), "unused"
-            if isinstance(target, cst.Name) and isinstance(scope, cst.FunctionDef) and _loads_after(facts, scope, target.value, parent) == 0:
-                return (f"its result is bound to {target.value}, which {scope.name.value} never uses: the program calls "
+            if unused is not None:
+                return (f"its result is bound to {unused}, which {scope.name.value} never uses: the program calls "
                         "the original, so nothing compiles"), "unused"
         func = facts.enclosing_function(node)
     if not isinstance(func, cst.FunctionDef):
@@ -604,7 +554,9 @@ def _found(facts, rel: str, off: bool) -> list[tuple[Any, bool, tuple[str, str],
 
 def _own(src: str | Path, parsed: list[tuple[str, Any, Any]] | None, entries: frozenset[str], off: bool) -> list[OwnCompile]:
     """:func:`own_compiles` (``off`` False) or :func:`off_compiles` (``off`` True)."""
-    texts = _Texts(Path(src))
+    from ..compile_facts import SourceTexts
+
+    texts = SourceTexts(Path(src))
     out: list[tuple[str, int, OwnCompile]] = []
     for rel, facts, positions in parsed if parsed is not None else _parsed(Path(src)):
         rebinds = _rebinds(facts)

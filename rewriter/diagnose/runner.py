@@ -22,6 +22,7 @@ from ..errors import StackpartError, src_dir
 from ..harness import device_record, load_harness, resolve_device
 from ..plan import Amortization, Harness
 from ..shapes import with_own_default_shape
+from .candidate import AS_IS
 from .context import Context
 from .declared import read as declared_blocks
 from .evidence import UNREAD
@@ -527,8 +528,30 @@ def _plan_by_rules(run: _Run, stopped: bool) -> Any:
     if not own and not off:
         return decision
     composed, why = compose(decision.plan, OwnScope.of(run.ctx, own, off), rule=True)
-    return Decision(composed if composed is not None else decision.plan,
-                    decision.notes + [f"not planned: {w}" for w in dict.fromkeys(why)])
+    decision = Decision(composed if composed is not None else decision.plan,
+                        decision.notes + [f"not planned: {w}" for w in dict.fromkeys(why)])
+    return _rewrites(run, decision)
+
+
+def _rewrites(run: _Run, decision: Any) -> Any:
+    """``decision``, where ``stackpart rewrite`` takes its plan as written (SRC read as it reads it,
+    :func:`.search.src_reading`); else a plan that changes nothing, its note saying why (the rules'
+    proposal is not measured: no other candidate stands in)."""
+    from ..plan import parse_plan
+    from ..rewrite.transform import plan_rewrite
+    from .planner import Decision
+    from .search import src_reading
+
+    if not decision.plan.actions:
+        return decision
+    try:
+        plan_rewrite(parse_plan(plan_yaml(decision.plan), "the rules' proposal"), run.ctx.session.src, unsafe=True,
+                     read_src=src_reading(run.ctx))
+    except StackpartError as exc:
+        return Decision(decision.plan.model_copy(update={"actions": []}),
+                        decision.notes + [f"not planned: stackpart rewrite refuses the rules' proposal ({exc}): the plan "
+                                          "changes nothing"])
+    return decision
 
 
 def _notes(run: _Run, decision: Any, outcome: Outcome, site: str | None) -> list[str]:
@@ -552,12 +575,20 @@ def _notes(run: _Run, decision: Any, outcome: Outcome, site: str | None) -> list
 
 
 def _write(run: _Run, outcome: Outcome, started: float) -> None:
-    """Write plan.yaml (checked to load first), the charts, report.md, report.json and the
-    chosen candidate's validation report; fill ``outcome.paths`` and ``outcome.seconds``."""
+    """Write plan.yaml (checked to load, and the search's to rewrite, first), the charts,
+    report.md, report.json and the chosen candidate's validation report; fill ``outcome.paths``
+    and ``outcome.seconds``.
+
+    Raises:
+        StackpartError: the plan does not load or (the search's) does not rewrite as ``stackpart
+            rewrite`` reads it, before anything is written (the search and the rules checked it:
+            a bug of ours).
+    """
     from ..plan import parse_plan
 
     text = plan_yaml(outcome.plan)
-    parse_plan(text, str(run.plan_out))  # the plan we write must load: a bug here is ours, fail loudly
+    loaded = parse_plan(text, str(run.plan_out))  # the plan we write must load: a bug here is ours, fail loudly
+    rewritten = _rewritten(run, loaded, outcome)
     run.plan_out.parent.mkdir(parents=True, exist_ok=True)
     run.plan_out.write_text(text, encoding="utf-8")
     out_dir = run.out_dir
@@ -575,7 +606,24 @@ def _write(run: _Run, outcome: Outcome, started: float) -> None:
         if log is not None and (log is run.feed.log or log.exists()):
             outcome.paths[what] = str(log)
     if outcome.search is not None:
-        _write_validation(outcome.search, run.ctx, run.plan_out, outcome)
+        _write_validation(outcome.search, run.ctx, run.plan_out, outcome, rewritten)
+
+
+def _rewritten(run: _Run, loaded: Any, outcome: Outcome) -> Any:
+    """The search's chosen plan as written (``loaded``), rewritten with SRC read as ``stackpart
+    rewrite`` reads it (:func:`.search.src_reading`): the diff its validation report binds; None
+    for the rules' plan and a plan that changes nothing.
+
+    Raises:
+        StackpartError: the plan does not rewrite.
+    """
+    found = outcome.search
+    if found is None or found.chosen is None or found.chosen.name == AS_IS:
+        return None
+    from ..rewrite.transform import plan_rewrite
+    from .search import src_reading
+
+    return plan_rewrite(loaded, run.ctx.session.src, unsafe=True, read_src=src_reading(run.ctx))
 
 
 def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_dir: Path, console: Any,
@@ -624,6 +672,11 @@ def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_d
 
 
 def _search_notes(found: Any) -> list[str]:
+    """The plan's notes from the search: the chosen candidate's (and the rule's), the decision, what
+    the search read of the program, the pruned lines (a plan ``stackpart rewrite`` refuses among
+    them, said there once) and the failed candidates."""
+    from .search import REFUSED
+
     cand = found.chosen
     notes = list(cand.notes if cand is not None else [])
     rule = next((c for c in found.candidates if c.rule), None)
@@ -635,19 +688,21 @@ def _search_notes(found: Any) -> list[str]:
     notes.extend(f"search: {n}" for n in found.notes
                  if n.startswith(("the program as it is", "allocator candidate", "the program's own whole-model compile")))
     notes.extend(f"search: pruned {p}" for p in found.pruned)
-    failed = [f"{n}: {s}" for n, s in found.choice.status.items() if s.startswith("failed")]
+    failed = [f"{n}: {s}" for n, s in found.choice.status.items() if s.startswith("failed")
+              and not any(p.startswith(f"{n}: {REFUSED}") or f"; also {n}: {REFUSED}" in p for p in found.pruned)]
     if failed:
         notes.append("search: left out as failed (never written): " + " | ".join(failed)[:1500])
     return notes
 
 
-def _write_validation(found: Any, ctx: Context, plan_out: Path, outcome: Outcome) -> None:
-    """The chosen candidate's measurement as its validation report (``rewrite --apply`` checks it)."""
+def _write_validation(found: Any, ctx: Context, plan_out: Path, outcome: Outcome, result: Any = None) -> None:
+    """The chosen candidate's measurement as its validation report (``rewrite --apply`` checks it);
+    ``result``: the plan's rewrite already made (:func:`_rewritten`)."""
     from ..validate.report import default_report_dir as validation_dir
     from ..validate.report import write_report
     from .search import validation_report
 
-    report = validation_report(found, ctx, plan_out)
+    report = validation_report(found, ctx, plan_out, result)
     if report is None:
         return
     paths = write_report(report, validation_dir(plan_out))

@@ -374,10 +374,9 @@ def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any, ear
         if c.name == AS_IS:
             continue
         try:
-            result = candidate_rewrite(c, src)
+            result = candidate_rewrite(c, src, candidate_reading(ctx))
         except StackpartError as exc:
-            out.rows[c.name] = {"problems": [f"the plan does not rewrite: {exc}"]}
-            say(f"{c.name}: the plan does not rewrite: {exc}")
+            refused(out, c.name, exc)  # search.log says it with the other pruned lines
             continue
         if not result.changes:
             out.rows[c.name] = {"skipped": f"changes nothing in SRC: the same as {AS_IS!r}"}
@@ -402,17 +401,57 @@ def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any, ear
     return trees
 
 
-def candidate_rewrite(c: Candidate, src: Path) -> Any:
+def candidate_rewrite(c: Candidate, src: Path, reading: Any = False) -> Any:
     """``c``'s plan through the real rewrite path (:func:`rewriter.rewrite.transform.plan_rewrite`,
-    unsafe: the search measures what a user would apply; SRC beyond the plan's files is not read
-    for the program's whole-model compiles: the stand-in 'whole' compiles the model class beside
-    one the harness does not run, and :func:`.candidates.compose` prunes the others). Raises
-    StackpartError when it does not rewrite."""
+    unsafe: the search measures what a user would apply). ``reading``: SRC's whole-model compiles
+    a compile of a class would be inlined into, as ``stackpart rewrite`` reads them
+    (:func:`candidate_reading`, :func:`src_reading`), or False not to read them (the early anchor,
+    :mod:`.early_reference`, started before the search knows whether its 'whole' stands in for a
+    compile of the program's the harness does not run). Raises StackpartError when it does not
+    rewrite."""
     from ..plan import parse_plan
     from ..rewrite.transform import plan_rewrite
     from .report import plan_yaml
 
-    return plan_rewrite(parse_plan(plan_yaml(c.plan), f"candidate {c.name}"), src, unsafe=True, read_src=False)
+    return plan_rewrite(parse_plan(plan_yaml(c.plan), f"candidate {c.name}"), src, unsafe=True, read_src=reading)
+
+
+def src_reading(ctx: Context) -> Any:
+    """SRC's whole-model compile calls of a class instance
+    (:class:`rewriter.rewrite.regional_path.ProgramCompiles`), walked once per diagnose and kept in
+    ``ctx.evidence``: what ``stackpart rewrite`` reads to refuse a compile of a class the program
+    compiles whole itself, so that no plan diagnose measures or writes is one it refuses."""
+    from ..rewrite.regional_path import ProgramCompiles
+
+    if ctx.evidence.program_compiles is None:
+        ctx.evidence.program_compiles = ProgramCompiles(ctx.session.src)
+    return ctx.evidence.program_compiles
+
+
+def candidate_reading(ctx: Context) -> Any:
+    """:func:`src_reading` for the candidates' rewrites: the program's call measured through
+    stand-ins (:func:`.own_candidates.standin`) left out, since the plan written edits that call
+    instead of compiling beside it (:func:`.own_candidates.translate`), and that plan is checked
+    with the call read (:func:`_decided`)."""
+    stand = ctx.evidence.own_standin
+    reading = src_reading(ctx)
+    return reading.measuring(frozenset({stand.where})) if stand is not None else reading
+
+
+#: How a pruned line of a candidate whose plan ``stackpart rewrite`` refuses goes on after its name.
+REFUSED = "stackpart rewrite refuses its plan: "
+
+
+def refused(out: SearchOutcome, name: str, exc: StackpartError) -> str:
+    """Candidate ``name``, whose plan ``stackpart rewrite`` refuses (``exc``), is out: failed, as
+    :func:`.decide.decide` excludes a failed candidate (a ``problems`` row), and pruned with the
+    refusal's message (the report's pruned list and the notes); returns that pruned line, for
+    search.log where the pruned lines were said already."""
+    out.rows[name] = {**{k: v for k, v in (out.rows.get(name) or {}).items() if k != "problems"},
+                      "problems": [f"the plan does not rewrite: {exc}"]}
+    line = f"{name}: {REFUSED}{exc}"
+    out.pruned = merge([*out.pruned, line])
+    return line
 
 
 def materialise(c: Candidate, src: Path, tree: Path, result: Any) -> None:
@@ -619,7 +658,9 @@ def _judge_twins(ctx: Context, out: SearchOutcome, say: Any) -> None:
 def _decided(ctx: Context, out: SearchOutcome, m: Any, say: Any) -> None:
     """The decision (:func:`.decide.decide`) over the rows in proposal order with the measured
     noise band; a plan measured through stand-ins for the program's own compile is written as the
-    edit of that call."""
+    edit of that call. The chosen plan, as written, is rewritten with SRC read as ``stackpart
+    rewrite`` reads it (:func:`src_reading`); one it refuses is out (:func:`refused`) and the
+    decision is made again without it, down to the program as it is (a plan that changes nothing)."""
     from ..engine.noise import process_noise
 
     samples = [{(AS_IS if k == "eager" else k): v for k, v in per.items()} for per in m.samples]
@@ -633,16 +674,28 @@ def _decided(ctx: Context, out: SearchOutcome, m: Any, say: Any) -> None:
         raised = standin_raises(ctx, ctx.evidence.own_standin)  # that call raises as it is
     out.as_is_raises = raised is not None  # the as-is row is then the program with compilation off
     baseline = COMPILATION_OFF if out.as_is_raises else AS_RUN
-    out.choice = decide(out.rows, order, samples, a.runs, a.restarts, out.gain_measured, out.noise, baseline)
-    if raised is not None:
-        out.choice = when_as_is_raises(out.choice, out.rows, order, raised, out.noise)
-    if ctx.evidence.own_standin is not None:  # the program's compile measured through stand-ins: its call edited
-        from .own_candidates import translate
+    while True:
+        out.choice = decide(out.rows, order, samples, a.runs, a.restarts, out.gain_measured, out.noise, baseline)
+        if raised is not None:
+            out.choice = when_as_is_raises(out.choice, out.rows, order, raised, out.noise)
+        cand = out.chosen
+        measured = cand.plan if cand is not None else None
+        note = None
+        if ctx.evidence.own_standin is not None:  # the program's compile measured through stand-ins: its call edited
+            from .own_candidates import translate
 
-        note = translate(ctx, out, ctx.evidence.own_standin)
-        if note:
-            out.notes.append(note)
-            say(note)
+            note = translate(ctx, out, ctx.evidence.own_standin)
+        if cand is None or cand.name == AS_IS:
+            break
+        try:  # the plan written, as `stackpart rewrite` reads it (the stand-in's call read too)
+            candidate_rewrite(cand, ctx.session.src, src_reading(ctx))
+            break
+        except StackpartError as exc:  # out, and the decision falls to the next candidate by the same rule
+            cand.plan = measured
+            say(f"pruned {refused(out, cand.name, exc)}")
+    if note:
+        out.notes.append(note)
+        say(note)
     say(f"chose {out.choice.text}")
 
 
@@ -697,10 +750,17 @@ def annotated(out: SearchOutcome) -> Any:
     return cand.plan.model_copy(update={"actions": kept})
 
 
-def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict[str, Any] | None:
+def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path, result: Any = None) -> dict[str, Any] | None:
     """The chosen candidate's measurement as a validation report (the format ``validate`` writes
     and ``rewrite --apply`` checks), bound to its diff's sha256, the plan file as written and SRC's
-    hashes now. None when the chosen plan changes nothing (nothing to gate)."""
+    hashes now. ``result``: that plan's rewrite already made (diagnose's writer makes it before
+    anything is written), else made here. None when the chosen plan changes nothing (nothing to
+    gate).
+
+    Raises:
+        StackpartError: the plan as written does not rewrite (:func:`_decided` rewrote it first: a
+            bug of ours).
+    """
     from ..engine.measure import environment
     from ..engine.verdict import Verdict, contended_band, speed_failures
     from ..plan import load_plan
@@ -713,7 +773,8 @@ def validation_report(out: SearchOutcome, ctx: Context, plan_path: Path) -> dict
         return None
     src = ctx.session.src
     loaded = load_plan(plan_path)
-    result = plan_rewrite(loaded, src, unsafe=True)  # the plan as written: its diff is what --apply checks
+    if result is None:  # the plan as written: its diff is what --apply checks
+        result = plan_rewrite(loaded, src, unsafe=True, read_src=src_reading(ctx))
     if not result.changes:
         return None
     spec = ctx.session.spec

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,8 @@ def check(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> dict[int, str]:
     return kinds
 
 
-def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any, src: Path | None = None) -> None:
+def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
+                         src: "Path | ProgramCompiles | None" = None) -> None:
     """Refuse a ``compile`` the plan adds (not ``own_call``, not ``strategy: nested``) of the class
     (or its ``forward``) whose instance an ``own_call`` edit of the same plan keeps compiled whole
     (``model = torch.compile(Net())``, ``model.compile()``; on once the plan is applied: not
@@ -90,8 +92,9 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any, src:
     on). Dynamo traces the decorated ``forward`` inside that compile, inlining it: the plan's
     decorator and its options are never used (checked on torch 2.13, CPU: its backend gets no
     graph). The class is read as :func:`check` reads it (``parse`` as there); where the source does
-    not say it, nothing is checked. With ``src``, a whole-model compile of the program's that the
-    plan does not edit is read from SRC too (:func:`_check_unedited`).
+    not say it, nothing is checked. With ``src`` (SRC, or a :class:`ProgramCompiles` reading of it
+    made once for many plans), a whole-model compile of the program's that the plan does not edit
+    is read from SRC too (:func:`_check_unedited`).
 
     Raises:
         StackpartError: at the added compile's plan line, naming the program's call and the
@@ -134,17 +137,163 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any, src:
                  "(not regional: this compile would inline the blocks that call compiles in place)",
         )
     if src is not None:
-        _check_unedited(loaded, bounds, adds, parse, src)
+        _check_unedited(loaded, bounds, adds, parse, src if isinstance(src, ProgramCompiles) else ProgramCompiles(src))
 
 
 #: At most this many ``.py`` files under SRC are looked at for the program's whole-model compiles.
 MAX_FILES = 5000
-#: A compile call as written (``torch.compile(``, ``model.compile(``): a file without one is not parsed.
-_COMPILE_CALL = re.compile(r"\bcompile\s*\(")
+
+
+@dataclass(frozen=True)
+class WholeCall:
+    """One of the program's compile calls of an instance of a class (:meth:`ProgramCompiles.calls`).
+
+    Attributes:
+        rel: its file, POSIX path relative to SRC.
+        qual: the function that holds it (``main`` of ``train.py``), None at a script's top level or
+            in a nested function (no plan target names those).
+        alone: it is the only compile call in that function (an ``own_call`` edit of it can name it).
+        made: the class name the source says it compiles (``Net`` of ``torch.compile(Net())``).
+        module: the parsed file; scope: the function (or the module) whose own body holds the call.
+        node: the site's node (its line is :meth:`ProgramCompiles.where`'s); call: the call itself.
+        unused: the name its result is bound to where nothing uses it
+            (:func:`rewriter.compile_facts.unused_result`: it compiles nothing), else None.
+    """
+
+    rel: str
+    qual: str | None
+    alone: bool
+    made: str
+    module: cst.Module
+    scope: Any
+    node: Any
+    call: cst.Call
+    unused: str | None
+
+
+@dataclass
+class ProgramCompiles:
+    """The program's own whole-model compile calls of an instance of a class, in any file under
+    ``src``, read once and shared by every plan checked against it (:func:`check_compiled_whole`):
+    ``stackpart rewrite`` reads SRC once per plan, diagnose once per run for all its candidates
+    and the plan it writes (:func:`rewriter.diagnose.search.candidate_rewrite`).
+
+    Attributes:
+        src: the tree read.
+        measured: ``file.py:line`` of calls left out: diagnose's search measures such a call through
+            stand-ins and writes its choice as an edit of it (:func:`rewriter.diagnose.own_candidates.standin`),
+            and checks the plan it writes with the call read (:meth:`measuring`).
+        cache: what the walk found, shared by :meth:`measuring`'s copies (``texts``, ``parsed``,
+            ``positions``).
+
+    What is read (not calls with ``disable=True``, discarded results, ``compile_repeated_blocks``,
+    decorators; SRC's files as :func:`rewriter.source.python_files` lists them, at most
+    :data:`MAX_FILES`, only those that write a compile call and name a class asked for parsed, one
+    that cannot be read or parsed left out) is :func:`_check_unedited`'s. Raises nothing.
+    """
+
+    src: Path
+    measured: frozenset[str] = frozenset()
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    def measuring(self, where: frozenset[str]) -> "ProgramCompiles":
+        """This reading with the calls at ``where`` (``file.py:line``) left out; the walk shared."""
+        return ProgramCompiles(self.src, frozenset(where), self.cache)
+
+    def calls(self, names: set[str]) -> list[WholeCall]:
+        """Every compile call of an instance of a class named in ``names`` whose result SRC keeps.
+        SRC's files are listed and read once (only those that write a compile call are kept,
+        :data:`_COMPILE_CALL`); a kept file is parsed the first time a name it writes is asked for
+        (LibCST's parse is the cost: a package tree such as transformers writes ``re.compile(`` in
+        hundreds of files and a model's class name in a few)."""
+        from ..compile_facts import SourceTexts
+
+        if "texts" not in self.cache:
+            self.cache["texts"], self.cache["parsed"] = _compile_texts(self.src), {}
+            self.cache["all"] = SourceTexts(self.src)  # read only for a top-level call whose result is bound to a name
+        parsed: dict[str, list[WholeCall]] = self.cache["parsed"]
+        out: list[WholeCall] = []
+        for rel, text in self.cache["texts"].items():
+            if rel not in parsed and any(re.search(rf"\b{re.escape(n)}\b", text) for n in names):
+                parsed[rel] = _whole_calls(rel, text, self.cache["all"])
+            out += [w for w in parsed.get(rel, ()) if w.made in names]
+        return out
+
+    def where(self, c: WholeCall) -> str:
+        """``file.py:line`` of call ``c`` (``file.py`` where it has no position), positions resolved
+        once per file."""
+        from libcst.metadata import MetadataWrapper, PositionProvider
+
+        positions = self.cache.setdefault("positions", {})
+        if c.rel not in positions:
+            positions[c.rel] = MetadataWrapper(c.module, unsafe_skip_copy=True).resolve(PositionProvider)
+        pos = positions[c.rel].get(c.node)
+        return f"{c.rel}:{pos.start.line}" if pos is not None else c.rel
+
+
+#: A compile call as written (``torch.compile(``, ``model.compile(``), not ``re.compile(``: a file
+#: without one holds none of the program's compiles.
+_COMPILE_CALL = re.compile(r"(?<![\w.])compile\s*\(|(?<!\bre)\.compile\s*\(")
+
+
+def _compile_texts(src: Path) -> dict[str, str]:
+    """``relative path -> text`` of the files under ``src`` (as :func:`rewriter.source.python_files`
+    lists them, at most :data:`MAX_FILES`) that write a compile call; unreadable ones left out."""
+    from ..source import mentions, python_files, read_file
+
+    out: dict[str, str] = {}
+    for seen, path in enumerate(python_files(src)):
+        if seen >= MAX_FILES:
+            break
+        rel = path.relative_to(src).as_posix()
+        try:
+            if not mentions(path, b"compile", rel):
+                continue
+            text = read_file(path, rel).text
+        except (OSError, StackpartError):
+            continue
+        if _COMPILE_CALL.search(text):
+            out[rel] = text
+    return out
+
+
+def _whole_calls(rel: str, text: str, texts: Any) -> list[WholeCall]:
+    """The calls of :class:`ProgramCompiles` in one file (``rel`` under ``src``, its ``text``):
+    each compile call of an instance of a class whose result is kept, in each function (and at
+    each top level); none where the file does not parse. ``texts``: SRC's texts
+    (:class:`rewriter.compile_facts.SourceTexts`), read where a result's use is asked."""
+    from ..actions.base import imported_names
+    from ..actions.own_call import OwnCallRefused, find_sites, module_sites, statement_of
+    from ..compile_facts import is_repeated_blocks_call, turned_off, unused_result
+    from ..source import parse_module
+
+    out: list[WholeCall] = []
+    try:
+        module = parse_module(text, rel)
+    except StackpartError:
+        return out
+    imports = imported_names(module)
+    for qual, scope in _scopes(module):
+        try:
+            sites = module_sites(module, imports) if scope is module else find_sites(scope, imports)
+        except OwnCallRefused:
+            continue
+        for site in sites:
+            call = site.call
+            if site.kind == "decorator" or call is None or turned_off(call) or is_repeated_blocks_call(call):
+                continue
+            stmt = statement_of(scope, call)
+            if site.kind == "call" and isinstance(stmt, cst.Expr):
+                continue  # torch.compile(Net()) discarded: it compiles nothing
+            made = _site_class(scope, site)
+            if made is not None:
+                unused = unused_result(scope, stmt, call, texts) if site.kind == "call" else None
+                out.append(WholeCall(rel, qual, len(sites) == 1, made, module, scope, site.node, call, unused))
+    return out
 
 
 def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str, str], Any], parse: Any,
-                    src: Path) -> None:
+                    reading: ProgramCompiles) -> None:
     """Refuse a ``compile`` the plan adds of a class ``Net`` (its ``forward``) whose instance the
     program compiles whole itself with a call the plan does not edit (``model = torch.compile(Net())``,
     ``model = Net(); model.compile()``, in any file under SRC, in a function or at a script's top
@@ -152,106 +301,53 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
     and the plan's compile is never used. Not read: a call that passes ``disable=True`` (it returns
     the instance itself, whose decorated ``forward`` compiles), a ``torch.compile(...)`` whose
     result is discarded or bound to a name nothing uses (it compiles nothing; as diagnose reads it,
-    :func:`_compiles_nothing`), ``compile_repeated_blocks`` (:mod:`rewriter.own_regional`'s),
-    a decorator, and a call in a function an ``own_call`` of the plan edits (read above).
+    :func:`rewriter.compile_facts.unused_result`), ``compile_repeated_blocks`` (:mod:`rewriter.own_regional`'s),
+    a decorator, a call in a function an ``own_call`` of the plan edits (read above), and a call
+    ``reading`` leaves out (:attr:`ProgramCompiles.measured`).
 
-    SRC is walked once, only where an added compile's target is a ``forward`` (a class target
-    resolves to it); only files that write a compile call and name one of the added classes are parsed, at most
-    :data:`MAX_FILES` files, the folders :func:`rewriter.source.python_files` leaves out skipped; a
-    file that cannot be read or parsed is left out. The class is read as :func:`_model_class` reads
-    it, in the function's (or the module's) own body.
+    SRC is read through ``reading`` (:class:`ProgramCompiles`: walked once, only where an added
+    compile's target is a ``forward``, a class target resolving to it). The class is read as
+    :func:`_model_class` reads it, in the function's (or the module's) own body, its file through
+    ``parse`` (as :func:`check`'s).
 
     Raises:
         StackpartError: at the added compile's plan line, naming the program's call (``file:line``)
-            and the way through: an ``own_call`` edit of that call (``regional`` or ``disable:
-            true``), or ``strategy: nested`` (a hint to that compile; the plan's rules ask a
-            ``strategy: whole`` action beside it, an ``own_call`` of that call with it included).
+            and the way through: an ``own_call`` edit of that call (``disable: true``), or
+            ``strategy: nested`` (a hint to that compile; the plan's rules ask a ``strategy: whole``
+            action beside it, an ``own_call`` of that call with it included).
     """
-    from libcst.metadata import MetadataWrapper, PositionProvider
-
-    from ..actions.base import imported_names
-    from ..actions.own_call import OwnCallRefused, find_sites, module_sites, statement_of
-    from ..compile_facts import is_repeated_blocks_call, turned_off
-    from ..source import mentions, parse_module, python_files, read_file
-
     names = {q.rsplit(".", 2)[-2] for _, q in adds if q.endswith(".forward") and "." in q}
     if not names:
         return
     edited = {(b.target.relpath, b.target.qualname) for b in bounds
               if isinstance(b.action, CompileAction) and b.action.own_call is not None}
-    idle: set[str] | None = None  # read only where a call would be refused
-    for seen, path in enumerate(python_files(src)):
-        if seen >= MAX_FILES:
-            return
-        rel = path.relative_to(src).as_posix()
-        try:
-            if not mentions(path, b"compile", rel):
-                continue
-            text = read_file(path, rel).text
-            # parsed only where a compile call and one of the classes are both written: LibCST's parse
-            # is the cost (a package tree such as transformers mentions compile in hundreds of files)
-            if not _COMPILE_CALL.search(text) or not any(re.search(rf"\b{re.escape(n)}\b", text) for n in names):
-                continue
-            module = parse_module(text, rel)
-        except (OSError, StackpartError):
+    definitions: dict[str, dict[str, list[Any]]] = {}
+    for w in reading.calls(names):
+        if w.made not in names or (w.qual is not None and (w.rel, w.qual) in edited):
             continue
-        imports = imported_names(module)
-        definitions = None
-        for qual, scope in _scopes(module):
-            if qual is not None and (rel, qual) in edited:
-                continue
-            try:
-                sites = module_sites(module, imports) if scope is module else find_sites(scope, imports)
-            except OwnCallRefused:
-                continue
-            for site in sites:
-                call = site.call
-                if site.kind == "decorator" or call is None or turned_off(call) or is_repeated_blocks_call(call):
-                    continue
-                if site.kind == "call" and isinstance(statement_of(scope, call), cst.Expr):
-                    continue  # torch.compile(Net()) discarded: it compiles nothing
-                made = _site_class(scope, site)
-                if made not in names:
-                    continue
-                definitions = definitions or collect_definitions(module)
-                found = _class_attrs(made, rel, module, definitions, parse)
-                c = found and (adds.get((found[1], found[0])) or adds.get((found[1], f"{found[0]}.forward")))
-                if not c:
-                    continue
-                pos = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider).get(site.node)
-                where = f"{rel}:{pos.start.line}" if pos is not None else rel
-                if idle is None:
-                    idle = _compiles_nothing(loaded, src)
-                if where in idle:
-                    continue  # bound to a name nothing uses: diagnose reads it so and proposes a compile over it
-                code = " ".join(cst.Module([]).code_for_node(call).split())[:120]
-                edit = (f"edit that call instead (action compile, target {rel}::{qual}, own_call: {{disable: true}}; "
-                        "not regional: this compile would inline the blocks it compiles in place)"
-                        if qual is not None and len(sites) == 1 else "change that call by hand")
-                raise loaded.error(
-                    c.index,
-                    f"compile of {made}: the program compiles an instance of it whole itself, at {where}: {code}; "
-                    f"Dynamo traces {made}.forward inside that compile and inlines it, so this compile and its options "
-                    "would never be used",
-                    hint=f"drop this action, {edit}, or make this action a hint to that compile (strategy: nested, "
-                         "beside a strategy: whole action of the plan)",
-                )
-
-
-def _compiles_nothing(loaded: LoadedPlan, src: Path) -> set[str]:
-    """``file.py:line`` of each of the program's compile calls under ``src`` that diagnose reads as
-    compiling nothing the program runs, of the kinds read from the call alone
-    (:attr:`rewriter.diagnose.own_compile.OwnCompile.idle_kind` ``no-op`` or ``unused``: a
-    ``self = torch.compile(self)``, a result bound to a name nothing uses), so that the rewrite
-    refuses no compile of a class that diagnose's search proposes over such a call. Raises nothing."""
-    from ..diagnose.own_compile import own_compiles
-
-    h = loaded.plan.harness
-    entries = frozenset({f"{h.file}::{h.model}", f"{h.file}::{h.inputs}"}) if h is not None else frozenset()
-    try:
-        return {o.where for o in own_compiles(src, entries=entries) if o.idle_kind in ("no-op", "unused")}
-    except Exception:  # noqa: BLE001 - then every call is read as compiling: the refusal stands
-        return set()
+        if w.rel not in definitions:
+            definitions[w.rel] = collect_definitions(w.module)
+        found = _class_attrs(w.made, w.rel, w.module, definitions[w.rel], parse)
+        c = found and (adds.get((found[1], found[0])) or adds.get((found[1], f"{found[0]}.forward")))
+        if not c:
+            continue
+        if w.unused is not None:
+            continue  # bound to a name nothing uses: it compiles nothing (diagnose proposes a compile over it)
+        where = reading.where(w)
+        if where in reading.measured:
+            continue  # measured through stand-ins: the plan diagnose writes edits it
+        code = " ".join(cst.Module([]).code_for_node(w.call).split())[:120]
+        edit = (f"edit that call instead (action compile, target {w.rel}::{w.qual}, own_call: {{disable: true}}; "
+                "not regional: this compile would inline the blocks it compiles in place)"
+                if w.qual is not None and w.alone else "change that call by hand")
+        raise loaded.error(
+            c.index,
+            f"compile of {w.made}: the program compiles an instance of it whole itself, at {where}: {code}; "
+            f"Dynamo traces {w.made}.forward inside that compile and inlines it, so this compile and its options "
+            "would never be used",
+            hint=f"drop this action, {edit}, or make this action a hint to that compile (strategy: nested, "
+                 "beside a strategy: whole action of the plan)",
+        )
 
 
 def _scopes(module: cst.Module) -> Any:

@@ -146,7 +146,7 @@ def _action_error(loaded: LoadedPlan, index: int, exc: Exception) -> Exception:
 
 
 def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False, check_library: bool = True,
-                 read_src: bool = True) -> RewriteResult:
+                 read_src: bool | regional_path.ProgramCompiles = True) -> RewriteResult:
     """Compute what ``loaded`` does to the tree at ``src``, writing nothing.
 
     Runs in :func:`rewriter.source.run_deep`'s thread (a large stack and a raised recursion
@@ -163,10 +163,11 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False, check_libr
             the package is installed and takes them as written where it is not.
         read_src: also read SRC beyond the plan's files for the program's own whole-model compiles
             a plan's ``compile`` of a class would be inlined into
-            (:func:`rewriter.rewrite.regional_path.check_compiled_whole`); diagnose's candidate
-            rewrites pass False: its stand-in 'whole' compiles the model class beside a program's
-            compile the harness does not run, and its search prunes the others itself
-            (:func:`rewriter.diagnose.candidates.compose`).
+            (:func:`rewriter.rewrite.regional_path.check_compiled_whole`): True reads it for this
+            plan; a :class:`~rewriter.rewrite.regional_path.ProgramCompiles` is that reading made
+            once for many plans (diagnose's, :func:`rewriter.diagnose.search.candidate_rewrite`);
+            False skips it (diagnose's early anchor, started before the search knows whether
+            its 'whole' stands in for a compile of the program's the harness does not run).
 
     Raises:
         StackpartError: a target that leaves SRC, a file that cannot be read or parsed, a
@@ -204,7 +205,7 @@ class _Files:
 
 
 def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bool = True,
-                  read_src: bool = True) -> RewriteResult:
+                  read_src: bool | regional_path.ProgramCompiles = True) -> RewriteResult:
     src = src_dir(src)
     files = _Files(src)
     bounds, library = _bind(loaded, files, check_library)
@@ -214,7 +215,8 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
     consistency.check_own_regional(loaded, bounds, library, src)
     parse = lambda rel: (key := files.parse(rel), files.definitions[key])  # noqa: E731
     containers = regional_path.check(loaded, bounds, parse)
-    regional_path.check_compiled_whole(loaded, bounds, parse, src if read_src else None)
+    reading = read_src if isinstance(read_src, regional_path.ProgramCompiles) else src if read_src else None
+    regional_path.check_compiled_whole(loaded, bounds, parse, reading)
     result.key_changes = checkpoint_keys.key_changes(bounds)
     site_at = _resolve_site(loaded, files) if library else None
     generated: dict[str, str] = {}
