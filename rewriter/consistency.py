@@ -66,7 +66,9 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
   :func:`.rewrite.regional_path.check_compiled_whole` (the class read as ``own_call: {regional}``
   reads it; SRC walked once, only where the plan adds a compile of a ``forward``, only files that
   mention ``compile`` parsed): where an ``own_call`` of the plan keeps that call on, the refusal
-  names that action; where the plan does not edit the call, it names the call (``file:line``) and
+  names that action; where it turns that call ``regional``, the refusal names its
+  ``own_call.regional`` line (the decorated ``forward`` inlines the blocks compiled in place, whose
+  compile never receives a graph; drop one of the two); where the plan does not edit the call, it names the call (``file:line``) and
   the way through, an ``own_call`` edit of it (``disable: true``; ``regional`` would leave the blocks it compiles in place inlined into this compile, that compile never used) or ``strategy:
   nested`` beside the plan's ``whole`` compile. A call with ``disable=True`` or a discarded result
   compiles nothing and is not read. Diagnose reads SRC so once per run for all its candidates and

@@ -91,7 +91,9 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
     ``disable: true``, not ``regional``; ``disable: false`` turns a call the source turned off
     on). Dynamo traces the decorated ``forward`` inside that compile, inlining it: the plan's
     decorator and its options are never used (checked on torch 2.13, CPU: its backend gets no
-    graph). The class is read as :func:`check` reads it (``parse`` as there); where the source does
+    graph). Beside an edit that turns that call ``regional`` it is refused too
+    (:func:`_refuse_regional`): the decorated ``forward`` then inlines the blocks the edit compiles
+    in place, and that compile is the one never used. The class is read as :func:`check` reads it (``parse`` as there); where the source does
     not say it, nothing is checked. With ``src`` (SRC, or a :class:`ProgramCompiles` reading of it
     made once for many plans), a whole-model compile of the program's that the plan does not edit
     is read from SRC too (:func:`_check_unedited`).
@@ -111,7 +113,7 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
         return
     for o in bounds:
         own = o.action.own_call if isinstance(o.action, CompileAction) else None
-        if own is None or own.regional is not None or own.disable is True or not isinstance(o.target.node, cst.FunctionDef):
+        if own is None or own.disable is True or not isinstance(o.target.node, cst.FunctionDef):
             continue
         try:
             sites = find_sites(o.target.node, imported_names(o.module))
@@ -127,6 +129,8 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
         if c is None:
             continue
         code = " ".join(cst.Module([]).code_for_node(sites[0].node).split())
+        if own.regional is not None:
+            _refuse_regional(loaded, c, o, name, code)
         keeps = "turns that call back on" if turned_off(sites[0].call) else "keeps that call on"
         raise loaded.error(
             c.index,
@@ -138,6 +142,30 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
         )
     if src is not None:
         _check_unedited(loaded, bounds, adds, parse, src if isinstance(src, ProgramCompiles) else ProgramCompiles(src))
+
+
+def _refuse_regional(loaded: LoadedPlan, c: Any, o: Any, name: str, code: str) -> None:
+    """Refuse the plan's compile ``c`` of class ``name`` beside the ``own_call: {regional: ...}``
+    edit ``o`` of the program's whole-model compile (``code``) of an instance of it: the edit
+    compiles each block in place, and the decorated ``name.forward`` traces those blocks and
+    inlines them, so the regional compile never receives a graph (pinned on CPU torch:
+    tests/test_compile_of_a_class_compiled_whole.py); one of the two is dead.
+
+    Raises:
+        StackpartError: always, at ``c``'s plan line, naming ``o``'s ``own_call.regional`` field
+            and the way through (drop one of the two).
+    """
+    path = o.action.own_call.regional
+    raise loaded.error(
+        c.index,
+        f"compile of {name}: actions[{o.index}] ({loaded.path}:{loaded.action_lines[o.index]}) own_call.regional: {path} "
+        f"turns {o.target.relpath}::{o.target.qualname}'s whole-model compile ({code}) into a compile of each block "
+        f"in place, and this compile's decorated {name}.forward traces those blocks and inlines them: the blocks' "
+        "own compile would never receive a graph, one of the two compiles is dead",
+        hint=f"drop one of the two: this action (the regional edit compiles the blocks), or actions[{o.index}]'s "
+             f"regional edit (own_call: {{disable: true}} there turns the program's compile off, and this compile of "
+             f"{name} stands)",
+    )
 
 
 #: At most this many ``.py`` files under SRC are looked at for the program's whole-model compiles.
