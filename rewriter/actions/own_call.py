@@ -458,12 +458,15 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
         if first is None:
             raise OwnCallRefused("regional: expected torch.compile(model, ...) with the model as its first argument",
                                  site.node)
-        if isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1:
-            target = small.targets[0].target
+        annotated = isinstance(small, cst.AnnAssign) and small.value is call
+        if (isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1) or annotated:
+            # model = torch.compile(model), or model: nn.Module = torch.compile(model) (its annotation kept)
+            target = small.target if annotated else small.targets[0].target
             if not isinstance(target, (cst.Name, cst.Attribute)):
                 raise OwnCallRefused("regional: expected the compiled model bound to one name", site.node)
             model = _code(target)
-            before = [] if _code(first) == model else [f"{model} = {_code(first)}"]
+            note = f": {_code(small.annotation.annotation)}" if annotated else ""
+            before = [] if _code(first) == model else [f"{model}{note} = {_code(first)}"]
             if not before and model.endswith(".forward"):  # model.forward = torch.compile(model.forward)
                 model = model.removesuffix(".forward")
         elif isinstance(small, cst.Return) and small.value is call:
