@@ -156,3 +156,35 @@ def test_nothing_is_proposed_without_the_region_in_torch(tmp_path, monkeypatch):
     candidates.nested_callees(P, None)
     assert pruned == [f"{candidates.NESTED_OWN}, nested+whole: model.py::Integrator.step (300 calls in one trace of "
                       "model.py::Integrator.forward): torch.compiler.nested_compile_region needs torch >= 2.8"]
+
+
+def test_a_recursive_callee_is_read_as_recursive_and_still_outermost(tmp_path):
+    """A function on its own inline stack (it calls itself) is the outermost repeated callee of its
+    trace, marked recursive, so the search says why it leaves it out instead of dropping it."""
+    from rewriter.diagnose.repeated_calls import InlineLog, read
+
+    (tmp_path / "m.py").write_text("class A:\n    def f(self, x, n):\n        return x if n == 0 else self.f(x + 1, n - 1)\n\n"
+                                   "    def forward(self, x):\n        return self.f(x, 12)\n")
+    path = str(tmp_path / "m.py")
+    log = InlineLog()
+    code = f'<code object f at 0x7f00, file "{path}", line 2>'
+    log.feed(f"Step 1: torchdynamo start tracing forward {path}:5")
+    for _ in range(12):
+        log.feed(f"INLINING {code}, inlined by default")
+    for _ in range(12):
+        log.feed(f"DONE INLINING {code}")
+    [found] = read(log, tmp_path)
+    assert (found.target, found.calls, found.outermost, found.recursive) == ("m.py::A.f", 12, True, True)
+
+
+def test_the_search_says_why_a_recursive_callee_gets_no_region():
+    from types import SimpleNamespace
+
+    from rewriter.diagnose.candidates import nested_callees
+    from rewriter.diagnose.repeated_calls import RepeatedCall
+
+    rec = RepeatedCall("m.py::A.f", 12, "m.py::A.forward", [], True, True)
+    p = SimpleNamespace(ctx=SimpleNamespace(evidence=SimpleNamespace(repeated_calls=[rec])), pruned=[])
+    nested_callees(p, None)
+    assert p.pruned == ["as-is+nested, nested+whole: m.py::A.f (12 calls in one trace of m.py::A.forward) calls itself: "
+                        "a nested compile region around a recursive function is not traced once and reused"]

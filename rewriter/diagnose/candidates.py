@@ -665,6 +665,10 @@ def nested_callees(p: _Proposals, whole: Any) -> None:
 
     ctx = p.ctx
     found = [r for r in ctx.evidence.repeated_calls or [] if r.outermost]
+    for r in [r for r in found if r.recursive]:
+        p.pruned.append(f"{NESTED_OWN}, nested+whole: {r.target} ({r.calls} calls in one trace of {r.frame}) calls itself: "
+                        "a nested compile region around a recursive function is not traced once and reused")
+    found = [r for r in found if not r.recursive]
     if not found:
         return
     said = ", ".join(f"{r.target} ({r.calls} calls in one trace of {r.frame})" for r in found[:3])

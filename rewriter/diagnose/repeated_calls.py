@@ -53,8 +53,10 @@ class RepeatedCall:
             ``name file:line``.
         inner: the targets of SRC inlined inside it (its callees, transitively), sorted: code a
             nested region on it traces too.
-        outermost: no repeated callee of SRC was on the inline stack when it was inlined (the
-            region to mark; a repeated callee inside it is traced with it).
+        outermost: no other repeated callee of SRC was on the inline stack when it was inlined
+            (the region to mark; a repeated callee inside it is traced with it).
+        recursive: it was on its own inline stack (it calls itself): a region that calls itself is
+            not one to mark, :func:`.candidates.nested_callees` says so in ``pruned``.
     """
 
     target: str
@@ -62,10 +64,11 @@ class RepeatedCall:
     frame: str
     inner: list[str] = field(default_factory=list)
     outermost: bool = True
+    recursive: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "calls": self.calls, "frame": self.frame, "inner": self.inner,
-                "outermost": self.outermost}
+                "outermost": self.outermost, "recursive": self.recursive}
 
 
 @dataclass
@@ -190,6 +193,7 @@ def read(log: InlineLog, src: Path, min_calls: int = MIN_CALLS) -> list[Repeated
             if target in found and found[target].calls >= trace.counts[code]:
                 continue
             inner = sorted({t for c, t in targets.items() if t and code in trace.parents.get(c, ())})
-            outermost = not (trace.parents.get(code, set()) & repeated)
-            found[target] = RepeatedCall(target, trace.counts[code], frame, inner, outermost)
+            above = trace.parents.get(code, set())
+            outermost = not ((above - {code}) & repeated)
+            found[target] = RepeatedCall(target, trace.counts[code], frame, inner, outermost, code in above)
     return sorted(found.values(), key=lambda r: (-r.calls, r.target))
