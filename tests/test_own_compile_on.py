@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import replace
 from pathlib import Path
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -281,3 +282,24 @@ def test_diagnose_measures_a_tree_whose_decorator_was_turned_off(tmp_path, monke
     assert not row["status"].startswith("failed") and row["numerics"] == "ok" and row["graphs"] >= 1, row
     assert row["cold_compile_s"], row
     assert "whole" not in table and any("is turned off (disable=True)" in p for p in search.pruned), search.pruned
+
+
+def test_a_call_in_the_model_function_the_harness_imports_from_another_file_is_run(tmp_path, monkeypatch):
+    """``from train import build_model`` in the harness: the harness's model function is
+    train.py's, so its call turned off is one the harness runs, and turning it back on is proposed."""
+    (tmp_path / "harness.py").write_text("import torch\nfrom train import build_model\n\n\ndef make_inputs(batch=2):\n"
+                                         "    return (torch.randn(batch, 2),)\n")
+    (tmp_path / "train.py").write_text("import torch\n\n\ndef build_model():\n"
+                                       "    model = torch.compile(torch.nn.Linear(2, 2), disable=True)\n    return model\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("train", None)
+    import train  # noqa: PLC0415 - the tree's own module
+
+    [own] = off_compiles(tmp_path, entries=frozenset({"harness.py::build_model"}))
+    ctx = _ctx(tmp_path)
+    ctx.session.harness = SimpleNamespace(build_model=train.build_model, src=tmp_path)
+    pruned: list[str] = []
+    [(name, decision)] = compile_on(ctx, OwnScope(off=[(own, "whole")]), pruned)
+    assert [(a.target, a.own_call.edits()) for a in decision.plan.actions] == [("train.py::build_model", {"disable": False})]
+    assert pruned == []
+    sys.modules.pop("train", None)

@@ -40,6 +40,7 @@ for the report's ``pruned``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..engine.watch import unwrapped
@@ -189,22 +190,42 @@ def runs_off_compile(ctx: Any, own: Any) -> bool:
     statically (it compiles nothing, so the harness's model carries no compile to read at run
     time, as :func:`runs_own_compile` does): a decorator (the model's source carries it), a call
     in the harness's model function (``return torch.compile(model, disable=True)`` in
-    ``build_model``), or a call in a method of a class of the harness's model's modules
-    (``self.block = torch.compile(Block(), disable=True)`` in ``__init__``). A call in a script
-    the harness does not run (``train.py``'s ``main``) or in a helper the model function calls
-    reads False: a candidate that edits it would measure the harness's model as it is."""
+    ``build_model``, or in the function of another file the harness imports as its model function:
+    ``from train import build_model``), or a call in a method of a class of the harness's model's
+    modules (``self.block = torch.compile(Block(), disable=True)`` in ``__init__``). A call in a
+    script the harness does not run (``train.py``'s ``main``) or in a helper the model function
+    calls reads False: a candidate that edits it would measure the harness's model as it is."""
     if own.covers[0] == "function":
         return True
     if own.site is None:
         return False
     spec = ctx.session.spec
-    if own.site == f"{spec.file}::{spec.model}":
+    if own.site in (f"{spec.file}::{spec.model}", _model_function_site(ctx)):
         return True
     qual = own.site.split("::", 1)[1]
     if "." not in qual:
         return False
     model, _, _ = ctx.reference()
     return qual.split(".", 1)[0] in {type(m).__name__ for m in unwrapped(model).modules()}
+
+
+def _model_function_site(ctx: Any) -> str | None:
+    """``file.py::qualname`` under SRC of the function the harness calls as its model function,
+    where it is defined (``from train import build_model`` in the harness: ``train.py::build_model``);
+    None where it is not a plain function of a file under SRC."""
+    import inspect
+
+    harness = getattr(ctx.session, "harness", None)
+    fn = getattr(harness, "build_model", None)
+    if fn is None:
+        return None
+    try:
+        path = Path(inspect.getsourcefile(fn) or "").resolve()
+        rel = path.relative_to(Path(harness.src).resolve()).as_posix()
+    except (TypeError, ValueError, OSError):
+        return None
+    qual = getattr(fn, "__qualname__", "")
+    return f"{rel}::{qual}" if qual and "<" not in qual else None
 
 
 def _calls_run(ctx: Any, scope: Any) -> Any:
