@@ -231,3 +231,23 @@ def test_a_plan_that_changes_nothing_is_not_timed_against_itself(compiled_case, 
     monkeypatch.setattr(engine, "measure", _fake_measure({"eager": 10.0, "plan": 10.0}, seen))
     _validate(compiled_case, tmp_path / "out")
     assert [name for name, _, _ in seen["variants"]] == ["eager", "plan"], seen
+
+
+def test_an_own_compile_the_harness_never_runs_is_not_called_included(compiled_case, tmp_path, monkeypatch):
+    """The source compiles (a script's ``main``) but the harness's model ran none of it: 'as-is'
+    compiled 0 graphs, so the notes say it is the model without that compile, not "its own compile
+    included"."""
+    import rewriter.engine.measure as engine
+
+    fake = _fake_measure({"eager": 10.0, "as-is": 10.0, "plan": 8.0}, {})
+
+    def measure(*a, **kw):
+        m = fake(*a, **kw)
+        m.results["as-is"]["compile"] = {"unique_graphs": 0}
+        return m
+
+    monkeypatch.setattr(engine, "measure", measure)
+    _, report = _validate(compiled_case, tmp_path / "out")
+    notes = report["verdict"]["notes"]
+    assert not any("its own compile included" in n for n in notes), notes
+    assert any("the harness's model ran none of it ('as-is' compiled 0 graphs)" in n for n in notes), notes

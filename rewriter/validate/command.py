@@ -133,9 +133,10 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     if own:
         # compiles=False: a compile in a script the harness does not run leaves it eager, as the harness runs it
         variants.append(Variant(AS_RUN, trees.original, judged=False))
-        notes.append(f"the original tree compiles itself ({', '.join(own[:3])}{', ...' if len(own) > 3 else ''}): "
-                     f"'{AS_RUN}' is the program as it runs, its own compile included; 'eager' is the same program with "
-                     "compilation off, the numerical reference")
+        own_note = (f"the original tree compiles itself ({', '.join(own[:3])}{', ...' if len(own) > 3 else ''}): "
+                    f"'{AS_RUN}' is the program as it runs, its own compile included; 'eager' is the same program with "
+                    "compilation off, the numerical reference")
+        notes.append(own_note)
     variants += [Variant(b, trees.original, prepare=b, judged=False) for b in opts.variants if b not in ("eager", "plan")]
     m = measure(spec_run, variants, opts, workdir, amortization=report.get("amortization"), stop_on_wrong_numbers=True,
                 on_event=functools.partial(_progress, labels=tree_labels(trees, workdir)))
@@ -143,6 +144,13 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     report["timing_wall_s"] = m.timing_wall_s
     report.setdefault("_clock", {}).update(m.clock)
     results = m.results
+    as_run = results.get(AS_RUN) or {}
+    if own and own_note in verdict.notes and not as_run.get("error") and (as_run.get("compile") or {}).get("unique_graphs") == 0:
+        # the source's compile is in code the harness does not run (a script's main): say what ran
+        i = verdict.notes.index(own_note)
+        verdict.notes[i] = (f"the original tree compiles itself in its source ({', '.join(own[:3])}"
+                            f"{', ...' if len(own) > 3 else ''}), but the harness's model ran none of it ('{AS_RUN}' "
+                            f"compiled 0 graphs): '{AS_RUN}' is the model as the harness runs it, without that compile")
     verdict.errors.extend(m.errors)
     verdict.notes.extend(m.hints.get("eager", []) + m.hints.get("plan", []))
     for row in results.values():
