@@ -303,3 +303,19 @@ def test_a_call_in_the_model_function_the_harness_imports_from_another_file_is_r
     assert [(a.target, a.own_call.edits()) for a in decision.plan.actions] == [("train.py::build_model", {"disable": False})]
     assert pruned == []
     sys.modules.pop("train", None)
+
+
+def test_the_as_is_row_says_when_the_programs_compile_did_not_run_in_the_harness():
+    """The source compiles in a script's ``main`` the harness never runs: as-is compiled 0 graphs,
+    so its row lists the call as the source's, not as what ran."""
+    from rewriter.diagnose.candidate import Candidate
+    from rewriter.diagnose.search import SearchOutcome
+
+    as_is = Candidate("as-is", parse_plan("version: 1\nactions: []\n").plan)
+    line = "train.py:12: torch.compile(model)"
+    rows = {"as-is": {"compile": {"unique_graphs": 0}}}
+    [row] = SearchOutcome([as_is], own_setup=[line], rows=rows).table()
+    assert row["actions"] == [f"the program's own (in the source, not run by the harness): {line}"]
+    rows["as-is"]["compile"]["unique_graphs"] = 2
+    [row] = SearchOutcome([as_is], own_setup=[line], rows=rows).table()
+    assert row["actions"] == [f"the program's own: {line}"]

@@ -127,6 +127,14 @@ class SearchOutcome:
             return None
         return next(c for c in self.candidates if c.name == self.choice.chosen)
 
+    def _unrun(self) -> str:
+        """`` (in the source, not run by the harness)`` where the program as it is compiled no graph
+        though its source compiles (a script's ``main``), else ``""``: the as-is row lists the
+        setup as the source writes it, and must not read as what ran."""
+        comp = (self.rows.get(AS_IS) or {}).get("compile") or {}
+        ran = comp.get("unique_graphs")
+        return " (in the source, not run by the harness)" if self.own_setup and ran == 0 else ""
+
     def table(self) -> list[dict[str, Any]]:
         """One row per candidate for the report: plan, step ms per shape, cold compile, new-shape
         compile, graphs, graph breaks, recompiles, fallbacks, numerics, net saving, status, and
@@ -142,7 +150,7 @@ class SearchOutcome:
                          for row in self.timing if (row["timing"].get(c.name) or {}).get("n")}
             out.append({
                 "candidate": c.name,
-                "actions": ([f"the program's own: {x}" for x in self.own_setup + self.own_off_setup]
+                "actions": ([f"the program's own{self._unrun()}: {x}" for x in self.own_setup + self.own_off_setup]
                             + [f"seen at run time: {x}" for x in self.runtime_setup]
                             if c.name == AS_IS else []) + [action_text(a) for a in c.plan.actions],
                 # where the program's compile raises, as-is is the baseline with compilation off, nobody's proposal
