@@ -199,3 +199,17 @@ def test_a_compile_whose_cost_was_not_measured_saves_none_of_the_programs_own():
     c = decide(rows, ["as-is", "per-block", "whole"], [], 1000, 1, True)
     assert c.net_s["per-block"] == 0.0, c.net_s  # no step gained, no compile saved that was measured
     assert c.chosen == "whole", (c.chosen, c.text)  # 1 s of step and 20 s less compile than the program's
+
+
+def test_where_every_candidate_recompiles_more_the_status_does_not_blame_the_count():
+    """Every candidate recompiles more than as is and the order picks one: the others' status must
+    not say the count put them out, the chosen one having as many (a newcomer read 'whole: more
+    recompiles' beside 'per-block: chosen', 1 recompile each)."""
+    rows = {"as-is": dict(_row(1.0), compile={"recompiles": 0}),
+            "per-block": dict(_row(1.2), compile={"recompiles": 1}),
+            "whole": dict(_row(1.1), compile={"recompiles": 1})}
+    choice = decide(rows, ["per-block", "whole", "as-is"], [], 1000, 1, gain_measured=False)
+    assert choice.chosen == "per-block", choice
+    status = choice.status["whole"]
+    assert "every candidate recompiles more over the shapes than the program as it is (0)" in status, status
+    assert "the chosen 1" in status and "'per-block' comes first in the ladder's order" in status, status

@@ -396,6 +396,10 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
     for n in ok:
         if n == chosen:
             status[n] = "chosen"
+        elif n in more and chosen in more:  # every one recompiles more: the order decides, not the count
+            status[n] = (f"not chosen: every candidate recompiles more over the shapes than {baseline.name} ({base}), "
+                         f"this one {_recompiles(rows[n])}, the chosen {_recompiles(rows[chosen])}; {chosen!r} comes first "
+                         "in the ladder's order (the gain is not measured with this backend)")
         elif n in more:
             status[n] = (f"not chosen: {_recompiles(rows[n])} recompile(s) over the shapes against {base} as it is "
                          "(the gain is not measured with this backend)")
