@@ -79,6 +79,10 @@ def classify_aten(op: str) -> str | None:
         return _ATEN_LOOKUP[name]
     if name.endswith("_") and name[:-1] in _ATEN_LOOKUP:
         return _ATEN_LOOKUP[name[:-1]]
+    if name.endswith("_backward") and _ATEN_LOOKUP.get(name.removesuffix("_backward")) in ("attention", "gemm", "norm"):
+        # an attention / GEMM / norm op's own backward (``_scaled_dot_product_flash_attention_for_cpu_backward``)
+        # is that op's kind, not pointwise math (the ``\w+_backward`` pattern below)
+        return _ATEN_LOOKUP[name.removesuffix("_backward")]
     if _ELEMENTWISE.match(name):
         return "elementwise"
     if name.startswith(("view", "reshape", "permute", "transpose", "t", "expand", "as_strided", "squeeze", "unsqueeze", "split", "chunk", "slice", "select", "narrow", "detach", "alias", "unbind", "flatten", "resolve_")):
