@@ -276,6 +276,18 @@ def _limit_raised_by(added: int) -> Any:
     return config.patch(**{name: limit + added})
 
 
+def _frame_site(src: Any, rc: Any) -> tuple[str, int, str] | None:
+    """``(file relative to SRC, line, function)`` of the frame Dynamo recompiled (its ``def``, as
+    the "Recompiling function f in path:line" message names it), None where it is not under SRC."""
+    from pathlib import Path
+
+    try:
+        rel = Path(rc.file).resolve().relative_to(Path(src).resolve()).as_posix()
+    except (TypeError, ValueError, OSError):
+        return None
+    return rel, rc.line, rc.function
+
+
 def _recompile_findings(ctx: Context, log: Any) -> tuple[list[Finding], list[str]]:
     """One ``recompile`` finding per recompile Dynamo logged, located in the source where it can
     be, and the first failed guard (with its site) of each recompile that guards a value, not a
@@ -283,11 +295,14 @@ def _recompile_findings(ctx: Context, log: Any) -> tuple[list[Finding], list[str
     findings: list[Finding] = []
     by_value: list[str] = []
     for rc in log.recompiles:
-        site = log.guard_site(ctx.session.src, rc.text)
+        # the guard's user line, else the recompiled frame's own def where it is under SRC (a shape
+        # guard on the frame's argument has no line of its own)
+        guard = log.guard_site(ctx.session.src, rc.text)
+        site = guard or _frame_site(ctx.session.src, rc)
         text = f"recompiled {rc.function}: " + "; ".join(rc.guards[:2])
         findings.append(Finding("recompile", text[:300], *(site if site else (None, None, None))))
         if not is_shape_guard(rc.guards):
-            by_value.append(rc.guards[0] + (f" at {site[0]}:{site[1]}" if site else ""))
+            by_value.append(rc.guards[0] + (f" at {guard[0]}:{guard[1]}" if guard else ""))
     return findings, by_value
 
 
