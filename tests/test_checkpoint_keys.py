@@ -181,3 +181,23 @@ def test_an_annotated_assignment_of_the_call_warns_too(tmp_path, capsys):
     assert "own_call on train.py:7 (`model: torch.nn.Module = torch.compile(model, backend=\"eager\")`), turned off " \
            "(disable: true): model becomes the module itself" in err, err
     assert "at train.py:10 (model.state_dict(...))" in err, err
+
+
+def test_a_module_held_in_a_container_names_its_keys_as_state_dict_does(tmp_path, capsys):
+    """``self.blocks[0] = torch.compile(...)``: state_dict names it ``blocks.0``, so the warning's
+    key is ``blocks.0._orig_mod.<param>``, not ``blocks[0]._orig_mod.<param>``."""
+    net = NET.replace("        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])\n",
+                      "        self.blocks = nn.ModuleList([nn.Linear(4, 4)])\n"
+                      "        self.blocks[0] = torch.compile(nn.Linear(4, 4))\n").replace(
+        "import torch.nn as nn\n", "import torch\nimport torch.nn as nn\n")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(net)
+    (src / "train.py").write_text("import torch\nfrom model import Net\n\n\ndef main(path):\n"
+                                  "    torch.save(Net().state_dict(), path)\n")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nactions:\n  - action: compile\n    target: model.py::Net.__init__\n    strategy: region\n"
+                    "    own_call: {disable: true}\n")
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "(`blocks.0._orig_mod.<param>`)" in err, err

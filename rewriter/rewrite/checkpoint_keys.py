@@ -109,6 +109,8 @@ def warnings(loaded: LoadedPlan, changes: list[KeyChange], src: Path) -> list[st
     for c in changes:
         at = f"{loaded.path}:{loaded.action_lines[c.index]}"
         attr = c.bound.rsplit(".", 1)[-1] if "." in c.bound and " " not in c.bound else None
+        if attr:  # self.models[0]: the key path is models.0 (state_dict's names of a container's children)
+            attr = re.sub(r"\[\s*['\"]?([^\]'\"]+?)['\"]?\s*\]", r".\1", attr)
         plain, wrapped = (f"{attr}.<param>", f"{attr}.{PREFIX}<param>") if attr else ("<param>", f"{PREFIX}<param>")
         keys = f"the keys of the module that holds it (`{wrapped}`)" if attr else f"its checkpoint keys (`{wrapped}`)"
         if c.lose:
