@@ -131,10 +131,12 @@ def test_a_mention_of_orig_mod_in_another_file_is_named_and_the_apply_and_summar
     assert "**Warnings**" in text and "ckpt.py:5" in text and "lose the `_orig_mod.` prefix" in text, text
 
 
-def test_a_module_held_by_another_names_the_keys_under_it(tmp_path, capsys):
-    net = NET.replace("        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])\n",
-                      "        self.block = torch.compile(nn.Linear(4, 4))\n").replace("import torch.nn as nn\n",
-                                                                                     "import torch\nimport torch.nn as nn\n")
+def _held(tmp_path: Path, capsys, held: str) -> str:
+    """``rewrite`` (a preview) of ``own_call: {disable: true}`` on ``Net.__init__``, whose layers
+    line is replaced by ``held`` (a module it holds compiled), with train.py saving its
+    state_dict; its stderr on one line."""
+    net = NET.replace("        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])\n", held).replace(
+        "import torch.nn as nn\n", "import torch\nimport torch.nn as nn\n")
     src = tmp_path / "src"
     src.mkdir()
     (src / "model.py").write_text(net)
@@ -144,7 +146,11 @@ def test_a_module_held_by_another_names_the_keys_under_it(tmp_path, capsys):
     plan.write_text("version: 1\nactions:\n  - action: compile\n    target: model.py::Net.__init__\n    strategy: region\n"
                     "    own_call: {disable: true}\n")
     assert main(["rewrite", "--plan", str(plan), str(src)]) == 0
-    err = " ".join(capsys.readouterr().err.split())
+    return " ".join(capsys.readouterr().err.split())
+
+
+def test_a_module_held_by_another_names_the_keys_under_it(tmp_path, capsys):
+    err = _held(tmp_path, capsys, "        self.block = torch.compile(nn.Linear(4, 4))\n")
     assert "self.block becomes the module itself" in err, err
     assert "the keys of the module that holds it (`block._orig_mod.<param>`) lose the `_orig_mod.` prefix" in err, err
     assert "at train.py:6 (Net().state_dict(...))" in err, err
@@ -186,18 +192,6 @@ def test_an_annotated_assignment_of_the_call_warns_too(tmp_path, capsys):
 def test_a_module_held_in_a_container_names_its_keys_as_state_dict_does(tmp_path, capsys):
     """``self.blocks[0] = torch.compile(...)``: state_dict names it ``blocks.0``, so the warning's
     key is ``blocks.0._orig_mod.<param>``, not ``blocks[0]._orig_mod.<param>``."""
-    net = NET.replace("        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])\n",
-                      "        self.blocks = nn.ModuleList([nn.Linear(4, 4)])\n"
-                      "        self.blocks[0] = torch.compile(nn.Linear(4, 4))\n").replace(
-        "import torch.nn as nn\n", "import torch\nimport torch.nn as nn\n")
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.py").write_text(net)
-    (src / "train.py").write_text("import torch\nfrom model import Net\n\n\ndef main(path):\n"
-                                  "    torch.save(Net().state_dict(), path)\n")
-    plan = tmp_path / "plan.yaml"
-    plan.write_text("version: 1\nactions:\n  - action: compile\n    target: model.py::Net.__init__\n    strategy: region\n"
-                    "    own_call: {disable: true}\n")
-    assert main(["rewrite", "--plan", str(plan), str(src)]) == 0
-    err = " ".join(capsys.readouterr().err.split())
+    err = _held(tmp_path, capsys, "        self.blocks = nn.ModuleList([nn.Linear(4, 4)])\n"
+                                  "        self.blocks[0] = torch.compile(nn.Linear(4, 4))\n")
     assert "(`blocks.0._orig_mod.<param>`)" in err, err
