@@ -166,8 +166,9 @@ def compile_on(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]
             pruned.append(f"{COMPILE_ON}: {own.text}: {own.idle}")
             continue
         if not runs_off_compile(ctx, own):
+            model_fn = _model_function_site(ctx) or f"{ctx.session.spec.file}::{ctx.session.spec.model}"
             pruned.append(f"{COMPILE_ON}: the harness does not run the program's call {own.text} (it is not in "
-                          f"{ctx.session.spec.file}::{ctx.session.spec.model}, a method of the model's classes or a "
+                          f"the harness's model function {model_fn}, a method of the model's classes or a "
                           "decorator in their source), so turning it back on would not be measured")
             continue
         refused = own.can("disable")
@@ -212,20 +213,12 @@ def runs_off_compile(ctx: Any, own: Any) -> bool:
 def _model_function_site(ctx: Any) -> str | None:
     """``file.py::qualname`` under SRC of the function the harness calls as its model function,
     where it is defined (``from train import build_model`` in the harness: ``train.py::build_model``);
-    None where it is not a plain function of a file under SRC."""
-    import inspect
+    None where it is not a plain function of a file under SRC (:func:`.locate.target_of`)."""
+    from .locate import target_of
 
     harness = getattr(ctx.session, "harness", None)
     fn = getattr(harness, "build_model", None)
-    if fn is None:
-        return None
-    try:
-        path = Path(inspect.getsourcefile(fn) or "").resolve()
-        rel = path.relative_to(Path(harness.src).resolve()).as_posix()
-    except (TypeError, ValueError, OSError):
-        return None
-    qual = getattr(fn, "__qualname__", "")
-    return f"{rel}::{qual}" if qual and "<" not in qual else None
+    return target_of(fn, Path(harness.src)) if fn is not None and callable(fn) else None
 
 
 def _calls_run(ctx: Any, scope: Any) -> Any:

@@ -279,13 +279,10 @@ def _limit_raised_by(added: int) -> Any:
 def _frame_site(src: Any, rc: Any) -> tuple[str, int, str] | None:
     """``(file relative to SRC, line, function)`` of the frame Dynamo recompiled (its ``def``, as
     the "Recompiling function f in path:line" message names it), None where it is not under SRC."""
-    from pathlib import Path
+    from ..locate import relpath
 
-    try:
-        rel = Path(rc.file).resolve().relative_to(Path(src).resolve()).as_posix()
-    except (TypeError, ValueError, OSError):
-        return None
-    return rel, rc.line, rc.function
+    rel = relpath(src, rc.file) if rc.file else None
+    return (rel, rc.line, rc.function) if rel is not None else None
 
 
 def _recompile_findings(ctx: Context, log: Any) -> tuple[list[Finding], list[str]]:
