@@ -426,7 +426,7 @@ class _Proposals:
 
     @classmethod
     def of(cls, ctx: Context, regions: list[Any] | None) -> "_Proposals":
-        p = cls(ctx, OwnScope.of(ctx, regions or [], _own_off(ctx)))
+        p = cls(ctx, OwnScope.of(ctx, regions or [], own_off(ctx)))
         from .own_candidates import standin
 
         # the program's whole-model compile in a script the harness does not run: measured through
@@ -474,15 +474,14 @@ def _own_regions(ctx: Context, own_setup: list[str] | None, regions: list[Any] |
     return regions
 
 
-def _own_off(ctx: Context) -> list[Any]:
+def own_off(ctx: Context) -> list[Any]:
     """The program's compile calls that pass ``disable=True`` (:func:`.own_compile.off_compiles`):
     the search's one reading, else read from SRC once (kept in ``ctx.evidence.own_off``)."""
     if ctx.evidence.own_off is None:
-        from .own_compile import off_compiles
+        from .own_compile import harness_entries, off_compiles
 
-        spec = ctx.session.spec  # the harness's functions are called by stackpart, never by name in SRC
         ctx.evidence.own_off = off_compiles(ctx.session.src, parsed=ctx.evidence.own_parsed,
-                                            entries=frozenset({f"{spec.file}::{spec.model}", f"{spec.file}::{spec.inputs}"}))
+                                            entries=harness_entries(ctx.session.spec))
     return ctx.evidence.own_off
 
 
@@ -603,7 +602,7 @@ def anchor_plan(ctx: Context) -> Plan | None:
     for byte the proposal's."""
     from .own_compile import compile_setup
 
-    if _every_compile_pruned(ctx) is not None or compile_setup(ctx.session.src) or _own_off(ctx):
+    if _every_compile_pruned(ctx) is not None or compile_setup(ctx.session.src) or own_off(ctx):
         return None
     whole = rule_plan(ctx, "whole", mode="default")
     if not any(a.action == "compile" for a in whole.plan.actions):

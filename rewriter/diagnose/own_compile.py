@@ -118,6 +118,13 @@ class OwnCompile:
 OFF_SAID = "turned off: disable=True, compiles nothing"
 
 
+def harness_entries(spec: Any) -> frozenset[str]:
+    """``file.py::name`` of the harness's model and inputs functions (``spec``: the plan's
+    ``harness:`` section): stackpart calls them, never by name in SRC, so :func:`own_compiles` and
+    :func:`off_compiles` never read a compile in them as one in a helper nothing calls."""
+    return frozenset({f"{spec.file}::{spec.model}", f"{spec.file}::{spec.inputs}"})
+
+
 def _parsed(src: Path):
     """``(relative path, FileFacts, positions)`` for each readable ``.py`` file under ``src`` that
     mentions the compile setup (the text prefilter); unreadable or unparsable files are skipped."""

@@ -519,12 +519,11 @@ def _plan_by_rules(run: _Run, stopped: bool) -> Any:
     decision = make_plan(run.ctx)
     if stopped:
         return decision
-    from .candidates import OwnScope, compose
-    from .own_compile import off_compiles, own_compiles
+    from .candidates import OwnScope, compose, own_off
+    from .own_compile import own_compiles
 
-    spec = run.ctx.session.spec  # the harness's functions are called by stackpart, never by name in SRC
     own = own_compiles(run.ctx.session.src)
-    off = off_compiles(run.ctx.session.src, entries=frozenset({f"{spec.file}::{spec.model}", f"{spec.file}::{spec.inputs}"}))
+    off = own_off(run.ctx)
     if not own and not off:
         return decision
     composed, why = compose(decision.plan, OwnScope.of(run.ctx, own, off), rule=True)

@@ -326,14 +326,13 @@ class _Trees:
 def _proposed(ctx: Context, outcome: SearchOutcome | None) -> SearchOutcome:
     """The program's own compile setup read once, the candidates proposed from the ladder's
     evidence, and the outcome started with them."""
-    from .own_compile import compile_setup, off_compiles, own_compiles, parsed_setup
+    from .own_compile import compile_setup, harness_entries, off_compiles, own_compiles, parsed_setup
 
     src = ctx.session.src
     # read once: the report's setup lines here, what each compile covers in propose's compose step
     ctx.evidence.own_parsed = parsed_setup(src)
     own = compile_setup(src, parsed=ctx.evidence.own_parsed)
-    spec = ctx.session.spec  # the harness's functions are called by stackpart, never by name in SRC
-    entries = frozenset({f"{spec.file}::{spec.model}", f"{spec.file}::{spec.inputs}"})
+    entries = harness_entries(ctx.session.spec)
     ctx.evidence.own_regions = own_compiles(src, parsed=ctx.evidence.own_parsed,  # what each covers: propose and the run-time comparison
                                             entries=entries)
     # the calls a plan turned off (disable=True): listed as off, and candidates to turn back on

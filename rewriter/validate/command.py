@@ -191,9 +191,9 @@ def compiles_itself(tree: Path, harness: Any = None) -> list[str]:
     ``harness``: the plan's harness, whose ``build_model``/``make_inputs`` stackpart calls by name:
     a compile in them is the program's (``return torch.compile(Net())``), not one in a helper
     nothing calls, as diagnose's search reads it."""
-    from ..diagnose.own_compile import own_compiles
+    from ..diagnose.own_compile import harness_entries, own_compiles
 
-    entries = frozenset({f"{harness.file}::{harness.model}", f"{harness.file}::{harness.inputs}"}) if harness else frozenset()
+    entries = harness_entries(harness) if harness else frozenset()
     return [c.where for c in own_compiles(tree, entries=entries) if c.idle is None]
 
 
