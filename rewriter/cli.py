@@ -280,7 +280,7 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @cli.command(cls=SectionedCommand, sections=(
     ("Common options", ("harness", "output", "shapes", "mode", "dtype", "device", "verbose", "help")),
     ("Search", ("budget", "no_search", "backend", "runs", "restarts", "report_dir")),
-    ("Harness and program", ("model", "inputs", "timeout", "steps", "entry", "site")),
+    ("Harness and program", ("model", "inputs", "call", "timeout", "steps", "entry", "site")),
     ("Timing on CUDA (docs/measuring-on-a-gpu.md)", ("no_overlap", "pin", "host", "cold_parallel")),
     ("Distributed (docs/distributed.md)", ("nproc", "wrap")),
 ))
@@ -289,6 +289,7 @@ def check(ctx: click.Context, files: tuple[str, ...], select: tuple[str, ...], i
 @click.option("-o", "--output", default="plan.yaml", show_default=True, type=click.Path(dir_okay=False), help="Where the plan goes.")
 @click.option("--model", default=None, help="Model factory in the harness (default build_model).")
 @click.option("--inputs", default=None, help="Input factory in the harness (default make_inputs).")
+@click.option("--call", default=None, help="The model's method each step calls, e.g. inverse, generate, encode (harness.call; default: the module itself, its forward).")
 @click.option("--shape", "shapes", multiple=True, type=SHAPE, help="An input shape, e.g. batch=8,seq=512; repeatable, the first is the reference (default: the harness's own, said when it runs).")
 @click.option("-v", "--verbose", is_flag=True, help="Also print a line per rung and per measurement event (they always go to diagnose.log).")
 @click.option("--mode", type=_Choice(["inference", "training"]), default=None)

@@ -1,7 +1,9 @@
 """The harness protocol shared by diagnose and validate: build the model and its inputs.
 
 A harness file (relative to SRC) defines ``model() -> torch.nn.Module`` and
-``inputs(**shape) -> tuple | dict`` of tensors (names from plan.yaml's ``harness:``). It is
+``inputs(**shape) -> tuple | dict`` of tensors (names from plan.yaml's ``harness:``). A step calls
+the model itself, or the method ``harness.call`` names (``model.inverse(*inputs)``), always
+through :func:`call_model`. It is
 imported with SRC first on ``sys.path``, so ``from model import GPT`` finds the tree under test
 (the original or the rewritten copy).
 """
@@ -369,7 +371,8 @@ def build_model(h: LoadedHarness, construct_on: str | None = None) -> tuple[Any,
 
     Raises:
         StackpartError: ``model()`` raised on the host, or returned something other than an
-            ``nn.Module``, naming the callable and the user's line.
+            ``nn.Module``, naming the callable and the user's line; or the model has no method
+            ``harness.call`` names (:func:`check_entry`).
     """
     import torch
 
@@ -392,6 +395,7 @@ def build_model(h: LoadedHarness, construct_on: str | None = None) -> tuple[Any,
             f"harness.model: {spec.model}() returned {type(model).__name__}, expected torch.nn.Module",
             path=spec.file,
         )
+    check_entry(model, spec)
     model = model.to(device=resolve_device(spec).device, dtype=torch_dtype(spec))
     model.train(spec.mode == "training")
     return model, fallback
@@ -426,8 +430,66 @@ def _call(h: LoadedHarness, field: str, fn: Callable[..., Any], **kwargs: Any) -
         ) from exc
 
 
-def call_model(model: Any, inputs: Any) -> Any:
-    """Call ``model`` with a tuple (positional) or dict (keyword) of inputs."""
+def model_class(model: Any) -> str:
+    """The model's own class name, through a ``torch.compile`` wrapper (``OptimizedModule``'s
+    ``_orig_mod``)."""
+    return type(getattr(model, "_orig_mod", model)).__name__
+
+
+def model_entry(model: Any, call: str | None) -> Callable[..., Any]:
+    """What a step calls: ``model`` itself (``call`` None: ``nn.Module.__call__``, hooks and
+    ``forward``), else its method ``call`` as the program gets it (``model.inverse``). On a
+    ``torch.compile(model)`` wrapper that is the original module's bound method, which runs
+    eager: ``OptimizedModule`` compiles ``forward`` only and its ``__getattr__`` returns the
+    wrapped module's attributes (torch/_dynamo/eval_frame.py)."""
+    return model if call is None else getattr(model, call)
+
+
+def compile_entry(model: Any, call: str | None, **options: Any) -> Any:
+    """``torch.compile(model, **options)`` whose entry a step calls is compiled: with ``call`` set,
+    the wrapper's own attribute ``call`` is ``torch.compile`` of the model's bound method (set on
+    the wrapper alone, so ``model`` is left as built), since the wrapper compiles only ``forward``
+    (:func:`model_entry`). ``parameters()`` and the other attributes are the model's."""
+    import torch
+
+    compiled = torch.compile(model, **options)
+    if call is not None:
+        # OptimizedModule.__setattr__ forwards to the wrapped module: set it on the wrapper itself
+        object.__setattr__(compiled, call, torch.compile(getattr(model, call), **options))
+    return compiled
+
+
+def check_entry(model: Any, spec: Harness) -> None:
+    """Check that the built ``model`` has the method ``spec.call`` names (nothing to check when
+    unset).
+
+    Raises:
+        StackpartError: at the harness file, naming ``harness.call``, the model's class and the
+            near method names when ``model`` has no such attribute or it is not callable.
+    """
+    if spec.call is None:
+        return
+    attr = getattr(model, spec.call, None)
+    if callable(attr):
+        return
+    cls = model_class(model)
+    inner = getattr(model, "_orig_mod", model)
+    names = sorted({n for n in (*dir(inner), *dir(type(inner))) if not n.startswith("_")
+                    and callable(getattr(inner, n, None))})
+    what = "has no attribute" if attr is None and not hasattr(model, spec.call) else f"has a non-callable {type(attr).__name__}"
+    raise StackpartError(
+        f"harness.call: the model {spec.model}() builds ({cls}) {what} {spec.call!r}: expected a method to call "
+        f"with the inputs",
+        path=spec.file,
+        hint=near_names(spec.call, names) or "unset harness.call to call the module itself (its forward)",
+    )
+
+
+def call_model(model: Any, inputs: Any, call: str | None = None) -> Any:
+    """Call ``model`` (or its method ``call``, :func:`model_entry`) with a tuple (positional) or
+    dict (keyword) of inputs: the one way every step of diagnose, validate and the distributed
+    worker calls the harness's model."""
+    entry = model_entry(model, call)
     if isinstance(inputs, dict):
-        return model(**inputs)
-    return model(*inputs)
+        return entry(**inputs)
+    return entry(*inputs)

@@ -266,7 +266,7 @@ def test_gradients_are_named_as_the_users_model_names_them():
     x = torch.randn(2, 4)
     with torch.compiler.set_stance("force_eager"):
         wrapped(x).sum().backward()
-        grads = after_step(wrapped, (x,), {k: v.clone() for k, v in wrapped.state_dict().items()}, 0)["grads"]
+        grads = after_step(wrapped, (x,), {k: v.clone() for k, v in wrapped.state_dict().items()}, 0, None)["grads"]
     assert sorted(grads) == sorted(n for n, _ in net.named_parameters()), sorted(grads)
 
 

@@ -84,16 +84,19 @@ def marks_eager_only() -> Iterator[None]:
             setattr(torch._dynamo, name, original)
 
 
-def compiled_as_run(model: Any, own: bool) -> tuple[Any, str]:
+def compiled_as_run(model: Any, own: bool, call: str | None = None) -> tuple[Any, str]:
     """The model to call at every shape, and how it is compiled (for the report). A model that
     compiles itself (``own``: :func:`.as_run.compiles_itself`) is called as the program compiles
     it: compiling it again returned a plain function for ``torch.compile(model)`` (no
     ``parameters()`` for a training step) and traced the program's own code from outside (a
-    ``maybe_mark_dynamic`` there is forbidden in a graph). Any other model is compiled here. Both
+    ``maybe_mark_dynamic`` there is forbidden in a graph). Any other model is compiled here, the
+    method ``call`` (``harness.call``) where one is named (:func:`rewriter.harness.compile_entry`). Both
     run under ``set_stance(force_backend="eager")`` (the callers: :mod:`.recompiles`, :mod:`.value_guards`): guards and recompiles are
     Dynamo's, decided before a backend runs, so the program's own backend is not paid for."""
-    import torch
+    from ..harness import compile_entry
 
     if own:
         return model, "the program's own torch.compile (backend forced to 'eager')"
-    return torch.compile(model, backend="eager"), "torch.compile(backend='eager')"
+    if call is not None:
+        return compile_entry(model, call, backend="eager"), f"torch.compile(model.{call}, backend='eager')"
+    return compile_entry(model, None, backend="eager"), "torch.compile(backend='eager')"

@@ -718,6 +718,7 @@ def harness_from_flags(
     mode: str | None,
     dtype: str | None,
     device: str | None,
+    call: str | None = None,
 ) -> tuple[Harness, Amortization | None]:
     """The harness section from ``--harness`` (a .py file or a plan.yaml) and the other flags.
 
@@ -756,7 +757,7 @@ def harness_from_flags(
                         path=harness,
                         hint=f"move it into {src}, or pass the folder that holds both it and the model as SRC") from None
         base = {"file": rel}  # no --device: unset, resolved where it runs (resolve_device)
-    for key, value in (("model", model), ("inputs", inputs), ("mode", mode), ("dtype", dtype), ("device", device)):
+    for key, value in (("model", model), ("inputs", inputs), ("call", call), ("mode", mode), ("dtype", dtype), ("device", device)):
         if value is not None:
             base[key] = value
     if shapes:
@@ -860,13 +861,13 @@ def check_output(harness: str, output: str) -> None:
     )
 
 
-def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, shapes: tuple[str | dict[str, int], ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False, site: str | None = None, no_overlap: bool = False, pin: str = "shared", cold_parallel: int | None = None, host: str = "both", verbose: bool = False) -> int:
+def diagnose_command(harness: str, src: str, output: str, *, model: str | None, inputs: str | None, call: str | None = None, shapes: tuple[str | dict[str, int], ...], mode: str | None, dtype: str | None, device: str | None, report_dir: str | None, backend: str | None, runs: int | None, restarts: int | None, timeout: float, steps: int, entry: str | None = None, budget: float | None = None, no_search: bool = False, site: str | None = None, no_overlap: bool = False, pin: str = "shared", cold_parallel: int | None = None, host: str = "both", verbose: bool = False) -> int:
     """The ``stackpart diagnose`` command: returns 0 (plan written), 1 (plan written, but the ladder
     stopped at a fragmentation OOM: apply the allocator action and run again); raises
     StackpartError (exit 2)."""
     src_dir(src)  # SRC first: the harness path is read relative to it
     check_output(harness, output)
-    spec, amort = harness_from_flags(harness, src, model=model, inputs=inputs, shapes=[parse_shape(s) for s in shapes], mode=mode, dtype=dtype, device=device)
+    spec, amort = harness_from_flags(harness, src, model=model, inputs=inputs, shapes=[parse_shape(s) for s in shapes], mode=mode, dtype=dtype, device=device, call=call)
     if runs is not None or restarts is not None:
         base = amort.model_dump() if amort is not None else {"runs": 1_000_000, "restarts": 1}
         if runs is not None:
@@ -882,15 +883,16 @@ def diagnose_command(harness: str, src: str, output: str, *, model: str | None, 
             outcome = diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry, budget_s=budget, only=only, site=site,
                                overlap=not no_overlap, pin=pin, cold_parallel=cold_parallel, contended=host == "both", console=feed)
         except StackpartError as exc:
-            raise flagged(exc, model=model, inputs=inputs, shapes=bool(shapes))
+            raise flagged(exc, model=model, inputs=inputs, shapes=bool(shapes), call=call)
     return 1 if outcome.stopped else 0
 
 
 #: A harness field as :func:`rewriter.harness.load_harness`'s errors name it, at their start.
-_FIELD_RE = re.compile(r"^harness\.(model|inputs|shapes\[(\d+)\])")
+_FIELD_RE = re.compile(r"^harness\.(model|inputs|call|shapes\[(\d+)\])")
 
 
-def flagged(exc: StackpartError, *, model: str | None, inputs: str | None, shapes: bool) -> StackpartError:
+def flagged(exc: StackpartError, *, model: str | None, inputs: str | None, shapes: bool,
+            call: str | None = None) -> StackpartError:
     """``exc`` naming the flag the user typed instead of the plan field it set: ``--model: ...``
     for ``harness.model: ...`` when ``--model`` was given, ``--shape #2 (harness.shapes[1]): ...``
     when the shapes came from ``--shape``; ``exc`` itself otherwise (the value came from a plan's
@@ -899,7 +901,7 @@ def flagged(exc: StackpartError, *, model: str | None, inputs: str | None, shape
     if m is None:
         return exc
     field, index = m.group(1), m.group(2)
-    given = {"model": model, "inputs": inputs}.get(field) if index is None else shapes
+    given = {"model": model, "inputs": inputs, "call": call}.get(field) if index is None else shapes
     if not given:
         return exc
     label = f"--{field}" if index is None else f"--shape #{int(index) + 1} ({m.group(0)})"

@@ -261,6 +261,10 @@ class Session:
             raise HarnessFailure(self.rung, what, f"raised {headline(exc)}", path, line, note=note) from exc
 
     def forward_name(self) -> str:
+        """The step's call as errors name it: ``build_model() model forward``, or with
+        ``harness.call`` the method (``build_model() model .inverse``)."""
+        if self.spec.call is not None:
+            return f"{self.spec.model}() model .{self.spec.call}"
         return f"{self.spec.model}() model forward"
 
     def _build_model(self) -> Any:
@@ -353,9 +357,9 @@ class Session:
         def step() -> Any:
             if opt is None:
                 with torch.no_grad():
-                    out = call_model(model, inputs)
+                    out = call_model(model, inputs, self.spec.call)
             else:
-                out = call_model(model, inputs)
+                out = call_model(model, inputs, self.spec.call)
             leaves = tensor_leaves(out)
             if not leaves:
                 raise HarnessFailure(

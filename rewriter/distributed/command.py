@@ -27,6 +27,7 @@ def diagnose_distributed_command(
     wrap: str | None,
     model: str | None = None,
     inputs: str | None = None,
+    call: str | None = None,
     shapes: tuple[str | dict[str, int], ...] = (),
     mode: str | None = None,
     dtype: str | None = None,
@@ -55,7 +56,8 @@ def diagnose_distributed_command(
     from ..terminal import stderr
 
     spec, amort = harness_from_flags(harness, src, model=model, inputs=inputs,
-                                     shapes=[parse_shape(s) for s in shapes], mode=mode, dtype=dtype, device=device)
+                                     shapes=[parse_shape(s) for s in shapes], mode=mode, dtype=dtype, device=device,
+                                     call=call)
     spec = resolve_device(spec)
     # no --shape and no harness.shapes: the inputs function's own defaults are the shape the ranks
     # run and the plan states, as diagnose's

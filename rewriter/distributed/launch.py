@@ -104,7 +104,8 @@ def run_distributed(
 
     Raises:
         StackpartError: ``nproc < 2``, fewer GPUs than ``nproc``, an unknown wrapper or
-            setting, a harness that fails to import or build (its file:line, from the rank
+            setting, a ``harness.call`` method under a DDP or FSDP2 wrapper (it bypasses the
+            wrapper's forward), a harness that fails to import or build (its file:line, from the rank
             that hit it), a torchrun failure or timeout (with the tail of its output).
     """
     src = Path(src)
@@ -116,6 +117,12 @@ def run_distributed(
     wrap = wrap or str(defaults.get("wrap", "ddp"))
     if wrap not in WRAPPERS:
         raise StackpartError(f"unknown wrapper {wrap!r}; expected one of {', '.join(WRAPPERS)}")
+    if harness_spec.call is not None and wrap != "none":
+        raise StackpartError(
+            f"harness.call: {harness_spec.call!r} with wrapper {wrap}: the wrapper's work (DDP's gradient bucket "
+            f"setup, FSDP2's unshard) runs in its forward, which a call of model.{harness_spec.call} bypasses",
+            path=harness_spec.file,
+            hint="diagnose without --nproc, or pass --wrap none (the harness's own wrapper, if any, is then called as built)")
     merged_settings = {**dict(defaults.get("settings", {})), **(settings or {})}
     _check_settings(wrap, merged_settings, "settings")
     if harness_spec.device.startswith("cuda"):

@@ -157,13 +157,13 @@ def run_rank(cfg: dict[str, Any], rank: int, local_rank: int, world: int) -> dic
 
         def step() -> None:
             if training:
-                loss = _first_tensor(call_model(model, inputs)).float().mean()
+                loss = _first_tensor(call_model(model, inputs, spec.call)).float().mean()
                 loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             else:
                 with torch.no_grad():
-                    call_model(model, inputs)
+                    call_model(model, inputs, spec.call)
             if cuda:
                 torch.cuda.synchronize()
 

@@ -34,7 +34,8 @@ from typing import Any
 
 from .build import build_variant
 from .reference import block_share, high_precision_reference
-from .steps import REFERENCE_DONE, after_step, copied, cpu, saved_inputs, step_fn, to_device, wait_for_reference
+from .steps import (REFERENCE_DONE, after_step, copied, cpu, harness_call, saved_inputs, step_fn, to_device,
+                    wait_for_reference)
 
 
 def exit_message(exc: SystemExit, job: dict[str, Any]) -> str:
@@ -246,7 +247,7 @@ def _first_call_entry(job: dict[str, Any], model: Any, inputs: Any, watch: Any, 
     steady call's seconds, the compile (their difference) and the graphs and recompiles they added
     under ``watch``; and the first call's outputs."""
     before = watch.stats()
-    first_s, steady_s, out = _first_calls(job, step_fn(model, inputs, training), i)
+    first_s, steady_s, out = _first_calls(job, step_fn(model, inputs, training, harness_call(job)), i)
     after = watch.stats()
     return {
         "shape": job["harness"]["shapes"][i],
@@ -310,8 +311,8 @@ def _outputs(job: dict[str, Any], model: Any, inputs: Any, out: Any,
         # the first call's gradients (fn zeroes them on entry; recompute for this record)
         model.load_state_dict(reference_sd)
         torch.manual_seed(job["seed"])
-        step_fn(model, inputs, True)()
-        record.update(after_step(model, inputs, reference_sd, job["seed"]))
+        step_fn(model, inputs, True, harness_call(job))()
+        record.update(after_step(model, inputs, reference_sd, job["seed"], harness_call(job)))
     return record, generator, tokens
 
 
@@ -405,7 +406,7 @@ def _fail_on_recompile(job: dict[str, Any], model: Any, training: bool) -> dict[
     try:
         with torch.compiler.set_stance("fail_on_recompile"):
             for i in range(len(job["harness"]["shapes"])):
-                step_fn(model, saved_inputs(job, i, ref), training)()
+                step_fn(model, saved_inputs(job, i, ref), training, harness_call(job))()
     except torch.cuda.OutOfMemoryError:
         raise
     except Exception as exc:
@@ -499,7 +500,7 @@ def serve(job: dict[str, Any], channel: Channel, model: Any) -> None:
         burst_ms = float(request.get("burst_ms") or 0.0)
         try:
             if i not in fns:
-                fns[i] = step_fn(model, saved_inputs(job, i, ref), training)
+                fns[i] = step_fn(model, saved_inputs(job, i, ref), training, harness_call(job))
             for _ in range(int(request.get("warmup", 0))):
                 fns[i]()
             if burst_ms > 0 and i not in calls:

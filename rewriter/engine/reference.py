@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .steps import after_step, cpu, saved_inputs, step_fn
+from .steps import after_step, cpu, harness_call, saved_inputs, step_fn
 
 
 def block_share(job: dict[str, Any], model: Any, ref: Path, training: bool) -> list[dict[str, Any]]:
@@ -49,10 +49,10 @@ def block_share(job: dict[str, Any], model: Any, ref: Path, training: bool) -> l
         for i, shape in enumerate(job["harness"]["shapes"]):
             inputs = saved_inputs(job, i, ref)
             with torch.no_grad():
-                call_model(model, inputs)  # warm
+                call_model(model, inputs, harness_call(job))  # warm
                 marks.clear()
                 begin = stamp()
-                call_model(model, inputs)
+                call_model(model, inputs, harness_call(job))
                 end = stamp()
             if cuda:
                 torch.cuda.synchronize()
@@ -114,7 +114,7 @@ def high_precision_reference(job: dict[str, Any], model: Any, ref: Path, trainin
         try:
             with decisions.record() as calls:
                 torch.manual_seed(job["seed"])
-                step_fn(model, saved_inputs(job, i, ref), training)()
+                step_fn(model, saved_inputs(job, i, ref), training, harness_call(job))()
             low_decisions.append(calls)
         except Exception:  # noqa: BLE001 - a model that will not run under the recorder: no decisions judged
             low_decisions.append(None)
@@ -129,11 +129,11 @@ def high_precision_reference(job: dict[str, Any], model: Any, ref: Path, trainin
                 inputs = _upcast(saved_inputs(job, i, ref), dtype)
                 torch.manual_seed(job["seed"])
                 with decisions.record() as calls:
-                    out = step_fn(hp, inputs, training)()
+                    out = step_fn(hp, inputs, training, harness_call(job))()
                 record: dict[str, Any] = {"output": cpu(out[0] if training else out)}
                 if training:
                     record["loss"] = cpu(out[1].detach())
-                    record.update(after_step(hp, inputs, reference_sd, job["seed"]))
+                    record.update(after_step(hp, inputs, reference_sd, job["seed"], harness_call(job)))
                 judged = decisions.match(low_decisions[i], calls) if low_decisions[i] is not None else None
                 if judged is not None:
                     matched.append(judged)
@@ -179,11 +179,11 @@ def rounding_noise(job: dict[str, Any], model: Any, ref: Path, training: bool,
             inputs = saved_inputs(job, i, ref)
             torch.manual_seed(job["seed"])
             with perturbed_reduction_order() as count, decisions.record() as calls:
-                out = step_fn(model, inputs, training)()
+                out = step_fn(model, inputs, training, harness_call(job))()
                 record: dict[str, Any] = {"output": cpu(out[0] if training else out)}
                 if training:
                     record["loss"] = cpu(out[1].detach())
-                    record.update(after_step(model, inputs, reference_sd, job["seed"]))
+                    record.update(after_step(model, inputs, reference_sd, job["seed"], harness_call(job)))
             products += count["perturbed"]
             judged = decisions.match(low_decisions[i], calls) if low_decisions[i] is not None else None
             if judged is not None:

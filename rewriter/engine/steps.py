@@ -61,7 +61,15 @@ def saved_inputs(job: dict[str, Any], i: int, ref: Path) -> Any:
     return to_device(torch.load(ref / f"inputs_{i}.pt", weights_only=False), job["harness"]["device"])
 
 
-def step_fn(model: Any, inputs: Any, training: bool) -> Any:
+def harness_call(job: dict[str, Any]) -> str | None:
+    """The model's method a step calls (``harness.call``), None for the module itself."""
+    return job["harness"].get("call")
+
+
+def step_fn(model: Any, inputs: Any, training: bool, call: str | None) -> Any:
+    """One step of ``model`` (or its method ``call``, :func:`rewriter.harness.call_model`) on
+    ``inputs``: a forward under ``no_grad``, or in training forward and backward returning
+    ``(output, loss)``."""
     import torch
 
     from ..harness import call_model, scalar_loss
@@ -70,13 +78,13 @@ def step_fn(model: Any, inputs: Any, training: bool) -> Any:
 
         def infer() -> Any:
             with torch.no_grad():
-                return call_model(model, inputs)
+                return call_model(model, inputs, call)
 
         return infer
 
     def fwd_bwd() -> Any:
         model.zero_grad(set_to_none=True)
-        out = call_model(model, inputs)
+        out = call_model(model, inputs, call)
         loss = scalar_loss(out)
         loss.backward()
         return out, loss
@@ -84,7 +92,7 @@ def step_fn(model: Any, inputs: Any, training: bool) -> Any:
     return fwd_bwd
 
 
-def after_step(model: Any, inputs: Any, reference_sd: dict[str, Any], seed: int) -> dict[str, Any]:
+def after_step(model: Any, inputs: Any, reference_sd: dict[str, Any], seed: int, call: str | None) -> dict[str, Any]:
     """Training records after a forward+backward: the gradients it left (host copies, keyed by
     parameter name without compile wrappers' ``_orig_mod.``), then one
     SGD step (lr :data:`TRAIN_LR`) and the loss after it; the weights are restored after."""
@@ -101,7 +109,7 @@ def after_step(model: Any, inputs: Any, reference_sd: dict[str, Any], seed: int)
     }
     torch.optim.SGD(model.parameters(), lr=TRAIN_LR).step()
     torch.manual_seed(seed)
-    out["loss_after_step"] = cpu(scalar_loss(call_model(model, inputs)).detach())
+    out["loss_after_step"] = cpu(scalar_loss(call_model(model, inputs, call)).detach())
     model.zero_grad(set_to_none=True)
     model.load_state_dict(reference_sd)
     return out

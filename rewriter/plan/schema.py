@@ -92,12 +92,20 @@ class Harness(_Strict):
 
     ``file`` is relative to SRC and defines ``model() -> nn.Module`` and
     ``inputs(**shape) -> tuple | dict`` of tensors. ``shapes`` is the realistic input variety;
-    the first entry is the reference shape.
+    the first entry is the reference shape. ``call`` names the model's method every step calls
+    (``model.inverse(*inputs)``, ``model.generate(**inputs)``); unset, the module itself is
+    called (``model(*inputs)``: its ``forward`` through ``nn.Module.__call__``).
     """
 
     file: str
     model: str = "build_model"
     inputs: str = "make_inputs"
+    call: str | None = Field(
+        default=None,
+        description="the model's method each step calls (inverse, generate, encode, ...); unset: the module itself "
+        "(model(*inputs), its forward); checked against the built model when the harness loads "
+        "(rewriter.harness.model_entry)",
+    )
     shapes: list[dict[str, int]] = Field(default_factory=lambda: [{}])
     mode: Literal["inference", "training"] = "inference"
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -108,6 +116,11 @@ class Harness(_Strict):
     )
 
     _ident = field_validator("model", "inputs")(_check_ident)
+
+    @field_validator("call")
+    @classmethod
+    def _call(cls, value: str | None) -> str | None:
+        return None if value is None else _check_ident(value)
 
     @field_validator("file")
     @classmethod

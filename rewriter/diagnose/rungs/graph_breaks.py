@@ -43,9 +43,12 @@ def run(ctx: Context) -> RungResult:
 
     reset()
     args, kwargs = (inputs, {}) if not isinstance(inputs, dict) else ((), inputs)
-    with ctx.session.guard(f"torch._dynamo.explain({ctx.session.spec.model}())"):
+    from ...harness import model_entry
+
+    call = ctx.session.spec.call
+    with ctx.session.guard(f"torch._dynamo.explain({ctx.session.spec.model}(){'' if call is None else '.' + call})"):
         with CompileWatch() as watch, torch.no_grad(), marks_eager_only():
-            out = torch._dynamo.explain(model)(*args, **kwargs)
+            out = torch._dynamo.explain(model_entry(model, call))(*args, **kwargs)
     reset()
     for reason in out.break_reasons:
         frames = [(f.filename, f.lineno, f.name) for f in reversed(list(reason.user_stack or []))]

@@ -218,7 +218,7 @@ def _sweep(ctx: Context, model: Any) -> _Sweep:
 
     input_shapes: list[list[tuple[int, ...]]] = []
     own = compiles_itself(ctx)
-    compiled, how = compiled_as_run(model, own)
+    compiled, how = compiled_as_run(model, own, ctx.session.spec.call)
     forward = ctx.session.forward_name()
     reset()
     try:

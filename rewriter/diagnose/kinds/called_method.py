@@ -1,0 +1,90 @@
+"""The search's candidate that compiles the method the harness calls (``harness.call``), where
+nothing compiles it.
+
+A program that wraps its model (``model = torch.compile(Flow())``, ``model.compile()``) compiles
+``forward`` alone: ``OptimizedModule.__getattr__`` hands back the wrapped module's attributes, so
+``model.inverse(z)``, ``model.sample(n)`` or ``model.encode(x)`` is the original bound method and
+runs eager (torch/_dynamo/eval_frame.py; ``module.compile()`` compiles ``__call__`` the same way).
+A whole-model or per-block compile of ours compiles ``forward`` too and misses such a method
+unless it calls ``forward``. The lever is ``torch.compile`` on the method itself: the ``compile``
+action on its ``file.py::Class.method`` target (docs/actions.md, "method target"), which the
+program's wrapper leaves alone (a decorated method of the wrapped module is what its
+``__getattr__`` returns).
+
+Evidence: one step of the harness's model as it is, its backend forced to ``eager``, compiled no
+graph (:func:`..as_run.compiles_itself`: Dynamo's counters). The candidate ``compile-<method>`` is
+placed right after ``as-is``, the program as it is with the method compiled; the engine measures
+its graphs, frames and numerics like any other. Pruned, and said: no ``harness.call``; a step that
+compiles code already (what compiles is the program's); a method defined outside SRC, inside a
+function, or already compiled.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from ..candidate import AS_IS, Candidate, CandidateKind
+
+
+def candidate_name(call: str) -> str:
+    """The candidate's name: ``compile-inverse``."""
+    return f"compile-{call}"
+
+
+def method_target(ctx: Any) -> tuple[str | None, str]:
+    """``(target, why)``: the ``file.py::Class.method`` target under SRC of the method
+    ``harness.call`` names on the reference model (the class that defines it, through the
+    program's ``torch.compile`` wrapper), and what it is; ``(None, why not)`` where no compile
+    action can name it."""
+    from ...engine.watch import unwrapped
+    from ..locate import target_of, untargetable
+
+    call = ctx.session.spec.call
+    model, _, _ = ctx.reference()
+    inner = unwrapped(model)
+    fn = inspect.getattr_static(type(inner), call, None)
+    if fn is None:
+        return None, f"{type(inner).__name__}.{call} is an attribute of the instance, not a method of its class"
+    if hasattr(getattr(fn, "__func__", fn), "_torchdynamo_orig_callable"):
+        return None, f"{type(inner).__name__}.{call} is already a torch.compile'd function"
+    target = target_of(fn, ctx.session.src)
+    if target is None:
+        return None, f"{type(inner).__name__}.{call} is {untargetable(fn)}"
+    wrapped = model is not inner
+    how = ("the program's torch.compile wrapper compiles forward only: model." + call + " is the wrapped "
+           f"{type(inner).__name__}'s own method (OptimizedModule.__getattr__) and runs eager") if wrapped else (
+           f"nothing compiles {type(inner).__name__}.{call}")
+    return target, how
+
+
+def with_called_method(ctx: Any, cands: list[Candidate]) -> tuple[list[Candidate], list[str]]:
+    """``cands`` with ``compile-<method>`` right after ``as-is`` (module docstring), and why it
+    was not proposed where it was not (nothing where the harness calls the module itself)."""
+    from ...plan import CompileAction
+    from ..as_run import compiles_itself
+
+    call = ctx.session.spec.call
+    if call is None:
+        return cands, []
+    name = candidate_name(call)
+    base = next((c for c in cands if c.name == AS_IS), None)
+    if base is None:
+        return cands, [f"{name}: no as-is candidate to add the compile of model.{call} to"]
+    if compiles_itself(ctx):
+        return cands, [f"{name}: one step of model.{call} as the program runs it compiled a graph itself: what it "
+                       "compiles is the program's own compile (its edits are the as-is+ candidates)"]
+    target, how = method_target(ctx)
+    if target is None:
+        return cands, [f"{name}: harness.call {call!r}: {how}; no compile action names it"]
+    why = (f"harness.call {call}: one step of model.{call} as the program runs it compiled no graph ({how}); "
+           f"torch.compile on {target} compiles what the step calls")
+    action = CompileAction(action="compile", target=target, strategy="region", why=why)
+    cand = Candidate(name, base.plan.model_copy(update={"actions": [*base.plan.actions, action]}), [why])
+    if cand.key() in {c.key() for c in cands}:
+        return cands, []
+    at = cands.index(base) + 1
+    return [*cands[:at], cand, *cands[at:]], []
+
+
+KIND = CandidateKind("called_method", 5, with_called_method, when_compiles_pruned=False)
