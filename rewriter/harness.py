@@ -476,12 +476,13 @@ def check_entry(model: Any, spec: Harness) -> None:
     inner = getattr(model, "_orig_mod", model)
     names = sorted({n for n in (*dir(inner), *dir(type(inner))) if not n.startswith("_")
                     and callable(getattr(inner, n, None))})
-    what = "has no attribute" if attr is None and not hasattr(model, spec.call) else f"has a non-callable {type(attr).__name__}"
+    what = "" if attr is None and not hasattr(model, spec.call) else f" (its {spec.call} is a {type(attr).__name__})"
+    # in the message itself: diagnose's rung failure keeps the message, not the hint
+    near = near_names(spec.call, names) or "unset harness.call to call the module itself (its forward)"
     raise StackpartError(
-        f"harness.call: the model {spec.model}() builds ({cls}) {what} {spec.call!r}: expected a method to call "
-        f"with the inputs",
+        f"harness.call: {spec.model}() built a {cls}, which has no method {spec.call!r}{what} to call with the "
+        f"inputs; {near}",
         path=spec.file,
-        hint=near_names(spec.call, names) or "unset harness.call to call the module itself (its forward)",
     )
 
 

@@ -108,6 +108,8 @@ class SearchOutcome:
     runtime_disagreements: list[str] = field(default_factory=list)
     backend: str = "inductor"
     gain_measured: bool = True
+    #: The model's method each step calls (``harness.call``), None for the module itself.
+    call: str | None = None
     #: The program as it is raises (:mod:`.own_raised`): the ``as-is`` row is the program with
     #: compilation off, and the plan's figures are said against it.
     as_is_raises: bool = False
@@ -130,10 +132,16 @@ class SearchOutcome:
     def _unrun(self) -> str:
         """`` (in the source, not run by the harness)`` where the program as it is compiled no graph
         though its source compiles (a script's ``main``), else ``""``: the as-is row lists the
-        setup as the source writes it, and must not read as what ran."""
+        setup as the source writes it, and must not read as what ran. With ``harness.call`` the
+        program's compile may run and still compile nothing the step calls (a wrapper compiles
+        ``forward``), and the words say that."""
         comp = (self.rows.get(AS_IS) or {}).get("compile") or {}
         ran = comp.get("unique_graphs")
-        return " (in the source, not run by the harness)" if self.own_setup and ran == 0 else ""
+        if not (self.own_setup and ran == 0):
+            return ""
+        if self.call is not None:  # the call may run; what it compiles is not what the step calls
+            return f" (in the source; compiled nothing the harness's step model.{self.call} runs)"
+        return " (in the source, not run by the harness)"
 
     def table(self) -> list[dict[str, Any]]:
         """One row per candidate for the report: plan, step ms per shape, cold compile, new-shape
@@ -344,6 +352,7 @@ def _proposed(ctx: Context, outcome: SearchOutcome | None) -> SearchOutcome:
     out.own_off_setup = [o.setup_line for o in ctx.evidence.own_off]
     out.backend = ctx.backend
     out.gain_measured = ctx.backend not in NO_GAIN_BACKENDS
+    out.call = ctx.session.spec.call
     return out
 
 

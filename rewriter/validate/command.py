@@ -148,8 +148,12 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     if own and own_note in verdict.notes and not as_run.get("error") and (as_run.get("compile") or {}).get("unique_graphs") == 0:
         # the source's compile is in code the harness does not run (a script's main): say what ran
         i = verdict.notes.index(own_note)
+        # harness.call: a torch.compile wrapper compiles forward, not the method the step calls
+        ran = ("the harness's model ran none of it" if spec_run.call is None else
+               f"the harness's step calls model.{spec_run.call}, which none of it compiled (a torch.compile wrapper "
+               "compiles forward only)")
         verdict.notes[i] = (f"the original tree compiles itself in its source ({', '.join(own[:3])}"
-                            f"{', ...' if len(own) > 3 else ''}), but the harness's model ran none of it ('{AS_RUN}' "
+                            f"{', ...' if len(own) > 3 else ''}), but {ran} ('{AS_RUN}' "
                             f"compiled 0 graphs): '{AS_RUN}' is the model as the harness runs it, without that compile")
     verdict.errors.extend(m.errors)
     verdict.notes.extend(m.hints.get("eager", []) + m.hints.get("plan", []))

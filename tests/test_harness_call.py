@@ -1,0 +1,170 @@
+"""``harness.call``: the model's method each step calls (``model.inverse(z)``), checked on the built
+model, honoured by every step, and diagnosed: a program whose own ``torch.compile(model)`` compiles
+``forward`` only runs that method eager, and the search proposes compiling the method itself
+(docs/guide.md, "The harness"; docs/design.md, "The search")."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from rewriter.errors import StackpartError
+from rewriter.plan import load_plan, parse_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+FLOW = ROOT / "fixtures" / "diagnose" / "own_compile_other_method"
+
+
+def _spec(call: str | None, **extra: object):
+    fields = {"file": "harness.py", **({"call": call} if call is not None else {}), **extra}
+    return parse_plan(json.dumps({"version": 1, "harness": fields, "actions": []})).plan.harness
+
+
+def test_call_must_be_an_identifier_and_is_named_at_its_plan_line(tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nharness:\n  file: harness.py\n  call: model.inverse\nactions: []\n")
+    with pytest.raises(StackpartError) as err:
+        load_plan(plan)
+    assert err.value.line == 4 and "harness.call" in str(err.value) and "identifier" in str(err.value), str(err.value)
+    assert _spec(None).call is None and _spec("inverse").call == "inverse"
+
+
+def _flow_harness(tmp_path: Path, call: str | None, monkeypatch):
+    from rewriter.harness import load_harness
+
+    src = tmp_path / "src"
+    shutil.copytree(FLOW, src, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    return load_harness(_spec(call, device="cpu"), src)
+
+
+def test_a_call_the_built_model_lacks_is_refused_naming_the_field_the_class_and_the_near_name(tmp_path, monkeypatch):
+    from rewriter.harness import build_model
+
+    h = _flow_harness(tmp_path, "invers", monkeypatch)
+    with pytest.raises(StackpartError) as err:
+        build_model(h)
+    e = err.value
+    assert e.path == "harness.py", e.path
+    assert e.message.startswith("harness.call: build_model() built a Flow, which has no method 'invers'"), e.message
+    assert "did you mean 'inverse'?" in e.message, e.message
+    # an attribute that is no method is refused too, with what it is
+    h = _flow_harness(tmp_path / "b", "training", monkeypatch)
+    with pytest.raises(StackpartError) as err:
+        build_model(h)
+    assert "no method 'training' (its training is a bool)" in err.value.message, err.value.message
+
+
+def test_every_step_calls_the_method_and_a_torch_compile_wrapper_runs_it_eager(tmp_path, monkeypatch):
+    """Through the program's ``torch.compile(Flow())`` the method is the wrapped module's and
+    compiles no frame; :func:`compile_entry` compiles it (the diagnose rungs' own compile) without
+    touching the model, and the engine's step calls it."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from rewriter.engine.steps import step_fn
+    from rewriter.harness import build, call_model, compile_entry
+
+    h = _flow_harness(tmp_path, "inverse", monkeypatch)
+    model, inputs = build(h)
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.no_grad():
+        out = call_model(model, inputs, "inverse")
+    inner = model._orig_mod
+    torch.testing.assert_close(out, inner.inverse(*inputs))
+    assert out.shape == inputs[0].shape and counters["stats"]["unique_graphs"] == 0
+    torch.testing.assert_close(step_fn(model, inputs, False, "inverse")(), out)
+    compiled = compile_entry(inner, "inverse", backend="eager")
+    torch.testing.assert_close(call_model(compiled, inputs, "inverse"), out)
+    assert counters["stats"]["unique_graphs"] >= 1
+    assert "inverse" not in vars(inner)  # the model the ladder keeps is left as built
+    torch._dynamo.reset()
+
+
+def _kind_ctx(src: Path, model, compiles_itself: bool, call: str | None = "inverse"):
+    from rewriter.diagnose.candidate import AS_IS, Candidate
+
+    spec = _spec(call)
+    ctx = SimpleNamespace(session=SimpleNamespace(spec=spec, src=src), evidence=SimpleNamespace(compiles_itself=compiles_itself),
+                          reference=lambda: (model, None, None))
+    base = parse_plan("version: 1\nactions: []\n").plan.model_copy(update={"harness": spec})
+    return ctx, [Candidate(AS_IS, base), Candidate("per-block", base)]
+
+
+def test_the_kind_compiles_the_called_method_right_after_as_is_where_the_step_compiled_nothing(tmp_path, monkeypatch):
+    import torch
+
+    from rewriter.diagnose.kinds.called_method import with_called_method
+
+    h = _flow_harness(tmp_path, "inverse", monkeypatch)
+    from rewriter.harness import build_model
+
+    model, _ = build_model(h)
+    assert isinstance(model, torch._dynamo.eval_frame.OptimizedModule)  # the program's own compile
+    ctx, cands = _kind_ctx(h.src, model, compiles_itself=False)
+    out, pruned = with_called_method(ctx, cands)
+    assert [c.name for c in out] == ["as-is", "compile-inverse", "per-block"] and pruned == []
+    [action] = out[1].plan.actions
+    assert (action.action, action.target, action.strategy, action.own_call) == ("compile", "model.py::Flow.inverse", "region", None)
+    assert "compiled no graph" in action.why and "OptimizedModule.__getattr__" in action.why, action.why
+    assert out[1].plan.harness.call == "inverse"
+    # a step that compiles by itself: the program's compile is what the as-is+ edits change
+    ctx, cands = _kind_ctx(h.src, model, compiles_itself=True)
+    out, [why] = with_called_method(ctx, cands)
+    assert [c.name for c in out] == ["as-is", "per-block"] and why.startswith("compile-inverse: one step of model.inverse"), why
+    # no harness.call: nothing to add, nothing said
+    ctx, cands = _kind_ctx(h.src, model, compiles_itself=False, call=None)
+    assert with_called_method(ctx, cands) == (cands, [])
+    # a method outside SRC (torch's own nn.Module.state_dict) is said, not proposed
+    ctx, cands = _kind_ctx(h.src, model, compiles_itself=False, call="state_dict")
+    out, [why] = with_called_method(ctx, cands)
+    assert len(out) == 2 and "torch's own" in why, why
+
+
+def test_a_method_call_under_a_data_parallel_wrapper_is_refused_before_launch(tmp_path):
+    from rewriter.distributed.launch import run_distributed
+
+    (tmp_path / "harness.py").write_text("def build_model():\n    pass\n\n\ndef make_inputs():\n    pass\n")
+    with pytest.raises(StackpartError) as err:
+        run_distributed(_spec("inverse", device="cpu"), tmp_path, 2, tmp_path / "out", wrap="ddp")
+    assert err.value.message.startswith("harness.call: 'inverse' with wrapper ddp"), err.value.message
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_diagnose_compiles_the_sampling_method_and_the_rewritten_script_samples_compiled(tmp_path, monkeypatch):
+    """End to end on CPU (eager backend): the flow script compiles ``Flow()`` whole and samples
+    through ``model.inverse``; diagnose measures as-is compiling nothing, chooses ``compile-inverse``
+    (graphs compiled), the plan records ``call: inverse``, ``rewrite --apply`` takes it through the
+    validation gate, and the user's script samples the same values with the sampling compiled."""
+    import torch
+
+    from programs import before_after
+    from rewriter.cli import main
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    src, pristine = tmp_path / "src", tmp_path / "pristine"
+    for d in (src, pristine):
+        shutil.copytree(FLOW, d, ignore=shutil.ignore_patterns("__pycache__"))
+    plan = tmp_path / "out" / "plan.yaml"
+    assert main(["diagnose", "--harness", str(src / "harness.yaml"), str(src), "-o", str(plan), "--budget", "30"]) == 0
+    loaded = load_plan(plan).plan
+    assert loaded.harness.call == "inverse"
+    [action] = loaded.actions
+    assert (action.action, action.target) == ("compile", "model.py::Flow.inverse"), action
+    report = json.loads((plan.parent / "stackpart-diagnose" / "report.json").read_text())
+    [search] = [r for r in report["rungs"] if r["name"] == "search"]
+    rows = {c["candidate"]: c for c in search["measurement"]["candidates"]}
+    assert search["measurement"]["chosen"] == "compile-inverse", search["measurement"]["chosen"]
+    assert rows["as-is"]["graphs"] == 0 and rows["compile-inverse"]["graphs"] >= 1, (rows["as-is"], rows["compile-inverse"])
+    assert rows["compile-inverse"]["numerics"] == "ok"
+    assert report["harness"]["call"] == "inverse"
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply"]) == 0
+    before, after = before_after(pristine, src, "sample.py", tmp_path, force_backend="eager")
+    torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))
+    assert before["sampling_graphs"] == 0 and after["sampling_graphs"] >= 1, (before, after)
