@@ -168,3 +168,28 @@ def test_diagnose_compiles_the_sampling_method_and_the_rewritten_script_samples_
     before, after = before_after(pristine, src, "sample.py", tmp_path, force_backend="eager")
     torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))
     assert before["sampling_graphs"] == 0 and after["sampling_graphs"] >= 1, (before, after)
+
+
+def test_validates_whole_baseline_compiles_the_called_method(tmp_path, monkeypatch):
+    """validate's ``whole`` baseline (``model.compile()``) compiles ``forward`` only; with
+    ``harness.call`` the method the step calls is compiled too, so the baseline is a compile of
+    what runs and not the eager model under another name."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from rewriter.engine.variants import prepare
+    from rewriter.harness import build, call_model
+
+    h = _flow_harness(tmp_path, "inverse", monkeypatch)
+    model, inputs = build(h)
+    model = model._orig_mod  # the model alone, as a tree without the program's own compile builds it
+    with torch.no_grad():
+        expected = model.inverse(*inputs)
+    torch._dynamo.reset()
+    counters.clear()
+    said = prepare("whole", model, "eager", "inverse")
+    assert said["compiled"].endswith("model.inverse = torch.compile(model.inverse)"), said
+    with torch.no_grad():
+        torch.testing.assert_close(call_model(model, inputs, "inverse"), expected)
+    assert counters["stats"]["unique_graphs"] >= 1
+    torch._dynamo.reset()

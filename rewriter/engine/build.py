@@ -86,7 +86,7 @@ def build_variant(
         info["state_dict_error"] = error
         return model, info
     kind = job["prepare"] if "prepare" in job else variant  # job files of older callers name only the variant
-    info.update(prepare(kind or ("eager" if variant == "eager" else "plan"), model, job["backend"]))
+    info.update(prepare(kind or ("eager" if variant == "eager" else "plan"), model, job["backend"], job["harness"].get("call")))
     if job.get("stance"):
         info["compiled"] = (f"{info.get('compiled', 'nothing')}; the tree's own torch.compile calls off "
                             f"(torch.compiler.set_stance({job['stance']!r}))")

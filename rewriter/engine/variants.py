@@ -63,11 +63,13 @@ def repeated_blocks(model: Any) -> list[tuple[str, list[Any]]]:
     return [(name or "<root>", children) for name, children in out]
 
 
-def prepare(variant: str, model: Any, backend: str) -> dict[str, Any]:
+def prepare(variant: str, model: Any, backend: str, call: str | None = None) -> dict[str, Any]:
     """Apply ``variant``'s compile to ``model`` in place; return what was done (for the report).
 
     ``variant`` is ``whole`` or ``regional`` (compiled here), else the tree's own code compiles
-    (``eager``: nothing; a plan or search candidate: its decorators).
+    (``eager``: nothing; a plan or search candidate: its decorators). ``call``: the model's method
+    each step calls (``harness.call``); ``whole`` then compiles that method too, since
+    ``model.compile()`` compiles ``__call__`` (``forward``) only.
     """
     import torch
 
@@ -75,7 +77,11 @@ def prepare(variant: str, model: Any, backend: str) -> dict[str, Any]:
         return {"compiled": "nothing" if variant == "eager" else "by the tree's own code"}
     if variant == "whole":
         model.compile(backend=backend)
-        return {"compiled": f"model.compile(backend={backend!r})"}
+        if call is None:
+            return {"compiled": f"model.compile(backend={backend!r})"}
+        # on the instance, past a torch.compile wrapper's __setattr__ (which forwards to the module it wraps)
+        object.__setattr__(model, call, torch.compile(getattr(model, call), backend=backend))
+        return {"compiled": f"model.compile(backend={backend!r}) and model.{call} = torch.compile(model.{call})"}
     if variant == "regional":
         regions = repeated_blocks(model)
         count = own = 0
