@@ -164,6 +164,10 @@ def test_diagnose_compiles_the_sampling_method_and_the_rewritten_script_samples_
     assert rows["as-is"]["graphs"] == 0 and rows["compile-inverse"]["graphs"] >= 1, (rows["as-is"], rows["compile-inverse"])
     assert rows["compile-inverse"]["numerics"] == "ok"
     assert report["harness"]["call"] == "inverse"
+    assert "each step calls `model.inverse`" in (plan.parent / "stackpart-diagnose" / "report.md").read_text()
+    # the ladder's probe of the block's forward measured nothing, and says so rather than "one graph serves"
+    [inst] = [r for r in report["rungs"] if r["name"] == "instance_recompiles"]
+    assert "never called Coupling.forward" in inst["verdict"], inst["verdict"]
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply"]) == 0
     before, after = before_after(pristine, src, "sample.py", tmp_path, force_backend="eager")
     torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))

@@ -276,7 +276,8 @@ def memory_markdown(mem: RungResult | None, search: RungResult | None) -> list[s
 def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | None, notes: list[str], images: list[str], chart_note: str | None, error: str | None) -> str:
     """report.md: the ladder table, charts, top-10, findings with file:line, notes and the plan."""
     lines = [f"# stackpart diagnose: {meta.get('harness', {}).get('file', '')}", ""]
-    lines.append(f"device `{meta.get('device')}`" + (f" ({meta['device_rule']})" if meta.get('device_rule') else "") + (f", {meta['cpu_threads']['text']}" if meta.get('cpu_threads') else "") + f", mode `{meta.get('mode')}`, dtype `{meta.get('dtype')}`, reference shape `{meta.get('reference_shape')}`, compile backend `{meta.get('backend')}`")
+    lines.append(f"device `{meta.get('device')}`" + (f" ({meta['device_rule']})" if meta.get('device_rule') else "") + (f", {meta['cpu_threads']['text']}" if meta.get('cpu_threads') else "") + f", mode `{meta.get('mode')}`, dtype `{meta.get('dtype')}`, reference shape `{meta.get('reference_shape')}`, compile backend `{meta.get('backend')}`"
+                 + (f", each step calls `model.{call}`" if (call := meta.get('harness', {}).get('call')) else ""))
     if meta.get("seconds") is not None:
         lines.append(f"whole ladder: {meta['seconds']} s")
     lines.append("")

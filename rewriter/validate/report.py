@@ -98,7 +98,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- diff sha256: `{report['diff_sha256']}`",
         f"- plan: `{report['plan']}` (sha256 `{report['plan_sha256'][:12]}`), SRC: `{report['src']}`",
         f"- harness: mode {report['harness']['mode']}, dtype {report['harness']['dtype']}, "
-        f"device {report['environment']['timed_on']}, {len(report['harness']['shapes'])} shapes",
+        f"device {report['environment']['timed_on']}, {len(report['harness']['shapes'])} shapes"
+        + (f", each step calls model.{report['harness']['call']}" if report['harness'].get('call') else ""),
         _baselines_line(report),
         "",
     ]

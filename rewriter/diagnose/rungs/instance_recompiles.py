@@ -349,6 +349,11 @@ def _verdict(ctx: Context, r: RungResult, sweep: _Sweep, rc: _Recompiles, name: 
         return (f"{n} instances of {cname} in {distinct} parameter shape(s): {graphs}; {fell}",
                 "compile fewer distinct shapes per code object (one region per shape group, or the stage) "
                 f"or {limit_remedy(ctx, config_name, hits[0]['last_reason'] if hits else None, cname)}")
+    if not m["graphs"]:
+        # the step never called the block's forward (harness.call names a method that calls another
+        # of its methods, model.inverse -> block.inverse): nothing of the block was compiled to read
+        return (f"the step ({ctx.session.forward_name()}) never called {cname}.{name}: {graphs}, so no instance "
+                "recompile was measured", r.implies)
     if distinct > 1:
         return f"{n} instances of {cname} in {distinct} parameter shapes: {graphs}, within the recompile limit ({limit})", r.implies
     return _shared_verdict(ctx, rc, n, cname, graphs, m["graphs_per_shape"], len(sweep.per_shape)), r.implies
