@@ -474,8 +474,8 @@ def check_entry(model: Any, spec: Harness) -> None:
         return
     cls = model_class(model)
     inner = getattr(model, "_orig_mod", model)
-    names = sorted({n for n in (*dir(inner), *dir(type(inner))) if not n.startswith("_")
-                    and callable(getattr(inner, n, None))})
+    # the class's methods, read statically: a property of the model (a library's) may raise when read
+    names = [n for n in dir(type(inner)) if not n.startswith("_") and callable(inspect.getattr_static(type(inner), n, None))]
     what = "" if attr is None and not hasattr(model, spec.call) else f" (its {spec.call} is a {type(attr).__name__})"
     # in the message itself: diagnose's rung failure keeps the message, not the hint
     near = near_names(spec.call, names) or "unset harness.call to call the module itself (its forward)"

@@ -113,6 +113,11 @@ def test_the_kind_compiles_the_called_method_right_after_as_is_where_the_step_co
     assert (action.action, action.target, action.strategy, action.own_call) == ("compile", "model.py::Flow.inverse", "region", None)
     assert "compiled no graph" in action.why and "OptimizedModule.__getattr__" in action.why, action.why
     assert out[1].plan.harness.call == "inverse"
+    # module.compile() in place: the same, said of that call
+    ctx, cands = _kind_ctx(h.src, model._orig_mod, compiles_itself=False)
+    model._orig_mod.compile(backend="eager")
+    out, _ = with_called_method(ctx, cands)
+    assert "the program's model.compile() compiles Flow.__call__ (forward) only" in out[1].plan.actions[0].why
     # a step that compiles by itself: the program's compile is what the as-is+ edits change
     ctx, cands = _kind_ctx(h.src, model, compiles_itself=True)
     out, [why] = with_called_method(ctx, cands)

@@ -51,10 +51,14 @@ def method_target(ctx: Any) -> tuple[str | None, str]:
     target = target_of(fn, ctx.session.src)
     if target is None:
         return None, f"{type(inner).__name__}.{call} is {untargetable(fn)}"
-    wrapped = model is not inner
-    how = ("the program's torch.compile wrapper compiles forward only: model." + call + " is the wrapped "
-           f"{type(inner).__name__}'s own method (OptimizedModule.__getattr__) and runs eager") if wrapped else (
-           f"nothing compiles {type(inner).__name__}.{call}")
+    cls = type(inner).__name__
+    if model is not inner:
+        how = (f"the program's torch.compile wrapper compiles forward only: model.{call} is the wrapped {cls}'s own "
+               "method (OptimizedModule.__getattr__) and runs eager")
+    elif getattr(inner, "_compiled_call_impl", None) is not None:
+        how = f"the program's model.compile() compiles {cls}.__call__ (forward) only: model.{call} runs eager"
+    else:
+        how = f"nothing compiles {cls}.{call}"
     return target, how
 
 
