@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from rewriter.diagnose.candidates import OwnScope
+from rewriter.diagnose.evidence import Evidence
 from rewriter.diagnose.own_candidates import COMPILE_ON, NO_COMPILE, compile_on
 from rewriter.diagnose.own_compile import OFF_SAID, compile_setup, off_compiles, own_compiles
 from rewriter.plan import CompileAction, parse_plan
@@ -211,8 +212,8 @@ def _ctx(tmp_path: Path, model_fn: str = "build_model"):
 
     spec = parse_plan("version: 1\nharness: {file: harness.py, model: %s}\nactions: []\n" % model_fn).plan.harness
     model = torch.nn.Sequential(torch.nn.Linear(2, 2))
-    return SimpleNamespace(backend="eager", session=SimpleNamespace(spec=spec), amortization_assumed=True,
-                           reference=lambda: (model, None, None))
+    return SimpleNamespace(backend="eager", session=SimpleNamespace(spec=spec, src=tmp_path), amortization_assumed=True,
+                           evidence=Evidence(), reference=lambda: (model, None, None))
 
 
 def test_turning_on_is_proposed_only_for_a_call_the_harness_runs_and_the_rewrite_can_edit(tmp_path):

@@ -54,6 +54,8 @@ class Evidence:
         own_standin_path: ``(path, why)``: the regional form of that stand-in's call
             (:func:`.own_candidates.regional_path`), or ``(None, why not)`` where that call is
             measured as a whole-model compile only; None when not set.
+        model_calls: the functions of SRC the harness's model function calls, each with the chain
+            of calls from it (:func:`.own_candidates.model_function_calls`); None until read.
         own_compiled_modules: the reference model's modules that carry a compile
             (:func:`rewriter.engine.watch.compiled_modules`); None until read.
         own_raised: where the program's own compile raised and the ladder set it aside
@@ -90,6 +92,7 @@ class Evidence:
     own_standin: OwnCompile | None = None
     own_standin_path: tuple[str | None, str] | None = None
     own_compiled_modules: list[dict[str, Any]] | None = None
+    model_calls: dict[str, tuple[str, ...]] | None = None
     own_raised: dict[str, Any] | None = None
     compiles_itself: bool | None = None
     config_twins: dict[str, str] = field(default_factory=dict)

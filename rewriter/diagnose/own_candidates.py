@@ -47,6 +47,7 @@ from ..engine.watch import unwrapped
 from ..plan import CompileAction
 from .candidate import AS_IS, NO_GAIN_BACKENDS, as_is
 from .evidence import where_raised
+from .model_calls import CALL_DEPTH
 
 REGIONAL = as_is("regional")
 NO_FULLGRAPH = as_is("no-fullgraph")
@@ -168,8 +169,9 @@ def compile_on(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]
         if not runs_off_compile(ctx, own):
             model_fn = _model_function_site(ctx) or f"{ctx.session.spec.file}::{ctx.session.spec.model}"
             pruned.append(f"{COMPILE_ON}: the harness does not run the program's call {own.text} (it is not in "
-                          f"the harness's model function {model_fn}, a method of the model's classes or a "
-                          "decorator in their source), so turning it back on would not be measured")
+                          f"the harness's model function {model_fn}, a function of SRC it calls (read up to "
+                          f"{CALL_DEPTH} calls deep), a method of the model's classes or a decorator in their "
+                          "source), so turning it back on would not be measured")
             continue
         refused = own.can("disable")
         if refused:
@@ -182,8 +184,15 @@ def compile_on(ctx: Any, scope: Any, pruned: list[str]) -> list[tuple[str, Any]]
             own_call={"disable": False},
             why=f"the program's own compile ({own.text}) passes disable=True and compiles nothing: turned back on "
                 "(disable=False, its options as written), against the program as it is with its compile cost per start "
-                "counted"))
+                "counted" + _run_through(ctx, own)))
     return [(COMPILE_ON, Decision(_plan(ctx.session.spec, ctx, actions), []))] if actions else []
+
+
+def _run_through(ctx: Any, own: Any) -> str:
+    """``"; the harness runs it through a -> b"`` where the call is in a function the harness's
+    model function calls (:func:`model_function_calls`), else ``""``."""
+    chain = model_function_calls(ctx).get(own.site) if own.site and own.covers[0] != "function" else None
+    return f"; the harness runs it through {' -> '.join(chain)}" if chain else ""
 
 
 def runs_off_compile(ctx: Any, own: Any) -> bool:
@@ -192,22 +201,47 @@ def runs_off_compile(ctx: Any, own: Any) -> bool:
     time, as :func:`runs_own_compile` does): a decorator (the model's source carries it), a call
     in the harness's model function (``return torch.compile(model, disable=True)`` in
     ``build_model``, or in the function of another file the harness imports as its model function:
-    ``from train import build_model``), or a call in a method of a class of the harness's model's
-    modules (``self.block = torch.compile(Block(), disable=True)`` in ``__init__``). A call in a
-    script the harness does not run (``train.py``'s ``main``) or in a helper the model function
-    calls reads False: a candidate that edits it would measure the harness's model as it is."""
+    ``from train import build_model``), a call in a function of SRC the model function calls,
+    directly or through others (``return make_net()`` where ``make_net`` holds the call, in the
+    same file or another: :func:`model_function_calls`), or a call in a method of a class of the
+    harness's model's modules (``self.block = torch.compile(Block(), disable=True)`` in
+    ``__init__``). A call in a script the harness does not run (``train.py``'s ``main``) reads
+    False: a candidate that edits it would measure the harness's model as it is."""
     if own.covers[0] == "function":
         return True
     if own.site is None:
         return False
-    spec = ctx.session.spec
-    if own.site in (f"{spec.file}::{spec.model}", _model_function_site(ctx)):
+    if own.site in _model_functions(ctx) or own.site in model_function_calls(ctx):
         return True
     qual = own.site.split("::", 1)[1]
     if "." not in qual:
         return False
     model, _, _ = ctx.reference()
     return qual.split(".", 1)[0] in {type(m).__name__ for m in unwrapped(model).modules()}
+
+
+def _model_functions(ctx: Any) -> list[str]:
+    """``file.py::qualname`` of the harness's model function as the plan names it
+    (``harness.py::build_model``) and, where the harness imports it from another file of SRC,
+    where it is defined (:func:`_model_function_site`)."""
+    spec = ctx.session.spec
+    return list(dict.fromkeys(s for s in (f"{spec.file}::{spec.model}", _model_function_site(ctx)) if s))
+
+
+def model_function_calls(ctx: Any) -> dict[str, tuple[str, ...]]:
+    """``{"file.py::qualname": chain}``: the functions of SRC the harness's model function calls,
+    directly or through each other (:func:`.model_calls.calls_from`, from each of
+    :func:`_model_functions`), ``chain`` the calls from the model function to it; read once
+    (``ctx.evidence.model_calls``)."""
+    if ctx.evidence.model_calls is None:
+        from .model_calls import calls_from
+
+        reached: dict[str, tuple[str, ...]] = {}
+        for start in _model_functions(ctx):
+            for site, chain in calls_from(ctx.session.src, start).items():
+                reached.setdefault(site, chain)
+        ctx.evidence.model_calls = reached
+    return ctx.evidence.model_calls
 
 
 def _model_function_site(ctx: Any) -> str | None:
