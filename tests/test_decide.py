@@ -213,3 +213,90 @@ def test_where_every_candidate_recompiles_more_the_status_does_not_blame_the_cou
     status = choice.status["whole"]
     assert "every candidate recompiles more over the shapes than the program as it is (0)" in status, status
     assert "the chosen 1" in status and "'per-block' comes first in the ladder's order" in status, status
+
+
+#: The program's own whole-model compile of a 12-step loop (fixtures/diagnose/own_loop_nested) and
+#: its nested-region hint, as one CPU search on the eager backend measured them: step ms, compile s
+#: per start (Dynamo's tracing: the eager backend compiles nothing more).
+NESTED_ROWS = {
+    "as-is+nested": dict(_row(1.280, 0.211), compile={"unique_graphs": 1, "recompiles": 0}),
+    "as-is": dict(_row(0.427, 0.680), compile={"unique_graphs": 1, "recompiles": 0}),
+}
+
+
+def test_without_a_measured_gain_a_compile_time_candidate_is_chosen_where_it_compiled_for_less():
+    """On the eager backend the step-time gain of a nested compile region is not measured, its
+    compile per start is: 0.21 s against the program's 0.68 s is beyond the noise band, and the
+    sentence says so rather than that nothing was measured."""
+    c = decide(NESTED_ROWS, list(NESTED_ROWS), [], 1_000_000, 1, gain_measured=False)
+    assert c.chosen == "as-is+nested", c.status
+    assert ("its compile per start measured less: 0.21 s compile per start vs 0.68 s compile per start as is, 69% less, "
+            "beyond the 2.0% noise band") in c.text, c.text
+    assert "the step-time gain is not measured" in c.text and "so the gain is not measured" not in c.text, c.text
+    assert c.status["as-is"].startswith("not chosen: 'as-is+nested' measured less compile per start (0.21 s"), c.status
+
+
+def test_without_a_measured_gain_a_compile_time_candidate_that_compiled_no_less_is_not_chosen():
+    """Within the band (1.5% less than the program's own), or more: the plan changes nothing, and
+    both figures are said; a measured band wider than the difference keeps it out too."""
+    rows = {n: dict(r) for n, r in NESTED_ROWS.items()}
+    for compile_s in (0.670, 0.700):
+        rows["as-is+nested"]["compile_s_per_start"] = compile_s
+        c = decide(rows, list(rows), [], 1_000_000, 1, gain_measured=False)
+        assert c.chosen == "as-is", c.status
+        said = c.status["as-is+nested"]
+        assert said.startswith(f"not chosen: its gain is compile time, and it measured {compile_s:.2f} s compile per start vs "
+                               "0.68 s compile per start as is: not less beyond the 2.0% noise band"), said
+        assert "1 whose gain is compile time not measured to compile for less" in c.text and "changes nothing" in c.text, c.text
+    rows["as-is+nested"]["compile_s_per_start"] = 0.650  # 4% less: beyond the assumed 2%, within a measured 5%
+    assert decide(rows, list(rows), [], 1_000_000, 1, gain_measured=False).chosen == "as-is+nested"
+    noise = {"share": 0.05, "median_abs_log": 0.02, "pairs": 4}
+    c = decide(rows, list(rows), [], 1_000_000, 1, gain_measured=False, noise=noise)
+    assert c.chosen == "as-is" and "not less beyond the 5.0% noise band" in c.status["as-is+nested"], c.status
+
+
+def test_without_a_measured_gain_a_compile_time_candidate_without_a_measured_compile_is_not_chosen():
+    rows = {n: dict(r) for n, r in NESTED_ROWS.items()}
+    rows["as-is+nested"]["compile_s_per_start"] = 0.0  # it compiled a graph, its first call took no longer
+    c = decide(rows, list(rows), [], 1_000_000, 1, gain_measured=False)
+    assert c.chosen == "as-is" and c.status["as-is+nested"].startswith(
+        "not chosen: its gain is compile time, and it has no compile per start measured (compile cost not measured"), c.status
+    rows = {n: dict(r) for n, r in NESTED_ROWS.items()}
+    rows["as-is"]["compile_s_per_start"] = 0.0
+    c = decide(rows, list(rows), [], 1_000_000, 1, gain_measured=False)
+    assert c.chosen == "as-is" and "the program as it is has no compile per start measured" in c.status["as-is+nested"], c.status
+
+
+def test_a_compile_time_candidate_judged_so_leaves_the_others_to_the_ladders_order():
+    """An earlier candidate in the ladder's order is chosen as before; the hint, kept, says what it
+    measured; on a backend that optimises the net decides as it did (its slower step loses)."""
+    rows = dict(NESTED_ROWS, **{"as-is+dynamic": dict(_row(0.43, 0.69), compile={"unique_graphs": 1, "recompiles": 0})})
+    order = ["as-is+dynamic", "as-is+nested", "as-is"]
+    c = decide(rows, order, [], 1_000_000, 1, gain_measured=False)
+    assert c.chosen == "as-is+dynamic", c.status
+    assert c.status["as-is+nested"].startswith("not chosen: its compile per start measured less (0.21 s compile per start vs"), c.status
+    c = decide(NESTED_ROWS, list(NESTED_ROWS), [], 1_000_000, 1, gain_measured=True)
+    assert c.chosen == "as-is" and c.status["as-is+nested"].startswith("does not pay back"), c.status
+
+
+def test_the_plans_why_says_the_compile_per_start_it_was_judged_by():
+    """The chosen hint's actions cite both compile figures on the eager backend, not "gain not
+    measured" alone; another candidate chosen there still says the gain was not measured."""
+    from rewriter.diagnose.candidate import Candidate
+    from rewriter.diagnose.search import SearchOutcome, annotated
+    from rewriter.plan import CompileAction, Plan
+
+    hint = Plan(version=1, actions=[CompileAction(action="compile", target="model.py::Integrator.step", strategy="nested",
+                                                  why="hierarchical compilation")])
+    out = SearchOutcome([Candidate("as-is+nested", hint), Candidate("as-is", Plan(version=1))], backend="eager",
+                        gain_measured=False)
+    out.rows = NESTED_ROWS
+    out.choice = decide(NESTED_ROWS, list(NESTED_ROWS), [], 1_000_000, 1, gain_measured=False)
+    [action] = annotated(out).actions
+    assert action.why.endswith("1.280 ms/step vs 0.427 as is, 0.21 s compile per start vs 0.68 s compile per start as is "
+                               "(backend eager: the step-time gain is not measured; its gain is compile time, which is)"), action.why
+    out.candidates[0].name = "whole"
+    out.rows = {"whole": NESTED_ROWS["as-is+nested"], "as-is": NESTED_ROWS["as-is"]}
+    out.choice = decide(out.rows, ["whole", "as-is"], [], 1_000_000, 1, gain_measured=False)
+    [action] = annotated(out).actions
+    assert action.why.endswith("0.21 s compile per start (backend eager: gain not measured)"), action.why

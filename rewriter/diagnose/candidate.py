@@ -28,6 +28,17 @@ def as_is(suffix: str = "") -> str:
     return f"{AS_IS}+{suffix}" if suffix else AS_IS
 
 
+#: The program's own whole-model compile kept, with a nested compile region on a repeated callee
+#: (:func:`.candidates.nested_callees`).
+NESTED_OWN = as_is("nested")
+#: Candidates whose gain is compile time, not step time: the program's own compile kept, with a hint
+#: that makes Dynamo trace less (a nested compile region is traced once and reused, torch docs,
+#: ``torch.compiler.nested_compile_region``). On a backend that does not optimise, the step-time
+#: gain is not measured but Dynamo's tracing is, so the decision judges these by their compile per
+#: start against the program's own (:func:`.decide.decide`).
+COMPILE_TIME = frozenset({NESTED_OWN})
+
+
 def is_as_is(name: str) -> bool:
     """Whether ``name`` is the program as it is or one of its variants (``as-is+regional``)."""
     return name == AS_IS or name.startswith(AS_IS + "+")

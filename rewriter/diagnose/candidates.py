@@ -48,7 +48,7 @@ from typing import Any
 
 from ..engine.watch import unwrapped
 from ..plan import BucketAction, CompileAction, CompileOptions, GenerationAction, Plan
-from .candidate import AS_IS, WHOLE, Candidate, as_is
+from .candidate import AS_IS, NESTED_OWN, WHOLE, Candidate, as_is
 from .context import Context
 from .planner import plan as rule_plan
 from .rungs import batch_scaling, op_mix
@@ -634,10 +634,6 @@ def _nested_whole(p: _Proposals, region_full: Any, whole: Any) -> None:
         nested = _nested(p.ctx, region_full.plan, whole.plan)
         if nested is not None:
             p.add("nested+whole", type(whole)(nested, []))
-
-
-#: The program's own whole-model compile kept, with a nested compile region on a repeated callee.
-NESTED_OWN = as_is("nested")
 
 
 def nested_callees(p: _Proposals, whole: Any) -> None:

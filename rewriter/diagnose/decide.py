@@ -38,8 +38,11 @@ is the plans', and a cheaper compile does not buy a plan under the product's spe
 
 With a backend that cannot speed anything up (``eager`` on CPU) the gain is not measured: the
 measurement still excludes every candidate that failed, what it does measure comes next (one that
-recompiles more over the harness's shapes than the program as it is goes last), and among the
-rest the ladder's order (the rule's proposal first) decides.
+recompiles more over the harness's shapes than the program as it is goes last; one whose gain is
+compile time, :data:`.candidate.COMPILE_TIME`, is judged by its compile per start, which Dynamo's
+tracing still costs on that backend, against the program's own beyond the noise band:
+:func:`_compile_time_judged`), and among the rest the ladder's order (the rule's proposal first)
+decides.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from typing import Any
 
 from ..engine.noise import ratio_interval
 from ..engine.verdict import NOISE, contended_band, speed_failures
-from .candidate import AS_IS, WHOLE
+from .candidate import AS_IS, COMPILE_TIME, WHOLE
 from .evidence import where_raised
 from .kinds.static_shapes import WHOLE_STATIC
 
@@ -177,7 +180,11 @@ def decide(
     if not [n for n in ok if n != AS_IS]:
         return _only_as_is(ok, status, net, baseline)
     if not gain_measured:
-        return _in_ladder_order(ok, status, net, rows, baseline)
+        measured = _compile_time_judged(rows, ok, status, noise, baseline)
+        ok = [n for n in ok if n not in status]
+        if not [n for n in ok if n != AS_IS]:
+            return _only_as_is(ok, status, net, baseline)
+        return _in_ladder_order(ok, status, net, rows, baseline, measured)
     refusals = {n: gate_failures(rows, n, noise, baseline) for n in ok if n != AS_IS and (net[n] or 0) > 0}
     gated = [n for n, fails in refusals.items() if fails]  # one that does not pay back is out anyway, and says so
     for n in gated:
@@ -359,9 +366,11 @@ def _only_as_is(ok: list[str], status: dict[str, str], net: dict[str, float | No
     unpaid = sum(1 for s in status.values() if s.startswith("does not pay back"))
     gated = sum(1 for s in status.values() if s.startswith(GATED))
     pruned = sum(1 for s in status.values() if s.startswith("pruned after measurement"))  # a twin that changed nothing
+    slow_start = sum(1 for s in status.values() if s.startswith(COMPILE_NOT_LESS))
     parts = [f"{k} {what}" for k, what in ((failed, "failed"), (skipped, "not measured (search budget)"), (unpaid, "cannot pay back"),
                                           (gated, "slower than it in a timed condition, which validate's gate refuses"),
-                                          (pruned, "pruned after measurement (it changed nothing)")) if k]
+                                          (pruned, "pruned after measurement (it changed nothing)"),
+                                          (slow_start, "whose gain is compile time not measured to compile for less")) if k]
     return Choice(AS_IS, f"{baseline.name}, the only candidate left (" + (", ".join(parts) or "no other candidate")
                   + "); the plan changes nothing", status, net)
 
@@ -371,13 +380,60 @@ def _recompiles(row: dict[str, Any]) -> int:
     return int((row.get("compile") or {}).get("recompiles") or 0)
 
 
+#: The start of the status of a candidate whose gain is compile time (:data:`.candidate.COMPILE_TIME`)
+#: and whose compile per start, on a backend that does not optimise, was not measured smaller than
+#: the program's own beyond the noise band (:func:`_compile_time_judged`).
+COMPILE_NOT_LESS = "not chosen: its gain is compile time"
+
+
+def _compile_time_judged(rows: dict[str, dict[str, Any]], ok: list[str], status: dict[str, str],
+                         noise: dict[str, Any] | None, baseline: Baseline) -> dict[str, str]:
+    """Each candidate of ``ok`` whose gain is compile time (:data:`.candidate.COMPILE_TIME`: the
+    program's own compile kept, with a nested compile region that Dynamo traces once), judged where
+    the gain is not measured by what the backend does measure of it: its compile per start
+    (``compile_s_per_start``, s: the first call minus a steady one, summed over the shapes that
+    compiled; on the eager backend, Dynamo's tracing and guards) against the program's own.
+
+    Kept where it is smaller than the program's by more than the noise band (:func:`noise_bands`,
+    the step's: each cold phase ran once, so no band of compile seconds is measured); the returned
+    ``{name: sentence}`` says what was measured. Every other one gets its status here (starting
+    with :data:`COMPILE_NOT_LESS`, with both figures), also where either figure was not measured:
+    without it nothing says the hint gains anything."""
+    band = noise_bands(noise)[0]
+    banded = f"the {band:.1%} noise band" + (" (assumed: each plan timed in one process)" if noise is None else "")
+    own = rows[AS_IS]
+    c0 = compile_cost_s(own, 1)
+    kept: dict[str, str] = {}
+    for n in ok:
+        if n not in COMPILE_TIME:
+            continue
+        row = rows[n]
+        c = compile_cost_s(row, 1)
+        if compile_unmeasured(row) or c <= 0:
+            status[n] = f"{COMPILE_NOT_LESS}, and it has no compile per start measured ({compile_text(row)})"
+        elif compile_unmeasured(own) or c0 <= 0:
+            status[n] = (f"{COMPILE_NOT_LESS}, and {baseline.name} has no compile per start measured to compare it with "
+                         f"({compile_text(own)})")
+        elif c < c0 * (1 - band):
+            kept[n] = (f"{compile_text(row)} vs {compile_text(own)} {baseline.short}, {1 - c / c0:.0%} less, beyond "
+                       f"{banded}")
+        else:
+            status[n] = (f"{COMPILE_NOT_LESS}, and it measured {compile_text(row)} vs {compile_text(own)} {baseline.short}: "
+                         f"not less beyond {banded}; its step-time gain is not measured with this backend")
+    return kept
+
+
 def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float | None],
-                     rows: dict[str, dict[str, Any]], baseline: Baseline) -> Choice:
+                     rows: dict[str, dict[str, Any]], baseline: Baseline,
+                     compile_less: dict[str, str] | None = None) -> Choice:
     """The decision without a measured gain: the first candidate in the ladder's order that did not
     fail and recompiles no more over the harness's shapes than the program as it is (what the
     backend still measures: a user who came for recompiles is never handed more of them); where
     every one recompiles more, the program as it is when its own compile ran (it recompiles least,
-    and nothing else is measured), else the first that did not fail."""
+    and nothing else is measured), else the first that did not fail. ``compile_less``: the
+    candidates whose gain is compile time kept by :func:`_compile_time_judged`, with what they
+    measured, said where one is chosen or passed over."""
+    compile_less = compile_less or {}
     rest = [n for n in ok if n != AS_IS]
     base = _recompiles(rows[AS_IS]) if AS_IS in rows and baseline.compiles else None
     more = [n for n in rest if base is not None and _recompiles(rows[n]) > base]
@@ -403,11 +459,23 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
         elif n in more:
             status[n] = (f"not chosen: {_recompiles(rows[n])} recompile(s) over the shapes against {base} as it is "
                          "(the gain is not measured with this backend)")
+        elif n == AS_IS and chosen in compile_less:
+            status[n] = f"not chosen: {chosen!r} measured less compile per start ({compile_less[chosen]})"
+        elif n in compile_less:
+            status[n] = (f"not chosen: its compile per start measured less ({compile_less[n]}), but {chosen!r} comes "
+                         "first in the ladder's order (the step-time gain is not measured with this backend)")
         else:
             status[n] = f"not chosen: the gain is not measured with this backend; {chosen!r} comes first in the ladder's order"
-    text = (f"{chosen!r}: the backend does not optimise, so the gain is not measured; every candidate that failed is out "
+    slow = sum(1 for s in status.values() if s.startswith(COMPILE_NOT_LESS))
+    if chosen in compile_less:
+        lead = (f"{chosen!r}: its gain is compile time, and its compile per start measured less: {compile_less[chosen]}; "
+                "the backend does not optimise, so the step-time gain is not measured")
+    else:
+        lead = f"{chosen!r}: the backend does not optimise, so the gain is not measured"
+    text = (f"{lead}; every candidate that failed is out "
             f"({sum(1 for s in status.values() if s.startswith('failed'))} failed)"
             + (f", {len(more)} candidate(s) recompile more over the shapes than {baseline.name} ({base} recompile(s))" if more else "")
+            + (f", {slow} whose gain is compile time measured no less compile per start than {baseline.name}" if slow else "")
             + " and the ladder's order decides among the rest")
     return Choice(chosen, text, status, net)
 

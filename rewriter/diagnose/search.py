@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import StackpartError
 from ..terminal import Feed, event, progress_line
-from .candidate import AS_IS, NO_GAIN_BACKENDS, Candidate
+from .candidate import AS_IS, COMPILE_TIME, NO_GAIN_BACKENDS, Candidate
 from .candidates import WHOLE, propose
 from .context import Context
 from .decide import AS_RUN, COMPILATION_OFF, Choice, compile_text, decide, when_as_is_raises
@@ -715,6 +715,19 @@ def _decided(ctx: Context, out: SearchOutcome, m: Any, say: Any) -> None:
     say(f"chose {out.choice.text}")
 
 
+def _unmeasured(out: SearchOutcome, name: str, asis: dict[str, Any]) -> str:
+    """What the chosen candidate's figures leave unmeasured, said after its compile per start:
+    nothing where the backend optimises; the step-time gain where it does not, and for a candidate
+    whose gain is compile time (:data:`.candidate.COMPILE_TIME`) the program's own compile per
+    start it was judged against (:func:`.decide.decide`)."""
+    if out.gain_measured:
+        return ""
+    if name in COMPILE_TIME:
+        return (f" vs {compile_text(asis)} as is (backend {out.backend}: the step-time gain is not measured; its gain is "
+                "compile time, which is)")
+    return f" (backend {out.backend}: gain not measured)"
+
+
 def annotated(out: SearchOutcome) -> Any:
     """The chosen candidate's plan, each action's ``why:`` ending with the candidate's figures."""
     cand = out.chosen
@@ -729,8 +742,7 @@ def annotated(out: SearchOutcome) -> Any:
                 f"{asis['step_ms']:.3f} " + ("with compilation off (as it is, the program raises)" if out.as_is_raises else "as is")
                 + (f" ({row['contended_step_ms']:.3f} vs {asis['contended_step_ms']:.3f} with the host core contended)"
                    if row.get("contended_step_ms") and asis.get("contended_step_ms") else "")
-                + f", {compile_text(row)}"
-                + ("" if out.gain_measured else f" (backend {out.backend}: gain not measured)"))
+                + f", {compile_text(row)}" + _unmeasured(out, cand.name, asis))
     else:
         cite = f"search: {cand.name!r} chosen ({out.choice.text})"
     if not cand.name.startswith("per-block"):
