@@ -77,23 +77,25 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 def test_calls_are_followed_into_other_files_through_their_imports_and_each_function_once(tmp_path):
     """``from nets import make_net``, ``import helpers; helpers.other()``, a package's re-export, a
-    function of a class of the file; ``make_net`` and ``other`` call each other (a cycle); a local
-    named like a module of SRC is not that module."""
+    function of a class of the file, a class's ``__init__``; ``make_net`` and ``other`` call each
+    other (a cycle); a local named like a module of SRC is not that module."""
     _tree(tmp_path, {
         "harness.py": "import helpers\nfrom nets import make_net\nfrom pkg import deep\n\n\ndef build_model():\n"
                       "    nets = make_net()\n    helpers.other()\n    nets.unrelated()\n    return deep()\n",
         "nets.py": "from helpers import other\n\n\ndef make_net():\n    return other()\n\n\ndef unrelated():\n    return 0\n",
-        "helpers.py": "import nets\n\n\nclass F:\n    @staticmethod\n    def make():\n        return 1\n\n\n"
-                      "def other():\n    F.make()\n    return nets.make_net\n",
+        "helpers.py": "import nets\n\n\nclass F:\n    def __init__(self):\n        self.n = 1\n\n    @staticmethod\n"
+                      "    def make():\n        return F()\n\n\ndef other():\n    F.make()\n    return nets.make_net\n",
         "pkg/__init__.py": "from .inner import deep\n",
         "pkg/inner.py": "def deep():\n    return 1\n",
     })
-    reached = calls_from(tmp_path, "harness.py::build_model")
+    reached = calls_from(tmp_path, ["harness.py::build_model"])
     assert reached == {
         "nets.py::make_net": ("harness.py::build_model", "nets.py::make_net"),
         "helpers.py::other": ("harness.py::build_model", "helpers.py::other"),
         "pkg/inner.py::deep": ("harness.py::build_model", "pkg/inner.py::deep"),
         "helpers.py::F.make": ("harness.py::build_model", "helpers.py::other", "helpers.py::F.make"),
+        "helpers.py::F.__init__": ("harness.py::build_model", "helpers.py::other", "helpers.py::F.make",
+                                   "helpers.py::F.__init__"),
     }, reached
     assert not (tmp_path / ".stackpart_cache").exists()  # check's index never writes into SRC here
 
@@ -101,9 +103,10 @@ def test_calls_are_followed_into_other_files_through_their_imports_and_each_func
 def test_the_depth_is_bounded(tmp_path):
     chain = "".join(f"def f{i}():\n    return f{i + 1}()\n\n\n" for i in range(6)) + "def f6():\n    return 0\n"
     _tree(tmp_path, {"m.py": chain})
-    assert sorted(calls_from(tmp_path, "m.py::f0", depth=2)) == ["m.py::f1", "m.py::f2"]
-    assert calls_from(tmp_path, "m.py::f0")["m.py::f4"] == tuple(f"m.py::f{i}" for i in range(5))
-    assert calls_from(tmp_path, "m.py::nothing") == {}
+    assert sorted(calls_from(tmp_path, ["m.py::f0"], depth=2)) == ["m.py::f1", "m.py::f2"]
+    assert calls_from(tmp_path, ["m.py::f0"])["m.py::f4"] == tuple(f"m.py::f{i}" for i in range(5))
+    assert "m.py::f5" not in calls_from(tmp_path, ["m.py::f0"])  # 5 calls deep
+    assert calls_from(tmp_path, ["m.py::nothing"]) == {}
 
 
 def _ctx(src: Path):

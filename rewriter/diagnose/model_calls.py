@@ -5,7 +5,8 @@ that passes ``disable=True``, :func:`.own_compile.off_compiles`; docs/design.md,
 From the model function (``harness.py::build_model``, or the function of another file the harness
 imports under that name, :func:`.locate.target_of`), each call in a function's body is followed
 into the function of SRC it names: a top-level function of the same file (``make_net()``), a
-function of a class of that file (``Factory.make()``), or one imported from another file of SRC
+function of a class of that file (``Factory.make()``), a class's ``__init__`` (``Factory()``:
+what constructing it runs), or one of those imported from another file of SRC
 (``from nets import make_net``, ``import nets; nets.make_net()``, a re-export through a
 package's ``__init__``), resolved by the import rules of ``stackpart check``'s project index
 (:meth:`rewriter.check.project.Project.resolve`: a flat import names the file beside the
@@ -15,13 +16,14 @@ it closes. Read with :mod:`ast`, as the project index is.
 
 Static, and over-approximating what one call of the model function runs: a call in a branch not
 taken counts. A callee passed in as an argument, bound to a local name or reached through an
-instance (``Factory().make()``) is not seen; a method of the model's own classes is read apart
+instance (``Factory().make()``: its ``__init__`` is followed, not ``make``) is not seen; a method of the model's own classes is read apart
 (:func:`.own_candidates.runs_off_compile`: the model's source runs it).
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,31 +35,33 @@ if TYPE_CHECKING:
 CALL_DEPTH = 4
 
 
-def calls_from(src: str | Path, start: str, depth: int = CALL_DEPTH) -> dict[str, tuple[str, ...]]:
-    """The functions of SRC that the function ``start`` calls, directly or through each other.
+def calls_from(src: str | Path, starts: Iterable[str], depth: int = CALL_DEPTH) -> dict[str, tuple[str, ...]]:
+    """The functions of SRC that the functions ``starts`` call, directly or through each other.
 
     Args:
         src: the tree the program lives in (SRC).
-        start: ``file.py::qualname`` of the function to start from, relative to ``src``.
-        depth: how many calls deep to follow (``start``'s own callees are 1 deep).
+        starts: ``file.py::qualname`` of each function to start from, relative to ``src``.
+        depth: how many calls deep to follow (a start's own callees are 1 deep).
 
     Returns:
-        ``{"file.py::qualname": chain}`` for each function reached (``start`` left out), ``chain``
-        the functions from ``start`` to it, both ends included, by the shortest path found. Empty
-        where ``start`` names no function that can be read. Raises nothing: a file that does not
-        parse, or a name that resolves outside SRC, ends that path.
+        ``{"file.py::qualname": chain}`` for each function reached (the starts left out), ``chain``
+        the functions from a start to it, both ends included, by the shortest path found (the
+        first start's where two are as short). Empty where no start names a function that can be
+        read. Raises nothing: a file that does not parse, or a name that resolves outside SRC,
+        ends that path.
     """
     from ..check.project import Project
 
     root = Path(src).resolve()
     project = Project(str(root), use_cache=False)  # never writes a cache into the user's tree
+    starts = list(dict.fromkeys(starts))
     reached: dict[str, tuple[str, ...]] = {}
-    frontier = [(start, (start,))]
+    frontier = [(start, (start,)) for start in starts]
     for _ in range(depth):
         found = []
         for site, chain in frontier:
             for callee in _callees(project, root, site):
-                if callee == start or callee in reached:
+                if callee in starts or callee in reached:
                     continue
                 reached[callee] = (*chain, callee)
                 found.append((callee, reached[callee]))
@@ -85,9 +89,11 @@ def _callees(project: "Project", root: Path, site: str) -> list[str]:
         ref = project.resolve(name, rel) if name else None
         if ref is None:
             continue
-        target = f"{ref[0]}::{ref[1]}"
-        if ref[1] in dict(_functions(str(root / ref[0]))):  # a function, not a class or a constant
-            out.setdefault(target)
+        functions = dict(_functions(str(root / ref[0])))
+        for qual in (ref[1], f"{ref[1]}.__init__"):  # a function, or a class: what constructing it runs
+            if qual in functions:
+                out.setdefault(f"{ref[0]}::{qual}")
+                break
     return list(out)
 
 

@@ -236,11 +236,7 @@ def model_function_calls(ctx: Any) -> dict[str, tuple[str, ...]]:
     if ctx.evidence.model_calls is None:
         from .model_calls import calls_from
 
-        reached: dict[str, tuple[str, ...]] = {}
-        for start in _model_functions(ctx):
-            for site, chain in calls_from(ctx.session.src, start).items():
-                reached.setdefault(site, chain)
-        ctx.evidence.model_calls = reached
+        ctx.evidence.model_calls = calls_from(ctx.session.src, _model_functions(ctx))
     return ctx.evidence.model_calls
 
 
