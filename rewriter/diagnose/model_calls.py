@@ -16,8 +16,9 @@ it closes. Read with :mod:`ast`, as the project index is.
 
 Static, and over-approximating what one call of the model function runs: a call in a branch not
 taken counts. A callee passed in as an argument, bound to a local name or reached through an
-instance (``Factory().make()``: its ``__init__`` is followed, not ``make``) is not seen; a method of the model's own classes is read apart
-(:func:`.own_candidates.runs_off_compile`: the model's source runs it).
+instance (``Factory().make()``: its ``__init__`` is followed, not ``make``) is not seen; a method
+of the model's own classes is read apart (:func:`.own_candidates.runs_off_compile`: the model's
+source runs it).
 """
 
 from __future__ import annotations
