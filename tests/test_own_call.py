@@ -109,6 +109,19 @@ def test_an_argument_appended_to_a_one_argument_call_copies_no_comment(before, a
     assert _edit(code % before, {"fullgraph": True}) == code % after
 
 
+@pytest.mark.parametrize("before, after", [
+    ("    m = torch.compile(m, backend=\"eager\"  # kb\n    )\n",
+     "    m = torch.compile(m, backend=\"eager\", fullgraph=True  # kb\n    )\n"),
+    ("    m = torch.compile(m  # the model\n    )\n", "    m = torch.compile(m, fullgraph=True  # the model\n    )\n"),
+])
+def test_an_argument_appended_on_a_line_that_ends_in_a_comment_keeps_the_comment(before, after):
+    """The arguments on one line, ``)`` on the next: the comment ending that line stays at its end,
+    and ``disable: false`` after ``disable: true`` gives the call's bytes back."""
+    code = "import torch\ndef f(m):\n%s    return m\n"
+    assert _edit(code % before, {"fullgraph": True}) == code % after
+    assert _edit(_edit(code % before, {"disable": True}), {"disable": False}) == code % before
+
+
 def test_removing_the_only_argument_of_a_multiline_call_leaves_empty_parentheses():
     assert _edit(_MULTI % "    fullgraph=True,\n", {"fullgraph": False}) == "import torch\n@torch.compile()\ndef f(x): return x\n"
 

@@ -218,9 +218,10 @@ def _append(call: cst.Call, arg: cst.Arg) -> cst.Call:
     if isinstance(step, cst.ParenthesizedWhitespace):  # one argument a line: the new one on a line of its own
         line = end.first_line if isinstance(end, cst.ParenthesizedWhitespace) else cst.TrailingWhitespace()
         into = step.with_changes(first_line=line, empty_lines=[])
-    else:
+        after = _lead(cst.TrailingWhitespace(), end)  # that line's comment stays with the argument before
+    else:  # the new one on the last argument's line, which keeps its end (a comment, the lead to ``)``)
         into = cst.SimpleWhitespace(" ")
-    after = _lead(cst.TrailingWhitespace(), end)
+        after = end
     if isinstance(last.comma, cst.Comma):  # a trailing comma: the new one takes it
         args[-1] = last.with_changes(comma=last.comma.with_changes(whitespace_after=into))
         args.append(arg.with_changes(comma=last.comma.with_changes(whitespace_after=after)))
