@@ -139,6 +139,18 @@ def test_an_edit_that_cannot_be_made_safely_is_refused(code, edits, why):
     assert why in info.value.message
 
 
+@pytest.mark.parametrize("before, after", [
+    ("    return torch.compile(m, fullgraph=True)(x)\n", "    return torch.compile(m, fullgraph=True, disable=True)(x)\n"),
+    ("    y = torch.compile(m)(x)\n    return y\n", "    y = torch.compile(m, disable=True)(x)\n    return y\n"),
+])
+def test_a_compiled_result_called_at_once_is_one_compile_call(before, after):
+    """``torch.compile(m)(x)``: the outer call calls what the compile returned; only the inner one
+    is the program's compile, edited as any other (it was counted twice and refused)."""
+    code = "import torch\ndef f(m, x):\n%s"
+    assert _edit(code % before, {"disable": True}) == code % after
+    assert _edit(code % after, {"disable": False}) == code % before
+
+
 def test_an_edit_that_needs_no_new_value_is_refused_only_where_it_would_change(tmp_path):
     """``mode=MODE`` stays when only ``fullgraph`` is edited: the variable is not touched."""
     code = "import torch\n@torch.compile(mode=MODE)\ndef f(x): return x\n"

@@ -76,6 +76,11 @@ def _code(node: cst.CSTNode) -> str:
 
 
 def _is_compile(expr: cst.BaseExpression, imports: dict[str, str]) -> bool:
+    """Whether ``expr`` names ``torch.compile`` in ``imports``' spelling. A call is no name:
+    ``get_full_name_for_node`` names ``torch.compile(m)`` by its callee, so ``torch.compile(m)(x)``,
+    a call of what the compile returned, would read as a second compile."""
+    if not isinstance(expr, (cst.Name, cst.Attribute)):
+        return False
     name = get_full_name_for_node(expr)
     return name is not None and canonical(name, imports) == COMPILE
 
