@@ -177,6 +177,11 @@ def test_plan_fields_are_checked():
     # a key YAML reads as a number or null: named with the keys expected, not pydantic's "[key]"
     ("{1: true}", "own_call: unknown key 1; expected one of fullgraph, dynamic, mode, backend, disable"),
     ("{null: true}", "own_call: unknown key None; expected one of fullgraph, dynamic, mode, backend, disable"),
+    # a misspelt library method would be written as a container: `for block in model.compile_repeated_block`
+    ("{regional: compile_repeated_block}", "own_call.regional: expected an attribute path (layers, model.layers) or "
+     "compile_repeated_blocks, got 'compile_repeated_block' (did you mean 'compile_repeated_blocks'?"),
+    ("{regional: transformer.compile_repeated_blocks}", "did you mean 'compile_repeated_blocks'?"),
+    ("{regional: 'compile_repeated_blocks()'}", "did you mean 'compile_repeated_blocks'?"),
 ])
 def test_own_call_null_or_an_unknown_backend_is_refused_at_its_line(tmp_path, capsys, value, why):
     src = tmp_path / "src"
@@ -190,6 +195,12 @@ def test_own_call_null_or_an_unknown_backend_is_refused_at_its_line(tmp_path, ca
     assert len(err.strip().splitlines()) == 1 and f"{plan}:5" in err and why in err, err
     if "indcutor" in value:
         assert "did you mean 'inductor'" in err, err
+
+
+@pytest.mark.parametrize("path", ["compile_repeated_blocks", "repeated_blocks", "transformer_blocks", "model.layers"])
+def test_a_regional_path_far_from_the_library_method_is_an_attribute_path(path):
+    own = parse_plan(f"version: 1\nactions:\n  - action: compile\n    target: m.py::f\n    own_call: {{regional: {path}}}\n")
+    assert own.plan.actions[0].own_call.regional == path
 
 
 def test_own_call_is_a_schema_model_whose_errors_name_the_key_line_and_whose_edits_survive_the_plan_writer():

@@ -14,6 +14,7 @@ Cross-action rules that need the source (a disable inside a ``fullgraph`` region
 
 from __future__ import annotations
 
+import difflib
 import json
 import keyword
 import re
@@ -280,6 +281,15 @@ OWN_CALL_DEFAULTS: dict[str, Any] = {"fullgraph": False, "dynamic": None, "mode"
 OWN_CALL_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
+#: ``own_call.regional``'s one value that is no attribute path: the library's own regional compile
+#: (:data:`rewriter.compile_facts.REPEATED_BLOCKS`, spelt again here: that module imports the plan).
+REGIONAL_METHOD = "compile_repeated_blocks"
+#: How close (difflib's ratio) a ``regional`` value, or its last attribute, must be to
+#: :data:`REGIONAL_METHOD` to be read as a misspelling of it: 0.85 takes ``compile_repeated_block``
+#: and ``compile_repeat_blocks`` and leaves a container named ``repeated_blocks`` (0.79) or ``blocks``.
+REGIONAL_METHOD_CUTOFF = 0.85
+
+
 class OwnCall(_Strict):
     """The ``own_call:`` of a ``compile`` action: the keyword arguments of the program's own
     ``torch.compile`` to set, limited to :data:`OWN_CALL_KEYS`; only the keys given change (a value
@@ -322,8 +332,16 @@ class OwnCall(_Strict):
     @field_validator("regional")
     @classmethod
     def _regional(cls, value: str | None) -> str | None:
-        if value is not None and not all(_IDENT_RE.match(part) for part in value.split(".")):
-            raise ValueError(f"expected an attribute path (layers, model.layers) or compile_repeated_blocks, got {quoted(value)}")
+        if value is None or value == REGIONAL_METHOD:
+            return value
+        expected = f"expected an attribute path (layers, model.layers) or {REGIONAL_METHOD}, got {quoted(value)}"
+        last = value.rsplit(".", 1)[-1].removesuffix("()")
+        if difflib.get_close_matches(last, [REGIONAL_METHOD], n=1, cutoff=REGIONAL_METHOD_CUTOFF):
+            # an attribute path here would be written as a container, `for block in model.compile_repeated_block`
+            raise ValueError(f"{expected} (did you mean {REGIONAL_METHOD!r}? the library's method, called on the "
+                             "compiled module itself)")
+        if not all(_IDENT_RE.match(part) for part in value.split(".")):
+            raise ValueError(expected)
         return value
 
     @model_validator(mode="after")
