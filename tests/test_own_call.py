@@ -170,8 +170,9 @@ def test_plan_fields_are_checked():
 
 @pytest.mark.parametrize("value, why", [
     # `own_call:` left empty is YAML null: not silently a second compile added
-    ("null", "own_call: expected a mapping of fullgraph, dynamic, mode, backend, disable to set"),
-    ("", "own_call: expected a mapping of fullgraph, dynamic, mode, backend, disable to set"),
+    ("null", "own_call: expected a mapping of fullgraph, dynamic, mode, backend, disable, regional to set, got null"),
+    ("", "own_call: expected a mapping of fullgraph, dynamic, mode, backend, disable, regional to set, got null"),
+    ("[disable]", "own_call: expected a mapping of fullgraph, dynamic, mode, backend, disable, regional to set, got"),
     # a typo of a backend would be written and fail at the first call (InvalidBackend)
     ("{backend: indcutor}", "own_call.backend: unknown backend 'indcutor'"),
     # a key YAML reads as a number or null: named with the keys expected, not pydantic's "[key]"

@@ -386,17 +386,18 @@ class CompileAction(_Action):
         default=None,
         description="edit the program's own torch.compile of the target (its @torch.compile, or the one "
         "torch.compile(...)/module.compile(...) call in its body) to these keyword arguments, instead of "
-        "adding a second compile; only the keys named change (fullgraph, mode, dynamic, backend)",
+        "adding a second compile; only the keys named change (fullgraph, mode, dynamic, backend, disable), or "
+        "regional turns its whole-model call into one compile per block",
     )
 
     @field_validator("own_call", mode="before")
     @classmethod
     def _own_call(cls, value: object) -> object:
         if value is None:  # given as null (`own_call:` left empty): not read as "add a compile"
-            raise ValueError("expected a mapping of " + ", ".join(OWN_CALL_KEYS) + " to set, got null; "
+            raise ValueError("expected a mapping of " + ", ".join(OWN_CALL_KEYS) + ", regional to set, got null; "
                              "leave own_call out to add a compile instead")
         if not isinstance(value, (dict, OwnCall)):
-            raise ValueError("expected a mapping of " + ", ".join(OWN_CALL_KEYS) + f" to set, got {quoted(value)}")
+            raise ValueError("expected a mapping of " + ", ".join(OWN_CALL_KEYS) + f", regional to set, got {quoted(value)}")
         return value
 
     @model_validator(mode="after")
