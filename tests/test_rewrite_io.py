@@ -277,6 +277,41 @@ def test_read_only_directory_writes_nothing(tree, capsysbinary):
         (src / "pkg").chmod(0o755)
 
 
+def test_a_read_only_file_is_refused_and_nothing_is_written(tree, capsysbinary):
+    """A file its owner made read-only (``chmod a-w``) is not replaced by a rename either, root's
+    run included: exit 2 naming it, every file as it was (the run.py staged beside it too)."""
+    base, src = tree
+    (src / "pkg" / "model.py").chmod(0o444)
+    try:
+        before = snapshot(src)
+        code, _, err = rewrite(capsysbinary, base, "--apply")
+        assert code == 2, err
+        assert "model.py" in err and "read-only (mode 0444)" in err and "nothing was changed" in err, err
+        assert len(err.strip().splitlines()) == 1, err
+        assert snapshot(src) == before and _leftovers(src) == []
+    finally:
+        (src / "pkg" / "model.py").chmod(0o644)
+    assert rewrite(capsysbinary, base, "--apply")[0] == 0  # writable again: applied
+
+
+def test_a_read_only_file_in_the_copy_validate_rewrites_is_written(tree):
+    """validate's and the search's trees are copies of SRC with its modes: a file read-only in SRC
+    is rewritten there (only SRC's own files are refused), and SRC is left as it was."""
+    from rewriter.engine.materialize import materialize
+    from rewriter.plan import load_plan
+
+    base, src = tree
+    (src / "pkg" / "model.py").chmod(0o444)
+    try:
+        before = snapshot(src)
+        trees = materialize(load_plan(base / "plan.yaml"), src, base / "work")
+        [change] = [c for c in trees.result.changes if c.relpath == "pkg/model.py"]
+        assert (trees.rewritten / "pkg" / "model.py").read_bytes() == change.new != change.old
+        assert snapshot(src) == before
+    finally:
+        (src / "pkg" / "model.py").chmod(0o644)
+
+
 BAD_PLANS = {
     "malformed_yaml": ("version: 1\nactions:\n  - action: compile\n   target: x\n", "plan.yaml:4:"),
     "unknown_action": ("version: 1\nactions:\n  - action: inline\n    target: run.py::main\n", "plan.yaml:3:5: unknown action 'inline'"),

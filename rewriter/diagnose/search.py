@@ -476,7 +476,7 @@ def materialise(c: Candidate, src: Path, tree: Path, result: Any) -> None:
     from ..rewrite.apply import apply_changes
 
     shutil.copytree(src, tree, ignore=IGNORE, symlinks=True)
-    apply_changes(tree, result.changes)
+    apply_changes(tree, result.changes, own_copy=True)
 
 
 def candidate_variant(c: Candidate, tree: Path, result: Any) -> Any:

@@ -61,7 +61,7 @@ def materialize(loaded: LoadedPlan, src: Path, workdir: Path) -> Trees:
     rewritten = workdir / "rewritten"
     shutil.copytree(src, original, ignore=IGNORE, symlinks=True)
     shutil.copytree(src, rewritten, ignore=IGNORE, symlinks=True)
-    apply_changes(rewritten, result.changes)
+    apply_changes(rewritten, result.changes, own_copy=True)
     return Trees(original=original, rewritten=rewritten, result=result)
 
 

@@ -19,8 +19,10 @@ old or entirely its new bytes, and no temp file outlives the call.
 Two applies on one tree are serialised by an advisory lock (``flock(2)``) on each directory they
 write in, from SRC down (:class:`_TreeLock`), held from the check that each file is unchanged
 through the last rename (and the rollback): the second one then re-reads each file under the
-lock and, finding the first one's bytes, changes nothing and says so. No lock file is left in
-the tree: the directories themselves are locked. A process killed mid-apply (SIGKILL, a power
+lock and, finding the first one's bytes, changes nothing and says so. A file read-only to this
+process or to everyone (``chmod a-w``) is refused in that same check (:func:`_writable`), except
+in a copy of SRC stackpart made. No lock file is left in the tree: the directories themselves are
+locked. A process killed mid-apply (SIGKILL, a power
 cut) can leave temp files; the next apply that writes in the same directories removes them under
 the lock and names them (:func:`_sweep`).
 """
@@ -200,6 +202,24 @@ def _unchanged(dest: Path, change: FileChange) -> None:
         )
 
 
+def _writable(dest: Path) -> None:
+    """Refuse to replace ``dest`` where this process may not write it (``os.access``) or its mode
+    gives no one write permission (``chmod a-w``, which root's ``os.access`` ignores): the rename
+    of a new file over it would go through all the same, writing what its owner made read-only.
+
+    Raises:
+        StackpartError: ``dest`` is read-only (nothing is renamed yet: the caller's rollback only
+            removes temp files).
+    """
+    mode = os.stat(dest).st_mode
+    if not os.access(dest, os.W_OK) or not mode & 0o222:
+        raise StackpartError(
+            f"read-only (mode {mode & 0o7777:04o}); nothing was changed (make it writable, chmod u+w, and run "
+            "it again)",
+            path=str(dest),
+        )
+
+
 def _discard(temps: list[Path], made: list[Path]) -> list[str]:
     """Remove temp files, then the directories made for them (innermost first).
 
@@ -224,7 +244,8 @@ def _discard(temps: list[Path], made: list[Path]) -> list[str]:
 class _Journal:
     """What one apply has put on disk so far, each name recorded before it exists there."""
 
-    def __init__(self) -> None:
+    def __init__(self, own_copy: bool = False) -> None:
+        self.own_copy = own_copy  # a copy of SRC stackpart made: its read-only files are written as any
         self.made: list[Path] = []  # directories, outermost first
         self.temps: list[Path] = []  # temp files that may exist (staged or made by the rollback)
         self.staged: list[tuple[Path, Path]] = []  # (temp, destination), one per change, in order
@@ -272,6 +293,8 @@ class _Journal:
     def stage(self, dest: Path, change: FileChange) -> None:
         self.dest = dest
         _unchanged(dest, change)
+        if change.old is not None and not self.own_copy:
+            _writable(dest)
         for directory in _missing_dirs(dest.parent):
             self.mkdir(directory)
         # Commits start once every change is staged, so staged[i] is changes[i]; until then the
@@ -309,7 +332,8 @@ class _Journal:
         return problems + _discard(self.temps, self.made)
 
 
-def apply_changes(src: Path, changes: list[FileChange], sweep: list[str] | None = None) -> list[str]:
+def apply_changes(src: Path, changes: list[FileChange], sweep: list[str] | None = None,
+                  own_copy: bool = False) -> list[str]:
     """Write ``changes`` under ``src`` as one transaction: all files new, or all as they were.
 
     Every file's new bytes go to a temp file beside it, then each temp file is renamed in place.
@@ -330,6 +354,9 @@ def apply_changes(src: Path, changes: list[FileChange], sweep: list[str] | None 
         changes: the files to write.
         sweep: more files (relative to ``src``, e.g. every file the plan read) whose directories
             are locked and cleared of a killed apply's temp files too.
+        own_copy: ``src`` is a copy of SRC that stackpart made (validate's trees, the search's
+            candidates): a file read-only there, copied with SRC's mode, is written; elsewhere it
+            is refused (:func:`_writable`).
 
     Returns:
         The temp files a killed apply had left, removed (paths relative to ``src``).
@@ -338,13 +365,13 @@ def apply_changes(src: Path, changes: list[FileChange], sweep: list[str] | None 
         StackpartError: a file cannot be written (the message says nothing was changed, and how
             many files written so far were restored); a file changed since it was read, also by
             another apply that wrote it meanwhile; another apply held the lock past
-            :data:`LOCK_WAIT_S`; or the rollback itself could not undo everything (``also`` names
-            each file and which bytes it has).
+            :data:`LOCK_WAIT_S`; a file is read-only (:func:`_writable`); or the rollback itself
+            could not undo everything (``also`` names each file and which bytes it has).
         KeyboardInterrupt, SystemExit: the interrupt that stopped the apply, once the tree is
             restored (SIGTERM under :func:`rewriter.cli.main` is ``SystemExit(143)``).
     """
     src = Path(src)
-    journal = _Journal()
+    journal = _Journal(own_copy)
     dirs = _lock_dirs(src, [c.relpath for c in changes] + list(sweep or ()))
     lock = _TreeLock(dirs)
     removed: list[str] = []
