@@ -36,6 +36,18 @@ def test_disable_is_written_on_the_programs_call_and_nothing_else_changes(before
     assert _edit(after, edits) == after  # idempotent
 
 
+def test_a_bare_decorator_turned_off_and_on_again_keeps_its_empty_parentheses():
+    """The documented difference of the round trip (docs/decisions.md, "A compile turned off is read,
+    and turned back on"): ``disable=True`` needs parentheses, and ``disable: false`` removes only the
+    keyword, so a bare ``@torch.compile`` comes back as ``@torch.compile()``, the same compile."""
+    from test_own_call import _edit
+
+    before = "from torch import compile as tc\n@tc\ndef f(x): return x\n"
+    off = _edit(before, {"disable": True})
+    assert off == "from torch import compile as tc\n@tc(disable=True)\ndef f(x): return x\n"
+    assert _edit(off, {"disable": False}) == before.replace("@tc\n", "@tc()\n")
+
+
 def test_a_call_turned_off_compiles_nothing_torch_returns_what_it_was_given():
     """What the edit relies on: ``disable=True`` makes ``torch.compile`` return its argument."""
     import torch
