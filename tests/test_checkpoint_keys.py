@@ -189,6 +189,19 @@ def test_an_annotated_assignment_of_the_call_warns_too(tmp_path, capsys):
     assert "at train.py:10 (model.state_dict(...))" in err, err
 
 
+@pytest.mark.parametrize("value", ["torch.compile(model, backend=\"eager\") if compiled else model",
+                                   "model if not compiled else torch.compile(model, backend=\"eager\")"])
+def test_a_compile_in_a_conditional_expression_warns_too(tmp_path, capsys, value):
+    """``model = torch.compile(model) if compiled else model`` binds the wrapper where the branch
+    compiles: turned off, those keys lose the prefix as a plain assignment's do."""
+    train = TRAIN.format(off="").replace("def main(path):", "def main(path, compiled=True):").replace(
+        "    model = torch.compile(model, backend=\"eager\")\n", f"    model = {value}\n")
+    assert value in train
+    err = _rewrite(tmp_path, capsys, {"model.py": NET, "train.py": train}, "{disable: true}")
+    assert f"own_call on train.py:7 (`model = {value}`), turned off (disable: true): model becomes the module itself" in err, err
+    assert "at train.py:10 (model.state_dict(...))" in err, err
+
+
 def test_a_module_held_in_a_container_names_its_keys_as_state_dict_does(tmp_path, capsys):
     """``self.blocks[0] = torch.compile(...)``: state_dict names it ``blocks.0``, so the warning's
     key is ``blocks.0._orig_mod.<param>``, not ``blocks[0]._orig_mod.<param>``."""

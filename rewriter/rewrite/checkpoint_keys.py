@@ -11,6 +11,9 @@ Two ``own_call`` edits of such a call leave the name bound to the module itself,
   (``layers.0.lin.weight``);
 * ``disable: true``: ``torch.compile(model, disable=True)`` returns ``model`` itself.
 
+The result is held where it is assigned or returned, a branch of a conditional expression
+(``model = torch.compile(model) if compiled else model``) included.
+
 ``disable: false`` on a call the source turned off is the other way: the keys gain the prefix. An
 edit of ``model.compile(...)``, ``model.compile_repeated_blocks(...)``, a decorator, or a call
 that compiles a function (``f = torch.compile(f)``, ``torch.compile(model.forward)``) changes no
@@ -155,11 +158,11 @@ def key_changes(bounds: list[Any]) -> list[KeyChange]:
         if first is None or _compiles_a_function(first, b):
             continue
         small = statement_of(func, call)
-        if isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1:
+        if isinstance(small, cst.Assign) and _holds(small.value, call) and len(small.targets) == 1:
             bound = _code(small.targets[0].target)
-        elif isinstance(small, cst.AnnAssign) and small.value is call:  # model: nn.Module = torch.compile(model)
+        elif isinstance(small, cst.AnnAssign) and _holds(small.value, call):  # model: nn.Module = torch.compile(model)
             bound = _code(small.target)
-        elif isinstance(small, cst.Return) and small.value is call:
+        elif isinstance(small, cst.Return) and _holds(small.value, call):
             bound = "the returned model"
         else:
             continue  # the result is not held: no module the program saves is wrapped
@@ -229,6 +232,15 @@ def _unparse(node: ast.AST) -> str:
     except (ValueError, RecursionError):
         return "..."
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _holds(value: cst.BaseExpression | None, call: cst.Call) -> bool:
+    """Whether ``value`` evaluates to ``call``'s result: it is ``call``, or a conditional expression
+    with ``call`` as a branch (``torch.compile(model) if compiled else model``, which binds the
+    wrapper where that branch is taken)."""
+    if value is call:
+        return True
+    return isinstance(value, cst.IfExp) and (_holds(value.body, call) or _holds(value.orelse, call))
 
 
 def _compiles_a_function(first: cst.BaseExpression, b: Any) -> bool:
