@@ -439,3 +439,22 @@ def test_a_reduce_overhead_call_is_not_turned_regional(tmp_path):
     assert _regional(SimpleNamespace(), own, pruned) == []
     assert len(pruned) == 1 and pruned[0].startswith(f"{REGIONAL}: the program's own compile (serve.py:") and \
         "one CUDA graph per block" in pruned[0], pruned
+
+
+@pytest.mark.parametrize("line", ["    model = torch.compile(model) if compiled else model\n",
+                                  "    return torch.compile(model) if compiled else model\n"])
+def test_regional_of_a_compile_in_a_conditional_expression_says_so(tmp_path, capsys, line):
+    """The call's result is held (in one branch), so the refusal says what it is and how to write
+    it, not that the result is bound to no name; exit 2, nothing written."""
+    src = tmp_path / "src"
+    src.mkdir()
+    code = "import torch\n\n\ndef main(model, compiled=True):\n" + line + ("    return model\n" if "return" not in line else "")
+    (src / "train.py").write_text(code)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nactions:\n  - action: compile\n    target: train.py::main\n    own_call: {regional: layers}\n")
+    capsys.readouterr()
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 2
+    err = capsys.readouterr().err
+    assert f"{plan}:3:" in err and "train.py:5: own_call: regional: the compile is a branch of a conditional expression" in err, err
+    assert "not bound to a name" not in err and len(err.strip().splitlines()) == 1, err
+    assert (src / "train.py").read_text() == code

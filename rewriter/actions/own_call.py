@@ -480,6 +480,10 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
             model = _code(first) if isinstance(first, (cst.Name, cst.Attribute)) else next(
                 v for v in ("model", "module", "_model") if v not in used)
             before = [] if model == _code(first) else [f"{model} = {_code(first)}"]
+        elif isinstance(small, (cst.Assign, cst.AnnAssign, cst.Return)) and isinstance(small.value, cst.IfExp):
+            raise OwnCallRefused("regional: the compile is a branch of a conditional expression, which a loop over the "
+                                 "blocks cannot replace; expected it as a statement of its own (write the condition "
+                                 "as an if statement: if compiled: model = torch.compile(model))", site.node)
         else:
             raise OwnCallRefused("regional: the result of torch.compile is not bound to a name (model = "
                                  "torch.compile(model)) or returned; such a call compiles nothing the program calls",
