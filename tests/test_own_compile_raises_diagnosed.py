@@ -442,3 +442,38 @@ def test_a_compiled_free_function_that_raises_stops_with_why_and_what_to_change(
     err = capsys.readouterr().err
     assert "error: harness.py:7:" in err, err
     assert "the program's own torch.compile raised it" in err and "fullgraph=False on that compile" in err, err
+
+
+def test_a_fullgraph_compile_of_a_free_train_step_is_read_as_the_whole_model_and_gets_fullgraph_off(tmp_path):
+    """``@torch.compile(fullgraph=True)`` on ``train_step(model, x, y, opt)`` in a script the
+    harness does not run: the function is passed the model (``model = Net()`` in ``main``), so its
+    compile traces the whole model and raises at the model's branch on a tensor's value. The
+    search measures it through its stand-in 'whole' (no per-block compile under it: a second
+    compile of what it traces), the plan sets fullgraph=False on that decorator, and the script,
+    which raised, runs with the outputs it gives with compilation off."""
+    from rewriter.diagnose.own_compile import own_compiles
+
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "own_fullgraph_train_step", src, ignore=shutil.ignore_patterns("__pycache__"))
+    pristine = tmp_path / "pristine"
+    shutil.copytree(src, pristine)
+    [own] = own_compiles(src)
+    assert own.covers == ("function", "train.py::train_step") and own.calls == ("Net",), own
+    plan = tmp_path / "out" / "plan.yaml"
+    assert main(["diagnose", "--harness", "harness.py", str(src), "-o", str(plan), "--device", "cpu", "--budget", "60",
+                 "--shape", "batch=4"]) == 0
+    actions = load_plan(plan).plan.actions
+    [edit] = [a for a in actions if a.action == "compile"]
+    assert edit.target == "train.py::train_step" and edit.own_call.model_dump(exclude_none=True) == {"fullgraph": False}, actions
+    assert "with compilation off (as it is, the program raises)" in edit.why, edit.why
+    report = json.loads((plan.parent / "stackpart-diagnose" / "report.json").read_text())
+    [search] = [r for r in report["rungs"] if r["name"] == "search"]
+    pruned = " ".join(search["measurement"]["pruned"])
+    assert "per-block" in pruned and "would compile that code a second time" in pruned, pruned
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply"]) == 0
+    assert '@torch.compile(backend="eager")' in (src / "train.py").read_text()
+    before, after, eager = run_programs([{"script": pristine / "train.py"}, {"script": src / "train.py"},
+                                         _eager(pristine / "train.py", tmp_path / "unused")])
+    assert before["rc"] != 0 and "item" in before["stderr"], before
+    assert after["rc"] == 0 and eager["rc"] == 0, (after, eager)
+    assert float(after["stdout"].split()[-1]) == pytest.approx(float(eager["stdout"].split()[-1]), rel=1e-5)

@@ -208,7 +208,7 @@ def runs_off_compile(ctx: Any, own: Any) -> bool:
     ``__init__``). A call in a script the harness does not run (``train.py``'s ``main``) reads
     False: a candidate that edits it would measure the harness's model as it is."""
     if own.covers[0] == "function":
-        return True
+        return not wraps_model(ctx, own)
     if own.site is None:
         return False
     if own.site in _model_functions(ctx) or own.site in model_function_calls(ctx):
@@ -426,7 +426,7 @@ def standin(ctx: Any, scope: Any, pruned: list[str]) -> Any:
     if len(scope.whole) != 1 or scope.block or scope.functions or scope.runs:
         return None
     own = scope.whole[0]
-    if own.covers[0] == "function":
+    if own.covers[0] == "function" and not wraps_model(ctx, own):
         return None  # a decorator in the model's source: the harness runs it
     path, why = regional_path(ctx)
     refused = own.can("regional")
@@ -543,7 +543,20 @@ def runs_own_compile(ctx: Any, own: Any) -> bool:
     own ``forward`` always does (the class's source carries it); a call does where the model the
     harness builds holds a compiled module (:func:`rewriter.engine.watch.compiled_modules`, the
     reading the run-time report uses). A call in a script the harness does not run is not measured by
-    the engine's children, so no variant of it can be."""
+    the engine's children, so no variant of it can be; nor is a compiled free function that calls
+    the model (:func:`wraps_model`)."""
     if own.covers[0] == "function":
-        return True
+        return not wraps_model(ctx, own)
     return bool(compiled_modules_of(ctx))
+
+
+def wraps_model(ctx: Any, own: Any) -> bool:
+    """Whether the program's compile ``own`` is on a free function that calls the harness's model
+    (``@torch.compile(fullgraph=True)`` on ``train_step(model, x, y, opt)`` calling ``model(x)``,
+    :attr:`.own_compile.OwnCompile.calls`): its compile traces the whole model, but the harness
+    builds and calls the model itself and never that function, so it is measured through
+    stand-ins (:func:`standin`) like a ``torch.compile(model)`` in a script the harness does not run."""
+    if own.covers[0] != "function" or "." in own.covers[1].split("::", 1)[1]:
+        return False
+    model, _, _ = ctx.reference()
+    return type(unwrapped(model)).__name__ in (own.calls or ())

@@ -405,12 +405,16 @@ def _calls(facts, func, rel: str) -> tuple[str, ...]:
     """What the compiled function ``func`` calls (see :attr:`OwnCompile.calls`): each call's callee
     read with check's facts, an instance of a known class (``facts.class_of``: a name bound to
     ``Cls(...)`` in the function or at module level) or a function of the file, whose own calls are
-    read in turn. Static and partial: a callee passed in as an argument is not seen."""
+    read in turn. A parameter of ``func`` that it calls (``train_step(model, x, y, opt)`` calling
+    ``model(x)``) is the instance its callers in the file pass for it (:func:`_passed_classes`:
+    ``train_step(model, ...)`` with ``model = Net()`` in ``main``). Static and partial: a callee
+    passed in from another file is not seen."""
     import libcst as cst
     import libcst.matchers as m
 
     found: dict[str, None] = {}
     seen: set[int] = set()
+    passed = _passed_classes(facts, func)
     todo = [(func, 0)]
     while todo:
         fn, depth = todo.pop()
@@ -426,10 +430,44 @@ def _calls(facts, func, rel: str) -> tuple[str, ...]:
                     if depth + 1 < CALL_DEPTH:
                         todo.append((f, depth + 1))
                 continue
+            if fn is func and isinstance(call.func, cst.Name) and call.func.value in passed:
+                for name in passed[call.func.value]:
+                    found.setdefault(name)
+                continue
             cls = facts.class_of(call.func, call)
             if cls is not None and not facts.is_name(call.func, "torch.compile"):
                 found.setdefault(cls[0].rsplit(".", 1)[-1])
     return tuple(found)
+
+
+def _passed_classes(facts, func) -> dict[str, list[str]]:
+    """``{parameter: [class name, ...]}``: for each parameter of the free function ``func``, the
+    classes of the instances its callers in the same file pass for it, each argument bound to its
+    parameter as Python binds a call (positional in order, then by keyword; ``facts.class_of`` of
+    the argument at the call: a name bound to ``Cls(...)`` in the caller). A method, a call through
+    ``*args``/``**kwargs`` and an argument of unknown class add nothing."""
+    import libcst as cst
+    import libcst.matchers as m
+
+    if facts.enclosing_class(func) is not None:
+        return {}
+    params = [p.name.value for p in (*func.params.posonly_params, *func.params.params)]
+    kwonly = {p.name.value for p in func.params.kwonly_params}
+    out: dict[str, list[str]] = {}
+    for call in m.findall(facts.module, m.Call(func=m.Name(func.name.value))):
+        assert isinstance(call, cst.Call)
+        if any(a.star for a in call.args):
+            continue
+        for i, arg in enumerate(call.args):
+            name = arg.keyword.value if arg.keyword is not None else (params[i] if i < len(params) else None)
+            if name is None or (name not in params and name not in kwonly):
+                continue
+            cls = facts.class_of(arg.value, call)
+            if cls is not None:
+                short = cls[0].rsplit(".", 1)[-1]
+                if short not in out.setdefault(name, []):
+                    out[name].append(short)
+    return out
 
 
 #: Functions called without their name being written: module hooks, dunders, the harness's entries.
