@@ -92,6 +92,9 @@ class OwnCompile:
     #: returns such calls (an ``own_call: {disable: false}`` edit turns one back on); every other
     #: reader of the program's compiles (:func:`own_compiles`) never sees one
     off: bool = False
+    #: ``(first, last)`` line of the call (or decorator) in its file: where the run-time reading
+    #: (:class:`rewriter.engine.watch.CompileCalls`) finds the call made
+    lines: tuple[int, int] | None = None
 
     def can(self, key: str) -> str | None:
         """Why an ``own_call`` edit of ``key`` cannot be made (None: it can)."""
@@ -631,5 +634,6 @@ def _own(src: str | Path, parsed: list[tuple[str, Any, Any]] | None, entries: fr
             except Exception:  # noqa: BLE001 - then only the function itself is known to be compiled
                 calls = ()
             out.append((rel, pos.start.line, OwnCompile(f"{rel}:{pos.start.line}", code, fullgraph, cover, site, why_not, mode,
-                                                        idle, idle_kind, refused, values, calls, backend, off)))
+                                                        idle, idle_kind, refused, values, calls, backend, off,
+                                                        (pos.start.line, pos.end.line))))
     return [o for _, _, o in sorted(out, key=lambda t: (t[0], t[1]))]

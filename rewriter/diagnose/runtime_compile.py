@@ -194,6 +194,23 @@ def _static_file(o: Any) -> str:
     return o.where.rsplit(":", 1)[0]
 
 
+def unreached(o: Any, rc: dict[str, Any] | None) -> bool:
+    """Whether the program's compile call ``o`` was never made in the harness's run although its
+    file was imported: the run-time reading recorded where the program called ``torch.compile``
+    and ``module.compile()`` (``rc["calls"]``, :class:`rewriter.engine.watch.CompileCalls`) and
+    none of those calls is on ``o``'s lines (a call in the branch not taken, ``if cfg.backend ==
+    ...: torch.compile(...) else: torch.compile(...)``). False where nothing was recorded, or the
+    file was not imported (said as such by :func:`disagreements`)."""
+    if rc is None or rc.get("calls") is None or o.lines is None:
+        return False
+    file = _static_file(o)
+    imported = set(rc.get("src_imported") or [])
+    if imported and file not in imported:
+        return False
+    first, last = o.lines
+    return not any(f == file and first <= line <= last for f, line in rc["calls"])
+
+
 def disagreements(own: list[Any], rc: dict[str, Any] | None) -> list[str]:
     """One sentence per disagreement between the static reading (``own``:
     :func:`.own_compile.own_compiles`) and the run-time one (``rc``: the as-is row's
@@ -206,7 +223,7 @@ def disagreements(own: list[Any], rc: dict[str, Any] | None) -> list[str]:
     frames = [f for f in rc.get("frames") or [] if f.get("graphs")]
     modules = list(rc.get("modules") or [])
     out: list[str] = []
-    live = [o for o in own if o.idle is None]
+    live = [o for o in own if o.idle is None and not unreached(o, rc)]
     known = [o for o in live if o.covers[0] != "unknown" or _unknown_attr(o) is not None]
     unknown = [o for o in live if o.covers[0] == "unknown" and _unknown_attr(o) is None
                and (not imported or _static_file(o) in imported)]
@@ -222,6 +239,10 @@ def disagreements(own: list[Any], rc: dict[str, Any] | None) -> list[str]:
         if imported and file not in imported:
             out.append(f"the program's own compile {o.text} did not run in the harness: the harness's run never imported {file}, "
                        "so the as-is row measures the model without it")
+            continue
+        if unreached(o, rc):
+            out.append(f"the program's own compile {o.text} did not run in the harness: {file} is imported, but the harness's "
+                       "run never made that call (a branch not taken, or a function not called)")
             continue
         if o.covers[0] == "unknown" and _unknown_attr(o) is None:
             ran = bool(frames or modules)
@@ -272,7 +293,7 @@ def per_call(own: list[Any], rc: dict[str, Any] | None) -> list[str]:
     imported = set(rc.get("src_imported") or [])
     frames = [f for f in rc.get("frames") or [] if f.get("graphs")]
     by_path = {m["path"]: m for m in rc.get("modules") or []}
-    live = [o for o in own if getattr(o, "idle", None) is None]
+    live = [o for o in own if getattr(o, "idle", None) is None and not unreached(o, rc)]
     vague = [o for o in live if o.covers[0] == "unknown" and _unknown_attr(o) is None]
 
     def mine(o: Any, f: dict[str, Any]) -> bool:
@@ -283,6 +304,9 @@ def per_call(own: list[Any], rc: dict[str, Any] | None) -> list[str]:
     for o in own:
         if imported and _static_file(o) not in imported:
             continue  # not run at all: said once, by disagreements()
+        if unreached(o, rc):
+            out.append(f"{o.text}: compiled nothing (the call was not made)")
+            continue
         if o in vague:
             fr = [f for f in frames if not any(mine(k, f) for k in live if k not in vague)] if len(vague) == 1 else []
         else:

@@ -60,6 +60,12 @@ def build_variant(
         force_backend(job["force_backend"])  # before the tree's decorators run at import
     if job.get("reautotune"):
         autotune_again()
+    calls = None
+    if job.get("reference"):  # which of the program's compile calls run (engine.child.runtime_compiles)
+        from .watch import CompileCalls
+
+        calls = CompileCalls(tree)
+        calls.install()
     with in_tree(tree):
         h = load_harness(spec, tree)
         torch.manual_seed(job["seed"])
@@ -74,6 +80,8 @@ def build_variant(
         torch.compile(_identity, backend=job["backend"])
 
     info: dict[str, Any] = {}
+    if calls is not None:
+        info["_compile_calls"] = calls.sites  # filled on while the model runs; taken off the payload by the child
     if job.get("construct_on_device") and spec.device != "cpu":
         info["constructed_on"] = "cpu" if fallback else spec.device
         if fallback:

@@ -127,6 +127,7 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
     from .watch import CompileWatch
 
     model, result = _built(job, channel)
+    calls = result["info"].pop("_compile_calls", None)  # the reference's: read with runtime_compiles
     if "state_dict_error" in result["info"]:
         return result
     spec = job["harness"]
@@ -149,7 +150,7 @@ def run_cold(job: dict[str, Any], channel: Channel | None = None) -> dict[str, A
         result["compile"] = watch.stats().to_json()
         phases["first_calls"], t = time.perf_counter() - t, time.perf_counter()
         if job.get("reference"):
-            result["runtime_compiles"] = _runtime_reading(watch, model, job)
+            result["runtime_compiles"] = _runtime_reading(watch, model, job, calls)
             phases["runtime_reading"], t = time.perf_counter() - t, time.perf_counter()
         if job["variants"][0] == "eager" and not job.get("replica"):
             _eager_extras(job, model, result, training)
@@ -358,13 +359,16 @@ def _compared(job: dict[str, Any], i: int, record: dict[str, Any], inputs: Any, 
     return compared
 
 
-def _runtime_reading(watch: Any, model: Any, job: dict[str, Any]) -> dict[str, Any]:
+def _runtime_reading(watch: Any, model: Any, job: dict[str, Any], calls: list[Any] | None = None) -> dict[str, Any]:
     """Which code compiled in the program as it is (:func:`runtime_compiles`), read only for the
     reference (the search's as-is row): a walk of sys.modules and the frame log in every other
-    process would be work nobody reads. A report-only reading: its failure is recorded, never the
-    variant's."""
+    process would be work nobody reads. ``calls``: :attr:`.watch.CompileCalls.sites` of its build
+    and cold phase. A report-only reading: its failure is recorded, never the variant's."""
     try:
-        return runtime_compiles(watch, model, job, job["variants"][0])
+        out = runtime_compiles(watch, model, job, job["variants"][0])
+        if calls is not None:
+            out["calls"] = [list(site) for site in calls]
+        return out
     except Exception as exc:  # noqa: BLE001 - a report-only reading never fails the variant
         return {"frames": [], "modules": [], "src_imported": [], "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
 
@@ -421,7 +425,9 @@ def runtime_compiles(watch: Any, model: Any, job: dict[str, Any], variant: str) 
     recompiles, fullgraph and the entry the program compiled), ``modules``
     (:func:`.watch.compiled_modules`: the model's compiled modules) and ``src_imported`` (the tree's
     files the harness imported, relative to the tree: a compile in a file not among them cannot
-    have run). Read from what the run left behind: no extra model run."""
+    have run); the reference adds ``calls`` (:class:`.watch.CompileCalls`: ``[path, line]`` of each
+    ``torch.compile``/``module.compile()`` call the program made). Read from what the run left
+    behind: no extra model run."""
     from .variants import TREE
     from .watch import compiled_modules
 

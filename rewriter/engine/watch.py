@@ -24,6 +24,11 @@ What compiles a model object carries (:func:`carried_compiles`): ``torch.compile
 compiled ``forward`` instance attribute, ``@torch.compile`` on a method of the modules' classes.
 Every reader of those forms goes through it (:func:`compiled_modules`, :func:`compiles_off`,
 diagnose's ``own_raised.unwrap``), so a new form is added there alone.
+
+Which of the program's compile calls ran (:class:`CompileCalls`): ``torch.compile`` and
+``nn.Module.compile`` wrapped for the life of the process, each call's caller frame recorded
+(``sys._getframe``; a decorator's call is at its ``@`` line, a call at the line its expression
+starts on), so two calls of one model in two branches are told apart.
 """
 
 from __future__ import annotations
@@ -634,3 +639,51 @@ def compiled_modules(model: Any, limit: int = 50) -> list[dict[str, Any]]:
         if len(out) >= limit:
             break
     return out
+
+
+class CompileCalls:
+    """Where the program called ``torch.compile`` or ``nn.Module.compile`` under ``tree``: ``sites``,
+    ``(path relative to tree, line)`` of each call's caller frame, in call order, each once.
+    :meth:`install` wraps both for the life of the process (before the harness imports the tree,
+    so decorators are seen; after any backend forcing, whose wrapper it then calls). A call from
+    outside the tree (torch's own ``nn.Module.compile`` calling ``torch.compile``, an installed
+    library) is not recorded. Each wrapper calls the original with the same arguments and returns
+    its result."""
+
+    def __init__(self, tree: Any) -> None:
+        from pathlib import Path
+
+        self.tree = Path(tree).resolve()
+        self.sites: list[tuple[str, int]] = []
+
+    def _record(self, frame: Any) -> None:
+        from pathlib import Path
+
+        try:
+            rel = Path(frame.f_code.co_filename).resolve().relative_to(self.tree).as_posix()
+        except (ValueError, OSError):
+            return
+        site = (rel, frame.f_lineno)
+        if site not in self.sites:
+            self.sites.append(site)
+
+    def install(self) -> None:
+        import functools
+
+        import torch
+
+        original, module_compile = torch.compile, torch.nn.Module.compile
+        record = self._record
+
+        @functools.wraps(original)
+        def compile_recorded(*args: Any, **kwargs: Any) -> Any:
+            record(sys._getframe(1))
+            return original(*args, **kwargs)
+
+        @functools.wraps(module_compile)
+        def module_compile_recorded(module: Any, *args: Any, **kwargs: Any) -> Any:
+            record(sys._getframe(1))
+            return module_compile(module, *args, **kwargs)
+
+        torch.compile = compile_recorded
+        torch.nn.Module.compile = module_compile_recorded  # type: ignore[method-assign]
