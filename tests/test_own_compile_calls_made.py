@@ -14,6 +14,7 @@ import torch
 
 from rewriter.cli import main
 from rewriter.engine.watch import CompileCalls
+from rewriter.harness import on_sys_path
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose"
 
@@ -28,12 +29,12 @@ def test_the_recorder_names_the_call_the_program_made(tmp_path, monkeypatch):
     (src / "inplace.py").write_text("import torch\n\n\ndef build():\n    m = torch.nn.Linear(2, 2)\n    m.compile()\n    return m\n")
     calls = CompileCalls(src)
     calls.install()
-    monkeypatch.syspath_prepend(str(src))
-    for name in ("run", "inplace"):
-        spec = importlib.util.spec_from_file_location(f"_calls_{name}", src / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        (module.build_model if name == "run" else module.build)()
+    with on_sys_path(src):  # this tree's model.py, not one another test imported as 'model'
+        for name in ("run", "inplace"):
+            spec = importlib.util.spec_from_file_location(f"_calls_{name}", src / f"{name}.py")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            (module.build_model if name == "run" else module.build)()
     assert calls.sites == [("run.py", 15), ("inplace.py", 6)], calls.sites
 
 
