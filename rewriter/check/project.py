@@ -160,7 +160,9 @@ def _per_item(comp: ast.ListComp | ast.GeneratorExp | ast.DictComp, made: ast.ex
     return any(isinstance(n, ast.Name) and n.id in uncounted for n in ast.walk(made))
 
 
-def _dotted(expr: ast.expr) -> str | None:
+def dotted(expr: ast.expr) -> str | None:
+    """The dotted name an expression is written as (``torch.nn.Linear``), or None where it is no
+    chain of attributes on a name (``fns[0]``, ``make()``)."""
     parts: list[str] = []
     while isinstance(expr, ast.Attribute):
         parts.append(expr.attr)
@@ -267,14 +269,14 @@ class _Summarizer:
     # names ----------------------------------------------------------------------------------
     def qualify(self, expr: ast.expr) -> str | None:
         """The qualified name of a dotted expression, as LibCST's QualifiedNameProvider spells it."""
-        dotted = _dotted(expr)
-        if dotted is None:
+        name = dotted(expr)
+        if name is None:
             return None
-        head, _, rest = dotted.partition(".")
+        head, _, rest = name.partition(".")
         if head in self.imports and head not in self.defs:
             base = self.imports[head]
             return f"{base}.{rest}" if rest else base
-        return dotted
+        return name
 
     def scope(self) -> str:
         return self.func[-1] if self.func else ""
@@ -287,7 +289,7 @@ class _Summarizer:
         if isinstance(expr, ast.Name) and expr.id == "self" and self.cls:
             return ("cls", self.cls[-1])
         if isinstance(expr, (ast.Name, ast.Attribute)):
-            key = _dotted(expr)
+            key = dotted(expr)
             if key is None:
                 return None
             bound = self.bindings.get((scope, key)) or self.bindings.get(("", key))
@@ -499,7 +501,7 @@ class _Summarizer:
 
     # bindings -------------------------------------------------------------------------------
     def _bind(self, target: ast.expr, value: ast.expr) -> None:
-        key = _dotted(target)
+        key = dotted(target)
         if key is None:
             return
         scope = self.scope()

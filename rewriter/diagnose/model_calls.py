@@ -104,13 +104,12 @@ def _qualified(expr: ast.expr, summary: dict) -> str | None:
     or None for a callee that is no dotted name (``fns[0]()``, ``make()()``) or whose first name is
     neither defined at the file's top level nor imported (a local, ``self``): a local named like a
     module of SRC is not that module."""
-    parts: list[str] = []
-    while isinstance(expr, ast.Attribute):
-        parts.append(expr.attr)
-        expr = expr.value
-    if not isinstance(expr, ast.Name):
+    from ..check.project import dotted
+
+    name = dotted(expr)
+    if name is None:
         return None
-    head, rest = expr.id, ".".join(reversed(parts))
+    head, _, rest = name.partition(".")
     if head not in summary["defs"]:
         if head not in summary["imports"]:
             return None
