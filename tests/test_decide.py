@@ -119,20 +119,104 @@ def test_a_refused_candidate_that_nets_more_than_the_plan_is_said_to():
 def test_without_a_measured_gain_a_candidate_that_recompiles_more_than_as_is_goes_last():
     """On CPU (backend eager) the first candidate in the ladder's order won whatever it measured:
     a program that came for its recompiles was handed 'as-is+regional' with 3 of them against 1 as
-    it is."""
+    it is. Where the program recompiles, the fewest recompiles decide: 'as-is+dynamic' (0), not
+    'as-is+disable', first in the ladder's order of those with no more than as is (1) but no fewer."""
     rows = {"as-is": dict(_row(1.03), compile={"recompiles": 1}),
             "as-is+regional": dict(_row(1.42), compile={"recompiles": 3}),
             "as-is+disable": dict(_row(1.05), compile={"recompiles": 1}),
             "as-is+dynamic": dict(_row(1.05), compile={"recompiles": 0})}
     order = ["as-is+regional", "as-is+disable", "as-is+dynamic", "as-is"]
     choice = decide(rows, order, [], 1000, 1, gain_measured=False)
-    assert choice.chosen == "as-is+disable", choice  # no more than as is: the ladder's order among those
-    assert choice.status["as-is+regional"].startswith("not chosen: 3 recompile(s) over the shapes against 1 as it is"), choice.status
-    # every one recompiles more: the ladder's order decides as before
+    assert choice.chosen == "as-is+dynamic", choice
+    said = choice.status["as-is+regional"]
+    assert said.startswith("not chosen: 3 recompile(s) over the shapes against 0 of 'as-is+dynamic' and 1 as it is"), said
+    # every one recompiles more than as is (0): the ladder's order decides, as the count cannot
     rows["as-is"]["compile"] = {"recompiles": 0}
     rows["as-is+dynamic"]["compile"] = {"recompiles": 2}
     rows["as-is+disable"]["compile"] = {"recompiles": 2}
     assert decide(rows, order, [], 1000, 1, gain_measured=False).chosen == "as-is+regional"
+
+
+#: The newcomer's program (fixtures/diagnose/own_forward_static): ``model.forward =
+#: torch.compile(model.forward, dynamic=False)`` over 3 sequence lengths recompiles twice; its
+#: regional edit keeps ``dynamic=False`` per block (2 recompiles), its dynamic edit has none. Step
+#: ms and compile s per start as one CPU search on the eager backend measured them.
+STATIC_FORWARD = {
+    "as-is": dict(_row(0.387, 2.090), compile={"unique_graphs": 3, "recompiles": 2}),
+    "as-is+regional": dict(_row(0.559, 1.087), compile={"unique_graphs": 3, "recompiles": 2}),
+    "as-is+dynamic": dict(_row(0.420, 1.106), compile={"unique_graphs": 1, "recompiles": 0}),
+}
+STATIC_ORDER = ["as-is+regional", "as-is+dynamic", "as-is"]
+
+
+def test_without_a_measured_gain_the_fewest_recompiles_decide_where_the_program_recompiles():
+    """'as-is+regional' comes first in the ladder's order and recompiles no more than the program
+    (2 and 2): it was the plan, and the user who came for the recompiles kept them. The dynamic
+    edit measured none: it is the plan, and the sentence and each status say the counts."""
+    c = decide(STATIC_FORWARD, STATIC_ORDER, [], 1_000_000, 1, gain_measured=False)
+    assert c.chosen == "as-is+dynamic", c.status
+    assert ("the program as it is recompiles 2 time(s) over the harness's shapes, so the fewest recompiles decide: "
+            "'as-is+dynamic' 0, 'as-is+regional' 2") in c.text, c.text
+    assert "the ladder's order decides" not in c.text and "among equals" not in c.text, c.text
+    assert c.status["as-is+regional"] == ("not chosen: 2 recompile(s) over the shapes against 0 of 'as-is+dynamic' and 2 as "
+                                          "it is (fewest recompiles first: the gain is not measured with this backend)")
+    assert c.status["as-is"].startswith("not chosen: 2 recompile(s) over the shapes against 0 of 'as-is+dynamic' (fewest"), c.status
+    assert c.decided_by == "fewest recompiles over the harness's shapes: 0 vs 2 as is, 'as-is+regional' 2", c.decided_by
+
+
+def test_among_candidates_that_recompile_as_often_the_ladders_order_decides():
+    """Two edits with no recompile: the first in the ladder's order; the other's status says it
+    recompiles as often and is later in order, not that its count put it out."""
+    from rewriter.diagnose.report import short_status
+
+    rows = dict(STATIC_FORWARD, **{"as-is+static": dict(_row(0.41, 1.2), compile={"unique_graphs": 1, "recompiles": 0})})
+    order = ["as-is+regional", "as-is+static", "as-is+dynamic", "as-is"]
+    c = decide(rows, order, [], 1_000_000, 1, gain_measured=False)
+    assert c.chosen == "as-is+static", c.status
+    said = c.status["as-is+dynamic"]
+    assert said.startswith("not chosen: as many recompiles over the shapes (0) as 'as-is+static', which comes first"), said
+    assert short_status(said) == "later in order" and short_status(c.status["as-is+regional"]) == "more recompiles"
+    assert "'as-is+static' 0, 'as-is+dynamic' 0, 'as-is+regional' 2 (the ladder's order among equals)" in c.text, c.text
+
+
+def test_where_a_candidate_recompiles_as_often_as_the_program_it_still_wins_by_the_ladders_order():
+    """No candidate recompiles fewer than the program (2): the first in the ladder's order of those
+    with as few is the plan, as before; the program as it is is said to recompile as often."""
+    rows = {n: dict(r) for n, r in STATIC_FORWARD.items()}
+    rows["as-is+dynamic"] = dict(rows["as-is+dynamic"], compile={"unique_graphs": 4, "recompiles": 3})
+    c = decide(rows, STATIC_ORDER, [], 1_000_000, 1, gain_measured=False)
+    assert c.chosen == "as-is+regional", c.status
+    assert c.status["as-is"].startswith("not chosen: as many recompiles over the shapes (2) as 'as-is+regional'"), c.status
+    assert c.status["as-is+dynamic"].startswith("not chosen: 3 recompile(s) over the shapes against 2 of 'as-is+regional'"), c.status
+
+
+def test_where_the_program_recompiles_none_the_ladders_order_decides_as_before():
+    """As it is 0 recompiles: nothing ranks by count; the first in the ladder's order that
+    recompiles no more wins even where a later one measured as few, and no count is cited."""
+    rows = {n: dict(r, compile={"unique_graphs": 1, "recompiles": 0}) for n, r in STATIC_FORWARD.items()}
+    c = decide(rows, STATIC_ORDER, [], 1_000_000, 1, gain_measured=False)
+    assert c.chosen == "as-is+regional" and c.decided_by == "", c
+    assert "the ladder's order decides among the rest" in c.text and "fewest recompiles" not in c.text, c.text
+
+
+def test_the_compile_time_judgement_holds_under_the_recompile_ranking():
+    """A nested hint with fewest recompiles but no less compile per start than the program stays
+    out (its gain is compile time and that was not measured); one that compiled for less is ranked
+    by its recompiles like any other, and its status keeps what it measured."""
+    from rewriter.diagnose.decide import COMPILE_NOT_LESS
+
+    nested = dict(_row(1.28, 2.5), compile={"unique_graphs": 1, "recompiles": 0})
+    rows = dict(STATIC_FORWARD, **{"as-is+nested": nested})
+    order = ["as-is+nested", "as-is+regional", "as-is+dynamic", "as-is"]
+    c = decide(rows, order, [], 1_000_000, 1, gain_measured=False)
+    assert c.chosen == "as-is+dynamic" and c.status["as-is+nested"].startswith(COMPILE_NOT_LESS), c.status
+    assert "1 whose gain is compile time measured no less compile per start than the program as it is" in c.text, c.text
+    rows["as-is+nested"] = dict(nested, compile_s_per_start=0.5, compile={"unique_graphs": 3, "recompiles": 2})
+    c = decide(rows, order, [], 1_000_000, 1, gain_measured=False)
+    assert c.chosen == "as-is+dynamic", c.status
+    said = c.status["as-is+nested"]
+    assert said.startswith("not chosen: 2 recompile(s) over the shapes against 0 of 'as-is+dynamic'"), said
+    assert "its compile per start measured less (0.50 s compile per start vs 2.09 s compile per start as is" in said, said
 
 
 def test_an_edit_that_compiles_for_less_than_the_program_saves_what_it_no_longer_compiles():
@@ -300,3 +384,21 @@ def test_the_plans_why_says_the_compile_per_start_it_was_judged_by():
     out.choice = decide(out.rows, ["whole", "as-is"], [], 1_000_000, 1, gain_measured=False)
     [action] = annotated(out).actions
     assert action.why.endswith("0.21 s compile per start (backend eager: gain not measured)"), action.why
+
+
+def test_the_plans_why_says_the_recompile_counts_that_decided():
+    """The plan chosen by its recompiles cites them in every action's ``why:``, beside the figures
+    the backend leaves without a gain."""
+    from rewriter.diagnose.candidate import Candidate
+    from rewriter.diagnose.search import SearchOutcome, annotated
+    from rewriter.plan import CompileAction, Plan
+
+    edit = Plan(version=1, actions=[CompileAction(action="compile", target="serve.py::build", strategy="whole",
+                                                  own_call={"dynamic": True}, why="recompiles: input 0 dim 1")])
+    out = SearchOutcome([Candidate("as-is+regional", Plan(version=1)), Candidate("as-is+dynamic", edit),
+                         Candidate("as-is", Plan(version=1))], backend="eager", gain_measured=False)
+    out.rows = STATIC_FORWARD
+    out.choice = decide(STATIC_FORWARD, STATIC_ORDER, [], 1_000_000, 1, gain_measured=False)
+    [action] = annotated(out).actions
+    assert action.why.endswith("0.420 ms/step vs 0.387 as is, 1.11 s compile per start (backend eager: gain not measured); "
+                               "fewest recompiles over the harness's shapes: 0 vs 2 as is, 'as-is+regional' 2"), action.why

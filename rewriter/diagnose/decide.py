@@ -37,12 +37,14 @@ quiet core and is no faster on the contended one (:func:`below_bar`): both condi
 is the plans', and a cheaper compile does not buy a plan under the product's speed bar.
 
 With a backend that cannot speed anything up (``eager`` on CPU) the gain is not measured: the
-measurement still excludes every candidate that failed, what it does measure comes next (one that
-recompiles more over the harness's shapes than the program as it is goes last; one whose gain is
-compile time, :data:`.candidate.COMPILE_TIME`, is judged by its compile per start, which Dynamo's
-tracing still costs on that backend, against the program's own beyond the noise band:
-:func:`_compile_time_judged`), and among the rest the ladder's order (the rule's proposal first)
-decides.
+measurement still excludes every candidate that failed, and what it does measure comes next. One
+whose gain is compile time, :data:`.candidate.COMPILE_TIME`, is judged by its compile per start,
+which Dynamo's tracing still costs on that backend, against the program's own beyond the noise
+band (:func:`_compile_time_judged`). Then the recompiles over the harness's shapes: where the
+program as it is recompiles there, the candidates are ranked by their recompiles, fewest first,
+the ladder's order (the rule's proposal first) among equals (:func:`_by_recompiles`); where it
+recompiles none, the ladder's order decides and one that recompiles more goes last
+(docs/decisions.md, "Without a measured gain, the fewest recompiles decide").
 """
 
 from __future__ import annotations
@@ -79,12 +81,16 @@ class Choice:
         status: per candidate name, ``chosen`` or why not (failed, not measured, slower, tied and
             dearer to compile, does not pay back).
         net_s: per timed candidate, its net saving (s) over the deployment; None when unmeasured.
+        decided_by: where the gain is not measured and the recompiles over the harness's shapes
+            decided (:func:`_by_recompiles`), the counts that did, as the plan's ``why:`` cites
+            them; empty otherwise.
     """
 
     chosen: str
     text: str
     status: dict[str, str] = field(default_factory=dict)
     net_s: dict[str, float | None] = field(default_factory=dict)
+    decided_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -426,12 +432,17 @@ def _compile_time_judged(rows: dict[str, dict[str, Any]], ok: list[str], status:
 def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float | None],
                      rows: dict[str, dict[str, Any]], baseline: Baseline,
                      compile_less: dict[str, str] | None = None) -> Choice:
-    """The decision without a measured gain: the first candidate in the ladder's order that did not
-    fail and recompiles no more over the harness's shapes than the program as it is (what the
-    backend still measures: a user who came for recompiles is never handed more of them); where
-    every one recompiles more, the program as it is when its own compile ran (it recompiles least,
-    and nothing else is measured), else the first that did not fail. ``compile_less``: the
-    candidates whose gain is compile time kept by :func:`_compile_time_judged`, with what they
+    """The decision without a measured gain, by what the backend still measures: the recompiles
+    over the harness's shapes (``compile.recompiles`` of each cold process).
+
+    Where the program as it is ran its own compile and recompiled over the shapes, the candidates
+    are ranked by their recompiles, fewest first, the ladder's order among equals
+    (:func:`_by_recompiles`): a user who came for recompiles gets the plan that measured fewest.
+    Else the ladder's order decides, a candidate that recompiles more than the program as it is
+    last. Either way, where every candidate recompiles more and the program's own compile ran, the
+    plan is the program as it is (it recompiles least, and no gain is measured that would pay for
+    more); where every one recompiles more and it did not, the first in order. ``compile_less``:
+    the candidates whose gain is compile time kept by :func:`_compile_time_judged`, with what they
     measured, said where one is chosen or passed over."""
     compile_less = compile_less or {}
     rest = [n for n in ok if n != AS_IS]
@@ -448,6 +459,8 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
         return Choice(AS_IS, f"the program as it is: its own compile recompiles {base} time(s) over the shapes and every "
                              f"other candidate more ({len(more)}), with no gain measured to pay for them (the backend does "
                              "not optimise); the plan changes nothing", status, net)
+    if base and len(more) < len(rest):
+        return _by_recompiles(ok, status, net, rows, baseline, compile_less, base)
     chosen = next((n for n in rest if n not in more), rest[0])
     for n in ok:
         if n == chosen:
@@ -466,18 +479,72 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
                          "first in the ladder's order (the step-time gain is not measured with this backend)")
         else:
             status[n] = f"not chosen: the gain is not measured with this backend; {chosen!r} comes first in the ladder's order"
-    slow = sum(1 for s in status.values() if s.startswith(COMPILE_NOT_LESS))
-    if chosen in compile_less:
-        lead = (f"{chosen!r}: its gain is compile time, and its compile per start measured less: {compile_less[chosen]}; "
-                "the backend does not optimise, so the step-time gain is not measured")
-    else:
-        lead = f"{chosen!r}: the backend does not optimise, so the gain is not measured"
-    text = (f"{lead}; every candidate that failed is out "
-            f"({sum(1 for s in status.values() if s.startswith('failed'))} failed)"
+    text = (f"{_lead(chosen, compile_less)}; every candidate that failed is out ({_failed(status)} failed)"
             + (f", {len(more)} candidate(s) recompile more over the shapes than {baseline.name} ({base} recompile(s))" if more else "")
-            + (f", {slow} whose gain is compile time measured no less compile per start than {baseline.name}" if slow else "")
-            + " and the ladder's order decides among the rest")
+            + _slow_text(status, baseline) + " and the ladder's order decides among the rest")
     return Choice(chosen, text, status, net)
+
+
+def _by_recompiles(ok: list[str], status: dict[str, str], net: dict[str, float | None], rows: dict[str, dict[str, Any]],
+                   baseline: Baseline, compile_less: dict[str, str], base: int) -> Choice:
+    """The decision without a measured gain where the program as it is recompiled ``base`` (> 0)
+    times over the harness's shapes and some candidate recompiles no more: the candidates ranked
+    by their recompiles over the shapes, fewest first, the ladder's order (``ok``'s) among equals;
+    the first is the plan. Each status, the sentence and :attr:`Choice.decided_by` (the plan's
+    ``why:``) give the counts that decided."""
+    ranked = sorted((n for n in ok if n != AS_IS), key=lambda n: _recompiles(rows[n]))  # stable: the ladder's order among equals
+    chosen = ranked[0]
+    k = _recompiles(rows[chosen])
+    for n in ok:
+        r = _recompiles(rows[n])
+        if n == chosen:
+            status[n] = "chosen"
+        elif r > k:  # the count decided
+            status[n] = (f"not chosen: {r} recompile(s) over the shapes against {k} of {chosen!r}"
+                         + (f" and {base} as it is" if n != AS_IS else "")
+                         + " (fewest recompiles first: the gain is not measured with this backend)"
+                         + (f"; its compile per start measured less ({compile_less[n]})" if n in compile_less else ""))
+        elif n == AS_IS:
+            status[n] = (f"not chosen: as many recompiles over the shapes ({r}) as {chosen!r}, "
+                         + (f"which measured less compile per start ({compile_less[chosen]})" if chosen in compile_less
+                            else "which comes first in the ladder's order (the gain is not measured with this backend)"))
+        elif n in compile_less:
+            status[n] = (f"not chosen: its compile per start measured less ({compile_less[n]}), but {chosen!r} recompiles as "
+                         f"often over the shapes ({r}) and comes first in the ladder's order (the step-time gain is not "
+                         "measured with this backend)")
+        else:
+            status[n] = (f"not chosen: as many recompiles over the shapes ({r}) as {chosen!r}, which comes first in the "
+                         "ladder's order (the gain is not measured with this backend)")
+    counts = ", ".join(f"{n!r} {_recompiles(rows[n])}" for n in ranked)
+    ties = len({_recompiles(rows[n]) for n in ranked}) < len(ranked)
+    text = (f"{_lead(chosen, compile_less)}; every candidate that failed is out ({_failed(status)} failed)"
+            + _slow_text(status, baseline) + f"; {baseline.name} recompiles {base} time(s) over the harness's shapes, so the "
+            f"fewest recompiles decide: {counts}" + (" (the ladder's order among equals)" if ties else ""))
+    others = ", ".join(f"{n!r} {_recompiles(rows[n])}" for n in ranked[1:])
+    decided = (f"fewest recompiles over the harness's shapes: {k} vs {base} {baseline.short}"
+               + (f", {others}" if others else ""))
+    return Choice(chosen, text, status, net, decided)
+
+
+def _lead(chosen: str, compile_less: dict[str, str]) -> str:
+    """The start of the decision's sentence without a measured gain: the plan, and what the
+    backend leaves unmeasured (for a candidate whose gain is compile time, what it measured)."""
+    if chosen in compile_less:
+        return (f"{chosen!r}: its gain is compile time, and its compile per start measured less: {compile_less[chosen]}; "
+                "the backend does not optimise, so the step-time gain is not measured")
+    return f"{chosen!r}: the backend does not optimise, so the gain is not measured"
+
+
+def _failed(status: dict[str, str]) -> int:
+    """How many candidates failed."""
+    return sum(1 for s in status.values() if s.startswith("failed"))
+
+
+def _slow_text(status: dict[str, str], baseline: Baseline) -> str:
+    """The candidates whose gain is compile time and measured no less than the program's own, as
+    the sentence says them (empty where none)."""
+    slow = sum(1 for s in status.values() if s.startswith(COMPILE_NOT_LESS))
+    return f", {slow} whose gain is compile time measured no less compile per start than {baseline.name}" if slow else ""
 
 
 @dataclass

@@ -719,13 +719,15 @@ def _unmeasured(out: SearchOutcome, name: str, asis: dict[str, Any]) -> str:
     """What the chosen candidate's figures leave unmeasured, said after its compile per start:
     nothing where the backend optimises; the step-time gain where it does not, and for a candidate
     whose gain is compile time (:data:`.candidate.COMPILE_TIME`) the program's own compile per
-    start it was judged against (:func:`.decide.decide`)."""
+    start it was judged against (:func:`.decide.decide`); and where the recompiles over the
+    harness's shapes decided, those counts (:attr:`.decide.Choice.decided_by`)."""
     if out.gain_measured:
         return ""
+    decided = f"; {out.choice.decided_by}" if out.choice is not None and out.choice.decided_by else ""
     if name in COMPILE_TIME:
         return (f" vs {compile_text(asis)} as is (backend {out.backend}: the step-time gain is not measured; its gain is "
-                "compile time, which is)")
-    return f" (backend {out.backend}: gain not measured)"
+                "compile time, which is)" + decided)
+    return f" (backend {out.backend}: gain not measured)" + decided
 
 
 def annotated(out: SearchOutcome) -> Any:
