@@ -96,7 +96,7 @@ FILE_SECONDS: dict[str, float] = {
     "test_diagnose_hf_src.py": 35, "test_measure_compiled_programs.py": 30,
     "test_zoo_gate.py": 80, "test_shape_warmers.py": 40,
     "test_diagnose_overwrite.py": 10, "test_diagnose.py": 30, "test_search_names.py": 30,
-    "test_own_call.py": 30, "test_declared_blocks.py": 25, "test_search.py": 25,
+    "test_own_call.py": 30, "test_declared_blocks.py": 25, "test_search.py": 25, "test_fewest_recompiles.py": 20,
     "test_library_models_genpaired.py": 25, "test_attention_action.py": 30,
     "test_library_breaks.py": 20, "test_distributed_cli.py": 25, "test_blocks.py": 20,
     "test_messages.py": 15, "test_memory_sweep.py": 15, "test_inserted_names_bound.py": 10,
