@@ -78,8 +78,10 @@ def test_whole_model_compile_with_an_item_break_in_a_helper(tmp_path):
 def test_per_layer_compile_through_a_helper_is_read_as_per_layer(tmp_path):
     """``model.layers[i] = compile_layer(layer)``: statically the helper's ``torch.compile(layer)``
     could be anything; at run time the harness's model holds three compiled Blocks, so it is a
-    per-layer compile, and the gate's data-dependent branch is kept eager on top of it."""
-    r = _round_trip(tmp_path, "own_per_layer", "train.py", ["batch=4", "batch=6"])
+    per-layer compile, and the gate's data-dependent branch is kept eager on top of it. The
+    harness's shape is the one the script runs: a second batch size would make the layers
+    recompile, and then the fewest recompiles decide (their ``dynamic=True``), not this edit."""
+    r = _round_trip(tmp_path, "own_per_layer", "train.py", ["batch=4"])
     _no_whole_model_misreading(r)
     assert ("disable", "model.py::gate") in {(a.action, a.target) for a in r["plan"].actions}, r["plan"].actions
     assert not [a for a in r["plan"].actions if a.action == "compile"], r["plan"].actions  # no second compile of a Block
@@ -94,8 +96,10 @@ def test_per_layer_compile_through_a_helper_is_read_as_per_layer(tmp_path):
 
 def test_method_compile_of_the_models_forward_turned_regional(tmp_path):
     """``model.forward = torch.compile(model.forward)`` over twelve identical blocks: the call
-    turned regional at the call site traces one block and reuses it, and says so in compile time."""
-    r = _round_trip(tmp_path, "own_method_whole", "serve.py", ["batch=4", "batch=6"])
+    turned regional at the call site traces one block and reuses it, and says so in compile time.
+    The harness's shape is the one the script runs: a second batch size would make the call
+    recompile, and then the fewest recompiles decide (its ``dynamic=True``), not this edit."""
+    r = _round_trip(tmp_path, "own_method_whole", "serve.py", ["batch=4"])
     [edit] = [a for a in r["plan"].actions if a.action == "compile"]
     assert edit.target == "serve.py::build" and edit.own_call.regional == "layers", edit
     text = (r["src"] / "serve.py").read_text()
@@ -158,14 +162,16 @@ def test_a_fullgraph_program_with_data_dependent_ops_keeps_fullgraph_on_its_regi
     """``torch.compile(model, fullgraph=True)`` over routers with ``nonzero`` and ``.item()``: the
     call turned regional keeps ``fullgraph=True`` on every block, no ``disable`` is planned inside
     it, and the compile is live and cheaper afterwards. (The gaps rung is left out: its dispatch
-    mode cannot run under a fullgraph=True program yet.)"""
+    mode cannot run under a fullgraph=True program yet.) The harness's shape is the one the script
+    runs: a second batch size would make the call recompile, and then the fewest recompiles decide
+    (its ``dynamic=True``), not the regional form."""
     import torch
 
     from rewriter.diagnose.runner import diagnose, harness_from_flags
     from rewriter.diagnose.rungs import ladder
 
     src, pristine = _copy("own_fullgraph_item", tmp_path)
-    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 8}, {"batch": 12}], mode=None,
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 8}], mode=None,
                                  dtype=None, device="cpu")
     plan = tmp_path / "out" / "plan.yaml"
     outcome = diagnose(spec, src, plan, only={r.name for r in ladder() if r.name != "gaps"} | {"search"}, backend="eager")
