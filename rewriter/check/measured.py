@@ -57,8 +57,9 @@ class Kept:
     report: str
     roots: tuple[str, ...]
     #: False where the search timed no other candidate, or timed them with a backend that does not
-    #: optimise (its choice then follows the ladder's order): the report names the compile, and
-    #: ``text`` says that it is no evidence (the finding keeps failing, with that said)
+    #: optimise (its choice then follows the recompile counts or the ladder's order): the report
+    #: names the compile, and ``text`` says that it is no evidence (the finding keeps failing, with
+    #: that said)
     measured: bool = True
 
 
@@ -148,8 +149,8 @@ def _read_report(path: str, mtime_ns: int) -> tuple[Kept, ...]:
         text = (f"diagnose's search timed no candidate besides {chosen['candidate']!r}"
                 + (f" ({'; '.join(str(p) for p in search.get('pruned') or [])[:300]})" if search.get("pruned") else "")
                 + ", so it measured no alternative to this compile")
-    # a search whose backend does not optimise (eager, on CPU) chose by the ladder's order, not by
-    # speed: it is no evidence that the whole-model compile beats its regional form
+    # a search whose backend does not optimise (eager, on CPU) chose by recompiles or the ladder's
+    # order, not by speed: it is no evidence that the whole-model compile beats its regional form
     evidence = bool(others) and search.get("gain_measured") is not False
     roots = report_roots(report, path)
     out: list[Kept] = []
