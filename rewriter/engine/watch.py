@@ -357,8 +357,12 @@ class FrameLog:
         """One dict per frame Dynamo compiled (code object, by file, first line and name), in the
         order first compiled: ``name`` (qualified), ``file``, ``line``, ``graphs`` (over its
         compiles and its resume functions'), ``compiles``, ``recompiles`` (its compiles after the
-        first), ``resumes`` (compiles of the ``torch_dynamo_resume_in_<name>_at_<line>``
-        functions Dynamo made after a graph break in it, merged in), ``fullgraph`` (True/False, None
+        first, and each resume function's compiles after that function's first: a guard on a
+        value read after the graph break, ``.item()``'s float, recompiles the resume function
+        alone; so the frames' recompiles add up to :meth:`CompileWatch.stats`' count, one per
+        cache entry after a code object's first), ``resumes`` (compiles of the
+        ``torch_dynamo_resume_in_<name>_at_<line>`` functions Dynamo made after a graph break in
+        it, merged in), ``fullgraph`` (True/False, None
         when not known) and ``entry``: what the program handed ``torch.compile`` (``{"kind":
         "module", "class", "file", "line", "path"}``, ``path`` the module's name in ``model`` when
         given; or ``{"kind": "function", "name", "file", "line"}``; None when not known)."""
@@ -379,15 +383,24 @@ class FrameLog:
                 f["compiles"] += 1
                 f["fullgraph"] = f["fullgraph"] or c["fullgraph"]
                 f["entry"] = f["entry"] or c["entry"]
+        resumed: set[tuple[str, int, str]] = set()
         for c in resumes:
             m = _RESUME.match(c["co_name"])
             assert m is not None
             name, at = m.group("name"), int(m.group("line"))
+            key = (c["file"], c["line"], c["co_name"])
+            again = key in resumed  # the resume function's own code object compiled before: a recompile
+            resumed.add(key)
             parents = [f for k, f in frames.items() if k[0] == c["file"] and k[2] == name and k[1] <= at]
+            orphan = frames.get((c["file"], at, c["co_name"]))
             if parents:
                 parent = max(parents, key=lambda f: f["line"])
                 parent["graphs"] += c["graphs"]
                 parent["resumes"] += 1
+                parent["resume_recompiles"] = parent.get("resume_recompiles", 0) + again
+            elif orphan is not None:  # a later compile of a resume function whose frame the log never saw
+                orphan["graphs"] += c["graphs"]
+                orphan["compiles"] += 1
             else:  # its frame was compiled before the log began
                 frames[(c["file"], at, c["co_name"])] = {"name": f"{name} (resumed at line {at})", "file": c["file"], "line": at,
                                                         "graphs": c["graphs"], "compiles": 1, "resumes": 0,
@@ -395,7 +408,7 @@ class FrameLog:
         paths = _module_paths(model) if model is not None else {}
         out = []
         for f in frames.values():
-            f["recompiles"] = f["compiles"] - 1
+            f["recompiles"] = f["compiles"] - 1 + f.pop("resume_recompiles", 0)
             entry = dict(f["entry"]) if f["entry"] else None
             if entry is not None and "id" in entry:
                 path = paths.get(entry.pop("id"))

@@ -167,7 +167,8 @@ def with_config(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
             continue
         knobs = [k for k in DYNAMO_CONFIG_KEYS if any(k == kk for _, kk in covered)]
         sites = list(dict.fromkeys(f"{f.where} ({' '.join(f.message.split(' Explanation:')[0].split())[:90]})" for f, _ in covered))
-        why = (f"graph breaks: {len(covered)} break(s) in code this plan runs compiled that Dynamo keeps in the graph with "
+        where = {(f.file, f.line, f.message) for f, _ in covered}  # sites, as the graph-break rung's findings are
+        why = (f"graph breaks: {len(where)} graph-break site(s) in code this plan runs compiled that Dynamo keeps in the graph with "
                f"{' and '.join(knobs)} (torch's own hint for them): {'; '.join(sites[:3])}"
                + (f" (+{len(sites) - 3} more)" if len(sites) > 3 else "") + f"; set in {target}, {why_there}")
         action = DynamoConfigAction(action="dynamo_config", target=target, settings=DynamoSettings(**{k: True for k in knobs}), why=why)

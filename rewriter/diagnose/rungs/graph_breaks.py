@@ -11,6 +11,14 @@ from Dynamo's own counters (``torch._dynamo.utils.counters["graph_break"]``) and
 (file:line). ``explain`` on code that is already compiled traces the compiled frames and reported
 ``-1 graph break(s)``.
 
+What is counted: a graph break is one graph Dynamo ended at a break while tracing (``explain``'s
+``break_reasons``; its own ``graph_break_count`` is ``graph_count - 1``, which also counts the graph
+a value-guard recompile adds), or one entry of ``counters["graph_break"]`` on the program's own
+compile; a finding is one *site* (file, line, reason), however often Dynamo met it (its graph-break
+log names a break in a callee once for the caller's trace that inlined it and again for the
+callee's own frame). The verdict says both figures where they differ, and what reads the findings
+(the config twins' ``why:``, :mod:`..kinds.config`) counts sites.
+
 ``explain`` counts only the breaks it resumed after. A break inside a loop (``for blk in
 self.blocks: ... .item()``) is one Dynamo cannot resume after: it runs the whole frame eager and
 compiles only the frames that frame calls, and ``explain`` then reports no break at all. Those
@@ -58,23 +66,40 @@ def run(ctx: Context) -> RungResult:
             r.findings.append(Finding("graph_break", text, site[0], site[1], site[2], callers_in_src(frames, ctx.session.src)))
         else:
             r.findings.append(_library_finding(text, frames, ctx))
+    r.findings = one_per_site(r.findings)
     skipped = _frame_skipping_breaks(ctx, watch.breaks, {(f.file, f.line) for f in r.findings})
     r.findings += skipped
-    r.measurement = {"graph_count": out.graph_count, "graph_break_count": out.graph_break_count, "op_count": getattr(out, "op_count", None),
-                     "frame_skipping_breaks": len(skipped)}
+    count = len(out.break_reasons)
+    r.measurement = {"graph_count": out.graph_count, "graph_break_count": count, "op_count": getattr(out, "op_count", None),
+                     "frame_skipping_breaks": len(skipped), "graph_break_sites": len(r.findings)}
     sites = sorted({f.where for f in r.findings})
-    if out.graph_break_count:
-        r.verdict = f"{out.graph_break_count} graph break(s) at {', '.join(sites[:4])}"
+    if count:
+        r.verdict = f"{_counted(count, len(r.findings) - len(skipped))} at {', '.join(sites[:4])}"
     if skipped:
         where = ", ".join(sorted({f.where for f in skipped})[:4])
         r.verdict = (f"{r.verdict}; " if r.verdict else "") + (
             f"{len(skipped)} graph break(s) Dynamo could not resume after, at {where}: the frame holding each runs eager "
             "(only the frames it calls compile)")
-    if out.graph_break_count or skipped:
+    if count or skipped:
         r.implies = "disable the breaking helper (keep it eager) or restructure; no fullgraph"
     else:
         r.verdict = "no graph breaks"
     return r
+
+
+def one_per_site(findings: list[Finding]) -> list[Finding]:
+    """``findings`` with each (file, line, message) once, first first: one finding per graph-break
+    site, however many traces met it."""
+    first: dict[tuple, Finding] = {}
+    for f in findings:
+        first.setdefault((f.file, f.line, f.message), f)
+    return list(first.values())
+
+
+def _counted(breaks: int, sites: int) -> str:
+    """``1 graph break(s)``, or where Dynamo met a site more than once (or counted fewer breaks than
+    its log names sites) ``3 graph break(s) at 1 site``: the count and the findings' sites, both said."""
+    return f"{breaks} graph break(s)" + ("" if sites in (0, breaks) else f" at {sites} site(s)")
 
 
 def _frame_skipping_breaks(ctx: Context, logged: list, seen: set) -> list[Finding]:  # noqa: ANN001
@@ -141,11 +166,14 @@ def _as_the_program_compiles(ctx: Context, step, r: RungResult) -> RungResult | 
             if found.library is None:
                 found.message = f"{b.reason} ({b.file}:{b.line})"
             r.findings.append(found)
+    r.findings = one_per_site(r.findings)
     r.measurement = {"graph_count": stats.unique_graphs, "graph_break_count": stats.graph_breaks,
+                     "graph_break_sites": len(r.findings),
                      "source": "the program's own torch.compile (torch._dynamo.utils.counters['graph_break'])"}
     if stats.graph_breaks:
         sites = sorted({f.where for f in r.findings}) or [x.split(" ", 1)[-1] for x in stats.graph_break_reasons]
-        r.verdict = f"{stats.graph_breaks} graph break(s) in the program's own compiled code at {', '.join(sites[:4])}"
+        r.verdict = (f"{_counted(stats.graph_breaks, len(r.findings))} in the program's own compiled code at "
+                     f"{', '.join(sites[:4])}")
         r.implies = "restructure the breaking code (the program compiles it itself: a disable inside its fullgraph region cannot hold)"
     else:
         r.verdict = f"no graph breaks in the program's own compiled code ({stats.unique_graphs} graph(s))"
