@@ -48,6 +48,20 @@ class StackpartError(Exception):
         return text
 
 
+@dataclass
+class ConfigError(StackpartError):
+    """Bad input in the harness configuration that only the built model shows: ``harness.call``
+    names a method the model does not have. Raised where the user's code runs (a harness call)
+    but never the user's code failing, so diagnose and validate let it through as the error it is
+    (exit 2, nothing written) rather than as a harness failure, whose report is the product.
+
+    Attributes:
+        field: the ``harness:`` field at fault (``call``), for the plan's line of it.
+    """
+
+    field: str | None = None
+
+
 def near_names(name: str, candidates: Iterable[str], n: int = 3) -> str | None:
     """A ``did you mean`` hint listing up to ``n`` candidates close to ``name``, or None.
 

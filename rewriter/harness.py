@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import StackpartError, near_names, near_path
+from .errors import ConfigError, StackpartError, near_names, near_path
 from .plan import Harness
 from .source import safe_relpath
 
@@ -464,7 +464,7 @@ def check_entry(model: Any, spec: Harness) -> None:
     unset).
 
     Raises:
-        StackpartError: at the harness file, naming ``harness.call``, the model's class and the
+        ConfigError: at the harness file, naming ``harness.call``, the model's class and the
             near method names when ``model`` has no such attribute or it is not callable.
     """
     if spec.call is None:
@@ -477,12 +477,13 @@ def check_entry(model: Any, spec: Harness) -> None:
     # the class's methods, read statically: a property of the model (a library's) may raise when read
     names = [n for n in dir(type(inner)) if not n.startswith("_") and callable(inspect.getattr_static(type(inner), n, None))]
     what = "" if attr is None and not hasattr(model, spec.call) else f" (its {spec.call} is a {type(attr).__name__})"
-    # in the message itself: diagnose's rung failure keeps the message, not the hint
+    # in the message itself: the message is what an engine child reports of it (validate)
     near = near_names(spec.call, names) or "unset harness.call to call the module itself (its forward)"
-    raise StackpartError(
+    raise ConfigError(
         f"harness.call: {spec.model}() built a {cls}, which has no method {spec.call!r}{what} to call with the "
         f"inputs; {near}",
         path=spec.file,
+        field="call",
     )
 
 

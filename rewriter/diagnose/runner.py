@@ -7,6 +7,11 @@ measured so far, and a :class:`~rewriter.errors.StackpartError` naming the rung 
 callable is raised (exit 2). Setup builds the model and runs one step at each harness shape
 after the first (:meth:`.session.Session.check_shapes`), so a harness that fails only at a later
 shape stops there too, before the rungs, instead of in the search.
+
+Bad input writes nothing: the harness, flags and ``--entry``/``--site`` are checked before setup,
+what the configuration names on the built model (``harness.call``, a
+:class:`~rewriter.errors.ConfigError`) during setup's build, and the report folder is made, the
+previous run's artifacts cleared and diagnose.log opened only after setup (:func:`_open_report`).
 """
 
 from __future__ import annotations
@@ -169,8 +174,10 @@ def diagnose(
             :attr:`rewriter.engine.options.Options.contended`.
 
     Raises:
-        StackpartError: the harness cannot be loaded (nothing written), or a harness call failed
-            during a rung (report.json written with the partial results).
+        StackpartError: the harness cannot be loaded or its configuration names what the built
+            model lacks (:class:`rewriter.errors.ConfigError`; nothing written, no folder made), or
+            a harness call failed during setup or a rung (report.json written with the partial
+            results).
     """
     from ..engine.runner import environment_pinned
     from ..terminal import Feed, stderr
@@ -253,8 +260,8 @@ class _Run:
 
 def _load(spec: Harness, src: str | Path, plan_out: str | Path, report_dir: str | Path | None, feed: Any,
           timeout_s: float, entry: str | None, site: str | None) -> _Run:
-    """Load the harness, check ``--entry``/``--site`` and clear the previous run's artifacts.
-    Without a shape (``harness.shapes`` is ``[{}]``), the inputs function's own int defaults
+    """Load the harness and check ``--entry``/``--site``; nothing is written here (the report
+    folder opens after setup, :func:`_open_report`). Without a shape (``harness.shapes`` is ``[{}]``), the inputs function's own int defaults
     become the harness's shape (:func:`rewriter.shapes.with_own_default_shape`): the rungs, the plan
     and the report read the shape that runs.
 
@@ -276,9 +283,6 @@ def _load(spec: Harness, src: str | Path, plan_out: str | Path, report_dir: str 
         check_entry(site, src, flag="--site")
     plan_out = Path(plan_out)
     out_dir = Path(report_dir) if report_dir else default_report_dir(plan_out)
-    if _ours(out_dir):  # a failed run leaves its partial report.json, not a mix with the last run's
-        for stale in ARTIFACTS:
-            (out_dir / stale).unlink(missing_ok=True)
     return _Run(spec, requested, src, plan_out, out_dir, Session(harness, timeout_s=timeout_s), feed, shape_note=shape_note)
 
 
@@ -300,7 +304,7 @@ def _meta(run: _Run) -> dict[str, Any]:
 
 def _announce(run: _Run) -> None:
     """Check a CUDA device is there; on CPU, fit the thread count to the cores and say so; say
-    which shape runs where none was given; open diagnose.log beside the report.
+    which shape runs where none was given. Writes nothing.
 
     Raises:
         StackpartError: ``harness.device`` is cuda and torch sees no CUDA device.
@@ -318,6 +322,18 @@ def _announce(run: _Run) -> None:
         console.print(f"diagnose: device cpu ({run.meta['device_rule']}); {run.meta['cpu_threads']['text']}", highlight=False)
     if run.shape_note:  # no --shape and no harness.shapes: say which shape the ladder runs
         console.print(f"diagnose: no --shape given: {run.shape_note}", highlight=False)
+
+
+def _open_report(run: _Run) -> None:
+    """The first write of a diagnosis, once setup has built the model and checked what the
+    harness configuration names on it (:func:`rewriter.harness.check_entry`): the previous run's
+    artifacts go (a failed run leaves its partial report.json, not a mix with the last run's), the
+    report folder is made, and diagnose.log streams into it (what was logged so far included).
+    Bad input found before this point (:class:`rewriter.errors.StackpartError`) leaves the file
+    system as it was; a harness failure in setup (the user's code raising) gets its report."""
+    if _ours(run.out_dir):
+        for stale in ARTIFACTS:
+            (run.out_dir / stale).unlink(missing_ok=True)
     run.out_dir.mkdir(parents=True, exist_ok=True)
     if run.feed.capturing:  # written when the run ends, also when it stops early (beside report.json)
         run.feed.log = run.out_dir / "diagnose.log"
@@ -343,6 +359,7 @@ def _climb(run: _Run, only: set[str] | None, search_timeout_s: float) -> None:
         prestarted = prestart(run.ctx)
     with run.feed.progress("setup: building the model", total=len(rungs)):
         _setup(run)
+        _open_report(run)
         if prestarted:  # its imports over before the quiet rungs time anything
             from .early_reference import prestarted_ready
 

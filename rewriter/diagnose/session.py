@@ -5,7 +5,8 @@ forward + backward + SGD step (``training``; the loss is :func:`rewriter.harness
 validate's: a scalar output itself, else the sum of ``mean(x**2)`` over the floating outputs).
 Every call into the user's code goes through :meth:`Session.guard`, which turns an exception,
 a non-tensor result, an out-of-memory error or a timeout into a :class:`HarnessFailure` that
-names the rung and the harness callable.
+names the rung and the harness callable; bad configuration (:class:`rewriter.errors.ConfigError`)
+is no harness failure and stays itself.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import StackpartError
+from ..errors import ConfigError, StackpartError
 from ..harness import LoadedHarness, call_model, on_sys_path, scalar_loss
 from ..signals import Terminated
 from ..tracebacks import headline, user_site
@@ -228,7 +229,9 @@ class Session:
     # -- guarded calls -------------------------------------------------------------------------
     @contextlib.contextmanager
     def guard(self, what: str) -> Iterator[None]:
-        """Run user code: map failures to :class:`HarnessFailure` naming this rung and ``what``."""
+        """Run user code: map failures to :class:`HarnessFailure` naming this rung and ``what``;
+        a :class:`~rewriter.errors.ConfigError` (the harness configuration names a method the
+        built model lacks) passes through as it is."""
         import torch
 
         try:
@@ -238,7 +241,7 @@ class Session:
             raise HarnessFailure(
                 self.rung, what, f"did not finish within {self.timeout_s:g} s (timeout; hung?)"
             ) from None
-        except HarnessFailure:
+        except (HarnessFailure, ConfigError):  # a ConfigError is bad input, not the user's code failing
             raise
         except StackpartError as exc:
             raise HarnessFailure(self.rung, what, exc.message, exc.path, exc.line) from exc

@@ -542,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torch
 
-        from ..errors import StackpartError
+        from ..errors import ConfigError, StackpartError
 
         t_import = time.perf_counter()
         channel = Channel(job["cmd_fd"], job["reply_fd"]) if job.get("cmd_fd") is not None else None
@@ -559,6 +559,9 @@ def main(argv: list[str] | None = None) -> int:
             }
         except Stopped:
             return 0
+        except ConfigError as exc:  # bad input (harness.call), not the user's code failing: the caller writes nothing
+            payload, code = {"error": {"kind": "config", "message": str(exc),
+                                       "config": {"message": exc.message, "field": exc.field}}}, 2
         except StackpartError as exc:
             payload, code = {"error": {"kind": "harness", "message": str(exc)}}, 2
         except torch.cuda.OutOfMemoryError as exc:

@@ -54,6 +54,9 @@ class Measurement:
         notes: what the reader should know (overlap, high-precision run, skipped variants).
         hints: extra lines for a failing judged variant (child output tail, constraint hints).
         clock: where the wall time went (see :func:`.cost.breakdown`).
+        config_error: the reference child's :class:`rewriter.errors.ConfigError` (``{"message",
+            "field"}``: the harness configuration names a method the built model lacks), or None:
+            bad input, which the caller raises with nothing written.
     """
 
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -65,6 +68,7 @@ class Measurement:
     clock: dict[str, float] = field(default_factory=dict)
     reference_overlapped: bool = False
     timing_wall_s: float = 0.0
+    config_error: dict[str, Any] | None = None
 
     def ok(self, name: str) -> bool:
         """The variant ran, has no problems and was timed."""
@@ -335,6 +339,7 @@ class _Run:
         row["error"] = text
         row["error_kind"] = err["kind"]
         if name == "eager":
+            m.config_error = err.get("config") if err["kind"] == "config" else None
             m.errors.append(f"the original model (eager reference) failed: {text}")
             m.hints.setdefault("eager", []).extend(stderr_hint(res))
             self.emit(name, "cold", row)
