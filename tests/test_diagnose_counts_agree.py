@@ -125,6 +125,25 @@ def test_the_rung_the_findings_and_the_config_why_count_the_same_breaks(tmp_path
     torch._dynamo.reset()
 
 
+def test_on_an_eager_model_the_rung_counts_the_graphs_explain_ended_at_a_break(tmp_path):
+    """The same model without its compile is measured by ``torch._dynamo.explain``, whose own
+    ``graph_break_count`` is ``graph_count - 1``: the second value of ``.item()`` recompiles the code
+    after the break, a graph that is no break. The rung counts the graphs ended at a break."""
+    from rewriter.diagnose.runner import diagnose, harness_from_flags
+
+    src = _src(tmp_path)
+    (src / "harness.py").write_text(HARNESS.replace('    model.compile(backend="eager")\n', ""))
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 4}], mode=None, dtype=None,
+                                 device="cpu")
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={"graph_breaks"}, backend="eager")
+    [rung] = [r for r in outcome.rungs if r.name == "graph_breaks"]
+    m = rung.measurement
+    assert "source" not in m and m["graph_count"] - 1 > m["graph_break_count"] == 1, m
+    assert m["graph_break_sites"] == 1, m
+    assert [(f.file, f.line) for f in rung.findings] == [("model.py", ITEM_LINE)], rung.findings
+    assert rung.verdict == f"1 graph break(s) at model.py:{ITEM_LINE}", rung.verdict
+
+
 def test_what_a_compile_compiled_counts_the_recompiles_the_engine_counts(tmp_path, monkeypatch):
     """``.item()``'s float guards the resume function after the break; a second value recompiles it:
     a recompile of Block.forward's frame, as the engine's count (cache entries after the first,

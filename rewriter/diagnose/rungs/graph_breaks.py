@@ -98,7 +98,7 @@ def one_per_site(findings: list[Finding]) -> list[Finding]:
 
 def _counted(breaks: int, sites: int) -> str:
     """``1 graph break(s)``, or where Dynamo met a site more than once (or counted fewer breaks than
-    its log names sites) ``3 graph break(s) at 1 site``: the count and the findings' sites, both said."""
+    its log names sites) ``3 graph break(s) at 1 site(s)``: the count and the findings' sites, both said."""
     return f"{breaks} graph break(s)" + ("" if sites in (0, breaks) else f" at {sites} site(s)")
 
 
