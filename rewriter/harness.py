@@ -261,6 +261,14 @@ def _at(loaded: Any, *keys: object) -> dict[str, int | None]:
     return {"line": line, "col": col}
 
 
+def config_error_at(loaded: Any, message: str, field: str | None) -> ConfigError:
+    """A :class:`ConfigError` (``message``, the ``harness:`` field it names) at the line of that
+    field in the plan ``loaded`` (:class:`rewriter.plan.LoadedPlan`), as :func:`check_harness` names
+    the fields it checks without running the harness; at ``harness:`` without a field."""
+    mark = _at(loaded, field) if field else _at(loaded)
+    return ConfigError(message, path=str(loaded.path), field=field, **mark)
+
+
 def check_harness(loaded: Any, src: Path) -> None:
     """Check a plan's ``harness:`` against its file without running it, before any child starts
     (validate): the file exists under SRC, defines the ``model`` and ``inputs`` callables, and

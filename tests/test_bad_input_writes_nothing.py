@@ -77,6 +77,20 @@ def test_diagnose_with_a_call_the_model_lacks_exits_2_naming_the_flag_and_writes
     assert {k: v for k, v in _tree(src).items() if "__pycache__" not in k} == before
 
 
+def test_diagnose_with_a_plans_call_the_model_lacks_names_the_plans_line(tmp_path, capsys):
+    """``--harness plan.yaml``: the value came from the plan, so the error is at its ``call:`` line,
+    as validate's is."""
+    src = _src(tmp_path)
+    plan = tmp_path / "harness.yaml"
+    plan.write_text("version: 1\nharness:\n  file: harness.py\n  call: invers\n  device: cpu\nactions: []\n")
+    out = tmp_path / "out"
+    code = main(["diagnose", "--harness", str(plan), str(src), "-o", str(out / "plan.yaml")])
+    err = _error(capsys)
+    assert code == 2 and err.startswith(f"error: {plan}:4:3: harness.call: build_model() built a Net, which has no method "
+                                        "'invers'"), err
+    assert not out.exists()
+
+
 def test_diagnose_with_a_call_the_model_lacks_leaves_the_previous_report_as_it_was(tmp_path, capsys):
     """A report folder of an earlier run (its report.json is diagnose's): no artifact of it is
     cleared and diagnose.log is not overwritten."""

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, StackpartError, src_dir
+from ..errors import StackpartError, src_dir
 from ..engine.cost import breakdown
 from ..engine.options import Options as EngineOptions
 from ..engine.measure import environment, relabel
@@ -91,16 +91,6 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
     return report["verdict"]["exit_code"]
 
 
-def config_error_at(loaded: Any, found: dict[str, Any]) -> ConfigError:
-    """The eager reference child's :class:`rewriter.errors.ConfigError` (``found``:
-    :attr:`rewriter.engine.measure.Measurement.config_error`) at the plan's line of the
-    ``harness:`` field it names (``call:``), as :func:`rewriter.harness.check_harness` names the
-    fields it can check before any child starts."""
-    field = found.get("field")
-    line, col = loaded.mark_of("harness", field) if field else loaded.mark_of("harness")
-    return ConfigError(found["message"], path=str(loaded.path), line=line, col=col, field=field)
-
-
 def _own_calls_not_run(loaded: Any, results: dict[str, Any]) -> list[tuple[str, int]] | None:
     """The plan's ``own_call`` edits in files the harness never imported (the eager reference's
     ``src_imported``, :func:`rewriter.engine.child.runtime_compiles`), as ``(file, plan line)``,
@@ -152,8 +142,10 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     variants += [Variant(b, trees.original, prepare=b, judged=False) for b in opts.variants if b not in ("eager", "plan")]
     m = measure(spec_run, variants, opts, workdir, amortization=report.get("amortization"), stop_on_wrong_numbers=True,
                 on_event=functools.partial(_progress, labels=tree_labels(trees, workdir)))
-    if m.config_error is not None:  # bad input the built model showed: an error, not a report
-        raise config_error_at(loaded, m.config_error)
+    if m.config_error is not None:  # bad input the built model showed: an error at the plan's line, not a report
+        from ..harness import config_error_at
+
+        raise config_error_at(loaded, m.config_error["message"], m.config_error.get("field"))
     report["reference_overlapped"] = m.reference_overlapped
     report["timing_wall_s"] = m.timing_wall_s
     report.setdefault("_clock", {}).update(m.clock)
