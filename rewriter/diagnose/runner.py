@@ -261,9 +261,10 @@ class _Run:
 def _load(spec: Harness, src: str | Path, plan_out: str | Path, report_dir: str | Path | None, feed: Any,
           timeout_s: float, entry: str | None, site: str | None) -> _Run:
     """Load the harness and check ``--entry``/``--site``; nothing is written here (the report
-    folder opens after setup, :func:`_open_report`). Without a shape (``harness.shapes`` is ``[{}]``), the inputs function's own int defaults
-    become the harness's shape (:func:`rewriter.shapes.with_own_default_shape`): the rungs, the plan
-    and the report read the shape that runs.
+    folder opens after setup, :func:`_open_report`). Without a shape (``harness.shapes`` is
+    ``[{}]``), the inputs function's own int defaults become the harness's shape
+    (:func:`rewriter.shapes.with_own_default_shape`): the rungs, the plan and the report read the
+    shape that runs.
 
     Raises:
         StackpartError: the harness cannot be loaded, or ``--entry``/``--site`` is wrong (nothing written).
