@@ -129,7 +129,8 @@ def test_without_a_measured_gain_a_candidate_that_recompiles_more_than_as_is_goe
     choice = decide(rows, order, [], 1000, 1, gain_measured=False)
     assert choice.chosen == "as-is+dynamic", choice
     said = choice.status["as-is+regional"]
-    assert said.startswith("not chosen: 3 recompile(s) over the shapes against 0 of 'as-is+dynamic' and 1 as it is"), said
+    assert said.startswith("not chosen: 3 recompile(s) + 0 graph break(s) = 3 over the shapes, against 0 + 0 = 0 of "
+                           "'as-is+dynamic' and 1 + 0 = 1 as it is"), said
     # every one recompiles more than as is (0): the ladder's order decides, as the count cannot
     rows["as-is"]["compile"] = {"recompiles": 0}
     rows["as-is+dynamic"]["compile"] = {"recompiles": 2}
@@ -155,13 +156,17 @@ def test_without_a_measured_gain_the_fewest_recompiles_decide_where_the_program_
     edit measured none: it is the plan, and the sentence and each status say the counts."""
     c = decide(STATIC_FORWARD, STATIC_ORDER, [], 1_000_000, 1, gain_measured=False)
     assert c.chosen == "as-is+dynamic", c.status
-    assert ("the program as it is recompiles 2 time(s) over the harness's shapes, so the fewest recompiles decide: "
-            "'as-is+dynamic' 0, 'as-is+regional' 2") in c.text, c.text
-    assert "the ladder's order decides" not in c.text and "among equals" not in c.text, c.text
-    assert c.status["as-is+regional"] == ("not chosen: 2 recompile(s) over the shapes against 0 of 'as-is+dynamic' and 2 as "
-                                          "it is (fewest recompiles first: the gain is not measured with this backend)")
-    assert c.status["as-is"].startswith("not chosen: 2 recompile(s) over the shapes against 0 of 'as-is+dynamic' (fewest"), c.status
-    assert c.decided_by == "fewest recompiles over the harness's shapes: 0 vs 2 as is, 'as-is+regional' 2", c.decided_by
+    assert ("the program as it is recompiles 2 time(s) and breaks the graph 0 time(s) over the harness's shapes (2 in all), "
+            "so the fewest recompiles + graph breaks decide (recompiles + graph breaks): 'as-is+dynamic' 0 + 0 = 0, "
+            "'as-is+regional' 2 + 0 = 2") in c.text, c.text
+    assert "the ladder's order decides" not in c.text and "among equal" not in c.text, c.text
+    assert c.status["as-is+regional"] == ("not chosen: 2 recompile(s) + 0 graph break(s) = 2 over the shapes, against 0 + 0 = 0 "
+                                          "of 'as-is+dynamic' and 2 + 0 = 2 as it is (fewest recompiles + graph breaks first: "
+                                          "the gain is not measured with this backend)")
+    assert c.status["as-is"].startswith("not chosen: 2 recompile(s) + 0 graph break(s) = 2 over the shapes, against 0 + 0 = 0 "
+                                        "of 'as-is+dynamic' (fewest"), c.status
+    assert c.decided_by == ("fewest recompiles + graph breaks over the harness's shapes: 0 + 0 = 0 vs 2 + 0 = 2 as is, "
+                            "'as-is+regional' 2 + 0 = 2"), c.decided_by
 
 
 def test_among_candidates_that_recompile_as_often_the_ladders_order_decides():
@@ -174,9 +179,11 @@ def test_among_candidates_that_recompile_as_often_the_ladders_order_decides():
     c = decide(rows, order, [], 1_000_000, 1, gain_measured=False)
     assert c.chosen == "as-is+static", c.status
     said = c.status["as-is+dynamic"]
-    assert said.startswith("not chosen: as many recompiles over the shapes (0) as 'as-is+static', which comes first"), said
-    assert short_status(said) == "later in order" and short_status(c.status["as-is+regional"]) == "more recompiles"
-    assert "'as-is+static' 0, 'as-is+dynamic' 0, 'as-is+regional' 2 (the ladder's order among equals)" in c.text, c.text
+    assert said.startswith("not chosen: as many recompiles and graph breaks over the shapes (0 + 0) as 'as-is+static', "
+                           "which comes first"), said
+    assert short_status(said) == "later in order" and short_status(c.status["as-is+regional"]) == "more recompiles+breaks"
+    assert ("'as-is+static' 0 + 0 = 0, 'as-is+dynamic' 0 + 0 = 0, 'as-is+regional' 2 + 0 = 2 (among equal sums the fewer "
+            "graph breaks, then a candidate before the program as it is, then the ladder's order)") in c.text, c.text
 
 
 def test_where_a_candidate_recompiles_as_often_as_the_program_it_still_wins_by_the_ladders_order():
@@ -186,8 +193,10 @@ def test_where_a_candidate_recompiles_as_often_as_the_program_it_still_wins_by_t
     rows["as-is+dynamic"] = dict(rows["as-is+dynamic"], compile={"unique_graphs": 4, "recompiles": 3})
     c = decide(rows, STATIC_ORDER, [], 1_000_000, 1, gain_measured=False)
     assert c.chosen == "as-is+regional", c.status
-    assert c.status["as-is"].startswith("not chosen: as many recompiles over the shapes (2) as 'as-is+regional'"), c.status
-    assert c.status["as-is+dynamic"].startswith("not chosen: 3 recompile(s) over the shapes against 2 of 'as-is+regional'"), c.status
+    assert c.status["as-is"].startswith("not chosen: as many recompiles and graph breaks over the shapes (2 + 0) as "
+                                        "'as-is+regional', which the ladder proposed"), c.status
+    assert c.status["as-is+dynamic"].startswith("not chosen: 3 recompile(s) + 0 graph break(s) = 3 over the shapes, against "
+                                                "2 + 0 = 2 of 'as-is+regional'"), c.status
 
 
 def test_where_the_program_recompiles_none_the_ladders_order_decides_as_before():
@@ -215,7 +224,8 @@ def test_the_compile_time_judgement_holds_under_the_recompile_ranking():
     c = decide(rows, order, [], 1_000_000, 1, gain_measured=False)
     assert c.chosen == "as-is+dynamic", c.status
     said = c.status["as-is+nested"]
-    assert said.startswith("not chosen: 2 recompile(s) over the shapes against 0 of 'as-is+dynamic'"), said
+    assert said.startswith("not chosen: 2 recompile(s) + 0 graph break(s) = 2 over the shapes, against 0 + 0 = 0 of "
+                           "'as-is+dynamic'"), said
     assert "its compile per start measured less (0.50 s compile per start vs 2.09 s compile per start as is" in said, said
 
 
@@ -297,6 +307,99 @@ def test_where_every_candidate_recompiles_more_the_status_does_not_blame_the_cou
     status = choice.status["whole"]
     assert "every candidate recompiles more over the shapes than the program as it is (0)" in status, status
     assert "the chosen 1" in status and "'per-block' comes first in the ladder's order" in status, status
+
+
+def _counts(recompiles: int, breaks: int, step_ms: float = 1.0) -> dict:
+    return dict(_row(step_ms, 0.5), compile={"unique_graphs": 2, "recompiles": recompiles, "graph_breaks": breaks})
+
+
+#: A model compiled with torch's defaults (``dynamic=None``) whose forward breaks the graph once,
+#: called at batch 4 and 6 on the eager backend: the counts Dynamo's counters gave for it
+#: (:class:`rewriter.engine.watch.CompileWatch`). Automatic dynamic recompiles the frame and its
+#: resume function once when the batch first changes, and the break is counted per trace; with
+#: ``dynamic=True`` nothing recompiles and the break stays; with the break removed the frame
+#: recompiles once (automatic dynamic); with both, neither.
+DEFAULT_DYNAMIC_BREAK = {
+    "as-is": _counts(2, 2),
+    "as-is+dynamic": _counts(0, 1),
+    "as-is+capture_scalar_outputs": _counts(1, 0),
+}
+
+
+def test_where_the_program_recompiles_and_breaks_the_candidate_that_removes_the_break_is_chosen():
+    """Ranked by recompiles alone, 'as-is+dynamic' (0 recompiles, the graph break left) beat the
+    candidate that removes the break (1 recompile, automatic dynamic's): the user who came for the
+    graph break kept it. Both sums are 1; the fewer graph breaks decide, and every text says both counts."""
+    from rewriter.diagnose.report import short_status
+
+    c = decide(DEFAULT_DYNAMIC_BREAK, ["as-is+dynamic", "as-is+capture_scalar_outputs", "as-is"], [], 1000, 1,
+               gain_measured=False)
+    assert c.chosen == "as-is+capture_scalar_outputs", c.status
+    said = c.status["as-is+dynamic"]
+    assert said.startswith("not chosen: as many recompiles + graph breaks over the shapes (1) as "
+                           "'as-is+capture_scalar_outputs', more of them graph breaks (0 + 1 against 1 + 0)"), said
+    assert short_status(said) == "more graph breaks", said
+    assert ("the program as it is recompiles 2 time(s) and breaks the graph 2 time(s) over the harness's shapes (4 in all)"
+            in c.text), c.text
+    assert ("'as-is+capture_scalar_outputs' 1 + 0 = 1, 'as-is+dynamic' 0 + 1 = 1 (among equal sums the fewer graph breaks"
+            in c.text), c.text
+    assert c.decided_by == ("fewest recompiles + graph breaks over the harness's shapes: 1 + 0 = 1 vs 2 + 2 = 4 as is, "
+                            "'as-is+dynamic' 0 + 1 = 1"), c.decided_by
+    assert short_status(c.status["as-is"]) == "more recompiles+breaks", c.status["as-is"]
+
+
+def test_a_break_in_a_callee_counted_twice_puts_the_dynamic_edit_behind_by_its_sum():
+    """A graph break in a helper the forward calls is counted for the caller's trace and the
+    helper's frame (0 recompiles and 2 graph breaks under ``dynamic=True``, eager backend, batch 4
+    and 6): the sum decides alone, 1 against 2, and no tie-break is said."""
+    rows = dict(DEFAULT_DYNAMIC_BREAK, **{"as-is": _counts(3, 3), "as-is+dynamic": _counts(0, 2)})
+    c = decide(rows, ["as-is+dynamic", "as-is+capture_scalar_outputs", "as-is"], [], 1000, 1, gain_measured=False)
+    assert c.chosen == "as-is+capture_scalar_outputs", c.status
+    assert c.status["as-is+dynamic"] == ("not chosen: 0 recompile(s) + 2 graph break(s) = 2 over the shapes, against 1 + 0 = 1 "
+                                         "of 'as-is+capture_scalar_outputs' and 3 + 3 = 6 as it is (fewest recompiles + "
+                                         "graph breaks first: the gain is not measured with this backend)"), c.status
+    assert "among equal sums" not in c.text, c.text
+
+
+def test_a_candidate_composing_both_fixes_wins_over_each():
+    """``dynamic=True`` with the break removed measures neither symptom: it is the plan over the
+    edit that keeps the break and the one that keeps automatic dynamic's recompile, wherever the
+    ladder put it, and each of those says its sum against its 0."""
+    rows = dict(DEFAULT_DYNAMIC_BREAK, **{"as-is+dynamic+capture_scalar_outputs": _counts(0, 0)})
+    order = ["as-is+dynamic", "as-is+capture_scalar_outputs", "as-is+dynamic+capture_scalar_outputs", "as-is"]
+    c = decide(rows, order, [], 1000, 1, gain_measured=False)
+    assert c.chosen == "as-is+dynamic+capture_scalar_outputs", c.status
+    for n, said in (("as-is+dynamic", "0 recompile(s) + 1 graph break(s) = 1"),
+                    ("as-is+capture_scalar_outputs", "1 recompile(s) + 0 graph break(s) = 1")):
+        assert c.status[n].startswith(f"not chosen: {said} over the shapes, against 0 + 0 = 0 of "
+                                      "'as-is+dynamic+capture_scalar_outputs' and 2 + 2 = 4 as it is"), c.status[n]
+    assert c.decided_by.startswith("fewest recompiles + graph breaks over the harness's shapes: 0 + 0 = 0 vs 2 + 2 = 4 as is"), \
+        c.decided_by
+
+
+def test_an_edit_that_trades_the_recompiles_for_more_graph_breaks_leaves_the_program_as_it_is():
+    """The program recompiles twice and breaks no graph; its one edit recompiles none but breaks the
+    graph three times (the fewest recompiles alone chose it): 3 against 2, so the plan changes
+    nothing, and the sentence gives both counts of both."""
+    rows = {"as-is": _counts(2, 0), "as-is+dynamic": _counts(0, 3)}
+    c = decide(rows, ["as-is+dynamic", "as-is"], [], 1000, 1, gain_measured=False)
+    assert c.chosen == "as-is" and c.decided_by == "", c
+    assert c.text.startswith("the program as it is: its own compile recompiles 2 time(s) and breaks the graph 0 time(s) "
+                             "over the harness's shapes (2 in all)"), c.text
+    assert "'as-is+dynamic' 0 + 3 = 3" in c.text and c.text.endswith("the plan changes nothing"), c.text
+    assert c.status["as-is+dynamic"].startswith("not chosen: 0 recompile(s) + 3 graph break(s) = 3 over the shapes, against "
+                                                "2 + 0 = 2 of 'as-is'"), c.status
+
+
+def test_where_the_program_breaks_the_graph_but_does_not_recompile_the_ladders_order_decides():
+    """No recompile as it is: the ranking does not apply, graph breaks or not. The rule's proposal
+    ('as-is+disable', first) stays the plan though a later candidate counted fewer graph breaks: a
+    disabled call is still counted as a graph break (Dynamo skips the function), so the count does
+    not see the fix the graph-break rule proposes."""
+    rows = {"as-is": _counts(0, 2), "as-is+disable": _counts(0, 2), "as-is+regional": _counts(0, 1)}
+    c = decide(rows, ["as-is+disable", "as-is+regional", "as-is"], [], 1000, 1, gain_measured=False)
+    assert c.chosen == "as-is+disable" and c.decided_by == "", c
+    assert "the ladder's order decides among the rest" in c.text, c.text
 
 
 #: The program's own whole-model compile of a 12-step loop (fixtures/diagnose/own_loop_nested) and
@@ -401,4 +504,5 @@ def test_the_plans_why_says_the_recompile_counts_that_decided():
     out.choice = decide(STATIC_FORWARD, STATIC_ORDER, [], 1_000_000, 1, gain_measured=False)
     [action] = annotated(out).actions
     assert action.why.endswith("0.420 ms/step vs 0.387 as is, 1.11 s compile per start (backend eager: gain not measured); "
-                               "fewest recompiles over the harness's shapes: 0 vs 2 as is, 'as-is+regional' 2"), action.why
+                               "fewest recompiles + graph breaks over the harness's shapes: 0 + 0 = 0 vs 2 + 0 = 2 as is, "
+                               "'as-is+regional' 2 + 0 = 2"), action.why

@@ -1,9 +1,10 @@
-"""Without a measured gain (CPU, ``--backend eager``) the fewest recompiles over the harness's
-shapes decide where the program as it is recompiles (docs/design.md, "The search"; docs/decisions.md,
-"Without a measured gain, the fewest recompiles decide"): a program that compiles ``model.forward``
-with ``dynamic=False`` and serves ten sequence lengths hits the recompile limit; diagnose, given
-three of them, plans ``dynamic=True`` on that call (0 recompiles), not its regional form (2, as many
-as the program), and the rewritten program recompiles less when it runs."""
+"""Without a measured gain (CPU, ``--backend eager``) the fewest recompiles plus graph breaks over
+the harness's shapes decide where the program as it is recompiles (docs/design.md, "The search";
+docs/decisions.md, "Without a measured gain, the fewest recompiles and graph breaks decide"): a
+program that compiles ``model.forward`` with ``dynamic=False`` and serves ten sequence lengths hits
+the recompile limit; diagnose, given three of them, plans ``dynamic=True`` on that call (0
+recompiles, no graph break), not its regional form (2, as many as the program), and the rewritten
+program recompiles less when it runs."""
 
 from __future__ import annotations
 
@@ -35,13 +36,17 @@ def test_a_static_forward_compile_that_recompiles_per_length_is_planned_dynamic(
     rows = {c["candidate"]: c for c in m["candidates"]}
     chosen, asis = rows[m["chosen"]], rows["as-is"]
     assert asis["recompiles"] == 2 and chosen["recompiles"] == 0, (m["chosen"], chosen, asis)
+    assert asis["graph_breaks"] == 0 == chosen["graph_breaks"], (chosen, asis)
     assert "as-is+regional" in rows and rows["as-is+regional"]["recompiles"] >= 1, rows.get("as-is+regional")
     assert m["chosen"] == "as-is+dynamic", m["decision"]
-    assert ("the program as it is recompiles 2 time(s) over the harness's shapes, so the fewest recompiles decide: "
-            f"'as-is+dynamic' 0, 'as-is+regional' {rows['as-is+regional']['recompiles']}") in m["decision"], m["decision"]
+    regional = rows["as-is+regional"]
+    assert ("the program as it is recompiles 2 time(s) and breaks the graph 0 time(s) over the harness's shapes (2 in all), "
+            "so the fewest recompiles + graph breaks decide (recompiles + graph breaks): 'as-is+dynamic' 0 + 0 = 0, "
+            f"'as-is+regional' {regional['recompiles']} + {regional['graph_breaks']} = "
+            f"{regional['recompiles'] + regional['graph_breaks']}") in m["decision"], m["decision"]
     [edit] = load_plan(plan).plan.actions
     assert (edit.target, edit.own_call.edits()) == ("serve.py::build", {"dynamic": True}), edit
-    assert "fewest recompiles over the harness's shapes: 0 vs 2 as is" in edit.why, edit.why
+    assert "fewest recompiles + graph breaks over the harness's shapes: 0 + 0 = 0 vs 2 + 0 = 2 as is" in edit.why, edit.why
     assert main(["rewrite", "--plan", str(plan), str(src), "--apply"]) == 0
     assert "torch.compile(model.forward, backend=\"eager\", dynamic=True)" in (src / "serve.py").read_text()
     before, after = before_after(pristine, src, "serve.py", tmp_path)

@@ -40,11 +40,13 @@ With a backend that cannot speed anything up (``eager`` on CPU) the gain is not 
 measurement still excludes every candidate that failed, and what it does measure comes next. One
 whose gain is compile time, :data:`.candidate.COMPILE_TIME`, is judged by its compile per start,
 which Dynamo's tracing still costs on that backend, against the program's own beyond the noise
-band (:func:`_compile_time_judged`). Then the recompiles over the harness's shapes: where the
-program as it is recompiles there, the candidates are ranked by their recompiles, fewest first,
-the ladder's order (the rule's proposal first) among equals (:func:`_by_recompiles`); where it
-recompiles none, the ladder's order decides and one that recompiles more goes last
-(docs/decisions.md, "Without a measured gain, the fewest recompiles decide").
+band (:func:`_compile_time_judged`). Then the recompiles and graph breaks over the harness's
+shapes: where the program as it is recompiles there, the candidates and the program are ranked by
+their recompiles plus graph breaks, fewest first; among equal sums the fewer graph breaks, then a
+candidate before the program, then the ladder's order (the rule's proposal first)
+(:func:`_by_recompiles_and_breaks`). Where it recompiles none, graph breaks or not, the ladder's
+order decides and one that recompiles more goes last (docs/decisions.md, "Without a measured gain,
+the fewest recompiles and graph breaks decide").
 """
 
 from __future__ import annotations
@@ -81,9 +83,9 @@ class Choice:
         status: per candidate name, ``chosen`` or why not (failed, not measured, slower, tied and
             dearer to compile, does not pay back).
         net_s: per timed candidate, its net saving (s) over the deployment; None when unmeasured.
-        decided_by: where the gain is not measured and the recompiles over the harness's shapes
-            decided (:func:`_by_recompiles`), the counts that did, as the plan's ``why:`` cites
-            them; empty otherwise.
+        decided_by: where the gain is not measured and the recompiles and graph breaks over the
+            harness's shapes decided (:func:`_by_recompiles_and_breaks`), the counts that did, as
+            the plan's ``why:`` cites them; empty otherwise.
     """
 
     chosen: str
@@ -381,9 +383,12 @@ def _only_as_is(ok: list[str], status: dict[str, str], net: dict[str, float | No
                   + "); the plan changes nothing", status, net)
 
 
-def _recompiles(row: dict[str, Any]) -> int:
-    """The recompiles a candidate's cold process counted over the harness's shapes."""
-    return int((row.get("compile") or {}).get("recompiles") or 0)
+def _symptoms(row: dict[str, Any]) -> tuple[int, int]:
+    """``(recompiles, graph breaks)`` a candidate's cold process counted over the harness's shapes
+    (:class:`rewriter.engine.watch.CompileStats`: Dynamo's counters, so a graph break is counted
+    once per trace that reached it, again where its frame recompiles)."""
+    comp = row.get("compile") or {}
+    return int(comp.get("recompiles") or 0), int(comp.get("graph_breaks") or 0)
 
 
 #: The start of the status of a candidate whose gain is compile time (:data:`.candidate.COMPILE_TIME`)
@@ -433,44 +438,45 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
                      rows: dict[str, dict[str, Any]], baseline: Baseline,
                      compile_less: dict[str, str] | None = None) -> Choice:
     """The decision without a measured gain, by what the backend still measures: the recompiles
-    over the harness's shapes (``compile.recompiles`` of each cold process).
+    and graph breaks over the harness's shapes (``compile.recompiles``, ``compile.graph_breaks`` of
+    each cold process).
 
     Where the program as it is ran its own compile and recompiled over the shapes, the candidates
-    are ranked by their recompiles, fewest first, the ladder's order among equals
-    (:func:`_by_recompiles`): a user who came for recompiles gets the plan that measured fewest.
-    Else the ladder's order decides, a candidate that recompiles more than the program as it is
-    last. Either way, where every candidate recompiles more and the program's own compile ran, the
-    plan is the program as it is (it recompiles least, and no gain is measured that would pay for
-    more); where every one recompiles more and it did not, the first in order. ``compile_less``:
-    the candidates whose gain is compile time kept by :func:`_compile_time_judged`, with what they
-    measured, said where one is chosen or passed over."""
+    and the program are ranked by their recompiles plus graph breaks (:func:`_by_recompiles_and_breaks`):
+    a user who came for either symptom gets the plan that measured fewest of both. Else (no
+    recompile as it is, graph breaks or not) the ladder's order decides, a candidate that recompiles
+    more than the program as it is last; where every candidate recompiles more and the program's
+    own compile ran, the plan is the program as it is (it recompiles least, and no gain is measured
+    that would pay for more); where every one recompiles more and it did not, the first in order.
+    ``compile_less``: the candidates whose gain is compile time kept by :func:`_compile_time_judged`,
+    with what they measured, said where one is chosen or passed over."""
     compile_less = compile_less or {}
     rest = [n for n in ok if n != AS_IS]
-    base = _recompiles(rows[AS_IS]) if AS_IS in rows and baseline.compiles else None
-    more = [n for n in rest if base is not None and _recompiles(rows[n]) > base]
+    base = _symptoms(rows[AS_IS])[0] if AS_IS in rows and baseline.compiles else None
+    if base:
+        return _by_recompiles_and_breaks(ok, status, net, rows, baseline, compile_less)
+    more = [n for n in rest if base is not None and _symptoms(rows[n])[0] > base]
     # the program's own compile ran as it is (its graphs counted) and recompiles least: its recompiles
     # are measured, a gain that would pay for more of them is not, so nothing changes
     own = base is not None and bool((rows[AS_IS].get("compile") or {}).get("unique_graphs"))
     if own and len(more) == len(rest):
         for n in ok:
             status[n] = "chosen" if n == AS_IS else (
-                f"not chosen: {_recompiles(rows[n])} recompile(s) over the shapes against {base} as it is "
+                f"not chosen: {_symptoms(rows[n])[0]} recompile(s) over the shapes against {base} as it is "
                 "(the gain is not measured with this backend)")
         return Choice(AS_IS, f"the program as it is: its own compile recompiles {base} time(s) over the shapes and every "
                              f"other candidate more ({len(more)}), with no gain measured to pay for them (the backend does "
                              "not optimise); the plan changes nothing", status, net)
-    if base and len(more) < len(rest):
-        return _by_recompiles(ok, status, net, rows, baseline, compile_less, base)
     chosen = next((n for n in rest if n not in more), rest[0])
     for n in ok:
         if n == chosen:
             status[n] = "chosen"
         elif n in more and chosen in more:  # every one recompiles more: the order decides, not the count
             status[n] = (f"not chosen: every candidate recompiles more over the shapes than {baseline.name} ({base}), "
-                         f"this one {_recompiles(rows[n])}, the chosen {_recompiles(rows[chosen])}; {chosen!r} comes first "
-                         "in the ladder's order (the gain is not measured with this backend)")
+                         f"this one {_symptoms(rows[n])[0]}, the chosen {_symptoms(rows[chosen])[0]}; {chosen!r} comes "
+                         "first in the ladder's order (the gain is not measured with this backend)")
         elif n in more:
-            status[n] = (f"not chosen: {_recompiles(rows[n])} recompile(s) over the shapes against {base} as it is "
+            status[n] = (f"not chosen: {_symptoms(rows[n])[0]} recompile(s) over the shapes against {base} as it is "
                          "(the gain is not measured with this backend)")
         elif n == AS_IS and chosen in compile_less:
             status[n] = f"not chosen: {chosen!r} measured less compile per start ({compile_less[chosen]})"
@@ -485,44 +491,73 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
     return Choice(chosen, text, status, net)
 
 
-def _by_recompiles(ok: list[str], status: dict[str, str], net: dict[str, float | None], rows: dict[str, dict[str, Any]],
-                   baseline: Baseline, compile_less: dict[str, str], base: int) -> Choice:
-    """The decision without a measured gain where the program as it is recompiled ``base`` (> 0)
-    times over the harness's shapes and some candidate recompiles no more: the candidates ranked
-    by their recompiles over the shapes, fewest first, the ladder's order (``ok``'s) among equals;
-    the first is the plan. Each status, the sentence and :attr:`Choice.decided_by` (the plan's
-    ``why:``) give the counts that decided."""
-    ranked = sorted((n for n in ok if n != AS_IS), key=lambda n: _recompiles(rows[n]))  # stable: the ladder's order among equals
+def _sum(row: dict[str, Any]) -> str:
+    """A row's recompiles and graph breaks over the shapes as the ranking adds them: ``r + b = total``."""
+    r, b = _symptoms(row)
+    return f"{r} + {b} = {r + b}"
+
+
+def _by_recompiles_and_breaks(ok: list[str], status: dict[str, str], net: dict[str, float | None],
+                              rows: dict[str, dict[str, Any]], baseline: Baseline, compile_less: dict[str, str]) -> Choice:
+    """The decision without a measured gain where the program as it is recompiled over the
+    harness's shapes: ``ok`` (the program as it is among them) ranked by recompiles plus graph
+    breaks over the shapes, fewest first; among equal sums the fewer graph breaks (a graph break is
+    paid on every step, a recompile once per new shape), then a candidate before the program as it
+    is, then the ladder's order (``ok``'s). The first is the plan; where that is the program as it
+    is, the plan changes nothing. Each status, the sentence and :attr:`Choice.decided_by` (the
+    plan's ``why:``) give both counts that decided (docs/decisions.md, "Without a measured gain,
+    the fewest recompiles and graph breaks decide")."""
+    def rank(n: str) -> tuple[int, int, bool, int]:
+        r, b = _symptoms(rows[n])
+        return r + b, b, n == AS_IS, ok.index(n)
+
+    ranked = sorted(ok, key=rank)
     chosen = ranked[0]
-    k = _recompiles(rows[chosen])
+    (rk, bk), (r0, b0) = _symptoms(rows[chosen]), _symptoms(rows[AS_IS])
     for n in ok:
-        r = _recompiles(rows[n])
+        r, b = _symptoms(rows[n])
         if n == chosen:
             status[n] = "chosen"
-        elif r > k:  # the count decided
-            status[n] = (f"not chosen: {r} recompile(s) over the shapes against {k} of {chosen!r}"
-                         + (f" and {base} as it is" if n != AS_IS else "")
-                         + " (fewest recompiles first: the gain is not measured with this backend)"
+        elif r + b > rk + bk:  # the sum decided
+            status[n] = (f"not chosen: {r} recompile(s) + {b} graph break(s) = {r + b} over the shapes, against "
+                         f"{_sum(rows[chosen])} of {chosen!r}"
+                         + (f" and {_sum(rows[AS_IS])} as it is" if AS_IS not in (n, chosen) else "")
+                         + " (fewest recompiles + graph breaks first: the gain is not measured with this backend)"
                          + (f"; its compile per start measured less ({compile_less[n]})" if n in compile_less else ""))
+        elif b > bk:  # the same sum, more of it graph breaks
+            status[n] = (f"not chosen: as many recompiles + graph breaks over the shapes ({r + b}) as {chosen!r}, more of "
+                         f"them graph breaks ({r} + {b} against {rk} + {bk}): a graph break is paid on every step, a "
+                         "recompile once per new shape (the gain is not measured with this backend)")
         elif n == AS_IS:
-            status[n] = (f"not chosen: as many recompiles over the shapes ({r}) as {chosen!r}, "
+            status[n] = (f"not chosen: as many recompiles and graph breaks over the shapes ({r} + {b}) as {chosen!r}, "
                          + (f"which measured less compile per start ({compile_less[chosen]})" if chosen in compile_less
-                            else "which comes first in the ladder's order (the gain is not measured with this backend)"))
+                            else "which the ladder proposed: among equals a candidate goes before the program as it is "
+                                 "(the gain is not measured with this backend)"))
         elif n in compile_less:
-            status[n] = (f"not chosen: its compile per start measured less ({compile_less[n]}), but {chosen!r} recompiles as "
-                         f"often over the shapes ({r}) and comes first in the ladder's order (the step-time gain is not "
-                         "measured with this backend)")
+            status[n] = (f"not chosen: its compile per start measured less ({compile_less[n]}), but {chosen!r} has as many "
+                         f"recompiles and graph breaks over the shapes ({r} + {b}) and comes first in the ladder's order "
+                         "(the step-time gain is not measured with this backend)")
         else:
-            status[n] = (f"not chosen: as many recompiles over the shapes ({r}) as {chosen!r}, which comes first in the "
-                         "ladder's order (the gain is not measured with this backend)")
-    counts = ", ".join(f"{n!r} {_recompiles(rows[n])}" for n in ranked)
-    ties = len({_recompiles(rows[n]) for n in ranked}) < len(ranked)
+            status[n] = (f"not chosen: as many recompiles and graph breaks over the shapes ({r} + {b}) as {chosen!r}, "
+                         "which comes first in the ladder's order (the gain is not measured with this backend)")
+    edits = [n for n in ranked if n != AS_IS]
+    counts = ", ".join(f"{n!r} {_sum(rows[n])}" for n in edits)
+    # said where a tie-break, not the sum, put the plan first
+    tied = [n for n in ranked[1:] if sum(_symptoms(rows[n])) == rk + bk]
+    ties = (" (among equal sums the fewer graph breaks, then a candidate before the program as it is, then the ladder's "
+            "order)") if tied else ""
+    measured = (f"recompiles {r0} time(s) and breaks the graph {b0} time(s) over the harness's shapes ({r0 + b0} in all), "
+                "so the fewest recompiles + graph breaks decide")
+    if chosen == AS_IS:
+        text = (f"{baseline.name}: its own compile {measured}, and every candidate has more or as many with more graph breaks "
+                f"(recompiles + graph breaks: {counts}){ties}, with no gain measured to pay for them (the backend does not "
+                "optimise); the plan changes nothing")
+        return Choice(AS_IS, text, status, net)
     text = (f"{_lead(chosen, compile_less)}; every candidate that failed is out ({_failed(status)} failed)"
-            + _slow_text(status, baseline) + f"; {baseline.name} recompiles {base} time(s) over the harness's shapes, so the "
-            f"fewest recompiles decide: {counts}" + (" (the ladder's order among equals)" if ties else ""))
-    others = ", ".join(f"{n!r} {_recompiles(rows[n])}" for n in ranked[1:])
-    decided = (f"fewest recompiles over the harness's shapes: {k} vs {base} {baseline.short}"
-               + (f", {others}" if others else ""))
+            + _slow_text(status, baseline) + f"; {baseline.name} {measured} (recompiles + graph breaks): {counts}" + ties)
+    others = ", ".join(f"{n!r} {_sum(rows[n])}" for n in edits if n != chosen)
+    decided = (f"fewest recompiles + graph breaks over the harness's shapes: {_sum(rows[chosen])} vs {_sum(rows[AS_IS])} "
+               f"{baseline.short}" + (f", {others}" if others else ""))
     return Choice(chosen, text, status, net, decided)
 
 

@@ -183,7 +183,9 @@ def short_status(status: str) -> str:
     """The status's gist for the terminal: ``chosen``, ``failed: <first reason>``, ``tie``,
     ``slower``, ``behind when busy`` (ahead or tied on a quiet host core, not with it contended),
     ``gate: slower when busy`` (refused by validate's speed gate), ``no payback``, ``skipped: budget``,
-    ``more recompiles`` (without a measured gain, more recompiles than the program as it is)."""
+    ``more recompiles`` (without a measured gain, more recompiles than the program as it is),
+    ``more recompiles+breaks`` and ``more graph breaks`` (without a measured gain, ranked behind by
+    recompiles plus graph breaks, or by graph breaks among equal sums: :mod:`.decide`)."""
     if status.startswith("failed"):
         reason = status.removeprefix("failed: ")
         for key, label in (("recompile limit", "recompile limit"), ("wrong numbers", "wrong numbers"),
@@ -197,6 +199,7 @@ def short_status(status: str) -> str:
     for key, label in (("with the host core contended", "behind when busy"), ("the least behind", "tie, dearer"),
                        ("within the noise", "tie, dearer"), ("the largest net", "tie, dearer"), ("does not pay back", "no payback"), ("net ", "less net"),
                        ("budget", "skipped: budget"), ("recompile(s) over the shapes against", "more recompiles"),
+                       ("graph break(s) = ", "more recompiles+breaks"), ("more of them graph breaks", "more graph breaks"),
                        ("gain is not measured", "later in order"),
                        ("changes nothing", "same as as-is")):
         if key in status:
