@@ -57,7 +57,7 @@ class Kept:
     report: str
     roots: tuple[str, ...]
     #: False where the search timed no other candidate, or timed them with a backend that does not
-    #: optimise (its choice then follows the recompile counts or the ladder's order): the report
+    #: optimise (its choice then follows the recompile and graph-break counts or the ladder's order): the report
     #: names the compile, and ``text`` says that it is no evidence (the finding keeps failing, with
     #: that said)
     measured: bool = True

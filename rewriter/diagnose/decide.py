@@ -383,12 +383,16 @@ def _only_as_is(ok: list[str], status: dict[str, str], net: dict[str, float | No
                   + "); the plan changes nothing", status, net)
 
 
+def _recompiles(row: dict[str, Any]) -> int:
+    """The recompiles a candidate's cold process counted over the harness's shapes."""
+    return int((row.get("compile") or {}).get("recompiles") or 0)
+
+
 def _symptoms(row: dict[str, Any]) -> tuple[int, int]:
     """``(recompiles, graph breaks)`` a candidate's cold process counted over the harness's shapes
     (:class:`rewriter.engine.watch.CompileStats`: Dynamo's counters, so a graph break is counted
     once per trace that reached it, again where its frame recompiles)."""
-    comp = row.get("compile") or {}
-    return int(comp.get("recompiles") or 0), int(comp.get("graph_breaks") or 0)
+    return _recompiles(row), int((row.get("compile") or {}).get("graph_breaks") or 0)
 
 
 #: The start of the status of a candidate whose gain is compile time (:data:`.candidate.COMPILE_TIME`)
@@ -442,8 +446,9 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
     each cold process).
 
     Where the program as it is ran its own compile and recompiled over the shapes, the candidates
-    and the program are ranked by their recompiles plus graph breaks (:func:`_by_recompiles_and_breaks`):
-    a user who came for either symptom gets the plan that measured fewest of both. Else (no
+    and the program are ranked by their recompiles plus graph breaks
+    (:func:`_by_recompiles_and_breaks`): a user who came for either symptom gets the plan that
+    measured fewest of both. Else (no
     recompile as it is, graph breaks or not) the ladder's order decides, a candidate that recompiles
     more than the program as it is last; where every candidate recompiles more and the program's
     own compile ran, the plan is the program as it is (it recompiles least, and no gain is measured
@@ -452,17 +457,17 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
     with what they measured, said where one is chosen or passed over."""
     compile_less = compile_less or {}
     rest = [n for n in ok if n != AS_IS]
-    base = _symptoms(rows[AS_IS])[0] if AS_IS in rows and baseline.compiles else None
+    base = _recompiles(rows[AS_IS]) if AS_IS in rows and baseline.compiles else None
     if base:
         return _by_recompiles_and_breaks(ok, status, net, rows, baseline, compile_less)
-    more = [n for n in rest if base is not None and _symptoms(rows[n])[0] > base]
+    more = [n for n in rest if base is not None and _recompiles(rows[n]) > base]
     # the program's own compile ran as it is (its graphs counted) and recompiles least: its recompiles
     # are measured, a gain that would pay for more of them is not, so nothing changes
     own = base is not None and bool((rows[AS_IS].get("compile") or {}).get("unique_graphs"))
     if own and len(more) == len(rest):
         for n in ok:
             status[n] = "chosen" if n == AS_IS else (
-                f"not chosen: {_symptoms(rows[n])[0]} recompile(s) over the shapes against {base} as it is "
+                f"not chosen: {_recompiles(rows[n])} recompile(s) over the shapes against {base} as it is "
                 "(the gain is not measured with this backend)")
         return Choice(AS_IS, f"the program as it is: its own compile recompiles {base} time(s) over the shapes and every "
                              f"other candidate more ({len(more)}), with no gain measured to pay for them (the backend does "
@@ -473,10 +478,10 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
             status[n] = "chosen"
         elif n in more and chosen in more:  # every one recompiles more: the order decides, not the count
             status[n] = (f"not chosen: every candidate recompiles more over the shapes than {baseline.name} ({base}), "
-                         f"this one {_symptoms(rows[n])[0]}, the chosen {_symptoms(rows[chosen])[0]}; {chosen!r} comes "
-                         "first in the ladder's order (the gain is not measured with this backend)")
+                         f"this one {_recompiles(rows[n])}, the chosen {_recompiles(rows[chosen])}; {chosen!r} comes first "
+                         "in the ladder's order (the gain is not measured with this backend)")
         elif n in more:
-            status[n] = (f"not chosen: {_symptoms(rows[n])[0]} recompile(s) over the shapes against {base} as it is "
+            status[n] = (f"not chosen: {_recompiles(rows[n])} recompile(s) over the shapes against {base} as it is "
                          "(the gain is not measured with this backend)")
         elif n == AS_IS and chosen in compile_less:
             status[n] = f"not chosen: {chosen!r} measured less compile per start ({compile_less[chosen]})"
