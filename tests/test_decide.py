@@ -119,8 +119,9 @@ def test_a_refused_candidate_that_nets_more_than_the_plan_is_said_to():
 def test_without_a_measured_gain_a_candidate_that_recompiles_more_than_as_is_goes_last():
     """On CPU (backend eager) the first candidate in the ladder's order won whatever it measured:
     a program that came for its recompiles was handed 'as-is+regional' with 3 of them against 1 as
-    it is. Where the program recompiles, the fewest recompiles decide: 'as-is+dynamic' (0), not
-    'as-is+disable', first in the ladder's order of those with no more than as is (1) but no fewer."""
+    it is. Where the program recompiles, the fewest recompiles + graph breaks decide: 'as-is+dynamic'
+    (0), not 'as-is+disable', first in the ladder's order of those with no more than as is (1) but no
+    fewer."""
     rows = {"as-is": dict(_row(1.03), compile={"recompiles": 1}),
             "as-is+regional": dict(_row(1.42), compile={"recompiles": 3}),
             "as-is+disable": dict(_row(1.05), compile={"recompiles": 1}),

@@ -108,8 +108,9 @@ def test_model_that_already_carries_torch_compile(tmp_path):
     """The model compiles its own Block (the harness runs that compile too): no second compile;
     the helper that breaks the graph inside that (not fullgraph) region is disabled on top of it,
     and measured so. The decorator recompiles over the two batch sizes, and without a measured
-    gain (eager backend) the fewest recompiles decide: ``dynamic=True`` on the decorator itself
-    (none), not the disable (fewer than the program, but some), which the ladder's order chose."""
+    gain (eager backend) the fewest recompiles + graph breaks decide: ``dynamic=True`` on the
+    decorator itself (no recompile, the break once), not the disable (fewer recompiles than the
+    program, but some, and its call still a graph break), which the ladder's order chose."""
     r = _round_trip(tmp_path, "own_decorated", "predict.py", ["batch=4", "batch=6"])
     _names_own_calls(r, 'model.py:20: @torch.compile(backend="eager")')
     [search] = [x for x in r["report"]["rungs"] if x["name"] == "search"]
@@ -118,6 +119,10 @@ def test_model_that_already_carries_torch_compile(tmp_path):
     assert row["graphs"] >= 1 and row["numerics"] == "ok", row  # measured on the model's own compile
     assert search["measurement"]["chosen"] == "as-is+dynamic", search["measurement"]["decision"]
     assert rows["as-is+dynamic"]["recompiles"] < rows["as-is+disable"]["recompiles"] < rows["as-is"]["recompiles"], rows
+    summed = {n: rows[n]["recompiles"] + rows[n]["graph_breaks"] for n in ("as-is+dynamic", "as-is+disable", "as-is")}
+    assert summed["as-is+dynamic"] < summed["as-is+disable"] < summed["as-is"], rows
+    assert (f"'as-is+dynamic' {rows['as-is+dynamic']['recompiles']} + {rows['as-is+dynamic']['graph_breaks']} = "
+            f"{summed['as-is+dynamic']}") in search["measurement"]["decision"], search["measurement"]["decision"]
     assert [(a.action, a.target, a.own_call.edits()) for a in r["plan"].actions] == [
         ("compile", "model.py::Block.forward", {"dynamic": True})]  # the program's own decorator, edited
     assert '@torch.compile(backend="eager", dynamic=True)' in (r["src"] / "model.py").read_text()

@@ -80,7 +80,7 @@ def test_per_layer_compile_through_a_helper_is_read_as_per_layer(tmp_path):
     could be anything; at run time the harness's model holds three compiled Blocks, so it is a
     per-layer compile, and the gate's data-dependent branch is kept eager on top of it. The
     harness's shape is the one the script runs: a second batch size would make the layers
-    recompile, and then the fewest recompiles decide (their ``dynamic=True``), not this edit."""
+    recompile, and then the fewest recompiles + graph breaks decide (their ``dynamic=True``), not this edit."""
     r = _round_trip(tmp_path, "own_per_layer", "train.py", ["batch=4"])
     _no_whole_model_misreading(r)
     assert ("disable", "model.py::gate") in {(a.action, a.target) for a in r["plan"].actions}, r["plan"].actions
@@ -98,7 +98,7 @@ def test_method_compile_of_the_models_forward_turned_regional(tmp_path):
     """``model.forward = torch.compile(model.forward)`` over twelve identical blocks: the call
     turned regional at the call site traces one block and reuses it, and says so in compile time.
     The harness's shape is the one the script runs: a second batch size would make the call
-    recompile, and then the fewest recompiles decide (its ``dynamic=True``), not this edit."""
+    recompile, and then the fewest recompiles + graph breaks decide (its ``dynamic=True``), not this edit."""
     r = _round_trip(tmp_path, "own_method_whole", "serve.py", ["batch=4"])
     [edit] = [a for a in r["plan"].actions if a.action == "compile"]
     assert edit.target == "serve.py::build" and edit.own_call.regional == "layers", edit
@@ -163,8 +163,8 @@ def test_a_fullgraph_program_with_data_dependent_ops_keeps_fullgraph_on_its_regi
     call turned regional keeps ``fullgraph=True`` on every block, no ``disable`` is planned inside
     it, and the compile is live and cheaper afterwards. (The gaps rung is left out: its dispatch
     mode cannot run under a fullgraph=True program yet.) The harness's shape is the one the script
-    runs: a second batch size would make the call recompile, and then the fewest recompiles decide
-    (its ``dynamic=True``), not the regional form."""
+    runs: a second batch size would make the call recompile, and then the fewest recompiles + graph
+    breaks decide (its ``dynamic=True``), not the regional form."""
     import torch
 
     from rewriter.diagnose.runner import diagnose, harness_from_flags
