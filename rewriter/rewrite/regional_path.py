@@ -111,6 +111,7 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
             and not b.action.library}
     if not adds:
         return
+    reading = src if isinstance(src, ProgramCompiles) else ProgramCompiles(src) if src is not None else None
     for o in bounds:
         own = o.action.own_call if isinstance(o.action, CompileAction) else None
         if own is None or own.disable is True or not isinstance(o.target.node, cst.FunctionDef):
@@ -126,12 +127,15 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
             continue
         name, rel = found[0], found[1]
         c = adds.get((rel, name)) or adds.get((rel, f"{name}.forward"))
-        if c is None:
-            continue
         code = " ".join(cst.Module([]).code_for_node(sites[0].node).split())
+        keeps = "turns that call back on" if turned_off(sites[0].call) else "keeps that call on"
+        if c is None:
+            hit = _enclosed(reading, adds).get((rel, name)) if reading is not None and own.regional is None else None
+            if hit is not None:
+                _refuse_enclosed_by_edit(loaded, reading, o, name, code, keeps, *hit)  # type: ignore[arg-type]
+            continue
         if own.regional is not None:
             _refuse_regional(loaded, c, o, name, code)
-        keeps = "turns that call back on" if turned_off(sites[0].call) else "keeps that call on"
         raise loaded.error(
             c.index,
             f"compile of {name}: {o.target.relpath}::{o.target.qualname} compiles an instance of it whole ({code}), and "
@@ -140,8 +144,8 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
             hint=f"drop this action, or turn the program's call off (own_call: {{disable: true}}) in actions[{o.index}] "
                  "(not regional: this compile would inline the blocks that call compiles in place)",
         )
-    if src is not None:
-        _check_unedited(loaded, bounds, adds, parse, src if isinstance(src, ProgramCompiles) else ProgramCompiles(src))
+    if reading is not None:
+        _check_unedited(loaded, bounds, adds, parse, reading)
 
 
 def _refuse_regional(loaded: LoadedPlan, c: Any, o: Any, name: str, code: str) -> None:
@@ -234,18 +238,47 @@ class ProgramCompiles:
         :data:`_COMPILE_CALL`); a kept file is parsed the first time a name it writes is asked for
         (LibCST's parse is the cost: a package tree such as transformers writes ``re.compile(`` in
         hundreds of files and a model's class name in a few)."""
-        from ..compile_facts import SourceTexts
-
-        if "texts" not in self.cache:
-            self.cache["texts"], self.cache["parsed"] = _compile_texts(self.src), {}
-            self.cache["all"] = SourceTexts(self.src)  # read only for a top-level call whose result is bound to a name
-        parsed: dict[str, list[WholeCall]] = self.cache["parsed"]
+        parsed: dict[str, list[WholeCall]] = self.cache.setdefault("parsed", {})
         out: list[WholeCall] = []
-        for rel, text in self.cache["texts"].items():
+        for rel, text in self._texts().items():
             if rel not in parsed and any(re.search(rf"\b{re.escape(n)}\b", text) for n in names):
-                parsed[rel] = _whole_calls(rel, text, self.cache["all"])
+                parsed[rel] = _whole_calls(rel, text, self._all())
             out += [w for w in parsed.get(rel, ()) if w.made in names]
         return out
+
+    def compiles_any(self) -> bool:
+        """Whether any file under SRC writes a compile call at all (by its text)."""
+        return bool(self._texts())
+
+    def enclosers(self, cls: tuple[str, str]) -> dict[tuple[str, str], list[Any]]:
+        """The classes of SRC whose ``__init__`` builds class ``cls`` (``(file, name)``), at any
+        depth, each with its chain of constructions (:meth:`rewriter.rewrite.enclosing.Enclosing.enclosers`;
+        SRC's texts read once, a file parsed only where its text calls a class asked about)."""
+        from .enclosing import Enclosing
+
+        if "enclosing" not in self.cache:
+            self.cache["enclosing"] = Enclosing(lambda: self._all().files())
+        return self.cache["enclosing"].enclosers(cls)
+
+    def built_where(self, built: Any) -> str:
+        """``file.py:line`` of a construction :meth:`enclosers` found."""
+        return self.cache["enclosing"].where(built)
+
+    def _texts(self) -> dict[str, str]:
+        """The files that write a compile call (:func:`_compile_texts`), listed once."""
+        if "texts" not in self.cache:
+            self.cache["texts"] = _compile_texts(self.src)
+        return self.cache["texts"]
+
+    def _all(self) -> Any:
+        """Every file's text under SRC (:class:`rewriter.compile_facts.SourceTexts`, at most
+        :data:`MAX_FILES`), read on first use: where a top-level call's result is used, and which
+        files build a class (:meth:`enclosers`)."""
+        from ..compile_facts import SourceTexts
+
+        if "all" not in self.cache:
+            self.cache["all"] = SourceTexts(self.src, limit=MAX_FILES)
+        return self.cache["all"]
 
     def where(self, c: WholeCall) -> str:
         """``file.py:line`` of call ``c`` (``file.py`` where it has no position), positions resolved
@@ -347,6 +380,8 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
     names = {q.rsplit(".", 2)[-2] for _, q in adds if q.endswith(".forward") and "." in q}
     if not names:
         return
+    enclosed = _enclosed(reading, adds)
+    names |= {name for _, name in enclosed}
     edited = {(b.target.relpath, b.target.qualname) for b in bounds
               if isinstance(b.action, CompileAction) and b.action.own_call is not None}
     definitions: dict[str, dict[str, list[Any]]] = {}
@@ -357,7 +392,8 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
             definitions[w.rel] = collect_definitions(w.module)
         found = _class_attrs(w.made, w.rel, w.module, definitions[w.rel], parse)
         c = found and (adds.get((found[1], found[0])) or adds.get((found[1], f"{found[0]}.forward")))
-        if not c:
+        hit = enclosed.get((found[1], found[0])) if found and not c else None
+        if not c and hit is None:
             continue
         if w.unused is not None:
             continue  # bound to a name nothing uses: it compiles nothing (diagnose proposes a compile over it)
@@ -365,6 +401,8 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
         if where in reading.measured:
             continue  # measured through stand-ins: the plan diagnose writes edits it
         code = " ".join(cst.Module([]).code_for_node(w.call).split())[:120]
+        if hit is not None:
+            _refuse_enclosed(loaded, reading, w, where, code, *hit)
         edit = (f"edit that call instead (action compile, target {w.rel}::{w.qual}, own_call: {{disable: true}}; "
                 "not regional: this compile would inline the blocks it compiles in place)"
                 if w.qual is not None and w.alone else "change that call by hand")
@@ -376,6 +414,90 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
             hint=f"drop this action, {edit}, or make this action a hint to that compile (strategy: nested, "
                  "beside a strategy: whole action of the plan)",
         )
+
+
+def _enclosed(reading: ProgramCompiles, adds: dict[tuple[str, str], Any]) -> dict[tuple[str, str], tuple[Any, list[Any]]]:
+    """``{class: (the plan's added compile, chain)}`` for each class of SRC that encloses a class
+    whose ``forward`` the plan compiles (``adds``; top-level classes), with the chain of
+    constructions from it down to that class (:meth:`ProgramCompiles.enclosers`); nothing read
+    where no file of SRC writes a compile call. Of two added classes one class encloses, the first."""
+    out: dict[tuple[str, str], tuple[Any, list[Any]]] = {}
+    if not reading.compiles_any():
+        return out
+    for (rel, qual), c in adds.items():
+        if qual.endswith(".forward") and qual.count(".") == 1:
+            for outer, chain in reading.enclosers((rel, qual.split(".")[0])).items():
+                out.setdefault(outer, (c, chain))
+    return out
+
+
+def _builds(reading: ProgramCompiles, chain: list[Any]) -> str:
+    """How the outermost class of ``chain`` encloses its innermost one, one construction a step:
+    ``Net.__init__ builds Block at model.py:14: self.blocks = nn.ModuleList(...)``."""
+    return "; ".join(f"{b.outer[1]}.__init__ builds {b.inner[1]} at {reading.built_where(b)}: "
+                     f"{' '.join(cst.Module([]).code_for_node(b.stmt).split())[:100]}" for b in chain)
+
+
+def _regional_of(chain: list[Any]) -> str | None:
+    """The ``own_call.regional`` path that reaches the innermost class of ``chain`` from the
+    outermost one (``encoder.layers``): every step held as ``self.<attr>``, the last one in a
+    container (:data:`CONTAINERS`), the others not; else None (a single module is no regional
+    loop's container)."""
+    if any(b.attr is None for b in chain) or chain[-1].container is None or any(b.container for b in chain[:-1]):
+        return None
+    return ".".join(b.attr for b in chain)
+
+
+def _refuse_enclosed(loaded: LoadedPlan, reading: ProgramCompiles, w: WholeCall, where: str, code: str,
+                     c: Any, chain: list[Any]) -> None:
+    """Refuse the plan's compile ``c`` of the innermost class of ``chain``, enclosed by class
+    ``w.made`` that the program compiles whole itself at ``where`` with a call the plan does not
+    edit: Dynamo traces the enclosed ``forward`` inside that compile and inlines it.
+
+    Raises:
+        StackpartError: always, at ``c``'s plan line, naming the call, the constructions that
+            enclose the class, and the ways through: the call turned regional over the enclosed
+            blocks (where the source says their container) or off, or ``strategy: nested``.
+    """
+    inner, path = chain[-1].inner[1], _regional_of(chain)
+    if w.qual is not None and w.alone:
+        target = f"action compile, target {w.rel}::{w.qual}"
+        ways = (f"drop this action and turn that call regional ({target}, own_call: {{regional: {path}}}; the "
+                f"program then compiles each {inner} in place), " if path else "") + \
+            f"keep this action and turn that call off ({target}, own_call: {{disable: true}})"
+    else:
+        ways = f"change that call by hand ({'compile each ' + inner + ' in place, or ' if path else ''}turn it off)"
+    raise loaded.error(
+        c.index,
+        f"compile of {inner}: the program compiles an instance of {w.made} whole itself, at {where}: {code}, and "
+        f"{w.made} encloses {inner}: {_builds(reading, chain)}; Dynamo traces {inner}.forward inside that compile "
+        "and inlines it, so this compile and its options would never be used",
+        hint=f"{ways}, or make this action a hint to that compile (strategy: nested, beside a strategy: whole "
+             "action of the plan)",
+    )
+
+
+def _refuse_enclosed_by_edit(loaded: LoadedPlan, reading: ProgramCompiles, o: Any, name: str, code: str, keeps: str,
+                             c: Any, chain: list[Any]) -> None:
+    """Refuse the plan's compile ``c`` of the innermost class of ``chain``, enclosed by class
+    ``name`` whose whole-model compile (``code``) the ``own_call`` edit ``o`` keeps (or turns) on.
+
+    Raises:
+        StackpartError: always, at ``c``'s plan line, naming ``o``, the constructions, and the ways
+            through (``o`` turned regional over the enclosed blocks, or off).
+    """
+    inner, path = chain[-1].inner[1], _regional_of(chain)
+    regional = (f"drop this action and turn that call regional in actions[{o.index}] with own_call: {{regional: {path}}} "
+                f"(the program then compiles each {inner} in place), or " if path else "drop this action, or ")
+    raise loaded.error(
+        c.index,
+        f"compile of {inner}: {o.target.relpath}::{o.target.qualname} compiles an instance of {name} whole ({code}) "
+        f"and the own_call of actions[{o.index}] {keeps}; {name} encloses {inner}: {_builds(reading, chain)}; "
+        f"Dynamo traces {inner}.forward inside that compile and inlines it, so this compile and its options would "
+        "never be used",
+        hint=f"{regional}keep this action and turn the program's call off in actions[{o.index}] with own_call: "
+             "{disable: true}",
+    )
 
 
 def _scopes(module: cst.Module) -> Any:

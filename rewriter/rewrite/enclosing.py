@@ -1,0 +1,332 @@
+"""Which classes of SRC build which in their ``__init__``: a module whose instance the program
+compiles whole encloses every module its ``__init__`` builds and holds, and theirs in turn.
+
+Dynamo traces a module called from inside a compiled frame, inlining a ``torch.compile``-decorated
+``forward`` of it (docs/guide.md, "Where your own compile must sit"): a plan's ``compile`` of
+``Block`` is never used where the program compiles ``Net`` whole and ``Net.__init__`` builds the
+``Block``s (:func:`rewriter.rewrite.regional_path.check_compiled_whole` refuses it). This module
+says which classes enclose a given one, read statically with LibCST:
+
+* a construction is a call in a class's own ``__init__`` (not in a function or ``lambda`` nested in
+  it: a factory, run who knows when) of a name LibCST's :class:`~libcst.metadata.QualifiedNameProvider`
+  resolves to one class defined at the top level of a file under SRC: the same file, or a module
+  imported from SRC (``from blocks import Block``, ``from .blocks import Block as B``, ``import
+  pkg.blocks as pb; pb.Block()``; an absolute import read from SRC's root and from beside the file,
+  as a script's flat import is);
+* held: the call is in what ``self.<attr>`` is set to (``self.block = Block()``, ``self.blocks =
+  nn.ModuleList([Block() for _ in range(n)])``, ``nn.Sequential(*[Block() ...])``), appended or
+  added to it (``self.blocks.append(Block())``, ``self.add_module("b", Block())``), or bound to a
+  local name that such a value then names (``layers.append(Block())``; ``self.layers =
+  nn.ModuleList(layers)``);
+* enclosing is transitive (``Net`` builds ``Encoder``, which builds ``Block``), each class met once
+  (a cycle ends there).
+
+Not read, so not enclosing (the reading is unsure, and a refusal must be sure): a class built by a
+factory function, ``getattr``, a config string or ``partial``; a class that only inherits the
+``__init__`` that builds the blocks; a class nested in another; a name bound to more than one
+class. The files to parse are found by their text first (a call of the class's name, or an
+import of it under another name), so a transformers-sized SRC parses a handful of files per class.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.helpers import get_full_name_for_node
+from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider, QualifiedNameSource
+
+from ..compile_facts import ITERATES_MODULES, KEYED_CONTAINER
+from ..errors import StackpartError
+
+#: A class: ``(file relative to SRC, POSIX; class name)``.
+ClassRef = tuple[str, str]
+#: Container classes whose entries a regional loop can walk (the last part of the called name).
+CONTAINERS = ITERATES_MODULES | {KEYED_CONTAINER}
+#: Methods that add a module to a container attribute or to ``self``.
+ADDING = {"append", "extend", "insert", "add_module", "register_module", "update"}
+
+
+@dataclass(frozen=True)
+class Built:
+    """One construction: class ``outer``'s ``__init__`` builds an instance of class ``inner``.
+
+    Attributes:
+        outer, inner: the two classes (:data:`ClassRef`).
+        stmt: the statement that holds it on ``self`` (its line is :meth:`Enclosing.where`'s).
+        attr: the attribute of ``self`` that holds it (``blocks``), None where it is not written
+            as a name (``self.add_module(name, ...)``).
+        container: the class of that attribute where it is a :data:`CONTAINERS` one, else None.
+        module: the parsed file of ``outer``.
+    """
+
+    outer: ClassRef
+    inner: ClassRef
+    stmt: cst.CSTNode
+    attr: str | None
+    container: str | None
+    module: cst.Module
+
+
+class Enclosing:
+    """The enclosing reading of one SRC: each file parsed at most once, and only where its text
+    calls a class asked about (:meth:`enclosers`).
+
+    Args:
+        files: ``() -> {path relative to SRC: text}`` of SRC's ``.py`` files, called on first use
+            (:meth:`rewriter.compile_facts.SourceTexts.files`).
+    """
+
+    def __init__(self, files: Callable[[], dict[str, str]]) -> None:
+        self._files_of = files
+        self._built: dict[str, dict[str, list[Built]]] = {}
+        self._enclosers: dict[ClassRef, dict[ClassRef, list[Built]]] = {}
+        self._positions: dict[int, Any] = {}
+        self._texts: dict[str, str] | None = None
+
+    def enclosers(self, cls: ClassRef) -> dict[ClassRef, list[Built]]:
+        """Every class that encloses ``cls``, each with the chain of constructions from it down to
+        ``cls`` (the shortest, outermost first): ``{("model.py", "Net"): [Net builds Encoder,
+        Encoder builds Block]}``. Raises nothing: a file that cannot be read or parsed says nothing."""
+        if cls not in self._enclosers:
+            chains: dict[ClassRef, list[Built]] = {cls: []}
+            frontier = [cls]
+            while frontier:
+                inner = frontier.pop(0)  # breadth first: the shortest chain to each encloser
+                for rel in self._calling(inner[1]):
+                    for built in (b for bs in self._constructions(rel).values() for b in bs):
+                        if built.inner == inner and built.outer not in chains:
+                            chains[built.outer] = [built, *chains[inner]]
+                            frontier.append(built.outer)
+            del chains[cls]
+            self._enclosers[cls] = chains
+        return self._enclosers[cls]
+
+    def where(self, built: Built) -> str:
+        """``file.py:line`` of the statement that holds ``built`` (positions resolved once per file)."""
+        key = id(built.module)
+        if key not in self._positions:
+            self._positions[key] = MetadataWrapper(built.module, unsafe_skip_copy=True).resolve(PositionProvider)
+        pos = self._positions[key].get(built.stmt)
+        return f"{built.outer[0]}:{pos.start.line}" if pos is not None else built.outer[0]
+
+    def _files(self) -> dict[str, str]:
+        if self._texts is None:
+            self._texts = self._files_of()
+        return self._texts
+
+    def _calling(self, name: str) -> list[str]:
+        """The files whose text calls ``name`` (``name(``, not ``class name(``) or imports it under
+        another name (``name as B``): the only ones that can build it."""
+        pattern = re.compile(rf"(?<!class )\b{re.escape(name)}\s*\(|\b{re.escape(name)}\s+as\s+\w")
+        return [rel for rel, text in self._files().items() if name in text and pattern.search(text)]
+
+    def _defines(self, rel: str, name: str) -> bool:
+        """Whether file ``rel`` under SRC defines class ``name`` at its top level (by its text)."""
+        text = self._files().get(rel)
+        return text is not None and re.search(rf"^class\s+{re.escape(name)}\b", text, re.MULTILINE) is not None
+
+    def _constructions(self, rel: str) -> dict[str, list[Built]]:
+        """``{class name: what its __init__ builds and holds}`` for the top-level classes of ``rel``."""
+        if rel not in self._built:
+            self._built[rel] = {}
+            try:
+                from ..source import parse_module
+
+                module = parse_module(self._files()[rel], rel)
+            except StackpartError:
+                return self._built[rel]
+            inits = {stmt.name.value: init for stmt in module.body if isinstance(stmt, cst.ClassDef)
+                     for init in _own_init(stmt)}
+            if inits:
+                reader = _Reader(self, rel, module, inits)
+                MetadataWrapper(module, unsafe_skip_copy=True).visit(reader)
+                self._built[rel] = reader.found
+        return self._built[rel]
+
+    def resolve(self, rel: str, names: set[Any]) -> ClassRef | None:
+        """The one top-level class of a file under SRC that the qualified names ``names`` (of a
+        called name in ``rel``) stand for, else None."""
+        found: set[ClassRef] = set()
+        for q in names:
+            if q.source == QualifiedNameSource.LOCAL and "." not in q.name:
+                candidates = [(rel, q.name)]
+            elif q.source == QualifiedNameSource.IMPORT:
+                level = len(q.name) - len(q.name.lstrip("."))
+                dotted, _, name = q.name.lstrip(".").rpartition(".")
+                if not dotted and not level:
+                    return None  # ``import Block``: a module, not a class
+                candidates = [(f, name) for f in module_files("." * level + dotted, rel)]
+            else:
+                return None
+            hit = next((c for c in candidates if self._defines(*c)), None)
+            if hit is None:
+                return None
+            found.add(hit)
+        return found.pop() if len(found) == 1 else None
+
+
+def module_files(dotted: str, rel: str) -> list[str]:
+    """The files under SRC module ``dotted`` may be, imported from file ``rel``: relative
+    (``.blocks``, ``..pkg.blocks``) from ``rel``'s folder; absolute from beside ``rel`` (a script's
+    flat import) and from SRC's root; each as ``<module>.py`` and ``<module>/__init__.py``."""
+    level = len(dotted) - len(dotted.lstrip("."))
+    parts = [p for p in dotted.lstrip(".").split(".") if p]
+    here = posixpath.dirname(rel)
+    if level:
+        bases = [posixpath.normpath(posixpath.join(here, *[".."] * (level - 1)))]
+    else:
+        bases = list(dict.fromkeys([here, ""]))
+    out: list[str] = []
+    for base in bases:
+        path = posixpath.normpath(posixpath.join(base, *parts)) if parts else base
+        if path.startswith(".."):
+            continue
+        out += ([f"{path}.py"] if parts else []) + [posixpath.normpath(posixpath.join(path, "__init__.py"))]
+    return out
+
+
+def _own_init(cls: cst.ClassDef) -> list[cst.FunctionDef]:
+    """``cls``'s own ``__init__`` (the last one its body defines), or none."""
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+    inits = [s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"]
+    return inits[-1:]
+
+
+def _self_attr(node: cst.BaseExpression) -> str | None:
+    """``x`` of ``self.x`` or ``self.x[...]``, else None."""
+    if isinstance(node, cst.Subscript):
+        node = node.value
+    if isinstance(node, cst.Attribute) and m.matches(node.value, m.Name("self")):
+        return node.attr.value
+    return None
+
+
+def _container(value: cst.BaseExpression | None) -> str | None:
+    """The :data:`CONTAINERS` class ``value`` calls (``nn.ModuleList(...)``), else None."""
+    if isinstance(value, cst.Call):
+        name = get_full_name_for_node(value.func) or ""
+        last = name.rsplit(".", 1)[-1]
+        return last if last in CONTAINERS else None
+    return None
+
+
+def _calls(node: cst.CSTNode) -> list[cst.Call]:
+    """The calls in ``node`` that run when it does: not those in a ``lambda`` or a nested ``def``."""
+    out: list[cst.Call] = []
+
+    class _Calls(cst.CSTVisitor):
+        def visit_Lambda(self, _: cst.Lambda) -> bool:
+            return False
+
+        def visit_FunctionDef(self, _: cst.FunctionDef) -> bool:
+            return False
+
+        def visit_ClassDef(self, _: cst.ClassDef) -> bool:
+            return False
+
+        def visit_Call(self, call: cst.Call) -> None:
+            out.append(call)
+
+    node.visit(_Calls())
+    return out
+
+
+class _Reader(cst.CSTVisitor):
+    """Reads the constructions of each class ``__init__`` of one file (:meth:`Enclosing._constructions`)."""
+
+    METADATA_DEPENDENCIES = (QualifiedNameProvider,)
+
+    def __init__(self, reading: Enclosing, rel: str, module: cst.Module, inits: dict[str, cst.FunctionDef]) -> None:
+        super().__init__()
+        self.reading, self.rel, self.module = reading, rel, module
+        self.owner = {id(init): name for name, init in inits.items()}
+        self.found: dict[str, list[Built]] = {}
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        name = self.owner.get(id(node))
+        if name is not None:
+            self._read_init(name, node)
+        return False  # nothing else is read: methods, nested functions
+
+    def _classes(self, stmt: cst.CSTNode) -> list[ClassRef]:
+        """The classes of SRC ``stmt`` builds (its calls that resolve to one, :meth:`Enclosing.resolve`)."""
+        out = []
+        for call in _calls(stmt):
+            try:
+                names = self.get_metadata(QualifiedNameProvider, call.func, set())
+            except KeyError:
+                continue
+            ref = self.reading.resolve(self.rel, names) if names else None
+            if ref is not None:
+                out.append(ref)
+        return out
+
+    def _read_init(self, name: str, init: cst.FunctionDef) -> None:
+        """The constructions of class ``name``'s ``__init__``: held on ``self`` directly, or through
+        a local name a value set on ``self`` names."""
+        outer = (self.rel, name)
+        held: list[tuple[cst.CSTNode, str | None, cst.BaseExpression | None, list[ClassRef]]] = []
+        local: dict[str, list[ClassRef]] = {}
+        kinds: dict[str, str] = {}
+        for line in _lines(init.body):
+            for small in line.body:
+                targets: list[cst.BaseExpression] = []
+                value: cst.BaseExpression | None = None
+                if isinstance(small, cst.Assign):
+                    targets, value = [t.target for t in small.targets], small.value
+                elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+                    targets, value = [small.target], small.value
+                elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) \
+                        and isinstance(small.value.func, cst.Attribute) and small.value.func.attr.value in ADDING:
+                    targets, value = [small.value.func.value], small.value
+                if value is None:
+                    continue
+                for target in targets:
+                    attr = _self_attr(target)
+                    if attr is not None and _container(value) is not None:
+                        kinds.setdefault(attr, _container(value))  # type: ignore[arg-type]
+                    if m.matches(target, m.Name("self")):  # self.add_module("name", Block())
+                        key = value.args[0].value if isinstance(value, cst.Call) and value.args else None
+                        held.append((small, key.evaluated_value if isinstance(key, cst.SimpleString) else None,  # type: ignore[arg-type]
+                                     None, self._classes(value)))
+                    elif attr is not None:
+                        held.append((small, attr, value, self._classes(value)))
+                    elif isinstance(target, cst.Name):
+                        local.setdefault(target.value, []).extend(self._classes(value))
+        built: list[Built] = []
+        for stmt, attr, value, refs in held:
+            named = {n.value for n in m.findall(value, m.Name())} if value is not None else set()
+            refs = refs + [r for n in named & set(local) for r in local[n]]
+            for ref in dict.fromkeys(refs):
+                built.append(Built(outer, ref, stmt, attr, kinds.get(attr) if attr else None, self.module))
+        self.found[name] = built
+
+
+def _lines(block: cst.BaseSuite) -> list[cst.SimpleStatementLine | cst.SimpleStatementSuite]:
+    """The simple statement lines of a function body, those in ``if``/``for``/``while``/``with``/
+    ``try`` blocks included (a nested ``def`` or ``class`` is not run by it)."""
+    out: list[cst.SimpleStatementLine | cst.SimpleStatementSuite] = []
+
+    class _Lines(cst.CSTVisitor):
+        def visit_FunctionDef(self, _: cst.FunctionDef) -> bool:
+            return False
+
+        def visit_ClassDef(self, _: cst.ClassDef) -> bool:
+            return False
+
+        def visit_SimpleStatementLine(self, line: cst.SimpleStatementLine) -> bool:
+            out.append(line)
+            return False
+
+        def visit_SimpleStatementSuite(self, line: cst.SimpleStatementSuite) -> bool:
+            out.append(line)  # def __init__(self): self.block = Block()
+            return False
+
+    block.visit(_Lines())
+    return out
