@@ -145,7 +145,7 @@ class Enclosing:
                      for init in _own_init(stmt)}
             if inits:
                 reader = _Reader(self, rel, module, inits)
-                MetadataWrapper(module, unsafe_skip_copy=True).visit(reader)
+                MetadataWrapper(_skeleton(module, inits), unsafe_skip_copy=True).visit(reader)
                 self._built[rel] = reader.found
         return self._built[rel]
 
@@ -189,6 +189,23 @@ def module_files(dotted: str, rel: str) -> list[str]:
             continue
         out += ([f"{path}.py"] if parts else []) + [posixpath.normpath(posixpath.join(path, "__init__.py"))]
     return out
+
+
+def _skeleton(module: cst.Module, inits: dict[str, cst.FunctionDef]) -> cst.Module:
+    """``module`` with what binds its names and the ``__init__``s of ``inits`` (the same nodes), and
+    the bodies of its other functions and classes left out: what the qualified names of the calls
+    in those ``__init__``s depend on, at a fraction of the scope analysis of the whole file (a
+    modeling file's methods are most of it)."""
+    stub = cst.IndentedBlock([cst.SimpleStatementLine([cst.Pass()])])
+    body: list[cst.BaseStatement] = []
+    for stmt in module.body:
+        if isinstance(stmt, cst.ClassDef) and stmt.name.value in inits and isinstance(stmt.body, cst.IndentedBlock):
+            body.append(stmt.with_changes(body=stmt.body.with_changes(body=[inits[stmt.name.value]])))
+        elif isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+            body.append(stmt.with_changes(body=stub))  # binds its name; its body is not read
+        else:
+            body.append(stmt)
+    return module.with_changes(body=body)
 
 
 def _own_init(cls: cst.ClassDef) -> list[cst.FunctionDef]:
