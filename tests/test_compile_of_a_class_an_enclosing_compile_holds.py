@@ -1,0 +1,259 @@
+"""A plan's ``compile`` of ``Block`` where the program compiles ``Net`` whole and ``Net.__init__``
+builds the ``Block``s (``self.blocks = nn.ModuleList([Block() ...])``, ``self.block = Block()``,
+``nn.Sequential(*[Block() ...])``, through a class in between, a class imported from another file):
+Dynamo traces ``Block.forward`` inside the whole-model compile and inlines it, so the plan's
+decorator is never used (pinned below on CPU torch with counting backends). The rewrite refuses it
+at the plan line, exit 2, nothing written, naming the program's call, which class builds which
+(``file:line``) and the ways through: the call turned regional over the blocks, or off, or
+``strategy: nested``. Where the source does not say the class is built there (a factory,
+``getattr``, a name bound in a parameter) or the call compiles nothing, nothing is refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rewriter.cli import main
+
+BLOCK = """\
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+"""
+
+HEAD = "import torch\nimport torch.nn as nn\n\n\n"
+
+
+def _model(init: str, extra: str = "", head: str = HEAD, block: str = BLOCK) -> str:
+    """A model file: ``head``, ``block``, ``extra`` and ``Net`` whose ``__init__`` body is ``init``."""
+    return (f"{head}{block}\n\n{extra}class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            f"{init}\n    def forward(self, x):\n        for block in self.children():\n            x = block(x)\n"
+            "        return x\n")
+
+
+LIST = _model("        self.blocks = nn.ModuleList([Block() for _ in range(2)])\n")
+
+TRAIN = """\
+import torch
+from model import Net
+
+
+def main():
+    model = torch.compile(Net())
+    return model(torch.randn(3, 4))
+"""
+
+ADD = "  - {action: compile, target: model.py::Block}\n"
+
+
+def _tree(src: Path) -> dict[str, bytes]:
+    return {p.relative_to(src).as_posix(): p.read_bytes() for p in sorted(src.rglob("*")) if p.is_file()}
+
+
+def _rewrite(tmp_path: Path, capsys, files: dict[str, str], actions: str, code: int) -> str:
+    """``rewrite --apply`` of ``files`` with ``actions``; assert the exit code, and on 2 that no
+    byte of SRC changed; return stderr on one line."""
+    src = tmp_path / "src"
+    for name, text in files.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text(text)
+    before = _tree(src)
+    (tmp_path / "plan.yaml").write_text("version: 1\nactions:\n" + actions)
+    capsys.readouterr()
+    got = main(["rewrite", "--plan", str(tmp_path / "plan.yaml"), str(src), "--apply", "--no-validate"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert got == code, err
+    if code == 2:
+        assert _tree(src) == before
+    return err
+
+
+def test_a_compiled_forward_of_a_block_inside_a_whole_model_compile_is_never_used():
+    """What the refusal rests on (CPU torch, counting backends): with ``Net`` compiled whole, the
+    decorated ``Block.forward`` gets no graph of its own; with the program's compile off, it does."""
+    import warnings
+
+    import torch
+
+    got: list[str] = []
+
+    def backend(name: str):  # noqa: ANN202
+        def compile_fn(gm, example_inputs):  # noqa: ANN001, ANN202
+            got.append(name)
+            return gm.forward
+        return compile_fn
+
+    namespace = {"torch": torch, "nn": torch.nn, "plan_backend": backend("plan")}
+    block = BLOCK.replace("    def forward", "    @torch.compile(backend=plan_backend)\n    def forward")  # the plan's
+    net = ("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+           "        self.blocks = nn.ModuleList([Block() for _ in range(2)])\n\n"
+           "    def forward(self, x):\n        for block in self.blocks:\n            x = block(x)\n        return x\n")
+    exec(compile(f"{block}\n\n{net}", "pinned_model.py", "exec"), namespace)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(namespace["Net"](), backend=backend("whole"))(torch.randn(2, 4))
+        assert got == ["whole"], got
+        got.clear()
+        torch._dynamo.reset()
+        namespace["Net"]()(torch.randn(2, 4))  # the program's compile off: the plan's compile runs, once a block
+    assert got == ["plan", "plan"], got
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("init, line, built, regional", [
+    ("        self.blocks = nn.ModuleList([Block() for _ in range(2)])\n", 17,
+     "self.blocks = nn.ModuleList([Block() for _ in range(2)])", "blocks"),
+    ("        self.block = Block()\n", 17, "self.block = Block()", None),
+    ("        self.stack = nn.Sequential(*[Block() for _ in range(3)])\n", 17,
+     "self.stack = nn.Sequential(*[Block() for _ in range(3)])", "stack"),
+    # a local list the container is then built from
+    ("        layers = []\n        for _ in range(2):\n            layers.append(Block())\n"
+     "        self.layers = nn.ModuleList(layers)\n", 20, "self.layers = nn.ModuleList(layers)", "layers"),
+    ("        self.blocks = nn.ModuleList()\n        self.blocks.append(Block())\n", 18,
+     "self.blocks.append(Block())", "blocks"),
+])
+def test_a_block_net_builds_is_refused_naming_the_call_and_the_construction(tmp_path, capsys, init, line, built,
+                                                                           regional):
+    err = _rewrite(tmp_path, capsys, {"model.py": _model(init), "train.py": TRAIN}, ADD, 2)
+    assert ("plan.yaml:3: actions[0] (compile model.py::Block): compile of Block: the program compiles an instance "
+            "of Net whole itself, at train.py:6: torch.compile(Net()), and Net encloses Block: Net.__init__ builds "
+            f"Block at model.py:{line}: {built}; Dynamo traces Block.forward inside that compile and inlines it, so "
+            "this compile and its options would never be used") in err, err
+    assert "keep this action and turn that call off (action compile, target train.py::main, own_call: " \
+           "{disable: true})" in err and "strategy: nested" in err, err
+    if regional:
+        assert f"turn that call regional (action compile, target train.py::main, own_call: {{regional: {regional}}}" in err
+    else:  # one Block, no container: no regional loop to name
+        assert "regional" not in err, err
+
+
+def test_two_levels_deep_names_each_construction_and_the_path_to_the_blocks(tmp_path, capsys):
+    encoder = ("class Encoder(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n"
+               "        self.layers = nn.ModuleList([Block() for _ in range(n)])\n\n\n")
+    model = _model("        self.encoder = Encoder(2)\n        self.head = nn.Linear(4, 4)\n", extra=encoder)
+    err = _rewrite(tmp_path, capsys, {"model.py": model, "train.py": TRAIN}, ADD, 2)
+    assert ("Net encloses Block: Net.__init__ builds Encoder at model.py:23: self.encoder = Encoder(2); "
+            "Encoder.__init__ builds Block at model.py:17: self.layers = nn.ModuleList([Block() for _ in range(n)]);"
+            ) in err, err
+    assert "own_call: {regional: encoder.layers}" in err, err
+
+
+@pytest.mark.parametrize("blocks_file, head", [
+    ("blocks.py", HEAD + "from blocks import Block\n\n\n"),
+    ("blocks.py", HEAD + "from blocks import Block as Layer\n\n\n"),
+    ("blocks.py", HEAD + "import blocks as parts\n\n\n"),
+    ("parts/blocks.py", HEAD + "from parts.blocks import Block\n\n\n"),
+])
+def test_a_block_imported_from_another_file(tmp_path, capsys, blocks_file, head):
+    called = "Layer()" if "as Layer" in head else "parts.Block()" if "as parts" in head else "Block()"
+    model = _model(f"        self.blocks = nn.ModuleList([{called} for _ in range(2)])\n", head=head, block="")
+    target = f"  - {{action: compile, target: {blocks_file}::Block}}\n"
+    err = _rewrite(tmp_path, capsys, {"model.py": model, blocks_file: HEAD + BLOCK, "train.py": TRAIN}, target, 2)
+    assert (f"actions[0] (compile {blocks_file}::Block): compile of Block: the program compiles an instance of Net "
+            f"whole itself, at train.py:6: torch.compile(Net()), and Net encloses Block: Net.__init__ builds Block at "
+            f"model.py:") in err, err
+
+
+def test_a_package_relative_import(tmp_path, capsys):
+    model = _model("        self.blocks = nn.ModuleList([Block() for _ in range(2)])\n",
+                   head=HEAD + "from .blocks import Block\n\n\n", block="")
+    train = TRAIN.replace("from model import Net", "from pkg.model import Net")
+    files = {"pkg/__init__.py": "", "pkg/model.py": model, "pkg/blocks.py": HEAD + BLOCK, "train.py": train}
+    err = _rewrite(tmp_path, capsys, files, "  - {action: compile, target: pkg/blocks.py::Block.forward}\n", 2)
+    assert "and Net encloses Block: Net.__init__ builds Block at pkg/model.py:" in err, err
+
+
+def test_an_own_call_that_keeps_the_whole_compile_on_is_refused_naming_it(tmp_path, capsys):
+    plan = "  - {action: compile, target: train.py::main, strategy: whole, own_call: {fullgraph: true}}\n" + ADD
+    err = _rewrite(tmp_path, capsys, {"model.py": LIST, "train.py": TRAIN}, plan, 2)
+    assert ("plan.yaml:4: actions[1] (compile model.py::Block): compile of Block: train.py::main compiles an "
+            "instance of Net whole (torch.compile(Net())) and the own_call of actions[0] keeps that call on; Net "
+            "encloses Block: Net.__init__ builds Block at model.py:17") in err, err
+    assert "turn that call regional in actions[0] with own_call: {regional: blocks}" in err, err
+    assert "turn the program's call off in actions[0] with own_call: {disable: true}" in err, err
+
+
+def test_a_script_level_call_is_changed_by_hand(tmp_path, capsys):
+    train = "import torch\nfrom model import Net\n\nmodel = torch.compile(Net())\nmodel(torch.randn(3, 4))\n"
+    err = _rewrite(tmp_path, capsys, {"model.py": LIST, "train.py": train}, ADD, 2)
+    assert "at train.py:4: torch.compile(Net()), and Net encloses Block" in err, err
+    assert "change that call by hand (compile each Block in place, or turn it off)" in err, err
+
+
+@pytest.mark.parametrize("files, actions", [
+    # the program's compile turned off: it returns the instance, whose blocks' decorated forward compiles
+    ({"train.py": TRAIN.replace("torch.compile(Net())", "torch.compile(Net(), disable=True)")}, ADD),
+    # the ways through the refusal names
+    ({}, "  - {action: compile, target: train.py::main, strategy: region, own_call: {regional: blocks}}\n"),
+    ({}, "  - {action: compile, target: train.py::main, strategy: region, own_call: {regional: blocks}}\n" + ADD),
+    ({}, "  - {action: compile, target: train.py::main, strategy: whole, own_call: {disable: true}}\n" + ADD),
+    ({}, "  - {action: compile, target: train.py::main, strategy: whole, own_call: {fullgraph: true}}\n"
+         "  - {action: compile, target: model.py::Block, strategy: nested}\n"),
+    # built where the source does not say which class: a factory, getattr, a class passed in
+    ({"model.py": _model("        self.blocks = nn.ModuleList([make_block() for _ in range(2)])\n",
+                         extra="def make_block():\n    return Block()\n\n\n")}, ADD),
+    ({"model.py": _model("        self.blocks = nn.ModuleList([getattr(sys.modules[__name__], 'Block')() "
+                         "for _ in range(2)])\n", head="import sys\n" + HEAD)}, ADD),
+    ({"model.py": _model("        make = lambda: Block()\n        self.blocks = nn.ModuleList([make() for _ in range(2)])\n")},
+     ADD),
+    ({"model.py": _model("        self.blocks = nn.ModuleList([Block() for _ in range(2)])\n").replace(
+        "def __init__(self):\n        super().__init__()\n        self.blocks", "def __init__(self, Block=Block):\n"
+        "        super().__init__()\n        self.blocks")}, ADD),
+    # built but not held by Net: a throw-away instance
+    ({"model.py": _model("        Block()\n        self.lin = nn.Linear(4, 4)\n")}, ADD),
+    # the program compiles another class, which builds no Block
+    ({"train.py": TRAIN.replace("Net", "Other"),
+      "model.py": LIST + "\n\nclass Other(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                         "        self.lin = nn.Linear(4, 4)\n"}, ADD),
+    # Net builds the blocks, but nothing compiles Net
+    ({"train.py": "from model import Net\n\n\ndef main():\n    return Net()\n"}, ADD),
+])
+def test_what_is_not_refused(tmp_path, capsys, files, actions):
+    _rewrite(tmp_path, capsys, {"model.py": LIST, "train.py": TRAIN, **files}, actions, 0)
+
+
+def test_classes_that_build_each_other_end(tmp_path, capsys):
+    """A cycle of constructions (A builds B, B builds A, which would recurse at run time) is read
+    once each: the reading ends, and the Block one of them builds is enclosed by both."""
+    cycle = ("class A(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.b = B()\n\n\n"
+             "class B(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.a = A()\n"
+             "        self.blocks = nn.ModuleList([Block()])\n\n\n")
+    model = _model("        self.a = A()\n", extra=cycle)
+    err = _rewrite(tmp_path, capsys, {"model.py": model, "train.py": TRAIN}, ADD, 2)
+    assert "Net.__init__ builds A at model.py:" in err and "A.__init__ builds B" in err and "B.__init__ builds Block" in err, err
+    train = TRAIN.replace("Net", "A")
+    _rewrite(tmp_path, capsys, {"model.py": model, "train.py": train}, ADD, 2)
+
+
+def test_the_reading_parses_only_files_that_build_the_class(tmp_path, monkeypatch):
+    """SRC's files are read as text once; only those whose text calls the class (or imports it
+    under another name) are parsed, each once for every class asked about."""
+    from rewriter.rewrite import enclosing
+    from rewriter.rewrite.regional_path import ProgramCompiles
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(LIST)
+    (src / "train.py").write_text(TRAIN)
+    for i in range(20):
+        (src / f"other{i}.py").write_text(f"import torch.nn as nn\n\n\nclass Other{i}(nn.Module):\n    pass\n")
+    parsed: list[str] = []
+    parse = enclosing.Enclosing._constructions
+
+    def counted(self, rel):  # noqa: ANN001, ANN202
+        if rel not in self._built:
+            parsed.append(rel)
+        return parse(self, rel)
+
+    monkeypatch.setattr(enclosing.Enclosing, "_constructions", counted)
+    reading = ProgramCompiles(src)
+    assert sorted(reading.enclosers(("model.py", "Block"))) == [("model.py", "Net")]
+    assert reading.enclosers(("model.py", "Net")) == {}
+    assert parsed == ["model.py", "train.py"], parsed  # train.py calls Net(); the other files call neither
