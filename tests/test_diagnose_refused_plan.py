@@ -137,3 +137,48 @@ def test_a_chosen_plan_refused_as_written_falls_to_the_next_candidate(tmp_path, 
     assert "pruned rule: stackpart rewrite refuses its plan: planted" in (tmp_path / "report" / "search.log").read_text()
     assert outcome.plan.actions and (tmp_path / "plan.yaml").exists()
     assert any("validation report" in k for k in outcome.paths), outcome.paths
+
+
+#: A model of repeated blocks, and the program's whole-model compile of it in a helper nothing in SRC
+#: calls: ``Net.__init__`` builds the ``Block``s, so the rewrite refuses a compile of ``Block`` too.
+BLOCKS = """\
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.l(x).relu()
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(3)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+"""
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_per_block_candidate_a_whole_compile_encloses_is_pruned_with_why(tmp_path):
+    """The per-block candidate compiles ``Block``, which ``Net`` (compiled whole by the program, in
+    train.py) builds: the rewrite refuses its plan, so the search prunes it with the refusal's
+    reason, as it prunes 'whole' (a compile of ``Net`` itself), and no plan written compiles a block."""
+    src = _src(tmp_path)
+    (src / "model.py").write_text(BLOCKS)
+    outcome = _diagnose(tmp_path, src, only={"search"})
+    found = outcome.search
+    enclosed = [p for p in found.pruned if "stackpart rewrite refuses its plan" in p and "Net encloses Block" in p]
+    assert enclosed, found.pruned
+    assert all("at train.py:6: torch.compile(Net()), and Net encloses Block: Net.__init__ builds Block at model.py:17"
+               in p for p in enclosed), enclosed
+    assert found.choice.status[enclosed[0].split(":", 1)[0]].startswith("failed: the plan does not rewrite"), found.choice.status
+    assert not any(a.action == "compile" and "Block" in a.target for a in outcome.plan.actions), outcome.plan.actions
