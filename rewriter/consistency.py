@@ -71,7 +71,11 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
   compile never receives a graph; drop one of the two); where the plan does not edit the call, it names the call (``file:line``) and
   the way through, an ``own_call`` edit of it (``disable: true``; ``regional`` would leave the blocks it compiles in place inlined into this compile, that compile never used) or ``strategy:
   nested`` beside the plan's ``whole`` compile. A call with ``disable=True`` or a discarded result
-  compiles nothing and is not read. Diagnose reads SRC so once per run for all its candidates and
+  compiles nothing and is not read. The same for a class that ``Net`` encloses: a ``compile`` of ``Block``
+  where ``Net.__init__`` builds the blocks and holds them (``self.blocks =
+  nn.ModuleList([Block() ...])``, at any depth, in any file under SRC; :mod:`.rewrite.enclosing`),
+  unless the plan turns that call regional or off; the refusal names the construction's ``file:line``
+  and the call turned ``regional`` over those blocks (where the source says their container) or off. Diagnose reads SRC so once per run for all its candidates and
   the plan it writes (:class:`.rewrite.regional_path.ProgramCompiles`,
   :func:`rewriter.diagnose.search.candidate_rewrite`): a candidate refused so is pruned, and no plan
   it writes is one the rewrite refuses.

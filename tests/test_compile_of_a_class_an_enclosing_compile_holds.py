@@ -76,7 +76,8 @@ def _rewrite(tmp_path: Path, capsys, files: dict[str, str], actions: str, code: 
 
 def test_a_compiled_forward_of_a_block_inside_a_whole_model_compile_is_never_used():
     """What the refusal rests on (CPU torch, counting backends): with ``Net`` compiled whole, the
-    decorated ``Block.forward`` gets no graph of its own; with the program's compile off, it does."""
+    decorated ``Block.forward`` gets no graph of its own; with the program's compile off, or turned
+    regional (each block compiled in place), it does."""
     import warnings
 
     import torch
@@ -103,6 +104,13 @@ def test_a_compiled_forward_of_a_block_inside_a_whole_model_compile_is_never_use
         got.clear()
         torch._dynamo.reset()
         namespace["Net"]()(torch.randn(2, 4))  # the program's compile off: the plan's compile runs, once a block
+        assert got == ["plan", "plan"], got
+        got.clear()
+        torch._dynamo.reset()
+        net = namespace["Net"]()
+        for each in net.blocks:  # the program's call turned regional (own_call: {regional: blocks})
+            each.compile(backend=backend("regional"))
+        net(torch.randn(2, 4))  # the plan's decorator still gets the graphs: not refused beside a regional edit
     assert got == ["plan", "plan"], got
     torch._dynamo.reset()
 

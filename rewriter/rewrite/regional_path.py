@@ -12,7 +12,8 @@ elsewhere), nothing is checked: the program's run (``validate``) is then the jud
 
 The same reading refuses a plan that compiles the class of the instance its own ``own_call`` keeps
 compiled whole, or that the program compiles whole with a call the plan does not edit, read from
-SRC (:func:`check_compiled_whole`): that decorator would be inlined, never used.
+SRC (:func:`check_compiled_whole`), or a class that such a class builds in its ``__init__``
+(:mod:`.enclosing`): that decorator would be inlined, never used.
 
 The same reading gives the container's class where the source says it (``self.blocks =
 nn.ModuleDict(...)``; a dotted path followed through ``nn.ModuleDict(dict(h=...))`` keys and
@@ -96,7 +97,10 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
     in place, and that compile is the one never used. The class is read as :func:`check` reads it (``parse`` as there); where the source does
     not say it, nothing is checked. With ``src`` (SRC, or a :class:`ProgramCompiles` reading of it
     made once for many plans), a whole-model compile of the program's that the plan does not edit
-    is read from SRC too (:func:`_check_unedited`).
+    is read from SRC too (:func:`_check_unedited`). With ``src``, a compile of a class that the
+    compiled class encloses (builds in its ``__init__``, at any depth: :meth:`ProgramCompiles.enclosers`)
+    is refused as well where the edit keeps the call on (:func:`_refuse_enclosed_by_edit`), not where
+    it turns it regional: the plan's decorator on a block is then the compile that gets the graphs.
 
     Raises:
         StackpartError: at the added compile's plan line, naming the program's call and the
@@ -216,7 +220,7 @@ class ProgramCompiles:
             stand-ins and writes its choice as an edit of it (:func:`rewriter.diagnose.own_candidates.standin`),
             and checks the plan it writes with the call read (:meth:`measuring`).
         cache: what the walk found, shared by :meth:`measuring`'s copies (``texts``, ``parsed``,
-            ``positions``).
+            ``positions``, ``all``: every file's text, ``enclosing``: :class:`.enclosing.Enclosing`).
 
     What is read (not calls with ``disable=True``, discarded results, ``compile_repeated_blocks``,
     decorators; SRC's files as :func:`rewriter.source.python_files` lists them, at most
@@ -366,7 +370,9 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
     a decorator, a call in a function an ``own_call`` of the plan edits (read above), and a call
     ``reading`` leaves out (:attr:`ProgramCompiles.measured`).
 
-    SRC is read through ``reading`` (:class:`ProgramCompiles`: walked once, only where an added
+    A compile of a class the compiled class encloses is refused too (:func:`_refuse_enclosed`),
+    the enclosing classes read by :meth:`ProgramCompiles.enclosers` where any file of SRC writes a
+    compile call. SRC is read through ``reading`` (:class:`ProgramCompiles`: walked once, only where an added
     compile's target is a ``forward``, a class target resolving to it). The class is read as
     :func:`_model_class` reads it, in the function's (or the module's) own body, its file through
     ``parse`` (as :func:`check`'s).
