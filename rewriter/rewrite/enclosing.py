@@ -88,6 +88,7 @@ class Enclosing:
         self._enclosers: dict[ClassRef, dict[ClassRef, list[Built]]] = {}
         self._positions: dict[int, Any] = {}
         self._texts: dict[str, str] | None = None
+        self._naming: dict[str, list[str]] = {}
 
     def enclosers(self, cls: ClassRef) -> dict[ClassRef, list[Built]]:
         """Every class that encloses ``cls``, each with the chain of constructions from it down to
@@ -98,7 +99,7 @@ class Enclosing:
             frontier = [cls]
             while frontier:
                 inner = frontier.pop(0)  # breadth first: the shortest chain to each encloser
-                for rel in self._calling(inner[1]):
+                for rel in self._calling(inner):
                     for built in (b for bs in self._constructions(rel).values() for b in bs):
                         if built.inner == inner and built.outer not in chains:
                             chains[built.outer] = [built, *chains[inner]]
@@ -120,11 +121,21 @@ class Enclosing:
             self._texts = self._files_of()
         return self._texts
 
-    def _calling(self, name: str) -> list[str]:
-        """The files whose text calls ``name`` (``name(``, not ``class name(``) or imports it under
-        another name (``name as B``): the only ones that can build it."""
+    def _calling(self, cls: ClassRef) -> list[str]:
+        """The files whose text calls class ``cls``'s name (``Block(``, not ``class Block(``) or
+        imports it under another name (``Block as B``), and that are its own file or name its
+        module (``blocks`` of ``pkg/blocks.py``, ``pkg`` of ``pkg/__init__.py``): the only ones
+        :meth:`resolve` can read as building it (a common name, ``FFN``, is called in many files
+        of a large SRC, each building a class of its own)."""
+        rel, name = cls
+        stem = module_stem(rel)
+        if stem not in self._naming:  # one scan of SRC per module, shared by the classes it defines
+            module = re.compile(rf"\b{re.escape(stem)}\b")
+            self._naming[stem] = [r for r, text in self._files().items() if stem in text and module.search(text)]
         pattern = re.compile(rf"(?<!class )\b{re.escape(name)}\s*\(|\b{re.escape(name)}\s+as\s+\w")
-        return [rel for rel, text in self._files().items() if name in text and pattern.search(text)]
+        files = self._files()
+        return [r for r in dict.fromkeys([rel, *self._naming[stem]])
+                if r in files and name in files[r] and pattern.search(files[r])]
 
     def _defines(self, rel: str, name: str) -> bool:
         """Whether file ``rel`` under SRC defines class ``name`` at its top level (by its text)."""
@@ -169,6 +180,14 @@ class Enclosing:
                 return None
             found.add(hit)
         return found.pop() if len(found) == 1 else None
+
+
+def module_stem(rel: str) -> str:
+    """The last part of the module file ``rel`` is imported as: ``blocks`` of ``pkg/blocks.py``,
+    ``pkg`` of ``pkg/__init__.py``. A file that imports from it writes that name."""
+    if posixpath.basename(rel) == "__init__.py":
+        return posixpath.basename(posixpath.dirname(rel))
+    return posixpath.splitext(posixpath.basename(rel))[0]
 
 
 def module_files(dotted: str, rel: str) -> list[str]:

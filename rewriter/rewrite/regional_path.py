@@ -236,16 +236,23 @@ class ProgramCompiles:
         """This reading with the calls at ``where`` (``file.py:line``) left out; the walk shared."""
         return ProgramCompiles(self.src, frozenset(where), self.cache)
 
-    def calls(self, names: set[str]) -> list[WholeCall]:
+    def calls(self, names: set[str], defined: dict[str, set[str]] | None = None) -> list[WholeCall]:
         """Every compile call of an instance of a class named in ``names`` whose result SRC keeps.
         SRC's files are listed and read once (only those that write a compile call are kept,
         :data:`_COMPILE_CALL`); a kept file is parsed the first time a name it writes is asked for
         (LibCST's parse is the cost: a package tree such as transformers writes ``re.compile(`` in
-        hundreds of files and a model's class name in a few)."""
+        hundreds of files and a model's class name in a few). ``defined``: for a name, the files
+        that define its class; a file writes it only where it is one of them or names its module
+        (:func:`.enclosing.module_stem`), as the class is read from the call (:func:`_class_attrs`)."""
+        from .enclosing import module_stem
+
         parsed: dict[str, list[WholeCall]] = self.cache.setdefault("parsed", {})
+        defined = defined or {}
         out: list[WholeCall] = []
         for rel, text in self._texts().items():
-            if rel not in parsed and any(re.search(rf"\b{re.escape(n)}\b", text) for n in names):
+            if rel not in parsed and any(re.search(rf"\b{re.escape(n)}\b", text) and (
+                    n not in defined or rel in defined[n]
+                    or any(re.search(rf"\b{re.escape(module_stem(d))}\b", text) for d in defined[n])) for n in names):
                 parsed[rel] = _whole_calls(rel, text, self._all())
             out += [w for w in parsed.get(rel, ()) if w.made in names]
         return out
@@ -387,11 +394,15 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
     if not names:
         return
     enclosed = _enclosed(reading, adds)
-    names |= {name for _, name in enclosed}
+    defined: dict[str, set[str]] = {}
+    for rel, name in enclosed:
+        if name not in names:
+            defined.setdefault(name, set()).add(rel)
+    names |= set(defined)
     edited = {(b.target.relpath, b.target.qualname) for b in bounds
               if isinstance(b.action, CompileAction) and b.action.own_call is not None}
     definitions: dict[str, dict[str, list[Any]]] = {}
-    for w in reading.calls(names):
+    for w in reading.calls(names, defined):
         if w.made not in names or (w.qual is not None and (w.rel, w.qual) in edited):
             continue
         if w.rel not in definitions:
