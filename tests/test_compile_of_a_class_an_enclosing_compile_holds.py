@@ -220,6 +220,8 @@ def test_a_script_level_call_is_changed_by_hand(tmp_path, capsys):
     ({"train.py": TRAIN.replace("Net", "Other"),
       "model.py": LIST + "\n\nclass Other(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
                          "        self.lin = nn.Linear(4, 4)\n"}, ADD),
+    # the program compiles a class of another file that builds a Block of its own, of the same name
+    ({"train.py": TRAIN.replace("from model import Net", "from other import Net"), "other.py": LIST}, ADD),
     # Net builds the blocks, but nothing compiles Net
     ({"train.py": "from model import Net\n\n\ndef main():\n    return Net()\n"}, ADD),
 ])
@@ -242,7 +244,8 @@ def test_classes_that_build_each_other_end(tmp_path, capsys):
 
 def test_the_reading_parses_only_files_that_build_the_class(tmp_path, monkeypatch):
     """SRC's files are read as text once; only those whose text calls the class (or imports it
-    under another name) are parsed, each once for every class asked about."""
+    under another name) and is its file or names its module are parsed, each once for every class
+    asked about."""
     from rewriter.rewrite import enclosing
     from rewriter.rewrite.regional_path import ProgramCompiles
 
@@ -252,6 +255,7 @@ def test_the_reading_parses_only_files_that_build_the_class(tmp_path, monkeypatc
     (src / "train.py").write_text(TRAIN)
     for i in range(20):
         (src / f"other{i}.py").write_text(f"import torch.nn as nn\n\n\nclass Other{i}(nn.Module):\n    pass\n")
+    (src / "same_name.py").write_text(LIST)  # its own Block, called, in a file that never names model.py
     parsed: list[str] = []
     parse = enclosing.Enclosing._constructions
 
