@@ -137,7 +137,7 @@ def test_a_block_net_builds_is_refused_naming_the_call_and_the_construction(tmp_
     assert "keep this action and turn that call off (action compile, target train.py::main, own_call: " \
            "{disable: true})" in err and "strategy: nested" in err, err
     if regional:
-        assert f"turn that call regional (action compile, target train.py::main, own_call: {{regional: {regional}}}" in err
+        assert f"turn that call regional (action compile, target train.py::main, strategy: region, own_call: {{regional: {regional}}}" in err
     else:  # one Block, no container: no regional loop to name
         assert "regional" not in err, err
 
@@ -151,6 +151,8 @@ def test_two_levels_deep_names_each_construction_and_the_path_to_the_blocks(tmp_
             "Encoder.__init__ builds Block at model.py:17: self.layers = nn.ModuleList([Block() for _ in range(n)]);"
             ) in err, err
     assert "own_call: {regional: encoder.layers}" in err, err
+    edit = "  - {action: compile, target: train.py::main, strategy: region, own_call: {regional: encoder.layers}}\n"
+    _rewrite(tmp_path, capsys, {"model.py": model, "train.py": TRAIN}, edit, 0)  # the way through it names
 
 
 @pytest.mark.parametrize("blocks_file, head", [
@@ -184,7 +186,7 @@ def test_an_own_call_that_keeps_the_whole_compile_on_is_refused_naming_it(tmp_pa
     assert ("plan.yaml:4: actions[1] (compile model.py::Block): compile of Block: train.py::main compiles an "
             "instance of Net whole (torch.compile(Net())) and the own_call of actions[0] keeps that call on; Net "
             "encloses Block: Net.__init__ builds Block at model.py:17") in err, err
-    assert "turn that call regional in actions[0] with own_call: {regional: blocks}" in err, err
+    assert "turn that call regional in actions[0] with strategy: region, own_call: {regional: blocks}" in err, err
     assert "turn the program's call off in actions[0] with own_call: {disable: true}" in err, err
 
 

@@ -479,7 +479,7 @@ def _refuse_enclosed(loaded: LoadedPlan, reading: ProgramCompiles, w: WholeCall,
     inner, path = chain[-1].inner[1], _regional_of(chain)
     if w.qual is not None and w.alone:
         target = f"action compile, target {w.rel}::{w.qual}"
-        ways = (f"drop this action and turn that call regional ({target}, own_call: {{regional: {path}}}; the "
+        ways = (f"drop this action and turn that call regional ({target}, strategy: region, own_call: {{regional: {path}}}; the "
                 f"program then compiles each {inner} in place), " if path else "") + \
             f"keep this action and turn that call off ({target}, own_call: {{disable: true}})"
     else:
@@ -504,7 +504,7 @@ def _refuse_enclosed_by_edit(loaded: LoadedPlan, reading: ProgramCompiles, o: An
             through (``o`` turned regional over the enclosed blocks, or off).
     """
     inner, path = chain[-1].inner[1], _regional_of(chain)
-    regional = (f"drop this action and turn that call regional in actions[{o.index}] with own_call: {{regional: {path}}} "
+    regional = (f"drop this action and turn that call regional in actions[{o.index}] with strategy: region, own_call: {{regional: {path}}} "
                 f"(the program then compiles each {inner} in place), or " if path else "drop this action, or ")
     raise loaded.error(
         c.index,
