@@ -25,7 +25,9 @@ Not read, so not enclosing (the reading is unsure, and a refusal must be sure): 
 factory function, ``getattr``, a config string or ``partial``; a class that only inherits the
 ``__init__`` that builds the blocks; a class nested in another; a name bound to more than one
 class. The files to parse are found by their text first (a call of the class's name, or an
-import of it under another name), so a transformers-sized SRC parses a handful of files per class.
+import of it under another name, in the class's own file or one that names its module), so a
+transformers-sized SRC parses a handful of files per class, and of each only its imports, its
+top-level names and its ``__init__``s go through LibCST's scope analysis (:func:`_skeleton`).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class Built:
 
 class Enclosing:
     """The enclosing reading of one SRC: each file parsed at most once, and only where its text
-    calls a class asked about (:meth:`enclosers`).
+    can build a class asked about (:meth:`enclosers`, :meth:`_calling`).
 
     Args:
         files: ``() -> {path relative to SRC: text}`` of SRC's ``.py`` files, called on first use
