@@ -229,6 +229,9 @@ def test_a_script_level_call_is_changed_by_hand(tmp_path, capsys):
 ])
 def test_what_is_not_refused(tmp_path, capsys, files, actions):
     _rewrite(tmp_path, capsys, {"model.py": LIST, "train.py": TRAIN, **files}, actions, 0)
+    if ADD in actions:  # the plan's compile of Block is written
+        model = (tmp_path / "src" / "model.py").read_text()
+        assert "    @torch.compile\n    def forward(self, x):\n        return torch.relu" in model, model
 
 
 def test_classes_that_build_each_other_end(tmp_path, capsys):
