@@ -302,35 +302,29 @@ TEXT_BYTES = 2_000_000
 
 class SourceTexts:
     """Every ``.py`` file's text under ``src`` (:func:`rewriter.source.python_files`, at most
-    ``limit`` files (:data:`TEXT_FILES` unless given) of at most :data:`TEXT_BYTES` bytes each; one
-    that cannot be read left out), read once on first use: where a name is used anywhere in SRC
-    (:meth:`uses`), and which files write it (:meth:`files`)."""
+    :data:`TEXT_FILES` of at most :data:`TEXT_BYTES` bytes each; one that cannot be read left out),
+    read once on first use: where a name is used anywhere in SRC (:meth:`uses`)."""
 
-    def __init__(self, src: Any, limit: int = TEXT_FILES) -> None:
+    def __init__(self, src: Any) -> None:
         self.src = src
-        self.limit = limit
-        self._files: dict[str, str] | None = None
+        self._texts: list[str] | None = None
 
-    def files(self) -> dict[str, str]:
-        """``path relative to src (POSIX) -> text`` of each file read, in :func:`rewriter.source.python_files`' order."""
-        if self._files is None:
+    def texts(self) -> list[str]:
+        if self._texts is None:
             from .errors import StackpartError
             from .source import python_files, read_file
 
-            out: dict[str, str] = {}
+            out: list[str] = []
             for path in python_files(self.src):
-                if len(out) >= self.limit:
+                if len(out) >= TEXT_FILES:
                     break
                 try:
                     if path.stat().st_size <= TEXT_BYTES:
-                        out[path.relative_to(self.src).as_posix()] = read_file(path).text
+                        out.append(read_file(path).text)
                 except (OSError, StackpartError):
                     continue
-            self._files = out
-        return self._files
-
-    def texts(self) -> list[str]:
-        return list(self.files().values())
+            self._texts = out
+        return self._texts
 
     def uses(self, name: str) -> int:
         """How many times ``name`` is written as a word in SRC's files (its ``def`` included)."""

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import libcst as cst
@@ -43,7 +43,7 @@ import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider, QualifiedNameSource
 
-from ..compile_facts import ITERATES_MODULES, KEYED_CONTAINER
+from ..compile_facts import ITERATES_MODULES, KEYED_CONTAINER, TEXT_BYTES
 from ..errors import StackpartError
 
 #: A class: ``(file relative to SRC, POSIX; class name)``.
@@ -80,22 +80,28 @@ class Enclosing:
     can build a class asked about (:meth:`enclosers`, :meth:`_calling`).
 
     Args:
-        files: ``() -> {path relative to SRC: text}`` of SRC's ``.py`` files, called on first use
-            (:meth:`rewriter.compile_facts.SourceTexts.files`).
+        src: SRC; its ``.py`` files (:func:`rewriter.source.python_files`, at most ``limit``, each
+            of at most :data:`rewriter.compile_facts.TEXT_BYTES` bytes) are read as bytes once, on
+            first use, and searched as bytes; a file is decoded only to be parsed.
+        limit: the most files read.
     """
 
-    def __init__(self, files: Callable[[], dict[str, str]]) -> None:
-        self._files_of = files
+    def __init__(self, src: Path, limit: int) -> None:
+        self.src, self.limit = src, limit
         self._built: dict[str, dict[str, list[Built]]] = {}
         self._enclosers: dict[ClassRef, dict[ClassRef, list[Built]]] = {}
         self._positions: dict[int, Any] = {}
-        self._texts: dict[str, str] | None = None
+        self._texts: dict[str, bytes] | None = None
         self._naming: dict[str, list[str]] = {}
+        self._parsed: dict[str, cst.Module] = {}
 
-    def enclosers(self, cls: ClassRef) -> dict[ClassRef, list[Built]]:
+    def enclosers(self, cls: ClassRef, parsed: dict[str, cst.Module] | None = None) -> dict[ClassRef, list[Built]]:
         """Every class that encloses ``cls``, each with the chain of constructions from it down to
         ``cls`` (the shortest, outermost first): ``{("model.py", "Net"): [Net builds Encoder,
-        Encoder builds Block]}``. Raises nothing: a file that cannot be read or parsed says nothing."""
+        Encoder builds Block]}``. ``parsed``: files the caller has parsed already (the rewrite's
+        targets), used instead of parsing them again. Raises nothing: a file that cannot be read or
+        parsed says nothing."""
+        self._parsed.update(parsed or {})
         if cls not in self._enclosers:
             chains: dict[ClassRef, list[Built]] = {cls: []}
             frontier = [cls]
@@ -118,9 +124,20 @@ class Enclosing:
         pos = self._positions[key].get(built.stmt)
         return f"{built.outer[0]}:{pos.start.line}" if pos is not None else built.outer[0]
 
-    def _files(self) -> dict[str, str]:
+    def _files(self) -> dict[str, bytes]:
+        """``path relative to SRC -> bytes`` of SRC's files (one that cannot be read left out)."""
         if self._texts is None:
-            self._texts = self._files_of()
+            from ..source import python_files, read_bytes
+
+            self._texts = {}
+            for seen, path in enumerate(python_files(self.src)):
+                if seen >= self.limit:
+                    break
+                rel = path.relative_to(self.src).as_posix()
+                try:
+                    self._texts[rel] = read_bytes(path, rel, TEXT_BYTES)[0]
+                except (OSError, StackpartError):
+                    continue
         return self._texts
 
     def _calling(self, cls: ClassRef) -> list[str]:
@@ -132,27 +149,29 @@ class Enclosing:
         rel, name = cls
         stem = module_stem(rel)
         if stem not in self._naming:  # one scan of SRC per module, shared by the classes it defines
-            module = re.compile(rf"\b{re.escape(stem)}\b")
-            self._naming[stem] = [r for r, text in self._files().items() if stem in text and module.search(text)]
-        pattern = re.compile(rf"(?<!class )\b{re.escape(name)}\s*\(|\b{re.escape(name)}\s+as\s+\w")
+            raw = stem.encode()
+            module = re.compile(rb"\b" + re.escape(raw) + rb"\b")
+            self._naming[stem] = [r for r, data in self._files().items() if raw in data and module.search(data)]
+        word = re.escape(name.encode())
+        pattern = re.compile(rb"(?<!class )\b" + word + rb"\s*\(|\b" + word + rb"\s+as\s+\w")
         files = self._files()
         return [r for r in dict.fromkeys([rel, *self._naming[stem]])
-                if r in files and name in files[r] and pattern.search(files[r])]
+                if r in files and name.encode() in files[r] and pattern.search(files[r])]
 
     def _defines(self, rel: str, name: str) -> bool:
         """Whether file ``rel`` under SRC defines class ``name`` at its top level (by its text)."""
-        text = self._files().get(rel)
-        return text is not None and re.search(rf"^class\s+{re.escape(name)}\b", text, re.MULTILINE) is not None
+        data = self._files().get(rel)
+        return data is not None and re.search(rb"^class\s+" + re.escape(name.encode()) + rb"\b", data, re.MULTILINE) is not None
 
     def _constructions(self, rel: str) -> dict[str, list[Built]]:
         """``{class name: what its __init__ builds and holds}`` for the top-level classes of ``rel``."""
         if rel not in self._built:
             self._built[rel] = {}
             try:
-                from ..source import parse_module
+                from ..source import parse_module, read_file
 
-                module = parse_module(self._files()[rel], rel)
-            except StackpartError:
+                module = self._parsed.get(rel) or parse_module(read_file(self.src / rel, rel).text, rel)
+            except (OSError, StackpartError):
                 return self._built[rel]
             inits = {stmt.name.value: init for stmt in module.body if isinstance(stmt, cst.ClassDef)
                      for init in _own_init(stmt)}

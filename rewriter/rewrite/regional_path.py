@@ -261,15 +261,16 @@ class ProgramCompiles:
         """Whether any file under SRC writes a compile call at all (by its text)."""
         return bool(self._texts())
 
-    def enclosers(self, cls: tuple[str, str]) -> dict[tuple[str, str], list[Any]]:
+    def enclosers(self, cls: tuple[str, str], parsed: dict[str, cst.Module] | None = None) -> dict[tuple[str, str], list[Any]]:
         """The classes of SRC whose ``__init__`` builds class ``cls`` (``(file, name)``), at any
         depth, each with its chain of constructions (:meth:`rewriter.rewrite.enclosing.Enclosing.enclosers`;
-        SRC's texts read once, a file parsed only where its text calls a class asked about)."""
+        SRC's files read once, a file parsed only where its text can build a class asked about;
+        ``parsed``: files the rewrite has parsed, not parsed again)."""
         from .enclosing import Enclosing
 
         if "enclosing" not in self.cache:
-            self.cache["enclosing"] = Enclosing(lambda: self._all().files())
-        return self.cache["enclosing"].enclosers(cls)
+            self.cache["enclosing"] = Enclosing(self.src, MAX_FILES)
+        return self.cache["enclosing"].enclosers(cls, parsed)
 
     def built_where(self, built: Any) -> str:
         """``file.py:line`` of a construction :meth:`enclosers` found."""
@@ -282,13 +283,12 @@ class ProgramCompiles:
         return self.cache["texts"]
 
     def _all(self) -> Any:
-        """Every file's text under SRC (:class:`rewriter.compile_facts.SourceTexts`, at most
-        :data:`MAX_FILES`), read on first use: where a top-level call's result is used, and which
-        files build a class (:meth:`enclosers`)."""
+        """Every file's text under SRC (:class:`rewriter.compile_facts.SourceTexts`), read only for
+        a top-level call whose result is bound to a name."""
         from ..compile_facts import SourceTexts
 
         if "all" not in self.cache:
-            self.cache["all"] = SourceTexts(self.src, limit=MAX_FILES)
+            self.cache["all"] = SourceTexts(self.src)
         return self.cache["all"]
 
     def where(self, c: WholeCall) -> str:
@@ -441,9 +441,10 @@ def _enclosed(reading: ProgramCompiles, adds: dict[tuple[str, str], Any]) -> dic
     out: dict[tuple[str, str], tuple[Any, list[Any]]] = {}
     if not reading.compiles_any():
         return out
+    parsed = {c.target.relpath: c.module for c in adds.values()}
     for (rel, qual), c in adds.items():
         if qual.endswith(".forward") and qual.count(".") == 1:
-            for outer, chain in reading.enclosers((rel, qual.split(".")[0])).items():
+            for outer, chain in reading.enclosers((rel, qual.split(".")[0]), parsed).items():
                 out.setdefault(outer, (c, chain))
     return out
 
