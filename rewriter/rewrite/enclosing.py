@@ -124,7 +124,7 @@ class Enclosing:
         pos = self._positions[key].get(built.stmt)
         return f"{built.outer[0]}:{pos.start.line}" if pos is not None else built.outer[0]
 
-    def _files(self) -> dict[str, bytes]:
+    def files(self) -> dict[str, bytes]:
         """``path relative to SRC -> bytes`` of SRC's files (one that cannot be read left out)."""
         if self._texts is None:
             from ..source import python_files, read_bytes
@@ -151,16 +151,16 @@ class Enclosing:
         if stem not in self._naming:  # one scan of SRC per module, shared by the classes it defines
             raw = stem.encode()
             module = re.compile(rb"\b" + re.escape(raw) + rb"\b")
-            self._naming[stem] = [r for r, data in self._files().items() if raw in data and module.search(data)]
+            self._naming[stem] = [r for r, data in self.files().items() if raw in data and module.search(data)]
         word = re.escape(name.encode())
         pattern = re.compile(rb"(?<!class )\b" + word + rb"\s*\(|\b" + word + rb"\s+as\s+\w")
-        files = self._files()
+        files = self.files()
         return [r for r in dict.fromkeys([rel, *self._naming[stem]])
                 if r in files and name.encode() in files[r] and pattern.search(files[r])]
 
     def _defines(self, rel: str, name: str) -> bool:
         """Whether file ``rel`` under SRC defines class ``name`` at its top level (by its text)."""
-        data = self._files().get(rel)
+        data = self.files().get(rel)
         return data is not None and re.search(rb"^class\s+" + re.escape(name.encode()) + rb"\b", data, re.MULTILINE) is not None
 
     def _constructions(self, rel: str) -> dict[str, list[Built]]:
@@ -174,7 +174,7 @@ class Enclosing:
             except (OSError, StackpartError):
                 return self._built[rel]
             inits = {stmt.name.value: init for stmt in module.body if isinstance(stmt, cst.ClassDef)
-                     for init in _own_init(stmt)}
+                     for init in own_init(stmt)}
             if inits:
                 reader = _Reader(self, rel, module, inits)
                 MetadataWrapper(_skeleton(module, inits), unsafe_skip_copy=True).visit(reader)
@@ -248,7 +248,7 @@ def _skeleton(module: cst.Module, inits: dict[str, cst.FunctionDef]) -> cst.Modu
     return module.with_changes(body=body)
 
 
-def _own_init(cls: cst.ClassDef) -> list[cst.FunctionDef]:
+def own_init(cls: cst.ClassDef) -> list[cst.FunctionDef]:
     """``cls``'s own ``__init__`` (the last one its body defines), or none."""
     body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
     inits = [s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"]

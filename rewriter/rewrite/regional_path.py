@@ -8,7 +8,11 @@ TinyLM().eval()``; ``.eval()``, ``.to(...)`` and the like peeled off), defined i
 or imported from a file under SRC (``from model import TinyLM``). The attributes are those its
 methods assign on ``self`` (and its class-level names), with its bases' in that file. Where any
 step cannot be followed (a class from an installed library, a factory function, a base defined
-elsewhere), nothing is checked: the program's run (``validate``) is then the judge.
+elsewhere), nothing is checked: the program's run (``validate``) is then the judge. Where the
+name compiled is a parameter of the target (a generic helper, ``def maybe_compile(model): return
+torch.compile(model)``), its callers under SRC are read instead (:mod:`.callers`), and anything
+short of every call passing an instance of a class whose ``__init__`` sets the container is
+refused (:func:`_check_callers`).
 
 The same reading refuses a plan that compiles the class of the instance its own ``own_call`` keeps
 compiled whole, or that the program compiles whole with a call the plan does not edit, read from
@@ -30,30 +34,32 @@ from pathlib import Path
 from typing import Any
 
 import libcst as cst
+import libcst.matchers as m
 
 from ..errors import StackpartError
 from ..plan import CompileAction, LoadedPlan
 from ..targets import collect_definitions
+from .callers import SELF_RETURNING, bound_value, calls_of, parameter_names
 
-#: Methods that return the module they are called on: peeled off ``TinyLM().eval()``.
-SELF_RETURNING = {"eval", "train", "to", "cuda", "cpu", "float", "half", "bfloat16", "double", "requires_grad_",
-                  "to_empty", "share_memory"}
 #: Bases that set no attribute a regional path could name.
 PLAIN_BASES = {"nn.Module", "torch.nn.Module", "Module", "object"}
 
 
-def check(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> dict[int, str]:
+def check(loaded: LoadedPlan, bounds: list[Any], parse: Any, src: Path | None = None) -> dict[int, str]:
     """Refuse an ``own_call`` regional path whose first attribute the model's class never sets;
     return ``{action index: container class}`` (``ModuleList``, ``Sequential``, ``ModuleDict``) for
     each regional path whose container's class the source says (the others are left out).
 
     ``bounds``: the plan's resolved file targets (:class:`rewriter.consistency.Bound`); ``parse``:
     ``(relpath) -> (key, definitions)`` reading a file under SRC once, with the definitions the
-    rewrite collects of it (raising where it cannot).
+    rewrite collects of it (raising where it cannot). With ``src`` (SRC), a target that compiles
+    its own parameter (a generic helper, ``def maybe_compile(model): return torch.compile(model)``)
+    is read through its callers under SRC (:func:`_check_callers`).
 
     Raises:
         StackpartError: at the action's plan line, naming the class, where it is defined and a
-            near name among its attributes.
+            near name among its attributes; or the caller of a helper whose argument is not known
+            to hold the container.
     """
     kinds: dict[int, str] = {}
     for b in bounds:
@@ -65,6 +71,9 @@ def check(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> dict[int, str]:
             continue
         found = _model_class(b, parse)
         if found is None:
+            kind = _check_callers(loaded, b, path, parse, src) if src is not None else None
+            if kind is not None:
+                kinds[b.index] = kind
             continue
         name, rel, attrs, defs = found
         first = path.split(".")[0]
@@ -82,6 +91,105 @@ def check(loaded: LoadedPlan, bounds: list[Any], parse: Any) -> dict[int, str]:
             hint=f"name the container of the repeated blocks {name} holds (its attributes: {', '.join(shown[:8])})",
         )
     return kinds
+
+
+def _compiled_parameter(b: Any) -> tuple[cst.FunctionDef, str] | None:
+    """``(function, parameter)`` where the target's one compile call compiles a parameter of the
+    function that its body never rebinds (``def maybe_compile(model): return torch.compile(model)``,
+    ``model.compile()``, ``torch.compile(model.forward)``); else None."""
+    from ..actions.base import imported_names
+    from ..actions.own_call import OwnCallRefused, find_sites, statement_of
+
+    func = b.target.node
+    if not isinstance(func, cst.FunctionDef):
+        return None
+    try:
+        sites = find_sites(func, imported_names(b.module))
+    except OwnCallRefused:
+        return None
+    if len(sites) != 1 or sites[0].call is None or sites[0].kind == "decorator":
+        return None
+    call = sites[0].call
+    if getattr(statement_of(func, call), "value", None) is not call:
+        return None  # a form the regional edit refuses itself (a conditional expression, an argument)
+    if sites[0].kind == "method":
+        owner = call.func.value if isinstance(call.func, cst.Attribute) else None
+    else:
+        owner = call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None
+    if isinstance(owner, cst.Attribute) and owner.attr.value == "forward":
+        owner = owner.value
+    params = {p.name.value for p in (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)}
+    if not isinstance(owner, cst.Name) or owner.value not in params:
+        return None
+    rebound = m.Name(owner.value)
+    if m.findall(func.body, m.AssignTarget(target=rebound) | m.AnnAssign(target=rebound) | m.AugAssign(target=rebound)
+                 | m.For(target=rebound) | m.AsName(name=rebound) | m.NamedExpr(target=rebound)):
+        return None  # bound again in the body: what it holds at the call is not the caller's argument
+    return func, owner.value
+
+
+def _check_callers(loaded: LoadedPlan, b: Any, path: str, parse: Any, src: Path) -> str | None:
+    """Refuse ``own_call: {regional: path}`` on a target whose compile compiles its own parameter
+    (:func:`_compiled_parameter`) unless every call of it under SRC (:func:`.callers.calls_of`)
+    passes an instance of a class of SRC whose ``__init__`` sets the path's first attribute: the
+    loop ``for block in <param>.<path>`` assumes it of every model the function is given. Return
+    the container's class where every such class says the same one (else None: nothing to say,
+    or not a parameter).
+
+    Raises:
+        StackpartError: at the action's plan line, naming the caller's ``file:line`` and its
+            argument, and why (the class lacks the attribute, its class cannot be read statically,
+            the function is used as a value, a method's callers, no caller at all).
+    """
+    hit = _compiled_parameter(b)
+    if hit is None:
+        return None
+    func, param = hit
+    name, first = func.name.value, path.split(".")[0]
+    head = f"own_call: regional: {path}: {name} compiles its parameter {param}, and "
+    loop = f"`for block in {param}.{path}`"
+    hint = (f"turn the compile regional where the model's class is known (own_call: {{regional: {path}}} on a "
+            f"function that compiles an instance of a class that sets {first} itself, or the loop written by hand "
+            f"at that caller), or keep {name}'s whole compile (drop regional)")
+    if "." in b.target.qualname:
+        raise loaded.error(b.index, head + f"the callers of a method ({b.target.qualname}) are not read statically, "
+                           f"so {loop} may raise AttributeError for a {param} without {first}", hint=hint)
+    names = parameter_names(func)
+    calls = calls_of(src, b.target.relpath, name, param, names.index(param) if param in names else None, MAX_FILES)
+    if not calls:
+        raise loaded.error(b.index, head + f"no file under SRC calls {name}, so the class of what it compiles cannot "
+                           f"be read statically and {loop} may raise AttributeError", hint=hint)
+    kinds: set[str | None] = set()
+    for c in calls:
+        if not c.called:
+            raise loaded.error(b.index, head + f"{c.where}: {c.why} ({c.code}), so not every call of it can be read "
+                               f"and {loop} may raise AttributeError", hint=hint)
+        if c.cls is None:
+            raise loaded.error(b.index, head + f"{c.where} passes {c.code}, whose class cannot be read statically: "
+                               f"{c.why}; {loop} may raise AttributeError there", hint=hint)
+        try:
+            key, defs = parse(c.cls[0])
+        except StackpartError:
+            defs = {}
+        if not _init_sets(defs, c.cls[1], first):
+            raise loaded.error(b.index, head + f"{c.where} passes {c.code} ({c.cls[0]}::{c.cls[1]}), whose __init__ "
+                               f"sets no attribute {first!r}: {loop} would raise AttributeError there", hint=hint)
+        kinds.add(_container_kind(defs, c.cls[1], path.split(".")))
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _init_sets(definitions: dict[str, list[Any]], name: str, attr: str, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether class ``name``'s ``__init__`` sets ``self.<attr>``: its own (the last it defines),
+    else (or where its own does not) a base's defined in ``definitions``."""
+    from .enclosing import own_init
+
+    if name not in definitions or definitions[name][-1].kind != "class" or name in seen:
+        return False
+    node = definitions[name][-1].node
+    if any(_assigned(init, attr) for init in own_init(node)):
+        return True
+    bases = [cst.Module(body=[]).code_for_node(base.value) for base in node.bases]
+    return any(_init_sets(definitions, base, attr, seen | {name}) for base in bases if base not in PLAIN_BASES)
 
 
 def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
@@ -581,23 +689,8 @@ def _site_class(scope: cst.FunctionDef | cst.Module, site: Any) -> str | None:
 def _bound_by_call(scope: cst.FunctionDef | cst.Module, name: str, site: cst.Call) -> str | None:
     """The class name of the last ``name = Class(...)[.eval()...]`` in ``scope``'s own body (a
     function's, or a module's top level) before the statement holding the compile call ``site``."""
-    import libcst.matchers as m
-
-    found = None
-    if isinstance(scope, cst.Module):
-        stmts: Any = scope.body
-    else:
-        stmts = scope.body.body if isinstance(scope.body, cst.IndentedBlock) else ()
-    for stmt in stmts:
-        if m.findall(stmt, m.MatchIfTrue(lambda node: node is site)):
-            break
-        if not isinstance(stmt, cst.SimpleStatementLine):
-            continue
-        for small in stmt.body:
-            if (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
-                    and small.targets[0].target.value == name):
-                found = _called_class(small.value)
-    return found
+    value = bound_value(scope, name, site)
+    return _called_class(value) if value is not None else None
 
 
 def _called_class(value: cst.BaseExpression) -> str | None:
@@ -716,9 +809,9 @@ def _container_kind(definitions: dict[str, list[Any]], name: str, path: list[str
     return kinds.pop() if len(kinds) == 1 else None
 
 
-def _assigned(node: cst.ClassDef, attr: str) -> list[cst.BaseExpression]:
-    """The values ``self.<attr> = ...`` takes in the methods of class ``node`` (its nested classes'
-    are theirs)."""
+def _assigned(node: cst.ClassDef | cst.FunctionDef, attr: str) -> list[cst.BaseExpression]:
+    """The values ``self.<attr> = ...`` takes in the methods of class ``node``, or in the function
+    ``node`` (a nested class's are its own)."""
     out: list[cst.BaseExpression] = []
 
     class _Sets(cst.CSTVisitor):

@@ -214,7 +214,7 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
     consistency.check_library(loaded, library)
     consistency.check_own_regional(loaded, bounds, library, src)
     parse = lambda rel: (key := files.parse(rel), files.definitions[key])  # noqa: E731
-    containers = regional_path.check(loaded, bounds, parse)
+    containers = regional_path.check(loaded, bounds, parse, src)
     reading = read_src if isinstance(read_src, regional_path.ProgramCompiles) else src if read_src else None
     regional_path.check_compiled_whole(loaded, bounds, parse, reading)
     result.key_changes = checkpoint_keys.key_changes(bounds)

@@ -1,0 +1,218 @@
+"""The calls of a top-level function of SRC from SRC's own files, and the class of the module each
+passes for one of its parameters, read statically with LibCST.
+
+``own_call: {regional: blocks}`` on a generic helper (``utils/compiling.py::maybe_compile(model)``
+holding ``return torch.compile(model)``) writes ``for block in model.blocks: block.compile()``,
+which holds only for a caller that passes a model with ``blocks``
+(:func:`rewriter.rewrite.regional_path.check` asks every caller this module finds).
+
+* a call is one whose callee LibCST's :class:`~libcst.metadata.QualifiedNameProvider` resolves to
+  the function: its own name in its file, or imported from it under SRC (``from utils.compiling
+  import maybe_compile as mc``, ``from utils import compiling; compiling.maybe_compile(...)``,
+  ``import utils.compiling``), the module found as :func:`.enclosing.module_files` finds it;
+* the argument is the one passed at the parameter's position or by its keyword; its class is read
+  where the source says it: a call of a class defined at the top level of a file of SRC
+  (``Net()``, ``Net().eval()``: :data:`SELF_RETURNING` peeled off, the class
+  resolved as :meth:`.enclosing.Enclosing.resolve` resolves a construction), or a name the caller's
+  own body binds to such a call before it (``net = Net(); maybe_compile(net)``).
+
+What is not read says why (:attr:`Call.why`): a parameter of the caller (any model may come in),
+a factory, a class of an installed library, ``*args``. A use of the function that is no call
+(``fns = [maybe_compile]``, ``map(maybe_compile, ...)``) is a :class:`Call` with no argument:
+its calls cannot be followed. Files are found by their text first (the function's name), so only
+those that name it are parsed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import libcst as cst
+import libcst.matchers as m
+from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider, QualifiedNameSource
+
+from ..errors import StackpartError
+from .enclosing import ClassRef, Enclosing, module_files
+
+_EMPTY = cst.Module([])
+#: Methods that return the module they are called on: peeled off ``TinyLM().eval()``.
+SELF_RETURNING = {"eval", "train", "to", "cuda", "cpu", "float", "half", "bfloat16", "double", "requires_grad_",
+                  "to_empty", "share_memory"}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One use of the function in SRC.
+
+    Attributes:
+        where: ``file.py:line`` of the call (or of the use as a value).
+        code: the argument as written (``Net()``), or the use itself where it is no call.
+        cls: the argument's class, ``(file relative to SRC, class name)``, where the source says it.
+        why: why ``cls`` is None, in words (``m is a parameter of wrap``).
+        called: False where the function is used as a value, not called.
+    """
+
+    where: str
+    code: str
+    cls: ClassRef | None
+    why: str
+    called: bool = True
+
+
+def _code(node: cst.CSTNode) -> str:
+    return " ".join(_EMPTY.code_for_node(node).split())
+
+
+def bound_value(scope: cst.FunctionDef | cst.Module, name: str, site: cst.CSTNode) -> cst.BaseExpression | None:
+    """The value of the last ``name = <value>`` in ``scope``'s own body (a function's, or a module's
+    top level) before the statement holding ``site``, or None where there is none."""
+    found = None
+    stmts: Any = scope.body if isinstance(scope, cst.Module) else (
+        scope.body.body if isinstance(scope.body, cst.IndentedBlock) else ())
+    for stmt in stmts:
+        if m.findall(stmt, m.MatchIfTrue(lambda node: node is site)):
+            break
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
+                    and small.targets[0].target.value == name):
+                found = small.value
+    return found
+
+
+def parameter_names(func: cst.FunctionDef) -> list[str]:
+    """``func``'s parameters that a positional argument fills, in order (``self`` included)."""
+    return [p.name.value for p in (*func.params.posonly_params, *func.params.params)]
+
+
+def calls_of(src: Path, rel: str, name: str, param: str, position: int | None, limit: int) -> list[Call]:
+    """Every use under ``src`` of the top-level function ``name`` of file ``rel``, with the class
+    of what each call passes for parameter ``param`` (at ``position`` where it may be passed
+    positionally, None for a keyword-only one). ``limit``: the most files of SRC read. Raises
+    nothing: a file that cannot be read or parsed says nothing."""
+    from ..source import parse_module, read_file
+
+    reading = Enclosing(src, limit)
+    word = re.compile(rb"\b" + re.escape(name.encode()) + rb"\b")
+    out: list[Call] = []
+    for caller, data in reading.files().items():
+        if name.encode() not in data or not word.search(data):
+            continue
+        try:
+            module = parse_module(read_file(src / caller, caller).text, caller)
+        except (OSError, StackpartError):
+            continue
+        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        finder = _Finder(reading, caller, rel, name, param, position)
+        wrapper.visit(finder)
+        out += finder.found
+    return out
+
+
+class _Finder(cst.CSTVisitor):
+    """The uses of one function in one file (:func:`calls_of`)."""
+
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
+
+    def __init__(self, reading: Enclosing, rel: str, home: str, name: str, param: str, position: int | None) -> None:
+        super().__init__()
+        self.reading, self.rel, self.home, self.name = reading, rel, home, name
+        self.param, self.position = param, position
+        self.scopes: list[cst.FunctionDef | cst.Module] = []
+        self.called: set[int] = set()
+        self.found: list[Call] = []
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.scopes.append(node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.called.add(id(node.name))  # its own name is a definition, not a use
+        self.scopes.append(node)
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def _where(self, node: cst.CSTNode) -> str:
+        return f"{self.rel}:{self.get_metadata(PositionProvider, node).start.line}"
+
+    def _is_it(self, node: cst.CSTNode) -> bool:
+        """Whether ``node`` names the function (its qualified names, :func:`.enclosing.module_files`)."""
+        names = self.get_metadata(QualifiedNameProvider, node, set())
+        for q in names:
+            if q.source == QualifiedNameSource.LOCAL and q.name == self.name and self.rel == self.home:
+                return True
+            if q.source == QualifiedNameSource.IMPORT:
+                dotted, _, last = q.name.rpartition(".")
+                if last == self.name and dotted.strip(".") and self.home in module_files(dotted, self.rel):
+                    return True
+        return False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not isinstance(node.func, (cst.Name, cst.Attribute)) or not self._is_it(node.func):
+            return
+        self.called.add(id(node.func))
+        if isinstance(node.func, cst.Attribute):
+            self.called.add(id(node.func.attr))
+        self.found.append(self._argument(node))
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if id(node) not in self.called and node.value == self.name and self._is_it(node):
+            self.found.append(Call(self._where(node), _code(node), None, f"{self.name} is used as a value", False))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if id(node) not in self.called and node.attr.value == self.name and self._is_it(node):
+            self.called.add(id(node.attr))
+            self.found.append(Call(self._where(node), _code(node), None, f"{self.name} is used as a value", False))
+
+    def _argument(self, call: cst.Call) -> Call:
+        """The argument ``call`` passes for the parameter, and its class where the source says it."""
+        where = self._where(call)
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        arg = next((a for a in call.args if a.keyword is not None and a.keyword.value == self.param), None)
+        if arg is None and self.position is not None and self.position < len(positional) \
+                and all(not a.star for a in call.args[:self.position + 1]):
+            arg = positional[self.position]
+        if arg is None:
+            starred = next((a for a in call.args if a.star), None)
+            why = (f"it passes {starred.star}{_code(starred.value)}, which may hold it" if starred is not None
+                   else f"it passes no {self.param}")
+            return Call(where, _code(call), None, why)
+        value = arg.value
+        code = _code(value)
+        scope = self.scopes[-1]
+        if isinstance(value, cst.Name):
+            if isinstance(scope, cst.FunctionDef) and value.value in {
+                    p.name.value for p in (*scope.params.posonly_params, *scope.params.params,
+                                           *scope.params.kwonly_params)}:
+                return Call(where, code, None, f"{code} is a parameter of {scope.name.value}")
+            bound = bound_value(scope, value.value, call)
+            if bound is None:
+                return Call(where, code, None, f"{code} is not bound to a call of a class in {self.rel}'s own lines before")
+            value = bound
+        cls = self._class(value)
+        if cls is None:
+            return Call(where, code, None, f"{_code(value)} is not a call of a class of SRC")
+        return Call(where, code, cls, "")
+
+    def _class(self, value: cst.BaseExpression) -> ClassRef | None:
+        """The class of SRC ``value`` calls (``Net()``, ``model.Net().eval()``), else None."""
+        while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+               and value.func.attr.value in SELF_RETURNING):
+            value = value.func.value
+        if not isinstance(value, cst.Call):
+            return None
+        try:
+            names = self.get_metadata(QualifiedNameProvider, value.func, set())
+        except KeyError:
+            return None
+        return self.reading.resolve(self.rel, names) if names else None

@@ -1,0 +1,154 @@
+"""``own_call: {regional: <container>}`` on a compile in a generic helper whose parameter is what it
+compiles (``utils/compiling.py::maybe_compile(model)`` holding ``return torch.compile(model)``):
+the loop it writes, ``for block in model.blocks.children()``, holds only for a caller that passes a
+model whose class sets ``blocks`` in its ``__init__``. The rewrite reads the helper's callers under
+SRC and writes the loop only where every one of them passes an instance of such a class of SRC;
+otherwise it refuses at the plan line, exit 2, nothing written, naming the caller's ``file:line``
+and why (the class lacks the container, or its class cannot be read statically).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rewriter.cli import main
+
+MODEL = """\
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(2)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+class Late(nn.Module):
+    def build(self):
+        self.blocks = nn.ModuleList([Block()])
+"""
+
+HELPER = """\
+import torch
+
+
+def maybe_compile(model):
+    return torch.compile(model, backend="eager")
+"""
+
+TRAIN = """\
+from model import Head, Net
+from utils.compiling import maybe_compile
+
+
+def main():
+    net = maybe_compile(Net())
+{more}    return net
+"""
+
+PLAN = "  - {action: compile, target: utils/compiling.py::maybe_compile, own_call: {regional: blocks}}\n"
+
+REGIONAL = """\
+def maybe_compile(model):
+    for block in model.blocks:
+        block.compile(backend="eager")
+    return model
+"""
+
+
+def _tree(src: Path) -> dict[str, bytes]:
+    return {p.relative_to(src).as_posix(): p.read_bytes() for p in sorted(src.rglob("*")) if p.is_file()}
+
+
+def _rewrite(tmp_path: Path, capsys, files: dict[str, str], code: int) -> str:
+    """``rewrite --apply`` of the model, the helper and ``files`` with :data:`PLAN`; assert the exit
+    code, and on 2 that no byte of SRC changed; return stderr on one line."""
+    src = tmp_path / "src"
+    for name, text in {"model.py": MODEL, "utils/__init__.py": "", "utils/compiling.py": HELPER, **files}.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text(text)
+    before = _tree(src)
+    (tmp_path / "plan.yaml").write_text("version: 1\nactions:\n" + PLAN)
+    capsys.readouterr()
+    got = main(["rewrite", "--plan", str(tmp_path / "plan.yaml"), str(src), "--apply", "--no-validate"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert got == code, err
+    if code == 2:
+        assert _tree(src) == before
+    return err
+
+
+def test_a_caller_passing_a_model_without_the_container_is_refused(tmp_path, capsys):
+    train = TRAIN.format(more="    head = maybe_compile(Head())\n")
+    err = _rewrite(tmp_path, capsys, {"train.py": train}, 2)
+    assert ("plan.yaml:3: actions[0] (compile utils/compiling.py::maybe_compile): own_call: regional: blocks: "
+            "maybe_compile compiles its parameter model, and train.py:7 passes Head() (model.py::Head), whose "
+            "__init__ sets no attribute 'blocks': `for block in model.blocks` would raise AttributeError "
+            "there") in err, err
+    assert "turn the compile regional where the model's class is known" in err, err
+
+
+@pytest.mark.parametrize("more, where, why", [
+    # a parameter of the caller: any model may come in
+    ("    head = wrap(net)\n\n\ndef wrap(m):\n    return maybe_compile(m)\n", "train.py:11",
+     "m is a parameter of wrap"),
+    # built by a factory
+    ("    other = maybe_compile(make())\n", "train.py:7", "make() is not a call of a class of SRC"),
+    # a class of an installed library
+    ("    other = maybe_compile(nn.Linear(4, 4))\n", "train.py:7", "nn.Linear(4, 4) is not a call of a class of SRC"),
+    # the container set outside __init__
+    ("    other = maybe_compile(Late())\n", "train.py:7", "(model.py::Late), whose __init__ sets no attribute 'blocks'"),
+    # the helper passed on as a value: its calls cannot be followed
+    ("    fns = [maybe_compile]\n", "train.py:7", "maybe_compile is used as a value"),
+])
+def test_a_caller_whose_argument_is_not_known_to_hold_the_container_is_refused(tmp_path, capsys, more, where, why):
+    train = TRAIN.format(more=more).replace("from model import", "import torch.nn as nn\nfrom model import Late,") \
+        if "Late" in more or "nn." in more else TRAIN.format(more=more)
+    if "Late" in more or "nn." in more:
+        where = f"train.py:{int(where.rsplit(':', 1)[1]) + 1}"
+    err = _rewrite(tmp_path, capsys, {"train.py": train}, 2)
+    assert f"own_call: regional: blocks: maybe_compile compiles its parameter model, and {where}" in err, err
+    assert why in err, err
+
+
+def test_a_helper_no_file_of_src_calls_is_refused(tmp_path, capsys):
+    err = _rewrite(tmp_path, capsys, {}, 2)
+    assert "no file under SRC calls maybe_compile" in err, err
+
+
+@pytest.mark.parametrize("train", [
+    TRAIN.format(more=""),
+    # a name bound to an instance of Net, an aliased import, a keyword argument, a module import
+    "from model import Net\nfrom utils.compiling import maybe_compile as mc\n\n\ndef main():\n"
+    "    net = Net().eval()\n    return mc(net)\n",
+    "from model import Net\nfrom utils import compiling\n\n\ndef main():\n    return compiling.maybe_compile(model=Net())\n",
+    "import model\nimport utils.compiling\n\nnet = utils.compiling.maybe_compile(model.Net())\n",
+])
+def test_every_caller_passing_a_model_with_the_container_is_written(tmp_path, capsys, train):
+    _rewrite(tmp_path, capsys, {"train.py": train}, 0)
+    assert (tmp_path / "src" / "utils" / "compiling.py").read_text() == "import torch\n\n\n" + REGIONAL
