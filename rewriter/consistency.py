@@ -79,6 +79,11 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
   the plan it writes (:class:`.rewrite.regional_path.ProgramCompiles`,
   :func:`rewriter.diagnose.search.candidate_rewrite`): a candidate refused so is pruned, and no plan
   it writes is one the rewrite refuses.
+* a ``compile`` (not ``own_call``, not ``strategy: nested``) of ``Block`` beside an ``own_call:
+  {regional: blocks}`` edit whose loop compiles those same ``Block`` instances (``Net.__init__``
+  holds them in ``self.blocks``), or instances of a class that builds them: each block would be
+  compiled twice, and one of the two compiles gets no graph (:func:`check_regional_blocks`). The
+  refusal names both actions and which one to keep.
 * a ``compile`` (not ``own_call``) of a block class the program compiles itself with
   ``model.compile_repeated_blocks(...)`` (a class named in a ``_repeated_blocks`` list that SRC or
   the library target's own file declares), or of the model class that declares it: the blocks would
@@ -663,6 +668,89 @@ def check_own_regional(loaded: LoadedPlan, bounds: list[Bound], library: dict[in
             "this action would compile those blocks a second time",
             hint=f"drop this action, or {edit}",
         )
+
+
+def check_regional_blocks(loaded: LoadedPlan, bounds: list[Bound], parse: Any, reading: Any) -> None:
+    """Refuse a ``compile`` (not ``own_call``, not ``strategy: nested``) of a class ``Block`` (or
+    its ``forward``) beside an ``own_call: {regional: <path>}`` edit whose loop compiles the same
+    ``Block`` instances, or instances of a class that encloses them: each block would be compiled
+    twice, and one of the two compiles is dead (pinned with
+    :class:`torch._dynamo.testing.CompileCounter` on CPU torch in
+    tests/test_compile_of_a_class_an_enclosing_compile_holds.py). Where the loop walks the
+    ``Block``s themselves, the plan's decorated ``Block.forward`` receives every graph and the
+    loop's ``block.compile()`` none; where it walks a class that builds them (``Layer``), the loop's
+    compile traces ``Block.forward`` and inlines it, and the plan's compile is the dead one.
+
+    The edited call's model class is read as :func:`.rewrite.regional_path.check` reads it
+    (``parse`` as there), the classes it encloses by :meth:`.rewrite.regional_path.ProgramCompiles.enclosers`
+    (``reading``; nothing is read where it is None, or where the source does not say the class).
+
+    Raises:
+        StackpartError: at the compile of ``Block``'s plan line, naming the ``own_call.regional``
+            action (its plan line), the constructions, and which of the two to keep.
+    """
+    from .rewrite.regional_path import builds, model_class, regional_of
+
+    if reading is None:
+        return
+    adds = [b for b in bounds if isinstance(b.action, CompileAction) and b.action.own_call is None
+            and b.action.strategy != "nested" and not b.action.library
+            and (b.target.qualname.count(".") == 0 or b.target.qualname.endswith(".forward"))
+            and b.target.qualname.count(".") <= 1]
+    edits = [o for o in bounds if isinstance(o.action, CompileAction) and o.action.own_call is not None
+             and o.action.own_call.regional not in (None, "compile_repeated_blocks")
+             and o.action.own_call.disable is not True]
+    if not adds or not edits:
+        return
+    parsed = {c.target.relpath: c.module for c in adds}
+    for c in adds:
+        inner = c.target.qualname.split(".")[0]
+        enclosers = reading.enclosers((c.target.relpath, inner), parsed)
+        for o in edits:
+            found = model_class(o, parse)
+            chain = enclosers.get((found[1], found[0])) if found is not None else None
+            path = o.action.own_call.regional
+            steps = len(path.split("."))
+            if not chain or len(chain) < steps or regional_of(chain[:steps]) != path:
+                continue
+            _refuse_twice_compiled(loaded, reading, c, o, found[0], inner, chain, steps, builds)
+
+
+def _refuse_twice_compiled(loaded: LoadedPlan, reading: Any, c: Bound, o: Bound, model: str, inner: str,
+                           chain: list[Any], steps: int, builds: Any) -> None:
+    """The refusal of :func:`check_regional_blocks`: ``c`` compiles ``inner``, and ``o``'s regional
+    loop compiles each ``chain[steps - 1].inner`` of ``model`` in place.
+
+    Raises:
+        StackpartError: always, at ``c``'s plan line.
+    """
+    from .actions.base import imported_names
+    from .actions.own_call import find_sites
+
+    path = o.action.own_call.regional  # type: ignore[attr-defined]
+    walked = chain[steps - 1].inner[1]
+    sites = find_sites(o.target.node, imported_names(o.module))  # type: ignore[arg-type]
+    code = _code(sites[0].node) if len(sites) == 1 else "its compile"
+    head = (f"compile of {inner}: actions[{o.index}] ({loaded.path}:{loaded.action_lines[o.index]}) own_call.regional: "
+            f"{path} turns {o.target.relpath}::{o.target.qualname}'s compile ({code}) into a compile of each {walked} "
+            f"of {model}.{path} in place")
+    if steps == len(chain):
+        raise loaded.error(
+            c.index,
+            f"{head} ({builds(reading, chain)}), and this action compiles {inner} too: each block is compiled twice, "
+            f"and this action's decorated {inner}.forward receives every graph while the loop's block.compile() "
+            "receives none",
+            hint=f"keep one: the regional edit of actions[{o.index}] (drop this action: the program's call then "
+                 f"compiles each {inner} in place), or this action (turn the program's call off in actions[{o.index}]: "
+                 "own_call: {disable: true} instead of regional)",
+        )
+    raise loaded.error(
+        c.index,
+        f"{head}, and {walked} encloses {inner} ({builds(reading, chain)}): Dynamo traces {inner}.forward inside "
+        f"each {walked}'s compile and inlines it, so this compile and its options would never be used",
+        hint=f"keep the regional edit of actions[{o.index}]: drop this action (each {walked} compiled in place "
+             f"compiles its {inner} with it)",
+    )
 
 
 def _first_call(calls: list[Any]) -> tuple[Any, str]:

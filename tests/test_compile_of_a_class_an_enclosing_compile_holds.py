@@ -77,7 +77,7 @@ def _rewrite(tmp_path: Path, capsys, files: dict[str, str], actions: str, code: 
 def test_a_compiled_forward_of_a_block_inside_a_whole_model_compile_is_never_used():
     """What the refusal rests on (CPU torch, counting backends): with ``Net`` compiled whole, the
     decorated ``Block.forward`` gets no graph of its own; with the program's compile off, or turned
-    regional (each block compiled in place), it does."""
+    regional (each block compiled in place), it does, and the loop's own compile gets none."""
     import warnings
 
     import torch
@@ -110,7 +110,7 @@ def test_a_compiled_forward_of_a_block_inside_a_whole_model_compile_is_never_use
         net = namespace["Net"]()
         for each in net.blocks:  # the program's call turned regional (own_call: {regional: blocks})
             each.compile(backend=backend("regional"))
-        net(torch.randn(2, 4))  # the plan's decorator still gets the graphs: not refused beside a regional edit
+        net(torch.randn(2, 4))  # the plan's decorator gets the graphs, the loop's block.compile() none: one is dead
     assert got == ["plan", "plan"], got
     torch._dynamo.reset()
 
@@ -202,7 +202,6 @@ def test_a_script_level_call_is_changed_by_hand(tmp_path, capsys):
     ({"train.py": TRAIN.replace("torch.compile(Net())", "torch.compile(Net(), disable=True)")}, ADD),
     # the ways through the refusal names
     ({}, "  - {action: compile, target: train.py::main, strategy: region, own_call: {regional: blocks}}\n"),
-    ({}, "  - {action: compile, target: train.py::main, strategy: region, own_call: {regional: blocks}}\n" + ADD),
     ({}, "  - {action: compile, target: train.py::main, strategy: whole, own_call: {disable: true}}\n" + ADD),
     ({}, "  - {action: compile, target: train.py::main, strategy: whole, own_call: {fullgraph: true}}\n"
          "  - {action: compile, target: model.py::Block, strategy: nested}\n"),
@@ -274,3 +273,90 @@ def test_the_reading_parses_only_files_that_build_the_class(tmp_path, monkeypatc
     assert sorted(reading.enclosers(("model.py", "Block"))) == [("model.py", "Net")]
     assert reading.enclosers(("model.py", "Net")) == {}
     assert parsed == ["model.py", "train.py"], parsed  # train.py calls Net(); the other files call neither
+
+
+REGIONAL = "  - {action: compile, target: train.py::main, strategy: region, own_call: {regional: blocks}}\n"
+
+
+def test_a_block_compiled_by_the_plan_and_by_a_regional_loop_gets_its_graphs_from_one_only():
+    """What the refusal below rests on (CPU torch, :class:`torch._dynamo.testing.CompileCounter`):
+    the same ``Block`` instances compiled by the plan (``@torch.compile`` on ``Block.forward``) and
+    by the program's call turned regional (``block.compile()`` on each): the decorator gets every
+    frame, the loop's compile none. With the plan's compile on a class inside the regional blocks
+    (``Layer`` compiled in place, ``Layer.__init__`` builds the ``Block``), the reverse: the loop's
+    compile traces the decorated ``Block.forward`` and inlines it, and the decorator gets none."""
+    import warnings
+
+    import torch
+    from torch._dynamo.testing import CompileCounter
+
+    plan, loop = CompileCounter(), CompileCounter()
+    namespace = {"torch": torch, "nn": torch.nn, "plan_backend": plan}
+    block = BLOCK.replace("    def forward", "    @torch.compile(backend=plan_backend)\n    def forward")
+    layer = ("class Layer(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.block = Block()\n\n"
+             "    def forward(self, x):\n        return self.block(x) + 1\n")
+    exec(compile(f"{block}\n\n{layer}", "pinned_blocks.py", "exec"), namespace)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch._dynamo.reset()
+        blocks = torch.nn.ModuleList([namespace["Block"]() for _ in range(2)])
+        for each in blocks:
+            each.compile(backend=loop)
+        x = torch.randn(2, 4)
+        for each in blocks:
+            x = each(x)
+        assert plan.frame_count > 0 and loop.frame_count == 0, (plan.frame_count, loop.frame_count)
+        plan.clear()
+        torch._dynamo.reset()
+        layers = torch.nn.ModuleList([namespace["Layer"]() for _ in range(2)])
+        for each in layers:
+            each.compile(backend=loop)
+        for each in layers:
+            x = each(x)
+        assert plan.frame_count == 0 and loop.frame_count > 0, (plan.frame_count, loop.frame_count)
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("plan, line, at, other", [
+    (REGIONAL + ADD, 4, 1, 0),
+    (REGIONAL + "  - {action: compile, target: model.py::Block.forward}\n", 4, 1, 0),
+    (ADD + REGIONAL, 3, 0, 1),  # the compile of Block first: refused at it all the same
+])
+def test_a_compile_of_the_blocks_a_regional_edit_compiles_is_refused_naming_both(tmp_path, capsys, plan, line, at,
+                                                                                   other):
+    err = _rewrite(tmp_path, capsys, {"model.py": LIST, "train.py": TRAIN}, plan, 2)
+    assert (f"plan.yaml:{line}: actions[{at}] (compile model.py::Block"
+            f"{'.forward' if 'Block.forward' in plan else ''}): compile of Block: actions[{other}] "
+            f"({tmp_path / 'plan.yaml'}:{4 if other else 3}) own_call.regional: blocks turns train.py::main's compile "
+            "(torch.compile(Net())) into a compile of each Block of Net.blocks in place (Net.__init__ builds Block at "
+            "model.py:17: self.blocks = nn.ModuleList([Block() for _ in range(2)])), and this action compiles Block "
+            "too: each block is compiled twice, and this action's decorated Block.forward receives every graph while "
+            "the loop's block.compile() receives none") in err, err
+    assert (f"keep one: the regional edit of actions[{other}] (drop this action: the program's call then compiles "
+            f"each Block in place), or this action (turn the program's call off in actions[{other}]: own_call: "
+            "{disable: true} instead of regional)") in err, err
+
+
+def test_a_compile_of_a_block_inside_the_regional_blocks_is_refused(tmp_path, capsys):
+    layer = ("class Layer(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.block = Block()\n\n"
+             "    def forward(self, x):\n        return self.block(x)\n\n\n")
+    model = _model("        self.blocks = nn.ModuleList([Layer() for _ in range(2)])\n", extra=layer)
+    err = _rewrite(tmp_path, capsys, {"model.py": model, "train.py": TRAIN}, REGIONAL + ADD, 2)
+    assert ("plan.yaml:4: actions[1] (compile model.py::Block): compile of Block: actions[0] "
+            f"({tmp_path / 'plan.yaml'}:3) own_call.regional: blocks turns train.py::main's compile "
+            "(torch.compile(Net())) into a compile of each Layer of Net.blocks in place, and Layer encloses Block (Net.__init__ builds Layer at model.py:") in err, err
+    assert ("Dynamo traces Block.forward inside each Layer's compile and inlines it, so this compile and its options "
+            "would never be used") in err, err
+    assert "keep the regional edit of actions[0]: drop this action" in err, err
+
+
+@pytest.mark.parametrize("model", [
+    # the plan's Block is held outside the container the loop walks
+    _model("        self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(2)])\n        self.head = Block()\n"),
+    # the program compiles another class, which builds no Block
+    LIST.replace("class Net(", "class Unused(") + "\n\nclass Net(nn.Module):\n    def __init__(self):\n"
+    "        super().__init__()\n        self.blocks = nn.ModuleList([nn.Linear(4, 4)])\n",
+])
+def test_a_compile_of_a_block_the_regional_loop_does_not_walk_is_written(tmp_path, capsys, model):
+    _rewrite(tmp_path, capsys, {"model.py": model, "train.py": TRAIN}, REGIONAL + ADD, 0)
+    assert "    @torch.compile\n    def forward(self, x):\n        return torch.relu" in (tmp_path / "src" / "model.py").read_text()

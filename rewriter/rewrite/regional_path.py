@@ -69,7 +69,7 @@ def check(loaded: LoadedPlan, bounds: list[Any], parse: Any, src: Path | None = 
         path = action.own_call.regional
         if path == "compile_repeated_blocks":
             continue
-        found = _model_class(b, parse)
+        found = model_class(b, parse)
         if found is None:
             kind = _check_callers(loaded, b, path, parse, src) if src is not None else None
             if kind is not None:
@@ -207,8 +207,9 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
     made once for many plans), a whole-model compile of the program's that the plan does not edit
     is read from SRC too (:func:`_check_unedited`). With ``src``, a compile of a class that the
     compiled class encloses (builds in its ``__init__``, at any depth: :meth:`ProgramCompiles.enclosers`)
-    is refused as well where the edit keeps the call on (:func:`_refuse_enclosed_by_edit`), not where
-    it turns it regional: the plan's decorator on a block is then the compile that gets the graphs.
+    is refused as well where the edit keeps the call on (:func:`_refuse_enclosed_by_edit`); where
+    it turns it regional, :func:`rewriter.consistency.check_regional_blocks` refuses a compile of the
+    blocks the loop walks (each would be compiled twice).
 
     Raises:
         StackpartError: at the added compile's plan line, naming the program's call and the
@@ -234,7 +235,7 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
             continue
         if len(sites) != 1 or sites[0].kind == "decorator" or (own.disable is None and turned_off(sites[0].call)):
             continue
-        found = _model_class(o, parse)
+        found = model_class(o, parse)
         if found is None:
             continue
         name, rel = found[0], found[1]
@@ -489,7 +490,7 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
     the enclosing classes read by :meth:`ProgramCompiles.enclosers` where any file of SRC writes a
     compile call. SRC is read through ``reading`` (:class:`ProgramCompiles`: walked once, only where an added
     compile's target is a ``forward``, a class target resolving to it). The class is read as
-    :func:`_model_class` reads it, in the function's (or the module's) own body, its file through
+    :func:`model_class` reads it, in the function's (or the module's) own body, its file through
     ``parse`` (as :func:`check`'s).
 
     Raises:
@@ -557,14 +558,14 @@ def _enclosed(reading: ProgramCompiles, adds: dict[tuple[str, str], Any]) -> dic
     return out
 
 
-def _builds(reading: ProgramCompiles, chain: list[Any]) -> str:
+def builds(reading: ProgramCompiles, chain: list[Any]) -> str:
     """How the outermost class of ``chain`` encloses its innermost one, one construction a step:
     ``Net.__init__ builds Block at model.py:14: self.blocks = nn.ModuleList(...)``."""
     return "; ".join(f"{b.outer[1]}.__init__ builds {b.inner[1]} at {reading.built_where(b)}: "
                      f"{' '.join(cst.Module([]).code_for_node(b.stmt).split())[:100]}" for b in chain)
 
 
-def _regional_of(chain: list[Any]) -> str | None:
+def regional_of(chain: list[Any]) -> str | None:
     """The ``own_call.regional`` path that reaches the innermost class of ``chain`` from the
     outermost one (``encoder.layers``): every step held as ``self.<attr>``, the last one in a
     container (:data:`CONTAINERS`), the others not; else None (a single module is no regional
@@ -585,7 +586,7 @@ def _refuse_enclosed(loaded: LoadedPlan, reading: ProgramCompiles, w: WholeCall,
             enclose the class, and the ways through: the call turned regional over the enclosed
             blocks (where the source says their container) or off, or ``strategy: nested``.
     """
-    inner, path = chain[-1].inner[1], _regional_of(chain)
+    inner, path = chain[-1].inner[1], regional_of(chain)
     if w.qual is not None and w.alone:
         target = f"action compile, target {w.rel}::{w.qual}"
         ways = (f"drop this action and turn that call regional ({target}, strategy: region, own_call: {{regional: {path}}}; the "
@@ -596,7 +597,7 @@ def _refuse_enclosed(loaded: LoadedPlan, reading: ProgramCompiles, w: WholeCall,
     raise loaded.error(
         c.index,
         f"compile of {inner}: the program compiles an instance of {w.made} whole itself, at {where}: {code}, and "
-        f"{w.made} encloses {inner}: {_builds(reading, chain)}; Dynamo traces {inner}.forward inside that compile "
+        f"{w.made} encloses {inner}: {builds(reading, chain)}; Dynamo traces {inner}.forward inside that compile "
         "and inlines it, so this compile and its options would never be used",
         hint=f"{ways}, or make this action a hint to that compile (strategy: nested, beside a strategy: whole "
              "action of the plan)",
@@ -612,13 +613,13 @@ def _refuse_enclosed_by_edit(loaded: LoadedPlan, reading: ProgramCompiles, o: An
         StackpartError: always, at ``c``'s plan line, naming ``o``, the constructions, and the ways
             through (``o`` turned regional over the enclosed blocks, or off).
     """
-    inner, path = chain[-1].inner[1], _regional_of(chain)
+    inner, path = chain[-1].inner[1], regional_of(chain)
     regional = (f"drop this action and turn that call regional in actions[{o.index}] with strategy: region, own_call: {{regional: {path}}} "
                 f"(the program then compiles each {inner} in place), or " if path else "drop this action, or ")
     raise loaded.error(
         c.index,
         f"compile of {inner}: {o.target.relpath}::{o.target.qualname} compiles an instance of {name} whole ({code}) "
-        f"and the own_call of actions[{o.index}] {keeps}; {name} encloses {inner}: {_builds(reading, chain)}; "
+        f"and the own_call of actions[{o.index}] {keeps}; {name} encloses {inner}: {builds(reading, chain)}; "
         f"Dynamo traces {inner}.forward inside that compile and inlines it, so this compile and its options would "
         "never be used",
         hint=f"{regional}keep this action and turn the program's call off in actions[{o.index}] with own_call: "
@@ -644,7 +645,7 @@ def _scopes(module: cst.Module) -> Any:
     yield from walk(module.body, "", False)
 
 
-def _model_class(b: Any, parse: Any) -> tuple[str, str, set[str] | None, dict[str, list[Any]]] | None:
+def model_class(b: Any, parse: Any) -> tuple[str, str, set[str] | None, dict[str, list[Any]]] | None:
     """``(class name, its file, the attributes it sets, that file's definitions)`` of the module the
     target compiles, or None where the source does not say which class it is."""
     from ..actions.base import imported_names

@@ -217,6 +217,8 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
     containers = regional_path.check(loaded, bounds, parse, src)
     reading = read_src if isinstance(read_src, regional_path.ProgramCompiles) else src if read_src else None
     regional_path.check_compiled_whole(loaded, bounds, parse, reading)
+    consistency.check_regional_blocks(loaded, bounds, parse, None if reading is None else (
+        reading if isinstance(reading, regional_path.ProgramCompiles) else regional_path.ProgramCompiles(reading)))
     result.key_changes = checkpoint_keys.key_changes(bounds)
     site_at = _resolve_site(loaded, files) if library else None
     generated: dict[str, str] = {}
