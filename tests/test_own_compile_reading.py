@@ -180,8 +180,10 @@ def test_a_regional_edit_keeps_the_users_comments(tmp_path):
     assert _rewrite(tmp_path, new, "{regional: layers}") == new
     line = "    model.compile()   # our compile call\n"
     body = f"import torch\n\n\ndef build(model):\n{line}    return model\n"
+    # a helper compiling its parameter: written where every caller passes a model that holds layers
+    (tmp_path / "main.py").write_text("from model import Net\nfrom train import build\n\nbuild(Net())\n")
     assert _rewrite(tmp_path, body, "{regional: layers}") == body.replace(
-        line, "    for block in model.layers.children():   # our compile call\n        block.compile()\n")
+        line, "    for block in model.layers:   # our compile call\n        block.compile()\n")
 
 
 _TINY = """\

@@ -110,8 +110,10 @@ def _compiled_parameter(b: Any) -> tuple[cst.FunctionDef, str] | None:
     if len(sites) != 1 or sites[0].call is None or sites[0].kind == "decorator":
         return None
     call = sites[0].call
-    if getattr(statement_of(func, call), "value", None) is not call:
-        return None  # a form the regional edit refuses itself (a conditional expression, an argument)
+    small = statement_of(func, call)
+    forms = (cst.Expr,) if sites[0].kind == "method" else (cst.Assign, cst.AnnAssign, cst.Return)
+    if not isinstance(small, forms) or small.value is not call:
+        return None  # a form the regional edit refuses itself (a result discarded, a conditional expression)
     if sites[0].kind == "method":
         owner = call.func.value if isinstance(call.func, cst.Attribute) else None
     else:
