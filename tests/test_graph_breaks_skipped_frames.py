@@ -115,3 +115,52 @@ def test_the_bucket_proposal_reads_the_model_class_through_torch_compiles_wrappe
     ctx.measured = lambda rung: {"varying_input_dims": [{"tensor": 0, "dim": 0, "sizes": [2, 3]}]}
     action, why = bucket_action(ctx)
     assert why is None and action.target == "harness.py::Net.forward" and action.arg == "x", (action, why)
+
+
+OWN_COMPILE_HARNESS = """\
+import torch
+
+
+def scale(x):
+    return torch.relu(x) * 2
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    @torch.compile(backend="eager")
+    def forward(self, x):
+        for _ in range(2):
+            x = scale(self.fc(x))
+            if x.abs().max().item() > 1e4:
+                x = x / 2
+        return x
+
+
+def build_model():
+    torch.manual_seed(0)
+    return Net()
+
+
+def make_inputs(batch: int = 2):
+    return (torch.randn(batch, 8),)
+"""
+
+
+def test_a_break_only_the_log_records_on_the_programs_own_compile_is_in_the_verdict(tmp_path):
+    """The program's own compile of a frame with a break in a loop: Dynamo's counter stays at 0
+    (the frame runs eager, ``scale`` compiles) while its graph-break log names the break; the
+    verdict says both figures and the site the findings hold, never "no graph breaks"."""
+    (tmp_path / "harness.py").write_text(OWN_COMPILE_HARNESS)
+    spec = Harness.model_validate({"file": "harness.py", "shapes": [{"batch": 2}], "device": "cpu"})
+    ctx = Context(session=Session(load_harness(spec, tmp_path)), out_dir=tmp_path)
+    with torch._dynamo.config.patch(capture_scalar_outputs=False):
+        r = graph_breaks.run(ctx)
+    assert r.measurement["graph_break_count"] == 0 and r.measurement["graph_count"] >= 1, r.measurement
+    [f] = r.findings
+    assert (f.file, f.line, f.function) == ("harness.py", 17, "Net.forward"), f
+    assert "no graph breaks" not in r.verdict, r.verdict
+    assert "0 graph breaks" in r.verdict and "1 graph break" in r.verdict and "harness.py:17" in r.verdict, r.verdict
+    assert r.implies and "restructure" in r.implies

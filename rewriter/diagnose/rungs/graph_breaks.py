@@ -175,9 +175,21 @@ def _as_the_program_compiles(ctx: Context, step, r: RungResult) -> RungResult | 
         r.verdict = (f"{_counted(stats.graph_breaks, len(r.findings))} in the program's own compiled code at "
                      f"{', '.join(sites[:4])}")
         r.implies = "restructure the breaking code (the program compiles it itself: a disable inside its fullgraph region cannot hold)"
+    elif r.findings:
+        r.verdict = _logged_only(stats.unique_graphs, r.findings)
+        r.implies = "restructure the breaking code (a break Dynamo cannot resume after runs its whole frame eager)"
     else:
         r.verdict = f"no graph breaks in the program's own compiled code ({stats.unique_graphs} graph(s))"
     return r
+
+
+def _logged_only(graphs: int, findings: list[Finding]) -> str:
+    """The verdict where ``counters["graph_break"]`` stayed at 0 while Dynamo's graph-break log
+    named ``findings`` (a break Dynamo could not resume after, e.g. a data-dependent jump in a loop:
+    it runs that frame eager and counts no break): both figures, and the sites the findings hold."""
+    sites = sorted({f.where for f in findings})
+    return (f"Dynamo's counter: 0 graph breaks in the program's own compiled code ({graphs} graph(s)); its graph-break "
+            f"log recorded {len(findings)} graph break(s) the counter does not count, at {', '.join(sites[:4])}")
 
 
 RUNG = Rung(name="graph_breaks", order=70, run=run, compiles=True)
