@@ -458,3 +458,22 @@ def test_regional_of_a_compile_in_a_conditional_expression_says_so(tmp_path, cap
     assert f"{plan}:3:" in err and "train.py:5: own_call: regional: the compile is a branch of a conditional expression" in err, err
     assert "not bound to a name" not in err and len(err.strip().splitlines()) == 1, err
     assert (src / "train.py").read_text() == code
+
+
+@pytest.mark.parametrize("line", ["    build = lambda m: torch.compile(m, backend='eager')\n",
+                                  "    build = lambda m: m.compile()\n"])
+def test_a_compile_inside_a_lambda_is_refused_saying_so_and_how_to_write_it(tmp_path, capsys, line):
+    """A lambda is a function of its own: the refusal says the compile is there, at its line, and
+    the form the edit applies to; exit 2, nothing written."""
+    src = tmp_path / "src"
+    src.mkdir()
+    code = "import torch\n\n\ndef main(model):\n" + line + "    return build(model)\n"
+    (src / "train.py").write_text(code)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nactions:\n  - action: compile\n    target: train.py::main\n    own_call: {mode: max-autotune}\n")
+    capsys.readouterr()
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{plan}:3:" in err and "train.py:5: own_call: main's compile is inside a lambda" in err, err
+    assert "found none" not in err and "as a statement of main" in err, err
+    assert (src / "train.py").read_text() == code

@@ -425,3 +425,20 @@ def test_a_module_level_rebinding_is_editable_through_its_function(tmp_path):
     plan.write_text("version: 1\nactions:\n  - action: compile\n    target: train.py::step\n    own_call: {fullgraph: false}\n")
     assert main(["rewrite", "--plan", str(plan), str(tmp_path), "--apply", "--no-validate"]) == 0
     assert "step = torch.compile(step)\n" in (tmp_path / "train.py").read_text()
+
+
+def test_a_regional_refusal_lists_only_the_attributes_that_can_hold_blocks(tmp_path):
+    """The hint names what ``__init__`` (the class's and its bases') assigns on ``self``: the
+    containers a regional path may name; methods (``forward``) and attributes only read are not
+    among them."""
+    from rewriter.errors import StackpartError
+
+    (tmp_path / "model.py").write_text(
+        _TINY.replace("class TinyLM(nn.Module):", "class Base(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                      "        self.embed = nn.Linear(4, 4)\n\n\nclass TinyLM(Base):")
+        + "\n    def forward(self, x):\n        return self.head(self.embed(x))\n\n    def extra_repr(self):\n        return ''\n")
+    body = "import torch\nfrom model import TinyLM\n\n\ndef build():\n    model = TinyLM().eval()\n    model = torch.compile(model)\n    return model\n"
+    with pytest.raises(StackpartError) as err:
+        _rewrite(tmp_path, body, "{regional: blokcs}")
+    assert err.value.hint is not None and err.value.hint.endswith("(its attributes: blocks, embed, head)"), err.value.hint
+    assert "did you mean 'blocks'?" in err.value.message

@@ -21,7 +21,7 @@ from ..compile_facts import SMALL_STATEMENTS, SUPPRESS_RE, SourceSite, body_size
 from ..errors import StackpartError
 from ..plan import CompileAction
 from .base import TargetedCommand, call_args, has_decorator
-from .own_call import OwnCallRefused, OwnSite, check_unwrapped, edited, find_sites, regional
+from .own_call import OwnCallRefused, OwnSite, check_unwrapped, compile_in_lambda, edited, find_sites, regional
 
 #: Decorators that compile the function they wrap (``torch._dynamo.optimize`` is the older spelling
 #: of ``torch.compile``): a target carrying one is left alone, and a ``disable`` of it is refused.
@@ -140,6 +140,13 @@ class CompileCommand(TargetedCommand):
                     f"own_call: {self.qualname} is compiled by @torch._dynamo.optimize(...), whose arguments are not "
                     "torch.compile's (backend first, nopython=...): expected @torch.compile to edit; write it as "
                     "@torch.compile(backend=...) first, or drop own_call", func.name)
+            lam = compile_in_lambda(func, self.imports) if not sites else None
+            if lam is not None:
+                name, code = self.qualname.rsplit(".", 1)[-1], " ".join(cst.Module([]).code_for_node(lam).split())
+                raise OwnCallRefused(
+                    f"own_call: {self.qualname}'s compile is inside a lambda ({code}), a function of its own "
+                    f"whose call the edit cannot name; write it as a statement of {name} (model = torch.compile(model, "
+                    "...)) or a def decorated with @torch.compile, then own_call applies", lam)
             if not sites:
                 raise OwnCallRefused(
                     f"own_call: expected {self.qualname} to carry the program's own @torch.compile or hold one "

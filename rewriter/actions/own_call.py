@@ -18,7 +18,8 @@ change; everything else keeps its bytes, so the diff is the one line the call is
 
 Refused (:class:`OwnCallRefused`, which the rewrite reports at the plan's action with the source's
 ``file:line``; nothing is written) where the edit cannot be made safely: no compile on the target
-or more than one; ``torch.compile`` passed around as a value (``functools.partial(torch.compile,
+or more than one; a compile inside a lambda (:func:`compile_in_lambda`: said so, with the form to
+write it in); ``torch.compile`` passed around as a value (``functools.partial(torch.compile,
 ...)``, ``fn = torch.compile``); ``*args``/``**options`` in the call (the key may come from there);
 the key's current value is not a literal (``mode=MODE``); ``mode`` asked where the call passes
 ``options=`` (torch refuses both); ``disable: true`` on a ``name = torch.compile(module, ...)`` the
@@ -152,6 +153,24 @@ def find_sites(func: cst.FunctionDef, imports: dict[str, str]) -> list[OwnSite]:
             f"torch.compile is used as a value here ({_code(finder.values[0])}), not called: a compile built "
             "dynamically cannot be edited safely; change its options by hand", finder.values[0])
     return finder.sites
+
+
+def compile_in_lambda(func: cst.FunctionDef, imports: dict[str, str]) -> cst.Lambda | None:
+    """The first lambda in ``func``'s own body (nested defs and classes are theirs) whose body
+    holds a compile call (``lambda m: torch.compile(m)``, ``lambda m: m.compile()``), or None.
+    :func:`find_sites` leaves a lambda's calls out: the lambda is a function of its own."""
+    for lam in m.findall(func.body, m.Lambda()):
+        finder = _Finder(imports)
+        lam.body.visit(finder)  # type: ignore[union-attr]
+        if finder.sites and _holds_directly(func, lam):
+            return lam  # type: ignore[return-value]
+    return None
+
+
+def _holds_directly(func: cst.FunctionDef, node: cst.CSTNode) -> bool:
+    """Whether ``node`` is in ``func``'s own body, not in a def or class nested there."""
+    nested = m.findall(func.body, m.FunctionDef() | m.ClassDef())
+    return not any(_holds(inner, node) for inner in nested)
 
 
 def _norm(key: str, value: Any) -> Any:

@@ -82,13 +82,14 @@ def check(loaded: LoadedPlan, bounds: list[Any], parse: Any, src: Path | None = 
             if kind is not None:
                 kinds[b.index] = kind
             continue
-        shown = sorted(a for a in attrs if not (a.startswith("__") and a.endswith("__")))
+        shown = sorted(_holders(defs, name))
         near = difflib.get_close_matches(first, shown, n=1)
         raise loaded.error(
             b.index,
             f"own_call: regional: {name} ({rel}) sets no attribute {first!r}, so `for block in <model>.{path}` would "
             f"raise AttributeError" + (f"; did you mean {near[0]!r}?" if near else ""),
-            hint=f"name the container of the repeated blocks {name} holds (its attributes: {', '.join(shown[:8])})",
+            hint=f"name the container of the repeated blocks {name} holds " + (
+                f"(its attributes: {', '.join(shown[:8])})" if shown else "(its __init__ assigns no attribute on self)"),
         )
     return kinds
 
@@ -785,6 +786,23 @@ def _attrs(definitions: dict[str, list[Any]], name: str, seen: frozenset[str] = 
             out |= inherited
             continue
         return None
+    return out
+
+
+def _holders(definitions: dict[str, list[Any]], name: str, seen: frozenset[str] = frozenset()) -> set[str]:
+    """The attributes of class ``name`` that can hold blocks: those its ``__init__`` (and its bases'
+    in ``definitions``, each class once) assigns on ``self`` (``self.blocks = nn.ModuleList(...)``);
+    methods such as ``forward`` and attributes only read are not among them."""
+    if name not in definitions or definitions[name][-1].kind != "class" or name in seen:
+        return set()
+    node = definitions[name][-1].node
+    self_attr = m.Attribute(value=m.Name("self"), attr=m.Name())
+    out: set[str] = set()
+    for init in (s for s in node.body.body if m.matches(s, m.FunctionDef(name=m.Name("__init__")))):
+        for found in m.findall(init, m.AssignTarget(target=self_attr) | m.AnnAssign(target=self_attr)):
+            out.add(found.target.attr.value)  # type: ignore[attr-defined]
+    for base in node.bases:
+        out |= _holders(definitions, cst.Module(body=[]).code_for_node(base.value), seen | {name})
     return out
 
 
