@@ -187,3 +187,38 @@ def test_the_way_through_is_not_regional_whose_blocks_the_plans_compile_would_in
     _rewrite(tmp_path, {"model.py": MODEL, "train.py": TRAIN}, plan, 2)
     err = _err(capsys)
     assert "(own_call: {disable: true}) in actions[0] (not regional" in err and "{regional" not in err, err
+
+
+@pytest.mark.parametrize("files, target, line", [
+    # imported under another name: the class is the module's Net
+    ({"model.py": MODEL, "train.py": TRAIN.replace("import Net", "import Net as N").replace("Net()", "N()")},
+     "model.py::Net", "train.py:6: torch.compile(N())"),
+    # two dots: the package above the file's own
+    ({"pkg/__init__.py": "", "pkg/model.py": MODEL, "pkg/sub/__init__.py": "",
+      "pkg/sub/train.py": TRAIN.replace("from model import", "from ..model import")},
+     "pkg/model.py::Net", "pkg/sub/train.py:6: torch.compile(Net())"),
+])
+def test_the_class_is_resolved_through_an_alias_and_a_relative_import(tmp_path, capsys, files, target, line):
+    from rewriter.cli import main
+
+    src = tmp_path / "src"
+    for name, text in files.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text(text)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"version: 1\nactions:\n  - {{action: compile, target: {target}}}\n")
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 2
+    assert {p.relative_to(src).as_posix(): p.read_text() for p in src.rglob("*.py")} == files
+    err = _err(capsys)
+    assert f"compile of Net: the program compiles an instance of it whole itself, at {line}" in err, err
+
+
+def test_an_alias_names_the_class_it_imports_not_its_own_spelling(tmp_path):
+    """``from model import Solo as Net`` compiles a Solo: a plan's compile of model.py's Net is
+    used, and written."""
+    from test_source_compile_forms import _rewrite
+
+    model = MODEL + "\n\nclass Solo(nn.Module):\n    def forward(self, x):\n        return x\n"
+    train = TRAIN.replace("import Net", "import Solo as Net")
+    src = _rewrite(tmp_path, {"model.py": model, "train.py": train}, ADD, 0)
+    assert "@torch.compile" in (src / "model.py").read_text()

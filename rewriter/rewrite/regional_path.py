@@ -35,6 +35,7 @@ from typing import Any
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.helpers import get_full_name_for_node
 
 from ..errors import StackpartError
 from ..plan import CompileAction, LoadedPlan
@@ -301,7 +302,9 @@ class WholeCall:
         qual: the function that holds it (``main`` of ``train.py``), None at a script's top level or
             in a nested function (no plan target names those).
         alone: it is the only compile call in that function (an ``own_call`` edit of it can name it).
-        made: the class name the source says it compiles (``Net`` of ``torch.compile(Net())``).
+        made: the class name the source says it compiles (``Net`` of ``torch.compile(Net())``), as
+            the class's file names it (``Net`` of ``from model import Net as N; torch.compile(N())``).
+        written: that class's name as the call's file writes it (``N``).
         module: the parsed file; scope: the function (or the module) whose own body holds the call.
         node: the site's node (its line is :meth:`ProgramCompiles.where`'s); call: the call itself.
         unused: the name its result is bound to where nothing uses it
@@ -312,6 +315,7 @@ class WholeCall:
     qual: str | None
     alone: bool
     made: str
+    written: str
     module: cst.Module
     scope: Any
     node: Any
@@ -469,10 +473,11 @@ def _whole_calls(rel: str, text: str, texts: Any) -> list[WholeCall]:
             stmt = statement_of(scope, call)
             if site.kind == "call" and isinstance(stmt, cst.Expr):
                 continue  # torch.compile(Net()) discarded: it compiles nothing
-            made = _site_class(scope, site)
-            if made is not None:
+            written = _site_class(scope, site)
+            if written is not None:
                 unused = unused_result(scope, stmt, call, texts) if site.kind == "call" else None
-                out.append(WholeCall(rel, qual, len(sites) == 1, made, module, scope, site.node, call, unused))
+                out.append(WholeCall(rel, qual, len(sites) == 1, _class_name(module, written, rel), written, module, scope,
+                                     site.node, call, unused))
     return out
 
 
@@ -519,7 +524,7 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
             continue
         if w.rel not in definitions:
             definitions[w.rel] = collect_definitions(w.module)
-        found = _class_attrs(w.made, w.rel, w.module, definitions[w.rel], parse)
+        found = _class_attrs(w.written, w.rel, w.module, definitions[w.rel], parse)
         c = found and (adds.get((found[1], found[0])) or adds.get((found[1], f"{found[0]}.forward")))
         hit = enclosed.get((found[1], found[0])) if found and not c else None
         if not c and hit is None:
@@ -709,38 +714,53 @@ def _called_class(value: cst.BaseExpression) -> str | None:
 def _class_attrs(name: str, rel: str, module: cst.Module, definitions: dict[str, list[Any]],
                  parse: Any) -> tuple[str, str, set[str] | None, dict[str, list[Any]]] | None:
     """The class ``name`` as ``rel``'s module (its ``definitions``) sees it: defined there, or
-    imported from a file under SRC; with the attributes it and its bases in that file set (None
-    where a base is elsewhere), and the definitions of the file that defines it."""
+    imported from a file under SRC (its name there: ``Net`` of ``from model import Net as N``);
+    with the attributes it and its bases in that file set (None where a base is elsewhere), and
+    the definitions of the file that defines it."""
     if name in definitions and definitions[name][-1].kind == "class":
         return name, rel, _attrs(definitions, name), definitions
     source = _imported_from(module, name, rel)
     if source is None:
         return None
-    for candidate in dict.fromkeys(source):  # beside the file and from the root: one path at SRC's root
+    files, imported = source
+    for candidate in dict.fromkeys(files):  # beside the file and from the root: one path at SRC's root
         try:
             key, defs = parse(candidate)
         except StackpartError:
             continue
-        if name in defs and defs[name][-1].kind == "class":
-            return name, key, _attrs(defs, name), defs
+        if imported in defs and defs[imported][-1].kind == "class":
+            return imported, key, _attrs(defs, imported), defs
     return None
 
 
-def _imported_from(module: cst.Module, name: str, rel: str) -> list[str] | None:
-    """The files under SRC ``from M import name`` may name: ``M`` beside ``rel`` (a script's flat
-    import) and from SRC's root; None where ``name`` is not imported so."""
+def _imported_from(module: cst.Module, name: str, rel: str) -> tuple[list[str], str] | None:
+    """``(the files under SRC, the class's name there)`` of ``from M import C as name`` (or ``import
+    C``) in ``module``, file ``rel``: ``M`` as :func:`.enclosing.module_files` finds it (relative
+    from ``rel``'s folder, ``..`` one folder up; absolute beside ``rel``, a script's flat import, and
+    from SRC's root; ``M.py`` or ``M/__init__.py``); None where ``name`` is not imported so."""
+    from .enclosing import module_files
+
     for stmt in module.body:
         if not isinstance(stmt, cst.SimpleStatementLine):
             continue
         for small in stmt.body:
-            if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar) or small.module is None:
+            if not isinstance(small, cst.ImportFrom) or isinstance(small.names, cst.ImportStar):
                 continue
-            if any((a.asname.name.value if a.asname else a.name.value) == name for a in small.names  # type: ignore[union-attr]
-                   if isinstance(a.name, cst.Name)):
-                dotted = cst.Module(body=[]).code_for_node(small.module).replace(".", "/") + ".py"
-                here = Path(rel).parent
-                return [(here / dotted).as_posix(), dotted] if len(small.relative) == 0 else [(here / dotted).as_posix()]
+            for a in small.names:
+                local = a.asname.name if a.asname is not None else a.name
+                if isinstance(a.name, cst.Name) and isinstance(local, cst.Name) and local.value == name:
+                    dotted = "." * len(small.relative) + ((get_full_name_for_node(small.module) or "") if small.module else "")
+                    return module_files(dotted, rel), a.name.value
     return None
+
+
+def _class_name(module: cst.Module, written: str, rel: str) -> str:
+    """The name of the class ``written`` stands for in ``module`` (file ``rel``): itself where the
+    file defines it at its top level, the imported name where ``from M import Net as written``."""
+    if any(isinstance(stmt, cst.ClassDef) and stmt.name.value == written for stmt in module.body):
+        return written
+    found = _imported_from(module, written, rel)
+    return written if found is None else found[1]
 
 
 def _attrs(definitions: dict[str, list[Any]], name: str, seen: frozenset[str] = frozenset()) -> set[str] | None:
