@@ -360,3 +360,47 @@ def test_a_compile_of_a_block_inside_the_regional_blocks_is_refused(tmp_path, ca
 def test_a_compile_of_a_block_the_regional_loop_does_not_walk_is_written(tmp_path, capsys, model):
     _rewrite(tmp_path, capsys, {"model.py": model, "train.py": TRAIN}, REGIONAL + ADD, 0)
     assert "    @torch.compile\n    def forward(self, x):\n        return torch.relu" in (tmp_path / "src" / "model.py").read_text()
+
+
+@pytest.mark.parametrize("subclass, where", [
+    # no __init__ of its own: Net's runs
+    ("class MyNet(Net):\n    pass\n", "model.py"),
+    # its own __init__ runs Net's first
+    ("class MyNet(Net):\n    def __init__(self):\n        super().__init__()\n        self.scale = 2\n", "model.py"),
+    # in another file, the base imported under another name
+    ("from model import Net as Base\n\n\nclass MyNet(Base):\n    def forward(self, x):\n        return x\n", "mynet.py"),
+])
+def test_a_subclass_that_inherits_the_init_that_builds_the_blocks_encloses_them(tmp_path, capsys, subclass, where):
+    files = {"model.py": LIST, "train.py": TRAIN.replace("from model import Net", f"from {where[:-3]} import MyNet")
+             .replace("Net()", "MyNet()")}
+    if where == "model.py":
+        files["model.py"] = LIST + "\n\n" + subclass
+    else:
+        files[where] = subclass
+    err = _rewrite(tmp_path, capsys, files, ADD, 2)
+    assert ("compile of Block: the program compiles an instance of MyNet whole itself, at train.py:6: "
+            "torch.compile(MyNet()), and MyNet encloses Block: MyNet inherits Net.__init__; Net.__init__ builds Block "
+            "at model.py:17: self.blocks = nn.ModuleList([Block() for _ in range(2)])") in err, err
+    assert "own_call: {regional: blocks}" in err, err
+
+
+@pytest.mark.parametrize("subclass", [
+    # its own __init__ does not run Net's: it builds no Block
+    "class MyNet(Net):\n    def __init__(self):\n        nn.Module.__init__(self)\n        self.lin = nn.Linear(4, 4)\n",
+    # Net is not its first base: which __init__ runs is not sure
+    "class Mixin:\n    pass\n\n\nclass MyNet(Mixin, Net):\n    pass\n",
+])
+def test_a_subclass_that_does_not_surely_run_the_init_that_builds_the_blocks_is_not_refused(tmp_path, capsys, subclass):
+    train = TRAIN.replace("from model import Net", "from model import MyNet").replace("Net()", "MyNet()")
+    _rewrite(tmp_path, capsys, {"model.py": LIST + "\n\n" + subclass, "train.py": train}, ADD, 0)
+
+
+def test_classes_that_name_each_other_as_base_end(tmp_path, capsys):
+    """A cycle of bases (which Python would refuse at import) is read once each: the reading ends,
+    and the subclass that inherits the ``__init__`` that builds the blocks encloses them."""
+    cycle = ("class A(B):\n    def __init__(self):\n        super().__init__()\n"
+             "        self.blocks = nn.ModuleList([Block()])\n\n\nclass B(A):\n    pass\n")
+    model = HEAD + BLOCK + "\n\n" + cycle
+    train = TRAIN.replace("Net", "B")
+    err = _rewrite(tmp_path, capsys, {"model.py": model, "train.py": train}, ADD, 2)
+    assert "B encloses Block: B inherits A.__init__; A.__init__ builds Block at model.py:" in err, err

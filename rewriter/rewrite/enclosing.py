@@ -18,16 +18,21 @@ says which classes enclose a given one, read statically with LibCST:
   added to it (``self.blocks.append(Block())``, ``self.add_module("b", Block())``), or bound to a
   local name that such a value then names (``layers.append(Block())``; ``self.layers =
   nn.ModuleList(layers)``);
+* inherited: a class of SRC whose first base (resolved as a call is) encloses a class, and whose
+  ``__init__`` is that base's (none of its own, or its own calls ``super().__init__(...)`` or
+  ``Base.__init__(self, ...)``), encloses it too (``class MyNet(Net): pass``), at most
+  :data:`MAX_BASES` bases up;
 * enclosing is transitive (``Net`` builds ``Encoder``, which builds ``Block``), each class met once
-  (a cycle ends there).
+  (a cycle of constructions or of bases ends there).
 
 Not read, so not enclosing (the reading is unsure, and a refusal must be sure): a class built by a
-factory function, ``getattr``, a config string or ``partial``; a class that only inherits the
-``__init__`` that builds the blocks; a class nested in another; a name bound to more than one
-class. The files to parse are found by their text first (a call of the class's name, or an
-import of it under another name, in the class's own file or one that names its module), so a
-transformers-sized SRC parses a handful of files per class, and of each only its imports, its
-top-level names and its ``__init__``s go through LibCST's scope analysis (:func:`_skeleton`).
+factory function, ``getattr``, a config string or ``partial``; a class whose own ``__init__`` does
+not call its base's, or whose enclosing base is not its first (which ``__init__`` ``super()`` runs
+then depends on the others); a class nested in another; a name bound to more than one class.
+The files to parse are found by their text first (a call of the class's name, or an import of it
+under another name, in the class's own file or one that names its module), so a transformers-sized
+SRC parses a handful of files per class, and of each only its imports, its top-level names and its
+``__init__``s go through LibCST's scope analysis (:func:`_skeleton`).
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ from ..errors import StackpartError
 ClassRef = tuple[str, str]
 #: Container classes whose entries a regional loop can walk (the last part of the called name).
 CONTAINERS = ITERATES_MODULES | {KEYED_CONTAINER}
+#: At most this many bases up a subclass is read as inheriting the ``__init__`` that builds a class.
+MAX_BASES = 8
 #: Methods that add a module to a container attribute or to ``self``.
 ADDING = {"append", "extend", "insert", "add_module", "register_module", "update"}
 
@@ -89,6 +96,7 @@ class Enclosing:
     def __init__(self, src: Path, limit: int) -> None:
         self.src, self.limit = src, limit
         self._built: dict[str, dict[str, list[Built]]] = {}
+        self._bases: dict[str, dict[str, ClassRef]] = {}
         self._enclosers: dict[ClassRef, dict[ClassRef, list[Built]]] = {}
         self._positions: dict[int, Any] = {}
         self._texts: dict[str, bytes] | None = None
@@ -104,13 +112,19 @@ class Enclosing:
         self._parsed.update(parsed or {})
         if cls not in self._enclosers:
             chains: dict[ClassRef, list[Built]] = {cls: []}
+            ups: dict[ClassRef, int] = {cls: 0}  # bases up from the class that builds
             frontier = [cls]
             while frontier:
                 inner = frontier.pop(0)  # breadth first: the shortest chain to each encloser
+                if inner != cls and ups[inner] < MAX_BASES:
+                    for heir in self._heirs(inner):
+                        if heir not in chains:  # its __init__ is inner's: it builds what inner builds
+                            chains[heir], ups[heir] = chains[inner], ups[inner] + 1
+                            frontier.append(heir)
                 for rel in self._calling(inner):
                     for built in (b for bs in self._constructions(rel).values() for b in bs):
                         if built.inner == inner and built.outer not in chains:
-                            chains[built.outer] = [built, *chains[inner]]
+                            chains[built.outer], ups[built.outer] = [built, *chains[inner]], 0
                             frontier.append(built.outer)
             del chains[cls]
             self._enclosers[cls] = chains
@@ -158,6 +172,22 @@ class Enclosing:
         return [r for r in dict.fromkeys([rel, *self._naming[stem]])
                 if r in files and name.encode() in files[r] and pattern.search(files[r])]
 
+    def _heirs(self, cls: ClassRef) -> list[ClassRef]:
+        """The classes of SRC whose first base is class ``cls`` and whose ``__init__`` is its
+        (:func:`_inherits_init`); only files whose text names ``cls`` as a first base (or imports it
+        under another name) and are its file or name its module are parsed."""
+        rel, name = cls
+        stem = module_stem(rel)
+        word = re.escape(name.encode())
+        pattern = re.compile(rb"^class\s+\w+\s*\(\s*[\w.]*\b" + word + rb"\b|\b" + word + rb"\s+as\s+\w", re.MULTILINE)
+        module = re.compile(rb"\b" + re.escape(stem.encode()) + rb"\b")
+        out: list[ClassRef] = []
+        for r, data in self._files().items():
+            if (r == rel or module.search(data)) and pattern.search(data):
+                self._constructions(r)
+                out += [(r, sub) for sub, base in self._bases.get(r, {}).items() if base == cls]
+        return out
+
     def _defines(self, rel: str, name: str) -> bool:
         """Whether file ``rel`` under SRC defines class ``name`` at its top level (by its text)."""
         data = self.files().get(rel)
@@ -166,7 +196,7 @@ class Enclosing:
     def _constructions(self, rel: str) -> dict[str, list[Built]]:
         """``{class name: what its __init__ builds and holds}`` for the top-level classes of ``rel``."""
         if rel not in self._built:
-            self._built[rel] = {}
+            self._built[rel], self._bases[rel] = {}, {}
             try:
                 from ..source import parse_module, read_file
 
@@ -175,10 +205,11 @@ class Enclosing:
                 return self._built[rel]
             inits = {stmt.name.value: init for stmt in module.body if isinstance(stmt, cst.ClassDef)
                      for init in own_init(stmt)}
-            if inits:
-                reader = _Reader(self, rel, module, inits)
+            heirs = {stmt.name.value for stmt in module.body if isinstance(stmt, cst.ClassDef) and _inherits_init(stmt)}
+            if inits or heirs:
+                reader = _Reader(self, rel, module, inits, heirs)
                 MetadataWrapper(_skeleton(module, inits), unsafe_skip_copy=True).visit(reader)
-                self._built[rel] = reader.found
+                self._built[rel], self._bases[rel] = reader.found, reader.bases
         return self._built[rel]
 
     def resolve(self, rel: str, names: set[Any]) -> ClassRef | None:
@@ -255,6 +286,29 @@ def own_init(cls: cst.ClassDef) -> list[cst.FunctionDef]:
     return inits[-1:]
 
 
+def _first_base(cls: cst.ClassDef) -> cst.BaseExpression | None:
+    """The first base ``cls`` names (``Net`` of ``class MyNet(Net, Mixin)``; keywords such as
+    ``metaclass=`` are none), or None."""
+    bases = [a.value for a in cls.bases if a.keyword is None and not a.star]
+    return bases[0] if bases else None
+
+
+def _inherits_init(cls: cst.ClassDef) -> bool:
+    """Whether ``cls`` has a first base and runs its ``__init__``: none of its own, or its own calls
+    ``super().__init__(...)`` (``super(MyNet, self)`` too) or ``<first base>.__init__(self, ...)``
+    where it runs (not in a nested ``def`` or ``lambda``)."""
+    first = _first_base(cls)
+    if first is None:
+        return False
+    own = own_init(cls)
+    if not own:
+        return True
+    init = m.Name("__init__")
+    return any(m.matches(call.func, m.Attribute(value=m.Call(func=m.Name("super")), attr=init))
+               or (m.matches(call.func, m.Attribute(attr=init)) and call.func.value.deep_equals(first))  # type: ignore[attr-defined]
+               for call in _calls(own[0].body))
+
+
 def _self_attr(node: cst.BaseExpression) -> str | None:
     """``x`` of ``self.x`` or ``self.x[...]``, else None."""
     if isinstance(node, cst.Subscript):
@@ -299,11 +353,25 @@ class _Reader(cst.CSTVisitor):
 
     METADATA_DEPENDENCIES = (QualifiedNameProvider,)
 
-    def __init__(self, reading: Enclosing, rel: str, module: cst.Module, inits: dict[str, cst.FunctionDef]) -> None:
+    def __init__(self, reading: Enclosing, rel: str, module: cst.Module, inits: dict[str, cst.FunctionDef],
+                 heirs: set[str]) -> None:
         super().__init__()
-        self.reading, self.rel, self.module = reading, rel, module
+        self.reading, self.rel, self.module, self.heirs = reading, rel, module, heirs
         self.owner = {id(init): name for name, init in inits.items()}
         self.found: dict[str, list[Built]] = {}
+        self.bases: dict[str, ClassRef] = {}  # class of ``heirs`` -> its first base, a class of SRC
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        first = _first_base(node)
+        if node.name.value in self.heirs and first is not None:
+            try:
+                names = self.get_metadata(QualifiedNameProvider, first, set())
+            except KeyError:
+                names = set()
+            ref = self.reading.resolve(self.rel, names) if names else None
+            if ref is not None:
+                self.bases[node.name.value] = ref
+        return True
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         name = self.owner.get(id(node))

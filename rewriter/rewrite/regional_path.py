@@ -566,11 +566,20 @@ def _enclosed(reading: ProgramCompiles, adds: dict[tuple[str, str], Any]) -> dic
     return out
 
 
-def builds(reading: ProgramCompiles, chain: list[Any]) -> str:
-    """How the outermost class of ``chain`` encloses its innermost one, one construction a step:
-    ``Net.__init__ builds Block at model.py:14: self.blocks = nn.ModuleList(...)``."""
-    return "; ".join(f"{b.outer[1]}.__init__ builds {b.inner[1]} at {reading.built_where(b)}: "
-                     f"{' '.join(cst.Module([]).code_for_node(b.stmt).split())[:100]}" for b in chain)
+def builds(reading: ProgramCompiles, chain: list[Any], outer: str | None = None) -> str:
+    """How class ``outer`` encloses the innermost class of ``chain``, one construction a step:
+    ``Net.__init__ builds Block at model.py:14: self.blocks = nn.ModuleList(...)``, with ``MyNet
+    inherits Net.__init__`` where a class's ``__init__`` is its base's (``outer`` unset: the
+    outermost construction's class)."""
+    outer = outer or chain[0].outer[1]
+    steps: list[str] = []
+    for b in chain:
+        if b.outer[1] != outer:
+            steps.append(f"{outer} inherits {b.outer[1]}.__init__")
+        steps.append(f"{b.outer[1]}.__init__ builds {b.inner[1]} at {reading.built_where(b)}: "
+                     f"{' '.join(cst.Module([]).code_for_node(b.stmt).split())[:100]}")
+        outer = b.inner[1]
+    return "; ".join(steps)
 
 
 def regional_of(chain: list[Any]) -> str | None:
@@ -605,7 +614,7 @@ def _refuse_enclosed(loaded: LoadedPlan, reading: ProgramCompiles, w: WholeCall,
     raise loaded.error(
         c.index,
         f"compile of {inner}: the program compiles an instance of {w.made} whole itself, at {where}: {code}, and "
-        f"{w.made} encloses {inner}: {builds(reading, chain)}; Dynamo traces {inner}.forward inside that compile "
+        f"{w.made} encloses {inner}: {builds(reading, chain, w.made)}; Dynamo traces {inner}.forward inside that compile "
         "and inlines it, so this compile and its options would never be used",
         hint=f"{ways}, or make this action a hint to that compile (strategy: nested, beside a strategy: whole "
              "action of the plan)",
@@ -627,7 +636,7 @@ def _refuse_enclosed_by_edit(loaded: LoadedPlan, reading: ProgramCompiles, o: An
     raise loaded.error(
         c.index,
         f"compile of {inner}: {o.target.relpath}::{o.target.qualname} compiles an instance of {name} whole ({code}) "
-        f"and the own_call of actions[{o.index}] {keeps}; {name} encloses {inner}: {builds(reading, chain)}; "
+        f"and the own_call of actions[{o.index}] {keeps}; {name} encloses {inner}: {builds(reading, chain, name)}; "
         f"Dynamo traces {inner}.forward inside that compile and inlines it, so this compile and its options would "
         "never be used",
         hint=f"{regional}keep this action and turn the program's call off in actions[{o.index}] with own_call: "
