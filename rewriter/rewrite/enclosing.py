@@ -182,7 +182,7 @@ class Enclosing:
         pattern = re.compile(rb"^class\s+\w+\s*\(\s*[\w.]*\b" + word + rb"\b|\b" + word + rb"\s+as\s+\w", re.MULTILINE)
         module = re.compile(rb"\b" + re.escape(stem.encode()) + rb"\b")
         out: list[ClassRef] = []
-        for r, data in self._files().items():
+        for r, data in self.files().items():
             if (r == rel or module.search(data)) and pattern.search(data):
                 self._constructions(r)
                 out += [(r, sub) for sub, base in self._bases.get(r, {}).items() if base == cls]
