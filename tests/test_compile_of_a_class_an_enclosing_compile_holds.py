@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rewriter.cli import main
+from rewrite_tree import rewrite_files
 
 BLOCK = """\
 class Block(nn.Module):
@@ -52,26 +52,8 @@ def main():
 ADD = "  - {action: compile, target: model.py::Block}\n"
 
 
-def _tree(src: Path) -> dict[str, bytes]:
-    return {p.relative_to(src).as_posix(): p.read_bytes() for p in sorted(src.rglob("*")) if p.is_file()}
-
-
 def _rewrite(tmp_path: Path, capsys, files: dict[str, str], actions: str, code: int) -> str:
-    """``rewrite --apply`` of ``files`` with ``actions``; assert the exit code, and on 2 that no
-    byte of SRC changed; return stderr on one line."""
-    src = tmp_path / "src"
-    for name, text in files.items():
-        (src / name).parent.mkdir(parents=True, exist_ok=True)
-        (src / name).write_text(text)
-    before = _tree(src)
-    (tmp_path / "plan.yaml").write_text("version: 1\nactions:\n" + actions)
-    capsys.readouterr()
-    got = main(["rewrite", "--plan", str(tmp_path / "plan.yaml"), str(src), "--apply", "--no-validate"])
-    err = " ".join(capsys.readouterr().err.split())
-    assert got == code, err
-    if code == 2:
-        assert _tree(src) == before
-    return err
+    return rewrite_files(tmp_path, capsys, files, actions, code)
 
 
 def test_a_compiled_forward_of_a_block_inside_a_whole_model_compile_is_never_used():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rewriter.cli import main
+from rewrite_tree import rewrite_files
 
 MODEL = """\
 import torch.nn as nn
@@ -81,26 +81,11 @@ def maybe_compile(model):
 """
 
 
-def _tree(src: Path) -> dict[str, bytes]:
-    return {p.relative_to(src).as_posix(): p.read_bytes() for p in sorted(src.rglob("*")) if p.is_file()}
-
-
 def _rewrite(tmp_path: Path, capsys, files: dict[str, str], code: int) -> str:
-    """``rewrite --apply`` of the model, the helper and ``files`` with :data:`PLAN`; assert the exit
-    code, and on 2 that no byte of SRC changed; return stderr on one line."""
-    src = tmp_path / "src"
-    for name, text in {"model.py": MODEL, "utils/__init__.py": "", "utils/compiling.py": HELPER, **files}.items():
-        (src / name).parent.mkdir(parents=True, exist_ok=True)
-        (src / name).write_text(text)
-    before = _tree(src)
-    (tmp_path / "plan.yaml").write_text("version: 1\nactions:\n" + PLAN)
-    capsys.readouterr()
-    got = main(["rewrite", "--plan", str(tmp_path / "plan.yaml"), str(src), "--apply", "--no-validate"])
-    err = " ".join(capsys.readouterr().err.split())
-    assert got == code, err
-    if code == 2:
-        assert _tree(src) == before
-    return err
+    """``rewrite --apply`` of the model, the helper and ``files`` with :data:`PLAN`
+    (:func:`rewrite_tree.rewrite_files`)."""
+    tree = {"model.py": MODEL, "utils/__init__.py": "", "utils/compiling.py": HELPER, **files}
+    return rewrite_files(tmp_path, capsys, tree, PLAN, code)
 
 
 def test_a_caller_passing_a_model_without_the_container_is_refused(tmp_path, capsys):
