@@ -473,14 +473,27 @@ def check_entry(model: Any, spec: Harness) -> None:
 
     Raises:
         ConfigError: at the harness file, naming ``harness.call``, the model's class and the
-            near method names when ``model`` has no such attribute or it is not callable.
+            near method names when ``model`` has no such attribute or it is not callable; and
+            where it is a generator or ``async def`` method (calling it runs none of its body:
+            https://docs.python.org/3/reference/expressions.html#generator-iterator-methods).
     """
     if spec.call is None:
         return
     attr = getattr(model, spec.call, None)
+    cls = model_class(model)
+    lazy = ("a generator function" if inspect.isgeneratorfunction(attr) or inspect.isasyncgenfunction(attr)
+            else "a coroutine function" if inspect.iscoroutinefunction(attr) else None)
+    if lazy is not None:
+        # calling it returns a generator or coroutine object: the step would time no work
+        raise ConfigError(
+            f"harness.call: {cls}.{spec.call} is {lazy}: a step calling it gets a {lazy.split()[1]} object back and "
+            "runs none of its body (no work to measure); name a method that computes its result when called, or "
+            "unset harness.call to call the module itself",
+            path=spec.file,
+            field="call",
+        )
     if callable(attr):
         return
-    cls = model_class(model)
     inner = getattr(model, "_orig_mod", model)
     # the class's methods, read statically: a property of the model (a library's) may raise when read
     names = [n for n in dir(type(inner)) if not n.startswith("_") and callable(inspect.getattr_static(type(inner), n, None))]

@@ -202,3 +202,73 @@ def test_validates_whole_baseline_compiles_the_called_method(tmp_path, monkeypat
         torch.testing.assert_close(call_model(model, inputs, "inverse"), expected)
     assert counters["stats"]["unique_graphs"] >= 1
     torch._dynamo.reset()
+
+
+ODD_MODEL = '''import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.lin(x)
+
+    def decode(self, x):
+        return torch.relu(self.lin(x))
+
+    @property
+    def sampler(self):
+        return self.decode
+
+    def stream(self, x):
+        yield self.lin(x)
+
+    async def later(self, x):
+        return self.lin(x)
+'''
+
+
+def _odd_harness(tmp_path: Path, call: str, monkeypatch):
+    from rewriter.harness import load_harness
+
+    src = tmp_path / "src"
+    src.mkdir(parents=True)
+    (src / "model.py").write_text(ODD_MODEL)
+    (src / "harness.py").write_text("import torch\nfrom model import Net\n\n\ndef build_model():\n    return Net()\n\n\n"
+                                    "def make_inputs(batch: int = 4):\n    return (torch.randn(batch, 8),)\n")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    return load_harness(_spec(call, device="cpu"), src)
+
+
+@pytest.mark.parametrize(("call", "what"), [("stream", "a generator function"), ("later", "a coroutine function")])
+def test_a_call_whose_method_runs_nothing_when_called_is_refused(tmp_path, monkeypatch, call, what):
+    """A generator or ``async def`` method returns a generator or coroutine without running its
+    body: a step calling it would measure no work, so the harness is refused at ``harness.call``."""
+    from rewriter.errors import ConfigError
+    from rewriter.harness import build_model
+
+    h = _odd_harness(tmp_path, call, monkeypatch)
+    with pytest.raises(ConfigError) as err:
+        build_model(h)
+    e = err.value
+    assert e.path == "harness.py" and e.field == "call", (e.path, e.field)
+    assert f"harness.call: Net.{call} is {what}" in e.message, e.message
+    assert "runs none of its body" in e.message, e.message
+
+
+def test_a_call_that_is_a_property_is_said_to_be_one_naming_the_method_it_returns(tmp_path, monkeypatch):
+    """A property returning a bound method is called by each step (``model.sampler(x)``), but no
+    compile action names a property: the kind says so and names the method it returned."""
+    from rewriter.diagnose.kinds.called_method import with_called_method
+    from rewriter.harness import build_model
+
+    h = _odd_harness(tmp_path, "sampler", monkeypatch)
+    model, _ = build_model(h)
+    ctx, cands = _kind_ctx(h.src, model, compiles_itself=False, call="sampler")
+    out, [why] = with_called_method(ctx, cands)
+    assert [c.name for c in out] == ["as-is", "per-block"]
+    assert "Net.sampler is a property" in why and "harness.call: decode" in why, why
+    assert "torch's own" not in why, why
