@@ -16,11 +16,12 @@ graph (:func:`..as_run.compiles_itself`: Dynamo's counters). The candidate ``com
 placed right after ``as-is``, the program as it is with the method compiled; the engine measures
 its graphs, frames and numerics like any other. Pruned, and said: no ``harness.call``; a step that
 compiles code already (what compiles is the program's); a method defined outside SRC, inside a
-function, or already compiled.
+function, already compiled, or a property (which names the method it gives, where it gives one).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -46,6 +47,8 @@ def method_target(ctx: Any) -> tuple[str | None, str]:
     fn = inspect.getattr_static(type(inner), call, None)
     if fn is None:
         return None, f"{type(inner).__name__}.{call} is an attribute of the instance, not a method of its class"
+    if isinstance(fn, (property, functools.cached_property)):
+        return None, _property_why(inner, call)
     if hasattr(getattr(fn, "__func__", fn), "_torchdynamo_orig_callable"):
         return None, f"{type(inner).__name__}.{call} is already a torch.compile'd function"
     target = target_of(fn, ctx.session.src)
@@ -60,6 +63,19 @@ def method_target(ctx: Any) -> tuple[str | None, str]:
     else:
         how = f"nothing compiles {cls}.{call}"
     return target, how
+
+
+def _property_why(inner: Any, call: str) -> str:
+    """Why a property ``call`` of ``inner`` has no target: no compile action decorates a property;
+    where the value it gives is a method of the model's class, that method is named as the
+    ``harness.call`` to use (its definition is a target)."""
+    cls = type(inner).__name__
+    why = f"{cls}.{call} is a property, not a method of its class"
+    got = getattr(inner, call, None)
+    name = getattr(got, "__name__", None)
+    if getattr(got, "__self__", None) is inner and name and inspect.getattr_static(type(inner), name, None) is not None:
+        why += f" (it gives model.{name}: harness.call: {name} names that method)"
+    return why
 
 
 def with_called_method(ctx: Any, cands: list[Candidate]) -> tuple[list[Candidate], list[str]]:
