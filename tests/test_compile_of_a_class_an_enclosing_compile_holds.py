@@ -386,3 +386,53 @@ def test_classes_that_name_each_other_as_base_end(tmp_path, capsys):
     train = TRAIN.replace("Net", "B")
     err = _rewrite(tmp_path, capsys, {"model.py": model, "train.py": train}, ADD, 2)
     assert "B encloses Block: B inherits A.__init__; A.__init__ builds Block at model.py:" in err, err
+
+
+GENERATE = LIST.replace("        return x\n", "        return x\n\n    def generate(self, x, steps: int = 3):\n"
+                        "        for _ in range(steps):\n            for block in self.blocks:\n                x = block(x)\n"
+                        "        return x\n", 1)
+
+SAMPLE = TRAIN.replace("return model(torch.randn(3, 4))", "return model.generate(torch.randn(3, 4))")
+
+
+def test_a_compiled_block_runs_compiled_where_the_step_calls_another_method_of_the_wrapper():
+    """What the exception rests on (CPU torch, counting backends): ``torch.compile(Net())``
+    compiles ``forward`` only, so ``model.generate(x)`` runs the wrapped ``Net`` eager and the
+    decorated ``Block.forward`` compiles frames of its own; the whole-model compile gets none."""
+    import torch
+    from torch._dynamo.testing import CompileCounter
+
+    plan_backend, program_backend = CompileCounter(), CompileCounter()
+    namespace = {"torch": torch, "nn": torch.nn, "plan_backend": plan_backend}
+    block = BLOCK.replace("    def forward", "    @torch.compile(backend=plan_backend)\n    def forward")
+    exec(compile(GENERATE.replace(BLOCK, block).replace(HEAD, ""), "pinned_generate.py", "exec"), namespace)
+    torch._dynamo.reset()
+    model = torch.compile(namespace["Net"](), backend=program_backend)
+    with torch.no_grad():
+        model.generate(torch.randn(3, 4))
+    assert program_backend.frame_count == 0 and plan_backend.frame_count >= 1, (program_backend.frame_count, plan_backend.frame_count)
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize(("call", "code"), [("generate", 0), ("forward", 2), (None, 2)])
+def test_a_compile_of_a_block_is_written_where_the_plans_harness_calls_another_method(tmp_path, capsys, call, code):
+    """The plan's ``harness.call: generate`` declares a workload the whole-model compile does not
+    run: the compile of ``Block`` is written; with ``call: forward`` or none it is refused."""
+    from rewriter.cli import main
+    from rewrite_tree import tree_bytes
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(GENERATE)
+    (src / "train.py").write_text(SAMPLE)
+    before = tree_bytes(src)
+    harness = f"harness: {{file: train.py{', call: ' + call if call else ''}}}\n"
+    (tmp_path / "plan.yaml").write_text("version: 1\n" + harness + "actions:\n" + ADD)
+    capsys.readouterr()
+    got = main(["rewrite", "--plan", str(tmp_path / "plan.yaml"), str(src), "--apply", "--no-validate"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert got == code, err
+    if code == 2:
+        assert tree_bytes(src) == before and "Net encloses Block" in err, err
+    else:
+        assert "    @torch.compile\n    def forward(self, x):\n        return torch.relu" in (src / "model.py").read_text()

@@ -213,7 +213,9 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
     compiled class encloses (builds in its ``__init__``, at any depth: :meth:`ProgramCompiles.enclosers`)
     is refused as well where the edit keeps the call on (:func:`_refuse_enclosed_by_edit`); where
     it turns it regional, :func:`rewriter.consistency.check_regional_blocks` refuses a compile of the
-    blocks the loop walks (each would be compiled twice).
+    blocks the loop walks (each would be compiled twice). Where the plan's ``harness.call`` names a
+    method other than ``forward`` (:func:`runs_compiled_forward`), the whole-model compile does not
+    run what the step calls and only the regional case is refused.
 
     Raises:
         StackpartError: at the added compile's plan line, naming the program's call and the
@@ -229,6 +231,7 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
     if not adds:
         return
     reading = src if isinstance(src, ProgramCompiles) else ProgramCompiles(src) if src is not None else None
+    inlined = runs_compiled_forward(loaded)
     for o in bounds:
         own = o.action.own_call if isinstance(o.action, CompileAction) else None
         if own is None or own.disable is True or not isinstance(o.target.node, cst.FunctionDef):
@@ -247,12 +250,15 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
         code = " ".join(cst.Module([]).code_for_node(sites[0].node).split())
         keeps = "turns that call back on" if turned_off(sites[0].call) else "keeps that call on"
         if c is None:
-            hit = _enclosed(reading, adds).get((rel, name)) if reading is not None and own.regional is None else None
+            hit = (_enclosed(reading, adds).get((rel, name)) if reading is not None and own.regional is None and inlined
+                   else None)
             if hit is not None:
                 _refuse_enclosed_by_edit(loaded, reading, o, name, code, keeps, *hit)  # type: ignore[arg-type]
             continue
         if own.regional is not None:
             _refuse_regional(loaded, c, o, name, code)
+        if not inlined:
+            continue
         raise loaded.error(
             c.index,
             f"compile of {name}: {o.target.relpath}::{o.target.qualname} compiles an instance of it whole ({code}), and "
@@ -261,8 +267,21 @@ def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
             hint=f"drop this action, or turn the program's call off (own_call: {{disable: true}}) in actions[{o.index}] "
                  "(not regional: this compile would inline the blocks that call compiles in place)",
         )
-    if reading is not None:
+    if reading is not None and inlined:
         _check_unedited(loaded, bounds, adds, parse, reading)
+
+
+def runs_compiled_forward(loaded: LoadedPlan) -> bool:
+    """Whether the workload the plan's harness declares runs the model's ``forward`` through the
+    program's whole-model compile: true without ``harness.call`` (or with ``call: forward``), false
+    where a step calls another method (``model.generate(x)``). ``OptimizedModule`` compiles
+    ``forward`` only and hands the wrapped module's other methods back as they are
+    (torch/_dynamo/eval_frame.py, ``OptimizedModule.__getattr__``), so what such a method calls,
+    a decorated ``Block.forward`` or the model's own ``self(x)``, is compiled by its own decorator
+    and not inlined into the whole-model compile (pinned with ``CompileCounter`` in
+    tests/test_compile_of_a_class_an_enclosing_compile_holds.py)."""
+    harness = loaded.plan.harness
+    return harness is None or harness.call in (None, "forward", "__call__")
 
 
 def _refuse_regional(loaded: LoadedPlan, c: Any, o: Any, name: str, code: str) -> None:
