@@ -137,3 +137,24 @@ def test_a_helper_no_file_of_src_calls_is_refused(tmp_path, capsys):
 def test_every_caller_passing_a_model_with_the_container_is_written(tmp_path, capsys, train):
     _rewrite(tmp_path, capsys, {"train.py": train}, 0)
     assert (tmp_path / "src" / "utils" / "compiling.py").read_text() == "import torch\n\n\n" + REGIONAL
+
+
+SUB = "from model import Net\nfrom utils.compiling import maybe_compile\n\n\nclass Sub(Net):\n{body}\n\ndef main():\n    return maybe_compile(Sub())\n"
+
+
+@pytest.mark.parametrize("body", [
+    "    pass\n",
+    "    def __init__(self):\n        super().__init__()\n        self.scale = 2\n",
+])
+def test_a_caller_passing_a_subclass_that_runs_its_imported_bases_init_is_written(tmp_path, capsys, body):
+    """``class Sub(Net)`` in the caller's file, ``Net`` imported from model.py: ``Sub()`` runs
+    ``Net.__init__``, which sets ``blocks``, so the loop holds there and is written."""
+    _rewrite(tmp_path, capsys, {"train.py": SUB.format(body=body)}, 0)
+    assert (tmp_path / "src" / "utils" / "compiling.py").read_text() == "import torch\n\n\n" + REGIONAL
+
+
+def test_a_caller_passing_a_subclass_whose_init_skips_its_bases_is_refused(tmp_path, capsys):
+    body = "    def __init__(self):\n        nn.Module.__init__(self)\n"
+    train = SUB.format(body=body).replace("from model import Net\n", "import torch.nn as nn\nfrom model import Net\n")
+    err = _rewrite(tmp_path, capsys, {"train.py": train}, 2)
+    assert "train.py:12 passes Sub() (train.py::Sub), whose __init__ sets no attribute 'blocks'" in err, err

@@ -172,6 +172,13 @@ class Enclosing:
         return [r for r in dict.fromkeys([rel, *self._naming[stem]])
                 if r in files and name.encode() in files[r] and pattern.search(files[r])]
 
+    def base_of(self, cls: ClassRef) -> ClassRef | None:
+        """The first base of class ``cls``, a class of SRC, where ``cls``'s ``__init__`` is that
+        base's (none of its own, or its own calls the base's: :func:`_inherits_init`); else None."""
+        rel, name = cls
+        self._constructions(rel)
+        return self._bases.get(rel, {}).get(name)
+
     def _heirs(self, cls: ClassRef) -> list[ClassRef]:
         """The classes of SRC whose first base is class ``cls`` and whose ``__init__`` is its
         (:func:`_inherits_init`); only files whose text names ``cls`` as a first base (or imports it

@@ -41,6 +41,7 @@ from ..errors import StackpartError
 from ..plan import CompileAction, LoadedPlan
 from ..targets import collect_definitions
 from .callers import SELF_RETURNING, bound_value, calls_of, parameter_names
+from .enclosing import MAX_BASES, ClassRef, Enclosing
 
 #: Bases that set no attribute a regional path could name.
 PLAIN_BASES = {"nn.Module", "torch.nn.Module", "Module", "object"}
@@ -164,6 +165,7 @@ def _check_callers(loaded: LoadedPlan, b: Any, path: str, parse: Any, src: Path)
         raise loaded.error(b.index, head + f"no file under SRC calls {name}, so the class of what it compiles cannot "
                            f"be read statically and {loop} may raise AttributeError", hint=hint)
     kinds: set[str | None] = set()
+    bases = Enclosing(src, MAX_FILES)
     for c in calls:
         if not c.called:
             raise loaded.error(b.index, head + f"{c.where}: {c.why} ({c.code}), so not every call of it can be read "
@@ -171,15 +173,31 @@ def _check_callers(loaded: LoadedPlan, b: Any, path: str, parse: Any, src: Path)
         if c.cls is None:
             raise loaded.error(b.index, head + f"{c.where} passes {c.code}, whose class cannot be read statically: "
                                f"{c.why}; {loop} may raise AttributeError there", hint=hint)
-        try:
-            key, defs = parse(c.cls[0])
-        except StackpartError:
-            defs = {}
-        if not _init_sets(defs, c.cls[1], first):
+        setter = _init_setter(c.cls, first, parse, bases)
+        if setter is None:
             raise loaded.error(b.index, head + f"{c.where} passes {c.code} ({c.cls[0]}::{c.cls[1]}), whose __init__ "
                                f"sets no attribute {first!r}: {loop} would raise AttributeError there", hint=hint)
-        kinds.add(_container_kind(defs, c.cls[1], path.split(".")))
+        kinds.add(_container_kind(*setter, path.split(".")))
     return kinds.pop() if len(kinds) == 1 else None
+
+
+def _init_setter(cls: ClassRef, attr: str, parse: Any, bases: Enclosing) -> tuple[dict[str, list[Any]], str] | None:
+    """``(definitions of its file, class name)`` of the class whose ``__init__`` sets ``self.<attr>``
+    for an instance of ``cls``: ``cls`` itself or a base of its own file (:func:`_init_sets`), else
+    its first base of another file of SRC whose ``__init__`` it runs (:meth:`Enclosing.base_of`:
+    ``class Sub(Net)`` with ``Net`` imported), at most :data:`MAX_BASES` up; None where none does."""
+    seen: set[ClassRef] = set()
+    current: ClassRef | None = cls
+    while current is not None and current not in seen and len(seen) <= MAX_BASES:
+        seen.add(current)
+        try:
+            _, defs = parse(current[0])
+        except StackpartError:
+            defs = {}
+        if _init_sets(defs, current[1], attr):
+            return defs, current[1]
+        current = bases.base_of(current)
+    return None
 
 
 def _init_sets(definitions: dict[str, list[Any]], name: str, attr: str, seen: frozenset[str] = frozenset()) -> bool:
