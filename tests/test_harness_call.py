@@ -168,6 +168,9 @@ def test_diagnose_compiles_the_sampling_method_and_the_rewritten_script_samples_
     assert search["measurement"]["chosen"] == "compile-inverse", search["measurement"]["chosen"]
     assert rows["as-is"]["graphs"] == 0 and rows["compile-inverse"]["graphs"] >= 1, (rows["as-is"], rows["compile-inverse"])
     assert rows["compile-inverse"]["numerics"] == "ok"
+    # the program's call made regional or dynamic compiles forward, which model.inverse never reaches: not measured
+    assert set(rows) == {"as-is", "compile-inverse"}, sorted(rows)
+    assert any(p.startswith("as-is+regional, as-is+dynamic: one step of model.inverse") for p in search["measurement"]["pruned"])
     assert report["harness"]["call"] == "inverse"
     assert "each step calls `model.inverse`" in (plan.parent / "stackpart-diagnose" / "report.md").read_text()
     # the ladder's probe of the block's forward measured nothing, and says so rather than "one graph serves"
@@ -272,3 +275,70 @@ def test_a_call_that_is_a_property_is_said_to_be_one_naming_the_method_it_return
     assert [c.name for c in out] == ["as-is", "per-block"]
     assert "Net.sampler is a property" in why and "harness.call: decode" in why, why
     assert "torch's own" not in why, why
+
+
+def _flow_variant(tmp_path: Path, old: str, new: str, monkeypatch):
+    """The flow fixture with ``old`` replaced by ``new`` in model.py, built: (model, one Coupling, src)."""
+    from rewriter.harness import build_model
+
+    h = _flow_harness(tmp_path, "inverse", monkeypatch)
+    path = h.src / "model.py"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    model, _ = build_model(h)
+    return model, model._orig_mod.layers[0], h.src
+
+
+def test_the_static_reading_says_whether_the_called_method_reaches_a_forward(tmp_path, monkeypatch):
+    from rewriter.diagnose.method_reach import reach
+
+    model, block, src = _flow_variant(tmp_path, "", "", monkeypatch)
+    read = reach(model._orig_mod, "inverse", src, block)
+    assert (read.model_forward, read.block_forward, read.unsure) == (None, None, None), read
+    assert read.read == ["model.py::Flow.inverse", "model.py::Coupling.inverse", "model.py::Coupling._scale_shift"]
+    assert reach(model._orig_mod, "forward", src, block).model_forward == "Flow.forward"
+    # a block called by a local name may be its forward: unsure, never "reaches none"
+    model, block, src = _flow_variant(tmp_path / "a", "z = layer.inverse(z.flip(-1))", "z = layer(z.flip(-1))[0]", monkeypatch)
+    read = reach(model._orig_mod, "inverse", src, block)
+    assert read.unsure is not None and "layer(...)" in read.unsure, read
+    # the model's forward through self.forward, the block's through a block method calling self(...)
+    model, block, src = _flow_variant(tmp_path / "b", "        return z\n", "        return self.forward(z)[0]\n", monkeypatch)
+    assert reach(model._orig_mod, "inverse", src, block).model_forward == "model.py::Flow.inverse:46"
+    model, block, src = _flow_variant(tmp_path / "c", "        a, b = y.chunk(2, -1)\n", "        a, b = self(y)[0].chunk(2, -1)\n",
+                                      monkeypatch)
+    read = reach(model._orig_mod, "inverse", src, block)
+    assert read.model_forward is None and read.block_forward == "model.py::Coupling.inverse:25", read
+
+
+def _own_edit(name: str, spec, **own_call):
+    from rewriter.diagnose.candidate import Candidate
+    from rewriter.plan import CompileAction
+
+    strategy = "region" if "regional" in own_call else "whole"
+    action = CompileAction(action="compile", target="sample.py::build", strategy=strategy, own_call=own_call, why="w")
+    return Candidate(name, parse_plan("version: 1\nactions: []\n").plan.model_copy(update={"harness": spec, "actions": [action]}))
+
+
+def test_edits_of_the_programs_compile_are_pruned_where_the_called_method_reaches_no_forward(tmp_path, monkeypatch):
+    """``Flow.inverse`` calls ``Coupling.inverse``, never a ``forward``: the program's call made
+    regional or dynamic would compile nothing the step runs, so the search does not measure them;
+    where the reading is unsure (a block called by a local name) they are kept."""
+    from rewriter.diagnose.kinds.called_method import with_called_method
+
+    for sub, old, new, pruned in (("a", "", "", True), ("b", "z = layer.inverse(z.flip(-1))", "z = layer(z.flip(-1))[0]", False)):
+        model, block, src = _flow_variant(tmp_path / sub, old, new, monkeypatch)
+        ctx, cands = _kind_ctx(src, model, compiles_itself=False)
+        ctx.evidence.blocks = [{"cls": type(block), "modules": list(model._orig_mod.layers)}]
+        spec = cands[0].plan.harness
+        cands += [_own_edit("as-is+regional", spec, regional="layers"), _own_edit("as-is+dynamic", spec, dynamic=True)]
+        out, lines = with_called_method(ctx, cands)
+        names = [c.name for c in out]
+        if pruned:
+            assert names == ["as-is", "compile-inverse", "per-block"], names
+            [line] = lines
+            assert line.startswith("as-is+regional, as-is+dynamic: one step of model.inverse as the program runs it compiled "
+                                   "no graph, and Flow.inverse calls neither Flow.forward nor a block's forward"), line
+            assert "model.py::Coupling.inverse" in line, line
+        else:
+            assert names == ["as-is", "compile-inverse", "per-block", "as-is+regional", "as-is+dynamic"] and lines == [], (names, lines)

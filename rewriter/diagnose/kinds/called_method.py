@@ -94,17 +94,62 @@ def with_called_method(ctx: Any, cands: list[Candidate]) -> tuple[list[Candidate
     if compiles_itself(ctx):
         return cands, [f"{name}: one step of model.{call} as the program runs it compiled a graph itself: what it "
                        "compiles is the program's own compile (its edits are the as-is+ candidates)"]
+    cands, pruned = without_idle_own_edits(ctx, cands)
     target, how = method_target(ctx)
     if target is None:
-        return cands, [f"{name}: harness.call {call!r}: {how}; no compile action names it"]
+        return cands, [*pruned, f"{name}: harness.call {call!r}: {how}; no compile action names it"]
     why = (f"harness.call {call}: one step of model.{call} as the program runs it compiled no graph ({how}); "
            f"torch.compile on {target} compiles what the step calls")
     action = CompileAction(action="compile", target=target, strategy="region", why=why)
     cand = Candidate(name, base.plan.model_copy(update={"actions": [*base.plan.actions, action]}), [why])
     if cand.key() in {c.key() for c in cands}:
-        return cands, []
+        return cands, pruned
     at = cands.index(base) + 1
-    return [*cands[:at], cand, *cands[at:]], []
+    return [*cands[:at], cand, *cands[at:]], pruned
+
+
+def without_idle_own_edits(ctx: Any, cands: list[Candidate]) -> tuple[list[Candidate], list[str]]:
+    """``cands`` without the edits of the program's own compile (``as-is+regional``,
+    ``as-is+dynamic``, ...: every action a ``compile`` with ``own_call``) that are sure to compile
+    nothing the step runs, and one pruned line for them; called where one step of the method as
+    the program runs it compiled no graph. An edit of a whole-model call compiles the model's
+    ``forward``, its ``regional`` form the blocks' ``forward``; where the static reading
+    (:func:`..method_reach.reach`) is sure the method reaches neither, the edit is left out so the
+    search's budget goes to ``compile-<method>``. An edit of a block's or a function's call, and
+    any edit where the reading is unsure, is kept (measured as before)."""
+    from ...engine.watch import unwrapped
+    from ...plan.schema import REGIONAL_METHOD
+    from ..candidate import is_as_is
+    from ..method_reach import reach
+
+    call = ctx.session.spec.call
+    edits = [c for c in cands if c.name != AS_IS and is_as_is(c.name) and c.plan.actions
+             and all(a.action == "compile" and a.own_call is not None for a in c.plan.actions)]
+    if not edits:
+        return cands, []
+    model, _, _ = ctx.reference()
+    inner = unwrapped(model)
+    blocks = getattr(ctx.evidence, "blocks", None) or []
+    block = next(iter(blocks[0].get("modules") or []), None) if blocks else None
+    read = reach(inner, call, ctx.session.src, block)
+    if read.model_forward or read.unsure:
+        return cands, []
+    cls = type(inner).__name__
+    idle = []
+    for c in edits:
+        regions = [a.own_call.regional for a in c.plan.actions if a.own_call.regional is not None]
+        whole = all(a.strategy == "whole" or a.own_call.regional is not None for a in c.plan.actions)
+        # a regional edit compiles the blocks' forward; the library's own regional method, blocks unread
+        if whole and not (regions and (block is None or read.block_forward or REGIONAL_METHOD in regions)):
+            idle.append(c.name)
+    if not idle:
+        return cands, []
+    what = f"{cls}.{call} calls neither {cls}.forward nor a block's forward" if block is not None else \
+        f"{cls}.{call} does not call {cls}.forward"
+    line = (f"{', '.join(idle)}: one step of model.{call} as the program runs it compiled no graph, and {what} "
+            f"(read statically: {', '.join(read.read)}): an edit of the program's own compile, which compiles "
+            "forward, would change nothing the step runs")
+    return [c for c in cands if c.name not in idle], [line]
 
 
 KIND = CandidateKind("called_method", 5, with_called_method, when_compiles_pruned=False)
