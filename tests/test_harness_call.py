@@ -342,3 +342,64 @@ def test_edits_of_the_programs_compile_are_pruned_where_the_called_method_reache
             assert "model.py::Coupling.inverse" in line, line
         else:
             assert names == ["as-is", "compile-inverse", "per-block", "as-is+regional", "as-is+dynamic"] and lines == [], (names, lines)
+
+
+def test_a_baseline_that_compiled_no_graph_is_said_and_not_held_against_the_plan():
+    """validate's ``regional`` baseline compiles the blocks' ``forward``; a step of
+    ``model.inverse`` that calls ``layer.inverse`` compiles none of it: the report says so and the
+    speed gate does not compare the plan with what is the eager model's step time."""
+    from rewriter.engine.verdict import Verdict
+    from rewriter.validate.baselines import idle
+    from rewriter.validate.command import Options, _judge_speed
+
+    def judged(graphs: int) -> tuple[dict, Verdict]:
+        results = {"eager": {"step_ms": 10.0}, "plan": {"step_ms": 9.0},
+                   "regional": {"step_ms": 6.0, "blocks": 4, "compile": {"unique_graphs": graphs}}}
+        verdict = Verdict()
+        for b, said in idle(results, "inverse").items():
+            results[b]["baseline_idle"] = said
+        _judge_speed({"environment": {"timed_on": "cpu"}}, results, SimpleNamespace(timing=[]),
+                     Options(speed_gate="on", min_speedup=0.95), verdict)
+        return results, verdict
+
+    results, verdict = judged(0)
+    assert results["regional"]["baseline_idle"] == (
+        "the regional baseline compiled no graph: the step's method model.inverse calls no block's forward; its step "
+        "time is the eager model's, so the plan is not compared with it")
+    assert not any("baseline" in f for f in verdict.failures), verdict.failures
+    # the same figures where the baseline compiled: the plan is held against it
+    results, verdict = judged(4)
+    assert "baseline_idle" not in results["regional"]
+    assert any("slower than the better baseline (regional compile, 6.000 ms)" in f for f in verdict.failures), verdict.failures
+    # no block found, or no harness.call: said as such
+    assert "no repeated block was found" in idle({"regional": {"compile": {"unique_graphs": 0}}}, "inverse")["regional"]
+    assert "the step calls no compiled block's forward" in idle({"regional": {"blocks": 2, "compile": {"unique_graphs": 0}}}, None)["regional"]
+    assert idle({"regional": {"error": "raised", "compile": {"unique_graphs": 0}}}, "inverse") == {}
+
+
+@pytest.mark.slow
+def test_validate_reports_the_regional_baseline_of_a_method_step_as_compiling_nothing(tmp_path, monkeypatch):
+    """End to end on CPU (eager backend): a plan compiling ``Flow.inverse``, validated with the
+    regional baseline; the report's header, the baseline's row and its section say that baseline
+    compiled no graph."""
+    from rewriter.cli import main
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    src = tmp_path / "src"
+    shutil.copytree(FLOW, src, ignore=shutil.ignore_patterns("__pycache__"))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text((FLOW / "harness.yaml").read_text().replace(
+        "actions: []", "actions:\n  - {action: compile, target: model.py::Flow.inverse, strategy: region}"))
+    out = tmp_path / "report"
+    code = main(["validate", "--plan", str(plan), str(src), "--out", str(out), "--backend", "eager", "--baselines", "regional",
+                 "--reps", "2", "--warmup", "1"])
+    report = json.loads((out / "validation.json").read_text())
+    regional = report["variants"]["regional"]
+    assert code == 0, report["verdict"]
+    assert regional["compile"]["unique_graphs"] == 0 and report["variants"]["plan"]["compile"]["unique_graphs"] >= 1
+    said = "the regional baseline compiled no graph: the step's method model.inverse calls no block's forward"
+    assert regional["baseline_idle"].startswith(said) and any(n.startswith(said) for n in report["verdict"]["notes"])
+    md = (out / "validation.md").read_text()
+    assert md.count(said) >= 2, md  # the baselines line and the regional section
+    [row] = [ln for ln in md.splitlines() if ln.startswith("| regional |")]
+    assert row.split("|")[3].strip() == "no graph", row  # its "vs eager" cell: no compile was timed

@@ -36,6 +36,8 @@ def cold_summary(payload: dict[str, Any]) -> dict[str, Any]:
     shapes = payload.get("shapes", [])
     out: dict[str, Any] = {
         "compiled": payload.get("info", {}).get("compiled"),
+        # the regional baseline's block count (rewriter.engine.variants.prepare)
+        **({"blocks": payload["info"]["blocks"]} if "blocks" in payload.get("info", {}) else {}),
         **({"rng": payload["info"]["rng"]} if payload.get("info", {}).get("rng") else {}),
         "compile": payload.get("compile"),
         "fail_on_recompile": payload.get("fail_on_recompile"),

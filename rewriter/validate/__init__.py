@@ -11,6 +11,7 @@ The pipeline, one module per step::
     timing.py        CUDA events or perf_counter, warm-up, interleaved variants, median/spread
     amortize.py      break-even runs and the regime that pays back
     verdict.py       the reasons a validation fails (exit 1) or errors (exit 2)
+    baselines.py     which in-place baselines compiled no graph (ran eager), said and not compared
     report.py        validation.json, validation.md, validation.png bound to the diff's sha256
     command.py       the orchestration behind the CLI command
 

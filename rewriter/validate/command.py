@@ -118,6 +118,7 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     from ..engine.measure import measure
     from ..engine.options import Variant
     from ..engine.verdict import Verdict
+    from .baselines import idle as idle_baselines
 
     verdict = Verdict(notes=notes)
     mark_dynamic = [
@@ -179,6 +180,9 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
             verdict.errors.append(f + "; to validate it here, make the harness build the model through that code")
             continue
         (verdict.errors if f.startswith("the rewritten tree failed") else verdict.failures).append(f)
+    for b, said in idle_baselines(results, spec_run.call).items():
+        results[b]["baseline_idle"] = said
+        verdict.notes.append(said)
     for b in [v.name for v in variants if v.prepare or v.name == AS_RUN]:
         row = results.get(b) or {}
         if row.get("problems") and row.get("error"):
@@ -218,10 +222,12 @@ def _judge_speed(report: dict[str, Any], results: dict[str, Any], m: Any, opts: 
     from ..engine.noise import process_noise
     from ..engine.verdict import NOISE, contended_band, speed_failures
 
-    mean_ms = {v: r["step_ms"] for v, r in results.items() if r.get("step_ms") is not None}
+    # a baseline that compiled no graph ran eager: the plan is not compared with it (.baselines.idle)
+    mean_ms = {v: r["step_ms"] for v, r in results.items() if r.get("step_ms") is not None and not r.get("baseline_idle")}
     # the same variants with their host core contended (--host both, on CUDA): gated like the quiet
     # figures within their own measured band, as diagnose's search decides on the worse condition
-    contended = {v: r["contended_step_ms"] for v, r in results.items() if r.get("contended_step_ms") is not None}
+    contended = {v: r["contended_step_ms"] for v, r in results.items()
+                 if r.get("contended_step_ms") is not None and not r.get("baseline_idle")}
     if contended:
         report["contended_band"] = contended_band(process_noise(m.timing))
     band = report.get("contended_band", NOISE)
@@ -331,7 +337,8 @@ def _print_summary(report: dict[str, Any], paths: list[Path]) -> None:
             console.print(
                 f"  {name:9s} {var['step_ms']:.3f} {unit}"
                 + (f" ({busy:.3f} with the host core contended)" if busy is not None else "")
-                + f", cold first call {var.get('cold_first_call_s', 0):.2f} s, numerics {var.get('numerics', '-')}",
+                + f", cold first call {var.get('cold_first_call_s', 0):.2f} s, numerics {var.get('numerics', '-')}"
+                + (", compiled no graph (not compared)" if var.get("baseline_idle") else ""),
                 highlight=False,
             )
     for e in v["errors"]:

@@ -27,10 +27,13 @@ def default_report_dir(plan_path: str | Path) -> Path:
 
 def _baselines_line(report: dict[str, Any]) -> str:
     """What the in-place baselines were compiled with, or that none ran (``--baselines none``)."""
-    ran = [n for n in report.get("variants", {}) if n in ("whole", "regional")]
+    variants = report.get("variants", {})
+    ran = [n for n in variants if n in ("whole", "regional")]
     if not ran:
         return "- no in-place baseline (whole, regional) was run"
-    return f"- baselines ({', '.join(ran)}) compiled with backend `{report['backend']}`"
+    idle = [n for n in ran if (variants[n] or {}).get("baseline_idle")]
+    return (f"- baselines ({', '.join(ran)}) compiled with backend `{report['backend']}`"
+            + "".join(f"; {variants[n]['baseline_idle']}" for n in idle))
 
 
 def report_header(loaded: Any, src: Path, result: Any, harness: Any, backend: str, environment: dict[str, Any]) -> dict[str, Any]:
@@ -128,7 +131,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         be = amort.get("break_even_runs")
         be_txt = "–" if be is None else be if isinstance(be, str) else f"{be:,.0f}"
         sp = var.get("speedup_vs_eager")
-        speed = "–" if sp is None else f"{sp:.2f}x"
+        speed = "–" if sp is None else "no graph" if var.get("baseline_idle") else f"{sp:.2f}x"
         if var.get("error"):
             lines.append(f"| {name} | error: {var['error']} | | | | | | | | | | |" + (" |" if busy else ""))
             continue
@@ -167,6 +170,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         if name == "eager" or not comp:
             continue
         lines.append(f"- **{name}** ({var.get('compiled', '')}):")
+        if var.get("baseline_idle"):
+            lines.append(f"  - {var['baseline_idle']}")
         if name == "regional":
             lines.extend(block_share_lines(report))
         for hit in comp.get("recompile_limit_hits", []):
