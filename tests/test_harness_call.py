@@ -169,7 +169,8 @@ def test_diagnose_compiles_the_sampling_method_and_the_rewritten_script_samples_
     assert rows["as-is"]["graphs"] == 0 and rows["compile-inverse"]["graphs"] >= 1, (rows["as-is"], rows["compile-inverse"])
     assert rows["compile-inverse"]["numerics"] == "ok"
     # the program's call made regional or dynamic compiles forward, which model.inverse never reaches: not measured
-    assert set(rows) == {"as-is", "compile-inverse"}, sorted(rows)
+    assert set(rows) == {"as-is", "compile-inverse", "compile-Coupling.inverse"}, sorted(rows)
+    assert rows["compile-Coupling.inverse"]["graphs"] >= 1, rows["compile-Coupling.inverse"]
     assert any(p.startswith("as-is+regional, as-is+dynamic: one step of model.inverse") for p in search["measurement"]["pruned"])
     assert report["harness"]["call"] == "inverse"
     assert "each step calls `model.inverse`" in (plan.parent / "stackpart-diagnose" / "report.md").read_text()
@@ -335,13 +336,41 @@ def test_edits_of_the_programs_compile_are_pruned_where_the_called_method_reache
         out, lines = with_called_method(ctx, cands)
         names = [c.name for c in out]
         if pruned:
-            assert names == ["as-is", "compile-inverse", "per-block"], names
+            assert names == ["as-is", "compile-inverse", "compile-Coupling.inverse", "per-block"], names
             [line] = lines
             assert line.startswith("as-is+regional, as-is+dynamic: one step of model.inverse as the program runs it compiled "
                                    "no graph, and Flow.inverse calls neither Flow.forward nor a block's forward"), line
             assert "model.py::Coupling.inverse" in line, line
         else:
+            # unsure: no per-block candidate either (layer(z) may run the block's forward)
             assert names == ["as-is", "compile-inverse", "per-block", "as-is+regional", "as-is+dynamic"] and lines == [], (names, lines)
+
+
+def test_the_blocks_own_method_is_a_candidate_after_the_compile_of_the_method(tmp_path, monkeypatch):
+    """``Flow.inverse`` calls ``layer.inverse(z)`` on each ``Coupling`` of a ModuleList: the search
+    also measures ``torch.compile`` on ``Coupling.inverse`` (one compile reused across the blocks),
+    placed after ``compile-inverse`` so the ladder's order keeps the whole method first where the
+    gain is not measured."""
+    from rewriter.diagnose.kinds.called_method import with_called_method
+    from rewriter.diagnose.method_reach import reach
+
+    model, block, src = _flow_variant(tmp_path, "", "", monkeypatch)
+    assert reach(model._orig_mod, "inverse", src, block).block_calls == ["model.py::Coupling.inverse"]
+    ctx, cands = _kind_ctx(src, model, compiles_itself=False)
+    ctx.evidence.blocks = [{"cls": type(block), "modules": list(model._orig_mod.layers)}]
+    out, lines = with_called_method(ctx, cands)
+    assert [c.name for c in out] == ["as-is", "compile-inverse", "compile-Coupling.inverse", "per-block"] and lines == []
+    [action] = out[2].plan.actions
+    assert (action.action, action.target, action.strategy, action.own_call) == ("compile", "model.py::Coupling.inverse", "region", None)
+    assert "calls Coupling.inverse on each Coupling block" in action.why, action.why
+    # two block methods called: which is the region is not one candidate's choice, said
+    model, block, src = _flow_variant(tmp_path / "two", "z = layer.inverse(z.flip(-1))",
+                                      "z = layer.inverse(z.flip(-1)) + 0 * layer._scale_shift(z[:, :4])[0].sum()", monkeypatch)
+    ctx, cands = _kind_ctx(src, model, compiles_itself=False)
+    ctx.evidence.blocks = [{"cls": type(block), "modules": list(model._orig_mod.layers)}]
+    out, [line] = with_called_method(ctx, cands)
+    assert [c.name for c in out] == ["as-is", "compile-inverse", "per-block"], [c.name for c in out]
+    assert line.startswith("compile-<block method>: model.inverse calls 2 methods of Coupling"), line
 
 
 def test_a_baseline_that_compiled_no_graph_is_said_and_not_held_against_the_plan():

@@ -50,12 +50,15 @@ class Reach:
         block_forward: where it reaches a block's ``forward``, or None.
         unsure: why the reading is not sure (the first reason met), or None.
         read: the functions read (``file.py::Qual.name``), in the order read.
+        block_calls: the block's methods the model's own code calls (``x.m(...)`` read as the
+            block class's ``m``), as ``file.py::Qual.name``, in the order met.
     """
 
     model_forward: str | None = None
     block_forward: str | None = None
     unsure: str | None = None
     read: list[str] = field(default_factory=list)
+    block_calls: list[str] = field(default_factory=list)
 
     def doubt(self, why: str) -> None:
         self.unsure = self.unsure or why
@@ -154,6 +157,10 @@ def _walk(out: Reach, inst: Any, cls: type, name: str, role: str, block: Any, sr
         if block is not None and _defines(type(block), f.attr):
             callees.append((block, type(block), f.attr, "block"))
     for inst_, cls_, name_, role_ in callees:
+        if role == "model" and role_ == "block":
+            entry = target_of(getattr(inspect.getattr_static(cls_, name_), "__func__", inspect.getattr_static(cls_, name_)), src)
+            if entry is not None and entry not in out.block_calls:
+                out.block_calls.append(entry)
         _walk(out, inst_, cls_, name_, role_, block, src, seen)
 
 

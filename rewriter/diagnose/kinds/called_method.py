@@ -14,7 +14,11 @@ program's wrapper leaves alone (a decorated method of the wrapped module is what
 Evidence: one step of the harness's model as it is, its backend forced to ``eager``, compiled no
 graph (:func:`..as_run.compiles_itself`: Dynamo's counters). The candidate ``compile-<method>`` is
 placed right after ``as-is``, the program as it is with the method compiled; the engine measures
-its graphs, frames and numerics like any other. Pruned, and said: no ``harness.call``; a step that
+its graphs, frames and numerics like any other. Where the method calls one method of its repeated
+block (``layer.inverse(z)`` over a ``ModuleList``, read statically: :mod:`..method_reach`),
+``compile-<Block>.<method>`` follows it (:func:`block_method_candidate`), and the edits of the
+program's own whole-model call that the reading is sure compile nothing the step runs are pruned
+(:func:`without_idle_own_edits`). Pruned, and said: no ``harness.call``; a step that
 compiles code already (what compiles is the program's); a method defined outside SRC, inside a
 function, already compiled, or a property (which names the method it gives, where it gives one).
 """
@@ -94,7 +98,8 @@ def with_called_method(ctx: Any, cands: list[Candidate]) -> tuple[list[Candidate
     if compiles_itself(ctx):
         return cands, [f"{name}: one step of model.{call} as the program runs it compiled a graph itself: what it "
                        "compiles is the program's own compile (its edits are the as-is+ candidates)"]
-    cands, pruned = without_idle_own_edits(ctx, cands)
+    read = _reading(ctx)
+    cands, pruned = without_idle_own_edits(ctx, cands, read)
     target, how = method_target(ctx)
     if target is None:
         return cands, [*pruned, f"{name}: harness.call {call!r}: {how}; no compile action names it"]
@@ -102,13 +107,58 @@ def with_called_method(ctx: Any, cands: list[Candidate]) -> tuple[list[Candidate
            f"torch.compile on {target} compiles what the step calls")
     action = CompileAction(action="compile", target=target, strategy="region", why=why)
     cand = Candidate(name, base.plan.model_copy(update={"actions": [*base.plan.actions, action]}), [why])
-    if cand.key() in {c.key() for c in cands}:
-        return cands, pruned
+    block, more = block_method_candidate(ctx, base, read, name)
+    keys = {c.key() for c in cands}
+    new = [c for c in (cand, block) if c is not None and c.key() not in keys]
     at = cands.index(base) + 1
-    return [*cands[:at], cand, *cands[at:]], pruned
+    return [*cands[:at], *new, *cands[at:]], pruned + more
 
 
-def without_idle_own_edits(ctx: Any, cands: list[Candidate]) -> tuple[list[Candidate], list[str]]:
+def _reading(ctx: Any) -> Any:
+    """``(model, block, Reach)``: the harness's model (unwrapped from the program's compile), one
+    instance of its repeated block (None where the ladder found none) and what ``harness.call``'s
+    method reaches (:func:`..method_reach.reach`)."""
+    from ...engine.watch import unwrapped
+    from ..method_reach import reach
+
+    model, _, _ = ctx.reference()
+    inner = unwrapped(model)
+    blocks = getattr(ctx.evidence, "blocks", None) or []
+    block = next(iter(blocks[0].get("modules") or []), None) if blocks else None
+    return inner, block, reach(inner, ctx.session.spec.call, ctx.session.src, block)
+
+
+def block_method_candidate(ctx: Any, base: Candidate, reading: Any, method_cand: str) -> tuple[Candidate | None, list[str]]:
+    """``compile-<Block>.<method>``: ``torch.compile`` on the block's own method that the step's
+    method calls (``Coupling.inverse``, called as ``layer.inverse(z)`` in a loop over the
+    ``ModuleList``): regional compilation of that method, one compile reused across the blocks,
+    the code between the blocks left eager. Measured like the other candidates and placed right
+    after ``compile-<method>``, so where the gain is not measured (the ladder's order decides,
+    :func:`..decide.decide`) the compile of the whole method stays first, and it is chosen only
+    where it measures better. Not proposed, and said, where the method calls two or more block
+    methods (which one is the region is not one candidate's choice); nothing said where it calls
+    none, or the reading is unsure (the edits it keeps say so)."""
+    from ...plan import CompileAction
+
+    _, block, read = reading
+    if block is None or read.unsure or not read.block_calls:
+        return None, []
+    if len(read.block_calls) > 1:
+        return None, [f"compile-<block method>: model.{ctx.session.spec.call} calls {len(read.block_calls)} methods of "
+                      f"{type(block).__name__} ({', '.join(read.block_calls)}): {method_cand} compiles them all"]
+    target = read.block_calls[0]
+    qual = target.split("::", 1)[1]
+    fn = inspect.getattr_static(type(block), qual.rsplit(".", 1)[1], None)
+    if hasattr(getattr(fn, "__func__", fn), "_torchdynamo_orig_callable"):
+        return None, [f"compile-{qual}: {qual} is already a torch.compile'd function"]
+    why = (f"harness.call {ctx.session.spec.call}: model.{ctx.session.spec.call} calls {qual} on each "
+           f"{type(block).__name__} block (read statically: {', '.join(read.read[:3])}); torch.compile on {target} "
+           "compiles that method once for the blocks (regional compilation of the method the step calls on them)")
+    action = CompileAction(action="compile", target=target, strategy="region", why=why)
+    return Candidate(f"compile-{qual}", base.plan.model_copy(update={"actions": [*base.plan.actions, action]}), [why]), []
+
+
+def without_idle_own_edits(ctx: Any, cands: list[Candidate], reading: Any) -> tuple[list[Candidate], list[str]]:
     """``cands`` without the edits of the program's own compile (``as-is+regional``,
     ``as-is+dynamic``, ...: every action a ``compile`` with ``own_call``) that are sure to compile
     nothing the step runs, and one pruned line for them; called where one step of the method as
@@ -116,22 +166,17 @@ def without_idle_own_edits(ctx: Any, cands: list[Candidate]) -> tuple[list[Candi
     ``forward``, its ``regional`` form the blocks' ``forward``; where the static reading
     (:func:`..method_reach.reach`) is sure the method reaches neither, the edit is left out so the
     search's budget goes to ``compile-<method>``. An edit of a block's or a function's call, and
-    any edit where the reading is unsure, is kept (measured as before)."""
-    from ...engine.watch import unwrapped
+    any edit where the reading is unsure, is kept (measured as before). ``reading``:
+    :func:`_reading`'s."""
     from ...plan.schema import REGIONAL_METHOD
     from ..candidate import is_as_is
-    from ..method_reach import reach
 
     call = ctx.session.spec.call
     edits = [c for c in cands if c.name != AS_IS and is_as_is(c.name) and c.plan.actions
              and all(a.action == "compile" and a.own_call is not None for a in c.plan.actions)]
     if not edits:
         return cands, []
-    model, _, _ = ctx.reference()
-    inner = unwrapped(model)
-    blocks = getattr(ctx.evidence, "blocks", None) or []
-    block = next(iter(blocks[0].get("modules") or []), None) if blocks else None
-    read = reach(inner, call, ctx.session.src, block)
+    inner, block, read = reading
     if read.model_forward or read.unsure:
         return cands, []
     cls = type(inner).__name__
