@@ -178,6 +178,12 @@ def test_a_compile_in_the_harness_build_model_is_the_programs_own(tmp_path, monk
     harness = tmp_path / "case" / "src" / "harness.py"
     harness.write_text(harness.read_text().replace("    return TinyLM()", "    return torch.compile(TinyLM(), backend=\"eager\")"))
     assert "torch.compile(TinyLM()" in harness.read_text()
+    # the plan's compile of Block is refused beside a whole compile of TinyLM (it would never be
+    # used, docs/guide.md): the plan keeps its bucket action
+    plan = tmp_path / "case" / "plan.yaml"
+    compile_block = "  - action: compile\n    target: model.py::Block\n    options: {backend: eager}\n"
+    assert compile_block in plan.read_text()
+    plan.write_text(plan.read_text().replace(compile_block, ""))
     seen: dict = {}
     monkeypatch.setattr(engine, "measure", _fake_measure({"eager": 10.0, "as-is": 20.0, "plan": 15.0}, seen))
     code, report = _validate(tmp_path / "case", tmp_path / "out")
