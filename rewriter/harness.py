@@ -11,6 +11,7 @@ imported with SRC first on ``sys.path``, so ``from model import GPT`` finds the 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import inspect
 import sys
@@ -475,12 +476,26 @@ def check_entry(model: Any, spec: Harness) -> None:
         ConfigError: at the harness file, naming ``harness.call``, the model's class and the
             near method names when ``model`` has no such attribute or it is not callable; and
             where it is a generator or ``async def`` method (calling it runs none of its body:
-            https://docs.python.org/3/reference/expressions.html#generator-iterator-methods).
+            https://docs.python.org/3/reference/expressions.html#generator-iterator-methods);
+            and where reading the attribute raises anything but ``AttributeError`` (the user's
+            property or ``__getattr__`` raised), naming the exception's type and message.
     """
     if spec.call is None:
         return
-    attr = getattr(model, spec.call, None)
     cls = model_class(model)
+    try:
+        attr = getattr(model, spec.call, None)
+    except Exception as exc:  # AttributeError is getattr's default; anything else is the user's code raising
+        inner = getattr(model, "_orig_mod", model)
+        kind = ("a property of the model" if isinstance(inspect.getattr_static(type(inner), spec.call, None),
+                                                             (property, functools.cached_property))
+                else "an attribute of the model")
+        raise ConfigError(
+            f"harness.call: reading {cls}.{spec.call}, {kind}, raised {type(exc).__name__}: {exc}; name a method the "
+            "model has, or make the attribute readable on the built model",
+            path=spec.file,
+            field="call",
+        ) from exc
     lazy = ("a generator function" if inspect.isgeneratorfunction(attr) or inspect.isasyncgenfunction(attr)
             else "a coroutine function" if inspect.iscoroutinefunction(attr) else None)
     if lazy is not None:

@@ -235,12 +235,12 @@ class Net(nn.Module):
 '''
 
 
-def _odd_harness(tmp_path: Path, call: str, monkeypatch):
+def _odd_harness(tmp_path: Path, call: str, monkeypatch, model: str = ODD_MODEL):
     from rewriter.harness import load_harness
 
     src = tmp_path / "src"
     src.mkdir(parents=True)
-    (src / "model.py").write_text(ODD_MODEL)
+    (src / "model.py").write_text(model)
     (src / "harness.py").write_text("import torch\nfrom model import Net\n\n\ndef build_model():\n    return Net()\n\n\n"
                                     "def make_inputs(batch: int = 4):\n    return (torch.randn(batch, 8),)\n")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -261,6 +261,23 @@ def test_a_call_whose_method_runs_nothing_when_called_is_refused(tmp_path, monke
     assert e.path == "harness.py" and e.field == "call", (e.path, e.field)
     assert f"harness.call: Net.{call} is {what}" in e.message, e.message
     assert "runs none of its body" in e.message, e.message
+
+
+def test_a_call_whose_property_raises_is_refused_at_harness_call_naming_the_exception(tmp_path, monkeypatch):
+    """A property that raises when read (here a RuntimeError, not the AttributeError ``getattr``'s
+    default absorbs) is the harness's error at ``harness.call``, with the exception's type and
+    message, never a traceback out of the check."""
+    from rewriter.errors import ConfigError
+    from rewriter.harness import build_model
+
+    broken = ODD_MODEL + "\n    @property\n    def sample(self):\n        raise RuntimeError('no sampler configured')\n"
+    h = _odd_harness(tmp_path, "sample", monkeypatch, broken)
+    with pytest.raises(ConfigError) as err:
+        build_model(h)
+    e = err.value
+    assert (e.path, e.field) == ("harness.py", "call"), (e.path, e.field)
+    assert e.message.startswith("harness.call: reading Net.sample, a property of the model, raised "
+                                "RuntimeError: no sampler configured"), e.message
 
 
 def test_a_call_that_is_a_property_is_said_to_be_one_naming_the_method_it_returns(tmp_path, monkeypatch):
