@@ -172,6 +172,9 @@ def test_diagnose_compiles_the_sampling_method_and_the_rewritten_script_samples_
     assert set(rows) == {"as-is", "compile-inverse", "compile-Coupling.inverse"}, sorted(rows)
     assert rows["compile-Coupling.inverse"]["graphs"] >= 1, rows["compile-Coupling.inverse"]
     assert any(p.startswith("as-is+regional, as-is+dynamic: one step of model.inverse") for p in search["measurement"]["pruned"])
+    # the per-block line agrees: the edit it points at was pruned, not measured
+    [per_block] = [p for p in search["measurement"]["pruned"] if "compiles the whole model itself" in p]
+    assert "its edit as-is+regional is pruned too" in per_block and "measured as as-is+regional" not in per_block, per_block
     assert report["harness"]["call"] == "inverse"
     assert "each step calls `model.inverse`" in (plan.parent / "stackpart-diagnose" / "report.md").read_text()
     # the ladder's probe of the block's forward measured nothing, and says so rather than "one graph serves"
@@ -361,6 +364,28 @@ def test_edits_of_the_programs_compile_are_pruned_where_the_called_method_reache
         else:
             # unsure: no per-block candidate either (layer(z) may run the block's forward)
             assert names == ["as-is", "compile-inverse", "per-block", "as-is+regional", "as-is+dynamic"] and lines == [], (names, lines)
+
+
+def test_the_per_block_conflict_line_says_its_edit_was_pruned_where_a_kind_pruned_it():
+    """per-block is struck by the program's whole-model compile, its line pointing at the edit of
+    that call, ``as-is+regional``; where a later kind prunes that edit too (the step's method
+    reaches no forward), the line says it was pruned rather than that it was measured."""
+    from rewriter.diagnose.candidates import OwnScope, _Proposals
+    from rewriter.diagnose.planner import Decision
+    from rewriter.plan import CompileAction
+
+    own = SimpleNamespace(text='sample.py:15: torch.compile(Flow(), backend="eager")', fullgraph=False)
+    p = _Proposals(ctx=None, scope=OwnScope(whole=[own]))
+    block = CompileAction(action="compile", target="model.py::Coupling", strategy="region", why="w")
+    p.add("per-block", Decision(parse_plan("version: 1\nactions: []\n").plan.model_copy(update={"actions": [block]}), []))
+    assert p.out == []
+    [kept] = p.conflict_lines()
+    assert kept.startswith("per-block: the program compiles the whole model itself") and kept.endswith(
+        "change the program's own call instead (measured as as-is+regional where the harness runs that call)"), kept
+    [pruned] = p.conflict_lines(dropped={"as-is+regional"})
+    assert pruned.endswith("change the program's own call instead (its edit as-is+regional is pruned too, said on its "
+                           "own line)"), pruned
+    assert "measured as" not in pruned, pruned
 
 
 def test_the_blocks_own_method_is_a_candidate_after_the_compile_of_the_method(tmp_path, monkeypatch):

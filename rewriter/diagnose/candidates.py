@@ -277,6 +277,12 @@ def target_class(target: str) -> str:
     return qual.split(".", 1)[0]
 
 
+#: How a compile struck by the program's whole-model compile points at the edit of that call.
+OWN_EDIT_MEASURED = f" (measured as {as_is('regional')} where the harness runs that call)"
+#: The same, where a candidate kind pruned that edit (:meth:`_Proposals.conflict_lines`).
+OWN_EDIT_PRUNED = f" (its edit {as_is('regional')} is pruned too, said on its own line)"
+
+
 def conflict(action: Any, scope: OwnScope) -> str | None:
     """Why ``action`` does not compose with the program's own compiles, or None
     (docs/design.md, "The search"): no second compile of code the program compiles; no ``disable`` inside a region
@@ -295,8 +301,7 @@ def conflict(action: Any, scope: OwnScope) -> str | None:
                     f"of {action.target} would compile that code a second time")
         if scope.whole:
             return (f"the program compiles the whole model itself ({_where(scope.whole)}): a compile of {action.target} "
-                    "inside it would compile that code a second time; change the program's own call instead (measured as "
-                    f"{as_is('regional')} where the harness runs that call)")
+                    f"inside it would compile that code a second time; change the program's own call instead{OWN_EDIT_MEASURED}")
         if scope.block and (action.target == scope.block_target or action.strategy in ("whole", "nested")
                             or scope.in_block(action.target) or action.target.removesuffix(".forward") in scope.block_owners
                             or target_class(action.target) in scope.declared_names):
@@ -407,7 +412,9 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     _bucketed(p, whole, has_block, trust_guards, own)
     _static_cache(p)
     _rule(p, proposal, own)
-    return _with_kinds(ctx, _rule_first(p.out), p.pruned + p.conflict_lines())
+    cands, more = _with_kinds(ctx, _rule_first(p.out), [])
+    dropped = {c.name for c in p.out} - {c.name for c in cands}
+    return cands, p.pruned + p.conflict_lines(dropped) + more
 
 
 @dataclass
@@ -456,9 +463,15 @@ class _Proposals:
         cand.name = _unique(cand, self.out)
         self.out.append(cand)
 
-    def conflict_lines(self) -> list[str]:
-        """One pruned line per reason a candidate did not compose, with the candidates it struck."""
-        return [f"{', '.join(dict.fromkeys(names))}: {reason}" for reason, names in self.conflicts.items()]
+    def conflict_lines(self, dropped: set[str] = frozenset()) -> list[str]:
+        """One pruned line per reason a candidate did not compose, with the candidates it struck.
+        ``dropped``: the proposed candidates a kind pruned later (:mod:`.kinds`); where
+        ``as-is+regional`` is one, a line that says a compile is measured as that edit says the
+        edit was pruned instead, so the report's two lines agree."""
+        swap = as_is("regional") in dropped
+        return [f"{', '.join(dict.fromkeys(names))}: "
+                + (reason.replace(OWN_EDIT_MEASURED, OWN_EDIT_PRUNED) if swap else reason)
+                for reason, names in self.conflicts.items()]
 
 
 def _own_regions(ctx: Context, own_setup: list[str] | None, regions: list[Any] | None) -> list[Any] | None:
