@@ -448,6 +448,27 @@ def test_a_baseline_that_compiled_no_graph_is_said_and_not_held_against_the_plan
     assert idle({"regional": {"error": "raised", "compile": {"unique_graphs": 0}}}, "inverse") == {}
 
 
+def test_the_section_header_of_a_baseline_that_compiled_no_graph_says_so():
+    """validation.md's section of each compiled variant opens with what was done to it; where the
+    regional baseline compiled no graph the header says the blocks were given a compile and that it
+    compiled none, not that the blocks were compiled."""
+    from rewriter.engine.variants import prepare
+    from rewriter.validate.report import variant_heading
+
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.ModuleList([torch.nn.Linear(2, 2) for _ in range(3)]))
+    said = prepare("regional", model, "eager", None)
+    idle = {**said, "compile": {"unique_graphs": 0}, "baseline_idle": "the regional baseline compiled no graph: ..."}
+    heading = variant_heading("regional", idle)
+    assert heading.startswith("- **regional** (3 blocks given torch.compile in place (backend='eager')"), heading
+    assert heading.endswith("; it compiled no graph):"), heading
+    assert "blocks compiled in place" not in heading, heading
+    # a baseline that compiled: no such clause
+    assert "no graph" not in variant_heading("regional", {**said, "compile": {"unique_graphs": 3}})
+    torch._dynamo.reset()
+
+
 @pytest.mark.slow
 def test_validate_reports_the_regional_baseline_of_a_method_step_as_compiling_nothing(tmp_path, monkeypatch):
     """End to end on CPU (eager backend): a plan compiling ``Flow.inverse``, validated with the
@@ -472,5 +493,7 @@ def test_validate_reports_the_regional_baseline_of_a_method_step_as_compiling_no
     assert regional["baseline_idle"].startswith(said) and any(n.startswith(said) for n in report["verdict"]["notes"])
     md = (out / "validation.md").read_text()
     assert md.count(said) >= 2, md  # the baselines line and the regional section
+    [head] = [ln for ln in md.splitlines() if ln.startswith("- **regional** (")]
+    assert "blocks given torch.compile in place" in head and head.endswith("; it compiled no graph):"), head
     [row] = [ln for ln in md.splitlines() if ln.startswith("| regional |")]
     assert row.split("|")[3].strip() == "no graph", row  # its "vs eager" cell: no compile was timed

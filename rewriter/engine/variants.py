@@ -97,7 +97,7 @@ def prepare(variant: str, model: Any, backend: str, call: str | None = None) -> 
                 count += 1
         names = ", ".join(f"{n} ({len(c)} x {type(c[0]).__name__})" for n, c in regions)
         return {
-            "compiled": f"{count} blocks compiled in place (backend={backend!r})"
+            "compiled": f"{count} blocks given torch.compile in place (backend={backend!r})"
             + (f": {names}" if names else ": no repeated ModuleList found")
             + (f"; {own} block(s) left to the program's own compile of their forward" if own else ""),
             "blocks": count + own,

@@ -169,7 +169,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         comp = var.get("compile") or {}
         if name == "eager" or not comp:
             continue
-        lines.append(f"- **{name}** ({var.get('compiled', '')}):")
+        lines.append(variant_heading(name, var))
         if var.get("baseline_idle"):
             lines.append(f"  - {var['baseline_idle']}")
         if name == "regional":
@@ -201,6 +201,15 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def variant_heading(name: str, var: dict[str, Any]) -> str:
+    """A compiled variant's line in "Why the compiled variants behave as they do": its name and
+    what was done to it (:func:`rewriter.engine.variants.prepare`'s ``compiled``), and where it
+    is a baseline that compiled no graph (``baseline_idle``, :mod:`.baselines`) that it compiled
+    none, so the line states what was measured."""
+    idle = "; it compiled no graph" if var.get("baseline_idle") else ""
+    return f"- **{name}** ({var.get('compiled', '')}{idle}):"
 
 
 def numerics_lines(report: dict[str, Any]) -> list[str]:
