@@ -341,10 +341,23 @@ def _own_edit(name: str, spec, **own_call):
     return Candidate(name, parse_plan("version: 1\nactions: []\n").plan.model_copy(update={"harness": spec, "actions": [action]}))
 
 
+def _nested_edit(spec):
+    """``as-is+nested`` as the search proposes it: the program's call kept on plus a nested region
+    of the block's helper inside it."""
+    from rewriter.diagnose.candidate import Candidate
+    from rewriter.plan import CompileAction
+
+    keep_on = CompileAction(action="compile", target="sample.py::build", strategy="whole", own_call={"disable": False}, why="w")
+    region = CompileAction(action="compile", target="model.py::Coupling._scale_shift", strategy="nested", why="w")
+    return Candidate("as-is+nested", parse_plan("version: 1\nactions: []\n").plan.model_copy(
+        update={"harness": spec, "actions": [keep_on, region]}))
+
+
 def test_edits_of_the_programs_compile_are_pruned_where_the_called_method_reaches_no_forward(tmp_path, monkeypatch):
     """``Flow.inverse`` calls ``Coupling.inverse``, never a ``forward``: the program's call made
-    regional or dynamic would compile nothing the step runs, so the search does not measure them;
-    where the reading is unsure (a block called by a local name) they are kept."""
+    regional or dynamic, or given nested regions, would compile nothing the step runs, so the
+    search does not measure them; where the reading is unsure (a block called by a local name)
+    they are kept."""
     from rewriter.diagnose.kinds.called_method import with_called_method
 
     for sub, old, new, pruned in (("a", "", "", True), ("b", "z = layer.inverse(z.flip(-1))", "z = layer(z.flip(-1))[0]", False)):
@@ -352,18 +365,21 @@ def test_edits_of_the_programs_compile_are_pruned_where_the_called_method_reache
         ctx, cands = _kind_ctx(src, model, compiles_itself=False)
         ctx.evidence.blocks = [{"cls": type(block), "modules": list(model._orig_mod.layers)}]
         spec = cands[0].plan.harness
-        cands += [_own_edit("as-is+regional", spec, regional="layers"), _own_edit("as-is+dynamic", spec, dynamic=True)]
+        cands += [_own_edit("as-is+regional", spec, regional="layers"), _own_edit("as-is+dynamic", spec, dynamic=True),
+                  _nested_edit(spec)]
         out, lines = with_called_method(ctx, cands)
         names = [c.name for c in out]
         if pruned:
             assert names == ["as-is", "compile-inverse", "compile-Coupling.inverse", "per-block"], names
             [line] = lines
-            assert line.startswith("as-is+regional, as-is+dynamic: one step of model.inverse as the program runs it compiled "
-                                   "no graph, and Flow.inverse calls neither Flow.forward nor a block's forward"), line
-            assert "model.py::Coupling.inverse" in line, line
+            assert line.startswith("as-is+regional, as-is+dynamic, as-is+nested: one step of model.inverse as the program "
+                                   "runs it compiled no graph, and Flow.inverse calls neither Flow.forward nor a block's "
+                                   "forward"), line
+            assert "model.py::Coupling.inverse" in line and "nested" in line.partition(": ")[2], line
         else:
             # unsure: no per-block candidate either (layer(z) may run the block's forward)
-            assert names == ["as-is", "compile-inverse", "per-block", "as-is+regional", "as-is+dynamic"] and lines == [], (names, lines)
+            assert names == ["as-is", "compile-inverse", "per-block", "as-is+regional", "as-is+dynamic",
+                             "as-is+nested"] and lines == [], (names, lines)
 
 
 def test_the_per_block_conflict_line_says_its_edit_was_pruned_where_a_kind_pruned_it():

@@ -160,10 +160,12 @@ def block_method_candidate(ctx: Any, base: Candidate, reading: Any, method_cand:
 
 def without_idle_own_edits(ctx: Any, cands: list[Candidate], reading: Any) -> tuple[list[Candidate], list[str]]:
     """``cands`` without the edits of the program's own compile (``as-is+regional``,
-    ``as-is+dynamic``, ...: every action a ``compile`` with ``own_call``) that are sure to compile
-    nothing the step runs, and one pruned line for them; called where one step of the method as
-    the program runs it compiled no graph. An edit of a whole-model call compiles the model's
-    ``forward``, its ``regional`` form the blocks' ``forward``; where the static reading
+    ``as-is+dynamic``, ...: every action a ``compile`` with ``own_call``; ``as-is+nested``, whose
+    ``nested`` regions are a hint to that compile, torch docs ``torch.compiler.nested_compile_region``)
+    that are sure to compile nothing the step runs, and one pruned line for them; called where one
+    step of the method as the program runs it compiled no graph. An edit of a whole-model call
+    compiles the model's ``forward`` (a nested region only inside it), its ``regional`` form the
+    blocks' ``forward``; where the static reading
     (:func:`..method_reach.reach`) is sure the method reaches neither, the edit is left out so the
     search's budget goes to ``compile-<method>``. An edit of a block's or a function's call, and
     any edit where the reading is unsure, is kept (measured as before). ``reading``:
@@ -173,7 +175,8 @@ def without_idle_own_edits(ctx: Any, cands: list[Candidate], reading: Any) -> tu
 
     call = ctx.session.spec.call
     edits = [c for c in cands if c.name != AS_IS and is_as_is(c.name) and c.plan.actions
-             and all(a.action == "compile" and a.own_call is not None for a in c.plan.actions)]
+             and all(a.action == "compile" and (a.own_call is not None or a.strategy == "nested") for a in c.plan.actions)
+             and any(a.own_call is not None for a in c.plan.actions)]
     if not edits:
         return cands, []
     inner, block, read = reading
@@ -182,8 +185,10 @@ def without_idle_own_edits(ctx: Any, cands: list[Candidate], reading: Any) -> tu
     cls = type(inner).__name__
     idle = []
     for c in edits:
-        regions = [a.own_call.regional for a in c.plan.actions if a.own_call.regional is not None]
-        whole = all(a.strategy == "whole" or a.own_call.regional is not None for a in c.plan.actions)
+        own = [a for a in c.plan.actions if a.own_call is not None]
+        regions = [a.own_call.regional for a in own if a.own_call.regional is not None]
+        # a nested region is a hint to the program's compile: it compiles nothing where that compile does not run
+        whole = all(a.strategy == "whole" or a.own_call.regional is not None for a in own)
         # a regional edit compiles the blocks' forward; the library's own regional method, blocks unread
         if whole and not (regions and (block is None or read.block_forward or REGIONAL_METHOD in regions)):
             idle.append(c.name)
@@ -191,8 +196,10 @@ def without_idle_own_edits(ctx: Any, cands: list[Candidate], reading: Any) -> tu
         return cands, []
     what = f"{cls}.{call} calls neither {cls}.forward nor a block's forward" if block is not None else \
         f"{cls}.{call} does not call {cls}.forward"
+    nested = " (or a nested compile region inside it, a hint to that compile)" if any(
+        a.strategy == "nested" for c in edits if c.name in idle for a in c.plan.actions) else ""
     line = (f"{', '.join(idle)}: one step of model.{call} as the program runs it compiled no graph, and {what} "
-            f"(read statically: {', '.join(read.read)}): an edit of the program's own compile, which compiles "
+            f"(read statically: {', '.join(read.read)}): an edit of the program's own compile{nested}, which compiles "
             "forward, would change nothing the step runs")
     return [c for c in cands if c.name not in idle], [line]
 
