@@ -153,6 +153,18 @@ def test_a_block_imported_from_another_file(tmp_path, capsys, blocks_file, head)
             f"model.py:") in err, err
 
 
+@pytest.mark.parametrize("head, called", [
+    ("import model as M\n", "M.Net()"),
+    ("import model\n", "model.Net()"),
+])
+def test_a_net_called_through_its_module_name(tmp_path, capsys, head, called):
+    train = TRAIN.replace("from model import Net\n", head).replace("Net()", called).replace("model = torch", "net = torch"
+                                                                                          ).replace("return model(", "return net(")
+    err = _rewrite(tmp_path, capsys, {"model.py": LIST, "train.py": train}, ADD, 2)
+    assert (f"compile of Block: the program compiles an instance of Net whole itself, at train.py:6: "
+            f"torch.compile({called}), and Net encloses Block: Net.__init__ builds Block at model.py:17") in err, err
+
+
 def test_a_package_relative_import(tmp_path, capsys):
     model = _model("        self.blocks = nn.ModuleList([Block() for _ in range(2)])\n",
                    head=HEAD + "from .blocks import Block\n\n\n", block="")

@@ -197,6 +197,15 @@ def test_the_way_through_is_not_regional_whose_blocks_the_plans_compile_would_in
     ({"pkg/__init__.py": "", "pkg/model.py": MODEL, "pkg/sub/__init__.py": "",
       "pkg/sub/train.py": TRAIN.replace("from model import", "from ..model import")},
      "pkg/model.py::Net", "pkg/sub/train.py:6: torch.compile(Net())"),
+    # called through its module's name: ``import model as M``, ``import model``, a package's module
+    ({"model.py": MODEL, "train.py": TRAIN.replace("from model import Net", "import model as M").replace("Net()", "M.Net()")},
+     "model.py::Net", "train.py:6: torch.compile(M.Net())"),
+    ({"model.py": MODEL, "train.py": TRAIN.replace("from model import Net", "import model").replace(
+        "    model = torch.compile(Net())\n    return model(", "    net = model.Net()\n    net = torch.compile(net)\n    return net(")},
+     "model.py::Net", "train.py:7: torch.compile(net)"),
+    ({"pkg/__init__.py": "", "pkg/model.py": MODEL,
+      "train.py": TRAIN.replace("from model import Net", "import pkg.model").replace("Net()", "pkg.model.Net()")},
+     "pkg/model.py::Net", "train.py:6: torch.compile(pkg.model.Net())"),
 ])
 def test_the_class_is_resolved_through_an_alias_and_a_relative_import(tmp_path, capsys, files, target, line):
     from rewriter.cli import main
@@ -221,4 +230,16 @@ def test_an_alias_names_the_class_it_imports_not_its_own_spelling(tmp_path):
     model = MODEL + "\n\nclass Solo(nn.Module):\n    def forward(self, x):\n        return x\n"
     train = TRAIN.replace("import Net", "import Solo as Net")
     src = _rewrite(tmp_path, {"model.py": model, "train.py": train}, ADD, 0)
+    assert "@torch.compile" in (src / "model.py").read_text()
+
+
+@pytest.mark.parametrize("train", [
+    TRAIN.replace("from model import Net", "import model as M").replace("Net()", "M.Solo()"),  # another class of it
+    TRAIN.replace("from model import Net", "import other as M").replace("Net()", "M.Net()"),  # another file's Net
+])
+def test_a_class_called_through_a_module_is_the_class_that_module_defines(tmp_path, train):
+    from test_source_compile_forms import _rewrite
+
+    model = MODEL + "\n\nclass Solo(nn.Module):\n    def forward(self, x):\n        return x\n"
+    src = _rewrite(tmp_path, {"model.py": model, "other.py": MODEL, "train.py": train}, ADD, 0)
     assert "@torch.compile" in (src / "model.py").read_text()

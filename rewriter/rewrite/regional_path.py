@@ -36,6 +36,7 @@ from typing import Any
 import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
+from libcst.metadata import QualifiedNameSource
 
 from ..errors import StackpartError
 from ..plan import CompileAction, LoadedPlan
@@ -749,12 +750,18 @@ def _bound_by_call(scope: cst.FunctionDef | cst.Module, name: str, site: cst.Cal
 
 
 def _called_class(value: cst.BaseExpression) -> str | None:
-    """``TinyLM`` of ``TinyLM(...)`` with ``.eval()``, ``.to(...)`` and the like peeled off; None
+    """``TinyLM`` of ``TinyLM(...)``, ``M.TinyLM`` of ``M.TinyLM(...)`` (a class called through a
+    module's name, dotted names only), with ``.eval()``, ``.to(...)`` and the like peeled off; None
     for anything else."""
     while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
            and value.func.attr.value in SELF_RETURNING):
         value = value.func.value
-    return value.func.value if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) else None
+    if not isinstance(value, cst.Call):
+        return None
+    func: cst.BaseExpression = value.func
+    while isinstance(func, cst.Attribute):
+        func = func.value
+    return get_full_name_for_node(value.func) if isinstance(func, cst.Name) else None
 
 
 def _class_attrs(name: str, rel: str, module: cst.Module, definitions: dict[str, list[Any]],
@@ -781,11 +788,16 @@ def _class_attrs(name: str, rel: str, module: cst.Module, definitions: dict[str,
 
 def _imported_from(module: cst.Module, name: str, rel: str) -> tuple[list[str], str] | None:
     """``(the files under SRC, the class's name there)`` of ``from M import C as name`` (or ``import
-    C``) in ``module``, file ``rel``: ``M`` as :func:`.enclosing.module_files` finds it (relative
-    from ``rel``'s folder, ``..`` one folder up; absolute beside ``rel``, a script's flat import, and
-    from SRC's root; ``M.py`` or ``M/__init__.py``); None where ``name`` is not imported so."""
+    C``) in ``module``, file ``rel``, or of a dotted ``name`` whose module is imported (``M.C`` of
+    ``import M`` or ``import pkg.M as M``, ``pkg.M.C`` of ``import pkg.M``, resolved by LibCST's
+    :meth:`~libcst.metadata.Scope.get_qualified_names_for` in the module's global scope): ``M`` as
+    :func:`.enclosing.module_files` finds it (relative from ``rel``'s folder, ``..`` one folder up;
+    absolute beside ``rel``, a script's flat import, and from SRC's root; ``M.py`` or
+    ``M/__init__.py``); None where ``name`` is not imported so."""
     from .enclosing import module_files
 
+    if "." in name:
+        return _imported_through_module(module, name, rel)
     for stmt in module.body:
         if not isinstance(stmt, cst.SimpleStatementLine):
             continue
@@ -798,6 +810,26 @@ def _imported_from(module: cst.Module, name: str, rel: str) -> tuple[list[str], 
                     dotted = "." * len(small.relative) + ((get_full_name_for_node(small.module) or "") if small.module else "")
                     return module_files(dotted, rel), a.name.value
     return None
+
+
+def _imported_through_module(module: cst.Module, name: str, rel: str) -> tuple[list[str], str] | None:
+    """:func:`_imported_from` of a dotted ``name`` (``M.Net``): its one qualified name, where an
+    import binds its first part (``model.Net`` of ``import model as M``; ``.model.Net`` of ``from .
+    import model as M``), split into the module's files and the class's name; None where the name
+    is bound otherwise, or two ways."""
+    from libcst.metadata import MetadataWrapper, ScopeProvider
+
+    from .enclosing import module_files
+
+    scope = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider).get(module)
+    names = scope.get_qualified_names_for(name) if scope is not None else set()
+    if len(names) != 1:
+        return None
+    (q,) = names
+    dotted, _, cls = q.name.rpartition(".")
+    if q.source != QualifiedNameSource.IMPORT or not dotted.strip("."):
+        return None
+    return module_files(dotted, rel), cls
 
 
 def _class_name(module: cst.Module, written: str, rel: str) -> str:
