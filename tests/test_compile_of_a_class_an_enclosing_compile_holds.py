@@ -448,3 +448,49 @@ def test_a_compile_of_a_block_is_written_where_the_plans_harness_calls_another_m
         assert tree_bytes(src) == before and "Net encloses Block" in err, err
     else:
         assert "    @torch.compile\n    def forward(self, x):\n        return torch.relu" in (src / "model.py").read_text()
+
+
+def test_a_subclass_that_inherits_the_decorated_forward_inlines_it_too():
+    """What the refusal of a subclass rests on (CPU torch, CompileCounter): ``BigBlock(Block)``
+    without a ``forward`` of its own runs ``Block.forward``; built by ``Net`` and ``Net`` compiled
+    whole, the decorator on ``Block.forward`` gets no frame, and with ``Net``'s compile off it does."""
+    import warnings
+
+    import torch
+    from torch._dynamo.testing import CompileCounter
+
+    plan, whole = CompileCounter(), CompileCounter()
+    namespace = {"torch": torch, "nn": torch.nn, "plan_backend": plan}
+    block = BLOCK.replace("    def forward", "    @torch.compile(backend=plan_backend)\n    def forward")
+    net = ("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+           "        self.blocks = nn.ModuleList([BigBlock() for _ in range(2)])\n\n"
+           "    def forward(self, x):\n        for block in self.blocks:\n            x = block(x)\n        return x\n")
+    exec(compile(f"{block}\n\nclass BigBlock(Block):\n    pass\n\n\n{net}", "pinned_heir.py", "exec"), namespace)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(namespace["Net"](), backend=whole)(torch.randn(2, 4))
+        assert (plan.frame_count, whole.frame_count) == (0, 1)
+        torch._dynamo.reset()
+        namespace["Net"]()(torch.randn(2, 4))
+    assert plan.frame_count > 0
+    torch._dynamo.reset()
+
+
+HEIR = "class BigBlock(Block):\n    pass\n\n\n"
+
+
+@pytest.mark.parametrize("target", ["model.py::Block", "model.py::Block.forward"])
+def test_a_compile_of_a_class_whose_subclass_net_builds_is_refused_naming_the_subclass(tmp_path, capsys, target):
+    model = _model("        self.blocks = nn.ModuleList([BigBlock() for _ in range(2)])\n", extra=HEIR)
+    err = _rewrite(tmp_path, capsys, {"model.py": model, "train.py": TRAIN}, f"  - {{action: compile, target: {target}}}\n", 2)
+    assert (f"actions[0] (compile {target}): compile of Block: the program compiles an instance of Net whole itself, "
+            "at train.py:6: torch.compile(Net()), and Net encloses BigBlock, a subclass of Block that inherits its "
+            "forward: Net.__init__ builds BigBlock at model.py:21: self.blocks = nn.ModuleList([BigBlock() for _ in "
+            "range(2)]); Dynamo traces Block.forward inside that compile") in err, err
+
+
+def test_a_subclass_with_a_forward_of_its_own_is_not_refused(tmp_path, capsys):
+    heir = "class BigBlock(Block):\n    def forward(self, x):\n        return x\n\n\n"
+    model = _model("        self.blocks = nn.ModuleList([BigBlock() for _ in range(2)])\n", extra=heir)
+    _rewrite(tmp_path, capsys, {"model.py": model, "train.py": TRAIN}, ADD, 0)

@@ -97,6 +97,7 @@ class Enclosing:
         self.src, self.limit = src, limit
         self._built: dict[str, dict[str, list[Built]]] = {}
         self._bases: dict[str, dict[str, ClassRef]] = {}
+        self._forward_bases: dict[str, dict[str, ClassRef]] = {}
         self._enclosers: dict[ClassRef, dict[ClassRef, list[Built]]] = {}
         self._positions: dict[int, Any] = {}
         self._texts: dict[str, bytes] | None = None
@@ -179,10 +180,26 @@ class Enclosing:
         self._constructions(rel)
         return self._bases.get(rel, {}).get(name)
 
-    def _heirs(self, cls: ClassRef) -> list[ClassRef]:
+    def forward_heirs(self, cls: ClassRef) -> list[ClassRef]:
+        """The classes of SRC that run class ``cls``'s ``forward``: each whose first base is ``cls``
+        or such a class and whose body defines no ``forward`` (``class BigBlock(Block): pass``), at
+        most :data:`MAX_BASES` bases down, each once, nearest first. A ``torch.compile`` decorator
+        on ``cls.forward`` is theirs too: Dynamo inlines it where one is built inside a
+        whole-model compile (tests/test_compile_of_a_class_an_enclosing_compile_holds.py)."""
+        out: list[ClassRef] = []
+        frontier = [cls]
+        for _ in range(MAX_BASES):
+            frontier = [h for base in frontier for h in self._heirs(base, self._forward_bases)
+                        if h != cls and h not in out]
+            out += list(dict.fromkeys(frontier))
+        return out
+
+    def _heirs(self, cls: ClassRef, table: dict[str, dict[str, ClassRef]] | None = None) -> list[ClassRef]:
         """The classes of SRC whose first base is class ``cls`` and whose ``__init__`` is its
-        (:func:`_inherits_init`); only files whose text names ``cls`` as a first base (or imports it
-        under another name) and are its file or name its module are parsed."""
+        (:func:`_inherits_init`; with ``table``, those it maps to ``cls``: ``_forward_bases``);
+        only files whose text names ``cls`` as a first base (or imports it under another name) and
+        are its file or name its module are parsed."""
+        table = self._bases if table is None else table
         rel, name = cls
         stem = module_stem(rel)
         word = re.escape(name.encode())
@@ -192,7 +209,7 @@ class Enclosing:
         for r, data in self.files().items():
             if (r == rel or module.search(data)) and pattern.search(data):
                 self._constructions(r)
-                out += [(r, sub) for sub, base in self._bases.get(r, {}).items() if base == cls]
+                out += [(r, sub) for sub, base in table.get(r, {}).items() if base == cls]
         return out
 
     def _defines(self, rel: str, name: str) -> bool:
@@ -203,7 +220,7 @@ class Enclosing:
     def _constructions(self, rel: str) -> dict[str, list[Built]]:
         """``{class name: what its __init__ builds and holds}`` for the top-level classes of ``rel``."""
         if rel not in self._built:
-            self._built[rel], self._bases[rel] = {}, {}
+            self._built[rel], self._bases[rel], self._forward_bases[rel] = {}, {}, {}
             try:
                 from ..source import parse_module, read_file
 
@@ -213,10 +230,14 @@ class Enclosing:
             inits = {stmt.name.value: init for stmt in module.body if isinstance(stmt, cst.ClassDef)
                      for init in own_init(stmt)}
             heirs = {stmt.name.value for stmt in module.body if isinstance(stmt, cst.ClassDef) and _inherits_init(stmt)}
-            if inits or heirs:
-                reader = _Reader(self, rel, module, inits, heirs)
+            runs = {stmt.name.value for stmt in module.body if isinstance(stmt, cst.ClassDef)
+                    and _first_base(stmt) is not None and not _defines_forward(stmt)}
+            if inits or heirs or runs:
+                reader = _Reader(self, rel, module, inits, heirs | runs)
                 MetadataWrapper(_skeleton(module, inits), unsafe_skip_copy=True).visit(reader)
-                self._built[rel], self._bases[rel] = reader.found, reader.bases
+                self._built[rel] = reader.found
+                self._bases[rel] = {k: v for k, v in reader.bases.items() if k in heirs}
+                self._forward_bases[rel] = {k: v for k, v in reader.bases.items() if k in runs}
         return self._built[rel]
 
     def resolve(self, rel: str, names: set[Any]) -> ClassRef | None:
@@ -291,6 +312,15 @@ def own_init(cls: cst.ClassDef) -> list[cst.FunctionDef]:
     body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
     inits = [s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"]
     return inits[-1:]
+
+
+def _defines_forward(cls: cst.ClassDef) -> bool:
+    """Whether ``cls``'s body binds ``forward`` or ``__call__`` (a method, or an assignment
+    ``forward = ...``; one nested in a method counts too: the reading stays sure)."""
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+    own = m.Name("forward") | m.Name("__call__")
+    return any(m.findall(stmt, m.FunctionDef(name=own) | m.AssignTarget(target=own) | m.AnnAssign(target=own))
+               and not isinstance(stmt, cst.ClassDef) for stmt in body)
 
 
 def _first_base(cls: cst.ClassDef) -> cst.BaseExpression | None:

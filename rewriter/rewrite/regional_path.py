@@ -426,6 +426,15 @@ class ProgramCompiles:
             self.cache["enclosing"] = Enclosing(self.src, MAX_FILES)
         return self.cache["enclosing"].enclosers(cls, parsed)
 
+    def forward_heirs(self, cls: tuple[str, str]) -> list[tuple[str, str]]:
+        """The classes of SRC that inherit class ``cls``'s ``forward``
+        (:meth:`rewriter.rewrite.enclosing.Enclosing.forward_heirs`)."""
+        from .enclosing import Enclosing
+
+        if "enclosing" not in self.cache:
+            self.cache["enclosing"] = Enclosing(self.src, MAX_FILES)
+        return self.cache["enclosing"].forward_heirs(cls)
+
     def built_where(self, built: Any) -> str:
         """``file.py:line`` of a construction :meth:`enclosers` found."""
         return self.cache["enclosing"].where(built)
@@ -599,8 +608,10 @@ def _enclosed(reading: ProgramCompiles, adds: dict[tuple[str, str], Any]) -> dic
     parsed = {c.target.relpath: c.module for c in adds.values()}
     for (rel, qual), c in adds.items():
         if qual.endswith(".forward") and qual.count(".") == 1:
-            for outer, chain in reading.enclosers((rel, qual.split(".")[0]), parsed).items():
-                out.setdefault(outer, (c, chain))
+            cls = (rel, qual.split(".")[0])
+            for runs in [cls, *reading.forward_heirs(cls)]:  # a subclass that inherits the decorated forward
+                for outer, chain in reading.enclosers(runs, parsed).items():
+                    out.setdefault(outer, (c, chain))
     return out
 
 
@@ -630,6 +641,14 @@ def regional_of(chain: list[Any]) -> str | None:
     return ".".join(b.attr for b in chain)
 
 
+def _heir_of(c: Any, inner: str) -> tuple[str, str]:
+    """``(the class the plan's compile ``c`` decorates, a note)``: the note names it where the
+    enclosed class ``inner`` is a subclass that inherits its ``forward`` (``, a subclass of Block
+    that inherits its forward``), else empty."""
+    compiled = c.target.qualname.split(".")[0]
+    return compiled, ("" if compiled == inner else f", a subclass of {compiled} that inherits its forward")
+
+
 def _refuse_enclosed(loaded: LoadedPlan, reading: ProgramCompiles, w: WholeCall, where: str, code: str,
                      c: Any, chain: list[Any]) -> None:
     """Refuse the plan's compile ``c`` of the innermost class of ``chain``, enclosed by class
@@ -642,6 +661,7 @@ def _refuse_enclosed(loaded: LoadedPlan, reading: ProgramCompiles, w: WholeCall,
             blocks (where the source says their container) or off, or ``strategy: nested``.
     """
     inner, path = chain[-1].inner[1], regional_of(chain)
+    compiled, heir = _heir_of(c, inner)
     if w.qual is not None and w.alone:
         target = f"action compile, target {w.rel}::{w.qual}"
         ways = (f"drop this action and turn that call regional ({target}, strategy: region, own_call: {{regional: {path}}}; the "
@@ -651,8 +671,8 @@ def _refuse_enclosed(loaded: LoadedPlan, reading: ProgramCompiles, w: WholeCall,
         ways = f"change that call by hand ({'compile each ' + inner + ' in place, or ' if path else ''}turn it off)"
     raise loaded.error(
         c.index,
-        f"compile of {inner}: the program compiles an instance of {w.made} whole itself, at {where}: {code}, and "
-        f"{w.made} encloses {inner}: {builds(reading, chain, w.made)}; Dynamo traces {inner}.forward inside that compile "
+        f"compile of {compiled}: the program compiles an instance of {w.made} whole itself, at {where}: {code}, and "
+        f"{w.made} encloses {inner}{heir}: {builds(reading, chain, w.made)}; Dynamo traces {compiled}.forward inside that compile "
         "and inlines it, so this compile and its options would never be used",
         hint=f"{ways}, or make this action a hint to that compile (strategy: nested, beside a strategy: whole "
              "action of the plan)",
@@ -669,13 +689,14 @@ def _refuse_enclosed_by_edit(loaded: LoadedPlan, reading: ProgramCompiles, o: An
             through (``o`` turned regional over the enclosed blocks, or off).
     """
     inner, path = chain[-1].inner[1], regional_of(chain)
+    compiled, heir = _heir_of(c, inner)
     regional = (f"drop this action and turn that call regional in actions[{o.index}] with strategy: region, own_call: {{regional: {path}}} "
                 f"(the program then compiles each {inner} in place), or " if path else "drop this action, or ")
     raise loaded.error(
         c.index,
-        f"compile of {inner}: {o.target.relpath}::{o.target.qualname} compiles an instance of {name} whole ({code}) "
-        f"and the own_call of actions[{o.index}] {keeps}; {name} encloses {inner}: {builds(reading, chain, name)}; "
-        f"Dynamo traces {inner}.forward inside that compile and inlines it, so this compile and its options would "
+        f"compile of {compiled}: {o.target.relpath}::{o.target.qualname} compiles an instance of {name} whole ({code}) "
+        f"and the own_call of actions[{o.index}] {keeps}; {name} encloses {inner}{heir}: {builds(reading, chain, name)}; "
+        f"Dynamo traces {compiled}.forward inside that compile and inlines it, so this compile and its options would "
         "never be used",
         hint=f"{regional}keep this action and turn the program's call off in actions[{o.index}] with own_call: "
              "{disable: true}",
