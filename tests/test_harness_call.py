@@ -402,6 +402,11 @@ def test_the_per_block_conflict_line_says_its_edit_was_pruned_where_a_kind_prune
     assert pruned.endswith("change the program's own call instead (its edit as-is+regional is pruned too, said on its "
                            "own line)"), pruned
     assert "measured as" not in pruned, pruned
+    [absent] = p.conflict_lines(proposed={"as-is", "compile-inverse"})
+    assert absent.endswith("change the program's own call instead (the search proposed no as-is+regional edit of "
+                           "that call)"), absent
+    [present] = p.conflict_lines(proposed={"as-is", "as-is+regional"})
+    assert present.endswith("(measured as as-is+regional where the harness runs that call)"), present
 
 
 def test_the_blocks_own_method_is_a_candidate_after_the_compile_of_the_method(tmp_path, monkeypatch):

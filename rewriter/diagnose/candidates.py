@@ -281,6 +281,8 @@ def target_class(target: str) -> str:
 OWN_EDIT_MEASURED = f" (measured as {as_is('regional')} where the harness runs that call)"
 #: The same, where a candidate kind pruned that edit (:meth:`_Proposals.conflict_lines`).
 OWN_EDIT_PRUNED = f" (its edit {as_is('regional')} is pruned too, said on its own line)"
+#: The same, where the search proposed no such edit (:meth:`_Proposals.conflict_lines`).
+OWN_EDIT_NONE = f" (the search proposed no {as_is('regional')} edit of that call)"
 
 
 def conflict(action: Any, scope: OwnScope) -> str | None:
@@ -414,7 +416,7 @@ def propose(ctx: Context, own_setup: list[str] | None = None, regions: list[Any]
     _rule(p, proposal, own)
     cands, more = _with_kinds(ctx, _rule_first(p.out), [])
     dropped = {c.name for c in p.out} - {c.name for c in cands}
-    return cands, p.pruned + p.conflict_lines(dropped) + more
+    return cands, p.pruned + p.conflict_lines(dropped, {c.name for c in p.out}) + more
 
 
 @dataclass
@@ -463,14 +465,17 @@ class _Proposals:
         cand.name = _unique(cand, self.out)
         self.out.append(cand)
 
-    def conflict_lines(self, dropped: set[str] = frozenset()) -> list[str]:
+    def conflict_lines(self, dropped: set[str] = frozenset(), proposed: set[str] | None = None) -> list[str]:
         """One pruned line per reason a candidate did not compose, with the candidates it struck.
         ``dropped``: the proposed candidates a kind pruned later (:mod:`.kinds`); where
         ``as-is+regional`` is one, a line that says a compile is measured as that edit says the
-        edit was pruned instead, so the report's two lines agree."""
-        swap = as_is("regional") in dropped
-        return [f"{', '.join(dict.fromkeys(names))}: "
-                + (reason.replace(OWN_EDIT_MEASURED, OWN_EDIT_PRUNED) if swap else reason)
+        edit was pruned instead, so the report's two lines agree. ``proposed``: the names the
+        search proposed (None: not known); where ``as-is+regional`` is not among them, the line
+        says no such edit was proposed rather than pointing at a row the report does not have."""
+        edit = as_is("regional")
+        said = (OWN_EDIT_PRUNED if edit in dropped
+                else OWN_EDIT_NONE if proposed is not None and edit not in proposed else OWN_EDIT_MEASURED)
+        return [f"{', '.join(dict.fromkeys(names))}: " + reason.replace(OWN_EDIT_MEASURED, said)
                 for reason, names in self.conflicts.items()]
 
 
