@@ -215,10 +215,11 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
     consistency.check_own_regional(loaded, bounds, library, src)
     parse = lambda rel: (key := files.parse(rel), files.definitions[key])  # noqa: E731
     containers = regional_path.check(loaded, bounds, parse, src)
-    reading = read_src if isinstance(read_src, regional_path.ProgramCompiles) else src if read_src else None
+    # one reading of SRC's own compiles for both checks (it reads and parses files lazily, once)
+    reading = read_src if isinstance(read_src, regional_path.ProgramCompiles) else (
+        regional_path.ProgramCompiles(src) if read_src else None)
     regional_path.check_compiled_whole(loaded, bounds, parse, reading)
-    consistency.check_regional_blocks(loaded, bounds, parse, None if reading is None else (
-        reading if isinstance(reading, regional_path.ProgramCompiles) else regional_path.ProgramCompiles(reading)))
+    consistency.check_regional_blocks(loaded, bounds, parse, reading)
     result.key_changes = checkpoint_keys.key_changes(bounds)
     site_at = _resolve_site(loaded, files) if library else None
     generated: dict[str, str] = {}
