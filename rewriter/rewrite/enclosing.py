@@ -162,16 +162,21 @@ class Enclosing:
         :meth:`resolve` can read as building it (a common name, ``FFN``, is called in many files
         of a large SRC, each building a class of its own)."""
         rel, name = cls
-        stem = module_stem(rel)
-        if stem not in self._naming:  # one scan of SRC per module, shared by the classes it defines
-            raw = stem.encode()
-            module = re.compile(rb"\b" + re.escape(raw) + rb"\b")
-            self._naming[stem] = [r for r, data in self.files().items() if raw in data and module.search(data)]
         word = re.escape(name.encode())
         pattern = re.compile(rb"(?<!class )\b" + word + rb"\s*\(|\b" + word + rb"\s+as\s+\w")
         files = self.files()
-        return [r for r in dict.fromkeys([rel, *self._naming[stem]])
+        return [r for r in dict.fromkeys([rel, *self._naming_module(rel)])
                 if r in files and name.encode() in files[r] and pattern.search(files[r])]
+
+    def _naming_module(self, rel: str) -> list[str]:
+        """The files whose text names the module of file ``rel`` (``blocks`` of ``pkg/blocks.py``),
+        in :meth:`files`' order: one scan of SRC per module, shared by the classes it defines."""
+        stem = module_stem(rel)
+        if stem not in self._naming:
+            raw = stem.encode()
+            module = re.compile(rb"\b" + re.escape(raw) + rb"\b")
+            self._naming[stem] = [r for r, data in self.files().items() if raw in data and module.search(data)]
+        return self._naming[stem]
 
     def base_of(self, cls: ClassRef) -> ClassRef | None:
         """The first base of class ``cls``, a class of SRC, where ``cls``'s ``__init__`` is that
@@ -201,13 +206,12 @@ class Enclosing:
         are its file or name its module are parsed."""
         table = self._bases if table is None else table
         rel, name = cls
-        stem = module_stem(rel)
         word = re.escape(name.encode())
         pattern = re.compile(rb"^class\s+\w+\s*\(\s*[\w.]*\b" + word + rb"\b|\b" + word + rb"\s+as\s+\w", re.MULTILINE)
-        module = re.compile(rb"\b" + re.escape(stem.encode()) + rb"\b")
+        naming = set(self._naming_module(rel))  # the module scan :meth:`_calling` shares
         out: list[ClassRef] = []
         for r, data in self.files().items():
-            if (r == rel or module.search(data)) and pattern.search(data):
+            if (r == rel or r in naming) and pattern.search(data):
                 self._constructions(r)
                 out += [(r, sub) for sub, base in table.get(r, {}).items() if base == cls]
         return out
