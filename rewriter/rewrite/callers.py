@@ -9,7 +9,7 @@ which holds only for a caller that passes a model with ``blocks``
 * a call is one whose callee LibCST's :class:`~libcst.metadata.QualifiedNameProvider` resolves to
   the function: its own name in its file, or imported from it under SRC (``from utils.compiling
   import maybe_compile as mc``, ``from utils import compiling; compiling.maybe_compile(...)``,
-  ``import utils.compiling``), the module found as :func:`.enclosing.module_files` finds it;
+  ``import utils.compiling``), the module found as :func:`rewriter.src_names.module_files` finds it;
 * the argument is the one passed at the parameter's position or by its keyword; its class is read
   where the source says it: a call of a class defined at the top level of a file of SRC
   (``Net()``, ``Net().eval()``: :data:`SELF_RETURNING` peeled off, the class
@@ -35,7 +35,8 @@ import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider, QualifiedNameSource
 
 from ..errors import StackpartError
-from .enclosing import ClassRef, Enclosing, module_files
+from ..src_names import module_files
+from .enclosing import ClassRef, Enclosing
 
 _EMPTY = cst.Module([])
 #: Methods that return the module they are called on: peeled off ``TinyLM().eval()``.
@@ -146,7 +147,7 @@ class _Finder(cst.CSTVisitor):
         return f"{self.rel}:{self.get_metadata(PositionProvider, node).start.line}"
 
     def _is_it(self, node: cst.CSTNode) -> bool:
-        """Whether ``node`` names the function (its qualified names, :func:`.enclosing.module_files`)."""
+        """Whether ``node`` names the function (its qualified names, :func:`rewriter.src_names.module_files`)."""
         names = self.get_metadata(QualifiedNameProvider, node, set())
         for q in names:
             if q.source == QualifiedNameSource.LOCAL and q.name == self.name and self.rel == self.home:

@@ -37,7 +37,6 @@ SRC parses a handful of files per class, and of each only its imports, its top-l
 
 from __future__ import annotations
 
-import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,10 +45,11 @@ from typing import Any
 import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
-from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider, QualifiedNameSource
+from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
 from ..compile_facts import ITERATES_MODULES, KEYED_CONTAINER, TEXT_BYTES
 from ..errors import StackpartError
+from ..src_names import definition_files, module_stem
 
 #: A class: ``(file relative to SRC, POSIX; class name)``.
 ClassRef = tuple[str, str]
@@ -246,52 +246,18 @@ class Enclosing:
 
     def resolve(self, rel: str, names: set[Any]) -> ClassRef | None:
         """The one top-level class of a file under SRC that the qualified names ``names`` (of a
-        called name in ``rel``) stand for, else None."""
+        called name in ``rel``) stand for, else None (:func:`rewriter.src_names.definition_files`)."""
         found: set[ClassRef] = set()
         for q in names:
-            if q.source == QualifiedNameSource.LOCAL and "." not in q.name:
-                candidates = [(rel, q.name)]
-            elif q.source == QualifiedNameSource.IMPORT:
-                level = len(q.name) - len(q.name.lstrip("."))
-                dotted, _, name = q.name.lstrip(".").rpartition(".")
-                if not dotted and not level:
-                    return None  # ``import Block``: a module, not a class
-                candidates = [(f, name) for f in module_files("." * level + dotted, rel)]
-            else:
-                return None
-            hit = next((c for c in candidates if self._defines(*c)), None)
+            where = definition_files(q, rel)
+            if where is None:
+                return None  # ``import Block``: a module, not a class; a name bound in a function
+            files, name = where
+            hit = next(((f, name) for f in files if self._defines(f, name)), None)
             if hit is None:
                 return None
             found.add(hit)
         return found.pop() if len(found) == 1 else None
-
-
-def module_stem(rel: str) -> str:
-    """The last part of the module file ``rel`` is imported as: ``blocks`` of ``pkg/blocks.py``,
-    ``pkg`` of ``pkg/__init__.py``. A file that imports from it writes that name."""
-    if posixpath.basename(rel) == "__init__.py":
-        return posixpath.basename(posixpath.dirname(rel))
-    return posixpath.splitext(posixpath.basename(rel))[0]
-
-
-def module_files(dotted: str, rel: str) -> list[str]:
-    """The files under SRC module ``dotted`` may be, imported from file ``rel``: relative
-    (``.blocks``, ``..pkg.blocks``) from ``rel``'s folder; absolute from beside ``rel`` (a script's
-    flat import) and from SRC's root; each as ``<module>.py`` and ``<module>/__init__.py``."""
-    level = len(dotted) - len(dotted.lstrip("."))
-    parts = [p for p in dotted.lstrip(".").split(".") if p]
-    here = posixpath.dirname(rel)
-    if level:
-        bases = [posixpath.normpath(posixpath.join(here, *[".."] * (level - 1)))]
-    else:
-        bases = list(dict.fromkeys([here, ""]))
-    out: list[str] = []
-    for base in bases:
-        path = posixpath.normpath(posixpath.join(base, *parts)) if parts else base
-        if path.startswith(".."):
-            continue
-        out += ([f"{path}.py"] if parts else []) + [posixpath.normpath(posixpath.join(path, "__init__.py"))]
-    return out
 
 
 def _skeleton(module: cst.Module, inits: dict[str, cst.FunctionDef]) -> cst.Module:

@@ -397,8 +397,8 @@ class ProgramCompiles:
         (LibCST's parse is the cost: a package tree such as transformers writes ``re.compile(`` in
         hundreds of files and a model's class name in a few). ``defined``: for a name, the files
         that define its class; a file writes it only where it is one of them or names its module
-        (:func:`.enclosing.module_stem`), as the class is read from the call (:func:`_class_attrs`)."""
-        from .enclosing import module_stem
+        (:func:`rewriter.src_names.module_stem`), as the class is read from the call (:func:`_class_attrs`)."""
+        from ..src_names import module_stem
 
         parsed: dict[str, list[WholeCall]] = self.cache.setdefault("parsed", {})
         defined = defined or {}
@@ -812,10 +812,10 @@ def _imported_from(module: cst.Module, name: str, rel: str) -> tuple[list[str], 
     C``) in ``module``, file ``rel``, or of a dotted ``name`` whose module is imported (``M.C`` of
     ``import M`` or ``import pkg.M as M``, ``pkg.M.C`` of ``import pkg.M``, resolved by LibCST's
     :meth:`~libcst.metadata.Scope.get_qualified_names_for` in the module's global scope): ``M`` as
-    :func:`.enclosing.module_files` finds it (relative from ``rel``'s folder, ``..`` one folder up;
+    :func:`rewriter.src_names.module_files` finds it (relative from ``rel``'s folder, ``..`` one folder up;
     absolute beside ``rel``, a script's flat import, and from SRC's root; ``M.py`` or
     ``M/__init__.py``); None where ``name`` is not imported so."""
-    from .enclosing import module_files
+    from ..src_names import module_files
 
     if "." in name:
         return _imported_through_module(module, name, rel)
@@ -840,17 +840,14 @@ def _imported_through_module(module: cst.Module, name: str, rel: str) -> tuple[l
     is bound otherwise, or two ways."""
     from libcst.metadata import MetadataWrapper, ScopeProvider
 
-    from .enclosing import module_files
+    from ..src_names import definition_files
 
     scope = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider).get(module)
     names = scope.get_qualified_names_for(name) if scope is not None else set()
     if len(names) != 1:
         return None
     (q,) = names
-    dotted, _, cls = q.name.rpartition(".")
-    if q.source != QualifiedNameSource.IMPORT or not dotted.strip("."):
-        return None
-    return module_files(dotted, rel), cls
+    return definition_files(q, rel) if q.source == QualifiedNameSource.IMPORT else None
 
 
 def _class_name(module: cst.Module, written: str, rel: str) -> str:
