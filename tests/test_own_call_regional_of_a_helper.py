@@ -158,3 +158,19 @@ def test_a_caller_passing_a_subclass_whose_init_skips_its_bases_is_refused(tmp_p
     train = SUB.format(body=body).replace("from model import Net\n", "import torch.nn as nn\nfrom model import Net\n")
     err = _rewrite(tmp_path, capsys, {"train.py": train}, 2)
     assert "train.py:12 passes Sub() (train.py::Sub), whose __init__ sets no attribute 'blocks'" in err, err
+
+
+@pytest.mark.parametrize("where, importer", [
+    ("utils/train.py", "from . import maybe_compile"),
+    ("utils/sub/train.py", "from .. import maybe_compile"),
+])
+def test_a_caller_importing_the_helper_from_its_package_is_read(tmp_path, capsys, where, importer):
+    """``from . import maybe_compile`` (or ``..``) where the helper is defined in the package's
+    ``__init__.py``: that file calls the helper too, so the ``Head()`` it passes refuses the loop
+    that the root's caller alone (``Net()``) would allow."""
+    caller = f"from model import Head\n{importer}\n\n\ndef main():\n    return maybe_compile(Head())\n"
+    tree = {"model.py": MODEL, "utils/__init__.py": HELPER, "utils/sub/__init__.py": "", where: caller,
+            "train.py": "from model import Net\nfrom utils import maybe_compile\n\nnet = maybe_compile(Net())\n"}
+    plan = PLAN.replace("utils/compiling.py", "utils/__init__.py")
+    err = rewrite_files(tmp_path, capsys, tree, plan, 2)
+    assert f"and {where}:6 passes Head() (model.py::Head), whose __init__ sets no attribute 'blocks'" in err, err

@@ -9,7 +9,8 @@ which holds only for a caller that passes a model with ``blocks``
 * a call is one whose callee LibCST's :class:`~libcst.metadata.QualifiedNameProvider` resolves to
   the function: its own name in its file, or imported from it under SRC (``from utils.compiling
   import maybe_compile as mc``, ``from utils import compiling; compiling.maybe_compile(...)``,
-  ``import utils.compiling``), the module found as :func:`rewriter.src_names.module_files` finds it;
+  ``import utils.compiling``, ``from . import maybe_compile`` where it is defined in a package's
+  ``__init__.py``), the module found as :func:`rewriter.src_names.module_files` finds it;
 * the argument is the one passed at the parameter's position or by its keyword; its class is read
   where the source says it: a call of a class defined at the top level of a file of SRC
   (``Net()``, ``Net().eval()``: :data:`SELF_RETURNING` peeled off, the class
@@ -19,8 +20,10 @@ which holds only for a caller that passes a model with ``blocks``
 What is not read says why (:attr:`Call.why`): a parameter of the caller (any model may come in),
 a factory, a class of an installed library, ``*args``. A use of the function that is no call
 (``fns = [maybe_compile]``, ``map(maybe_compile, ...)``) is a :class:`Call` with no argument:
-its calls cannot be followed. Files are found by their text first (the function's name), so only
-those that name it are parsed.
+its calls cannot be followed. A call through a re-export (``from utils import maybe_compile``
+where ``utils/__init__.py`` imports it from ``.compiling``) is not seen: the module a name is
+imported from is the one read (:mod:`rewriter.src_names`). Files are found by their text first
+(the function's name), so only those that name it are parsed.
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ from typing import Any
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider, QualifiedNameSource
+from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
 from ..errors import StackpartError
-from ..src_names import module_files
+from ..src_names import definition_files
 from .enclosing import ClassRef, Enclosing
 
 _EMPTY = cst.Module([])
@@ -147,15 +150,12 @@ class _Finder(cst.CSTVisitor):
         return f"{self.rel}:{self.get_metadata(PositionProvider, node).start.line}"
 
     def _is_it(self, node: cst.CSTNode) -> bool:
-        """Whether ``node`` names the function (its qualified names, :func:`rewriter.src_names.module_files`)."""
-        names = self.get_metadata(QualifiedNameProvider, node, set())
-        for q in names:
-            if q.source == QualifiedNameSource.LOCAL and q.name == self.name and self.rel == self.home:
+        """Whether ``node`` names the function (:func:`rewriter.src_names.definition_files` of one
+        of its qualified names holds the function's file and name)."""
+        for q in self.get_metadata(QualifiedNameProvider, node, set()):
+            where = definition_files(q, self.rel)
+            if where is not None and where[1] == self.name and self.home in where[0]:
                 return True
-            if q.source == QualifiedNameSource.IMPORT:
-                dotted, _, last = q.name.rpartition(".")
-                if last == self.name and dotted.strip(".") and self.home in module_files(dotted, self.rel):
-                    return True
         return False
 
     def visit_Call(self, node: cst.Call) -> None:
