@@ -679,7 +679,9 @@ def check_regional_blocks(loaded: LoadedPlan, bounds: list[Bound], parse: Any, r
     tests/test_compile_of_a_class_an_enclosing_compile_holds.py). Where the loop walks the
     ``Block``s themselves, the plan's decorated ``Block.forward`` receives every graph and the
     loop's ``block.compile()`` none; where it walks a class that builds them (``Layer``), the loop's
-    compile traces ``Block.forward`` and inlines it, and the plan's compile is the dead one.
+    compile traces ``Block.forward`` and inlines it, and the plan's compile is the dead one. The
+    same holds of a subclass that inherits ``Block.forward`` (``class BigBlock(Block): pass``)
+    held where ``Block`` would be (:meth:`.rewrite.regional_path.ProgramCompiles.forward_heirs`).
 
     The edited call's model class is read as :func:`.rewrite.regional_path.check` reads it
     (``parse`` as there), the classes it encloses by :meth:`.rewrite.regional_path.ProgramCompiles.enclosers`
@@ -704,22 +706,24 @@ def check_regional_blocks(loaded: LoadedPlan, bounds: list[Bound], parse: Any, r
         return
     parsed = {c.target.relpath: c.module for c in adds}
     for c in adds:
-        inner = c.target.qualname.split(".")[0]
-        enclosers = reading.enclosers((c.target.relpath, inner), parsed)
-        for o in edits:
-            found = model_class(o, parse)
-            chain = enclosers.get((found[1], found[0])) if found is not None else None
-            path = o.action.own_call.regional
-            steps = len(path.split("."))
-            if not chain or len(chain) < steps or regional_of(chain[:steps]) != path:
-                continue
-            _refuse_twice_compiled(loaded, reading, c, o, found[0], inner, chain, steps, builds)
+        inner = (c.target.relpath, c.target.qualname.split(".")[0])
+        for runs in [inner, *reading.forward_heirs(inner)]:  # a subclass that inherits the decorated forward
+            enclosers = reading.enclosers(runs, parsed)
+            for o in edits:
+                found = model_class(o, parse)
+                chain = enclosers.get((found[1], found[0])) if found is not None else None
+                path = o.action.own_call.regional
+                steps = len(path.split("."))
+                if not chain or len(chain) < steps or regional_of(chain[:steps]) != path:
+                    continue
+                _refuse_twice_compiled(loaded, reading, c, o, found[0], inner[1], chain, steps, builds)
 
 
 def _refuse_twice_compiled(loaded: LoadedPlan, reading: Any, c: Bound, o: Bound, model: str, inner: str,
                            chain: list[Any], steps: int, builds: Any) -> None:
     """The refusal of :func:`check_regional_blocks`: ``c`` compiles ``inner``, and ``o``'s regional
-    loop compiles each ``chain[steps - 1].inner`` of ``model`` in place.
+    loop compiles each ``chain[steps - 1].inner`` of ``model`` in place; the innermost class of
+    ``chain`` is ``inner`` or a subclass that inherits its ``forward`` (named so).
 
     Raises:
         StackpartError: always, at ``c``'s plan line.
@@ -728,7 +732,7 @@ def _refuse_twice_compiled(loaded: LoadedPlan, reading: Any, c: Bound, o: Bound,
     from .actions.own_call import find_sites
 
     path = o.action.own_call.regional  # type: ignore[attr-defined]
-    walked = chain[steps - 1].inner[1]
+    walked, heir = chain[steps - 1].inner[1], chain[-1].inner[1]  # heir: inner or a subclass running its forward
     sites = find_sites(o.target.node, imported_names(o.module))  # type: ignore[arg-type]
     code = _code(sites[0].node) if len(sites) == 1 else "its compile"
     head = (f"compile of {inner}: actions[{o.index}] ({loaded.path}:{loaded.action_lines[o.index]}) own_call.regional: "
@@ -737,16 +741,18 @@ def _refuse_twice_compiled(loaded: LoadedPlan, reading: Any, c: Bound, o: Bound,
     if steps == len(chain):
         raise loaded.error(
             c.index,
-            f"{head} ({builds(reading, chain)}), and this action compiles {inner} too: each block is compiled twice, "
+            f"{head} ({builds(reading, chain)}), and this action compiles {inner}"
+            f"{' too' if heir == inner else f', whose forward {heir} inherits'}: each block is compiled twice, "
             f"and this action's decorated {inner}.forward receives every graph while the loop's block.compile() "
             "receives none",
             hint=f"keep one: the regional edit of actions[{o.index}] (drop this action: the program's call then "
-                 f"compiles each {inner} in place), or this action (turn the program's call off in actions[{o.index}]: "
+                 f"compiles each {walked} in place), or this action (turn the program's call off in actions[{o.index}]: "
                  "own_call: {disable: true} instead of regional)",
         )
     raise loaded.error(
         c.index,
-        f"{head}, and {walked} encloses {inner} ({builds(reading, chain)}): Dynamo traces {inner}.forward inside "
+        f"{head}, and {walked} encloses {heir}{'' if heir == inner else f', a subclass of {inner} that inherits its forward'} "
+        f"({builds(reading, chain)}): Dynamo traces {inner}.forward inside "
         f"each {walked}'s compile and inlines it, so this compile and its options would never be used",
         hint=f"keep the regional edit of actions[{o.index}]: drop this action (each {walked} compiled in place "
              f"compiles its {inner} with it)",

@@ -494,3 +494,55 @@ def test_a_subclass_with_a_forward_of_its_own_is_not_refused(tmp_path, capsys):
     heir = "class BigBlock(Block):\n    def forward(self, x):\n        return x\n\n\n"
     model = _model("        self.blocks = nn.ModuleList([BigBlock() for _ in range(2)])\n", extra=heir)
     _rewrite(tmp_path, capsys, {"model.py": model, "train.py": TRAIN}, ADD, 0)
+
+
+def test_a_subclass_that_inherits_the_decorated_forward_gets_the_graphs_of_a_regional_loop_over_it():
+    """What the refusal below rests on (CPU torch, CompileCounter): ``BigBlock(Block)`` without a
+    ``forward`` of its own, held in ``Net.blocks``, each compiled in place by the regional loop
+    (``block.compile()``): the plan's decorator on ``Block.forward`` gets every frame, the loop's
+    compile none, as for ``Block`` itself."""
+    import warnings
+
+    import torch
+    from torch._dynamo.testing import CompileCounter
+
+    plan, loop = CompileCounter(), CompileCounter()
+    namespace = {"torch": torch, "nn": torch.nn, "plan_backend": plan}
+    block = BLOCK.replace("    def forward", "    @torch.compile(backend=plan_backend)\n    def forward")
+    net = ("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+           "        self.blocks = nn.ModuleList([BigBlock() for _ in range(2)])\n\n"
+           "    def forward(self, x):\n        for block in self.blocks:\n            x = block(x)\n        return x\n")
+    exec(compile(f"{block}\n\n{HEIR}{net}", "pinned_heir_regional.py", "exec"), namespace)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = namespace["Net"]()
+        for each in model.blocks:  # own_call: {regional: blocks}
+            each.compile(backend=loop)
+        model(torch.randn(2, 4))
+    assert plan.frame_count > 0 and loop.frame_count == 0, (plan.frame_count, loop.frame_count)
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("target", ["model.py::Block", "model.py::Block.forward"])
+def test_a_compile_of_a_class_whose_subclass_the_regional_loop_walks_is_refused_naming_the_subclass(
+        tmp_path, capsys, target):
+    model = _model("        self.blocks = nn.ModuleList([BigBlock() for _ in range(2)])\n", extra=HEIR)
+    plan = REGIONAL + f"  - {{action: compile, target: {target}}}\n"
+    err = _rewrite(tmp_path, capsys, {"model.py": model, "train.py": TRAIN}, plan, 2)
+    assert (f"plan.yaml:4: actions[1] (compile {target}): compile of Block: actions[0] ({tmp_path / 'plan.yaml'}:3) "
+            "own_call.regional: blocks turns train.py::main's compile (torch.compile(Net())) into a compile of each "
+            "BigBlock of Net.blocks in place (Net.__init__ builds BigBlock at model.py:21: self.blocks = "
+            "nn.ModuleList([BigBlock() for _ in range(2)])), and this action compiles Block, whose forward BigBlock "
+            "inherits: each block is compiled twice, and this action's decorated Block.forward receives every graph "
+            "while the loop's block.compile() receives none") in err, err
+
+
+def test_a_compile_of_a_class_whose_subclass_a_regional_layer_builds_is_refused(tmp_path, capsys):
+    layer = ("class Layer(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.block = BigBlock()\n\n"
+             "    def forward(self, x):\n        return self.block(x)\n\n\n")
+    model = _model("        self.blocks = nn.ModuleList([Layer() for _ in range(2)])\n", extra=HEIR + layer)
+    err = _rewrite(tmp_path, capsys, {"model.py": model, "train.py": TRAIN}, REGIONAL + ADD, 2)
+    assert ("into a compile of each Layer of Net.blocks in place, and Layer encloses BigBlock, a subclass of Block "
+            "that inherits its forward (Net.__init__ builds Layer at model.py:") in err, err
+    assert "Dynamo traces Block.forward inside each Layer's compile and inlines it" in err, err
