@@ -381,12 +381,72 @@ def test_a_subclass_that_inherits_the_init_that_builds_the_blocks_encloses_them(
 @pytest.mark.parametrize("subclass", [
     # its own __init__ does not run Net's: it builds no Block
     "class MyNet(Net):\n    def __init__(self):\n        nn.Module.__init__(self)\n        self.lin = nn.Linear(4, 4)\n",
-    # Net is not its first base: which __init__ runs is not sure
-    "class Mixin:\n    pass\n\n\nclass MyNet(Mixin, Net):\n    pass\n",
+    # a mixin before Net whose own __init__ does not call super().__init__: Net's never runs
+    "class Mixin:\n    def __init__(self):\n        self.scale = 2\n\n\nclass MyNet(Mixin, Net):\n    pass\n",
+    # a mixin of an installed library before Net: what its __init__ does is not read
+    "from collections import OrderedDict\n\n\nclass MyNet(OrderedDict, Net):\n    pass\n",
+    # a mixin whose own base is a class of SRC: the order __init__s run in is not read
+    "class Base:\n    def __init__(self):\n        pass\n\n\nclass Mixin(Base):\n    pass\n\n\n"
+    "class MyNet(Mixin, Net):\n    pass\n",
 ])
 def test_a_subclass_that_does_not_surely_run_the_init_that_builds_the_blocks_is_not_refused(tmp_path, capsys, subclass):
     train = TRAIN.replace("from model import Net", "from model import MyNet").replace("Net()", "MyNet()")
     _rewrite(tmp_path, capsys, {"model.py": LIST + "\n\n" + subclass, "train.py": train}, ADD, 0)
+
+
+MIXINS = {
+    "a mixin without an __init__": "class Mixin:\n    pass\n",
+    "a cooperative one": "class Mixin(nn.Module):\n    def __init__(self, *args, **kwargs):\n"
+                         "        super().__init__(*args, **kwargs)\n        self.scale = 2\n",
+}
+
+
+def test_a_second_base_whose_init_builds_the_blocks_runs_it_and_inlines_the_decorated_forward():
+    """What the refusal of ``class MyNet(Mixin, Net)`` rests on (CPU torch, CompileCounter): the
+    mixin has no ``__init__`` of its own, or one that calls ``super().__init__()``, so ``MyNet()``
+    runs ``Net.__init__`` (the method resolution order); with ``MyNet`` compiled whole the decorator
+    on ``Block.forward`` gets no frame."""
+    import warnings
+
+    import torch
+    from torch._dynamo.testing import CompileCounter
+
+    for mixin in MIXINS.values():
+        plan, whole = CompileCounter(), CompileCounter()
+        namespace = {"torch": torch, "nn": torch.nn, "plan_backend": plan}
+        block = BLOCK.replace("    def forward", "    @torch.compile(backend=plan_backend)\n    def forward")
+        net = LIST.replace(BLOCK, block).replace(HEAD, "").replace("self.children()", "self.blocks")
+        code = f"{net}\n\n{mixin}\n\nclass MyNet(Mixin, Net):\n    pass\n"
+        exec(compile(code, "pinned_mixin.py", "exec"), namespace)
+        torch._dynamo.reset()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.compile(namespace["MyNet"](), backend=whole)(torch.randn(2, 4))
+        assert (plan.frame_count, whole.frame_count) == (0, 1), mixin
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("mixin", list(MIXINS.values()), ids=list(MIXINS))
+@pytest.mark.parametrize("where", ["model.py", "mixins.py"])
+def test_a_subclass_whose_init_building_base_comes_after_a_mixin_encloses_the_blocks(tmp_path, capsys, mixin, where):
+    sub = "\n\nclass MyNet(Mixin, Net):\n    pass\n"
+    train = TRAIN.replace("from model import Net", "from model import MyNet").replace("Net()", "MyNet()")
+    files = {"train.py": train}
+    if where == "model.py":
+        files["model.py"] = LIST + "\n\n" + mixin + sub
+    else:
+        files["model.py"] = LIST.replace(HEAD, HEAD + "from mixins import Mixin\n\n\n") + sub
+        files[where] = "import torch.nn as nn\n\n\n" + mixin
+    err = _rewrite(tmp_path, capsys, files, ADD, 2)
+    assert ("the program compiles an instance of MyNet whole itself, at train.py:6: torch.compile(MyNet()), and "
+            "MyNet encloses Block: MyNet inherits Net.__init__; Net.__init__ builds Block at model.py:") in err, err
+
+
+def test_a_subclass_that_inherits_the_decorated_forward_after_a_mixin_is_refused(tmp_path, capsys):
+    heir = "class Mixin:\n    pass\n\n\nclass BigBlock(Mixin, Block):\n    pass\n\n\n"
+    model = _model("        self.blocks = nn.ModuleList([BigBlock() for _ in range(2)])\n", extra=heir)
+    err = _rewrite(tmp_path, capsys, {"model.py": model, "train.py": TRAIN}, ADD, 2)
+    assert "and Net encloses BigBlock, a subclass of Block that inherits its forward" in err, err
 
 
 def test_classes_that_name_each_other_as_base_end(tmp_path, capsys):

@@ -153,6 +153,14 @@ def test_a_caller_passing_a_subclass_that_runs_its_imported_bases_init_is_writte
     assert (tmp_path / "src" / "utils" / "compiling.py").read_text() == "import torch\n\n\n" + REGIONAL
 
 
+def test_a_caller_passing_a_subclass_whose_imported_base_comes_after_a_mixin_is_written(tmp_path, capsys):
+    """``class Sub(Mixin, Net)``, the mixin without an ``__init__`` of its own: ``Sub()`` runs
+    ``Net.__init__`` (the method resolution order), which sets ``blocks``."""
+    train = SUB.format(body="    pass\n").replace("class Sub(Net)", "class Mixin:\n    pass\n\n\nclass Sub(Mixin, Net)")
+    _rewrite(tmp_path, capsys, {"train.py": train}, 0)
+    assert (tmp_path / "src" / "utils" / "compiling.py").read_text() == "import torch\n\n\n" + REGIONAL
+
+
 def test_a_caller_passing_a_subclass_whose_init_skips_its_bases_is_refused(tmp_path, capsys):
     body = "    def __init__(self):\n        nn.Module.__init__(self)\n"
     train = SUB.format(body=body).replace("from model import Net\n", "import torch.nn as nn\nfrom model import Net\n")

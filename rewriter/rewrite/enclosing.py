@@ -18,17 +18,23 @@ says which classes enclose a given one, read statically with LibCST:
   added to it (``self.blocks.append(Block())``, ``self.add_module("b", Block())``), or bound to a
   local name that such a value then names (``layers.append(Block())``; ``self.layers =
   nn.ModuleList(layers)``);
-* inherited: a class of SRC whose first base (resolved as a call is) encloses a class, and whose
-  ``__init__`` is that base's (none of its own, or its own calls ``super().__init__(...)`` or
-  ``Base.__init__(self, ...)``), encloses it too (``class MyNet(Net): pass``), at most
-  :data:`MAX_BASES` bases up;
+* inherited: a class of SRC whose ``__init__`` is a base's that encloses a class encloses it too
+  (``class MyNet(Net): pass``), at most :data:`MAX_BASES` bases up. The base is the one its own
+  ``__init__`` calls (``Base.__init__(self, ...)``), or, where it has none or its own calls
+  ``super().__init__(...)``, the first base (resolved as a call is) past mixins of SRC that pass
+  ``__init__`` on: ``class MyNet(Mixin, Net)`` runs ``Net.__init__`` where ``Mixin`` has no
+  ``__init__`` of its own (or one that calls ``super().__init__(...)``) and no base but
+  :data:`PLAIN_BASES` (the method resolution order, :func:`_along`). ``forward`` is inherited
+  the same way (:meth:`Enclosing.forward_heirs`);
 * enclosing is transitive (``Net`` builds ``Encoder``, which builds ``Block``), each class met once
   (a cycle of constructions or of bases ends there).
 
 Not read, so not enclosing (the reading is unsure, and a refusal must be sure): a class built by a
 factory function, ``getattr``, a config string or ``partial``; a class whose own ``__init__`` does
-not call its base's, or whose enclosing base is not its first (which ``__init__`` ``super()`` runs
-then depends on the others); a class nested in another; a name bound to more than one class.
+not call its base's, or whose enclosing base comes after a base that is not such a mixin of SRC
+(a class of an installed library, one with an ``__init__`` of its own that does not call
+``super().__init__``, one with bases of its own); a class nested in another; a name bound to more
+than one class.
 The files to parse are found by their text first (a call of the class's name, or an import of it
 under another name, in the class's own file or one that names its module), so a transformers-sized
 SRC parses a handful of files per class, and of each only its imports, its top-level names and its
@@ -51,12 +57,15 @@ from ..compile_facts import ITERATES_MODULES, KEYED_CONTAINER, TEXT_BYTES
 from ..errors import StackpartError
 from ..src_names import definition_files, module_stem
 
+_EMPTY = cst.Module([])
 #: A class: ``(file relative to SRC, POSIX; class name)``.
 ClassRef = tuple[str, str]
 #: Container classes whose entries a regional loop can walk (the last part of the called name).
 CONTAINERS = ITERATES_MODULES | {KEYED_CONTAINER}
 #: At most this many bases up a subclass is read as inheriting the ``__init__`` that builds a class.
 MAX_BASES = 8
+#: Bases (as written) that put no ``__init__`` or ``forward`` of SRC's in a class's method resolution order.
+PLAIN_BASES = {"nn.Module", "torch.nn.Module", "Module", "object"}
 #: Methods that add a module to a container attribute or to ``self``.
 ADDING = {"append", "extend", "insert", "add_module", "register_module", "update"}
 
@@ -179,16 +188,17 @@ class Enclosing:
         return self._naming[stem]
 
     def base_of(self, cls: ClassRef) -> ClassRef | None:
-        """The first base of class ``cls``, a class of SRC, where ``cls``'s ``__init__`` is that
-        base's (none of its own, or its own calls the base's: :func:`_inherits_init`); else None."""
+        """The base of class ``cls``, a class of SRC, whose ``__init__`` is ``cls``'s (its first,
+        or one past mixins that pass ``__init__`` on: :func:`_along`; or the one its own calls:
+        :func:`_init_runs`); else None."""
         rel, name = cls
         self._constructions(rel)
         return self._bases.get(rel, {}).get(name)
 
     def forward_heirs(self, cls: ClassRef) -> list[ClassRef]:
-        """The classes of SRC that run class ``cls``'s ``forward``: each whose first base is ``cls``
-        or such a class and whose body defines no ``forward`` (``class BigBlock(Block): pass``), at
-        most :data:`MAX_BASES` bases down, each once, nearest first. A ``torch.compile`` decorator
+        """The classes of SRC that run class ``cls``'s ``forward``: each whose body defines no
+        ``forward`` and whose first base (or first past mixins of SRC that define none,
+        :func:`_along`) is ``cls`` or such a class (``class BigBlock(Block): pass``), at most :data:`MAX_BASES` bases down, each once, nearest first. A ``torch.compile`` decorator
         on ``cls.forward`` is theirs too: Dynamo inlines it where one is built inside a
         whole-model compile (tests/test_compile_of_a_class_an_enclosing_compile_holds.py)."""
         out: list[ClassRef] = []
@@ -200,14 +210,14 @@ class Enclosing:
         return out
 
     def _heirs(self, cls: ClassRef, table: dict[str, dict[str, ClassRef]] | None = None) -> list[ClassRef]:
-        """The classes of SRC whose first base is class ``cls`` and whose ``__init__`` is its
-        (:func:`_inherits_init`; with ``table``, those it maps to ``cls``: ``_forward_bases``);
-        only files whose text names ``cls`` as a first base (or imports it under another name) and
-        are its file or name its module are parsed."""
+        """The classes of SRC whose ``__init__`` is class ``cls``'s (:meth:`base_of`; with
+        ``table``, those it maps to ``cls``: ``_forward_bases``); only files whose text names
+        ``cls`` as a base (or imports it under another name) and are its file or name its module
+        are parsed."""
         table = self._bases if table is None else table
         rel, name = cls
         word = re.escape(name.encode())
-        pattern = re.compile(rb"^class\s+\w+\s*\(\s*[\w.]*\b" + word + rb"\b|\b" + word + rb"\s+as\s+\w", re.MULTILINE)
+        pattern = re.compile(rb"^class\s+\w+\s*\([^)]*\b" + word + rb"\b|\b" + word + rb"\s+as\s+\w", re.MULTILINE)
         naming = set(self._naming_module(rel))  # the module scan :meth:`_calling` shares
         out: list[ClassRef] = []
         for r, data in self.files().items():
@@ -221,27 +231,40 @@ class Enclosing:
         data = self.files().get(rel)
         return data is not None and re.search(rb"^class\s+" + re.escape(name.encode()) + rb"\b", data, re.MULTILINE) is not None
 
+    def _module(self, rel: str) -> cst.Module | None:
+        """File ``rel`` under SRC parsed (once), None where it cannot be read or parsed."""
+        if rel not in self._parsed:
+            from ..source import parse_module, read_file
+
+            try:
+                self._parsed[rel] = parse_module(read_file(self.src / rel, rel).text, rel)
+            except (OSError, StackpartError):
+                return None
+        return self._parsed[rel]
+
+    def class_def(self, cls: ClassRef) -> cst.ClassDef | None:
+        """The top-level definition of class ``cls`` (the last of that name), None where its file
+        cannot be parsed or does not define it."""
+        module = self._module(cls[0]) if self._defines(*cls) else None
+        defs = [s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == cls[1]] if module else []
+        return defs[-1] if defs else None
+
     def _constructions(self, rel: str) -> dict[str, list[Built]]:
         """``{class name: what its __init__ builds and holds}`` for the top-level classes of ``rel``."""
         if rel not in self._built:
             self._built[rel], self._bases[rel], self._forward_bases[rel] = {}, {}, {}
-            try:
-                from ..source import parse_module, read_file
-
-                module = self._parsed.get(rel) or parse_module(read_file(self.src / rel, rel).text, rel)
-            except (OSError, StackpartError):
+            module = self._module(rel)
+            if module is None:
                 return self._built[rel]
-            inits = {stmt.name.value: init for stmt in module.body if isinstance(stmt, cst.ClassDef)
-                     for init in own_init(stmt)}
-            heirs = {stmt.name.value for stmt in module.body if isinstance(stmt, cst.ClassDef) and _inherits_init(stmt)}
-            runs = {stmt.name.value for stmt in module.body if isinstance(stmt, cst.ClassDef)
-                    and _first_base(stmt) is not None and not _defines_forward(stmt)}
+            classes = [stmt for stmt in module.body if isinstance(stmt, cst.ClassDef)]
+            inits = {stmt.name.value: init for stmt in classes for init in own_init(stmt)}
+            heirs = {stmt.name.value: how for stmt in classes if _bases(stmt) and (how := _init_runs(stmt)) is not False}
+            runs = {stmt.name.value for stmt in classes if _bases(stmt) and not _defines_forward(stmt)}
             if inits or heirs or runs:
-                reader = _Reader(self, rel, module, inits, heirs | runs)
+                reader = _Reader(self, rel, module, inits, heirs, runs)
                 MetadataWrapper(_skeleton(module, inits), unsafe_skip_copy=True).visit(reader)
                 self._built[rel] = reader.found
-                self._bases[rel] = {k: v for k, v in reader.bases.items() if k in heirs}
-                self._forward_bases[rel] = {k: v for k, v in reader.bases.items() if k in runs}
+                self._bases[rel], self._forward_bases[rel] = reader.bases, reader.forward_bases
         return self._built[rel]
 
     def resolve(self, rel: str, names: set[Any]) -> ClassRef | None:
@@ -293,27 +316,44 @@ def _defines_forward(cls: cst.ClassDef) -> bool:
                and not isinstance(stmt, cst.ClassDef) for stmt in body)
 
 
-def _first_base(cls: cst.ClassDef) -> cst.BaseExpression | None:
-    """The first base ``cls`` names (``Net`` of ``class MyNet(Net, Mixin)``; keywords such as
-    ``metaclass=`` are none), or None."""
-    bases = [a.value for a in cls.bases if a.keyword is None and not a.star]
-    return bases[0] if bases else None
+def _bases(cls: cst.ClassDef) -> list[cst.BaseExpression]:
+    """The bases ``cls`` names, in order (keywords such as ``metaclass=`` and ``*bases`` are none)."""
+    return [a.value for a in cls.bases if a.keyword is None and not a.star]
 
 
-def _inherits_init(cls: cst.ClassDef) -> bool:
-    """Whether ``cls`` has a first base and runs its ``__init__``: none of its own, or its own calls
-    ``super().__init__(...)`` (``super(MyNet, self)`` too) or ``<first base>.__init__(self, ...)``
-    where it runs (not in a nested ``def`` or ``lambda``)."""
-    first = _first_base(cls)
-    if first is None:
-        return False
+def _init_runs(cls: cst.ClassDef) -> bool | int:
+    """How ``cls``'s ``__init__`` runs a base's: True where it is found along the bases (none of its
+    own, or its own calls ``super().__init__(...)``, ``super(MyNet, self)`` too), the index in
+    :func:`_bases` of the base its own calls by name (``Net.__init__(self, ...)``), else False.
+    Calls count where they run (not in a nested ``def`` or ``lambda``)."""
     own = own_init(cls)
     if not own:
         return True
     init = m.Name("__init__")
-    return any(m.matches(call.func, m.Attribute(value=m.Call(func=m.Name("super")), attr=init))
-               or (m.matches(call.func, m.Attribute(attr=init)) and call.func.value.deep_equals(first))  # type: ignore[attr-defined]
-               for call in _calls(own[0].body))
+    calls = _calls(own[0].body)
+    if any(m.matches(call.func, m.Attribute(value=m.Call(func=m.Name("super")), attr=init)) for call in calls):
+        return True
+    for call in calls:
+        if m.matches(call.func, m.Attribute(attr=init)):
+            named = [i for i, base in enumerate(_bases(cls)) if call.func.value.deep_equals(base)]  # type: ignore[attr-defined]
+            if named:
+                return named[0]
+    return False
+
+
+def _passes_init_on(cls: cst.ClassDef) -> bool:
+    """Whether a mixin ``cls`` before a base lets that base's ``__init__`` run (:func:`_along`)."""
+    return _init_runs(cls) is True
+
+
+def _passes_forward_on(cls: cst.ClassDef) -> bool:
+    """Whether a mixin ``cls`` before a base lets that base's ``forward`` run (:func:`_along`)."""
+    return not _defines_forward(cls)
+
+
+def _plain_bases(cls: cst.ClassDef) -> bool:
+    """Whether every base of ``cls`` is one of :data:`PLAIN_BASES` (or it names none)."""
+    return all(_EMPTY.code_for_node(base) in PLAIN_BASES for base in _bases(cls)) and not any(a.star for a in cls.bases)
 
 
 def _self_attr(node: cst.BaseExpression) -> str | None:
@@ -361,24 +401,49 @@ class _Reader(cst.CSTVisitor):
     METADATA_DEPENDENCIES = (QualifiedNameProvider,)
 
     def __init__(self, reading: Enclosing, rel: str, module: cst.Module, inits: dict[str, cst.FunctionDef],
-                 heirs: set[str]) -> None:
+                 heirs: dict[str, bool | int], runs: set[str]) -> None:
         super().__init__()
-        self.reading, self.rel, self.module, self.heirs = reading, rel, module, heirs
+        self.reading, self.rel, self.module, self.heirs, self.runs = reading, rel, module, heirs, runs
         self.owner = {id(init): name for name, init in inits.items()}
         self.found: dict[str, list[Built]] = {}
-        self.bases: dict[str, ClassRef] = {}  # class of ``heirs`` -> its first base, a class of SRC
+        self.bases: dict[str, ClassRef] = {}  # class of ``heirs`` -> the base whose __init__ it runs
+        self.forward_bases: dict[str, ClassRef] = {}  # class of ``runs`` -> the base whose forward it runs
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        first = _first_base(node)
-        if node.name.value in self.heirs and first is not None:
-            try:
-                names = self.get_metadata(QualifiedNameProvider, first, set())
-            except KeyError:
-                names = set()
-            ref = self.reading.resolve(self.rel, names) if names else None
-            if ref is not None:
-                self.bases[node.name.value] = ref
+        name, bases = node.name.value, _bases(node)
+        how = self.heirs.get(name, False)
+        ref = self._along(bases, _passes_init_on) if how is True else (
+            self._resolved(bases[how]) if how is not False and how < len(bases) else None)
+        if ref is not None:
+            self.bases[name] = ref
+        ref = self._along(bases, _passes_forward_on) if name in self.runs else None
+        if ref is not None:
+            self.forward_bases[name] = ref
         return True
+
+    def _resolved(self, base: cst.BaseExpression) -> ClassRef | None:
+        """The class of SRC the base expression ``base`` names (:meth:`Enclosing.resolve`), else None."""
+        try:
+            names = self.get_metadata(QualifiedNameProvider, base, set())
+        except KeyError:
+            return None
+        return self.reading.resolve(self.rel, names) if names else None
+
+    def _along(self, bases: list[cst.BaseExpression], passes: Any) -> ClassRef | None:
+        """The class of SRC whose method a class with ``bases`` runs, found along them in order
+        (the method resolution order as far as the source says it): the first base, or the one
+        after mixins of SRC that ``passes`` lets the method past and that have only
+        :data:`PLAIN_BASES` (``class MyNet(Mixin, Net)``, ``Mixin`` without an ``__init__`` of its
+        own: ``Net``'s); None where a base before it is not read (a class of an installed
+        library)."""
+        for i, base in enumerate(bases):
+            ref = self._resolved(base)
+            if ref is None:
+                return None
+            mixin = self.reading.class_def(ref) if i < len(bases) - 1 else None
+            if mixin is None or not passes(mixin) or not _plain_bases(mixin):
+                return ref
+        return None
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         name = self.owner.get(id(node))

@@ -42,10 +42,7 @@ from ..errors import StackpartError
 from ..plan import CompileAction, LoadedPlan
 from ..targets import collect_definitions
 from .callers import SELF_RETURNING, bound_value, calls_of, parameter_names
-from .enclosing import MAX_BASES, ClassRef, Enclosing
-
-#: Bases that set no attribute a regional path could name.
-PLAIN_BASES = {"nn.Module", "torch.nn.Module", "Module", "object"}
+from .enclosing import MAX_BASES, PLAIN_BASES, ClassRef, Enclosing
 
 
 def check(loaded: LoadedPlan, bounds: list[Any], parse: Any, src: Path | None = None) -> dict[int, str]:
