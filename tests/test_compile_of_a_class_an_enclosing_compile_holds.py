@@ -165,6 +165,48 @@ def test_a_net_called_through_its_module_name(tmp_path, capsys, head, called):
             f"torch.compile({called}), and Net encloses Block: Net.__init__ builds Block at model.py:17") in err, err
 
 
+OTHER = "import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n" \
+    "        self.lin = nn.Linear(4, 4)\n"
+
+
+@pytest.mark.parametrize("top, local, called", [
+    ("", "import model as M", "M.Net()"),
+    ("", "from model import Net", "Net()"),
+    ("import other as M\n", "import model as M", "M.Net()"),  # the module's name rebound in the function
+    ("from other import Net\n", "from model import Net", "Net()"),
+])
+def test_a_net_imported_inside_the_function_that_compiles_it(tmp_path, capsys, top, local, called):
+    train = (f"import torch\n{top}\n\ndef main():\n    {local}\n    net = torch.compile({called})\n"
+             "    return net(torch.randn(3, 4))\n")
+    err = _rewrite(tmp_path, capsys, {"model.py": LIST, "other.py": OTHER, "train.py": train}, ADD, 2)
+    assert (f"compile of Block: the program compiles an instance of Net whole itself, at train.py:{6 + bool(top)}: "
+            f"torch.compile({called}), and Net encloses Block: Net.__init__ builds Block at model.py:17") in err, err
+
+
+@pytest.mark.parametrize("top, local, called", [
+    ("import model as M\n", "import other as M", "M.Net()"),
+    ("from model import Net\n", "from other import Net", "Net()"),
+])
+def test_a_net_of_another_module_imported_inside_the_function_is_not_refused(tmp_path, capsys, top, local, called):
+    """The function's own import binds the name to ``other.Net``, which builds no ``Block``: the
+    module-level import of ``model`` under the same name is not what it compiles."""
+    train = (f"import torch\n{top}\n\ndef main():\n    {local}\n    net = torch.compile({called})\n"
+             "    return net(torch.randn(3, 4))\n")
+    _rewrite(tmp_path, capsys, {"model.py": LIST, "other.py": OTHER, "train.py": train}, ADD, 0)
+
+
+def test_a_regional_edit_of_a_function_that_imports_the_net_itself_is_read(tmp_path, capsys):
+    """The ``own_call`` edit's class read through the function's own import: a compile of the
+    blocks its regional loop walks is refused, and a path ``Net`` never sets is refused too."""
+    train = ("import torch\nimport other as M\n\n\ndef main():\n    import model as M\n"
+             "    net = torch.compile(M.Net())\n    return net(torch.randn(3, 4))\n")
+    files = {"model.py": LIST, "other.py": OTHER, "train.py": train}
+    err = _rewrite(tmp_path, capsys, files, REGIONAL + ADD, 2)
+    assert "into a compile of each Block of Net.blocks in place (Net.__init__ builds Block at model.py:17" in err, err
+    err = _rewrite(tmp_path, capsys, files, REGIONAL.replace("blocks", "blokcs"), 2)
+    assert "own_call: regional: Net (model.py) sets no attribute 'blokcs'" in err and "did you mean 'blocks'?" in err, err
+
+
 def test_a_package_relative_import(tmp_path, capsys):
     model = _model("        self.blocks = nn.ModuleList([Block() for _ in range(2)])\n",
                    head=HEAD + "from .blocks import Block\n\n\n", block="")

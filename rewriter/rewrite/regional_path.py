@@ -520,7 +520,7 @@ def _whole_calls(rel: str, text: str, texts: Any) -> list[WholeCall]:
             written = _site_class(scope, site)
             if written is not None:
                 unused = unused_result(scope, stmt, call, texts) if site.kind == "call" else None
-                out.append(WholeCall(rel, qual, len(sites) == 1, _class_name(module, written, rel), written, module, scope,
+                out.append(WholeCall(rel, qual, len(sites) == 1, _class_name(module, written, rel, (scope, call)), written, module, scope,
                                      site.node, call, unused))
     return out
 
@@ -568,7 +568,7 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
             continue
         if w.rel not in definitions:
             definitions[w.rel] = collect_definitions(w.module)
-        found = _class_attrs(w.written, w.rel, w.module, definitions[w.rel], parse)
+        found = _class_attrs(w.written, w.rel, w.module, definitions[w.rel], parse, (w.scope, w.call))
         c = found and (adds.get((found[1], found[0])) or adds.get((found[1], f"{found[0]}.forward")))
         hit = enclosed.get((found[1], found[0])) if found and not c else None
         if not c and hit is None:
@@ -736,7 +736,8 @@ def model_class(b: Any, parse: Any) -> tuple[str, str, set[str] | None, dict[str
     made = _site_class(func, sites[0])
     if made is None:
         return None
-    return _class_attrs(made, b.target.relpath, b.module, b.definitions or collect_definitions(b.module), parse)
+    return _class_attrs(made, b.target.relpath, b.module, b.definitions or collect_definitions(b.module), parse,
+                        (func, sites[0].call))
 
 
 def _site_class(scope: cst.FunctionDef | cst.Module, site: Any) -> str | None:
@@ -783,14 +784,16 @@ def _called_class(value: cst.BaseExpression) -> str | None:
 
 
 def _class_attrs(name: str, rel: str, module: cst.Module, definitions: dict[str, list[Any]],
-                 parse: Any) -> tuple[str, str, set[str] | None, dict[str, list[Any]]] | None:
+                 parse: Any, at: Any = None) -> tuple[str, str, set[str] | None, dict[str, list[Any]]] | None:
     """The class ``name`` as ``rel``'s module (its ``definitions``) sees it: defined there, or
     imported from a file under SRC (its name there: ``Net`` of ``from model import Net as N``);
     with the attributes it and its bases in that file set (None where a base is elsewhere), and
-    the definitions of the file that defines it."""
-    if name in definitions and definitions[name][-1].kind == "class":
+    the definitions of the file that defines it. ``at``: ``(function, node)`` where ``name`` is
+    written at ``node`` in that function, whose own imports bind it first (:func:`_imported_in`)."""
+    local = _imported_in(module, name, rel, at)
+    if local is None and name in definitions and definitions[name][-1].kind == "class":
         return name, rel, _attrs(definitions, name), definitions
-    source = _imported_from(module, name, rel)
+    source = _imported_from(module, name, rel) if local is None else local or None
     if source is None:
         return None
     files, imported = source
@@ -830,16 +833,17 @@ def _imported_from(module: cst.Module, name: str, rel: str) -> tuple[list[str], 
     return None
 
 
-def _imported_through_module(module: cst.Module, name: str, rel: str) -> tuple[list[str], str] | None:
+def _imported_through_module(module: cst.Module, name: str, rel: str, node: Any = None) -> tuple[list[str], str] | None:
     """:func:`_imported_from` of a dotted ``name`` (``M.Net``): its one qualified name, where an
     import binds its first part (``model.Net`` of ``import model as M``; ``.model.Net`` of ``from .
     import model as M``), split into the module's files and the class's name; None where the name
-    is bound otherwise, or two ways."""
+    is bound otherwise, or two ways. Read in the module's global scope, or in the scope of
+    ``node`` (a node of ``module``: a function's imports, ``from . import Net`` too)."""
     from libcst.metadata import MetadataWrapper, ScopeProvider
 
     from ..src_names import definition_files
 
-    scope = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider).get(module)
+    scope = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ScopeProvider).get(node or module)
     names = scope.get_qualified_names_for(name) if scope is not None else set()
     if len(names) != 1:
         return None
@@ -847,9 +851,29 @@ def _imported_through_module(module: cst.Module, name: str, rel: str) -> tuple[l
     return definition_files(q, rel) if q.source == QualifiedNameSource.IMPORT else None
 
 
-def _class_name(module: cst.Module, written: str, rel: str) -> str:
+def _imported_in(module: cst.Module, name: str, rel: str, at: Any) -> tuple[list[str], str] | bool | None:
+    """Where ``at`` is ``(function, node)`` and the function's own body imports the first part of
+    ``name`` (``import model as M`` for ``M.Net``, ``from model import Net``; Python binds it in
+    the function throughout, whatever the module's top level binds): what that import gives, read
+    in ``node``'s scope (:func:`_imported_through_module`), or False where it is no class of a
+    module (``import Net``). None where the function imports no such name (the module's top
+    level is read as it is)."""
+    if at is None or not isinstance(at[0], cst.FunctionDef):
+        return None
+    first = name.split(".")[0]
+    if not any((a.evaluated_alias or a.evaluated_name.split(".")[0]) == first
+               for a in m.findall(at[0].body, m.ImportAlias())):
+        return None
+    return _imported_through_module(module, name, rel, at[1]) or False
+
+
+def _class_name(module: cst.Module, written: str, rel: str, at: Any = None) -> str:
     """The name of the class ``written`` stands for in ``module`` (file ``rel``): itself where the
-    file defines it at its top level, the imported name where ``from M import Net as written``."""
+    file defines it at its top level, the imported name where ``from M import Net as written``
+    (at the top level, or in the function of ``at``, as :func:`_class_attrs` reads it)."""
+    local = _imported_in(module, written, rel, at)
+    if local is not None:
+        return local[1] if local else written
     if any(isinstance(stmt, cst.ClassDef) and stmt.name.value == written for stmt in module.body):
         return written
     found = _imported_from(module, written, rel)
