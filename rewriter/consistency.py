@@ -686,12 +686,16 @@ def check_regional_blocks(loaded: LoadedPlan, bounds: list[Bound], parse: Any, r
     The edited call's model class is read as :func:`.rewrite.regional_path.check` reads it
     (``parse`` as there), the classes it encloses by :meth:`.rewrite.regional_path.ProgramCompiles.enclosers`
     (``reading``; nothing is read where it is None, or where the source does not say the class).
+    Where the edited call compiles its function's parameter (a generic helper, ``def
+    maybe_compile(model): return torch.compile(model)``), the class each caller under SRC passes
+    is read instead (:func:`.rewrite.regional_path.helper_models`), and any one of them that holds
+    the blocks is refused.
 
     Raises:
         StackpartError: at the compile of ``Block``'s plan line, naming the ``own_call.regional``
             action (its plan line), the constructions, and which of the two to keep.
     """
-    from .rewrite.regional_path import builds, model_class, regional_of
+    from .rewrite.regional_path import builds, helper_models, model_class, regional_of
 
     if reading is None:
         return
@@ -705,25 +709,30 @@ def check_regional_blocks(loaded: LoadedPlan, bounds: list[Bound], parse: Any, r
     if not adds or not edits:
         return
     parsed = {c.target.relpath: c.module for c in adds}
+    models: dict[int, list[tuple[tuple[str, str], str]]] = {}  # edit -> (model class, the caller that passes it)
+    for o in edits:
+        found = model_class(o, parse)
+        models[o.index] = [((found[1], found[0]), "")] if found is not None else helper_models(o, reading.src)
     for c in adds:
         inner = (c.target.relpath, c.target.qualname.split(".")[0])
         for runs in [inner, *reading.forward_heirs(inner)]:  # a subclass that inherits the decorated forward
             enclosers = reading.enclosers(runs, parsed)
             for o in edits:
-                found = model_class(o, parse)
-                chain = enclosers.get((found[1], found[0])) if found is not None else None
                 path = o.action.own_call.regional
                 steps = len(path.split("."))
-                if not chain or len(chain) < steps or regional_of(chain[:steps]) != path:
-                    continue
-                _refuse_twice_compiled(loaded, reading, c, o, found[0], inner[1], chain, steps, builds)
+                for model, caller in models[o.index]:
+                    chain = enclosers.get(model)
+                    if not chain or len(chain) < steps or regional_of(chain[:steps]) != path:
+                        continue
+                    _refuse_twice_compiled(loaded, reading, c, o, model[1], inner[1], chain, steps, builds, caller)
 
 
 def _refuse_twice_compiled(loaded: LoadedPlan, reading: Any, c: Bound, o: Bound, model: str, inner: str,
-                           chain: list[Any], steps: int, builds: Any) -> None:
+                           chain: list[Any], steps: int, builds: Any, caller: str = "") -> None:
     """The refusal of :func:`check_regional_blocks`: ``c`` compiles ``inner``, and ``o``'s regional
     loop compiles each ``chain[steps - 1].inner`` of ``model`` in place; the innermost class of
-    ``chain`` is ``inner`` or a subclass that inherits its ``forward`` (named so).
+    ``chain`` is ``inner`` or a subclass that inherits its ``forward`` (named so). ``caller``: how
+    a caller of a generic helper passes the ``model`` (``train.py:6 passes: Net()``), or empty.
 
     Raises:
         StackpartError: always, at ``c``'s plan line.
@@ -737,7 +746,7 @@ def _refuse_twice_compiled(loaded: LoadedPlan, reading: Any, c: Bound, o: Bound,
     code = _code(sites[0].node) if len(sites) == 1 else "its compile"
     head = (f"compile of {inner}: actions[{o.index}] ({loaded.path}:{loaded.action_lines[o.index]}) own_call.regional: "
             f"{path} turns {o.target.relpath}::{o.target.qualname}'s compile ({code}) into a compile of each {walked} "
-            f"of {model}.{path} in place")
+            f"of {model}.{path} in place" + (f" (the model {caller})" if caller else ""))
     if steps == len(chain):
         raise loaded.error(
             c.index,

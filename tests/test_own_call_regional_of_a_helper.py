@@ -182,3 +182,24 @@ def test_a_caller_importing_the_helper_from_its_package_is_read(tmp_path, capsys
     plan = PLAN.replace("utils/compiling.py", "utils/__init__.py")
     err = rewrite_files(tmp_path, capsys, tree, plan, 2)
     assert f"and {where}:6 passes Head() (model.py::Head), whose __init__ sets no attribute 'blocks'" in err, err
+
+
+@pytest.mark.parametrize("target", ["model.py::Block", "model.py::Block.forward"])
+def test_a_compile_of_the_blocks_the_helpers_regional_loop_compiles_is_refused(tmp_path, capsys, target):
+    """The loop the edit writes compiles each ``Block`` of the ``Net`` a caller passes in place, and
+    the plan's decorator on ``Block.forward`` would compile them too: the decorator gets every
+    graph and the loop's ``block.compile()`` none (pinned with CompileCounter in
+    tests/test_compile_of_a_class_an_enclosing_compile_holds.py), so the plan is refused."""
+    tree = {"model.py": MODEL, "utils/__init__.py": "", "utils/compiling.py": HELPER, "train.py": TRAIN.format(more="")}
+    err = rewrite_files(tmp_path, capsys, tree, PLAN + f"  - {{action: compile, target: {target}}}\n", 2)
+    assert (f"plan.yaml:4: actions[1] (compile {target}): compile of Block: actions[0] ({tmp_path / 'plan.yaml'}:3) "
+            "own_call.regional: blocks turns utils/compiling.py::maybe_compile's compile (torch.compile(model, "
+            "backend=\"eager\")) into a compile of each Block of Net.blocks in place (the model train.py:6 passes: "
+            "Net()) (Net.__init__ builds Block at model.py:16: self.blocks = nn.ModuleList([Block() for _ in "
+            "range(2)])), and this action compiles Block too: each block is compiled twice") in err, err
+
+
+def test_a_compile_of_a_class_no_caller_passes_blocks_of_is_written(tmp_path, capsys):
+    tree = {"model.py": MODEL, "utils/__init__.py": "", "utils/compiling.py": HELPER, "train.py": TRAIN.format(more="")}
+    rewrite_files(tmp_path, capsys, tree, PLAN + "  - {action: compile, target: model.py::Head}\n", 0)
+    assert (tmp_path / "src" / "utils" / "compiling.py").read_text() == "import torch\n\n\n" + REGIONAL

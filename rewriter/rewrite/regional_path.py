@@ -179,6 +179,21 @@ def _check_callers(loaded: LoadedPlan, b: Any, path: str, parse: Any, src: Path)
     return kinds.pop() if len(kinds) == 1 else None
 
 
+def helper_models(b: Any, src: Path) -> list[tuple[ClassRef, str]]:
+    """``(class, how a caller passes it)`` (``train.py:6 passes: Net()``) of each call under SRC of
+    the generic helper ``b`` (a target whose compile compiles its own parameter,
+    :func:`_compiled_parameter`; a top-level function) whose argument's class the source says
+    (:func:`.callers.calls_of`); none where ``b`` is no such helper."""
+    hit = _compiled_parameter(b)
+    if hit is None or "." in b.target.qualname:
+        return []
+    func, param = hit
+    names = parameter_names(func)
+    calls = calls_of(src, b.target.relpath, func.name.value, param, names.index(param) if param in names else None,
+                     MAX_FILES)
+    return [(c.cls, f"{c.where} passes: {c.code}") for c in calls if c.cls is not None]
+
+
 def _init_setter(cls: ClassRef, attr: str, parse: Any, bases: Enclosing) -> tuple[dict[str, list[Any]], str] | None:
     """``(definitions of its file, class name)`` of the class whose ``__init__`` sets ``self.<attr>``
     for an instance of ``cls``: ``cls`` itself or a base of its own file (:func:`_init_sets`), else
