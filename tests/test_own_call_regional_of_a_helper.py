@@ -203,3 +203,65 @@ def test_a_compile_of_a_class_no_caller_passes_blocks_of_is_written(tmp_path, ca
     tree = {"model.py": MODEL, "utils/__init__.py": "", "utils/compiling.py": HELPER, "train.py": TRAIN.format(more="")}
     rewrite_files(tmp_path, capsys, tree, PLAN + "  - {action: compile, target: model.py::Head}\n", 0)
     assert (tmp_path / "src" / "utils" / "compiling.py").read_text() == "import torch\n\n\n" + REGIONAL
+
+
+BUILT = MODEL + """
+
+class Built(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.build(2)
+
+    def build(self, n):
+        self.blocks = nn.ModuleList([Block() for _ in range(n)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class Rebuilt(Built):
+    def build(self, n):
+        self.lin = nn.Linear(4, 4)
+"""
+
+
+def test_a_container_a_method_called_from_init_builds_holds_the_regional_loop():
+    """What the reading below rests on (CPU torch, CompileCounter): ``Built.__init__`` calls
+    ``self.build(2)``, which sets ``blocks``; the loop the edit writes walks them without an
+    AttributeError and each block's compile receives its graph."""
+    import torch
+    from torch._dynamo.testing import CompileCounter
+
+    namespace: dict = {}
+    exec(compile(BUILT, "pinned_built.py", "exec"), namespace)
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    model = namespace["Built"]()
+    for block in model.blocks:  # the loop own_call: {regional: blocks} writes in maybe_compile
+        block.compile(backend=counter)
+    model(torch.randn(2, 4))
+    assert counter.frame_count == 2, counter.frame_count
+    torch._dynamo.reset()
+
+
+def test_a_caller_passing_a_model_whose_init_calls_the_method_that_sets_the_container_is_written(tmp_path, capsys):
+    train = TRAIN.format(more="").replace("from model import Head, Net", "from model import Built").replace(
+        "Net()", "Built()")
+    _rewrite(tmp_path, capsys, {"model.py": BUILT, "train.py": train}, 0)
+    assert (tmp_path / "src" / "utils" / "compiling.py").read_text() == "import torch\n\n\n" + REGIONAL
+
+
+def test_a_caller_passing_a_subclass_that_overrides_that_method_is_refused(tmp_path, capsys):
+    """``Rebuilt`` overrides ``build``: ``Built.__init__``'s ``self.build(2)`` runs the override,
+    which sets no ``blocks`` (the subclass in the model's file, or in the caller's)."""
+    train = TRAIN.format(more="").replace("from model import Head, Net", "from model import Rebuilt").replace(
+        "Net()", "Rebuilt()")
+    err = _rewrite(tmp_path, capsys, {"model.py": BUILT, "train.py": train}, 2)
+    assert "train.py:6 passes Rebuilt() (model.py::Rebuilt), whose __init__ sets no attribute 'blocks'" in err, err
+    train = ("import torch.nn as nn\nfrom model import Built\nfrom utils.compiling import maybe_compile\n\n\n"
+             "class Mine(Built):\n    def build(self, n):\n        self.lin = nn.Linear(4, 4)\n\n\n"
+             "def main():\n    return maybe_compile(Mine())\n")
+    err = _rewrite(tmp_path, capsys, {"model.py": BUILT, "train.py": train}, 2)
+    assert "train.py:12 passes Mine() (train.py::Mine), whose __init__ sets no attribute 'blocks'" in err, err

@@ -330,7 +330,7 @@ def _init_runs(cls: cst.ClassDef) -> bool | int:
     if not own:
         return True
     init = m.Name("__init__")
-    calls = _calls(own[0].body)
+    calls = calls_run(own[0].body)
     if any(m.matches(call.func, m.Attribute(value=m.Call(func=m.Name("super")), attr=init)) for call in calls):
         return True
     for call in calls:
@@ -374,7 +374,7 @@ def _container(value: cst.BaseExpression | None) -> str | None:
     return None
 
 
-def _calls(node: cst.CSTNode) -> list[cst.Call]:
+def calls_run(node: cst.CSTNode) -> list[cst.Call]:
     """The calls in ``node`` that run when it does: not those in a ``lambda`` or a nested ``def``."""
     out: list[cst.Call] = []
 
@@ -454,7 +454,7 @@ class _Reader(cst.CSTVisitor):
     def _classes(self, stmt: cst.CSTNode) -> list[ClassRef]:
         """The classes of SRC ``stmt`` builds (its calls that resolve to one, :meth:`Enclosing.resolve`)."""
         out = []
-        for call in _calls(stmt):
+        for call in calls_run(stmt):
             try:
                 names = self.get_metadata(QualifiedNameProvider, call.func, set())
             except KeyError:

@@ -197,9 +197,10 @@ def helper_models(b: Any, src: Path) -> list[tuple[ClassRef, str]]:
 def _init_setter(cls: ClassRef, attr: str, parse: Any, bases: Enclosing) -> tuple[dict[str, list[Any]], str] | None:
     """``(definitions of its file, class name)`` of the class whose ``__init__`` sets ``self.<attr>``
     for an instance of ``cls``: ``cls`` itself or a base of its own file (:func:`_init_sets`), else
-    its first base of another file of SRC whose ``__init__`` it runs (:meth:`Enclosing.base_of`:
+    a base of another file of SRC whose ``__init__`` it runs (:meth:`Enclosing.base_of`:
     ``class Sub(Net)`` with ``Net`` imported), at most :data:`MAX_BASES` up; None where none does."""
     seen: set[ClassRef] = set()
+    below: tuple[cst.ClassDef, ...] = ()  # the classes walked, ``cls``'s first: a method they define overrides
     current: ClassRef | None = cls
     while current is not None and current not in seen and len(seen) <= MAX_BASES:
         seen.add(current)
@@ -207,24 +208,58 @@ def _init_setter(cls: ClassRef, attr: str, parse: Any, bases: Enclosing) -> tupl
             _, defs = parse(current[0])
         except StackpartError:
             defs = {}
-        if _init_sets(defs, current[1], attr):
+        if _init_sets(defs, current[1], attr, below=below):
             return defs, current[1]
+        node = bases.class_def(current)
+        below += (node,) if node is not None else ()
         current = bases.base_of(current)
     return None
 
 
-def _init_sets(definitions: dict[str, list[Any]], name: str, attr: str, seen: frozenset[str] = frozenset()) -> bool:
+def _init_sets(definitions: dict[str, list[Any]], name: str, attr: str, seen: frozenset[str] = frozenset(),
+               below: tuple[cst.ClassDef, ...] = ()) -> bool:
     """Whether class ``name``'s ``__init__`` sets ``self.<attr>``: its own (the last it defines),
-    else (or where its own does not) a base's defined in ``definitions``."""
-    from .enclosing import own_init
+    else (or where its own does not) a base's defined in ``definitions``. A method the ``__init__``
+    calls on ``self`` where it runs (``self.build()``, not in a nested ``def`` or ``lambda``) counts
+    where that method's own body sets it, one call deep: the method the instance runs, looked up in
+    the subclasses ``below`` (the instance's class first), then ``name`` and its bases in
+    ``definitions`` (:func:`_method`)."""
+    from .enclosing import calls_run, own_init
 
     if name not in definitions or definitions[name][-1].kind != "class" or name in seen:
         return False
     node = definitions[name][-1].node
-    if any(_assigned(init, attr) for init in own_init(node)):
-        return True
+    for init in own_init(node):
+        if _assigned(init, attr):
+            return True
+        called = {call.func.attr.value for call in calls_run(init.body)  # type: ignore[attr-defined]
+                  if m.matches(call.func, m.Attribute(value=m.Name("self"), attr=m.Name()))}
+        for meth in sorted(called - {"__init__"}):
+            found = _method((*below, node), definitions, meth)
+            if found is not None and _assigned(found, attr):
+                return True
     bases = [cst.Module(body=[]).code_for_node(base.value) for base in node.bases]
-    return any(_init_sets(definitions, base, attr, seen | {name}) for base in bases if base not in PLAIN_BASES)
+    return any(_init_sets(definitions, base, attr, seen | {name}, (*below, node))
+               for base in bases if base not in PLAIN_BASES)
+
+
+def _method(classes: tuple[cst.ClassDef, ...], definitions: dict[str, list[Any]], name: str,
+            seen: frozenset[str] = frozenset()) -> cst.FunctionDef | None:
+    """The method ``name`` an instance of ``classes[0]`` runs: the last definition in the first of
+    ``classes`` (subclass first) whose body defines it, else in the bases of the last of them that
+    ``definitions`` holds, depth first; None where none of those defines it."""
+    for cls in classes:
+        body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+        defs = [s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == name]
+        if defs:
+            return defs[-1]
+    for base in classes[-1].bases if classes else ():
+        written = cst.Module(body=[]).code_for_node(base.value)
+        if written in definitions and definitions[written][-1].kind == "class" and written not in seen:
+            found = _method((definitions[written][-1].node,), definitions, name, seen | {written})
+            if found is not None:
+                return found
+    return None
 
 
 def check_compiled_whole(loaded: LoadedPlan, bounds: list[Any], parse: Any,
