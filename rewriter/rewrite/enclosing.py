@@ -24,7 +24,7 @@ says which classes enclose a given one, read statically with LibCST:
   ``super().__init__(...)``, the first base (resolved as a call is) past mixins of SRC that pass
   ``__init__`` on: ``class MyNet(Mixin, Net)`` runs ``Net.__init__`` where ``Mixin`` has no
   ``__init__`` of its own (or one that calls ``super().__init__(...)``) and no base but
-  :data:`PLAIN_BASES` (the method resolution order, :func:`_along`). ``forward`` is inherited
+  :data:`PLAIN_BASES` (the method resolution order, :meth:`_Reader._along`). ``forward`` is inherited
   the same way (:meth:`Enclosing.forward_heirs`);
 * enclosing is transitive (``Net`` builds ``Encoder``, which builds ``Block``), each class met once
   (a cycle of constructions or of bases ends there).
@@ -189,7 +189,7 @@ class Enclosing:
 
     def base_of(self, cls: ClassRef) -> ClassRef | None:
         """The base of class ``cls``, a class of SRC, whose ``__init__`` is ``cls``'s (its first,
-        or one past mixins that pass ``__init__`` on: :func:`_along`; or the one its own calls:
+        or one past mixins that pass ``__init__`` on: :meth:`_Reader._along`; or the one its own calls:
         :func:`_init_runs`); else None."""
         rel, name = cls
         self._constructions(rel)
@@ -198,7 +198,8 @@ class Enclosing:
     def forward_heirs(self, cls: ClassRef) -> list[ClassRef]:
         """The classes of SRC that run class ``cls``'s ``forward``: each whose body defines no
         ``forward`` and whose first base (or first past mixins of SRC that define none,
-        :func:`_along`) is ``cls`` or such a class (``class BigBlock(Block): pass``), at most :data:`MAX_BASES` bases down, each once, nearest first. A ``torch.compile`` decorator
+        :meth:`_Reader._along`) is ``cls`` or such a class (``class BigBlock(Block): pass``), at
+        most :data:`MAX_BASES` bases down, each once, nearest first. A ``torch.compile`` decorator
         on ``cls.forward`` is theirs too: Dynamo inlines it where one is built inside a
         whole-model compile (tests/test_compile_of_a_class_an_enclosing_compile_holds.py)."""
         out: list[ClassRef] = []
@@ -342,12 +343,12 @@ def _init_runs(cls: cst.ClassDef) -> bool | int:
 
 
 def _passes_init_on(cls: cst.ClassDef) -> bool:
-    """Whether a mixin ``cls`` before a base lets that base's ``__init__`` run (:func:`_along`)."""
+    """Whether a mixin ``cls`` before a base lets that base's ``__init__`` run (:meth:`_Reader._along`)."""
     return _init_runs(cls) is True
 
 
 def _passes_forward_on(cls: cst.ClassDef) -> bool:
-    """Whether a mixin ``cls`` before a base lets that base's ``forward`` run (:func:`_along`)."""
+    """Whether a mixin ``cls`` before a base lets that base's ``forward`` run (:meth:`_Reader._along`)."""
     return not _defines_forward(cls)
 
 
