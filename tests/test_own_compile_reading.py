@@ -136,6 +136,28 @@ def test_the_programs_whole_model_call_turned_regional_at_the_call_site(tmp_path
     assert _rewrite(tmp_path, new, "{regional: layers}") == new  # idempotent
 
 
+@pytest.mark.parametrize("path, container", [("self.layers", "model.layers"), ("self.blocks.layers", "model.blocks.layers")])
+def test_a_regional_path_written_as_it_reads_inside_the_class_drops_self(tmp_path, path, container):
+    """``regional: self.layers`` names the attribute as the model's class reads it; the loop walks
+    it on the compiled name (``model.layers``), never ``model.self.layers``."""
+    from rewriter.plan import parse_plan
+
+    own = parse_plan(f"version: 1\nactions:\n  - action: compile\n    target: m.py::f\n    own_call: {{regional: {path}}}\n")
+    assert own.plan.actions[0].own_call.regional == path.removeprefix("self.")
+    body = "import torch\n\n\ndef build():\n    model = Net()\n    model = torch.compile(model)\n    return model\n"
+    new = _rewrite(tmp_path, body, f"{{regional: {path}}}")
+    assert f"    for block in {container}.children():\n        block.compile()\n" in new, new
+    assert "self" not in new, new
+
+
+def test_a_regional_path_of_self_alone_is_refused_at_its_field():
+    from rewriter.errors import StackpartError
+    from rewriter.plan import parse_plan
+
+    with pytest.raises(StackpartError, match=r"own_call.regional: expected an attribute path .*got 'self'"):
+        parse_plan("version: 1\nactions:\n  - action: compile\n    target: m.py::f\n    own_call: {regional: self}\n")
+
+
 def test_a_returned_compile_and_the_librarys_own_regional_compile(tmp_path):
     body = "import torch\n\n\ndef build():\n    return torch.compile(Net(), dynamic=False)\n"
     assert _rewrite(tmp_path, body, "{regional: layers, dynamic: true}") == (

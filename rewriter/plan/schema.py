@@ -308,7 +308,8 @@ class OwnCall(_Strict):
     #: block, ``for block in <module>.<regional>: block.compile(<the call's keyword arguments>)``;
     #: ``compile_repeated_blocks`` calls the library's own method (diffusers' ``ModelMixin``) instead.
     regional: str | None = Field(default=None, description="the attribute path of the repeated blocks' container "
-                                 "(layers, model.layers), or compile_repeated_blocks: turn the whole-model call regional")
+                                 "(layers, model.layers; self.layers, as the model's class reads it, is read as "
+                                 "layers), or compile_repeated_blocks: turn the whole-model call regional")
 
     @field_validator("fullgraph", "mode", "backend", "disable", mode="before")
     @classmethod
@@ -335,6 +336,12 @@ class OwnCall(_Strict):
         if value is None or value == REGIONAL_METHOD:
             return value
         expected = f"expected an attribute path (layers, model.layers) or {REGIONAL_METHOD}, got {quoted(value)}"
+        if value == "self":
+            raise ValueError(f"{expected} (the model itself; name the attribute that holds its blocks, e.g. layers)")
+        # the attribute as the model's class reads it (self.layers): the path is walked on the compiled name
+        value = value.removeprefix("self.")
+        if value == REGIONAL_METHOD:
+            return value
         last = value.rsplit(".", 1)[-1].removesuffix("()")
         if difflib.get_close_matches(last, [REGIONAL_METHOD], n=1, cutoff=REGIONAL_METHOD_CUTOFF):
             # an attribute path here would be written as a container, `for block in model.compile_repeated_block`
