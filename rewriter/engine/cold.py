@@ -135,14 +135,19 @@ def stderr_hint(res: Any) -> list[str]:
 
 def judge(row: dict[str, Any], v: Variant, payload: dict[str, Any], numerics_failures: Any) -> None:
     """A judged variant's problems from its cold phase: wrong numbers, silent fallbacks to eager,
-    recompiles after warm-up (each a sentence in ``row["problems"]``)."""
+    compiled code never called (Dynamo's ``counters["frames"]["total"]`` 0), recompiles after
+    warm-up (each a sentence in ``row["problems"]``)."""
     if not v.judged:
         return
     fails = numerics_failures(payload)
     row["problems"].extend(fails)
     row["numerics"] = "FAIL" if fails else "ok"
     compile_ = payload.get("compile", {})
-    if v.compiles and not compile_.get("unique_graphs"):
+    if v.compiles and not compile_.get("unique_graphs") and compile_.get("frames_total") == 0:
+        # Dynamo was asked to convert no frame: nothing the plan compiles ran, nothing fell back
+        row["problems"].append("never called: the plan asks for torch.compile but Dynamo captured no graph and was "
+                               "asked to convert no frame (frames.total 0): the code it compiles never ran in the steps")
+    elif v.compiles and not compile_.get("unique_graphs"):
         row["problems"].append("silent fallback to eager: the plan asks for torch.compile but Dynamo captured no graph")
     for hit in compile_.get("recompile_limit_hits", []):
         row["problems"].append(f"silent fallback to eager: a plan region hit the recompile limit: {hit}")

@@ -119,6 +119,7 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     from ..engine.options import Variant
     from ..engine.verdict import Verdict
     from .baselines import idle as idle_baselines
+    from .unreached import never_called
 
     verdict = Verdict(notes=notes)
     mark_dynamic = [
@@ -170,7 +171,16 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
             if n not in verdict.notes:
                 verdict.notes.append(n)
     unrun = _own_calls_not_run(loaded, results)
+    uncalled = [] if unrun else never_called(loaded, results.get("plan") or {}, trees.original)
     for f in (results.get("plan") or {}).get("problems", []):
+        if uncalled and "captured no graph" in f:
+            for u in uncalled:
+                verdict.errors.append(
+                    f"{loaded.path}:{u.plan_line}: the plan's compile of {u.target} ({u.site}) was never called during "
+                    "the harness's steps (Dynamo was asked to convert no frame: torch._dynamo counters frames.total 0), "
+                    "so validate measured nothing of it; compile code the harness's step runs, or make the harness "
+                    "call it")
+            continue
         if unrun and "captured no graph" in f:
             files = ", ".join(dict.fromkeys(file for file, _ in unrun))
             f = (f"{loaded.path}:{unrun[0][1]}: the plan edits the program's own compile in {files}, which the harness "
