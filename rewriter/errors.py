@@ -50,13 +50,16 @@ class StackpartError(Exception):
 
 @dataclass
 class ConfigError(StackpartError):
-    """Bad input in the harness configuration that only the built model shows: ``harness.call``
-    names a method the model does not have. Raised where the user's code runs (a harness call)
-    but never the user's code failing, so diagnose and validate let it through as the error it is
-    (exit 2, nothing written) rather than as a harness failure, whose report is the product.
+    """Bad input in the harness configuration that only loading the harness or the built model
+    shows: ``harness.call`` names a method the model does not have, ``harness.model`` a callable
+    the file does not define, a shape repeats another once the inputs' defaults apply. Raised
+    where the user's code runs (a harness call) but never the user's code failing, so diagnose and
+    validate let it through as the error it is (exit 2, nothing written) rather than as a harness
+    failure, whose report is the product.
 
     Attributes:
-        field: the ``harness:`` field at fault (``call``), for the plan's line of it.
+        field: the ``harness:`` field at fault (``call``, ``model``, ``shapes[1]``,
+            ``shapes[0].seq``), for the plan's line of it.
     """
 
     field: str | None = None

@@ -14,6 +14,7 @@ import ast
 import functools
 import importlib.util
 import inspect
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -155,9 +156,13 @@ def load_harness(spec: Harness, src: Path) -> LoadedHarness:
     """Import the harness file under ``src`` and check its callables and shape keys.
 
     Raises:
-        StackpartError: the file is missing or leaves SRC, importing it raises (at the user's
-            line), a callable is missing or not callable (with near names), or a shape key is not
-            a parameter of the inputs callable (with near names).
+        StackpartError: the file is missing or leaves SRC, or importing it raises (at the user's
+            line).
+        ConfigError: a callable is missing or not callable (with near names), a shape key is not
+            a parameter of the inputs callable (with near names), or a shape repeats another once
+            the inputs callable's defaults apply; at the harness file, its ``field`` the
+            ``harness:`` field at fault (``model``, ``shapes[1]``, ``shapes[0].seq``), for the
+            plan's line of it where the field came from a plan (:func:`config_error_at`).
     """
     src = Path(src)
     path = safe_relpath(src, spec.file)
@@ -186,10 +191,11 @@ def load_harness(spec: Harness, src: Path) -> LoadedHarness:
         attr = getattr(spec, field)
         fn = getattr(module, attr, None)
         if not callable(fn):
-            raise StackpartError(
+            raise ConfigError(
                 f"harness.{field}: {spec.file} defines no callable {attr!r}",
                 path=spec.file,
                 hint=near_names(attr, public),
+                field=field,
             )
         funcs.append(fn)
     build_model, make_inputs = funcs
@@ -198,22 +204,24 @@ def load_harness(spec: Harness, src: Path) -> LoadedHarness:
     for i, shape in enumerate(spec.shapes):
         for key in shape:
             if key not in params and not takes_kwargs:
-                raise StackpartError(
+                raise ConfigError(
                     f"harness.shapes[{i}]: {spec.inputs}() has no parameter {key!r}",
                     path=spec.file,
                     hint=near_names(key, params),
+                    field=f"shapes[{i}].{key}",
                 )
     defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
     seen: dict[tuple, int] = {}
     for i, shape in enumerate(spec.shapes):
         full = tuple(sorted({**defaults, **shape}.items(), key=lambda kv: kv[0]))
         if full in seen:
-            raise StackpartError(
+            raise ConfigError(
                 f"harness.shapes[{i}] is the same shape as harness.shapes[{seen[full]}] once {spec.inputs}()'s defaults "
                 f"apply ({', '.join(f'{k}={v}' for k, v in full)}): a repeated shape hides recompiles",
                 path=spec.file,
                 hint="drop it or give the varying dimension its own value; a value that changes between calls at one shape "
                      "(a step counter, a cache's fill level) needs no repeat: diagnose calls the first shape 3 times itself",
+                field=f"shapes[{i}]",
             )
         seen[full] = i
     return LoadedHarness(spec=spec, src=src, build_model=build_model, make_inputs=make_inputs)
@@ -262,12 +270,18 @@ def _at(loaded: Any, *keys: object) -> dict[str, int | None]:
     return {"line": line, "col": col}
 
 
-def config_error_at(loaded: Any, message: str, field: str | None) -> ConfigError:
-    """A :class:`ConfigError` (``message``, the ``harness:`` field it names) at the line of that
-    field in the plan ``loaded`` (:class:`rewriter.plan.LoadedPlan`), as :func:`check_harness` names
-    the fields it checks without running the harness; at ``harness:`` without a field."""
-    mark = _at(loaded, field) if field else _at(loaded)
-    return ConfigError(message, path=str(loaded.path), field=field, **mark)
+def _field_keys(field: str) -> tuple[object, ...]:
+    """A :class:`ConfigError` field as the plan's YAML path under ``harness:``: ``call`` ->
+    ``("call",)``, ``shapes[1]`` -> ``("shapes", 1)``, ``shapes[0].seq`` -> ``("shapes", 0, "seq")``."""
+    return tuple(int(index) if index else name for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", field))
+
+
+def config_error_at(loaded: Any, message: str, field: str | None, hint: str | None = None) -> ConfigError:
+    """A :class:`ConfigError` (``message``, the ``harness:`` field it names, ``hint``) at the line of
+    that field in the plan ``loaded`` (:class:`rewriter.plan.LoadedPlan`), as :func:`check_harness`
+    names the fields it checks without running the harness; at ``harness:`` without a field."""
+    mark = _at(loaded, *_field_keys(field)) if field else _at(loaded)
+    return ConfigError(message, path=str(loaded.path), field=field, hint=hint, **mark)
 
 
 def check_harness(loaded: Any, src: Path) -> None:

@@ -901,11 +901,14 @@ def diagnose_command(harness: str, src: str, output: str, *, model: str | None, 
             outcome = diagnose(spec, src, output, report_dir=report_dir, backend=backend, amortization_spec=amort, timeout_s=timeout, steps=steps, entry=entry, budget_s=budget, only=only, site=site,
                                overlap=not no_overlap, pin=pin, cold_parallel=cold_parallel, contended=host == "both", console=feed)
         except StackpartError as exc:
-            if isinstance(exc, ConfigError) and harness.endswith((".yaml", ".yml")) and not {"call": call}.get(exc.field or ""):
+            flags = {"call": call, "model": model, "inputs": inputs, "shapes": bool(shapes)}
+            if (isinstance(exc, ConfigError) and harness.endswith((".yaml", ".yml"))
+                    and not flags.get((exc.field or "").split("[", 1)[0])):
                 from ..harness import config_error_at
                 from ..plan import load_plan
 
-                exc = config_error_at(load_plan(harness), exc.message, exc.field)  # the plan's field, at its line
+                # the plan's field, at its line
+                exc = config_error_at(load_plan(harness), exc.message, exc.field, exc.hint)
             raise flagged(exc, model=model, inputs=inputs, shapes=bool(shapes), call=call)
     return 1 if outcome.stopped else 0
 

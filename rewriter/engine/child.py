@@ -561,7 +561,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         except ConfigError as exc:  # bad input (harness.call), not the user's code failing: the caller writes nothing
             payload, code = {"error": {"kind": "config", "message": str(exc),
-                                       "config": {"message": exc.message, "field": exc.field}}}, 2
+                                       "config": {"message": exc.message, "field": exc.field,
+                                                  "hint": exc.hint}}}, 2
         except StackpartError as exc:
             payload, code = {"error": {"kind": "harness", "message": str(exc)}}, 2
         except torch.cuda.OutOfMemoryError as exc:

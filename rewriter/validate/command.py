@@ -147,7 +147,7 @@ def _run_all(report, loaded, trees, spec_run, opts, workdir, notes):  # type: ig
     if m.config_error is not None:  # bad input the built model showed: an error at the plan's line, not a report
         from ..harness import config_error_at
 
-        raise config_error_at(loaded, m.config_error["message"], m.config_error.get("field"))
+        raise config_error_at(loaded, m.config_error["message"], m.config_error.get("field"), m.config_error.get("hint"))
     report["reference_overlapped"] = m.reference_overlapped
     report["timing_wall_s"] = m.timing_wall_s
     report.setdefault("_clock", {}).update(m.clock)
