@@ -418,7 +418,7 @@ def build_model(h: LoadedHarness, construct_on: str | None = None) -> tuple[Any,
             f"harness.model: {spec.model}() returned {type(model).__name__}, expected torch.nn.Module",
             path=spec.file,
         )
-    check_entry(model, spec)
+    check_entry(model, spec, h.src)
     model = model.to(device=resolve_device(spec).device, dtype=torch_dtype(spec))
     model.train(spec.mode == "training")
     return model, fallback
@@ -482,9 +482,31 @@ def compile_entry(model: Any, call: str | None, **options: Any) -> Any:
     return compiled
 
 
-def check_entry(model: Any, spec: Harness) -> None:
+def _defined_at(obj: Any, src: Path | None, what: str | None = None) -> str:
+    """`` (model.py:26)`` (``what`` first where given: `` (class Net, model.py:5)``): where
+    ``obj``, a function or class, is defined (:func:`inspect.getsourcelines`: a decorated
+    function's first decorator line), its file relative to ``src`` where under it; ``""`` where
+    the source cannot be found (a C extension, code built by ``exec``)."""
+    try:
+        file = inspect.getsourcefile(obj)
+        line = inspect.getsourcelines(obj)[1]
+    except (OSError, TypeError):
+        return f" ({what})" if what else ""
+    if file is None:
+        return f" ({what})" if what else ""
+    shown = file
+    if src is not None:
+        try:
+            shown = Path(file).resolve().relative_to(Path(src).resolve()).as_posix()
+        except ValueError:
+            pass
+    return f" ({what + ', ' if what else ''}{shown}:{line})"
+
+
+def check_entry(model: Any, spec: Harness, src: Path | None = None) -> None:
     """Check that the built ``model`` has the method ``spec.call`` names (nothing to check when
-    unset).
+    unset). ``src``: the tree the model's code comes from, which the ``file:line`` of a property
+    that raises is named relative to.
 
     Raises:
         ConfigError: at the harness file, naming ``harness.call``, the model's class and the
@@ -492,7 +514,9 @@ def check_entry(model: Any, spec: Harness) -> None:
             where it is a generator or ``async def`` method (calling it runs none of its body:
             https://docs.python.org/3/reference/expressions.html#generator-iterator-methods);
             and where reading the attribute raises anything but ``AttributeError`` (the user's
-            property or ``__getattr__`` raised), naming the exception's type and message.
+            property or ``__getattr__`` raised), naming the exception's type and message and
+            where the property is defined (its ``file:line``; the model's class where it is no
+            property).
     """
     if spec.call is None:
         return
@@ -501,12 +525,14 @@ def check_entry(model: Any, spec: Harness) -> None:
         attr = getattr(model, spec.call, None)
     except Exception as exc:  # AttributeError is getattr's default; anything else is the user's code raising
         inner = getattr(model, "_orig_mod", model)
-        kind = ("a property of the model" if isinstance(inspect.getattr_static(type(inner), spec.call, None),
-                                                             (property, functools.cached_property))
-                else "an attribute of the model")
+        static = inspect.getattr_static(type(inner), spec.call, None)
+        if isinstance(static, (property, functools.cached_property)):
+            kind, where = "a property of the model", _defined_at(static.fget if isinstance(static, property) else static.func, src)
+        else:
+            kind, where = "an attribute of the model", _defined_at(type(inner), src, f"class {cls}")
         raise ConfigError(
-            f"harness.call: reading {cls}.{spec.call}, {kind}, raised {type(exc).__name__}: {exc}; name a method the "
-            "model has, or make the attribute readable on the built model",
+            f"harness.call: reading {cls}.{spec.call}{where}, {kind}, raised {type(exc).__name__}: {exc}; name a method "
+            "the model has, or make the attribute readable on the built model",
             path=spec.file,
             field="call",
         ) from exc

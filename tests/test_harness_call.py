@@ -279,8 +279,24 @@ def test_a_call_whose_property_raises_is_refused_at_harness_call_naming_the_exce
         build_model(h)
     e = err.value
     assert (e.path, e.field) == ("harness.py", "call"), (e.path, e.field)
-    assert e.message.startswith("harness.call: reading Net.sample, a property of the model, raised "
+    # the property's own file:line (its decorator's, as inspect.getsourcelines gives it), relative to SRC
+    assert e.message.startswith("harness.call: reading Net.sample (model.py:26), a property of the model, raised "
                                 "RuntimeError: no sampler configured"), e.message
+
+
+def test_a_call_whose_attribute_raises_through_getattr_names_the_models_class(tmp_path, monkeypatch):
+    """An attribute that is no property (the class's ``__getattr__`` raised) is named by the
+    model's class and its ``file:line``."""
+    from rewriter.errors import ConfigError
+    from rewriter.harness import build_model
+
+    broken = ODD_MODEL + ("\n    def __getattr__(self, name):\n        if name == 'sample':\n"
+                          "            raise RuntimeError('no sampler configured')\n        return super().__getattr__(name)\n")
+    h = _odd_harness(tmp_path, "sample", monkeypatch, broken)
+    with pytest.raises(ConfigError) as err:
+        build_model(h)
+    assert err.value.message.startswith("harness.call: reading Net.sample (class Net, model.py:5), an attribute of the "
+                                        "model, raised RuntimeError: no sampler configured"), err.value.message
 
 
 def test_a_call_that_is_a_property_is_said_to_be_one_naming_the_method_it_returns(tmp_path, monkeypatch):
