@@ -629,7 +629,9 @@ def _write(run: _Run, outcome: Outcome, started: float) -> None:
 def _rewritten(run: _Run, loaded: Any, outcome: Outcome) -> Any:
     """The search's chosen plan as written (``loaded``), rewritten with SRC read as ``stackpart
     rewrite`` reads it (:func:`.search.src_reading`): the diff its validation report binds; None
-    for the rules' plan and a plan that changes nothing.
+    for the rules' plan and a plan that changes nothing. Where it is the plan the search's
+    decision rewrote (its actions' ``why:`` aside), that rewrite is reused
+    (:func:`.search.kept_rewrite`).
 
     Raises:
         StackpartError: the plan does not rewrite.
@@ -638,9 +640,12 @@ def _rewritten(run: _Run, loaded: Any, outcome: Outcome) -> Any:
     if found is None or found.chosen is None or found.chosen.name == AS_IS:
         return None
     from ..rewrite.transform import plan_rewrite
-    from .search import src_reading
+    from .search import kept_rewrite, src_reading
 
-    return plan_rewrite(loaded, run.ctx.session.src, unsafe=True, read_src=src_reading(run.ctx))
+    reading = src_reading(run.ctx)
+    # the plan the search's decision rewrote (:func:`.search._decided`), its actions' why: aside
+    kept = kept_rewrite(found, loaded.plan, reading)
+    return kept if kept is not None else plan_rewrite(loaded, run.ctx.session.src, unsafe=True, read_src=reading)
 
 
 def _search(ctx: Context, results: list[RungResult], meta: dict[str, Any], out_dir: Path, console: Any,

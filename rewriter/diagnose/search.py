@@ -13,6 +13,7 @@ candidate's measurement is written as its validation report (bound to the diff's
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import tempfile
@@ -122,6 +123,10 @@ class SearchOutcome:
     #: Where the measurement's wall time went, seconds per phase (the engine's
     #: :attr:`rewriter.engine.measure.Measurement.clock`, plus ``timing_s``).
     clock: dict[str, float] = field(default_factory=dict)
+    #: The rewrites made so far (:func:`candidate_rewrite`), ``(reading, plan key, result)``: a plan
+    #: rewritten again with the same reading of SRC (the chosen one, checked by :func:`_decided` and
+    #: written by diagnose's writer) reuses its result (:func:`kept_rewrite`).
+    rewrites: list[tuple[Any, str, Any]] = field(default_factory=list)
 
     @property
     def chosen(self) -> Candidate | None:
@@ -390,7 +395,7 @@ def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any, ear
         if c.name == AS_IS:
             continue
         try:
-            result = candidate_rewrite(c, src, candidate_reading(ctx))
+            result = candidate_rewrite(c, src, candidate_reading(ctx), out)
         except StackpartError as exc:
             refused(out, c.name, exc)  # search.log says it with the other pruned lines
             continue
@@ -417,19 +422,41 @@ def _materialised(ctx: Context, out: SearchOutcome, workdir: Path, say: Any, ear
     return trees
 
 
-def candidate_rewrite(c: Candidate, src: Path, reading: Any = False) -> Any:
+def candidate_rewrite(c: Candidate, src: Path, reading: Any = False, out: SearchOutcome | None = None) -> Any:
     """``c``'s plan through the real rewrite path (:func:`rewriter.rewrite.transform.plan_rewrite`,
     unsafe: the search measures what a user would apply). ``reading``: SRC's whole-model compiles
     a compile of a class would be inlined into, as ``stackpart rewrite`` reads them
     (:func:`candidate_reading`, :func:`src_reading`), or False not to read them (the early anchor,
     :mod:`.early_reference`, started before the search knows whether its 'whole' stands in for a
-    compile of the program's the harness does not run). Raises StackpartError when it does not
-    rewrite."""
+    compile of the program's the harness does not run). ``out``: the search's outcome, whose
+    :attr:`SearchOutcome.rewrites` gives the result of the same plan rewritten with the same
+    ``reading`` before and keeps this one. Raises StackpartError when it does not rewrite."""
     from ..plan import parse_plan
     from ..rewrite.transform import plan_rewrite
     from .report import plan_yaml
 
-    return plan_rewrite(parse_plan(plan_yaml(c.plan), f"candidate {c.name}"), src, unsafe=True, read_src=reading)
+    kept = kept_rewrite(out, c.plan, reading) if out is not None else None
+    if kept is not None:
+        return kept
+    result = plan_rewrite(parse_plan(plan_yaml(c.plan), f"candidate {c.name}"), src, unsafe=True, read_src=reading)
+    if out is not None:
+        out.rewrites.append((reading, _rewrite_key(c.plan), result))
+    return result
+
+
+def _rewrite_key(plan: Any) -> str:
+    """``plan`` as the rewrite reads it, as text: every field but the actions' ``why:`` (the
+    evidence the search's figures are appended to, which no action writes into the source)."""
+    return json.dumps(plan.model_dump(mode="json", exclude={"actions": {"__all__": {"why"}}}), sort_keys=True)
+
+
+def kept_rewrite(out: SearchOutcome, plan: Any, reading: Any) -> Any:
+    """The rewrite of ``plan`` (its actions' ``why:`` aside) with ``reading`` (the same object,
+    :func:`src_reading`'s or :func:`candidate_reading`'s) that :func:`candidate_rewrite` made in
+    this search, or None. Its ``changes`` are the diff ``plan`` makes; its ``warnings`` name the
+    plan as ``candidate <name>`` and its lines there."""
+    key = _rewrite_key(plan)
+    return next((result for r, k, result in out.rewrites if r is reading and k == key), None)
 
 
 def src_reading(ctx: Context) -> Any:
@@ -704,7 +731,7 @@ def _decided(ctx: Context, out: SearchOutcome, m: Any, say: Any) -> None:
         if cand is None or cand.name == AS_IS:
             break
         try:  # the plan written, as `stackpart rewrite` reads it (the stand-in's call read too)
-            candidate_rewrite(cand, ctx.session.src, src_reading(ctx))
+            candidate_rewrite(cand, ctx.session.src, src_reading(ctx), out)
             break
         except StackpartError as exc:  # out, and the decision falls to the next candidate by the same rule
             cand.plan = measured
