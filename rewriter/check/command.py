@@ -27,20 +27,29 @@ if TYPE_CHECKING:
     from ..plan import LoadedPlan
 
 
-def _write(changes: list[tuple[str, bytes | None, bytes, int]]) -> None:
+def _write(changes: list[tuple[str, bytes | None, bytes, int]], outcome: Outcome) -> None:
     """Write ``(path, old, new, mode)`` for files anywhere under one common root, atomically
-    (``old`` None: a new file; a file whose bytes are no longer ``old`` is refused)."""
+    (``old`` None: a new file; a file whose bytes are no longer ``old`` is refused), and add them
+    to ``outcome.fixed``.
+
+    They are added before a signal that came during the transaction is acted on (it is deferred
+    to the end of this block, :class:`rewriter.signals.deferred_signals`): a signal during the
+    last rename stops check with every file written, and :func:`check_command` names them.
+    """
     if not changes:
         return
     from ..rewrite.apply import apply_changes
     from ..rewrite.transform import FileChange  # LibCST's codemod stack: imported only to write
+    from ..signals import deferred_signals
 
     paths = [os.path.abspath(p) for p, *_ in changes]
     root = os.path.commonpath([os.path.dirname(p) for p in paths])
-    apply_changes(
-        Path(root),
-        [FileChange(Path(os.path.relpath(p, root)).as_posix(), old, new, mode) for p, (_, old, new, mode) in zip(paths, changes)],
-    )
+    with deferred_signals():
+        apply_changes(
+            Path(root),
+            [FileChange(Path(os.path.relpath(p, root)).as_posix(), old, new, mode) for p, (_, old, new, mode) in zip(paths, changes)],
+        )
+        _add_fixed(outcome, [path for path, *_ in changes])
 
 
 def _diff_name(path: str) -> str:
@@ -127,8 +136,7 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
             outcome.drift_lines = {path: first_changed_line(c.old, c.new) for path, c in drifted}
             return
     if fix and drifted:
-        _write([(path, c.old, c.new, c.mode) for path, c in drifted])  # old None: a new file
-        _add_fixed(outcome, [path for path, _ in drifted])
+        _write([(path, c.old, c.new, c.mode) for path, c in drifted], outcome)  # old None: a new file
         drifted, diff = plan_drift(loaded, src or fallback, files)
     outcome.drift_files = [path for path, _ in drifted]
     outcome.drift_diff = diff
@@ -207,6 +215,7 @@ def run_check(
     diff: bool = False,
     validate: bool = True,
     project: bool | None = None,
+    outcome: Outcome | None = None,
 ) -> tuple[Outcome, list]:
     """Check ``paths`` (files, or directories walked for ``*.py``) and, with ``fix``, write fixes.
 
@@ -218,6 +227,9 @@ def run_check(
     goes to ``outcome.fix_diff`` (see :mod:`rewriter.diff`).
 
     Configuration from ``[tool.stackpart]`` fills in what the arguments leave empty.
+
+    ``outcome``: the record to fill (a new one when None); a caller that passes its own can read
+    ``outcome.fixed`` (the files ``fix`` wrote so far) when an interrupt stops the run.
 
     Returns:
         ``(outcome, selected rule classes)``.
@@ -240,7 +252,8 @@ def run_check(
     # a staged plan: drift only; other YAML files (CI configs...) never run the plan
     plans = [p for p in paths if plan is not None and Path(p).suffix in NOT_PYTHON
              and os.path.realpath(p) == os.path.realpath(plan)]
-    outcome = Outcome(checked=len(files), skipped=skipped)
+    outcome = outcome if outcome is not None else Outcome()
+    outcome.checked, outcome.skipped = len(files), skipped
     if not files and not plans:
         return outcome, rules
     _drift(outcome, plan, src, files + plans, fix, validate, planned_by)
@@ -259,8 +272,7 @@ def run_check(
             if r.fixed is None or (source := _as_checked(r, outcome)) is None:
                 continue
             writes.append((r.path, source.raw, source.encode(r.fixed), source.mode))
-        _write(writes)
-        _add_fixed(outcome, [path for path, *_ in writes])
+        _write(writes, outcome)
     for r in results:
         outcome.findings.extend(_measured(r.initial if diff and not fix else r.findings, plan))
         outcome.parsed += r.parsed
@@ -291,8 +303,15 @@ def check_command(
 
     from ..terminal import stderr
 
-    outcome, rules = run_check(paths, select, ignore, fix=fix, plan=plan, src=src, jobs=jobs, diff=diff, validate=validate,
-                               project=project)
+    outcome = Outcome()
+    try:
+        outcome, rules = run_check(paths, select, ignore, fix=fix, plan=plan, src=src, jobs=jobs, diff=diff,
+                                   validate=validate, project=project, outcome=outcome)
+    except (KeyboardInterrupt, SystemExit):
+        if outcome.fixed:  # the plan's edits and the rules' fixes are two transactions
+            stderr().print(f"interrupted after --fix wrote {len(outcome.fixed)} file(s) (each whole): "
+                           f"{', '.join(outcome.fixed)}; nothing else was written", highlight=False, soft_wrap=True)
+        raise
     report = render(outcome, fmt, rules)
     if output is not None:
         try:
