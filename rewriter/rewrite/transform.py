@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import libcst as cst
+import libcst.matchers as m
 
 from .. import consistency
 from ..actions.allocator import AllocatorCommand
@@ -230,7 +231,8 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
         if site_at is not None and site_at[0] == rel:
             specs.append((SiteCommand, (site_spec(loaded, library), site_at[1], site)))  # type: ignore[arg-type]
             indices.append(SITE)
-        new = spaced_imports(module, _transform(loaded, rel, module, specs, indices, generated, result.warnings, owners))
+        new = spaced_imports(module, imports_below_head(module, _transform(loaded, rel, module, specs, indices, generated,
+                                                                           result.warnings, owners)))
         change = _file_change(loaded, files.sources[rel], rel, module, new, indices)
         if change is not None:
             result.changes.append(change)
@@ -357,6 +359,67 @@ def _transform(
             generated.update(command.generated)
             warnings.extend(command.notes)
     return module
+
+
+def _is_import_line(stmt: cst.CSTNode) -> bool:
+    """A line of imports only (``import os``, ``from x import y; import z``)."""
+    return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+
+
+def _head(module: cst.Module) -> int:
+    """The index of the last top-level statement that must stay above any import the rewrite
+    adds: the last line holding a ``from __future__`` import (CPython compiles one only before
+    every other statement but the docstring, https://docs.python.org/3/reference/simple_stmts.html#future-statements),
+    or the docstring's line where it holds more statements (``\"\"\"Doc.\"\"\"; import os``); -1
+    where there is none."""
+    head = -1
+    for i, stmt in enumerate(module.body):
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            break
+        small = stmt.body
+        if any(m.matches(s, m.ImportFrom(module=m.Name("__future__"))) for s in small):
+            head = i
+        elif i == 0 and len(small) > 1 and m.matches(small[0], m.Expr(value=m.SimpleString() | m.ConcatenatedString())):
+            head = i
+        elif not (i == 0 and m.matches(small[0], m.Expr(value=m.SimpleString() | m.ConcatenatedString()))):
+            break
+    return head
+
+
+def imports_below_head(old: cst.Module, new: cst.Module) -> cst.Module:
+    """``new`` with the top-level imports the rewrite added moved below the file's head
+    (:func:`_head`: its ``__future__`` imports and docstring) and the import lines right after it.
+
+    LibCST's ``AddImportsVisitor`` (LibCST 1.9.0) counts only a line holding one import or one
+    docstring as the head, so ``from __future__ import annotations; import os`` or
+    ``\"\"\"Doc.\"\"\"; from __future__ import annotations`` got ``import torch`` above it: a file
+    CPython refuses ("from __future__ imports must occur at the beginning of the file"; ``ast.parse``
+    accepts it). The head's lines are put back as they were (the blank line LibCST gives the line
+    after its imports included), so only the import lines are added.
+    """
+    head = _head(old)
+    if new is old or head < 0:
+        return new
+
+    def bare(module: cst.Module, stmt: cst.SimpleStatementLine) -> str:  # its code without the lines above it
+        return module.code_for_node(stmt.with_changes(leading_lines=()))
+
+    had = {bare(old, stmt) for stmt in old.body[: head + 1] if _is_import_line(stmt)}
+    moved: list[cst.BaseStatement] = []
+    body: list[cst.BaseStatement] = []
+    kept = 0  # statements of ``old`` seen so far in ``new`` (the rewrite adds, it never removes, top-level lines)
+    for stmt in new.body:
+        if kept <= head and _is_import_line(stmt) and bare(new, stmt) not in had:  # type: ignore[arg-type]
+            moved.append(stmt)
+            continue
+        body.append(old.body[kept] if kept <= head else stmt)  # the head exactly as it was
+        kept += 1
+    if not moved:
+        return new
+    at = head + 1
+    while at < len(body) and _is_import_line(body[at]):  # the file's own imports below its head (LibCST's place)
+        at += 1
+    return new.with_changes(body=[*body[:at], *moved, *body[at:]])
 
 
 def spaced_imports(old: cst.Module, new: cst.Module) -> cst.Module:
