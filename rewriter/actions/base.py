@@ -481,12 +481,46 @@ def insert_statement(
         index = 1 if body and _is_docstring(body[0]) else 0
     else:
         index = after + 1
+    index = max(index, _below_declarations(func, body, set(binds or ()), code))
     # another statement's own import already stands here (dynamo_config's lines, each inserted
     # at the top): this one goes after it rather than before it
     while own and index < len(body) and _binds(module, body[index], own):
         index += 1
     body.insert(index, stmt)
     return _with_imports(module, func, body, index, own)
+
+
+def _below_declarations(func: cst.FunctionDef, body: list[cst.BaseStatement], names: set[str], code: str) -> int:
+    """The first index of ``body`` below the ``global``/``nonlocal`` declarations of ``names``
+    (0 where there is none).
+
+    A function that reads a name above its ``global`` (``nonlocal``) declaration of it is refused
+    by CPython's compiler ("name 'torch' is used prior to global declaration"; ``ast.parse``
+    accepts it; https://docs.python.org/3/reference/simple_stmts.html#the-global-statement), so a
+    statement reading ``torch`` goes below ``global torch``.
+
+    Raises:
+        StatementInsertError: a declaration of one of ``names`` stands below a statement that is
+            neither the docstring nor a declaration (or inside a block): below it, the inserted
+            statement would run after code it must precede.
+    """
+    def declares(node: cst.CSTNode) -> bool:
+        return any(item.name.value in names for decl in m.findall(node, m.Global() | m.Nonlocal())
+                   for item in decl.names)  # type: ignore[attr-defined]
+
+    last = -1
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) or not declares(stmt):
+            continue  # a nested def's declarations are its own
+        leading = all((j == 0 and _is_docstring(s)) or m.matches(s, m.SimpleStatementLine(body=[m.AtLeastN(
+            m.Global() | m.Nonlocal(), n=1)])) for j, s in enumerate(body[: i + 1]))
+        if not leading:
+            name = next(iter(sorted(names)))
+            raise StatementInsertError(
+                f"{func.name.value} declares `global {name}` (or nonlocal) below other statements, and the inserted "
+                f"`{code.strip()}` must read {name} above them; move the declaration to the top of {func.name.value}")
+        last = i
+    return last + 1
 
 
 def _with_imports(
