@@ -1,6 +1,7 @@
 """An import the rewrite adds at the top of a file goes below the file's ``from __future__``
 imports and its docstring, also where they share a line with other statements
-(``from __future__ import annotations; import os``, ``\"\"\"Doc.\"\"\"; from __future__ import ...``).
+(``from __future__ import annotations; import os``, ``\"\"\"Doc.\"\"\"; from __future__ import ...``) and
+where the docstring is an implicit concatenation (``"Doc " "more."``, one constant to CPython).
 
 CPython compiles a ``__future__`` import only before every other statement but the docstring
 (https://docs.python.org/3/reference/simple_stmts.html#future-statements); ``ast.parse`` does not
@@ -33,6 +34,7 @@ CASES = {
     "two_future_lines_then_imports": ("from __future__ import annotations\nfrom __future__ import division; import os\n"
                                       "import sys\n" + CLASS, CONFIG, "import torch", 3),
     "docstring_then_a_statement_on_one_line": ('"""Doc."""; VERSION = 1\n' + CLASS, COMPILE, "import torch", 1),
+    "concatenated_docstring": ('"Doc " "more."\nimport os\n' + CLASS, COMPILE, "import torch", 2),
     "allocator_imports_os": ('"""Doc."""; from __future__ import annotations\n' + FUNC, ALLOCATOR, "import os", 1),
     "crlf": ("from __future__ import annotations; import sys\r\n" + CLASS.replace("\n", "\r\n"), COMPILE, "import torch", 1),
 }

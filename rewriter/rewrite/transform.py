@@ -370,8 +370,9 @@ def _head(module: cst.Module) -> int:
     """The index of the last top-level statement that must stay above any import the rewrite
     adds: the last line holding a ``from __future__`` import (CPython compiles one only before
     every other statement but the docstring, https://docs.python.org/3/reference/simple_stmts.html#future-statements),
-    or the docstring's line where it holds more statements (``\"\"\"Doc.\"\"\"; import os``); -1
-    where there is none."""
+    or the docstring's line where it holds more statements (``\"\"\"Doc.\"\"\"; import os``) or the
+    docstring is an implicit concatenation (``"Doc " "more."``, which LibCST's ``AddImportsVisitor``
+    does not read as one); -1 where there is none."""
     head = -1
     for i, stmt in enumerate(module.body):
         if not isinstance(stmt, cst.SimpleStatementLine):
@@ -379,7 +380,8 @@ def _head(module: cst.Module) -> int:
         small = stmt.body
         if any(m.matches(s, m.ImportFrom(module=m.Name("__future__"))) for s in small):
             head = i
-        elif i == 0 and len(small) > 1 and m.matches(small[0], m.Expr(value=m.SimpleString() | m.ConcatenatedString())):
+        elif i == 0 and (len(small) > 1 or m.matches(small[0], m.Expr(value=m.ConcatenatedString()))) and m.matches(
+                small[0], m.Expr(value=m.SimpleString() | m.ConcatenatedString())):
             head = i
         elif not (i == 0 and m.matches(small[0], m.Expr(value=m.SimpleString() | m.ConcatenatedString()))):
             break
@@ -394,8 +396,9 @@ def imports_below_head(old: cst.Module, new: cst.Module) -> cst.Module:
     docstring as the head, so ``from __future__ import annotations; import os`` or
     ``\"\"\"Doc.\"\"\"; from __future__ import annotations`` got ``import torch`` above it: a file
     CPython refuses ("from __future__ imports must occur at the beginning of the file"; ``ast.parse``
-    accepts it). The head's lines are put back as they were (the blank line LibCST gives the line
-    after its imports included), so only the import lines are added.
+    accepts it); above ``"Doc " "more."`` the docstring is no longer the module's. The head's
+    lines are put back as they were (the blank line LibCST gives the line after its imports
+    included), so only the import lines are added.
     """
     head = _head(old)
     if new is old or head < 0:
