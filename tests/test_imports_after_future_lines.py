@@ -60,3 +60,24 @@ def test_an_added_import_goes_below_the_future_imports_and_the_file_compiles(tmp
     # the import comes right after the head (the docstring and __future__ lines, then the file's imports)
     assert new_lines[after_line].rstrip("\r\n") == added, new
     assert new_lines[after_line].endswith("\r\n") == text.endswith("\r\n")
+
+
+def test_a_rewrite_that_would_not_compile_is_refused_and_nothing_is_written(tmp_path, capsys, monkeypatch):
+    """The last gate before a file is written: where the original compiles and the rewritten text
+    does not (here LibCST's own placement of the import, with :func:`imports_below_head` taken
+    out), the rewrite is refused at the action's plan line with CPython's message and the line."""
+    from rewriter.rewrite import transform
+
+    monkeypatch.setattr(transform, "imports_below_head", lambda old, new: new)
+    text = CASES["future_then_import_on_one_line"][0]
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "m.py").write_text(text)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nactions:\n" + COMPILE)
+    assert main(["rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate"]) == 2
+    err = capsys.readouterr().err
+    assert (src / "m.py").read_text() == text and [p.name for p in src.iterdir()] == ["m.py"]
+    assert f"{plan}:3: actions[0] (compile m.py::Net)" in err, err
+    assert "m.py:3: the rewritten file would not compile: from __future__ imports must occur at the beginning" in err, err
+    assert "nothing was written" in err

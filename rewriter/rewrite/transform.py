@@ -462,14 +462,53 @@ def _file_change(
     when its bytes stay the same.
 
     Raises:
-        StackpartError: the new bytes would be over the source-size cap (:func:`_fits_the_cap`).
+        StackpartError: the new text would not compile where the old one did (:func:`_compiles`),
+            or the new bytes would be over the source-size cap (:func:`_fits_the_cap`).
     """
     code = splice(source.text, old, new)
     if code == source.text:
         return None
+    _compiles(loaded, rel, source.text, code, indices)
     data = source.encode(code)
     _fits_the_cap(loaded, rel, len(data), indices)
     return FileChange(rel, source.raw, data, source.mode)
+
+
+def _compile_error(text: str, rel: str) -> SyntaxError | None:
+    """CPython's error compiling ``text`` (``compile``, warnings silenced), or None where it
+    compiles or cannot be tried (a file nested too deep for this thread's stack)."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(text, rel, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return exc
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    return None
+
+
+def _compiles(loaded: LoadedPlan, rel: str, text: str, code: str, indices: list[int]) -> None:
+    """Refuse a rewrite whose file CPython compiled and would no longer compile.
+
+    ``ast.parse`` accepts some files the compiler refuses (a ``__future__`` import below another
+    statement, a name read above its ``global`` declaration), so the new text is compiled, the
+    last check before anything is written. The original is compiled only when the new text fails:
+    a file that never compiled (code for a newer Python) is not the rewrite's doing.
+
+    Raises:
+        StackpartError: at the first action on ``rel`` (the site's line for the site's file),
+            naming the line and CPython's message; nothing is written.
+    """
+    error = _compile_error(code, rel)
+    if error is None or _compile_error(text, rel) is not None:
+        return
+    message = (f"{rel}:{error.lineno}: the rewritten file would not compile: {error.msg}; nothing was written")
+    index = indices[0] if indices else SITE
+    raise _action_error(loaded, index, StackpartError(
+        message, hint="a stackpart defect: please report it with the lines around that one"))
 
 
 def _generated_changes(
