@@ -188,3 +188,24 @@ def test_a_fullgraph_program_with_data_dependent_ops_keeps_fullgraph_on_its_regi
     before, after = before_after(pristine, src, "run.py", tmp_path)
     torch.testing.assert_close(torch.load(tmp_path / "after.pt"), torch.load(tmp_path / "before.pt"))
     assert after["unique_graphs"] > 0 and after["graph_breaks"] == 0 == before["graph_breaks"], (before, after)
+
+
+def test_blocks_run_inside_compiled_free_functions_get_no_second_compile(tmp_path):
+    """gpt-fast's ``decode_one_token = torch.compile(decode_one_token, ...)`` at module level, the
+    model passed in as a parameter: the source does not say which class it calls, but at run time
+    both Blocks ran inside those compiled frames. A compile of ``Block`` there would receive no
+    graph (Dynamo inlines it into the compiled caller), so the search proposes none and the plan
+    changes no byte of the model."""
+    src, _ = _copy("own_free_functions", tmp_path)
+    plan = tmp_path / "out" / "plan.yaml"
+    assert main(["diagnose", "--harness", "harness.py", str(src), "-o", str(plan), "--device", "cpu",
+                 "--budget", "60"]) == 0
+    report = json.loads((plan.parent / "stackpart-diagnose" / "report.json").read_text())
+    [search] = [r for r in report["rungs"] if r["name"] == "search"]
+    m = search["measurement"]
+    rows = {c["candidate"] for c in m["candidates"]}
+    assert not rows & {"per-block", "per-block+mark_dynamic"}, rows
+    said = [p for p in m["pruned"] if p.startswith("per-block")]
+    assert said and "2 of 2 Block instance(s) ran inside the program's own compiled code at run time" in said[0], m["pruned"]
+    assert "generate.py:21: torch.compile(decode_one_token" in said[0], said
+    assert not [a for a in load_plan(plan).plan.actions if a.action == "compile" and a.target.startswith("model.py::Block")]

@@ -127,6 +127,15 @@ class OwnScope:
     off: list[tuple[Any, str]] = field(default_factory=list)
     #: :attr:`declared_names` for an :attr:`off` ``compile_repeated_blocks`` call
     off_declared: set[str] = field(default_factory=set)
+    #: The program's compiled functions (:attr:`functions`) that the repeated block ran inside at
+    #: run time where the source does not say they call it: the model passed in as a parameter
+    #: (gpt-fast's ``decode_one_token(model, x, input_pos)`` compiled at module level). The
+    #: profile rung found no range of the block's instances
+    #: (:attr:`.rungs.profile.ProfileData.blocks_unranged`), so they ran in the program's compiled
+    #: frame and Dynamo inlined them: a compile of the block there would receive no graph.
+    around_block: list[Any] = field(default_factory=list)
+    #: ``(inside, instances)``: how many of the block's instances ran inside :attr:`around_block`.
+    around_count: tuple[int, int] = (0, 0)
 
     @classmethod
     def of(cls, ctx: Context, regions: list[Any], off: list[Any] | None = None) -> "OwnScope":
@@ -167,6 +176,7 @@ class OwnScope:
             getattr(scope, scope._extent(r, model_cls, attrs, per_layer)).append(r)
             if r.covers[0] == "declared":  # compile_repeated_blocks: each declared block, in place
                 scope.declared_names |= scope._declared(ctx)
+        scope._around_block(ctx, block)
         scope.off = [(r, scope._extent(r, model_cls, attrs, False)) for r in off or ()]
         if any(r.covers[0] == "declared" for r, _ in scope.off):
             scope.off_declared = scope._declared(ctx)
@@ -192,6 +202,21 @@ class OwnScope:
         if (kind == "class" and what == self.block_cls) or kind == "declared" or (kind == "children" and what in attrs):
             return "block"
         return "whole"
+
+    def _around_block(self, ctx: Context, block: dict[str, Any] | None) -> None:
+        """Fill :attr:`around_block` from the profile rung's run-time reading: where the program
+        compiles only functions (no whole-model or per-block compile) and instances of the
+        repeated block ran with no profiler range of their own, they ran inside one of those
+        functions' frames (the only compiled code the program has), however the source passes the
+        model to them."""
+        profile = ctx.evidence.profile
+        if block is None or self.whole or self.block or not self.functions or profile is None:
+            return
+        instances = list(block.get("instances") or [])
+        inside = [n for n in instances if n in set(profile.blocks_unranged)]
+        if inside:
+            self.around_block = list(self.functions)
+            self.around_count = (len(inside), len(instances))
 
     def _declared(self, ctx: Context) -> set[str]:
         """The class names ``compile_repeated_blocks`` compiles on the harness's model: its declared
@@ -309,6 +334,13 @@ def conflict(action: Any, scope: OwnScope) -> str | None:
                             or target_class(action.target) in scope.declared_names):
             return (f"the program compiles each {scope.block_cls} itself ({_where(scope.block)}): a compile of "
                     f"{action.target} would compile it a second time; change the program's own call instead")
+        if scope.around_block and (action.target == scope.block_target or scope.in_block(action.target)
+                                   or action.target.removesuffix(".forward") in scope.block_owners):
+            inside, total = scope.around_count
+            return (f"{inside} of {total} {scope.block_cls} instance(s) ran inside the program's own compiled code at run "
+                    f"time ({_where(scope.around_block)}, which the model is passed to): a compile of {action.target} "
+                    "there would receive no graph of its own (Dynamo inlines it into the compiled caller); change the "
+                    "program's own call instead")
         own = scope.in_function(action.target)
         if own is not None and _calls(own, action.target):
             return (f"the program compiles {own.covers[1]} itself ({own.text}), which calls {action.target}: a compile of "
@@ -323,6 +355,8 @@ def conflict(action: Any, scope: OwnScope) -> str | None:
         own = scope.in_function(action.target, fullgraph=True)
         if own is not None:
             full.append(own)
+        if not full and scope.in_block(action.target):
+            full = [r for r in scope.around_block if r.fullgraph]
         if full:
             return (f"disable {action.target}: inside the program's own fullgraph=True compile ({_where(full)}), where the "
                     "graph break it makes is an error (Unsupported: Skip inlining torch.compiler.disable()d function); "
@@ -333,6 +367,8 @@ def conflict(action: Any, scope: OwnScope) -> str | None:
         inside = list(scope.whole)
         if scope.block and scope.in_block(action.target):
             inside += scope.block
+        if scope.in_block(action.target):
+            inside += scope.around_block
         own = scope.in_function(action.target)
         if own is not None:
             inside.append(own)
