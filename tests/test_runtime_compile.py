@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rewriter.diagnose.own_compile import OwnCompile
 from rewriter.diagnose.runner import diagnose, harness_from_flags
-from rewriter.diagnose.runtime_compile import disagreements, seen
+from rewriter.diagnose.runtime_compile import disagreements, per_call, seen
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "diagnose"
 
@@ -121,3 +121,34 @@ def test_disagreements_name_what_only_one_reading_saw():
         "compile of it: it is code outside SRC (lib/attn.py), compiled by an installed library or by a call in SRC the "
         "static reading does not follow (an alias, a wrapper)"]
     assert disagreements(own, None) == []
+
+
+def test_a_compile_of_an_attribute_the_harness_returns_is_the_models_own_compile():
+    """diffusers' ``pipe.unet = torch.compile(pipe.unet, ...)`` on a plain pipeline object, and a
+    harness whose ``build_model`` returns ``load_pipeline().unet``: the compiled module is the
+    harness's model itself (``<model>``), not an attribute ``unet`` of it. The call was made, so it
+    accounts for that module and its frame; a compile of an attribute whose call was not made
+    does not."""
+    code = 'torch.compile(pipe.unet, mode="max-autotune", fullgraph=True)'
+    own = [OwnCompile("pipeline.py:23", code, True, ("unknown", ""), lines=(23, 23))]
+    frame = {"name": "UNet.forward", "file": "unet.py", "line": 24, "graphs": 1, "recompiles": 0, "fullgraph": True,
+             "entry": {"kind": "module", "path": "<model>", "class": "UNet", "file": "unet.py", "line": 24}}
+    module = {"path": "<model>", "class": "UNet", "how": "torch.compile(module)", "fullgraph": True}
+    rc = {"frames": [frame], "modules": [module], "src_imported": ["harness.py", "pipeline.py", "unet.py"],
+          "calls": [("pipeline.py", 23)]}
+    assert disagreements(own, rc) == []
+    assert per_call(own, rc) == [f"pipeline.py:23: {code}: 1 frame, 1 graph, 0 recompiles"]
+    # a second compile of another attribute, made too: the root module is no longer its alone to claim
+    other = OwnCompile("pipeline.py:24", "torch.compile(pipe.vae)", False, ("unknown", ""), lines=(24, 24))
+    rc2 = dict(rc, calls=[("pipeline.py", 23), ("pipeline.py", 24)])
+    assert per_call([*own, other], rc2)[0].endswith("compiled nothing"), per_call([*own, other], rc2)
+
+
+def test_the_search_reads_a_pipelines_compiled_attribute_as_the_models_compile(tmp_path):
+    """The fixture's harness returns ``load_pipeline().unet``, which ``pipeline.py`` compiles as
+    ``pipe.unet = torch.compile(pipe.unet, ...)``: the as-is row gives that call its frame, and the
+    report says neither that it did not run nor that the frame has no compile in SRC."""
+    outcome, asis, measurement = _search(tmp_path, "own_pipeline_attr", [{"batch": 1, "size": 8}])
+    call = 'pipeline.py:24: torch.compile(pipe.unet, mode="max-autotune", fullgraph=True)'
+    assert f"seen at run time: {call}: 1 frame, 1 graph, 0 recompiles" in asis["actions"], asis["actions"]
+    assert measurement["own_compile_disagreements"] == [], measurement["own_compile_disagreements"]

@@ -194,6 +194,40 @@ def _static_file(o: Any) -> str:
     return o.where.rsplit(":", 1)[0]
 
 
+#: The path :func:`rewriter.engine.watch.compiled_modules` gives the harness's model itself.
+ROOT = "<model>"
+
+
+def _made(o: Any, rc: dict[str, Any]) -> bool:
+    """Whether the run-time reading recorded the call ``o`` made (a call on its lines)."""
+    if rc.get("calls") is None or o.lines is None:
+        return False
+    first, last = o.lines
+    return any(f == _static_file(o) and first <= line <= last for f, line in rc["calls"])
+
+
+def _root_owner(live: list[Any], rc: dict[str, Any]) -> Any:
+    """The compile of an attribute that accounts for the harness's model itself, or None: a
+    harness may return the attribute a script compiles (diffusers' ``pipe.unet =
+    torch.compile(pipe.unet)`` on a plain pipeline object, ``build_model`` returning
+    ``load_pipeline().unet``), so the compiled module is the model's root (:data:`ROOT`), not an
+    attribute ``unet`` of it. It is the only compile of an attribute (:func:`_unknown_attr`) whose
+    call was made, where the root is a compiled module that no compile accounts for otherwise."""
+    root = next((m for m in rc.get("modules") or [] if m.get("path") == ROOT), None)
+    if root is None or any(_covers(o, m=root) for o in live):
+        return None
+    made = [o for o in live if _unknown_attr(o) is not None and _made(o, rc)]
+    return made[0] if len(made) == 1 else None
+
+
+def _accounts(o: Any, owner: Any, f: dict[str, Any] | None = None, m: dict[str, Any] | None = None) -> bool:
+    """:func:`_covers`, and the harness's model itself for its :func:`_root_owner` ``owner``."""
+    if _covers(o, f=f, m=m):
+        return True
+    path = m["path"] if m is not None else ((f or {}).get("entry") or {}).get("path")
+    return o is owner and path == ROOT
+
+
 def unreached(o: Any, rc: dict[str, Any] | None) -> bool:
     """Whether the program's compile call ``o`` was never made in the harness's run although its
     file was imported: the run-time reading recorded where the program called ``torch.compile``
@@ -227,6 +261,7 @@ def disagreements(own: list[Any], rc: dict[str, Any] | None) -> list[str]:
     known = [o for o in live if o.covers[0] != "unknown" or _unknown_attr(o) is not None]
     unknown = [o for o in live if o.covers[0] == "unknown" and _unknown_attr(o) is None
                and (not imported or _static_file(o) in imported)]
+    owner = _root_owner(known, rc)
     for o in own:
         file = _static_file(o)
         if o.idle is not None:
@@ -247,14 +282,15 @@ def disagreements(own: list[Any], rc: dict[str, Any] | None) -> list[str]:
         if o.covers[0] == "unknown" and _unknown_attr(o) is None:
             ran = bool(frames or modules)
         else:
-            ran = any(_covers(o, f=f) for f in frames) or any(_covers(o, m=m) for m in modules)
+            ran = any(_accounts(o, owner, f=f) for f in frames) or any(_accounts(o, owner, m=m) for m in modules)
         if not ran:
             out.append(f"the program's own compile {o.text} did not run in the harness: {file} is imported, but no frame "
                        "or module it compiles was seen compiled (the call is not on the harness's path)")
     by_path = {m["path"]: m for m in modules}
     for f in frames:
         entry_module = by_path.get((f.get("entry") or {}).get("path") or "")
-        if unknown or any(_covers(o, f=f) or (entry_module is not None and _covers(o, m=entry_module)) for o in known):
+        if unknown or any(_accounts(o, owner, f=f) or (entry_module is not None and _accounts(o, owner, m=entry_module))
+                          for o in known):
             continue
         why = (f"it is code outside SRC ({_short((f.get('entry') or {}).get('file') or f.get('file'))}), compiled by an "
                "installed library or by a call in SRC the static reading does not follow (an alias, a wrapper)"
@@ -265,7 +301,7 @@ def disagreements(own: list[Any], rc: dict[str, Any] | None) -> list[str]:
         out.append(f"{head} compiled at run time ({details}), but the static reading found no compile of it: {why}")
     entries = {(f.get("entry") or {}).get("path") for f in frames}
     for m in modules:
-        if unknown or m["path"] in entries or any(_covers(o, m=m) for o in known):
+        if unknown or m["path"] in entries or any(_accounts(o, owner, m=m) for o in known):
             continue  # accounted for, or said with its frame above
         out.append(f"module {m['path']} ({m['class']}) is compiled at run time ({m['how']}), but the static reading found "
                    "no compile of it in SRC")
@@ -295,10 +331,11 @@ def per_call(own: list[Any], rc: dict[str, Any] | None) -> list[str]:
     by_path = {m["path"]: m for m in rc.get("modules") or []}
     live = [o for o in own if getattr(o, "idle", None) is None and not unreached(o, rc)]
     vague = [o for o in live if o.covers[0] == "unknown" and _unknown_attr(o) is None]
+    owner = _root_owner([o for o in live if o not in vague], rc)
 
     def mine(o: Any, f: dict[str, Any]) -> bool:
         entry_module = by_path.get((f.get("entry") or {}).get("path") or "")
-        return _covers(o, f=f) or (entry_module is not None and _covers(o, m=entry_module))
+        return _accounts(o, owner, f=f) or (entry_module is not None and _accounts(o, owner, m=entry_module))
 
     out: list[str] = []
     for o in own:
