@@ -297,8 +297,12 @@ cmodel = torch.compile(model%s)
 @pytest.mark.parametrize("options, why", [
     (', mode="reduce-overhead"', "as-is+reduce-overhead: the program's own compile (serve.py:8: torch.compile(model, "
                                  "mode=\"reduce-overhead\")) already uses mode='reduce-overhead'"),
-    (", backend=my_backend", "as-is+reduce-overhead: the call's backend is not Inductor (backend=my_backend: serve.py:8: "
-                             "torch.compile(model, backend=my_backend)): mode has no effect"),
+    (", backend=my_backend", "as-is+reduce-overhead: the call's backend is set by an expression, not the literal 'inductor' "
+                             "(backend=my_backend: serve.py:8: torch.compile(model, backend=my_backend)): "),
+    # nanoGPT's backend from its config: the source does not say it is not Inductor
+    (", backend=backend", "as-is+reduce-overhead: the call's backend is set by an expression, not the literal 'inductor' "
+                          "(backend=backend: serve.py:8: torch.compile(model, backend=backend)): CUDA graphs are "
+                          "Inductor's mode='reduce-overhead', which an edit can set only where the backend is Inductor"),
     (', backend="eager"', "as-is+reduce-overhead: the call's backend is not Inductor (backend=eager: "),
     ("", "as-is+reduce-overhead: no CUDA (CUDA graphs need a GPU): the program's own compile (serve.py:8: "),
 ])
@@ -477,3 +481,21 @@ def test_a_compile_inside_a_lambda_is_refused_saying_so_and_how_to_write_it(tmp_
     assert f"{plan}:3:" in err and "train.py:5: own_call: main's compile is inside a lambda" in err, err
     assert "found none" not in err and "as a statement of main" in err, err
     assert (src / "train.py").read_text() == code
+
+
+def test_a_backend_from_the_config_is_not_said_to_be_another_backend(tmp_path):
+    """nanoGPT's ``torch.compile(model, backend=backend)`` with ``backend = config["backend"]``
+    (``"inductor"`` in its config): on a GPU host the CUDA-graphs variant is still left out (an
+    edit cannot tell the mode applies), and the reason says the backend is an expression, not
+    that it is not Inductor."""
+    from types import SimpleNamespace
+
+    from rewriter.diagnose.candidates import OwnScope, _own_cudagraphs
+    from rewriter.diagnose.own_compile import own_compiles
+
+    [own] = own_compiles(Path(__file__).resolve().parents[1] / "fixtures" / "diagnose" / "own_config_backend")
+    pruned: list[str] = []
+    assert _own_cudagraphs(SimpleNamespace(session=SimpleNamespace(cuda=True)), OwnScope(whole=[own]), pruned) == []
+    assert pruned == ["as-is+reduce-overhead: the call's backend is set by an expression, not the literal 'inductor' "
+                      "(backend=backend: train.py:22: torch.compile(model, backend=backend)): CUDA graphs are Inductor's "
+                      "mode='reduce-overhead', which an edit can set only where the backend is Inductor"], pruned

@@ -884,8 +884,13 @@ def _own_cudagraphs(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tu
         pruned.append(f"{name}: the program's own compile ({own.text}) already uses mode='reduce-overhead'")
         return []
     if own.backend is not None and own.backend != "inductor":
-        pruned.append(f"{name}: the call's backend is not Inductor (backend={own.backend}: {own.text}): mode has no "
-                      "effect (CUDA graphs are Inductor's mode='reduce-overhead')")
+        if own.backend_literal:  # a string literal: it names the backend
+            pruned.append(f"{name}: the call's backend is not Inductor (backend={own.backend}: {own.text}): mode has no "
+                          "effect (CUDA graphs are Inductor's mode='reduce-overhead')")
+        else:  # a variable or a function (nanoGPT's config value, a custom backend): its value is not read
+            pruned.append(f"{name}: the call's backend is set by an expression, not the literal 'inductor' "
+                          f"(backend={own.backend}: {own.text}): CUDA graphs are Inductor's mode='reduce-overhead', "
+                          "which an edit can set only where the backend is Inductor")
         return []
     if not ctx.session.cuda:
         pruned.append(f"{name}: no CUDA (CUDA graphs need a GPU): the program's own compile ({own.text}) stays as it is")

@@ -95,6 +95,10 @@ class OwnCompile:
     #: ``(first, last)`` line of the call (or decorator) in its file: where the run-time reading
     #: (:class:`rewriter.engine.watch.CompileCalls`) finds the call made
     lines: tuple[int, int] | None = None
+    #: :attr:`backend` is a string literal (or torch's default), not the source of an expression
+    #: (nanoGPT's ``backend=backend`` from its config, a custom backend function) whose value the
+    #: static reading does not know
+    backend_literal: bool = True
 
     def can(self, key: str) -> str | None:
         """Why an ``own_call`` edit of ``key`` cannot be made (None: it can)."""
@@ -300,25 +304,26 @@ def _editable(facts, rel: str, node, positions, rebound: str | None) -> tuple[st
     return site, None
 
 
-def _written(module, call) -> tuple[str | None, str | None]:
-    """``(mode, backend)`` of a compile call as written, wherever it is (a module-level call too,
-    which no ``own_call`` edit names): ``mode`` its string literal (``default`` where absent, None
-    where not a literal), ``backend`` its string literal or the source of another expression
-    (``inductor`` where absent); both None where ``**options`` may set them. ``call`` None (a bare
-    ``@torch.compile``): torch's defaults."""
+def _written(module, call) -> tuple[str | None, str | None, bool]:
+    """``(mode, backend, literal)`` of a compile call as written, wherever it is (a module-level
+    call too, which no ``own_call`` edit names): ``mode`` its string literal (``default`` where
+    absent, None where not a literal), ``backend`` its string literal or the source of another
+    expression (``inductor`` where absent), ``literal`` False for such an expression; both None
+    where ``**options`` may set them. ``call`` None (a bare ``@torch.compile``): torch's defaults."""
     import libcst as cst
 
     from ..compile_facts import keyword, literal_str
 
     if not isinstance(call, cst.Call):
-        return "default", "inductor"
+        return "default", "inductor", True
     if any(a.star for a in call.args):
-        return None, None
+        return None, None, False
     mode, backend = keyword(call, "mode"), keyword(call, "backend")
     written = literal_str(backend.value) if backend else "inductor"
+    literal = written is not None
     if backend and written is None:
         written = " ".join(module.code_for_node(backend.value).split())[:80]
-    return (literal_str(mode.value) if mode else "default"), written
+    return (literal_str(mode.value) if mode else "default"), written, literal
 
 
 #: A value of each ``own_call`` key that is not torch's default, to ask the rewrite's check with.
@@ -620,7 +625,7 @@ def _own(src: str | Path, parsed: list[tuple[str, Any, Any]] | None, entries: fr
                 site, why_not = _editable(facts, rel, node, positions, rebinds.get(id(node)))
             except Exception as exc:  # noqa: BLE001 - the setup is listed either way
                 site, why_not = None, f"{rel}:{pos.start.line}: the call could not be read ({type(exc).__name__})"
-            mode, backend = _written(module, call)
+            mode, backend, backend_literal = _written(module, call)
             try:
                 idle, idle_kind = _idle(facts, node, code, texts, entries, rel)
             except Exception:  # noqa: BLE001 - read as compiling: the safe reading for composition
@@ -635,5 +640,5 @@ def _own(src: str | Path, parsed: list[tuple[str, Any, Any]] | None, entries: fr
                 calls = ()
             out.append((rel, pos.start.line, OwnCompile(f"{rel}:{pos.start.line}", code, fullgraph, cover, site, why_not, mode,
                                                         idle, idle_kind, refused, values, calls, backend, off,
-                                                        (pos.start.line, pos.end.line))))
+                                                        (pos.start.line, pos.end.line), backend_literal)))
     return [o for _, _, o in sorted(out, key=lambda t: (t[0], t[1]))]
