@@ -269,7 +269,7 @@ def autotune_census():
 #: After its compile phase it prints ZOO-READY; each line "go ROUNDS [core]" on stdin then times one round of its
 #: steps (ZOO-ROUND when done), and "done" makes it print its result.
 WORKER = r'''
-import json, logging, math, statistics, sys, time
+import hashlib, json, logging, math, statistics, sys, time
 import torch
 src, variant, device, shapes, steps = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), int(sys.argv[5])
 kind = variant.removesuffix("#2")  # "whole#2": a second process of "whole" (--replicate, REPLICA)
@@ -378,6 +378,8 @@ try:
                 got = main_out(out).float()
                 rmse = lambda a: float(torch.sqrt(torch.mean((a - ref) ** 2)))
                 row["rmse"] = rmse(got)
+                # the main output's bytes: two variants with one digest computed the same values bit for bit
+                row["output_sha256"] = hashlib.sha256(got.contiguous().cpu().numpy().tobytes()).hexdigest()
                 row["eager_rmse"] = rmse(eager_low)
                 row["numerics_ok"] = bool(torch.isfinite(got).all()) and row["rmse"] <= 2.0 * row["eager_rmse"] + 1e-3
                 del ref_model, low
@@ -722,7 +724,8 @@ def verdicts(variants: dict[str, dict], plan: dict | None = None) -> dict:
     passing = {k: v for k, v in variants.items() if _passes(v)}
     if passing and all("blocked_ms" in sh for v in passing.values() for sh in v["shapes"]):
         # the same bars on the blocked figures: reported beside, not instead (module docstring)
-        out["on_blocked_ms"] = {k: v for k, v in _speed_verdicts(variants, "blocked_ms").items() if k != "passing"}
+        out["on_blocked_ms"] = {k: v for k, v in _speed_verdicts(variants, "blocked_ms").items()
+                                if k not in ("passing", "plan_outputs_bitwise_equal_to")}
     if plan and plan.get("ladder_search_s") is not None:
         out["ladder_search_s"] = round(plan["ladder_search_s"], 1)
         out["ladder_search_within_3_min"] = plan.get("diagnose_exit") == 0 and plan["ladder_search_s"] <= LADDER_SEARCH_BAR_S
@@ -785,7 +788,23 @@ def _speed_verdicts(variants: dict[str, dict], key: str = "median_ms") -> dict:
     best_vs_eager = step(eager) / good[fastest]
     out["best_vs_eager"] = best_vs_eager
     out["not_change_nothing_when_1_2x"] = not (best_vs_eager >= 1.2 and not plan.get("actions"))
+    same = bitwise_equal_to_plan(variants)
+    if same:  # a fact beside the verdicts, never a verdict: the figures stay as measured
+        out["plan_outputs_bitwise_equal_to"] = same
+        out["fastest_computes_the_plans_outputs"] = fastest in same
     return out
+
+
+def bitwise_equal_to_plan(variants: dict[str, dict]) -> list[str]:
+    """The variants whose main output at the first shape is the plan's bit for bit (the same
+    ``output_sha256`` of its float32 bytes). Where the fastest passing variant is one of them, the
+    plan computes what it computes, and a gap between their steps is one between two processes of
+    one computation (``--replicate`` measures that spread); the verdicts still judge the figures
+    as measured."""
+    def digest(v):
+        return (v.get("shapes") or [{}])[0].get("output_sha256") if "error" not in v else None
+    mine = digest(variants.get("plan") or {"error": "none"})
+    return sorted(k for k, v in variants.items() if k != "plan" and mine and digest(v) == mine)
 
 
 def markdown(results: dict) -> str:

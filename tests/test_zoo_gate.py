@@ -167,6 +167,7 @@ def test_numerics_of_a_compiling_harness_are_judged_against_eager(zoo, tmp_path)
     row = _run(zoo, [("plan", src)], "cpu", SHAPES, steps=5, timeout=300, parallel=True)["plan"]["shapes"][0]
     assert row["eager_rmse"] == 0.0 and row["rmse"] > 1e-3, row
     assert row["numerics_ok"] is False
+    assert len(row["output_sha256"]) == 64
     assert row["blocked_ms"] > 0
 
 
@@ -234,6 +235,27 @@ def test_harness_lines_that_look_like_json_are_not_taken_for_the_result(zoo, tmp
 def _variant(steps: list[float], blocked: list[float], actions: list | None = None) -> dict:
     return {"shapes": [{"median_ms": m, "blocked_ms": b, "numerics_ok": True} for m, b in zip(steps, blocked)],
             "fallbacks": [], "actions": actions}
+
+
+def test_a_variant_computing_the_plans_outputs_bit_for_bit_is_named_beside_the_verdicts(zoo):
+    """BERT's part 14: the plan (per-block, fullgraph) and the per-block variant computed one output
+    and timed 0.92x apart. The verdict stays on the figures (missed); the digest equality is reported
+    beside it, and a variant with other bytes is not named."""
+    def with_digest(v, digest):
+        v["shapes"][0]["output_sha256"] = digest
+        return v
+    variants = {"eager": with_digest(_variant([8.93, 9.01], [8.96, 9.36]), "e"),
+                "per-block": with_digest(_variant([7.56, 7.14], [7.37, 6.48]), "p"),
+                "regions": with_digest(_variant([7.92, 8.56], [8.57, 7.11]), "r"),
+                "plan": with_digest(_variant([8.35, 7.62], [7.61, 7.32], actions=[{"action": "compile"}]), "p")}
+    v = zoo.verdicts(variants)
+    assert v["fastest"] == "per-block" and v["plan_within_5pct_of_fastest"] is False
+    assert v["plan_outputs_bitwise_equal_to"] == ["per-block"] and v["fastest_computes_the_plans_outputs"] is True
+    assert "plan_outputs_bitwise_equal_to" not in v["on_blocked_ms"]
+    variants["per-block"]["shapes"][0]["output_sha256"] = "other"
+    assert "plan_outputs_bitwise_equal_to" not in zoo.verdicts(variants)
+    variants["per-block"]["shapes"][0]["output_sha256"] = "p"
+    assert "plan_outputs_bitwise_equal_to" not in zoo.verdicts(dict(variants, plan={"error": "timeout"}))
 
 
 def test_the_bars_are_also_read_on_the_blocked_figures(zoo):
