@@ -195,8 +195,8 @@ def test_a_regional_edit_keeps_the_users_comments(tmp_path):
                    "    # compile everything\n"
                    "    # our compile call\n"
                    "    # try hard\n"
-                   "    for block in model.layers:  # we have a break\n"
-                   "        block.compile(mode='max-autotune')\n"
+                   "    for block in model.layers:\n"
+                   "        block.compile(mode='max-autotune')  # we have a break\n"
                    "    return model\n"), new
     (tmp_path / "train.py").write_text(new)
     assert _rewrite(tmp_path, new, "{regional: layers}") == new
@@ -205,7 +205,43 @@ def test_a_regional_edit_keeps_the_users_comments(tmp_path):
     # a helper compiling its parameter: written where every caller passes a model that holds layers
     (tmp_path / "main.py").write_text("from model import Net\nfrom train import build\n\nbuild(Net())\n")
     assert _rewrite(tmp_path, body, "{regional: layers}") == body.replace(
-        line, "    for block in model.layers:   # our compile call\n        block.compile()\n")
+        line, "    for block in model.layers:\n        block.compile()   # our compile call\n")
+
+
+@pytest.mark.parametrize("line, expect", [
+    # nanoGPT's train.py, its spacing kept: the comment stays on the compile, not on the loop's header
+    ("        model = torch.compile(model) # requires PyTorch 2.0\n",
+     "        for block in model.layers:\n            block.compile() # requires PyTorch 2.0\n"),
+    ("        model.compile(dynamic=False)  # c\n",
+     "        for block in model.layers:\n            block.compile(dynamic=False)  # c\n"),
+    # a name bound anew: the comment goes on the compile, not on the assignment written before it
+    ("        fast = torch.compile(model)  # c\n",
+     "        fast = model\n        for block in fast.layers:\n            block.compile()  # c\n"),
+    ("        fast = torch.compile(model)  # c\n        model = fast\n",
+     "        fast = model\n        for block in fast.layers:\n            block.compile()  # c\n        model = fast\n"),
+])
+def test_a_regional_edit_keeps_the_lines_comment_on_the_compile(tmp_path, line, expect):
+    """``model = torch.compile(model)  # requires PyTorch 2.0`` turned regional: the end-of-line
+    comment annotated the compile, so it ends the line that compiles (``block.compile()``), with
+    its own spacing; every other byte of the file is kept (docs/decisions.md, "A regional edit
+    keeps the line's comment on the compile")."""
+    (tmp_path / "model.py").write_text(_NET)
+    body = f"import torch\nfrom model import Net\n\n\ndef build(compile=True):\n    model = Net()\n    if compile:\n{line}    return model\n"
+    new = _rewrite(tmp_path, body, "{regional: layers}")
+    assert new == body.replace(line, expect), new
+    (tmp_path / "train.py").write_text(new)
+    assert _rewrite(tmp_path, new, "{regional: layers}") == new
+
+
+def test_a_returned_compile_turned_regional_keeps_its_comment_on_the_compile(tmp_path):
+    (tmp_path / "model.py").write_text(_NET)
+    body = "import torch\nfrom model import Net\n\n\ndef build():\n    return torch.compile(Net())  # c\n"
+    assert _rewrite(tmp_path, body, "{regional: layers}") == (
+        "import torch\nfrom model import Net\n\n\ndef build():\n    model = Net()\n    for block in model.layers:\n"
+        "        block.compile()  # c\n    return model\n")
+    body = "import torch\n\n\ndef build(pipe):\n    pipe.unet = torch.compile(pipe.transformer)  # c\n"
+    assert _rewrite(tmp_path, body, "{regional: compile_repeated_blocks}") == (
+        "import torch\n\n\ndef build(pipe):\n    pipe.unet = pipe.transformer\n    pipe.unet.compile_repeated_blocks()  # c\n")
 
 
 _TINY = """\

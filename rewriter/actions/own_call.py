@@ -535,23 +535,31 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
         raise OwnCallRefused("regional: the compile shares its line with other statements; expected it on a "
                              "line of its own", site.node)
     new = [cst.parse_statement(s + "\n") for s in stmts]
-    return func.deep_replace(line, cst.FlattenSentinel(_with_comments(new, line)))  # type: ignore[return-value]
+    return func.deep_replace(line, cst.FlattenSentinel(_with_comments(new, line, len(before))))  # type: ignore[return-value]
 
 
-def _with_comments(new: list[cst.BaseStatement], line: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+def _with_comments(new: list[cst.BaseStatement], line: cst.SimpleStatementLine, compiles: int) -> list[cst.BaseStatement]:
     """``new`` (the statements replacing ``line``) keeping every comment of ``line``: the lines above
-    it stay above; its end-of-line comment ends the first new line (a ``for`` header included); a
-    comment inside the call (between its arguments) becomes a line of its own above the new code."""
+    it stay above; a comment inside the call (between its arguments) becomes a line of its own above
+    the new code; its end-of-line comment, which annotated the compile, ends the line that compiles
+    now, ``new[compiles]`` (the ``block.compile(...)`` inside a loop, not the loop's header, nor an
+    assignment written before it), with its own spacing (docs/decisions.md, "A regional edit keeps
+    the line's comment on the compile")."""
     trailing = line.trailing_whitespace.comment
     inside = [c for c in comments_within(line) if c is not trailing]
-    first = new[0].with_changes(leading_lines=[*line.leading_lines,
-                                               *(cst.EmptyLine(indent=True, comment=c) for c in inside)])
+    out = list(new)
+    out[0] = out[0].with_changes(leading_lines=[*line.leading_lines,
+                                                *(cst.EmptyLine(indent=True, comment=c) for c in inside)])
     if trailing is not None:
-        if isinstance(first, cst.SimpleStatementLine):
-            first = first.with_changes(trailing_whitespace=line.trailing_whitespace)
-        elif isinstance(first, cst.BaseCompoundStatement) and isinstance(first.body, cst.IndentedBlock):
-            first = first.with_changes(body=first.body.with_changes(header=line.trailing_whitespace))
-    return [first, *new[1:]]
+        stmt = out[compiles]
+        if isinstance(stmt, cst.For) and isinstance(stmt.body, cst.IndentedBlock):
+            body = stmt.body.body
+            last = body[-1].with_changes(trailing_whitespace=line.trailing_whitespace)
+            stmt = stmt.with_changes(body=stmt.body.with_changes(body=[*body[:-1], last]))
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            stmt = stmt.with_changes(trailing_whitespace=line.trailing_whitespace)
+        out[compiles] = stmt
+    return out
 
 
 def _reads_the_wrapper(func: cst.FunctionDef, model: str, cls: cst.ClassDef | None = None) -> cst.CSTNode | None:
