@@ -122,6 +122,22 @@ def test_an_argument_appended_on_a_line_that_ends_in_a_comment_keeps_the_comment
     assert _edit(_edit(code % before, {"disable": True}), {"disable": False}) == code % before
 
 
+@pytest.mark.parametrize("before, after", [
+    ("    m = torch.compile(m,  # the model\n        fullgraph=True)\n", "    m = torch.compile(m  # the model\n    )\n"),
+    ("    m = torch.compile(m,  # the model\n        fullgraph=True,)\n", "    m = torch.compile(m,  # the model\n    )\n"),
+    ("    m = torch.compile(m,  # the model\n        # about fullgraph\n        fullgraph=True)\n",
+     "    m = torch.compile(m  # the model\n        # about fullgraph\n    )\n"),
+])
+def test_the_last_argument_removed_keeps_the_comment_ending_the_line_before(before, after):
+    """``fullgraph: false`` removes ``fullgraph=True`` from the line after ``m,  # the model``: the
+    comment is the line's of ``m``, which stays, so the comment stays with it and ``)`` takes a
+    line of its own at the statement's indent."""
+    code = "import torch\ndef f(m):\n%s    return m\n"
+    got = _edit(code % before, {"fullgraph": False})
+    assert got == code % after, got
+    assert _edit(got, {"fullgraph": False}) == got
+
+
 def test_removing_the_only_argument_of_a_multiline_call_leaves_empty_parentheses():
     assert _edit(_MULTI % "    fullgraph=True,\n", {"fullgraph": False}) == "import torch\n@torch.compile()\ndef f(x): return x\n"
 

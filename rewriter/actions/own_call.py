@@ -275,6 +275,10 @@ def _remove(call: cst.Call, index: int) -> cst.Call:
     mine, last = prev.comma.whitespace_after, index == len(args)
     joined = (_lead(mine.first_line, end, mine.empty_lines)
               if isinstance(mine, cst.ParenthesizedWhitespace) and isinstance(end, cst.ParenthesizedWhitespace) else None)
+    if last and joined is None and isinstance(mine, cst.ParenthesizedWhitespace):
+        # ``m,  # c`` then the argument removed with ``)`` on its line: the line of ``m`` keeps its
+        # comment and the comment lines below it, and ``)`` gets a line at the statement's indent
+        joined = mine.with_changes(indent=True, last_line=cst.SimpleWhitespace(""))
     if last and not isinstance(gone.comma, cst.Comma):  # the last, without a trailing comma: nor has the one before
         args[index - 1] = prev.with_changes(comma=cst.MaybeSentinel.DEFAULT, whitespace_after_arg=joined or end)
     else:
