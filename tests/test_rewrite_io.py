@@ -650,3 +650,56 @@ def test_apply_over_a_hard_linked_file_says_the_other_names_keep_the_old_bytes(t
     assert ("note: pkg/model.py had 2 hard links: the apply wrote a new file under this name (an atomic rename), "
             "and the other 1 name(s) keep the old bytes") in err, err
     assert "run.py had" not in err  # one link only: nothing to say
+
+
+def _inodes(root: Path) -> dict[str, int]:
+    """Each file's inode under ``root``: an apply renames a new file over each name it writes."""
+    return {p.relative_to(root).as_posix(): p.stat().st_ino for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_second_apply_of_the_same_plan_that_finds_its_bytes_written_says_already_applied(
+        tree, capsysbinary, monkeypatch):
+    """Two `--apply` runs of one plan read SRC before either writes; the one that takes the tree's
+    lock second finds every file holding the bytes it would write: it says so, writes nothing and
+    exits 0. Played in order: the second run's reading is the one taken before the first wrote."""
+    from rewriter.plan import load_plan
+    from rewriter.rewrite import command
+
+    base, src = tree
+    first_reading = transform.plan_rewrite(load_plan(base / "plan.yaml"), src, unsafe=True)
+    assert first_reading.changes
+    code, _, err = rewrite(capsysbinary, base, "--apply")
+    assert code == 0 and f"applied: {len(first_reading.changes)} file(s) changed" in err, err
+    after, inodes = snapshot(src), _inodes(src)
+    monkeypatch.setattr(command, "plan_rewrite", lambda *a, **k: first_reading)
+    code, out, err = rewrite(capsysbinary, base, "--apply")
+    assert (code, out) == (0, b""), err
+    assert (f"already applied: {base / 'src'} holds this plan's edits, written after this apply read it "
+            "(by another apply?); nothing was written") in err, err
+    assert "changed since" not in err and "file(s) changed" not in err, err
+    assert snapshot(src) == after and _inodes(src) == inodes and _leftovers(src) == []
+
+
+def test_a_second_apply_that_finds_other_bytes_is_refused_and_writes_nothing(tree, capsysbinary, monkeypatch):
+    """The same race where a file now holds neither what was read nor what the plan writes (an
+    edit made meanwhile), or only some files hold the plan's bytes: the refusal, exit 2."""
+    from rewriter.plan import load_plan
+    from rewriter.rewrite import command
+
+    base, src = tree
+    first_reading = transform.plan_rewrite(load_plan(base / "plan.yaml"), src, unsafe=True)
+    assert rewrite(capsysbinary, base, "--apply")[0] == 0
+    model = src / "pkg" / "model.py"
+    model.write_bytes(model.read_bytes() + b"# an edit made meanwhile\n")
+    monkeypatch.setattr(command, "plan_rewrite", lambda *a, **k: first_reading)
+    before = snapshot(src)
+    code, out, err = rewrite(capsysbinary, base, "--apply")
+    assert (code, out) == (2, b"") and "nothing was changed (run it again)" in err and "already applied" not in err, err
+    assert snapshot(src) == before and _leftovers(src) == []
+    # every file but one holds the plan's bytes, that one still what was read: refused alike
+    by_path = {c.relpath: c for c in first_reading.changes}
+    model.write_bytes(by_path["pkg/model.py"].old)
+    before = snapshot(src)
+    with pytest.raises(apply_mod.StackpartError, match=r"nothing was changed \(run it again\)"):
+        apply_mod.apply_changes(src, first_reading.changes)
+    assert snapshot(src) == before and _leftovers(src) == []

@@ -19,7 +19,9 @@ old or entirely its new bytes, and no temp file outlives the call.
 Two applies on one tree are serialised by an advisory lock (``flock(2)``) on each directory they
 write in, from SRC down (:class:`_TreeLock`), held from the check that each file is unchanged
 through the last rename (and the rollback): the second one then re-reads each file under the
-lock and, finding the first one's bytes, changes nothing and says so. A file read-only to this
+lock and, finding every file holding the bytes it would write (the first one's, where both
+applied one plan), changes nothing and says so (:attr:`Applied.already`); a file holding any
+other bytes is refused (:func:`_unchanged`). A file read-only to this
 process or to everyone (``chmod a-w``) is refused in that same check (:func:`_writable`), except
 in a copy of SRC stackpart made. No lock file is left in the tree: the directories themselves are
 locked. A process killed mid-apply (SIGKILL, a power
@@ -34,6 +36,7 @@ import os
 import re
 import secrets
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -174,6 +177,35 @@ def _missing_dirs(directory: Path) -> list[Path]:
     return out[::-1]
 
 
+@dataclass(frozen=True)
+class Applied:
+    """What :func:`apply_changes` did.
+
+    Attributes:
+        swept: the temp files a killed apply had left, removed (paths relative to SRC).
+        already: every file already held the bytes this apply would write, so none was written
+            (another apply of the same edits ran between this one's read and its lock).
+    """
+
+    swept: list[str] = field(default_factory=list)
+    already: bool = False
+
+
+def _bytes_now(dest: Path) -> bytes | None:
+    """``dest``'s bytes now, or None where it is absent, unreadable or no regular file."""
+    from ..source import read_bytes
+
+    try:
+        return read_bytes(dest)[0] if os.path.lexists(dest) else None
+    except StackpartError:
+        return None
+
+
+def _holds_new(src: Path, changes: list[FileChange]) -> bool:
+    """Whether every file of ``changes`` (at least one) holds exactly its new bytes already."""
+    return bool(changes) and all(_bytes_now(safe_relpath(src, c.relpath)) == c.new for c in changes)
+
+
 def _unchanged(dest: Path, change: FileChange) -> None:
     """Refuse to write ``dest`` unless it still holds the bytes the change was computed from
     (``change.old``; for a new file: still absent): a file edited while the rewrite or check ran
@@ -183,18 +215,12 @@ def _unchanged(dest: Path, change: FileChange) -> None:
         StackpartError: ``dest`` changed since it was read (nothing is renamed yet: the caller's
             rollback only removes temp files).
     """
-    from ..source import read_bytes
-
     if change.old is None:
         if os.path.lexists(dest):
             raise StackpartError("created by something else while stackpart ran; nothing was changed (run it again)",
                                  path=str(dest))
         return
-    try:
-        now = read_bytes(dest)[0] if os.path.lexists(dest) else None
-    except StackpartError:  # unreadable now, or no longer a regular file: not what was read
-        now = None
-    if now != change.old:
+    if _bytes_now(dest) != change.old:  # unreadable now, or no longer a regular file: not what was read
         raise StackpartError(
             "changed since stackpart read it (edited meanwhile, or written by another apply?); nothing was "
             "changed (run it again)",
@@ -333,7 +359,7 @@ class _Journal:
 
 
 def apply_changes(src: Path, changes: list[FileChange], sweep: list[str] | None = None,
-                  own_copy: bool = False) -> list[str]:
+                  own_copy: bool = False) -> Applied:
     """Write ``changes`` under ``src`` as one transaction: all files new, or all as they were.
 
     Every file's new bytes go to a temp file beside it, then each temp file is renamed in place.
@@ -347,7 +373,8 @@ def apply_changes(src: Path, changes: list[FileChange], sweep: list[str] | None 
 
     The directories written in are locked against another apply (:class:`_TreeLock`) before the
     first file is checked and until the last rename; temp files a killed apply left there are
-    removed first.
+    removed first. Where every file then holds exactly its new bytes (another apply of the same
+    edits wrote them after this one read the tree), nothing is written (:attr:`Applied.already`).
 
     Args:
         src: the tree's root.
@@ -359,12 +386,14 @@ def apply_changes(src: Path, changes: list[FileChange], sweep: list[str] | None 
             is refused (:func:`_writable`).
 
     Returns:
-        The temp files a killed apply had left, removed (paths relative to ``src``).
+        :class:`Applied`: the temp files a killed apply had left, removed, and whether every file
+        already held its new bytes.
 
     Raises:
         StackpartError: a file cannot be written (the message says nothing was changed, and how
-            many files written so far were restored); a file changed since it was read, also by
-            another apply that wrote it meanwhile; another apply held the lock past
+            many files written so far were restored); a file changed since it was read to bytes
+            other than its new ones, or only some files hold their new bytes (another apply of
+            other edits, an edit made meanwhile); another apply held the lock past
             :data:`LOCK_WAIT_S`; a file is read-only (:func:`_writable`); or the rollback itself
             could not undo everything (``also`` names each file and which bytes it has).
         KeyboardInterrupt, SystemExit: the interrupt that stopped the apply, once the tree is
@@ -379,6 +408,8 @@ def apply_changes(src: Path, changes: list[FileChange], sweep: list[str] | None 
         try:
             lock.acquire(held)
             removed = _sweep(src, dirs)
+            if _holds_new(src, changes):
+                return Applied(removed, already=True)
             for change in changes:
                 held.interrupt_point()
                 journal.stage(safe_relpath(src, change.relpath), change)
@@ -409,7 +440,7 @@ def apply_changes(src: Path, changes: list[FileChange], sweep: list[str] | None 
             raise
         finally:
             lock.release()
-    return removed
+    return Applied(removed)
 
 
 def hard_linked(src: Path, changes: list[FileChange]) -> list[tuple[str, int]]:

@@ -10,6 +10,7 @@ refused, 2 bad input.
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -18,7 +19,7 @@ from ..errors import StackpartError
 from ..plan import LoadedPlan, load_plan
 from ..signals import deferred_signals, signal_name
 from ..terminal import stderr
-from .apply import apply_changes, hard_linked
+from .apply import Applied, apply_changes, hard_linked
 from .transform import RewriteResult, plan_rewrite
 
 
@@ -168,7 +169,7 @@ def _apply(loaded: LoadedPlan, src: str, result: RewriteResult, summary_md: str 
     linked = hard_linked(Path(src), result.changes)
     with deferred_signals() as held:
         try:
-            swept = apply_changes(Path(src), result.changes, sweep=result.read)
+            applied = apply_changes(Path(src), result.changes, sweep=result.read)
         except (KeyboardInterrupt, SystemExit) as exc:
             stopped: BaseException | None = exc  # raised between two steps, after the rollback
         except StackpartError:
@@ -183,8 +184,9 @@ def _apply(loaded: LoadedPlan, src: str, result: RewriteResult, summary_md: str 
         if stopped is not None:
             return _aborted(stopped, src, result)
         # The summary after the write: a failed apply must not leave a summary saying "applied".
-        _write_summary(summary_md, loaded, result, src, applied=True)
-        _print_applied(src, result, swept, linked, held.late)
+        _write_summary(summary_md, loaded, replace(result, changes=[]) if applied.already else result, src,
+                       applied=True)
+        _print_applied(loaded, src, result, applied, linked, held.late)
     return 0
 
 
@@ -203,14 +205,20 @@ def _aborted(stopped: BaseException, src: str, result: RewriteResult) -> int:
     return code
 
 
-def _print_applied(src: str, result: RewriteResult, swept: list[str], linked: list[tuple[str, int]],
-                   late: list[int]) -> None:
-    """What the apply did: temp files of a killed apply removed, files changed, hard links that
-    keep the old bytes, a signal received after the last write."""
+def _print_applied(loaded: LoadedPlan, src: str, result: RewriteResult, applied: Applied,
+                   linked: list[tuple[str, int]], late: list[int]) -> None:
+    """What the apply did: temp files of a killed apply removed, files changed (or none, where
+    every file already held its new bytes), hard links that keep the old bytes, a signal received
+    after the last write."""
+    swept = applied.swept
     if swept:
         shown = ", ".join(swept[:5]) + (f" and {len(swept) - 5} more" if len(swept) > 5 else "")
         stderr().print(f"note: removed {len(swept)} temp file(s) an earlier apply left when it was killed: "
                        f"{shown}", highlight=False, soft_wrap=True)
+    if applied.already:
+        stderr().print(f"already applied: {src} holds {_edits(result)}, written after this apply read it "
+                       "(by another apply?); nothing was written", highlight=False, soft_wrap=True)
+        return
     stderr().print(f"applied: {len(result.changes)} file(s) changed under {src}", highlight=False)
     for rel, links in linked:
         stderr().print(
@@ -222,6 +230,14 @@ def _print_applied(src: str, result: RewriteResult, swept: list[str], linked: li
             "ignored, the apply is complete",
             highlight=False,
         )
+
+
+def _edits(result: RewriteResult) -> str:
+    """Whose edits SRC holds: the plan's, or its other actions' where some were not written (the
+    lines above name them)."""
+    if result.skipped:
+        return f"the edits of this plan's other actions ({len(result.skipped)} action(s) not written, above)"
+    return "this plan's edits"
 
 
 def _print_diff(loaded: LoadedPlan, result: RewriteResult, src: str, check: bool) -> None:
