@@ -703,3 +703,31 @@ def test_a_second_apply_that_finds_other_bytes_is_refused_and_writes_nothing(tre
     with pytest.raises(apply_mod.StackpartError, match=r"nothing was changed \(run it again\)"):
         apply_mod.apply_changes(src, first_reading.changes)
     assert snapshot(src) == before and _leftovers(src) == []
+
+
+def test_an_apply_with_nothing_left_to_write_says_the_edits_are_already_in_src(tree, capsysbinary, monkeypatch):
+    """A second `--apply` of an applied plan said `applied: 0 file(s) changed`: it says plainly that
+    SRC holds the plan's edits and writes nothing; an empty plan says it has no actions."""
+    base, src = tree
+    monkeypatch.chdir(base)
+    apply = ("rewrite", "--plan", "plan.yaml", "src", "--apply", "--no-validate")
+    assert run(capsysbinary, *apply, "--unsafe")[0] == 0
+    after, inodes = snapshot(src), _inodes(src)
+    code, out, err = run(capsysbinary, *apply, "--unsafe")
+    assert (code, out) == (0, b""), err
+    assert err == "already applied: src holds this plan's edits; no change to write\n", err
+    # without --unsafe the bucket action is not written (said above): SRC holds the other actions'
+    code, out, err = run(capsysbinary, *apply)
+    assert (code, out) == (0, b""), err
+    assert ("already applied: src holds the edits of this plan's other actions (1 action(s) not written, above); "
+            "no change to write") in err and "not written: " in err, err
+    assert snapshot(src) == after and _inodes(src) == inodes
+    (base / "empty.yaml").write_text("version: 1\nactions: []\n")
+    code, out, err = run(capsysbinary, "rewrite", "--plan", "empty.yaml", "src", "--apply", "--no-validate")
+    assert (code, out, err) == (0, b"", "no changes: the plan has no actions; nothing was written\n")
+    (base / "bucket.yaml").write_text(
+        "version: 1\nactions:\n  - action: bucket\n    target: pkg/model.py::GPT.forward\n    arg: idx\n    dim: 1\n"
+        "    buckets: [64, 128]\n")
+    code, out, err = run(capsysbinary, "rewrite", "--plan", "bucket.yaml", "src", "--apply", "--no-validate")
+    assert (code, out) == (0, b"") and err.endswith("no changes: 1 action(s) not written (above); nothing was written\n"), err
+    assert "already applied" not in err and snapshot(src) == after

@@ -159,7 +159,7 @@ def _apply(loaded: LoadedPlan, src: str, result: RewriteResult, summary_md: str 
     then say what was done.
 
     Returns:
-        0 applied; ``128 + signal`` (or a ``SystemExit``'s code) when interrupted: every file
+        0 applied, or nothing to write (SRC already holds the plan's edits); ``128 + signal`` (or a ``SystemExit``'s code) when interrupted: every file
         restored.
 
     Raises:
@@ -207,9 +207,10 @@ def _aborted(stopped: BaseException, src: str, result: RewriteResult) -> int:
 
 def _print_applied(loaded: LoadedPlan, src: str, result: RewriteResult, applied: Applied,
                    linked: list[tuple[str, int]], late: list[int]) -> None:
-    """What the apply did: temp files of a killed apply removed, files changed (or none, where
-    every file already held its new bytes), hard links that keep the old bytes, a signal received
-    after the last write."""
+    """What the apply did: temp files of a killed apply removed, files changed (or none: every
+    file already held its new bytes, SRC had the plan's edits before this apply read it, or the
+    plan writes nothing), hard links that keep the old bytes, a signal received after the last
+    write."""
     swept = applied.swept
     if swept:
         shown = ", ".join(swept[:5]) + (f" and {len(swept) - 5} more" if len(swept) > 5 else "")
@@ -218,6 +219,15 @@ def _print_applied(loaded: LoadedPlan, src: str, result: RewriteResult, applied:
     if applied.already:
         stderr().print(f"already applied: {src} holds {_edits(result)}, written after this apply read it "
                        "(by another apply?); nothing was written", highlight=False, soft_wrap=True)
+        return
+    if not result.changes:
+        if not loaded.plan.actions:
+            said = "no changes: the plan has no actions; nothing was written"
+        elif len({i for i, _ in result.skipped}) == len(loaded.plan.actions):
+            said = f"no changes: {len(loaded.plan.actions)} action(s) not written (above); nothing was written"
+        else:
+            said = f"already applied: {src} holds {_edits(result)}; no change to write"
+        stderr().print(said, highlight=False, soft_wrap=True)
         return
     stderr().print(f"applied: {len(result.changes)} file(s) changed under {src}", highlight=False)
     for rel, links in linked:
