@@ -13,7 +13,8 @@ beside the importing file (a script's flat import: ``python train.py`` puts its 
 ``sys.path``) and from SRC's root, each as ``<module>.py`` and ``<module>/__init__.py``; the reader
 keeps the candidate that defines the name. A re-export (``from .compiling import f`` in a package's
 ``__init__.py``) is not followed: the candidates are the files of the module the name is imported
-from. Shared by the rewrite's static readings: the callers of a helper
+from (the callers of a helper follow re-exports on top of it, :func:`rewriter.rewrite.callers.bindings`).
+Shared by the rewrite's static readings: the callers of a helper
 (:mod:`rewriter.rewrite.callers`), the classes an ``__init__`` builds
 (:mod:`rewriter.rewrite.enclosing`) and the class a whole-model compile names
 (:mod:`rewriter.rewrite.regional_path`). ``stackpart check``'s project index

@@ -265,3 +265,35 @@ def test_a_caller_passing_a_subclass_that_overrides_that_method_is_refused(tmp_p
              "def main():\n    return maybe_compile(Mine())\n")
     err = _rewrite(tmp_path, capsys, {"model.py": BUILT, "train.py": train}, 2)
     assert "train.py:12 passes Mine() (train.py::Mine), whose __init__ sets no attribute 'blocks'" in err, err
+
+
+#: ``utils/__init__.py`` re-exports the helper; the callers below import it from the package.
+REEXPORT = "from .compiling import maybe_compile\n"
+
+
+@pytest.mark.parametrize("init, importer, called", [
+    # the package re-exports it; a caller imports it from the package
+    (REEXPORT, "from utils import maybe_compile", "maybe_compile"),
+    # through the package as a module, and under an alias the package gives it
+    (REEXPORT, "import utils", "utils.maybe_compile"),
+    ("from .compiling import maybe_compile as compile_model\n", "from utils import compile_model", "compile_model"),
+])
+def test_a_caller_importing_the_helper_through_a_re_export_is_read(tmp_path, capsys, init, importer, called):
+    """A caller that imports the helper from the package whose ``__init__.py`` re-exports it calls
+    the helper too: the ``Head()`` it passes refuses the loop that ``train.py``'s ``Net()`` alone
+    would allow."""
+    other = f"from model import Head\n{importer}\n\n\ndef main():\n    return {called}(Head())\n"
+    err = _rewrite(tmp_path, capsys, {"utils/__init__.py": init, "train.py": TRAIN.format(more=""),
+                                      "other.py": other}, 2)
+    assert ("and other.py:6 passes Head() (model.py::Head), whose __init__ sets no attribute 'blocks': "
+            "`for block in model.blocks` would raise AttributeError there") in err, err
+
+
+def test_a_helper_called_only_through_re_exports_is_written_where_every_caller_passes_the_container(
+        tmp_path, capsys):
+    """``pkg/__init__.py`` re-exports what ``utils/__init__.py`` re-exports; the only caller imports
+    it from ``pkg`` and passes ``Net()``: the chain is followed and the loop written."""
+    train = "from model import Net\nfrom pkg import maybe_compile\n\nnet = maybe_compile(Net().eval())\n"
+    _rewrite(tmp_path, capsys, {"utils/__init__.py": REEXPORT, "pkg/__init__.py": "from utils import maybe_compile\n",
+                                "train.py": train}, 0)
+    assert (tmp_path / "src" / "utils" / "compiling.py").read_text() == "import torch\n\n\n" + REGIONAL

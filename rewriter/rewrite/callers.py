@@ -10,7 +10,10 @@ which holds only for a caller that passes a model with ``blocks``
   the function: its own name in its file, or imported from it under SRC (``from utils.compiling
   import maybe_compile as mc``, ``from utils import compiling; compiling.maybe_compile(...)``,
   ``import utils.compiling``, ``from . import maybe_compile`` where it is defined in a package's
-  ``__init__.py``), the module found as :func:`rewriter.src_names.module_files` finds it;
+  ``__init__.py``), the module found as :func:`rewriter.src_names.module_files` finds it; or
+  imported through a re-export (:func:`bindings`: ``from utils import maybe_compile`` where
+  ``utils/__init__.py`` holds ``from .compiling import maybe_compile``, chains of them, and the
+  names they give it);
 * the argument is the one passed at the parameter's position or by its keyword; its class is read
   where the source says it: a call of a class defined at the top level of a file of SRC
   (``Net()``, ``Net().eval()``: :data:`SELF_RETURNING` peeled off, the class
@@ -20,22 +23,22 @@ which holds only for a caller that passes a model with ``blocks``
 What is not read says why (:attr:`Call.why`): a parameter of the caller (any model may come in),
 a factory, a class of an installed library, ``*args``. A use of the function that is no call
 (``fns = [maybe_compile]``, ``map(maybe_compile, ...)``) is a :class:`Call` with no argument:
-its calls cannot be followed. A call through a re-export (``from utils import maybe_compile``
-where ``utils/__init__.py`` imports it from ``.compiling``) is not seen: the module a name is
-imported from is the one read (:mod:`rewriter.src_names`). Files are found by their text first
-(the function's name), so only those that name it are parsed.
+its calls cannot be followed. Files are found by their text first (the function's name, or a
+name a re-export gives it), so only those that name it are parsed.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
+from libcst.metadata import (ImportAssignment, MetadataWrapper, PositionProvider, QualifiedNameProvider,
+                             ScopeProvider)
 
 from ..errors import StackpartError
 from ..src_names import definition_files
@@ -93,26 +96,74 @@ def parameter_names(func: cst.FunctionDef) -> list[str]:
     return [p.name.value for p in (*func.params.posonly_params, *func.params.params)]
 
 
+def _words(names: set[str]) -> re.Pattern[bytes]:
+    """A whole-word match of any of ``names`` in a file's bytes."""
+    return re.compile(rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b")
+
+
+def bindings(texts: dict[str, bytes], wrapper: Callable[[str], MetadataWrapper | None], rel: str,
+             name: str) -> set[tuple[str, str]]:
+    """``(file, name there)`` of each top-level binding under SRC of the top-level function ``name``
+    of file ``rel``: its definition, and each name a file binds at its top level by importing one of
+    these (``from .compiling import maybe_compile as mc`` in ``utils/__init__.py`` binds ``("utils/
+    __init__.py", "mc")``; ``from utils import mc`` elsewhere binds that file's ``mc`` in turn), to
+    the end of every chain: an import binds the name as the importing module's attribute, which a
+    further import reads (https://docs.python.org/3/reference/simple_stmts.html#import).
+
+    An imported name is read from LibCST's global scope (:class:`~libcst.metadata.ScopeProvider`:
+    an import inside a function binds nothing here) and mapped to its files by
+    :func:`rewriter.src_names.definition_files`, as a call's callee is. ``texts``: SRC's files'
+    bytes (only those naming a binding found are parsed); ``wrapper``: a file's parse, None where it
+    cannot be read."""
+    found = {(rel, name)}
+    new = {name}
+    while new:
+        pattern, new = _words(new), set()
+        for file, data in texts.items():
+            if not pattern.search(data) or (wrapped := wrapper(file)) is None:
+                continue
+            scope = wrapped.resolve(ScopeProvider)[wrapped.module]
+            for assignment in scope.assignments:
+                bound = assignment.name
+                if not isinstance(assignment, ImportAssignment) or "." in bound or (file, bound) in found:
+                    continue
+                for q in scope.get_qualified_names_for(bound):
+                    where = definition_files(q, file)
+                    if where is not None and any((f, where[1]) in found for f in where[0]):
+                        found.add((file, bound))
+                        new.add(bound)
+                        break
+    return found
+
+
 def calls_of(src: Path, rel: str, name: str, param: str, position: int | None, limit: int) -> list[Call]:
-    """Every use under ``src`` of the top-level function ``name`` of file ``rel``, with the class
-    of what each call passes for parameter ``param`` (at ``position`` where it may be passed
-    positionally, None for a keyword-only one). ``limit``: the most files of SRC read. Raises
-    nothing: a file that cannot be read or parsed says nothing."""
+    """Every use under ``src`` of the top-level function ``name`` of file ``rel`` (by any name
+    :func:`bindings` gives it), with the class of what each call passes for parameter ``param`` (at
+    ``position`` where it may be passed positionally, None for a keyword-only one). ``limit``: the
+    most files of SRC read. Raises nothing: a file that cannot be read or parsed says nothing."""
     from ..source import parse_module, read_file
 
     reading = Enclosing(src, limit)
-    word = re.compile(rb"\b" + re.escape(name.encode()) + rb"\b")
+    parsed: dict[str, MetadataWrapper | None] = {}
+
+    def wrapper(caller: str) -> MetadataWrapper | None:
+        if caller not in parsed:
+            try:
+                module = parse_module(read_file(src / caller, caller).text, caller)
+            except (OSError, StackpartError):
+                parsed[caller] = None
+            else:
+                parsed[caller] = MetadataWrapper(module, unsafe_skip_copy=True)
+        return parsed[caller]
+
+    homes = bindings(reading.files(), wrapper, rel, name)
+    pattern = _words({bound for _, bound in homes})
     out: list[Call] = []
     for caller, data in reading.files().items():
-        if name.encode() not in data or not word.search(data):
+        if not pattern.search(data) or (wrapped := wrapper(caller)) is None:
             continue
-        try:
-            module = parse_module(read_file(src / caller, caller).text, caller)
-        except (OSError, StackpartError):
-            continue
-        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        finder = _Finder(reading, caller, rel, name, param, position)
-        wrapper.visit(finder)
+        finder = _Finder(reading, caller, homes, param, position)
+        wrapped.visit(finder)
         out += finder.found
     return out
 
@@ -122,9 +173,11 @@ class _Finder(cst.CSTVisitor):
 
     METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
 
-    def __init__(self, reading: Enclosing, rel: str, home: str, name: str, param: str, position: int | None) -> None:
+    def __init__(self, reading: Enclosing, rel: str, homes: set[tuple[str, str]], param: str,
+                 position: int | None) -> None:
         super().__init__()
-        self.reading, self.rel, self.home, self.name = reading, rel, home, name
+        self.reading, self.rel, self.homes = reading, rel, homes
+        self.names = {bound for _, bound in homes}
         self.param, self.position = param, position
         self.scopes: list[cst.FunctionDef | cst.Module] = []
         self.called: set[int] = set()
@@ -151,10 +204,10 @@ class _Finder(cst.CSTVisitor):
 
     def _is_it(self, node: cst.CSTNode) -> bool:
         """Whether ``node`` names the function (:func:`rewriter.src_names.definition_files` of one
-        of its qualified names holds the function's file and name)."""
+        of its qualified names holds one of its :func:`bindings`)."""
         for q in self.get_metadata(QualifiedNameProvider, node, set()):
             where = definition_files(q, self.rel)
-            if where is not None and where[1] == self.name and self.home in where[0]:
+            if where is not None and any((f, where[1]) in self.homes for f in where[0]):
                 return True
         return False
 
@@ -167,13 +220,14 @@ class _Finder(cst.CSTVisitor):
         self.found.append(self._argument(node))
 
     def visit_Name(self, node: cst.Name) -> None:
-        if id(node) not in self.called and node.value == self.name and self._is_it(node):
-            self.found.append(Call(self._where(node), _code(node), None, f"{self.name} is used as a value", False))
+        if id(node) not in self.called and node.value in self.names and self._is_it(node):
+            self.found.append(Call(self._where(node), _code(node), None, f"{node.value} is used as a value", False))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        if id(node) not in self.called and node.attr.value == self.name and self._is_it(node):
+        if id(node) not in self.called and node.attr.value in self.names and self._is_it(node):
             self.called.add(id(node.attr))
-            self.found.append(Call(self._where(node), _code(node), None, f"{self.name} is used as a value", False))
+            self.found.append(Call(self._where(node), _code(node), None, f"{node.attr.value} is used as a value",
+                                   False))
 
     def _argument(self, call: cst.Call) -> Call:
         """The argument ``call`` passes for the parameter, and its class where the source says it."""
