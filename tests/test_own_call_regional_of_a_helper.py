@@ -297,3 +297,45 @@ def test_a_helper_called_only_through_re_exports_is_written_where_every_caller_p
     _rewrite(tmp_path, capsys, {"utils/__init__.py": REEXPORT, "pkg/__init__.py": "from utils import maybe_compile\n",
                                 "train.py": train}, 0)
     assert (tmp_path / "src" / "utils" / "compiling.py").read_text() == "import torch\n\n\n" + REGIONAL
+
+
+#: A factory the caller's file defines: what it returns is not read.
+BUILD = "\n\ndef build():\n    return Net()\n"
+
+
+@pytest.mark.parametrize("more, line, why", [
+    # bound to a function's return: a factory, whatever its body returns
+    ("    other = build()\n    maybe_compile(other)\n", 8, "build() is not a call of a class of SRC"),
+    # bound to Net(), then rebound where which binding reaches the call is not read
+    ("    other = Net()\n    if net:\n        other = Head()\n    maybe_compile(other)\n", 10,
+     "other is bound at train.py:9 by more than a plain `other = ...` of main's own lines"),
+    ("    other = Net()\n    for other in [Head()]:\n        pass\n    maybe_compile(other)\n", 10,
+     "other is bound at train.py:8 by more than"),
+    ("    other = Net()\n    other: object = Head()\n    maybe_compile(other)\n", 9, "other is bound at train.py:8"),
+    ("    other = Net()\n    other, n = Head(), 1\n    maybe_compile(other)\n", 9, "other is bound at train.py:8"),
+    ("    other = Net()\n    (other := Head())\n    maybe_compile(other)\n", 9, "other is bound at train.py:8"),
+    # a comprehension's own target
+    ("    other = Net()\n    [maybe_compile(other) for other in [Head()]]\n", 8, "other is bound at train.py:8"),
+    # a later line of a loop around the call
+    ("    other = Net()\n    for _ in range(2):\n        maybe_compile(other)\n        other = Head()\n", 9,
+     "other is bound at train.py:10"),
+])
+def test_a_caller_passing_a_name_whose_class_the_source_does_not_settle_is_refused(tmp_path, capsys, more, line, why):
+    """Where the caller passes a name, its class is read from the last ``name = Class()`` of the
+    caller's own lines before the call, and only where nothing else binds the name there: a
+    variable from a function's return, or one a branch, a loop, an annotated, unpacking or ``:=``
+    assignment may rebind, is refused at the call."""
+    err = _rewrite(tmp_path, capsys, {"train.py": TRAIN.format(more=more) + BUILD}, 2)
+    assert f"and train.py:{line} passes other, whose class cannot be read statically: {why}" in err, err
+
+
+@pytest.mark.parametrize("more", [
+    "    other = Head()\n    other = Net()\n    maybe_compile(other)\n",
+    "    other = Net()\n    maybe_compile(other)\n    other = Head()\n",
+])
+def test_a_caller_passing_a_name_the_last_plain_assignment_before_it_binds_to_the_model_is_written(
+        tmp_path, capsys, more):
+    """``other = Head(); other = Net(); maybe_compile(other)``: the call gets the ``Net``; a plain
+    assignment after the call, not in a loop around it, cannot reach it."""
+    _rewrite(tmp_path, capsys, {"train.py": TRAIN.format(more=more)}, 0)
+    assert (tmp_path / "src" / "utils" / "compiling.py").read_text() == "import torch\n\n\n" + REGIONAL

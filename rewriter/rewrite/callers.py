@@ -18,10 +18,14 @@ which holds only for a caller that passes a model with ``blocks``
   where the source says it: a call of a class defined at the top level of a file of SRC
   (``Net()``, ``Net().eval()``: :data:`SELF_RETURNING` peeled off, the class
   resolved as :meth:`.enclosing.Enclosing.resolve` resolves a construction), or a name the caller's
-  own body binds to such a call before it (``net = Net(); maybe_compile(net)``).
+  own body binds to such a call before it (``net = Net(); maybe_compile(net)``, the last such
+  line before the call) and binds in no other way (:meth:`_Finder.other_binding`: in a branch or a
+  loop, by ``for``, ``with``, ``:=``, an annotated or unpacking assignment, which of its values
+  reaches the call is not read).
 
 What is not read says why (:attr:`Call.why`): a parameter of the caller (any model may come in),
-a factory, a class of an installed library, ``*args``. A use of the function that is no call
+a factory (``maybe_compile(make())``, or ``net = make()`` before it), a class of an installed
+library, a name bound otherwise too, ``*args``. A use of the function that is no call
 (``fns = [maybe_compile]``, ``map(maybe_compile, ...)``) is a :class:`Call` with no argument:
 its calls cannot be followed. Files are found by their text first (the function's name, or a
 name a re-export gives it), so only those that name it are parsed.
@@ -171,7 +175,7 @@ def calls_of(src: Path, rel: str, name: str, param: str, position: int | None, l
 class _Finder(cst.CSTVisitor):
     """The uses of one function in one file (:func:`calls_of`)."""
 
-    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
+    METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider, ScopeProvider)
 
     def __init__(self, reading: Enclosing, rel: str, homes: set[tuple[str, str]], param: str,
                  position: int | None) -> None:
@@ -250,6 +254,11 @@ class _Finder(cst.CSTVisitor):
                     p.name.value for p in (*scope.params.posonly_params, *scope.params.params,
                                            *scope.params.kwonly_params)}:
                 return Call(where, code, None, f"{code} is a parameter of {scope.name.value}")
+            other = self.other_binding(scope, value)
+            if other is not None:
+                owner = scope.name.value if isinstance(scope, cst.FunctionDef) else self.rel
+                return Call(where, code, None, f"{code} is bound at {self._where(other)} by more than a plain "
+                            f"`{code} = ...` of {owner}'s own lines, so which value reaches the call is not read")
             bound = bound_value(scope, value.value, call)
             if bound is None:
                 return Call(where, code, None, f"{code} is not bound to a call of a class in {self.rel}'s own lines before")
@@ -258,6 +267,31 @@ class _Finder(cst.CSTVisitor):
         if cls is None:
             return Call(where, code, None, f"{_code(value)} is not a call of a class of SRC")
         return Call(where, code, cls, "")
+
+    def other_binding(self, scope: cst.FunctionDef | cst.Module, name: cst.Name) -> cst.CSTNode | None:
+        """The first binding of ``name`` (an argument's name) that it may read (LibCST's
+        :class:`~libcst.metadata.ScopeProvider`), in ``scope`` or a scope between it and the name (a
+        comprehension, a ``lambda``), that is no plain ``name = <value>`` line of ``scope``'s own
+        body (:func:`bound_value` reads those): one in a branch or a loop (a later line of a loop
+        around the call included), a ``for``/``with``/``except`` target, ``:=``, an annotated,
+        augmented or unpacking assignment, an import, a ``def``; None where there is none. A
+        binding outside ``scope`` (the module's, read in a function) is :func:`bound_value`'s to
+        refuse."""
+        stmts: Any = scope.body if isinstance(scope, cst.Module) else (
+            scope.body.body if isinstance(scope.body, cst.IndentedBlock) else ())
+        plain = {id(small.targets[0].target) for stmt in stmts if isinstance(stmt, cst.SimpleStatementLine)
+                 for small in stmt.body if isinstance(small, cst.Assign) and len(small.targets) == 1}
+        own = self.get_metadata(ScopeProvider, scope if isinstance(scope, cst.Module) else scope.body, None)
+        found = at = self.get_metadata(ScopeProvider, name, None)
+        chain = []  # the scopes from the name's out to ``scope``'s
+        while at is not None and at is not own:
+            chain.append(at)
+            at = None if at.parent is at else at.parent  # a GlobalScope is its own parent
+        if found is None or at is None:
+            return None
+        chain.append(own)
+        others = [a.node for a in found[name.value] if id(a.node) not in plain and any(a.scope is c for c in chain)]
+        return min(others, key=lambda node: self.get_metadata(PositionProvider, node).start, default=None)
 
     def _class(self, value: cst.BaseExpression) -> ClassRef | None:
         """The class of SRC ``value`` calls (``Net()``, ``model.Net().eval()``), else None."""
