@@ -339,3 +339,50 @@ def test_a_caller_passing_a_name_the_last_plain_assignment_before_it_binds_to_th
     assignment after the call, not in a loop around it, cannot reach it."""
     _rewrite(tmp_path, capsys, {"train.py": TRAIN.format(more=more)}, 0)
     assert (tmp_path / "src" / "utils" / "compiling.py").read_text() == "import torch\n\n\n" + REGIONAL
+
+
+SKIPS = {
+    "its own __init__ runs nn.Module's, not Net's": "class Sub(Net):\n    def __init__(self):\n"
+                                                    "        nn.Module.__init__(self)\n        self.lin = nn.Linear(4, 4)\n",
+    "a mixin before Net whose __init__ does not call super()": "class Mixin:\n    def __init__(self):\n"
+                                                              "        self.scale = 2\n\n\nclass Sub(Mixin, Net):\n    pass\n",
+}
+
+
+def test_a_subclass_whose_init_never_runs_its_bases_has_no_container_for_the_regional_loop():
+    """What the refusal below rests on (CPU torch, CompileCounter): ``Sub()`` never runs
+    ``Net.__init__`` (its own runs ``nn.Module.__init__``; or a mixin's, which does not call
+    ``super().__init__()``, comes first in the method resolution order), so the loop
+    ``own_call: {regional: blocks}`` writes raises AttributeError; a ``Sub`` whose ``__init__``
+    calls ``super().__init__()`` has the blocks, and each block's compile gets its graph."""
+    import torch
+    from torch._dynamo.testing import CompileCounter
+
+    for sub in SKIPS.values():
+        namespace: dict = {}
+        exec(compile(MODEL + "\n\n" + sub, "pinned_skips.py", "exec"), namespace)
+        with pytest.raises(AttributeError, match="blocks"):
+            for block in namespace["Sub"]().blocks:  # the loop maybe_compile's regional edit writes
+                block.compile()
+    namespace = {}
+    exec(compile(MODEL + "\n\nclass Sub(Net):\n    def __init__(self):\n        super().__init__()\n",
+                 "pinned_runs.py", "exec"), namespace)
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    model = namespace["Sub"]()
+    for block in model.blocks:
+        block.compile(backend=counter)
+    model(torch.randn(2, 4))
+    assert counter.frame_count == 2, counter.frame_count
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("sub", list(SKIPS.values()), ids=list(SKIPS))
+def test_a_caller_passing_a_subclass_of_the_same_file_whose_init_never_runs_its_bases_is_refused(
+        tmp_path, capsys, sub):
+    """``Sub`` beside ``Net`` in model.py: ``Net.__init__`` sets ``blocks``, but ``Sub()`` never runs
+    it, so the loop would raise AttributeError at run time."""
+    train = TRAIN.format(more="").replace("from model import Head, Net", "from model import Sub").replace("Net()", "Sub()")
+    tree = {"model.py": MODEL + "\n\n" + sub, "utils/__init__.py": "", "utils/compiling.py": HELPER, "train.py": train}
+    err = rewrite_files(tmp_path, capsys, tree, PLAN, 2)
+    assert "train.py:6 passes Sub() (model.py::Sub), whose __init__ sets no attribute 'blocks'" in err, err

@@ -196,9 +196,12 @@ def helper_models(b: Any, src: Path) -> list[tuple[ClassRef, str]]:
 
 def _init_setter(cls: ClassRef, attr: str, parse: Any, bases: Enclosing) -> tuple[dict[str, list[Any]], str] | None:
     """``(definitions of its file, class name)`` of the class whose ``__init__`` sets ``self.<attr>``
-    for an instance of ``cls``: ``cls`` itself or a base of its own file (:func:`_init_sets`), else
-    a base of another file of SRC whose ``__init__`` it runs (:meth:`Enclosing.base_of`:
-    ``class Sub(Net)`` with ``Net`` imported), at most :data:`MAX_BASES` up; None where none does."""
+    for an instance of ``cls`` (:func:`_init_sets`): ``cls`` itself, else the base whose ``__init__``
+    it runs, in its own file or another of SRC (:meth:`Enclosing.base_of`: none of its own, or one
+    that calls ``super().__init__()`` or ``Net.__init__(self)``; ``class Sub(Net)`` with ``Net``
+    imported), and so on up, at most :data:`MAX_BASES`; None where none does. A base whose
+    ``__init__`` never runs (``Sub.__init__`` calls ``nn.Module.__init__(self)``, or a mixin's
+    ``__init__`` before it does not call ``super().__init__()``) sets nothing on the instance."""
     seen: set[ClassRef] = set()
     below: tuple[cst.ClassDef, ...] = ()  # the classes walked, ``cls``'s first: a method they define overrides
     current: ClassRef | None = cls
@@ -216,17 +219,16 @@ def _init_setter(cls: ClassRef, attr: str, parse: Any, bases: Enclosing) -> tupl
     return None
 
 
-def _init_sets(definitions: dict[str, list[Any]], name: str, attr: str, seen: frozenset[str] = frozenset(),
-               below: tuple[cst.ClassDef, ...] = ()) -> bool:
-    """Whether class ``name``'s ``__init__`` sets ``self.<attr>``: its own (the last it defines),
-    else (or where its own does not) a base's defined in ``definitions``. A method the ``__init__``
-    calls on ``self`` where it runs (``self.build()``, not in a nested ``def`` or ``lambda``) counts
-    where that method's own body sets it, one call deep: the method the instance runs, looked up in
-    the subclasses ``below`` (the instance's class first), then ``name`` and its bases in
+def _init_sets(definitions: dict[str, list[Any]], name: str, attr: str, below: tuple[cst.ClassDef, ...] = ()) -> bool:
+    """Whether class ``name``'s own ``__init__`` (the last it defines) sets ``self.<attr>``; a base's
+    is :func:`_init_setter`'s, read only where it runs. A method the ``__init__`` calls on ``self``
+    where it runs (``self.build()``, not in a nested ``def`` or ``lambda``) counts where that
+    method's own body sets it, one call deep: the method the instance runs, looked up in the
+    subclasses ``below`` (the instance's class first), then ``name`` and its bases in
     ``definitions`` (:func:`_method`)."""
     from .enclosing import calls_run, own_init
 
-    if name not in definitions or definitions[name][-1].kind != "class" or name in seen:
+    if name not in definitions or definitions[name][-1].kind != "class":
         return False
     node = definitions[name][-1].node
     for init in own_init(node):
@@ -238,9 +240,7 @@ def _init_sets(definitions: dict[str, list[Any]], name: str, attr: str, seen: fr
             found = _method((*below, node), definitions, meth)
             if found is not None and _assigned(found, attr):
                 return True
-    bases = [cst.Module(body=[]).code_for_node(base.value) for base in node.bases]
-    return any(_init_sets(definitions, base, attr, seen | {name}, (*below, node))
-               for base in bases if base not in PLAIN_BASES)
+    return False
 
 
 def _method(classes: tuple[cst.ClassDef, ...], definitions: dict[str, list[Any]], name: str,
