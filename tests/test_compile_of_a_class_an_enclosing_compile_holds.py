@@ -648,3 +648,60 @@ def test_a_compile_of_a_class_whose_subclass_a_regional_layer_builds_is_refused(
     assert ("into a compile of each Layer of Net.blocks in place, and Layer encloses BigBlock, a subclass of Block "
             "that inherits its forward (Net.__init__ builds Layer at model.py:") in err, err
     assert "Dynamo traces Block.forward inside each Layer's compile and inlines it" in err, err
+
+
+BUILD = """\
+    def build(self, n):
+        self.blocks = nn.ModuleList([Block() for _ in range(n)])
+
+"""
+BUILT = _model("        self.build(2)\n").replace("    def forward(self, x):\n        for", BUILD + "    def forward(self, x):\n        for").replace(
+    "self.children()", "self.blocks")
+
+
+def test_blocks_built_in_a_method_init_calls_are_inlined_into_the_whole_compile_too():
+    """What the refusal below rests on (CPU torch, CompileCounter): ``Net.__init__`` calls
+    ``self.build(2)``, whose body builds the blocks; with ``Net`` compiled whole the decorated
+    ``Block.forward`` gets no frame, as where ``__init__`` builds them itself."""
+    import warnings
+
+    import torch
+    from torch._dynamo.testing import CompileCounter
+
+    plan, whole = CompileCounter(), CompileCounter()
+    namespace = {"torch": torch, "nn": torch.nn, "plan_backend": plan}
+    block = BLOCK.replace("    def forward", "    @torch.compile(backend=plan_backend)\n    def forward")
+    exec(compile(BUILT.replace(BLOCK, block).replace(HEAD, ""), "pinned_build.py", "exec"), namespace)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(namespace["Net"](), backend=whole)(torch.randn(2, 4))
+    assert (plan.frame_count, whole.frame_count) == (0, 1), (plan.frame_count, whole.frame_count)
+    torch._dynamo.reset()
+
+
+def test_a_block_a_method_init_calls_builds_is_refused_naming_the_method(tmp_path, capsys):
+    err = _rewrite(tmp_path, capsys, {"model.py": BUILT, "train.py": TRAIN}, ADD, 2)
+    assert ("compile of Block: the program compiles an instance of Net whole itself, at train.py:6: "
+            "torch.compile(Net()), and Net encloses Block: Net.__init__ builds Block through self.build() at "
+            "model.py:20: self.blocks = nn.ModuleList([Block() for _ in range(n)]); Dynamo traces Block.forward "
+            "inside that compile and inlines it") in err, err
+    assert "own_call: {regional: blocks}" in err, err
+
+
+@pytest.mark.parametrize("sub", [
+    # the subclass overrides the method Net.__init__ calls: its instance runs the override, which builds no Block
+    "class Sub(Net):\n    def build(self, n):\n        self.lin = nn.Linear(4, 4)\n",
+    # a mixin before Net that defines it
+    "class Mixin:\n    def build(self, n):\n        self.lin = nn.Linear(4, 4)\n\n\nclass Sub(Mixin, Net):\n    pass\n",
+])
+def test_a_subclass_that_overrides_the_method_that_builds_the_blocks_is_not_refused(tmp_path, capsys, sub):
+    train = TRAIN.replace("from model import Net", "from model import Sub").replace("Net()", "Sub()")
+    _rewrite(tmp_path, capsys, {"model.py": BUILT + "\n\n" + sub, "train.py": train}, ADD, 0)
+
+
+def test_a_subclass_that_inherits_init_and_the_method_is_refused(tmp_path, capsys):
+    train = TRAIN.replace("from model import Net", "from model import Sub").replace("Net()", "Sub()")
+    err = _rewrite(tmp_path, capsys, {"model.py": BUILT + "\n\nclass Sub(Net):\n    pass\n", "train.py": train}, ADD, 2)
+    assert "Sub encloses Block: Sub inherits Net.__init__; Net.__init__ builds Block through self.build() at model.py:20" \
+        in err, err

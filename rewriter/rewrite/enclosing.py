@@ -8,11 +8,12 @@ Dynamo traces a module called from inside a compiled frame, inlining a ``torch.c
 says which classes enclose a given one, read statically with LibCST:
 
 * a construction is a call in a class's own ``__init__`` (not in a function or ``lambda`` nested in
-  it: a factory, run who knows when) of a name LibCST's :class:`~libcst.metadata.QualifiedNameProvider`
-  resolves to one class defined at the top level of a file under SRC: the same file, or a module
-  imported from SRC (``from blocks import Block``, ``from .blocks import Block as B``, ``import
-  pkg.blocks as pb; pb.Block()``; an absolute import read from SRC's root and from beside the file,
-  as a script's flat import is);
+  it: a factory, run who knows when), or in a method of the class's own body that ``__init__``
+  calls on ``self`` where it runs (``self.build()``, one call deep: :func:`init_methods`), of a
+  name LibCST's :class:`~libcst.metadata.QualifiedNameProvider` resolves to one class defined at
+  the top level of a file under SRC: the same file, or a module imported from SRC (``from blocks
+  import Block``, ``from .blocks import Block as B``, ``import pkg.blocks as pb; pb.Block()``; an
+  absolute import read from SRC's root and from beside the file, as a script's flat import is);
 * held: the call is in what ``self.<attr>`` is set to (``self.block = Block()``, ``self.blocks =
   nn.ModuleList([Block() for _ in range(n)])``, ``nn.Sequential(*[Block() ...])``), appended or
   added to it (``self.blocks.append(Block())``, ``self.add_module("b", Block())``), or bound to a
@@ -24,21 +25,24 @@ says which classes enclose a given one, read statically with LibCST:
   ``super().__init__(...)``, the first base (resolved as a call is) past mixins of SRC that pass
   ``__init__`` on: ``class MyNet(Mixin, Net)`` runs ``Net.__init__`` where ``Mixin`` has no
   ``__init__`` of its own (or one that calls ``super().__init__(...)``) and no base but
-  :data:`PLAIN_BASES` (the method resolution order, :meth:`_Reader._along`). ``forward`` is inherited
-  the same way (:meth:`Enclosing.forward_heirs`);
+  :data:`PLAIN_BASES` (the method resolution order, :meth:`_Reader._along`). A construction in a
+  method ``__init__`` calls is inherited only by a subclass that runs that method too: neither it
+  nor a mixin passed on the way defines one of that name (:meth:`Enclosing._runs_method`).
+  ``forward`` is inherited the same way (:meth:`Enclosing.forward_heirs`);
 * enclosing is transitive (``Net`` builds ``Encoder``, which builds ``Block``), each class met once
   (a cycle of constructions or of bases ends there).
 
-Not read, so not enclosing (the reading is unsure, and a refusal must be sure): a class built by a
-factory function, ``getattr``, a config string or ``partial``; a class whose own ``__init__`` does
-not call its base's, or whose enclosing base comes after a base that is not such a mixin of SRC
-(a class of an installed library, one with an ``__init__`` of its own that does not call
-``super().__init__``, one with bases of its own); a class nested in another; a name bound to more
-than one class.
+Not read, so not enclosing (the reading is unsure, and a refusal must be sure): a class built in a
+method ``__init__`` calls that the class inherits rather than defines, or in a method that method
+calls in turn; a class built by a factory function, ``getattr``, a config string or ``partial``; a
+class whose own ``__init__`` does not call its base's, or whose enclosing base comes after a base
+that is not such a mixin of SRC (a class of an installed library, one with an ``__init__`` of its
+own that does not call ``super().__init__``, one with bases of its own); a class nested in another;
+a name bound to more than one class.
 The files to parse are found by their text first (a call of the class's name, or an import of it
 under another name, in the class's own file or one that names its module), so a transformers-sized
 SRC parses a handful of files per class, and of each only its imports, its top-level names and its
-``__init__``s go through LibCST's scope analysis (:func:`_skeleton`).
+``__init__``s (with the methods they call) go through LibCST's scope analysis (:func:`_skeleton`).
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ class Built:
             as a name (``self.add_module(name, ...)``).
         container: the class of that attribute where it is a :data:`CONTAINERS` one, else None.
         module: the parsed file of ``outer``.
+        via: the method of ``outer`` that ``__init__`` calls on ``self`` and whose body holds
+            ``stmt`` (``build`` of ``self.build()``), None where ``__init__`` holds it itself.
     """
 
     outer: ClassRef
@@ -89,6 +95,7 @@ class Built:
     attr: str | None
     container: str | None
     module: cst.Module
+    via: str | None = None
 
 
 class Enclosing:
@@ -107,6 +114,7 @@ class Enclosing:
         self._built: dict[str, dict[str, list[Built]]] = {}
         self._bases: dict[str, dict[str, ClassRef]] = {}
         self._forward_bases: dict[str, dict[str, ClassRef]] = {}
+        self._mixins: dict[str, dict[str, tuple[ClassRef, ...]]] = {}
         self._enclosers: dict[ClassRef, dict[ClassRef, list[Built]]] = {}
         self._positions: dict[int, Any] = {}
         self._texts: dict[str, bytes] | None = None
@@ -127,8 +135,10 @@ class Enclosing:
             while frontier:
                 inner = frontier.pop(0)  # breadth first: the shortest chain to each encloser
                 if inner != cls and ups[inner] < MAX_BASES:
+                    via = chains[inner][0].via
                     for heir in self._heirs(inner):
-                        if heir not in chains:  # its __init__ is inner's: it builds what inner builds
+                        if heir not in chains and (via is None or self._runs_method(heir, via)):
+                            # its __init__ is inner's: it builds what inner builds
                             chains[heir], ups[heir] = chains[inner], ups[inner] + 1
                             frontier.append(heir)
                 for rel in self._calling(inner):
@@ -195,6 +205,17 @@ class Enclosing:
         self._constructions(rel)
         return self._bases.get(rel, {}).get(name)
 
+    def _runs_method(self, heir: ClassRef, name: str) -> bool:
+        """Whether an instance of ``heir``, which inherits its ``__init__`` from a base, runs that
+        base's method ``name`` where the inherited ``__init__`` calls ``self.<name>()``: neither
+        ``heir`` nor a mixin passed on the way (:meth:`_Reader._along`) binds ``name`` (an
+        override, which the instance runs instead)."""
+        for ref in (heir, *self._mixins.get(heir[0], {}).get(heir[1], ())):
+            node = self.class_def(ref)
+            if node is None or _binds(node, {name}):
+                return False
+        return True
+
     def forward_heirs(self, cls: ClassRef) -> list[ClassRef]:
         """The classes of SRC that run class ``cls``'s ``forward``: each whose body defines no
         ``forward`` and whose first base (or first past mixins of SRC that define none,
@@ -253,12 +274,13 @@ class Enclosing:
     def _constructions(self, rel: str) -> dict[str, list[Built]]:
         """``{class name: what its __init__ builds and holds}`` for the top-level classes of ``rel``."""
         if rel not in self._built:
-            self._built[rel], self._bases[rel], self._forward_bases[rel] = {}, {}, {}
+            self._built[rel], self._bases[rel], self._forward_bases[rel], self._mixins[rel] = {}, {}, {}, {}
             module = self._module(rel)
             if module is None:
                 return self._built[rel]
             classes = [stmt for stmt in module.body if isinstance(stmt, cst.ClassDef)]
-            inits = {stmt.name.value: init for stmt in classes for init in own_init(stmt)}
+            inits = {stmt.name.value: [init, *init_methods(stmt, init)]
+                     for stmt in classes for init in own_init(stmt)}
             heirs = {stmt.name.value: how for stmt in classes if _bases(stmt) and (how := _init_runs(stmt)) is not False}
             runs = {stmt.name.value for stmt in classes if _bases(stmt) and not _defines_forward(stmt)}
             if inits or heirs or runs:
@@ -266,6 +288,7 @@ class Enclosing:
                 MetadataWrapper(_skeleton(module, inits), unsafe_skip_copy=True).visit(reader)
                 self._built[rel] = reader.found
                 self._bases[rel], self._forward_bases[rel] = reader.bases, reader.forward_bases
+                self._mixins[rel] = reader.mixins
         return self._built[rel]
 
     def resolve(self, rel: str, names: set[Any]) -> ClassRef | None:
@@ -284,16 +307,16 @@ class Enclosing:
         return found.pop() if len(found) == 1 else None
 
 
-def _skeleton(module: cst.Module, inits: dict[str, cst.FunctionDef]) -> cst.Module:
-    """``module`` with what binds its names and the ``__init__``s of ``inits`` (the same nodes), and
-    the bodies of its other functions and classes left out: what the qualified names of the calls
-    in those ``__init__``s depend on, at a fraction of the scope analysis of the whole file (a
+def _skeleton(module: cst.Module, inits: dict[str, list[cst.FunctionDef]]) -> cst.Module:
+    """``module`` with what binds its names and the methods of ``inits`` (each class's ``__init__``
+    and the methods it calls, :func:`init_methods`: the same nodes), and the bodies of its other
+    functions and classes left out: what the qualified names of the calls in those methods depend on, at a fraction of the scope analysis of the whole file (a
     modeling file's methods are most of it)."""
     stub = cst.IndentedBlock([cst.SimpleStatementLine([cst.Pass()])])
     body: list[cst.BaseStatement] = []
     for stmt in module.body:
         if isinstance(stmt, cst.ClassDef) and stmt.name.value in inits and isinstance(stmt.body, cst.IndentedBlock):
-            body.append(stmt.with_changes(body=stmt.body.with_changes(body=[inits[stmt.name.value]])))
+            body.append(stmt.with_changes(body=stmt.body.with_changes(body=inits[stmt.name.value])))
         elif isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
             body.append(stmt.with_changes(body=stub))  # binds its name; its body is not read
         else:
@@ -308,13 +331,40 @@ def own_init(cls: cst.ClassDef) -> list[cst.FunctionDef]:
     return inits[-1:]
 
 
-def _defines_forward(cls: cst.ClassDef) -> bool:
-    """Whether ``cls``'s body binds ``forward`` or ``__call__`` (a method, or an assignment
-    ``forward = ...``; one nested in a method counts too: the reading stays sure)."""
+def self_calls(init: cst.FunctionDef) -> list[str]:
+    """The names of the methods ``init`` calls on ``self`` where it runs (``self.build(2)``: not in a
+    nested ``def`` or ``lambda``, :func:`calls_run`), each once, sorted; ``__init__`` left out."""
+    called = {call.func.attr.value for call in calls_run(init.body)  # type: ignore[attr-defined]
+              if m.matches(call.func, m.Attribute(value=m.Name("self"), attr=m.Name()))}
+    return sorted(called - {"__init__"})
+
+
+def defined_method(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+    """The method ``name`` that ``cls``'s own body defines (the last ``def`` of it), else None."""
     body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
-    own = m.Name("forward") | m.Name("__call__")
+    defs = [s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == name]
+    return defs[-1] if defs else None
+
+
+def init_methods(cls: cst.ClassDef, init: cst.FunctionDef) -> list[cst.FunctionDef]:
+    """The methods of ``cls``'s own body that its ``__init__`` ``init`` calls on ``self``
+    (:func:`self_calls`): what an instance of ``cls`` runs one call deep into its ``__init__``
+    (a subclass's override is the subclass's: :meth:`Enclosing._runs_method`)."""
+    return [d for name in self_calls(init) if (d := defined_method(cls, name)) is not None]
+
+
+def _binds(cls: cst.ClassDef, names: set[str]) -> bool:
+    """Whether ``cls``'s body binds one of ``names`` (a method, or an assignment ``forward = ...``;
+    one nested in a method counts too: the reading stays sure)."""
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+    own = m.OneOf(*(m.Name(n) for n in names))
     return any(m.findall(stmt, m.FunctionDef(name=own) | m.AssignTarget(target=own) | m.AnnAssign(target=own))
                and not isinstance(stmt, cst.ClassDef) for stmt in body)
+
+
+def _defines_forward(cls: cst.ClassDef) -> bool:
+    """Whether ``cls``'s body binds ``forward`` or ``__call__`` (:func:`_binds`)."""
+    return _binds(cls, {"forward", "__call__"})
 
 
 def _bases(cls: cst.ClassDef) -> list[cst.BaseExpression]:
@@ -401,23 +451,25 @@ class _Reader(cst.CSTVisitor):
 
     METADATA_DEPENDENCIES = (QualifiedNameProvider,)
 
-    def __init__(self, reading: Enclosing, rel: str, module: cst.Module, inits: dict[str, cst.FunctionDef],
+    def __init__(self, reading: Enclosing, rel: str, module: cst.Module, inits: dict[str, list[cst.FunctionDef]],
                  heirs: dict[str, bool | int], runs: set[str]) -> None:
         super().__init__()
         self.reading, self.rel, self.module, self.heirs, self.runs = reading, rel, module, heirs, runs
-        self.owner = {id(init): name for name, init in inits.items()}
+        self.owner = {id(read[0]): name for name, read in inits.items()}
+        self.inits = inits
         self.found: dict[str, list[Built]] = {}
         self.bases: dict[str, ClassRef] = {}  # class of ``heirs`` -> the base whose __init__ it runs
         self.forward_bases: dict[str, ClassRef] = {}  # class of ``runs`` -> the base whose forward it runs
+        self.mixins: dict[str, tuple[ClassRef, ...]] = {}  # class of ``bases`` -> the mixins passed on the way
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         name, bases = node.name.value, _bases(node)
         how = self.heirs.get(name, False)
-        ref = self._along(bases, _passes_init_on) if how is True else (
-            self._resolved(bases[how]) if how is not False and how < len(bases) else None)
+        ref, mixins = self._along(bases, _passes_init_on) if how is True else (
+            (self._resolved(bases[how]), ()) if how is not False and how < len(bases) else (None, ()))
         if ref is not None:
-            self.bases[name] = ref
-        ref = self._along(bases, _passes_forward_on) if name in self.runs else None
+            self.bases[name], self.mixins[name] = ref, mixins
+        ref = self._along(bases, _passes_forward_on)[0] if name in self.runs else None
         if ref is not None:
             self.forward_bases[name] = ref
         return True
@@ -430,27 +482,29 @@ class _Reader(cst.CSTVisitor):
             return None
         return self.reading.resolve(self.rel, names) if names else None
 
-    def _along(self, bases: list[cst.BaseExpression], passes: Any) -> ClassRef | None:
-        """The class of SRC whose method a class with ``bases`` runs, found along them in order
-        (the method resolution order as far as the source says it): the first base, or the one
-        after mixins of SRC that ``passes`` lets the method past and that have only
-        :data:`PLAIN_BASES` (``class MyNet(Mixin, Net)``, ``Mixin`` without an ``__init__`` of its
-        own: ``Net``'s); None where a base before it is not read (a class of an installed
-        library)."""
+    def _along(self, bases: list[cst.BaseExpression], passes: Any) -> tuple[ClassRef | None, tuple[ClassRef, ...]]:
+        """``(the class of SRC whose method a class with ``bases`` runs, the mixins passed before
+        it)``, found along them in order (the method resolution order as far as the source says
+        it): the first base, or the one after mixins of SRC that ``passes`` lets the method past and
+        that have only :data:`PLAIN_BASES` (``class MyNet(Mixin, Net)``, ``Mixin`` without an
+        ``__init__`` of its own: ``Net``'s); None where a base before it is not read (a class of an
+        installed library)."""
+        passed: list[ClassRef] = []
         for i, base in enumerate(bases):
             ref = self._resolved(base)
             if ref is None:
-                return None
+                return None, ()
             mixin = self.reading.class_def(ref) if i < len(bases) - 1 else None
             if mixin is None or not passes(mixin) or not _plain_bases(mixin):
-                return ref
-        return None
+                return ref, tuple(passed)
+            passed.append(ref)
+        return None, ()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         name = self.owner.get(id(node))
         if name is not None:
-            self._read_init(name, node)
-        return False  # nothing else is read: methods, nested functions
+            self._read_init(name, node, self.inits[name][1:])
+        return False  # nothing else is read here: the methods __init__ calls are read with it
 
     def _classes(self, stmt: cst.CSTNode) -> list[ClassRef]:
         """The classes of SRC ``stmt`` builds (its calls that resolve to one, :meth:`Enclosing.resolve`)."""
@@ -465,14 +519,28 @@ class _Reader(cst.CSTVisitor):
                 out.append(ref)
         return out
 
-    def _read_init(self, name: str, init: cst.FunctionDef) -> None:
-        """The constructions of class ``name``'s ``__init__``: held on ``self`` directly, or through
-        a local name a value set on ``self`` names."""
+    def _read_init(self, name: str, init: cst.FunctionDef, methods: list[cst.FunctionDef]) -> None:
+        """The constructions of class ``name``'s ``__init__`` and of the ``methods`` it calls on
+        ``self`` (:func:`init_methods`): held on ``self`` directly, or through a local name (of the
+        same function) a value set on ``self`` names."""
         outer = (self.rel, name)
-        held: list[tuple[cst.CSTNode, str | None, cst.BaseExpression | None, list[ClassRef]]] = []
-        local: dict[str, list[ClassRef]] = {}
+        held: list[tuple[cst.CSTNode, str | None, cst.BaseExpression | None, list[ClassRef], str | None]] = []
         kinds: dict[str, str] = {}
-        for line in _lines(init.body):
+        for func, via in [(init, None), *((meth, meth.name.value) for meth in methods)]:
+            self._read_body(func, via, held, kinds)
+        built: list[Built] = []
+        for stmt, attr, value, refs, via in held:
+            for ref in dict.fromkeys(refs):
+                built.append(Built(outer, ref, stmt, attr, kinds.get(attr) if attr else None, self.module, via))
+        self.found[name] = built
+
+    def _read_body(self, func: cst.FunctionDef, via: str | None, held: list[Any], kinds: dict[str, str]) -> None:
+        """Add to ``held`` what ``func``'s body (``via``: its name, None for ``__init__``) holds on
+        ``self`` (``(statement, attribute, value, classes built, via)``), and to ``kinds`` the
+        container class of each attribute it sets to one."""
+        local: dict[str, list[ClassRef]] = {}
+        mine: list[tuple[cst.CSTNode, str | None, cst.BaseExpression | None, list[ClassRef]]] = []
+        for line in _lines(func.body):
             for small in line.body:
                 targets: list[cst.BaseExpression] = []
                 value: cst.BaseExpression | None = None
@@ -491,19 +559,15 @@ class _Reader(cst.CSTVisitor):
                         kinds.setdefault(attr, _container(value))  # type: ignore[arg-type]
                     if m.matches(target, m.Name("self")):  # self.add_module("name", Block())
                         key = value.args[0].value if isinstance(value, cst.Call) and value.args else None
-                        held.append((small, key.evaluated_value if isinstance(key, cst.SimpleString) else None,  # type: ignore[arg-type]
+                        mine.append((small, key.evaluated_value if isinstance(key, cst.SimpleString) else None,  # type: ignore[arg-type]
                                      None, self._classes(value)))
                     elif attr is not None:
-                        held.append((small, attr, value, self._classes(value)))
+                        mine.append((small, attr, value, self._classes(value)))
                     elif isinstance(target, cst.Name):
                         local.setdefault(target.value, []).extend(self._classes(value))
-        built: list[Built] = []
-        for stmt, attr, value, refs in held:
+        for stmt, attr, value, refs in mine:
             named = {n.value for n in m.findall(value, m.Name())} if value is not None else set()
-            refs = refs + [r for n in named & set(local) for r in local[n]]
-            for ref in dict.fromkeys(refs):
-                built.append(Built(outer, ref, stmt, attr, kinds.get(attr) if attr else None, self.module))
-        self.found[name] = built
+            held.append((stmt, attr, value, refs + [r for n in named & set(local) for r in local[n]], via))
 
 
 def _lines(block: cst.BaseSuite) -> list[cst.SimpleStatementLine | cst.SimpleStatementSuite]:

@@ -225,8 +225,9 @@ def _init_sets(definitions: dict[str, list[Any]], name: str, attr: str, below: t
     where it runs (``self.build()``, not in a nested ``def`` or ``lambda``) counts where that
     method's own body sets it, one call deep: the method the instance runs, looked up in the
     subclasses ``below`` (the instance's class first), then ``name`` and its bases in
-    ``definitions`` (:func:`_method`)."""
-    from .enclosing import calls_run, own_init
+    ``definitions`` (:func:`_method`); the calls read as :mod:`.enclosing` reads them
+    (:func:`.enclosing.self_calls`)."""
+    from .enclosing import own_init, self_calls
 
     if name not in definitions or definitions[name][-1].kind != "class":
         return False
@@ -234,9 +235,7 @@ def _init_sets(definitions: dict[str, list[Any]], name: str, attr: str, below: t
     for init in own_init(node):
         if _assigned(init, attr):
             return True
-        called = {call.func.attr.value for call in calls_run(init.body)  # type: ignore[attr-defined]
-                  if m.matches(call.func, m.Attribute(value=m.Name("self"), attr=m.Name()))}
-        for meth in sorted(called - {"__init__"}):
+        for meth in self_calls(init):
             found = _method((*below, node), definitions, meth)
             if found is not None and _assigned(found, attr):
                 return True
@@ -248,11 +247,12 @@ def _method(classes: tuple[cst.ClassDef, ...], definitions: dict[str, list[Any]]
     """The method ``name`` an instance of ``classes[0]`` runs: the last definition in the first of
     ``classes`` (subclass first) whose body defines it, else in the bases of the last of them that
     ``definitions`` holds, depth first; None where none of those defines it."""
+    from .enclosing import defined_method
+
     for cls in classes:
-        body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
-        defs = [s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == name]
-        if defs:
-            return defs[-1]
+        found = defined_method(cls, name)
+        if found is not None:
+            return found
     for base in classes[-1].bases if classes else ():
         written = cst.Module(body=[]).code_for_node(base.value)
         if written in definitions and definitions[written][-1].kind == "class" and written not in seen:
@@ -664,15 +664,17 @@ def _enclosed(reading: ProgramCompiles, adds: dict[tuple[str, str], Any]) -> dic
 
 def builds(reading: ProgramCompiles, chain: list[Any], outer: str | None = None) -> str:
     """How class ``outer`` encloses the innermost class of ``chain``, one construction a step:
-    ``Net.__init__ builds Block at model.py:14: self.blocks = nn.ModuleList(...)``, with ``MyNet
-    inherits Net.__init__`` where a class's ``__init__`` is its base's (``outer`` unset: the
-    outermost construction's class)."""
+    ``Net.__init__ builds Block at model.py:14: self.blocks = nn.ModuleList(...)`` (``builds Block
+    through self.build() at`` where a method ``__init__`` calls holds it), with ``MyNet inherits
+    Net.__init__`` where a class's ``__init__`` is its base's (``outer`` unset: the outermost
+    construction's class)."""
     outer = outer or chain[0].outer[1]
     steps: list[str] = []
     for b in chain:
         if b.outer[1] != outer:
             steps.append(f"{outer} inherits {b.outer[1]}.__init__")
-        steps.append(f"{b.outer[1]}.__init__ builds {b.inner[1]} at {reading.built_where(b)}: "
+        through = f" through self.{b.via}()" if b.via else ""
+        steps.append(f"{b.outer[1]}.__init__ builds {b.inner[1]}{through} at {reading.built_where(b)}: "
                      f"{' '.join(cst.Module([]).code_for_node(b.stmt).split())[:100]}")
         outer = b.inner[1]
     return "; ".join(steps)
