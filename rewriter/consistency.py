@@ -84,6 +84,12 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
   holds them in ``self.blocks``), or instances of a class that builds them: each block would be
   compiled twice, and one of the two compiles gets no graph (:func:`check_regional_blocks`). The
   refusal names both actions and which one to keep.
+* a ``compile`` (not ``own_call``, not ``strategy: nested``) of ``Block`` whose instances a loop of
+  the program compiles each in place itself (``for layer in model.layers: layer.compile()``,
+  ``model.layers[i] = torch.compile(layer)``, ``for m in model.modules(): if isinstance(m, Block):
+  m.compile()``), or instances of a class that builds them: the same double compile as beside a
+  regional edit, one of the two dead (:func:`check_program_loops`). The refusal names the loop's
+  ``file:line`` and the ways through: drop the action, or turn the loop's compile off.
 * a ``compile`` (not ``own_call``) of a block class the program compiles itself with
   ``model.compile_repeated_blocks(...)`` (a class named in a ``_repeated_blocks`` list that SRC or
   the library target's own file declares), or of the model class that declares it: the blocks would
@@ -765,6 +771,110 @@ def _refuse_twice_compiled(loaded: LoadedPlan, reading: Any, c: Bound, o: Bound,
         f"each {walked}'s compile and inlines it, so this compile and its options would never be used",
         hint=f"keep the regional edit of actions[{o.index}]: drop this action (each {walked} compiled in place "
              f"compiles its {inner} with it)",
+    )
+
+
+def check_program_loops(loaded: LoadedPlan, bounds: list[Bound], parse: Any, reading: Any) -> None:
+    """Refuse a ``compile`` (not ``own_call``, not ``strategy: nested``) of a class ``Block`` (or its
+    ``forward``) whose instances a loop of the program compiles itself, each in place
+    (``for layer in model.layers: layer.compile()``, ``model.layers[i] = torch.compile(layer)``,
+    torchtune's ``for m in model.modules(): if isinstance(m, Block): m.compile()``;
+    :meth:`.rewrite.regional_path.ProgramCompiles.loops`), or instances of a class that encloses
+    them: each block would be compiled twice and one of the two compiles is dead, as beside the
+    loop an ``own_call: {regional: ...}`` edit writes (:func:`check_regional_blocks`; pinned with
+    :class:`torch._dynamo.testing.CompileCounter` on CPU torch in
+    tests/test_compile_of_a_class_a_program_loop_compiles.py). The loop's container is matched
+    against the model class's constructions as a regional path is
+    (:func:`.rewrite.regional_path.regional_of`); a subclass that inherits ``Block.forward``
+    counts as a ``Block``. Not read: a loop in a function the plan's ``own_call`` turns off
+    (``disable: true``), a call with ``disable=True``, a call ``reading`` leaves out
+    (:attr:`.rewrite.regional_path.ProgramCompiles.measured`), a class the source does not say.
+
+    Raises:
+        StackpartError: at the compile of ``Block``'s plan line, naming the loop's ``file:line``,
+            the constructions, and the ways through (drop this action, or turn the loop's compile
+            off).
+    """
+    from .rewrite.regional_path import each_class, regional_of
+
+    if reading is None or not reading.compiles_any():
+        return
+    adds = [b for b in bounds if isinstance(b.action, CompileAction) and b.action.own_call is None
+            and b.action.strategy != "nested" and not b.action.library
+            and (b.target.qualname.count(".") == 0 or b.target.qualname.endswith(".forward"))
+            and b.target.qualname.count(".") <= 1]
+    if not adds:
+        return
+    off = {b.key for b in bounds if isinstance(b.action, CompileAction) and b.action.own_call is not None
+           and b.action.own_call.disable is True}
+    parsed = {c.target.relpath: c.module for c in adds}
+    for c in adds:
+        inner = (c.target.relpath, c.target.qualname.split(".")[0])
+        runs = [inner, *reading.forward_heirs(inner)]  # a subclass that inherits the decorated forward
+        enclosers: dict[tuple[str, str], list[Any]] = {}
+        for cls in runs:
+            for outer, chain in reading.enclosers(cls, parsed).items():
+                enclosers.setdefault(outer, chain)
+        defined: dict[str, set[str]] = {}
+        for rel, name in [*runs, *enclosers]:
+            defined.setdefault(name, set()).add(rel)
+        for e in reading.loops(set(defined), defined):
+            where = reading.where(e)
+            if (e.rel, e.qual) in off or where in reading.measured:
+                continue
+            cls = each_class(e, parse)
+            if cls is None:
+                continue
+            if e.path is None:  # isinstance(m, C): each C the model holds
+                chain = [] if cls in runs else enclosers.get(cls)
+                if chain is None:
+                    continue
+                _refuse_loop_compiled(loaded, reading, c, e, where, inner[1], cls[1], chain, f"each {cls[1]} its model holds")
+            else:  # model.<path>: the container's class, then what it encloses
+                path = reading.walked(cls, e.path)
+                if not path or regional_of(path) != e.path:
+                    continue
+                walked = path[-1].inner
+                rest = [] if walked in runs else enclosers.get(walked)
+                if rest is None:
+                    continue
+                _refuse_loop_compiled(loaded, reading, c, e, where, inner[1], walked[1], path + rest,
+                                      f"each {walked[1]} of {cls[1]}.{e.path}", len(path))
+
+
+def _refuse_loop_compiled(loaded: LoadedPlan, reading: Any, c: Bound, e: Any, where: str, inner: str, walked: str,
+                          chain: list[Any], what: str, steps: int = 0) -> None:
+    """The refusal of :func:`check_program_loops`: ``c`` compiles ``inner``, and the program's loop
+    ``e`` (at ``where``) compiles ``what`` (each ``walked``; ``chain``: the constructions from the
+    model down to ``inner``, its first ``steps`` the container walked), whose innermost class is
+    ``inner`` or a subclass that inherits its ``forward``.
+
+    Raises:
+        StackpartError: always, at ``c``'s plan line.
+    """
+    from .rewrite.regional_path import builds
+
+    heir = chain[-1].inner[1] if chain else walked
+    built = f" ({builds(reading, chain)})" if chain else ""
+    head = (f"compile of {inner}: the program compiles {what} in place itself, in a loop at {where}: "
+            f"{_code(e.node)}{built}")
+    off = (f"action compile, target {e.rel}::{e.qual}, own_call: {{disable: true}}" if e.qual is not None and e.alone
+           else "by hand")
+    ways = f"keep one: drop this action (the program's loop compiles each {walked}), or turn the loop's compile off ({off})"
+    if steps == len(chain) or not chain:  # the loop compiles the blocks themselves
+        also = " too" if heir == inner else f", whose forward {heir} inherits"
+        dead = ("the loop's torch.compile wrapper traces it and inlines it, so this compile and its options would never "
+                "be used" if e.wraps else
+                f"this action's decorated {inner}.forward receives every graph while the loop's compile receives none")
+        raise loaded.error(c.index, f"{head}, and this action compiles {inner}{also}: "
+                           f"each block is compiled twice, and {dead}", hint=ways)
+    raise loaded.error(
+        c.index,
+        f"{head}, and {walked} encloses {heir}{'' if heir == inner else f', a subclass of {inner} that inherits its forward'}: "
+        f"Dynamo traces {inner}.forward inside each {walked}'s compile and inlines it, so this compile and its options "
+        "would never be used",
+        hint=f"drop this action (each {walked} the loop compiles compiles its {inner} with it), or turn the loop's "
+             f"compile off ({off})",
     )
 
 

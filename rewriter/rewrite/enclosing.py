@@ -205,6 +205,22 @@ class Enclosing:
         self._constructions(rel)
         return self._bases.get(rel, {}).get(name)
 
+    def held(self, cls: ClassRef, attr: str) -> list[Built]:
+        """The constructions an instance of class ``cls`` holds on ``self.<attr>``: its own
+        ``__init__``'s (or a method's it calls), else those of the base whose ``__init__`` it runs
+        (:meth:`base_of`), at most :data:`MAX_BASES` up; one in a method a class on the way
+        overrides (:meth:`_runs_method`) left out. None where the source does not say it."""
+        below: list[ClassRef] = []
+        current: ClassRef | None = cls
+        while current is not None and current not in below and len(below) <= MAX_BASES:
+            found = [b for b in self._constructions(current[0]).get(current[1], []) if b.attr == attr]
+            found = [b for b in found if b.via is None or all(self._runs_method(k, b.via) for k in below)]
+            if found:
+                return found
+            below.append(current)
+            current = self.base_of(current)
+        return []
+
     def _runs_method(self, heir: ClassRef, name: str) -> bool:
         """Whether an instance of ``heir``, which inherits its ``__init__`` from a base, runs that
         base's method ``name`` where the inherited ``__init__`` calls ``self.<name>()``: neither

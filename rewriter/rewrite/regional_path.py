@@ -408,6 +408,36 @@ class WholeCall:
     unused: str | None
 
 
+@dataclass(frozen=True)
+class EachCall:
+    """One of the program's compile calls in a ``for`` loop that compiles each module the loop walks
+    (:meth:`ProgramCompiles.loops`): in place, ``for layer in model.layers: layer.compile()``, or a
+    wrapper assigned back, ``model.layers[i] = torch.compile(layer)``; over a container of a model
+    the function builds (``model = Net()``), or over ``model.modules()`` filtered by ``isinstance``
+    (torchtune's ``for m in model.modules(): if isinstance(m, Layer): m.compile()``).
+
+    Attributes:
+        rel, qual, alone, module, scope, node, call: as :class:`WholeCall`'s.
+        written: a class name as the call's file writes it: the model's whose container the loop
+            walks (``Net``), or the one ``isinstance`` names (``Layer``).
+        path: the attribute path of the container walked (``layers``, ``encoder.layers``); None for
+            the ``isinstance`` form, which compiles each instance of ``written`` the model holds.
+        wraps: the call is ``torch.compile(layer)`` (an ``OptimizedModule`` wrapper), not
+            ``layer.compile()``.
+    """
+
+    rel: str
+    qual: str | None
+    alone: bool
+    written: str
+    path: str | None
+    wraps: bool
+    module: cst.Module
+    scope: Any
+    node: Any
+    call: cst.Call
+
+
 @dataclass
 class ProgramCompiles:
     """The program's own whole-model compile calls of an instance of a class, in any file under
@@ -445,18 +475,28 @@ class ProgramCompiles:
         hundreds of files and a model's class name in a few). ``defined``: for a name, the files
         that define its class; a file writes it only where it is one of them or names its module
         (:func:`rewriter.src_names.module_stem`), as the class is read from the call (:func:`_class_attrs`)."""
+        return [w for whole, _ in self._read(names, defined) for w in whole if w.made in names]
+
+    def loops(self, names: set[str], defined: dict[str, set[str]] | None = None) -> list[EachCall]:
+        """Every compile call of SRC in a ``for`` loop that compiles each module it walks
+        (:class:`EachCall`), in the files whose text names a class of ``names`` (``defined``: as for
+        :meth:`calls`): the loop's model class, or the class its ``isinstance`` names, is read from
+        such a name. Files read and parsed once, shared with :meth:`calls`."""
+        return [e for _, each in self._read(names, defined) for e in each]
+
+    def _read(self, names: set[str], defined: dict[str, set[str]] | None) -> list[tuple[list[WholeCall], list[EachCall]]]:
+        """The calls of each file of :meth:`_texts` that writes a name of ``names`` (:meth:`calls`),
+        each file parsed once (:func:`_whole_calls`)."""
         from ..src_names import module_stem
 
-        parsed: dict[str, list[WholeCall]] = self.cache.setdefault("parsed", {})
+        parsed: dict[str, tuple[list[WholeCall], list[EachCall]]] = self.cache.setdefault("parsed", {})
         defined = defined or {}
-        out: list[WholeCall] = []
         for rel, text in self._texts().items():
             if rel not in parsed and any(re.search(rf"\b{re.escape(n)}\b", text) and (
                     n not in defined or rel in defined[n]
                     or any(re.search(rf"\b{re.escape(module_stem(d))}\b", text) for d in defined[n])) for n in names):
                 parsed[rel] = _whole_calls(rel, text, self._all())
-            out += [w for w in parsed.get(rel, ()) if w.made in names]
-        return out
+        return [parsed[rel] for rel in self._texts() if rel in parsed]
 
     def compiles_any(self) -> bool:
         """Whether any file under SRC writes a compile call at all (by its text)."""
@@ -482,6 +522,22 @@ class ProgramCompiles:
             self.cache["enclosing"] = Enclosing(self.src, MAX_FILES)
         return self.cache["enclosing"].forward_heirs(cls)
 
+    def walked(self, cls: tuple[str, str], path: str) -> list[Any] | None:
+        """The constructions from class ``cls`` down the attribute ``path`` (``encoder.layers``), one
+        a part (:meth:`rewriter.rewrite.enclosing.Enclosing.held`), where each part holds instances
+        of one class; None where the source does not say it."""
+        from .enclosing import Enclosing
+
+        if "enclosing" not in self.cache:
+            self.cache["enclosing"] = Enclosing(self.src, MAX_FILES)
+        chain: list[Any] = []
+        for part in path.split("."):
+            held = self.cache["enclosing"].held(chain[-1].inner if chain else cls, part)
+            if len({b.inner for b in held}) != 1:
+                return None
+            chain.append(held[0])
+        return chain
+
     def built_where(self, built: Any) -> str:
         """``file.py:line`` of a construction :meth:`enclosers` found."""
         return self.cache["enclosing"].where(built)
@@ -501,7 +557,7 @@ class ProgramCompiles:
             self.cache["all"] = SourceTexts(self.src)
         return self.cache["all"]
 
-    def where(self, c: WholeCall) -> str:
+    def where(self, c: "WholeCall | EachCall") -> str:
         """``file.py:line`` of call ``c`` (``file.py`` where it has no position), positions resolved
         once per file."""
         from libcst.metadata import MetadataWrapper, PositionProvider
@@ -539,10 +595,11 @@ def _compile_texts(src: Path) -> dict[str, str]:
     return out
 
 
-def _whole_calls(rel: str, text: str, texts: Any) -> list[WholeCall]:
+def _whole_calls(rel: str, text: str, texts: Any) -> tuple[list[WholeCall], list[EachCall]]:
     """The calls of :class:`ProgramCompiles` in one file (``rel`` under ``src``, its ``text``):
     each compile call of an instance of a class whose result is kept, in each function (and at
-    each top level); none where the file does not parse. ``texts``: SRC's texts
+    each top level), and each compile of the modules a ``for`` loop walks (:func:`_each_call`);
+    none where the file does not parse. ``texts``: SRC's texts
     (:class:`rewriter.compile_facts.SourceTexts`), read where a result's use is asked."""
     from ..actions.base import imported_names
     from ..actions.own_call import OwnCallRefused, find_sites, module_sites, statement_of
@@ -550,10 +607,11 @@ def _whole_calls(rel: str, text: str, texts: Any) -> list[WholeCall]:
     from ..source import parse_module
 
     out: list[WholeCall] = []
+    each: list[EachCall] = []
     try:
         module = parse_module(text, rel)
     except StackpartError:
-        return out
+        return out, each
     imports = imported_names(module)
     for qual, scope in _scopes(module):
         try:
@@ -572,6 +630,78 @@ def _whole_calls(rel: str, text: str, texts: Any) -> list[WholeCall]:
                 unused = unused_result(scope, stmt, call, texts) if site.kind == "call" else None
                 out.append(WholeCall(rel, qual, len(sites) == 1, _class_name(module, written, rel, (scope, call)), written, module, scope,
                                      site.node, call, unused))
+            else:
+                for written, path in _each_call(scope, site, stmt):
+                    each.append(EachCall(rel, qual, len(sites) == 1, written, path, site.kind == "call", module, scope,
+                                         site.node, call))
+    return out, each
+
+
+#: What a loop's iterable is peeled of to reach the container: ``enumerate(model.layers)``,
+#: ``model.layers.children()``.
+_WRAPPING = {"enumerate", "list", "reversed", "tuple"}
+_VIEWS = {"children", "named_children", "values", "items"}
+_ALL_MODULES = {"modules", "named_modules"}
+
+
+def _each_call(scope: Any, site: Any, stmt: Any) -> list[tuple[str, str | None]]:
+    """``(class name as written, container path or None)`` for a compile at ``site`` (in ``scope``'s
+    own body, its statement ``stmt``) of the name a ``for`` loop around it binds to each module it
+    walks (the last name of its target: ``for i, layer in enumerate(...)``): ``layer.compile()``,
+    or ``torch.compile(layer)`` assigned to a subscript or attribute (into the container); the loop
+    over ``<name>.<path>`` where ``<name>`` is bound to an instance of a class before it
+    (:func:`_bound_by_call`), or over ``<model>.modules()`` with the call under ``if isinstance(<name>,
+    C)`` (one entry per class named). Nothing for any other form: a result bound to a plain name,
+    a loop over something else, a class the source does not say."""
+    call = site.call
+    if site.kind == "method":
+        owner = call.func.value if isinstance(call.func, cst.Attribute) else None
+    elif site.kind == "call" and isinstance(stmt, cst.Assign) and all(
+            isinstance(t.target, (cst.Subscript, cst.Attribute)) for t in stmt.targets):
+        owner = call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None
+    else:
+        return []
+    if not isinstance(owner, cst.Name):
+        return []
+    loops = [f for f in m.findall(scope, m.For()) if m.findall(f.body, m.MatchIfTrue(lambda n: n is call))]
+    if not loops:
+        return []
+    loop = loops[-1]  # the innermost
+    target = loop.target.elements[-1].value if isinstance(loop.target, cst.Tuple) and loop.target.elements else loop.target
+    if not m.matches(target, m.Name(owner.value)):
+        return []
+    it: cst.BaseExpression = loop.iter
+    while isinstance(it, cst.Call) and m.matches(it.func, m.Name()) and it.func.value in _WRAPPING and it.args:  # type: ignore[attr-defined]
+        it = it.args[0].value
+    if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value in _ALL_MODULES:
+        return [(name, None) for name in _isinstance_names(loop, call, owner.value)]
+    if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value in _VIEWS:
+        it = it.func.value
+    parts: list[str] = []
+    while isinstance(it, cst.Attribute):
+        parts.insert(0, it.attr.value)
+        it = it.value
+    if not parts or not isinstance(it, cst.Name):
+        return []
+    made = _bound_by_call(scope, it.value, loop)
+    return [(made, ".".join(parts))] if made is not None else []
+
+
+def _isinstance_names(loop: cst.For, call: cst.Call, name: str) -> list[str]:
+    """The classes (as written) of the ``if isinstance(<name>, C)`` (or ``(C, D)``) in ``loop``'s
+    body that holds ``call``, innermost first; none where no such ``if`` holds it."""
+    out: list[str] = []
+    for test in m.findall(loop.body, m.If()):
+        if not m.findall(test.body, m.MatchIfTrue(lambda n: n is call)):
+            continue
+        cond = test.test
+        if not (m.matches(cond, m.Call(func=m.Name("isinstance"), args=[m.Arg(m.Name(name)), m.Arg()]))):
+            continue
+        cls = cond.args[1].value  # type: ignore[attr-defined]
+        for el in (e.value for e in cls.elements) if isinstance(cls, cst.Tuple) else (cls,):
+            written = get_full_name_for_node(el)
+            if written is not None:
+                out.append(written)
     return out
 
 
@@ -660,6 +790,14 @@ def _enclosed(reading: ProgramCompiles, adds: dict[tuple[str, str], Any]) -> dic
                 for outer, chain in reading.enclosers(runs, parsed).items():
                     out.setdefault(outer, (c, chain))
     return out
+
+
+def each_class(e: EachCall, parse: Any) -> ClassRef | None:
+    """The class of SRC that ``e.written`` names in its file (read as :func:`model_class` reads a
+    compiled class: :func:`_class_attrs`, ``parse`` as :func:`check`'s), None where the source
+    does not say it."""
+    found = _class_attrs(e.written, e.rel, e.module, collect_definitions(e.module), parse, (e.scope, e.call))
+    return (found[1], found[0]) if found is not None else None
 
 
 def builds(reading: ProgramCompiles, chain: list[Any], outer: str | None = None) -> str:

@@ -221,6 +221,7 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
         regional_path.ProgramCompiles(src) if read_src else None)
     regional_path.check_compiled_whole(loaded, bounds, parse, reading)
     consistency.check_regional_blocks(loaded, bounds, parse, reading)
+    consistency.check_program_loops(loaded, bounds, parse, reading)
     result.key_changes = checkpoint_keys.key_changes(bounds)
     site_at = _resolve_site(loaded, files) if library else None
     generated: dict[str, str] = {}
