@@ -53,12 +53,16 @@ class Candidate:
         plan: the plan (harness and amortization included), as diagnose would write it.
         notes: the planner's statements about it.
         rule: True for the ladder's own proposal (what the rules alone would have written).
+        rule_dropped: the actions of the rules' proposal the search dropped before this candidate
+            (a compile the program's own compile strikes, :func:`.candidates.compose`): with any,
+            this candidate is what is left of the proposal, not the proposal.
     """
 
     name: str
     plan: Plan
     notes: list[str] = field(default_factory=list)
     rule: bool = False
+    rule_dropped: list[Any] = field(default_factory=list)
 
     @property
     def compiles(self) -> bool:

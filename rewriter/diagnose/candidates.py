@@ -483,20 +483,24 @@ class _Proposals:
             p.scope = replace(p.scope, whole=[], whole_only=None if path is not None else (p.stand, why))
         return p
 
-    def add(self, name: str, decision: Any, rule: bool = False) -> None:
+    def add(self, name: str, decision: Any, rule: bool = False, made: Plan | None = None) -> None:
         """Propose ``decision``'s plan as ``name`` (once per action set; a second name of one set
-        only marks it the rule's), composed with the program's own compiles."""
+        only marks it the rule's), composed with the program's own compiles. ``made``: the rules'
+        proposal as the rules made it, where ``decision`` is already a part of it; the actions
+        of ``made`` the composed plan lacks are the candidate's ``rule_dropped``."""
         plan, why = compose(decision.plan, self.scope, rule)
+        dropped = [a for a in (made or decision.plan).actions if plan is None or a not in plan.actions] if rule else []
         for reason in why:
             self.conflicts.setdefault(reason, []).append("the rule's proposal" if rule and name == "rule" else name)
         if plan is None:
             return
         if not rule and any(a.action == "compile" for a in decision.plan.actions) and not any(a.action == "compile" for a in plan.actions):
             name = _named(AS_IS, plan)  # the program's own compile, plus what composes with it
-        cand = Candidate(name, plan, list(decision.notes), rule)
+        cand = Candidate(name, plan, list(decision.notes), rule, dropped)
         for other in self.out:
             if other.key() == cand.key():
-                other.rule = other.rule or rule
+                if rule:
+                    other.rule, other.rule_dropped = True, dropped
                 return
         cand.name = _unique(cand, self.out)
         self.out.append(cand)
@@ -813,10 +817,11 @@ def _rule(p: _Proposals, proposal: Any, own: list[str]) -> None:
     """The rule's proposal (one of the above, same actions, or its own candidate), and the same
     without its ``kernel`` action where it has one (the kernel is measured, not assumed)."""
     # a whole-model proposal on top of the program's own compile is the second compile pruned above
+    made = proposal.plan
     if own and any(a.action == "compile" and a.strategy == "whole" for a in proposal.plan.actions):
         kept = [a for a in proposal.plan.actions if not (a.action == "compile" and a.strategy == "whole")]
         proposal = type(proposal)(proposal.plan.model_copy(update={"actions": kept}), proposal.notes)
-    p.add("rule", proposal, rule=True)
+    p.add("rule", proposal, rule=True, made=made)
     if any(a.action == "kernel" for a in proposal.plan.actions) and any(a.action == "compile" for a in proposal.plan.actions):
         plain = proposal.plan.model_copy(update={"actions": [a for a in proposal.plan.actions if a.action != "kernel"]})
         unit = "whole" if any(a.action == "compile" and a.strategy == "whole" for a in plain.actions) else "per-block"

@@ -163,12 +163,23 @@ def candidates_markdown(search: RungResult | None) -> list[str]:
                 _cell(r.get("step_ms_per_shape", {}).get(k)) + (f" ({' / '.join(f'{x:.3f}' for x in procs[k])})" if k in procs else "")
                 for k in shapes) + " |")
     lines += ["", "Actions per candidate:", ""]
-    lines += [f"- **{r['candidate']}**{' (the rule' + chr(39) + 's proposal)' if r.get('rule') else ''}"
+    lines += [f"- **{r['candidate']}**{_rule_label(r)}"
               f"{' (the baseline: ' + r['baseline'] + ')' if r.get('baseline') else ''}: "
               + ("; ".join(f"`{a}`" for a in r["actions"]) or "no action") for r in m["candidates"]]
     if m.get("pruned"):
         lines += ["", "Pruned by evidence:", ""] + [f"- {p}" for p in merge(m["pruned"])]
     return lines + [""]
+
+
+def _rule_label(row: dict[str, Any]) -> str:
+    """`` (the rule's proposal)`` on the row that is the rules' proposal as they made it; on a row
+    that is what is left of it once the search dropped some of its actions, those actions named."""
+    if row.get("rule"):
+        return " (the rule's proposal)"
+    if row.get("rule_dropped"):
+        said = ", ".join(f"`{t}`" for t in row["rule_dropped"])
+        return f" (the rule proposed {said}, pruned: see below; this row is what is left of it)"
+    return ""
 
 
 #: The terminal's narrower table (fits 80 columns): (header, row key).

@@ -166,8 +166,10 @@ class SearchOutcome:
                 "actions": ([f"the program's own{self._unrun()}: {x}" for x in self.own_setup + self.own_off_setup]
                             + [f"seen at run time: {x}" for x in self.runtime_setup]
                             if c.name == AS_IS else []) + [action_text(a) for a in c.plan.actions],
-                # where the program's compile raises, as-is is the baseline with compilation off, nobody's proposal
-                "rule": c.rule and not (c.name == AS_IS and self.as_is_raises),
+                # where the program's compile raises, as-is is the baseline with compilation off, nobody's
+                # proposal; a row the search dropped actions of the proposal from is not the proposal
+                "rule": c.rule and not c.rule_dropped and not (c.name == AS_IS and self.as_is_raises),
+                "rule_dropped": [action_text(a) for a in c.rule_dropped] if c.rule else [],
                 "baseline": "the program with compilation off" if c.name == AS_IS and self.as_is_raises else None,
                 "step_ms": None if r.get("step_ms") is None else round(r["step_ms"], 4),
                 "step_ms_per_shape": per_shape,
