@@ -209,3 +209,24 @@ def test_blocks_run_inside_compiled_free_functions_get_no_second_compile(tmp_pat
     assert said and "2 of 2 Block instance(s) ran inside the program's own compiled code at run time" in said[0], m["pruned"]
     assert "generate.py:21: torch.compile(decode_one_token" in said[0], said
     assert not [a for a in load_plan(plan).plan.actions if a.action == "compile" and a.target.startswith("model.py::Block")]
+
+
+def test_the_instance_rung_names_the_compiled_free_functions_that_hold_the_blocks_graphs(tmp_path):
+    """Under the instance-recompiles probe (``Block.forward`` compiled by itself), the harness's
+    step still runs gpt-fast's compiled ``prefill`` and ``decode_one_token``: the graphs Dynamo
+    counts are theirs, one each, with the blocks traced inside them, and ``Block.forward``'s own
+    compiled code gets none. The verdict says that, naming both frames, and claims no graph
+    per call of the block."""
+    from rewriter.diagnose.runner import diagnose, harness_from_flags
+
+    src, _ = _copy("own_free_functions", tmp_path)
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=(), mode=None, dtype=None, device="cpu")
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", only={"instance_recompiles"}, backend="eager")
+    [rung] = [r for r in outcome.rungs if r.name == "instance_recompiles"]
+    m = rung.measurement
+    assert m["block_graphs"] == 0 and m["graphs"] == 2, m
+    assert [(f["name"], f["where"], f["graphs"]) for f in m["program_frames"]] == [
+        ("prefill", "generate.py:13", 1), ("decode_one_token", "generate.py:17", 1)], m["program_frames"]
+    assert rung.verdict.startswith("Block.forward compiled into 2 graph(s) of the program's compiled functions "
+                                   "prefill (generate.py:13, 1 graph), decode_one_token (generate.py:17, 1 graph)"), rung.verdict
+    assert "each call ran more than one graph" not in rung.verdict and "graph(s) of Block.forward" not in rung.verdict, rung.verdict

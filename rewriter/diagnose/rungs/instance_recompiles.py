@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...engine.watch import compiles_off, unwrapped
+from ...engine.watch import FrameLog, compiles_off, unwrapped
 from ..context import Context
 from ..dynamo_log import capture, reset
 from ..rung import Finding, Rung, RungResult
@@ -119,13 +119,16 @@ def run(ctx: Context) -> RungResult:
 class _Sweep:
     """One block class compiled once and run at every harness shape (:func:`_sweep`): Dynamo's
     recompile log, one entry per shape (``shape``, ``new_graphs``, ``recompiles``,
-    ``limit_hits``), the counters after the last shape, and the recompiles logged at the
-    reference shape."""
+    ``limit_hits``), the counters after the last shape, the recompiles logged at the
+    reference shape, and the frames Dynamo compiled (:meth:`rewriter.engine.watch.FrameLog.frames`:
+    the block's own and any the program still compiles, such as a compiled free function the
+    model is passed to)."""
 
     log: Any
     per_shape: list[dict[str, Any]]
     counts: dict[str, Any]
     at_reference: list[Any]
+    frames: list[dict[str, Any]]
 
 
 @dataclass
@@ -176,6 +179,7 @@ def _examine(ctx: Context, block: dict[str, Any]) -> RungResult:
     limit = hits[0]["limit"] if hits else config_limit
     r.findings.extend(_limit_findings(ctx, sweep.log, hits, limit_hit, limit, name))
     r.measurement = _measurement(block, sweep, rc, hits, limit_hit, limit, f"torch._dynamo.config.{config_name} = {config_limit}")
+    r.measurement.update(_frames(ctx, sweep.frames, frame, base.__code__))
     r.verdict, r.implies = _verdict(ctx, r, sweep, rc, name, config_name)
     return r
 
@@ -202,6 +206,8 @@ def _sweep(ctx: Context, cls: type) -> _Sweep:
     cls.forward = torch.compile(base, backend="eager")
     per_shape: list[dict[str, Any]] = []
     probe = f"stackpart's probe ({cls.__name__}.forward compiled by itself, backend eager, in {ctx.session.forward_name()}"
+    frame_log = FrameLog()
+    frame_log.install()  # after reset(), which clears Dynamo's callbacks
     try:
         with capture() as log, compiles_off(model, classes=False):
             counts = _dynamo_counts(base.__code__)  # after each shape: the next shape's "before"
@@ -216,6 +222,8 @@ def _sweep(ctx: Context, cls: type) -> _Sweep:
                                   "recompiles": len(log.recompiles) - before[1], "limit_hits": len(log.limit_hit) - before[2],
                                   "_first": before[1]})
     finally:
+        frames = frame_log.frames()  # read while installed: once removed it reads Dynamo's metrics instead
+        frame_log.remove()
         if original is None:
             del cls.forward
         else:
@@ -224,7 +232,30 @@ def _sweep(ctx: Context, cls: type) -> _Sweep:
     at_reference = log.recompiles[: per_shape[1]["_first"]] if len(per_shape) > 1 else log.recompiles
     for e in per_shape:
         e.pop("_first")
-    return _Sweep(log, per_shape, counts, at_reference)
+    return _Sweep(log, per_shape, counts, at_reference, frames)
+
+
+def _frames(ctx: Context, frames: list[dict[str, Any]], frame: str, code: Any) -> dict[str, Any]:
+    """How the sweep's graphs divide between the probe's compile (the block's ``forward``, whose
+    code object is ``code`` and frame name ``frame``, and any frame compiled under it: a helper
+    after a graph break) and the frames of the program's own compiles the probe leaves in place
+    (a compiled free function the model is passed to, gpt-fast's ``prefill``), which trace the
+    block inside them. Read from :meth:`rewriter.engine.watch.FrameLog.frames` (each frame's
+    graphs and the function handed to ``torch.compile``; a frame whose entry is not known counts
+    as the probe's). ``block_graphs``, and ``program_frames``: one ``{"name", "where", "graphs"}``
+    per frame of the program's with a graph, ``where`` its ``file:line``, relative to SRC where
+    it is under it."""
+    from ..locate import relpath
+
+    def probes(f: dict[str, Any]) -> bool:
+        entry = f.get("entry")
+        if f["file"] == code.co_filename and is_frame_of(f["name"].rsplit(".", 1)[-1].split(" ")[0], frame):
+            return True
+        return entry is None or (entry.get("file"), entry.get("line")) == (code.co_filename, code.co_firstlineno)
+
+    others = [{"name": f["name"], "where": f"{relpath(ctx.session.src, f['file']) or f['file']}:{f['line']}", "graphs": f["graphs"]}
+              for f in frames if not probes(f) and f["graphs"]]
+    return {"block_graphs": sum(f["graphs"] for f in frames if probes(f)), "program_frames": others}
 
 
 def _run_probe(ctx: Context, step: Any, probe: str) -> None:
@@ -354,9 +385,26 @@ def _verdict(ctx: Context, r: RungResult, sweep: _Sweep, rc: _Recompiles, name: 
         # of its methods, model.inverse -> block.inverse): nothing of the block was compiled to read
         return (f"the step ({ctx.session.forward_name()}) never called {cname}.{name}: {graphs}, so no instance "
                 "recompile was measured", r.implies)
+    if m["program_frames"]:
+        return _in_program_frames(m, cname, name, len(sweep.per_shape)), r.implies
     if distinct > 1:
         return f"{n} instances of {cname} in {distinct} parameter shapes: {graphs}, within the recompile limit ({limit})", r.implies
     return _shared_verdict(ctx, rc, n, cname, graphs, m["graphs_per_shape"], len(sweep.per_shape)), r.implies
+
+
+def _in_program_frames(m: dict[str, Any], cname: str, name: str, shapes: int) -> str:
+    """The verdict where frames of the program's own compiles made graphs in the sweep (a compiled
+    free function the model is passed to: the probe sets aside compiles on the model's modules
+    only): the graphs each frame made, named, and the block's own; how many graphs one call of the
+    block runs is not measured there, so nothing is said of it."""
+    frames = ", ".join(f"{f['name']} ({f['where']}, {f['graphs']} graph{'s' if f['graphs'] != 1 else ''})" for f in m["program_frames"])
+    held = sum(f["graphs"] for f in m["program_frames"])
+    if not m["block_graphs"]:
+        return (f"{cname}.{name} compiled into {held} graph(s) of the program's compiled functions {frames} over {shapes} "
+                f"shape(s): {cname}.{name} compiled by itself got no graph of its own, so no "
+                f"recompile across its {m['instances']} instances was measured")
+    return (f"{m['block_graphs']} graph(s) of {cname}.{name} compiled by itself, and {held} graph(s) of the program's "
+            f"compiled functions {frames} over {shapes} shape(s), without a recompile across its {m['instances']} instances")
 
 
 def _shared_verdict(ctx: Context, rc: _Recompiles, n: int, cname: str, graphs: str, per_shape: list[int], shapes: int) -> str:
