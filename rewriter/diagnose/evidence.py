@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
     from .declared import Declared
+    from .dynamo_settings import Setting
     from .own_compile import OwnCompile
     from .repeated_calls import RepeatedCall
     from .rungs.profile import ProfileData
@@ -76,6 +77,8 @@ class Evidence:
         stopped_at: the rung the ladder stopped at on a fragmentation OOM; None when every rung ran.
         requested_device: the harness's own ``device`` before it was resolved (None: unset), for
             the validation report's environment; :data:`UNREAD` when no diagnose run set it.
+        dynamo_config: the knobs of ``torch._dynamo.config`` the program's run set away from torch's
+            defaults, read after setup (:func:`.dynamo_settings.read`); None until read.
         program_compiles: SRC's whole-model compile calls of a class instance, walked once for every
             plan diagnose rewrites (:class:`rewriter.rewrite.regional_path.ProgramCompiles`,
             :func:`.search.src_reading`); None until read.
@@ -103,6 +106,7 @@ class Evidence:
     stopped_at: str | None = None
     requested_device: Union[str, None, _Unread] = UNREAD
     program_compiles: Any = None
+    dynamo_config: list[Setting] | None = None
 
 
 def where_raised(raised: dict[str, Any]) -> str:

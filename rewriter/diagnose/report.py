@@ -287,6 +287,18 @@ def memory_markdown(mem: RungResult | None, search: RungResult | None) -> list[s
     return lines
 
 
+def dynamo_config_markdown(settings: list[dict[str, Any]] | None) -> list[str]:
+    """report.md's list of the ``torch._dynamo.config`` knobs the program's run set away from
+    torch's defaults (:func:`.dynamo_settings.read`, report.json's ``meta.dynamo_config``), each
+    with what it changes where stackpart knows it; [] where there are none."""
+    if not settings:
+        return []
+    lines = ["## The program's torch._dynamo.config", "",
+             "Set away from torch's defaults as the program ran (its imports, model function and first steps); "
+             "the ladder's compiles ran under them, and so do the search's candidates unless their plan sets a knob itself:", ""]
+    return lines + [f"- {s['text']}" for s in settings] + [""]
+
+
 def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | None, notes: list[str], images: list[str], chart_note: str | None, error: str | None) -> str:
     """report.md: the ladder table, charts, top-10, findings with file:line, notes and the plan."""
     lines = [f"# stackpart diagnose: {meta.get('harness', {}).get('file', '')}", ""]
@@ -295,6 +307,7 @@ def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | Non
     if meta.get("seconds") is not None:
         lines.append(f"whole ladder: {meta['seconds']} s")
     lines.append("")
+    lines += dynamo_config_markdown(meta.get("dynamo_config"))
     if error:
         lines += [f"**Stopped early:** {error}", ""]
     lines += ["## The ladder", "", "| rung | status | measurement | threshold (source) | verdict | implies | s |", "|---|---|---|---|---|---|---|"]

@@ -30,6 +30,7 @@ from ..shapes import with_own_default_shape
 from .candidate import AS_IS
 from .context import Context
 from .declared import read as declared_blocks
+from .dynamo_settings import read as read_dynamo_config
 from .evidence import UNREAD
 from .report import charts, default_report_dir, markdown, plan_yaml, terminal, to_json, write_json
 from .rung import Rung, RungResult
@@ -430,6 +431,10 @@ def _setup_steps(run: _Run) -> None:
         run.session.check_shapes()
     ctx.evidence.declared = declared_blocks(model)
     ctx.evidence.blocks = find_blocks(model, run.src, ctx.evidence.declared)
+    # the program's torch._dynamo.config as it ran (its imports, model function and first steps):
+    # the report's setup, and the settings the ladder's compiles run under
+    ctx.evidence.dynamo_config = read_dynamo_config()
+    run.meta["dynamo_config"] = [s.to_json() for s in ctx.evidence.dynamo_config]
 
 
 def _own_compile_set_aside(run: _Run, exc: HarnessFailure) -> bool:

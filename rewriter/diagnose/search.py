@@ -104,6 +104,8 @@ class SearchOutcome:
     #: The program's own compiles as the harness ran them in the as-is process (:func:`.runtime_compile.seen`):
     #: ``Block.forward (model.py:20), 3 graphs``.
     runtime_setup: list[str] = field(default_factory=list)
+    #: The program's ``torch._dynamo.config`` settings as it ran (:attr:`.dynamo_settings.Setting.text`).
+    own_config: list[str] = field(default_factory=list)
     #: Where the static reading and the run-time one disagree (:func:`.runtime_compile.disagreements`),
     #: one sentence each.
     runtime_disagreements: list[str] = field(default_factory=list)
@@ -164,6 +166,7 @@ class SearchOutcome:
             out.append({
                 "candidate": c.name,
                 "actions": ([f"the program's own{self._unrun()}: {x}" for x in self.own_setup + self.own_off_setup]
+                            + [f"the program's own: {x}" for x in self.own_config]
                             + [f"seen at run time: {x}" for x in self.runtime_setup]
                             if c.name == AS_IS else []) + [action_text(a) for a in c.plan.actions],
                 # where the program's compile raises, as-is is the baseline with compilation off, nobody's
@@ -356,6 +359,7 @@ def _proposed(ctx: Context, outcome: SearchOutcome | None) -> SearchOutcome:
     out = outcome if outcome is not None else SearchOutcome(cands)
     out.candidates, out.pruned = cands, merge(pruned)
     out.own_setup = own
+    out.own_config = [x.text for x in ctx.evidence.dynamo_config or ()]
     out.own_off_setup = [o.setup_line for o in ctx.evidence.own_off]
     out.backend = ctx.backend
     out.gain_measured = ctx.backend not in NO_GAIN_BACKENDS

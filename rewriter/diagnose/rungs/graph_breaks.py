@@ -32,6 +32,7 @@ import re
 
 from ..context import Context
 from ..dynamo_log import reset
+from ..dynamo_settings import under
 from ..locate import callers_in_src, first_in_library, first_in_src, function_at
 from ..rung import Finding, Rung, RungResult
 
@@ -45,6 +46,7 @@ def run(ctx: Context) -> RungResult:
     model, inputs, step = ctx.reference()
     own = _as_the_program_compiles(ctx, step, r)
     if own is not None:
+        own.verdict += under(ctx.evidence.dynamo_config, KNOBS + ("suppress_errors",))
         return own
     from ...engine.watch import CompileWatch
     from ..as_run import marks_eager_only
@@ -84,6 +86,7 @@ def run(ctx: Context) -> RungResult:
         r.implies = "disable the breaking helper (keep it eager) or restructure; no fullgraph"
     else:
         r.verdict = "no graph breaks"
+    r.verdict += under(ctx.evidence.dynamo_config, KNOBS)
     return r
 
 
@@ -121,6 +124,11 @@ def _frame_skipping_breaks(ctx: Context, logged: list, seen: set) -> list[Findin
         out.append(found)
     return out
 
+
+#: The ``torch._dynamo.config`` knobs that decide whether ``.item()``/``.tolist()`` and
+#: data-dependent output shapes break the graph: a verdict counted with the program's own
+#: setting of one says so (torch/_dynamo/config.py).
+KNOBS = ("capture_scalar_outputs", "capture_dynamic_output_shape_ops")
 
 #: Dynamo's reason for a break at a call of a ``torch.compiler.disable``d function (torch 2.13
 #: logs the function's repr, ``<function route at 0x...>``; older ones say "Skip calling ...").

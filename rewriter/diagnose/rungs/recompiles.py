@@ -28,6 +28,7 @@ from typing import Any
 from ..as_run import compiled_as_run, compiles_itself, marks_eager_only
 from ..context import Context
 from ..dynamo_log import capture, reset
+from ..dynamo_settings import limit_raised, past_limit, under
 from ..locate import first_in_src
 from ..repeated_calls import capture as inlining, read as read_repeated
 from ..rung import Finding, Rung, RungResult
@@ -151,7 +152,26 @@ def run(ctx: Context) -> RungResult:
     r.measurement = _measurement(ctx, log, input_shapes, per_class, by_value, dynamic_breaks, guards, repeat_error, how)
     r.verdict, r.implies = _sweep_verdict(r.measurement, log, by_value, per_class)
     r.verdict, r.implies = _repeat_verdict(r.verdict, r.implies, guards, repeat_error, dynamic_breaks)
+    if log.recompiles:
+        r.verdict += _raised_limit(ctx, r, log) + under(ctx.evidence.dynamo_config, ("suppress_errors", "automatic_dynamic_shapes"))
     return r
+
+
+def _raised_limit(ctx: Context, r: RungResult, log: Any) -> str:
+    """Where the program's run raised Dynamo's recompile limit (:func:`.dynamo_settings.limit_raised`):
+    the recompiles past torch's default limit, counted in ``r.measurement["recompile_limit_raised"]``
+    and said in each of their findings, and the verdict's clause; empty where it did not."""
+    raised = limit_raised(ctx.evidence.dynamo_config)
+    if raised is None:
+        return ""
+    past = past_limit(log.recompiles, raised.default)
+    for i in past:  # _recompile_findings: one finding per recompile, in the log's order
+        r.findings[i].message += f" (past torch's default recompile limit {raised.default}, which the program raised to {raised.value})"
+    r.measurement["recompile_limit_raised"] = {"name": raised.name, "value": raised.value, "default": raised.default,
+                                               "past_default": len(past)}
+    said = (f"{len(past)} of these recompile(s) are past the default, where torch would have run those frames eager"
+            if past else f"none of these recompiles is past the default of {raised.default} graphs per code object")
+    return f"; the program raised torch._dynamo.config.{raised.name} from {raised.default} to {raised.value}: {said}"
 
 
 def _block_calls(ctx: Context, model: Any, blocks: list[dict[str, Any]]) -> list[list[tuple[list, dict, dict]]]:
