@@ -50,7 +50,10 @@ process (after it the frame runs eager without an error).
 
 Verdicts per family (docs/design.md, "The search"): the plan runs at >= 0.95x the speed of the
 fastest variant that passes numerics without fallback, is never slower than eager, and is not
-"change nothing" where a variant is >= 1.2x faster than eager.
+"change nothing" where a variant is >= 1.2x faster than eager. Beside them, never instead, the
+variants whose main output at the first shape is the plan's bit for bit (a sha256 of its float32
+bytes: ``plan_outputs_bitwise_equal_to``): where the fastest is one of them, a gap between the two
+steps is one between two processes of one computation.
 
 Run on the GPU machine (transformers, diffusers, timm, accelerate installed there; the shared wheels
 for stackpart's own needs, benchmarks/README.md):
