@@ -47,3 +47,26 @@ def test_the_chosen_plan_is_rewritten_once(tmp_path, monkeypatch, capsys):
     # the validation report binds the diff of the plan as written
     report = json.loads((tmp_path / ".stackpart" / "validation" / "validation.json").read_text())
     assert report["diff_sha256"] == real(load_plan(out), src, unsafe=True).digest()
+
+
+def test_a_rewrite_whose_generated_files_name_the_plan_is_not_reused_under_another_name():
+    """A site's generated ``_stackpart/library.py`` names the plan it was written from
+    (templates/library.py.j2): the search's rewrite of ``candidate whole`` is not the bytes
+    ``stackpart rewrite --plan plan.yaml`` writes, so diagnose's writer rewrites the plan under its
+    own name, or the validation report binds a diff ``rewrite --apply`` then calls stale. A rewrite
+    of source files only is reused under any name."""
+    from rewriter.diagnose.search import SearchOutcome, _rewrite_key, kept_rewrite
+    from rewriter.plan import parse_plan
+    from rewriter.rewrite.transform import FileChange, RewriteResult
+
+    plan = parse_plan("version: 1\nactions: []\n", "candidate whole").plan
+    reading = object()
+    library = RewriteResult(changes=[FileChange("_stackpart/library.py", None, b"x")])
+    out = SearchOutcome(candidates=[])
+    out.rewrites.append((reading, _rewrite_key(plan), library))
+    assert kept_rewrite(out, plan, reading) is library
+    assert kept_rewrite(out, plan, reading, renamed=True) is None
+    source_only = RewriteResult(changes=[FileChange("model.py", b"a", b"b")])
+    out.rewrites[0] = (reading, _rewrite_key(plan), source_only)
+    assert kept_rewrite(out, plan, reading, renamed=True) is source_only
+    assert kept_rewrite(out, plan, object(), renamed=True) is None  # another reading of SRC

@@ -649,7 +649,7 @@ def _rewritten(run: _Run, loaded: Any, outcome: Outcome) -> Any:
 
     reading = src_reading(run.ctx)
     # the plan the search's decision rewrote (:func:`.search._decided`), its actions' why: aside
-    kept = kept_rewrite(found, loaded.plan, reading)
+    kept = kept_rewrite(found, loaded.plan, reading, renamed=True)
     return kept if kept is not None else plan_rewrite(loaded, run.ctx.session.src, unsafe=True, read_src=reading)
 
 

@@ -456,13 +456,17 @@ def _rewrite_key(plan: Any) -> str:
     return json.dumps(plan.model_dump(mode="json", exclude={"actions": {"__all__": {"why"}}}), sort_keys=True)
 
 
-def kept_rewrite(out: SearchOutcome, plan: Any, reading: Any) -> Any:
+def kept_rewrite(out: SearchOutcome, plan: Any, reading: Any, renamed: bool = False) -> Any:
     """The rewrite of ``plan`` (its actions' ``why:`` aside) with ``reading`` (the same object,
     :func:`src_reading`'s or :func:`candidate_reading`'s) that :func:`candidate_rewrite` made in
     this search, or None. Its ``changes`` are the diff ``plan`` makes; its ``warnings`` name the
-    plan as ``candidate <name>`` and its lines there."""
+    plan as ``candidate <name>`` and its lines there. ``renamed``: the plan is written under
+    another name (diagnose's ``plan.yaml``): a result with generated ``_stackpart/library.py``
+    files is not reused then, since their text names the plan (templates/library.py.j2), so
+    its bytes, and the digest a validation report binds, differ from ``stackpart rewrite``'s."""
     key = _rewrite_key(plan)
-    return next((result for r, k, result in out.rewrites if r is reading and k == key), None)
+    found = next((result for r, k, result in out.rewrites if r is reading and k == key), None)
+    return None if found is not None and renamed and found.library_modules else found
 
 
 def src_reading(ctx: Context) -> Any:
