@@ -332,11 +332,20 @@ def test_a_caller_passing_a_name_whose_class_the_source_does_not_settle_is_refus
 @pytest.mark.parametrize("more", [
     "    other = Head()\n    other = Net()\n    maybe_compile(other)\n",
     "    other = Net()\n    maybe_compile(other)\n    other = Head()\n",
+    # the call's own statement binds the name after the call returns (the usual opt-in compile)
+    "    other = Net()\n    if net:\n        other = maybe_compile(other)\n",
+    "    other = Net()\n    try:\n        other = maybe_compile(other)\n    except RuntimeError:\n        pass\n",
+    "    other = Net()\n    other: object = maybe_compile(other)\n",
+    # bound otherwise after the call, outside any loop around it
+    "    other = Net()\n    maybe_compile(other)\n    for other in [Head()]:\n        pass\n",
+    # a bare annotation binds nothing
+    "    other: object\n    other = Net()\n    maybe_compile(other)\n",
 ])
 def test_a_caller_passing_a_name_the_last_plain_assignment_before_it_binds_to_the_model_is_written(
         tmp_path, capsys, more):
-    """``other = Head(); other = Net(); maybe_compile(other)``: the call gets the ``Net``; a plain
-    assignment after the call, not in a loop around it, cannot reach it."""
+    """``other = Head(); other = Net(); maybe_compile(other)``: the call gets the ``Net``; a binding
+    after the call, not in a loop around it (``if flag: other = maybe_compile(other)`` included: the
+    name is bound once the call has returned), cannot reach it, and ``other: object`` binds nothing."""
     _rewrite(tmp_path, capsys, {"train.py": TRAIN.format(more=more)}, 0)
     assert (tmp_path / "src" / "utils" / "compiling.py").read_text() == "import torch\n\n\n" + REGIONAL
 

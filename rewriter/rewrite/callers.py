@@ -19,9 +19,10 @@ which holds only for a caller that passes a model with ``blocks``
   (``Net()``, ``Net().eval()``: :data:`SELF_RETURNING` peeled off, the class
   resolved as :meth:`.enclosing.Enclosing.resolve` resolves a construction), or a name the caller's
   own body binds to such a call before it (``net = Net(); maybe_compile(net)``, the last such
-  line before the call) and binds in no other way (:meth:`_Finder.other_binding`: in a branch or a
-  loop, by ``for``, ``with``, ``:=``, an annotated or unpacking assignment, which of its values
-  reaches the call is not read).
+  line before the call) and binds in no other way that can reach the call (:meth:`_Finder.other_binding`:
+  before it in a branch or a loop, by ``for``, ``with``, ``:=``, an annotated or unpacking
+  assignment, or anywhere in a loop around it, which of its values reaches the call is not read;
+  ``if flag: net = maybe_compile(net)`` binds the name after the call and counts for nothing).
 
 What is not read says why (:attr:`Call.why`): a parameter of the caller (any model may come in),
 a factory (``maybe_compile(make())``, or ``net = make()`` before it), a class of an installed
@@ -274,7 +275,8 @@ class _Finder(cst.CSTVisitor):
         comprehension, a ``lambda``), that is no plain ``name = <value>`` line of ``scope``'s own
         body (:func:`bound_value` reads those): one in a branch or a loop (a later line of a loop
         around the call included), a ``for``/``with``/``except`` target, ``:=``, an annotated,
-        augmented or unpacking assignment, an import, a ``def``; None where there is none. A
+        augmented or unpacking assignment, an import, a ``def``; of ``scope``'s own, only one that can
+        reach the call (:meth:`_reaches`); None where there is none. A
         binding outside ``scope`` (the module's, read in a function) is :func:`bound_value`'s to
         refuse."""
         stmts: Any = scope.body if isinstance(scope, cst.Module) else (
@@ -290,8 +292,31 @@ class _Finder(cst.CSTVisitor):
         if found is None or at is None:
             return None
         chain.append(own)
-        others = [a.node for a in found[name.value] if id(a.node) not in plain and any(a.scope is c for c in chain)]
+        others = [a.node for a in found[name.value] if id(a.node) not in plain and any(a.scope is c for c in chain)
+                  and (a.scope is not own or self._reaches(scope, a.node, name))]
         return min(others, key=lambda node: self.get_metadata(PositionProvider, node).start, default=None)
+
+    def _reaches(self, scope: cst.FunctionDef | cst.Module, bound: cst.CSTNode, name: cst.Name) -> bool:
+        """Whether a binding ``bound`` of ``scope``'s own may give ``name`` (the argument) its value:
+        it sits in a loop (``for``, ``while``) around the argument, or it comes before the argument
+        and is neither the target of the statement whose value holds the argument
+        (``net = maybe_compile(net)``: bound after the call returns) nor a bare annotation
+        (``net: nn.Module``, which binds nothing:
+        https://docs.python.org/3/reference/simple_stmts.html#annotated-assignment-statements)."""
+        def holds(node: cst.CSTNode, inner: cst.CSTNode) -> bool:
+            return bool(m.findall(node, m.MatchIfTrue(lambda n: n is inner)))
+
+        if any(holds(loop, bound) and holds(loop, name) for loop in m.findall(scope, m.For() | m.While())):
+            return True
+        start = self.get_metadata(PositionProvider, name).start
+        if (self.get_metadata(PositionProvider, bound).start.line, self.get_metadata(PositionProvider, bound).start.column) \
+                >= (start.line, start.column):
+            return False
+        for stmt in m.findall(scope, m.Assign() | m.AnnAssign() | m.AugAssign()):
+            targets = [t.target for t in stmt.targets] if isinstance(stmt, cst.Assign) else [stmt.target]
+            if any(holds(t, bound) for t in targets):
+                return stmt.value is not None and not holds(stmt.value, name)
+        return True
 
     def _class(self, value: cst.BaseExpression) -> ClassRef | None:
         """The class of SRC ``value`` calls (``Net()``, ``model.Net().eval()``), else None."""
