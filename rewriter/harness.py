@@ -191,10 +191,14 @@ def load_harness(spec: Harness, src: Path) -> LoadedHarness:
         attr = getattr(spec, field)
         fn = getattr(module, attr, None)
         if not callable(fn):
+            # a name bound to something else (``model = Net()``) is no typo: say what it holds
+            bound = hasattr(module, attr)
             raise ConfigError(
-                f"harness.{field}: {spec.file} defines no callable {attr!r}",
+                f"harness.{field}: {spec.file} binds {attr!r} to an object of type {type(fn).__name__}, not a callable (expected "
+                f"{'a function that returns the model' if field == 'model' else 'a function that returns the inputs'})"
+                if bound else f"harness.{field}: {spec.file} defines no callable {attr!r}",
                 path=spec.file,
-                hint=near_names(attr, public),
+                hint=near_names(attr, [n for n in public if n != attr and callable(getattr(module, n, None))]),
                 field=field,
             )
         funcs.append(fn)

@@ -71,3 +71,17 @@ def test_a_field_given_by_a_flag_names_the_flag_and_the_harness_file(tmp_path, c
                  "--model", "build_modle"]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "error: harness.py: --model: harness.py defines no callable 'build_modle'" in err, err
+
+
+def test_a_field_naming_something_other_than_a_callable_says_what_it_holds(tmp_path, capsys, monkeypatch):
+    """``model: net`` where the harness binds ``net = Net()`` is no typo: the error says what the name
+    holds and suggests no near name equal to it (a near callable instead)."""
+    plan, src = _tree(tmp_path, monkeypatch, "  model: build\n  shapes:\n    - {batch: 2}")
+    (src / "harness.py").write_text(HARNESS + "\nbuild = 3\n")
+    out = tmp_path / "out.yaml"
+    assert main(["diagnose", "--harness", str(plan), str(src), "-o", str(out), "--no-search"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"error: {plan}:4:3: harness.model: harness.py binds 'build' to an object of type int, not a callable "
+            "(expected a function that returns the model)") in err, err
+    assert "did you mean 'build'?" not in err, err
+    assert not out.exists()
