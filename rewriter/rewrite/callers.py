@@ -308,9 +308,11 @@ class _Finder(cst.CSTVisitor):
 
         if any(holds(loop, bound) and holds(loop, name) for loop in m.findall(scope, m.For() | m.While())):
             return True
-        start = self.get_metadata(PositionProvider, name).start
-        if (self.get_metadata(PositionProvider, bound).start.line, self.get_metadata(PositionProvider, bound).start.column) \
-                >= (start.line, start.column):
+        def start(node: cst.CSTNode) -> tuple[int, int]:
+            pos = self.get_metadata(PositionProvider, node).start
+            return pos.line, pos.column
+
+        if start(bound) >= start(name):
             return False
         for stmt in m.findall(scope, m.Assign() | m.AnnAssign() | m.AugAssign()):
             targets = [t.target for t in stmt.targets] if isinstance(stmt, cst.Assign) else [stmt.target]
