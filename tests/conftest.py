@@ -2,7 +2,53 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import pytest
+
+#: The config modules of torch a program under test may set knobs in (``torch._dynamo.config``,
+#: ``torch._inductor.config``), each a ``torch.utils._config_module`` module.
+TORCH_CONFIGS = ("torch._dynamo.config", "torch._inductor.config")
+
+
+def _fresh_values(config: Any) -> dict[str, Any]:
+    """``knob -> value`` as a fresh import of ``config`` has it: the environment's value where a
+    ``TORCHDYNAMO_*``/``TORCHINDUCTOR_*`` variable sets one, else torch's default (each entry's
+    ``env_value_force``, ``env_value_default`` and ``default``; aliases left out, as
+    ``get_config_copy()`` leaves them)."""
+    from torch.utils import _config_module
+
+    unset = getattr(_config_module, "_UNSET_SENTINEL", object())
+    out = {}
+    for name, entry in config._config.items():
+        if getattr(entry, "alias", None) is None:
+            values = (getattr(entry, "env_value_force", unset), getattr(entry, "env_value_default", unset), entry.default)
+            out[name] = next(v for v in values if v is not unset)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def torch_config_restored():
+    """Every test leaves the torch config modules' knobs as it found them: a program under test
+    sets ``torch._dynamo.config.suppress_errors = True`` at import, and the worker's later tests
+    (``--dist loadfile`` runs many files in one process) would compile, count and report under it
+    (report.md's "The program's torch._dynamo.config"). Saved with the module's own
+    ``get_config_copy()`` where the module is already imported (a test that imports nothing of
+    torch imports nothing here either); a module first imported during the test goes back to a
+    fresh import's values (:func:`_fresh_values`). Only the knobs that changed are loaded back
+    (``load_config``), so a deprecated knob nobody set raises no warning."""
+    saved = {name: sys.modules[name].get_config_copy() for name in TORCH_CONFIGS if name in sys.modules}
+    yield
+    for name in TORCH_CONFIGS:
+        config = sys.modules.get(name)
+        if config is None:
+            continue
+        before = saved[name] if name in saved else _fresh_values(config)
+        now = config.get_config_copy()
+        changed = {k: v for k, v in before.items() if k in now and now[k] != v}
+        if changed:
+            config.load_config(changed)
 
 
 @pytest.fixture

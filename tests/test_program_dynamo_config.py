@@ -62,20 +62,13 @@ SHAPES = [{"batch": b} for b in range(1, 11)]
 
 @pytest.fixture
 def program(tmp_path):
-    """The program's tree; the knobs it sets are put back after the test (the diagnosis runs in
-    this process, as the ladder does)."""
-    import torch._dynamo.config as config
-
-    from rewriter.engine.blocks import recompile_limit
-
-    saved = {name: getattr(config, name) for name in ("suppress_errors", recompile_limit()[0], "capture_scalar_outputs")}
+    """The program's tree (the knobs it sets in this process, where the diagnosis runs as the
+    ladder does, are put back after the test by tests/conftest.py's ``torch_config_restored``)."""
     src = tmp_path / "src"
     src.mkdir()
     for name, text in (("cfgmodel.py", MODEL), ("cfgtrain.py", TRAIN), ("harness.py", HARNESS)):
         (src / name).write_text(text)
-    yield src
-    for name, value in saved.items():
-        setattr(config, name, value)
+    return src
 
 
 def _diagnose(src: Path, tmp_path: Path):
@@ -93,9 +86,8 @@ def test_the_programs_dynamo_config_is_reported_with_what_it_changes(program, tm
     name, default = recompile_limit()[0], 8
     outcome, report, md = _diagnose(program, tmp_path)
     said = {s["name"]: (s["value"], s["default"]) for s in report["dynamo_config"]}
-    # the program's three knobs (a test process may hold others an earlier program in it set)
-    assert {k: said.get(k) for k in ("suppress_errors", name, "capture_scalar_outputs")} == {
-        "suppress_errors": (True, False), name: (64, default), "capture_scalar_outputs": (True, False)}, said
+    # the program's three knobs and no other (an earlier test's program leaves none set)
+    assert said == {"suppress_errors": (True, False), name: (64, default), "capture_scalar_outputs": (True, False)}, said
     assert "## The program's torch._dynamo.config" in md, md
     assert ("- torch._dynamo.config.suppress_errors = True (torch's default: False): a compile error in compiled code "
             "does not raise") in md, md
