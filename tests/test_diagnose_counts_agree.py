@@ -116,7 +116,8 @@ def test_the_rung_the_findings_and_the_config_why_count_the_same_breaks(tmp_path
 
     ctx = SimpleNamespace(results={"graph_breaks": rung}, reference=lambda: (model, None, None),
                           session=SimpleNamespace(src=src, spec=spec),
-                          evidence=SimpleNamespace(config_twins=None, own_regions=[], own_compiled_modules=None, own_parsed=[]))
+                          evidence=SimpleNamespace(config_twins=None, own_regions=[], own_compiled_modules=None, own_parsed=[],
+                                                   dynamo_config=[]))
     base = parse_plan("version: 1\nactions: []\n").plan
     out, pruned = with_config(ctx, [Candidate(AS_IS, base)])
     [twin] = [c for c in out if c.name != AS_IS]

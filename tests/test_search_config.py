@@ -92,12 +92,12 @@ def test_config_names_are_the_assignments_not_names_in_strings_or_comments(tmp_p
 
 
 def test_the_knobs_the_program_sets_are_its_assignments_not_lines_in_strings():
-    """kinds.config._already_set reads the program's assignments from its syntax tree: a line
+    """kinds.config._source_set reads the program's assignments from its syntax tree: a line
     inside a docstring or string, or a value set only under a condition, is not the program setting
     the knob; a chained or semicolon-separated assignment is."""
     import libcst as cst
 
-    from rewriter.diagnose.kinds.config import _already_set
+    from rewriter.diagnose.kinds.config import _already_set, _source_set
 
     code = (
         '"""Usage:\n    torch._dynamo.config.capture_scalar_outputs = True\n"""\n'
@@ -110,7 +110,27 @@ def test_the_knobs_the_program_sets_are_its_assignments_not_lines_in_strings():
     )
     facts = type("Facts", (), {"module": cst.parse_module(code)})()
     ctx = type("Ctx", (), {"evidence": Evidence(own_parsed=[("m.py", facts, None)])})()
-    assert _already_set(ctx) == {"capture_dynamic_output_shape_ops": "m.py:10", "capture_scalar_outputs": "m.py:12"}
+    assert _source_set(ctx) == {"capture_dynamic_output_shape_ops": "m.py:10", "capture_scalar_outputs": "m.py:12"}
+    # without a reading of the run, the knobs the program sets are the source's
+    assert _already_set(ctx) == {"capture_dynamic_output_shape_ops": "set at m.py:10", "capture_scalar_outputs": "set at m.py:12"}
+
+
+def test_the_knobs_the_program_runs_with_are_read_from_its_run_where_one_was_read():
+    """The run's reading (dynamo_settings.read after setup) decides: a knob on as it ran is named by
+    the line that sets it where SRC has one, else as computed; a line the run did not execute is none."""
+    import libcst as cst
+
+    from rewriter.diagnose.dynamo_settings import Setting
+    from rewriter.diagnose.kinds.config import _already_set
+
+    code = "import torch\n\ndef main():\n    torch._dynamo.config.capture_dynamic_output_shape_ops = True\n"
+    facts = type("Facts", (), {"module": cst.parse_module(code)})()
+    ran = [Setting("capture_scalar_outputs", True, False), Setting("suppress_errors", True, False)]
+    ctx = type("Ctx", (), {"evidence": Evidence(own_parsed=[("m.py", facts, None)], dynamo_config=ran)})()
+    assert _already_set(ctx) == {"capture_scalar_outputs": "set as it ran, by a value it computes"}
+    ran.append(Setting("capture_dynamic_output_shape_ops", True, False))
+    assert _already_set(ctx) == {"capture_scalar_outputs": "set as it ran, by a value it computes",
+                                 "capture_dynamic_output_shape_ops": "set at m.py:4"}
 
 
 def test_the_definitions_reader_has_a_public_name():
@@ -256,6 +276,70 @@ def test_on_a_program_that_compiles_itself_the_config_composes_with_its_compile(
     assert outcome.search.choice.chosen == "as-is+capture_scalar_outputs", outcome.search.choice.status
     [action] = load_plan(tmp_path / "plan.yaml").plan.actions
     assert (action.action, action.target) == ("dynamo_config", "model.py::Net.__init__")
+
+
+COMPUTED_MODEL = '''import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return torch.relu(h) / (1.0 + sum(range((h > 0).sum().item())))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(3)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+'''
+
+COMPUTED_HARNESS = '''import torch
+
+from model import Net
+
+CFG = {"scalars": True}
+
+
+def build_model():
+    torch._dynamo.config.capture_scalar_outputs = CFG["scalars"]
+    return Net()
+
+
+def make_inputs(batch: int = 2):
+    return (torch.randn(batch, 8),)
+'''
+
+
+def test_a_knob_the_program_computes_is_not_proposed_again(tmp_path, one_thread):
+    """The harness sets ``capture_scalar_outputs = CFG["scalars"]`` (no literal True for a reading of
+    the source); under it ``range(t.item())`` still breaks, with a reason that quotes the ``.item()``
+    line. No twin sets the knob again: the search's ``pruned`` says the program runs with it."""
+    from rewriter.diagnose.runner import diagnose, harness_from_flags
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(COMPUTED_MODEL)
+    (src / "harness.py").write_text(COMPUTED_HARNESS)
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 2}], mode=None, dtype=None, device="cpu")
+    outcome = diagnose(spec, src, tmp_path / "plan.yaml", backend="eager", only={"graph_breaks", "granularity", "search"})
+    gb = next(r for r in outcome.rungs if r.name == "graph_breaks")
+    assert [knob_for(f.message) for f in gb.findings if f.kind == "graph_break"] == ["capture_scalar_outputs"], gb.findings
+    names = [c.name for c in outcome.search.candidates]
+    assert "per-block" in names and not [n for n in names if "capture_scalar_outputs" in n], names
+    said = ("+capture_scalar_outputs: the program runs with torch._dynamo.config.capture_scalar_outputs = True already "
+            "(set as it ran, by a value it computes; read after setup): the graph break(s) at model.py:12")
+    assert any(p.startswith(said) for p in outcome.search.pruned), outcome.search.pruned
+    assert not [a for a in load_plan(tmp_path / "plan.yaml").plan.actions if a.action == "dynamo_config"]
 
 
 @pytest.mark.parametrize("line, after", [

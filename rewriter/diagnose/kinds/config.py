@@ -29,6 +29,12 @@ measured gain, the ladder's order decides), and after measurement :func:`judge` 
 saw no fewer graph breaks than that candidate: a process-wide knob that changes nothing is not
 planned.
 
+A knob the program already runs with (:func:`_already_set`: ``torch._dynamo.config`` as the program
+set it, read after setup by :mod:`..dynamo_settings`, a computed value included) gets no twin: the
+graph-break rung measured under it, so a break whose reason still names it (a data-dependent
+``range(t.item())``, whose reason quotes the ``.item()`` line) is one the knob does not keep in the
+graph, and a twin setting it again would measure the same program; the search's ``pruned`` says so.
+
 Where the line goes (:func:`config_target`): the model class's own ``__init__`` when it is under
 SRC (it runs in every program that builds the model, the harness the search runs and the user's own
 scripts alike, and before any of the model's code can be traced), else the harness's model
@@ -103,7 +109,7 @@ def covers(cand: Any, finding: Any, ctx: Any, own_measured: bool) -> bool:
     return False
 
 
-def _already_set(ctx: Any) -> dict[str, str]:
+def _source_set(ctx: Any) -> dict[str, str]:
     """``key -> file:line`` for each knob SRC's own code sets to True (the files the search parsed
     for the compile setup, ``ctx.evidence.own_parsed``): assignment statements
     ``<name>._dynamo.config.KEY = True`` anywhere in a file, read from its syntax tree, so a line in
@@ -113,6 +119,30 @@ def _already_set(ctx: Any) -> dict[str, str]:
         for key, line in config_set_true(facts.module.code):
             found.setdefault(key, f"{rel}:{line}")
     return found
+
+
+def _already_set(ctx: Any) -> dict[str, str]:
+    """``key -> where`` for each :data:`rewriter.plan.DYNAMO_CONFIG_KEYS` knob the program runs
+    with set to True. Read as it ran where that reading exists (``ctx.evidence.dynamo_config``,
+    :func:`..dynamo_settings.read` after setup; a computed value such as ``= cfg["scalars"]``
+    included), each named ``set at file:line`` where a line of SRC sets it (:func:`_source_set`),
+    else ``set as it ran, by a value it computes``; where the run was not read (None), the source
+    reading alone (``set at file:line``)."""
+    source = _source_set(ctx)
+    ran = ctx.evidence.dynamo_config
+    if ran is None:
+        return {k: f"set at {where}" for k, where in source.items()}
+    return {s.name: f"set at {source[s.name]}" if s.name in source else "set as it ran, by a value it computes"
+            for s in ran if s.name in DYNAMO_CONFIG_KEYS and s.value is True}
+
+
+def _set_by_program(key: str, where: str, found: list[Any]) -> str:
+    """The ``pruned`` line for ``key``, which the program runs with already, beside the breaks
+    ``found`` whose reason names it."""
+    sites = "; ".join(dict.fromkeys(f.where for f in found))[:200]
+    return (f"+{key}: the program runs with torch._dynamo.config.{key} = True already ({where}; read after setup): the "
+            f"graph break(s) at {sites} were measured under it, so it does not keep them in the graph and a twin setting "
+            "it again would measure the same program")
 
 
 def config_set_true(code: str) -> list[tuple[str, int]]:
@@ -145,20 +175,23 @@ def with_config(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
     for :func:`judge`."""
 
     ctx.evidence.config_twins = {}
-    breaks = capturable_breaks(ctx)
+    have = _already_set(ctx)
+    found = capturable_breaks(ctx)
+    pruned = [_set_by_program(k, have[k], [f for f, kk in found if kk == k])
+              for k in DYNAMO_CONFIG_KEYS if k in have and any(kk == k for _, kk in found)]
+    breaks = [(f, k) for f, k in found if k not in have]
     if not breaks:
-        return cands, []
+        return cands, pruned
     gb = ctx.results["graph_breaks"]
     own_measured = "program's own" in str(gb.measurement.get("source", ""))
     target, why_there = config_target(ctx)
     by_function: dict[str, list[bool]] = {}
     for f in gb.findings:
         if f.function:
-            by_function.setdefault(f"{f.file}::{f.function}", []).append(knob_for(f.message) is not None)
+            by_function.setdefault(f"{f.file}::{f.function}", []).append(knob_for(f.message) not in (None, *have))
     captured_only = {fn for fn, kinds in by_function.items() if all(kinds)}
     out: list[Any] = []
     twins: dict[str, str] = {}
-    pruned: list[str] = []
     keys = {c.key() for c in cands}
     for c in cands:
         covered = [(f, k) for f, k in breaks if covers(c, f, ctx, own_measured and (is_as_is(c.name)))]
@@ -180,13 +213,14 @@ def with_config(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
         place_twin(out, keys, twins, twin, c)
     if not twins:
         where = "; ".join(dict.fromkeys(f.where for f, _ in breaks))[:200]
-        have = _already_set(ctx)
+        source = _source_set(ctx)
         knobs = [k for k in DYNAMO_CONFIG_KEYS if any(k == kk for _, kk in breaks)]
         pruned.append(
             f"+{'+'.join(knobs)}: graph break(s) at {where} that {' and '.join(knobs)} keeps in the graph, in code no measured "
             "candidate compiles (the program's own compile of it is in a script the harness does not run, or every compile "
             "of it was pruned); set it before that compile runs"
-            + ("".join(f"; the program sets {k} itself at {have[k]}" for k in knobs if k in have)))
+            + ("".join(f"; the program's source sets {k} = True at {source[k]}, which the harness's run did not have set "
+                       "(read after setup)" for k in knobs if k in source)))
     ctx.evidence.config_twins = twins
     return out, pruned
 
