@@ -608,6 +608,9 @@ class TargetedCommand(SkipTypeChecking, NoCopyMetadata, VisitorBasedCodemodComma
         self.generated: dict[str, str] = {}
         #: Lines for the user (``path:line:col: ...``): calls left alone, stubs written.
         self.notes: list[str] = []
+        #: Whether the target carries the action's decorator with other options, left as written
+        #: (:meth:`leave_as_written`): the plan's edit is not in the tree, nor is it written.
+        self.left_as_written = False
         self._stack: list[str] = []
         self.torch = "torch"
         #: The module's imports (:func:`imported_names`), for recognising existing decorators.
@@ -725,6 +728,13 @@ class TargetedCommand(SkipTypeChecking, NoCopyMetadata, VisitorBasedCodemodComma
 
     def leave_Module(self, original: cst.Module, updated: cst.Module) -> cst.Module:
         return self.rewrite_module(updated)
+
+    def leave_as_written(self, note: str) -> None:
+        """Leave the target's own decorator as written though its options are not the plan's
+        (:mod:`.written`): ``note``, the warning that says how they differ, goes to :attr:`notes`,
+        and the rewrite counts this action as not written (never as applied)."""
+        self.notes.append(note)
+        self.left_as_written = True
 
     def rewrite_module(self, module: cst.Module) -> cst.Module:
         """The module once every target is rewritten, with what this action edits outside its

@@ -10,7 +10,8 @@ function is left alone, as one carrying ``@torch.compile`` is.
 
 Never ``self.x = torch.compile(self.x)``: wrapping a module adds ``_orig_mod.`` to state_dict keys
 and skips module hooks (torch.compile docs, "Compiling modules"). Options are written only where
-they differ from torch's defaults; a target already compiled is left alone.
+they differ from torch's defaults; a target already compiled is left alone, with a warning where
+its own ``@torch.compile(...)`` passes other options than the plan's (:mod:`.written`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import libcst as cst
 
 from ..compile_facts import SMALL_STATEMENTS, SUPPRESS_RE, SourceSite, body_size, rebound_compiles, suppressed_codes
 from ..errors import StackpartError
-from ..plan import CompileAction
+from ..plan import OWN_CALL_DEFAULTS, CompileAction
 from .base import TargetedCommand, call_args, has_decorator
-from .own_call import OwnCallRefused, OwnSite, check_unwrapped, compile_in_lambda, edited, find_sites, regional
+from .own_call import COMPILE, OwnCallRefused, OwnSite, check_unwrapped, compile_in_lambda, edited, find_sites, regional
+from .written import code, differing, find_decorator, flow, options
 
 #: Decorators that compile the function they wrap (``torch._dynamo.optimize`` is the older spelling
 #: of ``torch.compile``): a target carrying one is left alone, and a ``disable`` of it is refused.
@@ -90,6 +92,7 @@ class CompileCommand(TargetedCommand):
                 return func
             return self.add_decorator(func, f"{self.decorator_torch()}.compiler.nested_compile_region")
         if has_decorator(func, COMPILE_DECORATORS, self.imports) or self._rebound() is not None:
+            self._note_other_options(func)
             return func
         args = call_args(self.action.options.non_default())
         torch = self.decorator_torch()
@@ -99,6 +102,33 @@ class CompileCommand(TargetedCommand):
         suppress = f"{SUPPRESS_WHOLE[:-1]},SP109]" if _sp109_small(func, self.action.options.mode) else SUPPRESS_WHOLE
         comment = f"{suppress}: strategy whole, as planned" if self.action.strategy == "whole" else None
         return self.add_decorator(func, expr, comment=comment)
+
+    def _note_other_options(self, func: cst.FunctionDef) -> None:
+        """Where the target's own ``@torch.compile(...)`` passes other options than the plan's, say
+        so (:meth:`leave_as_written`), naming the ``own_call`` edit that makes them the plan's."""
+        dec = find_decorator(func, {COMPILE}, self.imports)
+        if dec is None:
+            return  # @torch._dynamo.optimize(...), or a rebinding below the def: not read here
+        asked = self.action.options.non_default()
+        said = f"the plan's options {flow(asked) if asked else '(torch.compile defaults)'}"
+        where = f"{self._line(dec)}: {self.qualname} is compiled by the source's {code(dec)}"
+        have = options(dec)
+        if have is None:
+            self.leave_as_written(f"{where}, whose arguments are not all literal keyword arguments: they cannot be "
+                                  f"read as {said}; the decorator is left as written: compare it with them by hand")
+            return
+        diff = differing(have, asked, OWN_CALL_DEFAULTS)
+        if not diff:
+            return
+        where += f", not with {said}"
+        kept = "the decorator is left as written and the plan's compile is not in the tree"
+        editable = {k: v for k, v in diff.items() if k in OWN_CALL_DEFAULTS}
+        other = ", ".join(f"{k}=" for k in diff if k not in OWN_CALL_DEFAULTS)
+        lever = (f"own_call: {flow(editable)} on this action edits the program's own compile to them "
+                 "(docs/plan-reference.md)" if editable else "")
+        if other:
+            lever += ("; " if lever else "") + f"own_call leaves {other} as written: change it by hand"
+        self.leave_as_written(f"{where}: {kept}; {lever}")
 
     def needs_torch(self) -> bool:
         return self.action.own_call is None  # an edit of the program's call adds no torch reference

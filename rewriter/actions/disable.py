@@ -3,6 +3,8 @@
 For code that resists capture (MoE routing, KV-cache management, data-dependent control flow):
 Dynamo skips the frame instead of breaking the surrounding graph at an arbitrary point
 (torch.compiler.disable docs). ``recursive: false`` skips only this frame, not its callees.
+A target already disabled is left alone, with a warning where its own decorator's ``recursive``
+is not the plan's (:mod:`.written`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ..plan import DisableAction
-from .base import TargetedCommand, has_decorator
+from .base import TargetedCommand
+from .written import code, differing, find_decorator, flow, options
 
 DISABLE_DECORATORS = {"torch.compiler.disable", "torch._dynamo.disable"}
 
@@ -24,9 +27,27 @@ class DisableCommand(TargetedCommand):
     action: DisableAction
 
     def rewrite(self, func: cst.FunctionDef) -> cst.FunctionDef:
-        if has_decorator(func, DISABLE_DECORATORS, self.imports):
+        dec = find_decorator(func, DISABLE_DECORATORS, self.imports)
+        if dec is not None:
+            self._note_other_options(dec)
             return func
         expr = f"{self.decorator_torch()}.compiler.disable"
         if not self.action.recursive:
             expr += "(recursive=False)"
         return self.add_decorator(func, expr)
+
+    def _note_other_options(self, dec: cst.Decorator) -> None:
+        """Where the target's own disable decorator is not recursive as the plan asks, say so
+        (:meth:`leave_as_written`). ``reason=`` (a message for Dynamo's logs) is no difference."""
+        asked = f"({flow({'recursive': self.action.recursive})[1:-1]})"
+        where = f"{self._line(dec)}: {self.qualname} is disabled by the source's {code(dec)}"
+        have = options(dec)
+        if have is None:
+            self.leave_as_written(f"{where}, whose arguments are not all literal keyword arguments: they cannot be "
+                                  f"read as the plan asks {asked}; the decorator is left as written: compare it by hand")
+            return
+        have.pop("reason", None)
+        if differing(have, {"recursive": self.action.recursive}, {"recursive": True}):
+            self.leave_as_written(f"{where}, not as the plan asks {asked}: the decorator is left as written and the "
+                                  "plan's disable is not in the tree; edit the decorator by hand, or drop this action "
+                                  "(recursive=False skips only this frame, not its callees: torch.compiler.disable docs)")

@@ -223,7 +223,7 @@ def _print_applied(loaded: LoadedPlan, src: str, result: RewriteResult, applied:
     if not result.changes:
         if not loaded.plan.actions:
             said = "no changes: the plan has no actions; nothing was written"
-        elif len({i for i, _ in result.skipped}) == len(loaded.plan.actions):
+        elif len(_not_written(result)) == len(loaded.plan.actions):
             said = f"no changes: {len(loaded.plan.actions)} action(s) not written (above); nothing was written"
         else:
             said = f"already applied: {src} holds {_edits(result)}; no change to write"
@@ -242,11 +242,17 @@ def _print_applied(loaded: LoadedPlan, src: str, result: RewriteResult, applied:
         )
 
 
+def _not_written(result: RewriteResult) -> set[int]:
+    """The indices of the actions whose edit is not in the tree and not written: held back
+    (``skipped``), or left as written where the target's own decorator has other options."""
+    return {i for i, _ in result.skipped} | set(result.left_as_written)
+
+
 def _edits(result: RewriteResult) -> str:
     """Whose edits SRC holds: the plan's, or its other actions' where some were not written (the
     lines above name them)."""
-    if result.skipped:
-        return f"the edits of this plan's other actions ({len(result.skipped)} action(s) not written, above)"
+    if _not_written(result):
+        return f"the edits of this plan's other actions ({len(_not_written(result))} action(s) not written, above)"
     return "this plan's edits"
 
 
@@ -259,8 +265,8 @@ def _print_diff(loaded: LoadedPlan, result: RewriteResult, src: str, check: bool
     elif not check:
         if not loaded.plan.actions:
             why = "the plan has no actions"
-        elif result.skipped:
-            why = f"{len(result.skipped)} action(s) not written (above); {src} already has the rest"
+        elif _not_written(result):
+            why = f"{len(_not_written(result))} action(s) not written (above); {src} already has the rest"
         else:
             why = f"{src} already is what the plan asks"
         stderr().print(f"no changes: {why}", highlight=False)

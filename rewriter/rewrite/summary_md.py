@@ -59,12 +59,17 @@ def rewrite_summary(loaded: LoadedPlan, result: RewriteResult, src: str, applied
             f"**{len(result.changes)} file(s) {verb}**, +{added} −{removed} lines; diff sha256 "
             f"`{result.digest()[:16]}`" + _bound_to(loaded, result, src)
         )
+    elif result.left_as_written:
+        out.append(f"**No changes**: {len(result.left_as_written)} action(s) not written, their targets' own "
+                   "decorators left as written (warnings below).")
     else:
         out.append("**No changes**: the tree is already what the plan asks.")
     out += ["", "| # | action | target | status |", "|---|---|---|---|"]
     for i, action in enumerate(loaded.plan.actions):
         if i in skipped:
             status = f"not written: {skipped[i]}"
+        elif i in result.left_as_written:
+            status = "not written: the target's own decorator has other options (warnings below)"
         elif action.file in changed:
             status = "written" if applied else "in the diff"
         else:

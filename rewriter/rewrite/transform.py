@@ -80,6 +80,8 @@ class RewriteResult:
         changes: files whose bytes differ from what the plan asks, in a stable order.
         skipped: ``(action index, reason)`` for actions not written (unsafe without ``--unsafe``).
         warnings: plan-level warnings (e.g. ``mark_dynamic`` with ``min < 2``).
+        left_as_written: indices of the actions whose target carries their decorator with other
+            options, left as written (a warning each, in ``warnings``): not written, nor applied.
         key_changes: the ``own_call`` edits that change the program's state_dict keys
             (:func:`.checkpoint_keys.key_changes`); ``stackpart rewrite`` reads SRC for where they are
             saved or loaded and warns (:func:`.checkpoint_keys.warnings`), so that diagnose's search,
@@ -91,6 +93,7 @@ class RewriteResult:
     changes: list[FileChange] = field(default_factory=list)
     skipped: list[tuple[int, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    left_as_written: list[int] = field(default_factory=list)
     read: list[str] = field(default_factory=list)
     key_changes: list[KeyChange] = field(default_factory=list)
 
@@ -233,7 +236,7 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
             specs.append((SiteCommand, (site_spec(loaded, library), site_at[1], site)))  # type: ignore[arg-type]
             indices.append(SITE)
         new = spaced_imports(module, imports_below_head(module, _transform(loaded, rel, module, specs, indices, generated,
-                                                                           result.warnings, owners)))
+                                                                           result, owners)))
         change = _file_change(loaded, files.sources[rel], rel, module, new, indices)
         if change is not None:
             result.changes.append(change)
@@ -332,11 +335,12 @@ def _file_commands(
 
 def _transform(
     loaded: LoadedPlan, rel: str, module: cst.Module, specs: list[tuple[type[TargetedCommand], tuple]],
-    indices: list[int], generated: dict[str, str], warnings: list[str], owners: dict[str, int],
+    indices: list[int], generated: dict[str, str], result: RewriteResult, owners: dict[str, int],
 ) -> cst.Module:
     """``module`` with ``specs``' commands run over it; the files they generate go to ``generated``
-    (and the index of the first action that generates each to ``owners``) and their notes (calls an
-    action left alone, stubs written, with file:line and why) to ``warnings``.
+    (and the index of the first action that generates each to ``owners``), their notes (calls an
+    action left alone, stubs written, with file:line and why) to ``result.warnings``, and the
+    actions that left their target's decorator as written to ``result.left_as_written``.
 
     One pass over the file for each run of actions that only edit their target (one import scan
     per pass, not per action; see :mod:`rewriter.actions.batch`).
@@ -358,7 +362,9 @@ def _transform(
             for path in command.generated:
                 owners.setdefault(path, index_of[id(command)])
             generated.update(command.generated)
-            warnings.extend(command.notes)
+            result.warnings.extend(command.notes)
+            if command.left_as_written:
+                result.left_as_written.append(index_of[id(command)])
     return module
 
 

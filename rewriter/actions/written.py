@@ -1,0 +1,71 @@
+"""The options a decorator already on the target is written with, against the plan's.
+
+A ``compile`` (``disable``) of a target that already carries ``@torch.compile(...)``
+(``@torch.compiler.disable(...)``) leaves that decorator as written: a second one would compile
+(skip) the frame twice. Where its options are not the plan's, the plan's edit is not in the tree,
+and the rewrite says so (:meth:`rewriter.actions.base.TargetedCommand.leave_as_written`) instead of
+counting the action as applied.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from typing import Any
+
+import libcst as cst
+import yaml
+
+from .base import canonical, decorator_name
+
+_EMPTY = cst.Module([])
+
+
+def find_decorator(func: cst.FunctionDef, names: set[str], imports: dict[str, str]) -> cst.Decorator | None:
+    """The first of ``func``'s decorators whose canonical name (through ``imports``) is in ``names``."""
+    return next((d for d in func.decorators if canonical(decorator_name(d), imports) in names), None)
+
+
+def code(dec: cst.Decorator) -> str:
+    """``dec`` as the source writes it, on one line (``@torch.compile(mode="max-autotune")``)."""
+    return "@" + " ".join(_EMPTY.code_for_node(dec.decorator).split())
+
+
+def options(dec: cst.Decorator) -> dict[str, Any] | None:
+    """The keyword arguments ``dec``'s call passes, as Python values (``{}`` for a bare decorator,
+    ``@torch.compile``), or None where they cannot be read from the source: a positional or
+    starred argument, or a value that is not a literal (``mode=MODE``)."""
+    call = dec.decorator
+    if not isinstance(call, cst.Call):
+        return {}
+    out: dict[str, Any] = {}
+    for arg in call.args:
+        if arg.keyword is None or arg.star:
+            return None
+        try:
+            out[arg.keyword.value] = ast.literal_eval(_EMPTY.code_for_node(arg.value).strip())
+        except (ValueError, SyntaxError):
+            return None
+    return out
+
+
+def differing(written: Mapping[str, Any], asked: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys whose value in ``written`` (a decorator's :func:`options`) is not the one ``asked``
+    (the plan's), each with the plan's value; a key missing from either side has its value in
+    ``defaults`` (torch's), and a written key outside ``defaults`` differs (None as the plan's).
+    ``mode=None`` is torch.compile's ``"default"``."""
+    norm = lambda key, value: "default" if key == "mode" and value is None else value  # noqa: E731
+    out: dict[str, Any] = {}
+    for key in [*defaults, *(k for k in written if k not in defaults)]:
+        if key not in defaults:
+            out[key] = None
+            continue
+        want = norm(key, asked.get(key, defaults[key]))
+        if norm(key, written.get(key, defaults[key])) != want:
+            out[key] = want
+    return out
+
+
+def flow(values: Mapping[str, Any]) -> str:
+    """``values`` as a plan writes them, YAML's flow style (``{fullgraph: true, mode: default}``)."""
+    return yaml.safe_dump(dict(values), default_flow_style=True, sort_keys=False).strip()
