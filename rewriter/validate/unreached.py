@@ -3,9 +3,10 @@
 A plan variant whose Dynamo was asked to convert no frame in its whole cold phase
 (``torch._dynamo.utils.counters["frames"]["total"] == 0``, the plan child's ``compile.frames_total``,
 :class:`rewriter.engine.watch.CompileStats`) ran none of the code the plan compiles: its "no graph
-captured" is a plan that was never exercised, not a silent fallback to eager. Each compile action
-is then named with its site: the target's ``def`` (``file:line``), or, for an ``own_call`` edit,
-the program's compile call in it (:func:`rewriter.actions.own_call.find_sites`).
+captured" is a plan that was never exercised, not a silent fallback to eager. Each action that
+compiles (not an ``own_call: {disable: true}``, which turns a compile off) is then named with its
+site: the target's ``def`` (``file:line``), or, for an ``own_call`` edit, the program's compile
+call in it (:func:`rewriter.actions.own_call.find_sites`).
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ class Unreached:
 
 
 def never_called(loaded: Any, plan_row: dict[str, Any], tree: Path) -> list[Unreached]:
-    """The plan's compile actions on targets under SRC, each with its site, where the plan child's
-    Dynamo converted no frame at all (``plan_row["compile"]["frames_total"] == 0``) and the plan
-    compiles something; [] otherwise (a compile that was called, or no count measured).
+    """The plan's actions that compile a target under SRC, each with its site, where the plan
+    child's Dynamo converted no frame at all (``plan_row["compile"]["frames_total"] == 0``); []
+    otherwise (a compile that was called, or no count measured). An action that compiles nothing
+    (:attr:`rewriter.plan.schema.CompileAction.compiles`: ``own_call: {disable: true}`` turns the
+    program's compile off) is expected to leave Dynamo no frame and is not listed.
 
     ``loaded``: the :class:`rewriter.plan.loader.LoadedPlan`; ``tree``: the original tree, whose
     sources give the sites' lines (the rewrite keeps every line above an edit where it was).
@@ -51,7 +54,9 @@ def never_called(loaded: Any, plan_row: dict[str, Any], tree: Path) -> list[Unre
         return []
     out = []
     for i, action in enumerate(loaded.plan.actions):
-        if action.action != "compile" or "::" not in action.target:
+        if action.action != "compile" or not action.compiles:
+            continue  # own_call {disable: true} turns the program's compile off: no frame is what it asks
+        if "::" not in action.target:
             continue  # an installed library's target is applied from site:, checked when the model is built
         line = loaded.action_lines[i] if i < len(loaded.action_lines) else None
         out.append(Unreached(line, action.target, _site(tree, action.target, getattr(action, "own_call", None) is not None)))
