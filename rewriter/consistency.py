@@ -87,7 +87,8 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
 * a ``compile`` (not ``own_call``, not ``strategy: nested``) of ``Block`` whose instances a loop of
   the program compiles each in place itself (``for layer in model.layers: layer.compile()``,
   ``model.layers[i] = torch.compile(layer)``, ``for m in model.modules(): if isinstance(m, Block):
-  m.compile()``), or instances of a class that builds them: the same double compile as beside a
+  m.compile()``; not a wrapper stored in a container of its own, ``fast[i] = torch.compile(layer)``,
+  which leaves the model's blocks to the plan's compile), or instances of a class that builds them: the same double compile as beside a
   regional edit, one of the two dead (:func:`check_program_loops`). The refusal names the loop's
   ``file:line`` and the ways through: drop the action, or turn the loop's compile off.
 * a ``compile`` (not ``own_call``) of a block class the program compiles itself with

@@ -134,6 +134,9 @@ def test_a_compile_of_a_block_a_program_loop_compiles_is_refused_naming_the_loop
     "    for m in model.modules():\n        if isinstance(m, nn.Linear):\n            m.compile()\n",
     # the compiled wrapper bound to a plain name and dropped: it compiles nothing in the model
     "    for layer in model.layers:\n        compiled = torch.compile(layer)\n",
+    # wrappers kept in a container of the program's own: the model's blocks are not replaced
+    "    fast = {}\n    for i, layer in enumerate(model.layers):\n        fast[i] = torch.compile(layer)\n",
+    "    fast = {}\n    for m in model.modules():\n        if isinstance(m, Block):\n            fast[m] = torch.compile(m)\n",
 ])
 def test_a_loop_that_compiles_no_block_refuses_nothing(tmp_path, capsys, loop):
     train = _train(loop).replace("import torch\n", "import torch\nimport torch.nn as nn\n", 1)
@@ -156,3 +159,32 @@ def test_torchtunes_loop_over_a_model_passed_in_is_refused(tmp_path, capsys):
     err = rewrite_files(tmp_path, capsys, {"model.py": MODEL, "train.py": train}, ADD, 2)
     assert ("compile of Block: the program compiles each Block its model holds in place itself, in a loop at "
             "train.py:7: m.compile(backend=backend), and this action compiles Block too") in err, err
+
+
+def test_wrappers_kept_apart_from_the_model_leave_its_own_blocks_to_the_plans_compile():
+    """What the loop above rests on (CPU torch, CompileCounter): ``fast[i] = torch.compile(layer)``
+    into a dict of the program's own leaves ``model.layers`` holding the plain blocks, so the
+    model's own call runs the plan's decorated ``Block.forward`` (its compile gets the frames, the
+    wrappers' none), and each wrapper called compiles its own frames: both compiles are used."""
+    import warnings
+
+    import torch
+    from torch._dynamo.testing import CompileCounter
+
+    plan, program = CompileCounter(), CompileCounter()
+    namespace: dict = {"plan_backend": plan, "program_backend": program}
+    model = MODEL.replace("    def forward(self, x):\n        return torch.relu",
+                          "    @torch.compile(backend=plan_backend)\n    def forward(self, x):\n        return torch.relu")
+    code = ("def build():\n    model = Net()\n    fast = {}\n    for i, layer in enumerate(model.layers):\n"
+            "        fast[i] = torch.compile(layer, backend=program_backend)\n    return model, fast\n")
+    exec(compile(model + "\n\n" + code, "pinned_apart.py", "exec"), namespace)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net, fast = namespace["build"]()
+        net(torch.randn(2, 4))
+        assert plan.frame_count >= 1 and program.frame_count == 0, (plan.frame_count, program.frame_count)
+        fast[0](torch.randn(2, 4))
+    assert program.frame_count >= 1, program.frame_count
+    torch._dynamo.reset()
+

@@ -648,7 +648,9 @@ def _each_call(scope: Any, site: Any, stmt: Any) -> list[tuple[str, str | None]]
     """``(class name as written, container path or None)`` for a compile at ``site`` (in ``scope``'s
     own body, its statement ``stmt``) of the name a ``for`` loop around it binds to each module it
     walks (the last name of its target: ``for i, layer in enumerate(...)``): ``layer.compile()``,
-    or ``torch.compile(layer)`` assigned to a subscript or attribute (into the container); the loop
+    or ``torch.compile(layer)`` assigned back into the container the loop walks (``model.layers[i] =
+    ...``; a wrapper stored in a container of the program's own, ``fast[i] = ...``, leaves the
+    model's modules as they are, and the model's own call runs their ``forward``); the loop
     over ``<name>.<path>`` where ``<name>`` is bound to an instance of a class before it
     (:func:`_bound_by_call`), or over ``<model>.modules()`` with the call under ``if isinstance(<name>,
     C)`` (one entry per class named). Nothing for any other form: a result bound to a plain name,
@@ -656,8 +658,8 @@ def _each_call(scope: Any, site: Any, stmt: Any) -> list[tuple[str, str | None]]
     call = site.call
     if site.kind == "method":
         owner = call.func.value if isinstance(call.func, cst.Attribute) else None
-    elif site.kind == "call" and isinstance(stmt, cst.Assign) and all(
-            isinstance(t.target, (cst.Subscript, cst.Attribute)) for t in stmt.targets):
+    elif site.kind == "call" and isinstance(stmt, cst.Assign) and all(isinstance(t.target, cst.Subscript)
+                                                                       for t in stmt.targets):
         owner = call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None
     else:
         return []
@@ -674,9 +676,14 @@ def _each_call(scope: Any, site: Any, stmt: Any) -> list[tuple[str, str | None]]
     while isinstance(it, cst.Call) and m.matches(it.func, m.Name()) and it.func.value in _WRAPPING and it.args:  # type: ignore[attr-defined]
         it = it.args[0].value
     if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value in _ALL_MODULES:
+        if site.kind != "method":
+            return []  # a wrapper of what modules() yields is stored elsewhere: the model keeps its own module
         return [(name, None) for name in _isinstance_names(loop, call, owner.value)]
     if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value in _VIEWS:
         it = it.func.value
+    if site.kind != "method" and not all(m.matches(t.target, m.Subscript(value=m.MatchIfTrue(it.deep_equals)))
+                                         for t in stmt.targets):
+        return []  # stored in a container of the program's own (fast[i] = ...): the model's are not replaced
     parts: list[str] = []
     while isinstance(it, cst.Attribute):
         parts.insert(0, it.attr.value)
