@@ -188,3 +188,15 @@ def test_wrappers_kept_apart_from_the_model_leave_its_own_blocks_to_the_plans_co
     assert program.frame_count >= 1, program.frame_count
     torch._dynamo.reset()
 
+@pytest.mark.parametrize("script", [
+    "if __name__ == \"__main__\":\n    model = Net()\n",
+    "model = Net()\nif __name__ == '__main__':\n",  # the model built above the guard
+])
+def test_a_loop_under_the_main_guard_is_read_as_a_functions_body(tmp_path, capsys, script):
+    """A script's per-layer loop at its top level under ``if __name__ == "__main__":`` compiles
+    each ``Block`` in place as the same loop in a function does."""
+    train = "import torch\nfrom model import Block, Layer, Net\n\n" + script + LOOPS["in place"]
+    err = rewrite_files(tmp_path, capsys, {"model.py": MODEL, "train.py": train}, ADD, 2)
+    assert ("compile of Block: the program compiles each Block of Net.layers in place itself, in a loop at "
+            "train.py:7: layer.compile()") in err, err
+    assert "turn the loop's compile off (by hand)" in err, err

@@ -78,9 +78,10 @@ def _code(node: cst.CSTNode) -> str:
     return " ".join(_EMPTY.code_for_node(node).split())
 
 
-def bound_value(scope: cst.FunctionDef | cst.Module, name: str, site: cst.CSTNode) -> cst.BaseExpression | None:
-    """The value of the last ``name = <value>`` in ``scope``'s own body (a function's, or a module's
-    top level) before the statement holding ``site``, or None where there is none."""
+def bound_value(scope: cst.FunctionDef | cst.Module | cst.If, name: str, site: cst.CSTNode) -> cst.BaseExpression | None:
+    """The value of the last ``name = <value>`` in ``scope``'s own body (a function's, a module's
+    top level, or a script's ``if __name__ == "__main__":`` block) before the statement holding
+    ``site``, or None where there is none."""
     found = None
     stmts: Any = scope.body if isinstance(scope, cst.Module) else (
         scope.body.body if isinstance(scope.body, cst.IndentedBlock) else ())

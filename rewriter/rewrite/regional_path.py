@@ -652,7 +652,8 @@ def _each_call(scope: Any, site: Any, stmt: Any) -> list[tuple[str, str | None]]
     ...``; a wrapper stored in a container of the program's own, ``fast[i] = ...``, leaves the
     model's modules as they are, and the model's own call runs their ``forward``); the loop
     over ``<name>.<path>`` where ``<name>`` is bound to an instance of a class before it
-    (:func:`_bound_by_call`), or over ``<model>.modules()`` with the call under ``if isinstance(<name>,
+    (:func:`_bound_by_call`; at a script's top level, in its ``if __name__ == "__main__":`` block
+    too, :func:`_main_guard`, else before it), or over ``<model>.modules()`` with the call under ``if isinstance(<name>,
     C)`` (one entry per class named). Nothing for any other form: a result bound to a plain name,
     a loop over something else, a class the source does not say."""
     call = site.call
@@ -690,8 +691,22 @@ def _each_call(scope: Any, site: Any, stmt: Any) -> list[tuple[str, str | None]]
         it = it.value
     if not parts or not isinstance(it, cst.Name):
         return []
-    made = _bound_by_call(scope, it.value, loop)
+    guard = _main_guard(scope, loop) if isinstance(scope, cst.Module) else None
+    value = (guard and bound_value(guard, it.value, loop)) or bound_value(scope, it.value, loop)
+    made = _called_class(value) if value is not None else None
     return [(made, ".".join(parts))] if made is not None else []
+
+
+def _main_guard(module: cst.Module, node: cst.CSTNode) -> cst.If | None:
+    """The top-level ``if __name__ == "__main__":`` of ``module`` that holds ``node``, else None: a
+    script's body, whose own lines bind its names as a function's do
+    (https://docs.python.org/3/library/__main__.html#idiomatic-usage)."""
+    main = m.Comparison(left=m.Name("__name__"), comparisons=[m.ComparisonTarget(
+        operator=m.Equal(), comparator=m.MatchIfTrue(lambda s: isinstance(s, cst.SimpleString) and s.evaluated_value == "__main__"))])
+    for stmt in module.body:
+        if m.matches(stmt, m.If(test=main)) and m.findall(stmt, m.MatchIfTrue(lambda n: n is node)):
+            return stmt  # type: ignore[return-value]
+    return None
 
 
 def _isinstance_names(loop: cst.For, call: cst.Call, name: str) -> list[str]:
