@@ -277,6 +277,9 @@ REEXPORT = "from .compiling import maybe_compile\n"
     # through the package as a module, and under an alias the package gives it
     (REEXPORT, "import utils", "utils.maybe_compile"),
     ("from .compiling import maybe_compile as compile_model\n", "from utils import compile_model", "compile_model"),
+    # a star import of the module that defines it
+    ("from .compiling import *\n", "from utils import maybe_compile", "maybe_compile"),
+    ("from .compiling import *\n", "import utils", "utils.maybe_compile"),
 ])
 def test_a_caller_importing_the_helper_through_a_re_export_is_read(tmp_path, capsys, init, importer, called):
     """A caller that imports the helper from the package whose ``__init__.py`` re-exports it calls
@@ -297,6 +300,28 @@ def test_a_helper_called_only_through_re_exports_is_written_where_every_caller_p
     _rewrite(tmp_path, capsys, {"utils/__init__.py": REEXPORT, "pkg/__init__.py": "from utils import maybe_compile\n",
                                 "train.py": train}, 0)
     assert (tmp_path / "src" / "utils" / "compiling.py").read_text() == "import torch\n\n\n" + REGIONAL
+
+
+
+@pytest.mark.parametrize("all_", ["", "__all__ = ['maybe_compile']\n"])
+def test_a_helper_re_exported_by_a_star_import_is_called_through_it(tmp_path, capsys, all_):
+    """``utils/__init__.py``'s ``from .compiling import *`` binds ``maybe_compile`` in the package
+    (the name is public, and ``__all__`` lists it where the module has one): the only caller
+    imports it from there and passes ``Net()``, so the loop is written."""
+    helper = HELPER.replace("import torch\n", "import torch\n" + all_, 1)
+    train = "from model import Net\nfrom utils import maybe_compile\n\nnet = maybe_compile(Net())\n"
+    _rewrite(tmp_path, capsys, {"utils/__init__.py": "from .compiling import *\n", "utils/compiling.py": helper,
+                                "train.py": train}, 0)
+    assert (tmp_path / "src" / "utils" / "compiling.py").read_text() == "import torch\n" + all_ + "\n\n" + REGIONAL
+
+
+def test_a_star_import_binds_no_name_its_modules_all_leaves_out(tmp_path, capsys):
+    """``__all__ = ["other"]`` in ``utils/compiling.py``: ``from .compiling import *`` binds no
+    ``maybe_compile`` in ``utils``, so a caller importing it from there is no call of the helper."""
+    helper = HELPER.replace("import torch\n", "import torch\n__all__ = ['other']\n", 1)
+    err = _rewrite(tmp_path, capsys, {"utils/__init__.py": "from .compiling import *\n", "utils/compiling.py": helper,
+                                      "train.py": "from utils import maybe_compile\n\nnet = maybe_compile(None)\n"}, 2)
+    assert "no file under SRC calls maybe_compile" in err, err
 
 
 #: A factory the caller's file defines: what it returns is not read.

@@ -12,8 +12,8 @@ which holds only for a caller that passes a model with ``blocks``
   ``import utils.compiling``, ``from . import maybe_compile`` where it is defined in a package's
   ``__init__.py``), the module found as :func:`rewriter.src_names.module_files` finds it; or
   imported through a re-export (:func:`bindings`: ``from utils import maybe_compile`` where
-  ``utils/__init__.py`` holds ``from .compiling import maybe_compile``, chains of them, and the
-  names they give it);
+  ``utils/__init__.py`` holds ``from .compiling import maybe_compile``, or ``from .compiling import
+  *`` where the star import exports it, chains of them, and the names they give it);
 * the argument is the one passed at the parameter's position or by its keyword; its class is read
   where the source says it: a call of a class defined at the top level of a file of SRC
   (``Net()``, ``Net().eval()``: :data:`SELF_RETURNING` peeled off, the class
@@ -42,11 +42,12 @@ from typing import Any
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.helpers import get_full_name_for_node
 from libcst.metadata import (ImportAssignment, MetadataWrapper, PositionProvider, QualifiedNameProvider,
                              ScopeProvider)
 
 from ..errors import StackpartError
-from ..src_names import definition_files
+from ..src_names import definition_files, module_files
 from .enclosing import ClassRef, Enclosing
 
 _EMPTY = cst.Module([])
@@ -107,6 +108,32 @@ def _words(names: set[str]) -> re.Pattern[bytes]:
     return re.compile(rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b")
 
 
+#: A ``from M import *`` in a file's bytes: such a file may bind a name without writing it.
+_STAR = re.compile(rb"\bimport\s*\*")
+
+
+def _star_modules(module: cst.Module) -> list[str]:
+    """The modules each top-level ``from M import *`` of ``module`` reads, as
+    :func:`rewriter.src_names.module_files` takes them (``.compiling`` for ``from .compiling import *``)."""
+    return ["." * len(small.relative) + ((get_full_name_for_node(small.module) or "") if small.module is not None else "")
+            for stmt in module.body if isinstance(stmt, cst.SimpleStatementLine) for small in stmt.body
+            if isinstance(small, cst.ImportFrom) and isinstance(small.names, cst.ImportStar)]
+
+
+def _star_exports(module: cst.Module, name: str) -> bool:
+    """Whether ``from <module> import *`` binds ``name``: listed in the module's ``__all__`` where its
+    last top-level ``__all__ = [...]`` (or tuple) is a literal of strings, else a name not starting
+    with ``_`` (https://docs.python.org/3/reference/simple_stmts.html#the-import-statement)."""
+    listed: set[str] | None = None
+    for stmt in module.body:
+        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+            if m.matches(small, m.Assign(targets=[m.AssignTarget(m.Name("__all__"))], value=m.List() | m.Tuple())):
+                items = [e.value for e in small.value.elements]  # type: ignore[attr-defined]
+                strings = all(isinstance(v, cst.SimpleString) for v in items)
+                listed = {v.evaluated_value for v in items} if strings else None  # type: ignore[attr-defined]
+    return name in listed if listed is not None else not name.startswith("_")
+
+
 def bindings(texts: dict[str, bytes], wrapper: Callable[[str], MetadataWrapper | None], rel: str,
              name: str) -> set[tuple[str, str]]:
     """``(file, name there)`` of each top-level binding under SRC of the top-level function ``name``
@@ -114,7 +141,9 @@ def bindings(texts: dict[str, bytes], wrapper: Callable[[str], MetadataWrapper |
     these (``from .compiling import maybe_compile as mc`` in ``utils/__init__.py`` binds ``("utils/
     __init__.py", "mc")``; ``from utils import mc`` elsewhere binds that file's ``mc`` in turn), to
     the end of every chain: an import binds the name as the importing module's attribute, which a
-    further import reads (https://docs.python.org/3/reference/simple_stmts.html#import).
+    further import reads (https://docs.python.org/3/reference/simple_stmts.html#import). A top-level
+    ``from .compiling import *`` binds each name found in a file of that module that the star
+    import exports (:func:`_star_exports`: its literal ``__all__``, else a public name).
 
     An imported name is read from LibCST's global scope (:class:`~libcst.metadata.ScopeProvider`:
     an import inside a function binds nothing here) and mapped to its files by
@@ -126,8 +155,14 @@ def bindings(texts: dict[str, bytes], wrapper: Callable[[str], MetadataWrapper |
     while new:
         pattern, new = _words(new), set()
         for file, data in texts.items():
-            if not pattern.search(data) or (wrapped := wrapper(file)) is None:
+            if not (pattern.search(data) or _STAR.search(data)) or (wrapped := wrapper(file)) is None:
                 continue
+            for source in (f for dotted in _star_modules(wrapped.module) for f in module_files(dotted, file)):
+                star = wrapper(source) if source in texts else None
+                for bound in {b for f, b in found if f == source and (file, b) not in found}:
+                    if star is not None and _star_exports(star.module, bound):
+                        found.add((file, bound))
+                        new.add(bound)
             scope = wrapped.resolve(ScopeProvider)[wrapped.module]
             for assignment in scope.assignments:
                 bound = assignment.name
