@@ -105,6 +105,24 @@ def read() -> list[Setting]:
         return []
 
 
+#: The prefixes of the environment variables torch's compile stack reads at import
+#: (torch/_dynamo/config.py, torch/_inductor/config.py, torch/compiler/config.py).
+ENV_PREFIXES = ("TORCHDYNAMO_", "TORCHINDUCTOR_", "TORCH_COMPILE_")
+
+
+def environment(environ: Any = None) -> dict[str, str]:
+    """``name -> value`` of the environment variables of this process that torch's compile stack
+    reads (:data:`ENV_PREFIXES`), sorted by name. torch turns such a variable into the knob's
+    default when it imports (``suppress_errors = bool(os.environ.get(
+    "TORCHDYNAMO_SUPPRESS_ERRORS", False))``), so :func:`read` cannot tell that knob from torch's
+    own default; the report lists the variables beside the knobs instead. ``environ``: a mapping
+    to read (``os.environ`` where None)."""
+    import os
+
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in sorted(env) if k.startswith(ENV_PREFIXES)}
+
+
 def limit_raised(settings: list[Setting] | None) -> Setting | None:
     """The recompile-limit setting where the run raised it above torch's default, else None."""
     for s in settings or ():

@@ -287,16 +287,24 @@ def memory_markdown(mem: RungResult | None, search: RungResult | None) -> list[s
     return lines
 
 
-def dynamo_config_markdown(settings: list[dict[str, Any]] | None) -> list[str]:
+def dynamo_config_markdown(settings: list[dict[str, Any]] | None, environment: dict[str, str] | None = None) -> list[str]:
     """report.md's list of the ``torch._dynamo.config`` knobs the program's run set away from
     torch's defaults (:func:`.dynamo_settings.read`, report.json's ``meta.dynamo_config``), each
-    with what it changes where stackpart knows it; [] where there are none."""
-    if not settings:
+    with what it changes where stackpart knows it, and the environment variables torch's compile
+    stack read at import (:func:`.dynamo_settings.environment`, ``meta.compile_environment``);
+    [] where there are neither."""
+    if not settings and not environment:
         return []
-    lines = ["## The program's torch._dynamo.config", "",
-             "Set away from torch's defaults as the program ran (its imports, model function and first steps); "
-             "the ladder's compiles ran under them, and so do the search's candidates unless their plan sets a knob itself:", ""]
-    return lines + [f"- {s['text']}" for s in settings] + [""]
+    lines = ["## The program's torch._dynamo.config", ""]
+    if settings:
+        lines += ["Set away from torch's defaults as the program ran (its imports, model function and first steps); "
+                  "the ladder's compiles ran under them, and so do the search's candidates unless their plan sets a knob "
+                  "itself:", ""] + [f"- {s['text']}" for s in settings] + [""]
+    if environment:
+        lines += ["Set in the environment diagnose ran in (torch reads these when it is imported and makes them the "
+                  "knobs' defaults, so a knob set this way is not listed as set away from its default):", ""]
+        lines += [f"- `{k}={v}`" for k, v in environment.items()] + [""]
+    return lines
 
 
 def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | None, notes: list[str], images: list[str], chart_note: str | None, error: str | None) -> str:
@@ -307,7 +315,7 @@ def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | Non
     if meta.get("seconds") is not None:
         lines.append(f"whole ladder: {meta['seconds']} s")
     lines.append("")
-    lines += dynamo_config_markdown(meta.get("dynamo_config"))
+    lines += dynamo_config_markdown(meta.get("dynamo_config"), meta.get("compile_environment"))
     if error:
         lines += [f"**Stopped early:** {error}", ""]
     lines += ["## The ladder", "", "| rung | status | measurement | threshold (source) | verdict | implies | s |", "|---|---|---|---|---|---|---|"]

@@ -30,6 +30,7 @@ from ..shapes import with_own_default_shape
 from .candidate import AS_IS
 from .context import Context
 from .declared import read as declared_blocks
+from .dynamo_settings import environment as compile_environment
 from .dynamo_settings import read as read_dynamo_config
 from .evidence import UNREAD
 from .report import charts, default_report_dir, markdown, plan_yaml, terminal, to_json, write_json
@@ -435,6 +436,7 @@ def _setup_steps(run: _Run) -> None:
     # the report's setup, and the settings the ladder's compiles run under
     ctx.evidence.dynamo_config = read_dynamo_config()
     run.meta["dynamo_config"] = [s.to_json() for s in ctx.evidence.dynamo_config]
+    run.meta["compile_environment"] = compile_environment()
 
 
 def _own_compile_set_aside(run: _Run, exc: HarnessFailure) -> bool:
