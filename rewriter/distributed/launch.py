@@ -42,6 +42,9 @@ def _harness_defaults(spec: Harness, src: Path) -> dict[str, Any]:
 
 
 def _check_settings(wrap: str, settings: dict[str, Any], where: str) -> None:
+    """Raise StackpartError (prefixed with ``where``) for a key of ``settings`` that the worker
+    does not apply under ``wrap`` (:data:`RUNNABLE_SETTINGS`), saying whether it is a known
+    setting that is advice for the user's training loop (:data:`rewriter.plan.DISTRIBUTED_SETTINGS`)."""
     allowed = RUNNABLE_SETTINGS[wrap]
     for key in settings:
         if key not in allowed:
@@ -110,6 +113,51 @@ def run_distributed(
     """
     src = Path(src)
     out = Path(out_dir)
+    wrap, merged_settings = _resolve_wrapper(harness_spec, src, nproc, wrap, settings)
+    config = {
+        "harness": harness_spec.model_dump(),
+        "src": str(src.resolve()),
+        "out_dir": str(out.resolve()),
+        "wrap": wrap,
+        "settings": merged_settings,
+        "warmup": warmup,
+        "steps": steps,
+        "with_stack": with_stack,
+        "threads": threads_per_rank,
+        "library_modules": list(library_modules or []),
+        "site": site,
+    }
+    config_path = _write_run_config(out, config)
+    cmd, env = _torchrun_command(config_path, nproc, threads_per_rank)
+    proc = _run_torchrun(cmd, env, timeout_s)
+    _raise_rank_errors(out, nproc, proc)
+    findings = _merge_ranks(out, nproc, harness_spec, straggler_share=straggler_share,
+                            collective_bound_share=collective_bound_share, min_gap_us=min_gap_us)
+    _write_findings(out, nproc, findings)
+    return findings
+
+
+def _resolve_wrapper(
+    harness_spec: Harness, src: Path, nproc: int, wrap: str | None, settings: dict[str, Any] | None
+) -> tuple[str, dict[str, Any]]:
+    """The wrapper and its settings the ranks run with, checked before torchrun starts.
+
+    ``wrap`` falls back to the harness file's ``STACKPART_DISTRIBUTED["wrap"]`` (imported by
+    :func:`_harness_defaults`), then ``ddp``; ``settings`` override the file's key by key. The
+    checks run in this order, so the first bad input is the one reported: ``nproc``, the wrapper,
+    ``harness.call`` under a wrapper, each setting (:data:`RUNNABLE_SETTINGS`), the GPU count for
+    ``device: cuda`` (``torch.cuda.device_count()``).
+
+    Returns:
+        ``(wrap, settings)``: one of :data:`rewriter.distributed.worker.WRAPPERS` and the merged
+        settings dict.
+
+    Raises:
+        StackpartError: ``nproc < 2``; an unknown wrapper; a ``harness.call`` method with a DDP or
+            FSDP2 wrapper (the call bypasses the wrapper's forward, where DDP's gradient bucket setup
+            and FSDP2's unshard run); a setting the wrapper does not run; fewer visible GPUs than ``nproc``; a harness
+            file that fails to import or whose ``STACKPART_DISTRIBUTED`` is not a dict.
+    """
     if nproc < 2:
         raise StackpartError(f"--nproc {nproc}: the distributed run needs at least 2 processes",
                              hint="omit --nproc for a single-process diagnosis")
@@ -132,24 +180,33 @@ def run_distributed(
         if have < nproc:
             raise StackpartError(f"--nproc {nproc} needs {nproc} GPUs; {have} visible",
                                  hint="set harness.device: cpu for a gloo run on CPU")
+    return wrap, merged_settings
+
+
+def _write_run_config(out: Path, config: dict[str, Any]) -> Path:
+    """Write ``config`` to ``out/run.json`` for :mod:`rewriter.distributed.worker` and return its path.
+
+    ``out`` is created; the files an earlier run left there (``rank*.json``, ``findings.json``,
+    ``findings.md``) are removed first, so a rank that writes nothing this time is reported as
+    missing (:func:`_raise_rank_errors`) instead of its old result being merged.
+    """
     out.mkdir(parents=True, exist_ok=True)
     for stale in list(out.glob("rank*.json")) + [out / "findings.json", out / "findings.md"]:
         stale.unlink(missing_ok=True)
-    config = {
-        "harness": harness_spec.model_dump(),
-        "src": str(src.resolve()),
-        "out_dir": str(out.resolve()),
-        "wrap": wrap,
-        "settings": merged_settings,
-        "warmup": warmup,
-        "steps": steps,
-        "with_stack": with_stack,
-        "threads": threads_per_rank,
-        "library_modules": list(library_modules or []),
-        "site": site,
-    }
     config_path = out / "run.json"
     config_path.write_text(json.dumps(config, indent=2) + "\n")
+    return config_path
+
+
+def _torchrun_command(config_path: Path, nproc: int, threads_per_rank: int) -> tuple[list[str], dict[str, str]]:
+    """The ``torchrun --standalone`` command line and environment that start ``nproc`` workers.
+
+    torchrun is run as ``python -m torch.distributed.run`` with this interpreter (see
+    https://pytorch.org/docs/stable/elastic/run.html). The environment is this process's with
+    stackpart's package root put first on ``PYTHONPATH`` (the workers import
+    ``rewriter.distributed.worker`` from the same checkout) and ``OMP_NUM_THREADS`` defaulting to
+    ``threads_per_rank`` (intra-op threads per CPU rank), unless already set.
+    """
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            "--nproc-per-node", str(nproc), "-m", "rewriter.distributed.worker",
            "--config", str(config_path.resolve())]
@@ -157,8 +214,23 @@ def run_distributed(
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     env.setdefault("OMP_NUM_THREADS", str(threads_per_rank))
-    proc = _run_torchrun(cmd, env, timeout_s)
-    _raise_rank_errors(out, nproc, proc)
+    return cmd, env
+
+
+def _merge_ranks(
+    out: Path, nproc: int, harness_spec: Harness, *,
+    straggler_share: float, collective_bound_share: float, min_gap_us: float,
+) -> DistributedFindings:
+    """Merge the ranks' results in ``out`` into one :class:`DistributedFindings`.
+
+    Reads each ``rank{R}.steps.json`` and the profiler trace it names, analyzes each trace
+    (:func:`rewriter.distributed.trace.analyze_trace`; gaps shorter than ``min_gap_us``
+    microseconds ignored), merges them (:func:`rewriter.distributed.findings.merge` with the
+    straggler and collective-bound shares, fractions of the step) and adds the plan suggestions
+    for ``<harness file>::<model callable>`` (:func:`rewriter.distributed.advise.suggest`) and the
+    notes about what the run can and cannot show (:func:`_notes`). Called after
+    :func:`_raise_rank_errors`, which has checked that every rank wrote its steps file.
+    """
     traces, records = [], {}
     for rank in range(nproc):
         record = json.loads((out / f"rank{rank}.steps.json").read_text())
@@ -168,11 +240,17 @@ def run_distributed(
                      collective_bound_share=collective_bound_share, min_gap_us=min_gap_us)
     findings.suggestions = advise.suggest(findings, f"{harness_spec.file}::{harness_spec.model}")
     findings.notes = _notes(findings, harness_spec)
+    return findings
+
+
+def _write_findings(out: Path, nproc: int, findings: DistributedFindings) -> None:
+    """Write ``merged.trace.json`` (:func:`_write_merged_trace`), then ``findings.json`` and
+    ``findings.md`` (:func:`rewriter.distributed.report.markdown`) under ``out``, after listing
+    every artifact of the run in ``findings.artifacts`` (file names relative to ``out``)."""
     _write_merged_trace(out, nproc)
     findings.artifacts = [f"rank{r}.trace.json" for r in range(nproc)] + ["merged.trace.json", "findings.json", "findings.md"]
     (out / "findings.json").write_text(json.dumps(findings.to_json(), indent=2) + "\n")
     (out / "findings.md").write_text(markdown(findings))
-    return findings
 
 
 def _run_torchrun(cmd: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess:
@@ -203,6 +281,10 @@ def _run_torchrun(cmd: list[str], env: dict[str, str], timeout_s: float) -> subp
 
 
 def _raise_rank_errors(out: Path, nproc: int, proc: subprocess.CompletedProcess) -> None:
+    """Raise StackpartError for a run that left no result to merge: the first (by name)
+    ``rank*.error.json`` (a StackpartError keeps its file:line and hint; another exception gives
+    its type and traceback tail), else torchrun's exit code and the ranks without a
+    ``rank{R}.steps.json``, with the tail of torchrun's output."""
     errors = sorted(out.glob("rank*.error.json"))
     if errors:
         data = json.loads(errors[0].read_text())
@@ -223,6 +305,9 @@ def _raise_rank_errors(out: Path, nproc: int, proc: subprocess.CompletedProcess)
 
 
 def _notes(f: DistributedFindings, spec: Harness) -> list[str]:
+    """What this run's figures cannot show: a gloo run on CPU does not carry over to NCCL, DDP
+    outside ``mode: training`` runs no collectives, a collective-bound step that no wrapper
+    setting addresses."""
     notes = []
     if f.backend == "gloo":
         notes.append(
