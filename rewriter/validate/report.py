@@ -91,9 +91,49 @@ def timing_banner(report: dict[str, Any]) -> str:
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    """The Markdown report (tables per variant and per shape, then the verdict)."""
+    """The Markdown report: the verdict and what it is bound to, tables per variant and per
+    shape, why each compiled variant behaves as it does, then the amortization formula.
+
+    ``report`` is the dict :func:`write_report` writes as ``validation.json``; the text is
+    ``validation.md``, built section by section in page order by the helpers below. Times are in
+    ms per step and s per process start.
+    """
+    lines = _summary_lines(report)
+    lines += _verdict_lines(report["verdict"])
+    busy = _contended(report)
+    lines += _variant_table_lines(report, busy)
+    lines += numerics_lines(report)
+    names = list(report["variants"])
+    lines += _shape_table_lines(report, names)
+    if busy:
+        lines += _contended_shape_table_lines(report, names)
+    lines += _behaviour_lines(report)
+    lines += _AMORTIZATION_FOOTER
+    return "\n".join(lines)
+
+
+#: The last lines of ``validation.md``: how break-even runs are computed
+#: (:mod:`rewriter.engine.amortize` computes them).
+_AMORTIZATION_FOOTER = (
+    "",
+    "Amortization: break-even runs = t_compile x N_compiles / (t_eager - t_compiled), "
+    "N_compiles = shape buckets x restarts x compiles per bucket (counted in the cold run).",
+    "",
+)
+
+
+def _contended(report: dict[str, Any]) -> bool:
+    """Whether any variant was also timed with the host core contended (``contended_step_ms``):
+    the variants table then has that column and a second per-shape table follows the first."""
+    return any(var.get("contended_step_ms") is not None for var in report["variants"].values())
+
+
+def _summary_lines(report: dict[str, Any]) -> list[str]:
+    """The title with the verdict (PASS; FAIL for exit code 1; else ERROR), the timing banner
+    (:func:`timing_banner`), the diff, plan and SRC the report is bound to, the harness, and
+    what the baselines were compiled with (:func:`_baselines_line`)."""
     v = report["verdict"]
-    lines = [
+    return [
         f"# stackpart validation: {'PASS' if v['passed'] else 'FAIL' if v['exit_code'] == 1 else 'ERROR'}",
         "",
         f"> {timing_banner(report)}",
@@ -106,11 +146,21 @@ def render_markdown(report: dict[str, Any]) -> str:
         _baselines_line(report),
         "",
     ]
-    for title, items in (("Errors", v["errors"]), ("Failures", v["failures"]), ("Notes", v["notes"])):
+
+
+def _verdict_lines(verdict: dict[str, Any]) -> list[str]:
+    """The verdict's errors, failures and notes, each a section of bullets, left out when empty."""
+    lines: list[str] = []
+    for title, items in (("Errors", verdict["errors"]), ("Failures", verdict["failures"]), ("Notes", verdict["notes"])):
         if items:
             lines += [f"## {title}", ""] + [f"- {x}" for x in items] + [""]
-    busy = any(var.get("contended_step_ms") is not None for var in report["variants"].values())
-    lines += [
+    return lines
+
+
+def _variant_table_lines(report: dict[str, Any], busy: bool) -> list[str]:
+    """The "Variants" table: its header, then a row per variant (:func:`_variant_row`); with
+    ``busy`` (:func:`_contended`) a column for the step time with the host core contended."""
+    lines = [
         "## Variants",
         "",
         "| variant | step ms (mean of medians) | vs eager "
@@ -121,31 +171,44 @@ def render_markdown(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if busy else ""),
     ]
     for name, var in report["variants"].items():
-        comp = var.get("compile") or {}
-        amort = var.get("amortization") or {}
-        stance = var.get("fail_on_recompile") or {}
-        stance_txt = (
-            "–" if not stance.get("supported") or "ok" not in stance else "ok" if stance["ok"] else "RECOMPILED"
-        )
-        numerics = var.get("numerics", "–")
-        be = amort.get("break_even_runs")
-        be_txt = "–" if be is None else be if isinstance(be, str) else f"{be:,.0f}"
-        sp = var.get("speedup_vs_eager")
-        speed = "–" if sp is None else "no graph" if var.get("baseline_idle") else f"{sp:.2f}x"
-        if var.get("error"):
-            lines.append(f"| {name} | error: {var['error']} | | | | | | | | | | |" + (" |" if busy else ""))
-            continue
-        lines.append(
-            f"| {name} | {_ms(var.get('step_ms'))} | {speed} "
-            + (f"| {_ms(var.get('contended_step_ms'))} " if busy else "")
-            + f"| {_s(var.get('cold_first_call_s'))} | {_s(var.get('compile_s_per_start'))} "
-            f"| {comp.get('unique_graphs', '–')} | {comp.get('graph_breaks', '–')} "
-            f"| {comp.get('recompiles', '–')} | {len(comp.get('recompile_limit_hits', []))} "
-            f"| {stance_txt} | {numerics} | {be_txt} |"
-        )
-    lines += numerics_lines(report)
-    lines += ["", "## Step time per shape (ms, median [p10–p90])", ""]
-    names = list(report["variants"])
+        lines.append(_variant_row(name, var, busy))
+    return lines
+
+
+def _variant_row(name: str, var: dict[str, Any], busy: bool) -> str:
+    """One variant's row of the "Variants" table: step time (ms) and its speedup over eager,
+    cold first call and compile per process start (s), Dynamo's graphs, graph breaks,
+    recompilations and recompile-limit fallbacks, the ``fail_on_recompile`` stance, numerics and
+    break-even runs; "–" where a figure was not measured. A variant that errored gets its error
+    and empty cells."""
+    comp = var.get("compile") or {}
+    amort = var.get("amortization") or {}
+    stance = var.get("fail_on_recompile") or {}
+    stance_txt = (
+        "–" if not stance.get("supported") or "ok" not in stance else "ok" if stance["ok"] else "RECOMPILED"
+    )
+    numerics = var.get("numerics", "–")
+    be = amort.get("break_even_runs")
+    be_txt = "–" if be is None else be if isinstance(be, str) else f"{be:,.0f}"
+    sp = var.get("speedup_vs_eager")
+    speed = "–" if sp is None else "no graph" if var.get("baseline_idle") else f"{sp:.2f}x"
+    if var.get("error"):
+        return f"| {name} | error: {var['error']} | | | | | | | | | | |" + (" |" if busy else "")
+    return (
+        f"| {name} | {_ms(var.get('step_ms'))} | {speed} "
+        + (f"| {_ms(var.get('contended_step_ms'))} " if busy else "")
+        + f"| {_s(var.get('cold_first_call_s'))} | {_s(var.get('compile_s_per_start'))} "
+        f"| {comp.get('unique_graphs', '–')} | {comp.get('graph_breaks', '–')} "
+        f"| {comp.get('recompiles', '–')} | {len(comp.get('recompile_limit_hits', []))} "
+        f"| {stance_txt} | {numerics} | {be_txt} |"
+    )
+
+
+def _shape_table_lines(report: dict[str, Any], names: list[str]) -> list[str]:
+    """The "Step time per shape" table: a row per harness shape, a column per variant in
+    ``names``, each cell the median step time with its p10–p90 range (ms), "–" where the variant
+    timed no step at that shape."""
+    lines = ["", "## Step time per shape (ms, median [p10–p90])", ""]
     lines.append("| shape | " + " | ".join(names) + " |")
     lines.append("|---|" + "---|" * len(names))
     for row in report.get("timing", []):
@@ -156,51 +219,75 @@ def render_markdown(report: dict[str, Any]) -> str:
                 "–" if not t or not t.get("n") else f"{t['median_ms']:.3f} [{t['p10_ms']:.3f}–{t['p90_ms']:.3f}]"
             )
         lines.append(f"| {row['shape']} | " + " | ".join(cells) + " |")
-    if busy:
-        lines += ["", f"## Step time per shape, host core contended (ms, median; a busy loop on the timed processes' "
-                  f"shared core; gated within a {report.get('contended_band', 0.02):.1%} band)", ""]
-        lines.append("| shape | " + " | ".join(names) + " |")
-        lines.append("|---|" + "---|" * len(names))
-        for row in report.get("timing", []):
-            cells = [_ms((row["timing"].get(n) or {}).get("contended_ms")) for n in names]
-            lines.append(f"| {row['shape']} | " + " | ".join(cells) + " |")
-    lines += ["", "## Why the compiled variants behave as they do", ""]
+    return lines
+
+
+def _contended_shape_table_lines(report: dict[str, Any], names: list[str]) -> list[str]:
+    """The per-shape table again with the host core contended: median step time (ms) per shape
+    and variant while a busy loop shares the timed processes' core, with the band
+    (``contended_band``, a fraction, default 2%) the verdict gates it within."""
+    lines = ["", f"## Step time per shape, host core contended (ms, median; a busy loop on the timed processes' "
+             f"shared core; gated within a {report.get('contended_band', 0.02):.1%} band)", ""]
+    lines.append("| shape | " + " | ".join(names) + " |")
+    lines.append("|---|" + "---|" * len(names))
+    for row in report.get("timing", []):
+        cells = [_ms((row["timing"].get(n) or {}).get("contended_ms")) for n in names]
+        lines.append(f"| {row['shape']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _behaviour_lines(report: dict[str, Any]) -> list[str]:
+    """The "Why the compiled variants behave as they do" section: for each variant with compile
+    counters (eager never), :func:`_variant_behaviour_lines`."""
+    lines = ["", "## Why the compiled variants behave as they do", ""]
     for name, var in report["variants"].items():
         comp = var.get("compile") or {}
         if name == "eager" or not comp:
             continue
-        lines.append(variant_heading(name, var))
-        if var.get("baseline_idle"):
-            lines.append(f"  - {var['baseline_idle']}")
-        if name == "regional":
-            lines.extend(block_share_lines(report))
-        for hit in comp.get("recompile_limit_hits", []):
-            lines.append(f"  - recompile limit hit, frame runs eager from then on: {hit}")
-        for r in comp.get("recompile_reasons", [])[:5]:
-            lines.append(f"  - recompiled: {r}")
-        lines.extend(graph_break_lines(comp))
-        amort = var.get("amortization")
-        if amort and amort.get("compile_measured") is False:
-            lines.append(f"  - amortization: {amort['verdict']}")
-        elif amort and amort.get("reference_compile_s_per_start") is not None:
-            lines.append(
-                f"  - amortization against the program as it runs: {amort['t_compile_s'] * amort['compiles_per_start']:.2f} s "
-                f"compile per start vs its own {amort['reference_compile_s_per_start']:.2f} s, x {amort['restarts']} "
-                f"restart(s); {1e3 * amort['saving_s']:.3f} ms saved per step: {amort['verdict']}"
-            )
-        elif amort:
-            lines.append(
-                f"  - amortization: t_compile {amort['t_compile_s']:.2f} s x N_compiles {amort['n_compiles']} "
-                f"({amort['shape_buckets']} shape bucket(s), {amort['compiles_per_start']} compile(s) per start, "
-                f"{amort['restarts']} restart(s)) / {1e3 * amort['saving_s']:.3f} ms saved per step: {amort['verdict']}"
-            )
-    lines += [
-        "",
-        "Amortization: break-even runs = t_compile x N_compiles / (t_eager - t_compiled), "
-        "N_compiles = shape buckets x restarts x compiles per bucket (counted in the cold run).",
-        "",
-    ]
-    return "\n".join(lines)
+        lines += _variant_behaviour_lines(report, name, var, comp)
+    return lines
+
+
+def _variant_behaviour_lines(report: dict[str, Any], name: str, var: dict[str, Any], comp: dict[str, Any]) -> list[str]:
+    """One compiled variant's heading (:func:`variant_heading`) and bullets: why a baseline
+    compiled no graph, the repeated blocks' share for ``regional`` (:func:`block_share_lines`),
+    recompile-limit hits, the first 5 recompilation reasons, graph breaks
+    (:func:`graph_break_lines`) and its amortization (:func:`_amortization_lines`). ``comp`` is
+    the variant's ``compile`` counters."""
+    lines = [variant_heading(name, var)]
+    if var.get("baseline_idle"):
+        lines.append(f"  - {var['baseline_idle']}")
+    if name == "regional":
+        lines.extend(block_share_lines(report))
+    for hit in comp.get("recompile_limit_hits", []):
+        lines.append(f"  - recompile limit hit, frame runs eager from then on: {hit}")
+    for r in comp.get("recompile_reasons", [])[:5]:
+        lines.append(f"  - recompiled: {r}")
+    lines.extend(graph_break_lines(comp))
+    lines.extend(_amortization_lines(var.get("amortization")))
+    return lines
+
+
+def _amortization_lines(amort: dict[str, Any] | None) -> list[str]:
+    """A variant's amortization bullet, or none without one: the verdict alone where compile time
+    was not measured; against the program's own compile per start where the reference was
+    measured (``reference_compile_s_per_start``); else t_compile (s) x N_compiles over the saving
+    per step (shown in ms; ``saving_s`` is in s)."""
+    if amort and amort.get("compile_measured") is False:
+        return [f"  - amortization: {amort['verdict']}"]
+    if amort and amort.get("reference_compile_s_per_start") is not None:
+        return [
+            f"  - amortization against the program as it runs: {amort['t_compile_s'] * amort['compiles_per_start']:.2f} s "
+            f"compile per start vs its own {amort['reference_compile_s_per_start']:.2f} s, x {amort['restarts']} "
+            f"restart(s); {1e3 * amort['saving_s']:.3f} ms saved per step: {amort['verdict']}"
+        ]
+    if amort:
+        return [
+            f"  - amortization: t_compile {amort['t_compile_s']:.2f} s x N_compiles {amort['n_compiles']} "
+            f"({amort['shape_buckets']} shape bucket(s), {amort['compiles_per_start']} compile(s) per start, "
+            f"{amort['restarts']} restart(s)) / {1e3 * amort['saving_s']:.3f} ms saved per step: {amort['verdict']}"
+        ]
+    return []
 
 
 def variant_heading(name: str, var: dict[str, Any]) -> str:
