@@ -1,7 +1,7 @@
 """``compile`` with ``own_call``: edit the program's own ``torch.compile`` instead of adding a second.
 
-Issue 17 ("What to build" 2): where the program already compiles the code, a plan changes the
-program's call. The target is the function that carries it: the function decorated with
+Where the program already compiles the code, a plan changes the program's call (docs/guide.md,
+Step 2, on a program that compiles itself; docs/plan-reference.md's ``own_call``). The target is the function that carries it: the function decorated with
 ``@torch.compile`` / ``@torch.compile(...)``, or the function whose body holds exactly one
 ``torch.compile(...)``, ``module.compile(...)`` or ``model.compile_repeated_blocks(...)`` call
 (``self.block = torch.compile(Block())`` in ``__init__``, ``model.compile(fullgraph=True)`` in
