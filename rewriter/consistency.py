@@ -798,13 +798,13 @@ def check_program_loops(loaded: LoadedPlan, bounds: list[Bound], parse: Any, rea
     """
     from .rewrite.regional_path import each_class, regional_of
 
-    if reading is None or not reading.compiles_any():
+    if reading is None:
         return
     adds = [b for b in bounds if isinstance(b.action, CompileAction) and b.action.own_call is None
             and b.action.strategy != "nested" and not b.action.library
             and (b.target.qualname.count(".") == 0 or b.target.qualname.endswith(".forward"))
             and b.target.qualname.count(".") <= 1]
-    if not adds:
+    if not adds or not reading.compiles_any():  # the plan's actions first: a plan with no compile walks no SRC
         return
     off = {b.key for b in bounds if isinstance(b.action, CompileAction) and b.action.own_call is not None
            and b.action.own_call.disable is True}

@@ -63,7 +63,7 @@ class MLP:
 def _scope(tmp_path: Path, train: str = TRAIN) -> OwnScope:
     (tmp_path / "model.py").write_text(MODEL)
     (tmp_path / "train.py").write_text(train)
-    evidence = SimpleNamespace(blocks=None, own_compiled_modules=[], declared=None)
+    evidence = SimpleNamespace(blocks=None, own_compiled_modules=[], declared=None, profile=None)
     ctx = SimpleNamespace(reference=lambda: (MLP(), None, None), evidence=evidence, session=SimpleNamespace(src=tmp_path))
     return OwnScope.of(ctx, own_compiles(tmp_path))
 

@@ -174,7 +174,8 @@ def test_the_search_adds_no_compile_of_the_blocks_the_program_compiles(tmp_path,
     prog = _load(tmp_path / "prog.py", "stackpart_test_own_repeated_prog")
     model = prog.build()
     declared = read(model)
-    evidence = SimpleNamespace(declared=declared, blocks=find_blocks(model, tmp_path, declared), own_compiled_modules=None)
+    evidence = SimpleNamespace(declared=declared, blocks=find_blocks(model, tmp_path, declared), own_compiled_modules=None,
+                               profile=None)
     ctx = SimpleNamespace(reference=lambda: (model, None, None), evidence=evidence, session=SimpleNamespace(src=tmp_path))
     scope = OwnScope.of(ctx, own_compiles(tmp_path, entries=frozenset({"prog.py::build"})))
     assert [r.where for r in scope.block] == [at] and not scope.whole
