@@ -706,10 +706,7 @@ def check_regional_blocks(loaded: LoadedPlan, bounds: list[Bound], parse: Any, r
 
     if reading is None:
         return
-    adds = [b for b in bounds if isinstance(b.action, CompileAction) and b.action.own_call is None
-            and b.action.strategy != "nested" and not b.action.library
-            and (b.target.qualname.count(".") == 0 or b.target.qualname.endswith(".forward"))
-            and b.target.qualname.count(".") <= 1]
+    adds = _block_compiles(bounds)
     edits = [o for o in bounds if isinstance(o.action, CompileAction) and o.action.own_call is not None
              and o.action.own_call.regional not in (None, "compile_repeated_blocks")
              and o.action.own_call.disable is not True]
@@ -800,10 +797,7 @@ def check_program_loops(loaded: LoadedPlan, bounds: list[Bound], parse: Any, rea
 
     if reading is None:
         return
-    adds = [b for b in bounds if isinstance(b.action, CompileAction) and b.action.own_call is None
-            and b.action.strategy != "nested" and not b.action.library
-            and (b.target.qualname.count(".") == 0 or b.target.qualname.endswith(".forward"))
-            and b.target.qualname.count(".") <= 1]
+    adds = _block_compiles(bounds)
     if not adds or not reading.compiles_any():  # the plan's actions first: a plan with no compile walks no SRC
         return
     off = {b.key for b in bounds if isinstance(b.action, CompileAction) and b.action.own_call is not None
@@ -841,6 +835,16 @@ def check_program_loops(loaded: LoadedPlan, bounds: list[Bound], parse: Any, rea
                     continue
                 _refuse_loop_compiled(loaded, reading, c, e, where, inner[1], walked[1], path + rest,
                                       f"each {walked[1]} of {cls[1]}.{e.path}", len(path))
+
+
+def _block_compiles(bounds: list[Bound]) -> list[Bound]:
+    """The plan's own compiles of a class under SRC, or of its ``forward`` (``model.py::Block``,
+    ``model.py::Block.forward``; not ``own_call`` edits, ``nested`` regions or library targets):
+    the compiles a loop of the program's, or a regional edit, may compile a second time."""
+    return [b for b in bounds if isinstance(b.action, CompileAction) and b.action.own_call is None
+            and b.action.strategy != "nested" and not b.action.library
+            and (b.target.qualname.count(".") == 0 or b.target.qualname.endswith(".forward"))
+            and b.target.qualname.count(".") <= 1]
 
 
 def _refuse_loop_compiled(loaded: LoadedPlan, reading: Any, c: Bound, e: Any, where: str, inner: str, walked: str,
