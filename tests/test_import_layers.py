@@ -51,10 +51,11 @@ def _type_checking_lines(tree: ast.AST) -> set[int]:
     return lines
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The rewriter modules ``name`` imports (``from .x import y`` counts as ``.x.y`` when that is a module)."""
+def _imports(name: str, path: Path, modules: dict[str, Path], typing: bool = False) -> set[str]:
+    """The rewriter modules ``name`` imports (``from .x import y`` counts as ``.x.y`` when that is a module);
+    ``typing``: also those imported under ``if TYPE_CHECKING:``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip = _type_checking_lines(tree)
+    skip = set() if typing else _type_checking_lines(tree)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -74,9 +75,9 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return {m for m in found if m in modules and m != name}
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(typing: bool = False) -> dict[str, set[str]]:
     modules = _modules()
-    return {name: _imports(name, path, modules) for name, path in modules.items()}
+    return {name: _imports(name, path, modules, typing) for name, path in modules.items()}
 
 
 def _layer_of(module: str, layers: list[list[str]]) -> int:
@@ -150,6 +151,14 @@ def test_no_import_circle():
     graph = {a: {b for b in deps if (a, b) not in KNOWN} for a, deps in _graph().items()}
     circles = _circles(graph)
     assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_no_circle_through_type_only_imports():
+    """An ``if TYPE_CHECKING:`` import never runs, but a circle through one still ties two modules
+    together for a reader (and for any tool that resolves annotations): the types a module names
+    live below it too."""
+    circles = _circles(_graph(typing=True))
+    assert not circles, "import circles through TYPE_CHECKING imports:\n" + "\n".join(" <-> ".join(c) for c in circles)
 
 
 def test_the_known_exceptions_still_exist():

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..plan import Amortization
 from .evidence import Evidence
-from .rung import RungResult
+from .result import RungResult
 from .session import Session
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .dynamo_settings import Setting
     from .own_compile import OwnCompile
     from .repeated_calls import RepeatedCall
-    from .rungs.profile import ProfileData
+    from .profile_data import ProfileData
 
 
 class _Unread(enum.Enum):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..context import Context
 from ..rung import Rung, RungResult
-from .profile import KernelEvent, ProfileData
+from ..profile_data import KernelEvent, ProfileData
 
 KERNEL_WAIT_US = 30.0
 IDLE_HIGH = 0.15
