@@ -460,61 +460,17 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
     line, small = where.line, where.small
     if line is None or small is None:
         raise OwnCallRefused("regional: the compile call is not a statement of the function's own body", site.node)
-    call = site.call
     if site.kind == "method":
-        owner = call.func.value if isinstance(call.func, cst.Attribute) else None
-        loop = where.loop
-        if (loop is not None and isinstance(loop.target, cst.Name) and isinstance(owner, cst.Name)
-                and owner.value == loop.target.value
-                and (container_of(_code(loop.iter)).endswith("." + path) or container_of(_code(loop.iter)) == path)):
-            return _in_place(func, site, edits)  # already regional: only the keys change
-        if isinstance(call.func, cst.Attribute) and call.func.attr.value == REPEATED_BLOCKS:
+        read = _method_compile(site, where, path)
+        if read is None:  # already regional: only the keys change
             return _in_place(func, site, edits)
-        if (loop is not None and isinstance(loop.target, cst.Name) and isinstance(owner, cst.Name)
-                and owner.value == loop.target.value):
-            raise OwnCallRefused(f"regional: the program's compile is regional already, over {_code(loop.iter)}; "
-                                 f"regional: {path} would nest a second loop inside it", site.node)
-        if not isinstance(small, cst.Expr) or small.value is not call or owner is None:
-            raise OwnCallRefused("regional: expected the module's compile as a statement of its own "
-                                 "(model.compile(...))", site.node)
-        model = _code(owner)
-        before: list[str] = []
-        kwargs = _kwargs(call, skip_first=False)
+        model, before, kwargs = read
+        first = None
     else:
-        target = first = None
-        if call.args and call.args[0].keyword is None and not call.args[0].star:
-            first = call.args[0].value
-        if first is None:
-            raise OwnCallRefused("regional: expected torch.compile(model, ...) with the model as its first argument",
-                                 site.node)
-        annotated = isinstance(small, cst.AnnAssign) and small.value is call
-        if (isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1) or annotated:
-            # model = torch.compile(model), or model: nn.Module = torch.compile(model) (its annotation kept)
-            target = small.target if annotated else small.targets[0].target
-            if not isinstance(target, (cst.Name, cst.Attribute)):
-                raise OwnCallRefused("regional: expected the compiled model bound to one name", site.node)
-            model = _code(target)
-            note = f": {_code(small.annotation.annotation)}" if annotated else ""
-            before = [] if _code(first) == model else [f"{model}{note} = {_code(first)}"]
-            if not before and model.endswith(".forward"):  # model.forward = torch.compile(model.forward)
-                model = model.removesuffix(".forward")
-        elif isinstance(small, cst.Return) and small.value is call:
-            used = {n.value for n in _names_in(func)}
-            model = _code(first) if isinstance(first, (cst.Name, cst.Attribute)) else next(
-                v for v in ("model", "module", "_model") if v not in used)
-            before = [] if model == _code(first) else [f"{model} = {_code(first)}"]
-        elif isinstance(small, (cst.Assign, cst.AnnAssign, cst.Return)) and isinstance(small.value, cst.IfExp):
-            raise OwnCallRefused("regional: the compile is a branch of a conditional expression, which a loop over the "
-                                 "blocks cannot replace; expected it as a statement of its own (write the condition "
-                                 "as an if statement: if compiled: model = torch.compile(model))", site.node)
-        else:
-            raise OwnCallRefused("regional: the result of torch.compile is not bound to a name (model = "
-                                 "torch.compile(model)) or returned; such a call compiles nothing the program calls",
-                                 site.node)
-        kwargs = _kwargs(call, skip_first=True)
+        model, before, kwargs, first = _function_compile(func, site, small)
     if before and isinstance(first, (cst.Name, cst.Attribute)):
         # compiled = torch.compile(model): the regional form compiles model's own blocks in place
-        eager = _calls_the_module(func, _code(first), call)
+        eager = _calls_the_module(func, _code(first), site.call)
         if eager is not None:
             raise OwnCallRefused(f"regional: the function also calls {_code(first)} itself, which torch.compile left "
                                  f"eager beside {model}; compiled regionally, its blocks are compiled in place and "
@@ -540,6 +496,78 @@ def regional(func: cst.FunctionDef, site: OwnSite, edits: dict[str, Any], path: 
                              "line of its own", site.node)
     new = [cst.parse_statement(s + "\n") for s in stmts]
     return func.deep_replace(line, cst.FlattenSentinel(_with_comments(new, line, len(before))))  # type: ignore[return-value]
+
+
+def _method_compile(site: OwnSite, where: "_Statement", path: str) -> tuple[str, list[str], list[str]] | None:
+    """``model.compile(**kw)`` at ``site`` read for :func:`regional`: ``(model, statements before the
+    loop, keyword arguments)``, or None where the call is regional already over ``path`` (a
+    ``for b in model.<path>: b.compile()`` loop, or ``compile_repeated_blocks``).
+
+    Raises:
+        OwnCallRefused: a loop of the program's own over another container, or a call that is not a
+            statement of its own.
+    """
+    call, small, loop = site.call, where.small, where.loop
+    assert call is not None
+    owner = call.func.value if isinstance(call.func, cst.Attribute) else None
+    looped = (loop is not None and isinstance(loop.target, cst.Name) and isinstance(owner, cst.Name)
+              and owner.value == loop.target.value)
+    if looped and (container_of(_code(loop.iter)).endswith("." + path) or container_of(_code(loop.iter)) == path):
+        return None
+    if isinstance(call.func, cst.Attribute) and call.func.attr.value == REPEATED_BLOCKS:
+        return None
+    if looped:
+        raise OwnCallRefused(f"regional: the program's compile is regional already, over {_code(loop.iter)}; "
+                             f"regional: {path} would nest a second loop inside it", site.node)
+    if not isinstance(small, cst.Expr) or small.value is not call or owner is None:
+        raise OwnCallRefused("regional: expected the module's compile as a statement of its own "
+                             "(model.compile(...))", site.node)
+    return _code(owner), [], _kwargs(call, skip_first=False)
+
+
+def _function_compile(func: cst.FunctionDef, site: OwnSite, small: cst.BaseSmallStatement
+                      ) -> tuple[str, list[str], list[str], cst.BaseExpression]:
+    """``model = torch.compile(model, **kw)`` (or annotated, or ``return torch.compile(m)``) at
+    ``site`` read for :func:`regional`: ``(the name the program holds the model by, statements
+    before the loop, keyword arguments, torch.compile's first argument)``.
+
+    Raises:
+        OwnCallRefused: no module as the first argument, a result not bound to one name nor
+            returned, or a compile inside a conditional expression.
+    """
+    call = site.call
+    assert call is not None
+    first = None
+    if call.args and call.args[0].keyword is None and not call.args[0].star:
+        first = call.args[0].value
+    if first is None:
+        raise OwnCallRefused("regional: expected torch.compile(model, ...) with the model as its first argument",
+                             site.node)
+    annotated = isinstance(small, cst.AnnAssign) and small.value is call
+    if (isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1) or annotated:
+        # model = torch.compile(model), or model: nn.Module = torch.compile(model) (its annotation kept)
+        target = small.target if annotated else small.targets[0].target  # type: ignore[union-attr]
+        if not isinstance(target, (cst.Name, cst.Attribute)):
+            raise OwnCallRefused("regional: expected the compiled model bound to one name", site.node)
+        model = _code(target)
+        note = f": {_code(small.annotation.annotation)}" if annotated else ""  # type: ignore[union-attr]
+        before = [] if _code(first) == model else [f"{model}{note} = {_code(first)}"]
+        if not before and model.endswith(".forward"):  # model.forward = torch.compile(model.forward)
+            model = model.removesuffix(".forward")
+    elif isinstance(small, cst.Return) and small.value is call:
+        used = {n.value for n in _names_in(func)}
+        model = _code(first) if isinstance(first, (cst.Name, cst.Attribute)) else next(
+            v for v in ("model", "module", "_model") if v not in used)
+        before = [] if model == _code(first) else [f"{model} = {_code(first)}"]
+    elif isinstance(small, (cst.Assign, cst.AnnAssign, cst.Return)) and isinstance(small.value, cst.IfExp):
+        raise OwnCallRefused("regional: the compile is a branch of a conditional expression, which a loop over the "
+                             "blocks cannot replace; expected it as a statement of its own (write the condition "
+                             "as an if statement: if compiled: model = torch.compile(model))", site.node)
+    else:
+        raise OwnCallRefused("regional: the result of torch.compile is not bound to a name (model = "
+                             "torch.compile(model)) or returned; such a call compiles nothing the program calls",
+                             site.node)
+    return model, before, _kwargs(call, skip_first=True), first
 
 
 def _with_comments(new: list[cst.BaseStatement], line: cst.SimpleStatementLine, compiles: int) -> list[cst.BaseStatement]:
