@@ -585,7 +585,8 @@ ROUNDS = 4
 
 def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], steps: int, timeout: float,
                  parallel: bool, core: int | None = None,
-                 early: list[VariantProcess] | tuple = (), rounds: int = ROUNDS) -> Iterator[tuple[str, dict]]:
+                 early: list[VariantProcess] | tuple = (), rounds: int = ROUNDS,
+                 choose_core: Callable[[], int | None] | None = None) -> Iterator[tuple[str, dict]]:
     """Each ``(variant, src)`` in its own process (:class:`VariantProcess`), yielded as
     ``(variant, result)`` as each ends, in ``jobs`` order. ``parallel``: every compile phase at
     once, then the steps timed one process at a time in ``rounds`` rounds interleaved across the
@@ -594,7 +595,10 @@ def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], 
     on every variant alike; the first-call seconds are those of compiles sharing the host. Else one
     process after another, one round each. Either way each process compiles
     every shape before it times any, and times its steps on CPU ``core`` (:func:`timing_core`) where
-    one is given. ``early`` (parallel only): processes started before (``--overlap-diagnose``),
+    one is given; ``choose_core`` (:func:`timing_core` with the ``--pin`` mode), where given, picks that
+    core when the compile phases are done, right before the steps are timed, as the engine does
+    (the core speeds of the host at the call's start are minutes old by then, and were read while
+    nothing compiled). ``early`` (parallel only): processes started before (``--overlap-diagnose``),
     timed first, in their order. Every process is killed and its cache removed however this ends
     (an error, or a caller that stops reading)."""
     procs: list[VariantProcess] = list(early)
@@ -603,12 +607,14 @@ def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], 
             for variant, src in jobs:
                 procs.append(proc := VariantProcess(src, variant, device, shapes, steps, timeout))
                 proc.wait_ready()
-                proc.time_round(1, core)
+                proc.time_round(1, choose_core() if choose_core else core)
                 yield variant, proc.finish()
             return
         procs += [VariantProcess(src, variant, device, shapes, steps, timeout) for variant, src in jobs]
         for proc in procs:
             proc.wait_ready()
+        if choose_core is not None:
+            core = choose_core()
         for r in range(rounds):  # interleaved, every other round in reverse: a drift over the call hits all alike
             for proc in (procs if r % 2 == 0 else procs[::-1]):
                 proc.time_round(rounds, core)
@@ -865,7 +871,6 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
     OUT.mkdir(parents=True, exist_ok=True)
     results: dict = {}
-    core = timing_core(args.pin)
     started = time.perf_counter()
     for name in args.only.split(","):
         if time.perf_counter() - started > args.deadline:
@@ -878,7 +883,8 @@ def main(argv: list[str] | None = None) -> int:
         report = OUT / "reports" / name if args.keep_reports else None
         if report is not None:  # a diagnose killed before its report.json must not leave an earlier run's read as its own
             shutil.rmtree(report, ignore_errors=True)
-        r: dict = {"shapes": shapes, "device": device, "variants": {}, "timing_core": core,
+        r: dict = {"shapes": shapes, "device": device, "variants": {},
+                   "timing_core": f"{args.pin}: chosen after the compile phases, before the timing (each variant's pinned_core)",
                    "protocol": "serial" if args.serial else f"compile phases in parallel, steps timed one process at a time in {ROUNDS} interleaved rounds"}
         results[name] = r
 
@@ -930,7 +936,7 @@ def main(argv: list[str] | None = None) -> int:
                     save("plan")
             jobs += [(v + REPLICA, src) for v, src in reversed(jobs) if v in twice]
             for variant, res in run_variants(jobs, device, shapes, args.steps, args.timeout, parallel=not args.serial,
-                                             core=core, early=early):
+                                             choose_core=lambda: timing_core(args.pin), early=early):
                 if variant.removesuffix(REPLICA) == "plan":
                     res["actions"] = r["plan"].get("actions")
                 r["variants"][variant] = res

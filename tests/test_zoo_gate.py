@@ -285,6 +285,37 @@ def test_the_timed_thread_is_pinned_to_the_core_it_is_given(zoo, tmp_path):
     assert picked is None if len(os.sched_getaffinity(0)) < 3 else picked in os.sched_getaffinity(0)
 
 
+def test_the_timing_core_is_chosen_once_every_process_has_compiled(zoo, tmp_path):
+    """The core is picked (``choose_core``) after every compile phase, right before the timing, and
+    every timed process is pinned to that one core: core speeds read at the call's start are minutes
+    old by the timing and were read before any compile ran."""
+    import os
+
+    src = _src(tmp_path / "src")
+    core = max(os.sched_getaffinity(0))
+    ready_when_chosen: list[bool] = []
+    procs: list = []
+    real = zoo.VariantProcess
+
+    class Recorded(real):  # the processes run_variants starts, to read their state when the core is picked
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            procs.append(self)
+
+    def choose() -> int:
+        ready_when_chosen.append(len(procs) == 2 and all(p.compile_s is not None for p in procs))
+        return core
+
+    zoo.VariantProcess = Recorded
+    try:
+        out = _run(zoo, [("eager", src), ("plan", src)], "cpu", SHAPES, steps=2, timeout=120, parallel=True,
+                   core=None, choose_core=choose)
+    finally:
+        zoo.VariantProcess = real
+    assert ready_when_chosen == [True]
+    assert [out[v].get("pinned_core") for v in ("eager", "plan")] == [core, core], out
+
+
 def test_processes_started_early_are_timed_with_the_rest_one_at_a_time(zoo, tmp_path):
     """--overlap-diagnose: a variant started before diagnose is timed first, alone, then the plan;
     each names what it compiled beside: the early one diagnose, the plan (started once the early one
