@@ -79,10 +79,10 @@ def test_a_failed_compile_phase_is_reported_and_the_other_is_timed(zoo, tmp_path
     bad = _src(tmp_path / "bad", 'if batch == 3:\n        raise ValueError("no such shape")')
     slow = _src(tmp_path / "slow", "time.sleep(60)")
     good = _src(tmp_path / "good")
-    out = _run(zoo, [("eager", bad), ("whole", slow), ("plan", good)], "cpu", SHAPES, steps=3, timeout=20,
+    out = _run(zoo, [("eager", bad), ("whole", slow), ("plan", good)], "cpu", SHAPES, steps=3, timeout=45,
                            parallel=True)
     assert out["eager"]["error"].startswith("ValueError: no such shape")
-    assert out["whole"]["error"] == "timeout after 20 s in the compile phase"
+    assert out["whole"]["error"] == "timeout after 45 s in the compile phase"
     assert "error" not in out["plan"] and len(out["plan"]["shapes"]) == 2
 
 
@@ -211,14 +211,16 @@ HEARTBEAT = textwrap.dedent('''\
 
 
 def test_a_compile_phase_past_its_timeout_is_ended_before_anything_is_timed(zoo, tmp_path):
-    """The hung process comes after the one timed: it must not run on during that timing window."""
+    """The hung process comes after the one timed: it must not run on during that timing window.
+    (45 s: the good process's own compile phase, an interpreter importing torch, must fit it on a
+    loaded 2-core CI host.)"""
     good, hung = tmp_path / "good", tmp_path / "hung"
     good.mkdir(), hung.mkdir()
     beats = tmp_path / "beats.txt"
     (good / "harness.py").write_text(SLOW_STEPS)
     (hung / "harness.py").write_text(HEARTBEAT.replace("BEATS", repr(str(beats))))
-    out = _run(zoo, [("eager", good), ("whole", hung)], "cpu", SHAPES, steps=10, timeout=15, parallel=True)
-    assert out["whole"]["error"] == "timeout after 15 s in the compile phase"
+    out = _run(zoo, [("eager", good), ("whole", hung)], "cpu", SHAPES, steps=10, timeout=45, parallel=True)
+    assert out["whole"]["error"] == "timeout after 45 s in the compile phase"
     t0, t1 = out["eager"]["timing_window"]
     during = [float(t) for t in beats.read_text().split() if t0 <= float(t) <= t1]
     assert t1 - t0 > 0.5 and during == [], (t1 - t0, during)
