@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .definition import defined_at, relpath
 from .errors import ConfigError, StackpartError, near_names, near_path
 from .plan import Harness
 from .source import safe_relpath
@@ -59,11 +60,9 @@ def _user_frame(exc: BaseException, src: Path, file: str) -> tuple[str, int | No
 def _syntax_path(filename: str | None, src: Path, file: str) -> str:
     """A syntax error's file relative to SRC; a file outside SRC (an installed package) as Python
     names it, and ``file`` (the harness) when it names none."""
-    from .tracebacks import in_src
-
     if not filename:
         return file
-    return in_src(filename, Path(src).resolve()) or filename
+    return relpath(src, filename) or filename
 
 
 @contextmanager
@@ -488,23 +487,15 @@ def compile_entry(model: Any, call: str | None, **options: Any) -> Any:
 
 def _defined_at(obj: Any, src: Path | None, what: str | None = None) -> str:
     """`` (model.py:26)`` (``what`` first where given: `` (class Net, model.py:5)``): where
-    ``obj``, a function or class, is defined (:func:`inspect.getsourcelines`: a decorated
-    function's first decorator line), its file relative to ``src`` where under it; ``""`` where
-    the source cannot be found (a C extension, code built by ``exec``)."""
-    try:
-        file = inspect.getsourcefile(obj)
-        line = inspect.getsourcelines(obj)[1]
-    except (OSError, TypeError):
+    ``obj``, a function or class, is defined (:func:`rewriter.definition.defined_at`: a decorated
+    function's first decorator line; a class of the harness module itself too), its file relative
+    to ``src`` where under it; `` (what)`` or ``""`` where the source cannot be found (a C
+    extension, code built by ``exec``), the file alone where its line cannot."""
+    site = defined_at(obj, src)
+    if site is None:
         return f" ({what})" if what else ""
-    if file is None:
-        return f" ({what})" if what else ""
-    shown = file
-    if src is not None:
-        try:
-            shown = Path(file).resolve().relative_to(Path(src).resolve()).as_posix()
-        except ValueError:
-            pass
-    return f" ({what + ', ' if what else ''}{shown}:{line})"
+    shown, line = site
+    return f" ({what + ', ' if what else ''}{shown}{'' if line is None else f':{line}'})"
 
 
 def check_entry(model: Any, spec: Harness, src: Path | None = None) -> None:

@@ -8,14 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-
-def in_src(filename: str, root: Path) -> str | None:
-    """``filename`` relative to ``root`` (resolved) when it is a file under it, else None."""
-    try:
-        path = Path(filename).resolve()
-    except (OSError, ValueError):
-        return None
-    return str(path.relative_to(root)) if path.is_relative_to(root) else None
+from .definition import relpath
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -51,17 +44,17 @@ def user_site(exc: BaseException, src: Path) -> tuple[str | None, int | None, st
     chain = _chain(exc)
     for e in chain:
         for frame in reversed(list(getattr(e, "real_stack", None) or [])):
-            rel = in_src(frame.filename, root)
+            rel = relpath(root, frame.filename)
             if rel is not None:
                 return rel, frame.lineno, None
     for e in chain:
         for name, line in reversed(_FILE_LINE.findall(str(e))):
-            rel = in_src(name, root)
+            rel = relpath(root, name)
             if rel is not None:
                 return rel, int(line), None
     for e in chain:
         for frame in reversed(traceback.extract_tb(e.__traceback__)):
-            rel = in_src(frame.filename, root)
+            rel = relpath(root, frame.filename)
             if rel is not None:
                 return rel, frame.lineno, None
     for e in chain:
@@ -69,7 +62,7 @@ def user_site(exc: BaseException, src: Path) -> tuple[str | None, int | None, st
         while tb is not None:
             code = tb.tb_frame.f_locals.get("code")
             if isinstance(code, types.CodeType):
-                rel = in_src(code.co_filename, root)
+                rel = relpath(root, code.co_filename)
                 if rel is not None:
                     qual = getattr(code, "co_qualname", code.co_name)
                     return rel, code.co_firstlineno, f"in {qual}, which Dynamo was compiling"

@@ -299,6 +299,34 @@ def test_a_call_whose_attribute_raises_through_getattr_names_the_models_class(tm
                                         "model, raised RuntimeError: no sampler configured"), err.value.message
 
 
+def test_a_raising_attribute_of_a_class_defined_in_the_harness_file_names_its_line(tmp_path, monkeypatch):
+    """The harness is imported under a private module name that is not in ``sys.modules``, where
+    :func:`inspect.getsourcelines` cannot place a class: the class's ``file:line`` is still given,
+    the line of its first decorator as for a class anywhere else."""
+    from rewriter.errors import ConfigError
+    from rewriter.harness import build_model, load_harness
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(
+        "import functools\nimport torch\nimport torch.nn as nn\n\n\n"
+        "@functools.total_ordering\n"  # line 6: a decorated class starts at its decorator
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.lin = nn.Linear(8, 8)\n\n"
+        "    def forward(self, x):\n        return self.lin(x)\n\n"
+        "    def __lt__(self, other):\n        return False\n\n"
+        "    def __getattr__(self, name):\n        if name == 'sample':\n"
+        "            raise RuntimeError('no sampler configured')\n        return super().__getattr__(name)\n\n\n"
+        "def build_model():\n    return Net()\n\n\n"
+        "def make_inputs(batch: int = 4):\n    return (torch.randn(batch, 8),)\n")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    h = load_harness(_spec("sample", device="cpu"), src)
+    with pytest.raises(ConfigError) as err:
+        build_model(h)
+    assert err.value.message.startswith("harness.call: reading Net.sample (class Net, harness.py:6), an attribute of the "
+                                        "model, raised RuntimeError: no sampler configured"), err.value.message
+
+
 def test_a_call_that_is_a_property_is_said_to_be_one_naming_the_method_it_returns(tmp_path, monkeypatch):
     """A property returning a bound method is called by each step (``model.sampler(x)``), but no
     compile action names a property: the kind says so and names the method it returned."""

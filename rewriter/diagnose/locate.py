@@ -1,7 +1,7 @@
 """From running objects and stack frames to source: ``file.py::Qual`` targets and file:line.
 
-Classes and functions are mapped to files with :mod:`inspect` (``getsourcefile`` and
-``__qualname__``); a file:line is mapped to its enclosing function with :mod:`ast`. Paths are made
+Classes and functions are mapped to files with :func:`rewriter.definition.source_file`
+(:mod:`inspect`) and ``__qualname__``; a file:line is mapped to its enclosing function with :mod:`ast`. Paths are made
 relative to SRC; anything outside SRC (torch, transformers) is not a target.
 """
 
@@ -13,20 +13,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..definition import relpath, source_file
 from ..reach import _defs, _functions, names_reached  # noqa: F401 - re-exported: the ladder's readers
 
 #: torch.profiler stack entries look like ``/path/model.py(42): forward``.
 _PROFILER_FRAME = re.compile(r"^(?P<file>.+?\.py)\((?P<line>\d+)\): (?P<func>.+)$")
 #: Dynamo's user stack: ``File "/path/model.py", line 42, in forward``.
 _TRACEBACK_FRAME = re.compile(r'File "(?P<file>[^"]+\.py)", line (?P<line>\d+), in (?P<func>[\w<>]+)')
-
-
-def relpath(src: Path, file: str | Path) -> str | None:
-    """``file`` relative to ``src`` (posix), or None when it lies outside."""
-    try:
-        return Path(file).resolve().relative_to(Path(src).resolve()).as_posix()
-    except (ValueError, OSError):
-        return None
 
 
 def target_of(obj: Any, src: Path) -> str | None:
@@ -37,7 +30,7 @@ def target_of(obj: Any, src: Path) -> str | None:
     obj = inspect.unwrap(getattr(obj, "__func__", obj))
     if not (inspect.isclass(obj) or inspect.isfunction(obj)):
         obj = type(obj)
-    file = _source_file(obj)
+    file = source_file(obj)
     if file is None:
         return None
     rel = relpath(src, file)
@@ -45,22 +38,6 @@ def target_of(obj: Any, src: Path) -> str | None:
     if rel is None or not qual or "<locals>" in qual:
         return None
     return f"{rel}::{qual}"
-
-
-def _source_file(obj: Any) -> str | None:
-    """The file defining a class or function. A class of a module no longer in ``sys.modules``
-    (the harness, imported under a private name) has no ``__file__`` to ask, so its methods' code
-    objects say where it was defined."""
-    try:
-        return inspect.getsourcefile(obj)
-    except TypeError:
-        pass
-    if inspect.isclass(obj):
-        for value in vars(obj).values():
-            code = getattr(inspect.unwrap(getattr(value, "__func__", value)), "__code__", None) if callable(value) or hasattr(value, "__func__") else None
-            if code is not None and code.co_filename.endswith(".py"):
-                return code.co_filename
-    return None
 
 
 @lru_cache(maxsize=512)
