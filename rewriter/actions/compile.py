@@ -23,7 +23,7 @@ from ..errors import StackpartError
 from ..plan import OWN_CALL_DEFAULTS, CompileAction
 from .base import TargetedCommand, call_args, has_decorator
 from .own_call import COMPILE, OwnCallRefused, OwnSite, check_unwrapped, compile_in_lambda, edited, find_sites, regional
-from .written import code, differing, find_decorator, flow, options
+from .written import find_decorator, flow, note_other_options
 
 #: Decorators that compile the function they wrap (``torch._dynamo.optimize`` is the older spelling
 #: of ``torch.compile``): a target carrying one is left alone, and a ``disable`` of it is refused.
@@ -38,6 +38,20 @@ def _sp109_small(func: cst.FunctionDef, mode: object) -> bool:
     a one-call ``forward`` (``return self.body(x)``) reads as small though it is the whole model,
     the one large CUDA-graphs capture SP109 asks for, so its compile carries an SP109 suppression."""
     return mode == "reduce-overhead" and body_size(func) <= SMALL_STATEMENTS
+
+
+def _own_call_lever(diff: dict[str, object]) -> str:
+    """What a compile left as written says after its differing options (``diff``, each with the
+    plan's value): that the plan's compile is not in the tree, and the ``own_call`` edit that makes
+    the options ``own_call`` edits the plan's; the others are the user's to change by hand."""
+    kept = "the decorator is left as written and the plan's compile is not in the tree"
+    editable = {k: v for k, v in diff.items() if k in OWN_CALL_DEFAULTS}
+    other = ", ".join(f"{k}=" for k in diff if k not in OWN_CALL_DEFAULTS)
+    lever = (f"own_call: {flow(editable)} on this action edits the program's own compile to them "
+             "(docs/plan-reference.md)" if editable else "")
+    if other:
+        lever += ("; " if lever else "") + f"own_call leaves {other} as written: change it by hand"
+    return f"{kept}; {lever}"
 
 
 def _codes(comment: cst.Comment | None) -> set[str] | None | bool:
@@ -105,30 +119,14 @@ class CompileCommand(TargetedCommand):
 
     def _note_other_options(self, func: cst.FunctionDef) -> None:
         """Where the target's own ``@torch.compile(...)`` passes other options than the plan's, say
-        so (:meth:`leave_as_written`), naming the ``own_call`` edit that makes them the plan's."""
+        so (:func:`.written.note_other_options`), naming the ``own_call`` edit that makes them the plan's."""
         dec = find_decorator(func, {COMPILE}, self.imports)
         if dec is None:
             return  # @torch._dynamo.optimize(...), or a rebinding below the def: not read here
         asked = self.action.options.non_default()
         said = f"the plan's options {flow(asked) if asked else '(torch.compile defaults)'}"
-        where = f"{self._line(dec)}: {self.qualname} is compiled by the source's {code(dec)}"
-        have = options(dec)
-        if have is None:
-            self.leave_as_written(f"{where}, whose arguments are not all literal keyword arguments: they cannot be "
-                                  f"read as {said}; the decorator is left as written: compare it with them by hand")
-            return
-        diff = differing(have, asked, OWN_CALL_DEFAULTS)
-        if not diff:
-            return
-        where += f", not with {said}"
-        kept = "the decorator is left as written and the plan's compile is not in the tree"
-        editable = {k: v for k, v in diff.items() if k in OWN_CALL_DEFAULTS}
-        other = ", ".join(f"{k}=" for k in diff if k not in OWN_CALL_DEFAULTS)
-        lever = (f"own_call: {flow(editable)} on this action edits the program's own compile to them "
-                 "(docs/plan-reference.md)" if editable else "")
-        if other:
-            lever += ("; " if lever else "") + f"own_call leaves {other} as written: change it by hand"
-        self.leave_as_written(f"{where}: {kept}; {lever}")
+        note_other_options(self, dec, "compiled", asked, OWN_CALL_DEFAULTS, plan_asks=said,
+                           compare="compare it with them by hand", differs=lambda diff: f"not with {said}: {_own_call_lever(diff)}")
 
     def needs_torch(self) -> bool:
         return self.action.own_call is None  # an edit of the program's call adds no torch reference

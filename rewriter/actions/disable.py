@@ -13,7 +13,7 @@ import libcst as cst
 
 from ..plan import DisableAction
 from .base import TargetedCommand
-from .written import code, differing, find_decorator, flow, options
+from .written import find_decorator, flow, note_other_options
 
 DISABLE_DECORATORS = {"torch.compiler.disable", "torch._dynamo.disable"}
 
@@ -38,16 +38,12 @@ class DisableCommand(TargetedCommand):
 
     def _note_other_options(self, dec: cst.Decorator) -> None:
         """Where the target's own disable decorator is not recursive as the plan asks, say so
-        (:meth:`leave_as_written`). ``reason=`` (a message for Dynamo's logs) is no difference."""
+        (:func:`.written.note_other_options`). ``reason=`` (a message for Dynamo's logs) is no difference."""
         asked = f"({flow({'recursive': self.action.recursive})[1:-1]})"
-        where = f"{self._line(dec)}: {self.qualname} is disabled by the source's {code(dec)}"
-        have = options(dec)
-        if have is None:
-            self.leave_as_written(f"{where}, whose arguments are not all literal keyword arguments: they cannot be "
-                                  f"read as the plan asks {asked}; the decorator is left as written: compare it by hand")
-            return
-        have.pop("reason", None)
-        if differing(have, {"recursive": self.action.recursive}, {"recursive": True}):
-            self.leave_as_written(f"{where}, not as the plan asks {asked}: the decorator is left as written and the "
-                                  "plan's disable is not in the tree; edit the decorator by hand, or drop this action "
-                                  "(recursive=False skips only this frame, not its callees: torch.compiler.disable docs)")
+        note_other_options(
+            self, dec, "disabled", {"recursive": self.action.recursive}, {"recursive": True},
+            plan_asks=f"the plan asks {asked}", compare="compare it by hand", ignored=("reason",),
+            differs=lambda _diff: (
+                f"not as the plan asks {asked}: the decorator is left as written and the plan's disable is not in the "
+                "tree; edit the decorator by hand, or drop this action (recursive=False skips only this frame, not its "
+                "callees: torch.compiler.disable docs)"))

@@ -10,13 +10,13 @@ counting the action as applied.
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import libcst as cst
 import yaml
 
-from .base import canonical, decorator_name
+from .base import TargetedCommand, canonical, decorator_name
 
 _EMPTY = cst.Module([])
 
@@ -69,3 +69,32 @@ def differing(written: Mapping[str, Any], asked: Mapping[str, Any], defaults: Ma
 def flow(values: Mapping[str, Any]) -> str:
     """``values`` as a plan writes them, YAML's flow style (``{fullgraph: true, mode: default}``)."""
     return yaml.safe_dump(dict(values), default_flow_style=True, sort_keys=False).strip()
+
+
+def note_other_options(command: TargetedCommand, dec: cst.Decorator, verb: str, asked: Mapping[str, Any],
+                       defaults: Mapping[str, Any], plan_asks: str, compare: str,
+                       differs: Callable[[dict[str, Any]], str], ignored: tuple[str, ...] = ()) -> None:
+    """Where ``dec``, the target's own decorator, is not written with the plan's options, say so
+    (:meth:`~rewriter.actions.base.TargetedCommand.leave_as_written`); nothing where they agree.
+
+    Args:
+        command: the action's transform; its target is ``verb`` (``compiled``, ``disabled``) by ``dec``.
+        asked: the plan's options; ``defaults``: torch's, for a key missing from either side
+            (:func:`differing`); ``ignored``: written keys that are no difference (``reason=``).
+        plan_asks: the plan's options in words (``the plan asks (recursive=False)``), for a
+            decorator whose arguments cannot be read (:func:`options` gives None); ``compare``:
+            what the user does then (``compare it by hand``).
+        differs: the rest of the note after ``file.py:LINE: Qual is <verb> by the source's @...,``
+            for the options that differ (:func:`differing`'s dict, each with the plan's value).
+    """
+    where = f"{command._line(dec)}: {command.qualname} is {verb} by the source's {code(dec)}"
+    have = options(dec)
+    if have is None:
+        command.leave_as_written(f"{where}, whose arguments are not all literal keyword arguments: they cannot be "
+                                 f"read as {plan_asks}; the decorator is left as written: {compare}")
+        return
+    for key in ignored:
+        have.pop(key, None)
+    diff = differing(have, asked, defaults)
+    if diff:
+        command.leave_as_written(f"{where}, {differs(diff)}")
