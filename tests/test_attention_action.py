@@ -83,6 +83,15 @@ def test_attention_names_a_library_class_and_defaults_to_sdpa():
                    "plan.yaml")
 
 
+def test_generation_like_attention_refuses_a_target_under_src_naming_what_it_sets():
+    with pytest.raises(StackpartError) as info:
+        parse_plan("version: 1\nsite: harness.py::build_model\nactions:\n  - action: generation\n    target: model.py::Net\n",
+                   "plan.yaml")
+    assert str(info.value).startswith(
+        "plan.yaml:4:5: actions[0]: target: generation sets a transformers model's generation_config from the plan's "
+        "site; name the model class by import path (e.g. 'transformers:LlamaForCausalLM'), got 'model.py::Net'"), str(info.value)
+
+
 @pytest.mark.parametrize("target,implementation,says,near", [
     ("transformers.models.llama.modeling_llama:LlamaDecoderLayer", "sdpa", "is not a transformers model class", None),
     ("transformers.models.llama.modeling_llama:LlamaForCausalLn", "sdpa", "no class or function 'LlamaForCausalLn'",

@@ -248,6 +248,19 @@ class _Action(_Strict):
             )
         return self
 
+    def _from_the_site_only(self, setting: str) -> None:
+        """Refuse a target under SRC for an action that sets a transformers model's ``setting``
+        (``generation_config``) from the plan's site, which only a library target has.
+
+        Raises:
+            ValueError: the target is not ``module:Qual``, naming the action, the setting and the target.
+        """
+        if not self.library:
+            raise ValueError(
+                f"target: {self.action} sets a transformers model's {setting} from the plan's site; "  # type: ignore[attr-defined]
+                f"name the model class by import path (e.g. 'transformers:LlamaForCausalLM'), got {self.target!r}"
+            )
+
     @property
     def library(self) -> bool:
         """Whether the target is an installed package's class or function (``module:Qual``)."""
@@ -784,11 +797,7 @@ class GenerationAction(_Action):
 
     @model_validator(mode="after")
     def _library_only(self) -> "GenerationAction":
-        if not self.library:
-            raise ValueError(
-                "target: generation sets a transformers model's generation_config from the plan's site; "
-                f"name the model class by import path (e.g. 'transformers:LlamaForCausalLM'), got {self.target!r}"
-            )
+        self._from_the_site_only("generation_config")
         return self
 
 
@@ -833,11 +842,7 @@ class AttentionAction(_Action):
 
     @model_validator(mode="after")
     def _library_only(self) -> "AttentionAction":
-        if not self.library:
-            raise ValueError(
-                "target: attention sets a transformers model's attn_implementation from the plan's site; "
-                f"name the model class by import path (e.g. 'transformers:LlamaForCausalLM'), got {self.target!r}"
-            )
+        self._from_the_site_only("attn_implementation")
         return self
 
 
