@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -13,28 +12,17 @@ import pytest
 from rewriter.check import runner
 from rewriter.check.command import run_check
 from rewriter.cli import main
+from tiny_programs import ITEM_STEP, MIN1, MIN1_FIXED
 
 ROOT = Path(__file__).resolve().parents[1]
 
-ITEM = textwrap.dedent(
-    """\
-    import torch
-
-    @torch.compile
-    def step(x):
-        return x / x.sum().item()
-    """
-)
-MIN1 = "import torch\n\ntorch._dynamo.mark_dynamic(x, 1, min=1, max=64)\n"
-#: SP106's fix: maybe_mark_dynamic accepts the size-1 call that mark_dynamic(min=1) raises at
-MIN1_FIXED = MIN1.replace("mark_dynamic(x, 1, min=1, max=64)", "maybe_mark_dynamic(x, 1)")
 CLEAN = "import torch\n\n@torch.compile\ndef f(x):\n    return x * 2\n"
 
 
 @pytest.fixture
 def tree(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "item.py").write_text(ITEM)
+    (tmp_path / "item.py").write_text(ITEM_STEP)
     (tmp_path / "min1.py").write_text(MIN1)
     (tmp_path / "clean.py").write_text(CLEAN)
     return tmp_path
@@ -74,10 +62,10 @@ def test_select_and_ignore_by_code_and_prefix(tree, capsys):
 
 
 def test_suppression_comment_forms(tree, capsys):
-    (tree / "s.py").write_text(ITEM.replace(".item()", ".item()  # stackpart: ignore[SP103]"))
-    (tree / "above.py").write_text(ITEM.replace("    return", "    # stackpart: ignore\n    return"))
-    (tree / "other.py").write_text(ITEM.replace(".item()", ".item()  # stackpart: ignore[SP101, SP102]"))
-    (tree / "string.py").write_text(ITEM.replace(".item()", '.item() + len("# stackpart: ignore")'))
+    (tree / "s.py").write_text(ITEM_STEP.replace(".item()", ".item()  # stackpart: ignore[SP103]"))
+    (tree / "above.py").write_text(ITEM_STEP.replace("    return", "    # stackpart: ignore\n    return"))
+    (tree / "other.py").write_text(ITEM_STEP.replace(".item()", ".item()  # stackpart: ignore[SP101, SP102]"))
+    (tree / "string.py").write_text(ITEM_STEP.replace(".item()", '.item() + len("# stackpart: ignore")'))
     assert main(["check", "s.py", "above.py"]) == 0
     assert main(["check", "other.py"]) == 1
     assert main(["check", "string.py"]) == 1
@@ -134,7 +122,7 @@ def test_fix_keeps_bom_and_crlf(tree):
 
 
 def test_prefilter_skips_files_without_torch_or_needles(tree):
-    (tree / "notorch.py").write_text(ITEM.replace("torch", "tarch"))
+    (tree / "notorch.py").write_text(ITEM_STEP.replace("torch", "tarch"))
     (tree / "doc_only.py").write_text('"""Mentions torch.compile( in prose only."""\nimport torch\n')
     outcome, _ = run_check(["notorch.py", "doc_only.py", "item.py"], use_config=False)
     assert outcome.checked == 3 and outcome.parsed == 1
@@ -153,9 +141,9 @@ def test_parallel_workers_find_the_same_as_serial(tree, monkeypatch):
 
 def test_directories_skip_hidden_and_virtualenvs(tree):
     (tree / ".venv" / "lib").mkdir(parents=True)
-    (tree / ".venv" / "lib" / "x.py").write_text(ITEM)
+    (tree / ".venv" / "lib" / "x.py").write_text(ITEM_STEP)
     (tree / "pkg").mkdir()
-    (tree / "pkg" / "y.py").write_text(ITEM)
+    (tree / "pkg" / "y.py").write_text(ITEM_STEP)
     outcome, _ = run_check(["."], use_config=False)
     assert {f.path for f in outcome.findings} == {"./item.py", "./min1.py", "./pkg/y.py"}
 

@@ -16,9 +16,9 @@ import pytest
 
 from rewriter.check import command as check_command
 from rewriter.cli import main
+from tiny_programs import MIN1
 
 ROOT = Path(__file__).resolve().parents[1]
-MIN1 = "import torch\n\ntorch._dynamo.mark_dynamic(x, 1, min=1, max=64)\n"
 
 
 @pytest.fixture

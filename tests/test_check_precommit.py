@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tiny_programs import ITEM_STEP, MIN1, MIN1_FIXED
+
 ROOT = Path(__file__).resolve().parents[1]
-BAD = "import torch\n\n@torch.compile\ndef step(x):\n    return x / x.sum().item()\n"
 GOOD = "import torch\n\n@torch.compile\ndef step(x):\n    return x / x.sum()\n"
-FIXABLE = "import torch\n\ntorch._dynamo.mark_dynamic(x, 1, min=1, max=64)\n"
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,7 @@ def _install(repo: Path, hook_id: str) -> None:
 
 def test_check_hook_blocks_a_finding_and_passes_a_clean_commit(repo):
     _install(repo, "stackpart-check")
-    (repo / "train.py").write_text(BAD)
+    (repo / "train.py").write_text(ITEM_STEP)
     _git(repo, "add", "train.py")
     blocked = _git(repo, "commit", "-m", "bad", check=False)
     assert blocked.returncode != 0
@@ -79,16 +79,16 @@ def test_check_hook_blocks_a_finding_and_passes_a_clean_commit(repo):
 
 def test_fix_hook_produces_a_commit_ready_tree(repo):
     _install(repo, "stackpart-fix")
-    (repo / "shapes.py").write_text(FIXABLE)
+    (repo / "shapes.py").write_text(MIN1)
     _git(repo, "add", "shapes.py")
     first = _git(repo, "commit", "-m", "fixable", check=False)
     assert first.returncode != 0  # pre-commit fails a hook that modified files
     assert "files were modified by this hook" in first.stdout + first.stderr
-    assert (repo / "shapes.py").read_text() == FIXABLE.replace("mark_dynamic(x, 1, min=1, max=64)", "maybe_mark_dynamic(x, 1)")
+    assert (repo / "shapes.py").read_text() == MIN1_FIXED
     _git(repo, "add", "shapes.py")
     second = _git(repo, "commit", "-m", "fixed", check=False)
     assert second.returncode == 0, second.stdout + second.stderr
-    assert _git(repo, "show", "HEAD:shapes.py").stdout == FIXABLE.replace("mark_dynamic(x, 1, min=1, max=64)", "maybe_mark_dynamic(x, 1)")
+    assert _git(repo, "show", "HEAD:shapes.py").stdout == MIN1_FIXED
 
 
 def test_check_hook_blocks_a_commit_that_edits_only_the_plan(repo):

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from rewriter.cli import main
-from test_messages import HARNESS, MODEL
+from tiny_programs import NET_HARNESS, NET_MODEL
 
-#: test_messages' two-block model and harness, whose build_model exits unless given the program's flag
-HARNESS = HARNESS.replace("import torch\n", "import sys\nimport torch\n", 1).replace(
+#: tiny_programs' two-block model and harness, whose build_model exits unless given the program's flag
+HARNESS = NET_HARNESS.replace("import torch\n", "import sys\nimport torch\n", 1).replace(
     "def build_model():\n    return Net()", 'def build_model():\n    if "--lr" not in sys.argv:\n        sys.exit(3)\n    return Net()')
 
 assert "sys.exit(3)" in HARNESS and "import sys" in HARNESS
@@ -44,7 +44,7 @@ def test_sys_exit_in_the_harness_is_named_with_its_line_in_validate(tmp_path, ca
     monkeypatch.setattr(runner, "_start_child", lambda *a: started.append(start(*a)) or started[-1])
     src = tmp_path / "src"
     src.mkdir()
-    (src / "model.py").write_text(MODEL)
+    (src / "model.py").write_text(NET_MODEL)
     (src / "harness.py").write_text(HARNESS)
     (tmp_path / "plan.yaml").write_text(PLAN)
     assert main(["validate", "--plan", str(tmp_path / "plan.yaml"), str(src), "--timeout", "120"]) == 2

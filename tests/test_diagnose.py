@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from rewriter.cli import main
 from rewriter.diagnose.classify import classify_cpu_op, classify_kernel
 from rewriter.plan import load_plan
 from rewriter.rewrite.transform import plan_rewrite
+from tiny_programs import NET_HARNESS
 
 WORKLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 
@@ -68,16 +68,7 @@ def test_harness_from_an_existing_plan_with_flag_overrides(tmp_path):
 def write_harness(src: Path, body: str) -> None:
     src.mkdir(parents=True, exist_ok=True)
     (src / "model.py").write_text(body)
-    (src / "harness.py").write_text(textwrap.dedent("""\
-        import torch
-        from model import Net
-
-        def build_model():
-            return Net()
-
-        def make_inputs(batch: int = 2):
-            return (torch.randn(batch, 8),)
-    """))
+    (src / "harness.py").write_text(NET_HARNESS)
 
 
 def diagnose_bad(tmp_path, body: str, *extra: str) -> tuple[int, str, Path]:

@@ -10,7 +10,7 @@ import json
 import yaml
 
 from rewriter.cli import main
-from test_messages import HARNESS, MODEL
+from tiny_programs import NET_HARNESS, NET_MODEL
 
 
 def _key(plan) -> str:
@@ -28,8 +28,8 @@ def test_the_chosen_plan_is_rewritten_once(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     src = tmp_path / "src"
     src.mkdir()
-    (src / "model.py").write_text(MODEL)
-    (src / "harness.py").write_text(HARNESS)
+    (src / "model.py").write_text(NET_MODEL)
+    (src / "harness.py").write_text(NET_HARNESS)
     calls: collections.Counter[str] = collections.Counter()
     real = transform.plan_rewrite
 

@@ -14,6 +14,7 @@ import pytest
 
 from rewriter.errors import StackpartError
 from rewriter.plan import load_plan, parse_plan
+from tiny_programs import net_harness
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOW = ROOT / "fixtures" / "diagnose" / "own_compile_other_method"
@@ -244,8 +245,7 @@ def _odd_harness(tmp_path: Path, call: str, monkeypatch, model: str = ODD_MODEL)
     src = tmp_path / "src"
     src.mkdir(parents=True)
     (src / "model.py").write_text(model)
-    (src / "harness.py").write_text("import torch\nfrom model import Net\n\n\ndef build_model():\n    return Net()\n\n\n"
-                                    "def make_inputs(batch: int = 4):\n    return (torch.randn(batch, 8),)\n")
+    (src / "harness.py").write_text(net_harness(batch=4))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     return load_harness(_spec(call, device="cpu"), src)
 

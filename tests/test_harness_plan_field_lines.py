@@ -6,7 +6,7 @@ by a flag names the flag and the harness file."""
 from __future__ import annotations
 
 from rewriter.cli import main
-from test_messages import HARNESS, MODEL
+from tiny_programs import NET_HARNESS, NET_MODEL
 
 PLAN = """\
 version: 1
@@ -24,8 +24,8 @@ def _tree(tmp_path, monkeypatch, field: str):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     src = tmp_path / "src"
     src.mkdir()
-    (src / "model.py").write_text(MODEL)
-    (src / "harness.py").write_text(HARNESS)
+    (src / "model.py").write_text(NET_MODEL)
+    (src / "harness.py").write_text(NET_HARNESS)
     plan = tmp_path / "plan.yaml"
     plan.write_text(PLAN.format(field=field))
     return plan, src
@@ -77,7 +77,7 @@ def test_a_field_naming_something_other_than_a_callable_says_what_it_holds(tmp_p
     """``model: net`` where the harness binds ``net = Net()`` is no typo: the error says what the name
     holds and suggests no near name equal to it (a near callable instead)."""
     plan, src = _tree(tmp_path, monkeypatch, "  model: build\n  shapes:\n    - {batch: 2}")
-    (src / "harness.py").write_text(HARNESS + "\nbuild = 3\n")
+    (src / "harness.py").write_text(NET_HARNESS + "\nbuild = 3\n")
     out = tmp_path / "out.yaml"
     assert main(["diagnose", "--harness", str(plan), str(src), "-o", str(out), "--no-search"]) == 2
     err = " ".join(capsys.readouterr().err.split())

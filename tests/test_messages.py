@@ -13,44 +13,7 @@ from pathlib import Path
 import pytest
 
 from rewriter.cli import main
-
-MODEL = """\
-import torch
-import torch.nn as nn
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(8, 8)
-
-    def forward(self, x):
-        return torch.relu(self.fc(x))
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleList([Block(), Block()])
-
-    def forward(self, x):
-        for b in self.blocks:
-            x = b(x)
-        return x
-"""
-
-HARNESS = """\
-import torch
-from model import Net
-
-
-def build_model():
-    return Net()
-
-
-def make_inputs(batch: int = 2):
-    return (torch.randn(batch, 8),)
-"""
+from tiny_programs import NET_HARNESS, NET_MODEL
 
 PLAN = """\
 version: 1
@@ -70,8 +33,8 @@ def tree(tmp_path, monkeypatch):
     """``tmp/plan.yaml`` (no device named) and ``tmp/src`` with a two-block model; cwd is tmp."""
     src = tmp_path / "src"
     src.mkdir()
-    (src / "model.py").write_text(MODEL)
-    (src / "harness.py").write_text(HARNESS)
+    (src / "model.py").write_text(NET_MODEL)
+    (src / "harness.py").write_text(NET_HARNESS)
     (tmp_path / "plan.yaml").write_text(PLAN)
     monkeypatch.chdir(tmp_path)
     return tmp_path, src

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tiny_programs import ITEM_STEP, MIN1
+
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKED = ("torch", "triton", "numpy", "matplotlib")
 BLOCKER = f'''
@@ -35,8 +37,6 @@ class _NoTorch:
 
 sys.meta_path.insert(0, _NoTorch())
 '''
-BAD = "import torch\n\n@torch.compile\ndef step(x):\n    return x / x.sum().item()\n"
-FIXABLE = "import torch\n\ntorch._dynamo.mark_dynamic(x, 1, min=1, max=64)\n"
 
 
 @pytest.fixture
@@ -65,8 +65,8 @@ def test_the_blocker_blocks(env, tmp_path):
 
 
 def test_check_and_fix_without_torch(env, tmp_path):
-    (tmp_path / "train.py").write_text(BAD)
-    (tmp_path / "shapes.py").write_text(FIXABLE)
+    (tmp_path / "train.py").write_text(ITEM_STEP)
+    (tmp_path / "shapes.py").write_text(MIN1)
     proc = stackpart(env, tmp_path, "check", "train.py", "shapes.py", "--format", "sarif")
     assert proc.returncode == 1 and '"ruleId": "SP103"' in no_traceback(proc)
     proc = stackpart(env, tmp_path, "check", "--fix", "train.py", "shapes.py")
@@ -77,7 +77,7 @@ def test_check_and_fix_without_torch(env, tmp_path):
 def test_check_in_worker_processes_without_torch(env, tmp_path):
     (tmp_path / "src").mkdir()
     for i in range(30):  # above check's PARALLEL_MIN: the files go to a process pool
-        (tmp_path / "src" / f"m{i}.py").write_text(BAD)
+        (tmp_path / "src" / f"m{i}.py").write_text(ITEM_STEP)
     proc = stackpart(env, tmp_path, "check", "-j", "2", "src")
     assert proc.returncode == 1 and "30 finding(s); 30 file(s) checked, 30 parsed" in no_traceback(proc)
 

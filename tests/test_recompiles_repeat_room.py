@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rewriter.cli import main
+from tiny_programs import net_harness
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -24,9 +25,7 @@ def test_the_repeated_calls_do_not_make_the_shape_sweep_hit_the_recompile_limit(
         "import torch\nimport torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
         "        self.fc = nn.Linear(8, 8)\n        self.step = 0\n\n    def forward(self, x):\n"
         "        self.step += 1\n        x = x * self.step\n        return self.fc(x)\n")
-    (src / "harness.py").write_text(
-        "import torch\nfrom model import Net\n\n\ndef build_model():\n    return Net()\n\n\n"
-        "def make_inputs(batch: int = 4):\n    return (torch.randn(batch, 8),)\n")
+    (src / "harness.py").write_text(net_harness(batch=4))
     plan = tmp_path / "out" / "plan.yaml"
     argv = ["diagnose", "--harness", "harness.py", str(src), "-o", str(plan), "--device", "cpu", "--no-search"]
     for b in range(2, 9):
@@ -53,9 +52,7 @@ def test_a_model_that_takes_no_more_calls_fails_the_repeated_calls_not_the_shape
         "        if x.shape[0] == 2:\n            self.at_two += 1\n"
         "        if self.broken or self.at_two > 3:\n            self.broken = True\n"
         "            raise RuntimeError('stream spoiled')\n        return self.fc(x)\n")
-    (src / "harness.py").write_text(
-        "import torch\nfrom model import Net\n\n\ndef build_model():\n    return Net()\n\n\n"
-        "def make_inputs(batch: int = 4):\n    return (torch.randn(batch, 8),)\n")
+    (src / "harness.py").write_text(net_harness(batch=4))
     from rewriter.diagnose.runner import diagnose
     from rewriter.plan import Harness
 

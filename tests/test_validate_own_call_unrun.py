@@ -6,7 +6,7 @@ child. It now says it cannot measure that edit in place, and why (an error: exit
 from __future__ import annotations
 
 from rewriter.cli import main
-from test_messages import HARNESS, MODEL
+from tiny_programs import NET_HARNESS, NET_MODEL
 
 SERVE = """\
 import torch
@@ -39,8 +39,8 @@ def test_an_own_call_edit_the_harness_never_runs_is_said_not_failed(tmp_path, ca
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     src = tmp_path / "src"
     src.mkdir()
-    (src / "model.py").write_text(MODEL)
-    (src / "harness.py").write_text(HARNESS)
+    (src / "model.py").write_text(NET_MODEL)
+    (src / "harness.py").write_text(NET_HARNESS)
     (src / "serve.py").write_text(SERVE)
     (tmp_path / "plan.yaml").write_text(PLAN)
     code = main(["validate", "--plan", str(tmp_path / "plan.yaml"), str(src), "--timeout", "120", "--backend", "eager"])

@@ -5,7 +5,7 @@ plan), not as a failure of the plan. A plan whose compile the steps call is judg
 from __future__ import annotations
 
 from rewriter.cli import main
-from test_messages import HARNESS
+from tiny_programs import NET_HARNESS
 
 MODEL = """\
 import torch
@@ -53,7 +53,7 @@ def _validate(tmp_path, capsys, monkeypatch, target):
     src = tmp_path / "src"
     src.mkdir()
     (src / "model.py").write_text(MODEL)
-    (src / "harness.py").write_text(HARNESS)
+    (src / "harness.py").write_text(NET_HARNESS)
     (tmp_path / "plan.yaml").write_text(PLAN.format(target=target))
     code = main(["validate", "--plan", str(tmp_path / "plan.yaml"), str(src), "--timeout", "120",
                  "--backend", "eager", "--out", str(tmp_path / "out")])
