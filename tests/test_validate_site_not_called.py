@@ -5,35 +5,11 @@ plan), not as a failure of the plan. A plan whose compile the steps call is judg
 from __future__ import annotations
 
 from rewriter.cli import main
-from tiny_programs import NET_HARNESS
+from tiny_programs import NET_HARNESS, NET_MODEL
 
-MODEL = """\
-import torch
-import torch.nn as nn
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(8, 8)
-
-    def forward(self, x):
-        return torch.relu(self.fc(x))
-
-    def unused(self, x):
-        return x * 2
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleList([Block(), Block()])
-
-    def forward(self, x):
-        for b in self.blocks:
-            x = b(x)
-        return x
-"""
+#: tiny_programs' two-block model with a method no step calls (``Block.unused``, model.py:13).
+MODEL = NET_MODEL.replace("        return torch.relu(self.fc(x))\n",
+                          "        return torch.relu(self.fc(x))\n\n    def unused(self, x):\n        return x * 2\n")
 
 PLAN = """\
 version: 1
