@@ -161,6 +161,9 @@ def _str_list(expr: cst.BaseExpression | None) -> list[str] | None:
 
 #: The spelling of ``torch.compile`` a rebinding calls (:func:`rebound_compiles`).
 TORCH_COMPILE = "torch.compile"
+#: torch.compile's older spelling, ``torch._dynamo.optimize(backend, nopython=...)(f)``: its call
+#: returns the decorator that compiles ``f`` (:func:`rebound_compiles` with ``optimize``).
+DYNAMO_OPTIMIZE = "torch._dynamo.optimize"
 #: Registrations that make Dynamo put a function into the graph as one call, untraced.
 ALLOW_IN_GRAPH = frozenset({"torch.compiler.allow_in_graph", "torch._dynamo.allow_in_graph"})
 
@@ -206,10 +209,13 @@ def _defined(module: cst.Module) -> set[str]:
     return {p + s.name.value for p, s in _scopes(module.body) if isinstance(s, cst.FunctionDef)}
 
 
-def rebound_compiles(module: cst.Module, imports: dict[str, str]) -> dict[str, SourceSite]:
+def rebound_compiles(module: cst.Module, imports: dict[str, str], optimize: bool = False) -> dict[str, SourceSite]:
     """The functions the source compiles by rebinding their own name, ``f = torch.compile(f, ...)``,
     at module level or in a class body (``forward = torch.compile(forward)``), with the call; of a
     name rebound twice, the first. ``imports``: :func:`rewriter.actions.base.imported_names`.
+    With ``optimize``, ``f = torch._dynamo.optimize(...)(f)`` too (:data:`DYNAMO_OPTIMIZE`), its
+    site the outer call, whose ``func`` is the ``torch._dynamo.optimize(...)`` call that carries
+    the options (:func:`is_optimize_call`).
 
     Only the function's own name passed back to itself counts: ``step = torch.compile(train_step)``
     compiles a new name and leaves ``train_step`` what it was."""
@@ -223,14 +229,23 @@ def rebound_compiles(module: cst.Module, imports: dict[str, str]) -> dict[str, S
                     and isinstance(small.targets[0].target, cst.Name) and isinstance(small.value, cst.Call)):
                 continue
             name, call = small.targets[0].target.value, small.value
-            func = get_full_name_for_node(call.func)
+            spelled = (canonical(get_full_name_for_node(call.func) or "", imports) == TORCH_COMPILE
+                       or (optimize and is_optimize_call(call, imports)))
             first = call.args[0] if call.args else None
-            if (func is None or canonical(func, imports) != TORCH_COMPILE or first is None or first.keyword is not None
+            if (not spelled or first is None or first.keyword is not None
                     or first.star or not m.matches(first.value, m.Name(name))):
                 continue
             if prefix + name in defined:
                 found.setdefault(prefix + name, SourceSite(prefix + name, call))
     return found
+
+
+def is_optimize_call(call: cst.Call, imports: dict[str, str]) -> bool:
+    """Whether ``call`` is ``torch._dynamo.optimize(...)(f)``: the decorator the inner call returns,
+    applied to ``f`` (:data:`DYNAMO_OPTIMIZE`)."""
+    inner = call.func
+    return isinstance(inner, cst.Call) and not isinstance(inner.func, cst.Call) and canonical(
+        get_full_name_for_node(inner.func) or "", imports) == DYNAMO_OPTIMIZE
 
 
 def allowed_in_graph(module: cst.Module, imports: dict[str, str]) -> dict[str, SourceSite]:

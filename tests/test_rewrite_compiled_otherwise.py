@@ -135,3 +135,93 @@ def test_summary_md_says_the_action_is_not_written(tmp_path, capsys):
     assert "already what the plan asks" not in text and "already in place" not in text, text
     assert "| 0 | `compile` | `model.py::Block` | not written: the target's own decorator has other options" in text, text
     assert "- model.py:6: Block.forward is compiled by the source's" in text, text
+
+
+#: ``f`` compiled by the source outside a ``@torch.compile``: torch.compile's older spelling as a
+#: decorator, and the rebinding below the ``def`` in both spellings.
+FUNCTION = "import torch\n\n\n{decorator}def f(x):\n    return x + 1\n{rebinding}"
+OPTIMIZED = {
+    "optimize decorator": ('@torch._dynamo.optimize("inductor")\n', "", 4,
+                           "the source's @torch._dynamo.optimize(\"inductor\")", "decorator",
+                           "own_call does not edit torch._dynamo.optimize (its arguments are not torch.compile's): "
+                           "write it as @torch.compile(fullgraph=True) by hand, or drop this action"),
+    "optimize rebinding": ("", '\n\nf = torch._dynamo.optimize("inductor")(f)\n', 8,
+                           "the source's f = torch._dynamo.optimize(\"inductor\")(f)", "rebinding",
+                           "own_call does not edit torch._dynamo.optimize (its arguments are not torch.compile's): "
+                           "write it as f = torch.compile(f, fullgraph=True) by hand, or drop this action"),
+    "compile rebinding": ("", "\n\nf = torch.compile(f, mode=\"max-autotune\")\n", 8,
+                          "the source's f = torch.compile(f, mode=\"max-autotune\")", "rebinding",
+                          "own_call: {fullgraph: true, mode: default} on this action edits the program's own "
+                          "compile to them (docs/plan-reference.md)"),
+}
+COMPILE_F = "  - action: compile\n    target: m.py::f\n    options: {fullgraph: true}\n"
+
+
+@pytest.mark.parametrize("decorator, rebinding, line, source, kind, lever", list(OPTIMIZED.values()), ids=list(OPTIMIZED))
+def test_other_spellings_of_the_sources_compile_with_other_options_are_named(tmp_path, capsys, decorator, rebinding,
+                                                                              line, source, kind, lever):
+    """``@torch._dynamo.optimize(...)`` and the rebinding ``f = torch._dynamo.optimize(...)(f)`` /
+    ``f = torch.compile(f, ...)`` are the source's compile of ``f`` as a ``@torch.compile`` is: left
+    as written (never a second ``@torch.compile`` on ``f``), with the same warning where their
+    options are not the plan's; own_call does not edit torch._dynamo.optimize, so the lever is the
+    rewrite by hand."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "m.py").write_text(FUNCTION.format(decorator=decorator, rebinding=rebinding))
+    before = (src / "m.py").read_bytes()
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nactions:\n" + COMPILE_F)
+    code, out, err = _run(capsys, "rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate")
+    said = (f"warning: m.py:{line}: f is compiled by {source}, not with the plan's options {{fullgraph: true}}: the "
+            f"{kind} is left as written and the plan's compile is not in the tree; {lever}")
+    assert code == 0 and said in err, err
+    assert err.rstrip().endswith("no changes: 1 action(s) not written (above); nothing was written"), err
+    assert (src / "m.py").read_bytes() == before
+
+
+@pytest.mark.parametrize("source", [
+    FUNCTION.format(decorator='@torch._dynamo.optimize("inductor", nopython=True)\n', rebinding=""),
+    FUNCTION.format(decorator="", rebinding="\n\nf = torch._dynamo.optimize(nopython=True)(f)\n"),
+    FUNCTION.format(decorator="", rebinding="\n\nf = torch.compile(f, fullgraph=True)\n"),
+])
+def test_other_spellings_with_the_plans_options_are_already_applied(tmp_path, capsys, source):
+    """``nopython=True`` is torch.compile's ``fullgraph=True`` (torch.compile passes
+    ``nopython=fullgraph`` to torch._dynamo.optimize; pinned below) and ``inductor`` its default
+    backend: nothing to say."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "m.py").write_text(source)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nactions:\n" + COMPILE_F)
+    code, out, err = _run(capsys, "rewrite", "--plan", str(plan), str(src))
+    assert (code, out) == (0, "") and "warning" not in err, err
+    assert f"no changes: {src} already is what the plan asks" in err, err
+
+
+def test_optimize_compiles_the_function_and_nopython_is_fullgraph():
+    """What the reading above rests on (CPU torch, CompileCounter): ``torch._dynamo.optimize(backend)(f)``
+    compiles ``f`` with that backend, as ``torch.compile(f, backend=...)`` does, and ``nopython=True``
+    raises at a graph break as ``fullgraph=True`` does."""
+    import warnings
+
+    import torch
+    from torch._dynamo.testing import CompileCounter
+
+    def f(x):
+        return x + 1
+
+    def breaks(x):
+        torch._dynamo.graph_break()
+        return x + 1
+
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        counter = CompileCounter()
+        torch._dynamo.optimize(counter)(f)(torch.randn(2))
+        assert counter.frame_count == 1, counter.frame_count
+        with pytest.raises(torch._dynamo.exc.Unsupported):
+            torch._dynamo.optimize(CompileCounter(), nopython=True)(breaks)(torch.randn(2))
+        with pytest.raises(torch._dynamo.exc.Unsupported):
+            torch.compile(breaks, backend=CompileCounter(), fullgraph=True)(torch.randn(2))
+    torch._dynamo.reset()

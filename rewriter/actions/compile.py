@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..compile_facts import SMALL_STATEMENTS, SUPPRESS_RE, SourceSite, body_size, rebound_compiles, suppressed_codes
+from ..compile_facts import (SMALL_STATEMENTS, SUPPRESS_RE, SourceSite, body_size, is_optimize_call, rebound_compiles,
+                             suppressed_codes)
 from ..errors import StackpartError
 from ..plan import OWN_CALL_DEFAULTS, CompileAction
 from .base import TargetedCommand, call_args, has_decorator
 from .own_call import COMPILE, OwnCallRefused, OwnSite, check_unwrapped, compile_in_lambda, edited, find_sites, regional
-from .written import find_decorator, flow, note_other_options
+from .written import call_options, code, differing, find_decorator, flow, optimize_options, options
 
 #: Decorators that compile the function they wrap (``torch._dynamo.optimize`` is the older spelling
 #: of ``torch.compile``): a target carrying one is left alone, and a ``disable`` of it is refused.
-COMPILE_DECORATORS = {"torch.compile", "torch._dynamo.optimize"}
+OPTIMIZE = "torch._dynamo.optimize"
+COMPILE_DECORATORS = {"torch.compile", OPTIMIZE}
 #: The suppression written on a whole-model compile (:data:`rewriter.compile_facts.SUPPRESS_RE`'s syntax).
 SUPPRESS_WHOLE = "stackpart: ignore[SP101]"
 NESTED_DECORATORS = {"torch.compiler.nested_compile_region"}
@@ -38,20 +40,6 @@ def _sp109_small(func: cst.FunctionDef, mode: object) -> bool:
     a one-call ``forward`` (``return self.body(x)``) reads as small though it is the whole model,
     the one large CUDA-graphs capture SP109 asks for, so its compile carries an SP109 suppression."""
     return mode == "reduce-overhead" and body_size(func) <= SMALL_STATEMENTS
-
-
-def _own_call_lever(diff: dict[str, object]) -> str:
-    """What a compile left as written says after its differing options (``diff``, each with the
-    plan's value): that the plan's compile is not in the tree, and the ``own_call`` edit that makes
-    the options ``own_call`` edits the plan's; the others are the user's to change by hand."""
-    kept = "the decorator is left as written and the plan's compile is not in the tree"
-    editable = {k: v for k, v in diff.items() if k in OWN_CALL_DEFAULTS}
-    other = ", ".join(f"{k}=" for k in diff if k not in OWN_CALL_DEFAULTS)
-    lever = (f"own_call: {flow(editable)} on this action edits the program's own compile to them "
-             "(docs/plan-reference.md)" if editable else "")
-    if other:
-        lever += ("; " if lever else "") + f"own_call leaves {other} as written: change it by hand"
-    return f"{kept}; {lever}"
 
 
 def _codes(comment: cst.Comment | None) -> set[str] | None | bool:
@@ -117,16 +105,64 @@ class CompileCommand(TargetedCommand):
         comment = f"{suppress}: strategy whole, as planned" if self.action.strategy == "whole" else None
         return self.add_decorator(func, expr, comment=comment)
 
-    def _note_other_options(self, func: cst.FunctionDef) -> None:
-        """Where the target's own ``@torch.compile(...)`` passes other options than the plan's, say
-        so (:func:`.written.note_other_options`), naming the ``own_call`` edit that makes them the plan's."""
+    def _source_compile(self, func: cst.FunctionDef) -> tuple[cst.CSTNode, str, str, dict | None, bool] | None:
+        """The source's own compile of the target, as :meth:`_note_other_options` compares it:
+        ``(node, code, what it is, options in torch.compile's keys or None where they cannot be
+        read, whether an own_call edit can edit it)``. Read: ``@torch.compile(...)``,
+        ``@torch._dynamo.optimize(...)`` (its options translated, :func:`.written.optimize_options`;
+        own_call refuses it), and the rebinding below the ``def``, ``f = torch.compile(f, ...)`` or
+        ``f = torch._dynamo.optimize(...)(f)``; None where the target carries none of them."""
         dec = find_decorator(func, {COMPILE}, self.imports)
-        if dec is None:
-            return  # @torch._dynamo.optimize(...), or a rebinding below the def: not read here
+        if dec is not None:
+            return dec, code(dec), "decorator", options(dec), True
+        dec = find_decorator(func, {OPTIMIZE}, self.imports)
+        if dec is not None:
+            have = optimize_options(dec.decorator) if isinstance(dec.decorator, cst.Call) else None
+            return dec, code(dec), "decorator", have, False
+        site = self._rebound()
+        if site is None or not isinstance(site.node, cst.Call):
+            return None
+        call, shown = site.node, f"{self.qualname.rsplit('.', 1)[-1]} = {code(cst.Decorator(site.node))[1:]}"
+        if is_optimize_call(call, self.imports):
+            return call, shown, "rebinding", optimize_options(call.func), False  # type: ignore[arg-type]
+        return call, shown, "rebinding", call_options(call, skip_first=True), True
+
+    def _note_other_options(self, func: cst.FunctionDef) -> None:
+        """Where the target's own compile (:meth:`_source_compile`) passes other options than the
+        plan's, say so (:meth:`leave_as_written`), naming the ``own_call`` edit that makes them the
+        plan's (for ``torch._dynamo.optimize``, which own_call does not edit: its rewrite as
+        ``torch.compile`` by hand)."""
+        found = self._source_compile(func)
+        if found is None:
+            return
+        node, written, kind, have, editable_call = found
         asked = self.action.options.non_default()
         said = f"the plan's options {flow(asked) if asked else '(torch.compile defaults)'}"
-        note_other_options(self, dec, "compiled", asked, OWN_CALL_DEFAULTS, plan_asks=said,
-                           compare="compare it with them by hand", differs=lambda diff: f"not with {said}: {_own_call_lever(diff)}")
+        where = f"{self._line(node)}: {self.qualname} is compiled by the source's {written}"
+        if have is None:
+            self.leave_as_written(f"{where}, whose arguments are not all literal keyword arguments: they cannot be "
+                                  f"read as {said}; the {kind} is left as written: compare it with them by hand")
+            return
+        diff = differing(have, asked, OWN_CALL_DEFAULTS)
+        if not diff:
+            return
+        where += f", not with {said}"
+        kept = f"the {kind} is left as written and the plan's compile is not in the tree"
+        if not editable_call:
+            args, name = call_args(asked), self.qualname.rsplit(".", 1)[-1]
+            wanted = (f"@torch.compile({args})" if kind == "decorator"
+                      else f"{name} = torch.compile({', '.join(a for a in (name, args) if a)})")
+            self.leave_as_written(
+                f"{where}: {kept}; own_call does not edit torch._dynamo.optimize (its arguments are not "
+                f"torch.compile's): write it as {wanted} by hand, or drop this action")
+            return
+        editable = {k: v for k, v in diff.items() if k in OWN_CALL_DEFAULTS}
+        other = ", ".join(f"{k}=" for k in diff if k not in OWN_CALL_DEFAULTS)
+        lever = (f"own_call: {flow(editable)} on this action edits the program's own compile to them "
+                 "(docs/plan-reference.md)" if editable else "")
+        if other:
+            lever += ("; " if lever else "") + f"own_call leaves {other} as written: change it by hand"
+        self.leave_as_written(f"{where}: {kept}; {lever}")
 
     def needs_torch(self) -> bool:
         return self.action.own_call is None  # an edit of the program's call adds no torch reference
@@ -137,7 +173,7 @@ class CompileCommand(TargetedCommand):
         assert self.tree is not None
         cached = self.context.scratch.get("stackpart.rebound")
         if not (isinstance(cached, tuple) and cached[0] is self.tree):
-            cached = (self.tree, rebound_compiles(self.tree, self.imports))
+            cached = (self.tree, rebound_compiles(self.tree, self.imports, optimize=True))
             self.context.scratch["stackpart.rebound"] = cached
         return cached[1].get(self.qualname)
 
@@ -225,10 +261,17 @@ class CompileCommand(TargetedCommand):
         returned unchanged.
 
         Raises:
-            OwnCallRefused: ``regional`` asked (the call compiles a function, which has no blocks),
-                or :func:`.own_call.check`'s refusals.
+            OwnCallRefused: ``torch._dynamo.optimize(...)(f)`` (not torch.compile's arguments),
+                ``regional`` asked (the call compiles a function, which has no blocks), or
+                :func:`.own_call.check`'s refusals.
         """
         assert isinstance(rebound.node, cst.Call)
+        if is_optimize_call(rebound.node, self.imports):
+            name = self.qualname.rsplit(".", 1)[-1]
+            raise OwnCallRefused(
+                f"own_call: {self.qualname} is compiled by {name} = torch._dynamo.optimize(...)({name}), whose "
+                "arguments are not torch.compile's (backend first, nopython=...): expected torch.compile to edit; write "
+                f"it as {name} = torch.compile({name}, backend=...) first, or drop own_call", rebound.node)
         if self.action.own_call is not None and self.action.own_call.regional is not None:
             raise OwnCallRefused(
                 f"own_call: regional turns a torch.compile(model) / model.compile() call regional; {self.qualname} is "

@@ -36,14 +36,46 @@ def options(dec: cst.Decorator) -> dict[str, Any] | None:
     ``@torch.compile``), or None where they cannot be read from the source: a positional or
     starred argument, or a value that is not a literal (``mode=MODE``)."""
     call = dec.decorator
-    if not isinstance(call, cst.Call):
-        return {}
+    return call_options(call) if isinstance(call, cst.Call) else {}
+
+
+def call_options(call: cst.Call, skip_first: bool = False) -> dict[str, Any] | None:
+    """The keyword arguments ``call`` passes, as Python values, as :func:`options` reads them;
+    ``skip_first``: its first positional argument is what it compiles (``torch.compile(f, ...)``)."""
     out: dict[str, Any] = {}
-    for arg in call.args:
+    for i, arg in enumerate(call.args):
+        if skip_first and i == 0 and arg.keyword is None and not arg.star:
+            continue
         if arg.keyword is None or arg.star:
             return None
         try:
             out[arg.keyword.value] = ast.literal_eval(_EMPTY.code_for_node(arg.value).strip())
+        except (ValueError, SyntaxError):
+            return None
+    return out
+
+
+#: ``torch._dynamo.optimize``'s keywords that are torch.compile's under another name
+#: (torch/_dynamo/eval_frame.py, ``_optimize(rebuild_ctx, backend="inductor", *, nopython=False,
+#: disable=False, dynamic=None, ...)``; torch.compile calls it with ``nopython=fullgraph``).
+OPTIMIZE_KEYS = {"backend": "backend", "nopython": "fullgraph", "disable": "disable", "dynamic": "dynamic"}
+
+
+def optimize_options(call: cst.Call) -> dict[str, Any] | None:
+    """The options a ``torch._dynamo.optimize(...)`` call passes, in torch.compile's keys
+    (:data:`OPTIMIZE_KEYS`: its first positional argument is ``backend``, ``nopython`` is
+    ``fullgraph``; a keyword of its own, ``guard_fail_fn=...``, kept under its name), as Python
+    values; None where they cannot be read from the source (:func:`call_options`'s cases, or a
+    second positional argument)."""
+    args = list(call.args)
+    first = args[0] if args and args[0].keyword is None and not args[0].star else None
+    rest = call_options(call.with_changes(args=args[1:] if first is not None else args))
+    if rest is None:
+        return None
+    out = {OPTIMIZE_KEYS.get(k, k): v for k, v in rest.items()}
+    if first is not None:
+        try:
+            out["backend"] = ast.literal_eval(_EMPTY.code_for_node(first.value).strip())
         except (ValueError, SyntaxError):
             return None
     return out
