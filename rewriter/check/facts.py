@@ -127,6 +127,16 @@ def first_positional(call: cst.Call) -> cst.BaseExpression | None:
     return None
 
 
+def _passes_through(value: cst.BaseExpression, key: str) -> bool:
+    """Whether ``value`` is ``key`` (a name or ``self.attr``) with :data:`PASSTHROUGH` methods called
+    on it (``m.eval()``, ``m.to(dev).half()``): nn.Module's methods that return the module itself."""
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)):
+        return False
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in PASSTHROUGH:
+        value = value.func.value
+    return isinstance(value, (cst.Name, cst.Attribute)) and get_full_name_for_node(value) == key
+
+
 def _per_item(comp: cst.ListComp | cst.GeneratorExp | cst.DictComp, made: cst.Call) -> bool:
     """Whether ``made``, the element a comprehension builds, uses a variable of one of its ``for``
     clauses that does not iterate ``range(...)`` (:func:`.project.is_block_stack`)."""
@@ -692,8 +702,9 @@ class _Collector(cst.CSTVisitor):
             key = get_full_name_for_node(target.target) if isinstance(target.target, (cst.Name, cst.Attribute)) else None
             if key is None:
                 continue
-            # keep the first non-compile binding: `m = Cls(); m = torch.compile(m)` must still say Cls
-            if self.f.is_call(node.value, COMPILE) and (self._scope(), key) in self.f.bindings:
+            # keep the first non-compile binding: `m = Cls(); m = torch.compile(m)` must still say Cls;
+            # `m = m.eval()` (PASSTHROUGH methods return the module itself) keeps what m was bound to
+            if (self.f.is_call(node.value, COMPILE) or _passes_through(node.value, key)) and (self._scope(), key) in self.f.bindings:
                 continue
             self.f.bindings[(self._scope(), key)] = node.value
             self._record_child(key, node.value)

@@ -79,10 +79,24 @@ def _code(node: cst.CSTNode) -> str:
     return " ".join(_EMPTY.code_for_node(node).split())
 
 
+def self_returning(value: cst.BaseExpression | None, name: str) -> bool:
+    """Whether ``value`` is ``name`` with methods that return the module itself called on it
+    (``net.eval()``, ``net.to(device).half()``: :data:`SELF_RETURNING`, nn.Module's ``return self``):
+    ``net = net.eval()`` binds ``net`` to the object it held, so what it was bound to before (a class's
+    instance, torch.compile's wrapper) still holds."""
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)):
+        return False
+    while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+           and value.func.attr.value in SELF_RETURNING):
+        value = value.func.value
+    return isinstance(value, cst.Name) and value.value == name
+
+
 def bound_value(scope: cst.FunctionDef | cst.Module | cst.If, name: str, site: cst.CSTNode) -> cst.BaseExpression | None:
     """The value of the last ``name = <value>`` in ``scope``'s own body (a function's, a module's
     top level, or a script's ``if __name__ == "__main__":`` block) before the statement holding
-    ``site``, or None where there is none."""
+    ``site``, or None where there is none. ``name = name.eval()`` (:func:`self_returning`) keeps the
+    value before it."""
     found = None
     stmts: Any = scope.body if isinstance(scope, cst.Module) else (
         scope.body.body if isinstance(scope.body, cst.IndentedBlock) else ())
@@ -93,7 +107,7 @@ def bound_value(scope: cst.FunctionDef | cst.Module | cst.If, name: str, site: c
             continue
         for small in stmt.body:
             if (isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
-                    and small.targets[0].target.value == name):
+                    and small.targets[0].target.value == name and not self_returning(small.value, name)):
                 found = small.value
     return found
 
