@@ -110,7 +110,7 @@ measurement of the candidate catches what this cannot.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -776,7 +776,9 @@ def check_program_loops(loaded: LoadedPlan, bounds: list[Bound], parse: Any, rea
     """Refuse a ``compile`` (not ``own_call``, not ``strategy: nested``) of a class ``Block`` (or its
     ``forward``) whose instances a loop of the program compiles itself, each in place
     (``for layer in model.layers: layer.compile()``, ``model.layers[i] = torch.compile(layer)``,
-    torchtune's ``for m in model.modules(): if isinstance(m, Block): m.compile()``;
+    torchtune's ``for m in model.modules(): if isinstance(m, Block): m.compile()``, a loop over
+    ``self.blocks`` in a method of the model's class, or one that compiles through a helper of its
+    file, one call deep, which the refusal names with the helper's call;
     :meth:`.rewrite.regional_path.ProgramCompiles.loops`), or instances of a class that encloses
     them: each block would be compiled twice and one of the two compiles is dead, as beside the
     loop an ``own_call: {regional: ...}`` edit writes (:func:`check_regional_blocks`; pinned with
@@ -861,8 +863,10 @@ def _refuse_loop_compiled(loaded: LoadedPlan, reading: Any, c: Bound, e: Any, wh
 
     heir = chain[-1].inner[1] if chain else walked
     built = f" ({builds(reading, chain)})" if chain else ""
+    via = (f", through {e.qual}'s {_code(e.through)} at {reading.where(replace(e, node=e.through))}"
+           if e.through is not None else "")
     head = (f"compile of {inner}: the program compiles {what} in place itself, in a loop at {where}: "
-            f"{_code(e.node)}{built}")
+            f"{_code(e.node)}{via}{built}")
     off = (f"action compile, target {e.rel}::{e.qual}, own_call: {{disable: true}}" if e.qual is not None and e.alone
            else "by hand")
     ways = f"keep one: drop this action (the program's loop compiles each {walked}), or turn the loop's compile off ({off})"

@@ -41,7 +41,7 @@ from libcst.metadata import QualifiedNameSource
 from ..errors import StackpartError
 from ..plan import CompileAction, LoadedPlan
 from ..targets import collect_definitions
-from .callers import SELF_RETURNING, bound_value, calls_of, parameter_names
+from .callers import SELF_RETURNING, bound_value, calls_of, parameter_names, self_returning
 from .enclosing import MAX_BASES, PLAIN_BASES, ClassRef, Enclosing
 
 
@@ -125,9 +125,12 @@ def _compiled_parameter(b: Any) -> tuple[cst.FunctionDef, str] | None:
     if not isinstance(owner, cst.Name) or owner.value not in params:
         return None
     rebound = m.Name(owner.value)
-    if m.findall(func.body, m.AssignTarget(target=rebound) | m.AnnAssign(target=rebound) | m.AugAssign(target=rebound)
-                 | m.For(target=rebound) | m.AsName(name=rebound) | m.NamedExpr(target=rebound)):
-        return None  # bound again in the body: what it holds at the call is not the caller's argument
+    kept = {id(t) for a in m.findall(func.body, m.Assign()) if self_returning(a.value, owner.value)  # type: ignore[attr-defined]
+            for t in a.targets}  # type: ignore[attr-defined]
+    if [n for n in m.findall(func.body, m.AssignTarget(target=rebound) | m.AnnAssign(target=rebound)
+                             | m.AugAssign(target=rebound) | m.For(target=rebound) | m.AsName(name=rebound)
+                             | m.NamedExpr(target=rebound)) if id(n) not in kept]:
+        return None  # bound again in the body (not model = model.eval()): what it holds at the call is not the argument
     return func, owner.value
 
 
@@ -413,17 +416,24 @@ class EachCall:
     """One of the program's compile calls in a ``for`` loop that compiles each module the loop walks
     (:meth:`ProgramCompiles.loops`): in place, ``for layer in model.layers: layer.compile()``, or a
     wrapper assigned back, ``model.layers[i] = torch.compile(layer)``; over a container of a model
-    the function builds (``model = Net()``), or over ``model.modules()`` filtered by ``isinstance``
-    (torchtune's ``for m in model.modules(): if isinstance(m, Layer): m.compile()``).
+    the function builds (``model = Net()``), of ``self`` in a method of the model's class (``for b
+    in self.blocks``), or over ``model.modules()`` filtered by ``isinstance``
+    (torchtune's ``for m in model.modules(): if isinstance(m, Layer): m.compile()``); or through a
+    helper of the same file, one call deep (``for layer in model.layers: compile_layer(layer)``
+    with ``def compile_layer(l): l.compile()``, :func:`_helper_loops`).
 
     Attributes:
-        rel, qual, alone, module, scope, node, call: as :class:`WholeCall`'s.
+        rel, qual, alone, module, scope, node, call: as :class:`WholeCall`'s; through a helper,
+            ``qual`` and ``alone`` are the helper's (the function an ``own_call`` edit of the
+            compile names), ``scope`` the function that holds the loop, ``node`` and ``call`` the
+            helper's call in it.
         written: a class name as the call's file writes it: the model's whose container the loop
             walks (``Net``), or the one ``isinstance`` names (``Layer``).
         path: the attribute path of the container walked (``layers``, ``encoder.layers``); None for
             the ``isinstance`` form, which compiles each instance of ``written`` the model holds.
         wraps: the call is ``torch.compile(layer)`` (an ``OptimizedModule`` wrapper), not
             ``layer.compile()``.
+        through: the compile call in the helper the loop calls, None where the loop compiles itself.
     """
 
     rel: str
@@ -436,6 +446,7 @@ class EachCall:
     scope: Any
     node: Any
     call: cst.Call
+    through: Any = None
 
 
 @dataclass
@@ -625,15 +636,21 @@ def _whole_calls(rel: str, text: str, texts: Any) -> tuple[list[WholeCall], list
             stmt = statement_of(scope, call)
             if site.kind == "call" and isinstance(stmt, cst.Expr):
                 continue  # torch.compile(Net()) discarded: it compiles nothing
-            written = _site_class(scope, site)
+            written = _site_class(scope, site, module)
             if written is not None:
                 unused = unused_result(scope, stmt, call, texts) if site.kind == "call" else None
                 out.append(WholeCall(rel, qual, len(sites) == 1, _class_name(module, written, rel, (scope, call)), written, module, scope,
                                      site.node, call, unused))
             else:
-                for written, path in _each_call(scope, site, stmt):
+                loops = _each_call(scope, site, stmt, qual, module)
+                for written, path in loops:
                     each.append(EachCall(rel, qual, len(sites) == 1, written, path, site.kind == "call", module, scope,
                                          site.node, call))
+                if loops or qual is None or "." in qual or scope is module:
+                    continue
+                for _, caller, node, written, path in _helper_loops(module, scope, site, stmt):
+                    each.append(EachCall(rel, qual, len(sites) == 1, written, path, site.kind == "call", module, caller,
+                                         node, node, through=site.node))
     return out, each
 
 
@@ -644,7 +661,8 @@ _VIEWS = {"children", "named_children", "values", "items"}
 _ALL_MODULES = {"modules", "named_modules"}
 
 
-def _each_call(scope: Any, site: Any, stmt: Any) -> list[tuple[str, str | None]]:
+def _each_call(scope: Any, site: Any, stmt: Any, qual: str | None = None,
+               module: cst.Module | None = None) -> list[tuple[str, str | None]]:
     """``(class name as written, container path or None)`` for a compile at ``site`` (in ``scope``'s
     own body, its statement ``stmt``) of the name a ``for`` loop around it binds to each module it
     walks (the last name of its target: ``for i, layer in enumerate(...)``): ``layer.compile()``,
@@ -653,7 +671,9 @@ def _each_call(scope: Any, site: Any, stmt: Any) -> list[tuple[str, str | None]]
     model's modules as they are, and the model's own call runs their ``forward``); the loop
     over ``<name>.<path>`` where ``<name>`` is bound to an instance of a class before it
     (:func:`_bound_by_call`; at a script's top level, in its ``if __name__ == "__main__":`` block
-    too, :func:`_main_guard`, else before it), or over ``<model>.modules()`` with the call under ``if isinstance(<name>,
+    too, :func:`_main_guard`, else before it; ``module`` given, a factory of the file,
+    :func:`_factory_class`), or ``self`` in a method of a class (``qual`` ``Net.compile_blocks``: ``for b in
+    self.blocks``, the class ``Net``), or over ``<model>.modules()`` with the call under ``if isinstance(<name>,
     C)`` (one entry per class named). Nothing for any other form: a result bound to a plain name,
     a loop over something else, a class the source does not say."""
     call = site.call
@@ -664,6 +684,14 @@ def _each_call(scope: Any, site: Any, stmt: Any) -> list[tuple[str, str | None]]
         owner = call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None
     else:
         return []
+    return _walked(scope, call, owner, site.kind == "method", stmt, qual, module)
+
+
+def _walked(scope: Any, call: cst.Call, owner: Any, in_place: bool, stmt: Any, qual: str | None,
+            module: cst.Module | None) -> list[tuple[str, str | None]]:
+    """:func:`_each_call` once the compiled name ``owner`` is known: ``call`` (in ``scope``'s own
+    body, its statement ``stmt``) compiles ``owner`` in place (``in_place``) or returns a wrapper
+    ``stmt`` assigns."""
     if not isinstance(owner, cst.Name):
         return []
     loops = [f for f in m.findall(scope, m.For()) if m.findall(f.body, m.MatchIfTrue(lambda n: n is call))]
@@ -677,13 +705,13 @@ def _each_call(scope: Any, site: Any, stmt: Any) -> list[tuple[str, str | None]]
     while isinstance(it, cst.Call) and m.matches(it.func, m.Name()) and it.func.value in _WRAPPING and it.args:  # type: ignore[attr-defined]
         it = it.args[0].value
     if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value in _ALL_MODULES:
-        if site.kind != "method":
+        if not in_place:
             return []  # a wrapper of what modules() yields is stored elsewhere: the model keeps its own module
         return [(name, None) for name in _isinstance_names(loop, call, owner.value)]
     if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and it.func.attr.value in _VIEWS:
         it = it.func.value
-    if site.kind != "method" and not all(m.matches(t.target, m.Subscript(value=m.MatchIfTrue(it.deep_equals)))
-                                         for t in stmt.targets):
+    if not in_place and not all(m.matches(t.target, m.Subscript(value=m.MatchIfTrue(it.deep_equals)))
+                                for t in stmt.targets):
         return []  # stored in a container of the program's own (fast[i] = ...): the model's are not replaced
     parts: list[str] = []
     while isinstance(it, cst.Attribute):
@@ -691,10 +719,77 @@ def _each_call(scope: Any, site: Any, stmt: Any) -> list[tuple[str, str | None]]
         it = it.value
     if not parts or not isinstance(it, cst.Name):
         return []
-    guard = _main_guard(scope, loop) if isinstance(scope, cst.Module) else None
-    value = (guard and bound_value(guard, it.value, loop)) or bound_value(scope, it.value, loop)
-    made = _called_class(value) if value is not None else None
+    made = _self_class(scope, qual) if it.value == "self" else None
+    if made is None:
+        value = _bound(scope, it.value, loop)
+        made = _called_class(value) if value is not None else None
+        made = (_factory_class(module, made) if module is not None and made is not None else None) or made
     return [(made, ".".join(parts))] if made is not None else []
+
+
+def _self_class(scope: Any, qual: str | None) -> str | None:
+    """``Net`` where ``scope`` is a method of class ``Net`` (``qual`` ``Net.compile_blocks``, a class at
+    its file's top level) whose first parameter is ``self``: the instance a loop over ``self.blocks``
+    there walks; None otherwise."""
+    if not isinstance(scope, cst.FunctionDef) or qual is None or qual.count(".") != 1:
+        return None
+    params = [*scope.params.posonly_params, *scope.params.params]
+    return qual.split(".")[0] if params and params[0].name.value == "self" else None
+
+
+def _helper_loops(module: cst.Module, helper: cst.FunctionDef, site: Any,
+                  stmt: Any) -> list[tuple[str | None, Any, cst.Call, str, str | None]]:
+    """``(caller's qualname, caller's scope, the call of helper, class name as written, container
+    path or None)`` for each per-layer loop of ``module`` that compiles each module through
+    ``helper``, a top-level function of the same file whose compile at ``site`` (its statement
+    ``stmt``) compiles its own parameter, which its body never rebinds: in place
+    (``def compile_layer(l): l.compile()``, called as a statement, ``for layer in model.layers:
+    compile_layer(layer)``), or a wrapper it returns (``return torch.compile(l)``) assigned back
+    into the container (``model.layers[i] = compile_layer(layer)``); the loop read as
+    :func:`_each_call` reads one that compiles itself. One call deep only: a helper that calls
+    another helper, a method, or a helper of another file is not followed."""
+    from ..actions.own_call import statement_of
+
+    call = site.call
+    in_place = site.kind == "method"
+    if in_place:
+        owner = call.func.value if isinstance(call.func, cst.Attribute) else None
+        if not (isinstance(stmt, cst.Expr) and stmt.value is call):
+            return []
+    else:
+        owner = call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None
+        if not (isinstance(stmt, cst.Return) and stmt.value is call):
+            return []
+    names = parameter_names(helper)
+    if not isinstance(owner, cst.Name) or owner.value not in names:
+        return []
+    rebound = m.Name(owner.value)
+    kept = {id(t) for a in m.findall(helper.body, m.Assign()) if self_returning(a.value, owner.value)  # type: ignore[attr-defined]
+            for t in a.targets}  # type: ignore[attr-defined]
+    if [n for n in m.findall(helper.body, m.AssignTarget(target=rebound) | m.AnnAssign(target=rebound)
+                             | m.AugAssign(target=rebound) | m.For(target=rebound) | m.AsName(name=rebound)
+                             | m.NamedExpr(target=rebound)) if id(n) not in kept]:
+        return []
+    position = names.index(owner.value)
+    calls = [c for c in m.findall(module, m.Call(func=m.Name(helper.name.value)))]
+    out: list[tuple[str | None, Any, cst.Call, str, str | None]] = []
+    for qual, scope in _scopes(module):
+        for c in calls:
+            cstmt = statement_of(scope, c)
+            if cstmt is None or any(a.star for a in c.args):  # type: ignore[attr-defined]
+                continue
+            args = c.args  # type: ignore[attr-defined]
+            arg = next((a.value for a in args if a.keyword is not None and a.keyword.value == owner.value), None)
+            if arg is None and position < len(args) and all(a.keyword is None for a in args[:position + 1]):
+                arg = args[position].value
+            if in_place and not (isinstance(cstmt, cst.Expr) and cstmt.value is c):
+                continue
+            if not in_place and not (isinstance(cstmt, cst.Assign) and cstmt.value is c
+                                     and all(isinstance(t.target, cst.Subscript) for t in cstmt.targets)):
+                continue
+            for written, path in _walked(scope, c, arg, in_place, cstmt, qual, module):  # type: ignore[arg-type]
+                out.append((qual, scope, c, written, path))  # type: ignore[arg-type]
+    return out
 
 
 def _main_guard(module: cst.Module, node: cst.CSTNode) -> cst.If | None:
@@ -945,18 +1040,21 @@ def model_class(b: Any, parse: Any) -> tuple[str, str, set[str] | None, dict[str
         return None
     if len(sites) != 1 or sites[0].call is None:
         return None
-    made = _site_class(func, sites[0])
+    made = _site_class(func, sites[0], b.module)
     if made is None:
         return None
     return _class_attrs(made, b.target.relpath, b.module, b.definitions or collect_definitions(b.module), parse,
                         (func, sites[0].call))
 
 
-def _site_class(scope: cst.FunctionDef | cst.Module, site: Any) -> str | None:
+def _site_class(scope: cst.FunctionDef | cst.Module, site: Any, module: cst.Module | None = None) -> str | None:
     """The class name of the module the compile at ``site`` (an
     :class:`rewriter.actions.own_call.OwnSite` in ``scope``'s own body) compiles, as the source
     says it: ``torch.compile(Net().eval())``, ``model = Net(); model = torch.compile(model)``,
-    ``model.compile()``, ``torch.compile(model.forward)``; None where it does not say it."""
+    ``model.compile()``, ``torch.compile(model.forward)``, at a script's top level in its ``if
+    __name__ == "__main__":`` block too (:func:`_bound`); with ``module`` (the file),
+    ``model = build()`` where ``build`` is a function of that file that returns an instance of a
+    class (:func:`_factory_class`, one call deep); None where it does not say it."""
     call = site.call
     if call is None:
         return None
@@ -966,18 +1064,56 @@ def _site_class(scope: cst.FunctionDef | cst.Module, site: Any) -> str | None:
         owner = call.args[0].value if call.args and call.args[0].keyword is None else None
     if isinstance(owner, cst.Attribute) and owner.attr.value == "forward":
         owner = owner.value  # torch.compile(model.forward) compiles the model
-    if isinstance(owner, cst.Call):  # torch.compile(Encoder().eval(), ...): the class called there
-        return _called_class(owner)
     if isinstance(owner, cst.Name):
-        return _bound_by_call(scope, owner.value, call)
-    return None
+        owner = _bound(scope, owner.value, call)
+    if not isinstance(owner, cst.Call):
+        return None
+    made = _called_class(owner)  # torch.compile(Encoder().eval(), ...): the class called there
+    factory = _factory_class(module, made) if module is not None and made is not None else None
+    return factory or made
 
 
-def _bound_by_call(scope: cst.FunctionDef | cst.Module, name: str, site: cst.Call) -> str | None:
+def _bound(scope: cst.FunctionDef | cst.Module, name: str, site: cst.CSTNode) -> cst.BaseExpression | None:
+    """What ``name`` was last bound to in ``scope``'s own body before the statement holding ``site``
+    (:func:`.callers.bound_value`); at a script's top level, in the ``if __name__ == "__main__":``
+    block that holds ``site`` first (:func:`_main_guard`: its lines bind as a function's do), then
+    before that block."""
+    guard = _main_guard(scope, site) if isinstance(scope, cst.Module) else None
+    return (guard and bound_value(guard, name, site)) or bound_value(scope, name, site)
+
+
+def _bound_by_call(scope: cst.FunctionDef | cst.Module, name: str, site: cst.CSTNode) -> str | None:
     """The class name of the last ``name = Class(...)[.eval()...]`` in ``scope``'s own body (a
-    function's, or a module's top level) before the statement holding the compile call ``site``."""
-    value = bound_value(scope, name, site)
+    function's, or a module's top level and its ``if __name__ == "__main__":`` block, :func:`_bound`)
+    before the statement holding the compile call ``site``."""
+    value = _bound(scope, name, site)
     return _called_class(value) if value is not None else None
+
+
+def _factory_class(module: cst.Module, name: str) -> str | None:
+    """The class ``name`` returns an instance of, where ``name`` is a function defined at
+    ``module``'s top level (a factory, ``def build(): model = Net(); return model``) and every
+    ``return`` of its own body returns a call of one class, or a name its body binds to one before
+    that ``return`` (:func:`_bound_by_call`); None otherwise (a class, a function of another file,
+    a factory that calls another factory: followed one call deep only)."""
+    from ..actions.own_call import statement_of
+
+    funcs = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+    func = funcs.get(name)
+    if func is None:
+        return None
+    returns = [r for r in m.findall(func.body, m.Return()) if statement_of(func, r) is r]
+    made: set[str | None] = set()
+    for ret in returns:
+        value = ret.value  # type: ignore[attr-defined]
+        if isinstance(value, cst.Name):
+            made.add(_bound_by_call(func, value.value, ret))
+        else:
+            made.add(_called_class(value) if value is not None else None)
+    if len(made) != 1:
+        return None
+    found = made.pop()
+    return None if found in funcs else found
 
 
 def _called_class(value: cst.BaseExpression) -> str | None:
