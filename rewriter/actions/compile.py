@@ -24,7 +24,7 @@ from ..errors import StackpartError
 from ..plan import OWN_CALL_DEFAULTS, CompileAction
 from .base import TargetedCommand, call_args, has_decorator
 from .own_call import COMPILE, OwnCallRefused, OwnSite, check_unwrapped, compile_in_lambda, edited, find_sites, regional
-from .written import call_options, code, differing, find_decorator, flow, optimize_options, options
+from .written import call_options, code, find_decorator, flow, note_other_options, optimize_options, options
 
 #: Decorators that compile the function they wrap (``torch._dynamo.optimize`` is the older spelling
 #: of ``torch.compile``): a target carrying one is left alone, and a ``disable`` of it is refused.
@@ -138,31 +138,25 @@ class CompileCommand(TargetedCommand):
         node, written, kind, have, editable_call = found
         asked = self.action.options.non_default()
         said = f"the plan's options {flow(asked) if asked else '(torch.compile defaults)'}"
-        where = f"{self._line(node)}: {self.qualname} is compiled by the source's {written}"
-        if have is None:
-            self.leave_as_written(f"{where}, whose arguments are not all literal keyword arguments: they cannot be "
-                                  f"read as {said}; the {kind} is left as written: compare it with them by hand")
-            return
-        diff = differing(have, asked, OWN_CALL_DEFAULTS)
-        if not diff:
-            return
-        where += f", not with {said}"
         kept = f"the {kind} is left as written and the plan's compile is not in the tree"
-        if not editable_call:
-            args, name = call_args(asked), self.qualname.rsplit(".", 1)[-1]
-            wanted = (f"@torch.compile({args})" if kind == "decorator"
-                      else f"{name} = torch.compile({', '.join(a for a in (name, args) if a)})")
-            self.leave_as_written(
-                f"{where}: {kept}; own_call does not edit torch._dynamo.optimize (its arguments are not "
-                f"torch.compile's): write it as {wanted} by hand, or drop this action")
-            return
-        editable = {k: v for k, v in diff.items() if k in OWN_CALL_DEFAULTS}
-        other = ", ".join(f"{k}=" for k in diff if k not in OWN_CALL_DEFAULTS)
-        lever = (f"own_call: {flow(editable)} on this action edits the program's own compile to them "
-                 "(docs/plan-reference.md)" if editable else "")
-        if other:
-            lever += ("; " if lever else "") + f"own_call leaves {other} as written: change it by hand"
-        self.leave_as_written(f"{where}: {kept}; {lever}")
+
+        def differs(diff: dict) -> str:
+            if not editable_call:
+                args, name = call_args(asked), self.qualname.rsplit(".", 1)[-1]
+                wanted = (f"@torch.compile({args})" if kind == "decorator"
+                          else f"{name} = torch.compile({', '.join(a for a in (name, args) if a)})")
+                return (f"not with {said}: {kept}; own_call does not edit torch._dynamo.optimize (its arguments are "
+                        f"not torch.compile's): write it as {wanted} by hand, or drop this action")
+            editable = {k: v for k, v in diff.items() if k in OWN_CALL_DEFAULTS}
+            other = ", ".join(f"{k}=" for k in diff if k not in OWN_CALL_DEFAULTS)
+            lever = (f"own_call: {flow(editable)} on this action edits the program's own compile to them "
+                     "(docs/plan-reference.md)" if editable else "")
+            if other:
+                lever += ("; " if lever else "") + f"own_call leaves {other} as written: change it by hand"
+            return f"not with {said}: {kept}; {lever}"
+
+        note_other_options(self, node, written, have, "compiled", asked, OWN_CALL_DEFAULTS, plan_asks=said,
+                           compare="compare it with them by hand", differs=differs, kind=kind)
 
     def needs_torch(self) -> bool:
         return self.action.own_call is None  # an edit of the program's call adds no torch reference

@@ -13,7 +13,7 @@ import libcst as cst
 
 from ..plan import DisableAction
 from .base import TargetedCommand
-from .written import find_decorator, flow, note_other_options
+from .written import code, find_decorator, flow, note_other_options, options
 
 DISABLE_DECORATORS = {"torch.compiler.disable", "torch._dynamo.disable"}
 
@@ -41,7 +41,7 @@ class DisableCommand(TargetedCommand):
         (:func:`.written.note_other_options`). ``reason=`` (a message for Dynamo's logs) is no difference."""
         asked = f"({flow({'recursive': self.action.recursive})[1:-1]})"
         note_other_options(
-            self, dec, "disabled", {"recursive": self.action.recursive}, {"recursive": True},
+            self, dec, code(dec), options(dec), "disabled", {"recursive": self.action.recursive}, {"recursive": True},
             plan_asks=f"the plan asks {asked}", compare="compare it by hand", ignored=("reason",),
             differs=lambda _diff: (
                 f"not as the plan asks {asked}: the decorator is left as written and the plan's disable is not in the "

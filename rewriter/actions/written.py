@@ -103,30 +103,33 @@ def flow(values: Mapping[str, Any]) -> str:
     return yaml.safe_dump(dict(values), default_flow_style=True, sort_keys=False).strip()
 
 
-def note_other_options(command: TargetedCommand, dec: cst.Decorator, verb: str, asked: Mapping[str, Any],
-                       defaults: Mapping[str, Any], plan_asks: str, compare: str,
-                       differs: Callable[[dict[str, Any]], str], ignored: tuple[str, ...] = ()) -> None:
-    """Where ``dec``, the target's own decorator, is not written with the plan's options, say so
-    (:meth:`~rewriter.actions.base.TargetedCommand.leave_as_written`); nothing where they agree.
+def note_other_options(command: TargetedCommand, node: cst.CSTNode, written: str, have: dict[str, Any] | None,
+                       verb: str, asked: Mapping[str, Any], defaults: Mapping[str, Any], plan_asks: str, compare: str,
+                       differs: Callable[[dict[str, Any]], str], ignored: tuple[str, ...] = (),
+                       kind: str = "decorator") -> None:
+    """Where the target's own compile or disable (``node``, shown as ``written``: a decorator or a
+    rebinding ``f = torch.compile(f, ...)``, its ``kind``) is not written with the plan's options,
+    say so (:meth:`~rewriter.actions.base.TargetedCommand.leave_as_written`); nothing where they
+    agree.
 
     Args:
-        command: the action's transform; its target is ``verb`` (``compiled``, ``disabled``) by ``dec``.
+        command: the action's transform; its target is ``verb`` (``compiled``, ``disabled``) by ``node``.
+        have: the options ``node`` passes, in the plan's keys (:func:`options`,
+            :func:`call_options`, :func:`optimize_options`); None where they cannot be read.
         asked: the plan's options; ``defaults``: torch's, for a key missing from either side
             (:func:`differing`); ``ignored``: written keys that are no difference (``reason=``).
         plan_asks: the plan's options in words (``the plan asks (recursive=False)``), for a
-            decorator whose arguments cannot be read (:func:`options` gives None); ``compare``:
-            what the user does then (``compare it by hand``).
-        differs: the rest of the note after ``file.py:LINE: Qual is <verb> by the source's @...,``
+            ``node`` whose arguments cannot be read; ``compare``: what the user does then
+            (``compare it by hand``).
+        differs: the rest of the note after ``file.py:LINE: Qual is <verb> by the source's ...,``
             for the options that differ (:func:`differing`'s dict, each with the plan's value).
     """
-    where = f"{command._line(dec)}: {command.qualname} is {verb} by the source's {code(dec)}"
-    have = options(dec)
+    where = f"{command._line(node)}: {command.qualname} is {verb} by the source's {written}"
     if have is None:
         command.leave_as_written(f"{where}, whose arguments are not all literal keyword arguments: they cannot be "
-                                 f"read as {plan_asks}; the decorator is left as written: {compare}")
+                                 f"read as {plan_asks}; the {kind} is left as written: {compare}")
         return
-    for key in ignored:
-        have.pop(key, None)
+    have = {k: v for k, v in have.items() if k not in ignored}
     diff = differing(have, asked, defaults)
     if diff:
         command.leave_as_written(f"{where}, {differs(diff)}")
