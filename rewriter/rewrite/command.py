@@ -131,19 +131,12 @@ def _warn_checkpoint_keys(loaded: LoadedPlan, src: str, result: RewriteResult) -
 
 
 def _print_warnings_and_skipped(loaded: LoadedPlan, result: RewriteResult) -> None:
-    """The plan's warnings, then each action not written with its plan line and why, on stderr (a
-    warning's text as it is: code it quotes, ``sd[name]``, is no console markup)."""
-    from rich.markup import escape
+    """The plan's warnings, then each action not written with its plan line and why, on stderr
+    (:func:`.notices.notices`)."""
+    from .notices import notices
 
-    for warning in result.warnings:
-        stderr().print(f"[yellow]warning[/]: {escape(warning)}", highlight=False)
-    for index, reason in result.skipped:
-        action = loaded.plan.actions[index]
-        stderr().print(
-            f"{loaded.path}:{loaded.action_lines[index]}: actions[{index}] ({action.action} "
-            f"{action.target}) not written: {reason}",
-            highlight=False,
-        )
+    for notice in notices(loaded, result):
+        stderr().print(notice.markup, highlight=False)
 
 
 def _write_summary(summary_md: str | None, loaded: LoadedPlan, result: RewriteResult, src: str, applied: bool) -> None:
@@ -243,9 +236,11 @@ def _print_applied(loaded: LoadedPlan, src: str, result: RewriteResult, applied:
 
 
 def _not_written(result: RewriteResult) -> set[int]:
-    """The indices of the actions whose edit is not in the tree and not written: held back
-    (``skipped``), or left as written where the target's own decorator has other options."""
-    return {i for i, _ in result.skipped} | set(result.left_as_written)
+    """The indices of the actions whose edit is not in the tree and not written
+    (:func:`.notices.not_written`)."""
+    from .notices import not_written
+
+    return set(not_written(result))
 
 
 def _edits(result: RewriteResult) -> str:

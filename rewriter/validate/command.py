@@ -68,6 +68,7 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
     try:
         trees = materialize(loaded, srcp, workdir)
         materialize_s = time.perf_counter() - started
+        _warn_checkpoint_keys(loaded, srcp, trees.result)
         # the timing note goes into every output: JSON, Markdown, chart, terminal
         report = report_header(loaded, srcp, trees.result, spec_run, opts.backend, environment(device, spec.device))
         stderr().print(f"validate: {report['timing_note']}", highlight=False)
@@ -89,6 +90,17 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
             shutil.rmtree(workdir, ignore_errors=True)
     _print_summary(report, paths)
     return report["verdict"]["exit_code"]
+
+
+def _warn_checkpoint_keys(loaded: Any, src: Path, result: Any) -> None:
+    """Add to ``result.warnings`` the warnings ``stackpart rewrite`` gives for an ``own_call`` edit
+    that changes the program's state_dict keys where SRC saves or loads them
+    (:func:`rewriter.rewrite.checkpoint_keys.warnings`; SRC is read only where there is such an
+    edit), so the report's rewrite warnings are the ones ``rewrite`` prints for this diff."""
+    if result.key_changes:
+        from ..rewrite.checkpoint_keys import warnings
+
+        result.warnings += warnings(loaded, result.key_changes, src)
 
 
 def _own_calls_not_run(loaded: Any, results: dict[str, Any]) -> list[tuple[str, int]] | None:
@@ -333,13 +345,28 @@ def _progress(name: str, event: str, detail: Any, labels: dict[str, str] | None 
     stderr().print(f"validate: {text}", highlight=False)
 
 
+def _print_rewrite_notices(console: Any, report: dict[str, Any]) -> None:
+    """The rewrite's warnings and its actions not written (``rewrite_notices``,
+    :func:`rewriter.validate.report.report_header`), as ``stackpart rewrite`` prints them."""
+    from ..rewrite.notices import Notice
+
+    for n in report.get("rewrite_notices") or []:
+        console.print(Notice(**n).markup, highlight=False)
+
+
 def _print_summary(report: dict[str, Any], paths: list[Path]) -> None:
+    """The verdict on stderr: the rewrite's warnings first (:func:`_print_rewrite_notices`), then
+    PASS/FAIL/ERROR with the diff's hash, each variant's step time, cold first call and numerics,
+    the verdict's errors, failures and notes, and the files written."""
     from ..terminal import stderr
 
     console = stderr()
     v = report["verdict"]
+    _print_rewrite_notices(console, report)
     status = {0: "[green]PASS[/]", 1: "[red]FAIL[/]", 2: "[red]ERROR[/]"}[v["exit_code"]]
-    console.print(f"validate: {status} diff sha256 {report['diff_sha256'][:12]}", highlight=False)
+    skipped = report.get("actions_not_written") or []
+    without = f" ({len(skipped)} action(s) of the plan not written, above: measured without them)" if skipped else ""
+    console.print(f"validate: {status} diff sha256 {report['diff_sha256'][:12]}{without}", highlight=False)
     for name, var in report["variants"].items():
         if var.get("step_ms") is not None:
             unit = "ms/step" + ("" if report["environment"]["timed_on"] == "cuda" else " (CPU)")

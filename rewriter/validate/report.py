@@ -43,10 +43,14 @@ def report_header(loaded: Any, src: Path, result: Any, harness: Any, backend: st
 
     ``loaded`` is the plan as written (:class:`rewriter.plan.LoadedPlan`), ``result`` its rewrite
     of ``src`` (unsafe actions included), ``harness`` the harness as it ran (device resolved).
+    ``rewrite_notices`` holds the lines ``stackpart rewrite`` prints beside that diff (its
+    warnings, each action not written and why: :func:`rewriter.rewrite.notices.notices`, as
+    ``{"kind", "text"}``) and ``actions_not_written`` the indices of the plan's actions the measured tree does not hold.
     """
     import time
 
     from ..engine.materialize import file_sha256, tree_hashes
+    from ..rewrite.notices import not_written, notices
 
     plan = loaded.plan
     header: dict[str, Any] = {
@@ -61,6 +65,8 @@ def report_header(loaded: Any, src: Path, result: Any, harness: Any, backend: st
         "backend": backend,
         "amortization": plan.amortization.model_dump() if plan.amortization else None,
         "plan_compiles": any(a.action == "compile" and a.compiles for a in plan.actions),
+        "rewrite_notices": [n.to_json() for n in notices(loaded, result)],
+        "actions_not_written": not_written(result),
         "environment": environment,
         "created_unix": time.time(),
     }
@@ -99,6 +105,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     ms per step and s per process start.
     """
     lines = _summary_lines(report)
+    lines += _rewrite_notice_lines(report)
     lines += _verdict_lines(report["verdict"])
     busy = _contended(report)
     lines += _variant_table_lines(report, busy)
@@ -146,6 +153,22 @@ def _summary_lines(report: dict[str, Any]) -> list[str]:
         _baselines_line(report),
         "",
     ]
+
+
+def _rewrite_notice_lines(report: dict[str, Any]) -> list[str]:
+    """The "The rewrite's warnings" section: the lines ``stackpart rewrite`` prints beside this diff
+    (``rewrite_notices``, :func:`report_header`), led by how many of the plan's actions the
+    measured tree does not hold; left out when there are none (a report written before the
+    field existed has none)."""
+    from ..rewrite.notices import Notice
+
+    said = [Notice(**n).line for n in report.get("rewrite_notices") or []]
+    if not said:
+        return []
+    skipped = report.get("actions_not_written") or []
+    lead = ([f"{len(skipped)} of the plan's actions are not in the rewritten tree: the plan was measured without "
+             "them.", ""] if skipped else [])
+    return ["## The rewrite's warnings", ""] + lead + [f"- {x}" for x in said] + [""]
 
 
 def _verdict_lines(verdict: dict[str, Any]) -> list[str]:

@@ -1,0 +1,102 @@
+"""``stackpart validate`` says the rewrite's not-written actions before its verdict, in the words
+``stackpart rewrite`` prints, on the terminal and in validation.md/json: a plan whose compile
+target already carries ``@torch.compile(mode=...)`` with other options is measured without that
+action, and a reader of the verdict must not take it as applied."""
+
+from __future__ import annotations
+
+import json
+
+from rewriter.cli import main
+
+MODEL = '''\
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    @torch.compile(mode="max-autotune", backend="eager")
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(), Block()])
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+'''
+
+HARNESS = '''\
+import torch
+from model import Net
+
+
+def build_model():
+    return Net()
+
+
+def make_inputs(batch: int = 2):
+    return (torch.randn(batch, 8),)
+'''
+
+PLAN = """\
+version: 1
+harness:
+  file: harness.py
+  shapes:
+    - {batch: 2}
+  device: cpu
+actions:
+  - action: compile
+    target: model.py::Block
+    options: {backend: eager}
+"""
+
+#: what ``stackpart rewrite`` prints for this plan (tests/test_rewrite_compiled_otherwise.py)
+SAID = ("warning: model.py:10: Block.forward is compiled by the source's "
+        "@torch.compile(mode=\"max-autotune\", backend=\"eager\"), not with the plan's options")
+
+
+def test_validate_prints_the_action_the_rewrite_left_as_written_before_its_verdict(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.py").write_text(MODEL)
+    (src / "harness.py").write_text(HARNESS)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    capsys.readouterr()
+    assert main(["rewrite", "--plan", str(plan), str(src)]) == 0
+    rewrite_err = " ".join(capsys.readouterr().err.split())
+    warning = rewrite_err[rewrite_err.index(SAID):rewrite_err.index("no changes:")].strip()
+    assert SAID in warning, rewrite_err
+
+    out = tmp_path / "report"
+    code = main(["validate", "--plan", str(plan), str(src), "--out", str(out), "--backend", "eager", "--reps", "3",
+                 "--warmup", "1", "--timeout", "120", "--baselines", ""])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 0, err
+    assert warning in err, err  # the same sentence rewrite prints, whole
+    verdict = err.index("validate: PASS")
+    assert err.index(warning) < verdict, err
+    assert err[verdict:].startswith("validate: PASS diff sha256 "), err
+    assert "(1 action(s) of the plan not written, above: measured without them)" in err[verdict:], err
+
+    report = json.loads((out / "validation.json").read_text())
+    assert report["actions_not_written"] == [0]
+    assert [n["kind"] for n in report["rewrite_notices"]] == ["warning"]
+    assert "warning: " + report["rewrite_notices"][0]["text"] == warning
+    md = (out / "validation.md").read_text()
+    section = md.index("## The rewrite's warnings")
+    assert section < md.index("## Variants"), md
+    assert "1 of the plan's actions are not in the rewritten tree: the plan was measured without them." in md, md
+    assert f"- {warning}" in " ".join(md.split()), md
