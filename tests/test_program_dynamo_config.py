@@ -114,3 +114,66 @@ def test_the_recompiles_rung_counts_and_says_the_recompiles_past_the_default_lim
     past = [f for f in forward if "past torch's default recompile limit 8, which the program raised to 64" in f.message]
     assert past == forward[-2:], forward
     assert "counted under the program's torch._dynamo.config.suppress_errors = True" in r.verdict, r.verdict
+
+
+SUPPRESSING = '''import torch
+import torch._dynamo
+import torch.nn as nn
+
+torch._dynamo.config.suppress_errors = True
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+def build_model():
+    return Net()
+
+
+def make_inputs(batch: int = 2):
+    return (torch.randn(batch, 8),)
+'''
+
+
+def _summary(src: Path, tmp_path: Path, only: set[str]) -> tuple[object, str]:
+    """Diagnose ``src`` (harness.py, on the CPU, rungs ``only``) with its terminal summary
+    captured; the outcome and the summary's text."""
+    import io
+
+    from rich.console import Console
+
+    from rewriter.diagnose.runner import diagnose, harness_from_flags
+
+    spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 2}], mode=None, dtype=None,
+                                 device="cpu")
+    text = io.StringIO()
+    outcome = diagnose(spec, src, tmp_path / "out" / "plan.yaml", only=only, backend="eager",
+                       console=Console(file=text, width=400))
+    return outcome, text.getvalue()
+
+
+def test_the_terminal_summary_names_the_knob_the_program_set_that_changes_the_counts(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(SUPPRESSING)
+    _, summary = _summary(src, tmp_path, {"graph_breaks"})
+    lines = [ln for ln in summary.splitlines() if "torch._dynamo.config" in ln and ln.startswith("note:")]
+    assert lines == ["note: the program's torch._dynamo.config: suppress_errors = True (torch's default: False): the "
+                     "ladder's graph breaks and recompiles are counted under this setting (report.md's \"The program's "
+                     "torch._dynamo.config\" says what each changes)"], summary
+
+
+def test_the_terminal_summary_says_nothing_of_a_knob_that_does_not_change_the_counts(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(SUPPRESSING.replace("suppress_errors = True", "verbose = True"))
+    outcome, summary = _summary(src, tmp_path, {"graph_breaks"})
+    report = json.loads((tmp_path / "out" / "stackpart-diagnose" / "report.json").read_text())
+    assert [s["name"] for s in report["dynamo_config"]] == ["verbose"], report["dynamo_config"]  # listed in the report
+    assert "torch._dynamo.config" not in summary, summary  # not a knob the counts depend on

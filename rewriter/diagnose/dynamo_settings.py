@@ -123,6 +123,25 @@ def environment(environ: Any = None) -> dict[str, str]:
     return {k: env[k] for k in sorted(env) if k.startswith(ENV_PREFIXES)}
 
 
+#: The knobs whose setting changes what the ladder's counts mean (graph breaks, recompiles, graphs,
+#: frames run eager): the terminal summary names each one the program set (:func:`counts_line`).
+COUNT_KNOBS = (*LIMIT_KEYS, "capture_scalar_outputs", "suppress_errors", "automatic_dynamic_shapes",
+               "assume_static_by_default")
+
+
+def counts_line(settings: list[dict[str, Any]] | None) -> str | None:
+    """The terminal summary's line on the :data:`COUNT_KNOBS` the program set (report.json's
+    ``meta.dynamo_config`` form, :meth:`Setting.to_json`): each knob with its value and torch's
+    default, in one line; None where it set none of them."""
+    said = [f"{s['name']} = {s['value']!r} (torch's default: {s['default']!r})"
+            for s in settings or () if s.get("name") in COUNT_KNOBS]
+    if not said:
+        return None
+    return (f"the program's torch._dynamo.config: {'; '.join(said)}: the ladder's graph breaks and recompiles are "
+            f"counted under {'this setting' if len(said) == 1 else 'these settings'} (report.md's \"The program's "
+            "torch._dynamo.config\" says what each changes)")
+
+
 def limit_raised(settings: list[Setting] | None) -> Setting | None:
     """The recompile-limit setting where the run raised it above torch's default, else None."""
     for s in settings or ():

@@ -358,15 +358,20 @@ def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | Non
 
 
 def terminal(console: Any, rungs: list[RungResult], notes: list[str], plan: Any, paths: dict[str, str],
-             said: Any = None) -> None:
+             said: Any = None, dynamo_config: list[dict[str, Any]] | None = None) -> None:
     """The summary on stderr, about 40 lines: the ladder's verdicts (one line per rung), the
-    candidates table, the planner's notes not shown already, the plan's actions (one line each)
+    program's own ``torch._dynamo.config`` knobs that change what those counts mean (one line,
+    :func:`.dynamo_settings.counts_line` of ``dynamo_config``, report.json's ``meta.dynamo_config``),
+    the candidates table, the planner's notes not shown already, the plan's actions (one line each)
     and where the files went. Lines are cut to the console's width with an ellipsis; report.md
     holds them whole. ``said(text)``: whether that line was printed already as an event (``-v``),
     so no line is said twice."""
+    from rich.markup import escape
     from rich.table import Table
 
     from rich import box
+
+    from .dynamo_settings import counts_line
 
     table = Table(title="stackpart diagnose: the ladder (report.md has each measurement)", box=box.SIMPLE_HEAD,
                   padding=(0, 1), show_edge=False)
@@ -381,6 +386,9 @@ def terminal(console: Any, rungs: list[RungResult], notes: list[str], plan: Any,
         implies = "" if not r.implies or r.implies == "none" else f" -> {' '.join(str(r.implies).split())}"
         table.add_row(r.name, f"[{colors.get(r.status, 'white')}]{r.status}[/]", f"{verdict}{implies}")
     console.print(table)
+    knobs = counts_line(dynamo_config)
+    if knobs is not None:
+        console.print(f"[bold]note:[/] {escape(knobs)}", highlight=False, no_wrap=True, overflow="ellipsis")
     search = next((r for r in rungs if r.name == "search"), None)
     candidates_terminal(console, search)
     verdict = f"search: {search.verdict}" if search is not None and search.verdict else None

@@ -209,7 +209,8 @@ def diagnose(
                 run.early.close()  # a no-op once the search took it over
         outcome.plan, outcome.notes = decision.plan, _notes(run, decision, outcome, site)
         _write(run, outcome, started)
-        terminal(feed.console, outcome.rungs, outcome.notes, outcome.plan, outcome.paths, said=feed.said)
+        terminal(feed.console, outcome.rungs, outcome.notes, outcome.plan, outcome.paths, said=feed.said,
+                 dynamo_config=run.meta.get("dynamo_config"))
         return outcome
 
 
