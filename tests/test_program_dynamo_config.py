@@ -177,3 +177,80 @@ def test_the_terminal_summary_says_nothing_of_a_knob_that_does_not_change_the_co
     report = json.loads((tmp_path / "out" / "stackpart-diagnose" / "report.json").read_text())
     assert [s["name"] for s in report["dynamo_config"]] == ["verbose"], report["dynamo_config"]  # listed in the report
     assert "torch._dynamo.config" not in summary, summary  # not a knob the counts depend on
+
+
+SWALLOWING = '''import torch
+import torch._dynamo
+import torch.nn as nn
+
+torch._dynamo.config.suppress_errors = True
+
+
+def failing_backend(gm, example_inputs):
+    raise RuntimeError("this backend cannot compile")
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+class Tail(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.tanh(self.lin(x))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = torch.compile(Head(), backend=BACKEND)
+        self.tail = torch.compile(Tail(), backend=BACKEND)
+
+    def forward(self, x):
+        return self.tail(self.head(x))
+
+
+def build_model():
+    return Net()
+
+
+def make_inputs(batch: int = 2):
+    return (torch.randn(batch, 8),)
+'''
+
+
+def test_frames_run_eager_after_a_compile_error_suppress_errors_swallowed_are_counted_with_the_first(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(SWALLOWING.replace("BACKEND", "failing_backend"))
+    outcome, _ = _summary(src, tmp_path, {"graph_breaks"})
+    r = next(x for x in outcome.rungs if x.name == "graph_breaks")
+    # both compiled modules' forward raised in the backend and ran eager; Head's compiled first
+    assert r.measurement["suppressed_compile_errors"] == {
+        "frames": 2, "first": {"name": "forward", "file": "harness.py", "line": 17,
+                               "error": "BackendCompilerFailed: backend='failing_backend' raised: RuntimeError: this "
+                                        "backend cannot compile"}}, r.measurement
+    said = ("2 frame(s) ran eager after a compile error swallowed by suppress_errors; the first, Head.forward "
+            "(harness.py:17): BackendCompilerFailed: backend='failing_backend' raised: RuntimeError: this backend cannot "
+            "compile")
+    assert said in r.verdict, r.verdict
+    assert [(f.kind, f.where) for f in r.findings] == [("suppressed_compile_error", "harness.py:17")], r.findings
+    assert r.measurement["graph_count"] == 0  # the program's compile captured nothing: never measured by explain instead
+
+
+def test_no_frame_is_said_to_run_eager_where_the_compile_raised_nothing(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(SWALLOWING.replace("BACKEND", '"eager"'))
+    outcome, _ = _summary(src, tmp_path, {"graph_breaks"})
+    r = next(x for x in outcome.rungs if x.name == "graph_breaks")
+    assert "suppressed_compile_errors" not in r.measurement and "swallowed" not in r.verdict, r
+    assert r.measurement["graph_count"] == 2, r.measurement

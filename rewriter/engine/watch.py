@@ -25,6 +25,18 @@ compiled ``forward`` instance attribute, ``@torch.compile`` on a method of the m
 Every reader of those forms goes through it (:func:`compiled_modules`, :func:`compiles_off`,
 diagnose's ``own_raised.unwrap``), so a new form is added there alone.
 
+Which frames ran eager after a compile error ``config.suppress_errors`` swallowed
+(:meth:`CompileWatch.swallowed`): torch/_dynamo/convert_frame.py's ``ConvertFrame.__call__``
+counts every frame it is asked to convert (``counters["frames"]["total"]``) and those converted
+(``["ok"]``); a frame whose conversion raised and was not re-raised ran eager. Its
+``CompilationMetrics`` (``torch._dynamo.utils.get_compilation_metrics()``, the last 64 compiles)
+names it (``co_name``, ``co_filename``, ``co_firstlineno``) and the error (``fail_type``,
+``fail_reason``). ``Unsupported`` and ``UserError`` (torch/_dynamo/exc.py) are Dynamo's soft
+failures, swallowed whatever ``suppress_errors`` says (a graph break it cannot resume after, the
+recompile limit): those are not counted. Read in the installed torch 2.13 and in public torch
+sources of earlier releases (``fail_type`` is the exception's ``__qualname__``; before torch 2.3
+``str(type(e))``).
+
 Which of the program's compile calls ran (:class:`CompileCalls`): ``torch.compile`` and
 ``nn.Module.compile`` wrapped for the life of the process, each call's caller frame recorded
 (``sys._getframe``; a decorator's call is at its ``@`` line, a call at the line its expression
@@ -95,6 +107,47 @@ class CompileStats:
         return dict(self.__dict__)
 
 
+@dataclass(frozen=True)
+class SwallowedError:
+    """One frame whose compile raised an error ``torch._dynamo.config.suppress_errors`` swallowed:
+    Dynamo ran the frame eager instead (and skips it from then on).
+
+    Attributes:
+        name: the frame's code name (``forward``).
+        file: its file, as Dynamo recorded it (absolute).
+        line: the first line of its code (the ``def``).
+        error: ``Type: reason`` on one line, the reason cut at 200 characters
+            (``BackendCompilerFailed: backend='f' raised: RuntimeError: ...``).
+    """
+
+    name: str
+    file: str
+    line: int
+    error: str
+
+
+#: Dynamo's soft failures (torch/_dynamo/exc.py): a frame whose compile raised one runs eager
+#: whatever ``suppress_errors`` says (``ConvertFrame.__call__``'s ``soft_fail``).
+SOFT_FAILURES = ("Unsupported", "UserError")
+
+
+def _type_name(fail_type: str) -> str:
+    """The class name in a ``CompilationMetrics.fail_type``: ``Unsupported``, or before torch 2.3
+    ``<class 'torch._dynamo.exc.Unsupported'>``."""
+    return fail_type.strip("<> ").removeprefix("class ").strip("'").split(".")[-1]
+
+
+def _soft(fail_type: str) -> bool:
+    """Whether ``fail_type`` (a ``CompilationMetrics.fail_type``, :func:`_type_name`) names one of
+    :data:`SOFT_FAILURES` or a subclass of one in torch/_dynamo/exc.py; an exception class not
+    defined there is not soft."""
+    from torch._dynamo import exc
+
+    cls = getattr(exc, _type_name(fail_type), None)
+    soft = tuple(c for c in (getattr(exc, n, None) for n in SOFT_FAILURES) if isinstance(c, type))
+    return isinstance(cls, type) and issubclass(cls, soft)
+
+
 class CompileWatch:
     """Reset Dynamo, then read its counters: ``with CompileWatch() as w: ...; w.stats()``.
 
@@ -114,6 +167,7 @@ class CompileWatch:
         torch._dynamo.reset()  # clears the callback handler too: the frame log registers after
         counters.clear()
         self._guard_failures().clear()
+        _clear_compilation_metrics()  # :meth:`swallowed` reads the compiles since here
         self.frame_log.install()
         self._logs = artifact_logs(self._handler, "graph_breaks")
         self._logs.__enter__()
@@ -126,6 +180,30 @@ class CompileWatch:
     def frames(self, model: Any = None) -> list[dict[str, Any]]:
         """The frames Dynamo compiled since ``__enter__`` (:meth:`FrameLog.frames`)."""
         return self.frame_log.frames(model)
+
+    def swallowed(self) -> list[SwallowedError]:
+        """The frames that ran eager since ``__enter__`` after a compile error
+        ``torch._dynamo.config.suppress_errors`` swallowed, in the order compiled (see the module
+        docstring): none where the knob is off (such an error raises) or where Dynamo's counters
+        say every frame it was asked to convert was converted; at most as many as the counters'
+        failed frames (``frames.total - frames.ok``). Raises nothing: a torch without these
+        records gives ``[]``."""
+        try:
+            import torch._dynamo.config as config
+            from torch._dynamo.utils import counters, get_compilation_metrics
+
+            frames = counters.get("frames", {})
+            failed = int(frames.get("total", 0)) - int(frames.get("ok", 0))
+            if not config.suppress_errors or failed <= 0:
+                return []
+            out = [SwallowedError(m.co_name, str(m.co_filename), int(m.co_firstlineno or 0),
+                                  f"{_type_name(str(m.fail_type))}: "
+                                  f"{' '.join(str(m.fail_reason or '').split())[:200]}")
+                   for m in get_compilation_metrics()
+                   if getattr(m, "fail_type", None) and getattr(m, "co_name", None) and not _soft(str(m.fail_type))]
+            return out[:failed]
+        except Exception:  # noqa: BLE001 - a reading for the report never breaks the run
+            return []
 
     @property
     def breaks(self) -> list[GraphBreak]:
@@ -168,6 +246,17 @@ class CompileWatch:
             frames_total=int(counters.get("frames", {}).get("total", 0)),
             frames_ok=int(counters.get("frames", {}).get("ok", 0)),
         )
+
+
+def _clear_compilation_metrics() -> None:
+    """Empty Dynamo's ``CompilationMetrics`` record (``torch._dynamo.utils.clear_compilation_metrics``),
+    where the torch in use has it."""
+    try:
+        from torch._dynamo.utils import clear_compilation_metrics
+
+        clear_compilation_metrics()
+    except Exception:  # noqa: BLE001 - an older layout: the records then reach back further
+        pass
 
 
 def _recompiles(code: Any, failures: list[Any]) -> int:

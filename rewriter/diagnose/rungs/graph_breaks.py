@@ -19,6 +19,13 @@ log names a break in a callee once for the caller's trace that inlined it and ag
 callee's own frame). The verdict says both figures where they differ, and what reads the findings
 (the config twins' ``why:``, :mod:`..kinds.config`) counts sites.
 
+Under the program's ``torch._dynamo.config.suppress_errors = True`` a compile error (a backend that
+raises, a Dynamo error) does not raise: Dynamo runs that frame eager. The frames it ran eager so
+during the rung's step or trace are read from Dynamo's own records
+(:meth:`~rewriter.engine.watch.CompileWatch.swallowed`) and said with the first one's frame and
+error; on the program's own compile they are what that compile did, also where it captured no
+graph at all (``explain``, which compiles with its own backend, would measure another compile).
+
 ``explain`` counts only the breaks it resumed after. A break inside a loop (``for blk in
 self.blocks: ... .item()``) is one Dynamo cannot resume after: it runs the whole frame eager and
 compiles only the frames that frame calls, and ``explain`` then reports no break at all. Those
@@ -59,6 +66,7 @@ def run(ctx: Context) -> RungResult:
     with ctx.session.guard(f"torch._dynamo.explain({ctx.session.spec.model}(){'' if call is None else '.' + call})"):
         with CompileWatch() as watch, torch.no_grad(), marks_eager_only():
             out = torch._dynamo.explain(model_entry(model, call))(*args, **kwargs)
+        swallowed = watch.swallowed()
     reset()
     for reason in out.break_reasons:
         frames = [(f.filename, f.lineno, f.name) for f in reversed(list(reason.user_stack or []))]
@@ -86,8 +94,27 @@ def run(ctx: Context) -> RungResult:
         r.implies = "disable the breaking helper (keep it eager) or restructure; no fullgraph"
     else:
         r.verdict = "no graph breaks"
-    r.verdict += under(ctx.evidence.dynamo_config, KNOBS)
+    r.verdict += _swallowed(ctx, swallowed, r) + under(ctx.evidence.dynamo_config, KNOBS)
     return r
+
+
+def _swallowed(ctx: Context, swallowed: list, r: RungResult) -> str:  # noqa: ANN001
+    """The frames that ran eager after a compile error ``suppress_errors`` swallowed
+    (:meth:`~rewriter.engine.watch.CompileWatch.swallowed`): their count and the first one in
+    ``r.measurement["suppressed_compile_errors"]``, one finding for the first (at its ``def``
+    under SRC where it is there), and the verdict's clause; empty where there are none."""
+    if not swallowed:
+        return ""
+    first = swallowed[0]
+    site = first_in_src([(first.file, first.line, first.name)], ctx.session.src)
+    where = f"{site[0]}:{site[1]}" if site else f"{first.file}:{first.line}"
+    said = (f"{len(swallowed)} frame(s) ran eager after a compile error swallowed by suppress_errors; the first, "
+            f"{site[2] if site else first.name} ({where}): {first.error}")
+    r.findings.append(Finding("suppressed_compile_error", said[:400], *(site or (None, None, first.name))))
+    r.measurement["suppressed_compile_errors"] = {
+        "frames": len(swallowed),
+        "first": {"name": first.name, "file": site[0] if site else first.file, "line": first.line, "error": first.error}}
+    return f"; {said}"
 
 
 def one_per_site(findings: list[Finding]) -> list[Finding]:
@@ -157,8 +184,9 @@ def _as_the_program_compiles(ctx: Context, step, r: RungResult) -> RungResult | 
             step()
     stats = watch.stats()
     breaks = watch.breaks
+    swallowed = watch.swallowed()
     reset()
-    if not stats.unique_graphs:
+    if not stats.unique_graphs and not swallowed:
         return None
     r.title = "Graph breaks (the program's own torch.compile: Dynamo's counters)"
     for b in breaks:
@@ -186,8 +214,14 @@ def _as_the_program_compiles(ctx: Context, step, r: RungResult) -> RungResult | 
     elif r.findings:
         r.verdict = _logged_only(stats.unique_graphs, r.findings)
         r.implies = "restructure the breaking code (a break Dynamo cannot resume after runs its whole frame eager)"
-    else:
+    elif stats.unique_graphs:
         r.verdict = f"no graph breaks in the program's own compiled code ({stats.unique_graphs} graph(s))"
+    else:
+        r.verdict = "the program's own compile captured no graph"
+    if swallowed:
+        r.verdict += _swallowed(ctx, swallowed, r)
+        r.implies = (f"{r.implies}; " if r.implies and r.implies != "none" else "") + (
+            "fix the compile error (with suppress_errors off it raises, naming its cause): the frame it names runs eager")
     return r
 
 
