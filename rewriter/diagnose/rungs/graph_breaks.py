@@ -100,9 +100,10 @@ def run(ctx: Context) -> RungResult:
 
 def _swallowed(ctx: Context, swallowed: list, r: RungResult) -> str:  # noqa: ANN001
     """The frames that ran eager after a compile error ``suppress_errors`` swallowed
-    (:meth:`~rewriter.engine.watch.CompileWatch.swallowed`): their count and the first one in
-    ``r.measurement["suppressed_compile_errors"]``, one finding for the first (at its ``def``
-    under SRC where it is there), and the verdict's clause; empty where there are none."""
+    (:meth:`~rewriter.engine.watch.CompileWatch.swallowed`): their count and the first one (at
+    its ``def``, relative to SRC where it is there) in ``r.measurement["suppressed_compile_errors"]``,
+    and the verdict's clause; empty where there are none. No finding: the rung's findings are
+    graph breaks, which the planner and the search read as such."""
     if not swallowed:
         return ""
     first = swallowed[0]
@@ -110,7 +111,6 @@ def _swallowed(ctx: Context, swallowed: list, r: RungResult) -> str:  # noqa: AN
     where = f"{site[0]}:{site[1]}" if site else f"{first.file}:{first.line}"
     said = (f"{len(swallowed)} frame(s) ran eager after a compile error swallowed by suppress_errors; the first, "
             f"{site[2] if site else first.name} ({where}): {first.error}")
-    r.findings.append(Finding("suppressed_compile_error", said[:400], *(site or (None, None, first.name))))
     r.measurement["suppressed_compile_errors"] = {
         "frames": len(swallowed),
         "first": {"name": first.name, "file": site[0] if site else first.file, "line": first.line, "error": first.error}}
