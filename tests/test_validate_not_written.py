@@ -8,45 +8,13 @@ from __future__ import annotations
 import json
 
 from rewriter.cli import main
+from tiny_programs import NET_MODEL, net_harness
 
-MODEL = '''\
-import torch
-from torch import nn
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(8, 8)
-
-    @torch.compile(mode="max-autotune", backend="eager")
-    def forward(self, x):
-        return torch.relu(self.fc(x))
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleList([Block(), Block()])
-
-    def forward(self, x):
-        for b in self.blocks:
-            x = b(x)
-        return x
-'''
-
-HARNESS = '''\
-import torch
-from model import Net
-
-
-def build_model():
-    return Net()
-
-
-def make_inputs(batch: int = 2):
-    return (torch.randn(batch, 8),)
-'''
+#: tiny_programs' Net whose Block.forward carries a compile decorator with options of its own
+MODEL = NET_MODEL.replace("    def forward(self, x):\n        return torch.relu",
+                          '    @torch.compile(mode="max-autotune", backend="eager")\n    def forward(self, x):\n'
+                          "        return torch.relu", 1)
+HARNESS = net_harness(2)
 
 PLAN = """\
 version: 1
