@@ -94,6 +94,19 @@ def check(loaded: LoadedPlan, bounds: list[Any], parse: Any, src: Path | None = 
     return kinds
 
 
+def _rebound_in(func: cst.FunctionDef, name: str) -> bool:
+    """Whether ``func``'s body binds the parameter ``name`` again (an assignment, a loop or ``with``
+    target, a walrus), other than to a method of it that returns the module itself
+    (``model = model.eval()``, :func:`self_returning`): then what it holds at a later call is not
+    the argument."""
+    rebound = m.Name(name)
+    kept = {id(t) for a in m.findall(func.body, m.Assign()) if self_returning(a.value, name)  # type: ignore[attr-defined]
+            for t in a.targets}  # type: ignore[attr-defined]
+    return any(id(n) not in kept for n in m.findall(
+        func.body, m.AssignTarget(target=rebound) | m.AnnAssign(target=rebound) | m.AugAssign(target=rebound)
+        | m.For(target=rebound) | m.AsName(name=rebound) | m.NamedExpr(target=rebound)))
+
+
 def _compiled_parameter(b: Any) -> tuple[cst.FunctionDef, str] | None:
     """``(function, parameter)`` where the target's one compile call compiles a parameter of the
     function that its body never rebinds (``def maybe_compile(model): return torch.compile(model)``,
@@ -124,12 +137,7 @@ def _compiled_parameter(b: Any) -> tuple[cst.FunctionDef, str] | None:
     params = {p.name.value for p in (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)}
     if not isinstance(owner, cst.Name) or owner.value not in params:
         return None
-    rebound = m.Name(owner.value)
-    kept = {id(t) for a in m.findall(func.body, m.Assign()) if self_returning(a.value, owner.value)  # type: ignore[attr-defined]
-            for t in a.targets}  # type: ignore[attr-defined]
-    if [n for n in m.findall(func.body, m.AssignTarget(target=rebound) | m.AnnAssign(target=rebound)
-                             | m.AugAssign(target=rebound) | m.For(target=rebound) | m.AsName(name=rebound)
-                             | m.NamedExpr(target=rebound)) if id(n) not in kept]:
+    if _rebound_in(func, owner.value):
         return None  # bound again in the body (not model = model.eval()): what it holds at the call is not the argument
     return func, owner.value
 
@@ -763,12 +771,7 @@ def _helper_loops(module: cst.Module, helper: cst.FunctionDef, site: Any,
     names = parameter_names(helper)
     if not isinstance(owner, cst.Name) or owner.value not in names:
         return []
-    rebound = m.Name(owner.value)
-    kept = {id(t) for a in m.findall(helper.body, m.Assign()) if self_returning(a.value, owner.value)  # type: ignore[attr-defined]
-            for t in a.targets}  # type: ignore[attr-defined]
-    if [n for n in m.findall(helper.body, m.AssignTarget(target=rebound) | m.AnnAssign(target=rebound)
-                             | m.AugAssign(target=rebound) | m.For(target=rebound) | m.AsName(name=rebound)
-                             | m.NamedExpr(target=rebound)) if id(n) not in kept]:
+    if _rebound_in(helper, owner.value):
         return []
     position = names.index(owner.value)
     calls = [c for c in m.findall(module, m.Call(func=m.Name(helper.name.value)))]
