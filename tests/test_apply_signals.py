@@ -1,8 +1,9 @@
-"""`rewrite --apply` interrupted anywhere (issue 16, items 4 and 6): every file is entirely its old
-or entirely its new bytes, no `.NAME.XXXX.stackpart` temp file is left, directories made for new
-files go on rollback, a second signal waits for the rollback, and the exit code says what happened
-(0 and "applied" when every file was written, even if a signal came after the last rename; 130 for
-SIGINT and 143 for SIGTERM when the apply was stopped and the tree restored).
+"""`rewrite --apply` interrupted anywhere (docs/guide.md, "`stackpart rewrite --plan plan.yaml
+SRC`"): every file is entirely its old or entirely its new bytes, no `.NAME.XXXX.stackpart` temp
+file is left, directories made for new files go on rollback, a second signal waits for the rollback,
+and the exit code says what happened (0 and "applied" when every file was written, even if a signal
+came after the last rename; 130 for SIGINT and 143 for SIGTERM when the apply was stopped and the
+tree restored).
 
 Three layers: faults injected at the k-th call of each system call `apply_changes` makes, for every
 k (an exception raised before or after the call, or a real signal raised inside it); the same

@@ -1,4 +1,4 @@
-"""The ``attention`` action (issue 13, "What to build" 3): transformers' own ``attn_implementation``
+"""The ``attention`` action (docs/library-models.md): transformers' own ``attn_implementation``
 lever, set from the plan's site by ``set_attn_implementation``, and its ``+sdpa`` twins in the
 search, measured like any candidate. Tiny Llama configs built with ``attn_implementation="eager"``,
 random weights, no download."""

@@ -1,4 +1,4 @@
-"""Repeated blocks on models nobody here wrote (issue 14): transformers' ResNet keeps its blocks in
+"""Repeated blocks on models nobody here wrote: transformers' ResNet keeps its blocks in
 four stages of four widths, ViT in one ModuleList; a planted model's blocks differ in width.
 
 The finder must see one class across every container, the granularity rung must sum its share,
@@ -188,8 +188,9 @@ def test_hf_resnet_blocks_are_found_across_all_four_stages_with_their_summed_sha
 
 
 def test_hf_resnet_per_shape_graphs_and_the_recompile_limit_agree_with_torch(tmp_path):
-    """timm/HF ResNet-18 in issue 14: 7 graphs at the first image size, more at the second, and
-    torch printed 'hit config.recompile_limit (8)' while the rung said one graph served all."""
+    """HF ResNet-18 at two image sizes: its blocks differ in width, so one graph per parameter
+    shape; the rung's graphs per shape, their sum and whether the recompile limit was hit are what
+    torch itself measured and warned, not one graph serving all."""
     pytest.importorskip("transformers")
     src = write_harness(tmp_path, RESNET)
     shapes = [{"batch": 2, "size": 32}, {"batch": 2, "size": 24}]
@@ -294,9 +295,9 @@ def test_stacks_and_module_dicts_of_one_class_are_one_block():
 
 
 def test_the_compile_count_agrees_with_the_graphs_dynamo_captured_per_shape():
-    """Issue 14: the cold run showed new_graphs 7 + 1 and the amortization counted 2 compiles
-    (the shapes that compiled). Two code objects compiled once each are 2 compiles, not 1 +
-    0 recompiles."""
+    """The compiles the amortization counts are the graphs Dynamo captured per shape: a cold run
+    with new_graphs 7 + 1 is 8 compiles, not 2 (the shapes that compiled). Two code objects
+    compiled once each are 2 compiles, not 1 + 0 recompiles."""
     from rewriter.engine.cold import compiles_counted
 
     resnet = {"compile": {"unique_graphs": 8, "recompiles": 7},

@@ -173,7 +173,7 @@ def test_plan_drift_from_pyproject_exits_1_with_the_diff_and_fix_applies_it(gpt,
     out = capsys.readouterr().out
     assert f"{model}:45:1: plan drift" in out  # the line the compile decorator goes above
     assert "diff --git a/model.py b/model.py" in out and "+    @torch.compile" in out
-    # one rule with rewrite --apply (issue 15): no passing validation report, no plan edits written
+    # --fix follows rewrite --apply's rule: no passing validation report, no plan edits written
     assert main(["check", "--select", "SP106", "--fix", model]) == 1
     assert (gpt / model).read_bytes() == original
     assert "plan edits not written: no validation report for this diff" in capsys.readouterr().err

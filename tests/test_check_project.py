@@ -1,6 +1,6 @@
 """Project-level reachability (rewriter/check/project.py): a compile in one file, the model in another.
 
-The layout of issue 15: the model under ``models/`` (``moe_lm.py`` holds a ``ModuleList`` of the
+A project's usual layout: the model under ``models/`` (``moe_lm.py`` holds a ``ModuleList`` of the
 ``MoEBlock`` of ``layers.py``), ``torch.compile`` in ``train.py``. The same code in one file gives
 SP101 (at the compile) and SP103 (at the block's ``.item()``); split, the hook given any one of
 the files must give the findings at the same lines of the same code.

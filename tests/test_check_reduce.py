@@ -1,6 +1,7 @@
-"""check hands LibCST only the top-level statements the rules can reach (rewriter.check.reduce,
-issue 16 item 5): the findings must be exactly those of a check of the whole file, at the same
-lines and columns, for every rule's own examples buried among unrelated code."""
+"""check hands LibCST only the top-level statements the rules can reach (rewriter.check.reduce;
+docs/decisions.md, "check's speed and the splice's round trip"): the findings must be exactly those
+of a check of the whole file, at the same lines and columns, for every rule's own examples buried
+among unrelated code."""
 
 from __future__ import annotations
 

@@ -176,8 +176,9 @@ def test_sp108_example_fails_under_fullgraph():
 
 
 def test_sp106s_fix_makes_the_size_1_call_it_warns_about_work():
-    """Issue 17: the old fix (min=2) still raised at size 1. maybe_mark_dynamic accepts it, and
-    sizes >= 2 keep sharing one dynamic graph (torch 2.13, eager backend)."""
+    """SP106's fix lets the size-1 call it warns about run: a strict mark (min=1) raises at size 1,
+    the fix's maybe_mark_dynamic accepts it, and sizes >= 2 keep sharing one dynamic graph (torch
+    2.13, eager backend; docs/decisions.md, "Strict and soft marks")."""
     import libcst as cst
     import torch
     from torch._dynamo.utils import counters

@@ -1,6 +1,6 @@
 """Outputs that hold tensors inside objects (transformers' DynamicCache) are compared by those
-tensors, not by identity (issue 13: validate failed a plan that changed nothing, ``got
-DynamicCache(...), expected DynamicCache(...)``)."""
+tensors, not by identity, so validate does not fail a plan that changed nothing with ``got
+DynamicCache(...), expected DynamicCache(...)`` (docs/library-models.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A model's own list of its repeated blocks, ``_repeated_blocks`` (diffusers' regional
-compilation; issue 13, "What to build" 3), read without diffusers: toy ``nn.Module`` s.
+compilation), read without diffusers: toy ``nn.Module`` s.
 
 The declared classes become the per-block targets, first, even where stackpart's repeated-block
 detection would pick another class or none; a name that matches no submodule is said in a note

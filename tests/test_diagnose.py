@@ -334,9 +334,9 @@ def test_a_report_dir_of_the_users_keeps_their_files(tmp_path):
 
 
 def test_a_harness_that_names_no_device_runs_on_the_cpu_without_a_gpu(tmp_path):
-    """Issue 14: `diagnose --help` says the device defaults to "cuda when available", but a plan
-    whose harness names no device loaded as cuda and stopped with "harness.device is cuda but
-    torch sees no CUDA device"."""
+    """A harness that names no device runs where `diagnose --help` says, "cuda when available"
+    (the CPU on a machine without CUDA), instead of stopping with "harness.device is cuda but
+    torch sees no CUDA device"; a harness that names cuda keeps it."""
     import torch
 
     from rewriter.diagnose.runner import resolve_device

@@ -1,4 +1,4 @@
-"""The graph-break rung on a model that already carries ``@torch.compile`` (issue 17): counted as
+"""The graph-break rung on a model that already carries ``@torch.compile``: counted as
 the program runs, from Dynamo's own counters, with the break's file:line."""
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def test_the_search_names_the_programs_own_compile_calls(tmp_path):
 
 
 def test_no_whole_model_candidate_compiles_the_programs_own_compiled_code_again(tmp_path):
-    """Issue 17: a trainer that compiles each layer itself got a whole-model compile on top (the
-    model compiled twice). The program's own compile calls prune every whole-model candidate."""
+    """A trainer that compiles each layer itself gets no whole-model compile on top (the model
+    compiled twice): the program's own compile calls prune every whole-model candidate."""
     src = tmp_path / "src"
     shutil.copytree(CASE, src)
     spec, _ = harness_from_flags("harness.py", src, model=None, inputs=None, shapes=[{"batch": 4}], mode=None, dtype=None, device="cpu")
@@ -73,7 +73,7 @@ def test_no_whole_model_candidate_compiles_the_programs_own_compiled_code_again(
 
 
 def test_the_static_compile_setup_skips_a_fifo_and_a_deep_file_in_src(tmp_path):
-    """Issue 16: the scan of SRC for the program's own compile calls reads through the guarded
+    """The scan of SRC for the program's own compile calls reads through the guarded
     path: a FIFO named *.py is never opened for reading (it would block), a file nested past
     CPython's parser is skipped, and the ordinary file is still reported."""
     import os

@@ -1,9 +1,9 @@
-"""Issue 17, "What must hold" 1: one test per pattern that broke a program which ran before. Each
-fixture is a model file, the user's own script that compiles it (and marks or disables), and a
-harness. ``diagnose`` and ``rewrite --apply`` run, then the user's script runs on a pristine
-copy of the tree and on the rewritten one (one process, one after the other: tests/programs.py):
-the same outputs, its compile still live (Dynamo's own counters, printed by
-the script), and report.json/report.md name the user's own compile calls."""
+"""A program that ran before the rewrite still runs after it: one test per pattern that broke one.
+Each fixture is a model file, the user's own script that compiles it (and marks or disables), and a
+harness. ``diagnose`` and ``rewrite --apply`` run, then the user's script runs on a pristine copy of
+the tree and on the rewritten one (one process, one after the other: tests/programs.py): the same
+outputs, its compile still live (Dynamo's own counters, printed by the script), and
+report.json/report.md name the user's own compile calls."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def _round_trip(tmp_path: Path, case: str, script: str, shapes: list[str]) -> di
     torch.testing.assert_close(after, before)
     assert after_counts["unique_graphs"] > 0, f"the user's compile is no longer live after the rewrite: {after_counts}"
     # `stackpart check` does not flag the rewritten tree for a disable in a fullgraph region or a
-    # mark in compiled code (issue 17: it flagged stackpart's own diff, SP108)
+    # mark in compiled code (SP108 must not flag stackpart's own diff)
     assert main(["check", str(src), "--select", "SP105", "--select", "SP108"]) == 0
     report_dir = plan.parent / "stackpart-diagnose"
     return {"src": src, "plan": load_plan(plan).plan, "report": json.loads((report_dir / "report.json").read_text()),
@@ -130,9 +130,9 @@ def test_model_that_already_carries_torch_compile(tmp_path):
 
 
 def test_fullgraph_is_not_planned_around_a_helper_the_source_disables(tmp_path):
-    """Issue 17, pattern 3 without the user's script: the block calls a helper the source keeps
-    eager; the per-block compile must not carry fullgraph=True (it would raise at the first call,
-    and `stackpart check` would flag stackpart's own diff, SP108)."""
+    """The disabled-helper pattern (own_fullgraph_disabled) without the user's script: the block
+    calls a helper the source keeps eager; the per-block compile must not carry fullgraph=True (it
+    would raise at the first call, and `stackpart check` would flag stackpart's own diff, SP108)."""
     from rewriter.diagnose.runner import diagnose, harness_from_flags
     from rewriter.diagnose.rungs import ladder
 

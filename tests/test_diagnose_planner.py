@@ -196,8 +196,9 @@ def llama(tmp_path, monkeypatch, runs: int = 1_000_000) -> Context:
 
 
 def test_the_candidates_are_complete_plans_and_compose(tmp_path, monkeypatch):
-    """Issue 12: per-block bare, with disables, with the marks; nested + whole; whole; CUDA graphs
-    pruned when shapes vary. No mark_dynamic inside a compiled model (nested, whole)."""
+    """The search's candidates: per-block bare, with disables, with the marks; nested + whole;
+    whole; CUDA graphs pruned when shapes vary. No mark_dynamic inside a compiled model (nested,
+    whole)."""
     from rewriter.diagnose.candidates import propose
 
     ctx = llama(tmp_path, monkeypatch)
@@ -369,8 +370,9 @@ def test_batch_scaling_flags_a_noisy_machine(median, noisy):
 
 
 def test_one_varying_input_dim_adds_bucketed_candidates(tmp_path, monkeypatch):
-    """Issue 12: per-block with the bucket the recompiles rung implies, and whole with CUDA graphs
-    made stable by bucketing (one graph per bucket); the engine's numerics decide (unsafe)."""
+    """Bucketed candidates: per-block with the bucket the recompiles rung implies, and whole with
+    CUDA graphs made stable by bucketing (one graph per bucket); the engine's numerics decide
+    (unsafe)."""
     import inspect
 
     from rewriter.diagnose.candidates import next_pow2, propose

@@ -1,4 +1,4 @@
-"""An error raised inside the harness during a rung (issue 17, item 5) is one line naming the rung,
+"""An error raised inside the harness during a rung is one line naming the rung,
 the user's file:line where torch points (the last frame under SRC: Dynamo's user stack when the
 Python traceback holds only torch's frames), and the exception's first full line, with the
 cause torch states on the next line where its first line is only a heading."""

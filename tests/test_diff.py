@@ -1,4 +1,4 @@
-"""The printed diff of an insertion-only rewrite has no '-' lines (issue 16): difflib's autojunk
+"""The printed diff of an insertion-only rewrite has no '-' lines: difflib's autojunk
 heuristic paired the blank lines around an inserted decorator with other blank lines in 55 of
 5,014 rewrites of benchmarks/roundtrip_corpus.py."""
 

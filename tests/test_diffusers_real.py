@@ -1,4 +1,4 @@
-"""diffusers' ``_repeated_blocks`` on the installed package (issue 13, "What to build" 3): a tiny
+"""diffusers' ``_repeated_blocks`` on the installed package: a tiny
 ``FluxTransformer2DModel`` built from a config (no download), used the way a user has it.
 
 Flux declares ``_repeated_blocks = ["FluxTransformerBlock", "FluxSingleTransformerBlock"]``.

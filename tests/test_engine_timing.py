@@ -1,5 +1,6 @@
 """The engine's timing protocol: blocked (back-to-back) samples, core pinning, and second timed
-processes that skip the judging their first process did (issue 12)."""
+processes that skip the judging their first process did (docs/decisions.md, "Blocked timing on
+CUDA", "Pinning the timed processes to the median core", "Two processes per variant")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Generated token ids judged by the teacher-forced logits that chose them (issue 13)."""
+"""Generated token ids judged by the teacher-forced logits that chose them (docs/decisions.md,
+"Numerics: bf16 drift and generated tokens")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Hostile source files (issue 16, items 1, 2, 5, 7): every file is read through one guarded path
-and parsed behind CPython's parser, so each case of fixtures/hostile/make_corpus.py gives its
-documented exit code and one line naming the file and why, within a time limit, with the tree
-unchanged; in a directory the other files' findings are still reported; and files CPython
-parses (a 1,000-term sum, 500 nested lambdas, the stdlib's pydoc_data/topics.py) are checked,
-not skipped.
+"""Hostile source files (docs/guide.md, "Which files are read"): every file is read through one
+guarded path and parsed behind CPython's parser, so each case of fixtures/hostile/make_corpus.py
+gives its documented exit code and one line naming the file and why, within a time limit, with the
+tree unchanged; in a directory the other files' findings are still reported; and files CPython
+parses (a 1,000-term sum, 500 nested lambdas, the stdlib's pydoc_data/topics.py) are checked, not
+skipped.
 
 The CLI runs as a subprocess with ``timeout=``: before the fix these cases segfaulted (139),
 printed RecursionError tracebacks (1), or blocked forever (a FIFO, /dev/zero).

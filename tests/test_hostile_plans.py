@@ -1,4 +1,4 @@
-"""Hostile and out-of-range plan.yaml files (issue 16, items 3, 7, 8): each is refused with exit 2
+"""Hostile and out-of-range plan.yaml files: each is refused with exit 2
 and one line naming the plan's file:line, within seconds, and nothing in SRC is written."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ MODEL = "import torch\n\n\ndef f(x):\n    return x + 1\n"
 
 def _bomb(levels: int) -> str:
     """The "billion laughs" document: each level repeats the previous one nine times (the
-    346-byte plan of issue 16 took 45 s and 3.1 GB before the alias gate)."""
+    346-byte plan of this kind took 45 s and 3.1 GB to load without the alias gate)."""
     lines = ['version: 1', 'a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     for i in range(1, levels):
         prev = f"*a{i - 1}"

@@ -1,4 +1,4 @@
-"""Graph breaks inside an installed package's code (issue 13: library ``disable``s planned from
+"""Graph breaks inside an installed package's code (library ``disable``s planned from
 graph breaks). The graph-break rung locates a break no frame under SRC holds in the package's
 function it is in (``package.module:Qual``, :func:`rewriter.diagnose.locate.first_in_library`);
 the planner keeps that function eager from the plan's site where the compiled unit's call chain

@@ -1,4 +1,4 @@
-"""benchmarks/library_models.py --part genpaired (issue 13): the plan, transformers' static-cache
+"""benchmarks/library_models.py --part genpaired: the plan, transformers' static-cache
 path and eager timed in the same processes on one set of weights, and the paired statistics over
 processes. The end-to-end test is the CPU smoke (TINY config, 2 processes, ~10-15 s on 2 cores);
 on CPU transformers does not auto-compile the static cache, so no compile is exercised here.

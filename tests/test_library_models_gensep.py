@@ -1,4 +1,4 @@
-"""benchmarks/library_models.py --part gensep (issue 13): one compiled arm per process (the plan or
+"""benchmarks/library_models.py --part gensep: one compiled arm per process (the plan or
 transformers' static cache, alternating) plus eager as the in-process yardstick, and plan/static as
 the ratio of the two groups' geometric means of arm/eager with a Welch interval. The end-to-end test
 is the CPU smoke with 4 processes (TINY config, ~26 s on 2 cores) so that every schedule slot and

@@ -1,4 +1,5 @@
-"""Plans on installed packages (issue 13): targets by import path, applied from the plan's site.
+"""Plans on installed packages (docs/library-models.md): targets by import path, applied from the
+plan's site.
 
 A small package installed outside SRC (``fakelib``, on ``sys.path`` like site-packages) stands in
 for transformers so that every action can be run quickly with the eager backend; the real

@@ -1,4 +1,4 @@
-"""The memory rung over the harness's shape sweep (issue 14 item 2), on CPU.
+"""The memory rung over the harness's shape sweep, on CPU (docs/decisions.md, "Memory rungs").
 
 The verdict is a pure function of per-step figures (:func:`rewriter.diagnose.rungs.memory.sweep_verdict`),
 tested on synthetic records; the sweep itself runs the real harness with an injected

@@ -1,4 +1,4 @@
-"""Issue 14, items 3-6: every message says what was measured, the device an unset harness runs
+"""Every message says what was measured, the device an unset harness runs
 on and the CPU threads are recorded, progress is plain lines without a terminal, and everything a
 user can get wrong on the command line is one line, exit 2, with a near name.
 """
@@ -51,7 +51,7 @@ def one_line(capsys, argv: list[str]) -> str:
     return lines[0]
 
 
-# --- item 6: the command line -------------------------------------------------------------------
+# --- the command line ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("command", ["diagnose", "validate", "rewrite"])
@@ -162,7 +162,7 @@ def test_the_static_harness_check_accepts_what_only_running_can_judge(tmp_path):
         check_harness(parse_plan(text.replace("harness.py\n", "harness.py\n  inputs: make_input\n")), src)
 
 
-# --- item 4: the device ------------------------------------------------------------------------
+# --- the device --------------------------------------------------------------------------------
 
 
 def test_an_unset_device_resolves_at_run_time_and_says_how():
@@ -233,7 +233,7 @@ def test_diagnose_with_no_device_records_it_threads_and_prints_plain_progress(tr
     assert any(line.startswith("diagnose: rung granularity: ok in ") for line in lines)
 
 
-# --- item 5: CPU threads -----------------------------------------------------------------------
+# --- CPU threads -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -258,7 +258,7 @@ def test_a_cpu_child_gets_the_rule_unless_the_user_set_the_variable():
     assert child_env_threads(mine)["source"] == "OMP_NUM_THREADS" and mine == {"OMP_NUM_THREADS": "5"}
 
 
-# --- item 3: messages --------------------------------------------------------------------------
+# --- messages ----------------------------------------------------------------------------------
 
 
 def test_a_zero_second_compile_is_a_measurement_problem_not_a_verdict():

@@ -1,5 +1,5 @@
-"""Issue 17 item 2: "no second compile of code the user already compiles (the plan changes the user's
-call instead, or says why not)". ``compile`` with ``own_call`` edits the program's own
+"""No second compile of code the user already compiles: the plan changes the user's call
+instead, or says why not. ``compile`` with ``own_call`` edits the program's own
 ``torch.compile`` in place (:mod:`rewriter.actions.own_call`), and the search proposes variants of
 that call (``as-is+reduce-overhead``), measured like any candidate."""
 

@@ -1,4 +1,4 @@
-"""Issue 17, item 1's run-time half: the program's own compiles as the harness runs them (the
+"""The run-time reading of the program's own compiles, as the harness runs them (the
 frames Dynamo compiled, the compiled modules), reported by the search beside the static reading,
 and where the two disagree, one sentence each."""
 

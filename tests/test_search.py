@@ -1,5 +1,5 @@
 """diagnose's search on CPU: candidate plans rewritten, measured by the engine validate uses, and the
-measurement decides (docs/design.md, "The search"; issue 12).
+measurement decides (docs/design.md, "The search: candidate plans, measured as wholes").
 
 End to end with the ``eager`` backend (forced on every compile: Dynamo's capture, guards and
 recompiles are real, Inductor's gain is not measured), plus the decision rule on measured rows.

@@ -1,4 +1,4 @@
-"""The ``dynamo_config`` action (issue 17, "What to build" 4): ``torch._dynamo.config`` knobs torch
+"""The ``dynamo_config`` action: ``torch._dynamo.config`` knobs torch
 recommends for a graph break the compiled code needs, as a plan action (schema, rewrite, check's
 drift) and as the search's candidates, measured like any other (the engine's children count the
 graph breaks with the config set in the candidate's tree). CPU, ``backend="eager"``, tiny models.
