@@ -20,3 +20,18 @@ def test_a_shape_recompile_is_located_at_the_recompiled_frame(tmp_path):
     outside = Recompile("forward", "/usr/lib/python3/site-packages/x.py", 9, ["tensor 'x' size mismatch"], "")
     [finding], _ = _recompile_findings(ctx, DynamoLog(recompiles=[outside]))
     assert finding.file is None
+
+
+def test_a_guard_two_cache_entries_failed_alike_is_written_once(tmp_path):
+    """After an automatic-dynamic recompile, a new batch size fails the same size guard in both
+    cache entries (the static one and the dynamic one): the finding says it once."""
+    (tmp_path / "model.py").write_text("import torch\n\n\nclass M(torch.nn.Module):\n    def forward(self, idx):\n        return idx\n")
+    same = "tensor 'idx' size mismatch at index 0. expected 8, actual 3"
+    rc = Recompile("forward", str(tmp_path / "model.py"), 5, [same, same], "Recompiling function forward")
+    ctx = SimpleNamespace(session=SimpleNamespace(src=tmp_path))
+    [finding], _ = _recompile_findings(ctx, DynamoLog(recompiles=[rc]))
+    assert finding.message == f"recompiled forward: {same}", finding
+    other = "tensor 'idx' size mismatch at index 1. expected 64, actual 17"
+    rc = Recompile("forward", str(tmp_path / "model.py"), 5, [same, same, other], "Recompiling function forward")
+    [finding], _ = _recompile_findings(ctx, DynamoLog(recompiles=[rc]))
+    assert finding.message == f"recompiled forward: {same}; {other}", finding

@@ -316,7 +316,9 @@ def _recompile_findings(ctx: Context, log: Any) -> tuple[list[Finding], list[str
         # guard on the frame's argument has no line of its own)
         guard = log.guard_site(ctx.session.src, rc.text)
         site = guard or _frame_site(ctx.session.src, rc)
-        text = f"recompiled {rc.function}: " + "; ".join(rc.guards[:2])
+        # Dynamo lists one failed guard per cache entry it checked: after an automatic-dynamic
+        # recompile the static and the dynamic entry fail on the same guard, written twice
+        text = f"recompiled {rc.function}: " + "; ".join(list(dict.fromkeys(rc.guards))[:2])
         findings.append(Finding("recompile", text[:300], *(site if site else (None, None, None))))
         if not is_shape_guard(rc.guards):
             by_value.append(rc.guards[0] + (f" at {guard[0]}:{guard[1]}" if guard else ""))
