@@ -257,3 +257,19 @@ def test_a_speedup_just_below_the_bound_is_printed_below_it():
     assert below(0.9496, 0.95) == "0.9496" and below(0.9, 0.95) == "0.900"
     [fail] = speed_failures({"plan": 10.0, "eager": 20.0, "whole": 9.496}, 0.95, None)
     assert "speedup 0.9496 < 0.95" in fail
+
+
+def test_an_empty_diff_is_said_for_what_it_is():
+    """validate of a plan whose diff is empty: a tree `rewrite --apply` wrote already holds the
+    plan's edits, which is not a plan that changes nothing."""
+    from rewriter.rewrite.transform import RewriteResult
+    from rewriter.validate.command import unchanged_note
+
+    applied = unchanged_note(1, RewriteResult())
+    assert applied.startswith("SRC already holds this plan's edits"), applied
+    assert "changes nothing" not in applied
+    assert unchanged_note(0, RewriteResult()) == "the plan has no actions: the plan variant is the original tree"
+    held = unchanged_note(2, RewriteResult(skipped=[(0, "unsafe")], left_as_written=[1]))
+    assert held.startswith("the plan changes nothing in SRC (2 action(s) not written)"), held
+    partly = unchanged_note(2, RewriteResult(skipped=[(0, "unsafe")]))
+    assert partly.startswith("SRC already holds this plan's edits"), partly

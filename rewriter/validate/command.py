@@ -73,7 +73,7 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
         report = report_header(loaded, srcp, trees.result, spec_run, opts.backend, environment(device, spec.device))
         stderr().print(f"validate: {report['timing_note']}", highlight=False)
         if not trees.result.changes:
-            notes.append("the plan changes nothing in SRC: the plan variant is the original tree")
+            notes.append(unchanged_note(len(loaded.plan.actions), trees.result))
         results, timing, verdict = _run_all(report, loaded, trees, spec_run, opts, workdir, notes)
         report["variants"] = results
         report["timing"] = timing
@@ -101,6 +101,25 @@ def _warn_checkpoint_keys(loaded: Any, src: Path, result: Any) -> None:
         from ..rewrite.checkpoint_keys import warnings
 
         result.warnings += warnings(loaded, result.key_changes, src)
+
+
+def unchanged_note(actions: int, result: Any) -> str:
+    """The note for a plan whose diff is empty: a plan with no actions, one whose every action is
+    not written (held back, or left to a decorator with other options), or one whose edits SRC
+    already holds (a tree ``rewrite --apply`` wrote), where the plan variant is that tree as it is.
+
+    Args:
+        actions: how many actions the plan has.
+        result: the rewrite of SRC (:class:`rewriter.rewrite.transform.RewriteResult`).
+    """
+    not_written = {i for i, _ in result.skipped} | set(result.left_as_written)
+    if not actions:
+        return "the plan has no actions: the plan variant is the original tree"
+    if len(not_written) == actions:
+        return (f"the plan changes nothing in SRC ({actions} action(s) not written): the plan variant is the "
+                "original tree")
+    return ("SRC already holds this plan's edits (an empty diff, as after `rewrite --apply`): the plan variant is "
+            "the tree as it is, so no 'as-is' row times it a second time")
 
 
 def _own_calls_not_run(loaded: Any, results: dict[str, Any]) -> list[tuple[str, int]] | None:
