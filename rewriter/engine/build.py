@@ -48,7 +48,7 @@ def build_variant(
 
     from ..harness import build_model, load_harness
     from ..plan import Harness
-    from .variants import TREE, prepare
+    from .variants import TREE, plain_model, prepare
 
     spec = Harness.model_validate(job["harness"])
     tree = Path(job["tree"]) if job.get("tree") else Path(job["trees"][TREE[variant]])
@@ -94,7 +94,12 @@ def build_variant(
         info["state_dict_error"] = error
         return model, info
     kind = job["prepare"] if "prepare" in job else variant  # job files of older callers name only the variant
+    taken: list[str] = []
+    if kind in ("whole", "regional"):  # a baseline compiles the model plainly: the program's own compile off first
+        model, taken = plain_model(model)
     info.update(prepare(kind or ("eager" if variant == "eager" else "plan"), model, job["backend"], job["harness"].get("call")))
+    if taken:
+        info["compiled"] += f"; the program's own compile taken off first ({', '.join(taken)})"
     if job.get("stance"):
         info["compiled"] = (f"{info.get('compiled', 'nothing')}; the tree's own torch.compile calls off "
                             f"(torch.compiler.set_stance({job['stance']!r}))")

@@ -11,6 +11,12 @@
   torch.compile(blk.forward)``), so its Dynamo cache lives on the block's own code object and all
   instances share it and its recompile limit — exactly the exposure of compile_regions — without
   sharing ``nn.Module._call_impl``'s cache with the whole-model variant in the timing process.
+
+Both baselines are plain compiles of the model: where the program compiles it itself (a
+``torch.compile`` wrapper, ``module.compile()``, a compiled ``forward``, a decorated method), that
+compile is taken off first (:func:`plain_model`); on top of it, a whole-model compile of an already
+compiled model would be the program's compile again, and a block's compile inside the program's
+whole-model compile never gets a graph of its own.
 """
 
 from __future__ import annotations
@@ -61,6 +67,18 @@ def repeated_blocks(model: Any) -> list[tuple[str, list[Any]]]:
         out.append((name, children))
     out.sort(key=lambda nc: order.get(nc[0], -1))
     return [(name or "<root>", children) for name, children in out]
+
+
+def plain_model(model: Any) -> tuple[Any, list[str]]:
+    """``model`` with the compiles it carries taken off (:func:`.watch.carried_compiles`, modules'
+    and decorated methods' alike) and a root ``torch.compile`` wrapper unwrapped, for a baseline
+    that compiles the model itself; and where each compile was (``<model>``, ``blocks.0``,
+    ``Block.forward``), empty where the program compiles nothing."""
+    from .watch import carried_compiles, take_off, unwrapped
+
+    carried = carried_compiles(model)
+    take_off(carried)
+    return unwrapped(model), [c.path for c in carried]
 
 
 def prepare(variant: str, model: Any, backend: str, call: str | None = None) -> dict[str, Any]:
