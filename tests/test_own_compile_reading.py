@@ -500,3 +500,64 @@ def test_a_regional_refusal_lists_only_the_attributes_that_can_hold_blocks(tmp_p
         _rewrite(tmp_path, body, "{regional: blokcs}")
     assert err.value.hint is not None and err.value.hint.endswith("(its attributes: blocks, embed, head)"), err.value.hint
     assert "did you mean 'blocks'?" in err.value.message
+
+
+FACTORIES = """import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def forward(self, x):
+        return x
+
+
+def build():
+    return Net().eval()
+
+
+def build_bound():
+    m = Net()
+    m.train(False)
+    return m
+
+
+def build_either(big):
+    if big:
+        return nn.Linear(4, 4)
+    return Net()
+
+
+def build_built():
+    return build()
+
+
+def helper():
+    return 3
+
+
+def main():
+    def local():
+        return Net()
+
+    a = torch.compile(build())
+    b = build_bound()
+    b = torch.compile(b)
+    c = torch.compile(build_either(True))
+    d = torch.compile(build_built())
+    e = helper()
+    e = torch.compile(e)
+    f = torch.compile(local())
+    return a(1), b(1), c(1), d(1), e(1), f(1)
+"""
+
+
+def test_a_model_made_by_a_factory_of_the_file_is_read_as_the_class_it_returns(tmp_path):
+    """``model = build(); model = torch.compile(model)`` compiles what ``build`` returns: read one
+    call deep as that class; a function that does not say one class (another factory, two classes,
+    no module, a function of the caller's own body) is unknown, never a class named after it."""
+    (tmp_path / "m.py").write_text(FACTORIES)
+    covers = {o.code.split(" = ")[0]: o.covers for o in own_compiles(tmp_path)}
+    assert covers == {"torch.compile(build())": ("class", "Net"), "torch.compile(b)": ("class", "Net"),
+                      "torch.compile(build_either(True))": ("unknown", ""),
+                      "torch.compile(build_built())": ("unknown", ""), "torch.compile(e)": ("unknown", ""),
+                      "torch.compile(local())": ("unknown", "")}, covers

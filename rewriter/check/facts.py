@@ -43,6 +43,7 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameSource, ScopeProvider
 
 from ..compile_facts import is_repeated_blocks_call, options, turned_off
+from ..rewrite.factories import factory_call
 from ..targets import is_type_checking
 from .project import is_block_stack
 
@@ -334,7 +335,11 @@ class FileFacts:
         """The class an expression evaluates to an instance of: ``(dotted name, qualified names)``.
 
         Understands ``Cls(...)``, ``Cls.from_pretrained(...)``, ``Cls(...).to(dev)`` and a name or
-        ``self.attr`` bound to one of those in the same scope. None when unknown.
+        ``self.attr`` bound to one of those in the same scope. A call of a function of this file is
+        read as the class it returns an instance of, one call deep (``build()`` with ``def build():
+        return Net()``: :func:`rewriter.rewrite.factories.factory_call`); a function defined in the
+        enclosing function's body, or a top-level one that does not say its class, gives None. None
+        when unknown.
         """
         if depth > 4:
             return None
@@ -348,6 +353,12 @@ class FileFacts:
             return self.class_of(func.value, at, depth + 1)
         if isinstance(func, cst.Attribute) and func.attr.value in CONSTRUCTORS:
             func = func.value
+        if isinstance(func, cst.Name) and not self.local_definitions(func.value, at, cst.ClassDef):
+            if self.local_definitions(func.value, at, cst.FunctionDef):
+                return None  # a function of the enclosing function's body: not followed
+            if func.value in self.functions and not self.is_imported(func):
+                made = factory_call(self.module, func.value)
+                return self.class_of(made, made, depth + 1) if made is not None else None
         name = get_full_name_for_node(func)
         if name is None:
             return None

@@ -41,8 +41,9 @@ from libcst.metadata import QualifiedNameSource
 from ..errors import StackpartError
 from ..plan import CompileAction, LoadedPlan
 from ..targets import collect_definitions
-from .callers import SELF_RETURNING, bound_value, calls_of, parameter_names, self_returning
+from .callers import bound_value, calls_of, parameter_names, self_returning
 from .enclosing import MAX_BASES, PLAIN_BASES, ClassRef, Enclosing
+from .factories import called_class, factory_class
 
 
 def check(loaded: LoadedPlan, bounds: list[Any], parse: Any, src: Path | None = None) -> dict[int, str]:
@@ -678,9 +679,9 @@ def _each_call(scope: Any, site: Any, stmt: Any, qual: str | None = None,
     ...``; a wrapper stored in a container of the program's own, ``fast[i] = ...``, leaves the
     model's modules as they are, and the model's own call runs their ``forward``); the loop
     over ``<name>.<path>`` where ``<name>`` is bound to an instance of a class before it
-    (:func:`_bound_by_call`; at a script's top level, in its ``if __name__ == "__main__":`` block
+    (:func:`_bound`, :func:`.factories.called_class`; at a script's top level, in its ``if __name__ == "__main__":`` block
     too, :func:`_main_guard`, else before it; ``module`` given, a factory of the file,
-    :func:`_factory_class`), or ``self`` in a method of a class (``qual`` ``Net.compile_blocks``: ``for b in
+    :func:`.factories.factory_class`), or ``self`` in a method of a class (``qual`` ``Net.compile_blocks``: ``for b in
     self.blocks``, the class ``Net``), or over ``<model>.modules()`` with the call under ``if isinstance(<name>,
     C)`` (one entry per class named). Nothing for any other form: a result bound to a plain name,
     a loop over something else, a class the source does not say."""
@@ -730,8 +731,8 @@ def _walked(scope: Any, call: cst.Call, owner: Any, in_place: bool, stmt: Any, q
     made = _self_class(scope, qual) if it.value == "self" else None
     if made is None:
         value = _bound(scope, it.value, loop)
-        made = _called_class(value) if value is not None else None
-        made = (_factory_class(module, made) if module is not None and made is not None else None) or made
+        made = called_class(value) if value is not None else None
+        made = (factory_class(module, made) if module is not None and made is not None else None) or made
     return [(made, ".".join(parts))] if made is not None else []
 
 
@@ -1057,7 +1058,7 @@ def _site_class(scope: cst.FunctionDef | cst.Module, site: Any, module: cst.Modu
     ``model.compile()``, ``torch.compile(model.forward)``, at a script's top level in its ``if
     __name__ == "__main__":`` block too (:func:`_bound`); with ``module`` (the file),
     ``model = build()`` where ``build`` is a function of that file that returns an instance of a
-    class (:func:`_factory_class`, one call deep); None where it does not say it."""
+    class (:func:`.factories.factory_class`, one call deep); None where it does not say it."""
     call = site.call
     if call is None:
         return None
@@ -1071,8 +1072,8 @@ def _site_class(scope: cst.FunctionDef | cst.Module, site: Any, module: cst.Modu
         owner = _bound(scope, owner.value, call)
     if not isinstance(owner, cst.Call):
         return None
-    made = _called_class(owner)  # torch.compile(Encoder().eval(), ...): the class called there
-    factory = _factory_class(module, made) if module is not None and made is not None else None
+    made = called_class(owner)  # torch.compile(Encoder().eval(), ...): the class called there
+    factory = factory_class(module, made) if module is not None and made is not None else None
     return factory or made
 
 
@@ -1083,55 +1084,6 @@ def _bound(scope: cst.FunctionDef | cst.Module, name: str, site: cst.CSTNode) ->
     before that block."""
     guard = _main_guard(scope, site) if isinstance(scope, cst.Module) else None
     return (guard and bound_value(guard, name, site)) or bound_value(scope, name, site)
-
-
-def _bound_by_call(scope: cst.FunctionDef | cst.Module, name: str, site: cst.CSTNode) -> str | None:
-    """The class name of the last ``name = Class(...)[.eval()...]`` in ``scope``'s own body (a
-    function's, or a module's top level and its ``if __name__ == "__main__":`` block, :func:`_bound`)
-    before the statement holding the compile call ``site``."""
-    value = _bound(scope, name, site)
-    return _called_class(value) if value is not None else None
-
-
-def _factory_class(module: cst.Module, name: str) -> str | None:
-    """The class ``name`` returns an instance of, where ``name`` is a function defined at
-    ``module``'s top level (a factory, ``def build(): model = Net(); return model``) and every
-    ``return`` of its own body returns a call of one class, or a name its body binds to one before
-    that ``return`` (:func:`_bound_by_call`); None otherwise (a class, a function of another file,
-    a factory that calls another factory: followed one call deep only)."""
-    from ..actions.own_call import statement_of
-
-    funcs = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
-    func = funcs.get(name)
-    if func is None:
-        return None
-    returns = [r for r in m.findall(func.body, m.Return()) if statement_of(func, r) is r]
-    made: set[str | None] = set()
-    for ret in returns:
-        value = ret.value  # type: ignore[attr-defined]
-        if isinstance(value, cst.Name):
-            made.add(_bound_by_call(func, value.value, ret))
-        else:
-            made.add(_called_class(value) if value is not None else None)
-    if len(made) != 1:
-        return None
-    found = made.pop()
-    return None if found in funcs else found
-
-
-def _called_class(value: cst.BaseExpression) -> str | None:
-    """``TinyLM`` of ``TinyLM(...)``, ``M.TinyLM`` of ``M.TinyLM(...)`` (a class called through a
-    module's name, dotted names only), with ``.eval()``, ``.to(...)`` and the like peeled off; None
-    for anything else."""
-    while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
-           and value.func.attr.value in SELF_RETURNING):
-        value = value.func.value
-    if not isinstance(value, cst.Call):
-        return None
-    func: cst.BaseExpression = value.func
-    while isinstance(func, cst.Attribute):
-        func = func.value
-    return get_full_name_for_node(value.func) if isinstance(func, cst.Name) else None
 
 
 def _class_attrs(name: str, rel: str, module: cst.Module, definitions: dict[str, list[Any]],
