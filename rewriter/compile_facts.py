@@ -211,11 +211,14 @@ def _defined(module: cst.Module) -> set[str]:
 
 def rebound_compiles(module: cst.Module, imports: dict[str, str], optimize: bool = False) -> dict[str, SourceSite]:
     """The functions the source compiles by rebinding their own name, ``f = torch.compile(f, ...)``,
-    at module level or in a class body (``forward = torch.compile(forward)``), with the call; of a
-    name rebound twice, the first. ``imports``: :func:`rewriter.actions.base.imported_names`.
-    With ``optimize``, ``f = torch._dynamo.optimize(...)(f)`` too (:data:`DYNAMO_OPTIMIZE`), its
-    site the outer call, whose ``func`` is the ``torch._dynamo.optimize(...)`` call that carries
-    the options (:func:`is_optimize_call`).
+    at module level or in a class body (``forward = torch.compile(forward)``), with the
+    ``torch.compile`` call, the one that carries the options; of a name rebound twice, the first.
+    ``imports``: :func:`rewriter.actions.base.imported_names`. ``f = torch.compile(mode=...)(f)``
+    (torch.compile called without the function returns the decorator, applied by hand) counts too,
+    its site the inner ``torch.compile(mode=...)`` call (:func:`rebinding_code` writes the
+    statement). With ``optimize``, ``f = torch._dynamo.optimize(...)(f)`` too
+    (:data:`DYNAMO_OPTIMIZE`), its site the outer call, whose ``func`` is the
+    ``torch._dynamo.optimize(...)`` call that carries the options (:func:`is_optimize_call`).
 
     Only the function's own name passed back to itself counts: ``step = torch.compile(train_step)``
     compiles a new name and leaves ``train_step`` what it was."""
@@ -229,15 +232,43 @@ def rebound_compiles(module: cst.Module, imports: dict[str, str], optimize: bool
                     and isinstance(small.targets[0].target, cst.Name) and isinstance(small.value, cst.Call)):
                 continue
             name, call = small.targets[0].target.value, small.value
-            spelled = (canonical(get_full_name_for_node(call.func) or "", imports) == TORCH_COMPILE
-                       or (optimize and is_optimize_call(call, imports)))
-            first = call.args[0] if call.args else None
-            if (not spelled or first is None or first.keyword is not None
-                    or first.star or not m.matches(first.value, m.Name(name))):
+            if _is_torch_compile(call.func, imports):
+                site = call  # torch.compile(f, ...)
+            elif (isinstance(call.func, cst.Call) and _is_torch_compile(call.func.func, imports)
+                  and _function_arg(call.func) is None):
+                site = call.func  # torch.compile(...)(f): the options are the inner call's
+            elif optimize and is_optimize_call(call, imports):
+                site = call
+            else:
+                continue
+            first = _function_arg(call)
+            if first is None or not m.matches(first, m.Name(name)):
                 continue
             if prefix + name in defined:
-                found.setdefault(prefix + name, SourceSite(prefix + name, call))
+                found.setdefault(prefix + name, SourceSite(prefix + name, site))
     return found
+
+
+def _is_torch_compile(func: cst.BaseExpression, imports: dict[str, str]) -> bool:
+    """Whether ``func`` is a (dotted) name of ``torch.compile`` (:data:`TORCH_COMPILE`); a call is
+    none: ``get_full_name_for_node`` names ``torch.compile(...)`` by its callee."""
+    return (isinstance(func, (cst.Name, cst.Attribute))
+            and canonical(get_full_name_for_node(func) or "", imports) == TORCH_COMPILE)
+
+
+def _function_arg(call: cst.Call) -> cst.BaseExpression | None:
+    """The first positional argument of ``call`` (what a compile call compiles), else None."""
+    first = call.args[0] if call.args else None
+    return first.value if first is not None and first.keyword is None and not first.star else None
+
+
+def rebinding_code(name: str, call: cst.Call) -> str:
+    """The rebinding of ``name`` whose :func:`rebound_compiles` site is ``call``, on one line as the
+    source writes it: ``f = torch.compile(f, mode="max-autotune")``, ``f =
+    torch.compile(mode="max-autotune")(f)`` (the site is the inner call, the ``(f)`` after it),
+    ``f = torch._dynamo.optimize("inductor")(f)``."""
+    text = " ".join(cst.Module([]).code_for_node(call).split())
+    return f"{name} = {text}" + (f"({name})" if _function_arg(call) is None else "")
 
 
 def is_optimize_call(call: cst.Call, imports: dict[str, str]) -> bool:

@@ -121,7 +121,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from .actions.base import canonical, imported_names
 from .actions.compile import COMPILE_DECORATORS
 from .actions.disable import DISABLE_DECORATORS
-from .compile_facts import SourceSite, allowed_in_graph, options, rebound_compiles, turned_off
+from .compile_facts import SourceSite, allowed_in_graph, options, rebinding_code, rebound_compiles, turned_off
 from .errors import StackpartError
 from .plan import ADVISORY_ACTIONS, CompileAction, DisableAction, DynamoConfigAction, LoadedPlan, MarkDynamicAction
 from .targets import Definition, ResolvedTarget, collect_definitions, decorator_name
@@ -240,7 +240,8 @@ class _Facts:
         if site is None or any(canonical(d, self._names(bound.module)) in COMPILE_DECORATORS
                                for d in bound.target.decorators):
             return "with a decorator on that function"
-        return f"at {self.where(bound, site.node)} ({bound.target.qualname.rsplit('.', 1)[-1]} = {_code(site.node)})"
+        name = bound.target.qualname.rsplit(".", 1)[-1]
+        return f"at {self.where(bound, site.node)} ({rebinding_code(name, site.node)})"  # type: ignore[arg-type]
 
     def where(self, bound: Bound, node: cst.CSTNode) -> str:
         """``file.py:LINE`` of ``node`` in the target's file (positions resolved only for an error)."""
@@ -477,7 +478,7 @@ def _check_compile_of_turned_off(loaded: LoadedPlan, facts: _Facts, b: Bound) ->
     if site is None:
         return
     name = b.target.qualname
-    code = _code(site) if isinstance(site, cst.Decorator) else f"{name.rsplit('.', 1)[-1]} = {_code(site)}"
+    code = _code(site) if isinstance(site, cst.Decorator) else rebinding_code(name.rsplit(".", 1)[-1], site)  # type: ignore[arg-type]
     raise loaded.error(
         b.index,
         f"compile of {name}, whose own compile in the source at {facts.where(b, site)} ({code}) passes disable=True: "
@@ -519,7 +520,7 @@ def _check_compile_inside_source_compile(loaded: LoadedPlan, facts: _Facts, b: B
         return
     own, site = around
     name = b.target.qualname
-    code = _code(site) if isinstance(site, cst.Decorator) else f"{own.rsplit('.', 1)[-1]} = {_code(site)}"
+    code = _code(site) if isinstance(site, cst.Decorator) else rebinding_code(own.rsplit(".", 1)[-1], site)  # type: ignore[arg-type]
     raise loaded.error(
         b.index,
         f"compile of {name}, which {own} calls, and the source compiles {own} at {facts.where(b, site)} "

@@ -561,3 +561,14 @@ def test_a_model_made_by_a_factory_of_the_file_is_read_as_the_class_it_returns(t
                       "torch.compile(build_either(True))": ("unknown", ""),
                       "torch.compile(build_built())": ("unknown", ""), "torch.compile(e)": ("unknown", ""),
                       "torch.compile(local())": ("unknown", "")}, covers
+
+
+def test_a_rebinding_through_torch_compiles_decorator_is_read_at_the_inner_call(tmp_path):
+    """``step = torch.compile(mode="max-autotune")(step)``: diagnose reads the rebinding's options
+    from the inner call, as the rewrite edits them (its current mode read "default" from the outer
+    call, which passes only the function)."""
+    (tmp_path / "train.py").write_text(
+        "import torch\n\n\ndef step(x):\n    return x.sum()\n\n\nstep = torch.compile(mode=\"max-autotune\")(step)\n")
+    [own] = own_compiles(tmp_path)
+    assert (own.site, own.why_not, own.mode) == ("train.py::step", None, "max-autotune"), own
+    assert own.value("mode") == "max-autotune" and own.value("fullgraph") is False

@@ -153,6 +153,10 @@ OPTIMIZED = {
                           "the source's f = torch.compile(f, mode=\"max-autotune\")", "rebinding",
                           "own_call: {fullgraph: true, mode: default} on this action edits the program's own "
                           "compile to them (docs/plan-reference.md)"),
+    "compile applied by hand": ("", "\n\nf = torch.compile(mode=\"max-autotune\")(f)\n", 8,
+                                "the source's f = torch.compile(mode=\"max-autotune\")(f)", "rebinding",
+                                "own_call: {fullgraph: true, mode: default} on this action edits the program's own "
+                                "compile to them (docs/plan-reference.md)"),
 }
 COMPILE_F = "  - action: compile\n    target: m.py::f\n    options: {fullgraph: true}\n"
 
@@ -183,6 +187,7 @@ def test_other_spellings_of_the_sources_compile_with_other_options_are_named(tmp
     FUNCTION.format(decorator='@torch._dynamo.optimize("inductor", nopython=True)\n', rebinding=""),
     FUNCTION.format(decorator="", rebinding="\n\nf = torch._dynamo.optimize(nopython=True)(f)\n"),
     FUNCTION.format(decorator="", rebinding="\n\nf = torch.compile(f, fullgraph=True)\n"),
+    FUNCTION.format(decorator="", rebinding="\n\nf = torch.compile(fullgraph=True)(f)\n"),
 ])
 def test_other_spellings_with_the_plans_options_are_already_applied(tmp_path, capsys, source):
     """``nopython=True`` is torch.compile's ``fullgraph=True`` (torch.compile passes
@@ -224,4 +229,46 @@ def test_optimize_compiles_the_function_and_nopython_is_fullgraph():
             torch._dynamo.optimize(CompileCounter(), nopython=True)(breaks)(torch.randn(2))
         with pytest.raises(torch._dynamo.exc.Unsupported):
             torch.compile(breaks, backend=CompileCounter(), fullgraph=True)(torch.randn(2))
+    torch._dynamo.reset()
+
+
+def test_a_rebinding_through_torch_compiles_decorator_is_read_and_edited_at_its_options(tmp_path, capsys):
+    """``f = torch.compile(mode="max-autotune")(f)``: the options are the inner call's. A plan that
+    asks torch.compile's default mode is told the source's mode differs (it read "already is what
+    the plan asks"), and ``own_call`` edits the inner call (a keyword added to the outer call,
+    ``(f, fullgraph=True)``, would be a TypeError of the decorator torch.compile returns)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "m.py").write_text(FUNCTION.format(decorator="", rebinding='\n\nf = torch.compile(mode="max-autotune")(f)\n'))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("version: 1\nactions:\n  - action: compile\n    target: m.py::f\n    options: {mode: default}\n")
+    code, _, err = _run(capsys, "rewrite", "--plan", str(plan), str(src))
+    assert code == 0 and ("warning: m.py:8: f is compiled by the source's f = torch.compile(mode=\"max-autotune\")(f), "
+                          "not with the plan's options (torch.compile defaults): the rebinding is left as written and "
+                          "the plan's compile is not in the tree; own_call: {mode: default} on this action edits") in err, err
+    plan.write_text("version: 1\nactions:\n  - action: compile\n    target: m.py::f\n    own_call: {fullgraph: true}\n")
+    assert _run(capsys, "rewrite", "--plan", str(plan), str(src), "--apply", "--no-validate")[0] == 0
+    assert (src / "m.py").read_text().endswith('\nf = torch.compile(mode="max-autotune", fullgraph=True)(f)\n')
+
+
+def test_torch_compile_applied_by_hand_compiles_with_the_inner_calls_options():
+    """What the reading above rests on (CPU torch, CompileCounter): ``torch.compile(**options)(f)``
+    compiles ``f`` with the inner call's options: its backend counts the frame, and its
+    ``fullgraph=True`` raises at a graph break."""
+    import torch
+    from torch._dynamo.testing import CompileCounter
+
+    def f(x):
+        return x + 1
+
+    def breaks(x):
+        torch._dynamo.graph_break()
+        return x + 1
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    torch.compile(backend=counter)(f)(torch.randn(2))
+    assert counter.frame_count == 1, counter.frame_count
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        torch.compile(backend=CompileCounter(), fullgraph=True)(breaks)(torch.randn(2))
     torch._dynamo.reset()

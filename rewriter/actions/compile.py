@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..compile_facts import (SMALL_STATEMENTS, SUPPRESS_RE, SourceSite, body_size, is_optimize_call, rebound_compiles,
-                             suppressed_codes)
+from ..compile_facts import (SMALL_STATEMENTS, SUPPRESS_RE, SourceSite, body_size, is_optimize_call, rebinding_code,
+                             rebound_compiles, suppressed_codes)
 from ..errors import StackpartError
 from ..plan import OWN_CALL_DEFAULTS, CompileAction
 from .base import TargetedCommand, call_args, has_decorator
@@ -122,7 +122,7 @@ class CompileCommand(TargetedCommand):
         site = self._rebound()
         if site is None or not isinstance(site.node, cst.Call):
             return None
-        call, shown = site.node, f"{self.qualname.rsplit('.', 1)[-1]} = {code(cst.Decorator(site.node))[1:]}"
+        call, shown = site.node, rebinding_code(self.qualname.rsplit('.', 1)[-1], site.node)
         if is_optimize_call(call, self.imports):
             return call, shown, "rebinding", optimize_options(call.func), False  # type: ignore[arg-type]
         return call, shown, "rebinding", call_options(call, skip_first=True), True

@@ -397,8 +397,9 @@ def _at(rel: str, positions: Any) -> Any:
 
 
 def _rebinds(facts) -> dict[int, str]:
-    """``id(call) -> qualified name`` of each ``f = torch.compile(f)`` of the file, at module level
-    or in a class body (:func:`rewriter.compile_facts.rebound_compiles`), read once per file."""
+    """``id(call) -> qualified name`` of each ``f = torch.compile(f)`` (or ``f =
+    torch.compile(...)(f)``) of the file, at module level or in a class body, ``call`` the
+    ``torch.compile`` call (:func:`rewriter.compile_facts.rebound_compiles`), read once per file."""
     from ..actions.base import imported_names
     from ..compile_facts import rebound_compiles
 
@@ -621,8 +622,11 @@ def _own(src: str | Path, parsed: list[tuple[str, Any, Any]] | None, entries: fr
             code = " ".join(module.code_for_node(node).split())[:120]
             if hasattr(node, "decorator") and not code.startswith("@"):
                 code = "@" + code
+            # f = torch.compile(f, ...) or f = torch.compile(...)(f): the torch.compile call is the site
+            rebound = rebinds.get(id(call)) if call is not None else None
+            edit = call if rebound is not None else node
             try:
-                site, why_not = _editable(facts, rel, node, positions, rebinds.get(id(node)))
+                site, why_not = _editable(facts, rel, edit, positions, rebound)
             except Exception as exc:  # noqa: BLE001 - the setup is listed either way
                 site, why_not = None, f"{rel}:{pos.start.line}: the call could not be read ({type(exc).__name__})"
             mode, backend, backend_literal = _written(module, call)
@@ -631,7 +635,7 @@ def _own(src: str | Path, parsed: list[tuple[str, Any, Any]] | None, entries: fr
             except Exception:  # noqa: BLE001 - read as compiling: the safe reading for composition
                 idle, idle_kind = None, None
             try:
-                refused, values = _keys(facts, node, rebinds.get(id(node)), _at(rel, positions))
+                refused, values = _keys(facts, edit, rebound, _at(rel, positions))
             except Exception as exc:  # noqa: BLE001 - then no key can be edited
                 refused, values = tuple((k, f"the call could not be read ({type(exc).__name__})") for k in (*_PROBE, "regional")), ()
             try:
