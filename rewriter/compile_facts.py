@@ -164,6 +164,10 @@ TORCH_COMPILE = "torch.compile"
 #: torch.compile's older spelling, ``torch._dynamo.optimize(backend, nopython=...)(f)``: its call
 #: returns the decorator that compiles ``f`` (:func:`rebound_compiles` with ``optimize``).
 DYNAMO_OPTIMIZE = "torch._dynamo.optimize"
+#: ``torch._dynamo.optimize``'s keywords that are torch.compile's under another name
+#: (torch/_dynamo/eval_frame.py, ``_optimize(rebuild_ctx, backend="inductor", *, nopython=False,
+#: disable=False, dynamic=None, ...)``; torch.compile calls it with ``nopython=fullgraph``).
+OPTIMIZE_KEYS = {"backend": "backend", "nopython": "fullgraph", "disable": "disable", "dynamic": "dynamic"}
 #: Registrations that make Dynamo put a function into the graph as one call, untraced.
 ALLOW_IN_GRAPH = frozenset({"torch.compiler.allow_in_graph", "torch._dynamo.allow_in_graph"})
 
@@ -277,6 +281,25 @@ def is_optimize_call(call: cst.Call, imports: dict[str, str]) -> bool:
     inner = call.func
     return isinstance(inner, cst.Call) and not isinstance(inner.func, cst.Call) and canonical(
         get_full_name_for_node(inner.func) or "", imports) == DYNAMO_OPTIMIZE
+
+
+def as_compile_call(call: cst.Call | None, imports: dict[str, str]) -> cst.Call | None:
+    """``call``, the source's compile of a function (a compile decorator's call, or a
+    :func:`rebound_compiles` site), as :func:`options` and :func:`turned_off` read a
+    ``torch.compile(...)`` call: a ``torch._dynamo.optimize(...)`` call (the decorator's, or the
+    ``func`` of a rebinding's ``torch._dynamo.optimize(...)(f)``, :func:`is_optimize_call`) with its
+    keywords renamed to torch.compile's (:data:`OPTIMIZE_KEYS`: ``nopython=True`` is
+    ``fullgraph=True``); any other call as it is. A node to read, never to write back."""
+    if call is None:
+        return None
+    if is_optimize_call(call, imports):
+        call = call.func  # type: ignore[assignment]
+    if not (isinstance(call.func, (cst.Name, cst.Attribute))
+            and canonical(get_full_name_for_node(call.func) or "", imports) == DYNAMO_OPTIMIZE):
+        return call
+    renamed = [a.with_changes(keyword=cst.Name(OPTIMIZE_KEYS[a.keyword.value]))
+               if a.keyword is not None and a.keyword.value in OPTIMIZE_KEYS else a for a in call.args]
+    return call.with_changes(args=renamed)
 
 
 def allowed_in_graph(module: cst.Module, imports: dict[str, str]) -> dict[str, SourceSite]:

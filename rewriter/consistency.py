@@ -50,8 +50,10 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
   run on fake tensors, where the compiled function raises (``Cannot access data pointer of
   Tensor``). The refusal names the registration's ``file:line``.
 * the source compiles a function with ``@torch.compile`` or by rebinding its name, ``f =
-  torch.compile(f, ...)`` (:func:`.compile_facts.rebound_compiles`): both forms are the source's
-  compile of that function for every rule above.
+  torch.compile(f, ...)`` (:func:`.compile_facts.rebound_compiles`), or with torch.compile's older
+  spelling, ``@torch._dynamo.optimize(...)`` or ``f = torch._dynamo.optimize(...)(f)`` (its
+  ``nopython=True`` is ``fullgraph=True``, :func:`.compile_facts.as_compile_call`): each form is
+  the source's compile of that function for every rule above.
 * a ``compile`` (not ``own_call``, not ``strategy: nested``) of a function that a function the
   source compiles (a decorator or a rebinding) calls directly: it is traced in the source's
   compiled region already, so the plan would compile it a second time. The refusal names the
@@ -121,7 +123,8 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from .actions.base import canonical, imported_names
 from .actions.compile import COMPILE_DECORATORS
 from .actions.disable import DISABLE_DECORATORS
-from .compile_facts import SourceSite, allowed_in_graph, options, rebinding_code, rebound_compiles, turned_off
+from .compile_facts import (DYNAMO_OPTIMIZE, SourceSite, allowed_in_graph, as_compile_call, is_optimize_call, options,
+                            rebinding_code, rebound_compiles, turned_off)
 from .errors import StackpartError
 from .plan import ADVISORY_ACTIONS, CompileAction, DisableAction, DynamoConfigAction, LoadedPlan, MarkDynamicAction
 from .targets import Definition, ResolvedTarget, collect_definitions, decorator_name
@@ -160,6 +163,13 @@ def _callees(target: ResolvedTarget) -> set[str]:
         ):
             found.add(f"{owner}.{func.attr.value}")
     return found
+
+
+def _source_rebindings(module: cst.Module, imports: dict[str, str]) -> dict[str, SourceSite]:
+    """The functions ``module`` compiles by rebinding their name, in either spelling:
+    ``f = torch.compile(f, ...)`` and ``f = torch._dynamo.optimize(...)(f)``
+    (:func:`.compile_facts.rebound_compiles` with ``optimize``)."""
+    return rebound_compiles(module, imports, optimize=True)
 
 
 def _code(node: cst.CSTNode) -> str:
@@ -213,11 +223,13 @@ class _Facts:
         """The source's own compile of the target where it passes ``disable=True`` (the decorator,
         or the rebinding's call), else None: torch.compile then returns what it was given, so the
         target is not compiled although it carries a compile."""
+        imports = self._names(bound.module)
         dec = self.decorated(bound.module, bound.target.node, COMPILE_DECORATORS) if bound.target.node is not None else None
         if dec is not None:
-            return dec if isinstance(dec.decorator, cst.Call) and turned_off(dec.decorator) else None
+            call = dec.decorator if isinstance(dec.decorator, cst.Call) else None
+            return dec if turned_off(as_compile_call(call, imports)) else None
         site = self.rebound(bound)
-        return site.node if site is not None and turned_off(site.node) else None  # type: ignore[arg-type]
+        return site.node if site is not None and turned_off(as_compile_call(site.node, imports)) else None  # type: ignore[arg-type]
 
     def _per_module(self, kind: str, module: cst.Module, read: Any) -> dict[str, SourceSite]:
         key = (kind, id(module))
@@ -226,8 +238,9 @@ class _Facts:
         return self._cache[key]  # type: ignore[return-value]
 
     def rebound(self, bound: Bound) -> SourceSite | None:
-        """The source's ``f = torch.compile(f, ...)`` of the target (:func:`.compile_facts.rebound_compiles`)."""
-        return self._per_module("rebound", bound.module, rebound_compiles).get(bound.target.qualname)
+        """The source's ``f = torch.compile(f, ...)`` (or ``f = torch._dynamo.optimize(...)(f)``) of
+        the target (:func:`_source_rebindings`)."""
+        return self._per_module("rebound", bound.module, _source_rebindings).get(bound.target.qualname)
 
     def in_graph(self, bound: Bound) -> SourceSite | None:
         """The source's ``allow_in_graph`` registration of the target (:func:`.compile_facts.allowed_in_graph`)."""
@@ -242,6 +255,14 @@ class _Facts:
             return "with a decorator on that function"
         name = bound.target.qualname.rsplit(".", 1)[-1]
         return f"at {self.where(bound, site.node)} ({rebinding_code(name, site.node)})"  # type: ignore[arg-type]
+
+    def optimize_spelled(self, bound: Bound, site: cst.CSTNode) -> bool:
+        """Whether the source's compile ``site`` in the target's file (a decorator, or a rebinding's
+        call) is ``torch._dynamo.optimize``'s, whose arguments ``own_call`` does not edit."""
+        imports = self._names(bound.module)
+        if isinstance(site, cst.Decorator):
+            return canonical(decorator_name(site), imports) == DYNAMO_OPTIMIZE
+        return isinstance(site, cst.Call) and is_optimize_call(site, imports)
 
     def where(self, bound: Bound, node: cst.CSTNode) -> str:
         """``file.py:LINE`` of ``node`` in the target's file (positions resolved only for an error)."""
@@ -277,13 +298,15 @@ class _Facts:
 
     def _compiled(self, bound: Bound) -> list[tuple[str, bool, set[str], cst.CSTNode]]:
         """The functions the target's module compiles with a decorator or a rebinding (``f =
-        torch.compile(f)``): ``(qualname, fullgraph literal, the qualnames it covers: itself and what
-        it calls directly, the decorator or the rebinding's call)``, one scan per file."""
+        torch.compile(f)``), in torch.compile's spelling or torch._dynamo.optimize's (its
+        ``nopython=True`` read as ``fullgraph=True``, :func:`.compile_facts.as_compile_call`):
+        ``(qualname, fullgraph literal, the qualnames it covers: itself and what it calls directly,
+        the decorator or the rebinding's call)``, one scan per file."""
         module = bound.module
         key = ("compiled", id(module))
         if key not in self._cache:
             found = []
-            rebound = self._per_module("rebound", module, rebound_compiles)
+            rebound = self._per_module("rebound", module, _source_rebindings)
             for qual, func in self.functions(module, bound.definitions).items():
                 dec = self.decorated(module, func, COMPILE_DECORATORS)
                 site: cst.CSTNode
@@ -293,6 +316,7 @@ class _Facts:
                     call = site = rebound[qual].node  # type: ignore[assignment]
                 else:
                     continue
+                call = as_compile_call(call, self._names(module))  # torch._dynamo.optimize's nopython= is fullgraph=
                 if self.own_off.get((bound.target.relpath, qual), turned_off(call)):
                     continue  # disable=True (the source's or the plan's): compiles nothing, so no region
                 fullgraph = options(call)[0] is True
@@ -479,12 +503,14 @@ def _check_compile_of_turned_off(loaded: LoadedPlan, facts: _Facts, b: Bound) ->
         return
     name = b.target.qualname
     code = _code(site) if isinstance(site, cst.Decorator) else rebinding_code(name.rsplit(".", 1)[-1], site)  # type: ignore[arg-type]
+    on = f"action compile, target {b.target.relpath}::{name}, own_call: {{disable: false}}"
     raise loaded.error(
         b.index,
         f"compile of {name}, whose own compile in the source at {facts.where(b, site)} ({code}) passes disable=True: "
         "it compiles nothing, and this action would leave it as it is (a target that carries a compile gets no second one)",
-        hint=f"turn the source's compile back on instead: action compile, target {b.target.relpath}::{name}, "
-             "own_call: {disable: false}",
+        hint=(f"remove disable=True from that compile in the source (own_call does not edit torch._dynamo.optimize; "
+              f"written as torch.compile, {on} turns it back on)" if facts.optimize_spelled(b, site)
+              else f"turn the source's compile back on instead: {on}"),
     )
 
 
@@ -521,13 +547,15 @@ def _check_compile_inside_source_compile(loaded: LoadedPlan, facts: _Facts, b: B
     own, site = around
     name = b.target.qualname
     code = _code(site) if isinstance(site, cst.Decorator) else rebinding_code(own.rsplit(".", 1)[-1], site)  # type: ignore[arg-type]
+    edit = f"action compile, target {b.target.relpath}::{own}, own_call: {{...}}"
     raise loaded.error(
         b.index,
         f"compile of {name}, which {own} calls, and the source compiles {own} at {facts.where(b, site)} "
         f"({code}): {name} is traced inside that compiled region already, and this action would compile "
         "that code a second time",
-        hint=f"drop this action, or edit the source's compile of {own} instead: action compile, target "
-             f"{b.target.relpath}::{own}, own_call: {{...}}",
+        hint=(f"drop this action, or edit the source's compile of {own} by hand (own_call does not edit "
+              f"torch._dynamo.optimize; written as torch.compile, {edit} edits it)" if facts.optimize_spelled(b, site)
+              else f"drop this action, or edit the source's compile of {own} instead: {edit}"),
     )
 
 

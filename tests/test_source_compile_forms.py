@@ -177,3 +177,69 @@ def test_a_compile_of_a_function_a_rebound_compiled_function_calls_is_refused(tm
     assert ("compile of loss_of, which train_step calls, and the source compiles train_step at train.py:17 "
             "(train_step = torch.compile(train_step))") in err, err
     assert "target train.py::train_step, own_call:" in err, err
+
+
+#: ``f``, which calls ``g``, compiled by the source in each spelling of torch.compile.
+CALLS = "import torch\n\n\ndef g(x):\n    return x * 2\n\n\n{decorator}def f(x):\n    return g(x) + 1\n{rebinding}"
+SPELLINGS = {
+    "decorator": ("@torch.compile(fullgraph={full})\n", ""),
+    "rebinding": ("", "\n\nf = torch.compile(f, fullgraph={full})\n"),
+    "optimize decorator": ('@torch._dynamo.optimize("eager", nopython={full})\n', ""),
+    "optimize rebinding": ("", '\n\nf = torch._dynamo.optimize("eager", nopython={full})(f)\n'),
+}
+
+
+@pytest.mark.parametrize("decorator, rebinding", list(SPELLINGS.values()), ids=list(SPELLINGS))
+def test_a_disable_inside_a_fullgraph_source_compile_is_refused_in_every_spelling(tmp_path, capsys, decorator,
+                                                                                    rebinding):
+    """``torch._dynamo.optimize(..., nopython=True)`` is the source's ``fullgraph=True`` compile of
+    ``f`` as ``torch.compile(fullgraph=True)`` is, as a decorator and as a rebinding: a plan's
+    ``disable`` of ``g``, which ``f`` calls, makes a graph break there, which raises (refused);
+    with ``nopython=False`` the break is allowed and the disable is written."""
+    source = CALLS.format(decorator=decorator.format(full=True), rebinding=rebinding.format(full=True))
+    _rewrite(tmp_path, {"m.py": source}, "  - action: disable\n    target: m.py::g\n", 2)
+    assert "disable of g inside f, which the source compiles with fullgraph=True" in capsys.readouterr().err
+    source = CALLS.format(decorator=decorator.format(full=False), rebinding=rebinding.format(full=False))
+    src = _rewrite(tmp_path, {"m.py": source}, "  - action: disable\n    target: m.py::g\n", 0)
+    assert "@torch.compiler.disable\ndef g(x):" in (src / "m.py").read_text()
+
+
+def test_a_compile_inside_an_optimize_rebinding_is_refused_naming_it(tmp_path, capsys):
+    """``f = torch._dynamo.optimize(...)(f)`` traces ``g``, which ``f`` calls: a plan's compile of
+    ``g`` would compile it a second time. The refusal names the rebinding, and, since own_call does
+    not edit torch._dynamo.optimize, says to edit it by hand."""
+    source = CALLS.format(decorator="", rebinding='\n\nf = torch._dynamo.optimize("eager")(f)\n')
+    _rewrite(tmp_path, {"m.py": source}, "  - action: compile\n    target: m.py::g\n", 2)
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("compile of g, which f calls, and the source compiles f at m.py:12 "
+            "(f = torch._dynamo.optimize(\"eager\")(f))") in err, err
+    assert "edit the source's compile of f by hand (own_call does not edit torch._dynamo.optimize" in err, err
+
+
+def test_optimize_traces_what_the_function_calls_and_nopython_refuses_a_disabled_call():
+    """What the two refusals above rest on (CPU torch, CompileCounter): ``torch._dynamo.optimize(backend)(f)``
+    traces ``g`` into ``f``'s graph (one frame, both ops), and with ``nopython=True`` a disabled ``g``
+    raises instead of breaking the graph."""
+    import torch
+    from torch._dynamo.testing import CompileCounter
+
+    def g(x):
+        return x * 2
+
+    def f(x):
+        return g(x) + 1
+
+    @torch.compiler.disable
+    def g_eager(x):
+        return x * 2
+
+    def f_eager_g(x):
+        return g_eager(x) + 1
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    torch._dynamo.optimize(counter)(f)(torch.randn(2))
+    assert (counter.frame_count, counter.op_count) == (1, 2)
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        torch._dynamo.optimize(CompileCounter(), nopython=True)(f_eager_g)(torch.randn(2))
+    torch._dynamo.reset()

@@ -16,6 +16,7 @@ from typing import Any
 import libcst as cst
 import yaml
 
+from ..compile_facts import OPTIMIZE_KEYS
 from .base import TargetedCommand, canonical, decorator_name
 
 _EMPTY = cst.Module([])
@@ -55,15 +56,9 @@ def call_options(call: cst.Call, skip_first: bool = False) -> dict[str, Any] | N
     return out
 
 
-#: ``torch._dynamo.optimize``'s keywords that are torch.compile's under another name
-#: (torch/_dynamo/eval_frame.py, ``_optimize(rebuild_ctx, backend="inductor", *, nopython=False,
-#: disable=False, dynamic=None, ...)``; torch.compile calls it with ``nopython=fullgraph``).
-OPTIMIZE_KEYS = {"backend": "backend", "nopython": "fullgraph", "disable": "disable", "dynamic": "dynamic"}
-
-
 def optimize_options(call: cst.Call) -> dict[str, Any] | None:
     """The options a ``torch._dynamo.optimize(...)`` call passes, in torch.compile's keys
-    (:data:`OPTIMIZE_KEYS`: its first positional argument is ``backend``, ``nopython`` is
+    (:data:`rewriter.compile_facts.OPTIMIZE_KEYS`: its first positional argument is ``backend``, ``nopython`` is
     ``fullgraph``; a keyword of its own, ``guard_fail_fn=...``, kept under its name), as Python
     values; None where they cannot be read from the source (:func:`call_options`'s cases, or a
     second positional argument)."""
