@@ -55,6 +55,9 @@ class Setting:
     name: str
     value: Any
     default: Any
+    #: ``VAR=value`` of the environment variable that set the knob at torch's import
+    #: (:func:`environment_settings`), None for a knob the program set
+    variable: str | None = None
 
     @property
     def text(self) -> str:
@@ -62,12 +65,14 @@ class Setting:
         where :data:`EFFECTS` says it."""
         effect = EFFECTS.get(self.name)
         alias = " (cache_size_limit before torch 2.7)" if self.name == "recompile_limit" else ""
-        return (f"torch._dynamo.config.{self.name}{alias} = {self.value!r} (torch's default: {self.default!r})"
+        by = f"; set by {self.variable} in the environment" if self.variable is not None else ""
+        return (f"torch._dynamo.config.{self.name}{alias} = {self.value!r} (torch's default: {self.default!r}{by})"
                 + (f": {effect}" if effect else ""))
 
     def to_json(self) -> dict[str, Any]:
         """report.json's form: ``name``, ``value``, ``default``, ``effect`` (None where not known) and ``text``."""
-        return {"name": self.name, "value": self.value, "default": self.default, "effect": EFFECTS.get(self.name), "text": self.text}
+        return {"name": self.name, "value": self.value, "default": self.default, "effect": EFFECTS.get(self.name),
+                "text": self.text, **({"variable": self.variable} if self.variable is not None else {})}
 
 
 def _scalar(value: Any) -> Any:
@@ -107,7 +112,16 @@ def read() -> list[Setting]:
 
 #: The prefixes of the environment variables torch's compile stack reads at import
 #: (torch/_dynamo/config.py, torch/_inductor/config.py, torch/compiler/config.py).
-ENV_PREFIXES = ("TORCHDYNAMO_", "TORCHINDUCTOR_", "TORCH_COMPILE_")
+ENV_PREFIXES = ("TORCHDYNAMO_", "TORCH_DYNAMO_", "TORCHINDUCTOR_", "TORCH_COMPILE_")
+
+#: The knobs that change what the ladder's counts mean (:data:`COUNT_KNOBS`) and that torch sets
+#: from an environment variable at import: ``knob -> (variable, torch's default without it)``
+#: (torch/_dynamo/config.py: ``suppress_errors = bool(os.environ.get("TORCHDYNAMO_SUPPRESS_ERRORS",
+#: False))``, ``capture_scalar_outputs = os.environ.get("TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS") == "1"``,
+#: ``automatic_dynamic_shapes = os.environ.get("TORCH_DYNAMO_AUTOMATIC_DYNAMIC_SHAPES", "1") == "1"``).
+ENV_KNOBS = {"suppress_errors": ("TORCHDYNAMO_SUPPRESS_ERRORS", False),
+             "capture_scalar_outputs": ("TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS", False),
+             "automatic_dynamic_shapes": ("TORCH_DYNAMO_AUTOMATIC_DYNAMIC_SHAPES", True)}
 
 
 def environment(environ: Any = None) -> dict[str, str]:
@@ -115,12 +129,36 @@ def environment(environ: Any = None) -> dict[str, str]:
     reads (:data:`ENV_PREFIXES`), sorted by name. torch turns such a variable into the knob's
     default when it imports (``suppress_errors = bool(os.environ.get(
     "TORCHDYNAMO_SUPPRESS_ERRORS", False))``), so :func:`read` cannot tell that knob from torch's
-    own default; the report lists the variables beside the knobs instead. ``environ``: a mapping
+    own default; the report lists the variables beside the knobs instead, and
+    :func:`environment_settings` reads the knobs :data:`ENV_KNOBS` names. ``environ``: a mapping
     to read (``os.environ`` where None)."""
     import os
 
     env = os.environ if environ is None else environ
     return {k: env[k] for k in sorted(env) if k.startswith(ENV_PREFIXES)}
+
+
+def environment_settings(environ: Any = None) -> list[Setting]:
+    """The knobs of :data:`ENV_KNOBS` an environment variable of this process set away from
+    torch's default: each with its value in this process (read from ``torch._dynamo.config``,
+    which torch built from that environment when it was imported), torch's default without the
+    variable, and the variable as ``VAR=value`` (:attr:`Setting.variable`). :func:`read` cannot
+    see these (the variable made its value the knob's default). ``environ``: the variables to
+    read (``os.environ`` where None); the knobs' values are always this process's. Raises nothing:
+    a config module this reading does not know gives ``[]``."""
+    env = environment(environ)
+    try:
+        import torch._dynamo.config as config
+
+        out = []
+        for name, (variable, default) in ENV_KNOBS.items():
+            if variable in env and hasattr(config, name):
+                value = getattr(config, name)
+                if value != default:
+                    out.append(Setting(name, _scalar(value), default, f"{variable}={env[variable]}"))
+        return out
+    except Exception:  # noqa: BLE001 - a report-only reading never stops the diagnosis
+        return []
 
 
 #: The knobs whose setting changes what the ladder's counts mean (graph breaks, recompiles, graphs,
@@ -129,12 +167,17 @@ COUNT_KNOBS = (*LIMIT_KEYS, "capture_scalar_outputs", "suppress_errors", "automa
                "assume_static_by_default")
 
 
-def counts_line(settings: list[dict[str, Any]] | None) -> str | None:
+def counts_line(settings: list[dict[str, Any]] | None, environment: list[dict[str, Any]] | None = None) -> str | None:
     """The terminal summary's line on the :data:`COUNT_KNOBS` the program set (report.json's
-    ``meta.dynamo_config`` form, :meth:`Setting.to_json`): each knob with its value and torch's
-    default, in one line; None where it set none of them."""
-    said = [f"{s['name']} = {s['value']!r} (torch's default: {s['default']!r})"
-            for s in settings or () if s.get("name") in COUNT_KNOBS]
+    ``meta.dynamo_config`` form, :meth:`Setting.to_json`) or an environment variable set
+    (``environment``: ``meta.dynamo_config_environment``, :func:`environment_settings`): each knob
+    with its value and torch's default, and the variable where one set it, in one line; None where
+    none of them is set. A knob the program set itself is said once, as the program set it."""
+    own = [s for s in settings or () if s.get("name") in COUNT_KNOBS]
+    named = {s["name"] for s in own}
+    said = [f"{s['name']} = {s['value']!r} (torch's default: {s['default']!r})" for s in own]
+    said += [f"{s['name']} = {s['value']!r} (set by {s['variable']} in the environment; torch's default: {s['default']!r})"
+             for s in environment or () if s.get("name") in COUNT_KNOBS and s["name"] not in named]
     if not said:
         return None
     return (f"the program's torch._dynamo.config: {'; '.join(said)}: the ladder's graph breaks and recompiles are "

@@ -358,10 +358,13 @@ def markdown(meta: dict[str, Any], rungs: list[RungResult], plan_text: str | Non
 
 
 def terminal(console: Any, rungs: list[RungResult], notes: list[str], plan: Any, paths: dict[str, str],
-             said: Any = None, dynamo_config: list[dict[str, Any]] | None = None) -> None:
+             said: Any = None, dynamo_config: list[dict[str, Any]] | None = None,
+             environment_config: list[dict[str, Any]] | None = None) -> None:
     """The summary on stderr, about 40 lines: the ladder's verdicts (one line per rung), the
-    program's own ``torch._dynamo.config`` knobs that change what those counts mean (one line,
-    :func:`.dynamo_settings.counts_line` of ``dynamo_config``, report.json's ``meta.dynamo_config``),
+    program's own ``torch._dynamo.config`` knobs that change what those counts mean, set by the
+    program or by an environment variable (one line, :func:`.dynamo_settings.counts_line` of
+    ``dynamo_config`` and ``environment_config``, report.json's ``meta.dynamo_config`` and
+    ``meta.dynamo_config_environment``),
     the candidates table, the planner's notes not shown already, the plan's actions (one line each)
     and where the files went. Lines are cut to the console's width with an ellipsis; report.md
     holds them whole. ``said(text)``: whether that line was printed already as an event (``-v``),
@@ -386,7 +389,7 @@ def terminal(console: Any, rungs: list[RungResult], notes: list[str], plan: Any,
         implies = "" if not r.implies or r.implies == "none" else f" -> {' '.join(str(r.implies).split())}"
         table.add_row(r.name, f"[{colors.get(r.status, 'white')}]{r.status}[/]", f"{verdict}{implies}")
     console.print(table)
-    knobs = counts_line(dynamo_config)
+    knobs = counts_line(dynamo_config, environment_config)
     if knobs is not None:
         console.print(f"[bold]note:[/] {escape(knobs)}", highlight=False, no_wrap=True, overflow="ellipsis")
     search = next((r for r in rungs if r.name == "search"), None)

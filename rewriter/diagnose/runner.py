@@ -31,6 +31,7 @@ from .candidate import AS_IS
 from .context import Context
 from .declared import read as declared_blocks
 from .dynamo_settings import environment as compile_environment
+from .dynamo_settings import environment_settings
 from .dynamo_settings import read as read_dynamo_config
 from .evidence import UNREAD
 from .report import charts, default_report_dir, markdown, plan_yaml, terminal, to_json, write_json
@@ -210,7 +211,8 @@ def diagnose(
         outcome.plan, outcome.notes = decision.plan, _notes(run, decision, outcome, site)
         _write(run, outcome, started)
         terminal(feed.console, outcome.rungs, outcome.notes, outcome.plan, outcome.paths, said=feed.said,
-                 dynamo_config=run.meta.get("dynamo_config"))
+                 dynamo_config=run.meta.get("dynamo_config"),
+                 environment_config=run.meta.get("dynamo_config_environment"))
         return outcome
 
 
@@ -438,6 +440,7 @@ def _setup_steps(run: _Run) -> None:
     ctx.evidence.dynamo_config = read_dynamo_config()
     run.meta["dynamo_config"] = [s.to_json() for s in ctx.evidence.dynamo_config]
     run.meta["compile_environment"] = compile_environment()
+    run.meta["dynamo_config_environment"] = [s.to_json() for s in environment_settings()]
 
 
 def _own_compile_set_aside(run: _Run, exc: HarnessFailure) -> bool:
