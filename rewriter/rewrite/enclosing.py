@@ -152,11 +152,40 @@ class Enclosing:
 
     def where(self, built: Built) -> str:
         """``file.py:line`` of the statement that holds ``built`` (positions resolved once per file)."""
-        key = id(built.module)
+        return self.at(built.outer[0], built.module, built.stmt)
+
+    def at(self, rel: str, module: cst.Module, node: cst.CSTNode) -> str:
+        """``file.py:line`` of ``node`` in ``module`` (file ``rel``), ``file.py`` where it has no
+        position; positions resolved once per file."""
+        key = id(module)
         if key not in self._positions:
-            self._positions[key] = MetadataWrapper(built.module, unsafe_skip_copy=True).resolve(PositionProvider)
-        pos = self._positions[key].get(built.stmt)
-        return f"{built.outer[0]}:{pos.start.line}" if pos is not None else built.outer[0]
+            self._positions[key] = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        pos = self._positions[key].get(node)
+        return f"{rel}:{pos.start.line}" if pos is not None else rel
+
+    def module(self, rel: str) -> cst.Module | None:
+        """File ``rel`` under SRC parsed (once; the rewrite's own parse where it passed one to
+        :meth:`enclosers`), None where it cannot be read or parsed."""
+        return self._module(rel)
+
+    def forward_owner(self, cls: ClassRef) -> ClassRef | None:
+        """The class of SRC whose body defines the ``forward`` an instance of class ``cls`` runs:
+        ``cls`` itself, or the base it inherits ``forward`` from (its first base, or one past mixins
+        of SRC that define none, :meth:`_Reader._along`), at most :data:`MAX_BASES` up; None where
+        the source does not say it (a base of an installed library, a class that binds
+        ``__call__`` only)."""
+        seen: list[ClassRef] = []
+        current: ClassRef | None = cls
+        while current is not None and current not in seen and len(seen) <= MAX_BASES:
+            node = self.class_def(current)
+            if node is None:
+                return None
+            if _defines_forward(node):
+                return current if defined_method(node, "forward") is not None else None
+            seen.append(current)
+            self._constructions(current[0])
+            current = self._forward_bases.get(current[0], {}).get(current[1])
+        return None
 
     def files(self) -> dict[str, bytes]:
         """``path relative to SRC -> bytes`` of SRC's files (one that cannot be read left out)."""

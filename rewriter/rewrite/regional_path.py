@@ -522,37 +522,32 @@ class ProgramCompiles:
         """Whether any file under SRC writes a compile call at all (by its text)."""
         return bool(self._texts())
 
+    def enclosing(self) -> Enclosing:
+        """The reading of which classes of SRC build which (:class:`rewriter.rewrite.enclosing.Enclosing`),
+        made once and shared by :meth:`measuring`'s copies."""
+        if "enclosing" not in self.cache:
+            self.cache["enclosing"] = Enclosing(self.src, MAX_FILES)
+        return self.cache["enclosing"]
+
     def enclosers(self, cls: tuple[str, str], parsed: dict[str, cst.Module] | None = None) -> dict[tuple[str, str], list[Any]]:
         """The classes of SRC whose ``__init__`` builds class ``cls`` (``(file, name)``), at any
         depth, each with its chain of constructions (:meth:`rewriter.rewrite.enclosing.Enclosing.enclosers`;
         SRC's files read once, a file parsed only where its text can build a class asked about;
         ``parsed``: files the rewrite has parsed, not parsed again)."""
-        from .enclosing import Enclosing
-
-        if "enclosing" not in self.cache:
-            self.cache["enclosing"] = Enclosing(self.src, MAX_FILES)
-        return self.cache["enclosing"].enclosers(cls, parsed)
+        return self.enclosing().enclosers(cls, parsed)
 
     def forward_heirs(self, cls: tuple[str, str]) -> list[tuple[str, str]]:
         """The classes of SRC that inherit class ``cls``'s ``forward``
         (:meth:`rewriter.rewrite.enclosing.Enclosing.forward_heirs`)."""
-        from .enclosing import Enclosing
-
-        if "enclosing" not in self.cache:
-            self.cache["enclosing"] = Enclosing(self.src, MAX_FILES)
-        return self.cache["enclosing"].forward_heirs(cls)
+        return self.enclosing().forward_heirs(cls)
 
     def walked(self, cls: tuple[str, str], path: str) -> list[Any] | None:
         """The constructions from class ``cls`` down the attribute ``path`` (``encoder.layers``), one
         a part (:meth:`rewriter.rewrite.enclosing.Enclosing.held`), where each part holds instances
         of one class; None where the source does not say it."""
-        from .enclosing import Enclosing
-
-        if "enclosing" not in self.cache:
-            self.cache["enclosing"] = Enclosing(self.src, MAX_FILES)
         chain: list[Any] = []
         for part in path.split("."):
-            held = self.cache["enclosing"].held(chain[-1].inner if chain else cls, part)
+            held = self.enclosing().held(chain[-1].inner if chain else cls, part)
             if len({b.inner for b in held}) != 1:
                 return None
             chain.append(held[0])
@@ -560,7 +555,7 @@ class ProgramCompiles:
 
     def built_where(self, built: Any) -> str:
         """``file.py:line`` of a construction :meth:`enclosers` found."""
-        return self.cache["enclosing"].where(built)
+        return self.enclosing().where(built)
 
     def _texts(self) -> dict[str, str]:
         """The files that write a compile call (:func:`_compile_texts`), listed once."""

@@ -1,0 +1,124 @@
+"""A plan's ``compile`` of ``Block`` where the source compiles an enclosing class's method with a
+decorator: ``@torch.compile`` (or ``@torch._dynamo.optimize(...)``) on ``GPT.forward`` and
+``GPT.__init__`` builds the ``Block``s (:mod:`.enclosing`). The decorated ``forward`` runs the
+blocks inside its compiled frame, where Dynamo traces ``Block.forward`` and inlines it: the plan's
+decorator gets no graph of its own and its options are never used (pinned with
+``torch._dynamo.testing.CompileCounter`` in tests/test_compile_of_a_class_an_enclosing_compile_holds.py).
+It is the decorator form of :func:`.regional_path.check_compiled_whole`'s whole-model call
+(``torch.compile(Net())``, ``model.compile()``), refused the same way.
+
+What counts as the enclosing compile, read statically (a refusal must be sure):
+
+* a compile decorator on the ``forward`` an enclosing class runs (its own, or one it inherits from a
+  base of SRC: :meth:`.enclosing.Enclosing.forward_owner`), where the plan's workload runs
+  ``forward`` (:func:`.regional_path.runs_compiled_forward`); or on the method of the enclosing
+  class that ``harness.call`` names (``generate``), in its own body;
+* not a decorator that passes ``disable=True`` (``torch.compile`` then returns the function as it
+  was: :func:`rewriter.compile_facts.turned_off`), read after the plan: an ``own_call`` of the
+  decorated method with ``disable: true`` turns it off, ``disable: false`` back on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import libcst as cst
+
+from ..actions.base import canonical, imported_names
+from ..actions.compile import COMPILE_DECORATORS
+from ..compile_facts import turned_off
+from ..plan import CompileAction, LoadedPlan
+from ..targets import decorator_name
+from .enclosing import ClassRef, defined_method
+from .regional_path import builds, runs_compiled_forward
+
+
+def check(loaded: LoadedPlan, bounds: list[Any], reading: Any) -> None:
+    """Refuse a ``compile`` the plan adds (not ``own_call``, not ``strategy: nested``, not a library
+    target) of a class's ``forward`` (``model.py::Block``, ``model.py::Block.forward``) that an
+    enclosing class runs inside a method the source compiles with a decorator (the module
+    docstring says which). ``bounds``: the plan's resolved file targets
+    (:class:`rewriter.consistency.Bound`); ``reading``: SRC's reading
+    (:class:`.regional_path.ProgramCompiles`), None to check nothing (no SRC read).
+
+    Raises:
+        StackpartError: at the added compile's plan line, naming the decorator (``file:line`` and
+            its code), which class builds which (``file:line``), and the ways through: drop the
+            action, or keep it and turn the decorator off (an ``own_call: {disable: true}`` edit
+            of the decorated method), or make it a ``strategy: nested`` hint.
+    """
+    if reading is None:
+        return
+    adds = [b for b in bounds if isinstance(b.action, CompileAction) and b.action.own_call is None
+            and b.action.strategy != "nested" and not b.action.library
+            and b.target.qualname.endswith(".forward") and b.target.qualname.count(".") == 1]
+    if not adds:
+        return
+    harness = loaded.plan.harness
+    entry = None if runs_compiled_forward(loaded) else harness.call  # type: ignore[union-attr]
+    own_off = {(b.target.relpath, b.target.qualname): b.action.own_call.disable for b in bounds
+               if isinstance(b.action, CompileAction) and b.action.own_call is not None
+               and b.action.own_call.disable is not None}
+    parsed = {b.target.relpath: b.module for b in adds}
+    for c in adds:
+        cls = (c.target.relpath, c.target.qualname.split(".")[0])
+        for runs in [cls, *reading.forward_heirs(cls)]:  # a subclass that inherits the decorated forward
+            for outer, chain in reading.enclosers(runs, parsed).items():
+                found = _compiled_method(reading, outer, entry, own_off)
+                if found is not None:
+                    _refuse(loaded, reading, c, outer, chain, *found)
+
+
+def _compiled_method(reading: Any, outer: ClassRef, entry: str | None,
+                     own_off: dict[tuple[str, str], bool]) -> tuple[ClassRef, str, cst.Decorator, cst.Module] | None:
+    """``(the class whose body defines it, method name, its compile decorator, that class's file
+    parsed)`` for the method of class ``outer`` the workload runs that the source compiles with a
+    decorator on (``forward``, or ``entry``, the method ``harness.call`` names), else None.
+    ``own_off``: ``(file, qualname) -> own_call.disable`` of the plan's edits of the program's
+    compiles."""
+    enclosing = reading.enclosing()
+    owner = enclosing.forward_owner(outer) if entry is None else outer
+    node = enclosing.class_def(owner) if owner is not None else None
+    module = enclosing.module(owner[0]) if owner is not None else None
+    if node is None or module is None:
+        return None
+    name = entry or "forward"
+    method = defined_method(node, name)
+    if method is None:
+        return None
+    imports = imported_names(module)
+    dec = next((d for d in method.decorators if canonical(decorator_name(d), imports) in COMPILE_DECORATORS), None)
+    if dec is None:
+        return None
+    call = dec.decorator if isinstance(dec.decorator, cst.Call) else None
+    if own_off.get((owner[0], f"{owner[1]}.{name}"), turned_off(call)):  # type: ignore[index]
+        return None  # disable=True, the source's or the plan's: it compiles nothing
+    return owner, name, dec, module  # type: ignore[return-value]
+
+
+def _refuse(loaded: LoadedPlan, reading: Any, c: Any, outer: ClassRef, chain: list[Any], owner: ClassRef,
+            name: str, dec: cst.Decorator, module: cst.Module) -> None:
+    """Refuse the plan's compile ``c`` of the innermost class of ``chain``, which class ``outer``
+    encloses and runs inside its method ``name``, compiled by the decorator ``dec`` in class
+    ``owner``'s body (``outer`` or the base it inherits ``forward`` from; ``module`` its file).
+
+    Raises:
+        StackpartError: always, at ``c``'s plan line.
+    """
+    inner = chain[-1].inner[1]
+    compiled = c.target.qualname.split(".")[0]
+    heir = "" if compiled == inner else f", a subclass of {compiled} that inherits its forward"
+    method = f"{owner[1]}.{name}"
+    where = reading.enclosing().at(owner[0], module, dec)
+    code = " ".join(cst.Module([]).code_for_node(dec.decorator).split())[:120]
+    inherits = "" if owner == outer else f" (which {outer[1]} inherits)"
+    target = f"action compile, target {owner[0]}::{method}"
+    raise loaded.error(
+        c.index,
+        f"compile of {compiled}: the source compiles {method}{inherits} with a decorator at {where}: @{code}, and "
+        f"{outer[1]} encloses {inner}{heir}: {builds(reading, chain, outer[1])}; Dynamo traces {compiled}.forward "
+        f"inside that compiled {method} and inlines it, so this compile and its options would never be used",
+        hint=f"drop this action (the decorator's compile covers {inner}), keep this action and turn that decorator "
+             f"off ({target}, own_call: {{disable: true}}), or make this action a hint to that compile "
+             "(strategy: nested, beside a strategy: whole action of the plan)",
+    )
