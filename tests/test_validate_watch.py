@@ -68,3 +68,38 @@ def test_a_graph_break_is_reported_with_its_line(tmp_path, capsys):
     [site, *_] = stats.graph_break_sites
     assert site.startswith(f"{path}:4: ") and "SymBool" in site
     assert "Graph break in user code" not in capsys.readouterr().err
+
+
+def test_a_recompile_whose_two_cache_entries_failed_alike_is_listed_once():
+    """(2, 8) compiles static, (2, 3) recompiles with the sequence dim dynamic, (3, 3) recompiles
+    again: Dynamo records the failure of both entries (0/1 and 0/0) on the same batch-size guard.
+    validate's report lists each recompilation once, as many lines as recompiles counted."""
+    from rewriter.validate.report import _variant_behaviour_lines
+
+    torch._dynamo.reset()
+    lin = torch.compile(torch.nn.Linear(4, 4), backend="eager")
+    with CompileWatch() as watch:
+        for shape in [(2, 8, 4), (2, 3, 4), (3, 3, 4)]:
+            lin(torch.randn(*shape))
+        stats = watch.stats()
+    torch._dynamo.reset()
+    assert stats.recompiles == 2, stats
+    seq, batch = "size mismatch at index 1. expected 8, actual 3", "size mismatch at index 0. expected 2, actual 3"
+    assert len(stats.recompile_reasons) == 2, stats.recompile_reasons
+    assert seq in stats.recompile_reasons[0] and batch in stats.recompile_reasons[1], stats.recompile_reasons
+    assert stats.recompile_reasons[1].count(batch) == 1 and "0/1" not in stats.recompile_reasons[1], stats.recompile_reasons
+    lines = _variant_behaviour_lines({}, "plan", {"compiled": "plan"}, stats.to_json())
+    recompiled = [ln for ln in lines if ln.startswith("  - recompiled: ")]
+    assert len(recompiled) == stats.recompiles and sum(batch in ln for ln in recompiled) == 1, lines
+
+
+def test_failed_guards_are_grouped_per_recompile():
+    """Each recompilation's failures end at the frame's first entry (``N/0``); a guard two entries
+    failed alike is kept once, distinct guards of one recompile are kept in order."""
+    from rewriter.engine.watch import per_recompile
+
+    same = "tensor 'x' size mismatch at index 0. expected 2, actual 3"
+    assert per_recompile([f"0/0: {same}", f"0/1: {same}", f"0/0: {same}"]) == [[same], [same]]
+    assert per_recompile(["0/1: 2 <= x.size()[0]  # y = x + 1\nmore", f"0/0: {same}"]) == [
+        ["2 <= x.size()[0]  # y = x + 1", same]]
+    assert per_recompile(["[3/0]: a", "unlabelled b"]) == [["a"], ["unlabelled b"]]

@@ -87,7 +87,10 @@ class CompileStats:
         graph_breaks: total graph breaks, and the most frequent reasons (first line each).
         graph_break_sites: ``file:line: reason`` per distinct site, from Dynamo's graph-break log
             (the counters have no location).
-        recompiles: recompilations (guard failures that compiled a new entry), with reasons.
+        recompiles: recompilations (guard failures that compiled a new entry).
+        recompile_reasons: one line per recompilation (at most 3 a frame, 10 in all):
+            ``function (file:line): guard; guard``, each distinct guard that failed once
+            (:func:`per_recompile`).
         recompile_limit_hits: one line per frame that hit the recompile limit and fell back to
             eager from then on (function, limit, last guard that failed).
         frames_total, frames_ok: frames Dynamo was asked to convert / converted.
@@ -228,9 +231,8 @@ class CompileWatch:
         for code, items in failures.items():
             name = getattr(code, "co_name", str(code))
             where = f"{getattr(code, 'co_filename', '?')}:{getattr(code, 'co_firstlineno', '?')}"
-            for item in items[:3]:
-                first = str(item).strip().splitlines()[0] if str(item).strip() else ""
-                recompile_reasons.append(f"{name} ({where}): {first[:200]}")
+            for guards in per_recompile(items)[:3]:
+                recompile_reasons.append(f"{name} ({where}): {'; '.join(guards)[:200]}")
         unimpl = counters.get("unimplemented", {})
         limit_hits = list(self._handler.hits)
         if not limit_hits:
@@ -257,6 +259,34 @@ def _clear_compilation_metrics() -> None:
         clear_compilation_metrics()
     except Exception:  # noqa: BLE001 - an older layout: the records then reach back further
         pass
+
+
+#: The cache entry a failure of ``torch._dynamo.utils.guard_failures`` names (``0/1: ...``): the
+#: frame's compile id, then the entry's.
+_ENTRY = re.compile(r"^\[?\d+/(?P<entry>\d+)\]?:\s*")
+
+
+def per_recompile(failures: list[Any]) -> list[list[str]]:
+    """The failed guards of one code object grouped by recompilation, oldest first: each a list of
+    the distinct guard texts (first line, the ``N/M:`` entry label dropped) in the order Dynamo
+    checked them. ``guard_failures`` holds one failure per cache entry a call failed, newest entry
+    first, so a recompilation's failures end at entry ``N/0``; after an automatic-dynamic recompile
+    a new batch size fails the static and the dynamic entry on the same guard (``0/1: tensor 'x'
+    size mismatch at index 0. expected 2, actual 3`` and ``0/0: ...`` alike), said once here.
+    Failures with no entry label (another torch's format) are one recompilation each."""
+    groups: list[list[str]] = []
+    current: list[str] = []
+    for item in failures:
+        text = str(item).strip()
+        first = text.splitlines()[0] if text else ""
+        label = _ENTRY.match(first)
+        current.append(first[label.end():] if label else first)
+        if label is None or label["entry"] == "0":
+            groups.append(list(dict.fromkeys(current)))
+            current = []
+    if current:
+        groups.append(list(dict.fromkeys(current)))
+    return groups
 
 
 def _recompiles(code: Any, failures: list[Any]) -> int:
