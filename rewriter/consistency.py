@@ -59,7 +59,11 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
   compiled region already, so the plan would compile it a second time. The refusal names the
   source's compile (``file:line``) and the ``own_call`` edit of it. The one-file reading of
   "inside" above: a ``compile`` of a block class whose instance a compiled ``forward`` calls
-  (``self.block(x)``) is not seen here; diagnose's search prunes it.
+  (``self.block(x)``) is not seen here; where that ``forward``'s class builds and holds the block
+  (``GPT.__init__`` builds the ``Block``s, ``@torch.compile`` on ``GPT.forward``),
+  :mod:`.rewrite.decorated_enclosers` refuses it (the decorator's ``file:line``, the construction,
+  and ``own_call: {disable: true}`` of the decorated method as the way through; a decorator with
+  ``disable=True`` counts as none).
 * a ``compile`` (not ``own_call``, not ``strategy: nested``) of a class ``Net`` (or ``Net.forward``)
   whose instance the program compiles whole itself, in any file under SRC (``model =
   torch.compile(Net())``, ``model = Net(); model.compile()``, in a function or at a script's top

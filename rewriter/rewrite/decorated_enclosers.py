@@ -20,6 +20,7 @@ What counts as the enclosing compile, read statically (a refusal must be sure):
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import libcst as cst
@@ -31,6 +32,11 @@ from ..plan import CompileAction, LoadedPlan
 from ..targets import decorator_name
 from .enclosing import ClassRef, defined_method
 from .regional_path import builds, runs_compiled_forward
+
+#: A compile decorator as written (``@torch.compile``, ``@compile(``, ``@torch._dynamo.optimize(``):
+#: SRC's files are parsed for enclosing classes only where one writes such a line (a decorator
+#: spelled through an alias, ``@tc`` of ``from torch import compile as tc``, is not read).
+_DECORATOR = re.compile(rb"^[ \t]*@[\w. \t]*\b(?:compile|optimize)\b", re.MULTILINE)
 
 
 def check(loaded: LoadedPlan, bounds: list[Any], reading: Any) -> None:
@@ -52,8 +58,8 @@ def check(loaded: LoadedPlan, bounds: list[Any], reading: Any) -> None:
     adds = [b for b in bounds if isinstance(b.action, CompileAction) and b.action.own_call is None
             and b.action.strategy != "nested" and not b.action.library
             and b.target.qualname.endswith(".forward") and b.target.qualname.count(".") == 1]
-    if not adds:
-        return
+    if not adds or not any(_DECORATOR.search(data) for data in reading.enclosing().files().values()):
+        return  # no file of SRC writes a compile decorator: nothing parsed
     harness = loaded.plan.harness
     entry = None if runs_compiled_forward(loaded) else harness.call  # type: ignore[union-attr]
     own_off = {(b.target.relpath, b.target.qualname): b.action.own_call.disable for b in bounds
