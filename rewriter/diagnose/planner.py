@@ -321,6 +321,16 @@ def _block_compilable(ev: _Evidence, disables: bool, trust_guards: bool, actions
     if (in_forward or not helpers) and not trust_guards:
         notes.append(f"{across} ({', '.join(g.where for g in guards) or 'no line'}): compiled anyway, the measurement decides")
     elif in_forward or not helpers:
+        libs = list(dict.fromkeys(g.library for g in guards if g.library and g.file is None))
+        if libs and all(g.library and g.file is None for g in guards):
+            # no line under SRC to keep eager or restructure: the search compiles it despite the guard
+            notes.append(
+                f"{across} from a guard in {', '.join(libs)} (an installed library's code, no line under SRC)"
+                + ("; recompile limit hit" if ir.get("limit_hit") else "")
+                + ": compiling it would leave blocks silently eager — no compile planned for the block by the rules"
+                " (the search measures it compiled despite the guard, and the whole-model compile)"
+            )
+            return False
         where = ", ".join(g.where for g in guards) or "unknown line"
         notes.append(
             f"{across} from a guard in its own forward ({where})"

@@ -36,6 +36,7 @@ from typing import Any
 from ...engine.watch import FrameLog, compiles_off, unwrapped
 from ..context import Context
 from ..dynamo_log import capture, reset
+from ..locate import first_in_library, frames_from_text
 from ..rung import Finding, Rung, RungResult
 from ..session import HarnessFailure
 from ..value_guards import limit_remedy
@@ -307,7 +308,12 @@ def _sort_recompiles(sweep: _Sweep, frame: str, distinct: int) -> _Recompiles:
 
 def _guard_findings(ctx: Context, log: Any, mine: list[Any]) -> list[Finding]:
     """One ``guard`` finding per source line (or guard text, where no line is found) of the
-    per-instance recompiles, in the order Dynamo logged them."""
+    per-instance recompiles, in the order Dynamo logged them. A guard no line under SRC holds
+    names the installed package's function its user stack ends in (``library``:
+    ``transformers.cache_utils:DynamicLayer.update`` of DynamicCache's ``layers[0].is_initialized``,
+    :func:`.locate.first_in_library`); its ``file`` stays None (its ``where`` says no line under SRC):
+    no plan edits that line, and the planner reads a guard with no SRC function as no helper to
+    disable."""
     findings: list[Finding] = []
     guards: dict[str, int] = {}
     for rc in mine:
@@ -315,9 +321,40 @@ def _guard_findings(ctx: Context, log: Any, mine: list[Any]) -> list[Finding]:
         g = rc.guards[0] if rc.guards else "no guard text in Dynamo's log"
         key = f"{site[0]}:{site[1]}" if site else g
         if key not in guards:
-            findings.append(Finding("guard", f"guard failure: {g}"[:300], *(site if site else (None, None, None))))
+            lib = None if site else first_in_library(list(reversed(frames_from_text(rc.text))), ctx.session.src)
+            findings.append(Finding("guard", f"guard failure: {g}"[:300], *(site if site else (None, None, None)),
+                                    library=lib[3] if lib else None))
         guards[key] = guards.get(key, 0) + 1
     return findings
+
+
+def _guard_where(f: Finding) -> str:
+    """Where a ``guard`` finding is, for the verdict: ``file:line`` under SRC, or the library
+    function with no line under SRC (``transformers.cache_utils:DynamicLayer.update, no line
+    under SRC``)."""
+    return f"{f.library}, {f.where}" if f.library and f.file is None else f.where
+
+
+def per_instance_implies(guards: list[Finding]) -> str:
+    """What per-instance recompiles imply, from the ``guard`` findings: a line under SRC, or none
+    found, is code to keep eager (the planner's ``disable`` of a helper) or restructure; where every
+    guard is in an installed library's function (``library``, no line under SRC), the user has no
+    line to disable, and the message says what the search measures instead (the planner's rules
+    plan no compile of the block; the search compiles it despite the guard, with the recompile
+    limit raised to instances x shapes where the limit was hit, :mod:`..kinds.recompile_limit`,
+    beside the whole-model compile, which traces every instance's call in one frame) and the
+    library-target ``disable`` a plan may carry by hand (docs/library-models.md), which the search
+    does not propose."""
+    libs = list(dict.fromkeys(f.library for f in guards if f.library and f.file is None))
+    if not guards or len(libs) == 0 or any(f.file is not None or not f.library for f in guards):
+        return "disable the per-instance code (keep it eager) or restructure; do not compile the block as is"
+    named = ", ".join(libs)
+    return (f"the guard is in {named}, an installed library's code with no line under SRC to disable: keep the "
+            "whole-model compile (one frame traces every instance's call), or the block compiled per instance only "
+            "where the search measures it holding its graphs (the per-block candidates despite the guard; "
+            "+recompile_limit where the limit was hit); a disable action on that library target, applied at the "
+            "harness's site (docs/library-models.md), keeps it eager at a graph break in every block: write it "
+            "by hand, the search does not propose it")
 
 
 def _limit_findings(ctx: Context, log: Any, hits: list[dict[str, Any]], limit_hit: bool, limit: int, name: str) -> list[Finding]:
@@ -371,9 +408,10 @@ def _verdict(ctx: Context, r: RungResult, sweep: _Sweep, rc: _Recompiles, name: 
         fell = (f"recompile limit ({limit}) hit" + (f" in {hits[0]['function']}" if hits and hits[0]["function"] else "")
                 + (f" ({hits[0]['last_reason']})" if hits and hits[0]["last_reason"] else "") + ": the rest run eager")
     if rc.mine:
-        where = ", ".join(f.where for f in r.findings if f.kind == "guard")
+        guards = [f for f in r.findings if f.kind == "guard"]
+        where = ", ".join(_guard_where(f) for f in guards)
         return (f"{len(rc.mine)} recompile(s) across {n} instances of {cname} (guard at {where})" + (f"; {fell}" if m["limit_hit"] else ""),
-                "disable the per-instance code (keep it eager) or restructure; do not compile the block as is")
+                per_instance_implies(guards))
     if m["limit_hit"]:
         # a higher limit only where the values are bounded: not for a value that changes every call
         # (a step counter, a fill level; .value_guards)
