@@ -23,7 +23,9 @@ class Finding:
             ``function`` last; empty where the stack is unknown.
         library: where no frame under SRC holds it, the installed package's function it is in, as a
             plan's library target (``transformers.cache_utils:DynamicLayer.update``,
-            :func:`.locate.first_in_library`); ``file`` is then that file's path in the package.
+            :func:`.locate.first_in_library`); ``file`` is then that file's path in the package for a
+            graph break, and None for a per-instance ``guard`` (its ``where`` says no line under SRC:
+            :func:`.rungs.instance_recompiles._guard_findings`).
     """
 
     kind: str
