@@ -14,16 +14,18 @@ def tree_bytes(src: Path) -> dict[str, bytes]:
     return {p.relative_to(src).as_posix(): p.read_bytes() for p in sorted(src.rglob("*")) if p.is_file()}
 
 
-def rewrite_files(tmp_path: Path, capsys: Any, files: dict[str, str], actions: str, code: int) -> str:
-    """Write ``files`` under ``tmp_path/src`` and a plan.yaml with ``actions`` (its ``actions:``
-    lines), run ``rewrite --apply --no-validate``; assert the exit code ``code``, and on 2 that no
-    byte of SRC changed; return stderr on one line."""
+def rewrite_files(tmp_path: Path, capsys: Any, files: dict[str, str], actions: str, code: int,
+                  head: str = "") -> str:
+    """Write ``files`` under ``tmp_path/src`` and a plan.yaml with ``head`` (its sections before
+    ``actions:``, e.g. ``harness:``) and ``actions`` (its ``actions:`` lines), run ``rewrite --apply
+    --no-validate``; assert the exit code ``code``, and on 2 that no byte of SRC changed; return
+    stderr on one line."""
     src = tmp_path / "src"
     for name, text in files.items():
         (src / name).parent.mkdir(parents=True, exist_ok=True)
         (src / name).write_text(text)
     before = tree_bytes(src)
-    (tmp_path / "plan.yaml").write_text("version: 1\nactions:\n" + actions)
+    (tmp_path / "plan.yaml").write_text("version: 1\n" + head + "actions:\n" + actions)
     capsys.readouterr()
     got = main(["rewrite", "--plan", str(tmp_path / "plan.yaml"), str(src), "--apply", "--no-validate"])
     err = " ".join(capsys.readouterr().err.split())

@@ -109,22 +109,12 @@ def test_a_decorated_method_the_plans_harness_calls_is_refused(tmp_path, capsys,
     """With ``harness.call: generate`` the workload runs ``Net.generate``, whose decorator runs the
     blocks inside its compiled frame; without it the workload runs ``forward``, which no decorator
     compiles, and the plan's compile of ``Block`` is written."""
-    from rewriter.cli import main
-    from rewrite_tree import tree_bytes
-
     src = tmp_path / "src"
-    src.mkdir()
-    (src / "model.py").write_text(_model("") + "\n    @torch.compile\n    def generate(self, x):\n"
-                                  "        for block in self.blocks:\n            x = block(x)\n        return x\n")
-    (src / "train.py").write_text("from model import Net\n")
-    before = tree_bytes(src)
-    (tmp_path / "plan.yaml").write_text("version: 1\n" + harness + "actions:\n" + ADD)
-    capsys.readouterr()
-    got = main(["rewrite", "--plan", str(tmp_path / "plan.yaml"), str(src), "--apply", "--no-validate"])
-    err = " ".join(capsys.readouterr().err.split())
-    assert got == code, err
+    model = (_model("") + "\n    @torch.compile\n    def generate(self, x):\n"
+             "        for block in self.blocks:\n            x = block(x)\n        return x\n")
+    err = rewrite_files(tmp_path, capsys, {"model.py": model, "train.py": "from model import Net\n"}, ADD, code,
+                        head=harness)
     if code == 2:
-        assert tree_bytes(src) == before
         assert "compile of Block: the source compiles Net.generate with a decorator at model.py:25: @torch.compile" in err, err
         assert "target model.py::Net.generate, own_call: {disable: true}" in err, err
     else:
