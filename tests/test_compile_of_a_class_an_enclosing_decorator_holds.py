@@ -144,3 +144,19 @@ def test_a_decorator_turned_back_on_by_the_plan_is_counted(tmp_path, capsys):
     actions = "  - {action: compile, target: model.py::Net.forward, own_call: {disable: false}}\n" + ADD
     err = rewrite_files(tmp_path, capsys, {"model.py": _model("@torch.compile(disable=True)")}, actions, 2)
     assert "actions[1] (compile model.py::Block): compile of Block: the source compiles Net.forward with a decorator" in err, err
+
+
+def test_a_plan_that_compiles_the_enclosing_class_too_applies_and_then_asks_for_nothing(tmp_path, capsys):
+    """The plan compiles ``Net`` and ``Block``: its first apply writes both decorators, and the same
+    plan then finds ``Net.forward``'s decorator in the source. That decorator is the plan's own,
+    not the source's: ``rewrite --check`` of the applied tree exits 0 (a plan applied once must not
+    refuse itself), as on a transformers file where a plan compiles a decoder layer and its MoE block."""
+    from rewriter.cli import main
+
+    both = "  - {action: compile, target: model.py::Net}\n" + ADD
+    rewrite_files(tmp_path, capsys, {"model.py": _model("")}, both, 0)
+    text = (tmp_path / "src" / "model.py").read_text()
+    assert text.count("@torch.compile\n") == 2, text
+    capsys.readouterr()
+    assert main(["rewrite", "--plan", str(tmp_path / "plan.yaml"), str(tmp_path / "src"), "--check"]) == 0, \
+        capsys.readouterr().err

@@ -65,23 +65,27 @@ def check(loaded: LoadedPlan, bounds: list[Any], reading: Any) -> None:
     own_off = {(b.target.relpath, b.target.qualname): b.action.own_call.disable for b in bounds
                if isinstance(b.action, CompileAction) and b.action.own_call is not None
                and b.action.own_call.disable is not None}
+    # the plan's own compiles of a method: its decorator there (written by an earlier apply of this
+    # plan) is the plan's, not the source's; refused there, a plan applied once would refuse itself
+    planned = {(b.target.relpath, b.target.qualname) for b in adds}
     parsed = {b.target.relpath: b.module for b in adds}
     for c in adds:
         cls = (c.target.relpath, c.target.qualname.split(".")[0])
         for runs in [cls, *reading.forward_heirs(cls)]:  # a subclass that inherits the decorated forward
             for outer, chain in reading.enclosers(runs, parsed).items():
-                found = _compiled_method(reading, outer, entry, own_off)
+                found = _compiled_method(reading, outer, entry, own_off, planned)
                 if found is not None:
                     _refuse(loaded, reading, c, outer, chain, *found)
 
 
-def _compiled_method(reading: Any, outer: ClassRef, entry: str | None,
-                     own_off: dict[tuple[str, str], bool]) -> tuple[ClassRef, str, cst.Decorator, cst.Module] | None:
+def _compiled_method(reading: Any, outer: ClassRef, entry: str | None, own_off: dict[tuple[str, str], bool],
+                     planned: set[tuple[str, str]]) -> tuple[ClassRef, str, cst.Decorator, cst.Module] | None:
     """``(the class whose body defines it, method name, its compile decorator, that class's file
     parsed)`` for the method of class ``outer`` the workload runs that the source compiles with a
     decorator on (``forward``, or ``entry``, the method ``harness.call`` names), else None.
     ``own_off``: ``(file, qualname) -> own_call.disable`` of the plan's edits of the program's
-    compiles."""
+    compiles; ``planned``: ``(file, qualname)`` of the methods the plan itself compiles, whose
+    decorator is the plan's own (an earlier apply wrote it), not the source's."""
     enclosing = reading.enclosing()
     owner = enclosing.forward_owner(outer) if entry is None else outer
     node = enclosing.class_def(owner) if owner is not None else None
@@ -89,6 +93,8 @@ def _compiled_method(reading: Any, outer: ClassRef, entry: str | None,
     if node is None or module is None:
         return None
     name = entry or "forward"
+    if (owner[0], f"{owner[1]}.{name}") in planned:  # type: ignore[index]
+        return None
     method = defined_method(node, name)
     if method is None:
         return None
