@@ -289,7 +289,8 @@ def as_compile_call(call: cst.Call | None, imports: dict[str, str]) -> cst.Call 
     ``torch.compile(...)`` call: a ``torch._dynamo.optimize(...)`` call (the decorator's, or the
     ``func`` of a rebinding's ``torch._dynamo.optimize(...)(f)``, :func:`is_optimize_call`) with its
     keywords renamed to torch.compile's (:data:`OPTIMIZE_KEYS`: ``nopython=True`` is
-    ``fullgraph=True``); any other call as it is. A node to read, never to write back."""
+    ``fullgraph=True``; its first positional argument, the backend, as ``backend=``; a keyword of
+    its own, ``guard_fail_fn=``, kept); any other call as it is. A node to read, never to write back."""
     if call is None:
         return None
     if is_optimize_call(call, imports):
@@ -299,6 +300,8 @@ def as_compile_call(call: cst.Call | None, imports: dict[str, str]) -> cst.Call 
         return call
     renamed = [a.with_changes(keyword=cst.Name(OPTIMIZE_KEYS[a.keyword.value]))
                if a.keyword is not None and a.keyword.value in OPTIMIZE_KEYS else a for a in call.args]
+    if renamed and renamed[0].keyword is None and not renamed[0].star:  # optimize("inductor", ...)
+        renamed[0] = renamed[0].with_changes(keyword=cst.Name("backend"), equal=cst.AssignEqual())
     return call.with_changes(args=renamed)
 
 

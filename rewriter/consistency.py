@@ -124,7 +124,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .actions.base import canonical, imported_names
+from .actions.base import canonical, find_decorator, imported_names
 from .actions.compile import COMPILE_DECORATORS
 from .actions.disable import DISABLE_DECORATORS
 from .compile_facts import (DYNAMO_OPTIMIZE, SourceSite, allowed_in_graph, as_compile_call, is_optimize_call, options,
@@ -297,8 +297,7 @@ class _Facts:
 
     def decorated(self, module: cst.Module, func: cst.FunctionDef, names: set[str]) -> cst.Decorator | None:
         """The first decorator of ``func`` whose canonical name is in ``names``."""
-        imports = self._names(module)
-        return next((d for d in func.decorators if canonical(decorator_name(d), imports) in names), None)
+        return find_decorator(func, names, self._names(module))
 
     def _compiled(self, bound: Bound) -> list[tuple[str, bool, set[str], cst.CSTNode]]:
         """The functions the target's module compiles with a decorator or a rebinding (``f =

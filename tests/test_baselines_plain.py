@@ -10,26 +10,12 @@ import torch
 from torch._dynamo.testing import CompileCounter
 
 from rewriter.engine.variants import plain_model, prepare
+from tiny_programs import NET_MODEL
 
 
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(8, 8)
-
-    def forward(self, x):
-        return torch.relu(self.fc(x))
-
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.blocks = torch.nn.ModuleList([Block(), Block()])
-
-    def forward(self, x):
-        for b in self.blocks:
-            x = b(x)
-        return x
+_NAMESPACE: dict = {}
+exec(compile(NET_MODEL, "model.py", "exec"), _NAMESPACE)  # tiny_programs' Net: two Linear(8, 8) Blocks
+Block, Net = _NAMESPACE["Block"], _NAMESPACE["Net"]
 
 
 def _regional_graphs(model: torch.nn.Module) -> int:

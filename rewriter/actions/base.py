@@ -200,10 +200,16 @@ def canonical(name: str, imports: dict[str, str]) -> str:
     return name
 
 
+def find_decorator(node: cst.FunctionDef, names: set[str], imports: dict[str, str]) -> cst.Decorator | None:
+    """The first of ``node``'s decorators whose canonical name (``imports`` from
+    :func:`imported_names`) is in ``names``, else None."""
+    return next((d for d in node.decorators if canonical(decorator_name(d), imports) in names), None)
+
+
 def has_decorator(node: cst.FunctionDef, names: set[str], imports: dict[str, str]) -> bool:
     """Whether ``node`` carries any decorator whose canonical name is in ``names``
-    (``imports`` from :func:`imported_names`)."""
-    return any(canonical(decorator_name(d), imports) in names for d in node.decorators)
+    (:func:`find_decorator`)."""
+    return find_decorator(node, names, imports) is not None
 
 
 def comments_within(node: cst.CSTNode) -> list[cst.Comment]:

@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ..compile_facts import (SMALL_STATEMENTS, SUPPRESS_RE, SourceSite, body_size, is_optimize_call, rebinding_code,
-                             rebound_compiles, suppressed_codes)
+from ..compile_facts import (DYNAMO_OPTIMIZE, SMALL_STATEMENTS, SUPPRESS_RE, SourceSite, as_compile_call, body_size,
+                             is_optimize_call, rebinding_code, rebound_compiles, suppressed_codes)
 from ..errors import StackpartError
 from ..plan import OWN_CALL_DEFAULTS, CompileAction
-from .base import TargetedCommand, call_args, has_decorator
+from .base import TargetedCommand, call_args, find_decorator, has_decorator
 from .own_call import COMPILE, OwnCallRefused, OwnSite, check_unwrapped, compile_in_lambda, edited, find_sites, regional
-from .written import call_options, code, find_decorator, flow, note_other_options, optimize_options, options
+from .written import call_options, code, flow, note_other_options, options
 
 #: Decorators that compile the function they wrap (``torch._dynamo.optimize`` is the older spelling
 #: of ``torch.compile``): a target carrying one is left alone, and a ``disable`` of it is refused.
-OPTIMIZE = "torch._dynamo.optimize"
-COMPILE_DECORATORS = {"torch.compile", OPTIMIZE}
+COMPILE_DECORATORS = {"torch.compile", DYNAMO_OPTIMIZE}
 #: The suppression written on a whole-model compile (:data:`rewriter.compile_facts.SUPPRESS_RE`'s syntax).
 SUPPRESS_WHOLE = "stackpart: ignore[SP101]"
 NESTED_DECORATORS = {"torch.compiler.nested_compile_region"}
@@ -109,22 +108,22 @@ class CompileCommand(TargetedCommand):
         """The source's own compile of the target, as :meth:`_note_other_options` compares it:
         ``(node, code, what it is, options in torch.compile's keys or None where they cannot be
         read, whether an own_call edit can edit it)``. Read: ``@torch.compile(...)``,
-        ``@torch._dynamo.optimize(...)`` (its options translated, :func:`.written.optimize_options`;
-        own_call refuses it), and the rebinding below the ``def``, ``f = torch.compile(f, ...)`` or
+        ``@torch._dynamo.optimize(...)`` (its options in torch.compile's keys,
+        :func:`rewriter.compile_facts.as_compile_call`; own_call refuses it), and the rebinding below the ``def``, ``f = torch.compile(f, ...)`` or
         ``f = torch._dynamo.optimize(...)(f)``; None where the target carries none of them."""
         dec = find_decorator(func, {COMPILE}, self.imports)
         if dec is not None:
             return dec, code(dec), "decorator", options(dec), True
-        dec = find_decorator(func, {OPTIMIZE}, self.imports)
+        dec = find_decorator(func, {DYNAMO_OPTIMIZE}, self.imports)
         if dec is not None:
-            have = optimize_options(dec.decorator) if isinstance(dec.decorator, cst.Call) else None
-            return dec, code(dec), "decorator", have, False
+            call = as_compile_call(dec.decorator, self.imports) if isinstance(dec.decorator, cst.Call) else None
+            return dec, code(dec), "decorator", call_options(call) if call is not None else None, False
         site = self._rebound()
         if site is None or not isinstance(site.node, cst.Call):
             return None
         call, shown = site.node, rebinding_code(self.qualname.rsplit('.', 1)[-1], site.node)
         if is_optimize_call(call, self.imports):
-            return call, shown, "rebinding", optimize_options(call.func), False  # type: ignore[arg-type]
+            return call, shown, "rebinding", call_options(as_compile_call(call, self.imports)), False  # type: ignore[arg-type]
         return call, shown, "rebinding", call_options(call, skip_first=True), True
 
     def _note_other_options(self, func: cst.FunctionDef) -> None:

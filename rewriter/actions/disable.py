@@ -12,8 +12,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ..plan import DisableAction
-from .base import TargetedCommand
-from .written import code, find_decorator, flow, note_other_options, options
+from .base import TargetedCommand, find_decorator
+from .written import code, flow, note_other_options, options
 
 DISABLE_DECORATORS = {"torch.compiler.disable", "torch._dynamo.disable"}
 

@@ -16,15 +16,9 @@ from typing import Any
 import libcst as cst
 import yaml
 
-from ..compile_facts import OPTIMIZE_KEYS
-from .base import TargetedCommand, canonical, decorator_name
+from .base import TargetedCommand
 
 _EMPTY = cst.Module([])
-
-
-def find_decorator(func: cst.FunctionDef, names: set[str], imports: dict[str, str]) -> cst.Decorator | None:
-    """The first of ``func``'s decorators whose canonical name (through ``imports``) is in ``names``."""
-    return next((d for d in func.decorators if canonical(decorator_name(d), imports) in names), None)
 
 
 def code(dec: cst.Decorator) -> str:
@@ -51,26 +45,6 @@ def call_options(call: cst.Call, skip_first: bool = False) -> dict[str, Any] | N
             return None
         try:
             out[arg.keyword.value] = ast.literal_eval(_EMPTY.code_for_node(arg.value).strip())
-        except (ValueError, SyntaxError):
-            return None
-    return out
-
-
-def optimize_options(call: cst.Call) -> dict[str, Any] | None:
-    """The options a ``torch._dynamo.optimize(...)`` call passes, in torch.compile's keys
-    (:data:`rewriter.compile_facts.OPTIMIZE_KEYS`: its first positional argument is ``backend``, ``nopython`` is
-    ``fullgraph``; a keyword of its own, ``guard_fail_fn=...``, kept under its name), as Python
-    values; None where they cannot be read from the source (:func:`call_options`'s cases, or a
-    second positional argument)."""
-    args = list(call.args)
-    first = args[0] if args and args[0].keyword is None and not args[0].star else None
-    rest = call_options(call.with_changes(args=args[1:] if first is not None else args))
-    if rest is None:
-        return None
-    out = {OPTIMIZE_KEYS.get(k, k): v for k, v in rest.items()}
-    if first is not None:
-        try:
-            out["backend"] = ast.literal_eval(_EMPTY.code_for_node(first.value).strip())
         except (ValueError, SyntaxError):
             return None
     return out
@@ -110,7 +84,8 @@ def note_other_options(command: TargetedCommand, node: cst.CSTNode, written: str
     Args:
         command: the action's transform; its target is ``verb`` (``compiled``, ``disabled``) by ``node``.
         have: the options ``node`` passes, in the plan's keys (:func:`options`,
-            :func:`call_options`, :func:`optimize_options`); None where they cannot be read.
+            :func:`call_options`, of :func:`rewriter.compile_facts.as_compile_call` for
+            ``torch._dynamo.optimize``); None where they cannot be read.
         asked: the plan's options; ``defaults``: torch's, for a key missing from either side
             (:func:`differing`); ``ignored``: written keys that are no difference (``reason=``).
         plan_asks: the plan's options in words (``the plan asks (recursive=False)``), for a

@@ -25,11 +25,10 @@ from typing import Any
 
 import libcst as cst
 
-from ..actions.base import canonical, imported_names
+from ..actions.base import find_decorator, imported_names
 from ..actions.compile import COMPILE_DECORATORS
 from ..compile_facts import turned_off
 from ..plan import CompileAction, LoadedPlan
-from ..targets import decorator_name
 from .enclosing import ClassRef, defined_method
 from .regional_path import builds, runs_compiled_forward
 
@@ -98,8 +97,7 @@ def _compiled_method(reading: Any, outer: ClassRef, entry: str | None, own_off: 
     method = defined_method(node, name)
     if method is None:
         return None
-    imports = imported_names(module)
-    dec = next((d for d in method.decorators if canonical(decorator_name(d), imports) in COMPILE_DECORATORS), None)
+    dec = find_decorator(method, COMPILE_DECORATORS, imported_names(module))
     if dec is None:
         return None
     call = dec.decorator if isinstance(dec.decorator, cst.Call) else None
