@@ -43,6 +43,7 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameSource, ScopeProvider
 
 from ..compile_facts import is_repeated_blocks_call, options, turned_off
+from ..rewrite.callers import self_returning
 from ..rewrite.factories import factory_call
 from ..targets import is_type_checking
 from .project import is_block_stack
@@ -126,16 +127,6 @@ def first_positional(call: cst.Call) -> cst.BaseExpression | None:
             return arg.value
         break
     return None
-
-
-def _passes_through(value: cst.BaseExpression, key: str) -> bool:
-    """Whether ``value`` is ``key`` (a name or ``self.attr``) with :data:`PASSTHROUGH` methods called
-    on it (``m.eval()``, ``m.to(dev).half()``): nn.Module's methods that return the module itself."""
-    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)):
-        return False
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in PASSTHROUGH:
-        value = value.func.value
-    return isinstance(value, (cst.Name, cst.Attribute)) and get_full_name_for_node(value) == key
 
 
 def _per_item(comp: cst.ListComp | cst.GeneratorExp | cst.DictComp, made: cst.Call) -> bool:
@@ -714,8 +705,8 @@ class _Collector(cst.CSTVisitor):
             if key is None:
                 continue
             # keep the first non-compile binding: `m = Cls(); m = torch.compile(m)` must still say Cls;
-            # `m = m.eval()` (PASSTHROUGH methods return the module itself) keeps what m was bound to
-            if (self.f.is_call(node.value, COMPILE) or _passes_through(node.value, key)) and (self._scope(), key) in self.f.bindings:
+            # `m = m.eval()` (methods that return the module itself) keeps what m was bound to
+            if (self.f.is_call(node.value, COMPILE) or self_returning(node.value, key)) and (self._scope(), key) in self.f.bindings:
                 continue
             self.f.bindings[(self._scope(), key)] = node.value
             self._record_child(key, node.value)

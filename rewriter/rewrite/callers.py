@@ -80,16 +80,17 @@ def _code(node: cst.CSTNode) -> str:
 
 
 def self_returning(value: cst.BaseExpression | None, name: str) -> bool:
-    """Whether ``value`` is ``name`` with methods that return the module itself called on it
-    (``net.eval()``, ``net.to(device).half()``: :data:`SELF_RETURNING`, nn.Module's ``return self``):
-    ``net = net.eval()`` binds ``net`` to the object it held, so what it was bound to before (a class's
-    instance, torch.compile's wrapper) still holds."""
+    """Whether ``value`` is ``name`` (a name, or a dotted one: ``self.model``) with methods that
+    return the module itself called on it (``net.eval()``, ``net.to(device).half()``:
+    :data:`SELF_RETURNING`, nn.Module's ``return self``): ``net = net.eval()`` binds ``net`` to the
+    object it held, so what it was bound to before (a class's instance, torch.compile's wrapper)
+    still holds."""
     if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)):
         return False
     while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
            and value.func.attr.value in SELF_RETURNING):
         value = value.func.value
-    return isinstance(value, cst.Name) and value.value == name
+    return isinstance(value, (cst.Name, cst.Attribute)) and get_full_name_for_node(value) == name
 
 
 def bound_value(scope: cst.FunctionDef | cst.Module | cst.If, name: str, site: cst.CSTNode) -> cst.BaseExpression | None:
