@@ -239,13 +239,13 @@ def rebound_compiles(module: cst.Module, imports: dict[str, str], optimize: bool
             if _is_torch_compile(call.func, imports):
                 site = call  # torch.compile(f, ...)
             elif (isinstance(call.func, cst.Call) and _is_torch_compile(call.func.func, imports)
-                  and _function_arg(call.func) is None):
+                  and first_positional(call.func) is None):
                 site = call.func  # torch.compile(...)(f): the options are the inner call's
             elif optimize and is_optimize_call(call, imports):
                 site = call
             else:
                 continue
-            first = _function_arg(call)
+            first = first_positional(call)
             if first is None or not m.matches(first, m.Name(name)):
                 continue
             if prefix + name in defined:
@@ -260,8 +260,9 @@ def _is_torch_compile(func: cst.BaseExpression, imports: dict[str, str]) -> bool
             and canonical(get_full_name_for_node(func) or "", imports) == TORCH_COMPILE)
 
 
-def _function_arg(call: cst.Call) -> cst.BaseExpression | None:
-    """The first positional argument of ``call`` (what a compile call compiles), else None."""
+def first_positional(call: cst.Call) -> cst.BaseExpression | None:
+    """The first argument of ``call`` where it is positional (what a compile call compiles:
+    ``torch.compile(model, ...)``), else None (a keyword or starred first argument, or none)."""
     first = call.args[0] if call.args else None
     return first.value if first is not None and first.keyword is None and not first.star else None
 
@@ -272,7 +273,7 @@ def rebinding_code(name: str, call: cst.Call) -> str:
     torch.compile(mode="max-autotune")(f)`` (the site is the inner call, the ``(f)`` after it),
     ``f = torch._dynamo.optimize("inductor")(f)``."""
     text = " ".join(cst.Module([]).code_for_node(call).split())
-    return f"{name} = {text}" + (f"({name})" if _function_arg(call) is None else "")
+    return f"{name} = {text}" + (f"({name})" if first_positional(call) is None else "")
 
 
 def is_optimize_call(call: cst.Call, imports: dict[str, str]) -> bool:

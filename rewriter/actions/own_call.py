@@ -38,7 +38,7 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 
-from ..compile_facts import REPEATED_BLOCKS, container_of, regional_iterable, turned_off
+from ..compile_facts import REPEATED_BLOCKS, container_of, first_positional, regional_iterable, turned_off
 from ..plan import OWN_CALL_DEFAULTS
 from ..targets import decorator_name
 from .base import canonical, comments_within, py_literal
@@ -537,9 +537,7 @@ def _function_compile(func: cst.FunctionDef, site: OwnSite, small: cst.BaseSmall
     """
     call = site.call
     assert call is not None
-    first = None
-    if call.args and call.args[0].keyword is None and not call.args[0].star:
-        first = call.args[0].value
+    first = first_positional(call)
     if first is None:
         raise OwnCallRefused("regional: expected torch.compile(model, ...) with the model as its first argument",
                              site.node)

@@ -42,7 +42,7 @@ import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, QualifiedNameSource, ScopeProvider
 
-from ..compile_facts import is_repeated_blocks_call, options, turned_off
+from ..compile_facts import first_positional, is_repeated_blocks_call, options, turned_off
 from ..rewrite.callers import self_returning
 from ..rewrite.factories import factory_call
 from ..targets import is_type_checking
@@ -119,14 +119,6 @@ class ClassInfo:
     repeated: list[Repeated] = field(default_factory=list)
     # self.<attr> = <Cls>(...) in __init__: attr -> dotted class name
     children: dict[str, str] = field(default_factory=dict)
-
-
-def first_positional(call: cst.Call) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.keyword is None and not arg.star:
-            return arg.value
-        break
-    return None
 
 
 def _per_item(comp: cst.ListComp | cst.GeneratorExp | cst.DictComp, made: cst.Call) -> bool:

@@ -52,7 +52,7 @@ from typing import Any
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from ..compile_facts import turned_off
+from ..compile_facts import first_positional, turned_off
 from ..errors import StackpartError
 from ..plan import CompileAction, LoadedPlan
 from ..source import python_files, read_file
@@ -154,7 +154,7 @@ def key_changes(bounds: list[Any]) -> list[KeyChange]:
         if len(sites) != 1 or sites[0].kind != "call" or sites[0].call is None:
             continue  # a decorator, model.compile(...), compile_repeated_blocks: no wrapper either way
         call = sites[0].call
-        first = call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None
+        first = first_positional(call)
         if first is None or _compiles_a_function(first, b):
             continue
         small = statement_of(func, call)

@@ -38,6 +38,7 @@ import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import QualifiedNameSource
 
+from ..compile_facts import first_positional
 from ..errors import StackpartError
 from ..plan import CompileAction, LoadedPlan
 from ..targets import collect_definitions
@@ -132,7 +133,7 @@ def _compiled_parameter(b: Any) -> tuple[cst.FunctionDef, str] | None:
     if sites[0].kind == "method":
         owner = call.func.value if isinstance(call.func, cst.Attribute) else None
     else:
-        owner = call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None
+        owner = first_positional(call)
     if isinstance(owner, cst.Attribute) and owner.attr.value == "forward":
         owner = owner.value
     params = {p.name.value for p in (*func.params.posonly_params, *func.params.params, *func.params.kwonly_params)}
@@ -685,7 +686,7 @@ def _each_call(scope: Any, site: Any, stmt: Any, qual: str | None = None,
         owner = call.func.value if isinstance(call.func, cst.Attribute) else None
     elif site.kind == "call" and isinstance(stmt, cst.Assign) and all(isinstance(t.target, cst.Subscript)
                                                                        for t in stmt.targets):
-        owner = call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None
+        owner = first_positional(call)
     else:
         return []
     return _walked(scope, call, owner, site.kind == "method", stmt, qual, module)
@@ -761,7 +762,7 @@ def _helper_loops(module: cst.Module, helper: cst.FunctionDef, site: Any,
         if not (isinstance(stmt, cst.Expr) and stmt.value is call):
             return []
     else:
-        owner = call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None
+        owner = first_positional(call)
         if not (isinstance(stmt, cst.Return) and stmt.value is call):
             return []
     names = parameter_names(helper)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ...compile_facts import options, regional_loop
-from ..facts import COMPILE, CUDA_GRAPH_MODES, Repeated, first_positional
+from ...compile_facts import first_positional, options, regional_loop
+from ..facts import COMPILE, CUDA_GRAPH_MODES, Repeated
 from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
 
 

@@ -8,7 +8,8 @@ import libcst.matchers as m
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import PositionProvider
 
-from ..facts import COMPILE, PASSTHROUGH, first_positional
+from ...compile_facts import first_positional
+from ..facts import COMPILE, PASSTHROUGH
 from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
 
 STATE_METHODS = {"state_dict", "load_state_dict"}

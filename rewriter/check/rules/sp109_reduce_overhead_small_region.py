@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 import libcst.matchers as m
 
-from ...compile_facts import SMALL_STATEMENTS, body_size, options
-from ..facts import COMPILE, first_positional
+from ...compile_facts import SMALL_STATEMENTS, body_size, first_positional, options
+from ..facts import COMPILE
 from ..rule import COMPILE_NEEDLE, Invalid, Rule, Valid
 
 class ReduceOverheadSmallRegion(Rule):
