@@ -20,6 +20,7 @@ from ..plan import LoadedPlan, load_plan
 from ..signals import deferred_signals, signal_name
 from ..terminal import stderr
 from .apply import Applied, apply_changes, hard_linked
+from .notices import add_checkpoint_key_warnings
 from .transform import RewriteResult, plan_rewrite
 
 
@@ -68,7 +69,7 @@ def rewrite_command(
         result = gated
     elif not apply and not unsafe and result.skipped:
         result = _preview(loaded, src, result, unsafe, report)
-    _warn_checkpoint_keys(loaded, src, result)
+    add_checkpoint_key_warnings(loaded, Path(src), result)  # printed, and in --summary-md
     _print_warnings_and_skipped(loaded, result)
     if apply:
         return _apply(loaded, src, result, summary_md)
@@ -118,16 +119,6 @@ def _preview(loaded: LoadedPlan, src: str, result: RewriteResult, unsafe: bool, 
         highlight=False,
     )
     return decision.result
-
-
-def _warn_checkpoint_keys(loaded: LoadedPlan, src: str, result: RewriteResult) -> None:
-    """Add to ``result.warnings`` (printed, and in ``--summary-md``) one warning per ``own_call``
-    edit that changes the program's state_dict keys, where SRC saves or loads them
-    (:mod:`rewriter.rewrite.checkpoint_keys`; SRC is read only where there is such an edit)."""
-    if result.key_changes:
-        from .checkpoint_keys import warnings
-
-        result.warnings += warnings(loaded, result.key_changes, Path(src))
 
 
 def _print_warnings_and_skipped(loaded: LoadedPlan, result: RewriteResult) -> None:

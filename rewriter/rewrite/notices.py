@@ -9,6 +9,7 @@ verdict (and into its report), in the same words, so a plan validated with an ac
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -56,6 +57,17 @@ def notices(loaded: LoadedPlan, result: RewriteResult) -> list[Notice]:
         out.append(Notice("not_written", f"{loaded.path}:{loaded.action_lines[index]}: actions[{index}] "
                                          f"({action.action} {action.target}) not written: {reason}"))
     return out
+
+
+def add_checkpoint_key_warnings(loaded: LoadedPlan, src: Path, result: RewriteResult) -> None:
+    """Add to ``result.warnings`` one warning per ``own_call`` edit that changes the program's
+    state_dict keys, where SRC saves or loads them (:func:`.checkpoint_keys.warnings`; SRC is read
+    only where there is such an edit): ``rewrite`` prints them, and ``validate`` says the same
+    for the same diff."""
+    if result.key_changes:
+        from .checkpoint_keys import warnings
+
+        result.warnings += warnings(loaded, result.key_changes, src)
 
 
 def not_written(result: RewriteResult) -> list[int]:

@@ -18,6 +18,7 @@ from ..engine.cost import breakdown
 from ..engine.options import Options as EngineOptions
 from ..engine.measure import environment, relabel
 from ..engine.options import on_device
+from ..rewrite.notices import add_checkpoint_key_warnings, not_written
 
 
 #: validate's knobs are the engine's (re-exported: the CLI and tests build them from here).
@@ -68,7 +69,7 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
     try:
         trees = materialize(loaded, srcp, workdir)
         materialize_s = time.perf_counter() - started
-        _warn_checkpoint_keys(loaded, srcp, trees.result)
+        add_checkpoint_key_warnings(loaded, srcp, trees.result)  # the warnings rewrite prints for this diff
         # the timing note goes into every output: JSON, Markdown, chart, terminal
         report = report_header(loaded, srcp, trees.result, spec_run, opts.backend, environment(device, spec.device))
         stderr().print(f"validate: {report['timing_note']}", highlight=False)
@@ -92,17 +93,6 @@ def validate_command(plan_path: str, src: str, opts: Options | None = None) -> i
     return report["verdict"]["exit_code"]
 
 
-def _warn_checkpoint_keys(loaded: Any, src: Path, result: Any) -> None:
-    """Add to ``result.warnings`` the warnings ``stackpart rewrite`` gives for an ``own_call`` edit
-    that changes the program's state_dict keys where SRC saves or loads them
-    (:func:`rewriter.rewrite.checkpoint_keys.warnings`; SRC is read only where there is such an
-    edit), so the report's rewrite warnings are the ones ``rewrite`` prints for this diff."""
-    if result.key_changes:
-        from ..rewrite.checkpoint_keys import warnings
-
-        result.warnings += warnings(loaded, result.key_changes, src)
-
-
 def unchanged_note(actions: int, result: Any) -> str:
     """The note for a plan whose diff is empty: a plan with no actions, one whose every action is
     not written (held back, or left to a decorator with other options), or one whose edits SRC
@@ -112,10 +102,9 @@ def unchanged_note(actions: int, result: Any) -> str:
         actions: how many actions the plan has.
         result: the rewrite of SRC (:class:`rewriter.rewrite.transform.RewriteResult`).
     """
-    not_written = {i for i, _ in result.skipped} | set(result.left_as_written)
     if not actions:
         return "the plan has no actions: the plan variant is the original tree"
-    if len(not_written) == actions:
+    if len(not_written(result)) == actions:
         return (f"the plan changes nothing in SRC ({actions} action(s) not written): the plan variant is the "
                 "original tree")
     return ("SRC already holds this plan's edits (an empty diff, as after `rewrite --apply`): the plan variant is "
