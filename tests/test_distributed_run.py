@@ -29,7 +29,8 @@ def _spec(case: str) -> Harness:
 def test_gloo_run_tells_all_reduce_bound_from_compute_bound(tmp_path: Path) -> None:
     """Two torchrun launches (~15-25 s each on 2 shared cores). The all-reduce-bound step
     all-reduces a 64 MB dense gradient that takes almost no arithmetic to produce; the
-    compute-bound one all-reduces 1 MB after ~0.15 s of GEMMs. The compute-bound run uses FSDP2,
+    compute-bound one reduce-scatters 1 MB after ~0.25 s of GEMMs (8192 tokens: at 2048 the
+    collective's latency on two contended cores read as 27% exposed, past the 25% threshold). The compute-bound run uses FSDP2,
     so both wrappers' code paths run."""
     from rewriter.distributed import run_distributed
 
