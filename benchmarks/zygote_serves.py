@@ -15,7 +15,19 @@ mapped at ``import torch`` and a child forked after ``torch`` or ``torch._dynamo
 ``torch._inductor.compile_fx`` it cannot (fork poisoning), which is what the server now checks
 (:func:`rewriter.engine.zygote._fork_cannot_use_cuda`).
 
-Usage: ``python benchmarks/zygote_serves.py [--fork-probe]`` (results recorded in BENCHMARKS.md).
+With ``--step-probe``, also: does a forked child time a model's eager step as a fresh interpreter
+does? The zoo's ViT (transformers ``ViTModel``, hidden 768, 12 layers, bf16) is built and timed in
+four children one after the other: a fresh interpreter, one forked from the plain server, one
+forked from a server that preloaded transformers (as the search's children of a transformers tree
+are, :mod:`rewriter.engine.preload`), and a fresh interpreter again. Each pins its thread to the
+core :func:`rewriter.engine.cores.pin_plan` gives the timed processes (``shared``), runs 20
+warm-up calls per shape and times 100 with :func:`rewriter.engine.timing.time_call` (the engine's
+per-call timing) and 5 blocks with ``time_burst``; it reports the medians (ms) and the state a
+fork could carry over (nice value, scheduling policy, affinity, thread count, grad mode, trace
+hooks, the attention implementation transformers chose, the SDPA backends enabled). On CPU the
+same with a tiny config (float32).
+
+Usage: ``python benchmarks/zygote_serves.py [--fork-probe] [--step-probe]`` (results recorded in BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -73,6 +85,83 @@ print(json.dumps(out))
 '''
 
 
+STEP_PROBE = '''\
+import json, os, statistics, sys, time
+
+def main(argv):
+    t0 = time.perf_counter()
+    import torch
+    import transformers
+    from rewriter.engine.timing import time_burst, time_call
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    cfg = (dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+           if cuda else dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                             image_size=32, patch_size=8))
+    model = transformers.ViTModel(transformers.ViTConfig(**cfg)).to(device, torch.bfloat16 if cuda else torch.float32).eval()
+    image = cfg.get("image_size", 224)
+    pin = int(argv[0]) if argv and argv[0] != "-" else None
+    if pin is not None:
+        os.sched_setaffinity(0, {pin})
+    out = {"how": os.environ.get("PROBE_HOW"), "startup_s": round(time.perf_counter() - t0, 2), "pin": pin,
+           "nice": os.nice(0), "sched_policy": os.sched_getscheduler(0), "affinity": sorted(os.sched_getaffinity(0)),
+           "threads": len(os.listdir("/proc/self/task")), "torch_threads": torch.get_num_threads(),
+           "grad": torch.is_grad_enabled(), "trace": repr(sys.gettrace()), "profile": repr(sys.getprofile()),
+           "attn": getattr(model.config, "_attn_implementation", None),
+           "sdpa": {k: getattr(torch.backends.cuda, k)() for k in ("flash_sdp_enabled", "mem_efficient_sdp_enabled", "math_sdp_enabled", "cudnn_sdp_enabled") if hasattr(torch.backends.cuda, k)},
+           "matmul_precision": torch.get_float32_matmul_precision(),
+           "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("CUDA", "PYTORCH", "TORCH", "OMP", "NVIDIA"))},
+           "shapes": []}
+    for batch in (32, 16):
+        x = torch.randn(batch, 3, image, image, device=device, dtype=next(model.parameters()).dtype)
+        with torch.no_grad():
+            fn = lambda: model(pixel_values=x)
+            for _ in range(20):
+                fn()
+            calls = [time_call(fn, device) * 1e3 for _ in range(100)]
+            blocks = [time_burst(fn, device, 10) * 1e3 for _ in range(5)]
+        out["shapes"].append({"batch": batch, "call_ms": round(statistics.median(calls), 3),
+                              "call_min_ms": round(min(calls), 3), "burst_ms": round(statistics.median(blocks), 3)})
+    print(json.dumps(out), flush=True)
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+'''
+
+
+def step_probe(work: Path, env: dict, pkg: str) -> list[dict]:
+    """The four children of ``--step-probe`` (module docstring); each one's JSON line, or its error."""
+    from rewriter.engine import zygote
+    from rewriter.engine.cores import core_speeds, pin_plan
+
+    (work / "step_probe.py").write_text(STEP_PROBE)
+    import os
+
+    cores = sorted(os.sched_getaffinity(0))
+    pin = pin_plan(["probe"], cores, "shared", core_speeds(cores)).get("probe")
+    argv = [str(pin) if pin is not None else "-"]
+    rows = []
+    for how in ("popen", "forked_plain", "forked_transformers", "popen_again"):
+        env_how = dict(env, PROBE_HOW=how)
+        log = work / f"step_{how}.txt"
+        t = time.perf_counter()
+        with open(log, "wb") as f:
+            if how.startswith("forked"):
+                libs = ("transformers",) if how == "forked_transformers" else ()
+                child = zygote.launch(argv, env_how, str(work), f.fileno(), (), pkg, module="step_probe", libraries=libs)
+                code = child.wait(timeout=300) if child is not None else "not served"
+            else:
+                code = subprocess.run([sys.executable, "-m", "step_probe", *argv], env=env_how, cwd=str(work),
+                                      stdout=f, stderr=subprocess.STDOUT, timeout=300).returncode
+        said = log.read_text().strip().splitlines()
+        try:
+            rows.append(json.loads(said[-1]) | {"exit": code, "wall_s": round(time.perf_counter() - t, 1)})
+        except (IndexError, ValueError):
+            rows.append({"how": how, "exit": code, "error": "\n".join(said[-15:])})
+    return rows
+
+
 def fork_probe() -> list[dict]:
     """One fresh interpreter per import depth (see the module docstring); its JSON line each."""
     import os
@@ -125,6 +214,8 @@ def main() -> int:
                popen_said=(work / "popen.txt").read_text().strip()[-200:])
     if "--fork-probe" in sys.argv[1:]:
         out["fork_probe"] = fork_probe()
+    if "--step-probe" in sys.argv[1:]:
+        out["step_probe"] = step_probe(work, env, pkg)
     print(json.dumps(out))
     return 0
 
