@@ -832,8 +832,8 @@ def check_program_loops(loaded: LoadedPlan, bounds: list[Bound], parse: Any, rea
     if reading is None:
         return
     adds = _block_compiles(bounds)
-    if not adds or not reading.compiles_any():  # the plan's actions first: a plan with no compile walks no SRC
-        return
+    if not adds or not reading.compiles_any() or not reading.every_call()[1]:
+        return  # the plan's actions first (a plan with no compile walks no SRC), then: no loop compiles anything
     off = {b.key for b in bounds if isinstance(b.action, CompileAction) and b.action.own_call is not None
            and b.action.own_call.disable is True}
     parsed = {c.target.relpath: c.module for c in adds}

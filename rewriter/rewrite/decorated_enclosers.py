@@ -57,8 +57,8 @@ def check(loaded: LoadedPlan, bounds: list[Any], reading: Any) -> None:
     adds = [b for b in bounds if isinstance(b.action, CompileAction) and b.action.own_call is None
             and b.action.strategy != "nested" and not b.action.library
             and b.target.qualname.endswith(".forward") and b.target.qualname.count(".") == 1]
-    if not adds or not any(_DECORATOR.search(data) for data in reading.enclosing().files().values()):
-        return  # no file of SRC writes a compile decorator: nothing parsed
+    if not adds:
+        return
     harness = loaded.plan.harness
     entry = None if runs_compiled_forward(loaded) else harness.call  # type: ignore[union-attr]
     own_off = {(b.target.relpath, b.target.qualname): b.action.own_call.disable for b in bounds
@@ -67,14 +67,57 @@ def check(loaded: LoadedPlan, bounds: list[Any], reading: Any) -> None:
     # the plan's own compiles of a method: its decorator there (written by an earlier apply of this
     # plan) is the plan's, not the source's; refused there, a plan applied once would refuse itself
     planned = {(b.target.relpath, b.target.qualname) for b in adds}
+    decorated = _decorated(reading, entry, own_off, planned)
+    if not decorated:
+        return  # no class of SRC compiles the method with a decorator: no encloser read
+    enclosing = reading.enclosing()
+    starts = decorated if entry is not None else [h for d in decorated for h in (d, *enclosing.forward_heirs(d))]
     parsed = {b.target.relpath: b.module for b in adds}
     for c in adds:
         cls = (c.target.relpath, c.target.qualname.split(".")[0])
+        if not enclosing.may_enclose(starts, cls):
+            continue  # no decorated class builds it: the upward reading is not needed
         for runs in [cls, *reading.forward_heirs(cls)]:  # a subclass that inherits the decorated forward
             for outer, chain in reading.enclosers(runs, parsed).items():
                 found = _compiled_method(reading, outer, entry, own_off, planned)
                 if found is not None:
                     _refuse(loaded, reading, c, outer, chain, *found)
+
+
+def _decorated(reading: Any, entry: str | None, own_off: dict[tuple[str, str], bool],
+               planned: set[tuple[str, str]]) -> list[ClassRef]:
+    """The top-level classes of SRC that define the method the workload runs (``forward``, or
+    ``entry``) with a compile decorator on (:func:`_decorator_on`), read in the files that write a
+    compile decorator (:data:`_DECORATOR`). Asked before the reading of which classes enclose the
+    plan's (:meth:`.enclosing.Enclosing.enclosers`, the parse of every file that builds or
+    subclasses it), which runs only where one of them may build it
+    (:meth:`.enclosing.Enclosing.may_enclose`)."""
+    enclosing = reading.enclosing()
+    out: list[ClassRef] = []
+    for rel, data in enclosing.files().items():
+        module = enclosing.module(rel) if _DECORATOR.search(data) else None
+        for node in module.body if module is not None else ():
+            if isinstance(node, cst.ClassDef) and _decorator_on((rel, node.name.value), node, module,
+                                                                entry or "forward", own_off, planned):
+                out.append((rel, node.name.value))
+    return out
+
+
+def _decorator_on(owner: ClassRef, node: cst.ClassDef, module: cst.Module, name: str,
+                  own_off: dict[tuple[str, str], bool], planned: set[tuple[str, str]]) -> cst.Decorator | None:
+    """The compile decorator on method ``name`` of class ``owner`` (``node``, in ``module``) that is
+    on once the plan is applied, else None: not the plan's own (``planned``), not ``disable=True``
+    (the source's, or the plan's ``own_call`` in ``own_off``)."""
+    if (owner[0], f"{owner[1]}.{name}") in planned:
+        return None
+    method = defined_method(node, name)
+    dec = find_decorator(method, COMPILE_DECORATORS, imported_names(module)) if method is not None else None
+    if dec is None:
+        return None
+    call = dec.decorator if isinstance(dec.decorator, cst.Call) else None
+    if own_off.get((owner[0], f"{owner[1]}.{name}"), turned_off(call)):
+        return None  # disable=True, the source's or the plan's: it compiles nothing
+    return dec
 
 
 def _compiled_method(reading: Any, outer: ClassRef, entry: str | None, own_off: dict[tuple[str, str], bool],
@@ -92,18 +135,8 @@ def _compiled_method(reading: Any, outer: ClassRef, entry: str | None, own_off: 
     if node is None or module is None:
         return None
     name = entry or "forward"
-    if (owner[0], f"{owner[1]}.{name}") in planned:  # type: ignore[index]
-        return None
-    method = defined_method(node, name)
-    if method is None:
-        return None
-    dec = find_decorator(method, COMPILE_DECORATORS, imported_names(module))
-    if dec is None:
-        return None
-    call = dec.decorator if isinstance(dec.decorator, cst.Call) else None
-    if own_off.get((owner[0], f"{owner[1]}.{name}"), turned_off(call)):  # type: ignore[index]
-        return None  # disable=True, the source's or the plan's: it compiles nothing
-    return owner, name, dec, module  # type: ignore[return-value]
+    dec = _decorator_on(owner, node, module, name, own_off, planned)  # type: ignore[arg-type]
+    return (owner, name, dec, module) if dec is not None else None  # type: ignore[return-value]
 
 
 def _refuse(loaded: LoadedPlan, reading: Any, c: Any, outer: ClassRef, chain: list[Any], owner: ClassRef,

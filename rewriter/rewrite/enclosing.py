@@ -150,6 +150,47 @@ class Enclosing:
             self._enclosers[cls] = chains
         return self._enclosers[cls]
 
+    def built_by(self, starts: list[ClassRef]) -> set[ClassRef]:
+        """Every class an instance of one of ``starts`` builds in its ``__init__``, at any depth:
+        the constructions of a class and of the bases whose ``__init__`` it runs (:meth:`base_of`,
+        at most :data:`MAX_BASES` up), whatever method of it holds them. A superset of what
+        :meth:`enclosers` reads the other way (it leaves out a construction in a method a subclass
+        overrides), and cheap where ``starts`` are few: only their files and those of what they
+        build are parsed, where :meth:`enclosers` parses every file that builds or subclasses the
+        class asked about (on a transformers-sized SRC, a hundred for a decoder layer). A check whose
+        enclosing compile can start only at ``starts`` asks this first (:meth:`may_enclose`)."""
+        built: set[ClassRef] = set()
+        seen: set[ClassRef] = set()
+        frontier = list(starts)
+        while frontier:
+            cls = frontier.pop()
+            if cls in seen:
+                continue
+            seen.add(cls)
+            current: ClassRef | None = cls
+            for _ in range(MAX_BASES + 1):
+                if current is None:
+                    break
+                inner = [b.inner for b in self._constructions(current[0]).get(current[1], [])]
+                built.update(inner)
+                frontier += inner
+                current = self.base_of(current)
+        return built
+
+    def may_enclose(self, starts: list[ClassRef], cls: ClassRef) -> bool:
+        """Whether an instance of one of ``starts`` may hold one that runs class ``cls``'s
+        ``forward`` (``cls``, or a class whose ``forward`` is inherited from it or cannot be read:
+        :meth:`forward_owner`) anywhere in :meth:`built_by`. False is sure: no class of ``starts``
+        is among :meth:`enclosers` of ``cls`` or of its :meth:`forward_heirs`."""
+        return any(r == cls or self.forward_owner(r) in (cls, None) for r in self.built_by(starts))
+
+    def classes_named(self, names: set[str]) -> list[ClassRef]:
+        """The top-level classes of SRC named one of ``names`` (by the files' text: ``class Net``)."""
+        if not names:
+            return []
+        pattern = re.compile(rb"^class\s+(" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b", re.MULTILINE)
+        return [(rel, hit.decode()) for rel, data in self.files().items() for hit in dict.fromkeys(pattern.findall(data))]
+
     def where(self, built: Built) -> str:
         """``file.py:line`` of the statement that holds ``built`` (positions resolved once per file)."""
         return self.at(built.outer[0], built.module, built.stmt)
@@ -402,9 +443,34 @@ def _binds(cls: cst.ClassDef, names: set[str]) -> bool:
     """Whether ``cls``'s body binds one of ``names`` (a method, or an assignment ``forward = ...``;
     one nested in a method counts too: the reading stays sure)."""
     body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
-    own = m.OneOf(*(m.Name(n) for n in names))
-    return any(m.findall(stmt, m.FunctionDef(name=own) | m.AssignTarget(target=own) | m.AnnAssign(target=own))
-               and not isinstance(stmt, cst.ClassDef) for stmt in body)
+    return any(not isinstance(stmt, cst.ClassDef) and _statement_binds(stmt, names) for stmt in body)
+
+
+#: The nodes under a statement that can hold a ``def`` or an assignment statement: its suites and
+#: clauses (an expression holds neither, so none is entered).
+_STATEMENT_PARTS = (cst.BaseSuite, cst.BaseStatement, cst.If, cst.Else, cst.Finally, cst.ExceptHandler,
+                    cst.ExceptStarHandler, cst.MatchCase)
+
+
+def _statement_binds(stmt: cst.CSTNode, names: set[str]) -> bool:
+    """Whether ``stmt``, or a statement nested in it at any depth, is a ``def`` of one of ``names``
+    or assigns one as a plain name (``forward = ...``, ``forward: T = ...``). A walk over the
+    statements only: a class body's expressions, most of its nodes, are not visited (a matcher
+    search over every node cost most of a rewrite's time on a transformers-sized SRC)."""
+    stack = [stmt]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.FunctionDef) and node.name.value in names:
+            return True
+        if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            for small in node.body:
+                targets = ([t.target for t in small.targets] if isinstance(small, cst.Assign)
+                           else [small.target] if isinstance(small, cst.AnnAssign) else [])
+                if any(isinstance(t, cst.Name) and t.value in names for t in targets):
+                    return True
+            continue
+        stack.extend(c for c in node.children if isinstance(c, _STATEMENT_PARTS))
+    return False
 
 
 def _defines_forward(cls: cst.ClassDef) -> bool:

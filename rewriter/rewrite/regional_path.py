@@ -519,6 +519,19 @@ class ProgramCompiles:
                 parsed[rel] = _whole_calls(rel, text, self._all())
         return [parsed[rel] for rel in self._texts() if rel in parsed]
 
+    def every_call(self) -> tuple[list[WholeCall], list[EachCall]]:
+        """Every whole-model compile call (:meth:`calls`) and every per-module compile loop
+        (:meth:`loops`) of SRC, whatever class they compile: each file that writes a compile call
+        parsed once (the cache :meth:`calls` shares). A check that needs the program to compile
+        some class asks this first, before the reading of which classes enclose which (the
+        parse of every file that builds or subclasses the plan's class: on a transformers-sized
+        SRC most of a rewrite's time, where the package compiles no model itself)."""
+        parsed: dict[str, tuple[list[WholeCall], list[EachCall]]] = self.cache.setdefault("parsed", {})
+        for rel, text in self._texts().items():
+            if rel not in parsed:
+                parsed[rel] = _whole_calls(rel, text, self._all())
+        return ([w for whole, _ in parsed.values() for w in whole], [e for _, each in parsed.values() for e in each])
+
     def compiles_any(self) -> bool:
         """Whether any file under SRC writes a compile call at all (by its text)."""
         return bool(self._texts())
@@ -849,9 +862,10 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
             action beside it, an ``own_call`` of that call with it included).
     """
     names = {q.rsplit(".", 2)[-2] for _, q in adds if q.endswith(".forward") and "." in q}
-    if not names:
-        return
-    enclosed = _enclosed(reading, adds)
+    made = {w.made for w in reading.every_call()[0]}
+    if not names or not made:
+        return  # no whole-model compile call anywhere in SRC: nothing to read the enclosing classes for
+    enclosed = _enclosed(reading, adds, reading.enclosing().classes_named(made))
     defined: dict[str, set[str]] = {}
     for rel, name in enclosed:
         if name not in names:
@@ -891,11 +905,14 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
         )
 
 
-def _enclosed(reading: ProgramCompiles, adds: dict[tuple[str, str], Any]) -> dict[tuple[str, str], tuple[Any, list[Any]]]:
+def _enclosed(reading: ProgramCompiles, adds: dict[tuple[str, str], Any],
+              starts: list[tuple[str, str]] | None = None) -> dict[tuple[str, str], tuple[Any, list[Any]]]:
     """``{class: (the plan's added compile, chain)}`` for each class of SRC that encloses a class
     whose ``forward`` the plan compiles (``adds``; top-level classes), with the chain of
     constructions from it down to that class (:meth:`ProgramCompiles.enclosers`); nothing read
-    where no file of SRC writes a compile call. Of two added classes one class encloses, the first."""
+    where no file of SRC writes a compile call. Of two added classes one class encloses, the first.
+    ``starts``: the only classes asked about as enclosers (those the program compiles whole); an
+    added class none of them may build (:meth:`.enclosing.Enclosing.may_enclose`) is not read."""
     out: dict[tuple[str, str], tuple[Any, list[Any]]] = {}
     if not reading.compiles_any():
         return out
@@ -903,6 +920,8 @@ def _enclosed(reading: ProgramCompiles, adds: dict[tuple[str, str], Any]) -> dic
     for (rel, qual), c in adds.items():
         if qual.endswith(".forward") and qual.count(".") == 1:
             cls = (rel, qual.split(".")[0])
+            if starts is not None and not reading.enclosing().may_enclose(starts, cls):
+                continue
             for runs in [cls, *reading.forward_heirs(cls)]:  # a subclass that inherits the decorated forward
                 for outer, chain in reading.enclosers(runs, parsed).items():
                     out.setdefault(outer, (c, chain))

@@ -1,0 +1,115 @@
+"""Which classes enclose a plan's compiled class is read upward (every file that builds or
+subclasses it: on a transformers-sized SRC, a hundred files for a decoder layer, most of a rewrite's
+time). The rewrite now asks that only where an enclosing compile can exist: a whole-model compile
+call of some class in SRC, or a compile decorator on some class's ``forward``, and only where that
+class may build the plan's class (:meth:`rewriter.rewrite.enclosing.Enclosing.may_enclose`, read
+downward from it). These tests pin that the upward reading is skipped where nothing can enclose
+(it is made to raise), and still refuses where something does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rewrite_tree import rewrite_files
+from rewriter.rewrite import enclosing
+
+MODEL = """\
+import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(2)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class Head(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.proj(x)
+"""
+
+
+def _train(compiled: str) -> str:
+    return f"import torch\nfrom model import {compiled}\n\n\ndef main():\n    model = torch.compile({compiled}())\n    return model(torch.randn(3, 4))\n"
+
+
+ADD = "  - {action: compile, target: model.py::Block}\n"
+
+
+@pytest.fixture
+def upward_raises(monkeypatch):
+    """The upward reading made to raise: a test that passes with it never asked it."""
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the upward reading of enclosing classes ran")
+
+    monkeypatch.setattr(enclosing.Enclosing, "enclosers", refuse)
+
+
+def test_no_compile_anywhere_reads_no_encloser(tmp_path: Path, capsys, upward_raises) -> None:
+    rewrite_files(tmp_path, capsys, {"model.py": MODEL, "train.py": _train("Head").replace("torch.compile(Head())", "Head()")}, ADD, 0)
+    assert "@torch.compile" in (tmp_path / "src" / "model.py").read_text()
+
+
+def test_a_whole_compile_of_a_class_that_builds_no_block_reads_no_encloser(tmp_path: Path, capsys, upward_raises) -> None:
+    """``torch.compile(Head())``: Head builds no Block, so the plan's Block compile is written."""
+    rewrite_files(tmp_path, capsys, {"model.py": MODEL, "train.py": _train("Head")}, ADD, 0)
+    assert (tmp_path / "src" / "model.py").read_text().count("@torch.compile") == 1
+
+
+def test_a_decorated_forward_of_a_class_that_builds_no_block_reads_no_encloser(tmp_path: Path, capsys, upward_raises) -> None:
+    """``@torch.compile`` on ``Head.forward``: Head builds no Block."""
+    model = MODEL.replace(
+        "    def forward(self, x):\n        return self.proj(x)", "    @torch.compile\n    def forward(self, x):\n        return self.proj(x)")
+    rewrite_files(tmp_path, capsys, {"model.py": model, "train.py": "from model import Net\n"}, ADD, 0)
+    assert (tmp_path / "src" / "model.py").read_text().count("@torch.compile") == 2
+
+
+def test_a_whole_compile_of_the_class_that_builds_the_block_is_still_refused(tmp_path: Path, capsys) -> None:
+    err = rewrite_files(tmp_path, capsys, {"model.py": MODEL, "train.py": _train("Net")}, ADD, 2)
+    assert "Net.__init__ builds Block at model.py:17" in err and "train.py:6" in err
+
+
+def test_a_decorated_forward_of_the_class_that_builds_the_block_is_still_refused(tmp_path: Path, capsys) -> None:
+    model = MODEL.replace("    def forward(self, x):\n        for block", "    @torch.compile\n    def forward(self, x):\n        for block")
+    err = rewrite_files(tmp_path, capsys, {"model.py": model, "train.py": "from model import Net\n"}, ADD, 2)
+    assert "Net.__init__ builds Block at model.py:17" in err
+
+
+def test_a_subclass_that_inherits_the_building_init_is_read_downward(tmp_path: Path, capsys) -> None:
+    """``class BigNet(Net): pass`` compiled whole: BigNet runs Net's ``__init__``, which builds the
+    blocks; the downward reading follows the base (:meth:`Enclosing.base_of`) and the refusal stands."""
+    model = MODEL + "\n\nclass BigNet(Net):\n    pass\n"
+    err = rewrite_files(tmp_path, capsys, {"model.py": model, "train.py": _train("BigNet")}, ADD, 2)
+    assert "BigNet" in err and "builds Block" in err
+
+
+def test_built_by_follows_constructions_and_bases(tmp_path: Path) -> None:
+    (tmp_path / "model.py").write_text(MODEL + "\n\nclass Outer(nn.Module):\n    def __init__(self):\n"
+                                       "        super().__init__()\n        self.net = Net()\n\n\nclass BigNet(Net):\n    pass\n")
+    e = enclosing.Enclosing(tmp_path, 100)
+    assert e.built_by([("model.py", "Outer")]) == {("model.py", "Net"), ("model.py", "Block")}
+    assert e.built_by([("model.py", "BigNet")]) == {("model.py", "Block")}
+    assert e.built_by([("model.py", "Head")]) == set()
+    assert e.may_enclose([("model.py", "Outer")], ("model.py", "Block"))
+    assert not e.may_enclose([("model.py", "Head")], ("model.py", "Block"))
