@@ -82,7 +82,7 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
   nn.ModuleList([Block() ...])``, at any depth, in any file under SRC; :mod:`.rewrite.enclosing`),
   unless the plan turns that call regional or off; the refusal names the construction's ``file:line``
   and the call turned ``regional`` over those blocks (where the source says their container) or off. Diagnose reads SRC so once per run for all its candidates and
-  the plan it writes (:class:`.rewrite.regional_path.ProgramCompiles`,
+  the plan it writes (:class:`.rewrite.program_compiles.ProgramCompiles`,
   :func:`rewriter.diagnose.search.candidate_rewrite`): a candidate refused so is pruned, and no plan
   it writes is one the rewrite refuses.
 * a ``compile`` (not ``own_call``, not ``strategy: nested``) of ``Block`` beside an ``own_call:
@@ -720,10 +720,10 @@ def check_regional_blocks(loaded: LoadedPlan, bounds: list[Bound], parse: Any, r
     loop's ``block.compile()`` none; where it walks a class that builds them (``Layer``), the loop's
     compile traces ``Block.forward`` and inlines it, and the plan's compile is the dead one. The
     same holds of a subclass that inherits ``Block.forward`` (``class BigBlock(Block): pass``)
-    held where ``Block`` would be (:meth:`.rewrite.regional_path.ProgramCompiles.forward_heirs`).
+    held where ``Block`` would be (:meth:`.rewrite.program_compiles.ProgramCompiles.forward_heirs`).
 
     The edited call's model class is read as :func:`.rewrite.regional_path.check` reads it
-    (``parse`` as there), the classes it encloses by :meth:`.rewrite.regional_path.ProgramCompiles.enclosers`
+    (``parse`` as there), the classes it encloses by :meth:`.rewrite.program_compiles.ProgramCompiles.enclosers`
     (``reading``; nothing is read where it is None, or where the source does not say the class).
     Where the edited call compiles its function's parameter (a generic helper, ``def
     maybe_compile(model): return torch.compile(model)``), the class each caller under SRC passes
@@ -811,7 +811,7 @@ def check_program_loops(loaded: LoadedPlan, bounds: list[Bound], parse: Any, rea
     torchtune's ``for m in model.modules(): if isinstance(m, Block): m.compile()``, a loop over
     ``self.blocks`` in a method of the model's class, or one that compiles through a helper of its
     file, one call deep, which the refusal names with the helper's call;
-    :meth:`.rewrite.regional_path.ProgramCompiles.loops`), or instances of a class that encloses
+    :meth:`.rewrite.program_compiles.ProgramCompiles.loops`), or instances of a class that encloses
     them: each block would be compiled twice and one of the two compiles is dead, as beside the
     loop an ``own_call: {regional: ...}`` edit writes (:func:`check_regional_blocks`; pinned with
     :class:`torch._dynamo.testing.CompileCounter` on CPU torch in
@@ -820,7 +820,7 @@ def check_program_loops(loaded: LoadedPlan, bounds: list[Bound], parse: Any, rea
     (:func:`.rewrite.regional_path.regional_of`); a subclass that inherits ``Block.forward``
     counts as a ``Block``. Not read: a loop in a function the plan's ``own_call`` turns off
     (``disable: true``), a call with ``disable=True``, a call ``reading`` leaves out
-    (:attr:`.rewrite.regional_path.ProgramCompiles.measured`), a class the source does not say.
+    (:attr:`.rewrite.program_compiles.ProgramCompiles.measured`), a class the source does not say.
 
     Raises:
         StackpartError: at the compile of ``Block``'s plan line, naming the loop's ``file:line``,

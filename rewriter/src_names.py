@@ -17,7 +17,7 @@ from (the callers of a helper follow re-exports on top of it, :func:`rewriter.re
 Shared by the rewrite's static readings: the callers of a helper
 (:mod:`rewriter.rewrite.callers`), the classes an ``__init__`` builds
 (:mod:`rewriter.rewrite.enclosing`) and the class a whole-model compile names
-(:mod:`rewriter.rewrite.regional_path`). ``stackpart check``'s project index
+(:mod:`rewriter.rewrite.program_compiles`). ``stackpart check``'s project index
 (:meth:`rewriter.check.project.Project.resolve`), which diagnose's reading of the model function's
 callees uses (:mod:`rewriter.diagnose.model_calls`), resolves to one file and follows re-exports.
 """

@@ -287,7 +287,7 @@ def test_the_reading_parses_only_files_that_build_the_class(tmp_path, monkeypatc
     under another name) and is its file or names its module are parsed, each once for every class
     asked about."""
     from rewriter.rewrite import enclosing
-    from rewriter.rewrite.regional_path import ProgramCompiles
+    from rewriter.rewrite.program_compiles import ProgramCompiles
 
     src = tmp_path / "src"
     src.mkdir()

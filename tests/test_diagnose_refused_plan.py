@@ -77,12 +77,12 @@ def _diagnose(tmp_path: Path, src: Path, only: set[str] | None = None):  # noqa:
 @pytest.mark.usefixtures("one_thread")
 def test_a_candidate_the_rewrite_refuses_is_pruned_and_the_plan_changes_nothing(tmp_path, monkeypatch):
     from rewriter.plan import load_plan
-    from rewriter.rewrite import regional_path
+    from rewriter.rewrite import program_compiles
     from rewriter.rewrite.transform import plan_rewrite
 
     walks = []
-    compile_texts = regional_path._compile_texts
-    monkeypatch.setattr(regional_path, "_compile_texts", lambda src: walks.append(src) or compile_texts(src))
+    compile_texts = program_compiles._compile_texts
+    monkeypatch.setattr(program_compiles, "_compile_texts", lambda src: walks.append(src) or compile_texts(src))
     src = _src(tmp_path)
     outcome = _diagnose(tmp_path, src, only={"search"})
     assert outcome.plan.actions == [], outcome.plan.actions

@@ -1,5 +1,5 @@
 """Forms of a program's own compile that the rewrite's reading of SRC
-(:class:`rewriter.rewrite.regional_path.ProgramCompiles`) and diagnose's
+(:class:`rewriter.rewrite.program_compiles.ProgramCompiles`) and diagnose's
 (:func:`rewriter.diagnose.own_compile.own_compiles`) read as the program's compile:
 
 * a whole-model compile under ``if __name__ == "__main__":`` of a model built there, or built by a

@@ -80,7 +80,7 @@ class Evidence:
         dynamo_config: the knobs of ``torch._dynamo.config`` the program's run set away from torch's
             defaults, read after setup (:func:`.dynamo_settings.read`); None until read.
         program_compiles: SRC's whole-model compile calls of a class instance, walked once for every
-            plan diagnose rewrites (:class:`rewriter.rewrite.regional_path.ProgramCompiles`,
+            plan diagnose rewrites (:class:`rewriter.rewrite.program_compiles.ProgramCompiles`,
             :func:`.search.src_reading`); None until read.
     """
 

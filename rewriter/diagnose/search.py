@@ -471,10 +471,10 @@ def kept_rewrite(out: SearchOutcome, plan: Any, reading: Any, renamed: bool = Fa
 
 def src_reading(ctx: Context) -> Any:
     """SRC's whole-model compile calls of a class instance
-    (:class:`rewriter.rewrite.regional_path.ProgramCompiles`), walked once per diagnose and kept in
+    (:class:`rewriter.rewrite.program_compiles.ProgramCompiles`), walked once per diagnose and kept in
     ``ctx.evidence``: what ``stackpart rewrite`` reads to refuse a compile of a class the program
     compiles whole itself, so that no plan diagnose measures or writes is one it refuses."""
-    from ..rewrite.regional_path import ProgramCompiles
+    from ..rewrite.program_compiles import ProgramCompiles
 
     if ctx.evidence.program_compiles is None:
         ctx.evidence.program_compiles = ProgramCompiles(ctx.session.src)

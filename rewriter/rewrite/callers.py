@@ -118,6 +118,19 @@ def parameter_names(func: cst.FunctionDef) -> list[str]:
     return [p.name.value for p in (*func.params.posonly_params, *func.params.params)]
 
 
+def rebound_in(func: cst.FunctionDef, name: str) -> bool:
+    """Whether ``func``'s body binds the parameter ``name`` again (an assignment, a loop or ``with``
+    target, a walrus), other than to a method of it that returns the module itself
+    (``model = model.eval()``, :func:`self_returning`): then what it holds at a later call is not
+    the argument."""
+    rebound = m.Name(name)
+    kept = {id(t) for a in m.findall(func.body, m.Assign()) if self_returning(a.value, name)  # type: ignore[attr-defined]
+            for t in a.targets}  # type: ignore[attr-defined]
+    return any(id(n) not in kept for n in m.findall(
+        func.body, m.AssignTarget(target=rebound) | m.AnnAssign(target=rebound) | m.AugAssign(target=rebound)
+        | m.For(target=rebound) | m.AsName(name=rebound) | m.NamedExpr(target=rebound)))
+
+
 def _words(names: set[str]) -> re.Pattern[bytes]:
     """A whole-word match of any of ``names`` in a file's bytes."""
     return re.compile(rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b")

@@ -44,7 +44,7 @@ def check(loaded: LoadedPlan, bounds: list[Any], reading: Any) -> None:
     enclosing class runs inside a method the source compiles with a decorator (the module
     docstring says which). ``bounds``: the plan's resolved file targets
     (:class:`rewriter.consistency.Bound`); ``reading``: SRC's reading
-    (:class:`.regional_path.ProgramCompiles`), None to check nothing (no SRC read).
+    (:class:`.program_compiles.ProgramCompiles`), None to check nothing (no SRC read).
 
     Raises:
         StackpartError: at the added compile's plan line, naming the decorator (``file:line`` and

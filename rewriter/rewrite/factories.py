@@ -5,9 +5,10 @@ call deep.
 is a function defined at the file's top level and every ``return`` of its own body returns a call
 of one class (``return Net(cfg).eval()``), or a name its body binds to one before that ``return``
 (``m = Net(); m.train(False); return m``), that class is what it makes. Two readers share this
-reading, so they name the same class: the rewrite's check of a regional path
-(:mod:`.regional_path`) and check's facts (:meth:`rewriter.check.facts.FileFacts.class_of`), which
-diagnose reads the program's own compiles through (:mod:`rewriter.diagnose.own_compile`).
+reading, so they name the same class: the rewrite's reading of the program's compiles
+(:mod:`.program_compiles`, which the check of a regional path reads through) and check's facts
+(:meth:`rewriter.check.facts.FileFacts.class_of`), which diagnose reads the program's own compiles
+through (:mod:`rewriter.diagnose.own_compile`).
 
 A factory that calls another factory is not followed (one call deep only), nor one that returns
 different classes, a parameter, or anything else: the class is then unknown (None).

@@ -35,7 +35,7 @@ from ..plan import ADVISORY_ACTIONS, LoadedPlan
 from ..source import SourceFile, read_source, run_deep, safe_relpath
 from ..splice import splice
 from ..library_targets import LibraryTarget
-from . import checkpoint_keys, decorated_enclosers, regional_path
+from . import checkpoint_keys, decorated_enclosers, program_compiles, regional_path
 from .checkpoint_keys import KeyChange
 from ..library_targets import resolve as resolve_library
 from ..library_targets import resolve_source_only
@@ -150,7 +150,7 @@ def _action_error(loaded: LoadedPlan, index: int, exc: Exception) -> Exception:
 
 
 def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False, check_library: bool = True,
-                 read_src: bool | regional_path.ProgramCompiles = True) -> RewriteResult:
+                 read_src: bool | program_compiles.ProgramCompiles = True) -> RewriteResult:
     """Compute what ``loaded`` does to the tree at ``src``, writing nothing.
 
     Runs in :func:`rewriter.source.run_deep`'s thread (a large stack and a raised recursion
@@ -168,7 +168,7 @@ def plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool = False, check_libr
         read_src: also read SRC beyond the plan's files for the program's own whole-model compiles
             a plan's ``compile`` of a class would be inlined into
             (:func:`rewriter.rewrite.regional_path.check_compiled_whole`): True reads it for this
-            plan; a :class:`~rewriter.rewrite.regional_path.ProgramCompiles` is that reading made
+            plan; a :class:`~rewriter.rewrite.program_compiles.ProgramCompiles` is that reading made
             once for many plans (diagnose's, :func:`rewriter.diagnose.search.candidate_rewrite`);
             False skips it (diagnose's early anchor, started before the search knows whether
             its 'whole' stands in for a compile of the program's the harness does not run).
@@ -209,7 +209,7 @@ class _Files:
 
 
 def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bool = True,
-                  read_src: bool | regional_path.ProgramCompiles = True) -> RewriteResult:
+                  read_src: bool | program_compiles.ProgramCompiles = True) -> RewriteResult:
     src = src_dir(src)
     files = _Files(src)
     bounds, library = _bind(loaded, files, check_library)
@@ -220,8 +220,8 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
     parse = lambda rel: (key := files.parse(rel), files.definitions[key])  # noqa: E731
     containers = regional_path.check(loaded, bounds, parse, src)
     # one reading of SRC's own compiles for both checks (it reads and parses files lazily, once)
-    reading = read_src if isinstance(read_src, regional_path.ProgramCompiles) else (
-        regional_path.ProgramCompiles(src) if read_src else None)
+    reading = read_src if isinstance(read_src, program_compiles.ProgramCompiles) else (
+        program_compiles.ProgramCompiles(src) if read_src else None)
     regional_path.check_compiled_whole(loaded, bounds, parse, reading)
     decorated_enclosers.check(loaded, bounds, reading)
     consistency.check_regional_blocks(loaded, bounds, parse, reading)
