@@ -113,3 +113,25 @@ def test_built_by_follows_constructions_and_bases(tmp_path: Path) -> None:
     assert e.built_by([("model.py", "Head")]) == set()
     assert e.may_enclose([("model.py", "Outer")], ("model.py", "Block"))
     assert not e.may_enclose([("model.py", "Head")], ("model.py", "Block"))
+
+
+def test_a_whole_compile_through_an_imported_alias_is_still_read(tmp_path: Path, capsys) -> None:
+    """The program's compile calls are searched only in functions whose lines name a compile
+    function (``program_compiles._naming_compile``): a name an import binds to ``torch.compile``
+    counts, so ``tc(Net())`` in ``main`` (no ``compile`` written on its lines) is read and the
+    plan's Block compile refused."""
+    train = ("import torch\nfrom torch import compile as tc\nfrom model import Net\n\n\ndef helper(fn):\n"
+             "    return torch.compile(fn)\n\n\ndef main():\n    model = tc(Net())\n    return model\n")
+    err = rewrite_files(tmp_path, capsys, {"model.py": MODEL, "train.py": train}, ADD, 2)
+    assert "train.py:11" in err and "Net.__init__ builds Block" in err
+
+
+def test_the_functions_searched_follow_the_files_functions_in_order() -> None:
+    from rewriter.rewrite.program_compiles import _naming_compile
+
+    text = ("import torch\n\n\nclass A:\n    def f(self):\n        return 1\n\n    @torch.compile\n    def g(self):\n"
+            "        def inner():\n            return 2\n        return inner\n\n\ndef h(m):\n    return torch.compile(m)\n\n\n"
+            "def k(x):\n    return x\n")
+    # f, g, inner, h, k: g by its decorator's line, h by its call; inner's own lines name none
+    assert _naming_compile(text, {"torch": "torch"}) == [False, True, False, True, False]
+    assert _naming_compile("def f(:\n", {}) is None

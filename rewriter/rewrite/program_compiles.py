@@ -292,7 +292,13 @@ def _whole_calls(rel: str, text: str, texts: Any) -> tuple[list[WholeCall], list
     except StackpartError:
         return out, each
     imports = imported_names(module)
-    for qual, scope in _scopes(module):
+    scopes = list(_scopes(module))
+    naming = _naming_compile(text, imports)
+    if naming is not None and len(naming) != len(scopes) - 1:
+        naming = None  # the two readings disagree on the functions: search every one
+    for k, (qual, scope) in enumerate(scopes):
+        if naming is not None and k and not naming[k - 1]:
+            continue  # its lines name no compile function: find_sites would find no site there
         try:
             sites = module_sites(module, imports) if scope is module else find_sites(scope, imports)
         except OwnCallRefused:
@@ -482,6 +488,40 @@ def _isinstance_names(loop: cst.For, call: cst.Call, name: str) -> list[str]:
             written = get_full_name_for_node(el)
             if written is not None:
                 out.append(written)
+    return out
+
+
+def _naming_compile(text: str, imports: dict[str, str]) -> list[bool] | None:
+    """For each function :func:`_scopes` yields after the module (in its order), whether its lines
+    (its decorators' included) name a compile function: ``compile`` or ``optimize``, or a name an
+    import binds to one (``from torch import compile as tc``), as a word anywhere on the line.
+    :func:`rewriter.actions.own_call.find_sites` finds a site only where such a name is written, so
+    a function without one is not searched (a LibCST visit of every function of a file was most of
+    the reading of a large file's compile calls; the line ranges come from :mod:`ast`, in C). None
+    where :mod:`ast` cannot read the file as LibCST did (then every function is searched)."""
+    import ast
+
+    words = {"compile", "optimize"} | {local for local, name in imports.items()
+                                       if name.rsplit(".", 1)[-1] in ("compile", "optimize")}
+    pattern = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in sorted(words)) + r")\b")
+    lines = [n for n, line in enumerate(text.splitlines(), 1) if pattern.search(line)]
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    out: list[bool] = []
+
+    def walk(body: list[ast.stmt]) -> None:
+        for stmt in body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([stmt.lineno, *(d.lineno for d in stmt.decorator_list)])
+                last = stmt.end_lineno or stmt.lineno
+                out.append(any(first <= n <= last for n in lines))
+                walk(stmt.body)
+            elif isinstance(stmt, ast.ClassDef):
+                walk(stmt.body)
+
+    walk(tree.body)
     return out
 
 
