@@ -40,6 +40,16 @@ def target_of(obj: Any, src: Path) -> str | None:
     return f"{rel}::{qual}"
 
 
+def model_function_target(harness: Any) -> str | None:
+    """``file.py::qualname`` under SRC where the harness's model function is defined: the harness
+    that imports it (``from train import build_model``) names ``train.py::build_model``, one that
+    defines it names ``harness.py::build_model``. None where ``harness`` (a
+    :class:`rewriter.harness.LoadedHarness`, or None) has no model function or it is not defined in
+    a file under SRC (:func:`target_of`)."""
+    fn = getattr(harness, "build_model", None)
+    return target_of(fn, Path(harness.src)) if fn is not None and callable(fn) else None
+
+
 @lru_cache(maxsize=512)
 def _importable(module: str) -> bool:
     """Whether ``module`` is found on ``sys.path`` by its own name (without running it)."""

@@ -242,13 +242,10 @@ def model_function_calls(ctx: Any) -> dict[str, tuple[str, ...]]:
 
 def _model_function_site(ctx: Any) -> str | None:
     """``file.py::qualname`` under SRC of the function the harness calls as its model function,
-    where it is defined (``from train import build_model`` in the harness: ``train.py::build_model``);
-    None where it is not a plain function of a file under SRC (:func:`.locate.target_of`)."""
-    from .locate import target_of
+    where it is defined (:func:`.locate.model_function_target`)."""
+    from .locate import model_function_target
 
-    harness = getattr(ctx.session, "harness", None)
-    fn = getattr(harness, "build_model", None)
-    return target_of(fn, Path(harness.src)) if fn is not None and callable(fn) else None
+    return model_function_target(getattr(ctx.session, "harness", None))
 
 
 def _calls_run(ctx: Any, scope: Any) -> Any:

@@ -47,7 +47,7 @@ from ..plan import (
 from .context import Context
 from .rungs import batch_scaling, op_mix
 from .rungs.granularity import region_blocks
-from .locate import library_target_of, names_reached, unit_target, untargetable
+from .locate import library_target_of, model_function_target, names_reached, unit_target, untargetable
 from .rungs.memory import expandable_segments_on
 from .rungs.recompiles import shapes_stable
 
@@ -622,11 +622,16 @@ def _plan(spec: Any, ctx: Context, actions: list) -> Plan:
     amort = None if ctx.amortization_assumed else ctx.amortization
     site = None
     if any(a.library for a in actions):
-        site = getattr(ctx, "site", None) or default_site(spec)
+        site = getattr(ctx, "site", None) or default_site(ctx)
     return Plan(version=1, harness=spec, amortization=amort, site=site, actions=actions)
 
 
-def default_site(spec: Any) -> str:
+def default_site(ctx: Context) -> str:
     """The site a plan with library actions gets without ``--site``: the harness's model
-    function (it returns the model; validate and the search build the model through it)."""
-    return f"{spec.file}::{spec.model}"
+    function (it returns the model; validate and the search build the model through it), named
+    where it is defined (:func:`.locate.model_function_target`): ``train.py::build_model`` for a
+    harness that imports it (``from train import build_model``), since the rewrite decorates a
+    definition and the harness holds only the import; ``harness.file::harness.model`` where it is
+    not a function of a file under SRC."""
+    spec = ctx.session.spec
+    return model_function_target(getattr(ctx.session, "harness", None)) or f"{spec.file}::{spec.model}"

@@ -154,7 +154,7 @@ def with_attention(ctx: Any, cands: list[Any]) -> tuple[list[Any], list[str]]:
         if c.name not in twins_of:
             continue
         for action in actions:
-            site = c.plan.site or getattr(ctx, "site", None) or default_site(ctx.session.spec)
+            site = c.plan.site or getattr(ctx, "site", None) or default_site(ctx)
             plan = c.plan.model_copy(update={"actions": [*c.plan.actions, action], "site": site})
             twin = Candidate(f"{c.name}+{action.implementation}", plan, [*c.notes, action.why or ""], rule=False)
             if twin.key() in keys:
