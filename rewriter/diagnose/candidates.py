@@ -99,6 +99,8 @@ class OwnScope:
     block: list[Any] = field(default_factory=list)
     functions: list[Any] = field(default_factory=list)
     block_cls: str | None = None
+    #: The repeated block's plan target: ``file.py::Class`` under SRC, else an installed package's
+    #: ``module:Class`` (a compile of either is a second compile of a block the program compiles).
     block_target: str | None = None
     block_reached: set[str] = field(default_factory=set)
     #: Class names of the block's own submodules (``Experts`` of an MoE layer), read at run time.
@@ -142,7 +144,7 @@ class OwnScope:
         scope = cls()
         if not regions and not off:
             return scope
-        from .locate import names_reached
+        from .locate import library_target_of, names_reached
 
         model, _, _ = ctx.reference()
         model_cls = type(model).__name__
@@ -154,7 +156,8 @@ class OwnScope:
             # the program's torch.compile(block) wraps each block in an OptimizedModule: the block is its _orig_mod
             scope.block_cls = type(unwrapped(first)).__name__ if first is not None else block["cls"].__name__
             scope.block_owners = {t for t in [block.get("owner_target"), *(c.get("owner_target") for c in block.get("containers") or [])] if t}
-            scope.block_target = block["target"]
+            # an installed library's block by its import path, as the planner targets it
+            scope.block_target = block["target"] or library_target_of(block["cls"])
             attrs = {block["attr"], *(c["attr"] for c in block.get("containers") or [])}
             scope.block_classes = {type(m).__name__ for m in block["modules"][0].modules()} if block.get("modules") else {scope.block_cls}
             if block["target"]:
