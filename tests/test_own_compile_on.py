@@ -308,7 +308,8 @@ def test_a_call_in_the_model_function_the_harness_imports_from_another_file_is_r
 
 def test_the_as_is_row_says_when_the_programs_compile_did_not_run_in_the_harness():
     """The source compiles in a script's ``main`` the harness never runs: as-is compiled 0 graphs,
-    so its row lists the call as the source's, not as what ran."""
+    so its row lists the call as the source's, not as what ran. A compile the harness ran that
+    raised compiled 0 graphs too, and its row says that it raised, not that it never ran."""
     from rewriter.diagnose.candidate import Candidate
     from rewriter.diagnose.search import SearchOutcome
 
@@ -317,6 +318,9 @@ def test_the_as_is_row_says_when_the_programs_compile_did_not_run_in_the_harness
     rows = {"as-is": {"compile": {"unique_graphs": 0}}}
     [row] = SearchOutcome([as_is], own_setup=[line], rows=rows).table()
     assert row["actions"] == [f"the program's own (in the source, not run by the harness): {line}"]
+    # the harness ran it and it raised: the row is the program with compilation off, not a call never run
+    [row] = SearchOutcome([as_is], own_setup=[line], rows=rows, as_is_raises=True).table()
+    assert row["actions"] == [f"the program's own (it raised as the harness ran it: this row has compilation off): {line}"]
     rows["as-is"]["compile"]["unique_graphs"] = 2
     [row] = SearchOutcome([as_is], own_setup=[line], rows=rows).table()
     assert row["actions"] == [f"the program's own: {line}"]

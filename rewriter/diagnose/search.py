@@ -141,11 +141,15 @@ class SearchOutcome:
         though its source compiles (a script's ``main``), else ``""``: the as-is row lists the
         setup as the source writes it, and must not read as what ran. With ``harness.call`` the
         program's compile may run and still compile nothing the step calls (a wrapper compiles
-        ``forward``), and the words say that."""
+        ``forward``), and the words say that. Where the program as it is raises
+        (:attr:`as_is_raises`), the harness ran its compile, and the row is the program with
+        compilation off: the words say that, not that the harness never ran it."""
         comp = (self.rows.get(AS_IS) or {}).get("compile") or {}
         ran = comp.get("unique_graphs")
         if not (self.own_setup and ran == 0):
             return ""
+        if self.as_is_raises:
+            return " (it raised as the harness ran it: this row has compilation off)"
         if self.call is not None:  # the call may run; what it compiles is not what the step calls
             return f" (in the source; compiled nothing the harness's step model.{self.call} runs)"
         return " (in the source, not run by the harness)"
