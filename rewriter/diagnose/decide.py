@@ -43,7 +43,7 @@ which Dynamo's tracing still costs on that backend, against the program's own be
 band (:func:`_compile_time_judged`). Then the recompiles and graph breaks over the harness's
 shapes: where the program as it is recompiles there, the candidates and the program are ranked by
 their recompiles plus graph breaks, fewest first; among equal sums the fewer graph breaks, then a
-candidate before the program, then the ladder's order (the rule's proposal first)
+candidate whose compile per start measured less, then the program as it is, then the ladder's order
 (:func:`_by_recompiles_and_breaks`). Where it recompiles none, graph breaks or not, the ladder's
 order decides and one that recompiles more goes last (docs/decisions.md, "Without a measured gain,
 the fewest recompiles and graph breaks decide").
@@ -507,14 +507,16 @@ def _by_recompiles_and_breaks(ok: list[str], status: dict[str, str], net: dict[s
     """The decision without a measured gain where the program as it is recompiled over the
     harness's shapes: ``ok`` (the program as it is among them) ranked by recompiles plus graph
     breaks over the shapes, fewest first; among equal sums the fewer graph breaks (a graph break is
-    paid on every step, a recompile once per new shape), then a candidate before the program as it
-    is, then the ladder's order (``ok``'s). The first is the plan; where that is the program as it
-    is, the plan changes nothing. Each status, the sentence and :attr:`Choice.decided_by` (the
+    paid on every step, a recompile once per new shape), then a candidate whose compile per start
+    measured less (``compile_less``), then the program as it is (an edit that measured no fewer
+    recompiles or graph breaks and no less compile has nothing measured to show for it), then the
+    ladder's order (``ok``'s). The first is the plan; where that is the program as it is, the plan
+    changes nothing. Each status, the sentence and :attr:`Choice.decided_by` (the
     plan's ``why:``) give both counts that decided (docs/decisions.md, "Without a measured gain,
     the fewest recompiles and graph breaks decide")."""
-    def rank(n: str) -> tuple[int, int, bool, int]:
+    def rank(n: str) -> tuple[int, int, int, int]:
         r, b = _symptoms(rows[n])
-        return r + b, b, n == AS_IS, ok.index(n)
+        return r + b, b, 0 if n in compile_less else 1 if n == AS_IS else 2, ok.index(n)
 
     ranked = sorted(ok, key=rank)
     chosen = ranked[0]
@@ -535,9 +537,11 @@ def _by_recompiles_and_breaks(ok: list[str], status: dict[str, str], net: dict[s
                          "recompile once per new shape (the gain is not measured with this backend)")
         elif n == AS_IS:
             status[n] = (f"not chosen: as many recompiles and graph breaks over the shapes ({r} + {b}) as {chosen!r}, "
-                         + (f"which measured less compile per start ({compile_less[chosen]})" if chosen in compile_less
-                            else "which the ladder proposed: among equals a candidate goes before the program as it is "
-                                 "(the gain is not measured with this backend)"))
+                         f"which measured less compile per start ({compile_less[chosen]})")
+        elif chosen == AS_IS:
+            status[n] = (f"not chosen: as many recompiles and graph breaks over the shapes ({r} + {b}) as the program as "
+                         "it is, and no less compile per start: among equals the program stays as it is (the gain is "
+                         "not measured with this backend)")
         elif n in compile_less:
             status[n] = (f"not chosen: its compile per start measured less ({compile_less[n]}), but {chosen!r} has as many "
                          f"recompiles and graph breaks over the shapes ({r} + {b}) and comes first in the ladder's order "
@@ -549,14 +553,14 @@ def _by_recompiles_and_breaks(ok: list[str], status: dict[str, str], net: dict[s
     counts = ", ".join(f"{n!r} {_sum(rows[n])}" for n in edits)
     # said where a tie-break, not the sum, put the plan first
     tied = [n for n in ranked[1:] if sum(_symptoms(rows[n])) == rk + bk]
-    ties = (" (among equal sums the fewer graph breaks, then a candidate before the program as it is, then the ladder's "
-            "order)") if tied else ""
+    ties = (" (among equal sums the fewer graph breaks, then a candidate that measured less compile per start, then "
+            "the program as it is, then the ladder's order)") if tied else ""
     measured = (f"recompiles {r0} time(s) and breaks the graph {b0} time(s) over the harness's shapes ({r0 + b0} in all), "
                 "so the fewest recompiles + graph breaks decide")
     if chosen == AS_IS:
-        text = (f"{baseline.name}: its own compile {measured}, and every candidate has more or as many with more graph breaks "
-                f"(recompiles + graph breaks: {counts}){ties}, with no gain measured to pay for them (the backend does not "
-                "optimise); the plan changes nothing")
+        text = (f"{baseline.name}: its own compile {measured}, and every candidate has more, or as many with more "
+                f"graph breaks or no less compile per start (recompiles + graph breaks: {counts}){ties}, with no gain measured to pay for them (the "
+                "backend does not optimise); the plan changes nothing")
         return Choice(AS_IS, text, status, net)
     text = (f"{_lead(chosen, compile_less)}; every candidate that failed is out ({_failed(status)} failed)"
             + _slow_text(status, baseline) + f"; {baseline.name} {measured} (recompiles + graph breaks): {counts}" + ties)
