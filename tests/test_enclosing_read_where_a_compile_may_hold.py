@@ -13,37 +13,16 @@ from pathlib import Path
 import pytest
 
 from rewrite_tree import rewrite_files
+from tiny_programs import NET_MODEL
 from rewriter.rewrite import enclosing
 
-MODEL = """\
-import torch
-import torch.nn as nn
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return torch.relu(self.lin(x))
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleList([Block() for _ in range(2)])
-
-    def forward(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return x
-
+#: ``model.py``: ``Net`` builds two ``Block``s (model.py:17); ``Head`` builds none.
+MODEL = NET_MODEL + """
 
 class Head(nn.Module):
     def __init__(self):
         super().__init__()
-        self.proj = nn.Linear(4, 2)
+        self.proj = nn.Linear(8, 2)
 
     def forward(self, x):
         return self.proj(x)
@@ -51,7 +30,7 @@ class Head(nn.Module):
 
 
 def _train(compiled: str) -> str:
-    return f"import torch\nfrom model import {compiled}\n\n\ndef main():\n    model = torch.compile({compiled}())\n    return model(torch.randn(3, 4))\n"
+    return f"import torch\nfrom model import {compiled}\n\n\ndef main():\n    model = torch.compile({compiled}())\n    return model(torch.randn(3, 8))\n"
 
 
 ADD = "  - {action: compile, target: model.py::Block}\n"
@@ -91,7 +70,7 @@ def test_a_whole_compile_of_the_class_that_builds_the_block_is_still_refused(tmp
 
 
 def test_a_decorated_forward_of_the_class_that_builds_the_block_is_still_refused(tmp_path: Path, capsys) -> None:
-    model = MODEL.replace("    def forward(self, x):\n        for block", "    @torch.compile\n    def forward(self, x):\n        for block")
+    model = MODEL.replace("    def forward(self, x):\n        for b", "    @torch.compile\n    def forward(self, x):\n        for b")
     err = rewrite_files(tmp_path, capsys, {"model.py": model, "train.py": "from model import Net\n"}, ADD, 2)
     assert "Net.__init__ builds Block at model.py:17" in err
 
