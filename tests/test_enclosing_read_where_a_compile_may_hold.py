@@ -114,3 +114,63 @@ def test_the_functions_searched_follow_the_files_functions_in_order() -> None:
     # f, g, inner, h, k: g by its decorator's line, h by its call; inner's own lines name none
     assert _naming_compile(text, {"torch": "torch"}) == [False, True, False, True, False]
     assert _naming_compile("def f(:\n", {}) is None
+
+
+NESTED_TRAIN = ("import torch\nfrom model import Net\n{sep}\n\ndef main():\n    def inner():\n        return torch.compile(Net())\n"
+                "    model = inner()\n    return model(torch.randn(3, 4))\n")
+
+
+@pytest.mark.parametrize("sep", ["\x0c", "# page\u2028two", "# a\x0bb", "X = 'a\x85b'"])
+def test_a_page_break_or_an_odd_line_separator_above_a_compile_does_not_hide_it(tmp_path: Path, capsys, sep) -> None:
+    """A form feed line (a page break), or a ``\\v``, ``\\x85`` or ``\\u2028`` in a comment or a
+    string, is no line end to Python: ``inner``'s compile on its last line stays in ``inner``, is
+    read, and the plan's Block compile is refused, naming the call's line as Python counts it."""
+    err = rewrite_files(tmp_path, capsys, {"model.py": MODEL, "train.py": NESTED_TRAIN.format(sep=sep)}, ADD, 2)
+    assert "the program compiles an instance of Net whole itself, at train.py:7: torch.compile(Net())" in err, err
+    assert "Net.__init__ builds Block at model.py:17" in err, err
+
+
+def test_the_lines_a_function_spans_are_counted_as_python_counts_them() -> None:
+    from rewriter.rewrite.program_compiles import _naming_compile
+
+    text = "\x0c\n# a\u2028b\x0bc\ndef f(m):\n    return torch.compile(m)\n\n\ndef g(x):\n    return x\n"
+    assert _naming_compile(text, {"torch": "torch"}) == [True, False]
+    assert _naming_compile(text.replace("\n", "\r"), {"torch": "torch"}) == [True, False]
+
+
+def test_a_whole_compile_of_a_class_whose_line_starts_with_a_form_feed_is_still_refused(tmp_path: Path, capsys) -> None:
+    """``\\fclass Net``: a page break before the class is no indentation to Python, so ``Net`` is a
+    top-level class, its whole compile in ``train.py`` holds the Block, and the plan's compile is
+    refused."""
+    model = MODEL.replace("\n\nclass Net(", "\n\n\x0cclass Net(")
+    err = rewrite_files(tmp_path, capsys, {"model.py": model, "train.py": _train("Net")}, ADD, 2)
+    assert "the program compiles an instance of Net whole itself, at train.py:6: torch.compile(Net())" in err, err
+    assert "Net.__init__ builds Block at model.py:17" in err, err
+
+
+def test_classes_named_reads_a_class_line_as_python_does(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_bytes(b"\x0cclass Net:\n    pass\n")
+    (tmp_path / "b.py").write_bytes(b"x = 1\rclass Net:\r    pass\r")
+    (tmp_path / "c.py").write_bytes(b"class \\\n        Net:\n    pass\n\n\nclass Network:\n    pass\n")
+    e = enclosing.Enclosing(tmp_path, 100)
+    assert sorted(e.classes_named({"Net"})) == [("a.py", "Net"), ("b.py", "Net"), ("c.py", "Net")]
+
+
+@pytest.mark.parametrize("imports, decorator", [
+    ("from torch._dynamo import optimize as opt\n", "@opt('eager')"),
+    ("from torch import compile as tc\n", "@tc"),
+    ("", "@(torch.compile)"),
+])
+def test_an_enclosing_forward_compiled_through_an_alias_is_read_where_src_writes_a_compile_decorator(
+        tmp_path: Path, capsys, imports, decorator) -> None:
+    """``Net.forward`` compiled by a decorator no line of ``model.py`` spells ``@...compile`` (an
+    import's alias, a parenthesized name), where another file of SRC writes ``@torch.compile``:
+    the decorator is read (:func:`rewriter.actions.base.find_decorator`) and the plan's Block
+    compile refused, naming it."""
+    model = MODEL.replace("import torch.nn as nn\n", "import torch.nn as nn\n" + imports).replace(
+        "    def forward(self, x):\n        for block", f"    {decorator}\n    def forward(self, x):\n        for block")
+    step = "import torch\n\n\n@torch.compile\ndef step(x):\n    return x + 1\n"
+    err = rewrite_files(tmp_path, capsys, {"model.py": model, "train.py": step}, ADD, 2)
+    line = 20 if imports else 19
+    assert f"compile of Block: the source compiles Net.forward with a decorator at model.py:{line}: {decorator}" in err, err
+    assert f"Net.__init__ builds Block at model.py:{line - 2}" in err, err

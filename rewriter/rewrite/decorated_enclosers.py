@@ -34,8 +34,15 @@ from .regional_path import builds, runs_compiled_forward
 
 #: A compile decorator as written (``@torch.compile``, ``@compile(``, ``@torch._dynamo.optimize(``):
 #: SRC's files are parsed for enclosing classes only where one writes such a line (a decorator
-#: spelled through an alias, ``@tc`` of ``from torch import compile as tc``, is not read).
+#: spelled through an alias, ``@tc`` of ``from torch import compile as tc``, is read only then).
 _DECORATOR = re.compile(rb"^[ \t]*@[\w. \t]*\b(?:compile|optimize)\b", re.MULTILINE)
+#: Where SRC writes a compile decorator (:data:`_DECORATOR`), what else a file may spell one with
+#: that :func:`~rewriter.actions.base.find_decorator` reads: an import that binds a compile function
+#: to another name (``from torch import compile as tc``, ``@tc``), or a decorator that is no plain
+#: dotted name on its line (``@(torch.compile)``, a line continuation), in a file that names one.
+_ALIAS = re.compile(rb"\b(?:compile|optimize)[\s\\]+as\b")
+_ODD = re.compile(rb"^[ \t]*@(?![ \t]*\w+(?:[ \t]*\.[ \t]*\w+)*[ \t]*(?:[(#\r\n]|$))", re.MULTILINE)
+_WORD = re.compile(rb"\b(?:compile|optimize)\b")
 
 
 def check(loaded: LoadedPlan, bounds: list[Any], reading: Any) -> None:
@@ -87,15 +94,20 @@ def check(loaded: LoadedPlan, bounds: list[Any], reading: Any) -> None:
 def _decorated(reading: Any, entry: str | None, own_off: dict[tuple[str, str], bool],
                planned: set[tuple[str, str]]) -> list[ClassRef]:
     """The top-level classes of SRC that define the method the workload runs (``forward``, or
-    ``entry``) with a compile decorator on (:func:`_decorator_on`), read in the files that write a
-    compile decorator (:data:`_DECORATOR`). Asked before the reading of which classes enclose the
+    ``entry``) with a compile decorator on (:func:`_decorator_on`): none where no file writes a
+    compile decorator (:data:`_DECORATOR`), else read in those files and in those that may spell
+    one otherwise (:data:`_ALIAS`, :data:`_ODD`). Asked before the reading of which classes enclose the
     plan's (:meth:`.enclosing.Enclosing.enclosers`, the parse of every file that builds or
     subclasses it), which runs only where one of them may build it
     (:meth:`.enclosing.Enclosing.may_enclose`)."""
     enclosing = reading.enclosing()
+    files = enclosing.files()
+    if not any(_DECORATOR.search(data) for data in files.values()):
+        return []
     out: list[ClassRef] = []
-    for rel, data in enclosing.files().items():
-        module = enclosing.module(rel) if _DECORATOR.search(data) else None
+    for rel, data in files.items():
+        read = _DECORATOR.search(data) or _ALIAS.search(data) or (_ODD.search(data) and _WORD.search(data))
+        module = enclosing.module(rel) if read else None
         for node in module.body if module is not None else ():
             if isinstance(node, cst.ClassDef) and _decorator_on((rel, node.name.value), node, module,
                                                                 entry or "forward", own_off, planned):

@@ -185,10 +185,14 @@ class Enclosing:
         return any(r == cls or self.forward_owner(r) in (cls, None) for r in self.built_by(starts))
 
     def classes_named(self, names: set[str]) -> list[ClassRef]:
-        """The top-level classes of SRC named one of ``names`` (by the files' text: ``class Net``)."""
+        """The top-level classes of SRC named one of ``names`` (by the files' text: ``class Net``), and
+        perhaps more (a nested class of that name: none is built by it). A ``class`` line is read
+        however Python reads it: after a form feed (a page break before it), on a line a lone ``\\r``
+        ends, its name after a line continuation."""
         if not names:
             return []
-        pattern = re.compile(rb"^class\s+(" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b", re.MULTILINE)
+        pattern = re.compile(rb"(?:^|\r)[ \t\f]*class[\s\\]+(" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b",
+                             re.MULTILINE)
         return [(rel, hit.decode()) for rel, data in self.files().items() for hit in dict.fromkeys(pattern.findall(data))]
 
     def where(self, built: Built) -> str:

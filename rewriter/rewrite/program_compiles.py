@@ -491,6 +491,12 @@ def _isinstance_names(loop: cst.For, call: cst.Call, name: str) -> list[str]:
     return out
 
 
+#: The line ends Python's tokenizer counts (so :mod:`ast`'s line numbers): not ``str.splitlines``'
+#: others (a form feed, ``\v``, ``\x1c``-``\x1e``, ``\x85``, ``\u2028``, ``\u2029``), which a page break
+#: or a comment may hold and which would shift every line below it.
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
 def _naming_compile(text: str, imports: dict[str, str]) -> list[bool] | None:
     """For each function :func:`_scopes` yields after the module (in its order), whether its lines
     (its decorators' included) name a compile function: ``compile`` or ``optimize``, or a name an
@@ -504,7 +510,7 @@ def _naming_compile(text: str, imports: dict[str, str]) -> list[bool] | None:
     words = {"compile", "optimize"} | {local for local, name in imports.items()
                                        if name.rsplit(".", 1)[-1] in ("compile", "optimize")}
     pattern = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in sorted(words)) + r")\b")
-    lines = [n for n, line in enumerate(text.splitlines(), 1) if pattern.search(line)]
+    lines = [n for n, line in enumerate(_LINE_END.split(text), 1) if pattern.search(line)]
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
