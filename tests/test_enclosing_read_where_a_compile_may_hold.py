@@ -168,7 +168,7 @@ def test_an_enclosing_forward_compiled_through_an_alias_is_read_where_src_writes
     the decorator is read (:func:`rewriter.actions.base.find_decorator`) and the plan's Block
     compile refused, naming it."""
     model = MODEL.replace("import torch.nn as nn\n", "import torch.nn as nn\n" + imports).replace(
-        "    def forward(self, x):\n        for block", f"    {decorator}\n    def forward(self, x):\n        for block")
+        "    def forward(self, x):\n        for b", f"    {decorator}\n    def forward(self, x):\n        for b")
     step = "import torch\n\n\n@torch.compile\ndef step(x):\n    return x + 1\n"
     err = rewrite_files(tmp_path, capsys, {"model.py": model, "train.py": step}, ADD, 2)
     line = 20 if imports else 19
