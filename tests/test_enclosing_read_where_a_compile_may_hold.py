@@ -174,3 +174,17 @@ def test_an_enclosing_forward_compiled_through_an_alias_is_read_where_src_writes
     line = 20 if imports else 19
     assert f"compile of Block: the source compiles Net.forward with a decorator at model.py:{line}: {decorator}" in err, err
     assert f"Net.__init__ builds Block at model.py:{line - 2}" in err, err
+
+
+def test_past_the_downward_limit_the_decorated_enclosers_are_read_upward(tmp_path: Path, capsys) -> None:
+    """More compile-decorated classes than ``decorated_enclosers.MAX_DOWNWARD`` (a tree a plan was
+    applied over): the plan's class is read upward at once, and the refusal of a decorated ``Net``
+    that builds it stands; with ``Net`` undecorated the plan is written."""
+    from rewriter.rewrite.decorated_enclosers import MAX_DOWNWARD
+
+    many = "".join(f"\n\nclass Head{k}(nn.Module):\n    @torch.compile\n    def forward(self, x):\n        return x\n"
+                   for k in range(MAX_DOWNWARD + 1))
+    decorated = MODEL.replace("    def forward(self, x):\n        for b", "    @torch.compile\n    def forward(self, x):\n        for b")
+    err = rewrite_files(tmp_path / "on", capsys, {"model.py": decorated + many, "train.py": "from model import Net\n"}, ADD, 2)
+    assert "Net.__init__ builds Block at model.py:17" in err, err
+    rewrite_files(tmp_path / "off", capsys, {"model.py": MODEL + many, "train.py": "from model import Net\n"}, ADD, 0)
