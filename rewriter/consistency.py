@@ -873,12 +873,13 @@ def check_program_loops(loaded: LoadedPlan, bounds: list[Bound], parse: Any, rea
 
 def _block_compiles(bounds: list[Bound]) -> list[Bound]:
     """The plan's own compiles of a class under SRC, or of its ``forward`` (``model.py::Block``,
-    ``model.py::Block.forward``; not ``own_call`` edits, ``nested`` regions or library targets):
-    the compiles a loop of the program's, or a regional edit, may compile a second time."""
+    ``model.py::Block.forward``; not a module-level function, ``own_call`` edits, ``nested`` regions
+    or library targets): the compiles a loop of the program's, or a regional edit, may compile a
+    second time."""
     return [b for b in bounds if isinstance(b.action, CompileAction) and b.action.own_call is None
             and b.action.strategy != "nested" and not b.action.library
-            and (b.target.qualname.count(".") == 0 or b.target.qualname.endswith(".forward"))
-            and b.target.qualname.count(".") <= 1]
+            and ((b.target.qualname.count(".") == 0 and isinstance(b.target.node, cst.ClassDef))
+                 or (b.target.qualname.endswith(".forward") and b.target.qualname.count(".") == 1))]
 
 
 def _refuse_loop_compiled(loaded: LoadedPlan, reading: Any, c: Bound, e: Any, where: str, inner: str, walked: str,

@@ -188,3 +188,18 @@ def test_past_the_downward_limit_the_decorated_enclosers_are_read_upward(tmp_pat
     err = rewrite_files(tmp_path / "on", capsys, {"model.py": decorated + many, "train.py": "from model import Net\n"}, ADD, 2)
     assert "Net.__init__ builds Block at model.py:17" in err, err
     rewrite_files(tmp_path / "off", capsys, {"model.py": MODEL + many, "train.py": "from model import Net\n"}, ADD, 0)
+
+
+def test_a_plan_that_compiles_no_forward_parses_no_compile_writing_file(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A plan whose compile targets a free function (no class's ``forward``): no enclosing compile
+    can inline it, so the program's compile calls are not read at all (``every_call`` made to raise)."""
+    from rewriter.rewrite.program_compiles import ProgramCompiles
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("every file that writes a compile call was parsed")
+
+    monkeypatch.setattr(ProgramCompiles, "every_call", refuse)
+    model = MODEL + "\n\ndef step(x):\n    return x * 2\n"
+    rewrite_files(tmp_path, capsys, {"model.py": model, "train.py": _train("Net")},
+                  "  - {action: compile, target: model.py::step}\n", 0)
+    assert "@torch.compile\ndef step" in (tmp_path / "src" / "model.py").read_text()

@@ -116,6 +116,7 @@ class Enclosing:
         self._forward_bases: dict[str, dict[str, ClassRef]] = {}
         self._mixins: dict[str, dict[str, tuple[ClassRef, ...]]] = {}
         self._enclosers: dict[ClassRef, dict[ClassRef, list[Built]]] = {}
+        self._built_by: dict[tuple[ClassRef, ...], set[ClassRef]] = {}  # built_by's answers, by start set
         self._positions: dict[int, Any] = {}
         self._texts: dict[str, bytes] | None = None
         self._naming: dict[str, list[str]] = {}
@@ -158,7 +159,11 @@ class Enclosing:
         overrides), and cheap where ``starts`` are few: only their files and those of what they
         build are parsed, where :meth:`enclosers` parses every file that builds or subclasses the
         class asked about (on a transformers-sized SRC, a hundred for a decoder layer). A check whose
-        enclosing compile can start only at ``starts`` asks this first (:meth:`may_enclose`)."""
+        enclosing compile can start only at ``starts`` asks this first (:meth:`may_enclose`), once per
+        start set for all the plan's classes."""
+        key = tuple(sorted(set(starts)))
+        if key in self._built_by:
+            return self._built_by[key]
         built: set[ClassRef] = set()
         seen: set[ClassRef] = set()
         frontier = list(starts)
@@ -175,6 +180,7 @@ class Enclosing:
                 built.update(inner)
                 frontier += inner
                 current = self.base_of(current)
+        self._built_by[key] = built
         return built
 
     def may_enclose(self, starts: list[ClassRef], cls: ClassRef) -> bool:

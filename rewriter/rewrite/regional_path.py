@@ -397,8 +397,10 @@ def _check_unedited(loaded: LoadedPlan, bounds: list[Any], adds: dict[tuple[str,
             action beside it, an ``own_call`` of that call with it included).
     """
     names = {q.rsplit(".", 2)[-2] for _, q in adds if q.endswith(".forward") and "." in q}
+    if not names:
+        return
     made = {w.made for w in reading.every_call()[0]}
-    if not names or not made:
+    if not made:
         return  # no whole-model compile call anywhere in SRC: nothing to read the enclosing classes for
     enclosed = _enclosed(reading, adds, reading.enclosing().classes_named(made))
     defined: dict[str, set[str]] = {}
