@@ -394,11 +394,14 @@ try:
         # rounds it interleaves across the processes ("go ROUNDS [core]" for each round, then "done")
         print("ZOO-READY", flush=True)
         samples, blocked, windows = [[] for _ in feeds], [[] for _ in feeds], []
+        from rewriter.engine.host_state import Probe
+        probe = Probe(f"zoo-{variant}")  # the timed process's host state, as the engine's children write it (STACKPART_HOST_STATE)
         while True:
             go = sys.stdin.readline().split()
             if not go:  # the parent is gone: no one to time for
                 sys.exit(3)
             if go[0] == "done":
+                probe.stop(model)
                 break
             rounds = int(go[1])
             if len(go) > 2 and "pinned_core" not in res:  # pin this (the launching) thread to the core the parent chose, as the engine's timed children do
@@ -411,10 +414,14 @@ try:
             # one round: every shape compiled, as a program alternating them runs
             windows.append([time.time()])
             per = max(3, math.ceil(steps / rounds))
+            probe.start(model, res.get("pinned_core") if isinstance(res.get("pinned_core"), int) else None,
+                        lambda: model(**feeds[0]))
             for i, inputs in enumerate(feeds):
                 for _ in range(3):
                     model(**inputs)
+                probe.before()
                 samples[i] += [timed(lambda: model(**inputs)) for _ in range(per)]
+                probe.after({"shape": i, "n": per}, [x / 1e3 for x in samples[i][-per:]])
                 # the same steps back to back, 5 calls between two events (the engine's blocked timing,
                 # docs/measuring-on-a-gpu.md): a loop that does not wait for each output; reported, not judged
                 blocked[i] += [timed(lambda: [model(**inputs) for _ in range(5)]) / 5 for _ in range(max(1, per // 5))]

@@ -482,9 +482,11 @@ def serve(job: dict[str, Any], channel: Channel, model: Any) -> None:
 
     import torch
 
+    from .host_state import Probe
     from .timing import burst_calls, time_burst, time_call
 
     ref = Path(job["ref"])
+    probe = Probe(job["variants"][0] + ("#2" if job.get("replica") else ""))  # inert unless STACKPART_HOST_STATE is set
     spec = job["harness"]
     device = spec["device"]
     training = spec["mode"] == "training"
@@ -507,6 +509,8 @@ def serve(job: dict[str, Any], channel: Channel, model: Any) -> None:
         try:
             if i not in fns:
                 fns[i] = step_fn(model, saved_inputs(job, i, ref), training, harness_call(job))
+            probe.start(model, pinned if pinned is not None and pinned >= 0 else None, fns[i])
+            probe.before()
             for _ in range(int(request.get("warmup", 0))):
                 fns[i]()
             if burst_ms > 0 and i not in calls:
@@ -522,9 +526,11 @@ def serve(job: dict[str, Any], channel: Channel, model: Any) -> None:
             reply = {"error": {"kind": "oom", "message": str(exc).splitlines()[0]}}
         except Exception as exc:
             reply = {"error": {"kind": "raised", "message": f"{type(exc).__name__}: {exc}"[:1000]}}
+        probe.after(request, reply.get("samples") or [])
         channel.send(reply)
         if "error" in reply:
             break
+    probe.stop(model)
 
 
 def main(argv: list[str] | None = None) -> int:
