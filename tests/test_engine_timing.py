@@ -783,3 +783,35 @@ def test_a_baseline_that_raises_is_said_as_the_original_model(monkeypatch, tmp_p
     measure(spec, variants, Options(replicates=0, overlap=False, warmup=0, reps=3, budget_s=10.0), tmp_path, partial=m)
     assert m.results["whole"]["problems"][0].startswith("the original model with the whole compile raised"), m.results["whole"]
     assert m.results["as-is"]["problems"][0].startswith("the original model as it runs raised"), m.results["as-is"]
+
+
+def test_serve_writes_the_host_state_of_its_timing_only_when_asked(tmp_path, monkeypatch):
+    """STACKPART_HOST_STATE (docs/measuring-on-a-gpu.md, "When two processes time one computation
+    apart"): a served child writes its state, one profiled step and a row per timed request."""
+    import json
+
+    import torch
+
+    from rewriter.engine.child import serve
+    from rewriter.engine.host_state import ENV
+
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    torch.save((torch.randn(2, 4),), ref / "inputs_0.pt")
+    job = {"ref": str(ref), "harness": {"device": "cpu", "mode": "inference"}, "variants": ["per-block"], "replica": True}
+    requests = [{"op": "time", "shape": 0, "warmup": 1, "n": 0}, {"op": "time", "shape": 0, "warmup": 0, "n": 3}]
+
+    monkeypatch.delenv(ENV, raising=False)
+    serve(job, _Channel(list(requests)), torch.nn.Linear(4, 4))
+    assert not list(tmp_path.glob("**/*.json"))
+
+    monkeypatch.setenv(ENV, str(tmp_path / "state"))
+    serve(job, _Channel(list(requests)), torch.nn.Linear(4, 4))
+    (written,) = (tmp_path / "state").glob("*.json")
+    assert written.name == f"per-block_2-{os.getpid()}.json"
+    state = json.loads(written.read_text())
+    assert [r["n"] for r in state["requests"]] == [0, 3]
+    assert state["requests"][1]["median_ms"] > 0 and "median_ms" not in state["requests"][0]
+    assert state["first"]["param"] == {"dtype": "torch.float32", "device": "cpu"}
+    assert state["first"]["torch"]["dispatch_modes"] == 0 and state["first"]["profiled_step"]["cpu_events"] > 0
+    assert state["delta"]["wall_s"] >= 0

@@ -486,7 +486,8 @@ def serve(job: dict[str, Any], channel: Channel, model: Any) -> None:
     from .timing import burst_calls, time_burst, time_call
 
     ref = Path(job["ref"])
-    probe = Probe(job["variants"][0] + ("#2" if job.get("replica") else ""))  # inert unless STACKPART_HOST_STATE is set
+    # inert unless STACKPART_HOST_STATE is set
+    probe = Probe((job.get("variants") or ["variant"])[0] + ("#2" if job.get("replica") else ""), on_sigterm=True)
     spec = job["harness"]
     device = spec["device"]
     training = spec["mode"] == "training"

@@ -180,9 +180,10 @@ class Probe:
     """The probe of one timed process: :meth:`start` at its first timed request (after pinning),
     :meth:`stop` when it stops timing, which writes the file. Inert when :data:`ENV` is unset."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, on_sigterm: bool = False) -> None:
         self.folder = os.environ.get(ENV)
         self.name = name
+        self.on_sigterm = on_sigterm
         self.first: dict[str, Any] | None = None
         self.core: int | None = None
         self.busy: float | None = None
@@ -215,8 +216,8 @@ class Probe:
 
     def start(self, model: Any = None, core: int | None = None, step: Any = None) -> None:
         """The first snapshot, with one ``step`` (a no-argument call) profiled (:func:`profiled_step`)
-        where given; and, since the engine ends its served children with SIGTERM
-        (:meth:`.runner.ServedChild.terminate`), a SIGTERM handler that writes the file, then exits."""
+        where given; and with ``on_sigterm`` (the engine ends its served children with SIGTERM,
+        :meth:`.runner.ServedChild.terminate`) a SIGTERM handler that writes the file, then exits."""
         if not self.folder or self.first is not None:
             return
         self.core = core
@@ -224,7 +225,7 @@ class Probe:
         if step is not None:
             self.first["profiled_step"] = profiled_step(step)
         self.busy = _core_busy(core)
-        if threading.current_thread() is threading.main_thread():
+        if self.on_sigterm and threading.current_thread() is threading.main_thread():
             import signal
 
             def _stop_and_exit(*_: object) -> None:
