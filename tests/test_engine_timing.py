@@ -685,6 +685,55 @@ def test_a_contended_window_times_each_plan_with_a_busy_loop_on_the_shared_core(
     assert any("not timed with a contended host core" in n for n in notes), notes
 
 
+class _Drifting(_HostBound):
+    """A host-bound child whose slowdown under the busy loop moves between contended windows:
+    ``xs[k]`` in the ``k``-th contended window (a window is a shape's rounds under the loop)."""
+
+    def __init__(self, ms: float, xs: list[float], loop, shapes: int):
+        super().__init__(ms, xs[0], loop)
+        self.xs, self.shapes, self.loaded_requests = xs, shapes, 0
+
+    def time(self, shape, warmup, n, **kw):
+        if self.loop.on:
+            if warmup:  # each window starts with the shape's warm-up request
+                self.loaded_requests += 1
+            self.x = self.xs[min((self.loaded_requests - 1) // self.shapes, len(self.xs) - 1)]
+        return super().time(shape, warmup, n, **kw)
+
+
+def test_two_contended_windows_pool_their_samples_and_their_spread_sets_the_contended_band(busy_loop):
+    """The two processes of one contended window run under one busy loop and agree; two contended
+    windows apart in time differ as a re-run does, so that spread is the band a contended figure
+    is judged within (rewriter.engine.noise.process_noise, ``contended_share``)."""
+    from rewriter.engine.noise import process_noise
+    from rewriter.engine.windows import CONTENDED_WINDOWS
+
+    assert CONTENDED_WINDOWS == 2
+    shapes = [{"seq": 512}, {"seq": 384}]
+    kids = {"eager": _Drifting(20.0, [2.0, 2.2], busy_loop, 2), "eager" + REPLICA: _Drifting(20.0, [2.0, 2.2], busy_loop, 2),
+            "pb": _Drifting(10.0, [2.0, 2.4], busy_loop, 2), "pb" + REPLICA: _Drifting(10.0, [2.0, 2.4], busy_loop, 2)}
+    notes: list[str] = []
+    timed = interleave(kids, shapes, Options(warmup=1, reps=6, budget_s=0.0, windows=2, contended=True), notes=notes,
+                       device="cuda")
+    assert timed.error is None and not busy_loop.on and len(busy_loop.started) == 1  # one loop for both windows
+    for row in timed.rows:
+        pb = row["timing"]["pb"]
+        assert pb["median_ms"] == pytest.approx(10.0)
+        assert pb["contended_windows_ms"] == pytest.approx([20.0, 24.0])
+        assert pb["contended_ms"] == pytest.approx(22.0)  # the median of both windows' samples pooled
+    # each contended window has half a quiet window's rounds (3 of 6), the quiet rounds are the only paired ones
+    loaded = [r for r in kids["pb"].requests if r[2] and r[3].get("burst_ms") is not None]
+    assert len(loaded) == 2 * 6 + 2 * 2 * 3
+    assert any("in 2 more windows with a busy loop" in n for n in notes), notes
+    from rewriter.engine.replicas import merge_replicates
+
+    noise = process_noise(merge_replicates(timed, ["eager", "pb"]).rows)
+    # the processes agree to the digit (contended share 0); the windows differ by ln(24/20) and ln(2.2/2.0)
+    apart = sorted([math.log(1.2)] * 2 + [math.log(1.1)] * 2)
+    assert noise["contended_window_share"] == pytest.approx(1.96 * (apart[1] + apart[2]) / 2 / (0.6745 * math.sqrt(2)))
+    assert noise["contended_share"] == noise["contended_window_share"]
+
+
 def test_the_contended_figure_of_a_plan_timed_twice_is_its_faster_process():
     from rewriter.engine.noise import process_noise
     from rewriter.engine.replicas import REPLICA, merge_replicates

@@ -75,13 +75,18 @@ class Collected:
 
     Attributes:
         spans: each quiet window's samples (one list per window), seconds per call.
-        contended: the contended window's median, ms (its samples are not paired with the quiet rounds).
+        contended: the contended windows' median over all their samples, ms (not paired with the
+            quiet rounds).
         calls: calls per timed block, each shape's own (sized once per shape in the child).
+        contended_samples: each contended window's samples pooled, seconds per call.
+        contended_windows: each contended window's median, ms, in window order.
     """
 
     spans: list[dict[str, list[list[float]]]]
     contended: list[dict[str, float]]
     calls: list[dict[str, int]]
+    contended_samples: list[dict[str, list[float]]] = field(default_factory=list)
+    contended_windows: list[dict[str, list[float]]] = field(default_factory=list)
 
 
 def interleave(
@@ -110,7 +115,8 @@ def interleave(
     rounds = Rounds(children, shapes, names, pins, {"burst_ms": opts.burst_ms} if cuda and opts.burst_ms > 0 else {},
                     opts.warmup, max(1, math.ceil(opts.reps / windows)), opts.budget_s / windows, windows, emit, notes)
     rounds.quiet = rounds.names
-    got = Collected([{n: [] for n in names} for _ in shapes], [{} for _ in shapes], [{} for _ in shapes])
+    got = Collected([{n: [] for n in names} for _ in shapes], [{} for _ in shapes], [{} for _ in shapes],
+                    [{} for _ in shapes], [{} for _ in shapes])
     shared = sorted(set(pins.values())) if len(set(pins.values())) == 1 and len(pins) == len(names) else []
     if opts.contended and not shared and cuda:
         rounds.note("not timed with a contended host core: the timed processes are not all pinned to one core (--pin)")
@@ -161,9 +167,17 @@ def _quiet_windows(rounds: Rounds, got: Collected) -> str | None:
     return None
 
 
+#: Contended windows per shape (:func:`_contended_window`), each with half a quiet window's rounds
+#: and seconds: the two windows' medians differ by what a re-run with the core contended would move
+#: a figure by, which the two processes of one window, timed side by side under the same busy loop,
+#: do not show (:func:`.noise.process_noise`, ``contended_share``).
+CONTENDED_WINDOWS = 2
+
+
 def _contended_window(rounds: Rounds, got: Collected, core: int) -> None:
-    """One more window per shape with a busy loop pinned to the shared ``core``
-    (:func:`.cores.contend`). It is supplementary: where it cannot start or stops, the quiet
+    """:data:`CONTENDED_WINDOWS` more windows per shape with a busy loop pinned to the shared
+    ``core`` (:func:`.cores.contend`), the shapes in turn, each with half the rounds and seconds of
+    a quiet window (at least 3 rounds). It is supplementary: where it cannot start or stops, the quiet
     figures stand without it, said in a note."""
     from .cores import contend
 
@@ -175,12 +189,17 @@ def _contended_window(rounds: Rounds, got: Collected, core: int) -> None:
         return
     try:
         time.sleep(0.2)  # the loop pinned and running before the first round (inside the try: killed on an interrupt)
-        error = _window(rounds, got, rounds.windows, loaded=True)
+        reps, budget = rounds.reps, rounds.budget_s
+        rounds.reps, rounds.budget_s = max(3, math.ceil(reps / CONTENDED_WINDOWS)), budget / CONTENDED_WINDOWS
+        error = None
+        for w in range(CONTENDED_WINDOWS):
+            error = error or _window(rounds, got, rounds.windows + w, loaded=True)
+        rounds.reps, rounds.budget_s = reps, budget
     finally:
         hog.kill()
         hog.wait()
     if error:
-        for per in got.contended:
+        for per in got.contended + got.contended_windows:
             per.clear()
         rounds.note(f"no contended-core figures: the timing with the busy loop stopped ({' '.join(error.split())[:200]}); "
                     "the quiet windows' figures stand")
@@ -189,7 +208,8 @@ def _contended_window(rounds: Rounds, got: Collected, core: int) -> None:
 def _window(rounds: Rounds, got: Collected, w: int, loaded: bool) -> str | None:
     """Window ``w`` of :func:`interleave` over every shape; the error that stops the timing, or
     None. A quiet window's samples per process go to ``got.spans`` (one list per window); a
-    ``loaded`` (contended) window's median goes to ``got.contended`` only."""
+    ``loaded`` (contended) window's go to ``got.contended_samples`` (its median to
+    ``got.contended_windows``), and ``got.contended`` is the median of every contended sample so far."""
     for i, shape in enumerate(rounds.shapes):
         if rounds.emit is not None:
             label = (f"{shape} (host core contended)" if loaded
@@ -201,7 +221,10 @@ def _window(rounds: Rounds, got: Collected, w: int, loaded: bool) -> str | None:
             return error
         for n, v in samples.items():
             if v and loaded:
-                got.contended[i][n] = statistics.median(v) * 1e3
+                pooled = got.contended_samples[i].setdefault(n, [])
+                pooled.extend(v)
+                got.contended_windows[i].setdefault(n, []).append(statistics.median(v) * 1e3)
+                got.contended[i][n] = statistics.median(pooled) * 1e3
             elif v:
                 got.spans[i][n].append(v)
     return None
@@ -265,6 +288,8 @@ def _summaries(rounds: Rounds, got: Collected) -> Timed:
                 t.update(median_ms=standing["median_ms"], p10_ms=standing["p10_ms"], p90_ms=standing["p90_ms"])
             if t.get("n") and n in got.contended[i]:
                 t["contended_ms"] = got.contended[i][n]
+                if len(got.contended_windows[i].get(n, [])) > 1:
+                    t["contended_windows_ms"] = got.contended_windows[i][n]
             if rounds.burst and t.get("n"):
                 t["calls_per_sample"] = got.calls[i].get(n, 1)
         timed.rows.append({"shape": shape, "timing": summary})
@@ -278,8 +303,11 @@ def _notes(rounds: Rounds, got: Collected, opts: Options, shared: list[int]) -> 
         rounds.note(f"each shape was timed in {rounds.windows} windows apart in time (the shapes in turn); a process's figure "
                     "per shape is its faster window's median (a host stall through one window cannot make a plan faster)")
     if any(got.contended):
-        rounds.note(f"then each shape once more with a busy loop on the shared core {shared[0]} (a contended host core: "
-                    "a data-loader worker or a neighbour time-slicing with the main thread): each plan's 'contended' step")
+        more = "once more" if not any(len(w) > 1 for per in got.contended_windows for w in per.values()) \
+            else f"in {CONTENDED_WINDOWS} more windows"
+        rounds.note(f"then each shape {more} with a busy loop on the shared core {shared[0]} (a contended host core: "
+                    "a data-loader worker or a neighbour time-slicing with the main thread): each plan's 'contended' step"
+                    + (", the median of both windows' samples" if more != "once more" else ""))
     if rounds.burst:
         rounds.note(
             f"each timing sample is the per-call time of a back-to-back block of about {opts.burst_ms:.0f} ms after "
