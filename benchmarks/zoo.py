@@ -35,6 +35,8 @@ host, so it chooses the plan with those compiles running (the verdicts say so:
 ``--replicate plan,whole`` runs the named variants in a second process each (``plan#2``, started and
 timed with the others, after them in each round's order): the spread between two processes of one compile (``replicates`` in the
 verdicts), which a figure from one process does not show; the verdicts stay on the first processes.
+Where every passing variant, the plan and eager ran twice, the same bars on each one's faster process
+(the engine's rule for a plan timed twice) are reported beside them (``on_faster_process``).
 So the first-call seconds are those of compiles sharing the host's cores, and each shape's steady step
 (median of ``--steps`` CUDA-event timed calls after 3 warm-ups, ms) is timed with every shape compiled:
 under automatic dynamic shapes the first shape then runs the dynamic graph, as the engine times it.
@@ -737,6 +739,10 @@ def verdicts(variants: dict[str, dict], plan: dict | None = None) -> dict:
     out = _speed_verdicts(variants)
     if second:
         out["replicates"] = replicate_spread(variants, second)
+        faster = faster_processes(variants, second)
+        if faster:  # the same bars on each variant's faster process, as the engine's figures are: beside, not instead
+            out["on_faster_process"] = {k: v for k, v in _speed_verdicts(faster).items()
+                                        if k not in ("plan_outputs_bitwise_equal_to",)}
     passing = {k: v for k, v in variants.items() if _passes(v)}
     if passing and all("blocked_ms" in sh for v in passing.values() for sh in v["shapes"]):
         # the same bars on the blocked figures: reported beside, not instead (module docstring)
@@ -774,6 +780,24 @@ def replicate_spread(first: dict[str, dict], second: dict[str, dict]) -> dict:
                 row[key] = [[round(a, 3), round(b, 3)] for a, b in pairs]
                 row[f"{key}_spread"] = round(max(abs(a - b) / min(a, b) for a, b in pairs), 4)
         out[name] = row
+    return out
+
+
+def faster_processes(first: dict[str, dict], second: dict[str, dict]) -> dict[str, dict]:
+    """Every variant with each shape's ``median_ms`` the lower of its two processes' (the engine's
+    rule for a variant timed twice, :func:`rewriter.engine.replicas.merge_replicates`: a slow
+    process is a one-sided error), where every variant that passes, the plan and eager included,
+    ran twice (``--replicate``); else ``{}``: a bar between one variant's faster of two and
+    another's one process would favour the first."""
+    wanted = [k for k, v in first.items() if _passes(v) or k in ("plan", "eager")]
+    if not wanted or any(k + REPLICA not in second or "error" in second[k + REPLICA] for k in wanted):
+        return {}
+    out = {}
+    for k in wanted:
+        v, v2 = first[k], second[k + REPLICA]
+        shapes = [dict(a, median_ms=min(a["median_ms"], b["median_ms"])) if a.get("median_ms") and b.get("median_ms") else a
+                  for a, b in zip(v["shapes"], v2["shapes"])]
+        out[k] = dict(v, shapes=shapes)
     return out
 
 

@@ -360,6 +360,21 @@ def test_a_replicated_variant_is_reported_apart_and_never_judged(zoo):
     assert failed["replicates"]["whole#2"] == {"error": "timeout"}
 
 
+def test_where_every_variant_ran_twice_the_bars_on_each_faster_process_are_reported_beside(zoo):
+    """The engine judges a variant timed twice by its faster process; the zoo reports the same bars
+    on that figure beside its one-process verdicts, only where every passing variant ran twice."""
+    variants = {"eager": _variant([14.99, 14.40], [14.0, 13.9]), "whole": _variant([5.95, 6.81], [5.8, 5.7]),
+                "plan": _variant([8.95, 8.80], [5.8, 5.8], actions=[{"action": "compile"}]),
+                "plan#2": _variant([6.0, 6.1], [5.9, 5.8], actions=[{"action": "compile"}])}
+    assert "on_faster_process" not in zoo.verdicts(variants)  # whole and eager ran once: no such bar
+    both = dict(variants, **{"eager#2": _variant([15.2, 14.1], [14.0, 13.9]), "whole#2": _variant([6.2, 6.5], [5.8, 5.7])})
+    v = zoo.verdicts(both)
+    assert v["plan_within_5pct_of_fastest"] is False  # the first processes' verdict stands as measured
+    faster = v["on_faster_process"]
+    assert faster["fastest"] == "plan" and faster["plan_speed_vs_fastest"] == 1.0  # 6.05 against whole's 6.2 (5.95, 6.5)
+    assert faster["plan_not_slower_than_eager"] is True
+
+
 def test_a_replica_process_compiles_as_its_variant_does(zoo, tmp_path):
     src = _src(tmp_path / "src")
     out = _run(zoo, [("whole", src), ("whole#2", src)], "cpu", SHAPES[:1], steps=3, timeout=120, parallel=True)
