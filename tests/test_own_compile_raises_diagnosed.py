@@ -128,7 +128,8 @@ def test_no_candidate_that_runs_is_an_error_not_change_nothing():
 def test_a_recompile_count_with_compilation_off_is_no_yardstick():
     """Without a measured gain, candidates that recompile more than as-is go last; where as-is ran with
     compilation off (0 recompiles by construction) that would push every one down, and the status
-    said 'against 0 as it is'."""
+    said 'against 0 as it is'. Among the candidates that run, the fewest recompiles + graph breaks
+    come first, as in every search without a measured gain, then the ladder's order."""
     from rewriter.diagnose.decide import decide
 
     rows = {AS_IS: {"step_ms": 1.0, "compile": {"recompiles": 0}},
@@ -137,8 +138,12 @@ def test_a_recompile_count_with_compilation_off_is_no_yardstick():
     order = [AS_IS, "as-is+no-fullgraph", "as-is+dynamic"]
     c = decide(rows, order, [], 1000, 1, False, baseline=COMPILATION_OFF)
     c = when_as_is_raises(c, rows, order)
-    assert c.chosen == "as-is+no-fullgraph", c  # the ladder's order, not the recompile count
+    assert c.chosen == "as-is+dynamic", c  # 0 recompiles against 3: the fewest first
+    assert c.status["as-is+no-fullgraph"].startswith("not chosen: 3 + 0 = 3 recompile(s) + graph break(s)"), c.status
     assert not any("as it is" in said for n, said in c.status.items() if n != AS_IS), c.status
+    rows["as-is+dynamic"]["compile"]["recompiles"] = 3  # equal counts: the ladder's order
+    c = when_as_is_raises(decide(rows, order, [], 1000, 1, False, baseline=COMPILATION_OFF), rows, order)
+    assert c.chosen == "as-is+no-fullgraph", c
 
 
 

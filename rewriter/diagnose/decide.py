@@ -213,7 +213,9 @@ def when_as_is_raises(choice: Choice, rows: dict[str, dict[str, Any]], order: li
     (:mod:`.own_raised`), whose ``as-is`` row is the program with compilation off: that row is the
     baseline, never the plan (the program as it is does not run). Where :func:`decide` kept it, the
     plan is the candidate that runs with the largest net saving (its step and compile cost against
-    compilation off; where the gain is not measured, the first in the ladder's order), among those
+    compilation off; where the gain is not measured, the fewest recompiles plus graph
+    breaks over the shapes, then the first in the ladder's order, as :func:`_by_recompiles_and_breaks`
+    ranks), among those
     validate's speed gate passes (:func:`gate_failures` against compilation off, validate's own
     reference) where any does, so that the plan is one ``rewrite --apply`` takes. Where every one
     that runs is slower than compilation off, the plan is still the fastest of them (the program
@@ -245,7 +247,14 @@ def when_as_is_raises(choice: Choice, rows: dict[str, dict[str, Any]], order: li
     measured = all(v is not None for v in nets.values())
     refused = {n: gate_failures(rows, n, noise, COMPILATION_OFF) for n in runs} if measured and rows[AS_IS].get("step_ms") else {}
     passing = [n for n in runs if not refused.get(n)] or runs
-    chosen = max(passing, key=lambda n: nets[n]) if measured else passing[0]  # type: ignore[arg-type, return-value]
+    if measured:
+        chosen = max(passing, key=lambda n: nets[n])  # type: ignore[arg-type, return-value]
+    else:  # the rule of every search without a measured gain: fewest recompiles + graph breaks, then the ladder's order
+        chosen = min(passing, key=lambda n: (sum(_symptoms(rows[n])), _symptoms(rows[n])[1], passing.index(n)))
+        fewer = [n for n in passing if n != chosen and sum(_symptoms(rows[n])) > sum(_symptoms(rows[chosen]))]
+        for n in fewer:
+            status[n] = (f"not chosen: {_sum(rows[n])} recompile(s) + graph break(s) over the shapes against "
+                         f"{_sum(rows[chosen])} of {chosen!r} (fewest first: the gain is not measured with this backend)")
     for n in runs:
         if refused.get(n) and n != chosen:
             status[n] = GATED + "; ".join(refused[n])
@@ -448,7 +457,9 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
     Where the program as it is ran its own compile and recompiled over the shapes, the candidates
     and the program are ranked by their recompiles plus graph breaks
     (:func:`_by_recompiles_and_breaks`): a user who came for either symptom gets the plan that
-    measured fewest of both. Else (no
+    measured fewest of both. Where the program as it is raises (``baseline`` is
+    :data:`COMPILATION_OFF`, no count of its own), the edits that run are ranked the same way, fewest
+    recompiles + graph breaks first, then the ladder's order. Else (no
     recompile as it is, graph breaks or not) the ladder's order decides, a candidate that recompiles
     more than the program as it is last; where every candidate recompiles more and the program's
     own compile ran, the plan is the program as it is (it recompiles least, and no gain is measured
@@ -460,6 +471,9 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
     base = _recompiles(rows[AS_IS]) if AS_IS in rows and baseline.compiles else None
     if base:
         return _by_recompiles_and_breaks(ok, status, net, rows, baseline, compile_less)
+    fewest = not baseline.compiles and len({sum(_symptoms(rows[n])) for n in rest}) > 1
+    if fewest:  # the program raises: no count of its own to compare; among the edits that run, the fewest first
+        rest = sorted(rest, key=lambda n: sum(_symptoms(rows[n])))
     more = [n for n in rest if base is not None and _recompiles(rows[n]) > base]
     # the program's own compile ran as it is (its graphs counted) and recompiles least: its recompiles
     # are measured, a gain that would pay for more of them is not, so nothing changes
@@ -485,6 +499,9 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
                          "(the gain is not measured with this backend)")
         elif n == AS_IS and chosen in compile_less:
             status[n] = f"not chosen: {chosen!r} measured less compile per start ({compile_less[chosen]})"
+        elif fewest and n != AS_IS and sum(_symptoms(rows[n])) > sum(_symptoms(rows[chosen])):
+            status[n] = (f"not chosen: {_sum(rows[n])} recompile(s) + graph break(s) over the shapes against "
+                         f"{_sum(rows[chosen])} of {chosen!r} (fewest first: the gain is not measured with this backend)")
         elif n in compile_less:
             status[n] = (f"not chosen: its compile per start measured less ({compile_less[n]}), but {chosen!r} comes "
                          "first in the ladder's order (the step-time gain is not measured with this backend)")
@@ -492,7 +509,9 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
             status[n] = f"not chosen: the gain is not measured with this backend; {chosen!r} comes first in the ladder's order"
     text = (f"{_lead(chosen, compile_less)}; every candidate that failed is out ({_failed(status)} failed)"
             + (f", {len(more)} candidate(s) recompile more over the shapes than {baseline.name} ({base} recompile(s))" if more else "")
-            + _slow_text(status, baseline) + " and the ladder's order decides among the rest")
+            + _slow_text(status, baseline)
+            + (" and the fewest recompiles + graph breaks over the shapes, then the ladder's order, decide among the rest"
+               if fewest else " and the ladder's order decides among the rest"))
     return Choice(chosen, text, status, net)
 
 
