@@ -864,3 +864,8 @@ def test_serve_writes_the_host_state_of_its_timing_only_when_asked(tmp_path, mon
     assert state["first"]["param"] == {"dtype": "torch.float32", "device": "cpu"}
     assert state["first"]["torch"]["dispatch_modes"] == 0 and state["first"]["profiled_step"]["cpu_events"] > 0
     assert state["delta"]["wall_s"] >= 0
+    if hasattr(os, "sched_getaffinity"):  # Linux: a pinned core's busy and steal seconds, steal counted in busy
+        from rewriter.engine.host_state import _core_times
+
+        busy, steal = _core_times(min(os.sched_getaffinity(0)))
+        assert busy >= steal >= 0 and busy > 0

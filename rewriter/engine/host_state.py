@@ -45,19 +45,27 @@ def _proc_threads() -> dict[str, dict[str, Any]]:
     return out
 
 
-def _core_busy(core: int | None) -> float | None:
-    """Seconds ``core`` has spent busy (not idle or iowait) since boot, from ``/proc/stat``; None
-    when unknown."""
+def _core_times(core: int | None) -> tuple[float, float] | None:
+    """``(busy, steal)`` seconds of ``core`` since boot, from ``/proc/stat`` (proc(5)): busy is every
+    column but idle and iowait, steal the time the hypervisor ran another guest on this virtual
+    CPU (counted in busy too); None when unknown."""
     if core is None:
         return None
     try:
         for line in Path("/proc/stat").read_text().splitlines():
             if line.startswith(f"cpu{core} "):
                 v = [int(x) for x in line.split()[1:]]
-                return (sum(v) - v[3] - (v[4] if len(v) > 4 else 0)) / os.sysconf("SC_CLK_TCK")
+                tick = os.sysconf("SC_CLK_TCK")
+                return (sum(v) - v[3] - (v[4] if len(v) > 4 else 0)) / tick, (v[7] if len(v) > 7 else 0) / tick
     except (OSError, ValueError):
         return None
     return None
+
+
+def _core_busy(core: int | None) -> float | None:
+    """Seconds ``core`` has spent busy (:func:`_core_times`); None when unknown."""
+    times = _core_times(core)
+    return times[0] if times else None
 
 
 def _torch_switches() -> dict[str, Any]:
@@ -188,27 +196,29 @@ class Probe:
         self.core: int | None = None
         self.busy: float | None = None
         self.requests: list[dict[str, Any]] = []
-        self._at: tuple[float, float, float, float | None] | None = None
+        self._at: tuple[float, float, float, tuple[float, float] | None] | None = None
 
     def before(self) -> None:
         """Before one timed request: its wall clock, this process's and this thread's CPU clocks
-        and the pinned core's busy seconds."""
+        and the pinned core's busy and steal seconds."""
         if self.folder and self.first is not None:
-            self._at = (time.perf_counter(), time.process_time(), time.thread_time(), _core_busy(self.core))
+            self._at = (time.perf_counter(), time.process_time(), time.thread_time(), _core_times(self.core))
 
     def after(self, request: dict[str, Any], samples: list[float]) -> None:
-        """After that request: the same four clocks' differences, with the request's shape, call
+        """After that request: the same clocks' differences, with the request's shape, call
         counts and median sample (ms): a request whose core was busier than this process ran beside
-        another process on that core."""
+        another process on that core; one with steal seconds ran on a virtual CPU the hypervisor
+        gave to another guest part of the time."""
         if self._at is None:
             return
         wall, cpu, main, busy = self._at
-        now_busy = _core_busy(self.core)
+        now_busy = _core_times(self.core)
         row = {"shape": request.get("shape"), "warmup": request.get("warmup"), "n": request.get("n"),
                "wall_s": round(time.perf_counter() - wall, 4), "process_cpu_s": round(time.process_time() - cpu, 4),
                "thread_cpu_s": round(time.thread_time() - main, 4)}
         if busy is not None and now_busy is not None:
-            row["core_busy_s"] = round(now_busy - busy, 4)
+            row["core_busy_s"] = round(now_busy[0] - busy[0], 4)
+            row["core_steal_s"] = round(now_busy[1] - busy[1], 4)
         if samples:
             row["median_ms"] = round(sorted(samples)[len(samples) // 2] * 1e3, 4)
         self.requests.append(row)
