@@ -721,6 +721,8 @@ def search_figures(measured: dict) -> dict:
             continue
         out[row.get("candidate")] = {"step_ms": row["step_ms"], "process_ms_per_shape": row.get("process_ms_per_shape"),
                                      "contended_ms_per_shape": row.get("contended_ms_per_shape")}
+        if row.get("contended_windows_ms_per_shape"):  # each contended window's median: their spread is the contended band
+            out[row.get("candidate")]["contended_windows_ms_per_shape"] = row["contended_windows_ms_per_shape"]
     return out
 
 

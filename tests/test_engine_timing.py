@@ -728,10 +728,16 @@ def test_two_contended_windows_pool_their_samples_and_their_spread_sets_the_cont
     from rewriter.engine.replicas import merge_replicates
 
     noise = process_noise(merge_replicates(timed, ["eager", "pb"]).rows)
-    # the processes agree to the digit (contended share 0); the windows differ by ln(24/20) and ln(2.2/2.0)
-    apart = sorted([math.log(1.2)] * 2 + [math.log(1.1)] * 2)
-    assert noise["contended_window_share"] == pytest.approx(1.96 * (apart[1] + apart[2]) / 2 / (0.6745 * math.sqrt(2)))
+    # the processes agree to the digit (contended share 0); per shape the windows moved pb by ln(24/20) and
+    # eager by ln(2.2/2.0): each is ln(1.2/1.1)/2 from their median, the shift both saw taken out
+    d = math.log(1.2 / 1.1) / 2
+    assert noise["contended_window_share"] == pytest.approx(1.96 * d / (0.6745 * math.sqrt(2)))
     assert noise["contended_share"] == noise["contended_window_share"]
+    # a shift every variant saw alike (the loop's share of the core moving between windows) is no band
+    same = {"eager": _Drifting(20.0, [2.0, 2.4], busy_loop, 2), "eager" + REPLICA: _Drifting(20.0, [2.0, 2.4], busy_loop, 2),
+            "pb": _Drifting(10.0, [2.0, 2.4], busy_loop, 2), "pb" + REPLICA: _Drifting(10.0, [2.0, 2.4], busy_loop, 2)}
+    timed = interleave(same, shapes, Options(warmup=1, reps=6, budget_s=0.0, windows=2, contended=True), device="cuda")
+    assert process_noise(merge_replicates(timed, ["eager", "pb"]).rows)["contended_window_share"] == 0.0
 
 
 def test_the_contended_figure_of_a_plan_timed_twice_is_its_faster_process():

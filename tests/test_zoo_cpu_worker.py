@@ -134,6 +134,9 @@ def test_the_zoo_says_where_diagnoses_seconds_went(tmp_path):
     figures = z.search_figures({"chosen": "nested+whole", "candidates": [timed, {"candidate": "per-block", "step_ms": None}]})
     assert figures == {"chosen": "nested+whole", "nested+whole": {"step_ms": 5.9566, "process_ms_per_shape": {"8x512": [6.9129, 6.0643]},
                                                                   "contended_ms_per_shape": {"8x512": 14.9691}}}
+    windows = dict(timed, contended_windows_ms_per_shape={"8x512": [13.9, 16.1]})
+    assert z.search_figures({"chosen": "nested+whole", "candidates": [windows]})["nested+whole"][
+        "contended_windows_ms_per_shape"] == {"8x512": [13.9, 16.1]}
     row = {"variant": "diagnose", "diagnose_exit": 0, "apply_exit": 0, "ladder_search_s": 187.5,
            "actions": [{"action": "compile", "target": "m:T5", "strategy": "whole"}]}
     table = z.markdown({"t5": {"variants": {"diagnose": row}, "verdicts": z.verdicts({"diagnose": row})}})

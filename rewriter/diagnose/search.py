@@ -187,6 +187,10 @@ class SearchOutcome:
                 "contended_step_ms": None if r.get("contended_step_ms") is None else round(r["contended_step_ms"], 4),
                 "contended_ms_per_shape": {str(row["shape"]): round(row["timing"][c.name]["contended_ms"], 4)
                                            for row in self.timing if (row["timing"].get(c.name) or {}).get("contended_ms")},
+                # each contended window's median (engine.windows.CONTENDED_WINDOWS): their spread sets the contended band
+                "contended_windows_ms_per_shape": {
+                    str(row["shape"]): [round(x, 4) for x in row["timing"][c.name]["contended_windows_ms"]]
+                    for row in self.timing if (row["timing"].get(c.name) or {}).get("contended_windows_ms")},
                 # as-is: the program's own compile's cost, where it compiles itself (else none of ours)
                 "cold_compile_s": round(cold[0]["compile_s"], 3) if cold and (c.name != AS_IS or comp.get("unique_graphs")) else None,
                 "new_shape_compile_s": [round(e["compile_s"], 3) for e in cold[1:] if e["new_graphs"] or e["new_recompiles"]]

@@ -65,9 +65,12 @@ def process_noise(timing: list[dict[str, Any]]) -> dict[str, Any] | None:
     contended windows' medians of each variant (``contended_windows_ms``, :data:`.windows.
     CONTENDED_WINDOWS`). The two processes of a window run under one busy loop and agree closely;
     the two windows apart in time differ as a re-run with the core contended would, which is the
-    band a contended figure is compared within. A figure pooled from two windows has half one
-    window's variance, so two candidates' contended figures differ beyond the noise past ``1.96 x
-    sigma`` (``sigma`` from the windows' ``median|d|`` as above). Returns ``{"share",
+    band a contended figure is compared within. Per shape each variant's ``d = ln(w1 / w2)`` is
+    taken less the median ``d`` of every variant at that shape: a shift all of them saw (the busy
+    loop's share of the core moving between windows) moves no ratio between two candidates, which
+    is what the band judges. A figure pooled from two windows has half one window's variance, so
+    two candidates' contended figures differ beyond the noise past ``1.96 x sigma`` (``sigma``
+    from those ``|d|``'s median as above). Returns ``{"share",
     "median_abs_log", "pairs"[, "contended_share"[, "contended_window_share"]]}``, or None with
     fewer than 3 pairs."""
     ds = []
@@ -86,9 +89,14 @@ def process_noise(timing: list[dict[str, Any]]) -> dict[str, Any] | None:
     if len(loaded) >= 3:  # the same band for the contended window's figures (Options.contended)
         lmed = statistics.median(loaded)
         out["contended_share"] = Z95 * math.sqrt(2 * MIN_OF_TWO_VARIANCE) * lmed / (0.6745 * math.sqrt(2))
-    apart = [abs(math.log(w[0] / w[1])) for row in timing for t in row["timing"].values()
-             if (w := (t or {}).get("contended_windows_ms")) and len(w) >= 2 and w[0] > 0 and w[1] > 0]
-    if len(apart) >= 3:  # window to window: what a re-run with the core contended moves a figure by
+    apart = []
+    for row in timing:  # window to window, less the shift every variant saw (the busy loop's own state)
+        shifts = [math.log(w[0] / w[1]) for t in row["timing"].values()
+                  if (w := (t or {}).get("contended_windows_ms")) and len(w) >= 2 and w[0] > 0 and w[1] > 0]
+        if len(shifts) >= 2:
+            common = statistics.median(shifts)
+            apart += [abs(x - common) for x in shifts]
+    if len(apart) >= 3:  # what a re-run with the core contended moves one candidate's figure by against another's
         out["contended_window_share"] = Z95 * statistics.median(apart) / (0.6745 * math.sqrt(2))
         out["contended_share"] = max(out.get("contended_share", 0.0), out["contended_window_share"])
     return out
