@@ -77,9 +77,10 @@ class Options:
             "Replica caches re-autotune").
             ``warm``: the variant's own caches, every compile-time decision shared.
         contended: on CUDA with every timed process on one shared core (``pin`` ``shared`` or
-            ``fastest``), one more window per shape after the others with a busy loop pinned to
-            that core (:func:`.cores.contend`): each process's median there is its
-            ``contended_ms``, the step with the host thread time-sliced, as a data-loader worker
+            ``fastest``), :data:`.windows.CONTENDED_WINDOWS` more windows per shape after the
+            others with a busy loop pinned to that core (:func:`.cores.contend`): each process's
+            median over them is its ``contended_ms`` (each window's in ``contended_windows_ms``,
+            whose spread is the contended band, :func:`.noise.process_noise`), the step with the host thread time-sliced, as a data-loader worker
             or a neighbour does it. It never enters ``median_ms``. A launch-heavy plan's
             step moves with a contended host core, not a slower one (``benchmarks/run_drift.py``,
             ``benchmarks/host_sensitivity.py``; docs/decisions.md, "Minimax over host conditions").
