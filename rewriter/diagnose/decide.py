@@ -249,12 +249,11 @@ def when_as_is_raises(choice: Choice, rows: dict[str, dict[str, Any]], order: li
     passing = [n for n in runs if not refused.get(n)] or runs
     if measured:
         chosen = max(passing, key=lambda n: nets[n])  # type: ignore[arg-type, return-value]
-    else:  # the rule of every search without a measured gain: fewest recompiles + graph breaks, then the ladder's order
-        chosen = min(passing, key=lambda n: (sum(_symptoms(rows[n])), _symptoms(rows[n])[1], passing.index(n)))
-        fewer = [n for n in passing if n != chosen and sum(_symptoms(rows[n])) > sum(_symptoms(rows[chosen]))]
-        for n in fewer:
-            status[n] = (f"not chosen: {_sum(rows[n])} recompile(s) + graph break(s) over the shapes against "
-                         f"{_sum(rows[chosen])} of {chosen!r} (fewest first: the gain is not measured with this backend)")
+    else:  # the rule of every search without a measured gain
+        chosen = _fewest_symptoms_first(passing, rows)[0]
+        for n in passing:
+            if n != chosen and sum(_symptoms(rows[n])) > sum(_symptoms(rows[chosen])):
+                status[n] = _more_symptoms(rows, n, chosen)
     for n in runs:
         if refused.get(n) and n != chosen:
             status[n] = GATED + "; ".join(refused[n])
@@ -473,7 +472,7 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
         return _by_recompiles_and_breaks(ok, status, net, rows, baseline, compile_less)
     fewest = not baseline.compiles and len({sum(_symptoms(rows[n])) for n in rest}) > 1
     if fewest:  # the program raises: no count of its own to compare; among the edits that run, the fewest first
-        rest = sorted(rest, key=lambda n: sum(_symptoms(rows[n])))
+        rest = _fewest_symptoms_first(rest, rows)
     more = [n for n in rest if base is not None and _recompiles(rows[n]) > base]
     # the program's own compile ran as it is (its graphs counted) and recompiles least: its recompiles
     # are measured, a gain that would pay for more of them is not, so nothing changes
@@ -500,8 +499,7 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
         elif n == AS_IS and chosen in compile_less:
             status[n] = f"not chosen: {chosen!r} measured less compile per start ({compile_less[chosen]})"
         elif fewest and n != AS_IS and sum(_symptoms(rows[n])) > sum(_symptoms(rows[chosen])):
-            status[n] = (f"not chosen: {_sum(rows[n])} recompile(s) + graph break(s) over the shapes against "
-                         f"{_sum(rows[chosen])} of {chosen!r} (fewest first: the gain is not measured with this backend)")
+            status[n] = _more_symptoms(rows, n, chosen)
         elif n in compile_less:
             status[n] = (f"not chosen: its compile per start measured less ({compile_less[n]}), but {chosen!r} comes "
                          "first in the ladder's order (the step-time gain is not measured with this backend)")
@@ -513,6 +511,19 @@ def _in_ladder_order(ok: list[str], status: dict[str, str], net: dict[str, float
             + (" and the fewest recompiles + graph breaks over the shapes, then the ladder's order, decide among the rest"
                if fewest else " and the ladder's order decides among the rest"))
     return Choice(chosen, text, status, net)
+
+
+def _fewest_symptoms_first(names: list[str], rows: dict[str, dict[str, Any]]) -> list[str]:
+    """``names`` by recompiles plus graph breaks over the shapes, fewest first, then the fewer graph
+    breaks, then their own order (the ladder's): the ranking of the edits that run where the program
+    as it is raises (no count of its own), as :func:`_by_recompiles_and_breaks` ranks with one."""
+    return sorted(names, key=lambda n: (sum(_symptoms(rows[n])), _symptoms(rows[n])[1]))
+
+
+def _more_symptoms(rows: dict[str, dict[str, Any]], n: str, chosen: str) -> str:
+    """The status of ``n``, passed over for ``chosen`` on recompiles plus graph breaks."""
+    return (f"not chosen: {_sum(rows[n])} recompile(s) + graph break(s) over the shapes against "
+            f"{_sum(rows[chosen])} of {chosen!r} (fewest first: the gain is not measured with this backend)")
 
 
 def _sum(row: dict[str, Any]) -> str:

@@ -285,7 +285,7 @@ def engine_options(ctx: Context, timeout_s: float) -> Any:
         # two processes per plan and two windows per shape on CUDA, one of each on a CPU (on_device)
         replicates=0,
         windows=0,
-        # each shape once more with a busy loop on the shared core, and the decision weighs both
+        # each shape in two more windows with a busy loop on the shared core (engine.windows.CONTENDED_WINDOWS), and the decision weighs both
         # host conditions (docs/decisions.md, "Minimax over host conditions")
         contended=cuda and ctx.contended,  # --host both (default) / quiet
         overlap=ctx.overlap,  # --no-overlap

@@ -62,12 +62,6 @@ def _core_times(core: int | None) -> tuple[float, float] | None:
     return None
 
 
-def _core_busy(core: int | None) -> float | None:
-    """Seconds ``core`` has spent busy (:func:`_core_times`); None when unknown."""
-    times = _core_times(core)
-    return times[0] if times else None
-
-
 def _torch_switches() -> dict[str, Any]:
     """torch's process-wide switches that change an eager step's speed: grad and inference mode,
     modes on the torch-function and dispatch stacks, anomaly detection, deterministic algorithms,
@@ -135,11 +129,12 @@ def snapshot(model: Any = None) -> dict[str, Any]:
     return out
 
 
-def delta(first: dict[str, Any], last: dict[str, Any], core: int | None, core_busy: tuple[float | None, float | None]) -> dict[str, Any]:
+def delta(first: dict[str, Any], last: dict[str, Any], core: int | None, at_first: tuple[float, float] | None,
+          at_last: tuple[float, float] | None) -> dict[str, Any]:
     """Between two :func:`snapshot` s: wall seconds, each thread's CPU seconds (the main thread's
     and the others', by name), garbage collections per generation, and the pinned ``core``'s busy
-    seconds (``core_busy``: :func:`_core_busy` at each end) beside this process's own CPU seconds:
-    a core busier than this process was shared with another."""
+    and steal seconds (``at_first``, ``at_last``: :func:`_core_times` at each end) beside this
+    process's own CPU seconds: a core busier than this process was shared with another."""
     wall = last["time"] - first["time"]
     threads = {}
     for tid, t in last["threads"].items():
@@ -148,9 +143,10 @@ def delta(first: dict[str, Any], last: dict[str, Any], core: int | None, core_bu
             threads[f"{t['name']}[{tid}]"] = round(t["cpu_s"] - before, 3)
     out: dict[str, Any] = {"wall_s": round(wall, 3), "thread_cpu_s": threads,
                            "gc_collections": [b - a for a, b in zip(first["gc"]["collections"], last["gc"]["collections"])]}
-    if core is not None and None not in core_busy:
+    if core is not None and at_first is not None and at_last is not None:
         out["pinned_core"] = core
-        out["core_busy_s"] = round(core_busy[1] - core_busy[0], 3)
+        out["core_busy_s"] = round(at_last[0] - at_first[0], 3)
+        out["core_steal_s"] = round(at_last[1] - at_first[1], 3)
         out["own_cpu_s"] = round(sum(threads.values()), 3)
     return out
 
@@ -194,7 +190,7 @@ class Probe:
         self.on_sigterm = on_sigterm
         self.first: dict[str, Any] | None = None
         self.core: int | None = None
-        self.busy: float | None = None
+        self.busy: tuple[float, float] | None = None
         self.requests: list[dict[str, Any]] = []
         self._at: tuple[float, float, float, tuple[float, float] | None] | None = None
 
@@ -234,7 +230,7 @@ class Probe:
         self.first = snapshot(model)
         if step is not None:
             self.first["profiled_step"] = profiled_step(step)
-        self.busy = _core_busy(core)
+        self.busy = _core_times(core)
         if self.on_sigterm and threading.current_thread() is threading.main_thread():
             import signal
 
@@ -249,7 +245,7 @@ class Probe:
             return
         last = snapshot(model)
         out = {"name": self.name, "first": self.first, "last": last,
-               "delta": delta(self.first, last, self.core, (self.busy, _core_busy(self.core))),
+               "delta": delta(self.first, last, self.core, self.busy, _core_times(self.core)),
                "requests": self.requests}
         folder = Path(self.folder)
         folder.mkdir(parents=True, exist_ok=True)

@@ -303,11 +303,9 @@ def _notes(rounds: Rounds, got: Collected, opts: Options, shared: list[int]) -> 
         rounds.note(f"each shape was timed in {rounds.windows} windows apart in time (the shapes in turn); a process's figure "
                     "per shape is its faster window's median (a host stall through one window cannot make a plan faster)")
     if any(got.contended):
-        more = "once more" if not any(len(w) > 1 for per in got.contended_windows for w in per.values()) \
-            else f"in {CONTENDED_WINDOWS} more windows"
-        rounds.note(f"then each shape {more} with a busy loop on the shared core {shared[0]} (a contended host core: "
-                    "a data-loader worker or a neighbour time-slicing with the main thread): each plan's 'contended' step"
-                    + (", the median of both windows' samples" if more != "once more" else ""))
+        rounds.note(f"then each shape in {CONTENDED_WINDOWS} more windows with a busy loop on the shared core {shared[0]} "
+                    "(a contended host core: a data-loader worker or a neighbour time-slicing with the main thread): "
+                    "each plan's 'contended' step, the median of those windows' samples")
     if rounds.burst:
         rounds.note(
             f"each timing sample is the per-call time of a back-to-back block of about {opts.burst_ms:.0f} ms after "
