@@ -89,6 +89,10 @@ WHOLE = {
     "built by a factory at the top level": (
         "import torch\nfrom model import Net\n" + FACTORY + "\n\nmodel = build()\nmodel = torch.compile(model)\n"
         "model(torch.randn(3, 4))\n", "train.py:12"),
+    # torch.compile bound to another name: the file writes no ``compile(`` at all
+    "compiled through an import alias": (
+        "import torch\nfrom torch import compile as tc\nfrom model import Net\n\nmodel = tc(Net())\n"
+        "model(torch.randn(3, 4))\n", "train.py:5"),
 }
 
 

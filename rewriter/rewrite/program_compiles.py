@@ -248,9 +248,10 @@ class ProgramCompiles:
         return f"{c.rel}:{pos.start.line}" if pos is not None else c.rel
 
 
-#: A compile call as written (``torch.compile(``, ``model.compile(``), not ``re.compile(``: a file
-#: without one holds none of the program's compiles.
-_COMPILE_CALL = re.compile(r"(?<![\w.])compile\s*\(|(?<!\bre)\.compile\s*\(")
+#: A compile call as written (``torch.compile(``, ``model.compile(``), not ``re.compile(``, or an
+#: import that binds a compile function to another name (``from torch import compile as tc``, then
+#: ``tc(model)``): a file with neither holds none of the program's compiles.
+_COMPILE_CALL = re.compile(r"(?<![\w.])compile\s*\(|(?<!\bre)\.compile\s*\(|\b(?:compile|optimize)[\s\\]+as\s")
 
 
 def _compile_texts(src: Path) -> dict[str, str]:
