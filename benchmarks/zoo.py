@@ -37,6 +37,9 @@ timed with the others, after them in each round's order): the spread between two
 verdicts), which a figure from one process does not show; the verdicts stay on the first processes.
 Where every passing variant, the plan and eager ran twice, the same bars on each one's faster process
 (the engine's rule for a plan timed twice) are reported beside them (``on_faster_process``).
+Where the plan has no actions, its process runs eager's program, and the same bars on the median over
+every process of that program (eager, the plan and their second processes) are reported beside
+(``on_one_program``, :func:`one_program`).
 So the first-call seconds are those of compiles sharing the host's cores, and each shape's steady step
 (median of ``--steps`` CUDA-event timed calls after 3 warm-ups, ms) is timed with every shape compiled:
 under automatic dynamic shapes the first shape then runs the dynamic graph, as the engine times it.
@@ -588,8 +591,11 @@ def timing_core(mode: str) -> int | None:
     return pin_plan(["timed"], cores, "shared", core_speeds(cores)).get("timed")
 
 
-#: Timing rounds per process under the parallel protocol (:func:`run_variants`).
-ROUNDS = 4
+#: Timing rounds per process under the parallel protocol (:func:`run_variants`): eight of ``--steps 40``
+#: (five calls per shape a round). A host that runs one process's Python at two speeds for seconds at
+#: a time (BENCHMARKS.md, "Model zoo, part 17": T5's plan and whole compile, one kernel list, 16 ms per
+#: step in their first rounds and 12 in their last) weighs less in a median over more rounds.
+ROUNDS = 8
 
 
 def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], steps: int, timeout: float,
@@ -745,6 +751,10 @@ def verdicts(variants: dict[str, dict], plan: dict | None = None) -> dict:
         if faster:  # the same bars on each variant's faster process, as the engine's figures are: beside, not instead
             out["on_faster_process"] = {k: v for k, v in _speed_verdicts(faster).items()
                                         if k not in ("plan_outputs_bitwise_equal_to",)}
+    pooled = one_program(variants, second)
+    if pooled:  # a plan of no actions runs eager's program: the bars on its processes pooled, beside
+        out["on_one_program"] = {k: v for k, v in _speed_verdicts(pooled).items()
+                                 if k not in ("plan_outputs_bitwise_equal_to",)}
     passing = {k: v for k, v in variants.items() if _passes(v)}
     if passing and all("blocked_ms" in sh for v in passing.values() for sh in v["shapes"]):
         # the same bars on the blocked figures: reported beside, not instead (module docstring)
@@ -801,6 +811,23 @@ def faster_processes(first: dict[str, dict], second: dict[str, dict]) -> dict[st
                   for a, b in zip(v["shapes"], v2["shapes"])]
         out[k] = dict(v, shapes=shapes)
     return out
+
+
+def one_program(first: dict[str, dict], second: dict[str, dict]) -> dict[str, dict]:
+    """Where the plan has no actions, its process runs eager's program (the source as it is): every
+    variant as measured, with ``plan`` and ``eager`` both given, per shape, the median of the
+    ``median_ms`` of every process of that one program (``eager``, ``plan`` and their ``#2``
+    processes), so the bar between them is 1.0 and the bar against another variant uses three or four
+    processes of the program, not one. Else ``{}``. Why: two processes of one program differ by
+    more than the 5% bar on a launch-bound step (BENCHMARKS.md, "Model zoo, part 17": ViT's eager
+    processes 4.3 and 4.6-4.8 ms per step, all rounds, the same kernels)."""
+    plan, eager = first.get("plan"), first.get("eager")
+    if not plan or not eager or plan.get("actions") != [] or not _passes(plan) or not _passes(eager):
+        return {}
+    procs = [v for k in ("plan", "eager") for v in (first[k], second.get(k + REPLICA)) if v and _passes(v)]
+    shapes = [dict(row, median_ms=statistics.median(p["shapes"][i]["median_ms"] for p in procs))
+              for i, row in enumerate(eager["shapes"])]
+    return dict(first, plan=dict(plan, shapes=shapes), eager=dict(eager, shapes=shapes))
 
 
 def _passes(v: dict) -> bool:
@@ -879,7 +906,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="eager,whole,per-block,regions,plan",
                     help="comma-separated; 'diagnose': stackpart's diagnose and apply only (ladder+search seconds, no timing of the plan)")
     ap.add_argument("--smoke", action="store_true", help="tiny configs on the CPU, float32")
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per variant process and per diagnose")
     ap.add_argument("--deadline", type=float, default=560.0, help="no family starts after this many seconds")
     ap.add_argument("--pin", choices=("shared", "off"), default="shared",

@@ -375,6 +375,25 @@ def test_where_every_variant_ran_twice_the_bars_on_each_faster_process_are_repor
     assert faster["plan_not_slower_than_eager"] is True
 
 
+def test_a_plan_of_no_actions_is_judged_on_every_process_of_eagers_program_beside(zoo):
+    """A plan of no actions runs the source as it is: its process and eager's are one program, and
+    the zoo reports the bars on the median over all of them beside the one-process verdicts (which
+    stand as measured); a plan with actions, or one diagnose never wrote, gets no such bar."""
+    variants = {"eager": _variant([4.37, 4.26], [4.3, 4.2], actions=None), "eager#2": _variant([4.78, 4.70], [4.8, 4.6]),
+                "per-block": _variant([4.66, 4.62], [4.6, 4.6]), "plan": _variant([4.66, 4.58], [4.6, 4.5], actions=[]),
+                "plan#2": _variant([4.61, 4.56], [4.5, 4.5], actions=[])}
+    v = zoo.verdicts(variants)
+    assert (v["fastest"], v["plan_not_slower_than_eager"]) == ("eager", False)  # one process each, as measured
+    pooled = v["on_one_program"]
+    assert pooled["plan_speed_vs_fastest"] == 1.0 and pooled["plan_not_slower_than_eager"] is True
+    # the median of 4.37, 4.78, 4.66, 4.61 and of 4.26, 4.70, 4.58, 4.56: 4.602 against per-block's 4.64
+    assert pooled["fastest"] in ("eager", "plan") and pooled["passing"][-1] == "per-block"
+    acted = dict(variants, plan=_variant([4.66, 4.58], [4.6, 4.5], actions=[{"action": "compile"}]))
+    assert "on_one_program" not in zoo.verdicts(acted)
+    unwritten = {k: v for k, v in variants.items() if not k.startswith("plan")} | {"plan": _variant([4.66, 4.58], [4.6, 4.5])}
+    assert "on_one_program" not in zoo.verdicts(unwritten)
+
+
 def test_a_replica_process_compiles_as_its_variant_does(zoo, tmp_path):
     src = _src(tmp_path / "src")
     out = _run(zoo, [("whole", src), ("whole#2", src)], "cpu", SHAPES[:1], steps=3, timeout=120, parallel=True)
