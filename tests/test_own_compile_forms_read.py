@@ -285,3 +285,30 @@ def test_a_loop_over_self_in_a_method_of_the_model_is_read(tmp_path, capsys):
 ])
 def test_helper_forms_that_compile_no_block_of_the_model_or_lie_deeper_refuse_nothing(tmp_path, capsys, train):
     rewrite_files(tmp_path, capsys, {"model.py": MODEL, "train.py": train}, ADD_BLOCK, 0)
+
+
+@pytest.mark.parametrize("text, writes", [
+    ("m = torch.compile(model)", True), ("model.compile()", True), ("compile (fn)", True),
+    ("from torch import compile as tc", True), ("from torch._dynamo import optimize as opt", True),
+    ("pattern = re.compile(r'x')", False), ("recompile(x)", False), ("is_torchdynamo_compiling()", False),
+    ("import my_compile as m", False), ("p = re .compile('x')", True), ("core.compile(x)", True),
+    ("# torch.compile(model)\nx = 1", True),  # a comment is kept too: a kept file is parsed, never misread
+])
+def test_which_files_may_hold_a_programs_compile(text, writes):
+    """The literal-first scan that keeps SRC's files for the reading of the program's compiles
+    (a file it drops is never read): every form of a compile call and of an import alias kept."""
+    from rewriter.rewrite.program_compiles import writes_compile_call
+
+    assert writes_compile_call(text) is writes
+
+
+@pytest.mark.parametrize("text, spells", [
+    (b"class A:\n    @torch.compile\n    def forward(self): ...\n", True),
+    (b"from torch import compile as tc\n", True), (b"x = recompile as y\n", False),
+    (b"@(torch.compile)\ndef f(): ...\n", True), (b"@dataclass\nclass A: ...\n", False),
+    (b"optimizer = make()\n", False),
+])
+def test_which_files_are_parsed_for_a_compile_decorator(text, spells):
+    from rewriter.rewrite.decorated_enclosers import _may_spell
+
+    assert _may_spell(text) is spells

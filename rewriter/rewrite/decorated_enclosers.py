@@ -40,9 +40,26 @@ _DECORATOR = re.compile(rb"^[ \t]*@[\w. \t]*\b(?:compile|optimize)\b", re.MULTIL
 #: that :func:`~rewriter.actions.base.find_decorator` reads: an import that binds a compile function
 #: to another name (``from torch import compile as tc``, ``@tc``), or a decorator that is no plain
 #: dotted name on its line (``@(torch.compile)``, a line continuation), in a file that names one.
-_ALIAS = re.compile(rb"\b(?:compile|optimize)[\s\\]+as\b")
+_ALIAS = (re.compile(rb"compile[\s\\]+as\b"), re.compile(rb"optimize[\s\\]+as\b"))  # the literal first: :func:`_aliased`
 _ODD = re.compile(rb"^[ \t]*@(?![ \t]*\w+(?:[ \t]*\.[ \t]*\w+)*[ \t]*(?:[(#\r\n]|$))", re.MULTILINE)
 _WORD = re.compile(rb"\b(?:compile|optimize)\b")
+_WORD_BYTE = re.compile(rb"\w")
+
+
+def _aliased(data: bytes) -> bool:
+    """Whether ``data`` binds ``compile`` or ``optimize`` to another name (:data:`_ALIAS` where the
+    word starts: not ``recompile as``). Each pattern opens with its literal, so the scan jumps
+    between occurrences (a leading ``\\b`` makes the engine try every position of the file)."""
+    return any(not (m.start() and _WORD_BYTE.match(data, m.start() - 1)) for p in _ALIAS for m in p.finditer(data))
+
+
+def _may_spell(data: bytes) -> bool:
+    """Whether a file's bytes may spell a compile decorator :func:`~rewriter.actions.base.find_decorator`
+    reads (:data:`_DECORATOR`, :data:`_ALIAS`, :data:`_ODD` with :data:`_WORD`); each needs the word
+    ``compile`` or ``optimize``, so a file without either is not scanned further."""
+    if b"compile" not in data and b"optimize" not in data:
+        return False
+    return bool(_DECORATOR.search(data) or _aliased(data) or (_WORD.search(data) and _ODD.search(data)))
 
 
 def check(loaded: LoadedPlan, bounds: list[Any], reading: Any) -> None:
@@ -113,12 +130,11 @@ def _decorated(reading: Any, entry: str | None, own_off: dict[tuple[str, str], b
     (:meth:`.enclosing.Enclosing.may_enclose`)."""
     enclosing = reading.enclosing()
     files = enclosing.files()
-    if not any(_DECORATOR.search(data) for data in files.values()):
+    if not any((b"compile" in data or b"optimize" in data) and _DECORATOR.search(data) for data in files.values()):
         return []
     out: list[ClassRef] = []
     for rel, data in files.items():
-        read = _DECORATOR.search(data) or _ALIAS.search(data) or (_ODD.search(data) and _WORD.search(data))
-        module = enclosing.module(rel) if read else None
+        module = enclosing.module(rel) if _may_spell(data) else None
         for node in module.body if module is not None else ():
             if isinstance(node, cst.ClassDef) and _decorator_on((rel, node.name.value), node, module,
                                                                 entry or "forward", own_off, planned):
