@@ -107,9 +107,11 @@ class Enclosing:
             of at most :data:`rewriter.compile_facts.TEXT_BYTES` bytes) are read as bytes once, on
             first use, and searched as bytes; a file is decoded only to be parsed.
         limit: the most files read.
+        parsed: SRC's files parsed by another reading of the same SRC (``relative path -> module``),
+            used and added to (:meth:`rewriter.rewrite.program_compiles.ProgramCompiles.enclosing`).
     """
 
-    def __init__(self, src: Path, limit: int) -> None:
+    def __init__(self, src: Path, limit: int, parsed: dict[str, cst.Module] | None = None) -> None:
         self.src, self.limit = src, limit
         self._built: dict[str, dict[str, list[Built]]] = {}
         self._bases: dict[str, dict[str, ClassRef]] = {}
@@ -120,7 +122,7 @@ class Enclosing:
         self._positions: dict[int, Any] = {}
         self._texts: dict[str, bytes] | None = None
         self._naming: dict[str, list[str]] = {}
-        self._parsed: dict[str, cst.Module] = {}
+        self._parsed: dict[str, cst.Module] = {} if parsed is None else parsed  # shared with the caller's reading
 
     def enclosers(self, cls: ClassRef, parsed: dict[str, cst.Module] | None = None) -> dict[ClassRef, list[Built]]:
         """Every class that encloses ``cls``, each with the chain of constructions from it down to

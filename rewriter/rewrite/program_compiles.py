@@ -166,7 +166,7 @@ class ProgramCompiles:
             if rel not in parsed and any(re.search(rf"\b{re.escape(n)}\b", text) and (
                     n not in defined or rel in defined[n]
                     or any(re.search(rf"\b{re.escape(module_stem(d))}\b", text) for d in defined[n])) for n in names):
-                parsed[rel] = _whole_calls(rel, text, self._all())
+                parsed[rel] = _whole_calls(rel, text, self._all(), self._modules())
         return [parsed[rel] for rel in self._texts() if rel in parsed]
 
     def every_call(self) -> tuple[list[WholeCall], list[EachCall]]:
@@ -179,7 +179,7 @@ class ProgramCompiles:
         parsed: dict[str, tuple[list[WholeCall], list[EachCall]]] = self.cache.setdefault("parsed", {})
         for rel, text in self._texts().items():
             if rel not in parsed:
-                parsed[rel] = _whole_calls(rel, text, self._all())
+                parsed[rel] = _whole_calls(rel, text, self._all(), self._modules())
         return ([w for whole, _ in parsed.values() for w in whole], [e for _, each in parsed.values() for e in each])
 
     def compiles_any(self) -> bool:
@@ -188,10 +188,17 @@ class ProgramCompiles:
 
     def enclosing(self) -> Enclosing:
         """The reading of which classes of SRC build which (:class:`rewriter.rewrite.enclosing.Enclosing`),
-        made once and shared by :meth:`measuring`'s copies."""
+        made once and shared by :meth:`measuring`'s copies; the files it parses and those this
+        reading parses are one cache (:meth:`_modules`)."""
         if "enclosing" not in self.cache:
-            self.cache["enclosing"] = Enclosing(self.src, MAX_FILES)
+            self.cache["enclosing"] = Enclosing(self.src, MAX_FILES, self._modules())
         return self.cache["enclosing"]
+
+    def _modules(self) -> dict[str, cst.Module]:
+        """SRC's files parsed so far, ``relative path -> module``, shared with :meth:`enclosing`:
+        a file that both writes a compile call and builds a class asked about (a tree an applied
+        plan decorated) is parsed once, not once per reading."""
+        return self.cache.setdefault("modules", {})
 
     def enclosers(self, cls: tuple[str, str], parsed: dict[str, cst.Module] | None = None) -> dict[tuple[str, str], list[Any]]:
         """The classes of SRC whose ``__init__`` builds class ``cls`` (``(file, name)``), at any
@@ -294,12 +301,13 @@ def _compile_texts(src: Path) -> dict[str, str]:
     return out
 
 
-def _whole_calls(rel: str, text: str, texts: Any) -> tuple[list[WholeCall], list[EachCall]]:
+def _whole_calls(rel: str, text: str, texts: Any, modules: dict[str, cst.Module]) -> tuple[list[WholeCall], list[EachCall]]:
     """The calls of :class:`ProgramCompiles` in one file (``rel`` under ``src``, its ``text``):
     each compile call of an instance of a class whose result is kept, in each function (and at
     each top level), and each compile of the modules a ``for`` loop walks (:func:`_each_call`);
     none where the file does not parse. ``texts``: SRC's texts
-    (:class:`rewriter.compile_facts.SourceTexts`), read where a result's use is asked."""
+    (:class:`rewriter.compile_facts.SourceTexts`), read where a result's use is asked;
+    ``modules``: SRC's files parsed so far (:meth:`ProgramCompiles._modules`), read and added to."""
     from ..actions.base import imported_names
     from ..actions.own_call import OwnCallRefused, find_sites, module_sites, statement_of
     from ..compile_facts import is_repeated_blocks_call, turned_off, unused_result
@@ -308,7 +316,7 @@ def _whole_calls(rel: str, text: str, texts: Any) -> tuple[list[WholeCall], list
     out: list[WholeCall] = []
     each: list[EachCall] = []
     try:
-        module = parse_module(text, rel)
+        module = modules[rel] if rel in modules else modules.setdefault(rel, parse_module(text, rel))
     except StackpartError:
         return out, each
     imports = imported_names(module)
