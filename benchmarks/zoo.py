@@ -273,6 +273,26 @@ def autotune_census():
     return count_configs(CachingAutotuner)
 '''
 
+#: Part of :data:`WORKER`, its own string so another script can run it (benchmarks/attention_path.py):
+#: ``blocks(model)``, the repeated block a per-block variant compiles (needs ``torch`` in scope).
+BLOCKS = r'''
+def blocks(model):
+    """Every instance of the most repeated class among ModuleList/Sequential children that hold
+    modules of their own: a block, not a leaf layer (a DiT's Linear layers in its feed-forward
+    ModuleLists outnumber its transformer blocks). A tie in count goes to the class met first:
+    ``modules()`` visits a block before what it holds, so DiT's blocks win over the GELU projections
+    inside them and T5's over their feed-forward layers, and Whisper's encoder layers over its decoder's."""
+    inst = {}
+    for m in model.modules():
+        if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)):
+            for c in m.children():
+                if next(c.children(), None) is not None:
+                    inst.setdefault(type(c), []).append(c)
+    if not inst:
+        return []
+    return inst[max(inst, key=lambda cls: len(inst[cls]))]  # the first of the most repeated
+'''
+
 #: One variant in its own process: prints one JSON line. argv: src variant device shapes-json steps.
 #: After its compile phase it prints ZOO-READY; each line "go ROUNDS [core]" on stdin then times one round of its
 #: steps (ZOO-ROUND when done), and "done" makes it print its result.
@@ -308,22 +328,7 @@ def main_out(out):
         return out[0]
     return out
 
-def blocks(model):
-    """Every instance of the most repeated class among ModuleList/Sequential children that hold
-    modules of their own: a block, not a leaf layer (a DiT's Linear layers in its feed-forward
-    ModuleLists outnumber its transformer blocks). A tie in count goes to the class met first:
-    ``modules()`` visits a block before what it holds, so DiT's blocks win over the GELU projections
-    inside them and T5's over their feed-forward layers, and Whisper's encoder layers over its decoder's."""
-    inst = {}
-    for m in model.modules():
-        if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)):
-            for c in m.children():
-                if next(c.children(), None) is not None:
-                    inst.setdefault(type(c), []).append(c)
-    if not inst:
-        return []
-    return inst[max(inst, key=lambda cls: len(inst[cls]))]  # the first of the most repeated
-
+''' + BLOCKS + r'''
 def sync():
     if device == "cuda":
         torch.cuda.synchronize()
