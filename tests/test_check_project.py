@@ -638,3 +638,19 @@ def test_per_task_heads_are_no_stack_of_blocks_but_are_still_reached(tmp_path, m
     (tmp_path / "one.py").write_text("import torch\n" + HEADS_NET + "\n\nmodel = torch.compile(MultiTask(8, {'a': 2}, ['a']))\n")
     found, _ = _found(["one.py"], project=False)
     assert {c for _, _, c in found} == {"SP103"}, found
+
+
+def test_the_compile_needle_finds_calls_and_decorators_not_longer_words():
+    """The lines the project index reads for compiles (a file with none is not summarized for them):
+    ``compile`` as a word followed by ``(``, the line's end or a comment."""
+    from rewriter.check.project import compile_lines
+
+    data = (b"import torch\n"                      # 1
+            b"m = torch.compile(model)\n"           # 2: a call
+            b"@torch.compile\n"                     # 3: a decorator, the line's end
+            b"def f(x): return recompile(x)\n"      # 4: a longer word
+            b"model.compile()  # regional\n"        # 5: a method call
+            b"@torch.compile  # whole\n"            # 6: a decorator with a comment
+            b"s = 'precompile(' + mycompile()\n"    # 7: longer words only
+            b"compile (fn)")                        # 8: the file's last line, a space before (
+    assert compile_lines(data) == [2, 3, 5, 6, 8]
