@@ -45,7 +45,8 @@ So the first-call seconds are those of compiles sharing the host's cores, and ea
 under automatic dynamic shapes the first shape then runs the dynamic graph, as the engine times it.
 Per variant and shape (the first shape is the reference): first-call seconds, step, numerics and
 silent eager fallbacks; beside the step, ``blocked_ms``: the same model timed five calls at a time
-between two events (no wait for each output, as the engine's blocked timing). The verdicts are on the
+between two events (no wait for each output, as the engine's blocked timing), and ``round_ms``, each
+round's median in the order timed (a slow phase of the host shows as rounds apart). The verdicts are on the
 step; the same bars on ``blocked_ms`` are reported beside them (``on_blocked_ms``). Numerics follow
 ``torch._dynamo.utils.same``'s ``fp64_ref`` rule on the main output (logits, last hidden state or
 sample): ``RMSE(variant, ref) <= 2 x RMSE(eager low precision, ref) + 1e-3`` where ``ref`` is the same
@@ -403,7 +404,7 @@ try:
         # the parent lets one process at a time time its steps, once every compile phase has ended, in
         # rounds it interleaves across the processes ("go ROUNDS [core]" for each round, then "done")
         print("ZOO-READY", flush=True)
-        samples, blocked, windows = [[] for _ in feeds], [[] for _ in feeds], []
+        samples, blocked, windows, rounds_ms = [[] for _ in feeds], [[] for _ in feeds], [], [[] for _ in feeds]
         from rewriter.engine.host_state import Probe
         probe = Probe(f"zoo-{variant}")  # the timed process's host state, as the engine's children write it (STACKPART_HOST_STATE)
         while True:
@@ -431,15 +432,17 @@ try:
                     model(**inputs)
                 probe.before()
                 samples[i] += [timed(lambda: model(**inputs)) for _ in range(per)]
+                rounds_ms[i].append(statistics.median(samples[i][-per:]))  # this round's median, in the order timed
                 probe.after({"shape": i, "n": per}, [x / 1e3 for x in samples[i][-per:]])
                 # the same steps back to back, 5 calls between two events (the engine's blocked timing,
                 # docs/measuring-on-a-gpu.md): a loop that does not wait for each output; reported, not judged
                 blocked[i] += [timed(lambda: [model(**inputs) for _ in range(5)]) / 5 for _ in range(max(1, per // 5))]
             windows[-1].append(time.time())
             print("ZOO-ROUND", flush=True)
-        for row, ms, bl in zip(res["shapes"], samples, blocked):
+        for row, ms, bl, per_round in zip(res["shapes"], samples, blocked, rounds_ms):
             if ms:
-                row.update(median_ms=statistics.median(ms), min_ms=min(ms), blocked_ms=statistics.median(bl))
+                row.update(median_ms=statistics.median(ms), min_ms=min(ms), blocked_ms=statistics.median(bl),
+                           round_ms=[round(x, 4) for x in per_round])
         res["timing_windows"] = windows
         res["timing_window"] = [windows[0][0], windows[-1][1]] if windows else []
     from torch._dynamo.utils import counters

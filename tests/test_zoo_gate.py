@@ -61,6 +61,9 @@ def test_parallel_compile_phases_are_timed_one_at_a_time(zoo, tmp_path):
         assert [row["shape"] for row in res["shapes"]] == SHAPES
         assert all(row["median_ms"] > 0 and row["first_call_s"] > 0 for row in res["shapes"])
         assert res["shapes"][0]["numerics_ok"] is True
+        # each round's median per shape, in the order timed: one per round, the step's median among their range
+        assert all(len(row["round_ms"]) == zoo.ROUNDS and min(row["round_ms"]) <= row["median_ms"] <= max(row["round_ms"])
+                   for row in res["shapes"]), res["shapes"]
     a0 = out["eager"]["timing_window"][0]
     assert out["plan"]["compiled_at"] <= a0  # no step is timed while a compile phase runs
     _one_at_a_time(out)
