@@ -293,6 +293,15 @@ def test_helper_forms_that_compile_no_block_of_the_model_or_lie_deeper_refuse_no
     ("pattern = re.compile(r'x')", False), ("recompile(x)", False), ("is_torchdynamo_compiling()", False),
     ("import my_compile as m", False), ("p = re .compile('x')", True), ("core.compile(x)", True),
     ("# torch.compile(model)\nx = 1", True),  # a comment is kept too: a kept file is parsed, never misread
+    # what Python lets stand between the tokens: a line continuation, a parenthesized callee, a
+    # comment inside brackets (each read by find_sites, a refusal missed where the file is dropped)
+    ("m = torch.compile\\\n(model)", True), ("model.compile \\\n ()", True), ("m = (torch.compile)(model)", True),
+    ("(model.compile)()", True), ("m = (torch.compile  # whole\n     (model))", True),
+    ("from torch import compile as\\\n    tc", True), ("from torch import (compile  # c\n    as tc)", True),
+    ("from torch._dynamo import (optimize  # o\n    as opt)", True), ("from torch import compile\\\nas tc", True),
+    ("(re.compile)('x')", False), ("p = re.compile\\\n('x')", False),
+    ('x = f("recompile#", torch.compile(model)\n)', True),  # a "#" in a string hides no call after it
+    ("import compile_utils as cu", False), ("from torch import compile as_", False),
 ])
 def test_which_files_may_hold_a_programs_compile(text, writes):
     """The literal-first scan that keeps SRC's files for the reading of the program's compiles
@@ -307,8 +316,57 @@ def test_which_files_may_hold_a_programs_compile(text, writes):
     (b"from torch import compile as tc\n", True), (b"x = recompile as y\n", False),
     (b"@(torch.compile)\ndef f(): ...\n", True), (b"@dataclass\nclass A: ...\n", False),
     (b"optimizer = make()\n", False),
+    # a form feed (a page break) before the decorator is white space to Python; a comment between
+    # the import's compile and its as inside brackets
+    (b"class A:\n\x0c    @torch.compile\n    def forward(self): ...\n", True),
+    (b"\x0c@(torch.compile)\ndef f(): ...\n", True),
+    (b"from torch import (compile  # c\n    as tc)\n", True), (b"from torch import compile as\\\n    tc\n", True),
 ])
 def test_which_files_are_parsed_for_a_compile_decorator(text, spells):
     from rewriter.rewrite.decorated_enclosers import _may_spell
 
     assert _may_spell(text) is spells
+
+
+#: ``train.py`` compiling ``Net`` whole with what Python lets stand between the tokens of the call
+#: or of the import that names it (the line :meth:`ProgramCompiles.where` names): every one a
+#: call :func:`rewriter.actions.own_call.find_sites` reads, in a file no ``compile(`` is written in.
+SPELLED = {
+    "a line continuation before the call's bracket": (
+        "import torch\nfrom model import Net\n\nmodel = torch.compile\\\n    (Net())\nmodel(torch.randn(3, 4))\n",
+        "train.py:4"),
+    "a parenthesized callee": (
+        "import torch\nfrom model import Net\n\nmodel = (torch.compile)(Net())\nmodel(torch.randn(3, 4))\n", "train.py:4"),
+    "a parenthesized method": (
+        "import torch\nfrom model import Net\n\nmodel = Net()\n(model.compile)()\nmodel(torch.randn(3, 4))\n", "train.py:5"),
+    "a comment between the callee and its bracket": (
+        "import torch\nfrom model import Net\n\nmodel = (torch.compile  # whole\n    (Net()))\n"
+        "model(torch.randn(3, 4))\n", "train.py:4"),
+    "an alias whose name is on the next line": (
+        "import torch\nfrom torch import compile as\\\n    tc\nfrom model import Net\n\nmodel = tc(Net())\n"
+        "model(torch.randn(3, 4))\n", "train.py:6"),
+    "an alias with a comment before its as": (
+        "import torch\nfrom torch import (compile  # the compiler\n    as tc)\nfrom model import Net\n\nmodel = tc(Net())\n"
+        "model(torch.randn(3, 4))\n", "train.py:6"),
+}
+
+
+@pytest.mark.parametrize("train, where", list(SPELLED.values()), ids=list(SPELLED))
+def test_a_whole_compile_spelled_across_tokens_python_allows_is_read(tmp_path, capsys, train, where):
+    err = rewrite_files(tmp_path, capsys, {"model.py": MODEL, "train.py": train}, ADD_NET, 2)
+    assert f"compile of Net: the program compiles an instance of it whole itself, at {where}:" in err, err
+
+
+@pytest.mark.parametrize("imports, decorator", [
+    ("", "\x0c    @torch.compile"),  # a page break before the only compile decorator of SRC
+    ("from torch import (compile  # the compiler\n    as tc)\n", "    @tc"),
+])
+def test_a_decorated_forward_spelled_as_python_allows_is_read(tmp_path, capsys, imports, decorator):
+    """``Net.forward`` compiled by a decorator after a form feed, or through an alias imported with a
+    comment inside the import's brackets (another file writes ``@torch.compile``): the plan's Block
+    compile is refused, naming it."""
+    model = MODEL.replace("import torch.nn as nn\n", "import torch.nn as nn\n" + imports).replace(
+        "    def forward(self, x):\n        for layer", f"{decorator}\n    def forward(self, x):\n        for layer")
+    step = "import torch\n\n\n@torch.compile\ndef step(x):\n    return x + 1\n"
+    err = rewrite_files(tmp_path, capsys, {"model.py": model, "train.py": step}, ADD_BLOCK, 2)
+    assert "compile of Block: the source compiles Net.forward with a decorator at model.py:" in err, err

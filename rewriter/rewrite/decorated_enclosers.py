@@ -32,16 +32,21 @@ from ..plan import CompileAction, LoadedPlan
 from .enclosing import ClassRef, defined_method
 from .regional_path import builds, runs_compiled_forward
 
-#: A compile decorator as written (``@torch.compile``, ``@compile(``, ``@torch._dynamo.optimize(``):
-#: SRC's files are parsed for enclosing classes only where one writes such a line (a decorator
-#: spelled through an alias, ``@tc`` of ``from torch import compile as tc``, is read only then).
-_DECORATOR = re.compile(rb"^[ \t]*@[\w. \t]*\b(?:compile|optimize)\b", re.MULTILINE)
+#: A compile decorator as written (``@torch.compile``, ``@compile(``, ``@torch._dynamo.optimize(``;
+#: a form feed, a page break, is white space to Python there too): SRC's files are parsed for
+#: enclosing classes only where one writes such a line (a decorator spelled through an alias,
+#: ``@tc`` of ``from torch import compile as tc``, is read only then).
+_DECORATOR = re.compile(rb"^[ \t\f]*@[\w. \t\f]*\b(?:compile|optimize)\b", re.MULTILINE)
 #: Where SRC writes a compile decorator (:data:`_DECORATOR`), what else a file may spell one with
 #: that :func:`~rewriter.actions.base.find_decorator` reads: an import that binds a compile function
 #: to another name (``from torch import compile as tc``, ``@tc``), or a decorator that is no plain
 #: dotted name on its line (``@(torch.compile)``, a line continuation), in a file that names one.
-_ALIAS = (re.compile(rb"compile[\s\\]+as\b"), re.compile(rb"optimize[\s\\]+as\b"))  # the literal first: :func:`_aliased`
-_ODD = re.compile(rb"^[ \t]*@(?![ \t]*\w+(?:[ \t]*\.[ \t]*\w+)*[ \t]*(?:[(#\r\n]|$))", re.MULTILINE)
+#: ``compile`` then ``as`` past white space and line continuations, or a comment on its line (inside
+#: an import's brackets ``as`` may follow on the next line:
+#: :data:`rewriter.rewrite.program_compiles._COMPILE_AT`).
+_ALIAS = (re.compile(rb"compile(?:[ \t\f]*#|[\s\\]+as\b)"),
+          re.compile(rb"optimize(?:[ \t\f]*#|[\s\\]+as\b)"))  # the literal first: :func:`_aliased`
+_ODD = re.compile(rb"^[ \t\f]*@(?![ \t]*\w+(?:[ \t]*\.[ \t]*\w+)*[ \t]*(?:[(#\r\n]|$))", re.MULTILINE)
 _WORD = re.compile(rb"\b(?:compile|optimize)\b")
 _WORD_BYTE = re.compile(rb"\w")
 

@@ -255,25 +255,32 @@ class ProgramCompiles:
         return f"{c.rel}:{pos.start.line}" if pos is not None else c.rel
 
 
-#: Where a compile call or a compile import alias may start (:func:`writes_compile_call`): the literal
-#: comes first, so the scan jumps from one ``compile`` to the next (a pattern that opens with a
-#: lookbehind tries every position of the file: 20x slower over transformers' 2,951 files).
-_COMPILE_AT = re.compile(r"compile(?:\s*\(|[\s\\]+as\s)")
-_OPTIMIZE_ALIAS = re.compile(r"\boptimize[\s\\]+as\s")
+#: Where a compile call or a compile import alias may start (:func:`writes_compile_call`): ``compile``
+#: then, past white space and line continuations, ``(`` (a call), ``)`` (a parenthesized callee,
+#: ``(torch.compile)(m)``) or ``as`` (an alias); or a comment on its line (inside brackets the call's
+#: ``(`` or the ``as`` may follow it on the next line: ``(torch.compile  # whole\n (Net()))``). No
+#: match spans a comment, so the scan stays linear in the file. The literal comes first, so the
+#: scan jumps from one ``compile`` to the next (a pattern that opens with a lookbehind tries every
+#: position of the file: 20x slower over transformers' 2,951 files).
+_COMPILE_AT = re.compile(r"compile(?:[\s\\]*[()]|[ \t\f]*#|[\s\\]+as[\s\\])")
+_OPTIMIZE_ALIAS = re.compile(r"\boptimize(?:[ \t\f]*#|[\s\\]+as[\s\\])")
 _WORD_CHAR = re.compile(r"\w")
 
 
 def writes_compile_call(text: str) -> bool:
-    """Whether ``text`` writes a compile call (``torch.compile(``, ``model.compile(``, ``compile(``;
-    not ``re.compile(``, not ``recompile(``) or an import that binds a compile function to another
-    name (``from torch import compile as tc``, then ``tc(model)``): a file that does neither holds
-    none of the program's compiles."""
+    """Whether ``text`` writes a compile call (``torch.compile(``, ``model.compile(``, ``compile(``,
+    ``(torch.compile)(``, ``torch.compile\\`` then ``(`` on the next line; not ``re.compile(``, not
+    ``recompile(``) or an import that binds a compile function to another name (``from torch import
+    compile as tc``, then ``tc(model)``), as :data:`_COMPILE_AT` spells them: a file that does
+    neither holds none of the program's compiles
+    (:func:`rewriter.actions.own_call.find_sites` reads a call only where its callee names
+    ``compile``)."""
     for m in _COMPILE_AT.finditer(text):
         i = m.start()
         before = text[i - 1:i]
         if before and _WORD_CHAR.match(before):
             continue  # recompile(, my_compile as
-        if (m.group().endswith("(") and before == "." and text[max(0, i - 3):i - 1] == "re"
+        if (m.group()[-1] in "()" and before == "." and text[max(0, i - 3):i - 1] == "re"
                 and not (i >= 4 and _WORD_CHAR.match(text[i - 4]))):
             continue  # re.compile(
         return True
