@@ -290,7 +290,7 @@ def test_helper_forms_that_compile_no_block_of_the_model_or_lie_deeper_refuse_no
 @pytest.mark.parametrize("text, writes", [
     ("m = torch.compile(model)", True), ("model.compile()", True), ("compile (fn)", True),
     ("from torch import compile as tc", True), ("from torch._dynamo import optimize as opt", True),
-    ("pattern = re.compile(r'x')", False), ("recompile(x)", False), ("is_torchdynamo_compiling()", False),
+    ("pattern = re.compile(r'x')", False), ("recompile(x)", False), ("# the default is 0 (no compile).", False), ("is_torchdynamo_compiling()", False),
     ("import my_compile as m", False), ("p = re .compile('x')", True), ("core.compile(x)", True),
     ("# torch.compile(model)\nx = 1", True),  # a comment is kept too: a kept file is parsed, never misread
     # what Python lets stand between the tokens: a line continuation, a parenthesized callee, a

@@ -256,13 +256,14 @@ class ProgramCompiles:
 
 
 #: Where a compile call or a compile import alias may start (:func:`writes_compile_call`): ``compile``
-#: then, past white space and line continuations, ``(`` (a call), ``)`` (a parenthesized callee,
-#: ``(torch.compile)(m)``) or ``as`` (an alias); or a comment on its line (inside brackets the call's
-#: ``(`` or the ``as`` may follow it on the next line: ``(torch.compile  # whole\n (Net()))``). No
-#: match spans a comment, so the scan stays linear in the file. The literal comes first, so the
-#: scan jumps from one ``compile`` to the next (a pattern that opens with a lookbehind tries every
-#: position of the file: 20x slower over transformers' 2,951 files).
-_COMPILE_AT = re.compile(r"compile(?:[\s\\]*[()]|[ \t\f]*#|[\s\\]+as[\s\\])")
+#: then, past white space and line continuations, ``(`` (a call), ``)(`` (a parenthesized callee,
+#: ``(torch.compile)(m)``; prose in brackets, ``(no compile)``, is not one) or ``as`` (an alias); or
+#: a comment on its line (inside brackets the call's ``(`` or the ``as`` may follow it on the next
+#: line: ``(torch.compile  # whole\n (Net()))``). No match spans a comment, so the scan stays linear
+#: in the file. The literal comes first, so the scan jumps from one ``compile`` to the next (a
+#: pattern that opens with a lookbehind tries every position of the file: 20x slower over
+#: transformers' 2,951 files).
+_COMPILE_AT = re.compile(r"compile(?:[\s\\]*(?:\(|\)[\s\\]*\()|[ \t\f]*#|[\s\\]+as[\s\\])")
 _OPTIMIZE_ALIAS = re.compile(r"\boptimize(?:[ \t\f]*#|[\s\\]+as[\s\\])")
 _WORD_CHAR = re.compile(r"\w")
 
