@@ -65,12 +65,24 @@ def recording_backend(graphs: list[dict]):
 
     def backend(gm, example_inputs):
         def fw(graph, inputs):
-            ops = collections.Counter(str(n.target) for n in graph.graph.nodes
-                                      if n.op == "call_function" and any(w in str(n.target) for w in WATCHED))
-            graphs.append(dict(sorted(ops.items())))
+            calls = [n for n in graph.graph.nodes if n.op == "call_function"]
+            ops = collections.Counter(str(n.target) for n in calls if any(w in str(n.target) for w in WATCHED))
+            masks = sorted({_mask(n) for n in calls if "scaled_dot_product" in str(n.target)})
+            graphs.append({"ops": dict(sorted(ops.items())), "sdpa_masks": masks})
             return make_boxed_func(graph.forward)
         return aot_module_simplified(gm, example_inputs, fw_compiler=fw)
     return backend
+
+
+def _mask(node) -> str:
+    """The attention mask an SDPA node of an aten graph gets: ``none``, or its shape, dtype and
+    strides from the FakeTensor the trace recorded (a mask built in the graph rules out the
+    flash kernel, which takes none)."""
+    mask = node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_mask")
+    val = getattr(mask, "meta", {}).get("val") if mask is not None else None
+    if val is None:
+        return "none" if mask is None else repr(mask)[:80]
+    return f"{tuple(val.shape)} {val.dtype} strides {tuple(val.stride())}"
 
 
 def harness(name: str, smoke: bool) -> types.ModuleType:

@@ -18,6 +18,7 @@ def test_every_way_of_compiling_records_the_attention_op_its_forward_graph_trace
         assert "error" not in out[mode], (mode, out[mode])
         # the tiny ViT has 2 layers: one SDPA per layer, on the CPU its flash kernel, in one graph or
         # one per compiled block instance
-        ops = [op for g in out[mode]["graphs"] for op in g if "scaled_dot_product" in op]
+        ops = [op for g in out[mode]["graphs"] for op in g["ops"] if "scaled_dot_product" in op]
         assert ops == ["aten._scaled_dot_product_flash_attention_for_cpu.default"] * len(ops) and ops, (mode, out[mode])
-    assert sum(out["whole-static"]["graphs"][0].values()) == 2, out["whole-static"]
+        assert all(g["sdpa_masks"] == ["none"] for g in out[mode]["graphs"]), out[mode]  # ViT attends without a mask
+    assert sum(out["whole-static"]["graphs"][0]["ops"].values()) == 2, out["whole-static"]
