@@ -57,6 +57,7 @@ def test_validate_prints_the_action_the_rewrite_left_as_written_before_its_verdi
     verdict = err.index("validate: PASS")
     assert err.index(warning) < verdict, err
     assert err[verdict:].startswith("validate: PASS diff sha256 "), err
+    assert err[verdict:].split("(", 1)[0].rstrip().endswith(", backend eager"), err  # what compiled, on the verdict's line
     assert "(1 action(s) of the plan not written, above: measured without them)" in err[verdict:], err
 
     report = json.loads((out / "validation.json").read_text())

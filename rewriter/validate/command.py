@@ -374,7 +374,8 @@ def _print_summary(report: dict[str, Any], paths: list[Path]) -> None:
     status = {0: "[green]PASS[/]", 1: "[red]FAIL[/]", 2: "[red]ERROR[/]"}[v["exit_code"]]
     skipped = report.get("actions_not_written") or []
     without = f" ({len(skipped)} action(s) of the plan not written, above: measured without them)" if skipped else ""
-    console.print(f"validate: {status} diff sha256 {report['diff_sha256'][:12]}{without}", highlight=False)
+    backend = f", backend {report['backend']}" if report.get("backend") else ""  # what compiled the plan and baselines
+    console.print(f"validate: {status} diff sha256 {report['diff_sha256'][:12]}{backend}{without}", highlight=False)
     for name, var in report["variants"].items():
         if var.get("step_ms") is not None:
             unit = "ms/step" + ("" if report["environment"]["timed_on"] == "cuda" else " (CPU)")
