@@ -108,6 +108,16 @@ def test_plan_edit_makes_the_report_stale(case, capsys, tmp_path):
     plan.write_text(plan.read_text().replace("buckets: [16, 32]", "buckets: [16, 64]"))
     code, err = _run(capsys, "rewrite", "--plan", str(plan), str(src), "--apply")
     assert code == 1 and "stale validation report" in err and "plan.yaml changed since" in err
+    # the same report read for a copy of the tree and an edited copy of the plan: one clause names both
+    # paths it was written for, another that the plan's bytes differ
+    copy = plan.parent.parent / "copy"
+    shutil.copytree(plan.parent, copy)
+    code, err = _run(capsys, "rewrite", "--plan", str(copy / "plan.yaml"), str(copy / "src"), "--apply",
+                     "--report", str(out))
+    err = " ".join(err.split())
+    assert code == 1 and err.count("it was written for") == 1, err
+    assert f"it was written for SRC {src.resolve()} and plan {plan.resolve()}" in err, err
+    assert "plan.yaml differs from the plan it validated" in err, err
 
 
 def test_caches_and_other_reports_written_after_validation_do_not_make_it_stale(case, capsys):

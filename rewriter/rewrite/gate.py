@@ -29,14 +29,21 @@ class Decision:
 
 
 def _stale_reason(report: dict, loaded: LoadedPlan, src: Path, now: dict, plan_sha: str | None) -> str:
+    """Why a validation report no longer covers this diff, one clause each: it was written for
+    another SRC or plan path, the plan's bytes differ from those it validated (whatever its path),
+    files of SRC changed, were added or removed since."""
     reasons = []
+    other = []
     if report.get("src") and Path(report["src"]) != src.resolve():
-        reasons.append(f"it was written for SRC {report['src']}")
+        other.append(f"SRC {report['src']}")
     plan_path = Path(loaded.path)
-    if report.get("plan") and Path(report["plan"]) != plan_path.resolve():
-        reasons.append(f"it was written for plan {report['plan']}")
-    elif plan_sha is not None and report.get("plan_sha256") != plan_sha:
-        reasons.append(f"{loaded.path} changed since")
+    moved = bool(report.get("plan")) and Path(report["plan"]) != plan_path.resolve()
+    if moved:
+        other.append(f"plan {report['plan']}")
+    if other:
+        reasons.append("it was written for " + " and ".join(other))
+    if plan_sha is not None and report.get("plan_sha256") and report["plan_sha256"] != plan_sha:
+        reasons.append(f"{loaded.path} differs from the plan it validated" if moved else f"{loaded.path} changed since")
     old = report.get("tree_sha256", {})
     changed = sorted(k for k in old.keys() & now.keys() if old[k] != now[k])
     added = sorted(now.keys() - old.keys())
