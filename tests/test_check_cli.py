@@ -182,6 +182,22 @@ def test_plan_drift_from_pyproject_exits_1_with_the_diff_and_fix_applies_it(gpt,
     assert main(["check", "--select", "SP106", model]) == 0  # the tree is now what the plan asks
 
 
+def test_the_drift_check_says_which_of_the_plans_actions_it_leaves_out(gpt, capsys):
+    """The example plan's ``bucket`` action is unsafe: the drift diff leaves it out, as ``rewrite``
+    without ``--unsafe`` does, and says so in rewrite's words, with its plan line; a commit of
+    another file is not told about it."""
+    (gpt / "pyproject.toml").write_text('[tool.stackpart]\nplan = "gpt/plan.yaml"\nsrc = "gpt/src"\n')
+    assert main(["check", "--select", "SP106", "gpt/src/model.py"]) == 1
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if "not written" in line]
+    assert len(said) == 1 and said[0].endswith(
+        "gpt/plan.yaml:23: actions[2] (bucket model.py::GPT.forward) not written: bucket is an unsafe "
+        "action (it changes what runs); pass --unsafe or validate first"), err
+    (gpt / "gpt/src/other.py").write_text("x = 1\n")
+    assert main(["check", "--select", "SP106", "gpt/src/other.py"]) == 0
+    assert "not written" not in capsys.readouterr().err
+
+
 def test_fix_counts_a_file_the_plan_and_a_rule_both_edit_once(gpt, capsys):
     """The plan's pending edits and SP102's fix land in the same model.py: one file written."""
     (gpt / "pyproject.toml").write_text('[tool.stackpart]\nplan = "gpt/plan.yaml"\nsrc = "gpt/src"\n')

@@ -119,7 +119,7 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
         held = folder_holding_targets(loaded, files, fallback)
         src = os.path.relpath(held) if held is not None else None
     try:
-        drifted, diff = plan_drift(loaded, src or fallback, files)
+        drifted, diff, outcome.drift_not_written = plan_drift(loaded, src or fallback, files)
     except StackpartError as exc:
         if guessed and "under SRC" in str(exc):  # targets are relative to SRC, not the working dir
             exc.hint = (f"{exc.hint}; " if exc.hint else "") + _src_advice(loaded, files, fallback, config)
@@ -137,7 +137,7 @@ def _drift(outcome: Outcome, plan: str | None, src: str | None, files: Sequence[
             return
     if fix and drifted:
         _write([(path, c.old, c.new, c.mode) for path, c in drifted], outcome)  # old None: a new file
-        drifted, diff = plan_drift(loaded, src or fallback, files)
+        drifted, diff, outcome.drift_not_written = plan_drift(loaded, src or fallback, files)
     outcome.drift_files = [path for path, _ in drifted]
     outcome.drift_diff = diff
     outcome.drift_lines = {path: first_changed_line(c.old, c.new) for path, c in drifted}
@@ -342,6 +342,10 @@ def check_command(
               "so their common folder)" if outcome.project.get("fallback_root") else "")
            if outcome.project.get("project_files") else "")
     )
+    from rich.markup import escape
+
+    for line in outcome.drift_not_written:  # what the drift check leaves out, as rewrite says it
+        stderr().print(escape(line), highlight=False)
     stderr().print(summary, highlight=False)
     if outcome.drift_refused:
         stderr().print(f"plan edits not written: {outcome.drift_refused}", highlight=False)

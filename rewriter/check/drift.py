@@ -69,17 +69,27 @@ def folder_holding_targets(loaded: LoadedPlan, files: Sequence[str], stop: str) 
     return next((d for d in seen if all((d / t).is_file() for t in wanted)), None)
 
 
-def plan_drift(loaded: LoadedPlan, src: str, files: Sequence[str]) -> tuple[list[tuple[str, FileChange]], str]:
+def plan_drift(loaded: LoadedPlan, src: str, files: Sequence[str]) -> tuple[list[tuple[str, FileChange]], str, list[str]]:
     """The plan's pending changes to ``files`` (to every file when the plan file is one of
-    them): ``([(file as given, or relative to the working directory, change)], git-style diff)``.
+    them): ``([(file as given, or relative to the working directory, change)], git-style diff,
+    the actions on those files it leaves out)``: the last as ``rewrite`` prints them
+    (:func:`rewriter.rewrite.notices.notices`, ``plan.yaml:LINE: actions[i] (ACTION TARGET) not
+    written: why``: an unsafe action, which only a validated ``rewrite --apply`` writes, or an
+    advisory one), so a drift the check does not see is said, not silent.
 
     Raises:
         StackpartError: a bad target (the same errors ``rewrite`` raises).
     """
+    from ..rewrite.notices import notices
+
     result = plan_rewrite(loaded, Path(src), unsafe=False, check_library=False)
     root = Path(src).resolve()
     given = {os.path.realpath(f): f for f in files}
     plan_staged = os.path.realpath(loaded.path) in given
+    held_back = {i for i, _ in result.skipped
+                 if plan_staged or os.path.realpath(root / str(loaded.plan.actions[i].target).split("::", 1)[0]) in given}
+    said = [n.text for n in notices(loaded, result) if n.kind == "not_written"]
+    left_out = [text for (i, _), text in zip(result.skipped, said) if i in held_back]
     drifted = []
     for change in result.changes:
         real = os.path.realpath(root / change.relpath)
@@ -94,7 +104,7 @@ def plan_drift(loaded: LoadedPlan, src: str, files: Sequence[str]) -> tuple[list
     vendored = [c for c in result.changes if id(c) not in have and is_vendored(c.relpath)]
     if vendored and (drifted or any(_imports_vendored(f) for f in given)):
         drifted += [(os.path.relpath(os.path.realpath(root / c.relpath)), c) for c in vendored]
-    return drifted, unified_diff([c for _, c in drifted])
+    return drifted, unified_diff([c for _, c in drifted]), left_out
 
 
 def first_changed_line(old: bytes | None, new: bytes) -> int:

@@ -60,6 +60,9 @@ class Outcome:
     project: dict = field(default_factory=dict)
     #: Why ``--fix`` did not write the plan's pending edits (the apply gate refused), or None.
     drift_refused: str | None = None
+    #: The plan's actions on the given files the drift check leaves out, as ``rewrite`` says them
+    #: (``plan.yaml:LINE: actions[i] (ACTION TARGET) not written: why``: :func:`.drift.plan_drift`).
+    drift_not_written: list[str] = field(default_factory=list)
 
 
 def _escape_data(text: str) -> str:
