@@ -122,7 +122,8 @@ def test_rewrite_check_says_apply_when_a_passing_report_covers_the_diff(tmp_path
     assert main(["rewrite", "--plan", "plan.yaml", "src", "--check"]) == 1
     err = capsys.readouterr().err
     assert "stackpart validate" not in err, err
-    assert "run `stackpart rewrite --plan plan.yaml src --apply` (the validation report covers this diff" in err
+    assert f"run `stackpart rewrite --plan plan.yaml src --apply` (the passing validation report {report} covers this diff)" \
+        in " ".join(err.split()), err
     assert main(["rewrite", "--plan", "plan.yaml", "src", "--apply"]) == 0  # as --check said
     assert main(["rewrite", "--plan", "plan.yaml", "src", "--check"]) == 0
     assert report.is_file()
