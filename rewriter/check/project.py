@@ -97,6 +97,8 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from ..compile_facts import word_matches
+
 CACHE_DIR = ".stackpart_cache"
 CACHE_FILE = "project-v1.json"
 #: Bumped when the summary's format or meaning changes (an old cache is then ignored).
@@ -114,10 +116,9 @@ HELPER_DEPTH = 3
 
 #: The compile needle: ``compile`` as a word, then ``(``, the line's end or a comment (a call or a
 #: decorator). The literal opens the pattern, so the scan jumps between occurrences; the word's
-#: start is checked after (:func:`_compile_matches`): a leading ``\\b`` makes the engine try every
+#: start is checked after (:func:`rewriter.compile_facts.word_matches`): a leading ``\\b`` makes the engine try every
 #: position of each file, 10x slower over torch's and transformers' 5,236 files.
 _COMPILE_RE = re.compile(rb"compile[ \t]*(?:\(|$|#)", re.M)
-_WORD_BYTE = re.compile(rb"\w")
 COMPILE = "torch.compile"
 DISABLE = frozenset({"torch.compiler.disable", "torch._dynamo.disable"})
 CONTAINERS = frozenset({"torch.nn.ModuleList", "torch.nn.Sequential", "torch.nn.modules.container.ModuleList",
@@ -623,16 +624,10 @@ def _is_entry(value: object) -> bool:
     return isinstance(value, list) and len(value) == 4 and (value[3] is None or _is_summary(value[3]))
 
 
-def _compile_matches(data: bytes) -> Iterator[re.Match[bytes]]:
-    """Each match of :data:`_COMPILE_RE` in ``data`` where ``compile`` starts a word (not
-    ``recompile(``)."""
-    return (m for m in _COMPILE_RE.finditer(data) if not (m.start() and _WORD_BYTE.match(data, m.start() - 1)))
-
-
 def compile_lines(data: bytes) -> list[int]:
     """1-based lines of ``data`` where the compile needle matches (a call or a decorator)."""
     out, line, pos = [], 1, 0
-    for match in _compile_matches(data):
+    for match in word_matches(_COMPILE_RE, data):
         line += data.count(b"\n", pos, match.start())
         pos = match.start()
         out.append(line)
@@ -856,7 +851,7 @@ class Project:
         if entry is not None and entry[0] == st.st_mtime_ns and entry[1] == st.st_size:
             return entry
         data = self._read(rel)
-        seed = b"torch" in data and next(_compile_matches(data), None) is not None
+        seed = b"torch" in data and next(word_matches(_COMPILE_RE, data), None) is not None
         entry = [st.st_mtime_ns, st.st_size, seed, None]
         self._cache[rel] = entry
         self._dirty = True

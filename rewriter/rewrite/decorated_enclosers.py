@@ -27,7 +27,7 @@ import libcst as cst
 
 from ..actions.base import find_decorator, imported_names
 from ..actions.compile import COMPILE_DECORATORS
-from ..compile_facts import turned_off
+from ..compile_facts import turned_off, word_matches
 from ..plan import CompileAction, LoadedPlan
 from .enclosing import ClassRef, defined_method
 from .regional_path import builds, runs_compiled_forward
@@ -48,14 +48,18 @@ _ALIAS = (re.compile(rb"compile(?:[ \t\f]*#|[\s\\]+as\b)"),
           re.compile(rb"optimize(?:[ \t\f]*#|[\s\\]+as\b)"))  # the literal first: :func:`_aliased`
 _ODD = re.compile(rb"^[ \t\f]*@(?![ \t]*\w+(?:[ \t]*\.[ \t]*\w+)*[ \t]*(?:[(#\r\n]|$))", re.MULTILINE)
 _WORD = re.compile(rb"\b(?:compile|optimize)\b")
-_WORD_BYTE = re.compile(rb"\w")
 
 
 def _aliased(data: bytes) -> bool:
     """Whether ``data`` binds ``compile`` or ``optimize`` to another name (:data:`_ALIAS` where the
-    word starts: not ``recompile as``). Each pattern opens with its literal, so the scan jumps
-    between occurrences (a leading ``\\b`` makes the engine try every position of the file)."""
-    return any(not (m.start() and _WORD_BYTE.match(data, m.start() - 1)) for p in _ALIAS for m in p.finditer(data))
+    word starts, :func:`rewriter.compile_facts.word_matches`: not ``recompile as``)."""
+    return any(next(word_matches(p, data), None) is not None for p in _ALIAS)
+
+
+def _plain(data: bytes) -> bool:
+    """Whether a file's bytes write a plain compile decorator (:data:`_DECORATOR`), scanned only
+    where they hold the word ``compile`` or ``optimize``."""
+    return (b"compile" in data or b"optimize" in data) and _DECORATOR.search(data) is not None
 
 
 def _may_spell(data: bytes) -> bool:
@@ -135,11 +139,12 @@ def _decorated(reading: Any, entry: str | None, own_off: dict[tuple[str, str], b
     (:meth:`.enclosing.Enclosing.may_enclose`)."""
     enclosing = reading.enclosing()
     files = enclosing.files()
-    if not any((b"compile" in data or b"optimize" in data) and _DECORATOR.search(data) for data in files.values()):
+    plain = {rel for rel, data in files.items() if _plain(data)}
+    if not plain:
         return []
     out: list[ClassRef] = []
-    for rel, data in files.items():
-        module = enclosing.module(rel) if _may_spell(data) else None
+    for rel, data in files.items():  # a plain decorator's file is not scanned again
+        module = enclosing.module(rel) if rel in plain or _may_spell(data) else None
         for node in module.body if module is not None else ():
             if isinstance(node, cst.ClassDef) and _decorator_on((rel, node.name.value), node, module,
                                                                 entry or "forward", own_off, planned):

@@ -265,7 +265,6 @@ class ProgramCompiles:
 #: transformers' 2,951 files).
 _COMPILE_AT = re.compile(r"compile(?:[\s\\]*(?:\(|\)[\s\\]*\()|[ \t\f]*#|[\s\\]+as[\s\\])")
 _OPTIMIZE_ALIAS = re.compile(r"\boptimize(?:[ \t\f]*#|[\s\\]+as[\s\\])")
-_WORD_CHAR = re.compile(r"\w")
 
 
 def writes_compile_call(text: str) -> bool:
@@ -276,13 +275,11 @@ def writes_compile_call(text: str) -> bool:
     neither holds none of the program's compiles
     (:func:`rewriter.actions.own_call.find_sites` reads a call only where its callee names
     ``compile``)."""
-    for m in _COMPILE_AT.finditer(text):
+    from ..compile_facts import word_matches
+
+    for m in word_matches(_COMPILE_AT, text):  # not recompile(, my_compile as
         i = m.start()
-        before = text[i - 1:i]
-        if before and _WORD_CHAR.match(before):
-            continue  # recompile(, my_compile as
-        if (m.group()[-1] in "()" and before == "." and text[max(0, i - 3):i - 1] == "re"
-                and not (i >= 4 and _WORD_CHAR.match(text[i - 4]))):
+        if m.group()[-1] in "()" and text[max(0, i - 3):i] == "re." and not (i >= 4 and (text[i - 4].isalnum() or text[i - 4] == "_")):
             continue  # re.compile(
         return True
     return "optimize" in text and _OPTIMIZE_ALIAS.search(text) is not None
