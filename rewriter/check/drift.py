@@ -80,16 +80,14 @@ def plan_drift(loaded: LoadedPlan, src: str, files: Sequence[str]) -> tuple[list
     Raises:
         StackpartError: a bad target (the same errors ``rewrite`` raises).
     """
-    from ..rewrite.notices import notices
+    from ..rewrite.notices import not_written_line
 
     result = plan_rewrite(loaded, Path(src), unsafe=False, check_library=False)
     root = Path(src).resolve()
     given = {os.path.realpath(f): f for f in files}
     plan_staged = os.path.realpath(loaded.path) in given
-    held_back = {i for i, _ in result.skipped
-                 if plan_staged or os.path.realpath(root / str(loaded.plan.actions[i].target).split("::", 1)[0]) in given}
-    said = [n.text for n in notices(loaded, result) if n.kind == "not_written"]
-    left_out = [text for (i, _), text in zip(result.skipped, said) if i in held_back]
+    left_out = [not_written_line(loaded, i, why) for i, why in result.skipped
+                if plan_staged or os.path.realpath(root / str(loaded.plan.actions[i].target).split("::", 1)[0]) in given]
     drifted = []
     for change in result.changes:
         real = os.path.realpath(root / change.relpath)

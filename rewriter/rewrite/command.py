@@ -261,14 +261,11 @@ def _print_diff(loaded: LoadedPlan, result: RewriteResult, src: str, check: bool
 def _print_next_step(plan_path: str, loaded: LoadedPlan, src: str, result: RewriteResult, unsafe: bool,
                      report: str | None) -> None:
     """Under ``--check`` with changes pending: how many files differ and what to run next."""
-    from ..validate.report import JSON_NAME, default_report_dir
-    from .gate import report_covers
+    from .gate import report_covers, report_file
 
     apply_it = f"`stackpart rewrite --plan {plan_path} {src} --apply`"
     if report_covers(loaded, Path(src), result, unsafe, report):
-        where = Path(report) if report else default_report_dir(loaded.path)
-        shown = where / JSON_NAME if where.is_dir() or not where.suffix else where
-        step = f"run {apply_it} (the passing validation report {shown} covers this diff)"
+        step = f"run {apply_it} (the passing validation report {report_file(loaded, report)} covers this diff)"
     else:
         step = f"run `stackpart validate --plan {plan_path} {src}`, then {apply_it}"
     stderr().print(f"{len(result.changes)} file(s) differ from what {plan_path} asks; {step}", highlight=False)

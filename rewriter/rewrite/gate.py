@@ -71,7 +71,7 @@ def check_apply(
         return Decision(result)
     where = Path(report_path) if report_path else default_report_dir(loaded.path)
     report = read_report(where)
-    shown = where / JSON_NAME if where.is_dir() or not where.suffix else where
+    shown = report_file(loaded, report_path)
     digest = full.digest()
     plan_file = Path(loaded.path)
     plan_sha = file_sha256(plan_file) if plan_file.is_file() else None
@@ -104,6 +104,13 @@ def check_apply(
     if full is not result:
         notes.append("unsafe actions written: the validation report for the full plan passed")
     return Decision(full, None, tuple(notes))
+
+
+def report_file(loaded: LoadedPlan, report: str | Path | None) -> Path:
+    """The validation report file ``rewrite --apply`` reads for ``loaded``: ``report`` (``--report``,
+    a folder or the JSON file), else the one beside the plan (:func:`default_report_dir`)."""
+    where = Path(report) if report else default_report_dir(loaded.path)
+    return where / JSON_NAME if where.is_dir() or not where.suffix else where
 
 
 def report_covers(loaded: LoadedPlan, src: Path, result: RewriteResult, unsafe: bool, report: str | None) -> bool:

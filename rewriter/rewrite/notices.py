@@ -51,12 +51,16 @@ class Notice:
 def notices(loaded: LoadedPlan, result: RewriteResult) -> list[Notice]:
     """``result``'s warnings in order, then one line per action of ``loaded`` it held back
     (``plan.yaml:LINE: actions[i] (ACTION TARGET) not written: REASON``)."""
-    out = [Notice("warning", w) for w in result.warnings]
-    for index, reason in result.skipped:
-        action = loaded.plan.actions[index]
-        out.append(Notice("not_written", f"{loaded.path}:{loaded.action_lines[index]}: actions[{index}] "
-                                         f"({action.action} {action.target}) not written: {reason}"))
-    return out
+    return [Notice("warning", w) for w in result.warnings] + [
+        Notice("not_written", not_written_line(loaded, index, reason)) for index, reason in result.skipped]
+
+
+def not_written_line(loaded: LoadedPlan, index: int, reason: str) -> str:
+    """The line said for action ``index`` of ``loaded`` held back for ``reason``:
+    ``plan.yaml:LINE: actions[i] (ACTION TARGET) not written: REASON``."""
+    action = loaded.plan.actions[index]
+    return (f"{loaded.path}:{loaded.action_lines[index]}: actions[{index}] "
+            f"({action.action} {action.target}) not written: {reason}")
 
 
 def add_checkpoint_key_warnings(loaded: LoadedPlan, src: Path, result: RewriteResult) -> None:
