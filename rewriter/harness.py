@@ -171,15 +171,20 @@ def load_harness(spec: Harness, src: Path) -> LoadedHarness:
     module_spec = importlib.util.spec_from_file_location(name, path)
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)
+    # registered as an import would: Dynamo, inlining a harness function a library module calls
+    # (a library function the harness replaced), reads that function's globals by importing its module
+    sys.modules[name] = module
     with on_sys_path(src):
         try:
             module_spec.loader.exec_module(module)
         except SyntaxError as exc:  # in the harness or a module it imports: no frame of its own
+            sys.modules.pop(name, None)
             raise StackpartError(
                 f"importing the harness failed: syntax error: {exc.msg}",
                 path=_syntax_path(exc.filename, src, spec.file), line=exc.lineno, col=exc.offset if exc.lineno else None,
             ) from exc
         except Exception as exc:  # the user's code: any exception is an input error
+            sys.modules.pop(name, None)
             file, line = _user_frame(exc, src, spec.file)
             raise StackpartError(
                 f"importing the harness raised {type(exc).__name__}: {exc}", path=file, line=line

@@ -34,7 +34,10 @@ forced (:func:`.planner.plan`): the rule's proposal first, then
   dynamic-output-shape op (``nonzero``, ``unique``, a boolean mask) in, with the ``dynamo_config``
   action torch's own break message recommends instead of the break (and instead of a ``disable``
   that only kept that break eager), placed just before it (:mod:`.kinds.config`; pruned after
-  measurement when it captured no fewer graphs).
+  measurement when it captured no fewer graphs);
+* ``+mask-eager``: a twin of the first whole-model candidate with transformers' attention-mask
+  builders kept eager, where the graph-break rung's trace passes SDPA a mask one eager forward does
+  not (:mod:`.kinds.mask`).
 
 Candidates with the same action set are one candidate (its first name). What is left out, and
 why, is returned as ``pruned`` for the report.

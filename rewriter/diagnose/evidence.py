@@ -79,6 +79,9 @@ class Evidence:
             the validation report's environment; :data:`UNREAD` when no diagnose run set it.
         dynamo_config: the knobs of ``torch._dynamo.config`` the program's run set away from torch's
             defaults, read after setup (:func:`.dynamo_settings.read`); None until read.
+        traced_sdpa_masks: the mask each SDPA call got in the graph-break rung's trace of the model
+            (:func:`.sdpa_masks.traced_masks`: a layout, or None for no mask), in graph order; None
+            where that trace did not run (the program compiles itself) or failed.
         program_compiles: SRC's whole-model compile calls of a class instance, walked once for every
             plan diagnose rewrites (:class:`rewriter.rewrite.program_compiles.ProgramCompiles`,
             :func:`.search.src_reading`); None until read.
@@ -107,6 +110,7 @@ class Evidence:
     requested_device: Union[str, None, _Unread] = UNREAD
     program_compiles: Any = None
     dynamo_config: list[Setting] | None = None
+    traced_sdpa_masks: list[dict[str, Any] | None] | None = None
 
 
 def where_raised(raised: dict[str, Any]) -> str:

@@ -42,6 +42,7 @@ from ..dynamo_log import reset
 from ..dynamo_settings import under
 from ..locate import callers_in_src, first_in_library, first_in_src, function_at
 from ..rung import Finding, Rung, RungResult
+from ..sdpa_masks import traced_masks
 
 
 def run(ctx: Context) -> RungResult:
@@ -68,6 +69,7 @@ def run(ctx: Context) -> RungResult:
             out = torch._dynamo.explain(model_entry(model, call))(*args, **kwargs)
         swallowed = watch.swallowed()
     reset()
+    ctx.evidence.traced_sdpa_masks = traced_masks(getattr(out, "graphs", []))  # the +mask-eager twins (kinds/mask.py)
     for reason in out.break_reasons:
         frames = [(f.filename, f.lineno, f.name) for f in reversed(list(reason.user_stack or []))]
         site = first_in_src(frames, ctx.session.src)

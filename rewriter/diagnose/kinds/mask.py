@@ -1,0 +1,114 @@
+"""The search's ``+mask-eager`` twins: a whole-model compile with transformers' attention-mask
+builders kept eager, where the compiled trace gives SDPA a mask that eager does not.
+
+transformers builds each layer's attention mask once per forward (``create_bidirectional_mask``,
+``create_causal_mask`` in ``transformers.masking_utils``) and returns None where SDPA needs none
+(no padding, plain causal): SDPA then runs a fused kernel with no mask. Some versions decline that
+skip under any trace, ``torch.compile`` included (``_ignore_bidirectional_mask_sdpa`` checks
+``is_tracing``; huggingface/transformers#48925): the compiled graph builds an all-true mask and
+passes it to SDPA. Flash attention takes no mask, and on CUDA a mask expanded with last-dim stride
+0 rules out every fused kernel (``sdp_utils``' ``check_last_dim_stride_equals_1_dense``), so SDPA
+runs its math decomposition (``_safe_softmax`` between two batched GEMMs), while a block
+compiled alone gets the mask eager built (none) and keeps a fused kernel (docs/decisions.md,
+"A whole-model compile can give SDPA a mask eager never builds").
+
+Evidence, measured: the SDPA calls of the graph-break rung's trace of the model
+(``torch._dynamo.explain``'s graphs, :func:`..sdpa_masks.traced_masks`) against those of one eager
+forward at the reference shape (:func:`..sdpa_masks.eager_masks`). Where the trace passes a mask to an SDPA call and eager
+passes none to any, the first candidate with a whole-model compile (the ladder's order: the one it
+expects most of; one twin, one more cold phase in the search's budget) gets a twin right after it
+with the same actions plus ``disable`` on each mask builder the model's transformers modules call, by the
+name they call it under (``transformers.models.bert.modeling_bert:create_bidirectional_mask``),
+applied from the plan's site: the builder runs eager at a graph break, where it is not tracing,
+and skips the mask as eager does. The twin is measured like any candidate (its graph break costs a
+graph; its outputs are judged by the engine's rule); nothing is assumed.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ...plan import DisableAction
+from ..candidate import Candidate, CandidateKind
+from ..sdpa_masks import eager_masks
+
+#: The modules whose functions build transformers' attention masks.
+BUILDER_MODULES = ("transformers.masking_utils", "transformers.modeling_attn_mask_utils")
+SUFFIX = "+mask-eager"
+
+
+def builders(model: Any) -> list[str]:
+    """``module:name`` of every transformers mask builder (a function of :data:`BUILDER_MODULES`
+    whose name holds ``mask``) bound in the module of a class of ``model``'s submodules under
+    ``transformers.models``: the name that module's code calls, which a ``disable`` replaces."""
+    found: list[str] = []
+    for module_name in sorted({type(m).__module__ for m in model.modules()}):
+        if not module_name.startswith("transformers.models."):
+            continue
+        for name, value in sorted(vars(sys.modules.get(module_name, object())).items()):
+            if (callable(value) and getattr(value, "__module__", None) in BUILDER_MODULES and "mask" in name
+                    and not name.startswith("__")):
+                found.append(f"{module_name}:{name}")
+    return found
+
+
+def mask_actions(ctx: Any) -> tuple[list[DisableAction], list[str]]:
+    """The ``disable`` actions of the twin, or [] and why not (one line for the report)."""
+    traced = ctx.evidence.traced_sdpa_masks
+    if not traced:
+        return [], []  # no trace read (the program compiles itself, or the rung did not run), or no SDPA call
+    if not any(m is not None for m in traced):
+        return [], []
+    from ...harness import model_entry
+
+    model, inputs, _ = ctx.reference()
+    eager = eager_masks(model, inputs, lambda m: model_entry(m, ctx.session.spec.call))
+    if any(m is not None for m in eager):
+        return [], [f"{SUFFIX[1:]}: eager passes SDPA a mask too ({_said(next(m for m in eager if m))}): "
+                    "keeping the builder eager would not drop it"]
+    targets = builders(model)
+    if not targets:
+        return [], [f"{SUFFIX[1:]}: the trace passes SDPA a mask ({_said(next(m for m in traced if m))}) that eager "
+                    "does not, built by no transformers mask builder the model's modules call"]
+    why = (f"disable: the compiled trace passes {sum(m is not None for m in traced)} SDPA call(s) a mask "
+           f"({_said(next(m for m in traced if m))}) where eager passes none: a builder that skips the mask eagerly "
+           "builds it while tracing (huggingface/transformers#48925), and on CUDA flash takes no mask and a mask of "
+           "last-dim stride 0 no fused kernel (SDPA's math path); kept eager, it skips the mask")
+    return [DisableAction(action="disable", target=t, why=why) for t in targets], []
+
+
+def _said(mask: dict[str, Any]) -> str:
+    return f"{mask.get('dtype', '?')} {tuple(mask.get('shape', ()))} strides {tuple(mask.get('stride', ()))}"
+
+
+def _whole(c: Candidate) -> bool:
+    return any(a.action == "compile" and getattr(a, "strategy", None) == "whole" for a in c.plan.actions)
+
+
+def with_mask_eager(ctx: Any, cands: list[Candidate]) -> tuple[list[Candidate], list[str]]:
+    """``cands`` with a ``+mask-eager`` twin right after the first candidate with a whole-model
+    compile, where the evidence asks for one (module docstring), and what was left out (why)."""
+    from ..planner import default_site
+
+    actions, pruned = mask_actions(ctx)
+    if not actions:
+        return cands, pruned
+    out: list[Candidate] = []
+    keys = {c.key() for c in cands}
+    twinned = False
+    for c in cands:
+        out.append(c)
+        if twinned or not _whole(c):
+            continue
+        twinned = True
+        site = c.plan.site or getattr(ctx, "site", None) or default_site(ctx)
+        plan = c.plan.model_copy(update={"actions": [*c.plan.actions, *actions], "site": site})
+        twin = Candidate(f"{c.name}{SUFFIX}", plan, [*c.notes, actions[0].why or ""], rule=False)
+        if twin.key() not in keys:
+            keys.add(twin.key())
+            out.append(twin)
+    return out, pruned
+
+
+KIND = CandidateKind("mask-eager", 28, with_mask_eager, when_compiles_pruned=False)

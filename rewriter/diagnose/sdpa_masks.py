@@ -1,0 +1,65 @@
+"""The attention masks SDPA calls get: in a graph Dynamo traced, and in one eager forward.
+
+Read by the graph-break rung (the traced side, from ``torch._dynamo.explain``'s graphs) and by the
+``+mask-eager`` twins (:mod:`.kinds.mask`, the eager side): a mask the trace builds where eager
+builds none keeps SDPA off its fused kernels on CUDA (``torch.backends.cuda.can_use_flash_attention``
+and its siblings name the failed check).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _is_sdpa(node: Any) -> bool:
+    return node.op == "call_function" and "scaled_dot_product_attention" in str(node.target)
+
+
+def _mask_arg(node: Any) -> Any:
+    return node.kwargs.get("attn_mask", node.args[3] if len(node.args) > 3 else None)
+
+
+def layout(value: Any) -> dict[str, Any] | None:
+    """Shape, strides and dtype of a mask tensor (a FakeTensor of a traced graph, or a real one),
+    None for no mask."""
+    if value is None:
+        return None
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        return {"value": repr(value)[:60]}
+    return {"shape": list(shape), "stride": list(value.stride()), "dtype": str(value.dtype)}
+
+
+def traced_masks(graphs: list[Any]) -> list[dict[str, Any] | None]:
+    """The mask each SDPA call of Dynamo's traced ``graphs`` (``GraphModule``s) gets, in graph
+    order: its :func:`layout` from the node's example value, or None where it gets none."""
+    out = []
+    for gm in graphs:
+        for node in gm.graph.nodes:
+            if _is_sdpa(node):
+                mask = _mask_arg(node)
+                out.append(None if mask is None else layout(getattr(mask, "meta", {}).get("example_value", mask)))
+    return out
+
+
+def eager_masks(model: Any, inputs: Any, call: Any) -> list[dict[str, Any] | None]:
+    """The mask each ``scaled_dot_product_attention`` call gets in one eager forward of
+    ``model`` on ``inputs`` (no grad), recorded by a ``TorchFunctionMode``: its :func:`layout`, or
+    None."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    seen: list[dict[str, Any] | None] = []
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            kwargs = kwargs or {}
+            if func is sdpa:
+                seen.append(layout(kwargs.get("attn_mask", args[3] if len(args) > 3 else None)))
+            return func(*args, **kwargs)
+
+    args, kwargs = (inputs, {}) if not isinstance(inputs, dict) else ((), inputs)
+    with torch.no_grad(), torch.compiler.set_stance("force_eager"), Record():
+        call(model)(*args, **kwargs)
+    return seen
