@@ -314,3 +314,20 @@ def test_sigterm_while_the_users_code_runs_still_exits_143(tmp_path):
     with pytest.raises(HarnessFailure, match=r"called sys.exit\(143\)"):
         with Session.guard(fake, "build_model()"):
             raise SystemExit(143)  # the user's own, whatever its code
+
+
+def test_a_loaded_harness_is_importable_by_its_module_name_and_a_failed_one_is_not(tmp_path):
+    """Dynamo imports the module of a function it inlines: a harness function a library module calls
+    (a replaced library function) raised ModuleNotFoundError under explain and every whole-model
+    compile (tests/test_mask_eager.py). A harness whose import raises leaves no half module behind."""
+    import sys
+
+    (tmp_path / "harness.py").write_text("def build_model():\n    return None\n\ndef make_inputs():\n    return ()\n")
+    loaded = load_harness(Harness(file="harness.py", device="cpu"), tmp_path)
+    name = loaded.build_model.__module__
+    assert sys.modules[name].build_model is loaded.build_model
+    (tmp_path / "bad.py").write_text("raise RuntimeError('no')\n")
+    before = set(sys.modules)
+    with pytest.raises(StackpartError):
+        load_harness(Harness(file="bad.py", device="cpu"), tmp_path)
+    assert not {n for n in set(sys.modules) - before if n.startswith("_stackpart_harness_")}
