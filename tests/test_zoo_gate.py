@@ -289,16 +289,15 @@ def _rounds(*per_shape: list[float], actions: list | None = None) -> dict:
 def test_the_bars_are_also_read_on_each_variants_best_round(zoo):
     """ViT's part 18 (H100): every process timed 11-12 ms a step in rounds 1-5 and ~5 ms after, the
     plan (no actions, eager's program) earlier in its slow phase than eager's first process. On the
-    median over rounds the plan is 1.4x eager's first process, and a plan of no actions reads as
-    "change nothing" beside a 1.2x faster variant; on each one's best round they are within 5% and
-    it does not. Both verdicts are reported, the median's first; a slower program stays slower."""
+    median over rounds the plan is 1.4x eager's first process (whole 1.19x); on each one's best round
+    they are within 6%. Both verdicts are reported, the median's first; a slower program stays slower."""
     eager = _rounds([5.4, 11.9, 12.0, 12.1, 11.8, 5.5, 5.3, 5.0], [7.7, 12.4, 11.8, 11.7, 11.3, 5.8, 5.4, 5.0])
     whole = _rounds([7.1, 9.1, 9.0, 8.8, 8.8, 6.9, 6.9, 6.9], [6.1, 8.8, 8.5, 8.8, 8.9, 4.3, 4.8, 4.0])
     plan = _rounds([10.9, 11.4, 11.4, 5.3, 6.2, 5.0, 5.6, 4.8], [10.7, 10.9, 11.4, 4.7, 6.1, 5.0, 5.1, 5.0],
                    actions=[])
     v = zoo.verdicts({"eager": eager, "whole": whole, "plan": plan})
     assert v["fastest"] == "plan" and v["best_vs_eager"] > 1.4  # the median over rounds: the slow phase's figure
-    assert v["not_change_nothing_when_1_2x"] is False
+    assert v["not_change_nothing_when_1_2x"] is True  # no variant but the plan itself is 1.2x eager
     best = v["on_best_round"]
     assert best["fastest"] == "plan" and round(best["best_vs_eager"], 3) == round((5.0 + 5.0) / (4.8 + 4.7), 3)
     assert best["plan_within_5pct_of_fastest"] is True and best["not_change_nothing_when_1_2x"] is True
@@ -306,6 +305,18 @@ def test_the_bars_are_also_read_on_each_variants_best_round(zoo):
     assert zoo.verdicts({"eager": eager, "plan": slower})["on_best_round"]["plan_not_slower_than_eager"] is False
     no_rounds = {k: _variant([5.0, 5.0], [5.0, 5.0]) for k in ("eager", "plan")}
     assert "on_best_round" not in zoo.verdicts(no_rounds)  # figures without rounds: not read
+
+
+def test_a_plan_of_no_actions_timed_faster_than_eager_is_not_a_variant_that_eager_should_have_become(zoo):
+    """ViT's part 18: the plan (no actions: eager's program) timed 1.56x eager's first process on the
+    median over rounds, and the bar "never change nothing where a variant is >= 1.2x faster" failed
+    on the plan itself. It reads the other variants: whole at 1.08x eager passes it; at 1.3x it fails."""
+    eager, plan = _variant([7.0, 7.0], [7.0, 7.0]), _variant([5.0, 5.0], [5.0, 5.0], actions=[])
+    v = zoo.verdicts({"eager": eager, "whole": _variant([6.5, 6.5], [6.5, 6.5]), "plan": plan})
+    assert v["fastest"] == "plan" and v["best_vs_eager"] == 7.0 / 5.0
+    assert v["not_change_nothing_when_1_2x"] is True
+    v = zoo.verdicts({"eager": eager, "whole": _variant([5.3, 5.3], [5.3, 5.3]), "plan": plan})
+    assert v["not_change_nothing_when_1_2x"] is False
 
 
 def test_the_timed_thread_is_pinned_to_the_core_it_is_given(zoo, tmp_path):
