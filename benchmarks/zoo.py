@@ -22,7 +22,7 @@ Inductor cache, bf16 on the GPU:
 variant's process runs its compile phase at once: the first call at each shape (cold compile at the
 first, new-shape compile at the next), as a program alternating shapes pays them. Once every compile
 phase has ended, the processes time their steps one at a time, in rounds interleaved across them
-(:data:`ROUNDS`, every other round in reverse order: a drift over the call falls on every variant
+(:data:`ROUNDS`, each rotated by one, :func:`round_order`: a drift over the call falls on every variant
 alike; parts 1-12 timed each process's steps in one go, one process after another) (``--serial``: each process after the
 last, as parts 1-11 of BENCHMARKS.md ran; unlike those parts, it too compiles every shape before it
 times any, where they timed each shape right after its first call). Each process's launching
@@ -611,6 +611,16 @@ def timing_core(mode: str) -> int | None:
 ROUNDS = 8
 
 
+def round_order(procs: list, r: int) -> list:
+    """The order round ``r`` times ``procs`` in: rotated by ``r`` (round 0 as given, round 1 from the
+    second, ...), so each process takes each place in turn and no process is timed last in one round
+    and first in the next (with three or more). Every other round reversed instead gives the process
+    at either end two slots back to back, both in one phase of the host (BENCHMARKS.md, "Model zoo,
+    part 17": T5's plan took both slow ones)."""
+    k = r % len(procs) if procs else 0
+    return procs[k:] + procs[:k]
+
+
 def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], steps: int, timeout: float,
                  parallel: bool, core: int | None = None,
                  early: list[VariantProcess] | tuple = (), rounds: int = ROUNDS,
@@ -618,7 +628,7 @@ def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], 
     """Each ``(variant, src)`` in its own process (:class:`VariantProcess`), yielded as
     ``(variant, result)`` as each ends, in ``jobs`` order. ``parallel``: every compile phase at
     once, then the steps timed one process at a time in ``rounds`` rounds interleaved across the
-    processes (every other round in reverse order), so that a drift of the host or device over the
+    processes (:func:`round_order`), so that a drift of the host or device over the
     call (BENCHMARKS.md, "Model zoo, part 13": one compile timed second and sixth in one call) falls
     on every variant alike; the first-call seconds are those of compiles sharing the host. Else one
     process after another, one round each. Either way each process compiles
@@ -643,8 +653,8 @@ def run_variants(jobs: list[tuple[str, Path]], device: str, shapes: list[dict], 
             proc.wait_ready()
         if choose_core is not None:
             core = choose_core()
-        for r in range(rounds):  # interleaved, every other round in reverse: a drift over the call hits all alike
-            for proc in (procs if r % 2 == 0 else procs[::-1]):
+        for r in range(rounds):  # interleaved, rotated: a drift over the call hits all alike
+            for proc in round_order(procs, r):
                 proc.time_round(rounds, core)
         for proc in procs:
             res = proc.finish()

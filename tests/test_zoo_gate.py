@@ -319,6 +319,20 @@ def test_a_plan_of_no_actions_timed_faster_than_eager_is_not_a_variant_that_eage
     assert v["not_change_nothing_when_1_2x"] is False
 
 
+@pytest.mark.parametrize("n", [2, 3, 6, 10])
+def test_the_rounds_rotate_so_no_process_is_timed_twice_back_to_back(zoo, n):
+    """T5's part 17: rounds alternately forward and reversed gave the process at an end two slots in a
+    row, and the plan took both slow ones of a host phase. Rotated, each process takes every place over
+    n rounds, and (with three or more) the one timed last in a round is never the next one's first."""
+    procs = list(range(n))
+    orders = [zoo.round_order(procs, r) for r in range(zoo.ROUNDS)]
+    assert all(sorted(o) == procs for o in orders)
+    assert {o[0] for o in orders[:n]} == set(procs[:zoo.ROUNDS])
+    if n >= 3:
+        assert all(a[-1] != b[0] for a, b in zip(orders, orders[1:]))
+    assert zoo.round_order([], 3) == []
+
+
 def test_the_timed_thread_is_pinned_to_the_core_it_is_given(zoo, tmp_path):
     """Pinned as the engine's timed children are (one shared core); the core is in the result."""
     import os
