@@ -206,7 +206,8 @@ def test_the_candidates_are_complete_plans_and_compose(tmp_path, monkeypatch):
     by_name = {c.name: c for c in cands}
     assert cands[0].rule and cands[-1].name == "as-is"
     assert {"per-block", "per-block+mark_dynamic", "nested+whole", "whole", "as-is"} <= set(by_name), list(by_name)
-    assert "whole+cudagraphs" not in by_name and any(p.startswith("whole+cudagraphs: shapes vary") for p in pruned)
+    # two harness shapes on CUDA: one recording each, proposed and said (test below)
+    assert "whole+cudagraphs" in by_name
     marks = lambda c: [a for a in c.plan.actions if a.action == "mark_dynamic"]  # noqa: E731
     assert not marks(by_name["per-block"]) and marks(by_name["per-block+mark_dynamic"])
     assert not marks(by_name["whole"]) and not marks(by_name["nested+whole"])
@@ -224,6 +225,27 @@ def test_stable_shapes_on_cuda_add_the_cuda_graphs_candidate(tmp_path, monkeypat
     by_name = {c.name: c for c in propose(ctx)[0]}
     [c] = by_name["whole+cudagraphs"].plan.actions
     assert (c.strategy, c.options.mode) == ("whole", "reduce-overhead")
+
+
+def test_varying_shapes_get_the_cuda_graphs_candidate_only_for_a_few_shapes(tmp_path, monkeypatch):
+    """T5 and ViT in the zoo run two fixed shapes each, launch-bound (T5's step 87% fixed overhead):
+    one CUDA graph recording per shape is worth measuring, and the compile's why says what a shape
+    outside them costs. More than four harness shapes: pruned, and said with the count."""
+    from rewriter.diagnose.candidates import CUDAGRAPH_SHAPES, propose
+
+    ctx = llama(tmp_path, monkeypatch)
+    assert len(ctx.session.spec.shapes) <= CUDAGRAPH_SHAPES
+    by_name = {c.name: c for c in propose(ctx)[0]}
+    [c] = [a for a in by_name["whole+cudagraphs"].plan.actions if a.action == "compile"]
+    assert (c.strategy, c.options.mode) == ("whole", "reduce-overhead")
+    assert "shapes vary" in c.why and f"one recording per input shape, the harness's {len(ctx.session.spec.shapes)} shapes" in c.why
+    assert "a shape outside them records another graph" in c.why
+    many = [{"batch": 8, "seq": s} for s in (128, 256, 384, 512, 640)]
+    wider = ctx.session.spec.model_copy(update={"shapes": many})
+    monkeypatch.setattr(type(ctx.session), "spec", property(lambda self: wider))
+    cands, pruned = propose(ctx)
+    assert "whole+cudagraphs" not in {c.name for c in cands}
+    assert "whole+cudagraphs: shapes vary across the harness's 5 shapes (more than 4: each new shape is a new CUDA graph recording)" in pruned
 
 
 def test_the_rule_proposal_compiles_the_region_and_marks_every_varying_block_input(tmp_path, monkeypatch):

@@ -16,7 +16,8 @@ forced (:func:`.planner.plan`): the rule's proposal first, then
   ``as-is+nested``, those regions inside the program's own whole-model compile
   (:func:`nested_callees`);
 * ``whole``: the model's entry compiled whole (automatic dynamic shapes);
-* ``whole+cudagraphs``: ``mode="reduce-overhead"``, on CUDA and only where the shapes are stable;
+* ``whole+cudagraphs``: ``mode="reduce-overhead"``, on CUDA where the shapes are stable or the
+  harness has at most :data:`CUDAGRAPH_SHAPES` of them (one recording each, said in the ``why``);
 * ``as-is+reduce-overhead``: where the program compiles the whole model itself, the same mode set
   on the program's own call (``compile`` with ``own_call``: that call's options are edited, no
   second compile; :func:`own_call_candidates`), on the same conditions;
@@ -643,16 +644,40 @@ def _whole_family(p: _Proposals, region_full: Any, has_block: bool, own: list[st
         if bare is not None:  # the one-line anchor, its graph breaks left to Dynamo
             p.add(WHOLE, bare)
         p.add(_named("whole", whole.plan), whole)
+        shapes = len(ctx.session.spec.shapes)
         if not ctx.session.cuda:
             p.pruned.append("whole+cudagraphs: no CUDA (CUDA graphs need a GPU)")
-        elif not shapes_stable(ctx):
-            p.pruned.append("whole+cudagraphs: shapes vary across the harness (each new shape is a new CUDA graph capture)")
+        elif not shapes_stable(ctx) and shapes > CUDAGRAPH_SHAPES:
+            p.pruned.append(f"whole+cudagraphs: shapes vary across the harness's {shapes} shapes (more than "
+                            f"{CUDAGRAPH_SHAPES}: each new shape is a new CUDA graph recording)")
         else:
             cg = rule_plan(ctx, "whole", mode="reduce-overhead")
+            if not shapes_stable(ctx):  # a small set of shapes: one recording each, said in the why
+                cg = _per_shape_recordings(cg, shapes)
             p.add(_named("whole+cudagraphs", cg.plan), cg)
     elif not own:  # (the program's own compile pruned them above, and said so)
         p.pruned.append("whole, whole+cudagraphs: " + (whole.notes[-1] if whole.notes else "the model class is not under SRC"))
     return whole
+
+
+#: The most harness shapes a whole-model CUDA graphs candidate is proposed for where shapes vary:
+#: CUDA graph trees record one graph per distinct input shape, each with its memory pool
+#: (torch.compiler docs, "CUDAGraph Trees": "dynamic shapes ... re-recorded for each new shape"), so a
+#: program that runs a few fixed shapes pays a few recordings, one whose shapes keep changing pays one
+#: per step (the ``+bucket`` candidates pad those to a few).
+CUDAGRAPH_SHAPES = 4
+
+
+def _per_shape_recordings(decision: Any, shapes: int) -> Any:
+    """``decision`` (the whole-model compile with ``mode="reduce-overhead"``) with its compile's
+    ``why`` saying that each of the harness's ``shapes`` is a recording of its own, and a shape
+    outside them another."""
+    actions = [a.model_copy(update={"why": f"{a.why}; CUDA graphs: one recording per input shape, the harness's "
+                                           f"{shapes} shapes (a shape outside them records another graph, with its "
+                                           "memory pool)"})
+               if a.action == "compile" and getattr(a, "strategy", None) == "whole" else a
+               for a in decision.plan.actions]
+    return type(decision)(decision.plan.model_copy(update={"actions": actions}), decision.notes)
 
 
 def anchor_plan(ctx: Context) -> Plan | None:
