@@ -114,9 +114,11 @@ def _candidates():
     plan = parse_plan("version: 1\nactions:\n  - {action: compile, target: 'model.py::Net', strategy: whole}\n"
                       "  - {action: compile, target: 'model.py::Block', strategy: region}\n", "x").plan
     whole, region = plan.actions
+    cudagraphs = whole.model_copy(update={"options": whole.options.model_copy(update={"mode": "reduce-overhead"})})
     return [Candidate("per-block", plan.model_copy(update={"actions": [region]})),
             Candidate("whole", plan.model_copy(update={"actions": [whole]})),
             Candidate("nested+whole", plan.model_copy(update={"actions": [whole, region]})),
+            Candidate("whole+cudagraphs", plan.model_copy(update={"actions": [cudagraphs]})),
             Candidate("as-is", plan.model_copy(update={"actions": []}))]
 
 
@@ -135,8 +137,9 @@ def test_a_twin_follows_each_whole_model_compile_where_the_trace_adds_a_mask(tmp
     model, inputs = h.build_model(), h.make_inputs()
     traced, _ = _traced(model, inputs)
     out, pruned = with_mask_eager(_ctx(model, inputs, traced), _candidates())
-    # one twin, after the first whole-model compile: one more cold phase in the search's budget
-    assert [c.name for c in out] == ["per-block", "whole", "whole+mask-eager", "nested+whole", "as-is"] and pruned == []
+    # a twin after the first whole-model compile of each mode: one or two more cold phases in the budget
+    assert [c.name for c in out] == ["per-block", "whole", "whole+mask-eager", "nested+whole", "whole+cudagraphs",
+                                     "whole+cudagraphs+mask-eager", "as-is"] and pruned == []
     twin = out[2]
     assert [a.action for a in twin.plan.actions] == ["compile", "disable", "disable"]
     assert BUILDER in [a.target for a in twin.plan.actions] and twin.plan.site == "harness.py::build_model"
@@ -157,7 +160,7 @@ def test_no_twin_where_eager_passes_sdpa_a_mask_too(tmp_path, old_rule):
     inputs = dict(h.make_inputs(), attention_mask=torch.tensor([[1] * 16, [1] * 12 + [0] * 4]))
     traced, _ = _traced(model, inputs)
     out, pruned = with_mask_eager(_ctx(model, inputs, traced), _candidates())
-    assert [c.name for c in out] == ["per-block", "whole", "nested+whole", "as-is"]
+    assert [c.name for c in out] == ["per-block", "whole", "nested+whole", "whole+cudagraphs", "as-is"]
     assert len(pruned) == 1 and pruned[0].startswith("mask-eager: eager passes SDPA a mask too (torch.bool"), pruned
 
 

@@ -36,7 +36,7 @@ forced (:func:`.planner.plan`): the rule's proposal first, then
   action torch's own break message recommends instead of the break (and instead of a ``disable``
   that only kept that break eager), placed just before it (:mod:`.kinds.config`; pruned after
   measurement when it captured no fewer graphs);
-* ``+mask-eager``: a twin of the first whole-model candidate with transformers' attention-mask
+* ``+mask-eager``: a twin of the first whole-model candidate of each mode with transformers' attention-mask
   builders kept eager, where the graph-break rung's trace passes SDPA a mask one eager forward does
   not (:mod:`.kinds.mask`).
 

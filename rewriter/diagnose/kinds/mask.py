@@ -15,9 +15,9 @@ compiled alone gets the mask eager built (none) and keeps a fused kernel (docs/d
 Evidence, measured: the SDPA calls of the graph-break rung's trace of the model
 (``torch._dynamo.explain``'s graphs, :func:`..sdpa_masks.traced_masks`) against those of one eager
 forward at the reference shape (:func:`..sdpa_masks.eager_masks`). Where the trace passes a mask to an SDPA call and eager
-passes none to any, the first candidate with a whole-model compile (the ladder's order: the one it
-expects most of; one twin, one more cold phase in the search's budget) gets a twin right after it
-with the same actions plus ``disable`` on each mask builder the model's transformers modules call, by the
+passes none to any, the first candidate with a whole-model compile of each mode (the ladder's
+order: the one it expects most of; ``whole`` and, on CUDA, ``whole+cudagraphs``: one or two more
+cold phases in the search's budget) gets a twin right after it with the same actions plus ``disable`` on each mask builder the model's transformers modules call, by the
 name they call it under (``transformers.models.bert.modeling_bert:create_bidirectional_mask``),
 applied from the plan's site: the builder runs eager at a graph break, where it is not tracing,
 and skips the mask as eager does. The twin is measured like any candidate (its graph break costs a
@@ -82,13 +82,19 @@ def _said(mask: dict[str, Any]) -> str:
     return f"{mask.get('dtype', '?')} {tuple(mask.get('shape', ()))} strides {tuple(mask.get('stride', ()))}"
 
 
-def _whole(c: Candidate) -> bool:
-    return any(a.action == "compile" and getattr(a, "strategy", None) == "whole" for a in c.plan.actions)
+def _whole_mode(c: Candidate) -> str | None:
+    """The ``mode`` of ``c``'s whole-model compile (``default``, ``reduce-overhead``), or None where
+    it has none."""
+    for a in c.plan.actions:
+        if a.action == "compile" and getattr(a, "strategy", None) == "whole":
+            return str(getattr(getattr(a, "options", None), "mode", None) or "default")
+    return None
 
 
 def with_mask_eager(ctx: Any, cands: list[Candidate]) -> tuple[list[Candidate], list[str]]:
     """``cands`` with a ``+mask-eager`` twin right after the first candidate with a whole-model
-    compile, where the evidence asks for one (module docstring), and what was left out (why)."""
+    compile of each mode, where the evidence asks for one (module docstring), and what was left out
+    (why)."""
     from ..planner import default_site
 
     actions, pruned = mask_actions(ctx)
@@ -96,12 +102,13 @@ def with_mask_eager(ctx: Any, cands: list[Candidate]) -> tuple[list[Candidate], 
         return cands, pruned
     out: list[Candidate] = []
     keys = {c.key() for c in cands}
-    twinned = False
+    twinned: set[str] = set()
     for c in cands:
         out.append(c)
-        if twinned or not _whole(c):
+        mode = _whole_mode(c)
+        if mode is None or mode in twinned:
             continue
-        twinned = True
+        twinned.add(mode)
         site = c.plan.site or getattr(ctx, "site", None) or default_site(ctx)
         plan = c.plan.model_copy(update={"actions": [*c.plan.actions, *actions], "site": site})
         twin = Candidate(f"{c.name}{SUFFIX}", plan, [*c.notes, actions[0].why or ""], rule=False)
