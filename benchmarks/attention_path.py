@@ -130,9 +130,12 @@ def probe(name: str, smoke: bool, device: str) -> dict:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="vit,t5,bert", help="comma-separated zoo families")
+def probe_main(probe_one, argv: list[str] | None, filename: str, default_only: str, description: str) -> int:
+    """The command line of a zoo probe: ``--only`` families, ``--smoke``; ``probe_one(name, smoke,
+    device)`` per family, each written to ``$OUT/filename`` as it ends (one family's error is
+    recorded, the next goes on)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--only", default=default_only, help="comma-separated zoo families")
     ap.add_argument("--smoke", action="store_true", help="the zoo's tiny configs on the CPU, float32")
     args = ap.parse_args(argv)
     import torch
@@ -143,10 +146,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(os.environ.get("OUT", "out"))
     out.mkdir(parents=True, exist_ok=True)
     for name in args.only.split(","):
-        result["families"][name] = probe(name, args.smoke, device)
-        (out / "attention_path.json").write_text(json.dumps(result, indent=1))
-        print(name, json.dumps({m: result["families"][name][m] for m in MODES if m in result["families"][name]}), flush=True)
+        try:
+            result["families"][name] = probe_one(name, args.smoke, device)
+        except Exception as exc:  # a probe: one family's failure does not stop the next
+            result["families"][name] = {"error": f"{type(exc).__name__}: {exc}"[:600]}
+        (out / filename).write_text(json.dumps(result, indent=1))
+        print(name, json.dumps(result["families"][name])[:3000], flush=True)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return probe_main(probe, argv, "attention_path.json", "vit,t5,bert", __doc__.split("\n\n")[0])
 
 
 if __name__ == "__main__":

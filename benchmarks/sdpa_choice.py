@@ -20,10 +20,8 @@ On the GPU machine: ``OUT=$OUT python3 benchmarks/sdpa_choice.py --only bert,vit
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import os
 import sys
 import time
 import warnings
@@ -32,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 sys.path.insert(0, str(HERE))
-from attention_path import harness, zoo  # noqa: E402  (benchmarks/attention_path.py, loaded from its folder)
+from attention_path import harness, probe_main, zoo  # noqa: E402  (benchmarks/attention_path.py, loaded from its folder)
 
 sys.path.pop(0)
 
@@ -194,25 +192,7 @@ def probe(name: str, smoke: bool, device: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="bert,vit,t5", help="comma-separated zoo families")
-    ap.add_argument("--smoke", action="store_true", help="the zoo's tiny configs on the CPU, float32")
-    args = ap.parse_args(argv)
-    import torch
-
-    device = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
-    result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
-              "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "families": {}}
-    out = Path(os.environ.get("OUT", "out"))
-    out.mkdir(parents=True, exist_ok=True)
-    for name in args.only.split(","):
-        try:
-            result["families"][name] = probe(name, args.smoke, device)
-        except Exception as exc:  # a probe: one family's failure does not stop the next
-            result["families"][name] = {"error": f"{type(exc).__name__}: {exc}"[:600]}
-        (out / "sdpa_choice.json").write_text(json.dumps(result, indent=1))
-        print(name, json.dumps(result["families"][name])[:3000], flush=True)
-    return 0
+    return probe_main(probe, argv, "sdpa_choice.json", "bert,vit,t5", __doc__.split("\n\n")[0])
 
 
 if __name__ == "__main__":
