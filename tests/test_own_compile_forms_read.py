@@ -3,7 +3,8 @@
 (:func:`rewriter.diagnose.own_compile.own_compiles`) read as the program's compile:
 
 * a whole-model compile under ``if __name__ == "__main__":`` of a model built there, or built by a
-  factory function of the same file (``model = build(); model = torch.compile(model)``);
+  factory function of the same file (``model = build(); model = torch.compile(model)``), or of the
+  model's own file, imported (``from model import build``);
 * ``net = net.eval()`` (``.to(device)``, ``.train()``, ...: methods that return the module itself)
   before or after the compile, which keeps the binding;
 * a per-layer loop that compiles through a helper of the same file, one call deep
@@ -89,6 +90,13 @@ WHOLE = {
     "built by a factory at the top level": (
         "import torch\nfrom model import Net\n" + FACTORY + "\n\nmodel = build()\nmodel = torch.compile(model)\n"
         "model(torch.randn(3, 4))\n", "train.py:12"),
+    # the factory in the model's file, imported (model.py with FACTORY appended: rewrite_files' MODEL_WITH_BUILD)
+    "a factory imported from the model's file": (
+        "import torch\nfrom model import build\n\nif __name__ == \"__main__\":\n    model = build()\n"
+        "    model = torch.compile(model)\n", "train.py:6"),
+    "a factory imported under an alias, compiled in a function": (
+        "import torch\nfrom model import build as make\n\n\ndef main():\n    model = torch.compile(make())\n"
+        "    return model\n", "train.py:6"),
     # torch.compile bound to another name: the file writes no ``compile(`` at all
     "compiled through an import alias": (
         "import torch\nfrom torch import compile as tc\nfrom model import Net\n\nmodel = tc(Net())\n"
@@ -111,7 +119,7 @@ def test_a_compile_in_the_main_guard_of_a_factorys_model_inlines_the_plans_decor
 
 @pytest.mark.parametrize("train, where", list(WHOLE.values()), ids=list(WHOLE))
 def test_a_whole_model_compile_in_the_main_guard_or_of_a_factorys_model_is_read(tmp_path, capsys, train, where):
-    err = rewrite_files(tmp_path, capsys, {"model.py": MODEL, "train.py": train}, ADD_NET, 2)
+    err = rewrite_files(tmp_path, capsys, {"model.py": MODEL + FACTORY, "train.py": train}, ADD_NET, 2)
     assert f"compile of Net: the program compiles an instance of it whole itself, at {where}:" in err, err
     assert "Dynamo traces Net.forward inside that compile and inlines it" in err, err
 
@@ -126,9 +134,12 @@ def test_a_whole_model_compile_in_the_main_guard_or_of_a_factorys_model_is_read(
     # a factory that calls a factory: followed one call deep only
     "import torch\nfrom model import Net\n\n\ndef make():\n    return Net()\n\n\ndef build():\n    return make()\n\n\n"
     "model = build()\nmodel = torch.compile(model)\n",
+    # a factory of another file that returns a class of a third file: not read
+    "import torch\nfrom factory import build_other\n\nmodel = torch.compile(build_other())\n",
 ])
 def test_a_factory_that_does_not_say_its_class_is_not_read(tmp_path, capsys, train):
-    rewrite_files(tmp_path, capsys, {"model.py": MODEL, "train.py": train}, ADD_NET, 0)
+    other = "from model import Net\n\n\ndef build_other():\n    return Net()\n"
+    rewrite_files(tmp_path, capsys, {"model.py": MODEL, "factory.py": other, "train.py": train}, ADD_NET, 0)
 
 
 # --- methods that return the module itself keep the binding ----------------------------------------

@@ -10,6 +10,8 @@ reading, so they name the same class: the rewrite's reading of the program's com
 (:meth:`rewriter.check.facts.FileFacts.class_of`), which diagnose reads the program's own compiles
 through (:mod:`rewriter.diagnose.own_compile`).
 
+A factory imported from another file of SRC (``from models import build``) is read in that file,
+where the class it returns must be defined (:func:`returned_call`; the readers follow the import).
 A factory that calls another factory is not followed (one call deep only), nor one that returns
 different classes, a parameter, or anything else: the class is then unknown (None).
 """
@@ -59,12 +61,16 @@ def factory_call(module: cst.Module, name: str) -> cst.Call | None:
     function of the file (a class, a function of another file), a ``return`` gives something else
     or another class, or the class called is itself a function of the file (a factory calling a
     factory: followed one call deep only)."""
-    from ..actions.own_call import statement_of
-
     funcs = top_level_functions(module)
     func = funcs.get(name)
-    if func is None:
-        return None
+    return returned_call(func, set(funcs)) if func is not None else None
+
+
+def returned_call(func: cst.FunctionDef, functions: set[str]) -> cst.Call | None:
+    """:func:`factory_call` of the function ``func`` itself, ``functions`` the names of its file's
+    top-level functions (a class called that is one of them is a factory calling a factory: None)."""
+    from ..actions.own_call import statement_of
+
     returns = [r for r in m.findall(func.body, m.Return()) if statement_of(func, r) is r]
     made: list[cst.Call | None] = []
     for ret in returns:
@@ -75,7 +81,7 @@ def factory_call(module: cst.Module, name: str) -> cst.Call | None:
     if not made or any(c is None for c in made):
         return None
     names = {get_full_name_for_node(c.func) for c in made if c is not None}
-    if len(names) != 1 or names & funcs.keys():
+    if len(names) != 1 or names & functions:
         return None
     return made[0]
 

@@ -10,7 +10,8 @@ only those whose text writes a compile call are kept (:func:`writes_compile_call
 first time a class name it writes is asked for. A call's class is read as far as the source says
 it: a class called in the compile, or bound to the compiled name before it in the same function or
 a script's ``if __name__ == "__main__":`` block (:func:`site_class`), or made by a factory of the
-same file one call deep (:mod:`.factories`); its name followed through the file's imports to the
+same file one call deep, or of another file of SRC that defines the class (:mod:`.factories`,
+:func:`_factory_made`); its name followed through the file's imports to the
 file of SRC that defines it (:func:`imported_from`, :func:`imported_in`). A call whose class the
 source does not say, and a file that cannot be read or parsed, are left out; nothing here raises.
 """
@@ -346,8 +347,9 @@ def _whole_calls(rel: str, text: str, texts: Any, modules: dict[str, cst.Module]
             written = site_class(scope, site, module)
             if written is not None:
                 unused = unused_result(scope, stmt, call, texts) if site.kind == "call" else None
-                out.append(WholeCall(rel, qual, len(sites) == 1, _class_name(module, written, rel, (scope, call)), written, module, scope,
-                                     site.node, call, unused))
+                made = _class_name(module, written, rel, (scope, call))
+                made = _factory_made(module, written, rel, modules, texts.src) or made
+                out.append(WholeCall(rel, qual, len(sites) == 1, made, written, module, scope, site.node, call, unused))
             else:
                 loops = _each_call(scope, site, stmt, qual, module)
                 for written, path in loops:
@@ -675,6 +677,35 @@ def imported_in(module: cst.Module, name: str, rel: str, at: Any) -> tuple[list[
                for a in m.findall(at[0].body, m.ImportAlias())):
         return None
     return _imported_through_module(module, name, rel, at[1]) or False
+
+
+def _factory_made(module: cst.Module, written: str, rel: str, modules: dict[str, cst.Module], src: Any) -> str | None:
+    """The class a factory function imported from another file of SRC (``from models import
+    build``; ``written`` is ``build``) returns an instance of, where that file defines both
+    (:func:`.factories.returned_call`: every ``return`` of one class); None otherwise. That file is
+    parsed once into ``modules``."""
+    from ..source import parse_module, read_file
+    from .factories import returned_call, top_level_functions
+
+    found = imported_from(module, written, rel) if "." not in written else None
+    if found is None:
+        return None
+    files, name = found
+    for other in dict.fromkeys(files):
+        try:
+            if other not in modules:
+                modules[other] = parse_module(read_file(Path(src) / other).text, other)
+        except (OSError, StackpartError):
+            continue
+        funcs = top_level_functions(modules[other])
+        if name not in funcs:
+            return None
+        made = returned_call(funcs[name], set(funcs))
+        cls = get_full_name_for_node(made.func) if made is not None else None
+        if cls and any(isinstance(stmt, cst.ClassDef) and stmt.name.value == cls for stmt in modules[other].body):
+            return cls
+        return None
+    return None
 
 
 def _class_name(module: cst.Module, written: str, rel: str, at: Any = None) -> str:

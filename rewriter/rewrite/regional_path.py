@@ -33,6 +33,7 @@ from typing import Any
 
 import libcst as cst
 import libcst.matchers as m
+from libcst.helpers import get_full_name_for_node
 
 from ..compile_facts import first_positional
 from ..errors import StackpartError
@@ -607,7 +608,23 @@ def _class_attrs(name: str, rel: str, module: cst.Module, definitions: dict[str,
             continue
         if imported in defs and defs[imported][-1].kind == "class":
             return imported, key, _attrs(defs, imported), defs
+        made = _factory_class(defs, imported)
+        if made is not None:  # a factory of that file (``from models import build``) making a class of it
+            return made, key, _attrs(defs, made), defs
     return None
+
+
+def _factory_class(defs: dict[str, list[Any]], name: str) -> str | None:
+    """The class a top-level function ``name`` of a file (its ``defs``) returns an instance of,
+    where the file defines it (:func:`.factories.returned_call`), else None."""
+    from .factories import returned_call
+
+    if name not in defs or defs[name][-1].kind != "function":
+        return None
+    functions = {q for q, d in defs.items() if "." not in q and d[-1].kind == "function"}
+    made = returned_call(defs[name][-1].node, functions)
+    cls = get_full_name_for_node(made.func) if made is not None else None
+    return cls if cls in defs and defs[cls][-1].kind == "class" else None
 
 
 def _attrs(definitions: dict[str, list[Any]], name: str, seen: frozenset[str] = frozenset()) -> set[str] | None:
