@@ -109,8 +109,10 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
 
 Library targets (installed packages, applied from the site) get the one rule that breaks a
 program at run time: a ``disable`` of a function a ``fullgraph=True`` library compile reaches in
-its own file (:func:`check_library`, read from the package's source with :mod:`ast`, never
-imported). A disabled function in another file of the package is not seen: the search's
+its own file, the file that defines the function or the module the target names where that
+module imports it (``modeling_bert:create_bidirectional_mask``: the site replaces the name there)
+(:func:`check_library`, read from the package's source with :mod:`ast`, never imported). A
+disabled function in another file of the package is not seen: the search's
 measurement of the candidate catches what this cannot.
 """
 
@@ -955,6 +957,7 @@ def check_library(loaded: LoadedPlan, library: dict[int, Any]) -> None:
     Raises:
         StackpartError: at the disable's line, naming the compile.
     """
+    from .library_targets import module_file
     from .reach import names_reached
 
     actions = loaded.plan.actions
@@ -974,8 +977,11 @@ def check_library(loaded: LoadedPlan, library: dict[int, Any]) -> None:
             continue
         name = t.qualname.rsplit(".", 1)[-1]
         owner = t.qualname.rsplit(".", 1)[0] if "." in t.qualname else None
+        # the site replaces the name in the module the target names, whose code calls it there:
+        # that module's file too where it imports the function from another (a re-export)
+        files = {Path(f).resolve() for f in (t.file, module_file(t.module)[0]) if f is not None}
         for c, ct, reached in regions:
-            same_file = ct.file is not None and Path(ct.file).resolve() == Path(t.file).resolve()
+            same_file = ct.file is not None and Path(ct.file).resolve() in files
             if same_file and (name in reached or t.qualname == ct.qualname or owner == ct.qualname):
                 raise loaded.error(
                     i,

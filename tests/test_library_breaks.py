@@ -157,3 +157,55 @@ def test_a_library_disable_inside_a_library_fullgraph_compile_is_refused(tmp_pat
         assert {p: p.read_bytes() for p in src.rglob("*") if p.is_file()} == before  # nothing written
     else:
         assert rc == 0, err
+
+
+def test_a_library_disable_of_a_name_the_compiled_module_imports_is_refused_under_fullgraph(tmp_path, monkeypatch, capsys):
+    """The ``+mask-eager`` twin's form (``transformers.models.bert.modeling_bert:create_bidirectional_mask``,
+    defined in ``masking_utils``): the disable replaces the name in the module it names, whose
+    compiled class calls it, so fullgraph=True would raise at the first call there even though the
+    function is defined in another file of the package."""
+    site = tmp_path / "site"
+    pkg = site / "maskpkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "builders.py").write_text("def make_mask(x):\n    return None\n")
+    (pkg / "model.py").write_text(textwrap.dedent("""\
+        import torch
+
+        from .builders import make_mask
+
+
+        class Net(torch.nn.Module):
+            def forward(self, x):
+                mask = make_mask(x)
+                return x * 2 if mask is None else x
+    """))
+    monkeypatch.syspath_prepend(str(site))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "harness.py").write_text(textwrap.dedent("""\
+        import torch
+
+        from maskpkg.model import Net
+
+
+        def build_model():
+            return Net()
+
+
+        def make_inputs(batch: int = 2):
+            return (torch.randn(batch, 4),)
+    """))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(textwrap.dedent("""\
+        version: 1
+        harness: {file: harness.py, shapes: [{batch: 2}], device: cpu}
+        site: harness.py::build_model
+        actions:
+          - {action: compile, target: 'maskpkg.model:Net', strategy: whole, options: {fullgraph: true}}
+          - {action: disable, target: 'maskpkg.model:make_mask'}
+    """))
+    rc = main(["rewrite", "--plan", str(plan), str(src), "--no-validate"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert "disable inside a fullgraph=True region (actions[0], maskpkg.model:Net)" in err and "Net reaches make_mask" in err, err
