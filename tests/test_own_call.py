@@ -515,3 +515,36 @@ def test_a_backend_from_the_config_is_not_said_to_be_another_backend(tmp_path):
     assert pruned == ["as-is+reduce-overhead: the call's backend is set by an expression, not the literal 'inductor' "
                       "(backend=backend: train.py:22: torch.compile(model, backend=backend)): CUDA graphs are Inductor's "
                       "mode='reduce-overhead', which an edit can set only where the backend is Inductor"], pruned
+
+
+def test_reduce_overhead_on_the_programs_own_compile_takes_a_few_varying_shapes_as_whole_cudagraphs_does(tmp_path, monkeypatch):
+    """``as-is+reduce-overhead`` stands on the same conditions as ``whole+cudagraphs``: where shapes
+    vary across at most ``CUDAGRAPH_SHAPES`` harness shapes it is proposed (one recording per shape,
+    said in the why); more shapes prune it, with the count."""
+    from types import SimpleNamespace
+
+    from rewriter.diagnose import own_candidates
+    from rewriter.diagnose.candidates import CUDAGRAPH_SHAPES, OwnScope, _own_cudagraphs
+    from rewriter.diagnose.own_compile import own_compiles
+    from rewriter.plan import Harness
+
+    (tmp_path / "serve.py").write_text("import torch\nfrom model import Net\n\n\ndef build():\n    return torch.compile(Net().eval())\n")
+    [own] = own_compiles(tmp_path)
+    assert own.why_not is None and own.site is not None, own.why_not
+    monkeypatch.setattr(own_candidates, "runs_own_compile", lambda ctx, own: True)
+
+    def ctx(n):  # the recompiles rung saw the shapes vary (no result: treated as varying)
+        spec = Harness(file="harness.py", device="cuda", shapes=[{"batch": b} for b in range(1, n + 1)])
+        return SimpleNamespace(session=SimpleNamespace(cuda=True, spec=spec, harness=None), results={},
+                               amortization_assumed=True, site=None)
+
+    pruned: list[str] = []
+    [(name, decision)] = _own_cudagraphs(ctx(2), OwnScope(whole=[own]), pruned)
+    assert pruned == [] and name == "as-is+reduce-overhead"
+    [action] = decision.plan.actions
+    assert action.own_call.mode == "reduce-overhead"
+    assert "one recording per input shape, the harness's 2 shapes" in action.why and "shapes stable" not in action.why
+    n = CUDAGRAPH_SHAPES + 1
+    assert _own_cudagraphs(ctx(n), OwnScope(whole=[own]), pruned) == []
+    assert pruned == [f"as-is+reduce-overhead: shapes vary across the harness's {n} shapes (more than {CUDAGRAPH_SHAPES}: "
+                      "each new shape is a new CUDA graph recording)"], pruned

@@ -879,7 +879,7 @@ def own_call_candidates(ctx: Context, scope: OwnScope, pruned: list[str]) -> lis
     ``as-is+reduce-overhead``: ``mode="reduce-overhead"`` (CUDA graphs) on the program's compile
     of the whole model, where there is one, whose call does not already use that mode and
     compiles with Inductor (another backend takes no ``mode`` of Inductor's), on CUDA, with shapes
-    stable across the harness, the call editable (a literal mode, no ``**options``, a target that
+    stable across the harness or at most :data:`CUDAGRAPH_SHAPES` of them (as ``whole+cudagraphs``), the call editable (a literal mode, no ``**options``, a target that
     names it) and run by the harness's model (so the engine measures it). A program that compiles only its blocks gets no
     such variant: CUDA graphs over many regions are refused (pytorch#152887). The other variants
     (regional, ``dynamic=``) are :func:`.own_candidates.variants`'; ``as-is+no-compile`` turns the
@@ -931,8 +931,10 @@ def _own_cudagraphs(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tu
     if not ctx.session.cuda:
         pruned.append(f"{name}: no CUDA (CUDA graphs need a GPU): the program's own compile ({own.text}) stays as it is")
         return []
-    if not shapes_stable(ctx):
-        pruned.append(f"{name}: shapes vary across the harness (each new shape is a new CUDA graph capture)")
+    shapes, stable = len(ctx.session.spec.shapes), shapes_stable(ctx)
+    if not stable and shapes > CUDAGRAPH_SHAPES:  # as whole+cudagraphs (:func:`_whole_family`)
+        pruned.append(f"{name}: shapes vary across the harness's {shapes} shapes (more than {CUDAGRAPH_SHAPES}: each "
+                      "new shape is a new CUDA graph recording)")
         return []
     if own.why_not or own.site is None:
         pruned.append(f"{name}: the program's own compile ({own.text}) cannot be edited safely: {own.why_not}")
@@ -946,8 +948,9 @@ def _own_cudagraphs(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tu
     action = CompileAction(
         action="compile", target=own.site, strategy="whole", own_call={"mode": "reduce-overhead"},
         why=f"the program compiles the whole model itself ({own.text}): CUDA graphs (mode='reduce-overhead') on that "
-            "call, shapes stable across the harness; its other options left as they are")
-    return [(name, Decision(_plan(ctx.session.spec, ctx, [action]), []))]
+            f"call, {'shapes stable across the harness' if stable else 'shapes vary'}; its other options left as they are")
+    decision = Decision(_plan(ctx.session.spec, ctx, [action]), [])
+    return [(name, decision if stable else _per_shape_recordings(decision, shapes))]
 
 
 def static_cache_candidate(ctx: Context) -> Any:
