@@ -189,6 +189,9 @@ def load_harness(spec: Harness, src: Path) -> LoadedHarness:
             raise StackpartError(
                 f"importing the harness raised {type(exc).__name__}: {exc}", path=file, line=line
             ) from exc
+        except BaseException:  # sys.exit or argparse at import: not the user's input error, but no module either
+            sys.modules.pop(name, None)
+            raise
     public = [n for n in vars(module) if not n.startswith("_")]
     funcs = []
     for field in ("model", "inputs"):

@@ -331,3 +331,8 @@ def test_a_loaded_harness_is_importable_by_its_module_name_and_a_failed_one_is_n
     with pytest.raises(StackpartError):
         load_harness(Harness(file="bad.py", device="cpu"), tmp_path)
     assert not {n for n in set(sys.modules) - before if n.startswith("_stackpart_harness_")}
+    # argparse at import under stackpart's argv, or sys.exit: no Exception, no module left either
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(2)\n")
+    with pytest.raises(SystemExit):
+        load_harness(Harness(file="exits.py", device="cpu"), tmp_path)
+    assert not {n for n in set(sys.modules) - before if n.startswith("_stackpart_harness_")}
