@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import importlib.util
 import inspect
 import re
@@ -167,7 +168,9 @@ def load_harness(spec: Harness, src: Path) -> LoadedHarness:
     path = safe_relpath(src, spec.file)
     if not path.is_file():
         raise StackpartError("harness file not found under SRC", path=spec.file, hint=near_path(path, spec.file, dirs=False))
-    name = f"_stackpart_harness_{abs(hash(str(path)))}"
+    # one name for one file in every process (str hash is salted per process): what the harness
+    # defines pickles into a child by this name (a spawned DataLoader worker, the engine's children)
+    name = f"_stackpart_harness_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]}"
     module_spec = importlib.util.spec_from_file_location(name, path)
     assert module_spec is not None and module_spec.loader is not None
     module = importlib.util.module_from_spec(module_spec)

@@ -248,6 +248,24 @@ def test_varying_shapes_get_the_cuda_graphs_candidate_only_for_a_few_shapes(tmp_
     assert "whole+cudagraphs: shapes vary across the harness's 5 shapes (more than 4: each new shape is a new CUDA graph recording)" in pruned
 
 
+def test_no_cuda_graphs_on_a_few_shapes_where_the_recompiles_rung_did_not_run_or_the_model_generates(tmp_path, monkeypatch):
+    """Nothing read is not "a few shapes": the planner treats the shapes as varying, and so does the
+    search (the why would say "one recording per shape" of shapes never compared). A model called
+    through a method (``generate``) runs many input shapes within one harness shape."""
+    from rewriter.diagnose.candidates import cudagraph_shapes, propose
+
+    ctx = llama(tmp_path, monkeypatch)
+    ran = ctx.results.pop("recompiles")
+    cands, pruned = propose(ctx)
+    assert "whole+cudagraphs" not in {c.name for c in cands}
+    assert any(p.startswith("whole+cudagraphs: the recompiles rung did not run") for p in pruned), pruned
+    ctx.results["recompiles"] = ran
+    assert cudagraph_shapes(ctx) == 2
+    calling = ctx.session.spec.model_copy(update={"call": "generate"})
+    monkeypatch.setattr(type(ctx.session), "spec", property(lambda self: calling))
+    assert cudagraph_shapes(ctx).startswith("shapes vary and the model is called through .generate()")
+
+
 def test_the_rule_proposal_compiles_the_region_and_marks_every_varying_block_input(tmp_path, monkeypatch):
     ctx = llama(tmp_path, monkeypatch)
     decision = plan(ctx)

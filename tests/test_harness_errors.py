@@ -326,6 +326,9 @@ def test_a_loaded_harness_is_importable_by_its_module_name_and_a_failed_one_is_n
     loaded = load_harness(Harness(file="harness.py", device="cpu"), tmp_path)
     name = loaded.build_model.__module__
     assert sys.modules[name].build_model is loaded.build_model
+    # the same name in every process for one file (a child unpickles the harness's objects by it)
+    import hashlib
+    assert name == "_stackpart_harness_" + hashlib.sha1(str((tmp_path / "harness.py").resolve()).encode()).hexdigest()[:16]
     (tmp_path / "bad.py").write_text("raise RuntimeError('no')\n")
     before = set(sys.modules)
     with pytest.raises(StackpartError):

@@ -533,9 +533,10 @@ def test_reduce_overhead_on_the_programs_own_compile_takes_a_few_varying_shapes_
     assert own.why_not is None and own.site is not None, own.why_not
     monkeypatch.setattr(own_candidates, "runs_own_compile", lambda ctx, own: True)
 
-    def ctx(n):  # the recompiles rung saw the shapes vary (no result: treated as varying)
+    def ctx(n):  # the recompiles rung ran and saw the shapes vary
         spec = Harness(file="harness.py", device="cuda", shapes=[{"batch": b} for b in range(1, n + 1)])
-        return SimpleNamespace(session=SimpleNamespace(cuda=True, spec=spec, harness=None), results={},
+        varied = SimpleNamespace(ok=True, measurement={"recompiles": 1, "varying_input_dims": [{"tensor": 0, "dim": 0}]})
+        return SimpleNamespace(session=SimpleNamespace(cuda=True, spec=spec, harness=None), results={"recompiles": varied},
                                amortization_assumed=True, site=None)
 
     pruned: list[str] = []

@@ -644,15 +644,14 @@ def _whole_family(p: _Proposals, region_full: Any, has_block: bool, own: list[st
         if bare is not None:  # the one-line anchor, its graph breaks left to Dynamo
             p.add(WHOLE, bare)
         p.add(_named("whole", whole.plan), whole)
-        shapes = len(ctx.session.spec.shapes)
+        shapes = cudagraph_shapes(ctx)
         if not ctx.session.cuda:
             p.pruned.append("whole+cudagraphs: no CUDA (CUDA graphs need a GPU)")
-        elif not shapes_stable(ctx) and shapes > CUDAGRAPH_SHAPES:
-            p.pruned.append(f"whole+cudagraphs: shapes vary across the harness's {shapes} shapes (more than "
-                            f"{CUDAGRAPH_SHAPES}: each new shape is a new CUDA graph recording)")
+        elif isinstance(shapes, str):
+            p.pruned.append(f"whole+cudagraphs: {shapes}")
         else:
             cg = rule_plan(ctx, "whole", mode="reduce-overhead")
-            if not shapes_stable(ctx):  # a small set of shapes: one recording each, said in the why
+            if shapes:  # a small set of shapes: one recording each, said in the why
                 cg = _per_shape_recordings(cg, shapes)
             p.add(_named("whole+cudagraphs", cg.plan), cg)
     elif not own:  # (the program's own compile pruned them above, and said so)
@@ -666,6 +665,28 @@ def _whole_family(p: _Proposals, region_full: Any, has_block: bool, own: list[st
 #: program that runs a few fixed shapes pays a few recordings, one whose shapes keep changing pays one
 #: per step (the ``+bucket`` candidates pad those to a few).
 CUDAGRAPH_SHAPES = 4
+
+
+def cudagraph_shapes(ctx: Context) -> int | str:
+    """Whether a whole-model CUDA graphs candidate is proposed: 0 where the recompiles rung saw
+    the shapes stable; the count of the harness's shapes where they vary and there are at most
+    :data:`CUDAGRAPH_SHAPES` (one recording each); else why not (a str, for ``pruned``): more
+    shapes, a recompiles rung that did not run (nothing read: treated as varying, as the planner
+    does), or a model called through a method (``harness.call``: ``generate`` runs many input shapes
+    inside one harness shape)."""
+    if shapes_stable(ctx):
+        return 0
+    shapes = len(ctx.session.spec.shapes)
+    rung = ctx.results.get("recompiles")
+    if rung is None or not rung.ok:
+        return "the recompiles rung did not run: shapes treated as varying (each new shape is a new CUDA graph recording)"
+    if shapes > CUDAGRAPH_SHAPES:
+        return (f"shapes vary across the harness's {shapes} shapes (more than {CUDAGRAPH_SHAPES}: each new shape is a "
+                "new CUDA graph recording)")
+    if ctx.session.spec.call is not None:
+        return (f"shapes vary and the model is called through .{ctx.session.spec.call}(), which may run many input "
+                "shapes within one harness shape (each a new CUDA graph recording)")
+    return shapes
 
 
 def _per_shape_recordings(decision: Any, shapes: int) -> Any:
@@ -931,11 +952,11 @@ def _own_cudagraphs(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tu
     if not ctx.session.cuda:
         pruned.append(f"{name}: no CUDA (CUDA graphs need a GPU): the program's own compile ({own.text}) stays as it is")
         return []
-    shapes, stable = len(ctx.session.spec.shapes), shapes_stable(ctx)
-    if not stable and shapes > CUDAGRAPH_SHAPES:  # as whole+cudagraphs (:func:`_whole_family`)
-        pruned.append(f"{name}: shapes vary across the harness's {shapes} shapes (more than {CUDAGRAPH_SHAPES}: each "
-                      "new shape is a new CUDA graph recording)")
+    shapes = cudagraph_shapes(ctx)  # as whole+cudagraphs (:func:`_whole_family`)
+    if isinstance(shapes, str):
+        pruned.append(f"{name}: {shapes}")
         return []
+    stable = shapes == 0
     if own.why_not or own.site is None:
         pruned.append(f"{name}: the program's own compile ({own.text}) cannot be edited safely: {own.why_not}")
         return []

@@ -46,7 +46,7 @@ def builders(model: Any) -> list[str]:
     for module_name in sorted({type(m).__module__ for m in model.modules()}):
         if not module_name.startswith("transformers.models."):
             continue
-        for name, value in sorted(vars(sys.modules.get(module_name, object())).items()):
+        for name, value in sorted(getattr(sys.modules.get(module_name), "__dict__", {}).items()):
             if (callable(value) and getattr(value, "__module__", None) in BUILDER_MODULES and "mask" in name
                     and not name.startswith("__")):
                 found.append(f"{module_name}:{name}")
