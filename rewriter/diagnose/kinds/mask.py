@@ -13,15 +13,17 @@ compiled alone gets the mask eager built (none) and keeps a fused kernel (docs/d
 "A whole-model compile can give SDPA a mask eager never builds").
 
 Evidence, measured: the SDPA calls of the graph-break rung's trace of the model
-(``torch._dynamo.explain``'s graphs, :func:`..sdpa_masks.traced_masks`) against those of one eager
-forward at the reference shape (:func:`..sdpa_masks.eager_masks`). Where the trace passes a mask to an SDPA call and eager
-passes none to any, the first candidate with a whole-model compile of each mode (the ladder's
-order: the one it expects most of; ``whole`` and, on CUDA, ``whole+cudagraphs``: one or two more
-cold phases in the search's budget) gets a twin right after it with the same actions plus ``disable`` on each mask builder the model's transformers modules call, by the
-name they call it under (``transformers.models.bert.modeling_bert:create_bidirectional_mask``),
-applied from the plan's site: the builder runs eager at a graph break, where it is not tracing,
-and skips the mask as eager does. The twin is measured like any candidate (its graph break costs a
-graph; its outputs are judged by the engine's rule); nothing is assumed.
+(``torch._dynamo.explain``'s graphs, :func:`..sdpa_masks.traced_masks`) against those of one
+eager forward at the reference shape (:func:`..sdpa_masks.eager_masks`). Where the trace passes a
+mask to an SDPA call and eager passes none to any, the first candidate with a whole-model compile
+of each mode (the ladder's order: the one it expects most of; ``whole`` and, on CUDA,
+``whole+cudagraphs``: one or two more cold phases in the search's budget) gets a twin right after
+it with the same actions plus ``disable`` on each mask builder the model's transformers modules
+call, by the name they call it under
+(``transformers.models.bert.modeling_bert:create_bidirectional_mask``), applied from the plan's
+site: the builder runs eager at a graph break, where it is not tracing, and skips the mask as
+eager does. The twin is measured like any candidate (its graph break costs a graph; its outputs
+are judged by the engine's rule); nothing is assumed.
 """
 
 from __future__ import annotations
