@@ -211,6 +211,10 @@ def test_diagnose_measures_the_twin_and_its_rewrite_keeps_the_builder_eager(tmp_
     import transformers.models.bert.modeling_bert as bert
 
     monkeypatch.setattr(bert, "create_bidirectional_mask", bert.create_bidirectional_mask)  # restored after
+    # the generated package this tree imports, not one another test's tree left in sys.modules
+    generated = lambda: [k for k in sys.modules if k == "_stackpart" or k.startswith("_stackpart.")]  # noqa: E731
+    for name in generated():
+        monkeypatch.delitem(sys.modules, name)  # restored after the test
     spec = importlib.util.spec_from_file_location("_mask_rewritten_harness", tree / "harness.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -221,6 +225,8 @@ def test_diagnose_measures_the_twin_and_its_rewrite_keeps_the_builder_eager(tmp_
     finally:
         sys.path.remove(str(tree))
         sys.modules.pop(spec.name, None)
+        for name in generated():
+            sys.modules.pop(name, None)
     plain = transformers.BertModel(transformers.BertConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=128)).eval()
     traced, graphs = _traced(plain, module.make_inputs())
