@@ -900,7 +900,8 @@ def own_call_candidates(ctx: Context, scope: OwnScope, pruned: list[str]) -> lis
     ``as-is+reduce-overhead``: ``mode="reduce-overhead"`` (CUDA graphs) on the program's compile
     of the whole model, where there is one, whose call does not already use that mode and
     compiles with Inductor (another backend takes no ``mode`` of Inductor's), on CUDA, with shapes
-    stable across the harness or at most :data:`CUDAGRAPH_SHAPES` of them (as ``whole+cudagraphs``), the call editable (a literal mode, no ``**options``, a target that
+    stable across the harness or at most :data:`CUDAGRAPH_SHAPES` of them (:func:`cudagraph_shapes`,
+    as ``whole+cudagraphs``), the call editable (a literal mode, no ``**options``, a target that
     names it) and run by the harness's model (so the engine measures it). A program that compiles only its blocks gets no
     such variant: CUDA graphs over many regions are refused (pytorch#152887). The other variants
     (regional, ``dynamic=``) are :func:`.own_candidates.variants`'; ``as-is+no-compile`` turns the

@@ -90,3 +90,14 @@ def factory_class(module: cst.Module, name: str) -> str | None:
     """The class name (as written in the factory) :func:`factory_call` reads, or None."""
     made = factory_call(module, name)
     return get_full_name_for_node(made.func) if made is not None else None
+
+
+def class_made_here(func: cst.FunctionDef, functions: set[str], classes: set[str]) -> str | None:
+    """The class the top-level function ``func`` of a file returns an instance of
+    (:func:`returned_call`), where that file defines it (``classes``: its top-level class names;
+    ``functions``: its top-level function names); None otherwise. How a factory imported from
+    another file is read, by the program-compiles reading and the regional check alike."""
+    made = returned_call(func, functions)
+    cls = get_full_name_for_node(made.func) if made is not None else None
+    return cls if cls in classes else None
+

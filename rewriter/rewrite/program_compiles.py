@@ -685,26 +685,22 @@ def _factory_made(module: cst.Module, written: str, rel: str, modules: dict[str,
     (:func:`.factories.returned_call`: every ``return`` of one class); None otherwise. That file is
     parsed once into ``modules``."""
     from ..source import parse_module, read_file
-    from .factories import returned_call, top_level_functions
+    from .factories import class_made_here, top_level_functions
 
     found = imported_from(module, written, rel) if "." not in written else None
     if found is None:
         return None
     files, name = found
-    for other in dict.fromkeys(files):
+    for other in dict.fromkeys(files):  # beside the file and from the root, as regional_path._class_attrs
         try:
             if other not in modules:
                 modules[other] = parse_module(read_file(Path(src) / other).text, other)
         except (OSError, StackpartError):
             continue
         funcs = top_level_functions(modules[other])
-        if name not in funcs:
-            return None
-        made = returned_call(funcs[name], set(funcs))
-        cls = get_full_name_for_node(made.func) if made is not None else None
-        if cls and any(isinstance(stmt, cst.ClassDef) and stmt.name.value == cls for stmt in modules[other].body):
-            return cls
-        return None
+        if name in funcs:
+            classes = {stmt.name.value for stmt in modules[other].body if isinstance(stmt, cst.ClassDef)}
+            return class_made_here(funcs[name], set(funcs), classes)
     return None
 
 

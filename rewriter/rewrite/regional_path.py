@@ -33,7 +33,6 @@ from typing import Any
 
 import libcst as cst
 import libcst.matchers as m
-from libcst.helpers import get_full_name_for_node
 
 from ..compile_facts import first_positional
 from ..errors import StackpartError
@@ -616,15 +615,14 @@ def _class_attrs(name: str, rel: str, module: cst.Module, definitions: dict[str,
 
 def _factory_class(defs: dict[str, list[Any]], name: str) -> str | None:
     """The class a top-level function ``name`` of a file (its ``defs``) returns an instance of,
-    where the file defines it (:func:`.factories.returned_call`), else None."""
-    from .factories import returned_call
+    where the file defines it (:func:`.factories.class_made_here`), else None."""
+    from .factories import class_made_here
 
     if name not in defs or defs[name][-1].kind != "function":
         return None
-    functions = {q for q, d in defs.items() if "." not in q and d[-1].kind == "function"}
-    made = returned_call(defs[name][-1].node, functions)
-    cls = get_full_name_for_node(made.func) if made is not None else None
-    return cls if cls in defs and defs[cls][-1].kind == "class" else None
+    top = {q: d[-1].kind for q, d in defs.items() if "." not in q}
+    return class_made_here(defs[name][-1].node, {q for q, k in top.items() if k == "function"},
+                           {q for q, k in top.items() if k == "class"})
 
 
 def _attrs(definitions: dict[str, list[Any]], name: str, seen: frozenset[str] = frozenset()) -> set[str] | None:
