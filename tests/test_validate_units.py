@@ -273,3 +273,44 @@ def test_an_empty_diff_is_said_for_what_it_is():
     assert held.startswith("the plan changes nothing in SRC (2 action(s) not written)"), held
     partly = unchanged_note(2, RewriteResult(skipped=[(0, "unsafe")]))
     assert partly.startswith("SRC already holds this plan's edits"), partly
+
+
+# torch 2.11 on an H100: Llama's whole compile with mode reduce-overhead, after a graph break
+OVERWRITTEN = (
+    "RuntimeError: Error: accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run. "
+    "Stack trace: File \"modeling_llama.py\", line 403, in torch_dynamo_resume_in_forward_at_391 hidden_states = "
+    "decoder_layer(. To prevent overwriting, clone the tensor outside of torch.compile() or call "
+    "torch.compiler.cudagraph_mark_step_begin() before each model invocation."
+)
+
+
+def test_cudagraph_overwrite_hint_names_the_cause_and_what_avoids_it():
+    from rewriter.engine.verdict import cudagraph_overwrite_hint
+
+    hint = cudagraph_overwrite_hint(OVERWRITTEN)
+    assert hint.startswith("hint: CUDA graphs (mode 'reduce-overhead') reused the memory of a tensor")
+    assert "pytorch#152887" in hint and "without CUDA graphs" in hint
+    assert cudagraph_overwrite_hint("RuntimeError: CUDA out of memory") is None
+
+
+def test_a_candidate_that_hits_the_cudagraph_overwrite_gets_the_hint_on_its_row():
+    """The search's row of a CUDA-graphs candidate that crashed this way carries the hint beside
+    the child's output tail (the report prints a row's hints under it)."""
+    from types import SimpleNamespace
+
+    from rewriter.engine.measure import Measurement, _Run
+
+    m = Measurement()
+    cold = _Run.__new__(_Run)
+    cold.m = m
+    cold.variants = [SimpleNamespace(name="whole+cudagraphs", judged=True, prepare=None, mark_dynamic=[], plan_name="p")]
+    cold.on_event = None
+    cold.replicas = SimpleNamespace(end=lambda name: None)
+    cold.opts = SimpleNamespace(force_backend=None)
+    res = SimpleNamespace(error={"kind": "crash", "message": OVERWRITTEN, "traceback": "t\nlast line"}, stderr_tail="")
+    row: dict = {"problems": []}
+    assert cold._record_error("whole+cudagraphs", row, res) is True
+    assert row["problems"] == [f"the rewritten tree failed: crash: {OVERWRITTEN}"]
+    hints = m.hints["whole+cudagraphs"]
+    assert hints[0] == "child output tail: t | last line"
+    assert hints[1].startswith("hint: CUDA graphs (mode 'reduce-overhead')")

@@ -332,7 +332,7 @@ class _Run:
     def _record_error(self, name: str, row: dict[str, Any], res: Any) -> bool:
         """A cold phase that ended in an error: the reference's stops the measurement, a
         variant's is its problem (with a hint: the child's output tail, a violated mark)."""
-        from .verdict import constraint_hint
+        from .verdict import constraint_hint, cudagraph_overwrite_hint
 
         m, err = self.m, res.error
         text = f"{err['kind']}: {err['message']}"
@@ -357,6 +357,9 @@ class _Run:
         else:
             row["problems"].append(f"the rewritten tree failed: {text}" if v.judged else f"{what} failed: {text}")
             m.hints.setdefault(name, []).extend(stderr_hint(res))
+        graphs = cudagraph_overwrite_hint(err["message"])
+        if graphs:
+            m.hints.setdefault(name, []).append(graphs)
         self.emit(name, "cold", row)
         assert self.replicas is not None
         self.replicas.end(name)

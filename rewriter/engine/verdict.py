@@ -125,6 +125,30 @@ def below(value: float, bound: float) -> str:
     return f"{value:.6g}"
 
 
+#: Raised by CUDA graph trees when a tensor a graph returned is read after that graph's memory was
+#: reused by a later replay (torch/_inductor/cudagraph_trees.py).
+_OVERWRITTEN = "accessing tensor output of CUDAGraphs that has been overwritten"
+
+
+def cudagraph_overwrite_hint(message: str) -> str | None:
+    """For a CUDA-graphs candidate (``mode: reduce-overhead``) whose model read a tensor that a CUDA
+    graph returned after a later replay reused its memory, what that means and what avoids it; else
+    None.
+
+    CUDA graph trees give each graph's outputs memory in a shared pool that the next replay of the
+    same graph overwrites (PyTorch docs, "CUDAGraph Trees", Limitations). Graph breaks that split a
+    model into several graphs, where one graph's output is read after the same graph ran again (a
+    repeated block's resumed frame called once per layer), hit it (pytorch#152887); so do outputs
+    kept across steps without ``torch.compiler.cudagraph_mark_step_begin()``.
+    """
+    if _OVERWRITTEN not in message:
+        return None
+    return ("hint: CUDA graphs (mode 'reduce-overhead') reused the memory of a tensor one graph returned before the "
+            "model read it: where graph breaks split the model into several graphs and one of them runs again before "
+            "its output is read (pytorch#152887); the same compile without CUDA graphs, or without those graph "
+            "breaks, avoids it (docs/decisions.md, \"CUDA graphs on a model split by graph breaks\")")
+
+
 _SIZE = re.compile(r"L\['(?P<arg>\w+)'\]\.size\(\)\[(?P<dim>\d+)\]")
 _RANGE = re.compile(r"Not all values of (?P<sym>\S+) = .*? satisfy the generated guard (?P<guard>.+?)\.?$")
 _CONST = re.compile(r"You marked (?P<sym>\S+) as dynamic but your code specialized it to be a constant \((?P<value>-?\d+)\)")
