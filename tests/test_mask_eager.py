@@ -54,12 +54,12 @@ HARNESS = OLD_RULE + textwrap.dedent('''\
 ''')
 
 
-def _harness(tmp_path: Path, name: str = "harness.py"):
+def _harness(tmp_path: Path, name: str = "harness.py", text: str = HARNESS):
     import importlib.util
 
     src = tmp_path / "src"
     src.mkdir(exist_ok=True)
-    (src / name).write_text(HARNESS)
+    (src / name).write_text(text)
     spec = importlib.util.spec_from_file_location(f"_mask_{tmp_path.name}", src / name)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # Dynamo reads a traced function's globals through its module
@@ -73,6 +73,33 @@ def old_rule(monkeypatch):
     from transformers import masking_utils
 
     monkeypatch.setattr(masking_utils, "_ignore_bidirectional_mask_sdpa", masking_utils._ignore_bidirectional_mask_sdpa)
+
+
+def _rewritten_harness(tree: Path, monkeypatch):
+    """The rewritten tree's harness, imported (its ``build_model`` run) with the generated
+    ``_stackpart`` package of this tree, not one another test left in ``sys.modules``; the mask
+    builder the site replaces is restored after the test."""
+    import importlib.util
+
+    import transformers.models.bert.modeling_bert as bert
+
+    monkeypatch.setattr(bert, "create_bidirectional_mask", bert.create_bidirectional_mask)  # restored after
+    generated = lambda: [k for k in sys.modules if k == "_stackpart" or k.startswith("_stackpart.")]  # noqa: E731
+    for name in generated():
+        monkeypatch.delitem(sys.modules, name)  # restored after the test
+    spec = importlib.util.spec_from_file_location("_mask_rewritten_harness", tree / "harness.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    sys.path.insert(0, str(tree))
+    try:
+        spec.loader.exec_module(module)
+        module.model = module.build_model()
+    finally:
+        sys.path.remove(str(tree))
+        sys.modules.pop(spec.name, None)
+        for name in generated():
+            sys.modules.pop(name, None)
+    return module
 
 
 def _traced(model, inputs):
@@ -91,7 +118,7 @@ def test_the_trace_passes_sdpa_a_mask_eager_does_not_and_the_builder_kept_eager_
     import torch
     import transformers.models.bert.modeling_bert as bert
 
-    from rewriter.diagnose.kinds.mask import builders
+    from rewriter.diagnose.sdpa_masks import builders
     from rewriter.diagnose.sdpa_masks import eager_masks
 
     _, h = _harness(tmp_path)
@@ -206,28 +233,76 @@ def test_diagnose_measures_the_twin_and_its_rewrite_keeps_the_builder_eager(tmp_
     assert "create_bidirectional_mask" in library and "torch.compiler.disable" in library, library
     # run the rewritten harness's model function: the site applies the disable (the compile it also
     # applies is never called here: Inductor on the CPU is not this test's business)
-    import importlib.util
-
-    import transformers.models.bert.modeling_bert as bert
-
-    monkeypatch.setattr(bert, "create_bidirectional_mask", bert.create_bidirectional_mask)  # restored after
-    # the generated package this tree imports, not one another test's tree left in sys.modules
-    generated = lambda: [k for k in sys.modules if k == "_stackpart" or k.startswith("_stackpart.")]  # noqa: E731
-    for name in generated():
-        monkeypatch.delitem(sys.modules, name)  # restored after the test
-    spec = importlib.util.spec_from_file_location("_mask_rewritten_harness", tree / "harness.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    sys.path.insert(0, str(tree))
-    try:
-        spec.loader.exec_module(module)
-        module.build_model()
-    finally:
-        sys.path.remove(str(tree))
-        sys.modules.pop(spec.name, None)
-        for name in generated():
-            sys.modules.pop(name, None)
+    module = _rewritten_harness(tree, monkeypatch)
     plain = transformers.BertModel(transformers.BertConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=128)).eval()
     traced, graphs = _traced(plain, module.make_inputs())
     assert traced == [None, None] and graphs == 2, traced
+
+
+def _compiles_itself(options: str) -> str:
+    """The harness whose model function compiles the whole model itself, ``torch.compile(model, <options>)``."""
+    built = "    return transformers.BertModel(transformers.BertConfig(\n"
+    assert built in HARNESS
+    text = HARNESS.replace(built, "    model = transformers.BertModel(transformers.BertConfig(\n")
+    return text.replace("vocab_size=128)).eval()\n", f"vocab_size=128)).eval()\n    return torch.compile(model, {options})\n")
+
+
+def _diagnose(src: Path, out: Path) -> dict:
+    import json
+
+    from rewriter.cli import main
+
+    rc = main(["diagnose", "--harness", "harness.py", str(src), "-o", str(out / "plan.yaml"), "--device", "cpu",
+               "--shape", "batch=2,seq=16", "--shape", "batch=2,seq=12", "--steps", "1"])
+    assert rc == 0
+    report = json.loads((out / "stackpart-diagnose" / "report.json").read_text())
+    return {r["name"]: r for r in report["rungs"]}["search"]["measurement"]
+
+
+@pytest.mark.slow
+def test_a_program_that_compiles_bert_whole_gets_its_compile_with_the_builder_eager(tmp_path, old_rule, monkeypatch):
+    """The program's own ``torch.compile(model)`` builds the mask in its graph as a whole-model
+    compile of ours does: the search measures that compile as written with the builder kept eager
+    (``as-is+mask-eager``, no second compile) and twins an edit of its call
+    (``as-is+dynamic+mask-eager``); the plan, rewritten, keeps the program's compile and the
+    builder eager, and the compiled model's trace passes SDPA no mask."""
+    import shutil
+
+    import yaml
+
+    from rewriter.cli import main
+
+    src, _ = _harness(tmp_path, text=_compiles_itself('backend="aot_eager"'))
+    search = _diagnose(src, tmp_path / "out")
+    rows = {r["candidate"]: r for r in search["candidates"]}
+    own = rows.get("as-is+mask-eager")
+    assert own is not None, list(rows)
+    assert own["numerics"] == "ok" and own["step_ms"] is not None, own
+    assert [a.split(" ")[0] for a in own["actions"]] == ["disable"] * len(own["actions"])  # no compile of ours
+    assert f"disable {BUILDER}" in own["actions"], own["actions"]
+    assert "as-is+dynamic+mask-eager" in rows, list(rows)  # the edit of the program's call, twinned
+    plan = yaml.safe_load((tmp_path / "out" / "plan.yaml").read_text())
+    plan["actions"] = [{"action": "disable", "target": BUILDER}]
+    plan["site"] = "harness.py::build_model"
+    (tmp_path / "own.yaml").write_text(yaml.safe_dump(plan))
+    tree = tmp_path / "tree"
+    shutil.copytree(src, tree)
+    assert main(["rewrite", "--plan", str(tmp_path / "own.yaml"), str(tree), "--apply", "--no-validate"]) == 0
+    assert (tree / "harness.py").read_text().count("torch.compile(model, backend=\"aot_eager\")") == 1  # kept as written
+    module = _rewritten_harness(tree, monkeypatch)
+    model = module.model
+    assert hasattr(model, "_orig_mod")  # still the program's compile
+    traced, graphs = _traced(model._orig_mod, module.make_inputs())
+    assert traced == [None, None] and graphs == 2, traced
+
+
+@pytest.mark.slow
+def test_a_fullgraph_program_gets_no_builder_kept_eager_and_says_why(tmp_path, old_rule):
+    """``fullgraph=True``: the disable's graph break would be an error inside the program's compile."""
+    src, _ = _harness(tmp_path, text=_compiles_itself('backend="aot_eager", fullgraph=True'))
+    search = _diagnose(src, tmp_path / "out")
+    names = [r["candidate"] for r in search["candidates"]]
+    assert not any(n.endswith("+mask-eager") for n in names), names
+    line = next(p for p in search["pruned"] if p.startswith("as-is+mask-eager: "))
+    assert f"disable {BUILDER}: inside the program's own fullgraph=True compile" in line, line

@@ -910,7 +910,37 @@ def own_call_candidates(ctx: Context, scope: OwnScope, pruned: list[str]) -> lis
     from .own_candidates import compile_on, variants
 
     found = variants(ctx, scope, pruned) if scope.whole or scope.block or ctx.evidence.own_raised is not None else []
-    return found + _own_cudagraphs(ctx, scope, pruned) + own_compile_off(ctx, scope, pruned) + compile_on(ctx, scope, pruned)
+    return (found + _own_cudagraphs(ctx, scope, pruned) + _own_mask_eager(ctx, scope, pruned)
+            + own_compile_off(ctx, scope, pruned) + compile_on(ctx, scope, pruned))
+
+
+def _own_mask_eager(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tuple[str, Any]]:
+    """``as-is+mask-eager``: the program's whole-model compile kept as written, with ``disable`` on
+    the transformers mask builders its model's modules call (:func:`.kinds.mask.mask_actions`),
+    where the model traced whole passes SDPA a mask one eager forward does not
+    (:attr:`.evidence.Evidence.traced_sdpa_masks`; docs/decisions.md, "A whole-model compile can
+    give SDPA a mask eager never builds"). Only where the harness's model runs that compile (else
+    nothing would measure it); a ``fullgraph=True`` compile prunes it when composed (a disable there
+    is an error, :func:`conflict`)."""
+    from .kinds.mask import SUFFIX, mask_actions
+    from .own_candidates import runs_own_compile
+    from .planner import Decision, _plan
+
+    name = as_is(SUFFIX[1:])
+    if not scope.whole or not ctx.evidence.traced_sdpa_masks:
+        return []
+    actions, why = mask_actions(ctx)
+    pruned.extend(f"{AS_IS}+{line}" for line in why)
+    if not actions:
+        return []
+    if not any(runs_own_compile(ctx, own) for own in scope.whole):
+        pruned.append(f"{name}: the harness's model does not run the program's own compile ({_where(scope.whole)}): "
+                      "the builders kept eager beside it would not be measured")
+        return []
+    own = scope.whole[0]
+    notes = [f"the program compiles the whole model itself ({own.text}): that compile kept as written, "
+             "the attention-mask builders kept eager"]
+    return [(name, Decision(_plan(ctx.session.spec, ctx, actions), notes))]
 
 
 def own_compile_off(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tuple[str, Any]]:

@@ -8,7 +8,26 @@ and its siblings name the failed check).
 
 from __future__ import annotations
 
+import sys
 from typing import Any
+
+#: The modules whose functions build transformers' attention masks.
+BUILDER_MODULES = ("transformers.masking_utils", "transformers.modeling_attn_mask_utils")
+
+
+def builders(model: Any) -> list[str]:
+    """``module:name`` of every transformers mask builder (a function of :data:`BUILDER_MODULES`
+    whose name holds ``mask``) bound in the module of a class of ``model``'s submodules under
+    ``transformers.models``: the name that module's code calls, which a ``disable`` replaces."""
+    found: list[str] = []
+    for module_name in sorted({type(m).__module__ for m in model.modules()}):
+        if not module_name.startswith("transformers.models."):
+            continue
+        for name, value in sorted(getattr(sys.modules.get(module_name), "__dict__", {}).items()):
+            if (callable(value) and getattr(value, "__module__", None) in BUILDER_MODULES and "mask" in name
+                    and not name.startswith("__")):
+                found.append(f"{module_name}:{name}")
+    return found
 
 
 def _is_sdpa(node: Any) -> bool:

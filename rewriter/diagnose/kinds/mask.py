@@ -24,35 +24,24 @@ call, by the name they call it under
 site: the builder runs eager at a graph break, where it is not tracing, and skips the mask as
 eager does. The twin is measured like any candidate (its graph break costs a graph; its outputs
 are judged by the engine's rule); nothing is assumed.
+
+A program that compiles the whole model itself gets the same evidence from the model traced whole
+(the graph-break rung, :func:`..rungs.graph_breaks._whole_trace_masks`) and the same lever on its
+own compile: ``as-is+mask-eager`` (its compile as written, the builders eager;
+:func:`..candidates.own_call_candidates`) and a twin of an edit of its call such as
+``as-is+reduce-overhead`` (not where it compiles with ``fullgraph=True``: the disable's graph break
+is an error there).
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from ...plan import DisableAction
 from ..candidate import Candidate, CandidateKind
-from ..sdpa_masks import eager_masks
+from ..sdpa_masks import builders, eager_masks
 
-#: The modules whose functions build transformers' attention masks.
-BUILDER_MODULES = ("transformers.masking_utils", "transformers.modeling_attn_mask_utils")
 SUFFIX = "+mask-eager"
-
-
-def builders(model: Any) -> list[str]:
-    """``module:name`` of every transformers mask builder (a function of :data:`BUILDER_MODULES`
-    whose name holds ``mask``) bound in the module of a class of ``model``'s submodules under
-    ``transformers.models``: the name that module's code calls, which a ``disable`` replaces."""
-    found: list[str] = []
-    for module_name in sorted({type(m).__module__ for m in model.modules()}):
-        if not module_name.startswith("transformers.models."):
-            continue
-        for name, value in sorted(getattr(sys.modules.get(module_name), "__dict__", {}).items()):
-            if (callable(value) and getattr(value, "__module__", None) in BUILDER_MODULES and "mask" in name
-                    and not name.startswith("__")):
-                found.append(f"{module_name}:{name}")
-    return found
 
 
 def mask_actions(ctx: Any) -> tuple[list[DisableAction], list[str]]:
@@ -89,8 +78,19 @@ def _whole_mode(c: Candidate) -> str | None:
     it has none."""
     for a in c.plan.actions:
         if a.action == "compile" and getattr(a, "strategy", None) == "whole":
+            own = getattr(a, "own_call", None)
+            if own is not None:  # an edit of the program's own call: the mode it sets, where it stays whole and on
+                if own.regional or own.disable or own.fullgraph:
+                    return None
+                return f"own:{own.mode or 'default'}"
             return str(getattr(getattr(a, "options", None), "mode", None) or "default")
     return None
+
+
+def _fullgraph_own(ctx: Any) -> bool:
+    """Whether one of the program's own compiles passes ``fullgraph=True``: a ``disable`` inside
+    what it compiles is an error there, so an edit of its call gets no twin."""
+    return any(getattr(r, "fullgraph", False) for r in ctx.evidence.own_regions or ())
 
 
 def with_mask_eager(ctx: Any, cands: list[Candidate]) -> tuple[list[Candidate], list[str]]:
@@ -108,7 +108,7 @@ def with_mask_eager(ctx: Any, cands: list[Candidate]) -> tuple[list[Candidate], 
     for c in cands:
         out.append(c)
         mode = _whole_mode(c)
-        if mode is None or mode in twinned:
+        if mode is None or mode in twinned or (mode.startswith("own:") and _fullgraph_own(ctx)):
             continue
         twinned.add(mode)
         site = c.plan.site or getattr(ctx, "site", None) or default_site(ctx)

@@ -36,13 +36,14 @@ breaks are read from Dynamo's graph-break log during the same trace
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ..context import Context
 from ..dynamo_log import reset
 from ..dynamo_settings import under
 from ..locate import callers_in_src, first_in_library, first_in_src, function_at
 from ..rung import Finding, Rung, RungResult
-from ..sdpa_masks import traced_masks
+from ..sdpa_masks import builders, traced_masks
 
 
 def run(ctx: Context) -> RungResult:
@@ -55,6 +56,7 @@ def run(ctx: Context) -> RungResult:
     own = _as_the_program_compiles(ctx, step, r)
     if own is not None:
         own.verdict += under(ctx.evidence.dynamo_config, KNOBS + ("suppress_errors",))
+        ctx.evidence.traced_sdpa_masks = _whole_trace_masks(ctx, model, inputs)
         return own
     from ...engine.watch import CompileWatch
     from ..as_run import marks_eager_only
@@ -225,6 +227,35 @@ def _as_the_program_compiles(ctx: Context, step, r: RungResult) -> RungResult | 
         r.implies = (f"{r.implies}; " if r.implies and r.implies != "none" else "") + (
             "fix the compile error (with suppress_errors off it raises, naming its cause): the frame it names runs eager")
     return r
+
+
+def _whole_trace_masks(ctx: Context, model: Any, inputs: Any) -> list[dict[str, Any] | None] | None:
+    """For a program that compiles itself: the mask each SDPA call gets where the model is traced
+    whole (``torch._dynamo.explain`` of the module under the program's ``torch.compile`` wrapper;
+    a compile inside it, such as a decorated ``forward``, is traced through as Dynamo traces a
+    nested compile), the evidence of the ``+mask-eager`` edit of a whole-model compile
+    (:mod:`..kinds.mask`, :func:`..candidates.own_call_candidates`). None where the model's modules
+    call no transformers mask builder (nothing to keep eager: no trace spent) or the trace raised.
+    Whether the program's compile covers the whole model is the candidates' reading, not this one."""
+    import torch
+
+    from ...engine.watch import unwrapped
+    from ...harness import model_entry
+    from ..as_run import marks_eager_only
+
+    base = unwrapped(model)
+    if not builders(base):
+        return None
+    args, kwargs = (inputs, {}) if not isinstance(inputs, dict) else ((), inputs)
+    reset()
+    try:
+        with torch.no_grad(), marks_eager_only():
+            out = torch._dynamo.explain(model_entry(base, ctx.session.spec.call))(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - evidence for one candidate: its absence proposes none
+        return None
+    finally:
+        reset()
+    return traced_masks(getattr(out, "graphs", []))
 
 
 def _logged_only(graphs: int, findings: list[Finding]) -> str:
