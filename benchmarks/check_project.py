@@ -2,7 +2,7 @@
 
 The project is a copy of the installed ``transformers`` package (nothing installed is touched)
 under a temporary folder with a ``pyproject.toml``, so the copy is the project root
-(rewriter/check/project.py: the nearest folder with pyproject.toml or .git). A commit is 50 of
+(rewriter/check/project_reading.py: the nearest folder with pyproject.toml or .git). A commit is 50 of
 its ``.py`` files given on the command line, as pre-commit passes them; two commits:
 
 * ``random``: 50 files drawn with a fixed seed from the whole tree;

@@ -15,7 +15,7 @@ import ast
 import pytest
 
 from rewriter.check.command import check_command, run_check
-from rewriter.check.project import summarize
+from rewriter.check.file_summary import summarize
 
 HEAD = "import torch\n\n@torch.compile\ndef f(x):\n"
 TAIL = "    return x.sum().item()\n"

@@ -1,4 +1,4 @@
-"""Project-level reachability (rewriter/check/project.py): a compile in one file, the model in another.
+"""Project-level reachability (rewriter/check/project*.py): a compile in one file, the model in another.
 
 A project's usual layout: the model under ``models/`` (``moe_lm.py`` holds a ``ModuleList`` of the
 ``MoEBlock`` of ``layers.py``), ``torch.compile`` in ``train.py``. The same code in one file gives
@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from rewriter.check.command import run_check
-from rewriter.check.project import CACHE_DIR, CACHE_FILE, Project, find_root, plan_project
+from rewriter.check.project import Project
+from rewriter.check.project_files import CACHE_DIR, CACHE_FILE
+from rewriter.check.project_reading import find_root, plan_project
 
 LAYERS = """\
 import torch
@@ -643,7 +645,7 @@ def test_per_task_heads_are_no_stack_of_blocks_but_are_still_reached(tmp_path, m
 def test_the_compile_needle_finds_calls_and_decorators_not_longer_words():
     """The lines the project index reads for compiles (a file with none is not summarized for them):
     ``compile`` as a word followed by ``(``, the line's end or a comment."""
-    from rewriter.check.project import compile_lines
+    from rewriter.check.file_summary import compile_lines
 
     data = (b"import torch\n"                      # 1
             b"m = torch.compile(model)\n"           # 2: a call

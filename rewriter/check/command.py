@@ -220,7 +220,7 @@ def run_check(
     """Check ``paths`` (files, or directories walked for ``*.py``) and, with ``fix``, write fixes.
 
     ``project``: read the project of the files for compiles that reach them from other files
-    (:mod:`rewriter.check.project`; findings in a project file not given are reported when a
+    (:mod:`rewriter.check.project_reading`; findings in a project file not given are reported when a
     given file causes them). None: ``[tool.stackpart] project``, default on.
 
     ``diff`` computes the safe fixes without writing them: their git-style diff (paths as given)

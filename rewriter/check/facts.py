@@ -25,7 +25,7 @@ of the project do to it comes in as a :class:`~rewriter.check.project.FileView` 
 * a class *repeats a block* when its ``__init__`` builds ``nn.ModuleList``/``nn.Sequential`` from
   a comprehension of calls (``[Block(cfg) for _ in range(n)]``), or ``nn.ModuleDict`` from a dict
   comprehension of calls (``{f"b{i}": Block(cfg) for i in range(n)}``), that is a stack of blocks
-  (:func:`.project.is_block_stack`: no single ``torch.nn`` layer, no element per item of a
+  (:func:`.file_summary.is_block_stack`: no single ``torch.nn`` layer, no element per item of a
   collection, as a multi-task head's ``{t: nn.Linear(d, n[t]) for t in tasks}``), or holds (``self.x = Cls(...)``)
   a class of this file that does; a ``transformers`` ``*For*``/``AutoModel*`` class counts too
   (every such model is a stack of layers).
@@ -46,7 +46,7 @@ from ..compile_facts import first_positional, is_repeated_blocks_call, options, 
 from ..rewrite.callers import self_returning
 from ..rewrite.factories import factory_call
 from ..targets import is_type_checking
-from .project import is_block_stack
+from .file_summary import is_block_stack
 
 if TYPE_CHECKING:
     from .project import FileView
@@ -123,7 +123,7 @@ class ClassInfo:
 
 def _per_item(comp: cst.ListComp | cst.GeneratorExp | cst.DictComp, made: cst.Call) -> bool:
     """Whether ``made``, the element a comprehension builds, uses a variable of one of its ``for``
-    clauses that does not iterate ``range(...)`` (:func:`.project.is_block_stack`)."""
+    clauses that does not iterate ``range(...)`` (:func:`.file_summary.is_block_stack`)."""
     uncounted: set[str] = set()
     clause: cst.CompFor | None = comp.for_in
     while clause is not None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .project import ROOT_MARKERS
+from .project_reading import ROOT_MARKERS
 
 
 @dataclass(frozen=True)

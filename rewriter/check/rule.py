@@ -82,7 +82,7 @@ class Finding:
     severity: str = "error"
     #: absolute paths of the project files this finding follows from (the file of the compile
     #: that reaches it, the model's...): a finding in a file not given is reported only when
-    #: one of these is given (rewriter.check.project). Not part of the report.
+    #: one of these is given (rewriter.check.project_reading). Not part of the report.
     caused_by: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def as_dict(self) -> dict[str, object]:

@@ -50,7 +50,8 @@ from ..errors import StackpartError
 from ..source import TOO_DEEP, Skipped, check_syntax, decode_file, read_bytes
 from .engine import check_text
 from .reduce import map_lines, reduce_source, statement_facts
-from .project import FileView, compile_lines, local_view
+from .file_summary import compile_lines
+from .project import FileView, local_view
 from .rule import COMPILE_NEEDLE, FileResult, Rule
 from .rules import ALL_RULES
 
@@ -186,7 +187,7 @@ def _check_one(args: tuple) -> FileResult:
         return FileResult(path=shown, skipped=f"{shown}: skipped: {TOO_DEEP} (maximum recursion depth exceeded "
                           "reading its facts); split the deepest statement or expression into smaller ones")
     if view is not None and view.report_only is not None:
-        # a file not given: only what a given file causes (rewriter.check.project)
+        # a file not given: only what a given file causes (rewriter.check.project_reading)
         keep = view.report_only
         result.findings = [f for f in result.findings if f.caused_by & keep]
         result.initial = [f for f in result.initial if f.caused_by & keep]
@@ -295,7 +296,7 @@ def check_files(
         fix: compute the fixed text of each given file (nothing is written here).
         jobs: worker processes; None = ``os.cpu_count()``; 1 = in this process. Workers are
             used only for :data:`PARALLEL_MIN` or more files that pass the prefilter.
-        project: read the files' project for facts (:mod:`.project`); False: each file alone.
+        project: read the files' project for facts (:mod:`.project_reading`); False: each file alone.
         stats: when given, filled with ``project_files`` (``.py`` files of the projects read),
             ``project_parsed`` (of them parsed in this run: the cache had no fresh summary) and
             ``extra`` (project files checked besides ``files``).
@@ -312,10 +313,10 @@ def check_files(
     extra: list[str] = []
     data: dict[str, bytes] = {}  # each file's bytes, read once: the prefilter and the check
     if project and rules and files:
-        from .project import plan_project
+        from .project_reading import plan_project
 
         # a cache file that is not JSON, of another version or with an entry of another shape is
-        # read afresh by the project itself (Project._load, _is_summary); any error here is a bug
+        # read afresh by the project itself (ProjectFiles._load, _is_summary); any error here is a bug
         plan = plan_project(files)
         views.update(plan.views)
         extra = [p for p in plan.extra if p not in views]

@@ -104,7 +104,7 @@ def _qualified(expr: ast.expr, summary: dict) -> str | None:
     or None for a callee that is no dotted name (``fns[0]()``, ``make()()``) or whose first name is
     neither defined at the file's top level nor imported (a local, ``self``): a local named like a
     module of SRC is not that module."""
-    from ..check.project import dotted
+    from ..check.file_summary import dotted
 
     name = dotted(expr)
     if name is None:
