@@ -289,7 +289,7 @@ def test_cudagraph_overwrite_hint_names_the_cause_and_what_avoids_it():
 
     hint = cudagraph_overwrite_hint(OVERWRITTEN)
     assert hint.startswith("hint: CUDA graphs (mode 'reduce-overhead') reused the memory of a tensor")
-    assert "pytorch#152887" in hint and "without CUDA graphs" in hint
+    assert "pytorch#152887" in hint and "without CUDA graphs" in hint and "cudagraph_mark_step_begin()" in hint
     assert cudagraph_overwrite_hint("RuntimeError: CUDA out of memory") is None
 
 

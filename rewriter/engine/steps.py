@@ -24,11 +24,30 @@ def cpu(tree: Any) -> Any:
 
 
 def copied(tree: Any) -> Any:
-    """Every tensor in ``tree`` detached and cloned on its own device."""
+    """Every tensor in ``tree`` detached and cloned on its own device, those an object holds
+    included (a transformers ``DynamicCache``'s layers' keys and values, which pytree does not
+    flatten: :func:`.compare.state_tensors`; the object is deep-copied around its clones). Under
+    CUDA graphs the next replay overwrites a graph's outputs, the cache's tensors too ("accessing
+    tensor output of CUDAGraphs that has been overwritten by a subsequent run" when read later,
+    PyTorch docs, "CUDAGraph Trees"): the copy holds none of them."""
+    import copy
+
     import torch
     from torch.utils import _pytree as pytree
 
-    return pytree.tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, tree)
+    from .compare import state_tensors
+
+    def one(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return x.detach().clone()
+        held = state_tensors(x)
+        if not held:
+            return x
+        # each held tensor's clone stands in for it in the deep copy (a tensor with a grad_fn
+        # refuses deepcopy itself)
+        return copy.deepcopy(x, {id(t): t.detach().clone() for _, t in held})
+
+    return pytree.tree_map(one, tree)
 
 
 def to_device(tree: Any, device: str) -> Any:

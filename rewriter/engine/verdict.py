@@ -131,22 +131,23 @@ _OVERWRITTEN = "accessing tensor output of CUDAGraphs that has been overwritten"
 
 
 def cudagraph_overwrite_hint(message: str) -> str | None:
-    """For a CUDA-graphs candidate (``mode: reduce-overhead``) whose model read a tensor that a CUDA
-    graph returned after a later replay reused its memory, what that means and what avoids it; else
-    None.
+    """For a CUDA-graphs candidate (``mode: reduce-overhead``) that read a tensor a CUDA graph
+    returned after a later replay reused its memory, what that means and what avoids it; else None.
 
     CUDA graph trees give each graph's outputs memory in a shared pool that the next replay of the
-    same graph overwrites (PyTorch docs, "CUDAGraph Trees", Limitations). Graph breaks that split a
-    model into several graphs, where one graph's output is read after the same graph ran again (a
-    repeated block's resumed frame called once per layer), hit it (pytorch#152887); so do outputs
-    kept across steps without ``torch.compiler.cudagraph_mark_step_begin()``.
+    same graph overwrites (PyTorch docs, "CUDAGraph Trees", Limitations): an output kept across
+    calls and read later (a returned KV cache; a program that keeps each step's outputs) raises
+    unless it was cloned or ``torch.compiler.cudagraph_mark_step_begin()`` marked the step, and so
+    does a graph fed its own earlier output, as where graph breaks leave one graph per repeated
+    block (pytorch#152887).
     """
     if _OVERWRITTEN not in message:
         return None
-    return ("hint: CUDA graphs (mode 'reduce-overhead') reused the memory of a tensor one graph returned before the "
-            "model read it: where graph breaks split the model into several graphs and one of them runs again before "
-            "its output is read (pytorch#152887); the same compile without CUDA graphs, or without those graph "
-            "breaks, avoids it (docs/decisions.md, \"CUDA graphs on a model split by graph breaks\")")
+    return ("hint: CUDA graphs (mode 'reduce-overhead') reused the memory of a tensor one graph returned before it "
+            "was read: an output kept across calls (clone it, or call torch.compiler.cudagraph_mark_step_begin() "
+            "before each step) or a graph that runs again before its output is read, as where graph breaks leave one "
+            "graph per repeated block (pytorch#152887); the same compile without CUDA graphs avoids it "
+            "(docs/decisions.md, \"CUDA graphs and outputs kept across calls\")")
 
 
 _SIZE = re.compile(r"L\['(?P<arg>\w+)'\]\.size\(\)\[(?P<dim>\d+)\]")
