@@ -298,6 +298,20 @@ def config_error_at(loaded: Any, message: str, field: str | None, hint: str | No
     return ConfigError(message, path=str(loaded.path), field=field, hint=hint, **mark)
 
 
+def check_harness_file(loaded: Any, src: Path) -> Path:
+    """The path of a plan's ``harness.file`` under ``src``, checked to be a file there.
+
+    Raises:
+        StackpartError: at the plan's line of ``harness.file``, with a near name.
+    """
+    spec = loaded.plan.harness
+    path = safe_relpath(Path(src), spec.file)
+    if not path.is_file():
+        raise StackpartError(f"harness.file: {spec.file} not found under SRC ({src})", path=loaded.path,
+                             **_at(loaded, "file"), hint=near_path(path, spec.file, dirs=False))
+    return path
+
+
 def check_harness(loaded: Any, src: Path) -> None:
     """Check a plan's ``harness:`` against its file without running it, before any child starts
     (validate): the file exists under SRC, defines the ``model`` and ``inputs`` callables, and
@@ -312,10 +326,7 @@ def check_harness(loaded: Any, src: Path) -> None:
 
     spec = loaded.plan.harness
     plan = loaded.path
-    path = safe_relpath(Path(src), spec.file)
-    if not path.is_file():
-        raise StackpartError(f"harness.file: {spec.file} not found under SRC ({src})", path=plan,
-                             **_at(loaded, "file"), hint=near_path(path, spec.file, dirs=False))
+    path = check_harness_file(loaded, src)
     text = read_file(path, spec.file).text
     try:
         tree = ast.parse(text, filename=str(path))

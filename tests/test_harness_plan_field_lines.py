@@ -85,3 +85,18 @@ def test_a_field_naming_something_other_than_a_callable_says_what_it_holds(tmp_p
             "(expected a function that returns the model)") in err, err
     assert "did you mean 'build'?" not in err, err
     assert not out.exists()
+
+
+def test_diagnose_names_the_plans_line_of_a_harness_file_that_is_not_there(tmp_path, capsys, monkeypatch):
+    """``diagnose --harness plan.yaml`` whose ``harness.file`` is misspelt: the plan's ``file:`` line,
+    as validate says it, with the near name; nothing written."""
+    plan, src = _tree(tmp_path, monkeypatch, "  shapes:\n    - {batch: 2}")
+    plan.write_text(plan.read_text().replace("file: harness.py", "file: harnes.py"))
+    out = tmp_path / "out.yaml"
+    assert main(["diagnose", "--harness", str(plan), str(src), "-o", str(out), "--no-search"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert (f"error: {plan}:3:3: harness.file: harnes.py not found under SRC ({src}) "
+            "(did you mean 'harness.py'?)") in err, err
+    assert not out.exists() and not any(p.name.startswith("stackpart-diagnose") for p in tmp_path.iterdir())
+    assert main(["validate", "--plan", str(plan), str(src)]) == 2
+    assert " ".join(capsys.readouterr().err.split()).startswith(f"error: {plan}:3:3: harness.file: harnes.py")

@@ -774,6 +774,9 @@ def harness_from_flags(
         loaded = load_plan(harness)
         if loaded.plan.harness is None:
             raise StackpartError("the plan has no 'harness:' section", path=harness, line=1, hint="add one or pass --harness harness.py")
+        from ..harness import check_harness_file
+
+        check_harness_file(loaded, src)  # at the plan's `file:` line, as validate says it
         base = loaded.plan.harness.model_dump()
         amort = loaded.plan.amortization
     else:
