@@ -198,6 +198,13 @@ def test_a_twin_is_pruned_unless_it_saw_fewer_graph_breaks():
     lines = judge(_Ctx({"a+capture_scalar_outputs": "a", "b+capture_scalar_outputs": "b", "c+capture_scalar_outputs": "c"}), rows)
     assert "skipped" not in rows["a+capture_scalar_outputs"] and "skipped" not in rows["c+capture_scalar_outputs"]
     assert rows["b+capture_scalar_outputs"]["skipped"].startswith("pruned after measurement: the config kept no graph break")
+    # the count said with both sources, so the status does not contradict the table's graph-breaks column (0)
+    assert ("(1 graph break(s) seen: Dynamo's counter 0, its graph-break log 1 site(s), 2 graph(s), vs 1 and 3 for 'b' "
+            "without it)") in rows["b+capture_scalar_outputs"]["skipped"]
+    from rewriter.diagnose.report import short_status
+
+    # on the terminal: what the twin was pruned for, not "same as as-is" (it changes SRC)
+    assert short_status(rows["b+capture_scalar_outputs"]["skipped"]) == "config: no fewer breaks"
     assert lines == [f"b+capture_scalar_outputs: {rows['b+capture_scalar_outputs']['skipped']}"]
 
 

@@ -196,7 +196,10 @@ def short_status(status: str) -> str:
     ``gate: slower when busy`` (refused by validate's speed gate), ``no payback``, ``skipped: budget``,
     ``more recompiles`` (without a measured gain, more recompiles than the program as it is),
     ``more recompiles+breaks`` and ``more graph breaks`` (without a measured gain, ranked behind by
-    recompiles plus graph breaks, or by graph breaks among equal sums: :mod:`.decide`)."""
+    recompiles plus graph breaks, or by graph breaks among equal sums: :mod:`.decide`),
+    ``config: no fewer breaks`` (a ``dynamo_config`` twin that saw no fewer graph breaks than the
+    candidate it came from: :func:`.kinds.config.judge`), ``same as as-is`` (a candidate that
+    changes nothing in SRC)."""
     if status.startswith("failed"):
         reason = status.removeprefix("failed: ")
         for key, label in (("recompile limit", "recompile limit"), ("wrong numbers", "wrong numbers"),
@@ -212,6 +215,7 @@ def short_status(status: str) -> str:
                        ("budget", "skipped: budget"), ("recompile(s) over the shapes against", "more recompiles"),
                        ("graph break(s) = ", "more recompiles+breaks"), ("more of them graph breaks", "more graph breaks"),
                        ("gain is not measured", "later in order"),
+                       ("the config kept no graph break", "config: no fewer breaks"),
                        ("changes nothing", "same as as-is")):
         if key in status:
             return label

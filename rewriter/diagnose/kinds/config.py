@@ -240,6 +240,17 @@ def _breaks_seen(row: dict[str, Any]) -> int | None:
     return max(int(comp["graph_breaks"]), len(comp.get("graph_break_sites") or []))
 
 
+def _breaks_said(row: dict[str, Any], seen: int) -> str:
+    """``seen`` (:func:`_breaks_seen`) in words: where the graph-break log recorded more break sites
+    than Dynamo's counter (the candidates table's graph-breaks column), both, so the status does
+    not contradict that column."""
+    counted = int(row["compile"]["graph_breaks"])
+    if seen == counted:
+        return f"{seen} graph break(s) seen"
+    return (f"{seen} graph break(s) seen: Dynamo's counter {counted}, its graph-break log "
+            f"{len(row['compile'].get('graph_break_sites') or [])} site(s)")
+
+
 def judge(ctx: Any, rows: dict[str, dict[str, Any]]) -> list[str]:
     """After measurement: a config twin (:func:`with_config`) that saw no fewer graph breaks than the
     candidate it came from (:func:`_breaks_seen` over the harness's shapes, from Dynamo's counters
@@ -251,7 +262,7 @@ def judge(ctx: Any, rows: dict[str, dict[str, Any]]) -> list[str]:
         seen, seen0 = _breaks_seen(row), _breaks_seen(ref)
         if seen is None or seen0 is None or seen < seen0:
             continue
-        row["skipped"] = (f"pruned after measurement: the config kept no graph break in the graph ({seen} break(s) seen, "
+        row["skipped"] = (f"pruned after measurement: the config kept no graph break in the graph ({_breaks_said(row, seen)}, "
                           f"{_graphs(row)} graph(s), vs {seen0} and {_graphs(ref)} for {base!r} without it); a process-wide "
                           "knob that changes nothing is not planned")
         lines.append(f"{name}: {row['skipped']}")
