@@ -34,21 +34,32 @@ MODEL = "import torch\n\n\n@torch.compile\ndef f(x):\n    return x.item()\n"
         (b"[tool]\nstackpart = 1\n", "pyproject.toml: [tool.stackpart] must be a table"),
         (b'[project]\nname = "caf\xe9"\n', "pyproject.toml:2: not valid TOML: not UTF-8 text"),
         (b'[tool.stackpart]\nignore = ["SP1O9"]\n',
-         "pyproject.toml: [tool.stackpart] ignore: unknown rule code 'SP1O9'"),
-        (b'[tool.stackpart]\nselect = ["XX"]\n', "pyproject.toml: [tool.stackpart] select: unknown rule code 'XX'"),
+         "pyproject.toml:2: [tool.stackpart] ignore: unknown rule code 'SP1O9'"),
+        (b'[tool.stackpart]\nselect = ["XX"]\n', "pyproject.toml:2: [tool.stackpart] select: unknown rule code 'XX'"),
+        # each key at its line, a near name for a misspelt key or plan file
+        (b'[project]\nname = "p"\n\n[tool.stackpart]\nplan = "plan.yaml"\nscr = "."\n',
+         "pyproject.toml:6: [tool.stackpart] has unknown key 'scr'; expected one of plan, src, select, ignore, project "
+         "(did you mean 'src'?)"),
+        (b'[tool.stackpart]\n"plan" = 3\n', "pyproject.toml:2: [tool.stackpart] plan must be a string path"),
+        (b'[tool.stackpart]\nplan = "plna.yaml"  # a typo\n',
+         "pyproject.toml:2: [tool.stackpart] plan: plna.yaml is not a file (read relative to pyproject.toml's folder, "),
     ],
-    ids=["tool-not-a-table", "stackpart-not-a-table", "not-utf8", "unknown-ignore", "unknown-select"],
+    ids=["tool-not-a-table", "stackpart-not-a-table", "not-utf8", "unknown-ignore", "unknown-select", "unknown-key",
+         "plan-not-a-string", "plan-not-a-file"],
 )
 def test_a_bad_pyproject_is_one_error_line_exit_2(tmp_path, monkeypatch, capsys, pyproject, says):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "pyproject.toml").write_bytes(pyproject)
     (tmp_path / "m.py").write_text(MODEL)
+    (tmp_path / "plan.yaml").write_text("version: 1\nactions: []\n")
     assert main(["check", "m.py"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith("error: ") and says in lines[0], lines[0]
+    if "plna.yaml" in says:
+        assert lines[0].endswith("(did you mean 'plan.yaml'?)"), lines[0]
 
 
 #: What a URI reference may hold (RFC 3986: unreserved, reserved, and %XX escapes).

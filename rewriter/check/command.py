@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import StackpartError
 from ..source import SourceFile, read_file
-from .config import CheckConfig, load_config
+from .config import CheckConfig, check_config_plan, load_config
 from .output import Outcome, render
 from .rule import FileResult
 from .runner import NOT_PYTHON, check_files, discover, select_rules
@@ -243,6 +243,7 @@ def run_check(
         select = select or config.select
         ignore = ignore or config.ignore
         if plan is None and config.plan is not None:
+            check_config_plan(config)
             plan, src, planned_by = config.plan, src or config.src, config
     if project is None:
         project = config.project if config is not None else True
