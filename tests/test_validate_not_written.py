@@ -57,7 +57,8 @@ def test_validate_prints_the_action_the_rewrite_left_as_written_before_its_verdi
     verdict = err.index("validate: PASS")
     assert err.index(warning) < verdict, err
     assert err[verdict:].startswith("validate: PASS diff sha256 "), err
-    assert err[verdict:].split("(", 1)[0].rstrip().endswith(", backend eager"), err  # what compiled, on the verdict's line
+    # no baseline ran (--baselines ""): --backend compiled nothing, so the verdict's line names no backend
+    assert err[verdict:].split("(", 1)[0].rstrip() == "validate: PASS diff sha256 " + err[verdict:].split()[4], err
     assert "(1 action(s) of the plan not written, above: measured without them)" in err[verdict:], err
 
     report = json.loads((out / "validation.json").read_text())
@@ -69,3 +70,17 @@ def test_validate_prints_the_action_the_rewrite_left_as_written_before_its_verdi
     assert section < md.index("## Variants"), md
     assert "1 of the plan's actions are not in the rewritten tree: the plan was measured without them." in md, md
     assert f"- {warning}" in " ".join(md.split()), md
+
+
+def test_the_verdict_line_names_the_backend_as_what_compiled_the_baselines(capsys):
+    """``--backend`` compiles the in-place baselines only; the plan compiles with its own options (a
+    program's ``torch.compile(model)`` with Inductor), so the verdict's line says whose backend it is."""
+    from rewriter.validate.command import _print_summary
+
+    variant = {"step_ms": 1.0, "cold_first_call_s": 0.1, "numerics": "ok"}
+    report = {"verdict": {"exit_code": 0, "errors": [], "failures": [], "notes": []}, "diff_sha256": "ab" * 32,
+              "backend": "eager", "environment": {"timed_on": "cpu"},
+              "variants": {"eager": variant, "plan": variant, "whole": variant, "regional": variant}}
+    _print_summary(report, [])
+    line = capsys.readouterr().err.splitlines()[0]
+    assert line == f"validate: PASS diff sha256 {'ab' * 6}, baselines (whole, regional) compiled with backend eager", line

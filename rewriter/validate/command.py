@@ -374,7 +374,9 @@ def _print_summary(report: dict[str, Any], paths: list[Path]) -> None:
     status = {0: "[green]PASS[/]", 1: "[red]FAIL[/]", 2: "[red]ERROR[/]"}[v["exit_code"]]
     skipped = report.get("actions_not_written") or []
     without = f" ({len(skipped)} action(s) of the plan not written, above: measured without them)" if skipped else ""
-    backend = f", backend {report['backend']}" if report.get("backend") else ""  # what compiled the plan and baselines
+    # --backend compiles the in-place baselines only: the plan and `as-is` compile as their code says
+    ran = [n for n in report["variants"] if n in ("whole", "regional")]
+    backend = f", baselines ({', '.join(ran)}) compiled with backend {report['backend']}" if report.get("backend") and ran else ""
     console.print(f"validate: {status} diff sha256 {report['diff_sha256'][:12]}{backend}{without}", highlight=False)
     for name, var in report["variants"].items():
         if var.get("step_ms") is not None:
