@@ -120,12 +120,19 @@ def test_a_whole_compile_measured_better_passes_the_hook_and_says_what_was_measu
     assert check_command(["train.py"], jobs=1) == 0
 
 
-@pytest.mark.parametrize("case", ["only-candidate", "regional-won", "other-call", "other-file", "gain-not-measured"])
+@pytest.mark.parametrize("case", ["only-candidate", "regional-won", "own-regional-won", "own-off-won", "other-call",
+                                  "other-file", "gain-not-measured"])
 def test_what_is_no_evidence_keeps_failing(tree, capsys, case):
+    from rewriter.plan import CompileAction
+
     if case == "only-candidate":  # nothing else was timed: "the only candidate left"
         _diagnosed(tree, "as-is", {"as-is": 2.0}, [COMPILE])
     elif case == "regional-won":
         _diagnosed(tree, "per-block", {"as-is": 2.4, "per-block": 2.0}, [COMPILE])
+    elif case in ("own-regional-won", "own-off-won"):  # the search turned the program's own call regional (off): no whole compile kept
+        own, strategy = ({"regional": "h"}, "region") if case == "own-regional-won" else ({"disable": True}, "whole")
+        action = CompileAction(action="compile", target="train.py::main", strategy=strategy, own_call=own, why="measured")
+        _diagnosed(tree, "as-is+regional", {"as-is": 2.4, "as-is+regional": 2.0}, [COMPILE], [action])
     elif case == "gain-not-measured":  # backend eager on CPU: the ladder's order chose, not the speed
         _diagnosed(tree, "as-is", {"as-is": 2.0, "per-block": 2.4}, [COMPILE], gain_measured=False)
     elif case == "other-call":  # the call measured is not the one committed
@@ -135,6 +142,8 @@ def test_what_is_no_evidence_keeps_failing(tree, capsys, case):
     assert check_command(["train.py"], jobs=1) == 1
     out = capsys.readouterr().out
     assert "SP101 note" not in out and "Kept by measurement" not in out
+    if case.startswith("own-"):
+        assert "the program's own compile kept" not in out, out
     if case == "only-candidate":  # the report is named, with why it is no evidence
         assert ("Not kept by measurement: diagnose's search timed no candidate besides 'as-is', so it measured no "
                 "alternative to this compile (stackpart-diagnose/report.json)") in out

@@ -155,16 +155,22 @@ def _read_report(path: str, mtime_ns: int) -> tuple[Kept, ...]:
     roots = report_roots(report, path)
     out: list[Kept] = []
     name = chosen["candidate"]
+    plan = report.get("plan") if isinstance(report.get("plan"), dict) else {}
+    # an edit that turns the program's compile regional or off (`as-is+regional`) keeps no
+    # whole-model compile: the search agreed with SP101 there, so the call in that file is not kept
+    turned = {str(a.get("target", "")).partition("::")[0] for a in plan.get("actions") or ()
+              if isinstance(a, dict) and a.get("action") == "compile" and isinstance(a.get("own_call"), dict)
+              and (a["own_call"].get("regional") or a["own_call"].get("disable") is True)}
     if name == "as-is" or name.startswith("as-is+"):
         for entry in search.get("own_compile_setup") or ():
             where, _, code = str(entry).partition(": ")
             file, _, line = where.rpartition(":")
-            if file and line.isdigit() and "compile" in code:
+            if file and line.isdigit() and "compile" in code and file not in turned:
                 out.append(Kept(file, int(line), _norm(code), None, text, path, roots, evidence))
-    plan = report.get("plan") if isinstance(report.get("plan"), dict) else {}
     for action in plan.get("actions") or ():
         if (isinstance(action, dict) and action.get("action") == "compile" and action.get("own_call")
-                and action.get("strategy") == "whole" and "::" in str(action.get("target", ""))):
+                and action.get("strategy") == "whole" and "::" in str(action.get("target", ""))
+                and not (isinstance(action["own_call"], dict) and action["own_call"].get("disable") is True)):
             file, _, qual = str(action["target"]).partition("::")
             out.append(Kept(file, 0, "", qual, text, path, roots, evidence))
     return tuple(out)
