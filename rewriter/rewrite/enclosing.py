@@ -185,6 +185,30 @@ class Enclosing:
         self._built_by[key] = built
         return built
 
+    def holds(self, cls: ClassRef) -> dict[ClassRef, list[Built]]:
+        """Every class an instance of ``cls`` builds and holds, at any depth, each with the chain of
+        constructions from ``cls`` down to it (the shortest, outermost first, as :meth:`enclosers`
+        gives it the other way): at each step the class's own ``__init__``'s (or a method's it
+        calls) and those of the bases whose ``__init__`` it runs (:meth:`base_of`, at most
+        :data:`MAX_BASES` up), one in a method a class on the way overrides left out, as
+        :meth:`held` reads them. Only ``cls``'s file and those of what it builds are parsed. Raises
+        nothing: a file that cannot be read or parsed says nothing."""
+        chains: dict[ClassRef, list[Built]] = {cls: []}
+        frontier = [cls]
+        while frontier:
+            outer = frontier.pop(0)  # breadth first: the shortest chain to each class held
+            below: list[ClassRef] = []
+            current: ClassRef | None = outer
+            while current is not None and current not in below and len(below) <= MAX_BASES:
+                for b in self._constructions(current[0]).get(current[1], []):
+                    if b.inner not in chains and (b.via is None or all(self._runs_method(k, b.via) for k in below)):
+                        chains[b.inner] = [*chains[outer], b]
+                        frontier.append(b.inner)
+                below.append(current)
+                current = self.base_of(current)
+        del chains[cls]
+        return chains
+
     def may_enclose(self, starts: list[ClassRef], cls: ClassRef) -> bool:
         """Whether an instance of one of ``starts`` may hold one that runs class ``cls``'s
         ``forward`` (``cls``, or a class whose ``forward`` is inherited from it or cannot be read:
