@@ -64,6 +64,13 @@ directly by name (``route(x)``) or as a method of its own class (``self.route(x)
   :mod:`.rewrite.decorated_enclosers` refuses it (the decorator's ``file:line``, the construction,
   and ``own_call: {disable: true}`` of the decorated method as the way through; a decorator with
   ``disable=True`` counts as none).
+* the other way round, a ``compile`` (not ``own_call``, not ``strategy: nested``) of a class whose
+  compiled ``forward`` runs a method another compile covers: one the source compiles with a
+  decorator (``@torch.compile`` on ``Block._attn``, which ``Block.forward`` calls as
+  ``self._attn(x)``; or on ``Block.forward`` or such a method where the class builds the ``Block``s),
+  whose compile would be inlined and its options never used, refused at the plan's compile; or one
+  the plan compiles too (``Net`` and ``Block``, neither a ``nested`` hint), refused at the inner
+  compile's line naming the outer one's (:mod:`.rewrite.enclosed_compiles`).
 * a ``compile`` (not ``own_call``, not ``strategy: nested``) of a class ``Net`` (or ``Net.forward``)
   whose instance the program compiles whole itself, in any file under SRC (``model =
   torch.compile(Net())``, ``model = Net(); model.compile()``, in a function or at a script's top

@@ -146,17 +146,24 @@ def test_a_decorator_turned_back_on_by_the_plan_is_counted(tmp_path, capsys):
     assert "actions[1] (compile model.py::Block): compile of Block: the source compiles Net.forward with a decorator" in err, err
 
 
-def test_a_plan_that_compiles_the_enclosing_class_too_applies_and_then_asks_for_nothing(tmp_path, capsys):
-    """The plan compiles ``Net`` and ``Block``: its first apply writes both decorators, and the same
-    plan then finds ``Net.forward``'s decorator in the source. That decorator is the plan's own,
-    not the source's: ``rewrite --check`` of the applied tree exits 0 (a plan applied once must not
-    refuse itself), as on a transformers file where a plan compiles a decoder layer and its MoE block."""
+def test_a_plan_that_compiles_the_enclosing_class_too_is_read_as_the_plans_own_nesting(tmp_path, capsys):
+    """The plan compiles ``Net`` and ``Block`` (as on a transformers file where a plan compiles a
+    decoder layer and its MoE block): ``Block``'s compile is inlined into the plan's own compile of
+    ``Net``, refused before anything is written (:mod:`rewriter.rewrite.enclosed_compiles`). In a tree
+    that already holds both decorators (written by hand, or by an earlier stackpart), ``Net.forward``'s
+    decorator is still the plan's own, not the source's: the refusal is the same, naming the plan's
+    action rather than a decorator of the source."""
     from rewriter.cli import main
 
     both = "  - {action: compile, target: model.py::Net}\n" + ADD
-    rewrite_files(tmp_path, capsys, {"model.py": _model("")}, both, 0)
-    text = (tmp_path / "src" / "model.py").read_text()
-    assert text.count("@torch.compile\n") == 2, text
+    err = rewrite_files(tmp_path, capsys, {"model.py": _model("")}, both, 2)
+    said = "actions[1] (compile model.py::Block): compile of Block: actions[0] ("
+    assert said in err and "plan.yaml:3) compiles Net, and Net encloses Block" in err, err
+    applied = tmp_path / "applied"
+    (applied / "model.py").parent.mkdir(parents=True)
+    (applied / "model.py").write_text(_model("@torch.compile").replace(
+        "    def forward(self, x):\n        return torch.relu", WRITTEN, 1))
     capsys.readouterr()
-    assert main(["rewrite", "--plan", str(tmp_path / "plan.yaml"), str(tmp_path / "src"), "--check"]) == 0, \
-        capsys.readouterr().err
+    assert main(["rewrite", "--plan", str(tmp_path / "plan.yaml"), str(applied), "--check"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert said in err and "the source compiles" not in err, err

@@ -62,6 +62,13 @@ def _plain(data: bytes) -> bool:
     return (b"compile" in data or b"optimize" in data) and _DECORATOR.search(data) is not None
 
 
+def writes_decorator(enclosing: Any) -> bool:
+    """Whether any file of SRC (:meth:`.enclosing.Enclosing.files`) writes a plain compile decorator
+    (:data:`_DECORATOR`): where none does, :func:`_decorated` finds none, and no source decorator is
+    read beyond the plan's own files."""
+    return any(_plain(data) for data in enclosing.files().values())
+
+
 def _may_spell(data: bytes) -> bool:
     """Whether a file's bytes may spell a compile decorator :func:`~rewriter.actions.base.find_decorator`
     reads (:data:`_DECORATOR`, :data:`_ALIAS`, :data:`_ODD` with :data:`_WORD`); each needs the word
@@ -131,7 +138,7 @@ MAX_DOWNWARD = 8
 def _decorated(reading: Any, entry: str | None, own_off: dict[tuple[str, str], bool],
                planned: set[tuple[str, str]]) -> list[ClassRef]:
     """The top-level classes of SRC that define the method the workload runs (``forward``, or
-    ``entry``) with a compile decorator on (:func:`_decorator_on`): none where no file writes a
+    ``entry``) with a compile decorator on (:func:`decorator_on`): none where no file writes a
     compile decorator (:data:`_DECORATOR`), else read in those files and in those that may spell
     one otherwise (:data:`_ALIAS`, :data:`_ODD`). Asked before the reading of which classes enclose the
     plan's (:meth:`.enclosing.Enclosing.enclosers`, the parse of every file that builds or
@@ -146,13 +153,13 @@ def _decorated(reading: Any, entry: str | None, own_off: dict[tuple[str, str], b
     for rel, data in files.items():  # a plain decorator's file is not scanned again
         module = enclosing.module(rel) if rel in plain or _may_spell(data) else None
         for node in module.body if module is not None else ():
-            if isinstance(node, cst.ClassDef) and _decorator_on((rel, node.name.value), node, module,
+            if isinstance(node, cst.ClassDef) and decorator_on((rel, node.name.value), node, module,
                                                                 entry or "forward", own_off, planned):
                 out.append((rel, node.name.value))
     return out
 
 
-def _decorator_on(owner: ClassRef, node: cst.ClassDef, module: cst.Module, name: str,
+def decorator_on(owner: ClassRef, node: cst.ClassDef, module: cst.Module, name: str,
                   own_off: dict[tuple[str, str], bool], planned: set[tuple[str, str]]) -> cst.Decorator | None:
     """The compile decorator on method ``name`` of class ``owner`` (``node``, in ``module``) that is
     on once the plan is applied, else None: not the plan's own (``planned``), not ``disable=True``
@@ -184,7 +191,7 @@ def _compiled_method(reading: Any, outer: ClassRef, entry: str | None, own_off: 
     if node is None or module is None:
         return None
     name = entry or "forward"
-    dec = _decorator_on(owner, node, module, name, own_off, planned)  # type: ignore[arg-type]
+    dec = decorator_on(owner, node, module, name, own_off, planned)  # type: ignore[arg-type]
     return (owner, name, dec, module) if dec is not None else None  # type: ignore[return-value]
 
 

@@ -35,7 +35,7 @@ from ..plan import ADVISORY_ACTIONS, LoadedPlan
 from ..source import SourceFile, read_source, run_deep, safe_relpath
 from ..splice import splice
 from ..library_targets import LibraryTarget
-from . import checkpoint_keys, decorated_enclosers, program_compiles, regional_path
+from . import checkpoint_keys, decorated_enclosers, enclosed_compiles, program_compiles, regional_path
 from .checkpoint_keys import KeyChange
 from ..library_targets import resolve as resolve_library
 from ..library_targets import resolve_source_only
@@ -224,6 +224,7 @@ def _plan_rewrite(loaded: LoadedPlan, src: Path, unsafe: bool, check_library: bo
         program_compiles.ProgramCompiles(src) if read_src else None)
     regional_path.check_compiled_whole(loaded, bounds, parse, reading)
     decorated_enclosers.check(loaded, bounds, reading)
+    enclosed_compiles.check(loaded, bounds, reading)
     consistency.check_regional_blocks(loaded, bounds, parse, reading)
     consistency.check_program_loops(loaded, bounds, parse, reading)
     result.key_changes = checkpoint_keys.key_changes(bounds)
