@@ -13,7 +13,9 @@ call is edited where it is, no second compile is added, so every one composes wi
   dim vary across the harness's shapes (the recompile automatic dynamic shapes pays is not paid).
 * ``as-is+no-fullgraph``: ``fullgraph=False`` on the program's call where that compile raised
   with ``fullgraph=True`` (:mod:`.own_raised`); every other variant then drops ``fullgraph=True``
-  too, since it would raise as the program does.
+  too, since it would raise as the program does, but ``as-is+regional`` where every graph break the
+  graph-breaks rung found lies outside the repeated block (:func:`_breaks_outside_blocks`): the
+  blocks' compiles never trace those breaks, so they keep the call's ``fullgraph=True``.
 * ``as-is+no-compile``: ``disable=True`` on every call of the program's own compile the harness
   runs: the program with its compile off (``torch.compile``'s own switch, its options kept), where
   the search measures a gain. The decision's net counts the program's own compile per start
@@ -303,11 +305,38 @@ def _regional(ctx: Any, own: Any, pruned: list[str]) -> list[tuple[str, Any]]:
         pruned.append(f"{REGIONAL}: {why if path is None else 'the call cannot be turned regional: ' + refused}")
         return []
     edits: dict[str, Any] = {**_raising(ctx, own), "regional": path}
+    said = _raising_why(ctx, own)
+    outside = _breaks_outside_blocks(ctx) if edits.get("fullgraph") is False else None
+    if outside:
+        del edits["fullgraph"]
+        said = (f"; fullgraph=True kept on the blocks: the graph_breaks rung's {outside}, where that call raised, "
+                "and the blocks' own compiles never trace it")
     action = CompileAction(
         action="compile", target=own.site, strategy="region", own_call=edits,
         why=f"the program compiles the whole model itself ({own.text}): regional compilation at that call site, "
-            f"{why}, its keyword arguments kept (one compile reused across the blocks)" + _raising_why(ctx, own))
+            f"{why}, its keyword arguments kept (one compile reused across the blocks)" + said)
     return [(REGIONAL, Decision(_plan(ctx.session.spec, ctx, [action]), []))]
+
+
+def _breaks_outside_blocks(ctx: Any) -> str | None:
+    """Where every graph break the graph-breaks rung found lies outside the repeated block (no
+    function of the block's class among the frames under SRC that led to it, and none in an
+    installed package), those breaks said for the action's ``why:`` (``2 graph break(s) are outside
+    the Block instances (at model.py:12)``); else None: a regional compile that keeps the call's
+    ``fullgraph=True`` would raise where a break is inside a block, and where the rung did not run,
+    found none, or a break's frames are not all read, nothing says it would not."""
+    res = ctx.results.get("graph_breaks")
+    blocks = ctx.evidence.blocks
+    if res is None or not res.ok or not blocks or not blocks[0].get("target"):
+        return None
+    cls = blocks[0]["target"].split("::", 1)[1].split(".")[0]
+    findings = [f for f in res.findings if f.kind == "graph_break"]
+    if not findings or any(f.library is not None or f.file is None or f.function is None for f in findings):
+        return None
+    if any(q.split(".")[0] == cls for f in findings for q in [*f.callers, f.function]):
+        return None
+    sites = ", ".join(sorted({f.where for f in findings})[:3])
+    return f"{len(findings)} graph break site(s) are outside the {cls} instances (at {sites})"
 
 
 def _raising(ctx: Any, own: Any) -> dict[str, Any]:
