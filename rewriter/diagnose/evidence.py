@@ -80,8 +80,10 @@ class Evidence:
         dynamo_config: the knobs of ``torch._dynamo.config`` the program's run set away from torch's
             defaults, read after setup (:func:`.dynamo_settings.read`); None until read.
         traced_sdpa_masks: the mask each SDPA call got in the graph-break rung's trace of the model
-            (:func:`.sdpa_masks.traced_masks`: a layout, or None for no mask), in graph order; None
-            where that trace did not run (the program compiles itself) or failed.
+            (:func:`.sdpa_masks.traced_masks`: a layout, or None for no mask), in graph order; for a
+            program that compiles itself, of the model under its wrapper traced whole
+            (:func:`.rungs.graph_breaks._whole_trace_masks`, only where its modules call a
+            transformers mask builder); None where no such trace ran or it failed.
         program_compiles: SRC's whole-model compile calls of a class instance, walked once for every
             plan diagnose rewrites (:class:`rewriter.rewrite.program_compiles.ProgramCompiles`,
             :func:`.search.src_reading`); None until read.
