@@ -127,7 +127,7 @@ def test_the_trace_passes_sdpa_a_mask_eager_does_not_and_the_builder_kept_eager_
     assert len(traced) == 2 and graphs == 1  # one SDPA call per layer, one graph
     # an all-true mask expanded over the keys: last-dim stride 0, which no fused CUDA kernel takes
     assert all(m["dtype"] == "torch.bool" and m["shape"] == [2, 1, 16, 16] and m["stride"][-1] == 0 for m in traced), traced
-    assert eager_masks(model, inputs, lambda m: m) == [None, None]
+    assert eager_masks(model, inputs) == [None, None]
     assert BUILDER in builders(model)
     monkeypatch.setattr(bert, "create_bidirectional_mask", torch.compiler.disable(bert.create_bidirectional_mask))
     traced, graphs = _traced(model, inputs)

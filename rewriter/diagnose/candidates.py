@@ -929,8 +929,7 @@ def _own_mask_eager(ctx: Context, scope: OwnScope, pruned: list[str]) -> list[tu
     name = as_is(SUFFIX[1:])
     if not scope.whole or not ctx.evidence.traced_sdpa_masks:
         return []
-    actions, why = mask_actions(ctx)
-    pruned.extend(f"{AS_IS}+{line}" for line in why)
+    actions, _ = mask_actions(ctx)  # why none: said by the kind's own line (.kinds.mask.with_mask_eager)
     if not actions:
         return []
     if not any(runs_own_compile(ctx, own) for own in scope.whole):

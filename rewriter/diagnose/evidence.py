@@ -84,6 +84,8 @@ class Evidence:
             program that compiles itself, of the model under its wrapper traced whole
             (:func:`.rungs.graph_breaks._whole_trace_masks`, only where its modules call a
             transformers mask builder); None where no such trace ran or it failed.
+        eager_sdpa_masks: the mask each SDPA call got in one eager forward at the reference shape
+            (:func:`.sdpa_masks.eager_masks`), read once where a trace passed one; None until read.
         program_compiles: SRC's whole-model compile calls of a class instance, walked once for every
             plan diagnose rewrites (:class:`rewriter.rewrite.program_compiles.ProgramCompiles`,
             :func:`.search.src_reading`); None until read.
@@ -113,6 +115,7 @@ class Evidence:
     program_compiles: Any = None
     dynamo_config: list[Setting] | None = None
     traced_sdpa_masks: list[dict[str, Any] | None] | None = None
+    eager_sdpa_masks: list[dict[str, Any] | None] | None = None
 
 
 def where_raised(raised: dict[str, Any]) -> str:

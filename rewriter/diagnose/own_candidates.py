@@ -321,8 +321,8 @@ def _regional(ctx: Any, own: Any, pruned: list[str]) -> list[tuple[str, Any]]:
 def _breaks_outside_blocks(ctx: Any) -> str | None:
     """Where every graph break the graph-breaks rung found lies outside the repeated block (no
     function of the block's class among the frames under SRC that led to it, and none in an
-    installed package), those breaks said for the action's ``why:`` (``2 graph break(s) are outside
-    the Block instances (at model.py:12)``); else None: a regional compile that keeps the call's
+    installed package), those breaks said for the action's ``why:`` (``1 graph break site(s) are
+    outside the Block instances (at model.py:20)``); else None: a regional compile that keeps the call's
     ``fullgraph=True`` would raise where a break is inside a block, and where the rung did not run,
     found none, or a break's frames are not all read, nothing says it would not."""
     res = ctx.results.get("graph_breaks")

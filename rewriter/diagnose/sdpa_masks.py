@@ -61,12 +61,14 @@ def traced_masks(graphs: list[Any]) -> list[dict[str, Any] | None]:
     return out
 
 
-def eager_masks(model: Any, inputs: Any, call: Any) -> list[dict[str, Any] | None]:
+def eager_masks(model: Any, inputs: Any, call: str | None = None) -> list[dict[str, Any] | None]:
     """The mask each ``scaled_dot_product_attention`` call gets in one eager forward of
-    ``model`` on ``inputs`` (no grad), recorded by a ``TorchFunctionMode``: its :func:`layout`, or
-    None."""
+    ``model`` (or its method ``call``) on ``inputs`` (no grad), recorded by a ``TorchFunctionMode``:
+    its :func:`layout`, or None."""
     import torch
     from torch.overrides import TorchFunctionMode
+
+    from ..harness import call_model
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
     seen: list[dict[str, Any] | None] = []
@@ -78,7 +80,6 @@ def eager_masks(model: Any, inputs: Any, call: Any) -> list[dict[str, Any] | Non
                 seen.append(layout(kwargs.get("attn_mask", args[3] if len(args) > 3 else None)))
             return func(*args, **kwargs)
 
-    args, kwargs = (inputs, {}) if not isinstance(inputs, dict) else ((), inputs)
     with torch.no_grad(), torch.compiler.set_stance("force_eager"), Record():
-        call(model)(*args, **kwargs)
+        call_model(model, inputs, call)
     return seen

@@ -100,4 +100,3 @@ def class_made_here(func: cst.FunctionDef, functions: set[str], classes: set[str
     made = returned_call(func, functions)
     cls = get_full_name_for_node(made.func) if made is not None else None
     return cls if cls in classes else None
-

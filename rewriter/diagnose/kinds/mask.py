@@ -47,14 +47,12 @@ SUFFIX = "+mask-eager"
 def mask_actions(ctx: Any) -> tuple[list[DisableAction], list[str]]:
     """The ``disable`` actions of the twin, or [] and why not (one line for the report)."""
     traced = ctx.evidence.traced_sdpa_masks
-    if not traced:
-        return [], []  # no trace read (the program compiles itself, or the rung did not run), or no SDPA call
-    if not any(m is not None for m in traced):
-        return [], []
-    from ...harness import model_entry
-
+    if not traced or not any(m is not None for m in traced):
+        return [], []  # no trace read (Evidence.traced_sdpa_masks says where none is), no SDPA call, or no mask
     model, inputs, _ = ctx.reference()
-    eager = eager_masks(model, inputs, lambda m: model_entry(m, ctx.session.spec.call))
+    if ctx.evidence.eager_sdpa_masks is None:  # one eager forward, for the kind and the own-compile edit alike
+        ctx.evidence.eager_sdpa_masks = eager_masks(model, inputs, ctx.session.spec.call)
+    eager = ctx.evidence.eager_sdpa_masks
     if any(m is not None for m in eager):
         return [], [f"{SUFFIX[1:]}: eager passes SDPA a mask too ({_said(next(m for m in eager if m))}): "
                     "keeping the builder eager would not drop it"]

@@ -47,9 +47,6 @@ from ..sdpa_masks import builders, traced_masks
 
 
 def run(ctx: Context) -> RungResult:
-    import torch
-    import torch._dynamo
-
     r = RungResult("graph_breaks", "Graph breaks (torch._dynamo.explain)")
     r.threshold = "any graph break (fullgraph would refuse it)"
     model, inputs, step = ctx.reference()
@@ -59,16 +56,12 @@ def run(ctx: Context) -> RungResult:
         ctx.evidence.traced_sdpa_masks = _whole_trace_masks(ctx, model, inputs)
         return own
     from ...engine.watch import CompileWatch
-    from ..as_run import marks_eager_only
 
     reset()
-    args, kwargs = (inputs, {}) if not isinstance(inputs, dict) else ((), inputs)
-    from ...harness import model_entry
-
     call = ctx.session.spec.call
     with ctx.session.guard(f"torch._dynamo.explain({ctx.session.spec.model}(){'' if call is None else '.' + call})"):
-        with CompileWatch() as watch, torch.no_grad(), marks_eager_only():
-            out = torch._dynamo.explain(model_entry(model, call))(*args, **kwargs)
+        with CompileWatch() as watch:
+            out = _explained(model, inputs, call)
         swallowed = watch.swallowed()
     reset()
     ctx.evidence.traced_sdpa_masks = traced_masks(getattr(out, "graphs", []))  # the +mask-eager twins (kinds/mask.py)
@@ -229,28 +222,38 @@ def _as_the_program_compiles(ctx: Context, step, r: RungResult) -> RungResult | 
     return r
 
 
-def _whole_trace_masks(ctx: Context, model: Any, inputs: Any) -> list[dict[str, Any] | None] | None:
-    """For a program that compiles itself: the mask each SDPA call gets where the model is traced
-    whole (``torch._dynamo.explain`` of the module under the program's ``torch.compile`` wrapper;
-    a compile inside it, such as a decorated ``forward``, is traced through as Dynamo traces a
-    nested compile), the evidence of the ``+mask-eager`` edit of a whole-model compile
-    (:mod:`..kinds.mask`, :func:`..candidates.own_call_candidates`). None where the model's modules
-    call no transformers mask builder (nothing to keep eager: no trace spent) or the trace raised.
-    Whether the program's compile covers the whole model is the candidates' reading, not this one."""
+def _explained(model: Any, inputs: Any, call: str | None) -> Any:
+    """``torch._dynamo.explain`` of one call of ``model`` (or its method ``call``) on the harness's
+    ``inputs``, without grad, a ``mark_dynamic`` in the traced code skipped
+    (:func:`..as_run.marks_eager_only`)."""
     import torch
+    import torch._dynamo
 
-    from ...engine.watch import unwrapped
     from ...harness import model_entry
     from ..as_run import marks_eager_only
 
-    base = unwrapped(model)
-    if not builders(base):
-        return None
     args, kwargs = (inputs, {}) if not isinstance(inputs, dict) else ((), inputs)
+    with torch.no_grad(), marks_eager_only():
+        return torch._dynamo.explain(model_entry(model, call))(*args, **kwargs)
+
+
+def _whole_trace_masks(ctx: Context, model: Any, inputs: Any) -> list[dict[str, Any] | None] | None:
+    """For a program that compiles the model itself whole (the harness's model carries the compile
+    at its root: ``torch.compile(model)``, ``model.compile()``; :func:`..own_candidates.compiled_modules_of`):
+    the mask each SDPA call gets where that model is traced whole (:func:`_explained` of the module
+    under the wrapper), the evidence of the ``+mask-eager`` edit of that compile (:mod:`..kinds.mask`,
+    :func:`..candidates.own_call_candidates`). None where the compile is elsewhere (a regional one
+    never traces the mask builder), the model's modules call no transformers mask builder (nothing
+    to keep eager), or the trace raised: no trace is spent there."""
+    from ...engine.watch import unwrapped
+    from ..own_candidates import compiled_modules_of
+
+    base = unwrapped(model)
+    if not any(m["path"] == "<model>" for m in compiled_modules_of(ctx)) or not builders(base):
+        return None
     reset()
     try:
-        with torch.no_grad(), marks_eager_only():
-            out = torch._dynamo.explain(model_entry(base, ctx.session.spec.call))(*args, **kwargs)
+        out = _explained(base, inputs, ctx.session.spec.call)
     except Exception:  # noqa: BLE001 - evidence for one candidate: its absence proposes none
         return None
     finally:
